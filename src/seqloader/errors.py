@@ -1,0 +1,35 @@
+"""Error types. Every error names what is wrong, where (file, sequence index and tag, option) and the fix.
+
+They subclass ``ValueError``/``RuntimeError`` so generic handlers still catch them, and one common base
+so a trainer can catch everything seqloader raises in one ``except``.
+"""
+
+from __future__ import annotations
+
+
+class SeqLoaderError(Exception):
+    """Base class of all errors raised by seqloader."""
+
+
+class OptionError(SeqLoaderError, ValueError):
+    """An option is out of range, unknown or inconsistent ("got X, expected Y")."""
+
+
+class DataError(SeqLoaderError, ValueError):
+    """The data itself is broken: a missing/corrupt file, inconsistent lengths, a bad sequence."""
+
+
+class SequenceTooLongError(DataError):
+    """A sequence cannot fit a batch under ``max_frames`` even alone."""
+
+
+class ResumeError(SeqLoaderError, ValueError):
+    """A loader state cannot be applied to this loader (other data, other options, bad format)."""
+
+
+class DistributedMismatchError(SeqLoaderError, RuntimeError):
+    """Ranks disagree on the data or the options: they would train on different epochs."""
+
+
+class WorkerError(SeqLoaderError, RuntimeError):
+    """A DataLoader worker failed or died while executing a planned batch."""

@@ -1,0 +1,77 @@
+"""Executing one planned batch: read its sequences, apply the per-sequence transform, pad.
+
+Runs in DataLoader workers (or the main process with ``num_workers=0``); the result depends only on
+the ``BatchSpec`` and the seed — never on which worker runs it (contract C3/C4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.errors import DataError, SeqLoaderError
+from seqloader.loading.batch_spec import BatchSpec
+from seqloader.loading.collate import Alloc, numpy_alloc, pad_batch
+from seqloader.plan.seeding import PURPOSE_TRANSFORM, rng_for
+from seqloader.sources.base import Source
+
+Transform = Callable[[dict, np.random.Generator], dict]
+
+
+@dataclass
+class LoadedBatch:
+    """A padded batch as numpy arrays (the torch layer wraps them into tensors)."""
+
+    spec: BatchSpec
+    data: dict[str, np.ndarray]  # key -> [B, T_max, *feat]
+    lengths: dict[str, np.ndarray]  # key -> int64 [B]
+    tags: list[str]
+
+
+def transform_rng(seed: int, epoch: int, seq_index: int) -> np.random.Generator:
+    """The RNG a transform gets for one sequence: a function of (seed, epoch, index) only."""
+    return rng_for(seed, PURPOSE_TRANSFORM, epoch, int(seq_index))
+
+
+def read_sequences(source: Source, seqs: np.ndarray) -> list[dict[str, np.ndarray]]:
+    """Read sequences, using the source's batched ``read_many`` when it has one."""
+    read_many = getattr(source, "read_many", None)
+    if read_many is not None:
+        return read_many(seqs)
+    out = []
+    for i in seqs:
+        try:
+            out.append(source.read(int(i)))
+        except SeqLoaderError:
+            raise
+        except Exception as e:  # name the sequence; keep the original as the cause
+            raise DataError(
+                f"reading sequence {int(i)} (tag {source.tag(int(i))!r}) from {source!r} "
+                f"failed: {type(e).__name__}: {e}"
+            ) from e
+    return out
+
+
+def execute(
+    source: Source,
+    spec: BatchSpec,
+    seed: int,
+    transform: Transform | None = None,
+    alloc: Alloc = numpy_alloc,
+) -> LoadedBatch:
+    seqs = read_sequences(source, spec.seqs)
+    if transform is not None:
+        for j, i in enumerate(spec.seqs):
+            try:
+                seqs[j] = transform(seqs[j], transform_rng(seed, spec.epoch, i))
+            except SeqLoaderError:
+                raise
+            except Exception as e:
+                raise DataError(
+                    f"transform failed on sequence {int(i)} (tag {source.tag(int(i))!r}): "
+                    f"{type(e).__name__}: {e}"
+                ) from e
+    data, lengths = pad_batch(seqs, alloc)
+    return LoadedBatch(spec, data, lengths, [source.tag(int(i)) for i in spec.seqs])

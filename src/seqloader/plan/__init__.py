@@ -1,0 +1,24 @@
+"""Pure planning (numpy only; no torch, no I/O): order -> sub-epoch -> batches -> rank share."""
+
+from seqloader.plan.batches import BatchList
+from seqloader.plan.batching import greedy_bounds, padded_frames
+from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.options import Ordering, PlanOptions
+from seqloader.plan.planner import Admission, EpochIndex, Planner
+from seqloader.plan.position import Position, continue_plan
+from seqloader.plan.topology import Topology
+
+__all__ = [
+    "Admission",
+    "BatchList",
+    "EpochIndex",
+    "GlobalPlan",
+    "Ordering",
+    "PlanOptions",
+    "Planner",
+    "Position",
+    "Topology",
+    "continue_plan",
+    "greedy_bounds",
+    "padded_frames",
+]

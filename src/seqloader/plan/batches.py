@@ -1,0 +1,65 @@
+"""``BatchList``: a list of batches as three flat arrays (CSR), cheap to slice, pickle and share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class BatchList:
+    """Batches as flat arrays.
+
+    - ``seqs``: int64 ``[slots]`` sequence indices, batch after batch.
+    - ``bounds``: int64 ``[n_batches + 1]``; batch k is ``seqs[bounds[k]:bounds[k+1]]``.
+    - ``real``: bool ``[slots]``; False marks a repeat that only fills a slot (``uneven="pad"`` or an
+      infeasible ``split``): the loss should ignore it, and it is not a use of the sequence.
+    """
+
+    seqs: np.ndarray
+    bounds: np.ndarray
+    real: np.ndarray
+
+    @classmethod
+    def empty(cls) -> BatchList:
+        return cls(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, bool))
+
+    @classmethod
+    def from_bounds(cls, seqs: np.ndarray, bounds: np.ndarray) -> BatchList:
+        return cls(seqs.astype(np.int64, copy=False), bounds, np.ones(len(seqs), dtype=bool))
+
+    def __len__(self) -> int:
+        return len(self.bounds) - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.bounds)
+
+    def batch(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence indices, real mask) of batch ``k``."""
+        a, b = self.bounds[k], self.bounds[k + 1]
+        return self.seqs[a:b], self.real[a:b]
+
+    def take(self, batch_ids: np.ndarray) -> BatchList:
+        """The batches ``batch_ids`` (int ``[m]``), in that order."""
+        batch_ids = np.asarray(batch_ids, dtype=np.int64)
+        sizes = self.sizes[batch_ids]  # [m]
+        bounds = np.zeros(len(batch_ids) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        # slot index of every element: start of its batch + offset within the batch
+        starts = np.repeat(self.bounds[:-1][batch_ids], sizes)  # [slots]
+        within = np.arange(bounds[-1], dtype=np.int64) - np.repeat(bounds[:-1], sizes)
+        idx = starts + within
+        return BatchList(self.seqs[idx], bounds, self.real[idx])
+
+    def concat(self, other: BatchList) -> BatchList:
+        bounds = np.concatenate([self.bounds, other.bounds[1:] + self.bounds[-1]])
+        return BatchList(
+            np.concatenate([self.seqs, other.seqs]), bounds, np.concatenate([self.real, other.real])
+        )
+
+    def real_count(self, n_batches: int | None = None) -> int:
+        """Real (not repeat) sequences in the first ``n_batches`` batches (all by default)."""
+        end = self.bounds[-1] if n_batches is None else self.bounds[min(n_batches, len(self))]
+        return int(np.count_nonzero(self.real[:end]))

@@ -1,0 +1,112 @@
+"""Distribution of one (sub-)epoch's batches over ``world_size`` ranks.
+
+The result is a *global* list whose length is ``steps * world_size``; batch ``k`` belongs to rank
+``k % world_size``. Every rank computes the same global list locally, so ranks agree on the number of
+steps without any collective (contract C2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.plan.batches import BatchList
+
+
+@dataclass(frozen=True)
+class GlobalPlan:
+    """One (sub-)epoch for all ranks.
+
+    ``dropped``: real sequences left out by ``uneven="drop"`` or by the shortest rank under
+    ``random_seed_offset``; ``repeats``: filler slots (``real`` False).
+    """
+
+    batches: BatchList
+    world_size: int
+    dropped: int = 0
+
+    @property
+    def steps(self) -> int:
+        return len(self.batches) // self.world_size
+
+    @property
+    def repeats(self) -> int:
+        return int(len(self.batches.real) - np.count_nonzero(self.batches.real))
+
+    def rank_share(self, rank: int, start_step: int = 0) -> BatchList:
+        """Rank ``rank``'s batches from ``start_step`` on."""
+        ids = np.arange(start_step * self.world_size + rank, len(self.batches), self.world_size)
+        return self.batches.take(ids)
+
+
+def distribute_shard(batches: BatchList, world_size: int, uneven: str) -> GlobalPlan:
+    """Share one batch list among ranks, handling a last round that is not full."""
+    n_batches = len(batches)
+    if n_batches % world_size == 0:
+        return GlobalPlan(batches, world_size)
+    if uneven == "drop":
+        keep = (n_batches // world_size) * world_size
+        kept = batches.take(np.arange(keep))
+        dropped = batches.real_count() - kept.real_count()
+        return GlobalPlan(kept, world_size, dropped=dropped)
+    steps = -(-n_batches // world_size)
+    slots = steps * world_size
+    if uneven == "pad":
+        # repeat early batches, as DistributedSampler does, but marked as repeats
+        extra = batches.take(np.arange(slots - n_batches) % n_batches)
+        extra = BatchList(extra.seqs, extra.bounds, np.zeros_like(extra.real))
+        return GlobalPlan(batches.concat(extra), world_size)
+    return GlobalPlan(_split_tail(batches, steps, world_size), world_size)
+
+
+def _split_tail(batches: BatchList, steps: int, world_size: int) -> BatchList:
+    """``uneven="split"``: re-split the last round's sequences so it fills all ranks.
+
+    The tail (the last partial round, extended by whole earlier rounds while it holds fewer
+    sequences than its slots) is split by halving its largest batch until it has exactly its slot
+    count; halves of a valid batch are valid, order is kept, and every sequence stays exactly once.
+    Only if the whole (sub-)epoch has fewer sequences than ``steps * world_size`` are filler repeats
+    appended (marked ``real=False``).
+    """
+    sizes = batches.sizes
+    rounds_back = 0
+    while True:
+        tail_start = (steps - 1 - rounds_back) * world_size
+        tail_slots = (rounds_back + 1) * world_size
+        if sizes[tail_start:].sum() >= tail_slots or tail_start == 0:
+            break
+        rounds_back += 1
+    head = batches.take(np.arange(tail_start))
+    tail_bounds = batches.bounds[tail_start:] - batches.bounds[tail_start]  # [t+1]
+    tail_seqs = batches.seqs[batches.bounds[tail_start] :]
+    target = min(tail_slots, len(tail_seqs))
+    bounds = tail_bounds
+    while len(bounds) - 1 < target:
+        s = np.diff(bounds)
+        k = len(s) - 1 - int(np.argmax(s[::-1]))  # largest batch, the latest on ties
+        bounds = np.insert(bounds, k + 1, bounds[k] + s[k] // 2 + s[k] % 2)
+    tail = BatchList.from_bounds(tail_seqs, bounds)
+    if target < tail_slots:  # infeasible: fewer sequences than slots -> marked repeats
+        n_fill = tail_slots - target
+        fill_seqs = tail_seqs[np.arange(n_fill) % max(len(tail_seqs), 1)]
+        fill = BatchList(fill_seqs, np.arange(n_fill + 1, dtype=np.int64), np.zeros(n_fill, bool))
+        tail = tail.concat(fill)
+    return head.concat(tail)
+
+
+def distribute_per_rank(per_rank: list[BatchList]) -> GlobalPlan:
+    """``random_seed_offset``: every rank has its own batch list over all data. Equal steps: all
+    ranks keep as many batches as the shortest one; the surplus is counted as dropped."""
+    world_size = len(per_rank)
+    steps = min(len(b) for b in per_rank)
+    dropped = sum(b.real_count() - b.real_count(steps) for b in per_rank)
+    # global batch k*W + r is rank r's batch k
+    order = np.arange(steps * world_size)
+    parts = [b.take(np.arange(steps)) for b in per_rank]
+    merged = parts[0]
+    for p in parts[1:]:
+        merged = merged.concat(p)
+    # merged holds rank 0's steps, then rank 1's...; reorder to step-major
+    rank_of, step_of = order % world_size, order // world_size
+    return GlobalPlan(merged.take(rank_of * steps + step_of), world_size, dropped=dropped)

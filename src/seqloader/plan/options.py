@@ -1,0 +1,157 @@
+"""Planning options: one frozen, validated dataclass, and the ordering-string parser.
+
+Validation raises ``OptionError`` with "got X, expected Y" so a typo in a config fails at construction,
+not hours into a training.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from seqloader.errors import OptionError
+
+ORDERING_KINDS = (
+    "default",
+    "reverse",
+    "random",
+    "sorted",
+    "sorted_reverse",
+    "laplace",
+    "sort_bin_shuffle",
+    "sort_bin_shuffle_x2",
+)
+DISTRIBUTIONS = ("shard", "random_seed_offset")
+UNEVEN_POLICIES = ("split", "pad", "drop")
+
+_ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?$")
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """A parsed ordering string (RETURNN's names).
+
+    ``bins`` is the number of bins (``laplace:N``) and ``bin_size`` the approximate number of
+    sequences per bin (``laplace:.N``); at most one is set. Without either, RETURNN uses 2 bins.
+    """
+
+    kind: str
+    bins: int | None = None
+    bin_size: int | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Ordering:
+        m = _ORDERING_RE.match(text.strip())
+        expected = (
+            "expected one of default, reverse, random, sorted, sorted_reverse, laplace:N, "
+            "laplace:.N, sort_bin_shuffle:.N, sort_bin_shuffle_x2:.N"
+        )
+        if not m or m["kind"] not in ORDERING_KINDS:
+            raise OptionError(f"ordering: got {text!r}, {expected}")
+        kind, arg = m["kind"], m["arg"]
+        binned = kind in ("laplace", "sort_bin_shuffle", "sort_bin_shuffle_x2")
+        if arg is not None and not binned:
+            raise OptionError(f"ordering: got {text!r}; {kind!r} takes no argument ({expected})")
+        if arg is None:
+            return cls(kind, bins=2 if binned else None)
+        value = int(arg.lstrip("."))
+        if value < 1:
+            raise OptionError(f"ordering: got {text!r}; the bin count/size must be >= 1")
+        if arg.startswith("."):
+            return cls(kind, bin_size=value)
+        return cls(kind, bins=value)
+
+    def __str__(self) -> str:
+        if self.bin_size is not None:
+            return f"{self.kind}:.{self.bin_size}"
+        if self.bins is not None and self.bins != 2:
+            return f"{self.kind}:{self.bins}"
+        return self.kind
+
+    def num_bins(self, n: int) -> int:
+        """RETURNN's rule: ``.N`` gives ``max(n // N, 2)`` bins."""
+        if self.bin_size is not None:
+            return max(n // self.bin_size, 2)
+        return self.bins or 2
+
+    @property
+    def is_random(self) -> bool:
+        return self.kind not in ("default", "reverse", "sorted", "sorted_reverse")
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """Everything the epoch plan depends on besides the data, the epoch and the world size.
+
+    - ``ordering``: RETURNN ordering string (see ``Ordering``).
+    - ``max_seqs``: at most this many sequences per batch (None: unbounded).
+    - ``max_frames``: at most this many *padded* frames per batch, ``n_seqs * max_len`` of the
+      length key (None: unbounded).
+    - ``max_seq_length``: sequences longer than this (on the length key, or per key with a mapping)
+      are filtered out — counted and reported, never silently.
+    - ``min_seq_length``: sequences shorter than this are filtered likewise (e.g. 1 drops empties).
+    - ``partition_epoch``: sub-epochs per full pass over the data.
+    - ``distribution``: ``shard`` (ranks split one plan) or ``random_seed_offset`` (each rank its
+      own permutation of all data; an epoch then covers the data ``world_size`` times).
+    - ``uneven``: the last round when batches don't divide by the world size: ``split``, ``pad``,
+      ``drop``.
+    """
+
+    ordering: str = "default"
+    max_seqs: int | None = None
+    max_frames: int | None = None
+    max_seq_length: int | Mapping[str, int] | None = None
+    min_seq_length: int = 0
+    partition_epoch: int = 1
+    distribution: str = "shard"
+    uneven: str = "split"
+    seed: int = 1
+    length_key: str | None = None
+    _parsed: Ordering = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_parsed", Ordering.parse(self.ordering))
+        _check_positive("max_seqs", self.max_seqs)
+        _check_positive("max_frames", self.max_frames)
+        if isinstance(self.max_seq_length, Mapping):
+            for k, v in self.max_seq_length.items():
+                _check_positive(f"max_seq_length[{k!r}]", v)
+            object.__setattr__(self, "max_seq_length", dict(sorted(self.max_seq_length.items())))
+        else:
+            _check_positive("max_seq_length", self.max_seq_length)
+        if not isinstance(self.min_seq_length, int) or self.min_seq_length < 0:
+            raise OptionError(f"min_seq_length: got {self.min_seq_length!r}, expected an int >= 0")
+        if not isinstance(self.partition_epoch, int) or self.partition_epoch < 1:
+            raise OptionError(
+                f"partition_epoch: got {self.partition_epoch!r}, expected an int >= 1"
+            )
+        if self.distribution not in DISTRIBUTIONS:
+            raise OptionError(
+                f"distribution: got {self.distribution!r}, expected one of {DISTRIBUTIONS}"
+            )
+        if self.uneven not in UNEVEN_POLICIES:
+            raise OptionError(f"uneven: got {self.uneven!r}, expected one of {UNEVEN_POLICIES}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+            raise OptionError(f"seed: got {self.seed!r}, expected an int >= 0")
+
+    @property
+    def parsed_ordering(self) -> Ordering:
+        return self._parsed
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("_parsed", None)
+        d["ordering"] = str(self._parsed)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def _check_positive(name: str, value: object) -> None:
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise OptionError(f"{name}: got {value!r}, expected an int >= 1 or None")

@@ -1,0 +1,176 @@
+"""``Planner``: the whole epoch plan as a pure function of (lengths, options, epoch, world size).
+
+Steps: admit (filter, counted) -> order the full epoch -> cut the sub-epoch -> greedy batches ->
+distribute over ranks. Resume enters at a *position* in the sub-epoch's sequence order (see
+``Segment``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from seqloader.errors import OptionError, SequenceTooLongError
+from seqloader.plan.batches import BatchList
+from seqloader.plan.batching import greedy_bounds
+from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard
+from seqloader.plan.options import PlanOptions
+from seqloader.plan.ordering import order_sequences
+from seqloader.plan.seeding import PURPOSE_ORDER, rng_for
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Which sequences take part in epochs, and why the others don't (C6: nothing silent)."""
+
+    admitted: np.ndarray  # int64 [n_admitted] sequence indices, ascending
+    filtered: dict[str, int] = field(default_factory=dict)  # reason -> count
+    filtered_examples: dict[str, list[int]] = field(default_factory=dict)  # reason -> a few indices
+
+    @property
+    def filtered_total(self) -> int:
+        return sum(self.filtered.values())
+
+
+def admit(
+    lengths: Mapping[str, np.ndarray],
+    length_key: str,
+    options: PlanOptions,
+    tags: Sequence[str] | None = None,
+    origin: str = "",
+) -> Admission:
+    """Apply ``max_seq_length`` / ``min_seq_length``; then check that every admitted sequence fits
+    ``max_frames`` alone, else raise naming the first offender and the option that filters it."""
+    main = lengths[length_key]
+    keep = np.ones(len(main), dtype=bool)
+    filtered: dict[str, int] = {}
+    examples: dict[str, list[int]] = {}
+
+    def drop(reason: str, mask: np.ndarray) -> None:
+        hit = mask & keep
+        count = int(np.count_nonzero(hit))
+        if count:
+            filtered[reason] = count
+            examples[reason] = np.flatnonzero(hit)[:5].tolist()
+            keep[hit] = False
+
+    limits = options.max_seq_length
+    if isinstance(limits, Mapping):
+        for key, limit in limits.items():
+            if key not in lengths:
+                raise OptionError(
+                    f"max_seq_length: key {key!r} is not in the data; keys: {sorted(lengths)}"
+                )
+            drop(f"{key} longer than max_seq_length={limit}", lengths[key] > limit)
+    elif limits is not None:
+        drop(f"{length_key} longer than max_seq_length={limits}", main > limits)
+    if options.min_seq_length > 0:
+        drop(
+            f"{length_key} shorter than min_seq_length={options.min_seq_length}",
+            main < options.min_seq_length,
+        )
+    if options.max_frames is not None:
+        too_long = np.flatnonzero(keep & (main > options.max_frames))
+        if len(too_long):
+            i = int(too_long[0])
+            tag = tags[i] if tags is not None else f"#{i}"
+            where = f" in {origin}" if origin else ""
+            raise SequenceTooLongError(
+                f"sequence {i} (tag {tag!r}){where} has {int(main[i])} frames of {length_key!r}, "
+                f"more than max_frames={options.max_frames}, so it fits no batch "
+                f"({len(too_long)} sequence(s) like this). Fix: raise max_frames, or set "
+                f"max_seq_length={options.max_frames} to filter them (counted in the report)."
+            )
+    return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
+
+
+@dataclass(frozen=True)
+class EpochIndex:
+    """Epoch numbers count from 1; with ``partition_epoch=P``, epoch e is sub-epoch ``(e-1) % P`` of
+    full epoch ``(e-1) // P`` (RETURNN's convention)."""
+
+    epoch: int
+    partition: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epoch, int) or self.epoch < 1:
+            raise OptionError(
+                f"epoch: got {self.epoch!r}, expected an int >= 1 (epochs count from 1)"
+            )
+
+    @property
+    def full_epoch(self) -> int:
+        return (self.epoch - 1) // self.partition
+
+    @property
+    def part(self) -> int:
+        return (self.epoch - 1) % self.partition
+
+
+class Planner:
+    """Plans epochs for one dataset. Pure: no torch, no I/O; every method is a function of the
+    constructor arguments and its own arguments."""
+
+    def __init__(
+        self,
+        lengths: Mapping[str, np.ndarray],
+        options: PlanOptions,
+        tags: Sequence[str] | None = None,
+        origin: str = "",
+    ) -> None:
+        if not lengths:
+            raise OptionError("Planner: no length arrays given")
+        key = options.length_key or ("data" if "data" in lengths else next(iter(lengths)))
+        if key not in lengths:
+            raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
+        self.options = options
+        self.length_key = key
+        self.lengths = np.ascontiguousarray(lengths[key], dtype=np.int64)
+        self.admission = admit(lengths, key, options, tags, origin)
+
+    @property
+    def num_admitted(self) -> int:
+        return len(self.admission.admitted)
+
+    def sub_epoch_order(self, epoch: int, order_rank: int = 0) -> np.ndarray:
+        """Admitted sequence indices of ``epoch`` in plan order -> int64 ``[m]``.
+
+        ``order_rank`` selects the rank's own permutation under ``random_seed_offset``; with
+        ``shard`` it is always 0 (one order for all ranks).
+        """
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        admitted = self.admission.admitted
+        rng = rng_for(self.options.seed, PURPOSE_ORDER, ep.full_epoch, order_rank)
+        perm = order_sequences(self.lengths[admitted], self.options.parsed_ordering, rng)
+        full = admitted[perm]  # [n_admitted]
+        n, parts = len(full), self.options.partition_epoch
+        return full[ep.part * n // parts : (ep.part + 1) * n // parts]
+
+    def batches(self, order: np.ndarray) -> BatchList:
+        """Greedy batches over ``order`` (sequence indices)."""
+        o = self.options
+        return BatchList.from_bounds(
+            order, greedy_bounds(self.lengths[order], o.max_seqs, o.max_frames)
+        )
+
+    def global_plan(self, epoch: int, world_size: int, start: int = 0) -> GlobalPlan:
+        """All ranks' batches of ``epoch``, starting at sequence position ``start`` of the
+        sub-epoch order (0 = the whole sub-epoch; > 0 only after an elastic resume)."""
+        if self.options.distribution == "random_seed_offset":
+            if start:
+                raise OptionError("random_seed_offset plans cannot start mid-order")
+            per_rank = [self.batches(self.sub_epoch_order(epoch, r)) for r in range(world_size)]
+            return distribute_per_rank(per_rank)
+        order = self.sub_epoch_order(epoch)[start:]
+        return distribute_shard(self.batches(order), world_size, self.options.uneven)
+
+    def fingerprint(self, source_fingerprint: str) -> str:
+        """What all ranks (and a resumed run) must agree on: data, options, length key."""
+        h = hashlib.sha256()
+        for part in (source_fingerprint, self.options.to_json(), self.length_key):
+            h.update(part.encode())
+            h.update(b"\0")
+        return h.hexdigest()[:32]

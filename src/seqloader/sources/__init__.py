@@ -1,0 +1,6 @@
+"""Sources: random-access sequence stores (the only layer that does data I/O)."""
+
+from seqloader.sources.base import KeySpec, Schema, Source, default_length_key
+from seqloader.sources.memory import MemorySource
+
+__all__ = ["KeySpec", "MemorySource", "Schema", "Source", "default_length_key"]

@@ -1,0 +1,113 @@
+"""Per-epoch accounting: computation time % (RETURNN's definition) and what the epoch contained."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class EpochReport:
+    """What one rank's epoch contained and how long it waited for data.
+
+    ``computation_pct`` = time the consumer spent between receiving a batch and asking for the next,
+    over the epoch's wall time. ``filtered``: sequences the options exclude from every epoch (by
+    reason); ``dropped``/``repeats``: real sequences left out / filler slots of this epoch's plan
+    (all ranks together).
+    """
+
+    epoch: int
+    rank: int
+    world_size: int
+    steps: int = 0
+    seqs: int = 0
+    repeats_seen: int = 0
+    frames: int = 0
+    padded_frames: int = 0
+    wall_s: float = 0.0
+    data_wait_s: float = 0.0
+    first_batch_s: float = 0.0
+    planned_steps: int = 0
+    planned_seqs: int = 0
+    filtered: dict[str, int] = field(default_factory=dict)
+    dropped: int = 0
+    repeats: int = 0
+    resumed_at_step: int = 0
+
+    @property
+    def computation_pct(self) -> float:
+        if self.wall_s <= 0:
+            return 100.0
+        return 100.0 * max(self.wall_s - self.data_wait_s, 0.0) / self.wall_s
+
+    @property
+    def padding_ratio(self) -> float:
+        return 0.0 if not self.padded_frames else 1.0 - self.frames / self.padded_frames
+
+    @property
+    def complete(self) -> bool:
+        return self.resumed_at_step + self.steps == self.planned_steps
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["computation_pct"] = round(self.computation_pct, 3)
+        d["padding_ratio"] = round(self.padding_ratio, 5)
+        return d
+
+    def format(self) -> str:
+        filtered = sum(self.filtered.values())
+        parts = [
+            f"epoch {self.epoch} rank {self.rank}/{self.world_size}",
+            f"{self.steps} steps",
+            f"{self.seqs} seqs",
+            f"{self.frames} frames",
+            f"padding {100 * self.padding_ratio:.1f}%",
+            f"computation {self.computation_pct:.1f}%",
+            f"data wait {self.data_wait_s:.2f}s of {self.wall_s:.2f}s",
+            f"filtered {filtered}" + (f" {self.filtered}" if filtered else ""),
+        ]
+        if self.dropped:
+            parts.append(f"dropped {self.dropped} (uneven/drop or random_seed_offset)")
+        if self.repeats:
+            parts.append(f"filler repeats {self.repeats} (masked)")
+        if self.resumed_at_step:
+            parts.append(f"resumed at step {self.resumed_at_step}")
+        return ", ".join(parts)
+
+
+class EpochMeter:
+    """Measures data wait inside ``__next__`` and counts what was delivered."""
+
+    def __init__(self, report: EpochReport, length_key: str) -> None:
+        self.report = report
+        self.length_key = length_key
+        self._t0: float | None = None
+        self._wait_start = 0.0
+
+    def before_next(self) -> None:
+        now = time.perf_counter()
+        if self._t0 is None:
+            self._t0 = now
+        self._wait_start = now
+
+    def after_next(self, lengths: np.ndarray, real: np.ndarray) -> None:
+        now = time.perf_counter()
+        r = self.report
+        wait = now - self._wait_start
+        if r.steps == 0:
+            r.first_batch_s = wait
+        r.data_wait_s += wait
+        r.steps += 1
+        n_real = int(np.count_nonzero(real))
+        r.seqs += n_real
+        r.repeats_seen += len(real) - n_real
+        r.frames += int(lengths[real].sum())
+        r.padded_frames += int(len(lengths) * (lengths.max() if len(lengths) else 0))
+
+    def finish(self) -> EpochReport:
+        now = time.perf_counter()
+        if self._t0 is not None:
+            self.report.wall_s = now - self._t0
+        return self.report
