@@ -23,6 +23,14 @@ class SequenceTooLongError(DataError):
     """A sequence cannot fit a batch under ``max_frames`` even alone."""
 
 
+class SequenceSkipped(DataError):
+    """Raised by a source's ``read`` for a sequence it was told to skip (e.g. ``on_error="skip"``).
+
+    The batch is executed without that sequence (it holds one fewer), and the message is counted in
+    the epoch report's ``skipped`` — never silent (C6). Any other error still fails the batch.
+    """
+
+
 class ResumeError(SeqLoaderError, ValueError):
     """A loader state cannot be applied to this loader (other data, other options, bad format)."""
 

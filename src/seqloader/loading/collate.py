@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from seqloader.errors import DataError
+from seqloader.sources.base import Schema
 
 Alloc = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
@@ -52,3 +53,12 @@ def pad_batch(
     for key in seqs[0]:
         data[key], lengths[key] = pad_key(key, [s[key] for s in seqs], alloc)
     return data, lengths
+
+
+def pad_empty(
+    schema: Schema, alloc: Alloc = numpy_alloc
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """A batch of zero sequences with the source's keys (``[0, 0, *feat]``): what a batch becomes
+    when the source skipped every sequence in it, so the step still happens (equal steps, C2)."""
+    data = {k: alloc((0, 0, *s.feature_shape), np.dtype(s.dtype)) for k, s in schema.items()}
+    return data, {k: np.zeros(0, dtype=np.int64) for k in schema}

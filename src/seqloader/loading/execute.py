@@ -7,13 +7,13 @@ the ``BatchSpec`` and the seed — never on which worker runs it (contract C3/C4
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqloader.errors import DataError, SeqLoaderError
+from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
 from seqloader.loading.batch_spec import BatchSpec
-from seqloader.loading.collate import Alloc, numpy_alloc, pad_batch
+from seqloader.loading.collate import Alloc, numpy_alloc, pad_batch, pad_empty
 from seqloader.plan.seeding import PURPOSE_TRANSFORM, rng_for
 from seqloader.sources.base import Source
 
@@ -28,6 +28,7 @@ class LoadedBatch:
     data: dict[str, np.ndarray]  # key -> [B, T_max, *feat]
     lengths: dict[str, np.ndarray]  # key -> int64 [B]
     tags: list[str]
+    skipped: list[str] = field(default_factory=list)  # messages of sequences the source skipped
 
 
 def transform_rng(seed: int, epoch: int, seq_index: int) -> np.random.Generator:
@@ -35,15 +36,25 @@ def transform_rng(seed: int, epoch: int, seq_index: int) -> np.random.Generator:
     return rng_for(seed, PURPOSE_TRANSFORM, epoch, int(seq_index))
 
 
-def read_sequences(source: Source, seqs: np.ndarray) -> list[dict[str, np.ndarray]]:
-    """Read sequences, using the source's batched ``read_many`` when it has one."""
+def read_sequences(
+    source: Source, seqs: np.ndarray, skipped: list[tuple[int, str]] | None = None
+) -> list[dict[str, np.ndarray]]:
+    """Read sequences, using the source's batched ``read_many`` when it has one.
+
+    With ``skipped`` given, a sequence whose ``read`` raises ``SequenceSkipped`` is left out of the
+    result and ``(position in seqs, message)`` is appended; without it, the error propagates.
+    """
     read_many = getattr(source, "read_many", None)
     if read_many is not None:
         return read_many(seqs)
     out = []
-    for i in seqs:
+    for pos, i in enumerate(seqs):
         try:
             out.append(source.read(int(i)))
+        except SequenceSkipped as e:
+            if skipped is None:
+                raise
+            skipped.append((pos, str(e)))
         except SeqLoaderError:
             raise
         except Exception as e:  # name the sequence; keep the original as the cause
@@ -61,7 +72,12 @@ def execute(
     transform: Transform | None = None,
     alloc: Alloc = numpy_alloc,
 ) -> LoadedBatch:
-    seqs = read_sequences(source, spec.seqs)
+    skipped: list[tuple[int, str]] = []
+    seqs = read_sequences(source, spec.seqs, skipped)
+    if skipped:  # the batch holds fewer sequences; the report counts them (C6)
+        keep = np.ones(len(spec.seqs), dtype=bool)
+        keep[[pos for pos, _ in skipped]] = False
+        spec = BatchSpec(spec.epoch, spec.step, spec.seqs[keep], spec.real[keep])
     if transform is not None:
         for j, i in enumerate(spec.seqs):
             try:
@@ -73,5 +89,6 @@ def execute(
                     f"transform failed on sequence {int(i)} (tag {source.tag(int(i))!r}): "
                     f"{type(e).__name__}: {e}"
                 ) from e
-    data, lengths = pad_batch(seqs, alloc)
-    return LoadedBatch(spec, data, lengths, [source.tag(int(i)) for i in spec.seqs])
+    data, lengths = pad_batch(seqs, alloc) if seqs else pad_empty(source.schema, alloc)
+    tags = [source.tag(int(i)) for i in spec.seqs]
+    return LoadedBatch(spec, data, lengths, tags, [msg for _, msg in skipped])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -17,6 +17,8 @@ class Batch(Mapping):
     - ``mask``: bool ``[B]``; False marks a filler repeat (``uneven="pad"``, or a ``split`` with
       fewer sequences than batch slots) — weight its loss with 0.
     - ``epoch``, ``step``: where in the plan this batch sits (``step`` is this rank's index).
+    - ``skipped``: messages of planned sequences the source skipped (``on_error="skip"``); they are
+      not in the batch, and the epoch report counts them.
     """
 
     data: dict[str, torch.Tensor]
@@ -26,6 +28,7 @@ class Batch(Mapping):
     seq_tags: list[str]
     epoch: int
     step: int
+    skipped: list[str] = field(default_factory=list)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.data[key]
@@ -50,6 +53,7 @@ class Batch(Mapping):
             self.seq_tags,
             self.epoch,
             self.step,
+            self.skipped,
         )
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
@@ -62,6 +66,7 @@ class Batch(Mapping):
             self.seq_tags,
             self.epoch,
             self.step,
+            self.skipped,
         )
 
     def __repr__(self) -> str:

@@ -42,6 +42,7 @@ def to_batch(loaded: LoadedBatch) -> Batch:
         loaded.tags,
         spec.epoch,
         spec.step,
+        loaded.skipped,
     )
 
 

@@ -194,7 +194,9 @@ class SeqLoader:
             for _ in range(len(share)):
                 meter.before_next()
                 batch = next(it)
-                meter.after_next(batch.lengths[self.length_key].numpy(), batch.mask.numpy())
+                meter.after_next(
+                    batch.lengths[self.length_key].numpy(), batch.mask.numpy(), batch.skipped
+                )
                 p = self._position
                 self._position = Position(
                     p.epoch, p.segment_start, p.segment_world_size, p.steps + 1

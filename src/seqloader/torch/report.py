@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -35,6 +36,8 @@ class EpochReport:
     dropped: int = 0
     repeats: int = 0
     resumed_at_step: int = 0
+    skipped: int = 0  # planned sequences the source skipped (on_error="skip"); not delivered
+    skipped_examples: list[str] = field(default_factory=list)  # the first few messages
 
     @property
     def computation_pct(self) -> float:
@@ -72,6 +75,9 @@ class EpochReport:
             parts.append(f"dropped {self.dropped} (uneven/drop or random_seed_offset)")
         if self.repeats:
             parts.append(f"filler repeats {self.repeats} (masked)")
+        if self.skipped:
+            first = self.skipped_examples[0] if self.skipped_examples else ""
+            parts.append(f"SKIPPED {self.skipped} unreadable (on_error='skip'; first: {first})")
         if self.resumed_at_step:
             parts.append(f"resumed at step {self.resumed_at_step}")
         return ", ".join(parts)
@@ -92,7 +98,9 @@ class EpochMeter:
             self._t0 = now
         self._wait_start = now
 
-    def after_next(self, lengths: np.ndarray, real: np.ndarray) -> None:
+    def after_next(
+        self, lengths: np.ndarray, real: np.ndarray, skipped: Sequence[str] = ()
+    ) -> None:
         now = time.perf_counter()
         r = self.report
         wait = now - self._wait_start
@@ -105,6 +113,9 @@ class EpochMeter:
         r.repeats_seen += len(real) - n_real
         r.frames += int(lengths[real].sum())
         r.padded_frames += int(len(lengths) * (lengths.max() if len(lengths) else 0))
+        if skipped:
+            r.skipped += len(skipped)
+            r.skipped_examples.extend(list(skipped)[: max(0, 5 - len(r.skipped_examples))])
 
     def finish(self) -> EpochReport:
         now = time.perf_counter()
