@@ -41,3 +41,15 @@ class DistributedMismatchError(SeqLoaderError, RuntimeError):
 
 class WorkerError(SeqLoaderError, RuntimeError):
     """A DataLoader worker failed or died while executing a planned batch."""
+
+
+class AuditError(SeqLoaderError, RuntimeError):
+    """The epoch audit (``SeqLoader(audit=True)``) found sequences missing, repeated or unplanned."""
+
+
+class DataWarning(UserWarning):
+    """The data looks wrong but loading can go on (NaN/Inf features, empty sequences)."""
+
+
+class AuditWarning(UserWarning):
+    """A failed epoch audit under ``audit="warn"``."""
