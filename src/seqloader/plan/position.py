@@ -1,59 +1,158 @@
 """Where in an epoch a run stands, and how to continue from there — also with another world size.
 
-A *segment* is the part of a (sub-)epoch planned for one world size, starting at a sequence position
-of the sub-epoch order (0 unless the run was resumed elastically). Within a segment, ranks advance in
-lockstep by whole steps, so ``steps`` consumed per rank is the whole state. Because real sequences
-appear in the global plan in the order's sequence order, the global sequence offset reached is
-``segment_start + real sequences in the first steps * world_size batches``; an elastic resume
-re-plans the rest of the order from there (greedy batching is memoryless, so with the same world
-size the continuation equals the original plan).
+Ranks advance in lockstep by whole steps, so "how far" is one number for all ranks. What that number
+counts in is a *segment*: the part of a (sub-)epoch planned for one world size, from a sequence
+position of the sub-epoch order onwards (position 0 unless the run was resumed elastically).
+
+Why this is exact:
+
+- **Real sequences form a prefix.** In a shard plan the real (not filler) sequences of the global
+  batch list are the segment's part of the order, in order: greedy batching keeps the order,
+  ``uneven="split"`` only cuts the tail's batches further, and the filler slots of ``pad`` (and of an
+  infeasible ``split``) are appended at the end, marked ``real=False``; ``drop`` cuts the end off.
+  Steps are whole rounds of ``world_size`` batches, so after ``steps`` steps the consumed real
+  sequences are exactly ``order[segment_start : seq_offset]``.
+- **Same world size: the same plan.** The segment is re-planned from the state's own
+  ``(segment_start, segment_world_size)`` and continued from ``steps``, so the rest is identical
+  to the uninterrupted run, batch for batch (fillers and the re-split tail included).
+- **Other world size: a new segment** from ``seq_offset``, planned for the new world size.
+  Consumed + remaining = the segment's order, each sequence once, and every rank of the new world
+  has the same number of steps. A finished segment stays finished: nothing is re-planned after the
+  last step, so sequences that ``drop`` left out are not brought back by resuming elsewhere.
+
+``random_seed_offset`` has no global order (each rank its own permutation), so it resumes only with
+the same world size, or from a finished epoch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 
 from seqloader.errors import ResumeError
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
 
+#: state fields that hold a ``Position`` (see ``Position.to_fields``)
+POSITION_FIELDS = ("epoch", "segment_start", "segment_world_size", "segment_steps", "prior_steps")
+
 
 @dataclass(frozen=True)
 class Position:
+    """A point in epoch ``epoch`` (0: no epoch started yet).
+
+    - ``segment_start``: sequence position in the sub-epoch order where the current segment begins.
+    - ``segment_world_size``: the world size the segment is planned for.
+    - ``steps``: steps per rank consumed in this segment.
+    - ``prior_steps``: steps per rank consumed in earlier segments of this epoch (elastic resumes),
+      so that ``epoch_steps`` keeps counting across them.
+    """
+
     epoch: int
     segment_start: int = 0
     segment_world_size: int = 1
     steps: int = 0
+    prior_steps: int = 0
+
+    def __post_init__(self) -> None:
+        for name, value in self.to_fields().items():
+            low = 1 if name == "segment_world_size" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ResumeError(f"loader state {name}: got {value!r}, expected an int >= {low}")
+
+    @property
+    def epoch_steps(self) -> int:
+        """Steps per rank consumed in this epoch, over all segments."""
+        return self.prior_steps + self.steps
+
+    def advanced(self, steps: int = 1) -> Position:
+        return replace(self, steps=self.steps + steps)
 
     def seq_offset(self, segment_plan: GlobalPlan) -> int:
-        """Sequences of the sub-epoch order consumed by all ranks together."""
+        """Sequences of the sub-epoch order consumed by all ranks together (shard plans; under
+        ``random_seed_offset`` it counts the real sequences all ranks consumed)."""
         return self.segment_start + segment_plan.batches.real_count(
-            self.steps * self.segment_world_size
+            self.steps * segment_plan.world_size
         )
+
+    def to_fields(self) -> dict[str, int]:
+        """The JSON-able fields of a loader state that hold this position (``POSITION_FIELDS``)."""
+        return {
+            "epoch": self.epoch,
+            "segment_start": self.segment_start,
+            "segment_world_size": self.segment_world_size,
+            "segment_steps": self.steps,
+            "prior_steps": self.prior_steps,
+        }
+
+    @classmethod
+    def from_fields(cls, state: Mapping[str, object]) -> Position:
+        """Inverse of ``to_fields``; raises ``ResumeError`` naming a missing or bad field."""
+        missing = [name for name in POSITION_FIELDS if name not in state]
+        if missing:
+            raise ResumeError(f"loader state lacks {missing}; expected all of {POSITION_FIELDS}")
+        values = {name: state[name] for name in POSITION_FIELDS}
+        values["steps"] = values.pop("segment_steps")
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def segment_plan(planner: Planner, position: Position) -> GlobalPlan:
+    """The global plan of ``position``'s segment; raises if ``position`` cannot lie in it."""
+    if position.epoch < 1:
+        raise ResumeError(f"position epoch: got {position.epoch}, expected >= 1")
+    if position.segment_start:
+        if planner.options.distribution != "shard":
+            raise ResumeError(
+                f"loader state segment_start: got {position.segment_start}, expected 0 with "
+                f"distribution={planner.options.distribution!r} (it has no global order)"
+            )
+        size = len(planner.sub_epoch_order(position.epoch))
+        if position.segment_start > size:
+            raise ResumeError(
+                f"loader state segment_start: got {position.segment_start}, but epoch "
+                f"{position.epoch} has only {size} sequences; the state belongs to other data"
+            )
+    plan = planner.global_plan(position.epoch, position.segment_world_size, position.segment_start)
+    if position.steps > plan.steps:
+        raise ResumeError(
+            f"state says {position.steps} steps consumed in epoch {position.epoch} (segment from "
+            f"sequence {position.segment_start}, world size {position.segment_world_size}), but "
+            f"that plan has only {plan.steps} steps per rank: the state belongs to other data or "
+            "options, or to another version of the planner"
+        )
+    return plan
+
+
+def is_finished(position: Position, plan: GlobalPlan) -> bool:
+    """True if ``position`` is at the end of its segment ``plan``, so nothing of the epoch is left."""
+    return position.steps == plan.steps
 
 
 def continue_plan(
-    planner: Planner, position: Position, world_size: int
+    planner: Planner,
+    position: Position,
+    world_size: int,
+    segment: GlobalPlan | None = None,
 ) -> tuple[GlobalPlan, Position]:
-    """The global plan to run from ``position`` with ``world_size`` ranks, and the position to
-    count from (steps are counted within the returned plan)."""
-    seg_plan = planner.global_plan(
-        position.epoch, position.segment_world_size, position.segment_start
-    )
-    if position.steps > seg_plan.steps:
-        raise ResumeError(
-            f"state says {position.steps} steps consumed in epoch {position.epoch}, but the plan "
-            f"has only {seg_plan.steps} steps per rank; the state belongs to other data or options"
-        )
-    if world_size == position.segment_world_size:
-        return seg_plan, position
+    """The global plan to run from ``position`` with ``world_size`` ranks, and the position to count
+    from (its ``steps`` index the returned plan). ``segment``: ``segment_plan(planner, position)``
+    if the caller has it already.
+
+    With the segment's own world size, or when the segment is finished, the segment itself is
+    returned (a finished one then yields no batch on any rank, whatever the world size, since
+    ``rank_share`` starts past its end). Otherwise a new segment begins at the consumed offset.
+    """
+    seg = segment if segment is not None else segment_plan(planner, position)
+    if world_size == position.segment_world_size or is_finished(position, seg):
+        return seg, position
     if planner.options.distribution != "shard":
         raise ResumeError(
-            f"cannot resume with world_size={world_size} from a state saved with "
-            f"world_size={position.segment_world_size}: distribution='random_seed_offset' gives "
-            "each rank its own order, so there is no global position to continue from. "
-            "Resume with the same world size, or use distribution='shard'."
+            f"cannot resume epoch {position.epoch} mid-way with world_size={world_size} from a "
+            f"state saved with world_size={position.segment_world_size}: "
+            "distribution='random_seed_offset' gives each rank its own order, so there is no "
+            "global position to continue from. Resume with the same world size, finish the epoch "
+            "first, or use distribution='shard'."
         )
-    start = position.seq_offset(seg_plan)
-    new_position = Position(position.epoch, start, world_size, 0)
+    start = position.seq_offset(seg)
+    new_position = Position(position.epoch, start, world_size, 0, position.epoch_steps)
     return planner.global_plan(position.epoch, world_size, start), new_position

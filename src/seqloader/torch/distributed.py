@@ -1,13 +1,21 @@
-"""Contract C7: all ranks must plan from the same data and options.
+"""Contract C7: all ranks must plan from the same data, options and position.
 
-One ``all_gather_object`` of a small description at the first epoch; no collective per step.
+Every rank computes the whole global plan locally, so no collective is needed per step or at the
+epoch's end (equal steps, C2, is what keeps DDP from hanging). The one collective is a single
+``all_gather_object`` of a small description at the first epoch: if ranks opened other files, used
+another seed or loaded different loader states, they would silently train on different epochs — so
+every rank raises instead, with a message that names the ranks and what differs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import socket
+from collections.abc import Mapping, Sequence
 
 from seqloader.errors import DistributedMismatchError
+
+_SHOWN_CHARS = 160
 
 
 def process_group_active() -> bool:
@@ -17,42 +25,90 @@ def process_group_active() -> bool:
 
 
 def check_same_plan(description: Mapping[str, str]) -> None:
-    """Gather ``description`` (e.g. {"plan": fp, "source": fp, "options": json}) from every rank
-    and raise on every rank if they differ, naming the ranks and the fields that differ."""
+    """Gather ``description`` (e.g. plan fingerprint, source, options, resume position) from every
+    rank of the default process group and raise ``DistributedMismatchError`` on every rank if they
+    differ. A no-op without an initialized process group of more than one rank.
+
+    With the NCCL backend, torch gathers objects through the current CUDA device: call
+    ``torch.cuda.set_device(local_rank)`` before the first epoch, as for DDP itself.
+    """
     if not process_group_active():
         return
     import torch.distributed as dist
 
+    mine = {"host": socket.gethostname(), "description": dict(description)}
     gathered: list[dict | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, dict(description))
-    message = mismatch_message(gathered)  # type: ignore[arg-type]
+    dist.all_gather_object(gathered, mine)
+    message = mismatch_message(
+        [g["description"] for g in gathered],  # type: ignore[index]
+        hosts=[g["host"] for g in gathered],  # type: ignore[index]
+        this_rank=dist.get_rank(),
+    )
     if message:
         raise DistributedMismatchError(message)
 
 
-def mismatch_message(descriptions: list[Mapping[str, str]]) -> str | None:
-    """None if all ranks agree, else a message grouping ranks by what they hold."""
+def mismatch_message(
+    descriptions: Sequence[Mapping[str, str]],
+    hosts: Sequence[str] | None = None,
+    this_rank: int | None = None,
+) -> str | None:
+    """None if all ranks agree, else a message naming the ranks that differ from rank 0 and, per
+    differing field, which ranks hold which value (options are compared option by option)."""
     reference = descriptions[0]
-    differing = [r for r, d in enumerate(descriptions) if d != reference]
+    differing = [r for r, d in enumerate(descriptions) if dict(d) != dict(reference)]
     if not differing:
         return None
-    fields = sorted(
-        {k for r in differing for k in reference if descriptions[r].get(k) != reference.get(k)}
-    )
-    groups: dict[str, list[int]] = {}
-    for r, d in enumerate(descriptions):
-        groups.setdefault(repr(sorted(d.items())), []).append(r)
+    keys = sorted({k for d in descriptions for k in d})
+    fields = [k for k in keys if len({str(d.get(k)) for d in descriptions}) > 1]
     lines = [
-        f"ranks disagree on the data/plan ({', '.join(fields)} differ): rank(s) {differing} differ "
-        f"from rank 0. Every rank must open the same files in the same order with the same options "
-        "and seed, or they would train on different epochs."
+        f"ranks disagree on the data or the plan: rank(s) {differing} differ from rank 0 in "
+        f"{', '.join(fields)}"
+        + (f" (this is rank {this_rank})" if this_rank is not None else "")
+        + ". Every rank must open the same files in the same order, with the same options and "
+        "seed, and load the same loader state; otherwise they would train on different epochs."
     ]
-    for ranks in groups.values():
-        d = descriptions[ranks[0]]
-        shown = {
-            k: (v if len(str(v)) <= 200 else str(v)[:200] + "...")
-            for k, v in d.items()
-            if k in fields
-        }
-        lines.append(f"  ranks {ranks}: {shown}")
+    for key in fields:
+        values = [d.get(key) for d in descriptions]
+        option_diff = _json_diff(values)
+        if option_diff is not None:
+            for sub, sub_values in option_diff.items():
+                lines.append(f"  {key}.{sub}: {_by_value(sub_values, hosts)}")
+        else:
+            lines.append(f"  {key}: {_by_value(values, hosts)}")
     return "\n".join(lines)
+
+
+def _by_value(values: Sequence[object], hosts: Sequence[str] | None) -> str:
+    """``ranks [0, 2] (host a): X; ranks [1] (host b): Y``."""
+    groups: dict[str, list[int]] = {}
+    for rank, value in enumerate(values):
+        groups.setdefault(_short(value), []).append(rank)
+    parts = []
+    for shown, ranks in groups.items():
+        where = ""
+        if hosts is not None:
+            where = f" (host {', '.join(sorted({hosts[r] for r in ranks}))})"
+        parts.append(f"ranks {ranks}{where}: {shown}")
+    return "; ".join(parts)
+
+
+def _json_diff(values: Sequence[object]) -> dict[str, list[object]] | None:
+    """If every value is a JSON object, the keys whose values differ -> per-rank values."""
+    try:
+        parsed = [json.loads(v) for v in values]  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    if not all(isinstance(p, dict) for p in parsed):
+        return None
+    keys = sorted({k for p in parsed for k in p})
+    return {
+        k: [p.get(k, "<missing>") for p in parsed]
+        for k in keys
+        if len({json.dumps(p.get(k), sort_keys=True) for p in parsed}) > 1
+    }
+
+
+def _short(value: object) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -15,7 +16,7 @@ from seqloader.loading.execute import Transform
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import Planner
-from seqloader.plan.position import Position, continue_plan
+from seqloader.plan.position import Position, continue_plan, is_finished, segment_plan
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import Source
 from seqloader.torch.batch import Batch
@@ -107,7 +108,8 @@ class SeqLoader:
         self._fingerprint = self.planner.fingerprint(source.fingerprint())
         self._checked_ranks = False
         self._position = Position(epoch=0, segment_world_size=self.topology.world_size)
-        self._resume: Position | None = None
+        self._resume: Position | None = None  # loaded by load_state_dict, not started yet
+        self._resume_plan: GlobalPlan | None = None  # the segment plan of _resume
         self._segment_plan: GlobalPlan | None = None
         self._sampler = PlanSampler()
         self._dataloader: DataLoader | None = None
@@ -154,33 +156,58 @@ class SeqLoader:
             **kwargs,
         )
 
-    def _start_position(self, epoch: int) -> Position:
-        if self._resume is not None and self._resume.epoch == epoch:
-            return self._resume
-        return Position(epoch, 0, self.topology.world_size, 0)
+    def _start_position(self, epoch: int) -> tuple[Position, GlobalPlan | None]:
+        """The loaded resume position if it is in ``epoch``, else the epoch's start (with the
+        segment plan when it is known). A loaded position is never skipped silently: asking for
+        another epoch than a mid-epoch state's, or an earlier one than a finished state's, raises."""
+        resume, plan = self._resume, self._resume_plan
+        if resume is None or plan is None:
+            return Position(epoch, 0, self.topology.world_size, 0), None
+        if epoch == resume.epoch:
+            return resume, plan
+        if epoch < resume.epoch or not is_finished(resume, plan):
+            total = resume.prior_steps + plan.steps
+            effect = "go back before" if epoch < resume.epoch else "skip the rest of"
+            raise ResumeError(
+                f"epoch({epoch}) asked, but the loaded state is at step {resume.epoch_steps} of "
+                f"{total} of epoch {resume.epoch}: that would {effect} epoch {resume.epoch}. "
+                f"Call loader.epoch({resume.epoch}) first (the state's 'epoch' field), or build a "
+                "new loader without load_state_dict to start elsewhere."
+            )
+        return Position(epoch, 0, self.topology.world_size, 0), None
 
     def epoch(self, epoch: int) -> Iterator[Batch]:
-        """Yield this rank's batches of ``epoch`` (from the resume position, if one was loaded)."""
+        """Yield this rank's batches of ``epoch`` (from the resume position, if one was loaded).
+
+        The first call compares plan fingerprint, epoch, world size and resume position across
+        ranks (one ``all_gather`` when torch.distributed is initialized; C7)."""
         if not self._checked_ranks:
-            check_same_plan(self.describe())
+            resume = "none" if self._resume is None else json.dumps(self._resume.to_fields())
+            check_same_plan(
+                {
+                    **self.describe(),
+                    "epoch": str(epoch),
+                    "world_size": str(self.topology.world_size),
+                    "resume_position": resume,
+                }
+            )
             self._checked_ranks = True
-        plan, position = continue_plan(
-            self.planner, self._start_position(epoch), self.topology.world_size
-        )
-        self._resume = None
+        start, segment = self._start_position(epoch)
+        plan, position = continue_plan(self.planner, start, self.topology.world_size, segment)
+        self._resume = self._resume_plan = None
         self._segment_plan, self._position = plan, position
         share = plan.rank_share(self.topology.rank, position.steps)
-        self._sampler.set_plan(epoch, share, position.steps)
+        self._sampler.set_plan(epoch, share, position.epoch_steps)
         report = EpochReport(
             epoch,
             self.topology.rank,
             self.topology.world_size,
-            planned_steps=plan.steps,
-            planned_seqs=plan.batches.real_count(),
+            planned_steps=position.prior_steps + plan.steps,
+            planned_seqs=position.segment_start + plan.batches.real_count(),
             filtered=dict(self.planner.admission.filtered),
             dropped=plan.dropped,
             repeats=plan.repeats,
-            resumed_at_step=position.steps,
+            resumed_at_step=position.epoch_steps,
         )
         self._last_report = report
         return self._run(share, report)
@@ -197,10 +224,8 @@ class SeqLoader:
                 meter.after_next(
                     batch.lengths[self.length_key].numpy(), batch.mask.numpy(), batch.skipped
                 )
-                p = self._position
-                self._position = Position(
-                    p.epoch, p.segment_start, p.segment_world_size, p.steps + 1
-                )
+                # consumed once handed to the loop; batches still in prefetch don't count
+                self._position = self._position.advanced()
                 yield batch
         meter.finish()
         log.info("seqloader: %s", report.format())
@@ -220,55 +245,73 @@ class SeqLoader:
 
     # ---- resume ----
     def state_dict(self) -> dict:
-        """Small, JSON-able state of *consumed* batches (prefetched ones don't count)."""
-        p = self._position
-        seqs = p.seq_offset(self._segment_plan) if self._segment_plan is not None else 0
+        """Small, JSON-able state of the *consumed* batches: a batch counts once the loop has
+        received it; prefetched ones don't. Identical on every rank (positions are global), so
+        rank 0 can save it for all. Fields: ``epoch`` (0: none started), ``steps`` consumed per
+        rank in it, ``seqs_consumed`` (global position in the epoch's order, all ranks together),
+        ``epoch_complete``, the saver's ``world_size``, the segment fields of ``Position``, the plan
+        fingerprint and the format version."""
+        if self._resume is not None and self._resume_plan is not None:  # loaded, not started
+            position, plan = self._resume, self._resume_plan
+        else:
+            position, plan = self._position, self._segment_plan
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
             "plan_fingerprint": self._fingerprint,
-            "epoch": p.epoch,
-            "segment_start": p.segment_start,
-            "segment_world_size": p.segment_world_size,
-            "steps": p.steps,
-            "seqs_consumed": seqs,
+            **position.to_fields(),
+            "steps": position.epoch_steps,
+            "seqs_consumed": position.seq_offset(plan) if plan is not None else 0,
+            "epoch_complete": plan is not None and is_finished(position, plan),
             "world_size": self.topology.world_size,
         }
 
-    def load_state_dict(self, state: dict) -> None:
-        """Continue where ``state`` was taken: the next ``epoch(state['epoch'])`` yields exactly the
-        remaining batches (with another world size: the rest of the same global plan)."""
-        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-            raise ResumeError(f"not a seqloader loader state: expected format {STATE_FORMAT!r}")
+    def load_state_dict(self, state: Mapping) -> None:
+        """Continue where ``state`` was taken: the next ``epoch(state["epoch"])`` yields exactly the
+        remaining batches. With the saver's world size that is the rest of the same plan, batch for
+        batch; with another one, the rest of the epoch's order re-planned for this world size.
+
+        Raises ``ResumeError`` for a state of other data, options or seed (plan fingerprint), of
+        another format version, or whose position does not fit this plan."""
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise ResumeError(
+                f"not a seqloader loader state: got {type(state).__name__} with format "
+                f"{state.get('format') if isinstance(state, Mapping) else None!r}, expected a "
+                f"dict from SeqLoader.state_dict() with format {STATE_FORMAT!r}"
+            )
         if state.get("version") != STATE_VERSION:
             raise ResumeError(
                 f"loader state version: got {state.get('version')!r}, expected {STATE_VERSION}"
             )
-        missing = {
-            "plan_fingerprint",
-            "epoch",
-            "segment_start",
-            "segment_world_size",
-            "steps",
-        } - set(state)
-        if missing:
-            raise ResumeError(f"loader state lacks {sorted(missing)}")
-        if state["plan_fingerprint"] != self._fingerprint:
+        if state.get("plan_fingerprint") != self._fingerprint:
             raise ResumeError(
-                f"loader state plan fingerprint {state['plan_fingerprint']} differs from this "
-                f"loader's {self._fingerprint}: the data, the options or the seed changed since "
-                "the state was saved, so its position means nothing here. Resume with the same "
-                "files (same order), options and seed."
+                f"loader state plan fingerprint {state.get('plan_fingerprint')!r} differs from "
+                f"this loader's {self._fingerprint!r}: the data, the options or the seed changed "
+                "since the state was saved, so its position means nothing here. Resume with the "
+                "same files (in the same order), options and seed."
             )
-        epoch = int(state["epoch"])
-        if epoch == 0:
-            self._resume = None
+        position = Position.from_fields(state)
+        if position.epoch == 0:
+            self._resume = self._resume_plan = None
             return
-        self._resume = Position(
-            epoch,
-            int(state["segment_start"]),
-            int(state["segment_world_size"]),
-            int(state["steps"]),
+        plan = segment_plan(self.planner, position)
+        derived = {"steps": position.epoch_steps, "seqs_consumed": position.seq_offset(plan)}
+        for key, value in derived.items():
+            if key in state and state[key] != value:
+                raise ResumeError(
+                    f"loader state {key}: got {state[key]!r}, but its position gives {value} "
+                    "with this loader's plan: the state was written by a seqloader version that "
+                    "plans differently, or was edited"
+                )
+        self._resume, self._resume_plan = position, plan
+        log.info(
+            "seqloader: resuming epoch %d at step %d (%d sequences consumed), saved with world "
+            "size %s, now %d",
+            position.epoch,
+            position.epoch_steps,
+            derived["seqs_consumed"],
+            state.get("world_size"),
+            self.topology.world_size,
         )
 
     # ---- lifecycle ----
