@@ -1,0 +1,163 @@
+"""``seqloader bench``: load DATA through ``SeqLoader`` with a simulated accelerator step and
+measure what the trainer would see: throughput, time to first batch, main-process CPU per batch,
+peak memory and computation time %; say when data is the bottleneck."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+from dataclasses import replace
+
+from seqloader.cli.options import (
+    add_data_argument,
+    add_loader_options,
+    add_output_options,
+    non_negative_float,
+    open_data,
+    positive_int,
+)
+from seqloader.cli.output import human, mib, print_json, progress
+
+HELP = "throughput, time to first batch, CPU and memory, computation time % with a simulated step"
+# below this computation time % the loader, not the model, sets the pace
+BOTTLENECK_PCT = 95.0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("bench", help=HELP, description=HELP + ".")
+    add_data_argument(p)
+    p.add_argument(
+        "--step-ms",
+        type=non_negative_float,
+        default=10.0,
+        metavar="X",
+        help="simulated accelerator step per batch in ms (a sleep, so it costs no CPU; default "
+        "10; 0 measures the loader alone)",
+    )
+    p.add_argument(
+        "--batches",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="stop after K batches (default: the whole epoch)",
+    )
+    p.add_argument("--epoch", type=positive_int, default=1, metavar="E", help="epoch to load")
+    add_loader_options(p, num_workers_default=None)
+    add_output_options(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from seqloader.torch.loader import SeqLoader
+
+    opened = open_data(args)
+    torch.set_num_threads(1)  # the simulated step is a sleep; leave the cores to the workers
+    loader = SeqLoader(
+        opened.source, plan=opened.plan, workers=opened.workers, rank=0, world_size=1
+    )
+    planned = loader.steps(args.epoch)
+    limit = planned if args.batches is None else min(args.batches, planned)
+    step_s = args.step_ms / 1000.0
+    batches = loader.epoch(args.epoch)
+    cpu0 = time.process_time()
+    wall0 = time.perf_counter()
+    for n, _ in enumerate(progress(batches, not args.no_progress, "bench", limit, "batch"), 1):
+        if step_s:
+            time.sleep(step_s)
+        if n == limit < planned:
+            break  # --batches K: stop early
+    wall = time.perf_counter() - wall0
+    cpu = time.process_time() - cpu0
+    report = loader.report()
+    if report.wall_s <= 0:  # stopped before the epoch's end: its meter has no wall time yet
+        report = replace(report, wall_s=wall)
+    batches.close()
+    loader.close()
+    main_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    worker_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    out = {
+        "data": opened.config.source.describe(),
+        "options": opened.plan.to_dict(),
+        "num_workers": opened.workers.num_workers,
+        "step_ms": args.step_ms,
+        "epoch": args.epoch,
+        "batches": report.steps,
+        "planned_batches": planned,
+        "seqs": report.seqs,
+        "frames": report.frames,
+        "wall_s": round(wall, 4),
+        "seqs_per_s": round(report.seqs / wall, 2) if wall else 0.0,
+        "frames_per_s": round(report.frames / wall, 1) if wall else 0.0,
+        "first_batch_s": round(report.first_batch_s, 4),
+        "data_wait_ms_per_batch": round(1000 * report.data_wait_s / max(report.steps, 1), 3),
+        "main_cpu_ms_per_batch": round(1000 * cpu / max(report.steps, 1), 3),
+        "computation_pct": round(report.computation_pct, 2),
+        "padding_ratio": round(report.padding_ratio, 5),
+        "peak_rss_main_bytes": main_rss,
+        "peak_rss_worker_bytes": worker_rss if opened.workers.num_workers else 0,
+        "hint": hint(report.computation_pct, opened.workers.num_workers, args.step_ms, report),
+    }
+    if args.json:
+        print_json(out)
+    else:
+        print_text(out)
+    return 0
+
+
+def hint(computation_pct: float, num_workers: int, step_ms: float, report) -> str:
+    """One actionable sentence on what limits the pace."""
+    if step_ms == 0:
+        return (
+            "no simulated step (--step-ms 0): the figures are the loader's own speed; pass your "
+            "model's step time to see the computation time %"
+        )
+    if computation_pct >= BOTTLENECK_PCT:
+        return f"data keeps up: the trainer computes {computation_pct:.1f}% of the time"
+    cores = os.cpu_count() or 1
+    wait = 1000 * report.data_wait_s / max(report.steps, 1)
+    text = (
+        f"data is the bottleneck: the trainer waits {wait:.1f} ms per batch "
+        f"({100 - computation_pct:.1f}% of the time). "
+    )
+    if report.steps and report.first_batch_s > 0.5 * report.data_wait_s:
+        text += (
+            f"Most of it is the first batch ({report.first_batch_s:.2f} s, worker start-up); "
+            "a longer run amortises it (--batches). "
+        )
+    if num_workers == 0:
+        return text + "Load in background processes: --num-workers 2 (or more)."
+    if num_workers < cores:
+        return text + f"Try --num-workers {num_workers + 1} (this machine has {cores} cores)."
+    return text + (
+        f"All {cores} cores already have a worker: make reading cheaper (a contiguous HDF via "
+        "'seqloader convert' memory-maps; RETURNN's chunked files do not) or smaller batches."
+    )
+
+
+def print_text(o: dict) -> None:
+    print(f"data: {o['data']}")
+    print(
+        f"{o['batches']}/{o['planned_batches']} batches of epoch {o['epoch']}, {o['num_workers']} "
+        f"worker(s), simulated step {o['step_ms']:g} ms"
+    )
+    print(
+        f"throughput: {human(o['seqs_per_s'])} seqs/s, {human(o['frames_per_s'])} frames/s "
+        f"({o['seqs']} seqs in {o['wall_s']:.2f} s)"
+    )
+    print(f"time to first batch: {o['first_batch_s']:.3f} s")
+    print(
+        f"main process: {o['main_cpu_ms_per_batch']:.2f} ms CPU per batch, data wait "
+        f"{o['data_wait_ms_per_batch']:.2f} ms per batch"
+    )
+    workers = f", largest worker {mib(o['peak_rss_worker_bytes'])}" if o["num_workers"] else ""
+    print(f"peak RSS: main {mib(o['peak_rss_main_bytes'])}{workers}")
+    print(
+        f"computation time: {o['computation_pct']:.1f}%  padding: {100 * o['padding_ratio']:.1f}%"
+    )
+    print(f"hint: {o['hint']}")
+    sys.stdout.flush()

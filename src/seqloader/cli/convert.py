@@ -1,0 +1,166 @@
+"""``seqloader convert IN OUT``: rewrite data as an HDF file that ``HDFSource`` reads fastest.
+
+- RETURNN HDF (chunked, as its writers make it) -> contiguous RETURNN HDF (memory-mappable, still
+  readable by RETURNN);
+- an audio manifest (.jsonl) or OggZip (.zip) -> RETURNN HDF with the features precomputed.
+
+The library's writers put everything into a temporary file next to OUT and rename it at the end,
+so an interrupted convert never leaves a half-written file under OUT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from seqloader.cli.options import add_output_options
+from seqloader.cli.output import human, print_json
+from seqloader.config import HDF_SUFFIXES, load_data
+from seqloader.errors import OptionError
+from seqloader.sources.base import Schema, Source
+
+HELP = "chunked RETURNN HDF -> contiguous HDF, or audio manifest/OggZip -> HDF (atomic write)"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("convert", help=HELP, description=HELP + ".")
+    p.add_argument(
+        "input",
+        type=Path,
+        metavar="IN",
+        help="RETURNN HDF file, audio manifest (.jsonl), OggZip (.zip) or config",
+    )
+    p.add_argument("output", type=Path, metavar="OUT", help="the HDF file to write (.hdf)")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    add_output_options(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    out: Path = args.output
+    if out.suffix.lower() not in HDF_SUFFIXES:
+        raise OptionError(
+            f"OUT: got {str(out)!r}, expected an HDF file name ({', '.join(HDF_SUFFIXES)})"
+        )
+    if out.exists() and not args.force and out.resolve() != args.input.resolve():
+        raise OptionError(f"OUT {str(out)!r} exists; pass --force to replace it")
+    if not out.parent.is_dir():
+        raise OptionError(f"OUT: folder {str(out.parent)!r} does not exist")
+    config = load_data(args.input)
+    show = not args.no_progress and not args.json
+    t0 = time.perf_counter()
+    if config.source.kind == "hdf":
+        if len(config.source.paths) != 1:
+            raise OptionError(
+                f"IN names {len(config.source.paths)} HDF files; convert rewrites one file at a "
+                "time (run it once per file)"
+            )
+        from seqloader.sources.hdf_write import convert_contiguous
+
+        _with_spinner(
+            show,
+            f"rewriting {args.input.name} contiguously",
+            lambda: convert_contiguous(config.source.paths[0], out),
+        )
+        what = "chunked RETURNN HDF -> contiguous HDF"
+    else:
+        from seqloader.sources.hdf_write import write_hdf
+
+        counting = CountingSource(config.open(), show, f"writing {out.name}")
+        try:
+            write_hdf(out, counting)
+        finally:
+            counting.close()
+        what = f"{config.source.kind} -> HDF"
+    from seqloader.sources.hdf import HDFSource
+
+    result = HDFSource([out])
+    info = {
+        "input": str(args.input),
+        "output": str(out),
+        "conversion": what,
+        "sequences": len(result),
+        "keys": {k: spec.describe() for k, spec in result.schema.items()},
+        "bytes": os.path.getsize(out),
+        "wall_s": round(time.perf_counter() - t0, 3),
+    }
+    if args.json:
+        print_json(info)
+    else:
+        print(
+            f"{what}: {info['sequences']} sequences, {human(info['bytes'])}B written to {out} "
+            f"in {info['wall_s']:.1f} s"
+        )
+    return 0
+
+
+def _with_spinner(show: bool, desc: str, work: Callable[[], None]) -> None:
+    """The contiguous rewrite has no per-sequence hook: show an elapsed-time bar while it runs."""
+    if not show:
+        work()
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=1, desc=desc, unit="file", disable=None, leave=False) as bar:
+        work()
+        bar.update(1)
+
+
+class CountingSource:
+    """Passes a source through unchanged and advances a progress bar per sequence read."""
+
+    def __init__(self, source: Source, show: bool, desc: str) -> None:
+        from tqdm import tqdm
+
+        self._source = source
+        self._bar = tqdm(
+            total=len(source), desc=desc, unit="seq", disable=None if show else True, leave=False
+        )
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._source.keys
+
+    @property
+    def schema(self) -> Schema:
+        return self._source.schema
+
+    @property
+    def tags(self):
+        return self._source.tags
+
+    def lengths(self, key: str) -> np.ndarray:
+        return self._source.lengths(key)
+
+    def tag(self, index: int) -> str:
+        return self._source.tag(index)
+
+    def fingerprint(self) -> str:
+        return self._source.fingerprint()
+
+    def read(self, index: int) -> dict[str, np.ndarray]:
+        out = self._source.read(index)
+        self._bar.update(1)
+        return out
+
+    def read_many(self, indices: np.ndarray) -> list[dict[str, np.ndarray]]:
+        read_many = getattr(self._source, "read_many", None)
+        if read_many is None:
+            return [self.read(int(i)) for i in indices]
+        out = read_many(indices)
+        self._bar.update(len(indices))
+        return out
+
+    def close(self) -> None:
+        self._bar.close()
+
+    def __repr__(self) -> str:
+        return repr(self._source)

@@ -1,0 +1,227 @@
+"""Command-line flags shared by the commands, and their mapping onto the library's option classes.
+
+Loader flags map one to one onto ``PlanOptions`` / ``WorkerOptions`` fields (``--max-frames`` ->
+``max_frames``); a flag not given leaves the DATA config's value (or the library default) alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+from seqloader.config import DataConfig, load_data
+from seqloader.plan.options import DISTRIBUTIONS, UNEVEN_POLICIES, PlanOptions
+from seqloader.sources.base import Source
+from seqloader.torch.loader import WorkerOptions
+
+# the batch limit used when neither the config nor the command line sets one (else one batch
+# would hold the whole corpus)
+DEFAULT_MAX_SEQS = 32
+
+
+def _int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum``, with a "got X, expected Y" message."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected an integer >= {minimum}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+positive_int = _int_at_least(1)
+non_negative_int = _int_at_least(0)
+
+
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"got {text!r}, expected a number >= 0") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"got {value}, expected a number >= 0")
+    return value
+
+
+def seq_length_limit(text: str) -> int | dict[str, int]:
+    """``N`` (on the length key) or ``key=N[,key=N...]`` (per key)."""
+    if "=" not in text:
+        return positive_int(text)
+    out: dict[str, int] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected N or key=N[,key=N...]")
+        out[key.strip()] = positive_int(value.strip())
+    return out
+
+
+# (flag, dest, argparse keywords); dest is the option class's field name
+PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
+    (
+        "--ordering",
+        "ordering",
+        {
+            "metavar": "ORD",
+            "help": "sequence ordering (RETURNN names): "
+            "default, reverse, random, sorted, sorted_reverse, laplace:N, laplace:.N, "
+            "sort_bin_shuffle[_x2]:.N",
+        },
+    ),
+    (
+        "--max-seqs",
+        "max_seqs",
+        {"type": positive_int, "metavar": "N", "help": "at most N sequences per batch"},
+    ),
+    (
+        "--max-frames",
+        "max_frames",
+        {
+            "type": positive_int,
+            "metavar": "N",
+            "help": "at most N padded frames (n_seqs * max_len) per batch",
+        },
+    ),
+    (
+        "--max-seq-length",
+        "max_seq_length",
+        {
+            "type": seq_length_limit,
+            "metavar": "N|KEY=N,..",
+            "help": "filter (and count) sequences longer than N on the length key, or per key",
+        },
+    ),
+    (
+        "--min-seq-length",
+        "min_seq_length",
+        {
+            "type": non_negative_int,
+            "metavar": "N",
+            "help": "filter (and count) sequences shorter than N",
+        },
+    ),
+    (
+        "--partition-epoch",
+        "partition_epoch",
+        {"type": positive_int, "metavar": "P", "help": "sub-epochs per full pass over the data"},
+    ),
+    ("--seed", "seed", {"type": non_negative_int, "metavar": "S", "help": "planning seed"}),
+    (
+        "--distribution",
+        "distribution",
+        {
+            "choices": DISTRIBUTIONS,
+            "help": "shard: ranks split one plan; random_seed_offset: each rank its own pass",
+        },
+    ),
+    (
+        "--uneven",
+        "uneven",
+        {
+            "choices": UNEVEN_POLICIES,
+            "help": "last round when batches don't divide by the world size",
+        },
+    ),
+    (
+        "--length-key",
+        "length_key",
+        {
+            "metavar": "KEY",
+            "help": "the key whose lengths batches are planned on (default: data, else the first)",
+        },
+    ),
+)
+WORKER_FLAGS: tuple[tuple[str, str, dict], ...] = (
+    (
+        "--prefetch-factor",
+        "prefetch_factor",
+        {"type": positive_int, "metavar": "N", "help": "batches each worker prepares ahead"},
+    ),
+    (
+        "--pin-memory",
+        "pin_memory",
+        {"action": "store_true", "default": None, "help": "pin batches in page-locked memory"},
+    ),
+    (
+        "--mp-context",
+        "multiprocessing_context",
+        {"choices": ("fork", "spawn", "forkserver"), "help": "worker start method"},
+    ),
+)
+NUM_WORKERS_HELP = "DataLoader worker processes per rank"
+
+
+def add_data_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "data",
+        nargs="+",
+        metavar="DATA",
+        help="RETURNN HDF file(s), a .txt list of HDF files, an audio manifest (.jsonl), an "
+        "OggZip (.zip), or a .toml/.json config (see docs/cli.md)",
+    )
+
+
+def add_loader_options(
+    parser: argparse.ArgumentParser, workers: bool = True, num_workers_default: int | None = None
+) -> None:
+    group = parser.add_argument_group("loader options (override the DATA config)")
+    for flag, dest, kw in PLAN_FLAGS:
+        group.add_argument(flag, dest=dest, **({"default": None} | kw))
+    group.add_argument(
+        "--num-workers",
+        dest="num_workers",
+        type=non_negative_int,
+        default=num_workers_default,
+        metavar="N",
+        help=NUM_WORKERS_HELP,
+    )
+    if workers:
+        for flag, dest, kw in WORKER_FLAGS:
+            group.add_argument(flag, dest=dest, **({"default": None} | kw))
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    parser.add_argument(
+        "--no-progress", action="store_true", help="no progress bars (off anyway when not a tty)"
+    )
+
+
+def loader_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The loader flags given on the command line, by option field name."""
+    names = [d for _, d, _ in PLAN_FLAGS] + [d for _, d, _ in WORKER_FLAGS] + ["num_workers"]
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+@dataclass(frozen=True)
+class Opened:
+    """DATA opened: its config, the source, and the effective options."""
+
+    config: DataConfig
+    source: Source
+    plan: PlanOptions
+    workers: WorkerOptions
+
+
+def open_data(args: argparse.Namespace, default_limit: bool = True) -> Opened:
+    """Resolve DATA, merge flags over the config, validate options, then open the source."""
+    config = load_data(args.data)
+    overrides = loader_overrides(args)
+    plan = config.plan_options(overrides)
+    if default_limit and plan.max_seqs is None and plan.max_frames is None:
+        note(f"no --max-seqs/--max-frames given: using --max-seqs {DEFAULT_MAX_SEQS}")
+        plan = config.plan_options({**overrides, "max_seqs": DEFAULT_MAX_SEQS})
+    workers = config.worker_options(overrides)
+    return Opened(config, config.open(), plan, workers)
+
+
+def note(message: str) -> None:
+    """A remark for the human (stderr), so stdout stays clean for --json."""
+    print(f"seqloader: note: {message}", file=sys.stderr)

@@ -1,0 +1,54 @@
+"""Printing: human text or one JSON object on stdout; progress bars and notes on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+
+def progress(
+    items: Iterable[T], enabled: bool, desc: str, total: int | None = None, unit: str = "it"
+) -> Iterator[T]:
+    """A tqdm bar on stderr when ``enabled`` and stderr is a terminal (never pollutes --json)."""
+    if not enabled:
+        yield from items
+        return
+    try:
+        from tqdm import tqdm
+    except ModuleNotFoundError:  # tqdm is in the [cli] extra; work without it
+        yield from items
+        return
+    yield from tqdm(items, desc=desc, total=total, unit=unit, disable=None, leave=False)
+
+
+def print_json(obj: object) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=_jsonable)
+    sys.stdout.write("\n")
+
+
+def _jsonable(obj: object) -> object:
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.floating):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    raise TypeError(f"not JSON serializable: {type(obj).__name__}")
+
+
+def human(n: float) -> str:
+    """1234567 -> '1.23M' (for frames and bytes-like counts in text output)."""
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.4g}" if isinstance(n, float) else str(n)
+
+
+def mib(n_bytes: float) -> str:
+    return f"{n_bytes / 2**20:.0f} MiB"

@@ -1,0 +1,164 @@
+"""``seqloader stats``: what is in DATA (counts, hours, length percentiles, keys) and what batching
+costs in padding under each ordering; optionally a PNG of both."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from seqloader.cli.options import (
+    add_data_argument,
+    add_loader_options,
+    add_output_options,
+    open_data,
+)
+from seqloader.cli.output import human, print_json, progress
+from seqloader.errors import OptionError
+from seqloader.plan.options import Ordering
+from seqloader.plan.planner import Planner
+from seqloader.plan.simulate import load_of
+
+HELP = "sequences, hours, length percentiles, keys and padding per ordering (--plot FILE.png)"
+PERCENTILES = (0, 5, 10, 25, 50, 75, 90, 95, 99, 100)
+DEFAULT_ORDERINGS = "default,random,sorted,laplace:.100,sort_bin_shuffle:.100"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser("stats", help=HELP, description=HELP + ".")
+    add_data_argument(p)
+    p.add_argument(
+        "--frame-rate",
+        type=float,
+        default=100.0,
+        metavar="HZ",
+        help="frames per second of the length key, for hours (default 100, i.e. 10 ms frames; "
+        "use the sample rate for raw audio)",
+    )
+    p.add_argument(
+        "--orderings",
+        default=DEFAULT_ORDERINGS,
+        metavar="ORD,..",
+        help=f"orderings to compare padding for (default {DEFAULT_ORDERINGS})",
+    )
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="write a length histogram and the padding ratio per ordering to this PNG",
+    )
+    add_loader_options(p, workers=False)
+    add_output_options(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.frame_rate > 0:
+        raise OptionError(f"--frame-rate: got {args.frame_rate}, expected a number > 0")
+    orderings = [o.strip() for o in args.orderings.split(",") if o.strip()]
+    for o in orderings:
+        Ordering.parse(o)  # validate before any work
+    if args.plot is not None and args.plot.suffix.lower() != ".png":
+        raise OptionError(f"--plot: got {str(args.plot)!r}, expected a file name ending in .png")
+    opened = open_data(args)
+    src = opened.source
+    lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
+    planner = Planner(lengths, opened.plan, src.tags, repr(src))
+    key = planner.length_key
+    padding = {}
+    for o in progress(orderings, not args.no_progress, "planning orderings"):
+        load = load_of(
+            Planner(lengths, replace(opened.plan, ordering=o), src.tags).global_plan(1, 1).batches,
+            planner.lengths,
+        )
+        padding[o] = {
+            "batches": load.batches,
+            "padded_frames": load.padded_frames,
+            "padding_ratio": round(load.padding_ratio, 5),
+        }
+    total = int(lengths[key].sum())
+    out = {
+        "data": opened.config.source.describe(),
+        "sequences": len(src),
+        "length_key": key,
+        "total_frames": total,
+        "frame_rate": args.frame_rate,
+        "hours": round(total / args.frame_rate / 3600, 4),
+        "keys": {
+            k: {
+                "shape": spec.describe(),
+                "dtype": np.dtype(spec.dtype).name,
+                "feature_shape": list(spec.feature_shape),
+                "sparse": spec.sparse,
+                "vocab_size": spec.vocab_size,
+                "total_length": int(lengths[k].sum()),
+                "percentiles": _percentiles(lengths[k]),
+            }
+            for k, spec in src.schema.items()
+        },
+        "batching": {
+            "max_seqs": opened.plan.max_seqs,
+            "max_frames": opened.plan.max_frames,
+            "filtered": dict(planner.admission.filtered),
+        },
+        "padding_by_ordering": padding,
+    }
+    if args.plot is not None:
+        plot(args.plot, lengths[key], key, padding)
+        out["plot"] = str(args.plot)
+    if args.json:
+        print_json(out)
+    else:
+        print_text(out)
+    return 0
+
+
+def _percentiles(values: np.ndarray) -> dict[str, float]:
+    if len(values) == 0:
+        return {}
+    q = np.percentile(values, PERCENTILES)
+    return {f"p{p}": float(v) for p, v in zip(PERCENTILES, q)}
+
+
+def print_text(out: dict) -> None:
+    print(f"data: {out['data']}")
+    print(
+        f"{out['sequences']} sequences, {human(out['total_frames'])} frames of "
+        f"{out['length_key']!r} = {out['hours']:.3f} h at {out['frame_rate']:g} frames/s"
+    )
+    for k, info in out["keys"].items():
+        pct = " ".join(f"{name}={v:g}" for name, v in info["percentiles"].items())
+        print(f"  {k}: {info['shape']}, total length {human(info['total_length'])}; {pct}")
+    b = out["batching"]
+    filtered = sum(b["filtered"].values())
+    print(
+        f"padding per ordering (max_seqs={b['max_seqs']}, max_frames={b['max_frames']}, "
+        f"filtered {filtered}):"
+    )
+    for o, p in out["padding_by_ordering"].items():
+        print(f"  {o:<24} {100 * p['padding_ratio']:5.1f}% padding, {p['batches']} batches")
+    if "plot" in out:
+        print(f"plot: {out['plot']}")
+
+
+def plot(path: Path, lengths: np.ndarray, key: str, padding: dict) -> None:
+    """Length histogram (with the median) and padding ratio per ordering, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4), constrained_layout=True)
+    ax1.hist(lengths, bins=min(60, max(len(lengths) // 5, 5)), color="tab:blue")
+    if len(lengths):
+        ax1.axvline(float(np.median(lengths)), color="k", linestyle="--", label="median")
+        ax1.legend()
+    ax1.set(xlabel=f"length of {key!r} (frames)", ylabel="sequences", title="length histogram")
+    names = list(padding)
+    ax2.barh(names, [100 * padding[n]["padding_ratio"] for n in names], color="tab:orange")
+    ax2.invert_yaxis()
+    ax2.set(xlabel="padding (% of padded frames)", title="padding per ordering")
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,237 @@
+"""DATA: what the command line (or a script) points at — a data file, or a small config naming one.
+
+Accepted forms (see docs/cli.md):
+
+- ``train.hdf`` / ``.h5`` / ``.hdf5`` (one or several): RETURNN HDF files, concatenated in order;
+- ``train.txt`` / ``.list``: a text file listing HDF files, one per line (``#`` comments);
+- ``train.jsonl``: an audio manifest; ``train.zip``: an OggZip (both read by ``AudioSource``);
+- ``data.toml`` / ``data.json``: a config with a ``[source]`` table (one of ``hdf``, ``manifest``,
+  ``oggzip``, ``synthetic``; optional ``options`` forwarded to the source class) and a ``[loader]``
+  table of ``PlanOptions`` / ``WorkerOptions`` fields. Relative paths are relative to the config.
+
+The config only *names* things; opening and planning stay in the sources and the planner.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+
+from seqloader.errors import DataError, OptionError
+from seqloader.plan.options import PlanOptions
+from seqloader.sources.base import Source
+from seqloader.torch.loader import WorkerOptions
+
+HDF_SUFFIXES = (".hdf", ".h5", ".hdf5")
+LIST_SUFFIXES = (".txt", ".list")
+CONFIG_SUFFIXES = (".toml", ".json")
+SOURCE_KINDS = ("hdf", "manifest", "oggzip", "synthetic")
+PLAN_FIELDS = tuple(f.name for f in fields(PlanOptions) if f.init)
+WORKER_FIELDS = tuple(f.name for f in fields(WorkerOptions) if f.init)
+_EXPECTED = (
+    "expected RETURNN HDF file(s) (.hdf, .h5, .hdf5), a list of HDF files (.txt, .list), an audio "
+    "manifest (.jsonl), an OggZip (.zip) or a config (.toml, .json)"
+)
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Which source class to open on which files, with which constructor keywords."""
+
+    kind: str
+    paths: tuple[str, ...] = ()
+    options: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in SOURCE_KINDS:
+            raise OptionError(f"source kind: got {self.kind!r}, expected one of {SOURCE_KINDS}")
+        object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
+
+    def open(self) -> Source:
+        """Open the source (cheap: lengths, tags and schema only; data is read on demand)."""
+        opts = dict(self.options)
+        if self.kind == "synthetic":
+            from seqloader.synthetic import SyntheticSpec, synthetic_corpus
+
+            try:
+                return synthetic_corpus(SyntheticSpec(**opts))  # type: ignore[arg-type]
+            except TypeError as e:
+                raise OptionError(f"synthetic source options: {e}") from e
+        if self.kind == "hdf":
+            from seqloader.sources.hdf import HDFSource
+
+            return HDFSource(list(self.paths), **opts)
+        from seqloader.sources.audio import AudioSource
+
+        return AudioSource(self.paths[0], **opts)
+
+    def describe(self) -> str:
+        if self.kind == "synthetic":
+            return f"synthetic corpus {dict(self.options)}"
+        shown = ", ".join(self.paths[:3]) + (
+            f", ... ({len(self.paths)} files)" * (len(self.paths) > 3)
+        )
+        return f"{self.kind} {shown}"
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """A source plus loader options; command-line options override the config's."""
+
+    source: SourceSpec
+    loader: Mapping[str, object] = field(default_factory=dict)
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.loader) - set(PLAN_FIELDS) - set(WORKER_FIELDS)
+        if unknown:
+            where = f"{self.origin}: " if self.origin else ""
+            raise OptionError(
+                f"{where}unknown loader option(s) {sorted(unknown)}; expected fields of "
+                f"PlanOptions {list(PLAN_FIELDS)} or WorkerOptions {list(WORKER_FIELDS)}"
+            )
+        object.__setattr__(self, "loader", MappingProxyType(dict(self.loader)))
+
+    def merged(self, overrides: Mapping[str, object]) -> dict[str, object]:
+        """Loader options with ``overrides`` applied (``None`` values mean "not given")."""
+        out = dict(self.loader)
+        out.update({k: v for k, v in overrides.items() if v is not None})
+        return out
+
+    def plan_options(self, overrides: Mapping[str, object] = MappingProxyType({})) -> PlanOptions:
+        merged = self.merged(overrides)
+        return PlanOptions(**{k: v for k, v in merged.items() if k in PLAN_FIELDS})  # type: ignore[arg-type]
+
+    def worker_options(
+        self, overrides: Mapping[str, object] = MappingProxyType({})
+    ) -> WorkerOptions:
+        merged = self.merged(overrides)
+        return WorkerOptions(**{k: v for k, v in merged.items() if k in WORKER_FIELDS})  # type: ignore[arg-type]
+
+    def open(self) -> Source:
+        return self.source.open()
+
+
+def load_data(data: str | Path | Sequence[str | Path]) -> DataConfig:
+    """Resolve DATA (one path, or several HDF paths) into a ``DataConfig``; see the module doc."""
+    paths = [Path(data)] if isinstance(data, (str, Path)) else [Path(p) for p in data]
+    if not paths:
+        raise OptionError(f"no DATA given; {_EXPECTED}")
+    for p in paths:
+        if not p.exists():
+            raise DataError(f"{p}: no such file; {_EXPECTED}")
+        if p.is_dir():
+            raise DataError(f"{p} is a directory; {_EXPECTED}")
+    suffixes = {p.suffix.lower() for p in paths}
+    if suffixes <= set(HDF_SUFFIXES):
+        return DataConfig(SourceSpec("hdf", tuple(str(p) for p in paths)), origin=str(paths[0]))
+    if len(paths) > 1:
+        raise OptionError(
+            f"several DATA paths are only allowed for HDF files; got {[str(p) for p in paths]}"
+        )
+    path = paths[0]
+    suffix = path.suffix.lower()
+    if suffix in LIST_SUFFIXES:
+        return DataConfig(SourceSpec("hdf", read_file_list(path)), origin=str(path))
+    if suffix == ".jsonl":
+        return DataConfig(SourceSpec("manifest", (str(path),)), origin=str(path))
+    if suffix == ".zip":
+        return DataConfig(SourceSpec("oggzip", (str(path),)), origin=str(path))
+    if suffix in CONFIG_SUFFIXES:
+        return parse_config(read_config(path), path)
+    raise DataError(f"{path}: cannot tell what this is from its suffix {suffix!r}; {_EXPECTED}")
+
+
+def read_file_list(path: Path) -> tuple[str, ...]:
+    """HDF paths listed in ``path`` (one per line, ``#`` comments), relative to the list's folder."""
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            p = Path(line) if Path(line).is_absolute() else path.parent / line
+            if not p.is_file():
+                raise DataError(f"{path}: listed file {line!r} does not exist (looked at {p})")
+            out.append(str(p))
+    if not out:
+        raise DataError(f"{path}: the file list names no files; expected one HDF path per line")
+    return tuple(out)
+
+
+def read_config(path: Path) -> dict:
+    """Parse a TOML or JSON config into a dict; syntax errors name the file and the position."""
+    text = path.read_text()
+    if path.suffix.lower() == ".json":
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}: invalid JSON: {e}") from e
+    else:
+        try:
+            import tomllib
+        except ModuleNotFoundError as e:  # Python 3.10
+            raise DataError(
+                f"{path}: TOML configs need Python >= 3.11 (tomllib); use a .json config"
+            ) from e
+        try:
+            obj = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise DataError(f"{path}: invalid TOML: {e}") from e
+    if not isinstance(obj, dict):
+        raise DataError(f"{path}: expected a table/object at the top, got {type(obj).__name__}")
+    return obj
+
+
+def parse_config(obj: Mapping[str, object], path: Path) -> DataConfig:
+    """Validate a parsed config: ``source`` (one kind + optional ``options``) and ``loader``."""
+    unknown = set(obj) - {"source", "loader"}
+    if unknown:
+        raise OptionError(
+            f"{path}: unknown top-level table(s) {sorted(unknown)}; expected [source] and [loader]"
+        )
+    source = obj.get("source")
+    if not isinstance(source, Mapping):
+        raise OptionError(
+            f'{path}: missing [source] table; expected e.g. [source] hdf = ["train.hdf"]'
+        )
+    kinds = [k for k in source if k in SOURCE_KINDS]
+    extra = set(source) - set(SOURCE_KINDS) - {"options"}
+    if len(kinds) != 1 or extra:
+        raise OptionError(
+            f"{path}: [source] got keys {sorted(source)}; expected exactly one of {SOURCE_KINDS} "
+            "and optionally 'options'"
+        )
+    kind = kinds[0]
+    options = source.get("options", {})
+    if not isinstance(options, Mapping):
+        raise OptionError(f"{path}: [source] options must be a table, got {options!r}")
+    value = source[kind]
+    if kind == "synthetic":
+        if not isinstance(value, Mapping):
+            raise OptionError(
+                f"{path}: [source] synthetic must be a table of SyntheticSpec fields, got {value!r}"
+            )
+        spec = SourceSpec("synthetic", (), {**value, **options})
+    else:
+        names = [value] if isinstance(value, str) else value
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise OptionError(
+                f"{path}: [source] {kind} must be a path or a list of paths, got {value!r}"
+            )
+        if kind != "hdf" and len(names) != 1:
+            raise OptionError(f"{path}: [source] {kind} takes one path, got {names}")
+        resolved = []
+        for n in names:
+            p = Path(n) if Path(n).is_absolute() else path.parent / n
+            if not p.exists():
+                raise DataError(
+                    f"{path}: [source] {kind} file {n!r} does not exist (looked at {p})"
+                )
+            resolved.append(str(p))
+        spec = SourceSpec(kind, tuple(resolved), options)
+    loader = obj.get("loader", {})
+    if not isinstance(loader, Mapping):
+        raise OptionError(f"{path}: [loader] must be a table, got {loader!r}")
+    return DataConfig(spec, loader, origin=str(path))

@@ -1,0 +1,248 @@
+"""Simulating a whole job from the plan: every rank and every DataLoader worker, nothing started.
+
+Planning is a pure function of (lengths, options, epoch, world size), so one process can compute
+what each rank of a W-rank job will receive, and — because torch's DataLoader hands sampler items
+to its N workers round-robin — which worker executes which batch (worker w of a rank executes items
+w, w+N, ...; results come back in sampler order). ``simulate`` does that for a range of epochs and
+checks the contracts C1 (exactly-once per full epoch), C2 (equal steps) and C4 (re-planning gives
+identical arrays; the plan never sees the worker count, which is what C3 rests on — the library's
+tests check C3 itself with real DataLoader workers). It also shows each worker's load.
+``seqloader check`` prints the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.batches import BatchList
+from seqloader.plan.batching import padded_frames
+from seqloader.plan.planner import EpochIndex, Planner
+
+
+@dataclass(frozen=True)
+class Load:
+    """What a rank or a worker executes in one epoch. ``frames`` counts real sequences only;
+    ``padded_frames`` is ``sum(n_seqs * max_len)`` over its batches (filler repeats included)."""
+
+    batches: int = 0
+    seqs: int = 0
+    repeats: int = 0
+    frames: int = 0
+    padded_frames: int = 0
+
+    @property
+    def padding_ratio(self) -> float:
+        return 0.0 if not self.padded_frames else 1.0 - self.frames / self.padded_frames
+
+
+@dataclass(frozen=True)
+class RankEpoch:
+    rank: int
+    load: Load
+    workers: tuple[Load, ...]  # one entry per DataLoader worker (one for num_workers=0)
+
+
+@dataclass(frozen=True)
+class EpochSim:
+    epoch: int
+    full_epoch: int
+    part: int
+    steps: int  # per rank (the global plan's)
+    dropped: int  # real sequences left out (uneven="drop", random_seed_offset's shortest rank)
+    ranks: tuple[RankEpoch, ...]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One contract's verdict, with a message that says what was checked or what went wrong."""
+
+    contract: str
+    ok: bool
+    message: str
+
+
+@dataclass(frozen=True)
+class Simulation:
+    world_size: int
+    num_workers: int
+    num_seqs: int
+    admitted: int
+    filtered: dict[str, int]
+    epochs: tuple[EpochSim, ...]
+    findings: tuple[Finding, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        for e, ea in zip(d["epochs"], self.epochs):
+            for r, ra in zip(e["ranks"], ea.ranks):
+                r["load"]["padding_ratio"] = round(ra.load.padding_ratio, 5)
+        return d
+
+
+def load_of(batches: BatchList, lengths: np.ndarray) -> Load:
+    """Totals of a batch list; ``lengths`` int64 ``[num_seqs]`` on the planning key."""
+    lens = lengths[batches.seqs]  # [slots]
+    return Load(
+        batches=len(batches),
+        seqs=int(np.count_nonzero(batches.real)),
+        repeats=int(len(batches.real) - np.count_nonzero(batches.real)),
+        frames=int(lens[batches.real].sum()),
+        padded_frames=int(padded_frames(lens, batches.bounds).sum()),
+    )
+
+
+def worker_items(n_items: int, num_workers: int) -> list[np.ndarray]:
+    """Sampler item indices each worker executes (torch's round-robin): worker w gets
+    ``w, w + N, ...``; ``num_workers=0`` means the main process executes everything."""
+    n = max(num_workers, 1)
+    return [np.arange(w, n_items, n, dtype=np.int64) for w in range(n)]
+
+
+def simulate(
+    planner: Planner, world_size: int, num_workers: int, epochs: Sequence[int]
+) -> Simulation:
+    """Simulate ``world_size`` ranks with ``num_workers`` workers each over ``epochs``."""
+    if not isinstance(world_size, int) or world_size < 1:
+        raise OptionError(f"world_size: got {world_size!r}, expected an int >= 1")
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise OptionError(f"num_workers: got {num_workers!r}, expected an int >= 0")
+    if not epochs:
+        raise OptionError("epochs: got none, expected at least one epoch (epochs count from 1)")
+    lengths = planner.lengths
+    n = len(lengths)
+    P = planner.options.partition_epoch
+    use_counts: dict[int, np.ndarray] = {}  # full epoch -> uses per sequence [n]
+    parts_seen: dict[int, set[int]] = {}
+    epochs_sim = []
+    step_problems = []
+    worker_problems = []
+    for epoch in epochs:
+        ep = EpochIndex(epoch, P)
+        plan = planner.global_plan(epoch, world_size)
+        again = planner.global_plan(epoch, world_size)
+        if not _same(plan.batches, again.batches):
+            worker_problems.append(f"epoch {epoch}: planning twice gave different batches")
+        counts = use_counts.setdefault(ep.full_epoch, np.zeros(n, dtype=np.int64))
+        parts_seen.setdefault(ep.full_epoch, set()).add(ep.part)
+        ranks = []
+        for r in range(world_size):
+            share = plan.rank_share(r)
+            np.add.at(counts, share.seqs[share.real], 1)
+            items = worker_items(len(share), num_workers)
+            workers = tuple(load_of(share.take(ids), lengths) for ids in items)
+            ranks.append(RankEpoch(r, load_of(share, lengths), workers))
+        steps = {ra.load.batches for ra in ranks}
+        if len(steps) != 1:
+            per_rank = {ra.rank: ra.load.batches for ra in ranks}
+            step_problems.append(f"epoch {epoch}: steps per rank differ: {per_rank}")
+        epochs_sim.append(
+            EpochSim(epoch, ep.full_epoch, ep.part, plan.steps, plan.dropped, tuple(ranks))
+        )
+    admission = planner.admission
+    findings = (
+        _exactly_once(planner, world_size, use_counts, parts_seen, epochs_sim),
+        Finding(
+            "C2 equal steps",
+            not step_problems,
+            "; ".join(step_problems)
+            or "every rank takes the same number of steps in every epoch: "
+            + ", ".join(f"epoch {e.epoch}: {e.steps}" for e in epochs_sim),
+        ),
+        Finding(
+            "C3/C4 worker independence",
+            not worker_problems,
+            "; ".join(worker_problems)
+            or "re-planning every epoch gave identical arrays, and the plan takes no worker "
+            f"count; with {num_workers} worker(s) per rank, worker w executes batches w, "
+            f"w+{max(num_workers, 1)}, ... and the DataLoader returns them in plan order",
+        ),
+    )
+    return Simulation(
+        world_size,
+        num_workers,
+        n,
+        len(admission.admitted),
+        dict(admission.filtered),
+        tuple(epochs_sim),
+        findings,
+    )
+
+
+def _same(a: BatchList, b: BatchList) -> bool:
+    return (
+        np.array_equal(a.seqs, b.seqs)
+        and np.array_equal(a.bounds, b.bounds)
+        and np.array_equal(a.real, b.real)
+    )
+
+
+def _exactly_once(
+    planner: Planner,
+    world_size: int,
+    use_counts: dict[int, np.ndarray],
+    parts_seen: dict[int, set[int]],
+    epochs_sim: list[EpochSim],
+) -> Finding:
+    """C1: per full epoch (all its sub-epochs simulated), every admitted sequence is used exactly
+    once and nothing else is; for a partly simulated full epoch, no sequence is used twice."""
+    name = "C1 exactly-once"
+    admitted = np.zeros(len(planner.lengths), dtype=bool)
+    admitted[planner.admission.admitted] = True
+    P = planner.options.partition_epoch
+    opts = planner.options
+    problems, checked = [], []
+    for full, counts in sorted(use_counts.items()):
+        complete = len(parts_seen[full]) == P
+        dup = int(np.count_nonzero(counts > 1))
+        missing = int(np.count_nonzero(admitted & (counts == 0))) if complete else 0
+        extra = int(np.count_nonzero(~admitted & (counts > 0)))
+        label = f"full epoch {full + 1} (epochs {full * P + 1}..{full * P + P})"
+        if not (dup or missing or extra):
+            checked.append(label if complete else f"{label}, partly: no repeats")
+            continue
+        parts = []
+        if dup:
+            i = int(np.flatnonzero(counts > 1)[0])
+            parts.append(
+                f"{dup} sequences used more than once (e.g. #{i} {int(counts[i])} times, max "
+                f"{int(counts.max())})"
+            )
+        if missing:
+            i = int(np.flatnonzero(admitted & (counts == 0))[0])
+            parts.append(f"{missing} admitted sequences never used (e.g. #{i})")
+        if extra:
+            parts.append(f"{extra} filtered sequences used")
+        problems.append(f"{label}: " + ", ".join(parts))
+    if not problems:
+        return Finding(
+            name,
+            True,
+            f"every admitted sequence ({int(admitted.sum())}) is used exactly once in "
+            + "; ".join(checked),
+        )
+    why = []
+    if opts.distribution == "random_seed_offset" and world_size > 1:
+        why.append(
+            f"distribution='random_seed_offset' gives each of the {world_size} ranks its own "
+            f"permutation of all the data, so one epoch covers the data {world_size} times "
+            "(RETURNN's and Horovod's old multi-GPU behaviour); use distribution='shard' for one "
+            "pass per epoch over all ranks together"
+        )
+    dropped = sum(e.dropped for e in epochs_sim)
+    if opts.uneven == "drop" and dropped:
+        why.append(
+            f"uneven='drop' left {dropped} sequences out of the last round; use uneven='split' "
+            "(re-splits the last round so every rank gets a batch)"
+        )
+    if len(problems) > 2:
+        problems = [*problems[:1], f"and likewise in {len(problems) - 1} more full epochs"]
+    return Finding(name, False, "; ".join(problems) + (". Why: " + "; ".join(why) if why else ""))
