@@ -41,6 +41,11 @@ class BatchList:
         a, b = self.bounds[k], self.bounds[k + 1]
         return self.seqs[a:b], self.real[a:b]
 
+    def first(self, n_batches: int) -> BatchList:
+        """The first ``n_batches`` batches, as views (no copy)."""
+        end = self.bounds[n_batches]
+        return BatchList(self.seqs[:end], self.bounds[: n_batches + 1], self.real[:end])
+
     def take(self, batch_ids: np.ndarray) -> BatchList:
         """The batches ``batch_ids`` (int ``[m]``), in that order."""
         batch_ids = np.asarray(batch_ids, dtype=np.int64)

@@ -47,7 +47,7 @@ def distribute_shard(batches: BatchList, world_size: int, uneven: str) -> Global
         return GlobalPlan(batches, world_size)
     if uneven == "drop":
         keep = (n_batches // world_size) * world_size
-        kept = batches.take(np.arange(keep))
+        kept = batches.first(keep)
         dropped = batches.real_count() - kept.real_count()
         return GlobalPlan(kept, world_size, dropped=dropped)
     steps = -(-n_batches // world_size)
@@ -69,15 +69,8 @@ def _split_tail(batches: BatchList, steps: int, world_size: int) -> BatchList:
     Only if the whole (sub-)epoch has fewer sequences than ``steps * world_size`` are filler repeats
     appended (marked ``real=False``).
     """
-    sizes = batches.sizes
-    rounds_back = 0
-    while True:
-        tail_start = (steps - 1 - rounds_back) * world_size
-        tail_slots = (rounds_back + 1) * world_size
-        if sizes[tail_start:].sum() >= tail_slots or tail_start == 0:
-            break
-        rounds_back += 1
-    head = batches.take(np.arange(tail_start))
+    tail_start, tail_slots = _tail_rounds(batches, steps, world_size)
+    head = batches.first(tail_start)
     tail_bounds = batches.bounds[tail_start:] - batches.bounds[tail_start]  # [t+1]
     tail_seqs = batches.seqs[batches.bounds[tail_start] :]
     target = min(tail_slots, len(tail_seqs))
@@ -95,18 +88,28 @@ def _split_tail(batches: BatchList, steps: int, world_size: int) -> BatchList:
     return head.concat(tail)
 
 
+def _tail_rounds(batches: BatchList, steps: int, world_size: int) -> tuple[int, int]:
+    """(first batch, slot count) of the tail: the last round, extended back by whole rounds until
+    it holds at least as many sequences as slots (or reaches the start)."""
+    back = np.arange(steps, dtype=np.int64)  # [steps] rounds taken back
+    first = (steps - 1 - back) * world_size  # [steps] first batch of each candidate tail
+    enough = batches.bounds[-1] - batches.bounds[first] >= (back + 1) * world_size  # [steps]
+    r = int(np.argmax(enough)) if enough.any() else steps - 1
+    return int(first[r]), (r + 1) * world_size
+
+
 def distribute_per_rank(per_rank: list[BatchList]) -> GlobalPlan:
     """``random_seed_offset``: every rank has its own batch list over all data. Equal steps: all
     ranks keep as many batches as the shortest one; the surplus is counted as dropped."""
     world_size = len(per_rank)
     steps = min(len(b) for b in per_rank)
     dropped = sum(b.real_count() - b.real_count(steps) for b in per_rank)
-    # global batch k*W + r is rank r's batch k
-    order = np.arange(steps * world_size)
-    parts = [b.take(np.arange(steps)) for b in per_rank]
-    merged = parts[0]
-    for p in parts[1:]:
-        merged = merged.concat(p)
-    # merged holds rank 0's steps, then rank 1's...; reorder to step-major
+    parts = [b.first(steps) for b in per_rank]
+    merged = BatchList(  # rank 0's steps, then rank 1's, ...
+        np.concatenate([p.seqs for p in parts]),
+        np.concatenate([[0], np.cumsum(np.concatenate([p.sizes for p in parts]))]).astype(np.int64),
+        np.concatenate([p.real for p in parts]),
+    )
+    order = np.arange(steps * world_size)  # global batch k*W + r is rank r's batch k
     rank_of, step_of = order % world_size, order // world_size
     return GlobalPlan(merged.take(rank_of * steps + step_of), world_size, dropped=dropped)

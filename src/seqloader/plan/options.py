@@ -11,6 +11,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
 from seqloader.errors import OptionError
 
 ORDERING_KINDS = (
@@ -112,29 +114,33 @@ class PlanOptions:
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.ordering, str):
+            raise OptionError(f"ordering: got {self.ordering!r}, expected a string like 'random'")
         object.__setattr__(self, "_parsed", Ordering.parse(self.ordering))
-        _check_positive("max_seqs", self.max_seqs)
-        _check_positive("max_frames", self.max_frames)
+        self._set_int("max_seqs", 1, optional=True)
+        self._set_int("max_frames", 1, optional=True)
         if isinstance(self.max_seq_length, Mapping):
-            for k, v in self.max_seq_length.items():
-                _check_positive(f"max_seq_length[{k!r}]", v)
-            object.__setattr__(self, "max_seq_length", dict(sorted(self.max_seq_length.items())))
+            limits = {k: _int_option(f"max_seq_length[{k!r}]", v, 1) for k, v in
+                      self.max_seq_length.items()}  # fmt: skip
+            object.__setattr__(self, "max_seq_length", dict(sorted(limits.items())))
         else:
-            _check_positive("max_seq_length", self.max_seq_length)
-        if not isinstance(self.min_seq_length, int) or self.min_seq_length < 0:
-            raise OptionError(f"min_seq_length: got {self.min_seq_length!r}, expected an int >= 0")
-        if not isinstance(self.partition_epoch, int) or self.partition_epoch < 1:
-            raise OptionError(
-                f"partition_epoch: got {self.partition_epoch!r}, expected an int >= 1"
-            )
+            self._set_int("max_seq_length", 1, optional=True)
+        self._set_int("min_seq_length", 0)
+        self._set_int("partition_epoch", 1)
+        self._set_int("seed", 0)
         if self.distribution not in DISTRIBUTIONS:
             raise OptionError(
                 f"distribution: got {self.distribution!r}, expected one of {DISTRIBUTIONS}"
             )
         if self.uneven not in UNEVEN_POLICIES:
             raise OptionError(f"uneven: got {self.uneven!r}, expected one of {UNEVEN_POLICIES}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise OptionError(f"seed: got {self.seed!r}, expected an int >= 0")
+        if self.length_key is not None and not isinstance(self.length_key, str):
+            raise OptionError(f"length_key: got {self.length_key!r}, expected a key name or None")
+
+    def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
+        value = getattr(self, name)
+        if not (optional and value is None):
+            object.__setattr__(self, name, _int_option(name, value, minimum, optional))
 
     @property
     def parsed_ordering(self) -> Ordering:
@@ -150,8 +156,10 @@ class PlanOptions:
         return json.dumps(self.to_dict(), sort_keys=True)
 
 
-def _check_positive(name: str, value: object) -> None:
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise OptionError(f"{name}: got {value!r}, expected an int >= 1 or None")
+def _int_option(name: str, value: object, minimum: int, optional: bool = False) -> int:
+    """``value`` as a plain int (numpy ints accepted, bools not), else "got X, expected Y"."""
+    is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if is_int and value >= minimum:  # type: ignore[operator]
+        return int(value)  # type: ignore[arg-type]
+    none = " or None" if optional else ""
+    raise OptionError(f"{name}: got {value!r}, expected an int >= {minimum}{none}")

@@ -24,13 +24,39 @@ def order_sequences(
     if kind == "random":
         return rng.permutation(n).astype(np.int64)
     if kind == "sorted":
-        return np.argsort(lengths, kind="stable").astype(np.int64)
+        return argsort_by(lengths)
     if kind == "sorted_reverse":
-        return np.argsort(-lengths, kind="stable").astype(np.int64)
+        return argsort_by(-lengths)
     bins = ordering.num_bins(n)
     if kind == "laplace":
         return _laplace(lengths, bins, rng)
     return _sort_bin_shuffle(lengths, bins, rng, shuffle_within=kind.endswith("_x2"))
+
+
+def argsort_by(minor: np.ndarray, major: np.ndarray | None = None) -> np.ndarray:
+    """Indices that sort by (``major``, ``minor``), ties kept in position order -> int64 ``[n]``.
+
+    The keys are packed with the position into one unique int64 when the ranges allow, so numpy's
+    fastest (unstable, possibly SIMD and CPU-dependent) sort still gives one exact answer on every
+    machine; otherwise a stable sort does the same, slower.
+    """
+    n = len(minor)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    lo = int(minor.min())
+    span_minor = int(minor.max()) - lo + 1
+    span_major = 1 if major is None else int(major.max()) + 1
+    if span_major * span_minor >= 2**62:
+        return np.lexsort((minor, major)).astype(np.int64)
+    key = minor.astype(np.int64)  # [n] a copy, built up in place
+    key -= lo
+    if major is not None:
+        key += major.astype(np.int64, copy=False) * span_minor
+    if span_major * span_minor * n >= 2**62:
+        return np.argsort(key, kind="stable")
+    key *= n
+    key += np.arange(n, dtype=np.int64)  # unique keys: position breaks ties
+    return np.argsort(key)
 
 
 def _bin_ids(n: int, bins: int) -> np.ndarray:
@@ -45,18 +71,19 @@ def _laplace(lengths: np.ndarray, bins: int, rng: np.random.Generator) -> np.nda
     descending in odd ones, so lengths rise and fall like a Laplace curve across the epoch."""
     perm = rng.permutation(len(lengths)).astype(np.int64)  # [n]
     bin_of = _bin_ids(len(perm), bins)  # [n]
-    plen = lengths[perm]
-    key = np.where(bin_of % 2 == 1, -plen, plen)  # [n] descending in odd bins
-    return perm[np.lexsort((key, bin_of))]  # stable: ties keep the random order
+    key = lengths[perm]  # [n]
+    np.negative(key, out=key, where=bin_of % 2 == 1)  # descending in odd bins
+    return perm[argsort_by(key, bin_of)]  # ties keep the random order
 
 
 def _sort_bin_shuffle(
     lengths: np.ndarray, bins: int, rng: np.random.Generator, shuffle_within: bool
 ) -> np.ndarray:
     """Shuffle, sort by length, cut into bins, shuffle the bins (and, ``_x2``, within each bin)."""
-    perm = rng.permutation(len(lengths)).astype(np.int64)
-    by_len = perm[np.argsort(lengths[perm], kind="stable")]  # [n] shortest first
-    bin_of = _bin_ids(len(by_len), bins)
-    bin_rank = rng.permutation(bins)  # new position of each bin
-    tie = rng.random(len(by_len)) if shuffle_within else np.arange(len(by_len))
-    return by_len[np.lexsort((tie, bin_rank[bin_of]))]
+    n = len(lengths)
+    perm = rng.permutation(n).astype(np.int64)  # [n]
+    by_len = perm[argsort_by(lengths[perm])]  # [n] shortest first, ties in random order
+    bin_of = _bin_ids(n, bins)  # [n]
+    bin_rank = rng.permutation(bins)  # [bins] new position of each bin
+    within = rng.permutation(n) if shuffle_within else np.zeros(n, dtype=np.int64)  # [n]
+    return by_len[argsort_by(within, bin_rank[bin_of])]

@@ -20,6 +20,7 @@ from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribut
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import order_sequences
 from seqloader.plan.seeding import PURPOSE_ORDER, rng_for
+from seqloader.plan.topology import Topology
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,14 @@ def admit(
     return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
 
 
+def part_bounds(n: int, parts: int, part: int) -> tuple[int, int]:
+    """``[lo, hi)`` of sub-epoch ``part`` when ``n`` sequences are cut into ``parts`` contiguous
+    parts: RETURNN's rule, the first ``n % parts`` parts hold one sequence more."""
+    q, r = divmod(n, parts)
+    lo = part * q + min(part, r)
+    return lo, lo + q + (1 if part < r else 0)
+
+
 @dataclass(frozen=True)
 class EpochIndex:
     """Epoch numbers count from 1; with ``partition_epoch=P``, epoch e is sub-epoch ``(e-1) % P`` of
@@ -96,10 +105,11 @@ class EpochIndex:
     partition: int
 
     def __post_init__(self) -> None:
-        if not isinstance(self.epoch, int) or self.epoch < 1:
+        if not _is_int(self.epoch) or self.epoch < 1:
             raise OptionError(
                 f"epoch: got {self.epoch!r}, expected an int >= 1 (epochs count from 1)"
             )
+        object.__setattr__(self, "epoch", int(self.epoch))
 
     @property
     def full_epoch(self) -> int:
@@ -108,6 +118,11 @@ class EpochIndex:
     @property
     def part(self) -> int:
         return (self.epoch - 1) % self.partition
+
+
+def _is_int(value: object) -> bool:
+    """An integer (numpy ones included), but not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 class Planner:
@@ -146,8 +161,8 @@ class Planner:
         rng = rng_for(self.options.seed, PURPOSE_ORDER, ep.full_epoch, order_rank)
         perm = order_sequences(self.lengths[admitted], self.options.parsed_ordering, rng)
         full = admitted[perm]  # [n_admitted]
-        n, parts = len(full), self.options.partition_epoch
-        return full[ep.part * n // parts : (ep.part + 1) * n // parts]
+        lo, hi = part_bounds(len(full), self.options.partition_epoch, ep.part)
+        return full[lo:hi]
 
     def batches(self, order: np.ndarray) -> BatchList:
         """Greedy batches over ``order`` (sequence indices)."""
@@ -159,12 +174,18 @@ class Planner:
     def global_plan(self, epoch: int, world_size: int, start: int = 0) -> GlobalPlan:
         """All ranks' batches of ``epoch``, starting at sequence position ``start`` of the
         sub-epoch order (0 = the whole sub-epoch; > 0 only after an elastic resume)."""
+        Topology(0, world_size)  # validates world_size
         if self.options.distribution == "random_seed_offset":
             if start:
                 raise OptionError("random_seed_offset plans cannot start mid-order")
             per_rank = [self.batches(self.sub_epoch_order(epoch, r)) for r in range(world_size)]
             return distribute_per_rank(per_rank)
-        order = self.sub_epoch_order(epoch)[start:]
+        order = self.sub_epoch_order(epoch)
+        if not _is_int(start) or not 0 <= start <= len(order):
+            raise OptionError(
+                f"start: got {start!r}, expected a sequence position 0..{len(order)} of epoch {epoch}"
+            )
+        order = order[int(start) :]
         return distribute_shard(self.batches(order), world_size, self.options.uneven)
 
     def fingerprint(self, source_fingerprint: str) -> str:
