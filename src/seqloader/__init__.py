@@ -10,32 +10,42 @@ from seqloader.errors import (
     OptionError,
     ResumeError,
     SeqLoaderError,
+    SequenceSkipped,
     SequenceTooLongError,
     WorkerError,
 )
+from seqloader.features import LogMel
 from seqloader.plan import Ordering, Planner, PlanOptions, Topology
-from seqloader.sources import KeySpec, MemorySource, Source
+from seqloader.sources import AudioOptions, AudioSource, KeySpec, MemorySource, Source
 from seqloader.torch import Batch, EpochReport, SeqLoader, WorkerOptions
+from seqloader.vocab import SentencePieceVocab, TokenVocab, Vocabulary
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AudioOptions",
+    "AudioSource",
     "Batch",
     "DataError",
     "DistributedMismatchError",
     "EpochReport",
     "KeySpec",
+    "LogMel",
     "MemorySource",
     "OptionError",
     "Ordering",
     "PlanOptions",
     "Planner",
     "ResumeError",
+    "SentencePieceVocab",
     "SeqLoader",
     "SeqLoaderError",
+    "SequenceSkipped",
     "SequenceTooLongError",
     "Source",
+    "TokenVocab",
     "Topology",
+    "Vocabulary",
     "WorkerError",
     "WorkerOptions",
     "__version__",

@@ -1,0 +1,319 @@
+"""``AudioSource``: utterance manifests (JSON lines, RETURNN OggZip) decoded with soundfile, with
+on-the-fly log-mel features and token ids.
+
+Planning needs lengths at open, so they come from the manifests' ``duration`` (nothing is decoded):
+
+- ``audio`` (samples at ``sample_rate``):  ``S = round(duration * sample_rate)``; with
+  ``min_speed < 1`` the planned length is the speed-perturbed bound ``ceil(S * den / num)`` for
+  ``min_speed ~ num / den`` (``seqloader.resample.speed_length``).
+- ``data`` (log-mel frames): ``LogMel.num_frames`` of the planned samples,
+  ``1 + (samples - n_fft) // hop`` (0 below one window).
+- ``text``: utf-8 bytes; ``classes``: token count of the vocabulary's encoding (encoded at open).
+
+``read`` makes the decoded audio match the plan exactly: after resampling to ``sample_rate`` it
+crops or zero-pads to ``S`` samples, as long as the difference is within ``length_tolerance_s``
+(manifests store rounded durations; codecs add or drop a few samples). A larger difference means the
+manifest does not describe the file, and is an error naming the manifest line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import NoReturn
+
+import numpy as np
+
+from seqloader.errors import DataError, OptionError, SequenceSkipped
+from seqloader.features import LogMel
+from seqloader.resample import resample, speed_length
+from seqloader.sources.base import KeySpec, Schema, fingerprint_of
+from seqloader.sources.manifest import Manifest, StringTable, open_manifest
+from seqloader.vocab import Vocabulary
+
+AUDIO_KEYS = ("data", "audio", "text", "classes")
+ON_ERROR = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class AudioOptions:
+    """How an ``AudioSource`` turns files into sequences.
+
+    - ``sample_rate``: rate of ``audio`` and of the features; files at other rates are resampled.
+      Default: ``features.sample_rate``, else 16000.
+    - ``features``: ``LogMel`` options for the ``data`` key (None: no ``data`` key).
+    - ``defer_features``: ``read`` returns the waveform as ``audio`` and leaves ``data`` to the
+      loader's transform (``transforms.Features`` after wave-level steps such as speed
+      perturbation); planning still counts ``data`` frames.
+    - ``min_speed``: plan for speed perturbation down to this factor (planned lengths are the
+      slowest factor's, an upper bound for every factor >= it); 1.0: no perturbation.
+    - ``length_tolerance_s``: decoded length may differ this much from ``duration`` (it is then
+      cropped / zero-padded to the planned length); more is a data error.
+    - ``on_error``: ``raise`` (default) fails on an unreadable file naming the manifest line;
+      ``skip`` leaves the utterance out of its batch, counted in the epoch report.
+    """
+
+    sample_rate: int | None = None
+    features: LogMel | None = None
+    defer_features: bool = False
+    min_speed: float = 1.0
+    length_tolerance_s: float = 0.02
+    on_error: str = "raise"
+
+    def __post_init__(self) -> None:
+        sr = self.sample_rate
+        if sr is not None and (not isinstance(sr, int) or sr < 1):
+            raise OptionError(f"sample_rate: got {sr!r}, expected an int >= 1 or None")
+        if self.features is not None and not isinstance(self.features, LogMel):
+            raise OptionError(f"features: got {self.features!r}, expected a LogMel or None")
+        if self.features is not None and sr is not None and sr != self.features.sample_rate:
+            raise OptionError(
+                f"sample_rate={sr} differs from features.sample_rate="
+                f"{self.features.sample_rate}; give one (the other follows)"
+            )
+        if self.defer_features and self.features is None:
+            raise OptionError("defer_features=True needs features=LogMel(...)")
+        if not (0.1 <= self.min_speed <= 10.0):
+            raise OptionError(f"min_speed: got {self.min_speed!r}, expected a factor in [0.1, 10]")
+        if self.length_tolerance_s < 0:
+            raise OptionError(
+                f"length_tolerance_s: got {self.length_tolerance_s!r}, expected seconds >= 0"
+            )
+        if self.on_error not in ON_ERROR:
+            raise OptionError(f"on_error: got {self.on_error!r}, expected one of {ON_ERROR}")
+
+    @property
+    def rate(self) -> int:
+        if self.sample_rate is not None:
+            return self.sample_rate
+        return self.features.sample_rate if self.features is not None else 16000
+
+
+_OPTION_FIELDS = {f.name for f in fields(AudioOptions)}
+
+
+class AudioSource:
+    """Utterances of one or more manifests (``.jsonl`` or OggZip ``.zip``), in the given order.
+
+    ``keys`` selects from ``data`` (log-mel, needs ``features``), ``audio`` (float32 waveform),
+    ``text`` (uint8 utf-8 bytes) and ``classes`` (int32 ids, needs ``vocab``); default: ``data``
+    (or ``audio`` without features), plus ``text`` when the manifests have texts, plus ``classes``
+    with a vocabulary. Options: ``options=AudioOptions(...)`` or its fields as keywords.
+    """
+
+    def __init__(
+        self,
+        paths: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        keys: Sequence[str] | None = None,
+        vocab: Vocabulary | None = None,
+        options: AudioOptions | None = None,
+        **option_kwargs: object,
+    ) -> None:
+        unknown = set(option_kwargs) - _OPTION_FIELDS
+        if unknown:
+            raise OptionError(
+                f"AudioSource: unknown option(s) {sorted(unknown)}; expected AudioOptions "
+                f"fields {sorted(_OPTION_FIELDS)}, keys= or vocab="
+            )
+        if options is not None and option_kwargs:
+            raise OptionError("AudioSource: give options= or option keywords, not both")
+        self.options = options or AudioOptions(**option_kwargs)  # type: ignore[arg-type]
+        self.vocab = vocab
+        path_list = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+        if not path_list:
+            raise OptionError("AudioSource: no manifest given; expected a .jsonl or .zip path")
+        self._manifests = [open_manifest(p) for p in path_list]
+        counts = [len(m) for m in self._manifests]
+        self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._keys = self._choose_keys(keys)
+        self._tags = StringTable(itertools.chain.from_iterable(m.tags for m in self._manifests))
+        self._samples = np.rint(
+            np.concatenate([m.durations for m in self._manifests]) * self.options.rate
+        ).astype(np.int64)  # [n] the decoded length every read is fitted to
+        self._classes, self._class_offsets = self._encode_texts() if vocab else (None, None)
+        self._lengths = {k: self._planned_lengths(k) for k in self._keys}
+        self._schema = self._make_schema()
+        self._fingerprint: str | None = None
+
+    # ---- open time ----
+    def _choose_keys(self, keys: Sequence[str] | None) -> tuple[str, ...]:
+        o, has_text = self.options, all(m.texts is not None for m in self._manifests)
+        if keys is None:
+            keys = ["data" if o.features is not None else "audio"]
+            keys += ["text"] if has_text else []
+            keys += ["classes"] if self.vocab is not None else []
+        keys = tuple(keys)
+        needs = {
+            "data": (o.features is not None, "features=LogMel(...)"),
+            "audio": (True, ""),
+            "text": (has_text, "a 'text' in every manifest entry"),
+            "classes": (self.vocab is not None and has_text, "vocab=... and texts"),
+        }
+        for k in keys:
+            if k not in needs:
+                raise OptionError(f"AudioSource keys: got {k!r}, expected some of {AUDIO_KEYS}")
+            if not needs[k][0]:
+                raise OptionError(f"AudioSource key {k!r} needs {needs[k][1]}")
+        if len(set(keys)) != len(keys) or not keys:
+            raise OptionError(f"AudioSource keys: got {keys!r}, expected distinct keys, >= 1")
+        if o.defer_features and "data" not in keys:
+            raise OptionError("defer_features=True plans 'data' frames: keys must include 'data'")
+        return keys
+
+    def _encode_texts(self) -> tuple[np.ndarray, np.ndarray]:
+        """Token ids of every text, concatenated (int32) with offsets (int64 ``[n + 1]``)."""
+        assert self.vocab is not None
+        parts: list[np.ndarray] = []
+        for m in self._manifests:
+            assert m.texts is not None
+            for j in range(len(m)):
+                try:
+                    parts.append(np.asarray(self.vocab.encode(m.texts[j]), dtype=np.int32))
+                except DataError as e:
+                    raise DataError(f"{m.where(j)}: {e}") from e
+        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+        np.cumsum([len(p) for p in parts], out=offsets[1:])
+        flat = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+        return flat, offsets
+
+    def _planned_lengths(self, key: str) -> np.ndarray:
+        o = self.options
+        if key in ("audio", "data"):
+            samples = self._samples
+            if o.min_speed < 1.0:
+                samples = np.asarray(speed_length(samples, o.min_speed), dtype=np.int64)
+            if key == "audio":
+                return samples
+            assert o.features is not None
+            return np.asarray(o.features.num_frames(samples), dtype=np.int64)
+        if key == "text":
+            return np.concatenate([m.texts.byte_lengths() for m in self._manifests])  # type: ignore[union-attr]
+        assert self._class_offsets is not None
+        return np.diff(self._class_offsets)
+
+    def _make_schema(self) -> dict[str, KeySpec]:
+        f32 = np.dtype(np.float32)
+        specs = {
+            "audio": lambda: KeySpec(f32),
+            "data": lambda: KeySpec(f32, (self.options.features.n_mels,)),  # type: ignore[union-attr]
+            "text": lambda: KeySpec(np.dtype(np.uint8), (), True, 256),
+            "classes": lambda: KeySpec(np.dtype(np.int32), (), True, len(self.vocab)),  # type: ignore[arg-type]
+        }
+        return {k: specs[k]() for k in self._keys}
+
+    # ---- Source protocol ----
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._keys
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    def lengths(self, key: str) -> np.ndarray:
+        return self._lengths[key]
+
+    @property
+    def tags(self) -> Sequence[str]:
+        return self._tags
+
+    def tag(self, index: int) -> str:
+        return self._tags[index]
+
+    def where(self, index: int) -> str:
+        """``MANIFEST line N (audio FILE)`` of sequence ``index``."""
+        m, j = self._locate(index)
+        return m.where(j)
+
+    def read(self, index: int) -> dict[str, np.ndarray]:
+        m, j = self._locate(index)
+        out: dict[str, np.ndarray] = {}
+        keys, o = self._keys, self.options
+        if "audio" in keys or "data" in keys:
+            wave = self._read_wave(index, m, j)
+            if o.defer_features or "audio" in keys:
+                out["audio"] = wave
+            if "data" in keys and not o.defer_features:
+                out["data"] = o.features(wave)  # type: ignore[misc]
+        if "text" in keys:
+            out["text"] = np.array(m.texts.raw(j))  # type: ignore[union-attr]
+        if "classes" in keys:
+            c = self._class_offsets
+            out["classes"] = self._classes[c[index] : c[index + 1]].copy()  # type: ignore[index]
+        return out
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            h = hashlib.sha256(repr(self.options).encode())
+            for m in self._manifests:
+                if m.texts is not None:
+                    h.update(m.texts._blob.tobytes())
+            if self.vocab is not None:
+                h.update(self.vocab.fingerprint().encode())
+            self._fingerprint = fingerprint_of(
+                self._tags, self._lengths, self._schema, h.hexdigest()
+            )
+        return self._fingerprint
+
+    # ---- reading ----
+    def _locate(self, index: int) -> tuple[Manifest, int]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"AudioSource: sequence {index} out of range for {len(self)}")
+        k = int(np.searchsorted(self._starts, index, side="right")) - 1
+        return self._manifests[k], index - int(self._starts[k])
+
+    def _read_wave(self, index: int, m: Manifest, j: int) -> np.ndarray:
+        """Decode, mix to mono, resample to ``sample_rate`` and fit to the planned length."""
+        rate = self.options.rate
+        try:
+            wave, file_rate = m.read_audio(j)
+        except Exception as e:  # soundfile, zipfile and OS errors all mean "unreadable"
+            self._fail(index, m, j, f"cannot read the audio: {type(e).__name__}: {e}", e)
+        if file_rate != rate:
+            wave = resample(wave, file_rate, rate)
+        want = int(self._samples[index])
+        if abs(len(wave) - want) > self.options.length_tolerance_s * rate:
+            self._fail(
+                index,
+                m,
+                j,
+                f"decoded {len(wave)} samples at {rate} Hz ({len(wave) / rate:.3f}s), but the "
+                f"manifest's duration {m.durations[j]}s gives {want}; the manifest does not "
+                "describe this file (regenerate it, or raise length_tolerance_s)",
+                None,
+            )
+        if len(wave) > want:
+            return wave[:want]
+        if len(wave) < want:
+            return np.concatenate([wave, np.zeros(want - len(wave), dtype=np.float32)])
+        return wave
+
+    def _fail(
+        self, index: int, m: Manifest, j: int, what: str, cause: Exception | None
+    ) -> NoReturn:
+        where = f"sequence {index} (tag {self.tag(index)!r}), {m.where(j)}"
+        if self.options.on_error == "skip":
+            raise SequenceSkipped(f"{where}: {what}") from cause
+        raise DataError(
+            f"{where}: {what}. Fix: repair or remove the file, or open the source with "
+            "on_error='skip' to leave such files out (counted in the epoch report)."
+        ) from cause
+
+    def close(self) -> None:
+        for m in self._manifests:
+            m.close()
+
+    def __repr__(self) -> str:
+        first = self._manifests[0].path
+        more = f" +{len(self._manifests) - 1} more" if len(self._manifests) > 1 else ""
+        keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
+        return (
+            f"AudioSource({first}{more}; {len(self)} utterances at {self.options.rate} Hz; {keys})"
+        )

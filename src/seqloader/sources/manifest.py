@@ -1,0 +1,238 @@
+"""Utterance manifests: JSON lines and RETURNN OggZip corpora, parsed into one column layout.
+
+- JSON lines: one ``{"audio": path, "duration": seconds, "text": ..., "id": ...}`` per line;
+  relative audio paths are resolved against the manifest's folder; tag = ``id``, else ``audio``.
+- OggZip (RETURNN's ``OggZipDataset``): ``NAME.zip`` holds ``NAME.txt``, a Python-literal list of
+  ``{"file", "duration", "text", "seq_name"?}`` dicts (parsed with ``ast``, never ``eval``), and the
+  audio under ``NAME/``; tag = ``seq_name``, else ``file`` (RETURNN's rule).
+
+Columns are numpy arrays and byte blobs (``StringTable``), not lists of Python objects: a forked
+worker shares them copy-on-write instead of touching millions of refcounts. Every entry keeps its
+line number, so errors name ``manifest line N`` and the file.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import zipfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.errors import DataError, OptionError
+
+
+class StringTable(Sequence[str]):
+    """Immutable strings as one utf-8 blob plus offsets (``table[i]`` decodes one)."""
+
+    def __init__(self, strings: Iterable[str]) -> None:
+        encoded = [s.encode("utf-8") for s in strings]
+        self._offsets = np.zeros(len(encoded) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in encoded], out=self._offsets[1:])
+        self._blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return self.raw(i).tobytes().decode("utf-8")
+
+    def raw(self, i: int) -> np.ndarray:
+        """The utf-8 bytes of string ``i`` as a uint8 view."""
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"StringTable index {i} out of range for {len(self)} strings")
+        i %= len(self)
+        return self._blob[self._offsets[i] : self._offsets[i + 1]]
+
+    def byte_lengths(self) -> np.ndarray:
+        return np.diff(self._offsets)
+
+
+@dataclass
+class Manifest:
+    """One manifest file's utterances, and lazy access to their audio (one zip handle per process,
+    reopened after fork; dropped when pickled for spawn)."""
+
+    path: str  # the manifest (.jsonl or .zip) as given
+    listing: str  # where the entries' lines are: the .jsonl, or "NAME.zip:NAME.txt"
+    audio: StringTable  # absolute file paths (JSON lines) or zip member names (OggZip)
+    durations: np.ndarray  # float64 [n] seconds
+    texts: StringTable | None  # None when no entry has a text
+    tags: StringTable
+    lines: np.ndarray  # int64 [n] line of each entry in the manifest (1-based)
+    in_zip: bool
+
+    def __post_init__(self) -> None:
+        self._zip: zipfile.ZipFile | None = None
+        self._zip_pid = -1
+
+    def __len__(self) -> int:
+        return len(self.durations)
+
+    def where(self, j: int) -> str:
+        """``manifest line N (file F)`` for error messages."""
+        inside = f"{self.path}:" if self.in_zip else ""
+        return f"{self.listing} line {int(self.lines[j])} (audio {inside}{self.audio[j]})"
+
+    def read_audio(self, j: int) -> tuple[np.ndarray, int]:
+        """Decode entry ``j`` -> (mono float32 ``[samples]``, sample rate). Raises the decoder's
+        own error; the source adds the manifest line."""
+        sf = import_soundfile()
+        if self.in_zip:
+            data = self._zipfile().read(self.audio[j])
+            wave, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        else:
+            wave, rate = sf.read(self.audio[j], dtype="float32", always_2d=True)
+        mono = wave[:, 0] if wave.shape[1] == 1 else wave.mean(axis=1)
+        return np.ascontiguousarray(mono, dtype=np.float32), int(rate)
+
+    def _zipfile(self) -> zipfile.ZipFile:
+        if self._zip is None or self._zip_pid != os.getpid():  # never reuse a handle across fork
+            self._zip = zipfile.ZipFile(self.path)
+            self._zip_pid = os.getpid()
+        return self._zip
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_zip"], state["_zip_pid"] = None, -1
+        return state
+
+    def close(self) -> None:
+        if self._zip is not None and self._zip_pid == os.getpid():
+            self._zip.close()
+        self._zip = None
+
+
+def import_soundfile():
+    """soundfile is the ``audio`` extra: imported when audio is first decoded, not by seqloader."""
+    try:
+        import soundfile
+    except ImportError as e:
+        raise OptionError(
+            "decoding audio needs the soundfile package: pip install 'seqloader[audio]'"
+        ) from e
+    return soundfile
+
+
+def open_manifest(path: str | os.PathLike) -> Manifest:
+    """Parse a ``.jsonl`` / ``.json`` lines manifest or a RETURNN OggZip ``.zip``."""
+    p = os.fspath(path)
+    if p.endswith(".zip"):
+        return _read_oggzip(p)
+    if p.endswith((".jsonl", ".json", ".ndjson")):
+        return _read_jsonl(p)
+    raise DataError(
+        f"audio manifest {p!r}: unknown kind; expected a JSON-lines file (.jsonl) or a RETURNN "
+        "OggZip corpus (NAME.zip holding NAME.txt and NAME/...)"
+    )
+
+
+class _Columns:
+    """Collects entries (one dict each) into a ``Manifest``, checking fields as it goes."""
+
+    def __init__(self, path: str, listing: str, audio_field: str) -> None:
+        self.path, self.listing, self.audio_field = path, listing, audio_field
+        self.audio: list[str] = []
+        self.durations: list[float] = []
+        self.texts: list[str | None] = []
+        self.tags: list[str] = []
+        self.lines: list[int] = []
+
+    def add(self, entry: object, line: int, audio: str | None, tag_field: str) -> None:
+        where = f"{self.listing} line {line}"
+        if not isinstance(entry, dict):
+            raise DataError(f"{where}: got {type(entry).__name__}, expected a dict per utterance")
+        name = entry.get(self.audio_field)
+        if not isinstance(name, str) or not name:
+            raise DataError(f"{where}: missing {self.audio_field!r} (the audio file name)")
+        duration = entry.get("duration")
+        if isinstance(duration, bool) or not isinstance(duration, int | float) or duration < 0:
+            raise DataError(
+                f"{where}: 'duration' got {duration!r}, expected seconds >= 0 (planning reads "
+                "lengths from it, so every entry needs it)"
+            )
+        text = entry.get("text")
+        if text is not None and not isinstance(text, str):
+            raise DataError(f"{where}: 'text' got {type(text).__name__}, expected a string")
+        tag = entry.get(tag_field, name)
+        self.audio.append(audio if audio is not None else name)
+        self.durations.append(float(duration))
+        self.texts.append(text)
+        self.tags.append(str(tag))
+        self.lines.append(line)
+
+    def build(self, in_zip: bool) -> Manifest:
+        if not self.audio:
+            raise DataError(f"audio manifest {self.listing}: no utterances")
+        has_text = [t is not None for t in self.texts]
+        if any(has_text) and not all(has_text):
+            line = self.lines[has_text.index(False)]
+            raise DataError(
+                f"{self.listing} line {line}: no 'text', but other entries have one; give every "
+                'entry a text ("" for none) or none'
+            )
+        texts = StringTable(self.texts) if all(has_text) else None  # type: ignore[arg-type]
+        return Manifest(
+            self.path,
+            self.listing,
+            StringTable(self.audio),
+            np.asarray(self.durations, dtype=np.float64),
+            texts,
+            StringTable(self.tags),
+            np.asarray(self.lines, dtype=np.int64),
+            in_zip,
+        )
+
+
+def _read_jsonl(path: str) -> Manifest:
+    folder = os.path.dirname(os.path.abspath(path))
+    cols = _Columns(path, path, "audio")
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path} line {line_no}: not valid JSON ({e})") from e
+            name = entry.get("audio") if isinstance(entry, dict) else None
+            resolved = os.path.join(folder, name) if isinstance(name, str) and name else None
+            cols.add(entry, line_no, resolved, "id")
+    return cols.build(in_zip=False)
+
+
+def _read_oggzip(path: str) -> Manifest:
+    name = os.path.basename(path)[: -len(".zip")]
+    try:
+        with zipfile.ZipFile(path) as z:
+            listing = z.read(f"{name}.txt").decode("utf-8")
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+        raise DataError(
+            f"OggZip corpus {path}: cannot read {name}.txt from it ({e}); expected NAME.zip "
+            "holding NAME.txt and the audio under NAME/"
+        ) from e
+    try:
+        tree = ast.parse(listing, filename=f"{path}:{name}.txt", mode="eval")
+    except SyntaxError as e:
+        raise DataError(f"{path}:{name}.txt line {e.lineno}: not a Python literal ({e})") from e
+    if not isinstance(tree.body, ast.List):
+        raise DataError(f"{path}:{name}.txt: expected a list of dicts, got {type(tree.body)}")
+    cols = _Columns(path, f"{path}:{name}.txt", "file")
+    for node in tree.body.elts:
+        try:
+            entry = ast.literal_eval(node)
+        except ValueError as e:
+            raise DataError(
+                f"{path}:{name}.txt line {node.lineno}: not a literal ({e}); only literals are "
+                "read, nothing is evaluated"
+            ) from e
+        file = entry.get("file") if isinstance(entry, dict) else None
+        member = f"{name}/{file}" if isinstance(file, str) and file else None
+        cols.add(entry, node.lineno, member, "seq_name")
+    return cols.build(in_zip=True)
