@@ -1,0 +1,360 @@
+"""Exact and elastic resume of ``SeqLoader`` (C5), with ranks simulated in one process.
+
+One generic harness (in the spirit of torchdata's ``run_test_save_load_state``): run the loaders of
+every rank in lockstep, stop after some steps, take the state (equal on all ranks, JSON round trip),
+resume in fresh loaders — maybe with another world size, maybe twice — and compare with the
+uninterrupted run: exactly once per epoch, equal steps, and with the same world size the very same
+batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seqloader as sl
+from seqloader.errors import ResumeError
+
+Record = tuple[int, int, tuple[tuple[tuple[int, ...], tuple[bool, ...]], ...]]
+MakeLoader = Callable[[int, int], sl.SeqLoader]  # (rank, world_size) -> loader
+
+
+def corpus(n: int, seed: int = 0, max_len: int = 20) -> sl.MemorySource:
+    """``n`` sequences whose frames hold their own index, so content is checkable."""
+    lengths = np.random.default_rng(seed).integers(1, max_len + 1, size=n)
+    data = [np.full((int(t), 1), i, dtype=np.float32) for i, t in enumerate(lengths)]
+    return sl.MemorySource({"data": data}, tags=[f"utt-{i}" for i in range(n)])
+
+
+def record(batch: sl.Batch) -> tuple[tuple[int, ...], tuple[bool, ...]]:
+    seqs = batch.seq_indices.tolist()
+    for row, i in enumerate(seqs):  # content matches the sequence the batch claims
+        n = int(batch.lengths["data"][row])
+        assert (batch["data"][row, :n] == i).all()
+    return tuple(seqs), tuple(batch.mask.tolist())
+
+
+def consume(
+    loaders: list[sl.SeqLoader],
+    first_epoch: int,
+    last_epoch: int,
+    limit: int | None = None,
+    enter_next_epoch: bool = False,
+) -> list[Record]:
+    """Lockstep steps of all ranks over epochs ``first..last``, at most ``limit`` of them. With
+    ``enter_next_epoch``, stopping right at an epoch's end first starts the next epoch (state at
+    its step 0). Asserts equal steps: all ranks run out together."""
+    out: list[Record] = []
+    for epoch in range(first_epoch, last_epoch + 1):
+        iters = [ld.epoch(epoch) for ld in loaders]
+        while True:
+            if limit is not None and len(out) == limit:
+                if enter_next_epoch and epoch < last_epoch:
+                    if loaders[0].state_dict()["epoch_complete"]:
+                        for ld in loaders:
+                            ld.epoch(epoch + 1)
+                return out
+            got = [next(it, None) for it in iters]
+            if all(b is None for b in got):
+                break
+            assert all(b is not None for b in got), f"epoch {epoch}: ranks ran out unequally"
+            assert len({(b.epoch, b.step) for b in got}) == 1
+            out.append((epoch, got[0].step, tuple(record(b) for b in got)))
+    return out
+
+
+def real_by_epoch(records: list[Record]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for epoch, _, ranks in records:
+        for seqs, mask in ranks:
+            out.setdefault(epoch, []).extend(s for s, m in zip(seqs, mask) if m)
+    return out
+
+
+def take_state(loaders: list[sl.SeqLoader]) -> dict:
+    states = [ld.state_dict() for ld in loaders]
+    assert all(s == states[0] for s in states), "ranks disagree on the state"
+    restored = json.loads(json.dumps(states[0]))
+    assert restored == states[0]
+    return restored
+
+
+def run_chain(
+    make: MakeLoader,
+    worlds: list[int],
+    cuts: list[int],
+    last_epoch: int,
+    enter_next_epoch: bool = False,
+) -> tuple[list[list[Record]], list[dict]]:
+    """Stage i runs ``worlds[i]`` ranks for ``cuts[i]`` steps (the last stage to the end), saves
+    the state; stage i+1 resumes from it in fresh loaders. Returns records and states per stage."""
+    stages: list[list[Record]] = []
+    states: list[dict] = []
+    state: dict | None = None
+    for i, world in enumerate(worlds):
+        loaders = [make(r, world) for r in range(world)]
+        first = 1
+        if state is not None:
+            for ld in loaders:
+                ld.load_state_dict(state)
+                assert ld.state_dict() == {**state, "world_size": world}  # pending: same position
+            first = max(state["epoch"], 1)
+        limit = cuts[i] if i < len(cuts) else None
+        stages.append(consume(loaders, first, last_epoch, limit, enter_next_epoch))
+        state = take_state(loaders)
+        states.append(state)
+        for ld in loaders:
+            ld.close()
+    return stages, states
+
+
+def check_chain(
+    make: MakeLoader,
+    worlds: list[int],
+    cuts: list[int],
+    last_epoch: int,
+    enter_next_epoch: bool = False,
+) -> None:
+    """The properties of a resume chain against the uninterrupted run with ``worlds[0]`` ranks."""
+    reference = consume([make(r, worlds[0]) for r in range(worlds[0])], 1, last_epoch)
+    stages, states = run_chain(make, worlds, cuts, last_epoch, enter_next_epoch)
+    chain = [r for stage in stages for r in stage]
+    probe = make(0, 1)
+    uneven = probe.options.uneven
+    got, want = real_by_epoch(chain), real_by_epoch(reference)
+    for epoch in range(1, last_epoch + 1):
+        seen = got.get(epoch, [])
+        assert len(set(seen)) == len(seen), f"epoch {epoch}: a sequence came twice"
+        order = probe.planner.sub_epoch_order(epoch).tolist()
+        if uneven == "drop":
+            assert set(seen) <= set(order)
+        else:
+            assert sorted(seen) == sorted(order) == sorted(want.get(epoch, []))
+        steps = [step for e, step, _ in chain if e == epoch]
+        assert steps == list(range(len(steps))), f"epoch {epoch}: step numbers {steps}"
+    # with the same world size, resuming changes nothing: the very same batches
+    same = 1
+    while same < len(worlds) and worlds[same] == worlds[0]:
+        same += 1
+    prefix = [r for stage in stages[:same] for r in stage]
+    assert prefix == reference[: len(prefix)]
+    if same == len(worlds):
+        assert chain == reference
+    assert states[-1]["epoch"] == last_epoch and states[-1]["epoch_complete"]
+    for state, after in zip(states, stages[1:]):  # a finished epoch stays finished
+        if state["epoch_complete"]:
+            assert all(e != state["epoch"] for e, _, _ in after)
+
+
+def loader_factory(source: sl.MemorySource, **options: object) -> MakeLoader:
+    def make(rank: int, world: int) -> sl.SeqLoader:
+        return sl.SeqLoader(source, rank=rank, world_size=world, **options)
+
+    return make
+
+
+ORDERINGS = ["default", "random", "laplace:.4", "sort_bin_shuffle:.5", "sorted"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    n=st.integers(0, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(ORDERINGS),
+    partition_epoch=st.integers(1, 2),
+    uneven=st.sampled_from(["split", "pad", "drop"]),
+    max_seqs=st.one_of(st.none(), st.integers(1, 5)),
+    max_frames=st.one_of(st.none(), st.integers(20, 80)),
+    worlds=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+    enter_next_epoch=st.booleans(),
+)
+def test_resume_chains_property(
+    n, seed, ordering, partition_epoch, uneven, max_seqs, max_frames, worlds, cuts, enter_next_epoch
+) -> None:
+    """Random (corpus, W, W', W'', k, partition_epoch, ordering, uneven, limits): resuming after k
+    steps, once or twice, elastic or not, at step 0, mid-epoch, at an epoch's end or across it."""
+    make = loader_factory(
+        corpus(n, seed),
+        ordering=ordering,
+        partition_epoch=partition_epoch,
+        uneven=uneven,
+        max_seqs=max_seqs,
+        max_frames=max_frames,
+        seed=seed,
+    )
+    check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1, enter_next_epoch)
+
+
+@pytest.mark.parametrize(
+    ("worlds", "uneven"),
+    [([2, 2], "split"), ([2, 3], "split"), ([3, 2], "pad"), ([3, 1], "drop"), ([1, 2], "split")],
+)
+def test_save_load_at_every_step(worlds: list[int], uneven: str) -> None:
+    """torchdata style: cut at every step of two sub-epochs and one more epoch (0, middle, each
+    epoch's end, just inside the next epoch) and check the continuation each time."""
+    make = loader_factory(
+        corpus(47, seed=4),
+        ordering="laplace:.5",
+        partition_epoch=2,
+        uneven=uneven,
+        max_seqs=3,
+        max_frames=40,
+    )
+    total = len(consume([make(r, worlds[0]) for r in range(worlds[0])], 1, 3))
+    assert total >= 6
+    for k in range(total + 1):
+        for enter in (False, True):
+            check_chain(make, worlds, [k], 3, enter)
+
+
+def test_resume_twice_elastic_example() -> None:
+    """2 -> 3 -> 1 ranks, on a corpus size that divides by nothing convenient."""
+    make = loader_factory(corpus(97, seed=2), ordering="random", max_seqs=4, max_frames=50)
+    check_chain(make, [2, 3, 1], [5, 4], 1)
+
+
+class ReadLog:
+    """A source that appends every sequence index it reads (in any process) to a file, so a test
+    can see what the workers prefetched."""
+
+    def __init__(self, source: sl.MemorySource, path: Path) -> None:
+        self.source, self.path = source, str(path)
+
+    def __getattr__(self, name: str):
+        return getattr(self.source, name)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def read(self, index: int) -> dict:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, f"{index}\n".encode())
+        finally:
+            os.close(fd)
+        return self.source.read(index)
+
+    def __repr__(self) -> str:
+        return f"ReadLog({self.source!r})"
+
+
+def reads(path: Path) -> int:
+    return len(path.read_text().split()) if path.exists() else 0
+
+
+@pytest.mark.parametrize(("workers", "resume_workers"), [(2, 0), (1, 2)])
+def test_prefetched_batches_are_not_consumed(tmp_path: Path, workers: int, resume_workers: int):
+    """Workers read ahead (prefetch), but the state counts only the batches the loop received;
+    resuming with another worker count continues with the very next batch."""
+    log = tmp_path / "reads"
+    src = ReadLog(corpus(60, seed=1), log)
+    options = {"ordering": "random", "max_seqs": 1, "seed": 5}
+    reference = consume([sl.SeqLoader(src.source, rank=0, world_size=1, **options)], 1, 1)
+    loader = sl.SeqLoader(src, rank=0, world_size=1, num_workers=workers, prefetch_factor=2, **options)
+    k = 7
+    head = consume([loader], 1, 1, limit=k)
+    deadline = time.monotonic() + 60  # wait for the read-ahead to happen (a condition, not timing)
+    while reads(log) <= k and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reads(log) > k, "the workers did not read ahead; the test proves nothing"
+    state = take_state([loader])
+    loader.close()
+    assert (state["steps"], state["seqs_consumed"], state["epoch_complete"]) == (k, k, False)
+    resumed = sl.SeqLoader(src.source, rank=0, world_size=1, num_workers=resume_workers, **options)
+    resumed.load_state_dict(state)
+    tail = consume([resumed], 1, 1)
+    resumed.close()
+    assert head + tail == reference
+
+
+def test_state_is_small_and_json_able() -> None:
+    loader = sl.SeqLoader(corpus(500), rank=1, world_size=3, ordering="random", max_seqs=4)
+    it = loader.epoch(1)
+    next(it)
+    next(it)
+    state = loader.state_dict()
+    assert len(json.dumps(state)) < 600
+    assert state["epoch"] == 1 and state["steps"] == 2 and state["world_size"] == 3
+    assert state["seqs_consumed"] == 2 * 3 * 4
+    assert set(state) >= {"format", "version", "plan_fingerprint", "segment_start"}
+
+
+def test_state_before_any_epoch_resumes_from_the_start() -> None:
+    make = loader_factory(corpus(20), ordering="random", max_seqs=3)
+    state = take_state([make(0, 1)])
+    assert (state["epoch"], state["steps"], state["epoch_complete"]) == (0, 0, False)
+    fresh = make(0, 1)
+    fresh.load_state_dict(state)
+    assert consume([fresh], 1, 1) == consume([make(0, 1)], 1, 1)
+
+
+def finished_state(make: MakeLoader, epoch: int, steps: int | None = None) -> dict:
+    loader = make(0, 1)
+    consume([loader], 1, epoch, limit=steps)
+    return take_state([loader])
+
+
+class TestRefusals:
+    make = staticmethod(loader_factory(corpus(40), ordering="random", max_seqs=3, seed=1))
+
+    def test_other_seed(self) -> None:
+        state = finished_state(self.make, 1, steps=3)
+        other = sl.SeqLoader(corpus(40), ordering="random", max_seqs=3, seed=2)
+        with pytest.raises(ResumeError, match="fingerprint.*seed"):
+            other.load_state_dict(state)
+
+    def test_other_data(self) -> None:
+        state = finished_state(self.make, 1, steps=3)
+        other = sl.SeqLoader(corpus(41), ordering="random", max_seqs=3, seed=1)
+        with pytest.raises(ResumeError, match="same files"):
+            other.load_state_dict(state)
+
+    @pytest.mark.parametrize(
+        ("change", "match"),
+        [
+            ({"format": "x"}, "not a seqloader loader state"),
+            ({"version": 99}, "version: got 99"),
+            ({"segment_steps": 1000}, "only 14 steps"),
+            ({"seqs_consumed": 4}, "seqs_consumed: got 4, but its position gives 9"),
+            ({"steps": 2}, "steps: got 2"),
+        ],
+    )
+    def test_broken_state(self, change: dict, match: str) -> None:
+        state = finished_state(self.make, 1, steps=3)
+        with pytest.raises(ResumeError, match=match):
+            self.make(0, 1).load_state_dict({**state, **change})
+
+    def test_mid_epoch_state_is_never_skipped_silently(self) -> None:
+        state = finished_state(self.make, 2, steps=16)  # epoch 2, step 2 of 14
+        assert (state["epoch"], state["steps"]) == (2, 2)
+        for wrong in (1, 3):
+            loader = self.make(0, 1)
+            loader.load_state_dict(state)
+            with pytest.raises(ResumeError, match=r"epoch\(2\) first"):
+                loader.epoch(wrong)
+
+    def test_finished_state_moves_on(self) -> None:
+        state = finished_state(self.make, 1)
+        assert state["epoch_complete"]
+        loader = self.make(0, 1)
+        loader.load_state_dict(state)
+        assert consume([loader], 2, 2) == consume([self.make(0, 1)], 2, 2)
+
+    def test_random_seed_offset_elastic_mid_epoch(self) -> None:
+        make = loader_factory(corpus(40), max_seqs=3, distribution="random_seed_offset")
+        loaders = [make(r, 2) for r in range(2)]
+        consume(loaders, 1, 1, limit=2)
+        state = take_state(loaders)
+        loader = make(0, 3)
+        loader.load_state_dict(state)
+        with pytest.raises(ResumeError, match="same world size"):
+            loader.epoch(1)

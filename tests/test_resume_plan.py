@@ -1,0 +1,175 @@
+"""Resume positions on the pure planner: exactly once, equal steps and exact continuation for any
+corpus, world sizes, cut points and options (hypothesis; no torch, no data read)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.errors import ResumeError
+from seqloader.plan import Planner, PlanOptions, Position, continue_plan
+from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.position import segment_plan
+
+ORDERINGS = ["default", "random", "sorted_reverse", "laplace:3", "laplace:.4", "sort_bin_shuffle:.5"]
+
+
+def real_seqs(plan: GlobalPlan, from_step: int, to_step: int) -> np.ndarray:
+    """Real sequences of global steps ``[from_step, to_step)`` (all ranks)."""
+    b = plan.batches
+    lo, hi = b.bounds[from_step * plan.world_size], b.bounds[to_step * plan.world_size]
+    return b.seqs[lo:hi][b.real[lo:hi]]
+
+
+def assert_equal_steps(plan: GlobalPlan, from_step: int) -> None:
+    counts = {len(plan.rank_share(r, from_step)) for r in range(plan.world_size)}
+    assert counts == {plan.steps - from_step}
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(0, 70))
+    lengths = np.array(draw(st.lists(st.integers(1, 30), min_size=n, max_size=n)), dtype=np.int64)
+    options = PlanOptions(
+        ordering=draw(st.sampled_from(ORDERINGS)),
+        max_seqs=draw(st.one_of(st.none(), st.integers(1, 6))),
+        max_frames=draw(st.one_of(st.none(), st.integers(30, 150))),
+        partition_epoch=draw(st.integers(1, 3)),
+        uneven=draw(st.sampled_from(["split", "pad", "drop"])),
+        seed=draw(st.integers(0, 3)),
+    )
+    epoch = draw(st.integers(1, 2 * options.partition_epoch))
+    worlds = draw(st.lists(st.integers(1, 6), min_size=1, max_size=3))
+    cut = st.one_of(st.sampled_from([0.0, 1.0]), st.floats(0, 1))
+    cuts = draw(st.lists(cut, min_size=len(worlds) - 1, max_size=len(worlds) - 1))
+    return {"lengths": lengths, "options": options, "epoch": epoch, "worlds": worlds, "cuts": cuts}
+
+
+def run_chain(planner: Planner, epoch: int, worlds: list[int], cuts: list[float]):
+    """Run ``epoch`` with ``worlds[0]`` ranks, stop at fraction ``cuts[0]`` of the rest, save the
+    position as JSON, resume with ``worlds[1]``, ... and run the last segment to the end.
+
+    Returns (consumed real sequences in order, the last plan run, every (plan, start step) run).
+    """
+    position = Position(epoch, 0, worlds[0], 0)
+    consumed: list[np.ndarray] = []
+    runs = []
+    for i, world in enumerate(worlds):
+        finished = i > 0 and position.steps == plan.steps
+        plan, position = continue_plan(planner, position, world)
+        if finished:  # a finished epoch stays finished, whatever the new world size
+            assert plan.steps == position.steps
+        runs.append((plan, position.steps))
+        assert_equal_steps(plan, position.steps)
+        stop = plan.steps
+        if i < len(cuts):
+            stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
+        consumed.append(real_seqs(plan, position.steps, stop))
+        position = position.advanced(stop - position.steps)
+        # the position survives a JSON round trip
+        position = Position.from_fields(json.loads(json.dumps(position.to_fields())))
+    return np.concatenate(consumed), plan, runs
+
+
+@settings(max_examples=120, deadline=None)
+@given(scenarios())
+def test_resume_chain_exactly_once_equal_steps(s: dict) -> None:
+    planner = Planner({"data": s["lengths"]}, s["options"])
+    order = planner.sub_epoch_order(s["epoch"])
+    consumed, last, runs = run_chain(planner, s["epoch"], s["worlds"], s["cuts"])
+    assert len(np.unique(consumed)) == len(consumed), "a sequence was consumed twice"
+    if s["options"].uneven == "drop":
+        # at most once; what is missing is exactly what the last segment's plan drops
+        assert set(consumed.tolist()) <= set(order.tolist())
+        assert len(order) - len(consumed) == last.dropped
+    else:
+        assert sorted(consumed.tolist()) == sorted(order.tolist())
+    for plan, start in runs:
+        assert plan.batches.bounds[-1] == len(plan.batches.seqs)
+        assert_equal_steps(plan, start)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_real_sequences_are_a_prefix_of_the_order(s: dict) -> None:
+    """What ``Position.seq_offset`` relies on: a plan's real sequences are its part of the order,
+    in order (fillers and the re-split tail included), from any start."""
+    planner = Planner({"data": s["lengths"]}, s["options"])
+    order = planner.sub_epoch_order(s["epoch"])
+    start = int(s["cuts"][0] * len(order)) if s["cuts"] else 0
+    for world in s["worlds"]:
+        plan = planner.global_plan(s["epoch"], world, start)
+        real = real_seqs(plan, 0, plan.steps)
+        np.testing.assert_array_equal(real, order[start : start + len(real)])
+        if s["options"].uneven != "drop":
+            assert start + len(real) == len(order)
+
+
+@settings(max_examples=60, deadline=None)
+@given(scenarios())
+def test_same_world_size_continues_the_uninterrupted_plan(s: dict) -> None:
+    planner = Planner({"data": s["lengths"]}, s["options"])
+    world = s["worlds"][0]
+    full = planner.global_plan(s["epoch"], world)
+    k = int((s["cuts"][0] if s["cuts"] else 0.5) * full.steps)
+    plan, position = continue_plan(planner, Position(s["epoch"], 0, world, k), world)
+    for r in range(world):
+        a, b = full.rank_share(r, k), plan.rank_share(r, position.steps)
+        np.testing.assert_array_equal(a.seqs, b.seqs)
+        np.testing.assert_array_equal(a.bounds, b.bounds)
+        np.testing.assert_array_equal(a.real, b.real)
+
+
+def test_finished_drop_segment_stays_finished_with_another_world_size() -> None:
+    """11 sequences in batches of 3 over 3 ranks: ``drop`` leaves out the last batch (2 seqs).
+    Resuming the finished epoch with 1 rank must not bring them back."""
+    planner = Planner({"data": np.full(11, 5)}, PlanOptions(max_seqs=3, uneven="drop"))
+    full = planner.global_plan(1, 3)
+    assert (full.steps, full.dropped) == (1, 2)
+    plan, position = continue_plan(planner, Position(1, 0, 3, full.steps), 1)
+    assert len(plan.rank_share(0, position.steps)) == 0
+    # and again, from the position the loader would save after that
+    plan, position = continue_plan(planner, position, 2)
+    assert [len(plan.rank_share(r, position.steps)) for r in range(2)] == [0, 0]
+
+
+def test_random_seed_offset_resumes_only_with_the_same_world_size_mid_epoch() -> None:
+    planner = Planner(
+        {"data": np.arange(1, 30)}, PlanOptions(max_seqs=2, distribution="random_seed_offset")
+    )
+    full = planner.global_plan(1, 2)
+    plan, position = continue_plan(planner, Position(1, 0, 2, 3), 2)
+    np.testing.assert_array_equal(plan.rank_share(1, 3).seqs, full.rank_share(1, 3).seqs)
+    with pytest.raises(ResumeError, match="random_seed_offset"):
+        continue_plan(planner, Position(1, 0, 2, 3), 3)
+    plan, position = continue_plan(planner, Position(1, 0, 2, full.steps), 3)  # finished: fine
+    assert [len(plan.rank_share(r, position.steps)) for r in range(3)] == [0, 0, 0]
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"segment_steps": 99}, "only 3 steps"),
+        ({"segment_start": 50}, "only 29 sequences"),
+        ({"segment_world_size": 0}, "segment_world_size: got 0"),
+        ({"prior_steps": -1}, "prior_steps: got -1"),
+        ({"segment_steps": "2"}, "segment_steps: got '2'"),
+        ({"epoch": True}, "epoch: got True"),
+    ],
+)
+def test_impossible_positions_are_refused(fields: dict, match: str) -> None:
+    planner = Planner({"data": np.arange(1, 30)}, PlanOptions(max_seqs=5))
+    good = Position(1, 0, 2, 1).to_fields()
+    with pytest.raises(ResumeError, match=match):
+        segment_plan(planner, Position.from_fields({**good, **fields}))
+
+
+def test_missing_position_field_is_named() -> None:
+    fields = Position(1, 0, 2, 1).to_fields()
+    del fields["prior_steps"]
+    with pytest.raises(ResumeError, match="prior_steps"):
+        Position.from_fields(fields)
