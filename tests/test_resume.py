@@ -57,10 +57,10 @@ def consume(
         iters = [ld.epoch(epoch) for ld in loaders]
         while True:
             if limit is not None and len(out) == limit:
-                if enter_next_epoch and epoch < last_epoch:
-                    if loaders[0].state_dict()["epoch_complete"]:
-                        for ld in loaders:
-                            ld.epoch(epoch + 1)
+                at_end = loaders[0].state_dict()["epoch_complete"]
+                if enter_next_epoch and epoch < last_epoch and at_end:
+                    for ld in loaders:
+                        ld.epoch(epoch + 1)
                 return out
             got = [next(it, None) for it in iters]
             if all(b is None for b in got):
@@ -259,7 +259,9 @@ def test_prefetched_batches_are_not_consumed(tmp_path: Path, workers: int, resum
     src = ReadLog(corpus(60, seed=1), log)
     options = {"ordering": "random", "max_seqs": 1, "seed": 5}
     reference = consume([sl.SeqLoader(src.source, rank=0, world_size=1, **options)], 1, 1)
-    loader = sl.SeqLoader(src, rank=0, world_size=1, num_workers=workers, prefetch_factor=2, **options)
+    loader = sl.SeqLoader(
+        src, rank=0, world_size=1, num_workers=workers, prefetch_factor=2, **options
+    )
     k = 7
     head = consume([loader], 1, 1, limit=k)
     deadline = time.monotonic() + 60  # wait for the read-ahead to happen (a condition, not timing)
@@ -309,7 +311,7 @@ class TestRefusals:
     def test_other_seed(self) -> None:
         state = finished_state(self.make, 1, steps=3)
         other = sl.SeqLoader(corpus(40), ordering="random", max_seqs=3, seed=2)
-        with pytest.raises(ResumeError, match="fingerprint.*seed"):
+        with pytest.raises(ResumeError, match=r"fingerprint.*seed"):
             other.load_state_dict(state)
 
     def test_other_data(self) -> None:

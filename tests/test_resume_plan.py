@@ -15,7 +15,14 @@ from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.position import segment_plan
 
-ORDERINGS = ["default", "random", "sorted_reverse", "laplace:3", "laplace:.4", "sort_bin_shuffle:.5"]
+ORDERINGS = [
+    "default",
+    "random",
+    "sorted_reverse",
+    "laplace:3",
+    "laplace:.4",
+    "sort_bin_shuffle:.5",
+]
 
 
 def real_seqs(plan: GlobalPlan, from_step: int, to_step: int) -> np.ndarray:
@@ -57,9 +64,9 @@ def run_chain(planner: Planner, epoch: int, worlds: list[int], cuts: list[float]
     """
     position = Position(epoch, 0, worlds[0], 0)
     consumed: list[np.ndarray] = []
-    runs = []
+    runs: list[tuple[GlobalPlan, int]] = []
     for i, world in enumerate(worlds):
-        finished = i > 0 and position.steps == plan.steps
+        finished = bool(runs) and position.steps == runs[-1][0].steps
         plan, position = continue_plan(planner, position, world)
         if finished:  # a finished epoch stays finished, whatever the new world size
             assert plan.steps == position.steps
