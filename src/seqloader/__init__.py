@@ -16,7 +16,16 @@ from seqloader.errors import (
 )
 from seqloader.features import LogMel
 from seqloader.plan import Ordering, Planner, PlanOptions, Topology
-from seqloader.sources import AudioOptions, AudioSource, KeySpec, MemorySource, Source
+from seqloader.sources import (
+    AudioOptions,
+    AudioSource,
+    HDFSource,
+    KeySpec,
+    MemorySource,
+    Source,
+    convert_contiguous,
+    write_hdf,
+)
 from seqloader.torch import Batch, EpochReport, SeqLoader, WorkerOptions
 from seqloader.vocab import SentencePieceVocab, TokenVocab, Vocabulary
 
@@ -29,6 +38,7 @@ __all__ = [
     "DataError",
     "DistributedMismatchError",
     "EpochReport",
+    "HDFSource",
     "KeySpec",
     "LogMel",
     "MemorySource",
@@ -49,4 +59,6 @@ __all__ = [
     "WorkerError",
     "WorkerOptions",
     "__version__",
+    "convert_contiguous",
+    "write_hdf",
 ]

@@ -2,14 +2,19 @@
 
 from seqloader.sources.audio import AudioOptions, AudioSource
 from seqloader.sources.base import KeySpec, Schema, Source, default_length_key
+from seqloader.sources.hdf import HDFSource
+from seqloader.sources.hdf_write import convert_contiguous, write_hdf
 from seqloader.sources.memory import MemorySource
 
 __all__ = [
     "AudioOptions",
     "AudioSource",
+    "HDFSource",
     "KeySpec",
     "MemorySource",
     "Schema",
     "Source",
+    "convert_contiguous",
     "default_length_key",
+    "write_hdf",
 ]

@@ -1,0 +1,254 @@
+"""``HDFSource``: RETURNN-format HDF files as a random-access ``Source``.
+
+Opening reads only ``seqLengths``, ``seqTags`` and dataset shapes (in the main process), then closes
+the files: planning never touches sequence data. Each process that reads opens the files itself,
+lazily, and notices a fork by its pid, so a DataLoader worker never uses an h5py handle it inherited;
+pickling drops handles, so the source also travels into spawn workers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from seqloader.errors import DataError, SeqLoaderError
+from seqloader.sources.base import KeySpec, Schema, fingerprint_of
+from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
+from seqloader.sources.hdf_read import OpenFile
+
+log = logging.getLogger("seqloader")
+
+PathLike = str | os.PathLike
+
+# Handles inherited through fork: kept referenced so that this process never closes (or otherwise
+# touches) the parent's HDF5 objects.
+_INHERITED: list[OpenFile] = []
+
+
+class HDFSource:
+    """One or more RETURNN HDF files, concatenated in the given order.
+
+    Keys are those of the first file (``data`` for ``inputs``, then the target keys); later files
+    must have them all (extra keys are dropped, as RETURNN does). String targets cannot be batched
+    into tensors and are left out (see ``skipped_keys``). ``keys`` selects a subset. With
+    ``use_mmap`` (default) contiguous datasets are memory-mapped; ``use_mmap=False`` reads everything
+    through h5py (same bytes, slower).
+    """
+
+    def __init__(
+        self,
+        paths: PathLike | Sequence[PathLike],
+        *,
+        keys: Sequence[str] | None = None,
+        use_mmap: bool = True,
+    ) -> None:
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        self._paths = tuple(os.fspath(p) for p in paths)
+        if not self._paths:
+            raise DataError("HDFSource: no files given; expected one path or a list of paths")
+        self._use_mmap = bool(use_mmap)
+        layouts = [
+            read_layout(p, _position(i, len(self._paths))) for i, p in enumerate(self._paths)
+        ]
+        self._schema, self._skipped = _merge_schema(layouts, keys, self._paths)
+        self._datasets = [{k: lay.datasets[k] for k in self._schema} for lay in layouts]
+        self._starts = [{k: lay.starts[k] for k in self._schema} for lay in layouts]
+        counts = np.array([lay.num_seqs for lay in layouts], dtype=np.int64)
+        self._file_start = np.zeros(len(layouts) + 1, dtype=np.int64)  # [F + 1]
+        np.cumsum(counts, out=self._file_start[1:])
+        self._bounds: list[int] = self._file_start.tolist()  # for bisect: faster than numpy here
+        self._lengths = {
+            k: np.concatenate([np.diff(s[k]) for s in self._starts]) for k in self._schema
+        }
+        self._tags = PackedTags.concat([lay.tags for lay in layouts])
+        self._fingerprint: str | None = None
+        self._pid: int | None = None
+        self._open: list[OpenFile | None] = []
+
+    # ---- what planning needs (no data read) ----
+    def __len__(self) -> int:
+        return int(self._file_start[-1])
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        return self._paths
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self._schema)
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    @property
+    def skipped_keys(self) -> dict[str, str]:
+        """Keys present in the files but not readable here, with the reason."""
+        return dict(self._skipped)
+
+    def lengths(self, key: str) -> np.ndarray:
+        if key not in self._lengths:
+            raise KeyError(f"key {key!r} is not in {self!r}; keys: {list(self._schema)}")
+        return self._lengths[key]
+
+    @property
+    def tags(self) -> Sequence[str]:
+        return self._tags
+
+    def tag(self, index: int) -> str:
+        return self._tags[index]
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint_of(self._tags, self._lengths, self._schema, "hdf")
+        return self._fingerprint
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(file number, sequence number within that file) of global sequence ``index``."""
+        bounds = self._bounds
+        if not 0 <= index < bounds[-1]:
+            raise IndexError(
+                f"sequence index {index} out of range for {bounds[-1]} sequences in {self!r}"
+            )
+        f = bisect.bisect_right(bounds, index) - 1
+        return f, index - bounds[f]
+
+    # ---- reading (in the process that reads) ----
+    def read(self, index: int) -> dict[str, np.ndarray]:
+        index = int(index)
+        f, j = self.locate(index)
+        try:
+            return self._file(f).read(self._starts[f], j)
+        except SeqLoaderError:
+            raise
+        except Exception as e:
+            raise self._read_error(index, e) from e
+
+    def read_many(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, np.ndarray]]:
+        """Like ``[read(i) for i in indices]``, with as few HDF5 calls as the layout allows."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+            bad = int(idx[(idx < 0) | (idx >= len(self))][0])
+            self.locate(bad)  # raises IndexError naming it
+        out: list[dict[str, np.ndarray] | None] = [None] * len(idx)
+        files = np.searchsorted(self._file_start, idx, side="right") - 1
+        for f in np.unique(files):
+            pos = np.flatnonzero(files == f)
+            local = idx[pos] - self._file_start[f]
+            try:
+                seqs = self._file(int(f)).read_many(self._starts[f], local)
+            except SeqLoaderError:
+                raise
+            except Exception:
+                # find and name the sequence that fails; read() raises the named error
+                seqs = [self.read(int(i)) for i in idx[pos]]
+            for p, s in zip(pos, seqs):
+                out[p] = s
+        return out  # type: ignore[return-value]
+
+    def _file(self, f: int) -> OpenFile:
+        pid = os.getpid()
+        if self._pid != pid:
+            # After a fork the inherited handles belong to the parent: never touch them (no read,
+            # no close); this process opens its own.
+            _INHERITED.extend(o for o in self._open if o is not None)
+            self._open = [None] * len(self._paths)
+            self._pid = pid
+        opened = self._open[f]
+        if opened is None:
+            opened = OpenFile(self._paths[f], self._datasets[f], self._use_mmap)
+            self._open[f] = opened
+        return opened
+
+    def _read_error(self, index: int, e: Exception) -> DataError:
+        f, j = self.locate(index)
+        return DataError(
+            f"reading sequence {index} (tag {self.tag(index)!r}; sequence {j} of file "
+            f"{self._paths[f]!r}) failed: {type(e).__name__}: {e}. The file may be damaged, moved "
+            "or changed since the source was opened; check it with h5py or re-create it."
+        )
+
+    def mapped_keys(self) -> dict[str, tuple[str, ...]]:
+        """Per file, the keys read through mmap in this process (opens the files)."""
+        return {p: self._file(f).mapped_keys for f, p in enumerate(self._paths)}
+
+    def close(self) -> None:
+        """Close this process's handles (they reopen on the next read)."""
+        opened_here = [o for o in self._open if o is not None]
+        if self._pid == os.getpid():
+            for opened in opened_here:
+                opened.close()
+        else:
+            _INHERITED.extend(opened_here)
+        self._open = [None] * len(self._paths)
+
+    def __enter__(self) -> HDFSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_open"] = []
+        state["_pid"] = None
+        return state
+
+    def __repr__(self) -> str:
+        names = [Path(p).name for p in self._paths]
+        files = names[0] if len(names) == 1 else f"{len(names)} files: {', '.join(names[:3])}"
+        if len(names) > 3:
+            files += ", ..."
+        keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
+        return f"HDFSource({files}; {len(self)} seqs; {keys})"
+
+
+def _position(i: int, n: int) -> str:
+    return f" (file {i + 1} of {n})" if n > 1 else ""
+
+
+def _merge_schema(
+    layouts: list[FileLayout], keys: Sequence[str] | None, paths: tuple[str, ...]
+) -> tuple[dict[str, KeySpec], dict[str, str]]:
+    """The first file decides the keys; later ones must hold them with the same spec."""
+    first = layouts[0]
+    skipped = dict(first.skipped)
+    if keys is None:
+        wanted = list(first.schema)
+    else:
+        wanted = list(keys)
+        for k in wanted:
+            if k not in first.schema:
+                why = f" ({skipped[k]})" if k in skipped else ""
+                raise DataError(
+                    f"HDFSource: key {k!r}{why} is not readable in {paths[0]!r}; "
+                    f"readable keys: {list(first.schema)}"
+                )
+    schema = {k: first.schema[k] for k in wanted}
+    for i, lay in enumerate(layouts[1:], start=1):
+        where = f"{lay.path!r}{_position(i, len(layouts))}"
+        missing = [k for k in schema if k not in lay.schema]
+        if missing:
+            raise DataError(
+                f"HDF file {where} lacks key(s) {missing} that the first file {paths[0]!r} has; "
+                "later files must hold every key of the first (extra keys are dropped). Fix: put "
+                "the file with the fewest keys first, or select common keys with keys=[...]."
+            )
+        for k, spec in schema.items():
+            other = lay.schema[k]
+            if other != spec:
+                raise DataError(
+                    f"HDF file {where}: key {k!r} is {other.describe()}, but in the first file "
+                    f"{paths[0]!r} it is {spec.describe()}; all files must agree on dtype, "
+                    "feature shape and vocabulary"
+                )
+        extra = sorted(set(lay.schema) - set(schema))
+        if extra and keys is None:
+            log.info("seqloader: %s: dropping key(s) %s not in the first file", where, extra)
+    return schema, skipped

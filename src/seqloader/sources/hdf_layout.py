@@ -1,0 +1,286 @@
+"""Reading what a RETURNN HDF file holds, at open time: keys, schema, per-sequence offsets, tags.
+
+Follows RETURNN's ``HDFDataset.add_file`` (see docs/returnn-hdf-format): seqLengths column 0 is
+``inputs`` (key ``data``) when present, then one column per target key in
+``sorted(targets/data keys | targets/size attributes)``; without a ``targets`` group there is one
+dummy ``classes`` column. Nothing here reads sequence data, only ``seqLengths``, ``seqTags`` and
+dataset shapes, so opening a large corpus stays cheap.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import h5py
+import numpy as np
+
+from seqloader.errors import DataError
+from seqloader.sources.base import KeySpec
+
+INPUTS = "inputs"
+SEQ_LENGTHS = "seqLengths"
+SEQ_TAGS = "seqTags"
+TARGETS = "targets"
+DUMMY_TARGET = "classes"  # RETURNN's placeholder column when there is no ``targets`` group
+
+
+@dataclass(frozen=True)
+class FileLayout:
+    """One file's keys and offsets. ``starts[key]`` is int64 ``[n + 1]``: sequence j of ``key``
+    spans rows ``[starts[key][j], starts[key][j + 1])`` of dataset ``datasets[key]``."""
+
+    path: str
+    num_seqs: int
+    schema: dict[str, KeySpec]
+    datasets: dict[str, str]  # key -> HDF path ("inputs" or "targets/data/<key>")
+    starts: dict[str, np.ndarray]
+    tags: PackedTags
+    skipped: dict[str, str]  # key -> why it cannot be read (string data, no data)
+
+
+def describe_file(path: str, position: str = "") -> str:
+    """``'x.hdf'`` or ``'x.hdf' (file 2 of 3)`` for messages."""
+    return f"{path!r}{position}"
+
+
+def open_h5(path: str, position: str = "") -> h5py.File:
+    """Open read-only, turning "missing", "not HDF5" and "truncated" into ``DataError``s."""
+    where = describe_file(path, position)
+    if not os.path.exists(path):
+        raise DataError(f"HDF file {where} does not exist; check the path (cwd: {os.getcwd()!r})")
+    if os.path.isdir(path):
+        raise DataError(f"HDF file {where} is a directory; expected a RETURNN .hdf file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        kind = "not an HDF5 file" if not h5py.is_hdf5(path) else "a damaged HDF5 file"
+        raise DataError(
+            f"HDF file {where} is {kind} (truncated or overwritten?): {e}. "
+            "Fix: re-create or re-copy the file."
+        ) from e
+
+
+def read_layout(path: str, position: str = "") -> FileLayout:
+    """The layout of one RETURNN HDF file (opens and closes it)."""
+    with open_h5(path, position) as f:
+        return _layout(f, path, describe_file(path, position))
+
+
+def _layout(f: h5py.File, path: str, where: str) -> FileLayout:
+    if SEQ_LENGTHS not in f:
+        raise DataError(
+            f"HDF file {where} has no {SEQ_LENGTHS!r} dataset, so it is not in RETURNN's HDF "
+            f"format (top-level entries: {sorted(f.keys())}). Fix: write it with RETURNN's "
+            "SimpleHDFWriter/HDFDatasetWriter or seqloader.write_hdf."
+        )
+    has_inputs = INPUTS in f
+    target_keys = _target_keys(f)
+    column_keys = (["data"] if has_inputs else []) + target_keys
+    seq_lengths = _seq_lengths(f, where, len(column_keys), column_keys)
+    num_seqs = seq_lengths.shape[0]
+
+    schema: dict[str, KeySpec] = {}
+    datasets: dict[str, str] = {}
+    starts: dict[str, np.ndarray] = {}
+    skipped: dict[str, str] = {}
+    size_attrs = f[f"{TARGETS}/size"].attrs if f"{TARGETS}/size" in f else {}
+    for col, key in enumerate(column_keys):
+        if key == "data":
+            h5_path = INPUTS
+        elif TARGETS not in f:
+            continue  # the dummy "classes" column: no data behind it
+        else:
+            h5_path = f"{TARGETS}/data/{key}"
+        if h5_path not in f:
+            skipped[key] = "named in targets/size but has no targets/data dataset"
+            continue
+        dset = f[h5_path]
+        if not isinstance(dset, h5py.Dataset) or dset.ndim == 0:
+            raise DataError(
+                f"HDF file {where}: {h5_path!r} is not an array with a time axis first "
+                f"(got {dset!r}); expected [total_frames, ...]"
+            )
+        if h5py.check_string_dtype(dset.dtype) is not None or dset.dtype.kind not in "biuf":
+            skipped[key] = f"holds {dset.dtype} (strings/objects cannot be batched into tensors)"
+            continue
+        if key == "data":
+            spec = _inputs_spec(f, dset)
+        else:
+            spec = _target_spec(key, dset, size_attrs.get(key), where)
+        column = seq_lengths[:, col]
+        total = int(column.sum())
+        if total != dset.shape[0]:
+            raise DataError(
+                f"HDF file {where}: seqLengths column {col} (key {key!r}) sums to {total} frames, "
+                f"but {h5_path!r} has {dset.shape[0]}; the file is inconsistent (partly written?). "
+                "Fix: re-create the file."
+            )
+        begin = np.zeros(num_seqs + 1, dtype=np.int64)
+        np.cumsum(column, dtype=np.int64, out=begin[1:])
+        schema[key], datasets[key], starts[key] = spec, h5_path, begin
+    if not schema:
+        raise DataError(
+            f"HDF file {where} holds no readable data (no 'inputs', no numeric targets/data; "
+            f"skipped: {skipped}); expected RETURNN's HDF format"
+        )
+    tags = _tags(f, where, num_seqs)
+    return FileLayout(path, num_seqs, schema, datasets, starts, tags, skipped)
+
+
+def _target_keys(f: h5py.File) -> list[str]:
+    if TARGETS not in f:
+        return [DUMMY_TARGET]
+    keys: set[str] = set()
+    if f"{TARGETS}/data" in f:
+        keys |= set(f[f"{TARGETS}/data"].keys())
+    if f"{TARGETS}/size" in f:
+        keys |= set(f[f"{TARGETS}/size"].attrs.keys())
+    return sorted(keys)
+
+
+def _seq_lengths(f: h5py.File, where: str, n_cols: int, column_keys: list[str]) -> np.ndarray:
+    lengths = np.asarray(f[SEQ_LENGTHS][()])
+    if lengths.ndim == 1:  # very old files: one length for every key
+        lengths = np.repeat(lengths[:, None], n_cols, axis=1)
+    if lengths.ndim != 2 or lengths.shape[1] != n_cols:
+        raise DataError(
+            f"HDF file {where}: seqLengths has shape {list(lengths.shape)}, expected "
+            f"[num_seqs, {n_cols}] (columns: {column_keys}); the file does not follow RETURNN's "
+            "HDF layout"
+        )
+    if not np.issubdtype(lengths.dtype, np.integer):
+        raise DataError(f"HDF file {where}: seqLengths has dtype {lengths.dtype}, expected ints")
+    if lengths.size and lengths.min() < 0:
+        row = int(np.argwhere(lengths < 0)[0][0])
+        raise DataError(f"HDF file {where}: seqLengths row {row} is negative: {lengths[row]}")
+    return lengths.astype(np.int64, copy=False)
+
+
+def _inputs_spec(f: h5py.File, dset: h5py.Dataset) -> KeySpec:
+    """RETURNN: 1-D inputs have vocabulary ``inputPattSize``; sparse iff also integer."""
+    dtype = np.dtype(dset.dtype)
+    sparse = dset.ndim == 1 and dtype.kind in "iu"
+    vocab = None
+    if sparse and "inputPattSize" in f.attrs:
+        vocab = int(np.asarray(f.attrs["inputPattSize"]).reshape(-1)[0])
+    return KeySpec(dtype, tuple(dset.shape[1:]), sparse, vocab)
+
+
+def _target_spec(key: str, dset: h5py.Dataset, size: object, where: str) -> KeySpec:
+    """RETURNN: ``targets/size`` is a scalar dim (ndim = data's ndim) or ``[dim, ndim]``."""
+    dtype = np.dtype(dset.dtype)
+    if size is None:
+        ndim = dset.ndim
+        dim = 1 if ndim == 1 else int(dset.shape[-1])
+    else:
+        arr = np.asarray(size)
+        if arr.ndim == 0:
+            dim, ndim = int(arr), dset.ndim
+        elif arr.shape == (2,):
+            dim, ndim = int(arr[0]), int(arr[1])
+        else:
+            raise DataError(
+                f"HDF file {where}: targets/size attribute {key!r} is {arr.tolist()}, expected a "
+                "scalar dim or [dim, ndim]"
+            )
+    sparse = dtype.kind in "iu" and ndim <= 1
+    return KeySpec(dtype, tuple(dset.shape[1:]), sparse, dim if sparse else None)
+
+
+def _tags(f: h5py.File, where: str, num_seqs: int) -> PackedTags:
+    if SEQ_TAGS not in f:
+        raise DataError(
+            f"HDF file {where} has no {SEQ_TAGS!r} dataset; every RETURNN HDF file names its "
+            "sequences. Fix: re-create the file with tags."
+        )
+    raw = f[SEQ_TAGS][()]
+    tags = PackedTags.from_array(np.asarray(raw).reshape(-1))
+    if len(tags) != num_seqs:
+        raise DataError(
+            f"HDF file {where}: seqTags has {len(tags)} tags but seqLengths has {num_seqs} "
+            "sequences; expected one tag per sequence (partly written file?)"
+        )
+    return tags
+
+
+class PackedTags(Sequence[str]):
+    """Sequence tags as one byte buffer plus offsets: ~(len + 8) bytes per tag instead of a Python
+    ``str`` each, so 10M tags stay small and copy-on-write friendly in forked workers. Tags are
+    decoded (utf-8) on access; a tag ends at its first NUL byte, as RETURNN reads them."""
+
+    __slots__ = ("_buf", "_off")
+
+    def __init__(self, buffer: np.ndarray, offsets: np.ndarray) -> None:
+        self._buf = np.ascontiguousarray(buffer, dtype=np.uint8)  # [total bytes]
+        self._off = np.ascontiguousarray(offsets, dtype=np.int64)  # [n + 1]
+
+    @classmethod
+    def from_array(cls, values: np.ndarray) -> PackedTags:
+        """From what h5py returns: fixed-length ``S<n>`` or an object array of bytes/str."""
+        if values.dtype.kind == "S":
+            width = max(values.dtype.itemsize, 1)
+            chars = np.ascontiguousarray(values).view(np.uint8).reshape(len(values), width)
+            step = max(1, (1 << 24) // width)  # rows per block: bounds the temporary masks
+            lens, bufs = [], []
+            for a in range(0, len(values), step):
+                block = chars[a : a + step]  # [rows, width]
+                keep = ~np.logical_or.accumulate(block == 0, axis=1)  # before the first NUL
+                lens.append(keep.sum(axis=1))
+                bufs.append(block[keep])
+            lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
+            buf = np.concatenate(bufs) if bufs else np.zeros(0, np.uint8)
+        else:
+            items = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values]
+            items = [v.split(b"\0", 1)[0] for v in items]
+            lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+            buf = np.frombuffer(b"".join(items), dtype=np.uint8)
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return cls(buf, offsets)
+
+    @classmethod
+    def from_strings(cls, tags: Sequence[str]) -> PackedTags:
+        return cls.from_array(np.array([t.encode("utf-8", "surrogateescape") for t in tags], "O"))
+
+    @classmethod
+    def concat(cls, parts: Sequence[PackedTags]) -> PackedTags:
+        if not parts:
+            return cls(np.zeros(0, np.uint8), np.zeros(1, np.int64))
+        bufs, offs, base = [], [np.zeros(1, np.int64)], 0
+        for p in parts:
+            bufs.append(p._buf)
+            offs.append(p._off[1:] + base)
+            base += len(p._buf)
+        return cls(np.concatenate(bufs), np.concatenate(offs))
+
+    def __len__(self) -> int:
+        return len(self._off) - 1
+
+    def raw(self, index: int) -> bytes:
+        return self._buf[self._off[index] : self._off[index + 1]].tobytes()
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        n = len(self)
+        i = int(index)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"tag index {index} out of range for {n} sequences")
+        return self.raw(i).decode("utf-8", "surrogateescape")
+
+    def __iter__(self) -> Iterator[str]:
+        data = self._buf.tobytes()
+        off = self._off.tolist()
+        for a, b in itertools.pairwise(off):
+            yield data[a:b].decode("utf-8", "surrogateescape")
+
+    def max_bytes(self) -> int:
+        return int(np.diff(self._off).max()) if len(self) else 0
+
+    def __repr__(self) -> str:
+        return f"PackedTags({len(self)} tags, {len(self._buf)} bytes)"

@@ -1,0 +1,177 @@
+"""Reading sequence rows out of one open HDF file, in the process that reads.
+
+Two ways, same bytes:
+- contiguous, unfiltered numeric datasets are memory-mapped (h5py gives the byte offset), so a
+  sequence is a numpy slice of the page cache, no HDF5 call at all;
+- anything else (chunked, compressed, big-endian, enums) goes through h5py. For a batch, spans are
+  sorted and neighbouring ones merged into one read when that at most doubles the rows read, so a
+  nearly contiguous batch costs one HDF5 call instead of one per sequence, and chunks shared by
+  neighbouring sequences are decoded once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+from collections.abc import Mapping, Sequence
+
+import h5py
+import numpy as np
+
+
+class RowReader:
+    """Reads row ranges of one dataset. Results are fresh, writable arrays (callers may transform
+    them in place), with the dataset's dtype and shape ``[rows, *feature_shape]``."""
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def spans(self, begin: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
+        """Rows ``[begin[j], end[j])`` for every j, in the given order (duplicates allowed)."""
+        return [self.rows(int(a), int(b)) for a, b in zip(begin, end)]
+
+
+class MappedRows(RowReader):
+    """A contiguous dataset viewed through an mmap of the file."""
+
+    def __init__(self, array: np.ndarray) -> None:
+        self.array = array  # read-only view [total_rows, *feat] into the mmap
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        return np.array(self.array[a:b])
+
+
+class H5Rows(RowReader):
+    """Any dataset, through h5py."""
+
+    def __init__(self, dset: h5py.Dataset) -> None:
+        self.dset = dset
+        self.feature_shape = tuple(dset.shape[1:])
+        self.dtype = dset.dtype
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        # plain slicing takes h5py's fast path: measured 3-4x faster than read_direct or
+        # low-level reads with hand-made dataspaces for one hyperslab
+        if b <= a:
+            return np.empty((0, *self.feature_shape), dtype=self.dtype)
+        return self.dset[a:b]
+
+    def spans(self, begin: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
+        out = [self.rows(0, 0) for _ in range(len(begin))]  # empty spans need no read
+        nonempty = np.flatnonzero(end > begin)
+        order = nonempty[np.argsort(begin[nonempty], kind="stable")]
+        for run in merge_runs(begin[order], end[order]):
+            lo, hi = int(begin[order[run[0]]]), int(end[order[run]].max())
+            buf = self.rows(lo, hi)
+            seen: set[tuple[int, int]] = set()
+            for i in order[run].tolist():
+                a, b = int(begin[i]) - lo, int(end[i]) - lo
+                # views of one buffer; a repeated span gets its own copy so that transforming
+                # one sequence in place never changes another
+                out[i] = buf[a:b].copy() if (a, b) in seen else buf[a:b]
+                seen.add((a, b))
+        return out
+
+
+def merge_runs(begin: np.ndarray, end: np.ndarray) -> list[list[int]]:
+    """Group spans (sorted by begin, non-empty) into runs read with one call each. A span joins
+    the current run only if the run then still uses at least half of the rows it covers, so a
+    merged read never reads more than twice the useful rows; returns positions into the input."""
+    runs: list[list[int]] = []
+    lo = hi = useful = 0
+    for j in range(len(begin)):
+        a, b = int(begin[j]), int(end[j])
+        if runs:
+            new_hi = max(hi, b)
+            new_useful = useful + max(0, b - max(a, hi))
+            if new_hi - lo <= 2 * new_useful:
+                runs[-1].append(j)
+                hi, useful = new_hi, new_useful
+                continue
+        runs.append([j])
+        lo, hi, useful = a, b, b - a
+    return runs
+
+
+def mappable(dset: h5py.Dataset) -> bool:
+    """Whether the dataset's bytes lie in the file exactly as numpy expects them."""
+    if dset.ndim == 0 or dset.size == 0:
+        return False
+    plist = dset.id.get_create_plist()
+    if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_nfilters() != 0:
+        return False
+    if plist.get_external_count() != 0:
+        return False
+    tid = dset.id.get_type()
+    if tid.get_class() not in (h5py.h5t.INTEGER, h5py.h5t.FLOAT):
+        return False
+    dtype = np.dtype(dset.dtype)
+    return tid.get_size() == dtype.itemsize and np.dtype(tid.dtype) == dtype
+
+
+class OpenFile:
+    """One HDF file opened in this process, with a reader per key."""
+
+    def __init__(self, path: str, datasets: Mapping[str, str], use_mmap: bool) -> None:
+        self.path = path
+        self.h5 = h5py.File(path, "r")
+        self._raw = None
+        self._mmap: mmap.mmap | None = None
+        self.readers: dict[str, RowReader] = {}
+        try:
+            for key, h5_path in datasets.items():
+                self.readers[key] = self._reader(self.h5[h5_path], use_mmap)
+        except BaseException:
+            self.close()
+            raise
+
+    def _reader(self, dset: h5py.Dataset, use_mmap: bool) -> RowReader:
+        if use_mmap and mappable(dset):
+            offset = dset.id.get_offset()
+            nbytes = dset.size * dset.dtype.itemsize
+            mm = self._map()
+            if offset is not None and offset + nbytes <= len(mm):
+                array = np.ndarray(dset.shape, dset.dtype, buffer=mm, offset=offset)
+                return MappedRows(array)
+        return H5Rows(dset)
+
+    def _map(self) -> mmap.mmap:
+        if self._mmap is None:
+            self._raw = open(self.path, "rb")  # noqa: SIM115 (lives as long as this object)
+            self._mmap = mmap.mmap(self._raw.fileno(), 0, access=mmap.ACCESS_READ)
+        return self._mmap
+
+    @property
+    def mapped_keys(self) -> tuple[str, ...]:
+        return tuple(k for k, r in self.readers.items() if isinstance(r, MappedRows))
+
+    def read(self, starts: Mapping[str, np.ndarray], j: int) -> dict[str, np.ndarray]:
+        return {
+            key: reader.rows(int(starts[key][j]), int(starts[key][j + 1]))
+            for key, reader in self.readers.items()
+        }
+
+    def read_many(
+        self, starts: Mapping[str, np.ndarray], local: Sequence[int] | np.ndarray
+    ) -> list[dict[str, np.ndarray]]:
+        local = np.asarray(local, dtype=np.int64)
+        out: list[dict[str, np.ndarray]] = [{} for _ in range(len(local))]
+        for key, reader in self.readers.items():
+            s = starts[key]
+            for d, arr in zip(out, reader.spans(s[local], s[local + 1])):
+                d[key] = arr
+        return out
+
+    def close(self) -> None:
+        self.readers = {}
+        if self._mmap is not None:
+            # a caller may still hold a view: then the GC unmaps it later
+            with contextlib.suppress(BufferError):
+                self._mmap.close()
+            self._mmap = None
+        if self._raw is not None:
+            self._raw.close()
+            self._raw = None
+        if self.h5 is not None:
+            self.h5.close()
+            self.h5 = None  # type: ignore[assignment]
