@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 from torch.utils.data import DataLoader
 
+from seqloader.checks import BatchChecks, CheckOptions, check_source
 from seqloader.errors import OptionError, ResumeError
 from seqloader.loading.execute import Transform
 from seqloader.plan.distribute import GlobalPlan
@@ -19,11 +20,13 @@ from seqloader.plan.planner import Planner
 from seqloader.plan.position import Position, continue_plan, is_finished, segment_plan
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import Source
+from seqloader.torch.audit import EpochAuditor, audit_policy
 from seqloader.torch.batch import Batch
 from seqloader.torch.dataset import PlannedBatches, PlanSampler
 from seqloader.torch.distributed import check_same_plan
 from seqloader.torch.report import EpochMeter, EpochReport
 from seqloader.torch.topology import detect
+from seqloader.torch.workers import EpochWatch, workers_alive
 
 log = logging.getLogger("seqloader")
 
@@ -80,6 +83,8 @@ class SeqLoader:
         rank: int | None = None,
         world_size: int | None = None,
         transform: Transform | None = None,
+        checks: CheckOptions | None = None,
+        audit: bool | str = False,
         **options: object,
     ) -> None:
         unknown = set(options) - _PLAN_FIELDS - _WORKER_FIELDS
@@ -106,6 +111,10 @@ class SeqLoader:
         )
         self.length_key = self.planner.length_key
         self._fingerprint = self.planner.fingerprint(source.fingerprint())
+        self.checks = checks or CheckOptions()  # data checks (seqloader.checks)
+        self.audit = audit_policy(audit)  # epoch audit (seqloader.torch.audit)
+        check_source(source, self.planner, self.checks)
+        self._batch_checks = BatchChecks(source, self.checks)
         self._checked_ranks = False
         self._position = Position(epoch=0, segment_world_size=self.topology.world_size)
         self._resume: Position | None = None  # loaded by load_state_dict, not started yet
@@ -214,21 +223,59 @@ class SeqLoader:
 
     def _run(self, share, report: EpochReport) -> Iterator[Batch]:
         meter = EpochMeter(report, self.length_key)
+        auditor = self._auditor(share, report)
         if len(share):
+            if self._dataloader is not None and not workers_alive(self._dataloader):
+                self.close()  # a worker died (WorkerError raised): start fresh workers
             if self._dataloader is None:
                 self._dataloader = self._make_dataloader()
             it = iter(self._dataloader)
+            watch = EpochWatch.start(
+                self._dataloader,
+                it,
+                epoch=report.epoch,
+                rank=self.topology.rank,
+                share=share,
+                first_step=report.resumed_at_step,
+                tag=self.source.tag,
+                on_failure=self.close,
+            )
             for _ in range(len(share)):
                 meter.before_next()
-                batch = next(it)
+                batch = watch.next(it)  # a dead worker -> WorkerError naming its batch
+                self._batch_checks.check(batch, report)  # NaN/Inf (counted as data wait)
+                if auditor is not None:
+                    auditor.record(batch)
                 meter.after_next(
                     batch.lengths[self.length_key].numpy(), batch.mask.numpy(), batch.skipped
                 )
                 # consumed once handed to the loop; batches still in prefetch don't count
                 self._position = self._position.advanced()
                 yield batch
+            watch.stop()
         meter.finish()
+        if auditor is not None:
+            auditor.finish(report)  # raises AuditError / warns if not exactly-once
         log.info("seqloader: %s", report.format())
+
+    def _auditor(self, share, report: EpochReport) -> EpochAuditor | None:
+        if self.audit == "off" or self._segment_plan is None:
+            return None
+        p, plan = self._position, self._segment_plan
+        return EpochAuditor(
+            policy=self.audit,
+            planner=self.planner,
+            plan=plan,
+            share=share,
+            rank=self.topology.rank,
+            world_size=self.topology.world_size,
+            epoch=report.epoch,
+            first_step=p.epoch_steps,
+            start_steps=p.steps,
+            start_offset=p.seq_offset(plan),
+            source=self.source,
+            check_lengths=self.transform is None,
+        )
 
     def report(self) -> EpochReport | None:
         """The report of the last (or current) epoch."""

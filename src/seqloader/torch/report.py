@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from seqloader.torch.audit import AuditResult
 
 
 @dataclass
@@ -38,6 +42,9 @@ class EpochReport:
     resumed_at_step: int = 0
     skipped: int = 0  # planned sequences the source skipped (on_error="skip"); not delivered
     skipped_examples: list[str] = field(default_factory=list)  # the first few messages
+    nonfinite: int = 0  # delivered sequences with NaN/Inf features (seqloader.checks)
+    nonfinite_examples: list[str] = field(default_factory=list)
+    audit: AuditResult | None = None  # with SeqLoader(audit=...): the epoch's exactly-once verdict
 
     @property
     def computation_pct(self) -> float:
@@ -80,6 +87,10 @@ class EpochReport:
             parts.append(f"SKIPPED {self.skipped} unreadable (on_error='skip'; first: {first})")
         if self.resumed_at_step:
             parts.append(f"resumed at step {self.resumed_at_step}")
+        if self.nonfinite:
+            parts.append(f"NaN/Inf in {self.nonfinite} seqs (first: {self.nonfinite_examples[0]})")
+        if self.audit is not None:
+            parts.append(self.audit.format())
         return ", ".join(parts)
 
 

@@ -1,0 +1,367 @@
+"""Epoch audit (``SeqLoader(audit=True)``): did this epoch really deliver every sequence exactly once?
+
+The plan promises exactly-once (C1); the audit checks what the training loop actually *received*,
+so it also catches execution bugs (a worker returning another batch, a double-sharding wrapper, a
+resume that replays or skips). It records each delivered batch and, at the epoch's end, compares:
+
+- per batch: epoch and step are the next planned ones, the sequences are the planned ones (less
+  those the source skipped, which the batch reports), tags match the source, and (without a
+  transform) lengths match the source;
+- per epoch: the real sequences delivered by all ranks (one ``all_gather_object`` when
+  ``torch.distributed`` is initialized) against the epoch's sequence order *as the planner orders it*
+  (independent of batching and distribution): every sequence from the run's start position on
+  exactly once; missing ones allowed only if the source skipped them or ``uneven="drop"`` dropped
+  them (both reported); all ranks took the same number of steps (C2).
+
+After a resume the audit can only check the part it saw: sequences consumed before the resume
+position (``unchecked``) belong to an earlier run. Without a process group and with
+``world_size > 1`` each rank checks its own share of the plan only (``scope="rank"``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from seqloader.errors import AuditError, AuditWarning, OptionError
+from seqloader.plan.batches import BatchList
+from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.planner import Planner
+
+POLICIES = ("off", "warn", "error")
+_EXAMPLES = 5
+
+
+def audit_policy(value: bool | str) -> str:
+    """``audit=`` option -> policy: True = "error", False = "off", or the policy name."""
+    if value is True:
+        return "error"
+    if value is False or value is None:
+        return "off"
+    if value not in POLICIES:
+        raise OptionError(f"audit: got {value!r}, expected True, False or one of {POLICIES}")
+    return str(value)
+
+
+@dataclass
+class AuditResult:
+    """The verdict of one epoch's audit (all counts are sequences unless said otherwise).
+
+    - ``scope``: "all ranks" (gathered), "single rank" (world size 1) or "rank" (this rank's share).
+    - ``expected``: sequences the checked part should deliver; ``delivered``: real ones delivered.
+    - ``missing`` / ``repeated`` / ``unplanned``: the violations (unplanned: not in the expected
+      part — e.g. consumed before the resume position, or filtered).
+    - ``skipped`` (source skipped, reported) and ``dropped`` (``uneven="drop"``): allowed gaps.
+    - ``unchecked``: sequences before the run's start position (consumed by an earlier run).
+    - ``batch_errors``: delivered batches that differ from the plan (order, content, tags).
+    - ``steps``: steps per checked rank.
+    """
+
+    epoch: int
+    scope: str
+    ranks: int
+    expected: int = 0
+    delivered: int = 0
+    missing: int = 0
+    repeated: int = 0
+    unplanned: int = 0
+    skipped: int = 0
+    dropped: int = 0
+    unchecked: int = 0
+    batch_errors: int = 0
+    steps: list[int] = field(default_factory=list)
+    rank_ids: list[int] = field(default_factory=list)
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ranks_consistent(self) -> bool:
+        """Every rank delivered the same number of steps (C2) and each rank id came once."""
+        ids_ok = self.scope != "all ranks" or sorted(self.rank_ids) == list(range(self.ranks))
+        return ids_ok and len(set(self.steps)) <= 1
+
+    @property
+    def ok(self) -> bool:
+        return self.ranks_consistent and not (
+            self.missing or self.repeated or self.unplanned or self.batch_errors
+        )
+
+    def format(self) -> str:
+        where = {
+            "all ranks": f"across {self.ranks} ranks",
+            "single rank": "on the single rank",
+            "rank": "in this rank's share (no process group: other ranks not checked)",
+        }[self.scope]
+        allowed = []
+        if self.skipped:
+            allowed.append(f"{self.skipped} skipped by the source")
+        if self.dropped:
+            allowed.append(f"{self.dropped} dropped by uneven='drop'")
+        if self.unchecked:
+            allowed.append(f"{self.unchecked} before the resume position not checked")
+        extra = f" ({'; '.join(allowed)})" if allowed else ""
+        if self.ok:
+            return (
+                f"audit ok: {self.delivered} of {self.expected} expected sequences delivered "
+                f"exactly once {where}{extra}"
+            )
+        problems = [
+            f"{n} {what}"
+            for n, what in (
+                (self.missing, "missing"),
+                (self.repeated, "repeated"),
+                (self.unplanned, "unplanned"),
+                (self.batch_errors, "batches off plan"),
+            )
+            if n
+        ]
+        if not self.ranks_consistent:
+            problems.append(f"ranks {self.rank_ids} took steps {self.steps}")
+        return (
+            f"audit FAILED {where}: {', '.join(problems)}; {self.delivered} delivered of "
+            f"{self.expected} expected{extra}"
+        )
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return {**asdict(self), "ok": self.ok}
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One sequence order that must be delivered once: the epoch's order (shard), or one rank's
+    own order (random_seed_offset), or a rank's planned share (rank-local audit)."""
+
+    order: np.ndarray  # int64 [m] sequence indices
+    start: int  # position in order where this run starts (earlier ones: unchecked)
+    dropped: int  # the last `dropped` of order are left out by the plan (uneven="drop")
+    delivered: np.ndarray  # int [d] real sequences delivered
+    skipped: np.ndarray  # int [s] planned sequences the source skipped
+
+
+def verify(streams: Sequence[Stream], num_seqs: int, tag: Callable[[int], str]) -> dict:
+    """Count violations over ``streams`` (each checked on its own) -> AuditResult fields."""
+    out = {"expected": 0, "delivered": 0, "missing": 0, "repeated": 0, "unplanned": 0}
+    out |= {"skipped": 0, "dropped": 0, "unchecked": 0}
+    examples: list[str] = []
+    for s in streams:
+        counts = np.bincount(s.delivered.astype(np.int64), minlength=num_seqs)  # [n]
+        expected = np.zeros(num_seqs, dtype=bool)
+        expected[s.order[s.start :]] = True
+        skipped = np.zeros(num_seqs, dtype=bool)
+        skipped[s.skipped.astype(np.int64)] = True
+        tail = np.zeros(num_seqs, dtype=bool)
+        if s.dropped:
+            tail[s.order[len(s.order) - s.dropped :]] = True
+        absent = expected & (counts == 0)
+        missing = np.flatnonzero(absent & ~skipped & ~tail)
+        repeated = np.flatnonzero(counts > 1)
+        unplanned = np.flatnonzero(~expected & (counts > 0))
+        out["expected"] += int(expected.sum())
+        out["delivered"] += len(s.delivered)
+        out["missing"] += len(missing)
+        out["repeated"] += len(repeated)
+        out["unplanned"] += len(unplanned)
+        out["skipped"] += int(np.count_nonzero(absent & skipped))
+        out["dropped"] += int(np.count_nonzero(absent & tail & ~skipped))
+        out["unchecked"] += s.start
+        for label, idx in (("missing", missing), ("repeated", repeated), ("unplanned", unplanned)):
+            for i in idx[: max(0, _EXAMPLES - len(examples))]:
+                times = f" ({int(counts[i])} times)" if counts[i] > 1 else ""
+                examples.append(f"{label}: sequence {int(i)} (tag {tag(int(i))!r}){times}")
+    out["examples"] = examples
+    return out
+
+
+class EpochAuditor:
+    """Records one rank's deliveries in one epoch run and verifies them at its end."""
+
+    def __init__(
+        self,
+        *,
+        policy: str,
+        planner: Planner,
+        plan: GlobalPlan,
+        share: BatchList,
+        rank: int,
+        world_size: int,
+        epoch: int,
+        first_step: int,
+        start_steps: int,
+        start_offset: int,
+        source: object,
+        check_lengths: bool,
+    ) -> None:
+        self.policy = policy
+        self.planner, self.plan, self.share = planner, plan, share
+        self.rank, self.world_size, self.epoch = rank, world_size, epoch
+        self.first_step = first_step  # Batch.step of this run's first batch
+        self.start_steps = start_steps  # steps of the segment plan consumed before this run
+        self.start_offset = start_offset  # sequences of the epoch order consumed before this run
+        self.source = source
+        self.check_lengths = check_lengths
+        self._delivered: list[np.ndarray] = []
+        self._skipped: list[np.ndarray] = []
+        self._batch_errors: list[str] = []
+        self._received = 0
+
+    def record(self, batch: object) -> None:
+        """Check one delivered batch against its planned one and remember its sequences."""
+        k = self._received
+        self._received += 1
+        got = batch.seq_indices.numpy()  # type: ignore[attr-defined]
+        real = batch.mask.numpy()  # type: ignore[attr-defined]
+        self._delivered.append(got[real].copy())
+        if k >= len(self.share):
+            self._error(f"batch {k} delivered, but only {len(self.share)} planned for this run")
+            return
+        planned, planned_real = self.share.batch(k)
+        step = self.first_step + k
+        if batch.epoch != self.epoch or batch.step != step:  # type: ignore[attr-defined]
+            self._error(
+                f"expected epoch {self.epoch} step {step}, got epoch {batch.epoch} step "  # type: ignore[attr-defined]
+                f"{batch.step}"  # type: ignore[attr-defined]
+            )
+            return  # one finding per batch; the epoch check counts its sequences
+        rest = planned.tolist()
+        for i in got.tolist():  # delivered: the planned ones, less those the source skipped
+            if i not in rest:
+                self._error(f"step {step}: sequence {i} delivered but not planned in this batch")
+                return
+            rest.remove(i)
+        skipped = getattr(batch, "skipped", ())
+        if len(rest) != len(skipped):
+            self._error(
+                f"step {step}: {len(rest)} planned sequence(s) {rest[:_EXAMPLES]} not delivered, "
+                f"but the batch reports {len(skipped)} skipped"
+            )
+        real_planned = set(planned[planned_real].tolist())
+        self._skipped.append(np.asarray([i for i in rest if i in real_planned], dtype=np.int64))
+        self._check_identity(batch, got, step)
+
+    def _check_identity(self, batch: object, got: np.ndarray, step: int) -> None:
+        tags = batch.seq_tags  # type: ignore[attr-defined]
+        for row, i in enumerate(got.tolist()):
+            want = self.source.tag(i)  # type: ignore[attr-defined]
+            if tags[row] != want:
+                self._error(f"step {step} row {row}: tag {tags[row]!r}, expected {want!r} ({i})")
+                return
+        if not self.check_lengths:
+            return
+        for key, lens in batch.lengths.items():  # type: ignore[attr-defined]
+            want_lens = self.source.lengths(key)[got]  # type: ignore[attr-defined]
+            bad = np.flatnonzero(lens.numpy() != want_lens)
+            if len(bad):
+                r = int(bad[0])
+                self._error(
+                    f"step {step} row {r}: {key!r} has {int(lens[r])} frames, the source says "
+                    f"{int(want_lens[r])} for sequence {int(got[r])}: the data of another sequence"
+                )
+                return
+
+    def _error(self, message: str) -> None:
+        self._batch_errors.append(message)
+
+    # ---- epoch end ----
+    def payload(self) -> dict:
+        """What this rank contributes to the gathered audit (compact: int32 indices if they fit)."""
+        dtype = np.int32 if len(self.planner.lengths) < 2**31 else np.int64
+        cat = lambda parts: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)  # noqa: E731
+        return {
+            "rank": self.rank,
+            "steps": self._received,
+            "delivered": cat(self._delivered),
+            "skipped": cat(self._skipped),
+            "batch_errors": self._batch_errors[:_EXAMPLES],
+            "n_batch_errors": len(self._batch_errors),
+        }
+
+    def finish(self, report: object | None = None) -> AuditResult:
+        """Gather (if a process group matches this loader's ranks), verify, store the result in
+        ``report.audit``, then raise ``AuditError`` or warn ``AuditWarning`` if it failed."""
+        mine = self.payload()
+        payloads = _gather(mine, self.world_size)
+        result = self.verify(payloads)
+        if report is not None:
+            report.audit = result  # type: ignore[attr-defined]
+        if not result.ok:
+            message = (
+                f"epoch {self.epoch} rank {self.rank}: {result.format()}. "
+                + "; ".join(result.examples)
+                + ". The loop did not receive every planned sequence exactly once: please report "
+                "this with the loader's options and the state_dict() it resumed from (if any)."
+            )
+            if self.policy == "error":
+                raise AuditError(message)
+            if self.policy == "warn":
+                warnings.warn(message, AuditWarning, stacklevel=3)
+        return result
+
+    def verify(self, payloads: list[dict]) -> AuditResult:
+        gathered = len(payloads) > 1 or self.world_size == 1
+        distribution = self.planner.options.distribution
+        if not gathered:
+            scope = "rank"
+            streams = [self._stream(self.share_order(), 0, 0, payloads[0])]
+        elif distribution == "shard":
+            scope = "all ranks" if self.world_size > 1 else "single rank"
+            order = self.planner.sub_epoch_order(self.epoch)
+            merged = {
+                "delivered": np.concatenate([p["delivered"] for p in payloads]),
+                "skipped": np.concatenate([p["skipped"] for p in payloads]),
+            }
+            streams = [self._stream(order, self.start_offset, self.plan.dropped, merged)]
+        else:  # random_seed_offset: every rank its own order, each checked on its own
+            scope = "all ranks" if self.world_size > 1 else "single rank"
+            streams = []
+            for p in payloads:
+                r = int(p["rank"])
+                share = self.plan.rank_share(r)
+                order = self.planner.sub_epoch_order(self.epoch, r)
+                dropped = len(order) - share.real_count()
+                streams.append(self._stream(order, share.real_count(self.start_steps), dropped, p))
+        counts = verify(streams, len(self.planner.lengths), self.source.tag)  # type: ignore[attr-defined]
+        batch_errors = [e for p in payloads for e in p["batch_errors"]]
+        seq_examples = counts.pop("examples")
+        examples = [*seq_examples[:3], *batch_errors[:2], *seq_examples[3:]][:_EXAMPLES]
+        if scope == "rank":  # the share of the plan is all this rank can be checked against
+            counts["unchecked"] = 0
+        return AuditResult(
+            self.epoch,
+            scope,
+            len(payloads),
+            batch_errors=sum(int(p["n_batch_errors"]) for p in payloads),
+            steps=[int(p["steps"]) for p in payloads],
+            rank_ids=[int(p["rank"]) for p in payloads],
+            examples=examples,
+            **counts,
+        )
+
+    def share_order(self) -> np.ndarray:
+        """This run's planned real sequences of this rank, in order (rank-local audit)."""
+        return self.share.seqs[self.share.real]
+
+    @staticmethod
+    def _stream(order: np.ndarray, start: int, dropped: int, p: dict) -> Stream:
+        return Stream(order, start, dropped, p["delivered"], p["skipped"])
+
+
+def _gather(payload: dict, world_size: int) -> list[dict]:
+    """All ranks' payloads (one ``all_gather_object``) if torch.distributed is initialized with
+    this loader's world size (the same on every rank, C7), else only this rank's. Payloads carry
+    the loader's rank, so two processes that both think they are rank 0 show up as repeats."""
+    import torch.distributed as dist
+
+    if (
+        world_size > 1
+        and dist.is_available()
+        and dist.is_initialized()
+        and dist.get_world_size() == world_size
+    ):
+        out: list[dict | None] = [None] * world_size
+        dist.all_gather_object(out, payload)
+        return [p for p in out if p is not None]
+    return [payload]

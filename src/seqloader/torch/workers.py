@@ -1,0 +1,291 @@
+"""Worker failures: name the worker and the planned batch it held, in the trainer process.
+
+torch reports a dead worker as ``RuntimeError: DataLoader worker (pid X) is killed by signal: ...``
+(from its SIGCHLD handler, which can fire anywhere in the main thread, e.g. in the middle of the
+training step) or, when it notices later, ``... (pid(s) X) exited unexpectedly``. Neither says which
+data was lost. We know: torch's ``_MultiProcessingDataLoaderIter`` resets its worker cycle at every
+``iter()`` and, with in-order delivery, sends sampler item ``k`` to worker ``k % num_workers``; it
+keeps ``prefetch_factor * num_workers`` items in flight and sends one more each time it hands a batch
+to the trainer. Our sampler yields this rank's plan from the resume step, so item ``k`` is step
+``first_step + k``, and after ``c`` batches consumed the items sent are ``[0, c + prefetch *
+num_workers)``. Worker ``w`` therefore held the items ``k >= c`` with ``k % num_workers == w``: the
+first of them is the one the trainer is waiting for or will wait for; later ones were prefetched.
+
+``WorkerError`` carries that (epoch, steps, first tags), and says that the ``state_dict()`` of the
+consumed position is valid for a restart. The translation runs in two places: around ``next()`` of
+the DataLoader iterator, and in a thin wrapper around torch's SIGCHLD handler, so an error raised in
+the middle of user code is already a ``WorkerError``.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from torch.utils.data import DataLoader
+
+from seqloader.errors import SeqLoaderError, WorkerError
+from seqloader.plan.batches import BatchList
+
+_DEATH_RE = re.compile(r"DataLoader worker \(pids?\(?s?\)? ([\d, ]+)\)\s*(.*)", re.S)
+_RERAISE_RE = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
+_TAGS_SHOWN = 3
+
+# pid -> the epoch watch that dispatched work to it (latest epoch wins; entries die with the watch)
+_watch_by_pid: weakref.WeakValueDictionary[int, EpochWatch] = weakref.WeakValueDictionary()
+_handler_installed = False
+
+
+@dataclass
+class EpochWatch:
+    """What one ``iter(dataloader)`` dispatched, so a failure can name the batch it cost.
+
+    ``consumed``: batches handed to the trainer so far in this iteration (items ``< consumed``
+    are safe, and included in ``state_dict()``).
+    """
+
+    epoch: int
+    rank: int
+    share: BatchList  # this rank's batches from first_step on (item k = step first_step + k)
+    first_step: int
+    num_workers: int
+    prefetch_factor: int
+    tag: Callable[[int], str]
+    pids: tuple[int, ...] = ()
+    consumed: int = 0
+    on_failure: Callable[[], None] | None = None
+    error: WorkerError | None = field(default=None, repr=False)
+
+    @classmethod
+    def start(
+        cls,
+        dataloader: DataLoader,
+        iterator: Iterator,
+        *,
+        epoch: int,
+        rank: int,
+        share: BatchList,
+        first_step: int,
+        tag: Callable[[int], str],
+        on_failure: Callable[[], None] | None = None,
+    ) -> EpochWatch:
+        """Register the iterator's worker pids (torch keeps them in ``_workers``; absent with
+        ``num_workers=0``) and wrap torch's SIGCHLD handler once per process."""
+        workers = getattr(iterator, "_workers", None) or ()
+        watch = cls(
+            epoch,
+            rank,
+            share,
+            first_step,
+            dataloader.num_workers,
+            dataloader.prefetch_factor or 2,
+            tag,
+            tuple(int(w.pid) for w in workers if w.pid is not None),
+            on_failure=on_failure,
+        )
+        for pid in watch.pids:
+            _watch_by_pid[pid] = watch
+        if watch.pids:
+            _install_sigchld_translation()
+        return watch
+
+    def next(self, iterator: Iterator):
+        """``next(iterator)``, with worker deaths and failures turned into ``WorkerError``."""
+        if self.error is not None:  # raised before (in user code); the iterator is broken
+            raise self.error
+        try:
+            item = next(iterator)
+        except SeqLoaderError as e:
+            if isinstance(e, WorkerError):
+                self._failed(e)
+            raise
+        except Exception as e:
+            err = self.translate(e)
+            if err is None:
+                raise
+            self._failed(err)
+            raise err from e
+        self.consumed += 1
+        return item
+
+    def stop(self) -> None:
+        for pid in self.pids:
+            if _watch_by_pid.get(pid) is self:
+                del _watch_by_pid[pid]
+
+    # ---- naming what was lost ----
+    def held_items(self, worker_id: int) -> list[int]:
+        """Items (0-based in this iteration) sent to ``worker_id`` and not yet consumed."""
+        nw = max(self.num_workers, 1)
+        sent = min(len(self.share), self.consumed + self.prefetch_factor * nw)
+        first = self.consumed + (worker_id - self.consumed) % nw
+        return list(range(first, sent, nw))
+
+    def describe_batch(self, item: int) -> str:
+        seqs, _ = self.share.batch(item)
+        shown = ", ".join(repr(self.tag(int(i))) for i in seqs[:_TAGS_SHOWN])
+        more = ", ..." if len(seqs) > _TAGS_SHOWN else ""
+        return (
+            f"epoch {self.epoch} step {self.first_step + item} ({len(seqs)} sequences: indices "
+            f"{seqs[:_TAGS_SHOWN].tolist()}{more}, tags {shown}{more})"
+        )
+
+    def translate(self, exc: BaseException) -> WorkerError | None:
+        """A ``WorkerError`` for torch's worker-death / worker-exception errors, else None."""
+        found = _translated_in_chain(exc)
+        if found is not None:
+            return found
+        text = str(exc)
+        m = _RERAISE_RE.match(text)
+        if m:  # a non-seqloader exception inside a worker: it failed the batch now due
+            return self._worker_exception(int(m[2]), m[1], text)
+        m = _DEATH_RE.search(text)
+        if m:
+            pids = [int(p) for p in m[1].replace(" ", "").split(",") if p]
+            return self.death_error(pids, m[2].strip())
+        return None
+
+    def death_error(self, pids: list[int], what: str) -> WorkerError:
+        pid = next((p for p in pids if p in self.pids), pids[0] if pids else -1)
+        worker_id = self.pids.index(pid) if pid in self.pids else None
+        items = self.held_items(worker_id) if worker_id is not None else []
+        who = f"worker {worker_id} (pid {pid})" if worker_id is not None else f"worker pid {pid}"
+        if items:
+            held = f"while it held {self.describe_batch(items[0])}"
+            if len(items) > 1:
+                rest = ", ".join(str(self.first_step + k) for k in items[1:])
+                held += f"; it had also been sent step(s) {rest}"
+        else:
+            held = "holding no batch of this epoch (all its batches were consumed)"
+        killed = "Killed" in what
+        cause = (
+            "SIGKILL usually means the out-of-memory killer (see `dmesg`): lower num_workers, "
+            "prefetch_factor or max_frames, or give the job more memory"
+            if killed
+            else "a crash in native code (a decoder, h5py) or an exit() in a transform"
+        )
+        what = what.removeprefix("is ").rstrip(". ") or "exited unexpectedly"
+        err = WorkerError(
+            f"DataLoader {who} of rank {self.rank} died ({what}) {held}. {self._resume_hint()} "
+            f"Likely cause: {cause}."
+        )
+        steps = tuple(self.first_step + k for k in items)
+        _annotate(err, worker_id, pid, self.epoch, steps, self._tags_of(items))
+        return err
+
+    def _worker_exception(self, worker_id: int, type_name: str, text: str) -> WorkerError:
+        item = self.consumed  # torch re-raises a worker's exception at that item's turn
+        batch = self.describe_batch(item) if item < len(self.share) else f"epoch {self.epoch}"
+        err = WorkerError(
+            f"DataLoader worker {worker_id} of rank {self.rank} failed with {type_name} on "
+            f"{batch}. {self._resume_hint()} Original error:\n{text}"
+        )
+        pid = self.pids[worker_id] if worker_id < len(self.pids) else None
+        steps = (self.first_step + item,) if item < len(self.share) else ()
+        _annotate(err, worker_id, pid, self.epoch, steps, self._tags_of([item]))
+        return err
+
+    def _resume_hint(self) -> str:
+        done = self.first_step + self.consumed
+        return (
+            f"The trainer consumed {done} step(s) of epoch {self.epoch}; loader.state_dict() taken "
+            "now or before is valid: a new SeqLoader with load_state_dict(state) continues exactly "
+            "at the next step."
+        )
+
+    def _tags_of(self, items: list[int]) -> tuple[str, ...]:
+        if not items or items[0] >= len(self.share):
+            return ()
+        seqs, _ = self.share.batch(items[0])
+        return tuple(self.tag(int(i)) for i in seqs[:_TAGS_SHOWN])
+
+    def _failed(self, err: WorkerError) -> None:
+        self.error = err
+        self.stop()
+        if self.on_failure is not None:
+            self.on_failure()
+
+
+def _annotate(
+    err: WorkerError,
+    worker_id: int | None,
+    pid: int | None,
+    epoch: int,
+    steps: tuple[int, ...],
+    tags: tuple[str, ...],
+) -> None:
+    """Attributes set after construction, so the error still pickles and rebuilds from its one
+    message argument (``BaseException.__reduce__`` keeps ``__dict__``)."""
+    err.worker_id = worker_id
+    err.pid = pid
+    err.epoch = epoch
+    err.steps = steps
+    err.tags = tags
+
+
+def _translated_in_chain(exc: BaseException | None) -> WorkerError | None:
+    """torch wraps an error raised by the SIGCHLD handler inside its queue wait into "exited
+    unexpectedly" (raised *from* ours): find ours."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, WorkerError):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+        seen += 1
+    return None
+
+
+def translate_worker_death(exc: BaseException) -> WorkerError | None:
+    """The ``WorkerError`` for a torch worker-death error of any loader watched in this process."""
+    found = _translated_in_chain(exc)
+    if found is not None:
+        return found
+    m = _DEATH_RE.search(str(exc))
+    if not m:
+        return None
+    pids = [int(p) for p in m[1].replace(" ", "").split(",") if p]
+    for pid in pids:
+        watch = _watch_by_pid.get(pid)
+        if watch is not None:
+            err = watch.death_error(pids, m[2].strip())
+            watch.error = err
+            watch.stop()  # no cleanup here: we may be inside a signal handler
+            return err
+    return None
+
+
+def _install_sigchld_translation() -> None:
+    """Wrap whatever SIGCHLD handler is installed (torch's, installed by the first multi-worker
+    iterator) so its RuntimeError becomes our WorkerError. Main thread only, once per process."""
+    global _handler_installed
+    if _handler_installed or threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.getsignal(signal.SIGCHLD)
+    if not callable(previous):
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        try:
+            previous(signum, frame)
+        except RuntimeError as e:
+            err = translate_worker_death(e)
+            if err is None:
+                raise
+            raise err from e
+
+    signal.signal(signal.SIGCHLD, handler)
+    _handler_installed = True
+
+
+def workers_alive(dataloader: DataLoader) -> bool:
+    """False when the DataLoader's (persistent) iterator has a dead worker: reusing it would wait
+    for that worker (torch notices only after its 5 s status check), so the loader starts fresh."""
+    it = getattr(dataloader, "_iterator", None)
+    workers = getattr(it, "_workers", None) if it is not None else None
+    if not workers or getattr(it, "_shutdown", False):
+        return True
+    return all(w.is_alive() for w in workers)
