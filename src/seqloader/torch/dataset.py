@@ -8,7 +8,8 @@ workers. With ``batch_size=None`` each sampler item (a ``BatchSpec``) goes to ``
 
 from __future__ import annotations
 
-import math
+import os
+import weakref
 from collections.abc import Iterator
 
 import numpy as np
@@ -16,20 +17,21 @@ import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
 from seqloader.loading.batch_spec import BatchSpec
+from seqloader.loading.collate import numpy_alloc
 from seqloader.loading.execute import LoadedBatch, Transform, execute
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source
 from seqloader.torch.batch import Batch
-
-
-def shared_alloc(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    """A numpy view of a new tensor in shared memory: written once by the worker, then passed to
-    the trainer by handle (what torch's default collate does for its own stacking)."""
-    tdtype = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-    numel = math.prod(shape)
-    storage = torch.UntypedStorage._new_shared(max(numel, 1) * tdtype.itemsize)
-    t = torch.empty(0, dtype=tdtype).set_(storage, 0, shape)
-    return t.numpy()
+from seqloader.torch.handover import (
+    FREE,
+    SlotAllocator,
+    SlotBatchMessage,
+    SlotPool,
+    drop_received,
+    estimate_bytes,
+    new_owner_id,
+    shared_alloc,
+)
 
 
 def to_batch(loaded: LoadedBatch) -> Batch:
@@ -42,29 +44,54 @@ def to_batch(loaded: LoadedBatch) -> Batch:
         loaded.tags,
         spec.epoch,
         spec.step,
-        loaded.skipped,
+        loaded.skipped,  # sequences the source skipped (on_error="skip"): counted in the report
     )
 
 
 class PlannedBatches(Dataset):
-    """Item = a ``BatchSpec``; result = the padded ``Batch``."""
+    """Item = a ``BatchSpec``; result = the padded ``Batch``.
+
+    In a worker, the batch is padded straight into one of the worker's reusable shared-memory slots
+    and crosses to the trainer as a small message (see ``seqloader.torch.handover``); in the main
+    process (``num_workers=0``) it is padded into ordinary memory.
+    """
 
     def __init__(self, source: Source, seed: int, transform: Transform | None = None) -> None:
         self.source = source
         self.seed = seed
         self.transform = transform
+        self.owner = new_owner_id()
+        self._pool: SlotPool | None = None
+        # the trainer's mappings of worker slots go when this object does (e.g. loader.close())
+        weakref.finalize(self, drop_received, self.owner)
 
-    def __getitem__(self, spec: BatchSpec) -> Batch:  # type: ignore[override]
-        in_worker = get_worker_info() is not None
-        alloc = shared_alloc if in_worker else _plain_alloc
-        return to_batch(execute(self.source, spec, self.seed, self.transform, alloc))
+    def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage:  # type: ignore[override]
+        if get_worker_info() is None:
+            return to_batch(execute(self.source, spec, self.seed, self.transform, numpy_alloc))
+        pool = self._worker_pool()
+        slot = pool.acquire(estimate_bytes(self.source, spec.seqs))
+        if slot is None:  # every slot is still held by the trainer: torch's transport
+            return to_batch(execute(self.source, spec, self.seed, self.transform, shared_alloc))
+        alloc = SlotAllocator(slot)
+        try:
+            loaded = execute(self.source, spec, self.seed, self.transform, alloc)
+            return SlotBatchMessage(pool, slot, alloc, loaded)
+        except BaseException:
+            slot.state[0] = FREE
+            raise
+
+    def _worker_pool(self) -> SlotPool:
+        if self._pool is None or self._pool.pid != os.getpid():
+            self._pool = SlotPool(self.owner)
+        return self._pool
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_pool"] = None  # slots belong to the process that made them
+        return state
 
     def __len__(self) -> int:  # only for repr/debugging; the sampler decides what is read
         return len(self.source)
-
-
-def _plain_alloc(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-    return np.empty(shape, dtype=dtype)
 
 
 class PlanSampler(Sampler[BatchSpec]):

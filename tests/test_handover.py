@@ -1,0 +1,230 @@
+"""The worker -> trainer hand-over (seqloader.torch.handover) with real DataLoader workers.
+
+Properties: batches are byte-identical for any ``num_workers`` (C3); slots are really reused (the
+trainer pays no per-batch segment); a batch the user keeps is never overwritten; nothing leaks
+(shared-memory segments, worker processes, the trainer's slot mappings) after ``close()``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import psutil
+import pytest
+import torch
+
+import seqloader as sl
+from seqloader.torch import handover
+
+
+def make_source(n: int = 60, seed: int = 0) -> sl.MemorySource:
+    """Three keys of different dtypes and feature shapes, awkward lengths (1..97 frames)."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, 98, size=n)
+    return sl.MemorySource(
+        {
+            "data": [rng.standard_normal((t, 5)).astype(np.float32) for t in lens],
+            "classes": [rng.integers(0, 50, size=max(t // 3, 1)).astype(np.int32) for t in lens],
+            "pitch": [rng.standard_normal((t, 2, 3)).astype(np.float64) for t in lens],
+        },
+        vocab_sizes={"classes": 50},
+    )
+
+
+def epoch_batches(loader: sl.SeqLoader, epoch: int = 1) -> list[sl.Batch]:
+    return list(loader.epoch(epoch))
+
+
+def assert_same_batch(a: sl.Batch, b: sl.Batch) -> None:
+    assert (a.epoch, a.step, a.seq_tags, a.skipped) == (b.epoch, b.step, b.seq_tags, b.skipped)
+    assert list(a.data) == list(b.data)
+    for key in a.data:
+        x, y = a.data[key], b.data[key]
+        assert x.dtype == y.dtype and x.shape == y.shape, key
+        assert x.numpy().tobytes() == y.numpy().tobytes(), key
+        assert torch.equal(a.lengths[key], b.lengths[key])
+    assert torch.equal(a.seq_indices, b.seq_indices)
+    assert torch.equal(a.mask, b.mask)
+
+
+def snapshot(batches: list[sl.Batch]) -> list[tuple]:
+    """Everything of the batches as bytes, to compare after the tensors could have been reused."""
+    return [
+        (
+            b.step,
+            tuple(b.seq_tags),
+            tuple((k, v.numpy().tobytes(), tuple(v.shape)) for k, v in b.data.items()),
+            tuple((k, v.numpy().tobytes()) for k, v in b.lengths.items()),
+            b.seq_indices.numpy().tobytes(),
+        )
+        for b in batches
+    ]
+
+
+LOADER_KW = dict(ordering="laplace:.7", max_seqs=6, max_frames=300, seed=5)
+
+
+def reference(src: sl.Source, epoch: int = 1, **kw) -> list[tuple]:
+    with sl.SeqLoader(src, num_workers=0, **LOADER_KW, **kw) as loader:
+        return snapshot(epoch_batches(loader, epoch))
+
+
+@pytest.mark.parametrize("num_workers,prefetch", [(1, None), (2, None), (2, 1), (3, 4)])
+def test_batches_byte_identical_for_any_num_workers(num_workers, prefetch):
+    src = make_source()
+    want = {e: reference(src, e) for e in (1, 2)}
+    with sl.SeqLoader(src, num_workers=num_workers, prefetch_factor=prefetch, **LOADER_KW) as ld:
+        for epoch in (1, 2):  # persistent workers: the second epoch reuses the slots
+            got = []
+            for batch in ld.epoch(epoch):
+                got.extend(snapshot([batch]))
+            assert got == want[epoch]
+
+
+def test_slots_are_reused_and_the_trainer_maps_each_once():
+    """The point of the design: over many batches the trainer sees only a few distinct blocks."""
+    src = make_source(n=200)
+    with sl.SeqLoader(src, num_workers=1, **LOADER_KW) as loader:
+        blocks = set()
+        steps = 0
+        for batch in loader.epoch(1):
+            blocks.add(batch["data"].untyped_storage().data_ptr())
+            steps += 1
+            del batch
+        owner = loader._dataloader.dataset.owner
+        assert steps > 3 * handover.MAX_SLOTS
+        assert len(blocks) <= handover.MAX_SLOTS
+        assert 1 <= handover.received_slots(owner) <= handover.MAX_SLOTS
+    gc.collect()
+    assert handover.received_slots(owner) == 0  # close() dropped the trainer's mappings
+
+
+def test_kept_batches_are_never_overwritten():
+    """Hold every batch of two epochs (more than any pool has slots): all stay intact."""
+    src = make_source(n=150)
+    want = reference(src, 1) + reference(src, 2)
+    with sl.SeqLoader(src, num_workers=2, **LOADER_KW) as loader:
+        kept = epoch_batches(loader, 1) + epoch_batches(loader, 2)
+        assert len(kept) > 2 * handover.MAX_SLOTS
+        assert snapshot(kept) == want
+
+
+def test_views_and_numpy_arrays_keep_their_block():
+    """Drop the Batch but keep a slice of a tensor / a numpy array made from one: the slot they
+    live in must not be reused while they exist."""
+    src = make_source(n=150)
+    want = reference(src)
+    with sl.SeqLoader(src, num_workers=1, **LOADER_KW) as loader:
+        kept = []
+        for batch in loader.epoch(1):
+            if batch.step % 3 == 0:
+                kept.append((batch.step, batch["data"][:, 1:].numpy(), batch["pitch"][0]))
+            del batch
+        for step, data_tail, pitch_row in kept:
+            _, _, arrays, _, _ = want[step]
+            by_key = {k: (raw, shape) for k, raw, shape in arrays}
+            raw, shape = by_key["data"]
+            full = np.frombuffer(raw, np.float32).reshape(shape)
+            np.testing.assert_array_equal(data_tail, full[:, 1:])
+            raw, shape = by_key["pitch"]
+            np.testing.assert_array_equal(
+                pitch_row.numpy(), np.frombuffer(raw, np.float64).reshape(shape)[0]
+            )
+
+
+def _grow_every_other(seq: dict, rng: np.random.Generator) -> dict:
+    """A transform that lengthens some sequences beyond the lengths known at open, so the slot
+    estimate is short and the fallback path runs for some keys."""
+    if rng.random() < 0.5:
+        seq = dict(seq)
+        seq["data"] = np.concatenate([seq["data"], seq["data"], seq["data"]])
+    return seq
+
+
+def test_transform_that_outgrows_the_estimate_is_still_identical():
+    src = make_source()
+    want = reference(src, transform=_grow_every_other)
+    with sl.SeqLoader(src, num_workers=2, transform=_grow_every_other, **LOADER_KW) as loader:
+        assert snapshot(epoch_batches(loader)) == want
+
+
+def test_spawned_workers_give_identical_batches():
+    src = make_source(n=30)
+    want = reference(src)
+    with sl.SeqLoader(src, num_workers=1, multiprocessing_context="spawn", **LOADER_KW) as loader:
+        assert snapshot(epoch_batches(loader)) == want
+
+
+def _shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def test_close_leaves_no_processes_segments_or_mappings():
+    src = make_source(n=120)
+    me = psutil.Process()
+    children_before = {p.pid for p in me.children(recursive=True)}
+    shm_before = _shm_entries()
+    loader = sl.SeqLoader(src, num_workers=2, **LOADER_KW)
+    kept = epoch_batches(loader)[:3]  # a user may still hold batches at close
+    owner = loader._dataloader.dataset.owner
+    assert {p.pid for p in me.children(recursive=True)} - children_before  # workers ran
+    loader.close()
+    del loader
+    gc.collect()
+    psutil.wait_procs(
+        [p for p in me.children(recursive=True) if p.pid not in children_before], timeout=10
+    )
+    assert {p.pid for p in me.children(recursive=True)} - children_before == set()
+    assert handover.received_slots(owner) == 0
+    assert kept[0]["data"].shape[0] == kept[0].size  # held batches stay readable after close
+    del kept
+    gc.collect()
+    assert _shm_entries() - shm_before == set()
+
+
+def test_file_system_sharing_strategy_leaves_nothing_in_dev_shm(tmp_path):
+    """With torch's ``file_system`` strategy slots are named files in /dev/shm: after close and
+    process exit none may remain (run in a fresh interpreter, since the strategy is global)."""
+    script = textwrap.dedent(
+        """
+        import gc, os, sys
+        import numpy as np, torch, torch.multiprocessing
+        torch.multiprocessing.set_sharing_strategy("file_system")
+        sys.path.insert(0, sys.argv[1])
+        from test_handover import make_source, LOADER_KW, reference, snapshot
+        import seqloader as sl
+        src = make_source(n=80)
+        want = reference(src)
+        with sl.SeqLoader(src, num_workers=2, **LOADER_KW) as loader:
+            got = snapshot(list(loader.epoch(1)))
+        assert got == want, "batches differ under the file_system strategy"
+        gc.collect()
+        print("OK")
+        """
+    )
+    before = {e for e in _shm_entries() if e.startswith("torch_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script, os.path.dirname(__file__)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+    # torch_shm_manager unlinks a file once no process refers to it any more
+    after = {e for e in _shm_entries() if e.startswith("torch_")}
+    assert after - before == set()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinning needs an accelerator")
+def test_pin_memory_with_workers_gives_identical_pinned_batches():
+    src = make_source()
+    want = reference(src)
+    with sl.SeqLoader(src, num_workers=2, pin_memory=True, **LOADER_KW) as loader:
+        batches = epoch_batches(loader)
+        assert all(b["data"].is_pinned() for b in batches)
+        assert snapshot(batches) == want
