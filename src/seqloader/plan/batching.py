@@ -104,10 +104,9 @@ def padded_frames(lengths: np.ndarray, bounds: np.ndarray) -> np.ndarray:
     """Padded frames ``n_seqs * max_len`` of each batch -> int64 ``[n_batches]``."""
     if len(bounds) <= 1:
         return np.zeros(0, dtype=np.int64)
-    sizes = np.diff(bounds)
+    sizes = np.diff(bounds)  # [n_batches]
     nonempty = sizes > 0
     maxes = np.zeros(len(sizes), dtype=np.int64)
-    if len(lengths):
-        red = np.maximum.reduceat(lengths, np.minimum(bounds[:-1], len(lengths) - 1))
-        maxes[nonempty] = red[nonempty]
+    if nonempty.any():  # reduceat over strictly increasing starts: each range is one batch
+        maxes[nonempty] = np.maximum.reduceat(lengths[: bounds[-1]], bounds[:-1][nonempty])
     return sizes * maxes

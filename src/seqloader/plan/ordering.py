@@ -79,11 +79,17 @@ def _laplace(lengths: np.ndarray, bins: int, rng: np.random.Generator) -> np.nda
 def _sort_bin_shuffle(
     lengths: np.ndarray, bins: int, rng: np.random.Generator, shuffle_within: bool
 ) -> np.ndarray:
-    """Shuffle, sort by length, cut into bins, shuffle the bins (and, ``_x2``, within each bin)."""
+    """Shuffle, sort by length, cut into bins, emit the bins in random order (and, ``_x2``, shuffle
+    within each bin). The random draws are RETURNN's, in RETURNN's order."""
     n = len(lengths)
     perm = rng.permutation(n).astype(np.int64)  # [n]
     by_len = perm[argsort_by(lengths[perm])]  # [n] shortest first, ties in random order
-    bin_of = _bin_ids(n, bins)  # [n]
-    bin_rank = rng.permutation(bins)  # [bins] new position of each bin
-    within = rng.permutation(n) if shuffle_within else np.zeros(n, dtype=np.int64)  # [n]
-    return by_len[argsort_by(within, bin_rank[bin_of])]
+    starts = (np.arange(bins + 1, dtype=np.int64) * n) // bins  # [bins+1]
+    emit = rng.permutation(bins)  # [bins] the bins in output order
+    if shuffle_within:
+        for b in emit.tolist():
+            rng.shuffle(by_len[starts[b] : starts[b + 1]])  # in place, one bin
+    sizes = np.diff(starts)[emit]  # [bins] in output order
+    out_starts = np.cumsum(sizes) - sizes  # [bins]
+    offset = np.repeat(starts[emit] - out_starts, sizes)  # [n] source minus target position
+    return by_len[np.arange(n, dtype=np.int64) + offset]

@@ -1,0 +1,313 @@
+"""Planning contracts as properties over random corpora (hypothesis; pure numpy, no data read).
+
+For every ordering, ``uneven`` policy, world size 1..8, ``partition_epoch`` 1..4 and random
+``max_seqs``/``max_frames``: equal steps (C2), exactly-once (C1) or exactly-marked repeats, disjoint
+sub-epochs that form the full epoch, batches within their limits and contiguous in the order, and
+the greedy rule itself (no batch could have taken the next sequence).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.plan import BatchList, GlobalPlan, Planner, PlanOptions
+from seqloader.plan.planner import part_bounds
+
+ORDERINGS = [
+    "default",
+    "reverse",
+    "random",
+    "sorted",
+    "sorted_reverse",
+    "laplace:3",
+    "laplace:.25",
+    "sort_bin_shuffle:.20",
+    "sort_bin_shuffle_x2:.20",
+]
+UNEVEN = ["split", "pad", "drop"]
+
+
+@st.composite
+def corpora(draw: st.DrawFn, max_n: int = 500) -> np.ndarray:
+    """1..max_n lengths in 1..3000, sometimes with empty (length 0) sequences."""
+    n = draw(st.integers(1, max_n))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    high = draw(st.sampled_from([5, 100, 3000]))
+    lengths = rng.integers(1, high + 1, size=n)
+    if draw(st.booleans()):
+        lengths[rng.random(n) < draw(st.sampled_from([0.05, 0.5]))] = 0
+    return lengths.astype(np.int64)
+
+
+@st.composite
+def plan_cases(draw: st.DrawFn, distribution: str = "shard") -> tuple[Planner, int]:
+    lengths = draw(corpora())
+    max_frames = draw(st.one_of(st.none(), st.integers(1, 12_000)))
+    # a limit below the longest sequence needs the filter (else SequenceTooLongError, tested apart)
+    too_long = max_frames is not None and max_frames < lengths.max()
+    options = PlanOptions(
+        ordering=draw(st.sampled_from(ORDERINGS)),
+        max_seqs=draw(st.one_of(st.none(), st.integers(1, 64))),
+        max_frames=max_frames,
+        max_seq_length=max_frames if too_long else None,
+        partition_epoch=draw(st.integers(1, 4)),
+        distribution=distribution,
+        uneven=draw(st.sampled_from(UNEVEN)),
+        seed=draw(st.integers(0, 1000)),
+    )
+    return Planner({"data": lengths}, options), draw(st.integers(1, 8))
+
+
+def real_in_order(plan: GlobalPlan) -> np.ndarray:
+    """The real (non-repeat) sequences of the global plan, batch after batch."""
+    return plan.batches.seqs[plan.batches.real]
+
+
+def assert_batches_fit(planner: Planner, batches: BatchList) -> None:
+    """Every batch is non-empty and within max_seqs and padded max_frames."""
+    o = planner.options
+    for k in range(len(batches)):
+        seqs, _ = batches.batch(k)
+        assert len(seqs) >= 1
+        if o.max_seqs is not None:
+            assert len(seqs) <= o.max_seqs
+        if o.max_frames is not None:
+            assert len(seqs) * planner.lengths[seqs].max() <= o.max_frames
+
+
+def assert_equal_steps(plan: GlobalPlan) -> None:
+    assert len(plan.batches) == plan.steps * plan.world_size
+    shares = [plan.rank_share(r) for r in range(plan.world_size)]
+    assert {len(s) for s in shares} == {plan.steps}
+    # the shares are the global list dealt round-robin
+    for r, share in enumerate(shares):
+        for k in range(len(share)):
+            got, expected = share.batch(k), plan.batches.batch(k * plan.world_size + r)
+            np.testing.assert_array_equal(got[0], expected[0])
+            np.testing.assert_array_equal(got[1], expected[1])
+
+
+def assert_greedy(planner: Planner, order: np.ndarray, batches: BatchList) -> None:
+    """Batches are contiguous runs covering ``order``, and each (but the last) stopped only
+    because the next sequence would break ``max_seqs`` or ``max_frames``."""
+    np.testing.assert_array_equal(batches.seqs, order)
+    o = planner.options
+    for k in range(len(batches) - 1):
+        seqs, _ = batches.batch(k)
+        nxt = batches.batch(k + 1)[0][0]
+        n, longest = len(seqs) + 1, max(planner.lengths[seqs].max(), planner.lengths[nxt])
+        over_seqs = o.max_seqs is not None and n > o.max_seqs
+        over_frames = o.max_frames is not None and n * longest > o.max_frames
+        assert over_seqs or over_frames
+
+
+@settings(max_examples=60, deadline=None)
+@given(plan_cases())
+def test_shard_plans_keep_every_contract(case: tuple[Planner, int]) -> None:
+    planner, world = case
+    o = planner.options
+    full_epoch_orders = []
+    for epoch in range(1, o.partition_epoch + 1):
+        order = planner.sub_epoch_order(epoch)
+        full_epoch_orders.append(order)
+        greedy = planner.batches(order)
+        assert_greedy(planner, order, greedy)
+        plan = planner.global_plan(epoch, world)
+        assert_equal_steps(plan)
+        assert_batches_fit(planner, plan.batches)
+        n, real = len(order), real_in_order(plan)
+        if o.uneven == "drop":
+            # whole last round dropped, nothing repeated, the report's count is exact
+            assert plan.steps == len(greedy) // world
+            assert plan.repeats == 0
+            assert plan.dropped == n - len(real)
+            np.testing.assert_array_equal(real, order[: len(real)])
+            continue
+        # split and pad: every sequence exactly once among the real entries, in plan order
+        np.testing.assert_array_equal(real, order)
+        assert plan.dropped == 0
+        assert plan.steps == -(-len(greedy) // world)
+        slots = plan.steps * world
+        if o.uneven == "split":
+            # repeats only where unavoidable, and then as few as possible
+            assert plan.repeats == max(0, slots - n)
+        else:  # pad: repeats are copies of early batches, only to fill the last round
+            assert plan.repeats == plan.batches.bounds[-1] - n
+            extra = len(plan.batches) - len(greedy)
+            for k in range(extra):
+                seqs, mask = plan.batches.batch(len(greedy) + k)
+                assert not mask.any()
+                np.testing.assert_array_equal(seqs, greedy.batch(k % len(greedy))[0])
+        repeated = plan.batches.seqs[~plan.batches.real]
+        assert np.isin(repeated, order).all()
+    # C1 with partition_epoch: sub-epochs are disjoint and together the full epoch
+    joined = np.concatenate(full_epoch_orders)
+    np.testing.assert_array_equal(np.sort(joined), planner.admission.admitted)
+    sizes = [len(x) for x in full_epoch_orders]
+    assert sizes == [
+        part_bounds(len(joined), o.partition_epoch, p)[1]
+        - part_bounds(len(joined), o.partition_epoch, p)[0]
+        for p in range(o.partition_epoch)
+    ]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(plan_cases(distribution="random_seed_offset"))
+def test_random_seed_offset_gives_each_rank_its_own_full_order(case: tuple[Planner, int]) -> None:
+    planner, world = case
+    epoch = planner.options.partition_epoch  # the last sub-epoch of the first full epoch
+    plan = planner.global_plan(epoch, world)
+    assert_equal_steps(plan)
+    assert_batches_fit(planner, plan.batches)
+    assert plan.repeats == 0
+    surplus = 0
+    for r in range(world):
+        order = planner.sub_epoch_order(epoch, order_rank=r)
+        share = plan.rank_share(r)
+        # each rank: a prefix of its own greedy plan over its own permutation
+        np.testing.assert_array_equal(share.seqs, order[: len(share.seqs)])
+        surplus += len(order) - len(share.seqs)
+    assert plan.dropped == surplus
+
+
+@settings(max_examples=40, deadline=None)
+@given(plan_cases(), st.sampled_from(["shard", "random_seed_offset"]))
+def test_same_inputs_same_plan(case: tuple[Planner, int], distribution: str) -> None:
+    planner, world = case
+    options = PlanOptions(**{**planner.options.to_dict(), "distribution": distribution})
+    again = Planner({"data": planner.lengths.copy()}, options)
+    first = Planner({"data": planner.lengths}, options)
+    for epoch in (1, options.partition_epoch + 1):
+        a, b = first.global_plan(epoch, world), again.global_plan(epoch, world)
+        np.testing.assert_array_equal(a.batches.seqs, b.batches.seqs)
+        np.testing.assert_array_equal(a.batches.bounds, b.batches.bounds)
+        np.testing.assert_array_equal(a.batches.real, b.batches.real)
+        assert (a.dropped, a.repeats) == (b.dropped, b.repeats)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from(
+        ["random", "laplace:3", "laplace:.25", "sort_bin_shuffle:.5", "sort_bin_shuffle_x2:.20"]
+    ),
+    st.integers(40, 400),
+    st.integers(0, 10_000),
+    st.integers(1, 3),
+)
+def test_random_orderings_change_with_epoch_and_seed(
+    ordering: str, n: int, seed: int, partition_epoch: int
+) -> None:
+    """Distinct lengths, so only the random draws can make orders equal. Epochs of one full epoch
+    share the order (they are its parts); the next full epoch and another seed reshuffle it."""
+    lengths = np.random.default_rng(seed).permutation(n) + 1
+    options = PlanOptions(ordering=ordering, seed=seed, partition_epoch=partition_epoch)
+
+    def full_order(planner: Planner, full_epoch: int) -> np.ndarray:
+        first = full_epoch * partition_epoch + 1
+        return np.concatenate(
+            [planner.sub_epoch_order(e) for e in range(first, first + partition_epoch)]
+        )
+
+    planner = Planner({"data": lengths}, options)
+    other_seed = Planner({"data": lengths}, PlanOptions(**{**options.to_dict(), "seed": seed + 1}))
+    # sort_bin_shuffle without _x2 has only bins! orders for distinct lengths (8! at n=40, ".5");
+    # comparing several epochs makes a chance collision negligible
+    epochs = [full_order(planner, e) for e in range(4)]
+    assert any(not np.array_equal(epochs[0], e) for e in epochs[1:])
+    assert not all(np.array_equal(full_order(other_seed, e), epochs[e]) for e in range(4))
+
+
+def test_deterministic_orderings_ignore_epoch_and_seed() -> None:
+    lengths = np.random.default_rng(0).integers(1, 50, size=100)
+    for ordering in ("default", "reverse", "sorted", "sorted_reverse"):
+        orders = [
+            Planner({"data": lengths}, PlanOptions(ordering=ordering, seed=s)).sub_epoch_order(e)
+            for s, e in [(1, 1), (1, 2), (7, 5)]
+        ]
+        assert all(np.array_equal(orders[0], o) for o in orders[1:])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(995, 1003),
+    st.integers(1, 8),
+    st.sampled_from(UNEVEN),
+    st.sampled_from([1, 2, 3, 7, 16]),
+    st.sampled_from(["random", "laplace:.50"]),
+)
+def test_awkward_sizes(n: int, world: int, uneven: str, max_seqs: int, ordering: str) -> None:
+    """lhotse-style sizes around 1000 with every small world size and batch size."""
+    lengths = np.random.default_rng(n).integers(1, 400, size=n)
+    options = PlanOptions(ordering=ordering, max_seqs=max_seqs, max_frames=1600, uneven=uneven)
+    plan = Planner({"data": lengths}, options).global_plan(1, world)
+    assert_equal_steps(plan)
+    real = real_in_order(plan)
+    if uneven == "drop":
+        assert len(real) + plan.dropped == n
+    else:
+        assert sorted(real.tolist()) == list(range(n))
+    if uneven == "split" and n >= plan.steps * world:
+        assert plan.repeats == 0
+
+
+@given(st.integers(1, 12), st.integers(1, 16), st.sampled_from(UNEVEN))
+@settings(max_examples=40, deadline=None)
+def test_more_ranks_than_sequences(n: int, world: int, uneven: str) -> None:
+    lengths = np.arange(1, n + 1)
+    plan = Planner({"data": lengths}, PlanOptions(ordering="random", uneven=uneven)).global_plan(
+        1, world
+    )  # one greedy batch holds everything (no limits)
+    assert_equal_steps(plan)
+    if uneven == "drop":
+        assert (plan.steps, plan.dropped) == ((1, 0) if world == 1 else (0, n))
+        return
+    assert plan.steps == 1
+    assert sorted(real_in_order(plan).tolist()) == list(range(n))
+    if uneven == "split":
+        # one sequence per rank while they last; the rest of the ranks get one marked repeat
+        assert plan.repeats == max(0, world - n)
+        assert set(plan.batches.sizes.tolist()) <= ({1} if world >= n else set(range(1, n + 1)))
+    else:
+        assert plan.repeats == n * (world - 1)
+
+
+def test_empty_and_tiny_sub_epochs_have_equal_zero_or_more_steps() -> None:
+    """partition_epoch larger than the corpus: some sub-epochs are empty, every rank gets 0 steps."""
+    planner = Planner({"data": np.array([3, 4])}, PlanOptions(partition_epoch=4, max_seqs=1))
+    sizes = [len(planner.sub_epoch_order(e)) for e in range(1, 5)]
+    assert sizes == [1, 1, 0, 0]
+    for epoch in range(1, 5):
+        for uneven in UNEVEN:
+            options = PlanOptions(partition_epoch=4, max_seqs=1, uneven=uneven)
+            plan = Planner({"data": np.array([3, 4])}, options).global_plan(epoch, 3)
+            assert_equal_steps(plan)
+            assert plan.steps == (0 if epoch > 2 or uneven == "drop" else 1)
+
+
+def test_world_size_larger_than_batch_count_splits_batches() -> None:
+    """3 greedy batches of 4 over 8 ranks: split re-cuts them into 8 batches, no repeats."""
+    lengths = np.full(12, 10)
+    options = PlanOptions(max_seqs=4, max_frames=40)
+    planner = Planner({"data": lengths}, options)
+    assert len(planner.batches(planner.sub_epoch_order(1))) == 3
+    plan = planner.global_plan(1, 8)
+    assert plan.steps == 1 and plan.repeats == 0
+    assert sorted(plan.batches.sizes.tolist()) == [1, 1, 1, 1, 2, 2, 2, 2]
+    np.testing.assert_array_equal(plan.batches.seqs, np.arange(12))
+
+
+def test_split_extends_the_tail_back_by_whole_rounds() -> None:
+    """Greedy gives 4 batches of 3 then 5 singles (9 batches) for 4 ranks: the last round (1
+    sequence) and the two last rounds (5 sequences) are too small for their 4 and 8 slots, so the
+    tail is the whole epoch (17 sequences, 12 slots); its largest batches, latest first, are halved."""
+    lengths = np.array([1] * 12 + [10] * 5)
+    planner = Planner({"data": lengths}, PlanOptions(max_seqs=3, max_frames=10))
+    assert planner.batches(planner.sub_epoch_order(1)).sizes.tolist() == [3] * 4 + [1] * 5
+    plan = planner.global_plan(1, 4)
+    assert plan.batches.sizes.tolist() == [3, 2, 1, 2, 1, 2, 1, 1, 1, 1, 1, 1]
+    assert plan.repeats == 0
+    np.testing.assert_array_equal(plan.batches.seqs, np.arange(17))
