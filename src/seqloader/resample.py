@@ -4,10 +4,13 @@ Used when an audio file's rate differs from the features' rate, and by speed per
 output length is a closed formula (``resampled_length``), so planning can know it without decoding.
 
 Method: windowed-sinc interpolation evaluated at the output instants, written as a polyphase filter
-bank and run as one strided ``conv1d``. Output ``m`` (rate ``new``) sits at input time
-``m * orig / new``; with ``up = new / g`` and ``down = orig / g`` (``g = gcd``), output
-``q * up + p`` is input time ``q * down + p * down / up``, so phase ``p`` is one fixed filter applied
-with stride ``down``: ``up`` output channels of one convolution.
+bank. Output ``m`` (rate ``new``) sits at input time ``m * orig / new``; with ``up = new / g`` and
+``down = orig / g`` (``g = gcd``), output ``q * up + p`` is input time ``q * down + p * down / up``,
+so phase ``p`` is one fixed filter applied with stride ``down``.
+
+The sum runs tap by tap in a fixed order with numpy (not ``conv1d``, whose summation order depends
+on torch's thread count): the result is bit-identical in the trainer (many threads) and in a
+DataLoader worker (one thread), which worker independence (C3) needs for augmentation.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from fractions import Fraction
 from functools import lru_cache
 
 import numpy as np
-import torch
 
 from seqloader.errors import OptionError
 
@@ -68,19 +70,24 @@ def resample(wave: np.ndarray, orig: int, new: int) -> np.ndarray:
     n_out = int(resampled_length(len(x), orig, new))
     if n_out == 0:
         return np.zeros(0, dtype=np.float32)
-    kernel, first_tap = _filter_bank(up, down)  # [up, taps], offset of tap 0 in input samples
+    kernel, first_tap = _filter_bank(up, down)  # [taps, up], offset of tap 0 in input samples
+    taps = kernel.shape[0]
     steps = -(-n_out // up)  # output blocks of `up` samples
     left = -first_tap
-    right = max(0, (steps - 1) * down + kernel.shape[1] - (len(x) + left))
-    padded = torch.nn.functional.pad(torch.from_numpy(x)[None, None], (left, right))
-    with torch.no_grad():
-        y = torch.nn.functional.conv1d(padded, kernel[:, None, :], stride=down)  # [1, up, steps]
-    return y[0].T.reshape(-1)[:n_out].numpy()
+    padded = np.zeros(left + max(len(x), (steps - 1) * down + taps - left), dtype=np.float32)
+    padded[left : left + len(x)] = x
+    out = np.zeros((up, steps), dtype=np.float32)  # out[p, q] = output q * up + p
+    term = np.empty_like(out)
+    span = (steps - 1) * down + 1
+    for k in range(taps):  # fixed summation order: same bits in every process
+        np.multiply(kernel[k, :, None], padded[None, k : k + span : down], out=term)
+        out += term
+    return out.T.reshape(-1)[:n_out]
 
 
 @lru_cache(maxsize=64)
-def _filter_bank(up: int, down: int) -> tuple[torch.Tensor, int]:
-    """Polyphase windowed-sinc filters ``[up, taps]`` and the input offset of tap 0 (<= 0).
+def _filter_bank(up: int, down: int) -> tuple[np.ndarray, int]:
+    """Polyphase windowed-sinc filters ``[taps, up]`` and the input offset of tap 0 (<= 0).
 
     Phase ``p`` evaluates ``h(p * down / up - j)`` for input offsets ``j``, where
     ``h(t) = 2 fc sinc(2 fc t) kaiser(t / W)``, ``fc`` the cut-off in cycles per input sample and
@@ -96,4 +103,4 @@ def _filter_bank(up: int, down: int) -> tuple[torch.Tensor, int]:
     window = np.i0(KAISER_BETA * np.sqrt(1.0 - u * u)) / np.i0(KAISER_BETA)
     window[np.abs(t) > half] = 0.0
     h = 2 * fc * np.sinc(2 * fc * t) * window
-    return torch.from_numpy(h.astype(np.float32)), first
+    return np.ascontiguousarray(h.T, dtype=np.float32), first

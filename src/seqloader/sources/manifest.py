@@ -127,7 +127,7 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
         return _read_oggzip(p)
     if p.endswith((".jsonl", ".json", ".ndjson")):
         return _read_jsonl(p)
-    raise DataError(
+    raise OptionError(
         f"audio manifest {p!r}: unknown kind; expected a JSON-lines file (.jsonl) or a RETURNN "
         "OggZip corpus (NAME.zip holding NAME.txt and NAME/...)"
     )
