@@ -60,3 +60,20 @@ def open_fds() -> set[str]:
 
 def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def shm_mappings() -> list[str]:
+    """Shared-memory mappings of this process (torch's segments and multiprocessing's semaphores
+    are unlinked from /dev/shm at once, so they only show up here and as fds)."""
+    with open("/proc/self/maps") as f:
+        return sorted(line.split(None, 5)[-1].strip() for line in f if "/dev/shm/" in line)
+
+
+def resources() -> dict[str, object]:
+    """Everything a closed loader must give back: child processes, fds, shm names and mappings."""
+    return {
+        "children": sorted(p.pid for p in children()),
+        "fds": open_fds(),
+        "shm": shm_entries(),
+        "shm_mappings": shm_mappings(),
+    }

@@ -54,6 +54,12 @@ class WorkerOptions:
             raise OptionError(
                 f"prefetch_factor: got {self.prefetch_factor!r}, expected an int >= 1 or None"
             )
+        for name in ("pin_memory", "persistent_workers"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionError(f"{name}: got {getattr(self, name)!r}, expected True or False")
+        t = self.timeout
+        if not isinstance(t, int | float) or isinstance(t, bool) or t < 0:
+            raise OptionError(f"timeout: got {t!r}, expected seconds >= 0 (0: none)")
         if self.multiprocessing_context not in (None, "fork", "spawn", "forkserver"):
             raise OptionError(
                 f"multiprocessing_context: got {self.multiprocessing_context!r}, "
@@ -190,6 +196,8 @@ class SeqLoader:
 
         The first call compares plan fingerprint, epoch, world size and resume position across
         ranks (one ``all_gather`` when torch.distributed is initialized; C7)."""
+        if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
+            raise OptionError(f"epoch: got {epoch!r}, expected an int >= 1 (epochs count from 1)")
         if not self._checked_ranks:
             resume = "none" if self._resume is None else json.dumps(self._resume.to_fields())
             check_same_plan(

@@ -1,0 +1,98 @@
+"""Resource hygiene: a loader gives back every worker process, file descriptor and shared-memory
+segment when it is closed, leaves a ``with`` block (also by an exception), or is garbage-collected —
+also with its epoch generator abandoned mid-way, which persistent workers must survive exactly."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import pytest
+
+import seqloader as sl
+from reliability_util import children, corpus, resources, summary
+
+OPTIONS = {"ordering": "laplace:.6", "max_seqs": 3, "seed": 2}
+
+
+@pytest.fixture(scope="module")
+def src() -> sl.MemorySource:
+    return corpus(40)
+
+
+@pytest.fixture
+def baseline(src):
+    """Resources after one full warm-up run (torch opens a few things once per process)."""
+    with sl.SeqLoader(src, num_workers=2, **OPTIONS) as loader:
+        list(loader.epoch(1))
+    gc.collect()
+    return resources()
+
+
+def leaks(before: dict) -> dict:
+    """What exists now and did not before (something released since is not a leak)."""
+    now = resources()
+    return {k: sorted(set(now[k]) - set(before[k])) for k in before if set(now[k]) - set(before[k])}
+
+
+def assert_released(before: dict, timeout: float = 10.0) -> None:
+    """Worker processes exit asynchronously: poll until nothing is left over (or time runs out)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gc.collect()
+        left = leaks(before)
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert not left, f"leaked: {left}"
+
+
+def test_with_block_stops_persistent_workers_after_an_abandoned_epoch(src, baseline):
+    with sl.SeqLoader(src, num_workers=2, **OPTIONS) as loader:
+        list(loader.epoch(1))
+        pids = sorted(p.pid for p in children())
+        assert len(pids) == 2
+        gen = loader.epoch(2)
+        kept = [next(gen), next(gen)]  # batches still referenced when the block ends
+        assert sorted(p.pid for p in children()) == pids  # persistent: the same workers
+    assert not children()
+    del kept, gen
+    assert_released(baseline)
+
+
+def test_loop_raising_inside_with_block_releases_everything(src, baseline):
+    with pytest.raises(ZeroDivisionError), sl.SeqLoader(src, num_workers=2, **OPTIONS) as loader:
+        for batch in loader.epoch(1):
+            if batch.step == 2:
+                _ = 1 / 0  # the training step fails
+    assert not children()
+    del batch  # the loop variable still holds the last batch (and its shared memory)
+    assert_released(baseline)
+
+
+def test_garbage_collected_loader_with_abandoned_generator_releases_everything(src, baseline):
+    loader = sl.SeqLoader(src, num_workers=2, **OPTIONS)
+    gen = loader.epoch(1)
+    batch = next(gen)
+    assert len(children()) == 2 and batch.step == 0
+    del loader, gen, batch  # no close(), no with: only garbage collection
+    assert_released(baseline)
+
+
+def test_abandoned_epoch_does_not_leak_stale_batches_into_the_next(src, baseline):
+    """Prefetched batches of an abandoned epoch are in flight in the persistent workers; the next
+    epoch (and a repeat of the abandoned one) must still be exactly the planned batches."""
+    ref = sl.SeqLoader(src, **OPTIONS)
+    expected = {e: summary(ref.epoch(e)) for e in (1, 2)}
+    loader = sl.SeqLoader(src, num_workers=2, prefetch_factor=3, **OPTIONS)
+    gen = loader.epoch(1)
+    assert summary([next(gen), next(gen)]) == expected[1][:2]
+    assert summary(loader.epoch(2)) == expected[2]
+    assert summary(loader.epoch(1)) == expected[1]
+    loader.close()
+    loader.close()  # idempotent
+    assert not children()
+    assert summary(loader.epoch(2)) == expected[2]  # usable again: starts new workers
+    del gen
+    loader.close()
+    assert_released(baseline)

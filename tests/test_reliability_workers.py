@@ -1,0 +1,167 @@
+"""Worker failures reach the trainer as seqloader errors that name the worker and the batch, and a
+restart from ``state_dict()`` resumes exactly (C5).
+
+Real DataLoader workers (fork) are killed with SIGKILL, as the out-of-memory killer does: once from
+the test while the loop is busy (torch's SIGCHLD handler fires in the middle of user code), once
+from a transform inside the worker while the trainer waits in ``next()``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch._utils import ExceptionWrapper
+
+import seqloader as sl
+from reliability_util import children, corpus, summary
+from seqloader import errors
+from seqloader.errors import DataError, SeqLoaderError, WorkerError
+
+OPTIONS = {"ordering": "random", "max_seqs": 3, "seed": 4}
+
+
+def reference(src: sl.Source, epoch: int = 1) -> list:
+    """The uninterrupted epoch, in the main process (C3: identical with any worker count)."""
+    return summary(sl.SeqLoader(src, **OPTIONS).epoch(epoch))
+
+
+def resume_rest(src: sl.Source, state: dict, epoch: int = 1) -> list:
+    """A restart: a new loader (new workers) continuing from ``state``."""
+    with sl.SeqLoader(src, num_workers=2, **OPTIONS) as loader:
+        loader.load_state_dict(state)
+        return summary(loader.epoch(epoch))
+
+
+def test_worker_killed_from_outside_names_worker_and_batch_then_resume_is_exact():
+    src = corpus(45)
+    ref = reference(src)
+    got = []
+    with (
+        pytest.raises(WorkerError) as err,
+        sl.SeqLoader(src, num_workers=2, **OPTIONS) as loader,
+    ):
+        for batch in loader.epoch(1):
+            got.extend(summary([batch]))
+            if batch.step == 3:
+                state = loader.state_dict()
+                pid = loader._dataloader._iterator._workers[0].pid
+                os.kill(pid, signal.SIGKILL)  # as the OOM killer would
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline:  # the "training step"; SIGCHLD lands here
+                    time.sleep(0.01)
+    assert not children(), "the with-block must stop the surviving worker"
+    e = err.value
+    # steps 0..3 consumed; worker 0 holds item 4 (4 % 2 == 0) and the prefetched item 6
+    assert (e.worker_id, e.pid, e.epoch, e.steps) == (0, pid, 1, (4, 6))
+    planned = sl.SeqLoader(src, **OPTIONS).plan(1)[4]
+    assert e.tags == tuple(src.tag(int(i)) for i in planned[:3])
+    message = str(e)
+    for part in (f"worker 0 (pid {pid})", "killed by signal", "epoch 1 step 4", repr(e.tags[0])):
+        assert part in message
+    assert "load_state_dict" in message and "out-of-memory" in message
+    assert got == ref[:4] and state["steps"] == 4
+    assert got + resume_rest(src, state) == ref
+
+
+class KillOnce:
+    """A transform that SIGKILLs its own worker on one sequence, once (a marker file remembers)."""
+
+    def __init__(self, seq: int, marker: Path) -> None:
+        self.seq, self.marker = seq, marker
+
+    def __call__(self, seq: dict, rng: np.random.Generator) -> dict:
+        if int(seq["data"][0, 0]) == self.seq and not self.marker.exists():
+            self.marker.touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return seq
+
+
+def test_worker_killed_inside_a_transform_then_same_loader_recovers(tmp_path):
+    src = corpus(45)
+    ref = reference(src)
+    step = 5
+    victim = ref[step][2][0]  # first sequence of step 5: executed by worker 5 % 2 == 1
+    loader = sl.SeqLoader(src, num_workers=2, transform=KillOnce(victim, tmp_path / "m"), **OPTIONS)
+    got = []
+    with pytest.raises(WorkerError) as err:
+        got.extend(summary(loader.epoch(1)))
+    e = err.value
+    assert e.worker_id == 1 and step in e.steps and e.epoch == 1
+    assert f"epoch 1 step {e.steps[0]}" in str(e)
+    assert not [p for p in children() if p.pid == e.pid]
+    # the failed iterator was shut down; loading the consumed position restarts fresh workers
+    state = loader.state_dict()
+    assert state["steps"] == e.steps[0] <= step
+    loader.load_state_dict(state)
+    rest = summary(loader.epoch(1))
+    assert ref[: state["steps"]] + rest == ref
+    loader.close()
+    assert not children()
+
+
+class FailingReads(sl.MemorySource):
+    """``read_many`` that fails with a non-seqloader error (as a bug in a source would)."""
+
+    def read_many(self, indices):
+        if 7 in list(indices):
+            raise RuntimeError("decoder state corrupted")
+        return [self.read(int(i)) for i in indices]
+
+
+def test_non_seqloader_error_in_worker_becomes_worker_error_naming_batch():
+    base = corpus(20)
+    src = FailingReads({"data": [base.read(i)["data"] for i in range(20)]})
+    with sl.SeqLoader(src, max_seqs=3, num_workers=1) as loader:
+        with pytest.raises(WorkerError) as err:
+            for _ in loader.epoch(1):
+                pass
+        e = err.value
+        # default ordering, batches of 3: sequence 7 is in step 2
+        assert (e.worker_id, e.steps, e.tags[0]) == (0, (2,), "seq-6")
+        assert "failed with RuntimeError on epoch 1 step 2" in str(e)
+        assert "decoder state corrupted" in str(e)
+
+
+def test_data_error_in_worker_keeps_its_type_and_message():
+    """A transform error becomes a DataError in the worker; torch re-raises it by type in the
+    trainer with the worker's traceback, and our message (sequence index and tag) survives."""
+
+    def broken(seq: dict, rng: np.random.Generator) -> dict:
+        if int(seq["data"][0, 0]) == 11:
+            raise ValueError("bad frame rate")
+        return seq
+
+    loader = sl.SeqLoader(corpus(20), max_seqs=4, num_workers=1, transform=broken)
+    with loader, pytest.raises(DataError) as err:
+        list(loader.epoch(1))
+    message = str(err.value)
+    assert "in DataLoader worker process 0" in message
+    assert "transform failed on sequence 11 (tag 'utt-11'): ValueError: bad frame rate" in message
+
+
+def _error_types() -> list[type[BaseException]]:
+    return [
+        v
+        for v in vars(errors).values()
+        if isinstance(v, type) and issubclass(v, SeqLoaderError) and v.__module__ == errors.__name__
+    ]
+
+
+@pytest.mark.parametrize("cls", _error_types(), ids=lambda c: c.__name__)
+def test_every_error_type_survives_pickling_and_torch_reraise(cls):
+    e = cls("sequence 3 (tag 'a/b') in file 'x.hdf': got 2, expected 3")
+    e.steps = (4, 6)  # attributes set after construction (as WorkerError has) travel too
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is cls and str(back) == str(e) and back.steps == (4, 6)
+    try:
+        raise e
+    except cls:
+        wrapper = ExceptionWrapper(where="in DataLoader worker process 1")
+    with pytest.raises(cls, match=r"tag 'a/b'\) in file 'x.hdf': got 2, expected 3"):
+        wrapper.reraise()
