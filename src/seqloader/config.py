@@ -4,7 +4,8 @@ Accepted forms (see docs/cli.md):
 
 - ``train.hdf`` / ``.h5`` / ``.hdf5`` (one or several): RETURNN HDF files, concatenated in order;
 - ``train.txt`` / ``.list``: a text file listing HDF files, one per line (``#`` comments);
-- ``train.jsonl``: an audio manifest; ``train.zip``: an OggZip (both read by ``AudioSource``);
+- ``train.jsonl``: an audio manifest; ``train.zip``: an OggZip (both read by ``AudioSource``, with
+  log-mel ``data`` features unless the config says ``features = false``);
 - ``data.toml`` / ``data.json``: a config with a ``[source]`` table (one of ``hdf``, ``manifest``,
   ``oggzip``, ``synthetic``; optional ``options`` forwarded to the source class) and a ``[loader]``
   table of ``PlanOptions`` / ``WorkerOptions`` fields. Relative paths are relative to the config.
@@ -64,9 +65,7 @@ class SourceSpec:
             from seqloader.sources.hdf import HDFSource
 
             return HDFSource(list(self.paths), **opts)
-        from seqloader.sources.audio import AudioSource
-
-        return AudioSource(self.paths[0], **opts)
+        return open_audio(self.paths[0], opts)
 
     def describe(self) -> str:
         if self.kind == "synthetic":
@@ -75,6 +74,32 @@ class SourceSpec:
             f", ... ({len(self.paths)} files)" * (len(self.paths) > 3)
         )
         return f"{self.kind} {shown}"
+
+
+def open_audio(path: str, options: Mapping[str, object]) -> Source:
+    """``AudioSource`` with log-mel ``data`` by default (100 frames/s, what models train on and
+    what ``convert`` precomputes). ``features`` in the options: a table of ``LogMel`` fields, or
+    ``false`` for the raw waveform only; a top-level ``sample_rate`` goes to the features."""
+    from seqloader.features import LogMel
+    from seqloader.sources.audio import AudioSource
+
+    opts = dict(options)
+    features = opts.pop("features", {})
+    if features is False or features is None:
+        return AudioSource(path, **opts)
+    if not isinstance(features, Mapping):
+        raise OptionError(
+            f"audio source option features: got {features!r}, expected a table of LogMel fields "
+            "(e.g. {n_mels = 80}) or false for the waveform only"
+        )
+    features = dict(features)
+    if "sample_rate" in opts:
+        features.setdefault("sample_rate", opts.pop("sample_rate"))
+    try:
+        logmel = LogMel(**features)
+    except TypeError as e:
+        raise OptionError(f"audio source option features: {e}") from e
+    return AudioSource(path, features=logmel, **opts)
 
 
 @dataclass(frozen=True)

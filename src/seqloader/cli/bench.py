@@ -19,9 +19,9 @@ from seqloader.cli.options import (
     open_data,
     positive_int,
 )
-from seqloader.cli.output import human, mib, print_json, progress
+from seqloader.cli.output import human, mib, print_json, print_notes, progress
 
-HELP = "throughput, time to first batch, CPU and memory, computation time % with a simulated step"
+HELP = "throughput, time to first batch, CPU and memory, computation time %% with a simulated step"
 # below this computation time % the loader, not the model, sets the pace
 BOTTLENECK_PCT = 95.0
 
@@ -82,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     worker_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     out = {
         "data": opened.config.source.describe(),
+        "notes": list(opened.notes),
         "options": opened.plan.to_dict(),
         "num_workers": opened.workers.num_workers,
         "step_ms": args.step_ms,
@@ -141,6 +142,7 @@ def hint(computation_pct: float, num_workers: int, step_ms: float, report) -> st
 
 def print_text(o: dict) -> None:
     print(f"data: {o['data']}")
+    print_notes(o["notes"])
     print(
         f"{o['batches']}/{o['planned_batches']} batches of epoch {o['epoch']}, {o['num_workers']} "
         f"worker(s), simulated step {o['step_ms']:g} ms"

@@ -15,7 +15,7 @@ from seqloader.cli.options import (
     open_data,
     positive_int,
 )
-from seqloader.cli.output import human, print_json
+from seqloader.cli.output import human, print_json, print_notes
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import Simulation, simulate
 
@@ -57,16 +57,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         out = result.to_dict()
         out["data"] = opened.config.source.describe()
+        out["notes"] = list(opened.notes)
         out["options"] = opened.plan.to_dict()
         print_json(out)
     else:
-        print_report(result, opened.config.source.describe(), opened.plan.to_json())
+        print(f"data: {opened.config.source.describe()}")
+        print_notes(opened.notes)
+        print_report(result, opened.plan.to_json())
     return 0 if result.ok else 1
 
 
-def print_report(result: Simulation, data: str, options: str) -> None:
+def print_report(result: Simulation, options: str) -> None:
     filtered = sum(result.filtered.values())
-    print(f"data: {data}")
     print(f"options: {options}")
     print(
         f"{result.num_seqs} sequences, {result.admitted} admitted, {filtered} filtered"

@@ -21,7 +21,7 @@ from seqloader.errors import DataError
 from seqloader.sources.base import Source
 from seqloader.synthetic import SyntheticSpec, synthetic_corpus
 
-HELP = "synthetic RETURNN-HDF corpus, tiny model, 2 epochs, 2 workers: computation time % and an exactly-once proof"
+HELP = "synthetic RETURNN-HDF corpus, tiny model, 2 epochs, 2 workers: computation time %% and an exactly-once proof"
 DEFAULT_CACHE = Path(".cache/seqloader-demo")
 
 

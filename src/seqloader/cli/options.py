@@ -7,7 +7,6 @@ Loader flags map one to one onto ``PlanOptions`` / ``WorkerOptions`` fields (``-
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import dataclass
 
 from seqloader.config import DataConfig, load_data
@@ -57,9 +56,14 @@ def seq_length_limit(text: str) -> int | dict[str, int]:
     out: dict[str, int] = {}
     for part in text.split(","):
         key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise argparse.ArgumentTypeError(f"got {text!r}, expected N or key=N[,key=N...]")
-        out[key.strip()] = positive_int(value.strip())
+        try:
+            if not sep or not key.strip():
+                raise argparse.ArgumentTypeError("no key")
+            out[key.strip()] = positive_int(value.strip())
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(
+                f"got {text!r}, expected N or KEY=N[,KEY=N...] with integers N >= 1"
+            ) from None
     return out
 
 
@@ -208,20 +212,18 @@ class Opened:
     source: Source
     plan: PlanOptions
     workers: WorkerOptions
+    notes: tuple[str, ...] = ()  # what the human should know (printed with the output)
 
 
 def open_data(args: argparse.Namespace, default_limit: bool = True) -> Opened:
     """Resolve DATA, merge flags over the config, validate options, then open the source."""
     config = load_data(args.data)
     overrides = loader_overrides(args)
-    plan = config.plan_options(overrides)
-    if default_limit and plan.max_seqs is None and plan.max_frames is None:
-        note(f"no --max-seqs/--max-frames given: using --max-seqs {DEFAULT_MAX_SEQS}")
-        plan = config.plan_options({**overrides, "max_seqs": DEFAULT_MAX_SEQS})
+    plan = config.plan_options(overrides)  # validate options before opening anything
     workers = config.worker_options(overrides)
-    return Opened(config, config.open(), plan, workers)
-
-
-def note(message: str) -> None:
-    """A remark for the human (stderr), so stdout stays clean for --json."""
-    print(f"seqloader: note: {message}", file=sys.stderr)
+    source = config.open()
+    notes: list[str] = []
+    if default_limit and plan.max_seqs is None and plan.max_frames is None:
+        notes.append(f"no --max-seqs/--max-frames given: using --max-seqs {DEFAULT_MAX_SEQS}")
+        plan = config.plan_options({**overrides, "max_seqs": DEFAULT_MAX_SEQS})
+    return Opened(config, source, plan, workers, tuple(notes))

@@ -1,4 +1,4 @@
-"""Printing: human text or one JSON object on stdout; progress bars and notes on stderr."""
+"""Printing: human text or one JSON object on stdout; progress bars on stderr."""
 
 from __future__ import annotations
 
@@ -25,6 +25,12 @@ def progress(
         yield from items
         return
     yield from tqdm(items, desc=desc, total=total, unit=unit, disable=None, leave=False)
+
+
+def print_notes(notes: Iterable[str]) -> None:
+    """Remarks the human should read (e.g. a default the command chose), with the output."""
+    for n in notes:
+        print(f"note: {n}")
 
 
 def print_json(obj: object) -> None:

@@ -15,7 +15,7 @@ from seqloader.cli.options import (
     add_output_options,
     open_data,
 )
-from seqloader.cli.output import human, print_json, progress
+from seqloader.cli.output import human, print_json, print_notes, progress
 from seqloader.errors import OptionError
 from seqloader.plan.options import Ordering
 from seqloader.plan.planner import Planner
@@ -81,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     total = int(lengths[key].sum())
     out = {
         "data": opened.config.source.describe(),
+        "notes": list(opened.notes),
         "sequences": len(src),
         "length_key": key,
         "total_frames": total,
@@ -124,6 +125,7 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
 
 def print_text(out: dict) -> None:
     print(f"data: {out['data']}")
+    print_notes(out["notes"])
     print(
         f"{out['sequences']} sequences, {human(out['total_frames'])} frames of "
         f"{out['length_key']!r} = {out['hours']:.3f} h at {out['frame_rate']:g} frames/s"
