@@ -1,0 +1,278 @@
+"""Audio loading with on-the-fly log-mel features at 0, 1 and 2 DataLoader workers.
+
+    python -m benchmarks.audio_scaling [--utterances 240] [--repeats 5] [--quick] [--main-threads 1]
+
+One generated corpus (speech-like signals as FLAC/WAV/OGG, RETURNN OggZip) is read through
+``AudioSource`` + ``SeqLoader``. Two measurements per worker count, each the median of several
+epochs on one warm loader (worker start-up and the page cache are outside the timing):
+
+- throughput: the consumer does nothing; sequences per second of wall time;
+- computation time %: the consumer "trains" by sleeping a fixed step per batch (a GPU step costs
+  the CPU nothing), RETURNN's definition (step time over wall time). The step is 1.25x the
+  2-worker batch time, so a loader that scales hides its work and one that doesn't shows.
+
+When the ``returnn`` package is importable, RETURNN's own pipeline (``OggZipDataset`` ->
+``ReturnnDatasetIterDataPipe`` -> ``BatchingIterDataPipe`` -> DataLoader) reads the same zip:
+decoding only (``features="raw"``; its log-mel needs librosa, used when installed). Results go to
+``benchmarks/results/audio_scaling.json``; the load average before and after is recorded because
+the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+import torch
+
+import seqloader as sl
+from seqloader.sources.audio_synth import AudioCorpus, write_audio_corpus
+from seqloader.transforms import SpecAugment
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "audio_scaling.json")
+WORKERS = (0, 1, 2)
+FEATURES = sl.LogMel(sample_rate=16000, n_mels=80)
+
+
+@dataclass(frozen=True)
+class CorpusSpec:
+    utterances: int = 240
+    seconds: tuple[float, float] = (1.0, 5.0)
+    formats: tuple[str, ...] = ("flac", "wav", "ogg")
+    sample_rate: int = 16000
+    seed: int = 0
+
+    def cached(self) -> AudioCorpus:
+        """Written once per spec under the temp folder (never in the repository)."""
+        key = hashlib.sha256(json.dumps(asdict(self)).encode()).hexdigest()[:12]
+        folder = os.path.join(tempfile.gettempdir(), "seqloader-bench", f"audio-{key}")
+        done = os.path.join(folder, "done.json")
+        if not os.path.exists(done):
+            corpus = write_audio_corpus(
+                folder,
+                self.utterances,
+                name="corpus",
+                formats=self.formats,
+                sample_rates=(self.sample_rate,),
+                seconds=self.seconds,
+                seed=self.seed,
+            )
+            with open(done, "w") as f:
+                json.dump(asdict(corpus), f)
+        with open(done) as f:
+            fields = json.load(f)
+        return AudioCorpus(**{**fields, "files": tuple(fields["files"])})
+
+
+def load_average() -> float:
+    return os.getloadavg()[0]
+
+
+def timed_epochs(
+    make_iter: Callable[[int], Iterable], epochs: range, step_s: float = 0.0
+) -> tuple[list[float], list[float], int]:
+    """Per epoch: wall seconds and computation % (sleeping ``step_s`` per batch); batches/epoch."""
+    walls, comps, batches = [], [], 0
+    for epoch in epochs:
+        waited, batches = 0.0, 0
+        start = time.perf_counter()
+        t = start
+        for _ in make_iter(epoch):
+            waited += time.perf_counter() - t
+            batches += 1
+            if step_s:
+                time.sleep(step_s)
+            t = time.perf_counter()
+        wall = time.perf_counter() - start
+        walls.append(wall)
+        comps.append(100.0 * (wall - waited) / wall)
+    return walls, comps, batches
+
+
+def measure(source: sl.AudioSource, workers: int, repeats: int, transform, step_s: float = 0.0):
+    """(walls, computation %s, batches per epoch) of epochs 2.. on one warm loader."""
+    max_frames = 3000 if "data" in source.keys else 480_000  # ~30 s of audio per batch either way
+    with sl.SeqLoader(
+        source,
+        ordering="laplace:.16",
+        max_frames=max_frames,
+        seed=1,
+        num_workers=workers,
+        transform=transform,
+    ) as loader:
+        list(loader.epoch(1))  # warm-up: worker start-up, page cache, filter banks
+        return timed_epochs(loader.epoch, range(2, 2 + repeats), step_s)
+
+
+def returnn_rows(corpus: AudioCorpus, repeats: int, features: str) -> list[dict] | str:
+    """RETURNN's OggZipDataset pipeline on the same zip, or why it could not run."""
+    try:
+        from returnn.datasets.audio import OggZipDataset
+        from returnn.torch.data.pipeline import BatchingIterDataPipe, collate_batch
+        from returnn.torch.data.returnn_dataset_wrapper import ReturnnDatasetIterDataPipe
+    except ImportError as e:
+        return f"returnn not importable: {e}"
+    if features != "raw":
+        try:
+            import librosa  # noqa: F401
+        except ImportError:
+            return "RETURNN's log-mel needs librosa, which is not installed"
+    audio = {"features": features, "sample_rate": 16000}
+    if features != "raw":
+        audio["num_feature_filters"] = FEATURES.n_mels
+    rows = []
+    for workers in WORKERS:
+        dataset = OggZipDataset(
+            path=corpus.oggzip, audio=audio, targets=None, seq_ordering="laplace:.16"
+        )
+        dataset.initialize()
+        pipe = ReturnnDatasetIterDataPipe(dataset, shard_workers=True)
+        limit = 3000 if features != "raw" else 480_000
+        batches = BatchingIterDataPipe(pipe, batch_size=limit, max_seqs=None)
+        kwargs = {"persistent_workers": True} if workers else {}
+        dl = torch.utils.data.DataLoader(
+            batches, batch_size=None, collate_fn=collate_batch, num_workers=workers, **kwargs
+        )
+        count = sum(int(b["data"].shape[0]) for b in dl)  # warm-up epoch
+        walls, _, _ = timed_epochs(lambda _e, dl=dl: dl, range(repeats))
+        rows.append(
+            {
+                "workers": workers,
+                "seqs": count,
+                "wall_s": walls,
+                "seqs_per_s": count / statistics.median(walls),
+            }
+        )
+        del dl
+    return rows
+
+
+def scaling_table(rows: list[dict]) -> list[dict]:
+    by = {r["workers"]: r["seqs_per_s"] for r in rows}
+    return [
+        {
+            "workers": w,
+            "seqs_per_s": round(by[w], 1),
+            "x_vs_0_workers": round(by[w] / by[0], 2),
+            "x_vs_1_worker": round(by[w] / by[1], 2) if 1 in by else None,
+        }
+        for w in sorted(by)
+    ]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--utterances", type=int, default=240)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats")
+    parser.add_argument("--out", default=RESULTS)
+    parser.add_argument(
+        "--main-threads",
+        type=int,
+        default=1,
+        help="torch threads of the main process (num_workers=0 computes features there)",
+    )
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.main_threads)
+    n, repeats = (60, 2) if args.quick else (args.utterances, args.repeats)
+    load_before = load_average()
+    corpus = CorpusSpec(utterances=n).cached()
+
+    setups = {
+        "log-mel": (sl.AudioSource(corpus.oggzip, features=FEATURES, keys=("data",)), None),
+        "log-mel+specaugment": (
+            sl.AudioSource(corpus.oggzip, features=FEATURES, keys=("data",)),
+            SpecAugment(),
+        ),
+        "decode only": (sl.AudioSource(corpus.oggzip, keys=("audio",)), None),
+    }
+    results: dict = {"setups": {}}
+    for name, (source, transform) in setups.items():
+        rows = []
+        for w in WORKERS:
+            walls, _, batches = measure(source, w, repeats, transform)
+            rows.append(
+                {
+                    "workers": w,
+                    "seqs": len(source),
+                    "batches": batches,
+                    "wall_s": walls,
+                    "seqs_per_s": len(source) / statistics.median(walls),
+                }
+            )
+        two = rows[WORKERS.index(2)]
+        step_s = 1.25 * statistics.median(two["wall_s"]) / two["batches"]
+        for r in rows:
+            comps = measure(source, r["workers"], repeats, transform, step_s)[1]
+            r["computation_pct"] = round(statistics.median(comps), 1)
+        results["setups"][name] = {
+            "step_ms": round(1000 * step_s, 2),
+            "rows": rows,
+            "table": [
+                {**t, "computation_pct": r["computation_pct"]}
+                for t, r in zip(scaling_table(rows), rows, strict=True)
+            ],
+        }
+    results["returnn"] = {
+        "decode only (features='raw')": _returnn_table(corpus, repeats, "raw"),
+        "log-mel (features='log_mel_filterbank')": _returnn_table(
+            corpus, repeats, "log_mel_filterbank"
+        ),
+    }
+    results["machine"] = {
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "torch_threads_main": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "load_avg_1min_before": round(load_before, 2),
+        "load_avg_1min_after": round(load_average(), 2),
+    }
+    results["corpus"] = {**asdict(CorpusSpec(utterances=n)), "path": corpus.oggzip}
+    results["repeats"] = repeats
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(results, f, indent=2)
+    print_report(results)
+    return results
+
+
+def _returnn_table(corpus: AudioCorpus, repeats: int, features: str) -> list[dict] | str:
+    rows = returnn_rows(corpus, repeats, features)
+    return rows if isinstance(rows, str) else {"rows": rows, "table": scaling_table(rows)}
+
+
+def print_report(results: dict) -> None:
+    m = results["machine"]
+    print(
+        f"audio scaling, {results['corpus']['utterances']} utterances, medians of "
+        f"{results['repeats']} epochs; {m['cpus']} CPUs, load {m['load_avg_1min_before']} -> "
+        f"{m['load_avg_1min_after']}"
+    )
+    for name, s in results["setups"].items():
+        print(f"\nseqloader, {name} (simulated step {s['step_ms']} ms/batch)")
+        print("workers  seqs/s   x vs 0   x vs 1   computation %")
+        for t in s["table"]:
+            x1 = "" if t["x_vs_1_worker"] is None else f"{t['x_vs_1_worker']:.2f}"
+            print(
+                f"{t['workers']:>7}  {t['seqs_per_s']:>6.1f}   {t['x_vs_0_workers']:>6.2f}   "
+                f"{x1:>6}   {t['computation_pct']:>6.1f}"
+            )
+    for name, r in results["returnn"].items():
+        print(f"\nRETURNN OggZipDataset pipeline, {name}")
+        if isinstance(r, str):
+            print(f"  not run: {r}")
+            continue
+        for t in r["table"]:
+            print(f"{t['workers']:>7}  {t['seqs_per_s']:>6.1f}   {t['x_vs_0_workers']:>6.2f}")
+
+
+if __name__ == "__main__":
+    main()
