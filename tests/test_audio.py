@@ -349,3 +349,23 @@ def test_options_are_validated():
         sl.AudioOptions(sample_rate=8000, features=LM)
     with pytest.raises(sl.OptionError, match="unknown kind"):
         sl.AudioSource("corpus.csv")
+
+
+def test_sentencepiece_vocabulary(corpus, tmp_path):
+    spm = pytest.importorskip("sentencepiece")
+    (tmp_path / "texts.txt").write_text("\n".join(_texts(corpus) * 20) + "\n")
+    spm.SentencePieceTrainer.train(
+        input=str(tmp_path / "texts.txt"),
+        model_prefix=str(tmp_path / "sp"),
+        vocab_size=24,
+        model_type="unigram",
+        minloglevel=2,
+    )
+    vocab = sl.SentencePieceVocab(tmp_path / "sp.model")
+    src = sl.AudioSource(corpus.jsonl, vocab=vocab, keys=("classes",))
+    clone = pickle.loads(pickle.dumps(src))  # pickles the model bytes, not the path
+    assert src.schema["classes"].vocab_size == len(vocab) == 24
+    for i, text in enumerate(_texts(corpus)):
+        ids = clone.read(i)["classes"]
+        assert len(ids) == src.lengths("classes")[i]
+        assert vocab._sp.decode(ids.tolist()) == text

@@ -99,6 +99,9 @@ class TokenVocab:
         h = hashlib.sha256("\0".join((self.split, str(self.unknown), *self.tokens)).encode())
         return h.hexdigest()[:16]
 
+    def __repr__(self) -> str:  # the token list can be long
+        return f"TokenVocab({len(self)} {self.split} tokens, unknown={self.unknown!r})"
+
 
 class SentencePieceVocab:
     """A SentencePiece model (requires the ``sentencepiece`` package). Pickles as the model file's

@@ -196,14 +196,18 @@ class AudioSource:
         return np.diff(self._class_offsets)
 
     def _make_schema(self) -> dict[str, KeySpec]:
-        f32 = np.dtype(np.float32)
-        specs = {
-            "audio": lambda: KeySpec(f32),
-            "data": lambda: KeySpec(f32, (self.options.features.n_mels,)),  # type: ignore[union-attr]
-            "text": lambda: KeySpec(np.dtype(np.uint8), (), True, 256),
-            "classes": lambda: KeySpec(np.dtype(np.int32), (), True, len(self.vocab)),  # type: ignore[arg-type]
-        }
-        return {k: specs[k]() for k in self._keys}
+        schema = {}
+        for key in self._keys:
+            if key == "audio":
+                schema[key] = KeySpec(np.dtype(np.float32))
+            elif key == "data":
+                n_mels = self.options.features.n_mels  # type: ignore[union-attr]
+                schema[key] = KeySpec(np.dtype(np.float32), (n_mels,))
+            elif key == "text":
+                schema[key] = KeySpec(np.dtype(np.uint8), (), True, 256)
+            else:
+                schema[key] = KeySpec(np.dtype(np.int32), (), True, len(self.vocab))  # type: ignore[arg-type]
+        return schema
 
     # ---- Source protocol ----
     def __len__(self) -> int:
@@ -254,7 +258,7 @@ class AudioSource:
             h = hashlib.sha256(repr(self.options).encode())
             for m in self._manifests:
                 if m.texts is not None:
-                    h.update(m.texts._blob.tobytes())
+                    h.update(m.texts.content_hash().encode())
             if self.vocab is not None:
                 h.update(self.vocab.fingerprint().encode())
             self._fingerprint = fingerprint_of(

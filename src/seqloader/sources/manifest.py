@@ -14,6 +14,7 @@ line number, so errors name ``manifest line N`` and the file.
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
 import json
 import os
@@ -52,6 +53,12 @@ class StringTable(Sequence[str]):
 
     def byte_lengths(self) -> np.ndarray:
         return np.diff(self._offsets)
+
+    def content_hash(self) -> str:
+        """sha256 of the strings (lengths and bytes), for fingerprints."""
+        h = hashlib.sha256(self._offsets.tobytes())
+        h.update(self._blob.tobytes())
+        return h.hexdigest()
 
 
 @dataclass
