@@ -134,7 +134,8 @@ class AudioSource:
         self._samples = np.rint(
             np.concatenate([m.durations for m in self._manifests]) * self.options.rate
         ).astype(np.int64)  # [n] the decoded length every read is fitted to
-        self._classes, self._class_offsets = self._encode_texts() if vocab else (None, None)
+        encoded = self._encode_texts() if "classes" in self._keys else (None, None)
+        self._classes, self._class_offsets = encoded
         self._lengths = {k: self._planned_lengths(k) for k in self._keys}
         self._schema = self._make_schema()
         self._fingerprint: str | None = None
