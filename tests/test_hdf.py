@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from hdf_files import write_datasetwriter_style, write_simplewriter_style
-from seqloader.errors import DataError
+from seqloader.errors import DataError, DataWarning
 from seqloader.sources.base import KeySpec
 
 RNG = np.random.default_rng(1234)
@@ -70,7 +70,8 @@ def datasetwriter_file(tmp_path):
 
 def test_datasetwriter_layout_reads_back_exactly(datasetwriter_file):
     path, data, tags = datasetwriter_file
-    src = sl.HDFSource(path)
+    with pytest.warns(DataWarning, match=r"dw\.hdf.*'b_only' is named in targets/size"):
+        src = sl.HDFSource(path)
     assert src.keys == ("data", "align", "classes", "feat2")
     assert dict(src.schema) == {
         "data": KeySpec(np.dtype(np.float32), (5,)),
@@ -137,6 +138,20 @@ def test_no_targets_group_has_a_dummy_column(tmp_path):
     assert src.keys == ("data",)
     for i in range(3):
         assert_same_seq(src.read(i), {"data": x[i]})
+
+
+def test_targets_without_size_attributes(tmp_path):
+    """RETURNN then takes dims from the data; a 1-D int key stays sparse, vocabulary unknown."""
+    path = str(tmp_path / "nosize.hdf")
+    c, v = labels([3, 2], 5), feats([1, 4], 3)
+    write_datasetwriter_style(path, ["a", "b"], inputs=feats([2, 2], 2), targets={"c": c, "v": v})
+    with h5py.File(path, "r+") as f:
+        del f["targets/size"]
+    src = sl.HDFSource(path)
+    assert src.schema["c"] == KeySpec(np.dtype(np.int32), (), True, None)
+    assert src.schema["v"] == KeySpec(np.dtype(np.float32), (3,))
+    for i in range(2):
+        assert_same_seq(src.read(i), {"data": src.read(i)["data"], "c": c[i], "v": v[i]})
 
 
 def test_targets_without_inputs(tmp_path):
@@ -411,7 +426,10 @@ def test_seq_lengths_disagreeing_with_the_data(datasetwriter_file):
     with h5py.File(path, "r+") as f:
         f["seqLengths"][0, 3] += 1  # column 3 = "classes" (after data, align, b_only)
     total = sum(len(a) for a in data["classes"])
-    with pytest.raises(DataError, match=rf"dw\.hdf.*'classes'.*sums to {total + 1}.*has {total}"):
+    with (
+        pytest.raises(DataError, match=rf"dw\.hdf.*'classes'.*sums to {total + 1}.*has {total}"),
+        pytest.warns(DataWarning, match="b_only"),
+    ):
         sl.HDFSource(path)
 
 

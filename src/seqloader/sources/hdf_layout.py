@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import h5py
 import numpy as np
 
-from seqloader.errors import DataError
+from seqloader.errors import DataError, DataWarning
 from seqloader.sources.base import KeySpec
 
 INPUTS = "inputs"
@@ -66,7 +67,15 @@ def open_h5(path: str, position: str = "") -> h5py.File:
 def read_layout(path: str, position: str = "") -> FileLayout:
     """The layout of one RETURNN HDF file (opens and closes it)."""
     with open_h5(path, position) as f:
-        return _layout(f, path, describe_file(path, position))
+        try:
+            return _layout(f, path, describe_file(path, position))
+        except DataError:
+            raise
+        except Exception as e:  # h5py's errors on damaged metadata (found by tests/test_fuzz_hdf)
+            raise DataError(
+                f"HDF file {describe_file(path, position)} is damaged: reading its structure "
+                f"failed with {type(e).__name__}: {e}. Fix: re-create or re-copy the file."
+            ) from e
 
 
 def _layout(f: h5py.File, path: str, where: str) -> FileLayout:
@@ -96,6 +105,13 @@ def _layout(f: h5py.File, path: str, where: str) -> FileLayout:
             h5_path = f"{TARGETS}/data/{key}"
         if h5_path not in f:
             skipped[key] = "named in targets/size but has no targets/data dataset"
+            warnings.warn(
+                f"HDF file {where}: key {key!r} is named in targets/size but has no {h5_path!r}; "
+                "it is left out (RETURNN's HDFDataset cannot read such a file). If the key should "
+                "be there, the file is damaged: re-create it.",
+                DataWarning,
+                stacklevel=4,
+            )
             continue
         dset = f[h5_path]
         if not isinstance(dset, h5py.Dataset) or dset.ndim == 0:
@@ -172,9 +188,10 @@ def _inputs_spec(f: h5py.File, dset: h5py.Dataset) -> KeySpec:
 def _target_spec(key: str, dset: h5py.Dataset, size: object, where: str) -> KeySpec:
     """RETURNN: ``targets/size`` is a scalar dim (ndim = data's ndim) or ``[dim, ndim]``."""
     dtype = np.dtype(dset.dtype)
-    if size is None:
+    dim: int | None
+    if size is None:  # RETURNN then assumes dim 1 for 1-D keys; we say "unknown" (None)
         ndim = dset.ndim
-        dim = 1 if ndim == 1 else int(dset.shape[-1])
+        dim = None if ndim == 1 else int(dset.shape[-1])
     else:
         arr = np.asarray(size)
         if arr.ndim == 0:

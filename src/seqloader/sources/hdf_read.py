@@ -18,6 +18,10 @@ from collections.abc import Mapping, Sequence
 import h5py
 import numpy as np
 
+# Merged reads stop growing at this size: HDF5 reads of tiny-chunked data were fastest at about
+# 250-500 KB per call (measured: 1.5x faster than 3 MB calls, 2x faster than 10 MB ones).
+MAX_RUN_BYTES = 256 << 10
+
 
 class RowReader:
     """Reads row ranges of one dataset. Results are fresh, writable arrays (callers may transform
@@ -48,6 +52,9 @@ class H5Rows(RowReader):
         self.dset = dset
         self.feature_shape = tuple(dset.shape[1:])
         self.dtype = dset.dtype
+        self.row_bytes = max(
+            1, dset.dtype.itemsize * int(np.prod(self.feature_shape, dtype=np.int64))
+        )
 
     def rows(self, a: int, b: int) -> np.ndarray:
         # plain slicing takes h5py's fast path: measured 3-4x faster than read_direct or
@@ -57,26 +64,33 @@ class H5Rows(RowReader):
         return self.dset[a:b]
 
     def spans(self, begin: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
-        out = [self.rows(0, 0) for _ in range(len(begin))]  # empty spans need no read
-        nonempty = np.flatnonzero(end > begin)
-        order = nonempty[np.argsort(begin[nonempty], kind="stable")]
-        for run in merge_runs(begin[order], end[order]):
-            lo, hi = int(begin[order[run[0]]]), int(end[order[run]].max())
-            buf = self.rows(lo, hi)
+        b_, e_ = begin.tolist(), end.tolist()  # plain ints: this loop runs per sequence
+        order = sorted((i for i in range(len(b_)) if e_[i] > b_[i]), key=b_.__getitem__)
+        out: list[np.ndarray | None] = [None] * len(b_)
+        max_rows = max(1, MAX_RUN_BYTES // self.row_bytes)
+        for run in merge_runs([b_[i] for i in order], [e_[i] for i in order], max_rows):
+            members = [order[j] for j in run]
+            lo = b_[members[0]]
+            buf = self.rows(lo, max(e_[i] for i in members))
+            if len(members) == 1:
+                out[members[0]] = buf
+                continue
             seen: set[tuple[int, int]] = set()
-            for i in order[run].tolist():
-                a, b = int(begin[i]) - lo, int(end[i]) - lo
+            for i in members:
+                span = (b_[i] - lo, e_[i] - lo)
                 # views of one buffer; a repeated span gets its own copy so that transforming
                 # one sequence in place never changes another
-                out[i] = buf[a:b].copy() if (a, b) in seen else buf[a:b]
-                seen.add((a, b))
-        return out
+                view = buf[span[0] : span[1]]
+                out[i] = view.copy() if span in seen else view
+                seen.add(span)
+        return [self.rows(0, 0) if o is None else o for o in out]  # empty spans need no read
 
 
-def merge_runs(begin: np.ndarray, end: np.ndarray) -> list[list[int]]:
-    """Group spans (sorted by begin, non-empty) into runs read with one call each. A span joins
-    the current run only if the run then still uses at least half of the rows it covers, so a
-    merged read never reads more than twice the useful rows; returns positions into the input."""
+def merge_runs(begin: Sequence[int], end: Sequence[int], max_rows: int) -> list[list[int]]:
+    """Group spans (sorted by begin, non-empty) into runs read with one call each; returns
+    positions into the input. A span joins the current run only if the run then still uses at
+    least half of the rows it covers (never more than twice the useful rows read) and covers at
+    most ``max_rows`` (a longer span is read alone)."""
     runs: list[list[int]] = []
     lo = hi = useful = 0
     for j in range(len(begin)):
@@ -84,7 +98,7 @@ def merge_runs(begin: np.ndarray, end: np.ndarray) -> list[list[int]]:
         if runs:
             new_hi = max(hi, b)
             new_useful = useful + max(0, b - max(a, hi))
-            if new_hi - lo <= 2 * new_useful:
+            if new_hi - lo <= min(2 * new_useful, max_rows):
                 runs[-1].append(j)
                 hi, useful = new_hi, new_useful
                 continue
