@@ -20,6 +20,8 @@ from seqloader.cli.options import (
     positive_int,
 )
 from seqloader.cli.output import human, mib, print_json, print_notes, progress
+from seqloader.sources.base import Source
+from seqloader.torch.report import EpochReport
 
 HELP = "throughput, time to first batch, CPU and memory, computation time %% with a simulated step"
 # below this computation time % the loader, not the model, sets the pace
@@ -80,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     loader.close()
     main_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     worker_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    steady = round(steady_computation_pct(report), 2)
+    unmapped = unmapped_files(opened.source)
     out = {
         "data": opened.config.source.describe(),
         "notes": list(opened.notes),
@@ -98,10 +102,12 @@ def run(args: argparse.Namespace) -> int:
         "data_wait_ms_per_batch": round(1000 * report.data_wait_s / max(report.steps, 1), 3),
         "main_cpu_ms_per_batch": round(1000 * cpu / max(report.steps, 1), 3),
         "computation_pct": round(report.computation_pct, 2),
+        "computation_pct_after_first_batch": steady,
         "padding_ratio": round(report.padding_ratio, 5),
         "peak_rss_main_bytes": main_rss,
         "peak_rss_worker_bytes": worker_rss if opened.workers.num_workers else 0,
-        "hint": hint(report.computation_pct, opened.workers.num_workers, args.step_ms, report),
+        "files_not_memory_mapped": unmapped,
+        "hint": hint(report, steady, opened.workers.num_workers, args.step_ms, unmapped),
     }
     if args.json:
         print_json(out)
@@ -110,33 +116,65 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def hint(computation_pct: float, num_workers: int, step_ms: float, report) -> str:
+def steady_computation_pct(report: EpochReport) -> float:
+    """Computation time % once the first batch is in (worker start-up and file opening are a
+    one-off cost per run; a long training sees this figure)."""
+    rest_wall = report.wall_s - report.first_batch_s
+    if report.steps <= 1 or rest_wall <= 0:
+        return report.computation_pct
+    return 100.0 * max(rest_wall - (report.data_wait_s - report.first_batch_s), 0.0) / rest_wall
+
+
+def unmapped_files(source: Source) -> list[str]:
+    """HDF files with keys the source reads through h5py rather than a memory map (chunked
+    datasets, as RETURNN writes them); empty for other sources."""
+    mapped_keys = getattr(source, "mapped_keys", None)
+    if mapped_keys is None:
+        return []
+    try:
+        return [p for p, keys in mapped_keys().items() if set(source.keys) - set(keys)]
+    finally:
+        close = getattr(source, "close", None)
+        if close is not None:
+            close()
+
+
+def hint(
+    report: EpochReport, steady: float, num_workers: int, step_ms: float, unmapped: list[str]
+) -> str:
     """One actionable sentence on what limits the pace."""
+    convert = (
+        f" {len(unmapped)} HDF file(s) are chunked (read through h5py, not memory-mapped): "
+        "'seqloader convert IN OUT' rewrites them contiguously."
+        if unmapped
+        else ""
+    )
     if step_ms == 0:
         return (
             "no simulated step (--step-ms 0): the figures are the loader's own speed; pass your "
-            "model's step time to see the computation time %"
+            "model's step time to see the computation time %." + convert
         )
-    if computation_pct >= BOTTLENECK_PCT:
-        return f"data keeps up: the trainer computes {computation_pct:.1f}% of the time"
-    cores = os.cpu_count() or 1
-    wait = 1000 * report.data_wait_s / max(report.steps, 1)
-    text = (
-        f"data is the bottleneck: the trainer waits {wait:.1f} ms per batch "
-        f"({100 - computation_pct:.1f}% of the time). "
+    first = (
+        f" (the first batch took {report.first_batch_s:.2f} s: worker start-up and file opening, "
+        f"once per run; without it {steady:.1f}%)"
+        if report.steps > 1 and steady - report.computation_pct > 1.0
+        else ""
     )
-    if report.steps and report.first_batch_s > 0.5 * report.data_wait_s:
-        text += (
-            f"Most of it is the first batch ({report.first_batch_s:.2f} s, worker start-up); "
-            "a longer run amortises it (--batches). "
-        )
+    if steady >= BOTTLENECK_PCT:
+        return f"data keeps up: computation {report.computation_pct:.1f}% of the time{first}."
+    cores = os.cpu_count() or 1
+    wait = 1000 * (report.data_wait_s - report.first_batch_s) / max(report.steps - 1, 1)
+    text = (
+        f"data is the bottleneck: after the first batch the trainer waits {wait:.1f} ms per "
+        f"batch (computation {steady:.1f}%)."
+    )
     if num_workers == 0:
-        return text + "Load in background processes: --num-workers 2 (or more)."
+        return text + " Load in background processes: --num-workers 2 (or more)." + convert
     if num_workers < cores:
-        return text + f"Try --num-workers {num_workers + 1} (this machine has {cores} cores)."
+        return text + f" Try --num-workers {num_workers + 1} ({cores} cores here)." + convert
     return text + (
-        f"All {cores} cores already have a worker: make reading cheaper (a contiguous HDF via "
-        "'seqloader convert' memory-maps; RETURNN's chunked files do not) or smaller batches."
+        f" All {cores} cores already run a worker: make reading cheaper or batches smaller."
+        + convert
     )
 
 
@@ -159,7 +197,9 @@ def print_text(o: dict) -> None:
     workers = f", largest worker {mib(o['peak_rss_worker_bytes'])}" if o["num_workers"] else ""
     print(f"peak RSS: main {mib(o['peak_rss_main_bytes'])}{workers}")
     print(
-        f"computation time: {o['computation_pct']:.1f}%  padding: {100 * o['padding_ratio']:.1f}%"
+        f"computation time: {o['computation_pct']:.1f}% "
+        f"({o['computation_pct_after_first_batch']:.1f}% after the first batch), "
+        f"padding {100 * o['padding_ratio']:.1f}%"
     )
     print(f"hint: {o['hint']}")
     sys.stdout.flush()

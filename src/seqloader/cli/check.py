@@ -15,7 +15,7 @@ from seqloader.cli.options import (
     open_data,
     positive_int,
 )
-from seqloader.cli.output import human, print_json, print_notes
+from seqloader.cli.output import human, print_json, print_notes, progress_bar
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import Simulation, simulate
 
@@ -53,7 +53,17 @@ def run(args: argparse.Namespace) -> int:
     planner = Planner({k: src.lengths(k) for k in src.keys}, opened.plan, src.tags, repr(src))
     n_epochs = args.epochs or opened.plan.partition_epoch
     epochs = range(args.first_epoch, args.first_epoch + n_epochs)
-    result = simulate(planner, args.world_size, opened.workers.num_workers, list(epochs))
+    bar = progress_bar(not args.no_progress and not args.json, "simulating", n_epochs, "epoch")
+    try:
+        result = simulate(
+            planner,
+            args.world_size,
+            opened.workers.num_workers,
+            list(epochs),
+            lambda e: bar.update(),
+        )
+    finally:
+        bar.close()
     if args.json:
         out = result.to_dict()
         out["data"] = opened.config.source.describe()

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from seqloader.cli.options import add_output_options
-from seqloader.cli.output import human, print_json
+from seqloader.cli.output import human, print_json, progress_bar
 from seqloader.config import HDF_SUFFIXES, load_data
 from seqloader.errors import OptionError
 from seqloader.sources.base import Schema, Source
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             f"rewriting {args.input.name} contiguously",
             lambda: convert_contiguous(config.source.paths[0], out),
         )
-        what = "chunked RETURNN HDF -> contiguous HDF"
+        what = "RETURNN HDF -> contiguous HDF"
     else:
         from seqloader.sources.hdf_write import write_hdf
 
@@ -100,27 +100,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _with_spinner(show: bool, desc: str, work: Callable[[], None]) -> None:
-    """The contiguous rewrite has no per-sequence hook: show an elapsed-time bar while it runs."""
-    if not show:
-        work()
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=1, desc=desc, unit="file", disable=None, leave=False) as bar:
+    """The contiguous rewrite has no per-sequence hook: one bar for the file while it runs."""
+    bar = progress_bar(show, desc, 1, "file")
+    try:
         work()
         bar.update(1)
+    finally:
+        bar.close()
 
 
 class CountingSource:
     """Passes a source through unchanged and advances a progress bar per sequence read."""
 
     def __init__(self, source: Source, show: bool, desc: str) -> None:
-        from tqdm import tqdm
-
         self._source = source
-        self._bar = tqdm(
-            total=len(source), desc=desc, unit="seq", disable=None if show else True, leave=False
-        )
+        self._bar = progress_bar(show, desc, len(source), "seq")
 
     def __len__(self) -> int:
         return len(self._source)

@@ -15,6 +15,7 @@ import json
 import time
 from pathlib import Path
 
+from seqloader.cli.convert import CountingSource
 from seqloader.cli.options import add_output_options, non_negative_int, positive_int
 from seqloader.cli.output import print_json, progress
 from seqloader.errors import DataError
@@ -90,8 +91,11 @@ def corpus_source(spec: SyntheticSpec, cache: Path, show_progress: bool) -> tupl
             pass  # stale or damaged: write it again
     cache.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    memory = synthetic_corpus(spec)
-    write_hdf(path, memory)  # atomic: temp file, then rename
+    counting = CountingSource(synthetic_corpus(spec), show_progress, "writing the demo corpus")
+    try:
+        write_hdf(path, counting)  # atomic: temp file, then rename
+    finally:
+        counting.close()
     src = HDFSource([path])
     meta.write_text(json.dumps({"spec": spec.to_dict(), "fingerprint": src.fingerprint()}))
     return src, f"wrote {path} in {time.perf_counter() - t0:.1f} s"

@@ -27,6 +27,25 @@ def progress(
     yield from tqdm(items, desc=desc, total=total, unit=unit, disable=None, leave=False)
 
 
+def progress_bar(enabled: bool, desc: str, total: int, unit: str = "it"):
+    """A tqdm bar to ``update()`` by hand (for library callbacks); a no-op without a terminal."""
+    try:
+        from tqdm import tqdm
+    except ModuleNotFoundError:
+        enabled = False
+    if not enabled:
+        return _NoBar()
+    return tqdm(total=total, desc=desc, unit=unit, disable=None, leave=False)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def print_notes(notes: Iterable[str]) -> None:
     """Remarks the human should read (e.g. a default the command chose), with the output."""
     for n in notes:
