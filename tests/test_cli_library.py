@@ -143,8 +143,12 @@ def test_partly_simulated_full_epoch_only_checks_for_repeats():
     planner = Planner({"data": np.arange(1, 41)}, sl.PlanOptions(max_seqs=3, partition_epoch=4))
     sim = simulate(planner, 2, 1, [3, 4, 5])  # parts 3-4 of full epoch 1, part 1 of full epoch 2
     assert sim.ok
-    assert "partly" in sim.findings[0].message
+    message = sim.findings[0].message
+    assert "simulated part of each of full epochs 1..2" in message
+    assert "exactly once" not in message  # no full epoch was simulated completely
     assert sum(r.load.seqs for e in sim.epochs for r in e.ranks) == 10 + 10 + 10
+    sim = simulate(planner, 2, 1, [1, 2, 3, 4, 5])
+    assert "exactly once in full epoch 1 (epochs 1..4)" in sim.findings[0].message
 
 
 def test_simulate_rejects_bad_arguments(small):
