@@ -492,6 +492,15 @@ def test_read_error_names_sequence_tag_and_file(two_files, tmp_path):
         src.read_many([17, 18])
 
 
+def test_file_replaced_after_open_is_refused(tmp_path):
+    path = str(tmp_path / "swap.hdf")
+    sl.write_hdf(path, sl.MemorySource({"data": feats([4, 5], 2)}, ["a", "b"]))
+    src = sl.HDFSource(path)
+    sl.write_hdf(path, sl.MemorySource({"data": feats([4, 6], 2)}, ["a", "b"]))
+    with pytest.raises(DataError, match=r"sequence 1 \(tag 'b'.*swap\.hdf.*changed since"):
+        src.read(1)
+
+
 def test_read_error_in_a_worker_reaches_the_trainer(two_files, tmp_path):
     paths, _ = two_files
     path = str(tmp_path / "damaged.hdf")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqloader.errors import DataError, SeqLoaderError
+from seqloader.errors import DataError
 from seqloader.sources.base import KeySpec, Schema, fingerprint_of
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
 from seqloader.sources.hdf_read import OpenFile
@@ -125,9 +125,7 @@ class HDFSource:
         f, j = self.locate(index)
         try:
             return self._file(f).read(self._starts[f], j)
-        except SeqLoaderError:
-            raise
-        except Exception as e:
+        except Exception as e:  # also DataError from opening: add the sequence to the message
             raise self._read_error(index, e) from e
 
     def read_many(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, np.ndarray]]:
@@ -143,8 +141,6 @@ class HDFSource:
             local = idx[pos] - self._file_start[f]
             try:
                 seqs = self._file(int(f)).read_many(self._starts[f], local)
-            except SeqLoaderError:
-                raise
             except Exception:
                 # find and name the sequence that fails; read() raises the named error
                 seqs = [self.read(int(i)) for i in idx[pos]]
@@ -163,8 +159,25 @@ class HDFSource:
         opened = self._open[f]
         if opened is None:
             opened = OpenFile(self._paths[f], self._datasets[f], self._use_mmap)
+            try:
+                self._check_unchanged(f, opened)
+            except DataError:
+                opened.close()
+                raise
             self._open[f] = opened
         return opened
+
+    def _check_unchanged(self, f: int, opened: OpenFile) -> None:
+        """The offsets come from open time: refuse a file replaced since by other data."""
+        for key, reader in opened.readers.items():
+            spec, rows = self._schema[key], int(self._starts[f][key][-1])
+            if reader.shape != (rows, *spec.feature_shape) or reader.dtype != spec.dtype:
+                raise DataError(
+                    f"HDF file {self._paths[f]!r} changed since the source was opened: key "
+                    f"{key!r} is now {reader.dtype}{list(reader.shape)}, expected "
+                    f"{np.dtype(spec.dtype)}{[rows, *spec.feature_shape]}. Open a new HDFSource "
+                    "(and a new loader) after replacing data files."
+                )
 
     def _read_error(self, index: int, e: Exception) -> DataError:
         f, j = self.locate(index)

@@ -27,6 +27,9 @@ class RowReader:
     """Reads row ranges of one dataset. Results are fresh, writable arrays (callers may transform
     them in place), with the dataset's dtype and shape ``[rows, *feature_shape]``."""
 
+    shape: tuple[int, ...]  # the whole dataset's
+    dtype: np.dtype
+
     def rows(self, a: int, b: int) -> np.ndarray:
         raise NotImplementedError
 
@@ -40,6 +43,7 @@ class MappedRows(RowReader):
 
     def __init__(self, array: np.ndarray) -> None:
         self.array = array  # read-only view [total_rows, *feat] into the mmap
+        self.shape, self.dtype = array.shape, array.dtype
 
     def rows(self, a: int, b: int) -> np.ndarray:
         return np.array(self.array[a:b])
@@ -50,8 +54,8 @@ class H5Rows(RowReader):
 
     def __init__(self, dset: h5py.Dataset) -> None:
         self.dset = dset
-        self.feature_shape = tuple(dset.shape[1:])
-        self.dtype = dset.dtype
+        self.shape, self.dtype = tuple(dset.shape), dset.dtype
+        self.feature_shape = self.shape[1:]
         self.row_bytes = max(
             1, dset.dtype.itemsize * int(np.prod(self.feature_shape, dtype=np.int64))
         )
