@@ -22,6 +22,9 @@ from seqloader.plan.ordering import order_sequences
 from seqloader.plan.seeding import PURPOSE_ORDER, rng_for
 from seqloader.plan.topology import Topology
 
+#: Bumped whenever the same options and data would give another plan (orderings, batching, split).
+PLAN_ALGORITHM = "seqloader-plan/1"
+
 
 @dataclass(frozen=True)
 class Admission:
@@ -189,9 +192,10 @@ class Planner:
         return distribute_shard(self.batches(order), world_size, self.options.uneven)
 
     def fingerprint(self, source_fingerprint: str) -> str:
-        """What all ranks (and a resumed run) must agree on: data, options, length key."""
+        """What all ranks (and a resumed run) must agree on: data, options, length key, and the
+        planning algorithm's version (a seqloader that plans differently must not mix in)."""
         h = hashlib.sha256()
-        for part in (source_fingerprint, self.options.to_json(), self.length_key):
+        for part in (PLAN_ALGORITHM, source_fingerprint, self.options.to_json(), self.length_key):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:32]
