@@ -251,6 +251,7 @@ def reads(path: Path) -> int:
     return len(path.read_text().split()) if path.exists() else 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("workers", "resume_workers"), [(2, 0), (1, 2)])
 def test_prefetched_batches_are_not_consumed(tmp_path: Path, workers: int, resume_workers: int):
     """Workers read ahead (prefetch), but the state counts only the batches the loop received;

@@ -1,0 +1,63 @@
+"""Shared by ``train_ddp.py`` (run by torchrun) and the tests that launch it: the corpus, the
+checkpoint file, the per-rank logs."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+
+import seqloader as sl
+
+N_SEQS = 101  # prime: divides by no batch size or world size
+FEATURES = 3
+#: the loader options of train_ddp.py (the tests plan with them too)
+LOADER_OPTIONS = {"ordering": "laplace:.10", "max_seqs": 4, "max_frames": 90, "seed": 3}
+
+
+def build_corpus(n: int = N_SEQS, seed: int = 7) -> sl.MemorySource:
+    """The same sequences in every process: built from the seed alone."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 41, size=n)
+    data = [rng.standard_normal((int(t), FEATURES)).astype(np.float32) for t in lengths]
+    return sl.MemorySource({"data": data}, tags=[f"utt-{i:04d}" for i in range(n)])
+
+
+def hdf_api():
+    """(HDFSource, write_hdf) if the HDF source exists in this checkout, else None."""
+    try:
+        from seqloader.sources.hdf import HDFSource
+        from seqloader.sources.hdf_write import write_hdf
+    except ImportError:
+        return None
+    return HDFSource, write_hdf
+
+
+def write_json_atomic(path: Path, obj: object) -> None:
+    """Write, flush, fsync, rename: a reader (or a resumed run) sees the old or the new file,
+    never half of one, even if the writer is killed mid-way."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def log_path(out: Path, phase: str, rank: int) -> Path:
+    return out / f"{phase}.rank{rank}.jsonl"
+
+
+def result_path(out: Path, phase: str, rank: int) -> Path:
+    return out / f"{phase}.rank{rank}.result.json"
+
+
+def read_log(out: Path, phase: str, rank: int) -> list[dict]:
+    """One record per batch the rank received: epoch, step, real tags, filler count."""
+    path = log_path(out, phase, rank)
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.endswith("}")]  # a killed write is partial

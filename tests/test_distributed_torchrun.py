@@ -1,0 +1,201 @@
+"""Real multi-process runs: ``torchrun --standalone`` (or ranks forked by
+``torch.multiprocessing``) with gloo on CPU, DataLoader workers on each rank, a tiny DDP model. Every launch has a hard timeout, so a hang (unequal steps) fails the test
+instead of blocking it.
+
+- one epoch with 2 and 3 ranks: no hang, equal steps, every sequence exactly once;
+- ranks given different data / seeds: every rank fails at once, naming the ranks and what differs;
+- a rank SIGKILLed at a random step after per-step checkpoints; a new run (same, more or fewer
+  ranks, other worker counts) resumes: before + after = the epoch exactly once.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "dist"))
+from ddp_common import (
+    LOADER_OPTIONS,
+    N_SEQS,
+    build_corpus,
+    hdf_api,
+    read_log,
+    result_path,
+)
+
+import seqloader as sl
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).parent / "dist" / "train_ddp.py"
+TIMEOUT_S = 180
+ALL_TAGS = sorted(build_corpus().tags)
+
+
+def launch(launcher: str, nproc: int, out: Path, phase: str, *args: str) -> tuple[int, str]:
+    """Run ``train_ddp.py`` on ``nproc`` local ranks with real ``torchrun`` (``launcher="torchrun"``)
+    or ``launch_fork.py`` (``"fork"``: ranks forked after one torch import, gradients synced by a
+    plain all_reduce — the many short crash runs would otherwise spend most of their time importing
+    torch and torch._dynamo); kill the whole process tree
+    after ``TIMEOUT_S``."""
+    script = ["--out", str(out), "--phase", phase, *args]
+    if launcher == "torchrun":
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd += [f"--nproc_per_node={nproc}", "--monitor-interval=0.1", str(SCRIPT), *script]
+    else:  # a plain all_reduce per step instead of DDP: the same hang on unequal steps
+        cmd = [sys.executable, str(SCRIPT.with_name("launch_fork.py")), str(nproc), *script]
+        cmd += ["--grad-sync", "allreduce"]
+    console = out / f"{phase}.console.txt"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    with open(console, "w") as f:  # a file, not a pipe: orphaned workers must not hold us up
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
+        try:
+            rc = proc.wait(timeout=TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.wait()
+            pytest.fail(f"{phase}: no exit after {TIMEOUT_S}s (a hang?)\n{tail(console)}")
+    return rc, tail(console)
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL the launcher we started and everything below it."""
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+
+
+def tail(path: Path, chars: int = 4000) -> str:
+    return path.read_text(errors="replace")[-chars:]
+
+
+def results(out: Path, phase: str, world: int) -> list[dict]:
+    return [json.loads(result_path(out, phase, r).read_text()) for r in range(world)]
+
+
+def expected_steps(world: int, epoch: int, partition_epoch: int = 1) -> int:
+    probe = sl.SeqLoader(
+        build_corpus(), rank=0, world_size=world, partition_epoch=partition_epoch, **LOADER_OPTIONS
+    )
+    return probe.steps(epoch)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_epoch_exactly_once_equal_steps(tmp_path: Path, world: int) -> None:
+    args = ["--workers", "1", "--uneven", "split"]
+    kind = "memory"
+    hdf = hdf_api()
+    if hdf is not None:  # a real RETURNN HDF file, opened by every rank and worker
+        _, write_hdf = hdf
+        write_hdf(tmp_path / "corpus.hdf", build_corpus())
+        args += ["--hdf", str(tmp_path / "corpus.hdf")]
+        kind = "hdf"
+    rc, console = launch("torchrun", world, tmp_path, "run", *args)
+    assert rc == 0, console
+    steps = expected_steps(world, 1)
+    for res in results(tmp_path, "run", world):
+        assert res["source"] == kind
+        assert res["epochs"]["1"] == {"steps": steps, "planned_steps": steps, "complete": True}
+    seen = []
+    for r in range(world):
+        log = read_log(tmp_path, "run", r)
+        assert [e["step"] for e in log] == list(range(steps)), f"rank {r}"
+        seen += [t for e in log for t in e["tags"]]
+    assert sorted(seen) == ALL_TAGS  # the corpus, each sequence exactly once
+
+
+def test_ranks_with_different_data_fail_fast_naming_them(tmp_path: Path) -> None:
+    rc, console = launch("fork", 3, tmp_path, "mismatch", "--workers", "0", "--mismatch")
+    assert rc != 0, console
+    for res in results(tmp_path, "mismatch", 3):  # every rank raised, with the same diagnosis
+        message = res["error"]
+        assert "rank(s) [1, 2] differ from rank 0" in message, message
+        assert "options.seed: ranks [0, 1]" in message and "ranks [2]" in message, message
+        assert f"MemorySource({N_SEQS - 1} seqs" in message, message
+        assert f"(this is rank {res['rank']})" in message
+    for r in range(3):
+        assert read_log(tmp_path, "mismatch", r) == []  # failed before the first batch
+
+
+def consumed_before(log: list[dict], state: dict) -> list[dict]:
+    """The records a checkpoint's loader state counts as consumed."""
+    epoch, steps = state["epoch"], state["steps"]
+    return [e for e in log if e["epoch"] < epoch or (e["epoch"] == epoch and e["step"] < steps)]
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "partition_epoch"),
+    [
+        ((1, 2), (1, 0), 1),  # (world size, workers): same world, 2 workers -> none
+        ((2, 1), (3, 1), 2),  # elastic 2 -> 3, over two sub-epochs (maybe across the boundary)
+        ((3, 1), (2, 0), 1),  # elastic 3 -> 2
+    ],
+)
+def test_sigkill_then_resume_exactly_once(
+    tmp_path: Path, before: tuple[int, int], after: tuple[int, int], partition_epoch: int
+) -> None:
+    (world_a, workers_a), (world_b, workers_b) = before, after
+    epochs = partition_epoch  # together one full pass over the corpus
+    per_epoch = [expected_steps(world_a, e, partition_epoch) for e in range(1, epochs + 1)]
+    rng = random.Random()
+    g = rng.randrange(sum(per_epoch))
+    epoch = 1
+    while g >= per_epoch[epoch - 1]:
+        g -= per_epoch[epoch - 1]
+        epoch += 1
+    kill_rank = rng.randrange(world_a)
+    where = f"kill rank {kill_rank} of {world_a} at epoch {epoch} step {g}"
+    ckpt = tmp_path / "ckpt.json"
+    common = ["--epochs", str(epochs), "--partition-epoch", str(partition_epoch)]
+    common += ["--checkpoint", str(ckpt), "--resume"]
+    rc, console = launch(
+        "fork",
+        world_a,
+        tmp_path,
+        "a",
+        *common,
+        "--workers",
+        str(workers_a),
+        "--kill-at",
+        f"{epoch}:{g}",
+        "--kill-rank",
+        str(kill_rank),
+    )
+    assert rc != 0, f"{where}: the run was not killed\n{console}"
+    last = read_log(tmp_path, "a", kill_rank)[-1]
+    assert (last["epoch"], last["step"]) == (epoch, g), where
+    state = json.loads(ckpt.read_text())["loader"] if ckpt.exists() else {"epoch": 0, "steps": 0}
+
+    rc, console = launch("fork", world_b, tmp_path, "b", *common, "--workers", str(workers_b))
+    assert rc == 0, f"{where}; resumed from {state}\n{console}"
+
+    seen = collections.Counter()
+    for r in range(world_a):
+        done = consumed_before(read_log(tmp_path, "a", r), state)
+        assert len(done) == sum(per_epoch[: max(state["epoch"] - 1, 0)]) + state["steps"], where
+        seen.update(t for e in done for t in e["tags"])
+    steps_b = []
+    for r in range(world_b):
+        log = read_log(tmp_path, "b", r)
+        steps_b.append([(e["epoch"], e["step"]) for e in log])
+        seen.update(t for e in log for t in e["tags"])
+    assert all(s == steps_b[0] for s in steps_b), f"{where}: unequal steps after resume"
+    if steps_b[0] and state["epoch"] >= 1 and not state["epoch_complete"]:
+        assert steps_b[0][0] == (state["epoch"], state["steps"]), where  # step numbers go on
+    assert sorted(seen) == ALL_TAGS, f"{where}; resumed from {state}: not exactly once"
+    for res in results(tmp_path, "b", world_b):
+        assert all(ep["complete"] for ep in res["epochs"].values()), res
