@@ -199,15 +199,7 @@ class SeqLoader:
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
             raise OptionError(f"epoch: got {epoch!r}, expected an int >= 1 (epochs count from 1)")
         if not self._checked_ranks:
-            resume = "none" if self._resume is None else json.dumps(self._resume.to_fields())
-            check_same_plan(
-                {
-                    **self.describe(),
-                    "epoch": str(epoch),
-                    "world_size": str(self.topology.world_size),
-                    "resume_position": resume,
-                }
-            )
+            check_same_plan(self._agreement(epoch))
             self._checked_ranks = True
         start, segment = self._start_position(epoch)
         plan, position = continue_plan(self.planner, start, self.topology.world_size, segment)
@@ -228,6 +220,17 @@ class SeqLoader:
         )
         self._last_report = report
         return self._run(share, report)
+
+    def _agreement(self, epoch: int) -> dict[str, str]:
+        """What every rank must hold equally at its first ``epoch()`` call: data, options, the
+        epoch asked for, world size and the loaded resume position (all ranks must load one)."""
+        resume = "none" if self._resume is None else json.dumps(self._resume.to_fields())
+        return {
+            **self.describe(),
+            "epoch": str(epoch),
+            "world_size": str(self.topology.world_size),
+            "resume_position": resume,
+        }
 
     def _run(self, share, report: EpochReport) -> Iterator[Batch]:
         meter = EpochMeter(report, self.length_key)
