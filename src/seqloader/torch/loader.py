@@ -22,7 +22,7 @@ from seqloader.plan.topology import Topology
 from seqloader.sources.base import Source
 from seqloader.torch.audit import EpochAuditor, audit_policy
 from seqloader.torch.batch import Batch
-from seqloader.torch.dataset import PlannedBatches, PlanSampler
+from seqloader.torch.dataset import PlannedBatches, PlanSampler, ReceivingDataLoader
 from seqloader.torch.distributed import check_same_plan
 from seqloader.torch.report import EpochMeter, EpochReport
 from seqloader.torch.topology import detect
@@ -161,7 +161,7 @@ class SeqLoader:
                 "multiprocessing_context": w.multiprocessing_context,
                 "timeout": w.timeout,
             }
-        return DataLoader(
+        return ReceivingDataLoader(
             PlannedBatches(self.source, self.options.seed, self.transform),
             batch_size=None,
             sampler=self._sampler,
