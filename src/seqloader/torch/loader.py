@@ -161,8 +161,10 @@ class SeqLoader:
                 "multiprocessing_context": w.multiprocessing_context,
                 "timeout": w.timeout,
             }
+        batches = PlannedBatches(self.source, self.options.seed, self.transform)
+        batches.screen = self._batch_checks.screen  # workers look for NaN/Inf (seqloader.checks)
         return ReceivingDataLoader(
-            PlannedBatches(self.source, self.options.seed, self.transform),
+            batches,
             batch_size=None,
             sampler=self._sampler,
             num_workers=w.num_workers,
@@ -254,7 +256,7 @@ class SeqLoader:
             for _ in range(len(share)):
                 meter.before_next()
                 batch = watch.next(it)  # a dead worker -> WorkerError naming its batch
-                self._batch_checks.check(batch, report)  # NaN/Inf (counted as data wait)
+                self._batch_checks.check(batch, report)  # NaN/Inf the workers found
                 if auditor is not None:
                     auditor.record(batch)
                 meter.after_next(

@@ -1,0 +1,10 @@
+"""Benchmarks: ``make bench`` / ``python -m benchmarks [--quick]``.
+
+Builds a reference corpus (RETURNN-format HDF as RETURNN's SimpleHDFWriter writes it, plus a
+contiguous copy), then runs side by side, in fresh processes and several interleaved repetitions:
+a bare h5py read-and-pad loop, a hand-written torch DataLoader, RETURNN's PyTorch pipeline (when
+``returnn`` is installed) and seqloader, each with 0, 1 and 2 workers. Reports sequences/s,
+frames/s, time to first batch, main-process CPU time per batch, peak RSS (main + workers) and
+computation time % with a simulated accelerator step; prints ratios vs the DataLoader and RETURNN,
+the issue's targets and the memory-copy limit; writes JSON and a PNG. See docs/performance.md.
+"""

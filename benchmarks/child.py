@@ -1,0 +1,137 @@
+"""Measure one configuration in a fresh process: ``python -m benchmarks.child SPEC.json OUT.json``.
+
+A fresh process per configuration and repetition, so peak memory, worker start-up and caches of one
+pipeline never leak into another's numbers. Passes, each in its own epoch (a new shuffle):
+
+1. epoch 1: time to first batch, from constructing the pipeline (opening files, planning, starting
+   workers) to holding the first batch; then a few warm-up batches;
+2. epoch 2: throughput over ``measure_seqs`` sequences as fast as the consumer can take them
+   (sequences/s, frames/s, main-process CPU time per batch);
+3. one epoch per simulated accelerator step (``time.sleep``): computation time % = time outside
+   ``next()`` over wall time, RETURNN's definition, from the first batch of the pass on;
+4. peak RSS: the sum of each process's high-water mark (main + all its children), read before
+   closing. Shared pages count once per process that touches them, so this is an upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+from benchmarks.pipelines import RunSpec, open_pipeline
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    warmup_batches: int = 3
+    measure_seqs: int = 4000
+    step_ms: tuple[float, ...] = (5.0, 10.0, 20.0)
+    step_batches: int = 100
+
+
+def peak_rss_bytes() -> tuple[int, int]:
+    """(sum of VmHWM over this process and its live descendants, number of processes)."""
+    import psutil
+
+    procs = [psutil.Process()]
+    procs += psutil.Process().children(recursive=True)
+    total = 0
+    for p in procs:
+        try:
+            with open(f"/proc/{p.pid}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1]) * 1024
+        except OSError:  # exited meanwhile
+            continue
+    return total, len(procs)
+
+
+def measure(spec: RunSpec, plan: PassPlan) -> dict:
+    out: dict = {"spec": asdict(spec), "plan": asdict(plan)}
+    t0 = time.perf_counter()
+    pipe = open_pipeline(spec)
+    try:
+        it = iter(pipe.epoch(1))
+        next(it)
+        out["ttfb_s"] = time.perf_counter() - t0
+        for _ in range(plan.warmup_batches):
+            if next(it, None) is None:
+                break
+        _close_iter(it)
+
+        # throughput
+        batches = seqs = frames = 0
+        c0, t0 = time.process_time(), time.perf_counter()
+        it = iter(pipe.epoch(2))
+        for batch in it:
+            n, f = pipe.count(batch)
+            batches, seqs, frames = batches + 1, seqs + n, frames + f
+            if seqs >= plan.measure_seqs:
+                break
+        wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
+        _close_iter(it)
+        out.update(
+            batches=batches,
+            seqs=seqs,
+            frames=frames,
+            wall_s=wall,
+            seqs_per_s=seqs / wall,
+            frames_per_s=frames / wall,
+            main_cpu_ms_per_batch=1e3 * cpu / max(batches, 1),
+        )
+
+        # simulated accelerator steps
+        out["computation_pct"] = {}
+        for j, step_ms in enumerate(plan.step_ms):
+            out["computation_pct"][str(step_ms)] = _computation(pipe, 3 + j, step_ms, plan)
+        out["peak_rss_bytes"], out["processes"] = peak_rss_bytes()
+    finally:
+        pipe.close()
+    return out
+
+
+def _computation(pipe, epoch: int, step_ms: float, plan: PassPlan) -> float:
+    it = iter(pipe.epoch(epoch))
+    batch = next(it)  # the pass starts with a batch in hand
+    wait = 0.0
+    t_start = time.perf_counter()
+    for _ in range(plan.step_batches):
+        time.sleep(step_ms / 1e3)  # the "accelerator step" on the batch in hand
+        t = time.perf_counter()  # like a training loop, the last batch is still referenced
+        batch = next(it, None)
+        wait += time.perf_counter() - t
+        if batch is None:
+            break
+    wall = time.perf_counter() - t_start
+    _close_iter(it)
+    return 100.0 * (wall - wait) / wall
+
+
+def _close_iter(it) -> None:
+    close = getattr(it, "close", None)  # generators: run their cleanup now
+    if close is not None:
+        close()
+
+
+def main(argv: list[str]) -> int:
+    spec_path, out_path = argv
+    with open(spec_path) as fh:
+        raw = json.load(fh)
+    spec = RunSpec(**raw["spec"])
+    plan = PassPlan(**{**raw["plan"], "step_ms": tuple(raw["plan"]["step_ms"])})
+    result = measure(spec, plan)
+    with open(out_path, "w") as fh:
+        json.dump(result, fh)
+    return 0
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # RETURNN's manager/watchdog threads can hang a normal interpreter exit
