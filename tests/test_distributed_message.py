@@ -30,17 +30,28 @@ def test_message_names_ranks_hosts_and_the_differing_option() -> None:
         sl.SeqLoader(corpus(29), rank=3, world_size=4, max_seqs=2, seed=1),
     ]
     message = mismatch_message(
-        [agreement(ld) for ld in loaders], hosts=["a", "a", "b", "c"], this_rank=3
+        [agreement(ld) for ld in loaders],
+        hosts=["a", "a", "b", "c"],
+        this_rank=3,
+        shown=[{"source_fingerprint": repr(ld.source)} for ld in loaders],
     )
     assert message is not None
     first, *details = message.splitlines()
     assert "rank(s) [2, 3] differ from rank 0" in first
-    assert "options, plan_fingerprint, source" in first
+    assert "options, plan_fingerprint, source_fingerprint" in first
     assert "(this is rank 3)" in first
     assert "  options.seed: ranks [0, 1, 3] (host a, c): 1; ranks [2] (host b): 9" in details
-    source = next(d for d in details if d.startswith("  source:"))
-    assert "ranks [3] (host c): MemorySource(29 seqs" in source
-    assert "ranks [0, 1, 2] (host a, b): MemorySource(30 seqs" in source
+    source = next(d for d in details if d.startswith("  source_fingerprint:"))
+    fp30, fp29 = loaders[0].source.fingerprint(), loaders[3].source.fingerprint()
+    assert f"ranks [0, 1, 2] (host a, b): {fp30} (MemorySource(30 seqs" in source
+    assert f"ranks [3] (host c): {fp29} (MemorySource(29 seqs" in source
+
+
+def test_same_data_under_other_names_agrees() -> None:
+    """Nodes may hold the same files under other names; only content and options count."""
+    descriptions = [agreement(sl.SeqLoader(corpus(30), rank=r, world_size=2)) for r in range(2)]
+    shown = [{"source_fingerprint": "train.hdf"}, {"source_fingerprint": "copy-of-train.hdf"}]
+    assert mismatch_message(descriptions, shown=shown) is None
 
 
 def test_ranks_that_loaded_different_states_disagree() -> None:

@@ -26,7 +26,10 @@ def free_port() -> int:
 
 
 def run_rank(rank: int, world: int, argv: list[str]) -> int:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world))
+    # each rank looks like the only rank of its own node, as on a multi-node job: the loader must
+    # use the global rank (from the process group), never LOCAL_RANK
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), GROUP_RANK=str(rank))
+    os.environ.update(LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     try:
         return train_ddp.main(argv)
     except BaseException as e:

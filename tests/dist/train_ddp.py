@@ -142,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     except sl.DistributedMismatchError as e:
         result["error"] = str(e)
         write_json_atomic(result_path(args.out, args.phase, rank), result)
-        return 3
+        dist.barrier()  # every rank raised (same gathered data): let all write before exiting,
+        return 3  # since the launcher stops the others as soon as one rank exits non-zero
     finally:
         log.close()
         loader.close()

@@ -24,10 +24,12 @@ def process_group_active() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
-def check_same_plan(description: Mapping[str, str]) -> None:
-    """Gather ``description`` (e.g. plan fingerprint, source, options, resume position) from every
-    rank of the default process group and raise ``DistributedMismatchError`` on every rank if they
-    differ. A no-op without an initialized process group of more than one rank.
+def check_same_plan(description: Mapping[str, str], shown: Mapping[str, str] | None = None) -> None:
+    """Gather ``description`` (e.g. plan fingerprint, source fingerprint, options, resume position)
+    from every rank of the default process group and raise ``DistributedMismatchError`` on every
+    rank if they differ. ``shown``: per field, a readable form to print next to a differing value
+    without comparing it (e.g. the source's file names, which may differ between nodes that hold
+    the same data). A no-op without an initialized process group of more than one rank.
 
     With the NCCL backend, torch gathers objects through the current CUDA device: call
     ``torch.cuda.set_device(local_rank)`` before the first epoch, as for DDP itself.
@@ -36,13 +38,14 @@ def check_same_plan(description: Mapping[str, str]) -> None:
         return
     import torch.distributed as dist
 
-    mine = {"host": socket.gethostname(), "description": dict(description)}
+    mine = {"host": socket.gethostname(), "compared": dict(description), "shown": dict(shown or {})}
     gathered: list[dict | None] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine)
     message = mismatch_message(
-        [g["description"] for g in gathered],  # type: ignore[index]
+        [g["compared"] for g in gathered],  # type: ignore[index]
         hosts=[g["host"] for g in gathered],  # type: ignore[index]
         this_rank=dist.get_rank(),
+        shown=[g["shown"] for g in gathered],  # type: ignore[index]
     )
     if message:
         raise DistributedMismatchError(message)
@@ -52,6 +55,7 @@ def mismatch_message(
     descriptions: Sequence[Mapping[str, str]],
     hosts: Sequence[str] | None = None,
     this_rank: int | None = None,
+    shown: Sequence[Mapping[str, str]] | None = None,
 ) -> str | None:
     """None if all ranks agree, else a message naming the ranks that differ from rank 0 and, per
     differing field, which ranks hold which value (options are compared option by option)."""
@@ -74,8 +78,12 @@ def mismatch_message(
         if option_diff is not None:
             for sub, sub_values in option_diff.items():
                 lines.append(f"  {key}.{sub}: {_by_value(sub_values, hosts)}")
-        else:
-            lines.append(f"  {key}: {_by_value(values, hosts)}")
+            continue
+        if shown is not None:
+            values = [
+                f"{v} ({s[key]})" if key in s else v for v, s in zip(values, shown, strict=True)
+            ]
+        lines.append(f"  {key}: {_by_value(values, hosts)}")
     return "\n".join(lines)
 
 

@@ -201,7 +201,7 @@ class SeqLoader:
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 1:
             raise OptionError(f"epoch: got {epoch!r}, expected an int >= 1 (epochs count from 1)")
         if not self._checked_ranks:
-            check_same_plan(self._agreement(epoch))
+            check_same_plan(self._agreement(epoch), {"source_fingerprint": repr(self.source)})
             self._checked_ranks = True
         start, segment = self._start_position(epoch)
         plan, position = continue_plan(self.planner, start, self.topology.world_size, segment)
@@ -224,11 +224,15 @@ class SeqLoader:
         return self._run(share, report)
 
     def _agreement(self, epoch: int) -> dict[str, str]:
-        """What every rank must hold equally at its first ``epoch()`` call: data, options, the
-        epoch asked for, world size and the loaded resume position (all ranks must load one)."""
+        """What every rank must hold equally at its first ``epoch()`` call: data (by content
+        fingerprint, not by file name), options, the epoch asked for, world size and the loaded
+        resume position (every rank must load the same state)."""
         resume = "none" if self._resume is None else json.dumps(self._resume.to_fields())
         return {
-            **self.describe(),
+            "plan_fingerprint": self._fingerprint,
+            "source_fingerprint": self.source.fingerprint(),
+            "options": self.options.to_json(),
+            "length_key": self.length_key,
             "epoch": str(epoch),
             "world_size": str(self.topology.world_size),
             "resume_position": resume,
@@ -295,7 +299,8 @@ class SeqLoader:
         return self._last_report
 
     def describe(self) -> dict[str, str]:
-        """What ranks compare (C7): plan fingerprint, source fingerprint, options."""
+        """Plan fingerprint, source (readable, with its fingerprint), options: for logs and
+        reports. (What ranks compare, C7, is ``_agreement``.)"""
         return {
             "plan_fingerprint": self._fingerprint,
             "source": f"{self.source!r} fingerprint={self.source.fingerprint()}",
