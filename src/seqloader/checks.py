@@ -3,9 +3,10 @@
 - at open (cheap, from tags and lengths only): duplicate sequence tags (e.g. the same file listed
   twice: every sequence would be trained on twice per epoch) and empty sequences that the options
   admit;
-- per delivered batch: NaN/Inf in float features. The screen is one ``sum`` per key (a sum is finite
-  only if every element is), so the usual clean batch costs a fraction of a millisecond in the
-  trainer; only a batch that fails it is scanned to name the sequences.
+- per batch: NaN/Inf in float features, after the transform (log-mel of silence gives -inf). The
+  worker that executes the batch screens each sequence (one ``isfinite().all()`` per key) and the
+  batch carries one message per bad sequence, so the trainer pays nothing: screening 6.4 MB in the
+  trainer cost 0.2-0.6 ms per batch there, 2-6% of a 10 ms step; in the worker it adds ~0.25 ms.
 
 Each check has a policy: ``"error"`` raises ``DataError``, ``"warn"`` warns (``DataWarning``) and
 counts it in the epoch report, ``"off"`` skips it.
@@ -144,84 +145,66 @@ def check_source(source: object, planner: object, options: CheckOptions) -> None
 
 
 # ---- per batch ----
-@dataclass(frozen=True)
-class NonFinite:
-    """Sequence ``row`` of a batch has ``count`` NaN/Inf values in ``key``, first at ``frame``."""
-
-    key: str
-    row: int
-    seq_index: int
-    tag: str
-    count: int
-    frame: int
-
-
-def find_nonfinite(batch: object) -> list[NonFinite]:
-    """Rows with NaN/Inf in float keys of a ``Batch``. A finite per-key sum proves the key clean
-    (NaN and Inf propagate through a sum), so a clean batch costs one reduction per key."""
-    import torch
-
-    found: list[NonFinite] = []
-    for key, t in batch.data.items():  # type: ignore[attr-defined]
-        if not t.is_floating_point() or t.numel() == 0 or bool(torch.isfinite(t.sum())):
+def sequence_nonfinite(seq: Mapping[str, np.ndarray]) -> list[tuple[str, int, int]]:
+    """(key, NaN/Inf count, first frame) for float keys of one sequence with non-finite values.
+    One ``isfinite(a).all()`` per key (measured: as fast as a float32 sum or a BLAS dot, 2.4x
+    faster than a float64 sum); only a failing key is scanned again to say where."""
+    found = []
+    for key, a in seq.items():
+        if a.dtype.kind != "f" or a.size == 0 or np.isfinite(a).all():
             continue
-        bad = ~torch.isfinite(t.reshape(t.shape[0], t.shape[1], -1)).cpu()  # [B, T, F]
-        per_frame = bad.any(dim=2)  # [B, T]
-        for row in torch.nonzero(per_frame.any(dim=1)).flatten().tolist():
-            idx = int(batch.seq_indices[row])  # type: ignore[attr-defined]
-            found.append(
-                NonFinite(
-                    key,
-                    row,
-                    idx,
-                    batch.seq_tags[row],  # type: ignore[attr-defined]
-                    int(bad[row].sum()),
-                    int(torch.nonzero(per_frame[row])[0]),
-                )
-            )
+        bad = ~np.isfinite(a.reshape(a.shape[0], -1))  # [T, F]
+        frames = np.flatnonzero(bad.any(axis=1))
+        found.append((key, int(bad.sum()), int(frames[0])))
     return found
+
+
+def nonfinite_messages(
+    source: object, indices: np.ndarray, seqs: Sequence[Mapping[str, np.ndarray]], where_: str
+) -> list[str]:
+    """One message per sequence with NaN/Inf, naming it (index, tag, file), the key and frame.
+    Runs in the worker that executes the batch (``execute(..., screen=True)``), so the trainer
+    only reads the messages; ``where_`` says which batch ("epoch E step S")."""
+    out = []
+    for i, seq in zip(indices.tolist(), seqs):
+        for key, count, frame in sequence_nonfinite(seq)[:1]:  # one message per sequence
+            out.append(
+                f"sequence {i} (tag {source.tag(i)!r}) in {where(source, i)}: key {key!r} has "  # type: ignore[attr-defined]
+                f"{count} NaN/Inf value(s), first at frame {frame} ({where_})"
+            )
+    return out
 
 
 @dataclass
 class BatchChecks:
-    """Runs the per-batch checks of one loader and keeps the epoch's counts."""
+    """Applies the policies to what the workers found in one delivered batch, and keeps the
+    epoch's counts in the report (``nonfinite``: sequences; ``nonfinite_examples``)."""
 
     source: object
     options: CheckOptions = field(default_factory=CheckOptions)
 
-    def check(self, batch: object, report: object) -> list[NonFinite]:
-        """Check one delivered batch; counts go to ``report.nonfinite`` (sequences) and its first
-        examples to ``report.nonfinite_examples``."""
-        if self.options.nonfinite == "off":
-            return []
-        found = find_nonfinite(batch)
-        if not found:
-            return []
-        messages = [self.describe(f, batch) for f in found]
-        if self.options.nonfinite == "error":
-            raise DataError(
-                messages[0]
-                + (f" ({len(found) - 1} more in this batch)" if len(found) > 1 else "")
-                + ". Fix: clean or filter the data, or pass checks=CheckOptions(nonfinite='warn') "
-                "to train on and only report it."
-            )
-        seqs = {f.seq_index for f in found}
-        examples = report.nonfinite_examples  # type: ignore[attr-defined]
-        if len(examples) < _EXAMPLES:
-            new = messages[: _EXAMPLES - len(examples)]
-            examples.extend(new)
-            for m in new:
-                warnings.warn(
-                    m + " (delivered as is; checks=CheckOptions(nonfinite='error') fails instead)",
-                    DataWarning,
-                    stacklevel=2,
-                )
-        report.nonfinite += len(seqs)  # type: ignore[attr-defined]
-        return found
+    @property
+    def screen(self) -> bool:
+        """Whether workers should look for NaN/Inf (``execute(..., screen=...)``)."""
+        return self.options.nonfinite != "off"
 
-    def describe(self, f: NonFinite, batch: object) -> str:
-        return (
-            f"sequence {f.seq_index} (tag {f.tag!r}) in {where(self.source, f.seq_index)}: key "
-            f"{f.key!r} has {f.count} NaN/Inf value(s), first at frame {f.frame} (epoch "
-            f"{batch.epoch} step {batch.step})"  # type: ignore[attr-defined]
-        )
+    def check(self, batch: object, report: object) -> list[str]:
+        found = list(getattr(batch, "nonfinite", ()))
+        if not found or not self.screen:
+            return []
+        if self.options.nonfinite == "error":
+            more = f" ({len(found) - 1} more in this batch)" if len(found) > 1 else ""
+            raise DataError(
+                f"{found[0]}{more}. Fix: clean or filter the data, or pass "
+                "checks=CheckOptions(nonfinite='warn') to train on it and only report it."
+            )
+        examples = report.nonfinite_examples  # type: ignore[attr-defined]
+        for m in found[: max(0, _EXAMPLES - len(examples))]:
+            examples.append(m)
+            warnings.warn(
+                f"{m}; delivered as is (checks=CheckOptions(nonfinite='error') fails instead)",
+                DataWarning,
+                stacklevel=3,
+            )
+        report.nonfinite += len(found)  # type: ignore[attr-defined]
+        return found

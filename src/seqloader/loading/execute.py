@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from seqloader.checks import nonfinite_messages
 from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc, pad_batch, pad_empty
@@ -29,6 +30,7 @@ class LoadedBatch:
     lengths: dict[str, np.ndarray]  # key -> int64 [B]
     tags: list[str]
     skipped: list[str] = field(default_factory=list)  # messages of sequences the source skipped
+    nonfinite: list[str] = field(default_factory=list)  # sequences with NaN/Inf (seqloader.checks)
 
 
 def transform_rng(seed: int, epoch: int, seq_index: int) -> np.random.Generator:
@@ -71,7 +73,9 @@ def execute(
     seed: int,
     transform: Transform | None = None,
     alloc: Alloc = numpy_alloc,
+    screen: bool = False,
 ) -> LoadedBatch:
+    """``screen``: look for NaN/Inf in the transformed sequences (``LoadedBatch.nonfinite``)."""
     skipped: list[tuple[int, str]] = []
     seqs = read_sequences(source, spec.seqs, skipped)
     if skipped:  # the batch holds fewer sequences; the report counts them (C6)
@@ -91,4 +95,6 @@ def execute(
                 ) from e
     data, lengths = pad_batch(seqs, alloc) if seqs else pad_empty(source.schema, alloc)
     tags = [source.tag(int(i)) for i in spec.seqs]
-    return LoadedBatch(spec, data, lengths, tags, [msg for _, msg in skipped])
+    where = f"epoch {spec.epoch} step {spec.step}"
+    bad = nonfinite_messages(source, spec.seqs, seqs, where) if screen else []
+    return LoadedBatch(spec, data, lengths, tags, [msg for _, msg in skipped], bad)

@@ -29,6 +29,7 @@ class Batch(Mapping):
     epoch: int
     step: int
     skipped: list[str] = field(default_factory=list)
+    nonfinite: list[str] = field(default_factory=list)  # sequences with NaN/Inf (seqloader.checks)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.data[key]
@@ -54,6 +55,7 @@ class Batch(Mapping):
             self.epoch,
             self.step,
             self.skipped,
+            self.nonfinite,
         )
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
@@ -67,6 +69,7 @@ class Batch(Mapping):
             self.epoch,
             self.step,
             self.skipped,
+            self.nonfinite,
         )
 
     def __repr__(self) -> str:

@@ -49,6 +49,7 @@ def to_batch(loaded: LoadedBatch) -> Batch:
         spec.epoch,
         spec.step,
         loaded.skipped,  # sequences the source skipped (on_error="skip"): counted in the report
+        loaded.nonfinite,  # sequences with NaN/Inf found by the worker (seqloader.checks)
     )
 
 
@@ -59,6 +60,8 @@ class PlannedBatches(Dataset):
     and crosses to the trainer as a small message (see ``seqloader.torch.handover``); in the main
     process (``num_workers=0``) it is padded into ordinary memory.
     """
+
+    screen = False  # look for NaN/Inf in workers (set by the loader from its CheckOptions)
 
     def __init__(self, source: Source, seed: int, transform: Transform | None = None) -> None:
         self.source = source
@@ -71,14 +74,18 @@ class PlannedBatches(Dataset):
 
     def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage:  # type: ignore[override]
         if get_worker_info() is None:
-            return to_batch(execute(self.source, spec, self.seed, self.transform, numpy_alloc))
+            return to_batch(
+                execute(self.source, spec, self.seed, self.transform, numpy_alloc, self.screen)
+            )
         pool = self._worker_pool()
         slot = pool.acquire(estimate_bytes(self.source, spec.seqs))
         if slot is None:  # every slot is still held by the trainer: torch's transport
-            return to_batch(execute(self.source, spec, self.seed, self.transform, shared_alloc))
+            return to_batch(
+                execute(self.source, spec, self.seed, self.transform, shared_alloc, self.screen)
+            )
         alloc = SlotAllocator(slot)
         try:
-            loaded = execute(self.source, spec, self.seed, self.transform, alloc)
+            loaded = execute(self.source, spec, self.seed, self.transform, alloc, self.screen)
             return SlotBatchMessage(pool, slot, alloc, loaded)
         except BaseException:
             slot.state[0] = FREE

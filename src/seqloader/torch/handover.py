@@ -193,6 +193,7 @@ class SlotBatchMessage:
         self.tags = loaded.tags
         self.epoch, self.step = spec.epoch, spec.step
         self.skipped = loaded.skipped  # sequences the source skipped: counted in the report
+        self.nonfinite = loaded.nonfinite  # sequences with NaN/Inf: counted in the report
 
     def __reduce__(self):
         return (
@@ -210,6 +211,7 @@ class SlotBatchMessage:
                 self.epoch,
                 self.step,
                 self.skipped,
+                self.nonfinite,
             ),
         )
 
@@ -249,6 +251,7 @@ def receive(
     epoch: int,
     step: int,
     skipped: list[str],
+    nonfinite: list[str] = (),  # type: ignore[assignment]
 ) -> Batch:
     """Build the ``Batch`` from a slot message (runs while unpickling, in the trainer)."""
     owner, pid, index, generation = key
@@ -288,6 +291,7 @@ def receive(
         epoch,
         step,
         skipped,
+        list(nonfinite),
     )
 
 

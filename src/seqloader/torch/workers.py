@@ -19,9 +19,11 @@ the middle of user code is already a ``WorkerError``.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -59,6 +61,7 @@ class EpochWatch:
     consumed: int = 0
     on_failure: Callable[[], None] | None = None
     error: WorkerError | None = field(default=None, repr=False)
+    _iterator: weakref.ref | None = field(default=None, repr=False)
 
     @classmethod
     def start(
@@ -87,6 +90,8 @@ class EpochWatch:
             tuple(int(w.pid) for w in workers if w.pid is not None),
             on_failure=on_failure,
         )
+        with contextlib.suppress(TypeError):
+            watch._iterator = weakref.ref(iterator)
         for pid in watch.pids:
             _watch_by_pid[pid] = watch
         if watch.pids:
@@ -104,7 +109,9 @@ class EpochWatch:
                 self._failed(e)
             raise
         except Exception as e:
-            err = self.translate(e)
+            # a worker killed while sending shows first as a broken pipe (EOFError, OSError) in
+            # the thread that receives; its death is what to report
+            err = self.translate(e) or self._death_after(e)
             if err is None:
                 raise
             self._failed(err)
@@ -112,10 +119,43 @@ class EpochWatch:
         self.consumed += 1
         return item
 
+    def _death_after(self, exc: BaseException, grace_s: float = 2.0) -> WorkerError | None:
+        """A ``WorkerError`` if a worker is dead (or dies within ``grace_s``: a killed process
+        can still look alive for a moment), else None."""
+        it = self._iterator() if self._iterator is not None else None
+        workers = list(getattr(it, "_workers", None) or ())
+        deadline = time.monotonic() + grace_s
+        while workers:
+            dead = [w for w in workers if not w.is_alive()]
+            if dead:
+                code = dead[0].exitcode
+                what = (
+                    f"killed by signal: {signal.Signals(-code).name}"
+                    if code is not None and code < 0 and -code in signal.valid_signals()
+                    else f"exited with code {code} ({type(exc).__name__}: {exc})"
+                )
+                return self.death_error([int(w.pid) for w in dead], what)
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
+        return None
+
     def stop(self) -> None:
         for pid in self.pids:
             if _watch_by_pid.get(pid) is self:
                 del _watch_by_pid[pid]
+
+    def unregister_from_torch(self) -> None:
+        """Take the iterator's workers off torch's SIGCHLD check (what its shutdown does first):
+        the death was reported once; the next SIGCHLD of any child would raise it again, in
+        whatever code runs then. The iterator is shut down later (next epoch, close, GC)."""
+        it = self._iterator() if self._iterator is not None else None
+        if it is not None and getattr(it, "_worker_pids_set", False):
+            from torch.utils.data._utils.signal_handling import _remove_worker_pids
+
+            with contextlib.suppress(Exception):
+                _remove_worker_pids(id(it))
+                it._worker_pids_set = False
 
     # ---- naming what was lost ----
     def held_items(self, worker_id: int) -> list[int]:
@@ -253,7 +293,8 @@ def translate_worker_death(exc: BaseException) -> WorkerError | None:
         if watch is not None:
             err = watch.death_error(pids, m[2].strip())
             watch.error = err
-            watch.stop()  # no cleanup here: we may be inside a signal handler
+            watch.stop()  # no shutdown here: we may be inside a signal handler
+            watch.unregister_from_torch()  # so later SIGCHLDs don't raise this again
             return err
     return None
 
