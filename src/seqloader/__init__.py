@@ -4,8 +4,12 @@ One deterministic plan per epoch decides every batch; DataLoader workers only ex
 take their share. See docs/architecture.md.
 """
 
+from seqloader.checks import CheckOptions
 from seqloader.errors import (
+    AuditError,
+    AuditWarning,
     DataError,
+    DataWarning,
     DistributedMismatchError,
     OptionError,
     ResumeError,
@@ -34,8 +38,12 @@ __version__ = "0.1.0"
 __all__ = [
     "AudioOptions",
     "AudioSource",
+    "AuditError",
+    "AuditWarning",
     "Batch",
+    "CheckOptions",
     "DataError",
+    "DataWarning",
     "DistributedMismatchError",
     "EpochReport",
     "HDFSource",
