@@ -151,7 +151,8 @@ class SkippingSource(sl.MemorySource):
 def test_audit_accepts_reported_skips_only():
     base = corpus(25)
     src = SkippingSource({"data": [base.read(i)["data"] for i in range(25)]})
-    report = run_epoch(sl.SeqLoader(src, max_seqs=4, audit=True))
+    with sl.SeqLoader(src, max_seqs=4, audit=True, num_workers=1) as loader:  # via a worker
+        report = run_epoch(loader)
     assert report.audit.ok and report.audit.skipped == 2 == report.skipped
     assert report.audit.delivered == 23
     assert "2 skipped by the source" in report.format()
