@@ -1,6 +1,6 @@
 """Audio loading with on-the-fly log-mel features at 0, 1 and 2 DataLoader workers.
 
-    python -m benchmarks.audio_scaling [--utterances 240] [--repeats 5] [--quick] [--main-threads 1]
+    python -m benchmarks.audio_scaling [--utterances 600] [--repeats 5] [--quick] [--main-threads 1]
 
 One generated corpus (speech-like signals as FLAC/WAV/OGG, RETURNN OggZip) is read through
 ``AudioSource`` + ``SeqLoader``. Two measurements per worker count, each the median of several
@@ -44,7 +44,7 @@ FEATURES = sl.LogMel(sample_rate=16000, n_mels=80)
 
 @dataclass(frozen=True)
 class CorpusSpec:
-    utterances: int = 240
+    utterances: int = 600
     seconds: tuple[float, float] = (1.0, 5.0)
     formats: tuple[str, ...] = ("flac", "wav", "ogg")
     sample_rate: int = 16000
@@ -170,7 +170,7 @@ def scaling_table(rows: list[dict]) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--utterances", type=int, default=240)
+    parser.add_argument("--utterances", type=int, default=600)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats")
     parser.add_argument("--out", default=RESULTS)
