@@ -265,9 +265,13 @@ def test_unreadable_files_raise_naming_manifest_line_and_file(tmp_path, corpus):
         src.read(3)
     with pytest.raises(sl.DataError, match=r"broken\.jsonl line 6 \(audio .*missing\.wav\)"):
         src.read(5)
-    loader = sl.SeqLoader(src, max_seqs=4, num_workers=0)
-    with pytest.raises(sl.DataError, match=r"corrupt\.flac.*on_error='skip'"):
-        list(loader.epoch(1))
+    for workers in (0, 1):  # from a worker process too, with the same type and message
+        loader = sl.SeqLoader(src, max_seqs=4, num_workers=workers)
+        with (
+            loader,
+            pytest.raises(sl.DataError, match=r"line 4 \(audio .*corrupt\.flac.*on_error="),
+        ):
+            list(loader.epoch(1))
 
 
 def test_corrupt_member_of_an_oggzip_names_the_listing_line(tmp_path, corpus):
