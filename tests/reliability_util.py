@@ -36,13 +36,20 @@ def summary(batches: Iterable[sl.Batch]) -> list[tuple[int, int, tuple[int, ...]
     return out
 
 
+# process-lifetime helpers of multiprocessing, started by whichever test first uses spawn: not ours
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
 def children() -> list[psutil.Process]:
-    """Live (not zombie) child processes of this process."""
+    """Live (not zombie) child processes of this process, without multiprocessing's helpers."""
     out = []
     for c in psutil.Process().children(recursive=True):
         try:
-            if c.status() != psutil.STATUS_ZOMBIE:
-                out.append(c)
+            if c.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(h in " ".join(c.cmdline()) for h in _HELPERS):
+                continue
+            out.append(c)
         except psutil.NoSuchProcess:
             pass
     return out
