@@ -111,7 +111,8 @@ class EpochWatch:
         except Exception as e:
             # a worker killed while sending shows first as a broken pipe (EOFError, OSError) in
             # the thread that receives; its death is what to report
-            err = self.translate(e) or self._death_after(e)
+            grace = 2.0 if isinstance(e, EOFError | OSError) else 0.0
+            err = self.translate(e) or self._death_after(e, grace)
             if err is None:
                 raise
             self._failed(err)
@@ -119,7 +120,7 @@ class EpochWatch:
         self.consumed += 1
         return item
 
-    def _death_after(self, exc: BaseException, grace_s: float = 2.0) -> WorkerError | None:
+    def _death_after(self, exc: BaseException, grace_s: float) -> WorkerError | None:
         """A ``WorkerError`` if a worker is dead (or dies within ``grace_s``: a killed process
         can still look alive for a moment), else None."""
         it = self._iterator() if self._iterator is not None else None
@@ -201,7 +202,7 @@ class EpochWatch:
                 held += f"; it had also been sent step(s) {rest}"
         else:
             held = "holding no batch of this epoch (all its batches were consumed)"
-        killed = "Killed" in what
+        killed = "Killed" in what or "SIGKILL" in what
         cause = (
             "SIGKILL usually means the out-of-memory killer (see `dmesg`): lower num_workers, "
             "prefetch_factor or max_frames, or give the job more memory"
