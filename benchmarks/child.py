@@ -27,9 +27,9 @@ from benchmarks.pipelines import RunSpec, open_pipeline
 @dataclass(frozen=True)
 class PassPlan:
     warmup_batches: int = 3
-    measure_seqs: int = 4000
+    measure_seqs: int = 3000
     step_ms: tuple[float, ...] = (5.0, 10.0, 20.0)
-    step_batches: int = 100
+    step_batches: int = 80
 
 
 def peak_rss_bytes() -> tuple[int, int]:

@@ -3,7 +3,8 @@
 Written with h5py in the layout RETURNN's ``SimpleHDFWriter`` produces (resizable datasets whose
 chunk shape h5py guesses from the first sequence, variable-length utf-8 tags, int32
 ``seqLengths`` with one column per key), because that is what users' files look like and what makes
-per-sequence reads slow. A second, contiguous copy of the same data shows what a memory-mappable
+per-sequence reads slow. A second, contiguous copy of the same data (made with
+``seqloader.convert_contiguous``, as ``seqloader convert`` does) shows what a memory-mappable
 layout allows. Files are cached by their parameters, so repeated runs skip the (slow) writing.
 """
 
@@ -15,6 +16,8 @@ from dataclasses import asdict, dataclass
 
 import h5py
 import numpy as np
+
+CORPUS_VERSION = 2  # bump when the files' layout changes, so cached corpora are rewritten
 
 
 @dataclass(frozen=True)
@@ -65,8 +68,10 @@ def _features(rng: np.random.Generator, frames: int, dim: int) -> np.ndarray:
     return rng.standard_normal((frames, dim), dtype=np.float32)
 
 
-def write_corpus(path: str, spec: CorpusSpec, contiguous: bool) -> None:
-    """Write the corpus to ``path`` (via a temporary name, so a killed run leaves no half file)."""
+def write_corpus(path: str, spec: CorpusSpec, contiguous: bool = False) -> None:
+    """Write the corpus to ``path`` (via a temporary name, so a killed run leaves no half file).
+    ``contiguous`` writes the same bytes without chunks (the benchmark itself makes its contiguous
+    copy with ``seqloader.convert_contiguous``, as a user would)."""
     frames, labels = spec.lengths()
     n = spec.num_seqs
     tmp = path + ".tmp"
@@ -132,16 +137,20 @@ def build_corpus(directory: str, spec: CorpusSpec, log=print) -> Corpus:
     base = os.path.join(directory, spec.name())
     paths = {"chunked": base + ".chunked.hdf", "contiguous": base + ".contiguous.hdf"}
     meta = base + ".json"
+    want = {"version": CORPUS_VERSION, "spec": asdict(spec)}
     fresh = os.path.exists(meta) and all(os.path.exists(p) for p in paths.values())
     if fresh:
         with open(meta) as fh:
-            fresh = json.load(fh) == asdict(spec)
+            fresh = json.load(fh) == want
     if not fresh:
-        for layout, path in paths.items():
-            log(f"writing {layout} corpus {path} ...")
-            write_corpus(path, spec, contiguous=layout == "contiguous")
+        log(f"writing the RETURNN-layout corpus {paths['chunked']} ...")
+        write_corpus(paths["chunked"], spec, contiguous=False)
+        log(f"converting it with seqloader.convert_contiguous -> {paths['contiguous']} ...")
+        from seqloader import convert_contiguous  # what a user runs (`seqloader convert`)
+
+        convert_contiguous(paths["chunked"], paths["contiguous"])
         with open(meta, "w") as fh:
-            json.dump(asdict(spec), fh)
+            json.dump(want, fh)
     frames, labels = spec.lengths()
     return Corpus(spec, paths["chunked"], paths["contiguous"], frames, labels)
 

@@ -108,6 +108,11 @@ def run_child(spec: RunSpec, plan: PassPlan, timeout: float) -> dict:
             return json.load(fh)
 
 
+def _last_line(result: dict) -> str:
+    lines = result["error"].strip().splitlines() or ["?"]
+    return lines[-1][:200]
+
+
 def run_suite(settings: Settings, log=print) -> dict:
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     load_before = load_average()
@@ -130,12 +135,17 @@ def run_suite(settings: Settings, log=print) -> dict:
         for spec in rotated:
             t = time.perf_counter()
             result = run_child(spec, settings.plan, settings.child_timeout_s)
+            if "error" in result:  # RETURNN's spawned workers abort now and then: one retry
+                log(f"  rep {rep + 1} {spec.label} failed, retrying once: {_last_line(result)}")
+                first_error = result["error"]
+                result = run_child(spec, settings.plan, settings.child_timeout_s)
+                result["retried_after"] = first_error
             result["rep"] = rep
             runs.append(result)
             what = (
                 f"{result['seqs_per_s']:,.0f} seq/s"
                 if "error" not in result
-                else "FAILED: " + result["error"].strip().splitlines()[-1][:200]
+                else "FAILED: " + _last_line(result)
             )
             log(
                 f"  rep {rep + 1}/{settings.reps} {spec.label:28s} {what} ({time.perf_counter() - t:.0f} s)"
