@@ -42,8 +42,11 @@ def run_epoch(loader: sl.SeqLoader, epoch: int = 1) -> sl.EpochReport:
     world=st.integers(1, 3),
     uneven=st.sampled_from(["split", "pad", "drop"]),
     epoch=st.integers(1, 4),
+    distribution=st.sampled_from(["shard", "random_seed_offset"]),
 )
-def test_audit_passes_on_every_correct_plan(n, ordering, max_seqs, partition, world, uneven, epoch):
+def test_audit_passes_on_every_correct_plan(
+    n, ordering, max_seqs, partition, world, uneven, epoch, distribution
+):
     src = corpus(n, seed=n)
     total_delivered = 0
     for rank in range(world):
@@ -53,6 +56,7 @@ def test_audit_passes_on_every_correct_plan(n, ordering, max_seqs, partition, wo
             max_seqs=max_seqs,
             partition_epoch=partition,
             uneven=uneven,
+            distribution=distribution,
             rank=rank,
             world_size=world,
             audit=True,
@@ -70,8 +74,9 @@ def test_audit_passes_on_every_correct_plan(n, ordering, max_seqs, partition, wo
             epoch
         )
     )
-    dropped = report.dropped
-    assert total_delivered == sub_epoch - dropped  # the ranks together: the sub-epoch, once
+    # the ranks together: the sub-epoch once (shard), or once per rank (random_seed_offset)
+    passes = world if distribution == "random_seed_offset" else 1
+    assert total_delivered == passes * sub_epoch - report.dropped
 
 
 def test_audit_off_by_default_and_option_checked():
@@ -175,6 +180,10 @@ _DIST_SCRIPT = textwrap.dedent(
     for _ in loader.epoch(1):
         pass
     out["good"] = loader.report().audit.to_dict()
+    rso = sl.SeqLoader(corpus(38), max_seqs=3, distribution="random_seed_offset", audit=True)
+    for _ in rso.epoch(1):
+        pass
+    out["rso"] = rso.report().audit.to_dict()
     # both processes believe they are rank 0 of 2: each delivers rank 0's share
     twin = sl.SeqLoader(corpus(38), max_seqs=3, rank=0, world_size=2, audit=True)
     try:
@@ -228,5 +237,7 @@ def test_audit_across_ranks_with_a_process_group():
         assert good["missing"] == 0 and good["repeated"] == 0
         # 38 sequences in 13 batches of 3 (the last of 2): uneven="drop" leaves the last out
         assert good["dropped"] == 2 and good["delivered"] == 36 == good["expected"] - 2
+        rso = res["rso"]  # each rank its own permutation of all 38, cut to the shorter rank
+        assert rso["ok"] and rso["expected"] == 76 and rso["delivered"] == 76 - rso["dropped"]
         assert "audit FAILED across 2 ranks" in res["twin"] and "repeated" in res["twin"]
         assert "ranks [0, 0]" in res["twin"]
