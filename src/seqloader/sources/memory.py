@@ -81,8 +81,9 @@ class MemorySource:
 
 
 def _spec_of(key: str, arrays: list[np.ndarray], vocab: int | None, tags: list[str]) -> KeySpec:
-    if not arrays:
-        return KeySpec(np.dtype(np.float32), (), vocab is not None, vocab)
+    if not arrays:  # no sequence to infer from: sparse keys are int32 labels, others float32
+        dtype = np.dtype(np.int32 if vocab is not None else np.float32)
+        return KeySpec(dtype, (), vocab is not None, vocab)
     first = arrays[0]
     if first.ndim == 0:
         raise DataError(
