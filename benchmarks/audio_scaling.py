@@ -3,8 +3,10 @@
     python -m benchmarks.audio_scaling [--utterances 600] [--repeats 5] [--quick] [--main-threads 1]
 
 One generated corpus (speech-like signals as FLAC/WAV/OGG, RETURNN OggZip) is read through
-``AudioSource`` + ``SeqLoader``. Two measurements per worker count, each the median of several
-epochs on one warm loader (worker start-up and the page cache are outside the timing):
+``AudioSource`` + ``SeqLoader``. The 0-, 1- and 2-worker loaders are opened together and warmed up
+(worker start-up and the page cache are outside the timing), then measured in turns, one epoch
+each, rotating the order every round: load from other users of the shared machine then hits all
+worker counts alike. Per worker count, medians over the rounds of
 
 - throughput: the consumer does nothing; sequences per second of wall time;
 - computation time %: the consumer "trains" by sleeping a fixed step per batch (a GPU step costs
@@ -97,19 +99,71 @@ def timed_epochs(
     return walls, comps, batches
 
 
-def measure(source: sl.AudioSource, workers: int, repeats: int, transform, step_s: float = 0.0):
-    """(walls, computation %s, batches per epoch) of epochs 2.. on one warm loader."""
+@dataclass
+class Timings:
+    walls: list[float]  # seconds per epoch
+    comps: list[float]  # computation % per epoch
+    batches: int = 0  # per epoch
+
+
+def rounds(
+    epoch_iters: dict[int, Callable[[int], Iterable]],
+    repeats: int,
+    first_epoch: int,
+    step_s: float = 0.0,
+) -> dict[int, Timings]:
+    """One epoch per worker count per round, rotating the order every round."""
+    out = {w: Timings([], []) for w in epoch_iters}
+    order = list(epoch_iters)
+    for r in range(repeats):
+        for w in order[r % len(order) :] + order[: r % len(order)]:
+            epoch = range(first_epoch + r, first_epoch + r + 1)
+            walls, comps, out[w].batches = timed_epochs(epoch_iters[w], epoch, step_s)
+            out[w].walls += walls
+            out[w].comps += comps
+    return out
+
+
+def seqloader_setup(source: sl.AudioSource, transform, repeats: int) -> dict:
+    """Throughput, then computation % at a step derived from it, on the same warm loaders."""
     max_frames = 3000 if "data" in source.keys else 480_000  # ~30 s of audio per batch either way
-    with sl.SeqLoader(
-        source,
-        ordering="laplace:.16",
-        max_frames=max_frames,
-        seed=1,
-        num_workers=workers,
-        transform=transform,
-    ) as loader:
-        list(loader.epoch(1))  # warm-up: worker start-up, page cache, filter banks
-        return timed_epochs(loader.epoch, range(2, 2 + repeats), step_s)
+    loaders = {
+        w: sl.SeqLoader(
+            source,
+            ordering="laplace:.16",
+            max_frames=max_frames,
+            seed=1,
+            num_workers=w,
+            transform=transform,
+        )
+        for w in WORKERS
+    }
+    try:
+        for loader in loaders.values():
+            list(loader.epoch(1))  # warm-up: worker start-up, page cache, filter banks
+        iters = {w: loader.epoch for w, loader in loaders.items()}
+        speed = rounds(iters, repeats, first_epoch=2)
+        step_s = 1.25 * statistics.median(speed[2].walls) / speed[2].batches
+        busy = rounds(iters, repeats, first_epoch=2 + repeats, step_s=step_s)
+    finally:
+        for loader in loaders.values():
+            loader.close()
+    rows = [
+        {
+            "workers": w,
+            "seqs": len(source),
+            "batches": speed[w].batches,
+            "wall_s": speed[w].walls,
+            "seqs_per_s": len(source) / statistics.median(speed[w].walls),
+            "computation_pct": round(statistics.median(busy[w].comps), 1),
+        }
+        for w in WORKERS
+    ]
+    table = [
+        {**t, "computation_pct": r["computation_pct"]}
+        for t, r in zip(scaling_table(rows), rows, strict=True)
+    ]
+    return {"step_ms": round(1000 * step_s, 2), "rows": rows, "table": table}
 
 
 def returnn_rows(corpus: AudioCorpus, repeats: int, features: str) -> list[dict] | str:
@@ -128,31 +182,31 @@ def returnn_rows(corpus: AudioCorpus, repeats: int, features: str) -> list[dict]
     audio = {"features": features, "sample_rate": 16000}
     if features != "raw":
         audio["num_feature_filters"] = FEATURES.n_mels
-    rows = []
+    limit = 3000 if features != "raw" else 480_000
+    loaders, counts = {}, {}
     for workers in WORKERS:
         dataset = OggZipDataset(
             path=corpus.oggzip, audio=audio, targets=None, seq_ordering="laplace:.16"
         )
         dataset.initialize()
         pipe = ReturnnDatasetIterDataPipe(dataset, shard_workers=True)
-        limit = 3000 if features != "raw" else 480_000
         batches = BatchingIterDataPipe(pipe, batch_size=limit, max_seqs=None)
         kwargs = {"persistent_workers": True} if workers else {}
-        dl = torch.utils.data.DataLoader(
+        loaders[workers] = torch.utils.data.DataLoader(
             batches, batch_size=None, collate_fn=collate_batch, num_workers=workers, **kwargs
         )
-        count = sum(int(b["data"].shape[0]) for b in dl)  # warm-up epoch
-        walls, _, _ = timed_epochs(lambda _e, dl=dl: dl, range(repeats))
-        rows.append(
-            {
-                "workers": workers,
-                "seqs": count,
-                "wall_s": walls,
-                "seqs_per_s": count / statistics.median(walls),
-            }
-        )
-        del dl
-    return rows
+        counts[workers] = sum(int(b["data"].shape[0]) for b in loaders[workers])  # warm-up
+    speed = rounds({w: (lambda _e, dl=dl: dl) for w, dl in loaders.items()}, repeats, 0)
+    del loaders
+    return [
+        {
+            "workers": w,
+            "seqs": counts[w],
+            "wall_s": speed[w].walls,
+            "seqs_per_s": counts[w] / statistics.median(speed[w].walls),
+        }
+        for w in WORKERS
+    ]
 
 
 def scaling_table(rows: list[dict]) -> list[dict]:
@@ -196,31 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     results: dict = {"setups": {}}
     for name, (source, transform) in setups.items():
-        rows = []
-        for w in WORKERS:
-            walls, _, batches = measure(source, w, repeats, transform)
-            rows.append(
-                {
-                    "workers": w,
-                    "seqs": len(source),
-                    "batches": batches,
-                    "wall_s": walls,
-                    "seqs_per_s": len(source) / statistics.median(walls),
-                }
-            )
-        two = rows[WORKERS.index(2)]
-        step_s = 1.25 * statistics.median(two["wall_s"]) / two["batches"]
-        for r in rows:
-            comps = measure(source, r["workers"], repeats, transform, step_s)[1]
-            r["computation_pct"] = round(statistics.median(comps), 1)
-        results["setups"][name] = {
-            "step_ms": round(1000 * step_s, 2),
-            "rows": rows,
-            "table": [
-                {**t, "computation_pct": r["computation_pct"]}
-                for t, r in zip(scaling_table(rows), rows, strict=True)
-            ],
-        }
+        results["setups"][name] = seqloader_setup(source, transform, repeats)
     results["returnn"] = {
         "decode only (features='raw')": _returnn_table(corpus, repeats, "raw"),
         "log-mel (features='log_mel_filterbank')": _returnn_table(
