@@ -116,3 +116,20 @@ def test_corpus_is_returnn_layout_with_small_chunks(bench):
         assert f["inputs"].shape[0] == lens[:, 0].sum()
         np.testing.assert_array_equal(f["inputs"][:100], g["inputs"][:100])
         assert f["seqTags"][0].decode() == "corpus/seq-0000000"
+
+
+def test_handover_ablation_runs_every_variant(tmp_path):
+    """``python -m benchmarks.handover`` (the transport alone, with seqloader's parts switched off
+    one by one) runs each variant in its own process and reports the same fields for each."""
+    out = tmp_path / "handover.json"
+    cmd = [sys.executable, "-m", "benchmarks.handover", "--batches", "12", "--reps", "1"]
+    proc = subprocess.run(
+        [*cmd, "--json", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(out.read_text())["summary"]
+    assert set(summary) == {"torch-transport", "fresh-segments", "slots", "slots+receiver"}
+    for v in summary.values():
+        assert 0 < v["computation_pct"] <= 100
+        assert v["batch_bytes"] > 5 * 2**20  # the ~6 MB batches the brief measured
+        assert v["trainer_thread_cpu_ms_per_batch"] <= v["main_cpu_ms_per_batch"] + 1e-6

@@ -104,10 +104,10 @@ class _Slot:
 class SlotPool:
     """A worker's slots. Lives only in the worker process that created it."""
 
-    def __init__(self, owner: str, max_slots: int = MAX_SLOTS) -> None:
+    def __init__(self, owner: str, max_slots: int | None = None) -> None:
         self.owner = owner  # the dataset's id: the trainer keys its mappings by (owner, pid)
         self.pid = os.getpid()
-        self.max_slots = max_slots
+        self.max_slots = MAX_SLOTS if max_slots is None else max_slots
         self.slots: list[_Slot] = []
         self._generations = 0
 
