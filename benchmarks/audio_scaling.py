@@ -1,12 +1,14 @@
 """Audio loading with on-the-fly log-mel features at 0, 1 and 2 DataLoader workers.
 
-    python -m benchmarks.audio_scaling [--utterances 600] [--repeats 5] [--quick] [--main-threads 1]
+    python -m benchmarks.audio_scaling [--utterances 600] [--repeats 7] [--quick] [--main-threads 1]
 
 One generated corpus (speech-like signals as FLAC/WAV/OGG, RETURNN OggZip) is read through
 ``AudioSource`` + ``SeqLoader``. The 0-, 1- and 2-worker loaders are opened together and warmed up
 (worker start-up and the page cache are outside the timing), then measured in turns, one epoch
 each, rotating the order every round: load from other users of the shared machine then hits all
-worker counts alike. Per worker count, medians over the rounds of
+worker counts alike. Each epoch also records how many cores *other* processes used meanwhile
+(/proc/stat less this process tree); epochs where that exceeds 0.15 cores are left out of the
+medians (all are kept if fewer than two are calm; the JSON has every epoch). Per worker count:
 
 - throughput: the consumer does nothing; sequences per second of wall time;
 - computation time %: the consumer "trains" by sleeping a fixed step per batch (a GPU step costs
@@ -78,32 +80,80 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
-def timed_epochs(
-    make_iter: Callable[[int], Iterable], epochs: range, step_s: float = 0.0
-) -> tuple[list[float], list[float], int]:
-    """Per epoch: wall seconds and computation % (sleeping ``step_s`` per batch); batches/epoch."""
-    walls, comps, batches = [], [], 0
-    for epoch in epochs:
-        waited, batches = 0.0, 0
-        start = time.perf_counter()
-        t = start
-        for _ in make_iter(epoch):
-            waited += time.perf_counter() - t
-            batches += 1
-            if step_s:
-                time.sleep(step_s)
-            t = time.perf_counter()
-        wall = time.perf_counter() - start
-        walls.append(wall)
-        comps.append(100.0 * (wall - waited) / wall)
-    return walls, comps, batches
+FOREIGN_LIMIT = 0.15  # cores used by other processes above which an epoch counts as disturbed
+
+
+class ForeignCpu:
+    """CPU seconds spent by processes other than this one and its children (the DataLoader
+    workers), from /proc/stat and psutil: the shared machine's load, measured per epoch."""
+
+    def __init__(self) -> None:
+        try:
+            import psutil
+
+            self._me = psutil.Process()
+            with open("/proc/stat"):
+                pass
+        except (ImportError, OSError):
+            self._me = None
+
+    def _busy_and_ours(self) -> tuple[float, float]:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle, iowait
+        ours = 0.0
+        for proc in [self._me, *self._me.children(recursive=True)]:
+            try:
+                t = proc.cpu_times()
+                ours += t.user + t.system
+            except Exception:  # a child that just exited
+                pass
+        return busy, ours
+
+    def start(self) -> tuple[float, float]:
+        return self._busy_and_ours() if self._me is not None else (0.0, 0.0)
+
+    def cores_since(self, mark: tuple[float, float], wall: float) -> float:
+        if self._me is None:
+            return 0.0
+        busy, ours = self._busy_and_ours()
+        return max(0.0, (busy - mark[0]) - (ours - mark[1])) / wall
+
+
+FOREIGN = ForeignCpu()
+
+
+def timed_epoch(batches: Iterable, step_s: float = 0.0) -> tuple[float, float, int, float]:
+    """(wall seconds, computation %, batches, cores used by other processes) of one epoch,
+    sleeping ``step_s`` per batch as a training step that costs no CPU."""
+    waited, count = 0.0, 0
+    mark = FOREIGN.start()
+    start = t = time.perf_counter()
+    for _ in batches:
+        waited += time.perf_counter() - t
+        count += 1
+        if step_s:
+            time.sleep(step_s)
+        t = time.perf_counter()
+    wall = time.perf_counter() - start
+    return wall, 100.0 * (wall - waited) / wall, count, FOREIGN.cores_since(mark, wall)
 
 
 @dataclass
 class Timings:
     walls: list[float]  # seconds per epoch
     comps: list[float]  # computation % per epoch
+    foreign: list[float]  # cores used by other processes during the epoch
     batches: int = 0  # per epoch
+
+    def median(self, values: list[float]) -> float:
+        """Median over the undisturbed epochs (all of them if fewer than 2 are)."""
+        calm = [v for v, f in zip(values, self.foreign, strict=True) if f < FOREIGN_LIMIT]
+        return statistics.median(calm if len(calm) >= 2 else values)
+
+    @property
+    def calm_epochs(self) -> int:
+        return sum(f < FOREIGN_LIMIT for f in self.foreign)
 
 
 def rounds(
@@ -113,14 +163,16 @@ def rounds(
     step_s: float = 0.0,
 ) -> dict[int, Timings]:
     """One epoch per worker count per round, rotating the order every round."""
-    out = {w: Timings([], []) for w in epoch_iters}
+    out = {w: Timings([], [], []) for w in epoch_iters}
     order = list(epoch_iters)
     for r in range(repeats):
         for w in order[r % len(order) :] + order[: r % len(order)]:
-            epoch = range(first_epoch + r, first_epoch + r + 1)
-            walls, comps, out[w].batches = timed_epochs(epoch_iters[w], epoch, step_s)
-            out[w].walls += walls
-            out[w].comps += comps
+            wall, comp, out[w].batches, foreign = timed_epoch(
+                epoch_iters[w](first_epoch + r), step_s
+            )
+            out[w].walls.append(wall)
+            out[w].comps.append(comp)
+            out[w].foreign.append(foreign)
     return out
 
 
@@ -143,7 +195,7 @@ def seqloader_setup(source: sl.AudioSource, transform, repeats: int) -> dict:
             list(loader.epoch(1))  # warm-up: worker start-up, page cache, filter banks
         iters = {w: loader.epoch for w, loader in loaders.items()}
         speed = rounds(iters, repeats, first_epoch=2)
-        step_s = 1.25 * statistics.median(speed[2].walls) / speed[2].batches
+        step_s = 1.25 * speed[2].median(speed[2].walls) / speed[2].batches
         busy = rounds(iters, repeats, first_epoch=2 + repeats, step_s=step_s)
     finally:
         for loader in loaders.values():
@@ -154,8 +206,10 @@ def seqloader_setup(source: sl.AudioSource, transform, repeats: int) -> dict:
             "seqs": len(source),
             "batches": speed[w].batches,
             "wall_s": speed[w].walls,
-            "seqs_per_s": len(source) / statistics.median(speed[w].walls),
-            "computation_pct": round(statistics.median(busy[w].comps), 1),
+            "foreign_cores": [round(f, 2) for f in speed[w].foreign + busy[w].foreign],
+            "calm_epochs": f"{speed[w].calm_epochs}/{repeats} + {busy[w].calm_epochs}/{repeats}",
+            "seqs_per_s": len(source) / speed[w].median(speed[w].walls),
+            "computation_pct": round(busy[w].median(busy[w].comps), 1),
         }
         for w in WORKERS
     ]
@@ -196,14 +250,16 @@ def returnn_rows(corpus: AudioCorpus, repeats: int, features: str) -> list[dict]
             batches, batch_size=None, collate_fn=collate_batch, num_workers=workers, **kwargs
         )
         counts[workers] = sum(int(b["data"].shape[0]) for b in loaders[workers])  # warm-up
-    speed = rounds({w: (lambda _e, dl=dl: dl) for w, dl in loaders.items()}, repeats, 0)
+    speed = rounds({w: (lambda _e, dl=dl: iter(dl)) for w, dl in loaders.items()}, repeats, 0)
     del loaders
     return [
         {
             "workers": w,
             "seqs": counts[w],
             "wall_s": speed[w].walls,
-            "seqs_per_s": counts[w] / statistics.median(speed[w].walls),
+            "foreign_cores": [round(f, 2) for f in speed[w].foreign],
+            "calm_epochs": f"{speed[w].calm_epochs}/{repeats}",
+            "seqs_per_s": counts[w] / speed[w].median(speed[w].walls),
         }
         for w in WORKERS
     ]
@@ -225,7 +281,7 @@ def scaling_table(rows: list[dict]) -> list[dict]:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--utterances", type=int, default=600)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats")
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument(
@@ -288,20 +344,24 @@ def print_report(results: dict) -> None:
     )
     for name, s in results["setups"].items():
         print(f"\nseqloader, {name} (simulated step {s['step_ms']} ms/batch)")
-        print("workers  seqs/s   x vs 0   x vs 1   computation %")
-        for t in s["table"]:
+        print("workers  seqs/s   x vs 0   x vs 1   computation %   calm epochs")
+        for t, r in zip(s["table"], s["rows"], strict=True):
             x1 = "" if t["x_vs_1_worker"] is None else f"{t['x_vs_1_worker']:.2f}"
             print(
                 f"{t['workers']:>7}  {t['seqs_per_s']:>6.1f}   {t['x_vs_0_workers']:>6.2f}   "
-                f"{x1:>6}   {t['computation_pct']:>6.1f}"
+                f"{x1:>6}   {t['computation_pct']:>13.1f}   {r['calm_epochs']}"
             )
     for name, r in results["returnn"].items():
         print(f"\nRETURNN OggZipDataset pipeline, {name}")
         if isinstance(r, str):
             print(f"  not run: {r}")
             continue
-        for t in r["table"]:
-            print(f"{t['workers']:>7}  {t['seqs_per_s']:>6.1f}   {t['x_vs_0_workers']:>6.2f}")
+        print("workers  seqs/s   x vs 0   x vs 1   calm epochs")
+        for t, row in zip(r["table"], r["rows"], strict=True):
+            print(
+                f"{t['workers']:>7}  {t['seqs_per_s']:>6.1f}   {t['x_vs_0_workers']:>6.2f}   "
+                f"{t['x_vs_1_worker']:>6.2f}   {row['calm_epochs']}"
+            )
 
 
 if __name__ == "__main__":
