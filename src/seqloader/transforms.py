@@ -8,9 +8,10 @@ input arrays in place (a source may hand out shared arrays).
 Length changes and planning: planning sees the source's lengths before any transform runs. A
 transform that lengthens a sequence must be planned on an upper bound, or a batch could exceed
 ``max_frames``. ``SpeedPerturb`` lengthens audio by up to ``1 / min(factors)``: open the source
-with ``AudioSource(..., min_speed=sp.min_factor)`` (``plan_min_speed``), which plans every utterance
-at that factor's exact length, so real batches stay within ``max_frames`` (padded frames are then
-at most the planned ones).
+with ``AudioSource(..., min_speed=speed.min_factor)``, which plans every utterance at the slowest
+factor's exact length, so real batches stay within ``max_frames`` (padded frames are then at most
+the planned ones). Wave-level steps need the features computed after them: open the source with
+``defer_features=True`` and put ``Features`` after them (see docs/audio.md).
 """
 
 from __future__ import annotations
