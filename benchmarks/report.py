@@ -188,12 +188,23 @@ def plot(result: dict, summary: dict, path: str) -> None:
 
     names = [n for n in sorted(summary, key=_order) if summary[n]["reps_ok"]]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5))
-    colors = {"h5py": "tab:gray", "torch": "tab:blue", "returnn": "tab:orange"}
+    colors = {
+        "h5py/chunked": "tab:gray",
+        "h5py/contiguous": "silver",
+        "torch/chunked": "tab:blue",
+        "returnn/chunked": "tab:orange",
+        "seqloader/chunked": "tab:green",
+        "seqloader/contiguous": "yellowgreen",
+    }
+
+    def color(name: str) -> str:
+        return colors.get(name.rsplit("/", 1)[0], "tab:purple")
+
     vals = [summary[n]["seqs_per_s"] for n in names]
     ax1.barh(
         range(len(names)),
         vals,
-        color=[colors.get(n.split("/")[0], "tab:green") for n in names],
+        color=[color(n) for n in names],
     )
     ax1.set_yticks(range(len(names)), names, fontsize=8)
     ax1.invert_yaxis()
@@ -213,7 +224,7 @@ def plot(result: dict, summary: dict, path: str) -> None:
             [e["computation_pct"][s] for s in steps],
             marker="o",
             label=n,
-            color=colors.get(n.split("/")[0], "tab:green"),
+            color=color(n),
             linestyle="-" if e["spec"]["workers"] == 1 else ":",
         )
     ax2.axhline(98, color="red", linestyle="--", linewidth=0.8, label="98% target")
