@@ -36,8 +36,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--out",
         type=str,
-        default=os.path.join(REPO, "benchmarks", "results"),
-        help="directory for the JSON and PNG (default benchmarks/results)",
+        help="directory for the JSON and PNG (default benchmarks/results; with --quick "
+        "benchmarks/out, which git ignores)",
     )
     p.add_argument("--name", type=str, help="file stem (default bench-<mode>-<timestamp>)")
     return p.parse_args(argv)
@@ -83,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     result["summary"] = summary
     result["targets"] = targets(result, summary)
     result["elapsed_s"] = time.perf_counter() - t0
-    os.makedirs(args.out, exist_ok=True)
+    out_dir = args.out or os.path.join(REPO, "benchmarks", "out" if settings.quick else "results")
+    os.makedirs(out_dir, exist_ok=True)
     stem = args.name or time.strftime(
         f"bench-{'quick' if settings.quick else 'full'}-%Y%m%d-%H%M%S"
     )
-    json_path = os.path.join(args.out, stem + ".json")
-    png_path = os.path.join(args.out, stem + ".png")
+    json_path = os.path.join(out_dir, stem + ".json")
+    png_path = os.path.join(out_dir, stem + ".png")
     with open(json_path, "w") as fh:
         json.dump(result, fh, indent=1)
     plot(result, summary, png_path)
