@@ -210,6 +210,7 @@ def seqloader_setup(source: sl.AudioSource, transform, repeats: int) -> dict:
             "calm_epochs": f"{speed[w].calm_epochs}/{repeats} + {busy[w].calm_epochs}/{repeats}",
             "seqs_per_s": len(source) / speed[w].median(speed[w].walls),
             "computation_pct": round(busy[w].median(busy[w].comps), 1),
+            "computation_pct_epochs": [round(c, 1) for c in busy[w].comps],
         }
         for w in WORKERS
     ]
