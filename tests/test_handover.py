@@ -228,3 +228,24 @@ def test_pin_memory_with_workers_gives_identical_pinned_batches():
         batches = epoch_batches(loader)
         assert all(b["data"].is_pinned() for b in batches)
         assert snapshot(batches) == want
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_precomputed_counts_match_the_tensors_and_the_report(num_workers):
+    """The counts a batch carries (computed in the worker / receiving thread so the training
+    thread does no array work) equal what its tensors say, and add up to the epoch report."""
+    from seqloader.torch.batch import count_key
+
+    src = make_source(n=90)
+    with sl.SeqLoader(src, num_workers=num_workers, uneven="pad", **LOADER_KW) as loader:
+        frames = padded = seqs = 0
+        for batch in loader.epoch(1):
+            assert set(batch.counts) == set(batch.lengths)
+            for key in batch.lengths:
+                want = count_key(batch.lengths[key].numpy(), batch.mask.numpy())
+                assert batch.counts[key] == want
+            c = batch.counts["data"]
+            frames, padded, seqs = frames + c.frames, padded + c.padded_frames, seqs + c.real_seqs
+        report = loader.report()
+    assert (report.frames, report.padded_frames, report.seqs) == (frames, padded, seqs)
+    assert report.seqs == 90

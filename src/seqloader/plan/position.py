@@ -27,7 +27,7 @@ the same world size, or from a finished epoch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from seqloader.errors import ResumeError
 from seqloader.plan.distribute import GlobalPlan
@@ -66,7 +66,15 @@ class Position:
         return self.prior_steps + self.steps
 
     def advanced(self, steps: int = 1) -> Position:
-        return replace(self, steps=self.steps + steps)
+        # called once per batch in the training thread: the constructor, not dataclasses.replace
+        # (same validation, about half the cost)
+        return Position(
+            self.epoch,
+            self.segment_start,
+            self.segment_world_size,
+            self.steps + steps,
+            self.prior_steps,
+        )
 
     def seq_offset(self, segment_plan: GlobalPlan) -> int:
         """Sequences of the sub-epoch order consumed by all ranks together (shard plans; under

@@ -3,9 +3,35 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
+
+
+@dataclass(frozen=True)
+class KeyCounts:
+    """What the epoch report counts of one key of a batch.
+
+    Computed where the batch is built (in a worker, or in the trainer's receiving thread), so the
+    training thread does no array work per batch for its bookkeeping.
+    """
+
+    real_seqs: int  # sequences with mask True
+    repeats: int  # filler slots (mask False)
+    frames: int  # frames of the real sequences
+    padded_frames: int  # batch size x longest sequence
+
+
+def count_key(lengths: np.ndarray, real: np.ndarray) -> KeyCounts:
+    """``KeyCounts`` from int lengths ``[B]`` and the bool mask ``[B]``."""
+    n_real = int(np.count_nonzero(real))
+    return KeyCounts(
+        n_real,
+        len(real) - n_real,
+        int(lengths[real].sum()),
+        int(len(lengths) * (lengths.max() if len(lengths) else 0)),
+    )
 
 
 @dataclass
@@ -19,6 +45,7 @@ class Batch(Mapping):
     - ``epoch``, ``step``: where in the plan this batch sits (``step`` is this rank's index).
     - ``skipped``: messages of planned sequences the source skipped (``on_error="skip"``); they are
       not in the batch, and the epoch report counts them.
+    - ``counts``: per key, what the epoch report counts (see ``counts_of``).
     """
 
     data: dict[str, torch.Tensor]
@@ -30,6 +57,7 @@ class Batch(Mapping):
     step: int
     skipped: list[str] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # sequences with NaN/Inf (seqloader.checks)
+    counts: dict[str, KeyCounts] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.data[key]
@@ -44,32 +72,27 @@ class Batch(Mapping):
     def size(self) -> int:
         return int(self.seq_indices.shape[0])
 
+    def counts_of(self, key: str) -> KeyCounts:
+        """The report's counts for ``key``: precomputed where the batch was built, else now."""
+        found = self.counts.get(key)
+        if found is None:
+            found = count_key(self.lengths[key].numpy(), self.mask.numpy())
+        return found
+
     def pin_memory(self) -> Batch:
-        """Called by the DataLoader's pin-memory thread."""
-        return Batch(
-            {k: v.pin_memory() for k, v in self.data.items()},
-            {k: v.pin_memory() for k, v in self.lengths.items()},
-            self.seq_indices.pin_memory(),
-            self.mask.pin_memory(),
-            self.seq_tags,
-            self.epoch,
-            self.step,
-            self.skipped,
-            self.nonfinite,
-        )
+        """Called by the DataLoader's pin-memory thread. The copies free the worker's slot."""
+        return self._map_tensors(lambda t: t.pin_memory())
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> Batch:
-        move = lambda t: t.to(device, non_blocking=non_blocking)  # noqa: E731
-        return Batch(
-            {k: move(v) for k, v in self.data.items()},
-            {k: move(v) for k, v in self.lengths.items()},
-            move(self.seq_indices),
-            move(self.mask),
-            self.seq_tags,
-            self.epoch,
-            self.step,
-            self.skipped,
-            self.nonfinite,
+        return self._map_tensors(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def _map_tensors(self, f) -> Batch:
+        return replace(
+            self,
+            data={k: f(v) for k, v in self.data.items()},
+            lengths={k: f(v) for k, v in self.lengths.items()},
+            seq_indices=f(self.seq_indices),
+            mask=f(self.mask),
         )
 
     def __repr__(self) -> str:

@@ -25,7 +25,7 @@ from seqloader.loading.collate import numpy_alloc
 from seqloader.loading.execute import LoadedBatch, Transform, execute
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source
-from seqloader.torch.batch import Batch
+from seqloader.torch.batch import Batch, count_key
 from seqloader.torch.handover import (
     FREE,
     SlotAllocator,
@@ -40,16 +40,18 @@ from seqloader.torch.handover import (
 
 def to_batch(loaded: LoadedBatch) -> Batch:
     spec = loaded.spec
+    real = np.ascontiguousarray(spec.real, dtype=bool)
     return Batch(
         {k: torch.from_numpy(v) for k, v in loaded.data.items()},
         {k: torch.from_numpy(v) for k, v in loaded.lengths.items()},
         torch.from_numpy(np.ascontiguousarray(spec.seqs, dtype=np.int64)),
-        torch.from_numpy(np.ascontiguousarray(spec.real, dtype=bool)),
+        torch.from_numpy(real),
         loaded.tags,
         spec.epoch,
         spec.step,
         loaded.skipped,  # sequences the source skipped (on_error="skip"): counted in the report
         loaded.nonfinite,  # sequences with NaN/Inf found by the worker (seqloader.checks)
+        {k: count_key(v, real) for k, v in loaded.lengths.items()},
     )
 
 

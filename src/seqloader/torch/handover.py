@@ -37,7 +37,7 @@ import torch
 
 from seqloader.loading.execute import LoadedBatch
 from seqloader.sources.base import Source
-from seqloader.torch.batch import Batch
+from seqloader.torch.batch import Batch, count_key
 
 ALIGN = 64  # bytes; every array in a slot starts on a cache line
 HEADER = ALIGN  # slot header: int32 state at offset 0 (FREE or BUSY)
@@ -292,6 +292,7 @@ def receive(
         step,
         skipped,
         list(nonfinite),
+        {k: count_key(v, real) for k, v in lengths.items()},  # off the training thread
     )
 
 

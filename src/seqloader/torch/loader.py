@@ -263,9 +263,7 @@ class SeqLoader:
                 self._batch_checks.check(batch, report)  # NaN/Inf the workers found
                 if auditor is not None:
                     auditor.record(batch)
-                meter.after_next(
-                    batch.lengths[self.length_key].numpy(), batch.mask.numpy(), batch.skipped
-                )
+                meter.after_counts(batch.counts_of(self.length_key), batch.skipped)
                 # consumed once handed to the loop; batches still in prefetch don't count
                 self._position = self._position.advanced()
                 yield batch

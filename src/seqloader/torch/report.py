@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from seqloader.torch.batch import KeyCounts, count_key
+
 if TYPE_CHECKING:
     from seqloader.torch.audit import AuditResult
 
@@ -112,6 +114,11 @@ class EpochMeter:
     def after_next(
         self, lengths: np.ndarray, real: np.ndarray, skipped: Sequence[str] = ()
     ) -> None:
+        self.after_counts(count_key(lengths, real), skipped)
+
+    def after_counts(self, counts: KeyCounts, skipped: Sequence[str] = ()) -> None:
+        """``after_next`` with counts computed where the batch was built (``Batch.counts_of``),
+        so the training thread does no array work per batch for the report."""
         now = time.perf_counter()
         r = self.report
         wait = now - self._wait_start
@@ -119,11 +126,10 @@ class EpochMeter:
             r.first_batch_s = wait
         r.data_wait_s += wait
         r.steps += 1
-        n_real = int(np.count_nonzero(real))
-        r.seqs += n_real
-        r.repeats_seen += len(real) - n_real
-        r.frames += int(lengths[real].sum())
-        r.padded_frames += int(len(lengths) * (lengths.max() if len(lengths) else 0))
+        r.seqs += counts.real_seqs
+        r.repeats_seen += counts.repeats
+        r.frames += counts.frames
+        r.padded_frames += counts.padded_frames
         if skipped:
             r.skipped += len(skipped)
             r.skipped_examples.extend(list(skipped)[: max(0, 5 - len(r.skipped_examples))])
