@@ -218,7 +218,27 @@ def seqloader_setup(source: sl.AudioSource, transform, repeats: int) -> dict:
         {**t, "computation_pct": r["computation_pct"]}
         for t, r in zip(scaling_table(rows), rows, strict=True)
     ]
-    return {"step_ms": round(1000 * step_s, 2), "rows": rows, "table": table}
+    return {
+        "step_ms": round(1000 * step_s, 2),
+        "rows": rows,
+        "table": table,
+        "x2_vs_1_paired": paired_ratio(speed[1], speed[2]),
+    }
+
+
+def paired_ratio(one: Timings, two: Timings) -> dict:
+    """2-worker speed-up from the rounds where both epochs were calm (they ran back to back, so
+    they saw the same machine): median of wall(1 worker) / wall(2 workers)."""
+    calm = [
+        a / b
+        for a, b, fa, fb in zip(one.walls, two.walls, one.foreign, two.foreign, strict=True)
+        if fa < FOREIGN_LIMIT and fb < FOREIGN_LIMIT
+    ]
+    return {
+        "median": round(statistics.median(calm), 2) if calm else None,
+        "calm_rounds": f"{len(calm)}/{len(one.walls)}",
+        "each": [round(x, 2) for x in calm],
+    }
 
 
 def returnn_rows(corpus: AudioCorpus, repeats: int, features: str) -> list[dict] | str:
@@ -344,7 +364,11 @@ def print_report(results: dict) -> None:
         f"{m['load_avg_1min_after']}"
     )
     for name, s in results["setups"].items():
-        print(f"\nseqloader, {name} (simulated step {s['step_ms']} ms/batch)")
+        pair = s["x2_vs_1_paired"]
+        print(
+            f"\nseqloader, {name} (simulated step {s['step_ms']} ms/batch; 2 vs 1 worker in calm "
+            f"rounds: {pair['median'] or 'n/a'}x over {pair['calm_rounds']})"
+        )
         print("workers  seqs/s   x vs 0   x vs 1   computation %   calm epochs")
         for t, r in zip(s["table"], s["rows"], strict=True):
             x1 = "" if t["x_vs_1_worker"] is None else f"{t['x_vs_1_worker']:.2f}"
