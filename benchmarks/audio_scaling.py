@@ -41,7 +41,9 @@ import seqloader as sl
 from seqloader.sources.audio_synth import AudioCorpus, write_audio_corpus
 from seqloader.transforms import SpecAugment
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "audio_scaling.json")
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "audio_scaling.json")
+QUICK_RESULTS = os.path.join(HERE, "out", "audio_scaling.json")  # git-ignored
 WORKERS = (0, 1, 2)
 FEATURES = sl.LogMel(sample_rate=16000, n_mels=80)
 
@@ -304,7 +306,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--utterances", type=int, default=600)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats")
-    parser.add_argument("--out", default=RESULTS)
+    parser.add_argument(
+        "--out", help="JSON path (default benchmarks/results/; with --quick benchmarks/out/)"
+    )
     parser.add_argument(
         "--main-threads",
         type=int,
@@ -344,8 +348,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     results["corpus"] = {**asdict(CorpusSpec(utterances=n)), "path": corpus.oggzip}
     results["repeats"] = repeats
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as f:
+    out = args.out or (QUICK_RESULTS if args.quick else RESULTS)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
         json.dump(results, f, indent=2)
     print_report(results)
     return results
