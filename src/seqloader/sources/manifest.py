@@ -130,14 +130,14 @@ def import_soundfile():
 def open_manifest(path: str | os.PathLike) -> Manifest:
     """Parse a ``.jsonl`` / ``.json`` lines manifest or a RETURNN OggZip ``.zip``."""
     p = os.fspath(path)
-    if p.endswith(".zip"):
-        return _read_oggzip(p)
-    if p.endswith((".jsonl", ".json", ".ndjson")):
-        return _read_jsonl(p)
-    raise OptionError(
+    if not p.endswith((".zip", ".jsonl", ".json", ".ndjson")):
+        raise OptionError(
         f"audio manifest {p!r}: unknown kind; expected a JSON-lines file (.jsonl) or a RETURNN "
         "OggZip corpus (NAME.zip holding NAME.txt and NAME/...)"
     )
+    if not os.path.isfile(p):
+        raise DataError(f"audio manifest {p!r} does not exist or is not a file")
+    return _read_oggzip(p) if p.endswith(".zip") else _read_jsonl(p)
 
 
 class _Columns:
