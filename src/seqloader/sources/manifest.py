@@ -132,9 +132,9 @@ def open_manifest(path: str | os.PathLike) -> Manifest:
     p = os.fspath(path)
     if not p.endswith((".zip", ".jsonl", ".json", ".ndjson")):
         raise OptionError(
-        f"audio manifest {p!r}: unknown kind; expected a JSON-lines file (.jsonl) or a RETURNN "
-        "OggZip corpus (NAME.zip holding NAME.txt and NAME/...)"
-    )
+            f"audio manifest {p!r}: unknown kind; expected a JSON-lines file (.jsonl) or a RETURNN "
+            "OggZip corpus (NAME.zip holding NAME.txt and NAME/...)"
+        )
     if not os.path.isfile(p):
         raise DataError(f"audio manifest {p!r} does not exist or is not a file")
     return _read_oggzip(p) if p.endswith(".zip") else _read_jsonl(p)
