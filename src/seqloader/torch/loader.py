@@ -241,34 +241,42 @@ class SeqLoader:
     def _run(self, share, report: EpochReport) -> Iterator[Batch]:
         meter = EpochMeter(report, self.length_key)
         auditor = self._auditor(share, report)
-        if len(share):
-            if self._dataloader is not None and not workers_alive(self._dataloader):
-                self.close()  # a worker died (WorkerError raised): start fresh workers
-            if self._dataloader is None:
-                self._dataloader = self._make_dataloader()
-            it = iter(self._dataloader)
-            watch = EpochWatch.start(
-                self._dataloader,
-                it,
-                epoch=report.epoch,
-                rank=self.topology.rank,
-                share=share,
-                first_step=report.resumed_at_step,
-                tag=self.source.tag,
-                on_failure=self.close,
-            )
-            for _ in range(len(share)):
-                meter.before_next()
-                batch = watch.next(it)  # a dead worker -> WorkerError naming its batch
-                self._batch_checks.check(batch, report)  # NaN/Inf the workers found
-                if auditor is not None:
-                    auditor.record(batch)
-                meter.after_counts(batch.counts_of(self.length_key), batch.skipped)
-                # consumed once handed to the loop; batches still in prefetch don't count
-                self._position = self._position.advanced()
-                yield batch
-            watch.stop()
-        meter.finish()
+        finished = False
+        watch: EpochWatch | None = None
+        try:
+            if len(share):
+                if self._dataloader is not None and not workers_alive(self._dataloader):
+                    self.close()  # a worker died (WorkerError raised): start fresh workers
+                if self._dataloader is None:
+                    self._dataloader = self._make_dataloader()
+                it = iter(self._dataloader)
+                watch = EpochWatch.start(
+                    self._dataloader,
+                    it,
+                    epoch=report.epoch,
+                    rank=self.topology.rank,
+                    share=share,
+                    first_step=report.resumed_at_step,
+                    tag=self.source.tag,
+                    on_failure=self.close,
+                )
+                for _ in range(len(share)):
+                    meter.before_next()
+                    batch = watch.next(it)  # a dead worker -> WorkerError naming its batch
+                    self._batch_checks.check(batch, report)  # NaN/Inf the workers found
+                    if auditor is not None:
+                        auditor.record(batch)
+                    meter.after_counts(batch.counts_of(self.length_key), batch.skipped)
+                    # consumed once handed to the loop; batches still in prefetch don't count
+                    self._position = self._position.advanced()
+                    yield batch
+            finished = True
+        finally:
+            if watch is not None:
+                watch.stop()
+            meter.finish()  # also when the loop stops early or raises: the report keeps its times
+            if not finished:
+                log.info("seqloader: epoch stopped early: %s", report.format())
         if auditor is not None:
             auditor.finish(report)  # raises AuditError / warns if not exactly-once
         log.info("seqloader: %s", report.format())
