@@ -9,7 +9,6 @@ import os
 import resource
 import sys
 import time
-from dataclasses import replace
 
 from seqloader.cli.options import (
     add_data_argument,
@@ -75,10 +74,8 @@ def run(args: argparse.Namespace) -> int:
             break  # --batches K: stop early
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
+    batches.close()  # an early stop finishes the epoch's meter too
     report = loader.report()
-    if report.wall_s <= 0:  # stopped before the epoch's end: its meter has no wall time yet
-        report = replace(report, wall_s=wall)
-    batches.close()
     loader.close()
     main_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     worker_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
