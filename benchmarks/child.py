@@ -4,7 +4,8 @@ A fresh process per configuration and repetition, so peak memory, worker start-u
 pipeline never leak into another's numbers. Passes, each in its own epoch (a new shuffle):
 
 1. epoch 1: time to first batch, from constructing the pipeline (opening files, planning, starting
-   workers) to holding the first batch; then a few warm-up batches;
+   workers; its libraries are imported before) to holding the first batch; then a few warm-up
+   batches;
 2. epoch 2: throughput over ``measure_seqs`` sequences as fast as the consumer can take them
    (sequences/s, frames/s, main-process CPU time per batch);
 3. one epoch per simulated accelerator step (``time.sleep``): computation time % = time outside
@@ -21,7 +22,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 
-from benchmarks.pipelines import RunSpec, open_pipeline
+from benchmarks.pipelines import RunSpec, import_modules, open_pipeline
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ def peak_rss_bytes() -> tuple[int, int]:
 
 def measure(spec: RunSpec, plan: PassPlan) -> dict:
     out: dict = {"spec": asdict(spec), "plan": asdict(plan)}
+    import_modules(spec.pipeline)
     t0 = time.perf_counter()
     pipe = open_pipeline(spec)
     try:

@@ -262,5 +262,26 @@ def returnn_available() -> bool:
     return True
 
 
+# what each pipeline imports: done before timing starts (a trainer has imported its libraries
+# long before it asks for the first batch)
+IMPORTS = {
+    "returnn": (
+        "returnn.config",
+        "returnn.datasets.hdf",
+        "returnn.torch.data.pipeline",
+        "returnn.torch.data.returnn_dataset_wrapper",
+        "returnn.util.multi_proc_manager_with_watchdog",
+    ),
+    "seqloader": ("seqloader",),
+}
+
+
+def import_modules(pipeline: str) -> None:
+    import importlib
+
+    for name in IMPORTS.get(pipeline, ()):
+        importlib.import_module(name)
+
+
 def open_pipeline(spec: RunSpec) -> Pipeline:
     return PIPELINES[spec.pipeline](spec)

@@ -18,6 +18,7 @@ import numpy as np
 
 from seqloader.errors import DataError
 from seqloader.sources.base import KeySpec, Schema, fingerprint_of
+from seqloader.sources.hdf_chunks import index_files
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
 from seqloader.sources.hdf_read import OpenFile
 
@@ -108,6 +109,12 @@ class HDFSource:
         if self._fingerprint is None:
             self._fingerprint = fingerprint_of(self._tags, self._lengths, self._schema, "hdf")
         return self._fingerprint
+
+    def prepare_workers(self) -> None:
+        """Called in the trainer process just before DataLoader workers fork: index the files'
+        chunked datasets once here, so every worker inherits the index (``hdf_chunks``)."""
+        if self._use_mmap:
+            index_files(self._paths)
 
     def locate(self, index: int) -> tuple[int, int]:
         """(file number, sequence number within that file) of global sequence ``index``."""

@@ -1,9 +1,12 @@
 """Reading sequence rows out of one open HDF file, in the process that reads.
 
-Two ways, same bytes:
+Three ways, same bytes:
 - contiguous, unfiltered numeric datasets are memory-mapped (h5py gives the byte offset), so a
   sequence is a numpy slice of the page cache, no HDF5 call at all;
-- anything else (chunked, compressed, big-endian, enums) goes through h5py. For a batch, spans are
+- chunked, uncompressed numeric datasets with 1 or 2 axes (what RETURNN's SimpleHDFWriter makes):
+  their chunk offsets are indexed once per process and chunks copied out of the mapped file
+  (``hdf_chunks``; ~2.5x faster than h5py on RETURNN's small chunks);
+- anything else (compressed, big-endian, enums, huge chunk counts) goes through h5py. For a batch, spans are
   sorted and neighbouring ones merged into one read when that at most doubles the rows read, so a
   nearly contiguous batch costs one HDF5 call instead of one per sequence, and chunks shared by
   neighbouring sequences are decoded once.
@@ -17,6 +20,8 @@ from collections.abc import Mapping, Sequence
 
 import h5py
 import numpy as np
+
+from seqloader.sources.hdf_chunks import chunked_reader
 
 # Merged reads stop growing at this size: HDF5 reads of tiny-chunked data were fastest at about
 # 250-500 KB per call (measured: 1.5x faster than 3 MB calls, 2x faster than 10 MB ones).
@@ -151,6 +156,10 @@ class OpenFile:
             if offset is not None and offset + nbytes <= len(mm):
                 array = np.ndarray(dset.shape, dset.dtype, buffer=mm, offset=offset)
                 return MappedRows(array)
+        if use_mmap:  # uncompressed chunks copied out of the mapped file (hdf_chunks)
+            chunked = chunked_reader(dset, self._map, self.path)
+            if chunked is not None:
+                return chunked
         return H5Rows(dset)
 
     def _map(self) -> mmap.mmap:

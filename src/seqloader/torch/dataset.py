@@ -8,6 +8,7 @@ workers. With ``batch_size=None`` each sampler item (a ``BatchSpec``) goes to ``
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import queue
 import threading
@@ -144,7 +145,22 @@ class ReceivingDataLoader(DataLoader):
         if self.num_workers == 0:
             return super()._get_iterator()
         self.check_worker_number_rationality()
+        if _forks(self.multiprocessing_context):
+            # work done here once is inherited by every forked worker (e.g. HDF chunk indexes)
+            prepare = getattr(getattr(self.dataset, "source", None), "prepare_workers", None)
+            if prepare is not None:
+                prepare()
         return _ReceivingIter(self)
+
+
+def _forks(context) -> bool:
+    """Whether DataLoader workers of this context are forked (so they inherit our memory)."""
+    if context is None:  # the default, without fixing it (allow_none) as get_start_method would
+        method = multiprocessing.get_start_method(allow_none=True)
+        return (method or multiprocessing.get_all_start_methods()[0]) == "fork"
+    if isinstance(context, str):
+        return context == "fork"
+    return context.get_start_method() == "fork"
 
 
 class _ReceivingIter(_MultiProcessingDataLoaderIter):
