@@ -40,6 +40,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "benchmarks/out, which git ignores)",
     )
     p.add_argument("--name", type=str, help="file stem (default bench-<mode>-<timestamp>)")
+    p.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="instead of running: pool the repetitions of earlier runs with the same settings "
+        "(e.g. taken at different times on a shared machine) and report their medians",
+    )
     return p.parse_args(argv)
 
 
@@ -67,8 +74,42 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return replace(s, plan=plan)
 
 
+def merge_results(paths: list[str]) -> dict:
+    """One result whose repetitions are those of ``paths`` (same settings required)."""
+    results = []
+    for path in paths:
+        with open(path) as fh:
+            results.append(json.load(fh))
+    first = results[0]
+    for path, r in zip(paths[1:], results[1:]):
+        if r["settings"] != first["settings"]:
+            raise SystemExit(f"--merge: {path} was run with other settings than {paths[0]}")
+    merged = {k: v for k, v in first.items() if k not in ("summary", "targets", "elapsed_s")}
+    merged["runs"], merged["merged_from"] = [], []
+    offset = 0
+    for path, r in zip(paths, results):
+        merged["runs"] += [{**run, "rep": run["rep"] + offset} for run in r["runs"]]
+        offset += r["settings"]["reps"]
+        merged["merged_from"].append(
+            {
+                "file": os.path.basename(path),
+                "started": r["started"],
+                "load_average_before": r["load_average_before"],
+                "load_average_after": r["load_average_after"],
+                "memory_bandwidth": r["memory_bandwidth"],
+            }
+        )
+    merged["settings"] = {**first["settings"], "reps": offset}
+    merged["finished"] = results[-1]["finished"]
+    merged["load_average_after"] = results[-1]["load_average_after"]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.merge:
+        result = merge_results(args.merge)
+        return finish(result, args, bool(result["settings"]["quick"]), 0.0)
     settings = settings_from(args)
     unknown = set(settings.pipelines) - {"h5py", "torch", "returnn", "seqloader"}
     if unknown:
@@ -79,15 +120,18 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.perf_counter()
     result = run_suite(settings, log=lambda m: print(m, flush=True))
+    return finish(result, args, settings.quick, time.perf_counter() - t0)
+
+
+def finish(result: dict, args: argparse.Namespace, quick: bool, elapsed: float) -> int:
+    """Summarize, write the JSON and the PNG, print the table and the targets."""
     summary = summarize(result)
     result["summary"] = summary
     result["targets"] = targets(result, summary)
-    result["elapsed_s"] = time.perf_counter() - t0
-    out_dir = args.out or os.path.join(REPO, "benchmarks", "out" if settings.quick else "results")
+    result["elapsed_s"] = elapsed
+    out_dir = args.out or os.path.join(REPO, "benchmarks", "out" if quick else "results")
     os.makedirs(out_dir, exist_ok=True)
-    stem = args.name or time.strftime(
-        f"bench-{'quick' if settings.quick else 'full'}-%Y%m%d-%H%M%S"
-    )
+    stem = args.name or time.strftime(f"bench-{'quick' if quick else 'full'}-%Y%m%d-%H%M%S")
     json_path = os.path.join(out_dir, stem + ".json")
     png_path = os.path.join(out_dir, stem + ".png")
     with open(json_path, "w") as fh:

@@ -133,3 +133,25 @@ def test_handover_ablation_runs_every_variant(tmp_path):
         assert 0 < v["computation_pct"] <= 100
         assert v["batch_bytes"] > 5 * 2**20  # the ~6 MB batches the brief measured
         assert v["trainer_thread_cpu_ms_per_batch"] <= v["main_cpu_ms_per_batch"] + 1e-6
+
+
+def test_merge_pools_repetitions_of_runs(bench, tmp_path):
+    """``--merge`` reports medians over the repetitions of several runs with equal settings."""
+    _, _, out, _ = bench
+    cmd = [sys.executable, "-m", "benchmarks", "--merge", str(out / "smoke.json")]
+    proc = subprocess.run(
+        [*cmd, str(out / "smoke.json"), "--out", str(tmp_path), "--name", "merged"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    single = json.loads((out / "smoke.json").read_text())
+    assert merged["settings"]["reps"] == 2 * single["settings"]["reps"]
+    assert len(merged["runs"]) == 2 * len(single["runs"])
+    assert sorted({r["rep"] for r in merged["runs"]}) == [0, 1]
+    assert len(merged["merged_from"]) == 2
+    for name, entry in merged["summary"].items():
+        assert entry["seqs_per_s"] == pytest.approx(single["summary"][name]["seqs_per_s"])
