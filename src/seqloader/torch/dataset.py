@@ -126,10 +126,33 @@ class PlanSampler(Sampler[BatchSpec]):
         share, epoch, first = self._share, self._epoch, self._first_step
         for k in range(len(share)):
             seqs, real = share.batch(k)
-            yield BatchSpec(epoch, first + k, seqs, real)
+            yield _WireSpec(epoch, first + k, seqs, real)
 
     def __len__(self) -> int:
         return len(self._share)
+
+
+class _WireSpec(BatchSpec):
+    """A ``BatchSpec`` that pickles as two byte strings.
+
+    torch's index queue pickles every spec in a feeder thread of the trainer process, which takes
+    the GIL from the training thread: a dataclass holding numpy arrays took 19 µs per pickle (hot;
+    several times that after a step), bytes take 3 µs. The worker gets a plain ``BatchSpec``.
+    """
+
+    def __reduce__(self):
+        seqs = np.ascontiguousarray(self.seqs, dtype=np.int64).tobytes()
+        real = np.ascontiguousarray(self.real, dtype=bool).tobytes()
+        return (_unwire_spec, (self.epoch, self.step, seqs, real))
+
+
+def _unwire_spec(epoch: int, step: int, seqs: bytes, real: bytes) -> BatchSpec:
+    return BatchSpec(
+        epoch,
+        step,
+        np.frombuffer(bytearray(seqs), dtype=np.int64),  # writable, like an unpickled array
+        np.frombuffer(bytearray(real), dtype=bool),
+    )
 
 
 class ReceivingDataLoader(DataLoader):
