@@ -30,7 +30,7 @@ import numpy as np
 from seqloader.errors import DataError, OptionError, SequenceSkipped
 from seqloader.features import LogMel
 from seqloader.resample import resample, speed_length
-from seqloader.sources.base import KeySpec, Schema, fingerprint_of
+from seqloader.sources.base import KeySpec, SourceMetadata, fingerprint_of
 from seqloader.sources.manifest import Manifest, StringTable, open_manifest
 from seqloader.vocab import Vocabulary
 
@@ -95,7 +95,7 @@ class AudioOptions:
 _OPTION_FIELDS = {f.name for f in fields(AudioOptions)}
 
 
-class AudioSource:
+class AudioSource(SourceMetadata):
     """Utterances of one or more manifests (``.jsonl`` or OggZip ``.zip``), in the given order.
 
     ``keys`` selects from ``data`` (log-mel, needs ``features``), ``audio`` (float32 waveform),
@@ -217,20 +217,6 @@ class AudioSource:
     @property
     def keys(self) -> tuple[str, ...]:
         return self._keys
-
-    @property
-    def schema(self) -> Schema:
-        return self._schema
-
-    def lengths(self, key: str) -> np.ndarray:
-        return self._lengths[key]
-
-    @property
-    def tags(self) -> Sequence[str]:
-        return self._tags
-
-    def tag(self, index: int) -> str:
-        return self._tags[index]
 
     def where(self, index: int) -> str:
         """``MANIFEST line N (audio FILE)`` of sequence ``index``."""

@@ -67,6 +67,39 @@ class Source(Protocol):
         ...
 
 
+class SourceMetadata:
+    """The metadata half of the ``Source`` protocol for sources that keep it in attributes set at
+    open: ``_schema`` (its key order is ``keys``), ``_lengths`` (key -> int64 ``[n]``), ``_tags``.
+    One implementation, so every source answers planning's questions the same way."""
+
+    _schema: Schema
+    _lengths: Mapping[str, np.ndarray]
+    _tags: Sequence[str]
+
+    def __len__(self) -> int:
+        return len(self._tags)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(self._schema)
+
+    @property
+    def schema(self) -> Schema:
+        return self._schema
+
+    def lengths(self, key: str) -> np.ndarray:
+        if key not in self._lengths:
+            raise KeyError(f"key {key!r} is not in {self!r}; keys: {list(self._schema)}")
+        return self._lengths[key]
+
+    @property
+    def tags(self) -> Sequence[str]:
+        return self._tags
+
+    def tag(self, index: int) -> str:
+        return self._tags[index]
+
+
 def default_length_key(source: Source) -> str:
     """The key that planning measures lengths on by default: ``data`` if present, else the first."""
     keys = source.keys

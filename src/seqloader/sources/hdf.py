@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from seqloader.errors import DataError
-from seqloader.sources.base import KeySpec, Schema, fingerprint_of
+from seqloader.sources.base import KeySpec, SourceMetadata, fingerprint_of
 from seqloader.sources.hdf_chunks import index_files
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
 from seqloader.sources.hdf_read import OpenFile
@@ -31,7 +31,7 @@ PathLike = str | os.PathLike
 _INHERITED: list[OpenFile] = []
 
 
-class HDFSource:
+class HDFSource(SourceMetadata):
     """One or more RETURNN HDF files, concatenated in the given order.
 
     Keys are those of the first file (``data`` for ``inputs``, then the target keys); later files
@@ -81,29 +81,9 @@ class HDFSource:
         return self._paths
 
     @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(self._schema)
-
-    @property
-    def schema(self) -> Schema:
-        return self._schema
-
-    @property
     def skipped_keys(self) -> dict[str, str]:
         """Keys present in the files but not readable here, with the reason."""
         return dict(self._skipped)
-
-    def lengths(self, key: str) -> np.ndarray:
-        if key not in self._lengths:
-            raise KeyError(f"key {key!r} is not in {self!r}; keys: {list(self._schema)}")
-        return self._lengths[key]
-
-    @property
-    def tags(self) -> Sequence[str]:
-        return self._tags
-
-    def tag(self, index: int) -> str:
-        return self._tags[index]
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:

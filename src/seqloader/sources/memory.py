@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from seqloader.errors import DataError
-from seqloader.sources.base import KeySpec, Schema, fingerprint_of
+from seqloader.sources.base import KeySpec, SourceMetadata, fingerprint_of
 
 
-class MemorySource:
+class MemorySource(SourceMetadata):
     """Sequences given as ``{key: [array per sequence]}``.
 
     Arrays of one key must agree on dtype and feature shape. ``vocab_sizes`` marks integer 1-D keys
@@ -45,27 +45,6 @@ class MemorySource:
             self._lengths[key] = np.fromiter((a.shape[0] for a in arrays), np.int64, count=n)
         self._schema = schema
         self._fingerprint: str | None = None
-
-    def __len__(self) -> int:
-        return self._n
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return tuple(self._data)
-
-    @property
-    def schema(self) -> Schema:
-        return self._schema
-
-    def lengths(self, key: str) -> np.ndarray:
-        return self._lengths[key]
-
-    @property
-    def tags(self) -> Sequence[str]:
-        return self._tags
-
-    def tag(self, index: int) -> str:
-        return self._tags[index]
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         return {k: v[index] for k, v in self._data.items()}
