@@ -69,10 +69,25 @@ def _act(policy: str, message: str) -> None:
 
 # ---- at open ----
 def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
-    """Tags used more than once -> their indices (all of them; empty dict if none)."""
+    """Tags used more than once -> their indices (all of them; empty dict if none).
+
+    Tag containers with ``hashes()`` (``PackedTags``) are screened by hash first, so only tags
+    whose hashes collide are decoded and compared: 10M tags cost seconds, not a 10M-entry dict."""
+    candidates: Sequence[int] = range(len(tags))
+    hashes = getattr(tags, "hashes", None)
+    if hashes is not None:
+        h = hashes()  # [n]
+        order = np.argsort(h, kind="stable")
+        hs = h[order]
+        eq = hs[1:] == hs[:-1]  # [n-1] neighbours in hash order collide
+        same = np.zeros(len(h), dtype=bool)
+        same[1:] |= eq
+        same[:-1] |= eq
+        candidates = np.sort(order[same]).tolist()
     first: dict[str, int] = {}
     dups: dict[str, list[int]] = {}
-    for i, t in enumerate(tags):
+    for i in candidates:
+        t = tags[i]
         j = first.setdefault(t, i)
         if j != i:
             dups.setdefault(t, [j]).append(i)

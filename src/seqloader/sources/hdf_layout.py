@@ -296,6 +296,29 @@ class PackedTags(Sequence[str]):
         for a, b in itertools.pairwise(off):
             yield data[a:b].decode("utf-8", "surrogateescape")
 
+    def hashes(self, block: int = 1 << 16) -> np.ndarray:
+        """A 64-bit polynomial hash of every tag's bytes -> uint64 ``[n]``, vectorised (blocks of
+        ``block`` tags bound the temporaries). Equal tags have equal hashes, so duplicate search
+        only needs to compare the few tags whose hashes collide."""
+        n = len(self)
+        out = np.zeros(n, dtype=np.uint64)
+        lens = np.diff(self._off)  # [n]
+        powers = np.ones(max(self.max_bytes(), 1), dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            np.cumprod(np.full(len(powers) - 1, 1099511628211, np.uint64), out=powers[1:])
+            for a in range(0, n, block):
+                b = min(n, a + block)
+                lo, hi = self._off[a], self._off[b]
+                seg = lens[a:b]
+                pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(self._off[a:b] - lo, seg)
+                terms = (self._buf[lo:hi].astype(np.uint64) + np.uint64(1)) * powers[pos]
+                h = np.zeros(b - a, dtype=np.uint64)
+                filled = seg > 0  # empty tags own no bytes; reduceat needs increasing starts
+                if filled.any():
+                    h[filled] = np.add.reduceat(terms, (self._off[a:b] - lo)[filled])
+                out[a:b] = h ^ (seg.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        return out
+
     def max_bytes(self) -> int:
         return int(np.diff(self._off).max()) if len(self) else 0
 
