@@ -121,6 +121,25 @@ def test_float_seq_lengths(tmp_path):
         sl.HDFSource(path)
 
 
+@pytest.mark.parametrize("rows, cols", [(2**31, 2), (6, 3_000_000)])
+def test_damaged_seq_lengths_shape_is_refused_before_reading(tmp_path, rows, cols):
+    """A damaged header can claim billions of rows (found by tests/test_fuzz_hdf): the shape is
+    checked against the columns and the tag count from the metadata, so the reader never tries to
+    read (or allocate) what the header claims."""
+    path = write(tmp_path / "huge.hdf")
+    with h5py.File(path, "r+") as f:
+        del f["seqLengths"]
+        f.create_dataset(
+            "seqLengths", shape=(rows, cols), dtype=np.int32, chunks=(min(rows, 1024), 1)
+        )
+    with pytest.raises(
+        DataError,
+        match=r"huge\.hdf.*(seqTags has 6 tags but seqLengths has|"
+        r"seqLengths has shape \[6, 3000000\])",
+    ):
+        sl.HDFSource(path)
+
+
 # ---- empty sequences ----
 def test_empty_sequences_warn_error_or_are_filtered(tmp_path):
     path = write(tmp_path / "e.hdf", lengths=[3, 0, 4, 0, 2])

@@ -158,15 +158,29 @@ def _target_keys(f: h5py.File) -> list[str]:
 
 
 def _seq_lengths(f: h5py.File, where: str, n_cols: int, column_keys: list[str]) -> np.ndarray:
-    lengths = np.asarray(f[SEQ_LENGTHS][()])
-    if lengths.ndim == 1:  # very old files: one length for every key
-        lengths = np.repeat(lengths[:, None], n_cols, axis=1)
-    if lengths.ndim != 2 or lengths.shape[1] != n_cols:
+    """Shapes are checked from the metadata *before* any data is read: a damaged header can claim
+    a shape of billions of rows, and reading that first would take minutes or all memory."""
+    dset = f[SEQ_LENGTHS]
+    shape = tuple(getattr(dset, "shape", ()) or ())
+    if (
+        not isinstance(dset, h5py.Dataset)
+        or len(shape) not in (1, 2)
+        or (len(shape) == 2 and shape[1] != n_cols)
+    ):
         raise DataError(
-            f"HDF file {where}: seqLengths has shape {list(lengths.shape)}, expected "
+            f"HDF file {where}: seqLengths has shape {list(shape)}, expected "
             f"[num_seqs, {n_cols}] (columns: {column_keys}); the file does not follow RETURNN's "
             "HDF layout"
         )
+    tags = f.get(SEQ_TAGS)
+    if isinstance(tags, h5py.Dataset) and tags.shape and tags.shape[0] != shape[0]:
+        raise DataError(
+            f"HDF file {where}: seqTags has {tags.shape[0]} tags but seqLengths has {shape[0]} "
+            "sequences; expected one tag per sequence (partly written or damaged file?)"
+        )
+    lengths = np.asarray(dset[()])
+    if lengths.ndim == 1:  # very old files: one length for every key
+        lengths = np.repeat(lengths[:, None], n_cols, axis=1)
     if not np.issubdtype(lengths.dtype, np.integer):
         raise DataError(f"HDF file {where}: seqLengths has dtype {lengths.dtype}, expected ints")
     if lengths.size and lengths.min() < 0:
