@@ -9,10 +9,12 @@ process, variants interleaved, ``--reps`` times; medians are printed.
 - ``fresh-segments``: seqloader with its slot pool disabled, so every batch gets fresh
   shared-memory segments through torch's transport (seqloader's first design);
 - ``slots``: reusable slots, results received in the trainer thread;
-- ``slots+receiver``: reusable slots and the background receiving thread (the default).
+- ``slots+receiver``: reusable slots and the background receiving thread;
+- ``+direct-index``: and each next index written to the worker's pipe by the training thread
+  instead of torch's queue feeder thread (the default).
 
-The ablations switch seqloader internals off from this script only (``handover.MAX_SLOTS`` and the
-loader's DataLoader class); the library has no such switches.
+The ablations switch seqloader internals off from this script only (``handover.MAX_SLOTS``, the
+loader's DataLoader class, the iterator's ``_reset``); the library has no such switches.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import time
 
-VARIANTS = ("torch-transport", "fresh-segments", "slots", "slots+receiver")
+VARIANTS = ("torch-transport", "fresh-segments", "slots", "slots+receiver", "+direct-index")
 
 
 def _child(variant: str, batches: int, step_ms: float) -> dict:
@@ -53,6 +55,12 @@ def _child(variant: str, batches: int, step_ms: float) -> dict:
             handover.MAX_SLOTS = 0
         if variant in ("fresh-segments", "slots"):
             loader_module.ReceivingDataLoader = DataLoader  # type: ignore[misc]
+        if variant != "+direct-index":  # torch's own index dispatch (queue feeder thread)
+            from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+            from seqloader.torch import dataset
+
+            dataset._ReceivingIter._reset = _MultiProcessingDataLoaderIter._reset  # type: ignore
         rng = np.random.default_rng(0)
         distinct = [rng.standard_normal((1200, 40)).astype(np.float32) for _ in range(64)]
         seqs = [distinct[i % 64] for i in range(32 * (batches + 8))]  # 32 per batch
@@ -101,14 +109,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--step-ms", type=float, default=10.0)
     p.add_argument("--json", type=str, help="also write the results here")
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     p.add_argument("--child", type=str, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         print("RESULT " + json.dumps(_child(args.child, args.batches, args.step_ms)), flush=True)
         os._exit(0)
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    runs: dict[str, list[dict]] = {v: [] for v in args.variants}
     for _ in range(args.reps):
-        for v in VARIANTS:
+        for v in args.variants:
             cmd = [sys.executable, "-m", "benchmarks.handover", "--child", v]
             cmd += ["--batches", str(args.batches), "--step-ms", str(args.step_ms)]
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
