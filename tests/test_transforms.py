@@ -152,3 +152,24 @@ def test_transforms_pickle_and_validate():
         AddNoise((30.0, 10.0))
     with pytest.raises(sl.OptionError, match="no key 'audio'"):
         SPEED({"data": np.zeros((3, 2), np.float32)}, np.random.default_rng(0))
+
+
+def test_deferred_features_without_a_transform_is_refused_at_construction(corpus):
+    with pytest.raises(
+        sl.OptionError, match=r"defer_features=True.*no transform is given.*Features"
+    ):
+        sl.SeqLoader(augmenting_source(corpus), max_seqs=4)
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_transform_dropping_a_planned_key_names_the_sequence(corpus, num_workers):
+    """A transform that never computes 'data' (here: speed perturbation only) fails on the first
+    batch with an error naming the sequence and the fix, raised in the trainer."""
+    with sl.SeqLoader(
+        augmenting_source(corpus), transform=SPEED, max_seqs=4, num_workers=num_workers
+    ) as loader:
+        with pytest.raises(
+            sl.DataError,
+            match=r"sequence \d+ \(tag '.+'\) has no key\(s\) \['data'\] after the transform.*Features",
+        ):
+            next(iter(loader.epoch(1)))

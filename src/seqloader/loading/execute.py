@@ -67,6 +67,28 @@ def read_sequences(
     return out
 
 
+def _check_keys(source: Source, indices: np.ndarray, seqs: list[dict], transformed: bool) -> None:
+    """Every sequence must carry the source's keys: planning and batch reports rely on them, and a
+    transform that drops one (or a deferred feature step that never ran) must say so, not fail
+    later with a bare KeyError."""
+    want = source.schema.keys()
+    for i, seq in zip(indices, seqs):
+        missing = want - seq.keys()
+        if not missing:
+            continue
+        hint = (
+            " (the transform must compute them: with defer_features=True, end it with "
+            "seqloader.transforms.Features(features))"
+            if transformed
+            else ""
+        )
+        raise DataError(
+            f"sequence {int(i)} (tag {source.tag(int(i))!r}) has no key(s) {sorted(missing)} "
+            f"{'after the transform' if transformed else 'as read'}; the source plans keys "
+            f"{sorted(want)}{hint}"
+        )
+
+
 def execute(
     source: Source,
     spec: BatchSpec,
@@ -93,6 +115,7 @@ def execute(
                     f"transform failed on sequence {int(i)} (tag {source.tag(int(i))!r}): "
                     f"{type(e).__name__}: {e}"
                 ) from e
+    _check_keys(source, spec.seqs, seqs, transform is not None)
     data, lengths = pad_batch(seqs, alloc) if seqs else pad_empty(source.schema, alloc)
     tags = [source.tag(int(i)) for i in spec.seqs]
     where = f"epoch {spec.epoch} step {spec.step}"

@@ -111,6 +111,13 @@ class SeqLoader:
         self.options = plan or PlanOptions(**plan_kw)  # type: ignore[arg-type]
         self.workers = workers or WorkerOptions(**worker_kw)  # type: ignore[arg-type]
         self.topology: Topology = detect(rank, world_size)
+        if transform is None and getattr(getattr(source, "options", None), "defer_features", False):
+            raise OptionError(
+                f"{source!r} was opened with defer_features=True, so it reads waveforms and leaves "
+                "the features ('data') to the transform, but no transform is given. Fix: pass "
+                "transform=seqloader.transforms.Features(features) (after any wave-level "
+                "transforms), or open the source without defer_features."
+            )
         self.transform = transform
         self.planner = Planner(
             {k: source.lengths(k) for k in source.keys}, self.options, source.tags, repr(source)
