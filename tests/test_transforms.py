@@ -165,11 +165,13 @@ def test_deferred_features_without_a_transform_is_refused_at_construction(corpus
 def test_transform_dropping_a_planned_key_names_the_sequence(corpus, num_workers):
     """A transform that never computes 'data' (here: speed perturbation only) fails on the first
     batch with an error naming the sequence and the fix, raised in the trainer."""
-    with sl.SeqLoader(
-        augmenting_source(corpus), transform=SPEED, max_seqs=4, num_workers=num_workers
-    ) as loader:
-        with pytest.raises(
+    with (
+        sl.SeqLoader(
+            augmenting_source(corpus), transform=SPEED, max_seqs=4, num_workers=num_workers
+        ) as loader,
+        pytest.raises(
             sl.DataError,
             match=r"sequence \d+ \(tag '.+'\) has no key\(s\) \['data'\] after the transform.*Features",
-        ):
-            next(iter(loader.epoch(1)))
+        ),
+    ):
+        next(iter(loader.epoch(1)))
