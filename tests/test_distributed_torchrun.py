@@ -118,6 +118,52 @@ def test_ddp_epoch_exactly_once_equal_steps(tmp_path: Path, world: int) -> None:
     assert sorted(seen) == ALL_TAGS  # the corpus, each sequence exactly once
 
 
+def test_two_nodes_use_global_ranks(tmp_path: Path) -> None:
+    """Multi-node as torchrun runs it: two launchers (node ranks 0 and 1, two processes each)
+    meet at one rendezvous address. LOCAL_RANK repeats across nodes; the loader must use the
+    global rank, or node 1 would replay node 0's share."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = []
+    for node in (0, 1):
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}"]
+        cmd += ["--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={port}"]
+        cmd += ["--monitor-interval=0.1", str(SCRIPT), "--out", str(tmp_path), "--phase", "nodes"]
+        cmd += ["--workers", "0"]
+        console = open(tmp_path / f"node{node}.console.txt", "w")  # noqa: SIM115
+        procs.append(
+            (subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT, env=env), console)
+        )
+    try:
+        for proc, _ in procs:
+            proc.wait(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        for proc, _ in procs:
+            kill_tree(proc.pid)
+        pytest.fail("two-node run: no exit (a hang?)")
+    finally:
+        for proc, console in procs:
+            proc.wait()
+            console.close()
+    consoles = "\n".join(tail(tmp_path / f"node{n}.console.txt") for n in (0, 1))
+    assert [proc.returncode for proc, _ in procs] == [0, 0], consoles
+    res = results(tmp_path, "nodes", 4)
+    assert sorted((r["node_rank"], r["local_rank"], r["rank"]) for r in res) == [
+        (0, 0, 0), (0, 1, 1), (1, 0, 2), (1, 1, 3)
+    ]  # fmt: skip
+    steps = expected_steps(4, 1)
+    seen = []
+    for r in range(4):
+        log = read_log(tmp_path, "nodes", r)
+        assert [e["step"] for e in log] == list(range(steps)), f"rank {r}"
+        seen += [t for e in log for t in e["tags"]]
+    assert sorted(seen) == ALL_TAGS
+
+
 def test_ranks_with_different_data_fail_fast_naming_them(tmp_path: Path) -> None:
     rc, console = launch("fork", 3, tmp_path, "mismatch", "--workers", "0", "--mismatch")
     assert rc != 0, console

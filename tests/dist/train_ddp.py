@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
 
     log = open(log_path(args.out, args.phase, rank), "a")  # noqa: SIM115
     result: dict = {"rank": rank, "world_size": world, "epochs": {}, "source": "memory"}
+    result["local_rank"] = int(os.environ.get("LOCAL_RANK", -1))  # torchrun: rank on this node
+    result["node_rank"] = int(os.environ.get("GROUP_RANK", -1))
     if args.hdf is not None:
         result["source"] = "hdf"
     try:
