@@ -57,13 +57,17 @@ def test_worker_killed_from_outside_names_worker_and_batch_then_resume_is_exact(
                     time.sleep(0.01)
     assert not children(), "the with-block must stop the surviving worker"
     e = err.value
-    # steps 0..3 consumed; worker 0 holds item 4 (4 % 2 == 0) and the prefetched item 6
+    # steps 0..3 consumed; worker 0 holds item 4 (4 % 2 == 0) and the prefetched item 6; killed
+    # from outside, it was idle (both built) or building one of them
     assert (e.worker_id, e.pid, e.epoch, e.steps) == (0, pid, 1, (4, 6))
-    planned = sl.SeqLoader(src, **OPTIONS).plan(1)[4]
+    assert e.building in (None, 4, 6)
+    named = 4 if e.building is None else e.building
+    planned = sl.SeqLoader(src, **OPTIONS).plan(1)[named]
     assert e.tags == tuple(src.tag(int(i)) for i in planned[:3])
     message = str(e)
-    for part in (f"worker 0 (pid {pid})", "killed by signal", "epoch 1 step 4", repr(e.tags[0])):
+    for part in (f"worker 0 (pid {pid})", "killed by signal", f"epoch 1 step {named}"):
         assert part in message
+    assert repr(e.tags[0]) in message
     assert "load_state_dict" in message and "out-of-memory" in message
     assert got == ref[:4] and state["steps"] == 4
     assert got + resume_rest(src, state) == ref
@@ -82,18 +86,29 @@ class KillOnce:
         return seq
 
 
-def test_worker_killed_inside_a_transform_then_same_loader_recovers(tmp_path):
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_worker_killed_inside_a_transform_then_same_loader_recovers(tmp_path, context):
+    """The worker dies while building step 5: the error names exactly that batch (the board of
+    what each worker builds), whatever else the worker had been sent."""
     src = corpus(45)
     ref = reference(src)
     step = 5
     victim = ref[step][2][0]  # first sequence of step 5: executed by worker 5 % 2 == 1
-    loader = sl.SeqLoader(src, num_workers=2, transform=KillOnce(victim, tmp_path / "m"), **OPTIONS)
+    loader = sl.SeqLoader(
+        src,
+        num_workers=2,
+        multiprocessing_context=context,
+        transform=KillOnce(victim, tmp_path / "m"),
+        **OPTIONS,
+    )
     got = []
     with pytest.raises(WorkerError) as err:
         got.extend(summary(loader.epoch(1)))
     e = err.value
     assert e.worker_id == 1 and step in e.steps and e.epoch == 1
-    assert f"epoch 1 step {e.steps[0]}" in str(e)
+    assert e.building == step
+    assert f"while building epoch 1 step {step} " in str(e)
+    assert e.tags == tuple(src.tag(int(i)) for i in ref[step][2][:3])
     assert not [p for p in children() if p.pid == e.pid]
     # the failed iterator was shut down; loading the consumed position restarts fresh workers
     state = loader.state_dict()

@@ -39,6 +39,7 @@ from seqloader.torch.handover import (
     new_owner_id,
     shared_alloc,
 )
+from seqloader.torch.workers import WorkerProgress
 
 
 def to_batch(loaded: LoadedBatch) -> Batch:
@@ -67,6 +68,7 @@ class PlannedBatches(Dataset):
     """
 
     screen = False  # look for NaN/Inf in workers (set by the loader from its CheckOptions)
+    progress: WorkerProgress | None = None  # set by the loader when it has workers
 
     def __init__(self, source: Source, seed: int, transform: Transform | None = None) -> None:
         self.source = source
@@ -82,6 +84,16 @@ class PlannedBatches(Dataset):
             return to_batch(
                 execute(self.source, spec, self.seed, self.transform, numpy_alloc, self.screen)
             )
+        progress, worker = self.progress, get_worker_info().id
+        if progress is not None:
+            progress.begin(worker, spec.epoch, spec.step)
+        try:
+            return self._build_in_worker(spec)
+        finally:
+            if progress is not None:
+                progress.end(worker)
+
+    def _build_in_worker(self, spec: BatchSpec) -> Batch | SlotBatchMessage:
         pool = self._worker_pool()
         slot = pool.acquire(estimate_bytes(self.source, spec.seqs))
         if slot is None:  # every slot is still held by the trainer: torch's transport

@@ -26,7 +26,7 @@ from seqloader.torch.dataset import PlannedBatches, PlanSampler, ReceivingDataLo
 from seqloader.torch.distributed import check_same_plan
 from seqloader.torch.report import EpochMeter, EpochReport
 from seqloader.torch.topology import detect
-from seqloader.torch.workers import EpochWatch, workers_alive
+from seqloader.torch.workers import EpochWatch, WorkerProgress, workers_alive
 
 log = logging.getLogger("seqloader")
 
@@ -170,6 +170,8 @@ class SeqLoader:
             }
         batches = PlannedBatches(self.source, self.options.seed, self.transform)
         batches.screen = self._batch_checks.screen  # workers look for NaN/Inf (seqloader.checks)
+        if w.num_workers > 0:  # which batch each worker builds: a death names it
+            batches.progress = WorkerProgress(w.num_workers)
         return ReceivingDataLoader(
             batches,
             batch_size=None,
@@ -266,6 +268,7 @@ class SeqLoader:
                     first_step=report.resumed_at_step,
                     tag=self.source.tag,
                     on_failure=self.close,
+                    progress=getattr(self._dataloader.dataset, "progress", None),
                 )
                 for _ in range(len(share)):
                     meter.before_next()

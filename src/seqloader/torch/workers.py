@@ -11,7 +11,9 @@ to the trainer. Our sampler yields this rank's plan from the resume step, so ite
 num_workers)``. Worker ``w`` therefore held the items ``k >= c`` with ``k % num_workers == w``: the
 first of them is the one the trainer is waiting for or will wait for; later ones were prefetched.
 
-``WorkerError`` carries that (epoch, steps, first tags), and says that the ``state_dict()`` of the
+Which of those the worker was *building* when it died comes from ``WorkerProgress``, a board in
+shared memory each worker updates per batch. ``WorkerError`` carries all of it (epoch, steps,
+building, first tags), and says that the ``state_dict()`` of the
 consumed position is valid for a restart. The translation runs in two places: around ``next()`` of
 the DataLoader iterator, and in a thin wrapper around torch's SIGCHLD handler, so an error raised in
 the middle of user code is already a ``WorkerError``.
@@ -37,6 +39,45 @@ _DEATH_RE = re.compile(r"DataLoader worker \(pids?\(?s?\)? ([\d, ]+)\)\s*(.*)", 
 _RERAISE_RE = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
 _TAGS_SHOWN = 3
 
+
+class WorkerProgress:
+    """Which planned batch each worker is building right now, in shared memory.
+
+    The dispatch arithmetic above says which batches a dead worker had been *sent*; this board
+    says which one it was *building* when it died — the batch whose size or data most likely
+    killed it (the out-of-memory killer, a crashing decoder). A worker writes (epoch, step) when it
+    starts a batch and clears it when the batch is built: two stores per batch. A shared torch
+    tensor, so it reaches forked and spawned workers alike."""
+
+    IDLE = -1
+
+    def __init__(self, num_workers: int) -> None:
+        import torch
+
+        self._board = torch.full((max(num_workers, 1), 2), self.IDLE, dtype=torch.int64)
+        self._board.share_memory_()
+        self._view: object | None = None  # numpy view, made per process on first use
+
+    def _rows(self):
+        if self._view is None:
+            self._view = self._board.numpy()
+        return self._view
+
+    def begin(self, worker_id: int, epoch: int, step: int) -> None:
+        self._rows()[worker_id] = (epoch, step)  # type: ignore[index]
+
+    def end(self, worker_id: int) -> None:
+        self._rows()[worker_id] = (self.IDLE, self.IDLE)  # type: ignore[index]
+
+    def building(self, worker_id: int) -> tuple[int, int] | None:
+        """(epoch, step) the worker started and did not finish, or None (idle)."""
+        epoch, step = (int(x) for x in self._rows()[worker_id])  # type: ignore[index]
+        return None if step == self.IDLE else (epoch, step)
+
+    def __getstate__(self) -> dict:
+        return {"_board": self._board, "_view": None}
+
+
 # pid -> the epoch watch that dispatched work to it (latest epoch wins; entries die with the watch)
 _watch_by_pid: weakref.WeakValueDictionary[int, EpochWatch] = weakref.WeakValueDictionary()
 _handler_installed = False
@@ -60,6 +101,7 @@ class EpochWatch:
     pids: tuple[int, ...] = ()
     consumed: int = 0
     on_failure: Callable[[], None] | None = None
+    progress: WorkerProgress | None = field(default=None, repr=False)
     error: WorkerError | None = field(default=None, repr=False)
     _iterator: weakref.ref | None = field(default=None, repr=False)
 
@@ -75,6 +117,7 @@ class EpochWatch:
         first_step: int,
         tag: Callable[[int], str],
         on_failure: Callable[[], None] | None = None,
+        progress: WorkerProgress | None = None,
     ) -> EpochWatch:
         """Register the iterator's worker pids (torch keeps them in ``_workers``; absent with
         ``num_workers=0``) and wrap torch's SIGCHLD handler once per process."""
@@ -89,6 +132,7 @@ class EpochWatch:
             tag,
             tuple(int(w.pid) for w in workers if w.pid is not None),
             on_failure=on_failure,
+            progress=progress,
         )
         with contextlib.suppress(TypeError):
             watch._iterator = weakref.ref(iterator)
@@ -195,11 +239,16 @@ class EpochWatch:
         worker_id = self.pids.index(pid) if pid in self.pids else None
         items = self.held_items(worker_id) if worker_id is not None else []
         who = f"worker {worker_id} (pid {pid})" if worker_id is not None else f"worker pid {pid}"
-        if items:
+        building = self._building(worker_id)
+        if building is not None:
+            held = f"while building {self.describe_batch(building)}"
+            rest = [k for k in items if k != building]
+            if rest:
+                held += f"; it had also been sent step(s) {self._steps_text(rest)}"
+        elif items:
             held = f"while it held {self.describe_batch(items[0])}"
             if len(items) > 1:
-                rest = ", ".join(str(self.first_step + k) for k in items[1:])
-                held += f"; it had also been sent step(s) {rest}"
+                held += f"; it had also been sent step(s) {self._steps_text(items[1:])}"
         else:
             held = "holding no batch of this epoch (all its batches were consumed)"
         killed = "Killed" in what or "SIGKILL" in what
@@ -215,8 +264,23 @@ class EpochWatch:
             f"Likely cause: {cause}."
         )
         steps = tuple(self.first_step + k for k in items)
-        _annotate(err, worker_id, pid, self.epoch, steps, self._tags_of(items))
+        first = [building] if building is not None else items
+        _annotate(err, worker_id, pid, self.epoch, steps, self._tags_of(first))
+        err.building = None if building is None else self.first_step + building
         return err
+
+    def _building(self, worker_id: int | None) -> int | None:
+        """The item (0-based in this iteration) the worker was building, if the board says so."""
+        if worker_id is None or self.progress is None:
+            return None
+        found = self.progress.building(worker_id)
+        if found is None or found[0] != self.epoch:
+            return None
+        item = found[1] - self.first_step
+        return item if 0 <= item < len(self.share) else None
+
+    def _steps_text(self, items: list[int]) -> str:
+        return ", ".join(str(self.first_step + k) for k in items)
 
     def _worker_exception(self, worker_id: int, type_name: str, text: str) -> WorkerError:
         item = self.consumed  # torch re-raises a worker's exception at that item's turn
@@ -266,6 +330,7 @@ def _annotate(
     err.epoch = epoch
     err.steps = steps
     err.tags = tags
+    err.building = None  # the step the worker was building when it died, when known
 
 
 def _translated_in_chain(exc: BaseException | None) -> WorkerError | None:
