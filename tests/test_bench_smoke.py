@@ -128,7 +128,9 @@ def test_handover_ablation_runs_every_variant(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(out.read_text())["summary"]
-    assert set(summary) == {"torch-transport", "fresh-segments", "slots", "slots+receiver"}
+    assert set(summary) == {
+        "torch-transport", "fresh-segments", "slots", "slots+receiver", "+direct-index"
+    }  # fmt: skip
     for v in summary.values():
         assert 0 < v["computation_pct"] <= 100
         assert v["batch_bytes"] > 5 * 2**20  # the ~6 MB batches the brief measured
