@@ -25,9 +25,14 @@ def corpus() -> sl.MemorySource:
         ("laplace:x", "got 'laplace:x'"),
         ("laplace:0", "bin count/size must be >= 1"),
         ("laplace:.0", "bin count/size must be >= 1"),
-        ("random:3", "'random' takes no argument"),
+        ("random:.3", "'random' takes only :K"),
+        ("random:3:2", "'random' takes only :K"),
+        ("random:0", "K (epochs to keep an order) must be >= 1"),
+        ("laplace:.100:0", "K (epochs to keep an order) must be >= 1"),
         ("sorted:.5", "'sorted' takes no argument"),
-        ("laplace:.100:2", "laplace:.N"),
+        ("sorted:5:2", "'sorted' takes no argument"),
+        ("default_every_n:4", "drops or repeats sequences"),
+        ("random_sample", "drops or repeats sequences"),
     ],
 )
 def test_unknown_or_malformed_ordering(ordering: str, expected: str) -> None:

@@ -17,7 +17,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.errors import OptionError
 from seqloader.plan import Ordering, Planner, PlanOptions
 from seqloader.plan.ordering import argsort_by, order_sequences
 from seqloader.plan.planner import part_bounds
@@ -208,5 +207,25 @@ def test_ordering_names_round_trip() -> None:
     assert Ordering.parse("laplace:.100").num_bins(150) == 2  # RETURNN: max(n // N, 2)
     assert Ordering.parse("laplace:.100").num_bins(1050) == 10
     assert Ordering.parse("laplace").num_bins(10) == 2
-    with pytest.raises(OptionError, match=r"laplace:\.N"):
-        Ordering.parse("laplace:.100:2")  # RETURNN's ":nth" suffix is not supported
+    for text in ("random:3", "laplace:.100:2", "laplace:2:3", "sort_bin_shuffle_x2:4:2"):
+        assert str(Ordering.parse(text)) == text
+    assert Ordering.parse("laplace:.100:2") == Ordering("laplace", bin_size=100, keep_epochs=2)
+    assert str(Ordering.parse("random:1")) == "random"
+
+
+@pytest.mark.parametrize("ordering", ["random:3", "laplace:.5:3", "sort_bin_shuffle_x2:3:3"])
+def test_keep_order_for_k_epochs(ordering: str) -> None:
+    """RETURNN's ``:K`` suffix: full epochs 1-3 share one order, 4-6 the next (its grouping,
+    ``(epoch - 1) // K``); with partition_epoch the sub-epochs still cut that order."""
+    lengths = np.random.default_rng(0).integers(1, 200, size=60)
+    keep = Planner({"data": lengths}, PlanOptions(ordering=ordering, seed=3, partition_epoch=2))
+    orders = [keep.sub_epoch_order(e) for e in range(1, 15)]  # 7 full epochs of 2 parts
+    full = [np.concatenate(orders[i : i + 2]) for i in range(0, 14, 2)]
+    for f in full:
+        assert sorted(f.tolist()) == list(range(60))  # each full epoch exactly once
+    assert all(np.array_equal(full[0], f) for f in full[1:3])
+    assert all(np.array_equal(full[3], f) for f in full[4:6])
+    assert not np.array_equal(full[0], full[3]) and not np.array_equal(full[3], full[6])
+    base = ordering.rsplit(":", 1)[0] if ordering.count(":") == 2 else ordering.split(":")[0]
+    plain = Planner({"data": lengths}, PlanOptions(ordering=base, seed=3, partition_epoch=2))
+    assert np.array_equal(plain.sub_epoch_order(1), orders[0])  # K groups, same orders as K=1

@@ -19,10 +19,12 @@ ORDERINGS = [
     "default",
     "reverse",
     "random",
+    "random:2",
     "sorted",
     "sorted_reverse",
     "laplace:3",
     "laplace:.25",
+    "laplace:.25:3",
     "sort_bin_shuffle:.20",
     "sort_bin_shuffle_x2:.20",
 ]

@@ -28,7 +28,7 @@ ORDERING_KINDS = (
 DISTRIBUTIONS = ("shard", "random_seed_offset")
 UNEVEN_POLICIES = ("split", "pad", "drop")
 
-_ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?$")
+_ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?(?::(?P<keep>\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -37,40 +37,63 @@ class Ordering:
 
     ``bins`` is the number of bins (``laplace:N``) and ``bin_size`` the approximate number of
     sequences per bin (``laplace:.N``); at most one is set. Without either, RETURNN uses 2 bins.
+    ``keep_epochs`` is RETURNN's ``nth``: the same order for K consecutive full epochs
+    (``random:K``, ``laplace:.N:K``, ``sort_bin_shuffle:N:K``); 1 = a new order every epoch.
     """
 
     kind: str
     bins: int | None = None
     bin_size: int | None = None
+    keep_epochs: int = 1
 
     @classmethod
     def parse(cls, text: str) -> Ordering:
         m = _ORDERING_RE.match(text.strip())
         expected = (
-            "expected one of default, reverse, random, sorted, sorted_reverse, laplace:N, "
-            "laplace:.N, sort_bin_shuffle:.N, sort_bin_shuffle_x2:.N"
+            "expected one of default, reverse, random, random:K, sorted, sorted_reverse, "
+            "laplace:N, laplace:.N, sort_bin_shuffle:.N, sort_bin_shuffle_x2:.N (binned ones "
+            "optionally :K; K = keep the order for K epochs)"
         )
         if not m or m["kind"] not in ORDERING_KINDS:
-            raise OptionError(f"ordering: got {text!r}, {expected}")
-        kind, arg = m["kind"], m["arg"]
+            hint = ""
+            if m and m["kind"] in ("default_every_n", "random_sample"):
+                hint = (
+                    f" ({m['kind']!r} is RETURNN's, but it drops or repeats sequences, which "
+                    "breaks the exactly-once epoch; not supported)"
+                )
+            raise OptionError(f"ordering: got {text!r}{hint}, {expected}")
+        kind, arg, keep = m["kind"], m["arg"], m["keep"]
         binned = kind in ("laplace", "sort_bin_shuffle", "sort_bin_shuffle_x2")
+        if kind == "random" and arg is not None:  # RETURNN: random:K keeps the order K epochs
+            if arg.startswith(".") or keep is not None:
+                raise OptionError(f"ordering: got {text!r}; 'random' takes only :K ({expected})")
+            arg, keep = None, arg
         if arg is not None and not binned:
             raise OptionError(f"ordering: got {text!r}; {kind!r} takes no argument ({expected})")
+        keep_epochs = 1 if keep is None else int(keep)
+        if keep_epochs < 1:
+            raise OptionError(f"ordering: got {text!r}; K (epochs to keep an order) must be >= 1")
         if arg is None:
-            return cls(kind, bins=2 if binned else None)
+            return cls(kind, bins=2 if binned else None, keep_epochs=keep_epochs)
         value = int(arg.lstrip("."))
         if value < 1:
             raise OptionError(f"ordering: got {text!r}; the bin count/size must be >= 1")
         if arg.startswith("."):
-            return cls(kind, bin_size=value)
-        return cls(kind, bins=value)
+            return cls(kind, bin_size=value, keep_epochs=keep_epochs)
+        return cls(kind, bins=value, keep_epochs=keep_epochs)
 
     def __str__(self) -> str:
+        keep = f":{self.keep_epochs}" if self.keep_epochs != 1 else ""
         if self.bin_size is not None:
-            return f"{self.kind}:.{self.bin_size}"
-        if self.bins is not None and self.bins != 2:
-            return f"{self.kind}:{self.bins}"
-        return self.kind
+            return f"{self.kind}:.{self.bin_size}{keep}"
+        if self.bins is not None and (self.bins != 2 or keep):
+            return f"{self.kind}:{self.bins}{keep}"
+        return f"{self.kind}{keep}"
+
+    def seed_epoch(self, full_epoch: int) -> int:
+        """The full epoch (0-based) whose random order full epoch ``full_epoch`` uses: epochs
+        ``0..K-1`` share one order, ``K..2K-1`` the next (RETURNN's grouping)."""
+        return full_epoch // self.keep_epochs
 
     def num_bins(self, n: int) -> int:
         """RETURNN's rule: ``.N`` gives ``max(n // N, 2)`` bins."""

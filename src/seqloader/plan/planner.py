@@ -161,8 +161,11 @@ class Planner:
         """
         ep = EpochIndex(epoch, self.options.partition_epoch)
         admitted = self.admission.admitted
-        rng = rng_for(self.options.seed, PURPOSE_ORDER, ep.full_epoch, order_rank)
-        perm = order_sequences(self.lengths[admitted], self.options.parsed_ordering, rng)
+        ordering = self.options.parsed_ordering
+        rng = rng_for(
+            self.options.seed, PURPOSE_ORDER, ordering.seed_epoch(ep.full_epoch), order_rank
+        )
+        perm = order_sequences(self.lengths[admitted], ordering, rng)
         full = admitted[perm]  # [n_admitted]
         lo, hi = part_bounds(len(full), self.options.partition_epoch, ep.part)
         return full[lo:hi]
