@@ -140,6 +140,32 @@ def test_damaged_seq_lengths_shape_is_refused_before_reading(tmp_path, rows, col
         sl.HDFSource(path)
 
 
+class DropsAKey(sl.MemorySource):
+    """A source whose read() forgets a key it plans (a bug in a user's Source)."""
+
+    def read(self, index):
+        out = super().read(index)
+        if index == 4:
+            del out["classes"]
+        return out
+
+
+@pytest.mark.parametrize("num_workers", [0, 1])
+def test_sequence_missing_a_planned_key_names_it(num_workers):
+    data = [np.full((3, 2), i, np.float32) for i in range(6)]
+    classes = [np.full(2, i, np.int32) for i in range(6)]
+    src = DropsAKey({"data": data, "classes": classes}, tags=[f"s/{i}" for i in range(6)])
+    with (
+        sl.SeqLoader(src, max_seqs=2, num_workers=num_workers) as loader,
+        pytest.raises(
+            DataError,
+            match=r"sequence 4 \(tag 's/4'\) has no key\(s\) \['classes'\] "
+            r"as read; the source plans keys \['classes', 'data'\]",
+        ),
+    ):
+        list(loader.epoch(1))
+
+
 # ---- empty sequences ----
 def test_empty_sequences_warn_error_or_are_filtered(tmp_path):
     path = write(tmp_path / "e.hdf", lengths=[3, 0, 4, 0, 2])

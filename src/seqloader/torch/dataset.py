@@ -80,18 +80,19 @@ class PlannedBatches(Dataset):
         weakref.finalize(self, drop_received, self.owner)
 
     def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage:  # type: ignore[override]
-        if get_worker_info() is None:
+        info = get_worker_info()
+        if info is None:
             return to_batch(
                 execute(self.source, spec, self.seed, self.transform, numpy_alloc, self.screen)
             )
-        progress, worker = self.progress, get_worker_info().id
-        if progress is not None:
-            progress.begin(worker, spec.epoch, spec.step)
+        progress = self.progress
+        if progress is None:
+            return self._build_in_worker(spec)
+        progress.begin(info.id, spec.epoch, spec.step)
         try:
             return self._build_in_worker(spec)
         finally:
-            if progress is not None:
-                progress.end(worker)
+            progress.end(info.id)
 
     def _build_in_worker(self, spec: BatchSpec) -> Batch | SlotBatchMessage:
         pool = self._worker_pool()
@@ -256,8 +257,8 @@ class _DirectIndexQueue:
     ``multiprocessing.Queue.put`` only appends to a buffer and wakes the queue's feeder thread,
     which then pickles and writes in the trainer process: that thread takes the GIL from the
     training thread a moment later (typically while the previous batch is freed), a stall of
-    ~0.1-0.2 ms per batch at a 10 ms step. Writing a few hundred bytes directly costs ~10 µs and
-    no thread switch. Indices pickled larger than ``DIRECT_MAX_BYTES`` still go through the feeder,
+    ~0.1-0.2 ms per batch at a 10 ms step. Writing a few hundred bytes directly costs ~10 µs hot
+    (~40 µs right after a step, mostly the write that wakes the worker) and no thread switch. Indices pickled larger than ``DIRECT_MAX_BYTES`` still go through the feeder,
     so a pipe filled by a busy worker can never block the training thread: the worker holds at
     most ``prefetch_factor`` unread indices, far below a pipe's 64 KiB. The worker's end is the
     unchanged queue (same framing, its ``get`` releases the count ``put`` acquires). While the
@@ -272,13 +273,16 @@ class _DirectIndexQueue:
 
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
         q = self._inner
+        if q._buffer or q._closed or q._wlock is None:  # keep behind queued items; or no lock
+            q.put(obj, block, timeout)
+            return
         if type(obj) is tuple and len(obj) == 2 and type(obj[1]) is _WireSpec:
             # (send index, spec) holds only ints and bytes: the plain pickler does, without the
             # ForkingPickler's per-call copy of torch's reducer table (~60 µs after a step)
             payload = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
         else:
             payload = ForkingPickler.dumps(obj)
-        if len(payload) > self.DIRECT_MAX_BYTES or q._buffer or q._closed or q._wlock is None:
+        if len(payload) > self.DIRECT_MAX_BYTES:
             q.put(obj, block, timeout)
             return
         q._sem.acquire()
