@@ -88,30 +88,40 @@ def measure(spec: RunSpec, plan: PassPlan) -> dict:
         )
 
         # simulated accelerator steps
-        out["computation_pct"] = {}
+        out["computation_pct"], out["wait_ms"] = {}, {}
         for j, step_ms in enumerate(plan.step_ms):
-            out["computation_pct"][str(step_ms)] = _computation(pipe, 3 + j, step_ms, plan)
+            pct, waits = _computation(pipe, 3 + j, step_ms, plan)
+            out["computation_pct"][str(step_ms)] = pct
+            out["wait_ms"][str(step_ms)] = waits
         out["peak_rss_bytes"], out["processes"] = peak_rss_bytes()
     finally:
         pipe.close()
     return out
 
 
-def _computation(pipe, epoch: int, step_ms: float, plan: PassPlan) -> float:
+def _computation(pipe, epoch: int, step_ms: float, plan: PassPlan) -> tuple[float, dict]:
+    """Computation time % of one pass, and the per-batch waits (ms): median, p90, max. The
+    distribution tells a steady per-batch cost from rare stalls, which the % alone hides."""
     it = iter(pipe.epoch(epoch))
     batch = next(it)  # the pass starts with a batch in hand
-    wait = 0.0
+    waits: list[float] = []
     t_start = time.perf_counter()
     for _ in range(plan.step_batches):
         time.sleep(step_ms / 1e3)  # the "accelerator step" on the batch in hand
         t = time.perf_counter()  # like a training loop, the last batch is still referenced
         batch = next(it, None)
-        wait += time.perf_counter() - t
+        waits.append(time.perf_counter() - t)
         if batch is None:
             break
     wall = time.perf_counter() - t_start
     _close_iter(it)
-    return 100.0 * (wall - wait) / wall
+    ms = sorted(1e3 * w for w in waits)
+    dist = {
+        "median": ms[len(ms) // 2],
+        "p90": ms[min(len(ms) - 1, int(0.9 * len(ms)))],
+        "max": ms[-1],
+    }
+    return 100.0 * (wall - sum(waits)) / wall, dist
 
 
 def _close_iter(it) -> None:

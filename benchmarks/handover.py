@@ -9,12 +9,10 @@ process, variants interleaved, ``--reps`` times; medians are printed.
 - ``fresh-segments``: seqloader with its slot pool disabled, so every batch gets fresh
   shared-memory segments through torch's transport (seqloader's first design);
 - ``slots``: reusable slots, results received in the trainer thread;
-- ``slots+receiver``: reusable slots and the background receiving thread;
-- ``+direct-index``: and each next index written to the worker's pipe by the training thread
-  instead of torch's queue feeder thread (the default).
+- ``slots+receiver``: reusable slots and the background receiving thread (the default).
 
-The ablations switch seqloader internals off from this script only (``handover.MAX_SLOTS``, the
-loader's DataLoader class, the iterator's ``_reset``); the library has no such switches.
+The ablations switch seqloader internals off from this script only (``handover.MAX_SLOTS`` and the
+loader's DataLoader class); the library has no such switches.
 """
 
 from __future__ import annotations
@@ -27,7 +25,7 @@ import subprocess
 import sys
 import time
 
-VARIANTS = ("torch-transport", "fresh-segments", "slots", "slots+receiver", "+direct-index")
+VARIANTS = ("torch-transport", "fresh-segments", "slots", "slots+receiver")
 
 
 def _child(variant: str, batches: int, step_ms: float) -> dict:
@@ -55,12 +53,6 @@ def _child(variant: str, batches: int, step_ms: float) -> dict:
             handover.MAX_SLOTS = 0
         if variant in ("fresh-segments", "slots"):
             loader_module.ReceivingDataLoader = DataLoader  # type: ignore[misc]
-        if variant != "+direct-index":  # torch's own index dispatch (queue feeder thread)
-            from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
-
-            from seqloader.torch import dataset
-
-            dataset._ReceivingIter._reset = _MultiProcessingDataLoaderIter._reset  # type: ignore
         rng = np.random.default_rng(0)
         distinct = [rng.standard_normal((1200, 40)).astype(np.float32) for _ in range(64)]
         seqs = [distinct[i % 64] for i in range(32 * (batches + 8))]  # 32 per batch

@@ -34,6 +34,13 @@ def summarize(result: dict) -> dict:
             s: _median([r["computation_pct"][s] for r in ok if s in r["computation_pct"]])
             for s in steps
         }
+        entry["wait_ms"] = {  # per-batch wait distribution, median over repetitions
+            s: {
+                q: _median([r["wait_ms"][s][q] for r in ok if s in r.get("wait_ms", {})])
+                for q in ("median", "p90", "max")
+            }
+            for s in steps
+        }
         summary[name] = entry
     # ratios within a repetition (side by side), then the median
     for name, entry in summary.items():

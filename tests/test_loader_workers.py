@@ -166,33 +166,3 @@ def test_an_abandoned_epoch_does_not_leak_into_the_next(num_workers, prefetch_fa
             break
         assert [record(b) for b in loader.epoch(1)] == reference[1]
         assert [record(b) for b in loader.epoch(3)] == reference[3]
-
-
-def test_direct_index_queue_delivers_in_both_paths_and_keeps_the_count():
-    """Small (index, spec) pairs are written by the caller; large ones and torch's own items
-    (``None``, ``_ResumeIteration``) take the queue's feeder thread. A worker's ``get`` sees the
-    same objects either way, and the queue's semaphore ends where it started."""
-    from seqloader.torch.dataset import _DirectIndexQueue, _WireSpec
-
-    ctx = mp.get_context("spawn")
-    inner = ctx.Queue()
-    q = _DirectIndexQueue(inner)
-    start = inner._sem.get_value()
-    small = _WireSpec(3, 7, np.arange(5, dtype=np.int64), np.ones(5, dtype=bool))
-    big = _WireSpec(3, 8, np.arange(10_000, dtype=np.int64), np.ones(10_000, dtype=bool))
-    items = [(0, small), (1, big), None, (2, small)]
-    q.put(items[0])
-    assert inner._thread is None  # written directly: the feeder thread never started
-    for item in items[1:]:
-        q.put(item)
-    got = [inner.get(timeout=10) for _ in items]
-    assert got.count(None) == 1  # order across the two paths is not promised (torch reorders)
-    got = sorted((g for g in got if g is not None), key=lambda g: g[0])
-    for want, have in zip([items[0], items[1], items[3]], got):
-        assert have[0] == want[0] and type(have[1]).__name__ == "BatchSpec"
-        assert (have[1].epoch, have[1].step) == (want[1].epoch, want[1].step)
-        assert np.array_equal(have[1].seqs, want[1].seqs)
-        assert np.array_equal(have[1].real, want[1].real)
-    assert inner._sem.get_value() == start
-    inner.close()
-    inner.join_thread()

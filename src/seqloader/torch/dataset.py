@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import queue
 import threading
 import weakref
 from collections.abc import Iterator
-from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 import torch
@@ -219,14 +217,6 @@ class _ReceivingIter(_MultiProcessingDataLoaderIter):
         thread.start()
         self._pin_memory_thread = thread
 
-    def _reset(self, loader, first_iter: bool = False) -> None:
-        # called by torch's __init__ right after the workers start, before the first dispatch
-        self._index_queues = [
-            q if isinstance(q, _DirectIndexQueue) else _DirectIndexQueue(q)
-            for q in self._index_queues
-        ]
-        super()._reset(loader, first_iter)
-
     def __next__(self):
         # torch wraps every next() in a profiler range; outside a profiling session that costs
         # the trainer ~0.1 ms per batch (measured, cold caches after a step), so skip it then.
@@ -248,52 +238,6 @@ class _ReceivingIter(_MultiProcessingDataLoaderIter):
                 ) from data.error
             raise data.error
         return ok, data
-
-
-class _DirectIndexQueue:
-    """A worker's index queue whose ``put`` writes the pickled index to the pipe at once, in the
-    calling (training) thread.
-
-    ``multiprocessing.Queue.put`` only appends to a buffer and wakes the queue's feeder thread,
-    which then pickles and writes in the trainer process: that thread takes the GIL from the
-    training thread a moment later (typically while the previous batch is freed), a stall of
-    ~0.1-0.2 ms per batch at a 10 ms step. Writing a few hundred bytes directly costs ~10 µs hot
-    (~40 µs right after a step, mostly the write that wakes the worker) and no thread switch. Indices pickled larger than ``DIRECT_MAX_BYTES`` still go through the feeder,
-    so a pipe filled by a busy worker can never block the training thread: the worker holds at
-    most ``prefetch_factor`` unread indices, far below a pipe's 64 KiB. The worker's end is the
-    unchanged queue (same framing, its ``get`` releases the count ``put`` acquires). While the
-    feeder still holds items, later ones queue behind them; strict order between the two paths
-    is not needed anyway: torch orders results by the sent index, and waits for every worker's
-    ``_ResumeIteration`` reply before dispatching an epoch."""
-
-    DIRECT_MAX_BYTES = 4096
-
-    def __init__(self, inner) -> None:
-        self._inner = inner
-
-    def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
-        q = self._inner
-        if q._buffer or q._closed or q._wlock is None:  # keep behind queued items; or no lock
-            q.put(obj, block, timeout)
-            return
-        if type(obj) is tuple and len(obj) == 2 and type(obj[1]) is _WireSpec:
-            # (send index, spec) holds only ints and bytes: the plain pickler does, without the
-            # ForkingPickler's per-call copy of torch's reducer table (~60 µs after a step)
-            payload = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
-        else:
-            payload = ForkingPickler.dumps(obj)
-        if len(payload) > self.DIRECT_MAX_BYTES:
-            q.put(obj, block, timeout)
-            return
-        q._sem.acquire()
-        try:
-            with q._wlock:
-                q._writer.send_bytes(payload)
-        except OSError:  # a dead worker's pipe: torch's next() reports the death by pid
-            pass
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
 
 
 class _ReceiveFailed:
