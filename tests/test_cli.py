@@ -168,6 +168,34 @@ def test_bench_with_workers_and_batch_limit(hdf):
     assert out["first_batch_s"] > 0
     assert out["peak_rss_worker_bytes"] > 0
     assert out["hint"]
+    dist = out["data_wait_ms_after_first_batch"]  # 4 batches after the first
+    assert 0 <= dist["p50"] <= dist["p90"] <= dist["p99"] <= dist["max"]
+
+
+def test_bench_hint_tells_rare_stalls_from_a_steady_cost():
+    """Same mean wait, different shapes: a steady cost asks for workers, rare stalls do not."""
+    from seqloader.cli.bench import hint
+    from seqloader.torch.batch import KeyCounts
+    from seqloader.torch.report import EpochMeter, EpochReport
+
+    def report_of(waits):
+        report = EpochReport(1, 0, 1)
+        meter = EpochMeter(report, "data")
+        for w in [0.2, *waits]:
+            meter.before_next()
+            meter._wait_start -= w
+            meter.after_counts(KeyCounts(1, 0, 1, 1))
+        report.wall_s = 0.2 + len(waits) * 0.011  # 10 ms steps
+        return report
+
+    steady = report_of([0.004] * 100)
+    stalls = report_of([0.0002] * 97 + [0.13] * 3)
+    for report, expect_stalls in ((steady, False), (stalls, True)):
+        pct = 100 * (report.wall_s - report.data_wait_s) / report.wall_s
+        text = hint(report, pct, 1, 10.0, [])
+        assert text.startswith("data is the bottleneck")
+        assert ("rare stalls" in text) == expect_stalls, text
+        assert ("--num-workers 2" in text) == (not expect_stalls), text
 
 
 # ---- convert ----

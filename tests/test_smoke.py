@@ -21,3 +21,28 @@ def test_one_epoch_exactly_once_single_rank():
         seen.extend(batch.seq_indices.tolist())
     assert sorted(seen) == list(range(37))
     assert loader.report().seqs == 37
+
+
+def test_report_keeps_the_wait_distribution_after_the_first_batch():
+    """The histogram counts every batch after the first; its quantiles are ordered upper bounds
+    within 2x, capped by the longest wait; the format line shows them."""
+    from seqloader.torch.batch import KeyCounts
+    from seqloader.torch.report import EpochMeter, EpochReport
+
+    report = EpochReport(1, 0, 1)
+    meter = EpochMeter(report, "data")
+    waits = [0.3, 0.0004, 0.0005, 0.0003, 0.0004, 0.012, 0.0005, 0.0004, 0.0006, 0.0005]
+    for w in waits:  # feed known waits through the meter's clock
+        meter.before_next()
+        meter._wait_start -= w
+        meter.after_counts(KeyCounts(1, 0, 1, 1))
+    meter.finish()
+    assert report.first_batch_s >= 0.3 and sum(report.wait_histogram) == len(waits) - 1
+    assert report.max_wait_s >= 0.012
+    q = report.wait_summary_ms()
+    assert q["p50"] <= q["p90"] <= q["p99"] <= q["max"]
+    assert 0.5 <= q["p50"] <= 2 * 0.6  # true median 0.5 ms; bound within 2x
+    assert q["p99"] == q["max"]  # the 12 ms stall
+    assert "then per batch median <=" in report.format()
+    assert report.to_dict()["wait_ms_after_first_batch"] == q
+    assert EpochReport(1, 0, 1).wait_summary_ms() is None  # no batch after the first yet

@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         "frames_per_s": round(report.frames / wall, 1) if wall else 0.0,
         "first_batch_s": round(report.first_batch_s, 4),
         "data_wait_ms_per_batch": round(1000 * report.data_wait_s / max(report.steps, 1), 3),
+        "data_wait_ms_after_first_batch": report.wait_summary_ms(),
         "main_cpu_ms_per_batch": round(1000 * cpu / max(report.steps, 1), 3),
         "computation_pct": round(report.computation_pct, 2),
         "computation_pct_after_first_batch": steady,
@@ -165,6 +166,14 @@ def hint(
         f"data is the bottleneck: after the first batch the trainer waits {wait:.1f} ms per "
         f"batch (computation {steady:.1f}%)."
     )
+    dist = report.wait_summary_ms()
+    if dist is not None and wait > 3 * dist["p50"]:  # the mean far above the median: stalls
+        return text + (
+            f" Most of it is rare stalls (median wait <={dist['p50']:.2f} ms, max "
+            f"{dist['max']:.1f} ms), not a steady cost: more workers rarely help; look for slow "
+            "reads (chunked or compressed files, network storage) or an overloaded machine."
+            + convert
+        )
     if num_workers == 0:
         return text + " Load in background processes: --num-workers 2 (or more)." + convert
     if num_workers < cores:
@@ -191,6 +200,12 @@ def print_text(o: dict) -> None:
         f"main process: {o['main_cpu_ms_per_batch']:.2f} ms CPU per batch, data wait "
         f"{o['data_wait_ms_per_batch']:.2f} ms per batch"
     )
+    dist = o["data_wait_ms_after_first_batch"]
+    if dist is not None:
+        print(
+            f"data wait per batch after the first: median <={dist['p50']:.2f} ms, p90 "
+            f"<={dist['p90']:.2f} ms, p99 <={dist['p99']:.2f} ms, max {dist['max']:.2f} ms"
+        )
     workers = f", largest worker {mib(o['peak_rss_worker_bytes'])}" if o["num_workers"] else ""
     print(f"peak RSS: main {mib(o['peak_rss_main_bytes'])}{workers}")
     print(

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from seqloader.torch.audit import AuditResult
 
 
+WAIT_BINS = 32  # bin i counts waits in [2^(i-1), 2^i) µs (bin 0: under 1 µs); the last is open
+
+
 @dataclass
 class EpochReport:
     """What one rank's epoch contained and how long it waited for data.
@@ -22,7 +25,9 @@ class EpochReport:
     ``computation_pct`` = time the consumer spent between receiving a batch and asking for the next,
     over the epoch's wall time. ``filtered``: sequences the options exclude from every epoch (by
     reason); ``dropped``/``repeats``: real sequences left out / filler slots of this epoch's plan
-    (all ranks together).
+    (all ranks together). The waits after the first batch are also kept as a log2 histogram
+    (``wait_histogram``, ``max_wait_s``): a steady per-batch cost and rare stalls give the same
+    percentage but call for different fixes (more workers vs. a slow file or a stalled worker).
     """
 
     epoch: int
@@ -47,12 +52,38 @@ class EpochReport:
     nonfinite: int = 0  # delivered sequences with NaN/Inf features (seqloader.checks)
     nonfinite_examples: list[str] = field(default_factory=list)
     audit: AuditResult | None = None  # with SeqLoader(audit=...): the epoch's exactly-once verdict
+    max_wait_s: float = 0.0  # the longest wait for a batch after the first
+    wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
 
     @property
     def computation_pct(self) -> float:
         if self.wall_s <= 0:
             return 100.0
         return 100.0 * max(self.wall_s - self.data_wait_s, 0.0) / self.wall_s
+
+    def wait_quantile_s(self, q: float) -> float | None:
+        """An upper bound (within 2x: log2 bins) of the ``q``-quantile of the waits after the first
+        batch, in seconds; None before a second batch."""
+        n = sum(self.wait_histogram)
+        if n == 0:
+            return None
+        rank, seen = max(1, int(np.ceil(q * n))), 0
+        for i, count in enumerate(self.wait_histogram):
+            seen += count
+            if seen >= rank:
+                return min(2.0**i * 1e-6, self.max_wait_s)
+        return self.max_wait_s
+
+    def wait_summary_ms(self) -> dict[str, float] | None:
+        """Median, p90, p99 (upper bounds) and max of the waits after the first batch, in ms."""
+        out: dict[str, float] = {}
+        for name, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99)):
+            value = self.wait_quantile_s(q)
+            if value is None:
+                return None
+            out[name] = round(1e3 * value, 3)
+        out["max"] = round(1e3 * self.max_wait_s, 3)
+        return out
 
     @property
     def padding_ratio(self) -> float:
@@ -66,6 +97,7 @@ class EpochReport:
         d = asdict(self)
         d["computation_pct"] = round(self.computation_pct, 3)
         d["padding_ratio"] = round(self.padding_ratio, 5)
+        d["wait_ms_after_first_batch"] = self.wait_summary_ms()
         return d
 
     def format(self) -> str:
@@ -77,7 +109,7 @@ class EpochReport:
             f"{self.frames} frames",
             f"padding {100 * self.padding_ratio:.1f}%",
             f"computation {self.computation_pct:.1f}%",
-            f"data wait {self.data_wait_s:.2f}s of {self.wall_s:.2f}s",
+            f"data wait {self.data_wait_s:.2f}s of {self.wall_s:.2f}s" + self._wait_text(),
             f"filtered {filtered}" + (f" {self.filtered}" if filtered else ""),
         ]
         if self.dropped:
@@ -94,6 +126,15 @@ class EpochReport:
         if self.audit is not None:
             parts.append(self.audit.format())
         return ", ".join(parts)
+
+    def _wait_text(self) -> str:
+        w = self.wait_summary_ms()
+        if w is None:
+            return ""
+        return (
+            f" (first batch {self.first_batch_s:.2f}s; then per batch median <={w['p50']:.2f}ms, "
+            f"p99 <={w['p99']:.2f}ms, max {w['max']:.2f}ms)"
+        )
 
 
 class EpochMeter:
@@ -124,6 +165,10 @@ class EpochMeter:
         wait = now - self._wait_start
         if r.steps == 0:
             r.first_batch_s = wait
+        else:
+            r.wait_histogram[min(int(wait * 1e6).bit_length(), WAIT_BINS - 1)] += 1
+            if wait > r.max_wait_s:
+                r.max_wait_s = wait
         r.data_wait_s += wait
         r.steps += 1
         r.seqs += counts.real_seqs
