@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 import seqloader as sl
-from seqloader.sources.audio_synth import AudioCorpus, write_audio_corpus
+from seqloader.synthetic.audio import AudioCorpus, write_audio_corpus
 from seqloader.transforms import SpecAugment
 
 HERE = os.path.dirname(os.path.abspath(__file__))

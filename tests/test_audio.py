@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from seqloader.resample import resample, resampled_length, speed_length
-from seqloader.sources.audio_synth import encode_audio, speech_like, write_audio_corpus
+from seqloader.audio.resample import resample, resampled_length, speed_length
+from seqloader.synthetic.audio import encode_audio, speech_like, write_audio_corpus
 
 pytest.importorskip("soundfile")
 
@@ -92,8 +92,10 @@ def test_log_mel_equals_float64_reference(options):
 
 def test_a_tone_peaks_in_the_mel_band_around_its_frequency():
     sr, lm = 16000, sl.LogMel(sample_rate=16000, n_mels=40)
-    centres = sl.features.mel_to_hz(
-        np.linspace(sl.features.hz_to_mel(0), sl.features.hz_to_mel(sr / 2), lm.n_mels + 2)
+    centres = sl.audio.features.mel_to_hz(
+        np.linspace(
+            sl.audio.features.hz_to_mel(0), sl.audio.features.hz_to_mel(sr / 2), lm.n_mels + 2
+        )
     )[1:-1]
     for freq in (300.0, 1000.0, 3000.0, 6000.0):
         tone = np.sin(2 * np.pi * freq * np.arange(sr // 2) / sr).astype(np.float32)

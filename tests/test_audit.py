@@ -21,9 +21,9 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from reliability_util import corpus
-from seqloader.checks import CheckOptions
 from seqloader.errors import AuditError, AuditWarning, OptionError, SequenceSkipped
 from seqloader.plan.distribute import GlobalPlan
+from seqloader.torch.checks import CheckOptions
 from seqloader.torch.dataset import PlanSampler
 
 

@@ -239,7 +239,7 @@ def test_convert_interrupted_leaves_no_file(corpus, tmp_path):
 
 
 def test_convert_audio_manifest_precomputes_features(tmp_path):
-    from seqloader.sources.audio_synth import write_audio_corpus
+    from seqloader.synthetic.audio import write_audio_corpus
 
     audio = write_audio_corpus(tmp_path, 6, seconds=(0.3, 0.8), seed=2)
     out = tmp_path / "feats.hdf"

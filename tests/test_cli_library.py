@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch.utils.data import get_worker_info
 
 import seqloader as sl
-from seqloader.config import DataConfig, SourceSpec, load_data
+from seqloader.cli.config import DataConfig, SourceSpec, load_data
 from seqloader.errors import DataError, OptionError
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import load_of, simulate, worker_items
@@ -255,7 +255,7 @@ def test_config_options_merge_and_validate(tmp_path):
 
 
 def test_audio_config_features_table(tmp_path):
-    from seqloader.sources.audio_synth import write_audio_corpus
+    from seqloader.synthetic.audio import write_audio_corpus
 
     corpus = write_audio_corpus(tmp_path, 3, seconds=(0.3, 0.5), seed=1)
     cfg = tmp_path / "audio.toml"

@@ -24,8 +24,8 @@ import pytest
 
 import seqloader as sl
 from reliability_util import corpus
-from seqloader.checks import CheckOptions
 from seqloader.errors import DataError, DataWarning, OptionError
+from seqloader.torch.checks import CheckOptions
 
 
 def write(path, n=6, dim=2, dtype=np.float32, prefix="u", lengths=None) -> str:

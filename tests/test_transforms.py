@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from seqloader.resample import speed_length
-from seqloader.sources.audio_synth import write_audio_corpus
+from seqloader.audio.resample import speed_length
+from seqloader.synthetic.audio import write_audio_corpus
 from seqloader.transforms import AddNoise, Features, SpecAugment, SpeedPerturb, compose
 
 pytest.importorskip("soundfile")

@@ -4,7 +4,14 @@ One deterministic plan per epoch decides every batch; DataLoader workers only ex
 take their share. See docs/architecture.md.
 """
 
-from seqloader.checks import CheckOptions
+from seqloader.audio import (
+    AudioOptions,
+    AudioSource,
+    LogMel,
+    SentencePieceVocab,
+    TokenVocab,
+    Vocabulary,
+)
 from seqloader.errors import (
     AuditError,
     AuditWarning,
@@ -18,11 +25,8 @@ from seqloader.errors import (
     SequenceTooLongError,
     WorkerError,
 )
-from seqloader.features import LogMel
 from seqloader.plan import Ordering, Planner, PlanOptions, Topology
 from seqloader.sources import (
-    AudioOptions,
-    AudioSource,
     HDFSource,
     KeySpec,
     MemorySource,
@@ -31,7 +35,7 @@ from seqloader.sources import (
     write_hdf,
 )
 from seqloader.torch import Batch, EpochReport, SeqLoader, WorkerOptions
-from seqloader.vocab import SentencePieceVocab, TokenVocab, Vocabulary
+from seqloader.torch.checks import CheckOptions
 
 __version__ = "0.1.0"
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from seqloader.cli.config import HDF_SUFFIXES, load_data
 from seqloader.cli.options import add_output_options
 from seqloader.cli.output import human, print_json, progress_bar
-from seqloader.config import HDF_SUFFIXES, load_data
 from seqloader.errors import OptionError
 from seqloader.sources.base import Schema, Source
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from seqloader.config import DataConfig, load_data
+from seqloader.cli.config import DataConfig, load_data
 from seqloader.plan.options import DISTRIBUTIONS, UNEVEN_POLICIES, PlanOptions
 from seqloader.sources.base import Source
 from seqloader.torch.loader import WorkerOptions

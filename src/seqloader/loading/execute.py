@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqloader.checks import nonfinite_messages
 from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc, pad_batch, pad_empty
+from seqloader.loading.screen import nonfinite_messages
 from seqloader.plan.seeding import PURPOSE_TRANSFORM, rng_for
 from seqloader.sources.base import Source
 
@@ -30,7 +30,9 @@ class LoadedBatch:
     lengths: dict[str, np.ndarray]  # key -> int64 [B]
     tags: list[str]
     skipped: list[str] = field(default_factory=list)  # messages of sequences the source skipped
-    nonfinite: list[str] = field(default_factory=list)  # sequences with NaN/Inf (seqloader.checks)
+    nonfinite: list[str] = field(
+        default_factory=list
+    )  # sequences with NaN/Inf (seqloader.loading.screen)
 
 
 def transform_rng(seed: int, epoch: int, seq_index: int) -> np.random.Generator:

@@ -1,14 +1,12 @@
-"""Sources: random-access sequence stores (the only layer that does data I/O)."""
+"""Sources: random-access sequence stores (the only layer that does data I/O). Audio sources sit in
+``seqloader.audio``, which builds on this layer."""
 
-from seqloader.sources.audio import AudioOptions, AudioSource
 from seqloader.sources.base import KeySpec, Schema, Source, default_length_key
 from seqloader.sources.hdf import HDFSource
 from seqloader.sources.hdf_write import convert_contiguous, write_hdf
 from seqloader.sources.memory import MemorySource
 
 __all__ = [
-    "AudioOptions",
-    "AudioSource",
     "HDFSource",
     "KeySpec",
     "MemorySource",

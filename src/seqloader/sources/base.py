@@ -100,6 +100,18 @@ class SourceMetadata:
         return self._tags[index]
 
 
+def where(source: object, index: int) -> str:
+    """Where sequence ``index`` lives, as precisely as the source can say (file and local index)."""
+    locate, paths = getattr(source, "locate", None), getattr(source, "paths", None)
+    if locate is not None and paths:
+        try:
+            f, j = locate(int(index))
+            return f"file {paths[f]!r} (sequence {j} of that file)"
+        except Exception:  # a broken source should not hide the original finding
+            pass
+    return repr(source)
+
+
 def default_length_key(source: Source) -> str:
     """The key that planning measures lengths on by default: ``data`` if present, else the first."""
     keys = source.keys

@@ -56,7 +56,7 @@ class Batch(Mapping):
     epoch: int
     step: int
     skipped: list[str] = field(default_factory=list)
-    nonfinite: list[str] = field(default_factory=list)  # sequences with NaN/Inf (seqloader.checks)
+    nonfinite: list[str] = field(default_factory=list)  # sequences with NaN/Inf (loading.screen)
     counts: dict[str, KeyCounts] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> torch.Tensor:

@@ -52,7 +52,7 @@ def to_batch(loaded: LoadedBatch) -> Batch:
         spec.epoch,
         spec.step,
         loaded.skipped,  # sequences the source skipped (on_error="skip"): counted in the report
-        loaded.nonfinite,  # sequences with NaN/Inf found by the worker (seqloader.checks)
+        loaded.nonfinite,  # sequences with NaN/Inf found by the worker (loading.screen)
         {k: count_key(v, real) for k, v in loaded.lengths.items()},
     )
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, fields
 import numpy as np
 from torch.utils.data import DataLoader
 
-from seqloader.checks import BatchChecks, CheckOptions, check_source
 from seqloader.errors import OptionError, ResumeError
 from seqloader.loading.execute import Transform
 from seqloader.plan.distribute import GlobalPlan
@@ -22,6 +21,7 @@ from seqloader.plan.topology import Topology
 from seqloader.sources.base import Source
 from seqloader.torch.audit import EpochAuditor, audit_policy
 from seqloader.torch.batch import Batch
+from seqloader.torch.checks import BatchChecks, CheckOptions, check_source
 from seqloader.torch.dataset import PlannedBatches, PlanSampler, ReceivingDataLoader
 from seqloader.torch.distributed import check_same_plan
 from seqloader.torch.report import EpochMeter, EpochReport
@@ -124,7 +124,7 @@ class SeqLoader:
         )
         self.length_key = self.planner.length_key
         self._fingerprint = self.planner.fingerprint(source.fingerprint())
-        self.checks = checks or CheckOptions()  # data checks (seqloader.checks)
+        self.checks = checks or CheckOptions()  # data checks (seqloader.torch.checks)
         self.audit = audit_policy(audit)  # epoch audit (seqloader.torch.audit)
         check_source(source, self.planner, self.checks)
         self._batch_checks = BatchChecks(source, self.checks)
@@ -184,7 +184,7 @@ class SeqLoader:
                 "timeout": w.timeout,
             }
         batches = PlannedBatches(self.source, self.options.seed, self.transform)
-        batches.screen = self._batch_checks.screen  # workers look for NaN/Inf (seqloader.checks)
+        batches.screen = self._batch_checks.screen  # workers look for NaN/Inf (loading.screen)
         if w.num_workers > 0:  # which batch each worker builds: a death names it
             batches.progress = WorkerProgress(w.num_workers)
         return ReceivingDataLoader(

@@ -49,7 +49,7 @@ class EpochReport:
     resumed_at_step: int = 0
     skipped: int = 0  # planned sequences the source skipped (on_error="skip"); not delivered
     skipped_examples: list[str] = field(default_factory=list)  # the first few messages
-    nonfinite: int = 0  # delivered sequences with NaN/Inf features (seqloader.checks)
+    nonfinite: int = 0  # delivered sequences with NaN/Inf features (seqloader.torch.checks)
     nonfinite_examples: list[str] = field(default_factory=list)
     audit: AuditResult | None = None  # with SeqLoader(audit=...): the epoch's exactly-once verdict
     max_wait_s: float = 0.0  # the longest wait for a batch after the first

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.sources.manifest import import_soundfile
+from seqloader.audio.manifest import import_soundfile
 
 WORDS = ("the", "a", "cat", "sat", "on", "mat", "speech", "data", "loader", "epoch", "batch", "oh")
 FORMAT_SUBTYPES = {"flac": "PCM_16", "wav": "PCM_16", "ogg": "VORBIS"}

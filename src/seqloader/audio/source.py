@@ -5,7 +5,7 @@ Planning needs lengths at open, so they come from the manifests' ``duration`` (n
 
 - ``audio`` (samples at ``sample_rate``):  ``S = round(duration * sample_rate)``; with
   ``min_speed < 1`` the planned length is the speed-perturbed bound ``ceil(S * den / num)`` for
-  ``min_speed ~ num / den`` (``seqloader.resample.speed_length``).
+  ``min_speed ~ num / den`` (``seqloader.audio.resample.speed_length``).
 - ``data`` (log-mel frames): ``LogMel.num_frames`` of the planned samples,
   ``1 + (samples - n_fft) // hop`` (0 below one window).
 - ``text``: utf-8 bytes; ``classes``: token count of the vocabulary's encoding (encoded at open).
@@ -27,12 +27,12 @@ from typing import NoReturn
 
 import numpy as np
 
+from seqloader.audio.features import LogMel
+from seqloader.audio.manifest import Manifest, StringTable, open_manifest
+from seqloader.audio.resample import resample, speed_length
+from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError, SequenceSkipped
-from seqloader.features import LogMel
-from seqloader.resample import resample, speed_length
 from seqloader.sources.base import KeySpec, SourceMetadata, fingerprint_of
-from seqloader.sources.manifest import Manifest, StringTable, open_manifest
-from seqloader.vocab import Vocabulary
 
 AUDIO_KEYS = ("data", "audio", "text", "classes")
 ON_ERROR = ("raise", "skip")

@@ -80,8 +80,8 @@ def open_audio(path: str, options: Mapping[str, object]) -> Source:
     """``AudioSource`` with log-mel ``data`` by default (100 frames/s, what models train on and
     what ``convert`` precomputes). ``features`` in the options: a table of ``LogMel`` fields, or
     ``false`` for the raw waveform only; a top-level ``sample_rate`` goes to the features."""
-    from seqloader.features import LogMel
-    from seqloader.sources.audio import AudioSource
+    from seqloader.audio.features import LogMel
+    from seqloader.audio.source import AudioSource
 
     opts = dict(options)
     features = opts.pop("features", {})

@@ -4,9 +4,10 @@
   twice: every sequence would be trained on twice per epoch) and empty sequences that the options
   admit;
 - per batch: NaN/Inf in float features, after the transform (log-mel of silence gives -inf). The
-  worker that executes the batch screens each sequence (one ``isfinite().all()`` per key) and the
-  batch carries one message per bad sequence, so the trainer pays nothing: screening 6.4 MB in the
-  trainer cost 0.2-0.6 ms per batch there, 2-6% of a 10 ms step; in the worker it adds ~0.25 ms.
+  worker that executes the batch screens each sequence (``seqloader.loading.screen``) and the batch
+  carries one message per bad sequence; here the trainer only applies the policy to them.
+
+They run where ``SeqLoader`` runs them: at start-up and per delivered batch.
 
 Each check has a policy: ``"error"`` raises ``DataError``, ``"warn"`` warns (``DataWarning``) and
 counts it in the epoch report, ``"off"`` skips it.
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seqloader.errors import DataError, DataWarning, OptionError
+from seqloader.sources.base import where
 
 POLICIES = ("off", "warn", "error")
 _EXAMPLES = 5
@@ -46,18 +48,6 @@ class CheckOptions:
             value = getattr(self, name)
             if value not in POLICIES:
                 raise OptionError(f"checks.{name}: got {value!r}, expected one of {POLICIES}")
-
-
-def where(source: object, index: int) -> str:
-    """Where sequence ``index`` lives, as precisely as the source can say (file and local index)."""
-    locate, paths = getattr(source, "locate", None), getattr(source, "paths", None)
-    if locate is not None and paths:
-        try:
-            f, j = locate(int(index))
-            return f"file {paths[f]!r} (sequence {j} of that file)"
-        except Exception:  # a broken source should not hide the original finding
-            pass
-    return repr(source)
 
 
 def _act(policy: str, message: str) -> None:
@@ -159,37 +149,7 @@ def check_source(source: object, planner: object, options: CheckOptions) -> None
         check_empty(source, lengths, admitted, tags, planner.length_key, options.empty)  # type: ignore[attr-defined]
 
 
-# ---- per batch ----
-def sequence_nonfinite(seq: Mapping[str, np.ndarray]) -> list[tuple[str, int, int]]:
-    """(key, NaN/Inf count, first frame) for float keys of one sequence with non-finite values.
-    One ``isfinite(a).all()`` per key (measured: as fast as a float32 sum or a BLAS dot, 2.4x
-    faster than a float64 sum); only a failing key is scanned again to say where."""
-    found = []
-    for key, a in seq.items():
-        if a.dtype.kind != "f" or a.size == 0 or np.isfinite(a).all():
-            continue
-        bad = ~np.isfinite(a.reshape(a.shape[0], -1))  # [T, F]
-        frames = np.flatnonzero(bad.any(axis=1))
-        found.append((key, int(bad.sum()), int(frames[0])))
-    return found
-
-
-def nonfinite_messages(
-    source: object, indices: np.ndarray, seqs: Sequence[Mapping[str, np.ndarray]], where_: str
-) -> list[str]:
-    """One message per sequence with NaN/Inf, naming it (index, tag, file), the key and frame.
-    Runs in the worker that executes the batch (``execute(..., screen=True)``), so the trainer
-    only reads the messages; ``where_`` says which batch ("epoch E step S")."""
-    out = []
-    for i, seq in zip(indices.tolist(), seqs):
-        for key, count, frame in sequence_nonfinite(seq)[:1]:  # one message per sequence
-            out.append(
-                f"sequence {i} (tag {source.tag(i)!r}) in {where(source, i)}: key {key!r} has "  # type: ignore[attr-defined]
-                f"{count} NaN/Inf value(s), first at frame {frame} ({where_})"
-            )
-    return out
-
-
+# ---- per batch (what the workers found: seqloader.loading.screen) ----
 @dataclass
 class BatchChecks:
     """Applies the policies to what the workers found in one delivered batch, and keeps the
