@@ -14,8 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from seqloader.audio.features import numpy_log_mel, use_kernel
 from seqloader.audio.resample import resample, resampled_length, speed_length
 from seqloader.synthetic.audio import encode_audio, speech_like, write_audio_corpus
+from seqloader.torch.signal import log_filterbank
 
 pytest.importorskip("soundfile")
 
@@ -76,12 +78,19 @@ def reference_log_mel(x: np.ndarray, sr: int, win: int, hop: int, n_fft: int, n_
         sl.LogMel(sample_rate=22050, n_mels=64, n_fft=1024, fmin=60.0, fmax=8000.0),
     ],
 )
-def test_log_mel_equals_float64_reference(options):
+@pytest.mark.parametrize("kernel", ["torch", "numpy"])
+def test_log_mel_equals_float64_reference(options, kernel):
+    """Both kernels: torch's (plugged in by ``import seqloader``) and the audio layer's numpy one."""
     rng = np.random.default_rng(1)
     wave = speech_like(0.3, options.sample_rate, rng) + 0.01 * rng.standard_normal(
         round(0.3 * options.sample_rate)
     ).astype(np.float32)
-    got = options(wave)
+    installed = use_kernel(numpy_log_mel if kernel == "numpy" else log_filterbank)
+    try:
+        got = options(wave)
+    finally:
+        use_kernel(installed)
+    assert installed is log_filterbank  # the package face computes log-mel with torch
     ref = reference_log_mel(
         wave, options.sample_rate, options.win, options.hop, options.fft_size, options.n_mels,
         options.fmin, options.fmax or options.sample_rate / 2,

@@ -29,8 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"errors", "plan", "sources", "loading", "audio", "synthetic", "torch", "cli", "face"},
     "face": {"errors", "plan", "sources", "loading", "audio", "synthetic", "torch", "face"},
 }
-# layers that must not import PyTorch (the I/O layer, pure planning, batch execution)
-TORCH_FREE = {"errors", "plan", "sources", "loading"}
+# layers that must not import PyTorch (the I/O layers, pure planning, batch execution, corpora)
+TORCH_FREE = {"errors", "plan", "sources", "loading", "audio", "synthetic"}
 # third-party packages pure planning may use
 PLAN_THIRD_PARTY = {"numpy"}
 

@@ -2,6 +2,9 @@
 
 One deterministic plan per epoch decides every batch; DataLoader workers only execute it, and ranks
 take their share. See docs/architecture.md.
+
+The face also plugs torch's STFT kernel into the audio layer's log-mel (``use_kernel``): audio I/O
+imports no torch, and features cost what they cost with torch.
 """
 
 from seqloader.audio import (
@@ -12,6 +15,7 @@ from seqloader.audio import (
     TokenVocab,
     Vocabulary,
 )
+from seqloader.audio.features import use_kernel as _use_kernel
 from seqloader.errors import (
     AuditError,
     AuditWarning,
@@ -36,6 +40,9 @@ from seqloader.sources import (
 )
 from seqloader.torch import Batch, EpochReport, SeqLoader, WorkerOptions
 from seqloader.torch.checks import CheckOptions
+from seqloader.torch.signal import log_filterbank as _log_filterbank
+
+_use_kernel(_log_filterbank)
 
 __version__ = "0.1.0"
 
