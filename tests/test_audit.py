@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from reliability_util import corpus
+from conftest import index_corpus
 from seqloader.errors import AuditError, AuditWarning, OptionError, SequenceSkipped
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.torch.checks import CheckOptions
@@ -47,7 +47,7 @@ def run_epoch(loader: sl.SeqLoader, epoch: int = 1) -> sl.EpochReport:
 def test_audit_passes_on_every_correct_plan(
     n, ordering, max_seqs, partition, world, uneven, epoch, distribution
 ):
-    src = corpus(n, seed=n)
+    src = index_corpus(n, seed=n)
     total_delivered = 0
     for rank in range(world):
         loader = sl.SeqLoader(
@@ -80,10 +80,10 @@ def test_audit_passes_on_every_correct_plan(
 
 
 def test_audit_off_by_default_and_option_checked():
-    loader = sl.SeqLoader(corpus(10), max_seqs=3)
+    loader = sl.SeqLoader(index_corpus(10), max_seqs=3)
     assert run_epoch(loader).audit is None
     with pytest.raises(OptionError, match="audit: got 'yes'"):
-        sl.SeqLoader(corpus(10), audit="yes")
+        sl.SeqLoader(index_corpus(10), audit="yes")
 
 
 def test_audit_catches_a_repeated_batch(monkeypatch):
@@ -96,7 +96,7 @@ def test_audit_catches_a_repeated_batch(monkeypatch):
         yield from [specs[0], *specs[:-1]]
 
     monkeypatch.setattr(PlanSampler, "__iter__", repeat_first)
-    loader = sl.SeqLoader(corpus(30), max_seqs=4, audit=True)
+    loader = sl.SeqLoader(index_corpus(30), max_seqs=4, audit=True)
     with pytest.raises(AuditError) as err:
         run_epoch(loader)
     message = str(err.value)
@@ -117,7 +117,7 @@ def test_audit_catches_a_lost_batch_and_warns_when_asked(monkeypatch):
         return share.take(np.arange(max(len(share) - 1, 0)))
 
     monkeypatch.setattr(GlobalPlan, "rank_share", lossy)
-    loader = sl.SeqLoader(corpus(30), max_seqs=4, audit="warn")
+    loader = sl.SeqLoader(index_corpus(30), max_seqs=4, audit="warn")
     with pytest.warns(AuditWarning, match="2 missing"):
         report = run_epoch(loader)
     assert not report.audit.ok and report.audit.missing == 2 and report.audit.batch_errors == 0
@@ -126,7 +126,7 @@ def test_audit_catches_a_lost_batch_and_warns_when_asked(monkeypatch):
 
 
 def test_audit_after_resume_checks_only_the_rest():
-    src = corpus(50)
+    src = index_corpus(50)
     first = sl.SeqLoader(src, ordering="random", max_seqs=4, seed=5, audit=True)
     gen = first.epoch(2)
     for _ in range(5):
@@ -154,7 +154,7 @@ class SkippingSource(sl.MemorySource):
 
 
 def test_audit_accepts_reported_skips_only():
-    base = corpus(25)
+    base = index_corpus(25)
     src = SkippingSource({"data": [base.read(i)["data"] for i in range(25)]})
     with sl.SeqLoader(src, max_seqs=4, audit=True, num_workers=1) as loader:  # via a worker
         report = run_epoch(loader)
@@ -169,23 +169,23 @@ _DIST_SCRIPT = textwrap.dedent(
     import numpy as np
     import torch.distributed as dist
     sys.path.insert(0, os.environ["TESTS_DIR"])
-    from reliability_util import corpus
+    from conftest import index_corpus
     import seqloader as sl
     from seqloader.errors import AuditError
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     out = {}
-    loader = sl.SeqLoader(corpus(38), max_seqs=3, uneven="drop", audit=True)
+    loader = sl.SeqLoader(index_corpus(38), max_seqs=3, uneven="drop", audit=True)
     for _ in loader.epoch(1):
         pass
     out["good"] = loader.report().audit.to_dict()
-    rso = sl.SeqLoader(corpus(38), max_seqs=3, distribution="random_seed_offset", audit=True)
+    rso = sl.SeqLoader(index_corpus(38), max_seqs=3, distribution="random_seed_offset", audit=True)
     for _ in rso.epoch(1):
         pass
     out["rso"] = rso.report().audit.to_dict()
     # both processes believe they are rank 0 of 2: each delivers rank 0's share
-    twin = sl.SeqLoader(corpus(38), max_seqs=3, rank=0, world_size=2, audit=True)
+    twin = sl.SeqLoader(index_corpus(38), max_seqs=3, rank=0, world_size=2, audit=True)
     try:
         for _ in twin.epoch(1):
             pass

@@ -3,14 +3,9 @@ in test_distributed_torchrun.py)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 import seqloader as sl
+from conftest import index_corpus
 from seqloader.torch.distributed import mismatch_message
-
-
-def corpus(n: int) -> sl.MemorySource:
-    return sl.MemorySource({"data": [np.zeros((i % 7 + 1, 2), np.float32) for i in range(n)]})
 
 
 def agreement(loader: sl.SeqLoader, epoch: int = 1) -> dict[str, str]:
@@ -18,16 +13,19 @@ def agreement(loader: sl.SeqLoader, epoch: int = 1) -> dict[str, str]:
 
 
 def test_agreeing_ranks_give_no_message() -> None:
-    ds = [agreement(sl.SeqLoader(corpus(30), rank=r, world_size=3, max_seqs=2)) for r in range(3)]
+    ds = [
+        agreement(sl.SeqLoader(index_corpus(30), rank=r, world_size=3, max_seqs=2))
+        for r in range(3)
+    ]
     assert mismatch_message(ds) is None
 
 
 def test_message_names_ranks_hosts_and_the_differing_option() -> None:
     loaders = [
-        sl.SeqLoader(corpus(30), rank=0, world_size=4, max_seqs=2, seed=1),
-        sl.SeqLoader(corpus(30), rank=1, world_size=4, max_seqs=2, seed=1),
-        sl.SeqLoader(corpus(30), rank=2, world_size=4, max_seqs=2, seed=9),
-        sl.SeqLoader(corpus(29), rank=3, world_size=4, max_seqs=2, seed=1),
+        sl.SeqLoader(index_corpus(30), rank=0, world_size=4, max_seqs=2, seed=1),
+        sl.SeqLoader(index_corpus(30), rank=1, world_size=4, max_seqs=2, seed=1),
+        sl.SeqLoader(index_corpus(30), rank=2, world_size=4, max_seqs=2, seed=9),
+        sl.SeqLoader(index_corpus(29), rank=3, world_size=4, max_seqs=2, seed=1),
     ]
     message = mismatch_message(
         [agreement(ld) for ld in loaders],
@@ -49,14 +47,16 @@ def test_message_names_ranks_hosts_and_the_differing_option() -> None:
 
 def test_same_data_under_other_names_agrees() -> None:
     """Nodes may hold the same files under other names; only content and options count."""
-    descriptions = [agreement(sl.SeqLoader(corpus(30), rank=r, world_size=2)) for r in range(2)]
+    descriptions = [
+        agreement(sl.SeqLoader(index_corpus(30), rank=r, world_size=2)) for r in range(2)
+    ]
     shown = [{"source_fingerprint": "train.hdf"}, {"source_fingerprint": "copy-of-train.hdf"}]
     assert mismatch_message(descriptions, shown=shown) is None
 
 
 def test_ranks_that_loaded_different_states_disagree() -> None:
     """One rank forgetting load_state_dict would skip or repeat data: caught before any batch."""
-    make = lambda r: sl.SeqLoader(corpus(40), rank=r, world_size=2, max_seqs=3)  # noqa: E731
+    make = lambda r: sl.SeqLoader(index_corpus(40), rank=r, world_size=2, max_seqs=3)  # noqa: E731
     first = make(0)
     it = first.epoch(1)
     next(it)
@@ -70,7 +70,7 @@ def test_ranks_that_loaded_different_states_disagree() -> None:
 
 
 def test_ranks_asking_for_different_epochs_disagree() -> None:
-    loaders = [sl.SeqLoader(corpus(10), rank=r, world_size=2) for r in range(2)]
+    loaders = [sl.SeqLoader(index_corpus(10), rank=r, world_size=2) for r in range(2)]
     message = mismatch_message([agreement(loaders[0], 1), agreement(loaders[1], 2)])
     assert message is not None and "  epoch: ranks [0]: 1; ranks [1]: 2" in message
 

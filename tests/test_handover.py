@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import seqloader as sl
+from conftest import BatchRecord, batch_record, shm_entries
 from seqloader.torch import handover
 
 
@@ -40,30 +41,9 @@ def epoch_batches(loader: sl.SeqLoader, epoch: int = 1) -> list[sl.Batch]:
     return list(loader.epoch(epoch))
 
 
-def assert_same_batch(a: sl.Batch, b: sl.Batch) -> None:
-    assert (a.epoch, a.step, a.seq_tags, a.skipped) == (b.epoch, b.step, b.seq_tags, b.skipped)
-    assert list(a.data) == list(b.data)
-    for key in a.data:
-        x, y = a.data[key], b.data[key]
-        assert x.dtype == y.dtype and x.shape == y.shape, key
-        assert x.numpy().tobytes() == y.numpy().tobytes(), key
-        assert torch.equal(a.lengths[key], b.lengths[key])
-    assert torch.equal(a.seq_indices, b.seq_indices)
-    assert torch.equal(a.mask, b.mask)
-
-
-def snapshot(batches: list[sl.Batch]) -> list[tuple]:
+def snapshot(batches: list[sl.Batch]) -> list[BatchRecord]:
     """Everything of the batches as bytes, to compare after the tensors could have been reused."""
-    return [
-        (
-            b.step,
-            tuple(b.seq_tags),
-            tuple((k, v.numpy().tobytes(), tuple(v.shape)) for k, v in b.data.items()),
-            tuple((k, v.numpy().tobytes()) for k, v in b.lengths.items()),
-            b.seq_indices.numpy().tobytes(),
-        )
-        for b in batches
-    ]
+    return [batch_record(b) for b in batches]
 
 
 LOADER_KW = dict(ordering="laplace:.7", max_seqs=6, max_frames=300, seed=5)
@@ -126,8 +106,7 @@ def test_views_and_numpy_arrays_keep_their_block():
                 kept.append((batch.step, batch["data"][:, 1:].numpy(), batch["pitch"][0]))
             del batch
         for step, data_tail, pitch_row in kept:
-            _, _, arrays, _, _ = want[step]
-            by_key = {k: (raw, shape) for k, raw, shape in arrays}
+            by_key = {k: (raw, shape) for k, _, shape, raw in want[step].tensors}
             raw, shape = by_key["data"]
             full = np.frombuffer(raw, np.float32).reshape(shape)
             np.testing.assert_array_equal(data_tail, full[:, 1:])
@@ -160,15 +139,11 @@ def test_spawned_workers_give_identical_batches():
         assert snapshot(epoch_batches(loader)) == want
 
 
-def _shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
-
-
 def test_close_leaves_no_processes_segments_or_mappings():
     src = make_source(n=120)
     me = psutil.Process()
     children_before = {p.pid for p in me.children(recursive=True)}
-    shm_before = _shm_entries()
+    shm_before = shm_entries()
     loader = sl.SeqLoader(src, num_workers=2, **LOADER_KW)
     kept = epoch_batches(loader)[:3]  # a user may still hold batches at close
     owner = loader._dataloader.dataset.owner
@@ -184,7 +159,7 @@ def test_close_leaves_no_processes_segments_or_mappings():
     assert kept[0]["data"].shape[0] == kept[0].size  # held batches stay readable after close
     del kept
     gc.collect()
-    assert _shm_entries() - shm_before == set()
+    assert shm_entries() - shm_before == set()
 
 
 def test_file_system_sharing_strategy_leaves_nothing_in_dev_shm(tmp_path):
@@ -207,7 +182,7 @@ def test_file_system_sharing_strategy_leaves_nothing_in_dev_shm(tmp_path):
         print("OK")
         """
     )
-    before = {e for e in _shm_entries() if e.startswith("torch_")}
+    before = {e for e in shm_entries() if e.startswith("torch_")}
     proc = subprocess.run(
         [sys.executable, "-c", script, os.path.dirname(__file__)],
         capture_output=True,
@@ -216,7 +191,7 @@ def test_file_system_sharing_strategy_leaves_nothing_in_dev_shm(tmp_path):
     )
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
     # torch_shm_manager unlinks a file once no process refers to it any more
-    after = {e for e in _shm_entries() if e.startswith("torch_")}
+    after = {e for e in shm_entries() if e.startswith("torch_")}
     assert after - before == set()
 
 

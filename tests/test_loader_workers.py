@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import seqloader as sl
+from conftest import batch_record
 from seqloader.loading.execute import transform_rng
 from seqloader.torch.checks import CheckOptions
 
@@ -41,24 +42,6 @@ def jitter(seq: dict, rng: np.random.Generator) -> dict:
     return {**seq, "data": data * np.float32(rng.uniform(0.5, 2.0)) + noise}
 
 
-def record(batch: sl.Batch) -> tuple:
-    """Everything a rank receives in one batch, as comparable values (tensor bytes included)."""
-    tensors = tuple(
-        (key, str(batch[key].dtype), tuple(batch[key].shape), batch[key].numpy().tobytes())
-        for key in sorted(batch)
-    )
-    lengths = tuple((k, tuple(v.tolist())) for k, v in sorted(batch.lengths.items()))
-    return (
-        batch.epoch,
-        batch.step,
-        tuple(batch.seq_indices.tolist()),
-        tuple(batch.seq_tags),
-        tuple(batch.mask.tolist()),
-        lengths,
-        tensors,
-    )
-
-
 def run(
     epochs: tuple[int, ...], rank: int = 0, world_size: int = 1, transform=jitter, **options
 ) -> dict[int, list[tuple]]:
@@ -71,7 +54,7 @@ def run(
         checks=QUIET,
         **{**PLAN, **options},
     ) as loader:
-        return {e: [record(b) for b in loader.epoch(e)] for e in epochs}
+        return {e: [batch_record(b) for b in loader.epoch(e)] for e in epochs}
 
 
 # ---- worker counts, prefetch, start methods ----
@@ -137,10 +120,10 @@ def test_random_transform_is_keyed_by_seed_epoch_and_index():
 def test_persistent_workers_serve_each_epochs_new_plan():
     src = corpus()
     with sl.SeqLoader(src, num_workers=2, transform=jitter, checks=QUIET, **PLAN) as loader:
-        first = [record(b) for b in loader.epoch(1)]
+        first = [batch_record(b) for b in loader.epoch(1)]
         workers = {p.pid for p in mp.active_children()}
         assert len(workers) >= 2
-        later = {e: [record(b) for b in loader.epoch(e)] for e in (2, 3, 4)}
+        later = {e: [batch_record(b) for b in loader.epoch(e)] for e in (2, 3, 4)}
         assert workers <= {p.pid for p in mp.active_children()}  # the same processes
         for epoch, got in {1: first, **later}.items():
             planned = [tuple(x.tolist()) for x in loader.plan(epoch)]
@@ -151,18 +134,18 @@ def test_persistent_workers_serve_each_epochs_new_plan():
     assert run((1, 2, 3, 4), num_workers=0) == {1: first, **later}
 
 
-@pytest.mark.parametrize(("num_workers", "prefetch_factor"), [(0, None), (2, 1), (3, 4)])
+@pytest.mark.parametrize(("num_workers", "prefetch_factor"), [(0, None), (2, 1), (2, 3), (3, 4)])
 def test_an_abandoned_epoch_does_not_leak_into_the_next(num_workers, prefetch_factor):
     """Break out of epoch 1 after 2 batches (workers have prefetched more), then run epochs 2 and
     3, and epoch 1 again: each equals an uninterrupted run's."""
     reference = run((1, 2, 3), num_workers=0)
     kw = {"num_workers": num_workers, "prefetch_factor": prefetch_factor}
     with sl.SeqLoader(corpus(), transform=jitter, checks=QUIET, **PLAN, **kw) as loader:
-        partial = [record(b) for b in islice(loader.epoch(1), 2)]
+        partial = [batch_record(b) for b in islice(loader.epoch(1), 2)]
         assert partial == reference[1][:2]
-        assert [record(b) for b in loader.epoch(2)] == reference[2]
+        assert [batch_record(b) for b in loader.epoch(2)] == reference[2]
         for b in loader.epoch(3):  # abandoned after its first batch
-            assert record(b) == reference[3][0]
+            assert batch_record(b) == reference[3][0]
             break
-        assert [record(b) for b in loader.epoch(1)] == reference[1]
-        assert [record(b) for b in loader.epoch(3)] == reference[3]
+        assert [batch_record(b) for b in loader.epoch(1)] == reference[1]
+        assert [batch_record(b) for b in loader.epoch(3)] == reference[3]

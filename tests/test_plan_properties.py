@@ -12,22 +12,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import ORDERINGS
 from seqloader.plan import BatchList, GlobalPlan, Planner, PlanOptions
 from seqloader.plan.planner import part_bounds
 
-ORDERINGS = [
-    "default",
-    "reverse",
-    "random",
-    "random:2",
-    "sorted",
-    "sorted_reverse",
-    "laplace:3",
-    "laplace:.25",
-    "laplace:.25:3",
-    "sort_bin_shuffle:.20",
-    "sort_bin_shuffle_x2:.20",
-]
 UNEVEN = ["split", "pad", "drop"]
 
 

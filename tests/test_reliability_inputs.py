@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import seqloader as sl
-from reliability_util import corpus
+from conftest import index_corpus
 from seqloader.errors import DataError, DataWarning, OptionError
 from seqloader.torch.checks import CheckOptions
 
@@ -65,14 +65,14 @@ BAD_OPTIONS = [
 @pytest.mark.parametrize(("options", "message"), BAD_OPTIONS, ids=lambda x: str(x)[:40])
 def test_bad_option_is_an_option_error_naming_it(options, message):
     with pytest.raises(OptionError) as err:
-        sl.SeqLoader(corpus(5), **options)
+        sl.SeqLoader(index_corpus(5), **options)
     assert message in str(err.value)
 
 
 def test_bad_check_policy_and_epoch_numbers():
     with pytest.raises(OptionError, match=r"checks\.nonfinite: got 'ignore', expected one of"):
         CheckOptions(nonfinite="ignore")
-    loader = sl.SeqLoader(corpus(5))
+    loader = sl.SeqLoader(index_corpus(5))
     for epoch in (0, -1, 1.5, True):
         with pytest.raises(OptionError, match=r"epoch: got .*, expected an int >= 1"):
             loader.epoch(epoch)
@@ -92,7 +92,7 @@ def test_same_file_twice_is_an_error_naming_both_positions(tmp_path):
 
 
 def test_duplicate_tags_policies(tmp_path):
-    src = corpus(8, tags=["a", "b", "c", "a", "d", "e", "c", "f"])
+    src = index_corpus(8, tags=["a", "b", "c", "a", "d", "e", "c", "f"])
     with pytest.raises(DataError, match=r"2 sequence\(s\) repeat a tag.*'a' at sequences \[0, 3\]"):
         sl.SeqLoader(src)
     with pytest.warns(DataWarning, match=r"tag 'c' at sequences \[2, 6\]"):
@@ -188,7 +188,7 @@ def test_empty_sequences_warn_error_or_are_filtered(tmp_path):
 
 # ---- NaN / Inf ----
 def nan_corpus() -> sl.MemorySource:
-    base = corpus(12)
+    base = index_corpus(12)
     data = [base.read(i)["data"].copy() for i in range(12)]
     data[4][1, 0] = np.nan
     data[9][0, 1] = np.inf

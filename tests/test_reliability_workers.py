@@ -19,7 +19,7 @@ import pytest
 from torch._utils import ExceptionWrapper
 
 import seqloader as sl
-from reliability_util import children, corpus, summary
+from conftest import children, index_corpus, summary
 from seqloader import errors
 from seqloader.errors import DataError, SeqLoaderError, WorkerError
 
@@ -39,7 +39,7 @@ def resume_rest(src: sl.Source, state: dict, epoch: int = 1) -> list:
 
 
 def test_worker_killed_from_outside_names_worker_and_batch_then_resume_is_exact():
-    src = corpus(45)
+    src = index_corpus(45)
     ref = reference(src)
     got = []
     with (
@@ -90,7 +90,7 @@ class KillOnce:
 def test_worker_killed_inside_a_transform_then_same_loader_recovers(tmp_path, context):
     """The worker dies while building step 5: the error names exactly that batch (the board of
     what each worker builds), whatever else the worker had been sent."""
-    src = corpus(45)
+    src = index_corpus(45)
     ref = reference(src)
     step = 5
     victim = ref[step][2][0]  # first sequence of step 5: executed by worker 5 % 2 == 1
@@ -130,7 +130,7 @@ class FailingReads(sl.MemorySource):
 
 
 def test_non_seqloader_error_in_worker_becomes_worker_error_naming_batch():
-    base = corpus(20)
+    base = index_corpus(20)
     src = FailingReads({"data": [base.read(i)["data"] for i in range(20)]})
     with sl.SeqLoader(src, max_seqs=3, num_workers=1) as loader:
         with pytest.raises(WorkerError) as err:
@@ -152,7 +152,7 @@ def test_data_error_in_worker_keeps_its_type_and_message():
             raise ValueError("bad frame rate")
         return seq
 
-    loader = sl.SeqLoader(corpus(20), max_seqs=4, num_workers=1, transform=broken)
+    loader = sl.SeqLoader(index_corpus(20), max_seqs=4, num_workers=1, transform=broken)
     with loader, pytest.raises(DataError) as err:
         list(loader.epoch(1))
     message = str(err.value)

@@ -1,0 +1,160 @@
+"""Shared test helpers, importable as ``from conftest import ...`` (pytest puts ``tests/`` on the
+path): index corpora, whose frames hold their own sequence index so any batch's content can be
+checked; what a rank receives, as comparable records; the orderings every property test draws
+from; counters of the process's resources (child processes, file descriptors, shared memory)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import psutil
+import pytest
+
+import seqloader as sl
+
+#: Every ordering family (with and without RETURNN's ``:K``) for the property tests of planning
+#: (test_plan_properties) and resume (test_resume). A new ordering is one line here; bins are
+#: small enough that corpora of a few dozen sequences get several.
+ORDERINGS = [
+    "default",
+    "reverse",
+    "random",
+    "random:2",
+    "sorted",
+    "sorted_reverse",
+    "laplace:3",
+    "laplace:.4",
+    "laplace:.25",
+    "laplace:.25:3",
+    "sort_bin_shuffle:.5",
+    "sort_bin_shuffle:.20",
+    "sort_bin_shuffle_x2:.20",
+]
+
+
+# ---- corpora ----
+
+
+def index_corpus(
+    n: int = 60,
+    seed: int = 0,
+    max_len: int = 30,
+    dim: int = 2,
+    tags: Sequence[str] | None = None,
+) -> sl.MemorySource:
+    """``n`` float32 sequences ``[T, dim]`` filled with their own index (T uniform in
+    ``1..max_len``, drawn from ``seed``), tagged ``utt-<i>`` unless ``tags`` are given."""
+    lengths = np.random.default_rng(seed).integers(1, max_len + 1, size=n)
+    data = [np.full((int(t), dim), i, dtype=np.float32) for i, t in enumerate(lengths)]
+    return sl.MemorySource(
+        {"data": data}, tags=list(tags) if tags else [f"utt-{i}" for i in range(n)]
+    )
+
+
+@pytest.fixture(scope="module")
+def index_source() -> sl.MemorySource:
+    """An index corpus of 40 sequences for a module's tests (read-only: sources are shared)."""
+    return index_corpus(40)
+
+
+# ---- what a rank receives ----
+
+
+class BatchRecord(NamedTuple):
+    """Everything a rank receives in one batch, as comparable values (tensor bytes included)."""
+
+    epoch: int
+    step: int
+    seqs: tuple[int, ...]
+    tags: tuple[str, ...]
+    mask: tuple[bool, ...]
+    lengths: tuple[tuple[str, tuple[int, ...]], ...]
+    tensors: tuple[tuple[str, str, tuple[int, ...], bytes], ...]  # key, dtype, shape, bytes
+
+
+def batch_record(batch: sl.Batch) -> BatchRecord:
+    tensors = tuple(
+        (key, str(batch[key].dtype), tuple(batch[key].shape), batch[key].numpy().tobytes())
+        for key in sorted(batch)
+    )
+    return BatchRecord(
+        batch.epoch,
+        batch.step,
+        tuple(batch.seq_indices.tolist()),
+        tuple(batch.seq_tags),
+        tuple(batch.mask.tolist()),
+        tuple((k, tuple(v.tolist())) for k, v in sorted(batch.lengths.items())),
+        tensors,
+    )
+
+
+def check_rows(batch: sl.Batch, key: str = "data") -> None:
+    """Each row of an index corpus batch holds the sequence the batch names for it."""
+    for row, i in enumerate(batch.seq_indices.tolist()):
+        n = int(batch.lengths[key][row])
+        assert bool((batch[key][row, :n] == i).all()), f"row {row} is not sequence {i}"
+
+
+def summary(batches: Iterable[sl.Batch]) -> list[tuple[int, int, tuple[int, ...]]]:
+    """(epoch, step, sequence indices) per batch of an index corpus, after ``check_rows``."""
+    out = []
+    for b in batches:
+        check_rows(b)
+        out.append((b.epoch, b.step, tuple(b.seq_indices.tolist())))
+    return out
+
+
+# ---- process resources ----
+
+# process-lifetime helpers of multiprocessing, started by whichever test first uses spawn: not ours
+_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+
+
+def children() -> list[psutil.Process]:
+    """Live (not zombie) child processes of this process, without multiprocessing's helpers."""
+    out = []
+    for c in psutil.Process().children(recursive=True):
+        try:
+            if c.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if any(h in " ".join(c.cmdline()) for h in _HELPERS):
+                continue
+            out.append(c)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def open_fds() -> set[str]:
+    """Open file descriptors with what they point to (shared-memory segments of torch's
+    file_descriptor strategy show up here as deleted /dev/shm or memfd files)."""
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the fd of the listdir itself is closed by now
+            out.add(f"{fd}->{os.readlink(f'/proc/self/fd/{fd}')}")
+    return out
+
+
+def shm_entries() -> set[str]:
+    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def shm_mappings() -> list[str]:
+    """Shared-memory mappings of this process (torch's segments and multiprocessing's semaphores
+    are unlinked from /dev/shm at once, so they only show up here and as fds)."""
+    with open("/proc/self/maps") as f:
+        return sorted(line.split(None, 5)[-1].strip() for line in f if "/dev/shm/" in line)
+
+
+def resources() -> dict[str, object]:
+    """Everything a closed loader must give back: child processes, fds, shm names and mappings."""
+    return {
+        "children": sorted(p.pid for p in children()),
+        "fds": open_fds(),
+        "shm": shm_entries(),
+        "shm_mappings": shm_mappings(),
+    }
