@@ -29,13 +29,15 @@ def test_report_keeps_the_wait_distribution_after_the_first_batch():
     from seqloader.torch.batch import KeyCounts
     from seqloader.torch.report import EpochMeter, EpochReport
 
+    now = [0.0]  # a clock the test moves
     report = EpochReport(1, 0, 1)
-    meter = EpochMeter(report, "data")
+    meter = EpochMeter(report, "data", clock=lambda: now[0])
     waits = [0.3, 0.0004, 0.0005, 0.0003, 0.0004, 0.012, 0.0005, 0.0004, 0.0006, 0.0005]
-    for w in waits:  # feed known waits through the meter's clock
+    for w in waits:  # known waits for each batch, then a 10 ms training step
         meter.before_next()
-        meter._wait_start -= w
+        now[0] += w
         meter.after_counts(KeyCounts(1, 0, 1, 1))
+        now[0] += 0.01
     meter.finish()
     assert report.first_batch_s >= 0.3 and sum(report.wait_histogram) == len(waits) - 1
     assert report.max_wait_s >= 0.012

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
@@ -140,14 +140,17 @@ class EpochReport:
 class EpochMeter:
     """Measures data wait inside ``__next__`` and counts what was delivered."""
 
-    def __init__(self, report: EpochReport, length_key: str) -> None:
+    def __init__(
+        self, report: EpochReport, length_key: str, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
         self.report = report
         self.length_key = length_key
+        self._clock = clock  # seconds; tests give a fake one
         self._t0: float | None = None
         self._wait_start = 0.0
 
     def before_next(self) -> None:
-        now = time.perf_counter()
+        now = self._clock()
         if self._t0 is None:
             self._t0 = now
         self._wait_start = now
@@ -160,7 +163,7 @@ class EpochMeter:
     def after_counts(self, counts: KeyCounts, skipped: Sequence[str] = ()) -> None:
         """``after_next`` with counts computed where the batch was built (``Batch.counts_of``),
         so the training thread does no array work per batch for the report."""
-        now = time.perf_counter()
+        now = self._clock()
         r = self.report
         wait = now - self._wait_start
         if r.steps == 0:
@@ -180,7 +183,7 @@ class EpochMeter:
             r.skipped_examples.extend(list(skipped)[: max(0, 5 - len(r.skipped_examples))])
 
     def finish(self) -> EpochReport:
-        now = time.perf_counter()
+        now = self._clock()
         if self._t0 is not None:
             self.report.wall_s = now - self._t0
         return self.report
