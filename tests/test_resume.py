@@ -4,7 +4,12 @@ One generic harness (in the spirit of torchdata's ``run_test_save_load_state``):
 every rank in lockstep, stop after some steps, take the state (equal on all ranks, JSON round trip),
 resume in fresh loaders — maybe with another world size, maybe twice — and compare with the
 uninterrupted run: exactly once per epoch, equal steps, and with the same world size the very same
-batches.
+batches (indices, tags, masks, lengths and tensor bytes). The harness runs over plan options and
+corpora drawn by hypothesis (``num_workers=0``) and over DataLoader worker settings × interrupt
+points (parametrized).
+
+To cover a new ordering, add it to ``conftest.ORDERINGS``; a new plan option, one line in
+``OPTION_STRATEGIES``; a new kind of corpus (e.g. several mixed), one line in ``SOURCES``.
 """
 
 from __future__ import annotations
@@ -13,33 +18,29 @@ import json
 import os
 import time
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from conftest import ORDERINGS, BatchRecord, batch_record, check_rows, children, index_corpus
 from seqloader.errors import ResumeError
 
-Record = tuple[int, int, tuple[tuple[tuple[int, ...], tuple[bool, ...]], ...]]
+Record = tuple[int, int, tuple[BatchRecord, ...]]  # epoch, step, every rank's batch
 MakeLoader = Callable[[int, int], sl.SeqLoader]  # (rank, world_size) -> loader
 
 
-def corpus(n: int, seed: int = 0, max_len: int = 20) -> sl.MemorySource:
-    """``n`` sequences whose frames hold their own index, so content is checkable."""
-    lengths = np.random.default_rng(seed).integers(1, max_len + 1, size=n)
-    data = [np.full((int(t), 1), i, dtype=np.float32) for i, t in enumerate(lengths)]
-    return sl.MemorySource({"data": data}, tags=[f"utt-{i}" for i in range(n)])
+def corpus(n: int, seed: int = 0) -> sl.MemorySource:
+    """An index corpus of sequences of 1..20 frames (so ``max_frames >= 20`` fits them all)."""
+    return index_corpus(n, seed, max_len=20, dim=1)
 
 
-def record(batch: sl.Batch) -> tuple[tuple[int, ...], tuple[bool, ...]]:
-    seqs = batch.seq_indices.tolist()
-    for row, i in enumerate(seqs):  # content matches the sequence the batch claims
-        n = int(batch.lengths["data"][row])
-        assert (batch["data"][row, :n] == i).all()
-    return tuple(seqs), tuple(batch.mask.tolist())
+def record(batch: sl.Batch) -> BatchRecord:
+    check_rows(batch)  # content matches the sequences the batch claims
+    return batch_record(batch)
 
 
 def consume(
@@ -71,11 +72,21 @@ def consume(
     return out
 
 
+def run_all(make: MakeLoader, world: int, last_epoch: int) -> list[Record]:
+    """The uninterrupted run of ``world`` ranks over epochs ``1..last_epoch``."""
+    loaders = [make(r, world) for r in range(world)]
+    try:
+        return consume(loaders, 1, last_epoch)
+    finally:
+        for ld in loaders:
+            ld.close()
+
+
 def real_by_epoch(records: list[Record]) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
     for epoch, _, ranks in records:
-        for seqs, mask in ranks:
-            out.setdefault(epoch, []).extend(s for s, m in zip(seqs, mask) if m)
+        for batch in ranks:
+            out.setdefault(epoch, []).extend(s for s, m in zip(batch.seqs, batch.mask) if m)
     return out
 
 
@@ -101,18 +112,20 @@ def run_chain(
     state: dict | None = None
     for i, world in enumerate(worlds):
         loaders = [make(r, world) for r in range(world)]
-        first = 1
-        if state is not None:
+        try:
+            first = 1
+            if state is not None:
+                for ld in loaders:
+                    ld.load_state_dict(state)
+                    assert ld.state_dict() == {**state, "world_size": world}  # same position
+                first = max(state["epoch"], 1)
+            limit = cuts[i] if i < len(cuts) else None
+            stages.append(consume(loaders, first, last_epoch, limit, enter_next_epoch))
+            state = take_state(loaders)
+            states.append(state)
+        finally:
             for ld in loaders:
-                ld.load_state_dict(state)
-                assert ld.state_dict() == {**state, "world_size": world}  # pending: same position
-            first = max(state["epoch"], 1)
-        limit = cuts[i] if i < len(cuts) else None
-        stages.append(consume(loaders, first, last_epoch, limit, enter_next_epoch))
-        state = take_state(loaders)
-        states.append(state)
-        for ld in loaders:
-            ld.close()
+                ld.close()
     return stages, states
 
 
@@ -122,18 +135,21 @@ def check_chain(
     cuts: list[int],
     last_epoch: int,
     enter_next_epoch: bool = False,
+    reference: list[Record] | None = None,
 ) -> None:
-    """The properties of a resume chain against the uninterrupted run with ``worlds[0]`` ranks."""
-    reference = consume([make(r, worlds[0]) for r in range(worlds[0])], 1, last_epoch)
+    """The properties of a resume chain against the uninterrupted run with ``worlds[0]`` ranks
+    (``reference``: that run if the caller has it, e.g. from loaders without workers)."""
+    if reference is None:
+        reference = run_all(make, worlds[0], last_epoch)
     stages, states = run_chain(make, worlds, cuts, last_epoch, enter_next_epoch)
     chain = [r for stage in stages for r in stage]
-    probe = make(0, 1)
-    uneven = probe.options.uneven
+    planner = make(0, 1).planner  # planning only: starts no workers
+    uneven = planner.options.uneven
     got, want = real_by_epoch(chain), real_by_epoch(reference)
     for epoch in range(1, last_epoch + 1):
         seen = got.get(epoch, [])
         assert len(set(seen)) == len(seen), f"epoch {epoch}: a sequence came twice"
-        order = probe.planner.sub_epoch_order(epoch).tolist()
+        order = planner.sub_epoch_order(epoch).tolist()
         if uneven == "drop":
             assert set(seen) <= set(order)
         else:
@@ -154,44 +170,47 @@ def check_chain(
             assert all(e != state["epoch"] for e, _, _ in after)
 
 
-def loader_factory(source: sl.MemorySource, **options: object) -> MakeLoader:
+def loader_factory(source: sl.Source, **options: object) -> MakeLoader:
     def make(rank: int, world: int) -> sl.SeqLoader:
         return sl.SeqLoader(source, rank=rank, world_size=world, **options)
 
     return make
 
 
-ORDERINGS = ["default", "random", "laplace:.4", "sort_bin_shuffle:.5", "sorted"]
+# ---- over plan options and corpora (hypothesis, no workers) ----
+
+#: Plan options the property draws, one line each (orderings: ``conftest.ORDERINGS``).
+OPTION_STRATEGIES = {
+    "ordering": st.sampled_from(ORDERINGS),
+    "partition_epoch": st.integers(1, 2),
+    "uneven": st.sampled_from(["split", "pad", "drop"]),
+    "max_seqs": st.one_of(st.none(), st.integers(1, 5)),
+    "max_frames": st.one_of(st.none(), st.integers(20, 80)),
+    "seed": st.integers(0, 5),
+}
+
+#: Corpora the property draws: name -> (n, seed) -> source whose frames hold their own index.
+SOURCES: dict[str, Callable[[int, int], sl.Source]] = {
+    "index": corpus,
+}
 
 
 @settings(max_examples=60, deadline=None)
 @given(
     n=st.integers(0, 45),
     seed=st.integers(0, 5),
-    ordering=st.sampled_from(ORDERINGS),
-    partition_epoch=st.integers(1, 2),
-    uneven=st.sampled_from(["split", "pad", "drop"]),
-    max_seqs=st.one_of(st.none(), st.integers(1, 5)),
-    max_frames=st.one_of(st.none(), st.integers(20, 80)),
+    source=st.sampled_from(sorted(SOURCES)),
+    options=st.fixed_dictionaries(OPTION_STRATEGIES),
     worlds=st.lists(st.integers(1, 4), min_size=1, max_size=3),
     cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
     enter_next_epoch=st.booleans(),
 )
-def test_resume_chains_property(
-    n, seed, ordering, partition_epoch, uneven, max_seqs, max_frames, worlds, cuts, enter_next_epoch
-) -> None:
-    """Random (corpus, W, W', W'', k, partition_epoch, ordering, uneven, limits): resuming after k
-    steps, once or twice, elastic or not, at step 0, mid-epoch, at an epoch's end or across it."""
-    make = loader_factory(
-        corpus(n, seed),
-        ordering=ordering,
-        partition_epoch=partition_epoch,
-        uneven=uneven,
-        max_seqs=max_seqs,
-        max_frames=max_frames,
-        seed=seed,
-    )
-    check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1, enter_next_epoch)
+def test_resume_chains_property(n, seed, source, options, worlds, cuts, enter_next_epoch) -> None:
+    """Random (corpus, W, W', W'', k, plan options): resuming after k steps, once or twice,
+    elastic or not, at step 0, mid-epoch, at an epoch's end or across it."""
+    make = loader_factory(SOURCES[source](n, seed), **options)
+    last_epoch = options["partition_epoch"] + 1
+    check_chain(make, worlds, cuts[: len(worlds) - 1], last_epoch, enter_next_epoch)
 
 
 @pytest.mark.parametrize(
@@ -209,17 +228,76 @@ def test_save_load_at_every_step(worlds: list[int], uneven: str) -> None:
         max_seqs=3,
         max_frames=40,
     )
-    total = len(consume([make(r, worlds[0]) for r in range(worlds[0])], 1, 3))
+    reference = run_all(make, worlds[0], 3)
+    total = len(reference)
     assert total >= 6
     for k in range(total + 1):
         for enter in (False, True):
-            check_chain(make, worlds, [k], 3, enter)
+            check_chain(make, worlds, [k], 3, enter, reference)
 
 
 def test_resume_twice_elastic_example() -> None:
     """2 -> 3 -> 1 ranks, on a corpus size that divides by nothing convenient."""
     make = loader_factory(corpus(97, seed=2), ordering="random", max_seqs=4, max_frames=50)
     check_chain(make, [2, 3, 1], [5, 4], 1)
+
+
+# ---- over DataLoader worker settings x interrupt points ----
+
+WORKER_PLAN = {"ordering": "laplace:.5", "partition_epoch": 2, "max_seqs": 3, "max_frames": 40}
+WORKER_EPOCHS = 3  # two sub-epochs (one full epoch) and the first of the next
+
+WORKER_SETTINGS = [
+    pytest.param({"num_workers": 0}, id="0 workers"),
+    pytest.param(
+        {"num_workers": 2, "persistent_workers": False},
+        id="2 workers",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        {"num_workers": 2, "persistent_workers": True},
+        id="2 persistent workers",
+        marks=pytest.mark.slow,
+    ),
+]
+
+#: name -> (world sizes of the stages, the cut given epoch 1's steps and all steps, enter the next
+#: epoch when the cut is at an epoch's end)
+INTERRUPTS: dict[str, tuple[list[int], Callable[[int, int], int], bool]] = {
+    "at step 0": ([1, 1], lambda first, total: 0, False),
+    "mid-epoch, 2 ranks": ([2, 2], lambda first, total: first // 2, False),
+    "at the epoch's end": ([1, 1], lambda first, total: first, False),
+    "across the epoch boundary": ([1, 1], lambda first, total: first, True),
+    "in the next full epoch": ([1, 1], lambda first, total: total - 1, False),
+    "at the run's end": ([1, 1], lambda first, total: total, False),
+    "elastic 2 -> 1 ranks mid-epoch": ([2, 1], lambda first, total: first // 2 + 1, False),
+}
+
+
+@cache
+def worker_reference(world: int) -> tuple[Record, ...]:
+    """The uninterrupted run in the main process (C3: the same with any worker setting)."""
+    return tuple(run_all(loader_factory(corpus(47, seed=4), **WORKER_PLAN), world, WORKER_EPOCHS))
+
+
+@pytest.mark.parametrize("interrupt", list(INTERRUPTS))
+@pytest.mark.parametrize("workers", WORKER_SETTINGS)
+def test_resume_with_dataloader_workers(workers: dict, interrupt: str) -> None:
+    """Loaders with real DataLoader workers (persistent or started per epoch) are interrupted,
+    their state goes through JSON into fresh loaders with workers, and the rest equals the
+    uninterrupted run without workers batch for batch, tensor bytes included."""
+    worlds, cut, enter = INTERRUPTS[interrupt]
+    reference = list(worker_reference(worlds[0]))
+    first = sum(1 for epoch, _, _ in reference if epoch == 1)
+    k = cut(first, len(reference))
+    assert 0 <= k <= len(reference)
+    make = loader_factory(corpus(47, seed=4), **WORKER_PLAN, **workers)
+    with make(0, 1) as loader:  # the setting really runs worker processes
+        batches = loader.epoch(1)
+        next(batches)
+        assert len(children()) == workers["num_workers"]
+        batches.close()
+    check_chain(make, worlds, [k], WORKER_EPOCHS, enter, reference)
 
 
 class ReadLog:
@@ -259,7 +337,7 @@ def test_prefetched_batches_are_not_consumed(tmp_path: Path, workers: int, resum
     log = tmp_path / "reads"
     src = ReadLog(corpus(60, seed=1), log)
     options = {"ordering": "random", "max_seqs": 1, "seed": 5}
-    reference = consume([sl.SeqLoader(src.source, rank=0, world_size=1, **options)], 1, 1)
+    reference = run_all(loader_factory(src.source, **options), 1, 1)
     loader = sl.SeqLoader(
         src, rank=0, world_size=1, num_workers=workers, prefetch_factor=2, **options
     )
