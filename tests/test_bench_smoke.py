@@ -1,5 +1,5 @@
 """``python -m benchmarks --quick`` on a tiny corpus, as a subprocess: it finishes, writes the JSON
-and the PNG, and the JSON holds every field the issue asks for (no timing assertions)."""
+and the PNG, and the JSON holds every pipeline's metrics (no timing assertions)."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def test_handover_ablation_runs_every_variant(tmp_path):
     assert set(summary) == {"torch-transport", "fresh-segments", "slots", "slots+receiver"}
     for v in summary.values():
         assert 0 < v["computation_pct"] <= 100
-        assert v["batch_bytes"] > 5 * 2**20  # the ~6 MB batches the brief measured
+        assert v["batch_bytes"] > 5 * 2**20  # the ~6 MB batches of the reference setup
         assert v["trainer_thread_cpu_ms_per_batch"] <= v["main_cpu_ms_per_batch"] + 1e-6
 
 

@@ -130,7 +130,7 @@ def test_partition_epoch_cuts_like_returnn(n: int, partition_epoch: int, orderin
         np.testing.assert_array_equal(planner.sub_epoch_order(epoch), np.asarray(expected))
 
 
-@settings(deadline=None)  # a shared CI machine can pause any example past hypothesis' 200 ms
+@settings(deadline=None)  # a busy machine can pause any example past hypothesis' 200 ms
 @given(st.integers(0, 10_000), st.integers(1, 50))
 def test_part_bounds_tile_the_epoch(n: int, parts: int) -> None:
     cuts = [part_bounds(n, parts, p) for p in range(parts)]
