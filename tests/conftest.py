@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -108,7 +109,15 @@ def summary(batches: Iterable[sl.Batch]) -> list[tuple[int, int, tuple[int, ...]
     return out
 
 
-# ---- process resources ----
+# ---- processes and their resources ----
+
+
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on (for a process group's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
 
 # process-lifetime helpers of multiprocessing, started by whichever test first uses spawn: not ours
 _HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")

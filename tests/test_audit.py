@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from conftest import index_corpus
+from conftest import free_port, index_corpus
 from seqloader.errors import AuditError, AuditWarning, OptionError, SequenceSkipped
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.torch.checks import CheckOptions
@@ -198,19 +197,13 @@ _DIST_SCRIPT = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_audit_across_ranks_with_a_process_group():
     """Two real processes (gloo): one all_gather_object at the epoch end checks the union; two
     processes that both act as rank 0 fail the audit on both ranks (no hang)."""
     env = {
         **os.environ,
         "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
+        "MASTER_PORT": str(free_port()),
         "WORLD_SIZE": "2",
         "TESTS_DIR": os.path.dirname(__file__),
         "OMP_NUM_THREADS": "1",

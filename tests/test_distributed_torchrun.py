@@ -33,6 +33,7 @@ from ddp_common import (
 )
 
 import seqloader as sl
+from conftest import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -122,11 +123,7 @@ def test_two_nodes_use_global_ranks(tmp_path: Path) -> None:
     """Multi-node as torchrun runs it: two launchers (node ranks 0 and 1, two processes each)
     meet at one rendezvous address. LOCAL_RANK repeats across nodes; the loader must use the
     global rank, or node 1 would replay node 0's share."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = []
     for node in (0, 1):
