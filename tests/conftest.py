@@ -18,8 +18,9 @@ import pytest
 import seqloader as sl
 
 #: Every ordering family (with and without RETURNN's ``:K``) for the property tests of planning
-#: (test_plan_properties) and resume (test_resume). A new ordering is one line here; bins are
-#: small enough that corpora of a few dozen sequences get several.
+#: (test_plan_properties), resume (test_resume_plan, test_resume) and the epoch audit
+#: (test_audit). A new ordering is one line here; bins are small enough that corpora of a few
+#: dozen sequences get several.
 ORDERINGS = [
     "default",
     "reverse",

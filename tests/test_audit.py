@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from conftest import free_port, index_corpus
+from conftest import ORDERINGS, free_port, index_corpus
 from seqloader.errors import AuditError, AuditWarning, OptionError, SequenceSkipped
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.torch.checks import CheckOptions
@@ -35,7 +35,7 @@ def run_epoch(loader: sl.SeqLoader, epoch: int = 1) -> sl.EpochReport:
 @settings(max_examples=30, deadline=None)
 @given(
     n=st.integers(1, 70),
-    ordering=st.sampled_from(["default", "random", "laplace:.8", "sorted_reverse"]),
+    ordering=st.sampled_from(ORDERINGS),
     max_seqs=st.integers(1, 6),
     partition=st.integers(1, 3),
     world=st.integers(1, 3),

@@ -10,19 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import ORDERINGS
 from seqloader.errors import ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.position import segment_plan
-
-ORDERINGS = [
-    "default",
-    "random",
-    "sorted_reverse",
-    "laplace:3",
-    "laplace:.4",
-    "sort_bin_shuffle:.5",
-]
 
 
 def real_seqs(plan: GlobalPlan, from_step: int, to_step: int) -> np.ndarray:
