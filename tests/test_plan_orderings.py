@@ -230,3 +230,87 @@ def test_keep_order_for_k_epochs(ordering: str) -> None:
     base = ordering.rsplit(":", 1)[0] if ordering.count(":") == 2 else ordering.split(":")[0]
     plain = Planner({"data": lengths}, PlanOptions(ordering=base, seed=3, partition_epoch=2))
     assert np.array_equal(plain.sub_epoch_order(1), orders[0])  # K groups, same orders as K=1
+
+
+RETURNN_ORDERINGS = [*ORDERINGS, "random:3", "laplace:.7:2", "sort_bin_shuffle_x2:4:3"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    lengths_st.filter(len),
+    st.sampled_from(RETURNN_ORDERINGS),
+    st.integers(1, 4),
+    st.integers(0, 2**20),
+    st.integers(1, 13),
+)
+def test_returnn_seeding_is_returnns_own_order(
+    lengths: np.ndarray, text: str, partition_epoch: int, offset: int, epoch: int
+) -> None:
+    """``seeding="returnn"``: RETURNN's own draws (no shared-stream trick): the sub-epoch order
+    equals ``Dataset.get_seq_order_for_epoch`` for any epoch, partition and seed offset."""
+    basic = pytest.importorskip("returnn.datasets.basic")
+    dataset = basic.Dataset(
+        seq_ordering=text, partition_epoch=partition_epoch, random_seed_offset=offset
+    )
+    expected = dataset.get_seq_order_for_epoch(epoch, len(lengths), lambda i: int(lengths[i]))
+    options = PlanOptions(
+        ordering=text, partition_epoch=partition_epoch, seed=offset, seeding="returnn"
+    )
+    planner = Planner({"data": lengths}, options)
+    np.testing.assert_array_equal(planner.sub_epoch_order(epoch), np.asarray(expected))
+    # random_seed_offset distribution: rank r is RETURNN with offset + 16127 r
+    rank_dataset = basic.Dataset(seq_ordering=text, partition_epoch=partition_epoch,
+                                 random_seed_offset=offset + 2 * 16127)  # fmt: skip
+    expected = rank_dataset.get_seq_order_for_epoch(epoch, len(lengths), lambda i: int(lengths[i]))
+    np.testing.assert_array_equal(planner.sub_epoch_order(epoch, 2), np.asarray(expected))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.integers(3, 200),  # RETURNN itself fails on fewer sequences than sort_bin_shuffle bins
+    st.sampled_from(["random", "laplace:.5", "sort_bin_shuffle:3", "sorted"]),
+    st.integers(1, 3),
+    st.integers(0, 1000),
+    st.integers(1, 6),
+)
+def test_returnn_seeding_filters_after_ordering_like_returnn(
+    n: int, text: str, partition_epoch: int, data_seed: int, epoch: int
+) -> None:
+    """RETURNN applies ``seq_list_filter_file`` after ordering and cutting the sub-epoch (so the
+    random order of the kept sequences is the one of the whole corpus); ``max_seq_length`` is a
+    filter of its batching, also after the order. ``excluded`` and the length filters do the same
+    under ``seeding="returnn"``; the kept sequences still form each full epoch exactly once."""
+    basic = pytest.importorskip("returnn.datasets.basic")
+    rng = np.random.default_rng(data_seed)
+    lengths = rng.integers(1, 50, size=n)
+    listed = rng.random(n) < 0.7
+    listed[0] = True  # RETURNN asserts a non-empty sub-epoch after filtering
+    tags = [f"seq-{i}" for i in range(n)]
+
+    class Tagged(basic.Dataset):
+        def get_all_tags(self):
+            return tags
+
+        def get_total_num_seqs(self, *, fast=False):
+            return n
+
+    dataset = Tagged(seq_ordering=text, partition_epoch=partition_epoch, random_seed_offset=3)
+    dataset.seq_tags_filter = {t for t, keep in zip(tags, listed) if keep}
+    options = PlanOptions(
+        ordering=text, partition_epoch=partition_epoch, seed=3, seeding="returnn",
+        max_seq_length=40,
+    )  # fmt: skip
+    planner = Planner({"data": lengths}, options, tags, excluded={"not listed": ~listed})
+    assert planner.admission.filtered.get("not listed", 0) == int(np.count_nonzero(~listed))
+    full = []
+    first = (epoch - 1) // partition_epoch * partition_epoch + 1  # the full epoch of `epoch`
+    for e in range(first, first + partition_epoch):
+        try:
+            expected = dataset.get_seq_order_for_epoch(e, n, lambda i: int(lengths[i]))
+        except AssertionError:  # RETURNN: a sub-epoch empty after its filter
+            expected = []
+        expected = [i for i in expected if lengths[i] <= 40]  # its batching's length filter
+        got = planner.sub_epoch_order(e)
+        np.testing.assert_array_equal(got, np.asarray(expected, dtype=np.int64))
+        full.extend(got.tolist())
+    assert sorted(full) == np.flatnonzero(listed & (lengths <= 40)).tolist()  # exactly once

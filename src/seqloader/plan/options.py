@@ -26,6 +26,7 @@ ORDERING_KINDS = (
     "sort_bin_shuffle_x2",
 )
 DISTRIBUTIONS = ("shard", "random_seed_offset")
+SEEDINGS = ("seqloader", "returnn")
 UNEVEN_POLICIES = ("split", "pad", "drop")
 
 _ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?(?::(?P<keep>\d+))?$")
@@ -122,6 +123,12 @@ class PlanOptions:
       own permutation of all data; an epoch then covers the data ``world_size`` times).
     - ``uneven``: the last round when batches don't divide by the world size: ``split``, ``pad``,
       ``drop``.
+    - ``seeding``: ``seqloader`` (default: ``SeedSequence([seed, ...])`` streams, filters before
+      ordering) or ``returnn``: RETURNN's own order for RETURNN configs — its random draws
+      (``RandomState(full_epoch // K + 1 + seed)``, ``seed`` being RETURNN's
+      ``random_seed_offset``; ``+ 16127 * rank`` under ``random_seed_offset`` distribution), the
+      whole data ordered and cut into sub-epochs before filters drop sequences (see
+      docs/migrating.md).
     """
 
     ordering: str = "default"
@@ -134,6 +141,7 @@ class PlanOptions:
     uneven: str = "split"
     seed: int = 1
     length_key: str | None = None
+    seeding: str = "seqloader"
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -155,6 +163,13 @@ class PlanOptions:
             raise OptionError(
                 f"distribution: got {self.distribution!r}, expected one of {DISTRIBUTIONS}"
             )
+        if self.seeding not in SEEDINGS:
+            raise OptionError(f"seeding: got {self.seeding!r}, expected one of {SEEDINGS}")
+        if self.seeding == "returnn" and self.seed >= 2**31:
+            raise OptionError(
+                f"seed: got {self.seed}, expected < 2**31 with seeding='returnn' (RETURNN's "
+                "RandomState takes 32-bit seeds)"
+            )
         if self.uneven not in UNEVEN_POLICIES:
             raise OptionError(f"uneven: got {self.uneven!r}, expected one of {UNEVEN_POLICIES}")
         if self.length_key is not None and not isinstance(self.length_key, str):
@@ -172,6 +187,8 @@ class PlanOptions:
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("_parsed", None)
+        if d["seeding"] == "seqloader":
+            d.pop("seeding")  # the default: fingerprints of earlier plans stay valid
         d["ordering"] = str(self._parsed)
         return d
 

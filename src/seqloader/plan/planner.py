@@ -19,7 +19,7 @@ from seqloader.plan.batching import greedy_bounds
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import order_sequences
-from seqloader.plan.seeding import PURPOSE_ORDER, rng_for
+from seqloader.plan.seeding import PURPOSE_ORDER, returnn_rng, rng_for
 from seqloader.plan.topology import Topology
 
 #: Bumped whenever the same options and data would give another plan (orderings, batching, split).
@@ -45,8 +45,10 @@ def admit(
     options: PlanOptions,
     tags: Sequence[str] | None = None,
     origin: str = "",
+    excluded: Mapping[str, np.ndarray] | None = None,
 ) -> Admission:
-    """Apply ``max_seq_length`` / ``min_seq_length``; then check that every admitted sequence fits
+    """Apply ``excluded`` (reason -> bool mask ``[n]``, e.g. RETURNN's ``seq_list_filter_file``),
+    ``max_seq_length`` / ``min_seq_length``; then check that every admitted sequence fits
     ``max_frames`` alone, else raise naming the first offender and the option that filters it."""
     main = lengths[length_key]
     keep = np.ones(len(main), dtype=bool)
@@ -61,6 +63,13 @@ def admit(
             examples[reason] = np.flatnonzero(hit)[:5].tolist()
             keep[hit] = False
 
+    for reason, mask in (excluded or {}).items():
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != main.shape:
+            raise OptionError(
+                f"excluded[{reason!r}]: got shape {mask.shape}, expected {main.shape}"
+            )
+        drop(reason, mask)
     limits = options.max_seq_length
     if isinstance(limits, Mapping):
         for key, limit in limits.items():
@@ -138,7 +147,12 @@ class Planner:
         options: PlanOptions,
         tags: Sequence[str] | None = None,
         origin: str = "",
+        order_lengths: np.ndarray | None = None,
+        excluded: Mapping[str, np.ndarray] | None = None,
     ) -> None:
+        """``order_lengths``: what sorting orderings sort by, int64 ``[n]`` (default: the length
+        key's lengths; RETURNN sorts OggZip corpora by ``int(duration * 100)``). ``excluded``:
+        reason -> bool mask ``[n]`` of sequences left out like filtered ones."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
         key = options.length_key or ("data" if "data" in lengths else next(iter(lengths)))
@@ -147,7 +161,20 @@ class Planner:
         self.options = options
         self.length_key = key
         self.lengths = np.ascontiguousarray(lengths[key], dtype=np.int64)
-        self.admission = admit(lengths, key, options, tags, origin)
+        self.order_lengths = self.lengths
+        if order_lengths is not None:
+            self.order_lengths = np.ascontiguousarray(order_lengths, dtype=np.int64)
+            if self.order_lengths.shape != self.lengths.shape:
+                raise OptionError(
+                    f"order_lengths: got shape {self.order_lengths.shape}, expected "
+                    f"{self.lengths.shape} (one per sequence)"
+                )
+        self.admission = admit(lengths, key, options, tags, origin, excluded)
+        self._extra = b"" if order_lengths is None else self.order_lengths.tobytes()
+        for reason, mask in sorted((excluded or {}).items()):
+            self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
+        self._admitted_mask = np.zeros(len(self.lengths), dtype=bool)
+        self._admitted_mask[self.admission.admitted] = True
 
     @property
     def num_admitted(self) -> int:
@@ -160,15 +187,19 @@ class Planner:
         ``shard`` it is always 0 (one order for all ranks).
         """
         ep = EpochIndex(epoch, self.options.partition_epoch)
-        admitted = self.admission.admitted
         ordering = self.options.parsed_ordering
-        rng = rng_for(
-            self.options.seed, PURPOSE_ORDER, ordering.seed_epoch(ep.full_epoch), order_rank
-        )
-        perm = order_sequences(self.lengths[admitted], ordering, rng)
-        full = admitted[perm]  # [n_admitted]
+        seed_epoch = ordering.seed_epoch(ep.full_epoch)
+        if self.options.seeding == "returnn":
+            # RETURNN orders every sequence and cuts the sub-epoch before any filter drops some
+            pool = np.arange(len(self.lengths), dtype=np.int64)
+            rng = returnn_rng(seed_epoch, self.options.seed, order_rank)
+        else:
+            pool = self.admission.admitted
+            rng = rng_for(self.options.seed, PURPOSE_ORDER, seed_epoch, order_rank)
+        full = pool[order_sequences(self.order_lengths[pool], ordering, rng)]  # [n_pool]
         lo, hi = part_bounds(len(full), self.options.partition_epoch, ep.part)
-        return full[lo:hi]
+        part = full[lo:hi]
+        return part[self._admitted_mask[part]] if len(pool) != self.num_admitted else part
 
     def batches(self, order: np.ndarray) -> BatchList:
         """Greedy batches over ``order`` (sequence indices)."""
@@ -201,4 +232,5 @@ class Planner:
         for part in (PLAN_ALGORITHM, source_fingerprint, self.options.to_json(), self.length_key):
             h.update(part.encode())
             h.update(b"\0")
+        h.update(self._extra)  # order lengths / exclusions, when given
         return h.hexdigest()[:32]

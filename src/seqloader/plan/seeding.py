@@ -12,3 +12,15 @@ PURPOSE_TRANSFORM = 2
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, *words])))
+
+
+#: RETURNN's seed distance between ranks under ``random_seed_offset`` distribution.
+RETURNN_RANK_SEED_STEP = 16127
+
+
+def returnn_rng(seed_epoch: int, offset: int, rank: int = 0) -> np.random.RandomState:
+    """RETURNN's ordering draws: ``RandomState(seed_epoch + 1 + offset + 16127 * rank)``
+    (``Dataset._get_random_seed_for_epoch`` with its per-rank default offset). ``seed_epoch`` is the
+    0-based full epoch after RETURNN's ``:K`` grouping."""
+    value = seed_epoch + 1 + offset + RETURNN_RANK_SEED_STEP * rank
+    return np.random.RandomState(value)
