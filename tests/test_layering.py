@@ -26,8 +26,19 @@ ALLOWED: dict[str, set[str]] = {
     "audio": {"errors", "sources", "loading", "audio"},
     "synthetic": {"errors", "sources", "audio", "synthetic"},
     "torch": {"errors", "plan", "sources", "loading", "torch"},
+    "returnn": {"errors", "plan", "sources", "loading", "audio", "torch", "returnn"},
     "cli": {"errors", "plan", "sources", "loading", "audio", "synthetic", "torch", "cli", "face"},
-    "face": {"errors", "plan", "sources", "loading", "audio", "synthetic", "torch", "face"},
+    "face": {
+        "errors",
+        "plan",
+        "sources",
+        "loading",
+        "audio",
+        "synthetic",
+        "torch",
+        "returnn",
+        "face",
+    },
 }
 # layers that must not import PyTorch (the I/O layers, pure planning, batch execution, corpora)
 TORCH_FREE = {"errors", "plan", "sources", "loading", "audio", "synthetic"}
@@ -104,13 +115,13 @@ def test_plan_imports_only_numpy_and_errors():
 
 
 def test_torch_only_in_torch_glue():
-    """Only ``seqloader.torch`` (and the CLI and package face above it) import ``seqloader.torch``;
-    the torch-free layers import no torch at all."""
+    """Only ``seqloader.torch`` (and the CLI, the RETURNN adapter and the package face above it)
+    import ``seqloader.torch``; the torch-free layers import no torch at all."""
     bad = []
     for module, imported in graph().items():
         layer = layer_of(module)
         for name in imported:
-            if name.startswith("seqloader.torch") and layer not in {"torch", "cli", "face"}:
+            if name.startswith("seqloader.torch") and layer not in {"torch", "cli", "returnn", "face"}:
                 bad.append(f"{module} imports {name}")
             if name.split(".")[0] == "torch" and layer in TORCH_FREE:
                 bad.append(f"{module} imports {name}")

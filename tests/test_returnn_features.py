@@ -71,9 +71,10 @@ def test_frames_are_returnns(fmt: str, rate: int, seconds: float, opts: dict) ->
 def test_the_issue_example_148_frames_not_145() -> None:
     """1.47 s at 16 kHz, 25 ms / 10 ms: RETURNN's centred frames are 148; LogMel's 145."""
     samples = round(1.47 * 16000)
-    assert ReturnnFeatures(features="log_mel_filterbank", num_feature_filters=80).num_frames(
-        samples
-    ) == 148
+    assert (
+        ReturnnFeatures(features="log_mel_filterbank", num_feature_filters=80).num_frames(samples)
+        == 148
+    )
     assert LogMel(16000, 80).num_frames(samples) == 145
 
 
@@ -153,3 +154,52 @@ def test_fit_frames_keeps_returnns_frames() -> None:
     np.testing.assert_array_equal(fit_frames(x, 5)[:4], x)
     np.testing.assert_array_equal(fit_frames(x, 5)[4], x[3])
     assert fit_frames(x[:0], 2).shape == (2, 3)
+
+
+@pytest.mark.parametrize("rounded", [False, True])
+def test_audio_source_gives_returnns_oggzip_frames(tmp_path, rounded: bool) -> None:
+    """RETURNN's own ``OggZipDataset`` on a zip vs ``AudioSource(zip, features=ReturnnFeatures)``,
+    per tag. With durations rounded to 10 ms in the listing (as corpus tools write them) the
+    planned frame count may differ from RETURNN's by a frame; every frame we deliver that RETURNN
+    also has is RETURNN's."""
+    audio_mod = pytest.importorskip("returnn.datasets.audio")
+    pytest.importorskip("librosa")
+    from seqloader.audio.source import AudioSource
+    from seqloader.synthetic.audio import write_audio_corpus
+
+    corpus = write_audio_corpus(tmp_path, 8, formats=("flac", "wav", "ogg"), seconds=(0.3, 1.6))
+    if rounded:
+        import ast
+        import zipfile
+
+        with zipfile.ZipFile(corpus.oggzip) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        listing = ast.literal_eval(members["corpus.txt"].decode())
+        for e in listing:
+            e["duration"] = round(e["duration"], 2)
+        members["corpus.txt"] = repr(listing).encode()
+        with zipfile.ZipFile(corpus.oggzip, "w") as z:
+            for n, blob in members.items():
+                z.writestr(n, blob)
+    audio = {"features": "log_mel_filterbank", "num_feature_filters": 40, "with_delta": True,
+             "norm_mean": "per_seq", "norm_std_dev": "per_seq"}  # fmt: skip
+    ref = audio_mod.OggZipDataset(corpus.oggzip, audio=audio, targets=None)
+    ref.init_seq_order(epoch=1)
+    ours = AudioSource(
+        corpus.oggzip, features=ReturnnFeatures.from_returnn(audio, sample_rate=16000)
+    )
+    by_tag = {ours.tag(i): i for i in range(len(ours))}
+    checked = 0
+    for k in range(ref.num_seqs):
+        ref.load_seqs(k, k + 1)
+        expected = ref.get_data(k, "data")
+        i = by_tag[ref.get_tag(k)]
+        got = ours.read(i)["data"]
+        assert len(got) == ours.lengths("data")[i]  # the plan holds
+        if not rounded:
+            assert len(got) == len(expected)
+        common = min(len(got), len(expected))
+        assert abs(len(got) - len(expected)) <= 2
+        assert_close(expected[:common], got[:common])
+        checked += 1
+    assert checked == len(ours) == 8

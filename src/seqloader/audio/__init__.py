@@ -6,6 +6,7 @@ imports torch (see docs/architecture.md).
 """
 
 from seqloader.audio.features import LogMel
+from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.source import AudioOptions, AudioSource
 from seqloader.audio.vocab import SentencePieceVocab, TokenVocab, Vocabulary
 
@@ -13,6 +14,7 @@ __all__ = [
     "AudioOptions",
     "AudioSource",
     "LogMel",
+    "ReturnnFeatures",
     "SentencePieceVocab",
     "TokenVocab",
     "Vocabulary",

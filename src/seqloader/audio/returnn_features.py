@@ -334,13 +334,33 @@ def slaney_mel_matrix(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float
     return weights
 
 
+@lru_cache(maxsize=16)
+def _mel_bands(
+    sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float
+) -> tuple[tuple[int, int, np.ndarray], ...]:
+    """Each filter as (first bin, end bin, float64 weights ``[end - first, 1]``): its support."""
+    bands = []
+    for row in slaney_mel_matrix(sr, n_fft, n_mels, fmin, fmax).astype(np.float64):
+        nz = np.flatnonzero(row)
+        lo, hi = (int(nz[0]), int(nz[-1]) + 1) if len(nz) else (0, 0)
+        bands.append((lo, hi, row[lo:hi, None].copy()))
+    return tuple(bands)
+
+
 def _mel_power(
     f: ReturnnFeatures, y: np.ndarray, n_mels: int, fmin: float, fmax: Any, center: bool
-):
-    """Mel power spectrogram ``[n_mels, T]`` (librosa's ``melspectrogram``, float64)."""
+) -> np.ndarray:
+    """Mel power spectrogram ``[n_mels, T]`` (librosa's ``melspectrogram``, float64). Each filter
+    sums only its own bins with numpy's elementwise loops: no BLAS, whose threads made the cost
+    depend on the machine's load (10x slower on a busy 2-core machine)."""
     top = float(f.sample_rate) / 2 if fmax is None else fmax
-    mel = slaney_mel_matrix(f.sample_rate, f.n_fft, n_mels, float(fmin), float(top))
-    return mel.astype(np.float64) @ power_spectrum(y, f.n_fft, f.hop, f.n_fft, center)
+    power = power_spectrum(y, f.n_fft, f.hop, f.n_fft, center)  # [F, T]
+    bands = _mel_bands(f.sample_rate, f.n_fft, n_mels, float(fmin), float(top))
+    out = np.zeros((n_mels, power.shape[1]))
+    for i, (lo, hi, w) in enumerate(bands):
+        if hi > lo:
+            out[i] = np.sum(power[lo:hi] * w, axis=0)
+    return out
 
 
 def power_to_db(s: np.ndarray, amin: float = 1e-10, top_db: float = 80.0) -> np.ndarray:
@@ -385,7 +405,7 @@ def _mfcc(f: ReturnnFeatures, y: np.ndarray) -> np.ndarray:
     n = f.num_feature_filters
     assert n is not None
     db = power_to_db(_mel_power(f, y, o["n_mels"], o["fmin"], o["fmax"], o["center"]))
-    coeffs = _dct_matrix(o["n_mels"])[:n] @ db  # [n, T]
+    coeffs = np.einsum("km,mt->kt", _dct_matrix(o["n_mels"])[:n], db)  # [n, T], no BLAS
     coeffs[0] = rms(y, f.n_fft, f.hop, o["center"])  # energy replaces c0, RETURNN's convention
     return coeffs.T.astype(np.float32)
 
@@ -433,7 +453,7 @@ def delta(data: np.ndarray, order: int, width: int = _DELTA_WIDTH) -> np.ndarray
     c = _savgol_coeffs(width, order)
     out = np.zeros_like(x)
     windows = np.lib.stride_tricks.sliding_window_view(x, width, axis=0)  # [T - 2h, n, width]
-    out[half : t - half] = windows @ c
+    out[half : t - half] = np.einsum("tnw,w->tn", windows, c)
     # The edge polynomials have degree `order`, so their `order`-th derivative is the constant
     # order! * leading coefficient, the same for every edge frame.
     pos, scale = np.arange(width), float(np.prod(np.arange(1, order + 1)))

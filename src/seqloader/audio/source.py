@@ -30,6 +30,7 @@ import numpy as np
 from seqloader.audio.features import LogMel
 from seqloader.audio.manifest import Manifest, StringTable, open_manifest
 from seqloader.audio.resample import resample, speed_length
+from seqloader.audio.returnn_features import ReturnnFeatures, fit_frames
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError, SequenceSkipped
 from seqloader.sources.base import KeySpec, SourceMetadata, fingerprint_of
@@ -44,7 +45,10 @@ class AudioOptions:
 
     - ``sample_rate``: rate of ``audio`` and of the features; files at other rates are resampled.
       Default: ``features.sample_rate``, else 16000.
-    - ``features``: ``LogMel`` options for the ``data`` key (None: no ``data`` key).
+    - ``features``: ``LogMel`` options for the ``data`` key (None: no ``data`` key), or
+      ``ReturnnFeatures`` for RETURNN's frames: computed on the whole decoded file as RETURNN does
+      (no resampling: a file at another rate is an error, as in RETURNN), then cropped or
+      edge-padded to the planned frame count when the manifest's duration is rounded.
     - ``defer_features``: ``read`` returns the waveform as ``audio`` and leaves ``data`` to the
       loader's transform (``transforms.Features`` after wave-level steps such as speed
       perturbation); planning still counts ``data`` frames.
@@ -57,7 +61,7 @@ class AudioOptions:
     """
 
     sample_rate: int | None = None
-    features: LogMel | None = None
+    features: LogMel | ReturnnFeatures | None = None
     defer_features: bool = False
     min_speed: float = 1.0
     length_tolerance_s: float = 0.02
@@ -67,8 +71,10 @@ class AudioOptions:
         sr = self.sample_rate
         if sr is not None and (not isinstance(sr, int) or sr < 1):
             raise OptionError(f"sample_rate: got {sr!r}, expected an int >= 1 or None")
-        if self.features is not None and not isinstance(self.features, LogMel):
-            raise OptionError(f"features: got {self.features!r}, expected a LogMel or None")
+        if self.features is not None and not isinstance(self.features, LogMel | ReturnnFeatures):
+            raise OptionError(
+                f"features: got {self.features!r}, expected a LogMel, ReturnnFeatures or None"
+            )
         if self.features is not None and sr is not None and sr != self.features.sample_rate:
             raise OptionError(
                 f"sample_rate={sr} differs from features.sample_rate="
@@ -228,11 +234,12 @@ class AudioSource(SourceMetadata):
         out: dict[str, np.ndarray] = {}
         keys, o = self._keys, self.options
         if "audio" in keys or "data" in keys:
-            wave = self._read_wave(index, m, j)
+            whole = self._read_wave(index, m, j)  # checked against the plan, not yet fitted
+            wave = _fit(whole, int(self._samples[index]))
             if o.defer_features or "audio" in keys:
                 out["audio"] = wave
             if "data" in keys and not o.defer_features:
-                out["data"] = o.features(wave)  # type: ignore[misc]
+                out["data"] = self._features(index, m, j, whole, wave)
         if "text" in keys:
             out["text"] = np.array(m.texts.raw(j))  # type: ignore[union-attr]
         if "classes" in keys:
@@ -253,7 +260,25 @@ class AudioSource(SourceMetadata):
             )
         return self._fingerprint
 
+    def durations(self) -> np.ndarray:
+        """Every utterance's manifest duration in seconds, float64 ``[n]``."""
+        return np.concatenate([m.durations for m in self._manifests])
+
     # ---- reading ----
+    def _features(
+        self, index: int, m: Manifest, j: int, whole: np.ndarray, wave: np.ndarray
+    ) -> np.ndarray:
+        """``data`` of the fitted ``wave``; RETURNN's features see the ``whole`` file (its peak,
+        per-sequence norms and last frames depend on every sample), then fit the plan."""
+        features = self.options.features
+        if not isinstance(features, ReturnnFeatures):
+            return features(wave)  # type: ignore[misc]
+        try:
+            data = features(whole)
+        except DataError as e:
+            self._fail(index, m, j, str(e), e)
+        return fit_frames(data, int(self._lengths["data"][index]))
+
     def _locate(self, index: int) -> tuple[Manifest, int]:
         if not 0 <= index < len(self):
             raise IndexError(f"AudioSource: sequence {index} out of range for {len(self)}")
@@ -261,12 +286,22 @@ class AudioSource(SourceMetadata):
         return self._manifests[k], index - int(self._starts[k])
 
     def _read_wave(self, index: int, m: Manifest, j: int) -> np.ndarray:
-        """Decode, mix to mono, resample to ``sample_rate`` and fit to the planned length."""
+        """Decode, mix to mono, resample to ``sample_rate``; check the length against the plan."""
         rate = self.options.rate
         try:
             wave, file_rate = m.read_audio(j)
         except Exception as e:  # soundfile, zipfile and OS errors all mean "unreadable"
             self._fail(index, m, j, f"cannot read the audio: {type(e).__name__}: {e}", e)
+        if file_rate != rate and isinstance(self.options.features, ReturnnFeatures):
+            self._fail(
+                index,
+                m,
+                j,
+                f"the file is at {file_rate} Hz, the RETURNN features at {rate} Hz; RETURNN does "
+                "not resample either ('currently no conversion implemented'): resample the "
+                "corpus, or use LogMel features",
+                None,
+            )
         if file_rate != rate:
             wave = resample(wave, file_rate, rate)
         want = int(self._samples[index])
@@ -280,10 +315,6 @@ class AudioSource(SourceMetadata):
                 "describe this file (regenerate it, or raise length_tolerance_s)",
                 None,
             )
-        if len(wave) > want:
-            return wave[:want]
-        if len(wave) < want:
-            return np.concatenate([wave, np.zeros(want - len(wave), dtype=np.float32)])
         return wave
 
     def _fail(
@@ -308,3 +339,12 @@ class AudioSource(SourceMetadata):
         return (
             f"AudioSource({first}{more}; {len(self)} utterances at {self.options.rate} Hz; {keys})"
         )
+
+
+def _fit(wave: np.ndarray, want: int) -> np.ndarray:
+    """Crop or zero-pad a decoded waveform to the planned ``want`` samples."""
+    if len(wave) > want:
+        return wave[:want]
+    if len(wave) < want:
+        return np.concatenate([wave, np.zeros(want - len(wave), dtype=np.float32)])
+    return wave
