@@ -121,7 +121,12 @@ def test_torch_only_in_torch_glue():
     for module, imported in graph().items():
         layer = layer_of(module)
         for name in imported:
-            if name.startswith("seqloader.torch") and layer not in {"torch", "cli", "returnn", "face"}:
+            if name.startswith("seqloader.torch") and layer not in {
+                "torch",
+                "cli",
+                "returnn",
+                "face",
+            }:
                 bad.append(f"{module} imports {name}")
             if name.split(".")[0] == "torch" and layer in TORCH_FREE:
                 bad.append(f"{module} imports {name}")
