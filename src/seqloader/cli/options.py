@@ -10,7 +10,7 @@ import argparse
 from dataclasses import dataclass
 
 from seqloader.cli.config import DataConfig, load_data
-from seqloader.plan.options import DISTRIBUTIONS, UNEVEN_POLICIES, PlanOptions
+from seqloader.plan.options import DISTRIBUTIONS, SEEDINGS, UNEVEN_POLICIES, PlanOptions
 from seqloader.sources.base import Source
 from seqloader.torch.loader import WorkerOptions
 
@@ -131,6 +131,15 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
         {
             "choices": UNEVEN_POLICIES,
             "help": "last round when batches don't divide by the world size",
+        },
+    ),
+    (
+        "--seeding",
+        "seeding",
+        {
+            "choices": SEEDINGS,
+            "help": "returnn: RETURNN's own order (its RandomState draws, filters after ordering; "
+            "--seed is its random_seed_offset)",
         },
     ),
     (
