@@ -94,6 +94,13 @@ CASES: dict[str, dict] = {
         "epoch": 2,
         "world": 3,
     },
+    "seeding returnn laplace:.12 partition 2 filters W2": {
+        "corpus": (173, 400, 13),
+        "options": {"ordering": "laplace:.12", "max_seqs": 6, "partition_epoch": 2,
+                    "max_seq_length": 350, "min_seq_length": 1, "seeding": "returnn", "seed": 7},
+        "epoch": 3,
+        "world": 2,
+    },
     "laplace:.10 elastic W3 -> W2 after 4 steps": {
         "corpus": (211, 300),
         "options": {"ordering": "laplace:.10", "max_seqs": 6, "max_frames": 1200, "seed": 1},
@@ -115,6 +122,7 @@ GOLDEN: dict[str, str] = {
     "sorted_reverse W8 infeasible split": "e2fed8cb67da209abd764892c5e8a3dab6b7decfff84bc31fa50a3543d256e08",
     "default pad with empties W4": "f7072a174616da16a773bcda14a4fa55ba1fe38169bf7c0f9e48764751b8b3c7",
     "random_seed_offset W3": "7483787f6ef094cc9e032b6270fef4a7fb65d597b3a7c1317e90063cc1687e84",
+    "seeding returnn laplace:.12 partition 2 filters W2": "ab7d22d0d2b1b0e222fdcfe2e064461303c135360c8bdf690bd192939b106acf",
     "laplace:.10 elastic W3 -> W2 after 4 steps": "a938a1b89fa2423cd0047c96971cca63023068ba2257c340ddfe25f2bdcf4df2",
 }  # fmt: skip
 
