@@ -33,7 +33,7 @@ from seqloader.audio.resample import resample, speed_length
 from seqloader.audio.returnn_features import ReturnnFeatures, fit_frames
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError, SequenceSkipped
-from seqloader.sources.base import KeySpec, SourceMetadata, fingerprint_of
+from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
 
 AUDIO_KEYS = ("data", "audio", "text", "classes")
 ON_ERROR = ("raise", "skip")
@@ -101,7 +101,7 @@ class AudioOptions:
 _OPTION_FIELDS = {f.name for f in fields(AudioOptions)}
 
 
-class AudioSource(SourceMetadata):
+class AudioSource(SourceBase):
     """Utterances of one or more manifests (``.jsonl`` or OggZip ``.zip``), in the given order.
 
     ``keys`` selects from ``data`` (log-mel, needs ``features``), ``audio`` (float32 waveform),
@@ -228,6 +228,18 @@ class AudioSource(SourceMetadata):
         """``MANIFEST line N (audio FILE)`` of sequence ``index``."""
         m, j = self._locate(index)
         return m.where(j)
+
+    def loader_needs(self) -> LoaderNeeds:
+        """With ``defer_features`` the transform computes ``data`` from the waveform."""
+        if not self.options.defer_features:
+            return LoaderNeeds()
+        return LoaderNeeds(
+            transform_keys=("data",),
+            why="was opened with defer_features=True, so it reads waveforms and leaves the "
+            "features ('data') to the transform",
+            fix="pass transform=seqloader.transforms.Features(features) (after any wave-level "
+            "transforms), or open the source without defer_features.",
+        )
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         m, j = self._locate(index)

@@ -20,6 +20,7 @@ from seqloader.cli.options import (
 )
 from seqloader.cli.output import human, mib, print_json, print_notes, progress
 from seqloader.sources.base import Source
+from seqloader.sources.hdf import HDFSource
 from seqloader.torch.report import EpochReport
 
 HELP = "throughput, time to first batch, CPU and memory, computation time %% with a simulated step"
@@ -126,15 +127,12 @@ def steady_computation_pct(report: EpochReport) -> float:
 def unmapped_files(source: Source) -> list[str]:
     """HDF files with keys the source reads through h5py rather than a memory map (chunked
     datasets, as RETURNN writes them); empty for other sources."""
-    mapped_keys = getattr(source, "mapped_keys", None)
-    if mapped_keys is None:
+    if not isinstance(source, HDFSource):
         return []
     try:
-        return [p for p, keys in mapped_keys().items() if set(source.keys) - set(keys)]
+        return [p for p, keys in source.mapped_keys().items() if set(source.keys) - set(keys)]
     finally:
-        close = getattr(source, "close", None)
-        if close is not None:
-            close()
+        source.close()
 
 
 def hint(

@@ -22,7 +22,7 @@ from seqloader.cli.config import HDF_SUFFIXES, load_data
 from seqloader.cli.options import add_output_options
 from seqloader.cli.output import human, print_json, progress_bar
 from seqloader.errors import OptionError
-from seqloader.sources.base import Schema, Source
+from seqloader.sources.base import Schema, Source, read_batch
 
 HELP = "chunked RETURNN HDF -> contiguous HDF, or audio manifest/OggZip -> HDF (atomic write)"
 
@@ -146,10 +146,7 @@ class CountingSource:
         return out
 
     def read_many(self, indices: np.ndarray) -> list[dict[str, np.ndarray]]:
-        read_many = getattr(self._source, "read_many", None)
-        if read_many is None:
-            return [self.read(int(i)) for i in indices]
-        out = read_many(indices)
+        out = read_batch(self._source, indices)
         self._bar.update(len(indices))
         return out
 

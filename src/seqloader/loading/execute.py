@@ -16,7 +16,7 @@ from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc, pad_batch, pad_empty
 from seqloader.loading.screen import nonfinite_messages
 from seqloader.plan.seeding import PURPOSE_TRANSFORM, rng_for
-from seqloader.sources.base import Source
+from seqloader.sources.base import ReadsMany, Source, declares, loader_needs
 
 Transform = Callable[[dict, np.random.Generator], dict]
 
@@ -43,14 +43,36 @@ def transform_rng(seed: int, epoch: int, seq_index: int) -> np.random.Generator:
 def read_sequences(
     source: Source, seqs: np.ndarray, skipped: list[tuple[int, str]] | None = None
 ) -> list[dict[str, np.ndarray]]:
-    """Read sequences, using the source's batched ``read_many`` when it has one.
+    """Read sequences, using the source's batched ``read_many`` when it has one (``ReadsMany``).
 
     With ``skipped`` given, a sequence whose ``read`` raises ``SequenceSkipped`` is left out of the
     result and ``(position in seqs, message)`` is appended; without it, the error propagates.
+    When ``read_many`` raises, the batch is read again one by one, so a skipped sequence is counted
+    and a broken one named exactly as for a source without ``read_many``; if every sequence reads
+    fine alone, the fault is ``read_many``'s own and its error propagates.
     """
-    read_many = getattr(source, "read_many", None)
-    if read_many is not None:
-        return read_many(seqs)
+    if not declares(source, ReadsMany):
+        return read_each(source, seqs, skipped)
+    try:
+        many = source.read_many(seqs)
+    except Exception:
+        before = len(skipped) if skipped is not None else 0
+        out = read_each(source, seqs, skipped)  # raises the named error of a broken sequence
+        if skipped is not None and len(skipped) > before:
+            return out
+        raise
+    if len(many) != len(seqs):
+        raise DataError(
+            f"{source!r}: read_many returned {len(many)} sequences for {len(seqs)} indices; "
+            "expected one per index, in order"
+        )
+    return list(many)
+
+
+def read_each(
+    source: Source, seqs: np.ndarray, skipped: list[tuple[int, str]] | None = None
+) -> list[dict[str, np.ndarray]]:
+    """``read`` one sequence at a time (``read_sequences`` without ``read_many``)."""
     out = []
     for pos, i in enumerate(seqs):
         try:
@@ -78,10 +100,10 @@ def _check_keys(source: Source, indices: np.ndarray, seqs: list[dict], transform
         missing = want - seq.keys()
         if not missing:
             continue
+        needs = loader_needs(source)
         hint = (
-            " (the transform must compute them: with defer_features=True, end it with "
-            "seqloader.transforms.Features(features))"
-            if transformed
+            f" (the source {needs.why}. Fix: {needs.fix})"
+            if transformed and missing & set(needs.transform_keys)
             else ""
         )
         raise DataError(

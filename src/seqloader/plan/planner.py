@@ -137,6 +137,11 @@ def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
+def default_length_key(keys: Sequence[str]) -> str:
+    """The key planning measures lengths on by default: ``data`` if present, else the first."""
+    return "data" if "data" in keys else keys[0]
+
+
 class Planner:
     """Plans epochs for one dataset. Pure: no torch, no I/O; every method is a function of the
     constructor arguments and its own arguments."""
@@ -155,7 +160,7 @@ class Planner:
         reason -> bool mask ``[n]`` of sequences left out like filtered ones."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
-        key = options.length_key or ("data" if "data" in lengths else next(iter(lengths)))
+        key = options.length_key or default_length_key(list(lengths))
         if key not in lengths:
             raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
         self.options = options

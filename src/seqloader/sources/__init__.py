@@ -1,18 +1,35 @@
 """Sources: random-access sequence stores (the only layer that does data I/O). Audio sources sit in
 ``seqloader.audio``, which builds on this layer."""
 
-from seqloader.sources.base import KeySpec, Schema, Source, default_length_key
+from seqloader.sources.base import (
+    DeclaresNeeds,
+    HashedTags,
+    KeySpec,
+    LoaderNeeds,
+    Locates,
+    PreparesWorkers,
+    ReadsMany,
+    Schema,
+    Source,
+    SourceBase,
+)
 from seqloader.sources.hdf import HDFSource
 from seqloader.sources.hdf_write import convert_contiguous, write_hdf
 from seqloader.sources.memory import MemorySource
 
 __all__ = [
+    "DeclaresNeeds",
     "HDFSource",
+    "HashedTags",
     "KeySpec",
+    "LoaderNeeds",
+    "Locates",
     "MemorySource",
+    "PreparesWorkers",
+    "ReadsMany",
     "Schema",
     "Source",
+    "SourceBase",
     "convert_contiguous",
-    "default_length_key",
     "write_hdf",
 ]

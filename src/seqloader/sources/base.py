@@ -3,10 +3,17 @@
 A source tells everything planning needs at open time, cheaply (lengths, tags, schema), and reads one
 sequence on demand (in a DataLoader worker). Sources must be picklable and must open files lazily in
 the process that reads, so they survive fork and spawn.
+
+Optional abilities are declared, each as a runtime-checkable protocol of its own (``ReadsMany``,
+``PreparesWorkers``, ``Locates``, ``DeclaresNeeds``; ``HashedTags`` for tag containers). Callers test
+them with ``declares`` (``issubclass`` on the object's class, cached), never ``getattr``, and
+``SourceBase`` gives the defaults, so a source written by a user is handled exactly like a
+built-in one.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,10 +74,62 @@ class Source(Protocol):
         ...
 
 
-class SourceMetadata:
-    """The metadata half of the ``Source`` protocol for sources that keep it in attributes set at
-    open: ``_schema`` (its key order is ``keys``), ``_lengths`` (key -> int64 ``[n]``), ``_tags``.
-    One implementation, so every source answers planning's questions the same way."""
+@runtime_checkable
+class ReadsMany(Protocol):
+    """Reads several sequences faster together than one by one (e.g. one pass over a file). The
+    result equals ``[read(i) for i in indices]``. Errors need no care here: when ``read_many``
+    raises, the loader reads that batch again with ``read``, so a skipped or broken sequence is
+    counted and named exactly as without it (``seqloader.loading.execute.read_sequences``)."""
+
+    def read_many(self, indices: np.ndarray) -> list[dict[str, np.ndarray]]: ...
+
+
+@runtime_checkable
+class PreparesWorkers(Protocol):
+    """Has work to do once in the trainer process just before DataLoader workers fork, which every
+    worker then inherits (e.g. HDF chunk indexes)."""
+
+    def prepare_workers(self) -> None: ...
+
+
+@runtime_checkable
+class Locates(Protocol):
+    """Says where a sequence lives (file and local index, manifest line), for error messages."""
+
+    def where(self, index: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class LoaderNeeds:
+    """What a source needs from the loader that runs it; the loader checks it generically.
+
+    ``transform_keys``: keys the source plans but does not read, so a transform must produce them
+    (with ``why`` and ``fix`` for the error when no transform is given)."""
+
+    transform_keys: tuple[str, ...] = ()
+    why: str = ""
+    fix: str = ""
+
+
+@runtime_checkable
+class DeclaresNeeds(Protocol):
+    def loader_needs(self) -> LoaderNeeds: ...
+
+
+@runtime_checkable
+class HashedTags(Protocol):
+    """A tag container that hashes all its tags at once (int64 ``[n]``), so duplicate checks
+    decode and compare only tags whose hashes collide."""
+
+    def hashes(self) -> np.ndarray: ...
+
+
+class SourceBase:
+    """Base class for sources: the metadata half of the ``Source`` protocol for sources that keep
+    it in attributes set at open (``_schema``, whose key order is ``keys``; ``_lengths``: key ->
+    int64 ``[n]``; ``_tags``), and the defaults of the optional abilities. One implementation, so
+    every source answers planning's questions the same way. ``read_many`` has no default: without
+    it the loader reads one by one."""
 
     _schema: Schema
     _lengths: Mapping[str, np.ndarray]
@@ -99,25 +158,58 @@ class SourceMetadata:
     def tag(self, index: int) -> str:
         return self._tags[index]
 
+    # ---- defaults of the optional abilities ----
+    def where(self, index: int) -> str:
+        """Where sequence ``index`` lives: by default, the source itself."""
+        return repr(self)
 
-def where(source: object, index: int) -> str:
-    """Where sequence ``index`` lives, as precisely as the source can say (file and local index)."""
-    locate, paths = getattr(source, "locate", None), getattr(source, "paths", None)
-    if locate is not None and paths:
+    def prepare_workers(self) -> None:
+        """Nothing to prepare before workers fork."""
+
+    def loader_needs(self) -> LoaderNeeds:
+        """Nothing beyond reading."""
+        return LoaderNeeds()
+
+
+def declares(obj: object, ability: type) -> bool:
+    """Whether ``obj`` has ``ability`` (a runtime-checkable protocol of methods). Decided by its
+    class and cached: ``isinstance`` on a protocol costs ~50 us in Python 3.11 (measured), too much
+    for a check per batch."""
+    return _class_declares(type(obj), ability)
+
+
+@functools.cache
+def _class_declares(cls: type, ability: type) -> bool:
+    return issubclass(cls, ability)
+
+
+def where(source: Source, index: int) -> str:
+    """Where sequence ``index`` lives, as precisely as the source can say (``Locates``)."""
+    if declares(source, Locates):
         try:
-            f, j = locate(int(index))
-            return f"file {paths[f]!r} (sequence {j} of that file)"
+            return source.where(int(index))
         except Exception:  # a broken source should not hide the original finding
             pass
     return repr(source)
 
 
-def default_length_key(source: Source) -> str:
-    """The key that planning measures lengths on by default: ``data`` if present, else the first."""
-    keys = source.keys
-    if not keys:
-        raise ValueError("source has no keys")
-    return "data" if "data" in keys else keys[0]
+def prepare_workers(source: Source) -> None:
+    """The source's work before DataLoader workers fork, if it declares any (``PreparesWorkers``)."""
+    if declares(source, PreparesWorkers):
+        source.prepare_workers()
+
+
+def loader_needs(source: Source) -> LoaderNeeds:
+    """What ``source`` needs from its loader (``DeclaresNeeds``; nothing by default)."""
+    return source.loader_needs() if declares(source, DeclaresNeeds) else LoaderNeeds()
+
+
+def read_batch(source: Source, indices: np.ndarray) -> list[dict[str, np.ndarray]]:
+    """Sequences ``indices``: ``read_many`` when the source has it, else ``read`` one by one. No
+    error handling (the loader's ``read_sequences`` adds it)."""
+    if declares(source, ReadsMany):
+        return source.read_many(indices)
+    return [source.read(int(i)) for i in indices]
 
 
 def fingerprint_of(

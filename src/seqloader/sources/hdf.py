@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from seqloader.errors import DataError
-from seqloader.sources.base import KeySpec, SourceMetadata, fingerprint_of
+from seqloader.sources.base import KeySpec, SourceBase, fingerprint_of
 from seqloader.sources.hdf_chunks import index_files
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
 from seqloader.sources.hdf_read import OpenFile
@@ -31,7 +31,7 @@ PathLike = str | os.PathLike
 _INHERITED: list[OpenFile] = []
 
 
-class HDFSource(SourceMetadata):
+class HDFSource(SourceBase):
     """One or more RETURNN HDF files, concatenated in the given order.
 
     Keys are those of the first file (``data`` for ``inputs``, then the target keys); later files
@@ -105,6 +105,11 @@ class HDFSource(SourceMetadata):
             )
         f = bisect.bisect_right(bounds, index) - 1
         return f, index - bounds[f]
+
+    def where(self, index: int) -> str:
+        """``file F (sequence J of that file)`` of global sequence ``index``."""
+        f, j = self.locate(int(index))
+        return f"file {self._paths[f]!r} (sequence {j} of that file)"
 
     # ---- reading (in the process that reads) ----
     def read(self, index: int) -> dict[str, np.ndarray]:

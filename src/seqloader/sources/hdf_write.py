@@ -19,7 +19,7 @@ import h5py
 import numpy as np
 
 from seqloader.errors import DataError
-from seqloader.sources.base import KeySpec, Source
+from seqloader.sources.base import KeySpec, Source, read_batch
 from seqloader.sources.hdf_layout import (
     DUMMY_TARGET,
     INPUTS,
@@ -162,10 +162,9 @@ def _copy_sequences(
     edges = [0, *bounds.tolist(), n] if n else [0]
     offsets = dict.fromkeys(keys, 0)
     maxima = dict.fromkeys(keys, -1)
-    read_many = getattr(source, "read_many", None)
     for a, b in itertools.pairwise(edges):
         idx = np.arange(a, b, dtype=np.int64)
-        seqs = read_many(idx) if read_many is not None else [source.read(int(i)) for i in idx]
+        seqs = read_batch(source, idx)
         for key in keys:
             spec = source.schema[key]
             parts = [

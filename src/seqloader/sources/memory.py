@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from seqloader.errors import DataError
-from seqloader.sources.base import KeySpec, SourceMetadata, fingerprint_of
+from seqloader.sources.base import KeySpec, SourceBase, fingerprint_of
 
 
-class MemorySource(SourceMetadata):
+class MemorySource(SourceBase):
     """Sequences given as ``{key: [array per sequence]}``.
 
     Arrays of one key must agree on dtype and feature shape. ``vocab_sizes`` marks integer 1-D keys

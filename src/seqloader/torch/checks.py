@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seqloader.errors import DataError, DataWarning, OptionError
-from seqloader.sources.base import where
+from seqloader.sources.base import HashedTags, declares, where
 
 POLICIES = ("off", "warn", "error")
 _EXAMPLES = 5
@@ -61,12 +61,12 @@ def _act(policy: str, message: str) -> None:
 def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
     """Tags used more than once -> their indices (all of them; empty dict if none).
 
-    Tag containers with ``hashes()`` (``PackedTags``) are screened by hash first, so only tags
-    whose hashes collide are decoded and compared: 10M tags cost seconds, not a 10M-entry dict."""
+    Tag containers with ``hashes()`` (``HashedTags``, e.g. ``PackedTags``) are screened by hash
+    first, so only tags whose hashes collide are decoded and compared: 10M tags cost seconds, not a
+    10M-entry dict."""
     candidates: Sequence[int] = range(len(tags))
-    hashes = getattr(tags, "hashes", None)
-    if hashes is not None:
-        h = hashes()  # [n]
+    if declares(tags, HashedTags):
+        h = tags.hashes()  # [n]
         order = np.argsort(h, kind="stable")
         hs = h[order]
         eq = hs[1:] == hs[:-1]  # [n-1] neighbours in hash order collide

@@ -25,7 +25,7 @@ from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import numpy_alloc
 from seqloader.loading.execute import LoadedBatch, Transform, execute
 from seqloader.plan.batches import BatchList
-from seqloader.sources.base import Source
+from seqloader.sources.base import Source, prepare_workers
 from seqloader.torch.batch import Batch, count_key
 from seqloader.torch.handover import (
     FREE,
@@ -183,10 +183,19 @@ class ReceivingDataLoader(DataLoader):
         self.check_worker_number_rationality()
         if _forks(self.multiprocessing_context):
             # work done here once is inherited by every forked worker (e.g. HDF chunk indexes)
-            prepare = getattr(getattr(self.dataset, "source", None), "prepare_workers", None)
-            if prepare is not None:
-                prepare()
+            prepare_workers(self.batches.source)
         return _ReceivingIter(self)
+
+    @property
+    def batches(self) -> PlannedBatches:
+        """The dataset: always the ``PlannedBatches`` this loader was made with."""
+        assert isinstance(self.dataset, PlannedBatches)
+        return self.dataset
+
+    @property
+    def progress(self) -> WorkerProgress | None:
+        """The board where workers mark the batch they build (None without workers)."""
+        return self.batches.progress
 
 
 def _forks(context) -> bool:

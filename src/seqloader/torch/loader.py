@@ -9,7 +9,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
-from torch.utils.data import DataLoader
 
 from seqloader.errors import OptionError, ResumeError
 from seqloader.loading.execute import Transform
@@ -18,7 +17,7 @@ from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import Planner
 from seqloader.plan.position import Position, continue_plan, is_finished, segment_plan
 from seqloader.plan.topology import Topology
-from seqloader.sources.base import Source
+from seqloader.sources.base import Source, loader_needs
 from seqloader.torch.audit import EpochAuditor, audit_policy
 from seqloader.torch.batch import Batch
 from seqloader.torch.checks import BatchChecks, CheckOptions, check_source
@@ -111,12 +110,10 @@ class SeqLoader:
         self.options = plan or PlanOptions(**plan_kw)  # type: ignore[arg-type]
         self.workers = workers or WorkerOptions(**worker_kw)  # type: ignore[arg-type]
         self.topology: Topology = detect(rank, world_size)
-        if transform is None and getattr(getattr(source, "options", None), "defer_features", False):
+        needs = loader_needs(source)
+        if transform is None and needs.transform_keys:
             raise OptionError(
-                f"{source!r} was opened with defer_features=True, so it reads waveforms and leaves "
-                "the features ('data') to the transform, but no transform is given. Fix: pass "
-                "transform=seqloader.transforms.Features(features) (after any wave-level "
-                "transforms), or open the source without defer_features."
+                f"{source!r} {needs.why}, but no transform is given. Fix: {needs.fix}"
             )
         self.transform = transform
         self.planner = Planner(
@@ -134,7 +131,7 @@ class SeqLoader:
         self._resume_plan: GlobalPlan | None = None  # the segment plan of _resume
         self._segment_plan: GlobalPlan | None = None
         self._sampler = PlanSampler()
-        self._dataloader: DataLoader | None = None
+        self._dataloader: ReceivingDataLoader | None = None
         self._last_report: EpochReport | None = None
 
     @property
@@ -173,7 +170,7 @@ class SeqLoader:
         return self.global_plan(epoch).steps
 
     # ---- execution ----
-    def _make_dataloader(self) -> DataLoader:
+    def _make_dataloader(self) -> ReceivingDataLoader:
         w = self.workers
         kwargs: dict = {}
         if w.num_workers > 0:
@@ -283,7 +280,7 @@ class SeqLoader:
                     first_step=report.resumed_at_step,
                     tag=self.source.tag,
                     on_failure=self.close,
-                    progress=getattr(self._dataloader.dataset, "progress", None),
+                    progress=self._dataloader.progress,
                 )
                 for _ in range(len(share)):
                     meter.before_next()
