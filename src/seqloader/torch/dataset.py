@@ -181,21 +181,17 @@ class ReceivingDataLoader(DataLoader):
         if self.num_workers == 0:
             return super()._get_iterator()
         self.check_worker_number_rationality()
-        if _forks(self.multiprocessing_context):
-            # work done here once is inherited by every forked worker (e.g. HDF chunk indexes)
-            prepare_workers(self.batches.source)
+        # work done here once is inherited by every forked worker (e.g. HDF chunk indexes)
+        if _forks(self.multiprocessing_context) and isinstance(self.dataset, PlannedBatches):
+            prepare_workers(self.dataset.source)
         return _ReceivingIter(self)
 
-    @property
-    def batches(self) -> PlannedBatches:
-        """The dataset: always the ``PlannedBatches`` this loader was made with."""
-        assert isinstance(self.dataset, PlannedBatches)
-        return self.dataset
 
-    @property
-    def progress(self) -> WorkerProgress | None:
-        """The board where workers mark the batch they build (None without workers)."""
-        return self.batches.progress
+def worker_progress(dataloader: DataLoader) -> WorkerProgress | None:
+    """The board where the workers of ``dataloader`` mark the batch they build (None without
+    workers, or for a dataset other than ``PlannedBatches``)."""
+    dataset = dataloader.dataset
+    return dataset.progress if isinstance(dataset, PlannedBatches) else None
 
 
 def _forks(context) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
+from torch.utils.data import DataLoader
 
 from seqloader.errors import OptionError, ResumeError
 from seqloader.loading.execute import Transform
@@ -21,7 +22,12 @@ from seqloader.sources.base import Source, loader_needs
 from seqloader.torch.audit import EpochAuditor, audit_policy
 from seqloader.torch.batch import Batch
 from seqloader.torch.checks import BatchChecks, CheckOptions, check_source
-from seqloader.torch.dataset import PlannedBatches, PlanSampler, ReceivingDataLoader
+from seqloader.torch.dataset import (
+    PlannedBatches,
+    PlanSampler,
+    ReceivingDataLoader,
+    worker_progress,
+)
 from seqloader.torch.distributed import check_same_plan
 from seqloader.torch.report import EpochMeter, EpochReport
 from seqloader.torch.topology import detect
@@ -131,7 +137,7 @@ class SeqLoader:
         self._resume_plan: GlobalPlan | None = None  # the segment plan of _resume
         self._segment_plan: GlobalPlan | None = None
         self._sampler = PlanSampler()
-        self._dataloader: ReceivingDataLoader | None = None
+        self._dataloader: DataLoader | None = None
         self._last_report: EpochReport | None = None
 
     @property
@@ -170,7 +176,7 @@ class SeqLoader:
         return self.global_plan(epoch).steps
 
     # ---- execution ----
-    def _make_dataloader(self) -> ReceivingDataLoader:
+    def _make_dataloader(self) -> DataLoader:
         w = self.workers
         kwargs: dict = {}
         if w.num_workers > 0:
@@ -280,7 +286,7 @@ class SeqLoader:
                     first_step=report.resumed_at_step,
                     tag=self.source.tag,
                     on_failure=self.close,
-                    progress=self._dataloader.progress,
+                    progress=worker_progress(self._dataloader),
                 )
                 for _ in range(len(share)):
                     meter.before_next()
