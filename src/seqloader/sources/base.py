@@ -5,7 +5,8 @@ sequence on demand (in a DataLoader worker). Sources must be picklable and must 
 the process that reads, so they survive fork and spawn.
 
 Optional abilities are declared, each as a runtime-checkable protocol of its own (``ReadsMany``,
-``PreparesWorkers``, ``Locates``, ``DeclaresNeeds``; ``HashedTags`` for tag containers). Callers test
+``ReadsInto``, ``PreparesWorkers``, ``Locates``, ``DeclaresNeeds``; ``HashedTags`` and
+``TakesTags`` for tag containers). Callers test
 them with ``declares`` (``issubclass`` on the object's class, cached), never ``getattr``, and
 ``SourceBase`` gives the defaults, so a source written by a user is handled exactly like a
 built-in one.
@@ -117,6 +118,27 @@ class DeclaresNeeds(Protocol):
 
 
 @runtime_checkable
+class ReadsInto(Protocol):
+    """Writes sequences straight into a padded batch: ``out[key][j]`` gets sequence
+    ``indices[j]``'s rows followed by zeros, for every key of ``out`` (arrays ``[B, T, *feat]``
+    with T at least the longest length), so no sequence is materialised on the way
+    (``seqloader.loading.direct``; used when no transform needs each sequence on its own). With
+    ``screen``, float data is screened for NaN/Inf as it is copied; returns the rows ``j`` that may
+    hold some (the loader checks them exactly and names them). Errors name the sequence."""
+
+    def read_into(
+        self, indices: np.ndarray, out: Mapping[str, np.ndarray], screen: bool = False
+    ) -> list[int]: ...
+
+
+@runtime_checkable
+class TakesTags(Protocol):
+    """A tag container that returns the tags of one batch in one call."""
+
+    def take(self, indices: np.ndarray) -> list[str]: ...
+
+
+@runtime_checkable
 class HashedTags(Protocol):
     """A tag container that hashes all its tags at once (int64 ``[n]``), so duplicate checks
     decode and compare only tags whose hashes collide."""
@@ -163,6 +185,12 @@ class SourceBase:
         """Where sequence ``index`` lives: by default, the source itself."""
         return repr(self)
 
+    def tags_at(self, indices: np.ndarray) -> list[str]:
+        """The tags of one batch's sequences (valid indices), in one call."""
+        if declares(self._tags, TakesTags):
+            return self._tags.take(indices)
+        return [self._tags[i] for i in np.asarray(indices).tolist()]
+
     def prepare_workers(self) -> None:
         """Nothing to prepare before workers fork."""
 
@@ -191,6 +219,13 @@ def where(source: Source, index: int) -> str:
         except Exception:  # a broken source should not hide the original finding
             pass
     return repr(source)
+
+
+def tags_at(source: Source, indices: np.ndarray) -> list[str]:
+    """The tags of one batch's sequences: in one call for sources built on ``SourceBase``."""
+    if isinstance(source, SourceBase):
+        return source.tags_at(indices)
+    return [source.tag(int(i)) for i in indices]
 
 
 def prepare_workers(source: Source) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +139,45 @@ class HDFSource(SourceBase):
             for p, s in zip(pos, seqs):
                 out[p] = s
         return out  # type: ignore[return-value]
+
+    def read_into(
+        self, indices: np.ndarray, out: Mapping[str, np.ndarray], screen: bool = False
+    ) -> list[int]:
+        """Sequence ``indices[j]`` into ``out[key][j, :length]`` for every key (arrays
+        ``[B, >= max length, *feature_shape]`` of the key's dtype, e.g. a padded batch): one copy
+        from the file's bytes (mmap or chunks) to the destination. Rows past a sequence's length
+        are not written. Errors name the sequence, as ``read`` does.
+
+        With ``screen``, float data is screened for NaN/Inf right after each copy (bytes still in
+        cache); returns the rows ``j`` that may hold some (an exact check must confirm)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+            bad = int(idx[(idx < 0) | (idx >= len(self))][0])
+            self.locate(bad)  # raises IndexError naming it
+        if len(self._paths) == 1:
+            groups = [(0, range(len(idx)), idx)]
+        else:
+            files = np.searchsorted(self._file_start, idx, side="right") - 1
+            groups = []
+            for f in np.unique(files).tolist():
+                pos = np.flatnonzero(files == f)
+                groups.append((f, pos.tolist(), idx[pos] - self._file_start[f]))
+        suspects: set[int] = set()
+        for f, pos, local in groups:
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):  # the screen's false alarms
+                    suspects |= self._file(f).read_into(self._starts[f], local, out, pos, screen)
+            except Exception as e:
+                # find and name the sequence that fails; read() raises the named error
+                for j in pos:
+                    self.read(int(idx[j]))
+                tags = [self.tag(int(idx[j])) for j in list(pos)[:3]]
+                raise DataError(
+                    f"reading sequences {idx[list(pos)].tolist()[:3]}... (tags {tags}...) of file "
+                    f"{self._paths[f]!r} into a batch failed: {type(e).__name__}: {e} (each of "
+                    "them reads fine alone: check the destination arrays' shapes and dtypes)"
+                ) from e
+        return sorted(suspects)
 
     def _file(self, f: int) -> OpenFile:
         pid = os.getpid()

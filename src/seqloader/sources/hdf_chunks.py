@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 import h5py
 import numpy as np
 
+from seqloader.sources.padded_rows import into_each
+
 MAX_INDEXED_CHUNKS = 2_000_000  # ~2.6 s and 16 MB of index per process at most
 
 
@@ -67,7 +69,12 @@ def chunk_index(dset: h5py.Dataset) -> np.ndarray | None:
 
 
 class ChunkedRows:
-    """A ``RowReader`` (see hdf_read) for a dataset indexed by ``chunk_index``."""
+    """A ``RowReader`` (see hdf_read) for a dataset indexed by ``chunk_index``.
+
+    Rows go straight from the mapped chunks to their destination (``into``: the padded batch), one
+    numpy copy per chunk row when that row's chunks lie back to back in the file (as HDF5 allocates
+    them when a writer fills whole rows: RETURNN's files, ``convert``), else one per chunk.
+    """
 
     def __init__(self, buffer: np.ndarray, table: np.ndarray, dset: h5py.Dataset) -> None:
         self.buffer = buffer  # uint8 view of the whole file (an mmap)
@@ -76,31 +83,67 @@ class ChunkedRows:
         self.chunks = tuple(dset.chunks)
         self.dtype = np.dtype(dset.dtype)
         self.chunk_bytes = math.prod(self.chunks) * self.dtype.itemsize
+        if len(self.shape) == 2:
+            step = np.arange(table.shape[1], dtype=np.int64) * self.chunk_bytes  # [K]
+            self._row_whole = (table == table[:, :1] + step).all(axis=1)  # [R] bool
+        else:
+            self._row_whole = np.zeros(0, dtype=bool)
 
     def _chunk(self, offset: int) -> np.ndarray:
         return self.buffer[offset : offset + self.chunk_bytes].view(self.dtype).reshape(self.chunks)
 
     def rows(self, a: int, b: int) -> np.ndarray:
         out = np.empty((max(b - a, 0), *self.shape[1:]), dtype=self.dtype)
-        if b <= a:
-            return out
+        if b > a:
+            self.into(a, b, out)
+        return out
+
+    def into(self, a: int, b: int, out: np.ndarray) -> None:
         cr = self.chunks[0]
-        table = self.table
+        table, buffer, dtype = self.table, self.buffer, self.dtype
+        if len(self.shape) == 1:
+            for r in range(a // cr, (b - 1) // cr + 1):
+                r0 = r * cr
+                lo, hi = max(a, r0), min(b, r0 + cr)
+                chunk = np.ndarray((cr,), dtype, buffer, int(table[r]))
+                out[lo - a : hi - a] = chunk[lo - r0 : hi - r0]
+            return
+        cc, width = self.chunks[1], self.shape[1]
+        k_full = width // cc  # column chunks that are whole inside the dataset's width
         for r in range(a // cr, (b - 1) // cr + 1):
             r0 = r * cr
             lo, hi = max(a, r0), min(b, r0 + cr)
-            if len(self.shape) == 1:
-                out[lo - a : hi - a] = self._chunk(int(table[r]))[lo - r0 : hi - r0]
+            dst = out[lo - a : hi - a]  # [h, width]
+            row = table[r].tolist()
+            if self._row_whole[r]:
+                # the row's K chunks are one [K, cr, cc] array in the file: one copy for them all
+                k_all = len(row)
+                block = np.ndarray((k_all, cr, cc), dtype, buffer, row[0])[:, lo - r0 : hi - r0]
+                if k_full:
+                    dst[:, : k_full * cc].reshape(hi - lo, k_full, cc)[...] = block[
+                        :k_full
+                    ].transpose(1, 0, 2)
+                if k_full < k_all:  # the last chunk column sticks out of the dataset's width
+                    dst[:, k_full * cc :] = block[k_full, :, : width - k_full * cc]
                 continue
-            cc, width = self.chunks[1], self.shape[1]
-            for c, offset in enumerate(table[r].tolist()):
+            for c, offset in enumerate(row):
                 c0 = c * cc
                 cw = min(cc, width - c0)
-                out[lo - a : hi - a, c0 : c0 + cw] = self._chunk(offset)[lo - r0 : hi - r0, :cw]
-        return out
+                dst[:, c0 : c0 + cw] = self._chunk(offset)[lo - r0 : hi - r0, :cw]
 
     def spans(self, begin: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
         return [self.rows(int(a), int(b)) for a, b in zip(begin, end)]
+
+    def spans_into(
+        self,
+        begin: np.ndarray,
+        end: np.ndarray,
+        out: np.ndarray,
+        pos: Sequence[int],
+        screen: bool = False,
+    ) -> list[int]:
+        """As ``hdf_read.RowReader.spans_into``."""
+        return into_each(self.into, begin, end, out, pos, screen and self.dtype.kind == "f")
 
 
 # (path, device, inode, size, mtime_ns, dataset name) -> index, or None: "use h5py"

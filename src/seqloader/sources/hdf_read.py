@@ -22,6 +22,7 @@ import h5py
 import numpy as np
 
 from seqloader.sources.hdf_chunks import chunked_reader
+from seqloader.sources.padded_rows import into_each, looks_finite
 
 # Merged reads stop growing at this size: HDF5 reads of tiny-chunked data were fastest at about
 # 250-500 KB per call (measured: 1.5x faster than 3 MB calls, 2x faster than 10 MB ones).
@@ -42,6 +43,26 @@ class RowReader:
         """Rows ``[begin[j], end[j])`` for every j, in the given order (duplicates allowed)."""
         return [self.rows(int(a), int(b)) for a, b in zip(begin, end)]
 
+    def into(self, a: int, b: int, out: np.ndarray) -> None:
+        """Rows ``[a, b)`` written into ``out`` (``[b - a, *feature_shape]``, this dtype)."""
+        out[...] = self.rows(a, b)
+
+    def spans_into(
+        self,
+        begin: np.ndarray,
+        end: np.ndarray,
+        out: np.ndarray,
+        pos: Sequence[int],
+        screen: bool = False,
+    ) -> list[int]:
+        """Fill row ``pos[j]`` of the padded array ``out`` (``[B, T, *feature_shape]``) with rows
+        ``[begin[j], end[j])`` followed by zeros, for every j: the batch is the destination, so no
+        sequence is materialised on the way, and each row is written front to back in one pass.
+        With ``screen`` (float data), each span is screened for NaN/Inf right after its copy,
+        while its bytes are in cache (``looks_finite``); returns the ``pos`` of spans that may
+        hold some."""
+        return into_each(self.into, begin, end, out, pos, screen and self.dtype.kind == "f")
+
 
 class MappedRows(RowReader):
     """A contiguous dataset viewed through an mmap of the file."""
@@ -52,6 +73,36 @@ class MappedRows(RowReader):
 
     def rows(self, a: int, b: int) -> np.ndarray:
         return np.array(self.array[a:b])
+
+    def into(self, a: int, b: int, out: np.ndarray) -> None:
+        out[...] = self.array[a:b]
+
+    def spans_into(
+        self,
+        begin: np.ndarray,
+        end: np.ndarray,
+        out: np.ndarray,
+        pos: Sequence[int],
+        screen: bool = False,
+    ) -> list[int]:
+        array, t_max = self.array, out.shape[1]  # one copy per sequence, page cache -> batch
+        suspects = []
+        if screen and self.dtype.kind == "f":
+            for p, a, b in zip(pos, begin.tolist(), end.tolist()):
+                n = b - a
+                dst = out[p, :n]
+                dst[...] = array[a:b]
+                if n < t_max:
+                    out[p, n:] = 0
+                if not looks_finite(dst):
+                    suspects.append(p)
+        else:
+            for p, a, b in zip(pos, begin.tolist(), end.tolist()):
+                n = b - a
+                out[p, :n] = array[a:b]
+                if n < t_max:
+                    out[p, n:] = 0
+        return suspects
 
 
 class H5Rows(RowReader):
@@ -93,6 +144,28 @@ class H5Rows(RowReader):
                 out[i] = view.copy() if span in seen else view
                 seen.add(span)
         return [self.rows(0, 0) if o is None else o for o in out]  # empty spans need no read
+
+    def spans_into(
+        self,
+        begin: np.ndarray,
+        end: np.ndarray,
+        out: np.ndarray,
+        pos: Sequence[int],
+        screen: bool = False,
+    ) -> list[int]:
+        # through HDF5 a copy out of its buffer is unavoidable; merged reads keep their speed
+        screen = screen and self.dtype.kind == "f"
+        suspects = []
+        t_max = out.shape[1]
+        for p, rows in zip(pos, self.spans(begin, end)):
+            n = len(rows)
+            dst = out[p, :n]
+            dst[...] = rows
+            if n < t_max:
+                out[p, n:] = 0
+            if screen and not looks_finite(dst):
+                suspects.append(p)
+        return suspects
 
 
 def merge_runs(begin: Sequence[int], end: Sequence[int], max_rows: int) -> list[list[int]]:
@@ -188,6 +261,22 @@ class OpenFile:
             for d, arr in zip(out, reader.spans(s[local], s[local + 1])):
                 d[key] = arr
         return out
+
+    def read_into(
+        self,
+        starts: Mapping[str, np.ndarray],
+        local: np.ndarray,
+        out: Mapping[str, np.ndarray],
+        pos: Sequence[int],
+        screen: bool = False,
+    ) -> set[int]:
+        """Sequences ``local`` (of this file) into rows ``pos`` of the padded arrays ``out``
+        (zeros after each end); returns the rows that may hold NaN/Inf (with ``screen``)."""
+        suspects: set[int] = set()
+        for key, reader in self.readers.items():
+            s = starts[key]
+            suspects.update(reader.spans_into(s[local], s[local + 1], out[key], pos, screen))
+        return suspects
 
     def close(self) -> None:
         self.readers = {}

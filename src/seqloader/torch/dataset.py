@@ -21,8 +21,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
 from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
+from seqloader.loading.arena import BlockPool, padded_bytes
 from seqloader.loading.batch_spec import BatchSpec
-from seqloader.loading.collate import numpy_alloc
+from seqloader.loading.collate import Alloc, numpy_alloc
+from seqloader.loading.direct import batch_shapes, reads_into
 from seqloader.loading.execute import LoadedBatch, Transform, execute
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source, prepare_workers
@@ -74,14 +76,16 @@ class PlannedBatches(Dataset):
         self.transform = transform
         self.owner = new_owner_id()
         self._pool: SlotPool | None = None
+        self._local: BlockPool | None = None  # reusable batch memory with num_workers=0
         # the trainer's mappings of worker slots go when this object does (e.g. loader.close())
         weakref.finalize(self, drop_received, self.owner)
 
     def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage:  # type: ignore[override]
         info = get_worker_info()
         if info is None:
+            alloc = self._local_alloc(spec)
             return to_batch(
-                execute(self.source, spec, self.seed, self.transform, numpy_alloc, self.screen)
+                execute(self.source, spec, self.seed, self.transform, alloc, self.screen)
             )
         progress = self.progress
         if progress is None:
@@ -107,6 +111,16 @@ class PlannedBatches(Dataset):
             slot.state[0] = FREE
             raise
 
+    def _local_alloc(self, spec: BatchSpec) -> Alloc:
+        """Memory for a batch built in this process: a reused block when the batch's size is known
+        exactly (no transform), so no batch pays fresh pages (``loading.arena``)."""
+        if self.transform is not None or not reads_into(self.source):
+            return numpy_alloc
+        if self._local is None:
+            self._local = BlockPool()
+        lent = self._local.lend(padded_bytes(list(batch_shapes(self.source, spec.seqs).values())))
+        return numpy_alloc if lent is None else lent
+
     def _worker_pool(self) -> SlotPool:
         if self._pool is None or self._pool.pid != os.getpid():
             self._pool = SlotPool(self.owner)
@@ -115,6 +129,7 @@ class PlannedBatches(Dataset):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_pool"] = None  # slots belong to the process that made them
+        state["_local"] = None
         return state
 
     def __len__(self) -> int:  # only for repr/debugging; the sampler decides what is read

@@ -1,0 +1,225 @@
+"""From file to padded batch at 0 workers, side by side: ``python -m benchmarks.onecopy``.
+
+Every configuration reads the same planned batches (``SeqLoader.plan``: random order, ``max_seqs``
+sequences) of the reference corpus and pads both keys; each runs in a fresh process, the list is
+repeated ``--reps`` times interleaved and rotated, and ratios are taken within a repetition.
+
+- ``memmap``: a plain numpy loop over a memory map of the contiguous file — ``np.zeros`` per key,
+  one slice assignment per sequence (what a user can write in 15 lines);
+- ``memcpy``: one ``np.copyto`` per batch of exactly the bytes its sequences hold, between two
+  preallocated buffers (no padding, no file): the copy a perfect reader cannot avoid;
+- ``seqloader``: ``HDFSource`` + ``SeqLoader(num_workers=0)`` on the contiguous and the chunked
+  (RETURNN-written) file; ``seqloader@REV`` the same with the code of another checkout
+  (``--base-src DIR``, e.g. a worktree of the previous main), imported through ``PYTHONPATH``.
+
+Each loop holds the previous batch while building the next, as a training loop does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _plan(path: str, max_seqs: int, seed: int, epoch: int) -> list[np.ndarray]:
+    import seqloader as sl
+
+    src = sl.HDFSource(path)
+    loader = sl.SeqLoader(src, ordering="random", max_seqs=max_seqs, seed=seed)
+    return loader.plan(epoch)
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def memmap_loop(path: str, batches: list[np.ndarray]):
+    """The plain numpy loop: memory-map the contiguous file, pad each planned batch."""
+    import h5py
+    import torch
+
+    with h5py.File(path, "r") as f:
+        lens = f["seqLengths"][...].astype(np.int64)
+        keys = [f["inputs"], f["targets/data/classes"]]
+        layout = [(d.id.get_offset(), d.shape, d.dtype) for d in keys]
+    file_map = np.memmap(path, dtype=np.uint8, mode="r")
+    arrays = [np.ndarray(s, t, buffer=file_map, offset=o) for o, s, t in layout]
+    starts = [_starts(lens[:, 0]), _starts(lens[:, 1])]
+    for seqs in batches:
+        out = []
+        for arr, st in zip(arrays, starts):
+            a, b = st[seqs], st[seqs + 1]
+            padded = np.zeros((len(seqs), int((b - a).max()), *arr.shape[1:]), arr.dtype)
+            for j in range(len(seqs)):
+                padded[j, : b[j] - a[j]] = arr[a[j] : b[j]]
+            out += [torch.from_numpy(padded), torch.from_numpy(b - a)]
+        yield out
+
+
+def memcpy_loop(path: str, batches: list[np.ndarray], ring: int = 256 << 20):
+    """Copy each batch's bytes (its sequences' data, unpadded) between two preallocated buffers,
+    moving through a ``ring`` larger than the caches, as reads through a file do."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        lens = f["seqLengths"][...].astype(np.int64)
+        per_seq = lens[:, 0] * f["inputs"].shape[1] * 4 + lens[:, 1] * 4
+    sizes = [int(per_seq[s].sum()) for s in batches]
+    src = np.ones(max(ring, max(sizes)), dtype=np.uint8)
+    dst = np.full_like(src, 2)  # written once: no page faults timed
+    pos = 0
+    for n in sizes:
+        if pos + n > len(src):
+            pos = 0
+        np.copyto(dst[pos : pos + n], src[pos : pos + n])
+        pos += n
+        yield n
+
+
+def child(config: dict) -> dict:
+    """One measurement in this (fresh) process."""
+    name, path = config["name"], config["path"]
+    max_seqs, seed, n_batches = config["max_seqs"], config["seed"], config["batches"]
+    import torch  # noqa: F401  (every configuration pays its imports before the clock)
+
+    import seqloader
+
+    epoch = 2
+    batches = _plan(path, max_seqs, seed, epoch)[:n_batches]
+    if name == "memmap":
+        it = memmap_loop(path, batches)
+    elif name == "memcpy":
+        it = memcpy_loop(path, batches)
+    else:
+        loader = seqloader.SeqLoader(
+            seqloader.HDFSource(path), ordering="random", max_seqs=max_seqs, seed=seed
+        )
+        warm = loader.epoch(1)  # opens files, builds the chunk index, fills caches
+        for _ in range(3):
+            next(warm)
+        warm.close()
+        it = loader.epoch(epoch)
+    seqs = sum(len(s) for s in batches)
+    c0, t0 = time.process_time(), time.perf_counter()
+    for got, _batch in enumerate(it, 1):  # holds the previous batch while the next is built
+        if got == len(batches):
+            break
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {
+        "config": config,
+        "seqs": seqs,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "seqs_per_s": seqs / wall,
+        "seqs_per_cpu_s": seqs / cpu,
+        "module": seqloader.__file__,
+    }
+
+
+def run_child(config: dict, base_src: str | None) -> dict:
+    env = dict(os.environ)
+    path = [REPO]
+    if config.get("code") == "base":
+        path.insert(0, base_src)
+    env["PYTHONPATH"] = os.pathsep.join([*path, env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.onecopy", "--child", json.dumps(config)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if proc.returncode:
+        raise RuntimeError(f"{config}: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--contiguous", required=False)
+    p.add_argument("--chunked", action="append", default=[])
+    p.add_argument("--base-src", help="src/ directory of the code to compare with")
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--batches", type=int, default=300)
+    p.add_argument("--max-seqs", type=int, default=32)
+    p.add_argument("--out")
+    a = p.parse_args(argv)
+    if a.child:
+        print(json.dumps(child(json.loads(a.child))))
+        return 0
+    common = {"max_seqs": a.max_seqs, "seed": 1, "batches": a.batches}
+    configs = []
+    if a.contiguous:
+        configs += [
+            {"name": "memmap", "path": a.contiguous, "label": "memmap/contiguous"},
+            {"name": "memcpy", "path": a.contiguous, "label": "memcpy"},
+            {"name": "seqloader", "path": a.contiguous, "label": "seqloader/contiguous"},
+        ]
+    for i, c in enumerate(a.chunked):
+        configs.append({"name": "seqloader", "path": c, "label": f"seqloader/chunked{i}"})
+    if a.base_src:
+        configs += [
+            {**c, "code": "base", "label": c["label"] + "@base"}
+            for c in configs
+            if c["name"] == "seqloader"
+        ]
+    configs = [{**c, **common} for c in configs]
+    runs: list[list[dict]] = []
+    for rep in range(a.reps):
+        k = rep % len(configs)
+        results = {}
+        for c in configs[k:] + configs[:k]:
+            r = run_child(c, a.base_src)
+            results[c["label"]] = r
+            print(
+                f"rep {rep + 1} {c['label']:32s} {r['seqs_per_s']:10,.0f} seq/s "
+                f"{r['seqs_per_cpu_s']:10,.0f} seq/cpu-s",
+                flush=True,
+            )
+        runs.append(results)
+    ratios = _ratios(runs)
+    print("medians over", a.reps, "repetitions:")
+    for label in runs[0]:
+        med = statistics.median(r[label]["seqs_per_s"] for r in runs)
+        cpu = statistics.median(r[label]["seqs_per_cpu_s"] for r in runs)
+        print(f"  {label:32s} {med:10,.0f} seq/s {cpu:10,.0f} seq/cpu-s")
+    for name, values in ratios.items():
+        shown = ", ".join(f"{v:.2f}" for v in values)
+        print(f"  {name:64s} {statistics.median(values):.2f}x  ({shown})")
+    if a.out:
+        with open(a.out, "w") as fh:
+            json.dump({"runs": runs, "ratios": ratios}, fh, indent=1)
+    return 0
+
+
+def _ratios(runs: list[dict]) -> dict[str, list[float]]:
+    pairs = [
+        ("seqloader/contiguous", "memmap/contiguous"),
+        ("seqloader/contiguous", "memcpy"),
+        ("seqloader/contiguous@base", "memmap/contiguous"),
+    ]
+    labels = runs[0].keys()
+    pairs += [(lab, lab + "@base") for lab in labels if lab + "@base" in labels]
+    out = {}
+    for x, y in pairs:
+        if x in labels and y in labels:
+            for unit in ("seqs_per_s", "seqs_per_cpu_s"):
+                out[f"{x} / {y} ({unit})"] = [r[x][unit] / r[y][unit] for r in runs]
+    return out
+
+
+if __name__ == "__main__":
+    sys.exit(main())

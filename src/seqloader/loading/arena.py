@@ -1,0 +1,89 @@
+"""Reusable batch memory for batches built in the process that consumes them (``num_workers=0``).
+
+A fresh multi-MB array per batch costs page faults every time (the allocator hands large blocks
+back to the kernel, or the trainer still holds the previous batch): measured 1.5 ms for a 6.6 MB
+batch that takes 0.9 ms to fill. A ``BlockPool`` keeps a few blocks and lends one per batch; every
+array of the batch is a view of one *lease* object, and when the last view (or tensor made from
+one) dies, a finalizer returns the block. So, as with the workers' shared-memory slots
+(``seqloader.torch.handover``), a batch's memory is never reused while any part of it is alive;
+keeping batches only costs blocks, and beyond ``max_blocks`` batches get ordinary arrays.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+
+import numpy as np
+
+ALIGN = 64  # bytes; every array starts on a cache line
+GROWTH = 1.25  # a (re)allocated block gets this much headroom over the batch that needed it
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def padded_bytes(shapes: list[tuple[tuple[int, ...], np.dtype]]) -> int:
+    """Bytes a ``BlockAllocator`` needs for arrays of these (shape, dtype)."""
+    return sum(_align(math.prod(shape) * np.dtype(dtype).itemsize) for shape, dtype in shapes)
+
+
+class _Block:
+    def __init__(self, capacity: int) -> None:
+        self.memory = np.empty(capacity, dtype=np.uint8)
+        self.busy = False
+
+
+class BlockPool:
+    """A few reusable blocks in this process; ``lend(nbytes)`` -> an allocator for one batch."""
+
+    def __init__(self, max_blocks: int = 4) -> None:
+        self.max_blocks = max_blocks
+        self.blocks: list[_Block] = []
+
+    def lend(self, nbytes: int) -> BlockAllocator | None:
+        """An allocator over a free block of at least ``nbytes``; None when all are lent."""
+        free = [b for b in self.blocks if not b.busy]
+        fitting = [b for b in free if len(b.memory) >= nbytes]
+        if fitting:
+            block = min(fitting, key=lambda b: len(b.memory))
+        elif free or len(self.blocks) < self.max_blocks:
+            block = _Block(_align(int(nbytes * GROWTH)))
+            if free:  # replace the largest free block by a bigger one
+                self.blocks[self.blocks.index(max(free, key=lambda b: len(b.memory)))] = block
+            else:
+                self.blocks.append(block)
+        else:
+            return None
+        block.busy = True
+        return BlockAllocator(block)
+
+
+def _give_back(block: _Block) -> None:
+    block.busy = False
+
+
+class BlockAllocator:
+    """The ``alloc`` callback for padding one batch: bump allocation in a lent block. Arrays that
+    do not fit (a wrong size estimate) are ordinary ones."""
+
+    def __init__(self, block: _Block) -> None:
+        # A new array object over the block's memory (its base is a memoryview, so numpy does not
+        # collapse views onto the block itself): it lives exactly as long as some view does.
+        self.lease = np.frombuffer(memoryview(block.memory), dtype=np.uint8)
+        weakref.finalize(self.lease, _give_back, block)
+        self.offset = 0
+
+    def __call__(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        dtype = np.dtype(dtype)
+        nbytes = math.prod(shape) * dtype.itemsize
+        if self.offset + nbytes > len(self.lease):
+            return np.empty(shape, dtype=dtype)
+        out = self.lease[self.offset : self.offset + nbytes].view(dtype).reshape(shape)
+        self.offset = _align(self.offset + nbytes)
+        return out
+
+    def release(self) -> None:
+        """Drop this allocator's own reference (the arrays it made keep the block lent)."""
+        self.lease = None  # type: ignore[assignment]

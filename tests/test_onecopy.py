@@ -1,0 +1,232 @@
+"""One copy from file to batch (``loading.direct``, ``HDFSource.read_into``): batches built by
+copying each sequence straight into the padded arrays are byte-identical to the per-sequence path
+and to plain h5py, every byte of the batch is written (reused memory holds old batches), the
+NaN/Inf screen names the same sequences, and reused batch memory is never overwritten while a
+batch is alive. No timing here."""
+
+from __future__ import annotations
+
+import zlib
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seqloader as sl
+from seqloader.loading.arena import BlockPool
+from seqloader.loading.batch_spec import BatchSpec
+from seqloader.loading.direct import reads_into
+from seqloader.loading.execute import execute
+from seqloader.sources.hdf_chunks import ChunkedRows
+from test_hdf_fast import LAYOUTS, plain_h5py, same_bytes, write_by_hand
+
+DIRECT_DTYPES = ["<f4", "<f8", "<f2", "i1", "<i4", "<i8", "u1", "<u2", ">f4", ">i2", "?"]
+
+
+def garbage_alloc(shape, dtype):
+    """Memory full of old bytes, as a reused block holds: every byte must be written."""
+    dtype = np.dtype(dtype)
+    raw = np.full(int(np.prod(shape)) * dtype.itemsize, 0xA5, dtype=np.uint8)
+    return raw.view(dtype).reshape(shape)
+
+
+def identity(seq, rng):
+    return seq  # forces the per-sequence path (a transform needs each sequence)
+
+
+def reference_batch(path: str, keys, seqs) -> dict[str, np.ndarray]:
+    """Plain h5py slices, padded with zeros: what every path must deliver."""
+    out = {}
+    for key in keys:
+        rows = [plain_h5py(path, key, int(i)) for i in seqs]
+        t_max = max(len(r) for r in rows)
+        padded = np.zeros((len(rows), t_max, *rows[0].shape[1:]), rows[0].dtype)
+        for j, r in enumerate(rows):
+            padded[j, : len(r)] = r
+        out[key] = padded
+    return out
+
+
+def spec_of(seqs) -> BatchSpec:
+    seqs = np.asarray(seqs, dtype=np.int64)
+    return BatchSpec(1, 0, seqs, np.ones(len(seqs), dtype=bool))
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", DIRECT_DTYPES)
+def test_direct_batches_equal_h5py_and_the_per_sequence_path(tmp_path, dtype, layout):
+    rng = np.random.default_rng(zlib.crc32(f"direct/{dtype}/{layout}".encode()))
+    path = str(tmp_path / "x.hdf")
+    n = write_by_hand(path, dtype, layout, rng)
+    for use_mmap in (True, False):
+        src = sl.HDFSource(path, use_mmap=use_mmap)
+        assert reads_into(src)
+        for seqs in ([5, 2, 2, 16, 0], list(range(3, 12)), rng.integers(0, n, 7).tolist(), [4]):
+            want = reference_batch(path, ("data", "t2"), seqs)
+            direct = execute(src, spec_of(seqs), 0, None, garbage_alloc, screen=True)
+            general = execute(src, spec_of(seqs), 0, identity, garbage_alloc, screen=True)
+            for key in want:
+                assert same_bytes(direct.data[key], want[key]), (seqs, key, use_mmap)
+                assert same_bytes(general.data[key], want[key]), (seqs, key, use_mmap)
+                np.testing.assert_array_equal(direct.lengths[key], general.lengths[key])
+                assert direct.lengths[key].dtype == np.int64
+            assert direct.tags == general.tags == [f"s{i}" for i in seqs]
+            assert direct.nonfinite == general.nonfinite == []
+
+
+@st.composite
+def chunked_files(draw):
+    dim = draw(st.integers(1, 23))
+    n = draw(st.integers(1, 12))
+    lens = draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
+    chunk = (draw(st.integers(1, 17)), draw(st.integers(1, dim)))
+    dtype = draw(st.sampled_from(["<f4", "<i2", "<f8", "u1"]))
+    batches = draw(
+        st.lists(st.lists(st.integers(0, n - 1), min_size=1, max_size=6), min_size=1, max_size=4)
+    )
+    scatter = draw(st.booleans())  # chunks of one row not back to back in the file
+    return dim, lens, chunk, dtype, batches, scatter
+
+
+@settings(max_examples=40, deadline=None)
+@given(chunked_files())
+def test_direct_chunk_copies_equal_h5py(tmp_path_factory, case):
+    """Chunks copied straight into the padded batch, whole chunk rows at once or chunk by chunk,
+    for any chunk shape, width and span: the bytes of h5py."""
+    dim, lens, chunk, dtype, batches, scatter = case
+    path = str(tmp_path_factory.mktemp("direct") / "c.hdf")
+    rng = np.random.default_rng(sum(lens) * 31 + dim)
+    total = sum(lens)
+    values = (rng.standard_normal((total, dim)) * 30).astype(dtype)
+    with h5py.File(path, "w") as f:
+        d = f.create_dataset(
+            "inputs", (max(total, 1), dim), dtype, chunks=chunk, maxshape=(None, dim)
+        )
+        d.resize(total, axis=0)
+        if total:
+            d[...] = values
+        f.create_group("targets/data")  # no targets: seqLengths has the inputs column only
+        f.create_dataset("seqLengths", data=np.array(lens, dtype=np.int32)[:, None])
+        f.create_dataset("seqTags", data=np.array([f"t{i}".encode() for i in range(len(lens))]))
+    if total == 0:
+        return
+    src = sl.HDFSource(path)
+    opened = src._file(0)
+    reader = opened.readers["data"]
+    assert isinstance(reader, ChunkedRows)
+    if scatter:
+        reader._row_whole[:] = False
+    for seqs in batches:
+        got = execute(src, spec_of(seqs), 0, None, garbage_alloc)
+        want = reference_batch(path, ("data",), seqs)
+        assert same_bytes(got.data["data"], want["data"])
+
+
+def write_with_values(path: str, seqs: list[np.ndarray], layout: str) -> None:
+    kw = dict(LAYOUTS[layout])
+    if "maxshape" in kw:
+        kw["maxshape"] = (None, seqs[0].shape[1])
+    if "chunks" in kw:
+        kw["chunks"] = (kw["chunks"][0], kw["chunks"][1])
+    with h5py.File(path, "w") as f:
+        f.create_dataset("inputs", data=np.concatenate(seqs), **kw)
+        f.create_group("targets/data")  # no targets: seqLengths has the inputs column only
+        f.create_dataset("seqLengths", data=np.array([[len(s)] for s in seqs], dtype=np.int32))
+        f.create_dataset("seqTags", data=np.array([f"seq{i}".encode() for i in range(len(seqs))]))
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_nonfinite_screen_names_the_same_sequences(tmp_path, layout):
+    """NaN/Inf found while copying: the same messages (sequence, tag, file, key, frame) as the
+    per-sequence screen; a value whose square overflows is a false alarm the exact check drops."""
+    rng = np.random.default_rng(3)
+    seqs = [rng.standard_normal((int(rng.integers(1, 9)), 3)).astype(np.float32) for _ in range(9)]
+    seqs[2][1, 2] = np.nan
+    seqs[5][0, 0] = -np.inf
+    seqs[5][3 % len(seqs[5]), 1] = np.nan
+    seqs[7][0, 1] = 3e30  # finite, but its square overflows float32
+    path = str(tmp_path / "nan.hdf")
+    write_with_values(path, seqs, layout)
+    for use_mmap in (True, False):
+        src = sl.HDFSource(path, use_mmap=use_mmap)
+        for batch in ([0, 2, 5, 7], [7, 7, 1], [5, 2, 2], [8]):
+            direct = execute(src, spec_of(batch), 0, None, garbage_alloc, screen=True)
+            general = execute(src, spec_of(batch), 0, identity, garbage_alloc, screen=True)
+            assert direct.nonfinite == general.nonfinite
+            named = sorted({i for i in batch if i in (2, 5)})
+            assert len(direct.nonfinite) == sum(i in (2, 5) for i in batch)
+            for i in named:
+                assert any(f"sequence {i} (tag 'seq{i}')" in m for m in direct.nonfinite)
+                assert all(path in m for m in direct.nonfinite)
+            unscreened = execute(src, spec_of(batch), 0, None, garbage_alloc, screen=False)
+            assert unscreened.nonfinite == []
+
+
+def test_loader_reports_nonfinite_from_the_direct_path(tmp_path):
+    seqs = [np.ones((4, 2), np.float32) for _ in range(6)]
+    seqs[3][2, 0] = np.inf
+    path = str(tmp_path / "inf.hdf")
+    write_with_values(path, seqs, "contiguous")
+    loader = sl.SeqLoader(sl.HDFSource(path), max_seqs=2, checks=sl.CheckOptions(nonfinite="error"))
+    with pytest.raises(sl.DataError, match=r"sequence 3 \(tag 'seq3'\).*inf.hdf.*key 'data'"):
+        for _ in loader.epoch(1):
+            pass
+
+
+def test_block_pool_reuses_a_block_only_after_its_batch_died():
+    pool = BlockPool(max_blocks=2)
+    a = pool.lend(1000)
+    x = a((10, 10), np.float32)
+    x[...] = 1
+    del a  # the allocator goes; the array keeps the block lent
+    b = pool.lend(1000)
+    y = b((10, 10), np.float32)
+    assert not np.shares_memory(x, y)
+    assert pool.lend(1000) is None  # both blocks lent
+    view = torch.from_numpy(x[2:5])  # a tensor of a slice keeps the block too
+    del x
+    assert pool.lend(10) is None
+    del view
+    c = pool.lend(1000)
+    assert c is not None and np.shares_memory(c((10, 10), np.float32), b.lease) is False
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "chunked"])
+def test_kept_batches_stay_intact_with_reused_memory(tmp_path, layout):
+    """num_workers=0 builds batches in reused blocks: every batch of two epochs held at once (more
+    than the pool has blocks), and slices kept after their batch was dropped, still equal h5py."""
+    rng = np.random.default_rng(5)
+    seqs = [
+        rng.standard_normal((int(rng.integers(1, 30)), 4)).astype(np.float32) for _ in range(40)
+    ]
+    path = str(tmp_path / "keep.hdf")
+    write_with_values(path, seqs, layout)
+    loader = sl.SeqLoader(sl.HDFSource(path), max_seqs=3, ordering="random", seed=2)
+    kept, slices = [], []
+    for epoch in (1, 2):
+        for batch in loader.epoch(epoch):
+            kept.append(batch)
+            slices.append((batch.seq_indices.clone(), batch["data"][:, :1]))
+    assert len(kept) > 8
+    for batch in kept:
+        want = reference_batch(path, ("data",), batch.seq_indices.tolist())["data"]
+        assert same_bytes(batch["data"].numpy(), want)
+    del kept
+    for epoch in (3, 4):  # reuse freely now
+        for _ in loader.epoch(epoch):
+            pass
+    for idx, first in slices:
+        want = reference_batch(path, ("data",), idx.tolist())["data"][:, :1]
+        assert same_bytes(first.numpy(), want)
+
+
+def test_packed_tags_take_equals_indexing():
+    from seqloader.sources.hdf_layout import PackedTags
+
+    tags = ["a", "bé", "", "x/y/z", "\udcff"]
+    packed = PackedTags.from_strings(tags)
+    idx = np.array([4, 1, 2, 0, 1, 3])
+    assert packed.take(idx) == [packed[int(i)] for i in idx]
