@@ -10,8 +10,16 @@ pipeline never leak into another's numbers. Passes, each in its own epoch (a new
    (sequences/s, frames/s, main-process CPU time per batch);
 3. one epoch per simulated accelerator step (``time.sleep``): computation time % = time outside
    ``next()`` over wall time, RETURNN's definition, from the first batch of the pass on;
-4. peak RSS: the sum of each process's high-water mark (main + all its children), read before
-   closing. Shared pages count once per process that touches them, so this is an upper bound.
+4. memory, summed over the trainer and all its child processes (workers):
+   - **private memory**: ``Pss_Anon + Pss_Shmem`` of ``/proc/<pid>/smaps_rollup``, i.e. anonymous
+     pages (heaps, numpy/torch arrays, copy-on-write copies) plus shared memory (batch slots,
+     torch's shared tensors), each page split evenly among the processes that map it, so the sum
+     counts every physical page once. Pages of memory-mapped files (the HDF data, libraries) are
+     page cache, not private memory, and are left out (``Pss_File``, reported beside it). Sampled
+     after every pass; the maximum is kept (``private_bytes``);
+   - **RSS** (``VmRSS``, at the same samples) and **peak RSS** (``VmHWM``, each process's
+     high-water mark), which count shared and file pages once per process that touches them: an
+     upper bound that makes memory-mapped reading look larger than it is.
 """
 
 from __future__ import annotations
@@ -35,14 +43,11 @@ class PassPlan:
 
 def peak_rss_bytes() -> tuple[int, int]:
     """(sum of VmHWM over this process and its live descendants, number of processes)."""
-    import psutil
-
-    procs = [psutil.Process()]
-    procs += psutil.Process().children(recursive=True)
+    procs = _processes()
     total = 0
-    for p in procs:
+    for pid in procs:
         try:
-            with open(f"/proc/{p.pid}/status") as fh:
+            with open(f"/proc/{pid}/status") as fh:
                 for line in fh:
                     if line.startswith("VmHWM:"):
                         total += int(line.split()[1]) * 1024
@@ -51,9 +56,52 @@ def peak_rss_bytes() -> tuple[int, int]:
     return total, len(procs)
 
 
+def _processes() -> list[int]:
+    import psutil
+
+    me = psutil.Process()
+    return [me.pid] + [c.pid for c in me.children(recursive=True)]
+
+
+def memory_now() -> dict[str, int]:
+    """Private memory (Pss_Anon + Pss_Shmem), file pages (Pss_File) and RSS, summed over this
+    process and its live descendants (bytes); see the module docstring."""
+    fields = {"Pss_Anon:": "anon", "Pss_Shmem:": "shmem", "Pss_File:": "file", "Rss:": "rss"}
+    total = dict.fromkeys(fields.values(), 0)
+    for pid in _processes():
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    name = fields.get(line.split(" ", 1)[0])
+                    if name is not None:
+                        total[name] += int(line.split()[1]) * 1024
+        except OSError:  # exited meanwhile
+            continue
+    return {
+        "private_bytes": total["anon"] + total["shmem"],
+        "anon_bytes": total["anon"],
+        "shmem_bytes": total["shmem"],
+        "file_bytes": total["file"],
+        "rss_bytes": total["rss"],
+    }
+
+
+class MemoryPeak:
+    """The largest private-memory sample (with the other figures of that sample)."""
+
+    def __init__(self) -> None:
+        self.peak: dict[str, int] = {}
+
+    def sample(self) -> None:
+        now = memory_now()
+        if now["private_bytes"] >= self.peak.get("private_bytes", -1):
+            self.peak = now
+
+
 def measure(spec: RunSpec, plan: PassPlan) -> dict:
     out: dict = {"spec": asdict(spec), "plan": asdict(plan)}
     import_modules(spec.pipeline)
+    memory = MemoryPeak()
     t0 = time.perf_counter()
     pipe = open_pipeline(spec)
     try:
@@ -76,6 +124,7 @@ def measure(spec: RunSpec, plan: PassPlan) -> dict:
                 break
         wall = time.perf_counter() - t0
         cpu = time.process_time() - c0
+        memory.sample()  # workers and their batches still alive
         _close_iter(it)
         out.update(
             batches=batches,
@@ -90,16 +139,20 @@ def measure(spec: RunSpec, plan: PassPlan) -> dict:
         # simulated accelerator steps
         out["computation_pct"], out["wait_ms"] = {}, {}
         for j, step_ms in enumerate(plan.step_ms):
-            pct, waits = _computation(pipe, 3 + j, step_ms, plan)
+            pct, waits = _computation(pipe, 3 + j, step_ms, plan, memory)
             out["computation_pct"][str(step_ms)] = pct
             out["wait_ms"][str(step_ms)] = waits
         out["peak_rss_bytes"], out["processes"] = peak_rss_bytes()
+        out["memory"] = memory.peak
+        out["private_bytes"] = memory.peak["private_bytes"]
     finally:
         pipe.close()
     return out
 
 
-def _computation(pipe, epoch: int, step_ms: float, plan: PassPlan) -> tuple[float, dict]:
+def _computation(
+    pipe, epoch: int, step_ms: float, plan: PassPlan, memory: MemoryPeak
+) -> tuple[float, dict]:
     """Computation time % of one pass, and the per-batch waits (ms): median, p90, max. The
     distribution tells a steady per-batch cost from rare stalls, which the % alone hides."""
     it = iter(pipe.epoch(epoch))
@@ -114,6 +167,7 @@ def _computation(pipe, epoch: int, step_ms: float, plan: PassPlan) -> tuple[floa
         if batch is None:
             break
     wall = time.perf_counter() - t_start
+    memory.sample()
     _close_iter(it)
     ms = sorted(1e3 * w for w in waits)
     dist = {

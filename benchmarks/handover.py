@@ -4,6 +4,9 @@ Batches of about 6 MB from data held in memory (so reading costs nothing), one w
 simulated step: what is left of the trainer's time is the hand-over. Each variant runs in a fresh
 process, variants interleaved, ``--reps`` times; medians are printed.
 
+- ``torch-floor``: a plain DataLoader whose worker does nothing (returns its index): the cost of
+  torch's machinery alone (index queue, result queue, iterator), the floor of any design that
+  keeps torch's DataLoader;
 - ``torch-transport``: a plain DataLoader whose worker only allocates a 6 MB tensor (the
   transport's own cost, as measured in the design brief);
 - ``fresh-segments``: seqloader with its slot pool disabled, so every batch gets fresh
@@ -25,7 +28,7 @@ import subprocess
 import sys
 import time
 
-VARIANTS = ("torch-transport", "fresh-segments", "slots", "slots+receiver")
+VARIANTS = ("torch-floor", "torch-transport", "fresh-segments", "slots", "slots+receiver")
 
 
 def _child(variant: str, batches: int, step_ms: float) -> dict:
@@ -33,7 +36,18 @@ def _child(variant: str, batches: int, step_ms: float) -> dict:
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    if variant == "torch-transport":
+    if variant == "torch-floor":
+
+        class Nothing(Dataset):
+            def __len__(self) -> int:
+                return 1 << 30
+
+            def __getitem__(self, i: int) -> int:
+                return i
+
+        dl = DataLoader(Nothing(), batch_size=None, num_workers=1, persistent_workers=True)
+        it, close = iter(dl), lambda: None
+    elif variant == "torch-transport":
 
         class SixMB(Dataset):
             def __len__(self) -> int:
@@ -92,6 +106,8 @@ def _tensors(batch) -> list:
 
     if isinstance(batch, torch.Tensor):
         return [batch]
+    if isinstance(batch, int):
+        return []
     return list(batch.data.values())
 
 

@@ -18,6 +18,7 @@ Each loop holds the previous batch while building the next, as a training loop d
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -97,7 +98,10 @@ def child(config: dict) -> dict:
 
     epoch = 2
     batches = _plan(path, max_seqs, seed, epoch)[:n_batches]
+    warm_batches = config.get("warm_batches", 3)  # of epoch 1, before the measured epoch 2
     if name == "memmap":
+        for _ in itertools.islice(memmap_loop(path, _plan(path, max_seqs, seed, 1)), warm_batches):
+            pass
         it = memmap_loop(path, batches)
     elif name == "memcpy":
         it = memcpy_loop(path, batches)
@@ -106,8 +110,8 @@ def child(config: dict) -> dict:
             seqloader.HDFSource(path), ordering="random", max_seqs=max_seqs, seed=seed
         )
         warm = loader.epoch(1)  # opens files, builds the chunk index, fills caches
-        for _ in range(3):
-            next(warm)
+        for _ in itertools.islice(warm, warm_batches):
+            pass
         warm.close()
         it = loader.epoch(epoch)
     seqs = sum(len(s) for s in batches)
@@ -155,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--batches", type=int, default=300)
     p.add_argument("--max-seqs", type=int, default=32)
+    p.add_argument(
+        "--steady",
+        action="store_true",
+        help="also measure after one whole warm-up epoch (file pages mapped, NaN screen cached)",
+    )
     p.add_argument("--out")
     a = p.parse_args(argv)
     if a.child:
@@ -175,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             {**c, "code": "base", "label": c["label"] + "@base"}
             for c in configs
             if c["name"] == "seqloader"
+        ]
+    if a.steady:
+        configs += [
+            {**c, "warm_batches": 10**9, "label": c["label"] + "+steady"}
+            for c in configs
+            if c["name"] in ("memmap", "seqloader") and "chunked" not in c["label"]
         ]
     configs = [{**c, **common} for c in configs]
     runs: list[list[dict]] = []
@@ -213,6 +228,10 @@ def _ratios(runs: list[dict]) -> dict[str, list[float]]:
     ]
     labels = runs[0].keys()
     pairs += [(lab, lab + "@base") for lab in labels if lab + "@base" in labels]
+    pairs += [
+        ("seqloader/contiguous+steady", "memmap/contiguous+steady"),
+        ("seqloader/contiguous@base+steady", "memmap/contiguous+steady"),
+    ]
     out = {}
     for x, y in pairs:
         if x in labels and y in labels:

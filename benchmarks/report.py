@@ -5,7 +5,14 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-METRICS = ("seqs_per_s", "frames_per_s", "ttfb_s", "main_cpu_ms_per_batch", "peak_rss_bytes")
+METRICS = (
+    "seqs_per_s",
+    "frames_per_s",
+    "ttfb_s",
+    "main_cpu_ms_per_batch",
+    "peak_rss_bytes",
+    "private_bytes",
+)
 REFERENCES = {"torch": "torch/chunked/w{w}", "returnn": "returnn/chunked/w{w}"}
 
 
@@ -28,7 +35,7 @@ def summarize(result: dict) -> dict:
         entry: dict = {"spec": runs[0]["spec"], "reps_ok": len(ok), "reps": len(runs)}
         entry["errors"] = [r["error"] for r in runs if "error" in r]
         for m in METRICS:
-            entry[m] = _median([r[m] for r in ok])
+            entry[m] = _median([r[m] for r in ok if r.get(m) is not None])
         steps = sorted({s for r in ok for s in r["computation_pct"]}, key=float)
         entry["computation_pct"] = {
             s: _median([r["computation_pct"][s] for r in ok if s in r["computation_pct"]])
@@ -104,16 +111,18 @@ def targets(result: dict, summary: dict) -> list[dict]:
         "h5py/chunked/w0",
         3.0,
     )
-    comp = summary.get("seqloader/chunked/w1", {}).get("computation_pct", {}).get("10.0")
-    out.append(
-        {
-            "target": "seqloader computation time >= 98% with a 10 ms step and 1 worker",
-            "value": comp,
-            "need": 98.0,
-            "unit": "%",
-            "met": None if comp is None else comp >= 98.0,
-        }
-    )
+    for step, need in (("10.0", 98.0), ("20.0", 99.0)):
+        comp = summary.get("seqloader/chunked/w1", {}).get("computation_pct", {}).get(step)
+        out.append(
+            {
+                "target": f"seqloader computation time >= {need:g}% with a {float(step):g} ms "
+                "step and 1 worker (loop-side)",
+                "value": comp,
+                "need": need,
+                "unit": "%",
+                "met": None if comp is None else comp >= need,
+            }
+        )
     ttfb = summary.get("seqloader/chunked/w2", {}).get("ttfb_s")
     out.append(
         {
@@ -139,12 +148,14 @@ def _fmt(x: float | None, spec: str) -> str:
 
 
 def table(result: dict, summary: dict) -> str:
+    """Computation time first (the share of wall time the training loop spends outside
+    ``next()``, timed in the loop itself), then throughput, start-up, CPU and memory."""
     steps = result["settings"]["plan"]["step_ms"]
     head = (
-        f"{'configuration':26s} {'seq/s':>8s} {'frames/s':>10s} {'1st batch':>9s} "
-        f"{'CPU/batch':>9s} {'peak RSS':>9s} "
+        f"{'configuration':26s} "
         + " ".join(f"{'comp@' + format(s, 'g') + 'ms':>10s}" for s in steps)
-        + f" {'x torch':>8s} {'x returnn':>9s}"
+        + f" {'seq/s':>8s} {'x torch':>8s} {'x returnn':>9s} {'1st batch':>9s} "
+        f"{'CPU/batch':>9s} {'private':>9s} {'peak RSS':>9s}"
     )
     lines = [head, "-" * len(head)]
     for name in sorted(summary, key=_order):
@@ -153,17 +164,23 @@ def table(result: dict, summary: dict) -> str:
             lines.append(f"{name:26s} FAILED ({e['errors'][0].strip().splitlines()[-1][:80]})")
             continue
         rss = None if e["peak_rss_bytes"] is None else e["peak_rss_bytes"] / 2**20
+        private = None if e.get("private_bytes") is None else e["private_bytes"] / 2**20
         comps = " ".join(f"{_fmt(e['computation_pct'].get(str(float(s))), '9.1f')}%" for s in steps)
         lines.append(
-            f"{name:26s} {_fmt(e['seqs_per_s'], '8,.0f')} {_fmt(e['frames_per_s'], '10,.0f')} "
+            f"{name:26s} {comps} {_fmt(e['seqs_per_s'], '8,.0f')} "
+            f"{_fmt(e['ratios'].get('torch'), '7.2f')}x {_fmt(e['ratios'].get('returnn'), '8.2f')}x "
             f"{_fmt(e['ttfb_s'], '8.2f')}s {_fmt(e['main_cpu_ms_per_batch'], '7.2f')}ms "
-            f"{_fmt(rss, '7,.0f')}MB {comps} {_fmt(e['ratios'].get('torch'), '7.2f')}x "
-            f"{_fmt(e['ratios'].get('returnn'), '8.2f')}x"
+            f"{_fmt(private, '7,.0f')}MB {_fmt(rss, '7,.0f')}MB"
         )
     bw = result["memory_bandwidth"]
     lines.append(
         f"memory bandwidth (numpy copy of the same bytes): {bw['gb_per_s']:.1f} GB/s = "
         f"{bw['seqs_per_s']:,.0f} sequences/s (physical limit)"
+    )
+    lines.append(
+        "comp@: computation time %, timed in the loop (wall time outside next()); private: "
+        "anonymous + shared memory of trainer and workers (Pss_Anon + Pss_Shmem, each page once); "
+        "peak RSS also counts mapped file pages (page cache) once per process"
     )
     return "\n".join(lines)
 
@@ -194,7 +211,7 @@ def plot(result: dict, summary: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     names = [n for n in sorted(summary, key=_order) if summary[n]["reps_ok"]]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5))
+    fig, (ax2, ax1) = plt.subplots(1, 2, figsize=(14, 5.5))  # computation time first
     colors = {
         "h5py/chunked": "tab:gray",
         "h5py/contiguous": "silver",
@@ -236,7 +253,7 @@ def plot(result: dict, summary: dict, path: str) -> None:
         )
     ax2.axhline(98, color="red", linestyle="--", linewidth=0.8, label="98% target")
     ax2.set_xlabel("simulated accelerator step (ms, sleep per batch)")
-    ax2.set_ylabel("computation time %")
+    ax2.set_ylabel("computation time % (timed in the training loop)")
     ax2.set_title("Computation time with workers (solid: 1, dotted: 2+)")
     ax2.legend(fontsize=7)
     m = result["machine"]

@@ -19,6 +19,8 @@ RUN_FIELDS = {
     "frames_per_s",
     "main_cpu_ms_per_batch",
     "peak_rss_bytes",
+    "private_bytes",
+    "memory",
     "computation_pct",
     "batches",
     "seqs",
@@ -83,6 +85,9 @@ def test_json_has_every_pipeline_and_metric(bench):
         assert run["batches"] <= run["seqs"] <= 8 * run["batches"]
         # main + workers (+ RETURNN's manager process for its epoch counter)
         assert run["peak_rss_bytes"] > 0 and run["processes"] >= 1 + run["spec"]["workers"]
+        mem = run["memory"]  # private = anonymous + shared memory; file pages beside it
+        assert mem["private_bytes"] == mem["anon_bytes"] + mem["shmem_bytes"] > 0
+        assert mem["rss_bytes"] > 0 and mem["file_bytes"] >= 0
         assert set(run["computation_pct"]) == {"10.0"}
         assert all(0 < v <= 100 for v in run["computation_pct"].values())
         waits = run["wait_ms"]["10.0"]  # per-batch waits: stalls show in p90/max
@@ -130,10 +135,18 @@ def test_handover_ablation_runs_every_variant(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(out.read_text())["summary"]
-    assert set(summary) == {"torch-transport", "fresh-segments", "slots", "slots+receiver"}
-    for v in summary.values():
+    assert set(summary) == {
+        "torch-floor",
+        "torch-transport",
+        "fresh-segments",
+        "slots",
+        "slots+receiver",
+    }
+    assert summary["torch-floor"]["batch_bytes"] == 0  # a worker that does nothing
+    for name, v in summary.items():
         assert 0 < v["computation_pct"] <= 100
-        assert v["batch_bytes"] > 5 * 2**20  # the ~6 MB batches of the reference setup
+        if name != "torch-floor":
+            assert v["batch_bytes"] > 5 * 2**20  # the ~6 MB batches of the reference setup
         assert v["trainer_thread_cpu_ms_per_batch"] <= v["main_cpu_ms_per_batch"] + 1e-6
 
 

@@ -21,6 +21,7 @@ from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.direct import reads_into
 from seqloader.loading.execute import execute
 from seqloader.sources.hdf_chunks import ChunkedRows
+from seqloader.sources.hdf_read import MappedRows
 from test_hdf_fast import LAYOUTS, plain_h5py, same_bytes, write_by_hand
 
 DIRECT_DTYPES = ["<f4", "<f8", "<f2", "i1", "<i4", "<i8", "u1", "<u2", ">f4", ">i2", "?"]
@@ -88,7 +89,9 @@ def chunked_files(draw):
         st.lists(st.lists(st.integers(0, n - 1), min_size=1, max_size=6), min_size=1, max_size=4)
     )
     scatter = draw(st.booleans())  # chunks of one row not back to back in the file
-    return dim, lens, chunk, dtype, batches, scatter
+    labels = draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))  # a 1-D key
+    label_layout = draw(st.sampled_from([None, 1, 5, 64]))  # contiguous or chunk length
+    return dim, lens, chunk, dtype, batches, scatter, labels, label_layout
 
 
 @settings(max_examples=40, deadline=None)
@@ -96,33 +99,34 @@ def chunked_files(draw):
 def test_direct_chunk_copies_equal_h5py(tmp_path_factory, case):
     """Chunks copied straight into the padded batch, whole chunk rows at once or chunk by chunk,
     for any chunk shape, width and span: the bytes of h5py."""
-    dim, lens, chunk, dtype, batches, scatter = case
+    dim, lens, chunk, dtype, batches, scatter, labels, label_layout = case
     path = str(tmp_path_factory.mktemp("direct") / "c.hdf")
     rng = np.random.default_rng(sum(lens) * 31 + dim)
-    total = sum(lens)
+    total, total_labels = sum(lens), sum(labels)
+    if total == 0 or total_labels == 0:
+        return  # an all-empty dataset is never read from the file
     values = (rng.standard_normal((total, dim)) * 30).astype(dtype)
     with h5py.File(path, "w") as f:
-        d = f.create_dataset(
-            "inputs", (max(total, 1), dim), dtype, chunks=chunk, maxshape=(None, dim)
+        d = f.create_dataset("inputs", (total, dim), dtype, chunks=chunk, maxshape=(None, dim))
+        d[...] = values
+        kw = {} if label_layout is None else {"chunks": (label_layout,), "maxshape": (None,)}
+        f.create_dataset(
+            "targets/data/classes", data=rng.integers(-99, 99, total_labels, dtype=np.int32), **kw
         )
-        d.resize(total, axis=0)
-        if total:
-            d[...] = values
-        f.create_group("targets/data")  # no targets: seqLengths has the inputs column only
-        f.create_dataset("seqLengths", data=np.array(lens, dtype=np.int32)[:, None])
+        f.create_group("targets/size").attrs["classes"] = [200, 1]
+        f.create_dataset("seqLengths", data=np.array([lens, labels], dtype=np.int32).T)
         f.create_dataset("seqTags", data=np.array([f"t{i}".encode() for i in range(len(lens))]))
-    if total == 0:
-        return
     src = sl.HDFSource(path)
-    opened = src._file(0)
-    reader = opened.readers["data"]
-    assert isinstance(reader, ChunkedRows)
+    readers = src._file(0).readers
+    assert isinstance(readers["data"], ChunkedRows)
+    assert isinstance(readers["classes"], MappedRows if label_layout is None else ChunkedRows)
     if scatter:
-        reader._row_whole[:] = False
+        readers["data"]._row_whole[:] = False
     for seqs in batches:
         got = execute(src, spec_of(seqs), 0, None, garbage_alloc)
-        want = reference_batch(path, ("data",), seqs)
-        assert same_bytes(got.data["data"], want["data"])
+        want = reference_batch(path, ("data", "classes"), seqs)
+        for key in want:
+            assert same_bytes(got.data[key], want[key]), key
 
 
 def write_with_values(path: str, seqs: list[np.ndarray], layout: str) -> None:
@@ -230,3 +234,32 @@ def test_packed_tags_take_equals_indexing():
     packed = PackedTags.from_strings(tags)
     idx = np.array([4, 1, 2, 0, 1, 3])
     assert packed.take(idx) == [packed[int(i)] for i in idx]
+
+
+@pytest.mark.parametrize(
+    "shape,dtype",
+    [((2, 9, 4), np.float32), ((2, 3, 3), np.float32), ((1, 9, 3), np.float32), ((2, 9, 3), "<f8")],
+)
+def test_raw_copies_refuse_a_destination_that_does_not_fit(tmp_path, shape, dtype):
+    """The mapped reader copies rows with memmove: a destination of another feature shape, too
+    few frames or rows, or another dtype goes through numpy instead, which raises (or converts)
+    rather than writing past the array."""
+    seqs = [
+        np.arange(i * 30, i * 30 + 3 * (i + 2), dtype=np.float32).reshape(-1, 3) for i in range(3)
+    ]
+    path = str(tmp_path / "fit.hdf")
+    write_with_values(path, seqs, "contiguous")
+    reader = sl.HDFSource(path)._file(0).readers["data"]
+    assert isinstance(reader, MappedRows)
+    rows = np.concatenate(seqs)  # 9 frames in the file
+    begin, end = np.array([0, 4]), np.array([4, 9])  # spans of 4 and 5 frames
+    out = np.full(shape, 7, dtype=dtype)
+    fits = shape[1] >= 5 and shape[0] >= 2 and shape[2:] == (3,)
+    if not fits:
+        with pytest.raises((ValueError, IndexError)):
+            reader.spans_into(begin, end, out, [0, 1])
+        return
+    reader.spans_into(begin, end, out, [0, 1])  # float64: converted by numpy, values kept
+    np.testing.assert_array_equal(out[1, :5], rows[4:9])
+    np.testing.assert_array_equal(out[0, :4], rows[0:4])
+    assert (out[0, 4:] == 0).all()

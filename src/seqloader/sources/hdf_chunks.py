@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import h5py
 import numpy as np
 
-from seqloader.sources.padded_rows import into_each
+from seqloader.sources.padded_rows import gather_small, into_each
 
 MAX_INDEXED_CHUNKS = 2_000_000  # ~2.6 s and 16 MB of index per process at most
 
@@ -140,10 +140,25 @@ class ChunkedRows:
         end: np.ndarray,
         out: np.ndarray,
         pos: Sequence[int],
-        screen: bool = False,
+        screen: Sequence[bool] | None = None,
     ) -> list[int]:
         """As ``hdf_read.RowReader.spans_into``."""
-        return into_each(self.into, begin, end, out, pos, screen and self.dtype.kind == "f")
+        if (
+            screen is None
+            and len(self.shape) == 1
+            and gather_small(self._take, begin, end, out, pos)
+        ):
+            return []
+        return into_each(self.into, begin, end, out, pos, screen)
+
+    def _take(self, rows: np.ndarray) -> np.ndarray:
+        """Values of a 1-D dataset at global row numbers ``rows`` (any shape), gathered byte by
+        byte from the mapped chunks (chunk offsets need not be aligned to the item size)."""
+        cr, size = self.chunks[0], self.dtype.itemsize
+        r = rows // cr
+        at = self.table[r] + (rows - r * cr) * size  # byte offset of each value
+        raw = self.buffer[at[..., None] + np.arange(size, dtype=np.int64)]  # [..., size] uint8
+        return raw.view(self.dtype)[..., 0]
 
 
 # (path, device, inode, size, mtime_ns, dataset name) -> index, or None: "use h5py"

@@ -26,12 +26,10 @@ class KeyCounts:
 def count_key(lengths: np.ndarray, real: np.ndarray) -> KeyCounts:
     """``KeyCounts`` from int lengths ``[B]`` and the bool mask ``[B]``."""
     n_real = int(np.count_nonzero(real))
-    return KeyCounts(
-        n_real,
-        len(real) - n_real,
-        int(lengths[real].sum()),
-        int(len(lengths) * (lengths.max() if len(lengths) else 0)),
-    )
+    if not len(lengths):
+        return KeyCounts(n_real, len(real) - n_real, 0, 0)
+    frames = int(lengths.sum()) if n_real == len(real) else int(lengths[real].sum())
+    return KeyCounts(n_real, len(real) - n_real, frames, int(len(lengths) * lengths.max()))
 
 
 @dataclass
