@@ -91,7 +91,8 @@ def chunked_files(draw):
     scatter = draw(st.booleans())  # chunks of one row not back to back in the file
     labels = draw(st.lists(st.integers(0, 30), min_size=n, max_size=n))  # a 1-D key
     label_layout = draw(st.sampled_from([None, 1, 5, 64]))  # contiguous or chunk length
-    return dim, lens, chunk, dtype, batches, scatter, labels, label_layout
+    interleaved = draw(st.booleans())  # written sequence by sequence, as RETURNN's writer does
+    return dim, lens, chunk, dtype, batches, scatter, labels, label_layout, interleaved
 
 
 @settings(max_examples=40, deadline=None)
@@ -99,20 +100,28 @@ def chunked_files(draw):
 def test_direct_chunk_copies_equal_h5py(tmp_path_factory, case):
     """Chunks copied straight into the padded batch, whole chunk rows at once or chunk by chunk,
     for any chunk shape, width and span: the bytes of h5py."""
-    dim, lens, chunk, dtype, batches, scatter, labels, label_layout = case
+    dim, lens, chunk, dtype, batches, scatter, labels, label_layout, interleaved = case
     path = str(tmp_path_factory.mktemp("direct") / "c.hdf")
     rng = np.random.default_rng(sum(lens) * 31 + dim)
     total, total_labels = sum(lens), sum(labels)
     if total == 0 or total_labels == 0:
         return  # an all-empty dataset is never read from the file
     values = (rng.standard_normal((total, dim)) * 30).astype(dtype)
+    label_values = rng.integers(-99, 99, total_labels, dtype=np.int32)
     with h5py.File(path, "w") as f:
         d = f.create_dataset("inputs", (total, dim), dtype, chunks=chunk, maxshape=(None, dim))
-        d[...] = values
         kw = {} if label_layout is None else {"chunks": (label_layout,), "maxshape": (None,)}
-        f.create_dataset(
-            "targets/data/classes", data=rng.integers(-99, 99, total_labels, dtype=np.int32), **kw
-        )
+        c = f.create_dataset("targets/data/classes", (total_labels,), np.int32, **kw)
+        if interleaved:  # chunks of both datasets allocated in turn: runs of chunk rows break
+            x = y = 0
+            for n, m in zip(lens, labels):
+                d[x : x + n] = values[x : x + n]
+                c[y : y + m] = label_values[y : y + m]
+                f.flush()
+                x, y = x + n, y + m
+        else:
+            d[...] = values
+            c[...] = label_values
         f.create_group("targets/size").attrs["classes"] = [200, 1]
         f.create_dataset("seqLengths", data=np.array([lens, labels], dtype=np.int32).T)
         f.create_dataset("seqTags", data=np.array([f"t{i}".encode() for i in range(len(lens))]))

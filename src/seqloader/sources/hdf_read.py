@@ -24,47 +24,13 @@ import h5py
 import numpy as np
 
 from seqloader.sources.hdf_chunks import chunked_reader
-from seqloader.sources.padded_rows import gather_small, into_each, looks_finite
+from seqloader.sources.padded_rows import RowReader, gather_small, into_each, looks_finite
 
 _memmove, _memset = ctypes.memmove, ctypes.memset
 
 # Merged reads stop growing at this size: HDF5 reads of tiny-chunked data were fastest at about
 # 250-500 KB per call (measured: 1.5x faster than 3 MB calls, 2x faster than 10 MB ones).
 MAX_RUN_BYTES = 256 << 10
-
-
-class RowReader:
-    """Reads row ranges of one dataset. Results are fresh, writable arrays (callers may transform
-    them in place), with the dataset's dtype and shape ``[rows, *feature_shape]``."""
-
-    shape: tuple[int, ...]  # the whole dataset's
-    dtype: np.dtype
-
-    def rows(self, a: int, b: int) -> np.ndarray:
-        raise NotImplementedError
-
-    def spans(self, begin: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
-        """Rows ``[begin[j], end[j])`` for every j, in the given order (duplicates allowed)."""
-        return [self.rows(int(a), int(b)) for a, b in zip(begin, end)]
-
-    def into(self, a: int, b: int, out: np.ndarray) -> None:
-        """Rows ``[a, b)`` written into ``out`` (``[b - a, *feature_shape]``, this dtype)."""
-        out[...] = self.rows(a, b)
-
-    def spans_into(
-        self,
-        begin: np.ndarray,
-        end: np.ndarray,
-        out: np.ndarray,
-        pos: Sequence[int],
-        screen: Sequence[bool] | None = None,
-    ) -> list[int]:
-        """Fill row ``pos[j]`` of the padded array ``out`` (``[B, T, *feature_shape]``) with rows
-        ``[begin[j], end[j])`` followed by zeros, for every j: the batch is the destination, so no
-        sequence is materialised on the way, and each row is written front to back in one pass.
-        Spans with ``screen[j]`` (float data only) are screened for NaN/Inf right after their
-        copy, while the bytes are in cache (``looks_finite``); returns the j that may hold some."""
-        return into_each(self.into, begin, end, out, pos, screen)
 
 
 class MappedRows(RowReader):

@@ -1,6 +1,7 @@
-"""Writing sequences into a padded batch, shared by the HDF row readers (``hdf_read``,
-``hdf_chunks``): each row of the batch is filled front to back (the sequence's rows, then zeros)
-and, when asked, screened for NaN/Inf while its bytes are still in cache."""
+"""The row-reader interface of the HDF read paths (``hdf_read``, ``hdf_chunks``) and what they
+share for writing sequences into a padded batch: each row of the batch is filled front to back
+(the sequence's rows, then zeros) and, when asked, screened for NaN/Inf while its bytes are still
+in cache."""
 
 from __future__ import annotations
 
@@ -71,3 +72,42 @@ def gather_small(
     values[~valid] = 0
     out[np.asarray(pos, dtype=np.int64)] = values
     return True
+
+
+class RowReader:
+    """Reads row ranges of one dataset. Results are fresh, writable arrays (callers may transform
+    them in place), with the dataset's dtype and shape ``[rows, *feature_shape]``."""
+
+    shape: tuple[int, ...]  # the whole dataset's
+    dtype: np.dtype
+    # values at global row numbers (any shape), for readers that can gather a small 1-D batch
+    take: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def spans(self, begin: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
+        """Rows ``[begin[j], end[j])`` for every j, in the given order (duplicates allowed)."""
+        return [self.rows(int(a), int(b)) for a, b in zip(begin, end)]
+
+    def into(self, a: int, b: int, out: np.ndarray) -> None:
+        """Rows ``[a, b)`` written into ``out`` (``[b - a, *feature_shape]``, this dtype)."""
+        out[...] = self.rows(a, b)
+
+    def spans_into(
+        self,
+        begin: np.ndarray,
+        end: np.ndarray,
+        out: np.ndarray,
+        pos: Sequence[int],
+        screen: Sequence[bool] | None = None,
+    ) -> list[int]:
+        """Fill row ``pos[j]`` of the padded array ``out`` (``[B, T, *feature_shape]``) with rows
+        ``[begin[j], end[j])`` followed by zeros, for every j: the batch is the destination, so no
+        sequence is materialised on the way, and each row is written front to back in one pass.
+        Spans with ``screen[j]`` (float data only) are screened for NaN/Inf right after their
+        copy, while the bytes are in cache (``looks_finite``); returns the j that may hold some."""
+        take = self.take
+        if screen is None and take is not None and gather_small(take, begin, end, out, pos):
+            return []
+        return into_each(self.into, begin, end, out, pos, screen)
