@@ -10,6 +10,11 @@ Three ways, same bytes:
   sorted and neighbouring ones merged into one read when that at most doubles the rows read, so a
   nearly contiguous batch costs one HDF5 call instead of one per sequence, and chunks shared by
   neighbouring sequences are decoded once.
+
+Batches without a transform are read straight into the padded batch (``OpenFile.read_into``,
+``HDFSource.read_into``; see ``loading.direct``): from the map one ``memmove`` + ``memset`` per
+sequence, from chunks one copy per run of whole chunk rows, through h5py one copy out of its
+buffer; the NaN/Inf screen runs on each sequence right after its copy, once per process.
 """
 
 from __future__ import annotations
