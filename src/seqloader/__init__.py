@@ -31,6 +31,7 @@ from seqloader.errors import (
     WorkerError,
 )
 from seqloader.plan import Ordering, Planner, PlanOptions, Topology
+from seqloader.returnn import from_returnn_config
 from seqloader.sources import (
     HDFSource,
     KeySpec,
@@ -81,5 +82,6 @@ __all__ = [
     "WorkerOptions",
     "__version__",
     "convert_contiguous",
+    "from_returnn_config",
     "write_hdf",
 ]

@@ -146,6 +146,17 @@ class HashedTags(Protocol):
     def hashes(self) -> np.ndarray: ...
 
 
+@runtime_checkable
+class PlanHints(Protocol):
+    """Planning inputs besides lengths, for RETURNN's exact order (``seqloader.returnn``'s
+    ``ReturnnView``): the lengths sorting orderings sort by (None: the length key's), and
+    sequences left out like filtered ones (reason -> bool mask ``[n]``)."""
+
+    def order_lengths(self) -> np.ndarray | None: ...
+
+    def excluded(self) -> Mapping[str, np.ndarray]: ...
+
+
 class SourceBase:
     """Base class for sources: the metadata half of the ``Source`` protocol for sources that keep
     it in attributes set at open (``_schema``, whose key order is ``keys``; ``_lengths``: key ->

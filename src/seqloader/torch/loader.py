@@ -18,7 +18,7 @@ from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import Planner
 from seqloader.plan.position import Position, continue_plan, is_finished, segment_plan
 from seqloader.plan.topology import Topology
-from seqloader.sources.base import Source, loader_needs
+from seqloader.sources.base import PlanHints, Source, declares, loader_needs
 from seqloader.torch.audit import EpochAuditor, audit_policy
 from seqloader.torch.batch import Batch
 from seqloader.torch.checks import BatchChecks, CheckOptions, check_source
@@ -122,8 +122,14 @@ class SeqLoader:
                 f"{source!r} {needs.why}, but no transform is given. Fix: {needs.fix}"
             )
         self.transform = transform
+        hints = source if declares(source, PlanHints) else None
         self.planner = Planner(
-            {k: source.lengths(k) for k in source.keys}, self.options, source.tags, repr(source)
+            {k: source.lengths(k) for k in source.keys},
+            self.options,
+            source.tags,
+            repr(source),
+            order_lengths=None if hints is None else hints.order_lengths(),
+            excluded=None if hints is None else hints.excluded(),
         )
         self.length_key = self.planner.length_key
         self._fingerprint = self.planner.fingerprint(source.fingerprint())

@@ -1,0 +1,115 @@
+"""``ReturnnView``: a source as a RETURNN dataset sees it, for planning in RETURNN's own order.
+
+RETURNN sorts OggZip corpora by ``int(duration * 100)``, not by feature frames, and applies
+``seq_list_filter_file`` after ordering; OggZip's ``segment_file`` keeps a subset in corpus order
+before ordering. The view carries these as the ``PlanHints`` planning reads (``order_lengths``,
+``excluded``) and maps a subset's indices; everything else is the wrapped source's, including its optional abilities (``read_many``,
+``prepare_workers``, ``where``, ``loader_needs``), declared here and passed on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from seqloader.sources.base import (
+    LoaderNeeds,
+    Schema,
+    Source,
+    loader_needs,
+    prepare_workers,
+    read_batch,
+    where,
+)
+
+
+class ReturnnView:
+    """``inner`` restricted to ``indices`` (None: all, in order) with planning hints."""
+
+    def __init__(
+        self,
+        inner: Source,
+        *,
+        indices: np.ndarray | None = None,
+        order_lengths: np.ndarray | None = None,
+        excluded: Mapping[str, np.ndarray] | None = None,
+    ) -> None:
+        self._inner = inner
+        self._indices = None if indices is None else np.asarray(indices, dtype=np.int64)
+        self._order_lengths = order_lengths
+        self._excluded = dict(excluded or {})
+        n = len(self)
+        for what, arr in [("order_lengths", order_lengths), *self._excluded.items()]:
+            if arr is not None and len(arr) != n:
+                raise ValueError(f"ReturnnView {what}: got {len(arr)} entries, expected {n}")
+        self._tags: Sequence[str] = (
+            inner.tags if self._indices is None else [inner.tag(int(i)) for i in self._indices]
+        )
+
+    # ---- planning hints (seqloader.sources.base.PlanHints) ----
+    def order_lengths(self) -> np.ndarray | None:
+        return self._order_lengths
+
+    def excluded(self) -> Mapping[str, np.ndarray]:
+        return self._excluded
+
+    # ---- Source protocol ----
+    def __len__(self) -> int:
+        return len(self._inner) if self._indices is None else len(self._indices)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._inner.keys
+
+    @property
+    def schema(self) -> Schema:
+        return self._inner.schema
+
+    def lengths(self, key: str) -> np.ndarray:
+        full = self._inner.lengths(key)
+        return full if self._indices is None else full[self._indices]
+
+    @property
+    def tags(self) -> Sequence[str]:
+        return self._tags
+
+    def tag(self, index: int) -> str:
+        return self._tags[index]
+
+    def read(self, index: int) -> dict[str, np.ndarray]:
+        inner = index if self._indices is None else int(self._indices[index])
+        return self._inner.read(inner)
+
+    def fingerprint(self) -> str:
+        if self._indices is None:
+            return self._inner.fingerprint()
+        h = hashlib.sha256(self._inner.fingerprint().encode())
+        h.update(self._indices.tobytes())
+        return h.hexdigest()[:32]
+
+    # ---- optional abilities (seqloader.sources.base), passed on from the wrapped source ----
+    def read_many(self, indices: np.ndarray) -> list[dict[str, np.ndarray]]:
+        inner = np.asarray(indices, dtype=np.int64)
+        if self._indices is not None:
+            inner = self._indices[inner]
+        return read_batch(self._inner, inner)
+
+    def prepare_workers(self) -> None:
+        prepare_workers(self._inner)
+
+    def where(self, index: int) -> str:
+        return where(self._inner, index if self._indices is None else int(self._indices[index]))
+
+    def loader_needs(self) -> LoaderNeeds:
+        return loader_needs(self._inner)
+
+    def close(self) -> None:
+        close = getattr(self._inner, "close", None)
+        if close is not None:
+            close()
+
+    def __repr__(self) -> str:
+        subset = "" if self._indices is None else f", {len(self)} listed sequences"
+        return f"ReturnnView({self._inner!r}{subset})"
