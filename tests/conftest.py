@@ -77,6 +77,9 @@ class BatchRecord(NamedTuple):
     lengths: tuple[tuple[str, tuple[int, ...]], ...]
     tensors: tuple[tuple[str, str, tuple[int, ...], bytes], ...]  # key, dtype, shape, bytes
 
+    def tensor_bytes(self, key: str) -> bytes:
+        return next(raw for k, _, _, raw in self.tensors if k == key)
+
 
 def batch_record(batch: sl.Batch) -> BatchRecord:
     tensors = tuple(

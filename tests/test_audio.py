@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from conftest import batch_record
 from seqloader.audio.features import numpy_log_mel, use_kernel
 from seqloader.audio.resample import resample, resampled_length, speed_length
 from seqloader.synthetic.audio import encode_audio, speech_like, write_audio_corpus
@@ -341,7 +342,7 @@ def test_batches_are_identical_with_0_1_2_workers_and_after_fork_and_spawn(corpu
 
     def run(**workers):
         with sl.SeqLoader(src, ordering="laplace:.6", max_frames=600, seed=5, **workers) as ld:
-            return [(b.seq_indices.tolist(), b["data"].numpy().tobytes()) for b in ld.epoch(2)]
+            return [batch_record(b) for b in ld.epoch(2)]
 
     reference = run(num_workers=0)
     assert run(num_workers=1) == reference

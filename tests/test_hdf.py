@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from conftest import BatchRecord, batch_record
 from hdf_files import write_datasetwriter_style, write_simplewriter_style
 from seqloader.errors import DataError, DataWarning
 from seqloader.sources.base import KeySpec
@@ -347,18 +348,10 @@ def test_forked_child_opens_its_own_handles(two_files):
     assert_same_seq(src.read(5), seqs[5])  # the parent's handles still work
 
 
-def _epoch_batches(src, **workers):
+def _epoch_batches(src, **workers) -> list[BatchRecord]:
     loader = sl.SeqLoader(src, ordering="random", max_seqs=3, max_frames=200, seed=7, **workers)
     try:
-        return [
-            (
-                b.seq_indices.tolist(),
-                b.seq_tags,
-                {k: v.numpy().copy() for k, v in b.data.items()},
-                {k: v.numpy().copy() for k, v in b.lengths.items()},
-            )
-            for b in loader.epoch(1)
-        ]
+        return [batch_record(b) for b in loader.epoch(1)]
     finally:
         loader.close()
 
@@ -371,17 +364,15 @@ def test_dataloader_workers_give_the_same_batches(two_files, context):
     want = _epoch_batches(src)
     got = _epoch_batches(src, num_workers=2, multiprocessing_context=context)
     assert len(got) == len(want) > 0
+    assert got == want  # indices, tags, dtypes, shapes, lengths, bytes
     seen = []
-    for (gi, gt, gd, gl), (wi, wt, wd, wl) in zip(got, want):
-        assert gi == wi and gt == wt
-        for k in wd:
-            assert gd[k].dtype == wd[k].dtype
-            np.testing.assert_array_equal(gd[k], wd[k])
-            np.testing.assert_array_equal(gl[k], wl[k])
-        for row, i in enumerate(gi):
-            n = int(gl["data"][row])
-            np.testing.assert_array_equal(gd["data"][row, :n], seqs[i]["data"])
-        seen += gi
+    for record in got:
+        shape = {k: shape for k, _, shape, _ in record.tensors}["data"]
+        batch = np.frombuffer(record.tensor_bytes("data"), seqs[0]["data"].dtype).reshape(shape)
+        lengths = dict(record.lengths)["data"]
+        for row, i in enumerate(record.seqs):
+            np.testing.assert_array_equal(batch[row, : lengths[row]], seqs[i]["data"])
+        seen += record.seqs
     assert sorted(seen) == list(range(40))
 
 

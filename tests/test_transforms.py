@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from conftest import BatchRecord, batch_record
 from seqloader.audio.resample import speed_length
 from seqloader.synthetic.audio import write_audio_corpus
 from seqloader.transforms import AddNoise, Features, SpecAugment, SpeedPerturb, compose
@@ -42,20 +43,16 @@ def augmenting_source(corpus) -> sl.AudioSource:
 PIPELINE = compose(SPEED, AddNoise((5.0, 20.0), p=0.7), Features(LM), SpecAugment(max_time_width=8))
 
 
-def run_epochs(source, epochs, **options):
+def run_epochs(source, epochs, **options) -> list[list[BatchRecord]]:
     with sl.SeqLoader(source, transform=PIPELINE, **options) as loader:
-        return [
-            [(b.seq_indices.tolist(), b["data"].numpy().tobytes(), b.lengths["data"].tolist())
-             for b in loader.epoch(e)]
-            for e in epochs
-        ]  # fmt: skip
+        return [[batch_record(b) for b in loader.epoch(e)] for e in epochs]
 
 
 def test_batches_are_identical_for_0_1_2_workers(corpus):
     src = augmenting_source(corpus)
     options = {"ordering": "random", "max_frames": 400, "seed": 11}
     reference = run_epochs(src, (1, 2), num_workers=0, **options)
-    assert sum(len(idx) for idx, _, _ in reference[0]) == len(src)
+    assert sum(len(r.seqs) for r in reference[0]) == len(src)
     assert run_epochs(src, (1, 2), num_workers=1, **options) == reference
     assert run_epochs(src, (1, 2), num_workers=2, prefetch_factor=1, **options) == reference
 
@@ -64,8 +61,11 @@ def test_each_sequence_is_augmented_anew_each_epoch_and_the_same_on_a_rerun(corp
     src = augmenting_source(corpus)
     options = {"ordering": "default", "max_seqs": 1, "seed": 11, "num_workers": 0}
     epoch1, epoch2 = run_epochs(src, (1, 2), **options)
-    assert [idx for idx, _, _ in epoch1] == [idx for idx, _, _ in epoch2]  # same sequence per step
-    assert all(a[1] != b[1] for a, b in zip(epoch1, epoch2, strict=True))
+    assert [r.seqs for r in epoch1] == [r.seqs for r in epoch2]  # same sequence per step
+    assert all(
+        a.tensor_bytes("data") != b.tensor_bytes("data")
+        for a, b in zip(epoch1, epoch2, strict=True)
+    )
     assert run_epochs(src, (2,), **options) == [epoch2]
 
 
