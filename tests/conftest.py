@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -154,6 +155,17 @@ def open_fds() -> set[str]:
 
 def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+
+
+def lasting_shm_entries(before: set[str], settle_s: float = 1.0) -> set[str]:
+    """/dev/shm entries new since ``before`` that are still there ``settle_s`` later. /dev/shm is
+    shared by every process on the machine: other programs' multiprocessing semaphores
+    (``sem.mp-*``) exist there for an instant between creation and unlink; a leak stays."""
+    new = shm_entries() - before
+    if new:
+        time.sleep(settle_s)
+        new &= shm_entries()
+    return new
 
 
 def shm_mappings() -> list[str]:

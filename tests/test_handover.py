@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import seqloader as sl
-from conftest import BatchRecord, batch_record, shm_entries
+from conftest import BatchRecord, batch_record, lasting_shm_entries, shm_entries
 from seqloader.torch import handover
 
 
@@ -159,7 +159,7 @@ def test_close_leaves_no_processes_segments_or_mappings():
     assert kept[0]["data"].shape[0] == kept[0].size  # held batches stay readable after close
     del kept
     gc.collect()
-    assert shm_entries() - shm_before == set()
+    assert lasting_shm_entries(shm_before) == set()
 
 
 def test_file_system_sharing_strategy_leaves_nothing_in_dev_shm(tmp_path):
