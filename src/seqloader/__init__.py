@@ -33,10 +33,12 @@ from seqloader.errors import (
 from seqloader.plan import Ordering, Planner, PlanOptions, Topology
 from seqloader.returnn import from_returnn_config
 from seqloader.sources import (
+    ConcatSource,
     HDFSource,
     KeySpec,
     MemorySource,
     Source,
+    ZipSource,
     convert_contiguous,
     write_hdf,
 )
@@ -55,6 +57,7 @@ __all__ = [
     "AuditWarning",
     "Batch",
     "CheckOptions",
+    "ConcatSource",
     "DataError",
     "DataWarning",
     "DistributedMismatchError",
@@ -80,6 +83,7 @@ __all__ = [
     "Vocabulary",
     "WorkerError",
     "WorkerOptions",
+    "ZipSource",
     "__version__",
     "convert_contiguous",
     "from_returnn_config",

@@ -16,6 +16,7 @@ from seqloader.cli.options import (
     positive_int,
 )
 from seqloader.cli.output import human, print_json, print_notes, progress_bar
+from seqloader.loading.corpora import corpora_of
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import Simulation, simulate
 
@@ -50,7 +51,8 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     opened = open_data(args)
     src = opened.source
-    planner = Planner({k: src.lengths(k) for k in src.keys}, opened.plan, src.tags, repr(src))
+    lengths = {k: src.lengths(k) for k in src.keys}
+    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora_of(src))
     n_epochs = args.epochs or opened.plan.partition_epoch
     epochs = range(args.first_epoch, args.first_epoch + n_epochs)
     bar = progress_bar(not args.no_progress and not args.json, "simulating", n_epochs, "epoch")

@@ -7,8 +7,10 @@ Accepted forms (see docs/cli.md):
 - ``train.jsonl``: an audio manifest; ``train.zip``: an OggZip (both read by ``AudioSource``, with
   log-mel ``data`` features unless the config says ``features = false``);
 - ``data.toml`` / ``data.json``: a config with a ``[source]`` table (one of ``hdf``, ``manifest``,
-  ``oggzip``, ``synthetic``; optional ``options`` forwarded to the source class) and a ``[loader]``
-  table of ``PlanOptions`` / ``WorkerOptions`` fields. Relative paths are relative to the config.
+  ``oggzip``, ``synthetic``, or ``corpora``: named corpora, each a source table of its own, opened
+  as a ``ConcatSource``; optional ``options`` forwarded to the source class) and a ``[loader]``
+  table of ``PlanOptions`` / ``WorkerOptions`` fields (``mix`` included). Relative paths are
+  relative to the config.
 
 The config only *names* things; opening and planning stay in the sources and the planner.
 """
@@ -29,7 +31,7 @@ from seqloader.torch.loader import WorkerOptions
 HDF_SUFFIXES = (".hdf", ".h5", ".hdf5")
 LIST_SUFFIXES = (".txt", ".list")
 CONFIG_SUFFIXES = (".toml", ".json")
-SOURCE_KINDS = ("hdf", "manifest", "oggzip", "synthetic")
+SOURCE_KINDS = ("hdf", "manifest", "oggzip", "synthetic", "corpora")
 PLAN_FIELDS = tuple(f.name for f in fields(PlanOptions) if f.init)
 WORKER_FIELDS = tuple(f.name for f in fields(WorkerOptions) if f.init)
 _EXPECTED = (
@@ -45,6 +47,7 @@ class SourceSpec:
     kind: str
     paths: tuple[str, ...] = ()
     options: Mapping[str, object] = field(default_factory=dict)
+    corpora: tuple[tuple[str, SourceSpec], ...] = ()  # kind "corpora": (name, source) each
 
     def __post_init__(self) -> None:
         if self.kind not in SOURCE_KINDS:
@@ -65,11 +68,17 @@ class SourceSpec:
             from seqloader.sources.hdf import HDFSource
 
             return HDFSource(list(self.paths), **opts)
+        if self.kind == "corpora":
+            from seqloader.sources.concat import ConcatSource
+
+            return ConcatSource({name: spec.open() for name, spec in self.corpora}, **opts)  # type: ignore[arg-type]
         return open_audio(self.paths[0], opts)
 
     def describe(self) -> str:
         if self.kind == "synthetic":
             return f"synthetic corpus {dict(self.options)}"
+        if self.kind == "corpora":
+            return "corpora " + ", ".join(f"{n} ({s.describe()})" for n, s in self.corpora)
         shown = ", ".join(self.paths[:3]) + (
             f", ... ({len(self.paths)} files)" * (len(self.paths) > 3)
         )
@@ -221,42 +230,59 @@ def parse_config(obj: Mapping[str, object], path: Path) -> DataConfig:
         raise OptionError(
             f'{path}: missing [source] table; expected e.g. [source] hdf = ["train.hdf"]'
         )
+    spec = parse_source(source, path, "[source]")
+    loader = obj.get("loader", {})
+    if not isinstance(loader, Mapping):
+        raise OptionError(f"{path}: [loader] must be a table, got {loader!r}")
+    return DataConfig(spec, loader, origin=str(path))
+
+
+def parse_source(source: Mapping[str, object], path: Path, where: str) -> SourceSpec:
+    """One source table: exactly one kind (``hdf = [...]``, ..., or ``corpora``: a table of
+    named source tables) and optional ``options``."""
     kinds = [k for k in source if k in SOURCE_KINDS]
     extra = set(source) - set(SOURCE_KINDS) - {"options"}
     if len(kinds) != 1 or extra:
         raise OptionError(
-            f"{path}: [source] got keys {sorted(source)}; expected exactly one of {SOURCE_KINDS} "
+            f"{path}: {where} got keys {sorted(source)}; expected exactly one of {SOURCE_KINDS} "
             "and optionally 'options'"
         )
     kind = kinds[0]
     options = source.get("options", {})
     if not isinstance(options, Mapping):
-        raise OptionError(f"{path}: [source] options must be a table, got {options!r}")
+        raise OptionError(f"{path}: {where} options must be a table, got {options!r}")
     value = source[kind]
     if kind == "synthetic":
         if not isinstance(value, Mapping):
             raise OptionError(
-                f"{path}: [source] synthetic must be a table of SyntheticSpec fields, got {value!r}"
+                f"{path}: {where} synthetic must be a table of SyntheticSpec fields, got {value!r}"
             )
-        spec = SourceSpec("synthetic", (), {**value, **options})
-    else:
-        names = [value] if isinstance(value, str) else value
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        return SourceSpec("synthetic", (), {**value, **options})
+    if kind == "corpora":
+        if not isinstance(value, Mapping) or not value:
             raise OptionError(
-                f"{path}: [source] {kind} must be a path or a list of paths, got {value!r}"
+                f"{path}: {where} corpora must be a table of named sources, e.g. "
+                '[source.corpora.libri] hdf = ["libri.hdf"], got {value!r}'
             )
-        if kind != "hdf" and len(names) != 1:
-            raise OptionError(f"{path}: [source] {kind} takes one path, got {names}")
-        resolved = []
-        for n in names:
-            p = Path(n) if Path(n).is_absolute() else path.parent / n
-            if not p.exists():
-                raise DataError(
-                    f"{path}: [source] {kind} file {n!r} does not exist (looked at {p})"
+        parts = []
+        for name, table in value.items():
+            if not isinstance(table, Mapping):
+                raise OptionError(
+                    f"{path}: {where} corpora.{name} must be a source table, got {table!r}"
                 )
-            resolved.append(str(p))
-        spec = SourceSpec(kind, tuple(resolved), options)
-    loader = obj.get("loader", {})
-    if not isinstance(loader, Mapping):
-        raise OptionError(f"{path}: [loader] must be a table, got {loader!r}")
-    return DataConfig(spec, loader, origin=str(path))
+            parts.append((str(name), parse_source(table, path, f"{where[:-1]}.corpora.{name}]")))
+        return SourceSpec("corpora", (), options, tuple(parts))
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise OptionError(
+            f"{path}: {where} {kind} must be a path or a list of paths, got {value!r}"
+        )
+    if kind != "hdf" and len(names) != 1:
+        raise OptionError(f"{path}: {where} {kind} takes one path, got {names}")
+    resolved = []
+    for n in names:
+        p = Path(n) if Path(n).is_absolute() else path.parent / n
+        if not p.exists():
+            raise DataError(f"{path}: {where} {kind} file {n!r} does not exist (looked at {p})")
+        resolved.append(str(p))
+    return SourceSpec(kind, tuple(resolved), options)

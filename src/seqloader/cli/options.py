@@ -67,6 +67,24 @@ def seq_length_limit(text: str) -> int | dict[str, int]:
     return out
 
 
+def mix_rates(text: str) -> dict[str, float]:
+    """``NAME=RATE[,NAME=RATE...]`` -> ``{name: rate}`` (the ``mix`` option; rates > 0)."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, value = part.partition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = None
+        if not sep or not name.strip() or rate is None or not rate > 0:
+            raise argparse.ArgumentTypeError(
+                f"got {text!r}, expected NAME=RATE[,NAME=RATE...] with rates > 0 "
+                "(corpus epochs per epoch), e.g. libri=1,ted=3"
+            )
+        out[name.strip()] = rate
+    return out
+
+
 # (flag, dest, argparse keywords); dest is the option class's field name
 PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
     (
@@ -140,6 +158,16 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
             "choices": SEEDINGS,
             "help": "returnn: RETURNN's own order (its RandomState draws, filters after ordering; "
             "--seed is its random_seed_offset)",
+        },
+    ),
+    (
+        "--mix",
+        "mix",
+        {
+            "type": mix_rates,
+            "metavar": "NAME=RATE,..",
+            "help": "mix named corpora (a corpora config): corpus epochs per epoch, each corpus "
+            "epoch exactly once (docs/corpora.md)",
         },
     ),
     (

@@ -17,6 +17,8 @@ from seqloader.cli.options import (
 )
 from seqloader.cli.output import human, print_json, print_notes, progress
 from seqloader.errors import OptionError
+from seqloader.loading.corpora import corpora_of
+from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import load_of
@@ -24,6 +26,7 @@ from seqloader.plan.simulate import load_of
 HELP = "sequences, hours, length percentiles, keys and padding per ordering (--plot FILE.png)"
 PERCENTILES = (0, 5, 10, 25, 50, 75, 90, 95, 99, 100)
 DEFAULT_ORDERINGS = "default,random,sorted,laplace:.100,sort_bin_shuffle:.100"
+EPOCHS_SHOWN = 4  # epochs whose per-corpus slot counts stats shows for a mix
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -65,12 +68,15 @@ def run(args: argparse.Namespace) -> int:
     opened = open_data(args)
     src = opened.source
     lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
-    planner = Planner(lengths, opened.plan, src.tags, repr(src))
+    corpora = corpora_of(src)
+    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora)
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
         load = load_of(
-            Planner(lengths, replace(opened.plan, ordering=o), src.tags).global_plan(1, 1).batches,
+            Planner(lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora)
+            .global_plan(1, 1)
+            .batches,
             planner.lengths,
         )
         padding[o] = {
@@ -106,6 +112,9 @@ def run(args: argparse.Namespace) -> int:
         },
         "padding_by_ordering": padding,
     }
+    if corpora is not None:
+        out["corpora"] = corpus_stats(planner, corpora, lengths[key], args.frame_rate)
+        out["mix"] = opened.plan.mix
     if args.plot is not None:
         plot(args.plot, lengths[key], key, padding)
         out["plot"] = str(args.plot)
@@ -114,6 +123,31 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_text(out)
     return 0
+
+
+def corpus_stats(
+    planner: Planner, corpora: Corpora, lengths: np.ndarray, frame_rate: float
+) -> dict[str, dict]:
+    """Per corpus: sequences, frames and hours; with a mix also its rate, admitted sequences, the
+    slots the first epochs take from it and its share of epoch 1 (``seqloader.plan.mix``)."""
+    mix = planner.mix
+    first = mix.epoch_counts(0) if mix is not None else None
+    out: dict[str, dict] = {}
+    for c, name in enumerate(corpora.names):
+        lo, hi = int(corpora.bounds[c]), int(corpora.bounds[c + 1])
+        frames = int(lengths[lo:hi].sum())
+        info: dict = {"sequences": hi - lo, "frames": frames}
+        info["hours"] = round(frames / frame_rate / 3600, 4)
+        if mix is not None and first is not None:
+            admitted = mix.members[c]
+            info["rate"] = mix.rates[c]
+            info["admitted"] = len(admitted)
+            info["slots_per_epoch"] = [mix.epoch_counts(f)[c] for f in range(EPOCHS_SHOWN)]
+            info["share_of_epoch_1"] = round(first[c] / max(sum(first), 1), 4)
+            per_epoch = mix.rates[c] * int(lengths[admitted].sum())
+            info["hours_per_epoch"] = round(per_epoch / frame_rate / 3600, 4)
+        out[name] = info
+    return out
 
 
 def _percentiles(values: np.ndarray) -> dict[str, float]:
@@ -133,6 +167,15 @@ def print_text(out: dict) -> None:
     for k, info in out["keys"].items():
         pct = " ".join(f"{name}={v:g}" for name, v in info["percentiles"].items())
         print(f"  {k}: {info['shape']}, total length {human(info['total_length'])}; {pct}")
+    for name, c in out.get("corpora", {}).items():
+        line = f"  corpus {name}: {c['sequences']} sequences, {c['hours']:.3f} h"
+        if "rate" in c:
+            line += (
+                f"; rate {c['rate']:g} corpus epochs per epoch = {c['hours_per_epoch']:.3f} h, "
+                f"{100 * c['share_of_epoch_1']:.1f}% of epoch 1; slots in epochs 1..."
+                f"{len(c['slots_per_epoch'])}: {c['slots_per_epoch']}"
+            )
+        print(line)
     b = out["batching"]
     filtered = sum(b["filtered"].values())
     print(

@@ -17,3 +17,4 @@ class BatchSpec:
     step: int  # this rank's step within the epoch (counting from the epoch start)
     seqs: np.ndarray  # int64 [B] sequence indices
     real: np.ndarray  # bool [B]; False marks a filler repeat
+    uses: np.ndarray | None = None  # int64 [B] corpus epoch per slot (mixed plans only)

@@ -14,9 +14,10 @@ import numpy as np
 from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc, pad_batch, pad_empty
+from seqloader.loading.corpora import CorpusCounts, corpus_names, count_by_corpus
 from seqloader.loading.direct import read_padded, reads_into
 from seqloader.loading.screen import nonfinite_messages
-from seqloader.plan.seeding import PURPOSE_TRANSFORM, rng_for
+from seqloader.plan.seeding import PURPOSE_MIX_TRANSFORM, PURPOSE_TRANSFORM, rng_for
 from seqloader.sources.base import ReadsMany, Source, declares, loader_needs, tags_at
 
 Transform = Callable[[dict, np.random.Generator], dict]
@@ -34,11 +35,21 @@ class LoadedBatch:
     nonfinite: list[str] = field(
         default_factory=list
     )  # sequences with NaN/Inf (seqloader.loading.screen)
+    # sources of named corpora (ConcatSource): each sequence's corpus, and per corpus its counts
+    corpus: list[str] | None = None
+    corpus_counts: dict[str, CorpusCounts] = field(default_factory=dict)
 
 
-def transform_rng(seed: int, epoch: int, seq_index: int) -> np.random.Generator:
-    """The RNG a transform gets for one sequence: a function of (seed, epoch, index) only."""
-    return rng_for(seed, PURPOSE_TRANSFORM, epoch, int(seq_index))
+def transform_rng(
+    seed: int, epoch: int, seq_index: int, use: int | None = None
+) -> np.random.Generator:
+    """The RNG a transform gets for one sequence: a function of (seed, epoch, index) only. In a
+    mixed epoch (``use`` = the slot's corpus epoch) it is keyed by (seed, corpus epoch, index)
+    instead: one sequence can fill several slots of an epoch, one per corpus epoch, and every
+    (sequence, corpus epoch) pair is used exactly once over a training, so each use draws anew."""
+    if use is None:
+        return rng_for(seed, PURPOSE_TRANSFORM, epoch, int(seq_index))
+    return rng_for(seed, PURPOSE_MIX_TRANSFORM, int(use), int(seq_index))
 
 
 def read_sequences(
@@ -133,11 +144,13 @@ def execute(
     if skipped:  # the batch holds fewer sequences; the report counts them (C6)
         keep = np.ones(len(spec.seqs), dtype=bool)
         keep[[pos for pos, _ in skipped]] = False
-        spec = BatchSpec(spec.epoch, spec.step, spec.seqs[keep], spec.real[keep])
+        uses = None if spec.uses is None else spec.uses[keep]
+        spec = BatchSpec(spec.epoch, spec.step, spec.seqs[keep], spec.real[keep], uses)
     if transform is not None:
         for j, i in enumerate(spec.seqs):
+            use = None if spec.uses is None else spec.uses[j]
             try:
-                seqs[j] = transform(seqs[j], transform_rng(seed, spec.epoch, i))
+                seqs[j] = transform(seqs[j], transform_rng(seed, spec.epoch, i, use))
             except SeqLoaderError:
                 raise
             except Exception as e:
@@ -150,7 +163,9 @@ def execute(
     tags = [source.tag(int(i)) for i in spec.seqs]
     where = f"epoch {spec.epoch} step {spec.step}"
     bad = nonfinite_messages(source, spec.seqs, seqs, where) if screen else []
-    return LoadedBatch(spec, data, lengths, tags, [msg for _, msg in skipped], bad)
+    return _with_corpora(
+        source, LoadedBatch(spec, data, lengths, tags, [msg for _, msg in skipped], bad)
+    )
 
 
 def _execute_direct(source: Source, spec: BatchSpec, alloc: Alloc, screen: bool) -> LoadedBatch:
@@ -162,4 +177,15 @@ def _execute_direct(source: Source, spec: BatchSpec, alloc: Alloc, screen: bool)
         bad = nonfinite_messages(
             source, spec.seqs[rows], views, f"epoch {spec.epoch} step {spec.step}"
         )
-    return LoadedBatch(spec, data, lengths, tags, [], bad)
+    return _with_corpora(source, LoadedBatch(spec, data, lengths, tags, [], bad))
+
+
+def _with_corpora(source: Source, loaded: LoadedBatch) -> LoadedBatch:
+    """Name each sequence's corpus and count per corpus, for a source of named corpora."""
+    corpus = corpus_names(source, loaded.spec.seqs)
+    if corpus is not None:
+        loaded.corpus = corpus
+        loaded.corpus_counts = count_by_corpus(
+            corpus, loaded.spec.real.astype(bool), loaded.lengths
+        )
+    return loaded

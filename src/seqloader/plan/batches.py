@@ -1,4 +1,4 @@
-"""``BatchList``: a list of batches as three flat arrays (CSR), cheap to slice, pickle and share."""
+"""``BatchList``: a list of batches as flat arrays (CSR), cheap to slice, pickle and share."""
 
 from __future__ import annotations
 
@@ -15,19 +15,26 @@ class BatchList:
     - ``bounds``: int64 ``[n_batches + 1]``; batch k is ``seqs[bounds[k]:bounds[k+1]]``.
     - ``real``: bool ``[slots]``; False marks a repeat that only fills a slot (``uneven="pad"`` or an
       infeasible ``split``): the loss should ignore it, and it is not a use of the sequence.
+    - ``uses``: int64 ``[slots]`` or None. Only in mixed epochs (``seqloader.plan.mix``), where one
+      sequence can be planned more than once: the corpus epoch each slot belongs to, so every use
+      of a sequence is told apart (its transform RNG is keyed by it). It travels with ``seqs``
+      through every slice.
     """
 
     seqs: np.ndarray
     bounds: np.ndarray
     real: np.ndarray
+    uses: np.ndarray | None = None
 
     @classmethod
     def empty(cls) -> BatchList:
         return cls(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, bool))
 
     @classmethod
-    def from_bounds(cls, seqs: np.ndarray, bounds: np.ndarray) -> BatchList:
-        return cls(seqs.astype(np.int64, copy=False), bounds, np.ones(len(seqs), dtype=bool))
+    def from_bounds(
+        cls, seqs: np.ndarray, bounds: np.ndarray, uses: np.ndarray | None = None
+    ) -> BatchList:
+        return cls(seqs.astype(np.int64, copy=False), bounds, np.ones(len(seqs), dtype=bool), uses)
 
     def __len__(self) -> int:
         return len(self.bounds) - 1
@@ -41,10 +48,17 @@ class BatchList:
         a, b = self.bounds[k], self.bounds[k + 1]
         return self.seqs[a:b], self.real[a:b]
 
+    def uses_of(self, k: int) -> np.ndarray | None:
+        """``uses`` of batch ``k`` (None in unmixed plans)."""
+        if self.uses is None:
+            return None
+        return self.uses[self.bounds[k] : self.bounds[k + 1]]
+
     def first(self, n_batches: int) -> BatchList:
         """The first ``n_batches`` batches, as views (no copy)."""
         end = self.bounds[n_batches]
-        return BatchList(self.seqs[:end], self.bounds[: n_batches + 1], self.real[:end])
+        uses = None if self.uses is None else self.uses[:end]
+        return BatchList(self.seqs[:end], self.bounds[: n_batches + 1], self.real[:end], uses)
 
     def take(self, batch_ids: np.ndarray) -> BatchList:
         """The batches ``batch_ids`` (int ``[m]``), in that order."""
@@ -56,13 +70,24 @@ class BatchList:
         starts = np.repeat(self.bounds[:-1][batch_ids], sizes)  # [slots]
         within = np.arange(bounds[-1], dtype=np.int64) - np.repeat(bounds[:-1], sizes)
         idx = starts + within
-        return BatchList(self.seqs[idx], bounds, self.real[idx])
+        uses = None if self.uses is None else self.uses[idx]
+        return BatchList(self.seqs[idx], bounds, self.real[idx], uses)
 
     def concat(self, other: BatchList) -> BatchList:
         bounds = np.concatenate([self.bounds, other.bounds[1:] + self.bounds[-1]])
+        if (self.uses is None) != (other.uses is None):
+            raise ValueError("BatchList.concat: one list has uses (a mixed plan), the other not")
+        uses = None if self.uses is None else np.concatenate([self.uses, other.uses])  # type: ignore[list-item]
         return BatchList(
-            np.concatenate([self.seqs, other.seqs]), bounds, np.concatenate([self.real, other.real])
+            np.concatenate([self.seqs, other.seqs]),
+            bounds,
+            np.concatenate([self.real, other.real]),
+            uses,
         )
+
+    def with_real(self, real: np.ndarray) -> BatchList:
+        """The same slots with another ``real`` mask (e.g. all False for filler copies)."""
+        return BatchList(self.seqs, self.bounds, real, self.uses)
 
     def real_count(self, n_batches: int | None = None) -> int:
         """Real (not repeat) sequences in the first ``n_batches`` batches (all by default)."""

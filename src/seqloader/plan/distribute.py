@@ -55,7 +55,7 @@ def distribute_shard(batches: BatchList, world_size: int, uneven: str) -> Global
     if uneven == "pad":
         # repeat early batches, as DistributedSampler does, but marked as repeats
         extra = batches.take(np.arange(slots - n_batches) % n_batches)
-        extra = BatchList(extra.seqs, extra.bounds, np.zeros_like(extra.real))
+        extra = extra.with_real(np.zeros_like(extra.real))
         return GlobalPlan(batches.concat(extra), world_size)
     return GlobalPlan(_split_tail(batches, steps, world_size), world_size)
 
@@ -73,17 +73,23 @@ def _split_tail(batches: BatchList, steps: int, world_size: int) -> BatchList:
     head = batches.first(tail_start)
     tail_bounds = batches.bounds[tail_start:] - batches.bounds[tail_start]  # [t+1]
     tail_seqs = batches.seqs[batches.bounds[tail_start] :]
+    tail_uses = None if batches.uses is None else batches.uses[batches.bounds[tail_start] :]
     target = min(tail_slots, len(tail_seqs))
     bounds = tail_bounds
     while len(bounds) - 1 < target:
         s = np.diff(bounds)
         k = len(s) - 1 - int(np.argmax(s[::-1]))  # largest batch, the latest on ties
         bounds = np.insert(bounds, k + 1, bounds[k] + s[k] // 2 + s[k] % 2)
-    tail = BatchList.from_bounds(tail_seqs, bounds)
+    tail = BatchList.from_bounds(tail_seqs, bounds, tail_uses)
     if target < tail_slots:  # infeasible: fewer sequences than slots -> marked repeats
         n_fill = tail_slots - target
-        fill_seqs = tail_seqs[np.arange(n_fill) % max(len(tail_seqs), 1)]
-        fill = BatchList(fill_seqs, np.arange(n_fill + 1, dtype=np.int64), np.zeros(n_fill, bool))
+        pick = np.arange(n_fill) % max(len(tail_seqs), 1)  # [n_fill]
+        fill = BatchList(
+            tail_seqs[pick],
+            np.arange(n_fill + 1, dtype=np.int64),
+            np.zeros(n_fill, bool),
+            None if tail_uses is None else tail_uses[pick],
+        )
         tail = tail.concat(fill)
     return head.concat(tail)
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.plan.mix import validate_mix
 
 ORDERING_KINDS = (
     "default",
@@ -129,6 +130,9 @@ class PlanOptions:
       ``random_seed_offset``; ``+ 16127 * rank`` under ``random_seed_offset`` distribution), the
       whole data ordered and cut into sub-epochs before filters drop sequences (see
       docs/migrating.md).
+    - ``mix``: ``{corpus name: rate}`` over a ``ConcatSource``'s corpora (unnamed ones: 1.0); a rate
+      is corpus epochs per epoch, each corpus epoch exactly once (``seqloader.plan.mix``,
+      docs/corpora.md). None: no mixing, every sequence once per epoch.
     """
 
     ordering: str = "default"
@@ -142,6 +146,7 @@ class PlanOptions:
     seed: int = 1
     length_key: str | None = None
     seeding: str = "seqloader"
+    mix: Mapping[str, float] | None = None
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -174,6 +179,18 @@ class PlanOptions:
             raise OptionError(f"uneven: got {self.uneven!r}, expected one of {UNEVEN_POLICIES}")
         if self.length_key is not None and not isinstance(self.length_key, str):
             raise OptionError(f"length_key: got {self.length_key!r}, expected a key name or None")
+        object.__setattr__(self, "mix", validate_mix(self.mix))
+        if self.mix is not None and self.seeding != "seqloader":
+            raise OptionError(
+                f"mix: not supported with seeding={self.seeding!r} (RETURNN has no exact mixing "
+                "to reproduce); use seeding='seqloader'"
+            )
+        if self.mix is not None and self.distribution != "shard":
+            raise OptionError(
+                f"mix: not supported with distribution={self.distribution!r} (each rank would "
+                "order its own copy of the mix, so corpus epochs are no longer used exactly once); "
+                "use distribution='shard'"
+            )
 
     def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
         value = getattr(self, name)
@@ -190,6 +207,8 @@ class PlanOptions:
         if d["seeding"] == "seqloader":
             d.pop("seeding")  # the default: fingerprints of earlier plans stay valid
         d["ordering"] = str(self._parsed)
+        if d["mix"] is None:  # unmixed plans keep the fingerprints of states saved before `mix`
+            del d["mix"]
         return d
 
     def to_json(self) -> str:

@@ -1,8 +1,9 @@
 """``Planner``: the whole epoch plan as a pure function of (lengths, options, epoch, world size).
 
-Steps: admit (filter, counted) -> order the full epoch -> cut the sub-epoch -> greedy batches ->
-distribute over ranks. Resume enters at a *position* in the sub-epoch's sequence order (see
-``Segment``).
+Steps: admit (filter, counted) -> [mix: select the full epoch's sequences from each corpus'
+stream] -> order the full epoch -> cut the sub-epoch -> greedy batches -> distribute over ranks.
+Resume enters at a *position* in the sub-epoch's sequence order (see ``Segment``); in a mixed epoch
+the order is one of *slots* (a sequence may fill several), and positions count slots.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from seqloader.errors import OptionError, SequenceTooLongError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import greedy_bounds
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard
+from seqloader.plan.mix import Corpora, CorpusProgress, MixPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import order_sequences
 from seqloader.plan.seeding import PURPOSE_ORDER, returnn_rng, rng_for
@@ -154,10 +156,12 @@ class Planner:
         origin: str = "",
         order_lengths: np.ndarray | None = None,
         excluded: Mapping[str, np.ndarray] | None = None,
+        corpora: Corpora | None = None,
     ) -> None:
         """``order_lengths``: what sorting orderings sort by, int64 ``[n]`` (default: the length
         key's lengths; RETURNN sorts OggZip corpora by ``int(duration * 100)``). ``excluded``:
-        reason -> bool mask ``[n]`` of sequences left out like filtered ones."""
+        reason -> bool mask ``[n]`` of sequences left out like filtered ones. ``corpora``: the
+        source's named corpora (``ConcatSource``); needed by ``options.mix``."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
         key = options.length_key or default_length_key(list(lengths))
@@ -180,37 +184,86 @@ class Planner:
             self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
         self._admitted_mask = np.zeros(len(self.lengths), dtype=bool)
         self._admitted_mask[self.admission.admitted] = True
+        self.corpora = corpora
+        self.mix: MixPlan | None = None
+        if options.mix is not None:
+            if corpora is None:
+                raise OptionError(
+                    f"mix={dict(options.mix)} needs named corpora, but {origin or 'the source'} "
+                    "has none. Fix: wrap the corpora in seqloader.ConcatSource({'name': source, "
+                    "...}), or leave mix out."
+                )
+            self.mix = MixPlan(options.seed, options.mix, corpora, self.admission.admitted)
 
     @property
     def num_admitted(self) -> int:
         return len(self.admission.admitted)
 
     def sub_epoch_order(self, epoch: int, order_rank: int = 0) -> np.ndarray:
-        """Admitted sequence indices of ``epoch`` in plan order -> int64 ``[m]``.
+        """Admitted sequence indices of ``epoch`` in plan order -> int64 ``[m]`` (in a mixed epoch
+        one per slot, so a sequence can appear more than once).
 
         ``order_rank`` selects the rank's own permutation under ``random_seed_offset``; with
         ``shard`` it is always 0 (one order for all ranks).
         """
+        return self.sub_epoch_slots(epoch, order_rank)[0]
+
+    def sub_epoch_slots(
+        self, epoch: int, order_rank: int = 0
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(``sub_epoch_order``, the corpus epoch of each slot ``[m]``, or None unmixed)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
+        pool, uses, perm = self._full_epoch(ep.full_epoch, order_rank)
+        lo, hi = part_bounds(len(perm), self.options.partition_epoch, ep.part)
+        perm = perm[lo:hi]
+        part = pool[perm]
+        if self.options.seeding == "returnn" and len(pool) != self.num_admitted:
+            return part[self._admitted_mask[part]], None  # RETURNN filters after the cut
+        return part, None if uses is None else uses[perm]
+
+    def _full_epoch(
+        self, full_epoch: int, order_rank: int = 0
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+        """(pool ``[m]``, corpus epochs ``[m]`` or None, ordering permutation ``[m]``) of one full
+        epoch: the full epoch in plan order is ``pool[permutation]``. The pool is the admitted
+        sequences; under ``seeding="returnn"`` every sequence (RETURNN orders all and cuts the
+        sub-epoch before any filter drops some); in a mix, the epoch's selection (with repeats)."""
         ordering = self.options.parsed_ordering
-        seed_epoch = ordering.seed_epoch(ep.full_epoch)
+        seed_epoch = ordering.seed_epoch(full_epoch)
+        uses = None
         if self.options.seeding == "returnn":
-            # RETURNN orders every sequence and cuts the sub-epoch before any filter drops some
             pool = np.arange(len(self.lengths), dtype=np.int64)
             rng = returnn_rng(seed_epoch, self.options.seed, order_rank)
         else:
-            pool = self.admission.admitted
             rng = rng_for(self.options.seed, PURPOSE_ORDER, seed_epoch, order_rank)
-        full = pool[order_sequences(self.order_lengths[pool], ordering, rng)]  # [n_pool]
-        lo, hi = part_bounds(len(full), self.options.partition_epoch, ep.part)
-        part = full[lo:hi]
-        return part[self._admitted_mask[part]] if len(pool) != self.num_admitted else part
+            pool = self.admission.admitted  # [n_admitted]
+            if self.mix is not None:
+                selection = self.mix.select(full_epoch)
+                pool, uses = selection.seqs, selection.uses  # [m] canonical order
+        return pool, uses, order_sequences(self.order_lengths[pool], ordering, rng)
 
-    def batches(self, order: np.ndarray) -> BatchList:
-        """Greedy batches over ``order`` (sequence indices)."""
+    def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
+        """Per corpus (``corpora`` given): its slots in ``epoch`` (all ranks), and with a mix its
+        progress once ``epoch`` is done (at a full epoch's end an exact stream position; after a
+        sub-epoch, the slots used so far in the full epoch)."""
+        if self.corpora is None:
+            return []
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        selected, _, perm = self._full_epoch(ep.full_epoch)
+        lo, hi = part_bounds(len(perm), self.options.partition_epoch, ep.part)
+        done = self.corpora.counts(selected[perm[:hi]])  # [C] slots up to this sub-epoch's end
+        here = done - self.corpora.counts(selected[perm[:lo]])  # [C]
+        progress = self.mix.progress(ep.full_epoch, done) if self.mix is not None else None
+        return [
+            (name, int(here[c]), None if progress is None else progress[c])
+            for c, name in enumerate(self.corpora.names)
+        ]
+
+    def batches(self, order: np.ndarray, uses: np.ndarray | None = None) -> BatchList:
+        """Greedy batches over ``order`` (sequence indices; ``uses``: their corpus epochs)."""
         o = self.options
         return BatchList.from_bounds(
-            order, greedy_bounds(self.lengths[order], o.max_seqs, o.max_frames)
+            order, greedy_bounds(self.lengths[order], o.max_seqs, o.max_frames), uses
         )
 
     def global_plan(self, epoch: int, world_size: int, start: int = 0) -> GlobalPlan:
@@ -222,18 +275,19 @@ class Planner:
                 raise OptionError("random_seed_offset plans cannot start mid-order")
             per_rank = [self.batches(self.sub_epoch_order(epoch, r)) for r in range(world_size)]
             return distribute_per_rank(per_rank)
-        order = self.sub_epoch_order(epoch)
+        order, uses = self.sub_epoch_slots(epoch)
         if not _is_int(start) or not 0 <= start <= len(order):
             raise OptionError(
                 f"start: got {start!r}, expected a sequence position 0..{len(order)} of epoch {epoch}"
             )
         order = order[int(start) :]
-        return distribute_shard(self.batches(order), world_size, self.options.uneven)
+        uses = None if uses is None else uses[int(start) :]
+        return distribute_shard(self.batches(order, uses), world_size, self.options.uneven)
 
     def fingerprint(self, source_fingerprint: str) -> str:
         """What all ranks (and a resumed run) must agree on: data, options, length key, and the
         planning algorithm's version (a seqloader that plans differently must not mix in)."""
-        h = hashlib.sha256()
+        h = hashlib.sha256()  # a mix: its rates are in the options, its corpora in the source's
         for part in (PLAN_ALGORITHM, source_fingerprint, self.options.to_json(), self.length_key):
             h.update(part.encode())
             h.update(b"\0")

@@ -8,6 +8,8 @@ import numpy as np
 # Purposes keep the streams for different uses independent.
 PURPOSE_ORDER = 1
 PURPOSE_TRANSFORM = 2
+PURPOSE_MIX = 3  # corpus epochs of a mix (seqloader.plan.mix)
+PURPOSE_MIX_TRANSFORM = 4  # transforms of mixed epochs: keyed by (sequence, corpus epoch)
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

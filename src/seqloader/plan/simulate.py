@@ -20,6 +20,7 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
+from seqloader.plan.mix_check import check_corpus_epochs
 from seqloader.plan.planner import EpochIndex, Planner
 
 
@@ -126,6 +127,7 @@ def simulate(
     n = len(lengths)
     P = planner.options.partition_epoch
     use_counts: dict[int, np.ndarray] = {}  # full epoch -> uses per sequence [n]
+    slots: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # mix: full epoch -> (seqs, uses)
     parts_seen: dict[int, set[int]] = {}
     epochs_sim = []
     step_problems = []
@@ -142,6 +144,10 @@ def simulate(
         for r in range(world_size):
             share = plan.rank_share(r)
             np.add.at(counts, share.seqs[share.real], 1)
+            if share.uses is not None:
+                slots.setdefault(ep.full_epoch, []).append(
+                    (share.seqs[share.real], share.uses[share.real])
+                )
             items = worker_items(len(share), num_workers)
             workers = tuple(load_of(share.take(ids), lengths) for ids in items)
             ranks.append(RankEpoch(r, load_of(share, lengths), workers))
@@ -155,8 +161,12 @@ def simulate(
         if on_epoch is not None:
             on_epoch(epoch)
     admission = planner.admission
+    if planner.mix is not None:
+        once = mix_exactly_once(planner, use_counts, slots, parts_seen)
+    else:
+        once = _exactly_once(planner, world_size, use_counts, parts_seen, epochs_sim)
     findings = (
-        _exactly_once(planner, world_size, use_counts, parts_seen, epochs_sim),
+        once,
         Finding(
             "C2 equal steps",
             not step_problems,
@@ -281,3 +291,51 @@ def _exactly_once(
     if len(problems) > 2:
         problems = [*problems[:1], f"and likewise in {len(problems) - 1} more full epochs"]
     return Finding(name, False, "; ".join(problems) + (". Why: " + "; ".join(why) if why else ""))
+
+
+def mix_exactly_once(
+    planner: Planner,
+    use_counts: dict[int, np.ndarray],
+    slots: dict[int, list[tuple[np.ndarray, np.ndarray]]],
+    parts_seen: dict[int, set[int]],
+) -> Finding:
+    """C1 for a mix: per complete full epoch, every planned slot used once (a sequence as often
+    as the selection holds it); over the complete full epochs, per corpus, every sequence exactly
+    once per corpus epoch (``seqloader.plan.mix_check``)."""
+    name = "C1 exactly-once"
+    mix = planner.mix
+    assert mix is not None
+    P = planner.options.partition_epoch
+    n = len(planner.lengths)
+    complete = sorted(f for f, parts in parts_seen.items() if len(parts) == P)
+    problems = []
+    for f in complete:
+        want = np.bincount(mix.select(f).seqs, minlength=n)  # [n]
+        off = np.flatnonzero(use_counts[f] != want)
+        if len(off):
+            i = int(off[0])
+            problems.append(
+                f"full epoch {f + 1}: {len(off)} sequences used another number of times than "
+                f"planned (e.g. #{i}: {int(use_counts[f][i])} uses, planned {int(want[i])})"
+            )
+    said = []
+    runs: list[list[int]] = []
+    for f in complete:  # runs of consecutive complete full epochs
+        if runs and runs[-1][-1] == f - 1:
+            runs[-1].append(f)
+        else:
+            runs.append([f])
+    for run in runs:
+        parts = [p for f in run for p in slots.get(f, [])]
+        seqs = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+        uses = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
+        check = check_corpus_epochs(mix, run, seqs, uses)
+        problems.extend(f"{_full_epochs(run, P)}: {p}" for p in check.problems)
+        said.append(f"{_full_epochs(run, P)}: {check.summary()}")
+    if not complete:
+        said.append("no full epoch simulated completely (simulate all its sub-epochs)")
+    if problems:
+        return Finding(name, False, "; ".join(problems[:3]))
+    return Finding(
+        name, True, "per corpus, every sequence exactly once per corpus epoch; " + "; ".join(said)
+    )

@@ -13,11 +13,14 @@ from seqloader.sources.base import (
     Source,
     SourceBase,
 )
+from seqloader.sources.concat import ConcatSource
 from seqloader.sources.hdf import HDFSource
 from seqloader.sources.hdf_write import convert_contiguous, write_hdf
+from seqloader.sources.joined import ZipSource
 from seqloader.sources.memory import MemorySource
 
 __all__ = [
+    "ConcatSource",
     "DeclaresNeeds",
     "HDFSource",
     "HashedTags",
@@ -30,6 +33,7 @@ __all__ = [
     "Schema",
     "Source",
     "SourceBase",
+    "ZipSource",
     "convert_contiguous",
     "write_hdf",
 ]

@@ -75,6 +75,7 @@ class AuditResult:
     steps: list[int] = field(default_factory=list)
     rank_ids: list[int] = field(default_factory=list)
     examples: list[str] = field(default_factory=list)
+    mixed: bool = False  # a mixed epoch (``mix``): counts are uses (slots), one per corpus epoch
 
     @property
     def ranks_consistent(self) -> bool:
@@ -103,8 +104,9 @@ class AuditResult:
             allowed.append(f"{self.unchecked} before the resume position not checked")
         extra = f" ({'; '.join(allowed)})" if allowed else ""
         if self.ok:
+            what = "uses (one per corpus epoch)" if self.mixed else "sequences"
             return (
-                f"audit ok: {self.delivered} of {self.expected} expected sequences delivered "
+                f"audit ok: {self.delivered} of {self.expected} expected {what} delivered "
                 f"exactly once {where}{extra}"
             )
         problems = [
@@ -143,34 +145,41 @@ class Stream:
 
 
 def verify(streams: Sequence[Stream], num_seqs: int, tag: Callable[[int], str]) -> dict:
-    """Count violations over ``streams`` (each checked on its own) -> AuditResult fields."""
+    """Count violations over ``streams`` (each checked on its own) -> AuditResult fields.
+
+    Counts are per *slot*: in a mixed epoch (``mix``) the order can hold a sequence several times
+    (once per corpus epoch), and it must then be delivered exactly that many times. Unmixed, every
+    expected count is 1 and slots are sequences."""
     out = {"expected": 0, "delivered": 0, "missing": 0, "repeated": 0, "unplanned": 0}
     out |= {"skipped": 0, "dropped": 0, "unchecked": 0}
     examples: list[str] = []
+
+    def count(values: np.ndarray) -> np.ndarray:
+        return np.bincount(values.astype(np.int64), minlength=num_seqs)  # [n]
+
     for s in streams:
-        counts = np.bincount(s.delivered.astype(np.int64), minlength=num_seqs)  # [n]
-        expected = np.zeros(num_seqs, dtype=bool)
-        expected[s.order[s.start :]] = True
-        skipped = np.zeros(num_seqs, dtype=bool)
-        skipped[s.skipped.astype(np.int64)] = True
-        tail = np.zeros(num_seqs, dtype=bool)
-        if s.dropped:
-            tail[s.order[len(s.order) - s.dropped :]] = True
-        absent = expected & (counts == 0)
-        missing = np.flatnonzero(absent & ~skipped & ~tail)
-        repeated = np.flatnonzero(counts > 1)
-        unplanned = np.flatnonzero(~expected & (counts > 0))
-        out["expected"] += int(expected.sum())
+        got = count(s.delivered)  # [n] deliveries per sequence
+        want = count(s.order[s.start :])  # [n] planned slots per sequence
+        tail = count(s.order[len(s.order) - s.dropped :] if s.dropped else s.order[:0])  # [n]
+        short = np.maximum(want - got, 0)  # [n] planned slots not delivered
+        skipped = np.minimum(short, count(s.skipped))  # [n] explained by the source skipping
+        dropped = np.minimum(short - skipped, tail)  # [n] explained by uneven="drop"
+        lacking = short - skipped - dropped  # [n]
+        missing = np.flatnonzero(lacking)
+        repeated = np.flatnonzero((want > 0) & (got > want))
+        unplanned = np.flatnonzero((want == 0) & (got > 0))
+        out["expected"] += int(want.sum())
         out["delivered"] += len(s.delivered)
-        out["missing"] += len(missing)
+        out["missing"] += int(lacking.sum())
         out["repeated"] += len(repeated)
         out["unplanned"] += len(unplanned)
-        out["skipped"] += int(np.count_nonzero(absent & skipped))
-        out["dropped"] += int(np.count_nonzero(absent & tail & ~skipped))
+        out["skipped"] += int(skipped.sum())
+        out["dropped"] += int(dropped.sum())
         out["unchecked"] += s.start
         for label, idx in (("missing", missing), ("repeated", repeated), ("unplanned", unplanned)):
             for i in idx[: max(0, _EXAMPLES - len(examples))]:
-                times = f" ({int(counts[i])} times)" if counts[i] > 1 else ""
+                planned = f", planned {int(want[i])}" if want[i] > 1 else ""
+                times = f" ({int(got[i])} times{planned})" if got[i] > 1 else ""
                 examples.append(f"{label}: sequence {int(i)} (tag {tag(int(i))!r}){times}")
     out["examples"] = examples
     return out
@@ -337,6 +346,7 @@ class EpochAuditor:
             steps=[int(p["steps"]) for p in payloads],
             rank_ids=[int(p["rank"]) for p in payloads],
             examples=examples,
+            mixed=self.planner.mix is not None,
             **counts,
         )
 

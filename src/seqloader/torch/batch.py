@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from seqloader.loading.corpora import CorpusCounts
+
 
 @dataclass(frozen=True)
 class KeyCounts:
@@ -44,6 +46,9 @@ class Batch(Mapping):
     - ``skipped``: messages of planned sequences the source skipped (``on_error="skip"``); they are
       not in the batch, and the epoch report counts them.
     - ``counts``: per key, what the epoch report counts (see ``counts_of``).
+    - ``corpus``: for a source of named corpora (``ConcatSource``), the corpus name of each
+      sequence, aligned with ``seq_tags``; None otherwise. ``corpus_counts``: per corpus, what the
+      report counts.
     """
 
     data: dict[str, torch.Tensor]
@@ -56,6 +61,8 @@ class Batch(Mapping):
     skipped: list[str] = field(default_factory=list)
     nonfinite: list[str] = field(default_factory=list)  # sequences with NaN/Inf (loading.screen)
     counts: dict[str, KeyCounts] = field(default_factory=dict)
+    corpus: list[str] | None = None
+    corpus_counts: dict[str, CorpusCounts] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.data[key]

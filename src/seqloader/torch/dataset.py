@@ -59,6 +59,8 @@ def to_batch(loaded: LoadedBatch) -> Batch:
         loaded.skipped,  # sequences the source skipped (on_error="skip"): counted in the report
         loaded.nonfinite,  # sequences with NaN/Inf found by the worker (loading.screen)
         {k: count_key(v, real) for k, v in loaded.lengths.items()},
+        corpus=loaded.corpus,
+        corpus_counts=loaded.corpus_counts,
     )
 
 
@@ -157,7 +159,7 @@ class PlanSampler(Sampler[BatchSpec]):
         share, epoch, first = self._share, self._epoch, self._first_step
         for k in range(len(share)):
             seqs, real = share.batch(k)
-            yield _WireSpec(epoch, first + k, seqs, real)
+            yield _WireSpec(epoch, first + k, seqs, real, share.uses_of(k))
 
     def __len__(self) -> int:
         return len(self._share)
@@ -174,15 +176,21 @@ class _WireSpec(BatchSpec):
     def __reduce__(self):
         seqs = np.ascontiguousarray(self.seqs, dtype=np.int64).tobytes()
         real = np.ascontiguousarray(self.real, dtype=bool).tobytes()
-        return (_unwire_spec, (self.epoch, self.step, seqs, real))
+        if self.uses is None:
+            return (_unwire_spec, (self.epoch, self.step, seqs, real))
+        uses = np.ascontiguousarray(self.uses, dtype=np.int64).tobytes()
+        return (_unwire_spec, (self.epoch, self.step, seqs, real, uses))
 
 
-def _unwire_spec(epoch: int, step: int, seqs: bytes, real: bytes) -> BatchSpec:
+def _unwire_spec(
+    epoch: int, step: int, seqs: bytes, real: bytes, uses: bytes | None = None
+) -> BatchSpec:
     return BatchSpec(
         epoch,
         step,
         np.frombuffer(bytearray(seqs), dtype=np.int64),  # writable, like an unpickled array
         np.frombuffer(bytearray(real), dtype=bool),
+        None if uses is None else np.frombuffer(bytearray(uses), dtype=np.int64),
     )
 
 

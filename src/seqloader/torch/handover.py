@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from seqloader.loading.corpora import CorpusCounts
 from seqloader.loading.execute import LoadedBatch
 from seqloader.sources.base import Source
 from seqloader.torch.batch import Batch, count_key
@@ -194,6 +195,7 @@ class SlotBatchMessage:
         self.epoch, self.step = spec.epoch, spec.step
         self.skipped = loaded.skipped  # sequences the source skipped: counted in the report
         self.nonfinite = loaded.nonfinite  # sequences with NaN/Inf: counted in the report
+        self.corpus, self.corpus_counts = loaded.corpus, loaded.corpus_counts  # named corpora
 
     def __reduce__(self):
         return (
@@ -212,6 +214,8 @@ class SlotBatchMessage:
                 self.step,
                 self.skipped,
                 self.nonfinite,
+                self.corpus,
+                self.corpus_counts,
             ),
         )
 
@@ -252,6 +256,8 @@ def receive(
     step: int,
     skipped: list[str],
     nonfinite: list[str] = (),  # type: ignore[assignment]
+    corpus: list[str] | None = None,
+    corpus_counts: Mapping[str, CorpusCounts] | None = None,
 ) -> Batch:
     """Build the ``Batch`` from a slot message (runs while unpickling, in the trainer)."""
     owner, pid, index, generation = key
@@ -293,6 +299,8 @@ def receive(
         skipped,
         list(nonfinite),
         {k: count_key(v, real) for k, v in lengths.items()},  # off the training thread
+        corpus=corpus,
+        corpus_counts=dict(corpus_counts or {}),
     )
 
 

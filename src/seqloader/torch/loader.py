@@ -12,6 +12,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from seqloader.errors import OptionError, ResumeError
+from seqloader.loading.corpora import corpora_of
 from seqloader.loading.execute import Transform
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.options import PlanOptions
@@ -22,6 +23,7 @@ from seqloader.sources.base import PlanHints, Source, declares, loader_needs
 from seqloader.torch.audit import EpochAuditor, audit_policy
 from seqloader.torch.batch import Batch
 from seqloader.torch.checks import BatchChecks, CheckOptions, check_source
+from seqloader.torch.corpus_report import planned_corpora
 from seqloader.torch.dataset import (
     PlannedBatches,
     PlanSampler,
@@ -130,6 +132,7 @@ class SeqLoader:
             repr(source),
             order_lengths=None if hints is None else hints.order_lengths(),
             excluded=None if hints is None else hints.excluded(),
+            corpora=corpora_of(source),
         )
         self.length_key = self.planner.length_key
         self._fingerprint = self.planner.fingerprint(source.fingerprint())
@@ -252,6 +255,7 @@ class SeqLoader:
             dropped=plan.dropped,
             repeats=plan.repeats,
             resumed_at_step=position.epoch_steps,
+            corpora=planned_corpora(self.planner, epoch),
         )
         self._last_report = report
         return self._run(share, report)
@@ -300,7 +304,9 @@ class SeqLoader:
                     self._batch_checks.check(batch, report)  # NaN/Inf the workers found
                     if auditor is not None:
                         auditor.record(batch)
-                    meter.after_counts(batch.counts_of(self.length_key), batch.skipped)
+                    meter.after_counts(
+                        batch.counts_of(self.length_key), batch.skipped, batch.corpus_counts
+                    )
                     # consumed once handed to the loop; batches still in prefetch don't count
                     self._unsaved_steps += 1  # folded into _position when it is read
                     yield batch

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from seqloader.loading.corpora import CorpusCounts
 from seqloader.torch.batch import KeyCounts, count_key
+from seqloader.torch.corpus_report import CorpusReport, add_counts
 
 if TYPE_CHECKING:
     from seqloader.torch.audit import AuditResult
@@ -54,6 +56,7 @@ class EpochReport:
     audit: AuditResult | None = None  # with SeqLoader(audit=...): the epoch's exactly-once verdict
     max_wait_s: float = 0.0  # the longest wait for a batch after the first
     wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
+    corpora: dict[str, CorpusReport] = field(default_factory=dict)  # named corpora (corpora.md)
 
     @property
     def computation_pct(self) -> float:
@@ -123,6 +126,8 @@ class EpochReport:
             parts.append(f"resumed at step {self.resumed_at_step}")
         if self.nonfinite:
             parts.append(f"NaN/Inf in {self.nonfinite} seqs (first: {self.nonfinite_examples[0]})")
+        if self.corpora:
+            parts.append("corpora: " + "; ".join(c.format(n) for n, c in self.corpora.items()))
         if self.audit is not None:
             parts.append(self.audit.format())
         return ", ".join(parts)
@@ -160,7 +165,12 @@ class EpochMeter:
     ) -> None:
         self.after_counts(count_key(lengths, real), skipped)
 
-    def after_counts(self, counts: KeyCounts, skipped: Sequence[str] = ()) -> None:
+    def after_counts(
+        self,
+        counts: KeyCounts,
+        skipped: Sequence[str] = (),
+        corpus_counts: Mapping[str, CorpusCounts] | None = None,
+    ) -> None:
         """``after_next`` with counts computed where the batch was built (``Batch.counts_of``),
         so the training thread does no array work per batch for the report."""
         now = self._clock()
@@ -178,6 +188,8 @@ class EpochMeter:
         r.repeats_seen += counts.repeats
         r.frames += counts.frames
         r.padded_frames += counts.padded_frames
+        if corpus_counts:
+            add_counts(r.corpora, corpus_counts, self.length_key)
         if skipped:
             r.skipped += len(skipped)
             r.skipped_examples.extend(list(skipped)[: max(0, 5 - len(r.skipped_examples))])

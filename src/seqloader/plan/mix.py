@@ -1,0 +1,319 @@
+"""Weighted mixing of named corpora with exact per-corpus epochs (the plan option ``mix``).
+
+Every corpus ``c`` (``N`` admitted sequences, rate ``r`` = corpus epochs per epoch) has its own
+endless *stream* of corpus epochs: corpus epoch ``k`` (0-based) is a random permutation of c's
+sequences seeded by ``(seed, c's name, k)``. Full epoch ``e`` (1-based) of the mix takes the stream
+positions ``[floor((e-1)·r·N), floor(e·r·N))`` — computed with exact rationals, so no float rounding
+ever moves a boundary. Hence every sequence of c is used exactly once per corpus epoch, whatever the
+epoch boundaries; with ``r > 1`` one epoch spans several corpus epochs and so holds a sequence
+several times (once per corpus epoch it spans).
+
+The selection of an epoch is a *multiset* of sequence indices. It is returned in canonical order —
+ascending sequence index, the uses of one sequence adjacent in corpus-epoch order — so the plan's
+ordering (``default`` = as stored, ``random``, ``laplace``, ...) alone decides the order, exactly as
+for an unmixed epoch. Each slot carries the corpus epoch it belongs to (``uses``): the pair
+(sequence, corpus epoch) is used exactly once over the whole training, which is what per-sequence
+transform RNGs are keyed by (two uses of one sequence in one epoch get different draws).
+
+A partial corpus epoch only needs its permutation to pick *which* sequences; full corpus epochs
+need no permutation at all (every sequence once), so a mix costs O(N) numpy work plus at most two
+permutations per corpus and epoch. Everything here is a pure function of (seed, epoch, corpus
+sizes, rates): the loader state stays O(1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.seeding import PURPOSE_MIX, rng_for
+
+USES_DTYPE = np.int32  # corpus epoch numbers (2^31 corpus epochs are far off)
+
+
+@dataclass(frozen=True)
+class Corpora:
+    """Named corpora laid out one after another in a source's index space: corpus ``c`` holds the
+    sequence indices ``[bounds[c], bounds[c + 1])`` (what ``ConcatSource`` builds)."""
+
+    names: tuple[str, ...]
+    bounds: np.ndarray  # int64 [C + 1], bounds[0] == 0, non-decreasing
+
+    def __post_init__(self) -> None:
+        names = tuple(self.names)
+        if not names or any(not isinstance(n, str) or not n for n in names):
+            raise OptionError(f"corpora: got names {names!r}, expected non-empty strings")
+        if len(set(names)) != len(names):
+            raise OptionError(f"corpora: got names {names!r}, expected each name once")
+        bounds = np.asarray(self.bounds, dtype=np.int64)
+        if bounds.shape != (len(names) + 1,) or bounds[0] != 0 or (np.diff(bounds) < 0).any():
+            raise OptionError(
+                f"corpora: got bounds {bounds.tolist()}, expected {len(names) + 1} non-decreasing "
+                "offsets starting at 0"
+            )
+        object.__setattr__(self, "names", names)
+        object.__setattr__(self, "bounds", bounds)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.bounds)  # [C]
+
+    def corpus_of(self, indices: np.ndarray) -> np.ndarray:
+        """Corpus number of each sequence index -> int64 ``[m]``."""
+        return np.searchsorted(self.bounds, np.asarray(indices), side="right") - 1
+
+    def names_of(self, indices: np.ndarray) -> list[str]:
+        """Corpus name of each sequence index (what ``Batch.corpus`` holds)."""
+        names = self.names
+        return [names[c] for c in self.corpus_of(indices).tolist()]
+
+    def counts(self, indices: np.ndarray) -> np.ndarray:
+        """Occurrences per corpus of ``indices`` -> int64 ``[C]``."""
+        return np.bincount(self.corpus_of(indices), minlength=len(self.names)).astype(np.int64)
+
+    def describe(self) -> str:
+        return ", ".join(f"{n} ({int(s)} seqs)" for n, s in zip(self.names, self.sizes))
+
+
+def validate_mix(mix: object) -> dict[str, float] | None:
+    """The ``mix`` option, checked: ``{corpus name: rate > 0}`` with finite rates, sorted by name
+    (None: no mixing). A rate is *corpus epochs per epoch*."""
+    if mix is None:
+        return None
+    if not isinstance(mix, Mapping):
+        raise OptionError(
+            f"mix: got {mix!r}, expected a mapping of corpus name to rate, e.g. "
+            "{'libri': 1.0, 'ted': 3.0}"
+        )
+    out: dict[str, float] = {}
+    for name, rate in mix.items():
+        if not isinstance(name, str) or not name:
+            raise OptionError(f"mix: got corpus name {name!r}, expected a non-empty string")
+        number = isinstance(rate, (int, float, np.integer, np.floating))
+        if not number or isinstance(rate, (bool, np.bool_)) or not math.isfinite(rate) or rate <= 0:
+            raise OptionError(
+                f"mix[{name!r}]: got {rate!r}, expected a finite number > 0 (corpus epochs per "
+                "epoch: 0.5 spreads the corpus over two epochs, 3.0 uses it three times)"
+            )
+        out[name] = float(rate)
+    return dict(sorted(out.items()))
+
+
+def resolve_rates(mix: Mapping[str, float], corpora: Corpora) -> tuple[float, ...]:
+    """Rate per corpus, in corpus order; corpora not named in ``mix`` get 1.0. An unknown name is
+    an ``OptionError`` naming it and the known ones."""
+    unknown = sorted(set(mix) - set(corpora.names))
+    if unknown:
+        raise OptionError(
+            f"mix: unknown corpus name(s) {unknown}; the source's corpora are {list(corpora.names)}"
+        )
+    return tuple(float(mix.get(n, 1.0)) for n in corpora.names)
+
+
+def stream_span(full_epoch: int, rate: float, n: int) -> tuple[int, int]:
+    """Stream positions ``[a, b)`` that full epoch ``full_epoch`` (0-based) takes from a corpus of
+    ``n`` sequences at ``rate``: ``a = floor(f·r·n)``, ``b = floor((f+1)·r·n)``, exact (the float
+    rate is taken as the rational it is, so no rounding moves a boundary)."""
+    r = Fraction(rate)
+    return math.floor(full_epoch * r * n), math.floor((full_epoch + 1) * r * n)
+
+
+def corpus_seed_word(name: str) -> int:
+    """A stable 64-bit word for a corpus name (seeds its stream; independent of the other corpora
+    in the mix and of the order they are listed in)."""
+    return int.from_bytes(hashlib.sha256(name.encode("utf-8")).digest()[:8], "little")
+
+
+def corpus_epoch_permutation(seed: int, name: str, k: int, n: int) -> np.ndarray:
+    """Corpus epoch ``k`` (0-based) of corpus ``name``: positions ``0..n-1`` in stream order."""
+    return rng_for(seed, PURPOSE_MIX, corpus_seed_word(name), k).permutation(n)  # [n]
+
+
+@dataclass(frozen=True)
+class Selection:
+    """One full epoch's sequences (a multiset), in canonical order (ascending index, uses of one
+    sequence adjacent in corpus-epoch order).
+
+    - ``seqs``: int64 ``[m]`` sequence indices.
+    - ``uses``: int32 ``[m]`` the corpus epoch (0-based) each slot belongs to.
+    - ``spans``: per corpus, the stream positions ``(a, b)`` this epoch takes.
+    """
+
+    seqs: np.ndarray
+    uses: np.ndarray
+    spans: tuple[tuple[int, int], ...]
+
+
+def select_corpus(
+    seed: int,
+    name: str,
+    members: np.ndarray,
+    rate: float,
+    full_epoch: int,
+    permutation: Callable[[int], np.ndarray] | None = None,
+) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
+    """One corpus' part of full epoch ``full_epoch``: (seqs ``[m]``, uses ``[m]``, span).
+
+    ``members``: int64 ``[n]`` the corpus' admitted sequence indices, ascending (n >= 1).
+    ``permutation(k)``: corpus epoch k's permutation (default: computed; ``MixPlan`` memoises).
+    """
+    n = len(members)
+    perm = permutation or (lambda k: corpus_epoch_permutation(seed, name, k, n))
+    a, b = stream_span(full_epoch, rate, n)
+    if b == a:
+        return np.zeros(0, np.int64), np.zeros(0, USES_DTYPE), (a, b)
+    k0, k1 = a // n, (b - 1) // n  # first and last corpus epoch touched
+    lo0, hi0 = a - k0 * n, min(b, (k0 + 1) * n) - k0 * n  # span within corpus epoch k0
+    whole0 = lo0 == 0 and hi0 == n
+    hi1 = b - k1 * n  # corpus epoch k1 (if k1 > k0) is taken from its start
+    whole1 = k1 == k0 or hi1 == n
+    if whole0 and whole1:  # only whole corpus epochs: every member k1 - k0 + 1 times
+        c = k1 - k0 + 1
+        seqs = np.repeat(members, c) if c > 1 else members.copy()  # [n * c]
+        uses = np.tile(np.arange(k0, k1 + 1, dtype=USES_DTYPE), n)  # [n * c]
+        return seqs, uses, (a, b)
+    in_first = np.ones(n, dtype=bool)  # [n] members used in corpus epoch k0
+    if not whole0:
+        in_first[:] = False
+        in_first[perm(k0)[lo0:hi0]] = True
+    if k1 == k0:  # one partial corpus epoch: each member at most once
+        return members[in_first], np.full(hi0 - lo0, k0, dtype=USES_DTYPE), (a, b)
+    in_last = np.ones(n, dtype=bool)  # [n] members used in corpus epoch k1
+    if not whole1:
+        in_last[:] = False
+        in_last[perm(k1)[:hi1]] = True
+    counts = in_first.astype(np.int64)  # [n] uses of each member this epoch
+    counts += in_last
+    counts += k1 - k0 - 1  # full corpus epochs strictly between k0 and k1
+    seqs = np.repeat(members, counts)  # [m] ascending, a member's uses adjacent
+    first_use = np.where(in_first, k0, k0 + 1).astype(USES_DTYPE)  # [n] contiguous corpus epochs
+    starts = np.cumsum(counts) - counts  # [n] slot of each member's first use
+    within = np.arange(len(seqs), dtype=np.int64) - np.repeat(starts, counts)  # [m] 0, 1, ...
+    uses = np.repeat(first_use, counts) + within.astype(USES_DTYPE)  # [m]
+    return seqs, uses, (a, b)
+
+
+def select_epoch(
+    seed: int,
+    names: Sequence[str],
+    members: Sequence[np.ndarray],
+    rates: Sequence[float],
+    full_epoch: int,
+    permutations: Sequence[Callable[[int], np.ndarray] | None] | None = None,
+) -> Selection:
+    """The mix's full epoch ``full_epoch`` (0-based): every corpus' part, corpus after corpus
+    (corpora occupy ascending index ranges, so the whole is ascending too)."""
+    perms = permutations or [None] * len(names)
+    parts = [
+        select_corpus(seed, name, m, r, full_epoch, p)
+        for name, m, r, p in zip(names, members, rates, perms)
+    ]
+    return Selection(
+        np.concatenate([p[0] for p in parts]),  # [m_total]
+        np.concatenate([p[1] for p in parts]),  # [m_total]
+        tuple(p[2] for p in parts),
+    )
+
+
+@dataclass(frozen=True)
+class CorpusProgress:
+    """Where corpus ``name`` stands after some slots of an epoch: ``corpus_epochs_done`` is the
+    number of its corpus epochs used up (2.5 = two done, the third half done); ``corpus_epoch``
+    (1-based) is the one in progress and ``fraction`` how much of it is done. Within one epoch the
+    ordering interleaves corpus epochs, so mid-epoch these count sequences used; at a full
+    epoch's end they are exact stream positions."""
+
+    name: str
+    rate: float
+    size: int  # admitted sequences of the corpus
+    used: int  # slots of this corpus in the counted part of the epoch
+    corpus_epochs_done: float
+    corpus_epoch: int
+    fraction: float
+
+
+def progress(name: str, rate: float, size: int, span_start: int, used: int) -> CorpusProgress:
+    """``CorpusProgress`` after ``used`` slots of a full epoch whose span starts at ``span_start``."""
+    pos = span_start + used
+    k, rest = divmod(pos, size)
+    return CorpusProgress(name, rate, size, used, pos / size, k + 1, rest / size)
+
+
+class MixPlan:
+    """The mix of one planner: rates and admitted members per corpus, and the epoch selection."""
+
+    def __init__(
+        self,
+        seed: int,
+        mix: Mapping[str, float],
+        corpora: Corpora,
+        admitted: np.ndarray,
+        filtered_total: int = 0,
+    ) -> None:
+        self.seed = seed
+        self.corpora = corpora
+        self.rates = resolve_rates(mix, corpora)
+        bounds = np.searchsorted(admitted, corpora.bounds)  # [C + 1] admitted range per corpus
+        self.members = [admitted[bounds[c] : bounds[c + 1]] for c in range(len(corpora.names))]
+        for name, m, size in zip(corpora.names, self.members, corpora.sizes):
+            if len(m) == 0:
+                why = (
+                    "it has no sequences"
+                    if size == 0
+                    else f"all its {int(size)} sequences are filtered by the options"
+                )
+                raise OptionError(
+                    f"mix: corpus {name!r} has no admitted sequences ({why}), so it cannot be "
+                    "used at any rate. Fix: leave it out of the source, or relax "
+                    "max_seq_length/min_seq_length."
+                )
+
+        # memos, pure functions of the arguments: the last corpus epoch permutation per corpus
+        # (consecutive epochs share one where a span ends mid corpus epoch) and the last
+        # selection (every sub-epoch of a full epoch, and a loader's several look-ups, use it)
+        self._perms: dict[int, tuple[int, np.ndarray]] = {}
+        self._last: tuple[int, Selection] | None = None
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(len(m) for m in self.members)
+
+    def _permutation(self, c: int) -> Callable[[int], np.ndarray]:
+        def get(k: int) -> np.ndarray:
+            found = self._perms.get(c)
+            if found is None or found[0] != k:
+                n = len(self.members[c])
+                perm = corpus_epoch_permutation(self.seed, self.corpora.names[c], k, n)
+                found = (k, perm)
+                self._perms[c] = found
+            return found[1]
+
+        return get
+
+    def select(self, full_epoch: int) -> Selection:
+        if self._last is None or self._last[0] != full_epoch:
+            perms = [self._permutation(c) for c in range(len(self.members))]
+            selection = select_epoch(
+                self.seed, self.corpora.names, self.members, self.rates, full_epoch, perms
+            )
+            self._last = (full_epoch, selection)
+        return self._last[1]
+
+    def epoch_counts(self, full_epoch: int) -> tuple[int, ...]:
+        """Slots per corpus in full epoch ``full_epoch`` (0-based), without building it."""
+        spans = (stream_span(full_epoch, r, n) for r, n in zip(self.rates, self.sizes))
+        return tuple(b - a for a, b in spans)
+
+    def progress(self, full_epoch: int, used: Sequence[int]) -> list[CorpusProgress]:
+        """Every corpus' progress after ``used[c]`` of its slots of full epoch ``full_epoch``."""
+        out = []
+        for name, rate, n, u in zip(self.corpora.names, self.rates, self.sizes, used):
+            a, _ = stream_span(full_epoch, rate, n)
+            out.append(progress(name, rate, n, a, int(u)))
+        return out

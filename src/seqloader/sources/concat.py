@@ -1,0 +1,150 @@
+"""``ConcatSource``: named corpora as one source (RETURNN's ``CombinedDataset``, Lhotse's ``mux``
+inputs), the ground that ``mix`` plans on.
+
+Corpus after corpus in one index space: corpus c holds indices ``[bounds[c], bounds[c + 1])``
+(``corpus_layout()``; planning wraps it in ``seqloader.plan.mix.Corpora``), so a sequence index says its corpus with one ``searchsorted``. Every corpus must
+carry the keys used, with the same dtype, feature shape and sparse vocabulary — a batch pads
+sequences of several corpora into one tensor. Nothing is opened here beyond what the corpora
+opened themselves: each reads lazily in the process that reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from seqloader.errors import DataError, OptionError
+from seqloader.sources.base import KeySpec, Source, SourceMetadata, where
+from seqloader.sources.hdf_layout import PackedTags
+from seqloader.sources.joined import named_sources
+from seqloader.sources.tag_join import packed
+
+
+def _same_spec(a: KeySpec, b: KeySpec) -> bool:
+    return (
+        np.dtype(a.dtype) == np.dtype(b.dtype)
+        and tuple(a.feature_shape) == tuple(b.feature_shape)
+        and a.sparse == b.sparse
+        and a.vocab_size == b.vocab_size
+    )
+
+
+class ConcatSource(SourceMetadata):
+    """``ConcatSource({"libri": src_a, "ted": src_b})``: the corpora in the given order.
+
+    ``keys``: the keys to deliver (default: the first corpus' keys); every corpus must have them,
+    with equal specs. Extra keys of a corpus are dropped. ``Batch.corpus`` names each sequence's
+    corpus; ``SeqLoader(..., mix={...})`` mixes the corpora with exact per-corpus epochs.
+    """
+
+    def __init__(self, corpora: Mapping[str, Source], keys: Sequence[str] | None = None) -> None:
+        self._names, self._sources = named_sources(
+            "ConcatSource", "corpus", corpora, "{'libri': HDFSource(...), 'ted': HDFSource(...)}"
+        )
+        for name, src in zip(self._names, self._sources):
+            if len(src) == 0:
+                raise DataError(
+                    f"ConcatSource: corpus {name!r} ({src!r}) has no sequences; leave it out, or "
+                    "check its files"
+                )
+        first_name, first = self._names[0], self._sources[0]
+        wanted = tuple(keys) if keys is not None else tuple(first.keys)
+        if not wanted:
+            raise OptionError("ConcatSource: no keys selected")
+        schema: dict[str, KeySpec] = {}
+        for key in wanted:
+            for name, src in zip(self._names, self._sources):
+                if key not in src.keys:
+                    raise DataError(
+                        f"ConcatSource: corpus {name!r} has no key {key!r} (its keys: "
+                        f"{list(src.keys)}; {src!r}). Every corpus needs the keys used; pass "
+                        "keys=[...] to use only keys all corpora have."
+                    )
+                spec = src.schema[key]
+                if key not in schema:
+                    schema[key], first_name = spec, name
+                elif not _same_spec(schema[key], spec):
+                    raise DataError(
+                        f"ConcatSource: key {key!r} is {spec.describe()} in corpus {name!r} but "
+                        f"{schema[key].describe()} in corpus {first_name!r}; every corpus must "
+                        "agree on dtype, feature shape and sparse vocabulary (one batch pads "
+                        "sequences of several corpora into one tensor)."
+                    )
+        self._schema = schema
+        sizes = np.array([len(s) for s in self._sources], dtype=np.int64)
+        self._bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # [C + 1]
+        self._lengths = {
+            k: np.concatenate([np.asarray(s.lengths(k), dtype=np.int64) for s in self._sources])
+            for k in schema
+        }
+        self._tags: PackedTags = PackedTags.concat([packed(s.tags) for s in self._sources])
+        self._fingerprint: str | None = None
+
+    # ---- corpora ----
+    def corpus_layout(self) -> tuple[tuple[str, ...], np.ndarray]:
+        """(corpus names, bounds int64 ``[C + 1]``): corpus c holds ``[bounds[c], bounds[c+1])``;
+        what ``mix`` plans on and ``Batch.corpus`` reports."""
+        return self._names, self._bounds
+
+    @property
+    def sources(self) -> dict[str, Source]:
+        return dict(zip(self._names, self._sources))
+
+    def locate_corpus(self, index: int) -> tuple[int, int]:
+        """(corpus number, index within that corpus) of sequence ``index``."""
+        index = int(index)
+        if not 0 <= index < self._bounds[-1]:
+            raise IndexError(f"sequence index {index} out of range for {self!r}")
+        c = int(np.searchsorted(self._bounds, index, side="right")) - 1
+        return c, index - int(self._bounds[c])
+
+    def where(self, index: int) -> str:
+        """Corpus and, as precisely as that corpus can say, where in it (file and local index)."""
+        c, j = self.locate_corpus(index)
+        return f"corpus {self._names[c]!r} sequence {j}: {where(self._sources[c], j)}"
+
+    # ---- reading ----
+    def read(self, index: int) -> dict[str, np.ndarray]:
+        c, j = self.locate_corpus(index)
+        seq = self._sources[c].read(j)
+        return {k: seq[k] for k in self._schema}
+
+    def read_many(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, np.ndarray]]:
+        """``[read(i) for i in indices]``, each corpus asked once (with its ``read_many``)."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        for i in idx[(idx < 0) | (idx >= self._bounds[-1])][:1].tolist():
+            self.locate_corpus(i)  # raises IndexError naming it
+        corpus = np.searchsorted(self._bounds, idx, side="right") - 1  # [m]
+        out: list[dict[str, np.ndarray] | None] = [None] * len(idx)
+        for c in np.unique(corpus).tolist():
+            pos = np.flatnonzero(corpus == c)
+            src = self._sources[c]
+            local = idx[pos] - self._bounds[c]
+            many = getattr(src, "read_many", None)
+            seqs = many(local) if many is not None else [src.read(int(j)) for j in local]
+            for p, seq in zip(pos.tolist(), seqs):
+                out[p] = {k: seq[k] for k in self._schema}
+        return out  # type: ignore[return-value]
+
+    def prepare_workers(self) -> None:
+        """Before DataLoader workers fork: let every corpus prepare (e.g. HDF chunk indexes)."""
+        for src in self._sources:
+            prepare = getattr(src, "prepare_workers", None)
+            if prepare is not None:
+                prepare()
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            h = hashlib.sha256(b"concat\0")
+            for name, src in zip(self._names, self._sources):
+                h.update(f"{name}\0{src.fingerprint()}\0".encode())
+            h.update(",".join(self._schema).encode())
+            self._fingerprint = h.hexdigest()[:32]
+        return self._fingerprint
+
+    def __repr__(self) -> str:
+        parts = ", ".join(f"{n}: {len(s)} seqs" for n, s in zip(self._names, self._sources))
+        keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
+        return f"ConcatSource({parts}; {keys})"

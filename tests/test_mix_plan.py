@@ -1,0 +1,212 @@
+"""Mixed epochs on the pure planner (``mix``, seqloader.plan.mix): per-corpus exactly-once over
+corpus epochs for random rates, corpus sizes, orderings, world sizes, ``partition_epoch`` and resume
+chains (W -> W' -> W''), the selection formula, and bad options (hypothesis; no torch, no I/O)."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import ORDERINGS
+from seqloader.errors import OptionError
+from seqloader.plan import Planner, PlanOptions, Position, continue_plan
+from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.mix import Corpora, corpus_epoch_permutation, select_corpus, stream_span
+from seqloader.plan.mix_check import check_corpus_epochs
+
+RATES = [0.25, 0.5, 0.7, 1.0, 1.3, 2.0, 2.5, 3.0, 1 / 3]
+
+
+def slots(plan: GlobalPlan, from_step: int, to_step: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sequences, corpus epochs) of the real slots of global steps ``[from_step, to_step)``."""
+    b = plan.batches
+    lo, hi = b.bounds[from_step * plan.world_size], b.bounds[to_step * plan.world_size]
+    real = b.real[lo:hi]
+    assert b.uses is not None
+    return b.seqs[lo:hi][real], b.uses[lo:hi][real]
+
+
+@st.composite
+def mixes(draw: st.DrawFn) -> dict:
+    n_corpora = draw(st.integers(1, 4))
+    sizes = draw(st.lists(st.integers(1, 25), min_size=n_corpora, max_size=n_corpora))
+    names = [f"c{i}" for i in range(n_corpora)]
+    total = sum(sizes)
+    lengths = np.array(draw(st.lists(st.integers(1, 30), min_size=total, max_size=total)))
+    rates = {n: draw(st.sampled_from(RATES)) for n in names if draw(st.booleans()) or n == "c0"}
+    options = PlanOptions(
+        ordering=draw(st.sampled_from(ORDERINGS)),
+        max_seqs=draw(st.one_of(st.none(), st.integers(1, 6))),
+        max_frames=draw(st.one_of(st.none(), st.integers(30, 150))),
+        partition_epoch=draw(st.integers(1, 3)),
+        uneven=draw(st.sampled_from(["split", "pad"])),
+        seed=draw(st.integers(0, 3)),
+        mix=rates,
+    )
+    epochs = draw(st.integers(1, 3)) * options.partition_epoch  # whole full epochs
+    worlds = [draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)) for _ in range(epochs)]
+    cuts = [
+        draw(st.lists(st.floats(0, 1), min_size=len(w) - 1, max_size=len(w) - 1)) for w in worlds
+    ]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    return {
+        "planner": Planner({"data": lengths}, options, corpora=Corpora(tuple(names), bounds)),
+        "epochs": epochs,
+        "worlds": worlds,
+        "cuts": cuts,
+    }
+
+
+def run_epoch(planner: Planner, epoch: int, worlds: list[int], cuts: list[float]):
+    """Run ``epoch`` on ``worlds[0]`` ranks, stop at fraction ``cuts[0]``, save the position as
+    JSON, resume on ``worlds[1]`` ranks, ... -> (sequences, corpus epochs) consumed, in order."""
+    position = Position(epoch, 0, worlds[0], 0)
+    seqs, uses = [], []
+    for i, world in enumerate(worlds):
+        plan, position = continue_plan(planner, position, world)
+        steps = {len(plan.rank_share(r, position.steps)) for r in range(world)}
+        assert steps == {plan.steps - position.steps}, "ranks take different numbers of steps"
+        stop = plan.steps
+        if i < len(cuts):
+            stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
+        s, u = slots(plan, position.steps, stop)
+        seqs.append(s)
+        uses.append(u)
+        position = Position.from_fields(
+            json.loads(json.dumps(position.advanced(stop - position.steps).to_fields()))
+        )
+    return np.concatenate(seqs), np.concatenate(uses)
+
+
+@settings(max_examples=150, deadline=None)
+@given(mixes())
+def test_every_sequence_once_per_corpus_epoch_across_resumes(m: dict) -> None:
+    planner: Planner = m["planner"]
+    seqs, uses = [], []
+    for epoch in range(1, m["epochs"] + 1):
+        s, u = run_epoch(planner, epoch, m["worlds"][epoch - 1], m["cuts"][epoch - 1])
+        order, order_uses = planner.sub_epoch_slots(epoch)
+        # consumed + remaining = the (sub-)epoch's slots, in order, whatever the resumes
+        np.testing.assert_array_equal(s, order)
+        np.testing.assert_array_equal(u, order_uses)
+        seqs.append(s)
+        uses.append(u)
+    P = planner.options.partition_epoch
+    check = check_corpus_epochs(
+        planner.mix, range(m["epochs"] // P), np.concatenate(seqs), np.concatenate(uses)
+    )
+    assert check.ok, check.problems
+
+
+@settings(max_examples=100, deadline=None)
+@given(mixes(), st.integers(0, 6))
+def test_epoch_takes_floor_differences_of_each_stream(m: dict, full_epoch: int) -> None:
+    """Full epoch e (1-based) takes floor(e·r·N) - floor((e-1)·r·N) sequences of corpus c, the
+    next ones of c's stream: corpus epoch k is the permutation seeded by (seed, c, k)."""
+    planner: Planner = m["planner"]
+    mix = planner.mix
+    selection = mix.select(full_epoch)
+    counts = mix.corpora.counts(selection.seqs)
+    e = full_epoch + 1
+    for c, (name, rate, members) in enumerate(zip(mix.corpora.names, mix.rates, mix.members)):
+        n = len(members)
+        r = Fraction(rate)
+        assert counts[c] == math.floor(e * r * n) - math.floor((e - 1) * r * n)
+        # the stream itself, built the slow way: concatenated permutations
+        a, b = stream_span(full_epoch, rate, n)
+        stream = np.concatenate(
+            [members[corpus_epoch_permutation(mix.seed, name, k, n)] for k in range(b // n + 1)]
+        )
+        mine = mix.corpora.corpus_of(selection.seqs) == c
+        got = sorted(zip(selection.seqs[mine].tolist(), selection.uses[mine].tolist()))
+        want = sorted((int(stream[p]), p // n) for p in range(a, b))
+        assert got == want
+    assert np.all(np.diff(selection.seqs) >= 0), "canonical order: ascending sequence index"
+
+
+def test_a_corpus_stream_does_not_depend_on_the_other_corpora() -> None:
+    members = np.arange(10, 17)
+    alone = select_corpus(5, "ted", members, 1.7, 3)
+    lengths = {"data": np.full(40, 3)}
+    corpora = Corpora(("libri", "ted", "swb"), np.array([0, 10, 17, 40]))
+    planner = Planner(lengths, PlanOptions(seed=5, mix={"ted": 1.7, "swb": 0.2}), corpora=corpora)
+    sel = planner.mix.select(3)
+    ted = (sel.seqs >= 10) & (sel.seqs < 17)
+    np.testing.assert_array_equal(sel.seqs[ted], alone[0])
+    np.testing.assert_array_equal(sel.uses[ted], alone[1])
+
+
+def test_worked_example_of_the_docs() -> None:
+    """docs/corpora.md: corpora a (4 seqs, rate 0.5) and b (3 seqs, rate 2.0)."""
+    corpora = Corpora(("a", "b"), np.array([0, 4, 7]))
+    planner = Planner(
+        {"data": np.full(7, 10)}, PlanOptions(mix={"a": 0.5, "b": 2.0}), corpora=corpora
+    )
+    counts = [planner.mix.epoch_counts(f) for f in range(4)]
+    assert counts == [(2, 6), (2, 6), (2, 6), (2, 6)]
+    a_uses = [sorted(planner.mix.select(f).seqs[:2].tolist()) for f in range(2)]
+    assert sorted(a_uses[0] + a_uses[1]) == [0, 1, 2, 3]  # corpus epoch 1 of a over epochs 1-2
+    b = planner.mix.select(0)
+    assert b.seqs[2:].tolist() == [4, 4, 5, 5, 6, 6] and b.uses[2:].tolist() == [0, 1] * 3
+
+
+def test_uneven_rates_keep_exact_boundaries() -> None:
+    """A rate that is not a short binary fraction (0.1) must not lose or add a sequence to float
+    rounding: over 10 epochs exactly one corpus epoch of 10 sequences."""
+    corpora = Corpora(("x",), np.array([0, 10]))
+    planner = Planner({"data": np.full(10, 1)}, PlanOptions(mix={"x": 0.1}), corpora=corpora)
+    total = sum(planner.mix.epoch_counts(f)[0] for f in range(10))
+    assert total == 10
+    seqs = np.concatenate([planner.mix.select(f).seqs for f in range(10)])
+    assert sorted(seqs.tolist()) == list(range(10))
+
+
+@pytest.mark.parametrize(
+    ("mix", "message"),
+    [
+        ({"libri": 0.0}, "expected a finite number > 0"),
+        ({"libri": -1}, "expected a finite number > 0"),
+        ({"libri": float("nan")}, "expected a finite number > 0"),
+        ({"libri": True}, "expected a finite number > 0"),
+        ({"": 1.0}, "non-empty string"),
+        ([("libri", 1.0)], "expected a mapping"),
+    ],
+)
+def test_bad_mix_options(mix: object, message: str) -> None:
+    with pytest.raises(OptionError, match=message):
+        PlanOptions(mix=mix)  # type: ignore[arg-type]
+
+
+def test_unknown_corpus_names_it_and_the_known_ones() -> None:
+    corpora = Corpora(("libri", "ted"), np.array([0, 3, 5]))
+    with pytest.raises(
+        OptionError, match=r"unknown corpus name\(s\) \['swb'\].*\['libri', 'ted'\]"
+    ):
+        Planner({"data": np.ones(5, np.int64)}, PlanOptions(mix={"swb": 2.0}), corpora=corpora)
+
+
+def test_mix_needs_corpora_and_shard() -> None:
+    with pytest.raises(OptionError, match="ConcatSource"):
+        Planner({"data": np.ones(5, np.int64)}, PlanOptions(mix={"a": 1.0}))
+    with pytest.raises(OptionError, match="random_seed_offset"):
+        PlanOptions(mix={"a": 1.0}, distribution="random_seed_offset")
+
+
+def test_a_corpus_with_no_admitted_sequence_is_an_error() -> None:
+    corpora = Corpora(("libri", "ted"), np.array([0, 3, 5]))
+    lengths = {"data": np.array([5, 5, 5, 50, 60])}
+    options = PlanOptions(mix={"ted": 2.0}, max_seq_length=40)
+    with pytest.raises(OptionError, match=r"corpus 'ted' has no admitted sequences \(all its 2"):
+        Planner(lengths, options, corpora=corpora)
+
+
+def test_unmixed_options_keep_their_json() -> None:
+    """Adding ``mix`` must not change unmixed plans' fingerprints (saved states stay loadable)."""
+    assert "mix" not in json.loads(PlanOptions().to_json())
+    assert json.loads(PlanOptions(mix={"b": 2, "a": 0.5}).to_json())["mix"] == {"a": 0.5, "b": 2.0}
