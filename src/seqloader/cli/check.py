@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     opened = open_data(args)
     src = opened.source
     lengths = {k: src.lengths(k) for k in src.keys}
-    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora_of(src))
+    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora_of(src))
     n_epochs = args.epochs or opened.plan.partition_epoch
     epochs = range(args.first_epoch, args.first_epoch + n_epochs)
     bar = progress_bar(not args.no_progress and not args.json, "simulating", n_epochs, "epoch")

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     src = opened.source
     lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
     corpora = corpora_of(src)
-    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora)
+    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora)
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):

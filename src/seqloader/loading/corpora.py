@@ -1,7 +1,7 @@
 """Which corpus each sequence comes from, for sources made of named corpora (``ConcatSource``).
 
-The source says it as plain values (``corpus_layout()``: names and index bounds; sources sit below
-planning and cannot import it); this module turns them into the planner's ``Corpora``.
+The source says it as plain values (the ``NamesCorpora`` ability: names and index bounds; sources
+sit below planning and cannot import it); this module turns them into the planner's ``Corpora``.
 """
 
 from __future__ import annotations
@@ -12,16 +12,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.plan.mix import Corpora
-from seqloader.sources.base import Source
+from seqloader.sources.base import Source, corpus_layout
 
 
 def corpora_of(source: Source) -> Corpora | None:
     """The source's named corpora, or None for a source that is one corpus."""
-    layout = getattr(source, "corpus_layout", None)
-    if layout is None:
-        return None
-    names, bounds = layout()
-    return Corpora(tuple(names), bounds)
+    layout = corpus_layout(source)
+    return None if layout is None else Corpora(tuple(layout[0]), layout[1])
 
 
 @dataclass(frozen=True)
@@ -35,10 +32,10 @@ class CorpusCounts:
 
 def corpus_names(source: Source, seqs: np.ndarray) -> list[str] | None:
     """The corpus name of each sequence index (``Batch.corpus``), or None for a one-corpus source."""
-    layout = getattr(source, "corpus_layout", None)
+    layout = corpus_layout(source)
     if layout is None:
         return None
-    names, bounds = layout()
+    names, bounds = layout
     ids = np.searchsorted(bounds, seqs, side="right") - 1  # [B]
     return [names[c] for c in ids.tolist()]
 

@@ -157,6 +157,15 @@ class PlanHints(Protocol):
     def excluded(self) -> Mapping[str, np.ndarray]: ...
 
 
+@runtime_checkable
+class NamesCorpora(Protocol):
+    """Is made of named corpora laid out one after another (``ConcatSource``): corpus c holds the
+    indices ``[bounds[c], bounds[c + 1])``. Planning mixes them (``mix``) and every batch names each
+    sequence's corpus (``Batch.corpus``). Plain values: sources sit below planning."""
+
+    def corpus_layout(self) -> tuple[tuple[str, ...], np.ndarray]: ...
+
+
 class SourceBase:
     """Base class for sources: the metadata half of the ``Source`` protocol for sources that keep
     it in attributes set at open (``_schema``, whose key order is ``keys``; ``_lengths``: key ->
@@ -237,6 +246,12 @@ def tags_at(source: Source, indices: np.ndarray) -> list[str]:
     if isinstance(source, SourceBase):
         return source.tags_at(indices)
     return [source.tag(int(i)) for i in indices]
+
+
+def corpus_layout(source: Source) -> tuple[tuple[str, ...], np.ndarray] | None:
+    """(corpus names, bounds ``[C + 1]``) of a source of named corpora (``NamesCorpora``), else
+    None."""
+    return source.corpus_layout() if declares(source, NamesCorpora) else None
 
 
 def prepare_workers(source: Source) -> None:

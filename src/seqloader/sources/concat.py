@@ -16,7 +16,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from seqloader.errors import DataError, OptionError
-from seqloader.sources.base import KeySpec, Source, SourceMetadata, where
+from seqloader.sources.base import (
+    KeySpec,
+    Source,
+    SourceBase,
+    prepare_workers,
+    read_batch,
+    where,
+)
 from seqloader.sources.hdf_layout import PackedTags
 from seqloader.sources.joined import named_sources
 from seqloader.sources.tag_join import packed
@@ -31,7 +38,7 @@ def _same_spec(a: KeySpec, b: KeySpec) -> bool:
     )
 
 
-class ConcatSource(SourceMetadata):
+class ConcatSource(SourceBase):
     """``ConcatSource({"libri": src_a, "ted": src_b})``: the corpora in the given order.
 
     ``keys``: the keys to deliver (default: the first corpus' keys); every corpus must have them,
@@ -120,10 +127,7 @@ class ConcatSource(SourceMetadata):
         out: list[dict[str, np.ndarray] | None] = [None] * len(idx)
         for c in np.unique(corpus).tolist():
             pos = np.flatnonzero(corpus == c)
-            src = self._sources[c]
-            local = idx[pos] - self._bounds[c]
-            many = getattr(src, "read_many", None)
-            seqs = many(local) if many is not None else [src.read(int(j)) for j in local]
+            seqs = read_batch(self._sources[c], idx[pos] - self._bounds[c])
             for p, seq in zip(pos.tolist(), seqs):
                 out[p] = {k: seq[k] for k in self._schema}
         return out  # type: ignore[return-value]
@@ -131,9 +135,7 @@ class ConcatSource(SourceMetadata):
     def prepare_workers(self) -> None:
         """Before DataLoader workers fork: let every corpus prepare (e.g. HDF chunk indexes)."""
         for src in self._sources:
-            prepare = getattr(src, "prepare_workers", None)
-            if prepare is not None:
-                prepare()
+            prepare_workers(src)
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:

@@ -21,7 +21,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from seqloader.errors import DataError, DataWarning, OptionError
-from seqloader.sources.base import KeySpec, Source, SourceMetadata, where
+from seqloader.sources.base import (
+    KeySpec,
+    Source,
+    SourceBase,
+    prepare_workers,
+    read_batch,
+    where,
+)
 from seqloader.sources.hdf_layout import PackedTags
 from seqloader.sources.tag_join import DuplicateTagError, join, packed, take
 
@@ -29,7 +36,7 @@ MISSING_POLICIES = ("error", "intersect")
 _EXAMPLES = 5
 
 
-class ZipSource(SourceMetadata):
+class ZipSource(SourceBase):
     """Sequences of ``sources`` joined by tag; see the module docstring.
 
     - ``data_map``: output key -> (source name, key in that source).
@@ -155,13 +162,7 @@ class ZipSource(SourceMetadata):
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         for i in idx[(idx < 0) | (idx >= len(self))][:1].tolist():
             self.read(i)  # raises IndexError naming it
-        per_source = {}
-        for name in self._used:
-            src, local = self.sources[name], self._index[name][idx]
-            many = getattr(src, "read_many", None)
-            per_source[name] = (
-                many(local) if many is not None else [src.read(int(j)) for j in local]
-            )
+        per_source = {n: read_batch(self.sources[n], self._index[n][idx]) for n in self._used}
         return [self._pick({n: per_source[n][j] for n in self._used}) for j in range(len(idx))]
 
     def _pick(self, got: Mapping[str, Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
@@ -170,9 +171,7 @@ class ZipSource(SourceMetadata):
     def prepare_workers(self) -> None:
         """Before DataLoader workers fork: let every source prepare (e.g. HDF chunk indexes)."""
         for name in self._used:
-            prepare = getattr(self.sources[name], "prepare_workers", None)
-            if prepare is not None:
-                prepare()
+            prepare_workers(self.sources[name])
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
