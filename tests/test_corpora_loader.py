@@ -291,3 +291,18 @@ def test_seqloader_mix_exactly_once_per_corpus_epoch_with_elastic_resume(m):
             k, extra = divmod(uses, n)
             assert sum(counts) == uses and set(counts) <= {k, k + 1}
             assert counts.count(k + 1) == extra
+
+
+def test_spawned_workers_open_the_joined_files_themselves(corpora):
+    """ZipSource and ConcatSource hold no file handle: a spawned worker gets them pickled and
+    opens every HDF file lazily in its own process; the batches equal those read in the main
+    process."""
+
+    def batches(**workers) -> list[tuple]:
+        with sl.SeqLoader(corpora, mix={"ted": 2.0}, max_seqs=3, **workers) as loader:
+            return [
+                (b.seq_tags, b.corpus, b["data"].numpy().tobytes(), b["classes"].numpy().tobytes())
+                for b in loader.epoch(1)
+            ]
+
+    assert batches(num_workers=1, multiprocessing_context="spawn") == batches(num_workers=0)
