@@ -314,3 +314,105 @@ def test_view_pickles_and_passes_on_abilities(hdf_config: Path) -> None:
     np.testing.assert_array_equal(many[1]["data"], view.read(4)["data"])
     assert "b.hdf" not in subset.where(0) and "a.hdf" in subset.where(0)
     loader.close()
+
+
+def write_hdf_lengths(path: Path, lengths: dict[str, int], dim: int, seed: int) -> None:
+    """``SimpleHDFWriter`` with given lengths per tag (in the dict's order)."""
+    from returnn.datasets.hdf import SimpleHDFWriter
+
+    rng = np.random.default_rng(seed)
+    writer = SimpleHDFWriter(str(path), dim=dim, ndim=2)
+    for tag, n in lengths.items():
+        x = rng.standard_normal((1, n, dim)).astype(np.float32)
+        y = rng.integers(0, 9, size=(1, n)).astype(np.int32)
+        writer.insert_batch(x, [n], [tag], extra={"classes": y})
+    writer.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_meta_dataset_gives_returnns_batches(tmp_path: Path, num_workers: int) -> None:
+    """MetaDataset (features from one RETURNN HDF, alignments from another stored in another
+    order, seq_order_control_dataset with its own laplace ordering and partition_epoch=2, the
+    seed offset inherited from the MetaDataset) -> ZipSource: RETURNN's batches, and the
+    joined sequences hold the right file's data."""
+    rng = np.random.default_rng(5)
+    lengths = {f"rec/{i}": int(rng.integers(4, 70)) for i in range(41)}
+    write_hdf_lengths(tmp_path / "feat.hdf", lengths, 6, seed=1)
+    write_hdf_lengths(tmp_path / "align.hdf", dict(reversed(list(lengths.items()))), 2, seed=2)
+    config = tmp_path / "meta.config"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            #!rnn.py
+            train = {{
+                "class": "MetaDataset",
+                "datasets": {{
+                    "feat": {{"class": "HDFDataset", "files": [{str(tmp_path / "feat.hdf")!r}]}},
+                    "align": {{"class": "HDFDataset", "files": [{str(tmp_path / "align.hdf")!r}],
+                               "seq_ordering": "laplace:.6", "partition_epoch": 2}},
+                }},
+                "data_map": {{"data": ("feat", "data"), "classes": ("align", "classes")}},
+                "seq_order_control_dataset": "align",
+                "random_seed_offset": 3,
+            }}
+            batch_size = 200
+            max_seqs = 6
+            torch_dataloader_opts = {{"num_workers": {num_workers}}}
+            """
+        )
+    )
+    loader = from_returnn_config(config)["train"]
+    epochs = range(1, 5)
+    assert our_batches(loader, epochs) == returnn_batches(config, "train", epochs)
+    from seqloader.sources.hdf import HDFSource
+
+    feat, align = HDFSource(str(tmp_path / "feat.hdf")), HDFSource(str(tmp_path / "align.hdf"))
+    for batch in loader.epoch(1):
+        for b, tag in enumerate(batch.seq_tags):
+            n = int(batch.lengths["data"][b])
+            i, j = list(feat.tags).index(tag), list(align.tags).index(tag)
+            np.testing.assert_array_equal(batch["data"][b, :n].numpy(), feat.read(i)["data"])
+            np.testing.assert_array_equal(batch["classes"][b, :n].numpy(), align.read(j)["classes"])
+    loader.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_concat_dataset_gives_returnns_batches(hdf_config: Path, tmp_path: Path, num_workers):
+    """ConcatDataset of two RETURNN HDF datasets in default order (the second with a
+    seq_list_filter_file) -> ConcatSource: RETURNN's batches; other orders inside are refused."""
+    folder = hdf_config.parent
+    config = tmp_path / "concat.config"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            #!rnn.py
+            train = {{"class": "ConcatDataset", "datasets": [
+                {{"class": "HDFDataset", "files": [{str(folder / "b.hdf")!r}]}},
+                {{"class": "HDFDataset", "files": [{str(folder / "a.hdf")!r}],
+                  "seq_list_filter_file": {str(folder / "listed.txt")!r}}},
+            ]}}
+            batch_size = 120
+            max_seqs = 4
+            torch_dataloader_opts = {{"num_workers": {num_workers}}}
+            """
+        )
+    )
+    loader = from_returnn_config(config)["train"]
+    epochs = range(1, 3)
+    got = our_batches(loader, epochs)
+    assert got == returnn_batches(config, "train", epochs)
+    seen = [t for b in got[1] for t in b]
+    assert seen[0] == "seq-30" and len(seen) == len(set(seen))
+    assert "seq-40" in seen and not {"seq-3", "seq-10", "seq-11"} & set(seen)  # a.hdf's filter
+    loader.close()
+    values = returnn_config.Config()
+    values.load_file(str(config))
+    random_inside = dict(values.typed_dict)
+    random_inside["train"] = {**random_inside["train"]}
+    random_inside["train"]["datasets"] = [
+        {**random_inside["train"]["datasets"][0], "seq_ordering": "random"}
+    ]
+    with pytest.raises(OptionError, match=r"train.datasets\[0\] \(HDFDataset\).*'random'"):
+        from_returnn_config(random_inside)
+    with pytest.raises(OptionError, match=r"CombinedDataset.*mix"):
+        from_returnn_config({**values.typed_dict, "train": {"class": "CombinedDataset"}})

@@ -21,7 +21,9 @@ from seqloader.errors import OptionError
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
 from seqloader.sources.base import Source
+from seqloader.sources.concat import ConcatSource
 from seqloader.sources.hdf import HDFSource
+from seqloader.sources.joined import ZipSource
 
 COMMON = ("class", "seq_ordering", "partition_epoch", "random_seed_offset", "seq_list_filter_file")
 NO_EFFECT = {
@@ -51,9 +53,21 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
             "dataset specs are not supported: write the dict)"
         )
     kind = opts["class"]
+    if kind == "MetaDataset":
+        return _meta(name, opts)
+    if kind == "ConcatDataset":
+        return _concat(name, opts)
+    if kind == "CombinedDataset":
+        raise OptionError(
+            f"{name} dataset: class 'CombinedDataset' is not supported: its orderings interleave "
+            "or sample the sub-datasets with RETURNN's RandomState per sequence, which seqloader "
+            "does not reproduce; build seqloader.ConcatSource(...) with mix={...} instead (exact "
+            "per-corpus epochs, docs/corpora.md)"
+        )
     if kind not in _BUILDERS:
         raise OptionError(
-            f"{name} dataset: class {kind!r} is not supported; supported: {sorted(_BUILDERS)}"
+            f"{name} dataset: class {kind!r} is not supported; supported: "
+            f"{sorted([*_BUILDERS, 'ConcatDataset', 'MetaDataset'])}"
         )
     own_keys, build = _BUILDERS[kind]
     unknown = sorted(set(opts) - set(COMMON) - set(NO_EFFECT) - set(own_keys))
@@ -80,6 +94,97 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
     if not isinstance(ordering, str):
         raise OptionError(f"{where}: seq_ordering {ordering!r}; a function is not supported")
     return Converted(view, ordering, int(partition_epoch), offset, kind)
+
+
+META_OWN = ("class", "datasets", "data_map", "seq_order_control_dataset", "random_seed_offset")
+
+
+def _meta(name: str, opts: dict[str, Any]) -> Converted:
+    """RETURNN's ``MetaDataset`` with ``seq_order_control_dataset`` -> ``ZipSource``: the control
+    dataset's own options decide the order (RETURNN ignores the MetaDataset's), sub-datasets
+    inherit its ``random_seed_offset``; keys joined by tag through ``data_map``."""
+    where = f"{name} dataset (MetaDataset)"
+    unknown = sorted(set(opts) - set(META_OWN) - set(NO_EFFECT))
+    if unknown:
+        raise OptionError(
+            f"{where}: option(s) {unknown} not supported; supported: {sorted(META_OWN)} (with "
+            "seq_order_control_dataset set, RETURNN orders by the control dataset's own "
+            "seq_ordering, partition_epoch and seq_list_filter_file: set them there)"
+        )
+    control = opts.get("seq_order_control_dataset")
+    datasets, data_map = opts.get("datasets") or {}, opts.get("data_map") or {}
+    if not control:
+        raise OptionError(
+            f"{where}: seq_order_control_dataset is not set (RETURNN then orders by the "
+            "MetaDataset's own options over the default dataset's tags): not supported; set it"
+        )
+    used = {sub for sub, _ in data_map.values()}
+    missing = sorted((used | {control}) - set(datasets))
+    if missing:
+        raise OptionError(f"{where}: datasets {missing} are named but not defined in 'datasets'")
+    offset = opts.get("random_seed_offset")
+    converted = {}
+    for sub in sorted(used | {control}):
+        sub_opts = dict(datasets[sub])
+        if offset is not None:
+            sub_opts.setdefault("random_seed_offset", offset)  # RETURNN: inherited from the parent
+        converted[sub] = convert_dataset(f"{name}.{sub}", sub_opts, "default")
+    mapped = {
+        out: (sub, "text" if key == "orth" and converted[sub].kind == "OggZipDataset" else key)
+        for out, (sub, key) in data_map.items()
+    }
+    joined = ZipSource({s: c.source for s, c in converted.items()}, mapped, control=control)
+    ctrl = converted[control]
+    order = ctrl.source.order_lengths()
+    if order is None:  # RETURNN sorts by the control's own first length column
+        keys = ctrl.source.keys
+        order = ctrl.source.lengths("data" if "data" in keys else keys[0])
+    index = joined.source_index(control)  # [n] the control's own order and subset
+    view = ReturnnView(
+        joined,
+        order_lengths=np.asarray(order)[index],
+        excluded={k: np.asarray(m)[index] for k, m in ctrl.source.excluded().items()},
+    )
+    return Converted(
+        view, ctrl.ordering, ctrl.partition_epoch, ctrl.random_seed_offset, "MetaDataset"
+    )
+
+
+def _concat(name: str, opts: dict[str, Any]) -> Converted:
+    """RETURNN's ``ConcatDataset`` -> ``ConcatSource``, where RETURNN's order is one seqloader can
+    plan: RETURNN goes through the sub-datasets one after another, each in its own order, so only
+    sub-datasets in ``default`` order without ``partition_epoch`` give a single order (the
+    concatenation as stored); anything else is refused, naming the sub-dataset."""
+    where = f"{name} dataset (ConcatDataset)"
+    unknown = sorted(set(opts) - {"class", "datasets"} - set(NO_EFFECT))
+    if unknown:
+        raise OptionError(
+            f"{where}: option(s) {unknown} not supported (RETURNN's ConcatDataset takes its order "
+            "from the sub-datasets, in sequence); supported: ['datasets']"
+        )
+    subs = opts.get("datasets") or []
+    if not isinstance(subs, list | tuple) or not subs:
+        raise OptionError(f"{where}: 'datasets' must be a non-empty list of dataset dicts")
+    converted = []
+    for i, sub in enumerate(subs):
+        c = convert_dataset(f"{name}.datasets[{i}]", sub, "default")
+        if c.ordering != "default" or c.partition_epoch != 1:
+            raise OptionError(
+                f"{name}.datasets[{i}] ({c.kind}): seq_ordering={c.ordering!r}, "
+                f"partition_epoch={c.partition_epoch} inside a ConcatDataset: RETURNN orders each "
+                "part on its own and concatenates, which is no single order seqloader plans; use "
+                "'default' order without partition_epoch there, or seqloader's ConcatSource + mix"
+            )
+        converted.append(c)
+    joined = ConcatSource({f"{i}": c.source for i, c in enumerate(converted)})
+    reasons = sorted({r for c in converted for r in c.source.excluded()})
+    excluded = {
+        r: np.concatenate(
+            [c.source.excluded().get(r, np.zeros(len(c.source), dtype=bool)) for c in converted]
+        )
+        for r in reasons
+    }
+    return Converted(ReturnnView(joined, excluded=excluded), "default", 1, None, "ConcatDataset")
 
 
 def read_tag_list(where: str, path: str) -> list[str]:
