@@ -21,6 +21,7 @@ import os
 import zipfile
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 
@@ -39,7 +40,13 @@ class StringTable(Sequence[str]):
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         return self.raw(i).tobytes().decode("utf-8")

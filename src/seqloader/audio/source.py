@@ -140,8 +140,10 @@ class AudioSource(SourceBase):
         self._samples = np.rint(
             np.concatenate([m.durations for m in self._manifests]) * self.options.rate
         ).astype(np.int64)  # [n] the decoded length every read is fitted to
-        encoded = self._encode_texts() if "classes" in self._keys else (None, None)
-        self._classes, self._class_offsets = encoded
+        self._classes: np.ndarray | None = None  # token ids of all texts, concatenated
+        self._class_offsets: np.ndarray | None = None  # int64 [n + 1]
+        if "classes" in self._keys:
+            self._classes, self._class_offsets = self._encode_texts()
         self._lengths = {k: self._planned_lengths(k) for k in self._keys}
         self._schema = self._make_schema()
         self._fingerprint: str | None = None

@@ -77,6 +77,7 @@ def run(args: argparse.Namespace) -> int:
     cpu = time.process_time() - cpu0
     batches.close()  # an early stop finishes the epoch's meter too
     report = loader.report()
+    assert report is not None  # the epoch ran
     loader.close()
     main_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     worker_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024

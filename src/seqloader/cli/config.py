@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from seqloader.errors import DataError, OptionError
 from seqloader.plan.options import PlanOptions
@@ -46,7 +47,7 @@ class SourceSpec:
 
     kind: str
     paths: tuple[str, ...] = ()
-    options: Mapping[str, object] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)  # parsed JSON/TOML values
     corpora: tuple[tuple[str, SourceSpec], ...] = ()  # kind "corpora": (name, source) each
 
     def __post_init__(self) -> None:
@@ -61,7 +62,7 @@ class SourceSpec:
             from seqloader.synthetic import SyntheticSpec, synthetic_corpus
 
             try:
-                return synthetic_corpus(SyntheticSpec(**opts))  # type: ignore[arg-type]
+                return synthetic_corpus(SyntheticSpec(**opts))
             except TypeError as e:
                 raise OptionError(f"synthetic source options: {e}") from e
         if self.kind == "hdf":
@@ -85,7 +86,7 @@ class SourceSpec:
         return f"{self.kind} {shown}"
 
 
-def open_audio(path: str, options: Mapping[str, object]) -> Source:
+def open_audio(path: str, options: Mapping[str, Any]) -> Source:
     """``AudioSource`` with log-mel ``data`` by default (100 frames/s, what models train on and
     what ``convert`` precomputes). ``features`` in the options: a table of ``LogMel`` fields, or
     ``false`` for the raw waveform only; a top-level ``sample_rate`` goes to the features."""
@@ -116,7 +117,7 @@ class DataConfig:
     """A source plus loader options; command-line options override the config's."""
 
     source: SourceSpec
-    loader: Mapping[str, object] = field(default_factory=dict)
+    loader: Mapping[str, Any] = field(default_factory=dict)  # parsed JSON/TOML values
     origin: str = ""
 
     def __post_init__(self) -> None:
@@ -129,21 +130,19 @@ class DataConfig:
             )
         object.__setattr__(self, "loader", MappingProxyType(dict(self.loader)))
 
-    def merged(self, overrides: Mapping[str, object]) -> dict[str, object]:
+    def merged(self, overrides: Mapping[str, Any]) -> dict[str, Any]:
         """Loader options with ``overrides`` applied (``None`` values mean "not given")."""
         out = dict(self.loader)
         out.update({k: v for k, v in overrides.items() if v is not None})
         return out
 
-    def plan_options(self, overrides: Mapping[str, object] = MappingProxyType({})) -> PlanOptions:
+    def plan_options(self, overrides: Mapping[str, Any] = MappingProxyType({})) -> PlanOptions:
         merged = self.merged(overrides)
-        return PlanOptions(**{k: v for k, v in merged.items() if k in PLAN_FIELDS})  # type: ignore[arg-type]
+        return PlanOptions(**{k: v for k, v in merged.items() if k in PLAN_FIELDS})
 
-    def worker_options(
-        self, overrides: Mapping[str, object] = MappingProxyType({})
-    ) -> WorkerOptions:
+    def worker_options(self, overrides: Mapping[str, Any] = MappingProxyType({})) -> WorkerOptions:
         merged = self.merged(overrides)
-        return WorkerOptions(**{k: v for k, v in merged.items() if k in WORKER_FIELDS})  # type: ignore[arg-type]
+        return WorkerOptions(**{k: v for k, v in merged.items() if k in WORKER_FIELDS})
 
     def open(self) -> Source:
         return self.source.open()

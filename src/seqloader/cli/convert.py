@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from seqloader.sources.hdf import HDFSource
 
     result = HDFSource([out])
-    info = {
+    info: dict[str, Any] = {
         "input": str(args.input),
         "output": str(out),
         "conversion": what,

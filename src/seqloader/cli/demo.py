@@ -14,6 +14,7 @@ import hashlib
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 from seqloader.cli.convert import CountingSource
 from seqloader.cli.options import add_output_options, non_negative_int, positive_int
@@ -126,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     model = tiny_model(spec.feature_dim, spec.num_classes)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     corpus_tags = collections.Counter(src.tags)
-    epochs = []
+    epochs: list[dict[str, Any]] = []
     try:
         for epoch in range(1, args.epochs + 1):
             seen: collections.Counter[str] = collections.Counter()
@@ -139,8 +140,9 @@ def run(args: argparse.Namespace) -> int:
                 frames += n
                 seen.update(t for t, real in zip(batch.seq_tags, batch.mask.tolist()) if real)
             report = loader.report()
+            assert report is not None  # the epoch ran
             proof = exactly_once(seen, corpus_tags)
-            e = {
+            e: dict[str, Any] = {
                 "epoch": epoch,
                 "steps": report.steps,
                 "seqs": report.seqs,
@@ -179,7 +181,7 @@ def run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def exactly_once(seen: collections.Counter, corpus: collections.Counter) -> dict:
+def exactly_once(seen: collections.Counter, corpus: collections.Counter) -> dict[str, Any]:
     """Compare the tags one epoch delivered with the corpus: none missing, none twice, none alien."""
     missing = sum(1 for t in corpus if t not in seen)
     repeated = sum(1 for t, c in seen.items() if c > corpus.get(t, 0) and t in corpus)

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from seqloader import __version__
 from seqloader.cli import bench, check, convert, demo, stats
@@ -23,7 +24,7 @@ EXIT_USAGE = 2
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line (plus where to find help), not the usage text."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

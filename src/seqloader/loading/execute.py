@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def read_sequences(
     if not declares(source, ReadsMany):
         return read_each(source, seqs, skipped)
     try:
-        many = source.read_many(seqs)
+        many = cast(ReadsMany, source).read_many(seqs)
     except Exception:
         before = len(skipped) if skipped is not None else 0
         out = read_each(source, seqs, skipped)  # raises the named error of a broken sequence

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from seqloader.sources.base import where
+from seqloader.sources.base import Source, where
 
 
 def sequence_nonfinite(seq: Mapping[str, np.ndarray]) -> list[tuple[str, int, int]]:
@@ -35,7 +35,7 @@ def sequence_nonfinite(seq: Mapping[str, np.ndarray]) -> list[tuple[str, int, in
 
 
 def nonfinite_messages(
-    source: object, indices: np.ndarray, seqs: Sequence[Mapping[str, np.ndarray]], where_: str
+    source: Source, indices: np.ndarray, seqs: Sequence[Mapping[str, np.ndarray]], where_: str
 ) -> list[str]:
     """One message per sequence with NaN/Inf, naming it (index, tag, file), the key and frame.
     Runs in the worker that executes the batch (``execute(..., screen=True)``), so the trainer
@@ -44,7 +44,7 @@ def nonfinite_messages(
     for i, seq in zip(indices.tolist(), seqs):
         for key, count, frame in sequence_nonfinite(seq)[:1]:  # one message per sequence
             out.append(
-                f"sequence {i} (tag {source.tag(i)!r}) in {where(source, i)}: key {key!r} has "  # type: ignore[attr-defined]
+                f"sequence {i} (tag {source.tag(i)!r}) in {where(source, i)}: key {key!r} has "
                 f"{count} NaN/Inf value(s), first at frame {frame} ({where_})"
             )
     return out

@@ -47,7 +47,8 @@ def argsort_by(minor: np.ndarray, major: np.ndarray | None = None) -> np.ndarray
     span_minor = int(minor.max()) - lo + 1
     span_major = 1 if major is None else int(major.max()) + 1
     if span_major * span_minor >= 2**62:
-        return np.lexsort((minor, major)).astype(np.int64)
+        keys = (minor,) if major is None else (minor, major)
+        return np.lexsort(keys).astype(np.int64)
     key = minor.astype(np.int64)  # [n] a copy, built up in place
     key -= lo
     if major is not None:

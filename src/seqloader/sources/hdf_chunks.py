@@ -18,6 +18,7 @@ order, other than 1 or 2 axes, or unallocated chunks (fill values) are left to h
 from __future__ import annotations
 
 import math
+import mmap
 import os
 from collections.abc import Callable, Sequence
 
@@ -230,7 +231,7 @@ def _datasets(f: h5py.File) -> list[h5py.Dataset]:
 
 
 def chunked_reader(
-    dset: h5py.Dataset, file_map: Callable[[], object], path: str | None = None
+    dset: h5py.Dataset, file_map: Callable[[], mmap.mmap], path: str | None = None
 ) -> ChunkedRows | None:
     """A direct reader for ``dset`` when its chunks can be indexed, else None (use h5py).
     ``file_map()`` returns an mmap of the whole file (opened only when needed); with ``path`` the

@@ -14,6 +14,7 @@ import os
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import h5py
 import numpy as np
@@ -299,7 +300,13 @@ class PackedTags(Sequence[str]):
         a, b = off[indices].tolist(), off[np.asarray(indices) + 1].tolist()
         return [str(mv[x:y], "utf-8", "surrogateescape") for x, y in zip(a, b)]
 
-    def __getitem__(self, index):  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | list[str]:
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         n = len(self)

@@ -24,6 +24,7 @@ import ctypes
 import math
 import mmap
 from collections.abc import Mapping, Sequence
+from typing import IO
 
 import h5py
 import numpy as np
@@ -205,14 +206,15 @@ class OpenFile:
 
     def __init__(self, path: str, datasets: Mapping[str, str], use_mmap: bool) -> None:
         self.path = path
-        self.h5 = h5py.File(path, "r")
-        self._raw = None
+        h5 = h5py.File(path, "r")
+        self.h5: h5py.File | None = h5
+        self._raw: IO[bytes] | None = None
         self._mmap: mmap.mmap | None = None
         self.readers: dict[str, RowReader] = {}
         self._clean: dict[str, np.ndarray] = {}  # key -> bool [sequences]: screened, no NaN/Inf
         try:
             for key, h5_path in datasets.items():
-                self.readers[key] = self._reader(self.h5[h5_path], use_mmap)
+                self.readers[key] = self._reader(h5[h5_path], use_mmap)
         except BaseException:
             self.close()
             raise
@@ -302,4 +304,4 @@ class OpenFile:
             self._raw = None
         if self.h5 is not None:
             self.h5.close()
-            self.h5 = None  # type: ignore[assignment]
+            self.h5 = None
