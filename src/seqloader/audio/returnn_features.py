@@ -300,7 +300,7 @@ def power_spectrum(y: np.ndarray, n_fft: int, hop: int, win: int, center: bool) 
     return np.abs(stft(y, n_fft, hop, win, center)) ** 2
 
 
-def hz_to_mel(f: np.ndarray) -> np.ndarray:
+def hz_to_mel(f: np.ndarray | float) -> np.ndarray:
     """Slaney's mel scale (librosa's default, ``htk=False``): linear below 1 kHz, log above."""
     f = np.asarray(f, dtype=np.float64)
     f_sp, min_log_hz, logstep = 200.0 / 3, 1000.0, np.log(6.4) / 27.0

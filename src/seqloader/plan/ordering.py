@@ -6,10 +6,11 @@ import numpy as np
 
 from seqloader.plan.options import Ordering
 
+#: The sequence-order RNG: numpy's Generator, or RETURNN's legacy RandomState (seeding="returnn")
+Rng = np.random.Generator | np.random.RandomState
 
-def order_sequences(
-    lengths: np.ndarray, ordering: Ordering, rng: np.random.Generator
-) -> np.ndarray:
+
+def order_sequences(lengths: np.ndarray, ordering: Ordering, rng: Rng) -> np.ndarray:
     """Return a permutation ``[n]`` (int64) of ``range(len(lengths))``.
 
     ``lengths``: int64 ``[n]``. Sorting is stable, so equal lengths keep their prior order and the
@@ -67,7 +68,7 @@ def _bin_ids(n: int, bins: int) -> np.ndarray:
     return np.repeat(np.arange(bins, dtype=np.int64), np.diff(starts))  # [n]
 
 
-def _laplace(lengths: np.ndarray, bins: int, rng: np.random.Generator) -> np.ndarray:
+def _laplace(lengths: np.ndarray, bins: int, rng: Rng) -> np.ndarray:
     """Random permutation cut into bins; each bin sorted by length, ascending in even bins and
     descending in odd ones, so lengths rise and fall like a Laplace curve across the epoch."""
     perm = rng.permutation(len(lengths)).astype(np.int64)  # [n]
@@ -77,9 +78,7 @@ def _laplace(lengths: np.ndarray, bins: int, rng: np.random.Generator) -> np.nda
     return perm[argsort_by(key, bin_of)]  # ties keep the random order
 
 
-def _sort_bin_shuffle(
-    lengths: np.ndarray, bins: int, rng: np.random.Generator, shuffle_within: bool
-) -> np.ndarray:
+def _sort_bin_shuffle(lengths: np.ndarray, bins: int, rng: Rng, shuffle_within: bool) -> np.ndarray:
     """Shuffle, sort by length, cut into bins, emit the bins in random order (and, ``_x2``, shuffle
     within each bin). The random draws are RETURNN's, in RETURNN's order."""
     n = len(lengths)

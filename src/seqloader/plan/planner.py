@@ -20,7 +20,7 @@ from seqloader.plan.batching import greedy_bounds
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard
 from seqloader.plan.mix import Corpora, CorpusProgress, MixPlan
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.ordering import order_sequences
+from seqloader.plan.ordering import Rng, order_sequences
 from seqloader.plan.seeding import PURPOSE_ORDER, returnn_rng, rng_for
 from seqloader.plan.topology import Topology
 
@@ -231,6 +231,7 @@ class Planner:
         ordering = self.options.parsed_ordering
         seed_epoch = ordering.seed_epoch(full_epoch)
         uses = None
+        rng: Rng
         if self.options.seeding == "returnn":
             pool = np.arange(len(self.lengths), dtype=np.int64)
             rng = returnn_rng(seed_epoch, self.options.seed, order_rank)
