@@ -40,7 +40,18 @@ class DistributedMismatchError(SeqLoaderError, RuntimeError):
 
 
 class WorkerError(SeqLoaderError, RuntimeError):
-    """A DataLoader worker failed or died while executing a planned batch."""
+    """A DataLoader worker failed or died while executing a planned batch.
+
+    Set when known (``seqloader.torch.workers``): ``worker_id``, ``pid``, ``epoch``, ``steps``
+    (the planned steps it held), ``tags`` (the first tags of the first of them) and ``building``
+    (the step it was building when it died)."""
+
+    worker_id: int | None = None
+    pid: int | None = None
+    epoch: int | None = None
+    steps: tuple[int, ...] = ()
+    tags: tuple[str, ...] = ()
+    building: int | None = None
 
 
 class AuditError(SeqLoaderError, RuntimeError):

@@ -72,7 +72,7 @@ class SourceSpec:
         if self.kind == "corpora":
             from seqloader.sources.concat import ConcatSource
 
-            return ConcatSource({name: spec.open() for name, spec in self.corpora}, **opts)  # type: ignore[arg-type]
+            return ConcatSource({name: spec.open() for name, spec in self.corpora}, **opts)
         return open_audio(self.paths[0], opts)
 
     def describe(self) -> str:

@@ -71,7 +71,7 @@ class BlockAllocator:
     def __init__(self, block: _Block) -> None:
         # A new array object over the block's memory (its base is a memoryview, so numpy does not
         # collapse views onto the block itself): it lives exactly as long as some view does.
-        self.lease = np.frombuffer(memoryview(block.memory), dtype=np.uint8)
+        self.lease = np.frombuffer(block.memory.data, dtype=np.uint8)  # .data: a memoryview
         weakref.finalize(self.lease, _give_back, block)
         self.offset = 0
 

@@ -12,6 +12,8 @@ byte-identical to the general path's (tests compare both with h5py).
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 from seqloader.loading.batch_spec import BatchSpec
@@ -45,5 +47,5 @@ def read_padded(
     for key, (shape, dtype) in batch_shapes(source, seqs).items():
         data[key] = alloc(shape, dtype)
         lengths[key] = np.ascontiguousarray(source.lengths(key)[seqs], dtype=np.int64)
-    suspects = source.read_into(seqs, data, screen)  # type: ignore[attr-defined]
+    suspects = cast(ReadsInto, source).read_into(seqs, data, screen)
     return data, lengths, suspects

@@ -77,7 +77,7 @@ class BatchList:
         bounds = np.concatenate([self.bounds, other.bounds[1:] + self.bounds[-1]])
         if (self.uses is None) != (other.uses is None):
             raise ValueError("BatchList.concat: one list has uses (a mixed plan), the other not")
-        uses = None if self.uses is None else np.concatenate([self.uses, other.uses])  # type: ignore[list-item]
+        uses = None if self.uses is None else np.concatenate([self.uses, other.uses])
         return BatchList(
             np.concatenate([self.seqs, other.seqs]),
             bounds,

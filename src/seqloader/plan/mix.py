@@ -310,7 +310,7 @@ class MixPlan:
         spans = (stream_span(full_epoch, r, n) for r, n in zip(self.rates, self.sizes))
         return tuple(b - a for a, b in spans)
 
-    def progress(self, full_epoch: int, used: Sequence[int]) -> list[CorpusProgress]:
+    def progress(self, full_epoch: int, used: Sequence[int] | np.ndarray) -> list[CorpusProgress]:
         """Every corpus' progress after ``used[c]`` of its slots of full epoch ``full_epoch``."""
         out = []
         for name, rate, n, u in zip(self.corpora.names, self.rates, self.sizes, used):

@@ -217,8 +217,11 @@ class PlanOptions:
 
 def _int_option(name: str, value: object, minimum: int, optional: bool = False) -> int:
     """``value`` as a plain int (numpy ints accepted, bools not), else "got X, expected Y"."""
-    is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-    if is_int and value >= minimum:  # type: ignore[operator]
-        return int(value)  # type: ignore[arg-type]
+    if (
+        isinstance(value, (int, np.integer))
+        and not isinstance(value, (bool, np.bool_))
+        and value >= minimum
+    ):
+        return int(value)
     none = " or None" if optional else ""
     raise OptionError(f"{name}: got {value!r}, expected an int >= {minimum}{none}")

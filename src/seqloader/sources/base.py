@@ -207,7 +207,7 @@ class SourceBase:
     def tags_at(self, indices: np.ndarray) -> list[str]:
         """The tags of one batch's sequences (valid indices), in one call."""
         if declares(self._tags, TakesTags):
-            return self._tags.take(indices)
+            return cast(TakesTags, self._tags).take(indices)
         return [self._tags[i] for i in np.asarray(indices).tolist()]
 
     def prepare_workers(self) -> None:
@@ -252,7 +252,7 @@ def tags_at(source: Source, indices: np.ndarray) -> list[str]:
 def corpus_layout(source: Source) -> tuple[tuple[str, ...], np.ndarray] | None:
     """(corpus names, bounds ``[C + 1]``) of a source of named corpora (``NamesCorpora``), else
     None."""
-    return source.corpus_layout() if declares(source, NamesCorpora) else None
+    return cast(NamesCorpora, source).corpus_layout() if declares(source, NamesCorpora) else None
 
 
 def prepare_workers(source: Source) -> None:

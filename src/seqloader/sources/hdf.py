@@ -154,14 +154,15 @@ class HDFSource(SourceBase):
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             bad = int(idx[(idx < 0) | (idx >= len(self))][0])
             self.locate(bad)  # raises IndexError naming it
+        groups: list[tuple[int, Sequence[int], np.ndarray]]  # (file, rows in out, local indices)
         if len(self._paths) == 1:
             groups = [(0, range(len(idx)), idx)]
         else:
             files = np.searchsorted(self._file_start, idx, side="right") - 1
             groups = []
             for f in np.unique(files).tolist():
-                pos = np.flatnonzero(files == f)
-                groups.append((f, pos.tolist(), idx[pos] - self._file_start[f]))
+                rows = np.flatnonzero(files == f)
+                groups.append((f, rows.tolist(), idx[rows] - self._file_start[f]))
         suspects: set[int] = set()
         for f, pos, local in groups:
             try:

@@ -296,7 +296,7 @@ class PackedTags(Sequence[str]):
 
     def take(self, indices: np.ndarray) -> list[str]:
         """The tags at ``indices`` (valid indices; one batch's worth): no per-tag numpy call."""
-        mv, off = memoryview(self._buf), self._off
+        mv, off = self._buf.data, self._off  # .data: a memoryview
         a, b = off[indices].tolist(), off[np.asarray(indices) + 1].tolist()
         return [str(mv[x:y], "utf-8", "surrogateescape") for x, y in zip(a, b)]
 

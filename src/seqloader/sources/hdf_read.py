@@ -286,6 +286,7 @@ class OpenFile:
             flags = None if todo is None else todo.tolist()
             bad = reader.spans_into(s[local], s[local + 1], dst, pos, flags)
             if todo is not None:
+                assert clean is not None  # set with todo
                 ok = todo.copy()
                 ok[bad] = False
                 clean[local[ok]] = True

@@ -23,6 +23,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +31,11 @@ from seqloader.errors import AuditError, AuditWarning, OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
+from seqloader.sources.base import Source
+
+if TYPE_CHECKING:
+    from seqloader.torch.batch import Batch
+    from seqloader.torch.report import EpochReport
 
 POLICIES = ("off", "warn", "error")
 _EXAMPLES = 5
@@ -144,13 +150,19 @@ class Stream:
     skipped: np.ndarray  # int [s] planned sequences the source skipped
 
 
-def verify(streams: Sequence[Stream], num_seqs: int, tag: Callable[[int], str]) -> dict:
+def verify(streams: Sequence[Stream], num_seqs: int, tag: Callable[[int], str]) -> dict[str, Any]:
     """Count violations over ``streams`` (each checked on its own) -> AuditResult fields.
 
     Counts are per *slot*: in a mixed epoch (``mix``) the order can hold a sequence several times
     (once per corpus epoch), and it must then be delivered exactly that many times. Unmixed, every
     expected count is 1 and slots are sequences."""
-    out = {"expected": 0, "delivered": 0, "missing": 0, "repeated": 0, "unplanned": 0}
+    out: dict[str, Any] = {
+        "expected": 0,
+        "delivered": 0,
+        "missing": 0,
+        "repeated": 0,
+        "unplanned": 0,
+    }
     out |= {"skipped": 0, "dropped": 0, "unchecked": 0}
     examples: list[str] = []
 
@@ -201,7 +213,7 @@ class EpochAuditor:
         first_step: int,
         start_steps: int,
         start_offset: int,
-        source: object,
+        source: Source,
         check_lengths: bool,
     ) -> None:
         self.policy = policy
@@ -217,22 +229,22 @@ class EpochAuditor:
         self._batch_errors: list[str] = []
         self._received = 0
 
-    def record(self, batch: object) -> None:
+    def record(self, batch: Batch) -> None:
         """Check one delivered batch against its planned one and remember its sequences."""
         k = self._received
         self._received += 1
-        got = batch.seq_indices.numpy()  # type: ignore[attr-defined]
-        real = batch.mask.numpy()  # type: ignore[attr-defined]
+        got = batch.seq_indices.numpy()
+        real = batch.mask.numpy()
         self._delivered.append(got[real].copy())
         if k >= len(self.share):
             self._error(f"batch {k} delivered, but only {len(self.share)} planned for this run")
             return
         planned, planned_real = self.share.batch(k)
         step = self.first_step + k
-        if batch.epoch != self.epoch or batch.step != step:  # type: ignore[attr-defined]
+        if batch.epoch != self.epoch or batch.step != step:
             self._error(
-                f"expected epoch {self.epoch} step {step}, got epoch {batch.epoch} step "  # type: ignore[attr-defined]
-                f"{batch.step}"  # type: ignore[attr-defined]
+                f"expected epoch {self.epoch} step {step}, got epoch {batch.epoch} step "
+                f"{batch.step}"
             )
             return  # one finding per batch; the epoch check counts its sequences
         rest = planned.tolist()
@@ -241,7 +253,7 @@ class EpochAuditor:
                 self._error(f"step {step}: sequence {i} delivered but not planned in this batch")
                 return
             rest.remove(i)
-        skipped = getattr(batch, "skipped", ())
+        skipped = batch.skipped
         if len(rest) != len(skipped):
             self._error(
                 f"step {step}: {len(rest)} planned sequence(s) {rest[:_EXAMPLES]} not delivered, "
@@ -251,17 +263,17 @@ class EpochAuditor:
         self._skipped.append(np.asarray([i for i in rest if i in real_planned], dtype=np.int64))
         self._check_identity(batch, got, step)
 
-    def _check_identity(self, batch: object, got: np.ndarray, step: int) -> None:
-        tags = batch.seq_tags  # type: ignore[attr-defined]
+    def _check_identity(self, batch: Batch, got: np.ndarray, step: int) -> None:
+        tags = batch.seq_tags
         for row, i in enumerate(got.tolist()):
-            want = self.source.tag(i)  # type: ignore[attr-defined]
+            want = self.source.tag(i)
             if tags[row] != want:
                 self._error(f"step {step} row {row}: tag {tags[row]!r}, expected {want!r} ({i})")
                 return
         if not self.check_lengths:
             return
-        for key, lens in batch.lengths.items():  # type: ignore[attr-defined]
-            want_lens = self.source.lengths(key)[got]  # type: ignore[attr-defined]
+        for key, lens in batch.lengths.items():
+            want_lens = self.source.lengths(key)[got]
             bad = np.flatnonzero(lens.numpy() != want_lens)
             if len(bad):
                 r = int(bad[0])
@@ -288,14 +300,14 @@ class EpochAuditor:
             "n_batch_errors": len(self._batch_errors),
         }
 
-    def finish(self, report: object | None = None) -> AuditResult:
+    def finish(self, report: EpochReport | None = None) -> AuditResult:
         """Gather (if a process group matches this loader's ranks), verify, store the result in
         ``report.audit``, then raise ``AuditError`` or warn ``AuditWarning`` if it failed."""
         mine = self.payload()
         payloads = _gather(mine, self.world_size)
         result = self.verify(payloads)
         if report is not None:
-            report.audit = result  # type: ignore[attr-defined]
+            report.audit = result
         if not result.ok:
             message = (
                 f"epoch {self.epoch} rank {self.rank}: {result.format()}. "
@@ -332,7 +344,7 @@ class EpochAuditor:
                 order = self.planner.sub_epoch_order(self.epoch, r)
                 dropped = len(order) - share.real_count()
                 streams.append(self._stream(order, share.real_count(self.start_steps), dropped, p))
-        counts = verify(streams, len(self.planner.lengths), self.source.tag)  # type: ignore[attr-defined]
+        counts = verify(streams, len(self.planner.lengths), self.source.tag)
         batch_errors = [e for p in payloads for e in p["batch_errors"]]
         seq_examples = counts.pop("examples")
         examples = [*seq_examples[:3], *batch_errors[:2], *seq_examples[3:]][:_EXAMPLES]

@@ -18,11 +18,17 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
 from seqloader.errors import DataError, DataWarning, OptionError
-from seqloader.sources.base import HashedTags, declares, where
+from seqloader.plan.planner import Planner
+from seqloader.sources.base import HashedTags, Source, declares, where
+
+if TYPE_CHECKING:
+    from seqloader.torch.batch import Batch
+    from seqloader.torch.report import EpochReport
 
 POLICIES = ("off", "warn", "error")
 _EXAMPLES = 5
@@ -66,7 +72,7 @@ def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
     10M-entry dict."""
     candidates: Sequence[int] = range(len(tags))
     if declares(tags, HashedTags):
-        h = tags.hashes()  # [n]
+        h = cast(HashedTags, tags).hashes()  # [n]
         order = np.argsort(h, kind="stable")
         hs = h[order]
         eq = hs[1:] == hs[:-1]  # [n-1] neighbours in hash order collide
@@ -84,7 +90,7 @@ def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
     return dups
 
 
-def check_duplicate_tags(source: object, tags: Sequence[str], policy: str) -> dict[str, list[int]]:
+def check_duplicate_tags(source: Source, tags: Sequence[str], policy: str) -> dict[str, list[int]]:
     if policy == "off":
         return {}
     dups = duplicate_tags(tags)
@@ -107,7 +113,7 @@ def check_duplicate_tags(source: object, tags: Sequence[str], policy: str) -> di
 
 
 def check_empty(
-    source: object,
+    source: Source,
     lengths: Mapping[str, np.ndarray],
     admitted: np.ndarray,
     tags: Sequence[str],
@@ -139,14 +145,14 @@ def check_empty(
     return found
 
 
-def check_source(source: object, planner: object, options: CheckOptions) -> None:
+def check_source(source: Source, planner: Planner, options: CheckOptions) -> None:
     """The open-time checks of a ``SeqLoader``: duplicate tags, then admitted empty sequences."""
-    tags = source.tags  # type: ignore[attr-defined]
+    tags = source.tags
     check_duplicate_tags(source, tags, options.duplicate_tags)
     if options.empty != "off":
-        lengths = {k: source.lengths(k) for k in source.keys}  # type: ignore[attr-defined]
-        admitted = planner.admission.admitted  # type: ignore[attr-defined]
-        check_empty(source, lengths, admitted, tags, planner.length_key, options.empty)  # type: ignore[attr-defined]
+        lengths = {k: source.lengths(k) for k in source.keys}
+        admitted = planner.admission.admitted
+        check_empty(source, lengths, admitted, tags, planner.length_key, options.empty)
 
 
 # ---- per batch (what the workers found: seqloader.loading.screen) ----
@@ -155,7 +161,7 @@ class BatchChecks:
     """Applies the policies to what the workers found in one delivered batch, and keeps the
     epoch's counts in the report (``nonfinite``: sequences; ``nonfinite_examples``)."""
 
-    source: object
+    source: Source
     options: CheckOptions = field(default_factory=CheckOptions)
 
     @property
@@ -163,8 +169,8 @@ class BatchChecks:
         """Whether workers should look for NaN/Inf (``execute(..., screen=...)``)."""
         return self.options.nonfinite != "off"
 
-    def check(self, batch: object, report: object) -> list[str]:
-        found = list(getattr(batch, "nonfinite", ()))
+    def check(self, batch: Batch, report: EpochReport) -> list[str]:
+        found = list(batch.nonfinite)
         if not found or not self.screen:
             return []
         if self.options.nonfinite == "error":
@@ -173,7 +179,7 @@ class BatchChecks:
                 f"{found[0]}{more}. Fix: clean or filter the data, or pass "
                 "checks=CheckOptions(nonfinite='warn') to train on it and only report it."
             )
-        examples = report.nonfinite_examples  # type: ignore[attr-defined]
+        examples = report.nonfinite_examples
         for m in found[: max(0, _EXAMPLES - len(examples))]:
             examples.append(m)
             warnings.warn(
@@ -181,5 +187,5 @@ class BatchChecks:
                 DataWarning,
                 stacklevel=3,
             )
-        report.nonfinite += len(found)  # type: ignore[attr-defined]
+        report.nonfinite += len(found)
         return found

@@ -85,7 +85,7 @@ class PlannedBatches(Dataset):
         # the trainer's mappings of worker slots go when this object does (e.g. loader.close())
         weakref.finalize(self, drop_received, self.owner)
 
-    def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage:  # type: ignore[override]
+    def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage:
         info = get_worker_info()
         if info is None:
             alloc = self._local_alloc(spec)

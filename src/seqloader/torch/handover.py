@@ -60,7 +60,8 @@ def new_shared_tensor(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
     """A new tensor in shared memory (what torch's transport would make of it anyway)."""
     tdtype = torch_dtype(np.dtype(dtype))
     storage = torch.UntypedStorage._new_shared(max(math.prod(shape), 1) * tdtype.itemsize)
-    return torch.empty(0, dtype=tdtype).set_(storage, 0, shape)
+    # torch's stubs require a stride here; torch itself defaults it to contiguous
+    return torch.empty(0, dtype=tdtype).set_(storage, 0, shape)  # type: ignore[call-overload]
 
 
 def shared_alloc(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
@@ -276,7 +277,7 @@ def receive(
     whole = got[1]
     # One new array object per batch: every key's view has it as base, so it lives exactly as
     # long as some tensor of this batch does; its death frees the slot.
-    lease = np.frombuffer(memoryview(whole), dtype=np.uint8)
+    lease = np.frombuffer(whole.data, dtype=np.uint8)  # .data: a memoryview
     weakref.finalize(lease, _release, whole[:4].view(np.int32))
     data: dict[str, torch.Tensor] = {}
     for name in order:

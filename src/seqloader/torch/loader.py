@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, fields
+from typing import Any, cast
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -14,6 +15,7 @@ from torch.utils.data import DataLoader
 from seqloader.errors import OptionError, ResumeError
 from seqloader.loading.corpora import corpora_of
 from seqloader.loading.execute import Transform
+from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import Planner
@@ -87,6 +89,9 @@ class SeqLoader:
     ``RANK``/``WORLD_SIZE``.
     """
 
+    _saved_position: Position  # set through _position
+    _unsaved_steps: int
+
     def __init__(
         self,
         source: Source,
@@ -124,7 +129,7 @@ class SeqLoader:
                 f"{source!r} {needs.why}, but no transform is given. Fix: {needs.fix}"
             )
         self.transform = transform
-        hints = source if declares(source, PlanHints) else None
+        hints = cast(PlanHints, source) if declares(source, PlanHints) else None
         self.planner = Planner(
             {k: source.lengths(k) for k in source.keys},
             self.options,
@@ -229,7 +234,7 @@ class SeqLoader:
             )
         return Position(epoch, 0, self.topology.world_size, 0), None
 
-    def epoch(self, epoch: int) -> Iterator[Batch]:
+    def epoch(self, epoch: int) -> Generator[Batch, None, None]:
         """Yield this rank's batches of ``epoch`` (from the resume position, if one was loaded).
 
         The first call compares plan fingerprint, epoch, world size and resume position across
@@ -275,7 +280,7 @@ class SeqLoader:
             "resume_position": resume,
         }
 
-    def _run(self, share, report: EpochReport) -> Iterator[Batch]:
+    def _run(self, share: BatchList, report: EpochReport) -> Generator[Batch, None, None]:
         meter = EpochMeter(report, self.length_key)
         auditor = self._auditor(share, report)
         finished = False
@@ -362,6 +367,7 @@ class SeqLoader:
         rank in it, ``seqs_consumed`` (global position in the epoch's order, all ranks together),
         ``epoch_complete``, the saver's ``world_size``, the segment fields of ``Position``, the plan
         fingerprint and the format version."""
+        plan: GlobalPlan | None
         if self._resume is not None and self._resume_plan is not None:  # loaded, not started
             position, plan = self._resume, self._resume_plan
         else:
@@ -446,5 +452,6 @@ class SeqLoader:
             self.close()
 
 
-def _identity(x: Batch) -> Batch:
+def _identity(x: Any) -> Any:
+    """``collate_fn`` with ``batch_size=None``: the item (a built ``Batch``) as it is."""
     return x

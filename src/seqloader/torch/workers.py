@@ -29,11 +29,17 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from torch.utils.data import DataLoader
 
 from seqloader.errors import SeqLoaderError, WorkerError
 from seqloader.plan.batches import BatchList
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    import numpy as np
 
 _DEATH_RE = re.compile(r"DataLoader worker \(pids?\(?s?\)? ([\d, ]+)\)\s*(.*)", re.S)
 _RERAISE_RE = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)")
@@ -56,22 +62,22 @@ class WorkerProgress:
 
         self._board = torch.full((max(num_workers, 1), 2), self.IDLE, dtype=torch.int64)
         self._board.share_memory_()
-        self._view: object | None = None  # numpy view, made per process on first use
+        self._view: np.ndarray | None = None  # numpy view, made per process on first use
 
-    def _rows(self):
+    def _rows(self) -> np.ndarray:
         if self._view is None:
             self._view = self._board.numpy()
         return self._view
 
     def begin(self, worker_id: int, epoch: int, step: int) -> None:
-        self._rows()[worker_id] = (epoch, step)  # type: ignore[index]
+        self._rows()[worker_id] = (epoch, step)
 
     def end(self, worker_id: int) -> None:
-        self._rows()[worker_id] = (self.IDLE, self.IDLE)  # type: ignore[index]
+        self._rows()[worker_id] = (self.IDLE, self.IDLE)
 
     def building(self, worker_id: int) -> tuple[int, int] | None:
         """(epoch, step) the worker started and did not finish, or None (idle)."""
-        epoch, step = (int(x) for x in self._rows()[worker_id])  # type: ignore[index]
+        epoch, step = (int(x) for x in self._rows()[worker_id])
         return None if step == self.IDLE else (epoch, step)
 
     def __getstate__(self) -> dict:
@@ -375,7 +381,7 @@ def _install_sigchld_translation() -> None:
     if not callable(previous):
         return
 
-    def handler(signum: int, frame: object) -> None:
+    def handler(signum: int, frame: FrameType | None) -> None:
         try:
             previous(signum, frame)
         except RuntimeError as e:
