@@ -170,10 +170,9 @@ class TorchDataLoader:
 
 
 def shutdown_dataloader(loader: torch.utils.data.DataLoader) -> None:
-    it = getattr(loader, "_iterator", None)
-    if it is not None and hasattr(it, "_shutdown_workers"):
-        it._shutdown_workers()
-    loader._iterator = None
+    from seqloader.torch._compat import shutdown_workers  # torch internals live there
+
+    shutdown_workers(loader)
 
 
 # ---- (c) RETURNN's PyTorch pipeline ----

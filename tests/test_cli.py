@@ -180,10 +180,11 @@ def test_bench_hint_tells_rare_stalls_from_a_steady_cost():
 
     def report_of(waits):
         report = EpochReport(1, 0, 1)
-        meter = EpochMeter(report, "data")
+        now = [0.0]  # the meter's clock: it advances by the known waits only
+        meter = EpochMeter(report, "data", clock=lambda: now[0])
         for w in [0.2, *waits]:
             meter.before_next()
-            meter._wait_start -= w
+            now[0] += w
             meter.after_counts(KeyCounts(1, 0, 1, 1))
         report.wall_s = 0.2 + len(waits) * 0.011  # 10 ms steps
         return report

@@ -20,28 +20,21 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "seqloader"
 # layer -> the seqloader layers it may import (itself included). Lower layers first.
 ALLOWED: dict[str, set[str]] = {
     "errors": {"errors"},
-    "plan": {"errors", "plan"},
-    "sources": {"errors", "sources"},
-    "loading": {"errors", "plan", "sources", "loading"},
-    "audio": {"errors", "sources", "loading", "audio"},
-    "synthetic": {"errors", "sources", "audio", "synthetic"},
-    "torch": {"errors", "plan", "sources", "loading", "torch"},
-    "returnn": {"errors", "plan", "sources", "loading", "audio", "torch", "returnn"},
-    "cli": {"errors", "plan", "sources", "loading", "audio", "synthetic", "torch", "cli", "face"},
-    "face": {
-        "errors",
-        "plan",
-        "sources",
-        "loading",
-        "audio",
-        "synthetic",
-        "torch",
-        "returnn",
-        "face",
-    },
-}
+    "validate": {"errors", "validate"},  # option checks, beside errors at the bottom
+    "plan": {"errors", "validate", "plan"},
+    "sources": {"errors", "validate", "sources"},
+    "loading": {"errors", "validate", "plan", "sources", "loading"},
+    "audio": {"errors", "validate", "sources", "loading", "audio"},
+    "synthetic": {"errors", "validate", "sources", "audio", "synthetic"},
+    "torch": {"errors", "validate", "plan", "sources", "loading", "torch"},
+    "returnn": {"errors", "validate", "plan", "sources", "loading", "audio", "torch", "returnn"},
+    "cli": {"errors", "validate", "plan", "sources", "loading", "audio", "synthetic", "torch", "cli",
+            "face"},
+    "face": {"errors", "validate", "plan", "sources", "loading", "audio", "synthetic", "torch",
+             "returnn", "face"},
+}  # fmt: skip
 # layers that must not import PyTorch (the I/O layers, pure planning, batch execution, corpora)
-TORCH_FREE = {"errors", "plan", "sources", "loading", "audio", "synthetic"}
+TORCH_FREE = {"errors", "validate", "plan", "sources", "loading", "audio", "synthetic"}
 # third-party packages pure planning may use
 PLAN_THIRD_PARTY = {"numpy"}
 

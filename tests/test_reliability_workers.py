@@ -22,6 +22,7 @@ import seqloader as sl
 from conftest import children, index_corpus, summary
 from seqloader import errors
 from seqloader.errors import DataError, SeqLoaderError, WorkerError
+from seqloader.torch._compat import current_iterator, worker_processes
 
 OPTIONS = {"ordering": "random", "max_seqs": 3, "seed": 4}
 
@@ -50,7 +51,7 @@ def test_worker_killed_from_outside_names_worker_and_batch_then_resume_is_exact(
             got.extend(summary([batch]))
             if batch.step == 3:
                 state = loader.state_dict()
-                pid = loader._dataloader._iterator._workers[0].pid
+                pid = worker_processes(current_iterator(loader._dataloader))[0].pid
                 os.kill(pid, signal.SIGKILL)  # as the OOM killer would
                 deadline = time.monotonic() + 60
                 while time.monotonic() < deadline:  # the "training step"; SIGCHLD lands here

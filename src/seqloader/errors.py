@@ -6,6 +6,9 @@ so a trainer can catch everything seqloader raises in one ``except``.
 
 from __future__ import annotations
 
+#: How many examples (sequences, batches, messages) an error, a warning or a report lists.
+EXAMPLES = 5
+
 
 class SeqLoaderError(Exception):
     """Base class of all errors raised by seqloader."""
@@ -42,7 +45,7 @@ class DistributedMismatchError(SeqLoaderError, RuntimeError):
 class WorkerError(SeqLoaderError, RuntimeError):
     """A DataLoader worker failed or died while executing a planned batch.
 
-    Set when known (``seqloader.torch.workers``): ``worker_id``, ``pid``, ``epoch``, ``steps``
+    Set when known (``seqloader.torch.dispatch``): ``worker_id``, ``pid``, ``epoch``, ``steps``
     (the planned steps it held), ``tags`` (the first tags of the first of them) and ``building``
     (the step it was building when it died)."""
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -27,14 +27,12 @@ from typing import Any
 from seqloader.errors import DataError, OptionError
 from seqloader.plan.options import PlanOptions
 from seqloader.sources.base import Source
-from seqloader.torch.loader import WorkerOptions
+from seqloader.torch.options import PLAN_FIELDS, WORKER_FIELDS, WorkerOptions
 
 HDF_SUFFIXES = (".hdf", ".h5", ".hdf5")
 LIST_SUFFIXES = (".txt", ".list")
 CONFIG_SUFFIXES = (".toml", ".json")
 SOURCE_KINDS = ("hdf", "manifest", "oggzip", "synthetic", "corpora")
-PLAN_FIELDS = tuple(f.name for f in fields(PlanOptions) if f.init)
-WORKER_FIELDS = tuple(f.name for f in fields(WorkerOptions) if f.init)
 _EXPECTED = (
     "expected RETURNN HDF file(s) (.hdf, .h5, .hdf5), a list of HDF files (.txt, .list), an audio "
     "manifest (.jsonl), an OggZip (.zip) or a config (.toml, .json)"

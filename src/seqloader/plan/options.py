@@ -10,11 +10,11 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-
-import numpy as np
+from typing import Literal
 
 from seqloader.errors import OptionError
 from seqloader.plan.mix import validate_mix
+from seqloader.validate import choice_option, choices, int_option, optional_int_option
 
 ORDERING_KINDS = (
     "default",
@@ -26,9 +26,12 @@ ORDERING_KINDS = (
     "sort_bin_shuffle",
     "sort_bin_shuffle_x2",
 )
-DISTRIBUTIONS = ("shard", "random_seed_offset")
-SEEDINGS = ("seqloader", "returnn")
-UNEVEN_POLICIES = ("split", "pad", "drop")
+Distribution = Literal["shard", "random_seed_offset"]
+Seeding = Literal["seqloader", "returnn"]
+Uneven = Literal["split", "pad", "drop"]
+DISTRIBUTIONS = choices(Distribution)
+SEEDINGS = choices(Seeding)
+UNEVEN_POLICIES = choices(Uneven)
 
 _ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?(?::(?P<keep>\d+))?$")
 
@@ -141,11 +144,11 @@ class PlanOptions:
     max_seq_length: int | Mapping[str, int] | None = None
     min_seq_length: int = 0
     partition_epoch: int = 1
-    distribution: str = "shard"
-    uneven: str = "split"
+    distribution: Distribution = "shard"
+    uneven: Uneven = "split"
     seed: int = 1
     length_key: str | None = None
-    seeding: str = "seqloader"
+    seeding: Seeding = "seqloader"
     mix: Mapping[str, float] | None = None
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
@@ -156,7 +159,7 @@ class PlanOptions:
         self._set_int("max_seqs", 1, optional=True)
         self._set_int("max_frames", 1, optional=True)
         if isinstance(self.max_seq_length, Mapping):
-            limits = {k: _int_option(f"max_seq_length[{k!r}]", v, 1) for k, v in
+            limits = {k: int_option(f"max_seq_length[{k!r}]", v, 1) for k, v in
                       self.max_seq_length.items()}  # fmt: skip
             object.__setattr__(self, "max_seq_length", dict(sorted(limits.items())))
         else:
@@ -164,19 +167,14 @@ class PlanOptions:
         self._set_int("min_seq_length", 0)
         self._set_int("partition_epoch", 1)
         self._set_int("seed", 0)
-        if self.distribution not in DISTRIBUTIONS:
-            raise OptionError(
-                f"distribution: got {self.distribution!r}, expected one of {DISTRIBUTIONS}"
-            )
-        if self.seeding not in SEEDINGS:
-            raise OptionError(f"seeding: got {self.seeding!r}, expected one of {SEEDINGS}")
+        choice_option("distribution", self.distribution, DISTRIBUTIONS)
+        choice_option("seeding", self.seeding, SEEDINGS)
         if self.seeding == "returnn" and self.seed >= 2**31:
             raise OptionError(
                 f"seed: got {self.seed}, expected < 2**31 with seeding='returnn' (RETURNN's "
                 "RandomState takes 32-bit seeds)"
             )
-        if self.uneven not in UNEVEN_POLICIES:
-            raise OptionError(f"uneven: got {self.uneven!r}, expected one of {UNEVEN_POLICIES}")
+        choice_option("uneven", self.uneven, UNEVEN_POLICIES)
         if self.length_key is not None and not isinstance(self.length_key, str):
             raise OptionError(f"length_key: got {self.length_key!r}, expected a key name or None")
         object.__setattr__(self, "mix", validate_mix(self.mix))
@@ -194,8 +192,8 @@ class PlanOptions:
 
     def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
         value = getattr(self, name)
-        if not (optional and value is None):
-            object.__setattr__(self, name, _int_option(name, value, minimum, optional))
+        checked = optional_int_option if optional else int_option
+        object.__setattr__(self, name, checked(name, value, minimum))
 
     @property
     def parsed_ordering(self) -> Ordering:
@@ -213,15 +211,3 @@ class PlanOptions:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
-
-
-def _int_option(name: str, value: object, minimum: int, optional: bool = False) -> int:
-    """``value`` as a plain int (numpy ints accepted, bools not), else "got X, expected Y"."""
-    if (
-        isinstance(value, (int, np.integer))
-        and not isinstance(value, (bool, np.bool_))
-        and value >= minimum
-    ):
-        return int(value)
-    none = " or None" if optional else ""
-    raise OptionError(f"{name}: got {value!r}, expected an int >= {minimum}{none}")

@@ -23,6 +23,7 @@ from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
 from seqloader.plan.seeding import PURPOSE_ORDER, returnn_rng, rng_for
 from seqloader.plan.topology import Topology
+from seqloader.validate import int_option, is_int
 
 #: Bumped whenever the same options and data would give another plan (orderings, batching, split).
 PLAN_ALGORITHM = "seqloader-plan/1"
@@ -110,6 +111,9 @@ def part_bounds(n: int, parts: int, part: int) -> tuple[int, int]:
     return lo, lo + q + (1 if part < r else 0)
 
 
+EPOCH_EXPECTED = "an int >= 1 (epochs count from 1)"
+
+
 @dataclass(frozen=True)
 class EpochIndex:
     """Epoch numbers count from 1; with ``partition_epoch=P``, epoch e is sub-epoch ``(e-1) % P`` of
@@ -119,11 +123,8 @@ class EpochIndex:
     partition: int
 
     def __post_init__(self) -> None:
-        if not _is_int(self.epoch) or self.epoch < 1:
-            raise OptionError(
-                f"epoch: got {self.epoch!r}, expected an int >= 1 (epochs count from 1)"
-            )
-        object.__setattr__(self, "epoch", int(self.epoch))
+        epoch = int_option("epoch", self.epoch, 1, expected=EPOCH_EXPECTED)
+        object.__setattr__(self, "epoch", epoch)
 
     @property
     def full_epoch(self) -> int:
@@ -132,11 +133,6 @@ class EpochIndex:
     @property
     def part(self) -> int:
         return (self.epoch - 1) % self.partition
-
-
-def _is_int(value: object) -> bool:
-    """An integer (numpy ones included), but not a bool."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def default_length_key(keys: Sequence[str]) -> str:
@@ -277,7 +273,7 @@ class Planner:
             per_rank = [self.batches(self.sub_epoch_order(epoch, r)) for r in range(world_size)]
             return distribute_per_rank(per_rank)
         order, uses = self.sub_epoch_slots(epoch)
-        if not _is_int(start) or not 0 <= start <= len(order):
+        if not is_int(start) or not 0 <= start <= len(order):
             raise OptionError(
                 f"start: got {start!r}, expected a sequence position 0..{len(order)} of epoch {epoch}"
             )

@@ -22,6 +22,7 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.mix_check import check_corpus_epochs
 from seqloader.plan.planner import EpochIndex, Planner
+from seqloader.validate import int_option
 
 
 @dataclass(frozen=True)
@@ -117,10 +118,8 @@ def simulate(
 ) -> Simulation:
     """Simulate ``world_size`` ranks with ``num_workers`` workers each over ``epochs``.
     ``on_epoch(epoch)`` is called after each epoch (progress; about 0.5 s per million sequences)."""
-    if not isinstance(world_size, int) or world_size < 1:
-        raise OptionError(f"world_size: got {world_size!r}, expected an int >= 1")
-    if not isinstance(num_workers, int) or num_workers < 0:
-        raise OptionError(f"num_workers: got {num_workers!r}, expected an int >= 0")
+    world_size = int_option("world_size", world_size, 1)
+    num_workers = int_option("num_workers", num_workers, 0)
     if not epochs:
         raise OptionError("epochs: got none, expected at least one epoch (epochs count from 1)")
     lengths = planner.lengths

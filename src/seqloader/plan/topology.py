@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqloader.errors import OptionError
+from seqloader.validate import int_option
 
 
 @dataclass(frozen=True)
@@ -14,9 +14,8 @@ class Topology:
     world_size: int = 1
 
     def __post_init__(self) -> None:
-        if not isinstance(self.world_size, int) or self.world_size < 1:
-            raise OptionError(f"world_size: got {self.world_size!r}, expected an int >= 1")
-        if not isinstance(self.rank, int) or not 0 <= self.rank < self.world_size:
-            raise OptionError(
-                f"rank: got {self.rank!r}, expected 0 <= rank < world_size={self.world_size}"
-            )
+        world_size = int_option("world_size", self.world_size, 1)
+        expected = f"0 <= rank < world_size={world_size}"
+        rank = int_option("rank", self.rank, 0, below=world_size, expected=expected)
+        object.__setattr__(self, "world_size", world_size)  # numpy ints become plain ints
+        object.__setattr__(self, "rank", rank)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from seqloader.errors import OptionError
-from seqloader.plan.options import PlanOptions
+from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.returnn.datasets import Converted, convert_dataset
 from seqloader.torch.loader import SeqLoader, WorkerOptions
 
@@ -165,7 +165,7 @@ def _plan_options(name: str, c: Converted, values: Mapping[str, Any]) -> PlanOpt
         max_frames=max_frames,
         max_seq_length=_length_limit(where, values.get("max_seq_length"), keys),
         partition_epoch=c.partition_epoch,
-        distribution=distribution or "shard",
+        distribution=cast(Distribution, distribution or "shard"),  # PlanOptions checks it
         seed=offset,
         length_key=length_key,
         seeding="returnn",

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from seqloader.errors import AuditError, AuditWarning, OptionError
+from seqloader.errors import EXAMPLES, AuditError, AuditWarning
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
@@ -37,19 +37,19 @@ if TYPE_CHECKING:
     from seqloader.torch.batch import Batch
     from seqloader.torch.report import EpochReport
 
-POLICIES = ("off", "warn", "error")
-_EXAMPLES = 5
+from seqloader.plan.position import Position
+from seqloader.plan.topology import Topology
+from seqloader.validate import POLICIES, Policy, choice_option
 
 
-def audit_policy(value: bool | str) -> str:
-    """``audit=`` option -> policy: True = "error", False = "off", or the policy name."""
+def audit_policy(value: bool | Policy | None) -> Policy:
+    """``audit=`` option -> policy: True = "error", False (or None) = "off", or the policy name."""
     if value is True:
         return "error"
     if value is False or value is None:
         return "off"
-    if value not in POLICIES:
-        raise OptionError(f"audit: got {value!r}, expected True, False or one of {POLICIES}")
-    return str(value)
+    expected = f"True, False or one of {POLICIES}"
+    return choice_option("audit", value, POLICIES, expected=expected)
 
 
 @dataclass
@@ -189,7 +189,7 @@ def verify(streams: Sequence[Stream], num_seqs: int, tag: Callable[[int], str]) 
         out["dropped"] += int(dropped.sum())
         out["unchecked"] += s.start
         for label, idx in (("missing", missing), ("repeated", repeated), ("unplanned", unplanned)):
-            for i in idx[: max(0, _EXAMPLES - len(examples))]:
+            for i in idx[: max(0, EXAMPLES - len(examples))]:
                 planned = f", planned {int(want[i])}" if want[i] > 1 else ""
                 times = f" ({int(got[i])} times{planned})" if got[i] > 1 else ""
                 examples.append(f"{label}: sequence {int(i)} (tag {tag(int(i))!r}){times}")
@@ -203,7 +203,7 @@ class EpochAuditor:
     def __init__(
         self,
         *,
-        policy: str,
+        policy: Policy,
         planner: Planner,
         plan: GlobalPlan,
         share: BatchList,
@@ -228,6 +228,34 @@ class EpochAuditor:
         self._skipped: list[np.ndarray] = []
         self._batch_errors: list[str] = []
         self._received = 0
+
+    @classmethod
+    def for_run(
+        cls,
+        policy: Policy,
+        planner: Planner,
+        plan: GlobalPlan,
+        share: BatchList,
+        topology: Topology,
+        position: Position,
+        source: Source,
+        check_lengths: bool,
+    ) -> EpochAuditor:
+        """The auditor of a run of ``plan`` (this rank: ``share``) from ``position``."""
+        return cls(
+            policy=policy,
+            planner=planner,
+            plan=plan,
+            share=share,
+            rank=topology.rank,
+            world_size=topology.world_size,
+            epoch=position.epoch,
+            first_step=position.epoch_steps,
+            start_steps=position.steps,
+            start_offset=position.seq_offset(plan),
+            source=source,
+            check_lengths=check_lengths,
+        )
 
     def record(self, batch: Batch) -> None:
         """Check one delivered batch against its planned one and remember its sequences."""
@@ -256,7 +284,7 @@ class EpochAuditor:
         skipped = batch.skipped
         if len(rest) != len(skipped):
             self._error(
-                f"step {step}: {len(rest)} planned sequence(s) {rest[:_EXAMPLES]} not delivered, "
+                f"step {step}: {len(rest)} planned sequence(s) {rest[:EXAMPLES]} not delivered, "
                 f"but the batch reports {len(skipped)} skipped"
             )
         real_planned = set(planned[planned_real].tolist())
@@ -296,7 +324,7 @@ class EpochAuditor:
             "steps": self._received,
             "delivered": cat(self._delivered),
             "skipped": cat(self._skipped),
-            "batch_errors": self._batch_errors[:_EXAMPLES],
+            "batch_errors": self._batch_errors[:EXAMPLES],
             "n_batch_errors": len(self._batch_errors),
         }
 
@@ -347,7 +375,7 @@ class EpochAuditor:
         counts = verify(streams, len(self.planner.lengths), self.source.tag)
         batch_errors = [e for p in payloads for e in p["batch_errors"]]
         seq_examples = counts.pop("examples")
-        examples = [*seq_examples[:3], *batch_errors[:2], *seq_examples[3:]][:_EXAMPLES]
+        examples = [*seq_examples[:3], *batch_errors[:2], *seq_examples[3:]][:EXAMPLES]
         if scope == "rank":  # the share of the plan is all this rank can be checked against
             counts["unchecked"] = 0
         return AuditResult(

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from seqloader.loading.corpora import CorpusCounts
+from seqloader.loading.execute import LoadedBatch
 
 
 @dataclass(frozen=True)
@@ -103,3 +104,28 @@ class Batch(Mapping):
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}: {tuple(v.shape)}" for k, v in self.data.items())
         return f"Batch(epoch={self.epoch}, step={self.step}, size={self.size}, {shapes})"
+
+
+def build_batch(loaded: LoadedBatch, data: dict[str, torch.Tensor]) -> Batch:
+    """The one place a ``Batch`` is made, by field name, from what a worker (or the main process)
+    loaded: ``loaded`` carries the bookkeeping (its ``data`` is not read), ``data`` the tensors
+    (wrapped arrays, or views of a worker's shared slot). A new per-batch field is added here, to
+    ``Batch`` and to ``LoadedBatch``; the hand-over carries ``LoadedBatch`` whole. Runs where the
+    batch is received (a worker's result is unpickled in the trainer's receiving thread), so the
+    counts cost the training thread nothing."""
+    spec = loaded.spec
+    real = np.ascontiguousarray(spec.real, dtype=bool)
+    return Batch(
+        data=data,
+        lengths={k: torch.from_numpy(v) for k, v in loaded.lengths.items()},
+        seq_indices=torch.from_numpy(np.ascontiguousarray(spec.seqs, dtype=np.int64)),
+        mask=torch.from_numpy(real),
+        seq_tags=loaded.tags,
+        epoch=spec.epoch,
+        step=spec.step,
+        skipped=loaded.skipped,
+        nonfinite=list(loaded.nonfinite),
+        counts={k: count_key(v, real) for k, v in loaded.lengths.items()},
+        corpus=loaded.corpus,
+        corpus_counts=dict(loaded.corpus_counts or {}),
+    )

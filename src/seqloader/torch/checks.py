@@ -22,16 +22,14 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from seqloader.errors import DataError, DataWarning, OptionError
+from seqloader.errors import EXAMPLES, DataError, DataWarning
 from seqloader.plan.planner import Planner
 from seqloader.sources.base import HashedTags, Source, declares, where
+from seqloader.validate import Policy, policy_option
 
 if TYPE_CHECKING:
     from seqloader.torch.batch import Batch
     from seqloader.torch.report import EpochReport
-
-POLICIES = ("off", "warn", "error")
-_EXAMPLES = 5
 
 
 @dataclass(frozen=True)
@@ -43,17 +41,19 @@ class CheckOptions:
       ones on the length key, counted in the report).
     - ``duplicate_tags``: two sequences with the same tag (the same file given twice, or files
       that overlap).
+    - ``audit``: the epoch audit (``seqloader.torch.audit``): did the loop receive every planned
+      sequence exactly once? Off by default (it records every delivered batch);
+      ``SeqLoader(audit=True)`` is the shorthand of ``audit="error"``.
     """
 
-    nonfinite: str = "warn"
-    empty: str = "warn"
-    duplicate_tags: str = "error"
+    nonfinite: Policy = "warn"
+    empty: Policy = "warn"
+    duplicate_tags: Policy = "error"
+    audit: Policy = "off"
 
     def __post_init__(self) -> None:
-        for name in ("nonfinite", "empty", "duplicate_tags"):
-            value = getattr(self, name)
-            if value not in POLICIES:
-                raise OptionError(f"checks.{name}: got {value!r}, expected one of {POLICIES}")
+        for name in ("nonfinite", "empty", "duplicate_tags", "audit"):
+            policy_option(f"checks.{name}", getattr(self, name))
 
 
 def _act(policy: str, message: str) -> None:
@@ -95,7 +95,7 @@ def check_duplicate_tags(source: Source, tags: Sequence[str], policy: str) -> di
         return {}
     dups = duplicate_tags(tags)
     if dups:
-        examples = list(dups.items())[:_EXAMPLES]
+        examples = list(dups.items())[:EXAMPLES]
         shown = "; ".join(
             f"tag {t!r} at sequences {idx[:4]} ({where(source, idx[0])} and "
             f"{where(source, idx[1])})"
@@ -180,7 +180,7 @@ class BatchChecks:
                 "checks=CheckOptions(nonfinite='warn') to train on it and only report it."
             )
         examples = report.nonfinite_examples
-        for m in found[: max(0, _EXAMPLES - len(examples))]:
+        for m in found[: max(0, EXAMPLES - len(examples))]:
             examples.append(m)
             warnings.warn(
                 f"{m}; delivered as is (checks=CheckOptions(nonfinite='error') fails instead)",

@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import queue
-import threading
 import weakref
 from collections.abc import Iterator
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
-from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL
-from torch.utils.data.dataloader import (
-    _MultiProcessingDataLoaderIter,
-    _SingleProcessDataLoaderIter,
-)
 
 from seqloader.loading.arena import BlockPool, padded_bytes
 from seqloader.loading.batch_spec import BatchSpec
@@ -31,7 +24,9 @@ from seqloader.loading.direct import batch_shapes, reads_into
 from seqloader.loading.execute import LoadedBatch, Transform, execute
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source, prepare_workers
-from seqloader.torch.batch import Batch, count_key
+from seqloader.torch._compat import ReceivingDataLoaderBase
+from seqloader.torch.batch import Batch, build_batch
+from seqloader.torch.dispatch import WorkerProgress
 from seqloader.torch.handover import (
     FREE,
     SlotAllocator,
@@ -42,26 +37,11 @@ from seqloader.torch.handover import (
     new_owner_id,
     shared_alloc,
 )
-from seqloader.torch.workers import WorkerProgress
 
 
 def to_batch(loaded: LoadedBatch) -> Batch:
-    spec = loaded.spec
-    real = np.ascontiguousarray(spec.real, dtype=bool)
-    return Batch(
-        {k: torch.from_numpy(v) for k, v in loaded.data.items()},
-        {k: torch.from_numpy(v) for k, v in loaded.lengths.items()},
-        torch.from_numpy(np.ascontiguousarray(spec.seqs, dtype=np.int64)),
-        torch.from_numpy(real),
-        loaded.tags,
-        spec.epoch,
-        spec.step,
-        loaded.skipped,  # sequences the source skipped (on_error="skip"): counted in the report
-        loaded.nonfinite,  # sequences with NaN/Inf found by the worker (loading.screen)
-        {k: count_key(v, real) for k, v in loaded.lengths.items()},
-        corpus=loaded.corpus,
-        corpus_counts=loaded.corpus_counts,
-    )
+    """The ``Batch`` of a batch padded in this process (its arrays become the tensors)."""
+    return build_batch(loaded, {k: torch.from_numpy(v) for k, v in loaded.data.items()})
 
 
 class PlannedBatches(Dataset):
@@ -194,23 +174,14 @@ def _unwire_spec(
     )
 
 
-class ReceivingDataLoader(DataLoader):
-    """torch's DataLoader, but with workers their results are received in a background thread.
+class ReceivingDataLoader(ReceivingDataLoaderBase):
+    """torch's DataLoader, but with workers their results are received in a background thread
+    (``seqloader.torch._compat.ReceivingIter``)."""
 
-    Receiving a batch (reading the result pipe, unpickling, building the tensors) then happens
-    while the trainer computes, as torch already does in its pin-memory thread when pinning; the
-    trainer's ``next()`` only takes a ready batch from an in-process queue. Dispatch, ordering,
-    prefetch accounting and worker-failure detection stay torch's own.
-    """
-
-    def _get_iterator(self):
-        if self.num_workers == 0:
-            return _InProcessIter(self)
-        self.check_worker_number_rationality()
+    def before_workers(self) -> None:
         # work done here once is inherited by every forked worker (e.g. HDF chunk indexes)
         if _forks(self.multiprocessing_context) and isinstance(self.dataset, PlannedBatches):
             prepare_workers(self.dataset.source)
-        return _ReceivingIter(self)
 
 
 def worker_progress(dataloader: DataLoader) -> WorkerProgress | None:
@@ -228,85 +199,3 @@ def _forks(context) -> bool:
     if isinstance(context, str):
         return context == "fork"
     return context.get_start_method() == "fork"
-
-
-class _ReceivingIter(_MultiProcessingDataLoaderIter):
-    def __init__(self, loader: DataLoader) -> None:
-        super().__init__(loader)
-        if self._pin_memory:  # torch's pin-memory thread already receives in the background
-            return
-        # Named as torch's pin-memory thread, so that torch's shutdown protocol (set the event,
-        # wake the thread with a (None, None) item, join, close the queue) stops it too.
-        self._pin_memory_thread_done_event = threading.Event()
-        self._data_queue = queue.Queue()
-        thread = threading.Thread(
-            target=_receive_loop,
-            args=(self._worker_result_queue, self._data_queue, self._pin_memory_thread_done_event),
-            name="seqloader-receive",
-            daemon=True,
-        )
-        thread.start()
-        self._pin_memory_thread = thread
-
-    def __next__(self):
-        # torch wraps every next() in a profiler range; outside a profiling session that costs
-        # the trainer ~0.1 ms per batch (measured, cold caches after a step), so skip it then.
-        if torch.autograd.profiler._is_profiler_enabled:
-            return super().__next__()
-        return _next_unprofiled(self)
-
-    def _try_get_data(self, timeout: float = MP_STATUS_CHECK_INTERVAL):
-        ok, data = super()._try_get_data(timeout)
-        if ok and isinstance(data, _ReceiveFailed):
-            dead = [str(w.pid) for w in self._workers if not w.is_alive()]
-            if dead:  # torch's own wording, so callers recognise a worker death
-                raise RuntimeError(
-                    f"DataLoader worker (pid(s) {', '.join(dead)}) exited unexpectedly"
-                ) from data.error
-            raise data.error
-        return ok, data
-
-
-def _next_unprofiled(it):
-    """torch's ``__next__`` without its per-call profiler range outside a profiling session
-    (measured ~0.1 ms per batch on this machine with cold caches after a step)."""
-    if it._sampler_iter is None:
-        it._reset()
-    data = it._next_data()
-    it._num_yielded += 1
-    return data
-
-
-class _InProcessIter(_SingleProcessDataLoaderIter):
-    """``num_workers=0``: torch's iterator, minus the profiler range per batch."""
-
-    def __next__(self):
-        if torch.autograd.profiler._is_profiler_enabled:
-            return super().__next__()
-        return _next_unprofiled(self)
-
-
-class _ReceiveFailed:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-def _receive_loop(results, out: queue.Queue, done: threading.Event) -> None:
-    """Move worker results into ``out`` (unpickling them: that builds the batches)."""
-    torch.set_num_threads(1)
-    while not done.is_set():
-        try:
-            item = results.get(timeout=MP_STATUS_CHECK_INTERVAL)
-        except queue.Empty:
-            continue
-        except Exception as e:
-            if done.is_set():  # the queue was closed at shutdown
-                return
-            # a result that cannot be received (e.g. its worker died while sending it): the
-            # trainer's next() raises it
-            out.put(_ReceiveFailed(e))
-            if isinstance(e, (OSError, ValueError)):  # the pipe itself is broken or closed
-                return
-            continue
-        if not done.is_set():
-            out.put(item)

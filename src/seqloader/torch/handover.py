@@ -30,15 +30,15 @@ import threading
 import uuid
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 
-from seqloader.loading.corpora import CorpusCounts
 from seqloader.loading.execute import LoadedBatch
 from seqloader.sources.base import Source
-from seqloader.torch.batch import Batch, count_key
+from seqloader.torch._compat import new_shared_storage
+from seqloader.torch.batch import Batch, build_batch
 
 ALIGN = 64  # bytes; every array in a slot starts on a cache line
 HEADER = ALIGN  # slot header: int32 state at offset 0 (FREE or BUSY)
@@ -59,7 +59,7 @@ def torch_dtype(dtype: np.dtype) -> torch.dtype:
 def new_shared_tensor(shape: tuple[int, ...], dtype: np.dtype) -> torch.Tensor:
     """A new tensor in shared memory (what torch's transport would make of it anyway)."""
     tdtype = torch_dtype(np.dtype(dtype))
-    storage = torch.UntypedStorage._new_shared(max(math.prod(shape), 1) * tdtype.itemsize)
+    storage = new_shared_storage(max(math.prod(shape), 1) * tdtype.itemsize)
     # torch's stubs require a stride here; torch itself defaults it to contiguous
     return torch.empty(0, dtype=tdtype).set_(storage, 0, shape)  # type: ignore[call-overload]
 
@@ -90,7 +90,7 @@ class _Slot:
     def __init__(self, index: int, capacity: int, generation: int) -> None:
         self.index = index
         self.generation = generation
-        self.storage = torch.UntypedStorage._new_shared(capacity)
+        self.storage = new_shared_storage(capacity)
         self.bytes = torch.empty(0, dtype=torch.uint8).set_(self.storage).numpy()  # [capacity]
         self.state = self.bytes[:4].view(np.int32)  # [1], written by both processes
         self.sent = False  # has the trainer been sent this generation's storage?
@@ -188,36 +188,12 @@ class SlotBatchMessage:
                 self.extra[key] = torch.from_numpy(arr)
             else:
                 self.layouts[key] = KeyLayout(offset, tuple(arr.shape), arr.dtype.str)
-        spec = loaded.spec
-        self.lengths = loaded.lengths
-        self.seqs = np.ascontiguousarray(spec.seqs, dtype=np.int64)
-        self.real = np.ascontiguousarray(spec.real, dtype=bool)
-        self.tags = loaded.tags
-        self.epoch, self.step = spec.epoch, spec.step
-        self.skipped = loaded.skipped  # sequences the source skipped: counted in the report
-        self.nonfinite = loaded.nonfinite  # sequences with NaN/Inf: counted in the report
-        self.corpus, self.corpus_counts = loaded.corpus, loaded.corpus_counts  # named corpora
+        self.loaded = replace(loaded, data={})  # the bookkeeping; the data is in the slot
 
     def __reduce__(self):
         return (
             receive,
-            (
-                self.key,
-                self.storage,
-                self.order,
-                self.layouts,
-                self.extra,
-                self.lengths,
-                self.seqs,
-                self.real,
-                self.tags,
-                self.epoch,
-                self.step,
-                self.skipped,
-                self.nonfinite,
-                self.corpus,
-                self.corpus_counts,
-            ),
+            (self.key, self.storage, self.order, self.layouts, self.extra, self.loaded),
         )
 
 
@@ -249,16 +225,7 @@ def receive(
     order: list[str],
     layouts: Mapping[str, KeyLayout],
     extra: Mapping[str, torch.Tensor],
-    lengths: Mapping[str, np.ndarray],
-    seqs: np.ndarray,
-    real: np.ndarray,
-    tags: list[str],
-    epoch: int,
-    step: int,
-    skipped: list[str],
-    nonfinite: list[str] = (),  # type: ignore[assignment]
-    corpus: list[str] | None = None,
-    corpus_counts: Mapping[str, CorpusCounts] | None = None,
+    loaded: LoadedBatch,
 ) -> Batch:
     """Build the ``Batch`` from a slot message (runs while unpickling, in the trainer)."""
     owner, pid, index, generation = key
@@ -270,9 +237,10 @@ def receive(
         got = slots.get((pid, index))
     if got is None or got[0] != generation:
         raise RuntimeError(
-            f"seqloader hand-over: batch (epoch {epoch}, step {step}) refers to slot {index} "
-            f"generation {generation} of worker pid {pid}, which this process never received "
-            f"(have {None if got is None else got[0]}); this is a bug in seqloader, please report"
+            f"seqloader hand-over: batch (epoch {loaded.spec.epoch}, step {loaded.spec.step}) "
+            f"refers to slot {index} generation {generation} of worker pid {pid}, which this "
+            f"process never received (have {None if got is None else got[0]}); this is a bug in "
+            "seqloader, please report"
         )
     whole = got[1]
     # One new array object per batch: every key's view has it as base, so it lives exactly as
@@ -289,20 +257,7 @@ def receive(
         nbytes = math.prod(lay.shape) * dtype.itemsize
         view = lease[lay.offset : lay.offset + nbytes].view(dtype).reshape(lay.shape)
         data[name] = torch.from_numpy(view)
-    return Batch(
-        data,
-        {k: torch.from_numpy(v) for k, v in lengths.items()},
-        torch.from_numpy(seqs),
-        torch.from_numpy(real),
-        tags,
-        epoch,
-        step,
-        skipped,
-        list(nonfinite),
-        {k: count_key(v, real) for k, v in lengths.items()},  # off the training thread
-        corpus=corpus,
-        corpus_counts=dict(corpus_counts or {}),
-    )
+    return build_batch(loaded, data)  # counts computed here: off the training thread
 
 
 def new_owner_id() -> str:

@@ -9,11 +9,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from seqloader.errors import EXAMPLES
 from seqloader.loading.corpora import CorpusCounts
-from seqloader.torch.batch import KeyCounts, count_key
+from seqloader.torch.batch import KeyCounts
 from seqloader.torch.corpus_report import CorpusReport, add_counts
 
 if TYPE_CHECKING:
+    from seqloader.plan.distribute import GlobalPlan
+    from seqloader.plan.position import Position
+    from seqloader.plan.topology import Topology
     from seqloader.torch.audit import AuditResult
 
 
@@ -57,6 +61,30 @@ class EpochReport:
     max_wait_s: float = 0.0  # the longest wait for a batch after the first
     wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
     corpora: dict[str, CorpusReport] = field(default_factory=dict)  # named corpora (corpora.md)
+
+    @classmethod
+    def planned(
+        cls,
+        topology: Topology,
+        plan: GlobalPlan,
+        position: Position,
+        filtered: dict[str, int],
+        corpora: dict[str, CorpusReport] | None = None,
+    ) -> EpochReport:
+        """The empty report of a run of ``plan`` from ``position`` (what the epoch will contain;
+        ``corpora``: the named corpora's planned counts)."""
+        return cls(
+            position.epoch,
+            topology.rank,
+            topology.world_size,
+            planned_steps=position.prior_steps + plan.steps,
+            planned_seqs=position.segment_start + plan.batches.real_count(),
+            filtered=dict(filtered),
+            dropped=plan.dropped,
+            repeats=plan.repeats,
+            resumed_at_step=position.epoch_steps,
+            corpora=dict(corpora or {}),
+        )
 
     @property
     def computation_pct(self) -> float:
@@ -146,7 +174,10 @@ class EpochMeter:
     """Measures data wait inside ``__next__`` and counts what was delivered."""
 
     def __init__(
-        self, report: EpochReport, length_key: str, clock: Callable[[], float] = time.perf_counter
+        self,
+        report: EpochReport,
+        length_key: str,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.report = report
         self.length_key = length_key
@@ -160,19 +191,14 @@ class EpochMeter:
             self._t0 = now
         self._wait_start = now
 
-    def after_next(
-        self, lengths: np.ndarray, real: np.ndarray, skipped: Sequence[str] = ()
-    ) -> None:
-        self.after_counts(count_key(lengths, real), skipped)
-
     def after_counts(
         self,
         counts: KeyCounts,
         skipped: Sequence[str] = (),
         corpus_counts: Mapping[str, CorpusCounts] | None = None,
     ) -> None:
-        """``after_next`` with counts computed where the batch was built (``Batch.counts_of``),
-        so the training thread does no array work per batch for the report."""
+        """A batch arrived, with counts computed where it was built (``Batch.counts_of``), so the
+        training thread does no array work per batch for the report."""
         now = self._clock()
         r = self.report
         wait = now - self._wait_start
@@ -192,7 +218,7 @@ class EpochMeter:
             add_counts(r.corpora, corpus_counts, self.length_key)
         if skipped:
             r.skipped += len(skipped)
-            r.skipped_examples.extend(list(skipped)[: max(0, 5 - len(r.skipped_examples))])
+            r.skipped_examples.extend(list(skipped)[: max(0, EXAMPLES - len(r.skipped_examples))])
 
     def finish(self) -> EpochReport:
         now = self._clock()

@@ -1,0 +1,92 @@
+"""The DataLoader that executes a loader's plan: built on first use, kept (persistent workers),
+rebuilt after a worker died, stopped by ``close()``."""
+
+from __future__ import annotations
+
+from torch.utils.data import DataLoader
+
+from seqloader.loading.execute import Transform
+from seqloader.plan.batches import BatchList
+from seqloader.sources.base import Source
+from seqloader.torch._compat import shutdown_workers, workers_alive
+from seqloader.torch.checks import BatchChecks
+from seqloader.torch.dataset import (
+    PlannedBatches,
+    PlanSampler,
+    ReceivingDataLoader,
+    worker_progress,
+)
+from seqloader.torch.dispatch import WorkerProgress
+from seqloader.torch.options import WorkerOptions
+
+
+class Execution:
+    """Owns the DataLoader; the sampler it reads is set to each run's batches."""
+
+    def __init__(
+        self,
+        source: Source,
+        options: WorkerOptions,
+        seed: int,
+        transform: Transform | None,
+        checks: BatchChecks,
+    ) -> None:
+        self.source = source
+        self.options = options
+        self.seed = seed
+        self.transform = transform
+        self.checks = checks
+        self.sampler = PlanSampler()
+        self.dataloader: DataLoader | None = None
+
+    def set_plan(self, epoch: int, share: BatchList, first_step: int) -> None:
+        """What the next ``iter(dataloader)`` yields: ``share`` from step ``first_step`` on."""
+        self.sampler.set_plan(epoch, share, first_step)
+
+    def ready(self) -> DataLoader:
+        """The DataLoader to iterate: the kept one, unless a worker of it died (reusing it would
+        wait for that worker), else a new one."""
+        if self.dataloader is not None and not workers_alive(self.dataloader):
+            self.close()  # a worker died (WorkerError raised): start fresh workers
+        if self.dataloader is None:
+            self.dataloader = self._make()
+        return self.dataloader
+
+    def progress(self) -> WorkerProgress | None:
+        """The workers' board of the batch each is building (None without workers)."""
+        return worker_progress(self.dataloader) if self.dataloader is not None else None
+
+    def _make(self) -> DataLoader:
+        w = self.options
+        kwargs: dict = {}
+        if w.num_workers > 0:
+            kwargs = {
+                "persistent_workers": w.persistent_workers,
+                "prefetch_factor": w.prefetch_factor,
+                "multiprocessing_context": w.multiprocessing_context,
+                "timeout": w.timeout,
+            }
+        batches = PlannedBatches(self.source, self.seed, self.transform)
+        batches.screen = self.checks.screen  # workers look for NaN/Inf (loading.screen)
+        if w.num_workers > 0:  # which batch each worker builds: a death names it
+            batches.progress = WorkerProgress(w.num_workers)
+        return ReceivingDataLoader(
+            batches,
+            batch_size=None,
+            sampler=self.sampler,
+            num_workers=w.num_workers,
+            pin_memory=w.pin_memory,
+            collate_fn=_identity,
+            **kwargs,
+        )
+
+    def close(self) -> None:
+        """Stop worker processes now (they also stop when the DataLoader is garbage-collected)."""
+        dl, self.dataloader = self.dataloader, None
+        if dl is not None:
+            shutdown_workers(dl)
+
+
+def _identity(x: object) -> object:
+    """``collate_fn``: with ``batch_size=None`` each item is already a whole ``Batch``."""
+    return x

@@ -1,0 +1,160 @@
+"""Every private torch name seqloader relies on (``seqloader.torch._compat.PRIVATE``) still exists
+in the installed torch, and torch still words worker failures the way ``_compat`` parses them.
+
+A torch upgrade that renames one of them fails here, naming it, instead of in a worker-death path
+that only a crash exercises."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
+
+from seqloader.torch import _compat
+
+MODULE_NAMES = [(w, n) for w, n, _ in _compat.PRIVATE if w not in ("DataLoader", "iterator")]
+INSTANCE_NAMES = [(w, n) for w, n, _ in _compat.PRIVATE if w in ("DataLoader", "iterator")]
+
+
+class Items(Dataset):
+    """Item i is i; on item ``raise_at`` the worker raises, on ``sleep_at`` it sleeps a minute."""
+
+    def __init__(self, n: int = 64, raise_at: int = -1, sleep_at: int = -1) -> None:
+        self.n, self.raise_at, self.sleep_at = n, raise_at, sleep_at
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i == self.sleep_at:
+            time.sleep(60)
+        if i == self.raise_at:
+            raise ValueError(f"item {i} is broken")
+        return torch.tensor([i])
+
+
+def _resolve(where: str) -> object:
+    try:
+        return importlib.import_module(where)
+    except ImportError:
+        module, _, attr = where.rpartition(".")
+        return getattr(importlib.import_module(module), attr)
+
+
+def test_every_private_name_has_a_reason() -> None:
+    assert _compat.PRIVATE
+    for where, name, why in _compat.PRIVATE:
+        assert name.startswith("_") or name.isupper(), name
+        assert len(why) > 20, f"{where}.{name}: say why it is needed"
+
+
+@pytest.mark.parametrize(("where", "name"), MODULE_NAMES, ids=lambda x: x)
+def test_private_module_name_exists(where: str, name: str) -> None:
+    assert hasattr(_resolve(where), name), f"torch {torch.__version__} has no {where}.{name}"
+
+
+def test_private_instance_names_exist_on_a_running_iterator() -> None:
+    """Attributes set in torch's ``__init__`` exist on a live multi-worker iterator (ours, which
+    also sets the pin-memory thread names torch's shutdown stops)."""
+    dl = _compat.ReceivingDataLoaderBase(
+        Items(), batch_size=None, num_workers=1, persistent_workers=True
+    )
+    it = iter(dl)
+    try:
+        assert isinstance(it, _MultiProcessingDataLoaderIter)
+        assert int(next(it)) == 0
+        owners = {"DataLoader": dl, "iterator": it}
+        missing = [f"{w}.{n}" for w, n in INSTANCE_NAMES if not hasattr(owners[w], n)]
+        assert not missing, f"torch {torch.__version__} lacks {missing}"
+        assert _compat.current_iterator(dl) is it
+        assert [w.pid for w in _compat.worker_processes(it)] == [it._workers[0].pid]
+        assert _compat.workers_alive(dl)
+        assert callable(signal.getsignal(signal.SIGCHLD))  # torch's handler, maybe wrapped
+        _compat.unregister_worker_pids(it)
+        assert it._worker_pids_set is False
+        thread = it._pin_memory_thread
+        assert thread.name == "seqloader-receive" and thread.is_alive()
+    finally:
+        _compat.shutdown_workers(dl)
+    assert _compat.current_iterator(dl) is None
+    thread.join(timeout=10)
+    assert not thread.is_alive(), "torch's shutdown must stop the receiving thread"
+
+
+def test_torch_shutdown_still_stops_a_thread_named_as_its_pin_memory_thread() -> None:
+    source = inspect.getsource(_MultiProcessingDataLoaderIter._shutdown_workers)
+    assert 'hasattr(self, "_pin_memory_thread")' in source
+    assert "self._pin_memory_thread_done_event.set()" in source
+    assert "self._pin_memory_thread.join()" in source
+
+
+def test_profiler_flag_follows_a_profiling_session() -> None:
+    assert torch.autograd.profiler._is_profiler_enabled is False
+    with torch.autograd.profiler.profile():
+        assert torch.autograd.profiler._is_profiler_enabled is True
+    assert torch.autograd.profiler._is_profiler_enabled is False
+
+
+def test_death_text_of_torch_status_check_parses() -> None:
+    source = inspect.getsource(_MultiProcessingDataLoaderIter._try_get_data)
+    assert 'f"DataLoader worker (pid(s) {pids_str}) exited unexpectedly"' in source
+    assert _compat.parse_death(_compat.death_text([12, 345])) == ([12, 345], "exited unexpectedly")
+    assert _compat.parse_death("a plain RuntimeError") is None
+
+
+def test_death_text_of_torch_sigchld_handler_parses() -> None:
+    """A worker killed while the main thread is busy: torch's SIGCHLD handler raises there."""
+    dl = DataLoader(Items(), batch_size=None, num_workers=1, persistent_workers=True)
+    it = iter(dl)
+    next(it)
+    pid = it._workers[0].pid
+    try:
+        with pytest.raises(RuntimeError) as info:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:  # the handler fires in here
+                time.sleep(0.01)
+    finally:
+        _compat.shutdown_workers(dl)
+    parsed = _compat.parse_death(str(info.value))
+    assert parsed is not None, str(info.value)
+    pids, what = parsed
+    assert pids == [pid] and "Killed" in what, str(info.value)
+
+
+def test_death_while_the_trainer_waits_in_next_parses() -> None:
+    """A worker killed while building the batch ``next()`` waits for (not while sending, which
+    shows as a broken pipe first): torch's error in ``next()`` names its pid."""
+    dl = DataLoader(Items(sleep_at=2), batch_size=None, num_workers=1)
+    it = iter(dl)
+    pid = it._workers[0].pid
+    killer = threading.Timer(1.0, os.kill, (pid, signal.SIGKILL))
+    try:
+        assert [int(next(it)) for _ in range(2)] == [0, 1]
+        killer.start()
+        with pytest.raises(RuntimeError) as info:
+            next(it)  # item 2: the worker sleeps in it until killed
+    finally:
+        killer.cancel()
+        _compat.shutdown_workers(dl)
+    parsed = _compat.parse_death(str(info.value))
+    assert parsed is not None and parsed[0] == [pid], str(info.value)
+
+
+def test_worker_exception_text_parses() -> None:
+    dl = DataLoader(Items(raise_at=0), batch_size=None, num_workers=1)
+    try:
+        with pytest.raises(ValueError) as info:
+            next(iter(dl))
+    finally:
+        _compat.shutdown_workers(dl)
+    assert _compat.parse_reraise(str(info.value)) == (0, "ValueError"), str(info.value)
+    assert "item 0 is broken" in str(info.value)
