@@ -36,6 +36,10 @@ ORDERINGS = [
     "sort_bin_shuffle:.5",
     "sort_bin_shuffle:.20",
     "sort_bin_shuffle_x2:.20",
+    "buckets:1",
+    "buckets:3",
+    "buckets:30",
+    "buckets:6:2",
 ]
 
 

@@ -66,11 +66,26 @@ WORKER_SETTINGS = [
 ]
 
 
-@pytest.mark.parametrize("world_size", [1, 3])
-@pytest.mark.parametrize("uneven", ["split", "pad"])
-def test_every_rank_gets_the_same_batches_for_any_worker_setting(world_size, uneven):
+@pytest.mark.parametrize(
+    ("world_size", "uneven", "ordering"),
+    [
+        (1, "split", PLAN["ordering"]),
+        (3, "split", PLAN["ordering"]),
+        (1, "pad", PLAN["ordering"]),
+        (3, "pad", PLAN["ordering"]),
+        (3, "split", "buckets:3"),  # synced length buckets, quadratic cost
+    ],
+)
+def test_every_rank_gets_the_same_batches_for_any_worker_setting(world_size, uneven, ordering):
     epochs = (1, 2, 3)  # partition_epoch=2: epochs 1+2 are one full epoch, 3 starts the next
-    options = {"partition_epoch": 2, "uneven": uneven, "multiprocessing_context": "fork"}
+    options = {
+        "partition_epoch": 2,
+        "uneven": uneven,
+        "multiprocessing_context": "fork",
+        "ordering": ordering,
+    }
+    if ordering.startswith("buckets"):
+        options["batch_cost"] = "quadratic:40"
     per_rank = {}
     for rank in range(world_size):
         reference = run(epochs, rank, world_size, num_workers=0, **options)

@@ -1,9 +1,10 @@
 """Planning contracts as properties over random corpora (hypothesis; pure numpy, no data read).
 
-For every ordering, ``uneven`` policy, world size 1..8, ``partition_epoch`` 1..4 and random
-``max_seqs``/``max_frames``: equal steps (C2), exactly-once (C1) or exactly-marked repeats, disjoint
-sub-epochs that form the full epoch, batches within their limits and contiguous in the order, and
-the greedy rule itself (no batch could have taken the next sequence).
+For every ordering (``buckets:N`` included), ``uneven`` policy, world size 1..8, ``partition_epoch``
+1..4, batch cost (padded frames or quadratic) and random ``max_seqs``/``max_frames``: equal steps
+(C2), exactly-once (C1) or exactly-marked repeats, disjoint sub-epochs that form the full epoch,
+batches within their limits and contiguous in the order, the greedy rule itself (no batch could
+have taken the next sequence; for buckets within each run), and buckets' synced steps.
 """
 
 from __future__ import annotations
@@ -14,9 +15,13 @@ from hypothesis import strategies as st
 
 from conftest import ORDERINGS
 from seqloader.plan import BatchList, GlobalPlan, Planner, PlanOptions
+from seqloader.plan.batching import greedy_bounds
+from seqloader.plan.buckets import bucket_of
+from seqloader.plan.cost import BatchCost
 from seqloader.plan.planner import part_bounds
 
 UNEVEN = ["split", "pad", "drop"]
+COSTS = ["frames", "quadratic:50", "quadratic:2000"]
 
 
 @st.composite
@@ -36,13 +41,18 @@ def corpora(draw: st.DrawFn, max_n: int = 500) -> np.ndarray:
 def plan_cases(draw: st.DrawFn, distribution: str = "shard") -> tuple[Planner, int]:
     lengths = draw(corpora())
     max_frames = draw(st.one_of(st.none(), st.integers(1, 12_000)))
+    cost = draw(st.sampled_from(COSTS))
     # a limit below the longest sequence needs the filter (else SequenceTooLongError, tested apart)
-    too_long = max_frames is not None and max_frames < lengths.max()
+    fits = None if max_frames is None else BatchCost.parse(cost).longest_fitting(max_frames)
+    too_long = fits is not None and fits < lengths.max()
+    if fits is not None and fits < 1:  # nothing fits at all: no corpus to plan
+        max_frames, fits, too_long = None, None, False
     options = PlanOptions(
         ordering=draw(st.sampled_from(ORDERINGS)),
         max_seqs=draw(st.one_of(st.none(), st.integers(1, 64))),
         max_frames=max_frames,
-        max_seq_length=max_frames if too_long else None,
+        max_seq_length=fits if too_long else None,
+        batch_cost=cost,
         partition_epoch=draw(st.integers(1, 4)),
         distribution=distribution,
         uneven=draw(st.sampled_from(UNEVEN)),
@@ -57,15 +67,18 @@ def real_in_order(plan: GlobalPlan) -> np.ndarray:
 
 
 def assert_batches_fit(planner: Planner, batches: BatchList) -> None:
-    """Every batch is non-empty and within max_seqs and padded max_frames."""
+    """Every batch is non-empty and within max_seqs and padded max_frames (in cost units)."""
     o = planner.options
+    q = o.cost.quadratic or 1
     for k in range(len(batches)):
         seqs, _ = batches.batch(k)
         assert len(seqs) >= 1
         if o.max_seqs is not None:
             assert len(seqs) <= o.max_seqs
         if o.max_frames is not None:
-            assert len(seqs) * planner.lengths[seqs].max() <= o.max_frames
+            longest = int(planner.lengths[seqs].max())
+            cost = longest if o.cost.quadratic is None else longest * q + longest**2
+            assert len(seqs) * cost <= o.max_frames * q
 
 
 def assert_equal_steps(plan: GlobalPlan) -> None:
@@ -88,10 +101,47 @@ def assert_greedy(planner: Planner, order: np.ndarray, batches: BatchList) -> No
     for k in range(len(batches) - 1):
         seqs, _ = batches.batch(k)
         nxt = batches.batch(k + 1)[0][0]
-        n, longest = len(seqs) + 1, max(planner.lengths[seqs].max(), planner.lengths[nxt])
+        n, costliest = len(seqs) + 1, max(planner.costs[seqs].max(), planner.costs[nxt])
         over_seqs = o.max_seqs is not None and n > o.max_seqs
-        over_frames = o.max_frames is not None and n * longest > o.max_frames
+        over_frames = planner.budget is not None and n * costliest > planner.budget
         assert over_seqs or over_frames
+
+
+def planned_batches(planner: Planner, epoch: int, world: int) -> tuple[np.ndarray, BatchList]:
+    """(sub-epoch order, its batches before distribution), each checked: greedy over the order;
+    for ``buckets:N`` greedy within each run of ``world`` same-bucket batches (the last run may
+    instead be re-cut into exactly ``world`` balanced batches), every step one run."""
+    order = planner.sub_epoch_order(epoch, world_size=world)
+    if not planner.options.parsed_ordering.is_buckets:
+        batches = planner.batches(order)
+        assert_greedy(planner, order, batches)
+        return order, batches
+    arranged = planner.arrangement(epoch, 0, world)
+    np.testing.assert_array_equal(arranged.order, order)
+    # the sub-epoch's *set* does not depend on the world size (partition_epoch, resume)
+    np.testing.assert_array_equal(np.sort(order), np.sort(planner.sub_epoch_order(epoch)))
+    batches = BatchList.from_bounds(order, arranged.bounds)
+    assert np.isin(arranged.run_starts, arranged.bounds).all()
+    ends = np.append(arranged.run_starts[1:], len(order))
+    buckets = bucket_of(planner.lengths[order], planner.bucket_edges)
+    o = planner.options
+    for r, (a, b) in enumerate(zip(arranged.run_starts.tolist(), ends.tolist())):
+        run = arranged.bounds[(arranged.bounds >= a) & (arranged.bounds <= b)] - a
+        last = r == len(ends) - 1
+        if not last:
+            assert len(run) - 1 == world  # a full run: one step of all ranks
+        if not arranged.pooled[r]:
+            assert len(set(buckets[a:b].tolist())) == 1  # synced: one bucket per step
+        greedy = greedy_bounds(planner.costs[order[a:b]], o.max_seqs, planner.budget)
+        if arranged.pooled[r] and o.uneven == "split" and len(run) - 1 == world:
+            # maybe re-cut into balanced batches: no more of them than greedy batching needs
+            assert len(greedy) - 1 <= world
+        else:
+            np.testing.assert_array_equal(run, greedy)
+    # pool runs hold only what buckets could not fill a run with
+    full_pooled = int(arranged.pooled[:-1].sum()) if len(ends) else 0
+    assert full_pooled * world <= (len(planner.bucket_edges) + 1) * (world - 1)
+    return order, batches
 
 
 @settings(max_examples=60, deadline=None)
@@ -101,10 +151,8 @@ def test_shard_plans_keep_every_contract(case: tuple[Planner, int]) -> None:
     o = planner.options
     full_epoch_orders = []
     for epoch in range(1, o.partition_epoch + 1):
-        order = planner.sub_epoch_order(epoch)
+        order, greedy = planned_batches(planner, epoch, world)
         full_epoch_orders.append(order)
-        greedy = planner.batches(order)
-        assert_greedy(planner, order, greedy)
         plan = planner.global_plan(epoch, world)
         assert_equal_steps(plan)
         assert_batches_fit(planner, plan.batches)
@@ -182,7 +230,14 @@ def test_same_inputs_same_plan(case: tuple[Planner, int], distribution: str) -> 
 @settings(max_examples=40, deadline=None)
 @given(
     st.sampled_from(
-        ["random", "laplace:3", "laplace:.25", "sort_bin_shuffle:.5", "sort_bin_shuffle_x2:.20"]
+        [
+            "random",
+            "laplace:3",
+            "laplace:.25",
+            "sort_bin_shuffle:.5",
+            "sort_bin_shuffle_x2:.20",
+            "buckets:3",
+        ]
     ),
     st.integers(40, 400),
     st.integers(0, 10_000),
@@ -227,7 +282,7 @@ def test_deterministic_orderings_ignore_epoch_and_seed() -> None:
     st.integers(1, 8),
     st.sampled_from(UNEVEN),
     st.sampled_from([1, 2, 3, 7, 16]),
-    st.sampled_from(["random", "laplace:.50"]),
+    st.sampled_from(["random", "laplace:.50", "buckets:10"]),
 )
 def test_awkward_sizes(n: int, world: int, uneven: str, max_seqs: int, ordering: str) -> None:
     """lhotse-style sizes around 1000 with every small world size and batch size."""

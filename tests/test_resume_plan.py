@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from conftest import ORDERINGS
 from seqloader.errors import ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
+from seqloader.plan.cost import BatchCost
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.position import segment_plan
 
@@ -33,13 +34,19 @@ def assert_equal_steps(plan: GlobalPlan, from_step: int) -> None:
 def scenarios(draw: st.DrawFn) -> dict:
     n = draw(st.integers(0, 70))
     lengths = np.array(draw(st.lists(st.integers(1, 30), min_size=n, max_size=n)), dtype=np.int64)
+    max_frames = draw(st.one_of(st.none(), st.integers(30, 150)))
+    cost = draw(st.sampled_from(["frames", "quadratic:60"]))
+    # quadratic: sequences too costly for a batch alone are filtered (counted), as a user would
+    fits = None if max_frames is None else BatchCost.parse(cost).longest_fitting(max_frames)
     options = PlanOptions(
         ordering=draw(st.sampled_from(ORDERINGS)),
         max_seqs=draw(st.one_of(st.none(), st.integers(1, 6))),
-        max_frames=draw(st.one_of(st.none(), st.integers(30, 150))),
+        max_frames=max_frames,
+        max_seq_length=fits if fits is not None and fits < 30 else None,
         partition_epoch=draw(st.integers(1, 3)),
         uneven=draw(st.sampled_from(["split", "pad", "drop"])),
         seed=draw(st.integers(0, 3)),
+        batch_cost=cost,
     )
     epoch = draw(st.integers(1, 2 * options.partition_epoch))
     worlds = draw(st.lists(st.integers(1, 6), min_size=1, max_size=3))
@@ -96,12 +103,14 @@ def test_resume_chain_exactly_once_equal_steps(s: dict) -> None:
 @given(scenarios())
 def test_real_sequences_are_a_prefix_of_the_order(s: dict) -> None:
     """What ``Position.seq_offset`` relies on: a plan's real sequences are its part of the order,
-    in order (fillers and the re-split tail included), from any start."""
+    in order (fillers and the re-split tail included), from any start, for any world size. The
+    order is the one of the world size the epoch started with (only ``buckets:N`` depends on it)."""
     planner = Planner({"data": s["lengths"]}, s["options"])
-    order = planner.sub_epoch_order(s["epoch"])
+    first = s["worlds"][0]
+    order = planner.sub_epoch_order(s["epoch"], world_size=first)
     start = int(s["cuts"][0] * len(order)) if s["cuts"] else 0
     for world in s["worlds"]:
-        plan = planner.global_plan(s["epoch"], world, start)
+        plan = planner.global_plan(s["epoch"], world, start, order_world_size=first)
         real = real_seqs(plan, 0, plan.steps)
         np.testing.assert_array_equal(real, order[start : start + len(real)])
         if s["options"].uneven != "drop":
@@ -158,6 +167,7 @@ def test_random_seed_offset_resumes_only_with_the_same_world_size_mid_epoch() ->
         ({"prior_steps": -1}, "prior_steps: got -1"),
         ({"segment_steps": "2"}, "segment_steps: got '2'"),
         ({"epoch": True}, "epoch: got True"),
+        ({"order_world_size": 0}, "order_world_size: got 0"),
     ],
 )
 def test_impossible_positions_are_refused(fields: dict, match: str) -> None:
@@ -172,3 +182,30 @@ def test_missing_position_field_is_named() -> None:
     del fields["prior_steps"]
     with pytest.raises(ResumeError, match="prior_steps"):
         Position.from_fields(fields)
+
+
+def test_buckets_order_world_size_survives_elastic_resumes() -> None:
+    """buckets:N arranges the epoch for the world size it starts with; an elastic resume keeps
+    that arrangement (the position's offset indexes it), also over a second resume and JSON."""
+    lengths = np.random.default_rng(3).integers(1, 60, size=300)
+    planner = Planner({"data": lengths}, PlanOptions(ordering="buckets:4", max_frames=200))
+    order = planner.sub_epoch_order(1, world_size=4)
+    assert not np.array_equal(order, planner.sub_epoch_order(1, world_size=3))
+    consumed, position = [], Position(1, 0, 4, 0)
+    for world, steps in ((4, 3), (3, 2), (2, None)):
+        plan, position = continue_plan(planner, position, world)
+        assert position.order_world_size == 4
+        stop = plan.steps if steps is None else position.steps + steps
+        b = plan.batches
+        lo, hi = b.bounds[position.steps * world], b.bounds[stop * world]
+        consumed.append(b.seqs[lo:hi][b.real[lo:hi]])
+        position = Position.from_fields(
+            json.loads(json.dumps(position.advanced(stop - position.steps).to_fields()))
+        )
+    np.testing.assert_array_equal(np.concatenate(consumed), order)
+
+
+def test_states_without_order_world_size_still_load() -> None:
+    fields = Position(1, 0, 2, 1).to_fields()
+    del fields["order_world_size"]
+    assert Position.from_fields(fields).order_world_size == 2

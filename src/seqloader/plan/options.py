@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal
 
 from seqloader.errors import OptionError
+from seqloader.plan.cost import BatchCost
 from seqloader.plan.mix import validate_mix
 from seqloader.validate import choice_option, choices, int_option, optional_int_option
 
@@ -25,6 +26,7 @@ ORDERING_KINDS = (
     "laplace",
     "sort_bin_shuffle",
     "sort_bin_shuffle_x2",
+    "buckets",
 )
 Distribution = Literal["shard", "random_seed_offset"]
 Seeding = Literal["seqloader", "returnn"]
@@ -56,8 +58,8 @@ class Ordering:
         m = _ORDERING_RE.match(text.strip())
         expected = (
             "expected one of default, reverse, random, random:K, sorted, sorted_reverse, "
-            "laplace:N, laplace:.N, sort_bin_shuffle:.N, sort_bin_shuffle_x2:.N (binned ones "
-            "optionally :K; K = keep the order for K epochs)"
+            "laplace:N, laplace:.N, sort_bin_shuffle:.N, sort_bin_shuffle_x2:.N, buckets:N (binned "
+            "ones optionally :K; K = keep the order for K epochs)"
         )
         if not m or m["kind"] not in ORDERING_KINDS:
             hint = ""
@@ -68,7 +70,12 @@ class Ordering:
                 )
             raise OptionError(f"ordering: got {text!r}{hint}, {expected}")
         kind, arg, keep = m["kind"], m["arg"], m["keep"]
-        binned = kind in ("laplace", "sort_bin_shuffle", "sort_bin_shuffle_x2")
+        binned = kind in ("laplace", "sort_bin_shuffle", "sort_bin_shuffle_x2", "buckets")
+        if kind == "buckets" and (arg is None or arg.startswith(".")):
+            raise OptionError(
+                f"ordering: got {text!r}; 'buckets' takes the number of length buckets, "
+                "'buckets:N' or 'buckets:N:K' (e.g. 'buckets:30')"
+            )
         if kind == "random" and arg is not None:  # RETURNN: random:K keeps the order K epochs
             if arg.startswith(".") or keep is not None:
                 raise OptionError(f"ordering: got {text!r}; 'random' takes only :K ({expected})")
@@ -91,7 +98,7 @@ class Ordering:
         keep = f":{self.keep_epochs}" if self.keep_epochs != 1 else ""
         if self.bin_size is not None:
             return f"{self.kind}:.{self.bin_size}{keep}"
-        if self.bins is not None and (self.bins != 2 or keep):
+        if self.bins is not None and (self.bins != 2 or keep or self.kind == "buckets"):
             return f"{self.kind}:{self.bins}{keep}"
         return f"{self.kind}{keep}"
 
@@ -105,6 +112,10 @@ class Ordering:
         if self.bin_size is not None:
             return max(n // self.bin_size, 2)
         return self.bins or 2
+
+    @property
+    def is_buckets(self) -> bool:
+        return self.kind == "buckets"
 
     @property
     def is_random(self) -> bool:
@@ -136,6 +147,8 @@ class PlanOptions:
     - ``mix``: ``{corpus name: rate}`` over a ``ConcatSource``'s corpora (unnamed ones: 1.0); a rate
       is corpus epochs per epoch, each corpus epoch exactly once (``seqloader.plan.mix``,
       docs/corpora.md). None: no mixing, every sequence once per epoch.
+    - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames) or ``quadratic:Q``
+      (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``).
     """
 
     ordering: str = "default"
@@ -150,6 +163,7 @@ class PlanOptions:
     length_key: str | None = None
     seeding: Seeding = "seqloader"
     mix: Mapping[str, float] | None = None
+    batch_cost: str = "frames"
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -183,12 +197,18 @@ class PlanOptions:
                 f"mix: not supported with seeding={self.seeding!r} (RETURNN has no exact mixing "
                 "to reproduce); use seeding='seqloader'"
             )
+        if self.mix is not None and self._parsed.is_buckets:
+            raise OptionError(
+                f"mix: not supported with ordering={self.ordering!r} yet (buckets arrange one "
+                "corpus epoch's sequences; a mix repeats them); use another ordering with mix"
+            )
         if self.mix is not None and self.distribution != "shard":
             raise OptionError(
                 f"mix: not supported with distribution={self.distribution!r} (each rank would "
                 "order its own copy of the mix, so corpus epochs are no longer used exactly once); "
                 "use distribution='shard'"
             )
+        object.__setattr__(self, "batch_cost", str(BatchCost.parse(self.batch_cost)))
 
     def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
         value = getattr(self, name)
@@ -199,6 +219,10 @@ class PlanOptions:
     def parsed_ordering(self) -> Ordering:
         return self._parsed
 
+    @property
+    def cost(self) -> BatchCost:
+        return BatchCost.parse(self.batch_cost)
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("_parsed", None)
@@ -207,6 +231,8 @@ class PlanOptions:
         d["ordering"] = str(self._parsed)
         if d["mix"] is None:  # unmixed plans keep the fingerprints of states saved before `mix`
             del d["mix"]
+        if d["batch_cost"] == "frames":
+            d.pop("batch_cost")  # the default: fingerprints of earlier plans stay valid
         return d
 
     def to_json(self) -> str:

@@ -22,7 +22,7 @@ def order_sequences(lengths: np.ndarray, ordering: Ordering, rng: Rng) -> np.nda
         return np.arange(n, dtype=np.int64)
     if kind == "reverse":
         return np.arange(n - 1, -1, -1, dtype=np.int64)
-    if kind == "random":
+    if kind in ("random", "buckets"):  # buckets: a random subset per sub-epoch, arranged later
         return rng.permutation(n).astype(np.int64)
     if kind == "sorted":
         return argsort_by(lengths)

@@ -17,11 +17,12 @@ import numpy as np
 from seqloader.errors import OptionError, SequenceTooLongError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import greedy_bounds
+from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard
 from seqloader.plan.mix import Corpora, CorpusProgress, MixPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
-from seqloader.plan.seeding import PURPOSE_ORDER, returnn_rng, rng_for
+from seqloader.plan.seeding import PURPOSE_BUCKETS, PURPOSE_ORDER, returnn_rng, rng_for
 from seqloader.plan.topology import Topology
 from seqloader.validate import int_option, is_int
 
@@ -89,16 +90,21 @@ def admit(
             main < options.min_seq_length,
         )
     if options.max_frames is not None:
-        too_long = np.flatnonzero(keep & (main > options.max_frames))
+        cost = options.cost
+        fits = cost.longest_fitting(options.max_frames)
+        too_long = np.flatnonzero(keep & (main > fits))
         if len(too_long):
             i = int(too_long[0])
             tag = tags[i] if tags is not None else f"#{i}"
             where = f" in {origin}" if origin else ""
+            what = f"more than max_frames={options.max_frames}"
+            if cost.quadratic is not None:
+                what = f"costing more than max_frames={options.max_frames} (batch_cost={cost})"
             raise SequenceTooLongError(
                 f"sequence {i} (tag {tag!r}){where} has {int(main[i])} frames of {length_key!r}, "
-                f"more than max_frames={options.max_frames}, so it fits no batch "
+                f"{what}, so it fits no batch "
                 f"({len(too_long)} sequence(s) like this). Fix: raise max_frames, or set "
-                f"max_seq_length={options.max_frames} to filter them (counted in the report)."
+                f"max_seq_length={fits} to filter them (counted in the report)."
             )
     return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
 
@@ -180,6 +186,14 @@ class Planner:
             self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
         self._admitted_mask = np.zeros(len(self.lengths), dtype=bool)
         self._admitted_mask[self.admission.admitted] = True
+        cost = options.cost
+        self.costs = cost.units(self.lengths)  # int64 [n] what max_frames bounds, per sequence
+        self.budget = cost.budget(options.max_frames)  # max_frames in cost units
+        ordering = options.parsed_ordering
+        self.bucket_edges = np.zeros(0, dtype=np.int64)
+        if ordering.is_buckets:
+            adm = self.admission.admitted
+            self.bucket_edges = bucket_edges(self.lengths[adm], self.costs[adm], ordering.bins or 1)
         self.corpora = corpora
         self.mix: MixPlan | None = None
         if options.mix is not None:
@@ -195,13 +209,16 @@ class Planner:
     def num_admitted(self) -> int:
         return len(self.admission.admitted)
 
-    def sub_epoch_order(self, epoch: int, order_rank: int = 0) -> np.ndarray:
+    def sub_epoch_order(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> np.ndarray:
         """Admitted sequence indices of ``epoch`` in plan order -> int64 ``[m]`` (in a mixed epoch
         one per slot, so a sequence can appear more than once).
 
         ``order_rank`` selects the rank's own permutation under ``random_seed_offset``; with
-        ``shard`` it is always 0 (one order for all ranks).
+        ``shard`` it is always 0 (one order for all ranks). ``world_size``: the world size the
+        epoch starts with; only ``buckets:N`` depends on it (its runs are one step of all ranks).
         """
+        if self.options.parsed_ordering.is_buckets:
+            return self.arrangement(epoch, order_rank, world_size).order
         return self.sub_epoch_slots(epoch, order_rank)[0]
 
     def sub_epoch_slots(
@@ -256,30 +273,71 @@ class Planner:
             for c, name in enumerate(self.corpora.names)
         ]
 
-    def batches(self, order: np.ndarray, uses: np.ndarray | None = None) -> BatchList:
-        """Greedy batches over ``order`` (sequence indices; ``uses``: their corpus epochs)."""
+    def arrangement(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> Arrangement:
+        """``buckets:N``: the sub-epoch arranged in runs of ``world_size`` same-bucket batches
+        (``seqloader.plan.buckets``); the random subset is W-independent, the runs are not."""
+        Topology(0, world_size)  # validates world_size
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        seed_epoch = self.options.parsed_ordering.seed_epoch(ep.full_epoch)
+        rng = rng_for(self.options.seed, PURPOSE_BUCKETS, seed_epoch, order_rank, ep.part)
         o = self.options
-        return BatchList.from_bounds(
-            order, greedy_bounds(self.lengths[order], o.max_seqs, o.max_frames), uses
+        return arrange(
+            self.sub_epoch_slots(epoch, order_rank)[0],  # a random subset (no mix: refused)
+            self.lengths,
+            self.costs,
+            self.bucket_edges,
+            world_size,
+            o.max_seqs,
+            self.budget,
+            rng,
+            balance_tail=o.uneven == "split",
         )
 
-    def global_plan(self, epoch: int, world_size: int, start: int = 0) -> GlobalPlan:
+    def batches(self, order: np.ndarray, uses: np.ndarray | None = None) -> BatchList:
+        """Greedy batches over ``order`` (sequence indices; ``uses``: their corpus epochs)."""
+        return BatchList.from_bounds(
+            order, greedy_bounds(self.costs[order], self.options.max_seqs, self.budget), uses
+        )
+
+    def global_plan(
+        self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
+    ) -> GlobalPlan:
         """All ranks' batches of ``epoch``, starting at sequence position ``start`` of the
-        sub-epoch order (0 = the whole sub-epoch; > 0 only after an elastic resume)."""
+        sub-epoch order (0 = the whole sub-epoch; > 0 only after an elastic resume).
+        ``order_world_size``: the world size the epoch started with (default ``world_size``);
+        only ``buckets:N`` orders depend on it."""
         Topology(0, world_size)  # validates world_size
+        buckets = self.options.parsed_ordering.is_buckets
         if self.options.distribution == "random_seed_offset":
             if start:
                 raise OptionError("random_seed_offset plans cannot start mid-order")
-            per_rank = [self.batches(self.sub_epoch_order(epoch, r)) for r in range(world_size)]
+            per_rank = [
+                self._arranged_batches(epoch, r, 1, 0)
+                if buckets
+                else self.batches(self.sub_epoch_order(epoch, r))
+                for r in range(world_size)
+            ]
             return distribute_per_rank(per_rank)
+        if buckets:
+            batches = self._arranged_batches(epoch, 0, order_world_size or world_size, start)
+            return distribute_shard(batches, world_size, self.options.uneven)
         order, uses = self.sub_epoch_slots(epoch)
-        if not is_int(start) or not 0 <= start <= len(order):
-            raise OptionError(
-                f"start: got {start!r}, expected a sequence position 0..{len(order)} of epoch {epoch}"
-            )
+        self._check_start(start, len(order), epoch)
         order = order[int(start) :]
         uses = None if uses is None else uses[int(start) :]
         return distribute_shard(self.batches(order, uses), world_size, self.options.uneven)
+
+    def _arranged_batches(self, epoch: int, order_rank: int, group: int, start: int) -> BatchList:
+        arranged = self.arrangement(epoch, order_rank, group)
+        self._check_start(start, len(arranged.order), epoch)
+        return arranged.batches_from(int(start), self.costs, self.options.max_seqs, self.budget)
+
+    @staticmethod
+    def _check_start(start: object, size: int, epoch: int) -> None:
+        if not is_int(start) or not 0 <= start <= size:  # type: ignore[operator]
+            raise OptionError(
+                f"start: got {start!r}, expected a sequence position 0..{size} of epoch {epoch}"
+            )
 
     def fingerprint(self, source_fingerprint: str) -> str:
         """What all ranks (and a resumed run) must agree on: data, options, length key, and the

@@ -37,6 +37,8 @@ from seqloader.validate import is_int
 #: state fields that hold a ``Position`` (see ``Position.to_fields``)
 POSITION_FIELDS = ("epoch", "segment_start", "segment_world_size", "segment_steps", "prior_steps")
 _ATTRS = ("epoch", "segment_start", "segment_world_size", "steps", "prior_steps")  # same order
+#: optional in a state (older states lack it): the world size the epoch's order was arranged for
+ORDER_WORLD_SIZE = "order_world_size"
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class Position:
     - ``steps``: steps per rank consumed in this segment.
     - ``prior_steps``: steps per rank consumed in earlier segments of this epoch (elastic resumes),
       so that ``epoch_steps`` keeps counting across them.
+    - ``order_world_size``: the world size the epoch started with (default: ``segment_world_size``).
+      ``buckets:N`` arranges an epoch's order in runs of that many batches (one step's batches
+      from one bucket), so its order — which ``segment_start`` indexes — depends on it; it stays
+      the same across elastic resumes within the epoch. Other orderings ignore it.
     """
 
     epoch: int
@@ -55,11 +61,14 @@ class Position:
     segment_world_size: int = 1
     steps: int = 0
     prior_steps: int = 0
+    order_world_size: int = None  # type: ignore[assignment]  # None: segment_world_size
 
     def __post_init__(self) -> None:
-        for attr, name in zip(_ATTRS, POSITION_FIELDS):
+        if self.order_world_size is None:
+            object.__setattr__(self, "order_world_size", self.segment_world_size)
+        for attr, name in (*zip(_ATTRS, POSITION_FIELDS), (ORDER_WORLD_SIZE, ORDER_WORLD_SIZE)):
             value = getattr(self, attr)
-            low = 1 if name == "segment_world_size" else 0
+            low = 1 if name in ("segment_world_size", ORDER_WORLD_SIZE) else 0
             if not is_int(value) or value < low:
                 raise ResumeError(f"loader state {name}: got {value!r}, expected an int >= {low}")
             object.__setattr__(self, attr, int(value))  # numpy ints become plain (JSON) ints
@@ -77,6 +86,7 @@ class Position:
             self.segment_world_size,
             self.steps + steps,
             self.prior_steps,
+            self.order_world_size,
         )
 
     def seq_offset(self, segment_plan: GlobalPlan) -> int:
@@ -94,6 +104,7 @@ class Position:
             "segment_world_size": self.segment_world_size,
             "segment_steps": self.steps,
             "prior_steps": self.prior_steps,
+            ORDER_WORLD_SIZE: self.order_world_size,
         }
 
     @classmethod
@@ -104,6 +115,7 @@ class Position:
             raise ResumeError(f"loader state lacks {missing}; expected all of {POSITION_FIELDS}")
         values = {name: state[name] for name in POSITION_FIELDS}
         values["steps"] = values.pop("segment_steps")
+        values[ORDER_WORLD_SIZE] = state.get(ORDER_WORLD_SIZE)  # absent: segment_world_size
         return cls(**values)  # type: ignore[arg-type]
 
 
@@ -117,13 +129,18 @@ def segment_plan(planner: Planner, position: Position) -> GlobalPlan:
                 f"loader state segment_start: got {position.segment_start}, expected 0 with "
                 f"distribution={planner.options.distribution!r} (it has no global order)"
             )
-        size = len(planner.sub_epoch_order(position.epoch))
+        size = len(planner.sub_epoch_order(position.epoch, 0, position.order_world_size))
         if position.segment_start > size:
             raise ResumeError(
                 f"loader state segment_start: got {position.segment_start}, but epoch "
                 f"{position.epoch} has only {size} sequences; the state belongs to other data"
             )
-    plan = planner.global_plan(position.epoch, position.segment_world_size, position.segment_start)
+    plan = planner.global_plan(
+        position.epoch,
+        position.segment_world_size,
+        position.segment_start,
+        position.order_world_size,
+    )
     if position.steps > plan.steps:
         raise ResumeError(
             f"state says {position.steps} steps consumed in epoch {position.epoch} (segment from "
@@ -165,5 +182,8 @@ def continue_plan(
             "first, or use distribution='shard'."
         )
     start = position.seq_offset(seg)
-    new_position = Position(position.epoch, start, world_size, 0, position.epoch_steps)
-    return planner.global_plan(position.epoch, world_size, start), new_position
+    new_position = Position(
+        position.epoch, start, world_size, 0, position.epoch_steps, position.order_world_size
+    )
+    plan = planner.global_plan(position.epoch, world_size, start, position.order_world_size)
+    return plan, new_position

@@ -10,6 +10,7 @@ PURPOSE_ORDER = 1
 PURPOSE_TRANSFORM = 2
 PURPOSE_MIX = 3  # corpus epochs of a mix (seqloader.plan.mix)
 PURPOSE_MIX_TRANSFORM = 4  # transforms of mixed epochs: keyed by (sequence, corpus epoch)
+PURPOSE_BUCKETS = 5  # buckets:N arranges each sub-epoch (its runs' order) with its own stream
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

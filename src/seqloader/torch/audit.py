@@ -215,8 +215,10 @@ class EpochAuditor:
         start_offset: int,
         source: Source,
         check_lengths: bool,
+        order_world_size: int = 1,
     ) -> None:
         self.policy = policy
+        self.order_world_size = order_world_size  # buckets:N orders depend on it (Position)
         self.planner, self.plan, self.share = planner, plan, share
         self.rank, self.world_size, self.epoch = rank, world_size, epoch
         self.first_step = first_step  # Batch.step of this run's first batch
@@ -255,6 +257,7 @@ class EpochAuditor:
             start_offset=position.seq_offset(plan),
             source=source,
             check_lengths=check_lengths,
+            order_world_size=position.order_world_size,
         )
 
     def record(self, batch: Batch) -> None:
@@ -357,7 +360,7 @@ class EpochAuditor:
             streams = [self._stream(self.share_order(), 0, 0, payloads[0])]
         elif distribution == "shard":
             scope = "all ranks" if self.world_size > 1 else "single rank"
-            order = self.planner.sub_epoch_order(self.epoch)
+            order = self.planner.sub_epoch_order(self.epoch, 0, self.order_world_size)
             merged = {
                 "delivered": np.concatenate([p["delivered"] for p in payloads]),
                 "skipped": np.concatenate([p["skipped"] for p in payloads]),

@@ -161,6 +161,7 @@ class SeqLoader:
             position,
             self.planner.admission.filtered,
             planned_corpora(self.planner, epoch),
+            costs=self.planner.costs,
         )
         self._last_report = report
         auditor = None

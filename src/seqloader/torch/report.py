@@ -11,6 +11,7 @@ import numpy as np
 
 from seqloader.errors import EXAMPLES
 from seqloader.loading.corpora import CorpusCounts
+from seqloader.plan.cost import step_imbalance
 from seqloader.torch.batch import KeyCounts
 from seqloader.torch.corpus_report import CorpusReport, add_counts
 
@@ -59,6 +60,8 @@ class EpochReport:
     nonfinite_examples: list[str] = field(default_factory=list)
     audit: AuditResult | None = None  # with SeqLoader(audit=...): the epoch's exactly-once verdict
     max_wait_s: float = 0.0  # the longest wait for a batch after the first
+    # planned: mean over steps of max/mean padded batch cost across ranks (1.0: even)
+    step_imbalance: float = 1.0
     wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
     corpora: dict[str, CorpusReport] = field(default_factory=dict)  # named corpora (corpora.md)
 
@@ -70,9 +73,18 @@ class EpochReport:
         position: Position,
         filtered: dict[str, int],
         corpora: dict[str, CorpusReport] | None = None,
+        costs: np.ndarray | None = None,
     ) -> EpochReport:
         """The empty report of a run of ``plan`` from ``position`` (what the epoch will contain;
-        ``corpora``: the named corpora's planned counts)."""
+        ``corpora``: the named corpora's planned counts; ``costs``: cost units per sequence, for
+        the planned step-cost imbalance from the position's step on)."""
+        imbalance = 1.0
+        if costs is not None:
+            b, first = plan.batches, position.steps * plan.world_size
+            start = b.bounds[min(first, len(b))]
+            imbalance = step_imbalance(
+                b.seqs[start:], b.bounds[first:] - start, plan.world_size, costs
+            )
         return cls(
             position.epoch,
             topology.rank,
@@ -84,6 +96,7 @@ class EpochReport:
             repeats=plan.repeats,
             resumed_at_step=position.epoch_steps,
             corpora=dict(corpora or {}),
+            step_imbalance=imbalance,
         )
 
     @property
@@ -128,6 +141,7 @@ class EpochReport:
         d = asdict(self)
         d["computation_pct"] = round(self.computation_pct, 3)
         d["padding_ratio"] = round(self.padding_ratio, 5)
+        d["step_imbalance"] = round(self.step_imbalance, 5)
         d["wait_ms_after_first_batch"] = self.wait_summary_ms()
         return d
 
@@ -139,6 +153,11 @@ class EpochReport:
             f"{self.seqs} seqs",
             f"{self.frames} frames",
             f"padding {100 * self.padding_ratio:.1f}%",
+            *(
+                [f"step imbalance {self.step_imbalance:.3f} (max/mean batch cost over ranks)"]
+                if self.world_size > 1
+                else []
+            ),
             f"computation {self.computation_pct:.1f}%",
             f"data wait {self.data_wait_s:.2f}s of {self.wall_s:.2f}s" + self._wait_text(),
             f"filtered {filtered}" + (f" {self.filtered}" if filtered else ""),

@@ -1,0 +1,237 @@
+"""``ordering="buckets:N"``: length buckets with synced steps, as a plan order plus batch bounds.
+
+Why an *arrangement* and not just an order: the W batches that W ranks run in one step should come
+from the same bucket (no rank waits for another's long batch), and after ``s`` steps all ranks
+together must have consumed a prefix of the sub-epoch's order (what a resume position is). Both
+hold when the order is a sequence of *runs*: each run is ``group`` greedy batches of one bucket
+(``group`` = the world size the epoch starts with), so batch ``k`` goes to rank ``k % W`` and every
+step is one run, or part of one.
+
+How a sub-epoch (a random subset of the corpus, W-independent, so ``partition_epoch`` and ``:K``
+work as for every ordering) is arranged for ``group`` ranks:
+
+1. Each sequence's bucket comes from its length (``bucket_edges``: ``N`` buckets of about equal
+   total cost over the whole admitted corpus).
+2. Within a bucket the order is random; it is sorted by length within windows of about
+   ``WINDOW_BATCHES`` batches (alternately ascending and descending, as ``laplace``), which
+   removes most of the padding left inside a bucket and keeps batches random across epochs.
+3. Greedy batches within each bucket; every ``group`` consecutive batches form a run. A bucket's
+   last, incomplete run goes to a *pool*; the pool is sorted by length and batched and cut into
+   runs the same way (its runs hold adjacent buckets' leftovers, longest first). The pool's own
+   last, incomplete run (its shortest sequences) would be the sub-epoch's last round: with
+   ``uneven="split"`` it is re-cut into exactly ``group`` batches of balanced cost (the least
+   threshold that needs no more than ``group`` greedy batches; extended back by whole pool runs
+   while it has fewer sequences than that), otherwise it stays last and ``uneven`` applies.
+4. Full runs are shuffled (the batch order changes every epoch); the incomplete one goes last.
+
+Greedy batching is memoryless, so re-batching any suffix of the order with a break at every run
+start reproduces the same batches from the next batch boundary on: that is how a segment that
+starts mid-run (an elastic resume to another world size) is planned, with the same runs.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.plan.batches import BatchList
+from seqloader.plan.batching import greedy_bounds
+from seqloader.plan.ordering import argsort_by
+
+#: Within a bucket, sequences are sorted by length within windows of about this many batches.
+WINDOW_BATCHES = 8
+
+
+def bucket_edges(lengths: np.ndarray, costs: np.ndarray, n_buckets: int) -> np.ndarray:
+    """Length edges of ``n_buckets`` buckets holding about equal total cost -> int64 ``[<= N-1]``.
+
+    Bucket of length ``L`` = number of edges ``<= L`` (``bucket_of``). Equal lengths always share
+    a bucket, so few distinct lengths give fewer (never empty) buckets.
+    """
+    if len(lengths) == 0 or n_buckets <= 1:
+        return np.zeros(0, dtype=np.int64)
+    by_len = argsort_by(lengths)
+    sorted_len, cum = lengths[by_len], np.cumsum(costs[by_len])  # [n]
+    total = int(cum[-1])
+    targets = (total * np.arange(1, n_buckets, dtype=np.int64)) // n_buckets  # [N-1]
+    idx = np.searchsorted(cum, targets, side="right")  # first sequence past each target
+    edges = np.unique(sorted_len[np.minimum(idx, len(cum) - 1)])
+    return edges[edges > sorted_len[0]]  # a bucket below the shortest length would stay empty
+
+
+def bucket_of(lengths: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Bucket index of each length -> int64 ``[n]``."""
+    return np.searchsorted(edges, lengths, side="right").astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Arrangement:
+    """A sub-epoch arranged in runs: ``order`` int64 ``[m]`` (sequence indices), greedy batch
+    ``bounds`` int64 ``[n_batches + 1]`` over it, and ``run_starts`` int64 ``[n_runs]`` (positions
+    in ``order``; a subset of ``bounds``). Full runs hold ``group`` batches of one bucket (or of the
+    pool); only the last run may hold fewer."""
+
+    order: np.ndarray
+    bounds: np.ndarray
+    run_starts: np.ndarray
+    group: int
+    pooled: np.ndarray  # bool [n_runs]: a pool run (leftovers of several buckets), not one bucket
+
+    def batches_from(
+        self, start: int, costs: np.ndarray, max_seqs: int | None, budget: int | None
+    ) -> BatchList:
+        """Greedy batches of ``order[start:]`` with a break at every run start: the arrangement's
+        own batches from the first batch boundary at or after ``start`` (greedy is memoryless),
+        re-batched before it up to the end of the run that ``start`` cuts."""
+        order, bounds = self.order, self.bounds
+        tail = order[start:]
+        j = int(np.searchsorted(bounds, start, side="left"))
+        if j < len(bounds) and bounds[j] == start:
+            return BatchList.from_bounds(tail, bounds[j:] - start)
+        r = int(np.searchsorted(self.run_starts, start, side="right"))
+        run_end = int(self.run_starts[r]) if r < len(self.run_starts) else len(order)
+        head = greedy_bounds(costs[order[start:run_end]], max_seqs, budget)  # [h+1]
+        rest = bounds[int(np.searchsorted(bounds, run_end)) + 1 :] - start
+        return BatchList.from_bounds(tail, np.concatenate([head, rest]).astype(np.int64))
+
+    def batch_runs(self) -> np.ndarray:
+        """Run index of each batch -> int64 ``[n_batches]``."""
+        return np.searchsorted(self.run_starts, self.bounds[:-1], side="right") - 1
+
+
+def arrange(
+    seqs: np.ndarray,
+    lengths: np.ndarray,
+    costs: np.ndarray,
+    edges: np.ndarray,
+    group: int,
+    max_seqs: int | None,
+    budget: int | None,
+    rng: np.random.Generator,
+    balance_tail: bool = False,
+) -> Arrangement:
+    """Arrange the sub-epoch ``seqs`` (int64 ``[m]``, in random order) in runs of ``group`` batches
+    (see the module doc). ``lengths`` and ``costs`` are per sequence index (int64)."""
+    if len(seqs) == 0:
+        z = np.zeros(0, dtype=np.int64)
+        return Arrangement(z, np.zeros(1, dtype=np.int64), z, group, np.zeros(0, dtype=bool))
+    seqs = _sorted_in_windows(seqs, lengths, costs, edges, max_seqs, budget)
+    bucket = bucket_of(lengths[seqs], edges)  # [m] non-decreasing
+    cuts = np.flatnonzero(np.diff(bucket)) + 1
+    starts = np.concatenate([[0], cuts, [len(seqs)]]).tolist()
+    run_bounds, pool = [], []
+    for a, b in itertools.pairwise(starts):  # one greedy pass per bucket
+        gb = greedy_bounds(costs[seqs[a:b]], max_seqs, budget) + a  # [nb+1]
+        full = (len(gb) - 1) // group * group
+        if full:
+            run_bounds.append(gb[: full + 1])
+        pool.append(seqs[gb[full] : b])
+    in_runs = [seqs[int(rb[0]) : int(rb[-1])] for rb in run_bounds]
+    main_seqs = np.concatenate(in_runs) if in_runs else np.zeros(0, dtype=np.int64)
+    main_bounds = _join_bounds([rb - rb[0] for rb in run_bounds])
+    pool_seqs = np.concatenate(pool)
+    pool_seqs = pool_seqs[argsort_by(-lengths[pool_seqs])]  # adjacent lengths share pool runs
+    pool_bounds = greedy_bounds(costs[pool_seqs], max_seqs, budget)
+    if balance_tail:
+        pool_bounds = _balance_last_rounds(pool_seqs, pool_bounds, costs, group, max_seqs, budget)
+    batches = BatchList.from_bounds(main_seqs, main_bounds).concat(
+        BatchList.from_bounds(pool_seqs, pool_bounds)
+    )
+    n_full = len(batches) // group
+    runs = rng.permutation(n_full).astype(np.int64)  # [n_full] the batch order of this epoch
+    ids = (runs[:, None] * group + np.arange(group, dtype=np.int64)).ravel()
+    ids = np.concatenate([ids, np.arange(n_full * group, len(batches), dtype=np.int64)])
+    out = batches.take(ids)
+    run_starts = out.bounds[: len(out) : group].copy()
+    pooled = np.append(runs >= (len(main_bounds) - 1) // group, True)[: len(run_starts)]
+    return Arrangement(out.seqs, out.bounds, run_starts, group, pooled)
+
+
+def _balance_last_rounds(
+    seqs: np.ndarray,
+    bounds: np.ndarray,
+    costs: np.ndarray,
+    group: int,
+    max_seqs: int | None,
+    budget: int | None,
+) -> np.ndarray:
+    """The pool's incomplete last run, extended back by whole runs while it has fewer sequences
+    than batches needed, re-cut into whole runs of balanced batches (the step count stays
+    ``ceil(batches / group)``). Unchanged if even the whole pool is too small."""
+    n_batches = len(bounds) - 1
+    first = n_batches - n_batches % group  # first batch of the incomplete run
+    if first == n_batches:
+        return bounds
+    rounds = 1
+    while len(seqs) - bounds[first] < rounds * group and first >= group:
+        first, rounds = first - group, rounds + 1
+    if len(seqs) - bounds[first] < rounds * group:
+        return bounds
+    a = int(bounds[first])
+    tail = balanced_bounds(costs[seqs[a:]], rounds * group, max_seqs, budget) + a
+    return np.concatenate([bounds[:first], tail])
+
+
+def balanced_bounds(
+    costs: np.ndarray, k: int, max_seqs: int | None, budget: int | None
+) -> np.ndarray:
+    """Exactly ``k`` contiguous batches over ``costs`` (int64 ``[n]``, ``n >= k``, which fit in at
+    most ``k`` batches under ``budget``) whose largest padded cost is as small as greedy batching
+    allows: the least threshold ``T`` whose greedy batches number at most ``k``, then halving the
+    largest batch while fewer. -> int64 ``[k + 1]``."""
+    n = len(costs)
+    if budget is None:  # only max_seqs limits: equal counts
+        return (np.arange(k + 1, dtype=np.int64) * n) // k
+    lo, hi = max(int(costs.max()), 1), budget  # greedy at hi needs <= k batches
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(greedy_bounds(costs, max_seqs, mid)) - 1 <= k:
+            hi = mid
+        else:
+            lo = mid + 1
+    bounds = greedy_bounds(costs, max_seqs, lo)
+    while len(bounds) - 1 < k:
+        s = np.diff(bounds)
+        j = len(s) - 1 - int(np.argmax(s[::-1]))  # the largest batch, the latest on ties
+        bounds = np.insert(bounds, j + 1, bounds[j] + s[j] // 2 + s[j] % 2)
+    return bounds.astype(np.int64)
+
+
+def _join_bounds(parts: list[np.ndarray]) -> np.ndarray:
+    """Concatenate bounds arrays that each start at 0 -> one bounds array over the joined runs."""
+    out, offset = [np.zeros(1, dtype=np.int64)], 0
+    for p in parts:
+        out.append(p[1:] + offset)
+        offset += int(p[-1])
+    return np.concatenate(out).astype(np.int64)
+
+
+def _sorted_in_windows(
+    seqs: np.ndarray,
+    lengths: np.ndarray,
+    costs: np.ndarray,
+    edges: np.ndarray,
+    max_seqs: int | None,
+    budget: int | None,
+) -> np.ndarray:
+    """``seqs`` grouped by bucket (ascending), random within a bucket but sorted by length within
+    windows of about ``WINDOW_BATCHES`` batches, alternately ascending and descending."""
+    bucket = bucket_of(lengths[seqs], edges)  # [m]
+    seqs = seqs[argsort_by(bucket)]  # stable: the random order stays within each bucket
+    bucket = bucket_of(lengths[seqs], edges)
+    if budget is not None:
+        weight, size = costs[seqs], WINDOW_BATCHES * budget
+    elif max_seqs is not None:
+        weight, size = np.ones(len(seqs), dtype=np.int64), WINDOW_BATCHES * max_seqs
+    else:  # one batch per bucket anyway: sort whole buckets
+        weight, size = np.zeros(len(seqs), dtype=np.int64), 1
+    before = np.cumsum(weight) - weight  # [m] weight before each sequence
+    first = np.concatenate([[0], np.flatnonzero(np.diff(bucket)) + 1])  # bucket starts
+    start_of = np.repeat(first, np.diff(np.append(first, len(seqs))))  # [m]
+    window = (before - before[start_of]) // size  # [m] window within the bucket
+    major = bucket * (int(window.max()) + 1) + window
+    key = lengths[seqs].copy()
+    np.negative(key, out=key, where=window % 2 == 1)  # descending in odd windows
+    return seqs[argsort_by(key, major)]

@@ -1,0 +1,96 @@
+"""What a batch costs, so that ``max_frames`` can bound accelerator time rather than frames alone.
+
+``batch_cost="frames"`` (default): a sequence of length ``L`` costs ``L``; a batch costs its padded
+frames, ``n_seqs * max_len``.
+
+``batch_cost="quadratic:Q"``: a sequence costs ``L + L**2 / Q`` (self-attention's quadratic term; as
+Lhotse's ``quadratic_duration``, where ``L = Q`` doubles the cost). A batch costs
+``n_seqs * (Lmax + Lmax**2 / Q)``: every row is padded to the longest one, and the padded rows
+pay the quadratic term of the padded length too (Lhotse's ``num_cuts * longest_seen`` with the
+correction applied per cut). ``max_frames`` bounds that cost, so batches of long sequences hold
+fewer of them.
+
+Costs are exact integers: in *cost units* a sequence costs ``L * Q + L**2`` and the budget is
+``max_frames * Q`` (for ``frames``: ``L`` and ``max_frames``), so every rank and every machine
+compares the same numbers (no float rounding in the plan).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.batching import padded_frames
+
+_QUADRATIC_RE = re.compile(r"^quadratic:(?P<q>\d+)$")
+
+
+@dataclass(frozen=True)
+class BatchCost:
+    """A parsed ``batch_cost`` option: ``quadratic`` is ``Q`` (None for ``frames``)."""
+
+    quadratic: int | None = None
+
+    @classmethod
+    def parse(cls, text: object) -> BatchCost:
+        expected = "expected 'frames' or 'quadratic:Q' with an int Q >= 1 (e.g. 'quadratic:2000')"
+        if not isinstance(text, str):
+            raise OptionError(f"batch_cost: got {text!r}, {expected}")
+        if text.strip() == "frames":
+            return cls()
+        m = _QUADRATIC_RE.match(text.strip())
+        if not m or int(m["q"]) < 1:
+            raise OptionError(f"batch_cost: got {text!r}, {expected}")
+        return cls(int(m["q"]))
+
+    def __str__(self) -> str:
+        return "frames" if self.quadratic is None else f"quadratic:{self.quadratic}"
+
+    def units(self, lengths: np.ndarray) -> np.ndarray:
+        """Cost of each sequence in cost units -> int64 ``[n]`` (monotone in the length)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if self.quadratic is None:
+            return lengths
+        return lengths * self.quadratic + lengths * lengths
+
+    def budget(self, max_frames: int | None) -> int | None:
+        """``max_frames`` in cost units (None: unbounded)."""
+        if max_frames is None or self.quadratic is None:
+            return max_frames
+        return max_frames * self.quadratic
+
+    def to_frames(self, units: np.ndarray | float) -> np.ndarray | float:
+        """Cost units back to ``max_frames`` units (for reports)."""
+        return units if self.quadratic is None else np.divide(units, self.quadratic)
+
+    def longest_fitting(self, max_frames: int) -> int:
+        """The longest length that fits ``max_frames`` alone (for the error message's fix)."""
+        if self.quadratic is None:
+            return max_frames
+        q = self.quadratic  # largest L with L*q + L*L <= max_frames*q
+        length = (math.isqrt(q * q + 4 * max_frames * q) - q) // 2
+        while (length + 1) * q + (length + 1) ** 2 <= max_frames * q:
+            length += 1
+        return length
+
+
+def step_imbalance(
+    seqs: np.ndarray, bounds: np.ndarray, world_size: int, costs: np.ndarray
+) -> float:
+    """Mean over steps of (max / mean) padded batch cost across the ranks: how much longer the
+    slowest rank's batch is than the average one, i.e. what synchronous data parallelism waits
+    for. ``seqs``/``bounds``: a global plan's batches (``steps * world_size`` of them, batch
+    ``k`` on rank ``k % world_size``); ``costs``: cost units per sequence. 1.0 = perfectly even;
+    steps with nothing to compute count as even."""
+    n_batches = len(bounds) - 1
+    if n_batches < world_size or world_size < 1:
+        return 1.0
+    per = padded_frames(costs[seqs], bounds)[: n_batches - n_batches % world_size]
+    per = per.reshape(-1, world_size).astype(np.float64)  # [steps, W]
+    mean = per.mean(axis=1)
+    ratio = np.divide(per.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)
+    return float(ratio.mean())
