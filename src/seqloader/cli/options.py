@@ -94,7 +94,7 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
             "metavar": "ORD",
             "help": "sequence ordering (RETURNN names): "
             "default, reverse, random, sorted, sorted_reverse, laplace:N, laplace:.N, "
-            "sort_bin_shuffle[_x2]:.N",
+            "sort_bin_shuffle[_x2]:.N; or buckets:N (length buckets, synced steps)",
         },
     ),
     (
@@ -109,6 +109,15 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
             "type": positive_int,
             "metavar": "N",
             "help": "at most N padded frames (n_seqs * max_len) per batch",
+        },
+    ),
+    (
+        "--batch-cost",
+        "batch_cost",
+        {
+            "metavar": "COST",
+            "help": "what --max-frames bounds: frames (padded, the default) or quadratic:Q "
+            "(n_seqs * (Lmax + Lmax^2/Q), for attention)",
         },
     ),
     (
