@@ -137,6 +137,11 @@ def test_stats_json_and_png(hdf, tmp_path, corpus):
     assert set(pad) >= {"default", "sorted", "laplace:.100"}
     # sorting by length cannot pad more than the corpus order does
     assert pad["sorted"]["padding_ratio"] <= pad["default"]["padding_ratio"]
+    # steps and step-cost imbalance over 8 ranks (the default), buckets:N included
+    assert {"buckets:10", "buckets:30"} <= set(pad) and out["batching"]["ranks"] == 8
+    for p in pad.values():
+        assert p["steps"] * 8 == p["batches"] and p["step_imbalance"] >= 1.0
+    assert pad["buckets:10"]["padding_ratio"] < pad["random"]["padding_ratio"]
     from PIL import Image
 
     with Image.open(png) as im:

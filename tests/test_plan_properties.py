@@ -140,7 +140,7 @@ def planned_batches(planner: Planner, epoch: int, world: int) -> tuple[np.ndarra
             np.testing.assert_array_equal(run, greedy)
     # pool runs hold only what buckets could not fill a run with
     full_pooled = int(arranged.pooled[:-1].sum()) if len(ends) else 0
-    assert full_pooled * world <= (len(planner.bucket_edges) + 1) * (world - 1)
+    assert full_pooled * world <= (len(planner.bucket_edges) + 1) * world
     return order, batches
 
 

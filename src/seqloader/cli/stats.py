@@ -1,5 +1,6 @@
 """``seqloader stats``: what is in DATA (counts, hours, length percentiles, keys) and what batching
-costs in padding under each ordering; optionally a PNG of both."""
+costs under each ordering — padding, steps and step-cost imbalance over W ranks, from the plan
+alone; optionally a PNG of both."""
 
 from __future__ import annotations
 
@@ -14,18 +15,25 @@ from seqloader.cli.options import (
     add_loader_options,
     add_output_options,
     open_data,
+    positive_int,
 )
 from seqloader.cli.output import human, print_json, print_notes, progress
 from seqloader.errors import OptionError
 from seqloader.loading.corpora import corpora_of
+from seqloader.plan.cost import step_imbalance
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import load_of
 
-HELP = "sequences, hours, length percentiles, keys and padding per ordering (--plot FILE.png)"
+HELP = (
+    "sequences, hours, length percentiles, keys; padding, steps and step imbalance per ordering "
+    "(--plot FILE.png)"
+)
 PERCENTILES = (0, 5, 10, 25, 50, 75, 90, 95, 99, 100)
-DEFAULT_ORDERINGS = "default,random,sorted,laplace:.100,sort_bin_shuffle:.100"
+DEFAULT_ORDERINGS = (
+    "default,random,sorted,laplace:.100,laplace:.1000,sort_bin_shuffle:.100,buckets:10,buckets:30"
+)
 EPOCHS_SHOWN = 4  # epochs whose per-corpus slot counts stats shows for a mix
 
 
@@ -44,7 +52,15 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--orderings",
         default=DEFAULT_ORDERINGS,
         metavar="ORD,..",
-        help=f"orderings to compare padding for (default {DEFAULT_ORDERINGS})",
+        help=f"orderings to compare (default {DEFAULT_ORDERINGS})",
+    )
+    p.add_argument(
+        "--ranks",
+        type=positive_int,
+        default=8,
+        metavar="W",
+        help="world size for steps and step-cost imbalance (max/mean batch cost over ranks, "
+        "mean over steps; default 8)",
     )
     p.add_argument(
         "--plot",
@@ -73,16 +89,18 @@ def run(args: argparse.Namespace) -> int:
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
-        load = load_of(
-            Planner(lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora)
-            .global_plan(1, 1)
-            .batches,
-            planner.lengths,
-        )
+        if opened.plan.mix is not None and Ordering.parse(o).is_buckets:
+            continue  # refused with a mix (PlanOptions says why); the docs say it is left out
+        ordered = Planner(lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora)
+        plan = ordered.global_plan(1, args.ranks)
+        load = load_of(plan.batches, planner.lengths)
+        b = plan.batches
         padding[o] = {
             "batches": load.batches,
             "padded_frames": load.padded_frames,
             "padding_ratio": round(load.padding_ratio, 5),
+            "steps": plan.steps,
+            "step_imbalance": round(step_imbalance(b.seqs, b.bounds, args.ranks, ordered.costs), 5),
         }
     total = int(lengths[key].sum())
     out = {
@@ -108,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         "batching": {
             "max_seqs": opened.plan.max_seqs,
             "max_frames": opened.plan.max_frames,
+            "batch_cost": str(opened.plan.cost),
+            "ranks": args.ranks,
             "filtered": dict(planner.admission.filtered),
         },
         "padding_by_ordering": padding,
@@ -179,11 +199,18 @@ def print_text(out: dict) -> None:
     b = out["batching"]
     filtered = sum(b["filtered"].values())
     print(
-        f"padding per ordering (max_seqs={b['max_seqs']}, max_frames={b['max_frames']}, "
-        f"filtered {filtered}):"
+        f"per ordering, epoch 1 on {b['ranks']} rank(s) (max_seqs={b['max_seqs']}, "
+        f"max_frames={b['max_frames']}, batch_cost={b['batch_cost']}, filtered {filtered}):"
     )
     for o, p in out["padding_by_ordering"].items():
-        print(f"  {o:<24} {100 * p['padding_ratio']:5.1f}% padding, {p['batches']} batches")
+        print(
+            f"  {o:<24} {100 * p['padding_ratio']:5.1f}% padding, {p['steps']} steps, "
+            f"imbalance {p['step_imbalance']:.3f}"
+        )
+    print(
+        "  (padding: share of padded frames; imbalance: mean over steps of the slowest rank's "
+        "batch cost / the mean)"
+    )
     if "plot" in out:
         print(f"plot: {out['plot']}")
 

@@ -16,7 +16,7 @@ work as for every ordering) is arranged for ``group`` ranks:
    ``WINDOW_BATCHES`` batches (alternately ascending and descending, as ``laplace``), which
    removes most of the padding left inside a bucket and keeps batches random across epochs.
 3. Greedy batches within each bucket; every ``group`` consecutive batches form a run. A bucket's
-   last, incomplete run goes to a *pool*; the pool is sorted by length and batched and cut into
+   last run, incomplete or ending in the bucket's last (short) batch, goes to a *pool*; the pool is sorted by length and batched and cut into
    runs the same way (its runs hold adjacent buckets' leftovers, longest first). The pool's own
    last, incomplete run (its shortest sequences) would be the sub-epoch's last round: with
    ``uneven="split"`` it is re-cut into exactly ``group`` batches of balanced cost (the least
@@ -117,6 +117,9 @@ def arrange(
     if len(seqs) == 0:
         z = np.zeros(0, dtype=np.int64)
         return Arrangement(z, np.zeros(1, dtype=np.int64), z, group, np.zeros(0, dtype=bool))
+    if max_seqs is None and budget is None:  # no limits: one batch, the order is all there is
+        one = np.array([0, len(seqs)], dtype=np.int64)
+        return Arrangement(seqs, one, one[:1], group, np.ones(1, dtype=bool))
     seqs = _sorted_in_windows(seqs, lengths, costs, edges, max_seqs, budget)
     bucket = bucket_of(lengths[seqs], edges)  # [m] non-decreasing
     cuts = np.flatnonzero(np.diff(bucket)) + 1
@@ -124,7 +127,7 @@ def arrange(
     run_bounds, pool = [], []
     for a, b in itertools.pairwise(starts):  # one greedy pass per bucket
         gb = greedy_bounds(costs[seqs[a:b]], max_seqs, budget) + a  # [nb+1]
-        full = (len(gb) - 1) // group * group
+        full = (len(gb) - 2) // group * group  # the last batch is short: always to the pool
         if full:
             run_bounds.append(gb[: full + 1])
         pool.append(seqs[gb[full] : b])
@@ -223,10 +226,8 @@ def _sorted_in_windows(
     bucket = bucket_of(lengths[seqs], edges)
     if budget is not None:
         weight, size = costs[seqs], WINDOW_BATCHES * budget
-    elif max_seqs is not None:
-        weight, size = np.ones(len(seqs), dtype=np.int64), WINDOW_BATCHES * max_seqs
-    else:  # one batch per bucket anyway: sort whole buckets
-        weight, size = np.zeros(len(seqs), dtype=np.int64), 1
+    else:
+        weight, size = np.ones(len(seqs), dtype=np.int64), WINDOW_BATCHES * (max_seqs or 1)
     before = np.cumsum(weight) - weight  # [m] weight before each sequence
     first = np.concatenate([[0], np.flatnonzero(np.diff(bucket)) + 1])  # bucket starts
     start_of = np.repeat(first, np.diff(np.append(first, len(seqs))))  # [m]
