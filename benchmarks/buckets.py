@@ -24,7 +24,7 @@ and the newest torchaudio wheel (2.11.1) does not load against this project's pi
 Padding ratio = padded frames of all batches / frames of the distinct sequences used - 1 (repeats
 and duplicates are padding: compute spent on nothing new). Imbalance = mean over steps of max/mean
 batch cost across the 8 ranks (``seqloader.plan.cost.step_imbalance``). Medians over ``--reps``
-epochs (different shuffles).
+epochs (different shuffles); used once / dropped / duplicated: the worst epoch.
 """
 
 from __future__ import annotations
@@ -158,6 +158,10 @@ def measure(reps: int, n: int, quadratic: int | None = None, only: str | None = 
                 for epoch in range(1, reps + 1)
             ]
             rows[name] = {m: statistics.median(f[m] for f in per_epoch) for m in per_epoch[0]}
+            # what became of sequences: the worst epoch, not the median (a rare duplicate counts)
+            rows[name]["once"] = min(f["once"] for f in per_epoch)
+            for m in ("dropped", "duplicated"):
+                rows[name][m] = max(f[m] for f in per_epoch)
             print(f"{corpus:9s} {name:24s} {rows[name]}", flush=True)
         out[corpus] = {"sequences": len(lengths), "total_frames": int(lengths.sum()), "rows": rows}
     return out
@@ -168,7 +172,8 @@ def table(result: dict, cost: str) -> str:
     for corpus, info in result.items():
         lines += [
             f"**{corpus}** ({info['sequences']} sequences, {info['total_frames']} frames; "
-            f"max_frames={MAX_FRAMES}, batch_cost={cost}, {WORLD} ranks)",
+            f"max_frames={MAX_FRAMES}, batch_cost={cost}, {WORLD} ranks; padding = padded / real "
+            "frames - 1; medians over epochs, sequence counts of the worst epoch)",
             "",
             "| method | padding | steps | imbalance (8 ranks) | used once | dropped | duplicated |",
             "| --- | --- | --- | --- | --- | --- | --- |",

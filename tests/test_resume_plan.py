@@ -206,6 +206,11 @@ def test_buckets_order_world_size_survives_elastic_resumes() -> None:
 
 
 def test_states_without_order_world_size_still_load() -> None:
+    """The field appears only where it differs from the segment's world size (after an elastic
+    resume), so other states keep their format; absent means the segment's world size."""
     fields = Position(1, 0, 2, 1).to_fields()
-    del fields["order_world_size"]
+    assert "order_world_size" not in fields
     assert Position.from_fields(fields).order_world_size == 2
+    elastic = Position(1, 10, 2, 1, 3, order_world_size=4).to_fields()
+    assert elastic["order_world_size"] == 4
+    assert Position.from_fields(elastic) == Position(1, 10, 2, 1, 3, 4)

@@ -53,7 +53,8 @@ class Position:
     - ``order_world_size``: the world size the epoch started with (default: ``segment_world_size``).
       ``buckets:N`` arranges an epoch's order in runs of that many batches (one step's batches
       from one bucket), so its order — which ``segment_start`` indexes — depends on it; it stays
-      the same across elastic resumes within the epoch. Other orderings ignore it.
+      the same across elastic resumes within the epoch. Other orderings ignore it (an elastic
+      resume sets it to the new world size, so their states look as before the field existed).
     """
 
     epoch: int
@@ -97,15 +98,19 @@ class Position:
         )
 
     def to_fields(self) -> dict[str, int]:
-        """The JSON-able fields of a loader state that hold this position (``POSITION_FIELDS``)."""
-        return {
+        """The JSON-able fields of a loader state that hold this position (``POSITION_FIELDS``,
+        and ``order_world_size`` only where it differs from ``segment_world_size``, i.e. after an
+        elastic resume: states keep the format they had before the field existed)."""
+        fields = {
             "epoch": self.epoch,
             "segment_start": self.segment_start,
             "segment_world_size": self.segment_world_size,
             "segment_steps": self.steps,
             "prior_steps": self.prior_steps,
-            ORDER_WORLD_SIZE: self.order_world_size,
         }
+        if self.order_world_size != self.segment_world_size:
+            fields[ORDER_WORLD_SIZE] = self.order_world_size
+        return fields
 
     @classmethod
     def from_fields(cls, state: Mapping[str, object]) -> Position:
@@ -182,8 +187,15 @@ def continue_plan(
             "first, or use distribution='shard'."
         )
     start = position.seq_offset(seg)
+    # only buckets:N orders depend on the world size they were arranged for: others need no record
+    keep = planner.options.parsed_ordering.is_buckets
     new_position = Position(
-        position.epoch, start, world_size, 0, position.epoch_steps, position.order_world_size
+        position.epoch,
+        start,
+        world_size,
+        0,
+        position.epoch_steps,
+        position.order_world_size if keep else world_size,
     )
     plan = planner.global_plan(position.epoch, world_size, start, position.order_world_size)
     return plan, new_position
