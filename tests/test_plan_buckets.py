@@ -9,7 +9,7 @@ import pytest
 from seqloader.errors import OptionError, SequenceTooLongError
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.batching import padded_frames
-from seqloader.plan.buckets import balanced_bounds, bucket_edges, bucket_of
+from seqloader.plan.buckets import balanced_bounds, bucket_edges, bucket_of, merge_small_buckets
 from seqloader.plan.cost import BatchCost, step_imbalance
 
 
@@ -36,6 +36,22 @@ def test_equal_lengths_share_a_bucket_so_few_lengths_give_fewer_buckets() -> Non
     assert set(bucket_of(lengths, edges).tolist()) == set(range(len(edges) + 1))
     assert len(edges) <= 2
     assert len(bucket_edges(lengths, lengths, 1)) == 0
+
+
+def test_small_buckets_merge_until_each_fills_two_runs() -> None:
+    """A bucket too small for a run would go to the pool whole (sorted: the same every epoch), so
+    neighbours merge until each holds ``min_weight``; the last, too small one joins its neighbour."""
+    weight = np.ones(12, dtype=np.int64)
+    bucket = np.array([0, 0, 0, 1, 2, 2, 2, 2, 3, 5, 5, 5])
+    np.testing.assert_array_equal(merge_small_buckets(bucket, weight, 6, 4), [0, 0, 1, 2, 2, 2])
+    np.testing.assert_array_equal(merge_small_buckets(bucket, weight, 6, 1), [0, 1, 2, 3, 4, 4])
+    np.testing.assert_array_equal(merge_small_buckets(bucket, weight, 6, 100), [0] * 6)
+    # a corpus too small for 30 buckets on 8 ranks still gets a different batch order every epoch
+    lengths = lognormal(2000)
+    planner = Planner({"data": lengths}, PlanOptions(ordering="buckets:30", max_frames=20_000))
+    first = planner.arrangement(1, 0, 8)
+    assert 1 <= first.merged.max() < 29 and not first.pooled.all()
+    assert not np.array_equal(first.order, planner.arrangement(2, 0, 8).order)
 
 
 def test_quadratic_cost_units_and_the_longest_fitting_length() -> None:
@@ -100,7 +116,7 @@ def test_steps_are_synced_buckets_with_little_padding_and_imbalance() -> None:
     arranged = planner.arrangement(1, 0, 8)
     runs = arranged.batch_runs().reshape(plan.steps, 8)
     assert (runs == runs[:, :1]).all()
-    buckets = bucket_of(lengths, planner.bucket_edges)
+    buckets = arranged.merged[bucket_of(lengths, planner.bucket_edges)]
     pure = 0
     for step in range(plan.steps):
         seqs = plan.batches.seqs[plan.batches.bounds[step * 8] : plan.batches.bounds[step * 8 + 8]]

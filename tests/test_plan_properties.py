@@ -123,7 +123,8 @@ def planned_batches(planner: Planner, epoch: int, world: int) -> tuple[np.ndarra
     batches = BatchList.from_bounds(order, arranged.bounds)
     assert np.isin(arranged.run_starts, arranged.bounds).all()
     ends = np.append(arranged.run_starts[1:], len(order))
-    buckets = bucket_of(planner.lengths[order], planner.bucket_edges)
+    # the buckets runs are cut in: length buckets, small ones merged with their neighbours
+    buckets = arranged.merged[bucket_of(planner.lengths[order], planner.bucket_edges)]
     o = planner.options
     for r, (a, b) in enumerate(zip(arranged.run_starts.tolist(), ends.tolist())):
         run = arranged.bounds[(arranged.bounds >= a) & (arranged.bounds <= b)] - a
@@ -140,7 +141,7 @@ def planned_batches(planner: Planner, epoch: int, world: int) -> tuple[np.ndarra
             np.testing.assert_array_equal(run, greedy)
     # pool runs hold only what buckets could not fill a run with
     full_pooled = int(arranged.pooled[:-1].sum()) if len(ends) else 0
-    assert full_pooled * world <= (len(planner.bucket_edges) + 1) * world
+    assert full_pooled * world <= (int(arranged.merged.max(initial=0)) + 1) * world
     return order, batches
 
 

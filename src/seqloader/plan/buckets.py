@@ -78,6 +78,7 @@ class Arrangement:
     run_starts: np.ndarray
     group: int
     pooled: np.ndarray  # bool [n_runs]: a pool run (leftovers of several buckets), not one bucket
+    merged: np.ndarray  # int64 [N]: the (merged) bucket each length bucket is batched in
 
     def batches_from(
         self, start: int, costs: np.ndarray, max_seqs: int | None, budget: int | None
@@ -116,12 +117,25 @@ def arrange(
     (see the module doc). ``lengths`` and ``costs`` are per sequence index (int64)."""
     if len(seqs) == 0:
         z = np.zeros(0, dtype=np.int64)
-        return Arrangement(z, np.zeros(1, dtype=np.int64), z, group, np.zeros(0, dtype=bool))
+        return Arrangement(
+            z,
+            np.zeros(1, dtype=np.int64),
+            z,
+            group,
+            np.zeros(0, dtype=bool),
+            np.arange(len(edges) + 1),
+        )
     if max_seqs is None and budget is None:  # no limits: one batch, the order is all there is
         one = np.array([0, len(seqs)], dtype=np.int64)
-        return Arrangement(seqs, one, one[:1], group, np.ones(1, dtype=bool))
-    seqs = _sorted_in_windows(seqs, lengths, costs, edges, max_seqs, budget)
-    bucket = bucket_of(lengths[seqs], edges)  # [m] non-decreasing
+        return Arrangement(
+            seqs, one, one[:1], group, np.ones(1, dtype=bool), np.zeros(len(edges) + 1, np.int64)
+        )
+    weight = costs if budget is not None else np.ones(len(costs), dtype=np.int64)
+    batch_weight = budget if budget is not None else max_seqs  # one batch's worth of weight
+    original = bucket_of(lengths[seqs], edges)  # [m]
+    merged = merge_small_buckets(original, weight[seqs], len(edges) + 1, 2 * group * batch_weight)
+    seqs = _sorted_in_windows(seqs, merged[original], lengths, weight, batch_weight)
+    bucket = merged[bucket_of(lengths[seqs], edges)]  # [m] non-decreasing
     cuts = np.flatnonzero(np.diff(bucket)) + 1
     starts = np.concatenate([[0], cuts, [len(seqs)]]).tolist()
     run_bounds, pool = [], []
@@ -149,7 +163,7 @@ def arrange(
     out = batches.take(ids)
     run_starts = out.bounds[: len(out) : group].copy()
     pooled = np.append(runs >= (len(main_bounds) - 1) // group, True)[: len(run_starts)]
-    return Arrangement(out.seqs, out.bounds, run_starts, group, pooled)
+    return Arrangement(out.seqs, out.bounds, run_starts, group, pooled, merged)
 
 
 def _balance_last_rounds(
@@ -211,27 +225,43 @@ def _join_bounds(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(out).astype(np.int64)
 
 
+def merge_small_buckets(
+    bucket: np.ndarray, weight: np.ndarray, n_buckets: int, min_weight: int
+) -> np.ndarray:
+    """Merge neighbouring length buckets until each holds at least ``min_weight`` (about two runs'
+    worth) of this sub-epoch: a smaller bucket could fill no run and would all go to the pool,
+    whose order is sorted and so the same every epoch. -> int64 ``[n_buckets]`` merged index of
+    each bucket (non-decreasing)."""
+    totals = np.bincount(bucket, weights=weight, minlength=n_buckets).tolist()
+    out, current, held = [], 0, 0.0
+    for total in totals:
+        out.append(current)
+        held += total
+        if held >= min_weight:
+            current, held = current + 1, 0.0
+    merged = np.asarray(out, dtype=np.int64)
+    if held and current:  # the last, too small: joins the one before it
+        merged[merged == current] = current - 1
+    return merged
+
+
 def _sorted_in_windows(
     seqs: np.ndarray,
+    bucket: np.ndarray,
     lengths: np.ndarray,
-    costs: np.ndarray,
-    edges: np.ndarray,
-    max_seqs: int | None,
-    budget: int | None,
+    weight: np.ndarray,
+    batch_weight: int,
 ) -> np.ndarray:
-    """``seqs`` grouped by bucket (ascending), random within a bucket but sorted by length within
-    windows of about ``WINDOW_BATCHES`` batches, alternately ascending and descending."""
-    bucket = bucket_of(lengths[seqs], edges)  # [m]
-    seqs = seqs[argsort_by(bucket)]  # stable: the random order stays within each bucket
-    bucket = bucket_of(lengths[seqs], edges)
-    if budget is not None:
-        weight, size = costs[seqs], WINDOW_BATCHES * budget
-    else:
-        weight, size = np.ones(len(seqs), dtype=np.int64), WINDOW_BATCHES * (max_seqs or 1)
-    before = np.cumsum(weight) - weight  # [m] weight before each sequence
+    """``seqs`` grouped by ``bucket`` (int64 ``[m]``, per sequence, ascending), random within a
+    bucket but sorted by length within windows of about ``WINDOW_BATCHES`` batches' ``weight``,
+    alternately ascending and descending."""
+    by_bucket = argsort_by(bucket)  # stable: the random order stays within each bucket
+    seqs, bucket = seqs[by_bucket], bucket[by_bucket]
+    w = weight[seqs]
+    before = np.cumsum(w) - w  # [m] weight before each sequence
     first = np.concatenate([[0], np.flatnonzero(np.diff(bucket)) + 1])  # bucket starts
     start_of = np.repeat(first, np.diff(np.append(first, len(seqs))))  # [m]
-    window = (before - before[start_of]) // size  # [m] window within the bucket
+    window = (before - before[start_of]) // (WINDOW_BATCHES * batch_weight)  # [m]
     major = bucket * (int(window.max()) + 1) + window
     key = lengths[seqs].copy()
     np.negative(key, out=key, where=window % 2 == 1)  # descending in odd windows
