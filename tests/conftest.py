@@ -41,6 +41,8 @@ ORDERINGS = [
     "buckets:30",
     "buckets:6:2",
 ]
+#: The orderings a ``mix`` takes (``buckets:N`` is refused with a mix, with the reason).
+MIX_ORDERINGS = [o for o in ORDERINGS if not o.startswith("buckets")]
 
 
 # ---- corpora ----

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from conftest import ORDERINGS
+from conftest import MIX_ORDERINGS
 from seqloader.errors import OptionError
 
 RNG = np.random.default_rng(11)
@@ -230,7 +230,7 @@ def loader_mixes(draw: st.DrawFn) -> dict:
         "options": {
             "mix": rates,
             "partition_epoch": partition,
-            "ordering": draw(st.sampled_from(ORDERINGS)),
+            "ordering": draw(st.sampled_from(MIX_ORDERINGS)),
             "max_seqs": draw(st.integers(1, 4)),
             "seed": draw(st.integers(0, 5)),
         },

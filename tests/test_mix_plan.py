@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import ORDERINGS
+from conftest import MIX_ORDERINGS
 from seqloader.errors import OptionError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.distribute import GlobalPlan
@@ -41,7 +41,7 @@ def mixes(draw: st.DrawFn) -> dict:
     lengths = np.array(draw(st.lists(st.integers(1, 30), min_size=total, max_size=total)))
     rates = {n: draw(st.sampled_from(RATES)) for n in names if draw(st.booleans()) or n == "c0"}
     options = PlanOptions(
-        ordering=draw(st.sampled_from(ORDERINGS)),
+        ordering=draw(st.sampled_from(MIX_ORDERINGS)),
         max_seqs=draw(st.one_of(st.none(), st.integers(1, 6))),
         max_frames=draw(st.one_of(st.none(), st.integers(30, 150))),
         partition_epoch=draw(st.integers(1, 3)),

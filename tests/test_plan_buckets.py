@@ -187,3 +187,8 @@ def test_epoch_report_shows_the_planned_step_imbalance() -> None:
         assert report is not None and report.step_imbalance == pytest.approx(expected)
         assert f"step imbalance {expected:.3f}" in report.format()
         assert report.to_dict()["step_imbalance"] == round(expected, 5)
+
+
+def test_buckets_with_a_mix_is_refused_with_the_reason() -> None:
+    with pytest.raises(OptionError, match="mix: not supported with ordering='buckets:3'"):
+        PlanOptions(ordering="buckets:3", mix={"a": 1.0, "b": 0.5})
