@@ -131,7 +131,8 @@ def arrange(
             seqs, one, one[:1], group, np.ones(1, dtype=bool), np.zeros(len(edges) + 1, np.int64)
         )
     weight = costs if budget is not None else np.ones(len(costs), dtype=np.int64)
-    batch_weight = budget if budget is not None else max_seqs  # one batch's worth of weight
+    # one batch's worth of weight (max_seqs is set when budget is not: returned above otherwise)
+    batch_weight = budget if budget is not None else int(max_seqs or 1)
     original = bucket_of(lengths[seqs], edges)  # [m]
     merged = merge_small_buckets(original, weight[seqs], len(edges) + 1, 2 * group * batch_weight)
     seqs = _sorted_in_windows(seqs, merged[original], lengths, weight, batch_weight)
