@@ -67,3 +67,10 @@ class DataWarning(UserWarning):
 
 class AuditWarning(UserWarning):
     """A failed epoch audit under ``audit="warn"``."""
+
+
+class MissingDependencyError(OptionError, ImportError):
+    """An optional package is not installed; the message names the extra that installs it.
+
+    An ``OptionError`` (asking for the feature is the option) and an ``ImportError`` (what a
+    generic ``except ImportError`` around optional imports expects)."""

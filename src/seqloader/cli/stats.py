@@ -19,6 +19,7 @@ from seqloader.cli.options import (
 )
 from seqloader.cli.output import human, print_json, print_notes, progress
 from seqloader.errors import OptionError
+from seqloader.extras import require
 from seqloader.loading.corpora import corpora_of
 from seqloader.plan.cost import step_imbalance
 from seqloader.plan.mix import Corpora
@@ -81,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
         Ordering.parse(o)  # validate before any work
     if args.plot is not None and args.plot.suffix.lower() != ".png":
         raise OptionError(f"--plot: got {str(args.plot)!r}, expected a file name ending in .png")
+    if args.plot is not None:
+        require("matplotlib", "seqloader stats --plot")  # before any work
     opened = open_data(args)
     src = opened.source
     lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
@@ -217,8 +220,7 @@ def print_text(out: dict) -> None:
 
 def plot(path: Path, lengths: np.ndarray, key: str, padding: dict) -> None:
     """Length histogram (with the median) and padding ratio per ordering, side by side."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "seqloader stats --plot")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
