@@ -7,6 +7,7 @@ The face also plugs torch's STFT kernel into the audio layer's log-mel (``use_ke
 imports no torch, and features cost what they cost with torch.
 """
 
+from seqloader.adapters import HFSource, LhotseSource
 from seqloader.audio import (
     AudioOptions,
     AudioSource,
@@ -23,6 +24,7 @@ from seqloader.errors import (
     DataError,
     DataWarning,
     DistributedMismatchError,
+    MissingDependencyError,
     OptionError,
     ResumeError,
     SeqLoaderError,
@@ -63,9 +65,12 @@ __all__ = [
     "DistributedMismatchError",
     "EpochReport",
     "HDFSource",
+    "HFSource",
     "KeySpec",
+    "LhotseSource",
     "LogMel",
     "MemorySource",
+    "MissingDependencyError",
     "OptionError",
     "Ordering",
     "PlanOptions",

@@ -26,6 +26,7 @@ from typing import overload
 import numpy as np
 
 from seqloader.errors import DataError, OptionError
+from seqloader.extras import require
 
 
 class StringTable(Sequence[str]):
@@ -125,13 +126,7 @@ class Manifest:
 
 def import_soundfile():
     """soundfile is the ``audio`` extra: imported when audio is first decoded, not by seqloader."""
-    try:
-        import soundfile
-    except ImportError as e:
-        raise OptionError(
-            "decoding audio needs the soundfile package: pip install 'seqloader[audio]'"
-        ) from e
-    return soundfile
+    return require("soundfile", "decoding audio")
 
 
 def open_manifest(path: str | os.PathLike) -> Manifest:

@@ -22,83 +22,30 @@ import hashlib
 import itertools
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
 from typing import NoReturn
 
 import numpy as np
 
-from seqloader.audio.features import LogMel
+from seqloader.audio.keys import (
+    AUDIO_KEYS,
+    AudioOptions,
+    encode_texts,
+    fail_read,
+    fit_length,
+    key_spec,
+    length_problem,
+    parse_options,
+    planned_lengths,
+)
+from seqloader.audio.keys import (
+    loader_needs as audio_loader_needs,
+)
 from seqloader.audio.manifest import Manifest, StringTable, open_manifest
-from seqloader.audio.resample import resample, speed_length
+from seqloader.audio.resample import resample
 from seqloader.audio.returnn_features import ReturnnFeatures, fit_frames
 from seqloader.audio.vocab import Vocabulary
-from seqloader.errors import DataError, OptionError, SequenceSkipped
+from seqloader.errors import DataError, OptionError
 from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
-
-AUDIO_KEYS = ("data", "audio", "text", "classes")
-ON_ERROR = ("raise", "skip")
-
-
-@dataclass(frozen=True)
-class AudioOptions:
-    """How an ``AudioSource`` turns files into sequences.
-
-    - ``sample_rate``: rate of ``audio`` and of the features; files at other rates are resampled.
-      Default: ``features.sample_rate``, else 16000.
-    - ``features``: ``LogMel`` options for the ``data`` key (None: no ``data`` key), or
-      ``ReturnnFeatures`` for RETURNN's frames: computed on the whole decoded file as RETURNN does
-      (no resampling: a file at another rate is an error, as in RETURNN), then cropped or
-      edge-padded to the planned frame count when the manifest's duration is rounded.
-    - ``defer_features``: ``read`` returns the waveform as ``audio`` and leaves ``data`` to the
-      loader's transform (``transforms.Features`` after wave-level steps such as speed
-      perturbation); planning still counts ``data`` frames.
-    - ``min_speed``: plan for speed perturbation down to this factor (planned lengths are the
-      slowest factor's, an upper bound for every factor >= it); 1.0: no perturbation.
-    - ``length_tolerance_s``: decoded length may differ this much from ``duration`` (it is then
-      cropped / zero-padded to the planned length); more is a data error.
-    - ``on_error``: ``raise`` (default) fails on an unreadable file naming the manifest line;
-      ``skip`` leaves the utterance out of its batch, counted in the epoch report.
-    """
-
-    sample_rate: int | None = None
-    features: LogMel | ReturnnFeatures | None = None
-    defer_features: bool = False
-    min_speed: float = 1.0
-    length_tolerance_s: float = 0.02
-    on_error: str = "raise"
-
-    def __post_init__(self) -> None:
-        sr = self.sample_rate
-        if sr is not None and (not isinstance(sr, int) or sr < 1):
-            raise OptionError(f"sample_rate: got {sr!r}, expected an int >= 1 or None")
-        if self.features is not None and not isinstance(self.features, LogMel | ReturnnFeatures):
-            raise OptionError(
-                f"features: got {self.features!r}, expected a LogMel, ReturnnFeatures or None"
-            )
-        if self.features is not None and sr is not None and sr != self.features.sample_rate:
-            raise OptionError(
-                f"sample_rate={sr} differs from features.sample_rate="
-                f"{self.features.sample_rate}; give one (the other follows)"
-            )
-        if self.defer_features and self.features is None:
-            raise OptionError("defer_features=True needs features=LogMel(...)")
-        if not (0.1 <= self.min_speed <= 10.0):
-            raise OptionError(f"min_speed: got {self.min_speed!r}, expected a factor in [0.1, 10]")
-        if self.length_tolerance_s < 0:
-            raise OptionError(
-                f"length_tolerance_s: got {self.length_tolerance_s!r}, expected seconds >= 0"
-            )
-        if self.on_error not in ON_ERROR:
-            raise OptionError(f"on_error: got {self.on_error!r}, expected one of {ON_ERROR}")
-
-    @property
-    def rate(self) -> int:
-        if self.sample_rate is not None:
-            return self.sample_rate
-        return self.features.sample_rate if self.features is not None else 16000
-
-
-_OPTION_FIELDS = {f.name for f in fields(AudioOptions)}
 
 
 class AudioSource(SourceBase):
@@ -119,15 +66,7 @@ class AudioSource(SourceBase):
         options: AudioOptions | None = None,
         **option_kwargs: object,
     ) -> None:
-        unknown = set(option_kwargs) - _OPTION_FIELDS
-        if unknown:
-            raise OptionError(
-                f"AudioSource: unknown option(s) {sorted(unknown)}; expected AudioOptions "
-                f"fields {sorted(_OPTION_FIELDS)}, keys= or vocab="
-            )
-        if options is not None and option_kwargs:
-            raise OptionError("AudioSource: give options= or option keywords, not both")
-        self.options = options or AudioOptions(**option_kwargs)  # type: ignore[arg-type]
+        self.options = parse_options("AudioSource", options, option_kwargs, returnn_features=True)
         self.vocab = vocab
         path_list = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         if not path_list:
@@ -176,47 +115,19 @@ class AudioSource(SourceBase):
     def _encode_texts(self) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of every text, concatenated (int32) with offsets (int64 ``[n + 1]``)."""
         assert self.vocab is not None
-        parts: list[np.ndarray] = []
-        for m in self._manifests:
-            assert m.texts is not None
-            for j in range(len(m)):
-                try:
-                    parts.append(np.asarray(self.vocab.encode(m.texts[j]), dtype=np.int32))
-                except DataError as e:
-                    raise DataError(f"{m.where(j)}: {e}") from e
-        offsets = np.zeros(len(parts) + 1, dtype=np.int64)
-        np.cumsum([len(p) for p in parts], out=offsets[1:])
-        flat = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-        return flat, offsets
+        texts = itertools.chain.from_iterable(m.texts for m in self._manifests)  # type: ignore[misc]
+        return encode_texts(self.vocab, texts, self.where)
 
     def _planned_lengths(self, key: str) -> np.ndarray:
-        o = self.options
         if key in ("audio", "data"):
-            samples = self._samples
-            if o.min_speed < 1.0:
-                samples = np.asarray(speed_length(samples, o.min_speed), dtype=np.int64)
-            if key == "audio":
-                return samples
-            assert o.features is not None
-            return np.asarray(o.features.num_frames(samples), dtype=np.int64)
+            return planned_lengths(key, self._samples, self.options)
         if key == "text":
             return np.concatenate([m.texts.byte_lengths() for m in self._manifests])  # type: ignore[union-attr]
         assert self._class_offsets is not None
         return np.diff(self._class_offsets)
 
     def _make_schema(self) -> dict[str, KeySpec]:
-        schema = {}
-        for key in self._keys:
-            if key == "audio":
-                schema[key] = KeySpec(np.dtype(np.float32))
-            elif key == "data":
-                n_mels = self.options.features.n_mels  # type: ignore[union-attr]
-                schema[key] = KeySpec(np.dtype(np.float32), (n_mels,))
-            elif key == "text":
-                schema[key] = KeySpec(np.dtype(np.uint8), (), True, 256)
-            else:
-                schema[key] = KeySpec(np.dtype(np.int32), (), True, len(self.vocab))  # type: ignore[arg-type]
-        return schema
+        return {key: key_spec(key, self.options, self.vocab) for key in self._keys}
 
     # ---- Source protocol ----
     def __len__(self) -> int:
@@ -232,16 +143,7 @@ class AudioSource(SourceBase):
         return m.where(j)
 
     def loader_needs(self) -> LoaderNeeds:
-        """With ``defer_features`` the transform computes ``data`` from the waveform."""
-        if not self.options.defer_features:
-            return LoaderNeeds()
-        return LoaderNeeds(
-            transform_keys=("data",),
-            why="was opened with defer_features=True, so it reads waveforms and leaves the "
-            "features ('data') to the transform",
-            fix="pass transform=seqloader.transforms.Features(features) (after any wave-level "
-            "transforms), or open the source without defer_features.",
-        )
+        return audio_loader_needs(self.options)
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         m, j = self._locate(index)
@@ -249,7 +151,7 @@ class AudioSource(SourceBase):
         keys, o = self._keys, self.options
         if "audio" in keys or "data" in keys:
             whole = self._read_wave(index, m, j)  # checked against the plan, not yet fitted
-            wave = _fit(whole, int(self._samples[index]))
+            wave = fit_length(whole, int(self._samples[index]))
             if o.defer_features or "audio" in keys:
                 out["audio"] = wave
             if "data" in keys and not o.defer_features:
@@ -319,14 +221,14 @@ class AudioSource(SourceBase):
         if file_rate != rate:
             wave = resample(wave, file_rate, rate)
         want = int(self._samples[index])
-        if abs(len(wave) - want) > self.options.length_tolerance_s * rate:
+        problem = length_problem(len(wave), rate, want, self.options.length_tolerance_s)
+        if problem is not None:
             self._fail(
                 index,
                 m,
                 j,
-                f"decoded {len(wave)} samples at {rate} Hz ({len(wave) / rate:.3f}s), but the "
-                f"manifest's duration {m.durations[j]}s gives {want}; the manifest does not "
-                "describe this file (regenerate it, or raise length_tolerance_s)",
+                f"{problem}: the manifest's duration {m.durations[j]}s does not describe this "
+                "file (regenerate it, or raise length_tolerance_s)",
                 None,
             )
         return wave
@@ -335,12 +237,7 @@ class AudioSource(SourceBase):
         self, index: int, m: Manifest, j: int, what: str, cause: Exception | None
     ) -> NoReturn:
         where = f"sequence {index} (tag {self.tag(index)!r}), {m.where(j)}"
-        if self.options.on_error == "skip":
-            raise SequenceSkipped(f"{where}: {what}") from cause
-        raise DataError(
-            f"{where}: {what}. Fix: repair or remove the file, or open the source with "
-            "on_error='skip' to leave such files out (counted in the epoch report)."
-        ) from cause
+        fail_read(self.options, where, what, "repair or remove the file", cause)
 
     def close(self) -> None:
         for m in self._manifests:
@@ -353,12 +250,3 @@ class AudioSource(SourceBase):
         return (
             f"AudioSource({first}{more}; {len(self)} utterances at {self.options.rate} Hz; {keys})"
         )
-
-
-def _fit(wave: np.ndarray, want: int) -> np.ndarray:
-    """Crop or zero-pad a decoded waveform to the planned ``want`` samples."""
-    if len(wave) > want:
-        return wave[:want]
-    if len(wave) < want:
-        return np.concatenate([wave, np.zeros(want - len(wave), dtype=np.float32)])
-    return wave

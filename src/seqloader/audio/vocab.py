@@ -17,6 +17,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from seqloader.errors import DataError, OptionError
+from seqloader.extras import require
 
 
 @runtime_checkable
@@ -114,12 +115,7 @@ class SentencePieceVocab:
         self._load()
 
     def _load(self) -> None:
-        try:
-            import sentencepiece
-        except ImportError as e:
-            raise OptionError(
-                "SentencePieceVocab needs the sentencepiece package (pip install sentencepiece)"
-            ) from e
+        sentencepiece = require("sentencepiece", "SentencePieceVocab")
         self._sp = sentencepiece.SentencePieceProcessor(model_proto=self._model)
 
     def __getstate__(self) -> dict:

@@ -1,0 +1,365 @@
+"""``LhotseSource``: Lhotse cuts (a ``CutSet`` or a ``.jsonl``/``.jsonl.gz`` cuts manifest) as a
+seqloader source.
+
+- ``data``: the cut's features (``cut.load_features()``, whatever Lhotse storage holds them) when
+  the cuts have features; else, with ``features=LogMel(...)``, log-mel frames of the cut's audio
+  (``cut.load_audio()``, resampled to the LogMel rate) through the same path as ``AudioSource``
+  (``defer_features``, ``min_speed``, ``on_error`` mean the same). Given ``features``, the audio path
+  is used even when the cuts have features (an explicit request wins).
+- ``audio``: the cut's waveform, mono float32 at ``sample_rate``.
+- ``text``: the supervisions' texts joined by a space (utf-8 bytes); ``classes``: their token ids
+  under ``vocab`` (encoded at open, so planning knows the token counts).
+
+Planning lengths come from the manifest alone (``num_frames`` of the features, or the samples and
+frames of ``duration``): nothing is decoded at open. Tags are the cut ids. Each cut is kept as its
+JSON text in one byte blob (no Python objects per cut: forked workers share it copy-on-write, spawn
+pickles one array); a worker rebuilds the cut it reads, and Lhotse opens the feature storage in
+that worker (cached file handles inherited through fork are dropped first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+
+from seqloader.audio.keys import (
+    AUDIO_KEYS,
+    AudioOptions,
+    encode_texts,
+    fail_read,
+    fit_wave,
+    key_spec,
+    mono,
+    parse_options,
+    planned_lengths,
+    put_wave,
+)
+from seqloader.audio.keys import (
+    loader_needs as audio_loader_needs,
+)
+from seqloader.audio.manifest import StringTable
+from seqloader.audio.vocab import Vocabulary
+from seqloader.errors import DataError, OptionError
+from seqloader.extras import require
+from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
+
+
+class LhotseSource(SourceBase):
+    """Lhotse cuts in manifest order; see the module docstring.
+
+    ``keys`` selects from ``data``, ``audio``, ``text``, ``classes``; default: ``data`` (cut
+    features, or LogMel of the audio with ``features=``; ``audio`` when neither), plus ``text``
+    when the cuts have supervision texts, plus ``classes`` with a vocabulary. Audio options:
+    ``options=AudioOptions(...)`` or its fields as keywords (``features``, ``sample_rate``, ...).
+    """
+
+    def __init__(
+        self,
+        cuts: Any,
+        *,
+        keys: Sequence[str] | None = None,
+        vocab: Vocabulary | None = None,
+        options: AudioOptions | None = None,
+        **option_kwargs: object,
+    ) -> None:
+        self.options = parse_options("LhotseSource", options, option_kwargs)
+        self.vocab = vocab
+        self._origin, cut_iter = _open_cuts(cuts)
+        cols = _Columns(self._origin)
+        for cut in cut_iter:
+            cols.add(cut)
+        if not cols.ids:
+            raise DataError(f"LhotseSource: {self._origin} holds no cuts")
+        self._cuts = StringTable(cols.json)
+        self._tags = StringTable(cols.ids)
+        self._texts = StringTable(cols.texts)
+        self._durations = np.asarray(cols.durations, dtype=np.float64)  # [n] seconds
+        self._from_features = self.options.features is None and all(cols.has_features)
+        self._keys = self._choose_keys(keys, cols)
+        self._rate = self._audio_rate(cols) if not self._audio_free() else 0
+        self._samples = self._planned_samples(cols)  # [n] decoded length (0 without audio)
+        self._feature_dim = self._check_features(cols) if self._uses_cut_features() else 0
+        self._frames = np.asarray(cols.frames, dtype=np.int64)  # [n] cut feature frames
+        encoded = self._encode_texts() if "classes" in self._keys else (None, None)
+        self._classes, self._class_offsets = encoded
+        self._lengths = {k: self._planned_lengths(k) for k in self._keys}
+        self._schema = self._make_schema()
+        self._fingerprint: str | None = None
+        self._pid = -1  # the process whose Lhotse file-handle cache is ours
+
+    # ---- open time ----
+    def _choose_keys(self, keys: Sequence[str] | None, cols: _Columns) -> tuple[str, ...]:
+        o = self.options
+        has_text = any(cols.has_text)
+        if keys is None:
+            keys = ["data" if self._from_features or o.features is not None else "audio"]
+            keys += ["text"] if has_text else []
+            keys += ["classes"] if self.vocab is not None else []
+        keys = tuple(keys)
+        for k in keys:
+            if k not in AUDIO_KEYS:
+                raise OptionError(f"LhotseSource keys: got {k!r}, expected some of {AUDIO_KEYS}")
+        if len(set(keys)) != len(keys) or not keys:
+            raise OptionError(f"LhotseSource keys: got {keys!r}, expected distinct keys, >= 1")
+        if "data" in keys and not self._from_features and o.features is None:
+            first = cols.ids[cols.has_features.index(False)]
+            raise OptionError(
+                f"LhotseSource key 'data': cut {first!r} of {self._origin} has no features. Fix: "
+                "compute features for every cut (CutSet.compute_and_store_features), or pass "
+                "features=LogMel(...) to compute them from the audio, or use keys=['audio']"
+            )
+        if ("text" in keys or "classes" in keys) and not has_text:
+            raise OptionError(
+                f"LhotseSource keys {keys}: no cut of {self._origin} has a supervision text"
+            )
+        if "classes" in keys and self.vocab is None:
+            raise OptionError("LhotseSource key 'classes' needs vocab=... (a Vocabulary)")
+        if o.defer_features and "data" not in keys:
+            raise OptionError("defer_features=True plans 'data' frames: keys must include 'data'")
+        return keys
+
+    def _audio_free(self) -> bool:
+        return "audio" not in self._keys and ("data" not in self._keys or self._from_features)
+
+    def _uses_cut_features(self) -> bool:
+        return "data" in self._keys and self._from_features
+
+    def _audio_rate(self, cols: _Columns) -> int:
+        """``sample_rate``, else the LogMel rate, else the cuts' own rate (all must agree)."""
+        o = self.options
+        if o.sample_rate is not None or o.features is not None:
+            return o.rate
+        rates = set(cols.rates)
+        if None in rates:
+            first = cols.ids[cols.rates.index(None)]
+            raise OptionError(f"LhotseSource: cut {first!r} of {self._origin} has no recording")
+        if len(rates) > 1:
+            raise OptionError(
+                f"LhotseSource: the cuts of {self._origin} have sampling rates {sorted(rates)}; "
+                "pass sample_rate=... (audio is resampled to it)"
+            )
+        return int(rates.pop())
+
+    def _planned_samples(self, cols: _Columns) -> np.ndarray:
+        if self._rate == 0:
+            return np.zeros(len(cols.ids), dtype=np.int64)
+        missing = [i for i, r in enumerate(cols.rates) if r is None]
+        if missing:
+            raise OptionError(
+                f"LhotseSource: cut {cols.ids[missing[0]]!r} of {self._origin} has no recording, "
+                f"but keys {self._keys} need its audio"
+            )
+        lhotse_utils = require("lhotse.utils", "LhotseSource")
+        rate = self._rate
+        return np.fromiter(
+            (
+                n if r == rate else lhotse_utils.compute_num_samples(d, rate)
+                for n, r, d in zip(cols.samples, cols.rates, cols.durations)
+            ),
+            dtype=np.int64,
+            count=len(cols.ids),
+        )
+
+    def _check_features(self, cols: _Columns) -> int:
+        dims = np.asarray(cols.feature_dims, dtype=np.int64)
+        if (dims != dims[0]).any():
+            k = int(np.flatnonzero(dims != dims[0])[0])
+            raise DataError(
+                f"LhotseSource: cut {cols.ids[k]!r} of {self._origin} has {dims[k]} features per "
+                f"frame, cut {cols.ids[0]!r} has {dims[0]}; a key has one feature dimension. "
+                "Fix: compute all features with one extractor"
+            )
+        return int(dims[0])
+
+    def _encode_texts(self) -> tuple[np.ndarray, np.ndarray]:
+        assert self.vocab is not None
+        return encode_texts(self.vocab, self._texts, self.where)
+
+    def _planned_lengths(self, key: str) -> np.ndarray:
+        if key == "data" and self._from_features:
+            return self._frames
+        if key in ("audio", "data"):
+            return planned_lengths(key, self._samples, self.options)
+        if key == "text":
+            return self._texts.byte_lengths()
+        assert self._class_offsets is not None
+        return np.diff(self._class_offsets)
+
+    def _make_schema(self) -> dict[str, KeySpec]:
+        schema = {
+            key: key_spec(key, self.options, self.vocab) for key in self._keys if key != "data"
+        }
+        if "data" in self._keys:
+            if self._from_features:
+                schema["data"] = KeySpec(np.dtype(np.float32), (self._feature_dim,))
+            else:
+                schema["data"] = key_spec("data", self.options, self.vocab)
+        return {key: schema[key] for key in self._keys}
+
+    # ---- Source protocol ----
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._keys
+
+    def where(self, index: int) -> str:
+        return f"{self._origin} cut {self.tag(index)!r}"
+
+    def loader_needs(self) -> LoaderNeeds:
+        return audio_loader_needs(self.options)
+
+    def read(self, index: int) -> dict[str, np.ndarray]:
+        if not 0 <= index < len(self):
+            raise IndexError(f"LhotseSource: sequence {index} out of range for {len(self)}")
+        cut = self._cut(index)
+        out: dict[str, np.ndarray] = {}
+        keys = self._keys
+        if self._uses_cut_features():
+            out["data"] = self._read_features(index, cut)
+        if "audio" in keys or ("data" in keys and not self._from_features):
+            wave = self._read_wave(index, cut)
+            data = "data" in keys and not self._from_features
+            put_wave(out, wave, self.options, "audio" in keys, data)
+        if "text" in keys:
+            out["text"] = np.array(self._texts.raw(index))
+        if "classes" in keys:
+            c = self._class_offsets
+            out["classes"] = self._classes[c[index] : c[index + 1]].copy()  # type: ignore[index]
+        return out
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            h = hashlib.sha256(repr(self.options).encode())
+            h.update(self._cuts.content_hash().encode())
+            if self.vocab is not None:
+                h.update(self.vocab.fingerprint().encode())
+            self._fingerprint = fingerprint_of(
+                self._tags, self._lengths, self._schema, h.hexdigest()
+            )
+        return self._fingerprint
+
+    # ---- reading (in workers) ----
+    def _cut(self, index: int) -> Any:
+        if self._pid != os.getpid():  # first read in this process: no inherited storage handles
+            require("lhotse.features.io", "LhotseSource").close_cached_file_handles()
+            self._pid = os.getpid()
+        serialization = require("lhotse.serialization", "LhotseSource")
+        return serialization.deserialize_item(json.loads(self._cuts[index]))
+
+    def _read_features(self, index: int, cut: Any) -> np.ndarray:
+        try:
+            feats = np.asarray(cut.load_features(), dtype=np.float32)
+        except Exception as e:  # storage backends raise OS, h5py, lilcom and KeyErrors
+            self._fail(index, f"cannot load its features: {type(e).__name__}: {e}", e)
+        want = (int(self._frames[index]), self._feature_dim)
+        if feats.shape != want:
+            self._fail(
+                index,
+                f"its features have shape {feats.shape}, the manifest says {want} "
+                "(num_frames, num_features); the storage does not match the manifest",
+                None,
+            )
+        return feats
+
+    def _read_wave(self, index: int, cut: Any) -> np.ndarray:
+        try:
+            audio = np.asarray(cut.load_audio(), dtype=np.float32)
+        except Exception as e:  # audio backends raise many kinds
+            self._fail(index, f"cannot load its audio: {type(e).__name__}: {e}", e)
+        # [channels, samples]
+        want = int(self._samples[index])
+        wave, problem = fit_wave(
+            mono(audio, 0),
+            int(cut.sampling_rate),
+            self._rate,
+            want,
+            self.options.length_tolerance_s,
+        )
+        if problem is not None:
+            self._fail(
+                index,
+                f"{problem}: its duration {self._durations[index]}s does not describe its audio",
+                None,
+            )
+        return wave
+
+    def _fail(self, index: int, what: str, cause: Exception | None) -> NoReturn:
+        where = f"sequence {index} (cut {self.tag(index)!r}) of {self._origin}"
+        fail_read(self.options, where, what, "repair the cut's files", cause)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_pid"] = -1
+        return state
+
+    def __repr__(self) -> str:
+        keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
+        return f"LhotseSource({self._origin}; {len(self)} cuts; {keys})"
+
+
+class _Columns:
+    """What planning needs of each cut, gathered in one pass over the manifest."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+        self.json: list[str] = []
+        self.ids: list[str] = []
+        self.texts: list[str] = []
+        self.has_text: list[bool] = []
+        self.durations: list[float] = []
+        self.has_features: list[bool] = []
+        self.frames: list[int] = []
+        self.feature_dims: list[int] = []
+        self.rates: list[int | None] = []
+        self.samples: list[int] = []
+
+    def add(self, cut: Any) -> None:
+        if not hasattr(cut, "supervisions") or not hasattr(cut, "has_features"):
+            raise OptionError(
+                f"LhotseSource: {self.origin} holds a {type(cut).__name__}, expected cuts "
+                "(a CutSet, or a cuts manifest written by CutSet.to_file)"
+            )
+        self.json.append(json.dumps(cut.to_dict(), separators=(",", ":")))
+        self.ids.append(str(cut.id))
+        texts = [s.text for s in cut.supervisions if s.text]
+        self.texts.append(" ".join(texts))
+        self.has_text.append(bool(texts))
+        self.durations.append(float(cut.duration))
+        feats = bool(cut.has_features)
+        self.has_features.append(feats)
+        self.frames.append(int(cut.num_frames) if feats else 0)
+        self.feature_dims.append(int(cut.num_features) if feats else 0)
+        has_audio = bool(cut.has_recording)
+        self.rates.append(int(cut.sampling_rate) if has_audio else None)
+        self.samples.append(int(cut.num_samples) if has_audio else 0)
+
+
+def _open_cuts(cuts: Any) -> tuple[str, Iterable[Any]]:
+    """(a description for messages, the cuts in order) of a CutSet or a manifest path."""
+    lhotse = require("lhotse", "LhotseSource")
+    if isinstance(cuts, str | os.PathLike):
+        path = os.fspath(cuts)
+        if not path.endswith((".jsonl", ".jsonl.gz")):
+            raise OptionError(
+                f"LhotseSource: got the path {path!r}, expected a cuts manifest ending in .jsonl "
+                "or .jsonl.gz (CutSet.to_file), or a CutSet"
+            )
+        if not os.path.exists(path):
+            raise DataError(f"LhotseSource: manifest {path!r} does not exist")
+        manifest = lhotse.load_manifest_lazy(path)
+        if not isinstance(manifest, lhotse.CutSet):
+            raise OptionError(
+                f"LhotseSource: {path!r} is a {type(manifest).__name__} manifest, expected cuts; "
+                "make them with CutSet.from_manifests(recordings=..., supervisions=...).to_file()"
+            )
+        return f"manifest {path}", manifest
+    if isinstance(cuts, lhotse.CutSet):
+        return "CutSet", cuts
+    raise OptionError(
+        f"LhotseSource: got {type(cuts).__name__}, expected a lhotse CutSet or the path of a "
+        ".jsonl/.jsonl.gz cuts manifest"
+    )

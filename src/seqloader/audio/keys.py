@@ -1,0 +1,236 @@
+"""The audio keys (``data``, ``audio``, ``text``, ``classes``) and their options (``AudioOptions``)
+as every audio-reading source plans and reads them: ``AudioSource`` and the Lhotse and Hugging Face adapters share these, so the same
+options mean the same planned lengths and the same arrays whatever the container.
+
+- planned lengths from sample counts (``planned_lengths``), with ``min_speed`` and ``LogMel``;
+- the schema of each key (``key_spec``);
+- decoded audio fitted to the plan (``fit_wave``: resample, then crop / zero-pad within
+  ``length_tolerance_s``);
+- every text's token ids, encoded once at open (``encode_texts``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import NoReturn
+
+import numpy as np
+
+from seqloader.audio.features import LogMel
+from seqloader.audio.resample import resample, speed_length
+from seqloader.audio.returnn_features import ReturnnFeatures
+from seqloader.audio.vocab import Vocabulary
+from seqloader.errors import DataError, OptionError, SequenceSkipped
+from seqloader.sources.base import KeySpec, LoaderNeeds
+
+AUDIO_KEYS = ("data", "audio", "text", "classes")
+ON_ERROR = ("raise", "skip")
+
+
+@dataclass(frozen=True)
+class AudioOptions:
+    """How an ``AudioSource`` turns files into sequences.
+
+    - ``sample_rate``: rate of ``audio`` and of the features; files at other rates are resampled.
+      Default: ``features.sample_rate``, else 16000.
+    - ``features``: ``LogMel`` options for the ``data`` key (None: no ``data`` key), or
+      ``ReturnnFeatures`` for RETURNN's frames: computed on the whole decoded file as RETURNN does
+      (no resampling: a file at another rate is an error, as in RETURNN), then cropped or
+      edge-padded to the planned frame count when the manifest's duration is rounded.
+    - ``defer_features``: ``read`` returns the waveform as ``audio`` and leaves ``data`` to the
+      loader's transform (``transforms.Features`` after wave-level steps such as speed
+      perturbation); planning still counts ``data`` frames.
+    - ``min_speed``: plan for speed perturbation down to this factor (planned lengths are the
+      slowest factor's, an upper bound for every factor >= it); 1.0: no perturbation.
+    - ``length_tolerance_s``: decoded length may differ this much from ``duration`` (it is then
+      cropped / zero-padded to the planned length); more is a data error.
+    - ``on_error``: ``raise`` (default) fails on an unreadable file naming the manifest line;
+      ``skip`` leaves the utterance out of its batch, counted in the epoch report.
+    """
+
+    sample_rate: int | None = None
+    features: LogMel | ReturnnFeatures | None = None
+    defer_features: bool = False
+    min_speed: float = 1.0
+    length_tolerance_s: float = 0.02
+    on_error: str = "raise"
+
+    def __post_init__(self) -> None:
+        sr = self.sample_rate
+        if sr is not None and (not isinstance(sr, int) or sr < 1):
+            raise OptionError(f"sample_rate: got {sr!r}, expected an int >= 1 or None")
+        if self.features is not None and not isinstance(self.features, LogMel | ReturnnFeatures):
+            raise OptionError(
+                f"features: got {self.features!r}, expected a LogMel, ReturnnFeatures or None"
+            )
+        if self.features is not None and sr is not None and sr != self.features.sample_rate:
+            raise OptionError(
+                f"sample_rate={sr} differs from features.sample_rate="
+                f"{self.features.sample_rate}; give one (the other follows)"
+            )
+        if self.defer_features and self.features is None:
+            raise OptionError("defer_features=True needs features=LogMel(...)")
+        if not (0.1 <= self.min_speed <= 10.0):
+            raise OptionError(f"min_speed: got {self.min_speed!r}, expected a factor in [0.1, 10]")
+        if self.length_tolerance_s < 0:
+            raise OptionError(
+                f"length_tolerance_s: got {self.length_tolerance_s!r}, expected seconds >= 0"
+            )
+        if self.on_error not in ON_ERROR:
+            raise OptionError(f"on_error: got {self.on_error!r}, expected one of {ON_ERROR}")
+
+    @property
+    def rate(self) -> int:
+        if self.sample_rate is not None:
+            return self.sample_rate
+        return self.features.sample_rate if self.features is not None else 16000
+
+
+_OPTION_FIELDS = {f.name for f in fields(AudioOptions)}
+
+
+def parse_options(
+    owner: str,
+    options: AudioOptions | None,
+    option_kwargs: Mapping[str, object],
+    returnn_features: bool = False,
+) -> AudioOptions:
+    """``options=AudioOptions(...)`` or its fields as keywords (not both), for source ``owner``;
+    ``ReturnnFeatures`` only where the source computes them as RETURNN does (``returnn_features``)."""
+    unknown = set(option_kwargs) - _OPTION_FIELDS
+    if unknown:
+        raise OptionError(
+            f"{owner}: unknown option(s) {sorted(unknown)}; expected AudioOptions "
+            f"fields {sorted(_OPTION_FIELDS)}, keys= or vocab="
+        )
+    if options is not None and option_kwargs:
+        raise OptionError(f"{owner}: give options= or option keywords, not both")
+    parsed = options or AudioOptions(**option_kwargs)  # type: ignore[arg-type]
+    if isinstance(parsed.features, ReturnnFeatures) and not returnn_features:
+        raise OptionError(
+            f"{owner}: features=ReturnnFeatures(...) reproduces RETURNN's OggZipDataset frames "
+            "and is supported by AudioSource only; use features=LogMel(...) here"
+        )
+    return parsed
+
+
+def planned_lengths(key: str, samples: np.ndarray, options: AudioOptions) -> np.ndarray:
+    """Planned length of ``audio`` (samples) or ``data`` (LogMel frames) for decoded lengths
+    ``samples`` (int64 ``[n]``): with ``min_speed < 1`` the slowest speed's (an upper bound)."""
+    if options.min_speed < 1.0:
+        samples = np.asarray(speed_length(samples, options.min_speed), dtype=np.int64)
+    if key == "audio":
+        return np.asarray(samples, dtype=np.int64)
+    if key != "data" or options.features is None:
+        raise OptionError(f"planned_lengths: key {key!r} is not computed from audio here")
+    return np.asarray(options.features.num_frames(samples), dtype=np.int64)
+
+
+def key_spec(key: str, options: AudioOptions, vocab: Vocabulary | None) -> KeySpec:
+    """Schema of an audio key (``data`` as LogMel frames)."""
+    if key == "audio":
+        return KeySpec(np.dtype(np.float32))
+    if key == "data":
+        if options.features is None:
+            raise OptionError("key 'data' from audio needs features=LogMel(...)")
+        return KeySpec(np.dtype(np.float32), (options.features.n_mels,))
+    if key == "text":
+        return KeySpec(np.dtype(np.uint8), (), True, 256)
+    if key == "classes" and vocab is not None:
+        return KeySpec(np.dtype(np.int32), (), True, len(vocab))
+    raise OptionError(f"key {key!r}: expected one of {AUDIO_KEYS} (classes needs vocab=...)")
+
+
+def length_problem(decoded: int, rate: int, want: int, tolerance_s: float) -> str | None:
+    """Why ``decoded`` samples at ``rate`` cannot be fitted to the planned ``want`` (more than
+    ``tolerance_s`` apart: the container's duration does not describe the audio), else None."""
+    if abs(decoded - want) <= tolerance_s * rate:
+        return None
+    return (
+        f"decoded {decoded} samples at {rate} Hz ({decoded / rate:.3f}s), but the planned "
+        f"duration gives {want}"
+    )
+
+
+def fit_length(wave: np.ndarray, want: int) -> np.ndarray:
+    """Crop or zero-pad a decoded waveform to the planned ``want`` samples."""
+    if len(wave) > want:
+        return wave[:want]
+    if len(wave) < want:
+        return np.concatenate([wave, np.zeros(want - len(wave), dtype=np.float32)])
+    return wave
+
+
+def fit_wave(
+    wave: np.ndarray, file_rate: int, rate: int, want: int, tolerance_s: float
+) -> tuple[np.ndarray, str | None]:
+    """Resample mono ``wave`` to ``rate`` and fit it to the planned ``want`` samples: (wave, None),
+    or (wave, ``length_problem``) when it is too far off to fit (the caller names the sequence)."""
+    if file_rate != rate:
+        wave = resample(wave, file_rate, rate)
+    problem = length_problem(len(wave), rate, want, tolerance_s)
+    return (wave, problem) if problem is not None else (fit_length(wave, want), None)
+
+
+def loader_needs(options: AudioOptions) -> LoaderNeeds:
+    """With ``defer_features`` the loader's transform computes ``data`` from the waveform."""
+    if not options.defer_features:
+        return LoaderNeeds()
+    return LoaderNeeds(
+        transform_keys=("data",),
+        why="was opened with defer_features=True, so it reads waveforms and leaves the "
+        "features ('data') to the transform",
+        fix="pass transform=seqloader.transforms.Features(features) (after any wave-level "
+        "transforms), or open the source without defer_features.",
+    )
+
+
+def put_wave(
+    out: dict[str, np.ndarray], wave: np.ndarray, options: AudioOptions, audio: bool, data: bool
+) -> None:
+    """Store a decoded, fitted wave as the asked keys: ``audio`` (also when ``data`` is deferred to
+    the loader's ``Features`` transform) and ``data`` (LogMel frames, unless deferred)."""
+    if audio or (data and options.defer_features):
+        out["audio"] = wave
+    if data and not options.defer_features:
+        assert options.features is not None
+        out["data"] = options.features(wave)
+
+
+def fail_read(
+    options: AudioOptions, where: str, what: str, fix: str, cause: Exception | None
+) -> NoReturn:
+    """A sequence that cannot be read: ``SequenceSkipped`` under ``on_error="skip"`` (left out of
+    its batch, counted in the epoch report), else a ``DataError`` naming it and the fix."""
+    if options.on_error == "skip":
+        raise SequenceSkipped(f"{where}: {what}") from cause
+    raise DataError(
+        f"{where}: {what}. Fix: {fix}, or open the source with on_error='skip' to leave it out "
+        "(counted in the epoch report)."
+    ) from cause
+
+
+def mono(wave: np.ndarray, channel_axis: int) -> np.ndarray:
+    """One channel as float32 ``[samples]``: the channel itself, or the mean of several."""
+    w = np.asarray(wave, dtype=np.float32)
+    if w.ndim == 1:
+        return np.ascontiguousarray(w)
+    one = w.take(0, axis=channel_axis) if w.shape[channel_axis] == 1 else w.mean(channel_axis)
+    return np.ascontiguousarray(one, dtype=np.float32)
+
+
+def encode_texts(
+    vocab: Vocabulary, texts: Iterable[str], where: Callable[[int], str]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids of every text, concatenated (int32), with offsets (int64 ``[n + 1]``).
+    ``where(i)`` names text ``i`` in an encoding error."""
+    parts: list[np.ndarray] = []
+    for i, text in enumerate(texts):
+        try:
+            parts.append(np.asarray(vocab.encode(text), dtype=np.int32))
+        except DataError as e:
+            raise DataError(f"{where(i)}: {e}") from e
+    offsets = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([len(p) for p in parts], out=offsets[1:])
+    return (np.concatenate(parts) if parts else np.zeros(0, np.int32)), offsets
