@@ -63,3 +63,20 @@ def test_stats_plot_without_matplotlib_names_the_cli_extra(capsys, monkeypatch, 
     assert "seqloader stats --plot needs the matplotlib package" in line
     assert "pip install 'seqloader[cli]'" in line
     assert not png.exists()
+
+
+def test_adapters_name_their_extras(monkeypatch, tmp_path):
+    import seqloader as sl
+
+    block(monkeypatch, "lhotse", "datasets")
+    with pytest.raises(MissingDependencyError, match=r"LhotseSource needs the lhotse .*\[lhotse\]"):
+        sl.LhotseSource(tmp_path / "cuts.jsonl.gz")
+    with pytest.raises(MissingDependencyError, match=r"HFSource needs the datasets .*\[hf\]"):
+        sl.HFSource(object(), keys={"data": "x"})
+
+
+def test_lightning_module_names_its_extra(monkeypatch):
+    block(monkeypatch, "lightning")
+    monkeypatch.delitem(sys.modules, "seqloader.lightning", raising=False)
+    with pytest.raises(MissingDependencyError, match=r"pip install 'seqloader\[lightning\]'"):
+        import seqloader.lightning  # noqa: F401
