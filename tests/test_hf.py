@@ -199,6 +199,19 @@ def test_wrong_kind_of_argument(ds, saved):
         sl.HFSource(ds, keys={"data": "grid"}, tags="feat")
 
 
+def test_fixed_length_sequences(tmp_path):
+    """An outer fixed-size list (every row T frames) has no offsets buffer; lengths still come
+    from the type, and a sliced selection reads the right rows."""
+    data = np.arange(5 * 4 * 2, dtype=np.float32).reshape(5, 4, 2)
+    features = Features({"x": List(List(Value("float32"), length=2), length=4)})
+    datasets.Dataset.from_dict({"x": data.tolist()}, features=features).save_to_disk(tmp_path)
+    ds = datasets.load_from_disk(tmp_path).select([3, 1])
+    src = sl.HFSource(ds, keys={"data": "x"})
+    assert src.lengths("data").tolist() == [4, 4]
+    np.testing.assert_array_equal(src.read(0)["data"], data[3])
+    np.testing.assert_array_equal(src.read(1)["data"], data[1])
+
+
 def test_default_keys_are_the_list_columns(ds):
     src = sl.HFSource(ds, tags="id")
     assert src.keys == ("feat", "grid", "fixed", "label")

@@ -233,9 +233,9 @@ class HFSource(SourceBase):
             if values.null_count:
                 at = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
                 if col.kind == "frames":
-                    inner = np.asarray(c.values.offsets, dtype=np.int64)
+                    inner = _offsets(c.values)
                     at = int(np.searchsorted(inner, at, side="right")) - 1
-                outer = np.asarray(c.offsets, dtype=np.int64)
+                outer = _offsets(c)
                 row = row0 + int(np.searchsorted(outer, at, side="right")) - 1
                 self._fail_open(col, self._index_of(row), "holds a null value")
             row0 += len(c)
@@ -254,8 +254,8 @@ class HFSource(SourceBase):
         dims: set[int] = set()
         row0 = 0
         for c in chunks:
-            outer = np.asarray(c.offsets, dtype=np.int64)  # [rows + 1] into c.values
-            inner = np.asarray(c.values.offsets, dtype=np.int64)
+            outer = _offsets(c)  # [rows + 1] into c.values
+            inner = _offsets(c.values)
             sizes = np.diff(inner[outer[0] : outer[-1] + 1])  # [frames of this chunk]
             if len(sizes):
                 want = sizes[0] if not dims else next(iter(dims))
@@ -433,7 +433,16 @@ def _row_lengths(chunk: Any, kind: str) -> np.ndarray:
     if kind == "string":
         pc = require("pyarrow.compute", "HFSource")
         return np.asarray(pc.binary_length(chunk).to_numpy(zero_copy_only=False), dtype=np.int64)
-    return np.diff(np.asarray(chunk.offsets, dtype=np.int64))
+    return np.diff(_offsets(chunk))
+
+
+def _offsets(array: Any) -> np.ndarray:
+    """Row starts into ``array.values`` (int64 ``[rows + 1]``), also for fixed-size lists, whose
+    ``values`` are not sliced by the array's own offset either."""
+    size = getattr(array.type, "list_size", None)
+    if size is None:
+        return np.asarray(array.offsets, dtype=np.int64)
+    return (np.arange(len(array) + 1, dtype=np.int64) + array.offset) * size
 
 
 def _numbers(array: Any) -> np.ndarray:
