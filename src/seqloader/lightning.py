@@ -27,7 +27,7 @@ Why it looks the way it does:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from seqloader.errors import OptionError
 from seqloader.extras import require
@@ -35,7 +35,10 @@ from seqloader.plan.position import Position, continue_plan
 from seqloader.torch.batch import Batch
 from seqloader.torch.loader import SeqLoader
 
-_pl = require("lightning.pytorch", "seqloader.lightning")
+if TYPE_CHECKING:
+    from lightning.pytorch import LightningDataModule
+else:  # imported here, so a missing package names the extra at `import seqloader.lightning`
+    LightningDataModule = require("lightning.pytorch", "seqloader.lightning").LightningDataModule
 
 LoaderFactory = Callable[[], SeqLoader]
 STAGES = ("train", "val", "test", "predict")
@@ -107,7 +110,7 @@ class StatefulEpochBatches(EpochBatches):
             self.loader.load_state_dict(state)
 
 
-class SeqLoaderDataModule(_pl.LightningDataModule):
+class SeqLoaderDataModule(LightningDataModule):
     """A ``LightningDataModule`` over ``SeqLoader`` factories (callables returning a ``SeqLoader``).
 
     Give any of ``train``, ``val``, ``test``, ``predict``; ``setup(stage)`` builds those the stage
@@ -148,8 +151,10 @@ class SeqLoaderDataModule(_pl.LightningDataModule):
             self.loaders["train"].load_state_dict(self._loaded_state)
             self._loaded_state = None
         trainer = self.trainer
-        if trainer is not None and not trainer.reload_dataloaders_every_n_epochs:
-            trainer.reload_dataloaders_every_n_epochs = 1  # epoch lengths may differ: len() anew
+        # epoch lengths may differ: len() anew every epoch. (Lightning's data connector sets this
+        # Trainer attribute at init; the class does not declare it.)
+        if trainer is not None and not trainer.reload_dataloaders_every_n_epochs:  # type: ignore[attr-defined]
+            trainer.reload_dataloaders_every_n_epochs = 1  # type: ignore[attr-defined]
 
     def _build(self, name: str) -> SeqLoader:
         loader = self.factories[name]()

@@ -85,8 +85,10 @@ class LhotseSource(SourceBase):
         self._samples = self._planned_samples(cols)  # [n] decoded length (0 without audio)
         self._feature_dim = self._check_features(cols) if self._uses_cut_features() else 0
         self._frames = np.asarray(cols.frames, dtype=np.int64)  # [n] cut feature frames
-        encoded = self._encode_texts() if "classes" in self._keys else (None, None)
-        self._classes, self._class_offsets = encoded
+        self._classes: np.ndarray | None = None  # token ids of all texts, concatenated
+        self._class_offsets: np.ndarray | None = None  # [n + 1]
+        if "classes" in self._keys:
+            self._classes, self._class_offsets = self._encode_texts()
         self._lengths = {k: self._planned_lengths(k) for k in self._keys}
         self._schema = self._make_schema()
         self._fingerprint: str | None = None
@@ -134,10 +136,10 @@ class LhotseSource(SourceBase):
         o = self.options
         if o.sample_rate is not None or o.features is not None:
             return o.rate
-        rates = set(cols.rates)
-        if None in rates:
+        if None in cols.rates:
             first = cols.ids[cols.rates.index(None)]
             raise OptionError(f"LhotseSource: cut {first!r} of {self._origin} has no recording")
+        rates = {r for r in cols.rates if r is not None}
         if len(rates) > 1:
             raise OptionError(
                 f"LhotseSource: the cuts of {self._origin} have sampling rates {sorted(rates)}; "
@@ -227,8 +229,9 @@ class LhotseSource(SourceBase):
         if "text" in keys:
             out["text"] = np.array(self._texts.raw(index))
         if "classes" in keys:
-            c = self._class_offsets
-            out["classes"] = self._classes[c[index] : c[index + 1]].copy()  # type: ignore[index]
+            c, ids = self._class_offsets, self._classes
+            assert c is not None and ids is not None  # encoded at open for this key
+            out["classes"] = ids[c[index] : c[index + 1]].copy()
         return out
 
     def fingerprint(self) -> str:
