@@ -71,6 +71,7 @@ class PlanKeywords(TypedDict, total=False):
     length_key: str | None
     seeding: Seeding
     mix: Mapping[str, float] | None
+    batch_cost: str
 
 
 class WorkerKeywords(TypedDict, total=False):
