@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import time
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING, cast
 
@@ -147,7 +148,9 @@ class SeqLoader:
         """Yield this rank's batches of ``epoch`` (from the resume position, if one was loaded).
 
         The first call compares plan fingerprint, epoch, world size and resume position across
-        ranks (one ``all_gather`` when torch.distributed is initialized; C7)."""
+        ranks (one ``all_gather`` when torch.distributed is initialized; C7). The epoch's report
+        (``report()``) measures from this call on, as the training loop experiences it."""
+        started = time.perf_counter()
         epoch = int_option("epoch", epoch, 1, expected=EPOCH_EXPECTED)
         if not self._checked_ranks:
             check_same_plan(self._agreement(epoch), {"source_fingerprint": repr(self.source)})
@@ -185,6 +188,7 @@ class SeqLoader:
             auditor=auditor,
             length_key=self.length_key,
             tag=self.source.tag,
+            started=started,
         )
 
     # ---- what defines the plans ----

@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from seqloader.errors import EXAMPLES
 from seqloader.loading.corpora import CorpusCounts
 from seqloader.plan.cost import step_imbalance
 from seqloader.torch.batch import KeyCounts
@@ -190,25 +189,37 @@ class EpochReport:
 
 
 class EpochMeter:
-    """Measures data wait inside ``__next__`` and counts what was delivered."""
+    """Measures the epoch as the training loop sees it: the wall clock starts at the loop's
+    request for the epoch (``started``: when ``loader.epoch()`` was called), and every moment
+    inside the loader's ``next()`` is data wait — before the first batch that includes building
+    the DataLoader, starting workers, indexing files; per batch, everything the loader does in the
+    training thread; at the end, the final request that finds the epoch finished. Only the time
+    between handing a batch to the loop and the loop's next request is computation. The wait for
+    the first batch is kept as ``first_batch_s`` (time to first batch)."""
 
     def __init__(
         self,
         report: EpochReport,
         length_key: str,
         clock: Callable[[], float] = time.perf_counter,
+        started: float | None = None,
     ) -> None:
         self.report = report
         self.length_key = length_key
         self._clock = clock  # seconds; tests give a fake one
-        self._t0: float | None = None
-        self._wait_start = 0.0
+        self._t0: float | None = started
+        self._wait_start = 0.0 if started is None else started
+        self._waiting = started is not None  # a request is being served (its wait not counted)
 
     def before_next(self) -> None:
-        now = self._clock()
+        """The loop asks for a batch (or, after the last one, for the end of the epoch)."""
+        now = self._clock()  # first: the request's wait starts as early as it can be seen
+        if self._waiting:  # the wait of this request started earlier (at the epoch's request)
+            return
         if self._t0 is None:
             self._t0 = now
         self._wait_start = now
+        self._waiting = True
 
     def after_counts(
         self,
@@ -216,18 +227,19 @@ class EpochMeter:
         skipped: Sequence[str] = (),
         corpus_counts: Mapping[str, CorpusCounts] | None = None,
     ) -> None:
-        """A batch arrived, with counts computed where it was built (``Batch.counts_of``), so the
-        training thread does no array work per batch for the report."""
-        now = self._clock()
+        """A batch arrived (``count`` it, then it is ``handed`` to the loop)."""
+        self.count(counts, skipped, corpus_counts)
+        self.handed()
+
+    def count(
+        self,
+        counts: KeyCounts,
+        skipped: Sequence[str] = (),
+        corpus_counts: Mapping[str, CorpusCounts] | None = None,
+    ) -> None:
+        """What the batch contains, from counts computed where it was built (``Batch.counts_of``),
+        so the training thread does no array work per batch for the report."""
         r = self.report
-        wait = now - self._wait_start
-        if r.steps == 0:
-            r.first_batch_s = wait
-        else:
-            r.wait_histogram[min(int(wait * 1e6).bit_length(), WAIT_BINS - 1)] += 1
-            if wait > r.max_wait_s:
-                r.max_wait_s = wait
-        r.data_wait_s += wait
         r.steps += 1
         r.seqs += counts.real_seqs
         r.repeats_seen += counts.repeats
@@ -237,10 +249,30 @@ class EpochMeter:
             add_counts(r.corpora, corpus_counts, self.length_key)
         if skipped:
             r.skipped += len(skipped)
-            r.skipped_examples.extend(list(skipped)[: max(0, EXAMPLES - len(r.skipped_examples))])
+            r.skipped_examples.extend(list(skipped)[: max(0, 5 - len(r.skipped_examples))])
+
+    def handed(self) -> None:
+        """The batch goes to the loop now: the request's wait ends (the clock is read first, so
+        all of the loader's work for this batch is inside the wait)."""
+        now = self._clock()
+        wait = now - self._wait_start
+        self._waiting = False
+        r = self.report
+        if r.steps <= 1:
+            r.first_batch_s = wait
+        else:
+            r.wait_histogram[min(int(wait * 1e6).bit_length(), WAIT_BINS - 1)] += 1
+            if wait > r.max_wait_s:
+                r.max_wait_s = wait
+        r.data_wait_s += wait
 
     def finish(self) -> EpochReport:
+        """The epoch's end: the wall clock stops; a request still being served (the final one,
+        which finds the epoch over, or one interrupted by an error) counts as wait up to here."""
         now = self._clock()
+        if self._waiting:
+            self.report.data_wait_s += now - self._wait_start
+            self._waiting = False
         if self._t0 is not None:
             self.report.wall_s = now - self._t0
         return self.report

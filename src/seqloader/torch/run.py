@@ -17,6 +17,7 @@ from seqloader.torch.audit import EpochAuditor
 from seqloader.torch.batch import Batch
 from seqloader.torch.checks import BatchChecks
 from seqloader.torch.execution import Execution
+from seqloader.torch.release import release
 from seqloader.torch.report import EpochMeter, EpochReport
 from seqloader.torch.workers import EpochWatch
 
@@ -33,13 +34,23 @@ def run_epoch(
     auditor: EpochAuditor | None,
     length_key: str,
     tag: Callable[[int], str],
+    started: float | None = None,
 ) -> Generator[Batch, None, None]:
-    """Yield ``share`` (this rank's batches from the run's first step) as ``Batch`` es."""
-    meter = EpochMeter(report, length_key)
+    """Yield ``share`` (this rank's batches from the run's first step) as ``Batch`` es.
+
+    ``started``: when the loop asked for the epoch (``time.perf_counter()``); the report's clock
+    starts there, so everything before the first batch is data wait (``EpochMeter``)."""
+    # an epoch without batches for this rank has nothing to measure
+    meter = EpochMeter(report, length_key, started=started if len(share) else None)
     finished = False
     watch: EpochWatch | None = None
+    handed: Batch | None = None  # the batch the loop holds: freed at the next request
+    # with workers, in the release thread (off the loop's time); without, right here (the
+    # batch's block is then free again before the next batch is built into it)
+    background = execution.options.num_workers > 0
     try:
         if len(share):
+            meter.before_next()  # the first request: DataLoader, workers, indexes, first batch
             dataloader = execution.ready()
             it = iter(dataloader)
             watch = EpochWatch.start(
@@ -54,22 +65,31 @@ def run_epoch(
                 progress=execution.progress(),
             )
             for _ in range(len(share)):
-                meter.before_next()
                 batch = watch.next(it)  # a dead worker -> WorkerError naming its batch
                 checks.check(batch, report)  # NaN/Inf the workers found
                 if auditor is not None:
                     auditor.record(batch)
-                meter.after_counts(batch.counts_of(length_key), batch.skipped, batch.corpus_counts)
                 # consumed once handed to the loop; batches still in prefetch don't count
                 state.consumed += 1  # folded into the position when it is read
+                meter.count(batch.counts_of(length_key), batch.skipped, batch.corpus_counts)
+                meter.handed()  # the wait ends here: the loader's work is all inside it
                 yield batch
+                meter.before_next()  # the loop asks again: from here on it waits
+                if handed is not None and background:  # the loop has replaced it by now
+                    release(handed)  # its last reference: freed in the release thread
+                handed = batch
+                del batch
         finished = True
+        if auditor is not None:
+            auditor.finish(report)  # raises AuditError / warns if not exactly-once
     finally:
+        if handed is not None and background:
+            release(handed)
+        handed = None
         if watch is not None:
             watch.stop()
         meter.finish()  # also when the loop stops early or raises: the report keeps its times
-        if not finished:
+        if not finished and log.isEnabledFor(logging.INFO):
             log.info("seqloader: epoch stopped early: %s", report.format())
-    if auditor is not None:
-        auditor.finish(report)  # raises AuditError / warns if not exactly-once
-    log.info("seqloader: %s", report.format())
+    if log.isEnabledFor(logging.INFO):  # formatting costs the loop's time: only when shown
+        log.info("seqloader: %s", report.format())

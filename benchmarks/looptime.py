@@ -1,0 +1,215 @@
+"""Computation time as the training loop sees it: ``python -m benchmarks.looptime --data F.hdf``.
+
+The loop asks for an epoch, then for batches, and sleeps a simulated accelerator step after each;
+it times every request itself (``loader.epoch()`` and each ``next()``, including the last one that
+finds the epoch over, and the assignment that drops the previous batch). Computation time % =
+wall time outside those requests / wall time, per epoch: epoch 1 (start-up included) and later
+epochs on persistent workers (steady state). Beside it, what ``loader.report()`` says for the same
+epoch, so the two can be compared.
+
+Variants, each in a fresh process, interleaved over ``--reps`` repetitions:
+- ``seqloader``: ``HDFSource`` + ``SeqLoader`` with the given options and workers;
+- ``seqloader@base``: the same with the code of another checkout (``--base-src DIR``);
+- ``torch-floor``: torch's DataLoader with a worker that does nothing (returns its index): the
+  cost of torch's machinery alone, the floor of any design that keeps it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def timed_epochs(make_epoch, epochs: list[tuple[int, float]], report=None) -> list[dict]:
+    """Run ``make_epoch(e)`` for each (epoch, step seconds); the loop's own figures per epoch."""
+    out = []
+    for epoch, step in epochs:
+        clock = time.perf_counter
+        t0 = clock()
+        it = make_epoch(epoch)
+        waited = clock() - t0
+        first = None
+        waits = []
+        batch = None
+        while True:
+            t = clock()
+            batch = next(it, None)
+            w = clock() - t
+            waited += w
+            if first is None:
+                first = waited
+            else:
+                waits.append(w)
+            if batch is None:
+                break
+            if step:
+                time.sleep(step)
+        wall = clock() - t0
+        row = {
+            "epoch": epoch,
+            "step_ms": 1e3 * step,
+            "batches": len(waits),
+            "loop_pct": 100.0 * (wall - waited) / wall,
+            "loop_first_s": first,
+            "loop_wait_median_ms": 1e3 * statistics.median(waits) if waits else None,
+            "wall_s": wall,
+        }
+        if report is not None:
+            r = report()
+            row["report_pct"] = r.computation_pct
+            row["report_first_s"] = r.first_batch_s
+        out.append(row)
+        del batch
+    return out
+
+
+def child(cfg: dict) -> dict:
+    import torch  # noqa: F401  (imports before any clock)
+
+    epochs = [(1, cfg["step_ms"][0] / 1e3)]
+    e = 2
+    for step in cfg["step_ms"]:
+        for _ in range(cfg["epochs_per_step"]):
+            epochs.append((e, step / 1e3))
+            e += 1
+    if cfg["variant"] == "torch-floor":
+        from torch.utils.data import DataLoader, Dataset
+
+        class Nothing(Dataset):
+            def __len__(self) -> int:
+                return cfg["floor_batches"]
+
+            def __getitem__(self, i: int) -> int:
+                return i
+
+        dl = DataLoader(Nothing(), batch_size=None, num_workers=1, persistent_workers=True)
+        rows = timed_epochs(lambda _e: iter(dl), epochs)
+        return {"config": cfg, "epochs": rows}
+    import seqloader as sl
+
+    if cfg.get("no_dispatch"):  # ablation: torch's next() logic back in the training thread
+        from seqloader.torch import _compat
+
+        _compat.DISPATCH_THREAD = False
+    loader = sl.SeqLoader(
+        sl.HDFSource(cfg["data"]),
+        ordering=cfg["ordering"],
+        max_seqs=cfg["max_seqs"],
+        max_frames=cfg["max_frames"],
+        num_workers=cfg["workers"],
+        seed=1,
+    )
+    try:
+        rows = timed_epochs(loader.epoch, epochs, loader.report)
+    finally:
+        loader.close()
+    return {"config": cfg, "epochs": rows, "module": sl.__file__}
+
+
+def run_child(cfg: dict, base_src: str | None) -> dict:
+    env = dict(os.environ)
+    src = os.path.join(REPO, "src")  # this checkout's code, whatever the venv has installed
+    path = [src, REPO] if cfg.get("code") != "base" else [base_src, REPO]
+    env["PYTHONPATH"] = os.pathsep.join([*path, env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.looptime", "--child", json.dumps(cfg)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode:
+        raise RuntimeError(f"{cfg['label']}: {proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.looptime", description=__doc__)
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--data", help="an HDF file")
+    p.add_argument("--ordering", default="random")
+    p.add_argument("--max-seqs", type=int, default=32)
+    p.add_argument("--max-frames", type=int, default=None)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--step-ms", default="10,20")
+    p.add_argument("--epochs-per-step", type=int, default=1)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--base-src", help="src/ directory of the code to compare with")
+    p.add_argument("--floor", action="store_true", help="also run torch-floor")
+    p.add_argument(
+        "--ablate", action="store_true", help="also run seqloader without its dispatch thread"
+    )
+    p.add_argument("--json", help="write all results here")
+    a = p.parse_args(argv)
+    if a.child:
+        print(json.dumps(child(json.loads(a.child))))
+        return 0
+    common = {
+        "data": a.data,
+        "ordering": a.ordering,
+        "max_seqs": a.max_seqs,
+        "max_frames": a.max_frames,
+        "workers": a.workers,
+        "step_ms": [float(x) for x in a.step_ms.split(",")],
+        "epochs_per_step": a.epochs_per_step,
+    }
+    configs = [{**common, "variant": "seqloader", "label": "seqloader"}]
+    if a.base_src:
+        configs.append(
+            {**common, "variant": "seqloader", "code": "base", "label": "seqloader@base"}
+        )
+    if a.ablate:
+        configs.append(
+            {**common, "variant": "seqloader", "no_dispatch": True, "label": "seqloader-nodisp"}
+        )
+    runs: list[dict] = []
+    for rep in range(a.reps):
+        k = rep % len(configs)
+        for cfg in configs[k:] + configs[:k]:
+            res = run_child(cfg, a.base_src)
+            runs.append(res)
+            if a.floor and cfg["label"] == "seqloader":  # as many batches as seqloader's epochs
+                floor_cfg = {
+                    **common,
+                    "variant": "torch-floor",
+                    "label": "torch-floor",
+                    "floor_batches": res["epochs"][1]["batches"],
+                }
+                runs.append(run_child(floor_cfg, a.base_src))
+            for r in runs[-2 if a.floor and cfg["label"] == "seqloader" else -1 :]:
+                shown = "  ".join(
+                    f"e{row['epoch']}@{row['step_ms']:g}ms loop {row['loop_pct']:.2f}%"
+                    + (f" report {row['report_pct']:.2f}%" if "report_pct" in row else "")
+                    for row in r["epochs"]
+                )
+                print(f"rep {rep + 1} {r['config']['label']:16s} {shown}", flush=True)
+    print(f"medians over {a.reps} repetitions (loop-side computation %; report's beside it):")
+    labels = sorted({r["config"]["label"] for r in runs})
+    for label in labels:
+        rs = [r for r in runs if r["config"]["label"] == label]
+        parts = []
+        for i, row in enumerate(rs[0]["epochs"]):
+            loop = statistics.median(r["epochs"][i]["loop_pct"] for r in rs)
+            text = f"e{row['epoch']}@{row['step_ms']:g}ms {loop:.2f}%"
+            if "report_pct" in row:
+                rep_pct = statistics.median(r["epochs"][i]["report_pct"] for r in rs)
+                text += f" (report {rep_pct:.2f}%)"
+            parts.append(text)
+        print(f"  {label:16s} " + "  ".join(parts))
+    print(f"load average: {[round(x, 2) for x in os.getloadavg()]}")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"runs": runs, "load": os.getloadavg()}, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
