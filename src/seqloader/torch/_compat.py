@@ -61,6 +61,8 @@ PRIVATE: tuple[tuple[str, str, str], ...] = (
     ("iterator", "_sampler_iter", "next() without the profiler range: torch's reset check"),
     ("iterator", "_reset", "next() without the profiler range: torch's reset"),
     ("iterator", "_num_yielded", "next() without the profiler range: torch's count"),
+    ("iterator", "_send_idx",
+     "how many items torch has sent to workers: which batches a dead worker held"),
     ("iterator", "_profile_name", "the profiler range our next() opens while profiling"),
 )  # fmt: skip
 
@@ -105,6 +107,12 @@ def current_iterator(dataloader: DataLoader) -> object | None:
 def worker_processes(iterator: object | None) -> list:
     """The iterator's worker processes (empty with ``num_workers=0``)."""
     return list(getattr(iterator, "_workers", None) or ())
+
+
+def sent_items(iterator: object | None) -> int | None:
+    """How many sampler items torch's iterator has sent to its workers (None if unknown)."""
+    sent = getattr(iterator, "_send_idx", None)
+    return sent if isinstance(sent, int) else None
 
 
 def workers_alive(dataloader: DataLoader) -> bool:

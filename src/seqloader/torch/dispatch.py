@@ -4,7 +4,9 @@ torch's multi-worker iterator resets its worker cycle at every ``iter()`` and, w
 delivery, sends sampler item ``k`` to worker ``k % num_workers``; it keeps ``prefetch_factor *
 num_workers`` items in flight and sends one more each time it hands a batch to the trainer. Our
 sampler yields this rank's plan from the resume step, so item ``k`` is step ``first_step + k``, and
-after ``c`` batches consumed the items sent are ``[0, c + prefetch * num_workers)``. Worker ``w``
+after ``c`` batches consumed the items sent are ``[0, c + prefetch * num_workers)`` — one more
+while our dispatch thread holds a batch taken ahead, so the count is read from torch's iterator
+when it can be. Worker ``w``
 therefore held the items ``k >= c`` with ``k % num_workers == w``: the first of them is the one the
 trainer is waiting for or will wait for; later ones were prefetched.
 
@@ -76,11 +78,17 @@ class Dispatch:
     tag: Callable[[int], str]
     pids: tuple[int, ...] = ()
     progress: WorkerProgress | None = field(default=None, repr=False)
+    # how many items torch has sent so far, read from its iterator when it can be: a dispatch
+    # thread that takes batches ahead of the trainer has sent more than the arithmetic says
+    sent: Callable[[], int | None] | None = field(default=None, repr=False)
 
     def held_items(self, worker_id: int, consumed: int) -> list[int]:
         """Items (0-based in this iteration) sent to ``worker_id`` and not yet consumed."""
         nw = max(self.num_workers, 1)
-        sent = min(len(self.share), consumed + self.prefetch_factor * nw)
+        counted = self.sent() if self.sent is not None else None
+        if counted is None:
+            counted = consumed + self.prefetch_factor * nw
+        sent = min(len(self.share), max(counted, consumed))
         first = consumed + (worker_id - consumed) % nw
         return list(range(first, sent, nw))
 
@@ -123,7 +131,10 @@ class Dispatch:
             f"DataLoader {who} of rank {self.rank} died ({what}) {held}. "
             f"{self.resume_hint(consumed)} Likely cause: {cause}."
         )
-        steps = tuple(self.first_step + k for k in items)
+        # the board can be a moment ahead of the sent count (torch marks an index sent just after
+        # putting it in the worker's queue): what the worker builds is held all the same
+        kept = sorted({*items, building}) if building is not None else items
+        steps = tuple(self.first_step + k for k in kept)
         first = [building] if building is not None else items
         _annotate(err, worker_id, pid, self.epoch, steps, self._tags_of(first))
         err.building = None if building is None else self.first_step + building

@@ -72,6 +72,7 @@ class EpochWatch:
             tag,
             tuple(int(w.pid) for w in workers if w.pid is not None),
             progress=progress,
+            sent=_sent_counter(iterator),
         )
         watch = cls(dispatch, on_failure=on_failure)
         with contextlib.suppress(TypeError):
@@ -162,6 +163,15 @@ class EpochWatch:
         self.stop()
         if self.on_failure is not None:
             self.on_failure()
+
+
+def _sent_counter(iterator: Iterator) -> Callable[[], int | None] | None:
+    """Reads torch's sent count without keeping the iterator (and its workers) alive."""
+    try:
+        ref = weakref.ref(iterator)
+    except TypeError:
+        return None
+    return lambda: _compat.sent_items(ref())
 
 
 def _translated_in_chain(exc: BaseException | None) -> WorkerError | None:
