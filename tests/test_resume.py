@@ -22,6 +22,7 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
@@ -212,13 +213,30 @@ def mixed_corpora(n: int, seed: int = 0) -> sl.ConcatSource:
     )
 
 
+def file_bounds(n: int, seed: int = 0) -> list[int]:
+    """Cuts of ``n`` sequences into files of 1..3 sequences (drawn from ``seed``)."""
+    sizes = np.random.default_rng(seed + 100).integers(1, 4, size=n)
+    return [0, *sorted({min(int(c), n) for c in np.cumsum(sizes)})] if n else [0, 0]
+
+
+def files_corpus(n: int, seed: int = 0) -> sl.MemorySource:
+    """The index corpus as if written to files of 1..3 sequences, for ``distribution="files"``."""
+    whole = corpus(n, seed)
+    data = [whole.read(i)["data"] for i in range(n)]
+    return sl.MemorySource({"data": data}, list(whole.tags), file_bounds=file_bounds(n, seed))
+
+
 #: Corpora the property draws: name -> (n, seed) -> source whose frames hold their own index.
 SOURCES: dict[str, Callable[[int, int], sl.Source]] = {
     "index": corpus,
     "mixed corpora": mixed_corpora,
+    "files": files_corpus,
 }
-#: Plan options a corpus kind needs (a mix needs named corpora).
-SOURCE_OPTIONS: dict[str, dict[str, object]] = {"mixed corpora": {"mix": {"a": 1.5, "b": 0.5}}}
+#: Plan options a corpus kind needs (a mix needs named corpora; files a layout).
+SOURCE_OPTIONS: dict[str, dict[str, object]] = {
+    "mixed corpora": {"mix": {"a": 1.5, "b": 0.5}},
+    "files": {"distribution": "files"},
+}
 
 
 @settings(max_examples=60, deadline=None)
@@ -236,6 +254,8 @@ def test_resume_chains_property(n, seed, source, options, worlds, cuts, enter_ne
     elastic or not, at step 0, mid-epoch, at an epoch's end or across it."""
     extra = SOURCE_OPTIONS.get(source, {})
     assume("mix" not in extra or options["ordering"] in MIX_ORDERINGS)  # buckets: no mix
+    if source == "files":  # fewer files than sub-epochs x ranks are refused (test_files_plan)
+        assume(n == 0 or len(file_bounds(n, seed)) - 1 >= options["partition_epoch"] * max(worlds))
     make = loader_factory(SOURCES[source](n, seed), **options, **extra)
     last_epoch = options["partition_epoch"] + 1
     check_chain(make, worlds, cuts[: len(worlds) - 1], last_epoch, enter_next_epoch)
@@ -268,6 +288,29 @@ def test_resume_twice_elastic_example() -> None:
     """2 -> 3 -> 1 ranks, on a corpus size that divides by nothing convenient."""
     make = loader_factory(corpus(97, seed=2), ordering="random", max_seqs=4, max_frames=50)
     check_chain(make, [2, 3, 1], [5, 4], 1)
+
+
+@pytest.mark.parametrize("worlds", [[2, 3], [3, 2], [2, 3, 1]])
+def test_files_distribution_resumes_elastically(worlds: list[int]) -> None:
+    """``distribution="files"``: the state of a run stopped mid-epoch resumes with another world
+    size (twice), every sequence once per epoch; the state carries the segment history."""
+    make = loader_factory(
+        files_corpus(97, seed=2),
+        distribution="files",
+        ordering="laplace:.5",
+        partition_epoch=2,
+        max_seqs=4,
+        max_frames=50,
+    )
+    cuts = [3, 2][: len(worlds) - 1]
+    check_chain(make, worlds, cuts, 3)
+    _, states = run_chain(make, worlds, [3, 2, 1], 3)  # every stage stops mid-epoch
+    assert states[1]["epoch"] == 1 and not states[1]["epoch_complete"]
+    assert states[1]["segment_history"] == [[worlds[0], 3]]
+    assert states[1]["steps"] == 5 and states[1]["prior_steps"] == 3
+    if len(worlds) == 3:
+        assert states[2]["segment_history"] == [[worlds[0], 3], [worlds[1], 2]]
+    assert "segment_history" not in states[0]  # before an elastic resume: the usual format
 
 
 # ---- over DataLoader worker settings x interrupt points ----

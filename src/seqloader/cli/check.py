@@ -19,6 +19,7 @@ from seqloader.cli.output import human, print_json, print_notes, progress_bar
 from seqloader.loading.corpora import corpora_of
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import Simulation, simulate
+from seqloader.sources.base import file_layout
 
 HELP = "verify exactly-once, equal steps and worker independence for W ranks x N workers"
 
@@ -52,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
     opened = open_data(args)
     src = opened.source
     lengths = {k: src.lengths(k) for k in src.keys}
-    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora_of(src))
+    corpora, files = corpora_of(src), file_layout(src)
+    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora, files=files)
     n_epochs = args.epochs or opened.plan.partition_epoch
     epochs = range(args.first_epoch, args.first_epoch + n_epochs)
     bar = progress_bar(not args.no_progress and not args.json, "simulating", n_epochs, "epoch")

@@ -26,6 +26,7 @@ from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import load_of
+from seqloader.sources.base import file_layout
 
 HELP = (
     "sequences, hours, length percentiles, keys; padding, steps and step imbalance per ordering "
@@ -88,13 +89,16 @@ def run(args: argparse.Namespace) -> int:
     src = opened.source
     lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
     corpora = corpora_of(src)
-    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora)
+    files = file_layout(src)
+    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora, files=files)
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
         if opened.plan.mix is not None and Ordering.parse(o).is_buckets:
             continue  # refused with a mix (PlanOptions says why); the docs say it is left out
-        ordered = Planner(lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora)
+        ordered = Planner(
+            lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora, files=files
+        )
         plan = ordered.global_plan(1, args.ranks)
         load = load_of(plan.batches, planner.lengths)
         b = plan.batches

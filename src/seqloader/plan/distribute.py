@@ -110,12 +110,18 @@ def distribute_per_rank(per_rank: list[BatchList]) -> GlobalPlan:
     world_size = len(per_rank)
     steps = min(len(b) for b in per_rank)
     dropped = sum(b.real_count() - b.real_count(steps) for b in per_rank)
-    parts = [b.first(steps) for b in per_rank]
+    return GlobalPlan(interleave([b.first(steps) for b in per_rank]), world_size, dropped=dropped)
+
+
+def interleave(parts: list[BatchList]) -> BatchList:
+    """One batch list from per-rank lists of equal length: global batch ``k * W + r`` is rank
+    r's batch k."""
+    world_size, steps = len(parts), len(parts[0])
     merged = BatchList(  # rank 0's steps, then rank 1's, ...
         np.concatenate([p.seqs for p in parts]),
         np.concatenate([[0], np.cumsum(np.concatenate([p.sizes for p in parts]))]).astype(np.int64),
         np.concatenate([p.real for p in parts]),
     )
-    order = np.arange(steps * world_size)  # global batch k*W + r is rank r's batch k
+    order = np.arange(steps * world_size)
     rank_of, step_of = order % world_size, order // world_size
-    return GlobalPlan(merged.take(rank_of * steps + step_of), world_size, dropped=dropped)
+    return merged.take(rank_of * steps + step_of)

@@ -28,7 +28,7 @@ ORDERING_KINDS = (
     "sort_bin_shuffle_x2",
     "buckets",
 )
-Distribution = Literal["shard", "random_seed_offset"]
+Distribution = Literal["shard", "random_seed_offset", "files"]
 Seeding = Literal["seqloader", "returnn"]
 Uneven = Literal["split", "pad", "drop"]
 DISTRIBUTIONS = choices(Distribution)
@@ -134,8 +134,10 @@ class PlanOptions:
       are filtered out — counted and reported, never silently.
     - ``min_seq_length``: sequences shorter than this are filtered likewise (e.g. 1 drops empties).
     - ``partition_epoch``: sub-epochs per full pass over the data.
-    - ``distribution``: ``shard`` (ranks split one plan) or ``random_seed_offset`` (each rank its
-      own permutation of all data; an epoch then covers the data ``world_size`` times).
+    - ``distribution``: ``shard`` (ranks split one plan), ``random_seed_offset`` (each rank its
+      own permutation of all data; an epoch then covers the data ``world_size`` times) or
+      ``files`` (each (sub-)epoch gives each rank whole files of the source, balanced by frames;
+      ``seqloader.plan.files``).
     - ``uneven``: the last round when batches don't divide by the world size: ``split``, ``pad``,
       ``drop``.
     - ``seeding``: ``seqloader`` (default: ``SeedSequence([seed, ...])`` streams, filters before
@@ -203,10 +205,22 @@ class PlanOptions:
                 "corpus epoch's sequences; a mix repeats them); use another ordering with mix"
             )
         if self.mix is not None and self.distribution != "shard":
+            why = (
+                "each rank would order its own copy of the mix, so corpus epochs are no longer "
+                "used exactly once"
+                if self.distribution == "random_seed_offset"
+                else "a mix repeats and selects sequences across files, which whole files per "
+                "rank cannot follow"
+            )
             raise OptionError(
-                f"mix: not supported with distribution={self.distribution!r} (each rank would "
-                "order its own copy of the mix, so corpus epochs are no longer used exactly once); "
+                f"mix: not supported with distribution={self.distribution!r} ({why}); "
                 "use distribution='shard'"
+            )
+        if self.distribution == "files" and self.seeding != "seqloader":
+            raise OptionError(
+                f"distribution='files' is not supported with seeding={self.seeding!r} (RETURNN "
+                "has no file distribution whose order could be reproduced); use "
+                "seeding='seqloader', or distribution='shard'"
             )
         object.__setattr__(self, "batch_cost", str(BatchCost.parse(self.batch_cost)))
 

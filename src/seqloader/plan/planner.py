@@ -14,15 +14,33 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqloader.errors import OptionError, SequenceTooLongError
+from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import greedy_bounds
 from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
-from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard
+from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
+from seqloader.plan.files import (
+    EpochFiles,
+    assign_lpt,
+    checked_file_bounds,
+    epoch_files,
+    equalise,
+    file_counts,
+    file_frames,
+    split_units,
+    units_of,
+)
 from seqloader.plan.mix import Corpora, CorpusProgress, MixPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
-from seqloader.plan.seeding import PURPOSE_BUCKETS, PURPOSE_ORDER, returnn_rng, rng_for
+from seqloader.plan.seeding import (
+    PURPOSE_BUCKETS,
+    PURPOSE_FILES,
+    PURPOSE_FILES_ORDER,
+    PURPOSE_ORDER,
+    returnn_rng,
+    rng_for,
+)
 from seqloader.plan.topology import Topology
 from seqloader.validate import int_option, is_int
 
@@ -159,11 +177,14 @@ class Planner:
         order_lengths: np.ndarray | None = None,
         excluded: Mapping[str, np.ndarray] | None = None,
         corpora: Corpora | None = None,
+        files: np.ndarray | None = None,
     ) -> None:
         """``order_lengths``: what sorting orderings sort by, int64 ``[n]`` (default: the length
         key's lengths; RETURNN sorts OggZip corpora by ``int(duration * 100)``). ``excluded``:
         reason -> bool mask ``[n]`` of sequences left out like filtered ones. ``corpora``: the
-        source's named corpora (``ConcatSource``); needed by ``options.mix``."""
+        source's named corpora (``ConcatSource``); needed by ``options.mix``. ``files``: the
+        source's file layout, int64 ``[F + 1]`` (``HasFiles``); needed by
+        ``distribution="files"``, ignored otherwise."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
         key = options.length_key or default_length_key(list(lengths))
@@ -204,6 +225,21 @@ class Planner:
                     "...}), or leave mix out."
                 )
             self.mix = MixPlan(options.seed, options.mix, corpora, self.admission.admitted)
+        self.files: np.ndarray | None = None  # int64 [F + 1] with distribution="files"
+        self._epoch_files: dict[int, EpochFiles] = {}  # seed epoch -> its files (the last one)
+        if options.distribution == "files":
+            if files is None:
+                raise OptionError(
+                    f"distribution='files' needs a source that says which sequences each of its "
+                    f"files holds (file_layout()), but {origin or 'the source'} does not. Fix: "
+                    "use distribution='shard', or give the source a file_layout() (HasFiles)."
+                )
+            self.files = checked_file_bounds(files, len(self.lengths), origin)
+            self._extra += b"files" + self.files.tobytes()
+            adm = self.admission.admitted
+            self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
+            self._file_counts = file_counts(self.files, adm)  # [F]
+        self.origin = origin
 
     @property
     def num_admitted(self) -> int:
@@ -217,6 +253,8 @@ class Planner:
         ``shard`` it is always 0 (one order for all ranks). ``world_size``: the world size the
         epoch starts with; only ``buckets:N`` depends on it (its runs are one step of all ranks).
         """
+        if self.files is not None:
+            return self.sub_epoch_files(epoch)[0].seqs
         if self.options.parsed_ordering.is_buckets:
             return self.arrangement(epoch, order_rank, world_size).order
         return self.sub_epoch_slots(epoch, order_rank)[0]
@@ -262,6 +300,9 @@ class Planner:
         sub-epoch, the slots used so far in the full epoch)."""
         if self.corpora is None:
             return []
+        if self.files is not None:  # no mix (refused): the sub-epoch's sequences, per corpus
+            here = self.corpora.counts(self.sub_epoch_order(epoch))
+            return [(name, int(here[c]), None) for c, name in enumerate(self.corpora.names)]
         ep = EpochIndex(epoch, self.options.partition_epoch)
         selected, _, perm = self._full_epoch(ep.full_epoch)
         lo, hi = part_bounds(len(perm), self.options.partition_epoch, ep.part)
@@ -308,6 +349,13 @@ class Planner:
         only ``buckets:N`` orders depend on it."""
         Topology(0, world_size)  # validates world_size
         buckets = self.options.parsed_ordering.is_buckets
+        if self.files is not None:
+            if start:
+                raise OptionError(
+                    "distribution='files' plans continue after an elastic resume from their "
+                    "segment history (files_plan), not from a start position"
+                )
+            return self.files_plan(epoch, world_size)[0]
         if self.options.distribution == "random_seed_offset":
             if start:
                 raise OptionError("random_seed_offset plans cannot start mid-order")
@@ -326,6 +374,107 @@ class Planner:
         order = order[int(start) :]
         uses = None if uses is None else uses[int(start) :]
         return distribute_shard(self.batches(order, uses), world_size, self.options.uneven)
+
+    # ---- distribution="files" (seqloader.plan.files) ----
+    def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
+        """(units, file of each unit int64 ``[u]``) of ``epoch`` with ``distribution="files"``:
+        per file of the sub-epoch (in the epoch's shuffled file order), its admitted sequences."""
+        assert self.files is not None
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        seed_epoch = self.options.parsed_ordering.seed_epoch(ep.full_epoch)
+        files = self._epoch_files.get(seed_epoch)
+        if files is None:
+            rng = rng_for(self.options.seed, PURPOSE_FILES, seed_epoch)
+            parts = self.options.partition_epoch
+            files = epoch_files(self._file_frames, self._file_counts, parts, rng)
+            self._epoch_files = {seed_epoch: files}  # keep one: a plan is made once per epoch
+        return units_of(self.files, files.part(ep.part), self._admitted_mask)
+
+    def files_plan(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[GlobalPlan, np.ndarray]:
+        """(the plan of the current segment, the sequences consumed before it int64 ``[c]``)
+        with ``distribution="files"``. ``history``: ``(world_size, steps)`` of each earlier
+        segment of the epoch (elastic resumes): segment i re-plans what the segments before it
+        left for its world size, and its first ``steps`` steps were consumed."""
+        units, unit_files = self.sub_epoch_files(epoch)
+        if not history:
+            self.check_files(world_size)
+        remaining = np.zeros(len(self.lengths), dtype=bool)
+        remaining[units.seqs] = True
+        consumed = []
+        for i, (w, steps) in enumerate(history):
+            seg = self._files_segment(epoch, w, i, units, unit_files, remaining)
+            if steps > seg.steps:
+                raise ResumeError(
+                    f"segment {i} of epoch {epoch} (world size {w}) has {seg.steps} steps, but "
+                    f"{steps} are said consumed: the history belongs to other data or options"
+                )
+            used = seg.batches.first(steps * w)
+            got = used.seqs[used.real]
+            remaining[got] = False
+            consumed.append(got)
+        plan = self._files_segment(epoch, world_size, len(history), units, unit_files, remaining)
+        done = np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)
+        return plan, done
+
+    def check_files(self, world_size: int) -> None:
+        """A sub-epoch should give every rank at least one file: refuse fewer files than
+        ``partition_epoch * world_size`` (counting files that hold admitted sequences)."""
+        parts = self.options.partition_epoch
+        have = int(np.count_nonzero(self._file_counts))
+        if have == 0 or have >= parts * world_size:
+            return
+        raise OptionError(
+            f"distribution='files' needs at least partition_epoch * world_size = {parts} * "
+            f"{world_size} = {parts * world_size} files holding sequences (each sub-epoch gives "
+            f"every rank whole files), but {self.origin or 'the source'} has {have}. Fix: split "
+            "the data into more (smaller) files, use fewer sub-epochs, or "
+            "distribution='shard'."
+        )
+
+    def _files_segment(
+        self,
+        epoch: int,
+        world_size: int,
+        segment: int,
+        units: BatchList,
+        unit_files: np.ndarray,
+        remaining: np.ndarray,
+    ) -> GlobalPlan:
+        """One segment: the ``remaining`` sequences of the sub-epoch's units, per rank whole
+        files (balanced by frames), ordered, batched, steps equalised."""
+        assert self.files is not None
+        keep = units.seqs[remaining[units.seqs]]  # [m] unconsumed, unit after unit
+        left = np.zeros(len(self.lengths), dtype=bool)
+        left[keep] = True
+        rest, rest_files = units_of(self.files, unit_files, left)
+        rest, rest_files = split_units(rest, rest_files, world_size)
+        frames = self.lengths[rest.seqs]
+        weights = np.add.reduceat(frames, rest.bounds[:-1]) if len(rest) else frames[:0]
+        rank_of = assign_lpt(weights, world_size)  # [u]
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        seed_epoch = self.options.parsed_ordering.seed_epoch(ep.full_epoch)
+        per_rank = []
+        for r in range(world_size):
+            seqs = rest.take(np.flatnonzero(rank_of == r)).seqs
+            words = (PURPOSE_FILES_ORDER, seed_epoch, ep.part, segment, r)
+            per_rank.append(self._rank_batches(seqs, rng_for(self.options.seed, *words)))
+        batches, dropped = equalise(per_rank, self.options.uneven)
+        return GlobalPlan(interleave(batches), world_size, dropped=dropped)
+
+    def _rank_batches(self, seqs: np.ndarray, rng: np.random.Generator) -> BatchList:
+        """One rank's sequences ordered with the configured ordering and batched greedily
+        (``buckets:N``: arranged in runs of one batch)."""
+        ordering = self.options.parsed_ordering
+        order = seqs[order_sequences(self.order_lengths[seqs], ordering, rng)]
+        if not ordering.is_buckets:
+            return self.batches(order)
+        o = self.options
+        arranged = arrange(
+            order, self.lengths, self.costs, self.bucket_edges, 1, o.max_seqs, self.budget, rng
+        )
+        return BatchList.from_bounds(arranged.order, arranged.bounds)
 
     def _arranged_batches(self, epoch: int, order_rank: int, group: int, start: int) -> BatchList:
         arranged = self.arrangement(epoch, order_rank, group)

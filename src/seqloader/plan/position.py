@@ -22,6 +22,14 @@ Why this is exact:
 
 ``random_seed_offset`` has no global order (each rank its own permutation), so it resumes only with
 the same world size, or from a finished epoch.
+
+``files`` has no global order either, but every segment is a function of what the segments before
+it consumed: the position keeps ``history``, the ``(world_size, steps)`` of each earlier segment of
+the epoch. Replaying it (segment i plans what segments 0..i-1 left, for its world size, and its
+first ``steps`` steps are consumed) gives the consumed sequences; the next segment assigns the
+rest's files to the new ranks (``Planner.files_plan``). ``segment_start`` then counts the
+sequences consumed before the segment (what ``seq_offset`` adds to), and is checked against the
+replay. Only a state of a ``files`` epoch resumed elastically carries the history.
 """
 
 from __future__ import annotations
@@ -39,6 +47,9 @@ POSITION_FIELDS = ("epoch", "segment_start", "segment_world_size", "segment_step
 _ATTRS = ("epoch", "segment_start", "segment_world_size", "steps", "prior_steps")  # same order
 #: optional in a state (older states lack it): the world size the epoch's order was arranged for
 ORDER_WORLD_SIZE = "order_world_size"
+#: optional in a state (distribution="files" after an elastic resume): [[world_size, steps], ...]
+SEGMENT_HISTORY = "segment_history"
+History = tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -55,6 +66,8 @@ class Position:
       from one bucket), so its order — which ``segment_start`` indexes — depends on it; it stays
       the same across elastic resumes within the epoch. Other orderings ignore it (an elastic
       resume sets it to the new world size, so their states look as before the field existed).
+    - ``history``: ``distribution="files"`` only: ``(world_size, steps)`` of each earlier segment
+      of this epoch (see the module doc); empty otherwise.
     """
 
     epoch: int
@@ -63,6 +76,7 @@ class Position:
     steps: int = 0
     prior_steps: int = 0
     order_world_size: int = None  # type: ignore[assignment]  # None: segment_world_size
+    history: History = ()
 
     def __post_init__(self) -> None:
         if self.order_world_size is None:
@@ -73,6 +87,7 @@ class Position:
             if not is_int(value) or value < low:
                 raise ResumeError(f"loader state {name}: got {value!r}, expected an int >= {low}")
             object.__setattr__(self, attr, int(value))  # numpy ints become plain (JSON) ints
+        object.__setattr__(self, "history", _checked_history(self.history))
 
     @property
     def epoch_steps(self) -> int:
@@ -88,6 +103,7 @@ class Position:
             self.steps + steps,
             self.prior_steps,
             self.order_world_size,
+            self.history,
         )
 
     def seq_offset(self, segment_plan: GlobalPlan) -> int:
@@ -97,11 +113,11 @@ class Position:
             self.steps * segment_plan.world_size
         )
 
-    def to_fields(self) -> dict[str, int]:
+    def to_fields(self) -> dict[str, object]:
         """The JSON-able fields of a loader state that hold this position (``POSITION_FIELDS``,
         and ``order_world_size`` only where it differs from ``segment_world_size``, i.e. after an
         elastic resume: states keep the format they had before the field existed)."""
-        fields = {
+        fields: dict[str, object] = {
             "epoch": self.epoch,
             "segment_start": self.segment_start,
             "segment_world_size": self.segment_world_size,
@@ -110,6 +126,8 @@ class Position:
         }
         if self.order_world_size != self.segment_world_size:
             fields[ORDER_WORLD_SIZE] = self.order_world_size
+        if self.history:
+            fields[SEGMENT_HISTORY] = [list(h) for h in self.history]
         return fields
 
     @classmethod
@@ -121,13 +139,66 @@ class Position:
         values = {name: state[name] for name in POSITION_FIELDS}
         values["steps"] = values.pop("segment_steps")
         values[ORDER_WORLD_SIZE] = state.get(ORDER_WORLD_SIZE)  # absent: segment_world_size
+        values["history"] = state.get(SEGMENT_HISTORY, ())
         return cls(**values)  # type: ignore[arg-type]
+
+
+def _checked_history(history: object) -> History:
+    """``segment_history`` as a tuple of ``(world_size >= 1, steps >= 0)`` int pairs."""
+    expected = "a list of [world_size >= 1, steps >= 0] pairs"
+    if not isinstance(history, (list, tuple)):
+        raise ResumeError(f"loader state {SEGMENT_HISTORY}: got {history!r}, expected {expected}")
+    out = []
+    for item in history:
+        ok = isinstance(item, (list, tuple)) and len(item) == 2 and all(map(is_int, item))
+        if not ok or item[0] < 1 or item[1] < 0:
+            raise ResumeError(
+                f"loader state {SEGMENT_HISTORY}: got {history!r}, expected {expected}"
+            )
+        out.append((int(item[0]), int(item[1])))
+    return tuple(out)
 
 
 def segment_plan(planner: Planner, position: Position) -> GlobalPlan:
     """The global plan of ``position``'s segment; raises if ``position`` cannot lie in it."""
     if position.epoch < 1:
         raise ResumeError(f"position epoch: got {position.epoch}, expected >= 1")
+    if planner.options.distribution == "files":
+        plan = _files_segment_plan(planner, position)
+    else:
+        plan = _order_segment_plan(planner, position)
+    if position.steps > plan.steps:
+        raise ResumeError(
+            f"state says {position.steps} steps consumed in epoch {position.epoch} (segment from "
+            f"sequence {position.segment_start}, world size {position.segment_world_size}), but "
+            f"that plan has only {plan.steps} steps per rank: the state belongs to other data or "
+            "options, or to another version of the planner"
+        )
+    return plan
+
+
+def _files_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
+    """``distribution="files"``: replay the history, check what it says consumed."""
+    history = position.history
+    plan, consumed = planner.files_plan(position.epoch, position.segment_world_size, history)
+    before = sum(steps for _, steps in history)
+    if position.segment_start != len(consumed) or position.prior_steps != before:
+        raise ResumeError(
+            f"loader state segment_start={position.segment_start}, prior_steps="
+            f"{position.prior_steps}: its {SEGMENT_HISTORY} {[list(h) for h in history]} gives "
+            f"{len(consumed)} sequences and {before} steps consumed before the segment; the state "
+            "belongs to other data or options, or was edited"
+        )
+    return plan
+
+
+def _order_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
+    """``shard`` / ``random_seed_offset``: the segment from ``segment_start`` of the order."""
+    if position.history:
+        raise ResumeError(
+            f"loader state has a {SEGMENT_HISTORY}, which only distribution='files' writes, but "
+            f"this loader has distribution={planner.options.distribution!r}"
+        )
     if position.segment_start:
         if planner.options.distribution != "shard":
             raise ResumeError(
@@ -140,20 +211,12 @@ def segment_plan(planner: Planner, position: Position) -> GlobalPlan:
                 f"loader state segment_start: got {position.segment_start}, but epoch "
                 f"{position.epoch} has only {size} sequences; the state belongs to other data"
             )
-    plan = planner.global_plan(
+    return planner.global_plan(
         position.epoch,
         position.segment_world_size,
         position.segment_start,
         position.order_world_size,
     )
-    if position.steps > plan.steps:
-        raise ResumeError(
-            f"state says {position.steps} steps consumed in epoch {position.epoch} (segment from "
-            f"sequence {position.segment_start}, world size {position.segment_world_size}), but "
-            f"that plan has only {plan.steps} steps per rank: the state belongs to other data or "
-            "options, or to another version of the planner"
-        )
-    return plan
 
 
 def is_finished(position: Position, plan: GlobalPlan) -> bool:
@@ -178,6 +241,12 @@ def continue_plan(
     seg = segment if segment is not None else segment_plan(planner, position)
     if world_size == position.segment_world_size or is_finished(position, seg):
         return seg, position
+    if planner.options.distribution == "files":  # the rest's files to the new ranks
+        done = ((position.segment_world_size, position.steps),) if position.steps else ()
+        history = position.history + done
+        plan, consumed = planner.files_plan(position.epoch, world_size, history)
+        before = position.epoch_steps
+        return plan, Position(position.epoch, len(consumed), world_size, 0, before, history=history)
     if planner.options.distribution != "shard":
         raise ResumeError(
             f"cannot resume epoch {position.epoch} mid-way with world_size={world_size} from a "

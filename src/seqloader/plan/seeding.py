@@ -11,6 +11,8 @@ PURPOSE_TRANSFORM = 2
 PURPOSE_MIX = 3  # corpus epochs of a mix (seqloader.plan.mix)
 PURPOSE_MIX_TRANSFORM = 4  # transforms of mixed epochs: keyed by (sequence, corpus epoch)
 PURPOSE_BUCKETS = 5  # buckets:N arranges each sub-epoch (its runs' order) with its own stream
+PURPOSE_FILES = 6  # distribution="files": each full epoch's file shuffle
+PURPOSE_FILES_ORDER = 7  # distribution="files": each rank's order of its files' sequences
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

@@ -96,7 +96,7 @@ class LoaderState:
             "world_size": self.world_size,
         }
 
-    def load(self, state: Mapping) -> dict[str, int] | None:
+    def load(self, state: Mapping) -> dict[str, object] | None:
         """Check ``state`` against this plan and keep it for the next ``begin``. Returns the
         loaded position's fields with its derived ``steps`` and ``seqs_consumed`` (None for a
         state taken before any epoch)."""

@@ -5,7 +5,7 @@ sequence on demand (in a DataLoader worker). Sources must be picklable and must 
 the process that reads, so they survive fork and spawn.
 
 Optional abilities are declared, each as a runtime-checkable protocol of its own (``ReadsMany``,
-``ReadsInto``, ``PreparesWorkers``, ``Locates``, ``DeclaresNeeds``; ``HashedTags`` and
+``ReadsInto``, ``PreparesWorkers``, ``Locates``, ``DeclaresNeeds``, ``HasFiles``; ``HashedTags`` and
 ``TakesTags`` for tag containers). Callers test
 them with ``declares`` (``issubclass`` on the object's class, cached), never ``getattr``, and
 ``SourceBase`` gives the defaults, so a source written by a user is handled exactly like a
@@ -165,6 +165,15 @@ class NamesCorpora(Protocol):
     def corpus_layout(self) -> tuple[tuple[str, ...], np.ndarray]: ...
 
 
+@runtime_checkable
+class HasFiles(Protocol):
+    """Says which sequences each of its files holds: int64 bounds ``[F + 1]``, file f holds the
+    indices ``[bounds[f], bounds[f + 1])``. ``distribution="files"`` gives ranks whole files, and a
+    file cache fetches whole files. ``SourceBase``'s default is one file holding everything."""
+
+    def file_layout(self) -> np.ndarray: ...
+
+
 class SourceBase:
     """Base class for sources: the metadata half of the ``Source`` protocol for sources that keep
     it in attributes set at open (``_schema``, whose key order is ``keys``; ``_lengths``: key ->
@@ -217,6 +226,10 @@ class SourceBase:
         """Nothing beyond reading."""
         return LoaderNeeds()
 
+    def file_layout(self) -> np.ndarray:
+        """One file holding all sequences (``HasFiles``); sources of several files override it."""
+        return np.array([0, len(self)], dtype=np.int64)
+
 
 _DECLARED: dict[tuple[type, type], bool] = {}
 
@@ -253,6 +266,13 @@ def corpus_layout(source: Source) -> tuple[tuple[str, ...], np.ndarray] | None:
     """(corpus names, bounds ``[C + 1]``) of a source of named corpora (``NamesCorpora``), else
     None."""
     return cast(NamesCorpora, source).corpus_layout() if declares(source, NamesCorpora) else None
+
+
+def file_layout(source: Source) -> np.ndarray | None:
+    """File bounds int64 ``[F + 1]`` of a source that declares them (``HasFiles``), else None."""
+    if not declares(source, HasFiles):
+        return None
+    return np.asarray(cast(HasFiles, source).file_layout(), dtype=np.int64)
 
 
 def prepare_workers(source: Source) -> None:

@@ -20,6 +20,7 @@ from seqloader.sources.base import (
     KeySpec,
     Source,
     SourceBase,
+    file_layout,
     prepare_workers,
     read_batch,
     where,
@@ -90,6 +91,16 @@ class ConcatSource(SourceBase):
         self._fingerprint: str | None = None
 
     # ---- corpora ----
+    def file_layout(self) -> np.ndarray:
+        """The corpora's files one after another (``HasFiles``); a corpus that does not declare
+        its files counts as one."""
+        parts = [np.zeros(1, dtype=np.int64)]
+        for c, src in enumerate(self._sources):
+            own = file_layout(src)
+            bounds = np.array([0, len(src)], dtype=np.int64) if own is None else own
+            parts.append(bounds[1:] + self._bounds[c])
+        return np.concatenate(parts)
+
     def corpus_layout(self) -> tuple[tuple[str, ...], np.ndarray]:
         """(corpus names, bounds int64 ``[C + 1]``): corpus c holds ``[bounds[c], bounds[c+1])``;
         what ``mix`` plans on and ``Batch.corpus`` reports."""

@@ -80,6 +80,10 @@ class HDFSource(SourceBase):
     def paths(self) -> tuple[str, ...]:
         return self._paths
 
+    def file_layout(self) -> np.ndarray:
+        """File f (of ``paths``) holds sequences ``[b[f], b[f + 1])`` (``HasFiles``)."""
+        return self._file_start
+
     @property
     def skipped_keys(self) -> dict[str, str]:
         """Keys present in the files but not readable here, with the reason."""

@@ -15,6 +15,8 @@ class MemorySource(SourceBase):
 
     Arrays of one key must agree on dtype and feature shape. ``vocab_sizes`` marks integer 1-D keys
     as sparse with that vocabulary size (as RETURNN's HDF ``inputPattSize`` / ``targets/size``).
+    ``file_bounds``: int ``[F + 1]``, as if file f held sequences ``[b[f], b[f + 1])`` (for
+    ``distribution="files"`` without files on disk; default: one file).
     """
 
     def __init__(
@@ -22,6 +24,7 @@ class MemorySource(SourceBase):
         data: Mapping[str, Sequence[np.ndarray]],
         tags: Sequence[str] | None = None,
         vocab_sizes: Mapping[str, int] | None = None,
+        file_bounds: Sequence[int] | np.ndarray | None = None,
     ) -> None:
         if not data:
             raise DataError("MemorySource: no keys given; expected {key: [array per sequence]}")
@@ -45,6 +48,11 @@ class MemorySource(SourceBase):
             self._lengths[key] = np.fromiter((a.shape[0] for a in arrays), np.int64, count=n)
         self._schema = schema
         self._fingerprint: str | None = None
+        files = [0, n] if file_bounds is None else file_bounds  # checked where it is used
+        self._files = np.asarray(files, dtype=np.int64)
+
+    def file_layout(self) -> np.ndarray:
+        return self._files
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         return {k: v[index] for k, v in self._data.items()}

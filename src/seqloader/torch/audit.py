@@ -216,8 +216,10 @@ class EpochAuditor:
         source: Source,
         check_lengths: bool,
         order_world_size: int = 1,
+        history: tuple[tuple[int, int], ...] = (),
     ) -> None:
         self.policy = policy
+        self.history = history  # distribution="files": earlier segments of the epoch (Position)
         self.order_world_size = order_world_size  # buckets:N orders depend on it (Position)
         self.planner, self.plan, self.share = planner, plan, share
         self.rank, self.world_size, self.epoch = rank, world_size, epoch
@@ -258,6 +260,7 @@ class EpochAuditor:
             source=source,
             check_lengths=check_lengths,
             order_world_size=position.order_world_size,
+            history=position.history,
         )
 
     def record(self, batch: Batch) -> None:
@@ -366,6 +369,14 @@ class EpochAuditor:
                 "skipped": np.concatenate([p["skipped"] for p in payloads]),
             }
             streams = [self._stream(order, self.start_offset, self.plan.dropped, merged)]
+        elif distribution == "files":
+            scope = "all ranks" if self.world_size > 1 else "single rank"
+            merged = {
+                "delivered": np.concatenate([p["delivered"] for p in payloads]),
+                "skipped": np.concatenate([p["skipped"] for p in payloads]),
+            }
+            order, start = self.files_order()
+            streams = [self._stream(order, start, self.plan.dropped, merged)]
         else:  # random_seed_offset: every rank its own order, each checked on its own
             scope = "all ranks" if self.world_size > 1 else "single rank"
             streams = []
@@ -392,6 +403,22 @@ class EpochAuditor:
             mixed=self.planner.mix is not None,
             **counts,
         )
+
+    def files_order(self) -> tuple[np.ndarray, int]:
+        """``distribution="files"``: the sub-epoch's sequences as one stream -> (order, start):
+        those consumed before this run (earlier segments, then this segment's first steps), the
+        rest as planned, then the ones the plan leaves out (``uneven="drop"``) at the end. What
+        must be delivered does not depend on this segment's plan: the sub-epoch less the
+        consumed ones."""
+        whole = self.planner.sub_epoch_order(self.epoch)  # [m] every sequence of the sub-epoch
+        _, earlier = self.planner.files_plan(self.epoch, self.world_size, self.history)
+        batches = self.plan.batches
+        cut = int(batches.bounds[self.start_steps * self.world_size])
+        real = batches.real
+        before = np.concatenate([earlier, batches.seqs[:cut][real[:cut]]])
+        planned = batches.seqs[cut:][real[cut:]]
+        rest = whole[~np.isin(whole, np.concatenate([before, planned]))]
+        return np.concatenate([before, planned, rest]), len(before)
 
     def share_order(self) -> np.ndarray:
         """This run's planned real sequences of this rank, in order (rank-local audit)."""

@@ -25,7 +25,7 @@ from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED, Planner
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology
-from seqloader.sources.base import PlanHints, Source, declares, loader_needs
+from seqloader.sources.base import PlanHints, Source, declares, file_layout, loader_needs
 from seqloader.torch.audit import EpochAuditor
 from seqloader.torch.batch import Batch
 from seqloader.torch.checks import BatchChecks, CheckOptions, check_source
@@ -95,8 +95,11 @@ class SeqLoader:
             order_lengths=None if hints is None else hints.order_lengths(),
             excluded=None if hints is None else hints.excluded(),
             corpora=corpora_of(source),
+            files=file_layout(source),
         )
         self.length_key = self.planner.length_key
+        if self.planner.files is not None:  # too few files for this world size: say so now
+            self.planner.check_files(self.topology.world_size)
         self._fingerprint = self.planner.fingerprint(source.fingerprint())
         check_source(source, self.planner, self.checks)
         self._batch_checks = BatchChecks(source, self.checks)
