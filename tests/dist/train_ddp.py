@@ -39,7 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--phase", default="run")
-    p.add_argument("--hdf", type=Path, help="read this RETURNN HDF file instead of memory")
+    p.add_argument("--hdf", type=Path, nargs="+", help="read these RETURNN HDF files, not memory")
+    p.add_argument("--distribution", default="shard")
+    p.add_argument("--audit", action="store_true", help="audit every epoch (gathered over ranks)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--partition-epoch", type=int, default=1)
     p.add_argument("--workers", type=int, default=1)
@@ -68,7 +70,7 @@ def make_loader(args: argparse.Namespace, rank: int) -> sl.SeqLoader:
         options["seed"] += 1
     if args.hdf is not None:
         hdf_source, _ = hdf_api()
-        source = hdf_source([args.hdf])
+        source = hdf_source(args.hdf)
     else:
         source = build_corpus(n)
     return sl.SeqLoader(
@@ -76,6 +78,8 @@ def make_loader(args: argparse.Namespace, rank: int) -> sl.SeqLoader:
         partition_epoch=args.partition_epoch,
         uneven=args.uneven,
         num_workers=args.workers,
+        distribution=args.distribution,
+        audit=args.audit,
         **options,
     )
 
@@ -141,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                 "planned_steps": report.planned_steps,
                 "complete": report.complete,
             }
+            if report.audit is not None:
+                result["epochs"][str(epoch)]["audit"] = report.audit.to_dict()
     except sl.DistributedMismatchError as e:
         result["error"] = str(e)
         write_json_atomic(result_path(args.out, args.phase, rank), result)

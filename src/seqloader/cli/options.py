@@ -149,7 +149,8 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
         "distribution",
         {
             "choices": DISTRIBUTIONS,
-            "help": "shard: ranks split one plan; random_seed_offset: each rank its own pass",
+            "help": "shard: ranks split one plan; random_seed_offset: each rank its own pass; "
+            "files: each rank whole files per sub-epoch",
         },
     ),
     (

@@ -1,0 +1,112 @@
+"""``distribution="files"`` with real processes over real HDF files: ``torchrun`` (gloo, a tiny DDP
+model, a DataLoader worker per rank) reads a corpus written to 12 HDF files. Per sub-epoch every
+rank reads only its own files (disjoint across ranks), all ranks take the same number of steps
+(DDP would hang otherwise), the full epoch holds every sequence exactly once, and the gathered
+audit agrees. A run killed mid-epoch resumes on another number of ranks (elastic): before +
+after = the epoch exactly once."""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "dist"))
+from ddp_common import LOADER_OPTIONS, build_corpus, read_log
+
+import seqloader as sl
+from test_distributed_torchrun import ALL_TAGS, consumed_before, launch, results
+
+pytestmark = pytest.mark.slow
+
+N_FILES = 12
+
+
+def write_files(out: Path) -> tuple[list[Path], dict[str, int]]:
+    """The DDP corpus cut into ``N_FILES`` HDF files of 8-9 sequences -> (paths, tag -> file)."""
+    corpus = build_corpus()
+    n = len(corpus)
+    paths, file_of = [], {}
+    for f in range(N_FILES):
+        part = range(f * n // N_FILES, (f + 1) * n // N_FILES)
+        src = sl.MemorySource(
+            {"data": [corpus.read(i)["data"] for i in part]}, [corpus.tag(i) for i in part]
+        )
+        path = out / f"part-{f:02d}.hdf"
+        sl.write_hdf(path, src)
+        paths.append(path)
+        file_of.update({corpus.tag(i): f for i in part})
+    return paths, file_of
+
+
+def planned_steps(paths: list[Path], world: int, epoch: int) -> int:
+    loader = sl.SeqLoader(
+        sl.HDFSource(paths),
+        rank=0,
+        world_size=world,
+        distribution="files",
+        partition_epoch=2,
+        **LOADER_OPTIONS,
+    )
+    return loader.steps(epoch)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_torchrun_ranks_read_only_their_files(tmp_path: Path, world: int) -> None:
+    paths, file_of = write_files(tmp_path)
+    args = ["--workers", "1", "--distribution", "files", "--partition-epoch", "2"]
+    args += ["--epochs", "2", "--audit", "--hdf", *map(str, paths)]
+    rc, console = launch("torchrun", world, tmp_path, "files", *args)
+    assert rc == 0, console
+    seen = collections.Counter()
+    for epoch in (1, 2):
+        steps = planned_steps(paths, world, epoch)
+        files = []
+        for r in range(world):
+            log = [e for e in read_log(tmp_path, "files", r) if e["epoch"] == epoch]
+            assert [e["step"] for e in log] == list(range(steps)), f"rank {r} epoch {epoch}"
+            tags = [t for e in log for t in e["tags"]]
+            seen.update(tags)
+            files.append({file_of[t] for t in tags})
+        assert all(files), f"epoch {epoch}: a rank read no file"
+        for a in range(world):
+            for b in range(a + 1, world):
+                assert not files[a] & files[b], f"epoch {epoch}: ranks {a}, {b} share a file"
+        assert len(set().union(*files)) in range(N_FILES // 2 - 1, N_FILES // 2 + 2)  # ~1/P
+        for res in results(tmp_path, "files", world):
+            audit = res["epochs"][str(epoch)]["audit"]
+            assert audit["ok"] and audit["scope"] == "all ranks", audit
+            assert audit["rank_ids"] == list(range(world))
+    assert sorted(seen.elements()) == ALL_TAGS  # the full epoch: every sequence exactly once
+
+
+@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2)])
+def test_killed_files_run_resumes_elastically(tmp_path: Path, before: int, after: int) -> None:
+    paths, _ = write_files(tmp_path)
+    steps = planned_steps(paths, before, 1)
+    kill = max(1, steps // 2)
+    ckpt = tmp_path / "ckpt.json"
+    common = ["--distribution", "files", "--partition-epoch", "2", "--epochs", "2", "--workers"]
+    common += ["0", "--checkpoint", str(ckpt), "--resume", "--hdf", *map(str, paths)]
+    rc, console = launch("fork", before, tmp_path, "a", *common, "--kill-at", f"1:{kill}")
+    assert rc != 0, f"the run was not killed\n{console}"
+    state = json.loads(ckpt.read_text())["loader"]
+    assert state["epoch"] == 1 and state["steps"] == kill and not state["epoch_complete"]
+    rc, console = launch("fork", after, tmp_path, "b", *common)
+    assert rc == 0, f"resumed from {state}\n{console}"
+    seen = collections.Counter()
+    for r in range(before):
+        seen.update(
+            t for e in consumed_before(read_log(tmp_path, "a", r), state) for t in e["tags"]
+        )
+    steps_b = []
+    for r in range(after):
+        log = read_log(tmp_path, "b", r)
+        steps_b.append([(e["epoch"], e["step"]) for e in log])
+        seen.update(t for e in log for t in e["tags"])
+    assert all(s == steps_b[0] for s in steps_b), "unequal steps after the elastic resume"
+    assert steps_b[0][0] == (1, kill)  # step numbers go on
+    assert sorted(seen.elements()) == ALL_TAGS  # epochs 1 + 2 = one full epoch, exactly once
