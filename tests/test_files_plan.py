@@ -361,3 +361,18 @@ def test_split_batches_splits_the_largest_into_near_equal_pieces() -> None:
     np.testing.assert_array_equal(split.seqs, np.arange(10))
     ones = split_batches(batches, 20)  # at most one piece per sequence
     np.testing.assert_array_equal(ones.bounds, np.arange(11))
+
+
+def test_rank_files_lists_what_a_rank_reads_in_reading_order() -> None:
+    lengths = np.random.default_rng(2).integers(1, 30, size=120)
+    options = PlanOptions(ordering="sorted", max_seqs=4, distribution="files", partition_epoch=2)
+    planner = Planner({"data": lengths}, options, files=np.arange(0, 121, 10))
+    plan = planner.global_plan(1, 2)
+    for r in range(2):
+        share = plan.rank_share(r)
+        read = (share.seqs // 10).tolist()
+        files = planner.rank_files(plan, r)
+        assert files.tolist() == list(dict.fromkeys(read))  # each once, in first-read order
+        later = planner.rank_files(plan, r, plan.steps - 1)
+        assert set(later.tolist()) == set((plan.rank_share(r, plan.steps - 1).seqs // 10).tolist())
+    assert not set(planner.rank_files(plan, 0).tolist()) & set(planner.rank_files(plan, 1).tolist())

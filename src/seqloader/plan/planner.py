@@ -418,6 +418,15 @@ class Planner:
         done = np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)
         return plan, done
 
+    def rank_files(self, plan: GlobalPlan, rank: int, start_step: int = 0) -> np.ndarray:
+        """The files rank ``rank`` reads in ``plan`` from ``start_step`` on, in the order it first
+        reads them -> int64 ``[f]`` (what a cache fetches for it; fillers count, they are read)."""
+        assert self.files is not None, "rank_files needs distribution='files'"
+        seqs = plan.rank_share(rank, start_step).seqs
+        files = np.searchsorted(self.files, seqs, side="right") - 1  # [slots]
+        _, first = np.unique(files, return_index=True)
+        return files[np.sort(first)].astype(np.int64)
+
     def check_files(self, world_size: int) -> None:
         """A sub-epoch should give every rank at least one file: refuse fewer files than
         ``partition_epoch * world_size`` (counting files that hold admitted sequences)."""
