@@ -57,6 +57,11 @@ class WorkerError(SeqLoaderError, RuntimeError):
     building: int | None = None
 
 
+class FetchError(SeqLoaderError, RuntimeError):
+    """A remote file could not be fetched into the local cache (after retries), or its copy did not
+    match what the store said (size, ETag). The message names the URL, the attempts and the fix."""
+
+
 class AuditError(SeqLoaderError, RuntimeError):
     """The epoch audit (``SeqLoader(audit=True)``) found sequences missing, repeated or unplanned."""
 

@@ -23,6 +23,8 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "pyarrow": ("pyarrow", "hf"),
     "lightning": ("lightning", "lightning"),
     "returnn": ("returnn", "returnn"),
+    "fsspec": ("fsspec", "remote"),
+    "s3fs": ("s3fs", "remote"),
 }
 
 

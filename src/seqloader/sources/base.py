@@ -17,9 +17,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from seqloader.sources.remote import RemoteFiles
 
 
 @dataclass(frozen=True)
@@ -174,6 +177,15 @@ class HasFiles(Protocol):
     def file_layout(self) -> np.ndarray: ...
 
 
+@runtime_checkable
+class FetchesRemote(Protocol):
+    """Reads remote files through a local ``FileCache`` (``HDFSource`` over URLs): the loader
+    fetches each rank's files ahead of its plan and evicts the rest (``seqloader.torch.prefetch``).
+    None: the files are local after all."""
+
+    def remote_files(self) -> RemoteFiles | None: ...
+
+
 class SourceBase:
     """Base class for sources: the metadata half of the ``Source`` protocol for sources that keep
     it in attributes set at open (``_schema``, whose key order is ``keys``; ``_lengths``: key ->
@@ -273,6 +285,11 @@ def file_layout(source: Source) -> np.ndarray | None:
     if not declares(source, HasFiles):
         return None
     return np.asarray(cast(HasFiles, source).file_layout(), dtype=np.int64)
+
+
+def remote_files(source: Source) -> RemoteFiles | None:
+    """The remote files of a source that reads through a cache (``FetchesRemote``), else None."""
+    return cast(FetchesRemote, source).remote_files() if declares(source, FetchesRemote) else None
 
 
 def prepare_workers(source: Source) -> None:

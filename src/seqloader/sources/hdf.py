@@ -4,6 +4,10 @@ Opening reads only ``seqLengths``, ``seqTags`` and dataset shapes (in the main p
 the files: planning never touches sequence data. Each process that reads opens the files itself,
 lazily, and notices a fork by its pid, so a DataLoader worker never uses an h5py handle it inherited;
 pickling drops handles, so the source also travels into spawn workers.
+
+Files may be URLs (any fsspec protocol: ``s3://``, ``gs://``, ``file://``, ...): their metadata comes
+from ranged reads at open (kept in the cache's local index) and their data from whole local copies
+in a ``FileCache``, read by the same fast paths as local files (``seqloader.sources.remote``).
 """
 
 from __future__ import annotations
@@ -11,16 +15,19 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from seqloader.errors import DataError
+from seqloader.errors import DataError, OptionError
 from seqloader.sources.base import KeySpec, SourceBase, fingerprint_of
 from seqloader.sources.hdf_chunks import index_files
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
 from seqloader.sources.hdf_read import OpenFile
+from seqloader.sources.remote import FileCache, RemoteFiles, is_url
+from seqloader.sources.remote.index import hdf_layout
 
 log = logging.getLogger("seqloader")
 
@@ -29,6 +36,10 @@ PathLike = str | os.PathLike
 # Handles inherited through fork: kept referenced so that this process never closes (or otherwise
 # touches) the parent's HDF5 objects.
 _INHERITED: list[OpenFile] = []
+
+# how often a reader of cached remote files looks for evicted files it still holds open (their disk
+# space is freed only when closed)
+SWEEP_S = 1.0
 
 
 class HDFSource(SourceBase):
@@ -39,6 +50,10 @@ class HDFSource(SourceBase):
     into tensors and are left out (see ``skipped_keys``). ``keys`` selects a subset. With
     ``use_mmap`` (default) contiguous datasets are memory-mapped; ``use_mmap=False`` reads everything
     through h5py (same bytes, slower).
+
+    Remote files: give URLs and ``cache_dir`` (local disk), optionally ``cache_bytes`` (the
+    loader keeps each rank's cached files within it, fetching ahead of its plan) and fsspec's
+    ``storage_options``; or a ready ``cache=FileCache(...)`` (retries, backoff).
     """
 
     def __init__(
@@ -47,6 +62,10 @@ class HDFSource(SourceBase):
         *,
         keys: Sequence[str] | None = None,
         use_mmap: bool = True,
+        cache_dir: PathLike | None = None,
+        cache_bytes: int | None = None,
+        storage_options: dict | None = None,
+        cache: FileCache | None = None,
     ) -> None:
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
@@ -54,9 +73,13 @@ class HDFSource(SourceBase):
         if not self._paths:
             raise DataError("HDFSource: no files given; expected one path or a list of paths")
         self._use_mmap = bool(use_mmap)
-        layouts = [
-            read_layout(p, _position(i, len(self._paths))) for i, p in enumerate(self._paths)
-        ]
+        n = len(self._paths)
+        remote = _cache_of(self._paths, cache, cache_dir, cache_bytes, storage_options)
+        if remote is None:
+            layouts = [read_layout(p, _position(i, n)) for i, p in enumerate(self._paths)]
+        else:
+            files = remote.stat(self._paths)
+            layouts = [hdf_layout(remote, r, _position(i, n)) for i, r in enumerate(files)]
         self._schema, self._skipped = _merge_schema(layouts, keys, self._paths)
         self._datasets = [{k: lay.datasets[k] for k in self._schema} for lay in layouts]
         self._starts = [{k: lay.starts[k] for k in self._schema} for lay in layouts]
@@ -64,6 +87,9 @@ class HDFSource(SourceBase):
         self._file_start = np.zeros(len(layouts) + 1, dtype=np.int64)  # [F + 1]
         np.cumsum(counts, out=self._file_start[1:])
         self._bounds: list[int] = self._file_start.tolist()  # for bisect: faster than numpy here
+        self._remote = (
+            None if remote is None else RemoteFiles(remote, tuple(files), self._file_start)
+        )
         self._lengths = {
             k: np.concatenate([np.diff(s[k]) for s in self._starts]) for k in self._schema
         }
@@ -71,6 +97,8 @@ class HDFSource(SourceBase):
         self._fingerprint: str | None = None
         self._pid: int | None = None
         self._open: list[OpenFile | None] = []
+        self._inodes: list[int] = []  # remote files: the inode of each open cached copy
+        self._swept = 0.0
 
     # ---- what planning needs (no data read) ----
     def __len__(self) -> int:
@@ -94,11 +122,19 @@ class HDFSource(SourceBase):
             self._fingerprint = fingerprint_of(self._tags, self._lengths, self._schema, "hdf")
         return self._fingerprint
 
+    def remote_files(self) -> RemoteFiles | None:
+        """The remote files and their cache (None for local files): the loader fetches ahead."""
+        return self._remote
+
     def prepare_workers(self) -> None:
         """Called in the trainer process just before DataLoader workers fork: index the files'
         chunked datasets once here, so every worker inherits the index (``hdf_chunks``)."""
         if self._use_mmap:
-            index_files(self._paths)
+            if self._remote is None:
+                index_files(self._paths)
+            else:  # the copies cached by now
+                cache = self._remote.cache
+                index_files([cache.path(r) for r in self._remote.files if cache.has(r)])
 
     def locate(self, index: int) -> tuple[int, int]:
         """(file number, sequence number within that file) of global sequence ``index``."""
@@ -191,17 +227,39 @@ class HDFSource(SourceBase):
             # no close); this process opens its own.
             _INHERITED.extend(o for o in self._open if o is not None)
             self._open = [None] * len(self._paths)
+            self._inodes = [0] * len(self._paths)
             self._pid = pid
         opened = self._open[f]
+        if self._remote is not None:
+            now = time.monotonic()
+            if now - self._swept > SWEEP_S:
+                self._swept = now
+                self._sweep()
+                opened = self._open[f]
         if opened is None:
-            opened = OpenFile(self._paths[f], self._datasets[f], self._use_mmap)
+            path = self._paths[f]
+            if self._remote is not None:  # a missing copy is fetched (or waited for) here
+                path = self._remote.cache.ensure(self._remote.files[f])
+            opened = OpenFile(path, self._datasets[f], self._use_mmap)
             try:
                 self._check_unchanged(f, opened)
             except DataError:
                 opened.close()
                 raise
             self._open[f] = opened
+            if self._remote is not None:
+                self._inodes[f] = _inode(path)
         return opened
+
+    def _sweep(self) -> None:
+        """Close cached copies evicted (or replaced) since they were opened: an open file keeps
+        its disk space, so holding evicted ones would let the cache outgrow its budget."""
+        assert self._remote is not None
+        cache = self._remote.cache
+        for g, opened in enumerate(self._open):
+            if opened is not None and _inode(cache.path(self._remote.files[g])) != self._inodes[g]:
+                opened.close()  # a batch still holding a view keeps the mapping until it goes
+                self._open[g] = None
 
     def _check_unchanged(self, f: int, opened: OpenFile) -> None:
         """The offsets come from open time: refuse a file replaced since by other data."""
@@ -256,6 +314,53 @@ class HDFSource(SourceBase):
             files += ", ..."
         keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
         return f"HDFSource({files}; {len(self)} seqs; {keys})"
+
+
+def _inode(path: str) -> int:
+    try:
+        return os.stat(path).st_ino
+    except FileNotFoundError:
+        return -1
+
+
+def _cache_of(
+    paths: tuple[str, ...],
+    cache: FileCache | None,
+    cache_dir: PathLike | None,
+    cache_bytes: int | None,
+    storage_options: dict | None,
+) -> FileCache | None:
+    """The cache remote files are read through (None: local paths)."""
+    urls = [p for p in paths if is_url(p)]
+    given = cache is not None or cache_dir is not None or cache_bytes is not None
+    if not urls:
+        if given or storage_options:
+            raise OptionError(
+                "HDFSource: cache_dir, cache_bytes, storage_options and cache apply to remote "
+                f"files (URLs such as 's3://bucket/x.hdf'), but all paths are local ({paths[0]!r}"
+                "...). Fix: drop them, or give the files as URLs."
+            )
+        return None
+    if len(urls) != len(paths):
+        local = next(p for p in paths if not is_url(p))
+        raise OptionError(
+            f"HDFSource: the files mix URLs ({urls[0]!r}) and local paths ({local!r}). Fix: give "
+            "every file as a URL (file:///abs/path for a local one) or every file as a path."
+        )
+    if cache is not None:
+        if cache_dir is not None or cache_bytes is not None or storage_options:
+            raise OptionError(
+                "HDFSource: give either cache=FileCache(...) or cache_dir/cache_bytes/"
+                "storage_options, not both"
+            )
+        return cache
+    if cache_dir is None:
+        raise OptionError(
+            f"HDFSource: remote files ({urls[0]!r}) are read from whole local copies, so they "
+            "need cache_dir (a directory on local disk). Fix: HDFSource(urls, cache_dir=..., "
+            "cache_bytes=...)"
+        )
+    return FileCache(cache_dir, cache_bytes, storage_options)
 
 
 def _position(i: int, n: int) -> str:

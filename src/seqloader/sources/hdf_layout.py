@@ -68,15 +68,21 @@ def open_h5(path: str, position: str = "") -> h5py.File:
 def read_layout(path: str, position: str = "") -> FileLayout:
     """The layout of one RETURNN HDF file (opens and closes it)."""
     with open_h5(path, position) as f:
-        try:
-            return _layout(f, path, describe_file(path, position))
-        except DataError:
-            raise
-        except Exception as e:  # h5py's errors on damaged metadata (found by tests/test_fuzz_hdf)
-            raise DataError(
-                f"HDF file {describe_file(path, position)} is damaged: reading its structure "
-                f"failed with {type(e).__name__}: {e}. Fix: re-create or re-copy the file."
-            ) from e
+        return layout_of(f, path, position)
+
+
+def layout_of(f: h5py.File, path: str, position: str = "") -> FileLayout:
+    """The layout of an open HDF file (``path`` names it in messages; a remote file is opened
+    over a file object, so only the metadata it reads travels)."""
+    try:
+        return _layout(f, path, describe_file(path, position))
+    except DataError:
+        raise
+    except Exception as e:  # h5py's errors on damaged metadata (found by tests/test_fuzz_hdf)
+        raise DataError(
+            f"HDF file {describe_file(path, position)} is damaged: reading its structure "
+            f"failed with {type(e).__name__}: {e}. Fix: re-create or re-copy the file."
+        ) from e
 
 
 def _layout(f: h5py.File, path: str, where: str) -> FileLayout:
@@ -290,6 +296,10 @@ class PackedTags(Sequence[str]):
 
     def __len__(self) -> int:
         return len(self._off) - 1
+
+    def buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bytes ``[total]``, offsets ``[n + 1]``): what ``PackedTags(buffer, offsets)`` takes."""
+        return self._buf, self._off
 
     def raw(self, index: int) -> bytes:
         return self._buf[self._off[index] : self._off[index + 1]].tobytes()

@@ -1,0 +1,109 @@
+"""A local S3 API for the remote-corpus tests: moto's server on a free port (one per test session),
+a fresh bucket per test, files uploaded with s3fs, and index corpora split over several HDF files
+whose frames hold their global sequence index (``conftest.check_rows`` works on them)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import seqloader as sl
+from conftest import free_port
+
+pytest.importorskip("moto.server", reason="the remote tests need moto[server] (dev extra)")
+s3fs = pytest.importorskip("s3fs", reason="the remote tests need s3fs (dev extra)")
+
+
+@dataclass(frozen=True)
+class S3:
+    """A running S3 endpoint and a bucket of this test's own."""
+
+    endpoint: str
+    bucket: str
+
+    @property
+    def options(self) -> dict:
+        """``storage_options`` for fsspec/s3fs (what a user passes to HDFSource)."""
+        return {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
+        }
+
+    def fs(self):
+        return s3fs.S3FileSystem(skip_instance_cache=True, **self.options)
+
+    def url(self, name: str) -> str:
+        return f"s3://{self.bucket}/{name}"
+
+    def upload(self, local: str | os.PathLike, name: str) -> str:
+        url = self.url(name)
+        self.fs().put_file(os.fspath(local), url)
+        return url
+
+
+@pytest.fixture(scope="session", name="s3_endpoint")
+def s3_endpoint_fixture() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture(name="s3")
+def s3_fixture(s3_endpoint: str) -> S3:
+    import boto3
+
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        region_name="us-east-1",
+    ).create_bucket(Bucket=bucket)
+    return S3(s3_endpoint, bucket)
+
+
+def index_files(
+    directory: Path, n_files: int, per_file: int, seed: int = 0, max_len: int = 30, dim: int = 2
+) -> list[Path]:
+    """``n_files`` HDF files of ``per_file`` sequences each; sequence ``i`` (global, in file
+    order) has float32 frames ``[T, dim]`` all equal to ``i`` and tag ``utt-<i>``."""
+    rng = np.random.default_rng(seed)
+    paths = []
+    for f in range(n_files):
+        idx = range(f * per_file, (f + 1) * per_file)
+        lengths = rng.integers(1, max_len + 1, size=per_file)
+        part = sl.MemorySource(
+            {"data": [np.full((int(t), dim), i, np.float32) for i, t in zip(idx, lengths)]},
+            tags=[f"utt-{i}" for i in idx],
+        )
+        path = directory / f"part{f:03d}.hdf"
+        sl.write_hdf(path, part)
+        paths.append(path)
+    return paths
+
+
+def upload_corpus(
+    s3: S3, tmp: Path, n_files: int = 4, per_file: int = 12, **kwargs: int
+) -> list[str]:
+    """Index files (``index_files``) uploaded to ``s3``'s bucket; returns their URLs."""
+    local = tmp / "upload"
+    local.mkdir(exist_ok=True)
+    return [
+        s3.upload(p, f"corpus/{p.name}") for p in index_files(local, n_files, per_file, **kwargs)
+    ]
