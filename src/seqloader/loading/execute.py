@@ -20,6 +20,7 @@ from seqloader.loading.direct import read_padded, reads_into
 from seqloader.loading.screen import nonfinite_messages
 from seqloader.plan.seeding import PURPOSE_MIX_TRANSFORM, PURPOSE_TRANSFORM, rng_for
 from seqloader.sources.base import ReadsMany, Source, declares, loader_needs, tags_at
+from seqloader.sources.remote.stats import COUNTERS
 
 Transform = Callable[[dict, np.random.Generator], dict]
 
@@ -39,6 +40,9 @@ class LoadedBatch:
     # sources of named corpora (ConcatSource): each sequence's corpus, and per corpus its counts
     corpus: list[str] | None = None
     corpus_counts: dict[str, CorpusCounts] = field(default_factory=dict)
+    # remote files: seconds this batch's reader waited for files not yet cached, bytes it fetched
+    fetch_wait_s: float = 0.0
+    fetch_bytes: int = 0
 
 
 def transform_rng(
@@ -137,7 +141,24 @@ def execute(
     """``screen``: look for NaN/Inf in the transformed sequences (``LoadedBatch.nonfinite``).
 
     Without a transform, a source with ``read_into`` (HDF) copies each sequence straight into
-    the padded batch (``loading.direct``); same bytes, one copy instead of two plus a screen."""
+    the padded batch (``loading.direct``); same bytes, one copy instead of two plus a screen.
+    A source of remote files may wait for a file to arrive in its cache: the batch carries that
+    wait (and the bytes it fetched itself), so the report can tell fetch wait from read time."""
+    wait, fetched = COUNTERS.wait_s, COUNTERS.fetched_bytes
+    loaded = _execute(source, spec, seed, transform, alloc, screen)
+    loaded.fetch_wait_s = COUNTERS.wait_s - wait
+    loaded.fetch_bytes = COUNTERS.fetched_bytes - fetched
+    return loaded
+
+
+def _execute(
+    source: Source,
+    spec: BatchSpec,
+    seed: int,
+    transform: Transform | None,
+    alloc: Alloc,
+    screen: bool,
+) -> LoadedBatch:
     if transform is None and reads_into(source):
         return _execute_direct(source, spec, alloc, screen)
     skipped: list[tuple[int, str]] = []

@@ -50,6 +50,8 @@ class Batch(Mapping):
     - ``corpus``: for a source of named corpora (``ConcatSource``), the corpus name of each
       sequence, aligned with ``seq_tags``; None otherwise. ``corpus_counts``: per corpus, what the
       report counts.
+    - ``fetch_wait_s``, ``fetch_bytes``: for remote files, how long building this batch waited for
+      files to arrive in the local cache, and the bytes its reader fetched itself.
     """
 
     data: dict[str, torch.Tensor]
@@ -64,6 +66,8 @@ class Batch(Mapping):
     counts: dict[str, KeyCounts] = field(default_factory=dict)
     corpus: list[str] | None = None
     corpus_counts: dict[str, CorpusCounts] = field(default_factory=dict)
+    fetch_wait_s: float = 0.0  # remote files: the reader waited for files not yet cached
+    fetch_bytes: int = 0  # remote files: bytes the reader fetched itself (not prefetched)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.data[key]
@@ -128,4 +132,6 @@ def build_batch(loaded: LoadedBatch, data: dict[str, torch.Tensor]) -> Batch:
         counts={k: count_key(v, real) for k, v in loaded.lengths.items()},
         corpus=loaded.corpus,
         corpus_counts=dict(loaded.corpus_counts or {}),
+        fetch_wait_s=loaded.fetch_wait_s,
+        fetch_bytes=loaded.fetch_bytes,
     )

@@ -20,12 +20,20 @@ from torch.utils.data import DataLoader
 from seqloader.errors import OptionError
 from seqloader.loading.corpora import corpora_of
 from seqloader.loading.execute import Transform
+from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED, Planner
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology
-from seqloader.sources.base import PlanHints, Source, declares, file_layout, loader_needs
+from seqloader.sources.base import (
+    PlanHints,
+    Source,
+    declares,
+    file_layout,
+    loader_needs,
+    remote_files,
+)
 from seqloader.torch.audit import EpochAuditor
 from seqloader.torch.batch import Batch
 from seqloader.torch.checks import BatchChecks, CheckOptions, check_source
@@ -33,6 +41,7 @@ from seqloader.torch.corpus_report import planned_corpora
 from seqloader.torch.distributed import check_same_plan
 from seqloader.torch.execution import Execution
 from seqloader.torch.options import LoaderKeywords, WorkerOptions, merge_options
+from seqloader.torch.prefetch import PlanPrefetch
 from seqloader.torch.report import EpochReport
 from seqloader.torch.run import run_epoch
 from seqloader.torch.topology import detect
@@ -109,6 +118,21 @@ class SeqLoader:
             source, self.worker_options, self.plan_options.seed, transform, self._batch_checks
         )
         self._last_report: EpochReport | None = None
+        remote = remote_files(source)
+        self._prefetch = (
+            None
+            if remote is None
+            else PlanPrefetch(
+                remote,
+                self._share_from_start,
+                rank=self.topology.rank,
+                sub_epochs=self.plan_options.partition_epoch,
+            )
+        )
+
+    def _share_from_start(self, epoch: int) -> BatchList:
+        """This rank's batches of ``epoch`` from its start (what the prefetcher fetches for)."""
+        return self.global_plan(epoch).rank_share(self.topology.rank)
 
     # ---- the options under their older names ----
     @property
@@ -160,6 +184,8 @@ class SeqLoader:
             self._checked_ranks = True
         plan, position = self._state.begin(epoch)
         share = plan.rank_share(self.topology.rank, position.steps)
+        if self._prefetch is not None:  # remote files: this rank's, fetched ahead of the plan
+            self._prefetch.start(epoch, share)
         self._execution.set_plan(epoch, share, position.epoch_steps)
         report = EpochReport.planned(
             self.topology,
@@ -192,6 +218,7 @@ class SeqLoader:
             length_key=self.length_key,
             tag=self.source.tag,
             started=started,
+            on_finish=None if self._prefetch is None else self._prefetch.add_to,
         )
 
     # ---- what defines the plans ----
@@ -263,6 +290,8 @@ class SeqLoader:
 
     def close(self) -> None:
         """Stop worker processes now (they also stop when the loader is garbage-collected)."""
+        if self._prefetch is not None:
+            self._prefetch.stop()
         self._execution.close()
 
     def __enter__(self) -> SeqLoader:

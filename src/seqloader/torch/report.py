@@ -63,6 +63,12 @@ class EpochReport:
     step_imbalance: float = 1.0
     wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
     corpora: dict[str, CorpusReport] = field(default_factory=dict)  # named corpora (corpora.md)
+    # remote files (docs/remote.md): what building this rank's batches waited for files to arrive
+    # in the local cache (summed over batches, in workers; part of their read time, not of the
+    # loop's data wait), bytes fetched for this rank (ahead and on demand), the cache's high water
+    fetch_wait_s: float = 0.0
+    fetched_bytes: int = 0
+    cache_high_water_bytes: int = 0
 
     @classmethod
     def planned(
@@ -172,6 +178,12 @@ class EpochReport:
             parts.append(f"resumed at step {self.resumed_at_step}")
         if self.nonfinite:
             parts.append(f"NaN/Inf in {self.nonfinite} seqs (first: {self.nonfinite_examples[0]})")
+        if self.fetched_bytes or self.fetch_wait_s or self.cache_high_water_bytes:
+            parts.append(
+                f"remote: fetch wait {self.fetch_wait_s:.2f}s (in readers), fetched "
+                f"{self.fetched_bytes / 1e6:.1f} MB, cache high water "
+                f"{self.cache_high_water_bytes / 1e6:.1f} MB"
+            )
         if self.corpora:
             parts.append("corpora: " + "; ".join(c.format(n) for n, c in self.corpora.items()))
         if self.audit is not None:

@@ -35,11 +35,13 @@ def run_epoch(
     length_key: str,
     tag: Callable[[int], str],
     started: float | None = None,
+    on_finish: Callable[[EpochReport], None] | None = None,
 ) -> Generator[Batch, None, None]:
     """Yield ``share`` (this rank's batches from the run's first step) as ``Batch`` es.
 
     ``started``: when the loop asked for the epoch (``time.perf_counter()``); the report's clock
-    starts there, so everything before the first batch is data wait (``EpochMeter``)."""
+    starts there, so everything before the first batch is data wait (``EpochMeter``).
+    ``on_finish(report)``: adds what others measured (the remote files' prefetcher) at the end."""
     # an epoch without batches for this rank has nothing to measure
     meter = EpochMeter(report, length_key, started=started if len(share) else None)
     finished = False
@@ -72,6 +74,9 @@ def run_epoch(
                 # consumed once handed to the loop; batches still in prefetch don't count
                 state.consumed += 1  # folded into the position when it is read
                 meter.count(batch.counts_of(length_key), batch.skipped, batch.corpus_counts)
+                if batch.fetch_bytes or batch.fetch_wait_s:  # remote files (Batch.fetch_wait_s)
+                    report.fetch_wait_s += batch.fetch_wait_s
+                    report.fetched_bytes += batch.fetch_bytes
                 meter.handed()  # the wait ends here: the loader's work is all inside it
                 yield batch
                 meter.before_next()  # the loop asks again: from here on it waits
@@ -89,6 +94,8 @@ def run_epoch(
         if watch is not None:
             watch.stop()
         meter.finish()  # also when the loop stops early or raises: the report keeps its times
+        if on_finish is not None:
+            on_finish(report)
         if not finished and log.isEnabledFor(logging.INFO):
             log.info("seqloader: epoch stopped early: %s", report.format())
     if log.isEnabledFor(logging.INFO):  # formatting costs the loop's time: only when shown

@@ -217,10 +217,11 @@ class FileCache:
         )
 
     # ---- fetching ----
-    def ensure(self, f: RemoteFile, *, wait: bool = True) -> str:
+    def ensure(self, f: RemoteFile, *, reader: bool = True) -> str:
         """The local path of ``f``'s complete copy; fetched now (under the entry's lock) when
-        missing, or waited for when another process is fetching it. ``wait``: count the time
-        as fetch wait (a reader waiting; the prefetcher passes False)."""
+        missing, or waited for when another process is fetching it. ``reader``: a reader needs
+        it now, so the time counts as fetch wait and the bytes as the reader's (the prefetcher
+        passes False)."""
         path = self.path(f)
         if self.has(f):
             return path
@@ -228,13 +229,13 @@ class FileCache:
         try:
             with self._entry_lock(f.key):
                 if not self.has(f):
-                    self._fetch(f, path)
+                    self._fetch(f, path, reader=reader)
         finally:
-            if wait:
+            if reader:
                 COUNTERS.wait_s += time.perf_counter() - start
         return path
 
-    def _fetch(self, f: RemoteFile, path: str) -> None:
+    def _fetch(self, f: RemoteFile, path: str, reader: bool = True) -> None:
         errors: list[str] = []
         for attempt in range(self.retries + 1):
             tmp = self._sub("files", f".{f.key}.{os.getpid()}.{attempt}.part")
@@ -261,7 +262,10 @@ class FileCache:
             except BaseException:  # interrupted: no half file stays behind under any name
                 _unlink(tmp)
                 raise
-        COUNTERS.fetched_bytes += f.size
+        if reader:
+            COUNTERS.fetched_bytes += f.size
+        else:
+            COUNTERS.prefetched_bytes += f.size
         COUNTERS.fetched_files += 1
         self._log(f"{os.getpid()} {f.size} {f.url}\n")
         self.usage()

@@ -14,7 +14,8 @@ class FetchCounters:
     """What this process waited for and fetched (monotonic; callers take differences)."""
 
     wait_s: float = 0.0  # reading waited for a file to arrive (fetched here or by another process)
-    fetched_bytes: int = 0  # bytes downloaded by this process (whole files)
+    fetched_bytes: int = 0  # bytes downloaded by this process's readers (whole files)
+    prefetched_bytes: int = 0  # bytes downloaded ahead of the plan (seqloader.torch.prefetch)
     fetched_files: int = 0
     metadata_reads: int = 0  # files whose metadata was read remotely (not from the local index)
 
