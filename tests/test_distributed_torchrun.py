@@ -55,16 +55,21 @@ def launch(launcher: str, nproc: int, out: Path, phase: str, *args: str) -> tupl
     else:  # a plain all_reduce per step instead of DDP: the same hang on unequal steps
         cmd = [sys.executable, str(SCRIPT.with_name("launch_fork.py")), str(nproc), *script]
         cmd += ["--grad-sync", "allreduce"]
-    console = out / f"{phase}.console.txt"
+    return run_bounded(cmd, out / f"{phase}.console.txt", TIMEOUT_S)
+
+
+def run_bounded(cmd: list[str], console: Path, timeout_s: float) -> tuple[int, str]:
+    """Run ``cmd`` (output to ``console``), killing its process tree after ``timeout_s``:
+    (exit code, the console's tail)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(console, "w") as f:  # a file, not a pipe: orphaned workers must not hold us up
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
         try:
-            rc = proc.wait(timeout=TIMEOUT_S)
+            rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_tree(proc.pid)
             proc.wait()
-            pytest.fail(f"{phase}: no exit after {TIMEOUT_S}s (a hang?)\n{tail(console)}")
+            pytest.fail(f"{console.name}: no exit after {timeout_s}s (a hang?)\n{tail(console)}")
     return rc, tail(console)
 
 
