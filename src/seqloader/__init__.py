@@ -24,6 +24,7 @@ from seqloader.errors import (
     DataError,
     DataWarning,
     DistributedMismatchError,
+    FetchError,
     MissingDependencyError,
     OptionError,
     ResumeError,
@@ -36,6 +37,7 @@ from seqloader.plan import Ordering, Planner, PlanOptions, Topology
 from seqloader.returnn import from_returnn_config
 from seqloader.sources import (
     ConcatSource,
+    FileCache,
     HDFSource,
     KeySpec,
     MemorySource,
@@ -64,6 +66,8 @@ __all__ = [
     "DataWarning",
     "DistributedMismatchError",
     "EpochReport",
+    "FetchError",
+    "FileCache",
     "HDFSource",
     "HFSource",
     "KeySpec",

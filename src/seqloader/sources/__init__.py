@@ -18,10 +18,12 @@ from seqloader.sources.hdf import HDFSource
 from seqloader.sources.hdf_write import convert_contiguous, write_hdf
 from seqloader.sources.joined import ZipSource
 from seqloader.sources.memory import MemorySource
+from seqloader.sources.remote import FileCache
 
 __all__ = [
     "ConcatSource",
     "DeclaresNeeds",
+    "FileCache",
     "HDFSource",
     "HashedTags",
     "KeySpec",

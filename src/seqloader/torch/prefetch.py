@@ -65,7 +65,7 @@ class PlanPrefetch:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._checked = False
-        self._prefetched_at_start = 0
+        self._reported = COUNTERS.prefetched_bytes  # prefetched bytes already in a report
         self.window: np.ndarray = np.zeros(0, dtype=np.int64)  # the files kept now
 
     def start(self, epoch: int, share: BatchList) -> None:
@@ -86,7 +86,6 @@ class PlanPrefetch:
         self.cache.post_needs(self.owner, keep)
         if self.cache.cache_bytes is not None:
             self.cache.evict(keep)
-        self._prefetched_at_start = COUNTERS.prefetched_bytes
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._fetch, args=(order, self._stop), name="seqloader-prefetch", daemon=True
@@ -102,13 +101,12 @@ class PlanPrefetch:
             except Exception as e:  # the reader fetches it again and raises the named error
                 log.warning("seqloader: prefetching %s failed: %s", self.remote.files[f].url, e)
 
-    def prefetched_bytes(self) -> int:
-        """Bytes this rank's thread fetched since the current epoch started."""
-        return COUNTERS.prefetched_bytes - self._prefetched_at_start
-
     def add_to(self, report: EpochReport) -> None:
-        """At the epoch's end: the bytes fetched ahead and the cache's high-water mark."""
-        report.fetched_bytes += self.prefetched_bytes()
+        """At the epoch's end: the bytes fetched ahead since the last report (so every byte is
+        in one report: the files of ``e + 1`` in ``e``'s) and the cache's high-water mark."""
+        now = COUNTERS.prefetched_bytes
+        report.fetched_bytes += now - self._reported
+        self._reported = now
         report.cache_high_water_bytes = self.cache.dir_high_water()
 
     # ---- the budget ----
