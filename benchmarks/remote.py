@@ -9,16 +9,22 @@ sleeps ``--step-ms`` per batch and times its own requests (``benchmarks.looptime
 computation time % is the loop's; the loader's report gives fetch wait (in the readers) apart
 from the loop's data wait, and the bytes fetched.
 
+Loader: ``distribution="files"`` (each sub-epoch gives the rank whole files), random order,
+``--partition-epoch`` sub-epochs, ``--workers`` workers, and ``cache_bytes`` the smallest budget the
+rule allows (the rank's largest two-sub-epoch window, from the plan).
+
 Rows: ``local`` (the same files and loader over local paths: the baseline); per bandwidth ratio,
 epoch 1 (cold: the first sub-epoch's files are fetched before the first batch) and later epochs
 (steady state: each sub-epoch's files were fetched during the previous one); network bytes per
 full pass over the data for rank 0 of ``--ranks`` (run alone: planning needs no other rank), as a
-fraction of the corpus. Each configuration runs ``--reps`` times, interleaved; medians.
+fraction of the corpus, with ``files`` and with ``shard`` (whose window is every file, so its
+budget is the corpus). Each configuration runs ``--reps`` times, interleaved; medians.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -82,6 +88,17 @@ def read_rate(loader, sizes: np.ndarray, epochs: int, step_s: float, remote) -> 
     return float(np.median(rates))
 
 
+def rule_budget(loader, sizes: np.ndarray, epochs: int, remote) -> int:
+    from seqloader.torch.prefetch import files_in_order
+
+    rank = loader.topology.rank
+    files = [
+        set(files_in_order(remote, loader.global_plan(e).rank_share(rank)).tolist())
+        for e in range(1, epochs + 2)
+    ]
+    return max(int(sizes[sorted(a | b)].sum()) for a, b in itertools.pairwise(files))
+
+
 def run_one(urls: list[str], cfg: dict, work: Path, storage_options: dict) -> dict:
     import seqloader as sl
     from seqloader.sources.remote import FileCache
@@ -99,11 +116,15 @@ def run_one(urls: list[str], cfg: dict, work: Path, storage_options: dict) -> di
         max_seqs=cfg["max_seqs"],
         num_workers=cfg["workers"],
         rank=cfg.get("rank", 0),
+        distribution=cfg.get("distribution", "shard"),
         world_size=cfg.get("world_size", 1),
         seed=1,
     )
     step_s = cfg["step_ms"] / 1e3
-    rate = read_rate(sl.SeqLoader(probe, **opts), sizes, cfg["epochs"], step_s, remote)
+    planner = sl.SeqLoader(probe, **opts)
+    rate = read_rate(planner, sizes, cfg["epochs"], step_s, remote)
+    if budget == "rule":  # the smallest budget the rule allows: the largest two-sub-epoch window
+        budget = rule_budget(planner, sizes, cfg["epochs"], remote)
     bandwidth = cfg["bandwidth_x"] * rate
     if cfg.get("local"):  # the baseline: the same files read from local paths, no cache
         source = sl.HDFSource([probe_cache.ensure(f) for f in remote.files])
@@ -135,6 +156,7 @@ def run_one(urls: list[str], cfg: dict, work: Path, storage_options: dict) -> di
         "read_rate_Bps": rate,
         "bandwidth_Bps": bandwidth,
         "corpus_bytes": int(sizes.sum()),
+        "budget_of_corpus": None if budget is None else budget / sizes.sum(),
         "epoch1_loop_pct": rows[0]["loop_pct"],
         "steady_loop_pct": sum(r["loop_pct"] * r["wall_s"] for r in steady) / wall,
         "steady_report_pct": sum(r["report_pct"] * r["wall_s"] for r in steady) / wall,
@@ -156,8 +178,8 @@ def run_one(urls: list[str], cfg: dict, work: Path, storage_options: dict) -> di
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m benchmarks.remote", description=__doc__)
-    p.add_argument("--files", type=int, default=8)
-    p.add_argument("--seqs-per-file", type=int, default=200)
+    p.add_argument("--files", type=int, default=16)
+    p.add_argument("--seqs-per-file", type=int, default=150)
     p.add_argument("--dim", type=int, default=20)
     p.add_argument("--max-seqs", type=int, default=8)
     p.add_argument("--partition-epoch", type=int, default=4)
@@ -180,26 +202,24 @@ def main(argv: list[str] | None = None) -> None:
             server, urls, storage_options = _s3_upload(paths)
         else:
             urls = [p.resolve().as_uri() for p in paths]
-        sizes = [os.path.getsize(p) for p in paths]
-        per = args.files // args.partition_epoch
-        budget = 2 * per * max(sizes) + max(sizes)  # two sub-epochs' files, with room to spare
         base = dict(
-            ordering="default",
+            ordering="random",
+            distribution="files",
             partition_epoch=args.partition_epoch,
             max_seqs=args.max_seqs,
             workers=args.workers,
             step_ms=args.step_ms,
             epochs=args.epochs,
-            budget=budget,
+            budget="rule",
         )
         configs = [{**base, "name": "local", "bandwidth_x": float("inf"), "local": True}]
         configs += [
             {**base, "name": f"bw{x}", "bandwidth_x": float(x)} for x in args.bandwidth_x.split(",")
         ]
-        configs += [
-            {**base, "name": f"w{w}", "bandwidth_x": 4.0, "world_size": int(w)}
-            for w in args.ranks.split(",")
-        ]
+        for w in args.ranks.split(","):  # network bytes of rank 0 of w: shard vs whole files
+            ranks = {**base, "bandwidth_x": 4.0, "world_size": int(w)}
+            configs.append({**ranks, "name": f"w{w}-shard", "distribution": "shard"})
+            configs.append({**ranks, "name": f"w{w}-files"})
         runs: dict[str, list[dict]] = {c["name"]: [] for c in configs}
         for rep in range(args.reps):
             order = configs[rep % len(configs) :] + configs[: rep % len(configs)]
@@ -240,6 +260,7 @@ def _median(runs: list[dict]) -> dict:
         "steady_data_wait_s",
         "fetched_per_pass_of_corpus",
         "high_water_of_budget",
+        "budget_of_corpus",
     ]
     out = {}
     for k in keys:
@@ -250,16 +271,17 @@ def _median(runs: list[dict]) -> dict:
 
 def _table(summary: dict) -> str:
     lines = [
-        "config   bw/read  ranks  loop%  report%  epoch1%  fetch wait s  data wait s  "
-        "fetched/pass   high water/budget"
+        "config     bw/read  ranks  loop%  report%  epoch1%  fetch wait s  data wait s  "
+        "fetched/pass   budget/corpus  high water/budget"
     ]
     for name, s in summary.items():
         hw = "-" if s["high_water_of_budget"] is None else f"{s['high_water_of_budget']:.2f}"
+        bc = "-" if s["budget_of_corpus"] is None else f"{s['budget_of_corpus']:.2f}"
         lines.append(
-            f"{name:8s} {s['bandwidth_x']:7.2f}  {s['world_size'] or 1:5d}  "
+            f"{name:10s} {s['bandwidth_x']:7.2f}  {s['world_size'] or 1:5d}  "
             f"{s['steady_loop_pct']:5.1f}  {s['steady_report_pct']:7.1f}  "
             f"{s['epoch1_loop_pct']:7.1f}  {s['steady_fetch_wait_s']:12.2f}  "
-            f"{s['steady_data_wait_s']:11.2f}  {s['fetched_per_pass_of_corpus']:13.2f}  {hw:>17s}"
+            f"{s['steady_data_wait_s']:11.2f}  {s['fetched_per_pass_of_corpus']:13.2f}  {bc:>13s}  {hw:>17s}"
         )
     return "\n".join(lines)
 

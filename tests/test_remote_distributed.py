@@ -1,7 +1,8 @@
 """Ranks under torchrun (gloo) reading s3:// HDF files from moto's S3 server through the plan-driven
 cache (``tests/dist/train_remote.py``): every sequence exactly once, equal steps, each rank's cache
-within its budget and holding only files its plan reads, one fetch per file for ranks sharing a
-cache directory, and a kill + resume that fetches only what was missing."""
+within its budget and holding only files its plan reads (with ``distribution="files"`` the ranks'
+files of a sub-epoch are disjoint, so each fetches only its share), one fetch per file for ranks
+sharing a cache directory, and a kill + resume that fetches only what was missing."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ SCRIPT = Path(__file__).parent / "dist" / "train_remote.py"
 TIMEOUT_S = 240
 N_FILES, PER_FILE = 8, 10
 LOADER = {"ordering": "default", "partition_epoch": 4, "max_seqs": 3, "num_workers": 1, "seed": 5}
+#: whole files per rank: 12 files, 2 sub-epochs, so each rank reads 2-3 files per sub-epoch
+FILES = {
+    "ordering": "random",
+    "distribution": "files",
+    "partition_epoch": 2,
+    "max_seqs": 3,
+    "num_workers": 1,
+    "seed": 5,
+}
 
 
 def launch(world: int, out: Path, phase: str, *args: str) -> tuple[int, str]:
@@ -36,13 +46,15 @@ def launch(world: int, out: Path, phase: str, *args: str) -> tuple[int, str]:
     return run_bounded(cmd, out / f"{phase}.console.txt", TIMEOUT_S)
 
 
-def write_spec(out: Path, s3: S3, urls: list[str], cache_dir: str, budget: int | None) -> None:
+def write_spec(
+    out: Path, s3: S3, urls: list[str], cache_dir: str, budget: int | None, loader: dict = LOADER
+) -> None:
     spec = {
         "urls": urls,
         "storage_options": s3.options,
         "cache_dir": cache_dir,
         "cache_bytes": budget,
-        "loader": LOADER,
+        "loader": loader,
     }
     (out / "spec.json").write_text(json.dumps(spec))
 
@@ -51,17 +63,17 @@ def fetched(cache_dir: Path) -> collections.Counter:
     return collections.Counter(url for _, _, url in FileCache(cache_dir).fetch_log())
 
 
-def planned(source: sl.HDFSource, world: int, epochs: range) -> list[set[str]]:
-    """Per rank, the URLs its plan reads in ``epochs`` and the one after (fetched ahead)."""
+def rank_files(source: sl.HDFSource, world: int, epoch: int, loader: dict) -> list[set[int]]:
+    """Per rank, the files its plan reads in ``epoch``."""
+    plan = sl.SeqLoader(source, rank=0, world_size=world, **loader).global_plan(epoch)
     remote = source.remote_files()
-    out = []
-    for r in range(world):
-        loader = sl.SeqLoader(source, rank=r, world_size=world, **LOADER)
-        files: set[int] = set()
-        for e in [*epochs, epochs[-1] + 1]:
-            files |= set(files_in_order(remote, loader.global_plan(e).rank_share(r)).tolist())
-        out.append({remote.files[f].url for f in files})
-    return out
+    return [set(files_in_order(remote, plan.rank_share(r)).tolist()) for r in range(world)]
+
+
+def planned_tags(source: sl.HDFSource, world: int, epoch: int, loader: dict) -> list[str]:
+    plan = sl.SeqLoader(source, rank=0, world_size=world, **loader).global_plan(epoch)
+    real = plan.batches.seqs[plan.batches.real]
+    return sorted(source.tag(int(i)) for i in real)
 
 
 def seen_tags(out: Path, phase: str, world: int, epoch: int) -> list[str]:
@@ -69,32 +81,48 @@ def seen_tags(out: Path, phase: str, world: int, epoch: int) -> list[str]:
             for t in e["tags"]]  # fmt: skip
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_ranks_read_once_within_budget(s3: S3, tmp_path: Path, world: int) -> None:
-    urls = upload_corpus(s3, tmp_path, n_files=N_FILES, per_file=PER_FILE)
+@pytest.mark.parametrize(
+    ("world", "loader", "n_files", "per_file"),
+    [(2, LOADER, N_FILES, PER_FILE), (2, FILES, 12, 8), (3, FILES, 12, 8)],
+    ids=["shard-2", "files-2", "files-3"],
+)
+def test_ranks_read_once_within_budget(
+    s3: S3, tmp_path: Path, world: int, loader: dict, n_files: int, per_file: int
+) -> None:
+    urls = upload_corpus(s3, tmp_path, n_files=n_files, per_file=per_file)
     probe = sl.HDFSource(urls, cache_dir=tmp_path / "probe", storage_options=s3.options)
     sizes = [f.size for f in probe.remote_files().files]
-    budget = max(sum(sizes[i : i + 4]) for i in range(len(sizes) - 3))
-    write_spec(tmp_path, s3, urls, str(tmp_path / "cache{rank}"), budget)
-    epochs = range(1, 5)  # one full pass in 4 sub-epochs
+    epochs = range(1, 2 * loader["partition_epoch"] + 1)  # two full passes
+    files = {e: rank_files(probe, world, e, loader) for e in [*epochs, epochs[-1] + 1]}
+    # the tightest budget the rule allows: the largest two-sub-epoch window of any rank
+    windows = [files[e][r] | files[e + 1][r] for e in epochs for r in range(world)]
+    budget = max(sum(sizes[f] for f in w) for w in windows)
+    write_spec(tmp_path, s3, urls, str(tmp_path / "cache{rank}"), budget, loader)
     rc, console = launch(world, tmp_path, "run", "--epochs", *map(str, epochs))
     assert rc == 0, console
-    for epoch in epochs:
-        assert sorted(seen_tags(tmp_path, "run", world, epoch)) == sorted(
-            f"utt-{i}" for i in range(N_FILES * PER_FILE)
-            if (epoch - 1) * 2 <= i // PER_FILE < epoch * 2
-        )  # fmt: skip
-    steps = {r: json.loads(result_path(tmp_path, "run", r).read_text()) for r in range(world)}
-    for epoch in epochs:
-        counts = {steps[r]["epochs"][str(epoch)]["steps"] for r in range(world)}
-        assert len(counts) == 1  # equal steps
-    needs = planned(probe, world, epochs)
+    results = [json.loads(result_path(tmp_path, "run", r).read_text()) for r in range(world)]
+    for epoch in epochs:  # every sequence of the sub-epoch exactly once, equal steps
+        want = planned_tags(probe, world, epoch, loader)
+        assert sorted(seen_tags(tmp_path, "run", world, epoch)) == want
+        assert len({res["epochs"][str(epoch)]["steps"] for res in results}) == 1
+        if loader.get("distribution") == "files":  # the ranks' files of a sub-epoch are disjoint
+            assert not set.intersection(*files[epoch])
     for r in range(world):
+        needs = set().union(*(files[e][r] for e in files))
         got = fetched(tmp_path / f"cache{r}")
-        assert set(got) <= needs[r]  # only files this rank's plan reads
+        assert set(got) <= {urls[f] for f in needs}  # only files this rank's plan reads
         assert FileCache(tmp_path / f"cache{r}").dir_high_water() <= budget
         for epoch in epochs:
-            assert steps[r]["epochs"][str(epoch)]["cache_high_water_bytes"] <= budget
+            assert results[r]["epochs"][str(epoch)]["cache_high_water_bytes"] <= budget
+    if loader.get("distribution") == "files":
+        # network bytes: a file is fetched only by the rank it is given to, so all ranks together
+        # fetch at most each sub-epoch's files once (with "shard" every rank fetches them all)
+        total = sum(
+            sizes[urls.index(u)] * n
+            for r in range(world)
+            for u, n in fetched(tmp_path / f"cache{r}").items()
+        )
+        assert total <= sum(sizes[f] for e in files for r in range(world) for f in files[e][r])
 
 
 def test_ranks_sharing_a_cache_directory_fetch_each_file_once(s3: S3, tmp_path: Path) -> None:
