@@ -108,6 +108,23 @@ CASES: dict[str, dict] = {
         "world": 3,
         "elastic": (4, 2),
     },
+    "files laplace:.8 partition 2 W3 split, elastic -> W2": {
+        "corpus": (240, 300),
+        "files": list(range(0, 241, 10)),
+        "options": {"ordering": "laplace:.8", "max_seqs": 6, "max_frames": 1200,
+                    "partition_epoch": 2, "distribution": "files", "seed": 4},
+        "epoch": 3,
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "files buckets:3 W2 pad": {
+        "corpus": (150, 200, 9),
+        "files": [0, 5, 30, 31, 60, 90, 100, 150],
+        "options": {"ordering": "buckets:3", "max_frames": 800, "distribution": "files",
+                    "uneven": "pad", "seed": 2},
+        "epoch": 1,
+        "world": 2,
+    },
 }  # fmt: skip
 
 #: The digests of ``CASES`` as planned by ``GOLDEN_VERSION`` of the algorithm.
@@ -124,6 +141,8 @@ GOLDEN: dict[str, str] = {
     "random_seed_offset W3": "7483787f6ef094cc9e032b6270fef4a7fb65d597b3a7c1317e90063cc1687e84",
     "seeding returnn laplace:.12 partition 2 filters W2": "ab7d22d0d2b1b0e222fdcfe2e064461303c135360c8bdf690bd192939b106acf",
     "laplace:.10 elastic W3 -> W2 after 4 steps": "a938a1b89fa2423cd0047c96971cca63023068ba2257c340ddfe25f2bdcf4df2",
+    "files laplace:.8 partition 2 W3 split, elastic -> W2": "44c0bbcb4815b925c2f1e8e504a2e7bbb6e28ae9e2d38c24cbb9ff9ffcbaaa7c",
+    "files buckets:3 W2 pad": "986e1b395d56d79739047d95454b40f1af760141769365440149ef6f30e8f1ca",
 }  # fmt: skip
 
 
@@ -141,7 +160,9 @@ def plan_fields(plan: GlobalPlan) -> dict:
 def digest(case: dict) -> str:
     """sha256 of everything the planner decides for ``case``: admission, the sub-epoch order, the
     global plan and, for an elastic case, the continuation and its position."""
-    planner = Planner({"data": lengths(*case["corpus"])}, PlanOptions(**case["options"]))
+    files = np.array(case["files"]) if "files" in case else None
+    options = PlanOptions(**case["options"])
+    planner = Planner({"data": lengths(*case["corpus"])}, options, files=files)
     epoch, world = case["epoch"], case["world"]
     plan = planner.global_plan(epoch, world)
     content: dict = {
