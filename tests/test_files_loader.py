@@ -4,6 +4,7 @@ the epoch (also after an elastic resume, across ranks), and ``seqloader check`` 
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
@@ -156,6 +157,8 @@ def test_check_simulates_files_distribution(capsys, tmp_path) -> None:
     out = capsys.readouterr().out
     assert code == 0, out
     assert "C1 exactly-once: ok" in out and "C2 equal steps: ok" in out
+    reads = [int(x) for x in re.findall(r"rank \d: .*?, (\d+) files", out)]
+    assert len(reads) == 6 and sum(reads[:3]) + sum(reads[3:]) == 15  # 2 sub-epochs x 3 ranks
     code = main(["check", *map(str, paths[:3]), "--distribution", "files", "--world-size", "2",
                  "--partition-epoch", "2", "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err

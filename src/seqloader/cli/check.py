@@ -103,6 +103,7 @@ def print_report(result: Simulation, options: str) -> None:
                 f"  rank {r.rank}: {ld.batches} steps, {ld.seqs} seqs, {human(ld.frames)} frames, "
                 f"padding {100 * ld.padding_ratio:.1f}%"
                 + (f", {ld.repeats} filler repeats (masked)" if ld.repeats else "")
+                + (f", {r.files} files" if r.files is not None else "")
                 + f" | {workers}"
             )
     for f in result.findings:

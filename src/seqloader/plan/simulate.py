@@ -46,6 +46,7 @@ class RankEpoch:
     rank: int
     load: Load
     workers: tuple[Load, ...]  # one entry per DataLoader worker (one for num_workers=0)
+    files: int | None = None  # distribution="files": how many of the source's files it reads
 
 
 @dataclass(frozen=True)
@@ -149,7 +150,8 @@ def simulate(
                 )
             items = worker_items(len(share), num_workers)
             workers = tuple(load_of(share.take(ids), lengths) for ids in items)
-            ranks.append(RankEpoch(r, load_of(share, lengths), workers))
+            files = None if planner.files is None else len(planner.rank_files(plan, r))
+            ranks.append(RankEpoch(r, load_of(share, lengths), workers, files))
         steps = {ra.load.batches for ra in ranks}
         if len(steps) != 1:
             per_rank = {ra.rank: ra.load.batches for ra in ranks}
