@@ -411,9 +411,9 @@ class EpochAuditor:
         must be delivered does not depend on this segment's plan: the sub-epoch less the
         consumed ones."""
         whole = self.planner.sub_epoch_order(self.epoch)  # [m] every sequence of the sub-epoch
-        _, earlier = self.planner.files_plan(self.epoch, self.world_size, self.history)
+        _, earlier = self.planner.files_plan(self.epoch, self.plan.world_size, self.history)
         batches = self.plan.batches
-        cut = int(batches.bounds[self.start_steps * self.world_size])
+        cut = int(batches.bounds[self.start_steps * self.plan.world_size])
         real = batches.real
         before = np.concatenate([earlier, batches.seqs[:cut][real[:cut]]])
         planned = batches.seqs[cut:][real[cut:]]
