@@ -44,8 +44,10 @@ def read_padded(
     seqs = spec.seqs
     data: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray] = {}
-    for key, (shape, dtype) in batch_shapes(source, seqs).items():
-        data[key] = alloc(shape, dtype)
-        lengths[key] = np.ascontiguousarray(source.lengths(key)[seqs], dtype=np.int64)
+    for key, spec_k in source.schema.items():  # batch_shapes, with each key's lengths kept
+        lens = np.ascontiguousarray(source.lengths(key)[seqs], dtype=np.int64)
+        t_max = int(lens.max()) if len(lens) else 0
+        data[key] = alloc((len(seqs), t_max, *spec_k.feature_shape), np.dtype(spec_k.dtype))
+        lengths[key] = lens
     suspects = cast(ReadsInto, source).read_into(seqs, data, screen)
     return data, lengths, suspects

@@ -206,8 +206,11 @@ class HDFSource(SourceBase):
         suspects: set[int] = set()
         for f, pos, local in groups:
             try:
-                with np.errstate(over="ignore", invalid="ignore"):  # the screen's false alarms
-                    suspects |= self._file(f).read_into(self._starts[f], local, out, pos, screen)
+                if screen:
+                    with np.errstate(over="ignore", invalid="ignore"):  # the screen's false alarms
+                        suspects |= self._file(f).read_into(self._starts[f], local, out, pos, True)
+                else:
+                    suspects |= self._file(f).read_into(self._starts[f], local, out, pos)
             except Exception as e:
                 # find and name the sequence that fails; read() raises the named error
                 for j in pos:

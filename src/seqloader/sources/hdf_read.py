@@ -30,7 +30,7 @@ import h5py
 import numpy as np
 
 from seqloader.sources.hdf_chunks import chunked_reader
-from seqloader.sources.padded_rows import RowReader, gather_small, into_each, looks_finite
+from seqloader.sources.padded_rows import RowReader, RowScreen, gather_small, into_each
 
 _memmove, _memset = ctypes.memmove, ctypes.memset
 
@@ -64,25 +64,8 @@ class MappedRows(RowReader):
     ) -> list[int]:
         if screen is None and gather_small(self.array.__getitem__, begin, end, out, pos):
             return []
-        lens = end - begin
-        fits = (
-            out.dtype == self.dtype
-            and out.shape[2:] == self.shape[1:]
-            and out.flags.c_contiguous
-            and out.flags.writeable
-            and self.array.flags.c_contiguous
-            and len(lens) == len(pos)
-        )
-        if fits and len(lens):
-            fits = (
-                int(lens.min()) >= 0
-                and int(begin.min()) >= 0
-                and int(end.max()) <= self.shape[0]
-                and int(lens.max()) <= out.shape[1]
-                and min(pos) >= 0
-                and max(pos) < out.shape[0]
-            )
-        if not fits:
+        a_list, b_list = begin.tolist(), end.tolist()  # plain ints: the loop runs per sequence
+        if not self._fits(a_list, b_list, out, pos):
             return into_each(self.into, begin, end, out, pos, screen)  # numpy checks and raises
         # Every span lies inside the dataset and its batch row (checked above), so each row is
         # one memmove from the page cache plus one memset for its padding: two C calls instead
@@ -90,16 +73,50 @@ class MappedRows(RowReader):
         frame = self.frame_bytes
         row = out.shape[1] * frame  # from the shape: numpy's strides of empty axes are arbitrary
         src, dst = self.address, out.ctypes.data
-        suspects = []
-        for j, (p, a, b) in enumerate(zip(pos, begin.tolist(), end.tolist())):
+        memmove, memset = _memmove, _memset
+        if screen is None:
+            for p, a, b in zip(pos, a_list, b_list):
+                n = (b - a) * frame
+                at = dst + p * row
+                memmove(at, src + a * frame, n)
+                if n < row:
+                    memset(at + n, 0, row - n)
+            return []
+        flat = out.reshape(out.shape[0], -1)  # a view: out is C-contiguous (checked)
+        per_frame = flat.shape[1] // out.shape[1] if out.shape[1] else 0  # values per frame
+        found = RowScreen()
+        for j, (p, a, b, check) in enumerate(zip(pos, a_list, b_list, screen)):
             n = (b - a) * frame
             at = dst + p * row
-            _memmove(at, src + a * frame, n)
+            memmove(at, src + a * frame, n)
             if n < row:
-                _memset(at + n, 0, row - n)
-            if screen is not None and screen[j] and not looks_finite(out[p, : b - a]):
-                suspects.append(j)
-        return suspects
+                memset(at + n, 0, row - n)
+            if check:  # right after its copy, while the row's bytes are in cache
+                found.add(j, flat[p, : (b - a) * per_frame])
+        return found.suspects()
+
+    def _fits(self, a_list: list[int], b_list: list[int], out: np.ndarray, pos) -> bool:
+        """Whether raw copies of these spans into rows ``pos`` of ``out`` stay inside the
+        dataset and the destination (else the caller lets numpy copy, which checks and raises)."""
+        if not (
+            out.dtype == self.dtype
+            and out.shape[2:] == self.shape[1:]
+            and out.flags.c_contiguous
+            and out.flags.writeable
+            and self.array.flags.c_contiguous
+            and len(a_list) == len(pos)
+        ):
+            return False
+        if not a_list:
+            return True
+        t_max, rows = out.shape[1], self.shape[0]
+        return (
+            min(a_list) >= 0
+            and max(b_list) <= rows
+            and all(0 <= b - a <= t_max for a, b in zip(a_list, b_list))
+            and min(pos) >= 0
+            and max(pos) < out.shape[0]
+        )
 
 
 class H5Rows(RowReader):
@@ -151,7 +168,7 @@ class H5Rows(RowReader):
         screen: Sequence[bool] | None = None,
     ) -> list[int]:
         # through HDF5 a copy out of its buffer is unavoidable; merged reads keep their speed
-        suspects = []
+        found = RowScreen()
         t_max = out.shape[1]
         for j, (p, rows) in enumerate(zip(pos, self.spans(begin, end))):
             n = len(rows)
@@ -159,9 +176,9 @@ class H5Rows(RowReader):
             dst[...] = rows
             if n < t_max:
                 out[p, n:] = 0
-            if screen is not None and screen[j] and not looks_finite(dst):
-                suspects.append(j)
-        return suspects
+            if screen is not None and screen[j] and n:
+                found.add(j, dst.reshape(-1))
+        return found.suspects()
 
 
 def merge_runs(begin: Sequence[int], end: Sequence[int], max_rows: int) -> list[list[int]]:
@@ -277,19 +294,20 @@ class OpenFile:
         suspects: set[int] = set()
         for key, dst in out.items():
             reader, s = self.readers[key], starts[key]
-            todo = None
+            flags = clean = todo = None
             if screen and reader.dtype.kind == "f":
                 clean = self._clean.get(key)
                 if clean is None:
                     clean = self._clean[key] = np.zeros(len(s) - 1, dtype=bool)
                 todo = ~clean[local]  # [B]
-            flags = None if todo is None else todo.tolist()
+                if todo.any():  # else every sequence was screened before: no screen at all
+                    flags = todo.tolist()
             bad = reader.spans_into(s[local], s[local + 1], dst, pos, flags)
-            if todo is not None:
-                assert clean is not None  # set with todo
-                ok = todo.copy()
-                ok[bad] = False
-                clean[local[ok]] = True
+            if flags is not None:
+                assert clean is not None and todo is not None  # set with flags
+                if bad:
+                    todo[bad] = False
+                clean[local[todo]] = True
                 suspects.update(pos[j] for j in bad)
         return suspects
 
