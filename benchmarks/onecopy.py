@@ -10,9 +10,11 @@ repeated ``--reps`` times interleaved and rotated, and ratios are taken within a
   preallocated buffers (no padding, no file): the copy a perfect reader cannot avoid;
 - ``seqloader``: ``HDFSource`` + ``SeqLoader(num_workers=0)`` on the contiguous and the chunked
   (RETURNN-written) file; ``seqloader@REV`` the same with the code of another checkout
-  (``--base-src DIR``, e.g. a worktree of the previous main), imported through ``PYTHONPATH``.
+  (``--base-src DIR``, e.g. a worktree of the previous main), imported through ``PYTHONPATH``;
+  ``--no-screen`` adds seqloader with the NaN/Inf screen off (the memmap loop does not screen).
 
-Each loop holds the previous batch while building the next, as a training loop does.
+Before timing, one untimed process checks that seqloader's tensors equal the memmap loop's, batch
+for batch (both keys' padded data and lengths). Each loop holds the previous batch while building the next, as a training loop does.
 """
 
 from __future__ import annotations
@@ -88,6 +90,30 @@ def memcpy_loop(path: str, batches: list[np.ndarray], ring: int = 256 << 20):
         yield n
 
 
+def verify(path: str, max_seqs: int, seed: int, n_batches: int) -> int:
+    """Untimed: seqloader's batches equal the memmap loop's, tensor for tensor (both keys' padded
+    data and lengths), over the batches that are measured. Returns the batches compared."""
+    import seqloader
+
+    epoch = 2
+    batches = _plan(path, max_seqs, seed, epoch)[:n_batches]
+    loader = seqloader.SeqLoader(
+        seqloader.HDFSource(path), ordering="random", max_seqs=max_seqs, seed=seed
+    )
+    keys = ["data", "classes"]
+    got = 0
+    for ref, batch in zip(memmap_loop(path, batches), loader.epoch(epoch)):
+        mine = []
+        for key in keys:
+            mine += [batch[key], batch.lengths[key]]
+        if len(mine) != len(ref) or not all(a.equal(b) for a, b in zip(mine, ref)):
+            raise AssertionError(f"batch {got} differs between seqloader and the memmap loop")
+        got += 1
+        if got == len(batches):
+            break
+    return got
+
+
 def child(config: dict) -> dict:
     """One measurement in this (fresh) process."""
     name, path = config["name"], config["path"]
@@ -106,8 +132,11 @@ def child(config: dict) -> dict:
     elif name == "memcpy":
         it = memcpy_loop(path, batches)
     else:
+        checks = {}
+        if config.get("screen") is False:  # NaN/Inf screen off: what the screen costs
+            checks["checks"] = seqloader.CheckOptions(nonfinite="off")
         loader = seqloader.SeqLoader(
-            seqloader.HDFSource(path), ordering="random", max_seqs=max_seqs, seed=seed
+            seqloader.HDFSource(path), ordering="random", max_seqs=max_seqs, seed=seed, **checks
         )
         warm = loader.epoch(1)  # opens files, builds the chunk index, fills caches
         for _ in itertools.islice(warm, warm_batches):
@@ -164,10 +193,20 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also measure after one whole warm-up epoch (file pages mapped, NaN screen cached)",
     )
+    p.add_argument(
+        "--no-screen",
+        action="store_true",
+        help="also measure seqloader on the contiguous file with the NaN/Inf screen off",
+    )
     p.add_argument("--out")
     a = p.parse_args(argv)
     if a.child:
-        print(json.dumps(child(json.loads(a.child))))
+        config = json.loads(a.child)
+        if config["name"] == "verify":
+            n = verify(config["path"], config["max_seqs"], config["seed"], config["batches"])
+            print(json.dumps({"verified_batches": n}))
+        else:
+            print(json.dumps(child(config)))
         return 0
     common = {"max_seqs": a.max_seqs, "seed": 1, "batches": a.batches}
     configs = []
@@ -185,13 +224,27 @@ def main(argv: list[str] | None = None) -> int:
             for c in configs
             if c["name"] == "seqloader"
         ]
+    if a.contiguous and a.no_screen:
+        configs.append(
+            {
+                "name": "seqloader",
+                "path": a.contiguous,
+                "label": "seqloader/contiguous/noscreen",
+                "screen": False,
+            }
+        )
     if a.steady:
         configs += [
             {**c, "warm_batches": 10**9, "label": c["label"] + "+steady"}
             for c in configs
-            if c["name"] in ("memmap", "seqloader") and "chunked" not in c["label"]
+            if c["name"] in ("memmap", "seqloader")
+            and "chunked" not in c["label"]
+            and c.get("screen") is not False
         ]
     configs = [{**c, **common} for c in configs]
+    if a.contiguous:  # the baseline must build the same tensors: checked before timing
+        ok = run_child({"name": "verify", "path": a.contiguous, **common}, a.base_src)
+        print(f"seqloader == memmap loop on {ok['verified_batches']} batches", flush=True)
     runs: list[list[dict]] = []
     for rep in range(a.reps):
         k = rep % len(configs)
@@ -225,6 +278,8 @@ def _ratios(runs: list[dict]) -> dict[str, list[float]]:
         ("seqloader/contiguous", "memmap/contiguous"),
         ("seqloader/contiguous", "memcpy"),
         ("seqloader/contiguous@base", "memmap/contiguous"),
+        ("seqloader/contiguous/noscreen", "memmap/contiguous"),
+        ("seqloader/contiguous", "seqloader/contiguous/noscreen"),
     ]
     labels = runs[0].keys()
     pairs += [(lab, lab + "@base") for lab in labels if lab + "@base" in labels]

@@ -10,22 +10,16 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 
-def looks_finite(a: np.ndarray) -> bool:
-    """A fast NaN/Inf screen for float arrays, meant for bytes that were just copied (still in
-    cache): ``dot(a, a)`` is finite when every value is, and NaN/Inf when some value is not — or
-    when a square overflows (|x| > ~1e19 in float32), a false alarm the caller's exact check
-    settles. One pass, no temporaries (``isfinite(a).all()`` writes a bool array first)."""
-    v = a.reshape(-1)
-    return bool(np.isfinite(np.dot(v, v)))
-
-
 class RowScreen:
-    """``looks_finite`` for the rows of one batch, with two numpy calls per screened row: each
-    row's ``dot(v, v)`` is kept right after its copy (bytes in cache) and all are tested for
-    NaN/Inf at once in ``suspects``. (One call per row for the slicing, one for the dot: per
-    row, a ``looks_finite`` call took five, more than the bytes of a short sequence cost.)"""
+    """A fast NaN/Inf screen for the float rows of one batch, run right after each row's copy
+    (its bytes still in cache): ``dot(v, v)`` is finite when every value is, and NaN/Inf when
+    some value is not — or when a square overflows (|x| > ~1e19 in float32), a false alarm the
+    caller's exact check settles. One pass, no temporaries (``isfinite(v).all()`` writes a bool
+    array first), and two numpy calls per row (the slice, the dot): the sums are tested for
+    NaN/Inf all at once in ``suspects``. (A per-row function that reshaped, dotted, tested and
+    converted took five, more than the bytes of a short sequence cost.)"""
 
-    __slots__ = ("sums", "rows")
+    __slots__ = ("rows", "sums")
 
     def __init__(self) -> None:
         self.sums: list = []
@@ -132,7 +126,7 @@ class RowReader:
         ``[begin[j], end[j])`` followed by zeros, for every j: the batch is the destination, so no
         sequence is materialised on the way, and each row is written front to back in one pass.
         Spans with ``screen[j]`` (float data only) are screened for NaN/Inf right after their
-        copy, while the bytes are in cache (``looks_finite``); returns the j that may hold some."""
+        copy, while the bytes are in cache (``RowScreen``); returns the j that may hold some."""
         take = self.take
         if screen is None and take is not None and gather_small(take, begin, end, out, pos):
             return []
