@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.contiguous:  # the baseline must build the same tensors: checked before timing
         ok = run_child({"name": "verify", "path": a.contiguous, **common}, a.base_src)
         print(f"seqloader == memmap loop on {ok['verified_batches']} batches", flush=True)
+    from benchmarks.machine import describe_machine, load_average
+
+    loads = [load_average()]
     runs: list[list[dict]] = []
     for rep in range(a.reps):
         k = rep % len(configs)
@@ -258,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
         runs.append(results)
+        loads.append(load_average())
     ratios = _ratios(runs)
     print("medians over", a.reps, "repetitions:")
     for label in runs[0]:
@@ -267,9 +271,25 @@ def main(argv: list[str] | None = None) -> int:
     for name, values in ratios.items():
         shown = ", ".join(f"{v:.2f}" for v in values)
         print(f"  {name:64s} {statistics.median(values):.2f}x  ({shown})")
-    if a.out:
+    if a.out:  # ratios only (absolute speeds of a shared machine say little), with the load
         with open(a.out, "w") as fh:
-            json.dump({"runs": runs, "ratios": ratios}, fh, indent=1)
+            json.dump(
+                {
+                    "what": "benchmarks.onecopy: file -> padded batch at 0 workers",
+                    "settings": {
+                        **common,
+                        "reps": a.reps,
+                        "configs": [c["label"] for c in configs],
+                    },
+                    "machine": describe_machine(),
+                    "load_average_1_5_15min": {"before": loads[0], "after_each_rep": loads[1:]},
+                    "ratios": {
+                        k: {"median": statistics.median(v), "per_rep": v} for k, v in ratios.items()
+                    },
+                },
+                fh,
+                indent=1,
+            )
     return 0
 
 
