@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> None:
             epochs=args.epochs,
             budget="rule",
         )
-        configs = [{**base, "name": "local", "bandwidth_x": float("inf"), "local": True}]
+        configs = [
+            {**base, "name": "local", "bandwidth_x": float("inf"), "local": True, "budget": None}
+        ]
         configs += [
             {**base, "name": f"bw{x}", "bandwidth_x": float(x)} for x in args.bandwidth_x.split(",")
         ]

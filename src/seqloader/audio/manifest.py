@@ -4,7 +4,9 @@
   relative audio paths are resolved against the manifest's folder; tag = ``id``, else ``audio``.
 - OggZip (RETURNN's ``OggZipDataset``): ``NAME.zip`` holds ``NAME.txt``, a Python-literal list of
   ``{"file", "duration", "text", "seq_name"?}`` dicts (parsed with ``ast``, never ``eval``), and the
-  audio under ``NAME/``; tag = ``seq_name``, else ``file`` (RETURNN's rule).
+  audio under ``NAME/``; tag = ``seq_name``, else ``file`` (RETURNN's rule). An OggZip may be a URL
+  (``s3://.../NAME.zip``, read through a ``FileCache``): its listing is read with ranged reads and
+  indexed locally, and the zip is read from its whole cached copy (``seqloader.sources.remote``).
 
 Columns are numpy arrays and byte blobs (``StringTable``), not lists of Python objects: a forked
 worker shares them copy-on-write instead of touching millions of refcounts. Every entry keeps its
@@ -27,6 +29,8 @@ import numpy as np
 
 from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
+from seqloader.sources.remote import FileCache, RemoteFile
+from seqloader.sources.remote.index import zip_member
 
 
 class StringTable(Sequence[str]):
@@ -82,10 +86,13 @@ class Manifest:
     tags: StringTable
     lines: np.ndarray  # int64 [n] line of each entry in the manifest (1-based)
     in_zip: bool
+    remote: RemoteFile | None = None  # an OggZip behind a URL, read from its cached copy
+    cache: FileCache | None = None
 
     def __post_init__(self) -> None:
         self._zip: zipfile.ZipFile | None = None
         self._zip_pid = -1
+        self._zip_inode = -1
 
     def __len__(self) -> int:
         return len(self.durations)
@@ -108,10 +115,27 @@ class Manifest:
         return np.ascontiguousarray(mono, dtype=np.float32), int(rate)
 
     def _zipfile(self) -> zipfile.ZipFile:
-        if self._zip is None or self._zip_pid != os.getpid():  # never reuse a handle across fork
-            self._zip = zipfile.ZipFile(self.path)
+        stale = self._zip is None or self._zip_pid != os.getpid()  # never reuse across fork
+        if not stale and self.remote is not None and self._evicted():
+            self.close()  # its cached copy was evicted: free its disk space, fetch it again
+            stale = True
+        if stale:
+            path = self.path
+            if self.remote is not None:
+                assert self.cache is not None  # set together
+                path = self.cache.ensure(self.remote)  # a missing copy is fetched (waited for)
+                self._zip_inode = os.stat(path).st_ino
+            self._zip = zipfile.ZipFile(path)
             self._zip_pid = os.getpid()
+        assert self._zip is not None
         return self._zip
+
+    def _evicted(self) -> bool:
+        assert self.cache is not None and self.remote is not None
+        try:
+            return os.stat(self.cache.path(self.remote)).st_ino != self._zip_inode
+        except FileNotFoundError:
+            return True
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -129,9 +153,12 @@ def import_soundfile():
     return require("soundfile", "decoding audio")
 
 
-def open_manifest(path: str | os.PathLike) -> Manifest:
-    """Parse a ``.jsonl`` / ``.json`` lines manifest or a RETURNN OggZip ``.zip``."""
+def open_manifest(path: str | os.PathLike, cache: FileCache | None = None) -> Manifest:
+    """Parse a ``.jsonl`` / ``.json`` lines manifest or a RETURNN OggZip ``.zip`` (with ``cache``:
+    an OggZip URL)."""
     p = os.fspath(path)
+    if cache is not None:
+        return _read_remote_oggzip(p, cache)
     if not p.endswith((".zip", ".jsonl", ".json", ".ndjson")):
         raise OptionError(
             f"audio manifest {p!r}: unknown kind; expected a JSON-lines file (.jsonl) or a RETURNN "
@@ -222,10 +249,37 @@ def _read_oggzip(path: str) -> Manifest:
         with zipfile.ZipFile(path) as z:
             listing = z.read(f"{name}.txt").decode("utf-8")
     except (OSError, KeyError, zipfile.BadZipFile) as e:
-        raise DataError(
-            f"OggZip corpus {path}: cannot read {name}.txt from it ({e}); expected NAME.zip "
-            "holding NAME.txt and the audio under NAME/"
-        ) from e
+        raise _unreadable_listing(path, name, e) from e
+    return _parse_oggzip(path, name, listing)
+
+
+def _unreadable_listing(path: str, name: str, e: Exception) -> DataError:
+    return DataError(
+        f"OggZip corpus {path}: cannot read {name}.txt from it ({e}); expected NAME.zip "
+        "holding NAME.txt and the audio under NAME/"
+    )
+
+
+def _read_remote_oggzip(url: str, cache: FileCache) -> Manifest:
+    if not url.endswith(".zip"):
+        raise OptionError(
+            f"audio manifest {url!r}: a remote manifest must be an OggZip corpus (.zip); a "
+            "JSON-lines manifest names its audio files one by one, which the file cache does not "
+            "fetch. Fix: pack the corpus as an OggZip (NAME.zip holding NAME.txt and NAME/...), "
+            "or copy it to local disk."
+        )
+    remote = cache.stat([url])[0]
+    name = url.rstrip("/").rsplit("/", 1)[-1][: -len(".zip")]
+    try:
+        listing = zip_member(cache, remote, f"{name}.txt").decode("utf-8")
+    except (KeyError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+        raise _unreadable_listing(url, name, e) from e
+    manifest = _parse_oggzip(url, name, listing)
+    manifest.remote, manifest.cache = remote, cache
+    return manifest
+
+
+def _parse_oggzip(path: str, name: str, listing: str) -> Manifest:
     try:
         tree = ast.parse(listing, filename=f"{path}:{name}.txt", mode="eval")
     except SyntaxError as e:

@@ -46,6 +46,7 @@ from seqloader.audio.returnn_features import ReturnnFeatures, fit_frames
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError
 from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
+from seqloader.sources.remote import FileCache, RemoteFiles, cache_for
 
 
 class AudioSource(SourceBase):
@@ -55,6 +56,8 @@ class AudioSource(SourceBase):
     ``text`` (uint8 utf-8 bytes) and ``classes`` (int32 ids, needs ``vocab``); default: ``data``
     (or ``audio`` without features), plus ``text`` when the manifests have texts, plus ``classes``
     with a vocabulary. Options: ``options=AudioOptions(...)`` or its fields as keywords.
+    OggZip corpora may be URLs, read through a local cache as ``HDFSource`` reads its URLs
+    (``cache_dir``, ``cache_bytes``, ``storage_options`` or ``cache``; docs/remote.md).
     """
 
     def __init__(
@@ -64,6 +67,10 @@ class AudioSource(SourceBase):
         keys: Sequence[str] | None = None,
         vocab: Vocabulary | None = None,
         options: AudioOptions | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+        storage_options: dict | None = None,
+        cache: FileCache | None = None,
         **option_kwargs: object,
     ) -> None:
         self.options = parse_options("AudioSource", options, option_kwargs, returnn_features=True)
@@ -71,9 +78,21 @@ class AudioSource(SourceBase):
         path_list = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         if not path_list:
             raise OptionError("AudioSource: no manifest given; expected a .jsonl or .zip path")
-        self._manifests = [open_manifest(p) for p in path_list]
+        remote = cache_for(
+            "AudioSource",
+            [os.fspath(p) for p in path_list],
+            cache,
+            cache_dir,
+            cache_bytes,
+            storage_options,
+        )
+        self._manifests = [open_manifest(p, remote) for p in path_list]
         counts = [len(m) for m in self._manifests]
         self._starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+        self._remote = None
+        if remote is not None:  # OggZip URLs: each zip is one file of the cache
+            files = tuple(m.remote for m in self._manifests if m.remote is not None)
+            self._remote = RemoteFiles(remote, files, self._starts)
         self._keys = self._choose_keys(keys)
         self._tags = StringTable(itertools.chain.from_iterable(m.tags for m in self._manifests))
         self._samples = np.rint(
@@ -144,6 +163,10 @@ class AudioSource(SourceBase):
 
     def loader_needs(self) -> LoaderNeeds:
         return audio_loader_needs(self.options)
+
+    def remote_files(self) -> RemoteFiles | None:
+        """The OggZip files behind URLs and their cache (None: local manifests)."""
+        return self._remote
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         m, j = self._locate(index)

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import numpy as np
 
-from seqloader.errors import DataError, OptionError
+from seqloader.errors import DataError
 from seqloader.sources.base import KeySpec, SourceBase, fingerprint_of
 from seqloader.sources.hdf_chunks import index_files
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
 from seqloader.sources.hdf_read import OpenFile
-from seqloader.sources.remote import FileCache, RemoteFiles, is_url
+from seqloader.sources.remote import FileCache, RemoteFiles, cache_for
 from seqloader.sources.remote.index import hdf_layout
 
 log = logging.getLogger("seqloader")
@@ -74,7 +74,7 @@ class HDFSource(SourceBase):
             raise DataError("HDFSource: no files given; expected one path or a list of paths")
         self._use_mmap = bool(use_mmap)
         n = len(self._paths)
-        remote = _cache_of(self._paths, cache, cache_dir, cache_bytes, storage_options)
+        remote = cache_for("HDFSource", self._paths, cache, cache_dir, cache_bytes, storage_options)
         if remote is None:
             layouts = [read_layout(p, _position(i, n)) for i, p in enumerate(self._paths)]
         else:
@@ -324,46 +324,6 @@ def _inode(path: str) -> int:
         return os.stat(path).st_ino
     except FileNotFoundError:
         return -1
-
-
-def _cache_of(
-    paths: tuple[str, ...],
-    cache: FileCache | None,
-    cache_dir: PathLike | None,
-    cache_bytes: int | None,
-    storage_options: dict | None,
-) -> FileCache | None:
-    """The cache remote files are read through (None: local paths)."""
-    urls = [p for p in paths if is_url(p)]
-    given = cache is not None or cache_dir is not None or cache_bytes is not None
-    if not urls:
-        if given or storage_options:
-            raise OptionError(
-                "HDFSource: cache_dir, cache_bytes, storage_options and cache apply to remote "
-                f"files (URLs such as 's3://bucket/x.hdf'), but all paths are local ({paths[0]!r}"
-                "...). Fix: drop them, or give the files as URLs."
-            )
-        return None
-    if len(urls) != len(paths):
-        local = next(p for p in paths if not is_url(p))
-        raise OptionError(
-            f"HDFSource: the files mix URLs ({urls[0]!r}) and local paths ({local!r}). Fix: give "
-            "every file as a URL (file:///abs/path for a local one) or every file as a path."
-        )
-    if cache is not None:
-        if cache_dir is not None or cache_bytes is not None or storage_options:
-            raise OptionError(
-                "HDFSource: give either cache=FileCache(...) or cache_dir/cache_bytes/"
-                "storage_options, not both"
-            )
-        return cache
-    if cache_dir is None:
-        raise OptionError(
-            f"HDFSource: remote files ({urls[0]!r}) are read from whole local copies, so they "
-            "need cache_dir (a directory on local disk). Fix: HDFSource(urls, cache_dir=..., "
-            "cache_bytes=...)"
-        )
-    return FileCache(cache_dir, cache_bytes, storage_options)
 
 
 def _position(i: int, n: int) -> str:

@@ -136,7 +136,8 @@ class FileCache:
         return self._sub("files", f.name)
 
     def index_path(self, f: RemoteFile, kind: str) -> str:
-        return self._sub("index", f"{f.key}.{kind}.npz")
+        """Where the metadata index keeps ``kind`` (a format name and extension) of ``f``."""
+        return self._sub("index", f"{f.key}.{kind}")
 
     def has(self, f: RemoteFile) -> bool:
         """Whether the complete copy of ``f`` is in the cache."""
@@ -347,7 +348,7 @@ class FileCache:
             fd = os.open(self._sub("needs", f"{owner}.lock"), os.O_CREAT | os.O_RDWR, 0o644)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             self._needs = (owner, fd)
-        _write_atomic(self._sub("needs", f"{owner}.json"), json.dumps(sorted(keys)).encode())
+        write_atomic(self._sub("needs", f"{owner}.json"), json.dumps(sorted(keys)).encode())
 
     def live_needs(self) -> set[str]:
         """The entries live loaders sharing this directory need (stale notes are removed)."""
@@ -409,7 +410,7 @@ class FileCache:
             except (FileNotFoundError, ValueError):
                 before = 0
             if total > before:
-                _write_atomic(path, str(total).encode())
+                write_atomic(path, str(total).encode())
         return total
 
     def dir_high_water(self) -> int:
@@ -468,7 +469,8 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_atomic(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
+    """``data`` under ``path``, or nothing: a temporary name, fsync, rename."""
     tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:6]}.tmp"
     with open(tmp, "wb") as fh:
         fh.write(data)

@@ -9,10 +9,11 @@ complete copy is already cached is read locally."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import io
 import json
-import os
-import uuid
 import zipfile
 from typing import Any
 
@@ -22,10 +23,10 @@ import numpy as np
 from seqloader.errors import DataError
 from seqloader.sources.base import KeySpec
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, layout_of, read_layout
-from seqloader.sources.remote.cache import FileCache, RemoteFile
+from seqloader.sources.remote.cache import FileCache, RemoteFile, write_atomic
 from seqloader.sources.remote.stats import COUNTERS
 
-KIND = "hdf1"  # the index format of HDF layouts; a change of format changes the name
+KIND = "hdf1.npz"  # the index format of HDF layouts; a change of format changes the name
 METADATA_BLOCK = 256 << 10  # ranged reads of the header, seqLengths and seqTags
 
 
@@ -45,6 +46,34 @@ def hdf_layout(cache: FileCache, f: RemoteFile, position: str = "") -> FileLayou
             layout = _read_remote(cache, f, position)
         _save(path, layout)
     return layout
+
+
+def zip_member(cache: FileCache, f: RemoteFile, member: str) -> bytes:
+    """Member ``member`` of the remote zip file ``f`` (an OggZip corpus' listing): from the index,
+    else read with ranged reads (the zip's central directory and that member only) and indexed."""
+    path = cache.index_path(f, "member-" + hashlib.sha256(member.encode()).hexdigest()[:16])
+    with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+        return fh.read()
+    with cache.lock(f"{f.key}.meta"):
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as fh:
+            return fh.read()
+        if cache.has(f):
+            with zipfile.ZipFile(cache.path(f)) as z:
+                data = z.read(member)
+        else:
+            fs = cache.filesystem(f.url)
+
+            def read() -> bytes:
+                with (
+                    fs.open(f.url, "rb", block_size=METADATA_BLOCK) as fh,
+                    zipfile.ZipFile(fh) as z,
+                ):
+                    return z.read(member)
+
+            data = cache._retry(read, f.url, f"read {member!r} of")
+            COUNTERS.metadata_reads += 1
+        write_atomic(path, data)
+    return data
 
 
 def _read_remote(cache: FileCache, f: RemoteFile, position: str) -> FileLayout:
@@ -87,13 +116,10 @@ def _save(path: str, lay: FileLayout) -> None:
         "tags_off": off,
         **{f"starts_{i}": lay.starts[k] for i, k in enumerate(keys)},
     }
-    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:6]}.tmp"
+    buffer = io.BytesIO()
     savez: Any = np.savez  # numpy's stubs read the keywords as savez's own options
-    with open(tmp, "wb") as fh:
-        savez(fh, **arrays)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    savez(buffer, **arrays)
+    write_atomic(path, buffer.getvalue())
 
 
 def _load(path: str, url: str) -> FileLayout | None:
