@@ -291,7 +291,7 @@ class SeqLoader:
     def close(self) -> None:
         """Stop worker processes now (they also stop when the loader is garbage-collected)."""
         if self._prefetch is not None:
-            self._prefetch.stop()
+            self._prefetch.close()
         self._execution.close()
 
     def __enter__(self) -> SeqLoader:

@@ -138,6 +138,11 @@ class PlanPrefetch:
             "fewer files, or distribution='files' so each rank reads only its own files."
         )
 
+    def close(self) -> None:
+        """The loader closes: stop fetching and withdraw this loader's needs note."""
+        self.stop()
+        self.cache.withdraw_needs()
+
     def stop(self) -> None:
         """Stop fetching ahead (a download in progress finishes: never a half file)."""
         thread, self._thread = self._thread, None

@@ -350,6 +350,16 @@ class FileCache:
             self._needs = (owner, fd)
         write_atomic(self._sub("needs", f"{owner}.json"), json.dumps(sorted(keys)).encode())
 
+    def withdraw_needs(self) -> None:
+        """This loader needs nothing any more (closed): its note goes, eviction may take all."""
+        if self._needs is None or self._pid != os.getpid():
+            return
+        owner, fd = self._needs
+        self._needs = None
+        _unlink(self._sub("needs", f"{owner}.json"))
+        _unlink(self._sub("needs", f"{owner}.lock"))
+        os.close(fd)
+
     def live_needs(self) -> set[str]:
         """The entries live loaders sharing this directory need (stale notes are removed)."""
         keys: set[str] = set()
