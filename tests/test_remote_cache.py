@@ -223,3 +223,25 @@ def test_urls_without_fsspec_name_the_remote_extra(monkeypatch, tmp_path) -> Non
     monkeypatch.setitem(sys.modules, "fsspec", None)  # import fsspec -> ImportError
     with pytest.raises(MissingDependencyError, match=r"pip install 'seqloader\[remote\]'"):
         sl.HDFSource(["s3://bucket/x.hdf"], cache_dir=tmp_path / "c")
+
+
+def test_readers_close_evicted_copies_and_refetch_them(monkeypatch, tmp_path) -> None:
+    from remote_s3 import index_files
+    from seqloader.sources import hdf, hdf_chunks
+
+    (tmp_path / "chunked").mkdir()
+    paths = [tmp_path / "chunked" / p.name for p in index_files(tmp_path, n_files=2, per_file=6)]
+    for p in paths:  # RETURNN's chunked layout: the reader builds a chunk index per copy
+        sl.write_hdf(p, sl.HDFSource([tmp_path / p.name]), chunked=True)
+    source = sl.HDFSource([p.as_uri() for p in paths], cache_dir=tmp_path / "c")
+    cache, files = source.remote_files().cache, source.remote_files().files
+    assert (source.read(0)["data"] == 0).all()  # file 0 fetched, opened, indexed
+    first = os.stat(cache.path(files[0])).st_ino
+    assert any(k[2] == first for k in hdf_chunks._INDEXES)
+    cache.evict(keep=[files[1].key])  # the plan moved on: file 0 goes
+    monkeypatch.setattr(hdf, "SWEEP_S", 0.0)
+    assert (source.read(6)["data"] == 6).all()  # any read sweeps: file 0's handle is closed
+    assert source._open[0] is None
+    assert not any(k[2] == first for k in hdf_chunks._INDEXES)
+    assert (source.read(1)["data"] == 1).all()  # needed again: fetched again, read whole
+    assert [u for _, _, u in cache.fetch_log()].count(files[0].url) == 2

@@ -23,7 +23,7 @@ import numpy as np
 
 from seqloader.errors import DataError
 from seqloader.sources.base import KeySpec, SourceBase, fingerprint_of
-from seqloader.sources.hdf_chunks import index_files
+from seqloader.sources.hdf_chunks import forget_file, index_files
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
 from seqloader.sources.hdf_read import OpenFile
 from seqloader.sources.remote import FileCache, RemoteFiles, cache_for
@@ -260,9 +260,11 @@ class HDFSource(SourceBase):
         assert self._remote is not None
         cache = self._remote.cache
         for g, opened in enumerate(self._open):
-            if opened is not None and _inode(cache.path(self._remote.files[g])) != self._inodes[g]:
+            path = cache.path(self._remote.files[g])
+            if opened is not None and _inode(path) != self._inodes[g]:
                 opened.close()  # a batch still holding a view keeps the mapping until it goes
                 self._open[g] = None
+                forget_file(path, self._inodes[g])  # its chunk indexes (if any) go with it
 
     def _check_unchanged(self, f: int, opened: OpenFile) -> None:
         """The offsets come from open time: refuse a file replaced since by other data."""

@@ -196,6 +196,18 @@ def cached_chunk_index(path: str, dset: h5py.Dataset) -> np.ndarray | None:
     return _INDEXES[key]
 
 
+def forget_file(path: str, inode: int) -> int:
+    """Drop this process's indexes of the file that was at ``path`` with ``inode`` (an evicted
+    cached copy: a fetched copy again is another file); returns how many went."""
+    real = os.path.realpath(path)
+    gone = [k for k in _INDEXES if k[0] == real and k[2] == inode]
+    for k in gone:
+        del _INDEXES[k]
+    for k in [k for k in _INDEXED_FILES if k[0] == real and k[2] == inode]:
+        del _INDEXED_FILES[k]
+    return len(gone)
+
+
 def index_files(paths: Sequence[str]) -> int:
     """Index every chunked dataset of the given HDF files now (in the trainer process, so that
     forked workers inherit the indexes); returns how many datasets got an index.
