@@ -7,4 +7,9 @@ a bare h5py read-and-pad loop, a hand-written torch DataLoader, RETURNN's PyTorc
 frames/s, time to first batch, main-process CPU time per batch, peak RSS (main + workers) and
 computation time % with a simulated accelerator step; prints ratios vs the DataLoader and RETURNN,
 the issue's targets and the memory-copy limit; writes JSON and a PNG. See docs/performance.md.
+
+Separate modules measure one question each (not part of the default suite): ``benchmarks.looptime``
+(computation time as the loop sees it), ``benchmarks.handover``, ``benchmarks.onecopy``,
+``benchmarks.buckets``, ``benchmarks.remote`` (remote files through the plan-driven cache under a
+throttled network; docs/remote.md).
 """
