@@ -20,7 +20,7 @@ import torch
 
 import seqloader as sl
 from conftest import BatchRecord, batch_record, lasting_shm_entries, shm_entries
-from seqloader.torch import handover
+from seqloader.torch import handover, release
 
 
 def make_source(n: int = 60, seed: int = 0) -> sl.MemorySource:
@@ -76,6 +76,10 @@ def test_slots_are_reused_and_the_trainer_maps_each_once():
             blocks.add(batch["data"].untyped_storage().data_ptr())
             steps += 1
             del batch
+            # the batch before this one was handed to the release thread at this request: wait
+            # until it is freed, so that a loaded machine (a lagging release thread, workers
+            # falling back to per-batch tensors) does not decide the count
+            assert release.flush()
         owner = loader._dataloader.dataset.owner
         assert steps > 3 * handover.MAX_SLOTS
         assert len(blocks) <= handover.MAX_SLOTS

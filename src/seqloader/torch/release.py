@@ -46,11 +46,25 @@ def release(item: object) -> None:
     q.put(item)
 
 
+def flush(timeout: float = 10.0) -> bool:
+    """Wait until everything released so far in this process is freed; False on timeout. For
+    callers that must know the memory is back now (tests of slot reuse on a loaded machine)."""
+    q = _queue
+    if q is None or _pid != os.getpid() or _stopped:
+        return True
+    done = threading.Event()
+    q.put(done)
+    return done.wait(timeout)
+
+
 def _release_loop(q: queue.SimpleQueue) -> None:
     while True:
         item = q.get()
         if item is _STOP:
             return
+        if isinstance(item, threading.Event):  # put by flush(): all before it is freed
+            item.set()
+            continue
         del item  # the batch's memory goes back (slot/block finalizers run here)
 
 
