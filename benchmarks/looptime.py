@@ -20,11 +20,10 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.fresh import run_child
 
 
 def timed_epochs(make_epoch, epochs: list[tuple[int, float]], report=None) -> list[dict]:
@@ -113,24 +112,6 @@ def child(cfg: dict) -> dict:
     return {"config": cfg, "epochs": rows, "module": sl.__file__}
 
 
-def run_child(cfg: dict, base_src: str | None) -> dict:
-    env = dict(os.environ)
-    src = os.path.join(REPO, "src")  # this checkout's code, whatever the venv has installed
-    path = [src, REPO] if cfg.get("code") != "base" else [base_src, REPO]
-    env["PYTHONPATH"] = os.pathsep.join([*path, env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.looptime", "--child", json.dumps(cfg)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    if proc.returncode:
-        raise RuntimeError(f"{cfg['label']}: {proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.looptime", description=__doc__)
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -174,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for rep in range(a.reps):
         k = rep % len(configs)
         for cfg in configs[k:] + configs[:k]:
-            res = run_child(cfg, a.base_src)
+            res = run_child("benchmarks.looptime", cfg, a.base_src, timeout=900)
             runs.append(res)
             if a.floor and cfg["label"] == "seqloader":  # as many batches as seqloader's epochs
                 floor_cfg = {
@@ -183,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
                     "label": "torch-floor",
                     "floor_batches": res["epochs"][1]["batches"],
                 }
-                runs.append(run_child(floor_cfg, a.base_src))
+                runs.append(run_child("benchmarks.looptime", floor_cfg, a.base_src, timeout=900))
             for r in runs[-2 if a.floor and cfg["label"] == "seqloader" else -1 :]:
                 shown = "  ".join(
                     f"e{row['epoch']}@{row['step_ms']:g}ms loop {row['loop_pct']:.2f}%"

@@ -22,15 +22,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from benchmarks.fresh import run_child
 
 
 def _plan(path: str, max_seqs: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -160,25 +158,6 @@ def child(config: dict) -> dict:
     }
 
 
-def run_child(config: dict, base_src: str | None) -> dict:
-    env = dict(os.environ)
-    path = [REPO]
-    if config.get("code") == "base":
-        path.insert(0, base_src)
-    env["PYTHONPATH"] = os.pathsep.join([*path, env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.onecopy", "--child", json.dumps(config)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode:
-        raise RuntimeError(f"{config}: {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -243,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
         ]
     configs = [{**c, **common} for c in configs]
     if a.contiguous:  # the baseline must build the same tensors: checked before timing
-        ok = run_child({"name": "verify", "path": a.contiguous, **common}, a.base_src)
+        ok = run_child(
+            "benchmarks.onecopy",
+            {"name": "verify", "path": a.contiguous, **common},
+            a.base_src,
+            timeout=600,
+        )
         print(f"seqloader == memmap loop on {ok['verified_batches']} batches", flush=True)
     from benchmarks.machine import describe_machine, load_average
 
@@ -253,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         k = rep % len(configs)
         results = {}
         for c in configs[k:] + configs[:k]:
-            r = run_child(c, a.base_src)
+            r = run_child("benchmarks.onecopy", c, a.base_src, timeout=600)
             results[c["label"]] = r
             print(
                 f"rep {rep + 1} {c['label']:32s} {r['seqs_per_s']:10,.0f} seq/s "
