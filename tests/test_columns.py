@@ -1,0 +1,138 @@
+"""The memory-mapped column store: round trips, atomic and once-per-node builds, stale and broken
+files rebuilt, pickling by path."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.sources.columns import (
+    ColumnStore,
+    StaleStore,
+    StoredStrings,
+    StoreWriter,
+    StringColumn,
+    identity_of_files,
+    narrow_lengths,
+    open_or_build,
+    write_store,
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 2**40), max_size=50),
+    tags=st.lists(st.text(max_size=12), max_size=50),
+)
+def test_round_trip(tmp_path_factory, lengths, tags) -> None:
+    path = tmp_path_factory.mktemp("c") / "x.cols"
+    lens = narrow_lengths(np.array(lengths, dtype=np.int64))
+    assert lens.dtype == (np.int32 if max(lengths, default=0) < 2**31 else np.int64)
+    store = write_store(
+        path,
+        "id1",
+        {"len": lens, "tags": StringColumn.from_strings(tags), "pair": np.zeros((3, 2), np.int16)},
+        {"note": "x"},
+    )
+    assert store.meta == {"note": "x"} and store.identity == "id1"
+    np.testing.assert_array_equal(store.column("len"), lengths)
+    assert store.column("len").dtype == lens.dtype
+    assert store.column("pair").shape == (3, 2)
+    strings = store.strings("tags")
+    assert list(strings) == tags and len(strings) == len(tags)
+    if tags:
+        idx = np.arange(len(tags))[::-1]
+        assert strings.take(idx) == [tags[i] for i in idx]
+        assert strings[len(tags) - 1] == tags[-1]
+    assert not store.column("len").flags.writeable  # a view of the read-only mapping
+
+
+def test_pickles_the_path_not_the_data(tmp_path) -> None:
+    n = 200_000
+    store = write_store(
+        tmp_path / "big.cols",
+        "id",
+        {
+            "len": np.arange(n, dtype=np.int32),
+            "tags": StringColumn.from_strings(map(str, range(n))),
+        },
+    )
+    blob = pickle.dumps((store, store.strings("tags")))
+    assert len(blob) < 1000
+    again, tags = pickle.loads(blob)
+    assert isinstance(tags, StoredStrings) and tags[12345] == "12345"
+    np.testing.assert_array_equal(again.column("len")[-3:], [n - 3, n - 2, n - 1])
+
+
+def test_chunked_writer_and_abort(tmp_path) -> None:
+    w = StoreWriter(tmp_path / "s.cols", "id", {"k": 1})
+    w.add_chunks("rows", np.int64, (2,), [np.ones((3, 2)), np.zeros((0, 2)), np.full((1, 2), 7)])
+    store = w.close()
+    assert store.column("rows").tolist() == [[1, 1], [1, 1], [1, 1], [7, 7]]
+    w2 = StoreWriter(tmp_path / "t.cols", "id")
+    w2.add("a", np.ones(3))
+    w2.abort()
+    assert os.listdir(tmp_path) == ["s.cols"]  # nothing half-written left behind
+
+
+def test_stale_and_broken_files_are_rebuilt(tmp_path) -> None:
+    path = tmp_path / "s.cols"
+    calls = []
+
+    def build():
+        calls.append(1)
+        return {"a": np.arange(4)}, {}
+
+    store, built = open_or_build(path, "v1", build)
+    assert built and store.column("a").tolist() == [0, 1, 2, 3]
+    assert open_or_build(path, "v1", build)[1] is False
+    with pytest.raises(StaleStore, match="other inputs"):
+        ColumnStore(path, "v2")
+    assert open_or_build(path, "v2", build)[1] is True  # another identity: rebuilt
+    with open(path, "r+b") as fh:  # cut off the trailer: a half-written file
+        fh.truncate(os.path.getsize(path) - 5)
+    assert open_or_build(path, "v2", build)[1] is True
+    assert len(calls) == 3
+
+
+def test_identity_follows_size_and_mtime(tmp_path) -> None:
+    f = tmp_path / "shard.tar"
+    f.write_bytes(b"abc")
+    first = identity_of_files([str(f)])
+    assert identity_of_files([str(f)]) == first
+    f.write_bytes(b"abcd")
+    assert identity_of_files([str(f)]) != first
+
+
+def _race(path: str, counter: str, barrier) -> None:  # a child process
+    barrier.wait()
+
+    def build():
+        with open(counter, "a") as fh:
+            fh.write("x")
+        return {"a": np.arange(1000)}, {}
+
+    store, _ = open_or_build(path, "id", build)
+    assert int(store.column("a").sum()) == 499500
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_processes_racing_build_once(tmp_path, method) -> None:
+    ctx = mp.get_context(method)
+    barrier = ctx.Barrier(4)
+    path, counter = str(tmp_path / "r.cols"), str(tmp_path / "count")
+    procs = [ctx.Process(target=_race, args=(path, counter, barrier)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0, 0, 0]
+    with open(counter) as fh:
+        assert fh.read() == "x"
+    assert sorted(os.listdir(tmp_path)) == ["count", "r.cols", "r.cols.lock"]
