@@ -16,6 +16,7 @@ line number, so errors name ``manifest line N`` and the file.
 from __future__ import annotations
 
 import ast
+import gzip
 import hashlib
 import io
 import json
@@ -148,14 +149,45 @@ class Manifest:
         self._zip = None
 
 
+@dataclass(frozen=True)
+class OggZip:
+    """A RETURNN OggZip corpus laid out as ``OggZipDataset`` reads it: the ``zip``, its listing
+    (``None``: ``NAME.txt`` inside the zip; else a separate ``NAME.txt`` or ``NAME.txt.gz``, as the
+    official LibriSpeech preparation writes it), and whether the listing's ``file`` names sit under
+    ``NAME/`` in the zip (RETURNN's ``zip_audio_files_have_name_as_prefix``). A path-like of the zip.
+
+    >>> OggZip("dev-clean.zip", listing="dev-clean.txt.gz", name_as_prefix=False).name
+    'dev-clean'
+    """
+
+    zip: str
+    listing: str | None = None
+    name_as_prefix: bool = True
+
+    @property
+    def name(self) -> str:
+        """RETURNN's internal name: the zip's file name without ``.zip``."""
+        return os.path.basename(self.zip)[: -len(".zip")]
+
+    def __fspath__(self) -> str:
+        return self.zip
+
+
 def import_soundfile():
     """soundfile is the ``audio`` extra: imported when audio is first decoded, not by seqloader."""
     return require("soundfile", "decoding audio")
 
 
 def open_manifest(path: str | os.PathLike, cache: FileCache | None = None) -> Manifest:
-    """Parse a ``.jsonl`` / ``.json`` lines manifest or a RETURNN OggZip ``.zip`` (with ``cache``:
-    an OggZip URL)."""
+    """Parse a ``.jsonl`` / ``.json`` lines manifest or a RETURNN OggZip ``.zip`` (an ``OggZip``
+    for a separate listing or audio without the name prefix; with ``cache``: an OggZip URL)."""
+    if isinstance(path, OggZip) and (path.listing is not None or not path.name_as_prefix):
+        if cache is not None:
+            raise OptionError(
+                f"OggZip {path.zip!r}: a separate listing or audio without the name prefix is "
+                "read from local files only; copy the corpus to local disk"
+            )
+        return _read_oggzip_layout(path)
     p = os.fspath(path)
     if cache is not None:
         return _read_remote_oggzip(p, cache)
@@ -253,6 +285,28 @@ def _read_oggzip(path: str) -> Manifest:
     return _parse_oggzip(path, name, listing)
 
 
+def _read_oggzip_layout(corpus: OggZip) -> Manifest:
+    """An OggZip with its listing outside the zip and/or audio names without ``NAME/``."""
+    if not os.path.isfile(corpus.zip):
+        raise DataError(f"OggZip corpus {corpus.zip!r} does not exist or is not a file")
+    name, listing_path = corpus.name, corpus.listing
+    try:
+        if listing_path is None:
+            with zipfile.ZipFile(corpus.zip) as z:
+                listing = z.read(f"{name}.txt").decode("utf-8")
+        elif listing_path.endswith(".gz"):
+            with gzip.open(listing_path, "rt", encoding="utf-8") as f:
+                listing = f.read()
+        else:
+            with open(listing_path, encoding="utf-8") as f:
+                listing = f.read()
+    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+        where = listing_path or f"{corpus.zip}:{name}.txt"
+        raise DataError(f"OggZip corpus {corpus.zip}: cannot read its listing {where} ({e})") from e
+    label = listing_path or f"{corpus.zip}:{name}.txt"
+    return _parse_oggzip(corpus.zip, name, listing, label, corpus.name_as_prefix)
+
+
 def _unreadable_listing(path: str, name: str, e: Exception) -> DataError:
     return DataError(
         f"OggZip corpus {path}: cannot read {name}.txt from it ({e}); expected NAME.zip "
@@ -279,23 +333,28 @@ def _read_remote_oggzip(url: str, cache: FileCache) -> Manifest:
     return manifest
 
 
-def _parse_oggzip(path: str, name: str, listing: str) -> Manifest:
+def _parse_oggzip(
+    path: str, name: str, listing: str, label: str | None = None, name_as_prefix: bool = True
+) -> Manifest:
+    label = label or f"{path}:{name}.txt"
     try:
-        tree = ast.parse(listing, filename=f"{path}:{name}.txt", mode="eval")
+        tree = ast.parse(listing, filename=label, mode="eval")
     except SyntaxError as e:
-        raise DataError(f"{path}:{name}.txt line {e.lineno}: not a Python literal ({e})") from e
+        raise DataError(f"{label} line {e.lineno}: not a Python literal ({e})") from e
     if not isinstance(tree.body, ast.List):
-        raise DataError(f"{path}:{name}.txt: expected a list of dicts, got {type(tree.body)}")
-    cols = _Columns(path, f"{path}:{name}.txt", "file")
+        raise DataError(f"{label}: expected a list of dicts, got {type(tree.body)}")
+    cols = _Columns(path, label, "file")
     for node in tree.body.elts:
         try:
             entry = ast.literal_eval(node)
         except ValueError as e:
             raise DataError(
-                f"{path}:{name}.txt line {node.lineno}: not a literal ({e}); only literals are "
+                f"{label} line {node.lineno}: not a literal ({e}); only literals are "
                 "read, nothing is evaluated"
             ) from e
         file = entry.get("file") if isinstance(entry, dict) else None
-        member = f"{name}/{file}" if isinstance(file, str) and file else None
+        member = None
+        if isinstance(file, str) and file:
+            member = f"{name}/{file}" if name_as_prefix else file
         cols.add(entry, node.lineno, member, "seq_name")
     return cols.build(in_zip=True)

@@ -10,24 +10,35 @@ that name the key (and the dataset), never silently dropped.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any, cast
+
+import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.returnn.datasets import Converted, convert_dataset
+from seqloader.returnn.stubs import find_stub, stub_imports
 from seqloader.torch.loader import SeqLoader, WorkerOptions
 
-# global data options that change which sequences or batches RETURNN delivers, and that we refuse
+# global data options that change which sequences or batches RETURNN delivers, and that we refuse:
+# what they do, and what to do instead
 REFUSED_GLOBAL = {
-    "chunking": "cuts sequences into chunks",
-    "torch_batching": "a custom batching pipeline",
-    "custom_batching": "a custom batching pipeline",
-    "packed_batch_size": "packed (unpadded) batch budgets",
-    "packed_batch_size_train": "packed (unpadded) batch budgets",
-    "packed_batch_size_dev": "packed (unpadded) batch budgets",
-    "online_shuffle_batches": "a shuffle buffer of batches seeded from torch's RNG",
-    "min_seq_length": "a lower bound on every key (seqloader's bounds only the length key)",
+    "chunking": "cuts sequences into chunks; not planned yet: remove it to train on whole "
+    "sequences, or cut the sequences when writing the HDF files",
+    "torch_batching": "a user-written batching pipeline; seqloader plans its own batches: remove "
+    "it and use batch_size / max_seqs (SeqLoader's max_frames / max_seqs)",
+    "custom_batching": "a user-written batching function; remove it and use batch_size / max_seqs",
+    "packed_batch_size": "packed (unpadded) batch budgets; not planned yet: use batch_size "
+    "(padded frames)",
+    "packed_batch_size_train": "packed (unpadded) batch budgets; not planned yet: use batch_size",
+    "packed_batch_size_dev": "packed (unpadded) batch budgets; not planned yet: use batch_size",
+    "online_shuffle_batches": "a shuffle buffer of batches seeded from torch's global RNG, so no "
+    "run reproduces it; remove it (seqloader's orderings, e.g. 'laplace:.1000', already mix "
+    "batches deterministically)",
+    "min_seq_length": "a lower bound on every key; not planned yet: remove it, or drop the short "
+    "sequences with seq_list_filter_file",
 }
 LOADER_OPTS = {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "timeout"}
 TRAIN, EVAL = "train", ("dev", "eval")
@@ -44,10 +55,22 @@ def import_returnn(feature: str) -> None:
         ) from e
 
 
-def read_config(config: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
-    """The config's typed values: a dict as given, a file as RETURNN's ``Config.load_file``."""
+def read_config(
+    config: str | os.PathLike | Mapping[str, Any] | Any, *, stub_modules: bool = False
+) -> dict[str, Any]:
+    """The config's typed values: a dict as given, a file as RETURNN's ``Config.load_file``, an
+    object with ``config`` / ``post_config`` dicts (sisyphus' ``ReturnnConfig``) as their union.
+
+    ``stub_modules=True``: imports the file makes that fail (its model code, e.g. an experiments
+    package) resolve to stand-ins while it is read; a warning names them. A data option that
+    then holds a stand-in value is an error naming it."""
+    if not isinstance(config, Mapping | str | os.PathLike) and isinstance(
+        getattr(config, "config", None), Mapping
+    ):
+        post = getattr(config, "post_config", None) or {}
+        return {k: resolve_value(v) for k, v in {**config.config, **post}.items()}
     if isinstance(config, Mapping):
-        return dict(config)
+        return {k: resolve_value(v) for k, v in config.items()}
     path = os.fspath(config)
     if not os.path.isfile(path):
         raise OptionError(f"RETURNN config {path!r} does not exist")
@@ -55,28 +78,67 @@ def read_config(config: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]
     from returnn.config import Config
 
     cfg = Config()
-    cfg.load_file(path)
+    if stub_modules:
+        with stub_imports() as stubbed:
+            cfg.load_file(path)
+        if stubbed:
+            warnings.warn(
+                f"RETURNN config {path!r}: stubbed the modules it imports that are not installed "
+                f"here: {', '.join(sorted(stubbed))} (model code; the data options must not use "
+                "them)",
+                stacklevel=2,
+            )
+    else:
+        try:
+            cfg.load_file(path)
+        except ImportError as e:
+            raise OptionError(
+                f"RETURNN config {path!r} imports {e.name or e}, which is not installed here "
+                f"({e}); its data part usually needs none of it: pass stub_modules=True to read "
+                "the config with the missing modules stubbed (named in a warning)"
+            ) from e
     if cfg.dict:
         raise OptionError(
             f"RETURNN config {path!r}: the old line-based format is not supported; write it as a "
             "Python config"
         )
-    return dict(cfg.typed_dict)
+    return {k: resolve_value(v) for k, v in cfg.typed_dict.items()}
+
+
+def resolve_value(value: Any) -> Any:
+    """Sisyphus-style values in configs built in Python: a ``tk.Path`` (``get_path()``) is its
+    path, a delayed value (``get()``: ``Variable``, ``DelayedFormat``) its value; inside dicts,
+    lists and tuples too."""
+    if isinstance(value, str | bytes | int | float | bool) or value is None:
+        return value
+    if callable(getattr(value, "get_path", None)):
+        return os.fspath(value.get_path())
+    if type(value).__module__.startswith("sisyphus") and callable(getattr(value, "get", None)):
+        return resolve_value(value.get())
+    if isinstance(value, dict):
+        return {k: resolve_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(resolve_value(v) for v in value)
+    return value
 
 
 def from_returnn_config(
-    config: str | os.PathLike | Mapping[str, Any],
+    config: str | os.PathLike | Mapping[str, Any] | Any,
     *,
     rank: int | None = None,
     world_size: int | None = None,
+    stub_modules: bool = False,
 ) -> dict[str, SeqLoader]:
     """Loaders for the datasets ``config`` defines: ``train``, ``dev``, ``eval`` and each of
     ``eval_datasets``. ``rank`` / ``world_size`` as for ``SeqLoader`` (default: torch.distributed,
-    else one process); ``torch_distributed`` in the config chooses how the train data is split."""
-    values = read_config(config)
+    else one process); ``torch_distributed`` in the config chooses how the train data is split.
+    ``stub_modules=True`` reads a config whose model code is not installed (``read_config``)."""
+    values = read_config(config, stub_modules=stub_modules)
     for key, what in REFUSED_GLOBAL.items():
         if values.get(key):
-            raise OptionError(f"RETURNN config option {key!r} ({what}) is not supported")
+            raise OptionError(
+                f"RETURNN config option {key!r} = {values[key]!r}: not supported: {what}"
+            )
     specs: dict[str, tuple[Any, str]] = {}
     batching = values.get("batching")
     if values.get(TRAIN) is not None:
@@ -91,19 +153,60 @@ def from_returnn_config(
         specs[name] = (spec, "default")
     if not specs:
         raise OptionError("RETURNN config defines no dataset (train, dev, eval, eval_datasets)")
-    workers = _worker_options(values)
     loaders = {}
     for name, (spec, default_ordering) in specs.items():
         spec = spec() if callable(spec) else spec
+        stub = find_stub(spec, name)
+        if stub:
+            raise OptionError(
+                f"{name} dataset: {stub} comes from a module stubbed while reading the config; "
+                "the data options cannot use it: install that module, or write the value"
+            )
         converted = convert_dataset(name, spec, default_ordering)
         plan = _plan_options(name, converted, values)
+        _check_fits(name, converted, plan, values)
         loaders[name] = SeqLoader(
-            converted.source, plan=plan, workers=workers, rank=rank, world_size=world_size
+            converted.source,
+            plan=plan,
+            workers=_worker_options(values, converted.num_workers),
+            rank=rank,
+            world_size=world_size,
         )
     return loaders
 
 
-def _worker_options(values: Mapping[str, Any]) -> WorkerOptions:
+def _check_fits(name: str, c: Converted, plan: PlanOptions, values: Mapping[str, Any]) -> None:
+    """A sequence longer than ``batch_size`` (and not dropped by ``max_seq_length`` or a seq
+    list) is an error in the config's words; RETURNN would put it in a batch of its own."""
+    if plan.max_frames is None:
+        return
+    key = plan.length_key or c.source.keys[0]
+    lengths = c.source.lengths(key)
+    keep = np.ones(len(lengths), dtype=bool)
+    for mask in c.source.excluded().values():
+        keep &= ~np.asarray(mask, dtype=bool)
+    if isinstance(plan.max_seq_length, Mapping):
+        for k, limit in plan.max_seq_length.items():
+            keep &= c.source.lengths(k) <= limit
+    over = np.flatnonzero(keep & (lengths > plan.max_frames))
+    if len(over):
+        i = int(over[0])
+        option = (
+            "batch_size"
+            if "batch_size" in values
+            else f"batch_size_{'train' if name == TRAIN else 'dev'}"
+        )
+        raise OptionError(
+            f"{name} dataset ({c.kind}): {option} {plan.max_frames} is smaller than sequence "
+            f"{c.source.tag(i)!r} (length {int(lengths[i])} of {key!r}; {len(over)} sequence(s) "
+            "like this). RETURNN gives such a sequence a batch of its own; seqloader plans no "
+            f"batch over the budget. Fix: raise {option} to >= {int(lengths[over].max())}, or set "
+            f"max_seq_length = {{{key!r}: {plan.max_frames}}} to drop them (counted in the report)"
+        )
+
+
+def _worker_options(values: Mapping[str, Any], dataset_workers: int | None) -> WorkerOptions:
+    """``torch_dataloader_opts``; a ``MultiProcDataset``'s ``num_workers`` where it sets none."""
     opts = values.get("torch_dataloader_opts") or {}
     if not isinstance(opts, Mapping):
         raise OptionError(f"RETURNN config torch_dataloader_opts: got {opts!r}, expected a dict")
@@ -111,8 +214,11 @@ def _worker_options(values: Mapping[str, Any]) -> WorkerOptions:
     if unknown:
         raise OptionError(
             f"RETURNN config torch_dataloader_opts: {unknown} not supported; supported: "
-            f"{sorted(LOADER_OPTS)}"
+            f"{sorted(LOADER_OPTS)} (seqloader builds its own collate and sampler)"
         )
+    opts = dict(opts)
+    if dataset_workers is not None and not opts.get("num_workers"):
+        opts["num_workers"] = dataset_workers
     return WorkerOptions(**opts)
 
 
@@ -140,7 +246,7 @@ def _plan_options(name: str, c: Converted, values: Mapping[str, Any]) -> PlanOpt
     train = name == TRAIN
     where = f"{name} dataset ({c.kind})"
     keys = c.source.keys
-    max_frames, length_key = _batch_size(where, _per_split(values, "batch_size", train), keys)
+    max_frames, length_key = _batch_size(where, _per_split(values, "batch_size", train), c.source)
     max_seqs = values.get("max_seqs", -1)
     distribution = _distribution(values)
     if not train and distribution is not None:
@@ -172,8 +278,9 @@ def _plan_options(name: str, c: Converted, values: Mapping[str, Any]) -> PlanOpt
     )
 
 
-def _batch_size(where: str, value: Any, keys: tuple[str, ...]) -> tuple[int | None, str | None]:
+def _batch_size(where: str, value: Any, source: Any) -> tuple[int | None, str | None]:
     """RETURNN's ``batch_size``: padded frames; a dict names the key it counts."""
+    keys = source.keys
     if value is None:
         raise OptionError(f"{where}: the RETURNN config has no batch_size (RETURNN needs one too)")
     if isinstance(value, Mapping):
@@ -188,7 +295,29 @@ def _batch_size(where: str, value: Any, keys: tuple[str, ...]) -> tuple[int | No
         return int(limit), key
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise OptionError(f"{where}: batch_size {value!r}; expected an int or a one-key dict")
-    return int(value), None
+    return int(value), longest_key(where, int(value), source)
+
+
+def longest_key(where: str, batch_size: int, source: Any) -> str | None:
+    """RETURNN's int ``batch_size`` bounds every key's padded length (``n * max_len <= B`` for
+    each): the same as bounding one key wherever that key is the longest of every sequence
+    (speech: ``data`` frames; translation: often the targets). None: ``data`` is that key."""
+    keys = source.keys
+    lengths = {k: np.asarray(source.lengths(k)) for k in keys}
+    for k in sorted(keys, key=lambda k: k != "data"):
+        if all(bool(np.all(lengths[k] >= lengths[j])) for j in keys):
+            return None if k == "data" else k
+    a, b = keys[0], next(j for j in keys[1:] if bool(np.any(lengths[j] > lengths[keys[0]])))
+    i = int(np.flatnonzero(lengths[b] > lengths[a])[0])
+    j = int(np.flatnonzero(lengths[a] > lengths[b])[0]) if np.any(lengths[a] > lengths[b]) else i
+    raise OptionError(
+        f"{where}: batch_size {batch_size} bounds the padded length of every key (RETURNN), but "
+        f"no key is the longest of every sequence: sequence {source.tag(i)!r} has {b!r} "
+        f"{int(lengths[b][i])} > {a!r} {int(lengths[a][i])}, sequence {source.tag(j)!r} "
+        f"{a!r} {int(lengths[a][j])} vs {b!r} {int(lengths[b][j])}; seqloader bounds one key, so "
+        f"its batches would differ: give batch_size as a dict naming the key to bound (e.g. "
+        f"{{{a!r}: {batch_size}}}; RETURNN then bounds that key only)"
+    )
 
 
 def _length_limit(where: str, value: Any, keys: tuple[str, ...]) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from seqloader.audio.manifest import open_manifest
+from seqloader.audio.manifest import OggZip, open_manifest
 from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
@@ -25,7 +25,33 @@ from seqloader.sources.concat import ConcatSource
 from seqloader.sources.hdf import HDFSource
 from seqloader.sources.joined import ZipSource
 
-COMMON = ("class", "seq_ordering", "partition_epoch", "random_seed_offset", "seq_list_filter_file")
+COMMON = (
+    "class",
+    "seq_ordering",
+    "partition_epoch",
+    "random_seed_offset",
+    "seq_list_filter_file",
+    "fixed_random_seed",
+)
+# orderings that draw no random number: RETURNN's fixed_random_seed changes nothing for them
+UNDRAWN = ("default", "sorted", "sorted_reverse", "reverse")
+# dataset classes refused, with the reason and what to do instead
+REFUSED_CLASSES = {
+    "CombinedDataset": "its orderings interleave or sample the sub-datasets with RETURNN's "
+    "RandomState per sequence, which seqloader does not reproduce; build "
+    "seqloader.ConcatSource(...) with mix={...} instead (exact per-corpus epochs, docs/corpora.md)",
+    "PostprocessingDataset": "map_seq / map_seq_stream receive RETURNN's TensorDict and a "
+    "RandomState RETURNN seeds per epoch in reading order, so their output depends on the reader; "
+    "use its inner 'dataset' here and the function as a seqloader transform (transform=..., "
+    "seqloader.transforms: a per-sequence RNG, the same with any num_workers)",
+    "DistributeFilesDataset": "its file shuffle and per-rank sub-datasets are RETURNN's own; use "
+    "the files' HDFDataset here with seqloader's distribution='files' (SeqLoader option), which "
+    "gives each rank whole files with seqloader's seeded shuffle",
+    "LibriSpeechCorpus": "it reads the raw LibriSpeech folders or zips with RETURNN's own "
+    "transcription normalisation; prepare the corpus as OggZips (RETURNN's official LibriSpeech "
+    "preparation: NAME.zip + NAME.txt.gz) and use OggZipDataset with "
+    "zip_audio_files_have_name_as_prefix=False",
+}
 NO_EFFECT = {
     "name": "RETURNN's name for logs",
     "cache_byte_size": "RETURNN's in-memory cache of HDFDataset (our reads need none)",
@@ -43,6 +69,7 @@ class Converted:
     partition_epoch: int
     random_seed_offset: int | None  # None: RETURNN's default (global offset, per-rank step)
     kind: str
+    num_workers: int | None = None  # MultiProcDataset's worker processes
 
 
 def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> Converted:
@@ -57,17 +84,16 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
         return _meta(name, opts)
     if kind == "ConcatDataset":
         return _concat(name, opts)
-    if kind == "CombinedDataset":
+    if kind == "MultiProcDataset":
+        return _multi_proc(name, opts, default_ordering)
+    if kind in REFUSED_CLASSES:
         raise OptionError(
-            f"{name} dataset: class 'CombinedDataset' is not supported: its orderings interleave "
-            "or sample the sub-datasets with RETURNN's RandomState per sequence, which seqloader "
-            "does not reproduce; build seqloader.ConcatSource(...) with mix={...} instead (exact "
-            "per-corpus epochs, docs/corpora.md)"
+            f"{name} dataset: class {kind!r} is not supported: {REFUSED_CLASSES[kind]}"
         )
     if kind not in _BUILDERS:
         raise OptionError(
             f"{name} dataset: class {kind!r} is not supported; supported: "
-            f"{sorted([*_BUILDERS, 'ConcatDataset', 'MetaDataset'])}"
+            f"{sorted([*_BUILDERS, 'ConcatDataset', 'MetaDataset', 'MultiProcDataset'])}"
         )
     own_keys, build = _BUILDERS[kind]
     unknown = sorted(set(opts) - set(COMMON) - set(NO_EFFECT) - set(own_keys))
@@ -93,7 +119,47 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
     ordering = opts.get("seq_ordering", default_ordering)
     if not isinstance(ordering, str):
         raise OptionError(f"{where}: seq_ordering {ordering!r}; a function is not supported")
+    fixed = opts.get("fixed_random_seed")
+    if fixed is not None and ordering.split(":")[0] not in UNDRAWN:
+        raise OptionError(
+            f"{where}: fixed_random_seed={fixed!r} with seq_ordering {ordering!r}: RETURNN then "
+            "draws the same order every epoch, which seqloader does not plan; remove "
+            "fixed_random_seed (a new order per epoch), or use 'sorted' / 'sorted_reverse' / "
+            "'default', where it changes nothing"
+        )
     return Converted(view, ordering, int(partition_epoch), offset, kind)
+
+
+MULTI_PROC_OWN = ("class", "dataset", "num_workers", "buffer_size", "sharding_method")
+
+
+def _multi_proc(name: str, opts: dict[str, Any], default_ordering: str) -> Converted:
+    """RETURNN's ``MultiProcDataset``: the inner dataset read by ``num_workers`` processes in the
+    inner dataset's order; its other options are the inner dataset's defaults (RETURNN passes them
+    on). The workers become the loader's ``num_workers`` (unless torch_dataloader_opts sets it)."""
+    where = f"{name} dataset (MultiProcDataset)"
+    inner = opts.get("dataset")
+    if not isinstance(inner, dict):
+        raise OptionError(f"{where}: 'dataset' {inner!r}; expected the inner dataset's dict")
+    workers = opts.get("num_workers")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise OptionError(f"{where}: num_workers {workers!r}; expected an int >= 1 (RETURNN too)")
+    method = opts.get("sharding_method", "seq_order")
+    if method not in ("seq_order", "dedicated"):
+        raise OptionError(f"{where}: sharding_method {method!r}; expected 'seq_order'")
+    if method == "dedicated":
+        raise OptionError(
+            f"{where}: sharding_method 'dedicated' lets each worker order its own shard (another "
+            "order per num_workers); not supported: use 'seq_order' (RETURNN's default)"
+        )
+    merged = dict(inner)
+    for key, value in opts.items():
+        if key not in MULTI_PROC_OWN:
+            merged.setdefault(key, value)  # RETURNN: kwargs become the inner dataset's defaults
+    c = convert_dataset(name, merged, default_ordering)
+    return Converted(
+        c.source, c.ordering, c.partition_epoch, c.random_seed_offset, c.kind, num_workers=workers
+    )
 
 
 META_OWN = ("class", "datasets", "data_map", "seq_order_control_dataset", "random_seed_offset")
@@ -211,26 +277,66 @@ def _hdf(where: str, opts: dict[str, Any]) -> Built:
     if not files:
         raise OptionError(f"{where}: 'files' is empty; expected a list of HDF files")
     source = HDFSource(list(files))
-    return source, None, None  # RETURNN sorts by the first seqLengths column: our length key
+    first = "data" if "data" in source.keys else source.keys[0]
+    return source, None, source.lengths(first)  # RETURNN sorts by the first seqLengths column
+
+
+def oggzip_corpora(where: str, paths: Any, name_as_prefix: bool) -> list[OggZip]:
+    """RETURNN's ``path``: one or more ``NAME.zip``, each optionally with a separate listing
+    ``NAME.txt.gz`` next to it in the list (the official LibriSpeech layout)."""
+    path_list = [paths] if isinstance(paths, str | os.PathLike) else list(paths or [])
+    zips: list[str] = []
+    listings: dict[str, str] = {}
+    for p in [os.fspath(x) for x in path_list]:
+        base = os.path.basename(p)
+        if base.endswith(".txt.gz"):
+            listings[base[: -len(".txt.gz")]] = p
+        elif base.endswith(".zip"):
+            zips.append(p)
+        else:
+            raise OptionError(
+                f"{where}: path {p!r}: expected NAME.zip files, each optionally with its listing "
+                "NAME.txt.gz (as RETURNN's OggZipDataset reads them)"
+            )
+    if not zips:
+        raise OptionError(f"{where}: 'path' {paths!r} names no NAME.zip file")
+    corpora = [OggZip(z, None, name_as_prefix) for z in zips]
+    names = [c.name for c in corpora]
+    unmatched = sorted(set(listings) - set(names))
+    if unmatched:
+        raise OptionError(
+            f"{where}: listing(s) {[listings[n] for n in unmatched]} have no NAME.zip of the same "
+            f"name in 'path' (zips: {names})"
+        )
+    return [OggZip(c.zip, listings.get(c.name), name_as_prefix) for c in corpora]
 
 
 def _oggzip(where: str, opts: dict[str, Any]) -> Built:
-    paths = opts.get("path")
-    path_list = [paths] if isinstance(paths, str | os.PathLike) else list(paths or [])
-    if not path_list or not all(os.fspath(p).endswith(".zip") for p in path_list):
-        raise OptionError(f"{where}: 'path' {paths!r}; expected one or more NAME.zip files")
-    if opts.get("zip_audio_files_have_name_as_prefix", True) is not True:
-        raise OptionError(f"{where}: zip_audio_files_have_name_as_prefix=False is not supported")
-    for key in ("targets_post_process", "fixed_random_subset", "epoch_wise_filter"):
-        if opts.get(key):
-            raise OptionError(f"{where}: option {key!r} is not supported (it changes the corpus)")
+    prefix = opts.get("zip_audio_files_have_name_as_prefix", True)
+    if not isinstance(prefix, bool):
+        raise OptionError(
+            f"{where}: zip_audio_files_have_name_as_prefix {prefix!r}, expected a bool"
+        )
+    corpora = oggzip_corpora(where, opts.get("path"), prefix)
+    if opts.get("targets_post_process"):
+        raise OptionError(
+            f"{where}: option 'targets_post_process' is not supported: RETURNN applies the "
+            "function to the text before the vocabulary; apply it when writing the corpus "
+            "listing (NAME.txt), or encode with a transform (seqloader.transforms)"
+        )
+    if opts.get("epoch_wise_filter"):
+        raise OptionError(
+            f"{where}: option 'epoch_wise_filter' is not supported yet: it needs epoch-dependent "
+            "admission bounds in the plan; remove it (the first epochs then also see long "
+            "sequences) or train those epochs from a config with max_seq_length"
+        )
     audio, targets = opts.get("audio"), opts.get("targets")
     features = None
     if audio is not None:
         if not isinstance(audio, dict):
             raise OptionError(f"{where}: audio {audio!r}; expected a dict of feature options")
         try:
-            rate = _first_rate(path_list) if audio.get("sample_rate") is None else None
+            rate = _first_rate(corpora) if audio.get("sample_rate") is None else None
             features = ReturnnFeatures.from_returnn(audio, sample_rate=rate)
         except OptionError as e:
             raise OptionError(f"{where}: {e}") from e
@@ -242,17 +348,43 @@ def _oggzip(where: str, opts: dict[str, Any]) -> Built:
             )
         vocab = ReturnnVocab(targets)
     keys = [k for k, on in (("data", features), ("text", True), ("classes", vocab)) if on]
-    source = AudioSource(path_list, keys=keys, vocab=vocab, features=features)
+    source = AudioSource(corpora, keys=keys, vocab=vocab, features=features)
     durations = source.durations()
     order_lengths = (durations * 100).astype(np.int64)  # RETURNN: int(duration * 100)
-    indices = None
+    indices = np.arange(len(source), dtype=np.int64)
     if opts.get("segment_file"):
         listed = set(read_tag_list(where, opts["segment_file"]))
         indices = np.array([i for i, t in enumerate(source.tags) if t in listed], dtype=np.int64)
-        order_lengths = order_lengths[indices]
         if not len(indices):
             raise OptionError(f"{where}: no sequence of the corpus is in segment_file")
-    return source, indices, order_lengths
+    subset = opts.get("fixed_random_subset")
+    if subset:
+        indices = fixed_random_subset(
+            where, indices, subset, opts.get("fixed_random_subset_seed", 42)
+        )
+    if len(indices) == len(source) and np.array_equal(indices, np.arange(len(source))):
+        return source, None, order_lengths
+    return source, indices, order_lengths[indices]
+
+
+def fixed_random_subset(where: str, indices: np.ndarray, subset: Any, seed: Any) -> np.ndarray:
+    """RETURNN's ``fixed_random_subset``: the corpus (after ``segment_file``) shuffled by
+    ``RandomState(fixed_random_subset_seed)``, its first ``n`` kept in that shuffled order (a
+    fraction ``0 < f < 1`` keeps ``int(n_corpus * f)``; more than the corpus keeps all of it)."""
+    if isinstance(subset, bool) or not isinstance(subset, int | float) or subset <= 0:
+        raise OptionError(
+            f"{where}: fixed_random_subset {subset!r}; expected a count >= 1 or a fraction in (0, 1)"
+        )
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise OptionError(f"{where}: fixed_random_subset_seed {seed!r}; expected an int")
+    n = int(len(indices) * subset) if subset < 1 else int(subset)
+    if not isinstance(n, int) or n < 1:
+        raise OptionError(
+            f"{where}: fixed_random_subset {subset!r} keeps no sequence of {len(indices)}"
+        )
+    shuffled = list(indices)
+    np.random.RandomState(seed).shuffle(shuffled)
+    return np.asarray(shuffled[:n], dtype=np.int64)
 
 
 def _first_rate(paths: Sequence[str | os.PathLike]) -> int:
@@ -275,6 +407,7 @@ _BUILDERS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, Any]], Buil
             "zip_audio_files_have_name_as_prefix",
             "targets_post_process",
             "fixed_random_subset",
+            "fixed_random_subset_seed",
             "epoch_wise_filter",
         ),
         _oggzip,
