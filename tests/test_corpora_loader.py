@@ -190,8 +190,16 @@ def test_bad_mixes_through_the_loader(corpora):
         OptionError, match=r"unknown corpus name\(s\) \['swb'\].*\['libri', 'ted'\]"
     ):
         sl.SeqLoader(corpora, mix={"swb": 1.0})
-    with pytest.raises(OptionError, match="expected a finite number > 0"):
+    with pytest.raises(OptionError, match="expected a number > 0"):
         sl.SeqLoader(corpora, mix={"ted": 0})
+    # the attack: a rate that would make numpy allocate terabytes fails at construction, naming
+    # the option and the bound, before any epoch is planned
+    with pytest.raises(
+        OptionError, match=r"mix\['libri'\]: got rate 1e\+09.*bound is 2,147,483,648"
+    ):
+        sl.SeqLoader(corpora, mix={"libri": 1e9})
+    with pytest.warns(sl.DataWarning, match=r"mix\['ted'\]: rate 1e-09 gives corpus 'ted'"):
+        sl.SeqLoader(corpora, mix={"ted": 1e-9})
     with pytest.raises(OptionError, match="ConcatSource"):
         sl.SeqLoader(corpora.sources["libri"], mix={"libri": 1.0})
     with pytest.raises(OptionError, match=r"corpus 'libri' has no admitted sequences \(all its 14"):

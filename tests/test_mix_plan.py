@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from fractions import Fraction
 
 import numpy as np
@@ -14,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import MIX_ORDERINGS
-from seqloader.errors import OptionError
+from seqloader.errors import DataWarning, OptionError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
+from seqloader.plan.bounds import MAX_EPOCH_SLOTS
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.mix import Corpora, corpus_epoch_permutation, select_corpus, stream_span
 from seqloader.plan.mix_check import check_corpus_epochs
@@ -170,10 +172,14 @@ def test_uneven_rates_keep_exact_boundaries() -> None:
 @pytest.mark.parametrize(
     ("mix", "message"),
     [
-        ({"libri": 0.0}, "expected a finite number > 0"),
-        ({"libri": -1}, "expected a finite number > 0"),
-        ({"libri": float("nan")}, "expected a finite number > 0"),
-        ({"libri": True}, "expected a finite number > 0"),
+        ({"libri": 0.0}, "expected a number > 0"),
+        ({"libri": -1}, "expected a number > 0"),
+        ({"libri": float("nan")}, "expected a number > 0"),
+        ({"libri": float("inf")}, "expected a number > 0"),
+        ({"libri": True}, "expected a number > 0"),
+        ({"libri": "seven tenths"}, "or a string such as '7/10'"),
+        ({"libri": "1/0"}, "expected a number > 0"),
+        ({"libri": Fraction(-1, 2)}, "expected a number > 0"),
         ({"": 1.0}, "non-empty string"),
         ([("libri", 1.0)], "expected a mapping"),
     ],
@@ -181,6 +187,94 @@ def test_uneven_rates_keep_exact_boundaries() -> None:
 def test_bad_mix_options(mix: object, message: str) -> None:
     with pytest.raises(OptionError, match=message):
         PlanOptions(mix=mix)  # type: ignore[arg-type]
+
+
+def test_the_attack_rate_0_7_takes_1400_of_2000() -> None:
+    """The binary float 0.7 is 0.69999...: taken as that, epoch 1 took 1399 of 2000 sequences."""
+    corpora = Corpora(("x",), np.array([0, 2000]))
+    planner = Planner(
+        {"data": np.ones(2000, np.int64)}, PlanOptions(mix={"x": 0.7}), corpora=corpora
+    )
+    assert planner.mix is not None
+    assert [planner.mix.epoch_counts(f)[0] for f in range(3)] == [1400, 1400, 1400]
+    assert len(planner.mix.select(0).seqs) == 1400
+
+
+# rates as a user writes them: decimals with up to 3 places in (0, 5], a few named ones
+WRITTEN_RATES = st.one_of(
+    st.sampled_from(["0.3", "0.7", "2.3", "0.1", "1.1", "0.35", "4.9"]),
+    st.integers(1, 5000).map(lambda m: f"{m // 1000}.{m % 1000:03d}"),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.tuples(WRITTEN_RATES, st.integers(1, 3000)), min_size=1, max_size=3),
+    st.sampled_from(["float", "str", "fraction"]),
+    st.integers(1, 12),
+)
+def test_rates_are_taken_as_written(corpora: list, form: str, epochs: int) -> None:
+    """After e epochs corpus c has given floor(e·r·N) sequences in all, r being the decimal the
+    user wrote (docs/corpora.md). The expected count is integer arithmetic on the decimal's
+    digits (r = m / 10^d), independent of the planner's rationals; a float, its string and a
+    Fraction plan alike."""
+    names = [f"c{i}" for i in range(len(corpora))]
+    sizes = [n for _, n in corpora]
+    as_given = {"float": float, "str": str, "fraction": Fraction}[form]
+    mix = {name: as_given(text) for name, (text, _) in zip(names, corpora)}
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    planner = Planner(
+        {"data": np.ones(int(bounds[-1]), np.int64)},
+        PlanOptions(mix=mix),
+        corpora=Corpora(tuple(names), bounds),
+    )
+    assert planner.mix is not None
+    total = np.zeros(len(names), np.int64)
+    for f in range(epochs):
+        total += planner.mix.epoch_counts(f)
+        e = f + 1
+        for c, (text, n) in enumerate(corpora):
+            whole, _, decimals = text.partition(".")
+            m, scale = int(whole + decimals), 10 ** len(decimals)
+            assert total[c] == e * m * n // scale, (text, n, e)
+
+
+def test_a_rate_written_three_ways_plans_alike() -> None:
+    """0.7, '7/10' and Fraction(7, 10) are one rate: one fingerprint, one plan. A binary float
+    rate (0.5) keeps the fingerprint JSON it had when rates were floats."""
+    jsons = {PlanOptions(mix={"a": r}).to_json() for r in (0.7, "7/10", "0.7", Fraction(7, 10))}
+    assert len(jsons) == 1 and '"7/10"' in jsons.pop()
+    assert json.loads(PlanOptions(mix={"a": 0.5, "b": 3}).to_json())["mix"] == {"a": 0.5, "b": 3.0}
+
+
+def test_options_that_scale_memory_are_bounded_before_any_work() -> None:
+    """A rate whose epoch would need terabytes is named with the bound at Planner creation (no
+    numpy MemoryError); the bound counts all corpora; a rate just under it is accepted."""
+    corpora = Corpora(("a", "b"), np.array([0, 2000, 3000]))
+    data = {"data": np.ones(3000, np.int64)}
+    with pytest.raises(OptionError, match=r"mix\['a'\]: got rate 1e\+09.*TiB.*MAX_EPOCH_SLOTS"):
+        Planner(data, PlanOptions(mix={"a": 1e9}), corpora=corpora)
+    fits = (MAX_EPOCH_SLOTS - 1000) // 2000
+    planner = Planner(data, PlanOptions(mix={"a": fits}), corpora=corpora)  # nothing allocated
+    assert planner.mix is not None and sum(planner.mix.epoch_counts(0)) <= MAX_EPOCH_SLOTS
+    with pytest.raises(OptionError, match=r"mix\['a'\]"):
+        Planner(data, PlanOptions(mix={"a": fits + 1}), corpora=corpora)
+    with pytest.raises(OptionError, match=r"'laplace:1000000000'.*bound is max\(sequences"):
+        Planner(data, PlanOptions(ordering="laplace:1000000000"))
+    with pytest.raises(OptionError, match=r"'buckets:1000000000'.*Fix: buckets:N"):
+        Planner(data, PlanOptions(ordering="buckets:1000000000"))
+    Planner(data, PlanOptions(ordering="laplace:5000"))  # more bins than sequences: allowed
+
+
+def test_a_rate_giving_no_sequence_per_epoch_warns_naming_the_corpus() -> None:
+    corpora = Corpora(("a", "b"), np.array([0, 2000, 3000]))
+    data = {"data": np.ones(3000, np.int64)}
+    with pytest.warns(DataWarning, match=r"corpus 'b' \(1000 admitted.*every 1,000,000 epochs"):
+        planner = Planner(data, PlanOptions(mix={"b": 1e-9}), corpora=corpora)
+    assert planner.mix is not None and planner.mix.epoch_counts(0) == (2000, 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Planner(data, PlanOptions(mix={"b": "1/1000"}), corpora=corpora)  # one per epoch: quiet
 
 
 def test_unknown_corpus_names_it_and_the_known_ones() -> None:

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from fractions import Fraction
 
 from seqloader.cli.config import DataConfig, load_data
+from seqloader.errors import OptionError
+from seqloader.plan.mix import mix_rate
 from seqloader.plan.options import DISTRIBUTIONS, SEEDINGS, UNEVEN_POLICIES, PlanOptions
 from seqloader.sources.base import Source
 from seqloader.torch.loader import WorkerOptions
@@ -67,16 +70,17 @@ def seq_length_limit(text: str) -> int | dict[str, int]:
     return out
 
 
-def mix_rates(text: str) -> dict[str, float]:
-    """``NAME=RATE[,NAME=RATE...]`` -> ``{name: rate}`` (the ``mix`` option; rates > 0)."""
-    out: dict[str, float] = {}
+def mix_rates(text: str) -> dict[str, Fraction]:
+    """``NAME=RATE[,NAME=RATE...]`` -> ``{name: rate}`` (the ``mix`` option; rates > 0, exact as
+    written: ``0.7`` and ``7/10`` are both 7/10)."""
+    out: dict[str, Fraction] = {}
     for part in text.split(","):
         name, sep, value = part.partition("=")
         try:
-            rate = float(value)
-        except ValueError:
+            rate: Fraction | None = mix_rate(name.strip(), value.strip())
+        except OptionError:
             rate = None
-        if not sep or not name.strip() or rate is None or not rate > 0:
+        if not sep or not name.strip() or rate is None:
             raise argparse.ArgumentTypeError(
                 f"got {text!r}, expected NAME=RATE[,NAME=RATE...] with rates > 0 "
                 "(corpus epochs per epoch), e.g. libri=1,ted=3"

@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
     }
     if corpora is not None:
         out["corpora"] = corpus_stats(planner, corpora, lengths[key], args.frame_rate)
-        out["mix"] = opened.plan.mix
+        out["mix"] = {name: float(rate) for name, rate in (opened.plan.mix or {}).items()}
     if args.plot is not None:
         plot(args.plot, lengths[key], key, padding)
         out["plot"] = str(args.plot)
@@ -167,11 +167,11 @@ def corpus_stats(
         info["hours"] = round(frames / frame_rate / 3600, 4)
         if mix is not None and first is not None:
             admitted = mix.members[c]
-            info["rate"] = mix.rates[c]
+            info["rate"] = float(mix.rates[c])
             info["admitted"] = len(admitted)
             info["slots_per_epoch"] = [mix.epoch_counts(f)[c] for f in range(EPOCHS_SHOWN)]
             info["share_of_epoch_1"] = round(first[c] / max(sum(first), 1), 4)
-            per_epoch = mix.rates[c] * int(lengths[admitted].sum())
+            per_epoch = float(mix.rates[c]) * int(lengths[admitted].sum())
             info["hours_per_epoch"] = round(per_epoch / frame_rate / 3600, 4)
         out[name] = info
     return out

@@ -3,8 +3,8 @@
 Every corpus ``c`` (``N`` admitted sequences, rate ``r`` = corpus epochs per epoch) has its own
 endless *stream* of corpus epochs: corpus epoch ``k`` (0-based) is a random permutation of c's
 sequences seeded by ``(seed, c's name, k)``. Full epoch ``e`` (1-based) of the mix takes the stream
-positions ``[floor((e-1)·r·N), floor(e·r·N))`` — computed with exact rationals, so no float rounding
-ever moves a boundary. Hence every sequence of c is used exactly once per corpus epoch, whatever the
+positions ``[floor((e-1)·r·N), floor(e·r·N))`` — computed with exact rationals of the rate as written
+(0.7 is 7/10, ``mix_rate``), so no float rounding ever moves a boundary. Hence every sequence of c is used exactly once per corpus epoch, whatever the
 epoch boundaries; with ``r > 1`` one epoch spans several corpus epochs and so holds a sequence
 several times (once per corpus epoch it spans).
 
@@ -32,6 +32,7 @@ from fractions import Fraction
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.seeding import PURPOSE_MIX, rng_for
 
 USES_DTYPE = np.int32  # corpus epoch numbers (2^31 corpus epochs are far off)
@@ -81,9 +82,46 @@ class Corpora:
         return ", ".join(f"{n} ({int(s)} seqs)" for n, s in zip(self.names, self.sizes))
 
 
-def validate_mix(mix: object) -> dict[str, float] | None:
-    """The ``mix`` option, checked: ``{corpus name: rate > 0}`` with finite rates, sorted by name
-    (None: no mixing). A rate is *corpus epochs per epoch*."""
+RATE_FORMS = "a number > 0 such as 0.7 or 3, a Fraction, or a string such as '7/10' or '0.7'"
+
+
+def mix_rate(name: str, rate: object) -> Fraction:
+    """One ``mix`` rate as the exact rational the user wrote: a float by its decimal string
+    (``str(0.7)`` = ``'0.7'`` -> 7/10), a ``Fraction`` as is, a string by ``Fraction(text)``
+    (``'7/10'``, ``'0.7'``, ``'2.3'``). Why: ``Fraction(0.7)`` is 0.6999999999999999555910790149937
+    and would take floor(0.7*2000) - 1 sequences of a 2000-sequence corpus."""
+    bad = isinstance(rate, (bool, np.bool_))
+    value: Fraction | None = None
+    if isinstance(rate, Fraction):
+        value = rate
+    elif isinstance(rate, (int, np.integer)) and not bad:
+        value = Fraction(int(rate))
+    elif isinstance(rate, (float, np.floating)) and math.isfinite(rate):
+        value = Fraction(str(rate))  # the shortest decimal that round-trips: what was written
+    elif isinstance(rate, str):
+        try:
+            value = Fraction(rate.strip())
+        except (ValueError, ZeroDivisionError):
+            value = None
+    if bad or value is None or value <= 0:
+        raise OptionError(
+            f"mix[{name!r}]: got {rate!r}, expected {RATE_FORMS} (corpus epochs per epoch: 0.5 "
+            "spreads the corpus over two epochs, 3 uses it three times)"
+        )
+    return value
+
+
+def rate_to_json(rate: Fraction) -> float | str:
+    """A rate in the plan fingerprint: the float when it is exactly that binary number (0.5, 3.0:
+    the same JSON as before rates were exact, so those fingerprints hold), else ``'p/q'`` (0.7 is
+    ``'7/10'``: its plan differs from the binary float's, so its fingerprint must too)."""
+    as_float = float(rate)
+    return as_float if Fraction(as_float) == rate else f"{rate.numerator}/{rate.denominator}"
+
+
+def validate_mix(mix: object) -> dict[str, Fraction] | None:
+    """The ``mix`` option, checked: ``{corpus name: exact rate > 0}`` sorted by name (None: no
+    mixing). A rate is *corpus epochs per epoch* (``mix_rate`` says how it is read)."""
     if mix is None:
         return None
     if not isinstance(mix, Mapping):
@@ -91,36 +129,32 @@ def validate_mix(mix: object) -> dict[str, float] | None:
             f"mix: got {mix!r}, expected a mapping of corpus name to rate, e.g. "
             "{'libri': 1.0, 'ted': 3.0}"
         )
-    out: dict[str, float] = {}
+    out: dict[str, Fraction] = {}
     for name, rate in mix.items():
         if not isinstance(name, str) or not name:
             raise OptionError(f"mix: got corpus name {name!r}, expected a non-empty string")
-        number = isinstance(rate, (int, float, np.integer, np.floating))
-        if not number or isinstance(rate, (bool, np.bool_)) or not math.isfinite(rate) or rate <= 0:
-            raise OptionError(
-                f"mix[{name!r}]: got {rate!r}, expected a finite number > 0 (corpus epochs per "
-                "epoch: 0.5 spreads the corpus over two epochs, 3.0 uses it three times)"
-            )
-        out[name] = float(rate)
+        out[name] = mix_rate(name, rate)
     return dict(sorted(out.items()))
 
 
-def resolve_rates(mix: Mapping[str, float], corpora: Corpora) -> tuple[float, ...]:
-    """Rate per corpus, in corpus order; corpora not named in ``mix`` get 1.0. An unknown name is
+def resolve_rates(
+    mix: Mapping[str, float | Fraction | str], corpora: Corpora
+) -> tuple[Fraction, ...]:
+    """Rate per corpus, in corpus order; corpora not named in ``mix`` get 1. An unknown name is
     an ``OptionError`` naming it and the known ones."""
     unknown = sorted(set(mix) - set(corpora.names))
     if unknown:
         raise OptionError(
             f"mix: unknown corpus name(s) {unknown}; the source's corpora are {list(corpora.names)}"
         )
-    return tuple(float(mix.get(n, 1.0)) for n in corpora.names)
+    return tuple(mix_rate(n, mix.get(n, 1)) for n in corpora.names)
 
 
-def stream_span(full_epoch: int, rate: float, n: int) -> tuple[int, int]:
+def stream_span(full_epoch: int, rate: Fraction, n: int) -> tuple[int, int]:
     """Stream positions ``[a, b)`` that full epoch ``full_epoch`` (0-based) takes from a corpus of
-    ``n`` sequences at ``rate``: ``a = floor(f·r·n)``, ``b = floor((f+1)·r·n)``, exact (the float
-    rate is taken as the rational it is, so no rounding moves a boundary)."""
-    r = Fraction(rate)
+    ``n`` sequences at ``rate``: ``a = floor(f·r·n)``, ``b = floor((f+1)·r·n)``, in exact
+    rationals (no rounding moves a boundary)."""
+    r = rate if isinstance(rate, Fraction) else mix_rate("rate", rate)
     return math.floor(full_epoch * r * n), math.floor((full_epoch + 1) * r * n)
 
 
@@ -154,7 +188,7 @@ def select_corpus(
     seed: int,
     name: str,
     members: np.ndarray,
-    rate: float,
+    rate: Fraction,
     full_epoch: int,
     permutation: Callable[[int], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, tuple[int, int]]:
@@ -203,7 +237,7 @@ def select_epoch(
     seed: int,
     names: Sequence[str],
     members: Sequence[np.ndarray],
-    rates: Sequence[float],
+    rates: Sequence[Fraction],
     full_epoch: int,
     permutations: Sequence[Callable[[int], np.ndarray] | None] | None = None,
 ) -> Selection:
@@ -230,7 +264,7 @@ class CorpusProgress:
     epoch's end they are exact stream positions."""
 
     name: str
-    rate: float
+    rate: float  # for reports; planning uses the exact rate
     size: int  # admitted sequences of the corpus
     used: int  # slots of this corpus in the counted part of the epoch
     corpus_epochs_done: float
@@ -238,11 +272,11 @@ class CorpusProgress:
     fraction: float
 
 
-def progress(name: str, rate: float, size: int, span_start: int, used: int) -> CorpusProgress:
+def progress(name: str, rate: Fraction, size: int, span_start: int, used: int) -> CorpusProgress:
     """``CorpusProgress`` after ``used`` slots of a full epoch whose span starts at ``span_start``."""
     pos = span_start + used
     k, rest = divmod(pos, size)
-    return CorpusProgress(name, rate, size, used, pos / size, k + 1, rest / size)
+    return CorpusProgress(name, float(rate), size, used, pos / size, k + 1, rest / size)
 
 
 class MixPlan:
@@ -251,7 +285,7 @@ class MixPlan:
     def __init__(
         self,
         seed: int,
-        mix: Mapping[str, float],
+        mix: Mapping[str, float | Fraction | str],
         corpora: Corpora,
         admitted: np.ndarray,
         filtered_total: int = 0,
@@ -273,6 +307,8 @@ class MixPlan:
                     "used at any rate. Fix: leave it out of the source, or relax "
                     "max_seq_length/min_seq_length."
                 )
+
+        check_mix_slots(corpora.names, self.rates, self.sizes)  # before any epoch is planned
 
         # memos, pure functions of the arguments: the last corpus epoch permutation per corpus
         # (consecutive epochs share one where a span ends mid corpus epoch) and the last

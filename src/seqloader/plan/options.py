@@ -10,11 +10,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from typing import Literal
 
 from seqloader.errors import OptionError
 from seqloader.plan.cost import BatchCost
-from seqloader.plan.mix import validate_mix
+from seqloader.plan.mix import rate_to_json, validate_mix
 from seqloader.validate import choice_option, choices, int_option, optional_int_option
 
 ORDERING_KINDS = (
@@ -147,7 +148,8 @@ class PlanOptions:
       whole data ordered and cut into sub-epochs before filters drop sequences (see
       docs/migrating.md).
     - ``mix``: ``{corpus name: rate}`` over a ``ConcatSource``'s corpora (unnamed ones: 1.0); a rate
-      is corpus epochs per epoch, each corpus epoch exactly once (``seqloader.plan.mix``,
+      is corpus epochs per epoch, taken exactly as written (0.7, ``Fraction(7, 10)`` and ``'7/10'``
+      are all 7/10), each corpus epoch exactly once (``seqloader.plan.mix``,
       docs/corpora.md). None: no mixing, every sequence once per epoch.
     - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames) or ``quadratic:Q``
       (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``).
@@ -164,7 +166,7 @@ class PlanOptions:
     seed: int = 1
     length_key: str | None = None
     seeding: Seeding = "seqloader"
-    mix: Mapping[str, float] | None = None
+    mix: Mapping[str, float | Fraction | str] | None = None
     batch_cost: str = "frames"
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
@@ -245,6 +247,8 @@ class PlanOptions:
         d["ordering"] = str(self._parsed)
         if d["mix"] is None:  # unmixed plans keep the fingerprints of states saved before `mix`
             del d["mix"]
+        else:
+            d["mix"] = {name: rate_to_json(rate) for name, rate in d["mix"].items()}
         if d["batch_cost"] == "frames":
             d.pop("batch_cost")  # the default: fingerprints of earlier plans stay valid
         return d

@@ -17,6 +17,7 @@ import numpy as np
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import greedy_bounds
+from seqloader.plan.bounds import check_bins
 from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
 from seqloader.plan.files import (
@@ -211,6 +212,7 @@ class Planner:
         self.costs = cost.units(self.lengths)  # int64 [n] what max_frames bounds, per sequence
         self.budget = cost.budget(options.max_frames)  # max_frames in cost units
         ordering = options.parsed_ordering
+        check_bins(ordering, options.ordering, len(self.lengths))
         self.bucket_edges = np.zeros(0, dtype=np.int64)
         if ordering.is_buckets:
             adm = self.admission.admitted
