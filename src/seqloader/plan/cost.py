@@ -3,6 +3,9 @@
 ``batch_cost="frames"`` (default): a sequence of length ``L`` costs ``L``; a batch costs its padded
 frames, ``n_seqs * max_len``.
 
+``batch_cost="packed"``: a batch costs the sum of its lengths (what a padding-free, packed
+layout computes on; RETURNN's ``packed_batch_size``).
+
 ``batch_cost="quadratic:Q"``: a sequence costs ``L + L**2 / Q`` (self-attention's quadratic term; as
 Lhotse's ``quadratic_duration``, where ``L = Q`` doubles the cost). A batch costs
 ``n_seqs * (Lmax + Lmax**2 / Q)``: every row is padded to the longest one, and the padded rows
@@ -31,23 +34,32 @@ _QUADRATIC_RE = re.compile(r"^quadratic:(?P<q>\d+)$")
 
 @dataclass(frozen=True)
 class BatchCost:
-    """A parsed ``batch_cost`` option: ``quadratic`` is ``Q`` (None for ``frames``)."""
+    """A parsed ``batch_cost`` option: ``quadratic`` is ``Q`` (None for ``frames``/``packed``);
+    ``packed``: a batch costs the sum of its lengths (no padding), not ``n_seqs * max_len``."""
 
     quadratic: int | None = None
+    packed: bool = False
 
     @classmethod
     def parse(cls, text: object) -> BatchCost:
-        expected = "expected 'frames' or 'quadratic:Q' with an int Q >= 1 (e.g. 'quadratic:2000')"
+        expected = (
+            "expected 'frames' (or 'padded'), 'packed' or 'quadratic:Q' with an int Q >= 1 "
+            "(e.g. 'quadratic:2000')"
+        )
         if not isinstance(text, str):
             raise OptionError(f"batch_cost: got {text!r}, {expected}")
-        if text.strip() == "frames":
+        if text.strip() in ("frames", "padded"):
             return cls()
+        if text.strip() == "packed":
+            return cls(packed=True)
         m = _QUADRATIC_RE.match(text.strip())
         if not m or int(m["q"]) < 1:
             raise OptionError(f"batch_cost: got {text!r}, {expected}")
         return cls(int(m["q"]))
 
     def __str__(self) -> str:
+        if self.packed:
+            return "packed"
         return "frames" if self.quadratic is None else f"quadratic:{self.quadratic}"
 
     def units(self, lengths: np.ndarray) -> np.ndarray:

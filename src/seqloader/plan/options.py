@@ -11,10 +11,18 @@ import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
+from functools import partial
 from typing import Literal
 
 from seqloader.errors import OptionError
+from seqloader.plan.admission import (
+    EpochFilter,
+    epoch_wise_filter_option,
+    fixed_random_subset_option,
+)
+from seqloader.plan.chunks import ChunkSpec, chunking_option, min_chunk_size_option
 from seqloader.plan.cost import BatchCost
+from seqloader.plan.keyed import keyed_int_option, optional_keyed_int_option
 from seqloader.plan.mix import rate_to_json, validate_mix
 from seqloader.validate import choice_option, choices, int_option, optional_int_option
 
@@ -35,6 +43,18 @@ Uneven = Literal["split", "pad", "drop"]
 DISTRIBUTIONS = choices(Distribution)
 SEEDINGS = choices(Seeding)
 UNEVEN_POLICIES = choices(Uneven)
+
+#: options left out of ``to_dict`` at their default, so plans that don't use them keep the
+#: fingerprints (and resume states) they had before the options existed
+_DEFAULTS_LEFT_OUT: dict[str, object] = {
+    "max_packed_frames": None,
+    "chunking": None,
+    "min_chunk_size": 0,
+    "fixed_random_subset": None,
+    "fixed_random_subset_seed": 42,
+    "fixed_random_seed": None,
+    "epoch_wise_filter": None,
+}
 
 _ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?(?::(?P<keep>\d+))?$")
 
@@ -129,11 +149,28 @@ class PlanOptions:
 
     - ``ordering``: RETURNN ordering string (see ``Ordering``).
     - ``max_seqs``: at most this many sequences per batch (None: unbounded).
-    - ``max_frames``: at most this many *padded* frames per batch, ``n_seqs * max_len`` of the
-      length key (None: unbounded).
-    - ``max_seq_length``: sequences longer than this (on the length key, or per key with a mapping)
-      are filtered out — counted and reported, never silently.
-    - ``min_seq_length``: sequences shorter than this are filtered likewise (e.g. 1 drops empties).
+    - ``max_frames``: at most this much *cost* per batch (``batch_cost``; by default padded
+      frames, ``n_seqs * max_len``) of the length key; ``{key: limit}`` bounds each named key,
+      ``"*"`` every key not named (RETURNN's ``batch_size`` as a ``NumbersDict``: batches follow
+      the longest key). None: unbounded.
+    - ``max_packed_frames``: at most this many *real* frames per batch (the sum of lengths, no
+      padding), int (length key) or per key as ``max_frames``; applies together with
+      ``max_frames`` (RETURNN's ``packed_batch_size`` next to ``batch_size``). None: unbounded.
+    - ``max_seq_length``: sequences longer than this (on the length key, or per key with a mapping,
+      ``"*"`` = every key not named) are filtered out — counted and reported, never silently.
+    - ``min_seq_length``: sequences shorter than this are filtered likewise (e.g. 1 drops empties);
+      int (length key) or per key.
+    - ``chunking``: cut each sequence into windows planned as units of their own (RETURNN's
+      ``chunking``, ``seqloader.plan.chunks``): ``size``, ``"size:step"``, ``(size, step)`` for
+      every key, ``{key: size}``/``{key: (size, step)}``/``({key: size}, {key: step})`` per key;
+      ``None``/``0``/``"0"``: off. ``min_chunk_size``: windows shorter than this are left out
+      (int, or per key).
+    - ``fixed_random_subset`` / ``fixed_random_subset_seed``: keep a fixed random subset of the
+      corpus (RETURNN's OggZip option, its draws; ``seqloader.plan.admission``).
+    - ``fixed_random_seed``: every epoch draws its order from this one seed (RETURNN's
+      ``fixed_random_seed``: the same random order every epoch). None: a new order per epoch.
+    - ``epoch_wise_filter``: RETURNN's ``{(first, last): {"max_mean_len": M}}`` curriculum filter
+      (``seqloader.plan.admission``), applied per sub-epoch, counted per epoch.
     - ``partition_epoch``: sub-epochs per full pass over the data.
     - ``distribution``: ``shard`` (ranks split one plan), ``random_seed_offset`` (each rank its
       own permutation of all data; an epoch then covers the data ``world_size`` times) or
@@ -151,15 +188,21 @@ class PlanOptions:
       is corpus epochs per epoch, taken exactly as written (0.7, ``Fraction(7, 10)`` and ``'7/10'``
       are all 7/10), each corpus epoch exactly once (``seqloader.plan.mix``,
       docs/corpora.md). None: no mixing, every sequence once per epoch.
-    - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames) or ``quadratic:Q``
-      (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``).
+    - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames; ``padded`` is the
+      same), ``packed`` (the sum of lengths: batches for packed, padding-free layouts) or
+      ``quadratic:Q`` (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``).
+
+    >>> PlanOptions(max_frames=1000, chunking="100:50").chunking
+    {'*': (100, 50)}
+    >>> PlanOptions(max_frames={"*": 2000}, batch_cost="packed").max_frames
+    {'*': 2000}
     """
 
     ordering: str = "default"
     max_seqs: int | None = None
-    max_frames: int | None = None
+    max_frames: int | Mapping[str, int] | None = None
     max_seq_length: int | Mapping[str, int] | None = None
-    min_seq_length: int = 0
+    min_seq_length: int | Mapping[str, int] = 0
     partition_epoch: int = 1
     distribution: Distribution = "shard"
     uneven: Uneven = "split"
@@ -168,6 +211,13 @@ class PlanOptions:
     seeding: Seeding = "seqloader"
     mix: Mapping[str, float | Fraction | str] | None = None
     batch_cost: str = "frames"
+    max_packed_frames: int | Mapping[str, int] | None = None
+    chunking: ChunkSpec | int | str | tuple | None = None
+    min_chunk_size: int | Mapping[str, int] = 0
+    fixed_random_subset: int | float | None = None
+    fixed_random_subset_seed: int = 42
+    fixed_random_seed: int | None = None
+    epoch_wise_filter: EpochFilter | Mapping | None = None
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -175,14 +225,20 @@ class PlanOptions:
             raise OptionError(f"ordering: got {self.ordering!r}, expected a string like 'random'")
         object.__setattr__(self, "_parsed", Ordering.parse(self.ordering))
         self._set_int("max_seqs", 1, optional=True)
-        self._set_int("max_frames", 1, optional=True)
-        if isinstance(self.max_seq_length, Mapping):
-            limits = {k: int_option(f"max_seq_length[{k!r}]", v, 1) for k, v in
-                      self.max_seq_length.items()}  # fmt: skip
-            object.__setattr__(self, "max_seq_length", dict(sorted(limits.items())))
-        else:
-            self._set_int("max_seq_length", 1, optional=True)
-        self._set_int("min_seq_length", 0)
+        set_ = partial(object.__setattr__, self)
+        set_("max_frames", optional_keyed_int_option("max_frames", self.max_frames, 1))
+        set_(
+            "max_packed_frames",
+            optional_keyed_int_option("max_packed_frames", self.max_packed_frames, 1),
+        )
+        set_("max_seq_length", optional_keyed_int_option("max_seq_length", self.max_seq_length, 1))
+        set_("min_seq_length", keyed_int_option("min_seq_length", self.min_seq_length, 0))
+        set_("chunking", chunking_option(self.chunking))
+        set_("min_chunk_size", min_chunk_size_option(self.min_chunk_size))
+        set_("fixed_random_subset", fixed_random_subset_option(self.fixed_random_subset))
+        self._set_int("fixed_random_subset_seed", 0)
+        self._set_int("fixed_random_seed", 0, optional=True)
+        set_("epoch_wise_filter", epoch_wise_filter_option(self.epoch_wise_filter))
         self._set_int("partition_epoch", 1)
         self._set_int("seed", 0)
         choice_option("distribution", self.distribution, DISTRIBUTIONS)
@@ -225,6 +281,52 @@ class PlanOptions:
                 "seeding='seqloader', or distribution='shard'"
             )
         object.__setattr__(self, "batch_cost", str(BatchCost.parse(self.batch_cost)))
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        """Options that work alone but not together: refused with the reason and the fix."""
+        cost = BatchCost.parse(self.batch_cost)
+        if cost.quadratic is not None and isinstance(self.max_frames, Mapping):
+            raise OptionError(
+                f"max_frames: per-key limits {dict(self.max_frames)} are not supported with "
+                f"batch_cost={self.batch_cost!r} (the quadratic cost is of the length key); give "
+                "max_frames as an int, or batch_cost='frames'/'packed'"
+            )
+        if cost.packed and self.max_packed_frames is not None:
+            raise OptionError(
+                "max_packed_frames: not needed with batch_cost='packed' (max_frames already "
+                "bounds the sum of lengths); give one packed limit, or batch_cost='frames' to "
+                "bound padded frames by max_frames and the sum by max_packed_frames"
+            )
+        chunked = self.chunking is not None
+        for name, on, why in (
+            ("ordering='buckets:N'", self._parsed.is_buckets, "buckets arrange whole sequences"),
+            ("mix", self.mix is not None, "a mix repeats whole sequences"),
+            (
+                "distribution='files'",
+                self.distribution == "files",
+                "files are split by their sequences",
+            ),
+        ):
+            if chunked and on:
+                raise OptionError(
+                    f"chunking: not supported with {name} ({why}); use another ordering/"
+                    "distribution with chunking, or leave chunking out"
+                )
+        subset = self.fixed_random_subset is not None
+        if subset and (self.mix is not None or self.distribution == "files"):
+            raise OptionError(
+                "fixed_random_subset: not supported with mix or distribution='files' (the "
+                "subset re-orders the corpus); use distribution='shard' without mix"
+            )
+        if self.epoch_wise_filter is not None and (
+            self._parsed.is_buckets or self.mix is not None or self.distribution == "files"
+        ):
+            raise OptionError(
+                "epoch_wise_filter: not supported with ordering='buckets:N', mix or "
+                "distribution='files' (it filters each sub-epoch's order); use another ordering "
+                "with distribution='shard' or 'random_seed_offset'"
+            )
 
     def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
         value = getattr(self, name)
@@ -251,6 +353,9 @@ class PlanOptions:
             d["mix"] = {name: rate_to_json(rate) for name, rate in d["mix"].items()}
         if d["batch_cost"] == "frames":
             d.pop("batch_cost")  # the default: fingerprints of earlier plans stay valid
+        for name, off in _DEFAULTS_LEFT_OUT.items():  # options added later: absent when off
+            if d[name] == off:
+                del d[name]
         return d
 
     def to_json(self) -> str:

@@ -31,6 +31,7 @@ from seqloader.plan.files import (
     split_units,
     units_of,
 )
+from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.mix import Corpora, CorpusProgress, MixPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
@@ -93,22 +94,15 @@ def admit(
                 f"excluded[{reason!r}]: got shape {mask.shape}, expected {main.shape}"
             )
         drop(reason, mask)
-    limits = options.max_seq_length
-    if isinstance(limits, Mapping):
-        for key, limit in limits.items():
-            if key not in lengths:
-                raise OptionError(
-                    f"max_seq_length: key {key!r} is not in the data; keys: {sorted(lengths)}"
-                )
-            drop(f"{key} longer than max_seq_length={limit}", lengths[key] > limit)
-    elif limits is not None:
-        drop(f"{length_key} longer than max_seq_length={limits}", main > limits)
-    if options.min_seq_length > 0:
-        drop(
-            f"{length_key} shorter than min_seq_length={options.min_seq_length}",
-            main < options.min_seq_length,
-        )
-    if options.max_frames is not None:
+    keys = list(lengths)
+    longest = resolve_keyed("max_seq_length", options.max_seq_length, keys, length_key)
+    for key, limit in sorted(longest.items()):
+        drop(f"{key} longer than max_seq_length={limit}", lengths[key] > limit)
+    shortest = resolve_keyed("min_seq_length", options.min_seq_length or None, keys, length_key)
+    for key, limit in sorted(shortest.items()):
+        if limit > 0:
+            drop(f"{key} shorter than min_seq_length={limit}", lengths[key] < limit)
+    if isinstance(options.max_frames, int):  # per-key limits: refused above for now
         cost = options.cost
         fits = cost.longest_fitting(options.max_frames)
         too_long = np.flatnonzero(keep & (main > fits))
@@ -126,6 +120,25 @@ def admit(
                 f"max_seq_length={fits} to filter them (counted in the report)."
             )
     return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
+
+
+def refuse_unimplemented(options: PlanOptions) -> None:
+    """Options whose API exists but whose planning is not in this version: a clear refusal."""
+    pending = {
+        "chunking": options.chunking is not None,
+        "max_frames per key": isinstance(options.max_frames, Mapping),
+        "max_packed_frames": options.max_packed_frames is not None,
+        "batch_cost='packed'": options.cost.packed,
+        "fixed_random_subset": options.fixed_random_subset is not None,
+        "fixed_random_seed": options.fixed_random_seed is not None,
+        "epoch_wise_filter": options.epoch_wise_filter is not None,
+    }
+    used = [name for name, on in pending.items() if on]
+    if used:
+        raise OptionError(
+            f"{', '.join(used)}: accepted by PlanOptions, but this seqloader version does not "
+            "plan with it yet; leave it out (docs/planning.md lists what is planned)"
+        )
 
 
 def part_bounds(n: int, parts: int, part: int) -> tuple[int, int]:
@@ -188,6 +201,7 @@ class Planner:
         ``distribution="files"``, ignored otherwise."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
+        refuse_unimplemented(options)
         key = options.length_key or default_length_key(list(lengths))
         if key not in lengths:
             raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
@@ -210,7 +224,9 @@ class Planner:
         self._admitted_mask[self.admission.admitted] = True
         cost = options.cost
         self.costs = cost.units(self.lengths)  # int64 [n] what max_frames bounds, per sequence
-        self.budget = cost.budget(options.max_frames)  # max_frames in cost units
+        self.budget = cost.budget(
+            options.max_frames if isinstance(options.max_frames, int) else None
+        )  # max_frames in cost units
         ordering = options.parsed_ordering
         check_bins(ordering, options.ordering, len(self.lengths))
         self.bucket_edges = np.zeros(0, dtype=np.int64)

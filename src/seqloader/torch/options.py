@@ -29,11 +29,17 @@ from seqloader.validate import (
 )
 
 StartMethod = Literal["fork", "spawn", "forkserver"]
+Layout = Literal["padded", "packed"]
 
 
 @dataclass(frozen=True)
 class WorkerOptions:
-    """How batches are executed; never *which* batches (that is the plan)."""
+    """How batches are executed; never *which* batches (that is the plan).
+
+    ``layout``: ``padded`` (each key ``[B, T_max, ...]`` with zeros after each end) or ``packed``
+    (each key's sequences concatenated along time, ``[sum T_i, ...]``, no padding, with the
+    offsets ``cu_seqlens`` int32 ``[B + 1]`` that variable-length attention kernels take).
+    """
 
     num_workers: int = 0
     prefetch_factor: int | None = None
@@ -41,6 +47,7 @@ class WorkerOptions:
     multiprocessing_context: StartMethod | None = None
     persistent_workers: bool = True
     timeout: float = 0
+    layout: Layout = "padded"
 
     def __post_init__(self) -> None:
         set_ = partial(object.__setattr__, self)
@@ -54,6 +61,12 @@ class WorkerOptions:
         choice_option(
             "multiprocessing_context", self.multiprocessing_context, contexts, expected=expected
         )
+        choice_option("layout", self.layout, choices(Layout))
+        if self.layout == "packed":
+            raise OptionError(
+                "layout='packed': accepted option, but this seqloader version does not build "
+                "packed batches yet; use layout='padded' (Batch.lengths gives each sequence's end)"
+            )
 
 
 class PlanKeywords(TypedDict, total=False):
@@ -61,9 +74,9 @@ class PlanKeywords(TypedDict, total=False):
 
     ordering: str
     max_seqs: int | None
-    max_frames: int | None
+    max_frames: int | Mapping[str, int] | None
     max_seq_length: int | Mapping[str, int] | None
-    min_seq_length: int
+    min_seq_length: int | Mapping[str, int]
     partition_epoch: int
     distribution: Distribution
     uneven: Uneven
@@ -72,6 +85,13 @@ class PlanKeywords(TypedDict, total=False):
     seeding: Seeding
     mix: Mapping[str, float] | None
     batch_cost: str
+    max_packed_frames: int | Mapping[str, int] | None
+    chunking: Mapping[str, tuple[int, int]] | int | str | tuple | None
+    min_chunk_size: int | Mapping[str, int]
+    fixed_random_subset: int | float | None
+    fixed_random_subset_seed: int
+    fixed_random_seed: int | None
+    epoch_wise_filter: Mapping | None
 
 
 class WorkerKeywords(TypedDict, total=False):
@@ -83,6 +103,7 @@ class WorkerKeywords(TypedDict, total=False):
     multiprocessing_context: StartMethod | None
     persistent_workers: bool
     timeout: float
+    layout: Layout
 
 
 class LoaderKeywords(PlanKeywords, WorkerKeywords, total=False):

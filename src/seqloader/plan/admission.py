@@ -1,0 +1,130 @@
+"""Admission options beyond the length filters: a fixed random subset of the corpus, and filters
+that depend on the epoch (curriculum learning). Both are RETURNN's, with RETURNN's draws.
+
+- ``fixed_random_subset=N`` (an int >= 1) or ``=f`` (a fraction in (0, 1): ``int(n * f)``
+  sequences): the corpus is shuffled once with ``numpy.random.RandomState(fixed_random_subset_seed)``
+  (RETURNN's OggZip/LibriSpeech default seed: 42) and the first N are kept, *in that shuffled
+  order*, which becomes the stored order every ordering starts from (RETURNN re-indexes its data
+  the same way). N larger than the corpus means all of it (shuffled). The others are filtered,
+  counted under "not in fixed_random_subset". It does not depend on the epoch.
+- ``epoch_wise_filter={(first, last): {"max_mean_len": M}, ...}`` (RETURNN's ``EpochWiseFilter``;
+  ``first``/``last`` inclusive, ``None`` (or -1 for ``last``) = open): in the epochs of a range,
+  the sub-epoch keeps the shortest sequences (by the ordering lengths) whose mean length stays
+  about ``M`` (RETURNN's binary search, exactly), in the sub-epoch's order; ranges that overlap
+  apply one after the other, in sorted order. Applied after the sub-epoch is cut, as RETURNN
+  does; every epoch's count is in that epoch's report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.validate import int_option, is_int
+
+#: canonical epoch_wise_filter: ((first, last or None), max_mean_len), sorted
+EpochFilter = tuple[tuple[int, int | None, float], ...]
+
+_EWF_EXPECTED = (
+    "expected {(first_epoch, last_epoch): {'max_mean_len': M}} with epochs ints >= 1 (first) "
+    "and >= first (last), None for open ends, M > 0"
+)
+
+
+def fixed_random_subset_option(value: object) -> int | float | None:
+    """None/0 (off), an int >= 1 (a count) or a float in (0, 1) (a fraction of the corpus)."""
+    if value is None or (is_int(value) and value == 0):
+        return None
+    if is_int(value) and value >= 1:  # type: ignore[operator]
+        return int(value)  # type: ignore[call-overload]
+    if isinstance(value, float) and 0 < value < 1:
+        return value
+    raise OptionError(
+        f"fixed_random_subset: got {value!r}, expected None, an int >= 1 (sequences) or a "
+        "fraction in (0, 1)"
+    )
+
+
+def epoch_wise_filter_option(value: object) -> EpochFilter | None:
+    """RETURNN's ``epoch_wise_filter`` dict -> a sorted tuple of ``(first, last, max_mean_len)``."""
+    if value is None or (isinstance(value, Mapping) and not value):
+        return None
+    if not isinstance(value, Mapping):
+        raise OptionError(f"epoch_wise_filter: got {value!r}, {_EWF_EXPECTED}")
+    out = []
+    for key, opts in value.items():
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise OptionError(f"epoch_wise_filter: got key {key!r}, {_EWF_EXPECTED}")
+        first = 1 if key[0] is None else int_option("epoch_wise_filter first epoch", key[0], 1)
+        last = (
+            None
+            if key[1] in (None, -1)
+            else int_option("epoch_wise_filter last epoch", key[1], first)
+        )
+        if not isinstance(opts, Mapping):
+            raise OptionError(f"epoch_wise_filter[{key!r}]: got {opts!r}, {_EWF_EXPECTED}")
+        unknown = sorted(set(opts) - {"max_mean_len", "use_new_filter"})
+        if unknown:
+            raise OptionError(
+                f"epoch_wise_filter[{key!r}]: option(s) {unknown} not supported; RETURNN's "
+                "EpochWiseFilter knows only 'max_mean_len' (LibriSpeechCorpus' 'subdirs' "
+                "selects corpus parts: give that corpus as its own source instead)"
+            )
+        mean = opts.get("max_mean_len")
+        ok = isinstance(mean, (int, float, np.integer, np.floating)) and not isinstance(mean, bool)
+        if not ok or mean <= 0:  # type: ignore[operator]
+            raise OptionError(
+                f"epoch_wise_filter[{key!r}]['max_mean_len']: got {mean!r}, expected a number > 0"
+            )
+        out.append((first, last, float(mean)))  # type: ignore[arg-type]
+    return tuple(sorted(out, key=lambda t: (t[0], -1 if t[1] is None else t[1], t[2])))
+
+
+def subset_order(n: int, subset: int | float, seed: int) -> np.ndarray:
+    """RETURNN's fixed random subset of ``n`` sequences -> int64 ``[N]`` in its shuffled order:
+    ``RandomState(seed).shuffle`` of the corpus, the first N kept (a fraction f: N = int(n * f))."""
+    count = int(n * subset) if isinstance(subset, float) else int(subset)
+    order = np.arange(n, dtype=np.int64)
+    np.random.RandomState(seed).shuffle(order)
+    return order[: min(count, n)]
+
+
+def mean_len_selection(order: np.ndarray, lengths: np.ndarray, max_mean_len: float) -> np.ndarray:
+    """RETURNN's ``EpochWiseFilter.filter_epoch`` with ``max_mean_len``: of ``order`` (int64
+    ``[m]``), the ``num`` shortest (sorted by (length, index)) where a binary search over
+    ``mean(shortest num) - M`` stops, kept in ``order``'s order -> bool mask ``[m]``."""
+    m = len(order)
+    if m == 0:
+        return np.zeros(0, dtype=bool)
+    lens = np.asarray(lengths, dtype=np.int64)[order]
+    by = np.lexsort((order, lens))  # sorted (len, idx) pairs, as RETURNN's sorted tuples
+    prefix_mean = np.cumsum(lens[by]) / np.arange(1, m + 1)  # mean of the num shortest, num=1..m
+    low, high = 1, m + 1
+    while low < high:  # RETURNN's binary_search_any(cmp=mean(lens[:num]) - M)
+        mid = (low + high) // 2
+        r = _mean_of(prefix_mean, mid) - max_mean_len
+        if r < 0:
+            low = mid + 1
+        elif r > 0:
+            high = mid
+        else:
+            low = mid
+            break
+    keep = np.zeros(m, dtype=bool)
+    keep[by[:low]] = True
+    return keep
+
+
+def _mean_of(prefix_mean: np.ndarray, num: int) -> float:
+    """``numpy.mean`` of the ``num`` shortest (``num`` may be ``m + 1``'s neighbour: RETURNN's
+    slice then holds all)."""
+    return float(prefix_mean[min(num, len(prefix_mean)) - 1])
+
+
+def epoch_filters(spec: EpochFilter | None, epoch: int) -> list[float]:
+    """The ``max_mean_len`` values that apply in ``epoch`` (1-based), in RETURNN's order."""
+    if not spec:
+        return []
+    return [m for first, last, m in spec if first <= epoch and (last is None or epoch <= last)]
