@@ -18,7 +18,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "seqloader"
 
 _BELOW_FACE = {
-    "errors", "validate", "extras", "plan", "sources", "loading", "audio", "synthetic", "torch"
+    "errors", "validate", "extras", "plan", "sources", "loading", "audio", "shards", "synthetic",
+    "torch"
 }  # fmt: skip
 # layer -> the seqloader layers it may import (itself included). Lower layers first.
 ALLOWED: dict[str, set[str]] = {
@@ -29,7 +30,9 @@ ALLOWED: dict[str, set[str]] = {
     "sources": {"errors", "validate", "extras", "sources"},
     "loading": {"errors", "validate", "plan", "sources", "loading"},
     "audio": {"errors", "validate", "extras", "sources", "loading", "audio"},
-    "adapters": {"errors", "validate", "extras", "sources", "loading", "audio", "adapters"},
+    "shards": {"errors", "validate", "extras", "sources", "loading", "audio", "shards"},
+    "adapters": {"errors", "validate", "extras", "sources", "loading", "audio", "shards",
+                 "adapters"},
     "synthetic": {"errors", "validate", "sources", "audio", "synthetic"},
     "torch": {"errors", "validate", "plan", "sources", "loading", "torch"},
     "returnn": {"errors", "validate", "extras", "plan", "sources", "loading", "audio", "torch",
@@ -41,7 +44,8 @@ ALLOWED: dict[str, set[str]] = {
 # layers that must not import PyTorch (the I/O layers, pure planning, batch execution, corpora);
 # the adapters' packages (lhotse) may import it themselves, when used, as any user code may
 TORCH_FREE = {
-    "errors", "validate", "extras", "plan", "sources", "loading", "audio", "synthetic", "adapters"
+    "errors", "validate", "extras", "plan", "sources", "loading", "audio", "shards", "synthetic",
+    "adapters"
 }  # fmt: skip
 # third-party packages pure planning may use
 PLAN_THIRD_PARTY = {"numpy"}

@@ -25,6 +25,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "returnn": ("returnn", "returnn"),
     "fsspec": ("fsspec", "remote"),
     "s3fs": ("s3fs", "remote"),
+    "lilcom": ("lilcom", "shards"),
 }
 
 

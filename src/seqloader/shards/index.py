@@ -1,0 +1,278 @@
+"""The shard index: every sequence's metadata and member position in one ``ColumnStore``.
+
+Built once per corpus and node from the listings (lengths, texts, ids: never decoding audio) and
+the tars' headers (member offsets and sizes), keyed by the identity of every file read (size and
+``mtime_ns``, or size and ETag for URLs). Columns, one row per sequence in shard order:
+
+- ``tags``, ``member`` (strings: the sequence's tag and its data member's name)
+- ``duration`` (float64 s), ``rate`` (int32 Hz, 0: not given), ``samples`` (int64, -1: not given),
+  ``frames`` / ``dim`` (int32 feature frames and features per frame, -1: not given)
+- ``text`` (strings; ``meta["texts"]`` says whether every entry has one), ``line`` (int64, the
+  listing line, 0 for WebDataset)
+- ``header`` / ``size`` (int64: the member's header block offset and data size; -1: no member,
+  -2: not indexed yet, for a remote shard indexed when its copy arrives)
+- ``bounds`` (int64 ``[F + 1]``: shard f holds rows ``[bounds[f], bounds[f + 1])``)
+
+Problems (an entry without member, a member without entry, a key twice) raise a ``DataError``
+naming the shard, the member and the fix, or under ``on_error="skip"`` are counted in
+``meta["problems"]`` (with an example each) and reported by the source; an entry without its member
+stays in the plan and is skipped when read, counted in the epoch report.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from seqloader.audio.manifest import import_soundfile
+from seqloader.errors import DataError
+from seqloader.shards.layouts import (
+    AUDIO_EXTS,
+    Entry,
+    Layout,
+    member_key,
+    nemo_entry,
+    shar_entry,
+)
+from seqloader.sources.columns import Column, StringColumn
+from seqloader.sources.jsonl import json_lines
+from seqloader.sources.tar_index import TarMembers, lhotse_index, read_member, scan_pairs, scan_tar
+
+FIXES = {
+    "entry without member": "restore the member in the tar, or remove the entry from the listing",
+    "member without entry": "add an entry for it to the listing, or remove it from the tar",
+    "duplicate key": "give every sequence a unique id (cut id / audio_filepath / key)",
+    "duplicate member": "re-create the tar with each member once",
+}
+
+
+class Problems:
+    """What the index found wrong, counted per kind, with the first example of each; raises at
+    the first one unless ``skip``."""
+
+    def __init__(self, skip: bool) -> None:
+        self.skip = skip
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, str] = {}
+
+    def add(self, kind: str, where: str) -> None:
+        if not self.skip:
+            raise DataError(
+                f"{where}: {kind}. Fix: {FIXES[kind]}; or open the source with on_error='skip' "
+                "to leave such sequences out (counted and reported)."
+            )
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.examples.setdefault(kind, where)
+
+
+def listing_entries(layout: Layout, shard: int, data: bytes | None, label: str) -> list[Entry]:
+    """The entries of shard ``shard``'s listing (Shar cuts or NeMo manifest)."""
+    path = layout.shards[shard].listing
+    assert path is not None
+    out: list[Entry] = []
+    for line, item in json_lines(path, label, data):
+        if layout.name == "shar":
+            out.append(shar_entry(line, item, label, layout.field))
+        else:
+            out.append(nemo_entry(line, item, label))
+    return out
+
+
+def match(
+    layout: Layout,
+    keys: list[str],
+    lines: list[int],
+    members: TarMembers,
+    label: str,
+    listing: str,
+    problems: Problems,
+) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Each entry's data member (entry i has key ``keys[i]``, listing line ``lines[i]``): (names,
+    header offsets, sizes), -1 where it has none."""
+    by_key: dict[str, int] = {}
+    absent: set[str] = set()
+    for m, name in enumerate(members.names):
+        key, ext = member_key(layout.name, name)
+        if ext == "nodata":  # Shar: this cut has no such field
+            absent.add(key)
+            continue
+        if ext not in layout.data_exts:
+            continue
+        if key in by_key:
+            problems.add("duplicate member", f"tar shard {label!r} member {name!r}")
+            continue
+        by_key[key] = m
+    n = len(keys)
+    names = [""] * n
+    header = np.full(n, -1, dtype=np.int64)
+    size = np.full(n, -1, dtype=np.int64)
+    seen: set[str] = set()
+    for i, key in enumerate(keys):
+        at = f"{listing} line {lines[i]}, " if lines[i] else ""
+        where = f"tar shard {label!r} ({at}key {key!r})"
+        if key in seen:
+            problems.add("duplicate key", where)
+            continue
+        seen.add(key)
+        m = by_key.get(key)
+        if m is None:
+            problems.add("entry without member", where + (" (.nodata)" if key in absent else ""))
+            continue
+        names[i] = members.names[m]
+        header[i] = members.header[m]
+        size[i] = members.size[m]
+    for key, m in by_key.items():
+        if key not in seen:
+            problems.add("member without entry", f"tar shard {label!r} member {members.names[m]!r}")
+    return names, header, size
+
+
+def index_members(layout: Layout, local_tar: str, label: str) -> TarMembers:
+    """A tar's members: from Lhotse's own index where a Shar tar has a valid one, else from its
+    headers."""
+    if layout.name == "shar":
+        pairs = lhotse_index(local_tar)
+        if pairs is not None:
+            return scan_pairs(local_tar, pairs, label)
+    return scan_tar(local_tar, label)
+
+
+def webdataset_entries(
+    members: TarMembers, local_tar: str, label: str, problems: Problems
+) -> list[Entry]:
+    """Entries of a WebDataset tar, from its ``KEY.json`` (``duration``, ``text``, ...) and
+    ``KEY.txt`` members (small reads); a key without a duration gets it from its audio member's
+    header (soundfile's ``info``, no decoding)."""
+    groups: dict[str, dict[str, int]] = {}
+    order: list[str] = []
+    for m, name in enumerate(members.names):
+        key, ext = member_key("webdataset", name)
+        if key not in groups:
+            groups[key] = {}
+            order.append(key)
+        if ext in groups[key]:
+            problems.add("duplicate member", f"tar shard {label!r} member {name!r}")
+            continue
+        groups[key][ext] = m
+    out: list[Entry] = []
+    with open(local_tar, "rb") as fh:
+        fd = fh.fileno()
+
+        def read(m: int) -> bytes:
+            return read_member(
+                fd, int(members.header[m]), int(members.size[m]), members.names[m], label
+            )
+
+        for key in order:
+            exts = groups[key]
+            info: dict[str, Any] = {}
+            if "json" in exts:
+                try:
+                    info = json.loads(read(exts["json"]))
+                except ValueError as e:
+                    raise DataError(
+                        f"tar shard {label!r} member {key}.json: not valid JSON ({e}). Fix: "
+                        "re-create the member"
+                    ) from e
+                if not isinstance(info, dict):
+                    info = {}
+            text = info.get("text")
+            if "txt" in exts:
+                text = read(exts["txt"]).decode("utf-8", "surrogateescape").strip()
+            audio = next((x for x in exts if x in AUDIO_EXTS), None)
+            duration, rate, samples = info.get("duration"), info.get("sampling_rate"), None
+            if audio is not None and not isinstance(duration, int | float):
+                sf = import_soundfile()
+                try:
+                    meta = sf.info(io.BytesIO(read(exts[audio])))
+                except Exception as e:
+                    raise DataError(
+                        f"tar shard {label!r} member {key}.{audio}: cannot read its audio header "
+                        f"({type(e).__name__}: {e}). Fix: re-create the member"
+                    ) from e
+                rate, samples = int(meta.samplerate), int(meta.frames)
+                duration = samples / rate
+            out.append(
+                Entry(
+                    key=key,
+                    tag=key,
+                    line=0,
+                    duration=float(duration) if isinstance(duration, int | float) else 0.0,
+                    rate=int(rate) if isinstance(rate, int) else None,
+                    samples=samples,
+                    text=text if isinstance(text, str) else None,
+                )
+            )
+    return out
+
+
+class Collector:
+    """Gathers entries and member positions shard by shard into the index's columns."""
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []
+        self.names: list[str] = []
+        self.header: list[np.ndarray] = []
+        self.size: list[np.ndarray] = []
+        self.bounds = [0]
+
+    def add(self, entries: list[Entry], names: list[str], header: np.ndarray, size: np.ndarray) -> None:
+        self.entries += entries
+        self.names += names
+        self.header.append(header)
+        self.size.append(size)
+        self.bounds.append(self.bounds[-1] + len(entries))
+
+    def columns(self) -> dict[str, Column]:
+        es = self.entries
+
+        def ints(values: Iterable[int | None], dtype: type, missing: int) -> np.ndarray:
+            return np.fromiter(
+                (missing if v is None else v for v in values), dtype=dtype, count=len(es)
+            )
+
+        texts = [e.text for e in es]
+        return {
+            "tags": StringColumn.from_strings(e.tag for e in es),
+            "member": StringColumn.from_strings(self.names),
+            "duration": np.fromiter((e.duration for e in es), dtype=np.float64, count=len(es)),
+            "rate": ints((e.rate for e in es), np.int32, 0),
+            "samples": ints((e.samples for e in es), np.int64, -1),
+            "frames": ints((e.frames for e in es), np.int32, -1),
+            "dim": ints((e.dim for e in es), np.int32, -1),
+            "text": StringColumn.from_strings(t or "" for t in texts),
+            "line": ints((e.line for e in es), np.int64, 0),
+            "header": _cat(self.header),
+            "size": _cat(self.size),
+            "bounds": np.asarray(self.bounds, dtype=np.int64),
+        }
+
+    def all_texts(self) -> bool:
+        return bool(self.entries) and all(e.text is not None for e in self.entries)
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def split_by_shard_id(
+    entries: list[Entry], num_shards: int, label: str
+) -> list[list[Entry]]:
+    """NeMo's single manifest: its entries per ``shard_id``."""
+    out: list[list[Entry]] = [[] for _ in range(num_shards)]
+    for e in entries:
+        if e.shard_id is None or not 0 <= e.shard_id < num_shards:
+            raise DataError(
+                f"{label} line {e.line}: shard_id {e.shard_id!r}; one manifest for {num_shards} "
+                "tars needs shard_id in 0..{num_shards - 1} in every entry (or give one manifest "
+                "per tar)"
+            )
+        out[e.shard_id].append(e)
+    return out
+
+
+ReadListing = Callable[[int], tuple[bytes | None, str]]

@@ -1,0 +1,604 @@
+"""``ShardSource``: tar-sharded speech corpora (Lhotse Shar, NeMo tarred audio, WebDataset) as a
+random-access source.
+
+At open, the shard index (``seqloader.shards.index``: one memory-mapped ``ColumnStore`` per corpus
+and node, built once from the listings and the tars' headers) gives every length planning needs,
+without decoding audio. Reading a sequence is one ranged read of its tar member, decoded through
+the audio layer as ``AudioSource`` decodes (same resampling, fitting to the plan, ``LogMel`` /
+``KaldiFbank`` features, ``defer_features``, ``on_error``); Shar feature members decode as Lhotse
+decodes them (lilcom or numpy). Each shard is a file of the source (``HasFiles``), so
+``distribution="files"`` hands ranks whole shards, and shards behind URLs are read from whole
+local copies in a ``FileCache`` fetched ahead of the plan (``FetchesRemote``): their listings are
+read at open, their member positions when their copy first arrives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import warnings
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+import numpy as np
+
+from seqloader.audio.keys import (
+    AUDIO_KEYS,
+    AudioOptions,
+    encode_texts,
+    fail_read,
+    fit_wave,
+    key_spec,
+    mono,
+    parse_options,
+    planned_lengths,
+    put_wave,
+)
+from seqloader.audio.keys import loader_needs as audio_loader_needs
+from seqloader.audio.manifest import import_soundfile
+from seqloader.audio.vocab import Vocabulary
+from seqloader.errors import DataError, DataWarning, OptionError
+from seqloader.extras import require
+from seqloader.shards.index import (
+    Collector,
+    Problems,
+    index_members,
+    listing_entries,
+    match,
+    split_by_shard_id,
+    webdataset_entries,
+)
+from seqloader.shards.layouts import Entry, Layout, nemo_layout, shar_layout, webdataset_layout
+from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase
+from seqloader.sources.columns import ColumnStore, StoredStrings, open_or_build
+from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
+from seqloader.sources.tar_index import read_member, scan_tar
+
+log = logging.getLogger("seqloader")
+
+INDEX_VERSION = "shards1"  # the index's columns; a change of columns changes it
+
+
+class ShardSource(SourceBase):
+    """Sequences of tar shards, shard after shard in the given order; open one with
+    ``ShardSource.lhotse_shar``, ``ShardSource.nemo`` or ``ShardSource.webdataset``.
+
+    ``keys`` from ``data`` (Shar features, or ``features=LogMel(...)``/``KaldiFbank(...)`` of the
+    audio), ``audio``, ``text`` and ``classes`` (with ``vocab``); default as ``AudioSource``.
+    Audio options as ``AudioSource`` (``options=AudioOptions(...)`` or its fields as keywords).
+    ``index_dir``: where the shard index of local shards is kept (default: the user's cache
+    directory, ``$XDG_CACHE_HOME/seqloader/shards``). URLs need ``cache_dir`` (and optionally
+    ``cache_bytes``, ``storage_options``) or ``cache=FileCache(...)``, as ``HDFSource``.
+
+    >>> import tarfile, io, json, os, tempfile, numpy as np, soundfile as sf
+    >>> d = tempfile.mkdtemp()
+    >>> with tarfile.open(os.path.join(d, "shard-000.tar"), "w") as tar:
+    ...     for key in ("a", "b"):
+    ...         wav = io.BytesIO(); sf.write(wav, np.zeros(1600, "float32"), 16000, format="WAV")
+    ...         for name, data in ((f"{key}.wav", wav.getvalue()), (f"{key}.txt", b"hi")):
+    ...             info = tarfile.TarInfo(name); info.size = len(data)
+    ...             tar.addfile(info, io.BytesIO(data))
+    >>> src = ShardSource.webdataset(os.path.join(d, "shard-000.tar"))
+    >>> len(src), src.tags[1], src.read(0)["audio"].shape
+    (2, 'b', (1600,))
+    """
+
+    def __init__(
+        self,
+        layout: Layout,
+        *,
+        keys: Sequence[str] | None = None,
+        vocab: Vocabulary | None = None,
+        options: AudioOptions | None = None,
+        index_dir: str | os.PathLike | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_bytes: int | None = None,
+        storage_options: dict | None = None,
+        cache: FileCache | None = None,
+        **option_kwargs: object,
+    ) -> None:
+        self.options = parse_options("ShardSource", options, option_kwargs)
+        self.vocab = vocab
+        self.layout = layout
+        if not layout.shards:
+            raise OptionError(f"ShardSource.{layout.name}: no shards given")
+        tars = [s.tar for s in layout.shards]
+        listings = [s.listing for s in layout.shards if s.listing is not None]
+        self._cache = cache_for(
+            "ShardSource", tars + listings, cache, cache_dir, cache_bytes, storage_options
+        )
+        self._store, self.index_built = self._open_index(tars, listings, index_dir)
+        meta = self._store.meta
+        self.problems: dict[str, int] = dict(meta["problems"])
+        if self.problems:
+            warnings.warn(
+                f"ShardSource: left out or ignored, per on_error='skip': "
+                + "; ".join(f"{n} x {k} (e.g. {meta['examples'][k]})" for k, n in self.problems.items()),
+                DataWarning,
+                stacklevel=3,
+            )
+        self._bounds = np.array(self._store.column("bounds"), dtype=np.int64)
+        self._tags = self._store.strings("tags")
+        self._has_text = bool(meta["texts"])
+        self._from_features = layout.field == "features" and self.options.features is None
+        self._keys = self._choose_keys(keys)
+        self._samples = self._planned_samples()
+        self._classes: np.ndarray | None = None
+        self._class_offsets: np.ndarray | None = None
+        if "classes" in self._keys:
+            assert self.vocab is not None
+            self._classes, self._class_offsets = encode_texts(
+                self.vocab, self._store.strings("text"), self.where
+            )
+        self._lengths = {k: self._planned_lengths(k) for k in self._keys}
+        self._schema = self._make_schema()
+        self._fingerprint: str | None = None
+        self._pid = -1
+        self._fds: dict[int, tuple[int, int]] = {}  # shard -> (fd, inode) in this process
+        self._members: dict[int, tuple[np.ndarray, np.ndarray, list[str]]] = {}  # remote shards
+
+    # ---- the three layouts ----
+    @classmethod
+    def lhotse_shar(
+        cls, in_dir_or_fields: Any, *, field: str | None = None, **kwargs: Any
+    ) -> ShardSource:
+        """A Lhotse Shar corpus: its directory, or the ``fields`` dict ``CutSet.from_shar``
+        takes (``{"cuts": [...], "recording": [...]}``; paths or URLs). ``field``: the tar field
+        read (default ``features`` when present and no ``features=`` option, else
+        ``recording``)."""
+        if field is None and kwargs.get("features") is not None:
+            field = "recording"
+        return cls(shar_layout(in_dir_or_fields, field), **kwargs)
+
+    @classmethod
+    def nemo(
+        cls, manifest_filepaths: Any, tarred_audio_filepaths: Any, **kwargs: Any
+    ) -> ShardSource:
+        """NeMo tarred audio: ``manifest_filepaths`` and ``tarred_audio_filepaths`` as NeMo takes
+        them (lists, or brace patterns with ``_OP_0..N_CL_``)."""
+        return cls(nemo_layout(manifest_filepaths, tarred_audio_filepaths), **kwargs)
+
+    @classmethod
+    def webdataset(cls, urls: Any, **kwargs: Any) -> ShardSource:
+        """WebDataset tars (``KEY.flac`` with ``KEY.json`` / ``KEY.txt``; brace patterns
+        ``{000..099}`` accepted)."""
+        return cls(webdataset_layout(urls), **kwargs)
+
+    # ---- the index ----
+    def _open_index(
+        self, tars: list[str], listings: list[str], index_dir: str | os.PathLike | None
+    ) -> tuple[ColumnStore, bool]:
+        skip = self.options.on_error == "skip"
+        salt = f"{INDEX_VERSION}\0{self.layout.name}\0{self.layout.field}\0{skip}"
+        if self._cache is None:
+            for p in tars + listings:
+                if not os.path.isfile(p):
+                    raise DataError(f"ShardSource.{self.layout.name}: {p!r} does not exist")
+            stats = [os.stat(p) for p in tars]
+            self._files = [(int(s.st_size), int(s.st_mtime_ns)) for s in stats]
+            self._remote: RemoteFiles | None = None
+            identity = _identity(
+                salt, [(os.path.abspath(p), os.stat(p)) for p in tars + listings]
+            )
+            path = _index_path(index_dir, identity)
+            return open_or_build(path, identity, lambda: self._build(tars, None))
+        cache = self._cache
+        remote = cache.stat(tars + listings)
+        h = hashlib.sha256(salt.encode())
+        for r in remote:
+            h.update(f"{r.key}\0".encode())
+        identity = h.hexdigest()[:32]
+        self._files = [(r.size, 0) for r in remote[: len(tars)]]
+        path = os.path.join(cache.cache_dir, "index", f"shards-{identity}.cols")
+        store, built = open_or_build(path, identity, lambda: self._build(tars, remote))
+        self._remote = RemoteFiles(
+            cache, tuple(remote[: len(tars)]), np.array(store.column("bounds"), dtype=np.int64)
+        )
+        return store, built
+
+    def _build(
+        self, tars: list[str], remote: list[RemoteFile] | None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        layout, problems, out = self.layout, Problems(self.options.on_error == "skip"), Collector()
+        single = None  # NeMo: one manifest for all tars, split by shard_id
+        if layout.name == "nemo" and len({s.listing for s in layout.shards}) == 1 and len(tars) > 1:
+            label = layout.shards[0].listing
+            assert label is not None
+            single = split_by_shard_id(
+                listing_entries(layout, 0, self._listing_bytes(0, remote), label), len(tars), label
+            )
+        for f, shard in enumerate(layout.shards):
+            label = shard.tar
+            local = shard.tar if remote is None else None
+            if remote is not None and layout.name == "webdataset":
+                assert self._cache is not None  # the listing is in the tar: fetch it now
+                local = self._cache.ensure(remote[f], reader=False)
+            entries: list[Entry]
+            if layout.name == "webdataset":
+                assert local is not None
+                members = scan_tar(local, label)
+                entries = webdataset_entries(members, local, label, problems)
+            else:
+                assert shard.listing is not None
+                entries = (
+                    single[f]
+                    if single is not None
+                    else listing_entries(layout, f, self._listing_bytes(f, remote), shard.listing)
+                )
+                members = index_members(layout, local, label) if local is not None else None
+            keys, lines = [e.key for e in entries], [e.line for e in entries]
+            if members is None:  # a remote shard: indexed when its copy arrives
+                n = len(entries)
+                names = [""] * n
+                header, size = np.full(n, -2, np.int64), np.full(n, -2, np.int64)
+                _check_keys(keys, lines, label, shard.listing or label, problems)
+            else:
+                names, header, size = match(
+                    layout, keys, lines, members, label, shard.listing or label, problems
+                )
+            out.add(entries, names, header, size)
+        if not out.entries:
+            raise DataError(f"ShardSource.{layout.name}: the shards hold no sequences")
+        meta = {
+            "layout": layout.name,
+            "field": layout.field,
+            "texts": out.all_texts(),
+            "problems": problems.counts,
+            "examples": problems.examples,
+        }
+        return out.columns(), meta
+
+    def _listing_bytes(self, f: int, remote: list[RemoteFile] | None) -> bytes | None:
+        """A remote listing's bytes (read whole: listings are small); None for a local one."""
+        if remote is None:
+            return None
+        assert self._cache is not None
+        url = self.layout.shards[f].listing
+        fs = self._cache.filesystem(url)
+
+        def read() -> bytes:
+            with fs.open(url, "rb") as fh:
+                return fh.read()
+
+        return self._cache._retry(read, url, "read")
+
+    # ---- open time ----
+    def _choose_keys(self, keys: Sequence[str] | None) -> tuple[str, ...]:
+        o = self.options
+        if keys is None:
+            keys = ["data" if self._from_features or o.features is not None else "audio"]
+            keys += ["text"] if self._has_text else []
+            keys += ["classes"] if self.vocab is not None else []
+        keys = tuple(keys)
+        for k in keys:
+            if k not in AUDIO_KEYS:
+                raise OptionError(f"ShardSource keys: got {k!r}, expected some of {AUDIO_KEYS}")
+        if len(set(keys)) != len(keys) or not keys:
+            raise OptionError(f"ShardSource keys: got {keys!r}, expected distinct keys, >= 1")
+        if self.layout.field == "features" and "audio" in keys:
+            raise OptionError(
+                "ShardSource: keys include 'audio' but the Shar field read is 'features'; open "
+                "with field='recording' to read audio"
+            )
+        if "data" in keys and not self._from_features and o.features is None:
+            raise OptionError(
+                "ShardSource key 'data' needs features=LogMel(...) or KaldiFbank(...) (or Shar "
+                "'features' shards); or use keys=['audio']"
+            )
+        if ("text" in keys or "classes" in keys) and not self._has_text:
+            raise OptionError(f"ShardSource keys {keys}: not every entry of the shards has a text")
+        if "classes" in keys and self.vocab is None:
+            raise OptionError("ShardSource key 'classes' needs vocab=... (a Vocabulary)")
+        if o.defer_features and "data" not in keys:
+            raise OptionError("defer_features=True plans 'data' frames: keys must include 'data'")
+        return keys
+
+    def _planned_samples(self) -> np.ndarray:
+        """Decoded samples every read is fitted to: the listing's count where it is at the
+        planned rate, else ``round(duration * rate)``."""
+        if self._from_features or not ({"audio", "data"} & set(self._keys)):
+            return np.zeros(len(self), dtype=np.int64)
+        rate = self._rate = self._audio_rate()
+        rates = self._store.column("rate")
+        given = self._store.column("samples")
+        computed = np.rint(self._store.column("duration") * rate).astype(np.int64)
+        return np.where((rates == rate) & (given >= 0), given, computed)
+
+    def _audio_rate(self) -> int:
+        o = self.options
+        if o.sample_rate is not None or o.features is not None:
+            return o.rate
+        rates = np.unique(self._store.column("rate"))
+        rates = rates[rates > 0]
+        if len(rates) > 1:
+            raise OptionError(
+                f"ShardSource: the shards hold audio at {rates.tolist()} Hz; pass sample_rate=... "
+                "(audio is resampled to it)"
+            )
+        return int(rates[0]) if len(rates) else o.rate
+
+    def _planned_lengths(self, key: str) -> np.ndarray:
+        if key == "data" and self._from_features:
+            frames = np.asarray(self._store.column("frames"), dtype=np.int64)
+            if (frames < 0).any():
+                k = int(np.flatnonzero(frames < 0)[0])
+                raise DataError(f"{self.where(k)}: the cut has no 'features' (num_frames)")
+            return frames
+        if key in ("audio", "data"):
+            return planned_lengths(key, self._samples, self.options)
+        if key == "text":
+            return np.diff(np.asarray(self._store.column("text.offsets")))
+        assert self._class_offsets is not None
+        return np.diff(self._class_offsets)
+
+    def _make_schema(self) -> dict[str, KeySpec]:
+        schema = {}
+        for key in self._keys:
+            if key == "data" and self._from_features:
+                dims = np.unique(self._store.column("dim"))
+                if len(dims) != 1 or dims[0] < 1:
+                    raise DataError(
+                        f"ShardSource: the cuts' features have {dims.tolist()} features per "
+                        "frame; a key has one feature dimension. Fix: compute all features with "
+                        "one extractor"
+                    )
+                schema[key] = KeySpec(np.dtype(np.float32), (int(dims[0]),))
+            else:
+                schema[key] = key_spec(key, self.options, self.vocab)
+        return schema
+
+    # ---- Source protocol ----
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self._keys
+
+    @property
+    def tags(self) -> StoredStrings:
+        return self._tags
+
+    def file_layout(self) -> np.ndarray:
+        """Shard f holds sequences ``[b[f], b[f + 1])`` (``HasFiles``)."""
+        return self._bounds
+
+    def remote_files(self) -> RemoteFiles | None:
+        """The shards behind URLs and their cache (None: local shards)."""
+        return self._remote
+
+    def loader_needs(self) -> LoaderNeeds:
+        return audio_loader_needs(self.options)
+
+    def shard_of(self, index: int) -> int:
+        if not 0 <= index < len(self):
+            raise IndexError(f"ShardSource: sequence {index} out of range for {len(self)}")
+        return int(np.searchsorted(self._bounds, index, side="right")) - 1
+
+    def where(self, index: int) -> str:
+        """``tar shard S member M (listing line N)`` of sequence ``index``."""
+        f = self.shard_of(int(index))
+        shard = self.layout.shards[f]
+        member = self._store.strings("member")[index] or f"(none; key {self.tag(index)!r})"
+        line = int(self._store.column("line")[index])
+        at = f" ({shard.listing} line {line})" if line else ""
+        return f"tar shard {shard.tar!r} member {member!r}{at}"
+
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            h = hashlib.sha256(f"{INDEX_VERSION}\0{self.options!r}\0".encode())
+            buf, off = self._tags.buffers()
+            h.update(np.asarray(buf).tobytes())
+            h.update(np.asarray(off).tobytes())
+            if self._has_text:
+                h.update(np.asarray(self._store.column("text.bytes")).tobytes())
+            for key, spec in self._schema.items():
+                h.update(f"{key}:{spec.describe()}".encode())
+                h.update(np.ascontiguousarray(self._lengths[key], dtype=np.int64).tobytes())
+            if self.vocab is not None:
+                h.update(self.vocab.fingerprint().encode())
+            self._fingerprint = h.hexdigest()[:32]
+        return self._fingerprint
+
+    def durations(self) -> np.ndarray:
+        """Every sequence's listed duration in seconds, float64 ``[n]``."""
+        return np.array(self._store.column("duration"))
+
+    # ---- reading ----
+    def read(self, index: int) -> dict[str, np.ndarray]:
+        index = int(index)
+        f = self.shard_of(index)
+        out: dict[str, np.ndarray] = {}
+        keys = self._keys
+        if "audio" in keys or "data" in keys:
+            blob, name = self._member(index, f)
+            if self._from_features:
+                out["data"] = self._features(index, blob, name)
+            else:
+                wave = self._wave(index, blob, name)
+                put_wave(out, wave, self.options, "audio" in keys, "data" in keys)
+        if "text" in keys:
+            out["text"] = np.frombuffer(self._store.strings("text").raw(index), np.uint8).copy()
+        if "classes" in keys:
+            c, ids = self._class_offsets, self._classes
+            assert c is not None and ids is not None
+            out["classes"] = ids[c[index] : c[index + 1]].copy()
+        return out
+
+    def _member(self, index: int, f: int) -> tuple[bytes, str]:
+        header, size, name = self._position(index, f)
+        if header < 0:
+            self._fail(index, "its listing entry has no member in the tar (see the open warning)", None)
+        fd = self._fd(f)
+        try:
+            return read_member(fd, header, size, name, self.layout.shards[f].tar), name
+        except DataError as e:
+            if self._remote is not None:
+                raise
+            self._fail(index, str(e), e)
+
+    def _position(self, index: int, f: int) -> tuple[int, int, str]:
+        header = int(self._store.column("header")[index])
+        if header != -2:
+            return header, int(self._store.column("size")[index]), self._store.strings("member")[index]
+        got = self._members.get(f)
+        if got is None:
+            got = self._members[f] = self._index_remote_shard(f)
+        j = index - int(self._bounds[f])
+        return int(got[0][j]), int(got[1][j]), got[2][j]
+
+    def _index_remote_shard(self, f: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+        """A remote shard's member positions, from its cached copy (headers only; kept in the
+        cache's index directory, once per node)."""
+        assert self._remote is not None
+        cache, rf = self._remote.cache, self._remote.files[f]
+        path = cache.ensure(rf)
+        label = rf.url
+
+        def build() -> tuple[dict[str, Any], dict[str, Any]]:
+            members = index_members(self.layout, path, label)
+            from seqloader.sources.columns import StringColumn
+
+            return {
+                "names": StringColumn.from_strings(members.names),
+                "header": members.header,
+                "size": members.size,
+            }, {}
+
+        store, _ = open_or_build(cache.index_path(rf, "tar1.cols"), rf.key, build)
+        from seqloader.sources.tar_index import TarMembers
+
+        members = TarMembers(
+            list(store.strings("names")), store.column("header"), store.column("size")
+        )
+        a, b = int(self._bounds[f]), int(self._bounds[f + 1])
+        tags = self._tags.take(np.arange(a, b))
+        lines = self._store.column("line")[a:b].tolist()
+        names, header, size = match(
+            self.layout,
+            tags,
+            lines,
+            members,
+            label,
+            self.layout.shards[f].listing or label,
+            Problems(self.options.on_error == "skip"),
+        )
+        return header, size, names
+
+    def _fd(self, f: int) -> int:
+        if self._pid != os.getpid():  # never use descriptors inherited through fork
+            self._fds, self._pid = {}, os.getpid()
+        got = self._fds.get(f)
+        if self._remote is not None:
+            path = self._remote.cache.ensure(self._remote.files[f])
+            inode = os.stat(path).st_ino
+            if got is not None and got[1] != inode:  # evicted and fetched again
+                os.close(got[0])
+                got = None
+            if got is None:
+                got = self._fds[f] = (os.open(path, os.O_RDONLY), inode)
+            return got[0]
+        if got is None:
+            path = self.layout.shards[f].tar
+            fd = os.open(path, os.O_RDONLY)
+            st = os.fstat(fd)
+            if (int(st.st_size), int(st.st_mtime_ns)) != tuple(self._files[f]):
+                os.close(fd)
+                raise DataError(
+                    f"tar shard {path!r} changed since its index was built (size/mtime "
+                    f"{st.st_size}/{st.st_mtime_ns}, indexed {self._files[f]}). Fix: open a new "
+                    "ShardSource (and loader) after replacing shards; the index is rebuilt"
+                )
+            got = self._fds[f] = (fd, int(st.st_ino))
+        return got[0]
+
+    def _wave(self, index: int, blob: bytes, name: str) -> np.ndarray:
+        sf = import_soundfile()
+        try:
+            audio, file_rate = sf.read(io.BytesIO(blob), dtype="float32", always_2d=True)
+        except Exception as e:  # soundfile raises several kinds
+            self._fail(index, f"cannot decode member {name!r}: {type(e).__name__}: {e}", e)
+        want = int(self._samples[index])
+        wave, problem = fit_wave(
+            mono(audio, 1), int(file_rate), self._rate, want, self.options.length_tolerance_s
+        )
+        if problem is not None:
+            self._fail(
+                index,
+                f"{problem}: the listed duration {self._store.column('duration')[index]}s does "
+                "not describe the member",
+                None,
+            )
+        return wave
+
+    def _features(self, index: int, blob: bytes, name: str) -> np.ndarray:
+        try:
+            if name.endswith(".llc"):
+                feats = require("lilcom", "Shar lilcom features").decompress(blob)
+            else:
+                feats = np.load(io.BytesIO(blob), allow_pickle=False)
+        except Exception as e:
+            self._fail(index, f"cannot decode member {name!r}: {type(e).__name__}: {e}", e)
+        feats = np.asarray(feats, dtype=np.float32)
+        want = (int(self._lengths["data"][index]), self._schema["data"].feature_shape[0])
+        if feats.ndim != 2 or feats.shape[1] != want[1] or abs(feats.shape[0] - want[0]) > 1:
+            self._fail(
+                index,
+                f"member {name!r} holds features of shape {feats.shape}, the cut says {want} "
+                "(num_frames, num_features)",
+                None,
+            )
+        if feats.shape[0] != want[0]:  # Lhotse rounds frame counts; one frame is its tolerance
+            pad = np.repeat(feats[-1:], max(0, want[0] - feats.shape[0]), axis=0)
+            feats = np.concatenate([feats, pad])[: want[0]]
+        return feats
+
+    def _fail(self, index: int, what: str, cause: Exception | None) -> NoReturn:
+        where = f"sequence {index} (tag {self.tag(index)!r}), {self.where(index)}"
+        fail_read(self.options, where, what, "repair or re-create the shard", cause)
+
+    def close(self) -> None:
+        """Close this process's shard descriptors (reopened on the next read)."""
+        if self._pid == os.getpid():
+            for fd, _ in self._fds.values():
+                os.close(fd)
+        self._fds = {}
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_fds"], state["_pid"], state["_members"] = {}, -1, {}
+        return state
+
+    def __repr__(self) -> str:
+        keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
+        return (
+            f"ShardSource.{self.layout.name}({len(self.layout.shards)} shards, first "
+            f"{self.layout.shards[0].tar}; {len(self)} sequences; {keys})"
+        )
+
+
+def _check_keys(
+    keys: list[str], lines: list[int], label: str, listing: str, problems: Problems
+) -> None:
+    seen: set[str] = set()
+    for key, line in zip(keys, lines):
+        if key in seen:
+            problems.add("duplicate key", f"tar shard {label!r} ({listing} line {line}, key {key!r})")
+        seen.add(key)
+
+
+def _identity(salt: str, files: list[tuple[str, os.stat_result]]) -> str:
+    h = hashlib.sha256(salt.encode())
+    for path, st in files:
+        h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0".encode())
+    return h.hexdigest()[:32]
+
+
+def _index_path(index_dir: str | os.PathLike | None, identity: str) -> str:
+    """Where a local corpus' index lives: ``index_dir``, else the user's cache directory
+    (``$XDG_CACHE_HOME/seqloader/shards``). Not beside the shards: Lhotse lists a Shar folder's
+    files as fields, so a file there would break ``CutSet.from_shar(in_dir=...)``."""
+    name = f"shards-{identity}.cols"
+    if index_dir is None:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        index_dir = os.path.join(base, "seqloader", "shards")
+    return os.path.join(os.fspath(index_dir), name)
