@@ -35,6 +35,7 @@ from seqloader.errors import (
 )
 from seqloader.plan import Ordering, Planner, PlanOptions, Topology
 from seqloader.returnn import from_returnn_config
+from seqloader.shards import ShardSource
 from seqloader.sources import (
     ConcatSource,
     FileCache,
@@ -86,6 +87,7 @@ __all__ = [
     "SeqLoaderError",
     "SequenceSkipped",
     "SequenceTooLongError",
+    "ShardSource",
     "Source",
     "TokenVocab",
     "Topology",

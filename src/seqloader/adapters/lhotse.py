@@ -15,6 +15,12 @@ frames of ``duration``): nothing is decoded at open. Tags are the cut ids. Each 
 JSON text in one byte blob (no Python objects per cut: forked workers share it copy-on-write, spawn
 pickles one array); a worker rebuilds the cut it reads, and Lhotse opens the feature storage in
 that worker (cached file handles inherited through fork are dropped first).
+
+A Lhotse Shar corpus (``CutSet.from_shar(...)``, or its ``fields`` dict) holds its data in tar
+shards, not in storage a cut can point to: ``LhotseSource`` hands it over to
+``seqloader.shards.ShardSource.lhotse_shar`` (random access through the shard index), with the same
+keys and options. A Shar ``CutSet`` changed by ``map``/``filter`` cannot be handed over (the
+changes are Python functions over a stream) and is refused with the fix.
 """
 
 from __future__ import annotations
@@ -57,6 +63,15 @@ class LhotseSource(SourceBase):
     when the cuts have supervision texts, plus ``classes`` with a vocabulary. Audio options:
     ``options=AudioOptions(...)`` or its fields as keywords (``features``, ``sample_rate``, ...).
     """
+
+    def __new__(cls, cuts: Any = None, **kwargs: Any) -> Any:
+        """A Lhotse Shar corpus becomes a ``ShardSource`` (see the module docstring)."""
+        fields = shar_fields(cuts)
+        if fields is None:
+            return super().__new__(cls)
+        from seqloader.shards import ShardSource
+
+        return ShardSource.lhotse_shar(fields, **kwargs)
 
     def __init__(
         self,
@@ -339,6 +354,32 @@ class _Columns:
         has_audio = bool(cut.has_recording)
         self.rates.append(int(cut.sampling_rate) if has_audio else None)
         self.samples.append(int(cut.num_samples) if has_audio else 0)
+
+
+def shar_fields(cuts: Any) -> dict[str, list[str]] | None:
+    """The shard paths (``{"cuts": [...], "recording": [...], ...}``) of a Shar ``CutSet`` or of a
+    Shar ``fields`` dict, else None. A Shar ``CutSet`` wrapped in lazy ``map``/``filter`` steps is
+    an ``OptionError`` naming the fix."""
+    if isinstance(cuts, dict) and "cuts" in cuts:
+        return {str(k): [os.fspath(p) for p in v] for k, v in cuts.items()}
+    data = getattr(cuts, "data", None)
+    if data is None or type(cuts).__name__ != "CutSet":
+        return None
+    depth, node = 0, data
+    while node is not None and depth < 32:
+        if type(node).__name__ == "LazySharIterator":
+            if depth:
+                raise OptionError(
+                    "LhotseSource: this CutSet reads a Lhotse Shar corpus through lazy "
+                    f"{type(data).__name__} steps (map/filter), which a random-access source "
+                    "cannot replay. Fix: give LhotseSource the Shar CutSet itself "
+                    "(CutSet.from_shar(...)) or ShardSource.lhotse_shar(in_dir), and filter with "
+                    "the loader's options (max_frames, ...) or transform= instead"
+                )
+            return {str(k): [os.fspath(p) for p in v] for k, v in node.streams.items()}
+        inner = getattr(node, "iterator", None)
+        node, depth = (getattr(node, "data", None) if inner is None else inner), depth + 1
+    return None
 
 
 def _open_cuts(cuts: Any) -> tuple[str, Iterable[Any]]:

@@ -118,13 +118,13 @@ def match(
             problems.add("duplicate key", where)
             continue
         seen.add(key)
-        m = by_key.get(key)
-        if m is None:
+        found = by_key.get(key)
+        if found is None:
             problems.add("entry without member", where + (" (.nodata)" if key in absent else ""))
             continue
-        names[i] = members.names[m]
-        header[i] = members.header[m]
-        size[i] = members.size[m]
+        names[i] = members.names[found]
+        header[i] = members.header[found]
+        size[i] = members.size[found]
     for key, m in by_key.items():
         if key not in seen:
             problems.add("member without entry", f"tar shard {label!r} member {members.names[m]!r}")
@@ -220,7 +220,9 @@ class Collector:
         self.size: list[np.ndarray] = []
         self.bounds = [0]
 
-    def add(self, entries: list[Entry], names: list[str], header: np.ndarray, size: np.ndarray) -> None:
+    def add(
+        self, entries: list[Entry], names: list[str], header: np.ndarray, size: np.ndarray
+    ) -> None:
         self.entries += entries
         self.names += names
         self.header.append(header)
@@ -259,9 +261,7 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def split_by_shard_id(
-    entries: list[Entry], num_shards: int, label: str
-) -> list[list[Entry]]:
+def split_by_shard_id(entries: list[Entry], num_shards: int, label: str) -> list[list[Entry]]:
     """NeMo's single manifest: its entries per ``shard_id``."""
     out: list[list[Entry]] = [[] for _ in range(num_shards)]
     for e in entries:

@@ -52,9 +52,9 @@ from seqloader.shards.index import (
 )
 from seqloader.shards.layouts import Entry, Layout, nemo_layout, shar_layout, webdataset_layout
 from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase
-from seqloader.sources.columns import ColumnStore, StoredStrings, open_or_build
+from seqloader.sources.columns import ColumnStore, StoredStrings, StringColumn, open_or_build
 from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
-from seqloader.sources.tar_index import read_member, scan_tar
+from seqloader.sources.tar_index import BLOCK, TarMembers, read_member, scan_tar
 
 log = logging.getLogger("seqloader")
 
@@ -85,6 +85,8 @@ class ShardSource(SourceBase):
     (2, 'b', (1600,))
     """
 
+    _tags: StoredStrings
+
     def __init__(
         self,
         layout: Layout,
@@ -114,8 +116,10 @@ class ShardSource(SourceBase):
         self.problems: dict[str, int] = dict(meta["problems"])
         if self.problems:
             warnings.warn(
-                f"ShardSource: left out or ignored, per on_error='skip': "
-                + "; ".join(f"{n} x {k} (e.g. {meta['examples'][k]})" for k, n in self.problems.items()),
+                "ShardSource: left out or ignored, per on_error='skip': "
+                + "; ".join(
+                    f"{n} x {k} (e.g. {meta['examples'][k]})" for k, n in self.problems.items()
+                ),
                 DataWarning,
                 stacklevel=3,
             )
@@ -148,7 +152,12 @@ class ShardSource(SourceBase):
         takes (``{"cuts": [...], "recording": [...]}``; paths or URLs). ``field``: the tar field
         read (default ``features`` when present and no ``features=`` option, else
         ``recording``)."""
-        if field is None and kwargs.get("features") is not None:
+        options = kwargs.get("options")
+        if field is None and (
+            kwargs.get("features") is not None
+            or (options is not None and options.features is not None)
+            or "audio" in (kwargs.get("keys") or ())
+        ):
             field = "recording"
         return cls(shar_layout(in_dir_or_fields, field), **kwargs)
 
@@ -179,9 +188,7 @@ class ShardSource(SourceBase):
             stats = [os.stat(p) for p in tars]
             self._files = [(int(s.st_size), int(s.st_mtime_ns)) for s in stats]
             self._remote: RemoteFiles | None = None
-            identity = _identity(
-                salt, [(os.path.abspath(p), os.stat(p)) for p in tars + listings]
-            )
+            identity = _identity(salt, [(os.path.abspath(p), os.stat(p)) for p in tars + listings])
             path = _index_path(index_dir, identity)
             return open_or_build(path, identity, lambda: self._build(tars, None))
         cache = self._cache
@@ -216,6 +223,7 @@ class ShardSource(SourceBase):
                 assert self._cache is not None  # the listing is in the tar: fetch it now
                 local = self._cache.ensure(remote[f], reader=False)
             entries: list[Entry]
+            members: TarMembers | None
             if layout.name == "webdataset":
                 assert local is not None
                 members = scan_tar(local, label)
@@ -256,6 +264,7 @@ class ShardSource(SourceBase):
             return None
         assert self._cache is not None
         url = self.layout.shards[f].listing
+        assert url is not None
         fs = self._cache.filesystem(url)
 
         def read() -> bytes:
@@ -427,7 +436,9 @@ class ShardSource(SourceBase):
     def _member(self, index: int, f: int) -> tuple[bytes, str]:
         header, size, name = self._position(index, f)
         if header < 0:
-            self._fail(index, "its listing entry has no member in the tar (see the open warning)", None)
+            self._fail(
+                index, "its listing entry has no member in the tar (see the open warning)", None
+            )
         fd = self._fd(f)
         try:
             return read_member(fd, header, size, name, self.layout.shards[f].tar), name
@@ -439,7 +450,11 @@ class ShardSource(SourceBase):
     def _position(self, index: int, f: int) -> tuple[int, int, str]:
         header = int(self._store.column("header")[index])
         if header != -2:
-            return header, int(self._store.column("size")[index]), self._store.strings("member")[index]
+            return (
+                header,
+                int(self._store.column("size")[index]),
+                self._store.strings("member")[index],
+            )
         got = self._members.get(f)
         if got is None:
             got = self._members[f] = self._index_remote_shard(f)
@@ -456,8 +471,6 @@ class ShardSource(SourceBase):
 
         def build() -> tuple[dict[str, Any], dict[str, Any]]:
             members = index_members(self.layout, path, label)
-            from seqloader.sources.columns import StringColumn
-
             return {
                 "names": StringColumn.from_strings(members.names),
                 "header": members.header,
@@ -465,10 +478,9 @@ class ShardSource(SourceBase):
             }, {}
 
         store, _ = open_or_build(cache.index_path(rf, "tar1.cols"), rf.key, build)
-        from seqloader.sources.tar_index import TarMembers
-
+        header = np.asarray(store.column("header"))
         members = TarMembers(
-            list(store.strings("names")), store.column("header"), store.column("size")
+            list(store.strings("names")), header, header + BLOCK, store.column("size")
         )
         a, b = int(self._bounds[f]), int(self._bounds[f + 1])
         tags = self._tags.take(np.arange(a, b))
@@ -582,7 +594,9 @@ def _check_keys(
     seen: set[str] = set()
     for key, line in zip(keys, lines):
         if key in seen:
-            problems.add("duplicate key", f"tar shard {label!r} ({listing} line {line}, key {key!r})")
+            problems.add(
+                "duplicate key", f"tar shard {label!r} ({listing} line {line}, key {key!r})"
+            )
         seen.add(key)
 
 

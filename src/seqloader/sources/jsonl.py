@@ -15,7 +15,9 @@ from collections.abc import Iterator
 from seqloader.errors import DataError
 
 
-def json_lines(path: str, label: str | None = None, data: bytes | None = None) -> Iterator[tuple[int, dict]]:
+def json_lines(
+    path: str, label: str | None = None, data: bytes | None = None
+) -> Iterator[tuple[int, dict]]:
     """(line number from 1, entry) of every non-blank line of the JSON-lines file ``path`` (or of
     its bytes ``data``); a line that is not a JSON object is a ``DataError`` naming ``label``
     (default ``path``) and the line."""
@@ -45,6 +47,8 @@ def json_lines(path: str, label: str | None = None, data: bytes | None = None) -
                 )
             yield number, entry
     except (OSError, EOFError) as e:
-        raise DataError(f"{label}: cannot read it ({type(e).__name__}: {e}); re-copy the file") from e
+        raise DataError(
+            f"{label}: cannot read it ({type(e).__name__}: {e}); re-copy the file"
+        ) from e
     finally:
         raw.close()

@@ -57,7 +57,7 @@ def scan_tar(path: str, label: str | None = None) -> TarMembers:
                     offs.append(info.offset_data)
                     sizes.append(info.size)
     except tarfile.ReadError as e:
-        last = f"after member {names[-1]!r}" if names else "at its first member"
+        last = f"after member {names[-1]!r} (the next one is cut off)" if names else "at its start"
         raise TruncatedTar(
             f"tar shard {label!r} is damaged or truncated {last} ({e}). Fix: copy or upload the "
             "shard again (compare its size with the original), or drop it from the shard list."

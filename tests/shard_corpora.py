@@ -1,0 +1,56 @@
+"""Shard corpora for the shard tests: written by ``write_shards`` (all three layouts), by Lhotse's
+own ``SharWriter``, and by hand with ``tarfile`` (the broken ones)."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+import seqloader as sl
+from conftest import index_corpus
+from seqloader.shards import ShardSource, write_shards
+from seqloader.synthetic.audio import write_audio_corpus
+
+
+def audio_corpus(folder: Path, n: int = 7, shard_size: int = 3) -> dict[str, object]:
+    """The same utterances as an AudioSource manifest and as the three shard layouts."""
+    c = write_audio_corpus(folder, n, seconds=(0.3, 1.2), seed=5)
+    src = sl.AudioSource(c.jsonl, keys=["audio", "text"])
+    out: dict[str, object] = {"jsonl": c.jsonl, "source": src}
+    for layout in ("shar", "nemo", "webdataset"):
+        out[layout] = write_shards(src, folder / layout, layout, shard_size=shard_size)
+    return out
+
+
+def index_shar(folder: Path, n: int, seed: int = 0, shard_size: int = 5) -> ShardSource:
+    """An index corpus (sequence i: frames filled with i) as Shar numpy features, read back."""
+    src = index_corpus(n, seed=seed, max_len=20, dim=1)
+    out = folder / f"index-{n}-{seed}-{shard_size}"
+    if not out.exists():
+        write_shards(src, out, "shar", shard_size=shard_size, feature_format="numpy")
+    return ShardSource.lhotse_shar(out, index_dir=folder / "index")
+
+
+def tar_of(path: Path, members: list[tuple[str, bytes]]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def wav(seconds: float = 0.2, rate: int = 16000, value: float = 0.1) -> bytes:
+    import soundfile as sf
+
+    buf = io.BytesIO()
+    sf.write(buf, np.full(round(seconds * rate), value, np.float32), rate, format="WAV")
+    return buf.getvalue()
+
+
+def size_of(path: str | os.PathLike) -> int:
+    return os.path.getsize(path)
