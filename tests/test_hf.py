@@ -215,3 +215,51 @@ def test_fixed_length_sequences(tmp_path):
 def test_default_keys_are_the_list_columns(ds):
     src = sl.HFSource(ds, tags="id")
     assert src.keys == ("feat", "grid", "fixed", "label")
+
+
+def test_declared_audio_rate_is_the_delivered_rate(tmp_path):
+    """A user casts the column with ``Audio(sampling_rate=8000)`` over 16 kHz files, as the datasets
+    docs show, and passes no rate: the loader delivers 8 kHz, the samples seqloader's resampler
+    makes of each file, also through DataLoader workers."""
+    from seqloader.audio.resample import resample
+
+    rng = np.random.default_rng(1)
+    files = []
+    for i, seconds in enumerate((0.5, 0.31, 0.77, 0.4)):
+        path = tmp_path / f"r{i}.wav"
+        sf.write(path, (0.1 * rng.standard_normal(int(16000 * seconds))).astype(np.float32), 16000)
+        files.append(str(path))
+    raw = datasets.Dataset.from_dict({"audio": files, "id": [f"u{i}" for i in range(4)]})
+    raw.cast_column("audio", Audio(sampling_rate=8000)).save_to_disk(tmp_path / "ds")
+    ds = datasets.load_from_disk(tmp_path / "ds")
+    assert ds.features["audio"].sampling_rate == 8000
+
+    src = sl.HFSource(ds, keys={"audio": "audio"}, tags="id")
+    want = {
+        f"u{i}": resample(sf.read(f, dtype="float32")[0], 16000, 8000) for i, f in enumerate(files)
+    }
+    assert [int(n) for n in src.lengths("audio")] == [len(want[t]) for t in src.tags]
+    assert [int(n) for n in src.lengths("audio")] == [round(len(sf.read(f)[0]) / 2) for f in files]
+    loader = sl.SeqLoader(src, max_frames=20_000, seed=1, num_workers=2)
+    check_epochs(loader, src.tags, lambda tag: want[tag], key="audio")
+
+    # LogMel frames at the declared rate; a rate that agrees is accepted
+    mel = sl.LogMel(sample_rate=8000, n_mels=10)
+    frames = sl.HFSource(ds, keys={"data": "audio"}, tags="id", features=mel)
+    np.testing.assert_allclose(frames.read(2)["data"], mel(want["u2"]), rtol=1e-5, atol=1e-5)
+    assert sl.HFSource(ds, keys={"audio": "audio"}, sample_rate=8000).lengths("audio")[0] == 4000
+
+
+def test_rate_disagreeing_with_the_declared_one_names_both(tmp_path):
+    path = tmp_path / "a.wav"
+    sf.write(path, np.zeros(1600, dtype=np.float32), 16000)
+    ds = datasets.Dataset.from_dict({"audio": [str(path)]}).cast_column(
+        "audio", Audio(sampling_rate=8000)
+    )
+    with pytest.raises(OptionError, match=r"Audio\(sampling_rate=8000\) but sample_rate=16000"):
+        sl.HFSource(ds, keys={"audio": "audio"}, sample_rate=16000)
+    with pytest.raises(OptionError, match=r"but features=LogMel\(sample_rate=16000\) was given"):
+        sl.HFSource(ds, keys={"data": "audio"}, features=sl.LogMel(n_mels=10))
+    two = ds.add_column("other", [str(path)]).cast_column("other", Audio(sampling_rate=22050))
+    with pytest.raises(OptionError, match=r"'audio': 8000 Hz, 'other': 22050 Hz"):
+        sl.HFSource(two, keys={"audio": "audio", "data": "other"}, features=sl.LogMel(n_mels=10))

@@ -9,7 +9,9 @@ column may hold, by its Arrow type:
 - a list of equal-length lists (or fixed-size lists, ``Array2D``) of numbers -> ``[T, D]``;
 - a string -> its utf-8 bytes ``[T]`` (``text``), or token ids under ``vocab`` for ``classes``;
 - audio (the ``Audio`` feature: bytes or path) -> decoded through seqloader's audio path (soundfile,
-  mono, resampled): the waveform for ``audio``, ``LogMel`` frames for ``data`` (``features=``).
+  mono, resampled): the waveform for ``audio``, ``LogMel`` frames for ``data`` (``features=``). A
+  column cast with ``Audio(sampling_rate=R)`` is delivered at R Hz, as ``datasets`` decodes it;
+  a ``sample_rate=`` (or ``LogMel`` rate) that disagrees with R is an error naming both.
 
 Planning lengths come from the Arrow list offsets at open (no row is decoded; audio lengths from the
 file headers, no sample decoded). Rows are read one sequence at a time in the worker that needs
@@ -105,6 +107,7 @@ class HFSource(SourceBase):
         self._columns = {
             k: self._column(table, k, c, dataset.features.get(c)) for k, c in mapping.items()
         }
+        self.options = self._declared_rate(dataset.features)
         self._tags = self._read_tags(table, tags)
         self._lengths: dict[str, np.ndarray] = {}
         self._texts: dict[str, StringTable] = {}
@@ -175,6 +178,44 @@ class HFSource(SourceBase):
             "string or audio; a single value per row (e.g. a class label) is not a sequence: "
             "store it as a one-element list"
         )
+
+    def _declared_rate(self, features: Any) -> AudioOptions:
+        """The options with the rate the audio columns declare (``Audio(sampling_rate=R)``): that
+        cast means "decode at R Hz" in ``datasets``, so ignoring it would hand out the files' own
+        rate while the dataset says otherwise."""
+        declared = {
+            c.name: getattr(features.get(c.name), "sampling_rate", None)
+            for c in self._columns.values()
+            if c.kind == "audio"
+        }
+        declared = {name: rate for name, rate in declared.items() if rate is not None}
+        if not declared:
+            return self.options
+        if len(set(declared.values())) > 1:
+            raise OptionError(
+                f"{self._name}: the audio columns declare different rates "
+                f"({', '.join(f'{n!r}: {r} Hz' for n, r in declared.items())}); one source "
+                "delivers one rate. Fix: cast them to one, e.g. "
+                "dataset.cast_column(NAME, Audio(sampling_rate=16000))"
+            )
+        (name, rate), o = next(iter(declared.items())), self.options
+        if o.sample_rate is not None:
+            given, how = o.sample_rate, f"sample_rate={o.sample_rate}"
+        elif o.features is not None:
+            given, how = (
+                o.features.sample_rate,
+                f"features=LogMel(sample_rate={o.features.sample_rate})",
+            )
+        else:
+            return replace(o, sample_rate=rate)
+        if given != rate:
+            raise OptionError(
+                f"{self._name}: column {name!r} is declared Audio(sampling_rate={rate}) but "
+                f"{how} was given; they must agree. Fix: pass {rate} (or leave sample_rate out), "
+                f"or cast the column to the rate you want: "
+                f"dataset.cast_column({name!r}, Audio(sampling_rate={given}))"
+            )
+        return o
 
     def _read_tags(self, table: Any, tags: str | None) -> StringTable:
         n = table.num_rows if self._rows is None else len(self._rows)
