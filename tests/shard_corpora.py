@@ -26,10 +26,15 @@ def audio_corpus(folder: Path, n: int = 7, shard_size: int = 3) -> dict[str, obj
     return out
 
 
-def index_shar(folder: Path, n: int, seed: int = 0, shard_size: int = 5) -> ShardSource:
-    """An index corpus (sequence i: frames filled with i) as Shar numpy features, read back."""
-    src = index_corpus(n, seed=seed, max_len=20, dim=1)
-    out = folder / f"index-{n}-{seed}-{shard_size}"
+def index_shar(
+    folder: Path, n: int, seed: int = 0, shard_size: int = 5, offset: int = 0
+) -> ShardSource:
+    """An index corpus (sequence i: frames filled with ``i + offset``, 1..20 frames) as Shar numpy
+    features, read back. Written once per folder and arguments."""
+    whole = index_corpus(n, seed=seed, max_len=20, dim=1)
+    data = [whole.read(i)["data"] + offset for i in range(n)]
+    src = sl.MemorySource({"data": data}, tags=[f"utt-{i + offset}" for i in range(n)])
+    out = folder / f"index-{n}-{seed}-{shard_size}-{offset}"
     if not out.exists():
         write_shards(src, out, "shar", shard_size=shard_size, feature_format="numpy")
     return ShardSource.lhotse_shar(out, index_dir=folder / "index")
