@@ -83,13 +83,13 @@ def test_workers_change_nothing(context) -> None:
     included (spawn workers get the source by pickle: the index is mapped again by path)."""
     source = shards(40, 2, 4)
     plan = {"ordering": "laplace:.4", "max_seqs": 3, "distribution": "files"}
+
+    def run(rank: int, **workers) -> list:
+        with sl.SeqLoader(source, rank=rank, world_size=2, **plan, **workers) as loader:
+            return [batch_record(b) for e in (1, 2) for b in loader.epoch(e)]
+
     for rank in range(2):
-
-        def run(**workers) -> list:
-            with sl.SeqLoader(source, rank=rank, world_size=2, **plan, **workers) as loader:
-                return [batch_record(b) for e in (1, 2) for b in loader.epoch(e)]
-
-        assert run(num_workers=2, multiprocessing_context=context) == run(num_workers=0)
+        assert run(rank, num_workers=2, multiprocessing_context=context) == run(rank, num_workers=0)
 
 
 def test_elastic_resume_2_3_1_over_shards() -> None:

@@ -12,7 +12,7 @@ import pytest
 import seqloader as sl
 from conftest import batch_record
 from remote_s3 import S3, s3_endpoint_fixture, s3_fixture  # noqa: F401 (fixtures)
-from seqloader.shards import ShardSource, write_shards
+from seqloader.shards import ShardSource
 from shard_corpora import audio_corpus, index_shar
 
 pytest.importorskip("soundfile")
