@@ -252,7 +252,7 @@ def test_oggzip_listing_is_parsed_not_evaluated(tmp_path):
 def test_manifest_errors_name_the_line(tmp_path):
     rows = ['{"audio": "a.wav", "duration": 1.0}', '{"audio": "b.wav"}']
     (tmp_path / "m.jsonl").write_text("\n".join(rows) + "\n")
-    with pytest.raises(sl.DataError, match=r"m\.jsonl line 2: 'duration'"):
+    with pytest.raises(sl.DataError, match=r"m\.jsonl line 2: no 'duration'.*Fix: "):
         sl.AudioSource(tmp_path / "m.jsonl")
 
 

@@ -25,10 +25,11 @@ changes are Python functions over a stream) and is refused with the fix.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -49,6 +50,7 @@ from seqloader.audio.keys import (
     loader_needs as audio_loader_needs,
 )
 from seqloader.audio.manifest import StringTable
+from seqloader.audio.manifest_lines import json_entry, manifest_error, seconds, text_lines
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
@@ -86,8 +88,8 @@ class LhotseSource(SourceBase):
         self.vocab = vocab
         self._origin, cut_iter = _open_cuts(cuts)
         cols = _Columns(self._origin)
-        for cut in cut_iter:
-            cols.add(cut)
+        for where, cut in cut_iter:
+            cols.add(cut, where)
         if not cols.ids:
             raise DataError(f"LhotseSource: {self._origin} holds no cuts")
         self._cuts = StringTable(cols.json)
@@ -335,18 +337,21 @@ class _Columns:
         self.rates: list[int | None] = []
         self.samples: list[int] = []
 
-    def add(self, cut: Any) -> None:
+    def add(self, cut: Any, where: str) -> None:
+        """``where``: the cut's manifest line (or its position in a CutSet), for errors."""
         if not hasattr(cut, "supervisions") or not hasattr(cut, "has_features"):
             raise OptionError(
-                f"LhotseSource: {self.origin} holds a {type(cut).__name__}, expected cuts "
+                f"LhotseSource: {where} holds a {type(cut).__name__}, expected cuts "
                 "(a CutSet, or a cuts manifest written by CutSet.to_file)"
             )
-        self.json.append(json.dumps(cut.to_dict(), separators=(",", ":")))
+        duration = seconds(f"{where} (cut {cut.id!r})", "duration", _number(cut.duration))
+        assert duration is not None  # required
+        self.json.append(json.dumps(cut.to_dict(), separators=(",", ":"), allow_nan=False))
         self.ids.append(str(cut.id))
         texts = [s.text for s in cut.supervisions if s.text]
         self.texts.append(" ".join(texts))
         self.has_text.append(bool(texts))
-        self.durations.append(float(cut.duration))
+        self.durations.append(duration)
         feats = bool(cut.has_features)
         self.has_features.append(feats)
         self.frames.append(int(cut.num_frames) if feats else 0)
@@ -382,8 +387,53 @@ def shar_fields(cuts: Any) -> dict[str, list[str]] | None:
     return None
 
 
-def _open_cuts(cuts: Any) -> tuple[str, Iterable[Any]]:
-    """(a description for messages, the cuts in order) of a CutSet or a manifest path."""
+def _number(value: object) -> object:
+    """A numpy or Decimal duration as a Python float for the check (bools and strings kept)."""
+    if isinstance(value, bool | str) or value is None:
+        return value
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return value
+
+
+def _manifest_cuts(lhotse: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """``(manifest line, cut)`` of a cuts manifest, each line checked by
+    ``seqloader.audio.manifest_lines`` (UTF-8, JSON without NaN) and built by Lhotse's own
+    ``deserialize_item``; a line Lhotse cannot build names the line."""
+    serialization = lhotse.serialization  # imported by lhotse itself (load_manifest)
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            for line_no, text in text_lines(path, f):
+                if not text.strip():
+                    continue
+                where = f"{path} line {line_no}"
+                entry = json_entry(path, line_no, text)
+                try:
+                    item = serialization.deserialize_item(entry)
+                except Exception as e:  # Lhotse's own errors: KeyError, TypeError, ValueError
+                    raise manifest_error(
+                        where,
+                        f"Lhotse cannot build a cut from it ({type(e).__name__}: {e})",
+                        "write the manifest with CutSet.to_file (or repair this line)",
+                    ) from e
+                if line_no == 1 and not isinstance(item, lhotse.cut.Cut):
+                    kind = serialization.resolve_manifest_set_class(item).__name__
+                    raise OptionError(
+                        f"LhotseSource: {path!r} is a {kind} manifest, expected cuts; make them "
+                        "with CutSet.from_manifests(recordings=..., supervisions=...).to_file()"
+                    )
+                yield where, item
+    except (OSError, EOFError) as e:  # a truncated or damaged .gz
+        raise DataError(
+            f"LhotseSource: cannot read the manifest {path} ({e}). Fix: write it again with "
+            "CutSet.to_file"
+        ) from e
+
+
+def _open_cuts(cuts: Any) -> tuple[str, Iterable[tuple[str, Any]]]:
+    """(a description for messages, ``(where, cut)`` in order) of a CutSet or a manifest path."""
     lhotse = require("lhotse", "LhotseSource")
     if isinstance(cuts, str | os.PathLike):
         path = os.fspath(cuts)
@@ -394,15 +444,9 @@ def _open_cuts(cuts: Any) -> tuple[str, Iterable[Any]]:
             )
         if not os.path.exists(path):
             raise DataError(f"LhotseSource: manifest {path!r} does not exist")
-        manifest = lhotse.load_manifest_lazy(path)
-        if not isinstance(manifest, lhotse.CutSet):
-            raise OptionError(
-                f"LhotseSource: {path!r} is a {type(manifest).__name__} manifest, expected cuts; "
-                "make them with CutSet.from_manifests(recordings=..., supervisions=...).to_file()"
-            )
-        return f"manifest {path}", manifest
+        return f"manifest {path}", _manifest_cuts(lhotse, path)
     if isinstance(cuts, lhotse.CutSet):
-        return "CutSet", cuts
+        return "CutSet", ((f"cut {i} of the CutSet", cut) for i, cut in enumerate(cuts))
     raise OptionError(
         f"LhotseSource: got {type(cuts).__name__}, expected a lhotse CutSet or the path of a "
         ".jsonl/.jsonl.gz cuts manifest"

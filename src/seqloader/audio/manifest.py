@@ -10,7 +10,9 @@
 
 Columns are numpy arrays and byte blobs (``StringTable``), not lists of Python objects: a forked
 worker shares them copy-on-write instead of touching millions of refcounts. Every entry keeps its
-line number, so errors name ``manifest line N`` and the file.
+line number, so errors name ``manifest line N`` and the file. Every line is checked at open
+(``seqloader.audio.manifest_lines``): a non-UTF-8 byte, a NaN, infinite, negative or non-number
+duration is a ``DataError`` naming the file, the line and the fix, before anything is planned.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import ast
 import gzip
 import hashlib
 import io
-import json
 import os
 import zipfile
 from collections.abc import Iterable, Sequence
@@ -28,6 +29,13 @@ from typing import overload
 
 import numpy as np
 
+from seqloader.audio.manifest_lines import (
+    decode_listing,
+    json_entry,
+    manifest_error,
+    seconds,
+    text_lines,
+)
 from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
 from seqloader.sources.remote import FileCache, RemoteFile
@@ -215,22 +223,26 @@ class _Columns:
     def add(self, entry: object, line: int, audio: str | None, tag_field: str) -> None:
         where = f"{self.listing} line {line}"
         if not isinstance(entry, dict):
-            raise DataError(f"{where}: got {type(entry).__name__}, expected a dict per utterance")
+            raise manifest_error(
+                where, f"got {type(entry).__name__}", "write one dict per utterance"
+            )
         name = entry.get(self.audio_field)
         if not isinstance(name, str) or not name:
-            raise DataError(f"{where}: missing {self.audio_field!r} (the audio file name)")
-        duration = entry.get("duration")
-        if isinstance(duration, bool) or not isinstance(duration, int | float) or duration < 0:
-            raise DataError(
-                f"{where}: 'duration' got {duration!r}, expected seconds >= 0 (planning reads "
-                "lengths from it, so every entry needs it)"
+            raise manifest_error(
+                where,
+                f"missing {self.audio_field!r} (the audio file name)",
+                f"give every entry its {self.audio_field!r}",
             )
+        duration = seconds(where, "duration", entry.get("duration"))
+        assert duration is not None  # required
         text = entry.get("text")
         if text is not None and not isinstance(text, str):
-            raise DataError(f"{where}: 'text' got {type(text).__name__}, expected a string")
+            raise manifest_error(
+                where, f"'text' got {type(text).__name__}", "write the text as a string"
+            )
         tag = entry.get(tag_field, name)
         self.audio.append(audio if audio is not None else name)
-        self.durations.append(float(duration))
+        self.durations.append(duration)
         self.texts.append(text)
         self.tags.append(str(tag))
         self.lines.append(line)
@@ -261,15 +273,12 @@ class _Columns:
 def _read_jsonl(path: str) -> Manifest:
     folder = os.path.dirname(os.path.abspath(path))
     cols = _Columns(path, path, "audio")
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for line_no, line in text_lines(path, f):
             if not line.strip():
                 continue
-            try:
-                entry = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path} line {line_no}: not valid JSON ({e})") from e
-            name = entry.get("audio") if isinstance(entry, dict) else None
+            entry = json_entry(path, line_no, line)
+            name = entry.get("audio")
             resolved = os.path.join(folder, name) if isinstance(name, str) and name else None
             cols.add(entry, line_no, resolved, "id")
     return cols.build(in_zip=False)
@@ -279,10 +288,10 @@ def _read_oggzip(path: str) -> Manifest:
     name = os.path.basename(path)[: -len(".zip")]
     try:
         with zipfile.ZipFile(path) as z:
-            listing = z.read(f"{name}.txt").decode("utf-8")
+            data = z.read(f"{name}.txt")
     except (OSError, KeyError, zipfile.BadZipFile) as e:
         raise _unreadable_listing(path, name, e) from e
-    return _parse_oggzip(path, name, listing)
+    return _parse_oggzip(path, name, decode_listing(f"{path}:{name}.txt", data))
 
 
 def _read_oggzip_layout(corpus: OggZip) -> Manifest:
@@ -290,20 +299,20 @@ def _read_oggzip_layout(corpus: OggZip) -> Manifest:
     if not os.path.isfile(corpus.zip):
         raise DataError(f"OggZip corpus {corpus.zip!r} does not exist or is not a file")
     name, listing_path = corpus.name, corpus.listing
+    label = listing_path or f"{corpus.zip}:{name}.txt"
     try:
         if listing_path is None:
             with zipfile.ZipFile(corpus.zip) as z:
-                listing = z.read(f"{name}.txt").decode("utf-8")
+                data = z.read(f"{name}.txt")
         elif listing_path.endswith(".gz"):
-            with gzip.open(listing_path, "rt", encoding="utf-8") as f:
-                listing = f.read()
+            with gzip.open(listing_path, "rb") as f:
+                data = f.read()
         else:
-            with open(listing_path, encoding="utf-8") as f:
-                listing = f.read()
-    except (OSError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as e:
-        where = listing_path or f"{corpus.zip}:{name}.txt"
-        raise DataError(f"OggZip corpus {corpus.zip}: cannot read its listing {where} ({e})") from e
-    label = listing_path or f"{corpus.zip}:{name}.txt"
+            with open(listing_path, "rb") as f:
+                data = f.read()
+    except (OSError, KeyError, zipfile.BadZipFile) as e:
+        raise DataError(f"OggZip corpus {corpus.zip}: cannot read its listing {label} ({e})") from e
+    listing = decode_listing(label, data)
     return _parse_oggzip(corpus.zip, name, listing, label, corpus.name_as_prefix)
 
 
@@ -325,10 +334,10 @@ def _read_remote_oggzip(url: str, cache: FileCache) -> Manifest:
     remote = cache.stat([url])[0]
     name = url.rstrip("/").rsplit("/", 1)[-1][: -len(".zip")]
     try:
-        listing = zip_member(cache, remote, f"{name}.txt").decode("utf-8")
-    except (KeyError, zipfile.BadZipFile, UnicodeDecodeError) as e:
+        data = zip_member(cache, remote, f"{name}.txt")
+    except (KeyError, zipfile.BadZipFile) as e:
         raise _unreadable_listing(url, name, e) from e
-    manifest = _parse_oggzip(url, name, listing)
+    manifest = _parse_oggzip(url, name, decode_listing(f"{url}:{name}.txt", data))
     manifest.remote, manifest.cache = remote, cache
     return manifest
 
@@ -340,17 +349,26 @@ def _parse_oggzip(
     try:
         tree = ast.parse(listing, filename=label, mode="eval")
     except SyntaxError as e:
-        raise DataError(f"{label} line {e.lineno}: not a Python literal ({e})") from e
+        raise manifest_error(
+            f"{label} line {e.lineno}",
+            f"not a Python literal ({e})",
+            "write the listing as RETURNN does: a Python list of dicts",
+        ) from e
     if not isinstance(tree.body, ast.List):
-        raise DataError(f"{label}: expected a list of dicts, got {type(tree.body)}")
+        raise manifest_error(
+            label,
+            f"got {type(tree.body).__name__}",
+            "write the listing as RETURNN does: a Python list of dicts",
+        )
     cols = _Columns(path, label, "file")
     for node in tree.body.elts:
         try:
             entry = ast.literal_eval(node)
         except ValueError as e:
-            raise DataError(
-                f"{label} line {node.lineno}: not a literal ({e}); only literals are "
-                "read, nothing is evaluated"
+            raise manifest_error(
+                f"{label} line {node.lineno}",
+                f"not a literal ({e}); only literals are read, nothing is evaluated",
+                "write plain values (strings, numbers) in every entry",
             ) from e
         file = entry.get("file") if isinstance(entry, dict) else None
         member = None
