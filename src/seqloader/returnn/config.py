@@ -19,7 +19,7 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.returnn.datasets import Converted, convert_dataset
-from seqloader.returnn.stubs import find_stub, stub_imports
+from seqloader.returnn.stubs import Stub, find_stub, stub_imports
 from seqloader.torch.loader import SeqLoader, WorkerOptions
 
 # global data options that change which sequences or batches RETURNN delivers, and that we refuse:
@@ -109,7 +109,7 @@ def resolve_value(value: Any) -> Any:
     """Sisyphus-style values in configs built in Python: a ``tk.Path`` (``get_path()``) is its
     path, a delayed value (``get()``: ``Variable``, ``DelayedFormat``) its value; inside dicts,
     lists and tuples too."""
-    if isinstance(value, str | bytes | int | float | bool) or value is None:
+    if isinstance(value, str | bytes | int | float | bool | Stub) or value is None:
         return value
     if callable(getattr(value, "get_path", None)):
         return os.fspath(value.get_path())
@@ -217,7 +217,7 @@ def _worker_options(values: Mapping[str, Any], dataset_workers: int | None) -> W
             f"{sorted(LOADER_OPTS)} (seqloader builds its own collate and sampler)"
         )
     opts = dict(opts)
-    if dataset_workers is not None and not opts.get("num_workers"):
+    if dataset_workers is not None and "num_workers" not in opts:
         opts["num_workers"] = dataset_workers
     return WorkerOptions(**opts)
 

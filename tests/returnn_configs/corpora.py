@@ -1,0 +1,159 @@
+"""Stand-in corpora for the configs in this folder, laid out as the public setups lay out theirs.
+
+``write_corpora(folder)`` writes under ``folder`` (the configs read it as
+``$SEQLOADER_RETURNN_DATA``, default ``data``):
+
+- ``dataset-ogg/{train-clean-100,train-other-500,dev-clean,dev-other}.zip`` + ``.txt.gz``: the
+  official LibriSpeech OggZip preparation (returnn-experiments 2020-librispeech-data-prepare,
+  ``12_tar_to_ogg_zip.sh`` + ``14_create_trans_raw.py``): the zip holds LibriSpeech's own folders
+  (``PART/SPEAKER/CHAPTER/ID.flac.ogg``, ``ID.trans.txt``), no listing inside; the listing is the
+  separate ``PART.txt.gz`` (``file`` with the part prefix, ``seq_name`` = ``PART-ID``);
+- ``dataset/trans.bpe.{codes,vocab}``, ``dataset/stats.{mean,std_dev}.txt`` (40 MFCC dims),
+  ``dataset/spm.model`` (SentencePiece);
+- ``hdf/train.{1..4}.hdf``, ``hdf/dev.hdf``: log-mel features + BPE targets, written by RETURNN's
+  ``SimpleHDFWriter`` (LibriSpeech-960 over HDF);
+- ``swb/features.hdf``, ``swb/alignment.hdf``: Switchboard hybrid stand-in (features, and framewise
+  state alignments stored in another order);
+- ``wmt/{train,dev}.hdf``: a translation corpus dumped to HDF (source ids as sparse ``data``,
+  target ids as ``classes``, targets longer than sources).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from seqloader.synthetic.audio import WORDS, encode_audio, speech_like
+
+PARTS = {"train-clean-100": 14, "train-other-500": 10, "dev-clean": 7, "dev-other": 5}
+# BPE merges: whole words, except "loader" and "speech", kept in two pieces each ("@@" tokens)
+_PIECES = {"loader": ("loa", "der"), "speech": ("spe", "ech")}
+
+
+def _merges() -> list[str]:
+    merges: list[str] = []
+    for word in WORDS:
+        pieces = _PIECES.get(word, (word,))
+        for k, piece in enumerate(pieces):
+            last = k == len(pieces) - 1
+            cur = piece[0]
+            for j, c in enumerate(piece[1:], start=1):
+                nxt = c + ("</w>" if last and j == len(piece) - 1 else "")
+                line = f"{cur} {nxt}"
+                if line not in merges:
+                    merges.append(line)
+                cur += c
+    return merges
+
+
+def _bpe_vocab() -> dict[str, int]:
+    vocab = {"<s>": 0, "</s>": 0, "<unk>": 1}
+    for word in WORDS:
+        pieces = _PIECES.get(word, (word,))
+        for k, piece in enumerate(pieces):
+            token = piece + ("@@" if k < len(pieces) - 1 else "")
+            vocab.setdefault(token, len(set(vocab.values())))
+    return vocab
+
+
+def write_official_oggzip(folder: Path, part: str, n: int, rng: np.random.Generator) -> None:
+    """``PART.zip`` (LibriSpeech's folders, ``.flac.ogg`` audio) and ``PART.txt.gz``."""
+    entries, members = [], []
+    for i in range(n):
+        speaker, chapter = 100 + i % 3, 2000 + i % 2
+        seq = f"{speaker}-{chapter}-{i:04d}"
+        wave = speech_like(float(rng.uniform(0.4, 2.2)), 16000, rng)
+        file = f"{part}/{speaker}/{chapter}/{seq}.flac.ogg"
+        text = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 9)))).upper()
+        members.append((file, encode_audio(wave, 16000, "ogg")))
+        entries.append(
+            {"text": text.lower(), "file": file, "seq_name": f"{part}-{seq}",
+             "duration": len(wave) / 16000}
+        )  # fmt: skip
+    with zipfile.ZipFile(folder / f"{part}.zip", "w", zipfile.ZIP_STORED) as z:
+        for file, blob in members:
+            z.writestr(file, blob)
+        z.writestr(f"{part}/trans.txt", "".join(f"{e['seq_name']} {e['text']}\n" for e in entries))
+    with gzip.open(folder / f"{part}.txt.gz", "wt", encoding="utf-8") as f:
+        f.write("[\n" + "".join(f"{e!r},\n" for e in entries) + "]\n")
+
+
+def write_hdf(
+    path: Path,
+    tags: list[str],
+    rng: np.random.Generator,
+    *,
+    dim: int | None,
+    data_len: tuple[int, int],
+    target_len,
+    target_dim: int,
+) -> None:
+    """RETURNN's ``SimpleHDFWriter``; ``dim=None``: sparse ``data`` ids; ``target_len(n)``: the
+    ``classes`` length of a sequence with ``n`` data frames."""
+    from returnn.datasets.hdf import SimpleHDFWriter
+
+    writer = SimpleHDFWriter(str(path), dim=dim or 50, ndim=1 if dim is None else 2)
+    for tag in tags:
+        n = int(rng.integers(*data_len))
+        if dim is None:
+            x = rng.integers(1, 50, size=(1, n)).astype(np.int32)
+        else:
+            x = rng.standard_normal((1, n, dim)).astype(np.float32)
+        m = int(target_len(n))
+        y = rng.integers(0, target_dim, size=(1, m)).astype(np.int32)
+        writer.insert_batch(x, [n], [tag], extra={"classes": y})
+    writer.close()
+
+
+def write_corpora(folder: Path) -> Path:
+    rng = np.random.default_rng(2020)
+    ogg, dataset = folder / "dataset-ogg", folder / "dataset"
+    for sub in (ogg, dataset, folder / "hdf", folder / "swb", folder / "wmt"):
+        sub.mkdir(parents=True, exist_ok=True)
+    for part, n in PARTS.items():
+        write_official_oggzip(ogg, part, n, rng)
+    (dataset / "trans.bpe.codes").write_text("#version: 0.2\n" + "\n".join(_merges()) + "\n")
+    (dataset / "trans.bpe.vocab").write_text(repr(_bpe_vocab()) + "\n")
+    np.savetxt(dataset / "stats.mean.txt", rng.normal(0, 2, size=40))
+    np.savetxt(dataset / "stats.std_dev.txt", rng.uniform(5, 20, size=40))
+    texts = [" ".join(rng.choice(WORDS, size=6)) for _ in range(200)]
+    (dataset / "spm.txt").write_text("\n".join(texts) + "\n")
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=str(dataset / "spm.txt"), model_prefix=str(dataset / "spm"), vocab_size=30,
+        model_type="unigram", minloglevel=2,
+    )  # fmt: skip
+    for k in range(1, 5):  # LibriSpeech-960 over HDF: features 50-dim, BPE targets shorter
+        tags = [f"train-960/{k}-{i}" for i in range(12)]
+        write_hdf(folder / "hdf" / f"train.{k}.hdf", tags, rng, dim=50, data_len=(20, 160),
+                  target_len=lambda n: max(1, n // 8), target_dim=30)  # fmt: skip
+    write_hdf(folder / "hdf" / "dev.hdf", [f"dev-960/{i}" for i in range(9)], rng, dim=50,
+              data_len=(20, 160), target_len=lambda n: max(1, n // 8), target_dim=30)  # fmt: skip
+    lengths = {f"swb/{i}": int(rng.integers(30, 220)) for i in range(30)}
+    from returnn.datasets.hdf import SimpleHDFWriter
+
+    for name, dim, order in (("features", 40, list(lengths)), ("alignment", None, None)):
+        writer = SimpleHDFWriter(str(folder / "swb" / f"{name}.hdf"), dim=dim or 9001,
+                                 ndim=2 if dim else 1)  # fmt: skip
+        for tag in order or list(reversed(list(lengths))):
+            n = lengths[tag]
+            if dim:
+                writer.insert_batch(rng.standard_normal((1, n, dim)).astype(np.float32), [n], [tag])
+            else:
+                writer.insert_batch(rng.integers(0, 9001, size=(1, n)).astype(np.int32), [n], [tag])
+        writer.close()
+    for split, n in (("train", 40), ("dev", 8)):  # targets 1.2-1.6x the source length
+        tags = [f"wmt-{split}/{i}" for i in range(n)]
+        write_hdf(folder / "wmt" / f"{split}.hdf", tags, rng, dim=None, data_len=(3, 45),
+                  target_len=lambda s: int(s * rng.uniform(1.2, 1.6)) + 1, target_dim=60)  # fmt: skip
+    return folder
+
+
+def data_env(folder: Path) -> dict[str, str]:
+    """The environment the configs read their data folder from."""
+    return {"SEQLOADER_RETURNN_DATA": os.fspath(folder)}

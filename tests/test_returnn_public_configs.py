@@ -1,0 +1,296 @@
+"""Configs modelled on public RETURNN setups (tests/returnn_configs/, each naming the setup it
+follows) over stand-in corpora laid out as those setups lay out theirs: ``from_returnn_config``
+gives RETURNN's own tags, batches and values per key, for train, dev and a later sub-epoch, with
+0 and 2 workers. The reference is RETURNN itself: its config reader, ``load_data`` /
+``init_dataset`` and its PyTorch pipeline (``ReturnnDatasetIterDataPipe`` ->
+``LenFilterDataPipe`` -> batching), as its engine builds them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from seqloader.errors import OptionError
+from seqloader.returnn import from_returnn_config
+from seqloader.returnn.stubs import stub_imports
+
+returnn_config = pytest.importorskip("returnn.config")
+pytest.importorskip("returnn.torch.data.pipeline")
+pytest.importorskip("sentencepiece")
+
+CONFIGS = Path(__file__).parent / "returnn_configs"
+KEYS = {"orth": "text"}  # RETURNN's key -> ours ("raw", a string, is not a tensor)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    from returnn_configs.corpora import write_corpora
+
+    folder = write_corpora(tmp_path_factory.mktemp("returnn_public"))
+    old = os.environ.get("SEQLOADER_RETURNN_DATA")
+    os.environ["SEQLOADER_RETURNN_DATA"] = str(folder)
+    yield folder
+    if old is None:
+        del os.environ["SEQLOADER_RETURNN_DATA"]
+    else:
+        os.environ["SEQLOADER_RETURNN_DATA"] = old
+
+
+def _load(path: Path):
+    cfg = returnn_config.Config()
+    with stub_imports():  # librispeech960_hdf imports its (absent) experiments package
+        cfg.load_file(str(path))
+    return cfg
+
+
+@functools.cache
+def reference(path: str, name: str, epochs: tuple[int, ...]):
+    """RETURNN's batches (tags) per epoch and its values per tag (epoch ``epochs[0]``)."""
+    from returnn.__main__ import load_data
+    from returnn.datasets.basic import Dataset, init_dataset
+    from returnn.torch.data import pipeline
+    from returnn.torch.data import returnn_dataset_wrapper as wrapper
+
+    cfg = _load(Path(path))
+    batches, values = {}, {}
+    with returnn_config.global_config_ctx(cfg):
+        if name == "train":
+            dataset, _ = load_data(cfg, 0, name, **Dataset.get_default_kwargs_train(config=cfg))
+        elif name in ("dev", "eval"):
+            dataset, _ = load_data(cfg, 0, name, **Dataset.get_default_kwargs_eval(config=cfg))
+        else:
+            opts = cfg.typed_value("eval_datasets")[name]
+            dataset = init_dataset(opts, default_kwargs={"name": name})
+        for epoch in epochs:
+            dataset.init_seq_order(epoch=epoch)
+            pipe = wrapper.ReturnnDatasetIterDataPipe(
+                dataset, reset_callback=wrapper.ReturnnDatasetResetNoOpCallback()
+            )
+            max_len = cfg.typed_value("max_seq_length", None)
+            if max_len is not None:
+                pipe = pipeline.LenFilterDataPipe(pipe, max_seq_length=max_len)
+            out = []
+            for batch in pipeline.get_batching_iterable_dataset_from_config(
+                dataset=pipe, config=cfg, train=name == "train"
+            ):
+                out.append([str(d["seq_tag"]) for d in batch])
+                if epoch == epochs[0]:
+                    for d in batch:
+                        values[str(d["seq_tag"])] = {
+                            KEYS.get(k, k): np.asarray(v)
+                            for k, v in d.items()
+                            if k in dataset.get_data_keys() and k != "raw"
+                        }
+            batches[epoch] = out
+        if hasattr(dataset, "_finalize"):
+            dataset.finalize()
+    return batches, values
+
+
+def ours(config: Path, num_workers: int, name: str, epochs: tuple[int, ...], tmp_path: Path):
+    copy = tmp_path / config.name
+    copy.write_text(
+        config.read_text() + f"\ntorch_dataloader_opts = {{'num_workers': {num_workers}}}\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the stubbed-modules warning (tested on its own)
+        loaders = from_returnn_config(copy, stub_modules=True, rank=0, world_size=1)
+    loader = loaders[name]
+    assert loader.workers.num_workers == num_workers
+    batches, values = {}, {}
+    for epoch in epochs:
+        batches[epoch] = []
+        for batch in loader.epoch(epoch):
+            batches[epoch].append(list(batch.seq_tags))
+            if epoch == epochs[0]:
+                for b, tag in enumerate(batch.seq_tags):
+                    values[tag] = {
+                        k: batch[k][b, : int(batch.lengths[k][b])].numpy() for k in batch.lengths
+                    }
+    for other in loaders.values():
+        other.close()
+    return batches, values
+
+
+# config, dataset, epochs (the first: values compared too; the others: a later sub-epoch)
+CASES = [
+    ("librispeech_data_prepare.config", "train", (1, 2, 5)),
+    ("librispeech_data_prepare.config", "dev", (1, 2)),
+    ("librispeech_attention_2018.config", "train", (1, 2, 4)),
+    ("librispeech_attention_2018.config", "dev", (1,)),
+    ("librispeech960_hdf.config", "train", (1, 3, 6)),
+    ("librispeech960_hdf.config", "dev", (1, 2)),
+    ("librispeech960_hdf.config", "devtrain", (1, 2)),
+    ("wmt_translation.config", "train", (1, 2, 3)),
+    ("wmt_translation.config", "dev", (1,)),
+]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("config,name,epochs", CASES)
+def test_public_config_gives_returnns_batches_and_values(
+    data: Path, tmp_path: Path, config: str, name: str, epochs: tuple[int, ...], num_workers: int
+) -> None:
+    if "librispeech_" in config:
+        pytest.importorskip("librosa")
+    path = CONFIGS / config
+    expected_batches, expected_values = reference(str(path), name, epochs)
+    got_batches, got_values = ours(path, num_workers, name, epochs, tmp_path)
+    assert got_batches == expected_batches
+    assert expected_values and all(len(ref) >= 2 for ref in expected_values.values())
+    assert set(got_values) == set(expected_values)
+    for tag, ref in expected_values.items():
+        got = got_values[tag]
+        assert set(got) == set(ref), tag
+        for key, value in ref.items():
+            assert got[key].shape == value.shape, (tag, key)
+            if value.dtype.kind == "f":
+                err = np.abs(got[key] - value) / np.maximum(1.0, np.abs(value))
+                assert err.max(initial=0) <= 1e-4, (tag, key)
+            else:
+                np.testing.assert_array_equal(got[key], value, err_msg=f"{tag} {key}")
+
+
+def test_official_layout_reads_the_separate_listing(data: Path) -> None:
+    """The zip holds LibriSpeech's folders and no listing; tags are PART-ID as the listing names
+    them; dev's fixed_random_subset 3000 is larger than the corpus, so all of it."""
+    loaders = from_returnn_config(CONFIGS / "librispeech_data_prepare.config")
+    train, dev = loaders["train"], loaders["dev"]
+    assert len(train.source) == 24 and train.source.tag(0).startswith("train-clean-100-")
+    assert len(dev.source) == 12
+    assert train.workers.num_workers == 0
+    for loader in loaders.values():
+        loader.close()
+
+
+def test_stubbed_modules_are_named_and_needed_explicitly(data: Path) -> None:
+    """The sisyphus-style config imports its model code from an experiments package that is not
+    installed: without stub_modules the error says how to read it; with it, a warning names the
+    stubbed modules."""
+    path = CONFIGS / "librispeech960_hdf.config"
+    with pytest.raises(OptionError, match=r"imports i6_experiments.*stub_modules=True"):
+        from_returnn_config(path)
+    with pytest.warns(UserWarning, match=r"stubbed .*: i6_experiments"):
+        loaders = from_returnn_config(path, stub_modules=True)
+    assert sorted(loaders) == ["dev", "devtrain", "train"]
+    for loader in loaders.values():
+        loader.close()
+
+
+def test_a_data_option_from_a_stubbed_module_is_an_error(tmp_path: Path) -> None:
+    config = tmp_path / "uses_stub.config"
+    config.write_text(
+        "#!rnn.py\nfrom my_experiments.data import corpus_files\n"
+        "train = {'class': 'HDFDataset', 'files': corpus_files('train')}\nbatch_size = 10\n"
+    )
+    with (
+        pytest.warns(UserWarning, match="my_experiments"),
+        pytest.raises(OptionError, match=r"train\['files'\].*my_experiments.*stubbed"),
+    ):
+        from_returnn_config(config, stub_modules=True)
+
+
+def test_switchboard_hybrid_chunking_is_refused_with_the_fix(data: Path) -> None:
+    with pytest.raises(OptionError, match=r"'chunking' = '50:25'.*remove it"):
+        from_returnn_config(CONFIGS / "switchboard_hybrid.config")
+
+
+def test_epoch_wise_filter_is_refused_with_the_fix(data: Path, monkeypatch) -> None:
+    monkeypatch.setenv("EPOCH_WISE_FILTER", "1")
+    with pytest.raises(
+        OptionError, match=r"train dataset \(OggZipDataset\).*'epoch_wise_filter'.*remove it"
+    ):
+        from_returnn_config(CONFIGS / "librispeech_data_prepare.config")
+
+
+def test_multiproc_workers_become_the_loaders(data: Path) -> None:
+    """MultiProcDataset's num_workers is the loader's unless torch_dataloader_opts names one; its
+    options other than its own are the inner dataset's (RETURNN passes them on)."""
+    values = _load(CONFIGS / "librispeech960_hdf.config").typed_dict
+    values = {k: v for k, v in values.items() if k not in ("torch_dataloader_opts", "get_model")}
+    values["train"] = {**values["train"], "seq_ordering": "sorted"}  # outer: a default for inner
+    loader = from_returnn_config(values)["train"]
+    assert loader.workers.num_workers == 2
+    assert loader.options.ordering == "laplace:.6"  # the inner dataset's own wins
+    loader.close()
+    with pytest.raises(OptionError, match=r"train dataset \(MultiProcDataset\).*'dedicated'"):
+        from_returnn_config(
+            {**values, "train": {**values["train"], "sharding_method": "dedicated"}}
+        )
+
+
+@pytest.mark.parametrize(
+    "kind,fix",
+    [
+        (
+            "PostprocessingDataset",
+            r"inner 'dataset' here and the function as a seqloader transform",
+        ),
+        ("DistributeFilesDataset", r"distribution='files'"),
+        ("LibriSpeechCorpus", r"OggZipDataset with zip_audio_files_have_name_as_prefix=False"),
+        ("CombinedDataset", r"ConcatSource\(...\) with mix"),
+    ],
+)
+def test_refused_classes_name_the_dataset_and_the_fix(kind: str, fix: str) -> None:
+    with pytest.raises(
+        OptionError, match=rf"dev dataset: class '{kind}' is not supported: .*{fix}"
+    ):
+        from_returnn_config({"dev": {"class": kind}, "batch_size": 10})
+
+
+@pytest.mark.parametrize(
+    "key,value,fix",
+    [
+        ("online_shuffle_batches", 10, r"torch's global RNG.*remove it"),
+        ("torch_batching", {"class": "X"}, r"use batch_size / max_seqs"),
+        ("min_seq_length", 3, r"remove it, or drop the short sequences with seq_list_filter_file"),
+        ("packed_batch_size", 100, r"use batch_size"),
+    ],
+)
+def test_refused_global_options_name_the_key_and_the_fix(key: str, value, fix: str) -> None:
+    with pytest.raises(OptionError, match=rf"'{key}' = .*not supported: .*{fix}"):
+        from_returnn_config({"train": {"class": "HDFDataset", "files": ["x.hdf"]}, key: value})
+
+
+def test_config_language_errors(data: Path) -> None:
+    """A sequence longer than batch_size is named in the config's words; an int batch_size over
+    keys none of which is the longest of every sequence is an error naming two sequences."""
+    hdf = str(data / "wmt" / "train.hdf")
+    base = {"train": {"class": "HDFDataset", "files": [hdf]}, "max_seqs": 4}
+    with pytest.raises(
+        OptionError,
+        match=r"train dataset \(HDFDataset\): batch_size 20 is smaller than sequence "
+        r"'wmt-train/\d+' \(length \d+ of 'classes'.*raise batch_size to >= \d+, or set "
+        r"max_seq_length = \{'classes': 20\}",
+    ):
+        from_returnn_config({**base, "batch_size": 20})
+    loader = from_returnn_config({**base, "batch_size": 300})["train"]
+    assert loader.options.length_key == "classes"  # the targets are the longest key
+    loader.close()
+    from returnn_configs.corpora import write_hdf
+
+    crossing = data / "crossing.hdf"  # targets longer than the sources in odd sequences only
+    write_hdf(crossing, [f"x/{i}" for i in range(10)], np.random.default_rng(1), dim=None,
+              data_len=(5, 30), target_len=lambda n: n + 2 if n % 2 else n - 2, target_dim=9)  # fmt: skip
+    with pytest.raises(
+        OptionError, match=r"batch_size 500 bounds the padded length of every key.*\{'data': 500\}"
+    ):
+        from_returnn_config({"train": {"class": "HDFDataset", "files": [str(crossing)]},
+                             "batch_size": 500})  # fmt: skip
+    loader = from_returnn_config(
+        {"train": {"class": "HDFDataset", "files": [str(crossing)]}, "batch_size": {"data": 500}}
+    )["train"]
+    loader.close()
+    mixed = {
+        "train": {"class": "HDFDataset", "files": [str(data / "hdf" / "train.1.hdf")]},
+        "batch_size": 900,
+    }
+    loader = from_returnn_config(mixed)["train"]  # speech: data frames outnumber the targets
+    assert loader.options.length_key in (None, "data")
+    loader.close()
