@@ -18,3 +18,4 @@ class BatchSpec:
     seqs: np.ndarray  # int64 [B] sequence indices
     real: np.ndarray  # bool [B]; False marks a filler repeat
     uses: np.ndarray | None = None  # int64 [B] corpus epoch per slot (mixed plans only)
+    chunks: np.ndarray | None = None  # int64 [B] chunk of its sequence per slot (chunked plans)

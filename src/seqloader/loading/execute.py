@@ -6,7 +6,7 @@ the ``BatchSpec`` and the seed — never on which worker runs it (contract C3/C4
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -43,6 +43,8 @@ class LoadedBatch:
     # remote files: seconds this batch's reader waited for files not yet cached, bytes it fetched
     fetch_wait_s: float = 0.0
     fetch_bytes: int = 0
+    # chunked plans: per chunked key, each row's [start, end) in its whole sequence, int64 [B, 2]
+    spans: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def transform_rng(
@@ -137,15 +139,19 @@ def execute(
     transform: Transform | None = None,
     alloc: Alloc = numpy_alloc,
     screen: bool = False,
+    chunking: Mapping[str, tuple[int, int]] | None = None,
 ) -> LoadedBatch:
     """``screen``: look for NaN/Inf in the transformed sequences (``LoadedBatch.nonfinite``).
+    ``chunking``: ``{key: (size, step)}`` of a chunked plan (``Planner.chunks.spec``); a slot then
+    holds chunk ``spec.chunks[j]`` of its sequence: each chunked key cut to its window after the
+    transform (RETURNN chunks what its dataset yields), the other keys whole.
 
     Without a transform, a source with ``read_into`` (HDF) copies each sequence straight into
     the padded batch (``loading.direct``); same bytes, one copy instead of two plus a screen.
     A source of remote files may wait for a file to arrive in its cache: the batch carries that
     wait (and the bytes it fetched itself), so the report can tell fetch wait from read time."""
     wait, fetched = COUNTERS.wait_s, COUNTERS.fetched_bytes
-    loaded = _execute(source, spec, seed, transform, alloc, screen)
+    loaded = _execute(source, spec, seed, transform, alloc, screen, chunking or {})
     loaded.fetch_wait_s = COUNTERS.wait_s - wait
     loaded.fetch_bytes = COUNTERS.fetched_bytes - fetched
     return loaded
@@ -158,8 +164,15 @@ def _execute(
     transform: Transform | None,
     alloc: Alloc,
     screen: bool,
+    chunking: Mapping[str, tuple[int, int]],
 ) -> LoadedBatch:
-    if transform is None and reads_into(source):
+    chunked = spec.chunks is not None
+    if chunked and not chunking:
+        raise DataError(
+            f"epoch {spec.epoch} step {spec.step}: the plan holds chunks, but the executor was "
+            "given no chunking; pass the planner's chunks.spec (seqloader.loading.execute)"
+        )
+    if transform is None and reads_into(source) and not chunked:
         return _execute_direct(source, spec, alloc, screen)
     skipped: list[tuple[int, str]] = []
     seqs = read_sequences(source, spec.seqs, skipped)
@@ -167,7 +180,8 @@ def _execute(
         keep = np.ones(len(spec.seqs), dtype=bool)
         keep[[pos for pos, _ in skipped]] = False
         uses = None if spec.uses is None else spec.uses[keep]
-        spec = BatchSpec(spec.epoch, spec.step, spec.seqs[keep], spec.real[keep], uses)
+        chunks = None if spec.chunks is None else spec.chunks[keep]
+        spec = BatchSpec(spec.epoch, spec.step, spec.seqs[keep], spec.real[keep], uses, chunks)
     if transform is not None:
         for j, i in enumerate(spec.seqs):
             use = None if spec.uses is None else spec.uses[j]
@@ -181,13 +195,48 @@ def _execute(
                     f"{type(e).__name__}: {e}"
                 ) from e
     _check_keys(source, spec.seqs, seqs, transform is not None)
+    spans: dict[str, np.ndarray] = {}
+    if spec.chunks is not None:
+        seqs, spans = cut_chunks(source, spec, seqs, chunking)
     data, lengths = pad_batch(seqs, alloc) if seqs else pad_empty(source.schema, alloc)
     tags = [source.tag(int(i)) for i in spec.seqs]
     where = f"epoch {spec.epoch} step {spec.step}"
     bad = nonfinite_messages(source, spec.seqs, seqs, where) if screen else []
-    return _with_corpora(
-        source, LoadedBatch(spec, data, lengths, tags, [msg for _, msg in skipped], bad)
-    )
+    loaded = LoadedBatch(spec, data, lengths, tags, [msg for _, msg in skipped], bad)
+    loaded.spans = spans
+    return _with_corpora(source, loaded)
+
+
+def cut_chunks(
+    source: Source,
+    spec: BatchSpec,
+    seqs: list[dict[str, np.ndarray]],
+    chunking: Mapping[str, tuple[int, int]],
+) -> tuple[list[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """Each sequence's chunked keys cut to the slot's window ``[c * step, min(c * step + size,
+    length))`` (views, no copy) -> (the chunks, ``{key: int64 [B, 2]}`` the windows)."""
+    assert spec.chunks is not None
+    chunks = spec.chunks.tolist()
+    spans = {key: np.zeros((len(seqs), 2), dtype=np.int64) for key in chunking}
+    out = []
+    for j, (seq, c) in enumerate(zip(seqs, chunks)):
+        cut = dict(seq)
+        for key, (size, step) in chunking.items():
+            whole = seq[key]
+            start = c * step
+            if start >= len(whole):
+                i = int(spec.seqs[j])
+                raise DataError(
+                    f"sequence {i} (tag {source.tag(i)!r}): chunk {c} of {key!r} starts at frame "
+                    f"{start}, but the sequence has {len(whole)} frames (the plan counted "
+                    f"{int(source.lengths(key)[i])}); a transform must keep a chunked key's "
+                    "length, or the source's lengths must be those after the transform"
+                )
+            end = min(start + size, len(whole))
+            cut[key] = whole[start:end]
+            spans[key][j] = (start, end)
+        out.append(cut)
+    return out, spans
 
 
 def _execute_direct(source: Source, spec: BatchSpec, alloc: Alloc, screen: bool) -> LoadedBatch:

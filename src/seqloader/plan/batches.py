@@ -19,12 +19,16 @@ class BatchList:
       sequence can be planned more than once: the corpus epoch each slot belongs to, so every use
       of a sequence is told apart (its transform RNG is keyed by it). It travels with ``seqs``
       through every slice.
+    - ``chunks``: int64 ``[slots]`` or None. Only in chunked plans (``seqloader.plan.chunks``): the
+      chunk of its sequence each slot holds (a sequence fills one slot per chunk). It travels
+      with ``seqs`` like ``uses``.
     """
 
     seqs: np.ndarray
     bounds: np.ndarray
     real: np.ndarray
     uses: np.ndarray | None = None
+    chunks: np.ndarray | None = None
 
     @classmethod
     def empty(cls) -> BatchList:
@@ -54,11 +58,20 @@ class BatchList:
             return None
         return self.uses[self.bounds[k] : self.bounds[k + 1]]
 
+    def chunks_of(self, k: int) -> np.ndarray | None:
+        """``chunks`` of batch ``k`` (None in unchunked plans)."""
+        if self.chunks is None:
+            return None
+        return self.chunks[self.bounds[k] : self.bounds[k + 1]]
+
     def first(self, n_batches: int) -> BatchList:
         """The first ``n_batches`` batches, as views (no copy)."""
         end = self.bounds[n_batches]
         uses = None if self.uses is None else self.uses[:end]
-        return BatchList(self.seqs[:end], self.bounds[: n_batches + 1], self.real[:end], uses)
+        chunks = None if self.chunks is None else self.chunks[:end]
+        return BatchList(
+            self.seqs[:end], self.bounds[: n_batches + 1], self.real[:end], uses, chunks
+        )
 
     def take(self, batch_ids: np.ndarray) -> BatchList:
         """The batches ``batch_ids`` (int ``[m]``), in that order."""
@@ -71,23 +84,30 @@ class BatchList:
         within = np.arange(bounds[-1], dtype=np.int64) - np.repeat(bounds[:-1], sizes)
         idx = starts + within
         uses = None if self.uses is None else self.uses[idx]
-        return BatchList(self.seqs[idx], bounds, self.real[idx], uses)
+        chunks = None if self.chunks is None else self.chunks[idx]
+        return BatchList(self.seqs[idx], bounds, self.real[idx], uses, chunks)
 
     def concat(self, other: BatchList) -> BatchList:
         bounds = np.concatenate([self.bounds, other.bounds[1:] + self.bounds[-1]])
         if (self.uses is None) != (other.uses is None):
             raise ValueError("BatchList.concat: one list has uses (a mixed plan), the other not")
+        if (self.chunks is None) != (other.chunks is None):
+            raise ValueError(
+                "BatchList.concat: one list has chunks (a chunked plan), the other not"
+            )
         uses = None if self.uses is None else np.concatenate([self.uses, other.uses])
+        chunks = None if self.chunks is None else np.concatenate([self.chunks, other.chunks])
         return BatchList(
             np.concatenate([self.seqs, other.seqs]),
             bounds,
             np.concatenate([self.real, other.real]),
             uses,
+            chunks,
         )
 
     def with_real(self, real: np.ndarray) -> BatchList:
         """The same slots with another ``real`` mask (e.g. all False for filler copies)."""
-        return BatchList(self.seqs, self.bounds, real, self.uses)
+        return BatchList(self.seqs, self.bounds, real, self.uses, self.chunks)
 
     def real_count(self, n_batches: int | None = None) -> int:
         """Real (not repeat) sequences in the first ``n_batches`` batches (all by default)."""

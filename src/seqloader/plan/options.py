@@ -44,6 +44,13 @@ DISTRIBUTIONS = choices(Distribution)
 SEEDINGS = choices(Seeding)
 UNEVEN_POLICIES = choices(Uneven)
 
+#: what ``chunking`` accepts (RETURNN's forms; normalised to ``ChunkSpec`` or None)
+ChunkingOption = ChunkSpec | Mapping[str, tuple[int, int]] | int | str | tuple | None
+#: what ``epoch_wise_filter`` accepts (RETURNN's dict; normalised to ``EpochFilter`` or None)
+EpochFilterOption = EpochFilter | Mapping | None
+#: what ``mix`` accepts: ``{corpus: rate}``
+MixOption = Mapping[str, float | Fraction | str] | None
+
 #: options left out of ``to_dict`` at their default, so plans that don't use them keep the
 #: fingerprints (and resume states) they had before the options existed
 _DEFAULTS_LEFT_OUT: dict[str, object] = {
@@ -209,15 +216,15 @@ class PlanOptions:
     seed: int = 1
     length_key: str | None = None
     seeding: Seeding = "seqloader"
-    mix: Mapping[str, float | Fraction | str] | None = None
+    mix: MixOption = None
     batch_cost: str = "frames"
     max_packed_frames: int | Mapping[str, int] | None = None
-    chunking: ChunkSpec | int | str | tuple | None = None
+    chunking: ChunkingOption = None
     min_chunk_size: int | Mapping[str, int] = 0
     fixed_random_subset: int | float | None = None
     fixed_random_subset_seed: int = 42
     fixed_random_seed: int | None = None
-    epoch_wise_filter: EpochFilter | Mapping | None = None
+    epoch_wise_filter: EpochFilterOption = None
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -297,6 +304,14 @@ class PlanOptions:
                 "max_packed_frames: not needed with batch_cost='packed' (max_frames already "
                 "bounds the sum of lengths); give one packed limit, or batch_cost='frames' to "
                 "bound padded frames by max_frames and the sum by max_packed_frames"
+            )
+        if self._parsed.is_buckets and (
+            isinstance(self.max_frames, Mapping) or cost.packed or self.max_packed_frames
+        ):
+            raise OptionError(
+                f"ordering={self.ordering!r}: not supported with per-key max_frames or packed "
+                "limits (buckets are cut by the length key's padded cost); use an int max_frames "
+                "with batch_cost='frames' or 'quadratic:Q', or another ordering (e.g. laplace:.N)"
             )
         chunked = self.chunking is not None
         for name, on, why in (

@@ -11,14 +11,15 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan.batches import BatchList
-from seqloader.plan.batching import greedy_bounds
 from seqloader.plan.bounds import check_bins
 from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
+from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_table
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
 from seqloader.plan.files import (
     EpochFiles,
@@ -32,6 +33,7 @@ from seqloader.plan.files import (
     units_of,
 )
 from seqloader.plan.keyed import resolve_keyed
+from seqloader.plan.limits import Batcher, BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress, MixPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
@@ -62,6 +64,22 @@ class Admission:
     def filtered_total(self) -> int:
         return sum(self.filtered.values())
 
+    def without(self, mask: np.ndarray, reason: str) -> Admission:
+        """This admission less the admitted sequences in ``mask`` (bool ``[n]``), counted under
+        ``reason``."""
+        hit = self.admitted[mask[self.admitted]]
+        if not len(hit):
+            return self
+        filtered = {**self.filtered, reason: len(hit)}
+        examples = {**self.filtered_examples, reason: hit[:5].tolist()}
+        return Admission(self.admitted[~mask[self.admitted]], filtered, examples)
+
+
+def chunkless_reason(options: PlanOptions) -> str:
+    """Why a sequence gives no chunk, in the report's words."""
+    m = options.min_chunk_size
+    return "empty" if not m else f"empty or shorter than min_chunk_size={m}"
+
 
 def admit(
     lengths: Mapping[str, np.ndarray],
@@ -70,10 +88,13 @@ def admit(
     tags: Sequence[str] | None = None,
     origin: str = "",
     excluded: Mapping[str, np.ndarray] | None = None,
+    check_fit: bool = True,
 ) -> Admission:
     """Apply ``excluded`` (reason -> bool mask ``[n]``, e.g. RETURNN's ``seq_list_filter_file``),
     ``max_seq_length`` / ``min_seq_length``; then check that every admitted sequence fits
-    ``max_frames`` alone, else raise naming the first offender and the option that filters it."""
+    ``max_frames`` alone, else raise naming the first offender and the option that filters it
+    (``check_fit=False``: the units planned are chunks, or limits are per key; the planner
+    checks them itself)."""
     main = lengths[length_key]
     keep = np.ones(len(main), dtype=bool)
     filtered: dict[str, int] = {}
@@ -102,7 +123,7 @@ def admit(
     for key, limit in sorted(shortest.items()):
         if limit > 0:
             drop(f"{key} shorter than min_seq_length={limit}", lengths[key] < limit)
-    if isinstance(options.max_frames, int):  # per-key limits: refused above for now
+    if check_fit and isinstance(options.max_frames, int):
         cost = options.cost
         fits = cost.longest_fitting(options.max_frames)
         too_long = np.flatnonzero(keep & (main > fits))
@@ -125,10 +146,6 @@ def admit(
 def refuse_unimplemented(options: PlanOptions) -> None:
     """Options whose API exists but whose planning is not in this version: a clear refusal."""
     pending = {
-        "chunking": options.chunking is not None,
-        "max_frames per key": isinstance(options.max_frames, Mapping),
-        "max_packed_frames": options.max_packed_frames is not None,
-        "batch_cost='packed'": options.cost.packed,
         "fixed_random_subset": options.fixed_random_subset is not None,
         "fixed_random_seed": options.fixed_random_seed is not None,
         "epoch_wise_filter": options.epoch_wise_filter is not None,
@@ -216,17 +233,42 @@ class Planner:
                     f"order_lengths: got shape {self.order_lengths.shape}, expected "
                     f"{self.lengths.shape} (one per sequence)"
                 )
-        self.admission = admit(lengths, key, options, tags, origin, excluded)
+        limits = BatchLimits.of(
+            options.max_seqs,
+            options.max_frames,
+            options.max_packed_frames,
+            options.cost,
+            list(lengths),
+            key,
+        )
+        chunked = options.chunking is not None
+        plain = limits.plain and not chunked
+        self.admission = admit(lengths, key, options, tags, origin, excluded, check_fit=plain)
         self._extra = b"" if order_lengths is None else self.order_lengths.tobytes()
         for reason, mask in sorted((excluded or {}).items()):
             self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
         self._admitted_mask = np.zeros(len(self.lengths), dtype=bool)
         self._admitted_mask[self.admission.admitted] = True
-        cost = options.cost
-        self.costs = cost.units(self.lengths)  # int64 [n] what max_frames bounds, per sequence
-        self.budget = cost.budget(
-            options.max_frames if isinstance(options.max_frames, int) else None
-        )  # max_frames in cost units
+        #: chunking: the units (sequence, chunk) of every admitted sequence (None: units are
+        #: the sequences themselves)
+        self.chunks: ChunkTable | None = None
+        unit_lengths: Mapping[str, np.ndarray] = lengths
+        if chunked:
+            spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
+            self.chunks = chunk_table(
+                lengths, spec, options.min_chunk_size, self._admitted_mask, tags, origin
+            )
+            none = self._admitted_mask & (np.diff(self.chunks.first) == 0)
+            self.admission = self.admission.without(none, f"no chunk ({chunkless_reason(options)})")
+            self._admitted_mask[none] = False
+            unit_lengths = self.chunks.lengths
+            self._unit_seq = self.chunks.unit_seq()  # int64 [units]
+            self._unit_chunk = self.chunks.unit_chunk()  # int64 [units]
+        self.batcher = Batcher(limits, unit_lengths)
+        if not plain:
+            self._check_fits(limits, unit_lengths, tags, origin)
+        self.costs = self.batcher.costs  # int64 [units] what max_frames bounds, per unit
+        self.budget = self.batcher.budget  # max_frames in cost units (the length key's)
         ordering = options.parsed_ordering
         check_bins(ordering, options.ordering, len(self.lengths))
         self.bucket_edges = np.zeros(0, dtype=np.int64)
@@ -259,6 +301,21 @@ class Planner:
             self._file_counts = file_counts(self.files, adm)  # [F]
         self.origin = origin
 
+    def _check_fits(
+        self,
+        limits: BatchLimits,
+        unit_lengths: Mapping[str, np.ndarray],
+        tags: Sequence[str] | None,
+        origin: str,
+    ) -> None:
+        """Every planned unit (admitted sequence, or chunk) fits a batch alone, else an error."""
+        if self.chunks is not None:  # every unit belongs to an admitted sequence
+            Batcher(limits, unit_lengths).check_fits(self._unit_seq, tags, origin, "a chunk")
+            return
+        adm = self.admission.admitted
+        mine = {k: np.asarray(v)[adm] for k, v in unit_lengths.items()}
+        Batcher(limits, mine).check_fits(adm, tags, origin, "the whole")
+
     @property
     def num_admitted(self) -> int:
         return len(self.admission.admitted)
@@ -275,6 +332,8 @@ class Planner:
             return self.sub_epoch_files(epoch)[0].seqs
         if self.options.parsed_ordering.is_buckets:
             return self.arrangement(epoch, order_rank, world_size).order
+        if self.chunks is not None:  # one slot per chunk
+            return self._unit_seq[self.sub_epoch_units(epoch, order_rank)]
         return self.sub_epoch_slots(epoch, order_rank)[0]
 
     def sub_epoch_slots(
@@ -353,10 +412,26 @@ class Planner:
         )
 
     def batches(self, order: np.ndarray, uses: np.ndarray | None = None) -> BatchList:
-        """Greedy batches over ``order`` (sequence indices; ``uses``: their corpus epochs)."""
-        return BatchList.from_bounds(
-            order, greedy_bounds(self.costs[order], self.options.max_seqs, self.budget), uses
+        """Greedy batches over ``order`` (unit indices: sequences, or chunks when chunking;
+        ``uses``: their corpus epochs)."""
+        return BatchList.from_bounds(order, self.batcher.bounds(order), uses)
+
+    def sub_epoch_units(self, epoch: int, order_rank: int = 0) -> np.ndarray:
+        """The units of ``epoch`` in plan order -> int64 ``[u]``: the sub-epoch's sequences, each
+        expanded into its chunks (consecutive) when chunking; else the sequences themselves."""
+        order = self.sub_epoch_slots(epoch, order_rank)[0]
+        return order if self.chunks is None else self.chunks.expand(order)
+
+    def with_chunks(self, plan: GlobalPlan) -> GlobalPlan:
+        """A plan over units as one over sequences: ``seqs`` the sequence of each slot, ``chunks``
+        its chunk (unchanged without chunking)."""
+        if self.chunks is None:
+            return plan
+        b = plan.batches
+        batches = BatchList(
+            self._unit_seq[b.seqs], b.bounds, b.real, b.uses, self._unit_chunk[b.seqs]
         )
+        return GlobalPlan(batches, plan.world_size, dropped=plan.dropped)
 
     def global_plan(
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
@@ -380,18 +455,21 @@ class Planner:
             per_rank = [
                 self._arranged_batches(epoch, r, 1, 0)
                 if buckets
-                else self.batches(self.sub_epoch_order(epoch, r))
+                else self.batches(self.sub_epoch_units(epoch, r))
                 for r in range(world_size)
             ]
-            return distribute_per_rank(per_rank)
+            return self.with_chunks(distribute_per_rank(per_rank))
         if buckets:
             batches = self._arranged_batches(epoch, 0, order_world_size or world_size, start)
             return distribute_shard(batches, world_size, self.options.uneven)
         order, uses = self.sub_epoch_slots(epoch)
+        if self.chunks is not None:  # no mix with chunking: uses is None
+            order = self.chunks.expand(order)
         self._check_start(start, len(order), epoch)
         order = order[int(start) :]
         uses = None if uses is None else uses[int(start) :]
-        return distribute_shard(self.batches(order, uses), world_size, self.options.uneven)
+        plan = distribute_shard(self.batches(order, uses), world_size, self.options.uneven)
+        return self.with_chunks(plan)
 
     # ---- distribution="files" (seqloader.plan.files) ----
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:

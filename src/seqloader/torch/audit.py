@@ -297,6 +297,22 @@ class EpochAuditor:
         self._skipped.append(np.asarray([i for i in rest if i in real_planned], dtype=np.int64))
         self._check_identity(batch, got, step)
 
+    def _chunk_lengths(self, batch: Batch, got: np.ndarray, step: int) -> dict[str, np.ndarray]:
+        """Chunked plans: the planned chunk of each delivered row, checked, and each chunked
+        key's window length -> ``{key: int64 [B]}`` (empty when unchunked or a mismatch)."""
+        chunks = self.planner.chunks
+        if chunks is None:
+            return {}
+        if batch.chunks is None or len(batch.chunks) != len(got):
+            self._error(f"step {step}: a chunked plan's batch without its chunk indices")
+            return {}
+        c = batch.chunks.numpy()
+        start = chunks.first[got] + c
+        if (c < 0).any() or (start >= chunks.first[got + 1]).any():
+            self._error(f"step {step}: chunk indices {c.tolist()} not planned for {got.tolist()}")
+            return {}
+        return {k: v[start] for k, v in chunks.lengths.items() if k in chunks.spec}
+
     def _check_identity(self, batch: Batch, got: np.ndarray, step: int) -> None:
         tags = batch.seq_tags
         for row, i in enumerate(got.tolist()):
@@ -306,8 +322,9 @@ class EpochAuditor:
                 return
         if not self.check_lengths:
             return
+        windows = self._chunk_lengths(batch, got, step)
         for key, lens in batch.lengths.items():
-            want_lens = self.source.lengths(key)[got]
+            want_lens = windows[key] if key in windows else self.source.lengths(key)[got]
             bad = np.flatnonzero(lens.numpy() != want_lens)
             if len(bad):
                 r = int(bad[0])

@@ -52,6 +52,9 @@ class Batch(Mapping):
       report counts.
     - ``fetch_wait_s``, ``fetch_bytes``: for remote files, how long building this batch waited for
       files to arrive in the local cache, and the bytes its reader fetched itself.
+    - ``chunks``: with ``chunking``, int64 ``[B]`` the chunk of its sequence each row holds, and
+      ``spans[key]`` int64 ``[B, 2]`` each row's ``[start, end)`` in the whole sequence, per
+      chunked key (keys not chunked are whole); None / empty otherwise.
     """
 
     data: dict[str, torch.Tensor]
@@ -68,6 +71,8 @@ class Batch(Mapping):
     corpus_counts: dict[str, CorpusCounts] = field(default_factory=dict)
     fetch_wait_s: float = 0.0  # remote files: the reader waited for files not yet cached
     fetch_bytes: int = 0  # remote files: bytes the reader fetched itself (not prefetched)
+    chunks: torch.Tensor | None = None
+    spans: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.data[key]
@@ -134,4 +139,6 @@ def build_batch(loaded: LoadedBatch, data: dict[str, torch.Tensor]) -> Batch:
         corpus_counts=dict(loaded.corpus_counts or {}),
         fetch_wait_s=loaded.fetch_wait_s,
         fetch_bytes=loaded.fetch_bytes,
+        chunks=None if spec.chunks is None else torch.from_numpy(np.array(spec.chunks, np.int64)),
+        spans={k: torch.from_numpy(v) for k, v in loaded.spans.items()},
     )

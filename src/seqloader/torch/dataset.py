@@ -53,6 +53,7 @@ class PlannedBatches(Dataset):
     """
 
     screen = False  # look for NaN/Inf in workers (set by the loader from its CheckOptions)
+    chunking: dict[str, tuple[int, int]] | None = None  # a chunked plan's {key: (size, step)}
     progress: WorkerProgress | None = None  # set by the loader when it has workers
 
     def __init__(self, source: Source, seed: int, transform: Transform | None = None) -> None:
@@ -69,9 +70,7 @@ class PlannedBatches(Dataset):
         info = get_worker_info()
         if info is None:
             alloc = self._local_alloc(spec)
-            return to_batch(
-                execute(self.source, spec, self.seed, self.transform, alloc, self.screen)
-            )
+            return to_batch(self._execute(spec, alloc))
         progress = self.progress
         if progress is None:
             return self._build_in_worker(spec)
@@ -85,21 +84,24 @@ class PlannedBatches(Dataset):
         pool = self._worker_pool()
         slot = pool.acquire(estimate_bytes(self.source, spec.seqs))
         if slot is None:  # every slot is still held by the trainer: torch's transport
-            return to_batch(
-                execute(self.source, spec, self.seed, self.transform, shared_alloc, self.screen)
-            )
+            return to_batch(self._execute(spec, shared_alloc))
         alloc = SlotAllocator(slot)
         try:
-            loaded = execute(self.source, spec, self.seed, self.transform, alloc, self.screen)
+            loaded = self._execute(spec, alloc)
             return SlotBatchMessage(pool, slot, alloc, loaded)
         except BaseException:
             slot.state[0] = FREE
             raise
 
+    def _execute(self, spec: BatchSpec, alloc: Alloc) -> LoadedBatch:
+        return execute(
+            self.source, spec, self.seed, self.transform, alloc, self.screen, self.chunking
+        )
+
     def _local_alloc(self, spec: BatchSpec) -> Alloc:
         """Memory for a batch built in this process: a reused block when the batch's size is known
-        exactly (no transform), so no batch pays fresh pages (``loading.arena``)."""
-        if self.transform is not None or not reads_into(self.source):
+        exactly (no transform, no chunks), so no batch pays fresh pages (``loading.arena``)."""
+        if self.transform is not None or not reads_into(self.source) or spec.chunks is not None:
             return numpy_alloc
         if self._local is None:
             self._local = BlockPool()
@@ -139,7 +141,7 @@ class PlanSampler(Sampler[BatchSpec]):
         share, epoch, first = self._share, self._epoch, self._first_step
         for k in range(len(share)):
             seqs, real = share.batch(k)
-            yield _WireSpec(epoch, first + k, seqs, real, share.uses_of(k))
+            yield _WireSpec(epoch, first + k, seqs, real, share.uses_of(k), share.chunks_of(k))
 
     def __len__(self) -> int:
         return len(self._share)
@@ -156,21 +158,36 @@ class _WireSpec(BatchSpec):
     def __reduce__(self):
         seqs = np.ascontiguousarray(self.seqs, dtype=np.int64).tobytes()
         real = np.ascontiguousarray(self.real, dtype=bool).tobytes()
-        if self.uses is None:
+        if self.uses is None and self.chunks is None:
             return (_unwire_spec, (self.epoch, self.step, seqs, real))
-        uses = np.ascontiguousarray(self.uses, dtype=np.int64).tobytes()
-        return (_unwire_spec, (self.epoch, self.step, seqs, real, uses))
+        uses = None if self.uses is None else _int64_bytes(self.uses)
+        chunks = None if self.chunks is None else _int64_bytes(self.chunks)
+        return (_unwire_spec, (self.epoch, self.step, seqs, real, uses, chunks))
+
+
+def _int64_bytes(values: np.ndarray) -> bytes:
+    return np.ascontiguousarray(values, dtype=np.int64).tobytes()
+
+
+def _int64s(values: bytes | None) -> np.ndarray | None:
+    return None if values is None else np.frombuffer(bytearray(values), dtype=np.int64)
 
 
 def _unwire_spec(
-    epoch: int, step: int, seqs: bytes, real: bytes, uses: bytes | None = None
+    epoch: int,
+    step: int,
+    seqs: bytes,
+    real: bytes,
+    uses: bytes | None = None,
+    chunks: bytes | None = None,
 ) -> BatchSpec:
     return BatchSpec(
         epoch,
         step,
         np.frombuffer(bytearray(seqs), dtype=np.int64),  # writable, like an unpickled array
         np.frombuffer(bytearray(real), dtype=bool),
-        None if uses is None else np.frombuffer(bytearray(uses), dtype=np.int64),
+        _int64s(uses),
+        _int64s(chunks),
     )
 
 

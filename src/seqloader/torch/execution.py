@@ -38,6 +38,7 @@ class Execution:
         self.checks = checks
         self.sampler = PlanSampler()
         self.dataloader: DataLoader | None = None
+        self.chunking: dict[str, tuple[int, int]] | None = None  # a chunked plan's windows
 
     def set_plan(self, epoch: int, share: BatchList, first_step: int) -> None:
         """What the next ``iter(dataloader)`` yields: ``share`` from step ``first_step`` on."""
@@ -68,6 +69,7 @@ class Execution:
             }
         batches = PlannedBatches(self.source, self.seed, self.transform)
         batches.screen = self.checks.screen  # workers look for NaN/Inf (loading.screen)
+        batches.chunking = self.chunking  # workers cut chunked plans' windows
         if w.num_workers > 0:  # which batch each worker builds: a death names it
             batches.progress = WorkerProgress(w.num_workers)
         return ReceivingDataLoader(

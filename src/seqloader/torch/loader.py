@@ -117,6 +117,8 @@ class SeqLoader:
         self._execution = Execution(
             source, self.worker_options, self.plan_options.seed, transform, self._batch_checks
         )
+        if self.planner.chunks is not None:  # workers cut each slot's window
+            self._execution.chunking = dict(self.planner.chunks.spec)
         self._last_report: EpochReport | None = None
         remote = remote_files(source)
         self._prefetch = (
@@ -193,7 +195,7 @@ class SeqLoader:
             position,
             self.planner.admission.filtered,
             planned_corpora(self.planner, epoch),
-            costs=self.planner.costs,
+            costs=self.planner.costs if self.planner.chunks is None else None,
         )
         self._last_report = report
         auditor = None

@@ -15,7 +15,15 @@ from functools import partial
 from typing import Literal, TypedDict
 
 from seqloader.errors import OptionError
-from seqloader.plan.options import Distribution, PlanOptions, Seeding, Uneven
+from seqloader.plan.options import (
+    ChunkingOption,
+    Distribution,
+    EpochFilterOption,
+    MixOption,
+    PlanOptions,
+    Seeding,
+    Uneven,
+)
 from seqloader.torch.audit import audit_policy
 from seqloader.torch.checks import CheckOptions
 from seqloader.validate import (
@@ -83,15 +91,15 @@ class PlanKeywords(TypedDict, total=False):
     seed: int
     length_key: str | None
     seeding: Seeding
-    mix: Mapping[str, float] | None
+    mix: MixOption
     batch_cost: str
     max_packed_frames: int | Mapping[str, int] | None
-    chunking: Mapping[str, tuple[int, int]] | int | str | tuple | None
+    chunking: ChunkingOption
     min_chunk_size: int | Mapping[str, int]
     fixed_random_subset: int | float | None
     fixed_random_subset_seed: int
     fixed_random_seed: int | None
-    epoch_wise_filter: Mapping | None
+    epoch_wise_filter: EpochFilterOption
 
 
 class WorkerKeywords(TypedDict, total=False):

@@ -1,0 +1,185 @@
+"""What bounds a batch when more than the length key's padded frames do: per-key limits
+(``max_frames={key: F}``, ``"*"`` = every key), limits on the sum of lengths (``batch_cost="packed"``,
+``max_packed_frames``), and ``max_seqs``; all at once, as RETURNN's ``BatchingIterDataPipe`` applies
+``batch_size``, ``packed_batch_size`` and ``max_seqs``.
+
+Greedy, RETURNN's rule: a batch takes the next unit unless that would break a limit; a new batch
+always takes at least one. Each limit is a predicate monotone in the batch size ``c`` at a start
+``i``, so the batch size is the least of the largest ``c`` each allows:
+
+- padded, per key ``k``: ``c * max(len_k[i:i+c]) <= F_k`` for every ``k`` iff
+  ``c <= min(fit[i:i+c])`` with ``fit[j] = min_k F_k // len_k[j]``: found for all starts at once by
+  binary lifting over power-of-two range minima, as ``seqloader.plan.batching`` does for one key;
+- packed, per key: ``sum(len_k[i:i+c]) <= P_k``: a ``searchsorted`` on the prefix sums.
+
+The plain case (one padded limit on the length key, nothing packed) keeps
+``seqloader.plan.batching.greedy_bounds`` (and so its plans, bit for bit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.errors import SequenceTooLongError
+from seqloader.plan.batching import greedy_bounds
+from seqloader.plan.cost import BatchCost
+from seqloader.plan.keyed import KeyedInt, resolve_keyed
+
+# Starts handled per vectorised block of the lifting; bounds its working memory.
+_BLOCK = 1 << 18
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """The limits of one plan, resolved against the data's keys (budgets in cost units)."""
+
+    max_seqs: int | None
+    padded: dict[str, int]  # key -> budget on n_seqs * max_len (the length key: cost units)
+    packed: dict[str, int]  # key -> budget on the sum of lengths
+    length_key: str
+    cost: BatchCost
+
+    @classmethod
+    def of(
+        cls,
+        max_seqs: int | None,
+        max_frames: KeyedInt | None,
+        max_packed_frames: KeyedInt | None,
+        cost: BatchCost,
+        keys: Sequence[str],
+        length_key: str,
+    ) -> BatchLimits:
+        frames = resolve_keyed("max_frames", max_frames, keys, length_key)
+        packed = resolve_keyed("max_packed_frames", max_packed_frames, keys, length_key)
+        if cost.packed:
+            packed, frames = frames, {}
+        elif cost.quadratic is not None:
+            frames = {k: int(cost.budget(v) or 0) for k, v in frames.items()}
+        return cls(max_seqs, frames, packed, length_key, cost)
+
+    @property
+    def plain(self) -> bool:
+        """Only the length key's padded cost (or nothing) bounds a batch: the classic path."""
+        return not self.packed and set(self.padded) <= {self.length_key}
+
+    def units(self, key: str, lengths: np.ndarray) -> np.ndarray:
+        """Cost units of ``lengths`` under the padded limit of ``key`` (the quadratic cost
+        applies to the length key only)."""
+        if key == self.length_key and self.cost.quadratic is not None:
+            return self.cost.units(lengths)
+        return np.asarray(lengths, dtype=np.int64)
+
+
+class Batcher:
+    """Greedy batch bounds over an order of units, under ``BatchLimits``."""
+
+    def __init__(self, limits: BatchLimits, lengths: Mapping[str, np.ndarray]) -> None:
+        """``lengths``: int64 ``[units]`` per key (the units' lengths)."""
+        self.limits = limits
+        self.lengths = {k: np.asarray(v, dtype=np.int64) for k, v in lengths.items()}
+        self.costs = limits.units(limits.length_key, self.lengths[limits.length_key])
+        self.budget = limits.padded.get(limits.length_key)
+        self.fit: np.ndarray | None = None  # int64 [units] how many of each fit a batch
+        if not limits.plain and limits.padded:
+            cap = np.iinfo(np.int64).max
+            fit = np.full(len(self.costs), cap, dtype=np.int64)
+            for key, budget in limits.padded.items():
+                c = limits.units(key, self.lengths[key])
+                per = np.full(len(c), cap, dtype=np.int64)
+                np.floor_divide(budget, c, out=per, where=c > 0)
+                np.minimum(fit, per, out=fit)
+            self.fit = fit
+
+    def bounds(self, order: np.ndarray) -> np.ndarray:
+        """Batch boundaries over ``order`` (unit indices) -> int64 ``[n_batches + 1]``."""
+        if self.limits.plain:
+            return greedy_bounds(self.costs[order], self.limits.max_seqs, self.budget)
+        m = len(order)
+        if m == 0:
+            return np.zeros(1, dtype=np.int64)
+        cap = m if self.limits.max_seqs is None else min(self.limits.max_seqs, m)
+        size = np.minimum(m - np.arange(m, dtype=np.int64), cap)  # [m]
+        if self.fit is not None:
+            np.minimum(size, _lift(self.fit[order], cap), out=size)
+        for key, budget in self.limits.packed.items():
+            cum = np.zeros(m + 1, dtype=np.int64)
+            np.cumsum(self.lengths[key][order], out=cum[1:])
+            most = np.searchsorted(cum, cum[:-1] + budget, side="right") - 1  # last end that fits
+            np.minimum(size, most - np.arange(m, dtype=np.int64), out=size)
+        np.maximum(size, 1, out=size)
+        return _chain(size.tolist(), m)
+
+    def check_fits(
+        self,
+        seq_of: np.ndarray,
+        tags: Sequence[str] | None,
+        origin: str,
+        what: str = "sequence",
+    ) -> None:
+        """Every unit must fit a batch alone; else raise naming the first one, its key and the
+        fix. ``seq_of``: the sequence of each unit (int64 ``[units]``)."""
+        checks = [(k, "max_frames", b, self.limits.units(k, self.lengths[k]) > b)
+                  for k, b in self.limits.padded.items()]  # fmt: skip
+        name = "max_frames" if self.limits.cost.packed else "max_packed_frames"
+        checks += [(k, name, b, self.lengths[k] > b) for k, b in self.limits.packed.items()]
+        for key, option, budget, over in checks:
+            bad = np.flatnonzero(over)
+            if not len(bad):
+                continue
+            u = int(bad[0])
+            i = int(seq_of[u])
+            tag = tags[i] if tags is not None else f"#{i}"
+            where = f" in {origin}" if origin else ""
+            shown = budget
+            if key == self.limits.length_key and self.limits.cost.quadratic is not None:
+                shown = budget // self.limits.cost.quadratic
+            raise SequenceTooLongError(
+                f"{what} of sequence {i} (tag {tag!r}){where} has {int(self.lengths[key][u])} "
+                f"frames of {key!r}, more than {option}[{key!r}]={shown} allows, so it fits no "
+                f"batch ({len(bad)} like this). Fix: raise {option} for {key!r}, or set "
+                f"max_seq_length={{{key!r}: {shown}}} to filter such sequences (counted in the "
+                "report)."
+            )
+
+
+def _lift(fit: np.ndarray, cap: int) -> np.ndarray:
+    """For every start ``i``: the largest ``c <= cap`` with ``c <= min(fit[i:i+c])`` (0 when even
+    one does not fit) -> int64 ``[m]``. Binary lifting over power-of-two range minima, in blocks."""
+    m = len(fit)
+    top = max(cap - 1, 0).bit_length()  # 2**top >= cap
+    clipped = np.minimum(fit, cap)
+    out = np.empty(m, dtype=np.int64)
+    for a in range(0, m, _BLOCK):
+        b = min(m, a + _BLOCK)
+        seg = np.zeros(b - a + (2 << top), dtype=np.int64)  # zero past the end: never fits
+        w = min(m, b + cap) - a
+        seg[:w] = clipped[a : a + w]
+        levels = [seg]
+        for k in range(1, top + 1):
+            half = 1 << (k - 1)
+            prev = levels[-1]
+            levels.append(np.minimum(prev[:-half], prev[half:]))
+        starts = np.arange(b - a, dtype=np.int64)
+        size = np.zeros(b - a, dtype=np.int64)
+        low = np.full(b - a, cap, dtype=np.int64)
+        for k in range(top, -1, -1):
+            cand = size + (1 << k)
+            got = np.minimum(levels[k][starts + size], low)
+            ok = cand <= got
+            size = np.where(ok, cand, size)
+            low = np.where(ok, got, low)
+        out[a:b] = size
+    return out
+
+
+def _chain(size: list[int], m: int) -> np.ndarray:
+    """Follow the batch starts: ``0, size[0], ...`` -> int64 bounds ``[n_batches + 1]``."""
+    out = [0]
+    start = 0
+    while start < m:
+        start += size[start]
+        out.append(start)
+    return np.asarray(out, dtype=np.int64)
