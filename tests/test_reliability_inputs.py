@@ -121,6 +121,18 @@ def test_float_seq_lengths(tmp_path):
         sl.HDFSource(path)
 
 
+def test_negative_seq_lengths_name_the_sequence_and_the_fix(tmp_path):
+    path = write(tmp_path / "neg.hdf")
+    with h5py.File(path, "r+") as f:
+        lengths = f["seqLengths"][()]
+        lengths[3] = -lengths[3]
+        f["seqLengths"][...] = lengths
+    with pytest.raises(
+        DataError, match=r"neg\.hdf.*seqLengths row 3 \(sequence 3, tag 'u/3'\) is negative.*Fix: "
+    ):
+        sl.HDFSource(path)
+
+
 @pytest.mark.parametrize("rows, cols", [(2**31, 2), (6, 3_000_000)])
 def test_damaged_seq_lengths_shape_is_refused_before_reading(tmp_path, rows, cols):
     """A damaged header can claim billions of rows (found by tests/test_fuzz_hdf): the shape is

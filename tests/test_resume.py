@@ -476,8 +476,19 @@ class TestRefusals:
             ({"format": "x"}, "not a seqloader loader state"),
             ({"version": 99}, "version: got 99"),
             ({"segment_steps": 1000}, "only 14 steps"),
-            ({"seqs_consumed": 4}, "seqs_consumed: got 4, but its position gives 9"),
+            (
+                {"seqs_consumed": 4},
+                r"seqs_consumed: got 4, but its position \(step 3 of 14 of "
+                r"epoch 1\) gives 9.*Fix: ",
+            ),
             ({"steps": 2}, "steps: got 2"),
+            # the attack: a mid-epoch state edited to say the epoch is done
+            (
+                {"epoch_complete": True},
+                r"epoch_complete: got True, but its position \(step 3 "
+                r"of 14 of epoch 1\) gives False",
+            ),
+            ({"epoch_complete": 1}, r"epoch_complete: got 1, .* gives False"),
         ],
     )
     def test_broken_state(self, change: dict, match: str) -> None:
@@ -507,6 +518,14 @@ class TestRefusals:
         consume(loaders, 1, 1, limit=2)
         state = take_state(loaders)
         loader = make(0, 3)
-        loader.load_state_dict(state)
-        with pytest.raises(ResumeError, match="same world size"):
-            loader.epoch(1)
+        with pytest.raises(ResumeError, match="same world size"):  # at load, before any epoch
+            loader.load_state_dict(state)
+        same = make(0, 2)
+        same.load_state_dict(state)  # the saver's world size resumes
+        assert next(iter(same.epoch(1))).step == 2
+
+    def test_finished_state_with_epoch_complete_false_is_refused(self) -> None:
+        state = finished_state(self.make, 1)
+        assert state["epoch_complete"]
+        with pytest.raises(ResumeError, match=r"epoch_complete: got False.*gives True"):
+            self.make(0, 1).load_state_dict({**state, "epoch_complete": False})

@@ -224,6 +224,26 @@ def is_finished(position: Position, plan: GlobalPlan) -> bool:
     return position.steps == plan.steps
 
 
+def check_resumable(
+    planner: Planner, position: Position, segment: GlobalPlan, world_size: int
+) -> None:
+    """Refuse what cannot continue on ``world_size`` ranks: a mid-epoch position of
+    ``random_seed_offset`` (each rank its own order: no global position) on another world size.
+    Called at ``load_state_dict`` already, so the refusal comes before any training resumes."""
+    if (
+        planner.options.distribution == "random_seed_offset"
+        and world_size != position.segment_world_size
+        and not is_finished(position, segment)
+    ):
+        raise ResumeError(
+            f"cannot resume epoch {position.epoch} mid-way with world_size={world_size} from a "
+            f"state saved with world_size={position.segment_world_size}: "
+            "distribution='random_seed_offset' gives each rank its own order, so there is no "
+            "global position to continue from. Resume with the same world size, finish the epoch "
+            "first, or use distribution='shard'."
+        )
+
+
 def continue_plan(
     planner: Planner,
     position: Position,
@@ -247,14 +267,7 @@ def continue_plan(
         plan, consumed = planner.files_plan(position.epoch, world_size, history)
         before = position.epoch_steps
         return plan, Position(position.epoch, len(consumed), world_size, 0, before, history=history)
-    if planner.options.distribution != "shard":
-        raise ResumeError(
-            f"cannot resume epoch {position.epoch} mid-way with world_size={world_size} from a "
-            f"state saved with world_size={position.segment_world_size}: "
-            "distribution='random_seed_offset' gives each rank its own order, so there is no "
-            "global position to continue from. Resume with the same world size, finish the epoch "
-            "first, or use distribution='shard'."
-        )
+    check_resumable(planner, position, seg, world_size)
     start = position.seq_offset(seg)
     # only buckets:N orders depend on the world size they were arranged for: others need no record
     keep = planner.options.parsed_ordering.is_buckets

@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from seqloader.errors import ResumeError
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
-from seqloader.plan.position import Position, continue_plan, is_finished, segment_plan
+from seqloader.plan.position import (
+    Position,
+    check_resumable,
+    continue_plan,
+    is_finished,
+    segment_plan,
+)
 
 STATE_FORMAT = "seqloader.loader_state"
 STATE_VERSION = 1
@@ -122,13 +128,22 @@ class LoaderState:
             self._resume = self._resume_plan = None
             return None
         plan = segment_plan(self.planner, position)
-        derived = {"steps": position.epoch_steps, "seqs_consumed": position.seq_offset(plan)}
+        derived: dict[str, object] = {
+            "steps": position.epoch_steps,
+            "seqs_consumed": position.seq_offset(plan),
+            "epoch_complete": is_finished(position, plan),
+        }
         for key, value in derived.items():
-            if key in state and state[key] != value:
+            got = state.get(key, value)
+            if type(got) is not type(value) or got != value:  # True is not 1 here
+                at = f"step {position.epoch_steps} of {position.prior_steps + plan.steps}"
                 raise ResumeError(
-                    f"loader state {key}: got {state[key]!r}, but its position gives {value} "
-                    "with this loader's plan: the state was written by a seqloader version that "
-                    "plans differently, or was edited"
+                    f"loader state {key}: got {got!r}, but its position ({at} of epoch "
+                    f"{position.epoch}) gives {value!r} with this loader's plan: the state was "
+                    "edited or written by a seqloader version that plans differently. Fix: load "
+                    "the state as SeqLoader.state_dict() wrote it (its derived fields follow "
+                    "from the position), or start without load_state_dict"
                 )
+        check_resumable(self.planner, position, plan, self.world_size)
         self._resume, self._resume_plan = position, plan
         return {**position.to_fields(), **derived}

@@ -191,8 +191,16 @@ def _seq_lengths(f: h5py.File, where: str, n_cols: int, column_keys: list[str]) 
     if not np.issubdtype(lengths.dtype, np.integer):
         raise DataError(f"HDF file {where}: seqLengths has dtype {lengths.dtype}, expected ints")
     if lengths.size and lengths.min() < 0:
-        row = int(np.argwhere(lengths < 0)[0][0])
-        raise DataError(f"HDF file {where}: seqLengths row {row} is negative: {lengths[row]}")
+        rows = np.flatnonzero((lengths < 0).reshape(len(lengths), -1).any(axis=1))
+        row = int(rows[0])
+        tag = _one_tag(tags, row) if isinstance(tags, h5py.Dataset) else None
+        named = f" (sequence {row}, tag {tag!r})" if tag is not None else f" (sequence {row})"
+        raise DataError(
+            f"HDF file {where}: seqLengths row {row}{named} is negative: {lengths[row].tolist()} "
+            f"({len(rows)} negative row(s) in all); a length counts frames, so the file is "
+            "damaged or its writer is broken. Fix: write the file again (seqloader.write_hdf, or "
+            "RETURNN's HDFDatasetWriter/SimpleHDFWriter), or leave it out of the file list"
+        )
     return lengths.astype(np.int64, copy=False)
 
 
@@ -226,6 +234,16 @@ def _target_spec(key: str, dset: h5py.Dataset, size: object, where: str) -> KeyS
             )
     sparse = dtype.kind in "iu" and ndim <= 1
     return KeySpec(dtype, tuple(dset.shape[1:]), sparse, dim if sparse else None)
+
+
+def _one_tag(tags: h5py.Dataset, row: int) -> str | None:
+    """Tag ``row`` of a ``seqTags`` dataset for a message (None when it cannot be read)."""
+    try:
+        raw = tags[row]
+    except (OSError, ValueError, IndexError):
+        return None
+    raw = raw.reshape(-1)[0] if isinstance(raw, np.ndarray) and raw.size else raw
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
 def _tags(f: h5py.File, where: str, num_seqs: int) -> PackedTags:
