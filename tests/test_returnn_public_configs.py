@@ -72,9 +72,12 @@ def reference(path: str, name: str, epochs: tuple[int, ...]):
             pipe = wrapper.ReturnnDatasetIterDataPipe(
                 dataset, reset_callback=wrapper.ReturnnDatasetResetNoOpCallback()
             )
+            min_len = cfg.typed_value("min_seq_length", None)
             max_len = cfg.typed_value("max_seq_length", None)
-            if max_len is not None:
-                pipe = pipeline.LenFilterDataPipe(pipe, max_seq_length=max_len)
+            if min_len is not None or max_len is not None:  # as RETURNN's torch engine
+                pipe = pipeline.LenFilterDataPipe(
+                    pipe, min_seq_length=min_len, max_seq_length=max_len
+                )
             out = []
             for batch in pipeline.get_batching_iterable_dataset_from_config(
                 dataset=pipe, config=cfg, train=name == "train"
@@ -94,6 +97,7 @@ def reference(path: str, name: str, epochs: tuple[int, ...]):
 
 
 def ours(config: Path, num_workers: int, name: str, epochs: tuple[int, ...], tmp_path: Path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     copy = tmp_path / config.name
     copy.write_text(
         config.read_text() + f"\ntorch_dataloader_opts = {{'num_workers': {num_workers}}}\n"
@@ -249,13 +253,43 @@ def test_refused_classes_name_the_dataset_and_the_fix(kind: str, fix: str) -> No
     [
         ("online_shuffle_batches", 10, r"torch's global RNG.*remove it"),
         ("torch_batching", {"class": "X"}, r"use batch_size / max_seqs"),
-        ("min_seq_length", 3, r"remove it, or drop the short sequences with seq_list_filter_file"),
-        ("packed_batch_size", 100, r"use batch_size"),
+        ("packed_batch_cost", {"data": len}, r"use packed_batch_size"),
     ],
 )
 def test_refused_global_options_name_the_key_and_the_fix(key: str, value, fix: str) -> None:
     with pytest.raises(OptionError, match=rf"'{key}' = .*not supported: .*{fix}"):
         from_returnn_config({"train": {"class": "HDFDataset", "files": ["x.hdf"]}, key: value})
+
+
+@pytest.mark.parametrize(
+    "key,value,fix",
+    [
+        ("chunking", "50:25", r"remove it to train on whole sequences"),
+        ("packed_batch_size", 100, r"use batch_size \(padded frames\) instead"),
+    ],
+)
+def test_options_not_planned_yet_name_the_key_the_dataset_and_the_fix(
+    data: Path, key: str, value, fix: str
+) -> None:
+    """Mapped onto seqloader's native option; while the planner does not plan it, the refusal
+    names the RETURNN option, the dataset and what to do instead."""
+    from seqloader.plan.options import PlanOptions
+    from seqloader.plan.planner import refuse_unimplemented
+
+    native = {"chunking": "chunking", "packed_batch_size": "max_packed_frames"}[key]
+    try:
+        refuse_unimplemented(PlanOptions(**{native: value}))
+        pytest.skip(f"{native} is planned now")
+    except OptionError:
+        pass
+    hdf = str(data / "hdf" / "dev.hdf")
+    with pytest.raises(
+        OptionError,
+        match=rf"train dataset \(HDFDataset\): RETURNN option '{key}' = {value!r} maps to "
+        rf"seqloader's {native}=, which this version does not plan yet: {fix}",
+    ):
+        from_returnn_config({"train": {"class": "HDFDataset", "files": [hdf]}, key: value,
+                             "batch_size": 5000})  # fmt: skip
 
 
 def test_config_language_errors(data: Path) -> None:
@@ -294,3 +328,19 @@ def test_config_language_errors(data: Path) -> None:
     loader = from_returnn_config(mixed)["train"]  # speech: data frames outnumber the targets
     assert loader.options.length_key in (None, "data")
     loader.close()
+
+
+@pytest.mark.parametrize("min_len", ["9", "{'classes': 12}"])
+def test_min_seq_length_as_returnn(data: Path, tmp_path: Path, min_len: str) -> None:
+    """RETURNN's min_seq_length (an int: every key; a dict: the keys named) drops the same
+    sequences as RETURNN's LenFilterDataPipe: the same batches."""
+    config = tmp_path / "wmt_min.config"
+    config.write_text(
+        (CONFIGS / "wmt_translation.config").read_text() + f"\nmin_seq_length = {min_len}\n"
+    )
+    epochs = (1, 2, 3)
+    expected, _ = reference(str(config), "train", epochs)
+    got, _ = ours(config, 0, "train", epochs, tmp_path / "ours")
+    assert got == expected
+    whole, _ = reference(str(CONFIGS / "wmt_translation.config"), "train", epochs)
+    assert sum(map(len, got[1])) < sum(map(len, whole[1]))  # something was dropped

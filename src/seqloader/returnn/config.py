@@ -18,6 +18,7 @@ import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.plan.options import Distribution, PlanOptions
+from seqloader.plan.planner import refuse_unimplemented
 from seqloader.returnn.datasets import Converted, convert_dataset
 from seqloader.returnn.stubs import Stub, find_stub, stub_imports
 from seqloader.torch.loader import SeqLoader, WorkerOptions
@@ -25,20 +26,30 @@ from seqloader.torch.loader import SeqLoader, WorkerOptions
 # global data options that change which sequences or batches RETURNN delivers, and that we refuse:
 # what they do, and what to do instead
 REFUSED_GLOBAL = {
-    "chunking": "cuts sequences into chunks; not planned yet: remove it to train on whole "
-    "sequences, or cut the sequences when writing the HDF files",
     "torch_batching": "a user-written batching pipeline; seqloader plans its own batches: remove "
     "it and use batch_size / max_seqs (SeqLoader's max_frames / max_seqs)",
     "custom_batching": "a user-written batching function; remove it and use batch_size / max_seqs",
-    "packed_batch_size": "packed (unpadded) batch budgets; not planned yet: use batch_size "
-    "(padded frames)",
-    "packed_batch_size_train": "packed (unpadded) batch budgets; not planned yet: use batch_size",
-    "packed_batch_size_dev": "packed (unpadded) batch budgets; not planned yet: use batch_size",
     "online_shuffle_batches": "a shuffle buffer of batches seeded from torch's global RNG, so no "
     "run reproduces it; remove it (seqloader's orderings, e.g. 'laplace:.1000', already mix "
     "batches deterministically)",
-    "min_seq_length": "a lower bound on every key; not planned yet: remove it, or drop the short "
-    "sequences with seq_list_filter_file",
+    "packed_batch_cost": "a user cost function per sequence; no native form: use "
+    "packed_batch_size (seqloader's max_packed_frames) or batch_size alone",
+    "packed_batch_cost_train": "a user cost function per sequence; no native form: use "
+    "packed_batch_size or batch_size alone",
+    "packed_batch_cost_dev": "a user cost function per sequence; no native form: use "
+    "packed_batch_size or batch_size alone",
+}
+# RETURNN option -> what to do while seqloader does not plan its native form yet
+NOT_PLANNED_FIX = {
+    "chunking": "remove it to train on whole sequences, or cut the sequences when writing the "
+    "HDF files",
+    "min_chunk_size": "remove it together with chunking",
+    "packed_batch_size": "use batch_size (padded frames) instead",
+    "batch_size": "give batch_size as a dict naming the one key to bound",
+    "fixed_random_seed": "remove it (a new order per epoch), or use seq_ordering 'sorted', "
+    "'sorted_reverse' or 'default', where it changes nothing",
+    "epoch_wise_filter": "remove it (the first epochs then also see the long sequences), or "
+    "train those epochs from a config with max_seq_length",
 }
 LOADER_OPTS = {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "timeout"}
 TRAIN, EVAL = "train", ("dev", "eval")
@@ -178,8 +189,8 @@ def from_returnn_config(
 def _check_fits(name: str, c: Converted, plan: PlanOptions, values: Mapping[str, Any]) -> None:
     """A sequence longer than ``batch_size`` (and not dropped by ``max_seq_length`` or a seq
     list) is an error in the config's words; RETURNN would put it in a batch of its own."""
-    if plan.max_frames is None:
-        return
+    if not isinstance(plan.max_frames, int):
+        return  # per-key bounds: the planner names an offender in its own words
     key = plan.length_key or c.source.keys[0]
     lengths = c.source.lengths(key)
     keep = np.ones(len(lengths), dtype=bool)
@@ -265,20 +276,86 @@ def _plan_options(name: str, c: Converted, values: Mapping[str, Any]) -> PlanOpt
     offset = c.random_seed_offset
     if offset is None:
         offset = int(values.get("dataset_random_seed_offset", 0))
-    return PlanOptions(
-        ordering=c.ordering,
-        max_seqs=None if max_seqs in (None, -1) else max_seqs,
-        max_frames=max_frames,
-        max_seq_length=_length_limit(where, values.get("max_seq_length"), keys),
-        partition_epoch=c.partition_epoch,
-        distribution=cast(Distribution, distribution or "shard"),  # PlanOptions checks it
-        seed=offset,
-        length_key=length_key,
-        seeding="returnn",
+    # native field -> (RETURNN option, its value)
+    native, origin = dict(c.native), {k: (k, v) for k, v in c.native.items()}
+    if isinstance(max_frames, Mapping):
+        origin["max_frames"] = ("batch_size", _per_split(values, "batch_size", train))
+    for field, key in (
+        ("chunking", "chunking"),
+        ("min_chunk_size", "min_chunk_size"),
+        ("min_seq_length", "min_seq_length"),
+        ("max_packed_frames", "packed_batch_size"),
+    ):
+        value = values.get(key) if key != "packed_batch_size" else _per_split(values, key, train)
+        if key == "chunking" and callable(value):
+            raise OptionError(
+                f"{where}: chunking {value!r} is a user function; seqloader plans chunks itself: "
+                "give chunking as 'size:step' or {key: size} (its native chunking=)"
+            )
+        if value in (None, 0, "0", "", -1) or (key == "min_chunk_size" and not value):
+            continue
+        native[field] = _every_key(value) if field != "chunking" else value
+        origin[field] = (key, value)
+    try:
+        plan = PlanOptions(
+            ordering=c.ordering,
+            max_seqs=None if max_seqs in (None, -1) else max_seqs,
+            max_frames=max_frames,
+            max_seq_length=_length_limit(where, values.get("max_seq_length"), keys),
+            partition_epoch=c.partition_epoch,
+            distribution=cast(Distribution, distribution or "shard"),  # PlanOptions checks it
+            seed=offset,
+            length_key=length_key,
+            seeding="returnn",
+            **native,
+        )
+    except OptionError as e:
+        named = ", ".join(f"{k} = {v!r}" for k, v in origin.values()) or "its options"
+        raise OptionError(f"{where}: RETURNN's {named}: {e}") from e
+    _refuse_not_planned(where, plan, native, origin)
+    return plan
+
+
+def _every_key(value: Any) -> Any:
+    """RETURNN's NumbersDict: a number applies to every key (seqloader's ``{"*": v}``)."""
+    return {"*": int(value)} if isinstance(value, int | float) else dict(value)
+
+
+def _refuse_not_planned(
+    where: str,
+    plan: PlanOptions,
+    native: Mapping[str, Any],
+    origin: Mapping[str, tuple[str, Any]],
+) -> None:
+    """Native options this seqloader accepts but does not plan yet: refused in the config's
+    words, naming each RETURNN option and what to do instead."""
+    try:
+        refuse_unimplemented(plan)
+        return
+    except OptionError:
+        pass
+    pending = []
+    for field, (key, value) in origin.items():
+        try:
+            probe: dict[str, Any] = {field: native.get(field, plan.max_frames)}
+            refuse_unimplemented(PlanOptions(**probe))
+        except OptionError:
+            pending.append((key, field, value))
+    if not pending:
+        refuse_unimplemented(plan)  # a combination: the planner's own words
+    raise OptionError(
+        f"{where}: "
+        + "; ".join(
+            f"RETURNN option {key!r} = {value!r} maps to seqloader's {field}=, which this "
+            f"version does not plan yet: {NOT_PLANNED_FIX.get(key, 'remove it')}"
+            for key, field, value in pending
+        )
     )
 
 
-def _batch_size(where: str, value: Any, source: Any) -> tuple[int | None, str | None]:
+def _batch_size(
+    where: str, value: Any, source: Any
+) -> tuple[int | dict[str, int] | None, str | None]:
     """RETURNN's ``batch_size``: padded frames; a dict names the key it counts."""
     keys = source.keys
     if value is None:
@@ -295,7 +372,14 @@ def _batch_size(where: str, value: Any, source: Any) -> tuple[int | None, str | 
         return int(limit), key
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise OptionError(f"{where}: batch_size {value!r}; expected an int or a one-key dict")
-    return int(value), longest_key(where, int(value), source)
+    try:
+        return int(value), longest_key(where, int(value), source)
+    except OptionError as no_longest:
+        try:  # seqloader's per-key bound, where this version plans it: exact everywhere
+            refuse_unimplemented(PlanOptions(max_frames={"*": int(value)}))
+        except OptionError:
+            raise no_longest from None
+        return {"*": int(value)}, None
 
 
 def longest_key(where: str, batch_size: int, source: Any) -> str | None:

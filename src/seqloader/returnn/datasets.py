@@ -9,7 +9,7 @@ from __future__ import annotations
 import gzip
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,7 @@ class Converted:
     random_seed_offset: int | None  # None: RETURNN's default (global offset, per-rank step)
     kind: str
     num_workers: int | None = None  # MultiProcDataset's worker processes
+    native: dict[str, Any] = field(default_factory=dict)  # PlanOptions fields, by their names
 
 
 def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> Converted:
@@ -119,15 +120,13 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
     ordering = opts.get("seq_ordering", default_ordering)
     if not isinstance(ordering, str):
         raise OptionError(f"{where}: seq_ordering {ordering!r}; a function is not supported")
+    native: dict[str, Any] = {}
     fixed = opts.get("fixed_random_seed")
     if fixed is not None and ordering.split(":")[0] not in UNDRAWN:
-        raise OptionError(
-            f"{where}: fixed_random_seed={fixed!r} with seq_ordering {ordering!r}: RETURNN then "
-            "draws the same order every epoch, which seqloader does not plan; remove "
-            "fixed_random_seed (a new order per epoch), or use 'sorted' / 'sorted_reverse' / "
-            "'default', where it changes nothing"
-        )
-    return Converted(view, ordering, int(partition_epoch), offset, kind)
+        native["fixed_random_seed"] = fixed  # else: no draw, RETURNN's fixed seed changes nothing
+    if opts.get("epoch_wise_filter"):
+        native["epoch_wise_filter"] = opts["epoch_wise_filter"]
+    return Converted(view, ordering, int(partition_epoch), offset, kind, native=native)
 
 
 MULTI_PROC_OWN = ("class", "dataset", "num_workers", "buffer_size", "sharding_method")
@@ -158,7 +157,13 @@ def _multi_proc(name: str, opts: dict[str, Any], default_ordering: str) -> Conve
             merged.setdefault(key, value)  # RETURNN: kwargs become the inner dataset's defaults
     c = convert_dataset(name, merged, default_ordering)
     return Converted(
-        c.source, c.ordering, c.partition_epoch, c.random_seed_offset, c.kind, num_workers=workers
+        c.source,
+        c.ordering,
+        c.partition_epoch,
+        c.random_seed_offset,
+        c.kind,
+        num_workers=workers,
+        native=c.native,
     )
 
 
@@ -211,8 +216,19 @@ def _meta(name: str, opts: dict[str, Any]) -> Converted:
         order_lengths=np.asarray(order)[index],
         excluded={k: np.asarray(m)[index] for k, m in ctrl.source.excluded().items()},
     )
+    for sub, c in converted.items():
+        if sub != control and c.native:
+            raise OptionError(
+                f"{name}.{sub} ({c.kind}): {sorted(c.native)} on a dataset that does not control "
+                f"the order; RETURNN orders by {control!r}: set them there"
+            )
     return Converted(
-        view, ctrl.ordering, ctrl.partition_epoch, ctrl.random_seed_offset, "MetaDataset"
+        view,
+        ctrl.ordering,
+        ctrl.partition_epoch,
+        ctrl.random_seed_offset,
+        "MetaDataset",
+        native=ctrl.native,
     )
 
 
@@ -234,7 +250,7 @@ def _concat(name: str, opts: dict[str, Any]) -> Converted:
     converted = []
     for i, sub in enumerate(subs):
         c = convert_dataset(f"{name}.datasets[{i}]", sub, "default")
-        if c.ordering != "default" or c.partition_epoch != 1:
+        if c.ordering != "default" or c.partition_epoch != 1 or c.native:
             raise OptionError(
                 f"{name}.datasets[{i}] ({c.kind}): seq_ordering={c.ordering!r}, "
                 f"partition_epoch={c.partition_epoch} inside a ConcatDataset: RETURNN orders each "
@@ -323,12 +339,6 @@ def _oggzip(where: str, opts: dict[str, Any]) -> Built:
             f"{where}: option 'targets_post_process' is not supported: RETURNN applies the "
             "function to the text before the vocabulary; apply it when writing the corpus "
             "listing (NAME.txt), or encode with a transform (seqloader.transforms)"
-        )
-    if opts.get("epoch_wise_filter"):
-        raise OptionError(
-            f"{where}: option 'epoch_wise_filter' is not supported yet: it needs epoch-dependent "
-            "admission bounds in the plan; remove it (the first epochs then also see long "
-            "sequences) or train those epochs from a config with max_seq_length"
         )
     audio, targets = opts.get("audio"), opts.get("targets")
     features = None
