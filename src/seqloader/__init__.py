@@ -11,6 +11,7 @@ from seqloader.adapters import HFSource, LhotseSource
 from seqloader.audio import (
     AudioOptions,
     AudioSource,
+    KaldiFbank,
     LogMel,
     ReturnnFeatures,
     SentencePieceVocab,
@@ -71,6 +72,7 @@ __all__ = [
     "FileCache",
     "HDFSource",
     "HFSource",
+    "KaldiFbank",
     "KeySpec",
     "LhotseSource",
     "LogMel",

@@ -6,6 +6,7 @@ imports torch (see docs/architecture.md).
 """
 
 from seqloader.audio.features import LogMel
+from seqloader.audio.kaldi_fbank import KaldiFbank
 from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.source import AudioOptions, AudioSource
 from seqloader.audio.vocab import SentencePieceVocab, TokenVocab, Vocabulary
@@ -13,6 +14,7 @@ from seqloader.audio.vocab import SentencePieceVocab, TokenVocab, Vocabulary
 __all__ = [
     "AudioOptions",
     "AudioSource",
+    "KaldiFbank",
     "LogMel",
     "ReturnnFeatures",
     "SentencePieceVocab",

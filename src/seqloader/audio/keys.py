@@ -18,6 +18,7 @@ from typing import NoReturn
 import numpy as np
 
 from seqloader.audio.features import LogMel
+from seqloader.audio.kaldi_fbank import KaldiFbank
 from seqloader.audio.resample import resample, speed_length
 from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.vocab import Vocabulary
@@ -34,7 +35,8 @@ class AudioOptions:
 
     - ``sample_rate``: rate of ``audio`` and of the features; files at other rates are resampled.
       Default: ``features.sample_rate``, else 16000.
-    - ``features``: ``LogMel`` options for the ``data`` key (None: no ``data`` key), or
+    - ``features``: ``LogMel`` options for the ``data`` key (None: no ``data`` key), ``KaldiFbank``
+      for Kaldi-style filterbank frames (Lhotse's ``Fbank``), or
       ``ReturnnFeatures`` for RETURNN's frames: computed on the whole decoded file as RETURNN does
       (no resampling: a file at another rate is an error, as in RETURNN), then cropped or
       edge-padded to the planned frame count when the manifest's duration is rounded.
@@ -50,7 +52,7 @@ class AudioOptions:
     """
 
     sample_rate: int | None = None
-    features: LogMel | ReturnnFeatures | None = None
+    features: LogMel | KaldiFbank | ReturnnFeatures | None = None
     defer_features: bool = False
     min_speed: float = 1.0
     length_tolerance_s: float = 0.02
@@ -60,9 +62,12 @@ class AudioOptions:
         sr = self.sample_rate
         if sr is not None and (not isinstance(sr, int) or sr < 1):
             raise OptionError(f"sample_rate: got {sr!r}, expected an int >= 1 or None")
-        if self.features is not None and not isinstance(self.features, LogMel | ReturnnFeatures):
+        if self.features is not None and not isinstance(
+            self.features, LogMel | KaldiFbank | ReturnnFeatures
+        ):
             raise OptionError(
-                f"features: got {self.features!r}, expected a LogMel, ReturnnFeatures or None"
+                f"features: got {self.features!r}, expected a LogMel, KaldiFbank, "
+                "ReturnnFeatures or None"
             )
         if self.features is not None and sr is not None and sr != self.features.sample_rate:
             raise OptionError(

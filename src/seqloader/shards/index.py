@@ -38,8 +38,8 @@ from seqloader.shards.layouts import (
     nemo_entry,
     shar_entry,
 )
+from seqloader.shards.listing import json_lines
 from seqloader.sources.columns import Column, StringColumn
-from seqloader.sources.jsonl import json_lines
 from seqloader.sources.tar_index import TarMembers, lhotse_index, read_member, scan_pairs, scan_tar
 
 FIXES = {

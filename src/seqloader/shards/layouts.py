@@ -21,6 +21,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from seqloader.audio.manifest_lines import seconds
 from seqloader.errors import DataError, OptionError
 
 AUDIO_EXTS = ("flac", "wav", "ogg", "opus", "mp3", "sph", "aiff", "aif")
@@ -143,12 +144,11 @@ def _discover_shar(folder: str) -> dict[str, list[str]]:
 def shar_entry(line: int, cut: dict, where: str, field_name: str) -> Entry:
     """An entry from one Shar cut (a ``MonoCut`` dict)."""
     cut_id = cut.get("id")
-    duration = cut.get("duration")
-    if not isinstance(cut_id, str) or not isinstance(duration, int | float):
+    if not isinstance(cut_id, str):
         raise DataError(
-            f"{where} line {line}: expected a Lhotse cut with 'id' and 'duration', got keys "
-            f"{sorted(cut)[:8]}"
+            f"{where} line {line}: expected a Lhotse cut with an 'id', got keys {sorted(cut)[:8]}"
         )
+    duration = seconds(f"{where} line {line}", "duration", cut.get("duration"))
     texts = [s.get("text") for s in cut.get("supervisions") or [] if s.get("text")]
     rec = cut.get("recording") or {}
     feats = cut.get("features") or {}
@@ -156,7 +156,7 @@ def shar_entry(line: int, cut: dict, where: str, field_name: str) -> Entry:
         key=cut_id,
         tag=cut_id,
         line=line,
-        duration=float(duration),
+        duration=duration or 0.0,
         rate=int(rec["sampling_rate"]) if "sampling_rate" in rec else None,
         samples=int(rec["num_samples"]) if "num_samples" in rec else None,
         text=" ".join(texts) if texts else None,
@@ -225,14 +225,9 @@ def nemo_layout(manifest_filepaths: object, tarred_audio_filepaths: object) -> L
 def nemo_entry(line: int, item: dict, where: str) -> Entry:
     """An entry of a NeMo tarred-audio manifest (``audio_filepath``, ``duration``, ``text``)."""
     name = item.get("audio_filepath")
-    duration = item.get("duration")
     if not isinstance(name, str) or not name:
         raise DataError(f"{where} line {line}: missing 'audio_filepath' (the member's name)")
-    if isinstance(duration, bool) or not isinstance(duration, int | float) or duration < 0:
-        raise DataError(
-            f"{where} line {line}: 'duration' got {duration!r}, expected seconds >= 0 (planning "
-            "reads lengths from it)"
-        )
+    duration = seconds(f"{where} line {line}", "duration", item.get("duration"))
     text = item.get("text", item.get("pred_text"))
     if text is not None and not isinstance(text, str):
         raise DataError(f"{where} line {line}: 'text' got {type(text).__name__}, expected str")
@@ -242,7 +237,7 @@ def nemo_entry(line: int, item: dict, where: str) -> Entry:
         key=key,
         tag=key,
         line=line,
-        duration=float(duration),
+        duration=duration or 0.0,
         text=text,
         shard_id=int(shard_id) if isinstance(shard_id, int) else None,
     )

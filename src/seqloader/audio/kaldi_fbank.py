@@ -1,0 +1,157 @@
+"""Kaldi-style log mel filterbank frames (Lhotse's ``Fbank``, ``torchaudio.compliance.kaldi.fbank``)
+for models trained on them, in numpy.
+
+Per frame of ``frame_length_s``: remove the DC offset, pre-emphasise (``x[t] - 0.97 x[t-1]``, the
+first sample repeated), Povey window (a symmetric Hann window to the power 0.85), zero-pad to the
+next power of two (512 at 16 kHz), power spectrum, triangular filters on Kaldi's mel scale
+(``1127 ln(1 + f / 700)``) between ``low_freq`` and ``high_freq`` (negative: below Nyquist), then
+``log(max(energy, float32 eps))``. The defaults are Lhotse's ``FbankConfig``; torchaudio's
+``kaldi.fbank`` defaults are ``snip_edges=True, high_freq=0.0, n_mels=23``.
+
+The frame count is a closed formula of the sample count, so sources plan in frames from durations:
+
+- ``snip_edges=True``: ``1 + (samples - win) // hop`` (0 below one window);
+- ``snip_edges=False`` (Lhotse): ``(samples + hop // 2) // hop``, the signal reflected at its ends.
+
+Dither (random noise) is not offered: it would make a sequence's frames depend on when it is read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from seqloader.errors import OptionError
+
+_EPS = float(np.finfo(np.float32).eps)
+
+
+@dataclass(frozen=True)
+class KaldiFbank:
+    """Options of Kaldi-style filterbank frames (see the module docstring).
+
+    >>> import numpy as np
+    >>> fb = KaldiFbank(n_mels=40)
+    >>> fb(np.zeros(16000, "float32") + 0.01).shape, fb.num_frames(16000)
+    ((100, 40), 100)
+    """
+
+    sample_rate: int = 16000
+    n_mels: int = 80
+    frame_length_s: float = 0.025
+    frame_shift_s: float = 0.01
+    preemph_coeff: float = 0.97
+    remove_dc_offset: bool = True
+    low_freq: float = 20.0
+    high_freq: float = -400.0
+    snip_edges: bool = False
+    round_to_power_of_two: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.sample_rate, int) or self.sample_rate < 1:
+            raise OptionError(f"KaldiFbank.sample_rate: got {self.sample_rate!r}, expected >= 1")
+        if not isinstance(self.n_mels, int) or self.n_mels < 4:
+            raise OptionError(f"KaldiFbank.n_mels: got {self.n_mels!r}, expected an int >= 4")
+        if self.win < 2 or self.hop < 1:
+            raise OptionError(
+                f"KaldiFbank: frame_length_s={self.frame_length_s}, frame_shift_s="
+                f"{self.frame_shift_s} give {self.win} / {self.hop} samples; expected >= 2 / >= 1"
+            )
+        nyquist = self.sample_rate / 2
+        high = self.high_freq + nyquist if self.high_freq <= 0 else self.high_freq
+        if not (0.0 <= self.low_freq < high <= nyquist):
+            raise OptionError(
+                f"KaldiFbank: low_freq={self.low_freq}, high_freq={self.high_freq} give the band "
+                f"[{self.low_freq}, {high}] Hz; expected 0 <= low < high <= {nyquist} (Nyquist)"
+            )
+
+    @property
+    def win(self) -> int:
+        return int(self.frame_length_s * self.sample_rate)
+
+    @property
+    def hop(self) -> int:
+        return int(self.frame_shift_s * self.sample_rate)
+
+    @property
+    def fft_size(self) -> int:
+        return 1 << (self.win - 1).bit_length() if self.round_to_power_of_two else self.win
+
+    def num_frames(self, samples: int | np.ndarray) -> int | np.ndarray:
+        """Frames for ``samples`` samples (the module docstring's formula; works on arrays)."""
+        n = np.asarray(samples, dtype=np.int64)
+        if self.snip_edges:
+            frames = np.where(n >= self.win, 1 + (n - self.win) // self.hop, 0)
+        else:
+            frames = (n + self.hop // 2) // self.hop
+        return int(frames) if frames.ndim == 0 else frames
+
+    def __call__(self, wave: np.ndarray) -> np.ndarray:
+        """Frames of a 1-D waveform at ``sample_rate`` -> float32 ``[num_frames, n_mels]``."""
+        x = np.ascontiguousarray(wave, dtype=np.float32)
+        if x.ndim != 1:
+            raise OptionError(f"KaldiFbank: got a waveform of shape {x.shape}, expected 1-D")
+        m = int(self.num_frames(len(x)))
+        if m == 0:
+            return np.zeros((0, self.n_mels), dtype=np.float32)
+        frames = _frames(x, self.win, self.hop, m, self.snip_edges)  # [m, win] float32
+        if self.remove_dc_offset:
+            frames -= frames.mean(axis=1, keepdims=True, dtype=np.float32)
+        if self.preemph_coeff != 0.0:
+            c = np.float32(self.preemph_coeff)
+            frames[:, 1:] -= c * frames[:, :-1].copy()
+            frames[:, 0] -= c * frames[:, 0]
+        frames *= _povey(self.win)
+        spec = np.fft.rfft(frames, n=self.fft_size, axis=1)  # [m, fft/2 + 1] complex64
+        power = spec.real * spec.real + spec.imag * spec.imag
+        banks = _mel_banks(
+            self.n_mels, self.fft_size, self.sample_rate, self.low_freq, self.high_freq
+        )
+        mel = power @ banks  # [m, n_mels]
+        np.maximum(mel, np.float32(_EPS), out=mel)
+        return np.log(mel, out=mel)
+
+
+def _frames(x: np.ndarray, win: int, hop: int, m: int, snip_edges: bool) -> np.ndarray:
+    """Frames float32 ``[m, win]``; without ``snip_edges`` frame f starts at ``f * hop - (win -
+    hop) // 2`` and samples outside the signal are reflected (``-1 -> 0``, ``n -> n - 1``, as
+    Kaldi's ``ExtractWindow``; also for signals shorter than a window)."""
+    if snip_edges:
+        view = np.lib.stride_tricks.sliding_window_view(x, win)[::hop][:m]
+        return view.astype(np.float32)
+    n = len(x)
+    idx = np.arange(m)[:, None] * hop - (win - hop) // 2 + np.arange(win)[None, :]  # [m, win]
+    idx %= 2 * n
+    idx = np.where(idx < n, idx, 2 * n - 1 - idx)
+    return x[idx].astype(np.float32)
+
+
+@lru_cache(maxsize=8)
+def _povey(win: int) -> np.ndarray:
+    n = np.arange(win)
+    return ((0.5 - 0.5 * np.cos(2 * np.pi * n / (win - 1))) ** 0.85).astype(np.float32)
+
+
+@lru_cache(maxsize=8)
+def _mel_banks(n_mels: int, fft: int, rate: int, low: float, high: float) -> np.ndarray:
+    """Kaldi's triangular filters, float32 ``[fft // 2 + 1, n_mels]`` (the Nyquist bin gets none),
+    computed in float32 step by step as torchaudio and Lhotse compute them, so the weights agree
+    to the last bit or two rather than to float64's."""
+    nyquist = 0.5 * rate
+    if high <= 0.0:
+        high += nyquist
+    f32 = np.float32
+    lo, hi = 1127.0 * np.log(1 + low / 700), 1127.0 * np.log(1 + high / 700)
+    delta = f32((hi - lo) / (n_mels + 1))
+    k = np.arange(n_mels, dtype=f32)[:, None]
+    left = f32(lo) + k * delta
+    center = f32(lo) + (k + f32(1.0)) * delta
+    right = f32(lo) + (k + f32(2.0)) * delta
+    freqs = f32(rate / fft) * np.arange(fft // 2, dtype=f32)
+    bins = (f32(1127.0) * np.log(f32(1.0) + freqs / f32(700.0)))[None, :]  # [1, fft / 2]
+    up = (bins - left) / (center - left)
+    down = (right - bins) / (right - center)
+    banks = np.maximum(f32(0.0), np.minimum(up, down))  # [n_mels, fft / 2]
+    return np.ascontiguousarray(np.concatenate([banks, np.zeros((n_mels, 1), f32)], axis=1).T)
