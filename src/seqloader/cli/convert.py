@@ -1,8 +1,12 @@
-"""``seqloader convert IN OUT``: rewrite data as an HDF file that ``HDFSource`` reads fastest.
+"""``seqloader convert IN OUT``: rewrite data as an HDF file that ``HDFSource`` reads fastest, or
+as tar shards for object storage.
 
 - RETURNN HDF (chunked, as its writers make it) -> contiguous RETURNN HDF (memory-mappable, still
   readable by RETURNN);
-- an audio manifest (.jsonl) or OggZip (.zip) -> RETURNN HDF with the features precomputed.
+- an audio manifest (.jsonl) or OggZip (.zip) -> RETURNN HDF with the features precomputed;
+- ``--to shar|nemo|webdataset``: any of these (or a Lhotse cuts manifest, ``.jsonl.gz``) -> a
+  folder OUT of tar shards (``seqloader.shards.write_shards``): audio when IN has audio, else
+  (Shar only) feature frames.
 
 The library's writers put everything into a temporary file next to OUT and rename it at the end,
 so an interrupted convert never leaves a half-written file under OUT.
@@ -25,7 +29,11 @@ from seqloader.cli.output import human, print_json, progress_bar
 from seqloader.errors import OptionError
 from seqloader.sources.base import Schema, Source, read_batch
 
-HELP = "chunked RETURNN HDF -> contiguous HDF, or audio manifest/OggZip -> HDF (atomic write)"
+HELP = (
+    "chunked RETURNN HDF -> contiguous HDF, audio manifest/OggZip -> HDF (atomic write), or any "
+    "of them -> tar shards (--to shar|nemo|webdataset)"
+)
+SHARD_LAYOUTS = ("shar", "nemo", "webdataset")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -36,13 +44,26 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         metavar="IN",
         help="RETURNN HDF file, audio manifest (.jsonl), OggZip (.zip) or config",
     )
-    p.add_argument("output", type=Path, metavar="OUT", help="the HDF file to write (.hdf)")
+    p.add_argument(
+        "output", type=Path, metavar="OUT", help="the HDF file (.hdf) or shard folder to write"
+    )
     p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    p.add_argument(
+        "--to",
+        choices=("hdf", *SHARD_LAYOUTS),
+        default="hdf",
+        help="hdf (default), or tar shards: Lhotse Shar, NeMo tarred audio, WebDataset",
+    )
+    p.add_argument(
+        "--shard-size", type=int, default=1000, metavar="N", help="sequences per shard (1000)"
+    )
     add_output_options(p)
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.to in SHARD_LAYOUTS:
+        return _to_shards(args)
     out: Path = args.output
     if out.suffix.lower() not in HDF_SUFFIXES:
         raise OptionError(
@@ -96,6 +117,65 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"{what}: {info['sequences']} sequences, {human(info['bytes'])}B written to {out} "
             f"in {info['wall_s']:.1f} s"
+        )
+    return 0
+
+
+def _to_shards(args: argparse.Namespace) -> int:
+    """IN -> a folder of ``args.to`` shards. Audio inputs keep their audio (no features)."""
+    out: Path = args.output
+    if out.exists() and any(out.iterdir()) and not args.force:
+        raise OptionError(f"OUT {str(out)!r} is a non-empty folder; pass --force to write into it")
+    if args.shard_size < 1:
+        raise OptionError(f"--shard-size: got {args.shard_size}, expected >= 1")
+    source: Any
+    if str(args.input).endswith(".jsonl.gz"):  # a Lhotse cuts manifest
+        from seqloader.adapters.lhotse import LhotseSource
+
+        try:
+            source = LhotseSource(str(args.input), keys=["audio", "text"])
+        except OptionError:  # no texts: audio only
+            source = LhotseSource(str(args.input), keys=["audio"])
+    else:
+        config = load_data(args.input)
+        if config.source.kind in ("manifest", "oggzip"):
+            from seqloader.cli.config import open_audio
+
+            opts = {**config.source.options, "features": False}
+            source = open_audio(config.source.paths[0], opts)
+        else:
+            source = config.open()
+    from seqloader.shards import write_shards
+
+    show = not args.no_progress and not args.json
+    t0 = time.perf_counter()
+    counting = CountingSource(source, show, f"writing {args.to} shards")
+    try:
+        rate = getattr(getattr(source, "options", None), "rate", None)
+        written = write_shards(
+            counting,
+            out,
+            args.to,
+            shard_size=args.shard_size,
+            sample_rate=rate,
+        )
+    finally:
+        counting.close()
+    info: dict[str, Any] = {
+        "input": str(args.input),
+        "output": str(out),
+        "conversion": f"-> {args.to} shards",
+        "sequences": written.sequences,
+        "shards": len(written.tars),
+        "bytes": sum(os.path.getsize(p) for p in written.tars + written.listings),
+        "wall_s": round(time.perf_counter() - t0, 3),
+    }
+    if args.json:
+        print_json(info)
+    else:
+        print(
+            f"{args.to} shards: {info['sequences']} sequences in {info['shards']} shards, "
+            f"{human(info['bytes'])}B written to {out} in {info['wall_s']:.1f} s"
         )
     return 0
 
