@@ -24,8 +24,10 @@ from seqloader.sources.hdf import HDFSource
 from seqloader.torch.report import EpochReport
 
 HELP = "throughput, time to first batch, CPU and memory, computation time %% with a simulated step"
-# below this computation time % the loader, not the model, sets the pace
-BOTTLENECK_PCT = 95.0
+# at or above this computation time % (after the first batch) data keeps up with the model
+KEEPS_UP_PCT = 95.0
+# below this one the trainer waits longer than it computes: data, not the model, is the bottleneck
+BOTTLENECK_PCT = 50.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -157,14 +159,20 @@ def hint(
         if report.steps > 1 and steady - report.computation_pct > 1.0
         else ""
     )
-    if steady >= BOTTLENECK_PCT:
+    if steady >= KEEPS_UP_PCT:
         return f"data keeps up: computation {report.computation_pct:.1f}% of the time{first}."
     cores = os.cpu_count() or 1
     wait = 1000 * (report.data_wait_s - report.first_batch_s) / max(report.steps - 1, 1)
-    text = (
-        f"data is the bottleneck: after the first batch the trainer waits {wait:.1f} ms per "
-        f"batch (computation {steady:.1f}%)."
-    )
+    if steady < BOTTLENECK_PCT:
+        text = (
+            f"data is the bottleneck: after the first batch the trainer waits {wait:.1f} ms per "
+            f"batch, longer than it computes (computation {steady:.1f}%)."
+        )
+    else:
+        text = (
+            f"data does not keep up: computation {steady:.1f}% after the first batch, below the "
+            f"{KEEPS_UP_PCT:g}% at which it does; the trainer waits {wait:.1f} ms per batch."
+        )
     dist = report.wait_summary_ms()
     if dist is not None and wait > 3 * dist["p50"]:  # the mean far above the median: stalls
         return text + (

@@ -18,6 +18,7 @@ from seqloader.cli.options import (
     positive_int,
 )
 from seqloader.cli.output import human, print_json, print_notes, progress
+from seqloader.cli.rates import FrameRate, frame_rate
 from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.loading.corpora import corpora_of
@@ -45,10 +46,11 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument(
         "--frame-rate",
         type=float,
-        default=100.0,
+        default=None,
         metavar="HZ",
-        help="frames per second of the length key, for hours (default 100, i.e. 10 ms frames; "
-        "use the sample rate for raw audio)",
+        help="frames per second of the length key, for hours (default: what the source declares, "
+        "e.g. an audio manifest's rate, or 16000 for 1-dim float data of audio length; otherwise "
+        "hours are not shown). E.g. 100 for 10 ms frames, the sample rate for raw audio",
     )
     p.add_argument(
         "--orderings",
@@ -76,7 +78,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    if not args.frame_rate > 0:
+    if args.frame_rate is not None and not args.frame_rate > 0:
         raise OptionError(f"--frame-rate: got {args.frame_rate}, expected a number > 0")
     orderings = [o.strip() for o in args.orderings.split(",") if o.strip()]
     for o in orderings:
@@ -110,14 +112,17 @@ def run(args: argparse.Namespace) -> int:
             "step_imbalance": round(step_imbalance(b.seqs, b.bounds, args.ranks, ordered.costs), 5),
         }
     total = int(lengths[key].sum())
+    rate = frame_rate(args.frame_rate, src, key, lengths[key])
     out = {
         "data": opened.config.source.describe(),
         "notes": list(opened.notes),
         "sequences": len(src),
         "length_key": key,
         "total_frames": total,
-        "frame_rate": args.frame_rate,
-        "hours": round(total / args.frame_rate / 3600, 4),
+        "frame_rate": rate.hz,
+        "frame_rate_from": rate.source,
+        "frame_rate_note": rate.note,
+        "hours": rate.hours(total),
         "keys": {
             k: {
                 "shape": spec.describe(),
@@ -140,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         "padding_by_ordering": padding,
     }
     if corpora is not None:
-        out["corpora"] = corpus_stats(planner, corpora, lengths[key], args.frame_rate)
+        out["corpora"] = corpus_stats(planner, corpora, lengths[key], rate)
         out["mix"] = {name: float(rate) for name, rate in (opened.plan.mix or {}).items()}
     if args.plot is not None:
         plot(args.plot, lengths[key], key, padding)
@@ -153,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def corpus_stats(
-    planner: Planner, corpora: Corpora, lengths: np.ndarray, frame_rate: float
+    planner: Planner, corpora: Corpora, lengths: np.ndarray, rate: FrameRate
 ) -> dict[str, dict]:
     """Per corpus: sequences, frames and hours; with a mix also its rate, admitted sequences, the
     slots the first epochs take from it and its share of epoch 1 (``seqloader.plan.mix``)."""
@@ -164,7 +169,7 @@ def corpus_stats(
         lo, hi = int(corpora.bounds[c]), int(corpora.bounds[c + 1])
         frames = int(lengths[lo:hi].sum())
         info: dict = {"sequences": hi - lo, "frames": frames}
-        info["hours"] = round(frames / frame_rate / 3600, 4)
+        info["hours"] = rate.hours(frames)
         if mix is not None and first is not None:
             admitted = mix.members[c]
             info["rate"] = float(mix.rates[c])
@@ -172,7 +177,7 @@ def corpus_stats(
             info["slots_per_epoch"] = [mix.epoch_counts(f)[c] for f in range(EPOCHS_SHOWN)]
             info["share_of_epoch_1"] = round(first[c] / max(sum(first), 1), 4)
             per_epoch = float(mix.rates[c]) * int(lengths[admitted].sum())
-            info["hours_per_epoch"] = round(per_epoch / frame_rate / 3600, 4)
+            info["hours_per_epoch"] = rate.hours(per_epoch)
         out[name] = info
     return out
 
@@ -187,18 +192,20 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
 def print_text(out: dict) -> None:
     print(f"data: {out['data']}")
     print_notes(out["notes"])
+    hours = "" if out["hours"] is None else f" = {out['hours']:.3f} h "
     print(
         f"{out['sequences']} sequences, {human(out['total_frames'])} frames of "
-        f"{out['length_key']!r} = {out['hours']:.3f} h at {out['frame_rate']:g} frames/s"
+        f"{out['length_key']!r}{hours}{out['frame_rate_note']}"
     )
     for k, info in out["keys"].items():
         pct = " ".join(f"{name}={v:g}" for name, v in info["percentiles"].items())
         print(f"  {k}: {info['shape']}, total length {human(info['total_length'])}; {pct}")
     for name, c in out.get("corpora", {}).items():
-        line = f"  corpus {name}: {c['sequences']} sequences, {c['hours']:.3f} h"
+        line = f"  corpus {name}: {c['sequences']} sequences, {_amount(c['frames'], c['hours'])}"
         if "rate" in c:
+            per_epoch = _amount(c["rate"] * c["frames"], c["hours_per_epoch"])
             line += (
-                f"; rate {c['rate']:g} corpus epochs per epoch = {c['hours_per_epoch']:.3f} h, "
+                f"; rate {c['rate']:g} corpus epochs per epoch = {per_epoch}, "
                 f"{100 * c['share_of_epoch_1']:.1f}% of epoch 1; slots in epochs 1..."
                 f"{len(c['slots_per_epoch'])}: {c['slots_per_epoch']}"
             )
@@ -220,6 +227,11 @@ def print_text(out: dict) -> None:
     )
     if "plot" in out:
         print(f"plot: {out['plot']}")
+
+
+def _amount(frames: float, hours: float | None) -> str:
+    """Hours where the frame rate is known, else frames."""
+    return f"{human(frames)} frames" if hours is None else f"{hours:.3f} h"
 
 
 def plot(path: Path, lengths: np.ndarray, key: str, padding: dict) -> None:

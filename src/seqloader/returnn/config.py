@@ -110,8 +110,10 @@ def read_config(
             ) from e
     if cfg.dict:
         raise OptionError(
-            f"RETURNN config {path!r}: the old line-based format is not supported; write it as a "
-            "Python config"
+            f"RETURNN config {path!r} was read in RETURNN's old line-based format, which is not "
+            "supported: RETURNN executes a config as Python only when its first line starts "
+            "with '#!' (JSON when it starts with '{'). Fix: make '#!rnn.py' the first line of "
+            "the file, or pass the config's values as a dict: from_returnn_config({...})"
         )
     return {k: resolve_value(v) for k, v in cfg.typed_dict.items()}
 

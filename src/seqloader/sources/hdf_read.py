@@ -24,7 +24,6 @@ import ctypes
 import math
 import mmap
 from collections.abc import Mapping, Sequence
-from typing import IO
 
 import h5py
 import numpy as np
@@ -225,7 +224,6 @@ class OpenFile:
         self.path = path
         h5 = h5py.File(path, "r")
         self.h5: h5py.File | None = h5
-        self._raw: IO[bytes] | None = None
         self._mmap: mmap.mmap | None = None
         self.readers: dict[str, RowReader] = {}
         self._clean: dict[str, np.ndarray] = {}  # key -> bool [sequences]: screened, no NaN/Inf
@@ -252,8 +250,10 @@ class OpenFile:
 
     def _map(self) -> mmap.mmap:
         if self._mmap is None:
-            self._raw = open(self.path, "rb")  # noqa: SIM115 (lives as long as this object)
-            self._mmap = mmap.mmap(self._raw.fileno(), 0, access=mmap.ACCESS_READ)
+            # the map holds its own duplicate of the descriptor: no file object stays open (an
+            # unclosed one would warn at interpreter exit when the user never closes the source)
+            with open(self.path, "rb") as raw:
+                self._mmap = mmap.mmap(raw.fileno(), 0, access=mmap.ACCESS_READ)
         return self._mmap
 
     @property
@@ -318,9 +318,6 @@ class OpenFile:
             with contextlib.suppress(BufferError):
                 self._mmap.close()
             self._mmap = None
-        if self._raw is not None:
-            self._raw.close()
-            self._raw = None
         if self.h5 is not None:
             self.h5.close()
             self.h5 = None

@@ -177,7 +177,8 @@ class ReceivingDataLoaderBase(DataLoader):
     def _get_iterator(self):
         if self.num_workers == 0:
             return InProcessIter(self)
-        self.check_worker_number_rationality()
+        # no check_worker_number_rationality() here: DataLoader.__init__ ran it (a second call
+        # from this line would print torch's worker-count warning a second time)
         self.before_workers()
         return ReceivingIter(self)
 
