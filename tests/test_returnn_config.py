@@ -167,7 +167,6 @@ def test_a_dict_config_and_the_random_seed_offset_distribution(hdf_config: Path)
             r"train dataset \(HDFDataset\).*'window'",
         ),
         ({"dev": {"class": "LmDataset", "corpus_file": "x"}}, r"dev dataset: class 'LmDataset'"),
-        ({"chunking": "100:50"}, "'chunking'"),
         ({"torch_dataloader_opts": {"num_workers": 1, "collate_fn": None}}, "collate_fn"),
         ({"batch_size": {"data": 100, "classes": 20}}, "several keys"),
         ({"train": "a.hdf,b.hdf"}, "write the dict"),

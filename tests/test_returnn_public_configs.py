@@ -78,6 +78,13 @@ def reference(path: str, name: str, epochs: tuple[int, ...]):
                 pipe = pipeline.LenFilterDataPipe(
                     pipe, min_seq_length=min_len, max_seq_length=max_len
                 )
+            if cfg.typed_value("chunking", None):
+                pipe = pipeline.ChunkingIterDataPipe(
+                    pipe,
+                    cfg.typed_value("chunking"),
+                    min_chunk_size=cfg.typed_value("min_chunk_size", 0),
+                )
+            chunk_of: dict[str, int] = {}
             out = []
             for batch in pipeline.get_batching_iterable_dataset_from_config(
                 dataset=pipe, config=cfg, train=name == "train"
@@ -85,7 +92,9 @@ def reference(path: str, name: str, epochs: tuple[int, ...]):
                 out.append([str(d["seq_tag"]) for d in batch])
                 if epoch == epochs[0]:
                     for d in batch:
-                        values[str(d["seq_tag"])] = {
+                        tag = str(d["seq_tag"])
+                        chunk_of[tag] = chunk_of.get(tag, -1) + 1
+                        values[f"{tag}#{chunk_of[tag]}"] = {
                             KEYS.get(k, k): np.asarray(v)
                             for k, v in d.items()
                             if k in dataset.get_data_keys() and k != "raw"
@@ -114,7 +123,8 @@ def ours(config: Path, num_workers: int, name: str, epochs: tuple[int, ...], tmp
             batches[epoch].append(list(batch.seq_tags))
             if epoch == epochs[0]:
                 for b, tag in enumerate(batch.seq_tags):
-                    values[tag] = {
+                    chunk = 0 if batch.chunks is None else int(batch.chunks[b])
+                    values[f"{tag}#{chunk}"] = {
                         k: batch[k][b, : int(batch.lengths[k][b])].numpy() for k in batch.lengths
                     }
     for other in loaders.values():
@@ -133,6 +143,7 @@ CASES = [
     ("librispeech960_hdf.config", "devtrain", (1, 2)),
     ("wmt_translation.config", "train", (1, 2, 3)),
     ("wmt_translation.config", "dev", (1,)),
+    ("switchboard_hybrid.config", "train", (1, 2, 5)),
 ]
 
 
@@ -200,11 +211,6 @@ def test_a_data_option_from_a_stubbed_module_is_an_error(tmp_path: Path) -> None
         from_returnn_config(config, stub_modules=True)
 
 
-def test_switchboard_hybrid_chunking_is_refused_with_the_fix(data: Path) -> None:
-    with pytest.raises(OptionError, match=r"'chunking' = '50:25'.*remove it"):
-        from_returnn_config(CONFIGS / "switchboard_hybrid.config")
-
-
 def test_epoch_wise_filter_is_refused_with_the_fix(data: Path, monkeypatch) -> None:
     monkeypatch.setenv("EPOCH_WISE_FILTER", "1")
     with pytest.raises(
@@ -261,40 +267,37 @@ def test_refused_global_options_name_the_key_and_the_fix(key: str, value, fix: s
         from_returnn_config({"train": {"class": "HDFDataset", "files": ["x.hdf"]}, key: value})
 
 
-@pytest.mark.parametrize(
-    "key,value,fix",
-    [
-        ("chunking", "50:25", r"remove it to train on whole sequences"),
-        ("packed_batch_size", 100, r"use batch_size \(padded frames\) instead"),
-    ],
-)
-def test_options_not_planned_yet_name_the_key_the_dataset_and_the_fix(
-    data: Path, key: str, value, fix: str
-) -> None:
+def test_options_not_planned_yet_name_the_key_the_dataset_and_the_fix(data: Path) -> None:
     """Mapped onto seqloader's native option; while the planner does not plan it, the refusal
     names the RETURNN option, the dataset and what to do instead."""
     from seqloader.plan.options import PlanOptions
     from seqloader.plan.planner import refuse_unimplemented
 
-    native = {"chunking": "chunking", "packed_batch_size": "max_packed_frames"}[key]
     try:
-        refuse_unimplemented(PlanOptions(**{native: value}))
-        pytest.skip(f"{native} is planned now")
+        refuse_unimplemented(PlanOptions(fixed_random_seed=1))
+        pytest.skip("fixed_random_seed is planned now")
     except OptionError:
         pass
     hdf = str(data / "hdf" / "dev.hdf")
+    train = {
+        "class": "HDFDataset",
+        "files": [hdf],
+        "seq_ordering": "random",
+        "fixed_random_seed": 1,
+    }
     with pytest.raises(
         OptionError,
-        match=rf"train dataset \(HDFDataset\): RETURNN option '{key}' = {value!r} maps to "
-        rf"seqloader's {native}=, which this version does not plan yet: {fix}",
+        match=r"train dataset \(HDFDataset\): RETURNN option 'fixed_random_seed' = 1 maps to "
+        r"seqloader's fixed_random_seed=, which this version does not plan yet: remove it",
     ):
-        from_returnn_config({"train": {"class": "HDFDataset", "files": [hdf]}, key: value,
-                             "batch_size": 5000})  # fmt: skip
+        from_returnn_config({"train": train, "batch_size": 5000})
+    sorted_dev = {**train, "seq_ordering": "sorted_reverse"}  # no draw: nothing to plan
+    from_returnn_config({"dev": sorted_dev, "batch_size": 5000})["dev"].close()
 
 
-def test_config_language_errors(data: Path) -> None:
+def test_config_language_errors(data: Path, tmp_path: Path) -> None:
     """A sequence longer than batch_size is named in the config's words; an int batch_size over
-    keys none of which is the longest of every sequence is an error naming two sequences."""
+    keys none of which is the longest of every sequence bounds every key, as RETURNN's."""
     hdf = str(data / "wmt" / "train.hdf")
     base = {"train": {"class": "HDFDataset", "files": [hdf]}, "max_seqs": 4}
     with pytest.raises(
@@ -312,15 +315,20 @@ def test_config_language_errors(data: Path) -> None:
     crossing = data / "crossing.hdf"  # targets longer than the sources in odd sequences only
     write_hdf(crossing, [f"x/{i}" for i in range(10)], np.random.default_rng(1), dim=None,
               data_len=(5, 30), target_len=lambda n: n + 2 if n % 2 else n - 2, target_dim=9)  # fmt: skip
-    with pytest.raises(
-        OptionError, match=r"batch_size 500 bounds the padded length of every key.*\{'data': 500\}"
-    ):
-        from_returnn_config({"train": {"class": "HDFDataset", "files": [str(crossing)]},
-                             "batch_size": 500})  # fmt: skip
-    loader = from_returnn_config(
-        {"train": {"class": "HDFDataset", "files": [str(crossing)]}, "batch_size": {"data": 500}}
-    )["train"]
+    # no key is the longest everywhere: RETURNN's int batch_size -> seqloader's {"*": 500}
+    config = tmp_path / "crossing.config"
+    config.write_text(
+        f"#!rnn.py\ntrain = {{'class': 'HDFDataset', 'files': [{str(crossing)!r}],"
+        " 'seq_ordering': 'laplace:3'}\nbatch_size = 60\nmax_seqs = 5\n"
+    )
+    loader = from_returnn_config(config)["train"]
+    assert loader.options.max_frames == {"*": 60}
     loader.close()
+    epochs = (1, 2)
+    assert (
+        ours(config, 0, "train", epochs, tmp_path / "o")[0]
+        == reference(str(config), "train", epochs)[0]
+    )
     mixed = {
         "train": {"class": "HDFDataset", "files": [str(data / "hdf" / "train.1.hdf")]},
         "batch_size": 900,
@@ -344,3 +352,18 @@ def test_min_seq_length_as_returnn(data: Path, tmp_path: Path, min_len: str) -> 
     assert got == expected
     whole, _ = reference(str(CONFIGS / "wmt_translation.config"), "train", epochs)
     assert sum(map(len, got[1])) < sum(map(len, whole[1]))  # something was dropped
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["packed_batch_size = 150", "packed_batch_size = {'classes': 120}\nbatch_size = 10000"],
+)
+def test_packed_batch_size_as_returnn(data: Path, tmp_path: Path, extra: str) -> None:
+    """RETURNN's packed_batch_size (a budget on the summed lengths, every key or the keys named;
+    applied together with batch_size) gives RETURNN's batches."""
+    config = tmp_path / "wmt_packed.config"
+    config.write_text((CONFIGS / "wmt_translation.config").read_text() + f"\n{extra}\n")
+    epochs = (1, 2, 3)
+    expected, _ = reference(str(config), "train", epochs)
+    got, _ = ours(config, 0, "train", epochs, tmp_path / "ours")
+    assert got == expected
