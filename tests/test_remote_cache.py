@@ -4,6 +4,8 @@ node by several processes, and metadata read once per node."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
 import os
 import signal
@@ -245,3 +247,107 @@ def test_readers_close_evicted_copies_and_refetch_them(monkeypatch, tmp_path) ->
     assert not any(k[2] == first for k in hdf_chunks._INDEXES)
     assert (source.read(1)["data"] == 1).all()  # needed again: fetched again, read whole
     assert [u for _, _, u in cache.fetch_log()].count(files[0].url) == 2
+
+
+# ---- a cached copy that changed on disk after it was verified is never served ----
+
+
+def _flip_byte(path: str, at: int) -> None:
+    with open(path, "r+b") as fh:
+        fh.seek(at)
+        byte = fh.read(1)
+        fh.seek(at)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_an_edited_copy_of_the_same_size_is_fetched_again(s3: S3, tmp_path) -> None:
+    """The attack: the copy is edited in place after download (same size); the cache compared
+    only the size, so the edited bytes were delivered as good data."""
+    urls = upload_corpus(s3, tmp_path, n_files=1, per_file=40)
+    cache = FileCache(tmp_path / "c", storage_options=s3.options)
+    f = cache.stat(urls)[0]
+    path = cache.ensure(f)
+    _flip_byte(path, f.size // 2)
+    assert os.stat(path).st_size == f.size
+    assert not cache.has(f)
+    with pytest.warns(sl.DataWarning, match=r"cached copy .* is not served: changed on disk"):
+        again = cache.ensure(f)
+    assert _file_bytes(again) == s3.fs().cat(urls[0])
+    assert len(cache.fetch_log()) == 2
+    # another process's cache on the directory (a worker, another rank) serves the new copy
+    assert FileCache(tmp_path / "c").has(f)
+
+
+def test_edited_copy_read_through_hdfsource_gives_the_stores_data(s3: S3, tmp_path) -> None:
+    urls = upload_corpus(s3, tmp_path, n_files=2, per_file=10)
+    opts = {"cache_dir": tmp_path / "c", "storage_options": s3.options}
+    first = sl.HDFSource(urls, **opts)
+    want = [first.read(i) for i in range(len(first))]
+    copies = sorted(p for p in os.listdir(tmp_path / "c" / "files") if not p.startswith("."))
+    assert len(copies) == 2
+    for name in copies:  # flip bytes in the second half (feature data), keep the size
+        path = str(tmp_path / "c" / "files" / name)
+        _flip_byte(path, os.stat(path).st_size * 3 // 4)
+    with pytest.warns(sl.DataWarning, match="not served"):
+        second = sl.HDFSource(urls, **opts)
+        got = [second.read(i) for i in range(len(second))]
+    for a, b in zip(want, got):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key])
+
+
+def test_a_copy_without_its_seal_is_fetched_again(s3: S3, tmp_path) -> None:
+    """Killed between the rename and the seal (or written by an older version): not trusted."""
+    urls = upload_corpus(s3, tmp_path, n_files=1, per_file=20)
+    cache = FileCache(tmp_path / "c", storage_options=s3.options)
+    f = cache.stat(urls)[0]
+    cache.ensure(f)
+    os.unlink(cache.seal_path(f))
+    fresh = FileCache(tmp_path / "c", storage_options=s3.options)
+    assert fresh.check_copy(f).startswith("no record of its verification")
+    with pytest.warns(sl.DataWarning, match="no record of its verification"):
+        fresh.ensure(f)
+    assert fresh.has(f) and len(fresh.fetch_log()) == 2
+
+
+def test_checksum_catches_what_leaves_the_stat_unchanged(s3: S3, tmp_path) -> None:
+    """Bit rot on the medium changes no stat field: the default (a stat per open) serves it,
+    ``verify="checksum"`` (the whole copy's MD5 per open) fetches it again. Simulated by flipping
+    a byte and writing the seal's stat fields to match (user space cannot flip a byte without
+    touching ctime)."""
+    urls = upload_corpus(s3, tmp_path, n_files=1, per_file=40)
+    cache = FileCache(tmp_path / "c", storage_options=s3.options)
+    f = cache.stat(urls)[0]
+    path = cache.ensure(f)
+    with open(cache.seal_path(f)) as fh:
+        seal = json.load(fh)
+    assert seal["md5"] == f.version  # moto's ETag is the MD5: what was verified is recorded
+    _flip_byte(path, 100)
+    st = os.stat(path)
+    seal.update(mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns, ino=st.st_ino)
+    with open(cache.seal_path(f), "w") as fh:
+        json.dump(seal, fh)
+    assert FileCache(tmp_path / "c").has(f)  # the stated limit of verify="stat"
+    checking = FileCache(tmp_path / "c", storage_options=s3.options, verify="checksum")
+    assert "content MD5" in checking.check_copy(f)
+    with pytest.warns(sl.DataWarning, match="its content MD5 is"):
+        assert _file_bytes(checking.ensure(f)) == s3.fs().cat(urls[0])
+    assert checking.has(f)
+    with pytest.raises(OptionError, match="verify: got 'sha'"):
+        FileCache(tmp_path / "c", verify="sha")
+
+
+def test_seal_records_a_content_hash_when_the_version_is_not_an_md5(tmp_path) -> None:
+    """A store whose version is not an MD5 (here a file:// URL: its mtime): the MD5 computed
+    while downloading is what the seal records, and verify="checksum" checks against it."""
+    src = tmp_path / "store.bin"
+    src.write_bytes(os.urandom(5000))
+    cache = FileCache(tmp_path / "c", verify="checksum")
+    f = cache.stat([f"file://{src}"])[0]
+    assert f.version.startswith("mtime:")
+    path = cache.ensure(f)
+    with open(cache.seal_path(f)) as fh:
+        assert json.load(fh)["md5"] == hashlib.md5(src.read_bytes()).hexdigest()
+    _flip_byte(path, 10)
+    with pytest.warns(sl.DataWarning, match="not served"):
+        assert _file_bytes(cache.ensure(f)) == src.read_bytes()

@@ -63,8 +63,8 @@ def check_mix_slots(names: Sequence[str], rates: Sequence[Fraction], sizes: Sequ
             every = math.ceil(1 / (rate * n))
             warnings.warn(
                 f"mix[{name!r}]: rate {float(rate):g} gives corpus {name!r} ({n} admitted "
-                f"sequences) {float(rate * n):.3g} sequences per epoch, so epochs go by taking none "
-                f"of it (one sequence about every {every:,} epochs). Fix: a rate of at least "
+                f"sequences) {float(rate * n):.3g} sequences per epoch, so epochs go by "
+                f"taking none of it (one sequence about every {every:,} epochs). Fix: a rate of at least "
                 f"{float(Fraction(1, n)):.3g} (1/{n}) to use it every epoch, or leave it out.",
                 DataWarning,
                 stacklevel=4,

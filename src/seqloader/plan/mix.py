@@ -3,10 +3,11 @@
 Every corpus ``c`` (``N`` admitted sequences, rate ``r`` = corpus epochs per epoch) has its own
 endless *stream* of corpus epochs: corpus epoch ``k`` (0-based) is a random permutation of c's
 sequences seeded by ``(seed, c's name, k)``. Full epoch ``e`` (1-based) of the mix takes the stream
-positions ``[floor((e-1)·r·N), floor(e·r·N))`` — computed with exact rationals of the rate as written
-(0.7 is 7/10, ``mix_rate``), so no float rounding ever moves a boundary. Hence every sequence of c is used exactly once per corpus epoch, whatever the
-epoch boundaries; with ``r > 1`` one epoch spans several corpus epochs and so holds a sequence
-several times (once per corpus epoch it spans).
+positions ``[floor((e-1)·r·N), floor(e·r·N))`` — computed with exact rationals of the rate as
+written (0.7 is 7/10, ``mix_rate``), so no float rounding ever moves a boundary. Hence every
+sequence of c is used exactly once per corpus epoch, whatever the epoch boundaries; with ``r > 1``
+one epoch spans several corpus epochs and so holds a sequence several times (once per corpus epoch
+it spans).
 
 The selection of an epoch is a *multiset* of sequence indices. It is returned in canonical order —
 ascending sequence index, the uses of one sequence adjacent in corpus-epoch order — so the plan's

@@ -7,6 +7,9 @@ The directory (local disk: ``flock`` must work on it) holds::
                                    by the next FileCache that finds their entry unlocked
     locks/<key>.lock               one flock per entry: held while fetching or evicting it
     index/<key>.npz                metadata read at open (``remote.index``)
+    seals/<key>.json               what was verified of a complete copy: size, mtime_ns, ctime_ns,
+                                   inode and the content's MD5 (the ETag where it is one, else
+                                   computed while downloading)
     needs/<owner>.json + .lock     the entries each live loader needs now; eviction keeps them
     fetch.log                      one line per completed fetch: pid, bytes, URL
     high_water                     the most bytes ever under files/ (measured after each change)
@@ -17,6 +20,13 @@ the new file. A download is written to a temporary name, fsynced, checked (size;
 where the ETag is one), and only then renamed into place, so a copy under its final name is whole.
 Processes that share the directory take the entry's lock before fetching, so a file is fetched
 once per node however many ranks and workers ask for it; the others wait for it.
+
+A copy that changes on disk after it was verified (edited, overwritten, bit-flipped by a tool) is
+never served: every open (``has``/``ensure``) stats the copy and compares size, mtime, ctime and
+inode with its seal, and a copy that differs (or has no seal) is fetched again, with a
+``DataWarning`` naming it. ``verify="checksum"`` also hashes the whole copy at every open and
+compares it with the sealed MD5, catching what leaves the stat unchanged (media bit rot), at the
+cost of reading the file once more (``benchmarks/cache_verify.py``).
 """
 
 from __future__ import annotations
@@ -30,12 +40,13 @@ import re
 import socket
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from seqloader.errors import DataError, FetchError, OptionError
+from seqloader.errors import DataError, DataWarning, FetchError, OptionError
 from seqloader.extras import require
 from seqloader.sources.remote.stats import COUNTERS
 
@@ -44,6 +55,8 @@ _MD5 = re.compile(r"^[0-9a-f]{32}$")
 _NAME = re.compile(r"[^A-Za-z0-9._\-]")
 
 BlockHook = Callable[["RemoteFile", int], None]
+VERIFY_MODES = ("stat", "checksum")
+SEAL_FIELDS = ("size", "mtime_ns", "ctime_ns", "ino")
 
 
 def is_url(path: str | os.PathLike) -> bool:
@@ -92,7 +105,9 @@ class FileCache:
     ``client_kwargs``, credentials). A failed or short download is retried ``retries`` times,
     waiting ``backoff_s``, then twice that, and so on. ``on_block(file, bytes_so_far)`` is called
     after every block read (tests and benchmarks slow the network or break a download with it;
-    it must pickle for spawn workers)."""
+    it must pickle for spawn workers). ``verify``: ``"stat"`` (default: one ``stat`` per open,
+    compared with what was recorded when the copy was verified) or ``"checksum"`` (also the
+    whole copy's MD5 at every open)."""
 
     def __init__(
         self,
@@ -104,6 +119,7 @@ class FileCache:
         backoff_s: float = 0.5,
         block_bytes: int = 8 << 20,
         on_block: BlockHook | None = None,
+        verify: str = "stat",
     ) -> None:
         if cache_bytes is not None and (isinstance(cache_bytes, bool) or int(cache_bytes) <= 0):
             raise OptionError(f"cache_bytes: got {cache_bytes!r}, expected a positive int or None")
@@ -113,13 +129,20 @@ class FileCache:
                 f"block_bytes={block_bytes!r}; expected retries >= 0, backoff_s >= 0, "
                 "block_bytes > 0"
             )
+        if verify not in VERIFY_MODES:
+            raise OptionError(
+                f"verify: got {verify!r}, expected one of {VERIFY_MODES} ('stat': a stat per "
+                "open; 'checksum': also the copy's MD5 per open)"
+            )
+        self.verify = verify
+        self._seals: dict[str, dict] = {}  # key -> seal, as last read (memo of seals/)
         self.cache_dir = os.path.abspath(os.fspath(cache_dir))
         self.cache_bytes = None if cache_bytes is None else int(cache_bytes)
         self.storage_options = dict(storage_options or {})
         self.retries, self.backoff_s = int(retries), float(backoff_s)
         self.block_bytes = int(block_bytes)
         self.on_block = on_block
-        for sub in ("files", "locks", "index", "needs"):
+        for sub in ("files", "locks", "index", "needs", "seals"):
             os.makedirs(os.path.join(self.cache_dir, sub), exist_ok=True)
         self.high_water = 0  # the most bytes this process saw under files/
         self._fs: dict[str, Any] = {}
@@ -139,12 +162,56 @@ class FileCache:
         """Where the metadata index keeps ``kind`` (a format name and extension) of ``f``."""
         return self._sub("index", f"{f.key}.{kind}")
 
+    def seal_path(self, f: RemoteFile) -> str:
+        """Where what was verified of ``f``'s copy is recorded."""
+        return self._sub("seals", f"{f.key}.json")
+
     def has(self, f: RemoteFile) -> bool:
-        """Whether the complete copy of ``f`` is in the cache."""
+        """Whether the complete, verified copy of ``f`` is in the cache, unchanged since."""
+        return self.check_copy(f) is None
+
+    def check_copy(self, f: RemoteFile) -> str | None:
+        """None when ``f``'s copy is there and is what was verified (a stat compared with its
+        seal; with ``verify="checksum"`` also its MD5); else why not: ``"missing"``, or what
+        changed."""
+        path = self.path(f)
         try:
-            return os.stat(self.path(f)).st_size == f.size
+            st = os.stat(path)
         except FileNotFoundError:
-            return False
+            return "missing"
+        seal = self._seals.get(f.key)
+        if seal is None or _stat_changes(seal, st, f.size):
+            seal = self._read_seal(f)  # another process may have fetched it again since
+        if seal is None:
+            return (
+                "no record of its verification (its fetch was cut short, or an older "
+                "seqloader wrote it)"
+            )
+        changes = _stat_changes(seal, st, f.size)
+        if changes:
+            return f"changed on disk since it was verified: {changes}"
+        if self.verify == "checksum":
+            digest = _md5_of(path)
+            if digest != seal["md5"]:
+                return f"its content MD5 is {digest}, but {seal['md5']} was verified"
+        return None
+
+    def _read_seal(self, f: RemoteFile) -> dict | None:
+        try:
+            with open(self.seal_path(f), "rb") as fh:
+                seal = json.loads(fh.read())
+        except (FileNotFoundError, ValueError):
+            return None
+        if not isinstance(seal, dict) or any(k not in seal for k in (*SEAL_FIELDS, "md5")):
+            return None
+        self._seals[f.key] = seal
+        return seal
+
+    def _seal(self, f: RemoteFile, path: str, md5: str) -> None:
+        st = os.stat(path)
+        seal = {k: getattr(st, f"st_{k}") for k in SEAL_FIELDS} | {"md5": md5}
+        write_atomic(self.seal_path(f), json.dumps(seal).encode())
+        self._seals[f.key] = seal
 
     # ---- the store ----
     def filesystem(self, url: str) -> Any:
@@ -224,12 +291,22 @@ class FileCache:
         it now, so the time counts as fetch wait and the bytes as the reader's (the prefetcher
         passes False)."""
         path = self.path(f)
-        if self.has(f):
+        if self.check_copy(f) is None:
             return path
         start = time.perf_counter()
         try:
             with self._entry_lock(f.key):
-                if not self.has(f):
+                why = self.check_copy(f)
+                if why is not None:
+                    if why != "missing":  # never served: dropped and fetched again, said aloud
+                        warnings.warn(
+                            f"cached copy {path} of {f.url!r} is not served: {why}; fetching "
+                            "it again",
+                            DataWarning,
+                            stacklevel=2,
+                        )
+                        _unlink(path)
+                        _unlink(self.seal_path(f))
                     self._fetch(f, path, reader=reader)
         finally:
             if reader:
@@ -242,7 +319,7 @@ class FileCache:
             tmp = self._sub("files", f".{f.key}.{os.getpid()}.{attempt}.part")
             try:
                 try:
-                    self._download(f, tmp)
+                    md5 = self._download(f, tmp)
                 except OSError as e:
                     if type(e).__name__ != "FileExpired":  # fsspec: the ETag is not the store's
                         raise
@@ -250,6 +327,7 @@ class FileCache:
                     raise
                 os.replace(tmp, path)
                 _fsync_dir(os.path.dirname(path))
+                self._seal(f, path, md5)
                 break
             except FetchError:
                 _unlink(tmp)
@@ -271,9 +349,11 @@ class FileCache:
         self._log(f"{os.getpid()} {f.size} {f.url}\n")
         self.usage()
 
-    def _download(self, f: RemoteFile, tmp: str) -> None:
+    def _download(self, f: RemoteFile, tmp: str) -> str:
+        """Download ``f`` to ``tmp``, checked (size; MD5 where the ETag is one); returns the
+        content's MD5 (what its seal records)."""
         fs = self.filesystem(f.url)
-        md5 = hashlib.md5(usedforsecurity=False) if _MD5.match(f.version) else None
+        md5 = hashlib.md5(usedforsecurity=False)
         n = 0
         with fs.open(f.url, "rb", block_size=self.block_bytes) as src, open(tmp, "wb") as dst:
             while True:
@@ -282,15 +362,15 @@ class FileCache:
                     break
                 dst.write(buf)
                 n += len(buf)
-                if md5 is not None:
-                    md5.update(buf)
+                md5.update(buf)
                 if self.on_block is not None:
                     self.on_block(f, n)
             dst.flush()
             os.fsync(dst.fileno())
-        if n == f.size and (md5 is None or md5.hexdigest() == f.version):
-            return
-        got = f"{n} bytes" + ("" if md5 is None else f", MD5 {md5.hexdigest()}")
+        etag_is_md5 = _MD5.match(f.version) is not None
+        if n == f.size and (not etag_is_md5 or md5.hexdigest() == f.version):
+            return md5.hexdigest()
+        got = f"{n} bytes" + (f", MD5 {md5.hexdigest()}" if etag_is_md5 else "")
         self._raise_if_changed(f)
         raise OSError(f"download incomplete: got {got}, expected {f.size} bytes / ETag {f.version}")
 
@@ -400,6 +480,7 @@ class FileCache:
                     with contextlib.suppress(FileNotFoundError):
                         freed += os.stat(path).st_size
                         os.unlink(path)
+                    _unlink(self._sub("seals", f"{key}.json"))
         self.usage()
         return freed
 
@@ -453,7 +534,7 @@ class FileCache:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        state["_fs"], state["_pid"], state["_needs"] = {}, None, None
+        state["_fs"], state["_pid"], state["_needs"], state["_seals"] = {}, None, None, {}
         return state
 
     def __repr__(self) -> str:
@@ -464,6 +545,24 @@ class FileCache:
 def new_owner() -> str:
     """A name for one loader's needs note, unique on the node."""
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _stat_changes(seal: dict, st: os.stat_result, size: int) -> str:
+    """What differs between a copy's stat and its seal ("" when nothing)."""
+    now = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+           "ino": st.st_ino}  # fmt: skip
+    diffs = [f"{k} {seal.get(k)} -> {v}" for k, v in now.items() if seal.get(k) != v]
+    if st.st_size != size:
+        diffs.insert(0, f"{st.st_size} bytes, the store's file has {size}")
+    return ", ".join(diffs)
+
+
+def _md5_of(path: str, block: int = 8 << 20) -> str:
+    md5 = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        while buf := fh.read(block):
+            md5.update(buf)
+    return md5.hexdigest()
 
 
 def _unlink(path: str) -> None:
