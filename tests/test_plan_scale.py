@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from seqloader.plan import Planner, PlanOptions
+from seqloader.plan import Planner, PlanOptions, buckets
 from seqloader.plan.batching import padded_frames
+from seqloader.plan.cost import BatchCost
+from seqloader.plan.ordering import argsort_by
 
 N = 200_000
 
@@ -59,3 +63,60 @@ def test_large_rank_share_is_a_vectorised_view_of_the_global_plan() -> None:
     np.testing.assert_array_equal(rank3.batch(k)[0], plan.batches.batch(k * 8 + 3)[0])
     later = plan.rank_share(3, start_step=k)
     np.testing.assert_array_equal(later.seqs, rank3.seqs[rank3.bounds[k] :])
+
+
+# ---- the linear-time paths give the very answers of the sorts they replace ----
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 300),
+    spread=st.sampled_from([1, 3, 300, 70_000, 2**20, 2**40]),
+    majors=st.sampled_from([None, 1, 7, 300, 5000]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_argsort_by_is_the_stable_sort_by_major_then_minor(
+    n: int, spread: int, majors: int | None, seed: int
+) -> None:
+    """Narrow keys (16 / 32 bits: radix or timsort) and wide ones (packed with the position) give
+    np.lexsort's stable order, whatever the dtypes."""
+    rng = np.random.default_rng(seed)
+    minor = rng.integers(-spread, spread, n)
+    major = None if majors is None else rng.integers(0, majors, n).astype(np.uint16)
+    got = argsort_by(minor.astype(np.int32) if spread < 2**31 else minor, major)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, np.lexsort((minor,) if major is None else (minor, major)))
+
+
+def edges_by_sorting(lengths: np.ndarray, costs: np.ndarray, n_buckets: int) -> np.ndarray:
+    """The definition: cut the lengths sorted ascending at equal shares of their total cost."""
+    if len(lengths) == 0 or n_buckets <= 1:
+        return np.zeros(0, dtype=np.int64)
+    by_len = np.argsort(lengths, kind="stable")
+    sorted_len, cum = lengths[by_len], np.cumsum(costs[by_len])
+    targets = (int(cum[-1]) * np.arange(1, n_buckets)) // n_buckets
+    idx = np.minimum(np.searchsorted(cum, targets, side="right"), len(cum) - 1)
+    edges = np.unique(sorted_len[idx])
+    return edges[edges > sorted_len[0]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(0, 400),
+    longest=st.sampled_from([1, 2, 5, 50, 3000, 2**30]),
+    empties=st.booleans(),
+    quadratic=st.sampled_from([None, 1, 1500]),
+    n_buckets=st.integers(0, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_bucket_edges_equal_the_sorted_definition(
+    n: int, longest: int, empties: bool, quadratic: int | None, n_buckets: int, seed: int
+) -> None:
+    """Short lengths take the histogram path, very long ones the sort: both are the definition."""
+    lengths = np.random.default_rng(seed).integers(0, longest + 1, n)
+    if empties:
+        lengths[: n // 2] = 0
+    costs = BatchCost(quadratic).units(lengths)
+    got = buckets.bucket_edges(lengths.astype(np.int32), costs, n_buckets)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, edges_by_sorting(lengths, costs, n_buckets))

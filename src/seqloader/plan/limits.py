@@ -79,7 +79,8 @@ class Batcher:
     def __init__(self, limits: BatchLimits, lengths: Mapping[str, np.ndarray]) -> None:
         """``lengths``: int64 ``[units]`` per key (the units' lengths)."""
         self.limits = limits
-        self.lengths = {k: np.asarray(v, dtype=np.int64) for k, v in lengths.items()}
+        used = {limits.length_key, *limits.padded, *limits.packed}  # other keys: not read
+        self.lengths = {k: np.asarray(v, dtype=np.int64) for k, v in lengths.items() if k in used}
         self.costs = limits.units(limits.length_key, self.lengths[limits.length_key])
         self.budget = limits.padded.get(limits.length_key)
         self.fit: np.ndarray | None = None  # int64 [units] how many of each fit a batch

@@ -37,9 +37,11 @@ def order_sequences(lengths: np.ndarray, ordering: Ordering, rng: Rng) -> np.nda
 def argsort_by(minor: np.ndarray, major: np.ndarray | None = None) -> np.ndarray:
     """Indices that sort by (``major``, ``minor``), ties kept in position order -> int64 ``[n]``.
 
-    The keys are packed with the position into one unique int64 when the ranges allow, so numpy's
-    fastest (unstable, possibly SIMD and CPU-dependent) sort still gives one exact answer on every
-    machine; otherwise a stable sort does the same, slower.
+    A stable sort has one exact answer on every machine. Keys whose packed range fits 16 or 32 bits
+    are sorted so (numpy sorts 16-bit keys by radix, in linear time: a length histogram's worth of
+    work); wider ones are packed with the position into one unique int64, so numpy's fastest
+    (unstable, possibly SIMD and CPU-dependent) sort still gives that answer; otherwise a stable
+    sort of the wide keys does the same, slower.
     """
     n = len(minor)
     if n == 0:
@@ -47,9 +49,16 @@ def argsort_by(minor: np.ndarray, major: np.ndarray | None = None) -> np.ndarray
     lo = int(minor.min())
     span_minor = int(minor.max()) - lo + 1
     span_major = 1 if major is None else int(major.max()) + 1
-    if span_major * span_minor >= 2**62:
+    span = span_major * span_minor
+    if span >= 2**62:
         keys = (minor,) if major is None else (minor, major)
         return np.lexsort(keys).astype(np.int64)
+    if span <= 2**32:  # a stable sort of narrow keys: radix (16 bits) or timsort, no position
+        narrow = np.uint16 if span <= 2**16 else np.uint32
+        key = np.subtract(minor, lo, dtype=np.int64).astype(narrow)  # [n] (major, minor) packed
+        if major is not None:
+            key += np.asarray(major).astype(narrow) * narrow(span_minor)
+        return np.argsort(key, kind="stable").astype(np.int64, copy=False)
     key = minor.astype(np.int64)  # [n] a copy, built up in place
     key -= lo
     if major is not None:
@@ -65,7 +74,8 @@ def _bin_ids(n: int, bins: int) -> np.ndarray:
     """Bin of each position when ``n`` items are cut into ``bins`` contiguous parts
     (RETURNN: part i is ``[i*n//bins, (i+1)*n//bins)``)."""
     starts = (np.arange(bins + 1, dtype=np.int64) * n) // bins  # [bins+1]
-    return np.repeat(np.arange(bins, dtype=np.int64), np.diff(starts))  # [n]
+    narrow = np.min_scalar_type(max(bins - 1, 0))  # uint8 for a few bins: 1 byte per sequence
+    return np.repeat(np.arange(bins, dtype=narrow), np.diff(starts))  # [n]
 
 
 def _laplace(lengths: np.ndarray, bins: int, rng: Rng) -> np.ndarray:

@@ -252,7 +252,7 @@ class Planner:
         #: chunking: the units (sequence, chunk) of every admitted sequence (None: units are
         #: the sequences themselves)
         self.chunks: ChunkTable | None = None
-        unit_lengths: Mapping[str, np.ndarray] = lengths
+        unit_lengths: Mapping[str, np.ndarray] = {**lengths, key: self.lengths}  # one int64 copy
         if chunked:
             spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
             self.chunks = chunk_table(

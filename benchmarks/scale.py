@@ -1,0 +1,183 @@
+"""One rank's plan of a large corpus on many ranks: time and private memory, before and after.
+
+    python -m benchmarks.scale [--sizes 1e6,1e7,1e8] [--reps 3] [--base-src DIR] [--out FILE]
+
+For each size ``n`` (lengths uniform in 50..2000, ``max_seqs=200``, ``max_frames=20000``), world
+size 1,024, rank 517, and each case (``distribution="shard"`` with ``laplace`` and ``buckets:30``;
+``distribution="files"`` over 10^5 files with ``laplace``): a fresh process maps the lengths from
+one column store file (``seqloader.sources.columns``: the per-node metadata, built once by the
+parent, counted once) and times constructing the ``Planner`` until it holds this rank's batches of
+epoch 1 (``Planner.rank_plan`` where the code has it, else ``global_plan(...).rank_share``).
+Memory: the child's peak resident set less the file pages it maps (``VmHWM - RssFile``) less what
+it held before planning: the private memory of planning. Each configuration runs ``--reps`` times
+in fresh processes, rotating between the code under test and ``--base-src`` (the ``src/`` of an
+older checkout, for before/after ratios measured in the same run); medians. A configuration whose
+base run would exceed the memory guard (``--base-max``) is measured for the new code only.
+
+At every size the child also checks, vectorised, what the contracts need of the rank's plan (each
+batch within the limits, the steps equal to the plan's). ``--verify N`` checks the whole epoch at
+size ``N`` for every rank (exactly once over all ranks, equal steps) against the global plan.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks.fresh import run_child
+from benchmarks.machine import describe_machine, load_average
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "scale.json")
+WORLD = 1024
+RANK = 517
+FILES = 100_000
+CASES = {
+    "shard laplace": {"ordering": "laplace", "distribution": "shard"},
+    "shard buckets:30": {"ordering": "buckets:30", "distribution": "shard"},
+    "files laplace": {"ordering": "laplace", "distribution": "files"},
+}
+LIMITS = {"max_seqs": 200, "max_frames": 20_000}
+
+
+def lengths_store(n: int, folder: str) -> str:
+    """The column store with ``n`` lengths (int32) and file bounds of ``FILES`` equal files."""
+    from seqloader.sources.columns import StoreWriter
+
+    path = os.path.join(folder, f"lengths-{n}.seqcols")
+    if os.path.exists(path):
+        return path
+    w = StoreWriter(path, f"scale-{n}", {"n": n})
+    rng = np.random.default_rng(0)
+    step = 10_000_000
+    chunks = (rng.integers(50, 2001, min(step, n - a)).astype(np.int32) for a in range(0, n, step))
+    w.add_chunks("len.data", np.int32, (), chunks)
+    w.add("file_bounds", (np.arange(FILES + 1, dtype=np.int64) * n) // FILES)
+    w.close()
+    return path
+
+
+def _status() -> dict[str, int]:
+    out = {}
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            key, _, rest = line.partition(":")
+            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
+                out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+def child(config: dict) -> dict:
+    from seqloader.plan import Planner, PlanOptions
+    from seqloader.sources.columns import ColumnStore
+
+    store = ColumnStore(config["store"])
+    lengths = store.column("len.data")
+    files = store.column("file_bounds") if config["distribution"] == "files" else None
+    options = PlanOptions(
+        ordering=config["ordering"], distribution=config["distribution"], seed=3, **LIMITS
+    )
+    before = _status()
+    t0 = time.perf_counter()
+    planner = Planner({"data": lengths}, options, files=files)
+    t1 = time.perf_counter()
+    if hasattr(planner, "rank_plan"):
+        share, steps = planner.rank_plan(1, WORLD, RANK)
+    else:
+        plan = planner.global_plan(1, WORLD)
+        share, steps = plan.rank_share(RANK), plan.steps
+    t2 = time.perf_counter()
+    after = _status()
+    private = after["VmHWM"] - after["RssFile"] - (before["VmRSS"] - before["RssFile"])
+    # vectorised checks of this rank's share: limits and steps
+    sizes = np.diff(share.bounds)
+    ok = bool(len(sizes) == steps and sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
+    maxes = np.maximum.reduceat(np.asarray(lengths)[share.seqs], share.bounds[:-1])
+    ok = ok and bool((sizes * maxes).max() <= LIMITS["max_frames"])
+    return {
+        "construct_s": t1 - t0,
+        "plan_s": t2 - t1,
+        "total_s": t2 - t0,
+        "private_bytes": private,
+        "steps": int(steps),
+        "rank_seqs": len(share.seqs),
+        "checks_ok": ok,
+    }
+
+
+def measure(args: argparse.Namespace) -> dict:
+    folder = args.data or os.path.join(tempfile.gettempdir(), "seqloader-scale")
+    os.makedirs(folder, exist_ok=True)
+    rows = []
+    for size in args.sizes:
+        store = lengths_store(size, folder)
+        for name, case in CASES.items():
+            if name not in args.cases:
+                continue
+            codes = ["new"]
+            if args.base_src and size <= args.base_max:
+                codes.append("base")
+            runs: dict[str, list[dict]] = {c: [] for c in codes}
+            for rep in range(args.reps):
+                for code in codes[rep % len(codes) :] + codes[: rep % len(codes)]:
+                    config = {
+                        **case,
+                        "store": store,
+                        "code": code,
+                        "label": f"{name} {size} {code}",
+                    }
+                    runs[code].append(
+                        run_child("benchmarks.scale", config, args.base_src, args.timeout)
+                    )
+            row: dict = {"case": name, "n": size}
+            for code, got in runs.items():
+                row[code] = {
+                    k: statistics.median(r[k] for r in got)
+                    for k in ("construct_s", "plan_s", "total_s", "private_bytes")
+                }
+                row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
+                row[code]["steps"] = got[0]["steps"]
+            if "base" in row:
+                row["time_ratio"] = row["new"]["total_s"] / row["base"]["total_s"]
+                row["memory_ratio"] = row["new"]["private_bytes"] / row["base"]["private_bytes"]
+                row["same_steps"] = row["new"]["steps"] == row["base"]["steps"]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return {"machine": describe_machine(), "load_average": load_average(), "world_size": WORLD,
+            "rank": RANK, "files": FILES, "limits": LIMITS, "reps": args.reps, "rows": rows}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--child")
+    p.add_argument("--sizes", default="1e6,1e7")
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--base-src")
+    p.add_argument("--base-max", type=float, default=1e7)
+    p.add_argument("--data", help="folder for the column stores (default: the temp folder)")
+    p.add_argument("--timeout", type=float, default=1200)
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    args.sizes = [int(float(s)) for s in args.sizes.split(",")]
+    args.cases = args.cases.split(",")
+    result = measure(args)
+    out = args.out or RESULTS
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
