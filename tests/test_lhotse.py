@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,8 @@ from lhotse import (  # noqa: E402
     CutSet,
     Fbank,
     FbankConfig,
+    Mfcc,
+    MfccConfig,
     Recording,
     RecordingSet,
     SupervisionSegment,
@@ -224,6 +227,54 @@ def test_mixed_feature_dims_named(corpus, tmp_path):
     )
     with pytest.raises(DataError, match=r"cut 'rec04-\d+'.*40 features per frame.*has 24"):
         sl.LhotseSource(manifest)
+
+
+@pytest.mark.parametrize(
+    ("second", "says"),
+    [
+        (lambda: Fbank(FbankConfig(num_mel_bins=24, frame_shift=0.02)), r"a frame shift of 20 ms"),
+        (lambda: Fbank(FbankConfig(num_mel_bins=16)), r"16 features per frame"),
+        (lambda: Mfcc(MfccConfig(num_mel_bins=24, num_ceps=24)), r"features of type 'kaldi-mfcc'"),
+    ],
+    ids=["frame_shift", "dim", "type"],
+)
+def test_cuts_with_features_of_another_kind_are_refused_naming_two(corpus, tmp_path, second, says):
+    """Features computed by Lhotse with two extractors or configs, in one CutSet (as when two
+    corpora prepared apart are combined): an error naming a cut of each kind, not a silent mix."""
+    cuts = CutSet.from_file(corpus["audio"])
+    one = cuts.subset(first=3).compute_and_store_features(
+        Fbank(FbankConfig(num_mel_bins=24)), storage_path=tmp_path / "one", num_jobs=1
+    )
+    other = cuts.subset(last=2).compute_and_store_features(
+        second(), storage_path=tmp_path / "two", num_jobs=1
+    )
+    mixed = one + other
+    mixed.to_file(tmp_path / "mixed.jsonl.gz")
+    first, odd = next(iter(one)).id, next(iter(other)).id
+    for given in (mixed, tmp_path / "mixed.jsonl.gz"):
+        with pytest.raises(DataError, match=rf"cut '{odd}' has {says}.*cut '{first}' has"):
+            sl.LhotseSource(given)
+    from seqloader.cli.rates import frame_rate
+
+    src = sl.LhotseSource(one)  # one kind: its frame shift is known, and stats' hours use it
+    assert src.frame_shift == 0.01
+    assert frame_rate(None, src, "data", src.lengths("data")).hz == pytest.approx(100)
+
+
+def test_missing_reader_package_is_named_not_skipped(corpus, monkeypatch):
+    """Lhotse's lilcom reader without the lilcom package (made unimportable here, as when it is
+    not installed): at open the package is named; a source opened before it went missing fails
+    at read naming it, also under on_error="skip" (skipping would drop every cut)."""
+    opened = sl.LhotseSource(corpus["lilcom_chunky"], on_error="skip")
+    monkeypatch.setitem(sys.modules, "lilcom", None)
+    with pytest.raises(OptionError, match=r"'lilcom_chunky' storage.*pip install lilcom"):
+        sl.LhotseSource(corpus["lilcom_chunky"])
+    with pytest.raises(
+        DataError, match=r"cut 'rec02-\d+'.*not installed.*Fix: pip install lilcom$"
+    ) as e:
+        opened.read(2)
+    assert "on_error" not in str(e.value)
+    assert sl.LhotseSource(corpus["numpy_files"]).read(2)["data"].shape[1] == 24  # no lilcom
 
 
 def test_no_features_and_no_logmel(corpus):

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -101,6 +103,8 @@ class LhotseSource(SourceBase):
         self._rate = self._audio_rate(cols) if not self._audio_free() else 0
         self._samples = self._planned_samples(cols)  # [n] decoded length (0 without audio)
         self._feature_dim = self._check_features(cols) if self._uses_cut_features() else 0
+        #: seconds per ``data`` frame when ``data`` is the cuts' own features (one shift for all)
+        self.frame_shift: float | None = cols.frame_shifts[0] if self._uses_cut_features() else None
         self._frames = np.asarray(cols.frames, dtype=np.int64)  # [n] cut feature frames
         self._classes: np.ndarray | None = None  # token ids of all texts, concatenated
         self._class_offsets: np.ndarray | None = None  # [n + 1]
@@ -185,15 +189,34 @@ class LhotseSource(SourceBase):
         )
 
     def _check_features(self, cols: _Columns) -> int:
-        dims = np.asarray(cols.feature_dims, dtype=np.int64)
-        if (dims != dims[0]).any():
-            k = int(np.flatnonzero(dims != dims[0])[0])
-            raise DataError(
-                f"LhotseSource: cut {cols.ids[k]!r} of {self._origin} has {dims[k]} features per "
-                f"frame, cut {cols.ids[0]!r} has {dims[0]}; a key has one feature dimension. "
-                "Fix: compute all features with one extractor"
-            )
-        return int(dims[0])
+        """One kind of features in one source: the same dimension, frame shift and extractor
+        (a mix would pad frames of different meaning or duration into one batch), and a reader
+        for every storage the cuts use."""
+        kinds: tuple[tuple[list, Callable[[Any], str]], ...] = (
+            (cols.feature_dims, lambda v: f"{v} features per frame"),
+            (cols.frame_shifts, lambda v: f"a frame shift of {1000 * v:g} ms"),
+            (cols.feature_types, lambda v: f"features of type {v!r}"),
+        )
+        for values, say in kinds:
+            k = next((i for i, v in enumerate(values) if v != values[0]), None)
+            if k is not None:
+                raise DataError(
+                    f"LhotseSource: cuts of {self._origin} differ in kind: cut {cols.ids[k]!r} "
+                    f"has {say(values[k])}, cut {cols.ids[0]!r} has {say(values[0])}; one "
+                    "source holds one kind of features. Fix: compute the features of all cuts "
+                    "with one extractor and config (or open each kind as its own source)"
+                )
+        for storage in dict.fromkeys(cols.storage_types):
+            missing = [m for m in STORAGE_PACKAGES.get(storage, ()) if not _installed(m)]
+            if missing:
+                first = cols.ids[cols.storage_types.index(storage)]
+                raise OptionError(
+                    f"LhotseSource: cut {first!r} of {self._origin} stores its features in "
+                    f"Lhotse's {storage!r} storage, whose reader needs the package(s) "
+                    f"{', '.join(missing)}, not installed here. Fix: pip install "
+                    f"{' '.join(missing)}"
+                )
+        return int(cols.feature_dims[0])
 
     def _encode_texts(self) -> tuple[np.ndarray, np.ndarray]:
         assert self.vocab is not None
@@ -309,6 +332,16 @@ class LhotseSource(SourceBase):
 
     def _fail(self, index: int, what: str, cause: Exception | None) -> NoReturn:
         where = f"sequence {index} (cut {self.tag(index)!r}) of {self._origin}"
+        if isinstance(cause, ImportError):
+            # a reader package is missing: every cut would fail alike, so skipping is no fix
+            said = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+            named = re.search(r"pip install '?([\w.\-]+)", said)
+            package = named.group(1) if named else cause.name
+            fix = f"pip install {package}" if package else "install the package Lhotse names"
+            raise DataError(
+                f"{where}: Lhotse cannot read it: a package its reader needs is not installed "
+                f"here ({said}). Fix: {fix}"
+            ) from cause
         fail_read(self.options, where, what, "repair the cut's files", cause)
 
     def __getstate__(self) -> dict:
@@ -334,6 +367,9 @@ class _Columns:
         self.has_features: list[bool] = []
         self.frames: list[int] = []
         self.feature_dims: list[int] = []
+        self.frame_shifts: list[float] = []
+        self.feature_types: list[str] = []
+        self.storage_types: list[str] = []
         self.rates: list[int | None] = []
         self.samples: list[int] = []
 
@@ -356,9 +392,33 @@ class _Columns:
         self.has_features.append(feats)
         self.frames.append(int(cut.num_frames) if feats else 0)
         self.feature_dims.append(int(cut.num_features) if feats else 0)
+        self.frame_shifts.append(float(cut.frame_shift) if feats else 0.0)
+        self.feature_types.append(str(cut.features.type) if feats else "")
+        self.storage_types.append(str(cut.features.storage_type) if feats else "")
         has_audio = bool(cut.has_recording)
         self.rates.append(int(cut.sampling_rate) if has_audio else None)
         self.samples.append(int(cut.num_samples) if has_audio else 0)
+
+
+#: Lhotse feature storages whose reader needs an optional package (as Lhotse's
+#: ``features.io`` declares them), by storage type
+STORAGE_PACKAGES: dict[str, tuple[str, ...]] = {
+    "lilcom_chunky": ("lilcom",),
+    "lilcom_files": ("lilcom",),
+    "lilcom_url": ("lilcom",),
+    "memory_lilcom": ("lilcom",),
+    "lilcom_hdf5": ("h5py", "lilcom"),
+    "chunked_lilcom_hdf5": ("h5py", "lilcom"),
+    "numpy_hdf5": ("h5py",),
+    "kaldiio": ("kaldi_native_io",),
+}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # a module object without a spec: present
+        return True
 
 
 def shar_fields(cuts: Any) -> dict[str, list[str]] | None:
