@@ -344,7 +344,7 @@ class Planner:
         pool, uses, perm = self._full_epoch(ep.full_epoch, order_rank)
         lo, hi = part_bounds(len(perm), self.options.partition_epoch, ep.part)
         perm = perm[lo:hi]
-        part = pool[perm]
+        part = perm if self._is_everything(pool, uses) else pool[perm]
         if self.options.seeding == "returnn" and len(pool) != self.num_admitted:
             return part[self._admitted_mask[part]], None  # RETURNN filters after the cut
         return part, None if uses is None else uses[perm]
@@ -369,7 +369,14 @@ class Planner:
             if self.mix is not None:
                 selection = self.mix.select(full_epoch)
                 pool, uses = selection.seqs, selection.uses  # [m] canonical order
-        return pool, uses, order_sequences(self.order_lengths[pool], ordering, rng)
+        everything = self._is_everything(pool, uses)  # no gather: half the memory at 10^8
+        pool_lengths = self.order_lengths if everything else self.order_lengths[pool]
+        return pool, uses, order_sequences(pool_lengths, ordering, rng)
+
+    def _is_everything(self, pool: np.ndarray, uses: np.ndarray | None) -> bool:
+        """True if ``pool`` (ascending, without repeats unless mixed) is every sequence, i.e.
+        ``arange(n)``: positions in it are sequence indices, and nothing needs gathering."""
+        return uses is None and len(pool) == len(self.lengths)
 
     def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
         """Per corpus (``corpora`` given): its slots in ``epoch`` (all ranks), and with a mix its

@@ -13,6 +13,7 @@ import json
 from collections.abc import Mapping
 
 from seqloader.errors import ResumeError
+from seqloader.plan.ahead import PlanAhead
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
 from seqloader.plan.position import (
@@ -32,7 +33,11 @@ class LoaderState:
 
     ``consumed``: steps consumed since the current run's start position (counted by the loop)."""
 
-    def __init__(self, planner: Planner, fingerprint: str, world_size: int) -> None:
+    def __init__(
+        self, planner: Planner, fingerprint: str, world_size: int, plan_ahead: bool = True
+    ) -> None:
+        """``plan_ahead``: plan the next epoch on a background thread once an epoch begins
+        (``seqloader.plan.ahead``), so the next ``begin`` finds it ready."""
         self.planner = planner
         self.fingerprint = fingerprint
         self.world_size = world_size
@@ -41,6 +46,7 @@ class LoaderState:
         self.consumed = 0
         self._resume: Position | None = None  # loaded by load(), not started yet
         self._resume_plan: GlobalPlan | None = None  # the segment plan of _resume
+        self._ahead = PlanAhead(self._epoch_plan) if plan_ahead else None
 
     def position(self) -> Position:
         """Where the consumed batches end (reading it changes nothing)."""
@@ -55,10 +61,18 @@ class LoaderState:
         """Start ``epoch``: from the loaded state if it lies in it, else from its start. Returns
         the plan to run and the position its steps count from (``consumed`` restarts at 0)."""
         start, segment = self._start_of(epoch)
+        if segment is None and self._ahead is not None:  # from the epoch's start: planned ahead?
+            segment = self._ahead.take(epoch)
         plan, position = continue_plan(self.planner, start, self.world_size, segment)
         self._resume = self._resume_plan = None
         self._segment, self._start, self.consumed = plan, position, 0
+        if self._ahead is not None:
+            self._ahead.request(epoch + 1)
         return plan, position
+
+    def _epoch_plan(self, epoch: int) -> GlobalPlan:
+        """The plan of ``epoch`` from its start on this world size (what ``begin`` would plan)."""
+        return segment_plan(self.planner, Position(epoch, 0, self.world_size, 0))
 
     def _start_of(self, epoch: int) -> tuple[Position, GlobalPlan | None]:
         """The loaded resume position if it is in ``epoch``, else the epoch's start (with the

@@ -1,0 +1,70 @@
+"""The next epoch's plan, computed ahead on a background thread.
+
+Planning a large corpus takes seconds (10^7-10^8 sequences: permuting, sorting, batching), and at
+an epoch boundary the training loop would wait for it. The plan is a pure function of (data,
+options, epoch, world size), so it can be computed while the current epoch trains and taken at the
+boundary: the loop then waits only if the plan is not ready yet, and never gets another plan than
+it would have computed itself (the same function, the same arguments).
+
+One epoch is planned ahead at a time. A failure in the background is not raised there: ``take``
+returns None and the caller plans on its own thread, so an error surfaces where it always did.
+numpy releases the GIL in the heavy parts (permutation, sorts, gathers), so the thread mostly uses
+a core the training loop is not using.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class PlanAhead(Generic[T]):
+    """``compute(epoch)`` run on a daemon thread for the epoch asked by ``request``."""
+
+    def __init__(self, compute: Callable[[int], T]) -> None:
+        self._compute = compute
+        self._epoch: int | None = None
+        self._thread: threading.Thread | None = None
+        self._result: T | None = None
+        self._failed = False
+
+    def request(self, epoch: int) -> None:
+        """Start planning ``epoch`` (a request for another epoch replaces a pending one: its
+        result is dropped when it ends)."""
+        if self._epoch == epoch:
+            return
+        self._epoch, self._result, self._failed = epoch, None, False
+        thread = threading.Thread(
+            target=self._run, args=(epoch,), name=f"seqloader-plan-ahead-{epoch}", daemon=True
+        )
+        self._thread = thread
+        thread.start()
+
+    def _run(self, epoch: int) -> None:
+        try:
+            result = self._compute(epoch)
+        except Exception:  # the caller plans again and sees the error on its own thread
+            result, failed = None, True
+        else:
+            failed = False
+        if self._epoch == epoch and threading.current_thread() is self._thread:
+            self._result, self._failed = result, failed
+
+    def take(self, epoch: int) -> T | None:
+        """The plan of ``epoch`` if it was requested (waiting for it to finish), else None; None
+        also if computing it failed. Taking it forgets it."""
+        thread = self._thread
+        if self._epoch != epoch or thread is None:
+            return None
+        thread.join()
+        result = None if self._failed else self._result
+        self._epoch, self._thread, self._result = None, None, None
+        return result
+
+    @property
+    def pending(self) -> int | None:
+        """The epoch requested and not taken yet (None: none)."""
+        return self._epoch
