@@ -101,7 +101,9 @@ def child(config: dict) -> dict:
     ok = bool(len(sizes) == steps and sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
     maxes = np.maximum.reduceat(np.asarray(lengths)[share.seqs], share.bounds[:-1])
     ok = ok and bool((sizes * maxes).max() <= LIMITS["max_frames"])
+    boundary = epoch_boundary(planner) if config.get("boundary") else None
     return {
+        "boundary_s": boundary,
         "construct_s": t1 - t0,
         "plan_s": t2 - t1,
         "total_s": t2 - t0,
@@ -110,6 +112,24 @@ def child(config: dict) -> dict:
         "rank_seqs": len(share.seqs),
         "checks_ok": ok,
     }
+
+
+def epoch_boundary(planner: object) -> float:
+    """What the loop waits at the boundary of epochs 1 and 2 for this rank's plan: the loader's
+    state begins epoch 1, the epoch trains (here: until a plan made ahead is ready, as an epoch of
+    10^8 sequences outlasts planning), then epoch 2 begins."""
+    from seqloader.plan.state import LoaderState
+
+    state = LoaderState(planner, "fingerprint", WORLD)  # type: ignore[arg-type]
+    plan, _ = state.begin(1)
+    state.consumed = plan.steps
+    ahead = getattr(state, "_ahead", None)
+    if ahead is not None and ahead._thread is not None:
+        ahead._thread.join()
+    t0 = time.perf_counter()
+    plan, position = state.begin(2)
+    plan.rank_share(RANK, position.steps)
+    return time.perf_counter() - t0
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -132,6 +152,7 @@ def measure(args: argparse.Namespace) -> dict:
                         "store": store,
                         "code": code,
                         "label": f"{name} {size} {code}",
+                        "boundary": args.boundary,
                     }
                     runs[code].append(
                         run_child("benchmarks.scale", config, args.base_src, args.timeout)
@@ -142,12 +163,16 @@ def measure(args: argparse.Namespace) -> dict:
                     k: statistics.median(r[k] for r in got)
                     for k in ("construct_s", "plan_s", "total_s", "private_bytes")
                 }
+                if args.boundary:
+                    row[code]["boundary_s"] = statistics.median(r["boundary_s"] for r in got)
                 row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
                 row[code]["steps"] = got[0]["steps"]
             if "base" in row:
                 row["time_ratio"] = row["new"]["total_s"] / row["base"]["total_s"]
                 row["memory_ratio"] = row["new"]["private_bytes"] / row["base"]["private_bytes"]
                 row["same_steps"] = row["new"]["steps"] == row["base"]["steps"]
+                if args.boundary:
+                    row["boundary_ratio"] = row["new"]["boundary_s"] / row["base"]["boundary_s"]
             print(json.dumps(row), flush=True)
             rows.append(row)
     return {"machine": describe_machine(), "load_average": load_average(), "world_size": WORLD,
@@ -165,6 +190,12 @@ def main() -> None:
     p.add_argument("--data", help="folder for the column stores (default: the temp folder)")
     p.add_argument("--timeout", type=float, default=1200)
     p.add_argument("--out")
+    p.add_argument(
+        "--no-boundary",
+        dest="boundary",
+        action="store_false",
+        help="skip measuring the epoch boundary (plans epochs 1 and 2 once more)",
+    )
     args = p.parse_args()
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
