@@ -5,10 +5,13 @@
    same sequences in the same order, for random corpora, chunkings, ``min_chunk_size``, length
    filters and limits (``batch_size`` / ``packed_batch_size`` as ints and per key, ``max_seqs``).
 2. Every contract for chunks: each chunk of an epoch exactly once across ranks, equal steps,
-   determinism, sub-epochs that form the full epoch, every batch within its limits.
+   determinism, sub-epochs that form the full epoch, every batch within its limits, and the
+   resume harness over chunked epochs (exact and elastic: positions count chunks).
 """
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -16,8 +19,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.errors import OptionError, SequenceTooLongError
-from seqloader.plan import Planner, PlanOptions
+from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.chunks import chunk_counts, chunking_option
+from test_resume_plan import assert_equal_steps
 
 returnn_pipeline = pytest.importorskip("returnn.torch.data.pipeline")
 
@@ -243,7 +247,7 @@ def contract_cases(draw: st.DrawFn) -> tuple[Planner, int]:
 
 def units_of(planner: Planner, seqs: np.ndarray, chunks: np.ndarray) -> np.ndarray:
     assert planner.chunks is not None
-    return planner.chunks.first[seqs] + chunks
+    return planner.chunks.unit_ids(seqs, chunks)
 
 
 @settings(max_examples=60, deadline=None)
@@ -260,7 +264,8 @@ def test_every_chunk_exactly_once_with_equal_steps(case: tuple[Planner, int]) ->
         assert len(b) == plan.steps * world  # equal steps (C2)
         units = units_of(planner, b.seqs, b.chunks)
         real = units[b.real]
-        order = planner.sub_epoch_units(epoch)
+        sub = planner.sub_epoch_units(epoch)
+        order = units_of(planner, sub.seqs, sub.chunks)
         if o.uneven == "drop":  # a prefix of the sub-epoch's chunks, the rest counted
             np.testing.assert_array_equal(real, order[: len(real)])
             assert len(order) - len(real) == plan.dropped
@@ -269,8 +274,7 @@ def test_every_chunk_exactly_once_with_equal_steps(case: tuple[Planner, int]) ->
         full.append(order)
         for k in range(len(b)):  # within the limits, per chunk
             seqs, _ = b.batch(k)
-            chunk_units = units_of(planner, seqs, b.chunks_of(k))
-            lens = planner.chunks.lengths["data"][chunk_units]
+            lens = planner.chunks.window("data", planner.lengths[seqs], b.chunks_of(k))
             if o.max_seqs is not None:
                 assert len(seqs) <= o.max_seqs
             if o.max_frames is not None and len(seqs) > 1:
@@ -293,3 +297,43 @@ def test_chunks_of_a_sequence_stay_consecutive_in_order() -> None:
     assert pairs == [(1, 0), (2, 0), (2, 1), (2, 2), (0, 0), (0, 1), (0, 2), (0, 3)] + [
         (3, c) for c in range(7)
     ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(contract_cases(), st.lists(st.integers(1, 5), min_size=2, max_size=3),
+       st.lists(st.floats(0, 1), min_size=2, max_size=2))  # fmt: skip
+def test_elastic_resume_over_chunks_exactly_once(
+    case: tuple[Planner, int], worlds: list[int], cuts: list[float]
+) -> None:
+    """The resume harness over a chunked epoch: run with ``worlds[0]`` ranks, stop part-way,
+    save the position as JSON, continue with the next world size...: every chunk of the epoch
+    is consumed exactly once (``drop``: at most once, the rest counted), with equal steps."""
+    planner, _ = case
+    assert planner.chunks is not None
+    cuts = cuts[: len(worlds) - 1]  # the last segment runs to the end
+    epoch = 1
+    position = Position(epoch, 0, worlds[0], 0)
+    consumed = []
+    plan = None
+    for i, world in enumerate(worlds):
+        plan, position = continue_plan(planner, position, world)
+        assert_equal_steps(plan, position.steps)
+        stop = plan.steps
+        if i < len(cuts):
+            stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
+        b = plan.batches
+        lo, hi = b.bounds[position.steps * world], b.bounds[stop * world]
+        real = b.real[lo:hi]
+        assert b.chunks is not None
+        consumed.append(units_of(planner, b.seqs[lo:hi][real], b.chunks[lo:hi][real]))
+        position = position.advanced(stop - position.steps)
+        position = Position.from_fields(json.loads(json.dumps(position.to_fields())))
+    got = np.concatenate(consumed)
+    sub = planner.sub_epoch_units(epoch)
+    order = units_of(planner, sub.seqs, sub.chunks)
+    assert len(np.unique(got)) == len(got), "a chunk was consumed twice"
+    if planner.options.uneven == "drop":
+        assert plan is not None and len(order) - len(got) == plan.dropped
+        assert set(got.tolist()) <= set(order.tolist())
+    else:
+        np.testing.assert_array_equal(got, order)  # in order, too: positions count chunks

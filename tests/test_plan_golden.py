@@ -125,6 +125,21 @@ CASES: dict[str, dict] = {
         "epoch": 1,
         "world": 2,
     },
+    "chunked 100:60 laplace:.10 partition 2 W3 split, elastic -> W2": {
+        "corpus": (181, 600, 17),
+        "options": {"ordering": "laplace:.10", "chunking": "100:60", "min_chunk_size": 20,
+                    "max_frames": 800, "max_seqs": 8, "partition_epoch": 2, "seed": 3},
+        "epoch": 2,
+        "world": 3,
+        "elastic": (3, 2),
+    },
+    "packed random W4 pad": {
+        "corpus": (160, 500, 11),
+        "options": {"ordering": "random", "batch_cost": "packed", "max_frames": 2500,
+                    "max_seqs": 12, "uneven": "pad", "seed": 5},
+        "epoch": 1,
+        "world": 4,
+    },
 }  # fmt: skip
 
 #: The digests of ``CASES`` as planned by ``GOLDEN_VERSION`` of the algorithm.
@@ -143,6 +158,8 @@ GOLDEN: dict[str, str] = {
     "laplace:.10 elastic W3 -> W2 after 4 steps": "a938a1b89fa2423cd0047c96971cca63023068ba2257c340ddfe25f2bdcf4df2",
     "files laplace:.8 partition 2 W3 split, elastic -> W2": "44c0bbcb4815b925c2f1e8e504a2e7bbb6e28ae9e2d38c24cbb9ff9ffcbaaa7c",
     "files buckets:3 W2 pad": "986e1b395d56d79739047d95454b40f1af760141769365440149ef6f30e8f1ca",
+    "chunked 100:60 laplace:.10 partition 2 W3 split, elastic -> W2": "689efa0b2ab81cb3ad02f32e605c522f55f15dba34c357d8ad10c7ec6eac689a",
+    "packed random W4 pad": "01339198293d16006a8c488ccca2d997416ef684a100068bd2d1542b69865d31",
 }  # fmt: skip
 
 
@@ -154,6 +171,7 @@ def plan_fields(plan: GlobalPlan) -> dict:
         "real": b.real.astype(int).tolist(),
         "world_size": plan.world_size,
         "dropped": plan.dropped,
+        **({} if b.chunks is None else {"chunks": b.chunks.tolist()}),
     }
 
 

@@ -36,9 +36,14 @@ class BatchList:
 
     @classmethod
     def from_bounds(
-        cls, seqs: np.ndarray, bounds: np.ndarray, uses: np.ndarray | None = None
+        cls,
+        seqs: np.ndarray,
+        bounds: np.ndarray,
+        uses: np.ndarray | None = None,
+        chunks: np.ndarray | None = None,
     ) -> BatchList:
-        return cls(seqs.astype(np.int64, copy=False), bounds, np.ones(len(seqs), dtype=bool), uses)
+        real = np.ones(len(seqs), dtype=bool)
+        return cls(seqs.astype(np.int64, copy=False), bounds, real, uses, chunks)
 
     def __len__(self) -> int:
         return len(self.bounds) - 1

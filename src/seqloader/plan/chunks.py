@@ -101,44 +101,77 @@ def chunk_counts(lengths: np.ndarray, size: int, step: int, min_size: int) -> np
 
 
 @dataclass(frozen=True)
-class ChunkTable:
-    """The units of a chunked corpus: ``first[i]:first[i+1]`` are sequence i's chunks.
+class Units:
+    """Planned units in order: the sequence and chunk of each, and each one's length per key
+    (all int64 ``[u]``)."""
 
-    - ``first``: int64 ``[n + 1]`` (CSR over sequences; a filtered sequence has none).
+    seqs: np.ndarray
+    chunks: np.ndarray
+    lengths: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def tail(self, start: int) -> Units:
+        """The units from position ``start`` on (views)."""
+        return Units(
+            self.seqs[start:], self.chunks[start:], {k: v[start:] for k, v in self.lengths.items()}
+        )
+
+
+@dataclass(frozen=True)
+class ChunkTable:
+    """The chunks of a corpus: ``first[i]:first[i+1]`` number sequence i's chunks (a filtered
+    sequence has none). Nothing is stored per chunk: a chunk's window follows from its index
+    (``start = c * step``), so the table costs ``O(sequences)`` however many chunks there are.
+
+    - ``first``: int64 ``[n + 1]`` (CSR over sequences; ``first[-1]`` chunks in all).
     - ``spec``: ``{key: (size, step)}`` of every chunked key (resolved from ``"*"``).
-    - ``lengths``: ``{key: int64 [units]}`` each unit's length per key (chunked keys: the window;
-      others: the whole sequence).
+    - ``whole``: ``{key: int64 [n]}`` the whole sequences' lengths.
     """
 
     first: np.ndarray
     spec: dict[str, tuple[int, int]]
-    lengths: dict[str, np.ndarray]
+    whole: dict[str, np.ndarray]
 
     @property
     def num_units(self) -> int:
         return int(self.first[-1])
 
-    def unit_seq(self) -> np.ndarray:
-        """The sequence of each unit -> int64 ``[units]``."""
-        counts = np.diff(self.first)
-        return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    def unit_ids(self, seqs: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+        """A number per chunk, ``0..num_units-1`` (sequence after sequence) -> int64 ``[u]``."""
+        return self.first[np.asarray(seqs, dtype=np.int64)] + np.asarray(chunks, dtype=np.int64)
 
-    def unit_chunk(self) -> np.ndarray:
-        """The chunk index (within its sequence) of each unit -> int64 ``[units]``."""
-        counts = np.diff(self.first)
-        return np.arange(self.num_units, dtype=np.int64) - np.repeat(self.first[:-1], counts)
-
-    def expand(self, seqs: np.ndarray) -> np.ndarray:
-        """Units of ``seqs`` (int64 ``[m]``), each sequence's chunks in order -> int64 ``[u]``."""
+    def expand(self, seqs: np.ndarray, keys: Sequence[str] = ()) -> Units:
+        """The chunks of ``seqs`` (int64 ``[m]``), each sequence's in order; with their lengths
+        for ``keys``. Sequential work only (``repeat``), no gather over all chunks."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        starts = self.first[seqs]
-        counts = self.first[seqs + 1] - starts  # [m]
+        counts = self.first[seqs + 1] - self.first[seqs]  # [m]
         total = int(counts.sum())
-        if total == 0:
-            return np.zeros(0, dtype=np.int64)
-        ends = np.cumsum(counts)
-        base = np.repeat(starts - (ends - counts), counts)  # unit id minus its output position
-        return base + np.arange(total, dtype=np.int64)
+        out_first = np.cumsum(counts) - counts  # [m] position of each sequence's first chunk
+        slot_seqs = np.repeat(seqs, counts)  # [u]
+        chunks = np.arange(total, dtype=np.int64) - np.repeat(out_first, counts)
+        lengths = {}
+        for key in keys:
+            whole = np.repeat(self.whole[key][seqs], counts)  # [u]
+            lengths[key] = self.window(key, whole, chunks)
+        return Units(slot_seqs, chunks, lengths)
+
+    def window(self, key: str, whole: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+        """Length of chunk ``chunks`` of sequences of length ``whole`` in ``key`` -> int64
+        (keys not chunked: the whole length)."""
+        if key not in self.spec:
+            return np.asarray(whole, dtype=np.int64)
+        size, step = self.spec[key]
+        start = np.asarray(chunks, dtype=np.int64) * step
+        return np.minimum(start + size, whole) - start
+
+    def longest(self, key: str) -> np.ndarray:
+        """Each sequence's longest chunk in ``key`` (its first) -> int64 ``[n]``."""
+        whole = np.asarray(self.whole[key], dtype=np.int64)
+        if key not in self.spec:
+            return whole
+        return np.minimum(whole, self.spec[key][0])
 
 
 def chunk_table(
@@ -149,28 +182,26 @@ def chunk_table(
     tags: Sequence[str] | None = None,
     origin: str = "",
 ) -> ChunkTable:
-    """The units of the sequences ``keep`` (bool ``[n]``) under ``spec``. Raises naming the first
+    """The chunks of the sequences ``keep`` (bool ``[n]``) under ``spec``. Raises naming the first
     sequence whose chunked keys disagree on the number of chunks (RETURNN refuses them too)."""
     keys = list(lengths)
     resolved: dict[str, tuple[int, int]] = {}
     for key, pair in spec.items():
-        targets = keys if key == EVERY_KEY else [key]
         if key != EVERY_KEY and key not in lengths:
             raise OptionError(f"chunking: key {key!r} is not in the data; keys: {sorted(keys)}")
-        for k in targets:
+        for k in keys if key == EVERY_KEY else [key]:
             resolved.setdefault(k, pair)
-    explicit = {k: v for k, v in spec.items() if k != EVERY_KEY}
-    resolved.update(explicit)
+    resolved.update({k: v for k, v in spec.items() if k != EVERY_KEY})
     resolved = {k: resolved[k] for k in keys if k in resolved}
-    mins = min_chunk_size
-    if isinstance(mins, Mapping):
-        mins_of = resolve_keyed("min_chunk_size", mins, keys, keys[0])
+    if isinstance(min_chunk_size, Mapping):
+        mins_of = resolve_keyed("min_chunk_size", min_chunk_size, keys, keys[0])
     else:
-        mins_of = {k: int(mins) for k in resolved}
+        mins_of = {k: int(min_chunk_size) for k in resolved}
+    whole = {k: np.asarray(v, dtype=np.int64) for k, v in lengths.items()}
     counts: np.ndarray | None = None
     first_key = ""
     for key, (size, step) in resolved.items():
-        c = chunk_counts(lengths[key], size, step, mins_of.get(key, 0))
+        c = chunk_counts(whole[key], size, step, mins_of.get(key, 0))
         if counts is None:
             counts, first_key = c, key
             continue
@@ -181,9 +212,9 @@ def chunk_table(
             where = f" in {origin}" if origin else ""
             raise OptionError(
                 f"chunking: sequence {i} (tag {tag!r}){where} gives {int(counts[i])} chunk(s) of "
-                f"{first_key!r} (length {int(lengths[first_key][i])}, size:step "
+                f"{first_key!r} (length {int(whole[first_key][i])}, size:step "
                 f"{resolved[first_key][0]}:{resolved[first_key][1]}) but {int(c[i])} of {key!r} "
-                f"(length {int(lengths[key][i])}, size:step {size}:{step}); "
+                f"(length {int(whole[key][i])}, size:step {size}:{step}); "
                 f"{len(bad)} sequence(s) like this. Every chunked key must give the same number "
                 "of chunks (RETURNN asserts the same). Fix: scale each key's size and step by its "
                 "frame rate (e.g. chunking=({'data': (400, 200), 'classes': (100, 50)})), or "
@@ -193,19 +224,7 @@ def chunk_table(
     counts = np.where(keep, counts, 0)
     first = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=first[1:])
-    table = ChunkTable(first, resolved, {})
-    seq = table.unit_seq()
-    chunk = table.unit_chunk()
-    unit_lengths = {}
-    for key in keys:
-        whole = np.asarray(lengths[key], dtype=np.int64)[seq]
-        if key in resolved:
-            size, step = resolved[key]
-            start = chunk * step
-            unit_lengths[key] = np.minimum(start + size, whole) - start
-        else:
-            unit_lengths[key] = whole
-    return ChunkTable(first, resolved, unit_lengths)
+    return ChunkTable(first, resolved, whole)
 
 
 def chunk_spans(

@@ -74,13 +74,15 @@ def _split_tail(batches: BatchList, steps: int, world_size: int) -> BatchList:
     tail_bounds = batches.bounds[tail_start:] - batches.bounds[tail_start]  # [t+1]
     tail_seqs = batches.seqs[batches.bounds[tail_start] :]
     tail_uses = None if batches.uses is None else batches.uses[batches.bounds[tail_start] :]
+    cut = batches.bounds[tail_start]
+    tail_chunks = None if batches.chunks is None else batches.chunks[cut:]
     target = min(tail_slots, len(tail_seqs))
     bounds = tail_bounds
     while len(bounds) - 1 < target:
         s = np.diff(bounds)
         k = len(s) - 1 - int(np.argmax(s[::-1]))  # largest batch, the latest on ties
         bounds = np.insert(bounds, k + 1, bounds[k] + s[k] // 2 + s[k] % 2)
-    tail = BatchList.from_bounds(tail_seqs, bounds, tail_uses)
+    tail = BatchList.from_bounds(tail_seqs, bounds, tail_uses, tail_chunks)
     if target < tail_slots:  # infeasible: fewer sequences than slots -> marked repeats
         n_fill = tail_slots - target
         pick = np.arange(n_fill) % max(len(tail_seqs), 1)  # [n_fill]
@@ -89,6 +91,7 @@ def _split_tail(batches: BatchList, steps: int, world_size: int) -> BatchList:
             np.arange(n_fill + 1, dtype=np.int64),
             np.zeros(n_fill, bool),
             None if tail_uses is None else tail_uses[pick],
+            None if tail_chunks is None else tail_chunks[pick],
         )
         tail = tail.concat(fill)
     return head.concat(tail)
@@ -117,10 +120,12 @@ def interleave(parts: list[BatchList]) -> BatchList:
     """One batch list from per-rank lists of equal length: global batch ``k * W + r`` is rank
     r's batch k."""
     world_size, steps = len(parts), len(parts[0])
+    chunked = parts[0].chunks is not None
     merged = BatchList(  # rank 0's steps, then rank 1's, ...
         np.concatenate([p.seqs for p in parts]),
         np.concatenate([[0], np.cumsum(np.concatenate([p.sizes for p in parts]))]).astype(np.int64),
         np.concatenate([p.real for p in parts]),
+        chunks=np.concatenate([p.chunks for p in parts]) if chunked else None,
     )
     order = np.arange(steps * world_size)
     rank_of, step_of = order % world_size, order // world_size

@@ -74,40 +74,53 @@ class BatchLimits:
 
 
 class Batcher:
-    """Greedy batch bounds over an order of units, under ``BatchLimits``."""
+    """Greedy batch bounds under ``BatchLimits``, over sequences (``bounds``) or over any units
+    whose lengths are given in order (``bounds_of``: chunks)."""
 
     def __init__(self, limits: BatchLimits, lengths: Mapping[str, np.ndarray]) -> None:
-        """``lengths``: int64 ``[units]`` per key (the units' lengths)."""
+        """``lengths``: int64 ``[n]`` per key, per sequence."""
         self.limits = limits
         used = {limits.length_key, *limits.padded, *limits.packed}  # other keys: not read
         self.lengths = {k: np.asarray(v, dtype=np.int64) for k, v in lengths.items() if k in used}
         self.costs = limits.units(limits.length_key, self.lengths[limits.length_key])
         self.budget = limits.padded.get(limits.length_key)
-        self.fit: np.ndarray | None = None  # int64 [units] how many of each fit a batch
-        if not limits.plain and limits.padded:
-            cap = np.iinfo(np.int64).max
-            fit = np.full(len(self.costs), cap, dtype=np.int64)
-            for key, budget in limits.padded.items():
-                c = limits.units(key, self.lengths[key])
-                per = np.full(len(c), cap, dtype=np.int64)
-                np.floor_divide(budget, c, out=per, where=c > 0)
-                np.minimum(fit, per, out=fit)
-            self.fit = fit
+
+    @property
+    def keys(self) -> list[str]:
+        """The keys whose lengths batching needs."""
+        lim = self.limits
+        return sorted({lim.length_key, *lim.padded, *lim.packed})
 
     def bounds(self, order: np.ndarray) -> np.ndarray:
-        """Batch boundaries over ``order`` (unit indices) -> int64 ``[n_batches + 1]``."""
+        """Batch boundaries over ``order`` (sequence indices) -> int64 ``[n_batches + 1]``."""
         if self.limits.plain:
             return greedy_bounds(self.costs[order], self.limits.max_seqs, self.budget)
-        m = len(order)
+        return self.bounds_of({k: self.lengths[k][order] for k in self.keys})
+
+    def bounds_of(self, ordered: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Batch boundaries over units whose lengths per key (``self.keys``) are ``ordered``
+        (int64 ``[m]`` each, in plan order) -> int64 ``[n_batches + 1]``."""
+        lim = self.limits
+        main = ordered[lim.length_key]
+        if lim.plain:
+            return greedy_bounds(lim.units(lim.length_key, main), lim.max_seqs, self.budget)
+        m = len(main)
         if m == 0:
             return np.zeros(1, dtype=np.int64)
-        cap = m if self.limits.max_seqs is None else min(self.limits.max_seqs, m)
+        cap = m if lim.max_seqs is None else min(lim.max_seqs, m)
         size = np.minimum(m - np.arange(m, dtype=np.int64), cap)  # [m]
-        if self.fit is not None:
-            np.minimum(size, _lift(self.fit[order], cap), out=size)
-        for key, budget in self.limits.packed.items():
+        if lim.padded:
+            big = np.iinfo(np.int64).max
+            fit = np.full(m, big, dtype=np.int64)  # [m] how many of each unit fit a batch
+            for key, budget in lim.padded.items():
+                c = lim.units(key, ordered[key])
+                per = np.full(m, big, dtype=np.int64)
+                np.floor_divide(budget, c, out=per, where=c > 0)
+                np.minimum(fit, per, out=fit)
+            np.minimum(size, _lift(fit, cap), out=size)
+        for key, budget in lim.packed.items():
             cum = np.zeros(m + 1, dtype=np.int64)
-            np.cumsum(self.lengths[key][order], out=cum[1:])
+            np.cumsum(ordered[key], out=cum[1:])
             most = np.searchsorted(cum, cum[:-1] + budget, side="right") - 1  # last end that fits
             np.minimum(size, most - np.arange(m, dtype=np.int64), out=size)
         np.maximum(size, 1, out=size)
@@ -115,17 +128,20 @@ class Batcher:
 
     def check_fits(
         self,
+        longest: Mapping[str, np.ndarray],
         seq_of: np.ndarray,
         tags: Sequence[str] | None,
         origin: str,
         what: str = "sequence",
     ) -> None:
         """Every unit must fit a batch alone; else raise naming the first one, its key and the
-        fix. ``seq_of``: the sequence of each unit (int64 ``[units]``)."""
-        checks = [(k, "max_frames", b, self.limits.units(k, self.lengths[k]) > b)
-                  for k, b in self.limits.padded.items()]  # fmt: skip
-        name = "max_frames" if self.limits.cost.packed else "max_packed_frames"
-        checks += [(k, name, b, self.lengths[k] > b) for k, b in self.limits.packed.items()]
+        fix. ``longest``: per key, the longest unit of each checked sequence (int64 ``[m]``);
+        ``seq_of``: those sequences (int64 ``[m]``)."""
+        lim = self.limits
+        checks = [(k, "max_frames", b, lim.units(k, longest[k]) > b)
+                  for k, b in lim.padded.items()]  # fmt: skip
+        name = "max_frames" if lim.cost.packed else "max_packed_frames"
+        checks += [(k, name, b, longest[k] > b) for k, b in lim.packed.items()]
         for key, option, budget, over in checks:
             bad = np.flatnonzero(over)
             if not len(bad):
@@ -135,10 +151,10 @@ class Batcher:
             tag = tags[i] if tags is not None else f"#{i}"
             where = f" in {origin}" if origin else ""
             shown = budget
-            if key == self.limits.length_key and self.limits.cost.quadratic is not None:
-                shown = budget // self.limits.cost.quadratic
+            if key == lim.length_key and lim.cost.quadratic is not None:
+                shown = budget // lim.cost.quadratic
             raise SequenceTooLongError(
-                f"{what} of sequence {i} (tag {tag!r}){where} has {int(self.lengths[key][u])} "
+                f"{what} of sequence {i} (tag {tag!r}){where} has {int(longest[key][u])} "
                 f"frames of {key!r}, more than {option}[{key!r}]={shown} allows, so it fits no "
                 f"batch ({len(bad)} like this). Fix: raise {option} for {key!r}, or set "
                 f"max_seq_length={{{key!r}: {shown}}} to filter such sequences (counted in the "

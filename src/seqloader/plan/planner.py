@@ -16,10 +16,11 @@ from typing import cast
 import numpy as np
 
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
+from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_order
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bounds import check_bins
 from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
-from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_table
+from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
 from seqloader.plan.files import (
     EpochFiles,
@@ -41,6 +42,7 @@ from seqloader.plan.seeding import (
     PURPOSE_BUCKETS,
     PURPOSE_FILES,
     PURPOSE_FILES_ORDER,
+    PURPOSE_FIXED_ORDER,
     PURPOSE_ORDER,
     returnn_rng,
     rng_for,
@@ -143,21 +145,6 @@ def admit(
     return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
 
 
-def refuse_unimplemented(options: PlanOptions) -> None:
-    """Options whose API exists but whose planning is not in this version: a clear refusal."""
-    pending = {
-        "fixed_random_subset": options.fixed_random_subset is not None,
-        "fixed_random_seed": options.fixed_random_seed is not None,
-        "epoch_wise_filter": options.epoch_wise_filter is not None,
-    }
-    used = [name for name, on in pending.items() if on]
-    if used:
-        raise OptionError(
-            f"{', '.join(used)}: accepted by PlanOptions, but this seqloader version does not "
-            "plan with it yet; leave it out (docs/planning.md lists what is planned)"
-        )
-
-
 def part_bounds(n: int, parts: int, part: int) -> tuple[int, int]:
     """``[lo, hi)`` of sub-epoch ``part`` when ``n`` sequences are cut into ``parts`` contiguous
     parts: RETURNN's rule, the first ``n % parts`` parts hold one sequence more."""
@@ -218,7 +205,6 @@ class Planner:
         ``distribution="files"``, ignored otherwise."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
-        refuse_unimplemented(options)
         key = options.length_key or default_length_key(list(lengths))
         if key not in lengths:
             raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
@@ -249,10 +235,24 @@ class Planner:
             self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
         self._admitted_mask = np.zeros(len(self.lengths), dtype=bool)
         self._admitted_mask[self.admission.admitted] = True
-        #: chunking: the units (sequence, chunk) of every admitted sequence (None: units are
-        #: the sequences themselves)
+        self._excluded: np.ndarray | None = None  # bool [n]: left out by the source's filters
+        for mask in (excluded or {}).values():
+            m = np.asarray(mask, dtype=bool)
+            self._excluded = m.copy() if self._excluded is None else self._excluded | m
+        #: every sequence in stored order (what orderings start from); a fixed random subset
+        #: re-orders and cuts it, as RETURNN re-indexes its data
+        self._pool_all = np.arange(len(self.lengths), dtype=np.int64)
+        if options.fixed_random_subset is not None:
+            self._pool_all = subset_order(
+                len(self.lengths), options.fixed_random_subset, options.fixed_random_subset_seed
+            )
+            outside = np.ones(len(self.lengths), dtype=bool)
+            outside[self._pool_all] = False
+            self.admission = self.admission.without(outside, "not in fixed_random_subset")
+            self._admitted_mask[outside] = False
+        #: chunking: the chunks of every admitted sequence (None: the planned units are the
+        #: sequences themselves)
         self.chunks: ChunkTable | None = None
-        unit_lengths: Mapping[str, np.ndarray] = {**lengths, key: self.lengths}  # one int64 copy
         if chunked:
             spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
             self.chunks = chunk_table(
@@ -261,13 +261,12 @@ class Planner:
             none = self._admitted_mask & (np.diff(self.chunks.first) == 0)
             self.admission = self.admission.without(none, f"no chunk ({chunkless_reason(options)})")
             self._admitted_mask[none] = False
-            unit_lengths = self.chunks.lengths
-            self._unit_seq = self.chunks.unit_seq()  # int64 [units]
-            self._unit_chunk = self.chunks.unit_chunk()  # int64 [units]
-        self.batcher = Batcher(limits, unit_lengths)
+        #: the admitted sequences in stored order (ascending, or the subset's order)
+        self._pool = self._pool_all[self._admitted_mask[self._pool_all]]
+        self.batcher = Batcher(limits, {**lengths, key: self.lengths})  # one int64 copy
         if not plain:
-            self._check_fits(limits, unit_lengths, tags, origin)
-        self.costs = self.batcher.costs  # int64 [units] what max_frames bounds, per unit
+            self._check_fits(tags, origin)
+        self.costs = self.batcher.costs  # int64 [n] what max_frames bounds, per sequence
         self.budget = self.batcher.budget  # max_frames in cost units (the length key's)
         ordering = options.parsed_ordering
         check_bins(ordering, options.ordering, len(self.lengths))
@@ -301,20 +300,17 @@ class Planner:
             self._file_counts = file_counts(self.files, adm)  # [F]
         self.origin = origin
 
-    def _check_fits(
-        self,
-        limits: BatchLimits,
-        unit_lengths: Mapping[str, np.ndarray],
-        tags: Sequence[str] | None,
-        origin: str,
-    ) -> None:
+    def _check_fits(self, tags: Sequence[str] | None, origin: str) -> None:
         """Every planned unit (admitted sequence, or chunk) fits a batch alone, else an error."""
-        if self.chunks is not None:  # every unit belongs to an admitted sequence
-            Batcher(limits, unit_lengths).check_fits(self._unit_seq, tags, origin, "a chunk")
-            return
         adm = self.admission.admitted
-        mine = {k: np.asarray(v)[adm] for k, v in unit_lengths.items()}
-        Batcher(limits, mine).check_fits(adm, tags, origin, "the whole")
+        chunks = self.chunks
+        keys = self.batcher.keys
+        if chunks is not None:  # a sequence's first chunk is its longest
+            longest = {k: chunks.longest(k)[adm] for k in keys}
+            self.batcher.check_fits(longest, adm, tags, origin, "a chunk")
+            return
+        longest = {k: self.batcher.lengths[k][adm] for k in keys}
+        self.batcher.check_fits(longest, adm, tags, origin, "the whole")
 
     @property
     def num_admitted(self) -> int:
@@ -333,7 +329,7 @@ class Planner:
         if self.options.parsed_ordering.is_buckets:
             return self.arrangement(epoch, order_rank, world_size).order
         if self.chunks is not None:  # one slot per chunk
-            return self._unit_seq[self.sub_epoch_units(epoch, order_rank)]
+            return self.sub_epoch_units(epoch, order_rank).seqs
         return self.sub_epoch_slots(epoch, order_rank)[0]
 
     def sub_epoch_slots(
@@ -346,8 +342,42 @@ class Planner:
         perm = perm[lo:hi]
         part = perm if self._is_everything(pool, uses) else pool[perm]
         if self.options.seeding == "returnn" and len(pool) != self.num_admitted:
-            return part[self._admitted_mask[part]], None  # RETURNN filters after the cut
+            # RETURNN filters after the cut: its dataset's tag filter, then its epoch-wise
+            # filter, then the pipeline's length filter
+            if self._excluded is not None:
+                part = part[~self._excluded[part]]
+            part = self._epoch_filtered(epoch, part)[0]
+            return part[self._admitted_mask[part]], None
+        part = self._epoch_filtered(epoch, part)[0]  # no mix with it: uses is None then
         return part, None if uses is None else uses[perm]
+
+    def _epoch_filtered(self, epoch: int, part: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+        """``epoch_wise_filter`` applied to a sub-epoch's order -> (kept, {reason: count})."""
+        counts: dict[str, int] = {}
+        for max_mean in epoch_filters(self.options.epoch_wise_filter, epoch):  # type: ignore[arg-type]
+            keep = mean_len_selection(part, self.order_lengths, max_mean)
+            dropped = len(part) - int(np.count_nonzero(keep))
+            if dropped:
+                reason = f"epoch_wise_filter max_mean_len={max_mean:g} (epoch {epoch})"
+                counts[reason] = counts.get(reason, 0) + dropped
+            part = part[keep]
+        return part, counts
+
+    def filtered(self, epoch: int) -> dict[str, int]:
+        """What is filtered in ``epoch``, per reason: the admission's counts and, with
+        ``epoch_wise_filter``, this epoch's (for the epoch report)."""
+        out = dict(self.admission.filtered)
+        if not self.options.epoch_wise_filter:
+            return out
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        pool, _, perm = self._full_epoch(ep.full_epoch)
+        lo, hi = part_bounds(len(perm), self.options.partition_epoch, ep.part)
+        part = pool[perm[lo:hi]]
+        if self.options.seeding == "returnn" and self._excluded is not None:
+            part = part[~self._excluded[part]]
+        for reason, count in self._epoch_filtered(epoch, part)[1].items():
+            out[reason] = out.get(reason, 0) + count
+        return out
 
     def _full_epoch(
         self, full_epoch: int, order_rank: int = 0
@@ -360,12 +390,17 @@ class Planner:
         seed_epoch = ordering.seed_epoch(full_epoch)
         uses = None
         rng: Rng
+        fixed = self.options.fixed_random_seed
         if self.options.seeding == "returnn":
-            pool = np.arange(len(self.lengths), dtype=np.int64)
+            pool = self._pool_all
             rng = returnn_rng(seed_epoch, self.options.seed, order_rank)
+            if fixed is not None:  # RETURNN: this one seed, every epoch and rank
+                rng = np.random.RandomState(fixed)
         else:
             rng = rng_for(self.options.seed, PURPOSE_ORDER, seed_epoch, order_rank)
-            pool = self.admission.admitted  # [n_admitted]
+            if fixed is not None:  # one order every epoch
+                rng = rng_for(fixed, PURPOSE_FIXED_ORDER, order_rank)
+            pool = self._pool  # [n_admitted]
             if self.mix is not None:
                 selection = self.mix.select(full_epoch)
                 pool, uses = selection.seqs, selection.uses  # [m] canonical order
@@ -423,22 +458,17 @@ class Planner:
         ``uses``: their corpus epochs)."""
         return BatchList.from_bounds(order, self.batcher.bounds(order), uses)
 
-    def sub_epoch_units(self, epoch: int, order_rank: int = 0) -> np.ndarray:
-        """The units of ``epoch`` in plan order -> int64 ``[u]``: the sub-epoch's sequences, each
-        expanded into its chunks (consecutive) when chunking; else the sequences themselves."""
+    def sub_epoch_units(self, epoch: int, order_rank: int = 0) -> Units:
+        """Chunking: the chunks of ``epoch`` in plan order (the sub-epoch's sequences, each
+        expanded into its chunks, consecutive), with their lengths for batching."""
+        assert self.chunks is not None, "sub_epoch_units needs chunking"
         order = self.sub_epoch_slots(epoch, order_rank)[0]
-        return order if self.chunks is None else self.chunks.expand(order)
+        return self.chunks.expand(order, self.batcher.keys)
 
-    def with_chunks(self, plan: GlobalPlan) -> GlobalPlan:
-        """A plan over units as one over sequences: ``seqs`` the sequence of each slot, ``chunks``
-        its chunk (unchanged without chunking)."""
-        if self.chunks is None:
-            return plan
-        b = plan.batches
-        batches = BatchList(
-            self._unit_seq[b.seqs], b.bounds, b.real, b.uses, self._unit_chunk[b.seqs]
-        )
-        return GlobalPlan(batches, plan.world_size, dropped=plan.dropped)
+    def chunk_batches(self, units: Units) -> BatchList:
+        """Greedy batches over ``units`` (chunks in plan order)."""
+        bounds = self.batcher.bounds_of(units.lengths)
+        return BatchList.from_bounds(units.seqs, bounds, chunks=units.chunks)
 
     def global_plan(
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
@@ -462,21 +492,25 @@ class Planner:
             per_rank = [
                 self._arranged_batches(epoch, r, 1, 0)
                 if buckets
-                else self.batches(self.sub_epoch_units(epoch, r))
+                else self.chunk_batches(self.sub_epoch_units(epoch, r))
+                if self.chunks is not None
+                else self.batches(self.sub_epoch_order(epoch, r))
                 for r in range(world_size)
             ]
-            return self.with_chunks(distribute_per_rank(per_rank))
+            return distribute_per_rank(per_rank)
         if buckets:
             batches = self._arranged_batches(epoch, 0, order_world_size or world_size, start)
             return distribute_shard(batches, world_size, self.options.uneven)
+        if self.chunks is not None:  # no mix with chunking
+            units = self.sub_epoch_units(epoch)
+            self._check_start(start, len(units), epoch)
+            batches = self.chunk_batches(units.tail(int(start)))
+            return distribute_shard(batches, world_size, self.options.uneven)
         order, uses = self.sub_epoch_slots(epoch)
-        if self.chunks is not None:  # no mix with chunking: uses is None
-            order = self.chunks.expand(order)
         self._check_start(start, len(order), epoch)
         order = order[int(start) :]
         uses = None if uses is None else uses[int(start) :]
-        plan = distribute_shard(self.batches(order, uses), world_size, self.options.uneven)
-        return self.with_chunks(plan)
+        return distribute_shard(self.batches(order, uses), world_size, self.options.uneven)
 
     # ---- distribution="files" (seqloader.plan.files) ----
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:

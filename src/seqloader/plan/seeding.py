@@ -13,6 +13,7 @@ PURPOSE_MIX_TRANSFORM = 4  # transforms of mixed epochs: keyed by (sequence, cor
 PURPOSE_BUCKETS = 5  # buckets:N arranges each sub-epoch (its runs' order) with its own stream
 PURPOSE_FILES = 6  # distribution="files": each full epoch's file shuffle
 PURPOSE_FILES_ORDER = 7  # distribution="files": each rank's order of its files' sequences
+PURPOSE_FIXED_ORDER = 8  # fixed_random_seed: one order for every epoch
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

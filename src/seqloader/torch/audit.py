@@ -307,11 +307,10 @@ class EpochAuditor:
             self._error(f"step {step}: a chunked plan's batch without its chunk indices")
             return {}
         c = batch.chunks.numpy()
-        start = chunks.first[got] + c
-        if (c < 0).any() or (start >= chunks.first[got + 1]).any():
+        if (c < 0).any() or (chunks.first[got] + c >= chunks.first[got + 1]).any():
             self._error(f"step {step}: chunk indices {c.tolist()} not planned for {got.tolist()}")
             return {}
-        return {k: v[start] for k, v in chunks.lengths.items() if k in chunks.spec}
+        return {k: chunks.window(k, chunks.whole[k][got], c) for k in chunks.spec}
 
     def _check_identity(self, batch: Batch, got: np.ndarray, step: int) -> None:
         tags = batch.seq_tags

@@ -193,7 +193,7 @@ class SeqLoader:
             self.topology,
             plan,
             position,
-            self.planner.admission.filtered,
+            self.planner.filtered(epoch),
             planned_corpora(self.planner, epoch),
             costs=self.planner.costs if self.planner.chunks is None else None,
         )
