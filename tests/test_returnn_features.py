@@ -118,9 +118,10 @@ def test_too_few_frames_for_deltas_is_an_error_naming_the_fix() -> None:
 @pytest.mark.parametrize(
     "audio,match",
     [
-        ({"features": "raw"}, "features"),
+        ({"features": "raw_ogg"}, "features"),
+        ({"features": "raw", "num_feature_filters": 2}, "num_feature_filters=1"),
         ({"features": "mfcc", "random_permute": {"rnd_scale_lower": 0.5}}, "random_permute"),
-        ({"features": "mfcc", "pre_process": print}, "pre_process"),
+        ({"features": "mfcc", "pre_process": 3}, "pre_process"),
         ({"features": "mfcc", "feature_options": {"htk": True}}, "htk"),
         ({"features": "log_mel_filterbank", "feature_options": {"fmin": 20}}, "fmin"),
         ({"features": "mfcc", "sample_rate": None}, "sample_rate"),

@@ -144,6 +144,7 @@ CASES = [
     ("wmt_translation.config", "train", (1, 2, 3)),
     ("wmt_translation.config", "dev", (1,)),
     ("switchboard_hybrid.config", "train", (1, 2, 5)),
+    ("librispeech_hybrid_raw.config", "train", (1, 2, 3)),
 ]
 
 
@@ -375,3 +376,44 @@ def test_packed_batch_size_as_returnn(data: Path, tmp_path: Path, extra: str) ->
     expected, _ = reference(str(config), "train", epochs)
     got, _ = ours(config, 0, "train", epochs, tmp_path / "ours")
     assert got == expected
+
+
+PRE_POST = """
+import numpy
+def _pre(audio, sample_rate, random_state, **_kwargs):
+    return audio * 0.5 + 0.01 * numpy.sin(numpy.arange(len(audio)) * sample_rate / 1e5)
+def _post(features, seq_name=None, **_kwargs):
+    return features[:, ::-1] * (1.0 + len(seq_name) / 100.0)
+train["audio"] = dict(train["audio"], pre_process=_pre, post_process=_post)
+"""
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pre_and_post_process_as_returnn(data: Path, tmp_path: Path, num_workers: int) -> None:
+    """pre_process / post_process defined in the config run with RETURNN's call signature:
+    RETURNN's features within 1e-4 (0 and 2 workers)."""
+    pytest.importorskip("librosa")
+    config = tmp_path / "pre_post.config"
+    config.write_text((CONFIGS / "librispeech_data_prepare.config").read_text() + PRE_POST)
+    epochs = (1,)
+    expected_batches, expected = reference(str(config), "train", epochs)
+    got_batches, got = ours(config, num_workers, "train", epochs, tmp_path / "ours")
+    assert got_batches == expected_batches
+    plain = reference(str(CONFIGS / "librispeech_data_prepare.config"), "train", epochs)[1]
+    for tag, ref in expected.items():
+        err = np.abs(got[tag]["data"] - ref["data"]) / np.maximum(1.0, np.abs(ref["data"]))
+        assert err.max() <= 1e-4, tag
+        assert not np.allclose(ref["data"], plain[tag]["data"])  # the functions ran
+
+
+def test_pre_process_changing_the_length_is_an_error() -> None:
+    from seqloader.audio.returnn_features import ReturnnFeatures
+    from seqloader.errors import DataError
+
+    features = ReturnnFeatures(
+        features="raw", pre_process=lambda audio, sample_rate, random_state: audio[::2]
+    )
+    with pytest.raises(DataError, match=r"pre_process returned .* same length .*min_speed"):
+        features(np.ones(1600, dtype=np.float32), seq_name="a")
+    raw = ReturnnFeatures(features="raw", peak_normalization=False)
+    np.testing.assert_array_equal(raw(np.full(5, 0.25, np.float32)), np.full((5, 1), 0.25))

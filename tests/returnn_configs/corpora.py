@@ -60,8 +60,11 @@ def _bpe_vocab() -> dict[str, int]:
     return vocab
 
 
-def write_official_oggzip(folder: Path, part: str, n: int, rng: np.random.Generator) -> None:
-    """``PART.zip`` (LibriSpeech's folders, ``.flac.ogg`` audio) and ``PART.txt.gz``."""
+def write_official_oggzip(
+    folder: Path, part: str, n: int, rng: np.random.Generator
+) -> dict[str, int]:
+    """``PART.zip`` (LibriSpeech's folders, ``.flac.ogg`` audio) and ``PART.txt.gz``; returns
+    each utterance's sample count by tag."""
     entries, members = [], []
     for i in range(n):
         speaker, chapter = 100 + i % 3, 2000 + i % 2
@@ -80,6 +83,7 @@ def write_official_oggzip(folder: Path, part: str, n: int, rng: np.random.Genera
         z.writestr(f"{part}/trans.txt", "".join(f"{e['seq_name']} {e['text']}\n" for e in entries))
     with gzip.open(folder / f"{part}.txt.gz", "wt", encoding="utf-8") as f:
         f.write("[\n" + "".join(f"{e!r},\n" for e in entries) + "]\n")
+    return {e["seq_name"]: round(e["duration"] * 16000) for e in entries}
 
 
 def write_hdf(
@@ -112,10 +116,11 @@ def write_hdf(
 def write_corpora(folder: Path) -> Path:
     rng = np.random.default_rng(2020)
     ogg, dataset = folder / "dataset-ogg", folder / "dataset"
-    for sub in (ogg, dataset, folder / "hdf", folder / "swb", folder / "wmt"):
+    for sub in (ogg, dataset, folder / "hdf", folder / "swb", folder / "wmt", folder / "align"):
         sub.mkdir(parents=True, exist_ok=True)
+    samples: dict[str, int] = {}
     for part, n in PARTS.items():
-        write_official_oggzip(ogg, part, n, rng)
+        samples.update(write_official_oggzip(ogg, part, n, rng))
     (dataset / "trans.bpe.codes").write_text("#version: 0.2\n" + "\n".join(_merges()) + "\n")
     (dataset / "trans.bpe.vocab").write_text(repr(_bpe_vocab()) + "\n")
     np.savetxt(dataset / "stats.mean.txt", rng.normal(0, 2, size=40))
@@ -151,6 +156,13 @@ def write_corpora(folder: Path) -> Path:
         tags = [f"wmt-{split}/{i}" for i in range(n)]
         write_hdf(folder / "wmt" / f"{split}.hdf", tags, rng, dim=None, data_len=(3, 45),
                   target_len=lambda s: int(s * rng.uniform(1.2, 1.6)) + 1, target_dim=60)  # fmt: skip
+    # framewise alignments of the train parts at a 10 ms shift: ceil(samples / 160) frames
+    # (RASR alignments dumped to HDF, as i6_experiments' OggZipHdfDataInput reads them)
+    writer = SimpleHDFWriter(str(folder / "align" / "train.hdf"), dim=211, ndim=1)
+    for tag in sorted(t for t in samples if t.startswith("train")):
+        m = -(-samples[tag] // 160)
+        writer.insert_batch(rng.integers(0, 211, size=(1, m)).astype(np.int32), [m], [tag])
+    writer.close()
     return folder
 
 

@@ -15,14 +15,17 @@ RETURNN computes them with librosa (float64 audio, centred frames). What that me
 - then deltas (Savitzky-Golay, width 9, librosa's ``delta``), mean/std normalisation and frame
   joining in RETURNN's order.
 
-Options RETURNN has that change the audio at random (``random_permute``, ``pre_process``) or call
-user code are refused: they cannot be reproduced independently of the worker that runs them.
+``raw`` gives the waveform itself (``[samples, 1]``). ``pre_process`` / ``post_process`` run with
+RETURNN's call signature; their ``random_state`` is seeded per sequence (``__call__``). Options
+that change the audio at random from RETURNN's one RandomState in reading order
+(``random_permute``) are refused: they cannot be reproduced independently of the reader.
 Tested against ``returnn`` + ``librosa`` themselves on decoded audio files.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -33,6 +36,7 @@ from seqloader.errors import DataError, OptionError
 
 # feature type -> (feature_options RETURNN's function accepts, with their defaults)
 FEATURE_TYPES: dict[str, dict[str, Any]] = {
+    "raw": {},
     "log_mel_filterbank": {},
     "log_log_mel_filterbank": {},
     "mfcc": {"n_mels": 128, "fmin": 0, "fmax": None, "center": True},
@@ -43,8 +47,6 @@ FEATURE_TYPES: dict[str, dict[str, Any]] = {
 REFUSED = {
     "random_permute": "random audio perturbation drawn from RETURNN's per-epoch RandomState in "
     "reading order; use seqloader.transforms (per-sequence RNG, independent of workers)",
-    "pre_process": "a user callable on the waveform; use a seqloader transform",
-    "post_process": "a user callable on the features; use a seqloader transform",
     "raw_ogg_opts": "the raw_ogg features need RETURNN's ParseOggVorbis extension",
     "num_channels": "multi-channel raw waveforms; seqloader mixes files to mono",
     "random_state": "RETURNN's RandomState is only used by the refused random options",
@@ -93,6 +95,8 @@ class ReturnnFeatures:
     peak_normalization: bool = True
     preemphasis: float | None = None
     join_frames: int | None = None
+    pre_process: Any = None
+    post_process: Any = None
     _options: tuple[tuple[str, Any], ...] = field(default=(), init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -100,11 +104,20 @@ class ReturnnFeatures:
         if self.features not in FEATURE_TYPES:
             raise OptionError(
                 f"ReturnnFeatures.features: got {self.features!r}, expected one of "
-                f"{sorted(FEATURE_TYPES)} (RETURNN's 'raw', 'raw_ogg', 'f0' and callables are "
-                "not supported)"
+                f"{sorted(FEATURE_TYPES)} (RETURNN's 'raw_ogg' needs its C extension; a callable "
+                "as features: give pre_process/post_process instead)"
             )
-        if self.num_feature_filters is None:
-            set_(self, "num_feature_filters", 40)  # RETURNN's default for these types
+        if self.num_feature_filters is None:  # RETURNN's defaults: 1 for raw, else 40
+            set_(self, "num_feature_filters", 1 if self.features == "raw" else 40)
+        if self.features == "raw" and (self.num_feature_filters != 1 or self.with_delta):
+            raise OptionError(
+                f"ReturnnFeatures: raw features have num_feature_filters=1 and no deltas (RETURNN "
+                f"asserts it); got {self.num_feature_filters}, with_delta={self.with_delta}"
+            )
+        for name in ("pre_process", "post_process"):
+            if getattr(self, name) is not None and not callable(getattr(self, name)):
+                raise OptionError(f"ReturnnFeatures.{name}: got {getattr(self, name)!r}, expected "
+                                  "a callable")  # fmt: skip
         n = self.num_feature_filters
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise OptionError(f"ReturnnFeatures.num_feature_filters: got {n!r}, expected int >= 1")
@@ -153,6 +166,20 @@ class ReturnnFeatures:
 
     def __hash__(self) -> int:
         return hash(repr(self))
+
+    def __repr__(self) -> str:
+        """Stable across processes (fingerprints): callables by their qualified name."""
+        fields = []
+        for name in self.__dataclass_fields__:
+            if name.startswith("_"):
+                continue
+            value = getattr(self, name)
+            if callable(value):
+                value = (
+                    f"{getattr(value, '__module__', '?')}.{getattr(value, '__qualname__', value)}"
+                )
+            fields.append(f"{name}={value!r}")
+        return f"ReturnnFeatures({', '.join(fields)})"
 
     @classmethod
     def from_returnn(
@@ -217,7 +244,9 @@ class ReturnnFeatures:
         """Frames RETURNN produces for ``samples`` samples (works on arrays)."""
         s = np.asarray(samples, dtype=np.int64)
         n_fft, hop = self._fft_size(), self.hop
-        if dict(self._options).get("center", True):
+        if self.features == "raw":
+            frames = s
+        elif dict(self._options).get("center", True):
             frames = np.where(s >= 1, 1 + (s - n_fft % 2) // hop, 0)
         else:
             frames = np.where(s >= n_fft, 1 + (s - n_fft) // hop, 0)
@@ -226,8 +255,14 @@ class ReturnnFeatures:
         return int(frames) if frames.ndim == 0 else frames
 
     # ---- computation ----
-    def __call__(self, wave: np.ndarray) -> np.ndarray:
-        """Features of a 1-D waveform at ``sample_rate`` -> float32 ``[frames, dim]``."""
+    def __call__(self, wave: np.ndarray, seq_name: str | None = None) -> np.ndarray:
+        """Features of a 1-D waveform at ``sample_rate`` -> float32 ``[frames, dim]``.
+
+        ``pre_process(audio=, sample_rate=, random_state=)`` and ``post_process(features,
+        seq_name=)`` are called as RETURNN calls them; ``random_state`` is a ``RandomState``
+        seeded from ``seq_name`` (RETURNN's is one stream in reading order, which no other reader
+        reproduces), so a deterministic function gives RETURNN's values, a random one the same
+        values with any number of workers."""
         audio = np.array(wave, dtype=np.float64)  # a copy: RETURNN works in place on float64
         if audio.ndim != 1:
             raise OptionError(f"ReturnnFeatures: got shape {audio.shape}, expected 1-D [samples]")
@@ -239,6 +274,18 @@ class ReturnnFeatures:
             peak = np.max(np.abs(audio))
             if peak != 0.0:
                 audio /= peak
+        if self.pre_process is not None:
+            n = len(audio)
+            audio = self.pre_process(
+                audio=audio, sample_rate=self.sample_rate, random_state=_sequence_rng(seq_name)
+            )
+            if not isinstance(audio, np.ndarray) or audio.ndim != 1 or len(audio) != n:
+                raise DataError(
+                    f"ReturnnFeatures.pre_process returned {getattr(audio, 'shape', audio)!r} for "
+                    f"{n} samples; seqloader plans lengths before decoding, so it must return a "
+                    "1-D array of the same length (length-changing perturbation: use "
+                    "AudioSource's min_speed= with a seqloader transform)"
+                )
         data = _FEATURE_FUNCTIONS[self.features](self, audio)  # float32 [T, n]
         if self.with_delta:
             deltas = [delta(data, order=i) for i in range(1, int(self.with_delta) + 1)]
@@ -251,6 +298,14 @@ class ReturnnFeatures:
             pad = (j - data.shape[0] % j) % j
             data = np.pad(data, ((0, pad), (0, 0)), mode="edge")
             data = data.reshape((data.shape[0] // j, data.shape[1] * j))
+        if self.post_process is not None:
+            shape = data.shape
+            data = self.post_process(data, seq_name=seq_name)
+            if not isinstance(data, np.ndarray) or data.shape != shape:
+                raise DataError(
+                    f"ReturnnFeatures.post_process returned {getattr(data, 'shape', data)!r} for "
+                    f"features of shape {shape}; it must keep the shape (the frames are planned)"
+                )
         return np.ascontiguousarray(data, dtype=np.float32)
 
     def _normalize(self, data: np.ndarray) -> np.ndarray:
@@ -417,7 +472,18 @@ def _linear(f: ReturnnFeatures, y: np.ndarray) -> np.ndarray:
     return mag[1:].T.astype(np.float32)  # without the DC bin
 
 
+def _raw(f: ReturnnFeatures, audio: np.ndarray) -> np.ndarray:
+    """RETURNN's ``raw``: the (pre-emphasised, peak-normalised) waveform as ``[samples, 1]``."""
+    return audio.astype(np.float32)[:, None]
+
+
+def _sequence_rng(seq_name: str | None) -> np.random.RandomState:
+    """pre_process's ``random_state``: a function of the sequence only (not of the reader)."""
+    return np.random.RandomState(zlib.crc32((seq_name or "").encode("utf-8")))
+
+
 _FEATURE_FUNCTIONS = {
+    "raw": _raw,
     "log_mel_filterbank": _log_mel,
     "log_log_mel_filterbank": _log_log_mel,
     "db_mel_filterbank": _db_mel,

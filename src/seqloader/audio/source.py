@@ -213,7 +213,7 @@ class AudioSource(SourceBase):
         if not isinstance(features, ReturnnFeatures):
             return features(wave)  # type: ignore[misc]
         try:
-            data = features(whole)
+            data = features(whole, seq_name=self.tag(index))
         except DataError as e:
             self._fail(index, m, j, str(e), e)
         return fit_frames(data, int(self._lengths["data"][index]))
