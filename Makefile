@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean venv
+.PHONY: demo test lint bench chaos clean venv
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -31,6 +31,12 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks
+
+# random SIGKILLs of torchrun ranks with elastic resume; minutes, so not part of `test`
+# (docs/reliability.md). KILLS=16 by default; CHAOS_ARGS e.g. "--seed 5 --launcher fork"
+KILLS ?= 16
+chaos: $(STAMP)
+	$(BIN)/python tests/dist/chaos.py --kills $(KILLS) $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache

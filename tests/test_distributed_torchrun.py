@@ -11,7 +11,6 @@ instead of blocking it.
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import random
@@ -19,7 +18,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
@@ -28,6 +26,7 @@ from ddp_common import (
     N_SEQS,
     build_corpus,
     hdf_api,
+    kill_tree,
     read_log,
     result_path,
 )
@@ -71,18 +70,6 @@ def run_bounded(cmd: list[str], console: Path, timeout_s: float) -> tuple[int, s
             proc.wait()
             pytest.fail(f"{console.name}: no exit after {timeout_s}s (a hang?)\n{tail(console)}")
     return rc, tail(console)
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL the launcher we started and everything below it."""
-    try:
-        root = psutil.Process(pid)
-        procs = [*root.children(recursive=True), root]
-    except psutil.NoSuchProcess:
-        return
-    for p in procs:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            p.kill()
 
 
 def tail(path: Path, chars: int = 4000) -> str:

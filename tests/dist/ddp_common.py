@@ -3,6 +3,7 @@ checkpoint file, the per-rank logs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -61,3 +62,17 @@ def read_log(out: Path, phase: str, rank: int) -> list[dict]:
         return []
     lines = path.read_text().splitlines()
     return [json.loads(line) for line in lines if line.endswith("}")]  # a killed write is partial
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a launcher we started and everything below it (ranks, their workers)."""
+    import psutil  # only the launching side needs it
+
+    try:
+        root = psutil.Process(pid)
+        procs = [*root.children(recursive=True), root]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()

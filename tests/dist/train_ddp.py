@@ -41,6 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--phase", default="run")
     p.add_argument("--hdf", type=Path, nargs="+", help="read these RETURNN HDF files, not memory")
     p.add_argument("--distribution", default="shard")
+    p.add_argument("--ordering", help="instead of LOADER_OPTIONS' ordering (e.g. buckets:4)")
     p.add_argument("--audit", action="store_true", help="audit every epoch (gathered over ranks)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--partition-epoch", type=int, default=1)
@@ -61,8 +62,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def make_loader(args: argparse.Namespace, rank: int) -> sl.SeqLoader:
+def make_loader(args: argparse.Namespace, rank: int, world_size: int | None = None) -> sl.SeqLoader:
+    """The run's loader; with ``world_size``, a probe outside the process group that plans for
+    ``rank`` of ``world_size`` ranks (the chaos driver lists kill points with it)."""
+    topology = {} if world_size is None else {"rank": rank, "world_size": world_size}
     options = dict(LOADER_OPTIONS)
+    if args.ordering:
+        options["ordering"] = args.ordering
     n = N_SEQS
     if args.mismatch and rank == 1:
         n -= 1
@@ -81,6 +87,7 @@ def make_loader(args: argparse.Namespace, rank: int) -> sl.SeqLoader:
         distribution=args.distribution,
         audit=args.audit,
         **options,
+        **topology,
     )
 
 
