@@ -112,3 +112,16 @@ def test_epoch_wise_filter_refuses_unknown_options() -> None:
         PlanOptions(epoch_wise_filter={(1, 3): {"max_mean_len": -1}})
     with pytest.raises(OptionError, match="epoch_wise_filter"):
         PlanOptions(epoch_wise_filter={(3, 1): {"max_mean_len": 5}})
+
+
+def test_a_subset_as_large_as_the_corpus_is_all_of_it_in_its_shuffled_order() -> None:
+    lengths = np.array([5, 1, 4, 1, 3, 9, 2, 6], dtype=np.int64)
+    data = list(range(len(lengths)))
+    np.random.RandomState(42).shuffle(data)
+    for subset in (len(lengths), 100):
+        planner = Planner(
+            {"data": lengths}, PlanOptions(ordering="sorted", fixed_random_subset=subset)
+        )
+        want = sorted(data, key=lambda i: lengths[i])  # stable: ties in the subset's order
+        assert planner.sub_epoch_order(1).tolist() == want
+        assert not planner.admission.filtered

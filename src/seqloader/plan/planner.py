@@ -418,7 +418,8 @@ class Planner:
     def _is_everything(self, pool: np.ndarray, uses: np.ndarray | None) -> bool:
         """True if ``pool`` (ascending, without repeats unless mixed) is every sequence, i.e.
         ``arange(n)``: positions in it are sequence indices, and nothing needs gathering."""
-        return uses is None and len(pool) == len(self.lengths)
+        subset = self.options.fixed_random_subset is not None  # a pool in the subset's order
+        return uses is None and not subset and len(pool) == len(self.lengths)
 
     def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
         """Per corpus (``corpora`` given): its slots in ``epoch`` (all ranks), and with a mix its
