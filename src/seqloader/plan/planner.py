@@ -609,9 +609,13 @@ class Planner:
         rank_of = assign_lpt(weights, world_size)  # [u]
         ep = EpochIndex(epoch, self.options.partition_epoch)
         seed_epoch = self.options.parsed_ordering.seed_epoch(ep.full_epoch)
+        grouped = rest.take(np.argsort(rank_of, kind="stable"))  # rank 0's units, rank 1's, ...
+        ends = grouped.bounds[np.cumsum(np.bincount(rank_of, minlength=world_size))]  # [W]
         per_rank = []
         for r in range(world_size):
-            seqs = rest.take(np.flatnonzero(rank_of == r)).seqs
+            seqs = grouped.seqs[
+                (int(ends[r - 1]) if r else 0) : int(ends[r])
+            ]  # its units, in order
             words = (PURPOSE_FILES_ORDER, seed_epoch, ep.part, segment, r)
             per_rank.append(self._rank_batches(seqs, rng_for(self.options.seed, *words)))
         batches, dropped = equalise(per_rank, self.options.uneven)
