@@ -15,7 +15,7 @@ process, variants interleaved, ``--reps`` times; medians are printed.
 - ``slots+receiver``: reusable slots and the background receiving thread (the default).
 
 The ablations switch seqloader internals off from this script only (``handover.MAX_SLOTS`` and the
-DataLoader class in ``seqloader.torch.execution``); the library has no such switches.
+DataLoader class in ``seqloader.torch.dataloader``); the library has no such switches.
 """
 
 from __future__ import annotations
@@ -60,13 +60,13 @@ def _child(variant: str, batches: int, step_ms: float) -> dict:
         it, close = iter(dl), lambda: None
     else:
         import seqloader as sl
-        import seqloader.torch.execution as execution_module
+        import seqloader.torch.dataloader as dataloader_module
         from seqloader.torch import handover
 
         if variant == "fresh-segments":
             handover.MAX_SLOTS = 0
         if variant in ("fresh-segments", "slots"):
-            execution_module.ReceivingDataLoader = DataLoader  # type: ignore[misc]
+            dataloader_module.ReceivingDataLoader = DataLoader  # type: ignore[misc]
         rng = np.random.default_rng(0)
         distinct = [rng.standard_normal((1200, 40)).astype(np.float32) for _ in range(64)]
         seqs = [distinct[i % 64] for i in range(32 * (batches + 8))]  # 32 per batch

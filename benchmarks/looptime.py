@@ -94,9 +94,9 @@ def child(cfg: dict) -> dict:
     import seqloader as sl
 
     if cfg.get("no_dispatch"):  # ablation: torch's next() logic back in the training thread
-        from seqloader.torch import _compat
+        from seqloader.torch import receiving
 
-        _compat.DISPATCH_THREAD = False
+        receiving.DISPATCH_THREAD = False
     loader = sl.SeqLoader(
         sl.HDFSource(cfg["data"]),
         ordering=cfg["ordering"],

@@ -78,7 +78,7 @@ def write_corpus(directory: Path, files: int, per_file: int, dim: int, seed: int
 
 def read_rate(loader, sizes: np.ndarray, epochs: int, step_s: float, remote) -> float:
     """File bytes per second this rank needs: per sub-epoch, its files' bytes over its steps."""
-    from seqloader.torch.prefetch import files_in_order
+    from seqloader.trainer.prefetch import files_in_order
 
     rates = []
     for e in range(1, epochs + 1):
@@ -89,7 +89,7 @@ def read_rate(loader, sizes: np.ndarray, epochs: int, step_s: float, remote) -> 
 
 
 def rule_budget(loader, sizes: np.ndarray, epochs: int, remote) -> int:
-    from seqloader.torch.prefetch import files_in_order
+    from seqloader.trainer.prefetch import files_in_order
 
     rank = loader.topology.rank
     files = [

@@ -22,8 +22,8 @@ import seqloader as sl
 from conftest import ORDERINGS, free_port, index_corpus
 from seqloader.errors import AuditError, AuditWarning, OptionError, SequenceSkipped
 from seqloader.plan.distribute import GlobalPlan
-from seqloader.torch.checks import CheckOptions
 from seqloader.torch.dataset import PlanSampler
+from seqloader.trainer.checks import CheckOptions
 
 
 def run_epoch(loader: sl.SeqLoader, epoch: int = 1) -> sl.EpochReport:

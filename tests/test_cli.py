@@ -180,8 +180,8 @@ def test_bench_with_workers_and_batch_limit(hdf):
 def test_bench_hint_tells_rare_stalls_from_a_steady_cost():
     """Same mean wait, different shapes: a steady cost asks for workers, rare stalls do not."""
     from seqloader.cli.bench import hint
-    from seqloader.torch.batch import KeyCounts
-    from seqloader.torch.report import EpochMeter, EpochReport
+    from seqloader.loading.counts import KeyCounts
+    from seqloader.trainer.report import EpochMeter, EpochReport
 
     def report_of(waits):
         report = EpochReport(1, 0, 1)

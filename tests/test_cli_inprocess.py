@@ -15,7 +15,7 @@ import seqloader as sl
 from seqloader.cli.main import main
 from seqloader.cli.options import PLAN_FLAGS, WORKER_FLAGS
 from seqloader.plan.options import PlanOptions
-from seqloader.torch.loader import WorkerOptions
+from seqloader.trainer.loader_options import WorkerOptions
 from test_cli import SPEC, corpus, frame_lengths, hdf  # noqa: F401 (fixtures)
 
 COMMANDS = ("demo", "bench", "check", "stats", "convert")

@@ -209,7 +209,7 @@ def test_bad_mixes_through_the_loader(corpora):
 def test_audit_counts_planned_uses():
     """A sequence planned twice (two corpus epochs) must arrive twice: once is a missing use,
     three times a repeat; skipped and dropped uses are allowed gaps."""
-    from seqloader.torch.audit import Stream, verify
+    from seqloader.trainer.audit import Stream, verify
 
     def run(delivered, skipped=(), dropped=0):
         order = np.array([1, 1, 2, 3])

@@ -15,7 +15,7 @@ from conftest import batch_record, index_corpus
 from seqloader.cli.main import main
 from seqloader.plan.position import Position
 from seqloader.plan.topology import Topology
-from seqloader.torch.audit import EpochAuditor
+from seqloader.trainer.audit import EpochAuditor
 
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 

@@ -20,7 +20,8 @@ import torch
 
 import seqloader as sl
 from conftest import BatchRecord, batch_record, lasting_shm_entries, shm_entries
-from seqloader.torch import handover, release
+from seqloader.torch import handover
+from seqloader.trainer import release
 
 
 def make_source(n: int = 60, seed: int = 0) -> sl.MemorySource:
@@ -213,7 +214,7 @@ def test_pin_memory_with_workers_gives_identical_pinned_batches():
 def test_precomputed_counts_match_the_tensors_and_the_report(num_workers):
     """The counts a batch carries (computed in the worker / receiving thread so the training
     thread does no array work) equal what its tensors say, and add up to the epoch report."""
-    from seqloader.torch.batch import count_key
+    from seqloader.loading.counts import count_key
 
     src = make_source(n=90)
     with sl.SeqLoader(src, num_workers=num_workers, uneven="pad", **LOADER_KW) as loader:

@@ -1,14 +1,17 @@
 """The layer map of docs/architecture.md, enforced on the import graph of ``src/seqloader``.
 
-Every import statement counts, also one inside a function (a lazy import is still a dependency of
-the layer). The runtime check imports the torch-free layers in a fresh interpreter and looks at
-``sys.modules``, so an indirect import of torch fails too.
+Every import statement counts, also one inside a function or under ``TYPE_CHECKING`` (a lazy
+import is still a dependency of the layer), and so does a lookup by name
+(``importlib.import_module("...")``): each such lookup must be declared in ``LOOKUPS``. The graph
+has no loops. The runtime check imports the torch-free layers in a fresh interpreter, with the
+package's real ``__init__``, and looks at ``sys.modules``, so an indirect import of torch fails too.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "src" / "seqloader"
 
 _BELOW_FACE = {
     "errors", "validate", "extras", "plan", "sources", "loading", "audio", "shards", "synthetic",
-    "torch"
+    "trainer", "torch"
 }  # fmt: skip
 # layer -> the seqloader layers it may import (itself included). Lower layers first.
 ALLOWED: dict[str, set[str]] = {
@@ -34,18 +37,28 @@ ALLOWED: dict[str, set[str]] = {
     "adapters": {"errors", "validate", "extras", "sources", "loading", "audio", "shards",
                  "adapters"},
     "synthetic": {"errors", "validate", "sources", "audio", "synthetic"},
-    "torch": {"errors", "validate", "plan", "sources", "loading", "torch"},
-    "returnn": {"errors", "validate", "extras", "plan", "sources", "loading", "audio", "torch",
-                "returnn"},
-    "lightning": {"errors", "validate", "extras", "plan", "sources", "torch", "lightning"},
+    "trainer": {"errors", "validate", "plan", "sources", "loading", "trainer"},
+    "torch": {"errors", "validate", "plan", "sources", "loading", "trainer", "torch"},
+    "returnn": {"errors", "validate", "extras", "plan", "sources", "loading", "audio", "trainer",
+                "torch", "returnn"},
+    "lightning": {"errors", "validate", "extras", "plan", "sources", "trainer", "torch",
+                  "lightning"},
     "cli": _BELOW_FACE | {"cli", "face"},
     "face": _BELOW_FACE | {"adapters", "returnn", "face"},
 }  # fmt: skip
-# layers that must not import PyTorch (the I/O layers, pure planning, batch execution, corpora);
-# the adapters' packages (lhotse) may import it themselves, when used, as any user code may
+# layers that must not import PyTorch (the I/O layers, pure planning, batch execution, corpora,
+# the trainer's bookkeeping); the adapters' packages (lhotse) may import it themselves, when used,
+# as any user code may
 TORCH_FREE = {
     "errors", "validate", "extras", "plan", "sources", "loading", "audio", "shards", "synthetic",
-    "adapters"
+    "adapters", "trainer"
+}  # fmt: skip
+# modules looked up by name at runtime (importlib.import_module), each declared with its reason:
+# (importing module, looked-up module) -> why
+LOOKUPS: dict[tuple[str, str], str] = {
+    ("seqloader.audio.features", "seqloader.torch.log_mel"):
+        "torch's STFT kernel, chosen when log-mel features are first computed and torch is "
+        "installed: importing audio loads no torch",
 }  # fmt: skip
 # third-party packages pure planning may use
 PLAN_THIRD_PARTY = {"numpy"}
@@ -71,7 +84,8 @@ def module_name(path: Path) -> str:
 
 
 def imports_of(path: Path) -> set[str]:
-    """Absolute names of every module ``path`` imports (anywhere in the file)."""
+    """Absolute names of every module ``path`` imports (anywhere in the file): ``from a.b import
+    c`` counts as ``a.b.c`` when that is a module of the package, else as ``a.b``."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -79,12 +93,41 @@ def imports_of(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             assert node.level == 0, f"{path}: relative import (the project uses absolute ones)"
             if node.module:
-                found.add(node.module)
+                submodules = {f"{node.module}.{a.name}" for a in node.names} & MODULES
+                found.update(submodules)
+                if len(submodules) < len(node.names):  # names defined in node.module itself
+                    found.add(node.module)
     return found
 
 
+def lookups_of(path: Path) -> set[str]:
+    """Modules ``path`` looks up by name: ``import_module("literal")`` anywhere in the file."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute | ast.Name)
+            and (getattr(node.func, "attr", None) or getattr(node.func, "id", None))
+            == "import_module"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
+            found.add(node.args[0].value)
+    return found
+
+
+MODULES = {module_name(p) for p in PACKAGE.rglob("*.py")}
+
+
 def graph() -> dict[str, set[str]]:
-    return {module_name(p): imports_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+    """Module -> the modules it imports, or looks up by name (declared in ``LOOKUPS``)."""
+    return {module_name(p): imports_of(p) | lookups_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def seqloader_edges() -> dict[str, set[str]]:
+    """The graph restricted to the package's own modules (what a loop can run through)."""
+    return {m: {n for n in imported if n in MODULES and n != m} for m, imported in graph().items()}
 
 
 def test_every_layer_is_known():
@@ -99,7 +142,7 @@ def test_layer_imports_only_layers_below(layer):
         if layer_of(module) != layer:
             continue
         for name in sorted(imported):
-            if name.split(".")[0] != "seqloader":
+            if name.split(".")[0] != "seqloader" or (module, name) in LOOKUPS:
                 continue
             target = layer_of(name) if name != "seqloader" else "face"
             if target not in ALLOWED[layer]:
@@ -126,6 +169,8 @@ def test_torch_only_in_torch_glue():
     for module, imported in graph().items():
         layer = layer_of(module)
         for name in imported:
+            if (module, name) in LOOKUPS:
+                continue
             if name.startswith("seqloader.torch") and layer not in {
                 "torch",
                 "lightning",
@@ -139,20 +184,136 @@ def test_torch_only_in_torch_glue():
     assert not bad, "\n".join(bad)
 
 
+def test_lookups_by_name_are_declared():
+    """A module looked up by name is a dependency the import statements do not show: each one is
+    declared, with its reason, and exists."""
+    found = {
+        (module_name(p), name)
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for name in lookups_of(p)
+        if name.split(".")[0] == "seqloader"
+    }
+    assert found == set(LOOKUPS), f"undeclared or stale lookups: {found ^ set(LOOKUPS)}"
+    assert all(target in MODULES for _, target in LOOKUPS)
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_cycles_finds_a_loop():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_loops():
+    """No two modules import each other, directly or through others (function-level and
+    ``TYPE_CHECKING`` imports and lookups by name included)."""
+    loops = _cycles(seqloader_edges())
+    assert not loops, "import loops:\n" + "\n".join(" -> ".join(c) for c in loops)
+
+
 def test_torch_free_layers_load_without_torch():
-    """Importing the torch-free layers in a fresh interpreter does not load torch indirectly. The
-    package face (``seqloader/__init__.py``) loads everything, so it is replaced by a bare package
-    whose ``__path__`` is the source folder: only the layers' own imports run."""
+    """Importing every module of the torch-free layers in a fresh interpreter, through the
+    package's real ``__init__``, loads no torch, directly or indirectly."""
     modules = sorted(m for m in graph() if layer_of(m) in TORCH_FREE)
     code = (
-        "import importlib, json, sys, types\n"
-        "face = types.ModuleType('seqloader')\n"
-        f"face.__path__ = [{str(PACKAGE)!r}]\n"
-        "sys.modules['seqloader'] = face\n"
+        "import importlib, json, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
     )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout
     assert json.loads(out) == []
+
+
+def test_face_and_core_layers_load_without_torch():
+    """``import seqloader.plan, seqloader.sources, seqloader.audio`` (and the face itself) in a
+    fresh interpreter loads no torch: the face imports its names when first used."""
+    code = (
+        "import json, sys\n"
+        "import seqloader, seqloader.plan, seqloader.sources, seqloader.audio\n"
+        "assert seqloader.__file__.startswith(sys.argv[1]), seqloader.__file__\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(PACKAGE)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    ).stdout
+    assert json.loads(out) == []
+
+
+def test_face_names_resolve():
+    """Every name in ``seqloader.__all__`` resolves (the lazy face's table has no typo)."""
+    import seqloader
+
+    missing = [n for n in seqloader.__all__ if not hasattr(seqloader, n)]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("command", ["check", "stats"])
+def test_cli_check_and_stats_load_no_torch(tmp_path, command):
+    """``seqloader check``/``stats`` plan and count; they pay for no torch import."""
+    from seqloader.sources.hdf_write import write_hdf
+    from seqloader.synthetic import SyntheticSpec, synthetic_corpus
+
+    path = tmp_path / "corpus.hdf"
+    write_hdf(str(path), synthetic_corpus(SyntheticSpec(num_seqs=40)))
+    code = (
+        "import json, runpy, sys\n"
+        f"sys.argv = ['seqloader', {command!r}, {str(path)!r}, '--max-seqs', '8']\n"
+        "try:\n"
+        "    runpy.run_module('seqloader', run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert not e.code, e.code\n"
+        "print('\\n' + json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert json.loads(out.strip().splitlines()[-1]) == []

@@ -14,11 +14,12 @@ import seqloader as sl
 from conftest import index_corpus
 from seqloader.errors import OptionError
 from seqloader.loading.batch_spec import BatchSpec
+from seqloader.loading.counts import count_key
 from seqloader.loading.execute import LoadedBatch
 from seqloader.plan.state import STATE_VERSION, LoaderState
-from seqloader.torch.batch import Batch, build_batch, count_key
-from seqloader.torch.checks import CheckOptions
-from seqloader.torch.options import LoaderKeywords, PlanKeywords, WorkerKeywords
+from seqloader.torch.batch import Batch, build_batch
+from seqloader.trainer.checks import CheckOptions
+from seqloader.trainer.loader_options import LoaderKeywords, PlanKeywords, WorkerKeywords
 
 
 @pytest.mark.parametrize(

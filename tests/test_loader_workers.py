@@ -15,7 +15,7 @@ import pytest
 import seqloader as sl
 from conftest import batch_record
 from seqloader.loading.execute import transform_rng
-from seqloader.torch.checks import CheckOptions
+from seqloader.trainer.checks import CheckOptions
 
 # 3 workers on a 2-core machine is deliberate here (more workers than cores must not change data)
 pytestmark = pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")

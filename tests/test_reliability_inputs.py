@@ -25,7 +25,7 @@ import pytest
 import seqloader as sl
 from conftest import index_corpus
 from seqloader.errors import DataError, DataWarning, OptionError
-from seqloader.torch.checks import CheckOptions
+from seqloader.trainer.checks import CheckOptions
 
 
 def write(path, n=6, dim=2, dtype=np.float32, prefix="u", lengths=None) -> str:

@@ -16,7 +16,7 @@ import pytest
 import seqloader as sl
 from remote_s3 import S3, s3_endpoint_fixture, s3_fixture, upload_corpus  # noqa: F401 (fixtures)
 from seqloader.sources.remote import FileCache
-from seqloader.torch.prefetch import files_in_order
+from seqloader.trainer.prefetch import files_in_order
 from test_distributed_torchrun import run_bounded
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))

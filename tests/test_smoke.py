@@ -26,8 +26,8 @@ def test_one_epoch_exactly_once_single_rank():
 def test_report_keeps_the_wait_distribution_after_the_first_batch():
     """The histogram counts every batch after the first; its quantiles are ordered upper bounds
     within 2x, capped by the longest wait; the format line shows them."""
-    from seqloader.torch.batch import KeyCounts
-    from seqloader.torch.report import EpochMeter, EpochReport
+    from seqloader.loading.counts import KeyCounts
+    from seqloader.trainer.report import EpochMeter, EpochReport
 
     now = [0.0]  # a clock the test moves
     report = EpochReport(1, 0, 1)

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.sources.hdf_layout import PackedTags
-from seqloader.torch.checks import duplicate_tags
+from seqloader.trainer.checks import duplicate_tags
 
 
 def plain_duplicates(tags: list[str]) -> dict[str, list[int]]:

@@ -6,19 +6,21 @@ that only a crash exercises."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.dataloader import _MultiProcessingDataLoaderIter
 
-from seqloader.torch import _compat
+from seqloader.torch import _compat, receiving
 
 MODULE_NAMES = [(w, n) for w, n, _ in _compat.PRIVATE if w not in ("DataLoader", "iterator")]
 INSTANCE_NAMES = [(w, n) for w, n, _ in _compat.PRIVATE if w in ("DataLoader", "iterator")]
@@ -64,7 +66,7 @@ def test_private_module_name_exists(where: str, name: str) -> None:
 def test_private_instance_names_exist_on_a_running_iterator() -> None:
     """Attributes set in torch's ``__init__`` exist on a live multi-worker iterator (ours, which
     also sets the pin-memory thread names torch's shutdown stops)."""
-    dl = _compat.ReceivingDataLoaderBase(
+    dl = receiving.ReceivingDataLoaderBase(
         Items(), batch_size=None, num_workers=1, persistent_workers=True
     )
     it = iter(dl)
@@ -158,3 +160,64 @@ def test_worker_exception_text_parses() -> None:
         _compat.shutdown_workers(dl)
     assert _compat.parse_reraise(str(info.value)) == (0, "ValueError"), str(info.value)
     assert "item 0 is broken" in str(info.value)
+
+
+# ---- nobody else touches torch's privates ----
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "seqloader"
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+PRIVATE_NAMES = frozenset(name for _, name, _ in _compat.PRIVATE)
+
+
+def private_touches(path: Path) -> list[str]:
+    """Where ``path`` names a private of ``_compat.PRIVATE``: an attribute, a name, a method
+    defined under that name (an override), a string (``getattr``), an import of it, or an import
+    from a private torch module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            names = [node.name]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            names = [node.value]
+        elif isinstance(node, ast.ImportFrom):
+            names = [a.name for a in node.names]
+            module = node.module or ""
+            if module.split(".")[0] == "torch" and any(
+                p.startswith("_") for p in module.split(".")
+            ):
+                found.append(f"{path.name}:{node.lineno}: imports from {module}")
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "torch" and any(
+                    p.startswith("_") for p in a.name.split(".")
+                ):
+                    found.append(f"{path.name}:{node.lineno}: imports {a.name}")
+        found += [f"{path.name}:{node.lineno}: {n}" for n in names if n in PRIVATE_NAMES]
+    return found
+
+
+def test_only_compat_touches_torch_privates() -> None:
+    """Every private torch name is reached through ``_compat``: a module that names one itself
+    would break on a torch upgrade without ``test_torch_compat`` knowing."""
+    files = [p for p in sorted(PACKAGE.rglob("*.py")) if p.name != "_compat.py"]
+    files += sorted(BENCHMARKS.rglob("*.py"))
+    bad = [touch for p in files for touch in private_touches(p)]
+    assert not bad, "torch privates outside seqloader/torch/_compat.py:\n" + "\n".join(bad)
+
+
+def test_private_touches_finds_each_kind(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "from torch.utils.data._utils import MP_STATUS_CHECK_INTERVAL\n"
+        "x = it._send_idx\n"
+        "getattr(it, '_workers')\n"
+        "class I:\n"
+        "    def _reset(self): ...\n"
+    )
+    touches = private_touches(probe)
+    for expected in ("_utils", "MP_STATUS_CHECK_INTERVAL", "_send_idx", "_workers", "_reset"):
+        assert any(expected in t for t in touches), (expected, touches)

@@ -15,7 +15,7 @@ import seqloader as sl
 from conftest import index_corpus
 from seqloader.errors import OptionError
 from seqloader.plan.options import DISTRIBUTIONS, UNEVEN_POLICIES, Distribution, Uneven
-from seqloader.torch.checks import CheckOptions
+from seqloader.trainer.checks import CheckOptions
 from seqloader.validate import (
     POLICIES,
     Policy,

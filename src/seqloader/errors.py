@@ -45,7 +45,7 @@ class DistributedMismatchError(SeqLoaderError, RuntimeError):
 class WorkerError(SeqLoaderError, RuntimeError):
     """A DataLoader worker failed or died while executing a planned batch.
 
-    Set when known (``seqloader.torch.dispatch``): ``worker_id``, ``pid``, ``epoch``, ``steps``
+    Set when known (``seqloader.torch.held_batches``): ``worker_id``, ``pid``, ``epoch``, ``steps``
     (the planned steps it held), ``tags`` (the first tags of the first of them) and ``building``
     (the step it was building when it died)."""
 

@@ -1,9 +1,10 @@
 """Log-mel filterbank features: options, the frame formula and the mel matrix (numpy).
 
 The computation is a kernel ``fn(options, wave) -> [frames, n_mels]``. This module's own is numpy
-(``numpy_log_mel``); the package face plugs in torch's (``seqloader.torch.signal.log_filterbank``,
-``torch.stft``: 2-5x faster than numpy's FFT on CPU, measured on 1-15 s utterances), so audio I/O
-needs no torch and loses no speed where torch is installed (it always is with ``import seqloader``).
+(``numpy_log_mel``); where torch is installed, torch's (``seqloader.torch.log_mel.log_filterbank``,
+``torch.stft``: 2-5x faster than numpy's FFT on CPU, measured on 1-15 s utterances) is looked up by
+name when features are first computed, so importing audio I/O loads no torch and features lose no
+speed. ``use_kernel`` sets another one.
 
 The frame count is a closed formula of the sample count (``LogMel.num_frames``), so a source can
 plan in feature frames from the manifest's durations without decoding anything:
@@ -15,6 +16,8 @@ plan in feature frames from the manifest's durations without decoding anything:
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -103,7 +106,7 @@ class LogMel:
             raise OptionError(f"LogMel: got a waveform of shape {x.shape}, expected 1-D [samples]")
         if self.num_frames(len(x)) == 0:
             return np.zeros((0, self.n_mels), dtype=np.float32)
-        return _KERNEL[0](self, x)
+        return (_KERNEL[0] or default_kernel())(self, x)
 
 
 def hz_to_mel(f: np.ndarray | float) -> np.ndarray:
@@ -150,11 +153,25 @@ def numpy_log_mel(options: LogMel, x: np.ndarray) -> np.ndarray:
 
 
 Kernel = Callable[[LogMel, np.ndarray], np.ndarray]
-_KERNEL: list[Kernel] = [numpy_log_mel]
+_KERNEL: list[Kernel | None] = [None]  # None: not chosen yet (default_kernel at first use)
+
+
+def default_kernel() -> Kernel:
+    """torch's kernel where torch is installed, else numpy's; chosen once per process, when
+    features are first computed (a lookup by name: this layer imports no torch)."""
+    kernel = _KERNEL[0]
+    if kernel is None:
+        if importlib.util.find_spec("torch") is None:
+            kernel = numpy_log_mel
+        else:
+            kernel = importlib.import_module("seqloader.torch.log_mel").log_filterbank
+        _KERNEL[0] = kernel
+    return kernel
 
 
 def use_kernel(kernel: Kernel) -> Kernel:
     """Compute log-mel features with ``kernel`` in this process from now on (``LogMel.__call__``
-    checks the input; the kernel gets float32 ``[samples >= n_fft]``); returns the previous one."""
-    previous, _KERNEL[0] = _KERNEL[0], kernel
+    checks the input; the kernel gets float32 ``[samples >= n_fft]``); returns the previous one
+    (``default_kernel()`` if none was chosen yet)."""
+    previous, _KERNEL[0] = default_kernel(), kernel
     return previous

@@ -21,7 +21,7 @@ from seqloader.cli.options import (
 from seqloader.cli.output import human, mib, print_json, print_notes, progress
 from seqloader.sources.base import Source
 from seqloader.sources.hdf import HDFSource
-from seqloader.torch.report import EpochReport
+from seqloader.trainer.report import EpochReport
 
 HELP = "throughput, time to first batch, CPU and memory, computation time %% with a simulated step"
 # at or above this computation time % (after the first batch) data keeps up with the model

@@ -27,7 +27,7 @@ from typing import Any
 from seqloader.errors import DataError, OptionError
 from seqloader.plan.options import PlanOptions
 from seqloader.sources.base import Source
-from seqloader.torch.options import PLAN_FIELDS, WORKER_FIELDS, WorkerOptions
+from seqloader.trainer.loader_options import PLAN_FIELDS, WORKER_FIELDS, WorkerOptions
 
 HDF_SUFFIXES = (".hdf", ".h5", ".hdf5")
 LIST_SUFFIXES = (".txt", ".list")

@@ -15,7 +15,7 @@ from seqloader.errors import OptionError
 from seqloader.plan.mix import mix_rate
 from seqloader.plan.options import DISTRIBUTIONS, SEEDINGS, UNEVEN_POLICIES, PlanOptions
 from seqloader.sources.base import Source
-from seqloader.torch.loader import WorkerOptions
+from seqloader.trainer.loader_options import WorkerOptions
 
 # the batch limit used when neither the config nor the command line sets one (else one batch
 # would hold the whole corpus)

@@ -4,7 +4,7 @@ Float features are screened after the transform (log-mel of silence gives -inf).
 executes the batch screens each sequence (one ``isfinite().all()`` per key) and the batch carries one
 message per bad sequence, so the trainer pays nothing: screening 6.4 MB in the trainer cost 0.2-0.6
 ms per batch there, 2-6% of a 10 ms step; in the worker it adds ~0.25 ms. The policy (error, warn,
-off) is applied in the trainer (``seqloader.torch.checks.BatchChecks``).
+off) is applied in the trainer (``seqloader.trainer.checks.BatchChecks``).
 
 Batches read straight into their padded memory (``loading.direct``, no transform) are screened
 where the bytes are copied (``sources.padded_rows.RowScreen``, once per sequence and process);

@@ -1,5 +1,5 @@
 """``Topology``: which rank of how many this process is. Pure and validated; detection lives in
-``seqloader.torch.topology`` (the only place that reads torch.distributed or the environment)."""
+``seqloader.torch.process_rank`` (the only place that reads torch.distributed or the environment)."""
 
 from __future__ import annotations
 

@@ -17,11 +17,13 @@ from typing import Any, cast
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.extras import require
 from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.plan.planner import refuse_unimplemented
 from seqloader.returnn.datasets import Converted, convert_dataset
 from seqloader.returnn.stubs import Stub, find_stub, stub_imports
-from seqloader.torch.loader import SeqLoader, WorkerOptions
+from seqloader.torch.loader import SeqLoader
+from seqloader.trainer.loader_options import WorkerOptions
 
 # global data options that change which sequences or batches RETURNN delivers, and that we refuse:
 # what they do, and what to do instead
@@ -55,17 +57,6 @@ LOADER_OPTS = {"num_workers", "pin_memory", "prefetch_factor", "persistent_worke
 TRAIN, EVAL = "train", ("dev", "eval")
 
 
-def import_returnn(feature: str) -> None:
-    """RETURNN is needed to read config files and for targets vocabularies."""
-    try:
-        import returnn  # noqa: F401
-    except ImportError as e:
-        raise ImportError(
-            f"{feature} needs the 'returnn' package; install it (pip install returnn), it is pure "
-            "Python"
-        ) from e
-
-
 def read_config(
     config: str | os.PathLike | Mapping[str, Any] | Any, *, stub_modules: bool = False
 ) -> dict[str, Any]:
@@ -85,10 +76,7 @@ def read_config(
     path = os.fspath(config)
     if not os.path.isfile(path):
         raise OptionError(f"RETURNN config {path!r} does not exist")
-    import_returnn("from_returnn_config(path)")
-    from returnn.config import Config
-
-    cfg = Config()
+    cfg = require("returnn.config", "from_returnn_config(path)").Config()
     if stub_modules:
         with stub_imports() as stubbed:
             cfg.load_file(path)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from seqloader.errors import DataError, OptionError
+from seqloader.extras import require
 
 # vocabulary classes that draw random segmentations (a new one per epoch in RETURNN)
 RANDOM_VOCABS = ("SamplingBytePairEncoding",)
@@ -20,11 +21,7 @@ class ReturnnVocab:
     """RETURNN's vocabulary for ``targets`` options; ``encode`` is its ``get_seq``."""
 
     def __init__(self, options: dict[str, Any]) -> None:
-        from seqloader.returnn.config import import_returnn
-
-        import_returnn("OggZipDataset targets")
-        from returnn.datasets.util.vocabulary import Vocabulary
-
+        vocabulary = require("returnn.datasets.util.vocabulary", "OggZipDataset targets")
         opts = dict(options)
         if opts.get("class") in RANDOM_VOCABS or opts.get("enable_sampling"):
             raise OptionError(
@@ -32,7 +29,7 @@ class ReturnnVocab:
                 "from RETURNN's RandomState in reading order; not supported (ids are encoded once)"
             )
         try:
-            self._vocab = Vocabulary.create_vocab(**opts)
+            self._vocab = vocabulary.Vocabulary.create_vocab(**opts)
         except (TypeError, KeyError) as e:
             raise OptionError(
                 f"targets {opts!r}: RETURNN cannot create this vocabulary: {e}"

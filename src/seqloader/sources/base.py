@@ -180,7 +180,7 @@ class HasFiles(Protocol):
 @runtime_checkable
 class FetchesRemote(Protocol):
     """Reads remote files through a local ``FileCache`` (``HDFSource`` over URLs): the loader
-    fetches each rank's files ahead of its plan and evicts the rest (``seqloader.torch.prefetch``).
+    fetches each rank's files ahead of its plan and evicts the rest (``seqloader.trainer.prefetch``).
     None: the files are local after all."""
 
     def remote_files(self) -> RemoteFiles | None: ...

@@ -2,10 +2,13 @@
 
 torch's DataLoader has no public hooks for what seqloader does around it: receive results in a
 background thread, name the batch a dead worker held, stop workers on ``close()``. Those need torch
-internals; they live here and nowhere else, listed in ``PRIVATE`` (where, name, why).
-``tests/test_torch_compat.py`` checks that each still exists in the installed torch and that the
-regular expressions below still match the texts torch produces. Tested torch: the range declared in
-``pyproject.toml`` (2.13); a torch upgrade starts by running that test.
+internals; they live here and nowhere else, listed in ``PRIVATE`` (where, name, why), and the rest
+of seqloader reaches them only through this module's accessors (functions, and the hooks of
+``IteratorFactory`` / ``HookedIter`` / ``InProcessIter``, which have public names).
+``tests/test_torch_compat.py`` checks that each still exists in the installed torch, that the
+regular expressions below still match the texts torch produces, and that no other module names a
+private of the list. Tested torch: the range declared in ``pyproject.toml`` (2.13); a torch upgrade
+starts by running that test.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ import queue
 import re
 import signal
 import threading
-import weakref
 from collections.abc import Callable, Sequence
 from types import FrameType
+from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
@@ -32,7 +35,7 @@ from torch.utils.data.dataloader import (
 #: mean an instance (attributes set in ``__init__``); the others are modules.
 PRIVATE: tuple[tuple[str, str, str], ...] = (
     ("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter",
-     "subclassed by ReceivingIter: torch's dispatch, order and failure checks, our receiving"),
+     "subclassed by HookedIter: torch's dispatch, order and failure checks, our receiving"),
     ("torch.utils.data.dataloader", "_SingleProcessDataLoaderIter",
      "subclassed by InProcessIter (num_workers=0): next() without the profiler range"),
     ("torch.utils.data._utils", "MP_STATUS_CHECK_INTERVAL",
@@ -44,7 +47,7 @@ PRIVATE: tuple[tuple[str, str, str], ...] = (
     ("torch.UntypedStorage", "_new_shared",
      "slots are shared memory from the start, through torch's fd sharing (no /dev/shm names)"),
     ("torch.utils.data.DataLoader", "_get_iterator",
-     "the factory of the per-epoch iterator: ours are ReceivingIter and InProcessIter"),
+     "the factory of the per-epoch iterator (IteratorFactory.make_iterator)"),
     ("DataLoader", "_iterator", "the persistent iterator: its workers, its shutdown on close()"),
     ("iterator", "_workers", "worker processes: pids for WorkerError, liveness"),
     ("iterator", "_worker_pids_set", "whether torch's SIGCHLD check still watches the workers"),
@@ -169,214 +172,17 @@ def wrap_sigchld(translate: Callable[[RuntimeError], BaseException | None]) -> N
     _sigchld_wrapped = True
 
 
-# ---- receiving results in a background thread ----
-class ReceivingDataLoaderBase(DataLoader):
-    """A DataLoader whose multi-worker iterator is ``ReceivingIter`` (``InProcessIter`` with
-    ``num_workers=0``); ``before_workers()`` runs before each new set of workers starts."""
-
-    def _get_iterator(self):
-        if self.num_workers == 0:
-            return InProcessIter(self)
-        # no check_worker_number_rationality() here: DataLoader.__init__ ran it (a second call
-        # from this line would print torch's worker-count warning a second time)
-        self.before_workers()
-        return ReceivingIter(self)
-
-    def before_workers(self) -> None:
-        """Work to do in this process before workers start (forked ones inherit it)."""
+# ---- torch's iterators, their private steps behind public names ----
+#: seconds torch's status check waits for a result before it checks its workers
+STATUS_CHECK_INTERVAL: float = MP_STATUS_CHECK_INTERVAL
 
 
-# Batches the dispatch thread takes out of torch's iterator before the loop asks for them; with
-# torch's own prefetch (prefetch_factor x workers tasks outstanding) this many more are in flight.
-AHEAD = 1
-# Whether torch's next() logic runs in the dispatch thread (the benchmarks switch it off to
-# measure what it brings; the library has no option for it).
-DISPATCH_THREAD = True
+def profiling() -> bool:
+    """Whether a torch profiling session is on (torch opens a profiler range per ``next()``)."""
+    return torch.autograd.profiler._is_profiler_enabled
 
 
-class ReceivingIter(_MultiProcessingDataLoaderIter):
-    """torch's multi-worker iterator, driven from background threads.
-
-    - A *receiving* thread reads worker results (the result pipe, unpickling, building the
-      tensors), as torch already does in its pin-memory thread when pinning.
-    - A *dispatch* thread runs torch's own ``next()`` logic (``_next_data``: send the next index,
-      restore order, count outstanding tasks, check workers) ``AHEAD`` batches ahead of the loop.
-
-    The training thread's ``next()`` then only takes a ready batch from an in-process queue: no
-    index to send, no torch bookkeeping in the loop's time (cold after each step, it cost ~0.3 ms
-    per batch, ~3% of a 10 ms step). torch's iterator state is touched by one thread at a time:
-    the dispatch thread during an epoch, the training thread at an epoch's start (``_reset``,
-    after stopping the previous epoch's dispatch thread) and at shutdown (likewise). Dispatch,
-    ordering, prefetch accounting and worker-failure detection stay torch's own; an exception
-    there reaches the loop at the batch it concerns."""
-
-    def __init__(self, loader: DataLoader) -> None:
-        self._dispatch: _Dispatch | None = None
-        super().__init__(loader)  # starts the workers, sends the first indices (_reset)
-        if not self._pin_memory:  # with pinning, torch's pin-memory thread already receives
-            # Named as torch's pin-memory thread, so that torch's shutdown protocol (set the
-            # event, wake the thread with a (None, None) item, join, close the queue) stops it.
-            self._pin_memory_thread_done_event = threading.Event()
-            self._data_queue = queue.Queue()
-            thread = threading.Thread(
-                target=_receive_loop,
-                args=(
-                    self._worker_result_queue,
-                    self._data_queue,
-                    self._pin_memory_thread_done_event,
-                ),
-                name="seqloader-receive",
-                daemon=True,
-            )
-            thread.start()
-            self._pin_memory_thread = thread
-        if DISPATCH_THREAD:
-            self._dispatch = _Dispatch(self)
-
-    @property
-    def ahead(self) -> int:
-        """Batches taken from torch before the loop asked (beyond torch's prefetch)."""
-        return AHEAD
-
-    def _reset(self, loader: DataLoader, first_iter: bool = False) -> None:
-        # a new epoch on persistent workers: the last epoch's dispatch thread (finished, or
-        # abandoned mid-epoch) stops before torch resets its state in this thread
-        if self._dispatch is not None:
-            self._dispatch.stop()
-        super()._reset(loader, first_iter)
-        if self._dispatch is not None:
-            self._dispatch = _Dispatch(self)
-
-    def __next__(self):
-        dispatch = self._dispatch
-        if dispatch is None:  # without the dispatch thread: torch's next() in this thread
-            if torch.autograd.profiler._is_profiler_enabled:
-                return super().__next__()
-            return _next_unprofiled(self)
-        # torch wraps every next() in a profiler range; outside a profiling session that costs
-        # the trainer ~0.1 ms per batch (measured, cold caches after a step), so skip it then.
-        if torch.autograd.profiler._is_profiler_enabled:
-            with torch.autograd.profiler.record_function(self._profile_name):
-                return dispatch.take(self)
-        return dispatch.take(self)
-
-    def _try_get_data(self, timeout: float = MP_STATUS_CHECK_INTERVAL):
-        ok, data = super()._try_get_data(timeout)
-        if ok and data is _WAKE:  # put by _Dispatch.stop
-            dispatch = self._dispatch
-            if dispatch is not None and dispatch.stopping_here():
-                raise _Stopped
-            return False, None  # to anyone else: as if nothing had arrived yet
-        if ok and isinstance(data, _ReceiveFailed):
-            dead = [str(w.pid) for w in self._workers if not w.is_alive()]
-            if dead:  # torch's own wording, so callers recognise a worker death
-                raise RuntimeError(death_text(dead)) from data.error
-            raise data.error
-        return ok, data
-
-    def _shutdown_workers(self) -> None:
-        dispatch = getattr(self, "_dispatch", None)  # absent if __init__ failed early
-        if dispatch is not None:
-            dispatch.stop()
-        super()._shutdown_workers()
-
-
-_WAKE = object()  # wakes a dispatch thread waiting for a result, so that it can stop
-_END = object()  # the epoch's last batch was taken
-
-
-class _Stopped(Exception):
-    """Raised in the dispatch thread by ``_try_get_data`` when it is asked to stop."""
-
-
-class _Raised:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-class _Dispatch:
-    """One epoch's dispatch thread and the queue of batches it took from torch."""
-
-    def __init__(self, it: ReceivingIter) -> None:
-        self.ready: queue.SimpleQueue = queue.SimpleQueue()
-        self.room = threading.Semaphore(AHEAD)  # batches it may take before the loop does
-        self.stop_event = threading.Event()
-        self.done = False  # the loop took the end (or an error): nothing more will come
-        # a weak reference: a thread waiting for room must not keep an abandoned iterator (and
-        # its workers) alive; torch shuts workers down when the iterator is collected
-        self.ref = weakref.ref(it)
-        self.thread = threading.Thread(
-            target=_dispatch_loop,
-            args=(self.ref, self.ready, self.room, self.stop_event),
-            name="seqloader-dispatch",
-            daemon=True,
-        )
-        self.thread.start()
-
-    def take(self, it: ReceivingIter):
-        """The next batch (training thread): a few attribute reads and one queue get."""
-        if self.done:
-            raise StopIteration
-        item = self.ready.get()
-        if item is _END:
-            self.done = True
-            raise StopIteration
-        if isinstance(item, _Raised):
-            self.done = True
-            raise item.error
-        self.room.release()
-        it._num_yielded += 1
-        return item
-
-    def stopping_here(self) -> bool:
-        return self.stop_event.is_set() and threading.current_thread() is self.thread
-
-    def stop(self) -> None:
-        """Stop the thread (it is done, or waits for room, or for a worker result) and wait for
-        it, so that torch's state is this thread's again."""
-        if not self.thread.is_alive():
-            return
-        self.stop_event.set()
-        self.room.release()
-        it = self.ref()
-        if it is not None:
-            it._data_queue.put(_WAKE)
-            del it
-        if threading.current_thread() is not self.thread:
-            self.thread.join(timeout=10 * MP_STATUS_CHECK_INTERVAL)
-
-
-def _dispatch_loop(
-    ref: weakref.ref, ready: queue.SimpleQueue, room: threading.Semaphore, stop: threading.Event
-) -> None:
-    """Take batches from torch's iterator (``_next_data``: dispatch, order, failure checks) while
-    there is room; the end or an exception goes to ``ready`` as well, in order."""
-    torch.set_num_threads(1)
-    while True:
-        room.acquire()  # holds no reference to the iterator while it waits
-        if stop.is_set():
-            return
-        it = ref()
-        if it is None:
-            return
-        try:
-            item = it._next_data()
-        except StopIteration:
-            item = _END
-        except _Stopped:
-            return
-        except BaseException as e:
-            item = _Raised(e)
-        del it
-        last = item is _END or isinstance(item, _Raised)
-        if stop.is_set() and not last:  # (torch's own shutdown at a non-persistent epoch's end
-            return  # stops this thread too, after the end is known: that still goes out)
-        ready.put(item)
-        if last:
-            return
-
-
-def _next_unprofiled(it):
+def next_unprofiled(it: Any) -> Any:
     """torch's ``__next__`` without its per-call profiler range outside a profiling session
     (measured ~0.1 ms per batch on this machine with cold caches after a step)."""
     if it._sampler_iter is None:
@@ -386,36 +192,101 @@ def _next_unprofiled(it):
     return data
 
 
+class IteratorFactory(DataLoader):
+    """A DataLoader whose per-epoch iterator comes from ``make_iterator()`` (torch's own factory,
+    ``_get_iterator``, is private)."""
+
+    def _get_iterator(self):
+        return self.make_iterator()
+
+    def make_iterator(self) -> Any:
+        """The iterator of a new ``iter(dataloader)`` (default: torch's)."""
+        return super()._get_iterator()
+
+
 class InProcessIter(_SingleProcessDataLoaderIter):
     """``num_workers=0``: torch's iterator, minus the profiler range per batch."""
 
     def __next__(self):
-        if torch.autograd.profiler._is_profiler_enabled:
+        if profiling():
             return super().__next__()
-        return _next_unprofiled(self)
+        return next_unprofiled(self)
 
 
-class _ReceiveFailed:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
+class HookedIter(_MultiProcessingDataLoaderIter):
+    """torch's multi-worker iterator, with the private steps seqloader builds on behind public
+    names: hooks it calls (``before_reset``/``after_reset`` around a new epoch's reset,
+    ``received`` on each result torch takes from its data queue, ``before_shutdown``), and
+    accessors of its state (``next_data``, ``count_yielded``, ``receive_in_thread``, ...)."""
 
+    # ---- hooks (defaults: torch's behaviour) ----
+    def before_reset(self) -> None:
+        """Before torch resets the iterator for a new epoch (also once in ``__init__``)."""
 
-def _receive_loop(results, out: queue.Queue, done: threading.Event) -> None:
-    """Move worker results into ``out`` (unpickling them: that builds the batches)."""
-    torch.set_num_threads(1)
-    while not done.is_set():
-        try:
-            item = results.get(timeout=MP_STATUS_CHECK_INTERVAL)
-        except queue.Empty:
-            continue
-        except Exception as e:
-            if done.is_set():  # the queue was closed at shutdown
-                return
-            # a result that cannot be received (e.g. its worker died while sending it): the
-            # trainer's next() raises it
-            out.put(_ReceiveFailed(e))
-            if isinstance(e, (OSError, ValueError)):  # the pipe itself is broken or closed
-                return
-            continue
-        if not done.is_set():
-            out.put(item)
+    def after_reset(self) -> None:
+        """After torch reset the iterator (and sent the first indices)."""
+
+    def received(self, data: Any) -> tuple[bool, Any]:
+        """A result torch took from its data queue -> (received, data) as torch's
+        ``_try_get_data`` returns them; may raise instead."""
+        return True, data
+
+    def before_shutdown(self) -> None:
+        """Before torch shuts the workers down (``close()``, garbage collection, an epoch's end
+        without persistent workers)."""
+
+    # ---- torch's private steps, overridden only to call the hooks ----
+    def _reset(self, loader: DataLoader, first_iter: bool = False) -> None:
+        self.before_reset()
+        super()._reset(loader, first_iter)
+        self.after_reset()
+
+    def _try_get_data(self, timeout: float = MP_STATUS_CHECK_INTERVAL):
+        ok, data = super()._try_get_data(timeout)
+        return self.received(data) if ok else (ok, data)
+
+    def _shutdown_workers(self) -> None:
+        self.before_shutdown()
+        super()._shutdown_workers()
+
+    # ---- accessors ----
+    @property
+    def pins_memory(self) -> bool:
+        """Whether torch's pin-memory thread receives the results (``pin_memory=True``)."""
+        return bool(self._pin_memory)
+
+    @property
+    def profile_name(self) -> str:
+        """The name of the profiler range torch opens per ``next()``."""
+        return self._profile_name
+
+    def next_data(self) -> Any:
+        """torch's ``next()`` logic: send the next index, restore order, check the workers."""
+        return self._next_data()
+
+    def next_unprofiled(self) -> Any:
+        """torch's ``__next__`` without the profiler range."""
+        return next_unprofiled(self)
+
+    def count_yielded(self) -> None:
+        """Count one batch handed out, as torch's ``__next__`` does."""
+        self._num_yielded += 1
+
+    def put_result(self, item: object) -> None:
+        """Put ``item`` into the queue torch's ``next()`` reads (``received`` sees it)."""
+        self._data_queue.put(item)
+
+    def receive_in_thread(
+        self, loop: Callable[[Any, queue.Queue, threading.Event], None], name: str
+    ) -> None:
+        """Run ``loop(results, out, done)`` in a thread that takes the place of torch's
+        pin-memory thread: it reads the workers' result queue into the queue torch's ``next()``
+        reads, and stops when torch's shutdown sets ``done`` (torch then wakes it with a
+        ``(None, None)`` item, joins it and closes the queue)."""
+        self._pin_memory_thread_done_event = done = threading.Event()
+        self._data_queue = out = queue.Queue[Any]()
+        thread = threading.Thread(
+            target=loop, args=(self._worker_result_queue, out, done), name=name, daemon=True
+        )
+        thread.start()
+        self._pin_memory_thread = thread

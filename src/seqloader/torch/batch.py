@@ -9,30 +9,8 @@ import numpy as np
 import torch
 
 from seqloader.loading.corpora import CorpusCounts
+from seqloader.loading.counts import KeyCounts, count_key
 from seqloader.loading.execute import LoadedBatch
-
-
-@dataclass(frozen=True)
-class KeyCounts:
-    """What the epoch report counts of one key of a batch.
-
-    Computed where the batch is built (in a worker, or in the trainer's receiving thread), so the
-    training thread does no array work per batch for its bookkeeping.
-    """
-
-    real_seqs: int  # sequences with mask True
-    repeats: int  # filler slots (mask False)
-    frames: int  # frames of the real sequences
-    padded_frames: int  # batch size x longest sequence
-
-
-def count_key(lengths: np.ndarray, real: np.ndarray) -> KeyCounts:
-    """``KeyCounts`` from int lengths ``[B]`` and the bool mask ``[B]``."""
-    n_real = int(np.count_nonzero(real))
-    if not len(lengths):
-        return KeyCounts(n_real, len(real) - n_real, 0, 0)
-    frames = int(lengths.sum()) if n_real == len(real) else int(lengths[real].sum())
-    return KeyCounts(n_real, len(real) - n_real, frames, int(len(lengths) * lengths.max()))
 
 
 @dataclass

@@ -8,14 +8,13 @@ workers. With ``batch_size=None`` each sampler item (a ``BatchSpec``) goes to ``
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import weakref
 from collections.abc import Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, get_worker_info
+from torch.utils.data import Dataset, Sampler, get_worker_info
 
 from seqloader.loading.arena import BlockPool, padded_bytes
 from seqloader.loading.batch_spec import BatchSpec
@@ -23,10 +22,8 @@ from seqloader.loading.collate import Alloc, numpy_alloc
 from seqloader.loading.direct import batch_shapes, reads_into
 from seqloader.loading.execute import LoadedBatch, Transform, execute
 from seqloader.plan.batches import BatchList
-from seqloader.sources.base import Source, prepare_workers
-from seqloader.torch._compat import ReceivingDataLoaderBase
+from seqloader.sources.base import Source
 from seqloader.torch.batch import Batch, build_batch
-from seqloader.torch.dispatch import WorkerProgress
 from seqloader.torch.handover import (
     FREE,
     SlotAllocator,
@@ -37,6 +34,7 @@ from seqloader.torch.handover import (
     new_owner_id,
     shared_alloc,
 )
+from seqloader.torch.held_batches import WorkerProgress
 
 
 def to_batch(loaded: LoadedBatch) -> Batch:
@@ -189,30 +187,3 @@ def _unwire_spec(
         _int64s(uses),
         _int64s(chunks),
     )
-
-
-class ReceivingDataLoader(ReceivingDataLoaderBase):
-    """torch's DataLoader, but with workers their results are received in a background thread
-    (``seqloader.torch._compat.ReceivingIter``)."""
-
-    def before_workers(self) -> None:
-        # work done here once is inherited by every forked worker (e.g. HDF chunk indexes)
-        if _forks(self.multiprocessing_context) and isinstance(self.dataset, PlannedBatches):
-            prepare_workers(self.dataset.source)
-
-
-def worker_progress(dataloader: DataLoader) -> WorkerProgress | None:
-    """The board where the workers of ``dataloader`` mark the batch they build (None without
-    workers, or for a dataset other than ``PlannedBatches``)."""
-    dataset = dataloader.dataset
-    return dataset.progress if isinstance(dataset, PlannedBatches) else None
-
-
-def _forks(context) -> bool:
-    """Whether DataLoader workers of this context are forked (so they inherit our memory)."""
-    if context is None:  # the default, without fixing it (allow_none) as get_start_method would
-        method = multiprocessing.get_start_method(allow_none=True)
-        return (method or multiprocessing.get_all_start_methods()[0]) == "fork"
-    if isinstance(context, str):
-        return context == "fork"
-    return context.get_start_method() == "fork"

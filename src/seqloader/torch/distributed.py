@@ -120,3 +120,22 @@ def _json_diff(values: Sequence[object]) -> dict[str, list[object]] | None:
 def _short(value: object) -> str:
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=str)
     return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "..."
+
+
+def gather_objects(payload: dict, world_size: int) -> list[dict]:
+    """All ranks' payloads (one ``all_gather_object``) if torch.distributed is initialized with
+    ``world_size`` ranks (the loader's, the same on every rank, C7), else only this rank's. The
+    epoch audit's: payloads carry the loader's rank, so two processes that both think they are
+    rank 0 show up as repeats."""
+    import torch.distributed as dist
+
+    if (
+        world_size > 1
+        and dist.is_available()
+        and dist.is_initialized()
+        and dist.get_world_size() == world_size
+    ):
+        out: list[dict | None] = [None] * world_size
+        dist.all_gather_object(out, payload)
+        return [p for p in out if p is not None]
+    return [payload]

@@ -34,17 +34,17 @@ from seqloader.sources.base import (
     loader_needs,
     remote_files,
 )
-from seqloader.torch.audit import EpochAuditor
 from seqloader.torch.batch import Batch
-from seqloader.torch.checks import BatchChecks, CheckOptions, check_source
-from seqloader.torch.corpus_report import planned_corpora
+from seqloader.torch.dataloader import Execution
 from seqloader.torch.distributed import check_same_plan
-from seqloader.torch.execution import Execution
-from seqloader.torch.options import LoaderKeywords, WorkerOptions, merge_options
-from seqloader.torch.prefetch import PlanPrefetch
-from seqloader.torch.report import EpochReport
+from seqloader.torch.process_rank import detect
 from seqloader.torch.run import run_epoch
-from seqloader.torch.topology import detect
+from seqloader.trainer.audit import EpochAuditor
+from seqloader.trainer.checks import BatchChecks, CheckOptions, check_source
+from seqloader.trainer.corpus_report import planned_corpora
+from seqloader.trainer.loader_options import LoaderKeywords, WorkerOptions, merge_options
+from seqloader.trainer.prefetch import PlanPrefetch
+from seqloader.trainer.report import EpochReport
 from seqloader.validate import Policy, int_option
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ class SeqLoader:
         self.worker_options: WorkerOptions = merged.workers
         self.checks: CheckOptions = (
             merged.checks
-        )  # data checks and the audit (seqloader.torch.checks)
+        )  # data checks and the audit (seqloader.trainer.checks)
         self.topology: Topology = detect(rank, world_size)
         needs = loader_needs(source)
         if transform is None and needs.transform_keys:
@@ -220,7 +220,7 @@ class SeqLoader:
             length_key=self.length_key,
             tag=self.source.tag,
             started=started,
-            on_finish=None if self._prefetch is None else self._prefetch.add_to,
+            prefetched=None if self._prefetch is None else self._prefetch.counts,
         )
 
     # ---- what defines the plans ----

@@ -13,13 +13,14 @@ from collections.abc import Callable, Generator
 
 from seqloader.plan.batches import BatchList
 from seqloader.plan.state import LoaderState
-from seqloader.torch.audit import EpochAuditor
 from seqloader.torch.batch import Batch
-from seqloader.torch.checks import BatchChecks
-from seqloader.torch.execution import Execution
-from seqloader.torch.release import release
-from seqloader.torch.report import EpochMeter, EpochReport
-from seqloader.torch.workers import EpochWatch
+from seqloader.torch.dataloader import Execution
+from seqloader.torch.distributed import gather_objects
+from seqloader.torch.worker_errors import EpochWatch
+from seqloader.trainer.audit import EpochAuditor
+from seqloader.trainer.checks import BatchChecks
+from seqloader.trainer.release import release
+from seqloader.trainer.report import EpochMeter, EpochReport
 
 log = logging.getLogger("seqloader")
 
@@ -35,13 +36,14 @@ def run_epoch(
     length_key: str,
     tag: Callable[[int], str],
     started: float | None = None,
-    on_finish: Callable[[EpochReport], None] | None = None,
+    prefetched: Callable[[], tuple[int, int]] | None = None,
 ) -> Generator[Batch, None, None]:
     """Yield ``share`` (this rank's batches from the run's first step) as ``Batch`` es.
 
     ``started``: when the loop asked for the epoch (``time.perf_counter()``); the report's clock
     starts there, so everything before the first batch is data wait (``EpochMeter``).
-    ``on_finish(report)``: adds what others measured (the remote files' prefetcher) at the end."""
+    ``prefetched()``: what the remote files' prefetcher fetched, counted at the end
+    (``PlanPrefetch.counts``)."""
     # an epoch without batches for this rank has nothing to measure
     meter = EpochMeter(report, length_key, started=started if len(share) else None)
     finished = False
@@ -68,15 +70,18 @@ def run_epoch(
             )
             for _ in range(len(share)):
                 batch = watch.next(it)  # a dead worker -> WorkerError naming its batch
-                checks.check(batch, report)  # NaN/Inf the workers found
+                checks.check(batch.nonfinite, report)  # NaN/Inf the workers found
                 if auditor is not None:
                     auditor.record(batch)
                 # consumed once handed to the loop; batches still in prefetch don't count
                 state.consumed += 1  # folded into the position when it is read
-                meter.count(batch.counts_of(length_key), batch.skipped, batch.corpus_counts)
-                if batch.fetch_bytes or batch.fetch_wait_s:  # remote files (Batch.fetch_wait_s)
-                    report.fetch_wait_s += batch.fetch_wait_s
-                    report.fetched_bytes += batch.fetch_bytes
+                meter.count(
+                    batch.counts_of(length_key),
+                    batch.skipped,
+                    batch.corpus_counts,
+                    batch.fetch_wait_s,
+                    batch.fetch_bytes,
+                )
                 meter.handed()  # the wait ends here: the loader's work is all inside it
                 yield batch
                 meter.before_next()  # the loop asks again: from here on it waits
@@ -85,8 +90,9 @@ def run_epoch(
                 handed = batch
                 del batch
         finished = True
-        if auditor is not None:
-            auditor.finish(report)  # raises AuditError / warns if not exactly-once
+        if auditor is not None:  # all ranks' deliveries (one all_gather_object), verified
+            report.audit = auditor.verify(gather_objects(auditor.payload(), auditor.world_size))
+            auditor.enforce(report.audit)  # raises AuditError / warns if not exactly-once
     finally:
         if handed is not None and background:
             release(handed)
@@ -94,8 +100,8 @@ def run_epoch(
         if watch is not None:
             watch.stop()
         meter.finish()  # also when the loop stops early or raises: the report keeps its times
-        if on_finish is not None:
-            on_finish(report)
+        if prefetched is not None:
+            meter.prefetched(*prefetched())
         if not finished and log.isEnabledFor(logging.INFO):
             log.info("seqloader: epoch stopped early: %s", report.format())
     if log.isEnabledFor(logging.INFO):  # formatting costs the loop's time: only when shown

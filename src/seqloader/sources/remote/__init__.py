@@ -1,6 +1,6 @@
 """Remote corpora: files behind fsspec URLs (S3, GCS, Azure, HTTP, ...) read from whole local
 copies in a ``FileCache``, with their metadata indexed locally (``index``). No torch here; the
-loader's plan-driven prefetcher is ``seqloader.torch.prefetch``."""
+loader's plan-driven prefetcher is ``seqloader.trainer.prefetch``."""
 
 from __future__ import annotations
 

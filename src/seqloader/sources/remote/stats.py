@@ -15,7 +15,7 @@ class FetchCounters:
 
     wait_s: float = 0.0  # reading waited for a file to arrive (fetched here or by another process)
     fetched_bytes: int = 0  # bytes downloaded by this process's readers (whole files)
-    prefetched_bytes: int = 0  # bytes downloaded ahead of the plan (seqloader.torch.prefetch)
+    prefetched_bytes: int = 0  # bytes downloaded ahead of the plan (seqloader.trainer.prefetch)
     fetched_files: int = 0
     metadata_reads: int = 0  # files whose metadata was read remotely (not from the local index)
 

@@ -1,8 +1,9 @@
-"""Signal kernels computed with torch on CPU, for layers that must not import torch themselves.
+"""The log-mel STFT kernel, computed with torch on CPU, for the audio layer (which imports no torch).
 
-``log_filterbank`` is the log of a filterbank over the power STFT: log-mel with a mel matrix. The
-package face plugs it into ``seqloader.audio.features`` (``use_kernel``); it knows options only
-through the ``FilterbankOptions`` protocol, so the torch glue knows nothing about audio sources.
+``log_filterbank`` is the log of a filterbank over the power STFT: log-mel with a mel matrix.
+``seqloader.audio.features`` looks it up by name when features are first computed
+(``default_kernel``); it knows options only through the ``FilterbankOptions`` protocol, so the
+torch glue knows nothing about audio sources.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ position (``unchecked``) belong to an earlier run. Without a process group and w
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -31,15 +31,42 @@ from seqloader.errors import EXAMPLES, AuditError, AuditWarning
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
-from seqloader.sources.base import Source
-
-if TYPE_CHECKING:
-    from seqloader.torch.batch import Batch
-    from seqloader.torch.report import EpochReport
-
 from seqloader.plan.position import Position
 from seqloader.plan.topology import Topology
+from seqloader.sources.base import Source
 from seqloader.validate import POLICIES, Policy, choice_option
+
+
+class _Array(Protocol):
+    def numpy(self) -> np.ndarray: ...
+
+
+class Delivered(Protocol):
+    """What the audit reads of a delivered batch (``seqloader.torch.batch.Batch`` has it)."""
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def seq_indices(self) -> _Array: ...
+
+    @property
+    def mask(self) -> _Array: ...
+
+    @property
+    def seq_tags(self) -> Sequence[str]: ...
+
+    @property
+    def skipped(self) -> Sequence[str]: ...
+
+    @property
+    def lengths(self) -> Mapping[str, _Array]: ...
+
+    @property
+    def chunks(self) -> _Array | None: ...
 
 
 def audit_policy(value: bool | Policy | None) -> Policy:
@@ -263,7 +290,7 @@ class EpochAuditor:
             history=position.history,
         )
 
-    def record(self, batch: Batch) -> None:
+    def record(self, batch: Delivered) -> None:
         """Check one delivered batch against its planned one and remember its sequences."""
         k = self._received
         self._received += 1
@@ -297,7 +324,7 @@ class EpochAuditor:
         self._skipped.append(np.asarray([i for i in rest if i in real_planned], dtype=np.int64))
         self._check_identity(batch, got, step)
 
-    def _chunk_lengths(self, batch: Batch, got: np.ndarray, step: int) -> dict[str, np.ndarray]:
+    def _chunk_lengths(self, batch: Delivered, got: np.ndarray, step: int) -> dict[str, np.ndarray]:
         """Chunked plans: the planned chunk of each delivered row, checked, and each chunked
         key's window length -> ``{key: int64 [B]}`` (empty when unchunked or a mismatch)."""
         chunks = self.planner.chunks
@@ -312,7 +339,7 @@ class EpochAuditor:
             return {}
         return {k: chunks.window(k, chunks.whole[k][got], c) for k in chunks.spec}
 
-    def _check_identity(self, batch: Batch, got: np.ndarray, step: int) -> None:
+    def _check_identity(self, batch: Delivered, got: np.ndarray, step: int) -> None:
         tags = batch.seq_tags
         for row, i in enumerate(got.tolist()):
             want = self.source.tag(i)
@@ -322,9 +349,10 @@ class EpochAuditor:
         if not self.check_lengths:
             return
         windows = self._chunk_lengths(batch, got, step)
-        for key, lens in batch.lengths.items():
+        for key, delivered in batch.lengths.items():
+            lens = delivered.numpy()
             want_lens = windows[key] if key in windows else self.source.lengths(key)[got]
-            bad = np.flatnonzero(lens.numpy() != want_lens)
+            bad = np.flatnonzero(lens != want_lens)
             if len(bad):
                 r = int(bad[0])
                 self._error(
@@ -350,28 +378,24 @@ class EpochAuditor:
             "n_batch_errors": len(self._batch_errors),
         }
 
-    def finish(self, report: EpochReport | None = None) -> AuditResult:
-        """Gather (if a process group matches this loader's ranks), verify, store the result in
-        ``report.audit``, then raise ``AuditError`` or warn ``AuditWarning`` if it failed."""
-        mine = self.payload()
-        payloads = _gather(mine, self.world_size)
-        result = self.verify(payloads)
-        if report is not None:
-            report.audit = result
-        if not result.ok:
-            message = (
-                f"epoch {self.epoch} rank {self.rank}: {result.format()}. "
-                + "; ".join(result.examples)
-                + ". The loop did not receive every planned sequence exactly once: please report "
-                "this with the loader's options and the state_dict() it resumed from (if any)."
-            )
-            if self.policy == "error":
-                raise AuditError(message)
-            if self.policy == "warn":
-                warnings.warn(message, AuditWarning, stacklevel=3)
-        return result
+    def enforce(self, result: AuditResult) -> None:
+        """Raise ``AuditError`` or warn ``AuditWarning`` (by the policy) if ``result`` failed."""
+        if result.ok:
+            return
+        message = (
+            f"epoch {self.epoch} rank {self.rank}: {result.format()}. "
+            + "; ".join(result.examples)
+            + ". The loop did not receive every planned sequence exactly once: please report "
+            "this with the loader's options and the state_dict() it resumed from (if any)."
+        )
+        if self.policy == "error":
+            raise AuditError(message)
+        if self.policy == "warn":
+            warnings.warn(message, AuditWarning, stacklevel=3)
 
     def verify(self, payloads: list[dict]) -> AuditResult:
+        """The verdict over every rank's ``payload()`` (only this rank's when none were
+        gathered: then it checks this rank's share of the plan)."""
         gathered = len(payloads) > 1 or self.world_size == 1
         distribution = self.planner.options.distribution
         if not gathered:
@@ -443,21 +467,3 @@ class EpochAuditor:
     @staticmethod
     def _stream(order: np.ndarray, start: int, dropped: int, p: dict) -> Stream:
         return Stream(order, start, dropped, p["delivered"], p["skipped"])
-
-
-def _gather(payload: dict, world_size: int) -> list[dict]:
-    """All ranks' payloads (one ``all_gather_object``) if torch.distributed is initialized with
-    this loader's world size (the same on every rank, C7), else only this rank's. Payloads carry
-    the loader's rank, so two processes that both think they are rank 0 show up as repeats."""
-    import torch.distributed as dist
-
-    if (
-        world_size > 1
-        and dist.is_available()
-        and dist.is_initialized()
-        and dist.get_world_size() == world_size
-    ):
-        out: list[dict | None] = [None] * world_size
-        dist.all_gather_object(out, payload)
-        return [p for p in out if p is not None]
-    return [payload]

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from seqloader.loading.corpora import CorpusCounts
+from seqloader.loading.counts import KeyCounts
 from seqloader.plan.cost import step_imbalance
-from seqloader.torch.batch import KeyCounts
-from seqloader.torch.corpus_report import CorpusReport, add_counts
+from seqloader.trainer.corpus_report import CorpusReport, add_counts
 
 if TYPE_CHECKING:
     from seqloader.plan.distribute import GlobalPlan
     from seqloader.plan.position import Position
     from seqloader.plan.topology import Topology
-    from seqloader.torch.audit import AuditResult
+    from seqloader.trainer.audit import AuditResult
 
 
 WAIT_BINS = 32  # bin i counts waits in [2^(i-1), 2^i) µs (bin 0: under 1 µs); the last is open
@@ -55,7 +55,7 @@ class EpochReport:
     resumed_at_step: int = 0
     skipped: int = 0  # planned sequences the source skipped (on_error="skip"); not delivered
     skipped_examples: list[str] = field(default_factory=list)  # the first few messages
-    nonfinite: int = 0  # delivered sequences with NaN/Inf features (seqloader.torch.checks)
+    nonfinite: int = 0  # delivered sequences with NaN/Inf features (seqloader.trainer.checks)
     nonfinite_examples: list[str] = field(default_factory=list)
     audit: AuditResult | None = None  # with SeqLoader(audit=...): the epoch's exactly-once verdict
     max_wait_s: float = 0.0  # the longest wait for a batch after the first
@@ -248,10 +248,16 @@ class EpochMeter:
         counts: KeyCounts,
         skipped: Sequence[str] = (),
         corpus_counts: Mapping[str, CorpusCounts] | None = None,
+        fetch_wait_s: float = 0.0,
+        fetch_bytes: int = 0,
     ) -> None:
         """What the batch contains, from counts computed where it was built (``Batch.counts_of``),
-        so the training thread does no array work per batch for the report."""
+        so the training thread does no array work per batch for the report; for remote files
+        also what its reader waited for and fetched itself (``Batch.fetch_wait_s``)."""
         r = self.report
+        if fetch_wait_s or fetch_bytes:
+            r.fetch_wait_s += fetch_wait_s
+            r.fetched_bytes += fetch_bytes
         r.steps += 1
         r.seqs += counts.real_seqs
         r.repeats_seen += counts.repeats
@@ -277,6 +283,12 @@ class EpochMeter:
             if wait > r.max_wait_s:
                 r.max_wait_s = wait
         r.data_wait_s += wait
+
+    def prefetched(self, fetched_bytes: int, cache_high_water_bytes: int) -> None:
+        """What the remote files' prefetcher fetched ahead for this epoch, and the cache's
+        high-water mark (``PlanPrefetch.counts``)."""
+        self.report.fetched_bytes += fetched_bytes
+        self.report.cache_high_water_bytes = cache_high_water_bytes
 
     def finish(self) -> EpochReport:
         """The epoch's end: the wall clock stops; a request still being served (the final one,

@@ -28,8 +28,7 @@ from seqloader.sources.base import HashedTags, Source, declares, where
 from seqloader.validate import Policy, policy_option
 
 if TYPE_CHECKING:
-    from seqloader.torch.batch import Batch
-    from seqloader.torch.report import EpochReport
+    from seqloader.trainer.report import EpochReport
 
 
 @dataclass(frozen=True)
@@ -41,7 +40,7 @@ class CheckOptions:
       ones on the length key, counted in the report).
     - ``duplicate_tags``: two sequences with the same tag (the same file given twice, or files
       that overlap).
-    - ``audit``: the epoch audit (``seqloader.torch.audit``): did the loop receive every planned
+    - ``audit``: the epoch audit (``seqloader.trainer.audit``): did the loop receive every planned
       sequence exactly once? Off by default (it records every delivered batch);
       ``SeqLoader(audit=True)`` is the shorthand of ``audit="error"``.
     """
@@ -169,8 +168,9 @@ class BatchChecks:
         """Whether workers should look for NaN/Inf (``execute(..., screen=...)``)."""
         return self.options.nonfinite != "off"
 
-    def check(self, batch: Batch, report: EpochReport) -> list[str]:
-        found = list(batch.nonfinite)
+    def check(self, nonfinite: Sequence[str], report: EpochReport) -> list[str]:
+        """Apply the policy to one batch's NaN/Inf messages (``Batch.nonfinite``)."""
+        found = list(nonfinite)
         if not found or not self.screen:
             return []
         if self.options.nonfinite == "error":

@@ -24,8 +24,8 @@ from seqloader.plan.options import (
     Seeding,
     Uneven,
 )
-from seqloader.torch.audit import audit_policy
-from seqloader.torch.checks import CheckOptions
+from seqloader.trainer.audit import audit_policy
+from seqloader.trainer.checks import CheckOptions
 from seqloader.validate import (
     Policy,
     bool_option,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -26,9 +25,6 @@ from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.sources.remote import COUNTERS, RemoteFiles
 from seqloader.sources.remote.cache import new_owner
-
-if TYPE_CHECKING:
-    from seqloader.torch.report import EpochReport
 
 log = logging.getLogger("seqloader")
 
@@ -101,13 +97,12 @@ class PlanPrefetch:
             except Exception as e:  # the reader fetches it again and raises the named error
                 log.warning("seqloader: prefetching %s failed: %s", self.remote.files[f].url, e)
 
-    def add_to(self, report: EpochReport) -> None:
-        """At the epoch's end: the bytes fetched ahead since the last report (so every byte is
-        in one report: the files of ``e + 1`` in ``e``'s) and the cache's high-water mark."""
+    def counts(self) -> tuple[int, int]:
+        """At the epoch's end: (bytes fetched ahead since the last call, so every byte is in one
+        report: the files of ``e + 1`` in ``e``'s; the cache's high-water mark in bytes)."""
         now = COUNTERS.prefetched_bytes
-        report.fetched_bytes += now - self._reported
-        self._reported = now
-        report.cache_high_water_bytes = self.cache.dir_high_water()
+        fetched, self._reported = now - self._reported, now
+        return fetched, self.cache.dir_high_water()
 
     # ---- the budget ----
     def _check_start(self, epoch: int, now: np.ndarray, following: np.ndarray) -> None:

@@ -3,21 +3,19 @@ rebuilt after a worker died, stopped by ``close()``."""
 
 from __future__ import annotations
 
+import multiprocessing
+
 from torch.utils.data import DataLoader
 
 from seqloader.loading.execute import Transform
 from seqloader.plan.batches import BatchList
-from seqloader.sources.base import Source
+from seqloader.sources.base import Source, prepare_workers
 from seqloader.torch._compat import shutdown_workers, workers_alive
-from seqloader.torch.checks import BatchChecks
-from seqloader.torch.dataset import (
-    PlannedBatches,
-    PlanSampler,
-    ReceivingDataLoader,
-    worker_progress,
-)
-from seqloader.torch.dispatch import WorkerProgress
-from seqloader.torch.options import WorkerOptions
+from seqloader.torch.dataset import PlannedBatches, PlanSampler
+from seqloader.torch.held_batches import WorkerProgress
+from seqloader.torch.receiving import ReceivingDataLoaderBase
+from seqloader.trainer.checks import BatchChecks
+from seqloader.trainer.loader_options import WorkerOptions
 
 
 class Execution:
@@ -87,6 +85,33 @@ class Execution:
         dl, self.dataloader = self.dataloader, None
         if dl is not None:
             shutdown_workers(dl)
+
+
+class ReceivingDataLoader(ReceivingDataLoaderBase):
+    """torch's DataLoader, but with workers their results are received in a background thread
+    (``seqloader.torch.receiving``)."""
+
+    def before_workers(self) -> None:
+        # work done here once is inherited by every forked worker (e.g. HDF chunk indexes)
+        if _forks(self.multiprocessing_context) and isinstance(self.dataset, PlannedBatches):
+            prepare_workers(self.dataset.source)
+
+
+def worker_progress(dataloader: DataLoader) -> WorkerProgress | None:
+    """The board where the workers of ``dataloader`` mark the batch they build (None without
+    workers, or for a dataset other than ``PlannedBatches``)."""
+    dataset = dataloader.dataset
+    return dataset.progress if isinstance(dataset, PlannedBatches) else None
+
+
+def _forks(context) -> bool:
+    """Whether DataLoader workers of this context are forked (so they inherit our memory)."""
+    if context is None:  # the default, without fixing it (allow_none) as get_start_method would
+        method = multiprocessing.get_start_method(allow_none=True)
+        return (method or multiprocessing.get_all_start_methods()[0]) == "fork"
+    if isinstance(context, str):
+        return context == "fork"
+    return context.get_start_method() == "fork"
 
 
 def _identity(x: object) -> object:

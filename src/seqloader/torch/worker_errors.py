@@ -1,4 +1,4 @@
-"""Worker failures, translated: torch's errors and signals become ``WorkerError`` in the trainer.
+"""Where a DataLoader worker's death or exception becomes a ``WorkerError`` in the trainer.
 
 torch reports a dead worker as ``RuntimeError: DataLoader worker (pid X) is killed by signal: ...``
 (from its SIGCHLD handler, which can fire anywhere in the main thread, e.g. in the middle of the
@@ -6,8 +6,9 @@ training step) or, when it notices later, ``... (pid(s) X) exited unexpectedly``
 exception comes back as ``Caught E in DataLoader worker process N``. None says which data was lost.
 ``EpochWatch`` translates them, in two places: around ``next()`` of the DataLoader iterator, and in
 a thin wrapper around torch's SIGCHLD handler, so an error raised in the middle of user code is
-already a ``WorkerError``. Which batch the worker held comes from ``seqloader.torch.dispatch``; the
-torch texts and handlers it relies on are in ``seqloader.torch._compat``.
+already a ``WorkerError``. Which batches the worker held comes from
+``seqloader.torch.held_batches``; the torch texts and handlers it relies on are read through
+``seqloader.torch._compat``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from seqloader.errors import SeqLoaderError, WorkerError
 from seqloader.plan.batches import BatchList
 from seqloader.torch import _compat
 from seqloader.torch._compat import workers_alive
-from seqloader.torch.dispatch import Dispatch, WorkerProgress
+from seqloader.torch.held_batches import HeldBatches, WorkerProgress
 
 __all__ = ["EpochWatch", "WorkerProgress", "translate_worker_death", "workers_alive"]
 
@@ -37,13 +38,13 @@ _watch_by_pid: weakref.WeakValueDictionary[int, EpochWatch] = weakref.WeakValueD
 class EpochWatch:
     """Watches one ``iter(dataloader)``: counts the batches handed to the trainer (``consumed``;
     items ``< consumed`` are safe, and included in ``state_dict()``) and turns a failure into the
-    ``WorkerError`` that ``dispatch`` words."""
+    ``WorkerError`` that names the batches the worker held (``held``)."""
 
-    dispatch: Dispatch
+    held: HeldBatches
     consumed: int = 0
     on_failure: Callable[[], None] | None = None
     error: WorkerError | None = field(default=None, repr=False)
-    _iterator: weakref.ref | None = field(default=None, repr=False)
+    _iter_ref: weakref.ref | None = field(default=None, repr=False)
 
     @classmethod
     def start(
@@ -62,7 +63,7 @@ class EpochWatch:
         """Register the iterator's worker pids (none with ``num_workers=0``) and wrap torch's
         SIGCHLD handler once per process."""
         workers = _compat.worker_processes(iterator)
-        dispatch = Dispatch(
+        held = HeldBatches(
             epoch,
             rank,
             share,
@@ -74,18 +75,18 @@ class EpochWatch:
             progress=progress,
             sent=_sent_counter(iterator),
         )
-        watch = cls(dispatch, on_failure=on_failure)
+        watch = cls(held, on_failure=on_failure)
         with contextlib.suppress(TypeError):
-            watch._iterator = weakref.ref(iterator)
-        for pid in dispatch.pids:
+            watch._iter_ref = weakref.ref(iterator)
+        for pid in held.pids:
             _watch_by_pid[pid] = watch
-        if dispatch.pids:
+        if held.pids:
             _compat.wrap_sigchld(translate_worker_death)
         return watch
 
     @property
     def pids(self) -> tuple[int, ...]:
-        return self.dispatch.pids
+        return self.held.pids
 
     def next(self, iterator: Iterator):
         """``next(iterator)``, with worker deaths and failures turned into ``WorkerError``."""
@@ -118,19 +119,78 @@ class EpochWatch:
         reraised = _compat.parse_reraise(text)
         if reraised is not None:  # a non-seqloader exception inside a worker
             worker_id, type_name = reraised
-            return self.dispatch.exception_error(worker_id, type_name, text, self.consumed)
+            return self.exception_error(worker_id, type_name, text)
         death = _compat.parse_death(text)
         if death is not None:
             return self.death_error(*death)
         return None
 
     def death_error(self, pids: list[int], what: str) -> WorkerError:
-        return self.dispatch.death_error(pids, what, self.consumed)
+        """The error for the death of the worker among ``pids`` (torch's text: ``what``)."""
+        held, consumed = self.held, self.consumed
+        pid = next((p for p in pids if p in held.pids), pids[0] if pids else -1)
+        worker_id = held.pids.index(pid) if pid in held.pids else None
+        items = held.held_items(worker_id, consumed) if worker_id is not None else []
+        who = f"worker {worker_id} (pid {pid})" if worker_id is not None else f"worker pid {pid}"
+        building = held.building(worker_id)
+        if building is not None:
+            what_held = f"while building {held.describe_batch(building)}"
+            rest = [k for k in items if k != building]
+            if rest:
+                what_held += f"; it had also been sent step(s) {held.steps_text(rest)}"
+        elif items:
+            what_held = f"while it held {held.describe_batch(items[0])}"
+            if len(items) > 1:
+                what_held += f"; it had also been sent step(s) {held.steps_text(items[1:])}"
+        else:
+            what_held = "holding no batch of this epoch (all its batches were consumed)"
+        killed = "Killed" in what or "SIGKILL" in what
+        cause = (
+            "SIGKILL usually means the out-of-memory killer (see `dmesg`): lower num_workers, "
+            "prefetch_factor or max_frames, or give the job more memory"
+            if killed
+            else "a crash in native code (a decoder, h5py) or an exit() in a transform"
+        )
+        what = what.removeprefix("is ").rstrip(". ") or "exited unexpectedly"
+        err = WorkerError(
+            f"DataLoader {who} of rank {held.rank} died ({what}) {what_held}. "
+            f"{self.resume_hint()} Likely cause: {cause}."
+        )
+        # the board can be a moment ahead of the sent count (torch marks an index sent just after
+        # putting it in the worker's queue): what the worker builds is held all the same
+        kept = sorted({*items, building}) if building is not None else items
+        steps = tuple(held.first_step + k for k in kept)
+        first = [building] if building is not None else items
+        _annotate(err, worker_id, pid, held.epoch, steps, held.tags_of(first))
+        err.building = None if building is None else held.first_step + building
+        return err
+
+    def exception_error(self, worker_id: int, type_name: str, text: str) -> WorkerError:
+        """The error for an exception raised in worker ``worker_id`` (torch re-raises it at
+        that item's turn, so it failed the batch due now)."""
+        held, item = self.held, self.consumed
+        batch = held.describe_batch(item) if item < len(held.share) else f"epoch {held.epoch}"
+        err = WorkerError(
+            f"DataLoader worker {worker_id} of rank {held.rank} failed with {type_name} on "
+            f"{batch}. {self.resume_hint()} Original error:\n{text}"
+        )
+        pid = held.pids[worker_id] if worker_id < len(held.pids) else None
+        steps = (held.first_step + item,) if item < len(held.share) else ()
+        _annotate(err, worker_id, pid, held.epoch, steps, held.tags_of([item]))
+        return err
+
+    def resume_hint(self) -> str:
+        done = self.held.first_step + self.consumed
+        return (
+            f"The trainer consumed {done} step(s) of epoch {self.held.epoch}; loader.state_dict() "
+            "taken now or before is valid: a new SeqLoader with load_state_dict(state) continues "
+            "exactly at the next step."
+        )
 
     def _death_after(self, exc: BaseException, grace_s: float) -> WorkerError | None:
         """A ``WorkerError`` if a worker is dead (or dies within ``grace_s``: a killed process
         can still look alive for a moment), else None."""
-        workers = _compat.worker_processes(self._iterator() if self._iterator else None)
+        workers = _compat.worker_processes(self._iter_ref() if self._iter_ref else None)
         deadline = time.monotonic() + grace_s
         while workers:
             dead = [w for w in workers if not w.is_alive()]
@@ -156,7 +216,7 @@ class EpochWatch:
         """Take the iterator's workers off torch's SIGCHLD check: the death was reported once;
         the next SIGCHLD of any child would raise it again, in whatever code runs then. The
         iterator is shut down later (next epoch, close, GC)."""
-        _compat.unregister_worker_pids(self._iterator() if self._iterator else None)
+        _compat.unregister_worker_pids(self._iter_ref() if self._iter_ref else None)
 
     def _failed(self, err: WorkerError) -> None:
         self.error = err
@@ -205,3 +265,21 @@ def translate_worker_death(exc: BaseException) -> WorkerError | None:
             watch.unregister_from_torch()  # so later SIGCHLDs don't raise this again
             return err
     return None
+
+
+def _annotate(
+    err: WorkerError,
+    worker_id: int | None,
+    pid: int | None,
+    epoch: int,
+    steps: tuple[int, ...],
+    tags: tuple[str, ...],
+) -> None:
+    """Attributes set after construction, so the error still pickles and rebuilds from its one
+    message argument (``BaseException.__reduce__`` keeps ``__dict__``)."""
+    err.worker_id = worker_id
+    err.pid = pid
+    err.epoch = epoch
+    err.steps = steps
+    err.tags = tags
+    err.building = None  # the step the worker was building when it died, when known
