@@ -13,12 +13,24 @@ import math
 import warnings
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from seqloader.errors import DataWarning, OptionError
 
-if TYPE_CHECKING:
-    from seqloader.plan.options import Ordering
+
+class Binned(Protocol):
+    """What ``check_bins`` reads of an ordering (``plan.options.Ordering``, which imports this
+    module: a protocol, not an import, keeps the module graph free of loops)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def bins(self) -> int | None: ...
+
+    @property
+    def bin_size(self) -> int | None: ...
+
 
 #: At most this many slots (sequence uses) per mixed epoch, all corpora together. An epoch's plan
 #: keeps about ``PLAN_BYTES_PER_SLOT`` bytes per slot (selection, order, costs, batches), so the
@@ -71,7 +83,7 @@ def check_mix_slots(names: Sequence[str], rates: Sequence[Fraction], sizes: Sequ
             )
 
 
-def check_bins(ordering: Ordering, text: str, n: int) -> None:
+def check_bins(ordering: Binned, text: str, n: int) -> None:
     """Refuse a binned ordering with more bins than ``max(n, MIN_BINS_BOUND)``: its bin arrays
     (``bins + 1`` int64 each) would outgrow the data."""
     if ordering.bins is None or ordering.bin_size is not None:
