@@ -40,6 +40,8 @@ from seqloader.validate import POLICIES, Policy, choice_option
 class _Array(Protocol):
     def numpy(self) -> np.ndarray: ...
 
+    def __len__(self) -> int: ...
+
 
 class Delivered(Protocol):
     """What the audit reads of a delivered batch (``seqloader.torch.batch.Batch`` has it)."""
