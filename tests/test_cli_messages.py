@@ -120,8 +120,8 @@ def test_check_and_bench_invent_no_durations(raw_hdf):
 
 def report_at(computation_pct: float):
     """A report of 100 batches after the first whose computation time % is ``computation_pct``."""
-    from seqloader.torch.batch import KeyCounts
-    from seqloader.torch.report import EpochMeter, EpochReport
+    from seqloader.loading.counts import KeyCounts
+    from seqloader.trainer.report import EpochMeter, EpochReport
 
     report = EpochReport(1, 0, 1)
     now = [0.0]
