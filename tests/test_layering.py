@@ -43,7 +43,7 @@ ALLOWED: dict[str, set[str]] = {
                 "torch", "returnn"},
     "lightning": {"errors", "validate", "extras", "plan", "sources", "trainer", "torch",
                   "lightning"},
-    "cli": _BELOW_FACE | {"cli", "face"},
+    "cli": _BELOW_FACE | {"adapters", "cli", "face"},
     "face": _BELOW_FACE | {"adapters", "returnn", "face"},
 }  # fmt: skip
 # layers that must not import PyTorch (the I/O layers, pure planning, batch execution, corpora,
