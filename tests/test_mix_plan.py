@@ -264,6 +264,10 @@ def test_options_that_scale_memory_are_bounded_before_any_work() -> None:
     with pytest.raises(OptionError, match=r"'buckets:1000000000'.*Fix: buckets:N"):
         Planner(data, PlanOptions(ordering="buckets:1000000000"))
     Planner(data, PlanOptions(ordering="laplace:5000"))  # more bins than sequences: allowed
+    long = {"data": np.full(3, 2**30, np.int64)}  # 3 long sequences cut into 1-frame chunks
+    with pytest.raises(OptionError, match=r"chunking: .*3,221,225,472 chunks.*MAX_EPOCH_SLOTS"):
+        Planner(long, PlanOptions(chunking="1:1", max_frames=10))
+    assert Planner(long, PlanOptions(chunking="1000:1000", max_frames=1000)).chunks is not None
 
 
 def test_a_rate_giving_no_sequence_per_epoch_warns_naming_the_corpus() -> None:

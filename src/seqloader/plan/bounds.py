@@ -2,9 +2,10 @@
 work: an impossible option is an ``OptionError`` naming it and the bound at ``Planner`` creation,
 not a numpy ``MemoryError`` (``Unable to allocate 1.82 TiB``) deep in the first epoch.
 
-Two things grow with options rather than with the data: the slots of a mixed epoch (a rate ``r``
-gives a corpus of ``N`` sequences up to ``ceil(r·N)`` slots per epoch) and the bins of binned
-orderings (``laplace:N``, ``sort_bin_shuffle:N``, ``buckets:N`` allocate arrays of ``N + 1``).
+Three things grow with options rather than with the data: the slots of a mixed epoch (a rate ``r``
+gives a corpus of ``N`` sequences up to ``ceil(r·N)`` slots per epoch), the units of a chunked
+epoch (``chunking`` with a step of ``s`` frames gives about ``frames / s`` chunks) and the bins of
+binned orderings (``laplace:N``, ``sort_bin_shuffle:N``, ``buckets:N`` allocate arrays of ``N+1``).
 """
 
 from __future__ import annotations
@@ -96,4 +97,17 @@ def check_bins(ordering: Binned, text: str, n: int) -> None:
             f"max(sequences, {MIN_BINS_BOUND:,}) = {bound:,} bins (more bins than sequences are "
             f"empty). Fix: {ordering.kind}:N with N <= {bound:,}, or {ordering.kind}:.S for about "
             "S sequences per bin."
+        )
+
+
+def check_chunk_units(units: int, chunking: object, sequences: int) -> None:
+    """Refuse a ``chunking`` whose epoch would hold more than ``MAX_EPOCH_SLOTS`` chunks (each a
+    planned unit, like a slot): counted from the lengths before any epoch is planned."""
+    if units > MAX_EPOCH_SLOTS:
+        raise OptionError(
+            f"chunking: got {chunking!r}, which cuts the {sequences:,} sequences into {units:,} "
+            f"chunks per epoch; the plan of one epoch would allocate about "
+            f"{human_bytes(units * PLAN_BYTES_PER_SLOT)}. The bound is {MAX_EPOCH_SLOTS:,} "
+            "planned units per epoch (seqloader.plan.bounds.MAX_EPOCH_SLOTS). Fix: a larger "
+            "chunk step (chunking='SIZE:STEP'), so that each sequence gives fewer chunks."
         )

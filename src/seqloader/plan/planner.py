@@ -18,7 +18,7 @@ import numpy as np
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_order
 from seqloader.plan.batches import BatchList
-from seqloader.plan.bounds import check_bins
+from seqloader.plan.bounds import check_bins, check_chunk_units
 from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
@@ -265,6 +265,7 @@ class Planner:
             self.chunks = chunk_table(
                 lengths, spec, options.min_chunk_size, self._admitted_mask, tags, origin
             )
+            check_chunk_units(self.chunks.num_units, options.chunking, len(self.lengths))
             none = self._admitted_mask & (np.diff(self.chunks.first) == 0)
             self.admission = self.admission.without(none, f"no chunk ({chunkless_reason(options)})")
             self._admitted_mask[none] = False
