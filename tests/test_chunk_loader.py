@@ -148,3 +148,41 @@ def test_chunk_spans_and_mid_epoch_resume(hdf: Path) -> None:
     assert [x.chunks.tolist() for x in rest] == [x.chunks.tolist() for x in batches[3:]]
     for x in (loader, again, resumed):
         x.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_packed_layout_and_budget(hdf: Path, num_workers: int) -> None:
+    """``batch_cost="packed"`` with ``layout="packed"``: each key is its rows concatenated, no
+    padding, ``offsets`` its cu_seqlens; the same rows as the padded layout of the same plan; every
+    batch's real frames within the budget (RETURNN's ``packed_batch_size``)."""
+
+    def make(layout: str) -> SeqLoader:
+        return SeqLoader(
+            HDFSource(hdf),
+            ordering="random",
+            chunking=CHUNKING,
+            batch_cost="packed",
+            max_frames={"data": 300, "classes": 90},
+            layout=layout,  # type: ignore[arg-type]
+            num_workers=num_workers,
+            rank=0,
+            world_size=1,
+        )
+
+    packed, padded = make("packed"), make("padded")
+    try:
+        for p, q in zip(packed.epoch(1), padded.epoch(1), strict=True):
+            assert p.seq_tags == q.seq_tags
+            for key, limit in (("data", 300), ("classes", 90)):
+                lens = p.lengths[key]
+                offsets = p.offsets[key]
+                assert offsets.dtype.is_signed and offsets.tolist()[0] == 0
+                assert offsets.tolist()[1:] == lens.cumsum(0).tolist()
+                assert p[key].shape[0] == int(lens.sum()) <= limit or len(lens) == 1
+                for j in range(len(lens)):
+                    a, b = int(offsets[j]), int(offsets[j + 1])
+                    np.testing.assert_array_equal(p[key][a:b].numpy(), q[key][j, : b - a].numpy())
+            assert not q.offsets
+    finally:
+        packed.close()
+        padded.close()

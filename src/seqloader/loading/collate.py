@@ -44,6 +44,48 @@ def pad_key(
     return out, lengths
 
 
+def pack_key(
+    key: str, arrays: Sequence[np.ndarray], alloc: Alloc = numpy_alloc
+) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate ``arrays`` (each ``[T_i, *feat]``) along time into ``[sum T_i, *feat]``, no
+    padding (the layout variable-length attention kernels take). Returns (packed, lengths int64
+    ``[B]``); the offsets are ``cumsum(lengths)`` with a leading 0 (``packed_offsets``)."""
+    first = arrays[0]
+    for a in arrays:
+        if a.ndim == 0 or a.shape[1:] != first.shape[1:] or a.dtype != first.dtype:
+            raise DataError(
+                f"key {key!r}: sequences in one batch disagree: {a.dtype}{list(a.shape)} vs "
+                f"{first.dtype}{list(first.shape)}; every sequence needs the same dtype and "
+                "feature shape [T, ...] (check the data or the transform)"
+            )
+    lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+    out = alloc((int(lengths.sum()), *first.shape[1:]), first.dtype)
+    at = 0
+    for a in arrays:
+        out[at : at + a.shape[0]] = a
+        at += a.shape[0]
+    return out, lengths
+
+
+def packed_offsets(lengths: np.ndarray) -> np.ndarray:
+    """Where each sequence starts in a packed key, and the total at the end: int32 ``[B + 1]``
+    (``cu_seqlens`` of variable-length attention kernels)."""
+    out = np.zeros(len(lengths) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def pack_batch(
+    seqs: Sequence[Mapping[str, np.ndarray]], alloc: Alloc = numpy_alloc
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Pack every key of a non-empty list of sequences -> ({key: packed}, {key: lengths})."""
+    data: dict[str, np.ndarray] = {}
+    lengths: dict[str, np.ndarray] = {}
+    for key in seqs[0]:
+        data[key], lengths[key] = pack_key(key, [s[key] for s in seqs], alloc)
+    return data, lengths
+
+
 def pad_batch(
     seqs: Sequence[Mapping[str, np.ndarray]], alloc: Alloc = numpy_alloc
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -56,9 +98,11 @@ def pad_batch(
 
 
 def pad_empty(
-    schema: Schema, alloc: Alloc = numpy_alloc
+    schema: Schema, alloc: Alloc = numpy_alloc, packed: bool = False
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """A batch of zero sequences with the source's keys (``[0, 0, *feat]``): what a batch becomes
-    when the source skipped every sequence in it, so the step still happens (equal steps, C2)."""
-    data = {k: alloc((0, 0, *s.feature_shape), np.dtype(s.dtype)) for k, s in schema.items()}
+    """A batch of zero sequences with the source's keys (``[0, 0, *feat]``; packed ``[0, *feat]``):
+    what a batch becomes when the source skipped every sequence in it, so the step still happens
+    (equal steps, C2)."""
+    lead = (0,) if packed else (0, 0)
+    data = {k: alloc((*lead, *s.feature_shape), np.dtype(s.dtype)) for k, s in schema.items()}
     return data, {k: np.zeros(0, dtype=np.int64) for k in schema}

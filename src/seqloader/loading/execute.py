@@ -14,7 +14,7 @@ import numpy as np
 
 from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
 from seqloader.loading.batch_spec import BatchSpec
-from seqloader.loading.collate import Alloc, numpy_alloc, pad_batch, pad_empty
+from seqloader.loading.collate import Alloc, numpy_alloc, pack_batch, pad_batch, pad_empty
 from seqloader.loading.corpora import CorpusCounts, corpus_names, count_by_corpus
 from seqloader.loading.direct import read_padded, reads_into
 from seqloader.loading.screen import nonfinite_messages
@@ -45,6 +45,7 @@ class LoadedBatch:
     fetch_bytes: int = 0
     # chunked plans: per chunked key, each row's [start, end) in its whole sequence, int64 [B, 2]
     spans: dict[str, np.ndarray] = field(default_factory=dict)
+    packed: bool = False  # data is key -> [sum T_i, *feat] (layout="packed"), not padded
 
 
 def transform_rng(
@@ -140,18 +141,21 @@ def execute(
     alloc: Alloc = numpy_alloc,
     screen: bool = False,
     chunking: Mapping[str, tuple[int, int]] | None = None,
+    packed: bool = False,
 ) -> LoadedBatch:
     """``screen``: look for NaN/Inf in the transformed sequences (``LoadedBatch.nonfinite``).
     ``chunking``: ``{key: (size, step)}`` of a chunked plan (``Planner.chunks.spec``); a slot then
     holds chunk ``spec.chunks[j]`` of its sequence: each chunked key cut to its window after the
-    transform (RETURNN chunks what its dataset yields), the other keys whole.
+    transform (RETURNN chunks what its dataset yields), the other keys whole. ``packed``: each
+    key's sequences concatenated along time, ``[sum T_i, *feat]``, no padding
+    (``layout="packed"``).
 
     Without a transform, a source with ``read_into`` (HDF) copies each sequence straight into
     the padded batch (``loading.direct``); same bytes, one copy instead of two plus a screen.
     A source of remote files may wait for a file to arrive in its cache: the batch carries that
     wait (and the bytes it fetched itself), so the report can tell fetch wait from read time."""
     wait, fetched = COUNTERS.wait_s, COUNTERS.fetched_bytes
-    loaded = _execute(source, spec, seed, transform, alloc, screen, chunking or {})
+    loaded = _execute(source, spec, seed, transform, alloc, screen, chunking or {}, packed)
     loaded.fetch_wait_s = COUNTERS.wait_s - wait
     loaded.fetch_bytes = COUNTERS.fetched_bytes - fetched
     return loaded
@@ -165,6 +169,7 @@ def _execute(
     alloc: Alloc,
     screen: bool,
     chunking: Mapping[str, tuple[int, int]],
+    packed: bool = False,
 ) -> LoadedBatch:
     chunked = spec.chunks is not None
     if chunked and not chunking:
@@ -172,7 +177,7 @@ def _execute(
             f"epoch {spec.epoch} step {spec.step}: the plan holds chunks, but the executor was "
             "given no chunking; pass the planner's chunks.spec (seqloader.loading.execute)"
         )
-    if transform is None and reads_into(source) and not chunked:
+    if transform is None and reads_into(source) and not chunked and not packed:
         return _execute_direct(source, spec, alloc, screen)
     skipped: list[tuple[int, str]] = []
     seqs = read_sequences(source, spec.seqs, skipped)
@@ -198,12 +203,16 @@ def _execute(
     spans: dict[str, np.ndarray] = {}
     if spec.chunks is not None:
         seqs, spans = cut_chunks(source, spec, seqs, chunking)
-    data, lengths = pad_batch(seqs, alloc) if seqs else pad_empty(source.schema, alloc)
+    if not seqs:
+        data, lengths = pad_empty(source.schema, alloc, packed)
+    else:
+        data, lengths = (pack_batch if packed else pad_batch)(seqs, alloc)
     tags = [source.tag(int(i)) for i in spec.seqs]
     where = f"epoch {spec.epoch} step {spec.step}"
     bad = nonfinite_messages(source, spec.seqs, seqs, where) if screen else []
     loaded = LoadedBatch(spec, data, lengths, tags, [msg for _, msg in skipped], bad)
     loaded.spans = spans
+    loaded.packed = packed
     return _with_corpora(source, loaded)
 
 

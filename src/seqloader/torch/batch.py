@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
+from seqloader.loading.collate import packed_offsets
 from seqloader.loading.corpora import CorpusCounts
 from seqloader.loading.counts import KeyCounts, count_key
 from seqloader.loading.execute import LoadedBatch
@@ -15,7 +16,9 @@ from seqloader.loading.execute import LoadedBatch
 
 @dataclass
 class Batch(Mapping):
-    """A mapping ``key -> padded tensor [B, T, ...]`` with the batch's bookkeeping.
+    """A mapping ``key -> padded tensor [B, T, ...]`` with the batch's bookkeeping; with
+    ``layout="packed"`` each key is ``[sum T_i, ...]`` (its sequences concatenated along time, no
+    padding) and ``offsets[key]`` int32 ``[B + 1]`` says where each starts (``cu_seqlens``).
 
     - ``lengths[key]``: int64 ``[B]`` true lengths.
     - ``seq_indices``: int64 ``[B]`` sequence indices in the source; ``seq_tags``: their tags.
@@ -51,6 +54,7 @@ class Batch(Mapping):
     fetch_bytes: int = 0  # remote files: bytes the reader fetched itself (not prefetched)
     chunks: torch.Tensor | None = None
     spans: dict[str, torch.Tensor] = field(default_factory=dict)
+    offsets: dict[str, torch.Tensor] = field(default_factory=dict)  # layout="packed" only
 
     def __getitem__(self, key: str) -> torch.Tensor:
         return self.data[key]
@@ -86,6 +90,7 @@ class Batch(Mapping):
             lengths={k: f(v) for k, v in self.lengths.items()},
             seq_indices=f(self.seq_indices),
             mask=f(self.mask),
+            offsets={k: f(v) for k, v in self.offsets.items()},
         )
 
     def __repr__(self) -> str:
@@ -119,4 +124,9 @@ def build_batch(loaded: LoadedBatch, data: dict[str, torch.Tensor]) -> Batch:
         fetch_bytes=loaded.fetch_bytes,
         chunks=None if spec.chunks is None else torch.from_numpy(np.array(spec.chunks, np.int64)),
         spans={k: torch.from_numpy(v) for k, v in loaded.spans.items()},
+        offsets=(
+            {k: torch.from_numpy(packed_offsets(v)) for k, v in loaded.lengths.items()}
+            if loaded.packed
+            else {}
+        ),
     )

@@ -68,6 +68,7 @@ class Execution:
         batches = PlannedBatches(self.source, self.seed, self.transform)
         batches.screen = self.checks.screen  # workers look for NaN/Inf (loading.screen)
         batches.chunking = self.chunking  # workers cut chunked plans' windows
+        batches.packed = w.layout == "packed"
         if w.num_workers > 0:  # which batch each worker builds: a death names it
             batches.progress = WorkerProgress(w.num_workers)
         return ReceivingDataLoader(

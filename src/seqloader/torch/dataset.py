@@ -52,6 +52,7 @@ class PlannedBatches(Dataset):
 
     screen = False  # look for NaN/Inf in workers (set by the loader from its CheckOptions)
     chunking: dict[str, tuple[int, int]] | None = None  # a chunked plan's {key: (size, step)}
+    packed = False  # layout="packed": keys concatenated along time, no padding
     progress: WorkerProgress | None = None  # set by the loader when it has workers
 
     def __init__(self, source: Source, seed: int, transform: Transform | None = None) -> None:
@@ -93,13 +94,21 @@ class PlannedBatches(Dataset):
 
     def _execute(self, spec: BatchSpec, alloc: Alloc) -> LoadedBatch:
         return execute(
-            self.source, spec, self.seed, self.transform, alloc, self.screen, self.chunking
+            self.source,
+            spec,
+            self.seed,
+            self.transform,
+            alloc,
+            self.screen,
+            self.chunking,
+            self.packed,
         )
 
     def _local_alloc(self, spec: BatchSpec) -> Alloc:
         """Memory for a batch built in this process: a reused block when the batch's size is known
         exactly (no transform, no chunks), so no batch pays fresh pages (``loading.arena``)."""
-        if self.transform is not None or not reads_into(self.source) or spec.chunks is not None:
+        exact = self.transform is None and reads_into(self.source) and not self.packed
+        if not exact or spec.chunks is not None:
             return numpy_alloc
         if self._local is None:
             self._local = BlockPool()

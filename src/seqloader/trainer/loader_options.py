@@ -70,11 +70,6 @@ class WorkerOptions:
             "multiprocessing_context", self.multiprocessing_context, contexts, expected=expected
         )
         choice_option("layout", self.layout, choices(Layout))
-        if self.layout == "packed":
-            raise OptionError(
-                "layout='packed': accepted option, but this seqloader version does not build "
-                "packed batches yet; use layout='padded' (Batch.lengths gives each sequence's end)"
-            )
 
 
 class PlanKeywords(TypedDict, total=False):
