@@ -212,20 +212,49 @@ def test_a_data_option_from_a_stubbed_module_is_an_error(tmp_path: Path) -> None
         from_returnn_config(config, stub_modules=True)
 
 
-def test_epoch_wise_filter_is_refused_with_the_fix(data: Path, monkeypatch) -> None:
-    from seqloader.plan.options import PlanOptions
-    from seqloader.plan.planner import refuse_unimplemented
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_epoch_wise_filter_as_returnn(data: Path, tmp_path: Path, num_workers: int) -> None:
+    """The published curriculum of the LibriSpeech preparation config (epoch_wise_filter
+    max_mean_len over RETURNN's int(duration * 100)), with bounds scaled to the stand-in's shorter
+    utterances so that it filters: RETURNN's batches in the filtered and the later epochs."""
+    pytest.importorskip("librosa")
+    text = (CONFIGS / "librispeech_data_prepare.config").read_text()
+    text = text.replace('int(os.environ.get("EPOCH_WISE_FILTER", "0"))', "True")
+    text = text.replace('"max_mean_len": 200', '"max_mean_len": 90')
+    config = tmp_path / "curriculum.config"
+    config.write_text(text)
+    epochs = (1, 2, 3, 6)
+    expected, _ = reference(str(config), "train", epochs)
+    got, _ = ours(config, num_workers, "train", epochs, tmp_path / "ours")
+    assert got == expected
+    whole, _ = reference(str(CONFIGS / "librispeech_data_prepare.config"), "train", epochs)
+    assert sum(map(len, got[1])) < sum(map(len, whole[1]))  # the filter dropped some
+    assert got[6] == whole[6]  # after its epochs, no filter
 
-    try:
-        refuse_unimplemented(PlanOptions(epoch_wise_filter={(1, 2): {"max_mean_len": 9}}))
-        pytest.skip("epoch_wise_filter is planned now")
-    except OptionError:
-        pass
+
+def test_epoch_wise_filter_subdirs_is_refused_with_the_reason(data: Path, monkeypatch) -> None:
+    """The 2018 config's filter also selects LibriSpeechCorpus subdirs, which an OggZip corpus
+    does not have: refused naming the dataset, the key and the reason."""
     monkeypatch.setenv("EPOCH_WISE_FILTER", "1")
     with pytest.raises(
-        OptionError, match=r"train dataset \(OggZipDataset\).*'epoch_wise_filter'.*remove it"
+        OptionError,
+        match=r"train dataset \(OggZipDataset\): RETURNN's epoch_wise_filter = .*subdirs",
     ):
-        from_returnn_config(CONFIGS / "librispeech_data_prepare.config")
+        from_returnn_config(CONFIGS / "librispeech_attention_2018.config")
+
+
+@pytest.mark.parametrize("ordering", ["random", "laplace:4"])
+def test_fixed_random_seed_as_returnn(data: Path, tmp_path: Path, ordering: str) -> None:
+    """fixed_random_seed: the same drawn order in every epoch, as RETURNN's."""
+    config = tmp_path / f"fixed_{ordering.replace(':', '_')}.config"
+    config.write_text(
+        (CONFIGS / "wmt_translation.config").read_text()
+        + f"\ntrain['seq_ordering'] = {ordering!r}\ntrain['fixed_random_seed'] = 5\n"
+    )
+    epochs = (1, 2, 3, 4)
+    expected, _ = reference(str(config), "train", epochs)
+    got, _ = ours(config, 0, "train", epochs, tmp_path / "ours")
+    assert got == expected
 
 
 def test_multiproc_workers_become_the_loaders(data: Path) -> None:
@@ -274,34 +303,6 @@ def test_refused_classes_name_the_dataset_and_the_fix(kind: str, fix: str) -> No
 def test_refused_global_options_name_the_key_and_the_fix(key: str, value, fix: str) -> None:
     with pytest.raises(OptionError, match=rf"'{key}' = .*not supported: .*{fix}"):
         from_returnn_config({"train": {"class": "HDFDataset", "files": ["x.hdf"]}, key: value})
-
-
-def test_options_not_planned_yet_name_the_key_the_dataset_and_the_fix(data: Path) -> None:
-    """Mapped onto seqloader's native option; while the planner does not plan it, the refusal
-    names the RETURNN option, the dataset and what to do instead."""
-    from seqloader.plan.options import PlanOptions
-    from seqloader.plan.planner import refuse_unimplemented
-
-    try:
-        refuse_unimplemented(PlanOptions(fixed_random_seed=1))
-        pytest.skip("fixed_random_seed is planned now")
-    except OptionError:
-        pass
-    hdf = str(data / "hdf" / "dev.hdf")
-    train = {
-        "class": "HDFDataset",
-        "files": [hdf],
-        "seq_ordering": "random",
-        "fixed_random_seed": 1,
-    }
-    with pytest.raises(
-        OptionError,
-        match=r"train dataset \(HDFDataset\): RETURNN option 'fixed_random_seed' = 1 maps to "
-        r"seqloader's fixed_random_seed=, which this version does not plan yet: remove it",
-    ):
-        from_returnn_config({"train": train, "batch_size": 5000})
-    sorted_dev = {**train, "seq_ordering": "sorted_reverse"}  # no draw: nothing to plan
-    from_returnn_config({"dev": sorted_dev, "batch_size": 5000})["dev"].close()
 
 
 def test_config_language_errors(data: Path, tmp_path: Path) -> None:
