@@ -93,45 +93,66 @@ class KaldiFbank:
         x = np.ascontiguousarray(wave, dtype=np.float32)
         if x.ndim != 1:
             raise OptionError(f"KaldiFbank: got a waveform of shape {x.shape}, expected 1-D")
-        m = int(self.num_frames(len(x)))
-        if m == 0:
+        if int(self.num_frames(len(x))) == 0:
             return np.zeros((0, self.n_mels), dtype=np.float32)
-        frames = _frames(x, self.win, self.hop, m, self.snip_edges)  # [m, win] float32
-        if self.remove_dc_offset:
-            frames -= frames.mean(axis=1, keepdims=True, dtype=np.float32)
-        if self.preemph_coeff != 0.0:
-            c = np.float32(self.preemph_coeff)
-            frames[:, 1:] -= c * frames[:, :-1].copy()
-            frames[:, 0] -= c * frames[:, 0]
-        frames *= _povey(self.win)
-        spec = np.fft.rfft(frames, n=self.fft_size, axis=1)  # [m, fft/2 + 1] complex64
-        power = spec.real * spec.real + spec.imag * spec.imag
-        banks = _mel_banks(
+        return numpy_kaldi_fbank(self, x)
+
+    def frame_indices(self, samples: int) -> np.ndarray:
+        """Sample index of every frame position, int64 ``[num_frames, win]`` (reflected at the
+        ends without ``snip_edges``)."""
+        return _frame_indices(
+            samples, self.win, self.hop, int(self.num_frames(samples)), self.snip_edges
+        )
+
+    def mel_banks(self) -> np.ndarray:
+        """The filters, float32 ``[fft_size // 2 + 1, n_mels]``."""
+        return _mel_banks(
             self.n_mels, self.fft_size, self.sample_rate, self.low_freq, self.high_freq
         )
-        mel = power @ banks  # [m, n_mels]
-        np.maximum(mel, np.float32(_EPS), out=mel)
-        return np.log(mel, out=mel)
+
+    def window(self) -> np.ndarray:
+        """The Povey window, float32 ``[win]``."""
+        return _povey(self.win)
 
 
-def _frames(x: np.ndarray, win: int, hop: int, m: int, snip_edges: bool) -> np.ndarray:
-    """Frames float32 ``[m, win]``; without ``snip_edges`` frame f starts at ``f * hop - (win -
-    hop) // 2`` and samples outside the signal are reflected (``-1 -> 0``, ``n -> n - 1``, as
+def numpy_kaldi_fbank(options: KaldiFbank, x: np.ndarray) -> np.ndarray:
+    """float32 ``[samples]`` (at least one frame) -> float32 ``[frames, n_mels]``. numpy, not
+    torch: the same steps in torch (``torch.fft.rfft``, gathered frames) measured 3-6x slower per
+    utterance on CPU here."""
+    frames = x[options.frame_indices(len(x))]  # [m, win] float32
+    if options.remove_dc_offset:
+        frames -= frames.mean(axis=1, keepdims=True, dtype=np.float32)
+    if options.preemph_coeff != 0.0:
+        c = np.float32(options.preemph_coeff)
+        frames[:, 1:] -= c * frames[:, :-1].copy()
+        frames[:, 0] -= c * frames[:, 0]
+    frames *= options.window()
+    spec = np.fft.rfft(frames, n=options.fft_size, axis=1)  # [m, fft/2 + 1] complex64
+    power = spec.real * spec.real + spec.imag * spec.imag
+    mel = power @ options.mel_banks()  # [m, n_mels]
+    np.maximum(mel, np.float32(_EPS), out=mel)
+    return np.log(mel, out=mel)
+
+
+def _frame_indices(n: int, win: int, hop: int, m: int, snip_edges: bool) -> np.ndarray:
+    """Frame f covers samples ``f * hop + [0, win)``, or without ``snip_edges`` from ``f * hop -
+    (win - hop) // 2``, samples outside the signal reflected (``-1 -> 0``, ``n -> n - 1``, as
     Kaldi's ``ExtractWindow``; also for signals shorter than a window)."""
-    if snip_edges:
-        view = np.lib.stride_tricks.sliding_window_view(x, win)[::hop][:m]
-        return view.astype(np.float32)
-    n = len(x)
-    idx = np.arange(m)[:, None] * hop - (win - hop) // 2 + np.arange(win)[None, :]  # [m, win]
-    idx %= 2 * n
-    idx = np.where(idx < n, idx, 2 * n - 1 - idx)
-    return x[idx].astype(np.float32)
+    start = np.arange(m, dtype=np.int64)[:, None] * hop
+    idx = start + np.arange(win, dtype=np.int64)[None, :]  # [m, win]
+    if not snip_edges:
+        idx -= (win - hop) // 2
+        idx %= 2 * n
+        idx = np.where(idx < n, idx, 2 * n - 1 - idx)
+    return idx
 
 
 @lru_cache(maxsize=8)
 def _povey(win: int) -> np.ndarray:
     n = np.arange(win)
-    return ((0.5 - 0.5 * np.cos(2 * np.pi * n / (win - 1))) ** 0.85).astype(np.float32)
+    w = ((0.5 - 0.5 * np.cos(2 * np.pi * n / (win - 1))) ** 0.85).astype(np.float32)
+    w.flags.writeable = False
+    return w
 
 
 @lru_cache(maxsize=8)
@@ -154,4 +175,6 @@ def _mel_banks(n_mels: int, fft: int, rate: int, low: float, high: float) -> np.
     up = (bins - left) / (center - left)
     down = (right - bins) / (right - center)
     banks = np.maximum(f32(0.0), np.minimum(up, down))  # [n_mels, fft / 2]
-    return np.ascontiguousarray(np.concatenate([banks, np.zeros((n_mels, 1), f32)], axis=1).T)
+    out = np.ascontiguousarray(np.concatenate([banks, np.zeros((n_mels, 1), f32)], axis=1).T)
+    out.flags.writeable = False
+    return out
