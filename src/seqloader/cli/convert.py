@@ -130,7 +130,7 @@ def _to_shards(args: argparse.Namespace) -> int:
         raise OptionError(f"--shard-size: got {args.shard_size}, expected >= 1")
     source: Any
     if str(args.input).endswith(".jsonl.gz"):  # a Lhotse cuts manifest
-        from seqloader.adapters.lhotse import LhotseSource
+        from seqloader import LhotseSource
 
         try:
             source = LhotseSource(str(args.input), keys=["audio", "text"])
