@@ -1,0 +1,249 @@
+"""Tar-shard corpora (Lhotse Shar): ``ShardSource`` + ``SeqLoader`` against Lhotse's own pipeline,
+the index build against reading the shards, random against sequential member reads.
+
+    python -m benchmarks.shards [--utterances 240] [--repeats 5] [--quick]
+
+One generated corpus (speech-like FLAC, 1-4 s, ``seqloader convert``'s Shar layout, 40 utterances
+per shard) is measured, all in this run, every figure a median over ``--repeats`` interleaved
+repetitions and reported as a ratio:
+
+1. **Loading with on-the-fly features**, 0 and 2 DataLoader workers, two epochs after a warm-up
+   epoch with one loader each (workers started once, as in training): seqloader
+   (``ShardSource.lhotse_shar(features=KaldiFbank())``, ``ordering="buckets:10"``) vs Lhotse
+   (``CutSet.from_shar`` + ``DynamicBucketingSampler(num_buckets=10)`` +
+   ``K2SpeechRecognitionDataset(OnTheFlyFeatures(Fbank()))``, the sampler in the main process as
+   Lhotse documents it), the same batch budget (``max_frames = 100 * max_duration``) and the same
+   features (``KaldiFbank`` equals Lhotse's ``Fbank`` within 1e-4): sequences per second.
+2. **Index build**: opening the corpus with an empty index directory (listings + tar headers) vs
+   reading every shard file once (``read()`` of the bytes, page cache warm for both); seconds per
+   GB of shards. **Second open**: bytes read through ``read()`` (``/proc/self/io`` rchar) beyond
+   the index file itself.
+3. **Random access**: every member read once through the index in a random order vs in shard order
+   (page cache warm), and a full sequential ``tarfile`` stream of the same shards.
+
+Results: ``benchmarks/results/shards.json`` (``--quick``: ``benchmarks/out/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+import seqloader as sl
+from seqloader.shards import ShardSource, write_shards
+from seqloader.synthetic.audio import write_audio_corpus
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "shards.json"
+QUICK_RESULTS = HERE / "out" / "shards.json"
+MAX_DURATION = 40.0  # seconds of audio per batch (Lhotse); seqloader: the same in frames
+SHARD_SIZE = 40
+
+
+def corpus(utterances: int) -> Path:
+    """The Shar corpus, written once per size under the temp folder."""
+    root = Path(tempfile.gettempdir()) / "seqloader-bench" / f"shar-{utterances}"
+    shar = root / "shar"
+    if not (root / "done").exists():
+        audio = write_audio_corpus(root, utterances, seconds=(1.0, 4.0), seed=0)
+        source = sl.AudioSource(audio.jsonl, keys=["audio", "text"])
+        write_shards(source, shar, "shar", shard_size=SHARD_SIZE)
+        (root / "done").write_text("ok")
+    return shar
+
+
+def seqloader_rate(shar: Path, workers: int, index_dir: Path, epochs: int = 2) -> float:
+    """Sequences per second over ``epochs`` epochs after a warm-up epoch, one loader (its workers
+    started once, as in training)."""
+    src = ShardSource.lhotse_shar(shar, features=sl.KaldiFbank(), index_dir=index_dir)
+    with sl.SeqLoader(
+        src,
+        ordering="buckets:10",
+        max_frames=int(MAX_DURATION * 100),
+        num_workers=workers,
+        seed=1,
+    ) as loader:
+        for _ in loader.epoch(1):
+            pass
+        start, n = time.perf_counter(), 0
+        for epoch in range(2, 2 + epochs):
+            n += sum(int(b.mask.sum()) for b in loader.epoch(epoch))
+        return n / (time.perf_counter() - start)
+
+
+def lhotse_rate(shar: Path, workers: int, epochs: int = 2) -> float:
+    """The same for Lhotse's pipeline: persistent DataLoader workers, ``sampler.set_epoch``."""
+    import torch
+    from lhotse import CutSet, Fbank
+    from lhotse.dataset import DynamicBucketingSampler, K2SpeechRecognitionDataset
+    from lhotse.dataset.input_strategies import OnTheFlyFeatures
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cuts = CutSet.from_shar(in_dir=shar)
+        sampler = DynamicBucketingSampler(
+            cuts, max_duration=MAX_DURATION, num_buckets=10, shuffle=True, seed=1
+        )
+        dataset = K2SpeechRecognitionDataset(input_strategy=OnTheFlyFeatures(Fbank()))
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            sampler=sampler,
+            batch_size=None,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+        )
+        sampler.set_epoch(1)
+        for _ in loader:
+            pass
+        start, n = time.perf_counter(), 0
+        for epoch in range(2, 2 + epochs):
+            sampler.set_epoch(epoch)
+            n += sum(int(b["inputs"].shape[0]) for b in loader)
+        return n / (time.perf_counter() - start)
+
+
+def rchar() -> int:
+    with open("/proc/self/io") as fh:
+        for line in fh:
+            if line.startswith("rchar:"):
+                return int(line.split()[1])
+    return 0
+
+
+def index_figures(shar: Path, scratch: Path) -> dict:
+    tars = sorted(shar.glob("*.tar")) + sorted(shar.glob("cuts.*"))
+    total = sum(p.stat().st_size for p in tars)
+    for p in tars:  # warm the page cache for both sides
+        p.read_bytes()
+    start = time.perf_counter()
+    for p in tars:
+        with open(p, "rb") as fh:
+            while fh.read(1 << 20):
+                pass
+    read_s = time.perf_counter() - start
+    index_dir = scratch / f"index-{time.monotonic_ns()}"
+    start = time.perf_counter()
+    src = ShardSource.lhotse_shar(shar, keys=["audio"], index_dir=index_dir)
+    build_s = time.perf_counter() - start
+    assert src.index_built
+    before = rchar()
+    start = time.perf_counter()
+    again = ShardSource.lhotse_shar(shar, keys=["audio"], index_dir=index_dir)
+    reopen_s = time.perf_counter() - start
+    read_again = rchar() - before
+    assert not again.index_built
+    store = next(index_dir.glob("*.cols"))
+    return {
+        "gb": total / 1e9,
+        "build_s_per_gb": build_s / (total / 1e9),
+        "read_s_per_gb": read_s / (total / 1e9),
+        "build_over_read": build_s / read_s,
+        "second_open_s": reopen_s,
+        "second_open_rchar_bytes": read_again,
+        "index_bytes": store.stat().st_size,
+    }
+
+
+def access_figures(shar: Path, scratch: Path) -> dict:
+    import tarfile
+
+    src = ShardSource.lhotse_shar(shar, keys=["audio"], index_dir=scratch / "access")
+    order = np.arange(len(src))
+    shuffled = np.random.default_rng(0).permutation(len(src))
+
+    def members(indices: np.ndarray) -> float:
+        start = time.perf_counter()
+        for i in indices.tolist():
+            src._member(i, src.shard_of(i))
+        return time.perf_counter() - start
+
+    def stream() -> float:
+        start = time.perf_counter()
+        for p in sorted(shar.glob("recording.*.tar")):
+            with tarfile.open(p, "r|") as tar:
+                for info in tar:
+                    fh = tar.extractfile(info)
+                    if fh is not None:
+                        fh.read()
+        return time.perf_counter() - start
+
+    members(order)  # warm
+    seq, rnd, st = members(order), members(shuffled), stream()
+    return {"random_s": rnd, "sequential_s": seq, "stream_s": st}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--utterances", type=int, default=240)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats, out/ only")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.utterances, args.repeats = 60, 2
+    shar = corpus(args.utterances)
+    scratch = Path(tempfile.mkdtemp(prefix="seqloader-shards-bench-"))
+    runs: dict[str, list[float]] = {}
+    index_runs, access_runs = [], []
+    for r in range(args.repeats):
+        configs = [("seqloader", 0), ("lhotse", 0), ("seqloader", 2), ("lhotse", 2)]
+        if r % 2:
+            configs.reverse()
+        for who, workers in configs:
+            if who == "seqloader":
+                rate = seqloader_rate(shar, workers, scratch / "idx")
+            else:
+                rate = lhotse_rate(shar, workers)
+            runs.setdefault(f"{who}_{workers}w", []).append(rate)
+        index_runs.append(index_figures(shar, scratch))
+        access_runs.append(access_figures(shar, scratch))
+
+    def med(values: list[float]) -> float:
+        return float(statistics.median(values))
+
+    seqs_per_s = {k: med(v) for k, v in runs.items()}
+    index = {k: med([r[k] for r in index_runs]) for k in index_runs[0]}
+    access = {k: med([r[k] for r in access_runs]) for k in access_runs[0]}
+    result = {
+        "utterances": args.utterances,
+        "repeats": args.repeats,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "epochs_timed": "2 per configuration, after a warm-up epoch (workers started once)",
+        "ratios": {
+            "seqloader_over_lhotse_0w": seqs_per_s["seqloader_0w"] / seqs_per_s["lhotse_0w"],
+            "seqloader_over_lhotse_2w": seqs_per_s["seqloader_2w"] / seqs_per_s["lhotse_2w"],
+            "seqloader_per_run_0w": [
+                a / b for a, b in zip(runs["seqloader_0w"], runs["lhotse_0w"])
+            ],
+            "seqloader_per_run_2w": [
+                a / b for a, b in zip(runs["seqloader_2w"], runs["lhotse_2w"])
+            ],
+            "index_build_over_one_read": index["build_over_read"],
+            "random_over_sequential_members": access["random_s"] / access["sequential_s"],
+            "indexed_members_over_tar_stream": access["sequential_s"] / access["stream_s"],
+        },
+        "index": index,
+        "seqs_per_s_medians": seqs_per_s,
+        "load_average": os.getloadavg(),
+    }
+    out = QUICK_RESULTS if args.quick else RESULTS
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result["ratios"], indent=1))
+    print(
+        f"second open: {index['second_open_rchar_bytes']} bytes read; index "
+        f"{index['index_bytes']} bytes for {index['gb']:.3f} GB of shards"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
