@@ -41,8 +41,11 @@ ALLOWED: dict[str, set[str]] = {
     "torch": {"errors", "validate", "plan", "sources", "loading", "trainer", "torch"},
     "returnn": {"errors", "validate", "extras", "plan", "sources", "loading", "audio", "trainer",
                 "torch", "returnn"},
+    "datamodule": {"errors", "validate", "plan", "sources", "trainer", "torch", "datamodule"},
     "lightning": {"errors", "validate", "extras", "plan", "sources", "trainer", "torch",
-                  "lightning"},
+                  "datamodule", "lightning"},
+    "pytorch_lightning": {"errors", "validate", "extras", "plan", "sources", "trainer", "torch",
+                          "datamodule", "pytorch_lightning"},
     "cli": _BELOW_FACE | {"adapters", "cli", "face"},
     "face": _BELOW_FACE | {"adapters", "returnn", "face"},
 }  # fmt: skip
@@ -173,7 +176,9 @@ def test_torch_only_in_torch_glue():
                 continue
             if name.startswith("seqloader.torch") and layer not in {
                 "torch",
+                "datamodule",
                 "lightning",
+                "pytorch_lightning",
                 "returnn",
                 "cli",
                 "face",

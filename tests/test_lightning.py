@@ -1,7 +1,8 @@
-"""``seqloader.lightning.SeqLoaderDataModule`` under a real Lightning ``Trainer``.
+"""``SeqLoaderDataModule`` under a real Lightning ``Trainer``, from both packages Lightning ships
+as: ``lightning`` (``seqloader.lightning``) and ``pytorch_lightning`` (``seqloader.pytorch_lightning``).
 
 The DDP test runs ``tests/dist/train_lightning.py`` with ``Trainer(accelerator="cpu", devices=2,
-strategy="ddp")`` on a RETURNN HDF file (2 DataLoader workers per rank), interrupted after a
+strategy="ddp")`` of each package on a RETURNN HDF file (2 DataLoader workers per rank), interrupted after a
 mid-epoch checkpoint in epoch 2, then resumed from it with 0 workers: every epoch holds every
 sequence exactly once across ranks and runs, ranks take equal steps, and the resumed run continues
 with exactly the next planned batch. The in-process tests cover the module's errors and its
@@ -11,6 +12,7 @@ epoch length under an elastic resume.
 from __future__ import annotations
 
 import collections
+import importlib
 import json
 import os
 import subprocess
@@ -28,7 +30,7 @@ from seqloader.lightning import EpochBatches, SeqLoaderDataModule, epoch_steps
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
 from ddp_common import build_corpus
-from train_lightning import OPTIONS
+from train_lightning import OPTIONS, PACKAGES
 
 SCRIPT = Path(__file__).parent / "dist" / "train_lightning.py"
 TIMEOUT_S = 240
@@ -36,6 +38,7 @@ TIMEOUT_S = 240
 
 def run_script(out: Path, hdf: Path, phase: str, *args: str) -> None:
     cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--hdf", str(hdf), "--phase", phase]
+    cmd += ["--package", out.name.split("-")[0]]  # the test's folder says which package
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(out / f"{phase}.console.txt", "w") as f:
         proc = subprocess.run(
@@ -50,7 +53,10 @@ def records(out: Path, phase: str, kind: str, rank: int) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_ddp_two_ranks_exactly_once_and_mid_epoch_resume(tmp_path):
+@pytest.mark.parametrize("package", ["lightning", "pytorch_lightning"])
+def test_ddp_two_ranks_exactly_once_and_mid_epoch_resume(tmp_path, package):
+    tmp_path = tmp_path / f"{package}-run"
+    tmp_path.mkdir()
     corpus = build_corpus()
     hdf = tmp_path / "corpus.hdf"
     sl.write_hdf(hdf, corpus)
@@ -94,6 +100,7 @@ def test_ddp_two_ranks_exactly_once_and_mid_epoch_resume(tmp_path):
         assert sorted(tags) == all_tags, f"validation {key} not exactly once"
     done = json.loads((tmp_path / "resume.done.rank0.json").read_text())
     assert done["world_size"] == 2 and done["reload"] == 1
+    assert done["trainer"].startswith(f"{package}.")  # that package's own Trainer ran
     assert done["state"]["train"]["epoch"] == 2 and done["state"]["train"]["epoch_complete"]
 
 
@@ -148,6 +155,82 @@ def test_single_process_fit_no_sampler_injected(tmp_path, model_cls):
     report = loader.report()
     assert report is not None and report.epoch == 2 and report.steps == loader.steps(2)
     assert report.audit is not None and report.audit.ok
+
+
+def model_class(package):
+    """A tiny model on ``package``'s LightningModule that records its batches and stops the run
+    after global step ``stop_after`` (an interrupted job)."""
+
+    class Recorder(package.LightningModule):
+        def __init__(self, stop_after: int | None = None) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(3, 1)
+            self.seen: list[tuple[int, int, list[str]]] = []
+            self.stop_after = stop_after
+
+        def training_step(self, batch: sl.Batch, batch_idx: int) -> torch.Tensor:
+            self.seen.append((batch.epoch, batch.step, list(batch.seq_tags)))
+            return self.layer(batch["data"]).mean()
+
+        def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+            if self.trainer.global_step == self.stop_after:
+                self.trainer.should_stop = True
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    return Recorder
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_checkpoint_callback_resumes_mid_epoch_with_either_package(tmp_path, package):
+    """What a user does: a Trainer of either package, ModelCheckpoint(save_last=True,
+    every_n_train_steps=1) (a default Trainer writes no last.ckpt), the job stopped in epoch 2,
+    then fit(..., ckpt_path="last") in a new Trainer: it continues with exactly the next batch,
+    and each epoch holds every sequence once over both runs."""
+    pl = importlib.import_module(PACKAGES[package][0])
+    data_module = importlib.import_module(PACKAGES[package][1]).SeqLoaderDataModule
+    first_epoch_steps = make_loader().steps(1)
+    stop_after = first_epoch_steps + 3  # global steps: 3 batches into epoch 2
+
+    def trainer() -> object:
+        ckpt = pl.callbacks.ModelCheckpoint(
+            dirpath=tmp_path, save_last=True, every_n_train_steps=1, save_top_k=0
+        )
+        return pl.Trainer(
+            accelerator="cpu",
+            devices=1,
+            max_epochs=2,
+            callbacks=[ckpt],
+            logger=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            default_root_dir=tmp_path,
+        )
+
+    Recorder = model_class(pl)
+    first, second = Recorder(stop_after), Recorder()
+    trainer().fit(first, datamodule=data_module(train=make_loader))
+    assert (tmp_path / "last.ckpt").exists()
+    trainer().fit(second, datamodule=data_module(train=make_loader), ckpt_path="last")
+    assert second.seen[0][:2] == (2, 3)  # the next batch after the checkpoint
+    loader = make_loader()
+    for epoch in (1, 2):
+        runs = [s for s in first.seen[:stop_after] + second.seen if s[0] == epoch]
+        assert [s[1] for s in runs] == list(range(loader.steps(epoch)))
+        assert sorted(t for s in runs for t in s[2]) == sorted(loader.source.tags)
+
+
+def test_a_data_module_of_the_other_package_is_refused_by_lightning():
+    """Why there are two classes: a Trainer takes only its own package's data modules."""
+    pytorch_lightning = importlib.import_module("pytorch_lightning")
+    from seqloader.pytorch_lightning import SeqLoaderDataModule as PLDataModule
+
+    assert isinstance(PLDataModule(train=make_loader), pytorch_lightning.LightningDataModule)
+    assert not isinstance(
+        SeqLoaderDataModule(train=make_loader), pytorch_lightning.LightningDataModule
+    )
+    assert not isinstance(PLDataModule(train=make_loader), pl.LightningDataModule)
 
 
 @pytest.mark.parametrize(

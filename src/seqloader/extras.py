@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "datasets": ("datasets", "hf"),
     "pyarrow": ("pyarrow", "hf"),
     "lightning": ("lightning", "lightning"),
+    "pytorch_lightning": ("pytorch-lightning", "pytorch-lightning"),
     "returnn": ("returnn", "returnn"),
     "fsspec": ("fsspec", "remote"),
     "s3fs": ("s3fs", "remote"),

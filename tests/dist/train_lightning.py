@@ -1,9 +1,11 @@
 """A tiny Lightning training on ``SeqLoaderDataModule``, run by ``tests/test_lightning.py`` as
 
     python tests/dist/train_lightning.py --out DIR --hdf FILE [--stop-at EPOCH:STEP] [--resume]
+        [--package lightning|pytorch_lightning]
 
-with ``Trainer(accelerator="cpu", devices=2, strategy="ddp")``: Lightning's launcher starts rank 1 by
-running this script again. Every training step appends (epoch, step, rank, sequence indices, tags)
+with ``Trainer(accelerator="cpu", devices=2, strategy="ddp")`` of the package given (``lightning``,
+imported as ``lightning.pytorch``, or ``pytorch_lightning``, with seqloader's data module for it):
+Lightning's launcher starts rank 1 by running this script again. Every training step appends (epoch, step, rank, sequence indices, tags)
 to a per-rank log; validation batches go to another. ``--stop-at`` saves a checkpoint after that
 step (all ranks) and stops the run there, as an interrupted job; ``--resume`` continues from it.
 """
@@ -11,17 +13,32 @@ step (all ranks) and stops the run there, as an interrupted job; ``--resume`` co
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
+import sys
 from pathlib import Path
 
-import lightning.pytorch as pl
 import torch
 
 import seqloader as sl
-from seqloader.lightning import SeqLoaderDataModule
 
 OPTIONS = {"ordering": "laplace:.8", "max_seqs": 4, "max_frames": 120, "seed": 5}
+# Lightning package -> (its module as users import it, seqloader's data module for it)
+PACKAGES = {
+    "lightning": ("lightning.pytorch", "seqloader.lightning"),
+    "pytorch_lightning": ("pytorch_lightning", "seqloader.pytorch_lightning"),
+}
+
+
+def package_arg() -> str:
+    """``--package`` (read before the classes are defined: they derive from its module)."""
+    args = sys.argv[1:]
+    return args[args.index("--package") + 1] if "--package" in args else "lightning"
+
+
+pl = importlib.import_module(PACKAGES[package_arg()][0])
+SeqLoaderDataModule = importlib.import_module(PACKAGES[package_arg()][1]).SeqLoaderDataModule
 
 
 class Model(pl.LightningModule):
@@ -69,6 +86,7 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--stop-at", help="EPOCH:STEP (seqloader's epoch, this rank's step)")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--package", choices=sorted(PACKAGES), default="lightning")
     args = p.parse_args()
     stop_at = tuple(int(v) for v in args.stop_at.split(":")) if args.stop_at else None
     ckpt = args.out / "mid.ckpt"
@@ -99,6 +117,7 @@ def main() -> None:
         "reload": trainer.reload_dataloaders_every_n_epochs,
         "state": dm.state_dict(),
         "pid": os.getpid(),
+        "trainer": type(trainer).__module__,
     }
     (args.out / f"{args.phase}.done.rank{rank}.json").write_text(json.dumps(summary))
 

@@ -1,0 +1,50 @@
+"""``SeqLoaderDataModule`` for the ``pytorch_lightning`` package (``import pytorch_lightning as
+pl``), the name under which many code bases still import Lightning.
+
+A ``pytorch_lightning.Trainer`` accepts only data modules derived from
+``pytorch_lightning.LightningDataModule`` (one from ``lightning.pytorch`` fails in Lightning with
+"Expected a parent"), so this is the same data module on that base. What it does:
+``seqloader.datamodule``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from seqloader.datamodule import (
+    STATE_FORMAT,
+    DataModuleParts,
+    EpochBatches,
+    LoaderFactory,
+    StatefulEpochBatches,
+    epoch_steps,
+)
+from seqloader.extras import require
+
+if TYPE_CHECKING:
+    from pytorch_lightning import LightningDataModule
+else:  # imported here, so a missing package names the extra at import
+    LightningDataModule = require(
+        "pytorch_lightning", "seqloader.pytorch_lightning"
+    ).LightningDataModule
+
+__all__ = [
+    "STATE_FORMAT",
+    "EpochBatches",
+    "LoaderFactory",
+    "SeqLoaderDataModule",
+    "StatefulEpochBatches",
+    "epoch_steps",
+]
+
+
+class SeqLoaderDataModule(DataModuleParts, LightningDataModule):
+    """A ``pytorch_lightning.LightningDataModule`` over ``SeqLoader`` factories: see
+    ``seqloader.datamodule.DataModuleParts``.
+
+    >>> import seqloader as sl
+    >>> src = sl.MemorySource({"data": [[1.0, 2.0], [3.0]]})
+    >>> dm = SeqLoaderDataModule(train=lambda: sl.SeqLoader(src, max_seqs=2))
+    >>> dm.setup("fit"); len(dm.train_dataloader())
+    1
+    """
