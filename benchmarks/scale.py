@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "scale.json")
 WORLD = 1024
 RANK = 517
+ELASTIC = 768  # the world size a resumed job runs on
 FILES = 100_000
 CASES = {
     "shard laplace": {"ordering": "laplace", "distribution": "shard"},
@@ -102,8 +103,10 @@ def child(config: dict) -> dict:
     maxes = np.maximum.reduceat(np.asarray(lengths)[share.seqs], share.bounds[:-1])
     ok = ok and bool((sizes * maxes).max() <= LIMITS["max_frames"])
     boundary = epoch_boundary(planner) if config.get("boundary") else None
+    elastic = t1 - t0 + elastic_resume(planner) if config.get("elastic") else None
     return {
         "boundary_s": boundary,
+        "elastic_s": elastic,
         "construct_s": t1 - t0,
         "plan_s": t2 - t1,
         "total_s": t2 - t0,
@@ -129,6 +132,31 @@ def epoch_boundary(planner: object) -> float:
     t0 = time.perf_counter()
     plan, position = state.begin(2)
     plan.rank_share(RANK, position.steps)
+    took = time.perf_counter() - t0
+    if ahead is not None and ahead._thread is not None:
+        ahead._thread.join()  # epoch 3, planned ahead: not to load what is measured next
+    return took
+
+
+def elastic_resume(planner: object) -> float:
+    """Loading a state saved mid-epoch 1 (half its steps) by 1,024 ranks into a loader of 768
+    ranks and beginning the epoch there, until this rank holds its rest of the epoch (the caller
+    adds constructing the planner, as a restarted job constructs it)."""
+    from seqloader.plan.state import LoaderState
+
+    quiet = (
+        {"plan_ahead": False} if "plan_ahead" in LoaderState.__init__.__code__.co_varnames else {}
+    )
+    saver = LoaderState(planner, "fingerprint", WORLD, **quiet)  # type: ignore[arg-type]
+    plan, _ = saver.begin(1)
+    saver.consumed = plan.steps // 2
+    saved = saver.to_dict()
+    del plan, saver
+    t0 = time.perf_counter()
+    state = LoaderState(planner, "fingerprint", ELASTIC, **quiet)  # type: ignore[arg-type]
+    state.load(saved)
+    rest, position = state.begin(1)
+    rest.rank_share(RANK % ELASTIC, position.steps)
     return time.perf_counter() - t0
 
 
@@ -153,6 +181,7 @@ def measure(args: argparse.Namespace) -> dict:
                         "code": code,
                         "label": f"{name} {size} {code}",
                         "boundary": args.boundary,
+                        "elastic": args.elastic,
                     }
                     runs[code].append(
                         run_child("benchmarks.scale", config, args.base_src, args.timeout)
@@ -163,8 +192,11 @@ def measure(args: argparse.Namespace) -> dict:
                     k: statistics.median(r[k] for r in got)
                     for k in ("construct_s", "plan_s", "total_s", "private_bytes")
                 }
-                if args.boundary:
-                    row[code]["boundary_s"] = statistics.median(r["boundary_s"] for r in got)
+                for extra, on in (("boundary_s", args.boundary), ("elastic_s", args.elastic)):
+                    if on:
+                        row[code][extra] = statistics.median(r[extra] for r in got)
+                if args.elastic:  # a resume 1,024 -> 768 against a fresh start, same code
+                    row[code]["elastic_over_fresh"] = row[code]["elastic_s"] / row[code]["total_s"]
                 row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
                 row[code]["steps"] = got[0]["steps"]
             if "base" in row:
@@ -195,6 +227,12 @@ def main() -> None:
         dest="boundary",
         action="store_false",
         help="skip measuring the epoch boundary (plans epochs 1 and 2 once more)",
+    )
+    p.add_argument(
+        "--no-elastic",
+        dest="elastic",
+        action="store_false",
+        help="skip measuring an elastic resume 1,024 -> 768 ranks (plans epoch 1 three more times)",
     )
     args = p.parse_args()
     if args.child:

@@ -12,6 +12,7 @@ from seqloader.errors import OptionError
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.ahead import PlanAhead
 from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.position import Position, continue_plan
 from seqloader.plan.state import LoaderState
 
 LENGTHS = {"data": np.random.default_rng(0).integers(1, 400, 3000)}
@@ -106,3 +107,32 @@ def test_a_failure_ahead_is_raised_on_the_callers_thread() -> None:
     assert ahead.take(4) is None  # taken once
     ahead_calls = [name for name in calls if name.startswith("seqloader-plan-ahead-")]
     assert len(ahead_calls) == 3 and len(calls) == 4  # epochs 2, 3, 4 ahead; 2 once here
+
+
+@pytest.mark.parametrize("ordering", ["laplace:.50", "buckets:5"])
+def test_an_elastic_resume_orders_the_epoch_once(ordering: str) -> None:
+    """Loading a mid-epoch state on another world size plans the saved segment and the new one
+    from one order (then drops it), and continues exactly as planning them apart does."""
+    options = PlanOptions(ordering=ordering, max_frames=2000, seed=3)
+    saver = LoaderState(Planner(LENGTHS, options), "fp", 4, plan_ahead=False)
+    plan, _ = saver.begin(1)
+    saver.consumed = plan.steps // 2
+    saved = saver.to_dict()
+
+    class Counting(Planner):
+        orders = 0
+
+        def _sub_epoch_slots(self, epoch: int, order_rank: int) -> tuple:
+            Counting.orders += 1
+            return super()._sub_epoch_slots(epoch, order_rank)
+
+    planner = Counting(LENGTHS, options)
+    state = LoaderState(planner, "fp", 3, plan_ahead=False)
+    state.load(saved)
+    assert Counting.orders == 1 and planner._reused_orders is None
+    rest, position = state.begin(1)
+    assert Counting.orders == 1
+    apart = Planner(LENGTHS, options)
+    want, want_position = continue_plan(apart, Position.from_fields(saved), 3)
+    same(rest, want)
+    assert position == want_position

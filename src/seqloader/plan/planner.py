@@ -8,8 +8,9 @@ the order is one of *slots* (a sequence may fill several), and positions count s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -193,6 +194,9 @@ class Planner:
     """Plans epochs for one dataset. Pure: no torch, no I/O; every method is a function of the
     constructor arguments and its own arguments."""
 
+    #: (epoch, order rank) -> sub-epoch slots, inside ``reusing_orders`` only
+    _reused_orders: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] | None = None
+
     def __init__(
         self,
         lengths: Mapping[str, np.ndarray],
@@ -340,10 +344,33 @@ class Planner:
             return self.sub_epoch_units(epoch, order_rank).seqs
         return self.sub_epoch_slots(epoch, order_rank)[0]
 
+    @contextlib.contextmanager
+    def reusing_orders(self) -> Iterator[None]:
+        """Within this context each sub-epoch order is computed once and reused (an elastic
+        resume plans the old segment and the new one from the same order); the orders are
+        dropped when the outermost context ends, so nothing stays held."""
+        outer = self._reused_orders
+        if outer is None:
+            self._reused_orders = {}
+        try:
+            yield
+        finally:
+            if outer is None:
+                self._reused_orders = None
+
     def sub_epoch_slots(
         self, epoch: int, order_rank: int = 0
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """(``sub_epoch_order``, the corpus epoch of each slot ``[m]``, or None unmixed)."""
+        reused = self._reused_orders
+        if reused is None:
+            return self._sub_epoch_slots(epoch, order_rank)
+        key = (epoch, order_rank)
+        if key not in reused:
+            reused[key] = self._sub_epoch_slots(epoch, order_rank)
+        return reused[key]
+
+    def _sub_epoch_slots(self, epoch: int, order_rank: int) -> tuple[np.ndarray, np.ndarray | None]:
         ep = EpochIndex(epoch, self.options.partition_epoch)
         pool, uses, perm = self._full_epoch(ep.full_epoch, order_rank)
         lo, hi = part_bounds(len(perm), self.options.partition_epoch, ep.part)

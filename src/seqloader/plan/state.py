@@ -46,6 +46,7 @@ class LoaderState:
         self.consumed = 0
         self._resume: Position | None = None  # loaded by load(), not started yet
         self._resume_plan: GlobalPlan | None = None  # the segment plan of _resume
+        self._continued: tuple[GlobalPlan, Position] | None = None  # _resume on this world size
         self._ahead = PlanAhead(self._epoch_plan) if plan_ahead else None
 
     def position(self) -> Position:
@@ -63,8 +64,11 @@ class LoaderState:
         start, segment = self._start_of(epoch)
         if segment is None and self._ahead is not None:  # from the epoch's start: planned ahead?
             segment = self._ahead.take(epoch)
-        plan, position = continue_plan(self.planner, start, self.world_size, segment)
-        self._resume = self._resume_plan = None
+        if start is self._resume and self._continued is not None:  # planned at load()
+            plan, position = self._continued
+        else:
+            plan, position = continue_plan(self.planner, start, self.world_size, segment)
+        self._resume = self._resume_plan = self._continued = None
         self._segment, self._start, self.consumed = plan, position, 0
         if self._ahead is not None:
             self._ahead.request(epoch + 1)
@@ -139,9 +143,25 @@ class LoaderState:
             )
         position = Position.from_fields(state)
         if position.epoch == 0:
-            self._resume = self._resume_plan = None
+            self._resume = self._resume_plan = self._continued = None
             return None
-        plan = segment_plan(self.planner, position)
+        with self.planner.reusing_orders():  # one order for the saved and the new segment
+            plan = segment_plan(self.planner, position)
+            continued = self._checked(state, position, plan)
+        self._resume, self._resume_plan, self._continued = position, plan, continued
+        return {
+            **position.to_fields(),
+            "steps": position.epoch_steps,
+            "seqs_consumed": position.seq_offset(plan),
+            "epoch_complete": is_finished(position, plan),
+        }
+
+    def _checked(
+        self, state: Mapping, position: Position, plan: GlobalPlan
+    ) -> tuple[GlobalPlan, Position] | None:
+        """Refuse a state whose derived fields disagree with its position, or that cannot resume
+        on this world size; the continuation on this world size when it is another one (planned
+        now, while the saved segment's order is at hand)."""
         derived: dict[str, object] = {
             "steps": position.epoch_steps,
             "seqs_consumed": position.seq_offset(plan),
@@ -159,5 +179,6 @@ class LoaderState:
                     "from the position), or start without load_state_dict"
                 )
         check_resumable(self.planner, position, plan, self.world_size)
-        self._resume, self._resume_plan = position, plan
-        return {**position.to_fields(), **derived}
+        if self.world_size == position.segment_world_size or is_finished(position, plan):
+            return None
+        return continue_plan(self.planner, position, self.world_size, plan)
