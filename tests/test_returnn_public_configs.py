@@ -418,3 +418,41 @@ def test_pre_process_changing_the_length_is_an_error() -> None:
         features(np.ones(1600, dtype=np.float32), seq_name="a")
     raw = ReturnnFeatures(features="raw", peak_normalization=False)
     np.testing.assert_array_equal(raw(np.full(5, 0.25, np.float32)), np.full((5, 1), 0.25))
+
+
+def _cli(capsys, *args: object) -> tuple[int, str]:
+    from seqloader.cli.main import main
+
+    code = main([str(a) for a in args])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_cli_takes_returnn_configs(data: Path, capsys) -> None:
+    """seqloader check/stats/bench CONFIG --dataset NAME: the dataset as from_returnn_config
+    plans it (RETURNN's order and batch options), simulated over W ranks x N workers."""
+    import json
+
+    config = CONFIGS / "librispeech960_hdf.config"
+    with pytest.warns(UserWarning, match="i6_experiments"):
+        code, out = _cli(capsys, "check", config, "--stub-modules", "--dataset", "train",
+                         "--world-size", 8, "--num-workers", 4, "--json")  # fmt: skip
+    assert code == 0, out
+    result = json.loads(out[out.index("{") :])
+    assert result["ok"] and result["world_size"] == 8 and result["num_workers"] == 4
+    with pytest.warns(UserWarning):
+        loader = from_returnn_config(config, stub_modules=True)["train"]
+    for key in ("ordering", "partition_epoch", "max_frames", "max_seqs", "max_seq_length"):
+        assert result["options"][key] == loader.options.to_dict()[key], key
+    loader.close()
+    code, out = _cli(capsys, "stats", CONFIGS / "switchboard_hybrid.config")
+    assert code == 0 and "RETURNN config" in out, out
+    code, out = _cli(capsys, "bench", CONFIGS / "wmt_translation.config", "--dataset", "dev",
+                     "--batches", 3)  # fmt: skip
+    assert code == 0, out
+    code, out = _cli(capsys, "check", CONFIGS / "wmt_translation.config", "--dataset", "nope")
+    assert code != 0 and "no dataset 'nope'; it defines ['dev', 'train']" in out
+    code, out = _cli(capsys, "check", config)
+    assert code != 0 and "--stub-modules" in out
+    code, out = _cli(capsys, "check", data / "hdf" / "dev.hdf", "--dataset", "dev")
+    assert code != 0 and "--dataset 'dev' is for RETURNN configs" in out

@@ -6,6 +6,9 @@ Accepted forms (see docs/cli.md):
 - ``train.txt`` / ``.list``: a text file listing HDF files, one per line (``#`` comments);
 - ``train.jsonl``: an audio manifest; ``train.zip``: an OggZip (both read by ``AudioSource``, with
   log-mel ``data`` features unless the config says ``features = false``);
+- ``returnn.config``: a RETURNN config; ``--dataset`` names which of its datasets (default
+  ``train``), read as ``seqloader.from_returnn_config`` reads it (RETURNN's order, its batch
+  options as loader options; ``--stub-modules`` for configs importing absent model code);
 - ``data.toml`` / ``data.json``: a config with a ``[source]`` table (one of ``hdf``, ``manifest``,
   ``oggzip``, ``synthetic``, or ``corpora``: named corpora, each a source table of its own, opened
   as a ``ConcatSource``; optional ``options`` forwarded to the source class) and a ``[loader]``
@@ -32,10 +35,11 @@ from seqloader.trainer.loader_options import PLAN_FIELDS, WORKER_FIELDS, WorkerO
 HDF_SUFFIXES = (".hdf", ".h5", ".hdf5")
 LIST_SUFFIXES = (".txt", ".list")
 CONFIG_SUFFIXES = (".toml", ".json")
+RETURNN_SUFFIXES = (".config",)
 SOURCE_KINDS = ("hdf", "manifest", "oggzip", "synthetic", "corpora")
 _EXPECTED = (
     "expected RETURNN HDF file(s) (.hdf, .h5, .hdf5), a list of HDF files (.txt, .list), an audio "
-    "manifest (.jsonl), an OggZip (.zip) or a config (.toml, .json)"
+    "manifest (.jsonl), an OggZip (.zip), a config (.toml, .json) or a RETURNN config (.config)"
 )
 
 
@@ -49,13 +53,15 @@ class SourceSpec:
     corpora: tuple[tuple[str, SourceSpec], ...] = ()  # kind "corpora": (name, source) each
 
     def __post_init__(self) -> None:
-        if self.kind not in SOURCE_KINDS:
+        if self.kind not in (*SOURCE_KINDS, "returnn"):
             raise OptionError(f"source kind: got {self.kind!r}, expected one of {SOURCE_KINDS}")
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
 
     def open(self) -> Source:
         """Open the source (cheap: lengths, tags and schema only; data is read on demand)."""
         opts = dict(self.options)
+        if self.kind == "returnn":  # options: dataset, stub_modules
+            return returnn_dataset(self.paths[0], **opts).source
         if self.kind == "synthetic":
             from seqloader.synthetic import SyntheticSpec, synthetic_corpus
 
@@ -74,6 +80,8 @@ class SourceSpec:
         return open_audio(self.paths[0], opts)
 
     def describe(self) -> str:
+        if self.kind == "returnn":
+            return f"RETURNN config {self.paths[0]}, dataset {self.options['dataset']!r}"
         if self.kind == "synthetic":
             return f"synthetic corpus {dict(self.options)}"
         if self.kind == "corpora":
@@ -146,8 +154,32 @@ class DataConfig:
         return self.source.open()
 
 
-def load_data(data: str | Path | Sequence[str | Path]) -> DataConfig:
-    """Resolve DATA (one path, or several HDF paths) into a ``DataConfig``; see the module doc."""
+def returnn_dataset(path: str, dataset: str, stub_modules: bool = False) -> Any:
+    """Dataset ``dataset`` of the RETURNN config at ``path`` (``seqloader.returnn``)."""
+    from seqloader.returnn.config import returnn_datasets
+
+    return returnn_datasets(path, stub_modules=stub_modules, only=dataset)[dataset]
+
+
+def load_returnn(path: Path, dataset: str, stub_modules: bool) -> DataConfig:
+    """A RETURNN config's dataset: its source, and the loader options its data options map to
+    (command-line flags override them like a config's [loader] table)."""
+    d = returnn_dataset(str(path), dataset, stub_modules)
+    d.source.close()  # opened again by SourceSpec.open when the command reads it
+    loader = {f: getattr(d.plan, f) for f in PLAN_FIELDS}
+    loader.update({f: getattr(d.workers, f) for f in WORKER_FIELDS})
+    options = {"dataset": dataset, "stub_modules": stub_modules}
+    return DataConfig(SourceSpec("returnn", (str(path),), options), loader, origin=str(path))
+
+
+def load_data(
+    data: str | Path | Sequence[str | Path],
+    *,
+    dataset: str | None = None,
+    stub_modules: bool = False,
+) -> DataConfig:
+    """Resolve DATA (one path, or several HDF paths) into a ``DataConfig``; see the module doc.
+    ``dataset`` / ``stub_modules``: for a RETURNN config (default: its ``train``)."""
     paths = [Path(data)] if isinstance(data, (str, Path)) else [Path(p) for p in data]
     if not paths:
         raise OptionError(f"no DATA given; {_EXPECTED}")
@@ -173,6 +205,8 @@ def load_data(data: str | Path | Sequence[str | Path]) -> DataConfig:
         return DataConfig(SourceSpec("oggzip", (str(path),)), origin=str(path))
     if suffix in CONFIG_SUFFIXES:
         return parse_config(read_config(path), path)
+    if suffix in RETURNN_SUFFIXES:
+        return load_returnn(path, dataset or "train", stub_modules)
     raise DataError(f"{path}: cannot tell what this is from its suffix {suffix!r}; {_EXPECTED}")
 
 

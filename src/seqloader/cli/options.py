@@ -219,7 +219,20 @@ def add_data_argument(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         metavar="DATA",
         help="RETURNN HDF file(s), a .txt list of HDF files, an audio manifest (.jsonl), an "
-        "OggZip (.zip), or a .toml/.json config (see docs/cli.md)",
+        "OggZip (.zip), a .toml/.json config, or a RETURNN config (.config; see docs/cli.md)",
+    )
+    parser.add_argument(
+        "--dataset",
+        metavar="NAME",
+        default=None,
+        help="with a RETURNN config: its dataset (train, dev, eval, an eval_datasets entry; "
+        "default train)",
+    )
+    parser.add_argument(
+        "--stub-modules",
+        action="store_true",
+        help="with a RETURNN config: stub the modules it imports that are not installed (its "
+        "model code), named in a warning",
     )
 
 
@@ -268,7 +281,12 @@ class Opened:
 
 def open_data(args: argparse.Namespace, default_limit: bool = True) -> Opened:
     """Resolve DATA, merge flags over the config, validate options, then open the source."""
-    config = load_data(args.data)
+    dataset, stub = getattr(args, "dataset", None), getattr(args, "stub_modules", False)
+    config = load_data(args.data, dataset=dataset, stub_modules=stub)
+    if dataset is not None and config.source.kind != "returnn":
+        raise OptionError(
+            f"--dataset {dataset!r} is for RETURNN configs (.config); DATA is not one"
+        )
     overrides = loader_overrides(args)
     plan = config.plan_options(overrides)  # validate options before opening anything
     workers = config.worker_options(overrides)

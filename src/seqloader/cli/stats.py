@@ -96,8 +96,10 @@ def run(args: argparse.Namespace) -> int:
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
-        if opened.plan.mix is not None and Ordering.parse(o).is_buckets:
-            continue  # refused with a mix (PlanOptions says why); the docs say it is left out
+        if (opened.plan.mix is not None or opened.plan.chunking is not None) and Ordering.parse(
+            o
+        ).is_buckets:
+            continue  # refused with a mix or chunks (PlanOptions says why); the docs say so
         ordered = Planner(
             lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora, files=files
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import numpy as np
@@ -22,6 +23,7 @@ from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.plan.planner import refuse_unimplemented
 from seqloader.returnn.datasets import Converted, convert_dataset
 from seqloader.returnn.stubs import Stub, find_stub, stub_imports
+from seqloader.returnn.view import ReturnnView
 from seqloader.torch.loader import SeqLoader
 from seqloader.trainer.loader_options import WorkerOptions
 
@@ -78,7 +80,7 @@ def read_config(
         raise OptionError(f"RETURNN config {path!r} does not exist")
     cfg = require("returnn.config", "from_returnn_config(path)").Config()
     if stub_modules:
-        with stub_imports() as stubbed:
+        with stub_imports(path) as stubbed:  # the name RETURNN compiles the file under
             cfg.load_file(path)
         if stubbed:
             warnings.warn(
@@ -93,8 +95,9 @@ def read_config(
         except ImportError as e:
             raise OptionError(
                 f"RETURNN config {path!r} imports {e.name or e}, which is not installed here "
-                f"({e}); its data part usually needs none of it: pass stub_modules=True to read "
-                "the config with the missing modules stubbed (named in a warning)"
+                f"({e}); its data part usually needs none of it: pass stub_modules=True (command "
+                "line: --stub-modules) to read the config with the missing modules stubbed "
+                "(named in a warning)"
             ) from e
     if cfg.dict:
         raise OptionError(
@@ -123,17 +126,25 @@ def resolve_value(value: Any) -> Any:
     return value
 
 
-def from_returnn_config(
+@dataclass(frozen=True)
+class ReturnnDataset:
+    """One dataset of a RETURNN config as seqloader plans it: the source (in RETURNN's order
+    hints) and the loader options the config's data options map to."""
+
+    name: str
+    source: ReturnnView
+    plan: PlanOptions
+    workers: WorkerOptions
+
+
+def returnn_datasets(
     config: str | os.PathLike | Mapping[str, Any] | Any,
     *,
-    rank: int | None = None,
-    world_size: int | None = None,
     stub_modules: bool = False,
-) -> dict[str, SeqLoader]:
-    """Loaders for the datasets ``config`` defines: ``train``, ``dev``, ``eval`` and each of
-    ``eval_datasets``. ``rank`` / ``world_size`` as for ``SeqLoader`` (default: torch.distributed,
-    else one process); ``torch_distributed`` in the config chooses how the train data is split.
-    ``stub_modules=True`` reads a config whose model code is not installed (``read_config``)."""
+    only: str | None = None,
+) -> dict[str, ReturnnDataset]:
+    """The datasets ``config`` defines (``train``, ``dev``, ``eval``, each of ``eval_datasets``;
+    ``only``: just that one), converted; what ``from_returnn_config`` builds its loaders from."""
     values = read_config(config, stub_modules=stub_modules)
     for key, what in REFUSED_GLOBAL.items():
         if values.get(key):
@@ -154,7 +165,11 @@ def from_returnn_config(
         specs[name] = (spec, "default")
     if not specs:
         raise OptionError("RETURNN config defines no dataset (train, dev, eval, eval_datasets)")
-    loaders = {}
+    if only is not None:
+        if only not in specs:
+            raise OptionError(f"RETURNN config: no dataset {only!r}; it defines {sorted(specs)}")
+        specs = {only: specs[only]}
+    out = {}
     for name, (spec, default_ordering) in specs.items():
         spec = spec() if callable(spec) else spec
         stub = find_stub(spec, name)
@@ -166,14 +181,26 @@ def from_returnn_config(
         converted = convert_dataset(name, spec, default_ordering)
         plan = _plan_options(name, converted, values)
         _check_fits(name, converted, plan, values)
-        loaders[name] = SeqLoader(
-            converted.source,
-            plan=plan,
-            workers=_worker_options(values, converted.num_workers),
-            rank=rank,
-            world_size=world_size,
-        )
-    return loaders
+        workers = _worker_options(values, converted.num_workers)
+        out[name] = ReturnnDataset(name, converted.source, plan, workers)
+    return out
+
+
+def from_returnn_config(
+    config: str | os.PathLike | Mapping[str, Any] | Any,
+    *,
+    rank: int | None = None,
+    world_size: int | None = None,
+    stub_modules: bool = False,
+) -> dict[str, SeqLoader]:
+    """Loaders for the datasets ``config`` defines: ``train``, ``dev``, ``eval`` and each of
+    ``eval_datasets``. ``rank`` / ``world_size`` as for ``SeqLoader`` (default: torch.distributed,
+    else one process); ``torch_distributed`` in the config chooses how the train data is split.
+    ``stub_modules=True`` reads a config whose model code is not installed (``read_config``)."""
+    return {
+        name: SeqLoader(d.source, plan=d.plan, workers=d.workers, rank=rank, world_size=world_size)
+        for name, d in returnn_datasets(config, stub_modules=stub_modules).items()
+    }
 
 
 def _check_fits(name: str, c: Converted, plan: PlanOptions, values: Mapping[str, Any]) -> None:

@@ -60,12 +60,16 @@ class _StubModule(types.ModuleType):
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Last on ``sys.meta_path``: reached only by imports every real finder failed."""
+    """Last on ``sys.meta_path``: reached only by imports every real finder failed, and stubs
+    only those the file ``origin`` makes (not the optional imports of the libraries it uses)."""
 
-    def __init__(self) -> None:
+    def __init__(self, origin: str | None) -> None:
         self.stubbed: list[str] = []
+        self.origin = origin
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if self.origin is not None and not _imported_by(self.origin):
+            return None
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
@@ -77,11 +81,22 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         self.stubbed.append(module.__name__)
 
 
+def _imported_by(origin: str) -> bool:
+    """Whether the import being resolved comes from code in the file ``origin``."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_filename == origin:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
 @contextmanager
-def stub_imports() -> Iterator[list[str]]:
-    """While active, an import that fails resolves to a stand-in module; yields the list of the
-    modules stubbed (filled as they are imported). Afterwards the stand-ins are forgotten."""
-    finder = _StubFinder()
+def stub_imports(origin: str | None = None) -> Iterator[list[str]]:
+    """While active, an import that fails (made by the file ``origin``; None: by anyone)
+    resolves to a stand-in module; yields the list of the modules stubbed (filled as they are
+    imported). Afterwards the stand-ins are forgotten."""
+    finder = _StubFinder(origin)
     sys.meta_path.append(finder)
     try:
         yield finder.stubbed
