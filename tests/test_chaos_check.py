@@ -72,3 +72,19 @@ def test_unequal_steps_are_counted(tmp_path: Path) -> None:
     ]
     chaos.check(outcome, tmp_path, SETUP)
     assert outcome.unequal == 1
+
+
+def test_mix_counts_uses_per_corpus(tmp_path: Path) -> None:
+    """With ``mix``: over E epochs corpus c's sequences must each come E * rate times."""
+    setup = chaos.Setup("mix", (), epochs=2, mix=True)
+    order = list(build_corpus().tags)
+    uses = {t: round(2 * chaos.MIX_RATES["a" if i < chaos.MIX_SPLIT else "b"]) for i, t in
+            enumerate(order)}  # fmt: skip
+    records = [tag for tag, n in uses.items() for _ in range(n)]
+    records.remove(order[-1])  # one use of a "b" sequence never delivered
+    records.append(order[0])  # an "a" sequence delivered once too often
+    write_log(tmp_path, "s0", 0, [(k, records[k * 10 : k * 10 + 10]) for k in range(30)])
+    outcome = chaos.Outcome("mix")
+    outcome.segments = [chaos.Segment(1, 0, None, None, rc=0)]
+    chaos.check(outcome, tmp_path, setup)
+    assert (outcome.duplicated, outcome.lost) == (1, 1), outcome.problems

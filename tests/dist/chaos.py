@@ -11,7 +11,8 @@ after every step). Per segment the driver draws the world size (cycling 2, 3, 1,
 workers (0-2), the rank to kill and the batch it dies on, among the batches the segment will
 really deliver (a probe loader loads the same checkpoint and lists them). Several loader set-ups
 share the kills: ``laplace`` over 2 sub-epochs with ``split``, ``buckets:4`` over 2 sub-epochs,
-``shard`` + ``pad``, and ``files`` + ``pad`` over 8 RETURNN HDF files.
+``shard`` + ``pad``, ``files`` + ``pad`` over 8 RETURNN HDF files, and ``mix=`` over two corpora
+(rates 0.5 and 2.0: over 4 epochs each sequence of the first is used twice, of the second 8 times).
 
 Exit status 0 when every check holds; the figures go to ``DIR/chaos.json`` and stdout.
 """
@@ -32,7 +33,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from ddp_common import N_SEQS, build_corpus, hdf_api, kill_tree, read_log  # noqa: E402
+from ddp_common import MIX_RATES, MIX_SPLIT, N_SEQS, build_corpus, hdf_api, kill_tree, read_log  # noqa: E402
 
 import seqloader as sl  # noqa: E402
 
@@ -48,6 +49,7 @@ class Setup:
     epochs: int
     partition_epoch: int = 1
     hdf_files: int = 0  # > 0: the corpus as that many HDF files
+    mix: bool = False  # two corpora at MIX_RATES: each sequence epochs * rate times in all
 
 
 SETUPS = (
@@ -55,6 +57,7 @@ SETUPS = (
     Setup("buckets:4 partition_epoch=2 split", ("--ordering", "buckets:4"), 4, 2),
     Setup("shard pad", ("--uneven", "pad"), 3),
     Setup("files pad (8 HDF files)", ("--distribution", "files", "--uneven", "pad"), 3, 1, 8),
+    Setup("mix a=0.5 b=2.0 pad", ("--mix", "--uneven", "pad"), 4, mix=True),
 )
 
 
@@ -208,6 +211,15 @@ def check(outcome: Outcome, out: Path, setup: Setup) -> None:
         for log in logs:
             for e in log:
                 by_pass[(e["epoch"] - 1) // setup.partition_epoch].update(e["tags"])
+    if setup.mix:  # over the whole training: corpus c's sequences epochs * rate times each
+        seen = sum(by_pass.values(), collections.Counter())
+        for i, tag in enumerate(build_corpus().tags):  # corpus order: a, then b
+            want = round(setup.epochs * MIX_RATES["a" if i < MIX_SPLIT else "b"])
+            outcome.duplicated += max(seen[tag] - want, 0)
+            outcome.lost += max(want - seen[tag], 0)
+            if seen[tag] != want:
+                outcome.problems.append(f"{tag}: used {seen[tag]} times, expected {want}")
+        return
     passes = setup.epochs // setup.partition_epoch
     for p in range(passes):
         seen = by_pass.get(p, collections.Counter())
@@ -231,17 +243,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--launcher", choices=["torchrun", "fork"], default="torchrun")
     p.add_argument("--seed", type=int, default=None, help="default: drawn (and printed)")
     p.add_argument("--out", type=Path, default=None, help="default: a temporary directory")
+    p.add_argument("--only", help="run only the set-ups whose name contains this")
     a = p.parse_args(argv)
+    setups = [s for s in SETUPS if a.only is None or a.only in s.name]
     seed = a.seed if a.seed is not None else random.SystemRandom().randrange(2**31)
     rng = random.Random(seed)
     root = a.out or Path(tempfile.mkdtemp(prefix="seqloader-chaos-"))
     root.mkdir(parents=True, exist_ok=True)
-    print(f"chaos: seed {seed}, {a.kills} kills over {len(SETUPS)} set-ups, out {root}", flush=True)
+    print(f"chaos: seed {seed}, {a.kills} kills over {len(setups)} set-ups, out {root}", flush=True)
     started = time.perf_counter()
     turn = [0]
     outcomes = []
-    for i, setup in enumerate(SETUPS):
-        kills = a.kills // len(SETUPS) + (1 if i < a.kills % len(SETUPS) else 0)
+    for i, setup in enumerate(setups):
+        kills = a.kills // len(setups) + (1 if i < a.kills % len(setups) else 0)
         o = run_setup(setup, kills, a.launcher, rng, root, turn)
         outcomes.append(o)
         segs = ", ".join(describe(s) for s in o.segments)

@@ -26,6 +26,26 @@ def build_corpus(n: int = N_SEQS, seed: int = 7) -> sl.MemorySource:
     return sl.MemorySource({"data": data}, tags=[f"utt-{i:04d}" for i in range(n)])
 
 
+#: ``--mix``: the corpus as two named corpora (its first MIX_SPLIT sequences and the rest) mixed at
+#: these rates; over E epochs corpus c's sequences are each used exactly E * rate times
+MIX_SPLIT = 60
+MIX_RATES = {"a": 0.5, "b": 2.0}
+
+
+def mix_corpus() -> sl.ConcatSource:
+    """``build_corpus()`` cut into the corpora ``a`` and ``b`` (same sequences and tags)."""
+    corpus = build_corpus()
+    parts = {"a": range(MIX_SPLIT), "b": range(MIX_SPLIT, len(corpus))}
+    return sl.ConcatSource(
+        {
+            name: sl.MemorySource(
+                {"data": [corpus.read(i)["data"] for i in idx]}, [corpus.tag(i) for i in idx]
+            )
+            for name, idx in parts.items()
+        }
+    )
+
+
 def hdf_api():
     """(HDFSource, write_hdf) if the HDF source exists in this checkout, else None."""
     try:

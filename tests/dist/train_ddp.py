@@ -23,10 +23,12 @@ import torch
 import torch.distributed as dist
 from ddp_common import (
     LOADER_OPTIONS,
+    MIX_RATES,
     N_SEQS,
     build_corpus,
     hdf_api,
     log_path,
+    mix_corpus,
     result_path,
     write_json_atomic,
 )
@@ -42,6 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hdf", type=Path, nargs="+", help="read these RETURNN HDF files, not memory")
     p.add_argument("--distribution", default="shard")
     p.add_argument("--ordering", help="instead of LOADER_OPTIONS' ordering (e.g. buckets:4)")
+    p.add_argument("--mix", action="store_true", help="two named corpora mixed at MIX_RATES")
     p.add_argument("--audit", action="store_true", help="audit every epoch (gathered over ranks)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--partition-epoch", type=int, default=1)
@@ -77,6 +80,9 @@ def make_loader(args: argparse.Namespace, rank: int, world_size: int | None = No
     if args.hdf is not None:
         hdf_source, _ = hdf_api()
         source = hdf_source(args.hdf)
+    elif args.mix:
+        source = mix_corpus()
+        options["mix"] = MIX_RATES
     else:
         source = build_corpus(n)
     return sl.SeqLoader(
