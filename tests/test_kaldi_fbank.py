@@ -71,3 +71,18 @@ def test_bad_options() -> None:
         sl.KaldiFbank(n_mels=2)
     with pytest.raises(OptionError, match="expected 1-D"):
         sl.KaldiFbank()(np.zeros((2, 400), np.float32))
+
+
+@pytest.mark.parametrize("snip_edges", [False, True])
+def test_strided_frames_follow_kaldis_reflection_rule(snip_edges) -> None:
+    """The fast path (one reflected copy, a strided view) gives the frames of Kaldi's per-sample
+    reflection rule, for every length, also below one window."""
+    from seqloader.audio.kaldi_fbank import _frames
+
+    options = sl.KaldiFbank(snip_edges=snip_edges)
+    rng = np.random.default_rng(0)
+    for n in [*range(1, 700, 7), 16000, 16079, 35001]:
+        if options.num_frames(n) == 0:
+            continue
+        x = rng.standard_normal(n).astype(np.float32)
+        np.testing.assert_array_equal(_frames(x, options), x[options.frame_indices(n)])
