@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--ordering", help="instead of LOADER_OPTIONS' ordering (e.g. buckets:4)")
     p.add_argument("--mix", action="store_true", help="two named corpora mixed at MIX_RATES")
     p.add_argument("--audit", action="store_true", help="audit every epoch (gathered over ranks)")
+    p.add_argument("--chunking", help="plan chunks (e.g. 4:3); the log names them TAG#CHUNK")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--partition-epoch", type=int, default=1)
     p.add_argument("--workers", type=int, default=1)
@@ -72,6 +73,8 @@ def make_loader(args: argparse.Namespace, rank: int, world_size: int | None = No
     options = dict(LOADER_OPTIONS)
     if args.ordering:
         options["ordering"] = args.ordering
+    if args.chunking:
+        options["chunking"] = args.chunking
     n = N_SEQS
     if args.mismatch and rank == 1:
         n -= 1
@@ -128,7 +131,10 @@ def main(argv: list[str] | None = None) -> int:
         for epoch in range(first_epoch, args.epochs + 1):
             steps = 0
             for batch in loader.epoch(epoch):
-                real = [t for t, m in zip(batch.seq_tags, batch.mask.tolist()) if m]
+                names = batch.seq_tags
+                if batch.chunks is not None:  # a chunk is a unit: TAG#CHUNK
+                    names = [f"{t}#{c}" for t, c in zip(names, batch.chunks.tolist())]
+                real = [t for t, m in zip(names, batch.mask.tolist()) if m]
                 entry = {"epoch": epoch, "step": batch.step, "tags": real}
                 log.write(json.dumps(entry) + "\n")
                 log.flush()

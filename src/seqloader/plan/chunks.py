@@ -144,27 +144,37 @@ class ChunkTable:
 
     def expand(self, seqs: np.ndarray, keys: Sequence[str] = ()) -> Units:
         """The chunks of ``seqs`` (int64 ``[m]``), each sequence's in order; with their lengths
-        for ``keys``. Sequential work only (``repeat``), no gather over all chunks."""
+        for ``keys``. Sequential work only (``repeat``, ``cumsum``), no gather over all chunks;
+        chunk indices are int32 (fewer than 2^31 chunks are planned, ``bounds``)."""
         seqs = np.asarray(seqs, dtype=np.int64)
         counts = self.first[seqs + 1] - self.first[seqs]  # [m]
         total = int(counts.sum())
-        out_first = np.cumsum(counts) - counts  # [m] position of each sequence's first chunk
         slot_seqs = np.repeat(seqs, counts)  # [u]
-        chunks = np.arange(total, dtype=np.int64) - np.repeat(out_first, counts)
+        # chunk index: 1 per slot, minus the previous sequence's count at each sequence start
+        chunks = np.ones(total, dtype=np.int32)
+        if total:
+            nonempty = counts > 0
+            starts = (np.cumsum(counts) - counts)[nonempty]  # [m'] first slot of each sequence
+            chunks[starts[1:]] = 1 - counts[nonempty][:-1]
+            chunks[0] = 0
+            np.cumsum(chunks, out=chunks)
         lengths = {}
         for key in keys:
             whole = np.repeat(self.whole[key][seqs], counts)  # [u]
-            lengths[key] = self.window(key, whole, chunks)
+            lengths[key] = self.window(key, whole, chunks, out=whole)
         return Units(slot_seqs, chunks, lengths)
 
-    def window(self, key: str, whole: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+    def window(
+        self, key: str, whole: np.ndarray, chunks: np.ndarray, out: np.ndarray | None = None
+    ) -> np.ndarray:
         """Length of chunk ``chunks`` of sequences of length ``whole`` in ``key`` -> int64
-        (keys not chunked: the whole length)."""
+        (keys not chunked: the whole length); ``out``: where to write it (may be ``whole``)."""
         if key not in self.spec:
             return np.asarray(whole, dtype=np.int64)
         size, step = self.spec[key]
-        start = np.asarray(chunks, dtype=np.int64) * step
-        return np.minimum(start + size, whole) - start
+        start = np.multiply(chunks, step, dtype=np.int64)  # [u]
+        res = np.subtract(whole, start, out=out if out is not None else start)
+        return np.minimum(res, size, out=res)
 
     def longest(self, key: str) -> np.ndarray:
         """Each sequence's longest chunk in ``key`` (its first) -> int64 ``[n]``."""
