@@ -56,6 +56,7 @@ NO_EFFECT = {
     "name": "RETURNN's name for logs",
     "cache_byte_size": "RETURNN's in-memory cache of HDFDataset (our reads need none)",
     "use_cache_manager": "copies files to a cluster-local cache first; the data is the same",
+    "estimated_num_seqs": "a hint for RETURNN's progress display",
 }
 EXCLUDED_REASON = "not in seq_list_filter_file"
 
