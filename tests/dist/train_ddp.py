@@ -42,6 +42,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--phase", default="run")
     p.add_argument("--hdf", type=Path, nargs="+", help="read these RETURNN HDF files, not memory")
+    p.add_argument("--shar", type=Path, help="read this Lhotse Shar folder (ShardSource)")
     p.add_argument("--distribution", default="shard")
     p.add_argument("--ordering", help="instead of LOADER_OPTIONS' ordering (e.g. buckets:4)")
     p.add_argument("--mix", action="store_true", help="two named corpora mixed at MIX_RATES")
@@ -83,6 +84,8 @@ def make_loader(args: argparse.Namespace, rank: int, world_size: int | None = No
     if args.hdf is not None:
         hdf_source, _ = hdf_api()
         source = hdf_source(args.hdf)
+    elif args.shar is not None:  # every rank opens it at once: the index is built once
+        source = sl.ShardSource.lhotse_shar(args.shar, index_dir=args.out / "shard-index")
     elif args.mix:
         source = mix_corpus()
         options["mix"] = MIX_RATES
@@ -127,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     result["node_rank"] = int(os.environ.get("GROUP_RANK", -1))
     if args.hdf is not None:
         result["source"] = "hdf"
+    if args.shar is not None:
+        result["source"] = "shar"
     try:
         for epoch in range(first_epoch, args.epochs + 1):
             steps = 0
