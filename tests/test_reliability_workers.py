@@ -147,8 +147,8 @@ def test_non_seqloader_error_in_worker_becomes_worker_error_naming_batch():
 
 
 def test_data_error_in_worker_keeps_its_type_and_message():
-    """A transform error becomes a DataError in the worker; torch re-raises it by type in the
-    trainer with the worker's traceback, and our message (sequence index and tag) survives."""
+    """A transform error becomes a DataError in the worker; the trainer raises that DataError
+    itself: its message (sequence index and tag) first, the worker's traceback as the cause."""
 
     def broken(seq: dict, rng: np.random.Generator) -> dict:
         if int(seq["data"][0, 0]) == 11:
@@ -159,8 +159,57 @@ def test_data_error_in_worker_keeps_its_type_and_message():
     with loader, pytest.raises(DataError) as err:
         list(loader.epoch(1))
     message = str(err.value)
-    assert "in DataLoader worker process 0" in message
-    assert "transform failed on sequence 11 (tag 'utt-11'): ValueError: bad frame rate" in message
+    assert message.startswith("transform failed on sequence 11 (tag 'utt-11'): ValueError: bad")
+    assert "Caught" not in message and "Original Traceback" not in message
+    assert "in DataLoader worker process 0" in str(err.value.__cause__)
+
+
+class BrokenSequence(sl.MemorySource):
+    """A source whose ``read`` of one sequence raises the library's ``DataError`` (file, tag,
+    fix), as a reader does for a damaged file."""
+
+    MESSAGE = (
+        "file 'corpus/part-3.hdf': sequence {i} (tag {tag!r}) has 7 frames of 'data' but "
+        "seqLengths says 9. Fix: rewrite the file with seqloader convert"
+    )
+
+    def __init__(self, data: dict, broken: int) -> None:
+        super().__init__(data)
+        self.broken = broken
+
+    def read(self, index: int) -> dict:
+        if index == self.broken:
+            raise DataError(self.MESSAGE.format(i=index, tag=self.tag(index)))
+        return super().read(index)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_data_error_raised_in_a_worker_leads_with_the_library_message(workers, context):
+    """What the attack did: a DataError raised while a worker reads; the trainer's error is that
+    DataError, its message the library's (file, tag, fix) from its first character, the worker's
+    traceback (down to the raising ``read``) kept as ``__cause__``; the batches before it came."""
+    base = index_corpus(24)
+    src = BrokenSequence({"data": [base.read(i)["data"] for i in range(24)]}, broken=13)
+    expected = BrokenSequence.MESSAGE.format(i=13, tag=src.tag(13))
+    got = []
+    with (
+        sl.SeqLoader(
+            src, max_seqs=4, num_workers=workers, multiprocessing_context=context
+        ) as loader,
+        pytest.raises(DataError) as err,
+    ):
+        for batch in loader.epoch(1):
+            got.append(batch.step)
+    e = err.value
+    assert type(e) is DataError
+    assert str(e) == expected
+    cause = e.__cause__
+    assert cause is not None and "in DataLoader worker process" in str(cause)
+    assert "in read" in str(cause) and expected in str(cause)  # the worker's traceback
+    failing_step = next(k for k, seqs in enumerate(loader.plan(1)) if 13 in seqs.tolist())
+    assert got == list(range(failing_step))
 
 
 def _error_types() -> list[type[BaseException]]:

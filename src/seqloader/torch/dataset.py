@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
+from seqloader.errors import SeqLoaderError
 from seqloader.loading.arena import BlockPool, padded_bytes
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc
@@ -35,6 +36,7 @@ from seqloader.torch.handover import (
     shared_alloc,
 )
 from seqloader.torch.held_batches import WorkerProgress
+from seqloader.torch.worker_errors import WorkerRaised
 
 
 def to_batch(loaded: LoadedBatch) -> Batch:
@@ -65,19 +67,25 @@ class PlannedBatches(Dataset):
         # the trainer's mappings of worker slots go when this object does (e.g. loader.close())
         weakref.finalize(self, drop_received, self.owner)
 
-    def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage:
+    def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage | WorkerRaised:
         info = get_worker_info()
         if info is None:
             alloc = self._local_alloc(spec)
             return to_batch(self._execute(spec, alloc))
         progress = self.progress
-        if progress is None:
-            return self._build_in_worker(spec)
-        progress.begin(info.id, spec.epoch, spec.step)
         try:
-            return self._build_in_worker(spec)
-        finally:
-            progress.end(info.id)
+            if progress is None:
+                return self._build_in_worker(spec)
+            progress.begin(info.id, spec.epoch, spec.step)
+            try:
+                return self._build_in_worker(spec)
+            finally:
+                progress.end(info.id)
+        except SeqLoaderError as e:  # the trainer raises it itself (WorkerRaised)
+            raised = WorkerRaised.capture(e, info.id)
+            if raised is None:
+                raise
+            return raised
 
     def _build_in_worker(self, spec: BatchSpec) -> Batch | SlotBatchMessage:
         pool = self._worker_pool()

@@ -14,11 +14,15 @@ already a ``WorkerError``. Which batches the worker held comes from
 from __future__ import annotations
 
 import contextlib
+import os
+import pickle
 import signal
 import time
+import traceback
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 from torch.utils.data import DataLoader
 
@@ -28,7 +32,52 @@ from seqloader.torch import _compat
 from seqloader.torch._compat import workers_alive
 from seqloader.torch.held_batches import HeldBatches, WorkerProgress
 
-__all__ = ["EpochWatch", "WorkerProgress", "translate_worker_death", "workers_alive"]
+__all__ = [
+    "EpochWatch",
+    "WorkerProgress",
+    "WorkerRaised",
+    "WorkerTraceback",
+    "translate_worker_death",
+    "workers_alive",
+]
+
+
+class WorkerTraceback(Exception):
+    """The cause of a seqloader error re-raised in the trainer: where, in which worker, it was
+    raised, with the worker's traceback."""
+
+
+@dataclass(frozen=True)
+class WorkerRaised:
+    """A seqloader error (``DataError``: file, tag, fix) raised while a worker built a batch,
+    returned as that batch's result. torch would re-raise a copy whose message begins with its
+    own "Caught DataError in DataLoader worker process N. Original Traceback ..." and ends with
+    ours; the trainer raises the error itself instead (``reraise``): our message first, the
+    worker's traceback as its ``__cause__``."""
+
+    error: SeqLoaderError
+    traceback: str
+    worker_id: int
+    pid: int
+
+    @classmethod
+    def capture(cls, error: SeqLoaderError, worker_id: int) -> WorkerRaised | None:
+        """The result that carries ``error`` to the trainer, or None if the error does not
+        pickle (then torch's own re-raise carries it, as for any other exception)."""
+        try:
+            pickle.dumps(error)
+        except Exception:
+            return None
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return cls(error, text, worker_id, os.getpid())
+
+    def reraise(self) -> NoReturn:
+        cause = WorkerTraceback(
+            f"raised in DataLoader worker process {self.worker_id} (pid {self.pid}); its "
+            f"traceback there:\n{self.traceback.rstrip()}"
+        )
+        raise self.error from cause
+
 
 # pid -> the epoch watch that dispatched work to it (latest epoch wins; entries die with the watch)
 _watch_by_pid: weakref.WeakValueDictionary[int, EpochWatch] = weakref.WeakValueDictionary()
@@ -107,6 +156,8 @@ class EpochWatch:
                 raise
             self._failed(err)
             raise err from e
+        if type(item) is WorkerRaised:  # a seqloader error in the worker: ours, message first
+            item.reraise()
         self.consumed += 1
         return item
 
