@@ -46,7 +46,7 @@ ALLOWED: dict[str, set[str]] = {
                   "datamodule", "lightning"},
     "pytorch_lightning": {"errors", "validate", "extras", "plan", "sources", "trainer", "torch",
                           "datamodule", "pytorch_lightning"},
-    "cli": _BELOW_FACE | {"adapters", "cli", "face"},
+    "cli": _BELOW_FACE | {"adapters", "returnn", "cli", "face"},
     "face": _BELOW_FACE | {"adapters", "returnn", "face"},
 }  # fmt: skip
 # layers that must not import PyTorch (the I/O layers, pure planning, batch execution, corpora,
