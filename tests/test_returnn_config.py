@@ -414,3 +414,55 @@ def test_concat_dataset_gives_returnns_batches(hdf_config: Path, tmp_path: Path,
         from_returnn_config(random_inside)
     with pytest.raises(OptionError, match=r"CombinedDataset.*mix"):
         from_returnn_config({**values.typed_dict, "train": {"class": "CombinedDataset"}})
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_meta_dataset_with_its_own_order_gives_returnns_batches(
+    tmp_path: Path, num_workers: int
+) -> None:
+    """MetaDataset without seq_order_control_dataset: RETURNN orders by the MetaDataset's own
+    seq_ordering / partition_epoch / random_seed_offset / seq_list_filter_file over the tags of
+    the dataset giving 'data', sorted by its lengths; the other dataset follows (stored in
+    another order)."""
+    rng = np.random.default_rng(9)
+    lengths = {f"rec/{i}": int(rng.integers(4, 70)) for i in range(37)}
+    write_hdf_lengths(tmp_path / "feat.hdf", lengths, 6, seed=1)
+    write_hdf_lengths(tmp_path / "align.hdf", dict(reversed(list(lengths.items()))), 2, seed=2)
+    (tmp_path / "keep.txt").write_text("\n".join(t for t in lengths if t != "rec/4") + "\n")
+    config = tmp_path / "meta_own.config"
+    config.write_text(
+        textwrap.dedent(
+            f"""\
+            #!rnn.py
+            train = {{
+                "class": "MetaDataset",
+                "datasets": {{
+                    "feat": {{"class": "HDFDataset", "files": [{str(tmp_path / "feat.hdf")!r}]}},
+                    "align": {{"class": "HDFDataset", "files": [{str(tmp_path / "align.hdf")!r}]}},
+                }},
+                "data_map": {{"data": ("feat", "data"), "classes": ("align", "classes")}},
+                "seq_ordering": "laplace:.6", "partition_epoch": 2, "random_seed_offset": 3,
+                "seq_list_filter_file": {str(tmp_path / "keep.txt")!r},
+            }}
+            batch_size = 200
+            max_seqs = 6
+            torch_dataloader_opts = {{"num_workers": {num_workers}}}
+            """
+        )
+    )
+    loader = from_returnn_config(config)["train"]
+    epochs = range(1, 5)
+    got = our_batches(loader, epochs)
+    assert got == returnn_batches(config, "train", epochs)
+    assert "rec/4" not in {t for b in got[1] + got[2] for t in b}
+    loader.close()
+    values = returnn_config.Config()
+    values.load_file(str(config))
+    typed = dict(values.typed_dict)
+    typed["train"] = {**typed["train"]}
+    typed["train"]["datasets"] = {
+        **typed["train"]["datasets"],
+        "align": {**typed["train"]["datasets"]["align"], "seq_ordering": "random"},
+    }
+    with pytest.raises(OptionError, match=r"train.align: \['seq_ordering'\] are ignored by RETURN"):
+        from_returnn_config(typed)

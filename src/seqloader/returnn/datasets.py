@@ -83,7 +83,7 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
         )
     kind = opts["class"]
     if kind == "MetaDataset":
-        return _meta(name, opts)
+        return _meta(name, opts, default_ordering)
     if kind == "ConcatDataset":
         return _concat(name, opts)
     if kind == "MultiProcDataset":
@@ -171,25 +171,29 @@ def _multi_proc(name: str, opts: dict[str, Any], default_ordering: str) -> Conve
 META_OWN = ("class", "datasets", "data_map", "seq_order_control_dataset", "random_seed_offset")
 
 
-def _meta(name: str, opts: dict[str, Any]) -> Converted:
-    """RETURNN's ``MetaDataset`` with ``seq_order_control_dataset`` -> ``ZipSource``: the control
-    dataset's own options decide the order (RETURNN ignores the MetaDataset's), sub-datasets
-    inherit its ``random_seed_offset``; keys joined by tag through ``data_map``."""
+# the MetaDataset's own ordering options, used by RETURNN when no sub-dataset controls the order
+META_ORDER = ("seq_ordering", "partition_epoch", "seq_list_filter_file", "fixed_random_seed")
+
+
+def _meta(name: str, opts: dict[str, Any], default_ordering: str) -> Converted:
+    """RETURNN's ``MetaDataset`` -> ``ZipSource`` (keys joined by tag through ``data_map``).
+    With ``seq_order_control_dataset``, the control dataset's own options decide the order
+    (RETURNN ignores the MetaDataset's), sub-datasets inherit its ``random_seed_offset``. Without
+    it, RETURNN orders by the MetaDataset's own options over the tags of the dataset that gives
+    ``data``, sorting by that dataset's ``data`` lengths (``_own_order``)."""
     where = f"{name} dataset (MetaDataset)"
-    unknown = sorted(set(opts) - set(META_OWN) - set(NO_EFFECT))
+    control = opts.get("seq_order_control_dataset")
+    allowed = set(META_OWN) | set(NO_EFFECT) | (set() if control else set(META_ORDER))
+    unknown = sorted(set(opts) - allowed)
     if unknown:
         raise OptionError(
-            f"{where}: option(s) {unknown} not supported; supported: {sorted(META_OWN)} (with "
+            f"{where}: option(s) {unknown} not supported; supported: {sorted(allowed)} (with "
             "seq_order_control_dataset set, RETURNN orders by the control dataset's own "
             "seq_ordering, partition_epoch and seq_list_filter_file: set them there)"
         )
-    control = opts.get("seq_order_control_dataset")
     datasets, data_map = opts.get("datasets") or {}, opts.get("data_map") or {}
     if not control:
-        raise OptionError(
-            f"{where}: seq_order_control_dataset is not set (RETURNN then orders by the "
-            "MetaDataset's own options over the default dataset's tags): not supported; set it"
-        )
+        return _own_order(name, where, opts, datasets, data_map, default_ordering)
     used = {sub for sub, _ in data_map.values()}
     missing = sorted((used | {control}) - set(datasets))
     if missing:
@@ -231,6 +235,72 @@ def _meta(name: str, opts: dict[str, Any]) -> Converted:
         "MetaDataset",
         native=ctrl.native,
     )
+
+
+def _own_order(
+    name: str,
+    where: str,
+    opts: dict[str, Any],
+    datasets: dict[str, Any],
+    data_map: dict[str, Any],
+    default_ordering: str,
+) -> Converted:
+    """A ``MetaDataset`` without ``seq_order_control_dataset``: its own ``seq_ordering``,
+    ``partition_epoch``, ``random_seed_offset``, ``fixed_random_seed`` and
+    ``seq_list_filter_file``, over the tags of the dataset giving ``data`` (RETURNN's default
+    dataset), sorted by that dataset's ``data`` lengths; the sub-datasets follow that order."""
+    if "data" not in data_map:
+        raise OptionError(
+            f"{where}: no seq_order_control_dataset and no 'data' in data_map; RETURNN needs one "
+            "of them (it asserts): set seq_order_control_dataset"
+        )
+    default = data_map["data"][0]
+    used = {sub for sub, _ in data_map.values()}
+    missing = sorted(used - set(datasets))
+    if missing:
+        raise OptionError(f"{where}: datasets {missing} are named but not defined in 'datasets'")
+    converted = {}
+    for sub in sorted(used):
+        ignored = sorted(set(datasets[sub]) & {*META_ORDER, "random_seed_offset"})
+        if ignored:
+            raise OptionError(
+                f"{name}.{sub}: {ignored} are ignored by RETURNN here (without "
+                "seq_order_control_dataset the MetaDataset orders every sub-dataset): remove "
+                "them, or set them on the MetaDataset"
+            )
+        converted[sub] = convert_dataset(f"{name}.{sub}", dict(datasets[sub]), "default")
+    if converted[default].kind != "HDFDataset":
+        raise OptionError(
+            f"{where}: no seq_order_control_dataset, and the 'data' dataset {default!r} is a "
+            f"{converted[default].kind}, whose lengths RETURNN reads before loading (not reliable "
+            "there): set seq_order_control_dataset"
+        )
+    mapped = {
+        out: (sub, "text" if key == "orth" and converted[sub].kind == "OggZipDataset" else key)
+        for out, (sub, key) in data_map.items()
+    }
+    joined = ZipSource({s: c.source for s, c in converted.items()}, mapped, control=default)
+    index = joined.source_index(default)  # [n] the default dataset's corpus order
+    src = converted[default].source
+    order = np.asarray(src.lengths("data" if "data" in src.keys else src.keys[0]))[index]
+    excluded = {}
+    if opts.get("seq_list_filter_file"):
+        listed = set(read_tag_list(where, opts["seq_list_filter_file"]))
+        tags = [joined.tag(i) for i in range(len(joined))]
+        excluded[EXCLUDED_REASON] = np.fromiter((t not in listed for t in tags), dtype=bool)
+    view = ReturnnView(joined, order_lengths=order, excluded=excluded)
+    ordering = opts.get("seq_ordering", default_ordering)
+    if not isinstance(ordering, str):
+        raise OptionError(f"{where}: seq_ordering {ordering!r}; a function is not supported")
+    offset = opts.get("random_seed_offset")
+    if offset is not None and (not isinstance(offset, int) or offset < 0):
+        raise OptionError(f"{where}: random_seed_offset {offset!r}, expected an int >= 0")
+    native: dict[str, Any] = {}
+    fixed = opts.get("fixed_random_seed")
+    if fixed is not None and ordering.split(":")[0] not in UNDRAWN:
+        native["fixed_random_seed"] = fixed
+    partition = int(opts.get("partition_epoch") or 1)
+    return Converted(view, ordering, partition, offset, "MetaDataset", native=native)
 
 
 def _concat(name: str, opts: dict[str, Any]) -> Converted:
