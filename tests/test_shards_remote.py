@@ -61,3 +61,28 @@ def test_nemo_and_webdataset_urls(s3: S3, tmp_path) -> None:
         assert (wds.read(i)["audio"] == src.read(i)["audio"]).all()
     with pytest.raises(sl.OptionError, match="mix URLs"):
         ShardSource.nemo(listings, corpus["nemo"].tars, **opts)
+
+
+def test_remote_shard_problems_found_on_arrival(s3: S3, tmp_path) -> None:
+    import json
+
+    from shard_corpora import tar_of, wav
+
+    tar = tar_of(tmp_path / "audio_0.tar", [("a.wav", wav()), ("b.wav", wav()), ("x.wav", wav())])
+    manifest = tmp_path / "manifest_0.json"
+    lines = [
+        {"audio_filepath": n, "duration": 0.2, "text": "t"} for n in ("a.wav", "b.wav", "c.wav")
+    ]
+    manifest.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    urls = [s3.upload(tar, "bad/audio_0.tar")], [s3.upload(manifest, "bad/manifest_0.json")]
+    opts = {"cache_dir": tmp_path / "cache", "storage_options": s3.options}
+    strict = ShardSource.nemo(urls[1], urls[0], **opts)
+    with pytest.raises(
+        sl.DataError, match=r"audio_0.tar.*line 3, key 'c'\): entry without member. Fix"
+    ):
+        strict.read(0)
+    lenient = ShardSource.nemo(urls[1], urls[0], on_error="skip", **opts)
+    with pytest.warns(sl.DataWarning, match=r"1 x member without entry \(e.g. .*x.wav"):
+        assert len(lenient.read(0)["audio"]) == 3200
+    with pytest.raises(sl.SequenceSkipped, match="no member"):
+        lenient.read(2)

@@ -485,6 +485,7 @@ class ShardSource(SourceBase):
         a, b = int(self._bounds[f]), int(self._bounds[f + 1])
         tags = self._tags.take(np.arange(a, b))
         lines = self._store.column("line")[a:b].tolist()
+        problems = Problems(self.options.on_error == "skip")
         names, header, size = match(
             self.layout,
             tags,
@@ -492,8 +493,17 @@ class ShardSource(SourceBase):
             members,
             label,
             self.layout.shards[f].listing or label,
-            Problems(self.options.on_error == "skip"),
+            problems,
         )
+        if problems.counts:  # skip: entries without members are counted when read; say the rest
+            warnings.warn(
+                f"ShardSource: remote shard {label!r}, indexed on arrival: "
+                + "; ".join(
+                    f"{n} x {k} (e.g. {problems.examples[k]})" for k, n in problems.counts.items()
+                ),
+                DataWarning,
+                stacklevel=2,
+            )
         return header, size, names
 
     def _fd(self, f: int) -> int:
