@@ -38,6 +38,7 @@ from conftest import (
     index_corpus,
 )
 from seqloader.errors import ResumeError
+from seqloader.plan import Planner
 
 Record = tuple[int, int, tuple[BatchRecord, ...]]  # epoch, step, every rank's batch
 MakeLoader = Callable[[int, int], sl.SeqLoader]  # (rank, world_size) -> loader
@@ -92,12 +93,22 @@ def run_all(make: MakeLoader, world: int, last_epoch: int) -> list[Record]:
             ld.close()
 
 
-def real_by_epoch(records: list[Record]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
+def real_by_epoch(records: list[Record]) -> dict[int, list]:
+    """Per epoch the real units delivered: sequence indices, or (sequence, chunk) pairs."""
+    out: dict[int, list] = {}
     for epoch, _, ranks in records:
         for batch in ranks:
-            out.setdefault(epoch, []).extend(s for s, m in zip(batch.seqs, batch.mask) if m)
+            units = batch.seqs if batch.chunks is None else list(zip(batch.seqs, batch.chunks))
+            out.setdefault(epoch, []).extend(u for u, m in zip(units, batch.mask) if m)
     return out
+
+
+def planned_units(planner: Planner, epoch: int) -> list:
+    """The sub-epoch's units as ``real_by_epoch`` names them."""
+    if planner.chunks is None:
+        return planner.sub_epoch_order(epoch).tolist()  # a mix can plan a sequence twice
+    units = planner.sub_epoch_units(epoch)
+    return list(zip(units.seqs.tolist(), units.chunks.tolist()))
 
 
 def take_state(loaders: list[sl.SeqLoader]) -> dict:
@@ -158,7 +169,7 @@ def check_chain(
     got, want = real_by_epoch(chain), real_by_epoch(reference)
     for epoch in range(1, last_epoch + 1):
         seen = got.get(epoch, [])
-        order = planner.sub_epoch_order(epoch).tolist()  # a mix can plan a sequence twice
+        order = planned_units(planner, epoch)
         assert not Counter(seen) - Counter(order), f"epoch {epoch}: a sequence came too often"
         if uneven != "drop":
             assert sorted(seen) == sorted(order) == sorted(want.get(epoch, []))
@@ -231,11 +242,13 @@ SOURCES: dict[str, Callable[[int, int], sl.Source]] = {
     "index": corpus,
     "mixed corpora": mixed_corpora,
     "files": files_corpus,
+    "chunked": corpus,
 }
 #: Plan options a corpus kind needs (a mix needs named corpora; files a layout).
 SOURCE_OPTIONS: dict[str, dict[str, object]] = {
     "mixed corpora": {"mix": {"a": 1.5, "b": 0.5}},
     "files": {"distribution": "files"},
+    "chunked": {"chunking": "3:2", "min_chunk_size": 1},
 }
 
 
@@ -254,6 +267,7 @@ def test_resume_chains_property(n, seed, source, options, worlds, cuts, enter_ne
     elastic or not, at step 0, mid-epoch, at an epoch's end or across it."""
     extra = SOURCE_OPTIONS.get(source, {})
     assume("mix" not in extra or options["ordering"] in MIX_ORDERINGS)  # buckets: no mix
+    assume("chunking" not in extra or not options["ordering"].startswith("buckets"))
     if source == "files":  # fewer files than sub-epochs x ranks are refused (test_files_plan)
         assume(n == 0 or len(file_bounds(n, seed)) - 1 >= options["partition_epoch"] * max(worlds))
     make = loader_factory(SOURCES[source](n, seed), **options, **extra)
