@@ -94,6 +94,9 @@ def _split_tail(batches: BatchList, steps: int, world_size: int) -> BatchList:
             None if tail_chunks is None else tail_chunks[pick],
         )
         tail = tail.concat(fill)
+    elif bool(batches.real[cut:].all()):  # only the tail's bounds change: no copy of the slots
+        joined = np.concatenate([batches.bounds[:tail_start], bounds + cut]).astype(np.int64)
+        return BatchList(batches.seqs, joined, batches.real, batches.uses, batches.chunks)
     return head.concat(tail)
 
 
