@@ -456,3 +456,29 @@ def test_cli_takes_returnn_configs(data: Path, capsys) -> None:
     assert code != 0 and "--stub-modules" in out
     code, out = _cli(capsys, "check", data / "hdf" / "dev.hdf", "--dataset", "dev")
     assert code != 0 and "--dataset 'dev' is for RETURNN configs" in out
+
+
+@pytest.mark.parametrize(
+    "option,fix",
+    [
+        ({"targets_post_process": "lower"}, r"apply it when writing the corpus listing"),
+        ({"window": 3}, r"do it in a transform"),
+        ({"context_window": {"data": 2}}, r"widen the chunks with chunking"),
+        ({"repeat_epoch": 2}, r"use more epochs, or a mix"),
+        ({"unique_seq_tags": True}, r"remove them; docs/migrating.md says why"),
+    ],
+)
+def test_refused_dataset_options_name_the_key_the_dataset_and_the_fix(
+    data: Path, option: dict, fix: str
+) -> None:
+    hdf = str(data / "hdf" / "dev.hdf")
+    key = next(iter(option))
+    with pytest.raises(OptionError, match=rf"dev dataset \(HDFDataset\): option.*'{key}'.*{fix}"):
+        from_returnn_config({"dev": {"class": "HDFDataset", "files": [hdf], **option},
+                             "batch_size": 5000})  # fmt: skip
+    same = {"window": 1, "repeat_epoch": 1}.get(key)
+    if same is not None:  # RETURNN's default value changes nothing: accepted
+        loader = from_returnn_config(
+            {"dev": {"class": "HDFDataset", "files": [hdf], key: same}, "batch_size": 5000}
+        )["dev"]
+        loader.close()

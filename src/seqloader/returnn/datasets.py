@@ -33,6 +33,19 @@ COMMON = (
     "seq_list_filter_file",
     "fixed_random_seed",
 )
+# dataset options refused with the reason and what to do instead
+REFUSED_OPTIONS = {
+    "targets_post_process": "RETURNN applies the function to the text before the vocabulary; "
+    "apply it when writing the corpus listing (NAME.txt), or encode with a transform "
+    "(seqloader.transforms)",
+    "window": "RETURNN's context window joins neighbouring frames into one; do it in a transform "
+    "(seqloader.transforms) or in the model",
+    "context_window": "RETURNN adds context frames around each chunk; not planned: widen the "
+    "chunks with chunking instead, or leave it out",
+    "repeat_epoch": "RETURNN repeats the sequences within an epoch; use more epochs, or a mix "
+    "(seqloader.ConcatSource with mix={...}) to weight corpora",
+}
+NO_OP_VALUES = {"window": 1, "repeat_epoch": 1}  # RETURNN's defaults: accepted
 # orderings that draw no random number: RETURNN's fixed_random_seed changes nothing for them
 UNDRAWN = ("default", "sorted", "sorted_reverse", "reverse")
 # dataset classes refused, with the reason and what to do instead
@@ -98,10 +111,15 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
             f"{sorted([*_BUILDERS, 'ConcatDataset', 'MetaDataset', 'MultiProcDataset'])}"
         )
     own_keys, build = _BUILDERS[kind]
-    unknown = sorted(set(opts) - set(COMMON) - set(NO_EFFECT) - set(own_keys))
+    for key, why in REFUSED_OPTIONS.items():
+        if opts.get(key) not in (None, NO_OP_VALUES.get(key)):
+            raise OptionError(f"{name} dataset ({kind}): option {key!r} is not supported: {why}")
+    given = {k for k in opts if k not in REFUSED_OPTIONS}  # those: checked above, no-ops left
+    unknown = sorted(given - set(COMMON) - set(NO_EFFECT) - set(own_keys))
     if unknown:
         raise OptionError(
-            f"{name} dataset ({kind}): option(s) {unknown} not supported; supported: "
+            f"{name} dataset ({kind}): option(s) {unknown} not supported (remove them; "
+            f"docs/migrating.md says why each is refused); supported: "
             f"{sorted({*COMMON, *own_keys})}, accepted without effect: {sorted(NO_EFFECT)}"
         )
     where = f"{name} dataset ({kind})"
@@ -405,12 +423,6 @@ def _oggzip(where: str, opts: dict[str, Any]) -> Built:
             f"{where}: zip_audio_files_have_name_as_prefix {prefix!r}, expected a bool"
         )
     corpora = oggzip_corpora(where, opts.get("path"), prefix)
-    if opts.get("targets_post_process"):
-        raise OptionError(
-            f"{where}: option 'targets_post_process' is not supported: RETURNN applies the "
-            "function to the text before the vocabulary; apply it when writing the corpus "
-            "listing (NAME.txt), or encode with a transform (seqloader.transforms)"
-        )
     audio, targets = opts.get("audio"), opts.get("targets")
     features = None
     if audio is not None:
@@ -486,7 +498,6 @@ _BUILDERS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, Any]], Buil
             "targets",
             "segment_file",
             "zip_audio_files_have_name_as_prefix",
-            "targets_post_process",
             "fixed_random_subset",
             "fixed_random_subset_seed",
             "epoch_wise_filter",
