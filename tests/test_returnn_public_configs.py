@@ -145,6 +145,8 @@ CASES = [
     ("wmt_translation.config", "dev", (1,)),
     ("switchboard_hybrid.config", "train", (1, 2, 5)),
     ("librispeech_hybrid_raw.config", "train", (1, 2, 3)),
+    ("librispeech_aed_torch.config", "train", (1, 2, 7)),
+    ("librispeech_aed_torch.config", "dev", (1,)),
 ]
 
 
