@@ -83,7 +83,6 @@ class BatchRecord(NamedTuple):
     mask: tuple[bool, ...]
     lengths: tuple[tuple[str, tuple[int, ...]], ...]
     tensors: tuple[tuple[str, str, tuple[int, ...], bytes], ...]  # key, dtype, shape, bytes
-    chunks: tuple[int, ...] | None = None  # chunked plans: each row's chunk of its sequence
 
     def tensor_bytes(self, key: str) -> bytes:
         return next(raw for k, _, _, raw in self.tensors if k == key)
@@ -102,7 +101,6 @@ def batch_record(batch: sl.Batch) -> BatchRecord:
         tuple(batch.mask.tolist()),
         tuple((k, tuple(v.tolist())) for k, v in sorted(batch.lengths.items())),
         tensors,
-        None if batch.chunks is None else tuple(batch.chunks.tolist()),
     )
 
 

@@ -50,8 +50,13 @@ def corpus(n: int, seed: int = 0) -> sl.MemorySource:
 
 
 def record(batch: sl.Batch) -> BatchRecord:
+    """The batch as a record; in a chunked plan a unit is a chunk, so ``seqs`` holds
+    ``(sequence, chunk)`` pairs."""
     check_rows(batch)  # content matches the sequences the batch claims
-    return batch_record(batch)
+    rec = batch_record(batch)
+    if batch.chunks is None:
+        return rec
+    return rec._replace(seqs=tuple(zip(rec.seqs, batch.chunks.tolist())))
 
 
 def consume(
@@ -98,8 +103,7 @@ def real_by_epoch(records: list[Record]) -> dict[int, list]:
     out: dict[int, list] = {}
     for epoch, _, ranks in records:
         for batch in ranks:
-            units = batch.seqs if batch.chunks is None else list(zip(batch.seqs, batch.chunks))
-            out.setdefault(epoch, []).extend(u for u, m in zip(units, batch.mask) if m)
+            out.setdefault(epoch, []).extend(u for u, m in zip(batch.seqs, batch.mask) if m)
     return out
 
 
