@@ -223,3 +223,18 @@ def test_bad_configs_get_one_line(capsys, hdf, tmp_path):  # noqa: F811
     empty_list = tmp_path / "empty.txt"
     empty_list.write_text("# nothing\n")
     assert "names no files" in one_line_error(capsys, "stats", empty_list)
+
+
+def test_chunking_and_per_key_flags_reach_the_plan(capsys, hdf):  # noqa: F811
+    """``check`` plans chunks from the flags (RETURNN's forms), verifies the epoch, and counts."""
+    result = run_json(
+        capsys, "check", hdf, "--chunking", "data=7:5,classes=7:5", "--max-frames", "*=60",
+        "--min-chunk-size", "2", "--world-size", "2",
+    )  # fmt: skip
+    assert "every admitted chunk" in json.dumps(result)  # C1 counted per chunk, and held
+    stats = run_json(
+        capsys, "stats", hdf, "--chunking", "data=7:5,classes=7:5", "--max-frames", "60"
+    )
+    assert stats
+    one_line_error(capsys, "check", hdf, "--chunking", "7:x")
+    one_line_error(capsys, "check", hdf, "--epoch-wise-filter", "1-x:3")

@@ -70,6 +70,79 @@ def seq_length_limit(text: str) -> int | dict[str, int]:
     return out
 
 
+def _keyed_int(minimum: int):
+    """An argparse type: ``N`` (the length key) or ``KEY=N[,KEY=N...]`` (``*`` = every key)."""
+    count = _int_at_least(minimum)
+
+    def parse(text: str) -> int | dict[str, int]:
+        if "=" not in text:
+            return count(text)
+        out: dict[str, int] = {}
+        for part in text.split(","):
+            key, sep, value = part.partition("=")
+            try:
+                if not sep or not key.strip():
+                    raise argparse.ArgumentTypeError("no key")
+                out[key.strip()] = count(value.strip())
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(
+                    f"got {text!r}, expected N or KEY=N[,KEY=N...] with integers N >= {minimum} "
+                    "(KEY * = every key)"
+                ) from None
+        return out
+
+    parse.__name__ = f"N or KEY=N (N >= {minimum})"
+    return parse
+
+
+def chunking_flag(text: str) -> str | dict[str, tuple[int, int]]:
+    """``SIZE[:STEP]`` (every key) or ``KEY=SIZE[:STEP][,KEY=...]`` (those keys)."""
+    if "=" not in text:
+        return text  # PlanOptions parses (and refuses) RETURNN's string form itself
+    out: dict[str, tuple[int, int]] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        size, _, step = value.partition(":")
+        try:
+            out[key.strip()] = (int(size), int(step or size))
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"got {text!r}, expected SIZE[:STEP] or KEY=SIZE[:STEP][,KEY=SIZE[:STEP]...]"
+            ) from None
+        if not sep or not key.strip():
+            raise argparse.ArgumentTypeError(f"got {text!r}, expected KEY=SIZE[:STEP]")
+    return out
+
+
+def subset_size(text: str) -> int | float:
+    """``N`` sequences or a fraction in (0, 1)."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"got {text!r}, expected N (sequences) or a fraction in (0, 1)"
+        ) from None
+
+
+def epoch_ranges(text: str) -> dict[tuple[int, int | None], dict[str, float]]:
+    """``FIRST-LAST:MEAN[,...]`` (LAST empty: open) -> RETURNN's ``epoch_wise_filter``."""
+    out: dict[tuple[int, int | None], dict[str, float]] = {}
+    for part in text.split(","):
+        epochs, _, mean = part.partition(":")
+        first, _, last = epochs.partition("-")
+        try:
+            out[(int(first), int(last) if last.strip() else None)] = {"max_mean_len": float(mean)}
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"got {text!r}, expected FIRST-LAST:MAX_MEAN_LEN[,...] (e.g. 1-5:400,6-:800)"
+            ) from None
+    return out
+
+
 def mix_rates(text: str) -> dict[str, Fraction]:
     """``NAME=RATE[,NAME=RATE...]`` -> ``{name: rate}`` (the ``mix`` option; rates > 0, exact as
     written: ``0.7`` and ``7/10`` are both 7/10)."""
@@ -110,9 +183,19 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
         "--max-frames",
         "max_frames",
         {
-            "type": positive_int,
-            "metavar": "N",
-            "help": "at most N padded frames (n_seqs * max_len) per batch",
+            "type": _keyed_int(1),
+            "metavar": "N|KEY=N,..",
+            "help": "at most N padded frames (n_seqs * max_len) per batch, of the length key or "
+            "per key (* = every key)",
+        },
+    ),
+    (
+        "--max-packed-frames",
+        "max_packed_frames",
+        {
+            "type": _keyed_int(1),
+            "metavar": "N|KEY=N,..",
+            "help": "also at most N real frames (the sum of lengths) per batch",
         },
     ),
     (
@@ -120,8 +203,59 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
         "batch_cost",
         {
             "metavar": "COST",
-            "help": "what --max-frames bounds: frames (padded, the default) or quadratic:Q "
-            "(n_seqs * (Lmax + Lmax^2/Q), for attention)",
+            "help": "what --max-frames bounds: frames (padded, the default), packed (the sum "
+            "of lengths) or quadratic:Q (n_seqs * (Lmax + Lmax^2/Q), for attention)",
+        },
+    ),
+    (
+        "--chunking",
+        "chunking",
+        {
+            "type": chunking_flag,
+            "metavar": "SIZE:STEP|KEY=SIZE:STEP,..",
+            "help": "plan windows of each sequence as units (RETURNN's chunking; 0: off)",
+        },
+    ),
+    (
+        "--min-chunk-size",
+        "min_chunk_size",
+        {
+            "type": _keyed_int(0),
+            "metavar": "N|KEY=N,..",
+            "help": "leave out (count) windows shorter than N",
+        },
+    ),
+    (
+        "--fixed-random-subset",
+        "fixed_random_subset",
+        {
+            "type": subset_size,
+            "metavar": "N|F",
+            "help": "keep RETURNN's fixed random subset of N sequences (or a fraction F)",
+        },
+    ),
+    (
+        "--fixed-random-subset-seed",
+        "fixed_random_subset_seed",
+        {"type": non_negative_int, "metavar": "S", "help": "the subset's seed (default 42)"},
+    ),
+    (
+        "--fixed-random-seed",
+        "fixed_random_seed",
+        {
+            "type": non_negative_int,
+            "metavar": "S",
+            "help": "draw every epoch's order from this one seed (the same order every epoch)",
+        },
+    ),
+    (
+        "--epoch-wise-filter",
+        "epoch_wise_filter",
+        {
+            "type": epoch_ranges,
+            "metavar": "FIRST-LAST:MEAN,..",
+            "help": "RETURNN's curriculum: in those epochs keep the shortest sequences whose "
+            "mean length is about MEAN (counted)",
         },
     ),
     (
@@ -137,9 +271,9 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
         "--min-seq-length",
         "min_seq_length",
         {
-            "type": non_negative_int,
-            "metavar": "N",
-            "help": "filter (and count) sequences shorter than N",
+            "type": _keyed_int(0),
+            "metavar": "N|KEY=N,..",
+            "help": "filter (and count) sequences shorter than N, on the length key or per key",
         },
     ),
     (
@@ -208,6 +342,14 @@ WORKER_FLAGS: tuple[tuple[str, str, dict], ...] = (
         "--mp-context",
         "multiprocessing_context",
         {"choices": ("fork", "spawn", "forkserver"), "help": "worker start method"},
+    ),
+    (
+        "--layout",
+        "layout",
+        {
+            "choices": ("padded", "packed"),
+            "help": "padded [B, T, ...] or packed [sum T, ...] with offsets (no padding)",
+        },
     ),
 )
 NUM_WORKERS_HELP = "DataLoader worker processes per rank"

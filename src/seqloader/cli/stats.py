@@ -26,7 +26,7 @@ from seqloader.plan.cost import step_imbalance
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
 from seqloader.plan.planner import Planner
-from seqloader.plan.simulate import load_of
+from seqloader.plan.simulate import load_of, unit_window
 from seqloader.sources.base import file_layout
 
 HELP = (
@@ -104,14 +104,19 @@ def run(args: argparse.Namespace) -> int:
             lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora, files=files
         )
         plan = ordered.global_plan(1, args.ranks)
-        load = load_of(plan.batches, planner.lengths)
+        load = load_of(plan.batches, planner.lengths, unit_window(planner))
         b = plan.batches
+        seqs, costs = b.seqs, ordered.costs
+        window = unit_window(ordered)
+        if window is not None and b.chunks is not None:  # a slot costs its chunk's window
+            costs = ordered.batcher.limits.units(key, window(ordered.lengths[b.seqs], b.chunks))
+            seqs = np.arange(len(b.seqs))
         padding[o] = {
             "batches": load.batches,
             "padded_frames": load.padded_frames,
             "padding_ratio": round(load.padding_ratio, 5),
             "steps": plan.steps,
-            "step_imbalance": round(step_imbalance(b.seqs, b.bounds, args.ranks, ordered.costs), 5),
+            "step_imbalance": round(step_imbalance(seqs, b.bounds, args.ranks, costs), 5),
         }
     total = int(lengths[key].sum())
     rate = frame_rate(args.frame_rate, src, key, lengths[key])

@@ -91,9 +91,12 @@ class Simulation:
         return d
 
 
-def load_of(batches: BatchList, lengths: np.ndarray) -> Load:
-    """Totals of a batch list; ``lengths`` int64 ``[num_seqs]`` on the planning key."""
+def load_of(batches: BatchList, lengths: np.ndarray, window: Window | None = None) -> Load:
+    """Totals of a batch list; ``lengths`` int64 ``[num_seqs]`` on the planning key; ``window``:
+    in a chunked plan, each slot's chunk length from (whole lengths, chunk indices)."""
     lens = lengths[batches.seqs]  # [slots]
+    if window is not None and batches.chunks is not None:
+        lens = window(lens, batches.chunks)
     return Load(
         batches=len(batches),
         seqs=int(np.count_nonzero(batches.real)),
@@ -108,6 +111,17 @@ def worker_items(n_items: int, num_workers: int) -> list[np.ndarray]:
     ``w, w + N, ...``; ``num_workers=0`` means the main process executes everything."""
     n = max(num_workers, 1)
     return [np.arange(w, n_items, n, dtype=np.int64) for w in range(n)]
+
+
+Window = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def unit_window(planner: Planner) -> Window | None:
+    """Chunked plans: (whole lengths, chunk indices) -> the chunks' lengths on the length key."""
+    chunks = planner.chunks
+    if chunks is None:
+        return None
+    return lambda whole, c: chunks.window(planner.length_key, whole, c)
 
 
 def simulate(
@@ -125,6 +139,9 @@ def simulate(
         raise OptionError("epochs: got none, expected at least one epoch (epochs count from 1)")
     lengths = planner.lengths
     n = len(lengths)
+    chunks = planner.chunks  # chunked: count chunks (the planned units), not sequences
+    n_units = n if chunks is None else chunks.num_units
+    window = unit_window(planner)
     P = planner.options.partition_epoch
     use_counts: dict[int, np.ndarray] = {}  # full epoch -> uses per sequence [n]
     slots: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # mix: full epoch -> (seqs, uses)
@@ -138,20 +155,23 @@ def simulate(
         again = planner.global_plan(epoch, world_size)
         if not _same(plan.batches, again.batches):
             worker_problems.append(f"epoch {epoch}: planning twice gave different batches")
-        counts = use_counts.setdefault(ep.full_epoch, np.zeros(n, dtype=np.int64))
+        counts = use_counts.setdefault(ep.full_epoch, np.zeros(n_units, dtype=np.int64))
         parts_seen.setdefault(ep.full_epoch, set()).add(ep.part)
         ranks = []
         for r in range(world_size):
             share = plan.rank_share(r)
-            np.add.at(counts, share.seqs[share.real], 1)
+            used = share.seqs[share.real]
+            if chunks is not None and share.chunks is not None:
+                used = chunks.unit_ids(used, share.chunks[share.real])
+            np.add.at(counts, used, 1)
             if share.uses is not None:
                 slots.setdefault(ep.full_epoch, []).append(
                     (share.seqs[share.real], share.uses[share.real])
                 )
             items = worker_items(len(share), num_workers)
-            workers = tuple(load_of(share.take(ids), lengths) for ids in items)
+            workers = tuple(load_of(share.take(ids), lengths, window) for ids in items)
             files = None if planner.files is None else len(planner.rank_files(plan, r))
-            ranks.append(RankEpoch(r, load_of(share, lengths), workers, files))
+            ranks.append(RankEpoch(r, load_of(share, lengths, window), workers, files))
         steps = {ra.load.batches for ra in ranks}
         if len(steps) != 1:
             per_rank = {ra.rank: ra.load.batches for ra in ranks}
@@ -235,6 +255,10 @@ def _exactly_once(
     name = "C1 exactly-once"
     admitted = np.zeros(len(planner.lengths), dtype=bool)
     admitted[planner.admission.admitted] = True
+    noun = "sequence"
+    if planner.chunks is not None:  # the units are chunks, all of admitted sequences
+        admitted = np.ones(planner.chunks.num_units, dtype=bool)
+        noun = "chunk"
     P = planner.options.partition_epoch
     opts = planner.options
     problems: list[str] = []
@@ -253,12 +277,12 @@ def _exactly_once(
         if dup:
             i = int(np.flatnonzero(counts > 1)[0])
             parts.append(
-                f"{dup} sequences used more than once (e.g. #{i} {int(counts[i])} times, max "
+                f"{dup} {noun}s used more than once (e.g. #{i} {int(counts[i])} times, max "
                 f"{int(counts.max())})"
             )
         if missing:
             i = int(np.flatnonzero(admitted & (counts == 0))[0])
-            parts.append(f"{missing} admitted sequences never used (e.g. #{i})")
+            parts.append(f"{missing} admitted {noun}s never used (e.g. #{i})")
         if extra:
             parts.append(f"{extra} filtered sequences used")
         problems.append(f"{label}: " + ", ".join(parts))
@@ -266,12 +290,12 @@ def _exactly_once(
         said = []
         if complete_ok:
             said.append(
-                f"every admitted sequence ({int(admitted.sum())}) is used exactly once in "
+                f"every admitted {noun} ({int(admitted.sum())}) is used exactly once in "
                 + _full_epochs(complete_ok, P)
             )
         if partial_ok:
             said.append(
-                f"no sequence is used twice in the simulated part of {_full_epochs(partial_ok, P)} "
+                f"no {noun} is used twice in the simulated part of {_full_epochs(partial_ok, P)} "
                 "(simulate all its sub-epochs to check that none is missing)"
             )
         return Finding(name, True, "; ".join(said))
