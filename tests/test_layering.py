@@ -21,17 +21,18 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "seqloader"
 
 _BELOW_FACE = {
-    "errors", "validate", "extras", "plan", "sources", "loading", "audio", "shards", "synthetic",
-    "trainer", "torch"
+    "errors", "validate", "extras", "parts", "plan", "sources", "loading", "audio", "shards",
+    "synthetic", "trainer", "torch"
 }  # fmt: skip
 # layer -> the seqloader layers it may import (itself included). Lower layers first.
 ALLOWED: dict[str, set[str]] = {
     "errors": {"errors"},
     "validate": {"errors", "validate"},  # option checks, beside errors at the bottom
     "extras": {"errors", "extras"},  # optional packages, imported lazily, named when missing
-    "plan": {"errors", "validate", "plan"},
-    "sources": {"errors", "validate", "extras", "sources"},
-    "loading": {"errors", "validate", "plan", "sources", "loading"},
+    "parts": {"parts"},  # which part holds an index (numpy), beside errors at the bottom
+    "plan": {"errors", "validate", "parts", "plan"},
+    "sources": {"errors", "validate", "extras", "parts", "sources"},
+    "loading": {"errors", "validate", "parts", "plan", "sources", "loading"},
     "audio": {"errors", "validate", "extras", "sources", "loading", "audio"},
     "shards": {"errors", "validate", "extras", "sources", "loading", "audio", "shards"},
     "adapters": {"errors", "validate", "extras", "sources", "loading", "audio", "shards",
@@ -53,7 +54,8 @@ ALLOWED: dict[str, set[str]] = {
 # the trainer's bookkeeping); the adapters' packages (lhotse) may import it themselves, when used,
 # as any user code may
 TORCH_FREE = {
-    "errors", "validate", "extras", "plan", "sources", "loading", "audio", "shards", "synthetic",
+    "errors", "validate", "extras", "parts", "plan", "sources", "loading", "audio", "shards",
+    "synthetic",
     "adapters", "trainer"
 }  # fmt: skip
 # modules looked up by name at runtime (importlib.import_module), each declared with its reason:

@@ -125,7 +125,7 @@ def test_hdf_config_gives_returnns_batches(hdf_config: Path, tmp_path: Path, num
     )
     loaders = from_returnn_config(config, rank=0, world_size=1)
     assert sorted(loaders) == ["dev", "other", "train"]
-    assert loaders["train"].workers.num_workers == num_workers
+    assert loaders["train"].worker_options.num_workers == num_workers
     epochs = range(1, 7)  # two full epochs of three sub-epochs
     for name, loader in loaders.items():
         expected = returnn_batches(config, name, epochs)
@@ -151,12 +151,12 @@ def test_a_dict_config_and_the_random_seed_offset_distribution(hdf_config: Path)
     typed = dict(values.typed_dict)
     typed["torch_distributed"] = {}
     loaders = from_returnn_config(typed, rank=0, world_size=2)
-    assert loaders["train"].options.distribution == "random_seed_offset"
+    assert loaders["train"].plan_options.distribution == "random_seed_offset"
     order0 = loaders["train"].planner.sub_epoch_order(1, 0)
     order1 = loaders["train"].planner.sub_epoch_order(1, 1)
     assert not np.array_equal(order0, order1)
     shard = from_returnn_config({**typed, "torch_distributed": {"dataset_distribution": "shard"}})
-    assert shard["train"].options.distribution == "shard"
+    assert shard["train"].plan_options.distribution == "shard"
 
 
 @pytest.mark.parametrize(

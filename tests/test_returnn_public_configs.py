@@ -115,7 +115,7 @@ def ours(config: Path, num_workers: int, name: str, epochs: tuple[int, ...], tmp
         warnings.simplefilter("ignore")  # the stubbed-modules warning (tested on its own)
         loaders = from_returnn_config(copy, stub_modules=True, rank=0, world_size=1)
     loader = loaders[name]
-    assert loader.workers.num_workers == num_workers
+    assert loader.worker_options.num_workers == num_workers
     batches, values = {}, {}
     for epoch in epochs:
         batches[epoch] = []
@@ -182,7 +182,7 @@ def test_official_layout_reads_the_separate_listing(data: Path) -> None:
     train, dev = loaders["train"], loaders["dev"]
     assert len(train.source) == 24 and train.source.tag(0).startswith("train-clean-100-")
     assert len(dev.source) == 12
-    assert train.workers.num_workers == 0
+    assert train.worker_options.num_workers == 0
     for loader in loaders.values():
         loader.close()
 
@@ -266,8 +266,8 @@ def test_multiproc_workers_become_the_loaders(data: Path) -> None:
     values = {k: v for k, v in values.items() if k not in ("torch_dataloader_opts", "get_model")}
     values["train"] = {**values["train"], "seq_ordering": "sorted"}  # outer: a default for inner
     loader = from_returnn_config(values)["train"]
-    assert loader.workers.num_workers == 2
-    assert loader.options.ordering == "laplace:.6"  # the inner dataset's own wins
+    assert loader.worker_options.num_workers == 2
+    assert loader.plan_options.ordering == "laplace:.6"  # the inner dataset's own wins
     loader.close()
     with pytest.raises(OptionError, match=r"train dataset \(MultiProcDataset\).*'dedicated'"):
         from_returnn_config(
@@ -320,7 +320,7 @@ def test_config_language_errors(data: Path, tmp_path: Path) -> None:
     ):
         from_returnn_config({**base, "batch_size": 20})
     loader = from_returnn_config({**base, "batch_size": 300})["train"]
-    assert loader.options.length_key == "classes"  # the targets are the longest key
+    assert loader.plan_options.length_key == "classes"  # the targets are the longest key
     loader.close()
     from returnn_configs.corpora import write_hdf
 
@@ -334,7 +334,7 @@ def test_config_language_errors(data: Path, tmp_path: Path) -> None:
         " 'seq_ordering': 'laplace:3'}\nbatch_size = 60\nmax_seqs = 5\n"
     )
     loader = from_returnn_config(config)["train"]
-    assert loader.options.max_frames == {"*": 60}
+    assert loader.plan_options.max_frames == {"*": 60}
     loader.close()
     epochs = (1, 2)
     assert (
@@ -346,7 +346,7 @@ def test_config_language_errors(data: Path, tmp_path: Path) -> None:
         "batch_size": 900,
     }
     loader = from_returnn_config(mixed)["train"]  # speech: data frames outnumber the targets
-    assert loader.options.length_key in (None, "data")
+    assert loader.plan_options.length_key in (None, "data")
     loader.close()
 
 
@@ -445,7 +445,7 @@ def test_cli_takes_returnn_configs(data: Path, capsys) -> None:
     with pytest.warns(UserWarning):
         loader = from_returnn_config(config, stub_modules=True)["train"]
     for key in ("ordering", "partition_epoch", "max_frames", "max_seqs", "max_seq_length"):
-        assert result["options"][key] == loader.options.to_dict()[key], key
+        assert result["options"][key] == loader.plan_options.to_dict()[key], key
     loader.close()
     code, out = _cli(capsys, "stats", CONFIGS / "switchboard_hybrid.config")
     assert code == 0 and "RETURNN config" in out, out

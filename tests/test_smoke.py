@@ -36,7 +36,8 @@ def test_report_keeps_the_wait_distribution_after_the_first_batch():
     for w in waits:  # known waits for each batch, then a 10 ms training step
         meter.before_next()
         now[0] += w
-        meter.after_counts(KeyCounts(1, 0, 1, 1))
+        meter.count(KeyCounts(1, 0, 1, 1))
+        meter.handed()
         now[0] += 0.01
     meter.finish()
     assert report.first_batch_s >= 0.3 and sum(report.wait_histogram) == len(waits) - 1

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqloader.parts import part_of
 from seqloader.plan.mix import Corpora
 from seqloader.sources.base import Source, corpus_layout
 
@@ -36,7 +37,7 @@ def corpus_names(source: Source, seqs: np.ndarray) -> list[str] | None:
     if layout is None:
         return None
     names, bounds = layout
-    ids = np.searchsorted(bounds, seqs, side="right") - 1  # [B]
+    ids = part_of(bounds, seqs)  # [B]
     return [names[c] for c in ids.tolist()]
 
 

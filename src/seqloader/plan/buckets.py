@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import greedy_bounds
 from seqloader.plan.ordering import argsort_by
@@ -126,7 +127,7 @@ class Arrangement:
 
     def batch_runs(self) -> np.ndarray:
         """Run index of each batch -> int64 ``[n_batches]``."""
-        return np.searchsorted(self.run_starts, self.bounds[:-1], side="right") - 1
+        return part_of(self.run_starts, self.bounds[:-1])
 
 
 def arrange(

@@ -75,10 +75,6 @@ class BatchCost:
             return max_frames
         return max_frames * self.quadratic
 
-    def to_frames(self, units: np.ndarray | float) -> np.ndarray | float:
-        """Cost units back to ``max_frames`` units (for reports)."""
-        return units if self.quadratic is None else np.divide(units, self.quadratic)
-
     def longest_fitting(self, max_frames: int) -> int:
         """The longest length that fits ``max_frames`` alone (for the error message's fix)."""
         if self.quadratic is None:

@@ -33,6 +33,7 @@ from fractions import Fraction
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.parts import part_of
 from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.seeding import PURPOSE_MIX, rng_for
 
@@ -68,12 +69,7 @@ class Corpora:
 
     def corpus_of(self, indices: np.ndarray) -> np.ndarray:
         """Corpus number of each sequence index -> int64 ``[m]``."""
-        return np.searchsorted(self.bounds, np.asarray(indices), side="right") - 1
-
-    def names_of(self, indices: np.ndarray) -> list[str]:
-        """Corpus name of each sequence index (what ``Batch.corpus`` holds)."""
-        names = self.names
-        return [names[c] for c in self.corpus_of(indices).tolist()]
+        return part_of(self.bounds, np.asarray(indices))
 
     def counts(self, indices: np.ndarray) -> np.ndarray:
         """Occurrences per corpus of ``indices`` -> int64 ``[C]``."""

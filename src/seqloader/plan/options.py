@@ -145,10 +145,6 @@ class Ordering:
     def is_buckets(self) -> bool:
         return self.kind == "buckets"
 
-    @property
-    def is_random(self) -> bool:
-        return self.kind not in ("default", "reverse", "sorted", "sorted_reverse")
-
 
 @dataclass(frozen=True)
 class PlanOptions:

@@ -17,6 +17,7 @@ from typing import cast
 import numpy as np
 
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
+from seqloader.parts import part_of
 from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_order
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bounds import check_bins, check_chunk_units
@@ -596,7 +597,7 @@ class Planner:
         reads them -> int64 ``[f]`` (what a cache fetches for it; fillers count, they are read)."""
         assert self.files is not None, "rank_files needs distribution='files'"
         seqs = plan.rank_share(rank, start_step).seqs
-        files = np.searchsorted(self.files, seqs, side="right") - 1  # [slots]
+        files = part_of(self.files, seqs)  # [slots]
         _, first = np.unique(files, return_index=True)
         return files[np.sort(first)].astype(np.int64)
 

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from seqloader.errors import DataError, OptionError
+from seqloader.parts import by_part, scatter
 from seqloader.sources.base import (
     KeySpec,
     Source,
@@ -134,14 +135,11 @@ class ConcatSource(SourceBase):
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         for i in idx[(idx < 0) | (idx >= self._bounds[-1])][:1].tolist():
             self.locate_corpus(i)  # raises IndexError naming it
-        corpus = np.searchsorted(self._bounds, idx, side="right") - 1  # [m]
-        out: list[dict[str, np.ndarray] | None] = [None] * len(idx)
-        for c in np.unique(corpus).tolist():
-            pos = np.flatnonzero(corpus == c)
-            seqs = read_batch(self._sources[c], idx[pos] - self._bounds[c])
-            for p, seq in zip(pos.tolist(), seqs):
-                out[p] = {k: seq[k] for k in self._schema}
-        return out  # type: ignore[return-value]
+        groups = []
+        for c, pos, local in by_part(self._bounds, idx):
+            seqs = read_batch(self._sources[c], local)
+            groups.append((pos, [{k: seq[k] for k in self._schema} for seq in seqs]))
+        return scatter(len(idx), groups)
 
     def prepare_workers(self) -> None:
         """Before DataLoader workers fork: let every corpus prepare (e.g. HDF chunk indexes)."""

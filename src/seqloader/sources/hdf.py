@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from seqloader.errors import DataError
+from seqloader.parts import by_part, scatter
 from seqloader.sources.base import KeySpec, SourceBase, fingerprint_of
 from seqloader.sources.hdf_chunks import forget_file, index_files
 from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
@@ -166,19 +167,15 @@ class HDFSource(SourceBase):
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             bad = int(idx[(idx < 0) | (idx >= len(self))][0])
             self.locate(bad)  # raises IndexError naming it
-        out: list[dict[str, np.ndarray] | None] = [None] * len(idx)
-        files = np.searchsorted(self._file_start, idx, side="right") - 1
-        for f in np.unique(files):
-            pos = np.flatnonzero(files == f)
-            local = idx[pos] - self._file_start[f]
+        groups = []
+        for f, pos, local in by_part(self._file_start, idx):
             try:
-                seqs = self._file(int(f)).read_many(self._starts[f], local)
+                seqs = self._file(f).read_many(self._starts[f], local)
             except Exception:
                 # find and name the sequence that fails; read() raises the named error
                 seqs = [self.read(int(i)) for i in idx[pos]]
-            for p, s in zip(pos, seqs):
-                out[p] = s
-        return out  # type: ignore[return-value]
+            groups.append((pos, seqs))
+        return scatter(len(idx), groups)
 
     def read_into(
         self, indices: np.ndarray, out: Mapping[str, np.ndarray], screen: bool = False
@@ -198,11 +195,9 @@ class HDFSource(SourceBase):
         if len(self._paths) == 1:
             groups = [(0, range(len(idx)), idx)]
         else:
-            files = np.searchsorted(self._file_start, idx, side="right") - 1
-            groups = []
-            for f in np.unique(files).tolist():
-                rows = np.flatnonzero(files == f)
-                groups.append((f, rows.tolist(), idx[rows] - self._file_start[f]))
+            groups = [
+                (f, rows.tolist(), local) for f, rows, local in by_part(self._file_start, idx)
+            ]
         suspects: set[int] = set()
         for f, pos, local in groups:
             try:

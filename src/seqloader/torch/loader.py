@@ -136,17 +136,6 @@ class SeqLoader:
         """This rank's batches of ``epoch`` from its start (what the prefetcher fetches for)."""
         return self.global_plan(epoch).rank_share(self.topology.rank)
 
-    # ---- the options under their older names ----
-    @property
-    def options(self) -> PlanOptions:
-        """The plan options (``plan_options``; the older name)."""
-        return self.plan_options
-
-    @property
-    def workers(self) -> WorkerOptions:
-        """The worker options (``worker_options``; the older name)."""
-        return self.worker_options
-
     @property
     def audit(self) -> Policy:
         """The epoch audit's policy (``checks.audit``)."""

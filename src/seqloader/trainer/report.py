@@ -233,16 +233,6 @@ class EpochMeter:
         self._wait_start = now
         self._waiting = True
 
-    def after_counts(
-        self,
-        counts: KeyCounts,
-        skipped: Sequence[str] = (),
-        corpus_counts: Mapping[str, CorpusCounts] | None = None,
-    ) -> None:
-        """A batch arrived (``count`` it, then it is ``handed`` to the loop)."""
-        self.count(counts, skipped, corpus_counts)
-        self.handed()
-
     def count(
         self,
         counts: KeyCounts,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.parts import part_of
 from seqloader.sources.remote.cache import FileCache, RemoteFile, is_url
 from seqloader.sources.remote.stats import COUNTERS, FetchCounters
 
@@ -26,7 +27,7 @@ class RemoteFiles:
 
     def file_of(self, seqs: np.ndarray) -> np.ndarray:
         """The file number of each sequence index."""
-        return np.searchsorted(self.bounds, seqs, side="right") - 1
+        return part_of(self.bounds, seqs)
 
 
 def cache_for(
