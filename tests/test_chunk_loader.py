@@ -186,3 +186,18 @@ def test_packed_layout_and_budget(hdf: Path, num_workers: int) -> None:
     finally:
         packed.close()
         padded.close()
+
+
+def test_report_counts_chunks_and_their_cost(hdf: Path) -> None:
+    """The epoch report of a chunked epoch: steps as planned, each slot's cost its window."""
+    loader = loader_for(hdf, 0, audit=False)
+    try:
+        batches = list(loader.epoch(1))
+        report = loader.report()
+        assert report.steps == len(batches) == loader.steps(1)
+        plan = loader.global_plan(1)
+        costs = loader.planner.slot_costs(plan.batches)
+        spans = np.concatenate([b.spans["data"].numpy() for b in batches])
+        np.testing.assert_array_equal(costs, spans[:, 1] - spans[:, 0])
+    finally:
+        loader.close()

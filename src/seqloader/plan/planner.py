@@ -502,6 +502,15 @@ class Planner:
         order = self.sub_epoch_slots(epoch, order_rank)[0]
         return self.chunks.expand(order, self.batcher.keys)
 
+    def slot_costs(self, batches: BatchList) -> np.ndarray:
+        """Cost units of each slot of ``batches`` -> int64 ``[slots]`` (a chunk costs its window
+        on the length key)."""
+        whole = self.lengths[batches.seqs]
+        if self.chunks is None or batches.chunks is None:
+            return self.costs[batches.seqs]
+        window = self.chunks.window(self.length_key, whole, batches.chunks)
+        return self.batcher.limits.units(self.length_key, window)
+
     def chunk_batches(self, units: Units) -> BatchList:
         """Greedy batches over ``units`` (chunks in plan order)."""
         bounds = self.batcher.bounds_of(units.lengths)

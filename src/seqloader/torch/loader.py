@@ -185,6 +185,9 @@ class SeqLoader:
             self.planner.filtered(epoch),
             planned_corpora(self.planner, epoch),
             costs=self.planner.costs if self.planner.chunks is None else None,
+            slot_costs=None
+            if self.planner.chunks is None
+            else self.planner.slot_costs(plan.batches),
         )
         self._last_report = report
         auditor = None

@@ -79,17 +79,21 @@ class EpochReport:
         filtered: dict[str, int],
         corpora: dict[str, CorpusReport] | None = None,
         costs: np.ndarray | None = None,
+        slot_costs: np.ndarray | None = None,
     ) -> EpochReport:
         """The empty report of a run of ``plan`` from ``position`` (what the epoch will contain;
         ``corpora``: the named corpora's planned counts; ``costs``: cost units per sequence, for
-        the planned step-cost imbalance from the position's step on)."""
+        the planned step-cost imbalance from the position's step on; ``slot_costs``: instead,
+        per slot of ``plan.batches`` (chunked plans: a slot costs its chunk))."""
         imbalance = 1.0
-        if costs is not None:
+        if costs is not None or slot_costs is not None:
             b, first = plan.batches, position.steps * plan.world_size
             start = b.bounds[min(first, len(b))]
-            imbalance = step_imbalance(
-                b.seqs[start:], b.bounds[first:] - start, plan.world_size, costs
-            )
+            seqs = b.seqs[start:]
+            if slot_costs is not None:
+                seqs, costs = np.arange(len(seqs)), slot_costs[start:]
+            assert costs is not None
+            imbalance = step_imbalance(seqs, b.bounds[first:] - start, plan.world_size, costs)
         return cls(
             position.epoch,
             topology.rank,
