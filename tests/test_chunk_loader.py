@@ -201,3 +201,29 @@ def test_report_counts_chunks_and_their_cost(hdf: Path) -> None:
         np.testing.assert_array_equal(costs, spans[:, 1] - spans[:, 0])
     finally:
         loader.close()
+
+
+@pytest.mark.slow
+def test_spawned_workers_cut_the_same_chunks(hdf: Path) -> None:
+    """Workers started with ``spawn`` (the chunking reaches them pickled) build the same batches,
+    bytes included, as the main process."""
+
+    def batches(**workers: object) -> list[tuple]:
+        loader = SeqLoader(
+            HDFSource(hdf),
+            ordering="random",
+            chunking=CHUNKING,
+            max_frames=BATCH_SIZE,
+            rank=0,
+            world_size=1,
+            **workers,  # type: ignore[arg-type]
+        )
+        try:
+            return [
+                (b.seq_tags, b.chunks.tolist(), b["data"].numpy().tobytes())
+                for b in loader.epoch(1)
+            ]
+        finally:
+            loader.close()
+
+    assert batches(num_workers=2, multiprocessing_context="spawn") == batches(num_workers=0)
