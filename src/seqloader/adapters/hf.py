@@ -72,6 +72,12 @@ class HFSource(SourceBase):
     string or integer column naming each row (default: the row number); ``vocab`` encodes a string
     column given as ``classes``; audio options (``features=LogMel(...)``, ``sample_rate``, ...) as
     ``options=AudioOptions(...)`` or keywords, for audio columns.
+
+    >>> import datasets
+    >>> table = datasets.Dataset.from_dict({"feat": [[[0.0, 1.0]] * 3, [[1.0, 2.0]] * 5], "id": ["a", "b"]})
+    >>> src = HFSource(table, keys={"data": "feat"}, tags="id")
+    >>> len(src), src.tag(1), src.lengths("data").tolist()
+    (2, 'b', [3, 5])
     """
 
     def __init__(

@@ -66,6 +66,12 @@ class LhotseSource(SourceBase):
     features, or LogMel of the audio with ``features=``; ``audio`` when neither), plus ``text``
     when the cuts have supervision texts, plus ``classes`` with a vocabulary. Audio options:
     ``options=AudioOptions(...)`` or its fields as keywords (``features``, ``sample_rate``, ...).
+
+    >>> from lhotse import CutSet
+    >>> from lhotse.testing.dummies import dummy_cut
+    >>> src = LhotseSource(CutSet.from_cuts([dummy_cut(i, duration=1.0) for i in range(2)]))
+    >>> len(src), src.keys
+    (2, ('data',))
     """
 
     def __new__(cls, cuts: Any = None, **kwargs: Any) -> Any:

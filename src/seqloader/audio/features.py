@@ -37,6 +37,11 @@ class LogMel:
     - ``fmin`` / ``fmax``: band covered by the filters (``fmax`` default: Nyquist).
     - Mel scale: HTK (``2595 log10(1 + f / 700)``); triangular filters of peak 1 on the power
       spectrum of a periodic Hann window; ``log(max(mel, log_floor))``.
+
+    >>> LogMel(n_mels=40)(np.zeros(16000, "float32")).shape  # 1 s at 16 kHz: 25 ms windows, 10 ms hop
+    (98, 40)
+    >>> LogMel().num_frames(16000)
+    98
     """
 
     sample_rate: int = 16000

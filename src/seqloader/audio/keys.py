@@ -49,6 +49,10 @@ class AudioOptions:
       cropped / zero-padded to the planned length); more is a data error.
     - ``on_error``: ``raise`` (default) fails on an unreadable file naming the manifest line;
       ``skip`` leaves the utterance out of its batch, counted in the epoch report.
+
+    >>> opts = AudioOptions(sample_rate=16000, features=sl.LogMel(n_mels=40))
+    >>> opts.features.n_mels, opts.on_error
+    (40, 'raise')
     """
 
     sample_rate: int | None = None

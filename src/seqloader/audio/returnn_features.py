@@ -81,6 +81,10 @@ class ReturnnFeatures:
     ``sample_rate`` is needed to plan frame counts before decoding; RETURNN's ``None`` (each file
     at its own rate) is not supported: give the corpus's rate. A file at another rate is an error,
     as in RETURNN ("currently no conversion implemented").
+
+    >>> mfcc = ReturnnFeatures("mfcc", num_feature_filters=13)
+    >>> mfcc.num_frames(16000)  # RETURNN's frame count for 1 s at 16 kHz
+    101
     """
 
     features: str = "mfcc"

@@ -58,6 +58,12 @@ class AudioSource(SourceBase):
     with a vocabulary. Options: ``options=AudioOptions(...)`` or its fields as keywords.
     OggZip corpora may be URLs, read through a local cache as ``HDFSource`` reads its URLs
     (``cache_dir``, ``cache_bytes``, ``storage_options`` or ``cache``; docs/remote.md).
+
+    >>> from seqloader.synthetic.audio import write_audio_corpus
+    >>> corpus = write_audio_corpus(".", 2, seconds=(0.5, 0.5))
+    >>> src = AudioSource(corpus.jsonl, features=sl.LogMel(n_mels=40))
+    >>> len(src), src.read(0)["data"].shape
+    (2, (48, 40))
     """
 
     def __init__(

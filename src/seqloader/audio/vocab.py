@@ -22,6 +22,12 @@ from seqloader.extras import require
 
 @runtime_checkable
 class Vocabulary(Protocol):
+    """Text -> token ids, for the ``classes`` key of audio sources (``vocab=``).
+
+    >>> isinstance(sl.TokenVocab(("a", "b")), Vocabulary)  # anything with encode() and len()
+    True
+    """
+
     def __len__(self) -> int: ...
 
     def encode(self, text: str) -> np.ndarray:
@@ -39,6 +45,10 @@ class TokenVocab:
 
     ``unknown``: the token that stands for anything not in the list; ``None`` makes an unknown
     token an error (naming the token), which is the safe default for character vocabularies.
+
+    >>> vocab = TokenVocab(("<unk>", "hello", "world"), unknown="<unk>")
+    >>> vocab.encode("hello there world").tolist(), len(vocab)
+    ([1, 0, 2], 3)
     """
 
     tokens: tuple[str, ...]
@@ -106,7 +116,16 @@ class TokenVocab:
 
 class SentencePieceVocab:
     """A SentencePiece model (requires the ``sentencepiece`` package). Pickles as the model file's
-    bytes, so spawned workers need not see the same file system path."""
+    bytes, so spawned workers need not see the same file system path.
+
+    >>> import sentencepiece as spm
+    >>> spm.SentencePieceTrainer.train(sentence_iterator=iter(["hello world", "hello there"] * 20),
+    ...     model_prefix="sp", vocab_size=12, hard_vocab_limit=False, minloglevel=2)
+    >>> vocab = SentencePieceVocab("sp.model")
+    >>> ids = vocab.encode("hello world")
+    >>> ids.dtype.kind, len(ids) > 0
+    ('i', True)
+    """
 
     def __init__(self, model_file: str | os.PathLike) -> None:
         with open(model_file, "rb") as f:

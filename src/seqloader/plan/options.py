@@ -74,6 +74,9 @@ class Ordering:
     sequences per bin (``laplace:.N``); at most one is set. Without either, RETURNN uses 2 bins.
     ``keep_epochs`` is RETURNN's ``nth``: the same order for K consecutive full epochs
     (``random:K``, ``laplace:.N:K``, ``sort_bin_shuffle:N:K``); 1 = a new order every epoch.
+
+    >>> Ordering.parse("laplace:.1000")
+    Ordering(kind='laplace', bins=None, bin_size=1000, keep_epochs=1)
     """
 
     kind: str

@@ -193,7 +193,13 @@ def default_length_key(keys: Sequence[str]) -> str:
 
 class Planner:
     """Plans epochs for one dataset. Pure: no torch, no I/O; every method is a function of the
-    constructor arguments and its own arguments."""
+    constructor arguments and its own arguments.
+
+    >>> planner = Planner({"data": np.array([5, 3, 8, 2])}, PlanOptions(max_seqs=2, ordering="sorted"))
+    >>> share = planner.global_plan(1, world_size=1).rank_share(0)
+    >>> [share.batch(k)[0].tolist() for k in range(len(share))]  # sequence indices per batch
+    [[3, 1], [0, 2]]
+    """
 
     #: (epoch, order rank) -> sub-epoch slots, inside ``reusing_orders`` only
     _reused_orders: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] | None = None

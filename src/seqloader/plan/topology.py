@@ -10,6 +10,12 @@ from seqloader.validate import int_option
 
 @dataclass(frozen=True)
 class Topology:
+    """This process's rank and the number of ranks (``0 <= rank < world_size``).
+
+    >>> Topology(rank=1, world_size=4)
+    Topology(rank=1, world_size=4)
+    """
+
     rank: int = 0
     world_size: int = 1
 

@@ -196,7 +196,14 @@ def from_returnn_config(
     """Loaders for the datasets ``config`` defines: ``train``, ``dev``, ``eval`` and each of
     ``eval_datasets``. ``rank`` / ``world_size`` as for ``SeqLoader`` (default: torch.distributed,
     else one process); ``torch_distributed`` in the config chooses how the train data is split.
-    ``stub_modules=True`` reads a config whose model code is not installed (``read_config``)."""
+    ``stub_modules=True`` reads a config whose model code is not installed (``read_config``).
+
+    >>> sl.write_hdf("train.hdf", sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5, 4)]}))
+    >>> config = {"train": {"class": "HDFDataset", "files": ["train.hdf"]}, "batch_size": 10, "max_seqs": 2}
+    >>> loaders = from_returnn_config(config)
+    >>> loaders["train"].steps(1)
+    2
+    """
     return {
         name: SeqLoader(d.source, plan=d.plan, workers=d.workers, rank=rank, world_size=world_size)
         for name, d in returnn_datasets(config, stub_modules=stub_modules).items()

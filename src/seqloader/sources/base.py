@@ -31,6 +31,12 @@ class KeySpec:
 
     ``feature_shape`` is the shape of one frame (``()`` for sparse/scalar frames); ``vocab_size`` is
     set for sparse (integer label) keys.
+
+    >>> src = sl.MemorySource({"data": [np.ones((3, 2), "float32")]})
+    >>> src.schema["data"] == KeySpec(np.dtype("float32"), (2,))
+    True
+    >>> KeySpec(np.dtype("int32"), sparse=True, vocab_size=1000).sparse
+    True
     """
 
     dtype: np.dtype
@@ -49,7 +55,11 @@ Schema = Mapping[str, KeySpec]
 
 @runtime_checkable
 class Source(Protocol):
-    """A random-access store of sequences; see the module docstring."""
+    """A random-access store of sequences; see the module docstring.
+
+    >>> isinstance(sl.MemorySource({"data": [np.ones((3, 2), "float32")]}), Source)
+    True
+    """
 
     def __len__(self) -> int: ...
 

@@ -46,6 +46,12 @@ class ConcatSource(SourceBase):
     ``keys``: the keys to deliver (default: the first corpus' keys); every corpus must have them,
     with equal specs. Extra keys of a corpus are dropped. ``Batch.corpus`` names each sequence's
     corpus; ``SeqLoader(..., mix={...})`` mixes the corpora with exact per-corpus epochs.
+
+    >>> a = sl.MemorySource({"x": [np.zeros((2, 1), "float32")] * 2}, tags=["a0", "a1"])
+    >>> b = sl.MemorySource({"x": [np.zeros((3, 1), "float32")] * 3}, tags=["b0", "b1", "b2"])
+    >>> both = ConcatSource({"a": a, "b": b})
+    >>> len(both), both.tag(2), both.read(2)["x"].shape
+    (5, 'b0', (3, 1))
     """
 
     def __init__(self, corpora: Mapping[str, Source], keys: Sequence[str] | None = None) -> None:

@@ -55,6 +55,12 @@ class HDFSource(SourceBase):
     Remote files: give URLs and ``cache_dir`` (local disk), optionally ``cache_bytes`` (the
     loader keeps each rank's cached files within it, fetching ahead of its plan) and fsspec's
     ``storage_options``; or a ready ``cache=FileCache(...)`` (retries, backoff).
+
+    >>> sl.write_hdf("train.hdf", sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5)]}))
+    >>> src = HDFSource("train.hdf")
+    >>> src.keys, src.lengths("data").tolist()
+    (('data',), [3, 5])
+    >>> src.close()
     """
 
     def __init__(

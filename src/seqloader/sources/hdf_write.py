@@ -57,6 +57,12 @@ def write_hdf(path: str | os.PathLike, source: Source, *, chunked: bool = False)
     Key ``data`` becomes ``inputs``, every other key ``targets/data/<key>``. RETURNN treats 1-D
     integer keys as sparse, so they come back sparse; their vocabulary is the source's
     ``vocab_size`` or, when it has none, ``max + 1`` of the values.
+
+    >>> write_hdf("corpus.hdf", sl.MemorySource({"data": [np.ones((3, 2), "float32")] * 2}, tags=["a", "b"]))
+    >>> src = sl.HDFSource("corpus.hdf")
+    >>> len(src), src.tag(1), src.read(1)["data"].shape
+    (2, 'b', (3, 2))
+    >>> src.close()
     """
     path = os.fspath(path)
     keys = tuple(source.keys)
@@ -235,7 +241,15 @@ def _write_attrs(
 def convert_contiguous(src_path: str | os.PathLike, dst_path: str | os.PathLike) -> None:
     """Rewrite a RETURNN HDF file with every dataset contiguous and unfiltered (same groups,
     attributes and values; still readable by RETURNN), so ``HDFSource`` can memory-map it.
-    ``dst_path`` may equal ``src_path`` (the file is replaced atomically)."""
+    ``dst_path`` may equal ``src_path`` (the file is replaced atomically).
+
+    >>> sl.write_hdf("r.hdf", sl.MemorySource({"data": [np.ones((3, 2), "float32")] * 2}), chunked=True)
+    >>> convert_contiguous("r.hdf", "c.hdf")  # memory-mappable copy: the fastest read path
+    >>> src = sl.HDFSource("c.hdf")
+    >>> src.read(0)["data"].shape
+    (3, 2)
+    >>> src.close()
+    """
     src_path, dst_path = os.fspath(src_path), os.fspath(dst_path)
     read_layout(src_path)  # validates: a clear error now rather than a strange copy
     with open_h5(src_path) as fin, _atomic_h5(dst_path) as fout:

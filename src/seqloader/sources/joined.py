@@ -45,6 +45,12 @@ class ZipSource(SourceBase):
     - ``missing``: ``"error"`` (a control tag that another source lacks is a ``DataError`` listing
       some and how many, per source) or ``"intersect"`` (keep the tags every source has; the
       count left out is in ``left_out`` and warned about once).
+
+    >>> feats = sl.MemorySource({"data": [np.zeros((4, 2), "float32")] * 2}, tags=["u1", "u2"])
+    >>> labels = sl.MemorySource({"classes": [np.array([3], "int32"), np.array([5], "int32")]}, tags=["u2", "u1"])
+    >>> joined = ZipSource({"f": feats, "l": labels}, {"data": ("f", "data"), "classes": ("l", "classes")})
+    >>> joined.read(0)["classes"].tolist()  # joined by tag: u1's label
+    [5]
     """
 
     def __init__(

@@ -17,6 +17,10 @@ class MemorySource(SourceBase):
     as sparse with that vocabulary size (as RETURNN's HDF ``inputPattSize`` / ``targets/size``).
     ``file_bounds``: int ``[F + 1]``, as if file f held sequences ``[b[f], b[f + 1])`` (for
     ``distribution="files"`` without files on disk; default: one file).
+
+    >>> src = MemorySource({"data": [np.ones((3, 2), "float32"), np.ones((5, 2), "float32")]}, tags=["a", "b"])
+    >>> len(src), src.lengths("data").tolist(), src.tag(1), src.read(1)["data"].shape
+    (2, [3, 5], 'b', (5, 2))
     """
 
     def __init__(

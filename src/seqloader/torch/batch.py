@@ -36,6 +36,11 @@ class Batch(Mapping):
     - ``chunks``: with ``chunking``, int64 ``[B]`` the chunk of its sequence each row holds, and
       ``spans[key]`` int64 ``[B, 2]`` each row's ``[start, end)`` in the whole sequence, per
       chunked key (keys not chunked are whole); None / empty otherwise.
+
+    >>> loader = sl.SeqLoader(sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5)]}, tags=["a", "b"]), max_seqs=2)
+    >>> batch = next(iter(loader.epoch(1)))
+    >>> batch["data"].shape, batch.lengths["data"].tolist(), batch.seq_tags, batch.mask.tolist()
+    (torch.Size([2, 5, 2]), [3, 5], ['a', 'b'], [True, True])
     """
 
     data: dict[str, torch.Tensor]

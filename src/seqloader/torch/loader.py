@@ -66,6 +66,13 @@ class SeqLoader:
     (``ordering=..., max_frames=..., num_workers=...``; see ``LoaderKeywords``); ``audit=True`` is
     short for ``CheckOptions(audit="error")``. Rank and world size come from the arguments, else
     ``torch.distributed``, else ``RANK``/``WORLD_SIZE``.
+
+    >>> src = sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5, 2, 4)]})
+    >>> loader = SeqLoader(src, max_seqs=2, ordering="sorted", seed=1)
+    >>> [(batch["data"].shape, batch.lengths["data"].tolist()) for batch in loader.epoch(1)]
+    [(torch.Size([2, 3, 2]), [2, 3]), (torch.Size([2, 5, 2]), [4, 5])]
+    >>> loader.state_dict()["epoch_complete"]
+    True
     """
 
     def __init__(

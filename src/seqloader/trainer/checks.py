@@ -43,6 +43,11 @@ class CheckOptions:
     - ``audit``: the epoch audit (``seqloader.trainer.audit``): did the loop receive every planned
       sequence exactly once? Off by default (it records every delivered batch);
       ``SeqLoader(audit=True)`` is the shorthand of ``audit="error"``.
+
+    >>> src = sl.MemorySource({"x": [np.zeros((2, 1), "float32")] * 2}, tags=["a", "a"])
+    >>> loader = sl.SeqLoader(src, max_seqs=2, checks=CheckOptions(duplicate_tags="off"))
+    >>> loader.checks.duplicate_tags
+    'off'
     """
 
     nonfinite: Policy = "warn"

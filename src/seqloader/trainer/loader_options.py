@@ -47,6 +47,11 @@ class WorkerOptions:
     ``layout``: ``padded`` (each key ``[B, T_max, ...]`` with zeros after each end) or ``packed``
     (each key's sequences concatenated along time, ``[sum T_i, ...]``, no padding, with the
     offsets ``cu_seqlens`` int32 ``[B + 1]`` that variable-length attention kernels take).
+
+    >>> src = sl.MemorySource({"data": [np.ones((3, 2), "float32")] * 4})
+    >>> loader = sl.SeqLoader(src, max_seqs=2, workers=WorkerOptions(num_workers=0))
+    >>> loader.worker_options.num_workers, loader.steps(1)  # workers never change the plan
+    (0, 2)
     """
 
     num_workers: int = 0

@@ -34,6 +34,12 @@ class EpochReport:
     (all ranks together). The waits after the first batch are also kept as a log2 histogram
     (``wait_histogram``, ``max_wait_s``): a steady per-batch cost and rare stalls give the same
     percentage but call for different fixes (more workers vs. a slow file or a stalled worker).
+
+    >>> loader = sl.SeqLoader(sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5)]}), max_seqs=1)
+    >>> _ = list(loader.epoch(1))
+    >>> report = loader.report()
+    >>> report.steps, report.seqs, report.frames, report.padded_frames
+    (2, 2, 8, 8)
     """
 
     epoch: int

@@ -107,7 +107,12 @@ class FileCache:
     after every block read (tests and benchmarks slow the network or break a download with it;
     it must pickle for spawn workers). ``verify``: ``"stat"`` (default: one ``stat`` per open,
     compared with what was recorded when the copy was verified) or ``"checksum"`` (also the
-    whole copy's MD5 at every open)."""
+    whole copy's MD5 at every open).
+
+    >>> cache = FileCache("cache", cache_bytes=2 * 10**9)  # whole local copies of remote files
+    >>> cache.cache_bytes
+    2000000000
+    """
 
     def __init__(
         self,
