@@ -227,3 +227,28 @@ def test_spawned_workers_cut_the_same_chunks(hdf: Path) -> None:
             loader.close()
 
     assert batches(num_workers=2, multiprocessing_context="spawn") == batches(num_workers=0)
+
+
+def test_a_sequence_is_read_and_transformed_once_per_batch() -> None:
+    """Chunks of one sequence share a batch: it is read and transformed once, then cut; the
+    transform's output is what is chunked (RETURNN chunks what its dataset yields)."""
+    import seqloader as sl
+
+    data = [np.arange(n, dtype=np.float32)[:, None] for n in (23, 5, 40, 17)]
+    calls: list[int] = []
+
+    def double(seq: dict, rng: np.random.Generator) -> dict:
+        calls.append(int(seq["data"][-1, 0]) if len(seq["data"]) else -1)
+        return {"data": seq["data"] * 2}
+
+    source = sl.MemorySource({"data": data}, [f"s{i}" for i in range(4)])
+    loader = SeqLoader(source, chunking="6:4", max_seqs=64, transform=double, rank=0, world_size=1)
+    try:
+        (batch,) = list(loader.epoch(1))  # one batch: every chunk of every sequence
+        assert sorted(calls) == [4, 16, 22, 39]  # each sequence once
+        for j, (i, c) in enumerate(zip(batch.seq_indices.tolist(), batch.chunks.tolist())):
+            n = int(batch.lengths["data"][j])
+            want = 2 * data[i][c * 4 : c * 4 + 6]
+            np.testing.assert_array_equal(batch["data"][j, :n].numpy(), want)
+    finally:
+        loader.close()

@@ -180,25 +180,20 @@ def _execute(
     if transform is None and reads_into(source) and not chunked and not packed:
         return _execute_direct(source, spec, alloc, screen)
     skipped: list[tuple[int, str]] = []
-    seqs = read_sequences(source, spec.seqs, skipped)
+    if chunked:  # each sequence read (and transformed) once, however many of its chunks
+        seqs, skipped = _read_once_per_sequence(source, spec, seed, transform)
+    else:
+        seqs = read_sequences(source, spec.seqs, skipped)
     if skipped:  # the batch holds fewer sequences; the report counts them (C6)
         keep = np.ones(len(spec.seqs), dtype=bool)
         keep[[pos for pos, _ in skipped]] = False
         uses = None if spec.uses is None else spec.uses[keep]
         chunks = None if spec.chunks is None else spec.chunks[keep]
         spec = BatchSpec(spec.epoch, spec.step, spec.seqs[keep], spec.real[keep], uses, chunks)
-    if transform is not None:
+    if transform is not None and not chunked:
         for j, i in enumerate(spec.seqs):
             use = None if spec.uses is None else spec.uses[j]
-            try:
-                seqs[j] = transform(seqs[j], transform_rng(seed, spec.epoch, i, use))
-            except SeqLoaderError:
-                raise
-            except Exception as e:
-                raise DataError(
-                    f"transform failed on sequence {int(i)} (tag {source.tag(int(i))!r}): "
-                    f"{type(e).__name__}: {e}"
-                ) from e
+            seqs[j] = _transformed(source, transform, seqs[j], i, seed, spec.epoch, use)
     _check_keys(source, spec.seqs, seqs, transform is not None)
     spans: dict[str, np.ndarray] = {}
     if spec.chunks is not None:
@@ -214,6 +209,52 @@ def _execute(
     loaded.spans = spans
     loaded.packed = packed
     return _with_corpora(source, loaded)
+
+
+def _transformed(
+    source: Source,
+    transform: Transform,
+    seq: dict,
+    i: int,
+    seed: int,
+    epoch: int,
+    use: int | None = None,
+) -> dict:
+    """``transform`` applied to sequence ``i``, its failure named (tag) as a ``DataError``."""
+    try:
+        return transform(seq, transform_rng(seed, epoch, i, use))
+    except SeqLoaderError:
+        raise
+    except Exception as e:
+        raise DataError(
+            f"transform failed on sequence {int(i)} (tag {source.tag(int(i))!r}): "
+            f"{type(e).__name__}: {e}"
+        ) from e
+
+
+def _read_once_per_sequence(
+    source: Source, spec: BatchSpec, seed: int, transform: Transform | None
+) -> tuple[list[dict[str, np.ndarray]], list[tuple[int, str]]]:
+    """Chunked batches hold several chunks of one sequence (consecutive in the plan): read and
+    transform each sequence once -> (one whole sequence per kept slot, skipped (slot, message),
+    one per slot of a skipped sequence, as the report and the audit count slots)."""
+    order: dict[int, None] = dict.fromkeys(spec.seqs.tolist())
+    unique = np.fromiter(order, dtype=np.int64, count=len(order))
+    failed: list[tuple[int, str]] = []
+    wholes = read_sequences(source, unique, failed)
+    bad = {int(unique[pos]): message for pos, message in failed}
+    kept = [i for i in unique.tolist() if i not in bad]
+    by_seq = dict(zip(kept, wholes))
+    if transform is not None:
+        for i in kept:
+            by_seq[i] = _transformed(source, transform, by_seq[i], i, seed, spec.epoch)
+    seqs, skipped = [], []
+    for j, i in enumerate(spec.seqs.tolist()):
+        if i in bad:
+            skipped.append((j, bad[i]))
+        else:
+            seqs.append(by_seq[i])
+    return seqs, skipped
 
 
 def cut_chunks(
