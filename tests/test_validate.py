@@ -100,3 +100,32 @@ def test_every_policy_option_takes_the_same_policies() -> None:
     for name in ("nonfinite", "empty", "duplicate_tags"):
         with pytest.raises(OptionError, match=rf"^checks\.{name}: got 'loud', expected one of"):
             CheckOptions(**{name: "loud"})
+
+
+@pytest.mark.parametrize("value", [True, np.bool_(True), 1.0, "1", -1])
+def test_spec_augment_counts_go_through_the_validator(value) -> None:
+    from seqloader.audio.transforms import SpecAugment
+
+    with pytest.raises(
+        OptionError, match=r"^SpecAugment\.time_masks: got .*, expected an int >= 0"
+    ):
+        SpecAugment(time_masks=value)
+    assert SpecAugment(time_masks=np.int64(3)).time_masks == 3
+
+
+def test_audio_options_go_through_the_validator() -> None:
+    from typing import get_args
+
+    from seqloader.audio.keys import ON_ERROR, OnError
+
+    assert ON_ERROR == get_args(OnError) == ("raise", "skip")
+    with pytest.raises(
+        OptionError, match=r"^on_error: got 'ignore', expected one of \('raise', 'skip'\)"
+    ):
+        sl.AudioOptions(on_error="ignore")  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match=r"^sample_rate: got True, expected an int >= 1 or None"):
+        sl.AudioOptions(sample_rate=True)
+    with pytest.raises(OptionError, match=r"^length_tolerance_s: got -1, expected seconds >= 0"):
+        sl.AudioOptions(length_tolerance_s=-1)
+    with pytest.raises(OptionError, match=r"^defer_features: got 1, expected True or False"):
+        sl.AudioOptions(defer_features=1, features=sl.LogMel())  # type: ignore[arg-type]

@@ -10,7 +10,7 @@ may use it.
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeGuard, get_args
 
 import numpy as np
 
@@ -26,9 +26,17 @@ def choices(literal: Any) -> tuple[str, ...]:
     return tuple(get_args(literal))
 
 
-def is_int(value: object) -> bool:
-    """An integer (numpy ones included), but not a bool (``True`` is no count and no rank)."""
+def is_int(value: object) -> TypeGuard[int | np.integer]:
+    """An integer (numpy ones included), but not a bool (``True`` is no count and no rank); a
+    ``TypeGuard``, so checked values are ints to the type checker too."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_number(value: object) -> TypeGuard[int | float | np.integer | np.floating]:
+    """An int or float (numpy ones included), but not a bool."""
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
+        value, (bool, np.bool_)
+    )
 
 
 def int_option(
@@ -41,8 +49,8 @@ def int_option(
 ) -> int:
     """``value`` as a plain ``int`` in ``[minimum, below)``. ``expected`` replaces the default
     "an int >= MINIMUM" in the message when the range needs words ("0 <= rank < world_size=2")."""
-    if is_int(value) and minimum <= value and (below is None or value < below):  # type: ignore[operator]
-        return int(value)  # type: ignore[call-overload]
+    if is_int(value) and minimum <= value and (below is None or value < below):
+        return int(value)
     if expected is None:
         expected = f"an int >= {minimum}" + (f" and < {below}" if below is not None else "")
     raise OptionError(f"{name}: got {value!r}, expected {expected}")
@@ -65,11 +73,8 @@ def bool_option(name: str, value: object) -> bool:
 def seconds_option(name: str, value: object, zero: str = "") -> float:
     """A duration in seconds, ``>= 0`` (ints and floats; bools refused). ``zero`` says what 0
     means, for the message."""
-    number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(
-        value, (bool, np.bool_)
-    )
-    if number and value >= 0:  # type: ignore[operator]
-        return value if isinstance(value, (int, float)) else float(value)  # type: ignore[arg-type]
+    if is_number(value) and value >= 0:
+        return value if isinstance(value, (int, float)) else float(value)
     meaning = f" ({zero})" if zero else ""
     raise OptionError(f"{name}: got {value!r}, expected seconds >= 0{meaning}")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
-from typing import NoReturn
+from typing import Literal, NoReturn
 
 import numpy as np
 
@@ -24,9 +24,18 @@ from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError, SequenceSkipped
 from seqloader.sources.base import KeySpec, LoaderNeeds
+from seqloader.validate import (
+    bool_option,
+    choice_option,
+    choices,
+    is_number,
+    optional_int_option,
+    seconds_option,
+)
 
 AUDIO_KEYS = ("data", "audio", "text", "classes")
-ON_ERROR = ("raise", "skip")
+OnError = Literal["raise", "skip"]
+ON_ERROR = choices(OnError)
 
 
 @dataclass(frozen=True)
@@ -60,12 +69,10 @@ class AudioOptions:
     defer_features: bool = False
     min_speed: float = 1.0
     length_tolerance_s: float = 0.02
-    on_error: str = "raise"
+    on_error: OnError = "raise"
 
     def __post_init__(self) -> None:
-        sr = self.sample_rate
-        if sr is not None and (not isinstance(sr, int) or sr < 1):
-            raise OptionError(f"sample_rate: got {sr!r}, expected an int >= 1 or None")
+        sr = optional_int_option("sample_rate", self.sample_rate, 1)
         if self.features is not None and not isinstance(
             self.features, LogMel | KaldiFbank | ReturnnFeatures
         ):
@@ -78,16 +85,13 @@ class AudioOptions:
                 f"sample_rate={sr} differs from features.sample_rate="
                 f"{self.features.sample_rate}; give one (the other follows)"
             )
+        bool_option("defer_features", self.defer_features)
         if self.defer_features and self.features is None:
             raise OptionError("defer_features=True needs features=LogMel(...)")
-        if not (0.1 <= self.min_speed <= 10.0):
+        if not (is_number(self.min_speed) and 0.1 <= self.min_speed <= 10.0):
             raise OptionError(f"min_speed: got {self.min_speed!r}, expected a factor in [0.1, 10]")
-        if self.length_tolerance_s < 0:
-            raise OptionError(
-                f"length_tolerance_s: got {self.length_tolerance_s!r}, expected seconds >= 0"
-            )
-        if self.on_error not in ON_ERROR:
-            raise OptionError(f"on_error: got {self.on_error!r}, expected one of {ON_ERROR}")
+        seconds_option("length_tolerance_s", self.length_tolerance_s)
+        choice_option("on_error", self.on_error, ON_ERROR)
 
     @property
     def rate(self) -> int:

@@ -19,6 +19,7 @@ import numpy as np
 from seqloader.audio.features import LogMel
 from seqloader.audio.resample import resample, speed_ratio
 from seqloader.errors import OptionError
+from seqloader.validate import int_option
 
 Seq = dict[str, np.ndarray]
 
@@ -98,8 +99,7 @@ class SpecAugment:
     def __post_init__(self) -> None:
         for name in ("time_masks", "max_time_width", "freq_masks", "max_freq_width"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < 0:
-                raise OptionError(f"SpecAugment.{name}: got {v!r}, expected an int >= 0")
+            int_option(f"SpecAugment.{name}", v, 0)  # True is no count
         if not 0.0 <= self.max_time_ratio <= 1.0:
             raise OptionError(
                 f"SpecAugment.max_time_ratio: got {self.max_time_ratio!r}, expected in [0, 1]"

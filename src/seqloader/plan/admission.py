@@ -37,8 +37,8 @@ def fixed_random_subset_option(value: object) -> int | float | None:
     """None/0 (off), an int >= 1 (a count) or a float in (0, 1) (a fraction of the corpus)."""
     if value is None or (is_int(value) and value == 0):
         return None
-    if is_int(value) and value >= 1:  # type: ignore[operator]
-        return int(value)  # type: ignore[call-overload]
+    if is_int(value) and value >= 1:
+        return int(value)
     if isinstance(value, float) and 0 < value < 1:
         return value
     raise OptionError(

@@ -685,7 +685,7 @@ class Planner:
 
     @staticmethod
     def _check_start(start: object, size: int, epoch: int) -> None:
-        if not is_int(start) or not 0 <= start <= size:  # type: ignore[operator]
+        if not is_int(start) or not 0 <= start <= size:
             raise OptionError(
                 f"start: got {start!r}, expected a sequence position 0..{size} of epoch {epoch}"
             )
