@@ -128,11 +128,13 @@ class ChunkTable:
     - ``first``: int64 ``[n + 1]`` (CSR over sequences; ``first[-1]`` chunks in all).
     - ``spec``: ``{key: (size, step)}`` of every chunked key (resolved from ``"*"``).
     - ``whole``: ``{key: int64 [n]}`` the whole sequences' lengths.
+    - ``counts``: int32 ``[n]`` each sequence's number of chunks.
     """
 
     first: np.ndarray
     spec: dict[str, tuple[int, int]]
     whole: dict[str, np.ndarray]
+    counts: np.ndarray  # int32 [n] chunks of each sequence (np.diff(first))
 
     @property
     def num_units(self) -> int:
@@ -147,15 +149,17 @@ class ChunkTable:
         for ``keys``. Sequential work only (``repeat``, ``cumsum``), no gather over all chunks;
         chunk indices are int32 (fewer than 2^31 chunks are planned, ``bounds``)."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        counts = self.first[seqs + 1] - self.first[seqs]  # [m]
-        total = int(counts.sum())
+        counts = self.counts[seqs]  # [m]
+        ends = np.cumsum(counts)  # [m]
+        total = int(ends[-1]) if len(ends) else 0
         slot_seqs = np.repeat(seqs, counts)  # [u]
         # chunk index: 1 per slot, minus the previous sequence's count at each sequence start
         chunks = np.ones(total, dtype=np.int32)
         if total:
             nonempty = counts > 0
-            starts = (np.cumsum(counts) - counts)[nonempty]  # [m'] first slot of each sequence
-            chunks[starts[1:]] = 1 - counts[nonempty][:-1]
+            if not nonempty.all():  # planned sequences all have chunks; others are skipped
+                counts, ends = counts[nonempty], ends[nonempty]
+            chunks[ends[:-1]] = 1 - counts[:-1]
             chunks[0] = 0
             np.cumsum(chunks, out=chunks)
         lengths = {}
@@ -234,7 +238,7 @@ def chunk_table(
     counts = np.where(keep, counts, 0)
     first = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=first[1:])
-    return ChunkTable(first, resolved, whole)
+    return ChunkTable(first, resolved, whole, counts.astype(np.int32))
 
 
 def chunk_spans(
