@@ -129,3 +129,19 @@ def test_audio_options_go_through_the_validator() -> None:
         sl.AudioOptions(length_tolerance_s=-1)
     with pytest.raises(OptionError, match=r"^defer_features: got 1, expected True or False"):
         sl.AudioOptions(defer_features=1, features=sl.LogMel())  # type: ignore[arg-type]
+
+
+def test_synthetic_and_returnn_feature_options_go_through_the_validator() -> None:
+    from seqloader.synthetic import SyntheticSpec
+
+    with pytest.raises(OptionError, match=r"^SyntheticSpec\.num_seqs: got True, expected an int"):
+        SyntheticSpec(num_seqs=True)
+    with pytest.raises(
+        OptionError, match=r"^SyntheticSpec\.max_frames: got 3, expected an int >= "
+    ):
+        SyntheticSpec(min_frames=5, max_frames=3)
+    with pytest.raises(OptionError, match=r"^ReturnnFeatures\.num_feature_filters: got True"):
+        sl.ReturnnFeatures("mfcc", num_feature_filters=True)
+    with pytest.raises(OptionError, match=r"^ReturnnFeatures\.sample_rate: got None, expected the"):
+        sl.ReturnnFeatures("mfcc", sample_rate=None)  # type: ignore[arg-type]
+    assert sl.ReturnnFeatures("mfcc", with_delta=True).with_delta == 1

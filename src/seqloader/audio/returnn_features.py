@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from seqloader.errors import DataError, OptionError
+from seqloader.validate import int_option, optional_int_option
 
 # feature type -> (feature_options RETURNN's function accepts, with their defaults)
 FEATURE_TYPES: dict[str, dict[str, Any]] = {
@@ -122,28 +123,23 @@ class ReturnnFeatures:
             if getattr(self, name) is not None and not callable(getattr(self, name)):
                 raise OptionError(f"ReturnnFeatures.{name}: got {getattr(self, name)!r}, expected "
                                   "a callable")  # fmt: skip
-        n = self.num_feature_filters
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise OptionError(f"ReturnnFeatures.num_feature_filters: got {n!r}, expected int >= 1")
+        n = int_option("ReturnnFeatures.num_feature_filters", self.num_feature_filters, 1)
+        # RETURNN's with_delta: a bool (True: first order) or the order as an int
         delta = int(self.with_delta) if isinstance(self.with_delta, bool) else self.with_delta
-        if not isinstance(delta, int) or delta < 0:
-            raise OptionError(f"ReturnnFeatures.with_delta: got {self.with_delta!r}, expected >= 0")
-        set_(self, "with_delta", delta)
-        sr = self.sample_rate
-        if not isinstance(sr, int) or isinstance(sr, bool) or sr < 1:
-            raise OptionError(
-                f"ReturnnFeatures.sample_rate: got {sr!r}, expected the corpus's rate (int); "
-                "RETURNN's None (each file at its own rate) cannot be planned before decoding"
-            )
+        set_(self, "with_delta", int_option("ReturnnFeatures.with_delta", delta, 0))
+        sr = int_option(
+            "ReturnnFeatures.sample_rate",
+            self.sample_rate,
+            1,
+            expected="the corpus's rate (an int >= 1); RETURNN's None (each file at its own "
+            "rate) cannot be planned before decoding",
+        )
         if self.hop < 1 or self.n_fft < 1:
             raise OptionError(
                 f"ReturnnFeatures: window_len={self.window_len}, step_len={self.step_len} give "
                 f"int(...) = {self.n_fft} / {self.hop} samples at {sr} Hz; expected >= 1"
             )
-        if self.join_frames is not None and (
-            not isinstance(self.join_frames, int) or self.join_frames < 1
-        ):
-            raise OptionError(f"ReturnnFeatures.join_frames: got {self.join_frames!r}")
+        optional_int_option("ReturnnFeatures.join_frames", self.join_frames, 1)
         known = FEATURE_TYPES[self.features]
         given = dict(self.feature_options or {})
         unknown = sorted(set(given) - set(known))

@@ -16,6 +16,7 @@ import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.sources.memory import MemorySource
+from seqloader.validate import int_option
 
 
 @dataclass(frozen=True)
@@ -39,9 +40,13 @@ class SyntheticSpec:
 
     def __post_init__(self) -> None:
         for name in ("num_seqs", "feature_dim", "num_classes", "median_frames", "min_frames"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise OptionError(f"SyntheticSpec.{name}: got {value!r}, expected an int >= 1")
+            int_option(f"SyntheticSpec.{name}", getattr(self, name), 1)
+        int_option(
+            "SyntheticSpec.max_frames",
+            self.max_frames,
+            self.min_frames,
+            expected=f"an int >= min_frames={self.min_frames}",
+        )
         if self.max_frames < self.min_frames:
             raise OptionError(
                 f"SyntheticSpec.max_frames: got {self.max_frames}, expected >= min_frames="
