@@ -7,16 +7,23 @@ size 1,024, rank 517, and each case (``distribution="shard"`` with ``laplace`` a
 ``distribution="files"`` over 10^5 files with ``laplace``): a fresh process maps the lengths from
 one column store file (``seqloader.sources.columns``: the per-node metadata, built once by the
 parent, counted once) and times constructing the ``Planner`` until it holds this rank's batches of
-epoch 1 (``Planner.rank_plan`` where the code has it, else ``global_plan(...).rank_share``).
+epoch 1 (``global_plan(...).rank_share``, what the loader runs).
 Memory: the child's peak resident set less the file pages it maps (``VmHWM - RssFile``) less what
 it held before planning: the private memory of planning. Each configuration runs ``--reps`` times
 in fresh processes, rotating between the code under test and ``--base-src`` (the ``src/`` of an
 older checkout, for before/after ratios measured in the same run); medians. A configuration whose
 base run would exceed the memory guard (``--base-max``) is measured for the new code only.
 
-At every size the child also checks, vectorised, what the contracts need of the rank's plan (each
-batch within the limits, the steps equal to the plan's). ``--verify N`` checks the whole epoch at
-size ``N`` for every rank (exactly once over all ranks, equal steps) against the global plan.
+Also measured, each in the same child after the plan: the *epoch boundary* (the loader's state
+begins epoch 1, the epoch trains until a plan made ahead is ready, then epoch 2 begins: what the
+loop waits for its plan; before, planning on the spot), and an *elastic resume* (a state saved
+half-way through epoch 1 by 1,024 ranks loaded by 768, until this rank holds its rest of the
+epoch, constructing the planner included) as a ratio to the fresh start of the same code.
+
+The child checks, vectorised, what the contracts need of the plan (this rank's batches within the
+limits; every rank the same steps; every sequence exactly once over all ranks), and the before and after step counts must agree (the plans
+are the same). ``results/scale.json`` keeps one entry per run (``runs``): several sizes need
+several runs on a shared 2-core machine (fewer repetitions at 10^7, the base code not at 10^8).
 """
 
 from __future__ import annotations
@@ -89,11 +96,8 @@ def child(config: dict) -> dict:
     t0 = time.perf_counter()
     planner = Planner({"data": lengths}, options, files=files)
     t1 = time.perf_counter()
-    if hasattr(planner, "rank_plan"):
-        share, steps = planner.rank_plan(1, WORLD, RANK)
-    else:
-        plan = planner.global_plan(1, WORLD)
-        share, steps = plan.rank_share(RANK), plan.steps
+    plan = planner.global_plan(1, WORLD)
+    share, steps = plan.rank_share(RANK), plan.steps
     t2 = time.perf_counter()
     after = _status()
     private = after["VmHWM"] - after["RssFile"] - (before["VmRSS"] - before["RssFile"])
@@ -102,6 +106,12 @@ def child(config: dict) -> dict:
     ok = bool(len(sizes) == steps and sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
     maxes = np.maximum.reduceat(np.asarray(lengths)[share.seqs], share.bounds[:-1])
     ok = ok and bool((sizes * maxes).max() <= LIMITS["max_frames"])
+    # the epoch over all ranks: equal steps, every sequence exactly once
+    b = plan.batches
+    ok = ok and len(b) == steps * WORLD
+    counts = np.bincount(b.seqs[b.real], minlength=len(lengths))
+    ok = ok and bool(counts.min() == 1 and counts.max() == 1)
+    del plan, b, counts
     boundary = epoch_boundary(planner) if config.get("boundary") else None
     elastic = t1 - t0 + elastic_resume(planner) if config.get("elastic") else None
     return {
