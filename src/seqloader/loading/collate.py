@@ -20,11 +20,9 @@ def numpy_alloc(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     return np.empty(shape, dtype=dtype)
 
 
-def pad_key(
-    key: str, arrays: Sequence[np.ndarray], alloc: Alloc = numpy_alloc
-) -> tuple[np.ndarray, np.ndarray]:
-    """Pad ``arrays`` (each ``[T_i, *feat]``, at least one) to ``[B, max T_i, *feat]``, zeros after
-    each end. Returns (padded, lengths int64 ``[B]``)."""
+def alike_lengths(key: str, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Lengths (int64 ``[B]``) of one key's arrays, which must agree in dtype and feature shape
+    to share a batch (padded or packed alike)."""
     first = arrays[0]
     for a in arrays:
         if a.ndim == 0 or a.shape[1:] != first.shape[1:] or a.dtype != first.dtype:
@@ -33,7 +31,16 @@ def pad_key(
                 f"{first.dtype}{list(first.shape)}; every sequence needs the same dtype and "
                 "feature shape [T, ...] (check the data or the transform)"
             )
-    lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+    return np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+
+
+def pad_key(
+    key: str, arrays: Sequence[np.ndarray], alloc: Alloc = numpy_alloc
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pad ``arrays`` (each ``[T_i, *feat]``, at least one) to ``[B, max T_i, *feat]``, zeros after
+    each end. Returns (padded, lengths int64 ``[B]``)."""
+    first = arrays[0]
+    lengths = alike_lengths(key, arrays)
     t_max = int(lengths.max())
     out = alloc((len(arrays), t_max, *first.shape[1:]), first.dtype)
     for i, a in enumerate(arrays):
@@ -51,14 +58,7 @@ def pack_key(
     padding (the layout variable-length attention kernels take). Returns (packed, lengths int64
     ``[B]``); the offsets are ``cumsum(lengths)`` with a leading 0 (``packed_offsets``)."""
     first = arrays[0]
-    for a in arrays:
-        if a.ndim == 0 or a.shape[1:] != first.shape[1:] or a.dtype != first.dtype:
-            raise DataError(
-                f"key {key!r}: sequences in one batch disagree: {a.dtype}{list(a.shape)} vs "
-                f"{first.dtype}{list(first.shape)}; every sequence needs the same dtype and "
-                "feature shape [T, ...] (check the data or the transform)"
-            )
-    lengths = np.fromiter((a.shape[0] for a in arrays), dtype=np.int64, count=len(arrays))
+    lengths = alike_lengths(key, arrays)
     out = alloc((int(lengths.sum()), *first.shape[1:]), first.dtype)
     at = 0
     for a in arrays:
