@@ -144,13 +144,20 @@ class ChunkTable:
         """A number per chunk, ``0..num_units-1`` (sequence after sequence) -> int64 ``[u]``."""
         return self.first[np.asarray(seqs, dtype=np.int64)] + np.asarray(chunks, dtype=np.int64)
 
-    def expand(self, seqs: np.ndarray, keys: Sequence[str] = ()) -> Units:
+    def expand(
+        self,
+        seqs: np.ndarray,
+        keys: Sequence[str] = (),
+        counts: np.ndarray | None = None,
+        ends: np.ndarray | None = None,
+    ) -> Units:
         """The chunks of ``seqs`` (int64 ``[m]``), each sequence's in order; with their lengths
         for ``keys``. Sequential work only (``repeat``, ``cumsum``), no gather over all chunks;
-        chunk indices are int32 (fewer than 2^31 chunks are planned, ``bounds``)."""
+        chunk indices are int32 (fewer than 2^31 chunks are planned, ``bounds``). ``counts``
+        (``self.counts[seqs]``) and ``ends`` (their cumulative sum): when the caller has them."""
         seqs = np.asarray(seqs, dtype=np.int64)
-        counts = self.counts[seqs]  # [m]
-        ends = np.cumsum(counts)  # [m]
+        counts = self.counts[seqs] if counts is None else counts  # [m]
+        ends = np.cumsum(counts, dtype=np.int64) if ends is None else ends  # [m]
         total = int(ends[-1]) if len(ends) else 0
         slot_seqs = np.repeat(seqs, counts)  # [u]
         # chunk index: 1 per slot, minus the previous sequence's count at each sequence start

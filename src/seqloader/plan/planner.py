@@ -9,6 +9,7 @@ the order is one of *slots* (a sequence may fill several), and positions count s
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_o
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bounds import check_bins, check_chunk_units
 from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
+from seqloader.plan.chunk_batching import ChunkFits, greedy_from_fits
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
 from seqloader.plan.files import (
@@ -348,7 +350,7 @@ class Planner:
         if self.options.parsed_ordering.is_buckets:
             return self.arrangement(epoch, order_rank, world_size).order
         if self.chunks is not None:  # one slot per chunk
-            return self.sub_epoch_units(epoch, order_rank).seqs
+            return self.chunks.expand(self.sub_epoch_slots(epoch, order_rank)[0]).seqs
         return self.sub_epoch_slots(epoch, order_rank)[0]
 
     @contextlib.contextmanager
@@ -522,6 +524,45 @@ class Planner:
         bounds = self.batcher.bounds_of(units.lengths)
         return BatchList.from_bounds(units.seqs, bounds, chunks=units.chunks)
 
+    def chunked_batches(self, order: np.ndarray, start: int, epoch: int) -> BatchList:
+        """Greedy batches over the chunks of ``order`` (sequences in plan order) from chunk
+        position ``start`` on. Under one padded limit the batches come from the chunks' fits
+        (``seqloader.plan.chunk_batching``: no per-chunk lengths, batch starts decided in runs);
+        other limits batch the chunks' lengths per key. Both give the same batches."""
+        assert self.chunks is not None
+        fits = self._chunk_fits
+        if fits is None:
+            units = self.chunks.expand(order, self.batcher.keys)
+            self._check_start(start, len(units), epoch)
+            return self.chunk_batches(units.tail(int(start)))
+        counts = self.chunks.counts[order]  # [s]
+        ends = np.cumsum(counts, dtype=np.int64)  # [s]
+        units = self.chunks.expand(order, counts=counts, ends=ends)  # sequences, chunk indices
+        self._check_start(start, len(units), epoch)
+        start = int(start)
+        if isinstance(fits, int):  # max_seqs alone: batches of that many
+            m = len(units) - start
+            bounds = np.append(np.arange(0, m, fits, dtype=np.int64), np.int64(m))
+        else:
+            bounds = greedy_from_fits(fits.fits(order, counts, ends)[start:], fits.top)
+        return BatchList.from_bounds(units.seqs[start:], bounds, chunks=units.chunks[start:])
+
+    @functools.cached_property
+    def _chunk_fits(self) -> ChunkFits | int | None:
+        """How chunked plans batch (once per planner): ``ChunkFits`` under one padded limit, the
+        batch size when only ``max_seqs`` limits, None for the general batcher."""
+        assert self.chunks is not None
+        limits, key = self.batcher.limits, self.length_key
+        cap = limits.max_seqs if limits.max_seqs is not None else max(self.chunks.num_units, 1)
+        fits: ChunkFits | int | None = None
+        if not limits.plain:
+            fits = None
+        elif self.budget is None or cap <= 1:
+            fits = cap
+        else:
+            fits = ChunkFits.of(self.chunks, key, self.budget, lambda x: limits.units(key, x), cap)
+        return fits
+
     def global_plan(
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
     ) -> GlobalPlan:
@@ -544,7 +585,7 @@ class Planner:
             per_rank = [
                 self._arranged_batches(epoch, r, 1, 0)
                 if buckets
-                else self.chunk_batches(self.sub_epoch_units(epoch, r))
+                else self.chunked_batches(self.sub_epoch_slots(epoch, r)[0], 0, epoch)
                 if self.chunks is not None
                 else self.batches(self.sub_epoch_order(epoch, r))
                 for r in range(world_size)
@@ -554,9 +595,7 @@ class Planner:
             batches = self._arranged_batches(epoch, 0, order_world_size or world_size, start)
             return distribute_shard(batches, world_size, self.options.uneven)
         if self.chunks is not None:  # no mix with chunking
-            units = self.sub_epoch_units(epoch)
-            self._check_start(start, len(units), epoch)
-            batches = self.chunk_batches(units.tail(int(start)))
+            batches = self.chunked_batches(self.sub_epoch_slots(epoch)[0], start, epoch)
             return distribute_shard(batches, world_size, self.options.uneven)
         order, uses = self.sub_epoch_slots(epoch)
         self._check_start(start, len(order), epoch)

@@ -1,0 +1,234 @@
+"""Greedy batches over chunks without a length per chunk: the same bounds as
+``seqloader.plan.batching.greedy_bounds`` over the chunks' windows, at a cost that follows the
+sequences and batches more than the chunks.
+
+Two facts make it cheap:
+
+1. **Fits, not lengths.** Batching under one padded limit only needs ``fit[u] = F // cost(len[u])``
+   (how many units like ``u`` fit a batch, clipped to the batch cap). A chunked key's full windows
+   all have the same fit; only the partial windows at a sequence's end (at most
+   ``ceil(size / step)`` per sequence) differ. So the fits are one ``full`` plus a scatter of the
+   partial windows', in int16.
+2. **Runs decided by the tightest unit.** With ``f = min(fit)``, every start ``i`` that has a unit
+   of fit ``f`` in ``[i, i + f)`` takes exactly ``min(f, m - i)`` units: ``f`` always fit (every
+   unit fits ``f`` times), ``f + 1`` would hold that unit. The full windows are the tightest units,
+   so long runs of starts are decided at once and their batch starts are an ``arange``. Only
+   the rest (runs of short sequences) goes through the binary lifting of ``greedy_bounds``, on
+   the compacted runs alone, and a Python loop follows batch starts only there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.plan.chunks import ChunkTable
+
+#: Largest batch cap handled here (int16 fits); beyond it callers use the general batcher.
+MAX_CAP = 4096
+#: Most windows a sequence's end may cut (``ceil(size / step)``) handled here.
+MAX_CUT = 16
+# Starts handled per vectorised block of the lifting; bounds its working memory.
+_BLOCK = 1 << 18
+
+
+@dataclass(frozen=True)
+class ChunkFits:
+    """Each sequence's chunk fits under one padded limit, computed once per planner (they do not
+    depend on the epoch): a chunk's fit is that of a full window, except for a sequence's last
+    ``K = ceil(size / step)`` chunks (the windows the sequence's end can cut), kept per sequence.
+
+    - ``full``: fit of a full window; ``top``: the cap fits are clipped to (the least of the batch
+      cap and the largest fit: no batch is longer);
+    - ``last``: int16 ``[K, n]``, the fit of each sequence's r-th last chunk in row ``r - 1`` (one
+      row per r: a gather of rows of ``[n, K]`` costs far more than K gathers of one array); for
+      the length key not chunked ``K = 1``: every chunk of a sequence has its fit.
+    """
+
+    full: int
+    last: np.ndarray
+    top: int
+    chunked: bool
+
+    @classmethod
+    def of(
+        cls,
+        table: ChunkTable,
+        key: str,
+        budget: int,
+        units: Callable[[np.ndarray], np.ndarray],
+        cap: int,
+    ) -> ChunkFits | None:
+        """``budget``: cost units of ``key`` per batch; ``units``: a length's cost units;
+        ``cap``: the most units a batch may hold. None when a batch could hold more than
+        ``MAX_CAP`` chunks or a sequence's end cuts more than ``MAX_CUT`` windows (the general
+        batcher then)."""
+        whole = table.whole[key]  # [n]
+        counts = table.counts.astype(np.int64)  # [n]
+        if key not in table.spec:
+            has = counts > 0
+            fit = _fit(whole, budget, units, cap)  # [n]
+            top = max(1, min(cap, int(fit[has].max()) if has.any() else 1))
+            if top > MAX_CAP:
+                return None
+            return cls(top, np.minimum(fit, top).astype(np.int16)[None, :], top, False)
+        size, step = table.spec[key]
+        cut = -(-size // step)
+        if cut > MAX_CUT:
+            return None
+        full = int(_fit(np.array([size]), budget, units, cap)[0])
+        rows, top = [], full
+        for r in range(1, cut + 1):  # one [n] row at a time: no [n, K] temporaries
+            start = np.maximum(counts - r, 0) * step  # [n] start of the r-th last chunk
+            fit = _fit(np.minimum(whole - start, size), budget, units, cap)  # [n]
+            real = counts >= r  # [n] sequences that have an r-th last chunk
+            if real.any():
+                top = max(top, int(fit[real].max()))
+            rows.append(fit)
+        top = max(1, min(cap, top))
+        if top > MAX_CAP:
+            return None
+        last = np.empty((cut, len(whole)), dtype=np.int16)
+        for r, fit in enumerate(rows):
+            np.minimum(fit, top, out=fit)
+            last[r] = fit
+        return cls(min(full, top), last, top, True)
+
+    def fits(self, order: np.ndarray, counts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """The fit of every chunk of ``order`` (sequences in plan order; ``counts`` their chunk
+        counts, ``ends`` the cumulative sum) -> int16 ``[m]``."""
+        m = int(ends[-1]) if len(ends) else 0
+        if not self.chunked:
+            return np.repeat(self.last[0][order], counts)
+        out = np.full(m, self.full, dtype=np.int16)
+        # from the K-th last chunk to the last: a sequence with fewer than r chunks writes into
+        # an earlier sequence's chunk that a later round (smaller r) writes again
+        for r in range(len(self.last), 0, -1):
+            out[np.maximum(ends - r, 0)] = self.last[r - 1][order]
+        return out
+
+
+def _fit(
+    lengths: np.ndarray, budget: int, units: Callable[[np.ndarray], np.ndarray], cap: int
+) -> np.ndarray:
+    """``budget // cost(length)`` clipped to ``cap`` (a free unit fits ``cap`` times) -> int64."""
+    cost = units(np.asarray(lengths, dtype=np.int64))
+    out = np.full(cost.shape, cap, dtype=np.int64)
+    np.floor_divide(budget, cost, out=out, where=cost > 0)
+    return np.minimum(out, cap, out=out)
+
+
+def greedy_from_fits(fit: np.ndarray, cap: int) -> np.ndarray:
+    """Greedy batch bounds over units with fits ``fit`` (int ``[m]``, each ``<= cap``): a batch
+    takes the most units ``c <= cap`` with ``c <= min(fit[i:i+c])``, at least one -> int64
+    ``[n_batches + 1]`` (``greedy_bounds``' result for the same units)."""
+    m = len(fit)
+    if m == 0:
+        return np.zeros(1, dtype=np.int64)
+    f = int(fit.min())
+    if f >= cap:  # every start takes cap units
+        return np.append(np.arange(0, m, cap, dtype=np.int64), np.int64(m))
+    near_lo, near_hi = _decided_runs(fit, f, cap)  # [r] runs of starts that take f units
+    # the other starts: lifted over their runs only (each with the cap units after it)
+    lo = np.concatenate([[0], near_hi])  # [r + 1]
+    hi = np.concatenate([near_lo, [m]])
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    sizes, offsets = _lift_runs(fit, lo, hi, cap)
+    # follow the batch starts: runs decided at once (an arange), lifted runs start by start
+    starts: list[np.ndarray] = []
+    pieces: list[int] = []
+    sizes_list = sizes.tolist()
+    edges = sorted(
+        [(int(a), int(b), -1) for a, b in zip(near_lo, near_hi, strict=True)]
+        + [(int(a), int(b), int(o)) for a, b, o in zip(lo, hi, offsets, strict=True)]
+    )
+    i = 0
+    for a, b, off in edges:
+        if i >= b:
+            continue
+        if off < 0:  # every start here takes f units
+            k = -(-(b - i) // f)
+            if pieces:
+                starts.append(np.asarray(pieces, dtype=np.int64))
+                pieces = []
+            starts.append(np.arange(i, i + k * f, f, dtype=np.int64))
+            i += k * f
+        else:
+            while i < b:
+                pieces.append(i)
+                i += max(sizes_list[off + i - a], 1)
+    if pieces:
+        starts.append(np.asarray(pieces, dtype=np.int64))
+    starts.append(np.array([m], dtype=np.int64))
+    out = np.concatenate(starts)
+    return np.minimum(out, m, out=out)
+
+
+def _decided_runs(fit: np.ndarray, f: int, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Runs ``[lo, hi)`` of starts with a unit of fit ``f`` within ``f`` units (each takes
+    ``min(f, m - i)``), at least ``cap`` long (shorter ones are cheaper lifted) -> int64 ``[r]``."""
+    if f < 1:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    tight = np.flatnonzero(fit == f)  # [t] the tightest units
+    # start i is decided iff some tight unit t has i <= t < i + f, i.e. i in (t - f, t]
+    new = np.flatnonzero(np.diff(tight) > f) + 1  # [g-1] first tight unit of each later run
+    first = tight[np.concatenate([[0], new])]
+    last = tight[np.concatenate([new - 1, [len(tight) - 1]])]
+    lo = np.maximum(first - f + 1, 0)
+    hi = last + 1
+    long = hi - lo >= cap
+    return lo[long], hi[long]
+
+
+def _lift_runs(
+    fit: np.ndarray, lo: np.ndarray, hi: np.ndarray, cap: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy batch size at every start of the runs ``[lo, hi)`` -> (sizes int64 ``[R]`` of the
+    runs' windows laid end to end, offset of each run in it ``[r]``). Each run's window is
+    ``[lo, hi + cap)`` (a batch from the run reads no further), ended by a zero past the data."""
+    m = len(fit)
+    padded = np.zeros(m + 1, dtype=np.int16)  # fit 0 past the end: never fits
+    padded[:m] = fit
+    ends = np.minimum(hi + cap, m + 1)  # [r]
+    lengths = ends - lo
+    offsets = np.zeros(len(lo), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=offsets[1:])
+    total = int(lengths.sum())
+    idx = np.arange(total, dtype=np.int64) + np.repeat(lo - offsets, lengths)
+    return _lift(padded[idx], cap), offsets
+
+
+def _lift(fit: np.ndarray, cap: int) -> np.ndarray:
+    """For every start ``i``: the largest ``c <= cap`` with ``c <= min(fit[i:i+c])`` (0 when none;
+    past the end counts as 0) -> int64 ``[m]``. Binary lifting over power-of-two range minima
+    (int16), in blocks of starts."""
+    m = len(fit)
+    top = max(cap - 1, 0).bit_length()  # 2**top >= cap
+    out = np.empty(m, dtype=np.int64)
+    for a in range(0, m, _BLOCK):
+        b = min(m, a + _BLOCK)
+        seg = np.zeros(b - a + (2 << top), dtype=np.int16)
+        w = min(m, b + cap) - a
+        seg[:w] = fit[a : a + w]
+        levels = [seg]
+        for k in range(1, top + 1):
+            half = 1 << (k - 1)
+            prev = levels[-1]
+            levels.append(np.minimum(prev[:-half], prev[half:]))
+        starts = np.arange(b - a, dtype=np.int64)
+        size = np.zeros(b - a, dtype=np.int16)
+        low = np.full(b - a, cap, dtype=np.int16)
+        got = np.empty(b - a, dtype=np.int16)
+        ok = np.empty(b - a, dtype=bool)
+        for k in range(top, -1, -1):
+            cand = size + np.int16(1 << k)
+            np.take(levels[k], starts + size, out=got)
+            np.minimum(got, low, out=got)
+            np.less_equal(cand, got, out=ok)
+            np.copyto(size, cand, where=ok)
+            np.copyto(low, got, where=ok)
+        out[a:b] = size
+    return out
