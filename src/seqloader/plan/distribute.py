@@ -34,6 +34,14 @@ class GlobalPlan:
     def repeats(self) -> int:
         return int(len(self.batches.real) - np.count_nonzero(self.batches.real))
 
+    def consumed_seqs(self, steps: int) -> int:
+        """Real sequences of the first ``steps`` steps, all ranks together."""
+        return self.batches.real_count(steps * self.world_size)
+
+    def real_total(self) -> int:
+        """Real sequences of the whole plan."""
+        return self.batches.real_count()
+
     def rank_share(self, rank: int, start_step: int = 0) -> BatchList:
         """Rank ``rank``'s batches from ``start_step`` on."""
         ids = np.arange(start_step * self.world_size + rank, len(self.batches), self.world_size)

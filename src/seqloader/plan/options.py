@@ -40,6 +40,8 @@ ORDERING_KINDS = (
 Distribution = Literal["shard", "random_seed_offset", "files"]
 Seeding = Literal["seqloader", "returnn"]
 Uneven = Literal["split", "pad", "drop"]
+Planning = Literal["global", "indexed"]
+PLANNINGS = choices(Planning)
 DISTRIBUTIONS = choices(Distribution)
 SEEDINGS = choices(Seeding)
 UNEVEN_POLICIES = choices(Uneven)
@@ -61,6 +63,7 @@ _DEFAULTS_LEFT_OUT: dict[str, object] = {
     "fixed_random_subset_seed": 42,
     "fixed_random_seed": None,
     "epoch_wise_filter": None,
+    "planning": "global",
 }
 
 _ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?(?::(?P<keep>\d+))?$")
@@ -197,6 +200,10 @@ class PlanOptions:
     - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames; ``padded`` is the
       same), ``packed`` (the sum of lengths: batches for packed, padding-free layouts) or
       ``quadratic:Q`` (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``).
+    - ``planning``: ``global`` (every rank plans the whole epoch: greedy batches of one global
+      order) or ``indexed`` (histogram batching and keyed permutations: a rank computes only its
+      own batches, in time and memory about ``n / world_size``; ``seqloader.plan.indexed``, for
+      ``laplace``/``buckets:N`` orderings; other plans than ``global``'s, for the same options).
 
     >>> PlanOptions(max_frames=1000, chunking="100:50").chunking
     {'*': (100, 50)}
@@ -224,6 +231,7 @@ class PlanOptions:
     fixed_random_subset_seed: int = 42
     fixed_random_seed: int | None = None
     epoch_wise_filter: EpochFilterOption = None
+    planning: Planning = "global"
     _parsed: Ordering = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -255,6 +263,7 @@ class PlanOptions:
                 "RandomState takes 32-bit seeds)"
             )
         choice_option("uneven", self.uneven, UNEVEN_POLICIES)
+        choice_option("planning", self.planning, PLANNINGS)
         if self.length_key is not None and not isinstance(self.length_key, str):
             raise OptionError(f"length_key: got {self.length_key!r}, expected a key name or None")
         object.__setattr__(self, "mix", validate_mix(self.mix))
@@ -288,6 +297,7 @@ class PlanOptions:
             )
         object.__setattr__(self, "batch_cost", str(BatchCost.parse(self.batch_cost)))
         self._check_combinations()
+        self._check_indexed()
 
     def _check_combinations(self) -> None:
         """Options that work alone but not together: refused with the reason and the fix."""
@@ -341,6 +351,39 @@ class PlanOptions:
                 "distribution='files' (it filters each sub-epoch's order); use another ordering "
                 "with distribution='shard' or 'random_seed_offset'"
             )
+
+    def _check_indexed(self) -> None:
+        """``planning="indexed"`` plans laplace and buckets:N orderings, sharded or by files, with
+        one padded limit; everything else is refused here, by name, with the fix."""
+        if self.planning != "indexed":
+            return
+        fix = "use planning='global' (the default) for it"
+        kind = self._parsed.kind
+        if kind not in ("laplace", "buckets"):
+            raise OptionError(
+                f"planning='indexed': got ordering={self.ordering!r}, expected 'laplace...' or "
+                f"'buckets:N' (indexed plans batch length buckets); {fix}"
+            )
+        unsupported = [
+            (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
+            (self.distribution == "random_seed_offset", "distribution='random_seed_offset'"),
+            (self.chunking is not None, "chunking"),
+            (self.mix is not None, "mix"),
+            (self.fixed_random_subset is not None, "fixed_random_subset"),
+            (self.fixed_random_seed is not None, "fixed_random_seed"),
+            (self.epoch_wise_filter is not None, "epoch_wise_filter"),
+            (isinstance(self.max_frames, Mapping), "per-key max_frames"),
+            (self.max_packed_frames is not None, "max_packed_frames"),
+            (BatchCost.parse(self.batch_cost).packed, "batch_cost='packed'"),
+            (
+                self.distribution == "files" and self.uneven == "drop",
+                "uneven='drop' with distribution='files' (a rank's dropped batches depend on "
+                "its own draw, so no rank could count the others')",
+            ),
+        ]
+        for on, name in unsupported:
+            if on:
+                raise OptionError(f"planning='indexed': {name} is not supported; {fix}")
 
     def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
         value = getattr(self, name)

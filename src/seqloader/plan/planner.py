@@ -353,6 +353,10 @@ class Planner:
             return self.chunks.expand(self.sub_epoch_slots(epoch, order_rank)[0]).seqs
         return self.sub_epoch_slots(epoch, order_rank)[0]
 
+    def order_size(self, epoch: int, world_size: int = 1) -> int:
+        """Sequences (slots) in the sub-epoch order of ``epoch`` (what positions index)."""
+        return len(self.sub_epoch_order(epoch, 0, world_size))
+
     @contextlib.contextmanager
     def reusing_orders(self) -> Iterator[None]:
         """Within this context each sub-epoch order is computed once and reused (an elastic

@@ -109,9 +109,7 @@ class Position:
     def seq_offset(self, segment_plan: GlobalPlan) -> int:
         """Sequences of the sub-epoch order consumed by all ranks together (shard plans; under
         ``random_seed_offset`` it counts the real sequences all ranks consumed)."""
-        return self.segment_start + segment_plan.batches.real_count(
-            self.steps * segment_plan.world_size
-        )
+        return self.segment_start + segment_plan.consumed_seqs(self.steps)
 
     def to_fields(self) -> dict[str, object]:
         """The JSON-able fields of a loader state that hold this position (``POSITION_FIELDS``,
@@ -205,7 +203,7 @@ def _order_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
                 f"loader state segment_start: got {position.segment_start}, expected 0 with "
                 f"distribution={planner.options.distribution!r} (it has no global order)"
             )
-        size = len(planner.sub_epoch_order(position.epoch, 0, position.order_world_size))
+        size = planner.order_size(position.epoch, position.order_world_size)
         if position.segment_start > size:
             raise ResumeError(
                 f"loader state segment_start: got {position.segment_start}, but epoch "

@@ -14,6 +14,9 @@ PURPOSE_BUCKETS = 5  # buckets:N arranges each sub-epoch (its runs' order) with 
 PURPOSE_FILES = 6  # distribution="files": each full epoch's file shuffle
 PURPOSE_FILES_ORDER = 7  # distribution="files": each rank's order of its files' sequences
 PURPOSE_FIXED_ORDER = 8  # fixed_random_seed: one order for every epoch
+PURPOSE_INDEXED_MEMBERS = 9  # planning="indexed": each bucket's keyed member permutation
+PURPOSE_INDEXED_RUNS = 10  # planning="indexed", buckets:N: the order of the runs
+PURPOSE_INDEXED_FILES = 11  # planning="indexed", files: each rank's draw of its own sequences
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

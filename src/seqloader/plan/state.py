@@ -118,7 +118,13 @@ class LoaderState:
             "seqs_consumed": position.seq_offset(plan) if plan is not None else 0,
             "epoch_complete": plan is not None and is_finished(position, plan),
             "world_size": self.world_size,
+            **self._planning_field(),
         }
+
+    def _planning_field(self) -> dict[str, str]:
+        """``planning`` in the state only when not the default (states keep their format)."""
+        planning = self.planner.options.planning
+        return {} if planning == "global" else {"planning": planning}
 
     def load(self, state: Mapping) -> dict[str, object] | None:
         """Check ``state`` against this plan and keep it for the next ``begin``. Returns the
@@ -133,6 +139,14 @@ class LoaderState:
         if state.get("version") != STATE_VERSION:
             raise ResumeError(
                 f"loader state version: got {state.get('version')!r}, expected {STATE_VERSION}"
+            )
+        saved = state.get("planning", "global")
+        if saved != self.planner.options.planning:
+            raise ResumeError(
+                f"loader state saved with planning={saved!r}, but this loader plans with "
+                f"planning={self.planner.options.planning!r}: the two plan the same options "
+                "differently, so the state's position means nothing here. Resume with the "
+                f"planning the state was saved with (planning={saved!r})."
             )
         if state.get("plan_fingerprint") != self.fingerprint:
             raise ResumeError(

@@ -22,8 +22,9 @@ from seqloader.loading.corpora import corpora_of
 from seqloader.loading.execute import Transform
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.indexed import make_planner
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.planner import EPOCH_EXPECTED, Planner
+from seqloader.plan.planner import EPOCH_EXPECTED
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import (
@@ -103,7 +104,7 @@ class SeqLoader:
             )
         self.transform = transform
         hints = cast(PlanHints, source) if declares(source, PlanHints) else None
-        self.planner = Planner(
+        self.planner = make_planner(
             {k: source.lengths(k) for k in source.keys},
             self.plan_options,
             source.tags,

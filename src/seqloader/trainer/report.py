@@ -105,7 +105,7 @@ class EpochReport:
             topology.rank,
             topology.world_size,
             planned_steps=position.prior_steps + plan.steps,
-            planned_seqs=position.segment_start + plan.batches.real_count(),
+            planned_seqs=position.segment_start + plan.real_total(),
             filtered=dict(filtered),
             dropped=plan.dropped,
             repeats=plan.repeats,

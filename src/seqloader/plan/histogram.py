@@ -1,0 +1,156 @@
+"""Histogram batching: batches of a fixed size per length bucket, known from counts alone.
+
+Greedy batching of an order is sequential: where batch ``j`` starts depends on every sequence
+before it. Indexed planning (``seqloader.plan.indexed``) instead batches each length bucket in
+batches of one size, ``k_b = min(max_seqs, budget // cost(longest length in bucket b))``: every
+batch of the bucket fits its limits whatever lengths it draws, and bucket ``b`` with ``c``
+sequences has ``ceil(c / k_b)`` batches, the last one short. So batch boundaries, step counts and
+who gets what follow from per-bucket counts; members are drawn only where needed.
+
+``BucketIndex`` is what that needs of the corpus, built once per corpus and node (by
+``build_bucket_index``, in chunks, no copy of the lengths) and memory-mapped by every rank: the
+admitted sequences grouped by bucket (``uint32`` while indices fit), the longest length per bucket
+and, for ``distribution="files"``, the per-(file, bucket) counts and per-file frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.plan.cost import BatchCost
+
+_CHUNK = 1 << 22
+
+
+@dataclass(frozen=True)
+class BucketIndex:
+    """The admitted sequences grouped by length bucket.
+
+    - ``members``: uint32 (int64 past 2**32 sequences) ``[m]``: bucket 0's sequences ascending,
+      then bucket 1's, ...
+    - ``starts``: int64 ``[N + 1]``: bucket b is ``members[starts[b]:starts[b+1]]``.
+    - ``longest``: int64 ``[N]``: the longest admitted length in each bucket (0 when empty).
+    - ``edges``: int64 ``[N - 1]``: the bucket edges it was grouped by (bucket of length L =
+      number of edges <= L).
+    - ``file_counts``: int64 ``[F, N]`` admitted sequences per (file, bucket), or None.
+    - ``file_frames``: int64 ``[F]`` admitted frames per file, or None.
+    """
+
+    members: np.ndarray
+    starts: np.ndarray
+    longest: np.ndarray
+    edges: np.ndarray
+    file_counts: np.ndarray | None = None
+    file_frames: np.ndarray | None = None
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Admitted sequences per bucket -> int64 ``[N]``."""
+        return np.diff(self.starts)
+
+    def bucket(self, b: int) -> np.ndarray:
+        return self.members[self.starts[b] : self.starts[b + 1]]
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The arrays by name, for a column store (``from_columns`` reads them back)."""
+        out = {"bucket.members": self.members, "bucket.starts": self.starts}
+        out["bucket.longest"] = self.longest
+        out["bucket.edges"] = self.edges
+        if self.file_counts is not None and self.file_frames is not None:
+            out["bucket.file_counts"] = self.file_counts
+            out["bucket.file_frames"] = self.file_frames
+        return out
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, np.ndarray]) -> BucketIndex:
+        """The index from ``columns()``'s arrays (e.g. memory-mapped views: not copied)."""
+        return cls(
+            columns["bucket.members"],
+            columns["bucket.starts"],
+            columns["bucket.longest"],
+            columns["bucket.edges"],
+            columns.get("bucket.file_counts"),
+            columns.get("bucket.file_frames"),
+        )
+
+
+def build_bucket_index(
+    lengths: np.ndarray,
+    edges: np.ndarray,
+    admitted: np.ndarray | None = None,
+    files: np.ndarray | None = None,
+) -> BucketIndex:
+    """Group the admitted sequences (bool mask ``[n]``, None: all) by bucket (``edges``: bucket of
+    length L = number of edges <= L), in chunks: peak memory is the output plus a few chunks.
+    ``files``: int64 ``[F + 1]`` file bounds, for the per-file tables."""
+    n, n_buckets = len(lengths), len(edges) + 1
+    index_dtype = np.uint32 if n < 2**32 else np.int64
+    counts = np.zeros(n_buckets + 1, dtype=np.int64)  # the last: not admitted
+    for _, part in _bucket_chunks(lengths, edges, admitted):
+        counts += np.bincount(part, minlength=n_buckets + 1)
+    starts = np.zeros(n_buckets + 1, dtype=np.int64)
+    np.cumsum(counts[:-1], out=starts[1:])
+    members = np.empty(int(starts[-1]), dtype=index_dtype)
+    longest = np.zeros(n_buckets, dtype=np.int64)
+    at = starts[:-1].copy()  # [N] next free slot of each bucket
+    n_files = 0 if files is None else len(files) - 1
+    file_counts = np.zeros(n_files * n_buckets, dtype=np.int64) if files is not None else None
+    file_frames = np.zeros(n_files, dtype=np.int64) if files is not None else None
+    for a, part in _bucket_chunks(lengths, edges, admitted):
+        order = np.argsort(part, kind="stable")  # grouped by bucket, ascending within
+        here = np.bincount(part, minlength=n_buckets + 1)[:n_buckets]  # [N]
+        first = np.zeros(n_buckets + 1, dtype=np.int64)
+        np.cumsum(here, out=first[1:])
+        chunk_lengths = np.asarray(lengths[a : a + len(part)])
+        for b in np.flatnonzero(here).tolist():
+            ids = order[first[b] : first[b + 1]]
+            members[at[b] : at[b] + len(ids)] = ids + a
+            longest[b] = max(int(longest[b]), int(chunk_lengths[ids].max()))
+            at[b] += len(ids)
+        if files is not None and file_counts is not None and file_frames is not None:
+            keep = part < n_buckets
+            pos = np.flatnonzero(keep) + a
+            file_of = np.searchsorted(files, pos, side="right") - 1  # [k]
+            file_counts += np.bincount(
+                file_of * n_buckets + part[keep], minlength=n_files * n_buckets
+            )
+            file_frames += np.bincount(
+                file_of, weights=chunk_lengths[keep], minlength=n_files
+            ).astype(np.int64)
+    table = None if file_counts is None else file_counts.reshape(n_files, n_buckets)
+    return BucketIndex(members, starts, longest, np.asarray(edges, np.int64), table, file_frames)
+
+
+def _bucket_chunks(
+    lengths: np.ndarray, edges: np.ndarray, admitted: np.ndarray | None
+) -> Iterator[tuple[int, np.ndarray]]:
+    """(start, bucket of each sequence of the chunk, ``N`` where not admitted) per chunk."""
+    n_buckets = len(edges) + 1
+    dtype = np.uint8 if n_buckets < 255 else np.uint16 if n_buckets < 65535 else np.int64
+    for a in range(0, len(lengths), _CHUNK):
+        part = np.searchsorted(edges, lengths[a : a + _CHUNK], side="right").astype(dtype)
+        if admitted is not None:
+            part[~admitted[a : a + _CHUNK]] = n_buckets
+        yield a, part
+
+
+def batch_sizes(
+    longest: np.ndarray, cost: BatchCost, max_seqs: int | None, budget: int | None
+) -> np.ndarray:
+    """Sequences per batch of each bucket (``longest``: int64 ``[N]``) -> int64 ``[N]`` >= 1:
+    as many as fit ``budget`` (cost units) at the bucket's longest length, at most ``max_seqs``;
+    0 for no limit at all (one batch per bucket)."""
+    n_buckets = len(longest)
+    cap = np.full(n_buckets, 0 if max_seqs is None else max_seqs, dtype=np.int64)
+    if budget is None:
+        return cap
+    units = np.asarray(cost.units(np.asarray(longest, dtype=np.int64)), dtype=np.int64)
+    fit = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
+    np.floor_divide(budget, units, out=fit, where=units > 0)
+    if max_seqs is not None:
+        fit = np.minimum(fit, max_seqs)
+    fit = np.where(units > 0, fit, cap)  # empty sequences: only max_seqs bounds them
+    return np.maximum(fit, 0)

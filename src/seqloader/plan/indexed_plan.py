@@ -1,0 +1,265 @@
+"""Plans of indexed planning: a rank's batches computed alone, from counts and keyed draws.
+
+``IndexedPlan`` (``distribution="shard"``) is a ``GlobalPlan`` whose batch list is virtual: plan
+batch ``g`` is row ``g`` of a ``BatchTable`` (bucket ``b``, index ``j``), its members are
+positions ``j*k_b ..`` of bucket ``b``'s sub-epoch slice of the keyed member permutation
+(``MemberDraw``). Global batch ``k`` of the segment goes to rank ``k % W``, as in every shard plan;
+``rank_share`` lists only the rank's own batches, so a rank's work and memory are about
+``n / W``. The last round (plan batches past the last full round) follows ``uneven``:
+
+- ``split``: the round's batches are cut into near-equal contiguous pieces (the batch whose
+  pieces are largest gets one more, ties the latest) until there are ``W``; a piece of a batch
+  is a valid batch. With fewer sequences than ranks every sequence is a batch and the rest are
+  one-sequence filler repeats (``real=False``). Only the last round is re-cut (a global plan
+  extends the tail back by whole rounds when it is that small).
+- ``pad``: the missing batches are repeats of the segment's first batches (``real=False``).
+- ``drop``: the round is left out; its sequences are counted as dropped.
+
+``batches`` materialises the whole global list (every rank's batches, interleaved): for the audit,
+the report's step imbalance and tests, not for planning.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+
+import numpy as np
+
+from seqloader.plan.batch_table import BatchTable
+from seqloader.plan.batches import BatchList
+from seqloader.plan.bijection import Bijection
+from seqloader.plan.distribute import GlobalPlan
+
+
+class MemberDraw:
+    """Sequence index at position ``p`` of bucket ``b``'s sub-epoch list: ``members[starts[b] +
+    pi_b(offset[b] + p)]``, ``pi_b`` a keyed permutation of the bucket's full-epoch list."""
+
+    def __init__(
+        self,
+        members: np.ndarray,
+        starts: np.ndarray,
+        offsets: np.ndarray,
+        words: tuple[int, ...],
+    ) -> None:
+        self.members, self.starts, self.offsets = members, starts, offsets
+        self.words = words
+        self._bijections: dict[int, Bijection] = {}
+
+    def __call__(self, bucket: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Sequence indices -> int64, one per (bucket, position) pair."""
+        out = np.empty(len(pos), dtype=np.int64)
+        if not len(pos):
+            return out
+        by = np.argsort(bucket, kind="stable")
+        cuts = np.flatnonzero(np.diff(bucket[by])) + 1
+        for sel in np.split(by, cuts):
+            b = int(bucket[sel[0]])
+            pi = self._bijections.get(b)
+            if pi is None:
+                size = int(self.starts[b + 1] - self.starts[b])
+                pi = self._bijections[b] = Bijection(size, (*self.words, b))
+            at = pi(pos[sel] + self.offsets[b])
+            out[sel] = self.members[int(self.starts[b]) + at.astype(np.int64)]
+        return out
+
+
+def split_pieces(sizes: np.ndarray, target: int) -> np.ndarray:
+    """How many near-equal pieces each batch (``sizes`` int64 ``[t]``) is cut into so there are
+    ``target`` (or every piece is one sequence): the batch whose pieces are largest gets one more
+    (ties: the latest) -> int64 ``[t]``."""
+    pieces = np.ones(len(sizes), dtype=np.int64)
+    heap = [(-int(s), -k) for k, s in enumerate(sizes.tolist())]
+    heapq.heapify(heap)
+    need = target - len(sizes)
+    while need > 0 and heap and -heap[0][0] > 1:
+        k = -heap[0][1]
+        pieces[k] += 1
+        heapq.heapreplace(heap, (-(-int(sizes[k]) // int(pieces[k])), -k))
+        need -= 1
+    return pieces
+
+
+def piece_bounds(
+    sizes: np.ndarray, pieces: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(batch of each piece, its first and end position in the batch), the first ``r`` pieces of
+    a batch one longer -> int64 arrays ``[sum(pieces)]``."""
+    batch_of = np.repeat(np.arange(len(sizes)), pieces)
+    within = np.arange(len(batch_of)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+    q, r = np.divmod(sizes, pieces)
+    piece = q[batch_of] + (within < r[batch_of])
+    lo = (within * q[batch_of]) + np.minimum(within, r[batch_of])
+    return batch_of, lo, lo + piece
+
+
+class Slots:
+    """Batch descriptors: plan batch ``g``, its positions ``[lo, hi)``, real or filler."""
+
+    def __init__(self, g: np.ndarray, lo: np.ndarray, hi: np.ndarray, real: np.ndarray) -> None:
+        self.g, self.lo, self.hi, self.real = g, lo, hi, real
+
+    def take(self, ids: np.ndarray) -> Slots:
+        return Slots(self.g[ids], self.lo[ids], self.hi[ids], self.real[ids])
+
+    def concat(self, other: Slots) -> Slots:
+        return Slots(
+            *(np.concatenate([a, b]) for a, b in zip(self.arrays(), other.arrays(), strict=True))
+        )
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.g, self.lo, self.hi, self.real
+
+
+class IndexedPlan(GlobalPlan):
+    """The shard plan of one segment: plan batches ``[start, table.num_batches)`` over
+    ``world_size`` ranks (see the module doc)."""
+
+    def __init__(
+        self, table: BatchTable, draw: MemberDraw, world_size: int, start: int, uneven: str
+    ) -> None:
+        object.__setattr__(self, "world_size", world_size)
+        self.table, self.draw, self.start, self.uneven = table, draw, start, uneven
+        total = table.num_batches - start
+        self.full_rounds, t = divmod(total, world_size)
+        self.tail_start = start + self.full_rounds * world_size  # first plan batch of the tail
+        self.tail = self._tail(t)
+        dropped = 0
+        if t and uneven == "drop":
+            dropped = table.num_seqs - table.seqs_before(self.tail_start)
+        object.__setattr__(self, "dropped", dropped)
+        self._batches: BatchList | None = None
+
+    def __setattr__(self, name: str, value: object) -> None:  # frozen base; own fields only
+        object.__setattr__(self, name, value)
+
+    def _tail(self, t: int) -> Slots:
+        """The last round's ``world_size`` batches (none without a partial round or with drop)."""
+        w, table = self.world_size, self.table
+        empty = np.zeros(0, dtype=np.int64)
+        if t == 0 or self.uneven == "drop":
+            return Slots(empty, empty, empty, np.zeros(0, dtype=bool))
+        g = self.tail_start + np.arange(t, dtype=np.int64)
+        sizes = table.batch_sizes(g)
+        if self.uneven == "pad":
+            fill = self.start + np.arange(w - t, dtype=np.int64) % (table.num_batches - self.start)
+            fill_sizes = table.batch_sizes(fill)
+            real = Slots(g, np.zeros(t, np.int64), sizes, np.ones(t, bool))
+            return real.concat(
+                Slots(fill, np.zeros(w - t, np.int64), fill_sizes, np.zeros(w - t, bool))
+            )
+        batch_of, lo, hi = piece_bounds(sizes, split_pieces(sizes, w))
+        pieces = Slots(g[batch_of], lo, hi, np.ones(len(lo), bool))
+        missing = w - len(lo)
+        if missing:  # fewer sequences than ranks: one-sequence fillers of the tail's own
+            pick = np.arange(missing) % len(lo)
+            pieces = pieces.concat(
+                Slots(pieces.g[pick], pieces.lo[pick], pieces.lo[pick] + 1, np.zeros(missing, bool))
+            )
+        return pieces
+
+    @property
+    def steps(self) -> int:
+        return self.full_rounds + (1 if len(self.tail.g) else 0)
+
+    @property
+    def repeats(self) -> int:
+        fill = ~self.tail.real
+        return int((self.tail.hi[fill] - self.tail.lo[fill]).sum())
+
+    def consumed_seqs(self, steps: int) -> int:
+        """Real sequences of the first ``steps`` steps, all ranks together."""
+        if steps <= self.full_rounds:
+            end = self.start + steps * self.world_size
+            return self.table.seqs_before(end) - self.table.seqs_before(self.start)
+        return self.real_total()
+
+    def real_total(self) -> int:
+        full = self.table.seqs_before(self.tail_start) - self.table.seqs_before(self.start)
+        real = self.tail.real
+        return full + int((self.tail.hi[real] - self.tail.lo[real]).sum())
+
+    def rank_share(self, rank: int, start_step: int = 0) -> BatchList:
+        """Rank ``rank``'s batches from ``start_step`` on: only its own are drawn."""
+        steps = np.arange(start_step, self.full_rounds, dtype=np.int64)
+        g = self.start + steps * self.world_size + rank
+        sizes = self.table.batch_sizes(g)
+        slots = Slots(g, np.zeros(len(g), np.int64), sizes, np.ones(len(g), bool))
+        if len(self.tail.g) and start_step <= self.full_rounds:
+            slots = slots.concat(self.tail.take(np.array([rank])))
+        return self.members(slots)
+
+    def members(self, slots: Slots) -> BatchList:
+        """The batches ``slots`` describe, their members drawn."""
+        b, j = self.table.locate(slots.g)
+        sizes = slots.hi - slots.lo
+        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        base = np.minimum(j * self.table.sizes[b], self.table.counts[b]) + slots.lo
+        pos = np.repeat(base - bounds[:-1], sizes) + np.arange(bounds[-1], dtype=np.int64)
+        seqs = self.draw(np.repeat(b, sizes), pos)
+        return BatchList(seqs, bounds, np.repeat(slots.real, sizes))
+
+    @property
+    def batches(self) -> BatchList:
+        """Every rank's batches, interleaved (materialised once; O(n): not for planning)."""
+        if self._batches is None:
+            g = np.arange(self.start, self.tail_start, dtype=np.int64)
+            full = Slots(
+                g, np.zeros(len(g), np.int64), self.table.batch_sizes(g), np.ones(len(g), bool)
+            )
+            self._batches = self.members(full.concat(self.tail))
+        return self._batches
+
+
+class RankwisePlan(GlobalPlan):
+    """A plan whose ranks' shares are computed independently (``distribution="files"`` with
+    indexed planning): ``share(rank)`` gives rank ``rank``'s whole batch list for ``steps`` steps;
+    totals come from counts (``real_total``, ``repeats``)."""
+
+    def __init__(
+        self,
+        share: Callable[[int], BatchList],
+        world_size: int,
+        steps: int,
+        real_total: int,
+        repeats: int,
+    ) -> None:
+        object.__setattr__(self, "world_size", world_size)
+        object.__setattr__(self, "dropped", 0)
+        self._share, self._steps = share, steps
+        self._real_total, self._repeats = real_total, repeats
+        self._batches: BatchList | None = None
+
+    def __setattr__(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    @property
+    def repeats(self) -> int:
+        return self._repeats
+
+    def real_total(self) -> int:
+        return self._real_total
+
+    def consumed_seqs(self, steps: int) -> int:
+        if steps >= self._steps:
+            return self._real_total
+        return self.batches.real_count(steps * self.world_size)
+
+    def rank_share(self, rank: int, start_step: int = 0) -> BatchList:
+        share = self._share(rank)
+        return share.take(np.arange(start_step, len(share), dtype=np.int64))
+
+    @property
+    def batches(self) -> BatchList:
+        """Every rank's batches, interleaved (materialised once; O(n): not for planning)."""
+        if self._batches is None:
+            from seqloader.plan.distribute import interleave
+
+            self._batches = interleave([self._share(r) for r in range(self.world_size)])
+        return self._batches

@@ -1,0 +1,117 @@
+"""``planning="indexed"`` through the real loader: the resume harness of ``test_resume`` (chains of
+save -> JSON -> fresh loaders, elastic for ``shard``), real DataLoader workers, the audit, and
+states of the other planning refused by name."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seqloader as sl
+from seqloader.errors import ResumeError
+from test_resume import check_chain, corpus, file_bounds, files_corpus, loader_factory, run_all
+
+PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    n=st.integers(0, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "laplace", "buckets:3"]),
+    uneven=st.sampled_from(["split", "pad", "drop"]),
+    partition_epoch=st.integers(1, 2),
+    worlds=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+    enter_next_epoch=st.booleans(),
+)
+def test_shard_resume_chains(
+    n, seed, ordering, uneven, partition_epoch, worlds, cuts, enter_next_epoch
+) -> None:
+    """Resuming after k steps, once or twice, elastic or not, at step 0, mid-epoch, at an epoch's
+    end or across it: every sequence once per epoch, steps numbered without gaps, and with the
+    same world size the very same batches as the uninterrupted run."""
+    make = loader_factory(
+        corpus(n, seed), **PLAN, ordering=ordering, uneven=uneven, partition_epoch=partition_epoch
+    )
+    check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1, enter_next_epoch)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    n=st.integers(1, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "buckets:3"]),
+    world=st.integers(1, 3),
+    cut=st.integers(0, 25),
+)
+def test_files_resume_with_the_same_world_size(n, seed, ordering, world, cut) -> None:
+    if len(file_bounds(n, seed)) - 1 < 2 * world:
+        return  # fewer files than sub-epochs x ranks: refused (tested in test_files_plan)
+    make = loader_factory(
+        files_corpus(n, seed), **PLAN, ordering=ordering, distribution="files", partition_epoch=2
+    )
+    check_chain(make, [world, world], [cut], 3)
+
+
+def test_files_elastic_resume_is_refused_at_load() -> None:
+    make = loader_factory(files_corpus(97, 2), **PLAN, ordering="laplace:.5", distribution="files")
+    with make(0, 2) as loader:
+        batches = loader.epoch(1)
+        next(batches)
+        state = loader.state_dict()
+        batches.close()
+    assert state["planning"] == "indexed"
+    with pytest.raises(ResumeError, match="same world size"):
+        make(0, 3).load_state_dict(state)
+
+
+def test_states_of_the_other_planning_are_refused_by_name() -> None:
+    src = corpus(40, 1)
+    indexed = sl.SeqLoader(src, ordering="laplace", **PLAN)
+    plain = sl.SeqLoader(src, ordering="laplace", max_seqs=3, max_frames=40)
+    with pytest.raises(ResumeError, match="planning='global'"):
+        indexed.load_state_dict(plain.state_dict())
+    with pytest.raises(ResumeError, match="planning='indexed'"):
+        plain.load_state_dict(indexed.state_dict())
+    assert "planning" not in plain.state_dict()  # global states keep their format
+
+
+def test_audit_and_report_of_an_indexed_epoch() -> None:
+    src = corpus(60, 3)
+    loader = sl.SeqLoader(src, ordering="buckets:3", audit=True, min_seq_length=2, **PLAN)
+    seen = [i for b in loader.epoch(1) for i, m in zip(b.seq_indices.tolist(), b.mask.tolist()) if m]
+    report = loader.report()
+    assert report is not None and report.planned_seqs == len(seen)
+    assert sorted(seen) == sorted(loader.planner.sub_epoch_order(1).tolist())
+    assert sum(report.filtered.values()) + len(seen) == 60
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "workers", [{"num_workers": 2}, {"num_workers": 2, "persistent_workers": True}]
+)
+def test_same_batches_with_dataloader_workers(workers: dict) -> None:
+    """C3: real worker processes deliver the batches of the run without workers, resumed too."""
+    options = {**PLAN, "ordering": "laplace:.5", "partition_epoch": 2}
+    reference = run_all(loader_factory(corpus(47, seed=4), **options), 2, 3)
+    make = loader_factory(corpus(47, seed=4), **options, **workers)
+    check_chain(make, [2, 2], [4], 3, reference=reference)
+    check_chain(make, [2, 1], [5], 3, reference=reference)
+
+
+def test_int32_memory_mapped_lengths_are_not_copied(tmp_path) -> None:
+    from seqloader.plan import PlanOptions
+    from seqloader.plan.indexed import IndexedPlanner
+    from seqloader.sources.columns import write_store
+
+    lengths = np.random.default_rng(0).integers(1, 100, 1000).astype(np.int32)
+    store = write_store(tmp_path / "l.cols", "x", {"len.data": lengths}, {})
+    view = store.column("len.data")
+    options = PlanOptions(ordering="laplace", max_frames=500, planning="indexed")
+    planner = IndexedPlanner({"data": view}, options)
+    assert planner.lengths is view or np.shares_memory(planner.lengths, view)
+    share = planner.global_plan(1, 4).rank_share(1)
+    assert len(share) == planner.global_plan(1, 4).steps

@@ -1,0 +1,306 @@
+"""``planning="indexed"``: the contracts as properties over random corpora (hypothesis; pure numpy).
+
+Exactly once per full epoch (C1), equal steps (C2), batches within their limits, a rank's share
+computed alone equal to its part of the global list (what makes num_workers and rank count
+irrelevant to the batches: C3), determinism (C4), exact and elastic resume incl. world size
+changes (C5; ``files``: same world size only, elastic refused by name), and the building blocks
+(the keyed bijection, the batch table's arithmetic).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.errors import OptionError, ResumeError
+from seqloader.plan import PlanOptions, Position, continue_plan
+from seqloader.plan.batch_table import bucket_runs, laplace_bins
+from seqloader.plan.bijection import Bijection
+from seqloader.plan.histogram import BucketIndex, build_bucket_index
+from seqloader.plan.indexed import IndexedPlanner, edges_for
+from seqloader.plan.position import segment_plan
+from test_resume_plan import assert_equal_steps, real_seqs, run_chain
+
+ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
+
+
+@given(st.integers(0, 3000), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_bijection_is_a_permutation(m: int, seed: int) -> None:
+    y = Bijection(m, [seed, 1])(np.arange(m))
+    assert sorted(y.tolist()) == list(range(m))
+    part = np.arange(0, m, 3)  # any subset, computed alone, gives the same images
+    np.testing.assert_array_equal(Bijection(m, [seed, 1])(part), y[part])
+
+
+@st.composite
+def cases(draw: st.DrawFn, distribution: str = "shard") -> dict:
+    n = draw(st.integers(0, 400))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    high = draw(st.sampled_from([3, 40, 300]))
+    lengths = rng.integers(0 if draw(st.booleans()) else 1, high + 1, size=n).astype(np.int64)
+    max_frames = draw(st.one_of(st.none(), st.integers(300, 3000)))
+    uneven = draw(st.sampled_from(["split", "pad"] + (["drop"] if distribution == "shard" else [])))
+    options = PlanOptions(
+        ordering=draw(st.sampled_from(ORDERINGS)),
+        max_seqs=draw(st.one_of(st.none(), st.integers(1, 20))),
+        max_frames=max_frames,
+        batch_cost=draw(st.sampled_from(["frames", "quadratic:100"])),
+        max_seq_length=draw(st.sampled_from([None, 250])),
+        partition_epoch=draw(st.integers(1, 3)),
+        distribution=distribution,
+        uneven=uneven,
+        seed=draw(st.integers(0, 5)),
+        planning="indexed",
+    )
+    fits = None if max_frames is None else options.cost.longest_fitting(max_frames)
+    if fits is not None and fits < high:  # filter what fits no batch (counted), as a user would
+        limit = min(fits, options.max_seq_length or fits)
+        if limit < 1:
+            options = PlanOptions(**{**options_kwargs(options), "max_frames": None})
+        else:
+            options = PlanOptions(**{**options_kwargs(options), "max_seq_length": limit})
+    files = None
+    if distribution == "files":
+        cuts = rng.integers(0, n + 1, size=draw(st.integers(0, 40)))
+        files = np.unique(np.concatenate([[0, n], cuts])).astype(np.int64)
+        if len(files) < 2:
+            files = np.array([0, 0], dtype=np.int64)
+    return {
+        "lengths": lengths,
+        "options": options,
+        "files": files,
+        "world": draw(st.integers(1, 9)),
+        "worlds": draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)),
+        "cut": draw(st.floats(0, 1)),
+    }
+
+
+def options_kwargs(options: PlanOptions) -> dict:
+    names = (
+        "ordering",
+        "max_seqs",
+        "max_frames",
+        "batch_cost",
+        "max_seq_length",
+        "partition_epoch",
+        "distribution",
+        "uneven",
+        "seed",
+        "planning",
+    )
+    return {k: getattr(options, k) for k in names}
+
+
+def planner_of(case: dict) -> IndexedPlanner:
+    return IndexedPlanner({"data": case["lengths"]}, case["options"], files=case["files"])
+
+
+def admitted(case: dict) -> list[int]:
+    limit = case["options"].max_seq_length
+    keep = np.ones(len(case["lengths"]), bool) if limit is None else case["lengths"] <= limit
+    return np.flatnonzero(keep).tolist()
+
+
+def check_plan(planner: IndexedPlanner, plan, lengths: np.ndarray) -> None:
+    """Equal steps, a rank's share alone == its part of the global list, limits, counts."""
+    o = planner.options
+    b = plan.batches
+    assert len(b) == plan.steps * plan.world_size
+    for r in range(plan.world_size):
+        share = plan.rank_share(r)
+        assert len(share) == plan.steps
+        mine = b.take(np.arange(r, len(b), plan.world_size))
+        np.testing.assert_array_equal(share.seqs, mine.seqs)
+        np.testing.assert_array_equal(share.bounds, mine.bounds)
+        np.testing.assert_array_equal(share.real, mine.real)
+    sizes = np.diff(b.bounds)
+    assert (sizes >= 1).all()
+    if o.max_seqs is not None and len(sizes):
+        assert sizes.max() <= o.max_seqs
+    if o.max_frames is not None and len(sizes):
+        longest = np.maximum.reduceat(o.cost.units(lengths[b.seqs]), b.bounds[:-1])
+        assert (sizes * longest).max() <= planner.budget
+    assert plan.real_total() == int(b.real.sum())
+    assert plan.repeats == int((~b.real).sum())
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["shard", "files"]).flatmap(cases))
+def test_full_epoch_exactly_once_equal_steps_limits(case: dict) -> None:
+    planner = planner_of(case)
+    o, world = case["options"], case["world"]
+    seen, dropped = [], 0
+    for epoch in range(1, o.partition_epoch + 1):
+        if o.distribution == "files" and 0 < planner._file_counts.astype(bool).sum() < (
+            o.partition_epoch * world
+        ):
+            with pytest.raises(OptionError, match="files"):
+                planner.global_plan(epoch, world)
+            return
+        plan = planner.global_plan(epoch, world)
+        check_plan(planner, plan, case["lengths"])
+        b = plan.batches
+        seen.append(b.seqs[b.real])
+        dropped += plan.dropped
+        assert planner.order_size(epoch, world) == plan.real_total() + plan.dropped
+    got = np.concatenate(seen).tolist()
+    assert len(set(got)) == len(got), "a sequence twice in a full epoch"
+    assert len(got) + dropped == len(admitted(case))
+    if not dropped:
+        assert sorted(got) == admitted(case)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_deterministic_and_keyed_by_seed_and_epoch(case: dict) -> None:
+    a, b = planner_of(case), planner_of(case)
+    w = case["world"]
+    for epoch in (1, 2):
+        np.testing.assert_array_equal(
+            a.global_plan(epoch, w).batches.seqs, b.global_plan(epoch, w).batches.seqs
+        )
+
+
+def test_epochs_and_seeds_draw_other_batches() -> None:
+    lengths = np.random.default_rng(0).integers(1, 200, 3000)
+    opts = {"ordering": "buckets:4", "max_frames": 2000, "planning": "indexed"}
+    p = IndexedPlanner({"data": lengths}, PlanOptions(**opts, seed=1))
+    q = IndexedPlanner({"data": lengths}, PlanOptions(**opts, seed=2))
+    e1, e2 = p.global_plan(1, 4).batches.seqs, p.global_plan(2, 4).batches.seqs
+    assert not np.array_equal(e1, e2)
+    assert not np.array_equal(e1, q.global_plan(1, 4).batches.seqs)
+    assert sorted(e1.tolist()) == sorted(e2.tolist())
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases())
+def test_resume_chain_with_world_size_changes(case: dict) -> None:
+    """Elastic resume (shard): stop anywhere, save as JSON, continue on another world size: every
+    sequence of the sub-epoch exactly once (drop: what is missing is what the last plan drops)."""
+    planner = planner_of(case)
+    worlds = case["worlds"]
+    cuts = [case["cut"]] * (len(worlds) - 1)
+    consumed, last, runs = run_chain(planner, 1, worlds, cuts)
+    order = planner.sub_epoch_order(1, world_size=worlds[0])
+    assert len(np.unique(consumed)) == len(consumed)
+    if case["options"].uneven == "drop":
+        assert len(order) - len(consumed) == last.dropped
+    else:
+        assert sorted(consumed.tolist()) == sorted(order.tolist())
+    for plan, start in runs:
+        assert_equal_steps(plan, start)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["shard", "files"]).flatmap(cases))
+def test_same_world_size_continues_the_uninterrupted_plan(case: dict) -> None:
+    planner = planner_of(case)
+    world = case["world"]
+    try:
+        full = planner.global_plan(1, world)
+    except OptionError:  # too few files for this world size: tested above
+        return
+    k = int(case["cut"] * full.steps)
+    position = Position(1, 0, world, k)
+    plan, position = continue_plan(planner, position, world)
+    assert position.seq_offset(plan) == len(real_seqs(full, 0, k))
+    for r in range(world):
+        a, b = full.rank_share(r, k), plan.rank_share(r, position.steps)
+        np.testing.assert_array_equal(a.seqs, b.seqs)
+        np.testing.assert_array_equal(a.bounds, b.bounds)
+        np.testing.assert_array_equal(a.real, b.real)
+
+
+def test_files_elastic_resume_mid_epoch_is_refused_by_name() -> None:
+    lengths = np.random.default_rng(1).integers(1, 100, 2000)
+    files = np.arange(0, 2001, 20)
+    options = PlanOptions(
+        ordering="laplace", max_frames=800, distribution="files", planning="indexed"
+    )
+    planner = IndexedPlanner({"data": lengths}, options, files=files)
+    plan = planner.global_plan(1, 4)
+    position = Position(1, 0, 4, plan.steps // 2)
+    with pytest.raises(ResumeError, match="planning='indexed' with distribution='files'"):
+        continue_plan(planner, position, 3, segment_plan(planner, position))
+    finished = Position(1, 0, 4, plan.steps)  # a finished epoch continues anywhere
+    assert continue_plan(planner, finished, 3)[0].steps == plan.steps
+
+
+def test_positions_inside_a_batch_are_refused() -> None:
+    lengths = np.full(100, 10)
+    options = PlanOptions(ordering="buckets:2", max_seqs=4, planning="indexed")
+    planner = IndexedPlanner({"data": lengths}, options)
+    with pytest.raises(OptionError, match="batch boundary"):
+        planner.global_plan(1, 2, start=3)
+    assert planner.global_plan(1, 2, start=4).real_total() == 96
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"ordering": "random"}, "ordering='random'"),
+        ({"distribution": "random_seed_offset"}, "random_seed_offset"),
+        ({"chunking": 50}, "chunking"),
+        ({"distribution": "files", "uneven": "drop"}, "uneven='drop'"),
+        ({"seeding": "returnn"}, "seeding"),
+    ],
+)
+def test_unsupported_options_are_refused_by_name(changes: dict, match: str) -> None:
+    kwargs = {"ordering": "laplace", "max_frames": 100, "planning": "indexed", **changes}
+    with pytest.raises(OptionError, match=match):
+        PlanOptions(**kwargs)
+
+
+def test_default_planning_leaves_fingerprints_unchanged() -> None:
+    assert "planning" not in PlanOptions(ordering="laplace").to_dict()
+    assert PlanOptions(ordering="laplace", planning="indexed").to_dict()["planning"] == "indexed"
+
+
+def test_a_prebuilt_index_gives_the_same_plan() -> None:
+    lengths = np.random.default_rng(2).integers(1, 500, 5000).astype(np.int32)
+    files = np.arange(0, 5001, 50)
+    options = PlanOptions(
+        ordering="buckets:6", max_frames=3000, distribution="files", planning="indexed"
+    )
+    built = IndexedPlanner({"data": lengths}, options, files=files)
+    edges = edges_for(lengths, options, lengths)
+    index = BucketIndex.from_columns(build_bucket_index(lengths, edges, None, files).columns())
+    given_index = IndexedPlanner({"data": lengths}, options, files=files, index=index)
+    np.testing.assert_array_equal(
+        built.global_plan(1, 7).batches.seqs, given_index.global_plan(1, 7).batches.seqs
+    )
+    assert built.fingerprint("x") == given_index.fingerprint("x")
+    assert index.members.dtype == np.uint32
+    wrong = BucketIndex(
+        index.members[:-1],
+        index.starts,
+        index.longest,
+        index.edges,
+        index.file_counts,
+        index.file_frames,
+    )
+    with pytest.raises(OptionError, match="bucket index"):
+        IndexedPlanner({"data": lengths}, options, files=files, index=wrong)
+
+
+def test_batch_table_arithmetic_matches_the_listed_batches() -> None:
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 300, 7)
+    sizes = rng.integers(1, 9, 7)
+    for table in (
+        bucket_runs(counts, sizes, 3, np.random.default_rng(0)),
+        laplace_bins(counts, sizes, 4),
+    ):
+        g = np.arange(table.num_batches)
+        batch_sizes = table.batch_sizes(g)
+        assert batch_sizes.sum() == counts.sum() == table.num_seqs
+        before = np.concatenate([[0], np.cumsum(batch_sizes)])
+        for k in range(0, table.num_batches + 1, 5):
+            assert table.seqs_before(k) == before[k]
+            assert table.batch_at(int(before[k])) == k
+        b, j = table.locate(g)
+        pairs = set(zip(b.tolist(), j.tolist(), strict=True))
+        assert len(pairs) == table.num_batches  # every (bucket, batch) once
