@@ -183,6 +183,11 @@ def test_packed_layout_and_budget(hdf: Path, num_workers: int) -> None:
                     a, b = int(offsets[j]), int(offsets[j + 1])
                     np.testing.assert_array_equal(p[key][a:b].numpy(), q[key][j, : b - a].numpy())
             assert not q.offsets
+        # the report counts what was delivered: every row's frames packed, no padding
+        p_report, q_report = packed.report(), padded.report()
+        assert p_report.frames == q_report.frames > 0
+        assert p_report.padded_frames == p_report.frames and p_report.padding_ratio == 0.0
+        assert q_report.padded_frames > q_report.frames
     finally:
         packed.close()
         padded.close()

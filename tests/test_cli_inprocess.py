@@ -238,3 +238,18 @@ def test_chunking_and_per_key_flags_reach_the_plan(capsys, hdf):  # noqa: F811
     assert stats
     one_line_error(capsys, "check", hdf, "--chunking", "7:x")
     one_line_error(capsys, "check", hdf, "--epoch-wise-filter", "1-x:3")
+
+
+def test_packed_layout_reports_no_padding(capsys, hdf):  # noqa: F811
+    """``--layout packed``: ``stats`` and ``check`` count the frames a packed batch delivers (its
+    rows' lengths, no padding), the padded layout its ``n_seqs * max_len``."""
+    flags = ("--chunking", "data=7:5,classes=7:5", "--max-frames", "60")
+    padded = run_json(capsys, "stats", hdf, *flags)["padding_by_ordering"]
+    packed = run_json(capsys, "stats", hdf, *flags, "--layout", "packed")["padding_by_ordering"]
+    assert all(p["padding_ratio"] > 0 for p in padded.values())
+    assert all(p["padding_ratio"] == 0 for p in packed.values())
+    assert all(packed[o]["steps"] == padded[o]["steps"] for o in packed)  # the same plan
+    checked = run_json(capsys, "check", hdf, *flags, "--layout", "packed", "--world-size", "2")
+    for epoch in checked["epochs"]:
+        for rank in epoch["ranks"]:
+            assert rank["load"]["padded_frames"] == rank["load"]["frames"]

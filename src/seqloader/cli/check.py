@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             opened.workers.num_workers,
             list(epochs),
             lambda e: bar.update(),
+            packed=opened.workers.layout == "packed",
         )
     finally:
         bar.close()

@@ -392,8 +392,8 @@ def add_loader_options(
         metavar="N",
         help=NUM_WORKERS_HELP,
     )
-    if workers:
-        for flag, dest, kw in WORKER_FLAGS:
+    for flag, dest, kw in WORKER_FLAGS:
+        if workers or dest == "layout":  # the layout decides the padding a plan delivers
             group.add_argument(flag, dest=dest, **({"default": None} | kw))
 
 

@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
             lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora, files=files
         )
         plan = ordered.global_plan(1, args.ranks)
-        load = load_of(plan.batches, planner.lengths, unit_window(planner))
+        packed = opened.workers.layout == "packed"  # no padding delivered
+        load = load_of(plan.batches, planner.lengths, unit_window(planner), packed)
         b = plan.batches
         seqs, costs = b.seqs, ordered.costs
         window = unit_window(ordered)

@@ -18,13 +18,17 @@ class KeyCounts:
     real_seqs: int  # sequences with mask True
     repeats: int  # filler slots (mask False)
     frames: int  # frames of the real sequences
-    padded_frames: int  # batch size x longest sequence
+    padded_frames: int  # frames delivered: batch size x longest sequence, or packed every row's
 
 
-def count_key(lengths: np.ndarray, real: np.ndarray) -> KeyCounts:
-    """``KeyCounts`` from int lengths ``[B]`` and the bool mask ``[B]``."""
+def count_key(lengths: np.ndarray, real: np.ndarray, packed: bool = False) -> KeyCounts:
+    """``KeyCounts`` from int lengths ``[B]`` and the bool mask ``[B]``. ``packed``: the batch is
+    laid out packed (``layout="packed"``), so it delivers the sum of its rows' lengths, no
+    padding (filler repeats still count as delivered, not as real frames)."""
     n_real = int(np.count_nonzero(real))
     if not len(lengths):
         return KeyCounts(n_real, len(real) - n_real, 0, 0)
-    frames = int(lengths.sum()) if n_real == len(real) else int(lengths[real].sum())
-    return KeyCounts(n_real, len(real) - n_real, frames, int(len(lengths) * lengths.max()))
+    total = int(lengths.sum())
+    frames = total if n_real == len(real) else int(lengths[real].sum())
+    delivered = total if packed else int(len(lengths) * lengths.max())
+    return KeyCounts(n_real, len(real) - n_real, frames, delivered)

@@ -28,7 +28,8 @@ from seqloader.validate import int_option
 @dataclass(frozen=True)
 class Load:
     """What a rank or a worker executes in one epoch. ``frames`` counts real sequences only;
-    ``padded_frames`` is ``sum(n_seqs * max_len)`` over its batches (filler repeats included)."""
+    ``padded_frames`` the frames delivered: ``sum(n_seqs * max_len)`` over its batches, or with
+    ``layout="packed"`` the sum of every slot's length (filler repeats included in both)."""
 
     batches: int = 0
     seqs: int = 0
@@ -91,9 +92,12 @@ class Simulation:
         return d
 
 
-def load_of(batches: BatchList, lengths: np.ndarray, window: Window | None = None) -> Load:
+def load_of(
+    batches: BatchList, lengths: np.ndarray, window: Window | None = None, packed: bool = False
+) -> Load:
     """Totals of a batch list; ``lengths`` int64 ``[num_seqs]`` on the planning key; ``window``:
-    in a chunked plan, each slot's chunk length from (whole lengths, chunk indices)."""
+    in a chunked plan, each slot's chunk length from (whole lengths, chunk indices); ``packed``:
+    batches laid out packed (no padding delivered)."""
     lens = lengths[batches.seqs]  # [slots]
     if window is not None and batches.chunks is not None:
         lens = window(lens, batches.chunks)
@@ -102,7 +106,7 @@ def load_of(batches: BatchList, lengths: np.ndarray, window: Window | None = Non
         seqs=int(np.count_nonzero(batches.real)),
         repeats=int(len(batches.real) - np.count_nonzero(batches.real)),
         frames=int(lens[batches.real].sum()),
-        padded_frames=int(padded_frames(lens, batches.bounds).sum()),
+        padded_frames=int(lens.sum() if packed else padded_frames(lens, batches.bounds).sum()),
     )
 
 
@@ -130,9 +134,11 @@ def simulate(
     num_workers: int,
     epochs: Sequence[int],
     on_epoch: Callable[[int], None] | None = None,
+    packed: bool = False,
 ) -> Simulation:
     """Simulate ``world_size`` ranks with ``num_workers`` workers each over ``epochs``.
-    ``on_epoch(epoch)`` is called after each epoch (progress; about 0.5 s per million sequences)."""
+    ``on_epoch(epoch)`` is called after each epoch (progress; about 0.5 s per million sequences).
+    ``packed``: batches are laid out packed (``layout="packed"``): no padding is delivered."""
     world_size = int_option("world_size", world_size, 1)
     num_workers = int_option("num_workers", num_workers, 0)
     if not epochs:
@@ -169,9 +175,10 @@ def simulate(
                     (share.seqs[share.real], share.uses[share.real])
                 )
             items = worker_items(len(share), num_workers)
-            workers = tuple(load_of(share.take(ids), lengths, window) for ids in items)
+            workers = tuple(load_of(share.take(ids), lengths, window, packed) for ids in items)
             files = None if planner.files is None else len(planner.rank_files(plan, r))
-            ranks.append(RankEpoch(r, load_of(share, lengths, window), workers, files))
+            rank_load = load_of(share, lengths, window, packed)
+            ranks.append(RankEpoch(r, rank_load, workers, files))
         steps = {ra.load.batches for ra in ranks}
         if len(steps) != 1:
             per_rank = {ra.rank: ra.load.batches for ra in ranks}

@@ -78,7 +78,8 @@ class Batch(Mapping):
         """The report's counts for ``key``: precomputed where the batch was built, else now."""
         found = self.counts.get(key)
         if found is None:
-            found = count_key(self.lengths[key].numpy(), self.mask.numpy())
+            packed = bool(self.offsets)  # layout="packed": no padding delivered
+            found = count_key(self.lengths[key].numpy(), self.mask.numpy(), packed)
         return found
 
     def pin_memory(self) -> Batch:
@@ -122,7 +123,7 @@ def build_batch(loaded: LoadedBatch, data: dict[str, torch.Tensor]) -> Batch:
         step=spec.step,
         skipped=loaded.skipped,
         nonfinite=list(loaded.nonfinite),
-        counts={k: count_key(v, real) for k, v in loaded.lengths.items()},
+        counts={k: count_key(v, real, loaded.packed) for k, v in loaded.lengths.items()},
         corpus=loaded.corpus,
         corpus_counts=dict(loaded.corpus_counts or {}),
         fetch_wait_s=loaded.fetch_wait_s,

@@ -49,7 +49,9 @@ class EpochReport:
     seqs: int = 0
     repeats_seen: int = 0
     frames: int = 0
-    padded_frames: int = 0
+    padded_frames: int = (
+        0  # frames delivered: n_seqs x max_len per batch; packed: the rows' lengths
+    )
     wall_s: float = 0.0
     data_wait_s: float = 0.0
     first_batch_s: float = 0.0
