@@ -49,9 +49,8 @@ class EpochReport:
     seqs: int = 0
     repeats_seen: int = 0
     frames: int = 0
-    padded_frames: int = (
-        0  # frames delivered: n_seqs x max_len per batch; packed: the rows' lengths
-    )
+    # frames delivered: n_seqs x max_len per batch; layout="packed": the rows' lengths
+    padded_frames: int = 0
     wall_s: float = 0.0
     data_wait_s: float = 0.0
     first_batch_s: float = 0.0
