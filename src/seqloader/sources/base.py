@@ -70,7 +70,13 @@ class Source(Protocol):
     def schema(self) -> Schema: ...
 
     def lengths(self, key: str) -> np.ndarray:
-        """Per-sequence lengths (int64 ``[n]``) of ``key``; known at open, no data read."""
+        """Per-sequence lengths of ``key`` (int ``[n]``: int64, or int32 where every length
+        fits); known at open, no data read.
+
+        The array may be a read-only view of memory-mapped metadata (``sources/columns.py``): one
+        file per node shared by every rank and worker, so a source need not hold a private
+        int64 copy of ``n`` lengths. Callers never write into it and accumulate in int64 (numpy's
+        ``sum``/``cumsum`` do so for int32; products and ``out=`` arrays must say so)."""
         ...
 
     def tag(self, index: int) -> str: ...
@@ -327,15 +333,49 @@ def fingerprint_of(
     tags: Sequence[str], lengths: Mapping[str, np.ndarray], schema: Schema, extra: str = ""
 ) -> str:
     """Hash tags, lengths and schema: cheap (no data read) and catches the usual mismatches
-    (other file list, other order, other feature dim) between ranks or between runs."""
+    (other file list, other order, other feature dim) between ranks or between runs.
+
+    The bytes hashed are each tag's utf-8 bytes and a NUL, then every key's lengths as int64,
+    whatever the container and dtype: packed tags and int32 columns are hashed in blocks
+    (no Python object per tag, no int64 copy of ``n``) to the same digest."""
     h = hashlib.sha256()
     h.update(str(len(tags)).encode())
-    for t in tags:
-        h.update(t.encode("utf-8", "surrogateescape"))
-        h.update(b"\0")
+    if declares(tags, PacksTags):
+        _hash_packed(h, *cast(PacksTags, tags).buffers())
+    else:
+        for t in tags:
+            h.update(t.encode("utf-8", "surrogateescape"))
+            h.update(b"\0")
     for key in sorted(lengths):
         spec = schema[key]
         h.update(f"{key}:{spec.describe()}".encode())
-        h.update(np.ascontiguousarray(lengths[key], dtype=np.int64).tobytes())
+        values = lengths[key]
+        for a in range(0, len(values), _HASH_BLOCK):
+            h.update(np.ascontiguousarray(values[a : a + _HASH_BLOCK], dtype=np.int64).tobytes())
     h.update(extra.encode())
     return h.hexdigest()[:32]
+
+
+#: rows per block when hashing columns: bounds the temporary copies (8 MB of int64)
+_HASH_BLOCK = 1 << 20
+
+
+@runtime_checkable
+class PacksTags(Protocol):
+    """A tag container kept as one utf-8 buffer and int64 offsets ``[n + 1]`` (``PackedTags``)."""
+
+    def buffers(self) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+def _hash_packed(h: hashlib._Hash, data: np.ndarray, offsets: np.ndarray) -> None:
+    """Feed ``h`` each tag's bytes followed by a NUL, a block of tags at a time."""
+    n = len(offsets) - 1
+    for a in range(0, n, _HASH_BLOCK):
+        b = min(n, a + _HASH_BLOCK)
+        lo, hi = int(offsets[a]), int(offsets[b])
+        out = np.zeros(hi - lo + (b - a), dtype=np.uint8)  # the bytes plus one NUL per tag
+        sizes = np.diff(offsets[a : b + 1])
+        # byte k of the block lands k + (number of tags ended before it) further on
+        shift = np.repeat(np.arange(b - a, dtype=np.int64), sizes)
+        out[np.arange(hi - lo, dtype=np.int64) + shift] = data[lo:hi]
+        h.update(out.tobytes())

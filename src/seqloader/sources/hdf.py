@@ -23,11 +23,20 @@ import numpy as np
 
 from seqloader.errors import DataError
 from seqloader.parts import by_part, scatter
-from seqloader.sources.base import KeySpec, SourceBase, fingerprint_of
+from seqloader.sources.base import KeySpec, SourceBase
+from seqloader.sources.columns import ColumnStore
 from seqloader.sources.hdf_chunks import forget_file, index_files
-from seqloader.sources.hdf_layout import FileLayout, PackedTags, read_layout
+from seqloader.sources.hdf_layout import FileLayout, read_layout
 from seqloader.sources.hdf_read import OpenFile
-from seqloader.sources.remote import FileCache, RemoteFiles, cache_for
+from seqloader.sources.hdf_store import (
+    FileStarts,
+    Metadata,
+    dataset_of,
+    identity_of,
+    metadata_of,
+    open_metadata,
+)
+from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
 from seqloader.sources.remote.index import hdf_layout
 
 log = logging.getLogger("seqloader")
@@ -52,6 +61,11 @@ class HDFSource(SourceBase):
     ``use_mmap`` (default) contiguous datasets are memory-mapped; ``use_mmap=False`` reads everything
     through h5py (same bytes, slower).
 
+    The files' per-sequence metadata (lengths, row offsets, tags, file bounds) is read once per
+    node into one memory-mapped file in ``index_dir`` (default ``$XDG_CACHE_HOME/seqloader/hdf``),
+    keyed by the files' identity; later opens, other ranks and DataLoader workers map it
+    (``hdf_store``). ``lengths(key)`` are read-only views of it (int32 where every length fits).
+
     Remote files: give URLs and ``cache_dir`` (local disk), optionally ``cache_bytes`` (the
     loader keeps each rank's cached files within it, fetching ahead of its plan) and fsspec's
     ``storage_options``; or a ready ``cache=FileCache(...)`` (retries, backoff).
@@ -73,6 +87,7 @@ class HDFSource(SourceBase):
         cache_bytes: int | None = None,
         storage_options: dict | None = None,
         cache: FileCache | None = None,
+        index_dir: PathLike | None = None,
     ) -> None:
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
@@ -82,26 +97,34 @@ class HDFSource(SourceBase):
         self._use_mmap = bool(use_mmap)
         n = len(self._paths)
         remote = cache_for("HDFSource", self._paths, cache, cache_dir, cache_bytes, storage_options)
+        files: list[RemoteFile] = []
         if remote is None:
-            layouts = [read_layout(p, _position(i, n)) for i, p in enumerate(self._paths)]
+            for i, p in enumerate(self._paths):
+                if not os.path.isfile(p):
+                    read_layout(p, _position(i, n))  # raises the DataError naming the file
+            identity = identity_of(self._paths, None, None if keys is None else list(keys))
         else:
             files = remote.stat(self._paths)
-            layouts = [hdf_layout(remote, r, _position(i, n)) for i, r in enumerate(files)]
-        self._schema, self._skipped = _merge_schema(layouts, keys, self._paths)
-        self._datasets = [{k: lay.datasets[k] for k in self._schema} for lay in layouts]
-        self._starts = [{k: lay.starts[k] for k in self._schema} for lay in layouts]
-        counts = np.array([lay.num_seqs for lay in layouts], dtype=np.int64)
-        self._file_start = np.zeros(len(layouts) + 1, dtype=np.int64)  # [F + 1]
-        np.cumsum(counts, out=self._file_start[1:])
-        self._bounds: list[int] = self._file_start.tolist()  # for bisect: faster than numpy here
-        self._remote = (
-            None if remote is None else RemoteFiles(remote, tuple(files), self._file_start)
-        )
-        self._lengths = {
-            k: np.concatenate([np.diff(s[k]) for s in self._starts]) for k in self._schema
-        }
-        self._tags = PackedTags.concat([lay.tags for lay in layouts])
-        self._fingerprint: str | None = None
+            identity = identity_of(
+                self._paths, [r.key for r in files], None if keys is None else list(keys)
+            )
+
+        def read_layouts() -> list[FileLayout]:
+            if remote is None:
+                return [read_layout(p, _position(i, n)) for i, p in enumerate(self._paths)]
+            return [hdf_layout(remote, r, _position(i, n)) for i, r in enumerate(files)]
+
+        def merge(layouts: list[FileLayout]) -> tuple[dict[str, KeySpec], dict[str, str]]:
+            return _merge_schema(layouts, keys, self._paths)
+
+        meta, self.index_built = open_metadata(identity, index_dir, read_layouts, merge)
+        self._store = meta.store
+        self._schema, self._skipped = meta.schema, meta.skipped
+        self._datasets = [{k: dataset_of(k) for k in self._schema}] * n
+        self._tags = meta.tags
+        self._stored_fingerprint = meta.fingerprint
+        self._remote = None if remote is None else RemoteFiles(remote, tuple(files), meta.bounds)
+        self._use_columns(meta)
         self._pid: int | None = None
         self._open: list[OpenFile | None] = []
         self._inodes: list[int] = []  # remote files: the inode of each open cached copy
@@ -125,9 +148,21 @@ class HDFSource(SourceBase):
         return dict(self._skipped)
 
     def fingerprint(self) -> str:
-        if self._fingerprint is None:
-            self._fingerprint = fingerprint_of(self._tags, self._lengths, self._schema, "hdf")
-        return self._fingerprint
+        """``fingerprint_of`` the tags, lengths and schema, computed once when the metadata was
+        read from the files and kept with it."""
+        return self._stored_fingerprint
+
+    @property
+    def store(self) -> ColumnStore | None:
+        """The memory-mapped metadata (``hdf_store``); None where no index could be written."""
+        return self._store
+
+    def _use_columns(self, meta: Metadata) -> None:
+        """Views of the metadata's columns (recreated after unpickling, never pickled)."""
+        self._lengths = meta.lengths
+        self._file_start = meta.bounds  # [F + 1]
+        self._bounds: list[int] = meta.bounds.tolist()  # for bisect: faster than numpy here
+        self._starts = FileStarts(meta.starts, meta.bounds)
 
     def remote_files(self) -> RemoteFiles | None:
         """The remote files and their cache (None for local files): the loader fetches ahead."""
@@ -311,7 +346,16 @@ class HDFSource(SourceBase):
         state = self.__dict__.copy()
         state["_open"] = []
         state["_pid"] = None
+        if self._store is not None:  # the store pickles its path: a worker maps it again
+            for name in ("_lengths", "_file_start", "_bounds", "_starts"):
+                state.pop(name, None)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "_starts" not in state:
+            assert self._store is not None
+            self._use_columns(metadata_of(self._store))
 
     def __repr__(self) -> str:
         names = [Path(p).name for p in self._paths]

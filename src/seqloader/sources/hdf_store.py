@@ -1,0 +1,208 @@
+"""The per-sequence metadata of ``HDFSource``'s files as one memory-mapped ``ColumnStore``.
+
+Every rank and every DataLoader worker on a node needs every sequence's lengths, row offsets and
+tag, and every file's bounds. Read from the files, these are private arrays of each process
+(about 8 bytes per sequence and key twice, plus the tags); here they are read once per node, under
+the store's lock, into one file keyed by the files' identity (path, size, ``mtime_ns``; URL, size,
+version for remote files) and the key selection, and every later open maps it: the bytes sit once
+in the page cache, and a source pickles the store's path, not the arrays.
+
+Columns: ``len.<key>`` (int32 when every length fits, else int64 ``[n]``), ``start.<key>`` (int64,
+each file's row offsets ``[n_f + 1]`` one after another, ``[n + F]``), ``tags`` (strings) and
+``bounds`` (int64 ``[F + 1]``). The header's meta holds the merged schema, the keys left out and
+the warnings the files gave, so a mapped open says what a first open said.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from seqloader.errors import DataWarning
+from seqloader.sources.base import KeySpec, fingerprint_of
+from seqloader.sources.columns import (
+    Column,
+    ColumnStore,
+    StringColumn,
+    identity_of_files,
+    narrow_lengths,
+    open_or_build,
+)
+from seqloader.sources.hdf_layout import INPUTS, TARGETS, FileLayout, PackedTags
+
+STORE_VERSION = "hdf-meta1"  # the columns and meta below; a change of them changes it
+
+#: the key -> (schema, skipped) merge of the files' layouts (``hdf._merge_schema``)
+Merge = Callable[[list[FileLayout]], tuple[dict[str, KeySpec], dict[str, str]]]
+
+
+def dataset_of(key: str) -> str:
+    """The HDF dataset holding ``key`` (RETURNN: ``inputs`` for ``data``, else a target's)."""
+    return INPUTS if key == "data" else f"{TARGETS}/data/{key}"
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """What ``HDFSource`` keeps about its files, as views of a store's columns (or, where no
+    store could be written, of arrays in memory)."""
+
+    schema: dict[str, KeySpec]
+    skipped: dict[str, str]
+    lengths: dict[str, np.ndarray]  # key -> int32/int64 [n], read-only when mapped
+    starts: dict[str, np.ndarray]  # key -> int64 [n + F]
+    bounds: np.ndarray  # int64 [F + 1]
+    tags: PackedTags
+    fingerprint: str
+    store: ColumnStore | None  # None: held in memory (no writable index directory)
+
+
+def default_index_dir() -> str:
+    """``$XDG_CACHE_HOME/seqloader/hdf`` (else ``~/.cache/seqloader/hdf``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "seqloader", "hdf")
+
+
+def identity_of(paths: Sequence[str], remote_keys: Sequence[str] | None, keys: object) -> str:
+    """The store's identity: the files (local: path, size, ``mtime_ns``; remote: URL, size,
+    version) and the key selection, which decides the schema."""
+    extra = f"{STORE_VERSION}\0keys={json.dumps(keys)}"
+    if remote_keys is None:
+        return identity_of_files(paths, extra)
+    h = hashlib.sha256(extra.encode())
+    for k in remote_keys:
+        h.update(f"{k}\0".encode())
+    return h.hexdigest()[:32]
+
+
+def open_metadata(
+    identity: str,
+    index_dir: str | os.PathLike | None,
+    read_layouts: Callable[[], list[FileLayout]],
+    merge: Merge,
+) -> tuple[Metadata, bool]:
+    """The files' metadata from the store of ``identity`` in ``index_dir``: mapped when it is
+    there, else built from ``read_layouts()`` (once per node). Returns (metadata, built here).
+    Where the store cannot be written (a read-only cache directory), the metadata is held in this
+    process's memory, with a ``DataWarning`` naming the directory."""
+    directory = default_index_dir() if index_dir is None else os.fspath(index_dir)
+    path = os.path.join(directory, f"hdf-{identity}.cols")
+    try:
+        store, built = open_or_build(path, identity, lambda: _build(read_layouts, merge))
+    except OSError as e:  # the index directory (the files' own errors are DataErrors)
+        warnings.warn(
+            f"HDFSource: cannot write the metadata index {path!r} ({e}); the metadata is held "
+            "in this process's memory (per rank and worker). Fix: pass index_dir=... a "
+            "writable directory on local disk.",
+            DataWarning,
+            stacklevel=3,
+        )
+        columns, meta = _build(read_layouts, merge)
+        _warn_again(meta)
+        return _from_columns(columns, meta, None), True
+    _warn_again(store.meta)
+    return metadata_of(store), built
+
+
+def metadata_of(store: ColumnStore) -> Metadata:
+    """The metadata as views of ``store``'s columns (no copy)."""
+    columns = {name: store.column(name) for name in store.names if not name.startswith("tags.")}
+    return _from_columns(columns, store.meta, store)
+
+
+def _warn_again(meta: Mapping[str, Any]) -> None:
+    """The files' warnings, on every open (a mapped open reads no file to find them)."""
+    for message in meta["warnings"]:
+        warnings.warn(message, DataWarning, stacklevel=4)
+
+
+def _build(
+    read_layouts: Callable[[], list[FileLayout]], merge: Merge
+) -> tuple[dict[str, Column], dict[str, Any]]:
+    """Columns and meta of the files' layouts (read in this process, dropped after writing)."""
+    error: BaseException | None = None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            layouts = read_layouts()
+            schema, skipped = merge(layouts)
+        except BaseException as e:  # raised below, after the warnings, as without the store
+            error = e
+    if error is not None:
+        for w in caught:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        raise error
+    messages = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
+    for w in caught:  # others pass through as they came
+        if not issubclass(w.category, DataWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    bounds = np.zeros(len(layouts) + 1, dtype=np.int64)
+    np.cumsum([lay.num_seqs for lay in layouts], out=bounds[1:])
+    tags = PackedTags.concat([lay.tags for lay in layouts])
+    columns: dict[str, Column] = {"bounds": bounds}
+    lengths: dict[str, np.ndarray] = {}
+    for key in schema:
+        lengths[key] = narrow_lengths(np.concatenate([np.diff(lay.starts[key]) for lay in layouts]))
+        columns[f"len.{key}"] = lengths[key]
+        columns[f"start.{key}"] = np.concatenate([lay.starts[key] for lay in layouts])
+    columns["tags"] = StringColumn(*tags.buffers())
+    meta = {
+        "schema": {k: _spec_to_json(s) for k, s in schema.items()},
+        "skipped": skipped,
+        "warnings": messages,
+        "fingerprint": fingerprint_of(tags, lengths, schema, "hdf"),
+    }
+    return columns, meta
+
+
+def _from_columns(
+    columns: Mapping[str, Any], meta: Mapping[str, Any], store: ColumnStore | None
+) -> Metadata:
+    schema = {k: _spec_from_json(v) for k, v in meta["schema"].items()}
+    if store is not None:
+        tags: PackedTags = store.strings("tags")
+    else:
+        tag_column = columns["tags"]
+        tags = PackedTags(tag_column.data, tag_column.offsets)
+    return Metadata(
+        schema=schema,
+        skipped=dict(meta["skipped"]),
+        lengths={k: columns[f"len.{k}"] for k in schema},
+        starts={k: columns[f"start.{k}"] for k in schema},
+        bounds=columns["bounds"],
+        tags=tags,
+        fingerprint=str(meta["fingerprint"]),
+        store=store,
+    )
+
+
+def _spec_to_json(spec: KeySpec) -> list[Any]:
+    return [np.dtype(spec.dtype).str, list(spec.feature_shape), spec.sparse, spec.vocab_size]
+
+
+def _spec_from_json(value: list[Any]) -> KeySpec:
+    dtype, shape, sparse, vocab = value
+    return KeySpec(np.dtype(dtype), tuple(int(d) for d in shape), bool(sparse), vocab)
+
+
+class FileStarts(Sequence[dict[str, np.ndarray]]):
+    """``starts[f][key]``: file ``f``'s row offsets of ``key`` (int64 ``[n_f + 1]``), a view of
+    the concatenated column, made when asked: no object per file is kept (10^5 files)."""
+
+    def __init__(self, starts: Mapping[str, np.ndarray], bounds: np.ndarray) -> None:
+        self._starts, self._bounds = starts, bounds
+
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
+    def __getitem__(self, f: int) -> dict[str, np.ndarray]:  # type: ignore[override]
+        if not 0 <= f < len(self):
+            raise IndexError(f"file {f} out of range for {len(self)} files")
+        a, b = int(self._bounds[f]) + f, int(self._bounds[f + 1]) + f + 1
+        return {k: col[a:b] for k, col in self._starts.items()}
