@@ -13,7 +13,13 @@ from fractions import Fraction
 from seqloader.cli.config import DataConfig, load_data
 from seqloader.errors import OptionError
 from seqloader.plan.mix import mix_rate
-from seqloader.plan.options import DISTRIBUTIONS, SEEDINGS, UNEVEN_POLICIES, PlanOptions
+from seqloader.plan.options import (
+    DISTRIBUTIONS,
+    PLANNINGS,
+    SEEDINGS,
+    UNEVEN_POLICIES,
+    PlanOptions,
+)
 from seqloader.sources.base import Source
 from seqloader.trainer.loader_options import WorkerOptions
 
@@ -306,6 +312,15 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
             "choices": SEEDINGS,
             "help": "returnn: RETURNN's own order (its RandomState draws, filters after ordering; "
             "--seed is its random_seed_offset)",
+        },
+    ),
+    (
+        "--planning",
+        "planning",
+        {
+            "choices": PLANNINGS,
+            "help": "global: every rank plans the whole epoch; indexed: each rank draws only its "
+            "own batches (laplace and buckets:N; for very large corpora, docs/planning.md)",
         },
     ),
     (
