@@ -1,29 +1,34 @@
-"""One rank's plan of a large corpus on many ranks: time and private memory, before and after.
+"""One rank's plan of a large corpus on many ranks: time and private memory, indexed vs global planning.
 
-    python -m benchmarks.scale [--sizes 1e6,1e7,1e8] [--reps 3] [--base-src DIR] [--out FILE]
+    python -m benchmarks.scale [--sizes 1e6,1e7,1e8] [--reps 3] [--global-max 1e7]
+                               [--base-src DIR] [--out FILE]
 
 For each size ``n`` (lengths uniform in 50..2000, ``max_seqs=200``, ``max_frames=20000``), world
 size 1,024, rank 517, and each case (``distribution="shard"`` with ``laplace`` and ``buckets:30``;
 ``distribution="files"`` over 10^5 files with ``laplace``): a fresh process maps the lengths from
 one column store file (``seqloader.sources.columns``: the per-node metadata, built once by the
-parent, counted once) and times constructing the ``Planner`` until it holds this rank's batches of
-epoch 1 (``global_plan(...).rank_share``, what the loader runs).
+parent, counted once) and times constructing the planner until it holds this rank's batches of
+epoch 1 (``global_plan(...).rank_share``, what the loader runs). ``planning="indexed"`` also maps
+the node's bucket index (``BucketIndex``, built once per node and corpus by the parent: its build
+time is ``node_index_s``); ``planning="global"`` (the same code, the default planning) is measured
+up to ``--global-max`` sequences (about 60 bytes per sequence), ``--base-src`` (an older
+checkout's ``src/``) up to ``--base-max``.
 Memory: the child's peak resident set less the file pages it maps (``VmHWM - RssFile``) less what
 it held before planning: the private memory of planning. Each configuration runs ``--reps`` times
-in fresh processes, rotating between the code under test and ``--base-src`` (the ``src/`` of an
-older checkout, for before/after ratios measured in the same run); medians. A configuration whose
-base run would exceed the memory guard (``--base-max``) is measured for the new code only.
+in fresh processes, rotating between the codes; medians.
 
 Also measured, each in the same child after the plan: the *epoch boundary* (the loader's state
 begins epoch 1, the epoch trains until a plan made ahead is ready, then epoch 2 begins: what the
-loop waits for its plan; before, planning on the spot), and an *elastic resume* (a state saved
-half-way through epoch 1 by 1,024 ranks loaded by 768, until this rank holds its rest of the
-epoch, constructing the planner included) as a ratio to the fresh start of the same code.
+loop waits for its plan), and an *elastic resume* (a state saved half-way through epoch 1 by 1,024
+ranks loaded by 768, until this rank holds its rest of the epoch, constructing the planner
+included) as a ratio to the fresh start of the same code (indexed ``files`` refuses it by name).
 
-The child checks, vectorised, what the contracts need of the plan (this rank's batches within the
-limits; every rank the same steps; every sequence exactly once over all ranks), and the before and after step counts must agree (the plans
-are the same). ``results/scale.json`` keeps one entry per run (``runs``): several sizes need
-several runs on a shared 2-core machine (fewer repetitions at 10^7, the base code not at 10^8).
+The child checks, vectorised and never holding the whole epoch at once (chunks of the global
+batch list, or rank after rank), what the contracts need: this rank's batches within the limits;
+every rank the same steps; every sequence exactly once over all ranks; this rank's share equal to
+its part of the global list (the batches its DataLoader workers split, whatever their number);
+and the epoch's padding (padded / real frames), compared as a ratio between the plannings.
+``results/scale.json`` keeps one entry per run (``runs``).
 """
 
 from __future__ import annotations
@@ -82,6 +87,31 @@ def _status() -> dict[str, int]:
     return out
 
 
+def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float]:
+    """The node's bucket index of ``case`` over the lengths in ``store`` (built once per node and
+    corpus, memory-mapped by every rank) -> (its path, seconds the build took; 0 if it existed)."""
+    from seqloader.plan import PlanOptions
+    from seqloader.plan.histogram import build_bucket_index
+    from seqloader.plan.indexed import edges_for
+    from seqloader.sources.columns import ColumnStore, StoreWriter
+
+    name = f"index-{n}-{case['ordering']}-{case['distribution']}.seqcols".replace(":", "_")
+    path = os.path.join(folder, name)
+    if os.path.exists(path):
+        return path, 0.0
+    cols = ColumnStore(store)
+    lengths = cols.column("len.data")
+    files = cols.column("file_bounds") if case["distribution"] == "files" else None
+    t0 = time.perf_counter()
+    options = PlanOptions(**case, **LIMITS, seed=3, planning="indexed")
+    index = build_bucket_index(lengths, edges_for(lengths, options, lengths), None, files)
+    w = StoreWriter(path, f"index-{n}", {"n": n})
+    for key, column in index.columns().items():
+        w.add(key, np.asarray(column))
+    w.close()
+    return path, time.perf_counter() - t0
+
+
 def child(config: dict) -> dict:
     from seqloader.plan import Planner, PlanOptions
     from seqloader.sources.columns import ColumnStore
@@ -89,12 +119,22 @@ def child(config: dict) -> dict:
     store = ColumnStore(config["store"])
     lengths = store.column("len.data")
     files = store.column("file_bounds") if config["distribution"] == "files" else None
+    indexed = config.get("planning") == "indexed"
+    extra = {"planning": "indexed"} if indexed else {}
     options = PlanOptions(
-        ordering=config["ordering"], distribution=config["distribution"], seed=3, **LIMITS
+        ordering=config["ordering"], distribution=config["distribution"], seed=3, **LIMITS, **extra
     )
     before = _status()
     t0 = time.perf_counter()
-    planner = Planner({"data": lengths}, options, files=files)
+    if indexed:
+        from seqloader.plan.histogram import BucketIndex
+        from seqloader.plan.indexed import IndexedPlanner
+
+        cols = ColumnStore(config["index"])  # the node's index, memory-mapped
+        index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
+        planner: Planner = IndexedPlanner({"data": lengths}, options, files=files, index=index)
+    else:
+        planner = Planner({"data": lengths}, options, files=files)
     t1 = time.perf_counter()
     plan = planner.global_plan(1, WORLD)
     share, steps = plan.rank_share(RANK), plan.steps
@@ -106,14 +146,19 @@ def child(config: dict) -> dict:
     ok = bool(len(sizes) == steps and sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
     maxes = np.maximum.reduceat(np.asarray(lengths)[share.seqs], share.bounds[:-1])
     ok = ok and bool((sizes * maxes).max() <= LIMITS["max_frames"])
-    # the epoch over all ranks: equal steps, every sequence exactly once
-    b = plan.batches
-    ok = ok and len(b) == steps * WORLD
-    counts = np.bincount(b.seqs[b.real], minlength=len(lengths))
-    ok = ok and bool(counts.min() == 1 and counts.max() == 1)
-    del plan, b, counts
+    # the epoch over all ranks: equal steps, every sequence exactly once, this rank's share its
+    # part of the global list (what the workers split: the same whatever num_workers is), padding
+    whole = check_epoch(plan, share, np.asarray(lengths) if not indexed else lengths)
+    ok = ok and whole["ok"]
+    del plan
     boundary = epoch_boundary(planner) if config.get("boundary") else None
-    elastic = t1 - t0 + elastic_resume(planner) if config.get("elastic") else None
+    elastic = None
+    if config.get("elastic"):
+        try:
+            elastic = t1 - t0 + elastic_resume(planner)
+        except Exception as e:  # files with indexed planning: refused by name mid-epoch
+            elastic = None
+            whole["elastic_refused"] = str(e)[:200]
     return {
         "boundary_s": boundary,
         "elastic_s": elastic,
@@ -124,7 +169,53 @@ def child(config: dict) -> dict:
         "steps": int(steps),
         "rank_seqs": len(share.seqs),
         "checks_ok": ok,
+        "padding": whole["padding"],
+        **{k: v for k, v in whole.items() if k == "elastic_refused"},
     }
+
+
+def check_epoch(plan: object, share: object, lengths: np.ndarray) -> dict:
+    """Every rank's batches, rank after rank or in chunks of the global list (never all at once):
+    equal steps, each sequence exactly once, this rank's share equal to its part of the global
+    list, and the padding (padded frames / real frames) of the whole epoch."""
+    world, steps = plan.world_size, plan.steps  # type: ignore[attr-defined]
+    n = len(lengths)
+    seen = np.zeros(n, dtype=bool)
+    ok, padded, real = True, 0, 0
+    mine: list[np.ndarray] = []
+
+    def visit(b: object) -> None:
+        nonlocal ok, padded, real
+        s = b.seqs[b.real]  # type: ignore[attr-defined]
+        ok = ok and not seen[s].any() and len(np.unique(s)) == len(s)
+        seen[s] = True
+        sizes = np.diff(b.bounds)  # type: ignore[attr-defined]
+        if len(sizes):
+            longest = np.maximum.reduceat(np.asarray(lengths[b.seqs]), b.bounds[:-1])  # type: ignore[attr-defined]
+            padded += int((sizes * longest).sum())
+            real += int(np.asarray(lengths[s], dtype=np.int64).sum())
+
+    slots = getattr(plan, "slots", None)
+    if slots is not None:  # indexed shard: the global list in chunks of batches
+        total, step = steps * world, (1 << 18) // world * world
+        for a in range(0, total, step):
+            b = plan.members(slots(a, min(a + step, total)))  # type: ignore[attr-defined]
+            visit(b)
+            mine.append(b.take(np.arange(RANK, len(b), world)).seqs)
+    elif hasattr(plan, "_share"):  # indexed files: rank after rank
+        for r in range(world):
+            b = plan.rank_share(r)  # type: ignore[attr-defined]
+            ok = ok and len(b) == steps
+            visit(b)
+            if r == RANK:
+                mine.append(b.seqs)
+    else:
+        b = plan.batches  # type: ignore[attr-defined]
+        ok = ok and len(b) == steps * world
+        visit(b)
+        mine.append(b.take(np.arange(RANK, len(b), world)).seqs)
+    ok = ok and bool(seen.all()) and np.array_equal(np.concatenate(mine), share.seqs)  # type: ignore[attr-defined]
+    return {"ok": bool(ok), "padding": padded / max(real, 1)}
 
 
 def epoch_boundary(planner: object) -> float:
@@ -179,7 +270,10 @@ def measure(args: argparse.Namespace) -> dict:
         for name, case in CASES.items():
             if name not in args.cases:
                 continue
-            codes = ["new"]
+            index, index_s = index_store(store, size, case, folder)
+            codes = ["indexed"]
+            if size <= args.global_max:
+                codes.append("global")
             if args.base_src and size <= args.base_max:
                 codes.append("base")
             runs: dict[str, list[dict]] = {c: [] for c in codes}
@@ -188,7 +282,9 @@ def measure(args: argparse.Namespace) -> dict:
                     config = {
                         **case,
                         "store": store,
-                        "code": code,
+                        "index": index,
+                        "code": "base" if code == "base" else "new",
+                        "planning": "indexed" if code == "indexed" else "global",
                         "label": f"{name} {size} {code}",
                         "boundary": args.boundary,
                         "elastic": args.elastic,
@@ -196,25 +292,32 @@ def measure(args: argparse.Namespace) -> dict:
                     runs[code].append(
                         run_child("benchmarks.scale", config, args.base_src, args.timeout)
                     )
-            row: dict = {"case": name, "n": size}
+            row: dict = {"case": name, "n": size, "node_index_s": index_s}
             for code, got in runs.items():
                 row[code] = {
                     k: statistics.median(r[k] for r in got)
                     for k in ("construct_s", "plan_s", "total_s", "private_bytes")
                 }
+                row[code]["padding"] = got[0].get("padding")
                 for extra, on in (("boundary_s", args.boundary), ("elastic_s", args.elastic)):
-                    if on:
-                        row[code][extra] = statistics.median(r[extra] for r in got)
-                if args.elastic:  # a resume 1,024 -> 768 against a fresh start, same code
+                    values = [r[extra] for r in got if r.get(extra) is not None]
+                    if on and values:
+                        row[code][extra] = statistics.median(values)
+                if args.elastic and "elastic_s" in row[code]:  # 1,024 -> 768 against a fresh start
                     row[code]["elastic_over_fresh"] = row[code]["elastic_s"] / row[code]["total_s"]
+                if "elastic_refused" in got[0]:
+                    row[code]["elastic_refused"] = got[0]["elastic_refused"]
                 row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
                 row[code]["steps"] = got[0]["steps"]
-            if "base" in row:
-                row["time_ratio"] = row["new"]["total_s"] / row["base"]["total_s"]
-                row["memory_ratio"] = row["new"]["private_bytes"] / row["base"]["private_bytes"]
-                row["same_steps"] = row["new"]["steps"] == row["base"]["steps"]
-                if args.boundary:
-                    row["boundary_ratio"] = row["new"]["boundary_s"] / row["base"]["boundary_s"]
+            for other in ("global", "base"):
+                if other in row:
+                    new, old = row["indexed"], row[other]
+                    row[f"time_ratio_{other}"] = new["total_s"] / old["total_s"]
+                    row[f"memory_ratio_{other}"] = new["private_bytes"] / old["private_bytes"]
+                    if new.get("padding") and old.get("padding"):
+                        row[f"padding_ratio_{other}"] = new["padding"] / old["padding"]
+                    if args.boundary and "boundary_s" in old:
+                        row[f"boundary_ratio_{other}"] = new["boundary_s"] / old["boundary_s"]
             print(json.dumps(row), flush=True)
             rows.append(row)
     return {"machine": describe_machine(), "load_average": load_average(), "world_size": WORLD,
@@ -229,6 +332,12 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--base-src")
     p.add_argument("--base-max", type=float, default=1e7)
+    p.add_argument(
+        "--global-max",
+        type=float,
+        default=1e7,
+        help="largest size planned with planning='global' too (~60 bytes per sequence)",
+    )
     p.add_argument("--data", help="folder for the column stores (default: the temp folder)")
     p.add_argument("--timeout", type=float, default=1200)
     p.add_argument("--out")
@@ -253,8 +362,12 @@ def main() -> None:
     result = measure(args)
     out = args.out or RESULTS
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    runs = []
+    if os.path.exists(out):  # one entry per run: sizes are measured in several runs
+        with open(out) as fh:
+            runs = json.load(fh).get("runs", [])
     with open(out, "w") as fh:
-        json.dump(result, fh, indent=1)
+        json.dump({"runs": [*runs, result]}, fh, indent=1)
     print(f"wrote {out}", file=sys.stderr)
 
 

@@ -82,7 +82,9 @@ def test_states_of_the_other_planning_are_refused_by_name() -> None:
 def test_audit_and_report_of_an_indexed_epoch() -> None:
     src = corpus(60, 3)
     loader = sl.SeqLoader(src, ordering="buckets:3", audit=True, min_seq_length=2, **PLAN)
-    seen = [i for b in loader.epoch(1) for i, m in zip(b.seq_indices.tolist(), b.mask.tolist()) if m]
+    seen = [
+        i for b in loader.epoch(1) for i, m in zip(b.seq_indices.tolist(), b.mask.tolist()) if m
+    ]
     report = loader.report()
     assert report is not None and report.planned_seqs == len(seen)
     assert sorted(seen) == sorted(loader.planner.sub_epoch_order(1).tolist())

@@ -304,3 +304,61 @@ def test_batch_table_arithmetic_matches_the_listed_batches() -> None:
         b, j = table.locate(g)
         pairs = set(zip(b.tolist(), j.tolist(), strict=True))
         assert len(pairs) == table.num_batches  # every (bucket, batch) once
+
+
+# ---- golden indexed plans, pinned to INDEXED_ALGORITHM (as test_plan_golden pins global plans) ----
+
+INDEXED_CASES: dict[str, dict] = {
+    "buckets:5 W4 split elastic -> W3": {
+        "options": {"ordering": "buckets:5", "max_seqs": 8, "max_frames": 1600, "seed": 5},
+        "world": 4,
+        "elastic": (3, 3),
+    },
+    "laplace:.20 partition 3 W4 pad, filters": {
+        "options": {"ordering": "laplace:.20", "max_frames": 2000, "partition_epoch": 3,
+                    "uneven": "pad", "max_seq_length": 350, "seed": 2},
+        "world": 4,
+    },
+    "files buckets:3 W3 split": {
+        "options": {"ordering": "buckets:3", "max_frames": 1500, "distribution": "files"},
+        "files": list(range(0, 301, 12)),
+        "world": 3,
+    },
+}  # fmt: skip
+INDEXED_GOLDEN = {
+    "buckets:5 W4 split elastic -> W3": "09d08f4d5df6bae77e00ffe62b1622b68df662a01a265dc4838a0b2b5171a595",
+    "laplace:.20 partition 3 W4 pad, filters": "aef2649c178ebd5d92b16cb4c0ddc59ba1b49dea84a5dfa7799538262364685d",
+    "files buckets:3 W3 split": "e0de4b3bdba5c51def235403b4a2d15fdd8bef52f54845a555f81a74e01dc8d6",
+}  # fmt: skip
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/1"
+
+
+def indexed_digest(case: dict) -> str:
+    import hashlib
+    import json
+
+    lengths = (np.arange(300, dtype=np.int64) * 7919 + 17) % 400 + 1
+    files = np.array(case["files"]) if "files" in case else None
+    options = PlanOptions(**case["options"], planning="indexed")
+    planner = IndexedPlanner({"data": lengths}, options, files=files)
+    plans = [planner.global_plan(epoch, case["world"]) for epoch in (1, 2)]
+    if "elastic" in case:
+        steps, world = case["elastic"]
+        plans.append(continue_plan(planner, Position(1, 0, case["world"], steps), world)[0])
+    content = [
+        [p.batches.seqs.tolist(), p.batches.bounds.tolist(), p.batches.real.tolist()] for p in plans
+    ]
+    return hashlib.sha256(json.dumps([content, planner.filtered(1)]).encode()).hexdigest()
+
+
+def test_indexed_golden_plans_are_pinned_to_their_algorithm_version() -> None:
+    from seqloader.plan.indexed import INDEXED_ALGORITHM
+
+    got = {name: indexed_digest(case) for name, case in INDEXED_CASES.items()}
+    assert INDEXED_ALGORITHM == INDEXED_GOLDEN_VERSION, (
+        f"record the digests of {INDEXED_ALGORITHM!r}: {got}"
+    )
+    assert got == INDEXED_GOLDEN, (
+        f"indexed plans changed without bumping INDEXED_ALGORITHM (plan/indexed.py); if intended, "
+        f"bump it and record: {got}"
+    )

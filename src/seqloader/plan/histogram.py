@@ -154,3 +154,36 @@ def batch_sizes(
         fit = np.minimum(fit, max_seqs)
     fit = np.where(units > 0, fit, cap)  # empty sequences: only max_seqs bounds them
     return np.maximum(fit, 0)
+
+
+def merge_small(counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``counts`` (int64 ``[R, N]``: sequences per bucket, e.g. per rank), merge
+    neighbouring buckets, shortest first, until each group holds at least one full batch at the
+    size of its longest bucket (``sizes`` int64 ``[N]``, 0 = unbounded); a last group short of
+    that joins the one before. A rank with few sequences then gets a few full batches instead of
+    one short batch per bucket. -> (group of each bucket int64 ``[R, N]``, non-decreasing per
+    row; batch size of each group int64 ``[R, N]``, >= 1, for groups ``0 .. max``)."""
+    rows, n_buckets = counts.shape
+    huge = np.iinfo(np.int64).max
+    cap = np.where(sizes > 0, sizes, huge)  # [N]
+    group = np.zeros((rows, n_buckets), dtype=np.int64)
+    current = np.zeros(rows, dtype=np.int64)
+    held = np.zeros(rows, dtype=np.int64)
+    need = np.full(rows, huge, dtype=np.int64)  # batch size of the open group
+    for b in range(n_buckets):
+        group[:, b] = current
+        held += counts[:, b]
+        need = np.minimum(need, cap[b])
+        close = held >= np.where(need < huge, need, 1)
+        current += close
+        held[close] = 0
+        need[close] = huge
+    short = (held > 0) & (current > 0)  # the last group is short of a full batch
+    group[(group == current[:, None]) & short[:, None]] -= 1
+    at = (np.repeat(np.arange(rows), n_buckets), group.ravel())
+    group_counts = np.zeros((rows, n_buckets), dtype=np.int64)
+    np.add.at(group_counts, at, counts.ravel())
+    group_cap = np.full((rows, n_buckets), huge, dtype=np.int64)
+    np.minimum.at(group_cap, at, np.broadcast_to(cap, counts.shape).ravel())
+    group_sizes = np.where(group_cap < huge, group_cap, np.maximum(group_counts, 1))
+    return group, group_sizes

@@ -41,7 +41,7 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.buckets import bucket_edges
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files, split_batches
-from seqloader.plan.histogram import BucketIndex, batch_sizes, build_bucket_index
+from seqloader.plan.histogram import BucketIndex, batch_sizes, build_bucket_index, merge_small
 from seqloader.plan.indexed_plan import IndexedPlan, MemberDraw, RankwisePlan
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import BatchLimits
@@ -135,7 +135,8 @@ class IndexedPlanner(Planner):
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = _admission(lengths, key, options, excluded)
-        self._check_fit(tags)
+        if index is None or int(np.max(index.longest, initial=0)) > self._fits():
+            self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
         self.chunks = None
         self.mix = None
         self.corpora = corpora
@@ -171,10 +172,18 @@ class IndexedPlanner(Planner):
             self._file_frames = np.asarray(index.file_frames, dtype=np.int64)
 
     # ---- admission ----
+    def _fits(self) -> int:
+        """The longest length that fits a batch alone (no limit: any)."""
+        if self.budget is None:
+            return np.iinfo(np.int64).max
+        return int(self.options.cost.longest_fitting(int(self.options.max_frames)))  # type: ignore[arg-type]
+
     def _check_fit(self, tags: Sequence[str] | None) -> None:
+        """Every admitted sequence fits a batch alone, else an error naming the first that
+        does not (in chunks: no copy of the lengths)."""
         if self.budget is None:
             return
-        fits = self.options.cost.longest_fitting(int(self.options.max_frames))  # type: ignore[arg-type]
+        fits = self._fits()
         for a in range(0, len(self.lengths), _CHUNK):
             part = np.asarray(self.lengths[a : a + _CHUNK])
             over = part > fits
@@ -319,10 +328,17 @@ class IndexedPlanner(Planner):
         part = self._part_files(ep)
         rank_of = assign_lpt(self._file_frames[part], world_size)  # [f]
         table = np.asarray(self.index.file_counts)[part]  # [f, N]
-        per_rank = np.zeros((world_size, table.shape[1]), dtype=np.int64)
-        np.add.at(per_rank, rank_of, table)
-        sizes = np.where(self.k > 0, self.k, np.maximum(per_rank, 1))  # [W, N]
-        n_batches = batches_per_bucket(per_rank, sizes).sum(axis=1)  # [W]
+        per_rank = np.stack(  # [W, N] sequences per rank and bucket
+            [np.bincount(rank_of, weights=col, minlength=world_size) for col in table.T], axis=1
+        ).astype(np.int64)
+        group, sizes = merge_small(per_rank, self.k)  # [W, N] each
+        group_counts = np.zeros_like(per_rank)
+        np.add.at(
+            group_counts,
+            (np.repeat(np.arange(world_size), per_rank.shape[1]), group.ravel()),
+            per_rank.ravel(),
+        )
+        n_batches = batches_per_bucket(group_counts, sizes).sum(axis=1)  # [W]
         seqs = per_rank.sum(axis=1)  # [W]
         steps = int(n_batches.max()) if world_size else 0
         if self.options.uneven == "split":
@@ -334,7 +350,7 @@ class IndexedPlanner(Planner):
         def share(rank: int) -> BatchList:
             own = part[rank_of == rank]
             rng_r = rng_for(self.options.seed, *words, rank)
-            return self._own_batches(own, sizes[rank], steps, rng_r, part)
+            return self._own_batches(own, group[rank], sizes[rank], steps, rng_r, part)
 
         plan = RankwisePlan(share, world_size, steps, int(seqs.sum()), repeats)
         return plan, np.zeros(0, dtype=np.int64)
@@ -342,19 +358,22 @@ class IndexedPlanner(Planner):
     def _own_batches(
         self,
         files: np.ndarray,
+        group_of: np.ndarray,
         sizes: np.ndarray,
         steps: int,
         rng: np.random.Generator,
         part: np.ndarray,
     ) -> BatchList:
-        """One rank's batches from its own ``files``: drawn within buckets, histogram-batched,
-        ordered, then equal steps (split or one-sequence fillers)."""
+        """One rank's batches from its own ``files``: drawn within its merged buckets
+        (``group_of`` ``[N]``, ``sizes`` per group), histogram-batched, ordered, then equal steps
+        (split or one-sequence fillers)."""
         assert self.files is not None
         seqs = _ranges(self.files[files], self.files[files + 1])
         if self._mask is not None:
             seqs = seqs[self._mask[seqs]]
         seqs = seqs[rng.permutation(len(seqs))]
         bucket = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[seqs]), side="right")
+        bucket = group_of[bucket]
         by = np.argsort(bucket, kind="stable")  # grouped by bucket, random within
         seqs, bucket = seqs[by], bucket[by]
         counts = np.bincount(bucket, minlength=len(sizes)).astype(np.int64)

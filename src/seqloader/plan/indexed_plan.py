@@ -201,15 +201,21 @@ class IndexedPlan(GlobalPlan):
         seqs = self.draw(np.repeat(b, sizes), pos)
         return BatchList(seqs, bounds, np.repeat(slots.real, sizes))
 
+    def slots(self, a: int, b: int) -> Slots:
+        """Global batches ``[a, b)`` of the plan (batch ``k`` is rank ``k % W``'s step
+        ``k // W``), described, not drawn."""
+        full = self.tail_start - self.start
+        g = self.start + np.arange(a, min(b, full), dtype=np.int64)
+        out = Slots(g, np.zeros(len(g), np.int64), self.table.batch_sizes(g), np.ones(len(g), bool))
+        if b > full:
+            out = out.concat(self.tail.take(np.arange(max(a - full, 0), b - full)))
+        return out
+
     @property
     def batches(self) -> BatchList:
         """Every rank's batches, interleaved (materialised once; O(n): not for planning)."""
         if self._batches is None:
-            g = np.arange(self.start, self.tail_start, dtype=np.int64)
-            full = Slots(
-                g, np.zeros(len(g), np.int64), self.table.batch_sizes(g), np.ones(len(g), bool)
-            )
-            self._batches = self.members(full.concat(self.tail))
+            self._batches = self.members(self.slots(0, self.steps * self.world_size))
         return self._batches
 
 
