@@ -192,3 +192,49 @@ def test_epoch_report_shows_the_planned_step_imbalance() -> None:
 def test_buckets_with_a_mix_is_refused_with_the_reason() -> None:
     with pytest.raises(OptionError, match="mix: not supported with ordering='buckets:3'"):
         PlanOptions(ordering="buckets:3", mix={"a": 1.0, "b": 0.5})
+
+
+def test_the_step_imbalance_is_computed_off_the_loop_thread_and_unchanged(monkeypatch) -> None:
+    """The epoch boundary does not compute the O(n) figure: a background thread does, and the
+    figure (also from a resumed step on, also pickled) equals the one computed on the spot."""
+    import copy
+    import pickle
+    import threading
+
+    import seqloader as sl
+    import seqloader.trainer.report as report_module
+
+    threads: list[str] = []
+
+    def recording(*args):
+        threads.append(threading.current_thread().name)
+        return step_imbalance(*args)
+
+    monkeypatch.setattr(report_module, "step_imbalance", recording)
+    lengths = np.random.default_rng(5).integers(1, 40, size=80)
+    src = sl.MemorySource({"data": [np.zeros((int(t), 1), np.float32) for t in lengths]})
+    options = {"ordering": "buckets:3", "max_frames": 120, "world_size": 2}
+    loader = sl.SeqLoader(src, rank=1, **options)
+    plan = loader.planner.global_plan(1, 2)
+    it = loader.epoch(1)
+    next(it)
+    next(it)
+    state = loader.state_dict()  # two steps consumed
+    for _ in it:
+        pass
+    report = loader.report()
+    assert report is not None
+    expected = step_imbalance(plan.batches.seqs, plan.batches.bounds, 2, loader.planner.costs)
+    assert report.step_imbalance == pytest.approx(expected)
+    assert threads and "seqloader-figures" in threads[0] and "MainThread" not in threads
+    assert pickle.loads(pickle.dumps(report)).step_imbalance == report.step_imbalance
+    assert copy.deepcopy(report).to_dict() == report.to_dict()
+    resumed = sl.SeqLoader(src, rank=1, **options)
+    resumed.load_state_dict(state)
+    for _ in resumed.epoch(1):
+        pass
+    b, first = plan.batches, 2 * 2  # from step 2 on, both ranks' batches
+    start = b.bounds[first]
+    tail = step_imbalance(b.seqs[start:], b.bounds[first:] - start, 2, loader.planner.costs)
+    got = resumed.report()
+    assert got is not None and got.step_imbalance == pytest.approx(tail)

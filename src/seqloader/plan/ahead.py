@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -68,3 +68,29 @@ class PlanAhead(Generic[T]):
     def pending(self) -> int | None:
         """The epoch requested and not taken yet (None: none)."""
         return self._epoch
+
+
+class InBackground(Generic[T]):
+    """``compute()`` started on a daemon thread now; calling the object waits for its result
+    (or raises its error on the caller's thread). For figures of a plan that cost O(n) and are
+    read later, if at all (the epoch report's step imbalance), so the loop does not wait for them
+    at the epoch boundary."""
+
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self._compute = compute
+        self._result: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="seqloader-figures", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = self._compute()
+        except BaseException as e:  # raised where the result is asked for
+            self._error = e
+
+    def __call__(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._result)

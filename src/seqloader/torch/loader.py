@@ -12,6 +12,7 @@ import logging
 import sys
 import time
 from collections.abc import Generator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, cast
 
 import numpy as np
@@ -195,7 +196,7 @@ class SeqLoader:
             costs=self.planner.costs if self.planner.chunks is None else None,
             slot_costs=None
             if self.planner.chunks is None
-            else self.planner.slot_costs(plan.batches),
+            else partial(self.planner.slot_costs, plan.batches),
         )
         self._last_report = report
         auditor = None

@@ -5,12 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from seqloader.loading.corpora import CorpusCounts
 from seqloader.loading.counts import KeyCounts
+from seqloader.plan.ahead import InBackground
 from seqloader.plan.cost import step_imbalance
 from seqloader.trainer.corpus_report import CorpusReport, add_counts
 
@@ -22,6 +24,27 @@ if TYPE_CHECKING:
 
 
 WAIT_BINS = 32  # bin i counts waits in [2^(i-1), 2^i) µs (bin 0: under 1 µs); the last is open
+
+
+class _Deferred:
+    """A float field that may be given as a function, called once when the field is first read:
+    the report's O(n) figures are given as ``InBackground`` computations started when the epoch
+    begins, so neither the epoch boundary nor the end-of-epoch log computes them on the training
+    loop's thread (reading waits for the thread, normally long finished)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}_value"
+
+    def __get__(self, obj: object, owner: type | None = None) -> float:
+        if obj is None:
+            return 1.0  # the dataclass field's default
+        value = obj.__dict__[self._slot]
+        if callable(value):
+            value = obj.__dict__[self._slot] = float(value())
+        return value
+
+    def __set__(self, obj: object, value: float | Callable[[], float]) -> None:
+        obj.__dict__[self._slot] = value
 
 
 @dataclass
@@ -66,8 +89,9 @@ class EpochReport:
     nonfinite_examples: list[str] = field(default_factory=list)
     audit: AuditResult | None = None  # with SeqLoader(audit=...): the epoch's exactly-once verdict
     max_wait_s: float = 0.0  # the longest wait for a batch after the first
-    # planned: mean over steps of max/mean padded batch cost across ranks (1.0: even)
-    step_imbalance: float = 1.0
+    # planned: mean over steps of max/mean padded batch cost across ranks (1.0: even); O(n),
+    # so computed when first read (``defer_imbalance``), not at the epoch boundary
+    step_imbalance: float = _Deferred()  # type: ignore[assignment]
     wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
     corpora: dict[str, CorpusReport] = field(default_factory=dict)  # named corpora (corpora.md)
     # remote files (docs/remote.md): what building this rank's batches waited for files to arrive
@@ -86,22 +110,15 @@ class EpochReport:
         filtered: dict[str, int],
         corpora: dict[str, CorpusReport] | None = None,
         costs: np.ndarray | None = None,
-        slot_costs: np.ndarray | None = None,
+        slot_costs: np.ndarray | Callable[[], np.ndarray] | None = None,
     ) -> EpochReport:
         """The empty report of a run of ``plan`` from ``position`` (what the epoch will contain;
         ``corpora``: the named corpora's planned counts; ``costs``: cost units per sequence, for
         the planned step-cost imbalance from the position's step on; ``slot_costs``: instead,
-        per slot of ``plan.batches`` (chunked plans: a slot costs its chunk))."""
-        imbalance = 1.0
-        if costs is not None or slot_costs is not None:
-            b, first = plan.batches, position.steps * plan.world_size
-            start = b.bounds[min(first, len(b))]
-            seqs = b.seqs[start:]
-            if slot_costs is not None:
-                seqs, costs = np.arange(len(seqs)), slot_costs[start:]
-            assert costs is not None
-            imbalance = step_imbalance(seqs, b.bounds[first:] - start, plan.world_size, costs)
-        return cls(
+        per slot of ``plan.batches`` (chunked plans: a slot costs its chunk), or a function
+        giving them). The imbalance is O(n): it is computed on a background thread and waited
+        for when ``step_imbalance`` is first read, not here at the epoch boundary."""
+        report = cls(
             position.epoch,
             topology.rank,
             topology.world_size,
@@ -112,8 +129,18 @@ class EpochReport:
             repeats=plan.repeats,
             resumed_at_step=position.epoch_steps,
             corpora=dict(corpora or {}),
-            step_imbalance=imbalance,
         )
+        if costs is not None or slot_costs is not None:
+            # O(n): on a thread of its own from now on, so neither the epoch boundary nor the
+            # end-of-epoch log waits for it on the training loop's thread
+            figure = InBackground(partial(planned_imbalance, plan, position, costs, slot_costs))
+            report.step_imbalance = figure  # type: ignore[assignment]
+        return report
+
+    def __getstate__(self) -> dict:
+        """Pickled and copied with its figures computed (a thread does not pickle)."""
+        _ = self.step_imbalance
+        return dict(self.__dict__)
 
     @property
     def computation_pct(self) -> float:
@@ -301,3 +328,21 @@ class EpochMeter:
         if self._t0 is not None:
             self.report.wall_s = now - self._t0
         return self.report
+
+
+def planned_imbalance(
+    plan: GlobalPlan,
+    position: Position,
+    costs: np.ndarray | None,
+    slot_costs: np.ndarray | Callable[[], np.ndarray] | None,
+) -> float:
+    """``step_imbalance`` of ``plan`` from ``position``'s step on: per sequence ``costs``, or per
+    slot ``slot_costs`` (chunked plans: a slot costs its chunk; may be given as a function)."""
+    b, first = plan.batches, position.steps * plan.world_size
+    start = b.bounds[min(first, len(b))]
+    seqs = b.seqs[start:]
+    if slot_costs is not None:
+        slots = slot_costs() if callable(slot_costs) else slot_costs
+        seqs, costs = np.arange(len(seqs)), slots[start:]
+    assert costs is not None
+    return step_imbalance(seqs, b.bounds[first:] - start, plan.world_size, costs)
