@@ -47,12 +47,17 @@ def real_seqs(records: list[tuple]) -> list[int]:
     return [i for r in records for i, m in zip(r.seqs, r.mask) if m]
 
 
-def test_workers_change_nothing_and_ranks_read_their_own_files() -> None:
+#: chunking with files: a chunk is the unit, and stays with its file's rank
+CHUNKED = {"chunking": "7:4", "min_chunk_size": 2}
+
+
+@pytest.mark.parametrize("extra", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_workers_change_nothing_and_ranks_read_their_own_files(extra: dict) -> None:
     world, epochs = 3, (1, 2, 3)
     per_rank = {}
     for rank in range(world):
-        reference = run(rank, world, epochs, num_workers=0)
-        forked = run(rank, world, epochs, num_workers=2, multiprocessing_context="fork")
+        reference = run(rank, world, epochs, num_workers=0, **extra)
+        forked = run(rank, world, epochs, num_workers=2, multiprocessing_context="fork", **extra)
         assert forked == reference
         per_rank[rank] = reference
     for epoch in epochs:
@@ -63,7 +68,10 @@ def test_workers_change_nothing_and_ranks_read_their_own_files() -> None:
         )
         assert len(set().union(*files)) in (7, 8)  # a sub-epoch: about half of the 15 files
     full_epoch = Counter(i for r in range(world) for e in (1, 2) for i in real_seqs(per_rank[r][e]))
-    assert full_epoch == Counter(range(N))
+    with sl.SeqLoader(files_source(), **PLAN, **extra) as loader:  # units per sequence
+        table = loader.planner.chunks
+        per_seq = np.ones(N, dtype=np.int64) if table is None else table.counts
+    assert full_epoch == Counter({i: int(c) for i, c in enumerate(per_seq) if c})
 
 
 @pytest.mark.slow
@@ -72,22 +80,23 @@ def test_spawned_workers_give_the_same_batches() -> None:
     assert run(1, 2, (1,), num_workers=2, multiprocessing_context="spawn") == reference
 
 
-def test_audit_passes_per_rank_and_after_an_elastic_resume() -> None:
+@pytest.mark.parametrize("extra", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_audit_passes_per_rank_and_after_an_elastic_resume(extra: dict) -> None:
     states = []
     for rank in range(2):
-        loader = sl.SeqLoader(files_source(), rank=rank, world_size=2, audit=True, **PLAN)
+        loader = sl.SeqLoader(files_source(), rank=rank, world_size=2, audit=True, **PLAN, **extra)
         gen = loader.epoch(1)
         for _ in range(3):
             next(gen)
         states.append(loader.state_dict())
         gen.close()
-        rest = sl.SeqLoader(files_source(), rank=rank, world_size=2, audit=True, **PLAN)
+        rest = sl.SeqLoader(files_source(), rank=rank, world_size=2, audit=True, **PLAN, **extra)
         for _ in rest.epoch(1):
             pass
         audit = rest.report().audit
         assert audit is not None and audit.ok and audit.scope == "rank", audit.format()
     assert states[0] == states[1]
-    resumed = sl.SeqLoader(files_source(), audit=True, **PLAN)  # one rank takes over
+    resumed = sl.SeqLoader(files_source(), audit=True, **PLAN, **extra)  # one rank takes over
     resumed.load_state_dict(states[0])
     for _ in resumed.epoch(1):
         pass
@@ -118,10 +127,12 @@ def auditor_payloads(planner, plan, position: Position, world: int, lose: int | 
     return auditors, payloads
 
 
-def test_gathered_audit_checks_the_sub_epoch_after_elastic_resumes() -> None:
+@pytest.mark.parametrize("extra", [{}, CHUNKED], ids=["whole", "chunked"])
+def test_gathered_audit_checks_the_sub_epoch_after_elastic_resumes(extra: dict) -> None:
     """The all-ranks audit of a segment after 2 -> 3 ranks: what is due is the sub-epoch less
-    what earlier segments consumed, whatever this segment's plan; a lost sequence is found."""
-    loader = sl.SeqLoader(files_source(), **PLAN)
+    what earlier segments consumed, whatever this segment's plan; a lost sequence is found
+    (chunked: each of its chunks this segment plans)."""
+    loader = sl.SeqLoader(files_source(), **PLAN, **extra)
     planner = loader.planner
     plan, position = sl.plan.continue_plan(planner, Position(1, 0, 2, 0), 2)
     position = position.advanced(2)
@@ -135,8 +146,9 @@ def test_gathered_audit_checks_the_sub_epoch_after_elastic_resumes() -> None:
     lost = int(plan.rank_share(1).seqs[0])
     auditors, payloads = auditor_payloads(planner, plan, position, 3, lose=lost)
     bad = auditors[0].verify(payloads)
-    assert not bad.ok and bad.missing == 1 and f"sequence {lost}" in bad.examples[0]
-    assert "1 missing" in bad.format()
+    rows = int(np.count_nonzero(plan.batches.seqs[plan.batches.real] == lost))
+    assert not bad.ok and bad.missing == rows and f"sequence {lost}" in bad.examples[0]
+    assert f"{rows} missing" in bad.format()
 
 
 def test_check_simulates_files_distribution(capsys, tmp_path) -> None:

@@ -247,12 +247,14 @@ SOURCES: dict[str, Callable[[int, int], sl.Source]] = {
     "mixed corpora": mixed_corpora,
     "files": files_corpus,
     "chunked": corpus,
+    "chunked files": files_corpus,
 }
 #: Plan options a corpus kind needs (a mix needs named corpora; files a layout).
 SOURCE_OPTIONS: dict[str, dict[str, object]] = {
     "mixed corpora": {"mix": {"a": 1.5, "b": 0.5}},
     "files": {"distribution": "files"},
     "chunked": {"chunking": "3:2", "min_chunk_size": 1},
+    "chunked files": {"distribution": "files", "chunking": "3:2", "min_chunk_size": 1},
 }
 
 
@@ -272,7 +274,7 @@ def test_resume_chains_property(n, seed, source, options, worlds, cuts, enter_ne
     extra = SOURCE_OPTIONS.get(source, {})
     assume("mix" not in extra or options["ordering"] in MIX_ORDERINGS)  # buckets: no mix
     assume("chunking" not in extra or not options["ordering"].startswith("buckets"))
-    if source == "files":  # fewer files than sub-epochs x ranks are refused (test_files_plan)
+    if "files" in source:  # fewer files than sub-epochs x ranks are refused (test_files_plan)
         assume(n == 0 or len(file_bounds(n, seed)) - 1 >= options["partition_epoch"] * max(worlds))
     make = loader_factory(SOURCES[source](n, seed), **options, **extra)
     last_epoch = options["partition_epoch"] + 1
@@ -308,10 +310,12 @@ def test_resume_twice_elastic_example() -> None:
     check_chain(make, [2, 3, 1], [5, 4], 1)
 
 
+@pytest.mark.parametrize("chunking", [None, "5:3"])
 @pytest.mark.parametrize("worlds", [[2, 3], [3, 2], [2, 3, 1]])
-def test_files_distribution_resumes_elastically(worlds: list[int]) -> None:
+def test_files_distribution_resumes_elastically(worlds: list[int], chunking: str | None) -> None:
     """``distribution="files"``: the state of a run stopped mid-epoch resumes with another world
-    size (twice), every sequence once per epoch; the state carries the segment history."""
+    size (twice), every sequence (chunked: every chunk) once per epoch; the state carries the
+    segment history."""
     make = loader_factory(
         files_corpus(97, seed=2),
         distribution="files",
@@ -319,6 +323,7 @@ def test_files_distribution_resumes_elastically(worlds: list[int]) -> None:
         partition_epoch=2,
         max_seqs=4,
         max_frames=50,
+        chunking=chunking,
     )
     cuts = [3, 2][: len(worlds) - 1]
     check_chain(make, worlds, cuts, 3)

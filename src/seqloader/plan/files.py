@@ -170,6 +170,10 @@ def equalise(per_rank: list[BatchList], uneven: str) -> tuple[list[BatchList], i
         return [b.first(steps) for b in per_rank], dropped
     steps = max(len(b) for b in per_rank)
     pool = np.concatenate([b.seqs[b.real] for b in per_rank])  # fillers of a rank with no data
+    chunked = per_rank[0].chunks is not None  # chunking: a filler repeats a chunk
+    pool_chunks = None
+    if chunked:
+        pool_chunks = np.concatenate([np.asarray(b.chunks)[b.real] for b in per_rank])
     out = []
     for b in per_rank:
         if uneven == "split":
@@ -179,9 +183,13 @@ def equalise(per_rank: list[BatchList], uneven: str) -> tuple[list[BatchList], i
             if uneven == "pad" and len(b):  # repeat early batches, marked as repeats
                 extra = b.take(np.arange(missing) % len(b))
             else:  # one sequence per filler batch: the rank's own, else any of the segment's
-                own = b.seqs if len(b.seqs) else pool
-                pick = own[np.arange(missing) % len(own)]
-                extra = BatchList.from_bounds(pick, np.arange(missing + 1, dtype=np.int64))
+                own, own_chunks = (b.seqs, b.chunks) if len(b.seqs) else (pool, pool_chunks)
+                pick = np.arange(missing) % len(own)
+                extra = BatchList.from_bounds(
+                    own[pick],
+                    np.arange(missing + 1, dtype=np.int64),
+                    chunks=None if own_chunks is None else own_chunks[pick],
+                )
             b = b.concat(extra.with_real(np.zeros(len(extra.seqs), dtype=bool)))
         out.append(b)
     return out, 0
@@ -213,4 +221,6 @@ def split_batches(batches: BatchList, target: int) -> BatchList:
     piece = q[batch_of] + (within < r[batch_of])  # [n'] sizes; the first r pieces one longer
     bounds = np.zeros(len(piece) + 1, dtype=np.int64)
     np.cumsum(piece, out=bounds[1:])
-    return BatchList(batches.seqs, bounds + batches.bounds[0], batches.real, batches.uses)
+    return BatchList(
+        batches.seqs, bounds + batches.bounds[0], batches.real, batches.uses, batches.chunks
+    )

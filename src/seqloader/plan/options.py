@@ -326,11 +326,6 @@ class PlanOptions:
         for name, on, why in (
             ("ordering='buckets:N'", self._parsed.is_buckets, "buckets arrange whole sequences"),
             ("mix", self.mix is not None, "a mix repeats whole sequences"),
-            (
-                "distribution='files'",
-                self.distribution == "files",
-                "files are split by their sequences",
-            ),
         ):
             if chunked and on:
                 raise OptionError(

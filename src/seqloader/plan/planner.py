@@ -346,7 +346,8 @@ class Planner:
         epoch starts with; only ``buckets:N`` depends on it (its runs are one step of all ranks).
         """
         if self.files is not None:
-            return self.sub_epoch_files(epoch)[0].seqs
+            seqs = self.sub_epoch_files(epoch)[0].seqs
+            return seqs if self.chunks is None else self.chunks.expand(seqs).seqs
         if self.options.parsed_ordering.is_buckets:
             return self.arrangement(epoch, order_rank, world_size).order
         if self.chunks is not None:  # one slot per chunk
@@ -469,7 +470,7 @@ class Planner:
         if self.corpora is None:
             return []
         if self.files is not None:  # no mix (refused): the sub-epoch's sequences, per corpus
-            here = self.corpora.counts(self.sub_epoch_order(epoch))
+            here = self.corpora.counts(self.sub_epoch_files(epoch)[0].seqs)
             return [(name, int(here[c]), None) for c, name in enumerate(self.corpora.names)]
         ep = EpochIndex(epoch, self.options.partition_epoch)
         selected, _, perm = self._full_epoch(ep.full_epoch)
@@ -509,9 +510,14 @@ class Planner:
 
     def sub_epoch_units(self, epoch: int, order_rank: int = 0) -> Units:
         """Chunking: the chunks of ``epoch`` in plan order (the sub-epoch's sequences, each
-        expanded into its chunks, consecutive), with their lengths for batching."""
+        expanded into its chunks, consecutive), with their lengths for batching. With
+        ``distribution="files"`` the sub-epoch's files' sequences (a set: each rank orders its
+        own)."""
         assert self.chunks is not None, "sub_epoch_units needs chunking"
-        order = self.sub_epoch_slots(epoch, order_rank)[0]
+        if self.files is not None:
+            order = self.sub_epoch_files(epoch)[0].seqs
+        else:
+            order = self.sub_epoch_slots(epoch, order_rank)[0]
         return self.chunks.expand(order, self.batcher.keys)
 
     def slot_costs(self, batches: BatchList) -> np.ndarray:
@@ -625,18 +631,25 @@ class Planner:
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
     ) -> tuple[GlobalPlan, np.ndarray]:
-        """(the plan of the current segment, the sequences consumed before it int64 ``[c]``)
-        with ``distribution="files"``. ``history``: ``(world_size, steps)`` of each earlier
-        segment of the epoch (elastic resumes): segment i re-plans what the segments before it
-        left for its world size, and its first ``steps`` steps were consumed."""
+        """(the plan of the current segment, the units consumed before it int64 ``[c]``: sequence
+        indices, or chunk numbers ``ChunkTable.unit_ids`` when chunking) with
+        ``distribution="files"``. ``history``: ``(world_size, steps)`` of each earlier segment of
+        the epoch (elastic resumes): segment i re-plans what the segments before it left for its
+        world size, and its first ``steps`` steps were consumed."""
         units, unit_files = self.sub_epoch_files(epoch)
         if not history:
             self.check_files(world_size)
-        remaining = np.zeros(len(self.lengths), dtype=bool)
+        remaining = np.zeros(len(self.lengths), dtype=bool)  # [n] sequences with units left
         remaining[units.seqs] = True
+        chunks = self.chunks
+        left: np.ndarray | None = None  # [chunks] chunking: the chunks not consumed yet
+        if chunks is not None:
+            left = np.zeros(chunks.num_units, dtype=bool)
+            whole = chunks.expand(units.seqs)
+            left[chunks.unit_ids(whole.seqs, whole.chunks)] = True
         consumed = []
         for i, (w, steps) in enumerate(history):
-            seg = self._files_segment(epoch, w, i, units, unit_files, remaining)
+            seg = self._files_segment(epoch, w, i, units, unit_files, remaining, left)
             if steps > seg.steps:
                 raise ResumeError(
                     f"segment {i} of epoch {epoch} (world size {w}) has {seg.steps} steps, but "
@@ -644,9 +657,19 @@ class Planner:
                 )
             used = seg.batches.first(steps * w)
             got = used.seqs[used.real]
-            remaining[got] = False
-            consumed.append(got)
-        plan = self._files_segment(epoch, world_size, len(history), units, unit_files, remaining)
+            if chunks is None or left is None:
+                remaining[got] = False
+                consumed.append(got)
+                continue
+            assert used.chunks is not None
+            ids = chunks.unit_ids(got, used.chunks[used.real])  # a prefix of each sequence's
+            left[ids] = False
+            remaining[:] = False
+            remaining[part_of(chunks.first, np.flatnonzero(left))] = True
+            consumed.append(ids)
+        plan = self._files_segment(
+            epoch, world_size, len(history), units, unit_files, remaining, left
+        )
         done = np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)
         return plan, done
 
@@ -682,9 +705,11 @@ class Planner:
         units: BatchList,
         unit_files: np.ndarray,
         remaining: np.ndarray,
+        chunks_left: np.ndarray | None = None,
     ) -> GlobalPlan:
         """One segment: the ``remaining`` sequences of the sub-epoch's units, per rank whole
-        files (balanced by frames), ordered, batched, steps equalised."""
+        files (balanced by frames), ordered, batched, steps equalised. ``chunks_left``: the
+        chunks not consumed by earlier segments (bool ``[chunks]``)."""
         assert self.files is not None
         keep = units.seqs[remaining[units.seqs]]  # [m] unconsumed, unit after unit
         left = np.zeros(len(self.lengths), dtype=bool)
@@ -704,15 +729,28 @@ class Planner:
                 (int(ends[r - 1]) if r else 0) : int(ends[r])
             ]  # its units, in order
             words = (PURPOSE_FILES_ORDER, seed_epoch, ep.part, segment, r)
-            per_rank.append(self._rank_batches(seqs, rng_for(self.options.seed, *words)))
+            rng = rng_for(self.options.seed, *words)
+            per_rank.append(self._rank_batches(seqs, rng, chunks_left if segment else None))
         batches, dropped = equalise(per_rank, self.options.uneven)
         return GlobalPlan(interleave(batches), world_size, dropped=dropped)
 
-    def _rank_batches(self, seqs: np.ndarray, rng: np.random.Generator) -> BatchList:
+    def _rank_batches(
+        self, seqs: np.ndarray, rng: np.random.Generator, left: np.ndarray | None = None
+    ) -> BatchList:
         """One rank's sequences ordered with the configured ordering and batched greedily
-        (``buckets:N``: arranged in runs of one batch)."""
+        (``buckets:N``: arranged in runs of one batch); chunking: each sequence's chunks (those
+        ``left``, bool ``[chunks]``, when given) batched."""
         ordering = self.options.parsed_ordering
         order = seqs[order_sequences(self.order_lengths[seqs], ordering, rng)]
+        if self.chunks is not None:  # no buckets with chunking
+            if left is None:  # every chunk of the sequences
+                return self.chunked_batches(order, 0, 0)
+            units = self.chunks.expand(order, self.batcher.keys)
+            keep = left[self.chunks.unit_ids(units.seqs, units.chunks)]  # [u]
+            kept = Units(
+                units.seqs[keep], units.chunks[keep], {k: v[keep] for k, v in units.lengths.items()}
+            )
+            return self.chunk_batches(kept)
         if not ordering.is_buckets:
             return self.batches(order)
         o = self.options

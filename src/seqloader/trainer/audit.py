@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from seqloader.errors import EXAMPLES, AuditError, AuditWarning
+from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
@@ -451,16 +452,31 @@ class EpochAuditor:
         those consumed before this run (earlier segments, then this segment's first steps), the
         rest as planned, then the ones the plan leaves out (``uneven="drop"``) at the end. What
         must be delivered does not depend on this segment's plan: the sub-epoch less the
-        consumed ones."""
-        whole = self.planner.sub_epoch_order(self.epoch)  # [m] every sequence of the sub-epoch
-        _, earlier = self.planner.files_plan(self.epoch, self.plan.world_size, self.history)
-        batches = self.plan.batches
+        consumed ones. Chunking: worked out on chunks (a sequence's chunks can be consumed in
+        one segment and planned in the next), each named by its sequence in the stream."""
+        planner, batches = self.planner, self.plan.batches
+        chunks = planner.chunks
+        whole = planner.sub_epoch_files(self.epoch)[0].seqs  # [m] every sequence of the sub-epoch
+        if chunks is not None:
+            expanded = chunks.expand(whole)
+            whole = chunks.unit_ids(expanded.seqs, expanded.chunks)  # [u] every chunk
+
+        def units(lo: int, hi: int | None) -> np.ndarray:
+            real = batches.real[lo:hi]
+            seqs = batches.seqs[lo:hi][real]
+            if chunks is None or batches.chunks is None:
+                return seqs
+            return chunks.unit_ids(seqs, batches.chunks[lo:hi][real])
+
+        _, earlier = planner.files_plan(self.epoch, self.plan.world_size, self.history)
         cut = int(batches.bounds[self.start_steps * self.plan.world_size])
-        real = batches.real
-        before = np.concatenate([earlier, batches.seqs[:cut][real[:cut]]])
-        planned = batches.seqs[cut:][real[cut:]]
+        before = np.concatenate([earlier, units(0, cut)])
+        planned = units(cut, None)
         rest = whole[~np.isin(whole, np.concatenate([before, planned]))]
-        return np.concatenate([before, planned, rest]), len(before)
+        order = np.concatenate([before, planned, rest])
+        if chunks is not None:
+            order = part_of(chunks.first, order)  # each chunk's sequence
+        return order, len(before)
 
     def share_order(self) -> np.ndarray:
         """This run's planned real sequences of this rank, in order (rank-local audit)."""
