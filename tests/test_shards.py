@@ -179,7 +179,8 @@ def test_second_open_reads_no_shard(corpus, tmp_path, monkeypatch) -> None:
 def test_default_index_lives_in_the_user_cache(corpus, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     ShardSource.lhotse_shar(corpus["root"] / "shar")
-    assert len(os.listdir(tmp_path / "seqloader" / "shards")) == 2  # the store and its lock
+    # the index and the lengths planned from it, each with its lock
+    assert len(os.listdir(tmp_path / "seqloader" / "shards")) == 4
     assert not any(p.startswith(".") for p in os.listdir(corpus["root"] / "shar"))
 
 
@@ -391,3 +392,22 @@ def test_convert_writes_every_layout(corpus, tmp_path) -> None:
     from_hdf = list(lhotse.CutSet.from_shar(in_dir=tmp_path / "from-hdf"))
     want = sl.HDFSource(hdf).read(2)["data"]  # lilcom: lossy, within its tick
     np.testing.assert_allclose(from_hdf[2].load_features(), want, atol=0.02)
+
+
+def test_planned_lengths_are_mapped_not_copied(corpus, tmp_path) -> None:
+    """Lengths, samples and class ids come from a store beside the index, mapped (read-only
+    int32 lengths), and a pickled source carries the stores' paths, not their columns."""
+    import pickle
+
+    shar = corpus["root"] / "shar"
+    first = ShardSource.lhotse_shar(shar, field="recording", keys=["audio"], index_dir=tmp_path)
+    again = ShardSource.lhotse_shar(shar, field="recording", keys=["audio"], index_dir=tmp_path)
+    for src in (first, again):
+        got = src.lengths("audio")
+        assert got.dtype == np.int32 and not got.flags.writeable
+    np.testing.assert_array_equal(first.lengths("audio"), again.lengths("audio"))
+    assert first.fingerprint() == again.fingerprint()
+    back = pickle.loads(pickle.dumps(again))
+    np.testing.assert_array_equal(back.lengths("audio"), again.lengths("audio"))
+    assert back.read(0)["audio"].shape == again.read(0)["audio"].shape
+    assert len(pickle.dumps(again)) < 8 * len(again) + 8192

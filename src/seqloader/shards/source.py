@@ -52,7 +52,13 @@ from seqloader.shards.index import (
 )
 from seqloader.shards.layouts import Entry, Layout, nemo_layout, shar_layout, webdataset_layout
 from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase
-from seqloader.sources.columns import ColumnStore, StoredStrings, StringColumn, open_or_build
+from seqloader.sources.columns import (
+    ColumnStore,
+    StoredStrings,
+    StringColumn,
+    narrow_lengths,
+    open_or_build,
+)
 from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
 from seqloader.sources.tar_index import BLOCK, TarMembers, read_member, scan_tar
 
@@ -86,6 +92,10 @@ class ShardSource(SourceBase):
     """
 
     _tags: StoredStrings
+    _samples: np.ndarray  # int64 [n]: the decoded samples each read is fitted to
+    _classes: np.ndarray | None  # int32: every text's token ids, one after another
+    _class_offsets: np.ndarray | None  # int64 [n + 1]
+    _rate: int
 
     def __init__(
         self,
@@ -128,15 +138,8 @@ class ShardSource(SourceBase):
         self._has_text = bool(meta["texts"])
         self._from_features = layout.field == "features" and self.options.features is None
         self._keys = self._choose_keys(keys)
-        self._samples = self._planned_samples()
-        self._classes: np.ndarray | None = None
-        self._class_offsets: np.ndarray | None = None
-        if "classes" in self._keys:
-            assert self.vocab is not None
-            self._classes, self._class_offsets = encode_texts(
-                self.vocab, self._store.strings("text"), self.where
-            )
-        self._lengths = {k: self._planned_lengths(k) for k in self._keys}
+        self._planned = self._open_planned()
+        self._use_planned()
         self._schema = self._make_schema()
         self._fingerprint: str | None = None
         self._pid = -1
@@ -303,6 +306,44 @@ class ShardSource(SourceBase):
         if o.defer_features and "data" not in keys:
             raise OptionError("defer_features=True plans 'data' frames: keys must include 'data'")
         return keys
+
+    def _open_planned(self) -> ColumnStore:
+        """What planning and reading derive from the index for these keys and options (samples
+        each read is fitted to, lengths per key, class ids), as a second store beside the index:
+        derived once per node, then mapped by every rank and worker (no private int64 copies)."""
+        h = hashlib.sha256(f"{self._store.identity}\0{self.options!r}\0{self._keys}".encode())
+        if self.vocab is not None:
+            h.update(self.vocab.fingerprint().encode())
+        base = self._store.path.removesuffix(".cols")
+        path = f"{base}-planned-{h.hexdigest()[:16]}.cols"
+
+        def build() -> tuple[dict[str, Any], dict[str, Any]]:
+            self._rate = 0
+            self._samples = self._planned_samples()
+            self._classes = self._class_offsets = None
+            columns: dict[str, Any] = {"samples": self._samples}
+            if "classes" in self._keys:
+                assert self.vocab is not None
+                self._classes, self._class_offsets = encode_texts(
+                    self.vocab, self._store.strings("text"), self.where
+                )
+                columns["classes"] = self._classes
+                columns["classes.offsets"] = self._class_offsets
+            for k in self._keys:
+                columns[f"len.{k}"] = narrow_lengths(self._planned_lengths(k))
+            return columns, {"rate": self._rate}
+
+        store, _ = open_or_build(path, h.hexdigest()[:32], build)
+        return store
+
+    def _use_planned(self) -> None:
+        """Views of the planned store's columns (recreated after unpickling, never pickled)."""
+        planned = self._planned
+        self._rate = int(planned.meta["rate"])
+        self._samples = planned.column("samples")
+        self._classes = planned.column("classes") if "classes" in planned else None
+        self._class_offsets = planned.column("classes.offsets") if "classes" in planned else None
+        self._lengths = {k: planned.column(f"len.{k}") for k in self._keys}
 
     def _planned_samples(self) -> np.ndarray:
         """Decoded samples every read is fitted to: the listing's count where it is at the
@@ -588,7 +629,13 @@ class ShardSource(SourceBase):
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
         state["_fds"], state["_pid"], state["_members"] = {}, -1, {}
+        for name in ("_samples", "_classes", "_class_offsets", "_lengths"):  # views of _planned
+            state.pop(name, None)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._use_planned()
 
     def __repr__(self) -> str:
         keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
