@@ -253,3 +253,14 @@ def test_packed_layout_reports_no_padding(capsys, hdf):  # noqa: F811
     for epoch in checked["epochs"]:
         for rank in epoch["ranks"]:
             assert rank["load"]["padded_frames"] == rank["load"]["frames"]
+
+
+def test_check_and_stats_with_indexed_planning(capsys, hdf):  # noqa: F811
+    """``--planning indexed`` plans with the indexed planner: the check passes (every contract),
+    and stats compares only the orderings indexed planning plans."""
+    out = run_json(capsys, "check", hdf, "--world-size", 3, "--max-seqs", 7, "--ordering",
+                   "buckets:3", "--planning", "indexed", "--partition-epoch", 2)  # fmt: skip
+    assert out["ok"], out["findings"]
+    assert out["options"]["planning"] == "indexed"
+    stats = run_json(capsys, "stats", hdf, "--ordering", "laplace", "--planning", "indexed")
+    assert json.dumps(stats).count("padding_ratio") >= 1

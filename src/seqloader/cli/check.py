@@ -17,7 +17,7 @@ from seqloader.cli.options import (
 )
 from seqloader.cli.output import human, print_json, print_notes, progress_bar
 from seqloader.loading.corpora import corpora_of
-from seqloader.plan.planner import Planner
+from seqloader.plan.indexed import make_planner
 from seqloader.plan.simulate import Simulation, simulate
 from seqloader.sources.base import file_layout
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     src = opened.source
     lengths = {k: src.lengths(k) for k in src.keys}
     corpora, files = corpora_of(src), file_layout(src)
-    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora, files=files)
+    planner = make_planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora, files=files)
     n_epochs = args.epochs or opened.plan.partition_epoch
     epochs = range(args.first_epoch, args.first_epoch + n_epochs)
     bar = progress_bar(not args.no_progress and not args.json, "simulating", n_epochs, "epoch")

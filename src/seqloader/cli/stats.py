@@ -23,6 +23,7 @@ from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.loading.corpora import corpora_of
 from seqloader.plan.cost import step_imbalance
+from seqloader.plan.indexed import INDEXED_KINDS, make_planner
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
 from seqloader.plan.planner import Planner
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
     corpora = corpora_of(src)
     files = file_layout(src)
-    planner = Planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora, files=files)
+    planner = make_planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora, files=files)
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
@@ -100,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
             o
         ).is_buckets:
             continue  # refused with a mix or chunks (PlanOptions says why); the docs say so
-        ordered = Planner(
+        if opened.plan.planning == "indexed" and Ordering.parse(o).kind not in INDEXED_KINDS:
+            continue  # indexed planning plans laplace and buckets:N only (PlanOptions says why)
+        ordered = make_planner(
             lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora, files=files
         )
         plan = ordered.global_plan(1, args.ranks)

@@ -59,6 +59,8 @@ from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
 INDEXED_ALGORITHM = "seqloader-plan-indexed/1"
+#: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name).
+INDEXED_KINDS = ("laplace", "buckets")
 #: Length buckets of ``laplace`` under indexed planning (histogram batching pads up to the
 #: bucket's longest length: more buckets, less padding, more short last batches).
 LAPLACE_BUCKETS = 64

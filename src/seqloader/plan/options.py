@@ -354,7 +354,7 @@ class PlanOptions:
             return
         fix = "use planning='global' (the default) for it"
         kind = self._parsed.kind
-        if kind not in ("laplace", "buckets"):
+        if kind not in ("laplace", "buckets"):  # plan.indexed.INDEXED_KINDS
             raise OptionError(
                 f"planning='indexed': got ordering={self.ordering!r}, expected 'laplace...' or "
                 f"'buckets:N' (indexed plans batch length buckets); {fix}"

@@ -225,6 +225,12 @@ class Planner:
         ``distribution="files"``, ignored otherwise."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
+        if options.planning != "global":
+            raise OptionError(
+                f"Planner plans with planning='global', but the options say "
+                f"planning={options.planning!r}: build the planner with "
+                "seqloader.plan.indexed.make_planner, which picks the planner the options ask for"
+            )
         key = options.length_key or default_length_key(list(lengths))
         if key not in lengths:
             raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
