@@ -324,13 +324,20 @@ INDEXED_CASES: dict[str, dict] = {
         "files": list(range(0, 301, 12)),
         "world": 3,
     },
+    "files laplace W4 pad, merged buckets": {
+        "options": {"ordering": "laplace", "max_frames": 3000, "distribution": "files",
+                    "uneven": "pad", "seed": 4},
+        "files": list(range(0, 301, 10)),
+        "world": 4,
+    },
 }  # fmt: skip
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "09d08f4d5df6bae77e00ffe62b1622b68df662a01a265dc4838a0b2b5171a595",
     "laplace:.20 partition 3 W4 pad, filters": "aef2649c178ebd5d92b16cb4c0ddc59ba1b49dea84a5dfa7799538262364685d",
     "files buckets:3 W3 split": "e0de4b3bdba5c51def235403b4a2d15fdd8bef52f54845a555f81a74e01dc8d6",
+    "files laplace W4 pad, merged buckets": "7c15c8213fff93ec151aee9d5479f2f4a991bc99afbaa474c083cb395475d039",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/1"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/2"
 
 
 def indexed_digest(case: dict) -> str:

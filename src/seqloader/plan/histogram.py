@@ -35,7 +35,8 @@ class BucketIndex:
     - ``longest``: int64 ``[N]``: the longest admitted length in each bucket (0 when empty).
     - ``edges``: int64 ``[N - 1]``: the bucket edges it was grouped by (bucket of length L =
       number of edges <= L).
-    - ``file_counts``: int64 ``[F, N]`` admitted sequences per (file, bucket), or None.
+    - ``file_counts``: int32 (int64 past 2**31) ``[F, N]`` admitted sequences per (file,
+      bucket), or None.
     - ``file_frames``: int64 ``[F]`` admitted frames per file, or None.
     """
 
@@ -121,6 +122,8 @@ def build_bucket_index(
                 file_of, weights=chunk_lengths[keep], minlength=n_files
             ).astype(np.int64)
     table = None if file_counts is None else file_counts.reshape(n_files, n_buckets)
+    if table is not None and int(table.max(initial=0)) < 2**31:
+        table = table.astype(np.int32)  # half the node file; read a column at a time
     return BucketIndex(members, starts, longest, np.asarray(edges, np.int64), table, file_frames)
 
 
@@ -156,12 +159,14 @@ def batch_sizes(
     return np.maximum(fit, 0)
 
 
-def merge_small(counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def merge_small(
+    counts: np.ndarray, sizes: np.ndarray, batches: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
     """Per row of ``counts`` (int64 ``[R, N]``: sequences per bucket, e.g. per rank), merge
-    neighbouring buckets, shortest first, until each group holds at least one full batch at the
-    size of its longest bucket (``sizes`` int64 ``[N]``, 0 = unbounded); a last group short of
-    that joins the one before. A rank with few sequences then gets a few full batches instead of
-    one short batch per bucket. -> (group of each bucket int64 ``[R, N]``, non-decreasing per
+    neighbouring buckets, shortest first, until each group holds at least ``batches`` full
+    batches at the size of its longest bucket (``sizes`` int64 ``[N]``, 0 = unbounded); a last
+    group short of that joins the one before. A rank with few sequences then gets a few full
+    batches instead of one short batch per bucket. -> (group of each bucket int64 ``[R, N]``, non-decreasing per
     row; batch size of each group int64 ``[R, N]``, >= 1, for groups ``0 .. max``)."""
     rows, n_buckets = counts.shape
     huge = np.iinfo(np.int64).max
@@ -174,7 +179,7 @@ def merge_small(counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.n
         group[:, b] = current
         held += counts[:, b]
         need = np.minimum(need, cap[b])
-        close = held >= np.where(need < huge, need, 1)
+        close = held >= np.where(need < huge, need * batches, 1)
         current += close
         held[close] = 0
         need[close] = huge

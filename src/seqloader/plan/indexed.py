@@ -58,9 +58,12 @@ from seqloader.plan.seeding import (
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/1"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/2"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name).
 INDEXED_KINDS = ("laplace", "buckets")
+#: ``files``: a rank's neighbouring buckets are merged until each group holds this many full
+#: batches (fewer short last batches when a rank has few sequences; a little more padding)
+MERGE_BATCHES = 4
 #: Length buckets of ``laplace`` under indexed planning (histogram batching pads up to the
 #: bucket's longest length: more buckets, less padding, more short last batches).
 LAPLACE_BUCKETS = 64
@@ -329,11 +332,8 @@ class IndexedPlanner(Planner):
         seed_epoch = self._seed_epoch(ep)
         part = self._part_files(ep)
         rank_of = assign_lpt(self._file_frames[part], world_size)  # [f]
-        table = np.asarray(self.index.file_counts)[part]  # [f, N]
-        per_rank = np.stack(  # [W, N] sequences per rank and bucket
-            [np.bincount(rank_of, weights=col, minlength=world_size) for col in table.T], axis=1
-        ).astype(np.int64)
-        group, sizes = merge_small(per_rank, self.k)  # [W, N] each
+        per_rank = _rank_counts(self.index.file_counts, part, rank_of, world_size)  # [W, N]
+        group, sizes = merge_small(per_rank, self.k, MERGE_BATCHES)  # [W, N] each
         group_counts = np.zeros_like(per_rank)
         np.add.at(
             group_counts,
@@ -437,6 +437,22 @@ class IndexedPlanner(Planner):
             h.update(b"\0")
         h.update(self._extra)
         return h.hexdigest()[:32]
+
+
+def _rank_counts(
+    table: np.ndarray | None, part: np.ndarray, rank_of: np.ndarray, world_size: int
+) -> np.ndarray:
+    """Sequences per (rank, bucket) -> int64 ``[W, N]``, from the per-(file, bucket) ``table``
+    (``[F, N]``, e.g. memory-mapped) for files ``part`` assigned ``rank_of``: one column at a time,
+    so no ``[f, N]`` copy of the table is made."""
+    assert table is not None
+    owner = np.full(table.shape[0], world_size, dtype=np.int64)  # files outside: an extra bin
+    owner[part] = rank_of
+    cols = [
+        np.bincount(owner, weights=table[:, b], minlength=world_size + 1)[:world_size]
+        for b in range(table.shape[1])
+    ]
+    return np.stack(cols, axis=1).round().astype(np.int64)
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
