@@ -121,3 +121,25 @@ def write_simplewriter_style(
                 if len(y):
                     d[old:] = y
                 lengths[i, c] = len(y)
+
+
+def write_with_broken_sequence(path: str, inputs: Sequence[np.ndarray], broken: int) -> list[str]:
+    """``HDFDatasetWriter``'s layout with ``inputs`` (all of one length) stored gzip-compressed, one
+    chunk per sequence; then sequence ``broken``'s chunk is overwritten with bytes that do not
+    inflate, as a bad disk block would leave it: that sequence fails to read, the others read
+    fine. Returns the tags (``seq-<i>``)."""
+    length = len(inputs[0])
+    assert all(len(a) == length for a in inputs), "one chunk per sequence needs equal lengths"
+    tags = [f"seq-{i}" for i in range(len(inputs))]
+    write_datasetwriter_style(path, tags, inputs=inputs)
+    with h5py.File(path, "r+") as f:
+        del f["inputs"]
+        data = np.concatenate(inputs)
+        dset = f.create_dataset(
+            "inputs", data=data, chunks=(length, *data.shape[1:]), compression="gzip"
+        )
+        chunk = dset.id.get_chunk_info_by_coord((broken * length,) + (0,) * (data.ndim - 1))
+    with open(path, "r+b") as fh:
+        fh.seek(chunk.byte_offset)
+        fh.write(b"\xff" * chunk.size)
+    return tags

@@ -17,7 +17,7 @@ import seqloader as sl
 from conftest import BatchRecord, batch_record
 from hdf_files import write_datasetwriter_style, write_simplewriter_style
 from seqloader.errors import DataError, DataWarning
-from seqloader.sources.base import KeySpec
+from seqloader.sources.base import KeySpec, read_batch
 
 RNG = np.random.default_rng(1234)
 
@@ -275,8 +275,9 @@ def test_write_hdf_is_atomic_on_failure(tmp_path):
 
     src = Broken({"data": feats([3, 3, 3], 2)})
     path = tmp_path / "out.hdf"
-    with pytest.raises(OSError, match="disk on fire"):
-        sl.write_hdf(path, src)
+    with pytest.raises(DataError, match=r"sequence 2 \(tag 'seq-2'\).*OSError: disk on fire") as e:
+        sl.write_hdf(path, src)  # named as the loader names it (read_batch)
+    assert isinstance(e.value.__cause__, OSError)
     assert os.listdir(tmp_path) == []  # neither the file nor a temp file
 
 
@@ -480,7 +481,9 @@ def test_read_error_names_sequence_tag_and_file(two_files, tmp_path):
     with pytest.raises(DataError, match=r"sequence 17 \(tag 'f1/s17'.*damaged\.hdf"):
         src.read(17)
     with pytest.raises(DataError, match=r"sequence 17 \(tag 'f1/s17'.*damaged\.hdf"):
-        src.read_many([17, 18])
+        read_batch(src, np.array([17, 18]))  # read_many fails; read_batch names the sequence
+    with pytest.raises(DataError, match=r"2 sequences of file '.*damaged\.hdf' in one pass"):
+        src.read_many([17, 18])  # no fallback of its own
 
 
 def test_file_replaced_after_open_is_refused(tmp_path):

@@ -10,7 +10,6 @@ import pytest
 import seqloader as sl
 from conftest import index_corpus, summary
 from seqloader.errors import DataError, SequenceSkipped
-from seqloader.loading.execute import read_sequences
 from seqloader.sources import (
     DeclaresNeeds,
     LoaderNeeds,
@@ -19,7 +18,7 @@ from seqloader.sources import (
     ReadsMany,
     Source,
 )
-from seqloader.sources.base import where
+from seqloader.sources.base import read_batch, where
 
 
 class UserSource:
@@ -112,7 +111,7 @@ def test_read_many_fault_of_its_own_propagates():
             raise RuntimeError("batched decoder state corrupted")
 
     with pytest.raises(RuntimeError, match="batched decoder state corrupted"):
-        read_sequences(Faulty(6), np.arange(4), [])
+        read_batch(Faulty(6), np.arange(4), [])
 
 
 def test_read_many_must_return_one_sequence_per_index():
@@ -121,7 +120,7 @@ def test_read_many_must_return_one_sequence_per_index():
             return [self.read(int(i)) for i in indices[:-1]]
 
     with pytest.raises(DataError, match=r"read_many returned 3 sequences for 4 indices"):
-        read_sequences(Short(6), np.arange(4), [])
+        read_batch(Short(6), np.arange(4), [])
 
 
 def test_loader_checks_what_a_source_needs_generically():

@@ -8,18 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import cast
 
 import numpy as np
 
-from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
+from seqloader.errors import DataError, SeqLoaderError
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc, pack_batch, pad_batch, pad_empty
 from seqloader.loading.corpora import CorpusCounts, corpus_names, count_by_corpus
 from seqloader.loading.direct import read_padded, reads_into
 from seqloader.loading.screen import nonfinite_messages
 from seqloader.plan.seeding import PURPOSE_MIX_TRANSFORM, PURPOSE_TRANSFORM, rng_for
-from seqloader.sources.base import ReadsMany, Source, declares, loader_needs, tags_at
+from seqloader.sources.base import Source, loader_needs, read_batch, tags_at
 from seqloader.sources.remote.stats import COUNTERS
 
 Transform = Callable[[dict, np.random.Generator], dict]
@@ -58,57 +57,6 @@ def transform_rng(
     if use is None:
         return rng_for(seed, PURPOSE_TRANSFORM, epoch, int(seq_index))
     return rng_for(seed, PURPOSE_MIX_TRANSFORM, int(use), int(seq_index))
-
-
-def read_sequences(
-    source: Source, seqs: np.ndarray, skipped: list[tuple[int, str]] | None = None
-) -> list[dict[str, np.ndarray]]:
-    """Read sequences, using the source's batched ``read_many`` when it has one (``ReadsMany``).
-
-    With ``skipped`` given, a sequence whose ``read`` raises ``SequenceSkipped`` is left out of the
-    result and ``(position in seqs, message)`` is appended; without it, the error propagates.
-    When ``read_many`` raises, the batch is read again one by one, so a skipped sequence is counted
-    and a broken one named exactly as for a source without ``read_many``; if every sequence reads
-    fine alone, the fault is ``read_many``'s own and its error propagates.
-    """
-    if not declares(source, ReadsMany):
-        return read_each(source, seqs, skipped)
-    try:
-        many = cast(ReadsMany, source).read_many(seqs)
-    except Exception:
-        before = len(skipped) if skipped is not None else 0
-        out = read_each(source, seqs, skipped)  # raises the named error of a broken sequence
-        if skipped is not None and len(skipped) > before:
-            return out
-        raise
-    if len(many) != len(seqs):
-        raise DataError(
-            f"{source!r}: read_many returned {len(many)} sequences for {len(seqs)} indices; "
-            "expected one per index, in order"
-        )
-    return list(many)
-
-
-def read_each(
-    source: Source, seqs: np.ndarray, skipped: list[tuple[int, str]] | None = None
-) -> list[dict[str, np.ndarray]]:
-    """``read`` one sequence at a time (``read_sequences`` without ``read_many``)."""
-    out = []
-    for pos, i in enumerate(seqs):
-        try:
-            out.append(source.read(int(i)))
-        except SequenceSkipped as e:
-            if skipped is None:
-                raise
-            skipped.append((pos, str(e)))
-        except SeqLoaderError:
-            raise
-        except Exception as e:  # name the sequence; keep the original as the cause
-            raise DataError(
-                f"reading sequence {int(i)} (tag {source.tag(int(i))!r}) from {source!r} "
-                f"failed: {type(e).__name__}: {e}"
-            ) from e
-    return out
 
 
 def _check_keys(source: Source, indices: np.ndarray, seqs: list[dict], transformed: bool) -> None:
@@ -183,7 +131,7 @@ def _execute(
     if chunked:  # each sequence read (and transformed) once, however many of its chunks
         seqs, skipped = _read_once_per_sequence(source, spec, seed, transform)
     else:
-        seqs = read_sequences(source, spec.seqs, skipped)
+        seqs = read_batch(source, spec.seqs, skipped)
     if skipped:  # the batch holds fewer sequences; the report counts them (C6)
         keep = np.ones(len(spec.seqs), dtype=bool)
         keep[[pos for pos, _ in skipped]] = False
@@ -241,7 +189,7 @@ def _read_once_per_sequence(
     order: dict[int, None] = dict.fromkeys(spec.seqs.tolist())
     unique = np.fromiter(order, dtype=np.int64, count=len(order))
     failed: list[tuple[int, str]] = []
-    wholes = read_sequences(source, unique, failed)
+    wholes = read_batch(source, unique, failed)
     bad = {int(unique[pos]): message for pos, message in failed}
     kept = [i for i in unique.tolist() if i not in bad]
     by_seq = dict(zip(kept, wholes))

@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 
 import numpy as np
 
+from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
+
 if TYPE_CHECKING:
     from seqloader.sources.remote import RemoteFiles
 
@@ -96,9 +98,9 @@ class Source(Protocol):
 @runtime_checkable
 class ReadsMany(Protocol):
     """Reads several sequences faster together than one by one (e.g. one pass over a file). The
-    result equals ``[read(i) for i in indices]``. Errors need no care here: when ``read_many``
-    raises, the loader reads that batch again with ``read``, so a skipped or broken sequence is
-    counted and named exactly as without it (``seqloader.loading.execute.read_sequences``)."""
+    result equals ``[read(i) for i in indices]``. Errors need no care here: callers read through
+    ``read_batch``, which reads a failed batch again with ``read``, so a skipped or broken sequence
+    is counted and named exactly as without ``read_many``."""
 
     def read_many(self, indices: np.ndarray) -> list[dict[str, np.ndarray]]: ...
 
@@ -207,7 +209,7 @@ class SourceBase:
     it in attributes set at open (``_schema``, whose key order is ``keys``; ``_lengths``: key ->
     int64 ``[n]``; ``_tags``), and the defaults of the optional abilities. One implementation, so
     every source answers planning's questions the same way. ``read_many`` has no default: without
-    it the loader reads one by one."""
+    it ``read_batch`` reads one by one."""
 
     _schema: Schema
     _lengths: Mapping[str, np.ndarray]
@@ -321,12 +323,58 @@ def loader_needs(source: Source) -> LoaderNeeds:
     return LoaderNeeds()
 
 
-def read_batch(source: Source, indices: np.ndarray) -> list[dict[str, np.ndarray]]:
-    """Sequences ``indices``: ``read_many`` when the source has it, else ``read`` one by one. No
-    error handling (the loader's ``read_sequences`` adds it)."""
-    if declares(source, ReadsMany):
-        return cast(ReadsMany, source).read_many(indices)
-    return [source.read(int(i)) for i in indices]
+def read_batch(
+    source: Source, indices: np.ndarray, skipped: list[tuple[int, str]] | None = None
+) -> list[dict[str, np.ndarray]]:
+    """Sequences ``indices``, with the source's ``read_many`` when it has one (``ReadsMany``).
+
+    The one fallback for batched reads, used by the loader, writers and wrapping sources alike:
+    when ``read_many`` raises, the batch is read again with ``read``, so a broken sequence is named
+    (index, tag and where it lives) and a skipped one counted exactly as for a source without
+    ``read_many``; if every sequence reads fine alone, the fault is ``read_many``'s own and its
+    error propagates. With ``skipped`` given, a sequence whose ``read`` raises ``SequenceSkipped``
+    is left out of the result and ``(position in indices, message)`` is appended; without it, the
+    error propagates.
+    """
+    if not declares(source, ReadsMany):
+        return read_each(source, indices, skipped)
+    try:
+        many = cast(ReadsMany, source).read_many(indices)
+    except Exception:
+        before = len(skipped) if skipped is not None else 0
+        out = read_each(source, indices, skipped)  # raises the named error of a broken sequence
+        if skipped is not None and len(skipped) > before:
+            return out
+        raise
+    if len(many) != len(indices):
+        raise DataError(
+            f"{source!r}: read_many returned {len(many)} sequences for {len(indices)} indices; "
+            "expected one per index, in order"
+        )
+    return list(many)
+
+
+def read_each(
+    source: Source, indices: np.ndarray, skipped: list[tuple[int, str]] | None = None
+) -> list[dict[str, np.ndarray]]:
+    """``read`` one sequence at a time (``read_batch`` without ``read_many``); an error that is
+    not seqloader's own is named (index, tag, where) with the original as its cause."""
+    out = []
+    for pos, i in enumerate(np.asarray(indices).tolist()):
+        try:
+            out.append(source.read(i))
+        except SequenceSkipped as e:
+            if skipped is None:
+                raise
+            skipped.append((pos, str(e)))
+        except SeqLoaderError:
+            raise
+        except Exception as e:
+            raise DataError(
+                f"reading sequence {i} (tag {source.tag(i)!r}) from {where(source, i)} "
+                f"failed: {type(e).__name__}: {e}"
+            ) from e
+    return out
 
 
 def fingerprint_of(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from seqloader.errors import DataError
+from seqloader.errors import DataError, SeqLoaderError
 from seqloader.parts import by_part, scatter
 from seqloader.sources.base import KeySpec, SourceBase
 from seqloader.sources.columns import ColumnStore
@@ -203,7 +203,9 @@ class HDFSource(SourceBase):
             raise self._read_error(index, e) from e
 
     def read_many(self, indices: Sequence[int] | np.ndarray) -> list[dict[str, np.ndarray]]:
-        """Like ``[read(i) for i in indices]``, with as few HDF5 calls as the layout allows."""
+        """Like ``[read(i) for i in indices]``, with as few HDF5 calls as the layout allows. An
+        error names the file; ``seqloader.sources.base.read_batch`` (which every reader of batches
+        goes through) then reads the batch again one by one and names the broken sequence."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             bad = int(idx[(idx < 0) | (idx >= len(self))][0])
@@ -211,11 +213,14 @@ class HDFSource(SourceBase):
         groups = []
         for f, pos, local in by_part(self._file_start, idx):
             try:
-                seqs = self._file(f).read_many(self._starts[f], local)
-            except Exception:
-                # find and name the sequence that fails; read() raises the named error
-                seqs = [self.read(int(i)) for i in idx[pos]]
-            groups.append((pos, seqs))
+                groups.append((pos, self._file(f).read_many(self._starts[f], local)))
+            except SeqLoaderError:
+                raise
+            except Exception as e:
+                raise DataError(
+                    f"reading {len(local)} sequences of file {self._paths[f]!r} in one pass "
+                    f"failed: {type(e).__name__}: {e}"
+                ) from e
         return scatter(len(idx), groups)
 
     def read_into(
