@@ -248,6 +248,7 @@ SOURCES: dict[str, Callable[[int, int], sl.Source]] = {
     "files": files_corpus,
     "chunked": corpus,
     "chunked files": files_corpus,
+    "chunked mixed corpora": mixed_corpora,
 }
 #: Plan options a corpus kind needs (a mix needs named corpora; files a layout).
 SOURCE_OPTIONS: dict[str, dict[str, object]] = {
@@ -255,10 +256,11 @@ SOURCE_OPTIONS: dict[str, dict[str, object]] = {
     "files": {"distribution": "files"},
     "chunked": {"chunking": "3:2", "min_chunk_size": 1},
     "chunked files": {"distribution": "files", "chunking": "3:2", "min_chunk_size": 1},
+    "chunked mixed corpora": {"mix": {"a": 1.5, "b": 0.5}, "chunking": "4:3"},
 }
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=84, deadline=None)
 @given(
     n=st.integers(0, 45),
     seed=st.integers(0, 5),

@@ -183,25 +183,31 @@ def _transformed(
 def _read_once_per_sequence(
     source: Source, spec: BatchSpec, seed: int, transform: Transform | None
 ) -> tuple[list[dict[str, np.ndarray]], list[tuple[int, str]]]:
-    """Chunked batches hold several chunks of one sequence (consecutive in the plan): read and
-    transform each sequence once -> (one whole sequence per kept slot, skipped (slot, message),
-    one per slot of a skipped sequence, as the report and the audit count slots)."""
-    order: dict[int, None] = dict.fromkeys(spec.seqs.tolist())
+    """Chunked batches hold several chunks of one sequence (consecutive in the plan): read each
+    sequence once and transform it once per use (in a mix, two uses of a sequence are two
+    draws of its transform) -> (one whole sequence per kept slot, skipped (slot, message), one
+    per slot of a skipped sequence, as the report and the audit count slots)."""
+    slot_seqs = spec.seqs.tolist()
+    slot_uses = [None] * len(slot_seqs) if spec.uses is None else spec.uses.tolist()
+    order: dict[int, None] = dict.fromkeys(slot_seqs)
     unique = np.fromiter(order, dtype=np.int64, count=len(order))
     failed: list[tuple[int, str]] = []
     wholes = read_batch(source, unique, failed)
     bad = {int(unique[pos]): message for pos, message in failed}
-    kept = [i for i in unique.tolist() if i not in bad]
-    by_seq = dict(zip(kept, wholes))
-    if transform is not None:
-        for i in kept:
-            by_seq[i] = _transformed(source, transform, by_seq[i], i, seed, spec.epoch)
+    by_seq = dict(zip([i for i in unique.tolist() if i not in bad], wholes))
+    by_use: dict[tuple[int, int | None], dict] = {}
     seqs, skipped = [], []
-    for j, i in enumerate(spec.seqs.tolist()):
+    for j, (i, use) in enumerate(zip(slot_seqs, slot_uses)):
         if i in bad:
             skipped.append((j, bad[i]))
-        else:
-            seqs.append(by_seq[i])
+            continue
+        got = by_use.get((i, use))
+        if got is None:
+            got = by_seq[i]
+            if transform is not None:
+                got = _transformed(source, transform, got, i, seed, spec.epoch, use)
+            by_use[i, use] = got
+        seqs.append(got)
     return seqs, skipped
 
 

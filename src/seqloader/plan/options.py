@@ -323,15 +323,13 @@ class PlanOptions:
                 "with batch_cost='frames' or 'quadratic:Q', or another ordering (e.g. laplace:.N)"
             )
         chunked = self.chunking is not None
-        for name, on, why in (
-            ("ordering='buckets:N'", self._parsed.is_buckets, "buckets arrange whole sequences"),
-            ("mix", self.mix is not None, "a mix repeats whole sequences"),
-        ):
-            if chunked and on:
-                raise OptionError(
-                    f"chunking: not supported with {name} ({why}); use another ordering/"
-                    "distribution with chunking, or leave chunking out"
-                )
+        if chunked and self._parsed.is_buckets:
+            raise OptionError(
+                f"chunking: not supported with ordering={self.ordering!r} (buckets arrange whole "
+                "sequences into runs of same-length batches; chunks would need buckets of their "
+                "own); use laplace:.N (sorted bins, similar padding) with chunking, or leave "
+                "chunking out"
+            )
         subset = self.fixed_random_subset is not None
         if subset and (self.mix is not None or self.distribution == "files"):
             raise OptionError(

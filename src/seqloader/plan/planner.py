@@ -540,17 +540,24 @@ class Planner:
         bounds = self.batcher.bounds_of(units.lengths)
         return BatchList.from_bounds(units.seqs, bounds, chunks=units.chunks)
 
-    def chunked_batches(self, order: np.ndarray, start: int, epoch: int) -> BatchList:
+    def chunked_batches(
+        self, order: np.ndarray, start: int, epoch: int, uses: np.ndarray | None = None
+    ) -> BatchList:
         """Greedy batches over the chunks of ``order`` (sequences in plan order) from chunk
         position ``start`` on. Under one padded limit the batches come from the chunks' fits
         (``seqloader.plan.chunk_batching``: no per-chunk lengths, batch starts decided in runs);
-        other limits batch the chunks' lengths per key. Both give the same batches."""
+        other limits batch the chunks' lengths per key. Both give the same batches. ``uses``:
+        in a mix, each slot's corpus epoch (int ``[s]``), which each of its chunks carries."""
         assert self.chunks is not None
         fits = self._chunk_fits
         if fits is None:
             units = self.chunks.expand(order, self.batcher.keys)
             self._check_start(start, len(units), epoch)
-            return self.chunk_batches(units.tail(int(start)))
+            batches = self.chunk_batches(units.tail(int(start)))
+            if uses is None:
+                return batches
+            unit_uses = np.repeat(uses, self.chunks.counts[order])[int(start) :]
+            return BatchList(batches.seqs, batches.bounds, batches.real, unit_uses, batches.chunks)
         counts = self.chunks.counts[order]  # [s]
         ends = np.cumsum(counts, dtype=np.int64)  # [s]
         units = self.chunks.expand(order, counts=counts, ends=ends)  # sequences, chunk indices
@@ -561,7 +568,15 @@ class Planner:
             bounds = np.append(np.arange(0, m, fits, dtype=np.int64), np.int64(m))
         else:
             bounds = greedy_from_fits(fits.fits(order, counts, ends)[start:], fits.top)
-        return BatchList.from_bounds(units.seqs[start:], bounds, chunks=units.chunks[start:])
+        of_units = None if uses is None else np.repeat(uses, counts)[start:]
+        return BatchList.from_bounds(units.seqs[start:], bounds, of_units, units.chunks[start:])
+
+    def _slots_for_chunks(
+        self, epoch: int, order_rank: int
+    ) -> tuple[np.ndarray, int, int, np.ndarray | None]:
+        """``chunked_batches``' arguments for a whole sub-epoch of ``order_rank``."""
+        order, uses = self.sub_epoch_slots(epoch, order_rank)
+        return order, 0, epoch, uses
 
     @functools.cached_property
     def _chunk_fits(self) -> ChunkFits | int | None:
@@ -601,7 +616,7 @@ class Planner:
             per_rank = [
                 self._arranged_batches(epoch, r, 1, 0)
                 if buckets
-                else self.chunked_batches(self.sub_epoch_slots(epoch, r)[0], 0, epoch)
+                else self.chunked_batches(*self._slots_for_chunks(epoch, r))
                 if self.chunks is not None
                 else self.batches(self.sub_epoch_order(epoch, r))
                 for r in range(world_size)
@@ -610,8 +625,9 @@ class Planner:
         if buckets:
             batches = self._arranged_batches(epoch, 0, order_world_size or world_size, start)
             return distribute_shard(batches, world_size, self.options.uneven)
-        if self.chunks is not None:  # no mix with chunking
-            batches = self.chunked_batches(self.sub_epoch_slots(epoch)[0], start, epoch)
+        if self.chunks is not None:
+            order, uses = self.sub_epoch_slots(epoch)
+            batches = self.chunked_batches(order, start, epoch, uses)
             return distribute_shard(batches, world_size, self.options.uneven)
         order, uses = self.sub_epoch_slots(epoch)
         self._check_start(start, len(order), epoch)

@@ -170,10 +170,9 @@ def simulate(
             if chunks is not None and share.chunks is not None:
                 used = chunks.unit_ids(used, share.chunks[share.real])
             np.add.at(counts, used, 1)
-            if share.uses is not None:
-                slots.setdefault(ep.full_epoch, []).append(
-                    (share.seqs[share.real], share.uses[share.real])
-                )
+            if share.uses is not None:  # chunked: a use is counted once, at its first chunk
+                first = share.real if share.chunks is None else share.real & (share.chunks == 0)
+                slots.setdefault(ep.full_epoch, []).append((share.seqs[first], share.uses[first]))
             items = worker_items(len(share), num_workers)
             workers = tuple(load_of(share.take(ids), lengths, window, packed) for ids in items)
             files = None if planner.files is None else len(planner.rank_files(plan, r))
@@ -341,13 +340,22 @@ def mix_exactly_once(
     n = len(planner.lengths)
     complete = sorted(f for f, parts in parts_seen.items() if len(parts) == P)
     problems = []
+    chunks = planner.chunks
     for f in complete:
-        want = np.bincount(mix.select(f).seqs, minlength=n)  # [n]
+        selected = mix.select(f).seqs
+        if chunks is None:
+            want = np.bincount(selected, minlength=n)  # [n]
+        else:  # every chunk of a selected slot, once per use
+            units = chunks.expand(selected)
+            want = np.bincount(
+                chunks.unit_ids(units.seqs, units.chunks), minlength=len(use_counts[f])
+            )
         off = np.flatnonzero(use_counts[f] != want)
         if len(off):
             i = int(off[0])
+            what = "sequences" if chunks is None else "chunks"
             problems.append(
-                f"full epoch {f + 1}: {len(off)} sequences used another number of times than "
+                f"full epoch {f + 1}: {len(off)} {what} used another number of times than "
                 f"planned (e.g. #{i}: {int(use_counts[f][i])} uses, planned {int(want[i])})"
             )
     said = []
