@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from seqloader.errors import OptionError
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.mix_check import check_corpus_epochs
 from seqloader.plan.simulate import simulate
@@ -123,10 +122,3 @@ def test_mixed_chunks_through_workers_draw_once_per_use() -> None:
     for i in twice:  # ... and draw anew per use
         draws = [next(iter(v)) for (j, _), v in offsets.items() if j == i]
         assert len(set(draws)) == len(draws)
-
-
-def test_chunking_with_buckets_is_refused_naming_why_and_the_fix() -> None:
-    with pytest.raises(
-        OptionError, match=r"chunking: not supported with ordering='buckets:4'.*laplace"
-    ):
-        PlanOptions(ordering="buckets:4", chunking="10:5", max_frames=100)

@@ -275,7 +275,6 @@ def test_resume_chains_property(n, seed, source, options, worlds, cuts, enter_ne
     elastic or not, at step 0, mid-epoch, at an epoch's end or across it."""
     extra = SOURCE_OPTIONS.get(source, {})
     assume("mix" not in extra or options["ordering"] in MIX_ORDERINGS)  # buckets: no mix
-    assume("chunking" not in extra or not options["ordering"].startswith("buckets"))
     if "files" in source:  # fewer files than sub-epochs x ranks are refused (test_files_plan)
         assume(n == 0 or len(file_bounds(n, seed)) - 1 >= options["partition_epoch"] * max(worlds))
     make = loader_factory(SOURCES[source](n, seed), **options, **extra)

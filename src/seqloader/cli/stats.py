@@ -97,10 +97,8 @@ def run(args: argparse.Namespace) -> int:
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
-        if (opened.plan.mix is not None or opened.plan.chunking is not None) and Ordering.parse(
-            o
-        ).is_buckets:
-            continue  # refused with a mix or chunks (PlanOptions says why); the docs say so
+        if opened.plan.mix is not None and Ordering.parse(o).is_buckets:
+            continue  # refused with a mix (PlanOptions says why); the docs say so
         if opened.plan.planning == "indexed" and Ordering.parse(o).kind not in INDEXED_KINDS:
             continue  # indexed planning plans laplace and buckets:N only (PlanOptions says why)
         ordered = make_planner(

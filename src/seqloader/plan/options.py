@@ -322,14 +322,6 @@ class PlanOptions:
                 "limits (buckets are cut by the length key's padded cost); use an int max_frames "
                 "with batch_cost='frames' or 'quadratic:Q', or another ordering (e.g. laplace:.N)"
             )
-        chunked = self.chunking is not None
-        if chunked and self._parsed.is_buckets:
-            raise OptionError(
-                f"chunking: not supported with ordering={self.ordering!r} (buckets arrange whole "
-                "sequences into runs of same-length batches; chunks would need buckets of their "
-                "own); use laplace:.N (sorted bins, similar padding) with chunking, or leave "
-                "chunking out"
-            )
         subset = self.fixed_random_subset is not None
         if subset and (self.mix is not None or self.distribution == "files"):
             raise OptionError(

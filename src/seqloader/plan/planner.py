@@ -298,9 +298,18 @@ class Planner:
         ordering = options.parsed_ordering
         check_bins(ordering, options.ordering, len(self.lengths))
         self.bucket_edges = np.zeros(0, dtype=np.int64)
+        #: what buckets:N arranges, per unit (sequence index, or chunk number): lengths, costs
+        self._arranged = (self.lengths, self.costs)
         if ordering.is_buckets:
             adm = self.admission.admitted
-            self.bucket_edges = bucket_edges(self.lengths[adm], self.costs[adm], ordering.bins or 1)
+            lens, costs = self.lengths[adm], self.costs[adm]
+            if self.chunks is not None:  # buckets of chunks: every chunk's window
+                every = self.chunks.expand(adm, [key]).lengths[key]  # [chunks], in number order
+                lens = costs = every
+                if self.batcher.limits.cost.quadratic is not None:
+                    costs = self.batcher.limits.units(key, every)
+                self._arranged = (lens, costs)
+            self.bucket_edges = bucket_edges(lens, costs, ordering.bins or 1)
         self.corpora = corpora
         self.mix: MixPlan | None = None
         if options.mix is not None:
@@ -355,7 +364,8 @@ class Planner:
             seqs = self.sub_epoch_files(epoch)[0].seqs
             return seqs if self.chunks is None else self.chunks.expand(seqs).seqs
         if self.options.parsed_ordering.is_buckets:
-            return self.arrangement(epoch, order_rank, world_size).order
+            order = self.arrangement(epoch, order_rank, world_size).order
+            return order if self.chunks is None else part_of(self.chunks.first, order)
         if self.chunks is not None:  # one slot per chunk
             return self.chunks.expand(self.sub_epoch_slots(epoch, order_rank)[0]).seqs
         return self.sub_epoch_slots(epoch, order_rank)[0]
@@ -491,16 +501,21 @@ class Planner:
 
     def arrangement(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> Arrangement:
         """``buckets:N``: the sub-epoch arranged in runs of ``world_size`` same-bucket batches
-        (``seqloader.plan.buckets``); the random subset is W-independent, the runs are not."""
+        (``seqloader.plan.buckets``); the random subset is W-independent, the runs are not.
+        Chunking: the sub-epoch's chunks are arranged, bucketed by their windows, and the
+        arrangement's ``order`` holds chunk numbers (``ChunkTable.unit_ids``)."""
         Topology(0, world_size)  # validates world_size
         ep = EpochIndex(epoch, self.options.partition_epoch)
         seed_epoch = self.options.parsed_ordering.seed_epoch(ep.full_epoch)
         rng = rng_for(self.options.seed, PURPOSE_BUCKETS, seed_epoch, order_rank, ep.part)
         o = self.options
+        order = self.sub_epoch_slots(epoch, order_rank)[0]  # a random subset (no mix: refused)
+        if self.chunks is not None:
+            units = self.chunks.expand(order)
+            order = self.chunks.unit_ids(units.seqs, units.chunks)
         return arrange(
-            self.sub_epoch_slots(epoch, order_rank)[0],  # a random subset (no mix: refused)
-            self.lengths,
-            self.costs,
+            order,
+            *self._arranged,
             self.bucket_edges,
             world_size,
             o.max_seqs,
@@ -764,7 +779,16 @@ class Planner:
         ``left``, bool ``[chunks]``, when given) batched."""
         ordering = self.options.parsed_ordering
         order = seqs[order_sequences(self.order_lengths[seqs], ordering, rng)]
-        if self.chunks is not None:  # no buckets with chunking
+        o = self.options
+        if self.chunks is not None and ordering.is_buckets:  # the rank's chunks, arranged
+            units = self.chunks.expand(order)
+            ids = self.chunks.unit_ids(units.seqs, units.chunks)
+            if left is not None:
+                ids = ids[left[ids]]
+            lens, costs = self._arranged
+            arranged = arrange(ids, lens, costs, self.bucket_edges, 1, o.max_seqs, self.budget, rng)
+            return self._chunk_slots(BatchList.from_bounds(arranged.order, arranged.bounds))
+        if self.chunks is not None:
             if left is None:  # every chunk of the sequences
                 return self.chunked_batches(order, 0, 0)
             units = self.chunks.expand(order, self.batcher.keys)
@@ -775,7 +799,6 @@ class Planner:
             return self.chunk_batches(kept)
         if not ordering.is_buckets:
             return self.batches(order)
-        o = self.options
         arranged = arrange(
             order, self.lengths, self.costs, self.bucket_edges, 1, o.max_seqs, self.budget, rng
         )
@@ -784,7 +807,18 @@ class Planner:
     def _arranged_batches(self, epoch: int, order_rank: int, group: int, start: int) -> BatchList:
         arranged = self.arrangement(epoch, order_rank, group)
         self._check_start(start, len(arranged.order), epoch)
-        return arranged.batches_from(int(start), self.costs, self.options.max_seqs, self.budget)
+        costs = self._arranged[1]
+        batches = arranged.batches_from(int(start), costs, self.options.max_seqs, self.budget)
+        return self._chunk_slots(batches)
+
+    def _chunk_slots(self, batches: BatchList) -> BatchList:
+        """Batches over chunk numbers (an arrangement of chunks) as (sequence, chunk) slots;
+        unchanged without chunking."""
+        if self.chunks is None:
+            return batches
+        seqs = part_of(self.chunks.first, batches.seqs)
+        chunks = batches.seqs - self.chunks.first[seqs]
+        return BatchList(seqs, batches.bounds, batches.real, batches.uses, chunks)
 
     @staticmethod
     def _check_start(start: object, size: int, epoch: int) -> None:
