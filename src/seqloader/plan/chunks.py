@@ -11,7 +11,9 @@ chunk. A sequence with no window (empty, or shorter than ``min_chunk_size``) is 
 A *unit* is ``(sequence, chunk index)``; units are numbered sequence after sequence, chunk after
 chunk (``ChunkTable``). The planner orders sequences, expands each into its chunks (consecutive, as
 RETURNN's pipe yields them), and batches and distributes units: every contract the plan keeps for
-sequences it keeps for chunks.
+sequences it keeps for chunks. ``buckets:N`` arranges the chunks themselves (bucketed by their
+windows); in a mix each chunk carries its slot's corpus epoch; with ``distribution="files"`` a
+sequence's chunks stay with its file's rank.
 """
 
 from __future__ import annotations
