@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.batching import greedy_bounds
-from seqloader.plan.chunk_batching import ChunkFits, greedy_from_fits
+from seqloader.plan.chunk_batching import MAX_CAP, ChunkFits, greedy_from_fits
 from seqloader.plan.cost import BatchCost
 
 
@@ -102,3 +102,19 @@ def test_a_sequence_end_cutting_many_windows_takes_the_general_batcher() -> None
     want = planner.chunk_batches(planner.chunks.expand(order, ["data"]))
     got = planner.chunked_batches(order, 0, 1)
     np.testing.assert_array_equal(got.bounds, want.bounds)
+
+
+def test_batches_of_more_than_max_cap_chunks_take_the_general_batcher() -> None:
+    """A batch could hold more than ``MAX_CAP`` chunks (no ``max_seqs``, tiny chunks): the fits
+    would not fit int16 lifting; the planner batches chunk lengths (same batches)."""
+    lengths = {"data": np.random.default_rng(1).integers(3, 50, 400)}
+    planner = Planner(lengths, PlanOptions(chunking="1:1", max_frames=10_000))
+    assert planner.chunks is not None
+    assert (
+        ChunkFits.of(planner.chunks, "data", 10_000, lambda x: x, planner.chunks.num_units) is None
+    )
+    order = planner.sub_epoch_slots(1)[0]
+    want = planner.chunk_batches(planner.chunks.expand(order, ["data"]))
+    got = planner.chunked_batches(order, 0, 1)
+    np.testing.assert_array_equal(got.bounds, want.bounds)
+    assert int(np.diff(got.bounds).max()) > MAX_CAP
