@@ -139,3 +139,16 @@ def test_an_unwritable_index_dir_keeps_the_metadata_in_memory(tmp_path):
         src = sl.HDFSource(tmp_path / "x.hdf", index_dir=tmp_path / "plain" / "idx")
     assert src.store is None and src.lengths("data").tolist() == [3, 5]
     assert pickle.loads(pickle.dumps(src)).lengths("data").tolist() == [3, 5]
+
+
+def test_concat_of_mapped_sources_keeps_int32_in_one_copy(tmp_path):
+    data = [np.full((n, 2), n, np.float32) for n in (4, 1, 7)]
+    sl.write_hdf(tmp_path / "a.hdf", sl.MemorySource({"data": data}, tags=["a0", "a1", "a2"]))
+    sl.write_hdf(tmp_path / "b.hdf", sl.MemorySource({"data": data[:2]}, tags=["b0", "b1"]))
+    a = sl.HDFSource(tmp_path / "a.hdf", index_dir=tmp_path / "idx")
+    b = sl.HDFSource(tmp_path / "b.hdf", index_dir=tmp_path / "idx")
+    both = sl.ConcatSource({"a": a, "b": b})
+    assert both.lengths("data").dtype == np.int32
+    assert both.lengths("data").tolist() == [4, 1, 7, 4, 1]
+    wide = sl.ConcatSource({"a": a, "m": sl.MemorySource({"data": data[:1]}, tags=["m0"])})
+    assert wide.lengths("data").tolist() == [4, 1, 7, 4]

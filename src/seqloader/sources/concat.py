@@ -91,7 +91,8 @@ class ConcatSource(SourceBase):
         sizes = np.array([len(s) for s in self._sources], dtype=np.int64)
         self._bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # [C + 1]
         self._lengths = {
-            k: np.concatenate([np.asarray(s.lengths(k), dtype=np.int64) for s in self._sources])
+            # one copy, in the narrowest dtype of the parts (int32 views stay int32)
+            k: np.concatenate([np.asarray(s.lengths(k)) for s in self._sources])
             for k in schema
         }
         self._tags: PackedTags = PackedTags.concat([packed(s.tags) for s in self._sources])

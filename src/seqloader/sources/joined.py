@@ -82,7 +82,7 @@ class ZipSource(SourceBase):
             out: sources[src].schema[key] for out, (src, key) in self._data_map.items()
         }
         self._lengths = {
-            out: np.asarray(sources[src].lengths(key), dtype=np.int64)[index[src]]
+            out: np.asarray(sources[src].lengths(key))[index[src]]  # one gather, no int64 copy
             for out, (src, key) in self._data_map.items()
         }
         self._used = tuple(dict.fromkeys(src for src, _ in self._data_map.values()))
