@@ -14,6 +14,8 @@
   ``SimpleHDFWriter`` (LibriSpeech-960 over HDF);
 - ``swb/features.hdf``, ``swb/alignment.hdf``: Switchboard hybrid stand-in (features, and framewise
   state alignments stored in another order);
+- ``hdf/dfd/part.{01..10}.hdf``: LibriSpeech-960 features in ten files of 2-9 sequences each
+  (``SimpleHDFWriter``), read through ``DistributeFilesDataset``;
 - ``wmt/{train,dev}.hdf``: a translation corpus dumped to HDF (source ids as sparse ``data``,
   target ids as ``classes``, targets longer than sources).
 """
@@ -163,6 +165,13 @@ def write_corpora(folder: Path) -> Path:
         m = -(-samples[tag] // 160)
         writer.insert_batch(rng.integers(0, 211, size=(1, m)).astype(np.int32), [m], [tag])
     writer.close()
+    dfd = folder / "hdf" / "dfd"  # many small files of unequal size, for DistributeFilesDataset
+    dfd.mkdir(exist_ok=True)
+    rng_dfd = np.random.default_rng(1519)  # its own stream: the corpora above stay as they were
+    for k in range(1, 11):
+        tags = [f"train-960/part{k:02d}-{i}" for i in range(int(rng_dfd.integers(2, 10)))]
+        write_hdf(dfd / f"part.{k:02d}.hdf", tags, rng_dfd, dim=50, data_len=(20, 160),
+                  target_len=lambda n: max(1, n // 8), target_dim=30)  # fmt: skip
     return folder
 
 

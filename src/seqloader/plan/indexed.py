@@ -48,6 +48,7 @@ from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import Admission, EpochIndex, Planner, default_length_key
+from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
     PURPOSE_INDEXED_FILES,
@@ -80,12 +81,18 @@ def make_planner(
     corpora: Corpora | None = None,
     files: np.ndarray | None = None,
     index: BucketIndex | None = None,
+    pools: FilePools | None = None,
 ) -> Planner:
     """The planner ``options.planning`` asks for (``Planner``'s arguments; ``index``: a prebuilt,
     e.g. memory-mapped, ``BucketIndex`` for indexed planning)."""
     if options.planning == "indexed":
+        if pools is not None:
+            raise OptionError(
+                "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
+                "are not supported; use planning='global' (the default) for them"
+            )
         return IndexedPlanner(lengths, options, tags, origin, excluded, corpora, files, index)
-    return Planner(lengths, options, tags, origin, order_lengths, excluded, corpora, files)
+    return Planner(lengths, options, tags, origin, order_lengths, excluded, corpora, files, pools)
 
 
 def edges_for(lengths: np.ndarray, options: PlanOptions, costs: np.ndarray) -> np.ndarray:

@@ -42,6 +42,7 @@ from seqloader.plan.limits import Batcher, BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress, MixPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
+from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_BUCKETS,
     PURPOSE_FILES,
@@ -205,6 +206,8 @@ class Planner:
 
     #: (epoch, order rank) -> sub-epoch slots, inside ``reusing_orders`` only
     _reused_orders: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] | None = None
+    #: per-sub-epoch file pools (``seqloader.plan.pools``); None: the whole data is ordered
+    pools: FilePools | None = None
 
     def __init__(
         self,
@@ -216,13 +219,16 @@ class Planner:
         excluded: Mapping[str, np.ndarray] | None = None,
         corpora: Corpora | None = None,
         files: np.ndarray | None = None,
+        pools: FilePools | None = None,
     ) -> None:
         """``order_lengths``: what sorting orderings sort by, int64 ``[n]`` (default: the length
         key's lengths; RETURNN sorts OggZip corpora by ``int(duration * 100)``). ``excluded``:
         reason -> bool mask ``[n]`` of sequences left out like filtered ones. ``corpora``: the
         source's named corpora (``ConcatSource``); needed by ``options.mix``. ``files``: the
         source's file layout, int64 ``[F + 1]`` (``HasFiles``); needed by
-        ``distribution="files"``, ignored otherwise."""
+        ``distribution="files"``, ignored otherwise. ``pools``: per-sub-epoch file pools
+        (RETURNN's ``DistributeFilesDataset``, ``seqloader.plan.pools``): each sub-epoch orders
+        only its pool's sequences."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
         if options.planning != "global":
@@ -334,7 +340,51 @@ class Planner:
             adm = self.admission.admitted
             self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
             self._file_counts = file_counts(self.files, adm)  # [F]
+        self.pools = pools
+        if pools is not None:
+            self._validate_pools(pools, origin)
         self.origin = origin
+
+    def _validate_pools(self, pools: FilePools, origin: str) -> None:
+        """File pools are RETURNN's: its seeding, and no option that orders across pools."""
+        o = self.options
+        clash = [
+            name
+            for name, on in (
+                ("seeding='seqloader'", o.seeding != "returnn"),
+                (f"distribution={o.distribution!r}", o.distribution == "files"),
+                ("mix", o.mix is not None),
+                (f"ordering={o.ordering!r}", o.parsed_ordering.is_buckets),
+                ("fixed_random_subset", o.fixed_random_subset is not None),
+                ("epoch_wise_filter", o.epoch_wise_filter is not None),
+            )
+            if on
+        ]
+        if clash:
+            raise OptionError(
+                f"{origin or 'the source'}: per-sub-epoch file pools (RETURNN's "
+                f"DistributeFilesDataset) are not supported with {', '.join(clash)}: the pools "
+                "are RETURNN's order, the sub-dataset's ordering within each; use "
+                "seeding='returnn' with another ordering/distribution"
+            )
+        pools.check_bins(o.partition_epoch)
+        checked_file_bounds(pools.bounds, len(self.lengths), origin)
+        self._extra += b"pools" + pools.bounds.tobytes() + pools.sizes.tobytes()
+        self._extra += repr((pools.shuffle, pools.fixed_seed, pools.shard_files)).encode()
+
+    def check_pools(self, world_size: int) -> None:
+        """File pools sharded over the ranks (RETURNN's ``distrib_shard_files``) are planned for
+        one rank only: refused on more, with the reason and the fix."""
+        if self.pools is None or not self.pools.shard_files or world_size == 1:
+            return
+        raise OptionError(
+            f"{self.origin or 'the source'}: file pools sharded over {world_size} ranks "
+            "(RETURNN's DistributeFilesDataset with distrib_shard_files, or torch_distributed "
+            "'shard'): each rank would order its own files and RETURNN ends every sub-epoch with "
+            "its shortest rank, dropping the rest; seqloader does not plan that. Fix: leave "
+            "distrib_shard_files out and use torch_distributed 'random_seed_offset' (each rank "
+            "RETURNN's own file order, as RETURNN), or train on one process"
+        )
 
     def _check_fits(self, tags: Sequence[str] | None, origin: str) -> None:
         """Every planned unit (admitted sequence, or chunk) fits a batch alone, else an error."""
@@ -401,6 +451,8 @@ class Planner:
         return reused[key]
 
     def _sub_epoch_slots(self, epoch: int, order_rank: int) -> tuple[np.ndarray, np.ndarray | None]:
+        if self.pools is not None:
+            return self.pool_order(epoch, order_rank), None
         ep = EpochIndex(epoch, self.options.partition_epoch)
         pool, uses, perm = self._full_epoch(ep.full_epoch, order_rank)
         lo, hi = part_bounds(len(perm), self.options.partition_epoch, ep.part)
@@ -415,6 +467,29 @@ class Planner:
             return part[self._admitted_mask[part]], None
         part = self._epoch_filtered(epoch, part)[0]  # no mix with it: uses is None then
         return part, None if uses is None else uses[perm]
+
+    def pool_order(
+        self, epoch: int, order_rank: int = 0, num_shards: int = 1, shard: int = 0
+    ) -> np.ndarray:
+        """File pools: ``epoch``'s pool (this rank's with ``shard_files``) ordered by the
+        sub-dataset's ordering, RETURNN's filters applied after -> int64 ``[m]``. RETURNN seeds
+        the file shuffle and the sub-dataset's order by the full epoch (``init_seq_order(epoch=
+        full_epoch + 1)`` on a sub-dataset of one partition); ``order_rank`` adds RETURNN's rank
+        step (``random_seed_offset`` distribution)."""
+        pools = self.pools
+        assert pools is not None, "pool_order needs pools"
+        o = self.options
+        ep = EpochIndex(epoch, o.partition_epoch)
+        files_rng = returnn_rng(ep.full_epoch, o.seed, order_rank)
+        pool = pools.pool(ep.part, o.partition_epoch, files_rng, num_shards, shard)
+        ordering = o.parsed_ordering
+        rng: Rng = returnn_rng(ordering.seed_epoch(ep.full_epoch), o.seed, order_rank)
+        if o.fixed_random_seed is not None:
+            rng = np.random.RandomState(o.fixed_random_seed)
+        part = pool[order_sequences(self.order_lengths[pool], ordering, rng)]
+        if self._excluded is not None:
+            part = part[~self._excluded[part]]
+        return part[self._admitted_mask[part]]
 
     def _epoch_filtered(self, epoch: int, part: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
         """``epoch_wise_filter`` applied to a sub-epoch's order -> (kept, {reason: count})."""
@@ -625,6 +700,8 @@ class Planner:
                     "segment history (files_plan), not from a start position"
                 )
             return self.files_plan(epoch, world_size)[0]
+        if self.pools is not None:
+            self.check_pools(world_size)
         if self.options.distribution == "random_seed_offset":
             if start:
                 raise OptionError("random_seed_offset plans cannot start mid-order")

@@ -22,6 +22,7 @@ from seqloader.extras import require
 from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.plan.planner import refuse_unimplemented
 from seqloader.returnn.datasets import Converted, convert_dataset
+from seqloader.returnn.distrib_files import sharded
 from seqloader.returnn.stubs import Stub, find_stub, stub_imports
 from seqloader.returnn.view import ReturnnView
 from seqloader.torch.loader import SeqLoader
@@ -179,6 +180,8 @@ def returnn_datasets(
                 "the data options cannot use it: install that module, or write the value"
             )
         converted = convert_dataset(name, spec, default_ordering)
+        if name == TRAIN and _distribution(values) == "shard":
+            converted = sharded(converted)  # RETURNN shards a DistributeFilesDataset's files
         plan = _plan_options(name, converted, values)
         _check_fits(name, converted, plan, values)
         workers = _worker_options(values, converted.num_workers)

@@ -18,6 +18,7 @@ from seqloader.audio.manifest import OggZip, open_manifest
 from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
+from seqloader.returnn.distrib_files import distribute_files
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
 from seqloader.sources.base import Source
@@ -57,14 +58,13 @@ REFUSED_CLASSES = {
     "RandomState RETURNN seeds per epoch in reading order, so their output depends on the reader; "
     "use its inner 'dataset' here and the function as a seqloader transform (transform=..., "
     "seqloader.transforms: a per-sequence RNG, the same with any num_workers)",
-    "DistributeFilesDataset": "its file shuffle and per-rank sub-datasets are RETURNN's own; use "
-    "the files' HDFDataset here with seqloader's distribution='files' (SeqLoader option), which "
-    "gives each rank whole files with seqloader's seeded shuffle",
     "LibriSpeechCorpus": "it reads the raw LibriSpeech folders or zips with RETURNN's own "
     "transcription normalisation; prepare the corpus as OggZips (RETURNN's official LibriSpeech "
     "preparation: NAME.zip + NAME.txt.gz) and use OggZipDataset with "
     "zip_audio_files_have_name_as_prefix=False",
 }
+# dataset classes over other datasets
+WRAPPERS = ("ConcatDataset", "DistributeFilesDataset", "MetaDataset", "MultiProcDataset")
 NO_EFFECT = {
     "name": "RETURNN's name for logs",
     "cache_byte_size": "RETURNN's in-memory cache of HDFDataset (our reads need none)",
@@ -101,6 +101,11 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
         return _concat(name, opts)
     if kind == "MultiProcDataset":
         return _multi_proc(name, opts, default_ordering)
+    if kind == "DistributeFilesDataset":
+        view, ordering, parts, offset, sub_native = distribute_files(
+            name, opts, default_ordering, convert_dataset
+        )
+        return Converted(view, ordering, parts, offset, kind, native=sub_native)
     if kind in REFUSED_CLASSES:
         raise OptionError(
             f"{name} dataset: class {kind!r} is not supported: {REFUSED_CLASSES[kind]}"
@@ -108,7 +113,7 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
     if kind not in _BUILDERS:
         raise OptionError(
             f"{name} dataset: class {kind!r} is not supported; supported: "
-            f"{sorted([*_BUILDERS, 'ConcatDataset', 'MetaDataset', 'MultiProcDataset'])}"
+            f"{sorted([*_BUILDERS, *WRAPPERS])}"
         )
     own_keys, build = _BUILDERS[kind]
     for key, why in REFUSED_OPTIONS.items():

@@ -2,9 +2,10 @@
 
 RETURNN sorts OggZip corpora by ``int(duration * 100)``, not by feature frames, and applies
 ``seq_list_filter_file`` after ordering; OggZip's ``segment_file`` keeps a subset in corpus order
-before ordering. The view carries these as the ``PlanHints`` planning reads (``order_lengths``,
-``excluded``) and maps a subset's indices; everything else is the wrapped source's, including its optional abilities (``read_many``,
-``prepare_workers``, ``where``, ``loader_needs``), declared here and passed on.
+before ordering; ``DistributeFilesDataset`` orders per-sub-epoch pools of files. The view carries
+these as the planning hints (``order_lengths``, ``excluded``, ``file_pools``) and maps a subset's
+indices; everything else is the wrapped source's, including its optional abilities
+(``read_many``, ``prepare_workers``, ``where``, ``loader_needs``), declared here and passed on.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from seqloader.plan.pools import FilePools
 from seqloader.sources.base import (
     LoaderNeeds,
     Schema,
@@ -35,8 +37,10 @@ class ReturnnView:
         indices: np.ndarray | None = None,
         order_lengths: np.ndarray | None = None,
         excluded: Mapping[str, np.ndarray] | None = None,
+        pools: FilePools | None = None,
     ) -> None:
         self._inner = inner
+        self._pools = pools
         self._indices = None if indices is None else np.asarray(indices, dtype=np.int64)
         self._order_lengths = order_lengths
         self._excluded = dict(excluded or {})
@@ -54,6 +58,16 @@ class ReturnnView:
 
     def excluded(self) -> Mapping[str, np.ndarray]:
         return self._excluded
+
+    def file_pools(self) -> FilePools | None:
+        """RETURNN's ``DistributeFilesDataset``: the files each sub-epoch draws from
+        (``seqloader.plan.pools.HasFilePools``); None for every other dataset."""
+        return self._pools
+
+    @property
+    def inner(self) -> Source:
+        """The wrapped source (all of it: ``indices`` not applied)."""
+        return self._inner
 
     # ---- Source protocol ----
     def __len__(self) -> int:

@@ -26,6 +26,7 @@ from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.indexed import make_planner
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED
+from seqloader.plan.pools import HasFilePools
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import (
@@ -114,8 +115,12 @@ class SeqLoader:
             excluded=None if hints is None else hints.excluded(),
             corpora=corpora_of(source),
             files=file_layout(source),
+            pools=cast(HasFilePools, source).file_pools()
+            if declares(source, HasFilePools)
+            else None,
         )
         self.length_key = self.planner.length_key
+        self.planner.check_pools(self.topology.world_size)
         if self.planner.files is not None:  # too few files for this world size: say so now
             self.planner.check_files(self.topology.world_size)
         self._fingerprint = self.planner.fingerprint(source.fingerprint())

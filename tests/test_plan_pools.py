@@ -1,0 +1,96 @@
+"""Per-sub-epoch file pools (``seqloader.plan.pools``, RETURNN's ``DistributeFilesDataset``) as
+properties: the size bins and the file shuffle are RETURNN's own (its
+``_distribute_evenly_by_size`` and ``RandomState.shuffle`` of the file list, called here), and a
+full epoch of pools plans every admitted sequence exactly once, with equal steps on every rank,
+deterministically, whatever the world size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.errors import OptionError
+from seqloader.plan.options import PlanOptions
+from seqloader.plan.planner import Planner
+from seqloader.plan.pools import FilePools, distribute_evenly_by_size
+
+distrib_files = pytest.importorskip("returnn.datasets.distrib_files")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 500), min_size=1, max_size=30),
+    bins=st.integers(1, 30),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_bins_and_shuffle_are_returnns(sizes: list[int], bins: int, seed: int) -> None:
+    bins = min(bins, len(sizes))
+    files = [f"f{i}.hdf" for i in range(len(sizes))]
+    shuffled = list(files)
+    np.random.RandomState(seed).shuffle(shuffled)  # RETURNN's file shuffle
+    expected = distrib_files.DistributeFilesDataset._distribute_evenly_by_size(
+        num_bins=bins, file_sizes=dict(zip(files, sizes)), files_order=shuffled
+    )
+    pools = FilePools(np.arange(len(sizes) + 1), np.array(sizes))
+    got = pools.bins(bins, np.random.RandomState(seed))
+    assert [[files[i] for i in b] for b in got] == expected
+    order = np.arange(len(sizes))
+    kept = distribute_evenly_by_size(np.array(sizes), bins, order)  # the given order
+    assert [b.tolist() for b in kept] == [
+        [int(f[1:-4]) for f in b]
+        for b in distrib_files.DistributeFilesDataset._distribute_evenly_by_size(
+            num_bins=bins, file_sizes=dict(zip(files, sizes)), files_order=files
+        )
+    ]
+
+
+@st.composite
+def pooled(draw):
+    counts = draw(st.lists(st.integers(0, 12), min_size=2, max_size=14))
+    parts = draw(st.integers(1, len(counts)))
+    n = sum(counts)
+    lengths = np.array(draw(st.lists(st.integers(1, 60), min_size=n, max_size=n)), dtype=np.int64)
+    bounds = np.concatenate([[0], np.cumsum(counts)])
+    sizes = np.array([c * 100 + 7 for c in counts])
+    pools = FilePools(bounds, sizes, shuffle=draw(st.booleans()))
+    ordering = draw(st.sampled_from(["random", "laplace:.3", "sorted", "default"]))
+    return lengths, pools, parts, ordering, draw(st.integers(0, 1000))
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=pooled(), world_size=st.integers(1, 4), full_epoch=st.integers(0, 3))
+def test_a_full_epoch_of_pools_is_every_sequence_once(case, world_size: int, full_epoch: int):
+    lengths, pools, parts, ordering, seed = case
+    options = PlanOptions(ordering=ordering, max_frames=120, max_seqs=4, max_seq_length=50,
+                          partition_epoch=parts, seed=seed, seeding="returnn")  # fmt: skip
+    planner = Planner({"data": lengths}, options, pools=pools)
+    again = Planner({"data": lengths}, options, pools=pools)
+    seen = []
+    for part in range(parts):
+        epoch = full_epoch * parts + part + 1
+        plan = planner.global_plan(epoch, world_size)
+        shares = [plan.rank_share(r) for r in range(world_size)]
+        assert len({len(s) for s in shares}) == 1  # equal steps on every rank
+        got = np.concatenate([s.seqs[s.real] for s in shares])
+        np.testing.assert_array_equal(np.sort(got), np.sort(planner.pool_order(epoch)))
+        np.testing.assert_array_equal(again.pool_order(epoch), planner.pool_order(epoch))
+        seen.append(got)
+    every = np.concatenate(seen)
+    assert len(every) == len(np.unique(every))
+    np.testing.assert_array_equal(np.sort(every), np.flatnonzero(lengths <= 50))
+
+
+def test_pools_need_returnn_seeding_and_enough_files() -> None:
+    lengths = {"data": np.arange(1, 7)}
+    pools = FilePools(np.array([0, 2, 4, 6]), np.array([5, 5, 5]))
+    with pytest.raises(OptionError, match=r"file pools .*seeding='seqloader'.*seeding='returnn'"):
+        Planner(lengths, PlanOptions(ordering="random"), pools=pools)
+    with pytest.raises(OptionError, match=r"3 files for partition_epoch 4.*lower partition_epoch"):
+        Planner(lengths, PlanOptions(partition_epoch=4, seeding="returnn"), pools=pools)
+    sharded = FilePools(pools.bounds, pools.sizes, shard_files=True)
+    planner = Planner(lengths, PlanOptions(seeding="returnn"), pools=sharded)
+    planner.global_plan(1, 1)
+    with pytest.raises(OptionError, match=r"sharded over 2 ranks .*distrib_shard_files.*Fix"):
+        planner.global_plan(1, 2)
