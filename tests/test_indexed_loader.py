@@ -117,3 +117,29 @@ def test_int32_memory_mapped_lengths_are_not_copied(tmp_path) -> None:
     assert planner.lengths is view or np.shares_memory(planner.lengths, view)
     share = planner.global_plan(1, 4).rank_share(1)
     assert len(share) == planner.global_plan(1, 4).steps
+
+
+def test_large_corpora_share_one_bucket_index_file_per_node(tmp_path, monkeypatch) -> None:
+    """Above ``MIN_SEQUENCES`` the loader maps the node's bucket index from one file (built by the
+    first loader, mapped by the next), and plans exactly what an in-memory index plans."""
+    from seqloader.loading import bucket_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10)
+    src = corpus(60, 2)
+    first = sl.SeqLoader(src, ordering="buckets:3", rank=1, world_size=2, **PLAN)
+    files = list((tmp_path / "seqloader" / "buckets").glob("*.seqcols"))
+    assert len(files) == 1
+    mtime = files[0].stat().st_mtime_ns
+    second = sl.SeqLoader(src, ordering="buckets:3", rank=0, world_size=2, **PLAN)
+    assert files[0].stat().st_mtime_ns == mtime  # mapped, not built again
+    assert isinstance(second.planner.index.members, np.ndarray)
+    assert not second.planner.index.members.flags.writeable  # a view of the mapped file
+    other = sl.SeqLoader(src, ordering="buckets:4", rank=0, world_size=2, **PLAN)
+    assert other.planner.index is not None
+    assert len(list((tmp_path / "seqloader" / "buckets").glob("*.seqcols"))) == 2  # other options
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10**9)
+    in_memory = sl.SeqLoader(src, ordering="buckets:3", rank=1, world_size=2, **PLAN)
+    mapped, held = first.plan(1), in_memory.plan(1)
+    assert len(mapped) == len(held) > 0
+    assert all(np.array_equal(a, b) for a, b in zip(mapped, held, strict=True))

@@ -134,6 +134,17 @@ class IndexedPlan(GlobalPlan):
     def __setattr__(self, name: str, value: object) -> None:  # frozen base; own fields only
         object.__setattr__(self, name, value)
 
+    def __repr__(self) -> str:  # the dataclass repr would draw every batch
+        return (
+            f"IndexedPlan(world_size={self.world_size}, steps={self.steps}, "
+            f"batches={self.table.num_batches - self.start}, dropped={self.dropped})"
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:  # not the dataclass's field comparison
+        return self is other
+
     def _tail(self, t: int) -> Slots:
         """The last round's ``world_size`` batches (none without a partial round or with drop)."""
         w, table = self.world_size, self.table
@@ -240,6 +251,14 @@ class RankwisePlan(GlobalPlan):
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:  # the dataclass repr would draw every rank's batches
+        return f"RankwisePlan(world_size={self.world_size}, steps={self.steps})"
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
 
     @property
     def steps(self) -> int:

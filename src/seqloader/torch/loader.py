@@ -19,6 +19,7 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from seqloader.errors import OptionError
+from seqloader.loading.bucket_store import shared_bucket_index
 from seqloader.loading.corpora import corpora_of
 from seqloader.loading.execute import Transform
 from seqloader.plan.batches import BatchList
@@ -106,18 +107,24 @@ class SeqLoader:
             )
         self.transform = transform
         hints = cast(PlanHints, source) if declares(source, PlanHints) else None
+        lengths = {k: source.lengths(k) for k in source.keys}
+        excluded = None if hints is None else hints.excluded()
+        files = file_layout(source)
         self.planner = make_planner(
-            {k: source.lengths(k) for k in source.keys},
+            lengths,
             self.plan_options,
             source.tags,
             repr(source),
             order_lengths=None if hints is None else hints.order_lengths(),
-            excluded=None if hints is None else hints.excluded(),
+            excluded=excluded,
             corpora=corpora_of(source),
-            files=file_layout(source),
+            files=files,
             pools=cast(HasFilePools, source).file_pools()
             if declares(source, HasFilePools)
             else None,
+            index=shared_bucket_index(  # indexed planning: once per node, memory-mapped
+                lengths, self.plan_options, source.fingerprint, files, excluded
+            ),
         )
         self.length_key = self.planner.length_key
         self.planner.check_pools(self.topology.world_size)
