@@ -224,7 +224,8 @@ def epoch_boundary(planner: object) -> float:
     10^8 sequences outlasts planning), then epoch 2 begins."""
     from seqloader.plan.state import LoaderState
 
-    state = LoaderState(planner, "fingerprint", WORLD)  # type: ignore[arg-type]
+    mine = {"rank": RANK} if "rank" in LoaderState.__init__.__code__.co_varnames else {}
+    state = LoaderState(planner, "fingerprint", WORLD, **mine)  # type: ignore[arg-type]
     plan, _ = state.begin(1)
     state.consumed = plan.steps
     ahead = getattr(state, "_ahead", None)

@@ -130,6 +130,7 @@ class IndexedPlan(GlobalPlan):
             dropped = table.num_seqs - table.seqs_before(self.tail_start)
         object.__setattr__(self, "dropped", dropped)
         self._batches: BatchList | None = None
+        self._kept: tuple[int, BatchList] | None = None  # (rank, its share from step 0)
 
     def __setattr__(self, name: str, value: object) -> None:  # frozen base; own fields only
         object.__setattr__(self, name, value)
@@ -192,7 +193,18 @@ class IndexedPlan(GlobalPlan):
         return full + int((self.tail.hi[real] - self.tail.lo[real]).sum())
 
     def rank_share(self, rank: int, start_step: int = 0) -> BatchList:
-        """Rank ``rank``'s batches from ``start_step`` on: only its own are drawn."""
+        """Rank ``rank``'s batches from ``start_step`` on: only its own are drawn (the last share
+        drawn from step 0 is kept, so a share drawn ahead is taken over at once)."""
+        kept = self._kept
+        if kept is not None and kept[0] == rank:
+            share = kept[1]
+            return share if not start_step else share.take(np.arange(start_step, len(share)))
+        if start_step == 0:
+            self._kept = (rank, self._draw_share(rank, 0))
+            return self._kept[1]
+        return self._draw_share(rank, start_step)
+
+    def _draw_share(self, rank: int, start_step: int) -> BatchList:
         steps = np.arange(start_step, self.full_rounds, dtype=np.int64)
         g = self.start + steps * self.world_size + rank
         sizes = self.table.batch_sizes(g)

@@ -34,10 +34,16 @@ class LoaderState:
     ``consumed``: steps consumed since the current run's start position (counted by the loop)."""
 
     def __init__(
-        self, planner: Planner, fingerprint: str, world_size: int, plan_ahead: bool = True
+        self,
+        planner: Planner,
+        fingerprint: str,
+        world_size: int,
+        plan_ahead: bool = True,
+        rank: int | None = None,
     ) -> None:
         """``plan_ahead``: plan the next epoch on a background thread once an epoch begins
-        (``seqloader.plan.ahead``), so the next ``begin`` finds it ready."""
+        (``seqloader.plan.ahead``), so the next ``begin`` finds it ready; with ``rank``, that
+        rank's share of it too (an indexed plan draws a share when it is first asked for)."""
         self.planner = planner
         self.fingerprint = fingerprint
         self.world_size = world_size
@@ -47,6 +53,7 @@ class LoaderState:
         self._resume: Position | None = None  # loaded by load(), not started yet
         self._resume_plan: GlobalPlan | None = None  # the segment plan of _resume
         self._continued: tuple[GlobalPlan, Position] | None = None  # _resume on this world size
+        self._rank = rank
         self._ahead = PlanAhead(self._epoch_plan) if plan_ahead else None
 
     def position(self) -> Position:
@@ -75,8 +82,12 @@ class LoaderState:
         return plan, position
 
     def _epoch_plan(self, epoch: int) -> GlobalPlan:
-        """The plan of ``epoch`` from its start on this world size (what ``begin`` would plan)."""
-        return segment_plan(self.planner, Position(epoch, 0, self.world_size, 0))
+        """The plan of ``epoch`` from its start on this world size (what ``begin`` would plan),
+        with this rank's share drawn (kept by plans that draw shares on demand)."""
+        plan = segment_plan(self.planner, Position(epoch, 0, self.world_size, 0))
+        if self._rank is not None:
+            plan.rank_share(self._rank)
+        return plan
 
     def _start_of(self, epoch: int) -> tuple[Position, GlobalPlan | None]:
         """The loaded resume position if it is in ``epoch``, else the epoch's start (with the

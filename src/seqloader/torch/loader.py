@@ -134,7 +134,9 @@ class SeqLoader:
         check_source(source, self.planner, self.checks)
         self._batch_checks = BatchChecks(source, self.checks)
         self._checked_ranks = False
-        self._state = LoaderState(self.planner, self._fingerprint, self.topology.world_size)
+        self._state = LoaderState(
+            self.planner, self._fingerprint, self.topology.world_size, rank=self.topology.rank
+        )
         self._execution = Execution(
             source, self.worker_options, self.plan_options.seed, transform, self._batch_checks
         )
