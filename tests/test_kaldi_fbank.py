@@ -6,15 +6,35 @@ implementation decides the digits, within 5e-4), for Lhotse's defaults and torch
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from seqloader.audio.kaldi_fbank import numpy_kaldi_fbank, use_kernel
 from seqloader.errors import OptionError
 from seqloader.synthetic.audio import speech_like
+from seqloader.torch.log_mel import kaldi_filterbank
+
+KERNELS = {"torch": kaldi_filterbank, "numpy": numpy_kaldi_fbank}
+
+
+@contextmanager
+def computed_by(kernel: str) -> Iterator[None]:
+    """Frames computed by ``kernel``; torch's on one thread, as in a DataLoader worker."""
+    installed, threads = use_kernel(KERNELS[kernel]), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        use_kernel(installed)
+        torch.set_num_threads(threads)
+
 
 lhotse = pytest.importorskip("lhotse")
 
@@ -43,17 +63,69 @@ def reference(x: np.ndarray, options: sl.KaldiFbank) -> np.ndarray:
     seconds=st.floats(0.03, 2.0),
     config=st.sampled_from(sorted(CONFIGS)),
     seed=st.integers(0, 1000),
+    kernel=st.sampled_from(sorted(KERNELS)),
 )
-def test_matches_lhotse_fbank(seconds, config, seed) -> None:
+def test_matches_lhotse_fbank(seconds, config, seed, kernel) -> None:
+    """Both kernels: torch's (the default where torch is installed) and the audio layer's numpy
+    one."""
     options = sl.KaldiFbank(**CONFIGS[config])
     x = speech_like(seconds, options.sample_rate, np.random.default_rng(seed))
     want = reference(x, options)
-    got = options(x)
+    with computed_by(kernel):
+        got = options(x)
     assert got.shape == want.shape == (options.num_frames(len(x)), options.n_mels)
     assert got.dtype == np.float32
     diff = np.abs(got - want)
     assert diff[want > -10].max(initial=0) < 1e-4
     assert diff.max(initial=0) < 5e-4
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    samples=st.lists(st.integers(0, 40_000), min_size=0, max_size=12),
+    config=st.sampled_from(sorted(CONFIGS)),
+    kernel=st.sampled_from(sorted(KERNELS)),
+)
+def test_a_batch_equals_its_waveforms_one_by_one(samples, config, kernel) -> None:
+    """``many`` cuts every waveform's frames into one array and runs the kernel once: the frames
+    of each waveform are those it gets alone (lengths from empty to below one window to 2.5 s),
+    and equal Lhotse's ``Fbank`` (from one window up)."""
+    options = sl.KaldiFbank(**CONFIGS[config])
+    rng = np.random.default_rng(len(samples))
+    waves = [speech_like(n / options.sample_rate, options.sample_rate, rng)[:n] for n in samples]
+    with computed_by(kernel):
+        batch = options.many(waves)
+        alone = [options(w) for w in waves]
+    assert len(batch) == len(waves)
+    for w, got, one in zip(waves, batch, alone):
+        assert got.shape == one.shape == (options.num_frames(len(w)), options.n_mels)
+        np.testing.assert_allclose(got, one, atol=1e-5, rtol=0)
+        if len(w) >= options.win:  # Lhotse fails on shorter ones
+            want = reference(w, options)
+            diff = np.abs(got - want)
+            assert diff[want > -10].max(initial=0) < 1e-4
+            assert diff.max(initial=0) < 5e-4
+
+
+def test_torch_computes_frames_on_one_thread_and_numpy_with_several() -> None:
+    """``import seqloader`` computes frames with torch where torch has one thread (DataLoader
+    workers) and with numpy where it has several (a trainer reading with ``num_workers=0``)."""
+    from seqloader.audio.kaldi_fbank import default_kernel, kaldi_frames
+
+    options = sl.KaldiFbank()
+    x = speech_like(0.5, 16000, np.random.default_rng(0))
+    frames = kaldi_frames(options, [x], np.array([options.num_frames(len(x))]))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        several = default_kernel()(options, frames.copy())
+        torch.set_num_threads(1)
+        one = default_kernel()(options, frames.copy())
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(several, numpy_kaldi_fbank(options, frames.copy()))
+    np.testing.assert_array_equal(one, kaldi_filterbank(options, frames.copy()))
+    assert not np.array_equal(one, several)  # two kernels indeed (float32 rounding differs)
 
 
 def test_frame_counts_are_a_formula_of_the_length() -> None:

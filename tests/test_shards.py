@@ -160,6 +160,20 @@ def test_log_mel_and_kaldi_fbank_from_shards(corpus, tmp_path, features) -> None
     np.testing.assert_array_equal(a.lengths("data"), b.lengths("data"))
     for i in range(len(src)):
         np.testing.assert_array_equal(a.read(i)["data"], b.read(i)["data"])
+    # a batch read together (KaldiFbank: one kernel call for all) equals its sequences one by one
+    c = ShardSource.lhotse_shar(
+        corpus["root"] / "shar",
+        features=features,
+        keys=["data", "audio", "text"],
+        index_dir=tmp_path,
+    )
+    order = np.random.default_rng(0).permutation(len(src))
+    for i, got in zip(order, c.read_many(order)):
+        one = c.read(int(i))
+        assert got.keys() == one.keys() == {"data", "audio", "text"}
+        np.testing.assert_allclose(got["data"], one["data"], atol=1e-5, rtol=0)
+        np.testing.assert_array_equal(got["audio"], one["audio"])
+        np.testing.assert_array_equal(got["text"], one["text"])
 
 
 def test_second_open_reads_no_shard(corpus, tmp_path, monkeypatch) -> None:

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from seqloader.audio.kaldi_fbank import KaldiFbank
 from seqloader.audio.keys import (
     AUDIO_KEYS,
     AudioOptions,
@@ -455,24 +456,47 @@ class ShardSource(SourceBase):
 
     # ---- reading ----
     def read(self, index: int) -> dict[str, np.ndarray]:
-        index = int(index)
+        return self._read(int(index), features=True)[0]
+
+    def read_many(self, indices: np.ndarray) -> list[dict[str, np.ndarray]]:
+        """Sequences ``indices`` as ``read`` gives them (``ReadsMany``); ``KaldiFbank`` features of
+        the batch's waveforms are computed together (``KaldiFbank.many``: one FFT, one filter
+        product, one log for all)."""
+        o = self.options
+        if (
+            "data" not in self._keys
+            or self._from_features
+            or o.defer_features
+            or not isinstance(o.features, KaldiFbank)
+        ):
+            return [self.read(int(i)) for i in indices]
+        read = [self._read(int(i), features=False) for i in indices]
+        feats = o.features.many([wave for _, wave in read])
+        for (out, _), data in zip(read, feats):
+            out["data"] = data
+        return [out for out, _ in read]
+
+    def _read(self, index: int, features: bool) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        """Sequence ``index``, with its ``data`` features only if ``features``; and its decoded
+        waveform (empty when none is read)."""
         f = self.shard_of(index)
         out: dict[str, np.ndarray] = {}
         keys = self._keys
+        wave = np.zeros(0, np.float32)
         if "audio" in keys or "data" in keys:
             blob, name = self._member(index, f)
             if self._from_features:
                 out["data"] = self._features(index, blob, name)
             else:
                 wave = self._wave(index, blob, name)
-                put_wave(out, wave, self.options, "audio" in keys, "data" in keys)
+                put_wave(out, wave, self.options, "audio" in keys, "data" in keys and features)
         if "text" in keys:
             out["text"] = np.frombuffer(self._store.strings("text").raw(index), np.uint8).copy()
         if "classes" in keys:
             c, ids = self._class_offsets, self._classes
             assert c is not None and ids is not None
             out["classes"] = ids[c[index] : c[index + 1]].copy()
-        return out
+        return out, wave
 
     def _member(self, index: int, f: int) -> tuple[bytes, str]:
         header, size, name = self._position(index, f)

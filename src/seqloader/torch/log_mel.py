@@ -1,15 +1,20 @@
-"""The log-mel STFT kernel, computed with torch on CPU, for the audio layer (which imports no torch).
+"""The filterbank kernels, computed with torch on CPU, for the audio layer (which imports no torch).
 
-``log_filterbank`` is the log of a filterbank over the power STFT: log-mel with a mel matrix.
-``seqloader.audio.features`` looks it up by name when features are first computed
-(``default_kernel``); it knows options only through the ``FilterbankOptions`` protocol, so the
-torch glue knows nothing about audio sources.
+- ``log_filterbank``: the log of a filterbank over the power STFT of one waveform (``LogMel``).
+- ``kaldi_filterbank``: Kaldi-style frames of a batch of already cut frames (``KaldiFbank``), used
+  where torch computes on one thread (``kaldi_kernel``).
+
+``seqloader.audio.features`` and ``seqloader.audio.kaldi_fbank`` look them up by name when
+features are first computed (``default_kernel``); they know options only through the
+``FilterbankOptions`` / ``KaldiOptions`` protocols, so the torch glue knows nothing about audio
+sources. In DataLoader workers torch computes on one thread (the DataLoader sets it), so the
+kernels do not oversubscribe the cores next to the other workers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-from typing import Protocol
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -65,3 +70,69 @@ def _constants(options: FilterbankOptions) -> tuple[torch.Tensor, torch.Tensor]:
         filters = torch.from_numpy(options.mel_matrix().astype(np.float32))
         _CONSTANTS[options] = (window, filters)
     return _CONSTANTS[options]
+
+
+class KaldiOptions(Hashable, Protocol):
+    """What ``kaldi_filterbank`` reads from its options (``seqloader.audio.KaldiFbank`` has it)."""
+
+    @property
+    def win(self) -> int: ...
+
+    @property
+    def remove_dc_offset(self) -> bool: ...
+
+    @property
+    def preemph_coeff(self) -> float: ...
+
+    def window(self) -> np.ndarray: ...
+
+    def mel_banks(self) -> np.ndarray: ...
+
+
+KaldiKernel = Callable[[Any, np.ndarray], np.ndarray]
+
+
+def kaldi_kernel(elsewhere: KaldiKernel) -> KaldiKernel:
+    """A kernel computing with ``kaldi_filterbank`` where torch computes on one thread (DataLoader
+    workers), else with ``elsewhere`` (the audio layer's numpy kernel, on the calling thread).
+    Where torch has several threads (a trainer process reading with ``num_workers=0``), each of
+    these small steps would synchronise them, which on busy cores costs more than the step
+    (measured: 10x slower than one thread with other processes running)."""
+
+    def kernel(options: Any, frames: np.ndarray) -> np.ndarray:
+        if torch.get_num_threads() == 1:
+            return kaldi_filterbank(options, frames)
+        return elsewhere(options, frames)
+
+    return kernel
+
+
+_KALDI: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
+_FLOAT32_EPS = float(np.finfo(np.float32).eps)
+
+
+def kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
+    """float32 ``[m, fft_size]`` frames (samples in the first ``win`` columns, zeros after; changed
+    in place) -> float32 ``[m, n_filters]``: DC offset removed, pre-emphasis, window, power
+    spectrum, filters, ``log(max(energy, float32 eps))``, in Kaldi's (and Lhotse's) order, for all
+    frames of a batch at once, by torch (on as many threads as it has: see ``kaldi_kernel``)."""
+    if options not in _KALDI:
+        _KALDI[options] = (
+            torch.from_numpy(np.array(options.window(), dtype=np.float32)),
+            torch.from_numpy(np.array(options.mel_banks(), dtype=np.float32)),
+        )
+    window, banks = _KALDI[options]
+    with torch.no_grad():
+        x = torch.from_numpy(frames)
+        fr = x[:, : options.win]
+        if options.remove_dc_offset:
+            fr -= fr.mean(dim=1, keepdim=True)
+        c = float(options.preemph_coeff)
+        if c != 0.0:
+            fr[:, 1:] -= c * fr[:, :-1]  # the right side is a new tensor: the old values are used
+            fr[:, 0] -= c * fr[:, 0]
+        fr *= window
+        spec = torch.fft.rfft(x, dim=1)  # [m, fft_size // 2 + 1]
+        power = spec.real.square() + spec.imag.square()
+        feats = torch.matmul(power, banks).clamp_(min=_FLOAT32_EPS).log_()
+    return feats.numpy()
