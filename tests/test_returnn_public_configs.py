@@ -148,6 +148,8 @@ CASES = [
     ("librispeech_aed_torch.config", "train", (1, 2, 7)),
     ("librispeech_aed_torch.config", "dev", (1,)),
     ("librispeech960_distrib_files.config", "train", (1, 2, 3, 4, 8)),
+    ("librispeech_corpus_2018.config", "train", (1, 2, 5)),
+    ("librispeech_corpus_2018.config", "dev", (1, 2)),
 ]
 
 
@@ -283,7 +285,6 @@ def test_multiproc_workers_become_the_loaders(data: Path) -> None:
             "PostprocessingDataset",
             r"inner 'dataset' here and the function as a seqloader transform",
         ),
-        ("LibriSpeechCorpus", r"OggZipDataset with zip_audio_files_have_name_as_prefix=False"),
         ("CombinedDataset", r"ConcatSource\(...\) with mix"),
     ],
 )

@@ -16,6 +16,8 @@
   state alignments stored in another order);
 - ``hdf/dfd/part.{01..10}.hdf``: LibriSpeech-960 features in ten files of 2-9 sequences each
   (``SimpleHDFWriter``), read through ``DistributeFilesDataset``;
+- ``LibriSpeech/PART/...`` and ``librispeech-zip/PART.zip``: LibriSpeech as distributed, for
+  ``LibriSpeechCorpus`` (``write_librispeech``);
 - ``wmt/{train,dev}.hdf``: a translation corpus dumped to HDF (source ids as sparse ``data``,
   target ids as ``classes``, targets longer than sources).
 """
@@ -172,7 +174,40 @@ def write_corpora(folder: Path) -> Path:
         tags = [f"train-960/part{k:02d}-{i}" for i in range(int(rng_dfd.integers(2, 10)))]
         write_hdf(dfd / f"part.{k:02d}.hdf", tags, rng_dfd, dim=50, data_len=(20, 160),
                   target_len=lambda n: max(1, n // 8), target_dim=30)  # fmt: skip
+    write_librispeech(folder, np.random.default_rng(12))
     return folder
+
+
+def write_librispeech(folder: Path, rng: np.random.Generator) -> None:
+    """LibriSpeech as distributed (openslr.org/12), as ``LibriSpeechCorpus`` reads it: the
+    extracted ``LibriSpeech/PART/SPEAKER/CHAPTER/`` (``.flac`` + ``SPEAKER-CHAPTER.trans.txt``,
+    upper-case transcriptions) and ``librispeech-zip/PART.zip`` holding ``LibriSpeech/PART/...``
+    with ``.flac.ogg`` audio (``use_zip`` + ``use_ogg``, as the 2018 setup reads it)."""
+    tree, zips = folder / "LibriSpeech", folder / "librispeech-zip"
+    zips.mkdir(parents=True, exist_ok=True)
+    for part, n in (("train-clean-100", 8), ("train-other-500", 6), ("dev-clean", 5),
+                    ("dev-other", 4)):  # fmt: skip
+        trans: dict[str, list[str]] = {}
+        members = []
+        for i in range(n):
+            speaker, chapter = 19 + 7 * (i % 3), 198 + (i % 2)
+            seq = f"{speaker}-{chapter}-{i:04d}"
+            wave = speech_like(float(rng.uniform(0.4, 1.8)), 16000, rng)
+            words = " ".join(rng.choice(WORDS, size=int(rng.integers(1, 8)))).upper()
+            trans.setdefault(f"{speaker}/{chapter}", []).append(f"{seq} {words}")
+            d = tree / part / str(speaker) / str(chapter)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{seq}.flac").write_bytes(encode_audio(wave, 16000, "flac"))
+            members.append((f"LibriSpeech/{part}/{speaker}/{chapter}/{seq}.flac.ogg",
+                            encode_audio(wave, 16000, "ogg")))  # fmt: skip
+        with zipfile.ZipFile(zips / f"{part}.zip", "w", zipfile.ZIP_STORED) as z:
+            for key, lines in trans.items():
+                speaker, chapter = key.split("/")
+                name = f"{part}/{key}/{speaker}-{chapter}.trans.txt"
+                (tree / name).write_text("\n".join(lines) + "\n")
+                z.writestr(f"LibriSpeech/{name}", "\n".join(lines) + "\n")
+            for member, data in members:
+                z.writestr(member, data)
 
 
 def data_env(folder: Path) -> dict[str, str]:

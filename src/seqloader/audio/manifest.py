@@ -181,6 +181,20 @@ class OggZip:
         return self.zip
 
 
+@dataclass(frozen=True)
+class ReadManifest:
+    """A manifest read already (e.g. a ``LibriSpeechPart`` whose headers were read once), given to
+    ``AudioSource`` in place of its path; a path-like of the manifest's file."""
+
+    manifest: Manifest
+
+    def __fspath__(self) -> str:
+        return self.manifest.path
+
+    def open_manifest(self) -> Manifest:
+        return self.manifest
+
+
 def import_soundfile():
     """soundfile is the ``audio`` extra: imported when audio is first decoded, not by seqloader."""
     return require("soundfile", "decoding audio")
@@ -188,7 +202,11 @@ def import_soundfile():
 
 def open_manifest(path: str | os.PathLike, cache: FileCache | None = None) -> Manifest:
     """Parse a ``.jsonl`` / ``.json`` lines manifest or a RETURNN OggZip ``.zip`` (an ``OggZip``
-    for a separate listing or audio without the name prefix; with ``cache``: an OggZip URL)."""
+    for a separate listing or audio without the name prefix; with ``cache``: an OggZip URL). A
+    corpus layout that reads itself (``open_manifest()``, e.g. ``LibriSpeechPart``) is read so."""
+    opener = getattr(path, "open_manifest", None)
+    if callable(opener):
+        return opener()
     if isinstance(path, OggZip) and (path.listing is not None or not path.name_as_prefix):
         if cache is not None:
             raise OptionError(

@@ -19,6 +19,8 @@ from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
 from seqloader.returnn.distrib_files import distribute_files
+from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
+from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_source
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
 from seqloader.sources.base import Source
@@ -58,10 +60,6 @@ REFUSED_CLASSES = {
     "RandomState RETURNN seeds per epoch in reading order, so their output depends on the reader; "
     "use its inner 'dataset' here and the function as a seqloader transform (transform=..., "
     "seqloader.transforms: a per-sequence RNG, the same with any num_workers)",
-    "LibriSpeechCorpus": "it reads the raw LibriSpeech folders or zips with RETURNN's own "
-    "transcription normalisation; prepare the corpus as OggZips (RETURNN's official LibriSpeech "
-    "preparation: NAME.zip + NAME.txt.gz) and use OggZipDataset with "
-    "zip_audio_files_have_name_as_prefix=False",
 }
 # dataset classes over other datasets
 WRAPPERS = ("ConcatDataset", "DistributeFilesDataset", "MetaDataset", "MultiProcDataset")
@@ -150,6 +148,8 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
         native["fixed_random_seed"] = fixed  # else: no draw, RETURNN's fixed seed changes nothing
     if opts.get("epoch_wise_filter"):
         native["epoch_wise_filter"] = opts["epoch_wise_filter"]
+        if kind == "LibriSpeechCorpus":
+            librispeech_epoch_filter(where, opts["epoch_wise_filter"])
     return Converted(view, ordering, int(partition_epoch), offset, kind, native=native)
 
 
@@ -494,7 +494,19 @@ def _first_rate(paths: Sequence[str | os.PathLike]) -> int:
         manifest.close()
 
 
+def _librispeech(where: str, opts: dict[str, Any]) -> Built:
+    """RETURNN's ``LibriSpeechCorpus`` (``seqloader.returnn.librispeech``), sorted by transcription
+    length; ``fixed_random_subset`` with its fixed seed 42 (the subset in its shuffled order)."""
+    source, order_lengths = librispeech_source(where, opts)
+    subset = opts.get("fixed_random_subset")
+    if not subset:
+        return source, None, order_lengths
+    indices = fixed_random_subset(where, np.arange(len(source), dtype=np.int64), subset, 42)
+    return source, indices, order_lengths[indices]
+
+
 _BUILDERS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, Any]], Built]]] = {
+    "LibriSpeechCorpus": (LIBRISPEECH_OWN, _librispeech),
     "HDFDataset": (("files",), _hdf),
     "OggZipDataset": (
         (

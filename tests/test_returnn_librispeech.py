@@ -1,0 +1,119 @@
+"""RETURNN's ``LibriSpeechCorpus`` from a config (``librispeech_corpus_2018.config``) over
+LibriSpeech as distributed: its epoch-wise curriculum as RETURNN's, and refusals naming the key,
+the dataset and the fix. Tags, batches and values (features within 1e-4, BPE ids) against
+RETURNN's own pipeline, zipped and extracted, 0 and 2 workers, are in
+``test_returnn_public_configs.py``."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from seqloader.errors import OptionError
+from seqloader.returnn import from_returnn_config
+from test_returnn_public_configs import CONFIGS, data, ours, reference  # noqa: F401 (fixture)
+
+pytest.importorskip("librosa")
+pytestmark = pytest.mark.usefixtures("data")  # the stand-in corpora the config reads
+CONFIG = CONFIGS / "librispeech_corpus_2018.config"
+
+
+def _changed(tmp_path: Path, *lines: str) -> Path:
+    config = tmp_path / "changed.config"
+    config.write_text(CONFIG.read_text() + "\n" + "\n".join(lines) + "\n")
+    return config
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int) -> None:
+    """The published curriculum (use_new_filter, max_mean_len over the transcription length in
+    characters, per epoch range), bounds scaled to the stand-in: RETURNN's batches in the
+    filtered epochs and after them."""
+    config = _changed(tmp_path)
+    config.write_text(config.read_text().replace('os.environ.get("LIBRISPEECH_FILTER", "0")', "1"))
+    epochs = (1, 2, 3, 5)
+    expected, _ = reference(str(config), "train", epochs)
+    got, _ = ours(config, num_workers, "train", epochs, tmp_path / "ours")
+    assert got == expected
+    whole, _ = reference(str(CONFIG), "train", epochs)
+    assert sum(map(len, got[1])) < sum(map(len, whole[1]))  # the filter dropped some
+    assert got[5] == whole[5]  # after its epochs, no filter
+
+
+@pytest.mark.parametrize(
+    "lines,message",
+    [
+        (
+            [
+                "train['epoch_wise_filter'] = {(1, 2): {'use_new_filter': True, "
+                "'subdirs': ['train-clean-100']}}"
+            ],
+            r"train dataset \(LibriSpeechCorpus\): epoch_wise_filter\[\(1, 2\)\] 'subdirs' "
+            r"selects LibriSpeech parts .*leave it out",
+        ),
+        (
+            ["train['epoch_wise_filter'] = {(1, 2): {'max_mean_len': 20}}"],
+            r"train dataset \(LibriSpeechCorpus\): .*without 'use_new_filter': True .*re-sorts "
+            r"the epoch.*set 'use_new_filter': True",
+        ),
+        (
+            ["train['prefix'] = 'valid'"],
+            r"train dataset \(LibriSpeechCorpus\): prefix 'valid'; RETURNN accepts 'train",
+        ),
+        (
+            ["train['prefix'] = 'test'"],
+            r"train dataset \(LibriSpeechCorpus\): no PREFIX\*\.zip files for prefix 'test'.*"
+            r"LibriSpeech's own layout",
+        ),
+        (
+            ["del train['audio']", "del train['bpe']"],
+            r"train dataset \(LibriSpeechCorpus\): neither audio nor targets: .*set audio",
+        ),
+        (
+            ["train['targets'] = 'chars'"],
+            r"train dataset \(LibriSpeechCorpus\): targets 'chars' needs chars=",
+        ),
+        (
+            ["train['audio'] = dict(train['audio'], random_permute=True)"],
+            r"train dataset \(LibriSpeechCorpus\): .*random_permute",
+        ),
+        (
+            ["train['orth_post_process'] = 'no_such_function'"],
+            r"train dataset \(LibriSpeechCorpus\): orth_post_process 'no_such_function': "
+            r"RETURNN cannot use it",
+        ),
+        (
+            ["train['window'] = 3"],
+            r"train dataset \(LibriSpeechCorpus\): option .window. is not supported: .*do it in a "
+            r"transform",
+        ),
+    ],
+)
+def test_options_refused_name_the_key_the_dataset_and_the_fix(
+    tmp_path: Path, lines: list[str], message: str
+) -> None:
+    with warnings.catch_warnings(), pytest.raises(OptionError, match=message):
+        warnings.simplefilter("ignore")
+        from_returnn_config(_changed(tmp_path, *lines))
+
+
+def test_extracted_and_zipped_layouts_give_the_same_corpus(tmp_path: Path) -> None:
+    """The train parts read from the extracted folders (flac) and from the zips (ogg): the same
+    tags in the same order, transcription lengths (RETURNN's sort key) and ids."""
+    tree = _changed(
+        tmp_path, "train['path'] = '%s/LibriSpeech' % _data", "train['use_zip'] = False",
+        "train['use_ogg'] = False",
+    )  # fmt: skip
+    zipped = from_returnn_config(CONFIG)["train"]
+    extracted = from_returnn_config(tree)["train"]
+    assert list(zipped.source.tags) == list(extracted.source.tags)
+    assert list(zipped.source.tags)[:2] == [
+        "train-clean-100-19-198-0000",
+        "train-clean-100-19-198-0006",
+    ]
+    assert (zipped.source.order_lengths() == extracted.source.order_lengths()).all()
+    assert (zipped.source.lengths("classes") == extracted.source.lengths("classes")).all()
+    for loader in (zipped, extracted):
+        loader.close()
