@@ -132,3 +132,26 @@ def test_cli_check_plans_the_pools(capsys) -> None:
     assert code == 0, out
     result = json.loads(out[out.index("{") :])
     assert result["ok"] and result["world_size"] == 3
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_chunked_pools_as_returnn(tmp_path: Path, num_workers: int) -> None:
+    """RETURNN's chunking on top of the pools (a hybrid setup's framewise targets): each pool's
+    sequences cut into RETURNN's chunks, the same batches (chunks included) and values as
+    RETURNN's ChunkingIterDataPipe."""
+    from test_returnn_public_configs import ours
+
+    config = tmp_path / "chunked.config"
+    text = CONFIG.read_text().replace("/hdf/dfd/", "/hdf/dfd-framewise/")
+    text = text.replace("range(1, 11)", "range(1, 7)")  # framewise targets: six files
+    config.write_text(
+        text + "\nchunking = '50:25'\nbatch_size = 300\nmax_seq_length = None\ndev = None\n"
+    )
+    epochs = (1, 5)
+    expected, expected_values = reference(str(config), "train", epochs)
+    got, got_values = ours(config, num_workers, "train", epochs, tmp_path / "ours")
+    assert got == expected
+    assert set(got_values) == set(expected_values) and any("#1" in k for k in got_values)
+    for key, ref in expected_values.items():
+        for k, value in ref.items():
+            assert (abs(got_values[key][k] - value) <= 1e-6).all(), (key, k)

@@ -15,7 +15,8 @@
 - ``swb/features.hdf``, ``swb/alignment.hdf``: Switchboard hybrid stand-in (features, and framewise
   state alignments stored in another order);
 - ``hdf/dfd/part.{01..10}.hdf``: LibriSpeech-960 features in ten files of 2-9 sequences each
-  (``SimpleHDFWriter``), read through ``DistributeFilesDataset``;
+  (``SimpleHDFWriter``), read through ``DistributeFilesDataset``; ``hdf/dfd-framewise/`` six more
+  with framewise targets (for chunking);
 - ``LibriSpeech/PART/...`` and ``librispeech-zip/PART.zip``: LibriSpeech as distributed, for
   ``LibriSpeechCorpus`` (``write_librispeech``);
 - ``wmt/{train,dev}.hdf``: a translation corpus dumped to HDF (source ids as sparse ``data``,
@@ -174,6 +175,12 @@ def write_corpora(folder: Path) -> Path:
         tags = [f"train-960/part{k:02d}-{i}" for i in range(int(rng_dfd.integers(2, 10)))]
         write_hdf(dfd / f"part.{k:02d}.hdf", tags, rng_dfd, dim=50, data_len=(20, 160),
                   target_len=lambda n: max(1, n // 8), target_dim=30)  # fmt: skip
+    framewise = folder / "hdf" / "dfd-framewise"  # the same with framewise targets (hybrid)
+    framewise.mkdir(exist_ok=True)
+    for k in range(1, 7):
+        tags = [f"hybrid/part{k:02d}-{i}" for i in range(int(rng_dfd.integers(2, 7)))]
+        write_hdf(framewise / f"part.{k:02d}.hdf", tags, rng_dfd, dim=20, data_len=(20, 140),
+                  target_len=lambda n: n, target_dim=30)  # fmt: skip
     write_librispeech(folder, np.random.default_rng(12))
     return folder
 
