@@ -189,3 +189,16 @@ def test_remote_benchmark_runs_every_configuration(tmp_path):
     assert summary["local"]["fetched_per_pass_of_corpus"] == 0  # no cache, nothing fetched
     assert summary["bw2"]["fetched_per_pass_of_corpus"] > 0
     assert summary["bw2"]["high_water_of_budget"] <= 1
+
+
+def test_metadata_benchmark_corpus_and_child(tmp_path):
+    """``benchmarks/metadata.py``: its corpus opens as RETURNN HDF (unwritten data), and one
+    child measurement runs with 2 forked workers (the full run is the benchmark's)."""
+    from benchmarks.metadata import child, write_corpus
+
+    path = str(tmp_path / "c.hdf")
+    write_corpus(path, 50)
+    config = {"code": "new", "path": path, "start": "fork", "index_dir": str(tmp_path / "i")}
+    out = child(config)
+    assert out["built"] and out["lengths_dtype"] == "int32" and len(out["worker_bytes"]) == 2
+    assert not child(config)["built"]  # the second open maps the store
