@@ -20,6 +20,7 @@ from seqloader.plan.options import (
     Distribution,
     EpochFilterOption,
     MixOption,
+    Planning,
     PlanOptions,
     Seeding,
     Uneven,
@@ -100,6 +101,7 @@ class PlanKeywords(TypedDict, total=False):
     fixed_random_subset_seed: int
     fixed_random_seed: int | None
     epoch_wise_filter: EpochFilterOption
+    planning: Planning
 
 
 class WorkerKeywords(TypedDict, total=False):
