@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 import seqloader as sl
+from benchmarks.side_by_side import rotated
 from seqloader.synthetic.audio import AudioCorpus, write_audio_corpus
 from seqloader.transforms import SpecAugment
 
@@ -168,7 +169,7 @@ def rounds(
     out = {w: Timings([], [], []) for w in epoch_iters}
     order = list(epoch_iters)
     for r in range(repeats):
-        for w in order[r % len(order) :] + order[: r % len(order)]:
+        for w in rotated(order, r):
             wall, comp, out[w].batches, foreign = timed_epoch(
                 epoch_iters[w](first_epoch + r), step_s
             )

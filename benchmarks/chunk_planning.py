@@ -21,15 +21,12 @@ chunk_planning.json`` (``--quick``: ``benchmarks/out/``, git-ignored).
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import os
-import platform
-import statistics
-import time
 
 import numpy as np
 
+from benchmarks.side_by_side import machine, planning_sizes, save, time_rotated
 from seqloader.plan import Planner, PlanOptions
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,17 +51,11 @@ def bench(n: int, reps: int) -> dict:
     out = {}
     for ordering in ORDERINGS:
         slots = {k: plan_once(lengths, ordering, c) for k, c in VARIANTS.items()}  # warm-up
-        wall: dict[str, list[float]] = {k: [] for k in VARIANTS}
-        cpu: dict[str, list[float]] = {k: [] for k in VARIANTS}
-        names = list(VARIANTS)
-        for r in range(reps):
-            for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order
-                w, c = time.perf_counter(), time.process_time()
-                plan_once(lengths, ordering, VARIANTS[name])
-                wall[name].append(time.perf_counter() - w)
-                cpu[name].append(time.process_time() - c)
-        med_w = {k: statistics.median(v) for k, v in wall.items()}
-        med_c = {k: statistics.median(v) for k, v in cpu.items()}
+        times = time_rotated(
+            {k: functools.partial(plan_once, lengths, ordering, c) for k, c in VARIANTS.items()},
+            reps,
+        )
+        med_w, med_c = times.median_wall(), times.median_cpu()
         chunked = [k for k in VARIANTS if k != "unchunked"]
         out[ordering] = {
             "slots_per_epoch": slots,
@@ -76,30 +67,23 @@ def bench(n: int, reps: int) -> dict:
             },
             "median_cpu_s": med_c,
             "median_wall_s": med_w,
-            "cpu_s": cpu,
-            "wall_s": wall,
+            "cpu_s": times.cpu,
+            "wall_s": times.wall,
         }
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.chunk_planning", description=__doc__)
-    p.add_argument("--seqs", type=int, default=1_000_000)
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--quick", action="store_true", help="20k sequences, 3 repetitions")
-    args = p.parse_args(argv)
-    n, reps = (20_000, 3) if args.quick else (args.seqs, args.reps)
+    sizes = planning_sizes("python -m benchmarks.chunk_planning", __doc__, argv)
+    n, reps = sizes.seqs, sizes.reps
     load_before = os.getloadavg()
     result = {
         "settings": {"seqs": n, "reps": reps, "world_size": WORLD_SIZE, "epochs": EPOCHS},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "planning": bench(n, reps),
     }
-    result["machine"]["loadavg_before_after"] = [load_before, os.getloadavg()]
-    path = QUICK_RESULTS if args.quick else RESULTS
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    result["machine"] = machine(load_before)
+    path = QUICK_RESULTS if sizes.quick else RESULTS
+    save(result, path)
     for ordering, r in result["planning"].items():
         for name in r["ratio_cpu"]:
             print(

@@ -20,16 +20,12 @@ an ``HDFSource`` holds them) against decoding them into a Python dict and lookin
 
 from __future__ import annotations
 
-import argparse
-import json
+import functools
 import os
-import platform
-import statistics
-import time
-from collections.abc import Callable
 
 import numpy as np
 
+from benchmarks.side_by_side import machine, planning_sizes, save, time_rotated
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.mix import Corpora
 from seqloader.sources.hdf_layout import PackedTags
@@ -58,13 +54,6 @@ def planners(n: int, ordering: str) -> dict[str, Planner]:
     return out
 
 
-def timed(fn: Callable[[], object]) -> tuple[float, float]:
-    """(wall seconds, CPU seconds of this process) of one call."""
-    w, c = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - w, time.process_time() - c
-
-
 def plan_epochs(planner: Planner) -> int:
     return sum(planner.global_plan(e, WORLD_SIZE).batches.bounds[-1] for e in EPOCHS)
 
@@ -74,24 +63,16 @@ def bench_planning(n: int, reps: int) -> dict:
     for ordering in ORDERINGS:
         ps = planners(n, ordering)
         slots = {name: int(plan_epochs(p)) // len(EPOCHS) for name, p in ps.items()}  # warm-up
-        wall: dict[str, list[float]] = {k: [] for k in ps}
-        cpu: dict[str, list[float]] = {k: [] for k in ps}
-        names = list(ps)
-        for r in range(reps):
-            for name in names[r % len(names) :] + names[: r % len(names)]:  # rotate the order
-                w, c = timed(lambda p=ps[name]: plan_epochs(p))
-                wall[name].append(w)
-                cpu[name].append(c)
-        med_w = {k: statistics.median(v) for k, v in wall.items()}
-        med_c = {k: statistics.median(v) for k, v in cpu.items()}
+        times = time_rotated({k: functools.partial(plan_epochs, p) for k, p in ps.items()}, reps)
+        med_w, med_c = times.median_wall(), times.median_cpu()
         out[ordering] = {
             "slots_per_epoch": slots,
             "median_wall_s": med_w,
             "median_cpu_s": med_c,
             "ratio_wall": {k: round(med_w[k] / med_w["single"], 3) for k in MIXES},
             "ratio_cpu": {k: round(med_c[k] / med_c["single"], 3) for k in MIXES},
-            "wall_s": wall,
-            "cpu_s": cpu,
+            "wall_s": times.wall,
+            "cpu_s": times.cpu,
         }
     return out
 
@@ -108,35 +89,22 @@ def bench_join(n: int, reps: int) -> dict:
         return [index.get(t, -1) for t in tags]
 
     assert join(tags, other).tolist() == with_dict()
-    cpu: dict[str, list[float]] = {"join": [], "dict": []}
-    for r in range(reps):
-        order = ("join", "dict") if r % 2 == 0 else ("dict", "join")
-        for name in order:
-            fn = (lambda: join(tags, other)) if name == "join" else with_dict
-            cpu[name].append(timed(fn)[1])
-    med = {k: statistics.median(v) for k, v in cpu.items()}
+    med = time_rotated({"join": lambda: join(tags, other), "dict": with_dict}, reps).median_cpu()
     return {"tags": n, "median_cpu_s": med, "dict_over_join": round(med["dict"] / med["join"], 2)}
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.mix_planning", description=__doc__)
-    p.add_argument("--seqs", type=int, default=1_000_000)
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--quick", action="store_true", help="20k sequences, 3 repetitions")
-    args = p.parse_args(argv)
-    n, reps = (20_000, 3) if args.quick else (args.seqs, args.reps)
+    sizes = planning_sizes("python -m benchmarks.mix_planning", __doc__, argv)
+    n, reps = sizes.seqs, sizes.reps
     load_before = os.getloadavg()
     result = {
         "settings": {"seqs": n, "reps": reps, "world_size": WORLD_SIZE, "epochs": EPOCHS},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "planning": bench_planning(n, reps),
         "tag_join": bench_join(n, reps),
     }
-    result["machine"]["loadavg_before_after"] = [load_before, os.getloadavg()]
-    path = QUICK_RESULTS if args.quick else RESULTS
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    result["machine"] = machine(load_before)
+    path = QUICK_RESULTS if sizes.quick else RESULTS
+    save(result, path)
     for ordering, r in result["planning"].items():
         for name in MIXES:
             print(

@@ -22,6 +22,7 @@ from benchmarks.child import PassPlan
 from benchmarks.corpus import Corpus, CorpusSpec, build_corpus, warm_page_cache
 from benchmarks.machine import describe_machine, load_average
 from benchmarks.pipelines import RunSpec, returnn_available
+from benchmarks.side_by_side import rotated
 
 FORMAT, VERSION = "seqloader.bench", 1
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -131,8 +132,7 @@ def run_suite(settings: Settings, log=print) -> dict:
     )
     runs = []
     for rep in range(settings.reps):
-        rotated = specs[rep % len(specs) :] + specs[: rep % len(specs)]
-        for spec in rotated:
+        for spec in rotated(specs, rep):
             t = time.perf_counter()
             result = run_child(spec, settings.plan, settings.child_timeout_s)
             if "error" in result:  # RETURNN's spawned workers abort now and then: one retry

@@ -20,6 +20,7 @@ from seqloader.returnn import from_returnn_config
 
 returnn_config = pytest.importorskip("returnn.config")
 pytest.importorskip("returnn.torch.data.pipeline")
+from returnn_reference import epoch_batches, returnn_dataset  # noqa: E402
 
 EXCLUDED = {"seq-3", "seq-10", "seq-11", "seq-40"}
 
@@ -77,35 +78,16 @@ def hdf_config(tmp_path_factory) -> Path:
 
 def returnn_batches(config_path: Path, name: str, epochs: range) -> dict[int, list[list[str]]]:
     """RETURNN's own batches (tags) of dataset ``name`` for each epoch, one process."""
-    from returnn.__main__ import load_data
-    from returnn.datasets.basic import Dataset, init_dataset
-    from returnn.torch.data import pipeline
-    from returnn.torch.data import returnn_dataset_wrapper as wrapper
-
     cfg = returnn_config.Config()
     cfg.load_file(str(config_path))
-    out = {}
-    with returnn_config.global_config_ctx(cfg):
-        if name == "train":
-            dataset, _ = load_data(cfg, 0, name, **Dataset.get_default_kwargs_train(config=cfg))
-        elif name in ("dev", "eval"):
-            dataset, _ = load_data(cfg, 0, name, **Dataset.get_default_kwargs_eval(config=cfg))
-        else:
-            opts = cfg.typed_value("eval_datasets")[name]
-            dataset = init_dataset(opts, default_kwargs={"name": name})
-        for epoch in epochs:
-            dataset.init_seq_order(epoch=epoch)
-            pipe = wrapper.ReturnnDatasetIterDataPipe(
-                dataset, reset_callback=wrapper.ReturnnDatasetResetNoOpCallback()
-            )
-            max_len = cfg.typed_value("max_seq_length", None)
-            if max_len is not None:
-                pipe = pipeline.LenFilterDataPipe(pipe, max_seq_length=max_len)
-            batches = pipeline.get_batching_iterable_dataset_from_config(
-                dataset=pipe, config=cfg, train=name == "train"
-            )
-            out[epoch] = [[str(d["seq_tag"]) for d in batch] for batch in batches]
-    return out
+    with returnn_dataset(cfg, name) as dataset:
+        return {
+            epoch: [
+                [str(d["seq_tag"]) for d in batch]
+                for batch in epoch_batches(cfg, dataset, name, epoch)
+            ]
+            for epoch in epochs
+        }
 
 
 def our_batches(loader, epochs: range) -> dict[int, list[list[str]]]:

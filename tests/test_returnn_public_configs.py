@@ -23,6 +23,7 @@ from seqloader.returnn.stubs import stub_imports
 returnn_config = pytest.importorskip("returnn.config")
 pytest.importorskip("returnn.torch.data.pipeline")
 pytest.importorskip("sentencepiece")
+from returnn_reference import epoch_batches, returnn_dataset  # noqa: E402
 
 CONFIGS = Path(__file__).parent / "returnn_configs"
 KEYS = {"orth": "text"}  # RETURNN's key -> ours ("raw", a string, is not a tensor)
@@ -52,43 +53,13 @@ def _load(path: Path):
 @functools.cache
 def reference(path: str, name: str, epochs: tuple[int, ...]):
     """RETURNN's batches (tags) per epoch and its values per tag (epoch ``epochs[0]``)."""
-    from returnn.__main__ import load_data
-    from returnn.datasets.basic import Dataset, init_dataset
-    from returnn.torch.data import pipeline
-    from returnn.torch.data import returnn_dataset_wrapper as wrapper
-
     cfg = _load(Path(path))
     batches, values = {}, {}
-    with returnn_config.global_config_ctx(cfg):
-        if name == "train":
-            dataset, _ = load_data(cfg, 0, name, **Dataset.get_default_kwargs_train(config=cfg))
-        elif name in ("dev", "eval"):
-            dataset, _ = load_data(cfg, 0, name, **Dataset.get_default_kwargs_eval(config=cfg))
-        else:
-            opts = cfg.typed_value("eval_datasets")[name]
-            dataset = init_dataset(opts, default_kwargs={"name": name})
+    with returnn_dataset(cfg, name) as dataset:
         for epoch in epochs:
-            dataset.init_seq_order(epoch=epoch)
-            pipe = wrapper.ReturnnDatasetIterDataPipe(
-                dataset, reset_callback=wrapper.ReturnnDatasetResetNoOpCallback()
-            )
-            min_len = cfg.typed_value("min_seq_length", None)
-            max_len = cfg.typed_value("max_seq_length", None)
-            if min_len is not None or max_len is not None:  # as RETURNN's torch engine
-                pipe = pipeline.LenFilterDataPipe(
-                    pipe, min_seq_length=min_len, max_seq_length=max_len
-                )
-            if cfg.typed_value("chunking", None):
-                pipe = pipeline.ChunkingIterDataPipe(
-                    pipe,
-                    cfg.typed_value("chunking"),
-                    min_chunk_size=cfg.typed_value("min_chunk_size", 0),
-                )
             chunk_of: dict[str, int] = {}
             out = []
-            for batch in pipeline.get_batching_iterable_dataset_from_config(
-                dataset=pipe, config=cfg, train=name == "train"
-            ):
+            for batch in epoch_batches(cfg, dataset, name, epoch):
                 out.append([str(d["seq_tag"]) for d in batch])
                 if epoch == epochs[0]:
                     for d in batch:
@@ -100,8 +71,6 @@ def reference(path: str, name: str, epochs: tuple[int, ...]):
                             if k in dataset.get_data_keys() and k != "raw"
                         }
             batches[epoch] = out
-        if hasattr(dataset, "_finalize"):
-            dataset.finalize()
     return batches, values
 
 

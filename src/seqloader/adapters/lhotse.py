@@ -37,8 +37,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from seqloader.audio.keys import (
-    AUDIO_KEYS,
     AudioOptions,
+    choose_keys,
     encode_texts,
     fail_read,
     fit_wave,
@@ -123,33 +123,22 @@ class LhotseSource(SourceBase):
 
     # ---- open time ----
     def _choose_keys(self, keys: Sequence[str] | None, cols: _Columns) -> tuple[str, ...]:
-        o = self.options
-        has_text = any(cols.has_text)
-        if keys is None:
-            keys = ["data" if self._from_features or o.features is not None else "audio"]
-            keys += ["text"] if has_text else []
-            keys += ["classes"] if self.vocab is not None else []
-        keys = tuple(keys)
-        for k in keys:
-            if k not in AUDIO_KEYS:
-                raise OptionError(f"LhotseSource keys: got {k!r}, expected some of {AUDIO_KEYS}")
-        if len(set(keys)) != len(keys) or not keys:
-            raise OptionError(f"LhotseSource keys: got {keys!r}, expected distinct keys, >= 1")
-        if "data" in keys and not self._from_features and o.features is None:
+        keys = choose_keys(
+            "LhotseSource",
+            keys,
+            self.options,
+            self.vocab,
+            has_text=any(cols.has_text),
+            stored_features=self._from_features,
+            no_text=f"no cut of {self._origin} has a supervision text",
+        )
+        if "data" in keys and not self._from_features and self.options.features is None:
             first = cols.ids[cols.has_features.index(False)]
             raise OptionError(
                 f"LhotseSource key 'data': cut {first!r} of {self._origin} has no features. Fix: "
                 "compute features for every cut (CutSet.compute_and_store_features), or pass "
                 "features=LogMel(...) to compute them from the audio, or use keys=['audio']"
             )
-        if ("text" in keys or "classes" in keys) and not has_text:
-            raise OptionError(
-                f"LhotseSource keys {keys}: no cut of {self._origin} has a supervision text"
-            )
-        if "classes" in keys and self.vocab is None:
-            raise OptionError("LhotseSource key 'classes' needs vocab=... (a Vocabulary)")
-        if o.defer_features and "data" not in keys:
-            raise OptionError("defer_features=True plans 'data' frames: keys must include 'data'")
         return keys
 
     def _audio_free(self) -> bool:

@@ -3,7 +3,7 @@ as every audio-reading source plans and reads them: ``AudioSource`` and the Lhot
 options mean the same planned lengths and the same arrays whatever the container.
 
 - planned lengths from sample counts (``planned_lengths``), with ``min_speed`` and ``LogMel``;
-- the schema of each key (``key_spec``);
+- the keys a source plans (``choose_keys``) and the schema of each (``key_spec``);
 - decoded audio fitted to the plan (``fit_wave``: resample, then crop / zero-pad within
   ``length_tolerance_s``);
 - every text's token ids, encoded once at open (``encode_texts``).
@@ -11,7 +11,7 @@ options mean the same planned lengths and the same arrays whatever the container
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Literal, NoReturn
 
@@ -153,6 +153,40 @@ def key_spec(key: str, options: AudioOptions, vocab: Vocabulary | None) -> KeySp
     if key == "classes" and vocab is not None:
         return KeySpec(np.dtype(np.int32), (), True, len(vocab))
     raise OptionError(f"key {key!r}: expected one of {AUDIO_KEYS} (classes needs vocab=...)")
+
+
+def choose_keys(
+    who: str,
+    keys: Sequence[str] | None,
+    options: AudioOptions,
+    vocab: Vocabulary | None,
+    *,
+    has_text: bool,
+    stored_features: bool = False,
+    no_text: str = "not every entry has a text",
+) -> tuple[str, ...]:
+    """The keys a source of audio entries plans: ``keys``, or by default ``data`` (features stored
+    with the entries, or computed by ``options.features``) else ``audio``, then ``text`` when the
+    entries have texts and ``classes`` with a vocabulary. Refuses unknown or repeated keys and keys
+    the entries cannot give (``no_text`` says why texts are missing). ``data`` without any features
+    is left to the caller, whose fix depends on the container."""
+    if keys is None:
+        keys = ["data" if stored_features or options.features is not None else "audio"]
+        keys += ["text"] if has_text else []
+        keys += ["classes"] if vocab is not None else []
+    keys = tuple(keys)
+    for k in keys:
+        if k not in AUDIO_KEYS:
+            raise OptionError(f"{who} keys: got {k!r}, expected some of {AUDIO_KEYS}")
+    if len(set(keys)) != len(keys) or not keys:
+        raise OptionError(f"{who} keys: got {keys!r}, expected distinct keys, >= 1")
+    if ("text" in keys or "classes" in keys) and not has_text:
+        raise OptionError(f"{who} keys {keys}: {no_text}")
+    if "classes" in keys and vocab is None:
+        raise OptionError(f"{who} key 'classes' needs vocab=... (a Vocabulary)")
+    if options.defer_features and "data" not in keys:
+        raise OptionError("defer_features=True plans 'data' frames: keys must include 'data'")
+    return keys
 
 
 def length_problem(decoded: int, rate: int, want: int, tolerance_s: float) -> str | None:

@@ -58,24 +58,6 @@ def non_negative_float(text: str) -> float:
     return value
 
 
-def seq_length_limit(text: str) -> int | dict[str, int]:
-    """``N`` (on the length key) or ``key=N[,key=N...]`` (per key)."""
-    if "=" not in text:
-        return positive_int(text)
-    out: dict[str, int] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        try:
-            if not sep or not key.strip():
-                raise argparse.ArgumentTypeError("no key")
-            out[key.strip()] = positive_int(value.strip())
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(
-                f"got {text!r}, expected N or KEY=N[,KEY=N...] with integers N >= 1"
-            ) from None
-    return out
-
-
 def _keyed_int(minimum: int):
     """An argparse type: ``N`` (the length key) or ``KEY=N[,KEY=N...]`` (``*`` = every key)."""
     count = _int_at_least(minimum)
@@ -268,7 +250,7 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
         "--max-seq-length",
         "max_seq_length",
         {
-            "type": seq_length_limit,
+            "type": _keyed_int(1),
             "metavar": "N|KEY=N,..",
             "help": "filter (and count) sequences longer than N on the length key, or per key",
         },

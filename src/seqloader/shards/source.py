@@ -26,8 +26,8 @@ import numpy as np
 
 from seqloader.audio.kaldi_fbank import KaldiFbank
 from seqloader.audio.keys import (
-    AUDIO_KEYS,
     AudioOptions,
+    choose_keys,
     encode_texts,
     fail_read,
     fit_wave,
@@ -279,33 +279,25 @@ class ShardSource(SourceBase):
 
     # ---- open time ----
     def _choose_keys(self, keys: Sequence[str] | None) -> tuple[str, ...]:
-        o = self.options
-        if keys is None:
-            keys = ["data" if self._from_features or o.features is not None else "audio"]
-            keys += ["text"] if self._has_text else []
-            keys += ["classes"] if self.vocab is not None else []
-        keys = tuple(keys)
-        for k in keys:
-            if k not in AUDIO_KEYS:
-                raise OptionError(f"ShardSource keys: got {k!r}, expected some of {AUDIO_KEYS}")
-        if len(set(keys)) != len(keys) or not keys:
-            raise OptionError(f"ShardSource keys: got {keys!r}, expected distinct keys, >= 1")
+        keys = choose_keys(
+            "ShardSource",
+            keys,
+            self.options,
+            self.vocab,
+            has_text=self._has_text,
+            stored_features=self._from_features,
+            no_text="not every entry of the shards has a text",
+        )
         if self.layout.field == "features" and "audio" in keys:
             raise OptionError(
                 "ShardSource: keys include 'audio' but the Shar field read is 'features'; open "
                 "with field='recording' to read audio"
             )
-        if "data" in keys and not self._from_features and o.features is None:
+        if "data" in keys and not self._from_features and self.options.features is None:
             raise OptionError(
                 "ShardSource key 'data' needs features=LogMel(...) or KaldiFbank(...) (or Shar "
                 "'features' shards); or use keys=['audio']"
             )
-        if ("text" in keys or "classes" in keys) and not self._has_text:
-            raise OptionError(f"ShardSource keys {keys}: not every entry of the shards has a text")
-        if "classes" in keys and self.vocab is None:
-            raise OptionError("ShardSource key 'classes' needs vocab=... (a Vocabulary)")
-        if o.defer_features and "data" not in keys:
-            raise OptionError("defer_features=True plans 'data' frames: keys must include 'data'")
         return keys
 
     def _open_planned(self) -> ColumnStore:
