@@ -98,6 +98,12 @@ class Manifest:
     remote: RemoteFile | None = None  # an OggZip behind a URL, read from its cached copy
     cache: FileCache | None = None
 
+    def text_table(self) -> StringTable:
+        """The texts of a manifest whose every entry has one (sources check that at open)."""
+        if self.texts is None:
+            raise DataError(f"audio manifest {self.listing}: its entries have no 'text'")
+        return self.texts
+
     def __post_init__(self) -> None:
         self._zip: zipfile.ZipFile | None = None
         self._zip_pid = -1
@@ -275,7 +281,7 @@ class _Columns:
                 f"{self.listing} line {line}: no 'text', but other entries have one; give every "
                 'entry a text ("" for none) or none'
             )
-        texts = StringTable(self.texts) if all(has_text) else None  # type: ignore[arg-type]
+        texts = StringTable([t for t in self.texts if t is not None]) if all(has_text) else None
         return Manifest(
             self.path,
             self.listing,

@@ -140,14 +140,14 @@ class AudioSource(SourceBase):
     def _encode_texts(self) -> tuple[np.ndarray, np.ndarray]:
         """Token ids of every text, concatenated (int32) with offsets (int64 ``[n + 1]``)."""
         assert self.vocab is not None
-        texts = itertools.chain.from_iterable(m.texts for m in self._manifests)  # type: ignore[misc]
+        texts = itertools.chain.from_iterable(m.text_table() for m in self._manifests)
         return encode_texts(self.vocab, texts, self.where)
 
     def _planned_lengths(self, key: str) -> np.ndarray:
         if key in ("audio", "data"):
             return planned_lengths(key, self._samples, self.options)
         if key == "text":
-            return np.concatenate([m.texts.byte_lengths() for m in self._manifests])  # type: ignore[union-attr]
+            return np.concatenate([m.text_table().byte_lengths() for m in self._manifests])
         assert self._class_offsets is not None
         return np.diff(self._class_offsets)
 
@@ -186,10 +186,11 @@ class AudioSource(SourceBase):
             if "data" in keys and not o.defer_features:
                 out["data"] = self._features(index, m, j, whole, wave)
         if "text" in keys:
-            out["text"] = np.array(m.texts.raw(j))  # type: ignore[union-attr]
+            out["text"] = np.array(m.text_table().raw(j))
         if "classes" in keys:
-            c = self._class_offsets
-            out["classes"] = self._classes[c[index] : c[index + 1]].copy()  # type: ignore[index]
+            classes, c = self._classes, self._class_offsets
+            assert classes is not None and c is not None  # encoded at open with "classes"
+            out["classes"] = classes[c[index] : c[index + 1]].copy()
         return out
 
     def fingerprint(self) -> str:
@@ -216,8 +217,9 @@ class AudioSource(SourceBase):
         """``data`` of the fitted ``wave``; RETURNN's features see the ``whole`` file (its peak,
         per-sequence norms and last frames depend on every sample), then fit the plan."""
         features = self.options.features
+        assert features is not None  # "data" is planned only with features
         if not isinstance(features, ReturnnFeatures):
-            return features(wave)  # type: ignore[misc]
+            return features(wave)
         try:
             data = features(whole, seq_name=self.tag(index))
         except DataError as e:

@@ -41,11 +41,12 @@ def check_same_plan(description: Mapping[str, str], shown: Mapping[str, str] | N
     mine = {"host": socket.gethostname(), "compared": dict(description), "shown": dict(shown or {})}
     gathered: list[dict | None] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine)
+    every = [g for g in gathered if g is not None]  # all_gather_object fills every slot
     message = mismatch_message(
-        [g["compared"] for g in gathered],  # type: ignore[index]
-        hosts=[g["host"] for g in gathered],  # type: ignore[index]
+        [g["compared"] for g in every],
+        hosts=[g["host"] for g in every],
         this_rank=dist.get_rank(),
-        shown=[g["shown"] for g in gathered],  # type: ignore[index]
+        shown=[g["shown"] for g in every],
     )
     if message:
         raise DistributedMismatchError(message)
@@ -103,9 +104,12 @@ def _by_value(values: Sequence[object], hosts: Sequence[str] | None) -> str:
 
 def _json_diff(values: Sequence[object]) -> dict[str, list[object]] | None:
     """If every value is a JSON object, the keys whose values differ -> per-rank values."""
+    texts = [v for v in values if isinstance(v, (str, bytes, bytearray))]
+    if len(texts) != len(values):
+        return None
     try:
-        parsed = [json.loads(v) for v in values]  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        parsed = [json.loads(v) for v in texts]
+    except ValueError:
         return None
     if not all(isinstance(p, dict) for p in parsed):
         return None
