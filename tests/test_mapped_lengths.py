@@ -152,3 +152,25 @@ def test_concat_of_mapped_sources_keeps_int32_in_one_copy(tmp_path):
     assert both.lengths("data").tolist() == [4, 1, 7, 4, 1]
     wide = sl.ConcatSource({"a": a, "m": sl.MemorySource({"data": data[:1]}, tags=["m0"])})
     assert wide.lengths("data").tolist() == [4, 1, 7, 4]
+
+
+def _open_and_tell(args: tuple[str, str]) -> tuple[bool, str, list[int]]:
+    path, index_dir = args
+    src = sl.HDFSource(path, index_dir=index_dir)
+    return src.index_built, src.fingerprint(), src.lengths("data").tolist()
+
+
+@pytest.mark.slow
+def test_ranks_racing_on_a_node_build_the_store_once(tmp_path):
+    """Processes opening the same files at once (the ranks of a node): one builds the store
+    under its lock, the others wait and map it; all see the same metadata."""
+    import multiprocessing as mp
+
+    data = [np.full((n, 2), n, np.float32) for n in range(1, 40)]
+    sl.write_hdf(tmp_path / "x.hdf", sl.MemorySource({"data": data}))
+    args = [(str(tmp_path / "x.hdf"), str(tmp_path / "idx"))] * 3
+    with mp.get_context("spawn").Pool(3) as pool:
+        got = pool.map(_open_and_tell, args)
+    assert sum(built for built, _, _ in got) == 1
+    assert len({fp for _, fp, _ in got}) == 1
+    assert all(lengths == list(range(1, 40)) for _, _, lengths in got)
