@@ -27,12 +27,15 @@ def _changed(tmp_path: Path, *lines: str) -> Path:
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int) -> None:
+@pytest.mark.parametrize("level", [1, 2])
+def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int, level: int) -> None:
     """The published curriculum (use_new_filter, max_mean_len over the transcription length in
-    characters, per epoch range), bounds scaled to the stand-in: RETURNN's batches in the
-    filtered epochs and after them."""
+    characters, per epoch range; level 2 adds its subdirs, train-clean-100/360 only), bounds
+    scaled to the stand-in: RETURNN's batches in the filtered epochs and after them."""
     config = _changed(tmp_path)
-    config.write_text(config.read_text().replace('os.environ.get("LIBRISPEECH_FILTER", "0")', "1"))
+    config.write_text(
+        config.read_text().replace('os.environ.get("LIBRISPEECH_FILTER", "0")', str(level))
+    )
     epochs = (1, 2, 3, 5)
     expected, _ = reference(str(config), "train", epochs)
     got, _ = ours(config, num_workers, "train", epochs, tmp_path / "ours")
@@ -40,6 +43,13 @@ def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int) -> None:
     whole, _ = reference(str(CONFIG), "train", epochs)
     assert sum(map(len, got[1])) < sum(map(len, whole[1]))  # the filter dropped some
     assert got[5] == whole[5]  # after its epochs, no filter
+    if level == 2:  # the subdirs: train-clean-100 only in epochs 1-4
+        assert all(t.startswith("train-clean-100") for b in got[1] + got[3] for t in b)
+        assert any(t.startswith("train-other-500") for b in got[5] for t in b)
+        loader = from_returnn_config(config)["train"]
+        reasons = list(loader.planner.filtered(1))
+        assert any("subdirs=['train-clean-100', 'train-clean-360'] (epoch 1)" in r for r in reasons)
+        loader.close()
 
 
 @pytest.mark.parametrize(
@@ -47,11 +57,16 @@ def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int) -> None:
     [
         (
             [
-                "train['epoch_wise_filter'] = {(1, 2): {'use_new_filter': True, "
-                "'subdirs': ['train-clean-100']}}"
+                "train['epoch_wise_filter'] = {(1, 3): {'subdirs': ['train-clean-100']}, "
+                "(3, 4): {'use_new_filter': True, 'max_mean_len': 20}}"
             ],
-            r"train dataset \(LibriSpeechCorpus\): epoch_wise_filter\[\(1, 2\)\] 'subdirs' "
-            r"selects LibriSpeech parts .*leave it out",
+            r"train dataset \(LibriSpeechCorpus\): epoch_wise_filter ranges .* overlap, with "
+            r"subdirs.*give ranges that do not overlap",
+        ),
+        (
+            ["train['epoch_wise_filter'] = {(1, 2): {'subdirs': ['train-clean-360']}}"],
+            r"train dataset \(LibriSpeechCorpus\): epoch_wise_filter\[\(1, 2\)\] subdirs "
+            r"\['train-clean-360'\] keep no sequence.*name parts of this prefix",
         ),
         (
             ["train['epoch_wise_filter'] = {(1, 2): {'max_mean_len': 20}}"],

@@ -206,6 +206,11 @@ class AudioSource(SourceBase):
             )
         return self._fingerprint
 
+    def manifest_bounds(self) -> np.ndarray:
+        """Manifest m (in the given order) holds utterances ``[b[m], b[m + 1])`` -> int64
+        ``[M + 1]``."""
+        return self._starts.copy()
+
     def durations(self) -> np.ndarray:
         """Every utterance's manifest duration in seconds, float64 ``[n]``."""
         return np.concatenate([m.durations for m in self._manifests])

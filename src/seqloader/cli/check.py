@@ -20,6 +20,7 @@ from seqloader.cli.output import human, print_json, print_notes, progress_bar
 from seqloader.loading.corpora import corpora_of
 from seqloader.plan.indexed import make_planner
 from seqloader.plan.pools import HasFilePools
+from seqloader.plan.selections import HasEpochSelections
 from seqloader.plan.simulate import Simulation, simulate
 from seqloader.sources.base import PlanHints, declares, file_layout
 
@@ -66,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         excluded=None if hints is None else hints.excluded(),
         corpora=corpora,
         files=files,
+        selections=cast(HasEpochSelections, src).epoch_selections()
+        if declares(src, HasEpochSelections)
+        else (),
         pools=cast(HasFilePools, src).file_pools() if declares(src, HasFilePools) else None,
     )
     planner.check_pools(args.world_size)

@@ -56,6 +56,7 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_RUNS,
     rng_for,
 )
+from seqloader.plan.selections import EpochSelection
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
@@ -82,17 +83,21 @@ def make_planner(
     files: np.ndarray | None = None,
     index: BucketIndex | None = None,
     pools: FilePools | None = None,
+    selections: Sequence[EpochSelection] = (),
 ) -> Planner:
     """The planner ``options.planning`` asks for (``Planner``'s arguments; ``index``: a prebuilt,
     e.g. memory-mapped, ``BucketIndex`` for indexed planning)."""
     if options.planning == "indexed":
-        if pools is not None:
+        if pools is not None or selections:
             raise OptionError(
                 "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
-                "are not supported; use planning='global' (the default) for them"
+                "and epoch selections (epoch_wise_filter subdirs) are not supported; use "
+                "planning='global' (the default) for them"
             )
         return IndexedPlanner(lengths, options, tags, origin, excluded, corpora, files, index)
-    return Planner(lengths, options, tags, origin, order_lengths, excluded, corpora, files, pools)
+    return Planner(
+        lengths, options, tags, origin, order_lengths, excluded, corpora, files, pools, selections
+    )
 
 
 def edges_for(lengths: np.ndarray, options: PlanOptions, costs: np.ndarray) -> np.ndarray:

@@ -52,6 +52,7 @@ from seqloader.plan.seeding import (
     returnn_rng,
     rng_for,
 )
+from seqloader.plan.selections import EpochSelection, checked_selections
 from seqloader.plan.topology import Topology
 from seqloader.validate import int_option, is_int
 
@@ -208,6 +209,8 @@ class Planner:
     _reused_orders: dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]] | None = None
     #: per-sub-epoch file pools (``seqloader.plan.pools``); None: the whole data is ordered
     pools: FilePools | None = None
+    #: the sequences some epochs keep (``seqloader.plan.selections``)
+    selections: tuple[EpochSelection, ...] = ()
 
     def __init__(
         self,
@@ -220,6 +223,7 @@ class Planner:
         corpora: Corpora | None = None,
         files: np.ndarray | None = None,
         pools: FilePools | None = None,
+        selections: Sequence[EpochSelection] = (),
     ) -> None:
         """``order_lengths``: what sorting orderings sort by, int64 ``[n]`` (default: the length
         key's lengths; RETURNN sorts OggZip corpora by ``int(duration * 100)``). ``excluded``:
@@ -228,7 +232,8 @@ class Planner:
         source's file layout, int64 ``[F + 1]`` (``HasFiles``); needed by
         ``distribution="files"``, ignored otherwise. ``pools``: per-sub-epoch file pools
         (RETURNN's ``DistributeFilesDataset``, ``seqloader.plan.pools``): each sub-epoch orders
-        only its pool's sequences."""
+        only its pool's sequences. ``selections``: the sequences some epochs keep
+        (``seqloader.plan.selections``), applied before ``epoch_wise_filter``."""
         if not lengths:
             raise OptionError("Planner: no length arrays given")
         if options.planning != "global":
@@ -340,6 +345,18 @@ class Planner:
             adm = self.admission.admitted
             self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
             self._file_counts = file_counts(self.files, adm)  # [F]
+        self.selections = checked_selections(selections, len(self.lengths))
+        if self.selections and (
+            options.mix is not None or options.distribution == "files" or pools is not None
+        ):
+            raise OptionError(
+                f"{origin or 'the source'}: epoch selections (RETURNN's epoch_wise_filter "
+                "subdirs) are not supported with mix, distribution='files' or file pools (they "
+                "filter each sub-epoch's order); use distribution='shard' or 'random_seed_offset'"
+            )
+        for sel in self.selections:
+            self._extra += repr((sel.first, sel.last, sel.name)).encode()
+            self._extra += np.packbits(sel.keep).tobytes()
         self.pools = pools
         if pools is not None:
             self._validate_pools(pools, origin)
@@ -492,8 +509,17 @@ class Planner:
         return part[self._admitted_mask[part]]
 
     def _epoch_filtered(self, epoch: int, part: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
-        """``epoch_wise_filter`` applied to a sub-epoch's order -> (kept, {reason: count})."""
+        """``selections`` and ``epoch_wise_filter`` applied to a sub-epoch's order -> (kept,
+        {reason: count})."""
         counts: dict[str, int] = {}
+        for sel in self.selections:
+            if sel.applies(epoch):
+                keep = sel.keep[part]
+                dropped = len(part) - int(np.count_nonzero(keep))
+                if dropped:
+                    reason = f"epoch_wise_filter {sel.name} (epoch {epoch})"
+                    counts[reason] = counts.get(reason, 0) + dropped
+                part = part[keep]
         for max_mean in epoch_filters(self.options.epoch_wise_filter, epoch):  # type: ignore[arg-type]
             keep = mean_len_selection(part, self.order_lengths, max_mean)
             dropped = len(part) - int(np.count_nonzero(keep))
@@ -507,7 +533,7 @@ class Planner:
         """What is filtered in ``epoch``, per reason: the admission's counts and, with
         ``epoch_wise_filter``, this epoch's (for the epoch report)."""
         out = dict(self.admission.filtered)
-        if not self.options.epoch_wise_filter:
+        if not self.options.epoch_wise_filter and not self.selections:
             return out
         ep = EpochIndex(epoch, self.options.partition_epoch)
         pool, _, perm = self._full_epoch(ep.full_epoch)

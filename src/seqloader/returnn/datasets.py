@@ -148,8 +148,21 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
         native["fixed_random_seed"] = fixed  # else: no draw, RETURNN's fixed seed changes nothing
     if opts.get("epoch_wise_filter"):
         native["epoch_wise_filter"] = opts["epoch_wise_filter"]
-        if kind == "LibriSpeechCorpus":
-            librispeech_epoch_filter(where, opts["epoch_wise_filter"])
+        if kind == "LibriSpeechCorpus":  # subdirs: epoch selections of the view
+            assert isinstance(inner, AudioSource)
+            means, selections = librispeech_epoch_filter(
+                where, opts["epoch_wise_filter"], opts, inner, indices
+            )
+            native.pop("epoch_wise_filter")
+            if means:
+                native["epoch_wise_filter"] = means
+            view = ReturnnView(
+                inner,
+                indices=indices,
+                order_lengths=order_lengths,
+                excluded=view.excluded(),
+                selections=selections,
+            )
     return Converted(view, ordering, int(partition_epoch), offset, kind, native=native)
 
 

@@ -5,6 +5,7 @@ chapter, sequence), its sort key (the transcription's length in characters), its
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -21,6 +22,7 @@ from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
 from seqloader.extras import require
+from seqloader.plan.selections import EpochSelection
 from seqloader.returnn.vocab import ReturnnVocab
 
 OWN = (
@@ -136,27 +138,70 @@ def _orth_post_process(where: str, value: Any) -> Any:
         ) from e
 
 
-def librispeech_epoch_filter(where: str, value: Any) -> Any:
-    """``epoch_wise_filter`` of a ``LibriSpeechCorpus``: with ``use_new_filter`` RETURNN applies
-    ``EpochWiseFilter`` (``max_mean_len`` over the transcription lengths, order kept), which
-    seqloader plans; its older filter re-sorts the epoch by length, and ``subdirs`` selects parts
-    per epoch: both refused with the fix."""
+def librispeech_epoch_filter(
+    where: str, value: Any, opts: dict[str, Any], source: AudioSource, indices: np.ndarray | None
+) -> tuple[Any, tuple[EpochSelection, ...]]:
+    """``epoch_wise_filter`` of a ``LibriSpeechCorpus`` -> (the ``epoch_wise_filter=`` plan
+    option, the epoch selections). RETURNN applies, per epoch range, ``subdirs`` (only those
+    parts) and then, with ``use_new_filter``, ``EpochWiseFilter`` (``max_mean_len`` over the
+    transcription lengths, order kept); both are planned. Its older filter re-sorts the epoch by
+    length: refused with the fix."""
     if not isinstance(value, dict):
-        return value  # PlanOptions names what it expects
-    for key, opts in value.items():
-        if not isinstance(opts, dict):
+        return value, ()  # PlanOptions names what it expects
+    means, selections, ranges = {}, [], []
+    for key, range_opts in value.items():
+        if not isinstance(range_opts, dict) or not isinstance(key, tuple) or len(key) != 2:
+            means[key] = range_opts  # PlanOptions names what it expects
             continue
-        if opts.get("subdirs") is not None:
-            raise OptionError(
-                f"{where}: epoch_wise_filter[{key!r}] 'subdirs' selects LibriSpeech parts in some "
-                "epochs only; not planned: leave it out, or train those epochs from a config "
-                "whose prefix names the parts"
-            )
-        if opts.get("max_mean_len") and not opts.get("use_new_filter"):
+        first = 1 if key[0] is None else key[0]
+        last = None if key[1] in (None, -1) else key[1]
+        ranges.append((first, last))
+        rest = {k: v for k, v in range_opts.items() if k != "subdirs"}
+        subdirs = range_opts.get("subdirs")
+        if subdirs is not None:
+            if not isinstance(subdirs, list | tuple) or not all(
+                isinstance(d, str) for d in subdirs
+            ):
+                raise OptionError(
+                    f"{where}: epoch_wise_filter[{key!r}] subdirs {subdirs!r}; expected a list "
+                    "of part names (RETURNN asserts a list)"
+                )
+            keep = _in_parts(opts, source, set(subdirs))
+            if indices is not None:
+                keep = keep[indices]
+            if not keep.any():
+                raise OptionError(
+                    f"{where}: epoch_wise_filter[{key!r}] subdirs {list(subdirs)} keep no "
+                    "sequence (RETURNN asserts too): name parts of this prefix"
+                )
+            selections.append(EpochSelection(first, last, keep, f"subdirs={list(subdirs)}"))
+        if rest.get("max_mean_len") and not rest.get("use_new_filter"):
             raise OptionError(
                 f"{where}: epoch_wise_filter[{key!r}] without 'use_new_filter': True is "
                 "LibriSpeechCorpus' old filter, which re-sorts the epoch by transcription length "
                 "(RETURNN keeps it for old setups); not supported: set 'use_new_filter': True "
                 "(RETURNN's EpochWiseFilter, the order kept), or leave the filter out"
             )
-    return value
+        if rest.get("max_mean_len"):
+            means[key] = rest
+    if selections:
+        spans = sorted((f, float("inf") if e is None else e) for f, e in ranges)
+        if any(b[0] <= a[1] for a, b in itertools.pairwise(spans)):
+            raise OptionError(
+                f"{where}: epoch_wise_filter ranges {sorted(value)} overlap, with subdirs: "
+                "RETURNN then interleaves the ranges' selections and filters, which seqloader "
+                "does not plan; give ranges that do not overlap"
+            )
+    return (means or None), tuple(selections)
+
+
+def _in_parts(opts: dict[str, Any], source: AudioSource, parts: set[str]) -> np.ndarray:
+    """Whether each utterance of ``source`` (one manifest per part, in RETURNN's part order) is in
+    one of ``parts`` -> bool ``[n]``."""
+    names = librispeech_parts(os.fspath(opts["path"]), opts["prefix"], bool(opts.get("use_zip")))
+    bounds = source.manifest_bounds()
+    keep = np.zeros(int(bounds[-1]), dtype=bool)
+    for m, name in enumerate(names):
+        if name in parts:
+            keep[bounds[m] : bounds[m + 1]] = True
+    return keep

@@ -3,7 +3,8 @@
 RETURNN sorts OggZip corpora by ``int(duration * 100)``, not by feature frames, and applies
 ``seq_list_filter_file`` after ordering; OggZip's ``segment_file`` keeps a subset in corpus order
 before ordering; ``DistributeFilesDataset`` orders per-sub-epoch pools of files. The view carries
-these as the planning hints (``order_lengths``, ``excluded``, ``file_pools``) and maps a subset's
+these as the planning hints (``order_lengths``, ``excluded``, ``file_pools``,
+``epoch_selections``) and maps a subset's
 indices; everything else is the wrapped source's, including its optional abilities
 (``read_many``, ``prepare_workers``, ``where``, ``loader_needs``), declared here and passed on.
 """
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from seqloader.plan.pools import FilePools
+from seqloader.plan.selections import EpochSelection
 from seqloader.sources.base import (
     LoaderNeeds,
     Schema,
@@ -38,9 +40,11 @@ class ReturnnView:
         order_lengths: np.ndarray | None = None,
         excluded: Mapping[str, np.ndarray] | None = None,
         pools: FilePools | None = None,
+        selections: tuple[EpochSelection, ...] = (),
     ) -> None:
         self._inner = inner
         self._pools = pools
+        self._selections = selections
         self._indices = None if indices is None else np.asarray(indices, dtype=np.int64)
         self._order_lengths = order_lengths
         self._excluded = dict(excluded or {})
@@ -63,6 +67,11 @@ class ReturnnView:
         """RETURNN's ``DistributeFilesDataset``: the files each sub-epoch draws from
         (``seqloader.plan.pools.HasFilePools``); None for every other dataset."""
         return self._pools
+
+    def epoch_selections(self) -> tuple[EpochSelection, ...]:
+        """RETURNN's ``LibriSpeechCorpus`` ``epoch_wise_filter`` ``subdirs``: the sequences some
+        epochs keep (``seqloader.plan.selections.HasEpochSelections``)."""
+        return self._selections
 
     @property
     def inner(self) -> Source:

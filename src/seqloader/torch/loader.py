@@ -28,6 +28,7 @@ from seqloader.plan.indexed import make_planner
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED
 from seqloader.plan.pools import HasFilePools
+from seqloader.plan.selections import HasEpochSelections
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import (
@@ -119,6 +120,9 @@ class SeqLoader:
             excluded=excluded,
             corpora=corpora_of(source),
             files=files,
+            selections=cast(HasEpochSelections, source).epoch_selections()
+            if declares(source, HasEpochSelections)
+            else (),
             pools=cast(HasFilePools, source).file_pools()
             if declares(source, HasFilePools)
             else None,

@@ -1,0 +1,55 @@
+"""Epoch selections: the sequences some epochs are restricted to (RETURNN's ``LibriSpeechCorpus``
+``epoch_wise_filter`` ``subdirs``: the first epochs of a curriculum train on some corpus parts
+only). A pure function of the epoch, applied to each sub-epoch's order after the cut, before the
+``max_mean_len`` filters, as RETURNN applies it; what it leaves out is counted per epoch."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from seqloader.errors import OptionError
+
+
+@dataclass(frozen=True)
+class EpochSelection:
+    """Epochs ``first..last`` (1-based, ``last`` None: no end) keep only the sequences in ``keep``
+    (bool ``[n]``); ``name`` says which in the report (e.g. ``subdirs=['train-clean-100']``).
+
+    >>> s = EpochSelection(1, 2, np.array([True, False, True]), "subdirs=['a']")
+    >>> s.applies(2), s.applies(3)
+    (True, False)
+    """
+
+    first: int
+    last: int | None
+    keep: np.ndarray
+    name: str
+
+    def applies(self, epoch: int) -> bool:
+        return self.first <= epoch and (self.last is None or epoch <= self.last)
+
+
+def checked_selections(selections: Sequence[EpochSelection], n: int) -> tuple[EpochSelection, ...]:
+    """The selections, each mask checked to be bool ``[n]``."""
+    out = []
+    for s in selections:
+        keep = np.asarray(s.keep)
+        if keep.dtype != bool or keep.shape != (n,):
+            raise OptionError(
+                f"epoch selection {s.name!r}: keep has dtype {keep.dtype} shape {keep.shape}; "
+                f"expected bool [{n}] (one per sequence)"
+            )
+        out.append(EpochSelection(s.first, s.last, keep, s.name))
+    return tuple(out)
+
+
+@runtime_checkable
+class HasEpochSelections(Protocol):
+    """A source whose sequences some epochs are restricted to (``seqloader.returnn``'s view of
+    ``LibriSpeechCorpus``' ``subdirs``); empty when none."""
+
+    def epoch_selections(self) -> tuple[EpochSelection, ...]: ...
