@@ -118,3 +118,33 @@ def test_batches_of_more_than_max_cap_chunks_take_the_general_batcher() -> None:
     got = planner.chunked_batches(order, 0, 1)
     np.testing.assert_array_equal(got.bounds, want.bounds)
     assert int(np.diff(got.bounds).max()) > MAX_CAP
+
+
+@settings(max_examples=100, deadline=None)
+@given(chunked_planners())
+def test_decided_starts_per_sequence_equal_those_found_per_chunk(case: tuple[Planner, int]) -> None:
+    """``ChunkFits.decided`` (from each sequence's tight chunks) marks the very starts that a scan
+    of every chunk's fit finds: those with a chunk of the least fit within that many chunks."""
+    planner, start = case
+    fits = planner._chunk_fits
+    if not isinstance(fits, ChunkFits) or not fits.chunked:
+        return
+    assert planner.chunks is not None
+    order = planner.sub_epoch_slots(1)[0]
+    counts = planner.chunks.counts[order]
+    ends = np.cumsum(counts, dtype=np.int64)
+    every = fits.fits(order, counts, ends)
+    start = min(start, len(every))
+    fit = every[start:]
+    runs = fits.decided(order, counts, ends, start)
+    f = int(fit.min()) if len(fit) else 0
+    brute = np.zeros(len(fit), dtype=bool)  # start i decided iff a fit-f chunk in [i, i + f)
+    for t in np.flatnonzero(fit == f).tolist():
+        brute[max(t - f + 1, 0) : t + 1] = True
+    if runs is None:
+        assert not len(fit) or f > fits.full
+        return
+    got = np.zeros(len(fit), dtype=bool)
+    for lo, hi in zip(*runs, strict=True):
+        got[lo:hi] = True
+    np.testing.assert_array_equal(got, brute)

@@ -45,12 +45,16 @@ class ChunkFits:
     - ``last``: int16 ``[K, n]``, the fit of each sequence's r-th last chunk in row ``r - 1`` (one
       row per r: a gather of rows of ``[n, K]`` costs far more than K gathers of one array); for
       the length key not chunked ``K = 1``: every chunk of a sequence has its fit.
+    - ``tight``: int32 ``[n]`` (chunked key only), how many of a sequence's chunks have the full
+      window's fit, the least there is: always its first ones (later windows only get shorter),
+      so the batch starts they decide are found per sequence, not per chunk (``decided``).
     """
 
     full: int
     last: np.ndarray
     top: int
     chunked: bool
+    tight: np.ndarray | None = None
 
     @classmethod
     def of(
@@ -86,15 +90,41 @@ class ChunkFits:
             real = counts >= r  # [n] sequences that have an r-th last chunk
             if real.any():
                 top = max(top, int(fit[real].max()))
-            rows.append(fit)
+            rows.append((fit, real))
         top = max(1, min(cap, top))
         if top > MAX_CAP:
             return None
+        full = min(full, top)
         last = np.empty((cut, len(whole)), dtype=np.int16)
-        for r, fit in enumerate(rows):
+        tight = counts.astype(np.int32)  # [n] less each last chunk fitting more often than full
+        for r, (fit, real) in enumerate(rows):
             np.minimum(fit, top, out=fit)
             last[r] = fit
-        return cls(min(full, top), last, top, True)
+            tight -= (real & (fit > full)).astype(np.int32)
+        return cls(full, last, top, True, tight)
+
+    def decided(
+        self, order: np.ndarray, counts: np.ndarray, ends: np.ndarray, start: int = 0
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The runs ``[lo, hi)`` of batch starts (positions from chunk ``start`` on) that have a
+        chunk of the least fit ``full`` within ``full`` chunks: each takes exactly that many
+        (``greedy_from_fits``). Found per sequence: its tight chunks are its first ones. None
+        when no chunk from ``start`` on has the least fit (then ``full`` is not the least)."""
+        if self.tight is None or self.full < 1:
+            return None
+        f = self.full
+        a = ends - counts  # [s] each sequence's first chunk
+        b = a + self.tight[order]  # [s] end of its tight chunks
+        np.maximum(a, start, out=a)
+        keep = b > a
+        if not keep.any():
+            return None
+        a, b = a[keep] - start, b[keep] - start
+        lo = np.maximum(a - f + 1, 0)  # start i is decided iff i <= tight unit < i + f
+        new = np.flatnonzero(lo[1:] > b[:-1]) + 1  # [g-1] a gap: a new run
+        first = np.concatenate([[0], new])
+        last = np.concatenate([new - 1, [len(b) - 1]])
+        return lo[first], b[last]
 
     def fits(self, order: np.ndarray, counts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """The fit of every chunk of ``order`` (sequences in plan order; ``counts`` their chunk
@@ -120,27 +150,32 @@ def _fit(
     return np.minimum(out, cap, out=out)
 
 
-def greedy_from_fits(fit: np.ndarray, cap: int) -> np.ndarray:
+def greedy_from_fits(
+    fit: np.ndarray, cap: int, runs: tuple[np.ndarray, np.ndarray] | None = None
+) -> np.ndarray:
     """Greedy batch bounds over units with fits ``fit`` (int ``[m]``, each ``<= cap``): a batch
     takes the most units ``c <= cap`` with ``c <= min(fit[i:i+c])``, at least one -> int64
-    ``[n_batches + 1]`` (``greedy_bounds``' result for the same units)."""
+    ``[n_batches + 1]`` (``greedy_bounds``' result for the same units). ``runs``: the runs of
+    starts with a unit of the least fit within that many units (``ChunkFits.decided``), when
+    the caller knows them; else found here."""
     m = len(fit)
     if m == 0:
         return np.zeros(1, dtype=np.int64)
     f = int(fit.min())
     if f >= cap:  # every start takes cap units
         return np.append(np.arange(0, m, cap, dtype=np.int64), np.int64(m))
-    near_lo, near_hi = _decided_runs(fit, f, cap)  # [r] runs of starts that take f units
+    near_lo, near_hi = _decided_runs(fit, f) if runs is None else runs
+    long = near_hi - near_lo >= cap  # shorter runs are cheaper lifted
+    near_lo, near_hi = near_lo[long], near_hi[long]  # [r] runs of starts that take f units
     # the other starts: lifted over their runs only (each with the cap units after it)
     lo = np.concatenate([[0], near_hi])  # [r + 1]
     hi = np.concatenate([near_lo, [m]])
     keep = hi > lo
     lo, hi = lo[keep], hi[keep]
-    sizes, offsets = _lift_runs(fit, lo, hi, cap)
+    sizes, offsets = _lift_runs(fit, lo, hi, cap, f)
     # follow the batch starts: runs decided at once (an arange), lifted runs start by start
     starts: list[np.ndarray] = []
     pieces: list[int] = []
-    sizes_list = sizes.tolist()
     edges = sorted(
         [(int(a), int(b), -1) for a, b in zip(near_lo, near_hi, strict=True)]
         + [(int(a), int(b), int(o)) for a, b, o in zip(lo, hi, offsets, strict=True)]
@@ -159,7 +194,7 @@ def greedy_from_fits(fit: np.ndarray, cap: int) -> np.ndarray:
         else:
             while i < b:
                 pieces.append(i)
-                i += max(sizes_list[off + i - a], 1)
+                i += max(int(sizes[off + i - a]), 1)
     if pieces:
         starts.append(np.asarray(pieces, dtype=np.int64))
     starts.append(np.array([m], dtype=np.int64))
@@ -167,9 +202,9 @@ def greedy_from_fits(fit: np.ndarray, cap: int) -> np.ndarray:
     return np.minimum(out, m, out=out)
 
 
-def _decided_runs(fit: np.ndarray, f: int, cap: int) -> tuple[np.ndarray, np.ndarray]:
+def _decided_runs(fit: np.ndarray, f: int) -> tuple[np.ndarray, np.ndarray]:
     """Runs ``[lo, hi)`` of starts with a unit of fit ``f`` within ``f`` units (each takes
-    ``min(f, m - i)``), at least ``cap`` long (shorter ones are cheaper lifted) -> int64 ``[r]``."""
+    ``min(f, m - i)``) -> int64 ``[r]``."""
     if f < 1:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     tight = np.flatnonzero(fit == f)  # [t] the tightest units
@@ -177,28 +212,27 @@ def _decided_runs(fit: np.ndarray, f: int, cap: int) -> tuple[np.ndarray, np.nda
     new = np.flatnonzero(np.diff(tight) > f) + 1  # [g-1] first tight unit of each later run
     first = tight[np.concatenate([[0], new])]
     last = tight[np.concatenate([new - 1, [len(tight) - 1]])]
-    lo = np.maximum(first - f + 1, 0)
-    hi = last + 1
-    long = hi - lo >= cap
-    return lo[long], hi[long]
+    return np.maximum(first - f + 1, 0), last + 1
 
 
 def _lift_runs(
-    fit: np.ndarray, lo: np.ndarray, hi: np.ndarray, cap: int
+    fit: np.ndarray, lo: np.ndarray, hi: np.ndarray, cap: int, f: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Greedy batch size at every start of the runs ``[lo, hi)`` -> (sizes int64 ``[R]`` of the
-    runs' windows laid end to end, offset of each run in it ``[r]``). Each run's window is
-    ``[lo, hi + cap)`` (a batch from the run reads no further), ended by a zero past the data."""
+    runs' windows laid end to end, offset of each run in it ``[r]``). A run's window is
+    ``[lo, hi + f)`` and a zero (never fits): a run ends where a decided run begins, whose first
+    tightest unit (fit ``f``) is at ``hi + f - 1``, and no batch from the run reaches past it
+    (holding it, a batch has at most ``f`` units); the last run's window is the data's end."""
     m = len(fit)
-    padded = np.zeros(m + 1, dtype=np.int16)  # fit 0 past the end: never fits
-    padded[:m] = fit
-    ends = np.minimum(hi + cap, m + 1)  # [r]
-    lengths = ends - lo
+    ends = np.where(hi < m, np.minimum(hi + f, m), m)  # [r]
+    lengths = ends - lo + 1  # and the zero
     offsets = np.zeros(len(lo), dtype=np.int64)
     np.cumsum(lengths[:-1], out=offsets[1:])
     total = int(lengths.sum())
     idx = np.arange(total, dtype=np.int64) + np.repeat(lo - offsets, lengths)
-    return _lift(padded[idx], cap), offsets
+    window = fit[np.minimum(idx, m - 1)].astype(np.int16)
+    window[offsets + lengths - 1] = 0
+    return _lift(window, cap), offsets
 
 
 def _lift(fit: np.ndarray, cap: int) -> np.ndarray:

@@ -683,7 +683,8 @@ class Planner:
             m = len(units) - start
             bounds = np.append(np.arange(0, m, fits, dtype=np.int64), np.int64(m))
         else:
-            bounds = greedy_from_fits(fits.fits(order, counts, ends)[start:], fits.top)
+            fit = fits.fits(order, counts, ends)[start:]
+            bounds = greedy_from_fits(fit, fits.top, fits.decided(order, counts, ends, start))
         of_units = None if uses is None else np.repeat(uses, counts)[start:]
         return BatchList.from_bounds(units.seqs[start:], bounds, of_units, units.chunks[start:])
 
