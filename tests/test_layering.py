@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "adapters": {"errors", "validate", "extras", "sources", "loading", "audio", "shards",
                  "adapters"},
     "synthetic": {"errors", "validate", "sources", "audio", "synthetic"},
-    "trainer": {"errors", "validate", "plan", "sources", "loading", "trainer"},
+    "trainer": {"errors", "validate", "parts", "plan", "sources", "loading", "trainer"},
     "torch": {"errors", "validate", "plan", "sources", "loading", "trainer", "torch"},
     "returnn": {"errors", "validate", "extras", "plan", "sources", "loading", "audio", "trainer",
                 "torch", "returnn"},

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqloader.parts import part_of
 from seqloader.plan.cost import BatchCost
 
 _CHUNK = 1 << 22
@@ -114,7 +115,7 @@ def build_bucket_index(
         if files is not None and file_counts is not None and file_frames is not None:
             keep = part < n_buckets
             pos = np.flatnonzero(keep) + a
-            file_of = np.searchsorted(files, pos, side="right") - 1  # [k]
+            file_of = part_of(files, pos)  # [k]
             file_counts += np.bincount(
                 file_of * n_buckets + part[keep], minlength=n_files * n_buckets
             )
