@@ -7,7 +7,6 @@ No processes are started: planning is pure, so the whole job is computed here
 from __future__ import annotations
 
 import argparse
-from typing import cast
 
 from seqloader.cli.options import (
     add_data_argument,
@@ -17,12 +16,9 @@ from seqloader.cli.options import (
     positive_int,
 )
 from seqloader.cli.output import human, print_json, print_notes, progress_bar
-from seqloader.loading.corpora import corpora_of
+from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.plan.indexed import make_planner
-from seqloader.plan.pools import HasFilePools
-from seqloader.plan.selections import HasEpochSelections
 from seqloader.plan.simulate import Simulation, simulate
-from seqloader.sources.base import PlanHints, declares, file_layout
 
 HELP = "verify exactly-once, equal steps and worker independence for W ranks x N workers"
 
@@ -56,22 +52,7 @@ def run(args: argparse.Namespace) -> int:
     opened = open_data(args)
     src = opened.source
     lengths = {k: src.lengths(k) for k in src.keys}
-    corpora, files = corpora_of(src), file_layout(src)
-    hints = cast(PlanHints, src) if declares(src, PlanHints) else None  # a RETURNN dataset's
-    planner = make_planner(
-        lengths,
-        opened.plan,
-        src.tags,
-        repr(src),
-        order_lengths=None if hints is None else hints.order_lengths(),
-        excluded=None if hints is None else hints.excluded(),
-        corpora=corpora,
-        files=files,
-        selections=cast(HasEpochSelections, src).epoch_selections()
-        if declares(src, HasEpochSelections)
-        else (),
-        pools=cast(HasFilePools, src).file_pools() if declares(src, HasFilePools) else None,
-    )
+    planner = make_planner(lengths, opened.plan, src.tags, repr(src), **plan_inputs(src).kwargs())
     planner.check_pools(args.world_size)
     n_epochs = args.epochs or opened.plan.partition_epoch
     epochs = range(args.first_epoch, args.first_epoch + n_epochs)

@@ -21,14 +21,13 @@ from seqloader.cli.output import human, print_json, print_notes, progress
 from seqloader.cli.rates import FrameRate, frame_rate
 from seqloader.errors import OptionError
 from seqloader.extras import require
-from seqloader.loading.corpora import corpora_of
+from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.plan.cost import step_imbalance
 from seqloader.plan.indexed import INDEXED_KINDS, make_planner
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
 from seqloader.plan.planner import Planner
 from seqloader.plan.simulate import load_of, unit_window
-from seqloader.sources.base import file_layout
 
 HELP = (
     "sequences, hours, length percentiles, keys; padding, steps and step imbalance per ordering "
@@ -91,19 +90,19 @@ def run(args: argparse.Namespace) -> int:
     opened = open_data(args)
     src = opened.source
     lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
-    corpora = corpora_of(src)
-    files = file_layout(src)
-    planner = make_planner(lengths, opened.plan, src.tags, repr(src), corpora=corpora, files=files)
+    given = plan_inputs(src)
+    corpora, inputs = given.corpora, given.kwargs()
+    planner = make_planner(lengths, opened.plan, src.tags, repr(src), **inputs)
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
-        if opened.plan.mix is not None and Ordering.parse(o).is_buckets:
-            continue  # refused with a mix (PlanOptions says why); the docs say so
+        if (opened.plan.mix is not None or given.pools is not None) and Ordering.parse(
+            o
+        ).is_buckets:
+            continue  # refused with a mix or file pools (PlanOptions/Planner say why)
         if opened.plan.planning == "indexed" and Ordering.parse(o).kind not in INDEXED_KINDS:
             continue  # indexed planning plans laplace and buckets:N only (PlanOptions says why)
-        ordered = make_planner(
-            lengths, replace(opened.plan, ordering=o), src.tags, corpora=corpora, files=files
-        )
+        ordered = make_planner(lengths, replace(opened.plan, ordering=o), src.tags, **inputs)
         plan = ordered.global_plan(1, args.ranks)
         packed = opened.workers.layout == "packed"  # no padding delivered
         load = load_of(plan.batches, planner.lengths, unit_window(planner), packed)

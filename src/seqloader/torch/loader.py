@@ -13,29 +13,24 @@ import sys
 import time
 from collections.abc import Generator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 from torch.utils.data import DataLoader
 
 from seqloader.errors import OptionError
 from seqloader.loading.bucket_store import shared_bucket_index
-from seqloader.loading.corpora import corpora_of
 from seqloader.loading.execute import Transform
+from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.indexed import make_planner
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED
-from seqloader.plan.pools import HasFilePools
-from seqloader.plan.selections import HasEpochSelections
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import (
-    PlanHints,
     Source,
-    declares,
-    file_layout,
     loader_needs,
     remote_files,
 )
@@ -107,27 +102,16 @@ class SeqLoader:
                 f"{source!r} {needs.why}, but no transform is given. Fix: {needs.fix}"
             )
         self.transform = transform
-        hints = cast(PlanHints, source) if declares(source, PlanHints) else None
         lengths = {k: source.lengths(k) for k in source.keys}
-        excluded = None if hints is None else hints.excluded()
-        files = file_layout(source)
+        inputs = plan_inputs(source)
         self.planner = make_planner(
             lengths,
             self.plan_options,
             source.tags,
             repr(source),
-            order_lengths=None if hints is None else hints.order_lengths(),
-            excluded=excluded,
-            corpora=corpora_of(source),
-            files=files,
-            selections=cast(HasEpochSelections, source).epoch_selections()
-            if declares(source, HasEpochSelections)
-            else (),
-            pools=cast(HasFilePools, source).file_pools()
-            if declares(source, HasFilePools)
-            else None,
+            **inputs.kwargs(),
             index=shared_bucket_index(  # indexed planning: once per node, memory-mapped
-                lengths, self.plan_options, source.fingerprint, files, excluded
+                lengths, self.plan_options, source.fingerprint, inputs.files, inputs.excluded
             ),
         )
         self.length_key = self.planner.length_key
