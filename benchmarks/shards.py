@@ -20,6 +20,11 @@ repetitions and reported as a ratio:
    the index file itself.
 3. **Random access**: every member read once through the index in a random order vs in shard order
    (page cache warm), and a full sequential ``tarfile`` stream of the same shards.
+4. **Where a worker's time goes** (the profile behind 1): CPU time per utterance in this process
+   with torch on one thread, as in a DataLoader worker, over the corpus in batches of 16 similar
+   lengths: reading and decoding the FLAC members, ``KaldiFbank`` one utterance at a time and a
+   batch at once (``KaldiFbank.many``), and Lhotse's ``Fbank().extract_batch`` on the same batches
+   (what ``OnTheFlyFeatures`` calls per batch); minimum over the repetitions.
 
 Results: ``benchmarks/results/shards.json`` (``--quick``: ``benchmarks/out/``).
 """
@@ -61,7 +66,7 @@ def corpus(utterances: int) -> Path:
     return shar
 
 
-def seqloader_rate(shar: Path, workers: int, index_dir: Path, epochs: int = 2) -> float:
+def seqloader_rate(shar: Path, workers: int, index_dir: Path, epochs: int) -> float:
     """Sequences per second over ``epochs`` epochs after a warm-up epoch, one loader (its workers
     started once, as in training)."""
     src = ShardSource.lhotse_shar(shar, features=sl.KaldiFbank(), index_dir=index_dir)
@@ -80,7 +85,7 @@ def seqloader_rate(shar: Path, workers: int, index_dir: Path, epochs: int = 2) -
         return n / (time.perf_counter() - start)
 
 
-def lhotse_rate(shar: Path, workers: int, epochs: int = 2) -> float:
+def lhotse_rate(shar: Path, workers: int, epochs: int) -> float:
     """The same for Lhotse's pipeline: persistent DataLoader workers, ``sampler.set_epoch``."""
     import torch
     from lhotse import CutSet, Fbank
@@ -109,6 +114,37 @@ def lhotse_rate(shar: Path, workers: int, epochs: int = 2) -> float:
             sampler.set_epoch(epoch)
             n += sum(int(b["inputs"].shape[0]) for b in loader)
         return n / (time.perf_counter() - start)
+
+
+def profile_figures(shar: Path, index_dir: Path) -> dict:
+    """CPU milliseconds per utterance of a worker's steps (torch on one thread, as in workers)."""
+    import torch
+    from lhotse import Fbank
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        audio = ShardSource.lhotse_shar(shar, keys=["audio"], index_dir=index_dir)
+        fbank = sl.KaldiFbank()
+        order = np.argsort(audio.lengths("audio"), kind="stable")
+        batches = [order[i : i + 16] for i in range(0, len(order), 16)]
+        waves = [[seq["audio"] for seq in audio.read_many(b)] for b in batches]
+        lhotse_fbank = Fbank()
+
+        def cpu_ms(step) -> float:
+            start = time.process_time()
+            for b, w in zip(batches, waves):
+                step(b, w)
+            return (time.process_time() - start) * 1e3 / len(order)
+
+        return {
+            "read_and_decode_ms": cpu_ms(lambda b, w: audio.read_many(b)),
+            "kaldi_fbank_each_ms": cpu_ms(lambda b, w: [fbank(x) for x in w]),
+            "kaldi_fbank_batch_ms": cpu_ms(lambda b, w: fbank.many(w)),
+            "lhotse_fbank_batch_ms": cpu_ms(lambda b, w: lhotse_fbank.extract_batch(w, 16000)),
+        }
+    finally:
+        torch.set_num_threads(threads)
 
 
 def rchar() -> int:
@@ -185,26 +221,29 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--utterances", type=int, default=240)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--epochs", type=int, default=4, help="timed epochs per configuration")
     p.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats, out/ only")
     args = p.parse_args(argv)
     if args.quick:
-        args.utterances, args.repeats = 60, 2
+        args.utterances, args.repeats, args.epochs = 60, 2, 2
     shar = corpus(args.utterances)
     scratch = Path(tempfile.mkdtemp(prefix="seqloader-shards-bench-"))
     runs: dict[str, list[float]] = {}
-    index_runs, access_runs = [], []
+    index_runs, access_runs, profile_runs = [], [], []
+    load_before = os.getloadavg()
     for r in range(args.repeats):
         configs = [("seqloader", 0), ("lhotse", 0), ("seqloader", 2), ("lhotse", 2)]
         if r % 2:
             configs.reverse()
         for who, workers in configs:
             if who == "seqloader":
-                rate = seqloader_rate(shar, workers, scratch / "idx")
+                rate = seqloader_rate(shar, workers, scratch / "idx", args.epochs)
             else:
-                rate = lhotse_rate(shar, workers)
+                rate = lhotse_rate(shar, workers, args.epochs)
             runs.setdefault(f"{who}_{workers}w", []).append(rate)
         index_runs.append(index_figures(shar, scratch))
         access_runs.append(access_figures(shar, scratch))
+        profile_runs.append(profile_figures(shar, scratch / "idx"))
 
     def med(values: list[float]) -> float:
         return float(statistics.median(values))
@@ -212,11 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     seqs_per_s = {k: med(v) for k, v in runs.items()}
     index = {k: med([r[k] for r in index_runs]) for k in index_runs[0]}
     access = {k: med([r[k] for r in access_runs]) for k in access_runs[0]}
+    profile = {k: min(r[k] for r in profile_runs) for k in profile_runs[0]}
+    seqloader_ms = profile["read_and_decode_ms"] + profile["kaldi_fbank_batch_ms"]
     result = {
         "utterances": args.utterances,
         "repeats": args.repeats,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-        "epochs_timed": "2 per configuration, after a warm-up epoch (workers started once)",
+        "epochs_timed": f"{args.epochs} per configuration, after a warm-up epoch (workers "
+        "started once)",
         "ratios": {
             "seqloader_over_lhotse_0w": seqs_per_s["seqloader_0w"] / seqs_per_s["lhotse_0w"],
             "seqloader_over_lhotse_2w": seqs_per_s["seqloader_2w"] / seqs_per_s["lhotse_2w"],
@@ -229,10 +271,16 @@ def main(argv: list[str] | None = None) -> int:
             "index_build_over_one_read": index["build_over_read"],
             "random_over_sequential_members": access["random_s"] / access["sequential_s"],
             "indexed_members_over_tar_stream": access["sequential_s"] / access["stream_s"],
+            "kaldi_fbank_each_over_batch": profile["kaldi_fbank_each_ms"]
+            / profile["kaldi_fbank_batch_ms"],
+            "lhotse_fbank_batch_over_kaldi_fbank_batch": profile["lhotse_fbank_batch_ms"]
+            / profile["kaldi_fbank_batch_ms"],
+            "decode_share_of_seqloader_worker_cpu": profile["read_and_decode_ms"] / seqloader_ms,
         },
+        "worker_cpu_ms_per_utterance": profile,
         "index": index,
         "seqs_per_s_medians": seqs_per_s,
-        "load_average": os.getloadavg(),
+        "load_average_before_after": [load_before, os.getloadavg()],
     }
     out = QUICK_RESULTS if args.quick else RESULTS
     out.parent.mkdir(parents=True, exist_ok=True)
