@@ -25,7 +25,7 @@ import os
 
 import numpy as np
 
-from benchmarks.side_by_side import machine, planning_sizes, save, time_rotated
+from benchmarks.side_by_side import run_planning, time_rotated
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.mix import Corpora
 from seqloader.sources.hdf_layout import PackedTags
@@ -94,17 +94,14 @@ def bench_join(n: int, reps: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    sizes = planning_sizes("python -m benchmarks.mix_planning", __doc__, argv)
-    n, reps = sizes.seqs, sizes.reps
-    load_before = os.getloadavg()
-    result = {
-        "settings": {"seqs": n, "reps": reps, "world_size": WORLD_SIZE, "epochs": EPOCHS},
-        "planning": bench_planning(n, reps),
-        "tag_join": bench_join(n, reps),
-    }
-    result["machine"] = machine(load_before)
-    path = QUICK_RESULTS if sizes.quick else RESULTS
-    save(result, path)
+    result, path = run_planning(
+        "python -m benchmarks.mix_planning",
+        __doc__,
+        argv,
+        {"world_size": WORLD_SIZE, "epochs": EPOCHS},
+        lambda n, reps: {"planning": bench_planning(n, reps), "tag_join": bench_join(n, reps)},
+        (RESULTS, QUICK_RESULTS),
+    )
     for ordering, r in result["planning"].items():
         for name in MIXES:
             print(

@@ -83,3 +83,26 @@ def save(result: dict, path: str) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
+
+
+def run_planning(
+    prog: str,
+    description: str | None,
+    argv: list[str] | None,
+    settings: Mapping[str, object],
+    measure: Callable[[int, int], dict],
+    paths: tuple[str, str],
+) -> tuple[dict, str]:
+    """A planning benchmark's run: its command line, ``measure(seqs, reps)`` (the result's
+    sections), the settings and the machine, saved to ``paths`` (full run, ``--quick``) ->
+    (result, path written)."""
+    sizes = planning_sizes(prog, description, argv)
+    load_before = os.getloadavg()
+    result = {
+        "settings": {"seqs": sizes.seqs, "reps": sizes.reps, **settings},
+        **measure(sizes.seqs, sizes.reps),
+        "machine": machine(load_before),
+    }
+    path = paths[1] if sizes.quick else paths[0]
+    save(result, path)
+    return result, path

@@ -5,7 +5,7 @@ use it run small (timings themselves are not asserted)."""
 from __future__ import annotations
 
 from benchmarks import mix_planning
-from benchmarks.side_by_side import planning_sizes, rotated, time_rotated
+from benchmarks.side_by_side import planning_sizes, rotated, run_planning, time_rotated
 
 
 def test_each_repetition_rotates_the_order() -> None:
@@ -34,3 +34,22 @@ def test_mix_planning_benchmark_runs_small() -> None:
         assert set(r["ratio_cpu"]) == set(mix_planning.MIXES)
     join = mix_planning.bench_join(2000, 1)
     assert join["tags"] == 2000 and join["dict_over_join"] > 0
+
+
+def test_run_planning_saves_settings_sections_and_machine(tmp_path) -> None:
+    import json
+
+    full, quick = str(tmp_path / "full.json"), str(tmp_path / "out" / "quick.json")
+    result, path = run_planning(
+        "p",
+        None,
+        ["--seqs", "7", "--reps", "2"],
+        {"world_size": 8},
+        lambda n, r: {"x": [n, r]},
+        (full, quick),
+    )
+    assert path == full and result["settings"] == {"seqs": 7, "reps": 2, "world_size": 8}
+    assert result["x"] == [7, 2] and "loadavg_before_after" in result["machine"]
+    with open(full) as f:
+        assert json.load(f) == json.loads(json.dumps(result))
+    assert run_planning("p", None, ["--quick"], {}, lambda n, r: {}, (full, quick))[1] == quick
