@@ -25,6 +25,7 @@ import numpy as np
 from seqloader.errors import EXAMPLES, DataError, DataWarning
 from seqloader.plan.planner import Planner
 from seqloader.sources.base import HashedTags, Source, declares, where
+from seqloader.trainer.duplicate_store import node_duplicate_tags
 from seqloader.validate import Policy, policy_option
 
 if TYPE_CHECKING:
@@ -77,13 +78,10 @@ def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
     candidates: Sequence[int] = range(len(tags))
     if declares(tags, HashedTags):
         h = cast(HashedTags, tags).hashes()  # [n]
-        order = np.argsort(h, kind="stable")
-        hs = h[order]
-        eq = hs[1:] == hs[:-1]  # [n-1] neighbours in hash order collide
-        same = np.zeros(len(h), dtype=bool)
-        same[1:] |= eq
-        same[:-1] |= eq
-        candidates = np.sort(order[same]).tolist()
+        hs = np.sort(h)  # a plain sort of the hashes: no int64 order of n
+        repeated = np.unique(hs[1:][hs[1:] == hs[:-1]])  # hash values seen twice or more
+        del hs
+        candidates = np.flatnonzero(np.isin(h, repeated)).tolist() if len(repeated) else []
     first: dict[str, int] = {}
     dups: dict[str, list[int]] = {}
     for i in candidates:
@@ -95,9 +93,11 @@ def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
 
 
 def check_duplicate_tags(source: Source, tags: Sequence[str], policy: str) -> dict[str, list[int]]:
+    """Act on ``policy`` about repeated tags; a large corpus is checked once per node
+    (``seqloader.trainer.duplicate_store``), every other rank reads the verdict."""
     if policy == "off":
         return {}
-    dups = duplicate_tags(tags)
+    dups = node_duplicate_tags(tags, source.fingerprint, duplicate_tags)
     if dups:
         examples = list(dups.items())[:EXAMPLES]
         shown = "; ".join(
@@ -155,8 +155,15 @@ def check_source(source: Source, planner: Planner, options: CheckOptions) -> Non
     check_duplicate_tags(source, tags, options.duplicate_tags)
     if options.empty != "off":
         lengths = {k: source.lengths(k) for k in source.keys}
-        admitted = planner.admission.admitted
-        check_empty(source, lengths, admitted, tags, planner.length_key, options.empty)
+        if any(has_zero(lengths[k]) for k in lengths):  # else nothing to look up: no index array
+            admitted = planner.admission.admitted
+            check_empty(source, lengths, admitted, tags, planner.length_key, options.empty)
+
+
+def has_zero(lengths: np.ndarray, block: int = 1 << 22) -> bool:
+    """Whether some length is 0, in blocks (no array of ``n`` besides the lengths themselves,
+    which may be a memory-mapped view)."""
+    return any(bool((lengths[a : a + block] == 0).any()) for a in range(0, len(lengths), block))
 
 
 # ---- per batch (what the workers found: seqloader.loading.screen) ----
