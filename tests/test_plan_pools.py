@@ -15,6 +15,7 @@ from seqloader.errors import OptionError
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import Planner
 from seqloader.plan.pools import FilePools, distribute_evenly_by_size
+from test_resume_plan import run_chain
 
 distrib_files = pytest.importorskip("returnn.datasets.distrib_files")
 
@@ -94,3 +95,23 @@ def test_pools_need_returnn_seeding_and_enough_files() -> None:
     planner.global_plan(1, 1)
     with pytest.raises(OptionError, match=r"sharded over 2 ranks .*distrib_shard_files.*Fix"):
         planner.global_plan(1, 2)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    case=pooled(),
+    worlds=st.lists(st.integers(1, 4), min_size=2, max_size=4),
+    cuts=st.lists(st.floats(0, 1), min_size=3, max_size=3),
+    part=st.integers(0, 5),
+)
+def test_elastic_resume_over_a_pool_is_exactly_once(case, worlds, cuts, part) -> None:
+    """A sub-epoch's pool resumed on other world sizes (the resume harness's chain, positions
+    through JSON): every sequence of the pool's order exactly once, equal steps per segment."""
+    lengths, pools, parts, ordering, seed = case
+    options = PlanOptions(ordering=ordering, max_frames=120, max_seqs=4, partition_epoch=parts,
+                          seed=seed, seeding="returnn")  # fmt: skip
+    planner = Planner({"data": lengths}, options, pools=pools)
+    epoch = 1 + part % parts
+    consumed, _, _ = run_chain(planner, epoch, worlds, cuts[: len(worlds) - 1])
+    assert sorted(consumed.tolist()) == sorted(planner.pool_order(epoch).tolist())
+    assert len(np.unique(consumed)) == len(consumed)

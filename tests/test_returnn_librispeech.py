@@ -132,3 +132,14 @@ def test_extracted_and_zipped_layouts_give_the_same_corpus(tmp_path: Path) -> No
     assert (zipped.source.lengths("classes") == extracted.source.lengths("classes")).all()
     for loader in (zipped, extracted):
         loader.close()
+
+
+@pytest.mark.parametrize("subset", [5, 0.5])
+def test_fixed_random_subset_as_returnn(tmp_path: Path, subset: float) -> None:
+    """A dev subset smaller than the corpus (a count, and a fraction): RETURNN's fixed seed-42
+    shuffle keeps the same utterances, in RETURNN's batches."""
+    config = _changed(tmp_path, f"dev = get_dataset('dev', subset={subset!r})")
+    expected, _ = reference(str(config), "dev", (1, 2))
+    got, _ = ours(config, 0, "dev", (1, 2), tmp_path / "ours")
+    assert got == expected
+    assert sum(map(len, got[1])) == (5 if subset == 5 else 4)
