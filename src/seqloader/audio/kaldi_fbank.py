@@ -16,7 +16,7 @@ The frame count is a closed formula of the sample count, so sources plan in fram
 A batch's waveforms are computed together (``KaldiFbank.many``, which ``ShardSource.read_many``
 uses): their frames are cut into one array (``kaldi_frames``) and a kernel computes the rest in
 blocks of ``BLOCK_FRAMES``: torch's (``seqloader.torch.log_mel``, looked up by name when frames are
-first computed) where torch computes on one thread, as in DataLoader workers, else numpy's.
+first computed, on one torch thread) where torch is installed, else numpy's.
 
 Dither (random noise) is not offered: it would make a sequence's frames depend on when it is read.
 """
@@ -189,17 +189,15 @@ _KERNEL: list[Kernel | None] = [None]  # None: not chosen yet (default_kernel at
 
 
 def default_kernel() -> Kernel:
-    """Where torch is installed, torch's kernel (its FFT measured 3-4x numpy's on blocks of frames)
-    in processes where torch computes on one thread (DataLoader workers), numpy's elsewhere
-    (``seqloader.torch.log_mel.kaldi_kernel``); else numpy's. Chosen once per process when frames
-    are first computed (a lookup by name: this layer imports no torch)."""
+    """torch's kernel (``seqloader.torch.log_mel.kaldi_filterbank``: its FFT measured 3-4x numpy's
+    on blocks of frames) where torch is installed, else numpy's; chosen once per process when
+    frames are first computed (a lookup by name: this layer imports no torch)."""
     kernel = _KERNEL[0]
     if kernel is None:
         if importlib.util.find_spec("torch") is None:
             kernel = numpy_kaldi_fbank
         else:
-            torch_kernels = importlib.import_module("seqloader.torch.log_mel")
-            kernel = torch_kernels.kaldi_kernel(numpy_kaldi_fbank)
+            kernel = importlib.import_module("seqloader.torch.log_mel").kaldi_filterbank
         _KERNEL[0] = kernel
     return kernel
 

@@ -1,8 +1,7 @@
 """The filterbank kernels, computed with torch on CPU, for the audio layer (which imports no torch).
 
 - ``log_filterbank``: the log of a filterbank over the power STFT of one waveform (``LogMel``).
-- ``kaldi_filterbank``: Kaldi-style frames of a batch of already cut frames (``KaldiFbank``), used
-  where torch computes on one thread (``kaldi_kernel``).
+- ``kaldi_filterbank``: Kaldi-style frames of a batch of already cut frames (``KaldiFbank``).
 
 ``seqloader.audio.features`` and ``seqloader.audio.kaldi_fbank`` look them up by name when
 features are first computed (``default_kernel``); they know options only through the
@@ -13,8 +12,8 @@ kernels do not oversubscribe the cores next to the other workers.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
-from typing import Any, Protocol
+from collections.abc import Hashable
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -89,24 +88,6 @@ class KaldiOptions(Hashable, Protocol):
     def mel_banks(self) -> np.ndarray: ...
 
 
-KaldiKernel = Callable[[Any, np.ndarray], np.ndarray]
-
-
-def kaldi_kernel(elsewhere: KaldiKernel) -> KaldiKernel:
-    """A kernel computing with ``kaldi_filterbank`` where torch computes on one thread (DataLoader
-    workers), else with ``elsewhere`` (the audio layer's numpy kernel, on the calling thread).
-    Where torch has several threads (a trainer process reading with ``num_workers=0``), each of
-    these small steps would synchronise them, which on busy cores costs more than the step
-    (measured: 10x slower than one thread with other processes running)."""
-
-    def kernel(options: Any, frames: np.ndarray) -> np.ndarray:
-        if torch.get_num_threads() == 1:
-            return kaldi_filterbank(options, frames)
-        return elsewhere(options, frames)
-
-    return kernel
-
-
 _KALDI: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
 _FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
@@ -115,7 +96,24 @@ def kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
     """float32 ``[m, fft_size]`` frames (samples in the first ``win`` columns, zeros after; changed
     in place) -> float32 ``[m, n_filters]``: DC offset removed, pre-emphasis, window, power
     spectrum, filters, ``log(max(energy, float32 eps))``, in Kaldi's (and Lhotse's) order, for all
-    frames of a batch at once, by torch (on as many threads as it has: see ``kaldi_kernel``)."""
+    frames of a batch at once.
+
+    On one torch thread: where torch has several (a trainer process reading with
+    ``num_workers=0``), it is set to one for the call and restored. Spreading these small steps
+    over threads synchronises them at every step, which on busy cores costs more than the step
+    (measured: 10x slower than one thread with other processes running); and the frames do not
+    depend on torch's thread count (tested), so workers and the trainer compute the same bytes."""
+    threads = torch.get_num_threads()
+    if threads == 1:
+        return _kaldi_filterbank(options, frames)
+    torch.set_num_threads(1)
+    try:
+        return _kaldi_filterbank(options, frames)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
     if options not in _KALDI:
         _KALDI[options] = (
             torch.from_numpy(np.array(options.window(), dtype=np.float32)),
