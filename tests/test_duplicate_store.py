@@ -115,3 +115,23 @@ def test_empty_sequences_still_found_without_index_array(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error", sl.DataWarning)
         sl.SeqLoader(src, max_seqs=4, planning="indexed", ordering="laplace", min_seq_length=1)
+
+
+def test_hdf_file_listed_twice_refused_naming_tag_and_file(tmp_path, monkeypatch, small_min):
+    """The usual cause: the same HDF file given twice. Every rank (here: two loaders, the second
+    reading the node's verdict) refuses it naming a tag and both files' positions."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data = [np.ones((i % 6 + 1, 3), "float32") for i in range(20)]
+    tags = [f"corpus/seg{i}" for i in range(20)]
+    path = tmp_path / "train.hdf"
+    sl.write_hdf(path, sl.MemorySource({"data": data}, tags=tags))
+    messages = []
+    for _ in range(2):
+        src = sl.HDFSource([path, path], index_dir=tmp_path / "index")
+        with pytest.raises(DataError, match="repeat a tag") as err:
+            sl.SeqLoader(src, max_seqs=4, ordering="laplace", planning="indexed")
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+    assert "'corpus/seg0'" in messages[0] and "train.hdf" in messages[0]
+    assert "20 sequence(s)" in messages[0]
+    assert len(os.listdir(tmp_path / "cache" / "seqloader" / "checks")) >= 1
