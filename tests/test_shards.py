@@ -13,8 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import seqloader as sl
+from conftest import batch_record
 from seqloader.errors import DataError, DataWarning, OptionError
 from seqloader.shards import ShardSource
 from seqloader.shards.layouts import expand_braces
@@ -425,3 +427,25 @@ def test_planned_lengths_are_mapped_not_copied(corpus, tmp_path) -> None:
     np.testing.assert_array_equal(back.lengths("audio"), again.lengths("audio"))
     assert back.read(0)["audio"].shape == again.read(0)["audio"].shape
     assert len(pickle.dumps(again)) < 8 * len(again) + 8192
+
+
+@pytest.mark.slow
+def test_kaldi_fbank_batches_are_the_same_bytes_for_any_num_workers(corpus, tmp_path) -> None:
+    """C3 with features computed a batch at once: the trainer (several torch threads, reading with
+    num_workers=0) and 2 DataLoader workers (one torch thread each) give the same tensor bytes."""
+    src = ShardSource.lhotse_shar(
+        corpus["root"] / "shar", features=sl.KaldiFbank(n_mels=24), index_dir=tmp_path
+    )
+
+    def run(**workers) -> list:
+        with sl.SeqLoader(src, ordering="buckets:2", max_seqs=4, seed=3, **workers) as loader:
+            return [batch_record(b) for b in loader.epoch(1)]
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        alone = run(num_workers=0)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert alone == run(num_workers=2, multiprocessing_context="fork")
