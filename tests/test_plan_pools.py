@@ -93,8 +93,51 @@ def test_pools_need_returnn_seeding_and_enough_files() -> None:
     sharded = FilePools(pools.bounds, pools.sizes, shard_files=True)
     planner = Planner(lengths, PlanOptions(seeding="returnn"), pools=sharded)
     planner.global_plan(1, 1)
-    with pytest.raises(OptionError, match=r"sharded over 2 ranks .*distrib_shard_files.*Fix"):
+    planner.global_plan(1, 3)  # a file per rank
+    with pytest.raises(OptionError, match=r"3 files for partition_epoch 1 x 4 ranks.*Fix"):
+        planner.global_plan(1, 4)
+    refused = FilePools(pools.bounds, pools.sizes, shard_files=True, refuse_sharding="why; Fix")
+    planner = Planner(lengths, PlanOptions(seeding="returnn"), pools=refused)
+    planner.global_plan(1, 1)
+    with pytest.raises(OptionError, match=r"why; Fix"):
         planner.global_plan(1, 2)
+
+
+@settings(max_examples=120, deadline=None)
+@given(case=pooled(), world_size=st.integers(2, 4), full_epoch=st.integers(0, 3))
+def test_sharded_pools_each_rank_its_files_shortest_rank_ends(case, world_size, full_epoch):
+    """distrib_shard_files: rank r batches its own pool (RETURNN's bins r*P.. of one file order);
+    every rank keeps the shortest rank's batch count; over a full epoch each sequence is used
+    at most once, and the admitted ones not used are exactly the plans' counted drops."""
+    lengths, pools, parts, ordering, seed = case
+    pools = FilePools(pools.bounds, pools.sizes, shuffle=pools.shuffle, shard_files=True)
+    if pools.num_files < parts * world_size:
+        return
+    options = PlanOptions(ordering=ordering, max_frames=120, max_seqs=4, max_seq_length=50,
+                          partition_epoch=parts, seed=seed, seeding="returnn")  # fmt: skip
+    planner = Planner({"data": lengths}, options, pools=pools)
+    seen, dropped = [], 0
+    for part in range(parts):
+        epoch = full_epoch * parts + part + 1
+        plan = planner.global_plan(epoch, world_size)
+        again = Planner({"data": lengths}, options, pools=pools).global_plan(epoch, world_size)
+        np.testing.assert_array_equal(again.batches.seqs, plan.batches.seqs)  # determinism
+        np.testing.assert_array_equal(again.batches.bounds, plan.batches.bounds)
+        own = [
+            planner.batches(planner.pool_order(epoch, 0, world_size, r)) for r in range(world_size)
+        ]
+        assert plan.steps == min(len(b) for b in own)
+        for r in range(world_size):
+            share = plan.rank_share(r)
+            assert len(share) == plan.steps  # equal steps
+            np.testing.assert_array_equal(share.seqs, own[r].first(plan.steps).seqs)
+            seen.append(share.seqs[share.real])
+        dropped += plan.dropped
+    every = np.concatenate(seen)
+    assert len(every) == len(np.unique(every))  # at most once
+    admitted = np.flatnonzero(lengths <= 50)
+    assert np.isin(every, admitted).all()
+    assert len(admitted) - len(every) == dropped  # the rest: counted drops
 
 
 @settings(max_examples=60, deadline=None)

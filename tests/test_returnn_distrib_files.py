@@ -60,6 +60,88 @@ def test_each_rank_takes_returnns_files_of_that_rank(tmp_path: Path) -> None:
         loader.close()
 
 
+SHARD = "\ntrain['distrib_shard_files'] = True\ntrain['sharding_fix'] = True\n"
+
+
+def _rank_references(tmp_path: Path, world_size: int, epochs: tuple[int, ...]) -> dict:
+    """RETURNN's batches per rank: its DistributeFilesDataset reads rank and size from
+    ``_get_distributed_rank_and_size``, here set by RETURNN's own debug option."""
+    out = {}
+    for r in range(world_size):
+        config = tmp_path / f"returnn_rank{r}of{world_size}.config"
+        config.write_text(
+            CONFIG.read_text()
+            + SHARD
+            + f"__debug_dummy_distributed_rank_and_size = ({r}, {world_size})\n"
+        )
+        out[r] = reference(str(config), "train", epochs)[0]
+    return out
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_sharded_files_each_rank_as_returnn_shortest_rank_ends(
+    tmp_path: Path, world_size: int
+) -> None:
+    """distrib_shard_files over 2 and 3 ranks: rank r reads RETURNN's bins of files for rank r
+    (one file order for all ranks) in RETURNN's order and batches; every rank stops after the
+    shortest rank's batch count (RETURNN's torch engine ends the sub-epoch when one rank runs
+    out); the rest is counted as dropped."""
+    epochs = (1, 2, 4)
+    expected = _rank_references(tmp_path, world_size, epochs)
+    ours = tmp_path / "sharded.config"
+    ours.write_text(CONFIG.read_text() + SHARD)
+    for epoch in epochs:
+        tags = [set(t for b in expected[r][epoch] for t in b) for r in range(world_size)]
+        assert all(not (tags[a] & tags[b]) for a in range(world_size) for b in range(a))
+    loaders = [_loader(ours, rank=r, world_size=world_size) for r in range(world_size)]
+    for epoch in epochs:
+        steps = min(len(expected[r][epoch]) for r in range(world_size))
+        total = sum(len(t) for r in range(world_size) for t in expected[r][epoch])
+        kept = sum(len(t) for r in range(world_size) for t in expected[r][epoch][:steps])
+        for r, loader in enumerate(loaders):
+            got = [list(b.seq_tags) for b in loader.epoch(epoch)]
+            assert got == expected[r][epoch][:steps], (epoch, r)
+            plan = loader.planner.global_plan(epoch, world_size)
+            assert plan.steps == steps and plan.dropped == total - kept
+    for loader in loaders:
+        loader.close()
+
+
+def test_sharded_files_resume_same_world_size_refuse_other(tmp_path: Path) -> None:
+    """Mid-sub-epoch resume on the same world size continues the rank's batches exactly; on
+    another world size the ranks' files differ, so load_state_dict refuses it by name."""
+    from seqloader.errors import ResumeError
+
+    config = tmp_path / "sharded.config"
+    config.write_text(CONFIG.read_text() + SHARD)
+    whole = _loader(config, rank=1, world_size=2)
+    expected = [list(b.seq_tags) for b in whole.epoch(2)]
+    it = iter(whole.epoch(2))
+    done = [list(next(it).seq_tags)]
+    state = json.loads(json.dumps(whole.state_dict()))
+    resumed = _loader(config, rank=1, world_size=2)
+    resumed.load_state_dict(state)
+    assert done + [list(b.seq_tags) for b in resumed.epoch(2)] == expected
+    other = _loader(config, rank=0, world_size=3)
+    with pytest.raises(ResumeError, match=r"world_size=3 .*world_size=2.*sharded over the ranks"):
+        other.load_state_dict(state)
+    for loader in (whole, resumed, other):
+        loader.close()
+
+
+def test_sharded_files_legacy_sharding_refused(tmp_path: Path) -> None:
+    """Without sharding_fix (behavior_version < 26) RETURNN shards each sub-epoch's sequences
+    again: refused on 2 ranks, naming the fix; one rank is unaffected."""
+    config = tmp_path / "legacy.config"
+    config.write_text(CONFIG.read_text() + "\ntrain['distrib_shard_files'] = True\n")
+    with pytest.raises(OptionError, match=r"sharding_fix=None and behavior_version=0.*Fix: set"):
+        _loader(config, rank=0, world_size=2)
+    _loader(config, rank=0, world_size=1).close()
+    fixed = tmp_path / "v26.config"
+    fixed.write_text(config.read_text() + "\nbehavior_version = 26\n")
+    _loader(fixed, rank=0, world_size=2).close()
+
+
 SUB = "lambda files: {'class': 'HDFDataset', 'files': files, 'seq_ordering': 'random'%s}"
 
 
@@ -67,8 +149,14 @@ SUB = "lambda files: {'class': 'HDFDataset', 'files': files, 'seq_ordering': 'ra
     "change,message",
     [
         (
-            "train['distrib_shard_files'] = True",
-            r"sharded over 2 ranks .*distrib_shard_files.*Fix: leave distrib_shard_files out",
+            "train['distrib_shard_files'] = True; train['sharding_fix'] = True",
+            None,
+        ),
+        (
+            "train['distrib_shard_files'] = True; train['sharding_fix'] = True; "
+            "train['files'] = _train_files[:5]",
+            r"DistributeFilesDataset: 5 files for partition_epoch 3 x 2 "
+            r"ranks \(distrib_shard_files\).*Fix: lower partition_epoch",
         ),
         (
             "train['seq_ordering'] = 'laplace:.4'",

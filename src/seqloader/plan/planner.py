@@ -390,18 +390,30 @@ class Planner:
         self._extra += repr((pools.shuffle, pools.fixed_seed, pools.shard_files)).encode()
 
     def check_pools(self, world_size: int) -> None:
-        """File pools sharded over the ranks (RETURNN's ``distrib_shard_files``) are planned for
-        one rank only: refused on more, with the reason and the fix."""
-        if self.pools is None or not self.pools.shard_files or world_size == 1:
+        """File pools sharded over the ranks (RETURNN's ``distrib_shard_files``) need a file per
+        bin of every rank, and the source's consent (``FilePools.refuse_sharding``)."""
+        if not self.per_rank_pools(world_size):
             return
-        raise OptionError(
-            f"{self.origin or 'the source'}: file pools sharded over {world_size} ranks "
-            "(RETURNN's DistributeFilesDataset with distrib_shard_files, or torch_distributed "
-            "'shard'): each rank would order its own files and RETURNN ends every sub-epoch with "
-            "its shortest rank, dropping the rest; seqloader does not plan that. Fix: leave "
-            "distrib_shard_files out and use torch_distributed 'random_seed_offset' (each rank "
-            "RETURNN's own file order, as RETURNN), or train on one process"
-        )
+        assert self.pools is not None
+        if self.pools.refuse_sharding:
+            raise OptionError(f"{self.origin or 'the source'}: {self.pools.refuse_sharding}")
+        try:
+            self.pools.check_bins(self.options.partition_epoch, world_size)
+        except OptionError as e:
+            raise OptionError(f"{self.origin or 'the source'}: {e}") from e
+
+    def per_rank_pools(self, world_size: int) -> bool:
+        """True if each rank plans its own file pool (sharded pools on more than one rank)."""
+        return self.pools is not None and self.pools.shard_files and world_size > 1
+
+    def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
+        """The order rank ``rank`` batches on its own (``random_seed_offset``, or its share of
+        sharded file pools: its bins of the one file order, RETURNN's seeds unshifted), as
+        ``sub_epoch_order`` (one slot per chunk when chunking)."""
+        if self.per_rank_pools(world_size):
+            order = self.pool_order(epoch, 0, world_size, rank)
+            return order if self.chunks is None else self.chunks.expand(order).seqs
+        return self.sub_epoch_order(epoch, rank)
 
     def _check_fits(self, tags: Sequence[str] | None, origin: str) -> None:
         """Every planned unit (admitted sequence, or chunk) fits a batch alone, else an error."""
@@ -729,6 +741,18 @@ class Planner:
             return self.files_plan(epoch, world_size)[0]
         if self.pools is not None:
             self.check_pools(world_size)
+        if self.per_rank_pools(world_size):  # each rank its pool; the shortest ends the epoch
+            if start:
+                raise OptionError("file pools sharded over ranks cannot start mid-order")
+            orders = [self.pool_order(epoch, 0, world_size, r) for r in range(world_size)]
+            return distribute_per_rank(
+                [
+                    self.chunked_batches(order, 0, epoch, None)
+                    if self.chunks is not None
+                    else self.batches(order)
+                    for order in orders
+                ]
+            )
         if self.options.distribution == "random_seed_offset":
             if start:
                 raise OptionError("random_seed_offset plans cannot start mid-order")

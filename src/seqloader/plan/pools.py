@@ -10,8 +10,11 @@ ranges and sizes, the file shuffle), and ``pool`` gives a sub-epoch's sequences 
 sub-dataset stores them (file after file of the bin). The planner orders each pool with the
 sub-dataset's ordering, so every full epoch uses every file, hence every sequence, exactly once.
 
-``distrib_shard_files`` (RETURNN) cuts ``num_shards * partition_epoch`` bins and gives shard s the
-bins ``[s * P, (s + 1) * P)``; ``pool(..., num_shards, shard)`` takes that form.
+``distrib_shard_files`` (RETURNN) cuts ``num_shards * partition_epoch`` bins of one file order (the
+same on every rank) and gives shard s the bins ``[s * P, (s + 1) * P)``; ``pool(..., num_shards,
+shard)`` takes that form. Each rank then orders and batches its own pool; RETURNN's torch engine
+ends the sub-epoch when the first rank runs out, so the planner keeps the shortest rank's batch
+count on every rank and counts the rest as dropped.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ class FilePools:
     - ``fixed_seed``: RETURNN's ``fixed_random_seed`` of the ``DistributeFilesDataset`` (the same
       file order every full epoch); None: seeded by the full epoch and the plan's seed;
     - ``shard_files``: RETURNN's ``distrib_shard_files`` (or ``torch_distributed`` ``"shard"``):
-      ranks take disjoint bins of files instead of one order.
+      ranks take disjoint bins of files instead of one order;
+    - ``refuse_sharding``: why sharding these files over more than one rank is refused (the
+      caller's words, naming the fix), or None.
 
     >>> pools = FilePools(np.array([0, 2, 5, 6]), np.array([10, 30, 10]), shuffle=False)
     >>> [b.tolist() for b in pools.bins(2, np.random.RandomState(1))]
@@ -50,6 +55,7 @@ class FilePools:
     shuffle: bool = True
     fixed_seed: int | None = None
     shard_files: bool = False
+    refuse_sharding: str | None = None
 
     def __post_init__(self) -> None:
         bounds = np.asarray(self.bounds, dtype=np.int64)

@@ -227,7 +227,25 @@ def check_resumable(
 ) -> None:
     """Refuse what cannot continue on ``world_size`` ranks: a mid-epoch position of
     ``random_seed_offset`` (each rank its own order: no global position) on another world size.
-    Called at ``load_state_dict`` already, so the refusal comes before any training resumes."""
+    Called at ``load_state_dict`` already, so the refusal comes before any training resumes.
+    File pools sharded over the ranks (RETURNN's ``distrib_shard_files``) resume only with the
+    same world size too: which files a rank reads depends on the world size."""
+    pools = planner.pools
+    if (
+        pools is not None
+        and pools.shard_files
+        and world_size != position.segment_world_size
+        and max(world_size, position.segment_world_size) > 1
+        and not is_finished(position, segment)
+    ):
+        raise ResumeError(
+            f"cannot resume epoch {position.epoch} mid-way with world_size={world_size} from a "
+            f"state saved with world_size={position.segment_world_size}: the file pools are "
+            "sharded over the ranks (RETURNN's DistributeFilesDataset with distrib_shard_files, "
+            "or torch_distributed 'shard'), each rank reading its own bins of files, and those "
+            "bins depend on the world size, so the rest of the sub-epoch has no exact "
+            "continuation. Resume with the same world size, or finish the sub-epoch first."
+        )
     if (
         planner.options.distribution == "random_seed_offset"
         and world_size != position.segment_world_size

@@ -22,7 +22,7 @@ from seqloader.extras import require
 from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.plan.planner import refuse_unimplemented
 from seqloader.returnn.datasets import Converted, convert_dataset
-from seqloader.returnn.distrib_files import sharded
+from seqloader.returnn.distrib_files import sharded, with_sharding_fix
 from seqloader.returnn.stubs import Stub, find_stub, stub_imports
 from seqloader.returnn.view import ReturnnView
 from seqloader.torch.loader import SeqLoader
@@ -182,6 +182,8 @@ def returnn_datasets(
         converted = convert_dataset(name, spec, default_ordering)
         if name == TRAIN and _distribution(values) == "shard":
             converted = sharded(converted)  # RETURNN shards a DistributeFilesDataset's files
+        if isinstance(spec, Mapping) and spec.get("class") == "DistributeFilesDataset":
+            converted = with_sharding_fix(converted, spec, int(values.get("behavior_version") or 0))
         plan = _plan_options(name, converted, values)
         _check_fits(name, converted, plan, values)
         workers = _worker_options(values, converted.num_workers)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -37,7 +37,7 @@ NO_EFFECT = {
     "use_worker_proc": "runs the sub-dataset in a process of its own or not",
     "preload_next_n_sub_epochs": "builds the next sub-epochs' datasets ahead",
     "buffer_size": "sequences the sub-dataset's process reads ahead",
-    "sharding_fix": "with one rank nothing is sharded (several are refused with distrib_shard_files)",
+    "sharding_fix": "checked where the files are sharded over ranks (with_sharding_fix)",
     "name": "RETURNN's name for logs",
 }
 KIND = "DistributeFilesDataset"
@@ -125,6 +125,37 @@ def sharded(converted: Any) -> Any:
     pools = replace(pools, shard_files=True)
     new = ReturnnView(
         view.inner, order_lengths=view.order_lengths(), excluded=view.excluded(), pools=pools
+    )
+    return replace(converted, source=new)
+
+
+def with_sharding_fix(converted: Any, opts: Mapping[str, Any], behavior_version: int) -> Any:
+    """Sharded pools as RETURNN's fixed sharding (each rank all sequences of its files), or
+    refused on more than one rank (``FilePools.refuse_sharding``) where RETURNN's legacy one
+    applies: without ``sharding_fix`` (and ``behavior_version`` < 26) RETURNN shards each
+    sub-epoch's sequences again, so a rank reads 1/W of its own files' sequences."""
+    from dataclasses import replace
+
+    view = converted.source
+    pools = view.file_pools()
+    if pools is None or not pools.shard_files:
+        return converted
+    fix = opts.get("sharding_fix")
+    if fix is True or (fix is None and behavior_version >= 26):
+        return converted
+    why = (
+        f"{KIND} sharded over the ranks (distrib_shard_files, or torch_distributed 'shard') "
+        f"with sharding_fix={fix!r} and behavior_version={behavior_version}: RETURNN's legacy "
+        "sharding then shards each sub-epoch's sequences again on top of the files, so a rank "
+        "reads 1/world_size of its own files (rwth-i6/returnn issue 1738); seqloader plans the "
+        "fixed sharding only. Fix: set 'sharding_fix': True in the dataset (or behavior_version "
+        ">= 26), or train on one process"
+    )
+    new = ReturnnView(
+        view.inner,
+        order_lengths=view.order_lengths(),
+        excluded=view.excluded(),
+        pools=replace(pools, refuse_sharding=why),
     )
     return replace(converted, source=new)
 

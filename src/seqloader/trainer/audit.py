@@ -135,7 +135,10 @@ class AuditResult:
         if self.skipped:
             allowed.append(f"{self.skipped} skipped by the source")
         if self.dropped:
-            allowed.append(f"{self.dropped} dropped by uneven='drop'")
+            allowed.append(
+                f"{self.dropped} dropped by uneven='drop', or past the shortest rank "
+                "(random_seed_offset; sharded file pools, as RETURNN)"
+            )
         if self.unchecked:
             allowed.append(f"{self.unchecked} before the resume position not checked")
         extra = f" ({'; '.join(allowed)})" if allowed else ""
@@ -404,7 +407,7 @@ class EpochAuditor:
         if not gathered:
             scope = "rank"
             streams = [self._stream(self.share_order(), 0, 0, payloads[0])]
-        elif distribution == "shard":
+        elif distribution == "shard" and not self.planner.per_rank_pools(self.world_size):
             scope = "all ranks" if self.world_size > 1 else "single rank"
             order = self.planner.sub_epoch_order(self.epoch, 0, self.order_world_size)
             merged = {
@@ -420,13 +423,13 @@ class EpochAuditor:
             }
             order, start = self.files_order()
             streams = [self._stream(order, start, self.plan.dropped, merged)]
-        else:  # random_seed_offset: every rank its own order, each checked on its own
+        else:  # random_seed_offset, sharded file pools: every rank its own order, each alone
             scope = "all ranks" if self.world_size > 1 else "single rank"
             streams = []
             for p in payloads:
                 r = int(p["rank"])
                 share = self.plan.rank_share(r)
-                order = self.planner.sub_epoch_order(self.epoch, r)
+                order = self.planner.rank_order(self.epoch, r, self.world_size)
                 dropped = len(order) - share.real_count()
                 streams.append(self._stream(order, share.real_count(self.start_steps), dropped, p))
         counts = verify(streams, len(self.planner.lengths), self.source.tag)

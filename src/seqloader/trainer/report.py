@@ -206,7 +206,11 @@ class EpochReport:
             f"filtered {filtered}" + (f" {self.filtered}" if filtered else ""),
         ]
         if self.dropped:
-            parts.append(f"dropped {self.dropped} (uneven/drop or random_seed_offset)")
+            parts.append(
+                f"dropped {self.dropped} (uneven/drop, or past the shortest rank: "
+                "random_seed_offset, or file pools sharded over ranks as RETURNN's "
+                "distrib_shard_files, whose epoch ends when the first rank runs out)"
+            )
         if self.repeats:
             parts.append(f"filler repeats {self.repeats} (masked)")
         if self.skipped:
