@@ -94,6 +94,7 @@ def test_sharded_files_each_rank_as_returnn_shortest_rank_ends(
         tags = [set(t for b in expected[r][epoch] for t in b) for r in range(world_size)]
         assert all(not (tags[a] & tags[b]) for a in range(world_size) for b in range(a))
     loaders = [_loader(ours, rank=r, world_size=world_size) for r in range(world_size)]
+    dropped = 0
     for epoch in epochs:
         steps = min(len(expected[r][epoch]) for r in range(world_size))
         total = sum(len(t) for r in range(world_size) for t in expected[r][epoch])
@@ -103,6 +104,8 @@ def test_sharded_files_each_rank_as_returnn_shortest_rank_ends(
             assert got == expected[r][epoch][:steps], (epoch, r)
             plan = loader.planner.global_plan(epoch, world_size)
             assert plan.steps == steps and plan.dropped == total - kept
+        dropped += total - kept
+    assert dropped > 0  # the stand-in corpus has uneven ranks in sub-epoch 4
     for loader in loaders:
         loader.close()
 
@@ -243,3 +246,72 @@ def test_chunked_pools_as_returnn(tmp_path: Path, num_workers: int) -> None:
     for key, ref in expected_values.items():
         for k, value in ref.items():
             assert (abs(got_values[key][k] - value) <= 1e-6).all(), (key, k)
+
+
+_GLOO_SCRIPT = """
+import json, os, sys, warnings
+import torch.distributed as dist
+import seqloader as sl
+from seqloader.returnn.config import returnn_datasets
+
+dist.init_process_group("gloo")
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    d = returnn_datasets(sys.argv[1], only="train")["train"]
+out = {}
+with sl.SeqLoader(d.source, plan=d.plan, workers=d.workers, audit=True) as loader:
+    for epoch in (1, 4):
+        tags = [list(b.seq_tags) for b in loader.epoch(epoch)]
+        report = loader.report()
+        out[epoch] = {"tags": tags, "dropped": report.dropped, "audit": report.audit.to_dict()}
+print("RESULT " + json.dumps(out), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+def test_sharded_files_over_gloo_as_returnn_with_the_audit(tmp_path: Path) -> None:
+    """Two real processes (gloo, one DataLoader worker each as the config says) with
+    torch_distributed 'shard': each rank's batches are RETURNN's for that rank up to the
+    shortest rank's count; the audit over all ranks passes, the rest counted as dropped."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import free_port
+
+    epochs = (1, 4)  # sub-epoch 4: rank 1 has a batch more, dropped as RETURNN does
+    expected = _rank_references(tmp_path, 2, epochs)
+    config = tmp_path / "gloo.config"
+    config.write_text(
+        CONFIG.read_text()
+        + "\ntrain['sharding_fix'] = True\ntorch_distributed = {'dataset_distribution': 'shard'}\n"
+    )
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+           "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _GLOO_SCRIPT, str(config)],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    for r, p in enumerate(procs):
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0, out[-3000:]
+        line = next(x for x in out.splitlines() if x.startswith("RESULT "))
+        got = json.loads(line[len("RESULT ") :])
+        for epoch in epochs:
+            steps = min(len(expected[q][epoch]) for q in (0, 1))
+            total = sum(len(t) for q in (0, 1) for t in expected[q][epoch])
+            kept = sum(len(t) for q in (0, 1) for t in expected[q][epoch][:steps])
+            res = got[str(epoch)]
+            assert res["tags"] == expected[r][epoch][:steps], (r, epoch)
+            assert res["dropped"] == total - kept
+            audit = res["audit"]
+            assert audit["ok"] and audit["scope"] == "all ranks", audit
+            assert audit["dropped"] == total - kept and audit["delivered"] == kept
+        assert got["4"]["dropped"] > 0
