@@ -225,6 +225,24 @@ def test_cli_check_plans_the_pools(capsys) -> None:
     assert result["ok"] and result["world_size"] == 3
 
 
+def test_cli_check_names_returnns_shortest_rank_drop(tmp_path: Path, capsys) -> None:
+    """seqloader check over sharded files on 2 ranks: equal steps hold; the sequences past the
+    shortest rank are reported with RETURNN's reason, not as a silent loss."""
+    from seqloader.cli.main import main
+
+    config = tmp_path / "sharded.config"
+    config.write_text(CONFIG.read_text() + SHARD)
+    args = ["check", str(config), "--dataset", "train", "--world-size", "2", "--epochs", "6"]
+    code = main(args)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "C2 equal steps: ok" in out
+    assert "epoch 4 (full epoch 2, part 1): 1 steps per rank, dropped 3" in out
+    assert "6 admitted sequences never used" in out
+    assert "sharded over the 2 ranks (RETURNN's DistributeFilesDataset" in out
+    assert "6 sequences of the other ranks were dropped" in out
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_chunked_pools_as_returnn(tmp_path: Path, num_workers: int) -> None:
     """RETURNN's chunking on top of the pools (a hybrid setup's framewise targets): each pool's

@@ -314,6 +314,15 @@ def _exactly_once(
             "pass per epoch over all ranks together"
         )
     dropped = sum(e.dropped for e in epochs_sim)
+    if planner.per_rank_pools(world_size) and dropped:
+        why.append(
+            f"the file pools are sharded over the {world_size} ranks (RETURNN's "
+            "DistributeFilesDataset with distrib_shard_files, or torch_distributed 'shard'): "
+            "each rank reads its own files and, as RETURNN's torch engine, every sub-epoch ends "
+            f"when the first rank runs out, so {dropped} sequences of the other ranks were "
+            "dropped (counted in each epoch's report); leave the sharding out for one pass over "
+            "all data per full epoch"
+        )
     if opts.uneven == "drop" and dropped:
         why.append(
             f"uneven='drop' left {dropped} sequences out of the last round; use uneven='split' "
