@@ -2,21 +2,23 @@
 time and private memory from the constructor to holding the rank's plan of epoch 1.
 
     python -m benchmarks.loader_scale [--sizes 1e7,1e8] [--reps 2] [--base-src DIR] [--out FILE]
-                                      [--profile N]
+                                      [--profile N] [--source store|hdf] [--cases ...]
 
 The corpus: one column store file per node (``seqloader.sources.columns``) with ``n`` int32
 lengths (uniform in 50..2000), ``n`` tags ``corpus/rec<i>/seg<i>`` (a strings column) and the
 bounds of 10^5 equal files, opened as ``StoreSource`` (below: a ``Source`` whose metadata are
-views of the store, as ``HDFSource``'s are once its store is built). A first child builds the
-node's stores (the bucket index, and whatever the code keeps per node), in a fresh
-``XDG_CACHE_HOME``; the measured children then open them, as every later rank of the node does.
+views of the store, as ``HDFSource``'s are once its store is built); ``--source hdf``: one RETURNN
+HDF file (``benchmarks.metadata``'s corpus) opened as ``HDFSource``, ``shard`` cases only. A
+first child builds the node's stores (the bucket index, and whatever the code keeps per node), in
+a fresh ``XDG_CACHE_HOME``; the measured children then open them, as every later rank of the
+node does.
 
 Each measured child (a fresh process, rotating between this checkout and ``--base-src``) opens the
 source, then times ``SeqLoader(source, rank=517, world_size=1024, planning="indexed", ...)`` and
 ``loader.global_plan(1).rank_share(517)`` (torch and seqloader imported before, as in a training
-script). Private memory: the peak of ``RssAnon`` (anonymous
-pages: not the mapped store, which is page cache shared by the node), sampled every millisecond
-by a thread, less its value before construction. ``--profile N`` runs ``cProfile`` on one child of
+script). Private memory: the peak of ``RssAnon`` (anonymous pages: not the mapped store, which
+is page cache shared by the node), sampled every millisecond by a thread, less its value before
+construction. ``--profile N`` runs ``cProfile`` on one child of
 ``N`` sequences and prints the top entries instead. Medians; ``results/loader_scale.json`` keeps
 one entry per run.
 """
@@ -188,12 +190,35 @@ class PeakAnon:
         self.peak = max(self.peak, _rss_anon())
 
 
+def hdf_corpus(n: int, folder: str) -> str:
+    """One RETURNN HDF file of ``n`` sequences (``benchmarks.metadata``'s corpus: the same
+    lengths distribution and tags), for ``--source hdf``."""
+    from benchmarks.metadata import write_corpus
+
+    path = os.path.join(folder, f"corpus-{n}.hdf")
+    if not os.path.exists(path):
+        write_corpus(path + ".tmp", n)
+        os.replace(path + ".tmp", path)
+    return path
+
+
+def open_source(config: dict) -> Any:
+    """``StoreSource`` over the column store, or ``HDFSource`` (its metadata store in the
+    folder's ``hdf-index``) for ``--source hdf``."""
+    if config.get("source") == "hdf":
+        from seqloader.sources.hdf import HDFSource
+
+        index = os.path.join(os.path.dirname(config["store"]), "hdf-index")
+        return HDFSource(config["store"], index_dir=index)
+    return StoreSource(config["store"])
+
+
 def child(config: dict) -> dict:
     import torch  # noqa: F401 - a training script has torch imported before it builds a loader
 
     from seqloader.torch.loader import SeqLoader
 
-    source = StoreSource(config["store"])
+    source = open_source(config)
     options = {"ordering": config["ordering"], "distribution": config["distribution"]}
     with PeakAnon() as mem:
         t0 = time.perf_counter()
@@ -241,6 +266,9 @@ def main() -> None:
     ap.add_argument("--folder", default=None, help="where the corpus stores are kept")
     ap.add_argument("--out", default=RESULTS)
     ap.add_argument("--profile", type=float, default=None)
+    ap.add_argument(
+        "--source", choices=("store", "hdf"), default="store", help="hdf: shard cases only"
+    )
     ap.add_argument("--child", default=None)
     args = ap.parse_args()
     if args.child is not None:
@@ -254,13 +282,13 @@ def main() -> None:
     for size in args.sizes.split(","):
         n = int(float(size))
         t0 = time.perf_counter()
-        store = corpus_store(n, folder)
+        store = corpus_store(n, folder) if args.source == "store" else hdf_corpus(n, folder)
         print(f"n={n}: corpus store {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         codes = ["new"] + (["base"] if args.base_src and n <= args.base_max else [])
         for case in args.cases.split(","):
             results: dict[str, list[dict]] = {c: [] for c in codes}
             for code in codes:  # the node's stores, once per code (each its own cache folder)
-                cfg = {"store": store, **CASES[case], "code": code}
+                cfg = {"store": store, **CASES[case], "code": code, "source": args.source}
                 os.environ["XDG_CACHE_HOME"] = os.path.join(folder, f"cache-{code}")
                 t0 = time.perf_counter()
                 run_child("benchmarks.loader_scale", cfg, args.base_src, 3600)
@@ -268,11 +296,18 @@ def main() -> None:
             for _ in range(args.reps):
                 for code in codes:
                     os.environ["XDG_CACHE_HOME"] = os.path.join(folder, f"cache-{code}")
-                    cfg = {"store": store, **CASES[case], "code": code, "label": f"{n} {case}"}
+                    cfg = {
+                        "store": store,
+                        **CASES[case],
+                        "code": code,
+                        "label": f"{n} {case}",
+                        "source": args.source,
+                    }
                     results[code].append(
                         run_child("benchmarks.loader_scale", cfg, args.base_src, 3600)
                     )
-            row: dict[str, Any] = {"n": n, "case": case, "load": load_average()}
+            row: dict[str, Any] = {"n": n, "case": case, "source": args.source}
+            row["load"] = load_average()
             for code in codes:
                 runs = results[code]
                 row[code] = {

@@ -4,6 +4,8 @@ this rank's batches within the limits (no timing assertions)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from benchmarks import loader_scale
 
@@ -26,3 +28,14 @@ def test_corpus_store_and_child(tmp_path, monkeypatch):
     out = loader_scale.child({"store": path, **loader_scale.CASES["shard laplace"]})
     assert out["checks_ok"] and out["rank_batches"] >= 1
     assert out["private_bytes"] >= 0 and out["total_s"] > 0
+
+
+def test_child_over_an_hdf_corpus(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = loader_scale.hdf_corpus(2000, str(tmp_path))
+    config = {"store": path, "source": "hdf", **loader_scale.CASES["shard buckets:30"]}
+    source = loader_scale.open_source(config)
+    assert len(source) == 2000 and source.tag(5) == "corpus/rec5/seg5"
+    out = loader_scale.child(config)
+    assert out["checks_ok"] and out["rank_batches"] >= 1
+    assert os.listdir(tmp_path / "hdf-index")  # the HDF metadata store, built once
