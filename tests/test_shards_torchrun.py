@@ -33,8 +33,11 @@ def test_torchrun_over_shar_shards(tmp_path: Path, world: int) -> None:
     args += ["--epochs", "2", "--shar", str(tmp_path / "shar")]
     rc, console = launch("torchrun", world, tmp_path, "shar", *args)
     assert rc == 0, console
-    stores = list((tmp_path / "shard-index").glob("*.cols"))
-    assert len(stores) == 1  # built once, whatever the number of ranks
+    stores = sorted(p.name for p in (tmp_path / "shard-index").glob("*.cols"))
+    # built once, whatever the number of ranks: the index and the planned lengths beside it
+    assert len(stores) == 2, stores
+    index, planned = sorted(stores, key=len)
+    assert planned.startswith(index.removesuffix(".cols") + "-planned-")
     source = sl.ShardSource.lhotse_shar(tmp_path / "shar", index_dir=tmp_path / "shard-index")
     assert not source.index_built
     bounds = source.file_layout()
