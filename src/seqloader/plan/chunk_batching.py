@@ -25,13 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.plan.chunks import ChunkTable
+from seqloader.plan.limits import lift
 
 #: Largest batch cap handled here (int16 fits); beyond it callers use the general batcher.
 MAX_CAP = 4096
 #: Most windows a sequence's end may cut (``ceil(size / step)``) handled here.
 MAX_CUT = 16
-# Starts handled per vectorised block of the lifting; bounds its working memory.
-_BLOCK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -232,37 +231,4 @@ def _lift_runs(
     idx = np.arange(total, dtype=np.int64) + np.repeat(lo - offsets, lengths)
     window = fit[np.minimum(idx, m - 1)].astype(np.int16)
     window[offsets + lengths - 1] = 0
-    return _lift(window, cap), offsets
-
-
-def _lift(fit: np.ndarray, cap: int) -> np.ndarray:
-    """For every start ``i``: the largest ``c <= cap`` with ``c <= min(fit[i:i+c])`` (0 when none;
-    past the end counts as 0) -> int64 ``[m]``. Binary lifting over power-of-two range minima
-    (int16), in blocks of starts."""
-    m = len(fit)
-    top = max(cap - 1, 0).bit_length()  # 2**top >= cap
-    out = np.empty(m, dtype=np.int64)
-    for a in range(0, m, _BLOCK):
-        b = min(m, a + _BLOCK)
-        seg = np.zeros(b - a + (2 << top), dtype=np.int16)
-        w = min(m, b + cap) - a
-        seg[:w] = fit[a : a + w]
-        levels = [seg]
-        for k in range(1, top + 1):
-            half = 1 << (k - 1)
-            prev = levels[-1]
-            levels.append(np.minimum(prev[:-half], prev[half:]))
-        starts = np.arange(b - a, dtype=np.int64)
-        size = np.zeros(b - a, dtype=np.int16)
-        low = np.full(b - a, cap, dtype=np.int16)
-        got = np.empty(b - a, dtype=np.int16)
-        ok = np.empty(b - a, dtype=bool)
-        for k in range(top, -1, -1):
-            cand = size + np.int16(1 << k)
-            np.take(levels[k], starts + size, out=got)
-            np.minimum(got, low, out=got)
-            np.less_equal(cand, got, out=ok)
-            np.copyto(size, cand, where=ok)
-            np.copyto(low, got, where=ok)
-        out[a:b] = size
-    return out
+    return lift(window, cap), offsets
