@@ -61,12 +61,9 @@ TORCH_FREE = {
 # modules looked up by name at runtime (importlib.import_module), each declared with its reason:
 # (importing module, looked-up module) -> why
 LOOKUPS: dict[tuple[str, str], str] = {
-    ("seqloader.audio.features", "seqloader.torch.log_mel"):
-        "torch's STFT kernel, chosen when log-mel features are first computed and torch is "
-        "installed: importing audio loads no torch",
-    ("seqloader.audio.kaldi_fbank", "seqloader.torch.log_mel"):
-        "torch's Kaldi filterbank kernel, chosen when KaldiFbank frames are first computed and "
-        "torch is installed: importing audio loads no torch",
+    ("seqloader.audio.kernel_choice", "seqloader.torch.log_mel"):
+        "torch's feature kernels (log-mel STFT, Kaldi filterbank), chosen when features are first "
+        "computed and torch is installed: importing audio loads no torch",
 }  # fmt: skip
 # third-party packages pure planning may use
 PLAN_THIRD_PARTY = {"numpy"}

@@ -16,14 +16,13 @@ plan in feature frames from the manifest's durations without decoding anything:
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from seqloader.audio.kernel_choice import KernelChoice
 from seqloader.errors import OptionError
 
 
@@ -111,7 +110,7 @@ class LogMel:
             raise OptionError(f"LogMel: got a waveform of shape {x.shape}, expected 1-D [samples]")
         if self.num_frames(len(x)) == 0:
             return np.zeros((0, self.n_mels), dtype=np.float32)
-        return (_KERNEL[0] or default_kernel())(self, x)
+        return _KERNEL_CHOICE.get()(self, x)
 
 
 def hz_to_mel(f: np.ndarray | float) -> np.ndarray:
@@ -158,25 +157,17 @@ def numpy_log_mel(options: LogMel, x: np.ndarray) -> np.ndarray:
 
 
 Kernel = Callable[[LogMel, np.ndarray], np.ndarray]
-_KERNEL: list[Kernel | None] = [None]  # None: not chosen yet (default_kernel at first use)
+_KERNEL_CHOICE: KernelChoice[Kernel] = KernelChoice(numpy_log_mel, "log_filterbank")
 
 
 def default_kernel() -> Kernel:
     """torch's kernel where torch is installed, else numpy's; chosen once per process, when
     features are first computed (a lookup by name: this layer imports no torch)."""
-    kernel = _KERNEL[0]
-    if kernel is None:
-        if importlib.util.find_spec("torch") is None:
-            kernel = numpy_log_mel
-        else:
-            kernel = importlib.import_module("seqloader.torch.log_mel").log_filterbank
-        _KERNEL[0] = kernel
-    return kernel
+    return _KERNEL_CHOICE.get()
 
 
 def use_kernel(kernel: Kernel) -> Kernel:
     """Compute log-mel features with ``kernel`` in this process from now on (``LogMel.__call__``
     checks the input; the kernel gets float32 ``[samples >= n_fft]``); returns the previous one
     (``default_kernel()`` if none was chosen yet)."""
-    previous, _KERNEL[0] = default_kernel(), kernel
-    return previous
+    return _KERNEL_CHOICE.use(kernel)

@@ -23,14 +23,13 @@ Dither (random noise) is not offered: it would make a sequence's frames depend o
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from seqloader.audio.kernel_choice import KernelChoice
 from seqloader.errors import OptionError
 
 _EPS = float(np.finfo(np.float32).eps)
@@ -119,7 +118,7 @@ class KaldiFbank:
         counts = np.asarray(self.num_frames(np.array([len(x) for x in xs], np.int64)), np.int64)
         frames = kaldi_frames(self, xs, counts)
         feats = np.empty((len(frames), self.n_mels), np.float32)
-        kernel = _KERNEL[0] or default_kernel()
+        kernel = _KERNEL_CHOICE.get()
         for a in range(0, len(frames), BLOCK_FRAMES):
             feats[a : a + BLOCK_FRAMES] = kernel(self, frames[a : a + BLOCK_FRAMES])
         return np.split(feats, np.cumsum(counts)[:-1]) if xs else []
@@ -185,28 +184,20 @@ def numpy_kaldi_fbank(options: KaldiFbank, frames: np.ndarray) -> np.ndarray:
 
 
 Kernel = Callable[[KaldiFbank, np.ndarray], np.ndarray]
-_KERNEL: list[Kernel | None] = [None]  # None: not chosen yet (default_kernel at first use)
+_KERNEL_CHOICE: KernelChoice[Kernel] = KernelChoice(numpy_kaldi_fbank, "kaldi_filterbank")
 
 
 def default_kernel() -> Kernel:
     """torch's kernel (``seqloader.torch.log_mel.kaldi_filterbank``: its FFT measured 3-4x numpy's
     on blocks of frames) where torch is installed, else numpy's; chosen once per process when
     frames are first computed (a lookup by name: this layer imports no torch)."""
-    kernel = _KERNEL[0]
-    if kernel is None:
-        if importlib.util.find_spec("torch") is None:
-            kernel = numpy_kaldi_fbank
-        else:
-            kernel = importlib.import_module("seqloader.torch.log_mel").kaldi_filterbank
-        _KERNEL[0] = kernel
-    return kernel
+    return _KERNEL_CHOICE.get()
 
 
 def use_kernel(kernel: Kernel) -> Kernel:
     """Compute ``KaldiFbank`` frames with ``kernel`` in this process from now on (it gets
     ``kaldi_frames``' array, which it may change); returns the previous one."""
-    previous, _KERNEL[0] = default_kernel(), kernel
-    return previous
+    return _KERNEL_CHOICE.use(kernel)
 
 
 def _frames(x: np.ndarray, options: KaldiFbank) -> np.ndarray:
