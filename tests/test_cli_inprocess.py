@@ -18,7 +18,7 @@ from seqloader.plan.options import PlanOptions
 from seqloader.trainer.loader_options import WorkerOptions
 from test_cli import SPEC, corpus, frame_lengths, hdf  # noqa: F401 (fixtures)
 
-COMMANDS = ("demo", "bench", "check", "stats", "convert")
+COMMANDS = ("demo", "bench", "check", "stats", "convert", "prepare", "cache")
 
 
 def run(capsys, *args: object) -> tuple[int, str, str]:

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from seqloader.torch.loader import SeqLoader
     from seqloader.trainer.checks import CheckOptions
     from seqloader.trainer.loader_options import WorkerOptions
+    from seqloader.trainer.prepare import prepare
     from seqloader.trainer.report import EpochReport
 
 __version__ = "0.1.0"
@@ -112,6 +113,7 @@ _HOME: dict[str, str] = {
     "WorkerOptions": "seqloader.trainer.loader_options",
     "EpochReport": "seqloader.trainer.report",
     "CheckOptions": "seqloader.trainer.checks",
+    "prepare": "seqloader.trainer.prepare",
 }
 
 __all__ = [
@@ -158,6 +160,7 @@ __all__ = [
     "__version__",
     "convert_contiguous",
     "from_returnn_config",
+    "prepare",
     "write_hdf",
 ]
 

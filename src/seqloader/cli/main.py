@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from seqloader import __version__
-from seqloader.cli import bench, check, convert, demo, stats
+from seqloader.cli import bench, cache, check, convert, demo, prepare, stats
 from seqloader.errors import SeqLoaderError
 
-COMMANDS = (demo, bench, check, stats, convert)
+COMMANDS = (demo, bench, check, stats, convert, prepare, cache)
 EXIT_CONTRACT = 1
 EXIT_USAGE = 2
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -21,15 +22,35 @@ from seqloader.plan.histogram import BucketIndex
 from seqloader.plan.indexed import INDEXED_ALGORITHM, IndexedPlanner
 from seqloader.plan.options import PlanOptions
 from seqloader.sources.columns import open_or_build
+from seqloader.sources.node_cache import NodeStore, about, cache_dir
 
 #: Corpora with fewer sequences build their index in memory (it takes milliseconds).
 MIN_SEQUENCES = 1_000_000
+#: what ``seqloader prepare`` calls this store
+KIND = "bucket index"
 
 
 def default_bucket_dir() -> str:
     """``$XDG_CACHE_HOME/seqloader/buckets`` (else ``~/.cache/seqloader/buckets``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "seqloader", "buckets")
+    return cache_dir("buckets")
+
+
+def bucket_index_path(
+    lengths: Mapping[str, np.ndarray],
+    options: PlanOptions,
+    source_fingerprint: str,
+    folder: str | None = None,
+) -> tuple[str, str]:
+    """(path, identity) of the node's bucket index file for these lengths, options and source
+    (the one key of the file: ``shared_bucket_index`` and ``seqloader prepare`` both use it)."""
+    h = hashlib.sha256()
+    for part in (INDEXED_ALGORITHM, source_fingerprint, options.to_json(), repr(sorted(lengths))):
+        h.update(part.encode())
+        h.update(b"\0")
+    identity = h.hexdigest()
+    return os.path.join(
+        folder or default_bucket_dir(), f"buckets-{identity[:24]}.seqcols"
+    ), identity
 
 
 def shared_bucket_index(
@@ -39,26 +60,33 @@ def shared_bucket_index(
     files: np.ndarray | None = None,
     excluded: Mapping[str, np.ndarray] | None = None,
     folder: str | None = None,
+    origin: str = "",
+    stores: list[NodeStore] | None = None,
 ) -> BucketIndex | None:
     """The node's bucket index for these lengths and options, memory-mapped (built here if no
     process of the node has built it yet); None for global planning or a corpus below
     ``MIN_SEQUENCES`` (the planner then builds it in memory). ``source_fingerprint`` is called
-    only when a file is used."""
+    only when a file is used. ``origin`` (the source's description) goes into the file's header,
+    to say what it belongs to; ``stores`` collects what was built or found."""
     if options.planning != "indexed":
+        if stores is not None:
+            stores.append(NodeStore(KIND, None, False, 0.0, note="not used: planning='global'"))
         return None
     n = len(next(iter(lengths.values()))) if lengths else 0
     if n < MIN_SEQUENCES:
+        if stores is not None:
+            note = f"kept in memory: {n} < {MIN_SEQUENCES} sequences (milliseconds to build)"
+            stores.append(NodeStore(KIND, None, False, 0.0, note=note))
         return None
-    h = hashlib.sha256()
-    for part in (INDEXED_ALGORITHM, source_fingerprint(), options.to_json(), repr(sorted(lengths))):
-        h.update(part.encode())
-        h.update(b"\0")
-    identity = h.hexdigest()
-    path = os.path.join(folder or default_bucket_dir(), f"buckets-{identity[:24]}.seqcols")
+    path, identity = bucket_index_path(lengths, options, source_fingerprint(), folder)
 
     def build() -> tuple[dict[str, np.ndarray], dict[str, object]]:
         planner = IndexedPlanner(lengths, options, files=files, excluded=excluded)
-        return planner.index.columns(), {"sequences": n}
+        owner = about(f"{origin} {options.to_json()} keys={sorted(lengths)}")
+        return planner.index.columns(), {"sequences": n, "about": owner}
 
-    store, _ = open_or_build(path, identity, build)
+    started = time.perf_counter()
+    store, built = open_or_build(path, identity, build)
+    if stores is not None:
+        stores.append(NodeStore.of(KIND, store, built, time.perf_counter() - started))
     return BucketIndex.from_columns({name: store.column(name) for name in store.names})

@@ -426,6 +426,11 @@ class ShardSource(SourceBase):
         at = f" ({shard.listing} line {line})" if line else ""
         return f"tar shard {shard.tar!r} member {member!r}{at}"
 
+    @property
+    def store(self) -> ColumnStore:
+        """The memory-mapped index of the shards (the node's file, built once)."""
+        return self._store
+
     def fingerprint(self) -> str:
         if self._fingerprint is None:
             h = hashlib.sha256(f"{INDEX_VERSION}\0{self.options!r}\0".encode())

@@ -117,7 +117,8 @@ class HDFSource(SourceBase):
         def merge(layouts: list[FileLayout]) -> tuple[dict[str, KeySpec], dict[str, str]]:
             return _merge_schema(layouts, keys, self._paths)
 
-        meta, self.index_built = open_metadata(identity, index_dir, read_layouts, merge)
+        origin = f"HDFSource({len(self._paths)} file(s): {', '.join(self._paths)}; keys={keys})"
+        meta, self.index_built = open_metadata(identity, index_dir, read_layouts, merge, origin)
         self._store = meta.store
         self._schema, self._skipped = meta.schema, meta.skipped
         self._datasets = [{k: dataset_of(k) for k in self._schema}] * n

@@ -36,6 +36,7 @@ from seqloader.sources.columns import (
     open_or_build,
 )
 from seqloader.sources.hdf_layout import INPUTS, TARGETS, FileLayout, PackedTags
+from seqloader.sources.node_cache import about, cache_dir
 
 STORE_VERSION = "hdf-meta1"  # the columns and meta below; a change of them changes it
 
@@ -65,8 +66,7 @@ class Metadata:
 
 def default_index_dir() -> str:
     """``$XDG_CACHE_HOME/seqloader/hdf`` (else ``~/.cache/seqloader/hdf``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "seqloader", "hdf")
+    return cache_dir("hdf")
 
 
 def identity_of(paths: Sequence[str], remote_keys: Sequence[str] | None, keys: object) -> str:
@@ -86,15 +86,17 @@ def open_metadata(
     index_dir: str | os.PathLike | None,
     read_layouts: Callable[[], list[FileLayout]],
     merge: Merge,
+    origin: str = "",
 ) -> tuple[Metadata, bool]:
     """The files' metadata from the store of ``identity`` in ``index_dir``: mapped when it is
     there, else built from ``read_layouts()`` (once per node). Returns (metadata, built here).
+    ``origin`` (the files, for a listing of the cache) goes into the store's header.
     Where the store cannot be written (a read-only cache directory), the metadata is held in this
     process's memory, with a ``DataWarning`` naming the directory."""
     directory = default_index_dir() if index_dir is None else os.fspath(index_dir)
     path = os.path.join(directory, f"hdf-{identity}.cols")
     try:
-        store, built = open_or_build(path, identity, lambda: _build(read_layouts, merge))
+        store, built = open_or_build(path, identity, lambda: _build(read_layouts, merge, origin))
     except OSError as e:  # the index directory (the files' own errors are DataErrors)
         warnings.warn(
             f"HDFSource: cannot write the metadata index {path!r} ({e}); the metadata is held "
@@ -103,7 +105,7 @@ def open_metadata(
             DataWarning,
             stacklevel=3,
         )
-        columns, meta = _build(read_layouts, merge)
+        columns, meta = _build(read_layouts, merge, origin)
         _warn_again(meta)
         return _from_columns(columns, meta, None), True
     _warn_again(store.meta)
@@ -123,7 +125,7 @@ def _warn_again(meta: Mapping[str, Any]) -> None:
 
 
 def _build(
-    read_layouts: Callable[[], list[FileLayout]], merge: Merge
+    read_layouts: Callable[[], list[FileLayout]], merge: Merge, origin: str = ""
 ) -> tuple[dict[str, Column], dict[str, Any]]:
     """Columns and meta of the files' layouts (read in this process, dropped after writing)."""
     error: BaseException | None = None
@@ -157,6 +159,8 @@ def _build(
         "skipped": skipped,
         "warnings": messages,
         "fingerprint": fingerprint_of(tags, lengths, schema, "hdf"),
+        "sequences": int(bounds[-1]),
+        "about": about(origin),
     }
     return columns, meta
 

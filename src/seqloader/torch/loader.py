@@ -111,7 +111,12 @@ class SeqLoader:
             repr(source),
             **inputs.kwargs(),
             index=shared_bucket_index(  # indexed planning: once per node, memory-mapped
-                lengths, self.plan_options, source.fingerprint, inputs.files, inputs.excluded
+                lengths,
+                self.plan_options,
+                source.fingerprint,
+                inputs.files,
+                inputs.excluded,
+                origin=repr(source),
             ),
         )
         self.length_key = self.planner.length_key

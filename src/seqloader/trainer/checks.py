@@ -25,6 +25,7 @@ import numpy as np
 from seqloader.errors import EXAMPLES, DataError, DataWarning
 from seqloader.plan.planner import Planner
 from seqloader.sources.base import HashedTags, Source, declares, where
+from seqloader.sources.node_cache import NodeStore
 from seqloader.trainer.duplicate_store import node_duplicate_tags
 from seqloader.validate import Policy, policy_option
 
@@ -92,12 +93,17 @@ def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
     return dups
 
 
-def check_duplicate_tags(source: Source, tags: Sequence[str], policy: str) -> dict[str, list[int]]:
+def check_duplicate_tags(
+    source: Source, tags: Sequence[str], policy: str, stores: list[NodeStore] | None = None
+) -> dict[str, list[int]]:
     """Act on ``policy`` about repeated tags; a large corpus is checked once per node
-    (``seqloader.trainer.duplicate_store``), every other rank reads the verdict."""
+    (``seqloader.trainer.duplicate_store``), every other rank reads the verdict. ``stores``
+    collects the verdict's file, built or found."""
     if policy == "off":
         return {}
-    dups = node_duplicate_tags(tags, source.fingerprint, duplicate_tags)
+    dups = node_duplicate_tags(
+        tags, source.fingerprint, duplicate_tags, origin=repr(source), stores=stores
+    )
     if dups:
         examples = list(dups.items())[:EXAMPLES]
         shown = "; ".join(

@@ -1,0 +1,102 @@
+"""``seqloader cache``: list the node's stores under ``$XDG_CACHE_HOME/seqloader`` (size, when
+last used, what each belongs to) and, with ``--clean``, remove the stale ones
+(``seqloader.sources.node_cache``): never one a process is building."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from seqloader.cli.options import add_output_options, non_negative_float
+from seqloader.cli.output import human, print_json
+from seqloader.sources.node_cache import (
+    CachedStore,
+    cache_root,
+    list_stores,
+    remove,
+    size_text,
+    stale,
+)
+
+HELP = "list the node's stores (metadata, verdicts, bucket indexes) and remove stale ones"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "cache",
+        help=HELP,
+        description=HELP + f". Default folder: {cache_root()} ($XDG_CACHE_HOME/seqloader). "
+        "Without --clean only lists. --clean removes leftovers of builds that died, incomplete "
+        "files, and the stores the rules below select; a store being built (its lock held) is "
+        "never removed.",
+    )
+    p.add_argument(
+        "--dir",
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="look here instead (repeatable; e.g. an HDFSource index_dir)",
+    )
+    p.add_argument("--clean", action="store_true", help="remove the stale stores")
+    p.add_argument(
+        "--older-than",
+        type=non_negative_float,
+        default=None,
+        metavar="DAYS",
+        help="with --clean: also stores not used for more than DAYS days",
+    )
+    p.add_argument(
+        "--superseded",
+        action="store_true",
+        help="with --clean: also stores of a source and options that have a newer store (built "
+        "after the data changed)",
+    )
+    add_output_options(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    now = time.time()
+    stores = list_stores(args.dir)
+    chosen = stale(stores, args.older_than, args.superseded, now) if args.clean else []
+    removed, skipped = remove(chosen) if args.clean else ([], [])
+    if args.json:
+        print_json(
+            {
+                "folders": args.dir or [cache_root()],
+                "stores": [_as_dict(s, now) for s in stores],
+                "removed": removed,
+                "skipped": skipped,
+            }
+        )
+        return 0
+    print(f"folders: {', '.join(args.dir or [cache_root()])}")
+    gone = set(removed)
+    for s in stores:
+        mark = "removed " if s.path in gone else ""
+        seqs = "" if s.sequences is None else f", {human(s.sequences)} seqs"
+        print(
+            f"{mark}{s.kind} {s.state} {size_text(s.nbytes)}, used {s.age_days(now):.1f} days ago"
+            f"{seqs}: {s.path}" + (f" [{s.about}]" if s.about else "")
+        )
+    total = sum(s.nbytes for s in stores)
+    print(f"{len(stores)} file(s), {size_text(total)}")
+    if args.clean:
+        freed = sum(s.nbytes for s in stores if s.path in gone)
+        print(f"removed {len(removed)} file(s), {size_text(freed)}")
+        for p in skipped:
+            print(f"skipped (in use or changed): {p}")
+    return 0
+
+
+def _as_dict(s: CachedStore, now: float) -> dict[str, object]:
+    return {
+        "path": s.path,
+        "kind": s.kind,
+        "state": s.state,
+        "bytes": s.nbytes,
+        "age_days": s.age_days(now),
+        "sequences": s.sequences,
+        "about": s.about,
+        "identity": s.identity,
+    }

@@ -1,0 +1,70 @@
+"""``seqloader prepare``: build the node's one-time stores for DATA and loader options ahead of a
+job (``seqloader.trainer.prepare``), so that no rank's first ``SeqLoader`` builds them."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from seqloader.cli.options import (
+    add_data_argument,
+    add_loader_options,
+    add_output_options,
+    open_data,
+)
+from seqloader.cli.output import print_json, print_notes
+from seqloader.trainer.prepare import prepare
+
+HELP = (
+    "build the node's stores a loader of DATA with these options needs (metadata, duplicate-tag "
+    "verdict, bucket index), once, before the job"
+)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "prepare",
+        help=HELP,
+        description=HELP + ". Run it once per node (or on a shared cache) with the options the "
+        "job's SeqLoader gets; a second run finds everything. 'seqloader cache' lists and "
+        "cleans the stores.",
+    )
+    add_data_argument(p)
+    add_loader_options(p, workers=False)
+    add_output_options(p)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    opened = open_data(args, default_limit=False)
+    opened_s = time.perf_counter() - started
+    report = prepare(opened.source, plan=opened.plan)
+    if args.json:
+        print_json(
+            {
+                "data": opened.config.source.describe(),
+                "options": opened.plan.to_dict(),
+                "open_seconds": opened_s,
+                "stores": [
+                    {
+                        "kind": s.kind,
+                        "path": s.path,
+                        "built": s.built,
+                        "bytes": s.nbytes,
+                        "seconds": None if s.seconds < 0 else s.seconds,
+                        "note": s.note,
+                    }
+                    for s in report.stores
+                ],
+                "notes": list(opened.notes),
+            }
+        )
+        return 0
+    print(f"data: {opened.config.source.describe()} (opened in {opened_s:.2f} s)")
+    print_notes(opened.notes)
+    print(f"options: {opened.plan.to_json()}")
+    for line in report.lines():
+        print(line)
+    print(f"built {len(report.built)} store(s)" if report.built else "everything was there")
+    return 0
