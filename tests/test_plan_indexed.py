@@ -20,6 +20,7 @@ from seqloader.plan.batch_table import bucket_runs, laplace_bins
 from seqloader.plan.bijection import Bijection
 from seqloader.plan.histogram import BucketIndex, build_bucket_index
 from seqloader.plan.indexed import IndexedPlanner, edges_for
+from seqloader.plan.mix import Corpora
 from seqloader.plan.position import segment_plan
 from test_resume_plan import assert_equal_steps, real_seqs, run_chain
 
@@ -330,12 +331,25 @@ INDEXED_CASES: dict[str, dict] = {
         "files": list(range(0, 301, 10)),
         "world": 4,
     },
+    "mix buckets:4 partition 2 W3 split elastic -> W2": {
+        "options": {"ordering": "buckets:4", "max_frames": 2000, "partition_epoch": 2, "seed": 3,
+                    "mix": {"a": 0.5, "b": 1.0, "c": 2.5}},
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "mix laplace:.10 W4 pad, filters": {
+        "options": {"ordering": "laplace:.10", "max_frames": 2500, "uneven": "pad",
+                    "max_seq_length": 380, "mix": {"a": 0.7, "c": 3.0}},
+        "world": 4,
+    },
 }  # fmt: skip
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "09d08f4d5df6bae77e00ffe62b1622b68df662a01a265dc4838a0b2b5171a595",
     "laplace:.20 partition 3 W4 pad, filters": "aef2649c178ebd5d92b16cb4c0ddc59ba1b49dea84a5dfa7799538262364685d",
     "files buckets:3 W3 split": "e0de4b3bdba5c51def235403b4a2d15fdd8bef52f54845a555f81a74e01dc8d6",
     "files laplace W4 pad, merged buckets": "7c15c8213fff93ec151aee9d5479f2f4a991bc99afbaa474c083cb395475d039",
+    "mix buckets:4 partition 2 W3 split elastic -> W2": "c57ec229e60f45be88a68414a43a5c8104535ece4d801d37b26407edd19dd571",
+    "mix laplace:.10 W4 pad, filters": "86abb03730eb5e2480238f994b57a0b6f952072b3ef046cb6418523ccb537178",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/2"
 
@@ -347,7 +361,8 @@ def indexed_digest(case: dict) -> str:
     lengths = (np.arange(300, dtype=np.int64) * 7919 + 17) % 400 + 1
     files = np.array(case["files"]) if "files" in case else None
     options = PlanOptions(**case["options"], planning="indexed")
-    planner = IndexedPlanner({"data": lengths}, options, files=files)
+    corpora = Corpora(("a", "b", "c"), np.array([0, 120, 250, 300])) if options.mix else None
+    planner = IndexedPlanner({"data": lengths}, options, files=files, corpora=corpora)
     plans = [planner.global_plan(epoch, case["world"]) for epoch in (1, 2)]
     if "elastic" in case:
         steps, world = case["elastic"]
@@ -355,6 +370,9 @@ def indexed_digest(case: dict) -> str:
     content = [
         [p.batches.seqs.tolist(), p.batches.bounds.tolist(), p.batches.real.tolist()] for p in plans
     ]
+    for p, row in zip(plans, content):  # a mix: the corpus epoch of every slot too
+        if p.batches.uses is not None:
+            row.append(p.batches.uses.tolist())
     return hashlib.sha256(json.dumps([content, planner.filtered(1)]).encode()).hexdigest()
 
 

@@ -5,7 +5,8 @@
 node needs the same one, so it is built once per node (``open_or_build``: one process builds under
 the file's lock, the others wait and map it) into ``$XDG_CACHE_HOME/seqloader/buckets`` and mapped
 by every rank, counted once. Keyed by the plan's algorithm id, the source's fingerprint (its
-data), the plan options and the length key: another corpus or other options get another file.
+data), the plan options (less ``mix``, which the index does not depend on) and the length key:
+another corpus or other options get another file.
 Small corpora (below ``MIN_SEQUENCES``) are indexed in memory, without a file.
 """
 
@@ -15,6 +16,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,7 +46,8 @@ def bucket_index_path(
     """(path, identity) of the node's bucket index file for these lengths, options and source
     (the one key of the file: ``shared_bucket_index`` and ``seqloader prepare`` both use it)."""
     h = hashlib.sha256()
-    for part in (INDEXED_ALGORITHM, source_fingerprint, options.to_json(), repr(sorted(lengths))):
+    key = replace(options, mix=None).to_json()  # the index does not depend on the mix's rates
+    for part in (INDEXED_ALGORITHM, source_fingerprint, key, repr(sorted(lengths))):
         h.update(part.encode())
         h.update(b"\0")
     identity = h.hexdigest()
@@ -78,6 +81,7 @@ def shared_bucket_index(
             note = f"kept in memory: {n} < {MIN_SEQUENCES} sequences (milliseconds to build)"
             stores.append(NodeStore(KIND, None, False, 0.0, note=note))
         return None
+    options = replace(options, mix=None)  # the index does not depend on the mix's rates
     path, identity = bucket_index_path(lengths, options, source_fingerprint(), folder)
 
     def build() -> tuple[dict[str, np.ndarray], dict[str, object]]:

@@ -42,10 +42,11 @@ from seqloader.plan.buckets import bucket_edges
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files, split_batches
 from seqloader.plan.histogram import BucketIndex, batch_sizes, build_bucket_index, merge_small
-from seqloader.plan.indexed_plan import IndexedPlan, MemberDraw, RankwisePlan
+from seqloader.plan.indexed_mix import IndexedMix
+from seqloader.plan.indexed_plan import Draw, IndexedPlan, MemberDraw, RankwisePlan
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import BatchLimits
-from seqloader.plan.mix import Corpora
+from seqloader.plan.mix import Corpora, CorpusProgress
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import Admission, EpochIndex, Planner, default_length_key
 from seqloader.plan.pools import FilePools
@@ -183,6 +184,15 @@ class IndexedPlanner(Planner):
         self._check_index(index)
         self.index = index
         self.k = batch_sizes(index.longest, cost, options.max_seqs, self.budget)  # [N]
+        if options.mix is not None:
+            if corpora is None:
+                raise OptionError(
+                    f"mix={dict(options.mix)} needs named corpora, but {origin or 'the source'} "
+                    "has none. Fix: wrap the corpora in seqloader.ConcatSource({'name': source, "
+                    "...}), or leave mix out."
+                )
+            self.mix = IndexedMix(options.seed, options.mix, corpora, index, main, self._mask)
+            self._extra += b"mix" + repr(corpora.names).encode() + corpora.bounds.tobytes()
         if self.files is not None:
             assert index.file_counts is not None
             self._file_counts = index.file_counts.sum(axis=1)
@@ -261,11 +271,14 @@ class IndexedPlanner(Planner):
     def _counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(sequences per bucket in the sub-epoch, their offset in the full epoch's list, batch
         size per bucket) -> int64 ``[N]`` each."""
-        total = self.index.counts
         parts = self.options.partition_epoch
-        q, r = np.divmod(total, parts)
-        lo = ep.part * q + np.minimum(ep.part, r)
-        counts = q + (ep.part < r)
+        if isinstance(self.mix, IndexedMix):  # every (bucket, corpus) segment cut on its own
+            counts = self.mix.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
+            lo = np.zeros_like(counts)
+        else:
+            q, r = np.divmod(self.index.counts, parts)
+            lo = ep.part * q + np.minimum(ep.part, r)
+            counts = q + (ep.part < r)
         sizes = np.where(self.k > 0, self.k, np.maximum(counts, 1))
         return counts, lo, sizes
 
@@ -280,8 +293,10 @@ class IndexedPlanner(Planner):
             return bucket_runs(counts, sizes, group, rng_for(self.options.seed, *words))
         return laplace_bins(counts, sizes, ordering.num_bins(int(counts.sum())))
 
-    def draw(self, epoch: int) -> MemberDraw:
+    def draw(self, epoch: int) -> Draw:
         ep = EpochIndex(epoch, self.options.partition_epoch)
+        if isinstance(self.mix, IndexedMix):
+            return self.mix.draw(ep.full_epoch, ep.part, self.options.partition_epoch)
         _, offsets, _ = self._counts(ep)
         words = (self.options.seed, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
         return MemberDraw(self.index.members, self.index.starts, offsets, words)
@@ -307,9 +322,26 @@ class IndexedPlanner(Planner):
             self.table(epoch, world_size), self.draw(epoch), 1, 0, "pad"
         ).batches.seqs
 
-    def corpus_plan(self, epoch: int) -> list[tuple[str, int, None]]:  # type: ignore[override]
+    def sub_epoch_slots(
+        self, epoch: int, order_rank: int = 0
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """(``sub_epoch_order``, the corpus epoch of each slot or None unmixed); O(n)."""
+        batches = IndexedPlan(self.table(epoch, 1), self.draw(epoch), 1, 0, "pad").batches
+        return batches.seqs, batches.uses
+
+    def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
+        """Per corpus its slots in ``epoch`` (all ranks) and, mixed, its progress at the
+        sub-epoch's end: from the mix's count tables (unmixed: O(n), from the order)."""
         if self.corpora is None:
             return []
+        if isinstance(self.mix, IndexedMix):
+            ep = EpochIndex(epoch, self.options.partition_epoch)
+            lo, count = self.mix.part(ep.full_epoch, ep.part, self.options.partition_epoch)
+            start, _ = self.mix.spans(ep.full_epoch)
+            here = count.sum(axis=0)  # [C]
+            done = (lo + count - start).sum(axis=0)  # [C] slots up to the sub-epoch's end
+            progress = self.mix.progress(ep.full_epoch, done)
+            return [(name, int(here[c]), progress[c]) for c, name in enumerate(self.corpora.names)]
         here = self.corpora.counts(self.sub_epoch_order(epoch))
         return [(name, int(here[c]), None) for c, name in enumerate(self.corpora.names)]
 

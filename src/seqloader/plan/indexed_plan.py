@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -30,6 +31,15 @@ from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bijection import Bijection
 from seqloader.plan.distribute import GlobalPlan
+
+
+class Draw(Protocol):
+    """The slots at positions of buckets' sub-epoch lists: ``MemberDraw``, or a mix's
+    ``seqloader.plan.indexed_mix.MixDraw``."""
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(sequence indices int64, corpus epochs or None unmixed), one per (bucket, pos)."""
+        ...
 
 
 class MemberDraw:
@@ -63,6 +73,9 @@ class MemberDraw:
             at = pi(pos[sel] + self.offsets[b])
             out[sel] = self.members[int(self.starts[b]) + at.astype(np.int64)]
         return out
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
+        return self(bucket, pos), None
 
 
 def split_pieces(sizes: np.ndarray, target: int) -> np.ndarray:
@@ -117,7 +130,7 @@ class IndexedPlan(GlobalPlan):
     ``world_size`` ranks (see the module doc)."""
 
     def __init__(
-        self, table: BatchTable, draw: MemberDraw, world_size: int, start: int, uneven: str
+        self, table: BatchTable, draw: Draw, world_size: int, start: int, uneven: str
     ) -> None:
         object.__setattr__(self, "world_size", world_size)
         self.table, self.draw, self.start, self.uneven = table, draw, start, uneven
@@ -221,8 +234,8 @@ class IndexedPlan(GlobalPlan):
         np.cumsum(sizes, out=bounds[1:])
         base = np.minimum(j * self.table.sizes[b], self.table.counts[b]) + slots.lo
         pos = np.repeat(base - bounds[:-1], sizes) + np.arange(bounds[-1], dtype=np.int64)
-        seqs = self.draw(np.repeat(b, sizes), pos)
-        return BatchList(seqs, bounds, np.repeat(slots.real, sizes))
+        seqs, uses = self.draw.slots(np.repeat(b, sizes), pos)
+        return BatchList(seqs, bounds, np.repeat(slots.real, sizes), uses)
 
     def slots(self, a: int, b: int) -> Slots:
         """Global batches ``[a, b)`` of the plan (batch ``k`` is rank ``k % W``'s step

@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -36,6 +37,9 @@ from seqloader.errors import OptionError
 from seqloader.parts import part_of
 from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.seeding import PURPOSE_MIX, rng_for
+
+if TYPE_CHECKING:
+    from seqloader.plan.mix_check import MixCheck
 
 USES_DTYPE = np.int32  # corpus epoch numbers (2^31 corpus epochs are far off)
 
@@ -350,3 +354,35 @@ class MixPlan:
             a, _ = stream_span(full_epoch, rate, n)
             out.append(progress(name, rate, n, a, int(u)))
         return out
+
+    def check(self, full_epochs: Sequence[int], seqs: np.ndarray, uses: np.ndarray) -> MixCheck:
+        """Per-corpus exactly-once of the slots delivered over ``full_epochs``
+        (``seqloader.plan.mix_check``)."""
+        from seqloader.plan.mix_check import check_corpus_epochs
+
+        return check_corpus_epochs(self, full_epochs, seqs, uses)
+
+
+class EpochMix(Protocol):
+    """What planning, reports, stats and checks use of a mix: ``MixPlan`` (global planning) or
+    ``seqloader.plan.indexed_mix.IndexedMix`` (indexed planning)."""
+
+    seed: int
+    corpora: Corpora
+    rates: tuple[Fraction, ...]
+
+    @property
+    def sizes(self) -> tuple[int, ...]: ...
+
+    @property
+    def members(self) -> list[np.ndarray]: ...
+
+    def select(self, full_epoch: int) -> Selection: ...
+
+    def epoch_counts(self, full_epoch: int) -> tuple[int, ...]: ...
+
+    def progress(
+        self, full_epoch: int, used: Sequence[int] | np.ndarray
+    ) -> list[CorpusProgress]: ...
+
+    def check(self, full_epochs: Sequence[int], seqs: np.ndarray, uses: np.ndarray) -> MixCheck: ...

@@ -20,17 +20,22 @@ from seqloader.plan.mix import MixPlan, stream_span
 
 @dataclass(frozen=True)
 class CorpusEpochs:
-    """One corpus over the checked epochs: stream positions ``[start, end)`` covered, the corpus
-    epochs complete in it (1-based, inclusive range; empty when ``first > last``)."""
+    """One corpus over the checked epochs: stream positions ``[start, end)`` covered (indexed
+    mixes: summed over buckets), the corpus epochs complete in it (1-based, inclusive range;
+    empty when ``first > last``)."""
 
     name: str
     size: int
     start: int
     end: int
     used: int
+    #: the complete corpus epochs when they are not the span's (indexed mixes: per bucket)
+    complete_range: tuple[int, int] | None = None
 
     @property
     def complete(self) -> tuple[int, int]:
+        if self.complete_range is not None:
+            return self.complete_range
         first = -(-self.start // self.size)  # 0-based first corpus epoch starting in the span
         last = self.end // self.size - 1  # 0-based last corpus epoch ending in the span
         return first + 1, last + 1

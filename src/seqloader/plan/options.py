@@ -272,10 +272,11 @@ class PlanOptions:
                 f"mix: not supported with seeding={self.seeding!r} (RETURNN has no exact mixing "
                 "to reproduce); use seeding='seqloader'"
             )
-        if self.mix is not None and self._parsed.is_buckets:
+        if self.mix is not None and self._parsed.is_buckets and self.planning != "indexed":
             raise OptionError(
                 f"mix: not supported with ordering={self.ordering!r} yet (buckets arrange one "
-                "corpus epoch's sequences; a mix repeats them); use another ordering with mix"
+                "corpus epoch's sequences; a mix repeats them); use another ordering with mix, or "
+                "planning='indexed' (which buckets a mix per corpus and bucket)"
             )
         if self.mix is not None and self.distribution != "shard":
             why = (
@@ -353,7 +354,6 @@ class PlanOptions:
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (self.distribution == "random_seed_offset", "distribution='random_seed_offset'"),
             (self.chunking is not None, "chunking"),
-            (self.mix is not None, "mix"),
             (self.fixed_random_subset is not None, "fixed_random_subset"),
             (self.fixed_random_seed is not None, "fixed_random_seed"),
             (self.epoch_wise_filter is not None, "epoch_wise_filter"),

@@ -39,7 +39,7 @@ from seqloader.plan.files import (
 )
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import Batcher, BatchLimits
-from seqloader.plan.mix import Corpora, CorpusProgress, MixPlan
+from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
 from seqloader.plan.pools import FilePools
@@ -322,7 +322,7 @@ class Planner:
                 self._arranged = (lens, costs)
             self.bucket_edges = bucket_edges(lens, costs, ordering.bins or 1)
         self.corpora = corpora
-        self.mix: MixPlan | None = None
+        self.mix: EpochMix | None = None
         if options.mix is not None:
             if corpora is None:
                 raise OptionError(

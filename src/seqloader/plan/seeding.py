@@ -17,6 +17,8 @@ PURPOSE_FIXED_ORDER = 8  # fixed_random_seed: one order for every epoch
 PURPOSE_INDEXED_MEMBERS = 9  # planning="indexed": each bucket's keyed member permutation
 PURPOSE_INDEXED_RUNS = 10  # planning="indexed", buckets:N: the order of the runs
 PURPOSE_INDEXED_FILES = 11  # planning="indexed", files: each rank's draw of its own sequences
+PURPOSE_INDEXED_MIX = 12  # planning="indexed" mix: corpus epochs of each (corpus, bucket) stream
+PURPOSE_INDEXED_MIX_ORDER = 13  # planning="indexed" mix: corpora interleaved in a bucket's list
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

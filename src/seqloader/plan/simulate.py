@@ -20,7 +20,6 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
-from seqloader.plan.mix_check import check_corpus_epochs
 from seqloader.plan.planner import EpochIndex, Planner
 from seqloader.validate import int_option
 
@@ -378,7 +377,7 @@ def mix_exactly_once(
         parts = [p for f in run for p in slots.get(f, [])]
         seqs = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
         uses = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.int64)
-        check = check_corpus_epochs(mix, run, seqs, uses)
+        check = mix.check(run, seqs, uses)
         problems.extend(f"{_full_epochs(run, P)}: {p}" for p in check.problems)
         said.append(f"{_full_epochs(run, P)}: {check.summary()}")
     if not complete:

@@ -1,0 +1,334 @@
+"""Weighted mixing of named corpora under indexed planning (``mix`` with ``planning="indexed"``).
+
+Global mixing (``seqloader.plan.mix``) selects a full epoch's sequences from one stream per corpus
+and orders the selection: O(n) on every rank. Indexed planning plans from per-bucket counts and
+draws only a rank's own members, so here the streams are per *(corpus c, length bucket b)*:
+
+- **Streams.** The ``N_cb`` admitted members of corpus c in bucket b (a contiguous range of the
+  bucket's ascending members, since corpora are contiguous index ranges: found by one
+  ``searchsorted`` of the corpus bounds per bucket, no copy) form an endless stream of corpus
+  epochs; corpus epoch ``k`` (0-based) is a keyed bijection of ``[0, N_cb)`` (``Bijection``, keyed
+  by seed, corpus name, bucket and k): the member at any stream position is computable alone.
+- **Selection.** Full epoch ``f`` (0-based) takes stream positions
+  ``[floor(f·r·N_cb), floor((f+1)·r·N_cb))`` of every (c, b) stream: the global mix's rule,
+  applied per bucket, in exact integer arithmetic on the rate as written.
+- **Sub-epochs.** Each (c, b) epoch segment is cut into ``partition_epoch`` parts by RETURNN's rule
+  (the first ``len % P`` parts one longer). Sub-epoch i's list of bucket b is the concatenation over
+  corpora of their part i, permuted by a keyed bijection over its size (keyed by seed, full
+  epoch, part and bucket) so corpora interleave in batches. Histogram batching and the
+  ``BatchTable`` work on the per-bucket counts unchanged.
+- **A slot alone.** Position p of bucket b's sub-epoch list: the bijection gives its place in the
+  concatenation, a ``searchsorted`` on the per-corpus cumulative counts its corpus, then the
+  stream position, hence corpus epoch ``k`` (the slot's ``uses`` value) and the member.
+
+Per-corpus counts of any sub-epoch, the corpus progress and the check's expectations follow from
+the ``[N, C]`` count tables alone; nothing here is O(n) except ``select``, ``members`` and ``check``
+(for checks, stats and tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from fractions import Fraction
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.bijection import Bijection
+from seqloader.plan.bounds import check_mix_slots
+from seqloader.plan.histogram import BucketIndex
+from seqloader.plan.mix import (
+    USES_DTYPE,
+    Corpora,
+    CorpusProgress,
+    Selection,
+    corpus_seed_word,
+    progress,
+    resolve_rates,
+)
+from seqloader.plan.mix_check import CorpusEpochs, MixCheck
+from seqloader.plan.seeding import PURPOSE_INDEXED_MIX, PURPOSE_INDEXED_MIX_ORDER
+
+_Cache = dict[tuple[int, int, int], Bijection]
+
+
+def corpus_offsets(index: BucketIndex, bounds: np.ndarray) -> np.ndarray:
+    """Where each corpus' members start within each bucket -> int64 ``[N, C + 1]`` (row b: offsets
+    into ``index.bucket(b)``; corpus c is ``[row[c], row[c + 1])``). One ``searchsorted`` per
+    bucket over its ascending members, in their own dtype (no copy of a memory-mapped index)."""
+    n_buckets = len(index.starts) - 1
+    members = index.members
+    cut = np.asarray(bounds, dtype=np.int64)
+    if np.issubdtype(members.dtype, np.unsignedinteger):  # bounds <= n fit the index dtype
+        cut = cut.astype(members.dtype)
+    out = np.zeros((n_buckets, len(bounds)), dtype=np.int64)
+    for b in range(n_buckets):
+        lo, hi = int(index.starts[b]), int(index.starts[b + 1])
+        out[b] = np.searchsorted(members[lo:hi], cut)
+    return out
+
+
+class IndexedMix:
+    """The mix of an indexed planner: per (bucket, corpus) streams over a ``BucketIndex``.
+
+    >>> from seqloader.plan.histogram import build_bucket_index
+    >>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
+    >>> index = build_bucket_index(lengths, np.array([6]))  # two buckets: < 6, >= 6
+    >>> corpora = Corpora(("a", "b"), np.array([0, 4, 7]))
+    >>> mix = IndexedMix(0, {"a": 0.5, "b": 2}, corpora, index, lengths)
+    >>> mix.counts.tolist()  # admitted members per (bucket, corpus)
+    [[2, 2], [2, 1]]
+    >>> mix.epoch_counts(0)  # floor(r * N_cb) per bucket, summed per corpus
+    (2, 6)
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        mix: Mapping[str, float | Fraction | str],
+        corpora: Corpora,
+        index: BucketIndex,
+        lengths: np.ndarray,
+        mask: np.ndarray | None = None,
+    ) -> None:
+        self.seed, self.corpora, self.index = seed, corpora, index
+        self.rates = resolve_rates(mix, corpora)
+        self.offsets = corpus_offsets(index, corpora.bounds)  # [N, C + 1]
+        self.counts = np.diff(self.offsets, axis=1)  # [N, C] N_cb
+        self._lengths, self._mask = lengths, mask
+        self._words = [corpus_seed_word(name) for name in corpora.names]
+        for name, n, size in zip(corpora.names, self.sizes, corpora.sizes):
+            if n == 0:
+                why = (
+                    "it has no sequences"
+                    if size == 0
+                    else f"all its {int(size)} sequences are filtered by the options"
+                )
+                raise OptionError(
+                    f"mix: corpus {name!r} has no admitted sequences ({why}), so it cannot be "
+                    "used at any rate. Fix: leave it out of the source, or relax "
+                    "max_seq_length/min_seq_length."
+                )
+        check_mix_slots(corpora.names, self.rates, self.sizes)
+        self._last: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Admitted sequences per corpus."""
+        return tuple(int(s) for s in self.counts.sum(axis=0))
+
+    # ---- counts ----
+    def spans(self, full_epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Stream positions ``[start, end)`` full epoch ``full_epoch`` (0-based) takes from every
+        (bucket, corpus) stream -> int64 ``[N, C]`` each: ``floor(f·r·N_cb)`` in integers."""
+        if self._last is not None and self._last[0] == full_epoch:
+            return self._last[1]
+        f = int(full_epoch)
+        start = np.zeros(self.counts.shape, dtype=np.int64)
+        end = np.zeros(self.counts.shape, dtype=np.int64)
+        for c, rate in enumerate(self.rates):
+            p, q = rate.numerator, rate.denominator
+            for b, n in enumerate(self.counts[:, c].tolist()):
+                start[b, c] = f * p * n // q
+                end[b, c] = (f + 1) * p * n // q
+        self._last = (full_epoch, (start, end))
+        return start, end
+
+    def part(self, full_epoch: int, part: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
+        """Sub-epoch ``part`` of ``parts``: (first stream position, slots) per (bucket, corpus)
+        -> int64 ``[N, C]`` each; every (bucket, corpus) segment cut by RETURNN's rule."""
+        start, end = self.spans(full_epoch)
+        q, r = np.divmod(end - start, parts)
+        lo = start + part * q + np.minimum(part, r)
+        return lo, q + (part < r)
+
+    def epoch_counts(self, full_epoch: int) -> tuple[int, ...]:
+        """Slots per corpus in full epoch ``full_epoch`` (0-based), from counts."""
+        start, end = self.spans(full_epoch)
+        return tuple(int(x) for x in (end - start).sum(axis=0))
+
+    def progress(self, full_epoch: int, used: Sequence[int] | np.ndarray) -> list[CorpusProgress]:
+        """Every corpus' progress after ``used[c]`` of its slots of full epoch ``full_epoch``
+        (stream positions summed over buckets: exact at a full epoch's end)."""
+        start, _ = self.spans(full_epoch)
+        first = start.sum(axis=0)
+        return [
+            progress(name, rate, n, int(a), int(u))
+            for name, rate, n, a, u in zip(self.corpora.names, self.rates, self.sizes, first, used)
+        ]
+
+    # ---- members ----
+    def draw(self, full_epoch: int, part: int, parts: int) -> MixDraw:
+        """The slots of sub-epoch ``part`` of full epoch ``full_epoch``, per bucket position."""
+        lo, count = self.part(full_epoch, part, parts)
+        return MixDraw(self, lo, count, (self.seed, PURPOSE_INDEXED_MIX_ORDER, full_epoch, part))
+
+    def stream_slots(
+        self, b: int, c: int, stream: np.ndarray, cache: _Cache
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, corpus epoch) at positions ``stream`` (int64) of the (c, b) stream."""
+        n = int(self.counts[b, c])
+        k = stream // n
+        t = stream - k * n
+        seqs = np.empty(len(stream), dtype=np.int64)
+        base = int(self.index.starts[b]) + int(self.offsets[b, c])
+        for kk in np.unique(k).tolist():  # at most ceil(rate) + 1 corpus epochs per epoch
+            here = k == kk
+            pi = cache.get((b, c, kk))
+            if pi is None:
+                words = (self.seed, PURPOSE_INDEXED_MIX, self._words[c], b, kk)
+                pi = cache[(b, c, kk)] = Bijection(n, words)
+            seqs[here] = self.index.members[base + pi(t[here]).astype(np.int64)]
+        return seqs, k.astype(USES_DTYPE)
+
+    def select(self, full_epoch: int) -> Selection:
+        """The whole full epoch in canonical order (ascending sequence, uses adjacent in corpus
+        epoch order): O(n), for checks and tests."""
+        start, end = self.spans(full_epoch)
+        cache: _Cache = {}
+        seqs, uses = [np.zeros(0, np.int64)], [np.zeros(0, USES_DTYPE)]
+        for b, c in zip(*np.nonzero(end > start)):
+            s, u = self.stream_slots(
+                int(b), int(c), np.arange(start[b, c], end[b, c], dtype=np.int64), cache
+            )
+            seqs.append(s)
+            uses.append(u)
+        all_seqs, all_uses = np.concatenate(seqs), np.concatenate(uses)
+        order = np.lexsort((all_uses, all_seqs))
+        spans = tuple(
+            (int(a), int(e)) for a, e in zip(start.sum(axis=0), end.sum(axis=0), strict=True)
+        )
+        return Selection(all_seqs[order], all_uses[order], spans)
+
+    @property
+    def members(self) -> list[np.ndarray]:
+        """Per corpus its admitted sequences, ascending (O(n): for stats and checks)."""
+        out = []
+        for c in range(len(self.corpora.names)):
+            parts = [
+                self.index.members[
+                    int(self.index.starts[b]) + int(self.offsets[b, c]) : int(self.index.starts[b])
+                    + int(self.offsets[b, c + 1])
+                ]
+                for b in range(len(self.counts))
+            ]
+            out.append(np.sort(np.concatenate(parts).astype(np.int64)))
+        return out
+
+    def bucket_of(self, seqs: np.ndarray) -> np.ndarray:
+        """Length bucket of each sequence index -> int64."""
+        lengths = np.asarray(self._lengths[np.asarray(seqs, dtype=np.int64)])
+        return np.searchsorted(np.asarray(self.index.edges), lengths, side="right")
+
+    def check(self, full_epochs: Sequence[int], seqs: np.ndarray, uses: np.ndarray) -> MixCheck:
+        """Per-corpus exactly-once over the complete consecutive full epochs ``full_epochs`` from
+        the real slots delivered (``seqs``, ``uses``): no (sequence, corpus epoch) pair twice, only
+        admitted sequences, and per (bucket, corpus) every corpus epoch used as often as the
+        covered stream positions overlap it (so a corpus epoch inside the span is complete)."""
+        fulls = sorted(set(int(f) for f in full_epochs))
+        if fulls != list(range(fulls[0], fulls[0] + len(fulls))):
+            raise ValueError(f"full epochs must be consecutive, got {fulls}")
+        seqs = np.asarray(seqs, dtype=np.int64)
+        uses = np.asarray(uses, dtype=np.int64)
+        start, _ = self.spans(fulls[0])
+        start = start.copy()
+        _, end = self.spans(fulls[-1])
+        corpus = self.corpora.corpus_of(seqs)
+        bucket = self.bucket_of(seqs)
+        admitted = np.ones(len(seqs), bool) if self._mask is None else self._mask[seqs]
+        problems: list[str] = []
+        out = []
+        n_all = int(self.corpora.bounds[-1]) + 1
+        for c, name in enumerate(self.corpora.names):
+            mine = corpus == c
+            s, k, bk = seqs[mine], uses[mine], bucket[mine]
+            alien = ~admitted[mine]
+            if alien.any():
+                problems.append(
+                    f"{name}: {int(alien.sum())} uses of sequences that are not its admitted "
+                    f"ones (e.g. #{int(s[alien][0])})"
+                )
+            pair = k * n_all + s
+            uniq, times = np.unique(pair, return_counts=True)
+            if (times > 1).any():
+                j = int(np.flatnonzero(times > 1)[0])
+                at = pair == uniq[j]
+                problems.append(
+                    f"{name}: {int((times > 1).sum())} sequences used twice in one corpus epoch "
+                    f"(e.g. #{int(s[at][0])} in corpus epoch {int(k[at][0]) + 1})"
+                )
+            bad: list[str] = []
+            firsts, lasts = [], []
+            for b in range(len(self.counts)):
+                n = int(self.counts[b, c])
+                here = bk == b
+                if n == 0:
+                    if here.any():
+                        bad.append(f"{int(here.sum())} uses in bucket {b}, which it has none of")
+                    continue
+                a, e = int(start[b, c]), int(end[b, c])
+                firsts.append(-(-a // n))
+                lasts.append(e // n - 1)
+                ks = np.arange(a // n, max(e - 1, a) // n + 1, dtype=np.int64)
+                want = np.maximum(np.minimum(e, (ks + 1) * n) - np.maximum(a, ks * n), 0)
+                kb = k[here]
+                got = np.array([int(np.count_nonzero(kb == x)) for x in ks.tolist()], np.int64)
+                outside = len(kb) - int(got.sum())
+                if outside:
+                    bad.append(f"bucket {b}: {outside} uses of corpus epochs outside the span")
+                bad.extend(
+                    f"bucket {b}, corpus epoch {int(x) + 1}: {int(g)} uses, expected {int(w)}"
+                    for x, g, w in zip(ks, got, want)
+                    if g != w
+                )
+            if bad:
+                problems.append(f"{name}: " + "; ".join(bad[:3]))
+            complete = (max(firsts) + 1, min(lasts) + 1) if firsts else (1, 0)
+            out.append(
+                CorpusEpochs(
+                    name,
+                    self.sizes[c],
+                    int(start[:, c].sum()),
+                    int(end[:, c].sum()),
+                    len(s),
+                    complete,
+                )
+            )
+        return MixCheck(tuple(out), problems)
+
+
+class MixDraw:
+    """The slots of one mixed sub-epoch, by (bucket, position in its list): ``slots`` gives
+    (sequence index, corpus epoch) of each, computed alone (``IndexedPlan`` draws with it)."""
+
+    def __init__(
+        self, mix: IndexedMix, lo: np.ndarray, count: np.ndarray, words: tuple[int, ...]
+    ) -> None:
+        self.mix, self.lo = mix, lo  # [N, C] first stream position of each (bucket, corpus)
+        self.cum = np.zeros((count.shape[0], count.shape[1] + 1), dtype=np.int64)
+        np.cumsum(count, axis=1, out=self.cum[:, 1:])  # [N, C + 1] corpora in a bucket's list
+        self.words = words
+        self._orders: dict[int, Bijection] = {}
+        self._streams: _Cache = {}
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence indices int64, corpus epochs int32), one per (bucket, position) pair."""
+        seqs = np.empty(len(pos), dtype=np.int64)
+        uses = np.empty(len(pos), dtype=USES_DTYPE)
+        if not len(pos):
+            return seqs, uses
+        by = np.argsort(bucket, kind="stable")
+        for sel in np.split(by, np.flatnonzero(np.diff(bucket[by])) + 1):
+            b = int(bucket[sel[0]])
+            order = self._orders.get(b)
+            if order is None:
+                order = self._orders[b] = Bijection(int(self.cum[b, -1]), (*self.words, b))
+            q = order(pos[sel]).astype(np.int64)  # place in the corpora's concatenation
+            c = np.searchsorted(self.cum[b], q, side="right") - 1
+            stream = self.lo[b, c] + (q - self.cum[b, c])
+            for cc in np.unique(c).tolist():
+                here = c == cc
+                s, u = self.mix.stream_slots(b, cc, stream[here], self._streams)
+                seqs[sel[here]] = s
+                uses[sel[here]] = u
+        return seqs, uses
