@@ -195,7 +195,8 @@ class PlanOptions:
       docs/migrating.md).
     - ``mix``: ``{corpus name: rate}`` over a ``ConcatSource``'s corpora (unnamed ones: 1.0); a rate
       is corpus epochs per epoch, taken exactly as written (0.7, ``Fraction(7, 10)`` and ``'7/10'``
-      are all 7/10), each corpus epoch exactly once (``seqloader.plan.mix``,
+      are all 7/10), each corpus epoch exactly once (``seqloader.plan.mix``; with
+      ``planning="indexed"`` per (corpus, length bucket): ``seqloader.plan.indexed_mix``;
       docs/corpora.md). None: no mixing, every sequence once per epoch.
     - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames; ``padded`` is the
       same), ``packed`` (the sum of lengths: batches for packed, padding-free layouts) or
