@@ -24,7 +24,8 @@ from seqloader.loading.execute import Transform
 from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.indexed import make_planner
+from seqloader.plan.indexed import IndexedPlanner, make_planner
+from seqloader.plan.indexed_imbalance import bucket_costs
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
@@ -204,6 +205,9 @@ class SeqLoader:
             slot_costs=None
             if self.planner.chunks is None
             else partial(self.planner.slot_costs, plan.batches),
+            bucket_costs=bucket_costs(self.planner)
+            if isinstance(self.planner, IndexedPlanner)
+            else None,
         )
         self._last_report = report
         auditor = None

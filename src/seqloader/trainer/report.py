@@ -14,6 +14,8 @@ from seqloader.loading.corpora import CorpusCounts
 from seqloader.loading.counts import KeyCounts
 from seqloader.plan.ahead import InBackground
 from seqloader.plan.cost import step_imbalance
+from seqloader.plan.indexed_imbalance import rankwise_imbalance, table_imbalance
+from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
 from seqloader.trainer.corpus_report import CorpusReport, add_counts
 
 if TYPE_CHECKING:
@@ -89,8 +91,9 @@ class EpochReport:
     nonfinite_examples: list[str] = field(default_factory=list)
     audit: AuditResult | None = None  # with SeqLoader(audit=...): the epoch's exactly-once verdict
     max_wait_s: float = 0.0  # the longest wait for a batch after the first
-    # planned: mean over steps of max/mean padded batch cost across ranks (1.0: even); O(n),
-    # so computed when first read (``defer_imbalance``), not at the epoch boundary
+    # planned: mean over steps of max/mean padded batch cost across ranks (1.0: even); computed
+    # on a background thread and waited for when first read, not at the epoch boundary; indexed
+    # shard plans: planned costs (size x bucket's longest), see seqloader.plan.indexed_imbalance
     step_imbalance: float = _Deferred()  # type: ignore[assignment]
     wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
     corpora: dict[str, CorpusReport] = field(default_factory=dict)  # named corpora (corpora.md)
@@ -111,13 +114,16 @@ class EpochReport:
         corpora: dict[str, CorpusReport] | None = None,
         costs: np.ndarray | None = None,
         slot_costs: np.ndarray | Callable[[], np.ndarray] | None = None,
+        bucket_costs: np.ndarray | None = None,
     ) -> EpochReport:
         """The empty report of a run of ``plan`` from ``position`` (what the epoch will contain;
         ``corpora``: the named corpora's planned counts; ``costs``: cost units per sequence, for
         the planned step-cost imbalance from the position's step on; ``slot_costs``: instead,
         per slot of ``plan.batches`` (chunked plans: a slot costs its chunk), or a function
-        giving them). The imbalance is O(n): it is computed on a background thread and waited
-        for when ``step_imbalance`` is first read, not here at the epoch boundary."""
+        giving them; ``bucket_costs``: indexed ``shard`` plans, the planned cost per sequence of
+        each bucket, ``seqloader.plan.indexed_imbalance``). The imbalance is computed on a
+        background thread (O(n) with global planning) and waited for when ``step_imbalance`` is
+        first read, not here at the epoch boundary."""
         report = cls(
             position.epoch,
             topology.rank,
@@ -133,7 +139,9 @@ class EpochReport:
         if costs is not None or slot_costs is not None:
             # O(n): on a thread of its own from now on, so neither the epoch boundary nor the
             # end-of-epoch log waits for it on the training loop's thread
-            figure = InBackground(partial(planned_imbalance, plan, position, costs, slot_costs))
+            figure = InBackground(
+                partial(planned_imbalance, plan, position, costs, slot_costs, bucket_costs)
+            )
             report.step_imbalance = figure  # type: ignore[assignment]
         return report
 
@@ -339,9 +347,17 @@ def planned_imbalance(
     position: Position,
     costs: np.ndarray | None,
     slot_costs: np.ndarray | Callable[[], np.ndarray] | None,
+    bucket_costs: np.ndarray | None = None,
 ) -> float:
     """``step_imbalance`` of ``plan`` from ``position``'s step on: per sequence ``costs``, or per
-    slot ``slot_costs`` (chunked plans: a slot costs its chunk; may be given as a function)."""
+    slot ``slot_costs`` (chunked plans: a slot costs its chunk; may be given as a function).
+    Indexed plans never materialise every rank's batches: ``shard`` reads planned costs off the
+    batch table (``bucket_costs``), ``files`` walks the ranks' shares one at a time
+    (``seqloader.plan.indexed_imbalance``)."""
+    if slot_costs is None and isinstance(plan, IndexedPlan) and bucket_costs is not None:
+        return table_imbalance(plan, bucket_costs, position.steps)
+    if slot_costs is None and isinstance(plan, RankwisePlan) and costs is not None:
+        return rankwise_imbalance(plan, costs, position.steps)
     b, first = plan.batches, position.steps * plan.world_size
     start = b.bounds[min(first, len(b))]
     seqs = b.seqs[start:]

@@ -1,0 +1,91 @@
+"""The planned step imbalance (``EpochReport.step_imbalance``) of indexed plans, without every
+rank's batch list in memory.
+
+``step_imbalance`` (``seqloader.plan.cost``) is the mean over steps of the slowest rank's batch
+cost over the mean one. With global planning it is read off the plan's batch list. An indexed
+plan's list is virtual (``IndexedPlan.batches`` draws every member of every rank: at 10^8
+sequences gigabytes and minutes, on every rank), so:
+
+- ``shard`` (``table_imbalance``): a batch's cost is its size times the cost of its bucket's
+  longest length, the cost histogram batching packs the batch to (``k_b`` sequences fit
+  ``max_frames`` at that length), read off the batch table step by step, in chunks: no member
+  drawn, O(batches) time, memory of one chunk. It is the imbalance of the *planned* costs, an upper
+  bound per batch: differences between batches of one bucket (their longest member may be shorter
+  than the bucket's) are not seen.
+- ``files`` (``rankwise_imbalance``): every rank's share is computed in turn (the same function
+  the ranks use) and its batches' padded costs from the real lengths folded into a per-step max
+  and sum: the same figure as global planning's, O(n) time but the memory of one rank's share and
+  two floats per step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from seqloader.plan.batching import padded_frames
+from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.indexed_plan import IndexedPlan
+
+#: ``table_imbalance`` reads this many batches of the table at a time
+CHUNK_BATCHES = 1 << 18
+
+
+class StepRatios:
+    """Running sum of the per-step ratio max / mean cost over ranks (1.0 where the mean is 0)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.steps = 0
+
+    def add(self, per: np.ndarray) -> None:
+        """Costs of some steps' batches, ``[steps, world_size]``."""
+        per = per.astype(np.float64)
+        self.add_folded(per.max(axis=1), per.mean(axis=1))
+
+    def add_folded(self, most: np.ndarray, mean: np.ndarray) -> None:
+        """Some steps' largest and mean batch cost over ranks, ``[steps]`` each."""
+        ratio = np.divide(most, mean, out=np.ones_like(mean), where=mean > 0)
+        self.total += float(ratio.sum())
+        self.steps += len(ratio)
+
+    def mean(self) -> float:
+        return self.total / self.steps if self.steps else 1.0
+
+
+def bucket_costs(planner: IndexedPlanner) -> np.ndarray:
+    """Per bucket, the cost units of its longest admitted length -> int64 ``[N]``: what each
+    sequence of a batch of the bucket is planned to cost."""
+    return planner.options.cost.units(np.asarray(planner.index.longest))
+
+
+def table_imbalance(plan: IndexedPlan, costs: np.ndarray, first_step: int = 0) -> float:
+    """``step_imbalance`` of a ``shard`` indexed plan from ``first_step`` on, every batch costing
+    its size times ``costs[bucket]`` (``bucket_costs``; see the module doc)."""
+    w = plan.world_size
+    acc = StepRatios()
+    per_chunk = max(1, CHUNK_BATCHES // w)
+    for a in range(first_step, plan.steps, per_chunk):
+        b = min(plan.steps, a + per_chunk)
+        slots = plan.slots(a * w, b * w)
+        bucket, _ = plan.table.locate(slots.g)
+        acc.add(((slots.hi - slots.lo) * costs[bucket]).reshape(-1, w))
+    return acc.mean()
+
+
+def rankwise_imbalance(plan: GlobalPlan, costs: np.ndarray, first_step: int = 0) -> float:
+    """``step_imbalance`` of a plan from ``first_step`` on, computed one rank's share at a time
+    (``costs``: cost units per sequence): equal to the figure over the plan's whole batch list."""
+    steps = plan.steps - first_step
+    if steps <= 0:
+        return 1.0
+    most = np.zeros(steps, dtype=np.float64)
+    total = np.zeros(steps, dtype=np.float64)
+    for rank in range(plan.world_size):
+        share = plan.rank_share(rank, first_step)
+        per = padded_frames(np.asarray(costs[share.seqs]), share.bounds).astype(np.float64)
+        np.maximum(most, per, out=most)
+        total += per
+    acc = StepRatios()
+    acc.add_folded(most, total / plan.world_size)
+    return acc.mean()

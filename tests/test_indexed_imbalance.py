@@ -1,0 +1,131 @@
+"""The step imbalance of indexed plans without every rank's batch list (``plan/indexed_imbalance.py``).
+
+``shard``: read off the batch table, equal to ``step_imbalance`` over the whole materialised
+batch list when every sequence costs its bucket's longest length (the planned cost). ``files``:
+one rank's share at a time, equal to ``step_imbalance`` over the materialised list with the real
+costs (global planning's figure). Both from any resumed step on; and the loader's report uses
+them without ever materialising ``plan.batches``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from seqloader.plan.cost import step_imbalance
+from seqloader.plan.indexed_imbalance import bucket_costs, rankwise_imbalance, table_imbalance
+from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
+from test_plan_indexed import cases, planner_of
+
+
+def whole_list_imbalance(plan, costs: np.ndarray, first_step: int) -> float:
+    """The O(n) computation: ``step_imbalance`` over every rank's batches from ``first_step``."""
+    b, first = plan.batches, first_step * plan.world_size
+    start = b.bounds[min(first, len(b))]
+    return step_imbalance(b.seqs[start:], b.bounds[first:] - start, plan.world_size, costs)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases(), st.floats(0, 1), st.integers(1, 3))
+def test_shard_table_figure_equals_the_whole_list_at_planned_costs(
+    case: dict, cut: float, epoch: int
+) -> None:
+    planner = planner_of(case)
+    plan = planner.global_plan(epoch, case["world"])
+    assert isinstance(plan, IndexedPlan)
+    per_bucket = bucket_costs(planner)
+    bucket = np.searchsorted(planner.bucket_edges, case["lengths"], side="right")
+    planned = per_bucket[np.minimum(bucket, len(per_bucket) - 1)]  # filtered ones: unused
+    first = int(cut * plan.steps)
+    want = whole_list_imbalance(plan, planned, first)
+    assert table_imbalance(plan, per_bucket, first) == pytest.approx(want, rel=1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases("files"), st.floats(0, 1))
+def test_files_rankwise_figure_equals_the_whole_list(case: dict, cut: float) -> None:
+    planner = planner_of(case)
+    used = int(planner._file_counts.astype(bool).sum())
+    assume(not 0 < used < case["options"].partition_epoch * case["world"])  # refused: too few
+    plan = planner.global_plan(1, case["world"])
+    assert isinstance(plan, RankwisePlan)
+    first = int(cut * plan.steps)
+    want = whole_list_imbalance(plan, planner.costs, first)
+    assert rankwise_imbalance(plan, planner.costs, first) == pytest.approx(want, rel=1e-12)
+
+
+def test_table_figure_is_read_in_chunks(monkeypatch) -> None:
+    """A plan longer than one chunk of the table gives the same figure (chunk edges inside
+    steps are impossible: chunks hold whole steps)."""
+    import seqloader.plan.indexed_imbalance as module
+    from seqloader.plan import PlanOptions
+    from seqloader.plan.indexed import IndexedPlanner
+
+    lengths = np.random.default_rng(1).integers(1, 300, size=5000)
+    options = PlanOptions(ordering="laplace:3", max_frames=900, planning="indexed")
+    planner = IndexedPlanner({"data": lengths}, options)
+    plan = planner.global_plan(1, 7)
+    whole = table_imbalance(plan, bucket_costs(planner))
+    monkeypatch.setattr(module, "CHUNK_BATCHES", 20)  # 2 steps of 7 ranks per chunk
+    assert table_imbalance(plan, bucket_costs(planner)) == pytest.approx(whole, rel=1e-12)
+    assert whole > 1.0
+
+
+def refusing_for_the_report(batches: property) -> Callable:
+    """``plan.batches``, but an error when the report's figures thread asks for it."""
+
+    def get(plan):
+        if "seqloader-figures" in threading.current_thread().name:
+            raise AssertionError("every rank's batches materialised for the report")
+        return batches.fget(plan)
+
+    return get
+
+
+@pytest.mark.parametrize("distribution", ["shard", "files"])
+def test_the_loader_report_never_materialises_every_rank(monkeypatch, distribution) -> None:
+    """The report's figure under indexed planning (also from a resumed step on) comes without
+    ``plan.batches``: every rank's batch list is never drawn."""
+    import seqloader as sl
+
+    lengths = np.random.default_rng(3).integers(1, 60, size=300)
+    data = [np.zeros((int(t), 1), np.float32) for t in lengths]
+    src = sl.MemorySource({"data": data}, file_bounds=list(range(0, 301, 10)))
+    options = {
+        "ordering": "laplace",
+        "max_frames": 200,
+        "world_size": 3,
+        "planning": "indexed",
+        "distribution": distribution,
+    }
+    loader = sl.SeqLoader(src, rank=1, **options)
+    planner = loader.planner
+    plan = planner.global_plan(1, 3)
+    costs = planner.costs
+    if distribution == "shard":
+        bucket = np.searchsorted(planner.bucket_edges, lengths, side="right")
+        costs = bucket_costs(planner)[bucket]
+    want_full = whole_list_imbalance(plan, costs, 0)
+    want_rest = whole_list_imbalance(plan, costs, 2)
+
+    for cls in (IndexedPlan, RankwisePlan):  # (the files state_dict still lists them)
+        monkeypatch.setattr(cls, "batches", property(refusing_for_the_report(cls.batches)))
+    it = loader.epoch(1)
+    next(it)
+    next(it)
+    state = loader.state_dict()
+    for _ in it:
+        pass
+    report = loader.report()
+    assert report is not None and report.step_imbalance == pytest.approx(want_full, rel=1e-12)
+    resumed = sl.SeqLoader(src, rank=1, **options)
+    resumed.load_state_dict(state)
+    for _ in resumed.epoch(1):
+        pass
+    report = resumed.report()
+    assert report is not None and report.step_imbalance == pytest.approx(want_rest, rel=1e-12)
