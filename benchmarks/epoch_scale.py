@@ -251,9 +251,10 @@ def child_resume(config: dict) -> dict:
         mem.mark("rest of epoch 2")
         t0 = time.perf_counter()
         it = iter(loader.epoch(2))
-        first, _ = _run(it, 1)
+        first, seqs = _run(it, 1)
         out["first_batch_s"] = time.perf_counter() - t0
-        waits, seqs = _run(it)
+        waits, rest = _run(it)
+        seqs += rest
         out["rest"] = _waits(first + waits)
         mem.mark("report")
         report, out["report_read_s"] = _report(loader)

@@ -261,6 +261,10 @@ class IndexedPlanner(Planner):
     def num_admitted(self) -> int:
         return int(self.index.starts[-1])
 
+    @property
+    def admitted_mask(self) -> np.ndarray | None:
+        return self._mask
+
     def filtered(self, epoch: int) -> dict[str, int]:
         return dict(self._filtered)
 

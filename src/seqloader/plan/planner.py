@@ -431,6 +431,11 @@ class Planner:
     def num_admitted(self) -> int:
         return len(self.admission.admitted)
 
+    @property
+    def admitted_mask(self) -> np.ndarray | None:
+        """Which sequences are admitted, bool ``[n]`` (None: all of them)."""
+        return self._admitted_mask
+
     def sub_epoch_order(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> np.ndarray:
         """Admitted sequence indices of ``epoch`` in plan order -> int64 ``[m]`` (in a mixed epoch
         one per slot, so a sequence can appear more than once).

@@ -183,12 +183,46 @@ class Stream:
     skipped: np.ndarray  # int [s] planned sequences the source skipped
 
 
-def verify(streams: Sequence[Stream], num_seqs: int, tag: Callable[[int], str]) -> dict[str, Any]:
+class Tally:
+    """Counts per sequence of the index arrays of one stream: over all ``n`` sequences (a
+    ``bincount``) when the stream names a large part of the corpus, else over the distinct
+    sequences it names, so a rank's own share is checked without arrays of ``n`` (at 10^8
+    sequences each would be 800 MB). Both give the same verdict."""
+
+    def __init__(
+        self, num_seqs: int, parts: Sequence[np.ndarray], dense: bool | None = None
+    ) -> None:
+        if dense is None:
+            dense = 4 * sum(len(p) for p in parts) >= num_seqs
+        self.ids: np.ndarray | None = None
+        if not dense:
+            self.ids = np.unique(np.concatenate([np.asarray(p, np.int64) for p in parts]))
+        self.size = num_seqs if self.ids is None else len(self.ids)
+
+    def count(self, values: np.ndarray) -> np.ndarray:
+        """Occurrences of each counted sequence in ``values`` -> int64 ``[size]``."""
+        v = np.asarray(values).astype(np.int64)
+        if self.ids is not None:
+            v = np.searchsorted(self.ids, v)
+        return np.bincount(v, minlength=self.size)
+
+    def seq(self, k: int) -> int:
+        """The sequence index of counted position ``k``."""
+        return k if self.ids is None else int(self.ids[k])
+
+
+def verify(
+    streams: Sequence[Stream],
+    num_seqs: int,
+    tag: Callable[[int], str],
+    dense: bool | None = None,
+) -> dict[str, Any]:
     """Count violations over ``streams`` (each checked on its own) -> AuditResult fields.
 
     Counts are per *slot*: in a mixed epoch (``mix``) the order can hold a sequence several times
     (once per corpus epoch), and it must then be delivered exactly that many times. Unmixed, every
-    expected count is 1 and slots are sequences."""
+    expected count is 1 and slots are sequences. ``dense``: count over all ``num_seqs``
+    sequences, or over those the stream names (``Tally``; default: by the stream's size)."""
     out: dict[str, Any] = {
         "expected": 0,
         "delivered": 0,
@@ -199,17 +233,18 @@ def verify(streams: Sequence[Stream], num_seqs: int, tag: Callable[[int], str]) 
     out |= {"skipped": 0, "dropped": 0, "unchecked": 0}
     examples: list[str] = []
 
-    def count(values: np.ndarray) -> np.ndarray:
-        return np.bincount(values.astype(np.int64), minlength=num_seqs)  # [n]
-
     for s in streams:
-        got = count(s.delivered)  # [n] deliveries per sequence
-        want = count(s.order[s.start :])  # [n] planned slots per sequence
-        tail = count(s.order[len(s.order) - s.dropped :] if s.dropped else s.order[:0])  # [n]
-        short = np.maximum(want - got, 0)  # [n] planned slots not delivered
-        skipped = np.minimum(short, count(s.skipped))  # [n] explained by the source skipping
-        dropped = np.minimum(short - skipped, tail)  # [n] explained by uneven="drop"
-        lacking = short - skipped - dropped  # [n]
+        planned = s.order[s.start :]
+        dropped_part = s.order[len(s.order) - s.dropped :] if s.dropped else s.order[:0]
+        tally = Tally(num_seqs, [s.delivered, planned, dropped_part, s.skipped], dense)
+        count = tally.count  # [m]: per counted sequence (all n, or those the stream names)
+        got = count(s.delivered)  # [m] deliveries per sequence
+        want = count(planned)  # [m] planned slots per sequence
+        tail = count(dropped_part)  # [m]
+        short = np.maximum(want - got, 0)  # [m] planned slots not delivered
+        skipped = np.minimum(short, count(s.skipped))  # [m] explained by the source skipping
+        dropped = np.minimum(short - skipped, tail)  # [m] explained by uneven="drop"
+        lacking = short - skipped - dropped  # [m]
         missing = np.flatnonzero(lacking)
         repeated = np.flatnonzero((want > 0) & (got > want))
         unplanned = np.flatnonzero((want == 0) & (got > 0))
@@ -222,10 +257,11 @@ def verify(streams: Sequence[Stream], num_seqs: int, tag: Callable[[int], str]) 
         out["dropped"] += int(dropped.sum())
         out["unchecked"] += s.start
         for label, idx in (("missing", missing), ("repeated", repeated), ("unplanned", unplanned)):
-            for i in idx[: max(0, EXAMPLES - len(examples))]:
-                planned = f", planned {int(want[i])}" if want[i] > 1 else ""
-                times = f" ({int(got[i])} times{planned})" if got[i] > 1 else ""
-                examples.append(f"{label}: sequence {int(i)} (tag {tag(int(i))!r}){times}")
+            for k in idx[: max(0, EXAMPLES - len(examples))]:
+                i = tally.seq(int(k))
+                times_planned = f", planned {int(want[k])}" if want[k] > 1 else ""
+                times = f" ({int(got[k])} times{times_planned})" if got[k] > 1 else ""
+                examples.append(f"{label}: sequence {i} (tag {tag(i)!r}){times}")
     out["examples"] = examples
     return out
 

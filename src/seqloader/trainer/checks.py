@@ -125,17 +125,18 @@ def check_duplicate_tags(
 def check_empty(
     source: Source,
     lengths: Mapping[str, np.ndarray],
-    admitted: np.ndarray,
+    admitted: np.ndarray | None,
     tags: Sequence[str],
     length_key: str,
     policy: str,
 ) -> dict[str, int]:
-    """Admitted sequences with 0 frames, per key -> count (and act on ``policy``)."""
+    """Admitted sequences with 0 frames, per key -> count (and act on ``policy``).
+    ``admitted``: bool mask ``[n]`` of the admitted sequences (None: all)."""
     if policy == "off":
         return {}
     found: dict[str, int] = {}
     for key in sorted(lengths):
-        empty = admitted[lengths[key][admitted] == 0]
+        empty = empty_admitted(lengths[key], admitted)
         if not len(empty):
             continue
         found[key] = len(empty)
@@ -161,15 +162,29 @@ def check_source(source: Source, planner: Planner, options: CheckOptions) -> Non
     check_duplicate_tags(source, tags, options.duplicate_tags)
     if options.empty != "off":
         lengths = {k: source.lengths(k) for k in source.keys}
-        if any(has_zero(lengths[k]) for k in lengths):  # else nothing to look up: no index array
-            admitted = planner.admission.admitted
-            check_empty(source, lengths, admitted, tags, planner.length_key, options.empty)
+        if any(has_zero(lengths[k]) for k in lengths):  # else nothing to look up
+            mask = planner.admitted_mask
+            check_empty(source, lengths, mask, tags, planner.length_key, options.empty)
 
 
 def has_zero(lengths: np.ndarray, block: int = 1 << 22) -> bool:
     """Whether some length is 0, in blocks (no array of ``n`` besides the lengths themselves,
     which may be a memory-mapped view)."""
     return any(bool((lengths[a : a + block] == 0).any()) for a in range(0, len(lengths), block))
+
+
+def empty_admitted(
+    lengths: np.ndarray, admitted: np.ndarray | None, block: int = 1 << 22
+) -> np.ndarray:
+    """The admitted sequences of length 0 -> int64 indices, ascending: in blocks, so nothing of
+    size ``n`` is made besides the result (``admitted``: bool mask ``[n]``, None: all)."""
+    found = []
+    for a in range(0, len(lengths), block):
+        zero = np.asarray(lengths[a : a + block]) == 0
+        if admitted is not None:
+            zero &= admitted[a : a + block]
+        found.append(np.flatnonzero(zero) + a)
+    return np.concatenate(found) if found else np.zeros(0, np.int64)
 
 
 # ---- per batch (what the workers found: seqloader.loading.screen) ----
