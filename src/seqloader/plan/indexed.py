@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 import numpy as np
 
@@ -346,8 +347,33 @@ class IndexedPlanner(Planner):
             done = (lo + count - start).sum(axis=0)  # [C] slots up to the sub-epoch's end
             progress = self.mix.progress(ep.full_epoch, done)
             return [(name, int(here[c]), progress[c]) for c, name in enumerate(self.corpora.names)]
-        here = self.corpora.counts(self.sub_epoch_order(epoch))
+        here = self._corpus_counts(epoch)
         return [(name, int(here[c]), None) for c, name in enumerate(self.corpora.names)]
+
+    def _corpus_counts(self, epoch: int) -> np.ndarray:
+        """Unmixed ``shard``: the sub-epoch's sequences per corpus -> int64 ``[C]``, without its
+        order: one sub-epoch holds every admitted sequence (counted per corpus range of the
+        mask); with ``partition_epoch > 1`` each bucket's slice is drawn in chunks (O(n / P)
+        time, the memory of a chunk). ``files``: counted from the order (O(n))."""
+        assert self.corpora is not None
+        if self.files is not None:
+            return self.corpora.counts(self.sub_epoch_order(epoch))
+        if self.options.partition_epoch == 1:
+            if self._mask is None:
+                return self.corpora.sizes.astype(np.int64)
+            edges = self.corpora.bounds.tolist()
+            admitted = [np.count_nonzero(self._mask[a:b]) for a, b in pairwise(edges)]
+            return np.asarray(admitted, dtype=np.int64)
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        counts, _, _ = self._counts(ep)
+        draw = self.draw(epoch)
+        out = np.zeros(len(self.corpora.names), dtype=np.int64)
+        for b, c in enumerate(counts.tolist()):
+            for a in range(0, c, _CHUNK):
+                pos = np.arange(a, min(c, a + _CHUNK), dtype=np.int64)
+                seqs, _ = draw.slots(np.full(len(pos), b, dtype=np.int64), pos)
+                out += self.corpora.counts(seqs)
+        return out
 
     # ---- distribution ----
     def global_plan(

@@ -1,0 +1,66 @@
+"""Unmixed named corpora under indexed ``shard`` planning: the report's planned sequences per
+corpus come from the admitted mask (one sub-epoch per epoch) or from the sub-epoch's slices drawn
+in chunks, never from the sub-epoch's whole order; equal to counting that order."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seqloader.plan.indexed as indexed
+from seqloader.plan import PlanOptions
+from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.mix import Corpora
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 300),
+    st.integers(0, 2**32 - 1),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.sampled_from([None, 150]),
+    st.sampled_from(["laplace", "buckets:3"]),
+    st.booleans(),
+)
+def test_corpus_counts_equal_counting_the_order(
+    n, seed, n_corpora, partition_epoch, max_seq_length, ordering, small_chunks
+) -> None:
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 200, size=n)
+    cuts = np.sort(rng.integers(0, n + 1, size=n_corpora - 1))
+    corpora = Corpora(tuple(f"c{i}" for i in range(n_corpora)), np.r_[0, cuts, n])
+    options = PlanOptions(
+        ordering=ordering,
+        max_frames=400,
+        max_seq_length=max_seq_length,
+        partition_epoch=partition_epoch,
+        planning="indexed",
+        seed=seed % 7,
+    )
+    planner = IndexedPlanner({"data": lengths}, options, corpora=corpora)
+    chunk = indexed._CHUNK
+    try:
+        if small_chunks:
+            indexed._CHUNK = 3
+        for epoch in range(1, partition_epoch + 2):
+            want = corpora.counts(planner.sub_epoch_order(epoch))
+            got = [slots for _, slots, _ in planner.corpus_plan(epoch)]
+            assert got == want.tolist()
+    finally:
+        indexed._CHUNK = chunk
+
+
+def test_one_sub_epoch_counts_without_drawing(monkeypatch) -> None:
+    lengths = np.arange(1, 101)
+    corpora = Corpora(("a", "b"), np.array([0, 30, 100]))
+    options = PlanOptions(ordering="laplace", max_frames=400, max_seq_length=80, planning="indexed")
+    planner = IndexedPlanner({"data": lengths}, options, corpora=corpora)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the sub-epoch was drawn")
+
+    monkeypatch.setattr(planner, "draw", refuse)
+    monkeypatch.setattr(planner, "sub_epoch_order", refuse)
+    assert [(name, slots) for name, slots, _ in planner.corpus_plan(1)] == [("a", 30), ("b", 50)]
