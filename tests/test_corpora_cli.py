@@ -65,3 +65,18 @@ def test_mix_flag_and_its_errors(capsys, corpora_config):
     assert "unknown corpus name(s) ['swb']" in line and "['libri', 'ted']" in line
     line = one_line_error(capsys, "check", corpora_config, "--mix", "ted=0")
     assert "--mix" in line and "rates > 0" in line
+
+
+def test_check_and_stats_of_an_indexed_mix(capsys, corpora_config):
+    """``--planning indexed`` (here with buckets:3, which takes a mix only there): the check
+    verifies per-corpus exactly-once per (corpus, bucket) stream, and after whole corpus epochs the
+    uses are the global mix's; stats lists what each epoch takes."""
+    flags = ("--planning", "indexed", "--ordering", "buckets:3")
+    out = run_json(capsys, "check", corpora_config, *flags, "--world-size", 3, "--epochs", 4)
+    assert out["ok"]
+    c1 = next(f for f in out["findings"] if f["contract"] == "C1 exactly-once")
+    assert "libri: 80 uses = stream 0..80 of 40 seqs (corpus epochs 1..2 complete" in c1["message"]
+    assert "ted: 96 uses = stream 0..96 of 12 seqs (corpus epochs 1..8 complete" in c1["message"]
+    stats = run_json(capsys, "stats", corpora_config, *flags)
+    libri = stats["corpora"]["libri"]
+    assert sum(libri["slots_per_epoch"][:2]) == 40 and stats["corpora"]["ted"]["rate"] == 2.0

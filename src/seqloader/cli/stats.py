@@ -96,10 +96,9 @@ def run(args: argparse.Namespace) -> int:
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
-        if (opened.plan.mix is not None or given.pools is not None) and Ordering.parse(
-            o
-        ).is_buckets:
-            continue  # refused with a mix or file pools (PlanOptions/Planner say why)
+        global_mix = opened.plan.mix is not None and opened.plan.planning == "global"
+        if (global_mix or given.pools is not None) and Ordering.parse(o).is_buckets:
+            continue  # refused with a global mix or file pools (PlanOptions/Planner say why)
         if opened.plan.planning == "indexed" and Ordering.parse(o).kind not in INDEXED_KINDS:
             continue  # indexed planning plans laplace and buckets:N only (PlanOptions says why)
         ordered = make_planner(lengths, replace(opened.plan, ordering=o), src.tags, **inputs)
@@ -172,6 +171,7 @@ def corpus_stats(
     slots the first epochs take from it and its share of epoch 1 (``seqloader.plan.mix``)."""
     mix = planner.mix
     first = mix.epoch_counts(0) if mix is not None else None
+    members = mix.members if mix is not None else []  # once: an indexed mix gathers them
     out: dict[str, dict] = {}
     for c, name in enumerate(corpora.names):
         lo, hi = int(corpora.bounds[c]), int(corpora.bounds[c + 1])
@@ -179,7 +179,7 @@ def corpus_stats(
         info: dict = {"sequences": hi - lo, "frames": frames}
         info["hours"] = rate.hours(frames)
         if mix is not None and first is not None:
-            admitted = mix.members[c]
+            admitted = members[c]
             info["rate"] = float(mix.rates[c])
             info["admitted"] = len(admitted)
             info["slots_per_epoch"] = [mix.epoch_counts(f)[c] for f in range(EPOCHS_SHOWN)]

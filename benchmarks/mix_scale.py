@@ -1,0 +1,231 @@
+"""A mix of three corpora for one rank of 1,024: indexed against global planning, time and memory.
+
+    python -m benchmarks.mix_scale [--sizes 1e6,1e7] [--reps 3] [--out FILE]
+
+What a foundation-scale job runs: ``mix={corpus: rate}`` over a ``ConcatSource`` of three corpora
+(50 % / 30 % / 20 % of the sequences at rates 0.5 / 1 / 2), ``max_seqs=200``,
+``max_frames=20000``, lengths uniform in 50..2000 (the column store of ``benchmarks.scale``,
+memory-mapped), world size 1,024, rank 517, epoch 1; global planning up to ``--global-max``. Cases: ``laplace`` with
+``planning="indexed"`` against ``planning="global"`` (what a user runs today), and
+``buckets:30`` with ``planning="indexed"`` (global planning refuses ``buckets:N`` with a mix)
+against the same global ``laplace`` mix. Each configuration runs in a fresh process (rotating
+order, ``--reps`` times, medians), timed from constructing the planner until it holds this
+rank's batches of epoch 1; private memory is the child's peak resident set less the file pages it
+maps, less what it held before planning (as in ``benchmarks.scale``). Indexed planning maps the
+node's bucket index (built once per node and corpus by the parent, as ``benchmarks.scale``).
+Also timed: the report's per-corpus planned slots and progress (``corpus_plan``).
+
+After measuring, the child checks the epoch (chunks of the global list, never all at once for
+indexed plans): this rank's batches within the limits, every 97th rank the same steps, this rank's
+share its part of the global list, per corpus every sequence at most once per corpus epoch and
+every slot's corpus epoch right (``mix.check``), the per-corpus counts those the mix plans, and
+the epoch's padding (padded / real frames). ``results/mix_scale.json`` keeps one entry per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks.fresh import run_child
+from benchmarks.machine import describe_machine, load_average
+from benchmarks.scale import LIMITS, RANK, WORLD, _status, index_store, lengths_store
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "mix_scale.json")
+NAMES = ("read", "conversational", "accented")
+SHARES = (0.5, 0.3, 0.2)  # of the sequences, corpus after corpus
+RATES = {"read": 0.5, "conversational": 1.0, "accented": 2.0}
+CASES = {
+    "mix laplace": {"indexed": "laplace", "global": "laplace"},
+    "mix buckets:30": {"indexed": "buckets:30", "global": "laplace"},
+}
+
+
+def corpus_bounds(n: int) -> np.ndarray:
+    cuts = np.round(np.cumsum((0.0, *SHARES)) * n).astype(np.int64)
+    cuts[-1] = n
+    return cuts
+
+
+def child(config: dict) -> dict:
+    from seqloader.plan import Planner, PlanOptions
+    from seqloader.plan.mix import Corpora
+    from seqloader.sources.columns import ColumnStore
+
+    store = ColumnStore(config["store"])
+    lengths = store.column("len.data")
+    n = len(lengths)
+    corpora = Corpora(NAMES, corpus_bounds(n))
+    indexed = config["planning"] == "indexed"
+    extra = {"planning": "indexed"} if indexed else {}
+    options = PlanOptions(ordering=config["ordering"], seed=3, mix=RATES, **LIMITS, **extra)
+    before = _status()
+    t0 = time.perf_counter()
+    if indexed:
+        from seqloader.plan.histogram import BucketIndex
+        from seqloader.plan.indexed import IndexedPlanner
+
+        cols = ColumnStore(config["index"])  # the node's index, memory-mapped
+        index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
+        planner: Planner = IndexedPlanner({"data": lengths}, options, corpora=corpora, index=index)
+    else:
+        planner = Planner({"data": lengths}, options, corpora=corpora)
+    t1 = time.perf_counter()
+    plan = planner.global_plan(1, WORLD)
+    share, steps = plan.rank_share(RANK), plan.steps
+    t2 = time.perf_counter()
+    after = _status()
+    private = after["VmHWM"] - after["RssFile"] - (before["VmRSS"] - before["RssFile"])
+    t3 = time.perf_counter()
+    planned = planner.corpus_plan(1)
+    corpus_plan_s = time.perf_counter() - t3
+    sizes = np.diff(share.bounds)
+    ok = bool(len(sizes) == steps and sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
+    maxes = np.maximum.reduceat(np.asarray(lengths)[share.seqs], share.bounds[:-1])
+    ok = ok and bool((sizes * maxes).max() <= LIMITS["max_frames"])
+    ok = ok and all(len(plan.rank_share(r)) == steps for r in range(0, WORLD, 97))
+    whole = check_epoch(planner, plan, share, lengths) if config["checks"] else {}
+    counts = [slots for _, slots, _ in planned]
+    ok = ok and counts == list(planner.mix.epoch_counts(0))  # type: ignore[union-attr]
+    return {
+        "construct_s": t1 - t0,
+        "plan_s": t2 - t1,
+        "total_s": t2 - t0,
+        "private_bytes": private,
+        "corpus_plan_s": corpus_plan_s,
+        "steps": int(steps),
+        "rank_slots": len(share.seqs),
+        "epoch_slots": int(sum(counts)),
+        "corpus_slots": counts,
+        "checks_ok": ok and whole.get("ok", True),
+        "padding": whole.get("padding"),
+    }
+
+
+def check_epoch(planner: object, plan: object, share: object, lengths: np.ndarray) -> dict:
+    """Per-corpus exactly-once per corpus epoch over the epoch's real slots (``mix.check``),
+    this rank's share its part of the global list, the per-corpus counts, and the padding."""
+    world, steps = plan.world_size, plan.steps  # type: ignore[attr-defined]
+    seqs, uses, mine = [], [], []
+    padded = real = 0
+    slots = getattr(plan, "slots", None)
+    parts = []
+    if slots is not None:  # indexed: the global list in chunks of batches
+        total, step = steps * world, (1 << 18) // world * world
+        parts = (plan.members(slots(a, min(a + step, total))) for a in range(0, total, step))  # type: ignore[attr-defined]
+    else:
+        parts = iter([plan.batches])  # type: ignore[attr-defined]
+    for b in parts:
+        seqs.append(b.seqs[b.real])
+        uses.append(b.uses[b.real])
+        mine.append(b.take(np.arange(RANK, len(b), world)).seqs)
+        sizes = np.diff(b.bounds)
+        longest = np.maximum.reduceat(np.asarray(lengths[b.seqs]), b.bounds[:-1])
+        padded += int((sizes * longest).sum())
+        real += int(np.asarray(lengths[b.seqs[b.real]], dtype=np.int64).sum())
+    all_seqs, all_uses = np.concatenate(seqs), np.concatenate(uses)
+    mix = planner.mix  # type: ignore[attr-defined]
+    check = mix.check([0], all_seqs, all_uses)
+    counts = mix.corpora.counts(all_seqs).tolist()
+    ok = check.ok and counts == list(mix.epoch_counts(0))
+    ok = ok and np.array_equal(np.concatenate(mine), share.seqs)  # type: ignore[attr-defined]
+    return {"ok": bool(ok), "padding": padded / max(real, 1)}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    folder = args.data or os.path.join(tempfile.gettempdir(), "seqloader-scale")
+    os.makedirs(folder, exist_ok=True)
+    rows = []
+    for size in args.sizes:
+        store = lengths_store(size, folder)
+        for name, orderings in CASES.items():
+            case = {"ordering": orderings["indexed"], "distribution": "shard"}
+            index, index_s = index_store(store, size, case, folder)
+            codes = ["indexed", "global"] if size <= args.global_max else ["indexed"]
+            runs: dict[str, list[dict]] = {code: [] for code in codes}
+            for rep in range(args.reps):
+                for code in codes[rep % len(codes) :] + codes[: rep % len(codes)]:
+                    config = {
+                        "store": store,
+                        "index": index,
+                        "planning": code,
+                        "ordering": orderings[code],
+                        "label": f"{name} {size} {code}",
+                        "checks": args.checks,
+                    }
+                    runs[code].append(run_child("benchmarks.mix_scale", config, None, args.timeout))
+            row: dict = {"case": name, "n": size, "node_index_s": index_s, "checks": args.checks}
+            for code, got in runs.items():
+                row[code] = {
+                    k: statistics.median(r[k] for r in got)
+                    for k in ("construct_s", "plan_s", "total_s", "private_bytes", "corpus_plan_s")
+                }
+                row[code]["ordering"] = orderings[code]
+                for k in ("padding", "steps", "epoch_slots", "corpus_slots", "rank_slots"):
+                    row[code][k] = got[0][k]
+                row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
+            if "global" not in row:
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                continue
+            new, old = row["indexed"], row["global"]
+            row["time_ratio"] = new["total_s"] / old["total_s"]
+            row["memory_ratio"] = new["private_bytes"] / old["private_bytes"]
+            row["corpus_plan_ratio"] = new["corpus_plan_s"] / old["corpus_plan_s"]
+            if new["padding"] and old["padding"]:
+                row["padding_ratio"] = new["padding"] / old["padding"]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return {"machine": describe_machine(), "load_average": load_average(), "world_size": WORLD,
+            "rank": RANK, "limits": LIMITS, "rates": RATES, "shares": SHARES, "reps": args.reps,
+            "rows": rows}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--child")
+    p.add_argument("--sizes", default="1e6,1e7")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--data", help="folder for the column stores (default: the temp folder)")
+    p.add_argument("--timeout", type=float, default=1200)
+    p.add_argument(
+        "--global-max",
+        type=float,
+        default=1e7,
+        help="largest size planned with planning='global' too (~90 bytes per slot)",
+    )
+    p.add_argument(
+        "--no-checks",
+        dest="checks",
+        action="store_false",
+        help="skip the walk over the whole epoch (per-corpus exactly-once, padding): minutes at "
+        "10^8; the rank's limits, every 97th rank's steps and the counts are still checked",
+    )
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    args.sizes = [int(float(s)) for s in args.sizes.split(",")]
+    result = measure(args)
+    out = args.out or RESULTS
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    runs = []
+    if os.path.exists(out):
+        with open(out) as fh:
+            runs = json.load(fh).get("runs", [])
+    with open(out, "w") as fh:
+        json.dump({"runs": [*runs, result]}, fh, indent=1)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
