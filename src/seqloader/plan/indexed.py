@@ -336,7 +336,7 @@ class IndexedPlanner(Planner):
 
     def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
         """Per corpus its slots in ``epoch`` (all ranks) and, mixed, its progress at the
-        sub-epoch's end: from the mix's count tables (unmixed: O(n), from the order)."""
+        sub-epoch's end: from the mix's count tables (unmixed: ``_corpus_counts``)."""
         if self.corpora is None:
             return []
         if isinstance(self.mix, IndexedMix):
