@@ -1,6 +1,6 @@
 """``planning="indexed"`` through the real loader: the resume harness of ``test_resume`` (chains of
-save -> JSON -> fresh loaders, elastic for ``shard``), real DataLoader workers, the audit, and
-states of the other planning refused by name."""
+save -> JSON -> fresh loaders, elastic for ``shard`` and ``files``), real DataLoader workers (over
+HDF files too), the audit, and states of the other planning refused by name."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from conftest import index_corpus
 from seqloader.errors import ResumeError
 from test_resume import check_chain, corpus, file_bounds, files_corpus, loader_factory, run_all
 
@@ -56,7 +57,34 @@ def test_files_resume_with_the_same_world_size(n, seed, ordering, world, cut) ->
     check_chain(make, [world, world], [cut], 3)
 
 
-def test_files_elastic_resume_is_refused_at_load() -> None:
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(20, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "laplace", "buckets:3"]),
+    uneven=st.sampled_from(["split", "pad"]),
+    worlds=st.lists(st.integers(1, 4), min_size=2, max_size=3),
+    cuts=st.lists(st.integers(0, 12), min_size=2, max_size=2),
+    enter_next_epoch=st.booleans(),
+)
+def test_files_elastic_resume_chains(n, seed, ordering, uneven, worlds, cuts, enter_next_epoch):
+    """``files`` through fresh loaders and JSON states on W -> W' -> W'' ranks (at step 0,
+    mid-epoch, at an epoch's end or across it): every sequence once per epoch, equal steps, steps
+    numbered without gaps; the state carries the segment history."""
+    if len(file_bounds(n, seed)) - 1 < 2 * max(worlds):
+        return  # fewer files than sub-epochs x ranks: refused (tested in test_files_plan)
+    make = loader_factory(
+        files_corpus(n, seed),
+        **PLAN,
+        ordering=ordering,
+        uneven=uneven,
+        distribution="files",
+        partition_epoch=2,
+    )
+    check_chain(make, worlds, cuts[: len(worlds) - 1], 3, enter_next_epoch)
+
+
+def test_files_elastic_state_carries_the_history_and_continues_on_load() -> None:
     make = loader_factory(files_corpus(97, 2), **PLAN, ordering="laplace:.5", distribution="files")
     with make(0, 2) as loader:
         batches = loader.epoch(1)
@@ -64,8 +92,16 @@ def test_files_elastic_resume_is_refused_at_load() -> None:
         state = loader.state_dict()
         batches.close()
     assert state["planning"] == "indexed"
-    with pytest.raises(ResumeError, match="same world size"):
-        make(0, 3).load_state_dict(state)
+    resumed = make(1, 3)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == {**state, "world_size": 3}  # loaded, not started: as saved
+    batches = resumed.epoch(1)
+    assert resumed.state_dict()["segment_history"] == [[2, 1]]
+    next(batches)
+    later = resumed.state_dict()
+    batches.close()
+    assert later["segment_world_size"] == 3 and later["steps"] == 2
+    assert later["segment_start"] == state["seqs_consumed"] < later["seqs_consumed"]
 
 
 def test_states_of_the_other_planning_are_refused_by_name() -> None:
@@ -77,6 +113,25 @@ def test_states_of_the_other_planning_are_refused_by_name() -> None:
     with pytest.raises(ResumeError, match="planning='indexed'"):
         plain.load_state_dict(indexed.state_dict())
     assert "planning" not in plain.state_dict()  # global states keep their format
+
+
+def test_states_of_another_indexed_algorithm_are_refused_by_name() -> None:
+    """A state saved by ``seqloader-plan-indexed/2`` (no ``plan_algorithm`` field; its plan
+    fingerprint differs) or by another version is refused naming both algorithms."""
+    from seqloader.plan.indexed import INDEXED_ALGORITHM
+
+    loader = sl.SeqLoader(corpus(40, 1), ordering="laplace", **PLAN)
+    state = loader.state_dict()
+    assert state["plan_algorithm"] == INDEXED_ALGORITHM
+    old = {k: v for k, v in state.items() if k != "plan_algorithm"}
+    old["plan_fingerprint"] = "0" * 32
+    with pytest.raises(ResumeError, match=r"'seqloader-plan-indexed/2' or earlier.*indexed/3"):
+        loader.load_state_dict(old)
+    other = {**state, "plan_algorithm": "seqloader-plan-indexed/9", "plan_fingerprint": "0" * 32}
+    with pytest.raises(ResumeError, match="'seqloader-plan-indexed/9'"):
+        loader.load_state_dict(other)
+    with pytest.raises(ResumeError, match="plan fingerprint"):  # same algorithm: other data
+        loader.load_state_dict({**state, "plan_fingerprint": "0" * 32})
 
 
 def test_audit_and_report_of_an_indexed_epoch() -> None:
@@ -102,6 +157,25 @@ def test_same_batches_with_dataloader_workers(workers: dict) -> None:
     make = loader_factory(corpus(47, seed=4), **options, **workers)
     check_chain(make, [2, 2], [4], 3, reference=reference)
     check_chain(make, [2, 1], [5], 3, reference=reference)
+
+
+@pytest.mark.slow
+def test_files_elastic_resume_with_workers_over_hdf_files(tmp_path) -> None:
+    """``files`` over 10 RETURNN HDF files: loaders with 2 DataLoader workers each, stopped
+    mid-epoch on 3 ranks, resumed on 2, then on 4 (through JSON states): each epoch exactly once,
+    and the stages on the first world size are the uninterrupted run without workers (C3, C5)."""
+    whole = index_corpus(60, seed=5, max_len=20, dim=1)
+    paths = []
+    for f in range(10):
+        part = range(6 * f, 6 * f + 6)
+        data = [whole.read(i)["data"] for i in part]
+        path = tmp_path / f"part-{f}.hdf"
+        sl.write_hdf(path, sl.MemorySource({"data": data}, [whole.tags[i] for i in part]))
+        paths.append(path)
+    options = {**PLAN, "ordering": "laplace:.5", "distribution": "files", "partition_epoch": 2}
+    reference = run_all(loader_factory(sl.HDFSource(paths), **options), 3, 3)
+    make = loader_factory(sl.HDFSource(paths), **options, num_workers=2)
+    check_chain(make, [3, 2, 4], [2, 3], 3, reference=reference)
 
 
 def test_int32_memory_mapped_lengths_are_not_copied(tmp_path) -> None:

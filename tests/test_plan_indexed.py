@@ -9,19 +9,20 @@ changes (C5; ``files``: same world size only, elastic refused by name), and the 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.errors import OptionError, ResumeError
+from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.batch_table import bucket_runs, laplace_bins
 from seqloader.plan.bijection import Bijection
 from seqloader.plan.histogram import BucketIndex, build_bucket_index
 from seqloader.plan.indexed import IndexedPlanner, edges_for
 from seqloader.plan.mix import Corpora
-from seqloader.plan.position import segment_plan
 from test_resume_plan import assert_equal_steps, real_seqs, run_chain
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
@@ -215,19 +216,99 @@ def test_same_world_size_continues_the_uninterrupted_plan(case: dict) -> None:
         np.testing.assert_array_equal(a.real, b.real)
 
 
-def test_files_elastic_resume_mid_epoch_is_refused_by_name() -> None:
-    lengths = np.random.default_rng(1).integers(1, 100, 2000)
-    files = np.arange(0, 2001, 20)
+def files_fit(planner: IndexedPlanner, world: int) -> bool:
+    """Whether a files plan of ``world`` ranks is allowed (enough files holding sequences)."""
+    have = int(planner._file_counts.astype(bool).sum())
+    return have == 0 or have >= planner.options.partition_epoch * world
+
+
+@st.composite
+def elastic_files_cases(draw: st.DrawFn) -> dict:
+    """``cases("files")`` with enough files for the first world size mostly (and sometimes
+    one file fewer, or a sub-epoch without sequences)."""
+    case = draw(cases("files"))
+    case["worlds"] = draw(st.lists(st.integers(1, 6), min_size=2, max_size=3))
+    n, first = len(case["lengths"]), case["worlds"][0]
+    want = case["options"].partition_epoch * first + draw(st.integers(-1, 12))
+    cuts = np.random.default_rng(draw(st.integers(0, 2**32 - 1))).permutation(np.arange(1, n))
+    files = np.unique(np.concatenate([[0, n], cuts[: max(want - 1, 0)]])).astype(np.int64)
+    return {**case, "files": files if len(files) >= 2 else np.array([0, 0], np.int64)}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    elastic_files_cases(),
+    st.integers(1, 3),
+    st.lists(st.integers(-1, 12), min_size=2, max_size=2),  # steps to run; -1: to the end
+)
+def test_files_elastic_resume_chains_exactly_once(case: dict, epoch: int, cuts: list) -> None:
+    """``files`` on W -> W' -> W'' ranks, stopped at any step (0 and the last included), the
+    position through JSON: every sequence of the sub-epoch exactly once, equal steps in every
+    segment, each rank's share computed alone equal to its part of the segment's global list, the
+    consumption replayed from counts equal to what the ranks' drawn batches consumed, and the same
+    continuation from a fresh planner (C1, C2, C3, C4, C5)."""
+    planner = planner_of(case)
+    o, worlds = case["options"], case["worlds"]
+    epoch = min(epoch, o.partition_epoch)
+    if not files_fit(planner, worlds[0]):
+        return
+    position = Position(epoch, 0, worlds[0], 0)
+    consumed: list[np.ndarray] = []
+    for i, world in enumerate(worlds):
+        if not position.steps and not position.history and not files_fit(planner, world):
+            return  # nothing consumed yet: a fresh start on `world` ranks, refused (too few files)
+        plan, position = continue_plan(planner, position, world)
+        done = np.concatenate(consumed) if consumed else np.zeros(0, np.int64)
+        assert position.seq_offset(plan) == len(done)  # replayed from counts
+        if position.history:
+            _, drawn = planner.files_plan(epoch, position.segment_world_size, position.history)
+            assert sorted(drawn.tolist()) == sorted(done[: position.segment_start].tolist())
+            again = continue_plan(planner_of(case), position, world)[0]  # C4: a fresh planner
+            for r in range(plan.world_size):  # a finished segment stays on its world size
+                np.testing.assert_array_equal(again.rank_share(r).seqs, plan.rank_share(r).seqs)
+        check_plan(planner, plan, case["lengths"])
+        stop = plan.steps
+        if i < len(worlds) - 1:
+            stop = plan.steps if cuts[i] < 0 else min(position.steps + cuts[i], plan.steps)
+        consumed.append(real_seqs(plan, position.steps, stop))
+        position = position.advanced(stop - position.steps)
+        position = Position.from_fields(json.loads(json.dumps(position.to_fields())))
+    got = np.concatenate(consumed).tolist()
+    assert len(set(got)) == len(got), "a sequence twice"
+    order = planner.sub_epoch_order(epoch, world_size=worlds[0])
+    assert sorted(got) == sorted(order.tolist())
+
+
+def test_files_elastic_resume_1024_to_768_draws_few_old_ranks() -> None:
+    """A resumed rank draws the members of the few old ranks its run of units touches, and the
+    continuation keeps every contract on a corpus of many files."""
+    lengths = np.random.default_rng(1).integers(50, 2001, 200_000)
+    files = np.linspace(0, len(lengths), 4097).astype(np.int64)
     options = PlanOptions(
-        ordering="laplace", max_frames=800, distribution="files", planning="indexed"
-    )
+        ordering="laplace", max_seqs=200, max_frames=20_000, distribution="files",
+        planning="indexed",
+    )  # fmt: skip
     planner = IndexedPlanner({"data": lengths}, options, files=files)
-    plan = planner.global_plan(1, 4)
-    position = Position(1, 0, 4, plan.steps // 2)
-    with pytest.raises(ResumeError, match="planning='indexed' with distribution='files'"):
-        continue_plan(planner, position, 3, segment_plan(planner, position))
-    finished = Position(1, 0, 4, plan.steps)  # a finished epoch continues anywhere
-    assert continue_plan(planner, finished, 3)[0].steps == plan.steps
+    plan = planner.global_plan(1, 1024)
+    position = Position(1, 0, 1024, plan.steps // 2)
+    drawn: list[int] = []
+    members = planner._members_of
+
+    def counted(units):  # the old ranks whose members are drawn
+        draw = members(units)
+        return lambda r: (drawn.append(r), draw(r))[1]
+
+    planner._members_of = counted  # type: ignore[method-assign]
+    rest, position = continue_plan(planner, position, 768)
+    assert len(rest.rank_share(517)) == rest.steps
+    assert 1 <= len(set(drawn)) == len(drawn) <= 3
+    seen = np.zeros(len(lengths), dtype=np.int64)
+    np.add.at(seen, real_seqs(plan, 0, position.prior_steps), 1)
+    for r in range(768):
+        share = rest.rank_share(r)
+        assert len(share) == rest.steps
+        np.add.at(seen, share.seqs[share.real], 1)
+    assert (seen == 1).all()
 
 
 def test_positions_inside_a_batch_are_refused() -> None:
@@ -342,16 +423,29 @@ INDEXED_CASES: dict[str, dict] = {
                     "max_seq_length": 380, "mix": {"a": 0.7, "c": 3.0}},
         "world": 4,
     },
+    "files buckets:4 W4 split elastic -> W3 -> W5": {
+        "options": {"ordering": "buckets:4", "max_seqs": 6, "max_frames": 2500,
+                    "distribution": "files", "seed": 1},
+        "files": [*range(0, 300, 9), 300],
+        "world": 4,
+        "elastic": (3, 3),
+        "elastic_again": (2, 5),
+    },
 }  # fmt: skip
+# seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
+# draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
+# tail's split follows its rule (the batch with the largest pieces splits again) where /2 stopped
+# after one cut per batch. Moved: the buckets:N cases (mix too); laplace plans of /2 are unchanged.
 INDEXED_GOLDEN = {
-    "buckets:5 W4 split elastic -> W3": "09d08f4d5df6bae77e00ffe62b1622b68df662a01a265dc4838a0b2b5171a595",
+    "buckets:5 W4 split elastic -> W3": "b0df44976346b69ed8711a6e6297335d0994f19953631bf2b9a9158af8757059",
     "laplace:.20 partition 3 W4 pad, filters": "aef2649c178ebd5d92b16cb4c0ddc59ba1b49dea84a5dfa7799538262364685d",
-    "files buckets:3 W3 split": "e0de4b3bdba5c51def235403b4a2d15fdd8bef52f54845a555f81a74e01dc8d6",
+    "files buckets:3 W3 split": "e18103ed68633e80d0422d15ad1f30f5ef0ec9ca3e4fb86e5625ae9b2f66818a",
     "files laplace W4 pad, merged buckets": "7c15c8213fff93ec151aee9d5479f2f4a991bc99afbaa474c083cb395475d039",
-    "mix buckets:4 partition 2 W3 split elastic -> W2": "c57ec229e60f45be88a68414a43a5c8104535ece4d801d37b26407edd19dd571",
+    "mix buckets:4 partition 2 W3 split elastic -> W2": "fd443aba1a7f31092cc3eca4f489a3e5ab2da55d7bd8ac4a6c13e4f120a9c9e9",
     "mix laplace:.10 W4 pad, filters": "86abb03730eb5e2480238f994b57a0b6f952072b3ef046cb6418523ccb537178",
+    "files buckets:4 W4 split elastic -> W3 -> W5": "17a46a6477fa27b8cd64951ad8ecd362e6b6c2248eb52d221503dea331e4169a",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/2"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/3"
 
 
 def indexed_digest(case: dict) -> str:
@@ -366,7 +460,11 @@ def indexed_digest(case: dict) -> str:
     plans = [planner.global_plan(epoch, case["world"]) for epoch in (1, 2)]
     if "elastic" in case:
         steps, world = case["elastic"]
-        plans.append(continue_plan(planner, Position(1, 0, case["world"], steps), world)[0])
+        plan, at = continue_plan(planner, Position(1, 0, case["world"], steps), world)
+        plans.append(plan)
+        if "elastic_again" in case:
+            steps, world = case["elastic_again"]
+            plans.append(continue_plan(planner, at.advanced(steps), world)[0])
     content = [
         [p.batches.seqs.tolist(), p.batches.bounds.tolist(), p.batches.real.tolist()] for p in plans
     ]

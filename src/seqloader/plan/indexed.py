@@ -31,18 +31,19 @@ of a ``files`` epoch mid-way is refused (it would need every old rank's draws).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
 import numpy as np
 
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
-from seqloader.plan.batch_table import BatchTable, batches_per_bucket, bucket_runs, laplace_bins
+from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
 from seqloader.plan.buckets import bucket_edges
 from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files, split_batches
-from seqloader.plan.histogram import BucketIndex, batch_sizes, build_bucket_index, merge_small
+from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files
+from seqloader.plan.histogram import BucketIndex, batch_sizes, build_bucket_index
+from seqloader.plan.indexed_files import Segment, Units
 from seqloader.plan.indexed_mix import IndexedMix
 from seqloader.plan.indexed_plan import Draw, IndexedPlan, MemberDraw, RankwisePlan
 from seqloader.plan.keyed import resolve_keyed
@@ -54,6 +55,7 @@ from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
     PURPOSE_INDEXED_FILES,
+    PURPOSE_INDEXED_FILES_ORDER,
     PURPOSE_INDEXED_MEMBERS,
     PURPOSE_INDEXED_RUNS,
     rng_for,
@@ -62,7 +64,7 @@ from seqloader.plan.selections import EpochSelection
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/2"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/3"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name).
 INDEXED_KINDS = ("laplace", "buckets")
 #: ``files``: a rank's neighbouring buckets are merged until each group holds this many full
@@ -124,6 +126,8 @@ class IndexedPlanner(Planner):
     [0, 1, 2, 3, 4, 5]
     """
 
+    algorithm = INDEXED_ALGORITHM
+
     def __init__(
         self,
         lengths: Mapping[str, np.ndarray],
@@ -165,6 +169,8 @@ class IndexedPlanner(Planner):
             self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
         self.files = None
         self._epoch_files = {}
+        self._units_kept: tuple[tuple[int, int, int], Units] | None = None
+        self._segments_kept: tuple[tuple[int, int, int] | None, dict[tuple, Segment]] = (None, {})
         if options.distribution == "files":
             if files is None:
                 raise OptionError(
@@ -394,100 +400,118 @@ class IndexedPlanner(Planner):
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
     ) -> tuple[GlobalPlan, np.ndarray]:
-        if history:
-            raise ResumeError(
-                f"planning='indexed' with distribution='files' cannot continue epoch {epoch} "
-                f"mid-way on another world size (saved with {history[0][0]} ranks, now "
-                f"{world_size}): the rest would need every old rank's draws. Resume with the "
-                "same world size, finish the epoch first, or use distribution='shard'."
-            )
-        self.check_files(world_size)
+        """(the current segment's plan, the sequences consumed before it); the latter draws every
+        old rank's members (O(n): for the audit and tests; resuming uses ``files_segment``)."""
+        seg = self._segment_at(epoch, world_size, history)
+        return self._rankwise(seg), seg.consumed_members(self._members_of(seg.units))
+
+    def files_segment(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[GlobalPlan, int]:
+        """(the current segment's plan, sequences consumed before it), from counts: the history
+        is replayed per unit (``seqloader.plan.indexed_files``), no member drawn."""
+        seg = self._segment_at(epoch, world_size, history)
+        return self._rankwise(seg), int(seg.start.sum())
+
+    def _segment_at(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]]
+    ) -> Segment:
+        """Segment ``len(history)`` of ``epoch`` on ``world_size`` ranks, after the history's
+        segments consumed their first steps."""
+        if not history:
+            self.check_files(world_size)
         ep = EpochIndex(epoch, self.options.partition_epoch)
-        seed_epoch = self._seed_epoch(ep)
+        world0 = history[0][0] if history else world_size
+        units = self._units(ep, world0)
+        key = (self._seed_epoch(ep), ep.part, world0)
+        if self._segments_kept[0] != key:  # segments of this sub-epoch and world0 only
+            self._segments_kept = (key, {})
+        kept = self._segments_kept[1]
+        start = np.zeros(len(units.count), dtype=np.int64)
+        for i, (w, steps) in enumerate(history):
+            seg = self._segment(ep, units, start, w, tuple(history[:i]), kept)
+            if steps > seg.steps:
+                raise ResumeError(
+                    f"segment {i} of epoch {epoch} (world size {w}) has {seg.steps} steps, but "
+                    f"{steps} are said consumed: the history belongs to other data or options"
+                )
+            start = start + seg.consumed(steps)
+        return self._segment(ep, units, start, world_size, tuple(history), kept)
+
+    def _segment(
+        self,
+        ep: EpochIndex,
+        units: Units,
+        start: np.ndarray,
+        world_size: int,
+        before: tuple[tuple[int, int], ...],
+        kept: dict[tuple, Segment],
+    ) -> Segment:
+        """The segment after the segments ``before`` (which determine ``start``); kept, so the
+        replays of a load, its checks and its continuation count each segment's use once."""
+        seg = kept.get((before, world_size))
+        if seg is not None:
+            return seg
+        index = len(before)
+        words = (PURPOSE_INDEXED_FILES_ORDER, self._seed_epoch(ep), ep.part, index)
+
+        def order_rng(rank: int) -> np.random.Generator:
+            return rng_for(self.options.seed, *words, rank)
+
+        ordering, uneven = self.options.parsed_ordering, self.options.uneven
+        seg = Segment(units, start, world_size, index, ordering, uneven, order_rng)
+        if len(kept) >= 8:
+            kept.clear()
+        kept[(before, world_size)] = seg
+        return seg
+
+    def _units(self, ep: EpochIndex, world0: int) -> Units:
+        """The sub-epoch's units for the world size ``world0`` it starts with (kept: a resume
+        asks for them two or three times)."""
+        key = (self._seed_epoch(ep), ep.part, world0)
+        kept = self._units_kept
+        if kept is not None and kept[0] == key:
+            return kept[1]
         part = self._part_files(ep)
-        rank_of = assign_lpt(self._file_frames[part], world_size)  # [f]
-        per_rank = _rank_counts(self.index.file_counts, part, rank_of, world_size)  # [W, N]
-        group, sizes = merge_small(per_rank, self.k, MERGE_BATCHES)  # [W, N] each
-        group_counts = np.zeros_like(per_rank)
-        np.add.at(
-            group_counts,
-            (np.repeat(np.arange(world_size), per_rank.shape[1]), group.ravel()),
-            per_rank.ravel(),
-        )
-        n_batches = batches_per_bucket(group_counts, sizes).sum(axis=1)  # [W]
-        seqs = per_rank.sum(axis=1)  # [W]
-        steps = int(n_batches.max()) if world_size else 0
-        if self.options.uneven == "split":
-            repeats = int(np.maximum(steps - seqs, 0).sum())
-        else:  # pad: one-sequence filler batches
-            repeats = int((steps - n_batches).sum())
-        words = (PURPOSE_INDEXED_FILES, seed_epoch, ep.part)
+        rank_of = assign_lpt(self._file_frames[part], world0)  # [f]
+        per_rank = _rank_counts(self.index.file_counts, part, rank_of, world0)  # [W0, N]
+        words = (PURPOSE_INDEXED_FILES, self._seed_epoch(ep), ep.part)
+        units = Units.of(part, rank_of, per_rank, self.k, MERGE_BATCHES, words)
+        self._units_kept = (key, units)
+        return units
+
+    def _members_of(self, units: Units) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
+        """Old rank r's admitted sequences drawn with its member stream, grouped by its merged
+        groups (random within) -> (sequences int64, group starts int64 ``[N + 1]``)."""
+        assert self.files is not None
+        files = self.files
+        words = units.member_words
+
+        def members(r: int) -> tuple[np.ndarray, np.ndarray]:
+            own = units.part[units.rank_of == r]
+            seqs = _ranges(files[own], files[own + 1])
+            if self._mask is not None:
+                seqs = seqs[self._mask[seqs]]
+            seqs = seqs[rng_for(self.options.seed, *words, r).permutation(len(seqs))]
+            bucket = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[seqs]), "right")
+            group = units.group_of[r][bucket]
+            seqs = seqs[np.argsort(group, kind="stable")]
+            starts = np.zeros(units.group_of.shape[1] + 1, dtype=np.int64)
+            np.cumsum(np.bincount(group, minlength=units.group_of.shape[1]), out=starts[1:])
+            return seqs, starts
+
+        return members
+
+    def _rankwise(self, seg: Segment) -> RankwisePlan:
+        members = self._members_of(seg.units)
+        part = seg.units.part
 
         def share(rank: int) -> BatchList:
-            own = part[rank_of == rank]
-            rng_r = rng_for(self.options.seed, *words, rank)
-            return self._own_batches(own, group[rank], sizes[rank], steps, rng_r, part)
+            return seg.share(rank, members, lambda: self._first_sequence(part))
 
-        plan = RankwisePlan(share, world_size, steps, int(seqs.sum()), repeats)
-        return plan, np.zeros(0, dtype=np.int64)
-
-    def _own_batches(
-        self,
-        files: np.ndarray,
-        group_of: np.ndarray,
-        sizes: np.ndarray,
-        steps: int,
-        rng: np.random.Generator,
-        part: np.ndarray,
-    ) -> BatchList:
-        """One rank's batches from its own ``files``: drawn within its merged buckets
-        (``group_of`` ``[N]``, ``sizes`` per group), histogram-batched, ordered, then equal steps
-        (split or one-sequence fillers)."""
-        assert self.files is not None
-        seqs = _ranges(self.files[files], self.files[files + 1])
-        if self._mask is not None:
-            seqs = seqs[self._mask[seqs]]
-        seqs = seqs[rng.permutation(len(seqs))]
-        bucket = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[seqs]), side="right")
-        bucket = group_of[bucket]
-        by = np.argsort(bucket, kind="stable")  # grouped by bucket, random within
-        seqs, bucket = seqs[by], bucket[by]
-        counts = np.bincount(bucket, minlength=len(sizes)).astype(np.int64)
-        nb = batches_per_bucket(counts, sizes)  # [N]
-        n_buckets = len(sizes)
-        b_of = np.repeat(np.arange(n_buckets, dtype=np.int64), nb)  # [nb] bucket of each batch
-        j = np.arange(len(b_of)) - np.repeat(np.cumsum(nb) - nb, nb)
-        first = np.cumsum(counts) - counts
-        lo = first[b_of] + j * sizes[b_of]
-        hi = np.minimum(lo + sizes[b_of], first[b_of] + counts[b_of])
-        order = self._batch_order(b_of, j, nb, int(counts.sum()), rng)
-        lo, hi = lo[order], hi[order]
-        bounds = np.zeros(len(lo) + 1, dtype=np.int64)
-        np.cumsum(hi - lo, out=bounds[1:])
-        idx = np.repeat(lo - bounds[:-1], hi - lo) + np.arange(bounds[-1], dtype=np.int64)
-        batches = BatchList.from_bounds(seqs[idx], bounds)
-        if self.options.uneven == "split":
-            batches = split_batches(batches, steps)
-        missing = steps - len(batches)
-        if missing:  # one-sequence fillers: the rank's own, else the sub-epoch's first
-            own = batches.seqs if len(batches.seqs) else self._first_sequence(part)
-            pick = own[np.arange(missing) % len(own)]
-            extra = BatchList(pick, np.arange(missing + 1, dtype=np.int64), np.zeros(missing, bool))
-            batches = batches.concat(extra)
-        return batches
-
-    def _batch_order(
-        self, b_of: np.ndarray, j: np.ndarray, nb: np.ndarray, seqs: int, rng: np.random.Generator
-    ) -> np.ndarray:
-        """The rank's batches in plan order: shuffled (``buckets:N``), or spread over bins with
-        buckets ascending and descending (``laplace``)."""
-        ordering = self.options.parsed_ordering
-        if ordering.is_buckets:
-            return rng.permutation(len(b_of)).astype(np.int64)
-        bins = ordering.num_bins(seqs)
-        bin_of = (j * bins) // np.maximum(nb[b_of], 1)  # [nb] the bin j falls in, per bucket
-        major = np.where(bin_of % 2 == 1, -b_of, b_of)
-        return np.lexsort((j, major, bin_of)).astype(np.int64)
+        return RankwisePlan(
+            share, seg.world_size, seg.steps, seg.real_total, seg.repeats, seg.consumed_seqs
+        )
 
     def _first_sequence(self, part: np.ndarray) -> np.ndarray:
         assert self.files is not None
@@ -502,7 +526,7 @@ class IndexedPlanner(Planner):
     def fingerprint(self, source_fingerprint: str) -> str:
         h = hashlib.sha256()
         for part in (
-            INDEXED_ALGORITHM,
+            self.algorithm,
             source_fingerprint,
             self.options.to_json(),
             self.length_key,

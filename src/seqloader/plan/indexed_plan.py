@@ -21,7 +21,6 @@ the report's step imbalance and tests, not for planning.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable
 from typing import Protocol
 
@@ -31,6 +30,7 @@ from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bijection import Bijection
 from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.pieces import split_pieces
 
 
 class Draw(Protocol):
@@ -76,22 +76,6 @@ class MemberDraw:
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
         return self(bucket, pos), None
-
-
-def split_pieces(sizes: np.ndarray, target: int) -> np.ndarray:
-    """How many near-equal pieces each batch (``sizes`` int64 ``[t]``) is cut into so there are
-    ``target`` (or every piece is one sequence): the batch whose pieces are largest gets one more
-    (ties: the latest) -> int64 ``[t]``."""
-    pieces = np.ones(len(sizes), dtype=np.int64)
-    heap = [(-int(s), -k) for k, s in enumerate(sizes.tolist())]
-    heapq.heapify(heap)
-    need = target - len(sizes)
-    while need > 0 and heap and -heap[0][0] > 1:
-        k = -heap[0][1]
-        pieces[k] += 1
-        heapq.heapreplace(heap, (-(-int(sizes[k]) // int(pieces[k])), -k))
-        need -= 1
-    return pieces
 
 
 def piece_bounds(
@@ -258,7 +242,8 @@ class IndexedPlan(GlobalPlan):
 class RankwisePlan(GlobalPlan):
     """A plan whose ranks' shares are computed independently (``distribution="files"`` with
     indexed planning): ``share(rank)`` gives rank ``rank``'s whole batch list for ``steps`` steps;
-    totals come from counts (``real_total``, ``repeats``)."""
+    totals come from counts (``real_total``, ``repeats``, ``consumed(steps)``: real sequences of
+    the first steps, all ranks together)."""
 
     def __init__(
         self,
@@ -267,12 +252,14 @@ class RankwisePlan(GlobalPlan):
         steps: int,
         real_total: int,
         repeats: int,
+        consumed: Callable[[int], int],
     ) -> None:
         object.__setattr__(self, "world_size", world_size)
         object.__setattr__(self, "dropped", 0)
         self._share, self._steps = share, steps
-        self._real_total, self._repeats = real_total, repeats
+        self._real_total, self._repeats, self._consumed = real_total, repeats, consumed
         self._batches: BatchList | None = None
+        self._kept: tuple[int, BatchList] | None = None  # (rank, its share from step 0)
 
     def __setattr__(self, name: str, value: object) -> None:
         object.__setattr__(self, name, value)
@@ -297,13 +284,22 @@ class RankwisePlan(GlobalPlan):
         return self._real_total
 
     def consumed_seqs(self, steps: int) -> int:
+        """Real sequences of the first ``steps`` steps, all ranks together (from counts)."""
         if steps >= self._steps:
             return self._real_total
-        return self.batches.real_count(steps * self.world_size)
+        return self._consumed(steps)
 
     def rank_share(self, rank: int, start_step: int = 0) -> BatchList:
-        share = self._share(rank)
-        return share.take(np.arange(start_step, len(share), dtype=np.int64))
+        """Rank ``rank``'s batches from ``start_step`` on (the last share drawn is kept, so a
+        share drawn ahead is taken over at once). Past the last step: none, on any rank (a
+        finished segment continued on more ranks)."""
+        if start_step >= self._steps:
+            return BatchList.empty()
+        kept = self._kept
+        if kept is None or kept[0] != rank:
+            kept = self._kept = (rank, self._share(rank))
+        share = kept[1]
+        return share if not start_step else share.take(np.arange(start_step, len(share)))
 
     @property
     def batches(self) -> BatchList:

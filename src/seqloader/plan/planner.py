@@ -211,6 +211,8 @@ class Planner:
     pools: FilePools | None = None
     #: the sequences some epochs keep (``seqloader.plan.selections``)
     selections: tuple[EpochSelection, ...] = ()
+    #: the planning algorithm's id (in the plan fingerprint; named when a state is refused)
+    algorithm: str = PLAN_ALGORITHM
 
     def __init__(
         self,
@@ -842,6 +844,14 @@ class Planner:
         )
         done = np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)
         return plan, done
+
+    def files_segment(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[GlobalPlan, int]:
+        """(the plan of the current segment, how many units were consumed before it): what
+        resuming needs of ``files_plan`` (indexed planning computes it from counts)."""
+        plan, done = self.files_plan(epoch, world_size, history)
+        return plan, len(done)
 
     def rank_files(self, plan: GlobalPlan, rank: int, start_step: int = 0) -> np.ndarray:
         """The files rank ``rank`` reads in ``plan`` from ``start_step`` on, in the order it first

@@ -27,7 +27,7 @@ the same world size, or from a finished epoch.
 it consumed: the position keeps ``history``, the ``(world_size, steps)`` of each earlier segment of
 the epoch. Replaying it (segment i plans what segments 0..i-1 left, for its world size, and its
 first ``steps`` steps are consumed) gives the consumed sequences; the next segment assigns the
-rest's files to the new ranks (``Planner.files_plan``). ``segment_start`` then counts the
+rest's files to the new ranks (``Planner.files_segment``). ``segment_start`` then counts the
 sequences consumed before the segment (what ``seq_offset`` adds to), and is checked against the
 replay. Only a state of a ``files`` epoch resumed elastically carries the history.
 """
@@ -178,13 +178,13 @@ def segment_plan(planner: Planner, position: Position) -> GlobalPlan:
 def _files_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
     """``distribution="files"``: replay the history, check what it says consumed."""
     history = position.history
-    plan, consumed = planner.files_plan(position.epoch, position.segment_world_size, history)
+    plan, consumed = planner.files_segment(position.epoch, position.segment_world_size, history)
     before = sum(steps for _, steps in history)
-    if position.segment_start != len(consumed) or position.prior_steps != before:
+    if position.segment_start != consumed or position.prior_steps != before:
         raise ResumeError(
             f"loader state segment_start={position.segment_start}, prior_steps="
             f"{position.prior_steps}: its {SEGMENT_HISTORY} {[list(h) for h in history]} gives "
-            f"{len(consumed)} sequences and {before} steps consumed before the segment; the state "
+            f"{consumed} sequences and {before} steps consumed before the segment; the state "
             "belongs to other data or options, or was edited"
         )
     return plan
@@ -280,9 +280,9 @@ def continue_plan(
     if planner.options.distribution == "files":  # the rest's files to the new ranks
         done = ((position.segment_world_size, position.steps),) if position.steps else ()
         history = position.history + done
-        plan, consumed = planner.files_plan(position.epoch, world_size, history)
+        plan, consumed = planner.files_segment(position.epoch, world_size, history)
         before = position.epoch_steps
-        return plan, Position(position.epoch, len(consumed), world_size, 0, before, history=history)
+        return plan, Position(position.epoch, consumed, world_size, 0, before, history=history)
     check_resumable(planner, position, seg, world_size)
     start = position.seq_offset(seg)
     # only buckets:N orders depend on the world size they were arranged for: others need no record

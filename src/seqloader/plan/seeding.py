@@ -19,6 +19,7 @@ PURPOSE_INDEXED_RUNS = 10  # planning="indexed", buckets:N: the order of the run
 PURPOSE_INDEXED_FILES = 11  # planning="indexed", files: each rank's draw of its own sequences
 PURPOSE_INDEXED_MIX = 12  # planning="indexed" mix: corpus epochs of each (corpus, bucket) stream
 PURPOSE_INDEXED_MIX_ORDER = 13  # planning="indexed" mix: corpora interleaved in a bucket's list
+PURPOSE_INDEXED_FILES_ORDER = 14  # planning="indexed", files: a rank's order of its batches
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

@@ -133,9 +133,12 @@ class LoaderState:
         }
 
     def _planning_field(self) -> dict[str, str]:
-        """``planning`` in the state only when not the default (states keep their format)."""
+        """``planning`` and ``plan_algorithm`` in the state only when not the default planning
+        (states keep their format)."""
         planning = self.planner.options.planning
-        return {} if planning == "global" else {"planning": planning}
+        if planning == "global":
+            return {}
+        return {"planning": planning, "plan_algorithm": self.planner.algorithm}
 
     def load(self, state: Mapping) -> dict[str, object] | None:
         """Check ``state`` against this plan and keep it for the next ``begin``. Returns the
@@ -159,6 +162,7 @@ class LoaderState:
                 "differently, so the state's position means nothing here. Resume with the "
                 f"planning the state was saved with (planning={saved!r})."
             )
+        self._check_algorithm(state)
         if state.get("plan_fingerprint") != self.fingerprint:
             raise ResumeError(
                 f"loader state plan fingerprint {state.get('plan_fingerprint')!r} differs from "
@@ -180,6 +184,24 @@ class LoaderState:
             "seqs_consumed": position.seq_offset(plan),
             "epoch_complete": is_finished(position, plan),
         }
+
+    def _check_algorithm(self, state: Mapping) -> None:
+        """Refuse an indexed state of another planning algorithm by name (its plan fingerprint
+        differs too, but that alone would blame the data or options). States of
+        ``seqloader-plan-indexed/2`` and before carry no ``plan_algorithm``."""
+        ours = self.planner.algorithm
+        if state.get("planning") != "indexed" or state.get("plan_fingerprint") == self.fingerprint:
+            return
+        saved = state.get("plan_algorithm")
+        if saved == ours:
+            return
+        named = repr(saved) if saved else "'seqloader-plan-indexed/2' or earlier"
+        raise ResumeError(
+            f"loader state saved by planning algorithm {named}, but this loader plans with "
+            f"{ours!r}: the same data and options give other batches, so the state's position "
+            "means nothing here. Resume with the seqloader version that saved the state, or "
+            "start the epoch anew (a new loader without load_state_dict)."
+        )
 
     def _checked(
         self, state: Mapping, position: Position, plan: GlobalPlan

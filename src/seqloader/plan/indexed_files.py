@@ -1,0 +1,279 @@
+"""``distribution="files"`` under indexed planning: each rank's batches, and elastic resume, from counts.
+
+**Units.** The epoch's first segment (world size ``W0``) assigns the sub-epoch's files to ranks
+(LPT by frames, as global planning). Old rank ``r``'s sequences of its merged bucket group ``g``
+(``merge_small``) form unit ``(r, g)``: its members are r's own sequences of that group in r's
+keyed random order (r's member stream), its batch size is the group's. Everything about the
+units except their member lists follows from the per-(file, bucket) count table, for every rank,
+without drawing a sequence: O(W0 * buckets + files).
+
+**Segments.** A segment (the sub-epoch on one world size, from where the one before stopped)
+gives each rank some units' unconsumed suffixes. The rank batches each suffix with the unit's
+batch size, orders its batches (``buckets:N``: shuffled; ``laplace``: bins, lengths rising and
+falling) with an order stream apart from the member draw, and equalises steps (``split``: its
+largest batches cut into near-equal contiguous pieces, ``seqloader.plan.pieces``; one-sequence
+fillers, ``real=False``, where it runs short). The ``t``-th batch of a unit in a rank's order
+holds the unit's next ``size`` members, and pieces are contiguous: after ``s`` steps each unit's
+consumption is a prefix of its suffix, and how long follows from counts and the order alone.
+So a state's segment history (``(world_size, steps)`` per earlier segment) gives the consumed
+count of every unit by replay on counts, never drawing a member, and a chain of resumes composes.
+
+Segment 0 gives each old rank its own units. A later segment cuts the remaining units, in unit
+order (old rank by old rank), into ``W`` contiguous runs of about equal batches (``cut_parts``),
+so a new rank draws the members of the few old ranks its run touches: O(n / W) per rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.plan.batches import BatchList
+from seqloader.plan.files import cut_parts
+from seqloader.plan.histogram import merge_small
+from seqloader.plan.options import Ordering
+from seqloader.plan.pieces import split_pieces
+
+
+@dataclass(frozen=True)
+class Units:
+    """A sub-epoch's units (see the module doc), numbered by (old rank, group).
+
+    - ``part``: int64 ``[f]`` the sub-epoch's files, shuffled; ``rank_of``: int64 ``[f]`` the old
+      rank of each.
+    - ``group_of``: int64 ``[W0, N]`` each old rank's merged group of each bucket.
+    - ``rank``, ``group``, ``count``, ``size``, ``level``: int64 ``[U]``: per unit its old rank,
+      group, sequences, batch size (>= 1) and first bucket (its place in length order).
+    - ``member_words``: the key of the old ranks' member streams (the old rank appended).
+    """
+
+    part: np.ndarray
+    rank_of: np.ndarray
+    group_of: np.ndarray
+    rank: np.ndarray
+    group: np.ndarray
+    count: np.ndarray
+    size: np.ndarray
+    level: np.ndarray
+    member_words: tuple[int, ...] = ()
+
+    @property
+    def world0(self) -> int:
+        return int(self.group_of.shape[0])
+
+    @classmethod
+    def of(
+        cls,
+        part: np.ndarray,
+        rank_of: np.ndarray,
+        per_rank: np.ndarray,
+        k: np.ndarray,
+        merge: int,
+        member_words: tuple[int, ...] = (),
+    ) -> Units:
+        """From the sequences per (old rank, bucket) (``per_rank`` int64 ``[W0, N]``) and the
+        buckets' batch sizes ``k``; ``member_words``: the member streams' key (old rank appended)."""
+        world0, n_buckets = per_rank.shape
+        group, sizes = merge_small(per_rank, k, merge)  # [W0, N] each
+        rows = np.repeat(np.arange(world0, dtype=np.int64), n_buckets)
+        counts = np.zeros_like(per_rank)
+        np.add.at(counts, (rows, group.ravel()), per_rank.ravel())
+        first = np.full_like(per_rank, n_buckets)
+        cols = np.tile(np.arange(n_buckets, dtype=np.int64), world0)
+        np.minimum.at(first, (rows, group.ravel()), cols)
+        r, g = np.nonzero(counts)  # row-major: old rank by old rank, groups ascending
+        r, g = r.astype(np.int64), g.astype(np.int64)
+        return cls(part, rank_of, group, r, g, counts[r, g], sizes[r, g], first[r, g], member_words)
+
+
+class Segment:
+    """One segment: the units' suffixes from ``start`` (int64 ``[U]``, consumed before it) on
+    ``world_size`` ranks (``index`` 0: each old rank its own units). ``order_rng(rank)``: the
+    rank's order stream (``buckets:N``)."""
+
+    def __init__(
+        self,
+        units: Units,
+        start: np.ndarray,
+        world_size: int,
+        index: int,
+        ordering: Ordering,
+        uneven: str,
+        order_rng: Callable[[int], np.random.Generator],
+    ) -> None:
+        self.units, self.start, self.world_size, self.index = units, start, world_size, index
+        self.ordering, self.uneven, self.order_rng = ordering, uneven, order_rng
+        self.rem = units.count - start  # [U]
+        live = self.rem > 0
+        owner = np.full(len(start), -1, dtype=np.int64)
+        self.nb = np.where(live, -(-self.rem // units.size), 0)  # [U] batches of each suffix
+        if index == 0:
+            owner[live] = units.rank[live]
+        else:
+            ids = np.flatnonzero(live)
+            cuts = cut_parts(self.nb[ids], world_size)
+            owner[ids] = np.repeat(np.arange(world_size, dtype=np.int64), np.diff(cuts))
+        self.owner = owner
+        ranks = np.where(live, owner, world_size)  # dead units: an extra bin
+        self.rank_batches = np.bincount(ranks, weights=self.nb, minlength=world_size + 1)[
+            :world_size
+        ].astype(np.int64)
+        self.rank_seqs = np.bincount(ranks, weights=self.rem, minlength=world_size + 1)[
+            :world_size
+        ].astype(np.int64)
+        self.steps = int(self.rank_batches.max(initial=0))
+        self._consumed: dict[int, np.ndarray] = {}
+        by = np.argsort(ranks, kind="stable")  # rank 0's live units, rank 1's, ... (unit order)
+        ends = np.searchsorted(ranks[by], np.arange(world_size + 1), side="left")
+        self._by, self._ends = by, ends
+
+    # ---- from counts ----
+    @property
+    def real_total(self) -> int:
+        return int(self.rem.sum())
+
+    def real_batches(self, rank: int) -> int:
+        """Real batches of ``rank`` after equalising (split pieces included)."""
+        if self.uneven == "split":
+            return min(max(self.steps, int(self.rank_batches[rank])), int(self.rank_seqs[rank]))
+        return int(self.rank_batches[rank])
+
+    @property
+    def repeats(self) -> int:
+        """One-sequence filler batches over all ranks."""
+        return sum(self.steps - self.real_batches(r) for r in range(self.world_size))
+
+    def rank_units(self, rank: int) -> np.ndarray:
+        """The live units of ``rank``, ascending -> int64."""
+        return self._by[self._ends[rank] : self._ends[rank + 1]]
+
+    def layout(self, rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``rank``'s batches before equalising, in plan order: (unit, index ``t`` within the
+        unit's suffix, size) -> int64 ``[m]`` each. The ``t``-th of a unit comes after its
+        ``t - 1``-th, so a unit's batches in order are consecutive slices of its suffix."""
+        us = self.rank_units(rank)
+        nb = self.nb[us]
+        m = int(nb.sum())
+        unit = np.repeat(us, nb)
+        within = np.arange(m, dtype=np.int64) - np.repeat(np.cumsum(nb) - nb, nb)
+        if self.ordering.is_buckets:
+            unit = unit[self.order_rng(rank).permutation(m)]
+            t = np.empty(m, dtype=np.int64)
+            t[np.argsort(unit, kind="stable")] = within  # by occurrence: 0, 1, ... per unit
+        else:
+            bins = self.ordering.num_bins(int(self.rem[us].sum()))
+            bin_of = (within * bins) // np.maximum(self.nb[unit], 1)
+            level = self.units.level[unit]
+            major = np.where(bin_of % 2 == 1, -level, level)
+            order = np.lexsort((within, unit, major, bin_of))
+            unit, t = unit[order], within[order]
+        size = self.units.size[unit]
+        return unit, t, np.minimum(size, self.rem[unit] - t * size)
+
+    def pieces(self, sizes: np.ndarray) -> np.ndarray:
+        if self.uneven == "split":
+            return split_pieces(sizes, self.steps)
+        return np.ones(len(sizes), dtype=np.int64)
+
+    def consumed(self, steps: int) -> np.ndarray:
+        """Sequences of each unit consumed in this segment's first ``steps`` steps (all ranks)
+        -> int64 ``[U]``: a prefix of each suffix, from counts and the order (no draw; kept:
+        read-only)."""
+        kept = self._consumed.get(steps)
+        if kept is None:
+            kept = self._consumed[steps] = self._count_consumed(steps)
+            kept.flags.writeable = False
+        return kept
+
+    def _count_consumed(self, steps: int) -> np.ndarray:
+        out = np.zeros(len(self.start), dtype=np.int64)
+        if steps <= 0:
+            return out
+        for rank in range(self.world_size):
+            us = self.rank_units(rank)
+            if not len(us):
+                continue
+            if steps >= self.real_batches(rank):  # all its batches (fillers follow)
+                out[us] = self.rem[us]
+                continue
+            unit, _, sizes = self.layout(rank)
+            pieces = self.pieces(sizes)
+            ends = np.cumsum(pieces)
+            k = int(np.searchsorted(ends, steps, side="right"))  # batches [0, k) whole
+            used = np.zeros(len(sizes), dtype=np.int64)
+            used[:k] = sizes[:k]
+            if k < len(sizes):  # batch k: its first pieces, the first r of them one longer
+                m = steps - (int(ends[k - 1]) if k else 0)
+                q, r = divmod(int(sizes[k]), int(pieces[k]))
+                used[k] = m * q + min(m, r)
+            lo, span = int(us[0]), int(us[-1]) + 1 - int(us[0])  # a rank's units: one run
+            out[lo : lo + span] += np.bincount(unit - lo, used, span).astype(np.int64)
+        return out
+
+    def consumed_seqs(self, steps: int) -> int:
+        """Real sequences of the first ``steps`` steps, all ranks together."""
+        if steps >= self.steps:
+            return self.real_total
+        return int(self.consumed(steps).sum())
+
+    # ---- drawn: one rank's batches ----
+    def share(
+        self,
+        rank: int,
+        members: Callable[[int], tuple[np.ndarray, np.ndarray]],
+        filler: Callable[[], np.ndarray],
+    ) -> BatchList:
+        """``rank``'s batches for ``steps`` steps. ``members(r)``: old rank r's sequences grouped
+        by group, in its drawn order, and the groups' starts (int64 ``[N + 1]``); ``filler()``:
+        a sequence for fillers when the rank has none of its own."""
+        us = self.rank_units(rank)
+        drawn: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        suffixes = []
+        for u in us.tolist():
+            r = int(self.units.rank[u])
+            if r not in drawn:
+                drawn[r] = members(r)
+            seqs, starts = drawn[r]
+            g = int(self.units.group[u])
+            suffixes.append(seqs[int(starts[g]) + int(self.start[u]) : int(starts[g + 1])])
+        pool = np.concatenate(suffixes) if suffixes else np.zeros(0, dtype=np.int64)
+        base = np.zeros(len(self.start), dtype=np.int64)
+        if len(us):
+            base[us] = np.cumsum(self.rem[us]) - self.rem[us]
+        unit, t, sizes = self.layout(rank)
+        lo = base[unit] + t * self.units.size[unit]
+        bounds = np.zeros(len(sizes) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        idx = np.repeat(lo - bounds[:-1], sizes) + np.arange(bounds[-1], dtype=np.int64)
+        seqs = pool[idx].astype(np.int64)
+        pieces = self.pieces(sizes)
+        if len(pieces) and int(pieces.max()) > 1:  # cut into near-equal contiguous pieces
+            batch_of = np.repeat(np.arange(len(sizes)), pieces)
+            within = np.arange(len(batch_of)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+            whole, rest = np.divmod(sizes, pieces)
+            piece = whole[batch_of] + (within < rest[batch_of])
+            bounds = np.zeros(len(piece) + 1, dtype=np.int64)
+            np.cumsum(piece, out=bounds[1:])
+        batches = BatchList.from_bounds(seqs, bounds)
+        missing = self.steps - len(batches)
+        if missing > 0:  # one-sequence fillers: the rank's own, else the sub-epoch's first
+            own = seqs if len(seqs) else filler()
+            pick = own[np.arange(missing) % len(own)]
+            extra = BatchList(pick, np.arange(missing + 1, dtype=np.int64), np.zeros(missing, bool))
+            batches = batches.concat(extra)
+        return batches
+
+    def consumed_members(
+        self, members: Callable[[int], tuple[np.ndarray, np.ndarray]]
+    ) -> np.ndarray:
+        """The sequences consumed before this segment, unit after unit -> int64 (draws every old
+        rank: O(n), for the audit and tests)."""
+        out = []
+        for r in np.unique(self.units.rank[self.start > 0]).tolist():
+            seqs, starts = members(r)
+            for u in np.flatnonzero((self.units.rank == r) & (self.start > 0)).tolist():
+                a = int(starts[int(self.units.group[u])])
+                out.append(seqs[a : a + int(self.start[u])])
+        return np.concatenate(out).astype(np.int64) if out else np.zeros(0, dtype=np.int64)
