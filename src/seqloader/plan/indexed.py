@@ -24,8 +24,8 @@ the epoch is planned from counts, and members are drawn only where a rank needs 
    files' sequences.
 
 Positions and resume work as with global planning (a position is a sequence offset of the order,
-always at a batch boundary). ``files`` resumes exactly with the same world size; an elastic resume
-of a ``files`` epoch mid-way is refused (it would need every old rank's draws).
+always at a batch boundary). ``files`` resumes elastically from its segment history, replayed on
+counts per unit of the epoch (``seqloader.plan.indexed_files``).
 """
 
 from __future__ import annotations
