@@ -87,55 +87,153 @@ def build_bucket_index(
 ) -> BucketIndex:
     """Group the admitted sequences (bool mask ``[n]``, None: all) by bucket (``edges``: bucket of
     length L = number of edges <= L), in chunks: peak memory is the output plus a few chunks.
-    ``files``: int64 ``[F + 1]`` file bounds, for the per-file tables."""
+    ``files``: int64 ``[F + 1]`` file bounds, for the per-file tables.
+
+    Two passes over the lengths. The first counts: where lengths are small non-negative
+    integers (the usual case) a histogram of the admitted lengths gives every bucket's count and
+    longest length at once, and a table ``bucket of length L`` replaces a binary search per
+    sequence. The second places each chunk's sequences, grouped by bucket with a stable counting
+    sort (ascending within a bucket), straight into their bucket's slice."""
     n, n_buckets = len(lengths), len(edges) + 1
     index_dtype = np.uint32 if n < 2**32 else np.int64
-    counts = np.zeros(n_buckets + 1, dtype=np.int64)  # the last: not admitted
-    for _, part in _bucket_chunks(lengths, edges, admitted):
-        counts += np.bincount(part, minlength=n_buckets + 1)
+    table = _bucket_table(lengths, edges)
+    counts, longest = _count(lengths, edges, admitted, table)
     starts = np.zeros(n_buckets + 1, dtype=np.int64)
-    np.cumsum(counts[:-1], out=starts[1:])
+    np.cumsum(counts, out=starts[1:])
     members = np.empty(int(starts[-1]), dtype=index_dtype)
-    longest = np.zeros(n_buckets, dtype=np.int64)
     at = starts[:-1].copy()  # [N] next free slot of each bucket
     n_files = 0 if files is None else len(files) - 1
-    file_counts = np.zeros(n_files * n_buckets, dtype=np.int64) if files is not None else None
+    file_counts = np.zeros((n_files, n_buckets), dtype=np.int64) if files is not None else None
     file_frames = np.zeros(n_files, dtype=np.int64) if files is not None else None
-    for a, part in _bucket_chunks(lengths, edges, admitted):
+    for a, part in _bucket_chunks(lengths, edges, admitted, table):
         order = np.argsort(part, kind="stable")  # grouped by bucket, ascending within
         here = np.bincount(part, minlength=n_buckets + 1)[:n_buckets]  # [N]
         first = np.zeros(n_buckets + 1, dtype=np.int64)
         np.cumsum(here, out=first[1:])
-        chunk_lengths = np.asarray(lengths[a : a + len(part)])
         for b in np.flatnonzero(here).tolist():
             ids = order[first[b] : first[b + 1]]
             members[at[b] : at[b] + len(ids)] = ids + a
-            longest[b] = max(int(longest[b]), int(chunk_lengths[ids].max()))
             at[b] += len(ids)
-        if files is not None and file_counts is not None and file_frames is not None:
-            keep = part < n_buckets
-            pos = np.flatnonzero(keep) + a
-            file_of = part_of(files, pos)  # [k]
-            file_counts += np.bincount(
-                file_of * n_buckets + part[keep], minlength=n_files * n_buckets
-            )
-            file_frames += np.bincount(
-                file_of, weights=chunk_lengths[keep], minlength=n_files
-            ).astype(np.int64)
-    table = None if file_counts is None else file_counts.reshape(n_files, n_buckets)
-    if table is not None and int(table.max(initial=0)) < 2**31:
-        table = table.astype(np.int32)  # half the node file; read a column at a time
-    return BucketIndex(members, starts, longest, np.asarray(edges, np.int64), table, file_frames)
+        if file_counts is not None and file_frames is not None and files is not None:
+            chunk_lengths = np.asarray(lengths[a : a + len(part)])
+            _count_files(files, a, part, chunk_lengths, n_buckets, file_counts, file_frames)
+    if longest is None:
+        longest = _longest_by_search(lengths, edges, admitted, members, starts)
+    table_out = file_counts
+    if table_out is not None and int(table_out.max(initial=0)) < 2**31:
+        table_out = table_out.astype(np.int32)  # half the node file; read a column at a time
+    return BucketIndex(
+        members, starts, longest, np.asarray(edges, np.int64), table_out, file_frames
+    )
+
+
+#: lengths up to this use a table "bucket of length L" and a length histogram (int64 each entry)
+_TABLE_LENGTHS = 1 << 22
+
+
+def _bucket_table(lengths: np.ndarray, edges: np.ndarray) -> np.ndarray | None:
+    """``table[L]`` = bucket of length ``L`` for every ``0 <= L <= max(lengths)`` (uint8/uint16),
+    or None where lengths are negative or too long for a table (then binary search)."""
+    if len(lengths) == 0:
+        return None
+    lo = min(int(np.min(lengths[a : a + _CHUNK])) for a in range(0, len(lengths), _CHUNK))
+    hi = max(int(np.max(lengths[a : a + _CHUNK])) for a in range(0, len(lengths), _CHUNK))
+    if lo < 0 or hi >= _TABLE_LENGTHS:
+        return None
+    dtype = _part_dtype(len(edges) + 1)
+    return np.searchsorted(edges, np.arange(hi + 1), side="right").astype(dtype)
+
+
+def _part_dtype(n_buckets: int) -> type:
+    return np.uint8 if n_buckets < 255 else np.uint16 if n_buckets < 65535 else np.int64
+
+
+def _count(
+    lengths: np.ndarray, edges: np.ndarray, admitted: np.ndarray | None, table: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(admitted sequences per bucket int64 ``[N]``, longest admitted length per bucket int64
+    ``[N]`` or None when it is left to the placing pass)."""
+    n_buckets = len(edges) + 1
+    if table is None:
+        counts = np.zeros(n_buckets + 1, dtype=np.int64)  # the last: not admitted
+        for _, part in _bucket_chunks(lengths, edges, admitted, None):
+            counts += np.bincount(part, minlength=n_buckets + 1)
+        return counts[:-1], None
+    hist = np.zeros(len(table), dtype=np.int64)  # admitted sequences per length
+    for a in range(0, len(lengths), _CHUNK):
+        chunk = np.asarray(lengths[a : a + _CHUNK])
+        if admitted is not None:
+            chunk = chunk[admitted[a : a + _CHUNK]]
+        hist += np.bincount(chunk, minlength=len(table))
+    buckets = np.arange(n_buckets)
+    lo = np.searchsorted(table, buckets, side="left")  # bucket b: lengths [lo[b], hi[b])
+    hi = np.searchsorted(table, buckets, side="right")
+    below = np.zeros(len(hist) + 1, dtype=np.int64)
+    np.cumsum(hist, out=below[1:])
+    counts = below[hi] - below[lo]
+    present = np.flatnonzero(hist)  # lengths that occur, ascending
+    last = np.searchsorted(present, hi, side="left") - 1  # the longest present below hi[b]
+    longest = np.where(counts > 0, present[np.maximum(last, 0)] if len(present) else 0, 0)
+    return counts, longest.astype(np.int64)
+
+
+def _longest_by_search(
+    lengths: np.ndarray,
+    edges: np.ndarray,
+    admitted: np.ndarray | None,
+    members: np.ndarray,
+    starts: np.ndarray,
+) -> np.ndarray:
+    """The longest admitted length per bucket, from the placed members (no table)."""
+    longest = np.zeros(len(edges) + 1, dtype=np.int64)
+    for b in range(len(longest)):
+        for a in range(int(starts[b]), int(starts[b + 1]), _CHUNK):
+            ids = members[a : min(int(starts[b + 1]), a + _CHUNK)]
+            longest[b] = max(int(longest[b]), int(np.asarray(lengths)[ids].max()))
+    return longest
+
+
+def _count_files(
+    files: np.ndarray,
+    a: int,
+    part: np.ndarray,
+    chunk_lengths: np.ndarray,
+    n_buckets: int,
+    file_counts: np.ndarray,
+    file_frames: np.ndarray,
+) -> None:
+    """Add a chunk's admitted sequences (``part`` ``N`` where not admitted) to the per-(file,
+    bucket) counts and per-file frames. The chunk covers files ``f0..f1``, a range: each
+    sequence's file comes from repeating the file ids by their sizes inside the chunk."""
+    k = len(part)
+    f0, f1 = (int(f) for f in part_of(files, np.array([a, a + k - 1])))
+    bounds = np.clip(files[f0 : f1 + 2], a, a + k) - a
+    file_of = np.repeat(np.arange(f1 - f0 + 1), np.diff(bounds))  # [k], relative to f0
+    width = n_buckets + 1  # the last column: not admitted
+    grid = np.bincount(file_of * width + part, minlength=(f1 - f0 + 1) * width)
+    file_counts[f0 : f1 + 1] += grid.reshape(f1 - f0 + 1, width)[:, :n_buckets]
+    keep = part < n_buckets
+    weights = chunk_lengths if bool(keep.all()) else np.where(keep, chunk_lengths, 0)
+    file_frames[f0 : f1 + 1] += np.bincount(file_of, weights=weights, minlength=f1 - f0 + 1).astype(
+        np.int64
+    )
 
 
 def _bucket_chunks(
-    lengths: np.ndarray, edges: np.ndarray, admitted: np.ndarray | None
+    lengths: np.ndarray,
+    edges: np.ndarray,
+    admitted: np.ndarray | None,
+    table: np.ndarray | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """(start, bucket of each sequence of the chunk, ``N`` where not admitted) per chunk."""
     n_buckets = len(edges) + 1
-    dtype = np.uint8 if n_buckets < 255 else np.uint16 if n_buckets < 65535 else np.int64
+    dtype = _part_dtype(n_buckets)
     for a in range(0, len(lengths), _CHUNK):
-        part = np.searchsorted(edges, lengths[a : a + _CHUNK], side="right").astype(dtype)
+        chunk = lengths[a : a + _CHUNK]
+        if table is not None:
+            part = table[chunk]
+        else:
+            part = np.searchsorted(edges, chunk, side="right").astype(dtype)
         if admitted is not None:
             part[~admitted[a : a + _CHUNK]] = n_buckets
         yield a, part

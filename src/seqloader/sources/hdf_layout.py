@@ -262,6 +262,19 @@ def _tags(f: h5py.File, where: str, num_seqs: int) -> PackedTags:
     return tags
 
 
+_P = 1099511628211  # the 64-bit FNV prime (odd, so invertible mod 2^64)
+_P_INVERSE = pow(_P, -1, 2**64)
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _powers(base: int, count: int) -> np.ndarray:
+    """``base^k`` mod 2^64 for ``k < count`` -> uint64 ``[count]``."""
+    out = np.ones(count, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        np.cumprod(np.full(count - 1, base, np.uint64), out=out[1:])
+    return out
+
+
 class PackedTags(Sequence[str]):
     """Sequence tags as one byte buffer plus offsets: ~(len + 8) bytes per tag instead of a Python
     ``str`` each, so 10M tags stay small and copy-on-write friendly in forked workers. Tags are
@@ -351,31 +364,58 @@ class PackedTags(Sequence[str]):
         for a, b in itertools.pairwise(off):
             yield data[a:b].decode("utf-8", "surrogateescape")
 
-    def hashes(self, block: int = 1 << 16) -> np.ndarray:
-        """A 64-bit polynomial hash of every tag's bytes -> uint64 ``[n]``, vectorised (blocks of
-        ``block`` tags bound the temporaries). Equal tags have equal hashes, so duplicate search
-        only needs to compare the few tags whose hashes collide."""
+    def hashes(self, block: int = 1 << 18) -> np.ndarray:
+        """A 64-bit polynomial hash of every tag's bytes -> uint64 ``[n]``: tag ``t`` with bytes
+        ``b_0 .. b_{m-1}`` hashes to ``sum (b_j + 1) P^j`` (mod 2^64) xor ``m * G``. Equal tags
+        have equal hashes, so duplicate search only compares the few tags whose hashes collide.
+
+        Vectorised by prefix sums instead of a per-byte position array: within a block of tags
+        (about ``block`` bytes), byte ``i`` contributes ``b_i P^i``; a tag's sum is the
+        difference of two prefix sums, shifted back to its start by ``P^-s`` (``P`` is odd, so
+        invertible mod 2^64), plus the ``sum P^j`` of its length. Two passes over one uint64
+        temporary of the block (small blocks stay in cache: 2^18 bytes is about 3x faster than
+        2^22 here); the output is the only array of ``n``."""
         n = len(self)
-        out = np.zeros(n, dtype=np.uint64)
-        lens = np.diff(self._off)  # [n]
-        powers = np.ones(max(self.max_bytes(), 1), dtype=np.uint64)
+        out = np.empty(n, dtype=np.uint64)
+        if n == 0:
+            return out
+        off = self._off
+        widest = self.max_bytes()
+        span = max(block, widest)
+        powers = _powers(_P, span + 1)  # P^k
+        inverse = _powers(_P_INVERSE, span + 1)  # P^-k
+        geometric = np.zeros(span + 1, dtype=np.uint64)  # sum_{j<k} P^j
         with np.errstate(over="ignore"):
-            np.cumprod(np.full(len(powers) - 1, 1099511628211, np.uint64), out=powers[1:])
-            for a in range(0, n, block):
-                b = min(n, a + block)
-                lo, hi = self._off[a], self._off[b]
-                seg = lens[a:b]
-                pos = np.arange(hi - lo, dtype=np.int64) - np.repeat(self._off[a:b] - lo, seg)
-                terms = (self._buf[lo:hi].astype(np.uint64) + np.uint64(1)) * powers[pos]
-                h = np.zeros(b - a, dtype=np.uint64)
-                filled = seg > 0  # empty tags own no bytes; reduceat needs increasing starts
-                if filled.any():
-                    h[filled] = np.add.reduceat(terms, (self._off[a:b] - lo)[filled])
-                out[a:b] = h ^ (seg.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+            np.cumsum(powers[:span], out=geometric[1:])
+        prefix = np.empty(span + 1, dtype=np.uint64)
+        prefix[0] = 0
+        a = 0
+        while a < n:
+            # the most tags from a whose bytes fit the span (at least one)
+            b = int(np.searchsorted(off, off[a] + span, side="right")) - 1
+            b = min(n, max(b, a + 1))
+            lo, hi = int(off[a]), int(off[b])
+            width = hi - lo
+            starts = off[a:b] - lo
+            ends = off[a + 1 : b + 1] - lo
+            with np.errstate(over="ignore"):
+                np.multiply(self._buf[lo:hi], powers[:width], out=prefix[1 : width + 1])
+                np.cumsum(prefix[1 : width + 1], out=prefix[1 : width + 1])
+                h = prefix[ends] - prefix[starts]
+                h *= inverse[starts]
+                h += geometric[ends - starts]
+                h ^= (ends - starts).astype(np.uint64) * np.uint64(_GOLDEN)
+            out[a:b] = h
+            a = b
         return out
 
-    def max_bytes(self) -> int:
-        return int(np.diff(self._off).max()) if len(self) else 0
+    def max_bytes(self, block: int = 1 << 22) -> int:
+        """The longest tag's byte count (in blocks: no array of ``n``)."""
+        off, n = self._off, len(self)
+        return max(
+            (int(np.diff(off[a : min(n, a + block) + 1]).max()) for a in range(0, n, block)),
+            default=0,
+        )
 
     def __repr__(self) -> str:
         return f"PackedTags({len(self)} tags, {len(self._buf)} bytes)"

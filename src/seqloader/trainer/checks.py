@@ -78,11 +78,7 @@ def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
     10M-entry dict."""
     candidates: Sequence[int] = range(len(tags))
     if declares(tags, HashedTags):
-        h = cast(HashedTags, tags).hashes()  # [n]
-        hs = np.sort(h)  # a plain sort of the hashes: no int64 order of n
-        repeated = np.unique(hs[1:][hs[1:] == hs[:-1]])  # hash values seen twice or more
-        del hs
-        candidates = np.flatnonzero(np.isin(h, repeated)).tolist() if len(repeated) else []
+        candidates = _colliding(cast(HashedTags, tags))
     first: dict[str, int] = {}
     dups: dict[str, list[int]] = {}
     for i in candidates:
@@ -91,6 +87,27 @@ def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
         if j != i:
             dups.setdefault(t, [j]).append(i)
     return dups
+
+
+def _colliding(tags: HashedTags, block: int = 1 << 22) -> list[int]:
+    """The indices of tags whose hash another tag shares (equal tags among them), with one
+    array of ``n`` at a time (8 bytes per tag): the hashes, sorted in place to find the values
+    seen twice; only if there are any, hashed again and screened in blocks for those values."""
+    h = tags.hashes()  # [n]
+    if not h.flags.writeable:  # a container's own array: sort a copy
+        h = h.copy()
+    h.sort()  # in place: no index array, no copy
+    repeated = np.unique(h[1:][h[1:] == h[:-1]])  # hash values seen twice or more
+    del h
+    if not len(repeated):
+        return []
+    h = tags.hashes()
+    found: list[int] = []
+    for a in range(0, len(h), block):
+        part = h[a : a + block]
+        at = np.minimum(np.searchsorted(repeated, part), len(repeated) - 1)
+        found.extend((np.flatnonzero(repeated[at] == part) + a).tolist())
+    return found
 
 
 def check_duplicate_tags(

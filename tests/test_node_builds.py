@@ -1,0 +1,152 @@
+"""The node's one-time builds give what their straightforward versions gave, bit for bit: the
+bucket index (``build_bucket_index``: a length table and histogram, a counting sort per chunk,
+file ids by ranges) against the per-sequence binary search and per-bucket loop it replaced; tag
+hashes (prefix sums) against the per-byte polynomial; the duplicate-tag screen (hashes sorted in
+place) against a plain dict of tags."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqloader.parts import part_of
+from seqloader.plan import histogram
+from seqloader.plan.histogram import BucketIndex, build_bucket_index
+from seqloader.sources.hdf_layout import PackedTags
+from seqloader.trainer.checks import duplicate_tags
+
+
+def reference_index(
+    lengths: np.ndarray,
+    edges: np.ndarray,
+    admitted: np.ndarray | None = None,
+    files: np.ndarray | None = None,
+) -> BucketIndex:
+    """The index by definition: a stable sort of the admitted sequences by bucket (binary
+    search of each length among the edges), one sequence at a time for the file tables."""
+    n, n_buckets = len(lengths), len(edges) + 1
+    part = np.searchsorted(edges, lengths, side="right")
+    keep = np.ones(n, bool) if admitted is None else admitted.astype(bool)
+    ids = np.flatnonzero(keep)
+    order = ids[np.argsort(part[ids], kind="stable")]
+    counts = np.bincount(part[ids], minlength=n_buckets)
+    starts = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    longest = np.zeros(n_buckets, np.int64)
+    for b in range(n_buckets):
+        in_b = order[starts[b] : starts[b + 1]]
+        longest[b] = int(lengths[in_b].max()) if len(in_b) else 0
+    table = frames = None
+    if files is not None:
+        n_files = len(files) - 1
+        table = np.zeros((n_files, n_buckets), np.int64)
+        frames = np.zeros(n_files, np.int64)
+        for i in ids.tolist():
+            f = int(part_of(files, i))
+            table[f, part[i]] += 1
+            frames[f] += int(lengths[i])
+        if int(table.max(initial=0)) < 2**31:
+            table = table.astype(np.int32)
+    members = order.astype(np.uint32 if n < 2**32 else np.int64)
+    return BucketIndex(members, starts, longest, np.asarray(edges, np.int64), table, frames)
+
+
+def assert_same(got: BucketIndex, want: BucketIndex) -> None:
+    a, b = got.columns(), want.columns()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert a[name].dtype == b[name].dtype, name
+        assert np.array_equal(a[name], b[name]), name
+
+
+@st.composite
+def corpora(draw):
+    n = draw(st.integers(1, 300))
+    long = draw(st.booleans())  # lengths past the table's reach: the binary-search path
+    top = (1 << 23) if long else draw(st.integers(1, 3000))
+    lengths = np.array(draw(st.lists(st.integers(0, top), min_size=n, max_size=n)))
+    lengths = lengths.astype(draw(st.sampled_from([np.int32, np.int64])))
+    edges = np.unique(draw(st.lists(st.integers(1, top), max_size=12))).astype(np.int64)
+    admitted = None
+    if draw(st.booleans()):
+        admitted = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    files = None
+    if draw(st.booleans()):
+        cuts = draw(st.lists(st.integers(0, n), max_size=8))  # empty files allowed
+        files = np.array(sorted([0, n, *cuts]), dtype=np.int64)
+    return lengths, edges, admitted, files
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(corpus=corpora(), chunk=st.sampled_from([1, 7, 64, 1 << 22]))
+def test_bucket_index_equals_its_definition(corpus, chunk):
+    lengths, edges, admitted, files = corpus
+    old = histogram._CHUNK
+    histogram._CHUNK = chunk  # several chunks, a file split over chunks
+    try:
+        got = build_bucket_index(lengths, edges, admitted, files)
+    finally:
+        histogram._CHUNK = old
+    assert_same(got, reference_index(lengths, edges, admitted, files))
+
+
+def test_bucket_index_of_a_memory_mapped_int32_view(tmp_path):
+    lengths = np.random.default_rng(0).integers(50, 2001, 10_000).astype(np.int32)
+    path = tmp_path / "lengths.npy"
+    np.save(path, lengths)
+    mapped = np.load(path, mmap_mode="r")
+    edges = np.array([100, 400, 900, 1500])
+    files = np.array([0, 10, 10, 5_000, 10_000])
+    assert_same(
+        build_bucket_index(mapped, edges, None, files), reference_index(lengths, edges, None, files)
+    )
+
+
+def reference_hashes(tags: list[str]) -> np.ndarray:
+    """``sum (b_j + 1) P^j`` over a tag's utf-8 bytes, mod 2^64, xor its length times G."""
+    p, g, mask = 1099511628211, 0x9E3779B97F4A7C15, (1 << 64) - 1
+    out = []
+    for t in tags:
+        data = t.encode("utf-8", "surrogateescape")
+        h = sum((b + 1) * pow(p, j, 1 << 64) for j, b in enumerate(data)) & mask
+        out.append(h ^ ((len(data) * g) & mask))
+    return np.array(out, dtype=np.uint64)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    tags=st.lists(st.text(alphabet=st.sampled_from("ab/é0 \u4e2d"), max_size=40), max_size=60),
+    block=st.sampled_from([1, 5, 64, 1 << 18]),
+)
+def test_tag_hashes_equal_the_polynomial(tags, block):
+    packed = PackedTags.from_strings(tags)
+    assert np.array_equal(packed.hashes(block), reference_hashes(tags))
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    tags=st.lists(st.text(alphabet=st.sampled_from("ab/é0"), max_size=4), max_size=80),
+)
+def test_duplicate_screen_equals_a_plain_dict(tags):
+    want: dict[str, list[int]] = {}
+    for i, t in enumerate(tags):
+        want.setdefault(t, []).append(i)
+    repeated = sorted((idx for idx in want.values() if len(idx) > 1), key=lambda idx: idx[1])
+    want = {tags[idx[0]]: idx for idx in repeated}  # in the order the repeats are met
+    got = duplicate_tags(PackedTags.from_strings(tags))
+    assert got == want and list(got) == list(want)
+
+
+def test_duplicate_screen_finds_hash_collisions_only_by_tag(monkeypatch):
+    """Tags whose hashes collide but which differ are no duplicates."""
+    tags = PackedTags.from_strings(["a", "b", "c", "a"])
+    monkeypatch.setattr(PackedTags, "hashes", lambda self: np.zeros(len(self), np.uint64))
+    assert duplicate_tags(tags) == {"a": [0, 3]}
+
+
+@pytest.mark.parametrize("n", [0, 1])
+def test_tiny(n):
+    lengths = np.arange(n, dtype=np.int32)
+    assert_same(build_bucket_index(lengths, np.array([1])), reference_index(lengths, np.array([1])))
+    assert PackedTags.from_strings(["x"] * n).hashes().shape == (n,)
