@@ -28,7 +28,7 @@ from seqloader.plan.indexed import IndexedPlanner
 from seqloader.plan.indexed_plan import IndexedPlan
 
 #: ``table_imbalance`` reads this many batches of the table at a time
-CHUNK_BATCHES = 1 << 18
+CHUNK_BATCHES = 1 << 16
 
 
 class StepRatios:
