@@ -1,7 +1,7 @@
 """One rank's plan of a large corpus on many ranks: time and private memory, indexed vs global planning.
 
     python -m benchmarks.scale [--sizes 1e6,1e7,1e8] [--reps 3] [--global-max 1e7]
-                               [--base-src DIR] [--out FILE]
+                               [--base-src DIR] [--base-planning indexed] [--out FILE]
 
 For each size ``n`` (lengths uniform in 50..2000, ``max_seqs=200``, ``max_frames=20000``), world
 size 1,024, rank 517, and each case (``distribution="shard"`` with ``laplace`` and ``buckets:30``;
@@ -21,7 +21,10 @@ Also measured, each in the same child after the plan: the *epoch boundary* (the 
 begins epoch 1, the epoch trains until a plan made ahead is ready, then epoch 2 begins: what the
 loop waits for its plan), and an *elastic resume* (a state saved half-way through epoch 1 by 1,024
 ranks loaded by 768, until this rank holds its rest of the epoch, constructing the planner
-included) as a ratio to the fresh start of the same code (indexed ``files`` refuses it by name).
+included: a new planner, nothing kept from the first run) as a ratio to the fresh start of the
+same code; with ``files`` the full checks also walk the resumed epoch (what the 1,024 ranks
+consumed and every one of the 768 ranks' rest: exactly once, equal steps). ``--base-planning
+indexed`` runs ``--base-src`` with indexed planning (before/after of its own changes).
 
 The child checks, vectorised and never holding the whole epoch at once (chunks of the global
 batch list, or rank after rank), what the contracts need: this rank's batches within the limits;
@@ -124,17 +127,21 @@ def child(config: dict) -> dict:
     options = PlanOptions(
         ordering=config["ordering"], distribution=config["distribution"], seed=3, **LIMITS, **extra
     )
+
+    def make() -> Planner:
+        """The planner as a (re)started job constructs it: the node's index mapped, no caches."""
+        if indexed:
+            from seqloader.plan.histogram import BucketIndex
+            from seqloader.plan.indexed import IndexedPlanner
+
+            cols = ColumnStore(config["index"])  # the node's index, memory-mapped
+            index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
+            return IndexedPlanner({"data": lengths}, options, files=files, index=index)
+        return Planner({"data": lengths}, options, files=files)
+
     before = _status()
     t0 = time.perf_counter()
-    if indexed:
-        from seqloader.plan.histogram import BucketIndex
-        from seqloader.plan.indexed import IndexedPlanner
-
-        cols = ColumnStore(config["index"])  # the node's index, memory-mapped
-        index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
-        planner: Planner = IndexedPlanner({"data": lengths}, options, files=files, index=index)
-    else:
-        planner = Planner({"data": lengths}, options, files=files)
+    planner = make()
     t1 = time.perf_counter()
     plan = planner.global_plan(1, WORLD)
     share, steps = plan.rank_share(RANK), plan.steps
@@ -159,8 +166,12 @@ def child(config: dict) -> dict:
     elastic = None
     if config.get("elastic"):
         try:
-            elastic = t1 - t0 + elastic_resume(planner)
-        except Exception as e:  # files with indexed planning: refused by name mid-epoch
+            elastic, rest, position = elastic_resume(planner, make)
+            if config.get("checks", "full") == "full" and config["distribution"] == "files":
+                whole["elastic_checks_ok"] = check_files_elastic(make(), rest, position, lengths)
+                ok = ok and whole["elastic_checks_ok"]
+            del rest
+        except Exception as e:  # an older version refusing it by name
             elastic = None
             whole["elastic_refused"] = str(e)[:200]
     return {
@@ -174,7 +185,7 @@ def child(config: dict) -> dict:
         "rank_seqs": len(share.seqs),
         "checks_ok": ok,
         "padding": whole["padding"],
-        **{k: v for k, v in whole.items() if k == "elastic_refused"},
+        **{k: v for k, v in whole.items() if k in ("elastic_refused", "elastic_checks_ok")},
     }
 
 
@@ -244,10 +255,11 @@ def epoch_boundary(planner: object) -> float:
     return took
 
 
-def elastic_resume(planner: object) -> float:
+def elastic_resume(planner: object, make: object) -> tuple[float, object, object]:
     """Loading a state saved mid-epoch 1 (half its steps) by 1,024 ranks into a loader of 768
-    ranks and beginning the epoch there, until this rank holds its rest of the epoch (the caller
-    adds constructing the planner, as a restarted job constructs it)."""
+    ranks and beginning the epoch there, until this rank holds its rest of the epoch, the
+    planner constructed anew (as a restarted job does: nothing kept from the first run) ->
+    (seconds, the resumed plan, its position)."""
     from seqloader.plan.state import LoaderState
 
     quiet = (
@@ -259,11 +271,29 @@ def elastic_resume(planner: object) -> float:
     saved = saver.to_dict()
     del plan, saver
     t0 = time.perf_counter()
-    state = LoaderState(planner, "fingerprint", ELASTIC, **quiet)  # type: ignore[arg-type]
+    state = LoaderState(make(), "fingerprint", ELASTIC, **quiet)  # type: ignore[operator]
     state.load(saved)
     rest, position = state.begin(1)
     rest.rank_share(RANK % ELASTIC, position.steps)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, rest, position
+
+
+def check_files_elastic(planner: object, rest: object, position: object, lengths: object) -> bool:
+    """``files`` resumed on 768 ranks: what the 1,024 ranks consumed (drawn rank by rank from
+    the history) and every new rank's rest hold every sequence of the sub-epoch exactly once,
+    and the new ranks have equal steps."""
+    n = len(lengths)  # type: ignore[arg-type]
+    seen = np.zeros(n, dtype=np.uint8)
+    _, before = planner.files_plan(1, ELASTIC, position.history)  # type: ignore[attr-defined]
+    np.add.at(seen, before, 1)
+    ok = len(before) == position.segment_start  # type: ignore[attr-defined]
+    steps = rest.steps - position.steps  # type: ignore[attr-defined]
+    for r in range(ELASTIC):
+        share = rest.rank_share(r, position.steps)  # type: ignore[attr-defined]
+        ok = ok and len(share) == steps
+        np.add.at(seen, share.seqs[share.real], 1)
+    order = planner.order_size(1, ELASTIC)  # type: ignore[attr-defined]
+    return bool(ok and seen.max() == 1 and int(seen.sum()) == order)
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -289,7 +319,9 @@ def measure(args: argparse.Namespace) -> dict:
                         "store": store,
                         "index": index,
                         "code": "base" if code == "base" else "new",
-                        "planning": "indexed" if code == "indexed" else "global",
+                        "planning": "indexed"
+                        if code == "indexed" or (code == "base" and args.base_planning == "indexed")
+                        else "global",
                         "label": f"{name} {size} {code}",
                         "boundary": args.boundary,
                         "elastic": args.elastic,
@@ -313,6 +345,8 @@ def measure(args: argparse.Namespace) -> dict:
                     row[code]["elastic_over_fresh"] = row[code]["elastic_s"] / row[code]["total_s"]
                 if "elastic_refused" in got[0]:
                     row[code]["elastic_refused"] = got[0]["elastic_refused"]
+                if "elastic_checks_ok" in got[0]:
+                    row[code]["elastic_checks_ok"] = all(r.get("elastic_checks_ok") for r in got)
                 row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
                 row[code]["steps"] = got[0]["steps"]
             for other in ("global", "base"):
@@ -338,6 +372,12 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--base-src")
     p.add_argument("--base-max", type=float, default=1e7)
+    p.add_argument(
+        "--base-planning",
+        choices=["global", "indexed"],
+        default="global",
+        help="the planning --base-src runs with (indexed: before/after of indexed planning)",
+    )
     p.add_argument(
         "--global-max",
         type=float,

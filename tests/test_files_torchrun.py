@@ -42,13 +42,14 @@ def write_files(out: Path) -> tuple[list[Path], dict[str, int]]:
     return paths, file_of
 
 
-def planned_steps(paths: list[Path], world: int, epoch: int) -> int:
+def planned_steps(paths: list[Path], world: int, epoch: int, planning: str = "global") -> int:
     loader = sl.SeqLoader(
         sl.HDFSource(paths),
         rank=0,
         world_size=world,
         distribution="files",
         partition_epoch=2,
+        planning=planning,
         **LOADER_OPTIONS,
     )
     return loader.steps(epoch)
@@ -83,14 +84,19 @@ def test_torchrun_ranks_read_only_their_files(tmp_path: Path, world: int) -> Non
     assert sorted(seen.elements()) == ALL_TAGS  # the full epoch: every sequence exactly once
 
 
-@pytest.mark.parametrize(("before", "after"), [(2, 3), (3, 2)])
-def test_killed_files_run_resumes_elastically(tmp_path: Path, before: int, after: int) -> None:
+@pytest.mark.parametrize(
+    ("before", "after", "planning"), [(2, 3, "global"), (3, 2, "global"), (3, 2, "indexed")]
+)
+def test_killed_files_run_resumes_elastically(
+    tmp_path: Path, before: int, after: int, planning: str
+) -> None:
     paths, _ = write_files(tmp_path)
-    steps = planned_steps(paths, before, 1)
+    steps = planned_steps(paths, before, 1, planning)
     kill = max(1, steps // 2)
     ckpt = tmp_path / "ckpt.json"
     common = ["--distribution", "files", "--partition-epoch", "2", "--epochs", "2", "--workers"]
     common += ["0", "--checkpoint", str(ckpt), "--resume", "--hdf", *map(str, paths)]
+    common += ["--planning", planning]
     rc, console = launch("fork", before, tmp_path, "a", *common, "--kill-at", f"1:{kill}")
     assert rc != 0, f"the run was not killed\n{console}"
     state = json.loads(ckpt.read_text())["loader"]

@@ -30,8 +30,12 @@ def split_pieces(sizes: np.ndarray, target: int) -> np.ndarray:
     if need >= int(s.sum()) - n:  # every piece one sequence
         return s.copy()
 
+    counts = np.bincount(s) if int(s.max()) <= 4 * n else None  # few distinct sizes: by size
+    values = s if counts is None else np.flatnonzero(counts)
+    weight = 1 if counts is None else counts[values]
+
     def above(t: int) -> int:  # increments of value > t: ceil(s / t) - 1 per batch
-        return int(((s + t - 1) // t).sum()) - n
+        return int((((values + t - 1) // t) * weight).sum()) - n
 
     lo, hi = 1, int(s.max())  # above(lo) > need >= above(hi) == 0
     while hi - lo > 1:
