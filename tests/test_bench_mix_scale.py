@@ -22,8 +22,6 @@ def test_children_plan_and_check_a_small_mix(tmp_path) -> None:
         for code, got in out.items():
             assert got["checks_ok"], (name, code)
             assert got["private_bytes"] >= 0 and got["total_s"] > 0
-        # rates 0.5 / 1 / 2 on 50 / 30 / 20 % of the sequences: 0.95 n slots, per-bucket rounding
+        # rates 0.5 / 1 / 2 on 50 / 30 / 20 % of the sequences: 0.95 n slots, both plannings
         want = [n // 4, 3 * n // 10, 2 * n // 5]
-        assert out["global"]["corpus_slots"] == want
-        assert out["indexed"]["corpus_slots"][1:] == want[1:]  # rates 1 and 2: whole passes
-        assert 0 <= want[0] - out["indexed"]["corpus_slots"][0] < 64
+        assert out["global"]["corpus_slots"] == out["indexed"]["corpus_slots"] == want

@@ -436,16 +436,19 @@ INDEXED_CASES: dict[str, dict] = {
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
 # tail's split follows its rule (the batch with the largest pieces splits again) where /2 stopped
 # after one cut per batch. Moved: the buckets:N cases (mix too); laplace plans of /2 are unchanged.
+# seqloader-plan-indexed/4: a mix takes floor(f·r·N_c) per corpus (the global mix's count),
+# apportioned to buckets (indexed_mix.apportion), not floor(f·r·N_cb) per bucket. Moved: the mix
+# cases only.
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "b0df44976346b69ed8711a6e6297335d0994f19953631bf2b9a9158af8757059",
     "laplace:.20 partition 3 W4 pad, filters": "aef2649c178ebd5d92b16cb4c0ddc59ba1b49dea84a5dfa7799538262364685d",
     "files buckets:3 W3 split": "e18103ed68633e80d0422d15ad1f30f5ef0ec9ca3e4fb86e5625ae9b2f66818a",
     "files laplace W4 pad, merged buckets": "7c15c8213fff93ec151aee9d5479f2f4a991bc99afbaa474c083cb395475d039",
-    "mix buckets:4 partition 2 W3 split elastic -> W2": "fd443aba1a7f31092cc3eca4f489a3e5ab2da55d7bd8ac4a6c13e4f120a9c9e9",
-    "mix laplace:.10 W4 pad, filters": "86abb03730eb5e2480238f994b57a0b6f952072b3ef046cb6418523ccb537178",
+    "mix buckets:4 partition 2 W3 split elastic -> W2": "5447eca3fd66501bf87259e764c4f7e14f03b2d9d063b7d57b81e7b0ddb96edb",
+    "mix laplace:.10 W4 pad, filters": "c8d863a77d1308f4b61f610faf9d070270cc31554684b773f1105db77e6c7bbd",
     "files buckets:4 W4 split elastic -> W3 -> W5": "17a46a6477fa27b8cd64951ad8ecd362e6b6c2248eb52d221503dea331e4169a",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/3"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/4"
 
 
 def indexed_digest(case: dict) -> str:

@@ -1,5 +1,6 @@
 """``mix`` under ``planning="indexed"`` (seqloader.plan.indexed_mix) on the pure planner:
-per-(corpus, bucket) floor arithmetic over many epochs, per-corpus exactly-once over corpus
+per-corpus floor arithmetic over many epochs (the global mix's counts) and its apportionment to
+buckets, per-corpus exactly-once over corpus
 epochs across resume chains W -> W' -> W'', equal steps, a rank's share computed alone equal to
 its part of the global list (uses included), determinism, the corpus epochs each slot carries,
 per-corpus report counts from counts, and what stays refused (hypothesis; no torch, no I/O).
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.indexed import IndexedPlanner
-from seqloader.plan.indexed_mix import IndexedMix
+from seqloader.plan.indexed_mix import IndexedMix, apportion
 from seqloader.plan.mix import Corpora
 
 pytestmark = pytest.mark.filterwarnings("ignore::seqloader.errors.DataWarning")  # tiny rates
@@ -117,10 +119,10 @@ def run_epoch(planner: IndexedPlanner, epoch: int, worlds: list[int], cuts: list
 
 @settings(max_examples=80, deadline=None)
 @given(mixes(), st.integers(1, 12))
-def test_per_corpus_counts_are_floor_arithmetic_per_bucket(m: dict, epochs: int) -> None:
-    """After F full epochs corpus c has given sum_b floor(F·r·N_cb) slots (integer arithmetic on
-    the rate's decimal digits), within (non-empty buckets - 1) of the global mix's floor(F·r·N_c);
-    the plans hold exactly those counts."""
+def test_per_corpus_counts_are_floor_arithmetic(m: dict, epochs: int) -> None:
+    """After F full epochs corpus c has given floor(F·r·N_c) slots, the global mix's count
+    (integer arithmetic on the rate's decimal digits); each bucket's stream moves on only, and
+    stands at k·N_cb whenever F·r = k is whole; the plans hold exactly those counts."""
     planner: IndexedPlanner = m["planner"]
     mix = planner.mix
     assert isinstance(mix, IndexedMix)
@@ -129,20 +131,35 @@ def test_per_corpus_counts_are_floor_arithmetic_per_bucket(m: dict, epochs: int)
     total = np.zeros(n_cb.shape[1], dtype=np.int64)
     for f in range(epochs):
         total += mix.epoch_counts(f)
+        start, end = mix.spans(f)
+        assert (end >= start).all()
+        if f:
+            np.testing.assert_array_equal(start, mix.spans(f - 1)[1])
         if f < 2:  # the plans of the first full epochs hold what the counts say
-            held = Counter()
+            held: Counter = Counter()
             for part in range(planner.options.partition_epoch):
                 plan = planner.global_plan(f * planner.options.partition_epoch + part + 1, 3)
                 b = plan.batches
                 held.update(np.searchsorted(m["bounds"], b.seqs[b.real], side="right") - 1)
             assert [held[c] for c in range(len(total))] == list(mix.epoch_counts(f))
+    _, end = mix.spans(epochs - 1)
     for c, name in enumerate(mix.corpora.names):
         p, q = decimal(m["rates"][name])
-        want = sum(epochs * p * int(n) // q for n in n_cb[:, c])
-        assert total[c] == want
-        overall = epochs * p * int(n_cb[:, c].sum()) // q  # the global mix's count
-        buckets = int(np.count_nonzero(n_cb[:, c]))
-        assert 0 <= overall - want <= max(buckets - 1, 0)
+        assert total[c] == epochs * p * int(n_cb[:, c].sum()) // q
+        if epochs * p % q == 0:  # whole corpus epochs: every bucket at a corpus epoch boundary
+            np.testing.assert_array_equal(end[:, c], epochs * p // q * n_cb[:, c])
+
+
+@given(st.integers(0, 400), st.lists(st.integers(0, 30), min_size=1, max_size=12))
+def test_apportion_is_the_first_positions_in_time_order(total: int, sizes: list[int]) -> None:
+    """The divisor method: position j of bucket b at time (j + 1/2) / N_b, the first ``total``
+    in (time, bucket) order, listed the slow way."""
+    assume(sum(sizes) > 0)
+    times = sorted(
+        (Fraction(2 * j + 1, 2 * n), b) for b, n in enumerate(sizes) if n for j in range(total + 1)
+    )
+    want = Counter(b for _, b in times[:total])
+    assert apportion(total, sizes) == [want[b] for b in range(len(sizes))]
 
 
 @settings(max_examples=100, deadline=None)

@@ -64,7 +64,7 @@ from seqloader.plan.selections import EpochSelection
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/3"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/4"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name).
 INDEXED_KINDS = ("laplace", "buckets")
 #: ``files``: a rank's neighbouring buckets are merged until each group holds this many full

@@ -9,9 +9,12 @@ draws only a rank's own members, so here the streams are per *(corpus c, length 
   ``searchsorted`` of the corpus bounds per bucket, no copy) form an endless stream of corpus
   epochs; corpus epoch ``k`` (0-based) is a keyed bijection of ``[0, N_cb)`` (``Bijection``, keyed
   by seed, corpus name, bucket and k): the member at any stream position is computable alone.
-- **Selection.** Full epoch ``f`` (0-based) takes stream positions
-  ``[floor(f·r·N_cb), floor((f+1)·r·N_cb))`` of every (c, b) stream: the global mix's rule,
-  applied per bucket, in exact integer arithmetic on the rate as written.
+- **Selection.** Full epoch ``f`` (0-based) takes corpus c's stream positions
+  ``[floor(f·r·N_c), floor((f+1)·r·N_c))``: the global mix's rule, in exact integer arithmetic on
+  the rate as written, so every epoch takes from each corpus what the global mix takes. The
+  corpus' first ``H`` positions are apportioned to its buckets by a divisor method
+  (``apportion``: each bucket near its share ``H·N_cb/N_c``, never moving back, exactly
+  ``k·N_cb`` at ``H = k·N_c``); bucket b's part is the next positions of the (c, b) stream.
 - **Sub-epochs.** Each (c, b) epoch segment is cut into ``partition_epoch`` parts by RETURNN's rule
   (the first ``len % P`` parts one longer). Sub-epoch i's list of bucket b is the concatenation over
   corpora of their part i, permuted by a keyed bijection over its size (keyed by seed, full
@@ -28,6 +31,7 @@ the ``[N, C]`` count tables alone; nothing here is O(n) except ``select``, ``mem
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
@@ -66,6 +70,43 @@ def corpus_offsets(index: BucketIndex, bounds: np.ndarray) -> np.ndarray:
         lo, hi = int(index.starts[b]), int(index.starts[b + 1])
         out[b] = np.searchsorted(members[lo:hi], cut)
     return out
+
+
+def apportion(total: int, sizes: Sequence[int]) -> list[int]:
+    """A corpus' first ``total`` stream positions over its buckets (``sizes``: ``N_cb``) -> how
+    many each bucket has given. The Sainte-Laguë divisor method: position ``j`` (0-based) of
+    bucket b comes at time ``(j + 1/2) / N_cb``; the first ``total`` in time order (ties: the
+    lower bucket first). So the count grows one at a time (never back: a bucket's stream only
+    moves on), every bucket stays near its share ``total·N_cb/N_c``, and ``total = k·N_c`` gives
+    exactly ``k·N_cb`` per bucket. O(B log B): every position up to time ``total/N_c``, then at
+    most about B/2 added or taken back.
+
+    >>> apportion(5, [4, 2, 0, 4]), apportion(10, [4, 2, 0, 4]), apportion(20, [4, 2, 0, 4])
+    ([2, 1, 0, 2], [4, 2, 0, 4], [8, 4, 0, 8])
+    """
+    n_all = sum(sizes)
+    if n_all == 0:
+        return [0] * len(sizes)
+    seats = [(2 * total * n + n_all) // (2 * n_all) for n in sizes]  # times <= total / n_all
+    excess = sum(seats) - total
+    if excess > 0:  # take back the latest: the largest time, ties the higher bucket
+        late = [
+            (-Fraction(2 * a - 1, 2 * n), -b) for b, (a, n) in enumerate(zip(seats, sizes)) if a
+        ]
+        heapq.heapify(late)
+        for _ in range(excess):
+            b = -heapq.heappop(late)[1]
+            seats[b] -= 1
+            if seats[b]:
+                heapq.heappush(late, (-Fraction(2 * seats[b] - 1, 2 * sizes[b]), -b))
+    elif excess < 0:  # add the next: the smallest time, ties the lower bucket
+        nxt = [(Fraction(2 * a + 1, 2 * n), b) for b, (a, n) in enumerate(zip(seats, sizes)) if n]
+        heapq.heapify(nxt)
+        for _ in range(-excess):
+            b = heapq.heappop(nxt)[1]
+            seats[b] += 1
+            heapq.heappush(nxt, (Fraction(2 * seats[b] + 1, 2 * sizes[b]), b))
+    return seats
 
 
 class IndexedMix:
@@ -120,7 +161,8 @@ class IndexedMix:
     # ---- counts ----
     def spans(self, full_epoch: int) -> tuple[np.ndarray, np.ndarray]:
         """Stream positions ``[start, end)`` full epoch ``full_epoch`` (0-based) takes from every
-        (bucket, corpus) stream -> int64 ``[N, C]`` each: ``floor(f·r·N_cb)`` in integers."""
+        (bucket, corpus) stream -> int64 ``[N, C]`` each: corpus c's ``floor(f·r·N_c)`` positions
+        (exact integers) apportioned to its buckets (``apportion``)."""
         if self._last is not None and self._last[0] == full_epoch:
             return self._last[1]
         f = int(full_epoch)
@@ -128,9 +170,10 @@ class IndexedMix:
         end = np.zeros(self.counts.shape, dtype=np.int64)
         for c, rate in enumerate(self.rates):
             p, q = rate.numerator, rate.denominator
-            for b, n in enumerate(self.counts[:, c].tolist()):
-                start[b, c] = f * p * n // q
-                end[b, c] = (f + 1) * p * n // q
+            sizes = self.counts[:, c].tolist()
+            total = sum(sizes)
+            start[:, c] = apportion(f * p * total // q, sizes)
+            end[:, c] = apportion((f + 1) * p * total // q, sizes)
         self._last = (full_epoch, (start, end))
         return start, end
 
