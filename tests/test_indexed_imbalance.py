@@ -59,21 +59,24 @@ def test_files_rankwise_figure_equals_the_whole_list(case: dict, cut: float) -> 
     assert rankwise_imbalance(plan, planner.costs, first) == pytest.approx(want, rel=1e-12)
 
 
-def test_table_figure_is_read_in_chunks(monkeypatch) -> None:
-    """A plan longer than one chunk of the table gives the same figure (chunk edges inside
-    steps are impossible: chunks hold whole steps)."""
-    import seqloader.plan.indexed_imbalance as module
+def test_table_figure_over_runs_equals_the_batch_by_batch_figure() -> None:
+    """Runs spanning many steps and steps spanning many runs (laplace bins of few batches over
+    7 ranks; buckets:N runs of W batches) give the figure of the plan's batches one by one."""
     from seqloader.plan import PlanOptions
     from seqloader.plan.indexed import IndexedPlanner
 
     lengths = np.random.default_rng(1).integers(1, 300, size=5000)
-    options = PlanOptions(ordering="laplace:3", max_frames=900, planning="indexed")
-    planner = IndexedPlanner({"data": lengths}, options)
-    plan = planner.global_plan(1, 7)
-    whole = table_imbalance(plan, bucket_costs(planner))
-    monkeypatch.setattr(module, "CHUNK_BATCHES", 20)  # 2 steps of 7 ranks per chunk
-    assert table_imbalance(plan, bucket_costs(planner)) == pytest.approx(whole, rel=1e-12)
-    assert whole > 1.0
+    for ordering, world in (("laplace:3", 7), ("laplace:40", 7), ("buckets:5", 3)):
+        options = PlanOptions(ordering=ordering, max_frames=900, planning="indexed")
+        planner = IndexedPlanner({"data": lengths}, options)
+        plan = planner.global_plan(1, world)
+        per_bucket = bucket_costs(planner)
+        slots = plan.slots(0, plan.steps * world)
+        bucket, _ = plan.table.locate(slots.g)
+        per = ((slots.hi - slots.lo) * per_bucket[bucket]).reshape(-1, world).astype(float)
+        want = float((per.max(axis=1) / per.mean(axis=1)).mean())
+        assert table_imbalance(plan, per_bucket) == pytest.approx(want, rel=1e-12)
+        assert want > 1.0
 
 
 def refusing_for_the_report(batches: property) -> Callable:

@@ -8,10 +8,10 @@ sequences gigabytes and minutes, on every rank), so:
 
 - ``shard`` (``table_imbalance``): a batch's cost is its size times the cost of its bucket's
   longest length, the cost histogram batching packs the batch to (``k_b`` sequences fit
-  ``max_frames`` at that length), read off the batch table step by step, in chunks: no member
-  drawn, O(batches) time, memory of one chunk. It is the imbalance of the *planned* costs, an upper
-  bound per batch: differences between batches of one bucket (their longest member may be shorter
-  than the bucket's) are not seen.
+  ``max_frames`` at that length), read off the batch table: constant over runs of the table, so
+  a step's figure comes from the runs it overlaps (no member drawn, O(segments + steps)). It is
+  the imbalance of the *planned* costs, an upper bound per batch: differences between batches of
+  one bucket (their longest member may be shorter than the bucket's) are not seen.
 - ``files`` (``rankwise_imbalance``): every rank's share is computed in turn (the same function
   the ranks use) and its batches' padded costs from the real lengths folded into a per-step max
   and sum: the same figure as global planning's, O(n) time but the memory of one rank's share and
@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.indexed import IndexedPlanner
 from seqloader.plan.indexed_plan import IndexedPlan
-
-#: ``table_imbalance`` reads this many batches of the table at a time
-CHUNK_BATCHES = 1 << 16
 
 
 class StepRatios:
@@ -61,16 +59,50 @@ def bucket_costs(planner: IndexedPlanner) -> np.ndarray:
 
 def table_imbalance(plan: IndexedPlan, costs: np.ndarray, first_step: int = 0) -> float:
     """``step_imbalance`` of a ``shard`` indexed plan from ``first_step`` on, every batch costing
-    its size times ``costs[bucket]`` (``bucket_costs``; see the module doc)."""
-    w = plan.world_size
-    acc = StepRatios()
-    per_chunk = max(1, CHUNK_BATCHES // w)
-    for a in range(first_step, plan.steps, per_chunk):
-        b = min(plan.steps, a + per_chunk)
-        slots = plan.slots(a * w, b * w)
-        bucket, _ = plan.table.locate(slots.g)
-        acc.add(((slots.hi - slots.lo) * costs[bucket]).reshape(-1, w))
+    its size times ``costs[bucket]`` (``bucket_costs``; see the module doc). The planned cost is
+    constant over runs of the batch table (a segment's full batches, then its bucket's short last
+    batch), so a step's max and mean come from the few runs it overlaps: O(segments + steps),
+    whatever the number of sequences."""
+    w, acc = plan.world_size, StepRatios()
+    if first_step < plan.full_rounds:
+        starts, cost = _runs(plan.table, costs)  # [R] plan batch where each run starts, its cost
+        ends = np.append(starts[1:], plan.table.num_batches)
+        a = np.maximum(starts, plan.start + first_step * w) - plan.start
+        b = np.minimum(ends, plan.tail_start) - plan.start
+        keep = b > a
+        a, b, cost = a[keep], b[keep], cost[keep]
+        reps = (b - 1) // w - a // w + 1  # [R'] steps each run overlaps
+        run = np.repeat(np.arange(len(a)), reps)
+        step = (
+            np.repeat(a // w, reps) + np.arange(len(run)) - np.repeat(np.cumsum(reps) - reps, reps)
+        )
+        length = np.minimum(b[run], (step + 1) * w) - np.maximum(a[run], step * w)
+        first = np.flatnonzero(np.diff(step, prepend=-1))  # runs come in order: steps ascend
+        most = np.maximum.reduceat(cost[run], first).astype(np.float64)
+        total = np.add.reduceat(length * cost[run], first).astype(np.float64)
+        acc.add_folded(most, total / w)
+    tail = plan.tail
+    if len(tail.g) and first_step <= plan.full_rounds:  # the last round, re-cut: W batches
+        bucket, _ = plan.table.locate(tail.g)
+        acc.add(((tail.hi - tail.lo) * costs[bucket]).reshape(1, w))
     return acc.mean()
+
+
+def _runs(table: BatchTable, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The table's batches as runs of equal planned cost -> (plan batch where each run starts,
+    the cost of each of its batches), int64 ``[R]`` in plan order: every segment's batches
+    before its bucket's last one (all ``sizes[b]`` long), then that last batch if the segment
+    holds it."""
+    b, j0, m = table.bucket, table.first, table.count
+    last = -(-table.counts[b] // table.sizes[b]) - 1  # [S] index of the bucket's last batch
+    begin = table.batch_end - m  # [S]
+    has_last = (j0 <= last) & (last < j0 + m)
+    full = np.where(has_last, last - j0, m)
+    short = table.counts[b] - last * table.sizes[b]
+    starts = np.concatenate([begin[full > 0], (begin + full)[has_last]])
+    cost = np.concatenate([(table.sizes[b] * costs[b])[full > 0], (short * costs[b])[has_last]])
+    order = np.argsort(starts, kind="stable")
+    return starts[order], cost[order]
 
 
 def rankwise_imbalance(plan: GlobalPlan, costs: np.ndarray, first_step: int = 0) -> float:
