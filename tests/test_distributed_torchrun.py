@@ -23,10 +23,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
 from ddp_common import (
     LOADER_OPTIONS,
+    MIX_RATES,
+    MIX_SPLIT,
     N_SEQS,
     build_corpus,
     hdf_api,
     kill_tree,
+    mix_corpus,
     read_log,
     result_path,
 )
@@ -292,3 +295,47 @@ def test_ddp_indexed_planning_exactly_once_and_elastic_resume(tmp_path: Path) ->
     for r in range(2):
         done.update(t for e in read_log(tmp_path, "b", r) for t in e["tags"])
     assert sorted(done.elements()) == ALL_TAGS
+
+
+def test_ddp_indexed_mix_every_corpus_epoch_once_and_elastic_resume(tmp_path: Path) -> None:
+    """An indexed mix (corpora a at 0.5, b at 2.0; ``buckets:3``) under real torchrun (3 ranks,
+    gloo, 2 workers each, audited) over 2 epochs: equal steps, every a sequence once (one corpus
+    epoch), every b sequence 4 times; then a run killed mid-epoch 2 resumes on 2 ranks: before +
+    after = the same uses."""
+    indexed = ["--planning", "indexed", "--ordering", "buckets:3", "--mix", "--epochs", "2"]
+    rc, console = launch("torchrun", 3, tmp_path, "run", *indexed, "--workers", "2", "--audit")
+    assert rc == 0, console
+    options = {**LOADER_OPTIONS, "ordering": "buckets:3", "planning": "indexed", "mix": MIX_RATES}
+    planner = sl.SeqLoader(mix_corpus(), rank=0, world_size=3, **options)
+    steps = {e: planner.steps(e) for e in (1, 2)}
+    want = collections.Counter({t: 1 for t in ALL_TAGS[:MIX_SPLIT]})
+    want.update({t: 4 for t in ALL_TAGS[MIX_SPLIT:]})
+    seen: collections.Counter = collections.Counter()
+    for r in range(3):
+        log = read_log(tmp_path, "run", r)
+        for e in (1, 2):
+            assert [x["step"] for x in log if x["epoch"] == e] == list(range(steps[e])), r
+        seen.update(t for x in log for t in x["tags"])
+    assert seen == want
+    for res in results(tmp_path, "run", 3):  # the gathered audit of each epoch: every use once
+        for e in (1, 2):
+            audit = res["epochs"][str(e)]["audit"]
+            assert audit["ok"] and audit["mixed"], audit
+
+    ckpt = tmp_path / "ckpt.json"
+    common = [*indexed, "--checkpoint", str(ckpt), "--resume", "--workers", "0"]
+    kill = ["--kill-at", f"2:{steps[2] // 2}", "--kill-rank", "1"]
+    rc, console = launch("fork", 3, tmp_path, "a", *common, *kill)
+    assert rc != 0, console
+    state = json.loads(ckpt.read_text())["loader"]
+    assert state["planning"] == "indexed" and state["epoch"] == 2
+    rc, console = launch("fork", 2, tmp_path, "b", *common)
+    assert rc == 0, console
+    done: collections.Counter = collections.Counter()
+    for r in range(3):
+        done.update(
+            t for e in consumed_before(read_log(tmp_path, "a", r), state) for t in e["tags"]
+        )
+    for r in range(2):
+        done.update(t for e in read_log(tmp_path, "b", r) for t in e["tags"])
+    assert done == want
