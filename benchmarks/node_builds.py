@@ -1,0 +1,162 @@
+"""The node's one-time builds, before and after, side by side: what the first process of a node
+pays before any rank holds a plan (``planning="indexed"`` over a large corpus).
+
+    python -m benchmarks.node_builds --base-src OLD/src [--sizes 1e7] [--reps 3] [--out FILE]
+
+The corpus is ``benchmarks.loader_scale``'s (one column store file: int32 lengths uniform in
+50..2000, tags ``corpus/rec<i>/seg<i>``, 10^5 equal files), opened as its ``StoreSource``. Each
+measurement runs in a fresh process, alternating between this checkout and ``--base-src``:
+
+- ``verdict``: the duplicate-tag screen of every tag (``trainer.checks.duplicate_tags``: hash
+  every tag, find repeated hashes), as the first process computes it for the node's file;
+- ``index <case>``: the bucket index for the case's options (``IndexedPlanner`` without a
+  prebuilt index, what ``loading/bucket_store.py`` runs under the file's lock);
+- ``first loader <case>``: ``SeqLoader(source, rank=517, world_size=1024, planning="indexed",
+  ...)`` in an empty ``XDG_CACHE_HOME``: both builds, written to the node's files (fsynced), then
+  the rank's plan; what ``seqloader prepare`` does ahead of a job.
+
+Time is wall time; memory the peak of ``RssAnon`` (private, anonymous pages; the mapped corpus is
+page cache) above its value before, sampled every millisecond. Medians over ``--reps``; the
+results append to ``results/node_builds.json``. Each child checks its result (no repeated tags;
+the index holds every sequence once, in the base's layout: compared by digest across codes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+from benchmarks.fresh import run_child
+from benchmarks.loader_scale import CASES, LIMITS, RANK, WORLD, PeakAnon, StoreSource, corpus_store
+from benchmarks.machine import describe_machine, load_average
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "node_builds.json")
+BUILD_CASES = ("shard buckets:30", "files laplace")
+
+
+def child(config: dict) -> dict:
+    import torch  # noqa: F401 - as in a training script
+
+    source = StoreSource(config["store"])
+    stage, case = config["stage"], config.get("case")
+    options = {**CASES[case], **LIMITS} if case else {}
+    digest = ""
+    with PeakAnon() as mem:
+        t0 = time.perf_counter()
+        if stage == "verdict":
+            from seqloader.trainer.checks import duplicate_tags
+
+            found = duplicate_tags(source.tags)
+            digest = str(len(found))
+        elif stage == "index":
+            from seqloader.plan.indexed import IndexedPlanner
+            from seqloader.plan.options import PlanOptions
+
+            planner = IndexedPlanner(
+                {"data": source.lengths("data")},
+                PlanOptions(planning="indexed", seed=3, **options),
+                files=source.file_layout() if options["distribution"] == "files" else None,
+            )
+            digest = _digest(planner.index.columns())
+        else:
+            from seqloader.torch.loader import SeqLoader
+
+            os.environ["XDG_CACHE_HOME"] = config["cache"]
+            loader = SeqLoader(
+                source, rank=RANK, world_size=WORLD, seed=3, planning="indexed", **options
+            )
+            loader.global_plan(1).rank_share(RANK)
+        seconds = time.perf_counter() - t0
+    return {"seconds": seconds, "private_bytes": mem.peak - mem.before, "digest": digest}
+
+
+def _digest(columns: dict[str, Any]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(columns):
+        h.update(name.encode())
+        h.update(str(columns[name].dtype).encode())
+        h.update(columns[name].tobytes())
+    return h.hexdigest()[:16]
+
+
+def stages() -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = [("verdict", None)]
+    out += [("index", c) for c in BUILD_CASES]
+    out += [("first loader", c) for c in BUILD_CASES]
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1e7")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--base-src", required=False, default=None)
+    ap.add_argument("--folder", default=None, help="where the corpus stores are kept")
+    ap.add_argument("--stages", default=None, help="e.g. verdict,index (default: all)")
+    ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--child", default=None)
+    args = ap.parse_args()
+    if args.child is not None:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    folder = args.folder or tempfile.mkdtemp(prefix="node-builds-")
+    codes = ["new"] + (["base"] if args.base_src else [])
+    wanted = None if args.stages is None else set(args.stages.split(","))
+    rows = []
+    for size in args.sizes.split(","):
+        n = int(float(size))
+        store = corpus_store(n, folder)
+        for stage, case in stages():
+            if wanted is not None and stage not in wanted:
+                continue
+            runs: dict[str, list[dict]] = {c: [] for c in codes}
+            loads = []
+            for _ in range(args.reps):
+                for code in codes:
+                    cache = tempfile.mkdtemp(prefix="cache-", dir=folder)
+                    cfg = {"store": store, "stage": stage, "case": case, "code": code}
+                    cfg["cache"], cfg["label"] = cache, f"{n} {stage} {case} {code}"
+                    try:
+                        runs[code].append(
+                            run_child("benchmarks.node_builds", cfg, args.base_src, 7200)
+                        )
+                    finally:
+                        shutil.rmtree(cache, ignore_errors=True)
+                    loads.append(load_average())
+            row: dict[str, Any] = {"n": n, "stage": stage, "case": case, "load": loads}
+            for code in codes:
+                row[code] = {
+                    k: statistics.median(r[k] for r in runs[code])
+                    for k in ("seconds", "private_bytes")
+                }
+                row[code]["runs"] = [(r["seconds"], r["private_bytes"]) for r in runs[code]]
+                row[code]["digest"] = sorted({r["digest"] for r in runs[code]})
+            if "base" in row:
+                row["same_result"] = row["new"]["digest"] == row["base"]["digest"]
+                row["time_ratio"] = row["new"]["seconds"] / row["base"]["seconds"]
+                row["memory_ratio"] = row["new"]["private_bytes"] / max(
+                    row["base"]["private_bytes"], 1
+                )
+            print(json.dumps({k: v for k, v in row.items() if k != "load"}), file=sys.stderr)
+            rows.append(row)
+    record = {"machine": describe_machine(), "rows": rows}
+    old: dict[str, list] = {"runs": []}
+    if os.path.exists(args.out):
+        with open(args.out) as fh:
+            old = json.load(fh)
+    old["runs"].append(record)
+    with open(args.out, "w") as fh:
+        json.dump(old, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""benchmarks/node_builds.py at a small size: every stage's child runs, the index digest is the
+one of the index the planner holds, and the first loader writes the node's files into the cache
+it is given (no timing assertions)."""
+
+from __future__ import annotations
+
+import os
+
+from benchmarks import loader_scale, node_builds
+
+from seqloader.loading import bucket_store
+from seqloader.trainer import duplicate_store
+
+
+def test_every_stage(tmp_path, monkeypatch):
+    monkeypatch.setattr(duplicate_store, "MIN_SEQUENCES", 10)  # node files from 10 sequences on
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "unused"))
+    path = loader_scale.corpus_store(4000, str(tmp_path))
+    digests = set()
+    for stage, case in node_builds.stages():
+        cache = tmp_path / f"cache-{len(digests)}-{stage}".replace(" ", "-")
+        out = node_builds.child({"store": path, "stage": stage, "case": case, "cache": str(cache)})
+        assert out["seconds"] > 0 and out["private_bytes"] >= 0
+        if stage == "verdict":
+            assert out["digest"] == "0"  # no repeated tags
+        elif stage == "index":
+            digests.add(out["digest"])
+        else:
+            assert sorted(os.listdir(cache / "seqloader")) == ["buckets", "checks"]
+    assert len(digests) == 2  # one index per case
