@@ -279,6 +279,28 @@ def test_files_elastic_resume_chains_exactly_once(case: dict, epoch: int, cuts: 
     assert sorted(got) == sorted(order.tolist())
 
 
+@settings(max_examples=150, deadline=None)
+@given(
+    elastic_files_cases(),
+    st.sampled_from(["laplace", "laplace:3", "laplace:.7", "laplace:.40"]),
+    st.integers(0, 2),
+    st.integers(1, 9),
+)
+def test_laplace_replay_by_blocks_equals_rank_by_rank(case, ordering, cut, world) -> None:
+    """The replay of a ``laplace`` segment over blocks, all ranks at once, counts what each
+    rank's listed order and split consume, at every step, in a first and a resumed segment."""
+    case["options"] = PlanOptions(**{**options_kwargs(case["options"]), "ordering": ordering})
+    planner = planner_of(case)
+    first = case["worlds"][0]
+    if not files_fit(planner, first):
+        return
+    plan = planner.global_plan(1, first)
+    history = ((first, min(plan.steps, cut * plan.steps // 2)),) if cut else ()
+    seg = planner._segment_at(1, world if history else first, history)
+    for steps in range(seg.steps + 1):
+        np.testing.assert_array_equal(seg.consumed(steps), seg.consumed_rank_by_rank(steps))
+
+
 def test_files_elastic_resume_1024_to_768_draws_few_old_ranks() -> None:
     """A resumed rank draws the members of the few old ranks its run of units touches, and the
     continuation keeps every contract on a corpus of many files."""

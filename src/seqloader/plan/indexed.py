@@ -74,6 +74,7 @@ MERGE_BATCHES = 4
 #: bucket's longest length: more buckets, less padding, more short last batches).
 LAPLACE_BUCKETS = 64
 _CHUNK = 1 << 22
+_ROWS = 1 << 13  # files per chunk of the per-(file, bucket) table summed at once
 
 
 def make_planner(
@@ -541,16 +542,19 @@ def _rank_counts(
     table: np.ndarray | None, part: np.ndarray, rank_of: np.ndarray, world_size: int
 ) -> np.ndarray:
     """Sequences per (rank, bucket) -> int64 ``[W, N]``, from the per-(file, bucket) ``table``
-    (``[F, N]``, e.g. memory-mapped) for files ``part`` assigned ``rank_of``: one column at a time,
-    so no ``[f, N]`` copy of the table is made."""
+    (``[F, N]``, e.g. memory-mapped) for files ``part`` assigned ``rank_of``: the files sorted
+    by rank, their rows summed per rank a chunk of files at a time (no ``[f, N]`` copy)."""
     assert table is not None
-    owner = np.full(table.shape[0], world_size, dtype=np.int64)  # files outside: an extra bin
-    owner[part] = rank_of
-    cols = [
-        np.bincount(owner, weights=table[:, b], minlength=world_size + 1)[:world_size]
-        for b in range(table.shape[1])
-    ]
-    return np.stack(cols, axis=1).round().astype(np.int64)
+    out = np.zeros((world_size, table.shape[1]), dtype=np.int64)
+    by = np.argsort(rank_of, kind="stable")
+    files, ranks = part[by], rank_of[by]
+    for a in range(0, len(files), _ROWS):
+        rows = table[files[a : a + _ROWS]]  # [c, N]
+        here = ranks[a : a + _ROWS]
+        cuts = np.flatnonzero(np.diff(here)) + 1
+        starts = np.concatenate([[0], cuts]).astype(np.int64)
+        out[here[starts]] += np.add.reduceat(rows, starts, axis=0, dtype=np.int64)
+    return out
 
 
 def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -33,6 +33,7 @@ import numpy as np
 from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
 from seqloader.plan.histogram import merge_small
+from seqloader.plan.indexed_replay import laplace_consumed
 from seqloader.plan.options import Ordering
 from seqloader.plan.pieces import split_pieces
 
@@ -188,6 +189,12 @@ class Segment:
         return kept
 
     def _count_consumed(self, steps: int) -> np.ndarray:
+        if not self.ordering.is_buckets:  # laplace: blocks, all ranks at once
+            return laplace_consumed(self, steps)
+        return self.consumed_rank_by_rank(steps)
+
+    def consumed_rank_by_rank(self, steps: int) -> np.ndarray:
+        """``consumed`` from each rank's listed batch order and split (any ordering)."""
         out = np.zeros(len(self.start), dtype=np.int64)
         if steps <= 0:
             return out

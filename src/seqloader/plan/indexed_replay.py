@@ -1,0 +1,180 @@
+"""What the first steps of a ``laplace`` segment consume, all ranks at once, without listing batches.
+
+An elastic resume of ``distribution="files"`` under indexed planning replays every old rank's
+order and split (``seqloader.plan.indexed_files``). Listing each rank's batches and sorting them
+costs a Python step and a sort per rank (0.2 s at 10^7 sequences on 1,024 ranks, as much as
+planning the rank's own share). Under ``laplace`` a rank's order is made of **blocks**: in bin
+``b``, unit ``u`` contributes its batches ``t`` with ``t * B // nb_u == b``, consecutive, all of the unit's batch size but the unit's last batch. There are at most ``bins x
+units`` blocks (a few per unit), so the replay works on blocks, vectorised over all ranks:
+
+- **Order**: blocks sorted by (rank, bin, level ascending in even bins and descending in odd ones,
+  unit), as ``Segment.layout`` sorts batches.
+- **Split** (``seqloader.plan.pieces``' rule): per rank, the level ``t*`` by bisection over its
+  units (``(nb_u - 1) * ceil(k_u / t) + ceil(last_u / t)`` increments), every batch
+  ``ceil(size / t*)`` pieces, and the leftover increments of value ``t*`` to the rank's latest
+  eligible batches, block by block from its end.
+- **Consumption**: blocks whose pieces end by ``steps`` are consumed whole; in the one block
+  where ``steps`` falls, its batches are walked in closed form (a few groups of equal pieces).
+
+The result equals ``Segment``'s rank-by-rank count (``tests/test_plan_indexed.py`` checks it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from seqloader.plan.indexed_files import Segment
+
+
+def _ceil(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    return -(-x // t)
+
+
+def laplace_consumed(seg: Segment, steps: int) -> np.ndarray:
+    """Sequences of each unit consumed in ``seg``'s first ``steps`` steps -> int64 ``[U]``."""
+    world, units = seg.world_size, seg.units
+    out = np.zeros(len(seg.start), dtype=np.int64)
+    live = seg._by[: seg._ends[world]]  # live units, rank by rank (unit order within)
+    if steps <= 0 or not len(live):
+        return out
+    q = seg.owner[live]  # [L]
+    nb, size = seg.nb[live], units.size[live]
+    last = seg.rem[live] - (nb - 1) * size  # [L] the unit's last batch (1..size)
+    big = int(size.max()) + 1
+
+    # per rank: the split level t* (big: no split; 1: every piece one sequence) and leftovers
+    rank_nb, rank_seqs = seg.rank_batches, seg.rank_seqs
+    need = (
+        np.maximum(seg.steps - rank_nb, 0) if seg.uneven == "split" else np.zeros(world, np.int64)
+    )
+    level = np.full(world, big, dtype=np.int64)
+    singles = need >= rank_seqs - rank_nb
+    level[singles & (need > 0)] = 1
+    cut = (need > 0) & ~singles
+
+    def above(t_of_rank: np.ndarray) -> np.ndarray:  # increments of value > t, per rank
+        t = t_of_rank[q]
+        per = (nb - 1) * _ceil(size, t) + _ceil(last, t)
+        return np.bincount(q, weights=per, minlength=world).astype(np.int64) - rank_nb
+
+    rest = np.zeros(world, dtype=np.int64)
+    if cut.any():
+        lo, hi = np.ones(world, dtype=np.int64), np.full(world, big, dtype=np.int64)
+        while True:
+            open_ = cut & (hi - lo > 1)
+            if not open_.any():
+                break
+            mid = (lo + hi) // 2
+            fits = above(np.where(open_, mid, hi)) <= need
+            hi = np.where(open_ & fits, mid, hi)
+            lo = np.where(open_ & ~fits, mid, lo)
+        level[cut] = hi[cut]
+        rest[cut] = (need - above(level))[cut]
+    prev = np.where(cut, level - 1, 1)  # ties: increments of value exactly t*
+
+    # blocks: (unit, bin) pairs with batches, in each rank's order
+    bins_of_rank = _num_bins(seg, rank_seqs)
+    bins = bins_of_rank[q]
+    nblk = np.minimum(bins, nb)
+    blk_unit = np.repeat(np.arange(len(live)), nblk)  # index into live
+    k = np.arange(int(nblk.sum()), dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk)
+    nb_b, bins_b = nb[blk_unit], bins[blk_unit]
+    wide = nb_b >= bins_b  # every bin has batches: block k is bin k; else batch k alone
+    bin_of = np.where(wide, k, (k * bins_b) // np.maximum(nb_b, 1))
+    first = np.where(wide, -(-(k * nb_b) // bins_b), k)  # batch t is in bin t * B // nb_u
+    count = np.where(wide, -(-((k + 1) * nb_b) // bins_b) - first, 1)
+    lev = units.level[live][blk_unit]
+    major = np.where(bin_of % 2 == 1, -lev, lev)
+    order = np.lexsort((live[blk_unit], major, bin_of, q[blk_unit]))
+    blk_unit, count, first = blk_unit[order], count[order], first[order]
+    blk_q = q[blk_unit]
+    short = (first + count == nb[blk_unit]).astype(np.int64)  # holds the unit's last batch
+    full = count - short
+    k_b, l_b = size[blk_unit], last[blk_unit]
+    t_b, p_b = level[blk_q], prev[blk_q]
+    pk, pl = _ceil(k_b, t_b), _ceil(l_b, t_b)
+    ck = np.where(cut[blk_q], _ceil(k_b, p_b) - pk, 0)
+    cl = np.where(cut[blk_q], _ceil(l_b, p_b) - pl, 0)
+    events = full * ck + short * cl  # [blocks] tie increments each block could take
+    # leftovers go to a rank's latest eligible batches: blocks from its end
+    rank_start = np.searchsorted(blk_q, np.arange(world + 1), side="left")
+    after = _suffix_within(events, rank_start)  # events of the rank's later blocks
+    extra = np.clip(rest[blk_q] - after, 0, events)
+    pieces = full * pk + short * pl + extra
+    ends = _cumsum_within(pieces, rank_start)  # pieces through each block, per rank
+    seqs = full * k_b + short * l_b
+
+    done = ends <= steps
+    np.add.at(out, live[blk_unit[done]], seqs[done])
+    crossing = np.flatnonzero(~done & (ends - pieces < steps))  # at most one block per rank
+    for i in crossing.tolist():
+        m = steps - int(ends[i] - pieces[i])
+        groups = _groups(
+            int(full[i]), int(short[i]), int(k_b[i]), int(l_b[i]), int(pk[i]), int(pl[i]),
+            int(ck[i]), int(cl[i]), int(extra[i]),
+        )  # fmt: skip
+        out[live[blk_unit[i]]] += _walk(groups, m)
+    return out
+
+
+def _num_bins(seg: Segment, seqs: np.ndarray) -> np.ndarray:
+    """``Ordering.num_bins`` of each rank's sequences -> int64 ``[W]``."""
+    ordering = seg.ordering
+    if ordering.bin_size is not None:
+        return np.maximum(seqs // ordering.bin_size, 2).astype(np.int64)
+    return np.full(len(seqs), ordering.bins or 2, dtype=np.int64)
+
+
+def _cumsum_within(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Cumulative sums restarting at each group (``starts``: group bounds ``[G + 1]``)."""
+    total = np.cumsum(x)
+    before = np.concatenate([[0], total])[starts[:-1]]  # [G] sum before each group
+    sizes = np.diff(starts)
+    return total - np.repeat(before, sizes)
+
+
+def _suffix_within(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Sums of the later elements of each element's group (exclusive)."""
+    through = _cumsum_within(x, starts)
+    group_total = np.repeat(through[np.maximum(starts[1:] - 1, 0)], np.diff(starts))
+    return group_total - through
+
+
+def _groups(
+    full: int, short: int, k: int, last: int, pk: int, pl: int, ck: int, cl: int, extra: int
+) -> list[tuple[int, int, int]]:
+    """A block's batches in order as (batches, size, pieces each): ``extra`` tie increments go
+    to its latest eligible batches (the last batch first, then full ones from the end)."""
+    el = min(extra, cl) if short else 0
+    rest = extra - el
+    whole, part = divmod(rest, ck) if ck else (0, 0)
+    plain = full - whole - (1 if part else 0)
+    return [
+        (plain, k, pk),
+        (1 if part else 0, k, pk + part),
+        (whole, k, pk + ck),
+        (short, last, pl + el),
+    ]
+
+
+def _walk(groups: list[tuple[int, int, int]], m: int) -> int:
+    """Sequences in the first ``m`` pieces of batches ``groups`` (each batch cut into its pieces,
+    the first ``size % pieces`` one longer)."""
+    seqs = 0
+    for batches, size, pieces in groups:
+        if m <= 0:
+            break
+        if not batches:
+            continue
+        whole = min(m // pieces, batches)
+        seqs += whole * size
+        m -= whole * pieces
+        if whole == batches:
+            continue
+        q, r = divmod(size, pieces)  # m < pieces: part of the next batch
+        seqs += m * q + min(m, r)
+        m = 0
+    return seqs
