@@ -127,7 +127,9 @@ def auditor_payloads(planner, plan, position: Position, world: int, lose: int | 
     return auditors, payloads
 
 
-@pytest.mark.parametrize("extra", [{}, CHUNKED], ids=["whole", "chunked"])
+@pytest.mark.parametrize(
+    "extra", [{}, CHUNKED, {"planning": "indexed"}], ids=["whole", "chunked", "indexed"]
+)
 def test_gathered_audit_checks_the_sub_epoch_after_elastic_resumes(extra: dict) -> None:
     """The all-ranks audit of a segment after 2 -> 3 ranks: what is due is the sub-epoch less
     what earlier segments consumed, whatever this segment's plan; a lost sequence is found

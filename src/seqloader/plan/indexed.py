@@ -41,7 +41,7 @@ from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
 from seqloader.plan.buckets import bucket_edges
 from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files
+from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files, units_of
 from seqloader.plan.histogram import BucketIndex, batch_sizes, build_bucket_index
 from seqloader.plan.indexed_files import Segment, Units
 from seqloader.plan.indexed_mix import IndexedMix
@@ -74,7 +74,7 @@ MERGE_BATCHES = 4
 #: bucket's longest length: more buckets, less padding, more short last batches).
 LAPLACE_BUCKETS = 64
 _CHUNK = 1 << 22
-_ROWS = 1 << 13  # files per chunk of the per-(file, bucket) table summed at once
+_ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
 
 
 def make_planner(
@@ -405,6 +405,14 @@ class IndexedPlanner(Planner):
         old rank's members (O(n): for the audit and tests; resuming uses ``files_segment``)."""
         seg = self._segment_at(epoch, world_size, history)
         return self._rankwise(seg), seg.consumed_members(self._members_of(seg.units))
+
+    def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
+        """(units, file of each unit) of ``epoch``: per file of the sub-epoch (shuffled order),
+        its admitted sequences (O(n): for the audit and tests)."""
+        assert self.files is not None
+        part = self._part_files(EpochIndex(epoch, self.options.partition_epoch))
+        admitted = self._mask if self._mask is not None else np.ones(len(self.lengths), bool)
+        return units_of(self.files, part, admitted)
 
     def files_segment(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
