@@ -340,6 +340,7 @@ def main() -> None:
     ap.add_argument("--workers", default="0,2")
     ap.add_argument("--methods", default="fork,spawn")
     ap.add_argument("--audit", action="store_true")
+    ap.add_argument("--spawn-max", type=float, default=1e7, help="spawn workers up to this size")
     ap.add_argument("--small", type=float, default=1e4)
     ap.add_argument("--base-src", default=None)
     ap.add_argument("--base-max", type=float, default=1e7)
@@ -365,6 +366,8 @@ def main() -> None:
         print(f"n={n}: corpus {time.perf_counter() - t0:.1f} s", file=sys.stderr)
         codes = ["new"] + (["base"] if args.base_src and n <= args.base_max else [])
         for cfg in configs:
+            if cfg["method"] == "spawn" and n > args.spawn_max:
+                continue
             row: dict[str, Any] = {"n": n, "config": _label(cfg), "load_before": load_average()}
             for code in codes:
                 for size in [n] + ([small] if small else []):
@@ -409,14 +412,28 @@ def main() -> None:
             row["load_after"] = load_average()
             print(json.dumps({k: v for k, v in row.items() if "raw" not in k}), file=sys.stderr)
             rows.append(row)
-    record = {"machine": describe_machine(), "world": WORLD, "rank": RANK, "rows": rows}
+            _save(
+                args.out,
+                {"machine": describe_machine(), "world": WORLD, "rank": RANK, "rows": rows},
+            )
+
+
+def _save(path: str, record: dict) -> None:
+    """This run's record as the last entry of the results file (rewritten after every row, so
+    an interrupted run keeps what it measured)."""
     old: dict[str, list] = {"runs": []}
-    if os.path.exists(args.out):
-        with open(args.out) as fh:
+    if os.path.exists(path):
+        with open(path) as fh:
             old = json.load(fh)
-    old["runs"].append(record)
-    with open(args.out, "w") as fh:
+    runs = old["runs"]
+    if runs and runs[-1].get("started") == record.get("started", _STARTED):
+        runs.pop()
+    runs.append({**record, "started": _STARTED})
+    with open(path, "w") as fh:
         json.dump(old, fh, indent=1)
+
+
+_STARTED = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 if __name__ == "__main__":
