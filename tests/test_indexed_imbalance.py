@@ -132,3 +132,28 @@ def test_the_loader_report_never_materialises_every_rank(monkeypatch, distributi
         pass
     report = resumed.report()
     assert report is not None and report.step_imbalance == pytest.approx(want_rest, rel=1e-12)
+
+
+def test_the_table_figure_is_computed_when_read_without_a_thread(monkeypatch) -> None:
+    """Milliseconds at any size: no thread is started for it at the epoch boundary."""
+    import seqloader as sl
+    import seqloader.trainer.report as report_module
+
+    threads: list[str] = []
+
+    def recording(*args):
+        threads.append(threading.current_thread().name)
+        return table_imbalance(*args)
+
+    monkeypatch.setattr(report_module, "table_imbalance", recording)
+    lengths = np.random.default_rng(4).integers(1, 60, size=200)
+    src = sl.MemorySource({"data": [np.zeros((int(t), 1), np.float32) for t in lengths]})
+    loader = sl.SeqLoader(
+        src, rank=0, world_size=2, planning="indexed", ordering="laplace", max_frames=200
+    )
+    for _ in loader.epoch(1):
+        pass
+    assert threads == []  # not computed yet
+    report = loader.report()
+    assert report is not None and report.step_imbalance >= 1.0
+    assert threads == [threading.current_thread().name]

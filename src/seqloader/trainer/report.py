@@ -137,12 +137,12 @@ class EpochReport:
             corpora=dict(corpora or {}),
         )
         if costs is not None or slot_costs is not None:
-            # O(n): on a thread of its own from now on, so neither the epoch boundary nor the
-            # end-of-epoch log waits for it on the training loop's thread
-            figure = InBackground(
-                partial(planned_imbalance, plan, position, costs, slot_costs, bucket_costs)
-            )
-            report.step_imbalance = figure  # type: ignore[assignment]
+            compute = partial(planned_imbalance, plan, position, costs, slot_costs, bucket_costs)
+            if _from_table(plan, slot_costs, bucket_costs):  # milliseconds: when first read
+                report.step_imbalance = compute  # type: ignore[assignment]
+            else:  # O(n): on a thread of its own from now on, so neither the epoch boundary
+                # nor the end-of-epoch log waits for it on the training loop's thread
+                report.step_imbalance = InBackground(compute)  # type: ignore[assignment]
         return report
 
     def __getstate__(self) -> dict:
@@ -354,7 +354,8 @@ def planned_imbalance(
     Indexed plans never materialise every rank's batches: ``shard`` reads planned costs off the
     batch table (``bucket_costs``), ``files`` walks the ranks' shares one at a time
     (``seqloader.plan.indexed_imbalance``)."""
-    if slot_costs is None and isinstance(plan, IndexedPlan) and bucket_costs is not None:
+    if _from_table(plan, slot_costs, bucket_costs):
+        assert isinstance(plan, IndexedPlan) and bucket_costs is not None
         return table_imbalance(plan, bucket_costs, position.steps)
     if slot_costs is None and isinstance(plan, RankwisePlan) and costs is not None:
         return rankwise_imbalance(plan, costs, position.steps)
@@ -366,3 +367,8 @@ def planned_imbalance(
         seqs, costs = np.arange(len(seqs)), slots[start:]
     assert costs is not None
     return step_imbalance(seqs, b.bounds[first:] - start, plan.world_size, costs)
+
+
+def _from_table(plan: GlobalPlan, slot_costs: object, bucket_costs: np.ndarray | None) -> bool:
+    """Whether the imbalance is read off an indexed ``shard`` plan's batch table (cheap)."""
+    return slot_costs is None and isinstance(plan, IndexedPlan) and bucket_costs is not None
