@@ -151,14 +151,22 @@ def split_units(
 def assign_lpt(weights: np.ndarray, world_size: int) -> np.ndarray:
     """Rank of each unit -> int64 ``[u]``: largest weight first (ties: the earlier unit), each to
     the rank with the least weight so far (ties: fewer units, then the lower rank)."""
-    out = np.zeros(len(weights), dtype=np.int64)
-    heap = [(0, 0, r) for r in range(world_size)]
     w = np.asarray(weights, dtype=np.int64)
-    for i in argsort_by(-w).tolist() if len(w) else []:
-        load, count, r = heapq.heappop(heap)
-        out[i] = r
-        heapq.heappush(heap, (load + int(w[i]), count + 1, r))
-    return out
+    if not len(w):
+        return np.zeros(0, dtype=np.int64)
+    # a rank's (load, units, rank) as one int, compared as the tuple would be (faster than tuples)
+    rank_bits, count_bits = max(world_size - 1, 1).bit_length(), len(w).bit_length()
+    shift = rank_bits + count_bits
+    heap = list(range(world_size))  # load 0, no units: the rank alone; sorted, a heap already
+    got = [0] * len(w)
+    step = [(x << shift) + (1 << rank_bits) for x in w.tolist()]  # load + 1 unit
+    rank_mask = (1 << rank_bits) - 1
+    replace = heapq.heapreplace  # pop the least loaded and push it back in one step
+    for i in argsort_by(-w).tolist():
+        key = heap[0]
+        got[i] = key & rank_mask
+        replace(heap, key + step[i])
+    return np.array(got, dtype=np.int64)
 
 
 def equalise(per_rank: list[BatchList], uneven: str) -> tuple[list[BatchList], int]:
