@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seqloader.errors import OptionError
@@ -235,7 +235,7 @@ def elastic_files_cases(draw: st.DrawFn) -> dict:
     return {**case, "files": files if len(files) >= 2 else np.array([0, 0], np.int64)}
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     elastic_files_cases(),
     st.integers(1, 3),
@@ -279,7 +279,7 @@ def test_files_elastic_resume_chains_exactly_once(case: dict, epoch: int, cuts: 
     assert sorted(got) == sorted(order.tolist())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     elastic_files_cases(),
     st.sampled_from(["laplace", "laplace:3", "laplace:.7", "laplace:.40"]),
