@@ -15,6 +15,14 @@ maps, less what it held before planning (as in ``benchmarks.scale``). Indexed pl
 node's bucket index (built once per node and corpus by the parent, as ``benchmarks.scale``).
 Also timed: the report's per-corpus planned slots and progress (``corpus_plan``).
 
+``--loader``: the loader instead of the planner. The three corpora are column stores of lengths
+and tags (``benchmarks.loader_scale``'s ``StoreSource``, one file each), joined by a
+``ConcatSource``; a child times ``ConcatSource(...)`` + ``SeqLoader(mix=..., planning="indexed",
+ordering="buckets:30")`` until it holds rank 517's batches of epoch 1, private memory as
+``benchmarks.loader_scale`` measures it (peak ``RssAnon``). ``mapped``: the concatenation's node
+store (``sources/concat_store.py``, built by a first child, then mapped); ``in memory``: the
+concatenation copied in the process (what ``ConcatSource`` does below ``MIN_SEQUENCES``).
+
 After measuring, the child checks the epoch (chunks of the global list, never all at once for
 indexed plans): this rank's batches within the limits, every 97th rank the same steps, this rank's
 share its part of the global list, per corpus every sequence at most once per corpus epoch and
@@ -108,6 +116,69 @@ def child(config: dict) -> dict:
         "checks_ok": ok and whole.get("ok", True),
         "padding": whole.get("padding"),
     }
+
+
+def loader_child(config: dict) -> dict:
+    import torch  # noqa: F401 - a training script has torch imported before it builds a loader
+
+    import seqloader as sl
+    from benchmarks.loader_scale import PeakAnon, StoreSource
+    from seqloader.sources import concat_store
+
+    if config["code"] == "in memory":
+        concat_store.MIN_SEQUENCES = 1 << 62
+    parts = {name: StoreSource(path) for name, path in config["stores"].items()}
+    with PeakAnon() as mem:
+        t0 = time.perf_counter()
+        loader = sl.SeqLoader(
+            sl.ConcatSource(parts), mix=RATES, planning="indexed", ordering="buckets:30",
+            rank=RANK, world_size=WORLD, seed=3, **LIMITS,
+            checks=sl.CheckOptions(duplicate_tags="off"),  # the corpora repeat their tags
+        )  # fmt: skip
+        share = loader.global_plan(1).rank_share(RANK)
+        t1 = time.perf_counter()
+    sizes = np.diff(share.bounds)
+    ok = bool(sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
+    stored = loader.source._store is not None  # type: ignore[attr-defined]
+    ok = ok and stored == (config["code"] == "mapped")
+    return {"total_s": t1 - t0, "private_bytes": mem.peak - mem.before, "checks_ok": ok}
+
+
+def measure_loader(args: argparse.Namespace) -> dict:
+    from benchmarks.loader_scale import corpus_store
+
+    folder = args.data or os.path.join(tempfile.gettempdir(), "seqloader-mix-loader")
+    os.environ["XDG_CACHE_HOME"] = os.path.join(folder, "cache")
+    rows = []
+    for size in args.sizes:
+        stores = {}
+        for name, share in zip(NAMES, SHARES):
+            sub = os.path.join(folder, f"{name}-{size}")
+            os.makedirs(sub, exist_ok=True)
+            stores[name] = corpus_store(int(share * size), sub)
+        config = {"stores": stores, "code": "mapped", "label": f"loader {size} node store"}
+        t0 = time.perf_counter()
+        run_child("benchmarks.mix_scale", {**config, "loader": True}, None, args.timeout)
+        node_s = time.perf_counter() - t0  # the first process of the node builds the stores
+        codes = ["mapped", "in memory"]
+        runs: dict[str, list[dict]] = {code: [] for code in codes}
+        for rep in range(args.reps):
+            for code in codes[rep % 2 :] + codes[: rep % 2]:
+                run = {**config, "code": code, "loader": True, "label": f"loader {size} {code}"}
+                runs[code].append(run_child("benchmarks.mix_scale", run, None, args.timeout))
+        row: dict = {"n": size, "first_child_s": node_s}
+        for code, got in runs.items():
+            row[code] = {
+                k: statistics.median(r[k] for r in got) for k in ("total_s", "private_bytes")
+            }
+            row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
+        row["time_ratio"] = row["mapped"]["total_s"] / row["in memory"]["total_s"]
+        row["memory_ratio"] = row["mapped"]["private_bytes"] / row["in memory"]["private_bytes"]
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return {"machine": describe_machine(), "load_average": load_average(), "mode": "loader",
+            "world_size": WORLD, "rank": RANK, "rates": RATES, "shares": SHARES,
+            "reps": args.reps, "rows": rows}  # fmt: skip
 
 
 def check_epoch(planner: object, plan: object, share: object, lengths: np.ndarray) -> dict:
@@ -209,13 +280,15 @@ def main() -> None:
         help="skip the walk over the whole epoch (per-corpus exactly-once, padding): minutes at "
         "10^8; the rank's limits, every 97th rank's steps and the counts are still checked",
     )
+    p.add_argument("--loader", action="store_true", help="SeqLoader over a ConcatSource instead")
     p.add_argument("--out")
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(json.loads(args.child))))
+        config = json.loads(args.child)
+        print(json.dumps(loader_child(config) if config.get("loader") else child(config)))
         return
     args.sizes = [int(float(s)) for s in args.sizes.split(",")]
-    result = measure(args)
+    result = measure_loader(args) if args.loader else measure(args)
     out = args.out or RESULTS
     os.makedirs(os.path.dirname(out), exist_ok=True)
     runs = []

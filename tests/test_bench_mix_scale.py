@@ -25,3 +25,19 @@ def test_children_plan_and_check_a_small_mix(tmp_path) -> None:
         # rates 0.5 / 1 / 2 on 50 / 30 / 20 % of the sequences: 0.95 n slots, both plannings
         want = [n // 4, 3 * n // 10, 2 * n // 5]
         assert out["global"]["corpus_slots"] == out["indexed"]["corpus_slots"] == want
+
+
+def test_loader_children_over_a_concat_source(tmp_path, monkeypatch) -> None:
+    """``--loader``: the mapped node store and the in-memory concatenation both plan the rank's
+    batches of the mix (the child checks which one it used)."""
+    from benchmarks.loader_scale import corpus_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr("seqloader.sources.concat_store.MIN_SEQUENCES", 1000)
+    stores = {}
+    for name, share in zip(mix_scale.NAMES, mix_scale.SHARES):
+        (tmp_path / name).mkdir()
+        stores[name] = corpus_store(int(share * 20_000), str(tmp_path / name))
+    for code in ("mapped", "in memory"):
+        out = mix_scale.loader_child({"stores": stores, "code": code})
+        assert out["checks_ok"] and out["total_s"] > 0, code

@@ -26,9 +26,8 @@ from seqloader.sources.base import (
     read_batch,
     where,
 )
-from seqloader.sources.hdf_layout import PackedTags
+from seqloader.sources.concat_store import concat_metadata, mapped
 from seqloader.sources.joined import named_sources
-from seqloader.sources.tag_join import packed
 
 
 def _same_spec(a: KeySpec, b: KeySpec) -> bool:
@@ -90,13 +89,26 @@ class ConcatSource(SourceBase):
         self._schema = schema
         sizes = np.array([len(s) for s in self._sources], dtype=np.int64)
         self._bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)  # [C + 1]
-        self._lengths = {
-            # one copy, in the narrowest dtype of the parts (int32 views stay int32)
-            k: np.concatenate([np.asarray(s.lengths(k)) for s in self._sources])
-            for k in schema
-        }
-        self._tags: PackedTags = PackedTags.concat([packed(s.tags) for s in self._sources])
+        # one index space: mapped from the node's store for large corpora, else one copy here
+        meta = concat_metadata(self._names, self._sources, list(schema), origin=self._describe())
+        self._lengths, self._tags, self._store = meta.lengths, meta.tags, meta.store
         self._fingerprint: str | None = None
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        if self._store is not None:  # the store pickles its path: a worker maps it again
+            state.pop("_lengths", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        if "_lengths" not in state:
+            assert self._store is not None
+            self._lengths = mapped(self._store, list(self._schema)).lengths
+
+    def _describe(self) -> str:
+        parts = ", ".join(f"{n}: {len(s)} seqs" for n, s in zip(self._names, self._sources))
+        return f"ConcatSource({parts})"
 
     # ---- corpora ----
     def file_layout(self) -> np.ndarray:

@@ -2,7 +2,8 @@
 which ones are stale.
 
 Large corpora keep per-node files there (``seqloader.sources.columns.open_or_build``): a source's
-metadata (``hdf/``, ``shards/``), the duplicate-tag verdict (``checks/``) and indexed planning's
+metadata (``hdf/``, ``shards/``, a ``ConcatSource``'s one index space: ``concat/``), the
+duplicate-tag verdict (``checks/``) and indexed planning's
 bucket index (``buckets/``). They are built once per node and then only read, so nothing deletes
 them; ``list_stores`` says what is there (size, when last used, what each belongs to) and
 ``remove`` deletes the ones asked for, never one a process is building (the builder holds
