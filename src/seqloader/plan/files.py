@@ -158,15 +158,14 @@ def assign_lpt(weights: np.ndarray, world_size: int) -> np.ndarray:
     rank_bits, count_bits = max(world_size - 1, 1).bit_length(), len(w).bit_length()
     shift = rank_bits + count_bits
     heap = list(range(world_size))  # load 0, no units: the rank alone; sorted, a heap already
-    got = [0] * len(w)
-    step = [(x << shift) + (1 << rank_bits) for x in w.tolist()]  # load + 1 unit
-    rank_mask = (1 << rank_bits) - 1
+    out = np.zeros(len(w), dtype=np.int64)
+    unit, rank_mask = 1 << rank_bits, (1 << rank_bits) - 1
     replace = heapq.heapreplace  # pop the least loaded and push it back in one step
-    for i in argsort_by(-w).tolist():
+    for i in argsort_by(-w).tolist():  # no per-unit Python lists beyond this one
         key = heap[0]
-        got[i] = key & rank_mask
-        replace(heap, key + step[i])
-    return np.array(got, dtype=np.int64)
+        out[i] = key & rank_mask
+        replace(heap, key + (int(w[i]) << shift) + unit)
+    return out
 
 
 def equalise(per_rank: list[BatchList], uneven: str) -> tuple[list[BatchList], int]:
