@@ -61,6 +61,9 @@ def test_large_concatenations_are_one_mapped_store_per_node(tmp_path, monkeypatc
     assert other._store is not None and other._store.path != src._store.path  # other content
     for workers in (0, 2):  # the same batches as over the in-memory concatenation
         assert batches(src, workers) == reference
+    assert src.index_built and not again.index_built
+    prepared = sl.prepare(again, ordering="laplace", planning="indexed")
+    assert [s.path for s in prepared.stores if s.kind == "source metadata"] == [src.store.path]
 
 
 def test_an_unwritable_cache_keeps_the_concatenation_in_memory(tmp_path, monkeypatch) -> None:
@@ -71,3 +74,19 @@ def test_an_unwritable_cache_keeps_the_concatenation_in_memory(tmp_path, monkeyp
     with pytest.warns(DataWarning, match="cannot write the node's store"):
         src = sl.ConcatSource(corpora())
     assert src._store is None and len(src) == 59
+
+
+@pytest.mark.slow
+def test_a_spawned_worker_maps_the_store_again(tmp_path, monkeypatch) -> None:
+    """A spawned DataLoader worker gets the store's path (not the arrays) and maps it itself:
+    the same batches as in the main process."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(concat_store, "MIN_SEQUENCES", 10)
+    src = sl.ConcatSource(corpora())
+    assert src.store is not None
+
+    def run(**workers: object) -> list:
+        with sl.SeqLoader(src, mix={"b": 2.0}, ordering="laplace", max_seqs=3, **workers) as ld:
+            return [(b.seq_tags, b["data"].numpy().tobytes()) for b in ld.epoch(1)]
+
+    assert run(num_workers=1, multiprocessing_context="spawn") == run(num_workers=0)

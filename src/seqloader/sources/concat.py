@@ -26,6 +26,7 @@ from seqloader.sources.base import (
     read_batch,
     where,
 )
+from seqloader.sources.columns import ColumnStore
 from seqloader.sources.concat_store import concat_metadata, mapped
 from seqloader.sources.joined import named_sources
 
@@ -92,7 +93,13 @@ class ConcatSource(SourceBase):
         # one index space: mapped from the node's store for large corpora, else one copy here
         meta = concat_metadata(self._names, self._sources, list(schema), origin=self._describe())
         self._lengths, self._tags, self._store = meta.lengths, meta.tags, meta.store
+        self.index_built = meta.built  # whether this open built the node's store
         self._fingerprint: str | None = None
+
+    @property
+    def store(self) -> ColumnStore | None:
+        """The node's store of the concatenated lengths and tags (None: held in memory)."""
+        return self._store
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

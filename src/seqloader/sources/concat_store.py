@@ -37,11 +37,13 @@ MIN_SEQUENCES = 1_000_000
 
 @dataclass(frozen=True)
 class ConcatMetadata:
-    """The concatenated lengths (key -> ``[n]``) and tags, views of ``store`` when there is one."""
+    """The concatenated lengths (key -> ``[n]``) and tags, views of ``store`` when there is one
+    (``built``: this call built the store)."""
 
     lengths: dict[str, np.ndarray]
     tags: PackedTags
     store: ColumnStore | None
+    built: bool = False
 
 
 def concat_metadata(
@@ -63,7 +65,7 @@ def concat_metadata(
     identity = h.hexdigest()[:32]
     path = os.path.join(folder or cache_dir("concat"), f"concat-{identity[:24]}.seqcols")
     try:
-        store, _ = open_or_build(path, identity, lambda: _build(sources, keys, origin))
+        store, built = open_or_build(path, identity, lambda: _build(sources, keys, origin))
     except OSError as e:
         warnings.warn(
             f"ConcatSource: cannot write the node's store {path!r} ({e}); the corpora's lengths "
@@ -73,7 +75,8 @@ def concat_metadata(
             stacklevel=3,
         )
         return in_memory(sources, keys)
-    return mapped(store, keys)
+    found = mapped(store, keys)
+    return ConcatMetadata(found.lengths, found.tags, store, built)
 
 
 def mapped(store: ColumnStore, keys: Sequence[str]) -> ConcatMetadata:
