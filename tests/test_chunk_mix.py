@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from seqloader.plan import Planner, PlanOptions
-from seqloader.plan.mix_check import check_corpus_epochs
+from seqloader.plan.mix import check_corpus_epochs
 from seqloader.plan.simulate import simulate
 from test_mix_plan import mixes, run_epoch
 

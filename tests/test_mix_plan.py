@@ -19,8 +19,13 @@ from seqloader.errors import DataWarning, OptionError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.bounds import MAX_EPOCH_SLOTS
 from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.mix import Corpora, corpus_epoch_permutation, select_corpus, stream_span
-from seqloader.plan.mix_check import check_corpus_epochs
+from seqloader.plan.mix import (
+    Corpora,
+    check_corpus_epochs,
+    corpus_epoch_permutation,
+    select_corpus,
+    stream_span,
+)
 
 RATES = [0.25, 0.5, 0.7, 1.0, 1.3, 2.0, 2.5, 3.0, 1 / 3]
 

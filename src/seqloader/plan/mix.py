@@ -29,17 +29,15 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.parts import part_of
 from seqloader.plan.bounds import check_mix_slots
+from seqloader.plan.mix_check import CorpusEpochs, MixCheck
 from seqloader.plan.seeding import PURPOSE_MIX, rng_for
-
-if TYPE_CHECKING:
-    from seqloader.plan.mix_check import MixCheck
 
 USES_DTYPE = np.int32  # corpus epoch numbers (2^31 corpus epochs are far off)
 
@@ -358,9 +356,57 @@ class MixPlan:
     def check(self, full_epochs: Sequence[int], seqs: np.ndarray, uses: np.ndarray) -> MixCheck:
         """Per-corpus exactly-once of the slots delivered over ``full_epochs``
         (``seqloader.plan.mix_check``)."""
-        from seqloader.plan.mix_check import check_corpus_epochs
-
         return check_corpus_epochs(self, full_epochs, seqs, uses)
+
+
+def check_corpus_epochs(
+    mix: MixPlan, full_epochs: Sequence[int], seqs: np.ndarray, uses: np.ndarray
+) -> MixCheck:
+    """Check the real slots (``seqs``, ``uses``: int ``[m]`` each) delivered over the complete full
+    epochs ``full_epochs`` (0-based, consecutive)."""
+    fulls = sorted(set(int(f) for f in full_epochs))
+    problems: list[str] = []
+    if fulls != list(range(fulls[0], fulls[0] + len(fulls))):
+        raise ValueError(f"full epochs must be consecutive, got {fulls}")
+    seqs = np.asarray(seqs, dtype=np.int64)
+    uses = np.asarray(uses, dtype=np.int64)
+    corpus = mix.corpora.corpus_of(seqs)  # [m]
+    out = []
+    for c, (name, members, rate) in enumerate(zip(mix.corpora.names, mix.members, mix.rates)):
+        n = len(members)
+        start, _ = stream_span(fulls[0], rate, n)
+        _, end = stream_span(fulls[-1], rate, n)
+        mine = corpus == c  # [m]
+        s, k = seqs[mine], uses[mine]  # [m_c]
+        out.append(CorpusEpochs(name, n, start, end, len(s)))
+        alien = ~np.isin(s, members)
+        if alien.any():
+            problems.append(
+                f"{name}: {int(alien.sum())} uses of sequences that are not its admitted ones "
+                f"(e.g. #{int(s[alien][0])})"
+            )
+        pair = k * (int(mix.corpora.bounds[-1]) + 1) + s  # [m_c] unique per (corpus epoch, seq)
+        uniq, times = np.unique(pair, return_counts=True)
+        if (times > 1).any():
+            j = int(np.flatnonzero(times > 1)[0])
+            problems.append(
+                f"{name}: {int((times > 1).sum())} sequences used twice in one corpus epoch "
+                f"(e.g. #{int(s[pair == uniq[j]][0])} in corpus epoch {int(k[pair == uniq[j]][0]) + 1})"
+            )
+        ks = np.arange(start // n, max(end - 1, start) // n + 1, dtype=np.int64)  # [K]
+        want = np.minimum(end, (ks + 1) * n) - np.maximum(start, ks * n)  # [K] positions of k
+        got = np.array([int(np.count_nonzero(k == x)) for x in ks.tolist()], dtype=np.int64)
+        outside = len(k) - int(got.sum())
+        if outside or not np.array_equal(np.maximum(want, 0), got):
+            bad = [
+                f"corpus epoch {int(x) + 1}: {int(g)} uses, expected {int(w)}"
+                for x, g, w in zip(ks, got, np.maximum(want, 0))
+                if g != w
+            ][:3]
+            if outside:
+                bad.append(f"{outside} uses of corpus epochs outside the span")
+            problems.append(f"{name}: " + "; ".join(bad))
+    return MixCheck(tuple(out), problems)
 
 
 class EpochMix(Protocol):

@@ -340,7 +340,7 @@ def mix_exactly_once(
 ) -> Finding:
     """C1 for a mix: per complete full epoch, every planned slot used once (a sequence as often
     as the selection holds it); over the complete full epochs, per corpus, every sequence exactly
-    once per corpus epoch (``seqloader.plan.mix_check``)."""
+    once per corpus epoch (``EpochMix.check``)."""
     name = "C1 exactly-once"
     mix = planner.mix
     assert mix is not None
