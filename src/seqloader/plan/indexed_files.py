@@ -44,9 +44,10 @@ class Units:
 
     - ``part``: int64 ``[f]`` the sub-epoch's files, shuffled; ``rank_of``: int64 ``[f]`` the old
       rank of each.
-    - ``group_of``: int64 ``[W0, N]`` each old rank's merged group of each bucket.
-    - ``rank``, ``group``, ``count``, ``size``, ``level``: int64 ``[U]``: per unit its old rank,
-      group, sequences, batch size (>= 1) and first bucket (its place in length order).
+    - ``group_of``: int32 ``[W0, N]`` each old rank's merged group of each bucket.
+    - ``rank``, ``group``, ``count``, ``size``, ``level``: ``[U]`` (int32 but ``count``, int64):
+      per unit its old rank, group, sequences, batch size (>= 1) and first bucket (its place in
+      length order).
     - ``member_words``: the key of the old ranks' member streams (the old rank appended).
     """
 
@@ -76,17 +77,30 @@ class Units:
     ) -> Units:
         """From the sequences per (old rank, bucket) (``per_rank`` int64 ``[W0, N]``) and the
         buckets' batch sizes ``k``; ``member_words``: the member streams' key (old rank appended)."""
-        world0, n_buckets = per_rank.shape
-        group, sizes = merge_small(per_rank, k, merge)  # [W0, N] each
-        rows = np.repeat(np.arange(world0, dtype=np.int64), n_buckets)
-        counts = np.zeros_like(per_rank)
-        np.add.at(counts, (rows, group.ravel()), per_rank.ravel())
-        first = np.full_like(per_rank, n_buckets)
-        cols = np.tile(np.arange(n_buckets, dtype=np.int64), world0)
-        np.minimum.at(first, (rows, group.ravel()), cols)
-        r, g = np.nonzero(counts)  # row-major: old rank by old rank, groups ascending
-        r, g = r.astype(np.int64), g.astype(np.int64)
-        return cls(part, rank_of, group, r, g, counts[r, g], sizes[r, g], first[r, g], member_words)
+        _, n_buckets = per_rank.shape
+        group, sizes = merge_small(per_rank, k, merge)  # [W0, N] each, groups rising per row
+        flat = group.ravel()
+        new = np.ones(len(flat), dtype=bool)  # where a group starts: its first bucket
+        new[1:] = flat[1:] != flat[:-1]
+        new[::n_buckets] = True
+        starts = np.flatnonzero(new)
+        counts = np.add.reduceat(per_rank.ravel(), starts) if len(starts) else starts
+        keep = counts > 0  # a rank without sequences has no unit
+        starts, counts = starts[keep], counts[keep].astype(np.int64)
+        r, first = np.divmod(starts, n_buckets)  # old rank by old rank, groups ascending
+        g = flat[starts]
+        small = np.int32  # per-unit ids and sizes: half the memory of int64
+        return cls(
+            part,
+            rank_of,
+            group.astype(small),
+            r.astype(small),
+            g.astype(small),
+            counts,
+            sizes[r, g].astype(small),
+            first.astype(small),
+            member_words,
+        )
 
 
 class Segment:
@@ -108,16 +122,14 @@ class Segment:
         self.ordering, self.uneven, self.order_rng = ordering, uneven, order_rng
         self.rem = units.count - start  # [U]
         live = self.rem > 0
-        owner = np.full(len(start), -1, dtype=np.int64)
-        self.nb = np.where(live, -(-self.rem // units.size), 0)  # [U] batches of each suffix
+        self.nb = np.where(live, -(-self.rem // units.size), 0).astype(np.int32)  # [U] batches
+        ranks = np.full(len(start), world_size, dtype=np.int32)  # dead units: an extra bin
         if index == 0:
-            owner[live] = units.rank[live]
+            ranks[live] = units.rank[live]
         else:
             ids = np.flatnonzero(live)
             cuts = cut_parts(self.nb[ids], world_size)
-            owner[ids] = np.repeat(np.arange(world_size, dtype=np.int64), np.diff(cuts))
-        self.owner = owner
-        ranks = np.where(live, owner, world_size)  # dead units: an extra bin
+            ranks[ids] = np.repeat(np.arange(world_size, dtype=np.int32), np.diff(cuts))
         self.rank_batches = np.bincount(ranks, weights=self.nb, minlength=world_size + 1)[
             :world_size
         ].astype(np.int64)
@@ -125,10 +137,14 @@ class Segment:
             :world_size
         ].astype(np.int64)
         self.steps = int(self.rank_batches.max(initial=0))
-        self._consumed: dict[int, np.ndarray] = {}
-        by = np.argsort(ranks, kind="stable")  # rank 0's live units, rank 1's, ... (unit order)
+        self._consumed: dict[int, np.ndarray] = {}  # the last few counts asked for
+        by = np.argsort(ranks, kind="stable").astype(np.int32)  # rank 0's live units, rank 1's..
         ends = np.searchsorted(ranks[by], np.arange(world_size + 1), side="left")
         self._by, self._ends = by, ends
+
+    def owners(self) -> np.ndarray:
+        """The rank of each live unit, in ``_by`` order -> int64 ``[L]``."""
+        return np.repeat(np.arange(self.world_size, dtype=np.int64), np.diff(self._ends))
 
     # ---- from counts ----
     @property
@@ -184,6 +200,8 @@ class Segment:
         read-only)."""
         kept = self._consumed.get(steps)
         if kept is None:
+            if len(self._consumed) >= 4:  # a loop's state_dict asks at ever new steps
+                self._consumed.clear()
             kept = self._consumed[steps] = self._count_consumed(steps)
             kept.flags.writeable = False
         return kept

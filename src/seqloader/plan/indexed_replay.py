@@ -40,7 +40,7 @@ def laplace_consumed(seg: Segment, steps: int) -> np.ndarray:
     live = seg._by[: seg._ends[world]]  # live units, rank by rank (unit order within)
     if steps <= 0 or not len(live):
         return out
-    q = seg.owner[live]  # [L]
+    q = seg.owners()  # [L], aligned with live
     nb, size = seg.nb[live], units.size[live]
     last = seg.rem[live] - (nb - 1) * size  # [L] the unit's last batch (1..size)
     big = int(size.max()) + 1
