@@ -214,7 +214,12 @@ def mappable(dset: h5py.Dataset) -> bool:
     if tid.get_class() not in (h5py.h5t.INTEGER, h5py.h5t.FLOAT):
         return False
     dtype = np.dtype(dset.dtype)
-    return tid.get_size() == dtype.itemsize and np.dtype(tid.dtype) == dtype
+    if tid.get_size() != dtype.itemsize or np.dtype(tid.dtype) != dtype:
+        return False
+    # every property of the file's type (precision, offset, sign; a float's bit fields, exponent
+    # bias, normalisation, padding) as numpy's: h5py maps a damaged or unusual type to the same
+    # numpy dtype by class and size, and HDF5 converts (or refuses) where raw bytes would not
+    return bool(tid.equal(h5py.h5t.py_create(dtype)))
 
 
 class OpenFile:
