@@ -33,7 +33,7 @@ import numpy as np
 from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
 from seqloader.plan.histogram import merge_small
-from seqloader.plan.indexed_replay import laplace_consumed
+from seqloader.plan.indexed_replay import LiveUnits, laplace_consumed
 from seqloader.plan.options import Ordering
 from seqloader.plan.pieces import split_pieces
 
@@ -142,6 +142,15 @@ class Segment:
         ends = np.searchsorted(ranks[by], np.arange(world_size + 1), side="left")
         self._by, self._ends = by, ends
 
+    def live_units(self) -> LiveUnits:
+        """The units with batches left, rank by rank, for the replay (``indexed_replay``)."""
+        live = self._by[: self._ends[self.world_size]]
+        return LiveUnits(
+            self.world_size, self.steps, self.uneven, self.ordering, len(self.start), live,
+            self.owners(), self.nb[live], self.units.size[live],
+            self.rem[live], self.units.level[live], self.rank_batches, self.rank_seqs,
+        )  # fmt: skip
+
     def owners(self) -> np.ndarray:
         """The rank of each live unit, in ``_by`` order -> int64 ``[L]``."""
         return np.repeat(np.arange(self.world_size, dtype=np.int64), np.diff(self._ends))
@@ -208,7 +217,7 @@ class Segment:
 
     def _count_consumed(self, steps: int) -> np.ndarray:
         if not self.ordering.is_buckets:  # laplace: blocks, all ranks at once
-            return laplace_consumed(self, steps)
+            return laplace_consumed(self.live_units(), steps)
         return self.consumed_rank_by_rank(steps)
 
     def consumed_rank_by_rank(self, steps: int) -> np.ndarray:

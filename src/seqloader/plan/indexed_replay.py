@@ -21,28 +21,47 @@ The result equals ``Segment``'s rank-by-rank count (``tests/test_plan_indexed.py
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from seqloader.plan.indexed_files import Segment
+from seqloader.plan.options import Ordering
+
+
+@dataclass(frozen=True)
+class LiveUnits:
+    """What the replay reads of a segment (``indexed_files.Segment.live_units``): its units with
+    batches left, rank by rank (unit order within), and the per-rank totals."""
+
+    world_size: int
+    steps: int
+    uneven: str
+    ordering: Ordering
+    num_units: int  #: every unit of the epoch (the result's length)
+    live: np.ndarray  #: [L] unit ids
+    owner: np.ndarray  #: [L] their rank
+    nb: np.ndarray  #: [L] batches left
+    size: np.ndarray  #: [L] batch size
+    rem: np.ndarray  #: [L] sequences left
+    level: np.ndarray  #: [L] bucket level (laplace's major key)
+    rank_batches: np.ndarray  #: [W]
+    rank_seqs: np.ndarray  #: [W]
 
 
 def _ceil(x: np.ndarray, t: np.ndarray) -> np.ndarray:
     return -(-x // t)
 
 
-def laplace_consumed(seg: Segment, steps: int) -> np.ndarray:
-    """Sequences of each unit consumed in ``seg``'s first ``steps`` steps -> int64 ``[U]``."""
-    world, units = seg.world_size, seg.units
-    out = np.zeros(len(seg.start), dtype=np.int64)
-    live = seg._by[: seg._ends[world]]  # live units, rank by rank (unit order within)
+def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
+    """Sequences of each unit consumed in the segment's first ``steps`` steps -> int64 ``[U]``."""
+    world = seg.world_size
+    out = np.zeros(seg.num_units, dtype=np.int64)
+    live = seg.live
     if steps <= 0 or not len(live):
         return out
-    q = seg.owners()  # [L], aligned with live
-    nb, size = seg.nb[live], units.size[live]
-    last = seg.rem[live] - (nb - 1) * size  # [L] the unit's last batch (1..size)
+    q = seg.owner  # [L], aligned with live
+    nb, size = seg.nb, seg.size
+    last = seg.rem - (nb - 1) * size  # [L] the unit's last batch (1..size)
     big = int(size.max()) + 1
 
     # per rank: the split level t* (big: no split; 1: every piece one sequence) and leftovers
@@ -86,7 +105,7 @@ def laplace_consumed(seg: Segment, steps: int) -> np.ndarray:
     bin_of = np.where(wide, k, (k * bins_b) // np.maximum(nb_b, 1))
     first = np.where(wide, -(-(k * nb_b) // bins_b), k)  # batch t is in bin t * B // nb_u
     count = np.where(wide, -(-((k + 1) * nb_b) // bins_b) - first, 1)
-    lev = units.level[live][blk_unit]
+    lev = seg.level[blk_unit]
     major = np.where(bin_of % 2 == 1, -lev, lev)
     order = np.lexsort((live[blk_unit], major, bin_of, q[blk_unit]))
     blk_unit, count, first = blk_unit[order], count[order], first[order]
@@ -120,7 +139,7 @@ def laplace_consumed(seg: Segment, steps: int) -> np.ndarray:
     return out
 
 
-def _num_bins(seg: Segment, seqs: np.ndarray) -> np.ndarray:
+def _num_bins(seg: LiveUnits, seqs: np.ndarray) -> np.ndarray:
     """``Ordering.num_bins`` of each rank's sequences -> int64 ``[W]``."""
     ordering = seg.ordering
     if ordering.bin_size is not None:
