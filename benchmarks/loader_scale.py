@@ -157,6 +157,11 @@ class StoreSource:
         with open(self._path + ".fingerprint") as fh:
             return fh.read()
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled (to spawned workers) as its path, as ``HDFSource`` is: the lengths column
+        is a view of the mapped store and would otherwise be pickled as data."""
+        return (StoreSource, (self._path,))
+
     def __repr__(self) -> str:
         return f"StoreSource({self._path!r})"
 
