@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.sources.columns import (
+    ChunkedColumn,
     ColumnStore,
     StaleStore,
     StoredStrings,
@@ -79,6 +80,15 @@ def test_chunked_writer_and_abort(tmp_path) -> None:
     w2.add("a", np.ones(3))
     w2.abort()
     assert os.listdir(tmp_path) == ["s.cols"]  # nothing half-written left behind
+
+
+def test_a_chunked_column_is_written_from_its_chunks(tmp_path) -> None:
+    """``open_or_build``'s columns may be ``ChunkedColumn``s: generators read once, while
+    writing (the builder never holds the whole column)."""
+    parts = (np.arange(k, dtype=np.int32) for k in (3, 0, 2))
+    store = write_store(tmp_path / "c.cols", "id", {"len": ChunkedColumn(np.int64, (), parts)})
+    got = store.column("len")
+    assert got.dtype == np.int64 and got.tolist() == [0, 1, 2, 0, 1]
 
 
 def test_stale_and_broken_files_are_rebuilt(tmp_path) -> None:

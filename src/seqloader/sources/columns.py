@@ -90,7 +90,17 @@ class StringColumn:
         return cls(np.frombuffer(b"".join(items), dtype=np.uint8), offsets)
 
 
-Column = np.ndarray | StringColumn
+class ChunkedColumn:
+    """A column to be stored chunk after chunk (its rows concatenated), so that the writer never
+    holds it whole: ``dtype``, the shape of one row, and the chunks (read once, when written)."""
+
+    def __init__(
+        self, dtype: np.dtype | type, row_shape: Sequence[int], chunks: Iterable[np.ndarray]
+    ) -> None:
+        self.dtype, self.row_shape, self.chunks = np.dtype(dtype), tuple(row_shape), chunks
+
+
+Column = np.ndarray | StringColumn | ChunkedColumn
 
 
 class StoredStrings(PackedTags):
@@ -203,6 +213,9 @@ class StoreWriter:
         if isinstance(column, StringColumn):
             self.add(f"{name}.bytes", column.data)
             self.add(f"{name}.offsets", column.offsets)
+            return
+        if isinstance(column, ChunkedColumn):
+            self.add_chunks(name, column.dtype, column.row_shape, column.chunks)
             return
         a = np.ascontiguousarray(column)
         self.add_chunks(name, a.dtype, a.shape[1:], [a])

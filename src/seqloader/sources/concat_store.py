@@ -18,14 +18,14 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from seqloader.errors import DataWarning
 from seqloader.sources.base import Source
-from seqloader.sources.columns import Column, ColumnStore, StringColumn, open_or_build
+from seqloader.sources.columns import ChunkedColumn, Column, ColumnStore, open_or_build
 from seqloader.sources.hdf_layout import PackedTags
 from seqloader.sources.node_cache import about, cache_dir
 from seqloader.sources.tag_join import packed
@@ -94,8 +94,27 @@ def in_memory(sources: Sequence[Source], keys: Sequence[str]) -> ConcatMetadata:
 def _build(
     sources: Sequence[Source], keys: Sequence[str], origin: str
 ) -> tuple[dict[str, Column], dict[str, object]]:
-    """The store's columns (held in the building process until written) and meta."""
-    whole = in_memory(sources, keys)
-    columns: dict[str, Column] = {f"len.{k}": v for k, v in whole.lengths.items()}
-    columns["tags"] = StringColumn(*whole.tags.buffers())
-    return columns, {"sequences": len(whole.tags), "about": about(origin)}
+    """The store's columns, written corpus after corpus (the building process never holds the
+    concatenation; each corpus' tags are packed once more if they are not already), and meta."""
+    columns: dict[str, Column] = {}
+    for k in keys:
+        dtype = np.result_type(*[np.asarray(s.lengths(k)).dtype for s in sources])
+        columns[f"len.{k}"] = ChunkedColumn(dtype, (), (s.lengths(k) for s in sources))
+    columns["tags.bytes"] = ChunkedColumn(np.uint8, (), (_tag_bytes(s) for s in sources))
+    columns["tags.offsets"] = ChunkedColumn(np.int64, (), _tag_offsets(sources))
+    return columns, {"sequences": sum(len(s) for s in sources), "about": about(origin)}
+
+
+def _tag_bytes(source: Source) -> np.ndarray:
+    buf, offsets = packed(source.tags).buffers()
+    return buf[int(offsets[0]) : int(offsets[-1])]
+
+
+def _tag_offsets(sources: Sequence[Source]) -> Iterator[np.ndarray]:
+    """The concatenation's tag offsets ``[n + 1]``, corpus after corpus."""
+    yield np.zeros(1, dtype=np.int64)
+    base = 0
+    for src in sources:
+        offsets = packed(src.tags).buffers()[1]
+        yield offsets[1:] - offsets[0] + base
+        base += int(offsets[-1] - offsets[0])
