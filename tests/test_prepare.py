@@ -266,3 +266,32 @@ def test_cache_reports_incomplete_files_and_ignores_foreign_ones(cache):
     removed, _ = node_cache.remove(node_cache.stale(listed))
     assert removed == [str(folder / "hdf-broken.cols")]
     assert (folder / "notes.txt").exists()
+
+
+def test_prepare_reports_every_corpus_metadata_store(cache, tmp_path):
+    paths = []
+    for name in ("a", "b"):
+        paths.append(tmp_path / f"{name}.hdf")
+        sl.write_hdf(paths[-1], corpus(20 if name == "a" else 30))
+    index = tmp_path / "index"
+    both = sl.ConcatSource({n: sl.HDFSource(p, index_dir=index) for n, p in zip("ab", paths)})
+    report = sl.prepare(
+        both,
+        ordering="laplace",
+        max_seqs=4,
+        planning="indexed",
+        checks=sl.CheckOptions(duplicate_tags="off"),
+    )  # the corpora share tags
+    meta = [s for s in report.stores if s.kind == "source metadata"]
+    assert len(meta) == 2 and all(s.built for s in meta)
+    assert [s.kind for s in report.stores][-1] == "duplicate-tag verdict"  # off: said so
+
+
+def test_cache_dir_lists_an_index_dir(cache, tmp_path, capsys):
+    path = tmp_path / "train.hdf"
+    sl.write_hdf(path, corpus())
+    src = sl.HDFSource(path, index_dir=tmp_path / "index")
+    code, out, _ = run(capsys, "cache", "--dir", tmp_path / "index", "--json")
+    listed = json.loads(out)["stores"]
+    assert code == 0 and [s["path"] for s in listed] == [src.store.path]
+    assert listed[0]["sequences"] == 40 and str(path) in listed[0]["about"]
