@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from seqloader.errors import SequenceTooLongError
 from seqloader.parts import part_of
 from seqloader.plan import histogram
 from seqloader.plan.histogram import BucketIndex, build_bucket_index
@@ -150,3 +151,77 @@ def test_tiny(n):
     lengths = np.arange(n, dtype=np.int32)
     assert_same(build_bucket_index(lengths, np.array([1])), reference_index(lengths, np.array([1])))
     assert PackedTags.from_strings(["x"] * n).hashes().shape == (n,)
+
+
+# ---- the bucket index file's key ----
+INDEX_OPTIONS = st.fixed_dictionaries(
+    {
+        "ordering": st.sampled_from(["laplace", "laplace:.50", "buckets:3", "buckets:8"]),
+        "max_seqs": st.sampled_from([None, 4, 16]),
+        "max_frames": st.sampled_from([None, 400, 1000]),
+        "max_seq_length": st.sampled_from([None, 80]),
+        "min_seq_length": st.sampled_from([0, 5]),
+        "partition_epoch": st.sampled_from([1, 3]),
+        "uneven": st.sampled_from(["split", "pad"]),
+        "seed": st.sampled_from([1, 2]),
+        "batch_cost": st.sampled_from(["frames", "quadratic:100"]),
+        "distribution": st.sampled_from(["shard", "files"]),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 120), min_size=1, max_size=300),
+    a=INDEX_OPTIONS,
+    b=INDEX_OPTIONS,
+)
+def test_options_with_one_index_key_build_one_index(lengths, a, b):
+    """Plans whose options give one ``index_key`` (the node's index file) build bit-identical
+    bucket indexes, so sharing the file never hands a plan another plan's index."""
+    from seqloader.plan import PlanOptions
+    from seqloader.plan.indexed import IndexedPlanner, index_key
+
+    b = {
+        **b,
+        **{k: a[k] for k in ("max_seq_length", "min_seq_length", "batch_cost", "distribution")},
+    }
+    opts = [PlanOptions(planning="indexed", **o) for o in (a, b)]
+    if index_key(opts[0]) != index_key(opts[1]):
+        return
+    arr = np.asarray(lengths, dtype=np.int32)
+    files = np.array([0, len(arr) // 2, len(arr)], dtype=np.int64)
+    built = []
+    for o in opts:
+        try:
+            planner = IndexedPlanner({"data": arr}, o, files=files)
+        except SequenceTooLongError:  # fits no batch under these limits: refused before the index
+            built.append(None)
+            continue
+        built.append(
+            {k: v.tobytes() + str(v.dtype).encode() for k, v in planner.index.columns().items()}
+        )
+    if None not in built:
+        assert built[0] == built[1]
+
+
+def test_index_key_follows_what_the_index_depends_on():
+    from seqloader.plan import PlanOptions
+    from seqloader.plan.indexed import index_key
+
+    base = PlanOptions(ordering="buckets:30", max_frames=20_000, planning="indexed")
+    same = [
+        {"seed": 9}, {"max_frames": 500}, {"max_seqs": 3}, {"partition_epoch": 4},
+        {"uneven": "pad"}, {"ordering": "buckets:30:2"},
+    ]  # fmt: skip
+    other = [
+        {"ordering": "buckets:10"}, {"ordering": "laplace"}, {"max_seq_length": 900},
+        {"min_seq_length": 3}, {"batch_cost": "quadratic:500"}, {"distribution": "files"},
+        {"length_key": "data"},
+    ]  # fmt: skip
+    from dataclasses import replace
+
+    for change in same:
+        assert index_key(replace(base, **change)) == index_key(base), change
+    for change in other:
+        assert index_key(replace(base, **change)) != index_key(base), change

@@ -5,8 +5,9 @@
 node needs the same one, so it is built once per node (``open_or_build``: one process builds under
 the file's lock, the others wait and map it) into ``$XDG_CACHE_HOME/seqloader/buckets`` and mapped
 by every rank, counted once. Keyed by the plan's algorithm id, the source's fingerprint (its
-data), the plan options (less ``mix``, which the index does not depend on) and the length key:
-another corpus or other options get another file.
+data), the options the index depends on (``index_key``: bucket count, cost, admission limits,
+length key, per-file tables; not the seed, batch limits, ``partition_epoch``, ``uneven`` or
+``mix``) and the length keys: another corpus or such options get another file.
 Small corpora (below ``MIN_SEQUENCES``) are indexed in memory, without a file.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import replace
 import numpy as np
 
 from seqloader.plan.histogram import BucketIndex
-from seqloader.plan.indexed import INDEXED_ALGORITHM, IndexedPlanner
+from seqloader.plan.indexed import INDEXED_ALGORITHM, IndexedPlanner, index_key
 from seqloader.plan.options import PlanOptions
 from seqloader.sources.columns import open_or_build
 from seqloader.sources.node_cache import NodeStore, about, cache_dir
@@ -46,7 +47,7 @@ def bucket_index_path(
     """(path, identity) of the node's bucket index file for these lengths, options and source
     (the one key of the file: ``shared_bucket_index`` and ``seqloader prepare`` both use it)."""
     h = hashlib.sha256()
-    key = replace(options, mix=None).to_json()  # the index does not depend on the mix's rates
+    key = index_key(options)  # not the seed, batch limits, partition_epoch, uneven or mix
     for part in (INDEXED_ALGORITHM, source_fingerprint, key, repr(sorted(lengths))):
         h.update(part.encode())
         h.update(b"\0")
@@ -86,7 +87,7 @@ def shared_bucket_index(
 
     def build() -> tuple[dict[str, np.ndarray], dict[str, object]]:
         planner = IndexedPlanner(lengths, options, files=files, excluded=excluded)
-        owner = about(f"{origin} {options.to_json()} keys={sorted(lengths)}")
+        owner = about(f"{origin} {index_key(options)} keys={sorted(lengths)}")
         return planner.index.columns(), {"sequences": n, "about": owner}
 
     started = time.perf_counter()

@@ -31,6 +31,7 @@ counts per unit of the epoch (``seqloader.plan.indexed_files``).
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
 
@@ -105,12 +106,41 @@ def make_planner(
     )
 
 
+def num_buckets(options: PlanOptions) -> int:
+    """The length buckets indexed planning cuts for ``options`` (``buckets:N``: N; ``laplace``:
+    ``LAPLACE_BUCKETS``)."""
+    ordering = options.parsed_ordering
+    return (ordering.bins or 1) if ordering.is_buckets else LAPLACE_BUCKETS
+
+
 def edges_for(lengths: np.ndarray, options: PlanOptions, costs: np.ndarray) -> np.ndarray:
     """The length-bucket edges indexed planning uses for ``options`` (``lengths``: the admitted
     lengths of the length key, ``costs`` their cost units)."""
-    ordering = options.parsed_ordering
-    n_buckets = (ordering.bins or 1) if ordering.is_buckets else LAPLACE_BUCKETS
-    return bucket_edges(lengths, costs, n_buckets)
+    return bucket_edges(lengths, costs, num_buckets(options))
+
+
+def index_key(options: PlanOptions) -> str:
+    """What a corpus's ``BucketIndex`` depends on of ``options``, as JSON: the bucket count, the
+    cost, the admission limits, the length key and whether per-file tables are kept. Plans that
+    differ only in seed, batch limits, ``partition_epoch``, ``uneven`` or ``mix`` share one index
+    (a node keeps one file for them).
+
+    >>> a = PlanOptions(ordering="buckets:30", max_frames=20_000, seed=1, planning="indexed")
+    >>> b = PlanOptions(ordering="buckets:30", max_frames=8_000, seed=7, planning="indexed")
+    >>> index_key(a) == index_key(b)
+    True
+    """
+    return json.dumps(
+        {
+            "buckets": num_buckets(options),
+            "batch_cost": options.batch_cost,
+            "max_seq_length": options.max_seq_length,
+            "min_seq_length": options.min_seq_length,
+            "length_key": options.length_key,
+            "files": options.distribution == "files",
+        },
+        sort_keys=True,
+    )
 
 
 class IndexedPlanner(Planner):
