@@ -18,9 +18,16 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from seqloader.plan.cost import step_imbalance
-from seqloader.plan.indexed_imbalance import bucket_costs, rankwise_imbalance, table_imbalance
+from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.indexed_files import Segment
+from seqloader.plan.indexed_imbalance import (
+    bucket_costs,
+    files_imbalance,
+    rankwise_imbalance,
+    table_imbalance,
+)
 from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
-from test_plan_indexed import cases, planner_of
+from test_plan_indexed import cases, files_fit, planner_of
 
 
 def whole_list_imbalance(plan, costs: np.ndarray, first_step: int) -> float:
@@ -59,11 +66,51 @@ def test_files_rankwise_figure_equals_the_whole_list(case: dict, cut: float) -> 
     assert rankwise_imbalance(plan, planner.costs, first) == pytest.approx(want, rel=1e-12)
 
 
+def group_costs_per_sequence(
+    planner: IndexedPlanner, epoch: int, world: int, history: list[tuple[int, int]]
+) -> np.ndarray:
+    """Per sequence of the segment's sub-epoch, the planned cost of its unit: the largest bucket
+    cost among the buckets of its old rank's merged group (written out file by file)."""
+    units = planner._segment_at(epoch, world, history).units
+    per_bucket = bucket_costs(planner)
+    out = np.zeros(len(planner.lengths), dtype=np.int64)
+    for f, r in zip(units.part.tolist(), units.rank_of.tolist(), strict=True):
+        seqs = np.arange(planner.files[f], planner.files[f + 1])
+        bucket = np.searchsorted(planner.bucket_edges, planner.lengths[seqs], side="right")
+        groups = units.group_of[r]
+        for s, b in zip(seqs.tolist(), np.minimum(bucket, len(groups) - 1).tolist(), strict=True):
+            out[s] = max(per_bucket[j] for j in range(len(groups)) if groups[j] == groups[b])
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases("files"), st.integers(1, 3), st.integers(1, 6), st.floats(0, 1), st.floats(0, 1))
+def test_files_counts_figure_equals_the_whole_list_at_planned_costs(
+    case: dict, epoch: int, world2: int, cut: float, at: float
+) -> None:
+    """Fresh (W) and resumed (W -> W' after any step) segments, from any step on."""
+    planner = planner_of(case)
+    world = case["world"]
+    epoch = min(epoch, case["options"].partition_epoch)
+    assume(files_fit(planner, world))
+    history: list[tuple[int, int]] = []
+    plan, _ = planner.files_plan(epoch, world)
+    for step in (int(cut * plan.steps), None):
+        assert isinstance(plan, RankwisePlan)
+        costs = group_costs_per_sequence(planner, epoch, plan.world_size, history)
+        first = int(at * plan.steps)
+        want = whole_list_imbalance(plan, costs, first)
+        got = files_imbalance(plan, bucket_costs(planner), first)
+        assert got == pytest.approx(want, rel=1e-12)
+        if step is not None:  # resume after `step` steps on world2 ranks
+            history = [(world, step)]
+            plan, _ = planner.files_plan(epoch, world2, history)
+
+
 def test_table_figure_over_runs_equals_the_batch_by_batch_figure() -> None:
     """Runs spanning many steps and steps spanning many runs (laplace bins of few batches over
     7 ranks; buckets:N runs of W batches) give the figure of the plan's batches one by one."""
     from seqloader.plan import PlanOptions
-    from seqloader.plan.indexed import IndexedPlanner
 
     lengths = np.random.default_rng(1).integers(1, 300, size=5000)
     for ordering, world in (("laplace:3", 7), ("laplace:40", 7), ("buckets:5", 3)):
@@ -93,7 +140,8 @@ def refusing_for_the_report(batches: property) -> Callable:
 @pytest.mark.parametrize("distribution", ["shard", "files"])
 def test_the_loader_report_never_materialises_every_rank(monkeypatch, distribution) -> None:
     """The report's figure under indexed planning (also from a resumed step on) comes without
-    ``plan.batches``: every rank's batch list is never drawn."""
+    ``plan.batches``: every rank's batch list is never drawn, and under ``files`` no rank's
+    members either (planned costs from counts)."""
     import seqloader as sl
 
     lengths = np.random.default_rng(3).integers(1, 60, size=300)
@@ -109,15 +157,24 @@ def test_the_loader_report_never_materialises_every_rank(monkeypatch, distributi
     loader = sl.SeqLoader(src, rank=1, **options)
     planner = loader.planner
     plan = planner.global_plan(1, 3)
-    costs = planner.costs
     if distribution == "shard":
         bucket = np.searchsorted(planner.bucket_edges, lengths, side="right")
         costs = bucket_costs(planner)[bucket]
+    else:
+        costs = group_costs_per_sequence(planner, 1, 3, [])
     want_full = whole_list_imbalance(plan, costs, 0)
     want_rest = whole_list_imbalance(plan, costs, 2)
 
     for cls in (IndexedPlan, RankwisePlan):  # (the files state_dict still lists them)
         monkeypatch.setattr(cls, "batches", property(refusing_for_the_report(cls.batches)))
+    share = Segment.share
+
+    def drawing(self, *args):  # files: no rank's members drawn for the figure either
+        if "seqloader-figures" in threading.current_thread().name:
+            raise AssertionError("a rank's members drawn for the report")
+        return share(self, *args)
+
+    monkeypatch.setattr(Segment, "share", drawing)
     it = loader.epoch(1)
     next(it)
     next(it)

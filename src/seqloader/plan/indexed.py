@@ -548,8 +548,38 @@ class IndexedPlanner(Planner):
         def share(rank: int) -> BatchList:
             return seg.share(rank, members, lambda: self._first_sequence(part))
 
+        kept: dict[
+            bytes, tuple[np.ndarray, np.ndarray]
+        ] = {}  # per bucket costs: a walk asks W times
+
+        def planned_costs(rank: int, bucket_costs: np.ndarray) -> np.ndarray:
+            key = np.asarray(bucket_costs).tobytes()
+            if key not in kept:
+                kept.clear()
+                group = _group_costs(seg.units.group_of, bucket_costs)
+                kept[key] = (group, group[seg.units.rank, seg.units.group])
+            group_costs, unit_costs = kept[key]
+
+            def filler_cost() -> int:  # the sub-epoch's first sequence, in its old rank's group
+                s = self._first_sequence(part)
+                file = int(np.searchsorted(np.asarray(self.files), s[0], side="right")) - 1
+                where = np.flatnonzero(part == file)
+                if not len(where):  # nothing admitted in the sub-epoch: no filler to cost
+                    return 0
+                r = int(seg.units.rank_of[where[0]])
+                b = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[s]), "right")
+                return int(group_costs[r, seg.units.group_of[r][b[0]]])
+
+            return seg.planned_costs(rank, unit_costs, filler_cost)
+
         return RankwisePlan(
-            share, seg.world_size, seg.steps, seg.real_total, seg.repeats, seg.consumed_seqs
+            share,
+            seg.world_size,
+            seg.steps,
+            seg.real_total,
+            seg.repeats,
+            seg.consumed_seqs,
+            planned_costs,
         )
 
     def _first_sequence(self, part: np.ndarray) -> np.ndarray:
@@ -574,6 +604,18 @@ class IndexedPlanner(Planner):
             h.update(b"\0")
         h.update(self._extra)
         return h.hexdigest()[:32]
+
+
+def _group_costs(group_of: np.ndarray, bucket_costs: np.ndarray) -> np.ndarray:
+    """Per (old rank, merged group), the planned cost of one of its sequences: the largest of
+    its buckets' ``bucket_costs`` (the cost of the group's longest length) -> int64 ``[W0, N]``."""
+    rows, n = group_of.shape
+    out = np.zeros((rows, n), dtype=np.int64)
+    at = (np.repeat(np.arange(rows), n), group_of.ravel().astype(np.int64))
+    np.maximum.at(
+        out, at, np.broadcast_to(np.asarray(bucket_costs, np.int64)[:n], group_of.shape).ravel()
+    )
+    return out
 
 
 def _rank_counts(

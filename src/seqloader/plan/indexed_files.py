@@ -203,6 +203,32 @@ class Segment:
             return split_pieces(sizes, self.steps)
         return np.ones(len(sizes), dtype=np.int64)
 
+    def planned_costs(
+        self, rank: int, unit_costs: np.ndarray, filler_cost: Callable[[], int]
+    ) -> np.ndarray:
+        """``rank``'s planned cost per step -> int64 ``[steps]``, from counts (no member drawn):
+        a batch (or split piece) costs its size times its unit's ``unit_costs`` (int64 ``[U]``);
+        a one-sequence filler, the unit cost of the sequence ``share`` repeats (the rank's
+        ``i``-th in batch order, else ``filler_cost()``)."""
+        unit, _, sizes = self.layout(rank)
+        pieces = self.pieces(sizes)
+        batch_of = np.repeat(np.arange(len(sizes)), pieces)
+        within = np.arange(len(batch_of)) - np.repeat(np.cumsum(pieces) - pieces, pieces)
+        whole, rest = np.divmod(sizes, np.maximum(pieces, 1))
+        piece = whole[batch_of] + (within < rest[batch_of])
+        out = np.zeros(self.steps, dtype=np.int64)
+        real = piece * unit_costs[unit[batch_of]]
+        out[: len(real)] = real[: self.steps]
+        missing = self.steps - len(real)
+        if missing > 0:
+            own = int(sizes.sum())
+            if own:  # filler i repeats the rank's (i mod own)-th sequence in batch order
+                at = np.arange(missing, dtype=np.int64) % own
+                out[len(real) :] = unit_costs[unit[np.searchsorted(np.cumsum(sizes), at, "right")]]
+            else:
+                out[len(real) :] = filler_cost()
+        return out
+
     def consumed(self, steps: int) -> np.ndarray:
         """Sequences of each unit consumed in this segment's first ``steps`` steps (all ranks)
         -> int64 ``[U]``: a prefix of each suffix, from counts and the order (no draw; kept:

@@ -12,10 +12,14 @@ sequences gigabytes and minutes, on every rank), so:
   a step's figure comes from the runs it overlaps (no member drawn, O(segments + steps)). It is
   the imbalance of the *planned* costs, an upper bound per batch: differences between batches of
   one bucket (their longest member may be shorter than the bucket's) are not seen.
-- ``files`` (``rankwise_imbalance``): every rank's share is computed in turn (the same function
-  the ranks use) and its batches' padded costs from the real lengths folded into a per-step max
-  and sum: the same figure as global planning's, O(n) time but the memory of one rank's share and
-  two floats per step.
+- ``files`` (``files_imbalance``): the same planned cost, every rank's from counts: its batches'
+  sizes from the segment's layout (``Segment.layout``, split pieces, one-sequence fillers), each
+  times the cost of its unit's merged bucket group's longest length (the largest of its buckets'
+  costs; ``merge_small`` sizes the group's batches for that length). No member is drawn:
+  O(batches + W * steps), folded rank by rank into a per-step max and sum.
+- ``rankwise_imbalance``: every rank's share drawn in turn and its batches' padded costs from the
+  real lengths folded the same way: global planning's exact figure, O(n) time (tests, and plans
+  without ``planned_costs``).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.indexed import IndexedPlanner
-from seqloader.plan.indexed_plan import IndexedPlan
+from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
 
 
 class StepRatios:
@@ -103,6 +107,24 @@ def _runs(table: BatchTable, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     cost = np.concatenate([(table.sizes[b] * costs[b])[full > 0], (short * costs[b])[has_last]])
     order = np.argsort(starts, kind="stable")
     return starts[order], cost[order]
+
+
+def files_imbalance(plan: RankwisePlan, costs: np.ndarray, first_step: int = 0) -> float:
+    """``step_imbalance`` of an indexed ``files`` plan from ``first_step`` on, every batch
+    costing its size times its group's planned cost (``costs``: ``bucket_costs``), from counts."""
+    assert plan.planned_costs is not None
+    steps = plan.steps - first_step
+    if steps <= 0:
+        return 1.0
+    most = np.zeros(steps, dtype=np.float64)
+    total = np.zeros(steps, dtype=np.float64)
+    for rank in range(plan.world_size):
+        per = plan.planned_costs(rank, costs)[first_step:].astype(np.float64)
+        np.maximum(most, per, out=most)
+        total += per
+    acc = StepRatios()
+    acc.add_folded(most, total / plan.world_size)
+    return acc.mean()
 
 
 def rankwise_imbalance(plan: GlobalPlan, costs: np.ndarray, first_step: int = 0) -> float:

@@ -243,7 +243,10 @@ class RankwisePlan(GlobalPlan):
     """A plan whose ranks' shares are computed independently (``distribution="files"`` with
     indexed planning): ``share(rank)`` gives rank ``rank``'s whole batch list for ``steps`` steps;
     totals come from counts (``real_total``, ``repeats``, ``consumed(steps)``: real sequences of
-    the first steps, all ranks together)."""
+    the first steps, all ranks together; ``planned_costs(rank, bucket_costs)``: the rank's planned
+    cost per step, for the report's step imbalance)."""
+
+    planned_costs: Callable[[int, np.ndarray], np.ndarray] | None
 
     def __init__(
         self,
@@ -253,8 +256,11 @@ class RankwisePlan(GlobalPlan):
         real_total: int,
         repeats: int,
         consumed: Callable[[int], int],
+        planned_costs: Callable[[int, np.ndarray], np.ndarray] | None = None,
     ) -> None:
         object.__setattr__(self, "world_size", world_size)
+        # (rank, cost per bucket) -> the rank's planned cost per step, from counts
+        object.__setattr__(self, "planned_costs", planned_costs)
         object.__setattr__(self, "dropped", 0)
         self._share, self._steps = share, steps
         self._real_total, self._repeats, self._consumed = real_total, repeats, consumed

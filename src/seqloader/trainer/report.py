@@ -14,7 +14,11 @@ from seqloader.loading.corpora import CorpusCounts
 from seqloader.loading.counts import KeyCounts
 from seqloader.plan.ahead import InBackground
 from seqloader.plan.cost import step_imbalance
-from seqloader.plan.indexed_imbalance import rankwise_imbalance, table_imbalance
+from seqloader.plan.indexed_imbalance import (
+    files_imbalance,
+    rankwise_imbalance,
+    table_imbalance,
+)
 from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
 from seqloader.trainer.corpus_report import CorpusReport, add_counts
 
@@ -93,7 +97,7 @@ class EpochReport:
     max_wait_s: float = 0.0  # the longest wait for a batch after the first
     # planned: mean over steps of max/mean padded batch cost across ranks (1.0: even); computed
     # on a background thread and waited for when first read, not at the epoch boundary; indexed
-    # shard plans: planned costs (size x bucket's longest), see seqloader.plan.indexed_imbalance
+    # plans: planned costs (size x its bucket's / group's longest), seqloader.plan.indexed_imbalance
     step_imbalance: float = _Deferred()  # type: ignore[assignment]
     wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
     corpora: dict[str, CorpusReport] = field(default_factory=dict)  # named corpora (corpora.md)
@@ -120,8 +124,8 @@ class EpochReport:
         ``corpora``: the named corpora's planned counts; ``costs``: cost units per sequence, for
         the planned step-cost imbalance from the position's step on; ``slot_costs``: instead,
         per slot of ``plan.batches`` (chunked plans: a slot costs its chunk), or a function
-        giving them; ``bucket_costs``: indexed ``shard`` plans, the planned cost per sequence of
-        each bucket, ``seqloader.plan.indexed_imbalance``). The imbalance is computed on a
+        giving them; ``bucket_costs``: indexed plans, the planned cost per sequence of each
+        bucket, ``seqloader.plan.indexed_imbalance``). The imbalance is computed on a
         background thread (O(n) with global planning) and waited for when ``step_imbalance`` is
         first read, not here at the epoch boundary."""
         report = cls(
@@ -352,11 +356,14 @@ def planned_imbalance(
     """``step_imbalance`` of ``plan`` from ``position``'s step on: per sequence ``costs``, or per
     slot ``slot_costs`` (chunked plans: a slot costs its chunk; may be given as a function).
     Indexed plans never materialise every rank's batches: ``shard`` reads planned costs off the
-    batch table (``bucket_costs``), ``files`` walks the ranks' shares one at a time
+    batch table (``bucket_costs``), ``files`` computes them from counts, rank by rank
     (``seqloader.plan.indexed_imbalance``)."""
     if _from_table(plan, slot_costs, bucket_costs):
         assert isinstance(plan, IndexedPlan) and bucket_costs is not None
         return table_imbalance(plan, bucket_costs, position.steps)
+    if slot_costs is None and _from_counts(plan, bucket_costs):
+        assert isinstance(plan, RankwisePlan) and bucket_costs is not None
+        return files_imbalance(plan, bucket_costs, position.steps)
     if slot_costs is None and isinstance(plan, RankwisePlan) and costs is not None:
         return rankwise_imbalance(plan, costs, position.steps)
     b, first = plan.batches, position.steps * plan.world_size
@@ -367,6 +374,15 @@ def planned_imbalance(
         seqs, costs = np.arange(len(seqs)), slots[start:]
     assert costs is not None
     return step_imbalance(seqs, b.bounds[first:] - start, plan.world_size, costs)
+
+
+def _from_counts(plan: GlobalPlan, bucket_costs: np.ndarray | None) -> bool:
+    """Whether an indexed ``files`` plan's planned costs come from counts (no member drawn)."""
+    return (
+        isinstance(plan, RankwisePlan)
+        and plan.planned_costs is not None
+        and bucket_costs is not None
+    )
 
 
 def _from_table(plan: GlobalPlan, slot_costs: object, bucket_costs: np.ndarray | None) -> bool:
