@@ -8,7 +8,9 @@ figure from counts (``files_imbalance``) against walking every rank's drawn shar
 10^5 equal files, 1,024 ranks, ``laplace``, ``max_seqs=200, max_frames=20_000``. Measured: the
 fresh epoch from step 0, and a segment resumed on 768 ranks after half the steps (both figures
 from its step 0). Timings alternate between the two ways; medians of ``reps``. Results go to
-``results/files_figure.json`` with the machine's load average.
+``results/files_figure.json`` with the machine's load average. A last row: the report's
+per-corpus planned counts (three unmixed named corpora, their bounds inside files) from the
+files' counts against counting the sub-epoch's drawn order.
 """
 
 from __future__ import annotations
@@ -26,18 +28,21 @@ from benchmarks.machine import describe_machine, load_average
 from seqloader.plan import PlanOptions
 from seqloader.plan.indexed import IndexedPlanner
 from seqloader.plan.indexed_imbalance import bucket_costs, files_imbalance, rankwise_imbalance
+from seqloader.plan.mix import Corpora
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "files_figure.json")
 
 
 def planner_of(n: int, files: int = FILES) -> IndexedPlanner:
+    """Three named corpora (unmixed), their bounds inside files."""
     lengths = np.random.default_rng(0).integers(50, 2001, size=n).astype(np.int32)
     bounds = np.linspace(0, n, files + 1).astype(np.int64)
     options = PlanOptions(
         ordering="laplace", distribution="files", planning="indexed", seed=3, **LIMITS
     )
-    return IndexedPlanner({"data": lengths}, options, files=bounds)
+    corpora = Corpora(("a", "b", "c"), np.array([0, n // 5 + 1, n // 2 + 1, n]))
+    return IndexedPlanner({"data": lengths}, options, files=bounds, corpora=corpora)
 
 
 def measure(n: int, reps: int, world: int = WORLD, files: int = FILES) -> list[dict]:
@@ -73,6 +78,27 @@ def measure(n: int, reps: int, world: int = WORLD, files: int = FILES) -> list[d
                 "load": load_average(),
             }
         )
+    corpora = planner.corpora
+    assert corpora is not None
+    counts, walk = [], []
+    for _ in range(reps):  # the report's per-corpus planned counts at an epoch start
+        t0 = time.perf_counter()
+        got = [slots for _, slots, _ in planner.corpus_plan(1)]
+        counts.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        want = corpora.counts(planner.sub_epoch_order(1)).tolist()
+        walk.append(time.perf_counter() - t0)
+    assert got == want
+    rows.append(
+        {
+            "n": n,
+            "segment": "corpus counts (3 unmixed corpora)",
+            "counts_s": statistics.median(counts),
+            "walk_s": statistics.median(walk),
+            "ratio": statistics.median(counts) / statistics.median(walk),
+            "load": load_average(),
+        }
+    )
     return rows
 
 

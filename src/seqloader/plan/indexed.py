@@ -391,10 +391,10 @@ class IndexedPlanner(Planner):
         """Unmixed ``shard``: the sub-epoch's sequences per corpus -> int64 ``[C]``, without its
         order: one sub-epoch holds every admitted sequence (counted per corpus range of the
         mask); with ``partition_epoch > 1`` each bucket's slice is drawn in chunks (O(n / P)
-        time, the memory of a chunk). ``files``: counted from the order (O(n))."""
+        time, the memory of a chunk). ``files``: ``_files_corpus_counts``."""
         assert self.corpora is not None
         if self.files is not None:
-            return self.corpora.counts(self.sub_epoch_order(epoch))
+            return self._files_corpus_counts(epoch)
         if self.options.partition_epoch == 1:
             if self._mask is None:
                 return self.corpora.sizes.astype(np.int64)
@@ -410,6 +410,28 @@ class IndexedPlanner(Planner):
                 pos = np.arange(a, min(c, a + _CHUNK), dtype=np.int64)
                 seqs, _ = draw.slots(np.full(len(pos), b, dtype=np.int64), pos)
                 out += self.corpora.counts(seqs)
+        return out
+
+    def _files_corpus_counts(self, epoch: int) -> np.ndarray:
+        """Unmixed ``files``: the sub-epoch's sequences per corpus -> int64 ``[C]``, from the
+        per-file admitted counts of its files, summed per corpus; a file across a corpus bound
+        (at most ``C - 1`` of them) is counted from the admitted mask over its range. No order
+        drawn: O(files + C)."""
+        assert self.corpora is not None and self.files is not None
+        files, bounds = np.asarray(self.files), np.asarray(self.corpora.bounds)
+        part = self._part_files(EpochIndex(epoch, self.options.partition_epoch))
+        lo, hi = files[part], files[part + 1]
+        first = np.searchsorted(bounds, lo, side="right") - 1  # corpus of each file's first
+        last = np.searchsorted(bounds, hi - 1, side="right") - 1  # ... and last sequence
+        inside = (hi > lo) & (first == last)
+        out = np.zeros(len(self.corpora.names), dtype=np.int64)
+        np.add.at(out, first[inside], np.asarray(self._file_counts)[part[inside]].astype(np.int64))
+        across = np.flatnonzero((hi > lo) & (first != last))
+        for i in across.tolist():
+            for c in range(int(first[i]), int(last[i]) + 1):
+                a, b = max(int(lo[i]), int(bounds[c])), min(int(hi[i]), int(bounds[c + 1]))
+                if b > a:
+                    out[c] += b - a if self._mask is None else np.count_nonzero(self._mask[a:b])
         return out
 
     # ---- distribution ----
