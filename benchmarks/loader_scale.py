@@ -39,6 +39,7 @@ import numpy as np
 
 from benchmarks.fresh import run_child
 from benchmarks.machine import describe_machine, load_average
+from benchmarks.side_by_side import append_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "loader_scale.json")
@@ -329,13 +330,7 @@ def main() -> None:
             print(json.dumps(row), file=sys.stderr)
             rows.append(row)
     record = {"machine": describe_machine(), "world": WORLD, "rank": RANK, "rows": rows}
-    old = {"runs": []}
-    if os.path.exists(args.out):
-        with open(args.out) as fh:
-            old = json.load(fh)
-    old["runs"].append(record)
-    with open(args.out, "w") as fh:
-        json.dump(old, fh, indent=1)
+    append_run(record, args.out)
 
 
 if __name__ == "__main__":

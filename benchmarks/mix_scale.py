@@ -45,6 +45,7 @@ import numpy as np
 from benchmarks.fresh import run_child
 from benchmarks.machine import describe_machine, load_average
 from benchmarks.scale import LIMITS, RANK, WORLD, _status, index_store, lengths_store
+from benchmarks.side_by_side import append_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "mix_scale.json")
@@ -292,13 +293,7 @@ def main() -> None:
     args.sizes = [int(float(s)) for s in args.sizes.split(",")]
     result = measure_loader(args) if args.loader else measure(args)
     out = args.out or RESULTS
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    runs = []
-    if os.path.exists(out):
-        with open(out) as fh:
-            runs = json.load(fh).get("runs", [])
-    with open(out, "w") as fh:
-        json.dump({"runs": [*runs, result]}, fh, indent=1)
+    append_run(result, out)
     print(f"wrote {out}", file=sys.stderr)
 
 

@@ -37,6 +37,7 @@ from typing import Any
 from benchmarks.fresh import run_child
 from benchmarks.loader_scale import CASES, LIMITS, RANK, WORLD, PeakAnon, StoreSource, corpus_store
 from benchmarks.machine import describe_machine, load_average
+from benchmarks.side_by_side import append_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "node_builds.json")
@@ -150,13 +151,7 @@ def main() -> None:
             print(json.dumps({k: v for k, v in row.items() if k != "load"}), file=sys.stderr)
             rows.append(row)
     record = {"machine": describe_machine(), "rows": rows}
-    old: dict[str, list] = {"runs": []}
-    if os.path.exists(args.out):
-        with open(args.out) as fh:
-            old = json.load(fh)
-    old["runs"].append(record)
-    with open(args.out, "w") as fh:
-        json.dump(old, fh, indent=1)
+    append_run(record, args.out)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ import numpy as np
 
 from benchmarks.fresh import run_child
 from benchmarks.machine import describe_machine, load_average
+from benchmarks.side_by_side import append_run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "scale.json")
@@ -414,13 +415,7 @@ def main() -> None:
     args.cases = args.cases.split(",")
     result = measure(args)
     out = args.out or RESULTS
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    runs = []
-    if os.path.exists(out):  # one entry per run: sizes are measured in several runs
-        with open(out) as fh:
-            runs = json.load(fh).get("runs", [])
-    with open(out, "w") as fh:
-        json.dump({"runs": [*runs, result]}, fh, indent=1)
+    append_run(result, out)
     print(f"wrote {out}", file=sys.stderr)
 
 

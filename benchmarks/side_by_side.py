@@ -80,9 +80,19 @@ def machine(load_before: tuple[float, float, float]) -> dict:
 
 
 def save(result: dict, path: str) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
+
+
+def append_run(record: dict, path: str) -> None:
+    """Add ``record`` to the ``runs`` of the results file at ``path`` (created if missing): the
+    scale benchmarks measure sizes in several runs, each kept."""
+    runs = []
+    if os.path.exists(path):
+        with open(path) as f:
+            runs = json.load(f).get("runs", [])
+    save({"runs": [*runs, record]}, path)
 
 
 def run_planning(

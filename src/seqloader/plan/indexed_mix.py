@@ -37,7 +37,6 @@ from fractions import Fraction
 
 import numpy as np
 
-from seqloader.errors import OptionError
 from seqloader.plan.bijection import Bijection
 from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.histogram import BucketIndex
@@ -48,6 +47,7 @@ from seqloader.plan.mix import (
     Selection,
     corpus_seed_word,
     progress,
+    refuse_empty_corpora,
     resolve_rates,
 )
 from seqloader.plan.mix_check import CorpusEpochs, MixCheck
@@ -138,18 +138,7 @@ class IndexedMix:
         self.counts = np.diff(self.offsets, axis=1)  # [N, C] N_cb
         self._lengths, self._mask = lengths, mask
         self._words = [corpus_seed_word(name) for name in corpora.names]
-        for name, n, size in zip(corpora.names, self.sizes, corpora.sizes):
-            if n == 0:
-                why = (
-                    "it has no sequences"
-                    if size == 0
-                    else f"all its {int(size)} sequences are filtered by the options"
-                )
-                raise OptionError(
-                    f"mix: corpus {name!r} has no admitted sequences ({why}), so it cannot be "
-                    "used at any rate. Fix: leave it out of the source, or relax "
-                    "max_seq_length/min_seq_length."
-                )
+        refuse_empty_corpora(corpora, self.sizes)
         check_mix_slots(corpora.names, self.rates, self.sizes)
         self._last: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
 

@@ -149,6 +149,23 @@ def resolve_rates(
     return tuple(mix_rate(n, mix.get(n, 1)) for n in corpora.names)
 
 
+def refuse_empty_corpora(corpora: Corpora, admitted: Sequence[int]) -> None:
+    """A mix cannot draw from a corpus without admitted sequences: an error naming it and why
+    (empty, or all filtered), whatever the planning."""
+    for name, n, size in zip(corpora.names, admitted, corpora.sizes):
+        if n == 0:
+            why = (
+                "it has no sequences"
+                if size == 0
+                else f"all its {int(size)} sequences are filtered by the options"
+            )
+            raise OptionError(
+                f"mix: corpus {name!r} has no admitted sequences ({why}), so it cannot be "
+                "used at any rate. Fix: leave it out of the source, or relax "
+                "max_seq_length/min_seq_length."
+            )
+
+
 def stream_span(full_epoch: int, rate: Fraction, n: int) -> tuple[int, int]:
     """Stream positions ``[a, b)`` that full epoch ``full_epoch`` (0-based) takes from a corpus of
     ``n`` sequences at ``rate``: ``a = floor(f·r·n)``, ``b = floor((f+1)·r·n)``, in exact
@@ -294,18 +311,7 @@ class MixPlan:
         self.rates = resolve_rates(mix, corpora)
         bounds = np.searchsorted(admitted, corpora.bounds)  # [C + 1] admitted range per corpus
         self.members = [admitted[bounds[c] : bounds[c + 1]] for c in range(len(corpora.names))]
-        for name, m, size in zip(corpora.names, self.members, corpora.sizes):
-            if len(m) == 0:
-                why = (
-                    "it has no sequences"
-                    if size == 0
-                    else f"all its {int(size)} sequences are filtered by the options"
-                )
-                raise OptionError(
-                    f"mix: corpus {name!r} has no admitted sequences ({why}), so it cannot be "
-                    "used at any rate. Fix: leave it out of the source, or relax "
-                    "max_seq_length/min_seq_length."
-                )
+        refuse_empty_corpora(corpora, [len(m) for m in self.members])
 
         check_mix_slots(corpora.names, self.rates, self.sizes)  # before any epoch is planned
 
