@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import MIX_ORDERINGS
+from mix_chains import run_epoch
 from seqloader.errors import DataWarning, OptionError
-from seqloader.plan import Planner, PlanOptions, Position, continue_plan
+from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.bounds import MAX_EPOCH_SLOTS
-from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.mix import (
     Corpora,
     check_corpus_epochs,
@@ -28,15 +28,6 @@ from seqloader.plan.mix import (
 )
 
 RATES = [0.25, 0.5, 0.7, 1.0, 1.3, 2.0, 2.5, 3.0, 1 / 3]
-
-
-def slots(plan: GlobalPlan, from_step: int, to_step: int) -> tuple[np.ndarray, np.ndarray]:
-    """(sequences, corpus epochs) of the real slots of global steps ``[from_step, to_step)``."""
-    b = plan.batches
-    lo, hi = b.bounds[from_step * plan.world_size], b.bounds[to_step * plan.world_size]
-    real = b.real[lo:hi]
-    assert b.uses is not None
-    return b.seqs[lo:hi][real], b.uses[lo:hi][real]
 
 
 @st.composite
@@ -68,27 +59,6 @@ def mixes(draw: st.DrawFn) -> dict:
         "worlds": worlds,
         "cuts": cuts,
     }
-
-
-def run_epoch(planner: Planner, epoch: int, worlds: list[int], cuts: list[float]):
-    """Run ``epoch`` on ``worlds[0]`` ranks, stop at fraction ``cuts[0]``, save the position as
-    JSON, resume on ``worlds[1]`` ranks, ... -> (sequences, corpus epochs) consumed, in order."""
-    position = Position(epoch, 0, worlds[0], 0)
-    seqs, uses = [], []
-    for i, world in enumerate(worlds):
-        plan, position = continue_plan(planner, position, world)
-        steps = {len(plan.rank_share(r, position.steps)) for r in range(world)}
-        assert steps == {plan.steps - position.steps}, "ranks take different numbers of steps"
-        stop = plan.steps
-        if i < len(cuts):
-            stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
-        s, u = slots(plan, position.steps, stop)
-        seqs.append(s)
-        uses.append(u)
-        position = Position.from_fields(
-            json.loads(json.dumps(position.advanced(stop - position.steps).to_fields()))
-        )
-    return np.concatenate(seqs), np.concatenate(uses)
 
 
 @settings(max_examples=150, deadline=None)

@@ -8,7 +8,6 @@ per-corpus report counts from counts, and what stays refused (hypothesis; no tor
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from fractions import Fraction
 
@@ -17,8 +16,9 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from mix_chains import run_epoch
 from seqloader.errors import OptionError
-from seqloader.plan import PlanOptions, Position, continue_plan
+from seqloader.plan import PlanOptions
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.indexed import IndexedPlanner
 from seqloader.plan.indexed_mix import IndexedMix, apportion
@@ -85,36 +85,6 @@ def per_bucket_sizes(m: dict) -> np.ndarray:
     out = np.zeros((len(planner.bucket_edges) + 1, len(m["bounds"]) - 1), dtype=np.int64)
     np.add.at(out, (bucket[m["keep"]], corpus[m["keep"]]), 1)
     return out
-
-
-def slots(plan: GlobalPlan, from_step: int, to_step: int) -> tuple[np.ndarray, np.ndarray]:
-    """(sequences, corpus epochs) of the real slots of global steps ``[from_step, to_step)``."""
-    b = plan.batches
-    lo, hi = b.bounds[from_step * plan.world_size], b.bounds[to_step * plan.world_size]
-    real = b.real[lo:hi]
-    assert b.uses is not None
-    return b.seqs[lo:hi][real], b.uses[lo:hi][real]
-
-
-def run_epoch(planner: IndexedPlanner, epoch: int, worlds: list[int], cuts: list[float]):
-    """Run ``epoch`` on ``worlds[0]`` ranks, stop at fraction ``cuts[0]``, save the position as
-    JSON, resume on ``worlds[1]`` ranks, ... -> (sequences, corpus epochs) consumed, in order."""
-    position = Position(epoch, 0, worlds[0], 0)
-    seqs, uses = [], []
-    for i, world in enumerate(worlds):
-        plan, position = continue_plan(planner, position, world)
-        steps = {len(plan.rank_share(r, position.steps)) for r in range(world)}
-        assert steps == {plan.steps - position.steps}, "ranks take different numbers of steps"
-        stop = plan.steps
-        if i < len(cuts):
-            stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
-        s, u = slots(plan, position.steps, stop)
-        seqs.append(s)
-        uses.append(u)
-        position = Position.from_fields(
-            json.loads(json.dumps(position.advanced(stop - position.steps).to_fields()))
-        )
-    return np.concatenate(seqs), np.concatenate(uses)
 
 
 @settings(max_examples=80, deadline=None)
