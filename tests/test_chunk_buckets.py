@@ -11,10 +11,11 @@ import json
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from chunk_units import chunk_ids, sub_epoch_chunks
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 
 UNEVEN = ["split", "pad", "drop"]
@@ -49,16 +50,6 @@ def bucket_cases(draw: st.DrawFn) -> tuple[Planner, int]:
         used = int(np.count_nonzero(np.diff(np.searchsorted(adm, files))))
         assume(used == 0 or used >= options.partition_epoch * world)  # else refused
     return planner, world
-
-
-def chunk_ids(planner: Planner, seqs: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
-    assert planner.chunks is not None and chunks is not None
-    return planner.chunks.unit_ids(seqs, chunks)
-
-
-def sub_epoch_chunks(planner: Planner, epoch: int) -> np.ndarray:
-    sub = planner.sub_epoch_units(epoch)
-    return chunk_ids(planner, sub.seqs, sub.chunks)
 
 
 @settings(max_examples=80, deadline=None)
@@ -98,6 +89,7 @@ def test_bucketed_chunks_keep_every_contract(case: tuple[Planner, int]) -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.sampled_from([2, 4, 8]))
+@example(16156, 8)  # a last run of one batch, cut into 8 pieces by uneven="split"
 def test_each_step_is_one_run_of_a_bucket(seed: int, world: int) -> None:
     """Synced steps: a step's batches come from one run (one bucket, or the pool)."""
     data = np.random.default_rng(seed).integers(10, 400, size=400)
@@ -105,8 +97,13 @@ def test_each_step_is_one_run_of_a_bucket(seed: int, world: int) -> None:
     planner = Planner({"data": data}, options)
     arranged = planner.arrangement(1, 0, world)
     plan = planner.global_plan(1, world)
-    runs = arranged.batch_runs().reshape(plan.steps, world)  # the tail was cut into runs too
-    assert (runs == runs[:, :1]).all()
+    runs = arranged.batch_runs()
+    full = len(runs) // world  # whole rounds of W arranged batches, then a last run shorter than W
+    head = runs[: full * world].reshape(full, world)
+    assert (head == head[:, :1]).all()
+    tail = runs[full * world :]
+    assert len(set(tail.tolist())) <= 1  # the pool's last, incomplete run: split into W pieces
+    assert plan.steps == full + (1 if len(tail) else 0)
 
 
 @settings(max_examples=60, deadline=None)

@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import assume, given, note, settings
 from hypothesis import strategies as st
 
+from chunk_units import chunk_ids, sub_epoch_chunks
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.position import segment_plan
 from test_files_plan import file_layouts
@@ -49,17 +50,6 @@ def chunked_files_cases(draw: st.DrawFn) -> tuple[Planner, int]:
     return planner, world
 
 
-def units(planner: Planner, seqs: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
-    """Chunk numbers (``ChunkTable.unit_ids``) of slots."""
-    assert planner.chunks is not None and chunks is not None
-    return planner.chunks.unit_ids(seqs, chunks)
-
-
-def sub_epoch_chunks(planner: Planner, epoch: int) -> np.ndarray:
-    sub = planner.sub_epoch_units(epoch)
-    return units(planner, sub.seqs, sub.chunks)
-
-
 @settings(max_examples=80, deadline=None)
 @given(chunked_files_cases())
 def test_chunked_files_plans_keep_every_contract(case: tuple[Planner, int]) -> None:
@@ -75,9 +65,9 @@ def test_chunked_files_plans_keep_every_contract(case: tuple[Planner, int]) -> N
         assert_equal_steps(plan, 0)
         want = sub_epoch_chunks(planner, epoch)
         assert len(planner.sub_epoch_order(epoch)) == len(want)  # one slot per chunk
-        real = units(planner, b.seqs[b.real], b.chunks[b.real])
+        real = chunk_ids(planner, b.seqs[b.real], b.chunks[b.real])
         assert len(np.unique(real)) == len(real)  # no chunk twice (C1)
-        assert np.isin(units(planner, b.seqs, b.chunks), want).all()  # fillers: its own
+        assert np.isin(chunk_ids(planner, b.seqs, b.chunks), want).all()  # fillers: its own
         if o.uneven == "drop":
             assert plan.dropped == len(want) - len(real)
         else:
@@ -138,7 +128,7 @@ def test_chunked_files_resume_chains_consume_every_chunk_once(case, worlds, cuts
         lo, hi = b.bounds[position.steps * plan.world_size], b.bounds[stop * plan.world_size]
         real = b.real[lo:hi]
         assert b.chunks is not None
-        consumed.append(units(planner, b.seqs[lo:hi][real], b.chunks[lo:hi][real]))
+        consumed.append(chunk_ids(planner, b.seqs[lo:hi][real], b.chunks[lo:hi][real]))
         position = position.advanced(stop - position.steps)
         assert position.seq_offset(plan) == sum(len(c) for c in consumed)  # positions: chunks
         position = Position.from_fields(json.loads(json.dumps(position.to_fields())))

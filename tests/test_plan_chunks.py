@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chunk_units import chunk_ids
 from seqloader.errors import OptionError, SequenceTooLongError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.chunks import chunk_counts, chunking_option
@@ -245,11 +246,6 @@ def contract_cases(draw: st.DrawFn) -> tuple[Planner, int]:
     return Planner({"data": data}, options), draw(st.integers(1, 6))
 
 
-def units_of(planner: Planner, seqs: np.ndarray, chunks: np.ndarray) -> np.ndarray:
-    assert planner.chunks is not None
-    return planner.chunks.unit_ids(seqs, chunks)
-
-
 @settings(max_examples=60, deadline=None)
 @given(contract_cases())
 def test_every_chunk_exactly_once_with_equal_steps(case: tuple[Planner, int]) -> None:
@@ -262,10 +258,10 @@ def test_every_chunk_exactly_once_with_equal_steps(case: tuple[Planner, int]) ->
         b = plan.batches
         assert b.chunks is not None
         assert len(b) == plan.steps * world  # equal steps (C2)
-        units = units_of(planner, b.seqs, b.chunks)
+        units = chunk_ids(planner, b.seqs, b.chunks)
         real = units[b.real]
         sub = planner.sub_epoch_units(epoch)
-        order = units_of(planner, sub.seqs, sub.chunks)
+        order = chunk_ids(planner, sub.seqs, sub.chunks)
         if o.uneven == "drop":  # a prefix of the sub-epoch's chunks, the rest counted
             np.testing.assert_array_equal(real, order[: len(real)])
             assert len(order) - len(real) == plan.dropped
@@ -327,12 +323,12 @@ def test_elastic_resume_over_chunks_exactly_once(
         lo, hi = b.bounds[position.steps * w], b.bounds[stop * w]
         real = b.real[lo:hi]
         assert b.chunks is not None
-        consumed.append(units_of(planner, b.seqs[lo:hi][real], b.chunks[lo:hi][real]))
+        consumed.append(chunk_ids(planner, b.seqs[lo:hi][real], b.chunks[lo:hi][real]))
         position = position.advanced(stop - position.steps)
         position = Position.from_fields(json.loads(json.dumps(position.to_fields())))
     got = np.concatenate(consumed)
     sub = planner.sub_epoch_units(epoch)
-    order = units_of(planner, sub.seqs, sub.chunks)
+    order = chunk_ids(planner, sub.seqs, sub.chunks)
     assert len(np.unique(got)) == len(got), "a chunk was consumed twice"
     if planner.options.uneven == "drop":
         assert plan is not None and len(order) - len(got) == plan.dropped
