@@ -18,7 +18,7 @@ from conftest import batch_record
 from seqloader.audio.features import numpy_log_mel, use_kernel
 from seqloader.audio.resample import resample, resampled_length, speed_length
 from seqloader.synthetic.audio import encode_audio, speech_like, write_audio_corpus
-from seqloader.torch.log_mel import log_filterbank
+from seqloader.audio.torch_kernels import log_filterbank
 
 pytest.importorskip("soundfile")
 

@@ -60,8 +60,11 @@ TORCH_FREE = {
 }  # fmt: skip
 # modules looked up by name at runtime (importlib.import_module), each declared with its reason:
 # (importing module, looked-up module) -> why
-LOOKUPS: dict[tuple[str, str], str] = {
-    ("seqloader.audio.kernel_choice", "seqloader.torch.log_mel"):
+LOOKUPS: dict[tuple[str, str], str] = {}
+# modules of torch-free layers that import torch inside their functions only (and under
+# TYPE_CHECKING), so importing them loads no torch: module -> why
+TORCH_INSIDE_FUNCTIONS: dict[str, str] = {
+    "seqloader.audio.torch_kernels":
         "torch's feature kernels (log-mel STFT, Kaldi filterbank), chosen when features are first "
         "computed and torch is installed: importing audio loads no torch",
 }  # fmt: skip
@@ -186,9 +189,41 @@ def test_torch_only_in_torch_glue():
                 "face",
             }:
                 bad.append(f"{module} imports {name}")
-            if name.split(".")[0] == "torch" and layer in TORCH_FREE:
+            if (
+                name.split(".")[0] == "torch"
+                and layer in TORCH_FREE
+                and module not in TORCH_INSIDE_FUNCTIONS
+            ):
                 bad.append(f"{module} imports {name}")
     assert not bad, "\n".join(bad)
+
+
+def _module_level_imports(tree: ast.Module) -> set[str]:
+    """Names imported by statements that run when the module is imported: not inside a function,
+    nor under ``if TYPE_CHECKING``."""
+    found: set[str] = set()
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.If):
+            if not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                todo.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try | ast.With | ast.ClassDef):
+            todo.extend(node.body)
+    return found
+
+
+def test_torch_inside_functions_only():
+    """The torch-free layers' modules that do use torch import it inside their functions only."""
+    for module, _why in TORCH_INSIDE_FUNCTIONS.items():
+        path = PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
+        tree = ast.parse(path.read_text(), str(path))
+        assert not {n for n in _module_level_imports(tree) if n.split(".")[0] == "torch"}, module
+        assert layer_of(module) in TORCH_FREE
 
 
 def test_lookups_by_name_are_declared():

@@ -1,10 +1,10 @@
 """Log-mel filterbank features: options, the frame formula and the mel matrix (numpy).
 
 The computation is a kernel ``fn(options, wave) -> [frames, n_mels]``. This module's own is numpy
-(``numpy_log_mel``); where torch is installed, torch's (``seqloader.torch.log_mel.log_filterbank``,
-``torch.stft``: 2-5x faster than numpy's FFT on CPU, measured on 1-15 s utterances) is looked up by
-name when features are first computed, so importing audio I/O loads no torch and features lose no
-speed. ``use_kernel`` sets another one.
+(``numpy_log_mel``); where torch is installed, torch's
+(``seqloader.audio.torch_kernels.log_filterbank``, ``torch.stft``: 2-5x faster than numpy's FFT on
+CPU, measured on 1-15 s utterances), which imports torch inside the function, so importing audio
+I/O loads no torch and features lose no speed. ``use_kernel`` sets another one.
 
 The frame count is a closed formula of the sample count (``LogMel.num_frames``), so a source can
 plan in feature frames from the manifest's durations without decoding anything:
@@ -23,6 +23,7 @@ from functools import lru_cache
 import numpy as np
 
 from seqloader.audio.kernel_choice import KernelChoice
+from seqloader.audio.torch_kernels import log_filterbank
 from seqloader.errors import OptionError
 
 
@@ -157,12 +158,12 @@ def numpy_log_mel(options: LogMel, x: np.ndarray) -> np.ndarray:
 
 
 Kernel = Callable[[LogMel, np.ndarray], np.ndarray]
-_KERNEL_CHOICE: KernelChoice[Kernel] = KernelChoice(numpy_log_mel, "log_filterbank")
+_KERNEL_CHOICE: KernelChoice[Kernel] = KernelChoice(numpy_log_mel, log_filterbank)
 
 
 def default_kernel() -> Kernel:
     """torch's kernel where torch is installed, else numpy's; chosen once per process, when
-    features are first computed (a lookup by name: this layer imports no torch)."""
+    features are first computed (torch is imported by the kernel, not by this layer)."""
     return _KERNEL_CHOICE.get()
 
 

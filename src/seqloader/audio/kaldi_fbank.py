@@ -15,8 +15,8 @@ The frame count is a closed formula of the sample count, so sources plan in fram
 
 A batch's waveforms are computed together (``KaldiFbank.many``, which ``ShardSource.read_many``
 uses): their frames are cut into one array (``kaldi_frames``) and a kernel computes the rest in
-blocks of ``BLOCK_FRAMES``: torch's (``seqloader.torch.log_mel``, looked up by name when frames are
-first computed, on one torch thread) where torch is installed, else numpy's.
+blocks of ``BLOCK_FRAMES``: torch's (``seqloader.audio.torch_kernels``, which imports torch when
+frames are first computed, on one torch thread) where torch is installed, else numpy's.
 
 Dither (random noise) is not offered: it would make a sequence's frames depend on when it is read.
 """
@@ -30,6 +30,7 @@ from functools import lru_cache
 import numpy as np
 
 from seqloader.audio.kernel_choice import KernelChoice
+from seqloader.audio.torch_kernels import kaldi_filterbank
 from seqloader.errors import OptionError
 
 _EPS = float(np.finfo(np.float32).eps)
@@ -184,13 +185,13 @@ def numpy_kaldi_fbank(options: KaldiFbank, frames: np.ndarray) -> np.ndarray:
 
 
 Kernel = Callable[[KaldiFbank, np.ndarray], np.ndarray]
-_KERNEL_CHOICE: KernelChoice[Kernel] = KernelChoice(numpy_kaldi_fbank, "kaldi_filterbank")
+_KERNEL_CHOICE: KernelChoice[Kernel] = KernelChoice(numpy_kaldi_fbank, kaldi_filterbank)
 
 
 def default_kernel() -> Kernel:
-    """torch's kernel (``seqloader.torch.log_mel.kaldi_filterbank``: its FFT measured 3-4x numpy's
-    on blocks of frames) where torch is installed, else numpy's; chosen once per process when
-    frames are first computed (a lookup by name: this layer imports no torch)."""
+    """torch's kernel (``seqloader.audio.torch_kernels.kaldi_filterbank``: its FFT measured 3-4x
+    numpy's on blocks of frames) where torch is installed, else numpy's; chosen once per process when
+    frames are first computed (torch is imported by the kernel, not by this layer)."""
     return _KERNEL_CHOICE.get()
 
 

@@ -5,8 +5,8 @@ The map, top-down: ``loader`` (``SeqLoader``) -> ``run`` (one epoch's loop) -> `
 DataLoader's lifecycle) -> ``dataset`` (what workers build) -> ``handover`` (worker -> trainer
 memory) -> ``batch`` (``Batch``); ``receiving`` (background receive and dispatch threads),
 ``worker_errors`` with ``held_batches`` (a failed worker becomes a ``WorkerError`` naming its
-batch), ``distributed`` and ``process_rank`` (ranks), ``log_mel`` (the STFT kernel), and
-``_compat`` (torch's privates, nowhere else).
+batch), ``distributed`` and ``process_rank`` (ranks), and ``_compat`` (torch's privates, nowhere
+else).
 """
 
 from seqloader.torch.batch import Batch

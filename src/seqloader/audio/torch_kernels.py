@@ -1,22 +1,25 @@
-"""The filterbank kernels, computed with torch on CPU, for the audio layer (which imports no torch).
+"""The filterbank kernels computed with torch on CPU; torch is imported inside each function.
 
 - ``log_filterbank``: the log of a filterbank over the power STFT of one waveform (``LogMel``).
 - ``kaldi_filterbank``: Kaldi-style frames of a batch of already cut frames (``KaldiFbank``).
 
-``seqloader.audio.features`` and ``seqloader.audio.kaldi_fbank`` look them up by name when
-features are first computed (``default_kernel``); they know options only through the
-``FilterbankOptions`` / ``KaldiOptions`` protocols, so the torch glue knows nothing about audio
-sources. In DataLoader workers torch computes on one thread (the DataLoader sets it), so the
-kernels do not oversubscribe the cores next to the other workers.
+Importing this module loads no torch (the audio layer stays torch-free until a feature is
+computed); ``seqloader.audio.features`` and ``seqloader.audio.kaldi_fbank`` choose these kernels
+where torch is installed (``KernelChoice``). They know options only through the
+``FilterbankOptions`` / ``KaldiOptions`` protocols. In DataLoader workers torch computes on one
+thread (the DataLoader sets it), so the kernels do not oversubscribe the cores next to the other
+workers.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 class FilterbankOptions(Hashable, Protocol):
@@ -41,6 +44,8 @@ def log_filterbank(options: FilterbankOptions, x: np.ndarray) -> np.ndarray:
     """float32 ``[samples >= fft_size]`` -> float32 ``[frames, n_filters]``: ``log(max(F @ |STFT|^2,
     log_floor))`` with a periodic Hann window of ``win`` samples centred in ``fft_size``, no centre
     padding (frames lie inside the signal)."""
+    import torch
+
     window, filters = _constants(options)
     with torch.no_grad():
         spec = torch.stft(
@@ -64,6 +69,8 @@ _CONSTANTS: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
 
 def _constants(options: FilterbankOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """The window and the filterbank as float32 tensors, built once per process and options."""
+    import torch
+
     if options not in _CONSTANTS:
         window = torch.hann_window(options.win, periodic=True, dtype=torch.float32)
         filters = torch.from_numpy(options.mel_matrix().astype(np.float32))
@@ -103,6 +110,8 @@ def kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
     over threads synchronises them at every step, which on busy cores costs more than the step
     (measured: 10x slower than one thread with other processes running); and the frames do not
     depend on torch's thread count (tested), so workers and the trainer compute the same bytes."""
+    import torch
+
     threads = torch.get_num_threads()
     if threads == 1:
         return _kaldi_filterbank(options, frames)
@@ -114,6 +123,8 @@ def kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
 
 
 def _kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
+    import torch
+
     if options not in _KALDI:
         _KALDI[options] = (
             torch.from_numpy(np.array(options.window(), dtype=np.float32)),
