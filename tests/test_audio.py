@@ -17,8 +17,8 @@ import seqloader as sl
 from conftest import batch_record
 from seqloader.audio.features import numpy_log_mel, use_kernel
 from seqloader.audio.resample import resample, resampled_length, speed_length
-from seqloader.synthetic.audio import encode_audio, speech_like, write_audio_corpus
 from seqloader.audio.torch_kernels import log_filterbank
+from seqloader.synthetic.audio import encode_audio, speech_like, write_audio_corpus
 
 pytest.importorskip("soundfile")
 

@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from seqloader.audio.kaldi_fbank import numpy_kaldi_fbank, use_kernel
+from seqloader.audio.torch_kernels import kaldi_filterbank
 from seqloader.errors import OptionError
 from seqloader.synthetic.audio import speech_like
-from seqloader.audio.torch_kernels import kaldi_filterbank
 
 KERNELS = {"torch": kaldi_filterbank, "numpy": numpy_kaldi_fbank}
 
