@@ -151,13 +151,6 @@ def admit(
     return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
 
 
-def refuse_unimplemented(options: PlanOptions) -> None:
-    """Options ``PlanOptions`` accepts whose planning is not in this version raise an
-    ``OptionError`` naming them. Every option is planned now (layout="packed" is a worker
-    option, refused by ``WorkerOptions``), so this accepts all; kept for callers that check."""
-    del options
-
-
 def part_bounds(n: int, parts: int, part: int) -> tuple[int, int]:
     """``[lo, hi)`` of sub-epoch ``part`` when ``n`` sequences are cut into ``parts`` contiguous
     parts: RETURNN's rule, the first ``n % parts`` parts hold one sequence more."""

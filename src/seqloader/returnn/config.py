@@ -20,7 +20,6 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.plan.options import Distribution, PlanOptions
-from seqloader.plan.planner import refuse_unimplemented
 from seqloader.returnn.datasets import Converted, convert_dataset
 from seqloader.returnn.distrib_files import sharded, with_sharding_fix
 from seqloader.returnn.stubs import Stub, find_stub, stub_imports
@@ -43,18 +42,6 @@ REFUSED_GLOBAL = {
     "packed_batch_size or batch_size alone",
     "packed_batch_cost_dev": "a user cost function per sequence; no native form: use "
     "packed_batch_size or batch_size alone",
-}
-# RETURNN option -> what to do while seqloader does not plan its native form yet
-NOT_PLANNED_FIX = {
-    "chunking": "remove it to train on whole sequences, or cut the sequences when writing the "
-    "HDF files",
-    "min_chunk_size": "remove it together with chunking",
-    "packed_batch_size": "use batch_size (padded frames) instead",
-    "batch_size": "give batch_size as a dict naming the one key to bound",
-    "fixed_random_seed": "remove it (a new order per epoch), or use seq_ordering 'sorted', "
-    "'sorted_reverse' or 'default', where it changes nothing",
-    "epoch_wise_filter": "remove it (the first epochs then also see the long sequences), or "
-    "train those epochs from a config with max_seq_length",
 }
 LOADER_OPTS = {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "timeout"}
 TRAIN, EVAL = "train", ("dev", "eval")
@@ -341,45 +328,12 @@ def _plan_options(name: str, c: Converted, values: Mapping[str, Any]) -> PlanOpt
     except OptionError as e:
         named = ", ".join(f"{k} = {v!r}" for k, v in origin.values()) or "its options"
         raise OptionError(f"{where}: RETURNN's {named}: {e}") from e
-    _refuse_not_planned(where, plan, native, origin)
     return plan
 
 
 def _every_key(value: Any) -> Any:
     """RETURNN's NumbersDict: a number applies to every key (seqloader's ``{"*": v}``)."""
     return {"*": int(value)} if isinstance(value, int | float) else dict(value)
-
-
-def _refuse_not_planned(
-    where: str,
-    plan: PlanOptions,
-    native: Mapping[str, Any],
-    origin: Mapping[str, tuple[str, Any]],
-) -> None:
-    """Native options this seqloader accepts but does not plan yet: refused in the config's
-    words, naming each RETURNN option and what to do instead."""
-    try:
-        refuse_unimplemented(plan)
-        return
-    except OptionError:
-        pass
-    pending = []
-    for field, (key, value) in origin.items():
-        try:
-            probe: dict[str, Any] = {field: native.get(field, plan.max_frames)}
-            refuse_unimplemented(PlanOptions(**probe))
-        except OptionError:
-            pending.append((key, field, value))
-    if not pending:
-        refuse_unimplemented(plan)  # a combination: the planner's own words
-    raise OptionError(
-        f"{where}: "
-        + "; ".join(
-            f"RETURNN option {key!r} = {value!r} maps to seqloader's {field}=, which this "
-            f"version does not plan yet: {NOT_PLANNED_FIX.get(key, 'remove it')}"
-            for key, field, value in pending
-        )
-    )
 
 
 def _batch_size(
@@ -403,11 +357,7 @@ def _batch_size(
         raise OptionError(f"{where}: batch_size {value!r}; expected an int or a one-key dict")
     try:
         return int(value), longest_key(where, int(value), source)
-    except OptionError as no_longest:
-        try:  # seqloader's per-key bound, where this version plans it: exact everywhere
-            refuse_unimplemented(PlanOptions(max_frames={"*": int(value)}))
-        except OptionError:
-            raise no_longest from None
+    except OptionError:  # seqloader's per-key bound: exact everywhere
         return {"*": int(value)}, None
 
 

@@ -1,8 +1,8 @@
 """``SeqLoader``: the plan, executed by torch's DataLoader, with resume state and per-epoch reports.
 
-A coordinator: options are merged in ``torch/options.py``, the resume state is ``plan/state.py``
-(torch-free), the DataLoader's lifecycle is ``torch/execution.py`` and the per-batch loop is
-``torch/run.py``.
+A coordinator: options are merged in ``trainer/loader_options.py``, the resume state is
+``plan/state.py`` (torch-free), the DataLoader's lifecycle is ``torch/dataloader.py`` and the
+per-batch loop is ``torch/run.py``.
 """
 
 from __future__ import annotations
