@@ -150,7 +150,11 @@ def test_a_dict_config_and_the_random_seed_offset_distribution(hdf_config: Path)
         ),
         ({"dev": {"class": "LmDataset", "corpus_file": "x"}}, r"dev dataset: class 'LmDataset'"),
         ({"torch_dataloader_opts": {"num_workers": 1, "collate_fn": None}}, "collate_fn"),
-        ({"batch_size": {"data": 100, "classes": 20}}, "several keys"),
+        (
+            {"batch_size": {"data": 100, "classes": 20}},
+            r"train dataset \(HDFDataset\): batch_size \{'classes': 20\} is smaller than "
+            r"sequence 'seq-\d+' \(length \d+ of 'classes'",
+        ),
         ({"train": "a.hdf,b.hdf"}, "write the dict"),
         ({"torch_distributed": {"dataset_distribution": "all"}}, "dataset_distribution"),
     ],

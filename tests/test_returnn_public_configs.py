@@ -9,7 +9,6 @@ gives RETURNN's own tags, batches and values per key, for train, dev and a later
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from pathlib import Path
 
@@ -31,16 +30,10 @@ KEYS = {"orth": "text"}  # RETURNN's key -> ours ("raw", a string, is not a tens
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
-    from returnn_configs.corpora import write_corpora
+    from returnn_configs.corpora import corpora_env
 
-    folder = write_corpora(tmp_path_factory.mktemp("returnn_public"))
-    old = os.environ.get("SEQLOADER_RETURNN_DATA")
-    os.environ["SEQLOADER_RETURNN_DATA"] = str(folder)
-    yield folder
-    if old is None:
-        del os.environ["SEQLOADER_RETURNN_DATA"]
-    else:
-        os.environ["SEQLOADER_RETURNN_DATA"] = old
+    with corpora_env(tmp_path_factory.mktemp("returnn_public")) as folder:
+        yield folder
 
 
 def _load(path: Path):
@@ -285,7 +278,7 @@ def test_config_language_errors(data: Path, tmp_path: Path) -> None:
     with pytest.raises(
         OptionError,
         match=r"train dataset \(HDFDataset\): batch_size 20 is smaller than sequence "
-        r"'wmt-train/\d+' \(length \d+ of 'classes'.*raise batch_size to >= \d+, or set "
+        r"'wmt-train/\d+' \(length \d+ of 'classes'.*raise batch_size to >= \d+ for 'classes', or set "
         r"max_seq_length = \{'classes': 20\}",
     ):
         from_returnn_config({**base, "batch_size": 20})
@@ -435,7 +428,6 @@ def test_cli_takes_returnn_configs(data: Path, capsys) -> None:
     [
         ({"targets_post_process": "lower"}, r"apply it when writing the corpus listing"),
         ({"window": 3}, r"do it in a transform"),
-        ({"context_window": {"data": 2}}, r"widen the chunks with chunking"),
         ({"repeat_epoch": 2}, r"use more epochs, or a mix"),
         ({"unique_seq_tags": True}, r"remove them; docs/migrating.md says why"),
     ],

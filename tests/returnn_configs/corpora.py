@@ -28,6 +28,8 @@ from __future__ import annotations
 import gzip
 import os
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -220,3 +222,19 @@ def write_librispeech(folder: Path, rng: np.random.Generator) -> None:
 def data_env(folder: Path) -> dict[str, str]:
     """The environment the configs read their data folder from."""
     return {"SEQLOADER_RETURNN_DATA": os.fspath(folder)}
+
+
+@contextmanager
+def corpora_env(folder: Path) -> Iterator[Path]:
+    """The stand-in corpora written under ``folder``, ``$SEQLOADER_RETURNN_DATA`` naming it while
+    the block runs (the configs read their data folder from it)."""
+    written = write_corpora(folder)
+    old = os.environ.get("SEQLOADER_RETURNN_DATA")
+    os.environ.update(data_env(written))
+    try:
+        yield written
+    finally:
+        if old is None:
+            del os.environ["SEQLOADER_RETURNN_DATA"]
+        else:
+            os.environ["SEQLOADER_RETURNN_DATA"] = old

@@ -22,7 +22,8 @@ from seqloader.extras import require
 from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.returnn.datasets import Converted, convert_dataset
 from seqloader.returnn.distrib_files import sharded, with_sharding_fix
-from seqloader.returnn.stubs import Stub, find_stub, stub_imports
+from seqloader.returnn.paths import plain_value
+from seqloader.returnn.stubs import find_stub, stub_imports
 from seqloader.returnn.view import ReturnnView
 from seqloader.torch.loader import SeqLoader
 from seqloader.trainer.loader_options import WorkerOptions
@@ -60,9 +61,9 @@ def read_config(
         getattr(config, "config", None), Mapping
     ):
         post = getattr(config, "post_config", None) or {}
-        return {k: resolve_value(v) for k, v in {**config.config, **post}.items()}
+        return {k: plain_value(v) for k, v in {**config.config, **post}.items()}
     if isinstance(config, Mapping):
-        return {k: resolve_value(v) for k, v in config.items()}
+        return {k: plain_value(v) for k, v in config.items()}
     path = os.fspath(config)
     if not os.path.isfile(path):
         raise OptionError(f"RETURNN config {path!r} does not exist")
@@ -94,24 +95,7 @@ def read_config(
             "with '#!' (JSON when it starts with '{'). Fix: make '#!rnn.py' the first line of "
             "the file, or pass the config's values as a dict: from_returnn_config({...})"
         )
-    return {k: resolve_value(v) for k, v in cfg.typed_dict.items()}
-
-
-def resolve_value(value: Any) -> Any:
-    """Sisyphus-style values in configs built in Python: a ``tk.Path`` (``get_path()``) is its
-    path, a delayed value (``get()``: ``Variable``, ``DelayedFormat``) its value; inside dicts,
-    lists and tuples too."""
-    if isinstance(value, str | bytes | int | float | bool | Stub) or value is None:
-        return value
-    if callable(getattr(value, "get_path", None)):
-        return os.fspath(value.get_path())
-    if type(value).__module__.startswith("sisyphus") and callable(getattr(value, "get", None)):
-        return resolve_value(value.get())
-    if isinstance(value, dict):
-        return {k: resolve_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(resolve_value(v) for v in value)
-    return value
+    return {k: plain_value(v) for k, v in cfg.typed_dict.items()}
 
 
 @dataclass(frozen=True)
@@ -205,30 +189,39 @@ def from_returnn_config(
 def _check_fits(name: str, c: Converted, plan: PlanOptions, values: Mapping[str, Any]) -> None:
     """A sequence longer than ``batch_size`` (and not dropped by ``max_seq_length`` or a seq
     list) is an error in the config's words; RETURNN would put it in a batch of its own."""
-    if not isinstance(plan.max_frames, int):
-        return  # per-key bounds: the planner names an offender in its own words
-    key = plan.length_key or c.source.keys[0]
-    lengths = c.source.lengths(key)
-    keep = np.ones(len(lengths), dtype=bool)
+    keys = c.source.keys
+    bounds: dict[str, int] = {}
+    if isinstance(plan.max_frames, int):
+        bounds = {plan.length_key or keys[0]: plan.max_frames}
+    elif isinstance(plan.max_frames, Mapping):
+        per_key: Mapping[str, int] = plan.max_frames
+        bounds = {k: int(per_key.get(k, per_key.get("*", 0))) for k in keys}
+        bounds = {k: v for k, v in bounds.items() if v > 0}
+    keep = np.ones(len(c.source), dtype=bool)
     for mask in c.source.excluded().values():
         keep &= ~np.asarray(mask, dtype=bool)
     if isinstance(plan.max_seq_length, Mapping):
         for k, limit in plan.max_seq_length.items():
             keep &= c.source.lengths(k) <= limit
-    over = np.flatnonzero(keep & (lengths > plan.max_frames))
-    if len(over):
+    for key, bound in bounds.items():
+        lengths = c.source.lengths(key)
+        over = np.flatnonzero(keep & (lengths > bound))
+        if not len(over):
+            continue
         i = int(over[0])
         option = (
             "batch_size"
             if "batch_size" in values
             else f"batch_size_{'train' if name == TRAIN else 'dev'}"
         )
+        shown = str(bound) if isinstance(plan.max_frames, int) else f"{{{key!r}: {bound}}}"
         raise OptionError(
-            f"{name} dataset ({c.kind}): {option} {plan.max_frames} is smaller than sequence "
+            f"{name} dataset ({c.kind}): {option} {shown} is smaller than sequence "
             f"{c.source.tag(i)!r} (length {int(lengths[i])} of {key!r}; {len(over)} sequence(s) "
             "like this). RETURNN gives such a sequence a batch of its own; seqloader plans no "
-            f"batch over the budget. Fix: raise {option} to >= {int(lengths[over].max())}, or set "
-            f"max_seq_length = {{{key!r}: {plan.max_frames}}} to drop them (counted in the report)"
+            f"batch over the budget. Fix: raise {option} to >= {int(lengths[over].max())} for "
+            f"{key!r}, or set max_seq_length = {{{key!r}: {bound}}} to drop them (counted in the "
+            "report)"
         )
 
 
@@ -326,8 +319,8 @@ def _plan_options(name: str, c: Converted, values: Mapping[str, Any]) -> PlanOpt
             **native,
         )
     except OptionError as e:
-        named = ", ".join(f"{k} = {v!r}" for k, v in origin.values()) or "its options"
-        raise OptionError(f"{where}: RETURNN's {named}: {e}") from e
+        named = ", ".join(f"{k} = {v!r}" for k, v in origin.values())
+        raise OptionError(f"{where}: RETURNN's {named}: {e}" if named else f"{where}: {e}") from e
     return plan
 
 
@@ -344,17 +337,18 @@ def _batch_size(
     if value is None:
         raise OptionError(f"{where}: the RETURNN config has no batch_size (RETURNN needs one too)")
     if isinstance(value, Mapping):
-        if len(value) != 1:
+        unknown = sorted(set(value) - set(keys))
+        if unknown:
             raise OptionError(
-                f"{where}: batch_size {dict(value)!r} limits several keys; seqloader bounds one "
-                "key's padded frames: give one key"
+                f"{where}: batch_size keys {unknown} are not keys of the data {list(keys)} "
+                "(RETURNN would bound nothing by them): name keys the dataset has"
             )
-        ((key, limit),) = value.items()
-        if key not in keys:
-            raise OptionError(f"{where}: batch_size key {key!r} is not one of {list(keys)}")
-        return int(limit), key
+        if len(value) == 1:
+            ((key, limit),) = value.items()
+            return int(limit), key
+        return {k: int(v) for k, v in value.items()}, None  # each named key bounded, as RETURNN
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise OptionError(f"{where}: batch_size {value!r}; expected an int or a one-key dict")
+        raise OptionError(f"{where}: batch_size {value!r}; expected an int or a dict of keys")
     try:
         return int(value), longest_key(where, int(value), source)
     except OptionError:  # seqloader's per-key bound: exact everywhere
@@ -389,7 +383,12 @@ def _length_limit(where: str, value: Any, keys: tuple[str, ...]) -> Any:
         return None
     if isinstance(value, Mapping):
         unknown = sorted(set(value) - set(keys))
-        if unknown:
-            raise OptionError(f"{where}: max_seq_length keys {unknown} are not in {list(keys)}")
-        return {k: int(v) for k, v in value.items()}
+        if unknown:  # RETURNN's LenFilterDataPipe compares only the keys a sequence has
+            warnings.warn(
+                f"{where}: max_seq_length names {unknown}, which the data does not have (its "
+                f"keys: {list(keys)}); ignored, as RETURNN ignores them",
+                stacklevel=4,
+            )
+        limits = {k: int(v) for k, v in value.items() if k in keys}
+        return limits or None
     return {k: int(value) for k in keys}

@@ -21,6 +21,8 @@ from seqloader.errors import OptionError
 from seqloader.returnn.distrib_files import distribute_files
 from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
 from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_source
+from seqloader.returnn.paths import plain_value
+from seqloader.returnn.seq_lists import meta_seq_lists, relisted
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
 from seqloader.sources.base import Source
@@ -43,8 +45,6 @@ REFUSED_OPTIONS = {
     "(seqloader.transforms)",
     "window": "RETURNN's context window joins neighbouring frames into one; do it in a transform "
     "(seqloader.transforms) or in the model",
-    "context_window": "RETURNN adds context frames around each chunk; not planned: widen the "
-    "chunks with chunking instead, or leave it out",
     "repeat_epoch": "RETURNN repeats the sequences within an epoch; use more epochs, or a mix "
     "(seqloader.ConcatSource with mix={...}) to weight corpora",
 }
@@ -68,6 +68,8 @@ NO_EFFECT = {
     "cache_byte_size": "RETURNN's in-memory cache of HDFDataset (our reads need none)",
     "use_cache_manager": "copies files to a cluster-local cache first; the data is the same",
     "estimated_num_seqs": "a hint for RETURNN's progress display",
+    "context_window": "RETURNN stores it as ctx_left / ctx_right but reads them nowhere (its "
+    "chunking, torch pipeline included, cuts chunks without context)",
 }
 EXCLUDED_REASON = "not in seq_list_filter_file"
 
@@ -92,6 +94,7 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
             f"{name} dataset: got {opts!r}; expected a dict with a 'class' (RETURNN's string "
             "dataset specs are not supported: write the dict)"
         )
+    opts = plain_value(opts)  # CachedFile(...), tk.Path, ...: their paths, as RETURNN reads them
     kind = opts["class"]
     if kind == "MetaDataset":
         return _meta(name, opts, default_ordering)
@@ -204,7 +207,23 @@ def _multi_proc(name: str, opts: dict[str, Any], default_ordering: str) -> Conve
     )
 
 
-META_OWN = ("class", "datasets", "data_map", "seq_order_control_dataset", "random_seed_offset")
+META_OWN = (
+    "class",
+    "datasets",
+    "data_map",
+    "seq_order_control_dataset",
+    "random_seed_offset",
+    "seq_list_file",
+    "data_dims",
+    "data_dtypes",
+)
+# the MetaDataset's options RETURNN reads but that leave the data as it is
+META_NO_EFFECT = {
+    "data_dims": "legacy: RETURNN only checks it names every data_map key",
+    "data_dtypes": "legacy: not used by RETURNN",
+    "partition_epoch": "with seq_order_control_dataset RETURNN takes the control dataset's order "
+    "and sub-epochs and ignores the MetaDataset's",
+}
 
 
 # the MetaDataset's own ordering options, used by RETURNN when no sub-dataset controls the order
@@ -219,7 +238,16 @@ def _meta(name: str, opts: dict[str, Any], default_ordering: str) -> Converted:
     ``data``, sorting by that dataset's ``data`` lengths (``_own_order``)."""
     where = f"{name} dataset (MetaDataset)"
     control = opts.get("seq_order_control_dataset")
-    allowed = set(META_OWN) | set(NO_EFFECT) | (set() if control else set(META_ORDER))
+    allowed = set(META_OWN) | set(NO_EFFECT) | ({"partition_epoch"} if control else set(META_ORDER))
+    if opts.get("window", 1) != 1:
+        raise OptionError(f"{where}: window {opts['window']!r}; RETURNN's MetaDataset asserts 1")
+    allowed.add("window")
+    dims = opts.get("data_dims")
+    if dims and set(opts.get("data_map") or {}) - set(dims):
+        raise OptionError(
+            f"{where}: data_dims lacks the data_map key(s) "
+            f"{sorted(set(opts['data_map']) - set(dims))}; RETURNN asserts it names every one"
+        )
     unknown = sorted(set(opts) - allowed)
     if unknown:
         raise OptionError(
@@ -241,11 +269,24 @@ def _meta(name: str, opts: dict[str, Any], default_ordering: str) -> Converted:
         if offset is not None:
             sub_opts.setdefault("random_seed_offset", offset)  # RETURNN: inherited from the parent
         converted[sub] = convert_dataset(f"{name}.{sub}", sub_opts, "default")
+    lists = meta_seq_lists(where, opts.get("seq_list_file"), used | {control})
+    sources: dict[str, Any] = {s: c.source for s, c in converted.items()}
+    if lists is not None:  # RETURNN indexes the lists by the control dataset's corpus index
+        control_tags = list(sources[control].tags)
+        if lists[control] != control_tags:
+            raise OptionError(
+                f"{where}: the seq list of the control dataset {control!r} is not its corpus "
+                f"({len(lists[control])} tags, the dataset has {len(control_tags)}; RETURNN takes "
+                "the i-th line for its i-th sequence and fails where they disagree): list its "
+                "tags in corpus order"
+            )
+        for sub in sorted(used - {control}):
+            sources[sub] = relisted(where, sub, sources[sub], lists[sub], control_tags)
     mapped = {
         out: (sub, "text" if key == "orth" and converted[sub].kind == "OggZipDataset" else key)
         for out, (sub, key) in data_map.items()
     }
-    joined = ZipSource({s: c.source for s, c in converted.items()}, mapped, control=control)
+    joined = ZipSource(sources, mapped, control=control)
     ctrl = converted[control]
     order = ctrl.source.order_lengths()
     if order is None:  # RETURNN sorts by the control's own first length column
@@ -315,9 +356,14 @@ def _own_order(
         out: (sub, "text" if key == "orth" and converted[sub].kind == "OggZipDataset" else key)
         for out, (sub, key) in data_map.items()
     }
-    joined = ZipSource({s: c.source for s, c in converted.items()}, mapped, control=default)
+    sources: dict[str, Any] = {s: c.source for s, c in converted.items()}
+    lists = meta_seq_lists(where, opts.get("seq_list_file"), used)
+    if lists is not None:  # the corpus is the default dataset's list, the others line by line
+        for sub in sorted(used):
+            sources[sub] = relisted(where, sub, sources[sub], lists[sub], lists[default])
+    joined = ZipSource(sources, mapped, control=default)
     index = joined.source_index(default)  # [n] the default dataset's corpus order
-    src = converted[default].source
+    src = sources[default]
     order = np.asarray(src.lengths("data" if "data" in src.keys else src.keys[0]))[index]
     excluded = {}
     if opts.get("seq_list_filter_file"):

@@ -19,6 +19,7 @@ import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.plan.pools import FilePools
+from seqloader.returnn.paths import plain_value
 from seqloader.returnn.view import ReturnnView
 from seqloader.sources.base import file_layout
 
@@ -165,6 +166,7 @@ def _file_list(where: str, files: Any) -> list[str]:
     comments), ``.json`` or ``.py`` (a Python literal) file holding one."""
     if callable(files):
         files = files()
+    files = plain_value(files)
     if isinstance(files, str | os.PathLike):
         path = os.fspath(files)
         ext = os.path.splitext(path)[1]
@@ -208,7 +210,7 @@ def _sub_dataset(where: str, get: Any, files: list[str]) -> dict[str, Any]:
             f"{where}: get_sub_epoch_dataset {get!r}; expected a function of the files that "
             "returns a dataset dict"
         )
-    whole, one = get(list(files)), get(list(files[:1]))
+    whole, one = plain_value(get(list(files))), plain_value(get(list(files[:1])))
     fix = (
         "get_sub_epoch_dataset must return {'class': 'HDFDataset', 'files': <the files it is "
         "given>, 'seq_ordering': ...} (other options alike for any files); for other "
@@ -220,7 +222,7 @@ def _sub_dataset(where: str, get: Any, files: list[str]) -> dict[str, Any]:
             raise OptionError(f"{where}: get_sub_epoch_dataset returned a {kind!r}; {fix}")
         listed = got.get("files")
         listed = [listed] if isinstance(listed, str | os.PathLike) else list(listed or [])
-        names = [os.fspath(getattr(f, "filename", f)) for f in listed]  # CachedFile: its file
+        names = [os.fspath(f) for f in listed]
         if names != given:
             raise OptionError(
                 f"{where}: get_sub_epoch_dataset({given[:2]}...) returned an HDFDataset over "

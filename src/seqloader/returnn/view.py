@@ -30,7 +30,8 @@ from seqloader.sources.base import (
 
 
 class ReturnnView:
-    """``inner`` restricted to ``indices`` (None: all, in order) with planning hints."""
+    """``inner`` restricted to ``indices`` (None: all, in order) with planning hints; ``tags``:
+    the tags to report instead of ``inner``'s (RETURNN's MetaDataset ``seq_list_file``)."""
 
     def __init__(
         self,
@@ -41,6 +42,7 @@ class ReturnnView:
         excluded: Mapping[str, np.ndarray] | None = None,
         pools: FilePools | None = None,
         selections: tuple[EpochSelection, ...] = (),
+        tags: Sequence[str] | None = None,
     ) -> None:
         self._inner = inner
         self._pools = pools
@@ -52,8 +54,15 @@ class ReturnnView:
         for what, arr in [("order_lengths", order_lengths), *self._excluded.items()]:
             if arr is not None and len(arr) != n:
                 raise ValueError(f"ReturnnView {what}: got {len(arr)} entries, expected {n}")
+        if tags is not None and len(tags) != n:
+            raise ValueError(f"ReturnnView tags: got {len(tags)} entries, expected {n}")
+        self._renamed = tags is not None  # RETURNN's MetaDataset seq list: the parent's tags
         self._tags: Sequence[str] = (
-            inner.tags if self._indices is None else [inner.tag(int(i)) for i in self._indices]
+            tags
+            if tags is not None
+            else inner.tags
+            if self._indices is None
+            else [inner.tag(int(i)) for i in self._indices]
         )
 
     # ---- planning hints (seqloader.sources.base.PlanHints) ----
@@ -106,10 +115,13 @@ class ReturnnView:
         return self._inner.read(inner)
 
     def fingerprint(self) -> str:
-        if self._indices is None:
+        if self._indices is None and not self._renamed:
             return self._inner.fingerprint()
         h = hashlib.sha256(self._inner.fingerprint().encode())
-        h.update(self._indices.tobytes())
+        if self._indices is not None:
+            h.update(self._indices.tobytes())
+        if self._renamed:
+            h.update("\0".join(self._tags).encode())
         return h.hexdigest()[:32]
 
     # ---- optional abilities (seqloader.sources.base), passed on from the wrapped source ----
