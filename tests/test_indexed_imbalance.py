@@ -194,7 +194,7 @@ def test_the_loader_report_never_materialises_every_rank(monkeypatch, distributi
 def test_the_table_figure_is_computed_when_read_without_a_thread(monkeypatch) -> None:
     """Milliseconds at any size: no thread is started for it at the epoch boundary."""
     import seqloader as sl
-    import seqloader.trainer.report as report_module
+    import seqloader.plan.indexed as indexed_module
 
     threads: list[str] = []
 
@@ -202,7 +202,7 @@ def test_the_table_figure_is_computed_when_read_without_a_thread(monkeypatch) ->
         threads.append(threading.current_thread().name)
         return table_imbalance(*args)
 
-    monkeypatch.setattr(report_module, "table_imbalance", recording)
+    monkeypatch.setattr(indexed_module, "table_imbalance", recording)
     lengths = np.random.default_rng(4).integers(1, 60, size=200)
     src = sl.MemorySource({"data": [np.zeros((int(t), 1), np.float32) for t in lengths]})
     loader = sl.SeqLoader(

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -102,3 +103,17 @@ def step_imbalance(
     mean = per.mean(axis=1)
     ratio = np.divide(per.max(axis=1), mean, out=np.ones_like(mean), where=mean > 0)
     return float(ratio.mean())
+
+
+@dataclass(frozen=True)
+class PlannedImbalance:
+    """A plan's ``step_imbalance`` as its planner computes it: ``compute()`` gives the figure;
+    ``cheap``: milliseconds (computed when first read), else O(n) (computed on a thread of its
+    own, off the training loop).
+
+    >>> PlannedImbalance(lambda: 1.25, cheap=True).compute()
+    1.25
+    """
+
+    compute: Callable[[], float]
+    cheap: bool = False

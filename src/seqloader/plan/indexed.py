@@ -33,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from itertools import pairwise
 
 import numpy as np
@@ -41,10 +42,17 @@ from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
 from seqloader.plan.buckets import bucket_edges
+from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files, units_of
 from seqloader.plan.histogram import BucketIndex, batch_sizes, build_bucket_index
 from seqloader.plan.indexed_files import Segment, Units
+from seqloader.plan.indexed_imbalance import (
+    bucket_costs,
+    files_imbalance,
+    rankwise_imbalance,
+    table_imbalance,
+)
 from seqloader.plan.indexed_mix import IndexedMix
 from seqloader.plan.indexed_plan import Draw, IndexedPlan, MemberDraw, RankwisePlan
 from seqloader.plan.keyed import resolve_keyed
@@ -613,6 +621,19 @@ class IndexedPlanner(Planner):
             if len(seqs):
                 return seqs[:1]
         return np.zeros(1, dtype=np.int64)
+
+    def step_imbalance(self, plan: GlobalPlan, from_step: int) -> PlannedImbalance:
+        """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
+        without every rank's batches (``seqloader.plan.indexed_imbalance``): ``shard`` off the
+        batch table (milliseconds), ``files`` from counts, rank by rank."""
+        costs = bucket_costs(self)
+        if isinstance(plan, IndexedPlan):
+            return PlannedImbalance(partial(table_imbalance, plan, costs, from_step), cheap=True)
+        if isinstance(plan, RankwisePlan) and plan.planned_costs is not None:
+            return PlannedImbalance(partial(files_imbalance, plan, costs, from_step))
+        if isinstance(plan, RankwisePlan):
+            return PlannedImbalance(partial(rankwise_imbalance, plan, self.costs, from_step))
+        return PlannedImbalance(partial(plan.batch_imbalance, from_step, self.costs))
 
     def fingerprint(self, source_fingerprint: str) -> str:
         h = hashlib.sha256()

@@ -24,13 +24,26 @@ sequences gigabytes and minutes, on every rank), so:
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.histogram import BucketIndex
 from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
+from seqloader.plan.options import PlanOptions
+
+
+class Indexed(Protocol):
+    """What ``bucket_costs`` reads of an indexed planner."""
+
+    @property
+    def options(self) -> PlanOptions: ...
+
+    @property
+    def index(self) -> BucketIndex: ...
 
 
 class StepRatios:
@@ -55,7 +68,7 @@ class StepRatios:
         return self.total / self.steps if self.steps else 1.0
 
 
-def bucket_costs(planner: IndexedPlanner) -> np.ndarray:
+def bucket_costs(planner: Indexed) -> np.ndarray:
     """Per bucket, the cost units of its longest admitted length -> int64 ``[N]``: what each
     sequence of a batch of the bucket is planned to cost."""
     return planner.options.cost.units(np.asarray(planner.index.longest))

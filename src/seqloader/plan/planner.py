@@ -25,6 +25,7 @@ from seqloader.plan.bounds import check_bins, check_chunk_units
 from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
 from seqloader.plan.chunk_batching import ChunkFits, greedy_from_fits
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
+from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
 from seqloader.plan.files import (
     EpochFiles,
@@ -662,6 +663,15 @@ class Planner:
             return self.costs[batches.seqs]
         window = self.chunks.window(self.length_key, whole, batches.chunks)
         return self.batcher.limits.units(self.length_key, window)
+
+    def step_imbalance(self, plan: GlobalPlan, from_step: int) -> PlannedImbalance:
+        """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
+        read off its batch list: O(n), so computed off the training loop."""
+        if self.chunks is None:
+            return PlannedImbalance(functools.partial(plan.batch_imbalance, from_step, self.costs))
+        return PlannedImbalance(
+            lambda: plan.batch_imbalance(from_step, self.slot_costs(plan.batches), per_slot=True)
+        )
 
     def chunk_batches(self, units: Units) -> BatchList:
         """Greedy batches over ``units`` (chunks in plan order)."""

@@ -12,7 +12,6 @@ import logging
 import sys
 import time
 from collections.abc import Generator, Mapping
-from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,8 +23,7 @@ from seqloader.loading.execute import Transform
 from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.indexed import IndexedPlanner, make_planner
-from seqloader.plan.indexed_imbalance import bucket_costs
+from seqloader.plan.indexed import make_planner
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
@@ -201,13 +199,7 @@ class SeqLoader:
             position,
             self.planner.filtered(epoch),
             planned_corpora(self.planner, epoch),
-            costs=self.planner.costs if self.planner.chunks is None else None,
-            slot_costs=None
-            if self.planner.chunks is None
-            else partial(self.planner.slot_costs, plan.batches),
-            bucket_costs=bucket_costs(self.planner)
-            if isinstance(self.planner, IndexedPlanner)
-            else None,
+            imbalance=self.planner.step_imbalance(plan, position.steps),
         )
         self._last_report = report
         auditor = None

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -13,16 +12,10 @@ import numpy as np
 from seqloader.loading.corpora import CorpusCounts
 from seqloader.loading.counts import KeyCounts
 from seqloader.plan.ahead import InBackground
-from seqloader.plan.cost import step_imbalance
-from seqloader.plan.indexed_imbalance import (
-    files_imbalance,
-    rankwise_imbalance,
-    table_imbalance,
-)
-from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
 from seqloader.trainer.corpus_report import CorpusReport, add_counts
 
 if TYPE_CHECKING:
+    from seqloader.plan.cost import PlannedImbalance
     from seqloader.plan.distribute import GlobalPlan
     from seqloader.plan.position import Position
     from seqloader.plan.topology import Topology
@@ -116,18 +109,14 @@ class EpochReport:
         position: Position,
         filtered: dict[str, int],
         corpora: dict[str, CorpusReport] | None = None,
-        costs: np.ndarray | None = None,
-        slot_costs: np.ndarray | Callable[[], np.ndarray] | None = None,
-        bucket_costs: np.ndarray | None = None,
+        imbalance: PlannedImbalance | None = None,
     ) -> EpochReport:
         """The empty report of a run of ``plan`` from ``position`` (what the epoch will contain;
-        ``corpora``: the named corpora's planned counts; ``costs``: cost units per sequence, for
-        the planned step-cost imbalance from the position's step on; ``slot_costs``: instead,
-        per slot of ``plan.batches`` (chunked plans: a slot costs its chunk), or a function
-        giving them; ``bucket_costs``: indexed plans, the planned cost per sequence of each
-        bucket, ``seqloader.plan.indexed_imbalance``). The imbalance is computed on a
-        background thread (O(n) with global planning) and waited for when ``step_imbalance`` is
-        first read, not here at the epoch boundary."""
+        ``corpora``: the named corpora's planned counts; ``imbalance``: the planned step-cost
+        imbalance from the position's step on, as the planner computes it,
+        ``Planner.step_imbalance``). Unless cheap, the imbalance is computed on a background
+        thread (O(n) with global planning) and waited for when ``step_imbalance`` is first
+        read, not here at the epoch boundary."""
         report = cls(
             position.epoch,
             topology.rank,
@@ -140,9 +129,9 @@ class EpochReport:
             resumed_at_step=position.epoch_steps,
             corpora=dict(corpora or {}),
         )
-        if costs is not None or slot_costs is not None:
-            compute = partial(planned_imbalance, plan, position, costs, slot_costs, bucket_costs)
-            if _from_table(plan, slot_costs, bucket_costs):  # milliseconds: when first read
+        if imbalance is not None:
+            compute = imbalance.compute
+            if imbalance.cheap:  # milliseconds: when first read
                 report.step_imbalance = compute  # type: ignore[assignment]
             else:  # O(n): on a thread of its own from now on, so neither the epoch boundary
                 # nor the end-of-epoch log waits for it on the training loop's thread
@@ -344,47 +333,3 @@ class EpochMeter:
         if self._t0 is not None:
             self.report.wall_s = now - self._t0
         return self.report
-
-
-def planned_imbalance(
-    plan: GlobalPlan,
-    position: Position,
-    costs: np.ndarray | None,
-    slot_costs: np.ndarray | Callable[[], np.ndarray] | None,
-    bucket_costs: np.ndarray | None = None,
-) -> float:
-    """``step_imbalance`` of ``plan`` from ``position``'s step on: per sequence ``costs``, or per
-    slot ``slot_costs`` (chunked plans: a slot costs its chunk; may be given as a function).
-    Indexed plans never materialise every rank's batches: ``shard`` reads planned costs off the
-    batch table (``bucket_costs``), ``files`` computes them from counts, rank by rank
-    (``seqloader.plan.indexed_imbalance``)."""
-    if _from_table(plan, slot_costs, bucket_costs):
-        assert isinstance(plan, IndexedPlan) and bucket_costs is not None
-        return table_imbalance(plan, bucket_costs, position.steps)
-    if slot_costs is None and _from_counts(plan, bucket_costs):
-        assert isinstance(plan, RankwisePlan) and bucket_costs is not None
-        return files_imbalance(plan, bucket_costs, position.steps)
-    if slot_costs is None and isinstance(plan, RankwisePlan) and costs is not None:
-        return rankwise_imbalance(plan, costs, position.steps)
-    b, first = plan.batches, position.steps * plan.world_size
-    start = b.bounds[min(first, len(b))]
-    seqs = b.seqs[start:]
-    if slot_costs is not None:
-        slots = slot_costs() if callable(slot_costs) else slot_costs
-        seqs, costs = np.arange(len(seqs)), slots[start:]
-    assert costs is not None
-    return step_imbalance(seqs, b.bounds[first:] - start, plan.world_size, costs)
-
-
-def _from_counts(plan: GlobalPlan, bucket_costs: np.ndarray | None) -> bool:
-    """Whether an indexed ``files`` plan's planned costs come from counts (no member drawn)."""
-    return (
-        isinstance(plan, RankwisePlan)
-        and plan.planned_costs is not None
-        and bucket_costs is not None
-    )
-
-
-def _from_table(plan: GlobalPlan, slot_costs: object, bucket_costs: np.ndarray | None) -> bool:
-    """Whether the imbalance is read off an indexed ``shard`` plan's batch table (cheap)."""
-    return slot_costs is None and isinstance(plan, IndexedPlan) and bucket_costs is not None
