@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import time
+import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -163,15 +163,26 @@ def shm_entries() -> set[str]:
     return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
 
 
-def lasting_shm_entries(before: set[str], settle_s: float = 1.0) -> set[str]:
-    """/dev/shm entries new since ``before`` that are still there ``settle_s`` later. /dev/shm is
-    shared by every process on the machine: other programs' multiprocessing semaphores
-    (``sem.mp-*``) exist there for an instant between creation and unlink; a leak stays."""
-    new = shm_entries() - before
-    if new:
-        time.sleep(settle_s)
-        new &= shm_entries()
-    return new
+def _foreign(entry: str, ours: set[int]) -> bool:
+    """Whether a /dev/shm entry is another program's, seen in the instant it exists. /dev/shm is
+    shared by every process on the machine: torch names its segments ``torch_<creator pid>_...``
+    and unlinks them at once (file-descriptor sharing), multiprocessing unlinks its semaphores
+    (``sem.mp-*``) right after creating them. A live creator outside this process tree is
+    another program's; a name whose creator has exited, or any other name, stays a leak."""
+    if entry.startswith("sem.mp-"):
+        return True
+    if entry.startswith("torch_"):
+        pid = entry.split("_")[1]
+        return pid.isdigit() and int(pid) not in ours and psutil.pid_exists(int(pid))
+    return False
+
+
+def new_shm_entries(before: set[str]) -> set[str]:
+    """/dev/shm entries new since ``before`` that are not another program's (``_foreign``):
+    decided by who created them, not by waiting to see whether they go away."""
+    me = psutil.Process()
+    ours = {me.pid, *(p.pid for p in me.children(recursive=True))}
+    return {e for e in shm_entries() - before if not _foreign(e, ours)}
 
 
 def shm_mappings() -> list[str]:
@@ -189,3 +200,16 @@ def resources() -> dict[str, object]:
         "shm": shm_entries(),
         "shm_mappings": shm_mappings(),
     }
+
+
+def queue_feeders() -> set[threading.Thread]:
+    """multiprocessing's queue feeder threads alive now."""
+    return {t for t in threading.enumerate() if t.name == "QueueFeederThread"}
+
+
+def queue_feeders_done(before: set[threading.Thread]) -> None:
+    """Wait until the queue feeder threads started since ``before`` have exited: a closed queue's
+    feeder closes its pipe's write end when it finishes, after ``close()`` returned. An event to
+    wait on, so a later look at the open fds is exact."""
+    for thread in queue_feeders() - before:
+        thread.join()

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 
-TIMEOUT_S = 30  # per case; a healthy case takes milliseconds
+TIMEOUT_S = 60  # per case, after the runner's start-up; a healthy case takes milliseconds
 KEYS = {"data": "inputs", "classes": "targets/data/classes"}
 
 
@@ -82,6 +82,7 @@ def oracle(path: str, keys: list[str]) -> dict:
 def runner_main() -> None:
     from seqloader.errors import SeqLoaderError
 
+    print("ready", flush=True)  # imports done: the parent's per-case timeout starts after this
     for line in sys.stdin:
         req = json.loads(line)
         try:
@@ -122,6 +123,10 @@ class Runner:
     def ask(self, path: str, use_mmap: bool) -> dict:
         if self.proc is None or self.proc.poll() is not None:
             self.proc = self._start()
+            # start-up (imports) is waited for as an event, outside the per-case timeout, so a
+            # loaded machine's slow start is never taken for a hang
+            ready = self.proc.stdout.readline()
+            assert ready == "ready\n", f"the runner did not start: {ready!r}"
         proc = self.proc
         proc.stdin.write(json.dumps({"path": path, "mmap": use_mmap}) + "\n")
         proc.stdin.flush()
@@ -422,7 +427,7 @@ def test_runner_reports_crashes_and_hangs():
         )
 
     r = Runner(timeout_s=1)
-    r._start = fake("import os, sys; sys.stdin.readline(); os.abort()")  # type: ignore[method-assign]
+    r._start = fake("import os, sys; print('ready', flush=True); sys.stdin.readline(); os.abort()")  # type: ignore[method-assign]
     assert r.ask("x", True)["status"] == "crash"
-    r._start = fake("import time; time.sleep(60)")  # type: ignore[method-assign]
+    r._start = fake("import time; print('ready', flush=True); time.sleep(60)")  # type: ignore[method-assign]
     assert r.ask("x", True)["status"] == "hang" and r.proc is None  # killed, not waited on

@@ -5,40 +5,49 @@ also with its epoch generator abandoned mid-way, which persistent workers must s
 from __future__ import annotations
 
 import gc
-import time
 
 import pytest
 
 import seqloader as sl
-from conftest import children, resources, summary
+from conftest import (
+    children,
+    new_shm_entries,
+    queue_feeders,
+    queue_feeders_done,
+    resources,
+    summary,
+)
 
 OPTIONS = {"ordering": "laplace:.6", "max_seqs": 3, "seed": 2}
 
 
 @pytest.fixture
 def baseline(index_source):
-    """Resources after one full warm-up run (torch opens a few things once per process)."""
+    """Resources after one full warm-up run (torch opens a few things once per process), and the
+    queue feeder threads alive then."""
     with sl.SeqLoader(index_source, num_workers=2, **OPTIONS) as loader:
         list(loader.epoch(1))
     gc.collect()
-    return resources()
+    return {**resources(), "feeders": queue_feeders()}
 
 
 def leaks(before: dict) -> dict:
-    """What exists now and did not before (something released since is not a leak)."""
+    """What exists now and did not before (something released since is not a leak); /dev/shm
+    names only of this process tree (other programs' come and go there)."""
     now = resources()
-    return {k: sorted(set(now[k]) - set(before[k])) for k in before if set(now[k]) - set(before[k])}
+    now["shm"] = new_shm_entries(before["shm"])
+    return {k: sorted(set(now[k]) - set(before[k])) for k in now if set(now[k]) - set(before[k])}
 
 
-def assert_released(before: dict, timeout: float = 10.0) -> None:
-    """Worker processes exit asynchronously: poll until nothing is left over (or time runs out)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        gc.collect()
-        left = leaks(before)
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+def assert_released(before: dict) -> None:
+    """Nothing left over once the loader's workers have exited (joined by close) and the queue
+    feeder threads it started have finished (they close their pipes after ``close()`` returns):
+    waits on those events, never on a deadline."""
+    gc.collect()  # a loader only garbage-collected shuts its workers down here
+    assert not children()
+    queue_feeders_done(before["feeders"])
+    gc.collect()
+    left = leaks(before)
     assert not left, f"leaked: {left}"
 
 

@@ -208,7 +208,9 @@ def test_cache_clean_by_age_keeps_recent(cache, capsys):
 
 def test_cache_clean_superseded_keeps_the_newest(cache, capsys):
     first = sl.prepare(corpus(), **OPTIONS)
-    time.sleep(0.01)
+    an_hour_ago = time.time() - 3600  # built before the second (not: a moment passed in between)
+    for store in first.stores:
+        os.utime(store.path, (an_hour_ago, an_hour_ago))
     data = [np.zeros((i % 5 + 2, 2), "float32") for i in range(40)]  # the data changed
     changed = sl.MemorySource({"data": data}, tags=[f"rec{i}" for i in range(40)])
     second = sl.prepare(changed, **OPTIONS)

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import warnings
 
 import h5py
@@ -265,33 +264,36 @@ def test_audio_decode_failure_in_a_worker_names_the_manifest_line(tmp_path):
 # ---- interrupted write ----
 _WRITER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     import numpy as np
     import seqloader as sl
 
-    class Slow(sl.MemorySource):
+    class Stalls(sl.MemorySource):
         def read(self, index):
-            time.sleep(0.02)
+            if index == 50:  # mid-way through the file: say so, then wait to be killed
+                print("writing", flush=True)
+                sys.stdin.read()
             return super().read(index)
 
-    data = [np.full((50, 4), i, np.float32) for i in range(2000)]
-    sl.write_hdf(sys.argv[1], Slow({"data": data}))
+    data = [np.full((50, 4), i, np.float32) for i in range(200)]
+    sl.write_hdf(sys.argv[1], Stalls({"data": data}))
     """
 )
 
 
 def test_write_killed_midway_never_leaves_a_half_file_under_the_name(tmp_path):
     dest = tmp_path / "out.hdf"
-    proc = subprocess.Popen([sys.executable, "-c", _WRITER, str(dest)])
-    try:
-        deadline = time.monotonic() + 60
-        while not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]:
-            assert time.monotonic() < deadline and proc.poll() is None, "writer did not start"
-            time.sleep(0.05)
-        time.sleep(0.5)  # well inside the ~40 s of writing
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(dest)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:  # the writer says when it is mid-way (an event, not a time)
+        assert proc.stdout is not None and proc.stdout.readline() == "writing\n", "no write"
     finally:
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.communicate()
     assert not dest.exists()
     leftovers = [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
     assert leftovers and all(p.startswith(".out.hdf.") for p in leftovers)  # hidden, named

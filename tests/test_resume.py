@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
 from collections.abc import Callable
 from functools import cache
@@ -397,10 +396,11 @@ def test_resume_with_dataloader_workers(workers: dict, interrupt: str) -> None:
 
 class ReadLog:
     """A source that appends every sequence index it reads (in any process) to a file, so a test
-    can see what the workers prefetched."""
+    can see what the workers prefetched, and writes a byte to the pipe ``wake`` after each (forked
+    workers inherit it), so the test can wait for a read as an event."""
 
-    def __init__(self, source: sl.MemorySource, path: Path) -> None:
-        self.source, self.path = source, str(path)
+    def __init__(self, source: sl.MemorySource, path: Path, wake: int) -> None:
+        self.source, self.path, self.wake = source, str(path), wake
 
     def __getattr__(self, name: str):
         return getattr(self.source, name)
@@ -414,6 +414,7 @@ class ReadLog:
             os.write(fd, f"{index}\n".encode())
         finally:
             os.close(fd)
+        os.write(self.wake, b".")
         return self.source.read(index)
 
     def __repr__(self) -> str:
@@ -430,7 +431,8 @@ def test_prefetched_batches_are_not_consumed(tmp_path: Path, workers: int, resum
     """Workers read ahead (prefetch), but the state counts only the batches the loop received;
     resuming with another worker count continues with the very next batch."""
     log = tmp_path / "reads"
-    src = ReadLog(corpus(60, seed=1), log)
+    woken, wake = os.pipe()
+    src = ReadLog(corpus(60, seed=1), log, wake)
     options = {"ordering": "random", "max_seqs": 1, "seed": 5}
     reference = run_all(loader_factory(src.source, **options), 1, 1)
     loader = sl.SeqLoader(
@@ -438,12 +440,13 @@ def test_prefetched_batches_are_not_consumed(tmp_path: Path, workers: int, resum
     )
     k = 7
     head = consume([loader], 1, 1, limit=k)
-    deadline = time.monotonic() + 60  # wait for the read-ahead to happen (a condition, not timing)
-    while reads(log) <= k and time.monotonic() < deadline:
-        time.sleep(0.05)
+    while reads(log) <= k:  # wait for the workers' read-ahead: each read wakes us (an event)
+        os.read(woken, 1)
     assert reads(log) > k, "the workers did not read ahead; the test proves nothing"
     state = take_state([loader])
     loader.close()
+    os.close(woken)
+    os.close(wake)
     assert (state["steps"], state["seqs_consumed"], state["epoch_complete"]) == (k, k, False)
     resumed = sl.SeqLoader(src.source, rank=0, world_size=1, num_workers=resume_workers, **options)
     resumed.load_state_dict(state)

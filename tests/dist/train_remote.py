@@ -7,7 +7,9 @@
 rank its own), ``cache_bytes`` and loader options. Every step all-reduces one number (unequal steps
 hang, and the test's timeout fails it); each batch's tags go to a per-rank log; after each step
 rank 0 writes the loader state (atomically). ``--kill-at EPOCH:STEP`` makes rank 0 SIGKILL itself
-right after saving that step's state; ``--resume`` continues from the saved state.
+right after saving that step's state; ``--resume`` continues from the saved state;
+``--finish-look-ahead`` waits for the prefetcher's files of the epoch after the last before the
+job ends (so what was fetched ahead does not depend on how fast the job ran).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, nargs="+", default=[1])
     p.add_argument("--kill-at")
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--finish-look-ahead", action="store_true")
     args = p.parse_args()
     spec = json.loads(args.spec.read_text())
     dist.init_process_group("gloo")
@@ -70,6 +73,8 @@ def main() -> None:
                 "fetch_wait_s": report.fetch_wait_s,
                 "cache_high_water_bytes": report.cache_high_water_bytes,
             }
+    if args.finish_look_ahead and loader._prefetch is not None:
+        loader._prefetch.wait()  # the last epoch's look-ahead ends before the job does
     loader.close()
     write_json_atomic(result_path(args.out, args.phase, rank), result)
     dist.barrier()

@@ -43,7 +43,7 @@ from seqloader.trainer.checks import BatchChecks, CheckOptions, check_source
 from seqloader.trainer.corpus_report import planned_corpora
 from seqloader.trainer.loader_options import LoaderKeywords, WorkerOptions, merge_options
 from seqloader.trainer.prefetch import PlanPrefetch
-from seqloader.trainer.report import EpochReport
+from seqloader.trainer.report import Clock, EpochReport
 from seqloader.validate import Policy, int_option
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ class SeqLoader:
     ``checks=CheckOptions(...)``) or as keyword arguments of the first two
     (``ordering=..., max_frames=..., num_workers=...``; see ``LoaderKeywords``); ``audit=True`` is
     short for ``CheckOptions(audit="error")``. Rank and world size come from the arguments, else
-    ``torch.distributed``, else ``RANK``/``WORLD_SIZE``.
+    ``torch.distributed``, else ``RANK``/``WORLD_SIZE``. ``clock``: the time source of the epoch
+    reports (seconds; ``time.perf_counter``), replaceable so a test can drive it.
 
     >>> src = sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5, 2, 4)]})
     >>> loader = SeqLoader(src, max_seqs=2, ordering="sorted", seed=1)
@@ -85,6 +86,7 @@ class SeqLoader:
         transform: Transform | None = None,
         checks: CheckOptions | None = None,
         audit: bool | Policy | None = None,
+        clock: Clock = time.perf_counter,
         **options: Unpack[LoaderKeywords],
     ) -> None:
         merged = merge_options(plan, workers, checks, audit, options)
@@ -101,6 +103,7 @@ class SeqLoader:
                 f"{source!r} {needs.why}, but no transform is given. Fix: {needs.fix}"
             )
         self.transform = transform
+        self.clock = clock
         lengths = {k: source.lengths(k) for k in source.keys}
         inputs = plan_inputs(source)
         self.planner = make_planner(
@@ -183,7 +186,7 @@ class SeqLoader:
         The first call compares plan fingerprint, epoch, world size and resume position across
         ranks (one ``all_gather`` when torch.distributed is initialized; C7). The epoch's report
         (``report()``) measures from this call on, as the training loop experiences it."""
-        started = time.perf_counter()
+        started = self.clock()
         epoch = int_option("epoch", epoch, 1, expected=EPOCH_EXPECTED)
         if not self._checked_ranks:
             check_same_plan(self._agreement(epoch), {"source_fingerprint": repr(self.source)})
@@ -225,6 +228,7 @@ class SeqLoader:
             tag=self.source.tag,
             started=started,
             prefetched=None if self._prefetch is None else self._prefetch.counts,
+            clock=self.clock,
         )
 
     # ---- what defines the plans ----

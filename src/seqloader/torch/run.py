@@ -9,6 +9,7 @@ as consumed (``LoaderState.consumed``). Everything else was done where the batch
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Generator
 
 from seqloader.plan.batches import BatchList
@@ -20,7 +21,7 @@ from seqloader.torch.worker_errors import EpochWatch
 from seqloader.trainer.audit import EpochAuditor
 from seqloader.trainer.checks import BatchChecks
 from seqloader.trainer.release import release
-from seqloader.trainer.report import EpochMeter, EpochReport
+from seqloader.trainer.report import Clock, EpochMeter, EpochReport
 
 log = logging.getLogger("seqloader")
 
@@ -37,15 +38,17 @@ def run_epoch(
     tag: Callable[[int], str],
     started: float | None = None,
     prefetched: Callable[[], tuple[int, int]] | None = None,
+    clock: Clock = time.perf_counter,
 ) -> Generator[Batch, None, None]:
     """Yield ``share`` (this rank's batches from the run's first step) as ``Batch`` es.
 
-    ``started``: when the loop asked for the epoch (``time.perf_counter()``); the report's clock
-    starts there, so everything before the first batch is data wait (``EpochMeter``).
+    ``started``: when the loop asked for the epoch (read off ``clock``, the report's time source);
+    the report's clock starts there, so everything before the first batch is data wait
+    (``EpochMeter``).
     ``prefetched()``: what the remote files' prefetcher fetched, counted at the end
     (``PlanPrefetch.counts``)."""
     # an epoch without batches for this rank has nothing to measure
-    meter = EpochMeter(report, length_key, started=started if len(share) else None)
+    meter = EpochMeter(report, length_key, clock, started=started if len(share) else None)
     finished = False
     watch: EpochWatch | None = None
     handed: Batch | None = None  # the batch the loop holds: freed at the next request

@@ -133,6 +133,14 @@ class PlanPrefetch:
             "fewer files, or distribution='files' so each rank reads only its own files."
         )
 
+    def wait(self) -> None:
+        """Until this epoch's look-ahead is done: every file of the window fetched (or failed and
+        left to its reader). An event, not a time: for a job that ends right after its last
+        epoch and wants the next one's files in the cache (and for tests that count fetches)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join()
+
     def close(self) -> None:
         """The loader closes: stop fetching and withdraw this loader's needs note."""
         self.stop()

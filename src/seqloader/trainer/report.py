@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from seqloader.trainer.audit import AuditResult
 
 
+#: Seconds from an arbitrary start (``time.perf_counter`` by default): the report's and the loop-side
+#: measurement's only time source, so tests drive a fake one and compare exactly.
+Clock = Callable[[], float]
+
 WAIT_BINS = 32  # bin i counts waits in [2^(i-1), 2^i) µs (bin 0: under 1 µs); the last is open
 
 
@@ -256,7 +260,7 @@ class EpochMeter:
         self,
         report: EpochReport,
         length_key: str,
-        clock: Callable[[], float] = time.perf_counter,
+        clock: Clock = time.perf_counter,
         started: float | None = None,
     ) -> None:
         self.report = report
