@@ -19,7 +19,7 @@ import seqloader as sl
 from conftest import batch_record
 from seqloader.errors import DataError, DataWarning, OptionError
 from seqloader.shards import ShardSource
-from seqloader.shards.layouts import expand_braces
+from seqloader.shards.layouts import expand_braces, nemo_paths
 from seqloader.sources.tar_index import scan_tar
 from shard_corpora import audio_corpus, tar_of, wav
 
@@ -130,7 +130,7 @@ def test_nemo_manifest_schema_and_patterns(corpus, tmp_path) -> None:
 
 
 def test_brace_patterns() -> None:
-    assert expand_braces("a__OP_0..2_CL_.tar") == ["a_0.tar", "a_1.tar", "a_2.tar"]
+    assert nemo_paths("a__OP_0..2_CL_.tar") == ["a_0.tar", "a_1.tar", "a_2.tar"]
     assert expand_braces("s-{008..010}.tar") == ["s-008.tar", "s-009.tar", "s-010.tar"]
     assert expand_braces("{x,y}/{1..2}") == ["x/1", "x/2", "y/1", "y/2"]
 
@@ -269,17 +269,25 @@ def test_listing_and_tar_disagree(tmp_path, members, names, problem) -> None:
 
 
 def test_truncated_tar_names_shard_and_member(tmp_path) -> None:
-    manifest, tar = nemo_dir(
-        tmp_path,
-        [("a.wav", wav()), ("b.wav", wav(0.5))],
-        [{"audio_filepath": n, **ENTRY} for n in ("a.wav", "b.wav")],
-    )
+    """Cut inside a member's data, inside the next header, or exactly between two members (no
+    end-of-archive blocks, which tarfile passes over quietly): each names the shard and the member
+    cut (or the last one whole); the cut between members is counted under on_error='skip'."""
+    entries = [{"audio_filepath": n, **ENTRY} for n in ("a.wav", "b.wav")]
+    manifest, tar = nemo_dir(tmp_path, [("a.wav", wav()), ("b.wav", wav(0.5))], entries)
     data = Path(tar).read_bytes()
-    Path(tar).write_bytes(data[: 512 * 3 + 1000])  # cut inside b.wav
-    with pytest.raises(
-        DataError, match=r"audio_0.tar.* truncated after member 'a.wav'.*Fix: copy or upload"
-    ):
-        ShardSource.nemo(manifest, tar, index_dir=tmp_path)
+    b_header = scan_tar(tar).header[1]  # a.wav's data ends in the block before
+    cuts = {
+        512 * 3 + 1000: r"truncated inside member 'a.wav' \(it is cut off\)",
+        b_header + 100: r"truncated after member 'a.wav' \(the next header is cut off\)",
+        b_header: r"ends after member 'a.wav': tar cut off between members. Fix: copy or upload",
+    }
+    for n, (cut, message) in enumerate(cuts.items()):
+        Path(tar).write_bytes(data[:cut])
+        with pytest.raises(DataError, match=rf"audio_0.tar'? .*{message}"):
+            ShardSource.nemo(manifest, tar, index_dir=tmp_path / f"i{n}")
+    with pytest.warns(DataWarning, match="1 x tar cut off between members"):
+        src = ShardSource.nemo(manifest, tar, index_dir=tmp_path / "skip", on_error="skip")
+    assert src.problems == {"tar cut off between members": 1, "entry without member": 1}
 
 
 def test_shard_changed_after_indexing(tmp_path) -> None:

@@ -53,7 +53,9 @@ def test_nemo_and_webdataset_urls(s3: S3, tmp_path) -> None:
     src = corpus["source"]
     tars, listings = upload(s3, corpus["nemo"], "nemo")
     opts = {"cache_dir": tmp_path / "cache", "storage_options": s3.options}
-    nemo = ShardSource.nemo(listings, tars, **opts)
+    with pytest.raises(sl.OptionError, match=r"rate is not known at open.*pass sample_rate"):
+        ShardSource.nemo(listings, tars, **opts)  # remote members' headers arrive later
+    nemo = ShardSource.nemo(listings, tars, sample_rate=16000, **opts)
     wds = ShardSource.webdataset(upload(s3, corpus["webdataset"], "wds")[0], **opts)
     for i in range(len(src)):
         assert bytes(nemo.read(i)["text"]) == bytes(src.read(i)["text"])
@@ -75,7 +77,7 @@ def test_remote_shard_problems_found_on_arrival(s3: S3, tmp_path) -> None:
     ]
     manifest.write_text("".join(json.dumps(e) + "\n" for e in lines))
     urls = [s3.upload(tar, "bad/audio_0.tar")], [s3.upload(manifest, "bad/manifest_0.json")]
-    opts = {"cache_dir": tmp_path / "cache", "storage_options": s3.options}
+    opts = {"cache_dir": tmp_path / "cache", "storage_options": s3.options, "sample_rate": 16000}
     strict = ShardSource.nemo(urls[1], urls[0], **opts)
     with pytest.raises(
         sl.DataError, match=r"audio_0.tar.*line 3, key 'c'\): entry without member. Fix"

@@ -9,11 +9,16 @@ the tars' headers (member offsets and sizes), keyed by the identity of every fil
   ``frames`` / ``dim`` (int32 feature frames and features per frame, -1: not given)
 - ``text`` (strings; ``meta["texts"]`` says whether every entry has one), ``line`` (int64, the
   listing line, 0 for WebDataset)
+- ``want`` (strings: the key of the member an entry reads; NeMo's ``-subN`` entries share their
+  recording's), ``offset`` (float64 s: NeMo's segment start in its member, -1: the whole member)
 - ``header`` / ``size`` (int64: the member's header block offset and data size; -1: no member,
   -2: not indexed yet, for a remote shard indexed when its copy arrives)
 - ``bounds`` (int64 ``[F + 1]``: shard f holds rows ``[bounds[f], bounds[f + 1])``)
 
-Problems (an entry without member, a member without entry, a key twice) raise a ``DataError``
+Rates are the audio's own: Lhotse's cuts carry them, and NeMo and WebDataset members' headers are
+read (their first 64 KiB); a listing's rate field is never trusted. Problems (an entry without
+member, a member without entry, a key twice, a tar cut off between members, NeMo entries of a
+shard whose tar is not given) raise a ``DataError``
 naming the shard, the member and the fix, or under ``on_error="skip"`` are counted in
 ``meta["problems"]`` (with an example each) and reported by the source; an entry without its member
 stays in the plan and is skipped when read, counted in the epoch report.
@@ -23,13 +28,14 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
 
 from seqloader.audio.manifest import import_soundfile
-from seqloader.errors import DataError
+from seqloader.errors import DataError, OptionError
 from seqloader.shards.layouts import (
     AUDIO_EXTS,
     Entry,
@@ -47,6 +53,10 @@ FIXES = {
     "member without entry": "add an entry for it to the listing, or remove it from the tar",
     "duplicate key": "give every sequence a unique id (cut id / audio_filepath / key)",
     "duplicate member": "re-create the tar with each member once",
+    "tar cut off between members": "copy or upload the shard again (compare its size with the "
+    "original); its end-of-archive blocks are missing, so members after the cut are lost",
+    "entry of a shard not given": "give every tar the manifest's shard_ids name (audio_N.tar for "
+    "shard_id N), or one manifest per tar",
 }
 
 
@@ -90,9 +100,13 @@ def match(
     label: str,
     listing: str,
     problems: Problems,
+    wants: list[str] | None = None,
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
-    """Each entry's data member (entry i has key ``keys[i]``, listing line ``lines[i]``): (names,
-    header offsets, sizes), -1 where it has none."""
+    """Each entry's data member (entry i has key ``keys[i]``, listing line ``lines[i]`` and wants
+    the member of key ``wants[i]``, default its own key; NeMo's ``-subN`` entries share one):
+    (names, header offsets, sizes), -1 where it has none."""
+    check_ended(members, label, problems)
+    wants = keys if wants is None else wants
     by_key: dict[str, int] = {}
     absent: set[str] = set()
     for m, name in enumerate(members.names):
@@ -111,24 +125,36 @@ def match(
     header = np.full(n, -1, dtype=np.int64)
     size = np.full(n, -1, dtype=np.int64)
     seen: set[str] = set()
+    used: set[str] = set()
     for i, key in enumerate(keys):
         at = f"{listing} line {lines[i]}, " if lines[i] else ""
-        where = f"tar shard {label!r} ({at}key {key!r})"
+        want = wants[i]
+        of = f", its member {want!r} + any audio extension" if want != key else ""
+        where = f"tar shard {label!r} ({at}key {key!r}{of})"
         if key in seen:
             problems.add("duplicate key", where)
             continue
         seen.add(key)
-        found = by_key.get(key)
+        found = by_key.get(want)
         if found is None:
-            problems.add("entry without member", where + (" (.nodata)" if key in absent else ""))
+            problems.add("entry without member", where + (" (.nodata)" if want in absent else ""))
             continue
+        used.add(want)
         names[i] = members.names[found]
         header[i] = members.header[found]
         size[i] = members.size[found]
     for key, m in by_key.items():
-        if key not in seen:
+        if key not in used:
             problems.add("member without entry", f"tar shard {label!r} member {members.names[m]!r}")
     return names, header, size
+
+
+def check_ended(members: TarMembers, label: str, problems: Problems) -> None:
+    """A tar without its end-of-archive blocks was cut off between two members: members after
+    the cut are lost, which no listing can show for WebDataset."""
+    if not members.ended:
+        last = f"after member {members.names[-1]!r}" if members.names else "at its start"
+        problems.add("tar cut off between members", f"tar shard {label!r} ends {last}")
 
 
 def index_members(layout: Layout, local_tar: str, label: str) -> TarMembers:
@@ -144,9 +170,10 @@ def index_members(layout: Layout, local_tar: str, label: str) -> TarMembers:
 def webdataset_entries(
     members: TarMembers, local_tar: str, label: str, problems: Problems
 ) -> list[Entry]:
-    """Entries of a WebDataset tar, from its ``KEY.json`` (``duration``, ``text``, ...) and
-    ``KEY.txt`` members (small reads); a key without a duration gets it from its audio member's
-    header (soundfile's ``info``, no decoding)."""
+    """Entries of a WebDataset tar, from its ``KEY.json`` (``duration``, ``text``) and ``KEY.txt``
+    members (small reads). The rate is always the audio's own (its header), never a JSON field;
+    a key without a duration gets it from the whole audio member's header (soundfile's ``info``,
+    no decoding)."""
     groups: dict[str, dict[str, int]] = {}
     order: list[str] = []
     for m, name in enumerate(members.names):
@@ -175,8 +202,8 @@ def webdataset_entries(
                     info = json.loads(read(exts["json"]))
                 except ValueError as e:
                     raise DataError(
-                        f"tar shard {label!r} member {key}.json: not valid JSON ({e}). Fix: "
-                        "re-create the member"
+                        f"tar shard {label!r} member {members.names[exts['json']]}: not valid "
+                        f"JSON ({e}). Fix: re-create the member"
                     ) from e
                 if not isinstance(info, dict):
                     info = {}
@@ -184,30 +211,73 @@ def webdataset_entries(
             if "txt" in exts:
                 text = read(exts["txt"]).decode("utf-8", "surrogateescape").strip()
             audio = next((x for x in exts if x in AUDIO_EXTS), None)
-            duration, rate, samples = info.get("duration"), info.get("sampling_rate"), None
-            if audio is not None and not isinstance(duration, int | float):
-                sf = import_soundfile()
-                try:
-                    meta = sf.info(io.BytesIO(read(exts[audio])))
-                except Exception as e:
-                    raise DataError(
-                        f"tar shard {label!r} member {key}.{audio}: cannot read its audio header "
-                        f"({type(e).__name__}: {e}). Fix: re-create the member"
-                    ) from e
-                rate, samples = int(meta.samplerate), int(meta.frames)
-                duration = samples / rate
+            duration, rate, samples = info.get("duration"), None, None
+            if audio is not None:
+                m = exts[audio]
+                whole = not isinstance(duration, int | float)
+                rate, frames = audio_header(fd, members, m, label, whole)
+                if whole:
+                    samples = frames
+                    duration = frames / rate
             out.append(
                 Entry(
                     key=key,
                     tag=key,
                     line=0,
                     duration=float(duration) if isinstance(duration, int | float) else 0.0,
-                    rate=int(rate) if isinstance(rate, int) else None,
+                    rate=rate,
                     samples=samples,
                     text=text if isinstance(text, str) else None,
                 )
             )
     return out
+
+
+HEADER_BYTES = 1 << 16  # enough for any audio header's rate (FLAC, WAV, Ogg Vorbis / Opus)
+
+
+def audio_header(fd: int, members: TarMembers, m: int, label: str, whole: bool) -> tuple[int, int]:
+    """(rate, frames) of audio member ``m`` from its header (soundfile's ``info``): its first
+    ``HEADER_BYTES`` give the rate; ``whole`` reads all of it, for the frames too (a prefix's
+    frame count is not the member's)."""
+    sf = import_soundfile()
+    size, name = int(members.size[m]), members.names[m]
+    for n in (size,) if whole or size <= HEADER_BYTES else (HEADER_BYTES, size):
+        blob = os.pread(fd, n, int(members.offset[m]))
+        try:
+            meta = sf.info(io.BytesIO(blob))
+            return int(meta.samplerate), int(meta.frames)
+        except Exception as e:
+            if n == size:
+                raise DataError(
+                    f"tar shard {label!r} member {name!r}: cannot read its audio header "
+                    f"({type(e).__name__}: {e}). Fix: re-create the member"
+                ) from e
+    raise AssertionError("unreachable")
+
+
+def member_rates(
+    local_tar: str, members: TarMembers, header: np.ndarray, label: str, problems: Problems
+) -> np.ndarray:
+    """The audio rate of each entry's member (``header``: the member each entry has, -1 none),
+    from the members' headers: never assumed from a listing. 0 where a header cannot be read
+    under ``on_error="skip"`` (that sequence fails, counted, when read)."""
+    at = {int(h): i for i, h in enumerate(members.header.tolist())}
+    rates = np.zeros(len(header), dtype=np.int64)
+    known: dict[int, int] = {}
+    with open(local_tar, "rb") as fh:
+        for i, h in enumerate(header.tolist()):
+            if h < 0:
+                continue
+            if h not in known:
+                try:
+                    known[h] = audio_header(fh.fileno(), members, at[h], label, False)[0]
+                except DataError:
+                    if not problems.skip:
+                        raise
+                    known[h] = 0
+            rates[i] = known[h]
+    return rates
 
 
 class Collector:
@@ -248,6 +318,12 @@ class Collector:
             "dim": ints((e.dim for e in es), np.int32, -1),
             "text": StringColumn.from_strings(t or "" for t in texts),
             "line": ints((e.line for e in es), np.int64, 0),
+            "want": StringColumn.from_strings(e.key if e.member is None else e.member for e in es),
+            "offset": np.fromiter(
+                (-1.0 if e.offset is None else e.offset for e in es),
+                dtype=np.float64,
+                count=len(es),
+            ),
             "header": _cat(self.header),
             "size": _cat(self.size),
             "bounds": np.asarray(self.bounds, dtype=np.int64),
@@ -261,17 +337,37 @@ def _cat(parts: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def split_by_shard_id(entries: list[Entry], num_shards: int, label: str) -> list[list[Entry]]:
-    """NeMo's single manifest: its entries per ``shard_id``."""
-    out: list[list[Entry]] = [[] for _ in range(num_shards)]
-    for e in entries:
-        if e.shard_id is None or not 0 <= e.shard_id < num_shards:
-            raise DataError(
-                f"{label} line {e.line}: shard_id {e.shard_id!r}; one manifest for {num_shards} "
-                "tars needs shard_id in 0..{num_shards - 1} in every entry (or give one manifest "
-                "per tar)"
+def split_by_shard_id(
+    entries: list[Entry], numbers: list[int | None], label: str, tars: list[str], problems: Problems
+) -> list[list[Entry]]:
+    """NeMo's manifest for several tars: its entries per tar, matched by ``shard_id`` to the shard
+    id in each tar's name (``numbers``; ``audio_12.tar`` holds shard 12, wherever it is in the
+    list). Entries of shards whose tar is not given are counted (``on_error="skip"``) or raise."""
+    slot: dict[int, int] = {}
+    for f, (n, tar) in enumerate(zip(numbers, tars)):
+        if n is None or n in slot:
+            why = "has no shard id in its name" if n is None else f"repeats shard id {n}"
+            raise OptionError(
+                f"ShardSource.nemo: tar {tar!r} {why}; the manifest {label} serves several tars, "
+                "whose entries' shard_id name their tar by the number in its name (audio_N.tar)"
             )
-        out[e.shard_id].append(e)
+        slot[n] = f
+    out: list[list[Entry]] = [[] for _ in numbers]
+    for e in entries:
+        if e.shard_id is None:
+            raise DataError(
+                f"{label} line {e.line}: no shard_id; one manifest for {len(numbers)} tars needs "
+                f"shard_id in every entry, one of {sorted(slot)} (or give one manifest per tar)"
+            )
+        f = slot.get(e.shard_id, -1)
+        if f < 0:
+            problems.add(
+                "entry of a shard not given",
+                f"{label} line {e.line} (key {e.key!r}, shard_id {e.shard_id}; the tars given "
+                f"hold shards {sorted(slot)[:8]}{'...' if len(slot) > 8 else ''})",
+            )
+            continue
+        out[f].append(e)
     return out
 
 

@@ -48,6 +48,7 @@ from seqloader.shards.index import (
     index_members,
     listing_entries,
     match,
+    member_rates,
     split_by_shard_id,
     webdataset_entries,
 )
@@ -65,7 +66,7 @@ from seqloader.sources.tar_index import BLOCK, TarMembers, read_member, scan_tar
 
 log = logging.getLogger("seqloader")
 
-INDEX_VERSION = "shards1"  # the index's columns; a change of columns changes it
+INDEX_VERSION = "shards2"  # the index's columns; a change of columns changes it
 
 
 class ShardSource(SourceBase):
@@ -213,13 +214,7 @@ class ShardSource(SourceBase):
         self, tars: list[str], remote: list[RemoteFile] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         layout, problems, out = self.layout, Problems(self.options.on_error == "skip"), Collector()
-        single = None  # NeMo: one manifest for all tars, split by shard_id
-        if layout.name == "nemo" and len({s.listing for s in layout.shards}) == 1 and len(tars) > 1:
-            label = layout.shards[0].listing
-            assert label is not None
-            single = split_by_shard_id(
-                listing_entries(layout, 0, self._listing_bytes(0, remote), label), len(tars), label
-            )
+        listed = self._nemo_entries(remote, problems) if layout.name == "nemo" else {}
         for f, shard in enumerate(layout.shards):
             label = shard.tar
             local = shard.tar if remote is None else None
@@ -235,8 +230,8 @@ class ShardSource(SourceBase):
             else:
                 assert shard.listing is not None
                 entries = (
-                    single[f]
-                    if single is not None
+                    listed[f]
+                    if f in listed
                     else listing_entries(layout, f, self._listing_bytes(f, remote), shard.listing)
                 )
                 members = index_members(layout, local, label) if local is not None else None
@@ -247,9 +242,15 @@ class ShardSource(SourceBase):
                 header, size = np.full(n, -2, np.int64), np.full(n, -2, np.int64)
                 _check_keys(keys, lines, label, shard.listing or label, problems)
             else:
+                wants = [e.key if e.member is None else e.member for e in entries]
                 names, header, size = match(
-                    layout, keys, lines, members, label, shard.listing or label, problems
+                    layout, keys, lines, members, label, shard.listing or label, problems, wants
                 )
+                if layout.name == "nemo" and local is not None:  # the rate is the audio's own
+                    for e, rate in zip(
+                        entries, member_rates(local, members, header, label, problems)
+                    ):
+                        e.rate = int(rate) or None
             out.add(entries, names, header, size)
         if not out.entries:
             raise DataError(f"ShardSource.{layout.name}: the shards hold no sequences")
@@ -261,6 +262,30 @@ class ShardSource(SourceBase):
             "examples": problems.examples,
         }
         return out.columns(), meta
+
+    def _nemo_entries(
+        self, remote: list[RemoteFile] | None, problems: Problems
+    ) -> dict[int, list[Entry]]:
+        """Every NeMo shard's entries, each manifest read once: a manifest serving several tars
+        (or one naming several shard_ids) is split by shard_id, matched to the number in each
+        tar's name (``split_by_shard_id``)."""
+        by_listing: dict[str, list[int]] = {}
+        for f, shard in enumerate(self.layout.shards):
+            assert shard.listing is not None
+            by_listing.setdefault(shard.listing, []).append(f)
+        out: dict[int, list[Entry]] = {}
+        for listing, fs in by_listing.items():
+            entries = listing_entries(
+                self.layout, fs[0], self._listing_bytes(fs[0], remote), listing
+            )
+            if len(fs) == 1 and len({e.shard_id for e in entries}) <= 1:
+                out[fs[0]] = entries
+                continue
+            shards = [self.layout.shards[f] for f in fs]
+            numbers = [s.number for s in shards]
+            parts = split_by_shard_id(entries, numbers, listing, [s.tar for s in shards], problems)
+            out.update(zip(fs, parts))
+        return out
 
     def _listing_bytes(self, f: int, remote: list[RemoteFile] | None) -> bytes | None:
         """A remote listing's bytes (read whole: listings are small); None for a local one."""
@@ -360,7 +385,13 @@ class ShardSource(SourceBase):
                 f"ShardSource: the shards hold audio at {rates.tolist()} Hz; pass sample_rate=... "
                 "(audio is resampled to it)"
             )
-        return int(rates[0]) if len(rates) else o.rate
+        if not len(rates):  # never assumed: resampling is asked for, not implied
+            raise OptionError(
+                f"ShardSource.{self.layout.name}: the audio's rate is not known at open (remote "
+                "NeMo shards: their members' headers are read when the copies arrive); pass "
+                "sample_rate=... (audio at another rate is resampled to it)"
+            )
+        return int(rates[0])
 
     def _planned_lengths(self, key: str) -> np.ndarray:
         if key == "data" and self._from_features:
@@ -537,15 +568,20 @@ class ShardSource(SourceBase):
                 "names": StringColumn.from_strings(members.names),
                 "header": members.header,
                 "size": members.size,
-            }, {}
+            }, {"ended": members.ended}
 
-        store, _ = open_or_build(cache.index_path(rf, "tar1.cols"), rf.key, build)
+        store, _ = open_or_build(cache.index_path(rf, "tar2.cols"), rf.key, build)
         header = np.asarray(store.column("header"))
         members = TarMembers(
-            list(store.strings("names")), header, header + BLOCK, store.column("size")
+            list(store.strings("names")),
+            header,
+            header + BLOCK,
+            store.column("size"),
+            bool(store.meta["ended"]),
         )
         a, b = int(self._bounds[f]), int(self._bounds[f + 1])
         tags = self._tags.take(np.arange(a, b))
+        wants = self._store.strings("want").take(np.arange(a, b))
         lines = self._store.column("line")[a:b].tolist()
         problems = Problems(self.options.on_error == "skip")
         names, header, size = match(
@@ -556,6 +592,7 @@ class ShardSource(SourceBase):
             label,
             self.layout.shards[f].listing or label,
             problems,
+            wants,
         )
         if problems.counts:  # skip: entries without members are counted when read; say the rest
             warnings.warn(
@@ -601,9 +638,13 @@ class ShardSource(SourceBase):
             audio, file_rate = sf.read(io.BytesIO(blob), dtype="float32", always_2d=True)
         except Exception as e:  # soundfile raises several kinds
             self._fail(index, f"cannot decode member {name!r}: {type(e).__name__}: {e}", e)
+        wave = mono(audio, 1)
+        offset = float(self._store.column("offset")[index])
+        if offset >= 0:  # NeMo: the entry is audio[offset : offset + duration] of its member
+            wave = self._segment(index, wave, int(file_rate), offset, name)
         want = int(self._samples[index])
         wave, problem = fit_wave(
-            mono(audio, 1), int(file_rate), self._rate, want, self.options.length_tolerance_s
+            wave, int(file_rate), self._rate, want, self.options.length_tolerance_s
         )
         if problem is not None:
             self._fail(
@@ -613,6 +654,22 @@ class ShardSource(SourceBase):
                 None,
             )
         return wave
+
+    def _segment(
+        self, index: int, wave: np.ndarray, rate: int, offset: float, name: str
+    ) -> np.ndarray:
+        """Seconds ``[offset, offset + duration)`` of a member, as NeMo cuts them (start and
+        length rounded to samples at the member's rate)."""
+        duration = float(self._store.column("duration")[index])
+        start, n = round(offset * rate), round(duration * rate)
+        if start + n > len(wave) + self.options.length_tolerance_s * rate:
+            self._fail(
+                index,
+                f"the entry asks for seconds [{offset}, {offset + duration}) of member {name!r}, "
+                f"which holds {len(wave) / rate:.3f}s",
+                None,
+            )
+        return wave[start : start + n]
 
     def _features(self, index: int, blob: bytes, name: str) -> np.ndarray:
         try:

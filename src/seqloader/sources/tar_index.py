@@ -9,7 +9,8 @@ where present: then only the data members' headers are read.
 
 Reading member ``m`` is one ``pread`` of its 512-byte header block and its data; the header is
 checked (name, size) so a shard rewritten since its index was built is an error naming the member,
-never wrong data.
+never wrong data. ``tarfile`` stops quietly where a tar was cut between two members (or inside a
+header); the scan looks for the end-of-archive block there, so such a cut is never silent.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class TarMembers:
     header: np.ndarray
     offset: np.ndarray
     size: np.ndarray
+    ended: bool = True  # False: no end-of-archive block after the last member (cut between members)
 
 
 class TruncatedTar(DataError):
@@ -56,13 +58,29 @@ def scan_tar(path: str, label: str | None = None) -> TarMembers:
                     names.append(info.name)
                     offs.append(info.offset_data)
                     sizes.append(info.size)
+            end = tar.offset  # where tarfile looked for the next header
     except tarfile.ReadError as e:
-        last = f"after member {names[-1]!r} (the next one is cut off)" if names else "at its start"
+        if names and offs[-1] + sizes[-1] > size:  # tarfile fails moving past the cut member
+            last = f"inside member {names[-1]!r} (it is cut off)"
+        elif names:
+            last = f"after member {names[-1]!r} (the next header is cut off)"
+        else:
+            last = "at its start"
         raise TruncatedTar(
             f"tar shard {label!r} is damaged or truncated {last} ({e}). Fix: copy or upload the "
             "shard again (compare its size with the original), or drop it from the shard list."
         ) from e
-    members = _members(names, offs, sizes)
+    with open(path, "rb") as fh:  # tarfile ends quietly at a cut between members: no zero block
+        block = os.pread(fh.fileno(), BLOCK, end)
+    zeros = block.count(0) == len(block)
+    if len(block) < BLOCK and not zeros and names:  # tarfile also passes over a cut header
+        raise TruncatedTar(
+            f"tar shard {label!r} is truncated after member {names[-1]!r} (the next header is cut "
+            "off). Fix: copy or upload the shard again (compare its size with the original), or "
+            "drop it from the shard list."
+        )
+    ended = bool(block) and zeros  # (a cut inside the end-of-archive blocks loses nothing)
+    members = _members(names, offs, sizes, ended)
     _check_inside(members, size, label)
     return members
 
@@ -114,9 +132,9 @@ def scan_pairs(path: str, pair_headers: np.ndarray, label: str | None = None) ->
     return members
 
 
-def _members(names: list[str], offs: list[int], sizes: list[int]) -> TarMembers:
+def _members(names: list[str], offs: list[int], sizes: list[int], ended: bool = True) -> TarMembers:
     offset = np.asarray(offs, dtype=np.int64)
-    return TarMembers(names, offset - BLOCK, offset, np.asarray(sizes, dtype=np.int64))
+    return TarMembers(names, offset - BLOCK, offset, np.asarray(sizes, dtype=np.int64), ended)
 
 
 def _check_inside(members: TarMembers, size: int, label: str) -> None:
