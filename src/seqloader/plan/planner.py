@@ -20,6 +20,7 @@ import numpy as np
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.parts import part_of
 from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_order
+from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bounds import check_bins, check_chunk_units
 from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
@@ -663,6 +664,12 @@ class Planner:
             return self.costs[batches.seqs]
         window = self.chunks.window(self.length_key, whole, batches.chunks)
         return self.batcher.limits.units(self.length_key, window)
+
+    def audit_order(
+        self, plan: GlobalPlan, run: AuditRun, ranks: Sequence[int]
+    ) -> list[AuditOrder]:
+        """What a run of ``plan`` must deliver, for the exactly-once audit (``audit_orders``)."""
+        return audit_orders(self, plan, run, ranks)
 
     def step_imbalance(self, plan: GlobalPlan, from_step: int) -> PlannedImbalance:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from seqloader.errors import EXAMPLES, AuditError, AuditWarning
-from seqloader.parts import part_of
+from seqloader.plan.audit_order import AuditRun
 from seqloader.plan.batches import BatchList
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
@@ -439,35 +439,29 @@ class EpochAuditor:
         """The verdict over every rank's ``payload()`` (only this rank's when none were
         gathered: then it checks this rank's share of the plan)."""
         gathered = len(payloads) > 1 or self.world_size == 1
-        distribution = self.planner.options.distribution
         if not gathered:
             scope = "rank"
             streams = [self._stream(self.share_order(), 0, 0, payloads[0])]
-        elif distribution == "shard" and not self.planner.per_rank_pools(self.world_size):
+        else:
             scope = "all ranks" if self.world_size > 1 else "single rank"
-            order = self.planner.sub_epoch_order(self.epoch, 0, self.order_world_size)
+            run = AuditRun(
+                self.epoch,
+                self.start_steps,
+                self.start_offset,
+                self.order_world_size,
+                self.history,
+            )
+            by_rank = {int(p["rank"]): p for p in payloads}
             merged = {
                 "delivered": np.concatenate([p["delivered"] for p in payloads]),
                 "skipped": np.concatenate([p["skipped"] for p in payloads]),
             }
-            streams = [self._stream(order, self.start_offset, self.plan.dropped, merged)]
-        elif distribution == "files":
-            scope = "all ranks" if self.world_size > 1 else "single rank"
-            merged = {
-                "delivered": np.concatenate([p["delivered"] for p in payloads]),
-                "skipped": np.concatenate([p["skipped"] for p in payloads]),
-            }
-            order, start = self.files_order()
-            streams = [self._stream(order, start, self.plan.dropped, merged)]
-        else:  # random_seed_offset, sharded file pools: every rank its own order, each alone
-            scope = "all ranks" if self.world_size > 1 else "single rank"
-            streams = []
-            for p in payloads:
-                r = int(p["rank"])
-                share = self.plan.rank_share(r)
-                order = self.planner.rank_order(self.epoch, r, self.world_size)
-                dropped = len(order) - share.real_count()
-                streams.append(self._stream(order, share.real_count(self.start_steps), dropped, p))
+            streams = [
+                self._stream(
+                    o.order, o.start, o.dropped, merged if o.rank is None else by_rank[o.rank]
+                )
+                for o in self.planner.audit_order(self.plan, run, list(by_rank))
+            ]
         counts = verify(streams, len(self.planner.lengths), self.source.tag)
         batch_errors = [e for p in payloads for e in p["batch_errors"]]
         seq_examples = counts.pop("examples")
@@ -485,37 +479,6 @@ class EpochAuditor:
             mixed=self.planner.mix is not None,
             **counts,
         )
-
-    def files_order(self) -> tuple[np.ndarray, int]:
-        """``distribution="files"``: the sub-epoch's sequences as one stream -> (order, start):
-        those consumed before this run (earlier segments, then this segment's first steps), the
-        rest as planned, then the ones the plan leaves out (``uneven="drop"``) at the end. What
-        must be delivered does not depend on this segment's plan: the sub-epoch less the
-        consumed ones. Chunking: worked out on chunks (a sequence's chunks can be consumed in
-        one segment and planned in the next), each named by its sequence in the stream."""
-        planner, batches = self.planner, self.plan.batches
-        chunks = planner.chunks
-        whole = planner.sub_epoch_files(self.epoch)[0].seqs  # [m] every sequence of the sub-epoch
-        if chunks is not None:
-            expanded = chunks.expand(whole)
-            whole = chunks.unit_ids(expanded.seqs, expanded.chunks)  # [u] every chunk
-
-        def units(lo: int, hi: int | None) -> np.ndarray:
-            real = batches.real[lo:hi]
-            seqs = batches.seqs[lo:hi][real]
-            if chunks is None or batches.chunks is None:
-                return seqs
-            return chunks.unit_ids(seqs, batches.chunks[lo:hi][real])
-
-        _, earlier = planner.files_plan(self.epoch, self.plan.world_size, self.history)
-        cut = int(batches.bounds[self.start_steps * self.plan.world_size])
-        before = np.concatenate([earlier, units(0, cut)])
-        planned = units(cut, None)
-        rest = whole[~np.isin(whole, np.concatenate([before, planned]))]
-        order = np.concatenate([before, planned, rest])
-        if chunks is not None:
-            order = part_of(chunks.first, order)  # each chunk's sequence
-        return order, len(before)
 
     def share_order(self) -> np.ndarray:
         """This run's planned real sequences of this rank, in order (rank-local audit)."""

@@ -1,0 +1,129 @@
+"""What an epoch run must deliver, as orders the exactly-once audit checks deliveries against.
+
+The audit (``seqloader.trainer.audit``) gathers what every rank received and compares it with
+what the plan says must be delivered. What that is depends on the distribution, which is the
+planner's business, so the planner answers it (``Planner.audit_order``):
+
+- ``shard``: one order, the sub-epoch's, all ranks' deliveries merged;
+- ``files``: one stream of the sub-epoch's sequences: those consumed before the run (earlier
+  segments of the epoch, then this segment's first steps), the rest as planned, then those the
+  plan leaves out; chunked plans work on chunks, each named by its sequence;
+- ``random_seed_offset`` and sharded file pools: one order per rank, each checked alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from seqloader.parts import part_of
+from seqloader.plan.batches import BatchList
+from seqloader.plan.chunks import ChunkTable
+from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.options import PlanOptions
+
+
+@dataclass(frozen=True)
+class AuditRun:
+    """Where a run of a plan starts: ``start_steps`` of the segment plan and ``start_offset``
+    sequences of the epoch order consumed before it; ``order_world_size`` (``buckets:N`` orders
+    depend on it) and ``history`` (``files``: the epoch's earlier segments) as in ``Position``."""
+
+    epoch: int
+    start_steps: int
+    start_offset: int
+    order_world_size: int = 1
+    history: tuple[tuple[int, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class AuditOrder:
+    """``order``: the sequences to deliver in plan order, the first ``start`` consumed before the
+    run, ``dropped`` left out by the plan; ``rank``: the rank whose deliveries it is checked
+    against (None: every rank's, merged).
+
+    >>> AuditOrder(np.array([3, 1, 2]), start=1, dropped=0).rank is None
+    True
+    """
+
+    order: np.ndarray
+    start: int
+    dropped: int
+    rank: int | None = None
+
+
+class Audited(Protocol):
+    """What ``audit_orders`` reads of a planner."""
+
+    @property
+    def options(self) -> PlanOptions: ...
+
+    @property
+    def chunks(self) -> ChunkTable | None: ...
+
+    def per_rank_pools(self, world_size: int) -> bool: ...
+
+    def sub_epoch_order(
+        self, epoch: int, order_rank: int = 0, world_size: int = 1
+    ) -> np.ndarray: ...
+
+    def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray: ...
+
+    def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]: ...
+
+    def files_plan(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[GlobalPlan, np.ndarray]: ...
+
+
+def audit_orders(
+    planner: Audited, plan: GlobalPlan, run: AuditRun, ranks: Sequence[int]
+) -> list[AuditOrder]:
+    """The orders a run of ``plan`` (``planner``'s) from ``run`` is checked against, given the
+    ranks whose deliveries were gathered (see the module doc)."""
+    distribution = planner.options.distribution
+    if distribution == "shard" and not planner.per_rank_pools(plan.world_size):
+        order = planner.sub_epoch_order(run.epoch, 0, run.order_world_size)
+        return [AuditOrder(order, run.start_offset, plan.dropped)]
+    if distribution == "files":
+        order, start = files_order(planner, plan, run)
+        return [AuditOrder(order, start, plan.dropped)]
+    orders = []
+    for r in ranks:
+        share = plan.rank_share(r)
+        order = planner.rank_order(run.epoch, r, plan.world_size)
+        dropped = len(order) - share.real_count()
+        orders.append(AuditOrder(order, share.real_count(run.start_steps), dropped, r))
+    return orders
+
+
+def files_order(planner: Audited, plan: GlobalPlan, run: AuditRun) -> tuple[np.ndarray, int]:
+    """``distribution="files"``: the sub-epoch's sequences as one stream -> (order, start). What
+    must be delivered does not depend on this segment's plan: the sub-epoch less the consumed
+    ones. Chunking: worked out on chunks (a sequence's chunks can be consumed in one segment and
+    planned in the next), each named by its sequence in the stream."""
+    batches, chunks = plan.batches, planner.chunks
+    whole = planner.sub_epoch_files(run.epoch)[0].seqs  # [m] every sequence of the sub-epoch
+    if chunks is not None:
+        expanded = chunks.expand(whole)
+        whole = chunks.unit_ids(expanded.seqs, expanded.chunks)  # [u] every chunk
+
+    def units(lo: int, hi: int | None) -> np.ndarray:
+        real = batches.real[lo:hi]
+        seqs = batches.seqs[lo:hi][real]
+        if chunks is None or batches.chunks is None:
+            return seqs
+        return chunks.unit_ids(seqs, batches.chunks[lo:hi][real])
+
+    _, earlier = planner.files_plan(run.epoch, plan.world_size, run.history)
+    cut = int(batches.bounds[run.start_steps * plan.world_size])
+    before = np.concatenate([earlier, units(0, cut)])
+    planned = units(cut, None)
+    rest = whole[~np.isin(whole, np.concatenate([before, planned]))]
+    order = np.concatenate([before, planned, rest])
+    if chunks is not None:
+        order = part_of(chunks.first, order)  # each chunk's sequence
+    return order, len(before)
