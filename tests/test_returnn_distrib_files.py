@@ -333,3 +333,70 @@ def test_sharded_files_over_gloo_as_returnn_with_the_audit(tmp_path: Path) -> No
             assert audit["ok"] and audit["scope"] == "all ranks", audit
             assert audit["dropped"] == total - kept and audit["delivered"] == kept
         assert got["4"]["dropped"] > 0
+
+
+# the usual i6 shape: the sub-epoch's files cached locally, read by a MultiProcDataset
+MULTI_PROC = """
+from returnn.util.file_cache import CachedFile
+def get_sub_epoch_dataset(files_subepoch):
+    return {
+        "class": "MultiProcDataset",
+        "dataset": {"class": "HDFDataset", "files": [CachedFile(f) for f in files_subepoch],
+                    "seq_ordering": "laplace:.4"},
+        "num_workers": 2,
+        "buffer_size": 5,
+    }
+train["get_sub_epoch_dataset"] = get_sub_epoch_dataset
+"""
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_multi_proc_sub_epoch_dataset_as_returnn(
+    tmp_path: Path, num_workers: int, monkeypatch
+) -> None:
+    """get_sub_epoch_dataset returning a MultiProcDataset around the HDFDataset (CachedFile
+    entries): RETURNN's tags, batches and values, sub-epochs 1-4 and 8; without
+    torch_dataloader_opts the MultiProcDataset's workers are the loader's."""
+    from test_returnn_public_configs import ours
+
+    # RETURNN's file cache (its sub-epoch datasets run in processes of their own): under tmp_path
+    monkeypatch.setenv("RETURNN_FILE_CACHE_OPTS", json.dumps({"cache_directory": str(tmp_path)}))
+    config = tmp_path / "multi_proc.config"
+    config.write_text(CONFIG.read_text() + MULTI_PROC)
+    epochs = (1, 2, 3, 4, 8)
+    expected_batches, expected_values = reference(str(config), "train", epochs)
+    assert expected_batches == reference(str(CONFIG), "train", epochs)[0]  # the same data
+    got_batches, got_values = ours(config, num_workers, "train", epochs, tmp_path / "ours")
+    assert got_batches == expected_batches
+    assert set(got_values) == set(expected_values)
+    for tag, ref in expected_values.items():
+        for key, value in ref.items():
+            assert (got_values[tag][key] == value).all(), (tag, key)
+    plain = tmp_path / "no_loader_opts.config"
+    plain.write_text(config.read_text().replace("torch_dataloader_opts", "_unused_opts"))
+    loader = _loader(plain)
+    assert loader.worker_options.num_workers == 2  # the MultiProcDataset's
+    loader.close()
+
+
+def test_multi_proc_sub_epoch_dataset_on_two_ranks_as_returnn(tmp_path: Path, monkeypatch) -> None:
+    """The same, its files sharded over 2 ranks (sharding_fix): rank r gets RETURNN's rank r."""
+    monkeypatch.setenv("RETURNN_FILE_CACHE_OPTS", json.dumps({"cache_directory": str(tmp_path)}))
+    epochs = (1, 2, 4)
+    expected = {}
+    for r in range(2):
+        config = tmp_path / f"multi_proc_rank{r}.config"
+        config.write_text(
+            CONFIG.read_text() + MULTI_PROC + SHARD
+            + f"__debug_dummy_distributed_rank_and_size = ({r}, 2)\n"
+        )  # fmt: skip
+        expected[r] = reference(str(config), "train", epochs)[0]
+    ours = tmp_path / "multi_proc_sharded.config"
+    ours.write_text(CONFIG.read_text() + MULTI_PROC + SHARD)
+    for r in range(2):
+        loader = _loader(ours, rank=r, world_size=2)
+        assert loader.worker_options.num_workers == 1  # torch_dataloader_opts' wins
+        for epoch in epochs:
+            steps = min(len(expected[0][epoch]), len(expected[1][epoch]))
+            assert [list(b.seq_tags) for b in loader.epoch(epoch)] == expected[r][epoch][:steps]
+        loader.close()

@@ -22,6 +22,7 @@ from seqloader.returnn.distrib_files import distribute_files
 from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
 from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_source
 from seqloader.returnn.paths import plain_value
+from seqloader.returnn.pre_process import refuse_length_changing_pre_process
 from seqloader.returnn.seq_lists import meta_seq_lists, relisted
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
@@ -103,10 +104,10 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
     if kind == "MultiProcDataset":
         return _multi_proc(name, opts, default_ordering)
     if kind == "DistributeFilesDataset":
-        view, ordering, parts, offset, sub_native = distribute_files(
+        view, ordering, parts, offset, sub_native, workers = distribute_files(
             name, opts, default_ordering, convert_dataset
         )
-        return Converted(view, ordering, parts, offset, kind, native=sub_native)
+        return Converted(view, ordering, parts, offset, kind, workers, native=sub_native)
     if kind in REFUSED_CLASSES:
         raise OptionError(
             f"{name} dataset: class {kind!r} is not supported: {REFUSED_CLASSES[kind]}"
@@ -497,6 +498,7 @@ def _oggzip(where: str, opts: dict[str, Any]) -> Built:
             features = ReturnnFeatures.from_returnn(audio, sample_rate=rate)
         except OptionError as e:
             raise OptionError(f"{where}: {e}") from e
+        refuse_length_changing_pre_process(where, features)
     vocab = None
     if targets is not None:
         if not isinstance(targets, dict):

@@ -49,10 +49,11 @@ def distribute_files(
     opts: dict[str, Any],
     default_ordering: str,
     convert: Callable[[str, dict[str, Any], str], Any],
-) -> tuple[ReturnnView, str, int, int | None, dict[str, Any]]:
+) -> tuple[ReturnnView, str, int, int | None, dict[str, Any], int | None]:
     """``opts``: the ``DistributeFilesDataset`` dict; ``convert``: ``convert_dataset`` (for the
     sub-dataset). -> (the view carrying the file pools, the sub-dataset's ordering,
-    ``partition_epoch``, ``random_seed_offset``, the sub-dataset's native plan options)."""
+    ``partition_epoch``, ``random_seed_offset``, the sub-dataset's native plan options, a
+    ``MultiProcDataset``'s worker count)."""
     where = f"{name} dataset ({KIND})"
     unknown = sorted(set(opts) - set(OWN) - set(NO_EFFECT))
     if unknown:
@@ -79,14 +80,17 @@ def distribute_files(
         raise OptionError(f"{where}: fixed_random_seed {fixed!r}, expected an int")
     sub = _sub_dataset(where, opts.get("get_sub_epoch_dataset"), files)
     offset = opts.get("random_seed_offset")
-    if "random_seed_offset" in sub and sub["random_seed_offset"] != offset:
-        raise OptionError(
-            f"{where}: get_sub_epoch_dataset sets random_seed_offset {sub['random_seed_offset']!r}"
-            f", the DistributeFilesDataset {offset!r}; seqloader seeds the file shuffle and the "
-            "sub-dataset's order from one offset: set it on the DistributeFilesDataset only (the "
-            "sub-dataset inherits it, as in RETURNN)"
-        )
+    for part in (sub, _hdf_of(sub)):
+        if "random_seed_offset" in part and part["random_seed_offset"] != offset:
+            raise OptionError(
+                f"{where}: get_sub_epoch_dataset sets random_seed_offset "
+                f"{part['random_seed_offset']!r}, the DistributeFilesDataset {offset!r}; seqloader "
+                "seeds the file shuffle and the sub-dataset's order from one offset: set it on the "
+                "DistributeFilesDataset only (the sub-dataset inherits it, as in RETURNN)"
+            )
     sub = {k: v for k, v in sub.items() if k != "random_seed_offset"}
+    if sub is not _hdf_of(sub) and isinstance(sub.get("dataset"), dict):
+        sub["dataset"] = {k: v for k, v in sub["dataset"].items() if k != "random_seed_offset"}
     inner = convert(f"{name}.get_sub_epoch_dataset(files)", sub, "default")
     if inner.partition_epoch != 1:
         raise OptionError(
@@ -111,7 +115,7 @@ def distribute_files(
     pooled = ReturnnView(
         view, order_lengths=view.order_lengths(), excluded=view.excluded(), pools=pools
     )
-    return pooled, inner.ordering, partition, offset, inner.native
+    return pooled, inner.ordering, partition, offset, inner.native, inner.num_workers
 
 
 def sharded(converted: Any) -> Any:
@@ -202,9 +206,17 @@ def _file_list(where: str, files: Any) -> list[str]:
     return out
 
 
+def _hdf_of(got: Any) -> Any:
+    """The ``HDFDataset`` dict of ``got``: itself, or the one a ``MultiProcDataset`` reads (its
+    workers deliver the inner dataset's order, so the data is the inner dataset's)."""
+    if isinstance(got, dict) and got.get("class") == "MultiProcDataset":
+        return got.get("dataset")
+    return got
+
+
 def _sub_dataset(where: str, get: Any, files: list[str]) -> dict[str, Any]:
     """``get_sub_epoch_dataset``'s dataset, checked to be one ``HDFDataset`` over exactly the files
-    it is given, the same otherwise for any files."""
+    it is given (alone or in a ``MultiProcDataset``), the same otherwise for any files."""
     if not callable(get):
         raise OptionError(
             f"{where}: get_sub_epoch_dataset {get!r}; expected a function of the files that "
@@ -213,10 +225,12 @@ def _sub_dataset(where: str, get: Any, files: list[str]) -> dict[str, Any]:
     whole, one = plain_value(get(list(files))), plain_value(get(list(files[:1])))
     fix = (
         "get_sub_epoch_dataset must return {'class': 'HDFDataset', 'files': <the files it is "
-        "given>, 'seq_ordering': ...} (other options alike for any files); for other "
-        "sub-datasets use that dataset with seqloader's distribution='files'"
+        "given>, 'seq_ordering': ...} (other options alike for any files), alone or as the "
+        "'dataset' of a MultiProcDataset; for other sub-datasets use that dataset with "
+        "seqloader's distribution='files'"
     )
-    for given, got in ((files, whole), (files[:1], one)):
+    for given, outer in ((files, whole), (files[:1], one)):
+        got = _hdf_of(outer)
         if not isinstance(got, dict) or got.get("class") != "HDFDataset":
             kind = got.get("class") if isinstance(got, dict) else type(got).__name__
             raise OptionError(f"{where}: get_sub_epoch_dataset returned a {kind!r}; {fix}")
@@ -228,15 +242,22 @@ def _sub_dataset(where: str, get: Any, files: list[str]) -> dict[str, Any]:
                 f"{where}: get_sub_epoch_dataset({given[:2]}...) returned an HDFDataset over "
                 f"{names[:2]}...; {fix}"
             )
-    rest = [{k: v for k, v in d.items() if k != "files"} for d in (whole, one)]
+    strip = {"files", "dataset"}
+    rest = [
+        [{k: v for k, v in d.items() if k not in strip} for d in (o, _hdf_of(o))]
+        for o in (whole, one)
+    ]
     if rest[0] != rest[1]:
         raise OptionError(
             f"{where}: get_sub_epoch_dataset returns other options for other files ({rest[0]} "
             f"vs {rest[1]}); {fix}"
         )
-    if "seq_ordering" not in whole:
+    hdf = _hdf_of(whole)
+    if "seq_ordering" not in hdf and "seq_ordering" not in whole:
         raise OptionError(
             f"{where}: the dataset get_sub_epoch_dataset returns has no seq_ordering; RETURNN "
             "refuses that too: set one (e.g. 'laplace:.1000' or 'random')"
         )
+    if hdf is not whole:
+        return {**whole, "dataset": {**hdf, "files": list(files)}}
     return {**whole, "files": list(files)}

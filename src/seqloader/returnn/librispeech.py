@@ -23,6 +23,7 @@ from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.plan.selections import EpochSelection
+from seqloader.returnn.pre_process import refuse_length_changing_pre_process
 from seqloader.returnn.vocab import ReturnnVocab
 
 OWN = (
@@ -89,6 +90,7 @@ def librispeech_source(where: str, opts: dict[str, Any]) -> tuple[AudioSource, n
             features = ReturnnFeatures.from_returnn(audio, sample_rate=rate)
         except OptionError as e:
             raise OptionError(f"{where}: {e}") from e
+        refuse_length_changing_pre_process(where, features)
     vocab = _targets(where, opts)
     keys = [k for k, on in (("data", features), ("classes", vocab)) if on is not None]
     if not keys:
