@@ -198,11 +198,12 @@ def test_bucket_lists_in_both_forms(buckets, tmp_path) -> None:
 # ---- 2. long-form manifests ----
 @pytest.fixture(scope="module")
 def long_form(tmp_path_factory) -> dict:
-    """3 recordings of 3 s, cut into segments by offset + duration (one recording whole, no
+    """3 recordings of 3 s, cut into 8 segments by offset + duration (one whole, without
     offset), converted by ``nemo_convert`` into 2 shards: later segments become ``-subN``."""
     root = tmp_path_factory.mktemp("long")
     recs = long_recordings(root / "wavs", 3)
     segments = [(0, 0.0, 1.0), (0, 1.0, 0.75), (0, 2.0, 1.0), (1, 0.5, 0.5), (1, 1.25, 1.5)]
+    segments += [(1, 0.10003125, 0.2), (2, 0.5, 1.0)]  # 1600.5 samples in: rounded half up
     lines = [
         {"audio_filepath": str(recs[r]), "offset": o, "duration": d, "text": f"r{r} at {o}"}
         for r, o, d in segments
@@ -240,8 +241,17 @@ def nemo_reference(tar: Path, entries: list[dict]) -> dict[str, np.ndarray]:
             )
             for e in by_member[info.name]:
                 cut = rec.to_cut().truncate(offset=e.get("offset", 0.0), duration=e["duration"])
-                out[e["audio_filepath"].rsplit(".", 1)[0]] = cut.load_audio()[0]
+                out[segment_id(info.name, e)] = cut.load_audio()[0]
     return out
+
+
+def segment_id(member: str, entry: dict) -> str:
+    """NeMo's id of a segment (``LazyNeMoIterator``: the recording's id, then offset and duration
+    in centiseconds); an entry without offset: its own name's stem."""
+    if "offset" not in entry:
+        return entry["audio_filepath"].rsplit(".", 1)[0]
+    stem = member.rsplit(".", 1)[0]
+    return f"{stem}-{round(entry['offset'] * 1e2):06d}-{round(entry['duration'] * 1e2):06d}"
 
 
 def test_long_form_segments_read_as_nemo_reads_them(long_form, tmp_path) -> None:
@@ -251,20 +261,18 @@ def test_long_form_segments_read_as_nemo_reads_them(long_form, tmp_path) -> None
         str(root / "audio__OP_0..1_CL_.tar"),
         index_dir=tmp_path,
     )
-    assert len(src) == 6 and any(t.endswith("-sub1") for t in src.tags)
+    assert len(src) == 8 and len(set(src.tags)) == 8  # rec1 and rec2 span both shards
     for k in range(2):
         entries = [json.loads(x) for x in (root / f"sharded_manifests/manifest_{k}.json").open()]
         want = nemo_reference(root / f"audio_{k}.tar", entries)
         for tag, audio in want.items():
             got = src.read(list(src.tags).index(tag))["audio"]
             np.testing.assert_array_equal(got, audio)
-    durations = {
-        e["audio_filepath"].rsplit(".", 1)[0]: e["duration"]
-        for e in map(json.loads, (root / "tarred_audio_manifest.json").open())
-    }
-    assert {t: int(n) for t, n in zip(src.tags, src.lengths("audio"))} == {
-        t: round(16000 * d) for t, d in durations.items()
-    }
+    manifest = [json.loads(x) for x in (root / "tarred_audio_manifest.json").open()]
+    assert sum("-sub" in e["audio_filepath"] for e in manifest) == 4
+    assert sorted(map(int, src.lengths("audio"))) == sorted(
+        round(16000 * e["duration"]) for e in manifest
+    )
 
 
 def test_long_form_missing_member_and_past_the_end(long_form, tmp_path) -> None:
@@ -277,10 +285,10 @@ def test_long_form_missing_member_and_past_the_end(long_form, tmp_path) -> None:
     with tarfile.open(root / "audio_0.tar") as t:
         kept = [(i.name, t.extractfile(i).read()) for i in t if i.name != member]
     tar_of(root / "audio_0.tar", kept)
-    stem, sub = member.rsplit(".", 1)[0], subs[0]["audio_filepath"].rsplit(".", 1)[0]
+    stem, tag = member.rsplit(".", 1)[0], segment_id(member, subs[0])
     with pytest.raises(
         DataError,
-        match=rf"line 1, key '{sub}', its member '{stem}' \+ any audio extension\): entry without "
+        match=rf"line 1, key '{tag}', its member '{stem}' \+ any audio extension\): entry without "
         r"member. Fix: restore the member in the tar",
     ):
         ShardSource.nemo(str(root / "subs.json"), str(root / "audio_0.tar"), index_dir=tmp_path)
@@ -289,7 +297,7 @@ def test_long_form_missing_member_and_past_the_end(long_form, tmp_path) -> None:
     (root / "past.json").write_text("".join(json.dumps(e) + "\n" for e in past))
     shutil.copy(long_form["root"] / "audio_0.tar", root / "audio_0.tar")
     src = ShardSource.nemo(str(root / "past.json"), str(root / "audio_0.tar"), index_dir=tmp_path)
-    k = list(src.tags).index(entries[0]["audio_filepath"].rsplit(".", 1)[0])
+    k = list(src.tags).index(segment_id(entries[0]["audio_filepath"], past[0]))
     with pytest.raises(DataError, match=r"asks for seconds \[2.5, 3.5\) of member .* holds 3.000s"):
         src.read(k)
 

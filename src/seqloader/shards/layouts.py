@@ -384,7 +384,10 @@ def nemo_entry(line: int, item: dict, where: str) -> Entry:
     optional ``offset`` and ``shard_id``). NeMo's converter names the second, third, ... segment of
     one recording ``NAME-sub1.EXT``, ``NAME-sub2.EXT`` (its member stays ``NAME.EXT``), each with
     its ``offset``; the entry is ``audio[offset : offset + duration]`` of the member, as NeMo
-    reads it. Tags are the names' stems (``NAME-sub1``); members are matched by stem."""
+    reads it. Members are matched by stem. Tags are the names' stems, and for a segment
+    (``offset`` given) NeMo's segment id ``STEM-OOOOOO-DDDDDD`` (offset and duration in
+    centiseconds): a recording split over shards is ``NAME.EXT`` in each, and ``-subN`` numbers
+    depend on how the converter sorted the shard."""
     at = f"{where} line {line}"
     name = item.get("audio_filepath")
     if not isinstance(name, str) or not name:
@@ -396,8 +399,10 @@ def nemo_entry(line: int, item: dict, where: str) -> Entry:
         raise DataError(f"{at}: 'text' got {type(text).__name__}, expected str")
     shard_id = item.get("shard_id")
     sub = _SUB.match(name)
-    member = sub.group("stem") + (sub.group("ext") or "") if sub else name
+    member = member_key("nemo", sub.group("stem") + (sub.group("ext") or "") if sub else name)[0]
     key = member_key("nemo", name)[0]
+    if offset is not None:  # NeMo's segment id: stable however the converter numbered -subN
+        key = f"{member}-{round(offset * 100):06d}-{round((duration or 0.0) * 100):06d}"
     return Entry(
         key=key,
         tag=key,
@@ -405,7 +410,7 @@ def nemo_entry(line: int, item: dict, where: str) -> Entry:
         duration=duration or 0.0,
         text=text,
         shard_id=int(shard_id) if isinstance(shard_id, int) else None,
-        member=member_key("nemo", member)[0],
+        member=member,
         offset=offset,
     )
 

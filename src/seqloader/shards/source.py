@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
+import math
 import os
 import warnings
 from collections.abc import Sequence
@@ -658,10 +659,10 @@ class ShardSource(SourceBase):
     def _segment(
         self, index: int, wave: np.ndarray, rate: int, offset: float, name: str
     ) -> np.ndarray:
-        """Seconds ``[offset, offset + duration)`` of a member, as NeMo cuts them (start and
-        length rounded to samples at the member's rate)."""
+        """Seconds ``[offset, offset + duration)`` of a member, as NeMo cuts them (with Lhotse:
+        start and length rounded half up to samples at the member's rate)."""
         duration = float(self._store.column("duration")[index])
-        start, n = round(offset * rate), round(duration * rate)
+        start, n = _to_samples(offset, rate), _to_samples(duration, rate)
         if start + n > len(wave) + self.options.length_tolerance_s * rate:
             self._fail(
                 index,
@@ -733,6 +734,12 @@ def _check_keys(
                 "duplicate key", f"tar shard {label!r} ({listing} line {line}, key {key!r})"
             )
         seen.add(key)
+
+
+def _to_samples(seconds: float, rate: int) -> int:
+    """Seconds as samples, rounded half up after 8 decimals (Lhotse's rounding, which NeMo's
+    reader cuts segments with; Python's ``round`` would round halves to even)."""
+    return math.floor(round(seconds * rate, 8) + 0.5)
 
 
 def _identity(salt: str, files: list[tuple[str, os.stat_result]]) -> str:
