@@ -188,7 +188,7 @@ class SeqLoader:
         (``report()``) measures from this call on, as the training loop experiences it."""
         started = self.clock()
         epoch = int_option("epoch", epoch, 1, expected=EPOCH_EXPECTED)
-        if not self._checked_ranks:
+        if not self._checked_ranks and self.topology.world_size > 1:  # 1: a loader of its own
             check_same_plan(self._agreement(epoch), {"source_fingerprint": repr(self.source)})
             self._checked_ranks = True
         plan, position = self._state.begin(epoch)

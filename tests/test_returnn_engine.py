@@ -1,0 +1,318 @@
+"""``seqloader.returnn.use_in_engine()`` with RETURNN's real engine: ``python -m returnn CONFIG``
+(rnn.py's entry) trains a tiny torch model (``get_model`` / ``train_step``) on CPU on HDF files
+written by RETURNN's ``SimpleHDFWriter``; ``train_step`` appends each batch's sequence tags,
+lengths and data sum to a file. The reference is RETURNN's own pipeline, run in the same test
+(the same config without the one line).
+
+- one process, 0 workers: train (3 sub-epochs), dev and an ``eval_datasets`` entry get exactly
+  RETURNN's batches (tags, order, values), and seqloader's epoch report is in RETURNN's log;
+- 2 DataLoader workers: the same batches again (slow: worker processes);
+- torchrun, 2 ranks (gloo), ``dataset_distribution: "shard"``: every sequence exactly once per
+  full epoch over the ranks, equal steps per rank (slow);
+- killed by its own recorder mid sub-epoch 2, restarted (same and another number of ranks): the
+  next sub-epochs are exactly an uninterrupted run's batches (slow);
+- refusals: untested RETURNN versions, a second call, a call outside a RETURNN config.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from seqloader.errors import OptionError
+
+pytest.importorskip("returnn.torch.engine")
+from seqloader.returnn import engine as hook
+from test_distributed_torchrun import run_bounded
+from test_returnn_config import write_hdf
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+HANG_BOUND_S = 300  # a hang fails the test instead of blocking the suite; nothing waits on it
+N_SEQS = 37
+
+CONFIG = textwrap.dedent(
+    """\
+    #!rnn.py
+    import json, os, signal
+    import torch
+
+    _dir = os.path.dirname(os.path.abspath(__file__))
+    _out = os.environ["SL_OUT"]
+    if os.environ.get("SL_USE") == "1":
+        import seqloader.returnn
+        seqloader.returnn.use_in_engine()
+
+    backend = "torch"
+    task = "train"
+    device = "cpu"
+    log = [os.path.join(_out, "returnn.%s.log" % os.environ.get("RANK", "0"))]
+    log_verbosity = 4
+    model = os.path.join(_out, "model")
+    num_epochs = 3
+    _hdf = lambda name: {"class": "HDFDataset", "files": [os.path.join(_dir, name)], "cache_byte_size": 0}
+    train = {
+        "class": "HDFDataset", "files": [os.path.join(_dir, n) for n in ("a.hdf", "b.hdf")],
+        "cache_byte_size": 0, "seq_ordering": "laplace:.4", "partition_epoch": 2,
+    }
+    dev = _hdf("b.hdf")
+    eval_datasets = {"other": {**_hdf("a.hdf"), "seq_ordering": "random", "random_seed_offset": 3}}
+    extern_data = {"data": {"dim": 5}, "classes": {"dim": 7, "sparse": True}}
+    batch_size = 120
+    max_seqs = 5
+    torch_dataloader_opts = {"num_workers": int(os.environ.get("SL_WORKERS", "0"))}
+    if os.environ.get("SL_DIST"):
+        torch_distributed = {"dataset_distribution": os.environ["SL_DIST"], "backend": "gloo"}
+    optimizer = {"class": "sgd"}
+    learning_rate = 0.01
+    behavior_version = 21
+
+    def get_model(*, epoch, step, **_):
+        return torch.nn.Linear(5, 7)
+
+    _written = []
+
+    def train_step(*, model, extern_data, **_):
+        import returnn.frontend as rf
+
+        ctx = rf.get_run_ctx()
+        x = extern_data["data"].raw_tensor
+        y = extern_data["classes"].raw_tensor.long()
+        loss = torch.nn.functional.cross_entropy(model(x).transpose(1, 2), y, reduction="none")
+        ctx.mark_as_loss(loss.sum(), "ce")
+        record = {
+            "epoch": int(ctx.epoch), "train": bool(ctx.train_flag),
+            "tags": [str(t) for t in extern_data["seq_tag"].raw_tensor.tolist()],
+            "lens": extern_data["data"].dims[1].dyn_size_ext.raw_tensor.tolist(),
+            "sum": float(x.double().sum()), "classes": int(y.sum()),
+        }
+        rank = os.environ.get("RANK", "0")
+        with open(os.path.join(_out, "batches.%s.jsonl" % rank), "a") as f:
+            f.write(json.dumps(record) + "\\n")
+        _written.append(record)
+        kill_after = int(os.environ.get("SL_KILL_AFTER", "0"))
+        if kill_after and record["train"] and record["epoch"] == 2:
+            if sum(r["train"] and r["epoch"] == 2 for r in _written) == kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)  # the job dies mid sub-epoch 2
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("returnn_engine")
+    rng = np.random.default_rng(5)
+    tags = [f"seq-{i}" for i in range(N_SEQS)]
+    write_hdf(folder / "a.hdf", tags[:20], rng)
+    write_hdf(folder / "b.hdf", tags[20:], rng)
+    (folder / "train.config").write_text(CONFIG)
+    return folder
+
+
+def run_returnn(
+    setup: Path, out: Path, *, nproc: int = 1, expect_kill: bool = False, **env: str
+) -> dict[str, list[dict]]:
+    """``python -m returnn CONFIG`` (``nproc`` > 1: under torchrun): each rank's records."""
+    out.mkdir(exist_ok=True)
+    config = str(setup / "train.config")
+    if nproc == 1:
+        cmd = [sys.executable, "-m", "returnn", config]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        cmd += [f"--nproc_per_node={nproc}", "--monitor-interval=0.1", "-m", "returnn", config]
+    path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
+    env = {"PYTHONPATH": path, "SL_OUT": str(out), **env}
+    run = len(list(out.glob("console.*.txt")))
+    rc, text = run_bounded(
+        ["env", *(f"{k}={v}" for k, v in env.items()), *cmd],
+        out / f"console.{run}.txt",
+        HANG_BOUND_S,
+    )
+    if expect_kill:
+        assert rc != 0, text
+    else:
+        assert rc == 0, text
+    return {
+        p.name.split(".")[1]: [json.loads(line) for line in p.read_text().splitlines()]
+        for p in sorted(out.glob("batches.*.jsonl"))
+    }
+
+
+def batches(records: list[dict], epoch: int, train: bool = True) -> list[dict]:
+    return [r for r in records if r["epoch"] == epoch and r["train"] == train]
+
+
+def train_tags(records: list[dict], epochs: range) -> list[str]:
+    return [t for e in epochs for r in batches(records, e) for t in r["tags"]]
+
+
+@pytest.fixture(scope="module")
+def own(setup: Path, tmp_path_factory) -> list[dict]:
+    """RETURNN's own pipeline: the config without the one line, 0 workers, 3 sub-epochs."""
+    return run_returnn(setup, tmp_path_factory.mktemp("own"), SL_USE="0")["0"]
+
+
+@pytest.fixture(scope="module")
+def ours(setup: Path, tmp_path_factory) -> tuple[list[dict], Path]:
+    """The same config with ``use_in_engine()``: its records and its output folder."""
+    out = tmp_path_factory.mktemp("ours")
+    return run_returnn(setup, out, SL_USE="1")["0"], out
+
+
+def test_engine_trains_on_returnns_own_batches(
+    own: list[dict], ours: tuple[list[dict], Path]
+) -> None:
+    """0 workers, one process: train (sub-epochs 1 to 3), dev and eval_datasets batch for batch
+    as RETURNN's own pipeline (tags, order, lengths, data), every sequence once per full epoch."""
+    records, out = ours
+    assert records == own
+    assert all(len(batches(records, e)) > 2 for e in (1, 2, 3))
+    assert sorted(train_tags(records, range(1, 3))) == sorted(f"seq-{i}" for i in range(N_SEQS))
+    assert len(batches(records, 1, train=False)) > 2  # dev and other were evaluated on ours too
+    log = (out / "returnn.0.log").read_text()
+    assert "RETURNN's 'train' data loader is seqloader's" in log
+    assert "RETURNN's 'other' data loader is seqloader's" in log
+    for name in ("train", "dev", "other"):
+        assert f"seqloader {name}: epoch 1 rank 0/1" in log  # the epoch report, in RETURNN's log
+    assert "padding" in log and "computation" in log
+
+
+@pytest.mark.slow
+def test_engine_batches_do_not_depend_on_num_workers(
+    setup: Path, tmp_path: Path, own: list[dict]
+) -> None:
+    """torch_dataloader_opts num_workers 2 (RETURNN's own would give every sequence twice at
+    this behavior_version): RETURNN's 0-worker batches again."""
+    assert run_returnn(setup, tmp_path / "ours", SL_USE="1", SL_WORKERS="2")["0"] == own
+
+
+@pytest.fixture(scope="module")
+def two_ranks(setup: Path, tmp_path_factory) -> dict[str, list[dict]]:
+    """An uninterrupted torchrun run, 2 ranks, shard distribution, 3 sub-epochs."""
+    out = tmp_path_factory.mktemp("two_ranks")
+    return run_returnn(setup, out, nproc=2, SL_USE="1", SL_DIST="shard")
+
+
+@pytest.mark.slow
+def test_torchrun_every_sequence_once_with_equal_steps(two_ranks: dict[str, list[dict]]) -> None:
+    """Equal steps on both ranks (the engine's per-step "has data" all-reduce ends no rank
+    early), every sequence exactly once per full epoch (sub-epochs 1 and 2) over the ranks."""
+    assert sorted(two_ranks) == ["0", "1"]
+    for epoch in (1, 2, 3):
+        steps = {rank: len(batches(records, epoch)) for rank, records in two_ranks.items()}
+        assert len(set(steps.values())) == 1 and steps["0"] > 1, (epoch, steps)
+    full_epoch = [t for records in two_ranks.values() for t in train_tags(records, range(1, 3))]
+    assert collections.Counter(full_epoch) == collections.Counter(f"seq-{i}" for i in range(N_SEQS))
+    dev = [r for r in two_ranks["0"] if not r["train"]]
+    assert dev and not [r for r in two_ranks["1"] if not r["train"]]  # RETURNN: rank 0 evaluates
+
+
+@pytest.fixture(scope="module")
+def killed(setup: Path, tmp_path_factory) -> tuple[list[dict], Path]:
+    """One process, killed by its recorder right after the 2nd batch of sub-epoch 2."""
+    out = tmp_path_factory.mktemp("killed")
+    records = run_returnn(setup, out, expect_kill=True, SL_USE="1", SL_KILL_AFTER="2")["0"]
+    assert len(batches(records, 2)) == 2
+    for p in out.glob("batches.*.jsonl"):
+        p.rename(p.with_suffix(".killed"))
+    return records, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("restart_ranks", [1, 2])
+def test_killed_mid_sub_epoch_restarts_on_the_uninterrupted_batches(
+    setup: Path,
+    tmp_path: Path,
+    killed: tuple[list[dict], Path],
+    ours: tuple[list[dict], Path],
+    two_ranks: dict[str, list[dict]],
+    restart_ranks: int,
+) -> None:
+    """RETURNN restarts the killed job from its sub-epoch 1 save, with 1 or 2 ranks: sub-epochs
+    2 and 3 are exactly the batches of an uninterrupted run with that many ranks."""
+    before, folder = killed
+    uninterrupted = {"0": ours[0]} if restart_ranks == 1 else two_ranks
+    assert batches(before, 1) == batches(ours[0], 1)
+    out = tmp_path / "restart"
+    shutil.copytree(folder, out)
+    dist = {"SL_DIST": "shard"} if restart_ranks > 1 else {}
+    restarted = run_returnn(setup, out, nproc=restart_ranks, SL_USE="1", **dist)
+    assert sorted(restarted) == sorted(uninterrupted)
+    for rank, records in uninterrupted.items():
+        assert not batches(restarted[rank], 1)  # from the save of sub-epoch 1
+        for epoch in (2, 3):
+            assert batches(restarted[rank], epoch) == batches(records, epoch), (rank, epoch)
+
+
+def test_untested_returnn_versions_are_refused_by_name() -> None:
+    hook.check_version("1.20261022.211313")
+    for version in ("1.20250101.101010", "1.20270101.000000", "2.0.0"):
+        with pytest.raises(OptionError, match=f"this is RETURNN {version}.*pin returnn=="):
+            hook.check_version(version)
+
+
+def test_outside_a_returnn_config_and_twice_are_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a plain process: an error naming the fix. In a config RETURNN reads (its own
+    ``Config.load_file``): the first call replaces the engine's loader factory, the second is an
+    error."""
+    from returnn.config import Config
+    from returnn.torch.engine import Engine
+
+    with pytest.raises(OptionError, match="must be called in a RETURNN config"):
+        hook.use_in_engine()
+    original = Engine._create_data_loader
+    monkeypatch.setattr(Engine, "_create_data_loader", original)  # restored after the test
+    config = tmp_path / "twice.config"
+    config.write_text(
+        "#!rnn.py\nimport seqloader.returnn\nseqloader.returnn.use_in_engine()\n"
+        "seqloader.returnn.use_in_engine()\n"
+    )
+    with pytest.raises(OptionError, match="called twice"):
+        Config().load_file(str(config))
+    assert Engine._create_data_loader is not original
+
+
+@pytest.mark.parametrize(
+    "packing", [None, {}, {"gap": 2, "align": 4, "per_key": {"classes": {"packed": False}}}]
+)
+def test_raw_batches_are_returnns_collate(packing: dict | None) -> None:
+    """What the engine gets per batch is what RETURNN's ``collate_batch`` makes of the same
+    sequences: padded (or, with ``packed_tensors``, packed) tensors, ``<key>:seq_len``,
+    ``seq_tag``, dtypes included."""
+    from returnn.datasets.util.strings import str_to_numpy_array
+    from returnn.torch.data.pipeline import collate_batch
+
+    import seqloader as sl
+
+    rng = np.random.default_rng(3)
+    lengths = [4, 9, 2, 7, 5]
+    data = [rng.standard_normal((n, 3)).astype(np.float32) for n in lengths]
+    classes = [rng.integers(0, 7, n).astype(np.int32) for n in lengths]
+    tags = [f"utt-{i}" for i in range(len(lengths))]
+    source = sl.MemorySource({"data": data, "classes": classes}, tags=tags)
+    for batch in sl.SeqLoader(source, max_seqs=3, ordering="default").epoch(1):
+        ours = hook.raw_batch(batch, packing, first_idx=7)
+        seqs = [
+            {"data": data[i], "classes": classes[i], "seq_tag": str_to_numpy_array(tags[i])}
+            for i in batch.seq_indices.tolist()
+        ]
+        theirs = collate_batch(seqs, packing=packing)
+        assert sorted(ours) == sorted([*theirs, "seq_idx"])
+        for key, value in theirs.items():
+            if isinstance(value, np.ndarray):
+                assert value.tolist() == ours[key].tolist(), key
+            elif isinstance(value, dict):
+                assert ours[key] == value, key
+            else:
+                assert ours[key].dtype == value.dtype and torch.equal(ours[key], value), key
+        assert ours["seq_idx"].tolist() == list(range(7, 7 + batch.size))
