@@ -211,10 +211,10 @@ def test_index_key_follows_what_the_index_depends_on():
 
     base = PlanOptions(ordering="buckets:30", max_frames=20_000, planning="indexed")
     same = [
-        {"seed": 9}, {"max_frames": 500}, {"max_seqs": 3}, {"partition_epoch": 4},
-        {"uneven": "pad"}, {"ordering": "buckets:30:2"},
+        {"seed": 9}, {"partition_epoch": 4}, {"uneven": "pad"}, {"ordering": "buckets:30:2"},
     ]  # fmt: skip
     other = [
+        {"max_frames": 500}, {"max_seqs": 3},  # the edges follow the batch sizes
         {"ordering": "buckets:10"}, {"ordering": "laplace"}, {"max_seq_length": 900},
         {"min_seq_length": 3}, {"batch_cost": "quadratic:500"}, {"distribution": "files"},
         {"length_key": "data"},

@@ -461,16 +461,19 @@ INDEXED_CASES: dict[str, dict] = {
 # seqloader-plan-indexed/4: a mix takes floor(f·r·N_c) per corpus (the global mix's count),
 # apportioned to buckets (indexed_mix.apportion), not floor(f·r·N_cb) per bucket. Moved: the mix
 # cases only.
+# seqloader-plan-indexed/5: bucket edges also cut where the batch size the lengths allow changes
+# (histogram.batching_edges), and each bucket's list is sorted by length within windows of
+# WINDOW_BATCHES batches (SortedWindows; `files`: within each unit): every case moved.
 INDEXED_GOLDEN = {
-    "buckets:5 W4 split elastic -> W3": "b0df44976346b69ed8711a6e6297335d0994f19953631bf2b9a9158af8757059",
-    "laplace:.20 partition 3 W4 pad, filters": "aef2649c178ebd5d92b16cb4c0ddc59ba1b49dea84a5dfa7799538262364685d",
-    "files buckets:3 W3 split": "e18103ed68633e80d0422d15ad1f30f5ef0ec9ca3e4fb86e5625ae9b2f66818a",
-    "files laplace W4 pad, merged buckets": "7c15c8213fff93ec151aee9d5479f2f4a991bc99afbaa474c083cb395475d039",
-    "mix buckets:4 partition 2 W3 split elastic -> W2": "5447eca3fd66501bf87259e764c4f7e14f03b2d9d063b7d57b81e7b0ddb96edb",
-    "mix laplace:.10 W4 pad, filters": "c8d863a77d1308f4b61f610faf9d070270cc31554684b773f1105db77e6c7bbd",
-    "files buckets:4 W4 split elastic -> W3 -> W5": "17a46a6477fa27b8cd64951ad8ecd362e6b6c2248eb52d221503dea331e4169a",
+    "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
+    "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
+    "files buckets:3 W3 split": "38a5975fdbe7a896b334306474262a8481d029d76722c81080f83c93b8844e26",
+    "files laplace W4 pad, merged buckets": "47ce385e395174bd2ed69f1795eb2f9bf8ba8e23774d8df9f6a6f6a32a0fb37b",
+    "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
+    "mix laplace:.10 W4 pad, filters": "b8d20b529d89aedfdbbd5d35e2592853c73c64103e77af3d8f94e2bb2f2850a4",
+    "files buckets:4 W4 split elastic -> W3 -> W5": "751e943cc455d2ff17ec0d30684cd4d058f50ef2160f921cdee432657b2d2233",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/4"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/5"
 
 
 def indexed_digest(case: dict) -> str:

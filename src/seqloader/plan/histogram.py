@@ -250,11 +250,16 @@ def batch_sizes(
     """Sequences per batch of each bucket (``longest``: int64 ``[N]``) -> int64 ``[N]`` >= 1:
     as many as fit ``budget`` (cost units) at the bucket's longest length, at most ``max_seqs``;
     0 for no limit at all (one batch per bucket)."""
-    n_buckets = len(longest)
+    units = np.asarray(cost.units(np.asarray(longest, dtype=np.int64)), dtype=np.int64)
+    return sizes_for_units(units, max_seqs, budget)
+
+
+def sizes_for_units(units: np.ndarray, max_seqs: int | None, budget: int | None) -> np.ndarray:
+    """``batch_sizes`` for lengths given by their cost ``units`` (int64 ``[N]``)."""
+    n_buckets = len(units)
     cap = np.full(n_buckets, 0 if max_seqs is None else max_seqs, dtype=np.int64)
     if budget is None:
         return cap
-    units = np.asarray(cost.units(np.asarray(longest, dtype=np.int64)), dtype=np.int64)
     fit = np.full(n_buckets, np.iinfo(np.int64).max, dtype=np.int64)
     np.floor_divide(budget, units, out=fit, where=units > 0)
     if max_seqs is not None:
@@ -296,3 +301,67 @@ def merge_small(
     np.minimum.at(group_cap, at, np.broadcast_to(cap, counts.shape).ravel())
     group_sizes = np.where(group_cap < huge, group_cap, np.maximum(group_counts, 1))
     return group, group_sizes
+
+
+def length_counts(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct lengths ascending int64 ``[G]``, sequences of each int64 ``[G]``), in chunks (no
+    copy of the lengths): a histogram where lengths are small non-negative integers, else
+    ``np.unique`` per chunk, merged."""
+    if len(lengths) == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    lo = min(int(np.min(lengths[a : a + _CHUNK])) for a in range(0, len(lengths), _CHUNK))
+    hi = max(int(np.max(lengths[a : a + _CHUNK])) for a in range(0, len(lengths), _CHUNK))
+    if lo >= 0 and hi < _TABLE_LENGTHS:
+        hist = np.zeros(hi + 1, dtype=np.int64)
+        for a in range(0, len(lengths), _CHUNK):
+            hist += np.bincount(np.asarray(lengths[a : a + _CHUNK]), minlength=hi + 1)
+        values = np.flatnonzero(hist)
+        return values.astype(np.int64), hist[values]
+    chunks = range(0, len(lengths), _CHUNK)
+    parts = [np.unique(lengths[a : a + _CHUNK], return_counts=True) for a in chunks]
+    values = np.concatenate([v for v, _ in parts]).astype(np.int64)
+    counts = np.concatenate([c for _, c in parts]).astype(np.int64)
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return uniq, np.bincount(inverse, weights=counts, minlength=len(uniq)).astype(np.int64)
+
+
+def batching_edges(
+    values: np.ndarray,
+    counts: np.ndarray,
+    units: np.ndarray,
+    max_seqs: int | None,
+    budget: int | None,
+    coarse: np.ndarray,
+) -> np.ndarray:
+    """Bucket edges for histogram batching from the admitted lengths' histogram (``values``
+    ascending, ``counts``, ``units``: the cost units of each value) -> int64 edges ascending.
+
+    A bucket's batches hold ``k_b = min(max_seqs, budget // cost(longest))`` sequences, so a
+    bucket whose lengths all give one ``k`` batches them as densely as any batching of those
+    lengths can, and costs only its short last batch (half a batch on average) beyond that.
+    The buckets are the runs of lengths with one ``k``, cut at every ``coarse`` edge as well
+    (``buckets:N``'s buckets, or ``laplace``'s cost buckets, which matter when ``k`` is one
+    everywhere); a run is merged into the next, longer one while that costs fewer batches (at the
+    longer run's ``k``) than the short batch it saves."""
+    if len(values) == 0:
+        return np.zeros(0, dtype=np.int64)
+    k = sizes_for_units(units, max_seqs, budget)  # [G] per distinct length
+    crossing = np.searchsorted(coarse, values, side="right")  # coarse bucket of each value
+    new = np.ones(len(values), dtype=bool)
+    new[1:] = (k[1:] != k[:-1]) | (crossing[1:] != crossing[:-1])
+    starts = np.flatnonzero(new)  # first value of each run
+    run_counts = np.add.reduceat(counts, starts).tolist()
+    run_k = k[np.append(starts[1:], len(values)) - 1].tolist()  # k at each run's longest
+    forced = (crossing[starts[1:]] != crossing[starts[1:] - 1]).tolist()
+    keep = [0]
+    held, held_k = run_counts[0], run_k[0]
+    for i in range(1, len(starts)):
+        nxt = run_k[i]
+        extra = held / nxt - held / held_k if nxt > 0 and held_k > 0 else 0.0
+        if not forced[i - 1] and extra < 0.5:  # merging costs less than the short batch
+            held, held_k = held + run_counts[i], nxt
+            continue
+        keep.append(i)
+        held, held_k = run_counts[i], nxt
+    return values[starts[keep[1:]]].astype(np.int64)

@@ -41,11 +41,17 @@ import numpy as np
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
-from seqloader.plan.buckets import bucket_edges
+from seqloader.plan.buckets import WINDOW_BATCHES, bucket_edges
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files, units_of
-from seqloader.plan.histogram import BucketIndex, batch_sizes, build_bucket_index
+from seqloader.plan.histogram import (
+    BucketIndex,
+    batch_sizes,
+    batching_edges,
+    build_bucket_index,
+    length_counts,
+)
 from seqloader.plan.indexed_files import Segment, Units
 from seqloader.plan.indexed_imbalance import (
     bucket_costs,
@@ -54,11 +60,19 @@ from seqloader.plan.indexed_imbalance import (
     table_imbalance,
 )
 from seqloader.plan.indexed_mix import IndexedMix
-from seqloader.plan.indexed_plan import Draw, IndexedPlan, MemberDraw, RankwisePlan
+from seqloader.plan.indexed_plan import (
+    Draw,
+    IndexedPlan,
+    MemberDraw,
+    RankwisePlan,
+    SortedWindows,
+    ranges,
+)
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress
 from seqloader.plan.options import PlanOptions
+from seqloader.plan.ordering import argsort_by
 from seqloader.plan.planner import Admission, EpochIndex, Planner, default_length_key
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
@@ -73,7 +87,7 @@ from seqloader.plan.selections import EpochSelection
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/4"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/5"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name).
 INDEXED_KINDS = ("laplace", "buckets")
 #: ``files``: a rank's neighbouring buckets are merged until each group holds this many full
@@ -123,24 +137,43 @@ def num_buckets(options: PlanOptions) -> int:
 
 def edges_for(lengths: np.ndarray, options: PlanOptions, costs: np.ndarray) -> np.ndarray:
     """The length-bucket edges indexed planning uses for ``options`` (``lengths``: the admitted
-    lengths of the length key, ``costs`` their cost units)."""
-    return bucket_edges(lengths, costs, num_buckets(options))
+    lengths of the length key, ``costs`` their cost units): ``num_buckets`` buckets of about
+    equal cost, each cut further where the batch size its lengths allow changes
+    (``batching_edges``)."""
+    coarse = bucket_edges(lengths, costs, num_buckets(options))
+    values, counts = length_counts(lengths)
+    units = np.asarray(options.cost.units(values), dtype=np.int64)
+    return batching_edges(values, counts, units, options.max_seqs, padded_budget(options), coarse)
+
+
+def padded_budget(options: PlanOptions) -> int | None:
+    """The length key's padded budget in cost units (``max_frames``; indexed planning takes one
+    padded limit), None without one."""
+    frames = options.max_frames
+    if not isinstance(frames, int) or options.cost.packed:
+        return None
+    if options.cost.quadratic is not None:
+        return int(options.cost.budget(frames) or 0)
+    return frames
 
 
 def index_key(options: PlanOptions) -> str:
     """What a corpus's ``BucketIndex`` depends on of ``options``, as JSON: the bucket count, the
-    cost, the admission limits, the length key and whether per-file tables are kept. Plans that
-    differ only in seed, batch limits, ``partition_epoch``, ``uneven`` or ``mix`` share one index
-    (a node keeps one file for them).
+    cost, the batch limits (the edges follow the batch sizes), the admission limits, the length
+    key and whether per-file tables are kept. Plans that differ only in seed, ordering within a
+    bucket count, ``partition_epoch``, ``uneven`` or ``mix`` share one index (a node keeps one
+    file for them).
 
     >>> a = PlanOptions(ordering="buckets:30", max_frames=20_000, seed=1, planning="indexed")
-    >>> b = PlanOptions(ordering="buckets:30", max_frames=8_000, seed=7, planning="indexed")
+    >>> b = PlanOptions(ordering="buckets:30", max_frames=20_000, seed=7, planning="indexed")
     >>> index_key(a) == index_key(b)
     True
     """
     return json.dumps(
         {
             "buckets": num_buckets(options),
+            "max_seqs": options.max_seqs,
+            "max_frames": options.max_frames,
             "batch_cost": options.batch_cost,
             "max_seq_length": options.max_seq_length,
             "min_seq_length": options.min_seq_length,
@@ -343,13 +376,18 @@ class IndexedPlanner(Planner):
             return bucket_runs(counts, sizes, group, rng_for(self.options.seed, *words))
         return laplace_bins(counts, sizes, ordering.num_bins(int(counts.sum())))
 
-    def draw(self, epoch: int) -> Draw:
+    def draw(self, epoch: int, windows: bool = True) -> Draw:
+        """The sub-epoch's slots by (bucket, position): the keyed member draw, sorted by length
+        within windows of batches (``SortedWindows``; ``windows=False``: unsorted, for counts)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
+        counts, offsets, sizes = self._counts(ep)
+        draw: Draw
         if isinstance(self.mix, IndexedMix):
-            return self.mix.draw(ep.full_epoch, ep.part, self.options.partition_epoch)
-        _, offsets, _ = self._counts(ep)
-        words = (self.options.seed, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
-        return MemberDraw(self.index.members, self.index.starts, offsets, words)
+            draw = self.mix.draw(ep.full_epoch, ep.part, self.options.partition_epoch)
+        else:
+            words = (self.options.seed, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
+            draw = MemberDraw(self.index.members, self.index.starts, offsets, words)
+        return SortedWindows(draw, self.lengths, counts, sizes) if windows else draw
 
     def order_size(self, epoch: int, world_size: int = 1) -> int:
         ep = EpochIndex(epoch, self.options.partition_epoch)
@@ -411,7 +449,7 @@ class IndexedPlanner(Planner):
             return np.asarray(admitted, dtype=np.int64)
         ep = EpochIndex(epoch, self.options.partition_epoch)
         counts, _, _ = self._counts(ep)
-        draw = self.draw(epoch)
+        draw = self.draw(epoch, windows=False)  # counts only: the order within does not matter
         out = np.zeros(len(self.corpora.names), dtype=np.int64)
         for b, c in enumerate(counts.tolist()):
             for a in range(0, c, _CHUNK):
@@ -558,16 +596,24 @@ class IndexedPlanner(Planner):
 
         def members(r: int) -> tuple[np.ndarray, np.ndarray]:
             own = units.part[units.rank_of == r]
-            seqs = _ranges(files[own], files[own + 1])
+            seqs = ranges(files[own], files[own + 1])
             if self._mask is not None:
                 seqs = seqs[self._mask[seqs]]
             seqs = seqs[rng_for(self.options.seed, *words, r).permutation(len(seqs))]
             bucket = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[seqs]), "right")
             group = units.group_of[r][bucket]
-            seqs = seqs[np.argsort(group, kind="stable")]
+            by_group = np.argsort(group, kind="stable")
+            seqs, group = seqs[by_group], group[by_group]
             starts = np.zeros(units.group_of.shape[1] + 1, dtype=np.int64)
             np.cumsum(np.bincount(group, minlength=units.group_of.shape[1]), out=starts[1:])
-            return seqs, starts
+            # sorted by length within windows of WINDOW_BATCHES of the group's batches (fixed
+            # per unit, so every segment's prefix and rest are slices of one list)
+            size = np.ones(units.group_of.shape[1], dtype=np.int64)
+            mine = slice(*np.searchsorted(units.rank, [r, r + 1]))
+            size[units.group[mine]] = units.size[mine]
+            window = (np.arange(len(seqs)) - starts[group]) // (WINDOW_BATCHES * size[group])
+            major = group * (int(window.max(initial=0)) + 1) + window
+            return seqs[argsort_by(np.asarray(self.lengths[seqs]), major)], starts
 
         return members
 
@@ -678,12 +724,6 @@ def _rank_counts(
         starts = np.concatenate([[0], cuts]).astype(np.int64)
         out[here[starts]] += np.add.reduceat(rows, starts, axis=0, dtype=np.int64)
     return out
-
-
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """The integers of ``[lo[i], hi[i])`` for every i, concatenated -> int64."""
-    sizes = hi - lo
-    return np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
 
 
 def _admission(

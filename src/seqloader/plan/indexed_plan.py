@@ -29,7 +29,9 @@ import numpy as np
 from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bijection import Bijection
+from seqloader.plan.buckets import WINDOW_BATCHES
 from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.ordering import argsort_by
 from seqloader.plan.pieces import split_pieces
 
 
@@ -76,6 +78,50 @@ class MemberDraw:
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
         return self(bucket, pos), None
+
+
+class SortedWindows:
+    """A ``Draw`` whose bucket lists are sorted by length within windows of ``batches`` batches
+    (positions ``[w*m, (w+1)*m)`` of bucket ``b``, ``m = batches * sizes[b]``; ties in list
+    order): a batch then holds lengths that lie close together, so it pads little, while which
+    sequences share a window stays random every epoch. A position's slot needs its window drawn
+    (``batches`` times the draws of the batch alone); windows end at batch boundaries, so every
+    batch and every prefix of a bucket's list keeps its set of sequences' count, and the lists
+    stay permutations (exactly once)."""
+
+    def __init__(
+        self,
+        draw: Draw,
+        lengths: np.ndarray,
+        counts: np.ndarray,
+        sizes: np.ndarray,
+        batches: int = WINDOW_BATCHES,
+    ) -> None:
+        self.draw, self.lengths, self.counts = draw, lengths, counts
+        self.window = np.asarray(sizes, dtype=np.int64) * batches  # [N] positions per window
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        if not len(pos):
+            return self.draw.slots(bucket, pos)
+        m = self.window[bucket]
+        w = pos // m
+        wide = int(w.max()) + 1
+        which, inverse = np.unique(bucket * wide + w, return_inverse=True)
+        ub, uw = np.divmod(which, wide)
+        lo = uw * self.window[ub]
+        hi = np.minimum(lo + self.window[ub], self.counts[ub])
+        seqs, uses = self.draw.slots(np.repeat(ub, hi - lo), ranges(lo, hi))
+        window_of = np.repeat(np.arange(len(ub), dtype=np.int64), hi - lo)
+        order = argsort_by(np.asarray(self.lengths[seqs]), window_of)
+        begin = np.cumsum(hi - lo) - (hi - lo)  # [U] each window's first in the drawn list
+        at = order[begin[inverse] + pos - lo[inverse]]
+        return seqs[at], None if uses is None else uses[at]
+
+
+def ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The integers of ``[lo[i], hi[i])`` for every i, concatenated -> int64."""
+    sizes = hi - lo
+    return np.repeat(lo - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
 
 
 def piece_bounds(

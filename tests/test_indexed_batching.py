@@ -1,0 +1,98 @@
+"""Histogram batching's quality parts: bucket edges where the batch size changes
+(``batching_edges``), bucket lists sorted by length within windows (``SortedWindows``), and the
+benchmark that compares both with the greedy algorithm."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.plan.histogram import batching_edges, length_counts, sizes_for_units
+from seqloader.plan.indexed_plan import MemberDraw, SortedWindows
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=400),
+    max_seqs=st.sampled_from([None, 3, 50]),
+    budget=st.sampled_from([None, 300, 2_000]),
+    coarse=st.lists(st.integers(1, 300), max_size=4).map(lambda e: np.unique(e).astype(np.int64)),
+)
+def test_batching_edges_cut_where_the_batch_size_changes(lengths, max_seqs, budget, coarse):
+    """No bucket spans a coarse edge; a bucket batched at its longest length's size costs fewer
+    than half a batch per merged run of one size more than batching each length at its own."""
+    values, counts = length_counts(np.asarray(lengths, dtype=np.int32))
+    assert values.tolist() == sorted(set(lengths))
+    assert counts.tolist() == [lengths.count(v) for v in values.tolist()]
+    edges = batching_edges(values, counts, values, max_seqs, budget, coarse)
+    assert (np.diff(edges) > 0).all() and set(edges.tolist()) <= set(values.tolist())
+    bucket = np.searchsorted(edges, values, side="right")
+    coarse_of = np.searchsorted(coarse, values, side="right")
+    k = sizes_for_units(values, max_seqs, budget)
+    for b in np.unique(bucket).tolist():
+        inside = bucket == b
+        assert len(set(coarse_of[inside].tolist())) == 1
+        ks = k[inside]
+        if budget is None or (ks == 0).any():
+            continue
+        runs = 1 + int(np.count_nonzero(np.diff(ks)))
+        extra = float((counts[inside] * (1 / ks[-1] - 1 / ks)).sum())
+        assert extra < 0.5 * runs
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 60), min_size=1, max_size=5),
+    sizes=st.lists(st.integers(1, 7), min_size=5, max_size=5),
+    batches=st.integers(1, 4),
+    picks=st.lists(st.integers(0, 10**6), max_size=30),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_sorted_windows_sort_each_window_and_answer_any_position_alone(
+    counts, sizes, batches, picks, seed
+):
+    """Each window of ``batches`` batches is the unsorted draw's window sorted by length (ties in
+    list order), so every list stays a permutation, and any positions asked alone get the slots
+    the whole list has there."""
+    rng = np.random.default_rng(seed)
+    counts = np.asarray(counts, dtype=np.int64)
+    sizes = np.asarray(sizes[: len(counts)], dtype=np.int64)
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    members = rng.permutation(int(starts[-1])).astype(np.int64)
+    lengths = rng.integers(1, 20, int(starts[-1]) + 1)
+    offsets = np.zeros(len(counts), dtype=np.int64)
+    base = MemberDraw(members, starts, offsets, (seed, 7))
+    draw = SortedWindows(base, lengths, counts, sizes, batches)
+    whole = []
+    for b, c in enumerate(counts.tolist()):
+        pos = np.arange(c, dtype=np.int64)
+        bucket = np.full(c, b, dtype=np.int64)
+        got, uses = draw.slots(bucket, pos)
+        assert uses is None
+        raw = base(bucket, pos)
+        m = int(sizes[b]) * batches
+        for a in range(0, c, m):
+            window = raw[a : a + m]
+            expected = window[np.argsort(lengths[window], kind="stable")]
+            assert got[a : a + m].tolist() == expected.tolist()
+        whole.append(got)
+    live = np.flatnonzero(counts > 0)
+    if len(live) and picks:
+        bucket = live[np.asarray(picks) % len(live)]
+        pos = np.asarray(picks, dtype=np.int64) % counts[bucket]
+        alone, _ = draw.slots(bucket, pos)
+        assert alone.tolist() == [int(whole[b][p]) for b, p in zip(bucket, pos)]
+
+
+def test_indexed_batching_benchmark_reports_ratios_against_greedy() -> None:
+    from benchmarks.indexed_batching import measure, table
+
+    rows = measure(3_000, 1)
+    assert len(rows) == 9
+    for row in rows.values():
+        for key, ratio in row["ratio"].items():
+            assert ratio == row["indexed"][key] / row["global"][key] and ratio > 0
+        assert row["indexed"]["padding W8"] >= 1.0 and row["global"]["padding W8"] >= 1.0
+    assert table({"rows": rows}).count("\n") == 10
