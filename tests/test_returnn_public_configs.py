@@ -105,6 +105,8 @@ CASES = [
     ("librispeech960_hdf.config", "devtrain", (1, 2)),
     ("wmt_translation.config", "train", (1, 2, 3)),
     ("wmt_translation.config", "dev", (1,)),
+    ("wmt_translation_text.config", "train", (1, 2, 3)),
+    ("wmt_translation_text.config", "dev", (1, 2)),
     ("switchboard_hybrid.config", "train", (1, 2, 5)),
     ("librispeech_hybrid_raw.config", "train", (1, 2, 3)),
     ("librispeech_aed_torch.config", "train", (1, 2, 7)),
@@ -446,3 +448,20 @@ def test_refused_dataset_options_name_the_key_the_dataset_and_the_fix(
             {"dev": {"class": "HDFDataset", "files": [hdf], key: same}, "batch_size": 5000}
         )["dev"]
         loader.close()
+
+
+@pytest.mark.parametrize(
+    "option,why",
+    [
+        ({"seq_list_file": "lines.txt"}, r"a fixed list of line numbers that replaces the order"),
+        ({"search_without_reference": True}, r"for search only .*use source_only=True"),
+    ],
+)
+def test_translation_dataset_refusals_name_the_option(data: Path, option: dict, why: str) -> None:
+    spec = {"class": "TranslationDataset", "path": str(data / "wmt-text"), "file_postfix": "dev"}
+    with pytest.raises(
+        OptionError,
+        match=rf"dev dataset \(TranslationDataset\): option '{next(iter(option))}' is not "
+        rf"supported: {why}",
+    ):
+        from_returnn_config({"dev": {**spec, **option}, "batch_size": 300})

@@ -20,7 +20,10 @@
 - ``LibriSpeech/PART/...`` and ``librispeech-zip/PART.zip``: LibriSpeech as distributed, for
   ``LibriSpeechCorpus`` (``write_librispeech``);
 - ``wmt/{train,dev}.hdf``: a translation corpus dumped to HDF (source ids as sparse ``data``,
-  target ids as ``classes``, targets longer than sources).
+  target ids as ``classes``, targets longer than sources);
+- ``wmt-text/``: a translation corpus as RETURNN's ``TranslationDataset`` reads it
+  (``{source,target}.{train,dev}.gz`` a sentence a line, ``{source,target}.vocab.pkl`` pickled
+  ``{word: id}`` with ``</S>`` and ``<UNK>``; some words out of vocabulary).
 """
 
 from __future__ import annotations
@@ -163,6 +166,7 @@ def write_corpora(folder: Path) -> Path:
         tags = [f"wmt-{split}/{i}" for i in range(n)]
         write_hdf(folder / "wmt" / f"{split}.hdf", tags, rng, dim=None, data_len=(3, 45),
                   target_len=lambda s: int(s * rng.uniform(1.2, 1.6)) + 1, target_dim=60)  # fmt: skip
+    write_translation_text(folder / "wmt-text", np.random.default_rng(3311))  # its own stream
     # framewise alignments of the train parts at a 10 ms shift: ceil(samples / 160) frames
     # (RASR alignments dumped to HDF, as i6_experiments' OggZipHdfDataInput reads them)
     writer = SimpleHDFWriter(str(folder / "align" / "train.hdf"), dim=211, ndim=1)
@@ -217,6 +221,27 @@ def write_librispeech(folder: Path, rng: np.random.Generator) -> None:
                 z.writestr(f"LibriSpeech/{name}", "\n".join(lines) + "\n")
             for member, data in members:
                 z.writestr(member, data)
+
+
+def write_translation_text(folder: Path, rng: np.random.Generator) -> None:
+    """RETURNN's TranslationDataset layout: gzipped sentence files and pickled vocabularies."""
+    import pickle
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for side, size in (("source", 40), ("target", 55)):
+        words = [f"{side[0]}{i}" for i in range(size)]
+        vocab = {"</S>": 0, "<UNK>": 1, **{w: i + 2 for i, w in enumerate(words)}}
+        with open(folder / f"{side}.vocab.pkl", "wb") as f:
+            pickle.dump(vocab, f)
+        for split, n in (("train", 36), ("dev", 9)):
+            scale = 1.0 if side == "source" else 1.4  # targets longer, as in the HDF stand-in
+            lines = []
+            for _ in range(n):
+                k = int(rng.integers(2, 30) * scale)
+                ids = rng.integers(0, size + 4, size=k)  # ids >= size: out of the vocabulary
+                lines.append(" ".join(f"{side[0]}{i}" for i in ids))
+            with gzip.open(folder / f"{side}.{split}.gz", "wt", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
 
 
 def data_env(folder: Path) -> dict[str, str]:

@@ -24,6 +24,9 @@ from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_
 from seqloader.returnn.paths import plain_value
 from seqloader.returnn.pre_process import refuse_length_changing_pre_process
 from seqloader.returnn.seq_lists import meta_seq_lists, relisted
+from seqloader.returnn.translation import OWN as TRANSLATION_OWN
+from seqloader.returnn.translation import REFUSED as TRANSLATION_REFUSED
+from seqloader.returnn.translation import translation_source
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
 from seqloader.sources.base import Source
@@ -567,6 +570,7 @@ def _librispeech(where: str, opts: dict[str, Any]) -> Built:
 
 
 _BUILDERS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, Any]], Built]]] = {
+    "TranslationDataset": ((*TRANSLATION_OWN, *TRANSLATION_REFUSED), translation_source),
     "LibriSpeechCorpus": (LIBRISPEECH_OWN, _librispeech),
     "HDFDataset": (("files",), _hdf),
     "OggZipDataset": (
