@@ -88,7 +88,9 @@ def child(cfg: dict) -> dict:
             def __getitem__(self, i: int) -> int:
                 return i
 
-        dl = DataLoader(Nothing(), batch_size=None, num_workers=1, persistent_workers=True)
+        dl = DataLoader(
+            Nothing(), batch_size=None, num_workers=cfg["workers"], persistent_workers=True
+        )
         rows = timed_epochs(lambda _e: iter(dl), epochs)
         return {"config": cfg, "epochs": rows}
     import seqloader as sl
@@ -119,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ordering", default="random")
     p.add_argument("--max-seqs", type=int, default=32)
     p.add_argument("--max-frames", type=int, default=None)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", default="1", help="worker counts, e.g. 1,2 (each its own run)")
     p.add_argument("--step-ms", default="10,20")
     p.add_argument("--epochs-per-step", type=int, default=1)
     p.add_argument("--reps", type=int, default=5)
@@ -138,34 +140,37 @@ def main(argv: list[str] | None = None) -> int:
         "ordering": a.ordering,
         "max_seqs": a.max_seqs,
         "max_frames": a.max_frames,
-        "workers": a.workers,
         "step_ms": [float(x) for x in a.step_ms.split(",")],
         "epochs_per_step": a.epochs_per_step,
     }
-    configs = [{**common, "variant": "seqloader", "label": "seqloader"}]
-    if a.base_src:
-        configs.append(
-            {**common, "variant": "seqloader", "code": "base", "label": "seqloader@base"}
-        )
-    if a.ablate:
-        configs.append(
-            {**common, "variant": "seqloader", "no_dispatch": True, "label": "seqloader-nodisp"}
-        )
+    configs = []
+    for w in (int(x) for x in a.workers.split(",")):
+        at = {**common, "workers": w}
+        configs.append({**at, "variant": "seqloader", "label": f"seqloader/w{w}"})
+        if a.base_src:
+            configs.append(
+                {**at, "variant": "seqloader", "code": "base", "label": f"seqloader@base/w{w}"}
+            )
+        if a.ablate:
+            configs.append(
+                {**at, "variant": "seqloader", "no_dispatch": True, "label": f"nodisp/w{w}"}
+            )
     runs: list[dict] = []
     for rep in range(a.reps):
         k = rep % len(configs)
         for cfg in configs[k:] + configs[:k]:
             res = run_child("benchmarks.looptime", cfg, a.base_src, timeout=900)
             runs.append(res)
-            if a.floor and cfg["label"] == "seqloader":  # as many batches as seqloader's epochs
+            mine = cfg["label"].startswith("seqloader/")
+            if a.floor and mine:  # as many batches as seqloader's epochs, same workers
                 floor_cfg = {
-                    **common,
+                    **cfg,
                     "variant": "torch-floor",
-                    "label": "torch-floor",
+                    "label": f"torch-floor/w{cfg['workers']}",
                     "floor_batches": res["epochs"][1]["batches"],
                 }
                 runs.append(run_child("benchmarks.looptime", floor_cfg, a.base_src, timeout=900))
-            for r in runs[-2 if a.floor and cfg["label"] == "seqloader" else -1 :]:
+            for r in runs[-2 if a.floor and mine else -1 :]:
                 shown = "  ".join(
                     f"e{row['epoch']}@{row['step_ms']:g}ms loop {row['loop_pct']:.2f}%"
                     + (f" report {row['report_pct']:.2f}%" if "report_pct" in row else "")

@@ -30,6 +30,7 @@ from seqloader.torch._compat import (
     profiling,
     worker_processes,
 )
+from seqloader.trainer.release import signal
 
 # Batches the dispatch thread takes out of torch's iterator before the loop asks for them; with
 # torch's own prefetch (prefetch_factor x workers tasks outstanding) this many more are in flight.
@@ -140,6 +141,7 @@ class _Dispatch:
     def __init__(self, it: ReceivingIter) -> None:
         self.ready: queue.SimpleQueue = queue.SimpleQueue()
         self.room = threading.Semaphore(AHEAD)  # batches it may take before the loop does
+        self.room_signal = signal(self.room.release)
         self.stop_event = threading.Event()
         self.done = False  # the loop took the end (or an error): nothing more will come
         # a weak reference: a thread waiting for room must not keep an abandoned iterator (and
@@ -164,7 +166,9 @@ class _Dispatch:
         if isinstance(item, _Failed):
             self.done = True
             raise item.error
-        self.room.release()
+        # room for one more: signalled from the release thread, which the loop's request wakes
+        # anyway (a semaphore release here cost the loop ~45 µs per batch after a 10 ms step)
+        self.room_signal()
         it.count_yielded()
         return item
 

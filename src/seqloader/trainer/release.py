@@ -14,11 +14,14 @@ their freeing; nothing is freed while any reference to it is alive.
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import queue
 import sys
 import threading
+from collections.abc import Callable
 
+log = logging.getLogger("seqloader")
 _lock = threading.Lock()
 _queue: queue.SimpleQueue | None = None
 _thread: threading.Thread | None = None
@@ -29,6 +32,14 @@ _STOP = object()
 
 def release(item: object) -> None:
     """Drop ``item`` (usually the last reference to a batch) in the release thread."""
+    q = _queue
+    if q is not None and not _stopped:  # the common case: two reads and a put (a forked
+        q.put(item)  # child starts with no queue: _forget)
+        return
+    _release_slowly(item)
+
+
+def _release_slowly(item: object) -> None:
     global _queue, _thread, _pid
     if _stopped or sys.is_finalizing():  # no thread may start or free torch memory now
         return  # the caller's reference goes, and with it the batch, right here
@@ -46,6 +57,60 @@ def release(item: object) -> None:
     q.put(item)
 
 
+def _forget() -> None:
+    """In a forked child: the parent's release thread is not there; a first use starts one."""
+    global _queue, _thread, _pid
+    _queue = _thread = _pid = None
+
+
+os.register_at_fork(after_in_child=_forget)
+
+
+def later(fn: Callable[[], object]) -> None:
+    """Call ``fn()`` in the release thread, after what was released before it.
+
+    For a signal to another thread that the training thread would otherwise send itself: waking
+    a sleeping thread (a futex wake) cost the training thread 20-50 µs after a 10 ms step on this
+    machine, while a second item put into this thread's queue in the same request, when the
+    thread is awake already, costs ~1 µs. So each request wakes one thread, this one.
+
+    >>> import threading
+    >>> done = threading.Event()
+    >>> later(done.set)
+    >>> done.wait(10)
+    True
+    """
+    if _stopped or sys.is_finalizing():
+        fn()
+        return
+    release(_Later(fn))
+
+
+def signal(fn: Callable[[], object]) -> Callable[[], None]:
+    """A function that calls ``later(fn)``, with its queue item made once (for a per-batch
+    signal: no allocation in the training thread).
+
+    >>> import threading
+    >>> done = threading.Event()
+    >>> set_later = signal(done.set)
+    >>> set_later()
+    >>> done.wait(10)
+    True
+    """
+    token = _Later(fn)
+
+    def send() -> None:
+        q = _queue
+        if q is not None and not _stopped:  # as release(): two reads and a put
+            q.put(token)
+        elif _stopped or sys.is_finalizing():
+            fn()
+        else:
+            _release_slowly(token)
+
+    return send
+
+
 def flush(timeout: float = 10.0) -> bool:
     """Wait until everything released so far in this process is freed; False on timeout. For
     callers that must know the memory is back now (tests of slot reuse on a loaded machine)."""
@@ -57,11 +122,26 @@ def flush(timeout: float = 10.0) -> bool:
     return done.wait(timeout)
 
 
+class _Later:
+    """A call to make in the release thread (``later``)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], object]) -> None:
+        self.fn = fn
+
+
 def _release_loop(q: queue.SimpleQueue) -> None:
     while True:
         item = q.get()
         if item is _STOP:
             return
+        if type(item) is _Later:
+            try:
+                item.fn()
+            except Exception:  # never ends the thread; never silent
+                log.exception("seqloader: a call in the release thread failed")
+            continue
         if isinstance(item, threading.Event):  # put by flush(): all before it is freed
             item.set()
             continue
