@@ -117,9 +117,10 @@ def header_at(fd: int, pos: int, file_size: int) -> tuple[str, bool, int, int, i
         return name, regular, data, real_size, following
 
 
-def read_headers(path: str) -> tuple[list[str], list[int], list[int]] | None:
+def read_headers(path: str) -> tuple[list[str], list[int], list[int], bool] | None:
     """Every regular member's (names, data offsets, sizes) of the tar at ``path``, in archive
-    order; None when a header is one for ``tarfile`` (module docstring).
+    order, and whether an end-of-archive block follows them (False: the tar ends right after a
+    member, cut between members); None when a header is one for ``tarfile`` (module docstring).
 
     >>> import io, tarfile, tempfile
     >>> path = tempfile.mkstemp(suffix=".tar")[1]
@@ -127,18 +128,22 @@ def read_headers(path: str) -> tuple[list[str], list[int], list[int]] | None:
     ...     info = tarfile.TarInfo("a.flac"); info.size = 3
     ...     tar.addfile(info, io.BytesIO(b"abc"))
     >>> read_headers(path)
-    (['a.flac'], [512], [3])
+    (['a.flac'], [512], [3], True)
     """
     names: list[str] = []
     offsets: list[int] = []
     sizes: list[int] = []
     file_size = os.path.getsize(path)
+    if file_size == 0:
+        return None  # tarfile's error: an empty file
     fd = os.open(path, os.O_RDONLY)
+    ended = False
     try:
         pos = 0
         while pos < file_size:
             found = header_at(fd, pos, file_size)
             if found is None:
+                ended = True
                 break
             name, regular, data, size, pos = found
             if regular:
@@ -149,4 +154,4 @@ def read_headers(path: str) -> tuple[list[str], list[int], list[int]] | None:
         return None
     finally:
         os.close(fd)
-    return names, offsets, sizes
+    return names, offsets, sizes, ended
