@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from seqloader.errors import ResumeError
+from seqloader.errors import OptionError, ResumeError
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import Planner
 from seqloader.validate import is_int
@@ -157,10 +157,64 @@ def _checked_history(history: object) -> History:
     return tuple(out)
 
 
+def check_reachable(planner: Planner, position: Position) -> None:
+    """Refuse a position no run writes, for every plan kind, naming the field: a segment begins
+    at the epoch's start (``segment_start`` 0, ``prior_steps`` 0) or after an elastic resume
+    (both > 0: every step consumes at least one sequence or chunk, so ``segment_start >=
+    prior_steps``); ``order_world_size`` differs from ``segment_world_size`` only after an elastic
+    resume of a ``buckets:N`` order; a per-rank order (``random_seed_offset``, pools sharded over
+    ranks) has one segment per epoch. ``distribution="files"`` replays its ``segment_history``
+    on top (``segment_plan``), and the derived fields (``steps``, ``seqs_consumed``,
+    ``epoch_complete``) are checked against the plan by ``LoaderState``."""
+    start, prior = position.segment_start, position.prior_steps
+    problem = ""
+    field = "segment_start"
+    if prior == 0 and start and planner.options.distribution != "files":
+        problem = (
+            f"got {start} with prior_steps 0: a segment starts past sequence 0 only after an "
+            "elastic resume, which carries the steps before it in prior_steps"
+        )
+    elif prior and start < prior and planner.options.distribution != "files":
+        field, problem = (
+            "prior_steps",
+            (
+                f"got {prior} with segment_start {start}: each of those steps consumed at least one "
+                f"sequence, so the segment cannot start before sequence {prior}"
+            ),
+        )
+    elif prior and planner.options.distribution == "random_seed_offset":
+        field, problem = (
+            "prior_steps",
+            (
+                f"got {prior}: distribution='random_seed_offset' resumes on the same world size only "
+                "(one segment per epoch), so no steps come before the segment"
+            ),
+        )
+    elif position.order_world_size != position.segment_world_size and (
+        prior == 0 or not planner.options.parsed_ordering.is_buckets
+    ):
+        field, problem = (
+            ORDER_WORLD_SIZE,
+            (
+                f"got {position.order_world_size} with segment_world_size "
+                f"{position.segment_world_size}: only an elastic resume of a buckets:N order (prior_"
+                f"steps > 0) keeps the epoch's first world size (ordering "
+                f"{planner.options.ordering!r}, prior_steps {prior})"
+            ),
+        )
+    if problem:
+        raise ResumeError(
+            f"loader state {field}: {problem}. No run writes this state (it was edited): load the "
+            "state as SeqLoader.state_dict() wrote it, or start without load_state_dict"
+        )
+
+
 def segment_plan(planner: Planner, position: Position) -> GlobalPlan:
-    """The global plan of ``position``'s segment; raises if ``position`` cannot lie in it."""
+    """The global plan of ``position``'s segment; raises if ``position`` cannot lie in it (a
+    position no run writes: ``check_reachable``)."""
     if position.epoch < 1:
         raise ResumeError(f"position epoch: got {position.epoch}, expected >= 1")
+    check_reachable(planner, position)
     if planner.options.distribution == "files":
         plan = _files_segment_plan(planner, position)
     else:
@@ -209,12 +263,19 @@ def _order_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
                 f"loader state segment_start: got {position.segment_start}, but epoch "
                 f"{position.epoch} has only {size} sequences; the state belongs to other data"
             )
-    return planner.global_plan(
-        position.epoch,
-        position.segment_world_size,
-        position.segment_start,
-        position.order_world_size,
-    )
+    try:
+        return planner.global_plan(
+            position.epoch,
+            position.segment_world_size,
+            position.segment_start,
+            position.order_world_size,
+        )
+    except OptionError as e:  # e.g. an indexed plan's start inside a batch: the state's field
+        raise ResumeError(
+            f"loader state segment_start: got {position.segment_start}, which is not where a "
+            f"segment of epoch {position.epoch} can start ({e}); the state was edited or belongs "
+            "to other data or options"
+        ) from e
 
 
 def is_finished(position: Position, plan: GlobalPlan) -> bool:

@@ -188,13 +188,22 @@ class LoaderState:
     def _check_algorithm(self, state: Mapping) -> None:
         """Refuse an indexed state of another planning algorithm by name (its plan fingerprint
         differs too, but that alone would blame the data or options). States of
-        ``seqloader-plan-indexed/2`` and before carry no ``plan_algorithm``."""
+        ``seqloader-plan-indexed/2`` and before carry no ``plan_algorithm``; every later indexed
+        state does, so one without it is refused even where its fingerprint matches (no run
+        writes it)."""
         ours = self.planner.algorithm
-        if state.get("planning") != "indexed" or state.get("plan_fingerprint") == self.fingerprint:
+        if state.get("planning") != "indexed":
             return
         saved = state.get("plan_algorithm")
         if saved == ours:
             return
+        if saved is None and state.get("plan_fingerprint") == self.fingerprint:
+            raise ResumeError(
+                f"loader state plan_algorithm: missing, but an indexed state of {ours!r} (whose "
+                "plan fingerprint this state carries) always names it: the state was edited. "
+                "Load the state as SeqLoader.state_dict() wrote it, or start the epoch anew (a "
+                "new loader without load_state_dict)."
+            )
         named = repr(saved) if saved else "'seqloader-plan-indexed/2' or earlier"
         raise ResumeError(
             f"loader state saved by planning algorithm {named}, but this loader plans with "

@@ -9,11 +9,19 @@ per tag) and next to nothing in private memory.
 
 One file, laid out as::
 
-    b"SEQCOLS1"  column 0  padding  column 1  ...  header (JSON)  uint64 header length  b"SEQCOLS1"
+    b"SEQCOLS2"  column 0  padding  column 1  ...  sums  header (JSON)  uint64 header length
+    uint64 header CRC  b"SEQCOLS2"
 
 (the header last, so a writer streams columns of any size straight to disk). The header names the store's ``identity`` (a string the builder derives from its inputs, e.g. size
 and ``mtime_ns`` or ETag of every file read), free ``meta`` (JSON) and each column's dtype, shape
-and byte offset (64-byte aligned). Columns are plain little-endian arrays; a strings column is two
+and byte offset (64-byte aligned). Contents are checksummed (``column_sums``): a CRC-32 per
+64 KiB block of every column (the ``sums`` array, itself summed in the header, which the trailer
+sums): a process that maps the store checks the header, the sums and every column but the
+``lazy`` ones (strings, and what the builder names, e.g. row offsets read a few rows at a time)
+in full; those it checks per block on first use (``StoredStrings``, ``ColumnStore.rows``). A
+damaged store is never served: ``open_or_build`` rebuilds one found damaged when mapped (with a
+``DataWarning``), and a block found damaged later raises ``DamagedStore`` naming the file, the
+column and the rows, and the command that rebuilds it. Columns are plain little-endian arrays; a strings column is two
 of them, ``NAME.bytes`` (uint8, the utf-8 bytes of all strings) and ``NAME.offsets`` (int64
 ``[n + 1]``), read back as ``StoredStrings`` (a ``Sequence[str]`` that decodes a string only when
 asked, and a batch's strings in one ``take``).
@@ -38,17 +46,33 @@ import json
 import mmap
 import os
 import uuid
+import warnings
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from seqloader.errors import DataError
+from seqloader.errors import DataError, DataWarning
+from seqloader.sources.column_sums import BLOCK, BlockSums, block_count, blocks_of_ranges, seed
 from seqloader.sources.hdf_layout import PackedTags
 
-MAGIC = b"SEQCOLS1"
+MAGIC = b"SEQCOLS2"
+#: what stores of earlier versions start with (listed and cleaned by ``seqloader cache``, rebuilt)
+MAGICS = (MAGIC, b"SEQCOLS1")
 ALIGN = 64
-VERSION = 1
+VERSION = 2
+#: False: no content checks (the header's CRC and layout are still checked); for measuring what
+#: the checks cost, never for running
+CHECK_CONTENTS = True
+#: what a damaged store's message tells to run (a store's ``meta["rebuild"]`` can say more)
+REBUILD = (
+    "delete it (rm {path!r}) and run again: the next open rebuilds it from the data (or rebuild "
+    "the node's stores ahead of the job with `seqloader prepare DATA [loader options]`; "
+    "`seqloader cache` lists them)"
+)
+SUMS = ".sums"  # the name the block sums are checked under
 
 
 def narrow_lengths(lengths: np.ndarray) -> np.ndarray:
@@ -105,13 +129,53 @@ Column = np.ndarray | StringColumn | ChunkedColumn
 
 class StoredStrings(PackedTags):
     """A strings column of a ``ColumnStore``: ``PackedTags`` over the mapped bytes (so tag joins,
-    hashes and ``take`` work unchanged), pickled as (store path, identity, name)."""
+    hashes and ``take`` work unchanged), pickled as (store path, identity, name). What a string
+    is read from is checked first: per block for ``take`` and single strings, in full for
+    ``buffers``, iteration and hashing."""
 
     __slots__ = ("_name", "_store")
 
     def __init__(self, store: ColumnStore, name: str) -> None:
-        super().__init__(store.column(f"{name}.bytes"), store.column(f"{name}.offsets"))
+        super().__init__(store.raw_column(f"{name}.bytes"), store.raw_column(f"{name}.offsets"))
         self._store, self._name = store, name
+
+    def _check(self, indices: np.ndarray) -> None:
+        """Check the blocks that strings ``indices`` are read from (their offsets, their bytes)."""
+        store = self._store
+        off_name, bytes_name = f"{self._name}.offsets", f"{self._name}.bytes"
+        if store.checked(off_name) and store.checked(bytes_name):
+            return
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        store.check_rows(off_name, idx, idx + 2)
+        store.check_rows(bytes_name, self._off[idx], self._off[idx + 1])
+
+    def _check_all(self) -> None:
+        self._store.column(f"{self._name}.offsets")
+        self._store.column(f"{self._name}.bytes")
+
+    def buffers(self) -> tuple[np.ndarray, np.ndarray]:
+        self._check_all()
+        return super().buffers()
+
+    def raw(self, index: int) -> bytes:
+        self._check(np.array([index], dtype=np.int64))
+        return super().raw(index)
+
+    def take(self, indices: np.ndarray) -> list[str]:
+        self._check(np.asarray(indices))
+        return super().take(indices)
+
+    def __iter__(self) -> Iterator[str]:
+        self._check_all()
+        return super().__iter__()
+
+    def hashes(self, block: int = 1 << 18) -> np.ndarray:
+        self._check_all()
+        return super().hashes(block)
+
+    def max_bytes(self, block: int = 1 << 22) -> int:
+        self._store.column(f"{self._name}.offsets")
+        return super().max_bytes(block)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen_strings, (self._store, self._name))
@@ -124,14 +188,51 @@ def _reopen_strings(store: ColumnStore, name: str) -> StoredStrings:
     return StoredStrings(store, name)
 
 
+class CheckedRows:
+    """A column read a few rows at a time (``ColumnStore.rows``): ``rows[i]`` and ``rows[a:b]``
+    check the blocks those rows lie in first; ``np.asarray(rows)`` checks the whole column."""
+
+    def __init__(self, store: ColumnStore, name: str) -> None:
+        self._store, self._name = store, name
+        self._view = store.raw_column(name)
+        self.dtype, self.shape = self._view.dtype, self._view.shape
+
+    def __len__(self) -> int:
+        return len(self._view)
+
+    def __getitem__(self, key: int | slice) -> Any:
+        if isinstance(key, slice):
+            a, b, step = key.indices(len(self._view))
+            if step != 1:
+                raise IndexError(f"{self!r}: only contiguous slices are read per block")
+            lo, hi = np.array([a]), np.array([max(a, b)])
+        else:
+            i = int(key) + (len(self._view) if int(key) < 0 else 0)
+            lo, hi = np.array([i]), np.array([i + 1])
+        self._store.check_rows(self._name, lo, hi)
+        return self._view[key]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        full = self._store.column(self._name)
+        return full if dtype is None else full.astype(dtype)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CheckedRows, (self._store, self._name))
+
+    def __repr__(self) -> str:
+        return f"CheckedRows({self._name!r} of {self._store!r})"
+
+
 class ColumnStore:
     """One memory-mapped column file (see the module docstring). ``store.column(name)`` is a
-    read-only array view of the mapping; ``store.strings(name)`` a ``StoredStrings``;
-    ``store.meta`` the builder's JSON metadata; ``store.identity`` what it was built from."""
+    read-only array view of the mapping (checked in full on first use); ``store.rows(name)`` the
+    same, checked per block as rows are read; ``store.strings(name)`` a ``StoredStrings``;
+    ``store.meta`` the builder's JSON metadata; ``store.identity`` what it was built from.
+    Mapping it checks the header, the block sums and every column that is not ``lazy``."""
 
     def __init__(self, path: str | os.PathLike, identity: str | None = None) -> None:
         self.path = os.path.abspath(os.fspath(path))
-        self._map, header = _map(self.path)
+        self._map, header, data_end = _map(self.path)
         if identity is not None and header["identity"] != identity:
             raise StaleStore(
                 f"column store {self.path!r} was built from other inputs (identity "
@@ -139,11 +240,15 @@ class ColumnStore:
             )
         self.identity: str = header["identity"]
         self.meta: dict[str, Any] = header["meta"]
-        self._specs: dict[str, tuple[str, list[int], int]] = {
-            name: (spec["dtype"], spec["shape"], spec["offset"])
-            for name, spec in header["columns"].items()
-        }
+        self._specs = _layout(self.path, header, data_end)
         self._views: dict[str, np.ndarray] = {}
+        self._checked: dict[str, np.ndarray] = {}  # name -> bool [blocks] checked here
+        self._whole: set[str] = set()  # columns checked in full in this process
+        self._sums = self._mapped_sums(header)
+        lazy = set(header.get("lazy", ()))
+        for name in self._specs:
+            if name not in lazy:
+                self.column(name)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -154,23 +259,118 @@ class ColumnStore:
     def __contains__(self, name: str) -> bool:
         return name in self._specs or f"{name}.offsets" in self._specs
 
-    def column(self, name: str) -> np.ndarray:
-        """Column ``name`` as a read-only view of the mapped file (no copy)."""
+    def raw_column(self, name: str) -> np.ndarray:
+        """Column ``name`` as a view of the mapping, *not checked*: for readers that check the
+        rows they serve (``StoredStrings``, ``CheckedRows``) through ``check_rows``."""
         view = self._views.get(name)
         if view is None:
             if name not in self._specs:
                 raise KeyError(f"column {name!r} is not in {self!r}; columns: {list(self._specs)}")
-            dtype, shape, offset = self._specs[name]
-            dt = np.dtype(dtype)
-            count = int(np.prod(shape, dtype=np.int64))
-            if count == 0:
-                view = np.zeros(shape, dtype=dt)
+            spec = self._specs[name]
+            if spec.count == 0:
+                view = np.zeros(spec.shape, dtype=spec.dtype)
                 view.flags.writeable = False
             else:
-                view = np.frombuffer(self._map, dtype=dt, count=count, offset=offset)
-                view = view.reshape(shape)
+                view = np.frombuffer(self._map, spec.dtype, spec.count, spec.offset)
+                view = view.reshape(spec.shape)
             self._views[name] = view
         return view
+
+    def column(self, name: str) -> np.ndarray:
+        """Column ``name`` as a read-only view of the mapped file (no copy), its contents checked
+        in full the first time this process asks for it."""
+        view = self.raw_column(name)
+        if name not in self._whole:
+            spec = self._specs[name]
+            self._check_blocks(name, np.arange(block_count(spec.nbytes), dtype=np.int64))
+            self._whole.add(name)
+        return view
+
+    def rows(self, name: str) -> CheckedRows:
+        """Column ``name`` read a few rows at a time, each block checked on first use."""
+        return CheckedRows(self, name)
+
+    def checked(self, name: str) -> bool:
+        """Whether column ``name`` is checked in full in this process."""
+        return name in self._whole
+
+    def check_rows(self, name: str, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Check the blocks of column ``name`` that rows ``[lo, hi)`` (arrays) lie in."""
+        if name in self._whole:
+            return
+        spec = self._specs[name]
+        row = spec.dtype.itemsize * int(np.prod(spec.shape[1:], dtype=np.int64))
+        lo = np.asarray(lo, dtype=np.int64) * row
+        hi = np.asarray(hi, dtype=np.int64) * row
+        self._check_blocks(name, blocks_of_ranges(lo, np.minimum(hi, spec.nbytes)))
+
+    def _check_blocks(self, name: str, blocks: np.ndarray) -> None:
+        if not CHECK_CONTENTS or len(blocks) == 0:
+            return
+        spec = self._specs[name]
+        done = self._checked.get(name)
+        if done is None:
+            done = self._checked[name] = np.zeros(block_count(spec.nbytes), dtype=bool)
+        todo = blocks[~done[blocks]]
+        if len(todo) == 0:
+            return
+        start = seed(self.identity, name)
+        mem = memoryview(self._map)
+        sums = self._sums[spec.first_block + todo]
+        for block, expected in zip(todo.tolist(), sums.tolist(), strict=True):
+            a = spec.offset + block * BLOCK
+            b = spec.offset + min(spec.nbytes, (block + 1) * BLOCK)
+            if zlib.crc32(mem[a:b], start) != expected:
+                raise self._damaged(name, block)
+        done[todo] = True
+
+    def _damaged(self, name: str, block: int) -> DamagedStore:
+        spec = self._specs[name]
+        a, b = block * BLOCK, min(spec.nbytes, (block + 1) * BLOCK)
+        per_row = max(1, spec.dtype.itemsize * int(np.prod(spec.shape[1:], dtype=np.int64)))
+        rows = f"rows {a // per_row}..{(b - 1) // per_row}"
+        fix = str(self.meta.get("rebuild", REBUILD)) if isinstance(self.meta, dict) else REBUILD
+        return DamagedStore(
+            f"column store {self.path!r}, column {name!r}: bytes {a}..{b - 1} ({rows}) differ "
+            "from what was written (checksum mismatch): the file changed after it was built, so "
+            "nothing of it is served. It is this node's cache built from the data, not the data "
+            f"files: those are not at fault. Fix: {fix.format(path=self.path)}",
+            self.path,
+            name,
+        )
+
+    def _mapped_sums(self, header: Mapping[str, Any]) -> np.ndarray:
+        """The block sums (checked against the header's sum of them)."""
+        spec = header["sums"]
+        count = int(spec["count"])
+        sums = np.frombuffer(self._map, "<u4", count, int(spec["offset"])) if count else None
+        if sums is None:
+            return np.zeros(0, np.uint32)
+        if CHECK_CONTENTS and zlib.crc32(sums.data, seed(self.identity, SUMS)) != spec["crc"]:
+            raise DamagedStore(
+                f"column store {self.path!r}: its block sums differ from what was written "
+                "(checksum mismatch): the file changed after it was built, so nothing of it is "
+                f"served. Fix: {REBUILD.format(path=self.path)}",
+                self.path,
+                SUMS,
+            )
+        return sums
+
+    def byte_range(self, name: str) -> tuple[int, int]:
+        """(offset, byte count) of column ``name`` in the file.
+
+        >>> import tempfile
+        >>> store = write_store(tempfile.mkdtemp() + "/s.cols", "id", {"a": np.arange(3)})
+        >>> store.byte_range("a")
+        (64, 24)
+        """
+        spec = self._specs[name]
+        return spec.offset, spec.nbytes
+
+    def check_all(self) -> None:
+        """Check every column in full (``DamagedStore`` at the first damaged block)."""
+        for name in self._specs:
+            self.column(name)
 
     def strings(self, name: str) -> StoredStrings:
         """Strings column ``name``: decoded one at a time, or a batch at once with ``take``."""
@@ -197,15 +397,25 @@ class StoreWriter:
     header and renames the file into place. ``write_store`` is the one-call form."""
 
     def __init__(
-        self, path: str | os.PathLike, identity: str, meta: Mapping[str, Any] | None = None
+        self,
+        path: str | os.PathLike,
+        identity: str,
+        meta: Mapping[str, Any] | None = None,
+        lazy: Iterable[str] = (),
     ) -> None:
+        """``lazy``: prefixes of the columns that are read a few rows at a time (through
+        ``ColumnStore.rows``), checked per block on first use instead of when mapped; strings
+        columns always are."""
         self.path = os.path.abspath(os.fspath(path))
         self.identity, self.meta = identity, dict(meta or {})
+        self._lazy_prefixes = tuple(lazy)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._tmp = f"{self.path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
         self._fh = open(self._tmp, "wb")  # noqa: SIM115 - closed by close()/abort()
         self._fh.write(MAGIC)
         self._specs: dict[str, dict[str, Any]] = {}
+        self._sums: list[int] = []
+        self._lazy: list[str] = []
 
     def add(self, name: str, column: Column) -> None:
         """Column ``name`` in one piece (a ``StringColumn`` adds ``NAME.bytes`` and
@@ -213,6 +423,7 @@ class StoreWriter:
         if isinstance(column, StringColumn):
             self.add(f"{name}.bytes", column.data)
             self.add(f"{name}.offsets", column.offsets)
+            self._lazy += [f"{name}.bytes", f"{name}.offsets"]
             return
         if isinstance(column, ChunkedColumn):
             self.add_chunks(name, column.dtype, column.row_shape, column.chunks)
@@ -238,27 +449,50 @@ class StoreWriter:
         offset = -(-pos // ALIGN) * ALIGN
         self._fh.write(b"\0" * (offset - pos))
         rows = 0
+        sums = BlockSums(seed(self.identity, name))
         for chunk in chunks:
             c = np.ascontiguousarray(chunk, dtype=dt)
             if c.shape[1:] != tuple(row_shape):
                 raise ValueError(f"column {name!r}: chunk rows {c.shape[1:]} != {tuple(row_shape)}")
-            self._fh.write(c.tobytes())
+            data = c.reshape(-1).view(np.uint8).data
+            sums.update(data)
+            self._fh.write(data)
             rows += len(c)
-        self._specs[name] = {"dtype": dt.str, "shape": [rows, *row_shape], "offset": offset}
+        self._specs[name] = {
+            "dtype": dt.str,
+            "shape": [rows, *row_shape],
+            "offset": offset,
+            "block0": len(self._sums),
+        }
+        self._sums += sums.finish()
+        if self._lazy_prefixes and name.startswith(self._lazy_prefixes):
+            self._lazy.append(name)
 
     def close(self) -> ColumnStore:
         """Write the header, fsync, rename into place; the store, opened."""
-        header = json.dumps(
-            {
-                "identity": self.identity,
-                "meta": self.meta,
-                "version": VERSION,
-                "columns": self._specs,
-            }
-        ).encode()
         try:
+            pos = self._fh.tell()
+            offset = -(-pos // ALIGN) * ALIGN
+            self._fh.write(b"\0" * (offset - pos))
+            sums = np.array(self._sums, dtype="<u4")
+            self._fh.write(sums.tobytes())
+            header = json.dumps(
+                {
+                    "identity": self.identity,
+                    "meta": self.meta,
+                    "version": VERSION,
+                    "columns": self._specs,
+                    "lazy": self._lazy,
+                    "block": BLOCK,
+                    "sums": {
+                        "offset": offset,
+                        "count": len(sums),
+                        "crc": zlib.crc32(sums.tobytes(), seed(self.identity, SUMS)),
+                    },
+                }
+            ).encode()
             self._fh.write(header)
-            self._fh.write(np.uint64(len(header)).astype("<u8").tobytes())
+            self._fh.write(np.array([len(header), zlib.crc32(header)], "<u8").tobytes())
             self._fh.write(MAGIC)
             self._fh.flush()
             os.fsync(self._fh.fileno())
@@ -281,9 +515,11 @@ def write_store(
     identity: str,
     columns: Mapping[str, Column],
     meta: Mapping[str, Any] | None = None,
+    lazy: Iterable[str] = (),
 ) -> ColumnStore:
-    """Write ``columns`` to ``path`` atomically (temporary file, fsync, rename) and open it."""
-    writer = StoreWriter(path, identity, meta)
+    """Write ``columns`` to ``path`` atomically (temporary file, fsync, rename) and open it
+    (``lazy``: see ``StoreWriter``)."""
+    writer = StoreWriter(path, identity, meta, lazy)
     try:
         for name, col in columns.items():
             writer.add(name, col)
@@ -297,55 +533,137 @@ def open_or_build(
     path: str | os.PathLike,
     identity: str,
     build: Callable[[], tuple[Mapping[str, Column], Mapping[str, Any]]],
+    lazy: Iterable[str] = (),
 ) -> tuple[ColumnStore, bool]:
     """The store at ``path`` built from ``identity``: opened when it is there, else built with
     ``build()`` -> (columns, meta) and written atomically, once per node however many processes
-    ask at the same time (the others wait on ``PATH.lock``, then open it). Returns (store, whether
-    this call built it)."""
+    ask at the same time (the others wait on ``PATH.lock``, then open it). A store found damaged
+    when mapped (a changed byte in its header, sums or a column checked then) is rebuilt, with a
+    ``DataWarning`` naming it. Returns (store, whether this call built it). ``lazy``: see
+    ``StoreWriter``."""
     path = os.path.abspath(os.fspath(path))
-    found = _try_open(path, identity)
+    found, damage = _try_open(path, identity)
     if found is not None:
         return found, False
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with _lock(f"{path}.lock"):
-        found = _try_open(path, identity)  # built by another process while this one waited
+        found, again = _try_open(path, identity)  # built by another process while this waited
         if found is not None:
             return found, False
         columns, meta = build()
-        return write_store(path, identity, columns, meta), True
+        store = write_store(path, identity, columns, meta, lazy)
+    damaged = again if again is not None else damage
+    if damaged is not None:
+        warnings.warn(f"{damaged} -- rebuilt from the data now.", DataWarning, stacklevel=3)
+    return store, True
 
 
-def _try_open(path: str, identity: str) -> ColumnStore | None:
+def _try_open(path: str, identity: str) -> tuple[ColumnStore | None, DamagedStore | None]:
+    """(the store, None), or (None, why it is damaged: None when it is missing, stale or cut)."""
     try:
-        return ColumnStore(path, identity)
+        return ColumnStore(path, identity), None
+    except DamagedStore as e:
+        return None, e
     except (FileNotFoundError, StaleStore, CorruptStore):
-        return None
+        return None, None
 
 
 class CorruptStore(DataError):
     """The file is not a whole column store (rebuilt by ``open_or_build``)."""
 
 
-def _map(path: str) -> tuple[mmap.mmap, dict[str, Any]]:
+class DamagedStore(CorruptStore):
+    """A store's contents differ from what was written (``path``, ``column``): never served;
+    rebuilt by ``open_or_build`` when found at mapping, else refused with the command that
+    rebuilds it."""
+
+    def __init__(self, message: str, path: str, column: str) -> None:
+        super().__init__(message)
+        self.path, self.column = path, column
+
+
+@dataclass(frozen=True)
+class _Spec:
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    offset: int
+    count: int  # items
+    nbytes: int
+    first_block: int  # of its sums
+
+
+def _map(path: str) -> tuple[mmap.mmap, dict[str, Any], int]:
+    """The mapping, the header (its CRC checked) and where the header starts."""
     with open(path, "rb") as fh:
         size = os.fstat(fh.fileno()).st_size
-        tail = len(MAGIC) + 8
-        if size < len(MAGIC) + tail or fh.read(len(MAGIC)) != MAGIC:
-            raise CorruptStore(f"{path!r} is not a seqloader column store (bad magic)")
+        tail = 16 + len(MAGIC)
+        first = fh.read(len(MAGIC))
+        if first != MAGIC:
+            old = first in MAGICS
+            why = "written by an earlier seqloader" if old else "bad magic"
+            raise CorruptStore(f"{path!r} is not a seqloader column store of this version ({why})")
+        if size < len(MAGIC) + tail:
+            raise CorruptStore(f"{path!r}: column store not complete (no trailer)")
         fh.seek(size - tail)
         trailer = fh.read(tail)
-        if trailer[8:] != MAGIC:
+        if trailer[16:] != MAGIC:
             raise CorruptStore(f"{path!r}: column store not complete (no trailer)")
-        length = int(np.frombuffer(trailer[:8], dtype="<u8")[0])
+        length, crc = (int(v) for v in np.frombuffer(trailer[:16], dtype="<u8"))
         if length > size - tail - len(MAGIC):
-            raise CorruptStore(f"{path!r}: column store header length {length} out of range")
+            raise DamagedStore(
+                f"{path!r}: column store header length {length} out of range: the file changed "
+                f"after it was built. Fix: {REBUILD.format(path=path)}",
+                path,
+                "header",
+            )
         fh.seek(size - tail - length)
+        raw = fh.read(length)
+        if zlib.crc32(raw) != crc:
+            raise DamagedStore(
+                f"column store {path!r}: its header differs from what was written (checksum "
+                f"mismatch): the file changed after it was built, so nothing of it is served. "
+                f"Fix: {REBUILD.format(path=path)}",
+                path,
+                "header",
+            )
         try:
-            header = json.loads(fh.read(length))
+            header = json.loads(raw)
         except ValueError as e:
             raise CorruptStore(f"{path!r}: unreadable column store header ({e})") from e
         mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    return mapped, header
+    return mapped, header, size - tail - length
+
+
+def _layout(path: str, header: Mapping[str, Any], data_end: int) -> dict[str, _Spec]:
+    """The columns' places, each checked to lie within the file's data (a header that says
+    otherwise is refused naming the column, not left to fail as a bare buffer error)."""
+    specs: dict[str, _Spec] = {}
+    sums = header["sums"]
+    blocks = int(sums["count"])
+    if int(sums["offset"]) + 4 * blocks > data_end:
+        raise DamagedStore(
+            f"column store {path!r}: its block sums lie beyond its data. Fix: "
+            f"{REBUILD.format(path=path)}",
+            path,
+            SUMS,
+        )
+    for name, spec in header["columns"].items():
+        dtype = np.dtype(spec["dtype"])
+        shape = tuple(int(d) for d in spec["shape"])
+        count = int(np.prod(shape, dtype=np.int64))
+        offset, nbytes, first = int(spec["offset"]), count * dtype.itemsize, int(spec["block0"])
+        inside = min(shape, default=0) >= 0 and offset >= len(MAGIC)
+        if not inside or offset + nbytes > data_end or first + block_count(nbytes) > blocks:
+            raise DamagedStore(
+                f"column store {path!r}, column {name!r}: the header says {shape} of "
+                f"{dtype} at byte {offset}, beyond the file's {data_end} bytes of data: the "
+                f"file changed after it was built, so nothing of it is served. Fix: "
+                f"{REBUILD.format(path=path)}",
+                path,
+                name,
+            )
+        specs[name] = _Spec(dtype, shape, offset, count, nbytes, first)
+    return specs
 
 
 @contextlib.contextmanager

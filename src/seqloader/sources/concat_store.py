@@ -9,8 +9,8 @@ rank at 10^7 sequences, ~4.4 GiB at 10^8), whatever the corpora themselves keep 
 ``$XDG_CACHE_HOME/seqloader/concat``, keyed by the corpora's names, content fingerprints and the
 keys; every later open maps it. A source pickles the store (its path), not the arrays.
 
-Columns: ``len.<key>`` (the parts' lengths one after another, int32 where they are) and ``tags``
-(strings).
+Columns: ``len.<key>`` (the parts' lengths one after another, int32 where they are; checked in
+full when a process maps the store) and ``tags`` (strings, checked per block as tags are read).
 """
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ def concat_metadata(
     identity = h.hexdigest()[:32]
     path = os.path.join(folder or cache_dir("concat"), f"concat-{identity[:24]}.seqcols")
     try:
-        store, built = open_or_build(path, identity, lambda: _build(sources, keys, origin))
+        store, built = open_or_build(
+            path, identity, lambda: _build(sources, keys, origin), lazy=("tags.",)
+        )
     except OSError as e:
         warnings.warn(
             f"ConcatSource: cannot write the node's store {path!r} ({e}); the corpora's lengths "

@@ -24,7 +24,7 @@ import numpy as np
 from seqloader.errors import DataError, SeqLoaderError
 from seqloader.parts import by_part, scatter
 from seqloader.sources.base import KeySpec, SourceBase
-from seqloader.sources.columns import ColumnStore
+from seqloader.sources.columns import ColumnStore, DamagedStore
 from seqloader.sources.hdf_chunks import forget_file, index_files
 from seqloader.sources.hdf_layout import FileLayout, read_layout
 from seqloader.sources.hdf_read import OpenFile
@@ -321,6 +321,8 @@ class HDFSource(SourceBase):
                 )
 
     def _read_error(self, index: int, e: Exception) -> DataError:
+        if isinstance(e, DamagedStore):  # the node's metadata store, not the file: as it is
+            return e
         f, j = self.locate(index)
         return DataError(
             f"reading sequence {index} (tag {self.tag(index)!r}; sequence {j} of file "

@@ -320,9 +320,10 @@ class PackedTags(Sequence[str]):
             return cls(np.zeros(0, np.uint8), np.zeros(1, np.int64))
         bufs, offs, base = [], [np.zeros(1, np.int64)], 0
         for p in parts:
-            bufs.append(p._buf)
-            offs.append(p._off[1:] + base)
-            base += len(p._buf)
+            buf, off = p.buffers()  # a store's strings: checked
+            bufs.append(buf)
+            offs.append(off[1:] + base)
+            base += len(buf)
         return cls(np.concatenate(bufs), np.concatenate(offs))
 
     def __len__(self) -> int:

@@ -96,7 +96,9 @@ def open_metadata(
     directory = default_index_dir() if index_dir is None else os.fspath(index_dir)
     path = os.path.join(directory, f"hdf-{identity}.cols")
     try:
-        store, built = open_or_build(path, identity, lambda: _build(read_layouts, merge, origin))
+        store, built = open_or_build(
+            path, identity, lambda: _build(read_layouts, merge, origin), lazy=("start.",)
+        )
     except OSError as e:  # the index directory (the files' own errors are DataErrors)
         warnings.warn(
             f"HDFSource: cannot write the metadata index {path!r} ({e}); the metadata is held "
@@ -113,8 +115,13 @@ def open_metadata(
 
 
 def metadata_of(store: ColumnStore) -> Metadata:
-    """The metadata as views of ``store``'s columns (no copy)."""
-    columns = {name: store.column(name) for name in store.names if not name.startswith("tags.")}
+    """The metadata as views of ``store``'s columns (no copy); the row offsets checked per block
+    as files are read (``ColumnStore.rows``), the rest when the store was mapped."""
+    columns = {
+        name: store.rows(name) if name.startswith("start.") else store.column(name)
+        for name in store.names
+        if not name.startswith("tags.")
+    }
     return _from_columns(columns, store.meta, store)
 
 

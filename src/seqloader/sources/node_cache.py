@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from seqloader.sources.columns import MAGIC, ColumnStore, CorruptStore
+from seqloader.sources.columns import MAGICS, ColumnStore, CorruptStore
 
 #: the longest ``about`` a store keeps (a source's description can list many files)
 ABOUT_CHARS = 300
@@ -195,7 +195,7 @@ def _describe(top: str, path: str) -> CachedStore | None:
 def _has_magic(path: str) -> bool:
     try:
         with open(path, "rb") as fh:
-            return fh.read(len(MAGIC)) == MAGIC
+            return fh.read(len(MAGICS[0])) in MAGICS
     except OSError:
         return False
 

@@ -30,7 +30,7 @@ def packed(tags: Sequence[str]) -> PackedTags:
 def take(tags: PackedTags, idx: np.ndarray) -> PackedTags:
     """Tags ``idx`` (int ``[m]``) in that order, still packed."""
     idx = np.asarray(idx, dtype=np.int64)
-    buf, off = tags._buf, tags._off
+    buf, off = tags.buffers()  # a store's strings: checked in full
     lens = np.diff(off)[idx]  # [m]
     offsets = np.zeros(len(idx) + 1, dtype=np.int64)  # [m + 1]
     np.cumsum(lens, out=offsets[1:])
@@ -46,8 +46,8 @@ class _Words:
     one fancy index per word, not per byte."""
 
     def __init__(self, tags: PackedTags) -> None:
-        buf = np.concatenate([tags._buf, np.zeros(16, np.uint8)])  # padded
-        self.off = tags._off  # [n + 1]
+        raw, self.off = tags.buffers()  # [n + 1] offsets (a store's strings: checked in full)
+        buf = np.concatenate([raw, np.zeros(16, np.uint8)])  # padded
         self.lens = np.diff(self.off)  # [n]
         count = (self.lens + 7) // 8  # [n] words per tag
         views = [buf[a : a + 8 * ((len(buf) - a) // 8)].view("<u8") for a in range(8)]

@@ -1,0 +1,74 @@
+"""Checksums of a ``ColumnStore``'s contents: one CRC-32 per ``BLOCK`` bytes of every column.
+
+A node's store is read by every rank and worker for the whole job, and a changed byte in it
+(a disk error, a stray write, a hand edit) would be served as data: a length one frame short, a
+tag that is another's. So the writer sums every column in blocks as it streams them out, and a
+reader checks a block before it serves a value from it: the columns a loader scans anyway
+(lengths, bucket index) in full when a process maps the store, the ones read a few rows at a time
+(tags, row offsets) per block on first use, so that a rank of a 10^8-sequence corpus does not read
+gigabytes it never needs before its first batch. A block is checked once per process.
+
+Each block's CRC starts from a seed derived from the store's identity and the column's name: a
+header copied from another store, or a column moved to another's place, fails the check even
+where the bytes are equal. CRC-32 (``zlib``, ~3.6 GB/s here) catches changed, swapped and zeroed
+bytes; it is no defence against someone who rewrites the sums too.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+#: bytes per checksummed block (a block is checked whole the first time any byte of it is read)
+BLOCK = 1 << 16
+
+
+def seed(identity: str, name: str) -> int:
+    """The first CRC value of column ``name``'s blocks in a store of ``identity``."""
+    return zlib.crc32(f"{identity}\0{name}".encode())
+
+
+class BlockSums:
+    """Sums a column's bytes block by block as they are written, in chunks of any size."""
+
+    def __init__(self, start: int) -> None:
+        self._start = start
+        self._crc = start
+        self._filled = 0  # bytes of the current block summed so far
+        self.sums: list[int] = []
+
+    def update(self, data: memoryview) -> None:
+        pos = 0
+        while pos < len(data):
+            take = min(BLOCK - self._filled, len(data) - pos)
+            self._crc = zlib.crc32(data[pos : pos + take], self._crc)
+            self._filled += take
+            pos += take
+            if self._filled == BLOCK:
+                self.sums.append(self._crc)
+                self._crc, self._filled = self._start, 0
+
+    def finish(self) -> list[int]:
+        """The sums, the last (partial) block included."""
+        if self._filled:
+            self.sums.append(self._crc)
+            self._crc, self._filled = self._start, 0
+        return self.sums
+
+
+def block_count(nbytes: int) -> int:
+    return -(-nbytes // BLOCK)
+
+
+def blocks_of_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The block numbers covering byte ranges ``[lo, hi)`` (empty ranges cover none), sorted and
+    unique."""
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
+    keep = hi > lo
+    lo, hi = lo[keep], hi[keep]
+    first, last = lo // BLOCK, (hi - 1) // BLOCK
+    parts = [first, last]
+    wide = np.flatnonzero(last - first > 1)  # a range over three blocks or more (rare)
+    parts += [np.arange(first[i] + 1, last[i], dtype=np.int64) for i in wide.tolist()]
+    return np.unique(np.concatenate(parts)) if len(lo) else np.zeros(0, np.int64)
