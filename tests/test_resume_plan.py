@@ -162,7 +162,9 @@ def test_random_seed_offset_resumes_only_with_the_same_world_size_mid_epoch() ->
     ("fields", "match"),
     [
         ({"segment_steps": 99}, "only 3 steps"),
-        ({"segment_start": 50}, "only 29 sequences"),
+        ({"segment_start": 50, "prior_steps": 4}, "only 29 sequences"),
+        ({"segment_start": 5}, "segment_start: got 5 with prior_steps 0"),
+        ({"segment_start": 3, "prior_steps": 4}, "prior_steps: got 4 with segment_start 3"),
         ({"segment_world_size": 0}, "segment_world_size: got 0"),
         ({"prior_steps": -1}, "prior_steps: got -1"),
         ({"segment_steps": "2"}, "segment_steps: got '2'"),

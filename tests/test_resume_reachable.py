@@ -8,11 +8,11 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from seqloader.errors import ResumeError
+from seqloader.errors import OptionError, ResumeError
 from test_resume import corpus, files_corpus, loader_factory, mixed_corpora, run_chain
 
 #: plan kind -> (corpus, options)
@@ -39,7 +39,7 @@ FIELDS = (
 )
 
 
-def edits(state: dict) -> dict[str, dict]:
+def edits(state: dict, buckets: bool) -> dict[str, dict]:
     """Edits of ``state`` into states no run writes (name -> edited state)."""
     out: dict[str, dict] = {}
     start, consumed = state["segment_start"], state["seqs_consumed"]
@@ -56,7 +56,7 @@ def edits(state: dict) -> dict[str, dict]:
             "prior_steps": state["prior_steps"] + 2,
             "steps": state["steps"] + 2,
         }
-    if state.get("prior_steps") == 0:  # the epoch's first world size with no resume before
+    if not buckets:  # only buckets:N orders keep the epoch's first world size
         out["order_world_size"] = {**state, "order_world_size": state["segment_world_size"] + 1}
     if "plan_algorithm" in state:  # finding 5: indexed states always name their algorithm
         out["plan_algorithm"] = {k: v for k, v in state.items() if k != "plan_algorithm"}
@@ -90,12 +90,16 @@ def test_written_states_load_and_edited_states_are_refused(
 ) -> None:
     source, options = KINDS[kind]
     make = loader_factory(source(n, seed), max_frames=max_frames, **options)
-    _, states = run_chain(make, worlds, cuts, 2)  # loads every state it writes, elastic too
+    try:
+        _, states = run_chain(make, worlds, cuts, 2)  # loads every state it writes, elastic too
+    except OptionError as e:  # too few files for a world size: not a resume question
+        assume("files" not in str(e))
+        raise
     for i, state in enumerate(states[:-1]):
         world = worlds[i + 1]
         if state["epoch"] == 0:
             continue
-        for name, edited in edits(state).items():
+        for name, edited in edits(state, "buckets" in kind).items():
             assert refused(make, world, edited), name
 
 

@@ -11,8 +11,14 @@ after every step). Per segment the driver draws the world size (cycling 2, 3, 1,
 workers (0-2), the rank to kill and the batch it dies on, among the batches the segment will
 really deliver (a probe loader loads the same checkpoint and lists them). Several loader set-ups
 share the kills: ``laplace`` over 2 sub-epochs with ``split``, ``buckets:4`` over 2 sub-epochs,
-``shard`` + ``pad``, ``files`` + ``pad`` over 8 RETURNN HDF files, and ``mix=`` over two corpora
-(rates 0.5 and 2.0: over 4 epochs each sequence of the first is used twice, of the second 8 times).
+``shard`` + ``pad``, ``files`` + ``pad`` over 8 RETURNN HDF files, ``mix=`` over two corpora
+(rates 0.5 and 2.0: over 4 epochs each sequence of the first is used twice, of the second 8 times),
+and two set-ups over the node's mapped stores (``--node-stores``: indexed planning over 8 HDF
+files, and an indexed mix), where before every resumed segment the driver also changes one byte
+of a random column of a random store of the node (``XDG_CACHE_HOME`` of the set-up): the ranks
+must rebuild it (a ``DataWarning``) or refuse it (``DamagedStore``: the driver then does what the
+message says, deletes the file, and resumes), never serve it; the exactly-once check would see a
+changed tag or length.
 
 Exit status 0 when every check holds; the figures go to ``DIR/chaos.json`` and stdout.
 """
@@ -24,6 +30,7 @@ import collections
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -50,6 +57,7 @@ class Setup:
     partition_epoch: int = 1
     hdf_files: int = 0  # > 0: the corpus as that many HDF files
     mix: bool = False  # two corpora at MIX_RATES: each sequence epochs * rate times in all
+    damage: bool = False  # change a byte of a node store before every resumed segment
 
 
 SETUPS = (
@@ -58,7 +66,25 @@ SETUPS = (
     Setup("shard pad", ("--uneven", "pad"), 3),
     Setup("files pad (8 HDF files)", ("--distribution", "files", "--uneven", "pad"), 3, 1, 8),
     Setup("mix a=0.5 b=2.0 pad", ("--mix", "--uneven", "pad"), 4, mix=True),
+    Setup(
+        "indexed node-stores damaged (8 HDF files)",
+        ("--planning", "indexed", "--uneven", "pad", "--node-stores"),
+        3,
+        1,
+        8,
+        damage=True,
+    ),
+    Setup(
+        "indexed-mix node-stores damaged",
+        ("--planning", "indexed", "--mix", "--uneven", "pad", "--node-stores"),
+        4,
+        mix=True,
+        damage=True,
+    ),
 )
+#: what a rank prints when it refuses a damaged store, and when it rebuilt one
+REFUSED, REBUILT = "DamagedStore", "rebuilt from the data"
+STORE_PATH = re.compile(r"column store '([^']+)'")
 
 
 @dataclass
@@ -71,6 +97,8 @@ class Segment:
     rc: int | None = None
     hang: bool = False
     seconds: float = 0.0
+    damaged: str = ""  # "FILE:COLUMN" changed before it ran
+    store: str = ""  # what the ranks did with it: rebuilt, refused (then deleted), unread
 
 
 @dataclass
@@ -82,6 +110,24 @@ class Outcome:
     lost: int = 0
     unequal: int = 0
     hangs: int = 0
+    refused_by_probe: int = 0  # damage the driver's probe loader met first (then deleted)
+
+    def ledger(self) -> dict[str, object]:
+        """The set-up's figures: kills, segments, damaged stores and what became of them,
+        duplicated, lost, unequal steps, hangs."""
+        segs = self.segments
+        return {
+            "kills": sum(1 for g in segs if g.kill is not None and g.rc not in (0, None)),
+            "segments": len(segs),
+            "world_sizes": [g.world for g in segs],
+            "stores_damaged": sum(1 for g in segs if g.damaged),
+            "rebuilt": sum(1 for g in segs if g.store == "rebuilt"),
+            "refused": sum(1 for g in segs if g.store == "refused") + self.refused_by_probe,
+            "duplicated": self.duplicated,
+            "lost": self.lost,
+            "unequal_step_segments": self.unequal,
+            "hangs": self.hangs,
+        }
 
 
 def common_args(setup: Setup, hdf: list[Path], ckpt: Path) -> list[str]:
@@ -106,6 +152,44 @@ def kill_points(args: list[str], world: int, state: dict | None) -> list[tuple[i
     points = [(e, b.step) for e in range(first, parsed.epochs + 1) for b in loader.epoch(e)]
     loader.close()
     return points
+
+
+def damage_a_store(cache: Path, rng: random.Random) -> str:
+    """Change one byte of a random column of a random node store under ``cache``:
+    "FILE:COLUMN", or "" when there is none yet."""
+    from seqloader.sources.columns import ColumnStore, CorruptStore
+
+    files = sorted(p for p in cache.rglob("*") if p.suffix in (".cols", ".seqcols"))
+    if not files:
+        return ""
+    path = rng.choice(files)
+    try:
+        store = ColumnStore(path)
+    except CorruptStore:  # damaged before and not read since: change another byte of it
+        return damage_a_store(cache, rng) if len(files) > 1 else ""
+    names = [c for c in store.names if store.byte_range(c)[1] > 0]
+    column = rng.choice(names)
+    offset, nbytes = store.byte_range(column)
+    del store
+    pos = offset + rng.randrange(nbytes)
+    with open(path, "r+b") as fh:
+        fh.seek(pos)
+        byte = fh.read(1)[0]
+        fh.seek(pos)
+        fh.write(bytes([byte ^ (1 << rng.randrange(8))]))
+    return f"{path.relative_to(cache)}:{column}"
+
+
+def probed_points(args: list[str], world: int, state: dict | None, outcome: Outcome) -> list:
+    """``kill_points``; a damaged store the probe meets first is deleted, as its message says."""
+    from seqloader.sources.columns import DamagedStore
+
+    while True:
+        try:
+            return kill_points(args, world, state)
+        except DamagedStore as e:
+            Path(e.path).unlink(missing_ok=True)
+            outcome.refused_by_probe += 1
 
 
 def launch(
@@ -161,11 +245,13 @@ def run_setup(
     args = common_args(setup, hdf, ckpt)
     outcome = Outcome(setup.name)
     state: dict | None = None
+    cache = out / "cache"
+    os.environ["XDG_CACHE_HOME"] = str(cache)  # the node's stores: the probe's and the ranks'
     while True:
         world = WORLDS[turn[0] % len(WORLDS)]
         turn[0] += 1
         workers = rng.randrange(3)
-        points = kill_points(args, world, state)
+        points = probed_points(args, world, state, outcome)
         kill = None
         left = kills - len(outcome.segments)
         if left > 0 and points:  # within the next 1/left of what remains: kills spread out
@@ -174,6 +260,8 @@ def run_setup(
         seg = Segment(world, workers, kill, state)
         outcome.segments.append(seg)
         phase = f"s{len(outcome.segments) - 1}"
+        if setup.damage and state is not None:
+            seg.damaged = damage_a_store(cache, rng)
         extra = ["--workers", str(workers)]
         if kill is not None:
             extra += ["--kill-rank", str(kill[0]), "--kill-at", f"{kill[1]}:{kill[2]}"]
@@ -184,6 +272,19 @@ def run_setup(
             outcome.hangs += 1
             outcome.problems.append(f"{where}: no exit in {TIMEOUT_S}s (a hang)")
             return outcome
+        console = (out / f"{phase}.console.txt").read_text(errors="replace")
+        if seg.damaged:
+            seg.store = "refused" if REFUSED in console else "rebuilt" if REBUILT in console else ""
+            seg.store = seg.store or "unread"
+        if seg.rc != 0 and REFUSED in console:  # the fix the message names: delete, resume
+            for path in set(STORE_PATH.findall(console)):
+                Path(path).unlink(missing_ok=True)
+            seg.store = "refused"
+            state = json.loads(ckpt.read_text())["loader"] if ckpt.exists() else None
+            seg.end = state if state is not None else NOTHING
+            if kill is not None:  # the kill did not come: it is drawn again
+                kills += 1
+            continue
         if kill is None:
             if seg.rc != 0:
                 outcome.problems.append(f"{where}: exit {seg.rc} without a kill")
@@ -234,7 +335,8 @@ def check(outcome: Outcome, out: Path, setup: Setup) -> None:
 
 def describe(s: Segment) -> str:
     kill = "" if s.kill is None else f" kill r{s.kill[0]}@{s.kill[1]}:{s.kill[2]}"
-    return f"W{s.world}/w{s.workers}{kill}"
+    damage = f" damaged {s.damaged} -> {s.store}" if s.damaged else ""
+    return f"W{s.world}/w{s.workers}{kill}{damage}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,6 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         outcomes.append(o)
         segs = ", ".join(describe(s) for s in o.segments)
         print(f"  {setup.name}: {segs} -> {o.problems or 'ok'}", flush=True)
+        print(f"    ledger: {json.dumps(o.ledger())}", flush=True)
     segments = [s for o in outcomes for s in o.segments]
     summary = {
         "seed": seed,
@@ -274,6 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         "unequal_step_segments": sum(o.unequal for o in outcomes),
         "hangs": sum(o.hangs for o in outcomes),
         "problems": [f"{o.setup}: {q}" for o in outcomes for q in o.problems],
+        "ledger": {o.setup: o.ledger() for o in outcomes},
         "wall_s": round(time.perf_counter() - started, 1),
     }
     (root / "chaos.json").write_text(json.dumps(summary, indent=2))

@@ -49,6 +49,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--mix", action="store_true", help="two named corpora mixed at MIX_RATES")
     p.add_argument("--audit", action="store_true", help="audit every epoch (gathered over ranks)")
     p.add_argument("--chunking", help="plan chunks (e.g. 4:3); the log names them TAG#CHUNK")
+    p.add_argument(
+        "--node-stores",
+        action="store_true",
+        help="map the node's stores (bucket index, concat index space, duplicate verdict) from "
+        "files as corpora of 10^6 sequences do, however small the corpus",
+    )
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--partition-epoch", type=int, default=1)
     p.add_argument("--workers", type=int, default=1)
@@ -68,10 +74,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def use_node_stores() -> None:
+    """Every corpus gets the node's mapped stores (their size thresholds set to 1 sequence)."""
+    from seqloader.loading import bucket_store
+    from seqloader.sources import concat_store
+    from seqloader.trainer import duplicate_store
+
+    for module in (bucket_store, concat_store, duplicate_store):
+        module.MIN_SEQUENCES = 1
+
+
 def make_loader(args: argparse.Namespace, rank: int, world_size: int | None = None) -> sl.SeqLoader:
     """The run's loader; with ``world_size``, a probe outside the process group that plans for
     ``rank`` of ``world_size`` ranks (the chaos driver lists kill points with it)."""
     topology = {} if world_size is None else {"rank": rank, "world_size": world_size}
+    if args.node_stores:
+        use_node_stores()
     options = dict(LOADER_OPTIONS)
     if args.ordering:
         options["ordering"] = args.ordering

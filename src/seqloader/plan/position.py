@@ -160,47 +160,50 @@ def _checked_history(history: object) -> History:
 def check_reachable(planner: Planner, position: Position) -> None:
     """Refuse a position no run writes, for every plan kind, naming the field: a segment begins
     at the epoch's start (``segment_start`` 0, ``prior_steps`` 0) or after an elastic resume
-    (both > 0: every step consumes at least one sequence or chunk, so ``segment_start >=
-    prior_steps``); ``order_world_size`` differs from ``segment_world_size`` only after an elastic
-    resume of a ``buckets:N`` order; a per-rank order (``random_seed_offset``, pools sharded over
-    ranks) has one segment per epoch. ``distribution="files"`` replays its ``segment_history``
-    on top (``segment_plan``), and the derived fields (``steps``, ``seqs_consumed``,
-    ``epoch_complete``) are checked against the plan by ``LoaderState``."""
+    (``prior_steps`` > 0, and ``segment_start >= prior_steps``: every step consumes at least one
+    sequence or chunk); ``order_world_size`` differs from ``segment_world_size`` only after an
+    elastic resume of a ``buckets:N`` order (at step 0 too); a per-rank order
+    (``random_seed_offset``) has one segment per epoch. ``distribution="files"`` replays its
+    ``segment_history`` instead (``segment_plan``) and keeps no other world size; the derived fields (``steps``,
+    ``seqs_consumed``, ``epoch_complete``) are checked against the plan by ``LoaderState``."""
     start, prior = position.segment_start, position.prior_steps
-    problem = ""
-    field = "segment_start"
-    if prior == 0 and start and planner.options.distribution != "files":
+    options = planner.options
+    field, problem = "segment_start", ""
+    files = options.distribution == "files"  # its history is replayed instead (segment_plan)
+    if files:
+        if position.order_world_size != position.segment_world_size:
+            field = ORDER_WORLD_SIZE
+            problem = (
+                f"got {position.order_world_size} with segment_world_size "
+                f"{position.segment_world_size}: distribution='files' segments keep no other "
+                "world size"
+            )
+    elif prior == 0 and start:
         problem = (
             f"got {start} with prior_steps 0: a segment starts past sequence 0 only after an "
             "elastic resume, which carries the steps before it in prior_steps"
         )
-    elif prior and start < prior and planner.options.distribution != "files":
-        field, problem = (
-            "prior_steps",
-            (
-                f"got {prior} with segment_start {start}: each of those steps consumed at least one "
-                f"sequence, so the segment cannot start before sequence {prior}"
-            ),
+    elif start < prior:
+        field = "prior_steps"
+        problem = (
+            f"got {prior} with segment_start {start}: each of those steps consumed at least one "
+            f"sequence, so the segment cannot start before sequence {prior}"
         )
-    elif prior and planner.options.distribution == "random_seed_offset":
-        field, problem = (
-            "prior_steps",
-            (
-                f"got {prior}: distribution='random_seed_offset' resumes on the same world size only "
-                "(one segment per epoch), so no steps come before the segment"
-            ),
+    elif prior and options.distribution == "random_seed_offset":
+        field = "prior_steps"
+        problem = (
+            f"got {prior}: distribution='random_seed_offset' resumes on the same world size only "
+            "(one segment per epoch), so no steps come before the segment"
         )
-    elif position.order_world_size != position.segment_world_size and (
-        prior == 0 or not planner.options.parsed_ordering.is_buckets
+    elif (
+        position.order_world_size != position.segment_world_size
+        and not options.parsed_ordering.is_buckets
     ):
-        field, problem = (
-            ORDER_WORLD_SIZE,
-            (
-                f"got {position.order_world_size} with segment_world_size "
-                f"{position.segment_world_size}: only an elastic resume of a buckets:N order (prior_"
-                f"steps > 0) keeps the epoch's first world size (ordering "
-                f"{planner.options.ordering!r}, prior_steps {prior})"
-            ),
+        field = ORDER_WORLD_SIZE
+        problem = (
+            f"got {position.order_world_size} with segment_world_size "
+            f"{position.segment_world_size}: only an elastic resume of a buckets:N order keeps "
+            f"the epoch's first world size (ordering {options.ordering!r})"
         )
     if problem:
         raise ResumeError(

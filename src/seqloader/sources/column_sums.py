@@ -1,4 +1,4 @@
-"""Checksums of a ``ColumnStore``'s contents: one CRC-32 per ``BLOCK`` bytes of every column.
+"""Checksums of a ``ColumnStore``'s contents: one XXH3-64 per ``BLOCK`` bytes of every column.
 
 A node's store is read by every rank and worker for the whole job, and a changed byte in it
 (a disk error, a stray write, a hand edit) would be served as data: a length one frame short, a
@@ -8,33 +8,36 @@ reader checks a block before it serves a value from it: the columns a loader sca
 (tags, row offsets) per block on first use, so that a rank of a 10^8-sequence corpus does not read
 gigabytes it never needs before its first batch. A block is checked once per process.
 
-Each block's CRC starts from a seed derived from the store's identity and the column's name: a
-header copied from another store, or a column moved to another's place, fails the check even
-where the bytes are equal. CRC-32 (``zlib``, ~3.6 GB/s here) catches changed, swapped and zeroed
-bytes; it is no defence against someone who rewrites the sums too.
+Each block's hash is seeded by the store's identity and the column's name: a header copied from
+another store, or a column moved to another's place, fails the check even where the bytes are
+equal. XXH3 (``xxhash``: 6-12 GB/s per core here, against 1-3.6 GB/s for ``zlib.crc32``) catches
+changed, swapped and zeroed bytes; it is no defence against someone who rewrites the sums too.
 """
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
+import xxhash
 
 #: bytes per checksummed block (a block is checked whole the first time any byte of it is read)
 BLOCK = 1 << 16
 
 
 def seed(identity: str, name: str) -> int:
-    """The first CRC value of column ``name``'s blocks in a store of ``identity``."""
-    return zlib.crc32(f"{identity}\0{name}".encode())
+    """The hash seed of column ``name``'s blocks in a store of ``identity``."""
+    return xxhash.xxh3_64_intdigest(f"{identity}\0{name}".encode())
+
+
+def block_sum(data: memoryview | bytes, start: int) -> int:
+    """The sum of one block (or of the sums array) with seed ``start``."""
+    return xxhash.xxh3_64_intdigest(data, start)
 
 
 class BlockSums:
     """Sums a column's bytes block by block as they are written, in chunks of any size."""
 
     def __init__(self, start: int) -> None:
-        self._start = start
-        self._crc = start
+        self._hash = xxhash.xxh3_64(seed=start)  # of the current block (streamed: same digest)
         self._filled = 0  # bytes of the current block summed so far
         self.sums: list[int] = []
 
@@ -42,18 +45,20 @@ class BlockSums:
         pos = 0
         while pos < len(data):
             take = min(BLOCK - self._filled, len(data) - pos)
-            self._crc = zlib.crc32(data[pos : pos + take], self._crc)
+            self._hash.update(data[pos : pos + take])
             self._filled += take
             pos += take
             if self._filled == BLOCK:
-                self.sums.append(self._crc)
-                self._crc, self._filled = self._start, 0
+                self.sums.append(self._hash.intdigest())
+                self._hash.reset()
+                self._filled = 0
 
     def finish(self) -> list[int]:
         """The sums, the last (partial) block included."""
         if self._filled:
-            self.sums.append(self._crc)
-            self._crc, self._filled = self._start, 0
+            self.sums.append(self._hash.intdigest())
+            self._hash.reset()
+            self._filled = 0
         return self.sums
 
 

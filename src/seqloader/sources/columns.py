@@ -14,9 +14,9 @@ One file, laid out as::
 
 (the header last, so a writer streams columns of any size straight to disk). The header names the store's ``identity`` (a string the builder derives from its inputs, e.g. size
 and ``mtime_ns`` or ETag of every file read), free ``meta`` (JSON) and each column's dtype, shape
-and byte offset (64-byte aligned). Contents are checksummed (``column_sums``): a CRC-32 per
-64 KiB block of every column (the ``sums`` array, itself summed in the header, which the trailer
-sums): a process that maps the store checks the header, the sums and every column but the
+and byte offset (64-byte aligned). Contents are checksummed (``column_sums``): an XXH3-64 per
+64 KiB block of every column (the ``sums`` array, itself summed in the header; the trailer holds
+the header's CRC-32): a process that maps the store checks the header, the sums and every column but the
 ``lazy`` ones (strings, and what the builder names, e.g. row offsets read a few rows at a time)
 in full; those it checks per block on first use (``StoredStrings``, ``ColumnStore.rows``). A
 damaged store is never served: ``open_or_build`` rebuilds one found damaged when mapped (with a
@@ -55,7 +55,14 @@ from typing import Any
 import numpy as np
 
 from seqloader.errors import DataError, DataWarning
-from seqloader.sources.column_sums import BLOCK, BlockSums, block_count, blocks_of_ranges, seed
+from seqloader.sources.column_sums import (
+    BLOCK,
+    BlockSums,
+    block_count,
+    block_sum,
+    blocks_of_ranges,
+    seed,
+)
 from seqloader.sources.hdf_layout import PackedTags
 
 MAGIC = b"SEQCOLS2"
@@ -320,7 +327,7 @@ class ColumnStore:
         for block, expected in zip(todo.tolist(), sums.tolist(), strict=True):
             a = spec.offset + block * BLOCK
             b = spec.offset + min(spec.nbytes, (block + 1) * BLOCK)
-            if zlib.crc32(mem[a:b], start) != expected:
+            if block_sum(mem[a:b], start) != expected:
                 raise self._damaged(name, block)
         done[todo] = True
 
@@ -343,10 +350,10 @@ class ColumnStore:
         """The block sums (checked against the header's sum of them)."""
         spec = header["sums"]
         count = int(spec["count"])
-        sums = np.frombuffer(self._map, "<u4", count, int(spec["offset"])) if count else None
+        sums = np.frombuffer(self._map, "<u8", count, int(spec["offset"])) if count else None
         if sums is None:
-            return np.zeros(0, np.uint32)
-        if CHECK_CONTENTS and zlib.crc32(sums.data, seed(self.identity, SUMS)) != spec["crc"]:
+            return np.zeros(0, np.uint64)
+        if CHECK_CONTENTS and block_sum(sums.data, seed(self.identity, SUMS)) != spec["sum"]:
             raise DamagedStore(
                 f"column store {self.path!r}: its block sums differ from what was written "
                 "(checksum mismatch): the file changed after it was built, so nothing of it is "
@@ -474,7 +481,7 @@ class StoreWriter:
             pos = self._fh.tell()
             offset = -(-pos // ALIGN) * ALIGN
             self._fh.write(b"\0" * (offset - pos))
-            sums = np.array(self._sums, dtype="<u4")
+            sums = np.array(self._sums, dtype="<u8")
             self._fh.write(sums.tobytes())
             header = json.dumps(
                 {
@@ -484,10 +491,11 @@ class StoreWriter:
                     "columns": self._specs,
                     "lazy": self._lazy,
                     "block": BLOCK,
+                    "hash": "xxh3_64",
                     "sums": {
                         "offset": offset,
                         "count": len(sums),
-                        "crc": zlib.crc32(sums.tobytes(), seed(self.identity, SUMS)),
+                        "sum": block_sum(sums.tobytes(), seed(self.identity, SUMS)),
                     },
                 }
             ).encode()
@@ -554,7 +562,13 @@ def open_or_build(
         store = write_store(path, identity, columns, meta, lazy)
     damaged = again if again is not None else damage
     if damaged is not None:
-        warnings.warn(f"{damaged} -- rebuilt from the data now.", DataWarning, stacklevel=3)
+        warnings.warn(
+            f"column store {path!r}, column {damaged.column!r}: its contents differed from what "
+            "was written (the file changed after it was built; this node's cache, not the data "
+            "files): rebuilt from the data now, nothing of the damaged file was served",
+            DataWarning,
+            stacklevel=3,
+        )
     return store, True
 
 
@@ -640,7 +654,7 @@ def _layout(path: str, header: Mapping[str, Any], data_end: int) -> dict[str, _S
     specs: dict[str, _Spec] = {}
     sums = header["sums"]
     blocks = int(sums["count"])
-    if int(sums["offset"]) + 4 * blocks > data_end:
+    if int(sums["offset"]) + 8 * blocks > data_end:
         raise DamagedStore(
             f"column store {path!r}: its block sums lie beyond its data. Fix: "
             f"{REBUILD.format(path=path)}",
