@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 import seqloader as sl
 from seqloader.errors import DataError, DataWarning, OptionError
 from seqloader.shards import ShardSource
+from seqloader.shards.index import header_rate
 from seqloader.shards.layouts import nemo_paths
 from shard_corpora import (
     long_recordings,
@@ -345,6 +346,28 @@ def test_rate_is_the_audios_own_whatever_the_json_says(tmp_path) -> None:
         str(tmp_path / "r-000000.tar"), index_dir=tmp_path, keys=["audio"], sample_rate=16000
     )
     assert asked.lengths("audio").tolist() == [8158] * 4 and len(asked.read(1)["audio"]) == 8158
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rate=st.sampled_from([8000, 11025, 16000, 22050, 44100, 48000, 96000]),
+    kind=st.sampled_from(
+        [("WAV", "PCM_16"), ("WAV", "FLOAT"), ("FLAC", "PCM_24"), ("OGG", "VORBIS")]
+    ),
+    frames=st.integers(1, 3000),
+    title=st.booleans(),
+)
+def test_header_rate_is_soundfiles(rate, kind, frames, title) -> None:
+    """The rate read from a FLAC / WAV header's first 4 KiB is soundfile's; other formats are
+    left to soundfile (None)."""
+    buf = io.BytesIO()
+    with sf.SoundFile(buf, "w", rate, 1, subtype=kind[1], format=kind[0]) as f:
+        if title:
+            f.title = "a title chunk"
+        f.write(np.zeros(frames, np.float32))
+    want = sf.info(io.BytesIO(buf.getvalue())).samplerate
+    got = header_rate(buf.getvalue()[:4096])
+    assert got == (None if kind[0] == "OGG" else want)
 
 
 def test_webdataset_tar_cut_between_members(tmp_path) -> None:
