@@ -96,3 +96,28 @@ def test_indexed_batching_benchmark_reports_ratios_against_greedy() -> None:
             assert ratio == row["indexed"][key] / row["global"][key] and ratio > 0
         assert row["indexed"]["padding W8"] >= 1.0 and row["global"]["padding W8"] >= 1.0
     assert table({"rows": rows}).count("\n") == 10
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 50), min_size=1, max_size=200),
+    longest=st.sampled_from([None, 30]),
+    shortest=st.sampled_from([0, 5]),
+    drop=st.lists(st.booleans(), min_size=200, max_size=200),
+)
+def test_indexed_admission_is_the_global_planners(lengths, longest, shortest, drop):
+    """``IndexedPlanner.admission`` (counts at once, the index array only when read) says what
+    global planning's admission says: the same admitted sequences, counts and examples."""
+    from seqloader.plan import Planner, PlanOptions
+    from seqloader.plan.indexed import IndexedPlanner, MaskAdmission
+
+    arr = np.asarray(lengths, dtype=np.int32)
+    excluded = {"listed": np.asarray(drop[: len(arr)])}
+    limits = {"max_seq_length": longest, "min_seq_length": shortest, "ordering": "laplace"}
+    got = IndexedPlanner(
+        {"data": arr}, PlanOptions(**limits, planning="indexed"), excluded=excluded
+    ).admission
+    want = Planner({"data": arr}, PlanOptions(**limits), excluded=excluded).admission
+    assert isinstance(got, MaskAdmission)
+    assert got.filtered == want.filtered and got.filtered_examples == want.filtered_examples
+    assert got.admitted.tolist() == want.admitted.tolist()

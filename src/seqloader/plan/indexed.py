@@ -329,12 +329,10 @@ class IndexedPlanner(Planner):
 
     @property
     def admission(self) -> Admission:  # type: ignore[override]
-        """The admitted sequences (an int64 array of ``n``: for checks and tests, not planning)."""
-        n = len(self.lengths)
-        admitted = (
-            np.arange(n, dtype=np.int64) if self._mask is None else np.flatnonzero(self._mask)
-        )
-        return Admission(admitted, dict(self._filtered), dict(self._examples))
+        """What was admitted and filtered; the counts at once, the admitted index array (``n``
+        int64) only when read (``MaskAdmission``: checks and tests read it, planning and
+        ``seqloader stats`` do not)."""
+        return MaskAdmission(self._mask, len(self.lengths), self._filtered, self._examples)
 
     @property
     def num_admitted(self) -> int:
@@ -693,6 +691,39 @@ class IndexedPlanner(Planner):
             h.update(b"\0")
         h.update(self._extra)
         return h.hexdigest()[:32]
+
+
+class MaskAdmission(Admission):
+    """An ``Admission`` of an admitted mask (None: all of ``n``): ``filtered`` and its examples
+    are there at once, ``admitted`` (int64 ``[n_admitted]``) is made from the mask when read.
+
+    >>> a = MaskAdmission(None, 10**9, {}, {})  # no index array of 10^9 made
+    >>> a.filtered_total
+    0
+    >>> MaskAdmission(np.array([True, False, True]), 3, {"x": 1}, {"x": [1]}).admitted.tolist()
+    [0, 2]
+    """
+
+    _mask: np.ndarray | None
+    _n: int
+
+    def __init__(
+        self,
+        mask: np.ndarray | None,
+        n: int,
+        filtered: Mapping[str, int],
+        examples: Mapping[str, list[int]],
+    ) -> None:
+        object.__setattr__(self, "filtered", dict(filtered))
+        object.__setattr__(self, "filtered_examples", dict(examples))
+        object.__setattr__(self, "_mask", mask)
+        object.__setattr__(self, "_n", int(n))
+
+    @property
+    def admitted(self) -> np.ndarray:
+        if self._mask is None:
+            return np.arange(self._n, dtype=np.int64)
+        return np.flatnonzero(self._mask)
 
 
 def _group_costs(group_of: np.ndarray, bucket_costs: np.ndarray) -> np.ndarray:
