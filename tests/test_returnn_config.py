@@ -148,7 +148,10 @@ def test_a_dict_config_and_the_random_seed_offset_distribution(hdf_config: Path)
             {"train": {"class": "HDFDataset", "files": ["x.hdf"], "window": 3}},
             r"train dataset \(HDFDataset\).*'window'",
         ),
-        ({"dev": {"class": "LmDataset", "corpus_file": "x"}}, r"dev dataset: class 'LmDataset'"),
+        (
+            {"dev": {"class": "ExternSprintDataset", "sprintTrainerExecPath": "x"}},
+            r"dev dataset: class 'ExternSprintDataset'",
+        ),
         ({"torch_dataloader_opts": {"num_workers": 1, "collate_fn": None}}, "collate_fn"),
         (
             {"batch_size": {"data": 100, "classes": 20}},

@@ -107,6 +107,8 @@ CASES = [
     ("wmt_translation.config", "dev", (1,)),
     ("wmt_translation_text.config", "train", (1, 2, 3)),
     ("wmt_translation_text.config", "dev", (1, 2)),
+    ("librispeech_lm_bpe.config", "train", (1, 2, 4)),
+    ("librispeech_lm_bpe.config", "dev", (1,)),
     ("switchboard_hybrid.config", "train", (1, 2, 5)),
     ("librispeech_hybrid_raw.config", "train", (1, 2, 3)),
     ("librispeech_aed_torch.config", "train", (1, 2, 7)),
@@ -451,17 +453,25 @@ def test_refused_dataset_options_name_the_key_the_dataset_and_the_fix(
 
 
 @pytest.mark.parametrize(
-    "option,why",
+    "kind,option,why",
     [
-        ({"seq_list_file": "lines.txt"}, r"a fixed list of line numbers that replaces the order"),
-        ({"search_without_reference": True}, r"for search only .*use source_only=True"),
+        ("TranslationDataset", {"seq_list_file": "lines.txt"}, r"a fixed list of line numbers"),
+        ("TranslationDataset", {"search_without_reference": True}, r"use source_only=True"),
+        ("LmDataset", {"add_random_phone_seqs": 2}, r"random sequences drawn per epoch"),
+        ("LmDataset", {"phone_info": {"lexicon_file": "x"}}, r"phoneme sequences drawn"),
+        ("LmDataset", {"orth_vocab": {"class": "SamplingBytePairEncoding"}}, r"samples another"),
     ],
 )
-def test_translation_dataset_refusals_name_the_option(data: Path, option: dict, why: str) -> None:
-    spec = {"class": "TranslationDataset", "path": str(data / "wmt-text"), "file_postfix": "dev"}
+def test_text_dataset_refusals_name_the_option(
+    data: Path, kind: str, option: dict, why: str
+) -> None:
+    spec = {
+        "TranslationDataset": {"path": str(data / "wmt-text"), "file_postfix": "dev"},
+        "LmDataset": {"corpus_file": str(data / "lm" / "lm.dev.txt.gz"), "word_based": True,
+                      "orth_symbols_map_file": str(data / "lm" / "lm.vocab.txt")},
+    }[kind]  # fmt: skip
+    key = next(iter(option))
     with pytest.raises(
-        OptionError,
-        match=rf"dev dataset \(TranslationDataset\): option '{next(iter(option))}' is not "
-        rf"supported: {why}",
+        OptionError, match=rf"dev dataset \({kind}\): (option '{key}'|{key}).*{why}"
     ):
-        from_returnn_config({"dev": {**spec, **option}, "batch_size": 300})
+        from_returnn_config({"dev": {"class": kind, **spec, **option}, "batch_size": 300})

@@ -23,7 +23,8 @@
   target ids as ``classes``, targets longer than sources);
 - ``wmt-text/``: a translation corpus as RETURNN's ``TranslationDataset`` reads it
   (``{source,target}.{train,dev}.gz`` a sentence a line, ``{source,target}.vocab.pkl`` pickled
-  ``{word: id}`` with ``</S>`` and ``<UNK>``; some words out of vocabulary).
+  ``{word: id}`` with ``</S>`` and ``<UNK>``; some words out of vocabulary);
+- ``lm/``: BPE-split LM text and its ``orth_symbols_map_file``, as ``LmDataset`` reads them.
 """
 
 from __future__ import annotations
@@ -167,6 +168,7 @@ def write_corpora(folder: Path) -> Path:
         write_hdf(folder / "wmt" / f"{split}.hdf", tags, rng, dim=None, data_len=(3, 45),
                   target_len=lambda s: int(s * rng.uniform(1.2, 1.6)) + 1, target_dim=60)  # fmt: skip
     write_translation_text(folder / "wmt-text", np.random.default_rng(3311))  # its own stream
+    write_lm_text(folder / "lm", np.random.default_rng(3312))
     # framewise alignments of the train parts at a 10 ms shift: ceil(samples / 160) frames
     # (RASR alignments dumped to HDF, as i6_experiments' OggZipHdfDataInput reads them)
     writer = SimpleHDFWriter(str(folder / "align" / "train.hdf"), dim=211, ndim=1)
@@ -242,6 +244,26 @@ def write_translation_text(folder: Path, rng: np.random.Generator) -> None:
                 lines.append(" ".join(f"{side[0]}{i}" for i in ids))
             with gzip.open(folder / f"{side}.{split}.gz", "wt", encoding="utf-8") as f:
                 f.write("\n".join(lines) + "\n")
+
+
+def write_lm_text(folder: Path, rng: np.random.Generator) -> None:
+    """LmDataset's inputs as the i6 LM setups give them: BPE-split text a sentence a line
+    (``lm.{train,dev}.txt.gz``, some words outside the vocabulary) and the BPE vocabulary as an
+    ``orth_symbols_map_file`` (``lm.vocab.txt``: ``SYMBOL INDEX`` a line)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = _bpe_vocab()
+    (folder / "lm.vocab.txt").write_text("".join(f"{w} {i}\n" for w, i in vocab.items()))
+    for split, n in (("train", 30), ("dev", 8)):
+        lines = []
+        for _ in range(n):
+            words = [str(w) for w in rng.choice([*WORDS, "qwerty"], size=int(rng.integers(1, 14)))]
+            tokens = []
+            for word in words:
+                pieces = _PIECES.get(word, (word,))
+                tokens += [p + ("@@" if k < len(pieces) - 1 else "") for k, p in enumerate(pieces)]
+            lines.append(" ".join(tokens))
+        with gzip.open(folder / f"lm.{split}.txt.gz", "wt", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
 
 
 def data_env(folder: Path) -> dict[str, str]:

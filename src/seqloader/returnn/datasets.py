@@ -23,10 +23,8 @@ from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
 from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_source
 from seqloader.returnn.paths import plain_value
 from seqloader.returnn.pre_process import refuse_length_changing_pre_process
+from seqloader.returnn.read_whole import LM_OWN, REFUSED, TRANSLATION_OWN, read_lm, read_translation
 from seqloader.returnn.seq_lists import meta_seq_lists, relisted
-from seqloader.returnn.translation import OWN as TRANSLATION_OWN
-from seqloader.returnn.translation import REFUSED as TRANSLATION_REFUSED
-from seqloader.returnn.translation import translation_source
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
 from seqloader.sources.base import Source
@@ -570,7 +568,8 @@ def _librispeech(where: str, opts: dict[str, Any]) -> Built:
 
 
 _BUILDERS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, Any]], Built]]] = {
-    "TranslationDataset": ((*TRANSLATION_OWN, *TRANSLATION_REFUSED), translation_source),
+    "TranslationDataset": ((*TRANSLATION_OWN, *REFUSED["TranslationDataset"]), read_translation),
+    "LmDataset": ((*LM_OWN, *REFUSED["LmDataset"]), read_lm),
     "LibriSpeechCorpus": (LIBRISPEECH_OWN, _librispeech),
     "HDFDataset": (("files",), _hdf),
     "OggZipDataset": (
