@@ -17,7 +17,7 @@ from seqloader.cli.options import (
 )
 from seqloader.cli.output import human, print_json, print_notes, progress_bar
 from seqloader.loading.plan_inputs import plan_inputs
-from seqloader.plan.indexed import make_planner
+from seqloader.plan.planners import make_planner
 from seqloader.plan.simulate import Simulation, simulate
 
 HELP = "verify exactly-once, equal steps and worker independence for W ranks x N workers"
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     src = opened.source
     lengths = {k: src.lengths(k) for k in src.keys}
     planner = make_planner(lengths, opened.plan, src.tags, repr(src), **plan_inputs(src).kwargs())
-    planner.check_pools(args.world_size)
+    planner.check_world(args.world_size)
     n_epochs = args.epochs or opened.plan.partition_epoch
     epochs = range(args.first_epoch, args.first_epoch + n_epochs)
     bar = progress_bar(not args.no_progress and not args.json, "simulating", n_epochs, "epoch")

@@ -22,11 +22,10 @@ from seqloader.cli.rates import FrameRate, frame_rate
 from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.loading.plan_inputs import plan_inputs
-from seqloader.plan.cost import step_imbalance
-from seqloader.plan.indexed import INDEXED_KINDS, make_planner
+from seqloader.plan.indexed import INDEXED_KINDS
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
-from seqloader.plan.planner import Planner
+from seqloader.plan.planners import Planner, make_planner
 from seqloader.plan.simulate import load_of, unit_window
 
 HELP = (
@@ -105,18 +104,14 @@ def run(args: argparse.Namespace) -> int:
         plan = ordered.global_plan(1, args.ranks)
         packed = opened.workers.layout == "packed"  # no padding delivered
         load = load_of(plan.batches, planner.lengths, unit_window(planner), packed)
-        b = plan.batches
-        seqs, costs = b.seqs, ordered.costs
-        window = unit_window(ordered)
-        if window is not None and b.chunks is not None:  # a slot costs its chunk's window
-            costs = ordered.batcher.limits.units(key, window(ordered.lengths[b.seqs], b.chunks))
-            seqs = np.arange(len(b.seqs))
+        # a slot costs its sequence, or its chunk's window
+        imbalance = plan.batch_imbalance(0, ordered.slot_costs(plan.batches), per_slot=True)
         padding[o] = {
             "batches": load.batches,
             "padded_frames": load.padded_frames,
             "padding_ratio": round(load.padding_ratio, 5),
             "steps": plan.steps,
-            "step_imbalance": round(step_imbalance(seqs, b.bounds, args.ranks, costs), 5),
+            "step_imbalance": round(imbalance, 5),
         }
     total = int(lengths[key].sum())
     rate = frame_rate(args.frame_rate, src, key, lengths[key])

@@ -4,7 +4,9 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import greedy_bounds, padded_frames
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.options import Ordering, PlanOptions
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.planner import Admission, EpochIndex, Planner
+from seqloader.plan.planners import make_planner
 from seqloader.plan.position import Position, continue_plan
 from seqloader.plan.topology import Topology
 
@@ -12,6 +14,7 @@ __all__ = [
     "Admission",
     "BatchList",
     "EpochIndex",
+    "EpochPlan",
     "GlobalPlan",
     "Ordering",
     "PlanOptions",
@@ -20,5 +23,6 @@ __all__ = [
     "Topology",
     "continue_plan",
     "greedy_bounds",
+    "make_planner",
     "padded_frames",
 ]

@@ -22,7 +22,7 @@ import numpy as np
 from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import ChunkTable
-from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.options import PlanOptions
 
 
@@ -76,11 +76,11 @@ class Audited(Protocol):
 
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
-    ) -> tuple[GlobalPlan, np.ndarray]: ...
+    ) -> tuple[EpochPlan, np.ndarray]: ...
 
 
 def audit_orders(
-    planner: Audited, plan: GlobalPlan, run: AuditRun, ranks: Sequence[int]
+    planner: Audited, plan: EpochPlan, run: AuditRun, ranks: Sequence[int]
 ) -> list[AuditOrder]:
     """The orders a run of ``plan`` (``planner``'s) from ``run`` is checked against, given the
     ranks whose deliveries were gathered (see the module doc)."""
@@ -100,7 +100,7 @@ def audit_orders(
     return orders
 
 
-def files_order(planner: Audited, plan: GlobalPlan, run: AuditRun) -> tuple[np.ndarray, int]:
+def files_order(planner: Audited, plan: EpochPlan, run: AuditRun) -> tuple[np.ndarray, int]:
     """``distribution="files"``: the sub-epoch's sequences as one stream -> (order, start). What
     must be delivered does not depend on this segment's plan: the sub-epoch less the consumed
     ones. Chunking: worked out on chunks (a sequence's chunks can be consumed in one segment and

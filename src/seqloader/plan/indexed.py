@@ -44,6 +44,7 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.buckets import WINDOW_BATCHES, bucket_edges
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files, units_of
 from seqloader.plan.histogram import (
     BucketIndex,
@@ -74,7 +75,6 @@ from seqloader.plan.mix import Corpora, CorpusProgress
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
 from seqloader.plan.planner import Admission, EpochIndex, Planner, default_length_key
-from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
     PURPOSE_INDEXED_FILES,
@@ -83,7 +83,6 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_RUNS,
     rng_for,
 )
-from seqloader.plan.selections import EpochSelection
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
@@ -98,34 +97,6 @@ MERGE_BATCHES = 4
 LAPLACE_BUCKETS = 64
 _CHUNK = 1 << 22
 _ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
-
-
-def make_planner(
-    lengths: Mapping[str, np.ndarray],
-    options: PlanOptions,
-    tags: Sequence[str] | None = None,
-    origin: str = "",
-    order_lengths: np.ndarray | None = None,
-    excluded: Mapping[str, np.ndarray] | None = None,
-    corpora: Corpora | None = None,
-    files: np.ndarray | None = None,
-    index: BucketIndex | None = None,
-    pools: FilePools | None = None,
-    selections: Sequence[EpochSelection] = (),
-) -> Planner:
-    """The planner ``options.planning`` asks for (``Planner``'s arguments; ``index``: a prebuilt,
-    e.g. memory-mapped, ``BucketIndex`` for indexed planning)."""
-    if options.planning == "indexed":
-        if pools is not None or selections:
-            raise OptionError(
-                "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
-                "and epoch selections (epoch_wise_filter subdirs) are not supported; use "
-                "planning='global' (the default) for them"
-            )
-        return IndexedPlanner(lengths, options, tags, origin, excluded, corpora, files, index)
-    return Planner(
-        lengths, options, tags, origin, order_lengths, excluded, corpora, files, pools, selections
-    )
 
 
 def num_buckets(options: PlanOptions) -> int:
@@ -666,7 +637,7 @@ class IndexedPlanner(Planner):
                 return seqs[:1]
         return np.zeros(1, dtype=np.int64)
 
-    def step_imbalance(self, plan: GlobalPlan, from_step: int) -> PlannedImbalance:
+    def step_imbalance(self, plan: EpochPlan, from_step: int) -> PlannedImbalance:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         without every rank's batches (``seqloader.plan.indexed_imbalance``): ``shard`` off the
         batch table (milliseconds), ``files`` from counts, rank by rank."""

@@ -28,6 +28,7 @@ from seqloader.plan.chunk_batching import ChunkFits, greedy_from_fits
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.files import (
     EpochFiles,
     assign_lpt,
@@ -237,7 +238,7 @@ class Planner:
             raise OptionError(
                 f"Planner plans with planning='global', but the options say "
                 f"planning={options.planning!r}: build the planner with "
-                "seqloader.plan.indexed.make_planner, which picks the planner the options ask for"
+                "seqloader.plan.planners.make_planner, which picks the planner the options ask for"
             )
         key = options.length_key or default_length_key(list(lengths))
         if key not in lengths:
@@ -398,6 +399,13 @@ class Planner:
             self.pools.check_bins(self.options.partition_epoch, world_size)
         except OptionError as e:
             raise OptionError(f"{self.origin or 'the source'}: {e}") from e
+
+    def check_world(self, world_size: int) -> None:
+        """Refuse, before any epoch, a world size the data cannot serve: too few files in a
+        sub-epoch's pool, or (``distribution="files"``) too few files."""
+        self.check_pools(world_size)
+        if self.files is not None:
+            self.check_files(world_size)
 
     def per_rank_pools(self, world_size: int) -> bool:
         """True if each rank plans its own file pool (sharded pools on more than one rank)."""
@@ -665,13 +673,11 @@ class Planner:
         window = self.chunks.window(self.length_key, whole, batches.chunks)
         return self.batcher.limits.units(self.length_key, window)
 
-    def audit_order(
-        self, plan: GlobalPlan, run: AuditRun, ranks: Sequence[int]
-    ) -> list[AuditOrder]:
+    def audit_order(self, plan: EpochPlan, run: AuditRun, ranks: Sequence[int]) -> list[AuditOrder]:
         """What a run of ``plan`` must deliver, for the exactly-once audit (``audit_orders``)."""
         return audit_orders(self, plan, run, ranks)
 
-    def step_imbalance(self, plan: GlobalPlan, from_step: int) -> PlannedImbalance:
+    def step_imbalance(self, plan: EpochPlan, from_step: int) -> PlannedImbalance:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         read off its batch list: O(n), so computed off the training loop."""
         if self.chunks is None:
@@ -863,7 +869,7 @@ class Planner:
         plan, done = self.files_plan(epoch, world_size, history)
         return plan, len(done)
 
-    def rank_files(self, plan: GlobalPlan, rank: int, start_step: int = 0) -> np.ndarray:
+    def rank_files(self, plan: EpochPlan, rank: int, start_step: int = 0) -> np.ndarray:
         """The files rank ``rank`` reads in ``plan`` from ``start_step`` on, in the order it first
         reads them -> int64 ``[f]`` (what a cache fetches for it; fillers count, they are read)."""
         assert self.files is not None, "rank_files needs distribution='files'"

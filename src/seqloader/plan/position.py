@@ -38,8 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from seqloader.errors import OptionError, ResumeError
-from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.planner import Planner
+from seqloader.plan.planners import EpochPlan, Planner
 from seqloader.validate import is_int
 
 #: state fields that hold a ``Position`` (see ``Position.to_fields``)
@@ -106,7 +105,7 @@ class Position:
             self.history,
         )
 
-    def seq_offset(self, segment_plan: GlobalPlan) -> int:
+    def seq_offset(self, segment_plan: EpochPlan) -> int:
         """Sequences of the sub-epoch order consumed by all ranks together (shard plans; under
         ``random_seed_offset`` it counts the real sequences all ranks consumed)."""
         return self.segment_start + segment_plan.consumed_seqs(self.steps)
@@ -212,7 +211,7 @@ def check_reachable(planner: Planner, position: Position) -> None:
         )
 
 
-def segment_plan(planner: Planner, position: Position) -> GlobalPlan:
+def segment_plan(planner: Planner, position: Position) -> EpochPlan:
     """The global plan of ``position``'s segment; raises if ``position`` cannot lie in it (a
     position no run writes: ``check_reachable``)."""
     if position.epoch < 1:
@@ -232,7 +231,7 @@ def segment_plan(planner: Planner, position: Position) -> GlobalPlan:
     return plan
 
 
-def _files_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
+def _files_segment_plan(planner: Planner, position: Position) -> EpochPlan:
     """``distribution="files"``: replay the history, check what it says consumed."""
     history = position.history
     plan, consumed = planner.files_segment(position.epoch, position.segment_world_size, history)
@@ -247,7 +246,7 @@ def _files_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
     return plan
 
 
-def _order_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
+def _order_segment_plan(planner: Planner, position: Position) -> EpochPlan:
     """``shard`` / ``random_seed_offset``: the segment from ``segment_start`` of the order."""
     if position.history:
         raise ResumeError(
@@ -281,13 +280,13 @@ def _order_segment_plan(planner: Planner, position: Position) -> GlobalPlan:
         ) from e
 
 
-def is_finished(position: Position, plan: GlobalPlan) -> bool:
+def is_finished(position: Position, plan: EpochPlan) -> bool:
     """True if ``position`` is at the end of its segment ``plan``, so nothing of the epoch is left."""
     return position.steps == plan.steps
 
 
 def check_resumable(
-    planner: Planner, position: Position, segment: GlobalPlan, world_size: int
+    planner: Planner, position: Position, segment: EpochPlan, world_size: int
 ) -> None:
     """Refuse what cannot continue on ``world_size`` ranks: a mid-epoch position of
     ``random_seed_offset`` (each rank its own order: no global position) on another world size.
@@ -328,8 +327,8 @@ def continue_plan(
     planner: Planner,
     position: Position,
     world_size: int,
-    segment: GlobalPlan | None = None,
-) -> tuple[GlobalPlan, Position]:
+    segment: EpochPlan | None = None,
+) -> tuple[EpochPlan, Position]:
     """The global plan to run from ``position`` with ``world_size`` ranks, and the position to count
     from (its ``steps`` index the returned plan). ``segment``: ``segment_plan(planner, position)``
     if the caller has it already.

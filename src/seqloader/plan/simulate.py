@@ -20,7 +20,8 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
-from seqloader.plan.planner import EpochIndex, Planner
+from seqloader.plan.planner import EpochIndex
+from seqloader.plan.planners import Planner
 from seqloader.validate import int_option
 
 

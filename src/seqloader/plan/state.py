@@ -14,8 +14,7 @@ from collections.abc import Mapping
 
 from seqloader.errors import ResumeError
 from seqloader.plan.ahead import PlanAhead
-from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.planner import Planner
+from seqloader.plan.planners import EpochPlan, Planner
 from seqloader.plan.position import (
     Position,
     check_resumable,
@@ -48,11 +47,11 @@ class LoaderState:
         self.fingerprint = fingerprint
         self.world_size = world_size
         self._start = Position(epoch=0, segment_world_size=world_size)
-        self._segment: GlobalPlan | None = None  # the plan _start's steps index
+        self._segment: EpochPlan | None = None  # the plan _start's steps index
         self.consumed = 0
         self._resume: Position | None = None  # loaded by load(), not started yet
-        self._resume_plan: GlobalPlan | None = None  # the segment plan of _resume
-        self._continued: tuple[GlobalPlan, Position] | None = None  # _resume on this world size
+        self._resume_plan: EpochPlan | None = None  # the segment plan of _resume
+        self._continued: tuple[EpochPlan, Position] | None = None  # _resume on this world size
         self._rank = rank
         self._ahead = PlanAhead(self._epoch_plan) if plan_ahead else None
 
@@ -61,11 +60,11 @@ class LoaderState:
         return self._start.advanced(self.consumed) if self.consumed else self._start
 
     @property
-    def segment(self) -> GlobalPlan | None:
+    def segment(self) -> EpochPlan | None:
         """The global plan of the current run (None before the first epoch)."""
         return self._segment
 
-    def begin(self, epoch: int) -> tuple[GlobalPlan, Position]:
+    def begin(self, epoch: int) -> tuple[EpochPlan, Position]:
         """Start ``epoch``: from the loaded state if it lies in it, else from its start. Returns
         the plan to run and the position its steps count from (``consumed`` restarts at 0)."""
         start, segment = self._start_of(epoch)
@@ -81,7 +80,7 @@ class LoaderState:
             self._ahead.request(epoch + 1)
         return plan, position
 
-    def _epoch_plan(self, epoch: int) -> GlobalPlan:
+    def _epoch_plan(self, epoch: int) -> EpochPlan:
         """The plan of ``epoch`` from its start on this world size (what ``begin`` would plan),
         with this rank's share drawn (kept by plans that draw shares on demand)."""
         plan = segment_plan(self.planner, Position(epoch, 0, self.world_size, 0))
@@ -89,7 +88,7 @@ class LoaderState:
             plan.rank_share(self._rank)
         return plan
 
-    def _start_of(self, epoch: int) -> tuple[Position, GlobalPlan | None]:
+    def _start_of(self, epoch: int) -> tuple[Position, EpochPlan | None]:
         """The loaded resume position if it is in ``epoch``, else the epoch's start (with the
         segment plan when it is known). A loaded position is never skipped silently: asking for
         another epoch than a mid-epoch state's, or an earlier one than a finished state's, raises."""
@@ -115,7 +114,7 @@ class LoaderState:
 
     def to_dict(self) -> dict:
         """The state of the *consumed* batches (see ``SeqLoader.state_dict``)."""
-        plan: GlobalPlan | None
+        plan: EpochPlan | None
         if self._resume is not None and self._resume_plan is not None:  # loaded, not started
             position, plan = self._resume, self._resume_plan
         else:
@@ -213,8 +212,8 @@ class LoaderState:
         )
 
     def _checked(
-        self, state: Mapping, position: Position, plan: GlobalPlan
-    ) -> tuple[GlobalPlan, Position] | None:
+        self, state: Mapping, position: Position, plan: EpochPlan
+    ) -> tuple[EpochPlan, Position] | None:
         """Refuse a state whose derived fields disagree with its position, or that cannot resume
         on this world size; the continuation on this world size when it is another one (planned
         now, while the saved segment's order is at hand)."""

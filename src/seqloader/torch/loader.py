@@ -22,10 +22,9 @@ from seqloader.loading.bucket_store import shared_bucket_index
 from seqloader.loading.execute import Transform
 from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.plan.batches import BatchList
-from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.indexed import make_planner
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED
+from seqloader.plan.planners import EpochPlan, make_planner
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import (
@@ -122,9 +121,7 @@ class SeqLoader:
             ),
         )
         self.length_key = self.planner.length_key
-        self.planner.check_pools(self.topology.world_size)
-        if self.planner.files is not None:  # too few files for this world size: say so now
-            self.planner.check_files(self.topology.world_size)
+        self.planner.check_world(self.topology.world_size)  # too few files: say so now
         self._fingerprint = self.planner.fingerprint(source.fingerprint())
         check_source(source, self.planner, self.checks)
         self._batch_checks = BatchChecks(source, self.checks)
@@ -164,7 +161,7 @@ class SeqLoader:
     def fingerprint(self) -> str:
         return self._fingerprint
 
-    def global_plan(self, epoch: int, world_size: int | None = None) -> GlobalPlan:
+    def global_plan(self, epoch: int, world_size: int | None = None) -> EpochPlan:
         """All ranks' batches of ``epoch`` (from its start)."""
         return self.planner.global_plan(epoch, world_size or self.topology.world_size)
 

@@ -30,8 +30,7 @@ import numpy as np
 from seqloader.errors import EXAMPLES, AuditError, AuditWarning
 from seqloader.plan.audit_order import AuditRun
 from seqloader.plan.batches import BatchList
-from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.planner import Planner
+from seqloader.plan.planners import EpochPlan, Planner
 from seqloader.plan.position import Position
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import Source
@@ -274,7 +273,7 @@ class EpochAuditor:
         *,
         policy: Policy,
         planner: Planner,
-        plan: GlobalPlan,
+        plan: EpochPlan,
         share: BatchList,
         rank: int,
         world_size: int,
@@ -307,7 +306,7 @@ class EpochAuditor:
         cls,
         policy: Policy,
         planner: Planner,
-        plan: GlobalPlan,
+        plan: EpochPlan,
         share: BatchList,
         topology: Topology,
         position: Position,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, cast
 import numpy as np
 
 from seqloader.errors import EXAMPLES, DataError, DataWarning
-from seqloader.plan.planner import Planner
+from seqloader.plan.planners import Planner
 from seqloader.sources.base import HashedTags, Source, declares, where
 from seqloader.sources.node_cache import NodeStore
 from seqloader.trainer.duplicate_store import node_duplicate_tags

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from seqloader.loading.corpora import CorpusCounts
-from seqloader.plan.planner import Planner
+from seqloader.plan.planners import Planner
 
 
 @dataclass

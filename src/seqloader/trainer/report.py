@@ -16,7 +16,7 @@ from seqloader.trainer.corpus_report import CorpusReport, add_counts
 
 if TYPE_CHECKING:
     from seqloader.plan.cost import PlannedImbalance
-    from seqloader.plan.distribute import GlobalPlan
+    from seqloader.plan.planners import EpochPlan
     from seqloader.plan.position import Position
     from seqloader.plan.topology import Topology
     from seqloader.trainer.audit import AuditResult
@@ -109,7 +109,7 @@ class EpochReport:
     def planned(
         cls,
         topology: Topology,
-        plan: GlobalPlan,
+        plan: EpochPlan,
         position: Position,
         filtered: dict[str, int],
         corpora: dict[str, CorpusReport] | None = None,

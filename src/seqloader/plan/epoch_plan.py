@@ -1,0 +1,44 @@
+"""``EpochPlan``: one (sub-)epoch's batches for every rank, as callers outside ``plan/`` read them.
+
+Three kinds implement it: ``GlobalPlan`` (a list of every rank's batches), ``IndexedPlan`` (a
+batch table whose members are drawn where a rank needs them) and ``RankwisePlan`` (each rank's
+share computed alone: indexed ``files``).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import numpy as np
+
+from seqloader.plan.batches import BatchList
+
+
+class EpochPlan(Protocol):
+    """One (sub-)epoch's batches for every rank, as callers read them: batch ``k`` of step ``s``
+    belongs to rank ``k % world_size``; a rank's batches are ``rank_share(rank)``."""
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+    @property
+    def steps(self) -> int: ...
+
+    @property
+    def repeats(self) -> int: ...
+
+    @property
+    def batches(self) -> BatchList: ...
+
+    def rank_share(self, rank: int, start_step: int = 0) -> BatchList: ...
+
+    def consumed_seqs(self, steps: int) -> int: ...
+
+    def real_total(self) -> int: ...
+
+    def batch_imbalance(
+        self, first_step: int, costs: np.ndarray, per_slot: bool = False
+    ) -> float: ...

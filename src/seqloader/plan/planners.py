@@ -1,0 +1,135 @@
+"""The planning contract: what callers outside ``plan/`` may use of a planner and of its plans,
+and the one factory that picks the planner the options ask for.
+
+Two planners implement it: ``seqloader.plan.planner.Planner`` (``planning="global"``: one
+global order batched greedily, RETURNN's order) and ``seqloader.plan.indexed.IndexedPlanner``
+(``planning="indexed"``: each rank plans only its own batches, from counts). Callers hold a
+``Planner`` and an ``EpochPlan`` and never ask which kind they have: what differs between the
+kinds (the planned step imbalance, what the audit checks a run against, the world sizes a
+planner can serve) each planner answers itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.audit_order import AuditOrder, AuditRun
+from seqloader.plan.batches import BatchList
+from seqloader.plan.chunks import ChunkTable
+from seqloader.plan.cost import PlannedImbalance
+from seqloader.plan.epoch_plan import EpochPlan
+from seqloader.plan.histogram import BucketIndex
+from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
+from seqloader.plan.options import PlanOptions
+from seqloader.plan.planner import Admission
+from seqloader.plan.planner import Planner as GlobalPlanner
+from seqloader.plan.pools import FilePools
+from seqloader.plan.selections import EpochSelection
+
+
+class Planner(Protocol):
+    """What a planner answers (``make_planner`` builds one)."""
+
+    @property
+    def options(self) -> PlanOptions: ...
+
+    @property
+    def length_key(self) -> str: ...
+
+    @property
+    def lengths(self) -> np.ndarray: ...
+
+    @property
+    def costs(self) -> np.ndarray: ...
+
+    @property
+    def algorithm(self) -> str: ...
+
+    @property
+    def chunks(self) -> ChunkTable | None: ...
+
+    @property
+    def files(self) -> np.ndarray | None: ...
+
+    @property
+    def pools(self) -> FilePools | None: ...
+
+    @property
+    def mix(self) -> EpochMix | None: ...
+
+    @property
+    def admission(self) -> Admission: ...
+
+    @property
+    def admitted_mask(self) -> np.ndarray | None: ...
+
+    def global_plan(
+        self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
+    ) -> EpochPlan: ...
+
+    def files_segment(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[EpochPlan, int]: ...
+
+    def order_size(self, epoch: int, world_size: int = 1) -> int: ...
+
+    def reusing_orders(self) -> AbstractContextManager[None]: ...
+
+    def fingerprint(self, source_fingerprint: str) -> str: ...
+
+    def filtered(self, epoch: int) -> dict[str, int]: ...
+
+    def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]: ...
+
+    def slot_costs(self, batches: BatchList) -> np.ndarray: ...
+
+    def check_world(self, world_size: int) -> None: ...
+
+    def per_rank_pools(self, world_size: int) -> bool: ...
+
+    def rank_files(self, plan: EpochPlan, rank: int, start_step: int = 0) -> np.ndarray: ...
+
+    def step_imbalance(self, plan: EpochPlan, from_step: int) -> PlannedImbalance: ...
+
+    def audit_order(
+        self, plan: EpochPlan, run: AuditRun, ranks: Sequence[int]
+    ) -> list[AuditOrder]: ...
+
+
+def make_planner(
+    lengths: Mapping[str, np.ndarray],
+    options: PlanOptions,
+    tags: Sequence[str] | None = None,
+    origin: str = "",
+    order_lengths: np.ndarray | None = None,
+    excluded: Mapping[str, np.ndarray] | None = None,
+    corpora: Corpora | None = None,
+    files: np.ndarray | None = None,
+    index: BucketIndex | None = None,
+    pools: FilePools | None = None,
+    selections: Sequence[EpochSelection] = (),
+) -> Planner:
+    """The planner ``options.planning`` asks for (``Planner``'s arguments; ``index``: a prebuilt,
+    e.g. memory-mapped, ``BucketIndex`` for indexed planning).
+
+    >>> planner = make_planner({"data": np.array([5, 3, 8, 2])}, PlanOptions(max_seqs=2))
+    >>> planner.global_plan(1, world_size=2).steps
+    1
+    """
+    if options.planning == "indexed":
+        if pools is not None or selections:
+            raise OptionError(
+                "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
+                "and epoch selections (epoch_wise_filter subdirs) are not supported; use "
+                "planning='global' (the default) for them"
+            )
+        return IndexedPlanner(lengths, options, tags, origin, excluded, corpora, files, index)
+    return GlobalPlanner(
+        lengths, options, tags, origin, order_lengths, excluded, corpora, files, pools, selections
+    )
