@@ -31,7 +31,7 @@ import seqloader as sl
 from seqloader.errors import DataError, DataWarning, OptionError
 from seqloader.shards import ShardSource
 from seqloader.shards.index import header_rate
-from seqloader.shards.layouts import nemo_paths
+from seqloader.shards.layouts import nemo_paths, webdataset_layout
 from shard_corpora import (
     long_recordings,
     nemo_convert,
@@ -308,6 +308,22 @@ def write_wds(pattern: str, samples: list[dict], maxcount: int = 3) -> None:
     with wds.ShardWriter(pattern, maxcount=maxcount, verbose=0) as sink:
         for sample in samples:
             sink.write(sample)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    lo=st.integers(0, 20),
+    span=st.integers(0, 5),
+    pad=st.integers(1, 6),
+    parts=st.integers(1, 3),
+    escaped=st.booleans(),
+)
+def test_webdataset_urls_expand_as_webdataset(lo, span, pad, parts, escaped) -> None:
+    from webdataset.shardlists import expand_urls
+
+    one = f"s{{{str(lo).zfill(pad)}..{str(lo + span).zfill(pad)}}}" + ("\\{x\\}" if escaped else "")
+    urls = "::".join(f"d{k}/{one}.tar" for k in range(parts))
+    assert [s.tar for s in webdataset_layout(urls).shards] == expand_urls(urls)
 
 
 def test_upper_case_extensions_read_as_webdataset_reads_them(tmp_path) -> None:
