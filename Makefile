@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench chaos clean venv
+.PHONY: demo test lint bench chaos under-load clean venv
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -32,11 +32,18 @@ bench: $(STAMP)
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks
 
-# random SIGKILLs of torchrun ranks with elastic resume; minutes, so not part of `test`
+# random SIGKILLs of torchrun ranks with elastic resume, then the extended tests (further
+# multi-process variants of contracts `test` keeps); minutes, so not part of `test`
 # (docs/reliability.md). KILLS=16 by default; CHAOS_ARGS e.g. "--seed 5 --launcher fork"
 KILLS ?= 16
 chaos: $(STAMP)
 	$(BIN)/python tests/dist/chaos.py --kills $(KILLS) $(CHAOS_ARGS)
+	$(BIN)/python -m pytest -q -m extended
+
+# the suite RUNS times in a row with two busy loops beside it (docs/reliability.md)
+RUNS ?= 5
+under-load: $(STAMP)
+	PYTHON=$(BIN)/python tests/under_load.sh $(RUNS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache

@@ -240,10 +240,11 @@ def test_sigkill_then_resume_exactly_once(
 
 
 def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path) -> None:
-    """Chunking under real torchrun (2 ranks, gloo, 2 DataLoader workers each, audited): equal
-    steps (no hang), every chunk of the epoch exactly once across ranks x workers."""
+    """Chunking over gloo (2 ranks forked after one torch import, 2 DataLoader workers each,
+    audited): equal steps (no hang), every chunk of the epoch exactly once across ranks x
+    workers. (torchrun's own environment: test_ddp_epoch_exactly_once_equal_steps.)"""
     args = ["--workers", "2", "--chunking", "4:3", "--audit", "--partition-epoch", "2"]
-    rc, console = launch("torchrun", 2, tmp_path, "run", *args)
+    rc, console = launch("fork", 2, tmp_path, "run", *args)
     assert rc == 0, console
     probe = sl.SeqLoader(
         build_corpus(), rank=0, world_size=2, partition_epoch=2, chunking="4:3", **LOADER_OPTIONS
@@ -263,11 +264,11 @@ def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path) -> None:
 
 
 def test_ddp_indexed_planning_exactly_once_and_elastic_resume(tmp_path: Path) -> None:
-    """``planning="indexed"`` under real torchrun (3 ranks, gloo, 2 DataLoader workers each,
-    audited): equal steps (no hang), every sequence once; then a run killed mid-epoch resumes on
-    2 ranks (forked, no workers): before + after = the epoch exactly once."""
+    """``planning="indexed"`` over gloo (3 forked ranks, 2 DataLoader workers each, audited):
+    equal steps (no hang), every sequence once; then a run killed mid-epoch resumes on 2 ranks
+    (no workers): before + after = the epoch exactly once."""
     indexed = ["--planning", "indexed", "--ordering", "buckets:3"]
-    rc, console = launch("torchrun", 3, tmp_path, "run", *indexed, "--workers", "2", "--audit")
+    rc, console = launch("fork", 3, tmp_path, "run", *indexed, "--workers", "2", "--audit")
     assert rc == 0, console
     options = {**LOADER_OPTIONS, "ordering": "buckets:3", "planning": "indexed"}
     steps = sl.SeqLoader(build_corpus(), rank=0, world_size=3, **options).steps(1)
@@ -298,12 +299,12 @@ def test_ddp_indexed_planning_exactly_once_and_elastic_resume(tmp_path: Path) ->
 
 
 def test_ddp_indexed_mix_every_corpus_epoch_once_and_elastic_resume(tmp_path: Path) -> None:
-    """An indexed mix (corpora a at 0.5, b at 2.0; ``buckets:3``) under real torchrun (3 ranks,
-    gloo, 2 workers each, audited) over 2 epochs: equal steps, every a sequence once (one corpus
+    """An indexed mix (corpora a at 0.5, b at 2.0; ``buckets:3``) over gloo (3 forked ranks, 2
+    workers each, audited) over 2 epochs: equal steps, every a sequence once (one corpus
     epoch), every b sequence 4 times; then a run killed mid-epoch 2 resumes on 2 ranks: before +
     after = the same uses."""
     indexed = ["--planning", "indexed", "--ordering", "buckets:3", "--mix", "--epochs", "2"]
-    rc, console = launch("torchrun", 3, tmp_path, "run", *indexed, "--workers", "2", "--audit")
+    rc, console = launch("fork", 3, tmp_path, "run", *indexed, "--workers", "2", "--audit")
     assert rc == 0, console
     options = {**LOADER_OPTIONS, "ordering": "buckets:3", "planning": "indexed", "mix": MIX_RATES}
     planner = sl.SeqLoader(mix_corpus(), rank=0, world_size=3, **options)

@@ -10,6 +10,7 @@ package's real ``__init__``, and looks at ``sys.modules``, so an indirect import
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import os
 import subprocess
@@ -128,8 +129,10 @@ def lookups_of(path: Path) -> set[str]:
 MODULES = {module_name(p) for p in PACKAGE.rglob("*.py")}
 
 
+@functools.cache
 def graph() -> dict[str, set[str]]:
-    """Module -> the modules it imports, or looks up by name (declared in ``LOOKUPS``)."""
+    """Module -> the modules it imports, or looks up by name (declared in ``LOOKUPS``). Parsed
+    once per session (every test reads the same files; callers do not change it)."""
     return {module_name(p): imports_of(p) | lookups_of(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
