@@ -11,7 +11,9 @@ lengths and data sum to a file. The reference is RETURNN's own pipeline, run in 
   full epoch over the ranks, equal steps per rank (slow);
 - killed by its own recorder mid sub-epoch 2, restarted (same and another number of ranks): the
   next sub-epochs are exactly an uninterrupted run's batches (slow);
-- refusals: untested RETURNN versions, a second call, a call outside a RETURNN config.
+- a MetaDataset and an OggZip corpus (features to float rounding): RETURNN's batches (slow);
+- refusals: untested RETURNN versions, a second call, a call outside a RETURNN config, an
+  extern_data key the loader lacks.
 """
 
 from __future__ import annotations
@@ -63,9 +65,29 @@ CONFIG = textwrap.dedent(
         "class": "HDFDataset", "files": [os.path.join(_dir, n) for n in ("a.hdf", "b.hdf")],
         "cache_byte_size": 0, "seq_ordering": "laplace:.4", "partition_epoch": 2,
     }
+    if os.environ.get("SL_TRAIN") == "meta":  # the same files, joined by tag, in another order
+        train = {
+            "class": "MetaDataset",
+            "datasets": {"feat": {**train, "seq_ordering": "default", "partition_epoch": 1},
+                         "align": {**train, "files": train["files"][::-1]}},
+            "data_map": {"data": ("feat", "data"), "classes": ("align", "classes")},
+            "seq_order_control_dataset": "align",
+        }
     dev = _hdf("b.hdf")
     eval_datasets = {"other": {**_hdf("a.hdf"), "seq_ordering": "random", "random_seed_offset": 3}}
     extern_data = {"data": {"dim": 5}, "classes": {"dim": 7, "sparse": True}}
+    if os.environ.get("SL_TRAIN") == "oggzip":  # audio -> log-mel features, words, transcription
+        train = {
+            "class": "OggZipDataset", "path": os.environ["SL_OGGZIP"],
+            "audio": {"features": "log_mel_filterbank", "num_feature_filters": 5,
+                      "sample_rate": 16000},
+            "targets": {"class": "Vocabulary", "vocab_file": os.environ["SL_VOCAB"]},
+            "seq_ordering": "laplace:.3", "partition_epoch": 2,
+        }
+        dev = None
+        eval_datasets = {}
+        extern_data = {"data": {"dim": 5}, "classes": {"dim": 13, "sparse": True},
+                       "orth": {"dim": 256, "sparse": True, "dtype": "uint8"}}
     batch_size = 120
     max_seqs = 5
     torch_dataloader_opts = {"num_workers": int(os.environ.get("SL_WORKERS", "0"))}
@@ -86,7 +108,10 @@ CONFIG = textwrap.dedent(
         ctx = rf.get_run_ctx()
         x = extern_data["data"].raw_tensor
         y = extern_data["classes"].raw_tensor.long()
-        loss = torch.nn.functional.cross_entropy(model(x).transpose(1, 2), y, reduction="none")
+        if y.shape[1] == x.shape[1]:  # frame-wise classes
+            loss = torch.nn.functional.cross_entropy(model(x).transpose(1, 2), y, reduction="none")
+        else:
+            loss = model(x).tanh()  # bounded: log-mel features are large
         ctx.mark_as_loss(loss.sum(), "ce")
         record = {
             "epoch": int(ctx.epoch), "train": bool(ctx.train_flag),
@@ -94,6 +119,8 @@ CONFIG = textwrap.dedent(
             "lens": extern_data["data"].dims[1].dyn_size_ext.raw_tensor.tolist(),
             "sum": float(x.double().sum()), "classes": int(y.sum()),
         }
+        if "orth" in extern_data.data:
+            record["orth"] = int(extern_data["orth"].raw_tensor.long().sum())
         rank = os.environ.get("RANK", "0")
         with open(os.path.join(_out, "batches.%s.jsonl" % rank), "a") as f:
             f.write(json.dumps(record) + "\\n")
@@ -194,6 +221,38 @@ def test_engine_batches_do_not_depend_on_num_workers(
     assert run_returnn(setup, tmp_path / "ours", SL_USE="1", SL_WORKERS="2")["0"] == own
 
 
+@pytest.mark.slow
+def test_engine_trains_a_meta_dataset_on_returnns_own_batches(setup: Path, tmp_path: Path) -> None:
+    """train a MetaDataset (features and alignments from HDF files listed in other orders,
+    joined by tag, ordered by one of them): RETURNN's own batches again."""
+    own = run_returnn(setup, tmp_path / "own", SL_USE="0", SL_TRAIN="meta")["0"]
+    ours = run_returnn(setup, tmp_path / "ours", SL_USE="1", SL_TRAIN="meta")["0"]
+    assert ours == own
+    assert sorted(train_tags(ours, range(1, 3))) == sorted(f"seq-{i}" for i in range(N_SEQS))
+    assert "MetaDataset, sequences: 37" in (tmp_path / "ours" / "returnn.0.log").read_text()
+
+
+@pytest.mark.slow
+def test_engine_trains_an_oggzip_corpus_on_returnns_own_batches(
+    setup: Path, tmp_path: Path
+) -> None:
+    """train an OggZip corpus (audio -> RETURNN's log-mel features, a word vocabulary, the
+    transcription as RETURNN's ``orth``): RETURNN's own batches (tags, order, lengths, word and
+    byte ids; the features equal to float rounding, as RETURNN's own feature code is not ours)."""
+    pytest.importorskip("librosa")
+    from seqloader.synthetic.audio import WORDS, write_audio_corpus
+
+    corpus = write_audio_corpus(tmp_path, 16, formats=("ogg", "flac"), seconds=(0.3, 0.9), seed=2)
+    vocab = tmp_path / "words.txt"
+    vocab.write_text("\n".join([*WORDS, "UNK"]) + "\n")
+    env = {"SL_TRAIN": "oggzip", "SL_OGGZIP": str(corpus.oggzip), "SL_VOCAB": str(vocab)}
+    own = run_returnn(setup, tmp_path / "own", SL_USE="0", **env)["0"]
+    ours = run_returnn(setup, tmp_path / "ours", SL_USE="1", **env)["0"]
+    assert [{**r, "sum": 0} for r in ours] == [{**r, "sum": 0} for r in own]
+    assert [r["sum"] for r in ours] == pytest.approx([r["sum"] for r in own], rel=1e-4)
+    assert len(train_tags(ours, range(1, 3))) == 16 and all("orth" in r for r in ours)
+
+
 @pytest.fixture(scope="module")
 def two_ranks(setup: Path, tmp_path_factory) -> dict[str, list[dict]]:
     """An uninterrupted torchrun run, 2 ranks, shard distribution, 3 sub-epochs."""
@@ -250,6 +309,14 @@ def test_killed_mid_sub_epoch_restarts_on_the_uninterrupted_batches(
         assert not batches(restarted[rank], 1)  # from the save of sub-epoch 1
         for epoch in (2, 3):
             assert batches(restarted[rank], epoch) == batches(records, epoch), (rank, epoch)
+
+
+def test_extern_data_keys_the_loader_lacks_are_named_at_start_up() -> None:
+    assert hook.returnn_names(["data", "text"], ["data", "orth", "raw"]) == {"text": "orth"}
+    assert hook.returnn_names(["data", "text"], ["data", "text"]) == {}
+    hook.check_extern_data({"data": {}, "orth": {}}, "train", ["data", "orth"])
+    with pytest.raises(OptionError, match=r"declares \['raw'\], which the dev dataset"):
+        hook.check_extern_data({"data": {}, "raw": {}}, "dev", ["data", "orth"])
 
 
 def test_untested_returnn_versions_are_refused_by_name() -> None:

@@ -15,7 +15,7 @@ import functools
 import re
 import sys
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -71,7 +71,7 @@ def use_in_engine() -> None:
         name = _dataset_name(self, dataset, train) if dataset_init_epoch else None
         if name is None:  # e.g. forward / search: RETURNN's own pipeline, as without the hook
             return original(self, dataset, train=train, dataset_init_epoch=dataset_init_epoch)
-        return engine_loader_class()(self, name)
+        return engine_loader_class()(self, name, dataset)
 
     setattr(_create_data_loader, _MARK, original)
     engine_cls._create_data_loader = _create_data_loader
@@ -175,10 +175,13 @@ def engine_loader_class() -> type:
         """What the engine iterates once per (sub-)epoch: seqloader's batches of the engine's
         current epoch, as the raw dicts RETURNN's own pipeline yields."""
 
-        def __init__(self, engine: Any, name: str) -> None:  # not RETURNN's: no pinning thread
+        def __init__(self, engine: Any, name: str, dataset: Any) -> None:  # no pinning thread
             self.data_loader = None
             self.name = name
             self.loader = _loader_for(engine, name)
+            self._rename = returnn_names(self.loader.source.keys, dataset.get_data_keys())
+            keys = [self._rename.get(k, k) for k in self.loader.source.keys]
+            check_extern_data(engine.config.typed_value("extern_data") or {}, name, keys)
             self._engine = weakref.ref(engine)  # the engine holds this loader
             self._packing = packed_batch_config()
             topology = self.loader.topology
@@ -201,7 +204,7 @@ def engine_loader_class() -> type:
             total = max(plan.real_total(), 1)
             done = 0
             for batch in loader.epoch(epoch):
-                raw = raw_batch(batch, self._packing, done)
+                raw = raw_batch(batch, self._packing, done, self._rename)
                 done += len(raw["seq_tag"])
                 raw["epoch"] = np.array(epoch)
                 raw["num_seqs"] = np.array(num_seqs)
@@ -223,11 +226,47 @@ def engine_loader_class() -> type:
     return EngineLoader
 
 
-def raw_batch(batch: Batch, packing: Mapping[str, Any] | None, first_idx: int = 0) -> dict:
+def returnn_names(ours: Sequence[str], theirs: Sequence[str]) -> dict[str, str]:
+    """Our key -> RETURNN's name for it where they differ: an OggZip corpus's transcription is
+    seqloader's ``text``, RETURNN's ``orth``.
+
+    >>> returnn_names(["data", "text"], ["data", "classes", "orth", "raw"])
+    {'text': 'orth'}
+    """
+    if "text" in ours and "orth" in theirs and "text" not in theirs and "orth" not in ours:
+        return {"text": "orth"}
+    return {}
+
+
+def check_extern_data(extern_data: Mapping[str, Any], name: str, keys: Sequence[str]) -> None:
+    """Every key ``extern_data`` declares is one of ``keys`` (what the loader delivers, in
+    RETURNN's names); the engine would fail at the first step with a bare KeyError otherwise.
+
+    >>> check_extern_data({"data": {"dim": 5}, "raw": {}}, "train", ["data", "orth"])
+    Traceback (most recent call last):
+    ...
+    seqloader.errors.OptionError: seqloader.returnn.use_in_engine: extern_data declares ['raw'], ...
+    """
+    missing = sorted(set(extern_data) - {*keys, "seq_tag"})
+    if missing:
+        raise OptionError(
+            f"seqloader.returnn.use_in_engine: extern_data declares {missing}, which the {name} "
+            f"dataset as seqloader reads it does not have (it has {keys}). Fix: remove them from "
+            f"extern_data, {_ROUTE}"
+        )
+
+
+def raw_batch(
+    batch: Batch,
+    packing: Mapping[str, Any] | None,
+    first_idx: int = 0,
+    rename: Mapping[str, str] | None = None,
+) -> dict:
     """One seqloader ``Batch`` as RETURNN's ``collate_batch`` builds it: per key the padded
     tensor (or, with RETURNN's ``packed_tensors``, the sequences concatenated and
     ``<key>:packed``) and ``<key>:seq_len`` (int32), ``seq_tag`` (numpy str array), ``seq_idx``
-    (position in this rank's sub-epoch). Filler rows (``mask`` False) are left out.
+    (position in this rank's sub-epoch); ``rename``: RETURNN's names for ours
+    (``returnn_names``). Filler rows (``mask`` False) are left out.
 
     >>> b = next(iter(sl.SeqLoader(sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5)]}, tags=["a", "b"]), max_seqs=2).epoch(1)))
     >>> raw = raw_batch(b, None)
@@ -246,8 +285,9 @@ def raw_batch(batch: Batch, packing: Mapping[str, Any] | None, first_idx: int = 
     from returnn.datasets.packing import packed_batch_key_opts
 
     raw: dict[str, Any] = {}
-    for key, tensor in batch.data.items():
-        lengths = batch.lengths[key].to(torch.int32)
+    for ours, tensor in batch.data.items():
+        key = (rename or {}).get(ours, ours)
+        lengths = batch.lengths[ours].to(torch.int32)
         if not whole:
             index = torch.from_numpy(rows)
             lengths = lengths[index]
