@@ -252,6 +252,7 @@ def test_multiproc_workers_become_the_loaders(data: Path) -> None:
             r"inner 'dataset' here and the function as a seqloader transform",
         ),
         ("CombinedDataset", r"ConcatSource\(...\) with mix"),
+        ("Task12AXDataset", r"generates its sequences anew every epoch.*tools/hdf_dump.py"),
     ],
 )
 def test_refused_classes_name_the_dataset_and_the_fix(kind: str, fix: str) -> None:
@@ -475,3 +476,49 @@ def test_text_dataset_refusals_name_the_option(
         OptionError, match=rf"dev dataset \({kind}\): (option '{key}'|{key}).*{why}"
     ):
         from_returnn_config({"dev": {"class": kind, **spec, **option}, "batch_size": 300})
+
+
+def test_returnns_torch_demo_is_refused_at_conversion_by_name(tmp_path: Path) -> None:
+    """RETURNN's demos/demo-torch.config, its data part verbatim (Task12AXDataset): refused when
+    converted, naming the class and why, never after training started."""
+    config = tmp_path / "demo-torch.config"
+    config.write_text(DEMO_TORCH)
+    with pytest.raises(
+        OptionError, match=r"train dataset: class 'Task12AXDataset' is not supported"
+    ):
+        from_returnn_config(config)
+
+
+DEMO_TORCH = """#!returnn.py
+# rwth-i6/returnn demos/demo-torch.config: its imports and data options verbatim (the model and
+# training options, which seqloader does not read, left out)
+import torch
+from torch import nn
+import os
+import returnn.frontend as rf
+from returnn.tensor import TensorDict
+from returnn.util.basic import get_login_username
+
+demo_name, _ = os.path.splitext(__file__)
+print("Hello, experiment: %s" % demo_name)
+
+backend = "torch"
+
+task = "train"
+train = {"class": "Task12AXDataset", "num_seqs": 1000}
+dev = {"class": "Task12AXDataset", "num_seqs": 100, "fixed_random_seed": 1}
+
+num_inputs = 9
+num_outputs = 2
+extern_data = {
+    "data": {"dim": num_inputs},
+    "classes": {"dim": num_outputs, "sparse": True},
+}
+model_outputs = {
+    "output": {"dim": num_outputs},
+}
+
+batching = "random"
+batch_size = 5000
+max_seqs = 10
+"""

@@ -63,6 +63,28 @@ REFUSED_CLASSES = {
     "use its inner 'dataset' here and the function as a seqloader transform (transform=..., "
     "seqloader.transforms: a per-sequence RNG, the same with any num_workers)",
 }
+# RETURNN's generating datasets (returnn/datasets/generating.py): new data every epoch
+GENERATING = (
+    "Task12AXDataset",
+    "TaskEpisodicCopyDataset",
+    "TaskXmlModelingDataset",
+    "TaskVariableAssignmentDataset",
+    "TaskNumberBaseConvertDataset",
+    "DummyDataset",
+    "DummyDatasetMultipleSequenceLength",
+    "DummyDatasetMultipleDataKeys",
+    "DummyGenericDataset",
+    "CopyTaskDataset",
+)
+REFUSED_CLASSES.update(
+    {
+        kind: "RETURNN generates its sequences anew every epoch from one RandomState in reading "
+        "order (the data itself changes per epoch), which no fixed source holds; dump the epochs "
+        "you train on to HDF (RETURNN's tools/hdf_dump.py) and read those with HDFDataset, or "
+        "generate data with seqloader.synthetic"
+        for kind in GENERATING
+    }
+)
 # dataset classes over other datasets
 WRAPPERS = ("ConcatDataset", "DistributeFilesDataset", "MetaDataset", "MultiProcDataset")
 NO_EFFECT = {
