@@ -7,10 +7,12 @@ checkout's ``src/``) instead of this checkout's, for before/after ratios measure
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,3 +35,20 @@ def run_child(module: str, config: dict, base_src: str | None, timeout: float) -
     if proc.returncode:
         raise RuntimeError(f"{config.get('label', config)}: {proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def parse_or_run_child(
+    p: argparse.ArgumentParser, argv: list[str] | None, child: Callable[[dict], dict]
+) -> argparse.Namespace | None:
+    """Add the options every fresh-process benchmark has (``--reps``, ``--base-src``, ``--json``
+    and the hidden ``--child``) and parse; as a child, run ``child(config)``, print its JSON and
+    return None."""
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--base-src", help="src/ directory of another checkout, measured beside")
+    p.add_argument("--json", help="write all results here")
+    a = p.parse_args(argv)
+    if a.child:
+        print(json.dumps(child(json.loads(a.child))))
+        return None
+    return a

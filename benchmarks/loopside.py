@@ -30,7 +30,8 @@ import sys
 import time
 from collections import defaultdict
 
-from benchmarks.fresh import run_child
+from benchmarks.fresh import parse_or_run_child, run_child
+from benchmarks.side_by_side import rotated
 
 
 def _timed(store: list[int], fn):
@@ -117,17 +118,12 @@ def child(cfg: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.loopside", description=__doc__)
-    p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--data", help="an HDF file")
     p.add_argument("--max-seqs", type=int, default=32)
     p.add_argument("--workers", default="1,2")
     p.add_argument("--step-ms", type=float, default=10.0)
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--base-src", help="src/ directory of another checkout, measured beside")
-    p.add_argument("--json", help="write all results here")
-    a = p.parse_args(argv)
-    if a.child:
-        print(json.dumps(child(json.loads(a.child))))
+    a = parse_or_run_child(p, argv, child)
+    if a is None:
         return 0
     configs = []
     for w in (int(x) for x in a.workers.split(",")):
@@ -138,8 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict] = []
     load = [os.getloadavg()]
     for rep in range(a.reps):
-        k = rep % len(configs)
-        for cfg in configs[k:] + configs[:k]:
+        for cfg in rotated(configs, rep):
             runs.append(run_child("benchmarks.loopside", cfg, a.base_src, timeout=900))
             r = runs[-1]
             print(

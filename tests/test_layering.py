@@ -68,6 +68,8 @@ TORCH_INSIDE_FUNCTIONS: dict[str, str] = {
     "seqloader.audio.torch_kernels":
         "torch's feature kernels (log-mel STFT, Kaldi filterbank), chosen when features are first "
         "computed and torch is installed: importing audio loads no torch",
+    "seqloader.audio.device_features":
+        "features of a collated batch on its device (DeviceFeatures): torch only when called",
 }  # fmt: skip
 # third-party packages pure planning may use
 PLAN_THIRD_PARTY = {"numpy"}

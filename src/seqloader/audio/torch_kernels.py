@@ -46,28 +46,37 @@ def log_filterbank(options: FilterbankOptions, x: np.ndarray) -> np.ndarray:
     padding (frames lie inside the signal)."""
     import torch
 
-    window, filters = _constants(options)
+    window, filters = log_mel_constants(options)
     with torch.no_grad():
-        spec = torch.stft(
-            torch.from_numpy(x),
-            options.fft_size,
-            hop_length=options.hop,
-            win_length=options.win,
-            window=window,
-            center=False,
-            return_complex=True,
-        )  # [n_fft // 2 + 1, frames]
-        power = spec.real.square() + spec.imag.square()
-        feats = torch.log(
-            torch.clamp(filters @ power, min=options.log_floor)
-        )  # [n_filters, frames]
+        feats = stft_log_filterbank(options, torch.from_numpy(x), window, filters)
     return np.ascontiguousarray(feats.T.numpy())
+
+
+def stft_log_filterbank(
+    options: FilterbankOptions, x: torch.Tensor, window: torch.Tensor, filters: torch.Tensor
+) -> torch.Tensor:
+    """``log_filterbank``'s steps on a tensor of waveforms ``[..., samples]`` on any device ->
+    ``[..., n_filters, frames]`` (``window``: ``win`` samples; ``filters``: ``[n_filters, bins]``);
+    a padded batch at once for ``seqloader.audio.device_features``."""
+    import torch
+
+    spec = torch.stft(
+        x,
+        options.fft_size,
+        hop_length=options.hop,
+        win_length=options.win,
+        window=window,
+        center=False,
+        return_complex=True,
+    )  # [..., n_fft // 2 + 1, frames]
+    power = spec.real.square() + spec.imag.square()
+    return torch.log(torch.clamp(filters @ power, min=options.log_floor))
 
 
 _CONSTANTS: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
-def _constants(options: FilterbankOptions) -> tuple[torch.Tensor, torch.Tensor]:
+def log_mel_constants(options: FilterbankOptions) -> tuple[torch.Tensor, torch.Tensor]:
     """The window and the filterbank as float32 tensors, built once per process and options."""
     import torch
 

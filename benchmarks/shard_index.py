@@ -1,0 +1,112 @@
+"""A shard corpus's first open (the member index) against one plain read of its shards:
+``python -m benchmarks.shard_index --shar DIR [--base-src OLD/src] [--reps 3]``.
+
+Each configuration runs in a fresh process (imports before the clock), interleaved and rotated
+over ``--reps`` repetitions; the page cache is warm for all (every shard file is read once
+before the first repetition), so the figure is CPU cost, not disk:
+
+- ``read``: every shard file (tars and listings) read once in 1 MiB ``read()`` calls;
+- ``open``: ``ShardSource.lhotse_shar(DIR, keys=["audio"])`` with an empty index directory
+  (listings parsed, tar headers indexed, the index written);
+- ``open@base``: the same with the code of another checkout.
+
+Ratios (open / read) are taken within each repetition; medians and ranges are printed and
+written with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.fresh import parse_or_run_child, run_child
+from benchmarks.side_by_side import rotated
+
+
+def _files(shar: str) -> list[Path]:
+    root = Path(shar)
+    return sorted(root.glob("*.tar")) + sorted(root.glob("cuts.*"))
+
+
+def child(cfg: dict) -> dict:
+    import numpy as np  # noqa: F401  (imports before the clock)
+
+    from seqloader.shards import ShardSource
+
+    if cfg["what"] == "read":
+        start = time.perf_counter()
+        for p in _files(cfg["shar"]):
+            with open(p, "rb") as fh:
+                while fh.read(1 << 20):
+                    pass
+        return {"config": cfg, "seconds": time.perf_counter() - start}
+    index_dir = tempfile.mkdtemp(prefix="seqloader-index-bench-")
+    start = time.perf_counter()
+    src = ShardSource.lhotse_shar(cfg["shar"], keys=["audio"], index_dir=index_dir)
+    seconds = time.perf_counter() - start
+    assert src.index_built
+    return {"config": cfg, "seconds": seconds, "sequences": len(src)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.shard_index", description=__doc__)
+    p.add_argument("--shar", help="a Lhotse Shar folder")
+    a = parse_or_run_child(p, argv, child)
+    if a is None:
+        return 0
+    files = _files(a.shar)
+    gb = sum(f.stat().st_size for f in files) / 1e9
+    for f in files:  # page cache warm for every configuration
+        f.read_bytes()
+    configs = [{"what": "read", "label": "read"}, {"what": "open", "label": "open"}]
+    if a.base_src:
+        configs.append({"what": "open", "code": "base", "label": "open@base"})
+    load = [os.getloadavg()]
+    runs: list[dict] = []
+    for rep in range(a.reps):
+        for cfg in rotated(configs, rep):
+            r = run_child("benchmarks.shard_index", {**cfg, "shar": a.shar}, a.base_src, 900)
+            r["rep"] = rep
+            runs.append(r)
+            print(f"rep {rep + 1} {cfg['label']:10s} {r['seconds']:.3f} s", flush=True)
+    load.append(os.getloadavg())
+
+    def seconds(label: str, rep: int) -> float:
+        return next(r["seconds"] for r in runs if r["rep"] == rep and r["config"]["label"] == label)
+
+    ratios = {}
+    for label in [c["label"] for c in configs[1:]]:
+        per_rep = [seconds(label, r) / seconds("read", r) for r in range(a.reps)]
+        ratios[f"{label}_over_read"] = {
+            "median": statistics.median(per_rep),
+            "range": [min(per_rep), max(per_rep)],
+            "per_rep": per_rep,
+        }
+    if a.base_src:
+        per_rep = [seconds("open", r) / seconds("open@base", r) for r in range(a.reps)]
+        ratios["open_over_open@base"] = {
+            "median": statistics.median(per_rep),
+            "range": [min(per_rep), max(per_rep)],
+            "per_rep": per_rep,
+        }
+    print(f"corpus: {gb:.3f} GB in {len(files)} files; load before/after {load}")
+    for k, v in ratios.items():
+        print(f"  {k}: {v['median']:.2f}x ({v['range'][0]:.2f}-{v['range'][1]:.2f})")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(
+                {"gb": gb, "files": len(files), "ratios": ratios, "runs": runs, "load": load},
+                fh,
+                indent=1,
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
