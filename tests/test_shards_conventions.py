@@ -168,6 +168,21 @@ def test_single_manifest_errors_name_the_fix(tmp_path) -> None:
         ShardSource.nemo(str(tmp_path / "m.json"), str(tmp_path / "audio_{0..1}.tar"))
 
 
+def test_skipme_entries_are_left_out_as_nemo_leaves_them_and_counted(tmp_path) -> None:
+    tar_of(tmp_path / "audio_0.tar", [("a.wav", wav()), ("b.wav", wav()), ("c.wav", wav())])
+    lines = [
+        {"audio_filepath": "a.wav", "duration": 0.2},
+        {"audio_filepath": "b.wav", "duration": 0.2, "_skipme": True},
+        {"audio_filepath": "c.wav", "duration": 0.2, "_skipme": False},
+    ]
+    (tmp_path / "manifest_0.json").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    with pytest.warns(DataWarning, match=r"1 x entry marked _skipme .*manifest_0.json line 2"):
+        src = ShardSource.nemo(
+            str(tmp_path / "manifest_0.json"), str(tmp_path / "audio_0.tar"), index_dir=tmp_path
+        )  # not on_error='skip': the convention, not a problem (b.wav has its entry)
+    assert list(src.tags) == ["a", "c"]
+
+
 # ---- 4. buckets ----
 @pytest.fixture(scope="module")
 def buckets(tmp_path_factory) -> Path:

@@ -75,20 +75,41 @@ class Problems:
                 f"{where}: {kind}. Fix: {FIXES[kind]}; or open the source with on_error='skip' "
                 "to leave such sequences out (counted and reported)."
             )
+        self.left_out(kind, where)
+
+    def left_out(self, kind: str, where: str) -> None:
+        """Count what is left out by the format's own convention (never an error)."""
         self.counts[kind] = self.counts.get(kind, 0) + 1
         self.examples.setdefault(kind, where)
 
 
-def listing_entries(layout: Layout, shard: int, data: bytes | None, label: str) -> list[Entry]:
-    """The entries of shard ``shard``'s listing (Shar cuts or NeMo manifest)."""
+SKIPME = "entry marked _skipme (NeMo's reader leaves it out)"
+
+
+def listing_entries(
+    layout: Layout,
+    shard: int,
+    data: bytes | None,
+    label: str,
+    problems: Problems,
+    skipped: set[str],
+) -> list[Entry]:
+    """The entries of shard ``shard``'s listing (Shar cuts or NeMo manifest). NeMo entries with
+    a true ``_skipme`` are left out, as NeMo's reader leaves them out, and counted; their members'
+    keys go to ``skipped`` (such a member is no "member without entry")."""
     path = layout.shards[shard].listing
     assert path is not None
     out: list[Entry] = []
     for line, item in json_lines(path, label, data):
         if layout.name == "shar":
             out.append(shar_entry(line, item, label, layout.field))
+            continue
+        entry = nemo_entry(line, item, label)
+        if item.get("_skipme"):
+            problems.left_out(SKIPME, f"{label} line {line} (key {entry.key!r})")
+            skipped.add(entry.member or entry.key)
         else:
-            out.append(nemo_entry(line, item, label))
+            out.append(entry)
     return out
 
 
@@ -101,10 +122,12 @@ def match(
     listing: str,
     problems: Problems,
     wants: list[str] | None = None,
+    skipped: set[str] | frozenset[str] = frozenset(),
 ) -> tuple[list[str], np.ndarray, np.ndarray]:
     """Each entry's data member (entry i has key ``keys[i]``, listing line ``lines[i]`` and wants
     the member of key ``wants[i]``, default its own key; NeMo's ``-subN`` entries share one):
-    (names, header offsets, sizes), -1 where it has none."""
+    (names, header offsets, sizes), -1 where it has none. Members of ``skipped`` keys belong to
+    entries left out by the format's convention (NeMo's ``_skipme``)."""
     check_ended(members, label, problems)
     wants = keys if wants is None else wants
     by_key: dict[str, int] = {}
@@ -144,7 +167,7 @@ def match(
         header[i] = members.header[found]
         size[i] = members.size[found]
     for key, m in by_key.items():
-        if key not in used:
+        if key not in used and key not in skipped:
             problems.add("member without entry", f"tar shard {label!r} member {members.names[m]!r}")
     return names, header, size
 

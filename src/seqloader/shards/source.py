@@ -67,7 +67,7 @@ from seqloader.sources.tar_index import BLOCK, TarMembers, read_member, scan_tar
 
 log = logging.getLogger("seqloader")
 
-INDEX_VERSION = "shards2"  # the index's columns; a change of columns changes it
+INDEX_VERSION = "shards3"  # the index's columns; a change of columns changes it
 
 
 class ShardSource(SourceBase):
@@ -129,7 +129,8 @@ class ShardSource(SourceBase):
         self.problems: dict[str, int] = dict(meta["problems"])
         if self.problems:
             warnings.warn(
-                "ShardSource: left out or ignored, per on_error='skip': "
+                "ShardSource: left out or ignored (on_error='skip', or the format's own "
+                "convention): "
                 + "; ".join(
                     f"{n} x {k} (e.g. {meta['examples'][k]})" for k, n in self.problems.items()
                 ),
@@ -215,7 +216,8 @@ class ShardSource(SourceBase):
         self, tars: list[str], remote: list[RemoteFile] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         layout, problems, out = self.layout, Problems(self.options.on_error == "skip"), Collector()
-        listed = self._nemo_entries(remote, problems) if layout.name == "nemo" else {}
+        skipped: set[str] = set()  # NeMo: members of entries marked _skipme
+        listed = self._nemo_entries(remote, problems, skipped) if layout.name == "nemo" else {}
         for f, shard in enumerate(layout.shards):
             label = shard.tar
             local = shard.tar if remote is None else None
@@ -233,7 +235,9 @@ class ShardSource(SourceBase):
                 entries = (
                     listed[f]
                     if f in listed
-                    else listing_entries(layout, f, self._listing_bytes(f, remote), shard.listing)
+                    else listing_entries(
+                        layout, f, self._listing_bytes(f, remote), shard.listing, problems, skipped
+                    )
                 )
                 members = index_members(layout, local, label) if local is not None else None
             keys, lines = [e.key for e in entries], [e.line for e in entries]
@@ -245,7 +249,15 @@ class ShardSource(SourceBase):
             else:
                 wants = [e.key if e.member is None else e.member for e in entries]
                 names, header, size = match(
-                    layout, keys, lines, members, label, shard.listing or label, problems, wants
+                    layout,
+                    keys,
+                    lines,
+                    members,
+                    label,
+                    shard.listing or label,
+                    problems,
+                    wants,
+                    skipped,
                 )
                 if layout.name == "nemo" and local is not None:  # the rate is the audio's own
                     for e, rate in zip(
@@ -261,11 +273,12 @@ class ShardSource(SourceBase):
             "texts": out.all_texts(),
             "problems": problems.counts,
             "examples": problems.examples,
+            "skipped members": sorted(skipped),
         }
         return out.columns(), meta
 
     def _nemo_entries(
-        self, remote: list[RemoteFile] | None, problems: Problems
+        self, remote: list[RemoteFile] | None, problems: Problems, skipped: set[str]
     ) -> dict[int, list[Entry]]:
         """Every NeMo shard's entries, each manifest read once: a manifest serving several tars
         (or one naming several shard_ids) is split by shard_id, matched to the number in each
@@ -276,9 +289,8 @@ class ShardSource(SourceBase):
             by_listing.setdefault(shard.listing, []).append(f)
         out: dict[int, list[Entry]] = {}
         for listing, fs in by_listing.items():
-            entries = listing_entries(
-                self.layout, fs[0], self._listing_bytes(fs[0], remote), listing
-            )
+            data = self._listing_bytes(fs[0], remote)
+            entries = listing_entries(self.layout, fs[0], data, listing, problems, skipped)
             if len(fs) == 1 and len({e.shard_id for e in entries}) <= 1:
                 out[fs[0]] = entries
                 continue
@@ -594,6 +606,7 @@ class ShardSource(SourceBase):
             self.layout.shards[f].listing or label,
             problems,
             wants,
+            set(self._store.meta["skipped members"]),
         )
         if problems.counts:  # skip: entries without members are counted when read; say the rest
             warnings.warn(
