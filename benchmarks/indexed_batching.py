@@ -29,7 +29,7 @@ from benchmarks.corpus import CorpusSpec
 from benchmarks.machine import describe_machine
 from seqloader.plan import PlanOptions
 from seqloader.plan.batching import padded_frames
-from seqloader.plan.indexed import make_planner
+from seqloader.plan.planners import make_planner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "indexed_batching.json")

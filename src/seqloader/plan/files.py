@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
 from seqloader.plan.ordering import argsort_by
 
@@ -70,6 +71,33 @@ class EpochFiles:
     def part(self, p: int) -> np.ndarray:
         """The files of sub-epoch ``p`` (0-based), in shuffled order."""
         return self.files[self.part_starts[p] : self.part_starts[p + 1]]
+
+
+def check_file_count(counts: np.ndarray, parts: int, world_size: int, origin: str) -> None:
+    """A sub-epoch should give every rank at least one file: refuse fewer files than
+    ``parts * world_size`` (counting files that hold admitted sequences: ``counts`` per file)."""
+    have = int(np.count_nonzero(counts))
+    if have == 0 or have >= parts * world_size:
+        return
+    raise OptionError(
+        f"distribution='files' needs at least partition_epoch * world_size = {parts} * "
+        f"{world_size} = {parts * world_size} files holding sequences (each sub-epoch gives "
+        f"every rank whole files), but {origin or 'the source'} has {have}. Fix: split "
+        "the data into more (smaller) files, use fewer sub-epochs, or "
+        "distribution='shard'."
+    )
+
+
+def files_read(bounds: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """The files holding ``seqs`` (a rank's slots), in the order they are first read -> int64
+    ``[f]`` (what a cache fetches for the rank; fillers count, they are read).
+
+    >>> files_read(np.array([0, 2, 5]), np.array([3, 4, 0, 2])).tolist()
+    [1, 0]
+    """
+    files = part_of(bounds, seqs)  # [slots]
+    _, first = np.unique(files, return_index=True)
+    return files[np.sort(first)].astype(np.int64)
 
 
 def file_frames(bounds: np.ndarray, admitted: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -30,22 +30,32 @@ counts per unit of the epoch (``seqloader.plan.indexed_files``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from itertools import pairwise
 
 import numpy as np
 
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
+from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
 from seqloader.plan.buckets import WINDOW_BATCHES, bucket_edges
+from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.epoch_plan import EpochPlan
-from seqloader.plan.files import assign_lpt, checked_file_bounds, epoch_files, units_of
+from seqloader.plan.files import (
+    assign_lpt,
+    check_file_count,
+    checked_file_bounds,
+    epoch_files,
+    files_read,
+    units_of,
+)
 from seqloader.plan.histogram import (
     BucketIndex,
     batch_sizes,
@@ -71,10 +81,11 @@ from seqloader.plan.indexed_plan import (
 )
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import BatchLimits
-from seqloader.plan.mix import Corpora, CorpusProgress
+from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
-from seqloader.plan.planner import Admission, EpochIndex, Planner, default_length_key
+from seqloader.plan.planner import Admission, EpochIndex, default_length_key
+from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
     PURPOSE_INDEXED_FILES,
@@ -155,8 +166,9 @@ def index_key(options: PlanOptions) -> str:
     )
 
 
-class IndexedPlanner(Planner):
-    """``Planner`` for ``planning="indexed"`` (see the module doc). Pure: the lengths (and a
+class IndexedPlanner:
+    """The planner of ``planning="indexed"`` (see the module doc; the contract is
+    ``seqloader.plan.planners.Planner``). Pure: the lengths (and a
     prebuilt ``index``) may be memory-mapped views; nothing of size ``n`` is copied unless
     sequences are filtered (a bool mask) or the cost is quadratic (the costs).
 
@@ -170,6 +182,8 @@ class IndexedPlanner(Planner):
     """
 
     algorithm = INDEXED_ALGORITHM
+    #: indexed planning has no per-sub-epoch file pools (``make_planner`` refuses them)
+    pools: FilePools | None = None
 
     def __init__(
         self,
@@ -203,15 +217,13 @@ class IndexedPlanner(Planner):
         self._mask, self._filtered, self._examples = _admission(lengths, key, options, excluded)
         if index is None or int(np.max(index.longest, initial=0)) > self._fits():
             self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
-        self.chunks = None
-        self.mix = None
+        self.chunks: ChunkTable | None = None  # indexed planning plans no chunks
+        self.mix: EpochMix | None = None
         self.corpora = corpora
-        self._reused_orders = None
         self._extra = b"indexed"
         for reason, mask in sorted((excluded or {}).items()):
             self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
-        self.files = None
-        self._epoch_files = {}
+        self.files: np.ndarray | None = None
         self._units_kept: tuple[tuple[int, int, int], Units] | None = None
         self._segments_kept: tuple[tuple[int, int, int] | None, dict[tuple, Segment]] = (None, {})
         if options.distribution == "files":
@@ -299,7 +311,7 @@ class IndexedPlanner(Planner):
             )
 
     @property
-    def admission(self) -> Admission:  # type: ignore[override]
+    def admission(self) -> Admission:
         """What was admitted and filtered; the counts at once, the admitted index array (``n``
         int64) only when read (``MaskAdmission``: checks and tests read it, planning and
         ``seqloader stats`` do not)."""
@@ -636,6 +648,42 @@ class IndexedPlanner(Planner):
             if len(seqs):
                 return seqs[:1]
         return np.zeros(1, dtype=np.int64)
+
+    # ---- what the contract asks of every planner ----
+    def check_world(self, world_size: int) -> None:
+        """``files``: refuse fewer files than ``partition_epoch * world_size``."""
+        if self.files is not None:
+            self.check_files(world_size)
+
+    def check_files(self, world_size: int) -> None:
+        parts = self.options.partition_epoch
+        check_file_count(self._file_counts, parts, world_size, self.origin)
+
+    def per_rank_pools(self, world_size: int) -> bool:
+        return False  # no file pools
+
+    def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
+        raise OptionError(
+            "planning='indexed' orders no rank alone (no random_seed_offset, no file pools)"
+        )
+
+    def rank_files(self, plan: EpochPlan, rank: int, start_step: int = 0) -> np.ndarray:
+        """The files rank ``rank`` reads in ``plan`` from ``start_step`` on (``files_read``)."""
+        assert self.files is not None, "rank_files needs distribution='files'"
+        return files_read(self.files, plan.rank_share(rank, start_step).seqs)
+
+    @contextlib.contextmanager
+    def reusing_orders(self) -> Iterator[None]:
+        """Nothing to reuse: an indexed plan is drawn from counts, not from a kept order."""
+        yield
+
+    def slot_costs(self, batches: BatchList) -> np.ndarray:
+        """Cost units of each slot of ``batches`` (a slot is a sequence: no chunking)."""
+        return self.costs[batches.seqs]
+
+    def audit_order(self, plan: EpochPlan, run: AuditRun, ranks: Sequence[int]) -> list[AuditOrder]:
+        """What a run of ``plan`` must deliver, for the exactly-once audit (``audit_orders``)."""
+        return audit_orders(self, plan, run, ranks)
 
     def step_imbalance(self, plan: EpochPlan, from_step: int) -> PlannedImbalance:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,

@@ -32,11 +32,13 @@ from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.files import (
     EpochFiles,
     assign_lpt,
+    check_file_count,
     checked_file_bounds,
     epoch_files,
     equalise,
     file_counts,
     file_frames,
+    files_read,
     split_units,
     units_of,
 )
@@ -870,28 +872,13 @@ class Planner:
         return plan, len(done)
 
     def rank_files(self, plan: EpochPlan, rank: int, start_step: int = 0) -> np.ndarray:
-        """The files rank ``rank`` reads in ``plan`` from ``start_step`` on, in the order it first
-        reads them -> int64 ``[f]`` (what a cache fetches for it; fillers count, they are read)."""
+        """The files rank ``rank`` reads in ``plan`` from ``start_step`` on (``files_read``)."""
         assert self.files is not None, "rank_files needs distribution='files'"
-        seqs = plan.rank_share(rank, start_step).seqs
-        files = part_of(self.files, seqs)  # [slots]
-        _, first = np.unique(files, return_index=True)
-        return files[np.sort(first)].astype(np.int64)
+        return files_read(self.files, plan.rank_share(rank, start_step).seqs)
 
     def check_files(self, world_size: int) -> None:
-        """A sub-epoch should give every rank at least one file: refuse fewer files than
-        ``partition_epoch * world_size`` (counting files that hold admitted sequences)."""
-        parts = self.options.partition_epoch
-        have = int(np.count_nonzero(self._file_counts))
-        if have == 0 or have >= parts * world_size:
-            return
-        raise OptionError(
-            f"distribution='files' needs at least partition_epoch * world_size = {parts} * "
-            f"{world_size} = {parts * world_size} files holding sequences (each sub-epoch gives "
-            f"every rank whole files), but {self.origin or 'the source'} has {have}. Fix: split "
-            "the data into more (smaller) files, use fewer sub-epochs, or "
-            "distribution='shard'."
-        )
+        """Refuse fewer files than ``partition_epoch * world_size`` (``check_file_count``)."""
+        check_file_count(self._file_counts, self.options.partition_epoch, world_size, self.origin)
 
     def _files_segment(
         self,
