@@ -270,10 +270,13 @@ def test_impossible_files_positions_are_refused(fields: dict, match: str) -> Non
         segment_plan(planner, Position.from_fields({**good, **fields}))
 
 
-def test_shard_states_keep_their_format_and_refuse_a_history() -> None:
+def test_shard_states_keep_their_format_and_replay_a_history() -> None:
     assert "segment_history" not in Position(1, 0, 2, 1).to_fields()
     planner = Planner({"data": np.arange(1, 30)}, PlanOptions(max_seqs=5))
-    with pytest.raises(ResumeError, match="only distribution='files' writes"):
+    _, elastic = continue_plan(planner, Position(1, 0, 3, 1), 2)  # 1 step on 3 ranks: 15 seqs
+    assert elastic.history == ((3, 1),) and elastic.segment_start == 15
+    segment_plan(planner, elastic)
+    with pytest.raises(ResumeError, match="segment_start: got 0, but its segment_history"):
         segment_plan(planner, Position(1, 0, 2, 1, 0, None, ((3, 1),)))
 
 

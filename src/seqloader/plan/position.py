@@ -29,7 +29,10 @@ the epoch. Replaying it (segment i plans what segments 0..i-1 left, for its worl
 first ``steps`` steps are consumed) gives the consumed sequences; the next segment assigns the
 rest's files to the new ranks (``Planner.files_segment``). ``segment_start`` then counts the
 sequences consumed before the segment (what ``seq_offset`` adds to), and is checked against the
-replay. Only a state of a ``files`` epoch resumed elastically carries the history.
+replay. Every state of an epoch resumed elastically carries the history: global orders replay it
+too when a state is loaded (segment i planned from what segments 0..i-1 consumed, for its world
+size), so ``segment_start`` and ``prior_steps`` are checked against it (states written before
+global orders kept it are checked by ``check_reachable`` alone).
 """
 
 from __future__ import annotations
@@ -65,8 +68,8 @@ class Position:
       from one bucket), so its order — which ``segment_start`` indexes — depends on it; it stays
       the same across elastic resumes within the epoch. Other orderings ignore it (an elastic
       resume sets it to the new world size, so their states look as before the field existed).
-    - ``history``: ``distribution="files"`` only: ``(world_size, steps)`` of each earlier segment
-      of this epoch (see the module doc); empty otherwise.
+    - ``history``: ``(world_size, steps)`` of each earlier segment of this epoch that consumed
+      steps (see the module doc); empty before the first elastic resume.
     """
 
     epoch: int
@@ -249,10 +252,7 @@ def _files_segment_plan(planner: Planner, position: Position) -> EpochPlan:
 def _order_segment_plan(planner: Planner, position: Position) -> EpochPlan:
     """``shard`` / ``random_seed_offset``: the segment from ``segment_start`` of the order."""
     if position.history:
-        raise ResumeError(
-            f"loader state has a {SEGMENT_HISTORY}, which only distribution='files' writes, but "
-            f"this loader has distribution={planner.options.distribution!r}"
-        )
+        _replay_order(planner, position)
     if position.segment_start:
         if planner.options.distribution != "shard":
             raise ResumeError(
@@ -278,6 +278,38 @@ def _order_segment_plan(planner: Planner, position: Position) -> EpochPlan:
             f"segment of epoch {position.epoch} can start ({e}); the state was edited or belongs "
             "to other data or options"
         ) from e
+
+
+def _replay_order(planner: Planner, position: Position) -> None:
+    """Check ``segment_start`` and ``prior_steps`` against the earlier segments the state lists
+    (an elastic resume writes them): segment i is planned from what segments 0..i-1 consumed,
+    for its world size, and its steps consume a prefix of it."""
+    start = steps = 0
+    for world, done in position.history:
+        try:
+            plan = planner.global_plan(position.epoch, world, start, position.order_world_size)
+        except OptionError as e:
+            raise ResumeError(
+                f"loader state {SEGMENT_HISTORY}: {[list(h) for h in position.history]} cannot be "
+                f"replayed ({e}); the state was edited or belongs to other data or options"
+            ) from e
+        if done > plan.steps:
+            raise ResumeError(
+                f"loader state {SEGMENT_HISTORY}: a segment of {done} steps on {world} ranks, but "
+                f"that segment has {plan.steps}; the state was edited or belongs to other data"
+            )
+        start += plan.consumed_seqs(done)
+        steps += done
+    for name, got, want in (
+        ("segment_start", position.segment_start, start),
+        ("prior_steps", position.prior_steps, steps),
+    ):
+        if got != want:
+            raise ResumeError(
+                f"loader state {name}: got {got}, but its {SEGMENT_HISTORY} "
+                f"{[list(h) for h in position.history]} gives {want}: no run writes this state "
+                "(it was edited), or it belongs to other data or options"
+            )
 
 
 def is_finished(position: Position, plan: EpochPlan) -> bool:
@@ -350,6 +382,7 @@ def continue_plan(
     start = position.seq_offset(seg)
     # only buckets:N orders depend on the world size they were arranged for: others need no record
     keep = planner.options.parsed_ordering.is_buckets
+    done = ((position.segment_world_size, position.steps),) if position.steps else ()
     new_position = Position(
         position.epoch,
         start,
@@ -357,6 +390,7 @@ def continue_plan(
         0,
         position.epoch_steps,
         position.order_world_size if keep else world_size,
+        position.history + done,  # replayed when the state is loaded (_replay_order)
     )
     plan = planner.global_plan(position.epoch, world_size, start, position.order_world_size)
     return plan, new_position
