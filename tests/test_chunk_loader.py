@@ -231,7 +231,8 @@ def test_spawned_workers_cut_the_same_chunks(hdf: Path) -> None:
         finally:
             loader.close()
 
-    assert batches(num_workers=2, multiprocessing_context="spawn") == batches(num_workers=0)
+    # one spawned worker (each imports torch): the pickling is the point; two workers: fork tests
+    assert batches(num_workers=1, multiprocessing_context="spawn") == batches(num_workers=0)
 
 
 def test_a_sequence_is_read_and_transformed_once_per_batch() -> None:

@@ -77,7 +77,8 @@ def test_workers_change_nothing_and_ranks_read_their_own_files(extra: dict) -> N
 @pytest.mark.slow
 def test_spawned_workers_give_the_same_batches() -> None:
     reference = run(1, 2, (1,), num_workers=0)
-    assert run(1, 2, (1,), num_workers=2, multiprocessing_context="spawn") == reference
+    # one spawned worker (each imports torch): the pickling is the point; two workers: fork tests
+    assert run(1, 2, (1,), num_workers=1, multiprocessing_context="spawn") == reference
 
 
 @pytest.mark.parametrize("extra", [{}, CHUNKED], ids=["whole", "chunked"])

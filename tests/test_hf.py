@@ -114,7 +114,8 @@ def test_classes_from_a_string_column_with_a_vocabulary(ds):
     assert list(src.tags) == [str(i) for i in range(len(ds))]  # no tags column: row numbers
 
 
-@pytest.mark.parametrize("workers, context", [(0, None), (2, "fork"), (2, "spawn")])
+# spawn: the source reaches its worker pickled (two workers splitting the work: fork)
+@pytest.mark.parametrize("workers, context", [(0, None), (2, "fork"), (1, "spawn")])
 def test_every_row_once_per_epoch_with_workers(ds, workers, context):
     src = sl.HFSource(ds, keys={"data": "feat", "classes": "label"}, tags="id")
     want = {r["id"]: np.asarray(r["feat"], np.float32).reshape(-1, FEAT_DIM) for r in ds}
