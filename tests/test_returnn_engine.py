@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -272,6 +273,26 @@ def test_torchrun_every_sequence_once_with_equal_steps(two_ranks: dict[str, list
     assert collections.Counter(full_epoch) == collections.Counter(f"seq-{i}" for i in range(N_SEQS))
     dev = [r for r in two_ranks["0"] if not r["train"]]
     assert dev and not [r for r in two_ranks["1"] if not r["train"]]  # RETURNN: rank 0 evaluates
+
+
+@pytest.mark.slow
+def test_torchrun_random_seed_offset_gives_each_rank_all_data_with_equal_steps(
+    setup: Path, tmp_path: Path
+) -> None:
+    """RETURNN's default distribution: each rank reads the data in its own order (as in
+    RETURNN), with equal steps on both ranks; no sequence twice on a rank per full epoch, and
+    what lies past the shortest rank's last step is what the epoch reports count as dropped."""
+    ranks = run_returnn(setup, tmp_path, nproc=2, SL_USE="1", SL_DIST="random_seed_offset")
+    for epoch in (1, 2, 3):
+        steps = {rank: len(batches(records, epoch)) for rank, records in ranks.items()}
+        assert len(set(steps.values())) == 1 and steps["0"] > 1, (epoch, steps)
+    full_epochs = [train_tags(records, range(1, 3)) for records in ranks.values()]
+    assert all(len(set(tags)) == len(tags) for tags in full_epochs)
+    assert full_epochs[0] != full_epochs[1]  # each rank its own order
+    log = next(tmp_path.glob("returnn.0*.log")).read_text()
+    dropped = [re.search(rf"seqloader train: epoch {e} .*?dropped (\d+)", log) for e in (1, 2)]
+    missing = sum(N_SEQS - len(tags) for tags in full_epochs)
+    assert missing == sum(int(m.group(1)) if m else 0 for m in dropped)
 
 
 @pytest.fixture(scope="module")
