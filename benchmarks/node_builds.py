@@ -7,6 +7,10 @@ The corpus is ``benchmarks.loader_scale``'s (one column store file: int32 length
 50..2000, tags ``corpus/rec<i>/seg<i>``, 10^5 equal files), opened as its ``StoreSource``. Each
 measurement runs in a fresh process, alternating between this checkout and ``--base-src``:
 
+- ``hdf metadata``: ``HDFSource(path, index_dir=...)`` over one HDF file of the same ``n``
+  sequences written as RETURNN's ``SimpleHDFWriter`` does (variable-length tags; 1-3 frames
+  each, ``hdf_corpus``): the metadata store built from the file, what the first open on a node
+  pays; its digest is the corpus fingerprint;
 - ``verdict``: the duplicate-tag screen of every tag (``trainer.checks.duplicate_tags``: hash
   every tag, find repeated hashes), as the first process computes it for the node's file;
 - ``index <case>``: the bucket index for the case's options (``IndexedPlanner`` without a
@@ -57,6 +61,12 @@ def child(config: dict) -> dict:
             from seqloader.trainer.checks import duplicate_tags
 
             built = duplicate_tags(source.tags)
+        elif stage == "hdf metadata":
+            from seqloader.sources.hdf import HDFSource
+
+            opened = HDFSource(config["hdf"], index_dir=config["cache"])
+            built = opened.fingerprint()
+            opened.close()
         elif stage == "index":
             from seqloader.plan.indexed import IndexedPlanner
             from seqloader.plan.options import PlanOptions
@@ -76,7 +86,10 @@ def child(config: dict) -> dict:
             loader.global_plan(1).rank_share(RANK)
         seconds = time.perf_counter() - t0
     # the result's digest, after the measured block (hashing copies the arrays)
-    digest = "" if built is None else str(len(built)) if stage == "verdict" else _digest(built)
+    if built is None or isinstance(built, str):  # none, or the HDF corpus's fingerprint
+        digest = built or ""
+    else:
+        digest = str(len(built)) if stage == "verdict" else _digest(built)
     return {"seconds": seconds, "private_bytes": mem.peak - mem.before, "digest": digest}
 
 
@@ -90,8 +103,34 @@ def _digest(index: Any) -> str:
     return h.hexdigest()[:16]
 
 
+def hdf_corpus(n: int, folder: str, block: int = 1 << 20) -> str:
+    """An HDF file of ``n`` sequences as RETURNN's ``SimpleHDFWriter`` lays it out (variable-length
+    utf-8 tags ``corpus/rec<i>/seg<i>``, int32 ``seqLengths`` with the dummy ``classes`` column,
+    ``inputs`` float32 ``[T, 1]``),
+    1-3 frames each so that the file stays small: what ``HDFSource`` builds its metadata store
+    from. Written once per size, in blocks."""
+    import h5py
+    import numpy as np
+
+    path = os.path.join(folder, f"corpus-{n}.hdf")
+    if os.path.exists(path):
+        return path
+    lengths = (np.arange(n, dtype=np.int64) % 3 + 1).astype(np.int32)
+    with h5py.File(path + ".part", "w") as f:
+        f.create_dataset("seqLengths", data=np.stack([lengths, lengths], axis=1))  # + classes
+        tags = f.create_dataset("seqTags", shape=(n,), dtype=h5py.string_dtype("utf-8"))
+        for a in range(0, n, block):
+            ids = range(a, min(n, a + block))
+            tags[a : a + len(ids)] = np.array([f"corpus/rec{i}/seg{i}" for i in ids], object)
+        f.create_dataset("inputs", data=np.zeros((int(lengths.sum()), 1), np.float32))
+        f.attrs["inputPattSize"] = 1
+        f.attrs["numSeqs"] = n
+    os.replace(path + ".part", path)
+    return path
+
+
 def stages() -> list[tuple[str, str | None]]:
-    out: list[tuple[str, str | None]] = [("verdict", None)]
+    out: list[tuple[str, str | None]] = [("hdf metadata", None), ("verdict", None)]
     out += [("index", c) for c in BUILD_CASES]
     out += [("first loader", c) for c in BUILD_CASES]
     return out
@@ -120,12 +159,13 @@ def main() -> None:
         for stage, case in stages():
             if wanted is not None and stage not in wanted:
                 continue
+            hdf = hdf_corpus(n, folder) if stage == "hdf metadata" else None
             runs: dict[str, list[dict]] = {c: [] for c in codes}
             loads = []
             for _ in range(args.reps):
                 for code in codes:
                     cache = tempfile.mkdtemp(prefix="cache-", dir=folder)
-                    cfg = {"store": store, "stage": stage, "case": case, "code": code}
+                    cfg = {"store": store, "stage": stage, "case": case, "code": code, "hdf": hdf}
                     cfg["cache"], cfg["label"] = cache, f"{n} {stage} {case} {code}"
                     try:
                         runs[code].append(

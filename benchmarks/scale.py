@@ -60,6 +60,7 @@ CASES = {
     "shard laplace": {"ordering": "laplace", "distribution": "shard"},
     "shard buckets:30": {"ordering": "buckets:30", "distribution": "shard"},
     "files laplace": {"ordering": "laplace", "distribution": "files"},
+    "files buckets:30": {"ordering": "buckets:30", "distribution": "files"},
 }
 LIMITS = {"max_seqs": 200, "max_frames": 20_000}
 

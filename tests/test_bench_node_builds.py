@@ -17,12 +17,22 @@ def test_every_stage(tmp_path, monkeypatch):
     monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "unused"))
     path = loader_scale.corpus_store(4000, str(tmp_path))
+    hdf = node_builds.hdf_corpus(4000, str(tmp_path), block=1500)
     digests = set()
     for stage, case in node_builds.stages():
         cache = tmp_path / f"cache-{len(digests)}-{stage}".replace(" ", "-")
-        out = node_builds.child({"store": path, "stage": stage, "case": case, "cache": str(cache)})
+        config = {"store": path, "stage": stage, "case": case, "cache": str(cache), "hdf": hdf}
+        out = node_builds.child(config)
         assert out["seconds"] > 0 and out["private_bytes"] >= 0
-        if stage == "verdict":
+        if stage == "hdf metadata":  # the corpus' fingerprint, its metadata store in the cache
+            from seqloader.sources.hdf import HDFSource
+
+            source = HDFSource(hdf, index_dir=str(tmp_path / "again"))
+            assert out["digest"] == source.fingerprint() and len(source) == 4000
+            assert source.tag(3999) == "corpus/rec3999/seg3999"
+            assert len([f for f in os.listdir(cache) if f.endswith(".cols")]) == 1
+            source.close()
+        elif stage == "verdict":
             assert out["digest"] == "0"  # no repeated tags
         elif stage == "index":
             digests.add(out["digest"])

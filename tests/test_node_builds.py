@@ -225,3 +225,40 @@ def test_index_key_follows_what_the_index_depends_on():
         assert index_key(replace(base, **change)) == index_key(base), change
     for change in other:
         assert index_key(replace(base, **change)) != index_key(base), change
+
+
+# ---- an HDF file's tags, read in blocks ----
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    tags=st.lists(
+        st.text(st.characters(codec="utf-8", exclude_characters="\0"), max_size=6),
+        min_size=1,
+        max_size=12,
+    ),
+    block=st.integers(1, 5),
+    style=st.sampled_from(["datasetwriter", "simplewriter"]),
+)
+def test_hdf_tags_read_in_blocks_are_the_files_tags(tmp_path, monkeypatch, tags, block, style):
+    """``seqTags`` read ``TAG_BLOCK`` rows at a time (fixed-length ``S<n>`` and variable-length
+    tags, as RETURNN's two writers store them) give every tag of the file, in order, and the
+    same metadata store (fingerprint) as one read of the whole dataset."""
+    from tests.hdf_files import write_datasetwriter_style, write_simplewriter_style
+
+    from seqloader.sources import hdf_layout
+    from seqloader.sources.hdf import HDFSource
+
+    path = str(tmp_path / f"{style}-{block}-{abs(hash(tuple(tags)))}.hdf")
+    inputs = [np.zeros((1 + i % 2, 1), np.float32) for i in range(len(tags))]
+    if style == "datasetwriter":
+        write_datasetwriter_style(path, tags, inputs=inputs)
+    else:
+        write_simplewriter_style(path, tags, inputs)
+    whole = HDFSource(path, index_dir=str(tmp_path / f"whole-{block}"))
+    monkeypatch.setattr(hdf_layout, "TAG_BLOCK", block)
+    blocks = HDFSource(path, index_dir=str(tmp_path / f"blocks-{block}"))
+    assert [blocks.tag(i) for i in range(len(tags))] == tags
+    assert blocks.fingerprint() == whole.fingerprint()
+    whole.close()
+    blocks.close()

@@ -252,8 +252,16 @@ def _tags(f: h5py.File, where: str, num_seqs: int) -> PackedTags:
             f"HDF file {where} has no {SEQ_TAGS!r} dataset; every RETURNN HDF file names its "
             "sequences. Fix: re-create the file with tags."
         )
-    raw = f[SEQ_TAGS][()]
-    tags = PackedTags.from_array(np.asarray(raw).reshape(-1))
+    dset = f[SEQ_TAGS]
+    if not isinstance(dset, h5py.Dataset) or len(dset.shape or ()) != 1:
+        tags = PackedTags.from_array(np.asarray(dset[()]).reshape(-1))
+    else:  # in blocks: a block's decoded objects at a time, not one per tag of the file
+        rows = int(dset.shape[0])
+        parts = [
+            PackedTags.from_array(np.asarray(dset[a : a + TAG_BLOCK]).reshape(-1))
+            for a in range(0, rows, TAG_BLOCK)
+        ]
+        tags = PackedTags.concat(parts) if len(parts) != 1 else parts[0]
     if len(tags) != num_seqs:
         raise DataError(
             f"HDF file {where}: seqTags has {len(tags)} tags but seqLengths has {num_seqs} "
@@ -261,6 +269,10 @@ def _tags(f: h5py.File, where: str, num_seqs: int) -> PackedTags:
         )
     return tags
 
+
+#: ``seqTags`` rows read and packed at once: variable-length tags come from h5py as one Python
+#: ``bytes`` per tag (about 60 bytes each), so a block bounds them (64 MiB) whatever the file.
+TAG_BLOCK = 1 << 20
 
 _P = 1099511628211  # the 64-bit FNV prime (odd, so invertible mod 2^64)
 _P_INVERSE = pow(_P, -1, 2**64)

@@ -153,13 +153,13 @@ def _build(
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     bounds = np.zeros(len(layouts) + 1, dtype=np.int64)
     np.cumsum([lay.num_seqs for lay in layouts], out=bounds[1:])
-    tags = PackedTags.concat([lay.tags for lay in layouts])
+    tags = layouts[0].tags if len(layouts) == 1 else PackedTags.concat([x.tags for x in layouts])
     columns: dict[str, Column] = {"bounds": bounds}
     lengths: dict[str, np.ndarray] = {}
-    for key in schema:
-        lengths[key] = narrow_lengths(np.concatenate([np.diff(lay.starts[key]) for lay in layouts]))
+    for key in schema:  # one file (one large corpus file, say): its arrays, not copies
+        lengths[key] = narrow_lengths(_joined([np.diff(lay.starts[key]) for lay in layouts]))
         columns[f"len.{key}"] = lengths[key]
-        columns[f"start.{key}"] = np.concatenate([lay.starts[key] for lay in layouts])
+        columns[f"start.{key}"] = _joined([lay.starts[key] for lay in layouts])
     columns["tags"] = StringColumn(*tags.buffers())
     meta = {
         "schema": {k: _spec_to_json(s) for k, s in schema.items()},
@@ -170,6 +170,11 @@ def _build(
         "about": about(origin),
     }
     return columns, meta
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    """The parts concatenated; a single part as it is (no copy of one file's arrays)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _from_columns(
