@@ -6,6 +6,7 @@ sequences differently (speech ``corpus/rec/i``, text ``line-j``) as in RETURNN's
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +45,8 @@ def lists(tmp_path_factory) -> Iterator[Path]:
         pickle.dump({"speech": [speech[i] for i in subset],
                      "text": [f"line-{pairs[i]}" for i in subset]}, f)  # fmt: skip
     (folder / "same.txt").write_text("\n".join(speech[i] for i in subset) + "\n")
+    lens = {t: {"data": int(rng.integers(1, 500)), "classes": 3} for t in speech}
+    (folder / "lens.json").write_text(json.dumps(lens))  # not the real lengths: RETURNN sorts by it
     yield folder
 
 
@@ -84,6 +87,15 @@ CONFIGS = {
     "seq_list_file": "{d}/same.txt", "seq_ordering": "random", "partition_epoch": 3}}
 """,
     ),
+    # no control: RETURNN sorts by the seq_lens_file's 'data' lengths, not the data's
+    "lens_file": (
+        "",
+        """train = {{"class": "MetaDataset",
+    "datasets": {{"a": datasets["speech"], "b": dict(datasets["speech"])}},
+    "data_map": {{"data": ("a", "data"), "classes": ("b", "classes")}},
+    "seq_lens_file": "{d}/lens.json", "seq_ordering": "laplace:3", "partition_epoch": 2}}
+""",
+    ),
 }
 
 
@@ -110,6 +122,11 @@ def test_meta_dataset_seq_lists_as_returnn(
         assert set(got_values[tag]) == set(ref), tag
         for key, value in ref.items():
             np.testing.assert_array_equal(got_values[tag][key], value, err_msg=f"{tag} {key}")
+    if case == "lens_file":  # the file's lengths decided the order, not the data's
+        plain = _config(lists, "lens_file").read_text().replace('"seq_lens_file"', '"_unused"')
+        without = lists / "lens_file_without.config"
+        without.write_text(plain.replace('"_unused": "', '"name": "'))
+        assert reference(str(without), "train", EPOCHS)[0] != expected_batches
     if case == "pickled_dict":  # the list is the corpus: 5 speech sequences are not in it
         assert sum(len(b) for e in (1, 2) for b in got_batches[e]) == N - 5
 
@@ -151,3 +168,13 @@ def test_meta_dataset_seq_list_errors_name_the_fix(lists: Path, tmp_path: Path) 
         convert(data_dims={"data": (8, 2)})
     with pytest.raises(OptionError, match=where + r"window 3; RETURNN's MetaDataset asserts 1"):
         convert(window=3)
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"corpus/rec0/0": {"data": 5}}))
+    with pytest.raises(OptionError, match=where + r"seq_lens_file .* has no 'data' length for 23"):
+        convert(
+            seq_order_control_dataset=None,
+            seq_lens_file=str(partial),
+            seq_list_file={"speech": str(lists / "speech.txt"), "text": str(lists / "text.txt")},
+        )
+    lists_ = {"speech": str(lists / "speech.txt"), "text": str(lists / "text.txt")}
+    convert(seq_lens_file=str(partial), seq_list_file=lists_)  # control: RETURNN reads no length

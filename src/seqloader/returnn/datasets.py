@@ -24,7 +24,7 @@ from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_
 from seqloader.returnn.paths import plain_value
 from seqloader.returnn.pre_process import refuse_length_changing_pre_process
 from seqloader.returnn.read_whole import LM_OWN, REFUSED, TRANSLATION_OWN, read_lm, read_translation
-from seqloader.returnn.seq_lists import meta_seq_lists, relisted
+from seqloader.returnn.seq_lists import meta_seq_lists, relisted, seq_lens
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
 from seqloader.sources.base import Source
@@ -238,6 +238,7 @@ META_OWN = (
     "seq_order_control_dataset",
     "random_seed_offset",
     "seq_list_file",
+    "seq_lens_file",
     "data_dims",
     "data_dtypes",
 )
@@ -247,6 +248,8 @@ META_NO_EFFECT = {
     "data_dtypes": "legacy: not used by RETURNN",
     "partition_epoch": "with seq_order_control_dataset RETURNN takes the control dataset's order "
     "and sub-epochs and ignores the MetaDataset's",
+    "seq_lens_file": "with seq_order_control_dataset RETURNN orders by the control dataset and "
+    "reads no lengths from it",
 }
 
 
@@ -370,11 +373,12 @@ def _own_order(
                 "them, or set them on the MetaDataset"
             )
         converted[sub] = convert_dataset(f"{name}.{sub}", dict(datasets[sub]), "default")
-    if converted[default].kind != "HDFDataset":
+    lens_file = opts.get("seq_lens_file")
+    if not lens_file and converted[default].kind != "HDFDataset":
         raise OptionError(
             f"{where}: no seq_order_control_dataset, and the 'data' dataset {default!r} is a "
             f"{converted[default].kind}, whose lengths RETURNN reads before loading (not reliable "
-            "there): set seq_order_control_dataset"
+            "there): set seq_order_control_dataset, or give seq_lens_file"
         )
     mapped = {
         out: (sub, "text" if key == "orth" and converted[sub].kind == "OggZipDataset" else key)
@@ -388,7 +392,10 @@ def _own_order(
     joined = ZipSource(sources, mapped, control=default)
     index = joined.source_index(default)  # [n] the default dataset's corpus order
     src = sources[default]
-    order = np.asarray(src.lengths("data" if "data" in src.keys else src.keys[0]))[index]
+    if lens_file:  # RETURNN sorts by the file's 'data' length of each (listed) tag
+        order = seq_lens(where, lens_file, [joined.tag(i) for i in range(len(joined))])
+    else:
+        order = np.asarray(src.lengths("data" if "data" in src.keys else src.keys[0]))[index]
     excluded = {}
     if opts.get("seq_list_filter_file"):
         listed = set(read_tag_list(where, opts["seq_list_filter_file"]))

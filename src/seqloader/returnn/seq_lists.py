@@ -7,6 +7,7 @@ tag a line, optionally gzipped, ``.pkl`` files a pickled list or dict (as RETURN
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import pickle
 from collections.abc import Iterable, Sequence
@@ -88,3 +89,24 @@ def relisted(where: str, sub: str, source: Any, listed: Sequence[str], tags: Seq
             f"have (e.g. {examples}); RETURNN fails when it reaches them: fix the list"
         )
     return ReturnnView(source, indices=index, tags=list(tags))
+
+
+def seq_lens(where: str, path: Any, tags: Sequence[str]) -> np.ndarray:
+    """RETURNN's MetaDataset ``seq_lens_file`` (JSON ``{tag: {key: length}}``): each tag's
+    ``data`` length, what RETURNN sorts by without a control dataset -> int64 ``[len(tags)]``;
+    a tag or ``data`` entry the file lacks is an error here (RETURNN's fails mid-epoch)."""
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            table = json.load(f)
+    except (OSError, ValueError) as e:
+        raise OptionError(f"{where}: cannot read the seq_lens_file {path!r}: {e}") from e
+    if not isinstance(table, dict):
+        raise OptionError(f"{where}: seq_lens_file {path!r} holds no {{tag: {{key: length}}}}")
+    lacking = [t for t in tags if not isinstance(table.get(t), dict) or "data" not in table[t]]
+    if lacking:
+        raise OptionError(
+            f"{where}: seq_lens_file {path!r} has no 'data' length for {len(lacking)} sequence(s) "
+            f"(e.g. {lacking[:3]}); RETURNN sorts by it and fails there: complete the file"
+        )
+    return np.array([int(table[t]["data"]) for t in tags], dtype=np.int64)
