@@ -173,13 +173,16 @@ class ShardSource(SourceBase):
         cls, manifest_filepaths: Any, tarred_audio_filepaths: Any, **kwargs: Any
     ) -> ShardSource:
         """NeMo tarred audio: ``manifest_filepaths`` and ``tarred_audio_filepaths`` as NeMo takes
-        them (lists, or brace patterns with ``_OP_0..N_CL_``)."""
+        them: a string expanded as NeMo's ``expand_sharded_filepaths`` expands it (``{0..N}``,
+        ``_OP_0..N_CL_``, ``[0..N]``, ``(0..N)``, ``<0..N>``; commas outside braces separate), a
+        list taken as it is, buckets as a list of lists (or its ``"[[...],[...]]"`` string).
+        Remote shards need ``sample_rate=`` (the members' rates arrive with their copies)."""
         return cls(nemo_layout(manifest_filepaths, tarred_audio_filepaths), **kwargs)
 
     @classmethod
     def webdataset(cls, urls: Any, **kwargs: Any) -> ShardSource:
-        """WebDataset tars (``KEY.flac`` with ``KEY.json`` / ``KEY.txt``; brace patterns
-        ``{000..099}`` accepted)."""
+        """WebDataset tars (``KEY.flac`` with ``KEY.json`` / ``KEY.txt``, extensions of any case),
+        ``urls`` expanded as WebDataset expands them (``{000..099}``, ``::``)."""
         return cls(webdataset_layout(urls), **kwargs)
 
     # ---- the index ----
