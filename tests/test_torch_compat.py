@@ -87,7 +87,7 @@ def test_private_instance_names_exist_on_a_running_iterator() -> None:
     finally:
         _compat.shutdown_workers(dl)
     assert _compat.current_iterator(dl) is None
-    thread.join(timeout=10)
+    # torch's shutdown joins the thread it knows as its pin-memory thread: it is over by now
     assert not thread.is_alive(), "torch's shutdown must stop the receiving thread"
 
 
