@@ -297,3 +297,46 @@ def test_cache_dir_lists_an_index_dir(cache, tmp_path, capsys):
     listed = json.loads(out)["stores"]
     assert code == 0 and [s["path"] for s in listed] == [src.store.path]
     assert listed[0]["sequences"] == 40 and str(path) in listed[0]["about"]
+
+
+# ---- each step's time and private memory ----
+
+
+def test_step_meter_takes_the_peak_of_its_samples_and_the_clocks_time():
+    """The peak private memory above the first sample, whatever the samples in between; the
+    step's time from the injected clock (no sleeping: the sampler sets an event once it has been
+    called enough, and the block waits on it)."""
+    import itertools
+    import threading
+
+    from seqloader.sources.step_meter import StepMeter
+
+    values = itertools.chain([100, 180, 350, 220], itertools.repeat(150))
+    seen = threading.Event()
+    calls = []
+
+    def sample() -> int:
+        calls.append(1)
+        if len(calls) >= 4:
+            seen.set()
+        return next(values)
+
+    ticks = iter([10.0, 12.5])
+    with StepMeter(clock=lambda: next(ticks), sample=sample, every=0) as m:
+        seen.wait()  # an event, not a deadline: the sampler ran four times
+    assert m.seconds == 2.5 and m.peak_private == 250
+    with StepMeter(sample=lambda: -1, every=0) as unknown:
+        pass
+    assert unknown.peak_private == -1
+
+
+def test_prepare_reports_each_steps_time_and_private_memory(cache, tmp_path):
+    path = tmp_path / "train.hdf"
+    sl.write_hdf(path, corpus())
+    src = sl.HDFSource(path, index_dir=tmp_path / "index")
+    report = sl.prepare(src, **OPTIONS)
+    for store in report.stores:
+        assert store.seconds >= 0 and store.private_peak >= 0, store
+    meta = next(s for s in report.stores if s.kind == "source metadata")
+    assert (meta.seconds, meta.private_peak) == src.index_step
+    assert all("private memory at its peak" in line for line in report.lines() if "built" in line)

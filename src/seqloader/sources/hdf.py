@@ -38,6 +38,7 @@ from seqloader.sources.hdf_store import (
 )
 from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
 from seqloader.sources.remote.index import hdf_layout
+from seqloader.sources.step_meter import StepMeter
 
 log = logging.getLogger("seqloader")
 
@@ -118,7 +119,9 @@ class HDFSource(SourceBase):
             return _merge_schema(layouts, keys, self._paths)
 
         origin = f"HDFSource({len(self._paths)} file(s): {', '.join(self._paths)}; keys={keys})"
-        meta, self.index_built = open_metadata(identity, index_dir, read_layouts, merge, origin)
+        with StepMeter() as step:  # seqloader prepare reports what the first open cost
+            meta, self.index_built = open_metadata(identity, index_dir, read_layouts, merge, origin)
+        self.index_step = (step.seconds, step.peak_private)  # plain numbers: pickled
         self._store = meta.store
         self._schema, self._skipped = meta.schema, meta.skipped
         self._datasets = [{k: dataset_of(k) for k in self._schema}] * n

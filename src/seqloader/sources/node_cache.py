@@ -57,7 +57,8 @@ def about(text: str) -> str:
 class NodeStore:
     """One store a loader of a node needs: ``path`` None when it is kept in memory instead
     (``note`` says why); ``built`` whether this call built it (else it was found);
-    ``seconds`` how long building or opening took here."""
+    ``seconds`` how long building or opening took here, ``private_peak`` the peak private
+    memory it took (bytes, -1 unknown; ``seqloader.sources.step_meter``)."""
 
     kind: str
     path: str | None
@@ -65,6 +66,7 @@ class NodeStore:
     seconds: float
     nbytes: int = 0
     note: str = ""
+    private_peak: int = -1
 
     @classmethod
     def of(cls, kind: str, store: ColumnStore, built: bool, seconds: float) -> NodeStore:

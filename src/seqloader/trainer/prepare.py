@@ -10,8 +10,9 @@ job starts: on a login node, in a job's prologue, once per node.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from seqloader.loading.bucket_store import shared_bucket_index
@@ -20,6 +21,7 @@ from seqloader.plan.options import PlanOptions
 from seqloader.sources.base import Source
 from seqloader.sources.columns import ColumnStore
 from seqloader.sources.node_cache import NodeStore, size_text
+from seqloader.sources.step_meter import StepMeter
 from seqloader.trainer.checks import CheckOptions, check_duplicate_tags
 from seqloader.trainer.loader_options import merge_options
 
@@ -56,6 +58,8 @@ class Prepared:
                 continue
             verb = "built" if s.built else "found"
             took = "" if s.seconds < 0 else f", {s.seconds:.2f} s"
+            if s.private_peak >= 0:
+                took += f", {size_text(s.private_peak)} private memory at its peak"
             out.append(f"{s.kind}: {verb} {s.path} ({size_text(s.nbytes)}{took})")
         return out
 
@@ -85,19 +89,34 @@ def prepare(
     stores: list[NodeStore] = list(_source_stores(source))
     lengths = {k: source.lengths(k) for k in source.keys}
     inputs = plan_inputs(source)
-    shared_bucket_index(
-        lengths,
-        merged.plan,
-        source.fingerprint,
-        inputs.files,
-        inputs.excluded,
-        origin=repr(source),
-        stores=stores,
-    )
-    check_duplicate_tags(source, source.tags, merged.checks.duplicate_tags, stores)
+    with _measured(stores):  # each step's time and peak private memory in its entry
+        shared_bucket_index(
+            lengths,
+            merged.plan,
+            source.fingerprint,
+            inputs.files,
+            inputs.excluded,
+            origin=repr(source),
+            stores=stores,
+        )
+    with _measured(stores):
+        check_duplicate_tags(source, source.tags, merged.checks.duplicate_tags, stores)
     if merged.checks.duplicate_tags == "off":
         stores.append(NodeStore("duplicate-tag verdict", None, False, 0.0, note="not used: off"))
     return Prepared(tuple(stores))
+
+
+@contextlib.contextmanager
+def _measured(stores: list[NodeStore]) -> Iterator[None]:
+    """The entries the block adds to ``stores`` get its peak private memory (and, where they
+    say no time, its time)."""
+    first = len(stores)
+    with StepMeter() as step:
+        yield
+    for i in range(first, len(stores)):
+        s = stores[i]
+        seconds = s.seconds if s.seconds >= 0 else step.seconds
+        stores[i] = replace(s, seconds=seconds, private_peak=step.peak_private)
 
 
 def _source_stores(source: Source) -> Sequence[NodeStore]:
@@ -108,5 +127,9 @@ def _source_stores(source: Source) -> Sequence[NodeStore]:
         store = getattr(part, "store", None)
         if isinstance(store, ColumnStore):
             built = bool(getattr(part, "index_built", False))
-            out.append(NodeStore.of(METADATA, store, built, -1.0))
+            entry = NodeStore.of(METADATA, store, built, -1.0)
+            step = getattr(part, "index_step", None)  # (seconds, peak private) of the open
+            if isinstance(step, tuple):
+                entry = replace(entry, seconds=float(step[0]), private_peak=int(step[1]))
+            out.append(entry)
     return out
