@@ -135,3 +135,20 @@ def test_a_planning_error_without_a_returnn_option_reads_plainly(data: Path) -> 
         )
     message = str(e.value)
     assert message.startswith("train dataset (HDFDataset): ") and "its options" not in message
+
+
+@pytest.mark.parametrize("suffix", [".pkl", ".pkl.gz", ".txt.gz"])
+def test_seq_list_filter_file_as_returnn_reads_it(data: Path, tmp_path: Path, suffix: str) -> None:
+    """A seq_list_filter_file pickled (as RETURNN's _load_seq_list_file reads .pkl) or gzipped:
+    RETURNN's batches (before: a pickled list was refused)."""
+    import gzip
+    import pickle
+
+    tags = [f"wmt-train/{i}" for i in range(0, 40, 3)]
+    path = tmp_path / f"keep{suffix}"
+    opener = gzip.open if suffix.endswith(".gz") else open
+    with opener(path, "wb") as f:
+        f.write(pickle.dumps(tags) if ".pkl" in suffix else "\n".join(tags).encode())
+    text = WMT + f"\ntrain['seq_list_filter_file'] = {str(path)!r}\n"
+    got, _ = _same_as_returnn(tmp_path, text)
+    assert {t for b in got[1] + got[2] for t in b} <= set(tags)

@@ -24,7 +24,7 @@ from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_
 from seqloader.returnn.paths import plain_value
 from seqloader.returnn.pre_process import refuse_length_changing_pre_process
 from seqloader.returnn.read_whole import LM_OWN, REFUSED, TRANSLATION_OWN, read_lm, read_translation
-from seqloader.returnn.seq_lists import meta_seq_lists, relisted, seq_lens
+from seqloader.returnn.seq_lists import meta_seq_lists, read_seq_list, relisted, seq_lens
 from seqloader.returnn.view import ReturnnView
 from seqloader.returnn.vocab import ReturnnVocab
 from seqloader.sources.base import Source
@@ -157,7 +157,7 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
     view = ReturnnView(inner, indices=indices, order_lengths=order_lengths)
     filter_file = opts.get("seq_list_filter_file")
     if filter_file:
-        listed = set(read_tag_list(where, filter_file))
+        listed = set(read_filter_list(where, filter_file))
         mask = np.fromiter((t not in listed for t in view.tags), dtype=bool, count=len(view))
         view = ReturnnView(
             inner, indices=indices, order_lengths=order_lengths, excluded={EXCLUDED_REASON: mask}
@@ -398,7 +398,7 @@ def _own_order(
         order = np.asarray(src.lengths("data" if "data" in src.keys else src.keys[0]))[index]
     excluded = {}
     if opts.get("seq_list_filter_file"):
-        listed = set(read_tag_list(where, opts["seq_list_filter_file"]))
+        listed = set(read_filter_list(where, opts["seq_list_filter_file"]))
         tags = [joined.tag(i) for i in range(len(joined))]
         excluded[EXCLUDED_REASON] = np.fromiter((t not in listed for t in tags), dtype=bool)
     view = ReturnnView(joined, order_lengths=order, excluded=excluded)
@@ -451,6 +451,15 @@ def _concat(name: str, opts: dict[str, Any]) -> Converted:
         for r in reasons
     }
     return Converted(ReturnnView(joined, excluded=excluded), "default", 1, None, "ConcatDataset")
+
+
+def read_filter_list(where: str, path: str) -> list[str]:
+    """RETURNN's ``seq_list_filter_file``, read as its ``Dataset._load_seq_list_file``: a tag a
+    line (optionally gzipped), or a pickled list (``.pkl``, ``.pkl.gz``)."""
+    tags = read_seq_list(where, path)
+    if not isinstance(tags, list):
+        raise OptionError(f"{where}: seq_list_filter_file {path!r} holds no list of tags")
+    return [str(t) for t in tags]
 
 
 def read_tag_list(where: str, path: str) -> list[str]:
