@@ -202,7 +202,7 @@ def test_the_step_imbalance_is_computed_off_the_loop_thread_and_unchanged(monkey
     import threading
 
     import seqloader as sl
-    import seqloader.plan.distribute as distribute_module
+    import seqloader.plan.epoch_plan as epoch_plan_module
 
     threads: list[str] = []
 
@@ -210,7 +210,7 @@ def test_the_step_imbalance_is_computed_off_the_loop_thread_and_unchanged(monkey
         threads.append(threading.current_thread().name)
         return step_imbalance(*args)
 
-    monkeypatch.setattr(distribute_module, "step_imbalance", recording)
+    monkeypatch.setattr(epoch_plan_module, "step_imbalance", recording)
     lengths = np.random.default_rng(5).integers(1, 40, size=80)
     src = sl.MemorySource({"data": [np.zeros((int(t), 1), np.float32) for t in lengths]})
     options = {"ordering": "buckets:3", "max_frames": 120, "world_size": 2}

@@ -22,6 +22,7 @@ from seqloader.cli.rates import FrameRate, frame_rate
 from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.loading.plan_inputs import plan_inputs
+from seqloader.plan.epoch_plan import list_imbalance
 from seqloader.plan.indexed import INDEXED_KINDS
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         packed = opened.workers.layout == "packed"  # no padding delivered
         load = load_of(plan.batches, planner.lengths, unit_window(planner), packed)
         # a slot costs its sequence, or its chunk's window
-        imbalance = plan.batch_imbalance(0, ordered.slot_costs(plan.batches), per_slot=True)
+        imbalance = list_imbalance(plan, 0, ordered.slot_costs(plan.batches), per_slot=True)
         padding[o] = {
             "batches": load.batches,
             "padded_frames": load.padded_frames,

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.plan.batches import BatchList
-from seqloader.plan.cost import step_imbalance
 
 
 @dataclass(frozen=True)
@@ -47,16 +46,6 @@ class GlobalPlan:
         """Rank ``rank``'s batches from ``start_step`` on."""
         ids = np.arange(start_step * self.world_size + rank, len(self.batches), self.world_size)
         return self.batches.take(ids)
-
-    def batch_imbalance(self, first_step: int, costs: np.ndarray, per_slot: bool = False) -> float:
-        """``step_imbalance`` of the batch list from ``first_step`` on: ``costs`` per sequence,
-        or (``per_slot``) per slot of ``batches`` (a chunk costs its window)."""
-        b, first = self.batches, first_step * self.world_size
-        start = b.bounds[min(first, len(b))]
-        seqs = b.seqs[start:]
-        if per_slot:
-            seqs, costs = np.arange(len(seqs)), costs[start:]
-        return step_imbalance(seqs, b.bounds[first:] - start, self.world_size, costs)
 
 
 def distribute_shard(batches: BatchList, world_size: int, uneven: str) -> GlobalPlan:

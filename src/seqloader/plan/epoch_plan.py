@@ -1,6 +1,6 @@
 """``EpochPlan``: one (sub-)epoch's batches for every rank, as callers outside ``plan/`` read them.
 
-Three kinds implement it: ``GlobalPlan`` (a list of every rank's batches), ``IndexedPlan`` (a
+Three kinds implement it, none a subclass of another: ``GlobalPlan`` (a list of every rank's batches), ``IndexedPlan`` (a
 batch table whose members are drawn where a rank needs them) and ``RankwisePlan`` (each rank's
 share computed alone: indexed ``files``).
 """
@@ -12,6 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from seqloader.plan.batches import BatchList
+from seqloader.plan.cost import step_imbalance
 
 
 class EpochPlan(Protocol):
@@ -39,6 +40,16 @@ class EpochPlan(Protocol):
 
     def real_total(self) -> int: ...
 
-    def batch_imbalance(
-        self, first_step: int, costs: np.ndarray, per_slot: bool = False
-    ) -> float: ...
+
+def list_imbalance(
+    plan: EpochPlan, first_step: int, costs: np.ndarray, per_slot: bool = False
+) -> float:
+    """``step_imbalance`` of ``plan``'s batch list from ``first_step`` on (O(n): the list is
+    materialised): ``costs`` per sequence, or (``per_slot``) per slot of ``plan.batches`` (a
+    chunk costs its window)."""
+    b, first = plan.batches, first_step * plan.world_size
+    start = b.bounds[min(first, len(b))]
+    seqs = b.seqs[start:]
+    if per_slot:
+        seqs, costs = np.arange(len(seqs)), costs[start:]
+    return step_imbalance(seqs, b.bounds[first:] - start, plan.world_size, costs)

@@ -46,8 +46,7 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.buckets import WINDOW_BATCHES, bucket_edges
 from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.cost import PlannedImbalance
-from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.epoch_plan import EpochPlan
+from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
 from seqloader.plan.files import (
     assign_lpt,
     check_file_count,
@@ -464,7 +463,7 @@ class IndexedPlanner:
     # ---- distribution ----
     def global_plan(
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
-    ) -> GlobalPlan:
+    ) -> EpochPlan:
         Topology(0, world_size)
         if self.files is not None:
             if start:
@@ -479,7 +478,7 @@ class IndexedPlanner:
 
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
-    ) -> tuple[GlobalPlan, np.ndarray]:
+    ) -> tuple[EpochPlan, np.ndarray]:
         """(the current segment's plan, the sequences consumed before it); the latter draws every
         old rank's members (O(n): for the audit and tests; resuming uses ``files_segment``)."""
         seg = self._segment_at(epoch, world_size, history)
@@ -495,7 +494,7 @@ class IndexedPlanner:
 
     def files_segment(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
-    ) -> tuple[GlobalPlan, int]:
+    ) -> tuple[EpochPlan, int]:
         """(the current segment's plan, sequences consumed before it), from counts: the history
         is replayed per unit (``seqloader.plan.indexed_files``), no member drawn."""
         seg = self._segment_at(epoch, world_size, history)
@@ -696,7 +695,7 @@ class IndexedPlanner:
             return PlannedImbalance(partial(files_imbalance, plan, costs, from_step))
         if isinstance(plan, RankwisePlan):
             return PlannedImbalance(partial(rankwise_imbalance, plan, self.costs, from_step))
-        return PlannedImbalance(partial(plan.batch_imbalance, from_step, self.costs))
+        return PlannedImbalance(partial(list_imbalance, plan, from_step, self.costs))
 
     def fingerprint(self, source_fingerprint: str) -> str:
         h = hashlib.sha256()

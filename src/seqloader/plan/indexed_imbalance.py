@@ -30,7 +30,7 @@ import numpy as np
 
 from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batching import padded_frames
-from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.histogram import BucketIndex
 from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
 from seqloader.plan.options import PlanOptions
@@ -140,7 +140,7 @@ def files_imbalance(plan: RankwisePlan, costs: np.ndarray, first_step: int = 0) 
     return acc.mean()
 
 
-def rankwise_imbalance(plan: GlobalPlan, costs: np.ndarray, first_step: int = 0) -> float:
+def rankwise_imbalance(plan: EpochPlan, costs: np.ndarray, first_step: int = 0) -> float:
     """``step_imbalance`` of a plan from ``first_step`` on, computed one rank's share at a time
     (``costs``: cost units per sequence): equal to the figure over the plan's whole batch list."""
     steps = plan.steps - first_step

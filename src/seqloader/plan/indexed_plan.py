@@ -1,6 +1,6 @@
 """Plans of indexed planning: a rank's batches computed alone, from counts and keyed draws.
 
-``IndexedPlan`` (``distribution="shard"``) is a ``GlobalPlan`` whose batch list is virtual: plan
+``IndexedPlan`` (``distribution="shard"``) is an ``EpochPlan`` whose batch list is virtual: plan
 batch ``g`` is row ``g`` of a ``BatchTable`` (bucket ``b``, index ``j``), its members are
 positions ``j*k_b ..`` of bucket ``b``'s sub-epoch slice of the keyed member permutation
 (``MemberDraw``). Global batch ``k`` of the segment goes to rank ``k % W``, as in every shard plan;
@@ -30,7 +30,6 @@ from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bijection import Bijection
 from seqloader.plan.buckets import WINDOW_BATCHES
-from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.ordering import argsort_by
 from seqloader.plan.pieces import split_pieces
 
@@ -155,14 +154,14 @@ class Slots:
         return self.g, self.lo, self.hi, self.real
 
 
-class IndexedPlan(GlobalPlan):
+class IndexedPlan:
     """The shard plan of one segment: plan batches ``[start, table.num_batches)`` over
     ``world_size`` ranks (see the module doc)."""
 
     def __init__(
         self, table: BatchTable, draw: Draw, world_size: int, start: int, uneven: str
     ) -> None:
-        object.__setattr__(self, "world_size", world_size)
+        self.world_size = world_size
         self.table, self.draw, self.start, self.uneven = table, draw, start, uneven
         total = table.num_batches - start
         self.full_rounds, t = divmod(total, world_size)
@@ -171,23 +170,15 @@ class IndexedPlan(GlobalPlan):
         dropped = 0
         if t and uneven == "drop":
             dropped = table.num_seqs - table.seqs_before(self.tail_start)
-        object.__setattr__(self, "dropped", dropped)
+        self.dropped = dropped
         self._batches: BatchList | None = None
         self._kept: tuple[int, BatchList] | None = None  # (rank, its share from step 0)
 
-    def __setattr__(self, name: str, value: object) -> None:  # frozen base; own fields only
-        object.__setattr__(self, name, value)
-
-    def __repr__(self) -> str:  # the dataclass repr would draw every batch
+    def __repr__(self) -> str:  # not every batch
         return (
             f"IndexedPlan(world_size={self.world_size}, steps={self.steps}, "
             f"batches={self.table.num_batches - self.start}, dropped={self.dropped})"
         )
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __eq__(self, other: object) -> bool:  # not the dataclass's field comparison
-        return self is other
 
     def _tail(self, t: int) -> Slots:
         """The last round's ``world_size`` batches (none without a partial round or with drop)."""
@@ -285,7 +276,7 @@ class IndexedPlan(GlobalPlan):
         return self._batches
 
 
-class RankwisePlan(GlobalPlan):
+class RankwisePlan:
     """A plan whose ranks' shares are computed independently (``distribution="files"`` with
     indexed planning): ``share(rank)`` gives rank ``rank``'s whole batch list for ``steps`` steps;
     totals come from counts (``real_total``, ``repeats``, ``consumed(steps)``: real sequences of
@@ -304,25 +295,17 @@ class RankwisePlan(GlobalPlan):
         consumed: Callable[[int], int],
         planned_costs: Callable[[int, np.ndarray], np.ndarray] | None = None,
     ) -> None:
-        object.__setattr__(self, "world_size", world_size)
+        self.world_size = world_size
         # (rank, cost per bucket) -> the rank's planned cost per step, from counts
-        object.__setattr__(self, "planned_costs", planned_costs)
-        object.__setattr__(self, "dropped", 0)
+        self.planned_costs = planned_costs
+        self.dropped = 0
         self._share, self._steps = share, steps
         self._real_total, self._repeats, self._consumed = real_total, repeats, consumed
         self._batches: BatchList | None = None
         self._kept: tuple[int, BatchList] | None = None  # (rank, its share from step 0)
 
-    def __setattr__(self, name: str, value: object) -> None:
-        object.__setattr__(self, name, value)
-
-    def __repr__(self) -> str:  # the dataclass repr would draw every rank's batches
+    def __repr__(self) -> str:  # not every rank's batches
         return f"RankwisePlan(world_size={self.world_size}, steps={self.steps})"
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __eq__(self, other: object) -> bool:
-        return self is other
 
     @property
     def steps(self) -> int:

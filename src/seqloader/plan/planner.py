@@ -28,7 +28,7 @@ from seqloader.plan.chunk_batching import ChunkFits, greedy_from_fits
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
-from seqloader.plan.epoch_plan import EpochPlan
+from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
 from seqloader.plan.files import (
     EpochFiles,
     assign_lpt,
@@ -683,9 +683,9 @@ class Planner:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         read off its batch list: O(n), so computed off the training loop."""
         if self.chunks is None:
-            return PlannedImbalance(functools.partial(plan.batch_imbalance, from_step, self.costs))
+            return PlannedImbalance(functools.partial(list_imbalance, plan, from_step, self.costs))
         return PlannedImbalance(
-            lambda: plan.batch_imbalance(from_step, self.slot_costs(plan.batches), per_slot=True)
+            lambda: list_imbalance(plan, from_step, self.slot_costs(plan.batches), per_slot=True)
         )
 
     def chunk_batches(self, units: Units) -> BatchList:
