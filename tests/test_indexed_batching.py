@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from seqloader.plan.histogram import batching_edges, length_counts, sizes_for_units
 from seqloader.plan.indexed_plan import MemberDraw, SortedWindows
+from test_plan_indexed import check_plan
+from test_resume_plan import assert_equal_steps, run_chain
 
 
 @settings(max_examples=200, deadline=None)
@@ -121,3 +123,64 @@ def test_indexed_admission_is_the_global_planners(lengths, longest, shortest, dr
     assert isinstance(got, MaskAdmission)
     assert got.filtered == want.filtered and got.filtered_examples == want.filtered_examples
     assert got.admitted.tolist() == want.admitted.tolist()
+
+
+@st.composite
+def keyed_limits(draw):
+    """Two keys, limits per key (``max_seq_length``/``min_seq_length`` as mappings)."""
+    n = draw(st.integers(1, 120))
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    lengths = {"data": rng.integers(1, 60, n), "classes": rng.integers(0, 12, n)}
+    longest = draw(st.sampled_from([None, {"data": 45}, {"classes": 9}, {"data": 50, "*": 10}]))
+    shortest = draw(st.sampled_from([0, {"classes": 2}, {"data": 5, "classes": 1}]))
+    options = {
+        "ordering": draw(st.sampled_from(["laplace", "laplace:.5", "buckets:3"])),
+        "max_frames": draw(st.sampled_from([60, 200])),
+        "max_seqs": draw(st.sampled_from([None, 4])),
+        "partition_epoch": draw(st.sampled_from([1, 2])),
+        "distribution": draw(st.sampled_from(["shard", "files"])),
+        "max_seq_length": longest,
+        "min_seq_length": shortest,
+        "seed": seed,
+    }
+    files = np.unique(np.concatenate([[0, n], rng.integers(0, n, 6)])).astype(np.int64)
+    worlds = draw(st.lists(st.integers(1, 5), min_size=2, max_size=3))
+    return lengths, options, files, worlds, draw(st.sampled_from([0.0, 0.3, 0.5, 1.0]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(keyed_limits())
+def test_per_key_seq_length_limits_keep_every_contract(case):
+    """Per-key ``max_seq_length``/``min_seq_length`` under indexed planning: the admitted
+    sequences are global planning's, every one exactly once per full epoch, equal steps, shares
+    computed alone, limits; ``shard`` resumes on other world sizes exactly once."""
+    from seqloader.errors import OptionError
+    from seqloader.plan import Planner, PlanOptions
+    from seqloader.plan.indexed import IndexedPlanner
+
+    lengths, options, files, worlds, cut = case
+    try:
+        planner = IndexedPlanner(lengths, PlanOptions(**options, planning="indexed"), files=files)
+    except OptionError:  # nothing admitted, or files fewer than ranks: refused by name
+        return
+    glob = Planner(lengths, PlanOptions(**{**options, "distribution": "shard"}))
+    admitted = glob.admission.admitted.tolist()
+    assert planner.admission.admitted.tolist() == admitted
+    assert planner.filtered(1) == glob.filtered(1)
+    seen = []
+    for epoch in range(1, options["partition_epoch"] + 1):
+        try:
+            plan = planner.global_plan(epoch, worlds[0])
+        except OptionError:  # files: fewer files with sequences than ranks
+            return
+        check_plan(planner, plan, np.asarray(lengths["data"]))
+        seen.append(plan.batches.seqs[plan.batches.real])
+    got = np.concatenate(seen).tolist()
+    assert sorted(got) == admitted
+    if options["distribution"] == "shard":
+        consumed, _, runs = run_chain(planner, 1, worlds, [cut] * (len(worlds) - 1))
+        order = planner.sub_epoch_order(1, world_size=worlds[0])
+        assert sorted(consumed.tolist()) == sorted(order.tolist())
+        for p, start in runs:
+            assert_equal_steps(p, start)
