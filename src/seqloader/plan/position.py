@@ -226,8 +226,9 @@ def segment_plan(planner: Planner, position: Position) -> EpochPlan:
         plan = _order_segment_plan(planner, position)
     if position.steps > plan.steps:
         raise ResumeError(
-            f"state says {position.steps} steps consumed in epoch {position.epoch} (segment from "
-            f"sequence {position.segment_start}, world size {position.segment_world_size}), but "
+            f"loader state segment_steps: got {position.steps} in epoch {position.epoch} "
+            f"(segment_start {position.segment_start}, segment_world_size "
+            f"{position.segment_world_size}), but "
             f"that plan has only {plan.steps} steps per rank: the state belongs to other data or "
             "options, or to another version of the planner"
         )

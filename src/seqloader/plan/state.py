@@ -225,9 +225,12 @@ class LoaderState:
         for key, value in derived.items():
             got = state.get(key, value)
             if type(got) is not type(value) or got != value:  # True is not 1 here
-                at = f"step {position.epoch_steps} of {position.prior_steps + plan.steps}"
+                at = (  # the position fields it follows from: either side may be the edit
+                    f"prior_steps {position.prior_steps} + segment_steps {position.steps} of "
+                    f"{plan.steps}, segment_start {position.segment_start}"
+                )
                 raise ResumeError(
-                    f"loader state {key}: got {got!r}, but its position ({at} of epoch "
+                    f"loader state {key}: got {got!r}, but its position ({at}, epoch "
                     f"{position.epoch}) gives {value!r} with this loader's plan: the state was "
                     "edited or written by a seqloader version that plans differently. Fix: load "
                     "the state as SeqLoader.state_dict() wrote it (its derived fields follow "
