@@ -505,15 +505,15 @@ class TestRefusals:
             ({"segment_steps": 1000}, "only 14 steps"),
             (
                 {"seqs_consumed": 4},
-                r"seqs_consumed: got 4, but its position \(step 3 of 14 of "
-                r"epoch 1\) gives 9.*Fix: ",
+                r"seqs_consumed: got 4, but its position \(prior_steps 0 \+ segment_steps 3 "
+                r"of 14, segment_start 0, epoch 1\) gives 9.*Fix: ",
             ),
             ({"steps": 2}, "steps: got 2"),
             # the attack: a mid-epoch state edited to say the epoch is done
             (
                 {"epoch_complete": True},
-                r"epoch_complete: got True, but its position \(step 3 "
-                r"of 14 of epoch 1\) gives False",
+                r"epoch_complete: got True, but its position \(prior_steps 0 \+ "
+                r"segment_steps 3 of 14, segment_start 0, epoch 1\) gives False",
             ),
             ({"epoch_complete": 1}, r"epoch_complete: got 1, .* gives False"),
         ],
