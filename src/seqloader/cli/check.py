@@ -16,8 +16,7 @@ from seqloader.cli.options import (
     positive_int,
 )
 from seqloader.cli.output import human, print_json, print_notes, progress_bar
-from seqloader.loading.plan_inputs import plan_inputs
-from seqloader.plan.planners import make_planner
+from seqloader.loading.planner_for import planner_for
 from seqloader.plan.simulate import Simulation, simulate
 
 HELP = "verify exactly-once, equal steps and worker independence for W ranks x N workers"
@@ -51,8 +50,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     opened = open_data(args)
     src = opened.source
-    lengths = {k: src.lengths(k) for k in src.keys}
-    planner = make_planner(lengths, opened.plan, src.tags, repr(src), **plan_inputs(src).kwargs())
+    planner = planner_for(src, opened.plan)
     planner.check_world(args.world_size)
     n_epochs = args.epochs or opened.plan.partition_epoch
     epochs = range(args.first_epoch, args.first_epoch + n_epochs)

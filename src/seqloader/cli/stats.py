@@ -22,11 +22,12 @@ from seqloader.cli.rates import FrameRate, frame_rate
 from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.loading.plan_inputs import plan_inputs
+from seqloader.loading.planner_for import planner_for
 from seqloader.plan.epoch_plan import list_imbalance
 from seqloader.plan.indexed import INDEXED_KINDS
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
-from seqloader.plan.planners import Planner, make_planner
+from seqloader.plan.planners import Planner
 from seqloader.plan.simulate import load_of, unit_window
 
 HELP = (
@@ -91,8 +92,8 @@ def run(args: argparse.Namespace) -> int:
     src = opened.source
     lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
     given = plan_inputs(src)
-    corpora, inputs = given.corpora, given.kwargs()
-    planner = make_planner(lengths, opened.plan, src.tags, repr(src), **inputs)
+    corpora = given.corpora
+    planner = planner_for(src, opened.plan, lengths)
     key = planner.length_key
     padding = {}
     for o in progress(orderings, not args.no_progress, "planning orderings"):
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
             continue  # refused with a global mix or file pools (PlanOptions/Planner say why)
         if opened.plan.planning == "indexed" and Ordering.parse(o).kind not in INDEXED_KINDS:
             continue  # indexed planning plans laplace and buckets:N only (PlanOptions says why)
-        ordered = make_planner(lengths, replace(opened.plan, ordering=o), src.tags, **inputs)
+        ordered = planner_for(src, replace(opened.plan, ordering=o), lengths)
         plan = ordered.global_plan(1, args.ranks)
         packed = opened.workers.layout == "packed"  # no padding delivered
         load = load_of(plan.batches, planner.lengths, unit_window(planner), packed)

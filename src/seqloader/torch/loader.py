@@ -18,13 +18,12 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from seqloader.errors import OptionError
-from seqloader.loading.bucket_store import shared_bucket_index
 from seqloader.loading.execute import Transform
-from seqloader.loading.plan_inputs import plan_inputs
+from seqloader.loading.planner_for import planner_for
 from seqloader.plan.batches import BatchList
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED
-from seqloader.plan.planners import EpochPlan, make_planner
+from seqloader.plan.planners import EpochPlan
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology
 from seqloader.sources.base import (
@@ -103,23 +102,7 @@ class SeqLoader:
             )
         self.transform = transform
         self.clock = clock
-        lengths = {k: source.lengths(k) for k in source.keys}
-        inputs = plan_inputs(source)
-        self.planner = make_planner(
-            lengths,
-            self.plan_options,
-            source.tags,
-            repr(source),
-            **inputs.kwargs(),
-            index=shared_bucket_index(  # indexed planning: once per node, memory-mapped
-                lengths,
-                self.plan_options,
-                source.fingerprint,
-                inputs.files,
-                inputs.excluded,
-                origin=repr(source),
-            ),
-        )
+        self.planner = planner_for(source, self.plan_options)
         self.length_key = self.planner.length_key
         self.planner.check_world(self.topology.world_size)  # too few files: say so now
         self._fingerprint = self.planner.fingerprint(source.fingerprint())

@@ -1,0 +1,44 @@
+"""``planner_for``: the one way a source and plan options become a planner, so that the loader,
+``seqloader check`` and ``seqloader stats`` plan the same epochs from the same inputs (the
+source's declared abilities, ``plan_inputs``; for indexed planning the node's bucket index,
+memory-mapped and built once per node, ``shared_bucket_index``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from seqloader.loading.bucket_store import NodeStore, shared_bucket_index
+from seqloader.loading.plan_inputs import plan_inputs
+from seqloader.plan.options import PlanOptions
+from seqloader.plan.planners import Planner, make_planner
+from seqloader.sources.base import Source
+
+
+def planner_for(
+    source: Source,
+    options: PlanOptions,
+    lengths: Mapping[str, np.ndarray] | None = None,
+    stores: list[NodeStore] | None = None,
+) -> Planner:
+    """The planner of ``source`` under ``options`` (``lengths``: the source's per key, when the
+    caller has them already; ``stores``: collects the node stores used or built).
+
+    >>> src = sl.MemorySource({"data": [np.ones((n, 1)) for n in (3, 5, 2)]})
+    >>> planner_for(src, sl.PlanOptions(max_seqs=2)).global_plan(1, world_size=1).steps
+    2
+    """
+    if lengths is None:
+        lengths = {k: source.lengths(k) for k in source.keys}
+    inputs = plan_inputs(source)
+    index = shared_bucket_index(  # indexed planning: once per node, memory-mapped
+        lengths,
+        options,
+        source.fingerprint,
+        inputs.files,
+        inputs.excluded,
+        origin=repr(source),
+        stores=stores,
+    )
+    return make_planner(lengths, options, source.tags, repr(source), **inputs.kwargs(), index=index)
