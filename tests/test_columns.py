@@ -146,3 +146,44 @@ def test_processes_racing_build_once(tmp_path, method) -> None:
     with open(counter) as fh:
         assert fh.read() == "x"
     assert sorted(os.listdir(tmp_path)) == ["count", "r.cols", "r.cols.lock"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 40_000),
+    damaged=st.floats(0, 1, exclude_max=True),
+    reads=st.lists(st.tuples(st.integers(0, 40_000), st.integers(0, 9_000)), max_size=6),
+)
+def test_rows_read_per_block_refuse_exactly_the_damaged_block(
+    tmp_path_factory, rows, damaged, reads
+) -> None:
+    """A lazy column read a few rows at a time (a file's row offsets): a row or slice is
+    refused exactly when it lies in a block with a changed byte, before and after the column's
+    other blocks were checked."""
+    from seqloader.sources.column_sums import BLOCK
+    from seqloader.sources.columns import DamagedStore
+
+    path = str(tmp_path_factory.mktemp("rows") / "s.cols")
+    w = StoreWriter(path, "id", lazy=("start.",))
+    w.add("start.data", np.arange(rows, dtype=np.int64))
+    w.close()
+    offset, nbytes = ColumnStore(path).byte_range("start.data")
+    at = int(damaged * nbytes)
+    with open(path, "r+b") as fh:
+        fh.seek(offset + at)
+        byte = fh.read(1)[0]
+        fh.seek(offset + at)
+        fh.write(bytes([byte ^ 0x5A]))
+    col = ColumnStore(path).rows("start.data")
+    bad = at // BLOCK
+    for a, n in [*reads, (0, rows)]:  # whole column last: every block asked
+        a = min(a, rows - 1)
+        b = min(a + n, rows)
+        for key in (a, slice(a, b)):
+            lo, hi = (a, a + 1) if isinstance(key, int) else (a, max(a, b))
+            hit = hi > lo and lo * 8 // BLOCK <= bad <= (hi * 8 - 1) // BLOCK
+            if hit:
+                with pytest.raises(DamagedStore, match=r"start\.data"):
+                    col[key]
+            else:
+                assert np.array_equal(col[key], np.arange(rows)[key])

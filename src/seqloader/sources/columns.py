@@ -43,6 +43,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import mmap
 import os
 import uuid
@@ -212,11 +213,10 @@ class CheckedRows:
             a, b, step = key.indices(len(self._view))
             if step != 1:
                 raise IndexError(f"{self!r}: only contiguous slices are read per block")
-            lo, hi = np.array([a]), np.array([max(a, b)])
+            self._store.check_span(self._name, a, max(a, b))
         else:
             i = int(key) + (len(self._view) if int(key) < 0 else 0)
-            lo, hi = np.array([i]), np.array([i + 1])
-        self._store.check_rows(self._name, lo, hi)
+            self._store.check_span(self._name, i, i + 1)
         return self._view[key]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
@@ -306,10 +306,23 @@ class ColumnStore:
         if name in self._whole:
             return
         spec = self._specs[name]
-        row = spec.dtype.itemsize * int(np.prod(spec.shape[1:], dtype=np.int64))
-        lo = np.asarray(lo, dtype=np.int64) * row
-        hi = np.asarray(hi, dtype=np.int64) * row
+        lo = np.asarray(lo, dtype=np.int64) * spec.row_bytes
+        hi = np.asarray(hi, dtype=np.int64) * spec.row_bytes
         self._check_blocks(name, blocks_of_ranges(lo, np.minimum(hi, spec.nbytes)))
+
+    def check_span(self, name: str, a: int, b: int) -> None:
+        """``check_rows`` of one range ``[a, b)``, with no array made once its blocks are checked
+        (a file's row offsets are sliced per batch and per sequence read)."""
+        if name in self._whole:
+            return
+        spec = self._specs[name]
+        lo, hi = a * spec.row_bytes, min(b * spec.row_bytes, spec.nbytes)
+        if hi <= lo:
+            return
+        first, last = lo // BLOCK, (hi - 1) // BLOCK + 1
+        done = self._checked.get(name)
+        if done is None or not (done[first] if last - first == 1 else done[first:last].all()):
+            self._check_blocks(name, np.arange(first, last, dtype=np.int64))
 
     def _check_blocks(self, name: str, blocks: np.ndarray) -> None:
         if not CHECK_CONTENTS or len(blocks) == 0:
@@ -330,11 +343,13 @@ class ColumnStore:
             if block_sum(mem[a:b], start) != expected:
                 raise self._damaged(name, block)
         done[todo] = True
+        if done.all():  # every block checked: the column is, and reads skip the check
+            self._whole.add(name)
 
     def _damaged(self, name: str, block: int) -> DamagedStore:
         spec = self._specs[name]
         a, b = block * BLOCK, min(spec.nbytes, (block + 1) * BLOCK)
-        per_row = max(1, spec.dtype.itemsize * int(np.prod(spec.shape[1:], dtype=np.int64)))
+        per_row = max(1, spec.row_bytes)
         rows = f"rows {a // per_row}..{(b - 1) // per_row}"
         fix = str(self.meta.get("rebuild", REBUILD)) if isinstance(self.meta, dict) else REBUILD
         return DamagedStore(
@@ -604,6 +619,10 @@ class _Spec:
     count: int  # items
     nbytes: int
     first_block: int  # of its sums
+
+    @property
+    def row_bytes(self) -> int:
+        return self.dtype.itemsize * math.prod(self.shape[1:])
 
 
 def _map(path: str) -> tuple[mmap.mmap, dict[str, Any], int]:
