@@ -481,3 +481,27 @@ def test_every_corpus_delivers_each_utterance_once(
                         if m
                     ]
             assert sorted(seen) == sorted(src.tags), (name, distribution)
+
+
+@pytest.mark.parametrize("single", [False, True])
+def test_a_skipme_entry_excuses_its_own_shards_member_only(tmp_path, single) -> None:
+    """A member named as one a _skipme entry of another shard names (a recording split over two
+    shards keeps its name in both) is still a member without entry in its own shard; with one
+    manifest per tar and with one manifest split by shard_id."""
+    tar_of(tmp_path / "audio_0.tar", [("a.wav", wav()), ("x.wav", wav())])
+    tar_of(tmp_path / "audio_1.tar", [("b.wav", wav()), ("x.wav", wav())])
+    for n, lines in enumerate(
+        [
+            [{"audio_filepath": "a.wav"}, {"audio_filepath": "x.wav", "_skipme": True}],
+            [{"audio_filepath": "b.wav"}],
+        ]
+    ):
+        text = "".join(json.dumps({**e, "duration": 0.2, "shard_id": n}) + "\n" for e in lines)
+        with (tmp_path / ("manifest.json" if single else f"manifest_{n}.json")).open("a") as fh:
+            fh.write(text)
+    with pytest.raises(DataError, match=r"audio_1\.tar.*x\.wav.*member without entry"):
+        ShardSource.nemo(
+            str(tmp_path / ("manifest.json" if single else "manifest__OP_0..1_CL_.json")),
+            str(tmp_path / "audio__OP_0..1_CL_.tar"),
+            index_dir=tmp_path / "index",
+        )

@@ -92,11 +92,11 @@ def listing_entries(
     data: bytes | None,
     label: str,
     problems: Problems,
-    skipped: set[str],
+    skipped: list[Entry],
 ) -> list[Entry]:
     """The entries of shard ``shard``'s listing (Shar cuts or NeMo manifest). NeMo entries with
-    a true ``_skipme`` are left out, as NeMo's reader leaves them out, and counted; their members'
-    keys go to ``skipped`` (such a member is no "member without entry")."""
+    a true ``_skipme`` are left out, as NeMo's reader leaves them out, and counted; they go to
+    ``skipped`` (their shard's member is no "member without entry")."""
     path = layout.shards[shard].listing
     assert path is not None
     out: list[Entry] = []
@@ -107,7 +107,7 @@ def listing_entries(
         entry = nemo_entry(line, item, label)
         if item.get("_skipme"):
             problems.left_out(SKIPME, f"{label} line {line} (key {entry.key!r})")
-            skipped.add(entry.member or entry.key)
+            skipped.append(entry)
         else:
             out.append(entry)
     return out

@@ -67,7 +67,7 @@ from seqloader.sources.tar_index import BLOCK, TarMembers, read_member, scan_tar
 
 log = logging.getLogger("seqloader")
 
-INDEX_VERSION = "shards3"  # the index's columns; a change of columns changes it
+INDEX_VERSION = "shards4"  # the index's columns; a change of columns changes it
 
 
 class ShardSource(SourceBase):
@@ -219,7 +219,7 @@ class ShardSource(SourceBase):
         self, tars: list[str], remote: list[RemoteFile] | None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         layout, problems, out = self.layout, Problems(self.options.on_error == "skip"), Collector()
-        skipped: set[str] = set()  # NeMo: members of entries marked _skipme
+        skipped: dict[int, set[str]] = {}  # NeMo: shard -> members of its entries marked _skipme
         listed = self._nemo_entries(remote, problems, skipped) if layout.name == "nemo" else {}
         for f, shard in enumerate(layout.shards):
             label = shard.tar
@@ -239,7 +239,7 @@ class ShardSource(SourceBase):
                     listed[f]
                     if f in listed
                     else listing_entries(
-                        layout, f, self._listing_bytes(f, remote), shard.listing, problems, skipped
+                        layout, f, self._listing_bytes(f, remote), shard.listing, problems, []
                     )
                 )
                 members = index_members(layout, local, label) if local is not None else None
@@ -260,7 +260,7 @@ class ShardSource(SourceBase):
                     shard.listing or label,
                     problems,
                     wants,
-                    skipped,
+                    skipped.get(f, set()),
                 )
                 if layout.name == "nemo" and local is not None:  # the rate is the audio's own
                     for e, rate in zip(
@@ -276,16 +276,17 @@ class ShardSource(SourceBase):
             "texts": out.all_texts(),
             "problems": problems.counts,
             "examples": problems.examples,
-            "skipped members": sorted(skipped),
+            "skipped members": {str(f): sorted(m) for f, m in skipped.items()},
         }
         return out.columns(), meta
 
     def _nemo_entries(
-        self, remote: list[RemoteFile] | None, problems: Problems, skipped: set[str]
+        self, remote: list[RemoteFile] | None, problems: Problems, skipped: dict[int, set[str]]
     ) -> dict[int, list[Entry]]:
         """Every NeMo shard's entries, each manifest read once: a manifest serving several tars
         (or one naming several shard_ids) is split by shard_id, matched to the number in each
-        tar's name (``split_by_shard_id``)."""
+        tar's name (``split_by_shard_id``). ``skipped``: shard -> the members of its entries
+        marked ``_skipme`` (member names repeat across shards)."""
         by_listing: dict[str, list[int]] = {}
         for f, shard in enumerate(self.layout.shards):
             assert shard.listing is not None
@@ -293,12 +294,18 @@ class ShardSource(SourceBase):
         out: dict[int, list[Entry]] = {}
         for listing, fs in by_listing.items():
             data = self._listing_bytes(fs[0], remote)
-            entries = listing_entries(self.layout, fs[0], data, listing, problems, skipped)
+            left_out: list[Entry] = []
+            entries = listing_entries(self.layout, fs[0], data, listing, problems, left_out)
             if len(fs) == 1 and len({e.shard_id for e in entries}) <= 1:
                 out[fs[0]] = entries
+                skipped[fs[0]] = {e.member or e.key for e in left_out}
                 continue
             shards = [self.layout.shards[f] for f in fs]
             numbers = [s.number for s in shards]
+            slot = {n: f for n, f in zip(numbers, fs, strict=True)}
+            for e in left_out:  # an entry of a shard not given excuses no member
+                if e.shard_id in slot:
+                    skipped.setdefault(slot[e.shard_id], set()).add(e.member or e.key)
             parts = split_by_shard_id(entries, numbers, listing, [s.tar for s in shards], problems)
             out.update(zip(fs, parts))
         return out
@@ -609,7 +616,7 @@ class ShardSource(SourceBase):
             self.layout.shards[f].listing or label,
             problems,
             wants,
-            set(self._store.meta["skipped members"]),
+            set(self._store.meta["skipped members"].get(str(f), ())),
         )
         if problems.counts:  # skip: entries without members are counted when read; say the rest
             warnings.warn(
