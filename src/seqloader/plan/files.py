@@ -73,6 +73,20 @@ class EpochFiles:
         return self.files[self.part_starts[p] : self.part_starts[p + 1]]
 
 
+def distributed_files(distribution: str, files: object, n: int, origin: str) -> np.ndarray | None:
+    """The source's file layout (int64 ``[F + 1]``, checked) when ``distribution="files"``
+    plans by it; None otherwise. Refuses a source without one, naming the fix."""
+    if distribution != "files":
+        return None
+    if files is None:
+        raise OptionError(
+            f"distribution='files' needs a source that says which sequences each of its "
+            f"files holds (file_layout()), but {origin or 'the source'} does not. Fix: "
+            "use distribution='shard', or give the source a file_layout() (HasFiles)."
+        )
+    return checked_file_bounds(files, n, origin)
+
+
 def check_file_count(counts: np.ndarray, parts: int, world_size: int, origin: str) -> None:
     """A sub-epoch should give every rank at least one file: refuse fewer files than
     ``parts * world_size`` (counting files that hold admitted sequences: ``counts`` per file)."""

@@ -50,7 +50,7 @@ from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
 from seqloader.plan.files import (
     assign_lpt,
     check_file_count,
-    checked_file_bounds,
+    distributed_files,
     epoch_files,
     files_read,
     units_of,
@@ -80,7 +80,7 @@ from seqloader.plan.indexed_plan import (
 )
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import BatchLimits
-from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
+from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
 from seqloader.plan.planner import Admission, EpochIndex, default_length_key
@@ -222,17 +222,10 @@ class IndexedPlanner:
         self._extra = b"indexed"
         for reason, mask in sorted((excluded or {}).items()):
             self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
-        self.files: np.ndarray | None = None
         self._units_kept: tuple[tuple[int, int, int], Units] | None = None
         self._segments_kept: tuple[tuple[int, int, int] | None, dict[tuple, Segment]] = (None, {})
-        if options.distribution == "files":
-            if files is None:
-                raise OptionError(
-                    f"distribution='files' needs a source that says which sequences each of its "
-                    f"files holds (file_layout()), but {origin or 'the source'} does not. Fix: "
-                    "use distribution='shard', or give the source a file_layout() (HasFiles)."
-                )
-            self.files = checked_file_bounds(files, len(main), origin)
+        self.files = distributed_files(options.distribution, files, len(main), origin)
+        if self.files is not None:
             self._extra += b"files" + self.files.tobytes()
         if index is None:
             adm = main if self._mask is None else main[self._mask]
@@ -246,12 +239,7 @@ class IndexedPlanner:
         self.index = index
         self.k = batch_sizes(index.longest, cost, options.max_seqs, self.budget)  # [N]
         if options.mix is not None:
-            if corpora is None:
-                raise OptionError(
-                    f"mix={dict(options.mix)} needs named corpora, but {origin or 'the source'} "
-                    "has none. Fix: wrap the corpora in seqloader.ConcatSource({'name': source, "
-                    "...}), or leave mix out."
-                )
+            corpora = mixed_corpora(options.mix, corpora, origin)
             self.mix = IndexedMix(options.seed, options.mix, corpora, index, main, self._mask)
             self._extra += b"mix" + repr(corpora.names).encode() + corpora.bounds.tobytes()
         if self.files is not None:

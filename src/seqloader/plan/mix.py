@@ -149,6 +149,17 @@ def resolve_rates(
     return tuple(mix_rate(n, mix.get(n, 1)) for n in corpora.names)
 
 
+def mixed_corpora(mix: Mapping[str, object], corpora: Corpora | None, origin: str) -> Corpora:
+    """The named corpora ``mix`` draws from; refuses a source without any, naming the fix."""
+    if corpora is None:
+        raise OptionError(
+            f"mix={dict(mix)} needs named corpora, but {origin or 'the source'} "
+            "has none. Fix: wrap the corpora in seqloader.ConcatSource({'name': source, "
+            "...}), or leave mix out."
+        )
+    return corpora
+
+
 def refuse_empty_corpora(corpora: Corpora, admitted: Sequence[int]) -> None:
     """A mix cannot draw from a corpus without admitted sequences: an error naming it and why
     (empty, or all filtered), whatever the planning."""

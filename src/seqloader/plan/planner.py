@@ -34,6 +34,7 @@ from seqloader.plan.files import (
     assign_lpt,
     check_file_count,
     checked_file_bounds,
+    distributed_files,
     epoch_files,
     equalise,
     file_counts,
@@ -44,7 +45,7 @@ from seqloader.plan.files import (
 )
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import Batcher, BatchLimits
-from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan
+from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
 from seqloader.plan.pools import FilePools
@@ -276,6 +277,41 @@ class Planner:
         for mask in (excluded or {}).values():
             m = np.asarray(mask, dtype=bool)
             self._excluded = m.copy() if self._excluded is None else self._excluded | m
+        self._plan_units(lengths, options, tags, origin)
+        #: the admitted sequences in stored order (ascending, or the subset's order)
+        self._pool = self._pool_all[self._admitted_mask[self._pool_all]]
+        self.batcher = Batcher(limits, {**lengths, key: self.lengths})  # one int64 copy
+        if not plain:
+            self._check_fits(tags, origin)
+        self.costs = self.batcher.costs  # int64 [n] what max_frames bounds, per sequence
+        self.budget = self.batcher.budget  # max_frames in cost units (the length key's)
+        ordering = options.parsed_ordering
+        check_bins(ordering, options.ordering, len(self.lengths))
+        self._arrange_buckets(key)
+        self.corpora = corpora
+        self.mix: EpochMix | None = None
+        if options.mix is not None:
+            corpora = mixed_corpora(options.mix, corpora, origin)
+            self.mix = MixPlan(options.seed, options.mix, corpora, self.admission.admitted)
+        self._epoch_files: dict[int, EpochFiles] = {}  # seed epoch -> its files (the last one)
+        self.files = distributed_files(options.distribution, files, len(self.lengths), origin)
+        if self.files is not None:  # int64 [F + 1] with distribution="files"
+            self._extra += b"files" + self.files.tobytes()
+            adm = self.admission.admitted
+            self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
+            self._file_counts = file_counts(self.files, adm)  # [F]
+        self._select_epochs(selections, pools, origin)
+        self.origin = origin
+
+    def _plan_units(
+        self,
+        lengths: Mapping[str, np.ndarray],
+        options: PlanOptions,
+        tags: Sequence[str] | None,
+        origin: str,
+    ) -> None:
+        """The planned units: a fixed random subset of the sequences, and with chunking their
+        chunks (sequences without one are counted as filtered)."""
         #: every sequence in stored order (what orderings start from); a fixed random subset
         #: re-orders and cuts it, as RETURNN re-indexes its data
         self._pool_all = np.arange(len(self.lengths), dtype=np.int64)
@@ -290,7 +326,7 @@ class Planner:
         #: chunking: the chunks of every admitted sequence (None: the planned units are the
         #: sequences themselves)
         self.chunks: ChunkTable | None = None
-        if chunked:
+        if options.chunking is not None:
             spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
             self.chunks = chunk_table(
                 lengths, spec, options.min_chunk_size, self._admitted_mask, tags, origin
@@ -299,15 +335,12 @@ class Planner:
             none = self._admitted_mask & (np.diff(self.chunks.first) == 0)
             self.admission = self.admission.without(none, f"no chunk ({chunkless_reason(options)})")
             self._admitted_mask[none] = False
-        #: the admitted sequences in stored order (ascending, or the subset's order)
-        self._pool = self._pool_all[self._admitted_mask[self._pool_all]]
-        self.batcher = Batcher(limits, {**lengths, key: self.lengths})  # one int64 copy
-        if not plain:
-            self._check_fits(tags, origin)
-        self.costs = self.batcher.costs  # int64 [n] what max_frames bounds, per sequence
-        self.budget = self.batcher.budget  # max_frames in cost units (the length key's)
+
+    def _arrange_buckets(self, key: str) -> None:
+        """``buckets:N``: the bucket edges over the admitted units' lengths and costs (chunking:
+        every chunk's window)."""
+        options = self.options
         ordering = options.parsed_ordering
-        check_bins(ordering, options.ordering, len(self.lengths))
         self.bucket_edges = np.zeros(0, dtype=np.int64)
         #: what buckets:N arranges, per unit (sequence index, or chunk number): lengths, costs
         self._arranged = (self.lengths, self.costs)
@@ -321,30 +354,12 @@ class Planner:
                     costs = self.batcher.limits.units(key, every)
                 self._arranged = (lens, costs)
             self.bucket_edges = bucket_edges(lens, costs, ordering.bins or 1)
-        self.corpora = corpora
-        self.mix: EpochMix | None = None
-        if options.mix is not None:
-            if corpora is None:
-                raise OptionError(
-                    f"mix={dict(options.mix)} needs named corpora, but {origin or 'the source'} "
-                    "has none. Fix: wrap the corpora in seqloader.ConcatSource({'name': source, "
-                    "...}), or leave mix out."
-                )
-            self.mix = MixPlan(options.seed, options.mix, corpora, self.admission.admitted)
-        self.files: np.ndarray | None = None  # int64 [F + 1] with distribution="files"
-        self._epoch_files: dict[int, EpochFiles] = {}  # seed epoch -> its files (the last one)
-        if options.distribution == "files":
-            if files is None:
-                raise OptionError(
-                    f"distribution='files' needs a source that says which sequences each of its "
-                    f"files holds (file_layout()), but {origin or 'the source'} does not. Fix: "
-                    "use distribution='shard', or give the source a file_layout() (HasFiles)."
-                )
-            self.files = checked_file_bounds(files, len(self.lengths), origin)
-            self._extra += b"files" + self.files.tobytes()
-            adm = self.admission.admitted
-            self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
-            self._file_counts = file_counts(self.files, adm)  # [F]
+
+    def _select_epochs(
+        self, selections: Sequence[EpochSelection], pools: FilePools | None, origin: str
+    ) -> None:
+        """Epoch selections and per-sub-epoch file pools, checked against the options."""
+        options = self.options
         self.selections = checked_selections(selections, len(self.lengths))
         if self.selections and (
             options.mix is not None or options.distribution == "files" or pools is not None
@@ -360,7 +375,6 @@ class Planner:
         self.pools = pools
         if pools is not None:
             self._validate_pools(pools, origin)
-        self.origin = origin
 
     def _validate_pools(self, pools: FilePools, origin: str) -> None:
         """File pools are RETURNN's: its seeding, and no option that orders across pools."""
