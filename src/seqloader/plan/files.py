@@ -87,6 +87,16 @@ def distributed_files(distribution: str, files: object, n: int, origin: str) -> 
     return checked_file_bounds(files, n, origin)
 
 
+def refuse_files_start(start: int) -> None:
+    """``distribution="files"`` plans continue after an elastic resume from their segment
+    history (``files_plan``), never from a start position: refuse one."""
+    if start:
+        raise OptionError(
+            "distribution='files' plans continue after an elastic resume from their "
+            "segment history (files_plan), not from a start position"
+        )
+
+
 def check_file_count(counts: np.ndarray, parts: int, world_size: int, origin: str) -> None:
     """A sub-epoch should give every rank at least one file: refuse fewer files than
     ``parts * world_size`` (counting files that hold admitted sequences: ``counts`` per file)."""

@@ -53,6 +53,7 @@ from seqloader.plan.files import (
     distributed_files,
     epoch_files,
     files_read,
+    refuse_files_start,
     units_of,
 )
 from seqloader.plan.histogram import (
@@ -454,11 +455,7 @@ class IndexedPlanner:
     ) -> EpochPlan:
         Topology(0, world_size)
         if self.files is not None:
-            if start:
-                raise OptionError(
-                    "distribution='files' plans continue after an elastic resume from their "
-                    "segment history (files_plan), not from a start position"
-                )
+            refuse_files_start(start)
             return self.files_plan(epoch, world_size)[0]
         table = self.table(epoch, order_world_size or world_size)
         first = table.batch_at(int(start))

@@ -40,6 +40,7 @@ from seqloader.plan.files import (
     file_counts,
     file_frames,
     files_read,
+    refuse_files_start,
     split_units,
     units_of,
 )
@@ -772,11 +773,7 @@ class Planner:
         Topology(0, world_size)  # validates world_size
         buckets = self.options.parsed_ordering.is_buckets
         if self.files is not None:
-            if start:
-                raise OptionError(
-                    "distribution='files' plans continue after an elastic resume from their "
-                    "segment history (files_plan), not from a start position"
-                )
+            refuse_files_start(start)
             return self.files_plan(epoch, world_size)[0]
         if self.pools is not None:
             self.check_pools(world_size)
