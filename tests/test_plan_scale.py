@@ -1,5 +1,5 @@
 """A 200k-sequence plan (the scale of a real corpus, checked with vectorised assertions): arrays,
-not Python lists, and the contracts hold. No timing here; docs/planning.md records measurements."""
+not Python lists, and the contracts hold. No timing here; docs/performance.md records measurements."""
 
 from __future__ import annotations
 
