@@ -22,6 +22,7 @@ from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan import planner as planner_module
 from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.planner import PLAN_ALGORITHM
+from seqloader.plan.position import SEGMENT_HISTORY
 
 
 def lengths(n: int, high: int, empty_every: int = 0) -> np.ndarray:
@@ -193,7 +194,15 @@ def digest(case: dict) -> str:
         steps, new_world = case["elastic"]
         rest, position = continue_plan(planner, Position(epoch, 0, world, steps), new_world)
         content["continued"] = plan_fields(rest)
-        content["position"] = position.to_fields()
+        fields = position.to_fields()
+        # every elastic state records the segment it left as (world size, steps), replayed as a
+        # check when it is loaded; files plans always kept it (it decides their next segment), so
+        # it stays in their digest, while for orders it is a record of the case's own (world,
+        # steps), checked here rather than digested, so their digests stay those of /1
+        assert fields[SEGMENT_HISTORY] == [[world, steps]]
+        if options.distribution != "files":
+            del fields[SEGMENT_HISTORY]
+        content["position"] = fields
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
