@@ -12,6 +12,9 @@ lengths and data sum to a file. The reference is RETURNN's own pipeline, run in 
 - killed by its own recorder mid sub-epoch 2, restarted (same and another number of ranks): the
   next sub-epochs are exactly an uninterrupted run's batches (slow);
 - a MetaDataset and an OggZip corpus (features to float rounding): RETURNN's batches (slow);
+- a sub-epoch whose plan gives some rank a step of filler repeats only is refused on every
+  rank before its first batch (one rank failing mid-epoch left the others in the engine's
+  all-reduce); otherwise ``num_seqs`` and ``complete_frac`` are the plan's, counted once;
 - refusals: untested RETURNN versions, a second call, a call outside a RETURNN config, an
   extern_data key the loader lacks.
 """
@@ -30,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seqloader.errors import OptionError
 
@@ -404,3 +409,78 @@ def test_raw_batches_are_returnns_collate(packing: dict | None) -> None:
             else:
                 assert ours[key].dtype == value.dtype and torch.equal(ours[key], value), key
         assert ours["seq_idx"].tolist() == list(range(7, 7 + batch.size))
+
+
+def _every_rank(
+    lengths: list[int], world_size: int, epoch: int = 1, **options: object
+) -> list[list[dict] | OptionError]:
+    """``engine_epoch`` on each rank's own loader (each rank plans alone, as under the engine):
+    per rank its raw batches, or the error its first ``next()`` raised."""
+    import seqloader as sl
+
+    source = sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in lengths]})
+    results: list[list[dict] | OptionError] = []
+    for rank in range(world_size):
+        loader = sl.SeqLoader(source, rank=rank, world_size=world_size, **options)  # type: ignore[arg-type]
+        raws = hook.engine_epoch(loader, epoch, None)
+        try:
+            first = next(raws, None)  # an empty sub-epoch: none
+        except OptionError as e:
+            results.append(e)
+            continue
+        results.append([] if first is None else [first, *raws])
+    return results
+
+
+def test_a_step_of_only_filler_repeats_on_one_rank_is_refused_on_every_rank() -> None:
+    """3 sequences, 1 per batch, 2 ranks: rank 1's step 1 holds only a filler repeat, rank 0's
+    steps are all real. Rank 1 used to fail at that step alone while rank 0 waited for it in the
+    engine's per-step all-reduce (a hang); now both ranks raise the same error before their
+    first batch."""
+    import seqloader as sl
+
+    source = sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5, 2)]})
+    plan = sl.SeqLoader(source, max_seqs=1, rank=0, world_size=2).global_plan(1)
+    assert plan.rank_share(0).real.all()
+    assert plan.rank_share(1).batch(1)[1].tolist() == [False]
+    results = _every_rank([3, 5, 2], 2, max_seqs=1)
+    assert all(isinstance(r, OptionError) for r in results), results
+    assert len({str(r) for r in results}) == 1
+    assert "sub-epoch 1 has 3 sequences for 2 steps x 2 ranks: rank 1 at step 1" in str(results[0])
+    assert "Fix: fewer ranks, or a smaller partition_epoch" in str(results[0])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.integers(1, 9), min_size=1, max_size=24),
+    st.integers(1, 4),
+    st.integers(1, 4),
+    st.integers(1, 3),
+    st.integers(1, 3),
+)
+def test_every_rank_gets_the_plans_counts_or_the_same_refusal(
+    lengths: list[int], max_seqs: int, world_size: int, partition_epoch: int, epoch: int
+) -> None:
+    """Each rank's loader planned once per sub-epoch: every rank refuses it alike exactly when
+    the plan gives some rank a step of filler repeats only; else every rank runs the plan's
+    steps with ``num_seqs`` its real sequences and ``complete_frac`` all ranks' real sequences
+    through the step over the sub-epoch's (``EpochPlan.consumed_seqs``, as before)."""
+    import seqloader as sl
+
+    options = {"max_seqs": max_seqs, "partition_epoch": partition_epoch, "ordering": "random"}
+    source = sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in lengths]})
+    plan = sl.SeqLoader(source, rank=0, world_size=world_size, **options).global_plan(epoch)  # type: ignore[arg-type]
+    shares = [plan.rank_share(r) for r in range(world_size)]
+    filler_step = any(not s.batch(k)[1].any() for s in shares for k in range(len(s)))
+    results = _every_rank(lengths, world_size, epoch, **options)
+    if filler_step:
+        assert all(isinstance(r, OptionError) for r in results), results
+        assert len({str(r) for r in results}) == 1
+        return
+    total = max(plan.real_total(), 1)
+    for share, raws in zip(shares, results, strict=True):
+        assert isinstance(raws, list) and len(raws) == plan.steps
+        assert [int(r["num_seqs"]) for r in raws] == [share.real_count()] * plan.steps
+        expected = [np.float32(plan.consumed_seqs(s + 1) / total) for s in range(plan.steps)]
+        assert [r["complete_frac"].item() for r in raws] == [e.item() for e in expected]
+        assert [int(r["epoch"]) for r in raws] == [epoch] * plan.steps

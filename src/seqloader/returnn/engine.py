@@ -16,6 +16,7 @@ import re
 import sys
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ import torch
 
 from seqloader.errors import OptionError
 from seqloader.extras import require
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.returnn.config import TRAIN, returnn_datasets
 from seqloader.torch.batch import Batch
 from seqloader.torch.loader import SeqLoader
@@ -198,22 +200,8 @@ def engine_loader_class() -> type:
             return self._epoch(int(engine.epoch))
 
         def _epoch(self, epoch: int) -> Iterator[dict[str, Any]]:
-            loader = self.loader
-            plan = loader.global_plan(epoch)
-            num_seqs = plan.rank_share(loader.topology.rank).real_count()
-            total = max(plan.real_total(), 1)
-            done = 0
-            for batch in loader.epoch(epoch):
-                raw = raw_batch(batch, self._packing, done, self._rename)
-                done += len(raw["seq_tag"])
-                raw["epoch"] = np.array(epoch)
-                raw["num_seqs"] = np.array(num_seqs)
-                # the same on every rank: all ranks' sequences through this step
-                raw["complete_frac"] = np.array(
-                    plan.consumed_seqs(batch.step + 1) / total, dtype=np.float32
-                )
-                yield raw
-            report = loader.report()
+            yield from engine_epoch(self.loader, epoch, self._packing, self._rename, self.name)
+            report = self.loader.report()
             if report is not None:
                 _log(f"seqloader {self.name}: {report.format()}")
 
@@ -224,6 +212,91 @@ def engine_loader_class() -> type:
             return f"EngineLoader({self.name!r}, {self.loader.source!r})"
 
     return EngineLoader
+
+
+def engine_epoch(
+    loader: SeqLoader,
+    epoch: int,
+    packing: Mapping[str, Any] | None,
+    rename: Mapping[str, str] | None = None,
+    name: str = TRAIN,
+) -> Iterator[dict[str, Any]]:
+    """``loader``'s batches of ``epoch`` as the engine's raw dicts (``raw_batch``) with RETURNN's
+    ``epoch``, ``num_seqs`` (this rank's sequences) and ``complete_frac`` (all ranks' sequences
+    through this step: the same on every rank). The epoch is planned once (``loader.epoch``); the
+    counts come from that plan, once per epoch, and a step that holds only filler repeats on
+    some rank is refused on every rank before the first batch (``check_no_filler_step``).
+
+    >>> src = sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5, 2)]})
+    >>> [(r["num_seqs"].item(), r["complete_frac"].item()) for r in engine_epoch(sl.SeqLoader(src, max_seqs=2), 1, None)]
+    [(3, 0.6666666865348816), (3, 1.0)]
+    """
+    batches = loader.epoch(epoch)
+    plan = loader.running_plan
+    assert plan is not None  # epoch() planned it
+    counts = StepCounts.of(plan)
+    counts.check_no_filler_step(name, epoch)
+    rank = loader.topology.rank
+    num_seqs = int(counts.real[:, rank].sum())
+    total = max(int(counts.through[-1]), 1)
+    done = 0
+    for batch in batches:
+        raw = raw_batch(batch, packing, done, rename)
+        done += len(raw["seq_tag"])
+        raw["epoch"] = np.array(epoch)
+        raw["num_seqs"] = np.array(num_seqs)
+        raw["complete_frac"] = np.array(counts.through[batch.step + 1] / total, dtype=np.float32)
+        yield raw
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """Real sequences of one (sub-)epoch's plan per step and rank, counted once per epoch (one
+    cumulative sum over its slots): ``real`` int64 ``[steps, world_size]``, ``through`` int64
+    ``[steps + 1]`` (all ranks' real sequences of the first ``s`` steps, ``consumed_seqs(s)``).
+
+    >>> plan = sl.SeqLoader(sl.MemorySource({"x": [np.ones(2)] * 3}), max_seqs=1, rank=0, world_size=2).global_plan(1)
+    >>> counts = StepCounts.of(plan)
+    >>> counts.real.tolist(), counts.through.tolist()
+    ([[1, 1], [1, 0]], [0, 2, 3])
+    """
+
+    real: np.ndarray
+    through: np.ndarray
+
+    @classmethod
+    def of(cls, plan: EpochPlan) -> StepCounts:
+        b, world_size = plan.batches, plan.world_size
+        n = plan.steps * world_size
+        slots = np.zeros(len(b.real) + 1, dtype=np.int64)
+        np.cumsum(b.real, out=slots[1:])
+        at = slots[b.bounds[: n + 1]]  # [n + 1] real sequences before each batch
+        return cls(np.diff(at).reshape(plan.steps, world_size), at[::world_size])
+
+    def check_no_filler_step(self, name: str, epoch: int) -> None:
+        """Refuse a plan in which some rank has a step of filler repeats only: RETURNN's engine
+        cannot skip a step (a batch must hold data) and would fail there on that rank alone,
+        leaving the others waiting in its per-step all-reduce. Every rank computes the same
+        plan, so every rank raises here, before the first batch.
+
+        >>> StepCounts(np.array([[1, 1], [1, 0]]), np.array([0, 2, 3])).check_no_filler_step("train", 3)
+        Traceback (most recent call last):
+        ...
+        seqloader.errors.OptionError: seqloader: the train dataset's sub-epoch 3 has 3 sequences for 2 steps x 2 ranks: rank 1 at step 1 would get only filler repeats, ...
+        """
+        empty = np.argwhere(self.real == 0)  # [k, 2] (step, rank)
+        if not len(empty):
+            return
+        steps, world_size = self.real.shape
+        where = ", ".join(f"rank {r} at step {s}" for s, r in empty[:5].tolist())
+        more = f" (and {len(empty) - 5} more)" if len(empty) > 5 else ""
+        raise OptionError(
+            f"seqloader: the {name} dataset's sub-epoch {epoch} has {int(self.through[-1])} "
+            f"sequences for {steps} steps x {world_size} ranks: {where}{more} would get only "
+            "filler repeats, and RETURNN's engine cannot skip a step (the other ranks would wait "
+            "for that rank forever). Fix: fewer ranks, or a smaller partition_epoch (more "
+            "sequences per sub-epoch)"
+        )
 
 
 def returnn_names(ours: Sequence[str], theirs: Sequence[str]) -> dict[str, str]:

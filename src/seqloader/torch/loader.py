@@ -159,6 +159,12 @@ class SeqLoader:
         """Steps every rank takes in ``epoch``."""
         return self.global_plan(epoch).steps
 
+    @property
+    def running_plan(self) -> EpochPlan | None:
+        """All ranks' batches that the last ``epoch()`` call runs (planned once by it; None
+        before the first call), for counts that every rank must derive alike."""
+        return self._state.segment
+
     # ---- execution ----
     def epoch(self, epoch: int) -> Generator[Batch, None, None]:
         """Yield this rank's batches of ``epoch`` (from the resume position, if one was loaded).
