@@ -31,7 +31,6 @@ counts per unit of the epoch (``seqloader.plan.indexed_files``).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
@@ -56,6 +55,7 @@ from seqloader.plan.files import (
     refuse_files_start,
     units_of,
 )
+from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.histogram import (
     BucketIndex,
     batch_sizes,
@@ -683,17 +683,9 @@ class IndexedPlanner:
         return PlannedImbalance(partial(list_imbalance, plan, from_step, self.costs))
 
     def fingerprint(self, source_fingerprint: str) -> str:
-        h = hashlib.sha256()
-        for part in (
-            self.algorithm,
-            source_fingerprint,
-            self.options.to_json(),
-            self.length_key,
-        ):
-            h.update(part.encode())
-            h.update(b"\0")
-        h.update(self._extra)
-        return h.hexdigest()[:32]
+        return plan_fingerprint(
+            self.algorithm, source_fingerprint, self.options, self.length_key, self._extra
+        )
 
 
 class MaskAdmission(Admission):

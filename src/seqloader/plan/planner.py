@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import cast
@@ -44,6 +43,7 @@ from seqloader.plan.files import (
     split_units,
     units_of,
 )
+from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import Batcher, BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
@@ -211,8 +211,12 @@ class Planner:
     pools: FilePools | None = None
     #: the sequences some epochs keep (``seqloader.plan.selections``)
     selections: tuple[EpochSelection, ...] = ()
-    #: the planning algorithm's id (in the plan fingerprint; named when a state is refused)
-    algorithm: str = PLAN_ALGORITHM
+
+    @property
+    def algorithm(self) -> str:
+        """The planning algorithm's id (in the plan fingerprint; named when a state is refused);
+        read from the module so that bumping ``PLAN_ALGORITHM`` is the one place to change."""
+        return PLAN_ALGORITHM
 
     def __init__(
         self,
@@ -987,9 +991,6 @@ class Planner:
     def fingerprint(self, source_fingerprint: str) -> str:
         """What all ranks (and a resumed run) must agree on: data, options, length key, and the
         planning algorithm's version (a seqloader that plans differently must not mix in)."""
-        h = hashlib.sha256()  # a mix: its rates are in the options, its corpora in the source's
-        for part in (PLAN_ALGORITHM, source_fingerprint, self.options.to_json(), self.length_key):
-            h.update(part.encode())
-            h.update(b"\0")
-        h.update(self._extra)  # order lengths / exclusions, when given
-        return h.hexdigest()[:32]
+        return plan_fingerprint(  # _extra: order lengths, exclusions, files, pools, selections
+            self.algorithm, source_fingerprint, self.options, self.length_key, self._extra
+        )
