@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.plan.batches import BatchList
+from seqloader.plan.options import Uneven
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class GlobalPlan:
         return self.batches.take(ids)
 
 
-def distribute_shard(batches: BatchList, world_size: int, uneven: str) -> GlobalPlan:
+def distribute_shard(batches: BatchList, world_size: int, uneven: Uneven) -> GlobalPlan:
     """Share one batch list among ranks, handling a last round that is not full."""
     n_batches = len(batches)
     if n_batches % world_size == 0:

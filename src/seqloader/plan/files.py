@@ -40,6 +40,7 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
+from seqloader.plan.options import Uneven
 from seqloader.plan.ordering import argsort_by
 
 
@@ -220,7 +221,7 @@ def assign_lpt(weights: np.ndarray, world_size: int) -> np.ndarray:
     return out
 
 
-def equalise(per_rank: list[BatchList], uneven: str) -> tuple[list[BatchList], int]:
+def equalise(per_rank: list[BatchList], uneven: Uneven) -> tuple[list[BatchList], int]:
     """Give every rank the same number of batches (see the module doc) -> (batch lists, real
     sequences dropped)."""
     if uneven == "drop":

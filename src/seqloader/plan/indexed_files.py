@@ -34,7 +34,7 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
 from seqloader.plan.histogram import merge_small
 from seqloader.plan.indexed_replay import LiveUnits, laplace_consumed
-from seqloader.plan.options import Ordering
+from seqloader.plan.options import Ordering, Uneven
 from seqloader.plan.pieces import split_pieces
 
 
@@ -115,7 +115,7 @@ class Segment:
         world_size: int,
         index: int,
         ordering: Ordering,
-        uneven: str,
+        uneven: Uneven,
         order_rng: Callable[[int], np.random.Generator],
     ) -> None:
         self.units, self.start, self.world_size, self.index = units, start, world_size, index

@@ -30,6 +30,7 @@ from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bijection import Bijection
 from seqloader.plan.buckets import WINDOW_BATCHES
+from seqloader.plan.options import Uneven
 from seqloader.plan.ordering import argsort_by
 from seqloader.plan.pieces import split_pieces
 
@@ -159,7 +160,7 @@ class IndexedPlan:
     ``world_size`` ranks (see the module doc)."""
 
     def __init__(
-        self, table: BatchTable, draw: Draw, world_size: int, start: int, uneven: str
+        self, table: BatchTable, draw: Draw, world_size: int, start: int, uneven: Uneven
     ) -> None:
         self.world_size = world_size
         self.table, self.draw, self.start, self.uneven = table, draw, start, uneven

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.plan.options import Ordering
+from seqloader.plan.options import Ordering, Uneven
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class LiveUnits:
 
     world_size: int
     steps: int
-    uneven: str
+    uneven: Uneven
     ordering: Ordering
     num_units: int  #: every unit of the epoch (the result's length)
     live: np.ndarray  #: [L] unit ids
