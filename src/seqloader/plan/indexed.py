@@ -79,12 +79,11 @@ from seqloader.plan.indexed_plan import (
     SortedWindows,
     ranges,
 )
-from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
-from seqloader.plan.planner import Admission, EpochIndex, default_length_key
+from seqloader.plan.planner import Admission, EpochIndex, admit_mask, default_length_key
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
@@ -214,7 +213,7 @@ class IndexedPlanner:
         self.budget = limits.padded.get(key)
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
-        self._mask, self._filtered, self._examples = _admission(lengths, key, options, excluded)
+        self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
         if index is None or int(np.max(index.longest, initial=0)) > self._fits():
             self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
         self.chunks: ChunkTable | None = None  # indexed planning plans no chunks
@@ -750,42 +749,3 @@ def _rank_counts(
         starts = np.concatenate([[0], cuts]).astype(np.int64)
         out[here[starts]] += np.add.reduceat(rows, starts, axis=0, dtype=np.int64)
     return out
-
-
-def _admission(
-    lengths: Mapping[str, np.ndarray],
-    key: str,
-    options: PlanOptions,
-    excluded: Mapping[str, np.ndarray] | None,
-) -> tuple[np.ndarray | None, dict[str, int], dict[str, list[int]]]:
-    """(bool mask ``[n]`` of admitted sequences, or None when all are; reason -> count; reason
-    -> a few indices): ``excluded``, ``max_seq_length``, ``min_seq_length`` as ``admit`` applies
-    them, without an index array of ``n``."""
-    n = len(lengths[key])
-    rules: list[tuple[str, np.ndarray]] = []
-    for reason, mask in (excluded or {}).items():
-        m = np.asarray(mask, dtype=bool)
-        if m.shape != (n,):
-            raise OptionError(f"excluded[{reason!r}]: got shape {m.shape}, expected {(n,)}")
-        rules.append((reason, m))
-    keys = list(lengths)
-    longest = resolve_keyed("max_seq_length", options.max_seq_length, keys, key)
-    for k, limit in sorted(longest.items()):
-        rules.append((f"{k} longer than max_seq_length={limit}", np.asarray(lengths[k]) > limit))
-    shortest = resolve_keyed("min_seq_length", options.min_seq_length or None, keys, key)
-    for k, limit in sorted(shortest.items()):
-        if limit > 0:
-            rules.append(
-                (f"{k} shorter than min_seq_length={limit}", np.asarray(lengths[k]) < limit)
-            )
-    keep: np.ndarray | None = None
-    filtered: dict[str, int] = {}
-    examples: dict[str, list[int]] = {}
-    for reason, mask in rules:
-        hit = mask if keep is None else mask & keep
-        count = int(np.count_nonzero(hit))
-        if count:
-            filtered[reason] = count
-            examples[reason] = np.flatnonzero(hit)[:5].tolist()
-            keep = ~hit if keep is None else keep & ~hit
-    return keep, filtered, examples

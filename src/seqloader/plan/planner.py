@@ -111,37 +111,12 @@ def admit(
     (``check_fit=False``: the units planned are chunks, or limits are per key; the planner
     checks them itself)."""
     main = lengths[length_key]
-    keep = np.ones(len(main), dtype=bool)
-    filtered: dict[str, int] = {}
-    examples: dict[str, list[int]] = {}
-
-    def drop(reason: str, mask: np.ndarray) -> None:
-        hit = mask & keep
-        count = int(np.count_nonzero(hit))
-        if count:
-            filtered[reason] = count
-            examples[reason] = np.flatnonzero(hit)[:5].tolist()
-            keep[hit] = False
-
-    for reason, mask in (excluded or {}).items():
-        mask = np.asarray(mask, dtype=bool)
-        if mask.shape != main.shape:
-            raise OptionError(
-                f"excluded[{reason!r}]: got shape {mask.shape}, expected {main.shape}"
-            )
-        drop(reason, mask)
-    keys = list(lengths)
-    longest = resolve_keyed("max_seq_length", options.max_seq_length, keys, length_key)
-    for key, limit in sorted(longest.items()):
-        drop(f"{key} longer than max_seq_length={limit}", lengths[key] > limit)
-    shortest = resolve_keyed("min_seq_length", options.min_seq_length or None, keys, length_key)
-    for key, limit in sorted(shortest.items()):
-        if limit > 0:
-            drop(f"{key} shorter than min_seq_length={limit}", lengths[key] < limit)
+    keep, filtered, examples = admit_mask(lengths, length_key, options, excluded)
     if check_fit and isinstance(options.max_frames, int):
         cost = options.cost
         fits = cost.longest_fitting(options.max_frames)
-        too_long = np.flatnonzero(keep & (main > fits))
+        over = main > fits
+        too_long = np.flatnonzero(over if keep is None else keep & over)
         if len(too_long):
             i = int(too_long[0])
             tag = tags[i] if tags is not None else f"#{i}"
@@ -155,7 +130,53 @@ def admit(
                 f"({len(too_long)} sequence(s) like this). Fix: raise max_frames, or set "
                 f"max_seq_length={fits} to filter them (counted in the report)."
             )
+    if keep is None:
+        return Admission(np.arange(len(main), dtype=np.int64), filtered, examples)
     return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
+
+
+def admit_mask(
+    lengths: Mapping[str, np.ndarray],
+    key: str,
+    options: PlanOptions,
+    excluded: Mapping[str, np.ndarray] | None,
+) -> tuple[np.ndarray | None, dict[str, int], dict[str, list[int]]]:
+    """(bool mask ``[n]`` of admitted sequences, or None when all are; reason -> count; reason
+    -> a few indices): ``excluded`` (reason -> bool mask ``[n]``), then ``max_seq_length`` and
+    ``min_seq_length``; the one admission of both planners, without an index array of ``n``.
+
+    >>> mask, filtered, _ = admit_mask({"x": np.array([3, 9, 5])}, "x", PlanOptions(max_seq_length=6))
+    >>> mask.tolist(), filtered
+    ([True, False, True], {'x longer than max_seq_length=6': 1})
+    """
+    n = len(lengths[key])
+    rules: list[tuple[str, np.ndarray]] = []
+    for reason, mask in (excluded or {}).items():
+        m = np.asarray(mask, dtype=bool)
+        if m.shape != (n,):
+            raise OptionError(f"excluded[{reason!r}]: got shape {m.shape}, expected {(n,)}")
+        rules.append((reason, m))
+    keys = list(lengths)
+    longest = resolve_keyed("max_seq_length", options.max_seq_length, keys, key)
+    for k, limit in sorted(longest.items()):
+        rules.append((f"{k} longer than max_seq_length={limit}", np.asarray(lengths[k]) > limit))
+    shortest = resolve_keyed("min_seq_length", options.min_seq_length or None, keys, key)
+    for k, limit in sorted(shortest.items()):
+        if limit > 0:
+            rules.append(
+                (f"{k} shorter than min_seq_length={limit}", np.asarray(lengths[k]) < limit)
+            )
+    keep: np.ndarray | None = None
+    filtered: dict[str, int] = {}
+    examples: dict[str, list[int]] = {}
+    for reason, mask in rules:
+        hit = mask if keep is None else mask & keep
+        count = int(np.count_nonzero(hit))
+        if count:
+            filtered[reason] = count
+            examples[reason] = np.flatnonzero(hit)[:5].tolist()
+            keep = ~hit if keep is None else keep & ~hit
+    return keep, filtered, examples
 
 
 def part_bounds(n: int, parts: int, part: int) -> tuple[int, int]:
