@@ -38,7 +38,7 @@ from itertools import pairwise
 
 import numpy as np
 
-from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
+from seqloader.errors import OptionError, ResumeError
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
@@ -83,7 +83,13 @@ from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
-from seqloader.plan.planner import Admission, EpochIndex, admit_mask, default_length_key
+from seqloader.plan.planner import (
+    Admission,
+    EpochIndex,
+    admit_mask,
+    check_fit_alone,
+    default_length_key,
+)
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
@@ -260,22 +266,9 @@ class IndexedPlanner:
         if self.budget is None:
             return
         fits = self._fits()
-        for a in range(0, len(self.lengths), _CHUNK):
-            part = np.asarray(self.lengths[a : a + _CHUNK])
-            over = part > fits
-            if self._mask is not None:
-                over &= self._mask[a : a + _CHUNK]
-            hit = np.flatnonzero(over)
-            if len(hit):
-                i = int(hit[0]) + a
-                tag = tags[i] if tags is not None else f"#{i}"
-                where = f" in {self.origin}" if self.origin else ""
-                raise SequenceTooLongError(
-                    f"sequence {i} (tag {tag!r}){where} has {int(self.lengths[i])} frames of "
-                    f"{self.length_key!r}, more than max_frames={self.options.max_frames} allows "
-                    f"({fits}), so it fits no batch. Fix: raise max_frames, or set "
-                    f"max_seq_length={fits} to filter such sequences (counted in the report)."
-                )
+        check_fit_alone(
+            self.lengths, self._mask, fits, self.options, self.length_key, tags, self.origin
+        )
 
     def _check_index(self, index: BucketIndex) -> None:
         admitted = len(self.lengths) if self._mask is None else int(self._mask.sum())

@@ -65,6 +65,8 @@ from seqloader.validate import int_option, is_int
 
 #: Bumped whenever the same options and data would give another plan (orderings, batching, split).
 PLAN_ALGORITHM = "seqloader-plan/1"
+#: lengths read per block by the checks over all sequences (no copy of memory-mapped lengths)
+_BLOCK = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -113,26 +115,51 @@ def admit(
     main = lengths[length_key]
     keep, filtered, examples = admit_mask(lengths, length_key, options, excluded)
     if check_fit and isinstance(options.max_frames, int):
-        cost = options.cost
-        fits = cost.longest_fitting(options.max_frames)
-        over = main > fits
-        too_long = np.flatnonzero(over if keep is None else keep & over)
-        if len(too_long):
-            i = int(too_long[0])
-            tag = tags[i] if tags is not None else f"#{i}"
-            where = f" in {origin}" if origin else ""
-            what = f"more than max_frames={options.max_frames}"
-            if cost.quadratic is not None:
-                what = f"costing more than max_frames={options.max_frames} (batch_cost={cost})"
-            raise SequenceTooLongError(
-                f"sequence {i} (tag {tag!r}){where} has {int(main[i])} frames of {length_key!r}, "
-                f"{what}, so it fits no batch "
-                f"({len(too_long)} sequence(s) like this). Fix: raise max_frames, or set "
-                f"max_seq_length={fits} to filter them (counted in the report)."
-            )
+        fits = options.cost.longest_fitting(options.max_frames)
+        check_fit_alone(main, keep, fits, options, length_key, tags, origin)
     if keep is None:
         return Admission(np.arange(len(main), dtype=np.int64), filtered, examples)
     return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
+
+
+def check_fit_alone(
+    main: np.ndarray,
+    keep: np.ndarray | None,
+    fits: int,
+    options: PlanOptions,
+    length_key: str,
+    tags: Sequence[str] | None = None,
+    origin: str = "",
+) -> None:
+    """The one "fits no batch" check of both planners: every admitted sequence (``keep``, bool
+    ``[n]``; None: all) is at most ``fits`` long, else raise naming the first, how many there are
+    and the option that filters them. Reads ``main`` in blocks (memory-mapped lengths stay views).
+
+    >>> check_fit_alone(np.array([5, 9]), np.array([True, False]), 8, PlanOptions(max_frames=8), "x")
+    """
+    first, count = -1, 0
+    for a in range(0, len(main), _BLOCK):
+        over = np.asarray(main[a : a + _BLOCK]) > fits
+        if keep is not None:
+            over &= keep[a : a + _BLOCK]
+        hit = np.flatnonzero(over)
+        if len(hit) and first < 0:
+            first = int(hit[0]) + a
+        count += len(hit)
+    if first < 0:
+        return
+    tag = tags[first] if tags is not None else f"#{first}"
+    where = f" in {origin}" if origin else ""
+    cost = options.cost
+    what = f"more than max_frames={options.max_frames}"
+    if cost.quadratic is not None:
+        what = f"costing more than max_frames={options.max_frames} (batch_cost={cost})"
+    raise SequenceTooLongError(
+        f"sequence {first} (tag {tag!r}){where} has {int(main[first])} frames of {length_key!r}, "
+        f"{what}, so it fits no batch "
+        f"({count} sequence(s) like this). Fix: raise max_frames, or set "
+        f"max_seq_length={fits} to filter them (counted in the report)."
+    )
 
 
 def admit_mask(
