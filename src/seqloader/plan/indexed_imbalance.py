@@ -24,6 +24,7 @@ sequences gigabytes and minutes, on every rank), so:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -125,32 +126,34 @@ def _runs(table: BatchTable, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 def files_imbalance(plan: RankwisePlan, costs: np.ndarray, first_step: int = 0) -> float:
     """``step_imbalance`` of an indexed ``files`` plan from ``first_step`` on, every batch
     costing its size times its group's planned cost (``costs``: ``bucket_costs``), from counts."""
-    assert plan.planned_costs is not None
-    steps = plan.steps - first_step
-    if steps <= 0:
-        return 1.0
-    most = np.zeros(steps, dtype=np.float64)
-    total = np.zeros(steps, dtype=np.float64)
-    for rank in range(plan.world_size):
-        per = plan.planned_costs(rank, costs)[first_step:].astype(np.float64)
-        np.maximum(most, per, out=most)
-        total += per
-    acc = StepRatios()
-    acc.add_folded(most, total / plan.world_size)
-    return acc.mean()
+    planned = plan.planned_costs
+    assert planned is not None
+    return _ranks_imbalance(plan, first_step, lambda rank: planned(rank, costs)[first_step:])
 
 
 def rankwise_imbalance(plan: EpochPlan, costs: np.ndarray, first_step: int = 0) -> float:
     """``step_imbalance`` of a plan from ``first_step`` on, computed one rank's share at a time
     (``costs``: cost units per sequence): equal to the figure over the plan's whole batch list."""
+
+    def per_step(rank: int) -> np.ndarray:
+        share = plan.rank_share(rank, first_step)
+        return padded_frames(np.asarray(costs[share.seqs]), share.bounds)
+
+    return _ranks_imbalance(plan, first_step, per_step)
+
+
+def _ranks_imbalance(
+    plan: EpochPlan, first_step: int, per_step: Callable[[int], np.ndarray]
+) -> float:
+    """The step imbalance from ``first_step`` on of a plan whose rank ``r`` costs ``per_step(r)``
+    (``[steps - first_step]``) per step: one rank at a time, never all ranks' batches at once."""
     steps = plan.steps - first_step
     if steps <= 0:
         return 1.0
     most = np.zeros(steps, dtype=np.float64)
     total = np.zeros(steps, dtype=np.float64)
     for rank in range(plan.world_size):
-        share = plan.rank_share(rank, first_step)
-        per = padded_frames(np.asarray(costs[share.seqs]), share.bounds).astype(np.float64)
+        per = per_step(rank).astype(np.float64)
         np.maximum(most, per, out=most)
         total += per
     acc = StepRatios()
