@@ -79,21 +79,26 @@ def pack_batch(
     seqs: Sequence[Mapping[str, np.ndarray]], alloc: Alloc = numpy_alloc
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Pack every key of a non-empty list of sequences -> ({key: packed}, {key: lengths})."""
-    data: dict[str, np.ndarray] = {}
-    lengths: dict[str, np.ndarray] = {}
-    for key in seqs[0]:
-        data[key], lengths[key] = pack_key(key, [s[key] for s in seqs], alloc)
-    return data, lengths
+    return _every_key(pack_key, seqs, alloc)
 
 
 def pad_batch(
     seqs: Sequence[Mapping[str, np.ndarray]], alloc: Alloc = numpy_alloc
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Pad every key of a non-empty list of sequences -> ({key: padded}, {key: lengths})."""
+    return _every_key(pad_key, seqs, alloc)
+
+
+def _every_key(
+    collate: Callable[[str, list[np.ndarray], Alloc], tuple[np.ndarray, np.ndarray]],
+    seqs: Sequence[Mapping[str, np.ndarray]],
+    alloc: Alloc,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """``collate`` (``pack_key`` or ``pad_key``) applied to every key of ``seqs``."""
     data: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray] = {}
     for key in seqs[0]:
-        data[key], lengths[key] = pad_key(key, [s[key] for s in seqs], alloc)
+        data[key], lengths[key] = collate(key, [s[key] for s in seqs], alloc)
     return data, lengths
 
 
