@@ -111,13 +111,7 @@ def run(args: argparse.Namespace) -> int:
         "bytes": os.path.getsize(out),
         "wall_s": round(time.perf_counter() - t0, 3),
     }
-    if args.json:
-        print_json(info)
-    else:
-        print(
-            f"{what}: {info['sequences']} sequences, {human(info['bytes'])}B written to {out} "
-            f"in {info['wall_s']:.1f} s"
-        )
+    _report(args, info, f"{what}: {info['sequences']} sequences", out)
     return 0
 
 
@@ -170,13 +164,8 @@ def _to_shards(args: argparse.Namespace) -> int:
         "bytes": sum(os.path.getsize(p) for p in written.tars + written.listings),
         "wall_s": round(time.perf_counter() - t0, 3),
     }
-    if args.json:
-        print_json(info)
-    else:
-        print(
-            f"{args.to} shards: {info['sequences']} sequences in {info['shards']} shards, "
-            f"{human(info['bytes'])}B written to {out} in {info['wall_s']:.1f} s"
-        )
+    done = f"{args.to} shards: {info['sequences']} sequences in {info['shards']} shards"
+    _report(args, info, done, out)
     return 0
 
 
@@ -236,3 +225,12 @@ class CountingSource:
 
     def __repr__(self) -> str:
         return repr(self._source)
+
+
+def _report(args: argparse.Namespace, info: dict[str, Any], done: str, out: Path) -> None:
+    """A conversion's result: ``info`` as JSON with ``--json``, else one line (``done``, then the
+    bytes written to ``out`` and the time)."""
+    if args.json:
+        print_json(info)
+    else:
+        print(f"{done}, {human(info['bytes'])}B written to {out} in {info['wall_s']:.1f} s")
