@@ -88,7 +88,7 @@ from seqloader.plan.planner import (
     EpochIndex,
     admit_mask,
     check_fit_alone,
-    default_length_key,
+    length_key_of,
 )
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
@@ -203,11 +203,7 @@ class IndexedPlanner:
     ) -> None:
         if options.planning != "indexed":
             raise OptionError("IndexedPlanner: options.planning must be 'indexed'")
-        if not lengths:
-            raise OptionError("Planner: no length arrays given")
-        key = options.length_key or default_length_key(list(lengths))
-        if key not in lengths:
-            raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
+        key = length_key_of(lengths, options)
         self.options, self.length_key, self.origin = options, key, origin
         main = np.asarray(lengths[key])
         if not np.issubdtype(main.dtype, np.integer):

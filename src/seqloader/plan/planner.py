@@ -243,6 +243,21 @@ def default_length_key(keys: Sequence[str]) -> str:
     return "data" if "data" in keys else keys[0]
 
 
+def length_key_of(lengths: Mapping[str, np.ndarray], options: PlanOptions) -> str:
+    """The key whose lengths a planner batches by (``options.length_key``, else
+    ``default_length_key``), refused when there are no lengths or the key names none of them.
+
+    >>> length_key_of({"audio": np.zeros(2), "text": np.zeros(2)}, PlanOptions())
+    'audio'
+    """
+    if not lengths:
+        raise OptionError("Planner: no length arrays given")
+    key = options.length_key or default_length_key(list(lengths))
+    if key not in lengths:
+        raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
+    return key
+
+
 class Planner:
     """Plans epochs for one dataset. Pure: no torch, no I/O; every method is a function of the
     constructor arguments and its own arguments.
@@ -288,17 +303,13 @@ class Planner:
         (RETURNN's ``DistributeFilesDataset``, ``seqloader.plan.pools``): each sub-epoch orders
         only its pool's sequences. ``selections``: the sequences some epochs keep
         (``seqloader.plan.selections``), applied before ``epoch_wise_filter``."""
-        if not lengths:
-            raise OptionError("Planner: no length arrays given")
         if options.planning != "global":
             raise OptionError(
                 f"Planner plans with planning='global', but the options say "
                 f"planning={options.planning!r}: build the planner with "
                 "seqloader.plan.planners.make_planner, which picks the planner the options ask for"
             )
-        key = options.length_key or default_length_key(list(lengths))
-        if key not in lengths:
-            raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
+        key = length_key_of(lengths, options)
         self.options = options
         self.length_key = key
         self.lengths = np.ascontiguousarray(lengths[key], dtype=np.int64)
