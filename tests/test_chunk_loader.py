@@ -8,12 +8,17 @@ every chunk once; a mid-epoch resume continues with the same chunks.
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from seqloader import HDFSource, SeqLoader
+from seqloader.errors import DataError
+from seqloader.loading import BatchSpec, execute
+from seqloader.plan.chunks import chunk_spans
 
 pipeline = pytest.importorskip("returnn.torch.data.pipeline")
 
@@ -148,6 +153,31 @@ def test_chunk_spans_and_mid_epoch_resume(hdf: Path) -> None:
     assert [x.chunks.tolist() for x in rest] == [x.chunks.tolist() for x in batches[3:]]
     for x in (loader, again, resumed):
         x.close()
+
+
+def test_worker_spec_carries_the_planners_windows(hdf: Path) -> None:
+    """The loader builds one frozen ``WorkerSpec`` (it pickles, for spawned workers); the windows
+    workers cut are ``chunk_spans`` of the planner's table, and chunks without chunking refuse."""
+    loader = loader_for(hdf, 0)
+    table = loader.planner.chunks
+    assert table is not None
+    worker = loader._execution.worker
+    assert worker.chunk_spec == table.spec
+    assert pickle.loads(pickle.dumps(worker)) == worker
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        worker.seed = 1  # type: ignore[misc]
+    seqs = np.flatnonzero(table.counts > 1)[:3]
+    chunks = table.counts[seqs].astype(np.int64) - 1  # each sequence's last (shortest) window
+    spec = BatchSpec(1, 0, seqs, np.ones(len(seqs), dtype=bool), chunks=chunks)
+    got = execute(loader.source, spec, worker)
+    whole = {key: table.whole[key][seqs] for key in table.spec}
+    want = chunk_spans(table.spec, whole, chunks)
+    assert set(got.spans) == set(want)
+    for key in want:
+        np.testing.assert_array_equal(got.spans[key], want[key])
+    with pytest.raises(DataError, match="given no chunking"):
+        execute(loader.source, spec, dataclasses.replace(worker, chunking=()))
+    loader.close()
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -19,7 +19,7 @@ import seqloader as sl
 from seqloader.loading.arena import BlockPool
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.direct import reads_into
-from seqloader.loading.execute import execute
+from seqloader.loading.execute import WorkerSpec, execute
 from seqloader.sources.hdf_chunks import ChunkedRows
 from seqloader.sources.hdf_read import MappedRows
 from test_hdf_fast import LAYOUTS, plain_h5py, same_bytes, write_by_hand
@@ -67,8 +67,10 @@ def test_direct_batches_equal_h5py_and_the_per_sequence_path(tmp_path, dtype, la
         assert reads_into(src)
         for seqs in ([5, 2, 2, 16, 0], list(range(3, 12)), rng.integers(0, n, 7).tolist(), [4]):
             want = reference_batch(path, ("data", "t2"), seqs)
-            direct = execute(src, spec_of(seqs), 0, None, garbage_alloc, screen=True)
-            general = execute(src, spec_of(seqs), 0, identity, garbage_alloc, screen=True)
+            direct = execute(src, spec_of(seqs), WorkerSpec(0, None, screen=True), garbage_alloc)
+            general = execute(
+                src, spec_of(seqs), WorkerSpec(0, identity, screen=True), garbage_alloc
+            )
             for key in want:
                 assert same_bytes(direct.data[key], want[key]), (seqs, key, use_mmap)
                 assert same_bytes(general.data[key], want[key]), (seqs, key, use_mmap)
@@ -132,7 +134,7 @@ def test_direct_chunk_copies_equal_h5py(tmp_path_factory, case):
     if scatter:
         readers["data"]._row_whole[:] = False
     for seqs in batches:
-        got = execute(src, spec_of(seqs), 0, None, garbage_alloc)
+        got = execute(src, spec_of(seqs), WorkerSpec(0, None), garbage_alloc)
         want = reference_batch(path, ("data", "classes"), seqs)
         for key in want:
             assert same_bytes(got.data[key], want[key]), key
@@ -166,15 +168,19 @@ def test_nonfinite_screen_names_the_same_sequences(tmp_path, layout):
     for use_mmap in (True, False):
         src = sl.HDFSource(path, use_mmap=use_mmap)
         for batch in ([0, 2, 5, 7], [7, 7, 1], [5, 2, 2], [8]):
-            direct = execute(src, spec_of(batch), 0, None, garbage_alloc, screen=True)
-            general = execute(src, spec_of(batch), 0, identity, garbage_alloc, screen=True)
+            direct = execute(src, spec_of(batch), WorkerSpec(0, None, screen=True), garbage_alloc)
+            general = execute(
+                src, spec_of(batch), WorkerSpec(0, identity, screen=True), garbage_alloc
+            )
             assert direct.nonfinite == general.nonfinite
             named = sorted({i for i in batch if i in (2, 5)})
             assert len(direct.nonfinite) == sum(i in (2, 5) for i in batch)
             for i in named:
                 assert any(f"sequence {i} (tag 'seq{i}')" in m for m in direct.nonfinite)
                 assert all(path in m for m in direct.nonfinite)
-            unscreened = execute(src, spec_of(batch), 0, None, garbage_alloc, screen=False)
+            unscreened = execute(
+                src, spec_of(batch), WorkerSpec(0, None, screen=False), garbage_alloc
+            )
             assert unscreened.nonfinite == []
 
 

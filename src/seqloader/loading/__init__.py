@@ -3,11 +3,13 @@
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import pad_batch, pad_key
 from seqloader.loading.execute import LoadedBatch, Transform, execute, transform_rng
+from seqloader.loading.worker_spec import WorkerSpec
 
 __all__ = [
     "BatchSpec",
     "LoadedBatch",
     "Transform",
+    "WorkerSpec",
     "execute",
     "pad_batch",
     "pad_key",

@@ -6,7 +6,7 @@ the ``BatchSpec`` and the seed — never on which worker runs it (contract C3/C4
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,11 +17,13 @@ from seqloader.loading.collate import Alloc, numpy_alloc, pack_batch, pad_batch,
 from seqloader.loading.corpora import CorpusCounts, corpus_names, count_by_corpus
 from seqloader.loading.direct import read_padded, reads_into
 from seqloader.loading.screen import nonfinite_messages
+from seqloader.loading.worker_spec import Transform, WorkerSpec
+from seqloader.plan.chunks import chunk_spans
 from seqloader.plan.seeding import PURPOSE_MIX_TRANSFORM, PURPOSE_TRANSFORM, rng_for
 from seqloader.sources.base import Source, loader_needs, read_batch, tags_at
 from seqloader.sources.remote.stats import COUNTERS
 
-Transform = Callable[[dict, np.random.Generator], dict]
+__all__ = ["LoadedBatch", "Transform", "WorkerSpec", "cut_chunks", "execute", "transform_rng"]
 
 
 @dataclass
@@ -82,48 +84,32 @@ def _check_keys(source: Source, indices: np.ndarray, seqs: list[dict], transform
 
 
 def execute(
-    source: Source,
-    spec: BatchSpec,
-    seed: int,
-    transform: Transform | None = None,
-    alloc: Alloc = numpy_alloc,
-    screen: bool = False,
-    chunking: Mapping[str, tuple[int, int]] | None = None,
-    packed: bool = False,
+    source: Source, spec: BatchSpec, worker: WorkerSpec, alloc: Alloc = numpy_alloc
 ) -> LoadedBatch:
-    """``screen``: look for NaN/Inf in the transformed sequences (``LoadedBatch.nonfinite``).
-    ``chunking``: ``{key: (size, step)}`` of a chunked plan (``Planner.chunks.spec``); a slot then
-    holds chunk ``spec.chunks[j]`` of its sequence: each chunked key cut to its window after the
-    transform (RETURNN chunks what its dataset yields), the other keys whole. ``packed``: each
-    key's sequences concatenated along time, ``[sum T_i, *feat]``, no padding
-    (``layout="packed"``).
+    """The padded batch of ``spec`` as ``worker`` (``WorkerSpec``) says to build it: seeded
+    transform, NaN/Inf screen, a chunked plan's windows (each slot holds chunk ``spec.chunks[j]``
+    of its sequence: each chunked key cut to its window after the transform, as RETURNN chunks
+    what its dataset yields, the other keys whole), padded or packed layout.
 
     Without a transform, a source with ``read_into`` (HDF) copies each sequence straight into
     the padded batch (``loading.direct``); same bytes, one copy instead of two plus a screen.
     A source of remote files may wait for a file to arrive in its cache: the batch carries that
     wait (and the bytes it fetched itself), so the report can tell fetch wait from read time."""
     wait, fetched = COUNTERS.wait_s, COUNTERS.fetched_bytes
-    loaded = _execute(source, spec, seed, transform, alloc, screen, chunking or {}, packed)
+    loaded = _execute(source, spec, worker, alloc)
     loaded.fetch_wait_s = COUNTERS.wait_s - wait
     loaded.fetch_bytes = COUNTERS.fetched_bytes - fetched
     return loaded
 
 
-def _execute(
-    source: Source,
-    spec: BatchSpec,
-    seed: int,
-    transform: Transform | None,
-    alloc: Alloc,
-    screen: bool,
-    chunking: Mapping[str, tuple[int, int]],
-    packed: bool = False,
-) -> LoadedBatch:
+def _execute(source: Source, spec: BatchSpec, worker: WorkerSpec, alloc: Alloc) -> LoadedBatch:
+    seed, transform, screen, packed = worker.seed, worker.transform, worker.screen, worker.packed
+    chunking = worker.chunk_spec
     chunked = spec.chunks is not None
     if chunked and not chunking:
         raise DataError(
             f"epoch {spec.epoch} step {spec.step}: the plan holds chunks, but the executor was "
-            "given no chunking; pass the planner's chunks.spec (seqloader.loading.execute)"
+            "given no chunking; pass WorkerSpec(chunking=WorkerSpec.pairs(planner.chunks.spec))"
         )
     if transform is None and reads_into(source) and not chunked and not packed:
         return _execute_direct(source, spec, alloc, screen)
@@ -217,30 +203,43 @@ def cut_chunks(
     seqs: list[dict[str, np.ndarray]],
     chunking: Mapping[str, tuple[int, int]],
 ) -> tuple[list[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """Each sequence's chunked keys cut to the slot's window ``[c * step, min(c * step + size,
-    length))`` (views, no copy) -> (the chunks, ``{key: int64 [B, 2]}`` the windows)."""
+    """Each sequence's chunked keys cut to the slot's window (``plan.chunks.chunk_spans``, the
+    planner's own windows; views, no copy) -> (the chunks, ``{key: int64 [B, 2]}`` the windows)."""
     assert spec.chunks is not None
-    chunks = spec.chunks.tolist()
-    spans = {key: np.zeros((len(seqs), 2), dtype=np.int64) for key in chunking}
-    out = []
-    for j, (seq, c) in enumerate(zip(seqs, chunks)):
-        cut = dict(seq)
-        for key, (size, step) in chunking.items():
-            whole = seq[key]
-            start = c * step
-            if start >= len(whole):
-                i = int(spec.seqs[j])
-                raise DataError(
-                    f"sequence {i} (tag {source.tag(i)!r}): chunk {c} of {key!r} starts at frame "
-                    f"{start}, but the sequence has {len(whole)} frames (the plan counted "
-                    f"{int(source.lengths(key)[i])}); a transform must keep a chunked key's "
-                    "length, or the source's lengths must be those after the transform"
-                )
-            end = min(start + size, len(whole))
-            cut[key] = whole[start:end]
-            spans[key][j] = (start, end)
-        out.append(cut)
+    lengths = {key: np.array([len(seq[key]) for seq in seqs], dtype=np.int64) for key in chunking}
+    spans = chunk_spans(chunking, lengths, spec.chunks)
+    _check_windows(source, spec, lengths, spans)
+    out = [
+        {**seq, **{key: seq[key][w[j, 0] : w[j, 1]] for key, w in spans.items()}}
+        for j, seq in enumerate(seqs)
+    ]
     return out, spans
+
+
+def _check_windows(
+    source: Source,
+    spec: BatchSpec,
+    lengths: Mapping[str, np.ndarray],
+    spans: Mapping[str, np.ndarray],
+) -> None:
+    """A window must start inside its sequence as read (a transform that shortened a chunked key
+    would otherwise yield empty chunks): name the first slot, and key, where one does not."""
+    bad = np.zeros(len(spec.seqs), dtype=bool)
+    for key, windows in spans.items():
+        bad |= windows[:, 0] >= lengths[key]
+    if not bad.any():
+        return
+    j = int(np.flatnonzero(bad)[0])
+    key = next(k for k, w in spans.items() if w[j, 0] >= lengths[k][j])
+    start, length = int(spans[key][j, 0]), int(lengths[key][j])
+    assert spec.chunks is not None
+    i, c = int(spec.seqs[j]), int(spec.chunks[j])
+    raise DataError(
+        f"sequence {i} (tag {source.tag(i)!r}): chunk {c} of {key!r} starts at frame "
+        f"{start}, but the sequence has {length} frames (the plan counted "
+        f"{int(source.lengths(key)[i])}); a transform must keep a chunked key's "
+        "length, or the source's lengths must be those after the transform"
+    )
 
 
 def _execute_direct(source: Source, spec: BatchSpec, alloc: Alloc, screen: bool) -> LoadedBatch:

@@ -38,7 +38,7 @@ def nonfinite_messages(
     source: Source, indices: np.ndarray, seqs: Sequence[Mapping[str, np.ndarray]], where_: str
 ) -> list[str]:
     """One message per sequence with NaN/Inf, naming it (index, tag, file), the key and frame.
-    Runs in the worker that executes the batch (``execute(..., screen=True)``), so the trainer
+    Runs in the worker that executes the batch (``WorkerSpec(screen=True)``), so the trainer
     only reads the messages; ``where_`` says which batch ("epoch E step S")."""
     out = []
     for i, seq in zip(indices.tolist(), seqs):

@@ -7,36 +7,26 @@ import multiprocessing
 
 from torch.utils.data import DataLoader
 
-from seqloader.loading.execute import Transform
+from seqloader.loading.worker_spec import WorkerSpec
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source, prepare_workers
 from seqloader.torch._compat import shutdown_workers, workers_alive
 from seqloader.torch.dataset import PlannedBatches, PlanSampler
 from seqloader.torch.held_batches import WorkerProgress
 from seqloader.torch.receiving import ReceivingDataLoaderBase
-from seqloader.trainer.checks import BatchChecks
 from seqloader.trainer.loader_options import WorkerOptions
 
 
 class Execution:
-    """Owns the DataLoader; the sampler it reads is set to each run's batches."""
+    """Owns the DataLoader; the sampler it reads is set to each run's batches. ``worker``: how
+    the workers build each batch (``WorkerSpec``, built once by the loader)."""
 
-    def __init__(
-        self,
-        source: Source,
-        options: WorkerOptions,
-        seed: int,
-        transform: Transform | None,
-        checks: BatchChecks,
-    ) -> None:
+    def __init__(self, source: Source, options: WorkerOptions, worker: WorkerSpec) -> None:
         self.source = source
         self.options = options
-        self.seed = seed
-        self.transform = transform
-        self.checks = checks
+        self.worker = worker
         self.sampler = PlanSampler()
         self.dataloader: DataLoader | None = None
-        self.chunking: dict[str, tuple[int, int]] | None = None  # a chunked plan's windows
 
     def set_plan(self, epoch: int, share: BatchList, first_step: int) -> None:
         """What the next ``iter(dataloader)`` yields: ``share`` from step ``first_step`` on."""
@@ -65,12 +55,9 @@ class Execution:
                 "multiprocessing_context": w.multiprocessing_context,
                 "timeout": w.timeout,
             }
-        batches = PlannedBatches(self.source, self.seed, self.transform)
-        batches.screen = self.checks.screen  # workers look for NaN/Inf (loading.screen)
-        batches.chunking = self.chunking  # workers cut chunked plans' windows
-        batches.packed = w.layout == "packed"
-        if w.num_workers > 0:  # which batch each worker builds: a death names it
-            batches.progress = WorkerProgress(w.num_workers)
+        # which batch each worker builds: a death names it
+        progress = WorkerProgress(w.num_workers) if w.num_workers > 0 else None
+        batches = PlannedBatches(self.source, self.worker, progress)
         return ReceivingDataLoader(
             batches,
             batch_size=None,

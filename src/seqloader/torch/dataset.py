@@ -21,7 +21,8 @@ from seqloader.loading.arena import BlockPool, padded_bytes
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc
 from seqloader.loading.direct import batch_shapes, reads_into
-from seqloader.loading.execute import LoadedBatch, Transform, execute
+from seqloader.loading.execute import LoadedBatch, execute
+from seqloader.loading.worker_spec import WorkerSpec
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source
 from seqloader.torch.batch import Batch, build_batch
@@ -49,18 +50,17 @@ class PlannedBatches(Dataset):
 
     In a worker, the batch is padded straight into one of the worker's reusable shared-memory slots
     and crosses to the trainer as a small message (see ``seqloader.torch.handover``); in the main
-    process (``num_workers=0``) it is padded into ordinary memory.
+    process (``num_workers=0``) it is padded into ordinary memory. ``worker``: how every batch is
+    built (``WorkerSpec``); ``progress``: the board where workers mark the batch each builds (a
+    death names it), None without workers.
     """
 
-    screen = False  # look for NaN/Inf in workers (set by the loader from its CheckOptions)
-    chunking: dict[str, tuple[int, int]] | None = None  # a chunked plan's {key: (size, step)}
-    packed = False  # layout="packed": keys concatenated along time, no padding
-    progress: WorkerProgress | None = None  # set by the loader when it has workers
-
-    def __init__(self, source: Source, seed: int, transform: Transform | None = None) -> None:
+    def __init__(
+        self, source: Source, worker: WorkerSpec, progress: WorkerProgress | None = None
+    ) -> None:
         self.source = source
-        self.seed = seed
-        self.transform = transform
+        self.worker = worker
+        self.progress = progress
         self.owner = new_owner_id()
         self._pool: SlotPool | None = None
         self._local: BlockPool | None = None  # reusable batch memory with num_workers=0
@@ -101,21 +101,13 @@ class PlannedBatches(Dataset):
             raise
 
     def _execute(self, spec: BatchSpec, alloc: Alloc) -> LoadedBatch:
-        return execute(
-            self.source,
-            spec,
-            self.seed,
-            self.transform,
-            alloc,
-            self.screen,
-            self.chunking,
-            self.packed,
-        )
+        return execute(self.source, spec, self.worker, alloc)
 
     def _local_alloc(self, spec: BatchSpec) -> Alloc:
         """Memory for a batch built in this process: a reused block when the batch's size is known
         exactly (no transform, no chunks), so no batch pays fresh pages (``loading.arena``)."""
-        exact = self.transform is None and reads_into(self.source) and not self.packed
+        w = self.worker
+        exact = w.transform is None and reads_into(self.source) and not w.packed
         if not exact or spec.chunks is not None:
             return numpy_alloc
         if self._local is None:

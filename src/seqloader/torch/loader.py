@@ -18,8 +18,8 @@ import numpy as np
 from torch.utils.data import DataLoader
 
 from seqloader.errors import OptionError
-from seqloader.loading.execute import Transform
 from seqloader.loading.planner_for import planner_for
+from seqloader.loading.worker_spec import Transform, WorkerSpec
 from seqloader.plan.batches import BatchList
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planner import EPOCH_EXPECTED
@@ -112,11 +112,15 @@ class SeqLoader:
         self._state = LoaderState(
             self.planner, self._fingerprint, self.topology.world_size, rank=self.topology.rank
         )
-        self._execution = Execution(
-            source, self.worker_options, self.plan_options.seed, transform, self._batch_checks
+        chunks = self.planner.chunks
+        worker = WorkerSpec(
+            seed=self.plan_options.seed,
+            transform=transform,
+            screen=self._batch_checks.screen,  # workers look for NaN/Inf (loading.screen)
+            chunking=WorkerSpec.pairs(None if chunks is None else chunks.spec),
+            packed=self.worker_options.layout == "packed",
         )
-        if self.planner.chunks is not None:  # workers cut each slot's window
-            self._execution.chunking = dict(self.planner.chunks.spec)
+        self._execution = Execution(source, self.worker_options, worker)
         self._last_report: EpochReport | None = None
         remote = remote_files(source)
         self._prefetch = (

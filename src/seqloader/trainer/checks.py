@@ -215,7 +215,7 @@ class BatchChecks:
 
     @property
     def screen(self) -> bool:
-        """Whether workers should look for NaN/Inf (``execute(..., screen=...)``)."""
+        """Whether workers should look for NaN/Inf (``WorkerSpec.screen``)."""
         return self.options.nonfinite != "off"
 
     def check(self, nonfinite: Sequence[str], report: EpochReport) -> list[str]:
