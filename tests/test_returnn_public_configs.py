@@ -247,10 +247,6 @@ def test_multiproc_workers_become_the_loaders(data: Path) -> None:
 @pytest.mark.parametrize(
     "kind,fix",
     [
-        (
-            "PostprocessingDataset",
-            r"inner 'dataset' here and the function as a seqloader transform",
-        ),
         ("CombinedDataset", r"ConcatSource\(...\) with mix"),
         ("Task12AXDataset", r"generates its sequences anew every epoch.*tools/hdf_dump.py"),
     ],

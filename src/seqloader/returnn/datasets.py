@@ -22,6 +22,7 @@ from seqloader.returnn.distrib_files import distribute_files
 from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
 from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_source
 from seqloader.returnn.paths import plain_value
+from seqloader.returnn.postprocessing import postprocessing
 from seqloader.returnn.pre_process import refuse_length_changing_pre_process
 from seqloader.returnn.read_whole import LM_OWN, REFUSED, TRANSLATION_OWN, read_lm, read_translation
 from seqloader.returnn.seq_lists import meta_seq_lists, read_seq_list, relisted, seq_lens
@@ -58,10 +59,6 @@ REFUSED_CLASSES = {
     "CombinedDataset": "its orderings interleave or sample the sub-datasets with RETURNN's "
     "RandomState per sequence, which seqloader does not reproduce; build "
     "seqloader.ConcatSource(...) with mix={...} instead (exact per-corpus epochs, docs/corpora.md)",
-    "PostprocessingDataset": "map_seq / map_seq_stream receive RETURNN's TensorDict and a "
-    "RandomState RETURNN seeds per epoch in reading order, so their output depends on the reader; "
-    "use its inner 'dataset' here and the function as a seqloader transform (transform=..., "
-    "seqloader.transforms: a per-sequence RNG, the same with any num_workers)",
 }
 # RETURNN's generating datasets (returnn/datasets/generating.py): new data every epoch
 GENERATING = (
@@ -86,7 +83,13 @@ REFUSED_CLASSES.update(
     }
 )
 # dataset classes over other datasets
-WRAPPERS = ("ConcatDataset", "DistributeFilesDataset", "MetaDataset", "MultiProcDataset")
+WRAPPERS = (
+    "ConcatDataset",
+    "DistributeFilesDataset",
+    "MetaDataset",
+    "MultiProcDataset",
+    "PostprocessingDataset",
+)
 NO_EFFECT = {
     "name": "RETURNN's name for logs",
     "cache_byte_size": "RETURNN's in-memory cache of HDFDataset (our reads need none)",
@@ -126,6 +129,8 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
         return _concat(name, opts)
     if kind == "MultiProcDataset":
         return _multi_proc(name, opts, default_ordering)
+    if kind == "PostprocessingDataset":
+        return postprocessing(name, opts, convert_dataset)
     if kind == "DistributeFilesDataset":
         view, ordering, parts, offset, sub_native, workers = distribute_files(
             name, opts, default_ordering, convert_dataset

@@ -5,6 +5,7 @@ torch engine batches after ``pre_process``, so no plan can give RETURNN's batche
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -39,17 +40,14 @@ def refuse_length_changing_pre_process(where: str, features: Any) -> None:
     name = getattr(fn, "__qualname__", None) or repr(fn)
     rate = int(features.sample_rate)
     wave = np.random.RandomState(0).uniform(-0.5, 0.5, rate)  # float64, as RETURNN passes it
-    for seed in range(PROBES):
-        try:
-            out = fn(audio=wave.copy(), sample_rate=rate, random_state=np.random.RandomState(seed))
-        except Exception as e:
-            first = (str(e).splitlines() or [""])[0]  # e.g. lazily reported imports: 1st line
-            raise OptionError(
-                f"{where}: audio option pre_process {name} raised {type(e).__name__}: {first} when "
-                f"called as RETURNN calls it (one second of noise at {rate} Hz, "
-                f"random_state=RandomState({seed})); it would fail the same way while training: "
-                "fix the function (or install what it imports)"
-            ) from e
+    for seed, out in probed(
+        where,
+        f"audio option pre_process {name}",
+        lambda seed: fn(
+            audio=wave.copy(), sample_rate=rate, random_state=np.random.RandomState(seed)
+        ),
+        lambda seed: f"one second of noise at {rate} Hz, random_state=RandomState({seed})",
+    ):
         shape = getattr(out, "shape", None)
         if shape != wave.shape:
             got = f"{shape[0]} samples" if shape is not None and len(shape) == 1 else repr(shape)
@@ -60,3 +58,22 @@ def refuse_length_changing_pre_process(where: str, features: Any) -> None:
                 "decoding, while RETURNN batches after pre_process, so RETURNN's batches cannot "
                 f"be planned. Use {NATIVE}"
             )
+
+
+def probed(
+    where: str, what: str, call: Callable[[int], Any], how: Callable[[int], str]
+) -> Iterator[tuple[int, Any]]:
+    """``(seed, call(seed))`` for ``PROBES`` seeds: a user function of a RETURNN config called at
+    conversion as RETURNN will call it while training; an exception is an ``OptionError`` naming
+    ``what`` raised it and ``how`` it was called, since training would fail the same way."""
+    for seed in range(PROBES):
+        try:
+            out = call(seed)
+        except Exception as e:
+            first = (str(e).splitlines() or [""])[0]  # e.g. lazily reported imports: 1st line
+            raise OptionError(
+                f"{where}: {what} raised {type(e).__name__}: {first} when called as RETURNN calls "
+                f"it ({how(seed)}); it would fail the same way while training: fix the function "
+                "(or install what it imports)"
+            ) from e
+        yield seed, out
