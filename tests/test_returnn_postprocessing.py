@@ -1,9 +1,10 @@
 """RETURNN's ``PostprocessingDataset``: a ``map_seq`` that keeps lengths (or adds a key whose
 lengths follow an input key) converts and gives RETURNN's tags, order, batches and values per key
 through RETURNN's own pipeline (train sub-epochs 1, 2 and 3, dev; 0 and 2 workers), around an
-``HDFDataset`` and a ``MetaDataset``. A ``map_seq`` that draws from its rng, or whose lengths
-follow no rule, and any ``map_seq_stream``, are refused at conversion with the reason and the
-native equivalent. Stand-in data: RETURNN's ``SimpleHDFWriter``."""
+``HDFDataset``, a ``MetaDataset`` and an ``OggZipDataset``. A ``map_seq`` that draws from its
+rng, depends on its position or changes lengths without a rule, and any ``map_seq_stream``, are
+refused at conversion with the reason and the native equivalent. Stand-in data: RETURNN's
+``SimpleHDFWriter`` and the OggZip stand-in corpora (``returnn_configs.corpora``)."""
 
 from __future__ import annotations
 
@@ -188,3 +189,31 @@ def test_map_seq_stream_is_refused_naming_why_and_the_native_equivalent(data: Pa
         r"ahead.*seq_ordering.*transform=",
     ):
         _convert(data, "", map_seq_stream=sorted)
+
+
+# around an OggZipDataset (the published LibriSpeech data config, its stand-in corpora): the
+# features map_seq receives are RETURNN's own, computed from the decoded audio
+OGG_MAP_SEQ = """
+def map_seq(data, **kwargs):
+    data.data["data"].raw_tensor = data.data["data"].raw_tensor * 2.0
+    return data
+train = {"class": "PostprocessingDataset", "dataset": train, "map_seq": map_seq,
+         "seq_ordering": "default"}
+dev = {"class": "PostprocessingDataset", "dataset": dev, "map_seq": map_seq,
+       "seq_ordering": "default"}
+"""
+
+
+@pytest.mark.parametrize("name,epochs", [("train", (1, 2)), ("dev", (1,))])
+def test_map_seq_around_oggzip_as_returnn(
+    tmp_path_factory, tmp_path: Path, name: str, epochs: tuple[int, ...]
+) -> None:
+    pytest.importorskip("librosa")
+    from returnn_configs.corpora import corpora_env
+
+    configs = Path(__file__).parent / "returnn_configs"
+    with corpora_env(tmp_path_factory.mktemp("returnn_post_ogg")):
+        config = tmp_path / "ogg.config"
+        text = (configs / "librispeech_data_prepare.config").read_text() + OGG_MAP_SEQ
+        config.write_text(text)
+        _as_returnn(config, name, epochs, 2, tmp_path / "ours", {"data", "classes", "text"})
