@@ -27,6 +27,18 @@ repetitions and reported as a ratio:
    (what ``OnTheFlyFeatures`` calls per batch); minimum over the repetitions.
 
 Results: ``benchmarks/results/shards.json`` (``--quick``: ``benchmarks/out/``).
+
+``--reads`` measures instead **shard reads with the audio decoded** (no features) against each
+peer's own reader (``benchmarks/shard_peers.py``): the same utterances written as Lhotse Shar
+(``write_shards``), as WebDataset shards (``webdataset.ShardWriter``) and as NeMo tarred audio
+(``nemo_convert``), each read by its peer and by ``ShardSource`` (``keys=["audio"]``,
+``SeqLoader(max_seqs=16, ordering="random")``), batches of 16 padded float32 waveforms, 0 and 2
+DataLoader workers, one warm-up epoch then ``--epochs`` timed epochs per loader, all
+configurations interleaved per repetition. The warm-up epoch (untimed) checks the audio: its
+utterance count, sample count and sum of the samples must equal seqloader's (NeMo's reader may
+end an utterance one sample early: it reads ``int(duration * rate)`` samples); the timed epochs
+only count the utterances of each batch, so the consumer costs nothing on either side. Ratio: seqloader's utterances per second / the peer's.
+Results: ``benchmarks/results/shard_reads.json``.
 """
 
 from __future__ import annotations
@@ -39,7 +51,9 @@ import statistics
 import tempfile
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -217,15 +231,161 @@ def access_figures(shar: Path, scratch: Path) -> dict:
     return {"random_s": rnd, "sequential_s": seq, "stream_s": st}
 
 
+READ_BATCH = 16
+
+
+def read_corpora(utterances: int) -> dict[str, Any]:
+    """The Shar corpus of ``corpus`` also as WebDataset and NeMo tarred shards (written once)."""
+    from benchmarks.shard_peers import write_nemo, write_webdataset
+
+    shar = corpus(utterances)
+    root = shar.parent
+    jsonl = root / "corpus.jsonl"
+    if not (root / "peers-done").exists():
+        write_webdataset(jsonl, root / "wds", SHARD_SIZE)
+        write_nemo(jsonl, root / "nemo", max(1, utterances // SHARD_SIZE))
+        (root / "peers-done").write_text("ok")
+    last = (utterances - 1) // SHARD_SIZE
+    return {
+        "lhotse": shar,
+        "webdataset": str(root / "wds" / f"shard-{{000000..{last:06d}}}.tar"),
+        "nemo": root / "nemo",
+    }
+
+
+def _tally(batches: Any) -> np.ndarray:
+    """Utterances, samples and the samples' sum of padded ``(audio, lengths)`` batches (the
+    warm-up epoch's check that every side reads the same audio)."""
+    out = np.zeros(3)
+    for audio, lengths in batches:
+        out += (len(lengths), int(lengths.sum()), float(audio.double().sum()))
+    return out
+
+
+def seqloader_reads(src: ShardSource, workers: int, epochs: int) -> tuple[float, np.ndarray]:
+    with sl.SeqLoader(
+        src, ordering="random", max_seqs=READ_BATCH, num_workers=workers, seed=1
+    ) as loader:
+
+        def batches(epoch: int) -> Iterator[tuple[Any, Any]]:
+            for b in loader.epoch(epoch):
+                yield b["audio"], b.lengths["audio"]
+
+        tally = _tally(batches(1))
+        start = time.perf_counter()
+        n = sum(len(lengths) for epoch in range(2, 2 + epochs) for _, lengths in batches(epoch))
+        return n / (time.perf_counter() - start), tally
+
+
+def peer_reads(who: str, where: Any, workers: int, epochs: int) -> tuple[float, np.ndarray]:
+    from benchmarks import shard_peers
+
+    sampler = None
+    if who == "lhotse":
+        loader, sampler = shard_peers.lhotse_loader(where, workers, READ_BATCH)
+    elif who == "webdataset":
+        loader = shard_peers.webdataset_loader(where, workers, READ_BATCH)
+    else:
+        loader = shard_peers.nemo_loader(where, workers, READ_BATCH)
+
+    def batches(epoch: int) -> Any:
+        if sampler is not None:
+            sampler.set_epoch(epoch)
+        return iter(loader)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tally = _tally(batches(1))
+        start = time.perf_counter()
+        n = sum(len(lengths) for epoch in range(2, 2 + epochs) for _, lengths in batches(epoch))
+        rate = n / (time.perf_counter() - start)
+    return rate, tally
+
+
+def read_sources(c: dict[str, Any], index_dir: Path) -> dict[str, ShardSource]:
+    """seqloader's ``ShardSource`` over each peer's shards, the audio decoded."""
+    tars = sorted(str(p) for p in Path(c["nemo"]).glob("audio_*.tar"))
+    return {
+        "lhotse": ShardSource.lhotse_shar(c["lhotse"], keys=["audio"], index_dir=index_dir),
+        "webdataset": ShardSource.webdataset(c["webdataset"], keys=["audio"], index_dir=index_dir),
+        "nemo": ShardSource.nemo(
+            str(Path(c["nemo"]) / "tarred_audio_manifest.json"),
+            tars,
+            keys=["audio"],
+            index_dir=index_dir,
+        ),
+    }
+
+
+def reads_main(args: argparse.Namespace) -> dict:
+    """``--reads``: each peer's reader against ``ShardSource`` on the same shards."""
+    c = read_corpora(args.utterances)
+    scratch = Path(tempfile.mkdtemp(prefix="seqloader-shard-reads-"))
+    sources = read_sources(c, scratch / "idx")
+    runs: dict[str, list[float]] = {}
+    tallies: dict[str, np.ndarray] = {}
+    load_before = os.getloadavg()
+    configs = [(who, w) for w in (0, 2) for who in ("lhotse", "webdataset", "nemo")]
+    for r in range(args.repeats):
+        for who, workers in configs if r % 2 == 0 else configs[::-1]:
+            for side in ("seqloader", who) if r % 2 == 0 else (who, "seqloader"):
+                if side == "seqloader":
+                    rate, tally = seqloader_reads(sources[who], workers, args.epochs)
+                else:
+                    rate, tally = peer_reads(who, c[who], workers, args.epochs)
+                key = f"{side}_on_{who}_{workers}w"
+                runs.setdefault(key, []).append(rate)
+                tallies[key] = tally
+    problems = []
+    for key, tally in tallies.items():
+        mine = tallies["seqloader_on_" + key.split("_on_")[1]]
+        # NeMo reads int(duration * rate) samples: one fewer where the float product falls
+        # short; each such sample is within [-1, 1]
+        short = mine[1] - tally[1] if key.startswith("nemo") else 0
+        if (
+            tally[0] != mine[0]
+            or not 0 <= short <= tally[0]
+            or abs(tally[2] - mine[2]) > short + 1e-6 * max(1.0, abs(mine[2]))
+        ):
+            problems.append(f"{key}: {tally.tolist()} != seqloader's {mine.tolist()}")
+    if problems:
+        raise AssertionError("not the same audio: " + "; ".join(problems))
+    ratios: dict[str, Any] = {}
+    for who, workers in configs:
+        ours, theirs = runs[f"seqloader_on_{who}_{workers}w"], runs[f"{who}_on_{who}_{workers}w"]
+        per_run = [a / b for a, b in zip(ours, theirs)]
+        ratios[f"seqloader_over_{who}_{workers}w"] = float(statistics.median(per_run))
+        ratios[f"seqloader_over_{who}_{workers}w_per_run"] = [float(x) for x in per_run]
+    return {
+        "utterances": args.utterances,
+        "repeats": args.repeats,
+        "epochs_timed": f"{args.epochs} per configuration, after a warm-up epoch",
+        "batch": f"{READ_BATCH} utterances, padded float32 audio",
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "ratios": ratios,
+        "utterances_per_s_medians": {k: float(statistics.median(v)) for k, v in runs.items()},
+        "per_epoch_utterances_samples_sum": {k: v.tolist() for k, v in tallies.items()},
+        "load_average_before_after": [load_before, os.getloadavg()],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--utterances", type=int, default=240)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--epochs", type=int, default=4, help="timed epochs per configuration")
     p.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats, out/ only")
+    p.add_argument("--reads", action="store_true", help="audio reads against each peer's reader")
     args = p.parse_args(argv)
     if args.quick:
         args.utterances, args.repeats, args.epochs = 60, 2, 2
+    if args.reads:
+        reads = reads_main(args)
+        out = (QUICK_RESULTS if args.quick else RESULTS).with_name("shard_reads.json")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(reads, indent=1) + "\n")
+        print(json.dumps({k: v for k, v in reads["ratios"].items() if "per_run" not in k}))
+        return 0
     shar = corpus(args.utterances)
     scratch = Path(tempfile.mkdtemp(prefix="seqloader-shards-bench-"))
     runs: dict[str, list[float]] = {}

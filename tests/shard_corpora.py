@@ -9,6 +9,7 @@ import tarfile
 from pathlib import Path
 
 import numpy as np
+from benchmarks.shard_peers import nemo_convert as nemo_convert  # also the benchmark's
 
 import seqloader as sl
 from conftest import index_corpus
@@ -59,53 +60,6 @@ def wav(seconds: float = 0.2, rate: int = 16000, value: float = 0.1) -> bytes:
 
 def size_of(path: str | os.PathLike) -> int:
     return os.path.getsize(path)
-
-
-def nemo_convert(
-    manifest: Path, target: Path, num_shards: int, sort_in_shards: bool = True
-) -> None:
-    """NeMo's ``scripts/speech_recognition/convert_to_tarred_audio_dataset.py`` re-implemented
-    (``create_new_dataset`` and ``_create_shard``, defaults: no shuffle, no codec change,
-    ``slice_with_offset`` off): ``len // num_shards`` entries per shard in manifest order (the
-    rest dropped, as NeMo drops it), each shard sorted by duration, audio paths squashed into
-    member names (``/`` and ``.`` of the stem become ``_``), a recording's first entry adds its
-    file, later entries of the same file become ``STEM-subN.EXT`` (the member is not added again;
-    ``offset`` and ``duration`` are kept), every entry gets ``shard_id``; ``audio_N.tar``,
-    ``sharded_manifests/manifest_N.json`` and ``tarred_audio_manifest.json``."""
-    import json
-
-    entries = []
-    for line in manifest.read_text().splitlines():
-        entry = json.loads(line)
-        if not os.path.isabs(entry["audio_filepath"]):
-            entry["audio_filepath"] = str(manifest.parent / entry["audio_filepath"])
-        entries.append(entry)
-    per_shard = len(entries) // num_shards
-    (target / "sharded_manifests").mkdir(parents=True, exist_ok=True)
-    everything = []
-    for shard_id in range(num_shards):
-        shard = entries[shard_id * per_shard : (shard_id + 1) * per_shard]
-        if sort_in_shards:
-            shard.sort(key=lambda e: e["duration"])
-        count: dict[str, int] = {}
-        written = []
-        with tarfile.open(target / f"audio_{shard_id}.tar", mode="w", dereference=True) as tar:
-            for entry in shard:
-                base, ext = os.path.splitext(entry["audio_filepath"])
-                base = base.replace("/", "_").replace(".", "_")
-                squashed = f"{base}{ext}"
-                if squashed not in count:
-                    tar.add(entry["audio_filepath"], arcname=squashed)
-                    to_write, count[squashed] = squashed, 1
-                else:
-                    to_write = f"{base}-sub{count[squashed]}{ext}"
-                    count[squashed] += 1
-                written.append({**entry, "audio_filepath": to_write, "shard_id": shard_id})
-        lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in written)
-        (target / "sharded_manifests" / f"manifest_{shard_id}.json").write_text(lines)
-        everything += written
-    lines = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in everything)
-    (target / "tarred_audio_manifest.json").write_text(lines)
 
 
 def nemo_expand_sharded_filepaths(paths: object) -> list[str]:
