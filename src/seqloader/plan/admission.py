@@ -17,7 +17,7 @@ that depend on the epoch (curriculum learning). Both are RETURNN's, with RETURNN
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
@@ -101,26 +101,28 @@ def mean_len_selection(order: np.ndarray, lengths: np.ndarray, max_mean_len: flo
     lens = np.asarray(lengths, dtype=np.int64)[order]
     by = np.lexsort((order, lens))  # sorted (len, idx) pairs, as RETURNN's sorted tuples
     prefix_mean = np.cumsum(lens[by]) / np.arange(1, m + 1)  # mean of the num shortest, num=1..m
-    low, high = 1, m + 1
-    while low < high:  # RETURNN's binary_search_any(cmp=mean(lens[:num]) - M)
-        mid = (low + high) // 2
-        r = _mean_of(prefix_mean, mid) - max_mean_len
-        if r < 0:
-            low = mid + 1
-        elif r > 0:
-            high = mid
-        else:
-            low = mid
-            break
+    # num may be m + 1 (RETURNN's slice then holds all)
+    low = mean_len_search(lambda num: float(prefix_mean[min(num, m) - 1]), m, max_mean_len)
     keep = np.zeros(m, dtype=bool)
     keep[by[:low]] = True
     return keep
 
 
-def _mean_of(prefix_mean: np.ndarray, num: int) -> float:
-    """``numpy.mean`` of the ``num`` shortest (``num`` may be ``m + 1``'s neighbour: RETURNN's
-    slice then holds all)."""
-    return float(prefix_mean[min(num, len(prefix_mean)) - 1])
+def mean_len_search(mean_of: Callable[[int], float], m: int, max_mean_len: float) -> int:
+    """RETURNN's ``binary_search_any(cmp=mean(lens[:num]) - M)`` over ``num`` in ``[1, m + 1]``
+    (``mean_of(num)``: the mean of the ``num`` shortest) -> the ``num`` it stops at, exactly
+    (on a tie it stops where it probes first)."""
+    low, high = 1, m + 1
+    while low < high:
+        mid = (low + high) // 2
+        r = mean_of(mid) - max_mean_len
+        if r < 0:
+            low = mid + 1
+        elif r > 0:
+            high = mid
+        else:
+            return mid
+    return low
 
 
 def epoch_filters(spec: EpochFilter | None, epoch: int) -> list[float]:

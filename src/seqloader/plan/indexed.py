@@ -33,12 +33,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from itertools import pairwise
 
 import numpy as np
 
 from seqloader.errors import OptionError, ResumeError
+from seqloader.plan.admission import epoch_filters, subset_order
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
@@ -64,6 +66,7 @@ from seqloader.plan.histogram import (
     length_counts,
 )
 from seqloader.plan.indexed_files import Segment, Units
+from seqloader.plan.indexed_filter import epoch_filtered
 from seqloader.plan.indexed_imbalance import (
     bucket_costs,
     files_imbalance,
@@ -93,6 +96,7 @@ from seqloader.plan.planner import (
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
+    PURPOSE_FIXED_ORDER,
     PURPOSE_INDEXED_FILES,
     PURPOSE_INDEXED_FILES_ORDER,
     PURPOSE_INDEXED_MEMBERS,
@@ -164,6 +168,11 @@ def index_key(options: PlanOptions) -> str:
             "batch_cost": options.batch_cost,
             "max_seq_length": options.max_seq_length,
             "min_seq_length": options.min_seq_length,
+            **(
+                {"subset": [options.fixed_random_subset, options.fixed_random_subset_seed]}
+                if options.fixed_random_subset is not None
+                else {}
+            ),
             "length_key": options.length_key,
             "files": options.distribution == "files",
         },
@@ -216,6 +225,15 @@ class IndexedPlanner:
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
+        if options.fixed_random_subset is not None:
+            self._mask = self._subset_mask(options)
+        #: the first key words of every draw: the seed (``fixed_random_seed``: that seed and
+        #: its purpose, the same draws every epoch, as global planning's one order)
+        self._head: tuple[int, ...] = (options.seed,)
+        if options.fixed_random_seed is not None:
+            self._head = (options.fixed_random_seed, PURPOSE_FIXED_ORDER)
+        self._cut_kept: tuple[int, EpochCut | None] | None = None  # (epoch, its cut)
+        self._sums: np.ndarray | None = None  # per bucket length sums (epoch_wise_filter)
         if index is None or int(np.max(index.longest, initial=0)) > self._fits():
             self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
         self.chunks: ChunkTable | None = None  # indexed planning plans no chunks
@@ -250,6 +268,21 @@ class IndexedPlanner:
             self._file_frames = np.asarray(index.file_frames, dtype=np.int64)
 
     # ---- admission ----
+    def _subset_mask(self, options: PlanOptions) -> np.ndarray:
+        """The admitted mask less what is not in ``fixed_random_subset`` (RETURNN's draw, as
+        global planning: ``subset_order``), counted under global planning's reason."""
+        n = len(self.lengths)
+        inside = np.zeros(n, dtype=bool)
+        subset = options.fixed_random_subset
+        assert subset is not None
+        inside[subset_order(n, subset, options.fixed_random_subset_seed)] = True
+        keep = np.ones(n, dtype=bool) if self._mask is None else self._mask
+        hit = np.flatnonzero(keep & ~inside)
+        if len(hit):
+            self._filtered["not in fixed_random_subset"] = len(hit)
+            self._examples["not in fixed_random_subset"] = hit[:5].tolist()
+        return keep & inside
+
     def _fits(self) -> int:
         """The longest length that fits a batch alone (no limit: any)."""
         if self.budget is None:
@@ -302,10 +335,21 @@ class IndexedPlanner:
         return self._mask
 
     def filtered(self, epoch: int) -> dict[str, int]:
-        return dict(self._filtered)
+        """The admission's counts and, with ``epoch_wise_filter``, this epoch's."""
+        out = dict(self._filtered)
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        if self.options.epoch_wise_filter and self.mix is None:
+            cut = self._epoch_cut(ep, *self._base_counts(ep))
+            for reason, count in (cut.reasons if cut is not None else {}).items():
+                out[reason] = out.get(reason, 0) + count
+        return out
 
     # ---- the sub-epoch's batches ----
     def _seed_epoch(self, ep: EpochIndex) -> int:
+        """The full epoch whose draws ``ep`` uses (``:K`` grouping; ``fixed_random_seed``: 0,
+        every epoch the same draws, keyed by ``_head``)."""
+        if self.options.fixed_random_seed is not None:
+            return 0
         return self.options.parsed_ordering.seed_epoch(ep.full_epoch)
 
     def _counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -316,11 +360,47 @@ class IndexedPlanner:
             counts = self.mix.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
             lo = np.zeros_like(counts)
         else:
-            q, r = np.divmod(self.index.counts, parts)
-            lo = ep.part * q + np.minimum(ep.part, r)
-            counts = q + (ep.part < r)
+            counts, lo = self._base_counts(ep)
+            cut = self._epoch_cut(ep, counts, lo)
+            if cut is not None:
+                counts = cut.counts
         sizes = np.where(self.k > 0, self.k, np.maximum(counts, 1))
         return counts, lo, sizes
+
+    def _base_counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray]:
+        """Unmixed: (sequences per bucket in the sub-epoch before ``epoch_wise_filter``, their
+        offset in the full epoch's list): RETURNN's cut rule per bucket."""
+        q, r = np.divmod(self.index.counts, self.options.partition_epoch)
+        return q + (ep.part < r), ep.part * q + np.minimum(ep.part, r)
+
+    def _member_draw(self, ep: EpochIndex, offsets: np.ndarray) -> MemberDraw:
+        words = (*self._head, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
+        return MemberDraw(self.index.members, self.index.starts, offsets, words)
+
+    def _epoch_cut(self, ep: EpochIndex, counts: np.ndarray, lo: np.ndarray) -> EpochCut | None:
+        """``epoch_wise_filter`` on the sub-epoch (``seqloader.plan.indexed_filter``), None when
+        no filter applies to ``ep``; kept for the last epoch asked (table, draw and counts ask)."""
+        means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
+        if not means:
+            return None
+        kept = self._cut_kept
+        if kept is not None and kept[0] == ep.epoch:
+            return kept[1]
+        sums = None
+        if self.options.partition_epoch == 1:  # the sub-epoch is every bucket, every epoch
+            if self._sums is None:
+                self._sums = _bucket_sums(self.index, self.lengths)
+            sums = self._sums
+        cut = EpochCut(
+            *epoch_filtered(counts, self._member_draw(ep, lo), self.lengths, means, sums)
+        )
+        cut.reasons = {
+            f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})": d
+            for m, d in zip(means, cut.dropped, strict=True)
+            if d
+        }
+        self._cut_kept = (ep.epoch, cut)
+        return cut
 
     def table(self, epoch: int, group: int) -> BatchTable:
         """The sub-epoch's batches in plan order (``group``: the world size the epoch starts
@@ -330,7 +410,7 @@ class IndexedPlanner:
         ordering = self.options.parsed_ordering
         if ordering.is_buckets:
             words = (PURPOSE_INDEXED_RUNS, self._seed_epoch(ep), ep.part)
-            return bucket_runs(counts, sizes, group, rng_for(self.options.seed, *words))
+            return bucket_runs(counts, sizes, group, rng_for(*self._head, *words))
         return laplace_bins(counts, sizes, ordering.num_bins(int(counts.sum())))
 
     def draw(self, epoch: int, windows: bool = True) -> Draw:
@@ -339,11 +419,13 @@ class IndexedPlanner:
         ep = EpochIndex(epoch, self.options.partition_epoch)
         counts, offsets, sizes = self._counts(ep)
         draw: Draw
+        cut = None if self.mix is not None else self._epoch_cut(ep, counts, offsets)
         if isinstance(self.mix, IndexedMix):
             draw = self.mix.draw(ep.full_epoch, ep.part, self.options.partition_epoch)
+        elif cut is not None:
+            draw = cut.draw
         else:
-            words = (self.options.seed, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
-            draw = MemberDraw(self.index.members, self.index.starts, offsets, words)
+            draw = self._member_draw(ep, offsets)
         return SortedWindows(draw, self.lengths, counts, sizes) if windows else draw
 
     def order_size(self, epoch: int, world_size: int = 1) -> int:
@@ -354,7 +436,7 @@ class IndexedPlanner:
 
     def _part_files(self, ep: EpochIndex) -> np.ndarray:
         """The files of sub-epoch ``ep`` in the epoch's shuffled order (as global planning)."""
-        rng = rng_for(self.options.seed, PURPOSE_FILES, self._seed_epoch(ep))
+        rng = rng_for(*self._head, PURPOSE_FILES, self._seed_epoch(ep))
         parts = self.options.partition_epoch
         return epoch_files(self._file_frames, self._file_counts, parts, rng).part(ep.part)
 
@@ -398,7 +480,7 @@ class IndexedPlanner:
         assert self.corpora is not None
         if self.files is not None:
             return self._files_corpus_counts(epoch)
-        if self.options.partition_epoch == 1:
+        if self.options.partition_epoch == 1 and not self.options.epoch_wise_filter:
             if self._mask is None:
                 return self.corpora.sizes.astype(np.int64)
             edges = self.corpora.bounds.tolist()
@@ -516,7 +598,7 @@ class IndexedPlanner:
         words = (PURPOSE_INDEXED_FILES_ORDER, self._seed_epoch(ep), ep.part, index)
 
         def order_rng(rank: int) -> np.random.Generator:
-            return rng_for(self.options.seed, *words, rank)
+            return rng_for(*self._head, *words, rank)
 
         ordering, uneven = self.options.parsed_ordering, self.options.uneven
         seg = Segment(units, start, world_size, index, ordering, uneven, order_rng)
@@ -552,7 +634,7 @@ class IndexedPlanner:
             seqs = ranges(files[own], files[own + 1])
             if self._mask is not None:
                 seqs = seqs[self._mask[seqs]]
-            seqs = seqs[rng_for(self.options.seed, *words, r).permutation(len(seqs))]
+            seqs = seqs[rng_for(*self._head, *words, r).permutation(len(seqs))]
             bucket = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[seqs]), "right")
             group = units.group_of[r][bucket]
             by_group = np.argsort(group, kind="stable")
@@ -674,6 +756,29 @@ class IndexedPlanner:
         return plan_fingerprint(
             self.algorithm, source_fingerprint, self.options, self.length_key, self._extra
         )
+
+
+@dataclass
+class EpochCut:
+    """A sub-epoch after ``epoch_wise_filter``: kept sequences per bucket, the draw of the kept
+    lists, the sequences each filter dropped, and those counts by the report's reasons."""
+
+    counts: np.ndarray
+    draw: Draw
+    dropped: list[int]
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+def _bucket_sums(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
+    """The admitted lengths' sum per bucket -> int64 ``[N]`` (a chunk of members at a time)."""
+    out = np.zeros(len(index.starts) - 1, dtype=np.int64)
+    for a in range(0, len(index.members), _CHUNK):
+        members = np.asarray(index.members[a : a + _CHUNK], dtype=np.int64)
+        bucket = np.searchsorted(index.starts, a + np.arange(len(members)), side="right") - 1
+        out += np.bincount(
+            bucket, weights=np.asarray(lengths[members], dtype=np.float64), minlength=len(out)
+        ).astype(np.int64)
+    return out
 
 
 class MaskAdmission(Admission):

@@ -330,13 +330,14 @@ class PlanOptions:
                 "fixed_random_subset: not supported with mix or distribution='files' (the "
                 "subset re-orders the corpus); use distribution='shard' without mix"
             )
+        global_buckets = self._parsed.is_buckets and self.planning != "indexed"
         if self.epoch_wise_filter is not None and (
-            self._parsed.is_buckets or self.mix is not None or self.distribution == "files"
+            global_buckets or self.mix is not None or self.distribution == "files"
         ):
             raise OptionError(
-                "epoch_wise_filter: not supported with ordering='buckets:N', mix or "
-                "distribution='files' (it filters each sub-epoch's order); use another ordering "
-                "with distribution='shard' or 'random_seed_offset'"
+                "epoch_wise_filter: not supported with ordering='buckets:N' (unless "
+                "planning='indexed'), mix or distribution='files' (it filters each sub-epoch's "
+                "order); use another ordering with distribution='shard' or 'random_seed_offset'"
             )
 
     def _check_indexed(self) -> None:
@@ -355,9 +356,6 @@ class PlanOptions:
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (self.distribution == "random_seed_offset", "distribution='random_seed_offset'"),
             (self.chunking is not None, "chunking"),
-            (self.fixed_random_subset is not None, "fixed_random_subset"),
-            (self.fixed_random_seed is not None, "fixed_random_seed"),
-            (self.epoch_wise_filter is not None, "epoch_wise_filter"),
             (isinstance(self.max_frames, Mapping), "per-key max_frames"),
             (self.max_packed_frames is not None, "max_packed_frames"),
             (BatchCost.parse(self.batch_cost).packed, "batch_cost='packed'"),

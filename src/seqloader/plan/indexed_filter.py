@@ -1,0 +1,123 @@
+"""``epoch_wise_filter`` under indexed planning: RETURNN's ``max_mean_len`` selection on counts.
+
+The filter keeps a sub-epoch's shortest sequences (sorted by (length, index)) whose mean length
+stays about ``M``, by RETURNN's binary search (``seqloader.plan.admission.mean_len_selection``).
+Length buckets are length ranges and equal lengths share a bucket, so the (length, index) order
+is bucket-major: the kept set is every bucket below one bucket ``b*``, the shortest ``j`` of
+``b*``'s sub-epoch list, and nothing above. The search needs the mean of the ``num`` shortest
+for the ``num`` it probes: the buckets' length sums below (``sums``) and the sorted lengths of
+the one bucket ``num`` falls in. Only ``b*``'s kept members are listed (``FilteredDraw``); every
+other position is the unfiltered draw's, so a plan's batches still come from counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from seqloader.plan.admission import mean_len_search
+from seqloader.plan.indexed_plan import Draw
+
+
+class FilteredDraw:
+    """A ``Draw`` whose buckets ``explicit`` holds are lists of their own (the members an epoch
+    filter kept, in the unfiltered list's order); other buckets draw from ``base``."""
+
+    def __init__(self, base: Draw, explicit: dict[int, np.ndarray]) -> None:
+        self.base, self.explicit = base, explicit
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
+        out = np.empty(len(pos), dtype=np.int64)
+        listed = np.isin(bucket, np.fromiter(self.explicit, dtype=np.int64))
+        if (~listed).any():
+            out[~listed] = self.base.slots(bucket[~listed], pos[~listed])[0]
+        for b, members in self.explicit.items():
+            at = bucket == b
+            out[at] = members[pos[at]]
+        return out, None
+
+
+def mean_len_cut(
+    counts: np.ndarray, sums: np.ndarray, sorted_lengths: Callable[[int], np.ndarray], mean: float
+) -> int:
+    """How many of the shortest sequences RETURNN's binary search keeps for ``max_mean_len=mean``
+    (``mean_len_selection``'s ``low``), from per-bucket ``counts`` and length ``sums`` (int64
+    ``[N]``) and ``sorted_lengths(b)``: bucket b's lengths ascending (asked for the few buckets
+    the search probes).
+
+    >>> lens = {0: np.array([1, 2]), 1: np.array([10, 30])}
+    >>> mean_len_cut(np.array([2, 2]), np.array([3, 40]), lens.__getitem__, 5.0)
+    3
+    """
+    m = int(counts.sum())
+    if m == 0:
+        return 0
+    before = np.concatenate([[0], np.cumsum(counts)])  # sequences below each bucket
+    frames = np.concatenate([[0], np.cumsum(sums)])
+    kept: dict[int, np.ndarray] = {}
+
+    def mean_of(num: int) -> float:
+        num = min(num, m)
+        b = int(np.searchsorted(before, num, side="left")) - 1  # bucket holding the num-th
+        if b not in kept:
+            kept[b] = np.cumsum(sorted_lengths(b), dtype=np.int64)
+        inside = num - int(before[b])
+        total = int(frames[b]) + int(kept[b][inside - 1])
+        return float(np.float64(total) / np.float64(num))  # numpy's cumsum / arange
+
+    return min(mean_len_search(mean_of, m, mean), m)
+
+
+def epoch_filtered(
+    counts: np.ndarray,
+    base: Draw,
+    lengths: np.ndarray,
+    means: Sequence[float],
+    sums: np.ndarray | None = None,
+) -> tuple[np.ndarray, Draw, list[int]]:
+    """``means`` (the epoch's ``max_mean_len`` values, applied one after the other) on a
+    sub-epoch of ``counts`` per bucket drawn by ``base`` -> (kept counts ``[N]``, the draw of the
+    kept lists, sequences each filter dropped). ``sums``: the buckets' length sums when known
+    (``partition_epoch=1``: the whole buckets'), else drawn here."""
+    counts = np.asarray(counts, dtype=np.int64).copy()
+    explicit: dict[int, np.ndarray] = {}
+
+    def listed(b: int) -> np.ndarray:
+        if b in explicit:
+            return explicit[b]
+        pos = np.arange(int(counts[b]), dtype=np.int64)
+        return base.slots(np.full(len(pos), b, dtype=np.int64), pos)[0]
+
+    if sums is None:
+        sums = np.array(
+            [int(np.asarray(lengths[listed(b)], dtype=np.int64).sum()) for b in range(len(counts))],
+            dtype=np.int64,
+        )
+    sums = np.asarray(sums, dtype=np.int64).copy()
+    dropped = []
+    for mean in means:
+
+        def sorted_lengths(b: int) -> np.ndarray:
+            return np.sort(np.asarray(lengths[listed(b)], dtype=np.int64))
+
+        low = mean_len_cut(counts, sums, sorted_lengths, mean)
+        total = int(counts.sum())
+        dropped.append(total - low)
+        before = np.concatenate([[0], np.cumsum(counts)])
+        b = int(np.searchsorted(before, low, side="right")) - 1  # the bucket cut inside
+        if low < total:
+            j = low - int(before[b])
+            members = listed(b) if j else np.zeros(0, dtype=np.int64)
+            lens = np.asarray(lengths[members], dtype=np.int64)
+            keep = np.zeros(len(members), dtype=bool)
+            keep[np.lexsort((members, lens))[:j]] = True  # the j shortest by (length, index)
+            explicit[b] = members[keep]
+            counts[b] = j
+            sums[b] = int(lens[keep].sum())
+            counts[b + 1 :] = 0
+            sums[b + 1 :] = 0
+            for later in [k for k in explicit if k > b]:
+                del explicit[later]
+    draw: Draw = FilteredDraw(base, explicit) if explicit else base
+    return counts, draw, dropped

@@ -1,0 +1,63 @@
+"""``planning="indexed"`` with the admission options (``fixed_random_subset``,
+``fixed_random_seed``, ``epoch_wise_filter``, per-key length filters) through the real loader: the
+resume harness of ``test_resume`` (save -> JSON -> fresh loaders, elastic ``W -> W' -> W''``) and
+real DataLoader workers delivering the batches of the run without them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_resume import check_chain, corpus, loader_factory, run_all
+
+PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
+ADMISSION = st.sampled_from(
+    [
+        {"fixed_random_subset": 0.6, "fixed_random_subset_seed": 3},
+        {"fixed_random_seed": 4, "min_seq_length": 2},
+        {"epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}, "max_seq_length": 18},
+        {"epoch_wise_filter": {(2, 3): {"max_mean_len": 9}}, "fixed_random_subset": 30},
+    ]
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(0, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "buckets:3"]),
+    uneven=st.sampled_from(["split", "pad", "drop"]),
+    partition_epoch=st.integers(1, 2),
+    admission=ADMISSION,
+    worlds=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_resume_chains_with_admission_options(
+    n, seed, ordering, uneven, partition_epoch, admission, worlds, cuts
+) -> None:
+    make = loader_factory(
+        corpus(n, seed),
+        **PLAN,
+        **admission,
+        ordering=ordering,
+        uneven=uneven,
+        partition_epoch=partition_epoch,
+    )
+    check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1)
+
+
+@pytest.mark.slow
+def test_same_batches_with_dataloader_workers() -> None:
+    """C3: worker processes deliver the batches of the run without workers, resumed too."""
+    options = {
+        **PLAN,
+        "ordering": "laplace:.5",
+        "partition_epoch": 2,
+        "fixed_random_subset": 40,
+        "epoch_wise_filter": {(1, 2): {"max_mean_len": 8}},
+    }
+    reference = run_all(loader_factory(corpus(47, seed=4), **options), 2, 3)
+    make = loader_factory(corpus(47, seed=4), **options, num_workers=2)
+    check_chain(make, [2, 2], [4], 3, reference=reference)
+    check_chain(make, [2, 1], [5], 3, reference=reference)

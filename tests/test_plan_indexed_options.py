@@ -1,0 +1,215 @@
+"""``planning="indexed"`` with the admission options of global planning: per-key
+``max_seq_length``/``min_seq_length``, ``fixed_random_subset`` (+ its seed), ``fixed_random_seed``
+and ``epoch_wise_filter`` (hypothesis; pure numpy).
+
+Which sequences an epoch holds is global planning's set exactly (one sub-epoch per epoch: the
+whole admitted corpus, filtered alike; counted alike per reason), while order and batches are the
+indexed algorithm's; and every contract holds: exactly once, equal steps, a rank's share alone
+equal to its part of the global list, determinism, resume chains ``W -> W' -> W''`` (through
+``continue_plan``, which checks every position's reachability).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.plan import PlanOptions
+from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.planner import Planner
+from test_plan_indexed import ORDERINGS, check_plan, indexed_digest
+from test_resume_plan import assert_equal_steps, run_chain
+
+FILTERS = [
+    None,
+    {(1, 1): {"max_mean_len": 60}},
+    {(1, 2): {"max_mean_len": 90}, (2, None): {"max_mean_len": 40}},
+    {(2, 3): {"max_mean_len": 25.5}},
+]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(0, 300))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    high = draw(st.sampled_from([3, 40, 300]))
+    data = rng.integers(0 if draw(st.booleans()) else 1, high + 1, size=n).astype(np.int64)
+    classes = rng.integers(0, 30, size=n).astype(np.int64)
+    longest = draw(
+        st.sampled_from([None, 250, {"data": 200, "classes": 25}, {"classes": 20}, {"*": 280}])
+    )
+    shortest = draw(st.sampled_from([0, 1, 5, {"classes": 3}, {"data": 2, "classes": 1}]))
+    subset = draw(st.sampled_from([None, 1, 50, 0.4, 10**6]))
+    options = {
+        "max_seqs": draw(st.one_of(st.none(), st.integers(1, 20))),
+        "max_frames": draw(st.one_of(st.none(), st.integers(300, 3000))),
+        "max_seq_length": longest,
+        "min_seq_length": shortest,
+        "fixed_random_subset": subset,
+        "fixed_random_subset_seed": draw(st.integers(0, 50)),
+        "fixed_random_seed": draw(st.sampled_from([None, 0, 7])),
+        "epoch_wise_filter": draw(st.sampled_from(FILTERS)),
+        "partition_epoch": draw(st.integers(1, 3)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "seed": draw(st.integers(0, 5)),
+    }
+    return {
+        "lengths": {"data": data, "classes": classes},
+        "options": options,
+        "ordering": draw(st.sampled_from(ORDERINGS)),
+        "world": draw(st.integers(1, 7)),
+        "worlds": draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)),
+        "cut": draw(st.floats(0, 1)),
+    }
+
+
+def indexed(case: dict) -> IndexedPlanner:
+    options = PlanOptions(**case["options"], ordering=case["ordering"], planning="indexed")
+    return IndexedPlanner(case["lengths"], options)
+
+
+def greedy(case: dict) -> Planner:
+    """Global planning at the same admission options (``random``: any ordering admits alike)."""
+    return Planner(case["lengths"], PlanOptions(**case["options"], ordering="random"))
+
+
+def real(plan) -> np.ndarray:
+    b = plan.batches
+    return b.seqs[b.real]
+
+
+@settings(max_examples=120, deadline=None)
+@given(cases())
+def test_each_epoch_holds_global_plannings_set_counted_alike(case: dict) -> None:
+    """One sub-epoch per epoch: the set and the per-reason counts of global planning, epoch by
+    epoch (epoch_wise_filter differs per epoch); with sub-epochs, every full epoch is the
+    admitted set exactly once (no epoch filter) and every sub-epoch is filtered alike."""
+    planner, reference = indexed(case), greedy(case)
+    o, world = planner.options, case["world"]
+    assert planner.num_admitted == reference.num_admitted
+    assert sorted(planner.admission.admitted.tolist()) == reference.admission.admitted.tolist()
+    seen: list[np.ndarray] = []
+    for epoch in range(1, 2 * o.partition_epoch + 1):
+        plan = planner.global_plan(epoch, world)
+        check_plan(planner, plan, case["lengths"]["data"])
+        got = real(plan)
+        assert len(np.unique(got)) == len(got)
+        assert planner.order_size(epoch, world) == len(got) + plan.dropped
+        if o.partition_epoch == 1:
+            if not plan.dropped:
+                assert sorted(got.tolist()) == sorted(reference.sub_epoch_order(epoch).tolist())
+            assert planner.filtered(epoch) == reference.filtered(epoch)
+        elif not o.epoch_wise_filter and epoch <= o.partition_epoch:
+            seen.append(got)
+    if seen and not any(planner.global_plan(e, world).dropped for e in range(1, len(seen) + 1)):
+        full = np.concatenate(seen)
+        assert sorted(full.tolist()) == reference.admission.admitted.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases())
+def test_deterministic_and_fixed_seed_repeats_every_epoch(case: dict) -> None:
+    a, b = indexed(case), indexed(case)
+    w = case["world"]
+    for epoch in (1, 2):
+        np.testing.assert_array_equal(
+            a.global_plan(epoch, w).batches.seqs, b.global_plan(epoch, w).batches.seqs
+        )
+    o = a.options
+    if o.fixed_random_seed is not None and not o.epoch_wise_filter:
+        p = o.partition_epoch  # the same full epoch every time
+        np.testing.assert_array_equal(
+            a.global_plan(1, w).batches.seqs, a.global_plan(1 + p, w).batches.seqs
+        )
+
+
+def test_fixed_random_seed_keys_the_draws_by_itself() -> None:
+    lengths = {"data": np.random.default_rng(1).integers(1, 300, 3000)}
+    opts = {"ordering": "buckets:4", "max_frames": 3000, "planning": "indexed"}
+    fixed = IndexedPlanner(lengths, PlanOptions(**opts, fixed_random_seed=3, seed=1))
+    other_seed = IndexedPlanner(lengths, PlanOptions(**opts, fixed_random_seed=3, seed=2))
+    free = IndexedPlanner(lengths, PlanOptions(**opts, seed=1))
+    e1, e2 = fixed.global_plan(1, 4).batches.seqs, fixed.global_plan(2, 4).batches.seqs
+    np.testing.assert_array_equal(e1, e2)
+    np.testing.assert_array_equal(e1, other_seed.global_plan(1, 4).batches.seqs)
+    assert not np.array_equal(e1, free.global_plan(1, 4).batches.seqs)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases(), st.integers(1, 3))
+def test_resume_chains_with_world_size_changes(case: dict, epoch: int) -> None:
+    """Stop anywhere, save as JSON, continue on other world sizes (each position checked for
+    reachability on the way): the sub-epoch's sequences exactly once, equal steps per segment."""
+    planner = indexed(case)
+    worlds = case["worlds"]
+    consumed, last, runs = run_chain(planner, epoch, worlds, [case["cut"]] * (len(worlds) - 1))
+    order = planner.sub_epoch_order(epoch, world_size=worlds[0])
+    assert len(np.unique(consumed)) == len(consumed)
+    if planner.options.uneven == "drop":
+        assert len(order) - len(consumed) == last.dropped
+    else:
+        assert sorted(consumed.tolist()) == sorted(order.tolist())
+    for plan, start in runs:
+        assert_equal_steps(plan, start)
+
+
+def test_epoch_wise_filter_keeps_the_shortest_in_the_bucket_it_cuts() -> None:
+    """The cut falls inside one bucket: everything shorter is kept, of the bucket's equal lengths
+    the lowest indices (RETURNN sorts (length, index)), nothing longer."""
+    lengths = np.array([10, 50, 50, 50, 90, 20, 50, 70], dtype=np.int64)
+    ewf = {(1, 1): {"max_mean_len": 34}}
+    options = PlanOptions(ordering="laplace:2", epoch_wise_filter=ewf, planning="indexed")
+    planner = IndexedPlanner({"data": lengths}, options)
+    kept = sorted(real(planner.global_plan(1, 2)).tolist())
+    # shortest first: 10, 20, 50 (#1), 50 (#2), ... means 10, 15, 26.7, 32.5, 36: RETURNN keeps 5
+    assert kept == [0, 1, 2, 3, 5]
+    assert planner.filtered(1) == {"epoch_wise_filter max_mean_len=34 (epoch 1)": 3}
+    assert sorted(real(planner.global_plan(2, 2)).tolist()) == list(range(8))
+
+
+NEW_CASES: dict[str, dict] = {
+    "laplace:.10 W3 split, per-key limits, subset": {
+        "options": {
+            "ordering": "laplace:.10",
+            "max_seqs": 6,
+            "max_frames": 1500,
+            "max_seq_length": {"data": 350},
+            "min_seq_length": 3,
+            "fixed_random_subset": 200,
+        },
+        "world": 3,
+    },
+    "buckets:4 partition 2 W4 pad, fixed_random_seed": {
+        "options": {
+            "ordering": "buckets:4",
+            "max_frames": 1200,
+            "partition_epoch": 2,
+            "uneven": "pad",
+            "fixed_random_seed": 5,
+        },
+        "world": 4,
+    },
+    "laplace W2 drop, epoch_wise_filter elastic -> W3": {
+        "options": {
+            "ordering": "laplace",
+            "max_seqs": 5,
+            "uneven": "drop",
+            "epoch_wise_filter": {(1, 1): {"max_mean_len": 120}},
+        },
+        "world": 2,
+        "elastic": (3, 3),
+    },
+}
+NEW_GOLDEN = {
+    "laplace:.10 W3 split, per-key limits, subset": "b5d359751dff6c04187f87ce5163917103ec8372d9bddbf7ccea14128924ac2f",
+    "buckets:4 partition 2 W4 pad, fixed_random_seed": "87594149e21fbec9a4ebcb537d12fc92510562ececd6f852ba0bf108f70238fe",
+    "laplace W2 drop, epoch_wise_filter elastic -> W3": "97a219773372c401026cb3df1997d71a63c9b93d2b86a935f1067168d04b493b",
+}  # fmt: skip
+
+
+def test_golden_plans_of_the_admission_options() -> None:
+    """Pinned like ``test_plan_indexed``'s cases (added with the options: no existing plan
+    changed, so no algorithm bump)."""
+    got = {name: indexed_digest(case) for name, case in NEW_CASES.items()}
+    assert got == NEW_GOLDEN, f"indexed plans changed; bump INDEXED_ALGORITHM and record: {got}"
