@@ -23,7 +23,7 @@ Dither (random noise) is not offered: it would make a sequence's frames depend o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -112,17 +112,58 @@ class KaldiFbank:
         >>> [f.shape for f in fb.many([np.full(16000, 0.1, "float32"), np.zeros(100, "float32")])]
         [(100, 80), (1, 80)]
         """
+        counts, blocks = self._blocks(waves)
+        feats = np.empty((int(counts.sum()), self.n_mels), np.float32)
+        for a, block in blocks:
+            feats[a : a + len(block)] = block
+        return np.split(feats, np.cumsum(counts)[:-1]) if len(counts) else []
+
+    def many_into(self, waves: Sequence[np.ndarray], out: np.ndarray) -> None:
+        """``many``'s frames written into a padded batch: ``out[j, :frames_j]`` (float32
+        ``[B, >= max frames, n_mels]``) gets those of ``waves[j]``, zeros after. Each block of the
+        kernel goes straight to its rows (no per-waveform arrays, no padding copy); the same blocks
+        as ``many``, so the same bytes.
+
+        >>> fb = KaldiFbank(n_mels=40)
+        >>> out = np.full((2, 100, 40), np.nan, "float32")
+        >>> fb.many_into([np.full(16000, 0.1, "float32"), np.zeros(100, "float32")], out)
+        >>> bool(np.isnan(out).any()), bool((out[1, 1:] == 0).all())
+        (False, True)
+        """
+        counts, blocks = self._blocks(waves)
+        ends = np.cumsum(counts)
+        starts = (ends - counts).tolist()
+        ends_list = ends.tolist()
+        j = 0
+        for a, block in blocks:  # blocks come in order: rows advance with them
+            b = a + len(block)
+            while j < len(ends_list) and ends_list[j] <= a:
+                j += 1
+            k = j
+            while k < len(ends_list) and starts[k] < b:
+                lo, hi = max(a, starts[k]), min(b, ends_list[k])
+                out[k, lo - starts[k] : hi - starts[k]] = block[lo - a : hi - a]
+                k += 1
+        for row, m in enumerate(counts.tolist()):
+            out[row, m:] = 0.0
+
+    def _blocks(
+        self, waves: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, Iterator[tuple[int, np.ndarray]]]:
+        """(frames per waveform int64 ``[B]``, the kernel's results ``(first frame, [m, n_mels])``
+        over all waveforms' frames one after another, in blocks of ``BLOCK_FRAMES``)."""
         xs = [np.ascontiguousarray(w, dtype=np.float32) for w in waves]
         for x in xs:
             if x.ndim != 1:
                 raise OptionError(f"KaldiFbank: got a waveform of shape {x.shape}, expected 1-D")
         counts = np.asarray(self.num_frames(np.array([len(x) for x in xs], np.int64)), np.int64)
         frames = kaldi_frames(self, xs, counts)
-        feats = np.empty((len(frames), self.n_mels), np.float32)
         kernel = _KERNEL_CHOICE.get()
-        for a in range(0, len(frames), BLOCK_FRAMES):
-            feats[a : a + BLOCK_FRAMES] = kernel(self, frames[a : a + BLOCK_FRAMES])
-        return np.split(feats, np.cumsum(counts)[:-1]) if xs else []
+        blocks = (
+            (a, kernel(self, frames[a : a + BLOCK_FRAMES]))
+            for a in range(0, len(frames), BLOCK_FRAMES)
+        )
+        return counts, blocks
 
     def frame_indices(self, samples: int) -> np.ndarray:
         """Sample index of every frame position, int64 ``[num_frames, win]`` (reflected at the

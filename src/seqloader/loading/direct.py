@@ -19,12 +19,15 @@ import numpy as np
 
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc
-from seqloader.sources.base import ReadsInto, Source, declares
+from seqloader.sources.base import ReadsInto, ReadsIntoWhen, Source, declares
 
 
 def reads_into(source: Source) -> bool:
-    """Whether ``source`` can write sequences straight into a padded batch (``ReadsInto``)."""
-    return declares(source, ReadsInto)
+    """Whether ``source`` can write sequences straight into a padded batch (``ReadsInto``, and
+    ``ReadsIntoWhen`` where declared)."""
+    if not declares(source, ReadsInto):
+        return False
+    return not declares(source, ReadsIntoWhen) or cast(ReadsIntoWhen, source).can_read_into()
 
 
 def batch_shapes(source: Source, seqs: np.ndarray) -> dict[str, tuple[tuple[int, ...], np.dtype]]:

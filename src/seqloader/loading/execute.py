@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqloader.errors import DataError, SeqLoaderError
+from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc, pack_batch, pad_batch, pad_empty
 from seqloader.loading.corpora import CorpusCounts, corpus_names, count_by_corpus
@@ -112,7 +112,10 @@ def _execute(source: Source, spec: BatchSpec, worker: WorkerSpec, alloc: Alloc) 
             "given no chunking; pass WorkerSpec(chunking=WorkerSpec.pairs(planner.chunks.spec))"
         )
     if transform is None and reads_into(source) and not chunked and not packed:
-        return _execute_direct(source, spec, alloc, screen)
+        try:
+            return _execute_direct(source, spec, alloc, screen)
+        except SequenceSkipped:
+            pass  # read again below: the skipped sequence is left out of the batch and counted
     skipped: list[tuple[int, str]] = []
     if chunked:  # each sequence read (and transformed) once, however many of its chunks
         seqs, skipped = _read_once_per_sequence(source, spec, seed, transform)

@@ -20,11 +20,12 @@ import logging
 import math
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
 
+from seqloader.audio.decode import span_into
 from seqloader.audio.kaldi_fbank import KaldiFbank
 from seqloader.audio.keys import (
     AudioOptions,
@@ -62,6 +63,7 @@ from seqloader.sources.columns import (
     narrow_lengths,
     open_or_build,
 )
+from seqloader.sources.padded_rows import RowScreen, put_row
 from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
 from seqloader.sources.tar_index import BLOCK, TarMembers, read_member, scan_tar
 
@@ -149,6 +151,7 @@ class ShardSource(SourceBase):
         self._pid = -1
         self._fds: dict[int, tuple[int, int]] = {}  # shard -> (fd, inode) in this process
         self._members: dict[int, tuple[np.ndarray, np.ndarray, list[str]]] = {}  # remote shards
+        self._scratch: np.ndarray | None = None  # read_into's waveforms when only data is asked
 
     # ---- the three layouts ----
     @classmethod
@@ -527,6 +530,89 @@ class ShardSource(SourceBase):
             out["data"] = data
         return [out for out, _ in read]
 
+    def can_read_into(self) -> bool:
+        """Reads match the planned lengths (``ReadsIntoWhen``): not with ``min_speed < 1``,
+        whose planned audio and frames are the slowest speed's bound."""
+        return self.options.min_speed == 1.0 or not {"audio", "data"} & set(self._keys)
+
+    def read_into(
+        self, indices: np.ndarray, out: Mapping[str, np.ndarray], screen: bool = False
+    ) -> list[int]:
+        """Sequences ``indices`` straight into the padded batch ``out`` (``ReadsInto``), as
+        ``read_many`` reads them: each member's planned span decoded into its row of ``audio``
+        (or of a reused buffer when only ``data`` is asked; ``audio.decode.span_into``), the
+        features of the batch's waveforms computed together into ``data`` (``KaldiFbank``:
+        ``many_into``), text and token ids copied into their rows; zeros after each sequence.
+        With ``screen``, returns the rows whose float keys may hold NaN/Inf."""
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        keys = self._keys
+        decoded = ("audio" in keys or "data" in keys) and not self._from_features
+        if decoded:
+            waves = self._waves_into(idx, out.get("audio"))
+            if "data" in keys:
+                self._features_into(waves, out["data"])
+        elif "data" in keys:  # Shar feature members
+            for j, i in enumerate(idx.tolist()):
+                f = self.shard_of(i)
+                put_row(out["data"][j], self._features(i, *self._member(i, f)))
+        for key in ("text", "classes"):
+            if key in keys:
+                for j, i in enumerate(idx.tolist()):
+                    put_row(out[key][j], self._stored(key, i))
+        if not screen:
+            return []
+        found = RowScreen()
+        for key in ("audio", "data"):
+            if key in out:
+                for j in range(len(idx)):
+                    found.add(j, out[key][j].reshape(-1))
+        return sorted(set(found.suspects()))
+
+    def _waves_into(self, idx: np.ndarray, rows: np.ndarray | None) -> list[np.ndarray]:
+        """Each sequence's fitted waveform written into ``rows[j]`` (zeros after it), or into a
+        buffer of this process when ``rows`` is None -> the waveforms (views of where they went)."""
+        want = self._samples[idx].tolist()
+        if rows is None:
+            need = sum(want)
+            if self._scratch is None or len(self._scratch) < need:
+                self._scratch = np.empty(need, np.float32)
+            buffer = self._scratch
+        waves = []
+        at = 0
+        for j, (i, n) in enumerate(zip(idx.tolist(), want)):
+            dst = buffer[at : at + n] if rows is None else rows[j]
+            at += n
+            self._wave_into(i, dst)
+            waves.append(dst[:n])
+        return waves
+
+    def _wave_into(self, index: int, dst: np.ndarray) -> None:
+        """The fitted waveform of ``index`` into ``dst[:planned]``, zeros after: decoded in place
+        where ``span_into`` can, else read as ``read`` reads it (which names any error)."""
+        blob, name = self._member(index, self.shard_of(index))
+        want = int(self._samples[index])
+        offset = float(self._store.column("offset")[index])
+        segment = None
+        if offset >= 0:  # NeMo: the entry is seconds [offset, offset + duration) of its member
+            duration = float(self._store.column("duration")[index])
+            segment = (_to_samples(offset, self._rate), _to_samples(duration, self._rate))
+        n = span_into(blob, dst[:want], self._rate, self.options.length_tolerance_s, segment)
+        if n is None:
+            wave = self._wave(index, blob, name)
+            n = len(wave)
+            dst[:n] = wave
+        dst[n:] = 0.0
+
+    def _features_into(self, waves: list[np.ndarray], out: np.ndarray) -> None:
+        """``data`` of the batch's fitted waveforms into the padded ``out``."""
+        features = self.options.features
+        assert features is not None  # decoded "data" is planned only with features
+        if isinstance(features, KaldiFbank):
+            features.many_into(waves, out)
+            return
+        for j, wave in enumerate(waves):
+            put_row(out[j], features(wave))
+
     def _read(self, index: int, features: bool) -> tuple[dict[str, np.ndarray], np.ndarray]:
         """Sequence ``index``, with its ``data`` features only if ``features``; and its decoded
         waveform (empty when none is read)."""
@@ -541,13 +627,18 @@ class ShardSource(SourceBase):
             else:
                 wave = self._wave(index, blob, name)
                 put_wave(out, wave, self.options, "audio" in keys, "data" in keys and features)
-        if "text" in keys:
-            out["text"] = np.frombuffer(self._store.strings("text").raw(index), np.uint8).copy()
-        if "classes" in keys:
-            c, ids = self._class_offsets, self._classes
-            assert c is not None and ids is not None
-            out["classes"] = ids[c[index] : c[index + 1]].copy()
+        for key in ("text", "classes"):
+            if key in keys:
+                out[key] = self._stored(key, index).copy()
         return out, wave
+
+    def _stored(self, key: str, index: int) -> np.ndarray:
+        """``text`` (utf-8 bytes) or ``classes`` (token ids) of ``index``: a view of the index."""
+        if key == "text":
+            return np.frombuffer(self._store.strings("text").raw(index), np.uint8)
+        c, ids = self._class_offsets, self._classes
+        assert c is not None and ids is not None
+        return ids[c[index] : c[index + 1]]
 
     def _member(self, index: int, f: int) -> tuple[bytes, str]:
         header, size, name = self._position(index, f)
@@ -730,7 +821,7 @@ class ShardSource(SourceBase):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_fds"], state["_pid"], state["_members"] = {}, -1, {}
+        state["_fds"], state["_pid"], state["_members"], state["_scratch"] = {}, -1, {}, None
         for name in ("_samples", "_classes", "_class_offsets", "_lengths"):  # views of _planned
             state.pop(name, None)
         return state

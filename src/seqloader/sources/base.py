@@ -5,7 +5,7 @@ sequence on demand (in a DataLoader worker). Sources must be picklable and must 
 the process that reads, so they survive fork and spawn.
 
 Optional abilities are declared, each as a runtime-checkable protocol of its own (``ReadsMany``,
-``ReadsInto``, ``PreparesWorkers``, ``Locates``, ``DeclaresNeeds``, ``HasFiles``; ``HashedTags`` and
+``ReadsInto``, ``ReadsIntoWhen``, ``PreparesWorkers``, ``Locates``, ``DeclaresNeeds``, ``HasFiles``; ``HashedTags`` and
 ``TakesTags`` for tag containers). Callers test
 them with ``declares`` (``issubclass`` on the object's class, cached), never ``getattr``, and
 ``SourceBase`` gives the defaults, so a source written by a user is handled exactly like a
@@ -149,6 +149,15 @@ class ReadsInto(Protocol):
     def read_into(
         self, indices: np.ndarray, out: Mapping[str, np.ndarray], screen: bool = False
     ) -> list[int]: ...
+
+
+@runtime_checkable
+class ReadsIntoWhen(Protocol):
+    """A ``ReadsInto`` source whose reads have exactly the planned lengths only in some
+    configurations (audio planned for speed perturbation: the planned lengths are a bound):
+    ``can_read_into`` says whether this one does; the loader reads it the general way if not."""
+
+    def can_read_into(self) -> bool: ...
 
 
 @runtime_checkable

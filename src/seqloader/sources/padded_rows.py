@@ -39,6 +39,14 @@ class RowScreen:
         return [rows[i] for i in bad.tolist()]
 
 
+def put_row(row: np.ndarray, values: np.ndarray) -> None:
+    """One sequence's ``values`` (``[T_i, *feat]``) at the front of its padded ``row``, zeros
+    after."""
+    n = len(values)
+    row[:n] = values
+    row[n:] = 0
+
+
 def into_each(
     into: Callable[[int, int, np.ndarray], None],
     begin: np.ndarray,
