@@ -239,15 +239,24 @@ def test_sigkill_then_resume_exactly_once(
         assert all(ep["complete"] for ep in res["epochs"].values()), res
 
 
-def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path) -> None:
+@pytest.mark.parametrize("planning", ["global", "indexed"])
+def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path, planning: str) -> None:
     """Chunking over gloo (2 ranks forked after one torch import, 2 DataLoader workers each,
-    audited): equal steps (no hang), every chunk of the epoch exactly once across ranks x
-    workers. (torchrun's own environment: test_ddp_epoch_exactly_once_equal_steps.)"""
+    audited), with global and indexed planning: equal steps (no hang), every chunk of the epoch
+    exactly once across ranks x workers. (torchrun's own environment:
+    test_ddp_epoch_exactly_once_equal_steps.)"""
+    indexed = {"planning": "indexed", "ordering": "buckets:3"} if planning == "indexed" else {}
     args = ["--workers", "2", "--chunking", "4:3", "--audit", "--partition-epoch", "2"]
+    args += [f"--{k}={v}" for k, v in indexed.items()]
     rc, console = launch("fork", 2, tmp_path, "run", *args)
     assert rc == 0, console
     probe = sl.SeqLoader(
-        build_corpus(), rank=0, world_size=2, partition_epoch=2, chunking="4:3", **LOADER_OPTIONS
+        build_corpus(),
+        rank=0,
+        world_size=2,
+        partition_epoch=2,
+        chunking="4:3",
+        **{**LOADER_OPTIONS, **indexed},
     )
     steps = probe.steps(1)
     chunks = probe.planner.chunks

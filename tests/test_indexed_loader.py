@@ -17,9 +17,11 @@ from seqloader.errors import ResumeError
 from test_resume import check_chain, corpus, file_bounds, files_corpus, loader_factory, run_all
 
 PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
+#: chunked indexed plans (chunks as planned units; ``tests/test_plan_indexed_chunks.py``)
+CHUNKED = {**PLAN, "chunking": "3:2", "min_chunk_size": 1}
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=45, deadline=None)
 @given(
     n=st.integers(0, 45),
     seed=st.integers(0, 5),
@@ -29,15 +31,18 @@ PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
     worlds=st.lists(st.integers(1, 4), min_size=1, max_size=3),
     cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
     enter_next_epoch=st.booleans(),
+    chunked=st.booleans(),
 )
 def test_shard_resume_chains(
-    n, seed, ordering, uneven, partition_epoch, worlds, cuts, enter_next_epoch
+    n, seed, ordering, uneven, partition_epoch, worlds, cuts, enter_next_epoch, chunked
 ) -> None:
     """Resuming after k steps, once or twice, elastic or not, at step 0, mid-epoch, at an epoch's
-    end or across it: every sequence once per epoch, steps numbered without gaps, and with the
-    same world size the very same batches as the uninterrupted run."""
+    end or across it: every sequence (chunked: every chunk, rows cut to their windows) once per
+    epoch, steps numbered without gaps, and with the same world size the very same batches as
+    the uninterrupted run."""
+    plan = CHUNKED if chunked else PLAN
     make = loader_factory(
-        corpus(n, seed), **PLAN, ordering=ordering, uneven=uneven, partition_epoch=partition_epoch
+        corpus(n, seed), **plan, ordering=ordering, uneven=uneven, partition_epoch=partition_epoch
     )
     check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1, enter_next_epoch)
 
@@ -220,3 +225,61 @@ def test_large_corpora_share_one_bucket_index_file_per_node(tmp_path, monkeypatc
     mapped, held = first.plan(1), in_memory.plan(1)
     assert len(mapped) == len(held) > 0
     assert all(np.array_equal(a, b) for a, b in zip(mapped, held, strict=True))
+
+
+def test_audit_of_a_chunked_indexed_epoch() -> None:
+    """The audit checks each delivered row's chunk and window; the report counts chunks, and the
+    sequences without a chunk as filtered."""
+    loader = sl.SeqLoader(
+        corpus(60, 3), ordering="buckets:3", audit=True, **CHUNKED, min_seq_length=2
+    )
+    rows = [
+        (i, c, int(n))
+        for b in loader.epoch(1)
+        for i, c, n, m in zip(
+            b.seq_indices.tolist(), b.chunks.tolist(), b.lengths["data"], b.mask.tolist()
+        )
+        if m
+    ]
+    units = loader.planner.sub_epoch_units(1)
+    assert sorted((i, c) for i, c, _ in rows) == sorted(
+        zip(units.seqs.tolist(), units.chunks.tolist())
+    )
+    assert all(1 <= n <= 3 for _, _, n in rows)  # windows of 3, the last ones shorter
+    report = loader.report()
+    assert report is not None and report.planned_seqs == len(rows)
+
+
+@pytest.mark.slow
+def test_chunked_same_batches_with_dataloader_workers() -> None:
+    """C3 for chunked indexed plans: 2 real worker processes deliver the batches (rows cut to
+    their windows) of the run without workers, resumed on the same and on another world size."""
+    options = {**CHUNKED, "ordering": "buckets:3", "partition_epoch": 2}
+    reference = run_all(loader_factory(corpus(47, seed=4), **options), 2, 3)
+    make = loader_factory(corpus(47, seed=4), **options, num_workers=2)
+    check_chain(make, [2, 2], [4], 3, reference=reference)
+    check_chain(make, [2, 3, 1], [5, 3], 3, reference=reference)
+
+
+def test_chunked_plans_map_the_nodes_length_index(tmp_path, monkeypatch) -> None:
+    """Chunked: the node's file holds the sequences grouped by length (its own file, keyed by
+    the chunking), mapped by the next loader, and plans what an in-memory index plans."""
+    from seqloader.loading import bucket_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10)
+    src, options = corpus(60, 2), {**CHUNKED, "ordering": "buckets:3"}
+    first = sl.SeqLoader(src, rank=1, world_size=2, **options)
+    sl.SeqLoader(src, rank=1, world_size=2, **{**options, "chunking": "4:2"})
+    assert len(list((tmp_path / "seqloader" / "buckets").glob("*.seqcols"))) == 2
+    second = sl.SeqLoader(src, rank=1, world_size=2, **options)
+    assert not second.planner.index.members.flags.writeable  # a view of the mapped file
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10**9)
+    in_memory = sl.SeqLoader(src, rank=1, world_size=2, **options)
+    for loader in (first, second):
+        a, b = (
+            loader.planner.global_plan(1, 2).rank_share(1),
+            in_memory.planner.global_plan(1, 2).rank_share(1),
+        )
+        np.testing.assert_array_equal(a.seqs, b.seqs)
+        np.testing.assert_array_equal(a.chunks, b.chunks)

@@ -347,7 +347,7 @@ def test_positions_inside_a_batch_are_refused() -> None:
     [
         ({"ordering": "random"}, "ordering='random'"),
         ({"distribution": "random_seed_offset"}, "random_seed_offset"),
-        ({"chunking": 50}, "chunking"),
+        ({"chunking": 50, "distribution": "files"}, "chunking"),
         ({"distribution": "files", "uneven": "drop"}, "uneven='drop'"),
         ({"seeding": "returnn"}, "seeding"),
     ],

@@ -4,6 +4,7 @@ corpus, world sizes, cut points and options (hypothesis; no torch, no data read)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -55,11 +56,18 @@ def scenarios(draw: st.DrawFn) -> dict:
     return {"lengths": lengths, "options": options, "epoch": epoch, "worlds": worlds, "cuts": cuts}
 
 
-def run_chain(planner: Planner, epoch: int, worlds: list[int], cuts: list[float]):
+def run_chain(
+    planner: Planner,
+    epoch: int,
+    worlds: list[int],
+    cuts: list[float],
+    units: Callable[[GlobalPlan, int, int], np.ndarray] = real_seqs,
+):
     """Run ``epoch`` with ``worlds[0]`` ranks, stop at fraction ``cuts[0]`` of the rest, save the
     position as JSON, resume with ``worlds[1]``, ... and run the last segment to the end.
 
-    Returns (consumed real sequences in order, the last plan run, every (plan, start step) run).
+    Returns (consumed real units in order (``units``: of global steps ``[a, b)``; real
+    sequences by default), the last plan run, every (plan, start step) run).
     """
     position = Position(epoch, 0, worlds[0], 0)
     consumed: list[np.ndarray] = []
@@ -74,7 +82,7 @@ def run_chain(planner: Planner, epoch: int, worlds: list[int], cuts: list[float]
         stop = plan.steps
         if i < len(cuts):
             stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
-        consumed.append(real_seqs(plan, position.steps, stop))
+        consumed.append(units(plan, position.steps, stop))
         position = position.advanced(stop - position.steps)
         # the position survives a JSON round trip
         position = Position.from_fields(json.loads(json.dumps(position.to_fields())))

@@ -197,6 +197,32 @@ class ChunkTable:
         return np.minimum(whole, self.spec[key][0])
 
 
+def resolve_chunking(
+    spec: ChunkSpec, min_chunk_size: int | Mapping[str, int], keys: Sequence[str]
+) -> tuple[dict[str, tuple[int, int]], dict[str, int]]:
+    """(``{key: (size, step)}`` of every chunked key of ``keys``, ``"*"`` resolved; the
+    ``min_chunk_size`` of each) -> both in the data's key order. A named key not in the data is
+    an ``OptionError``.
+
+    >>> resolve_chunking({"*": (4, 2), "y": (2, 1)}, 1, ["x", "y"])
+    ({'x': (4, 2), 'y': (2, 1)}, {'x': 1, 'y': 1})
+    """
+    keys = list(keys)
+    resolved: dict[str, tuple[int, int]] = {}
+    for key, pair in spec.items():
+        if key != EVERY_KEY and key not in keys:
+            raise OptionError(f"chunking: key {key!r} is not in the data; keys: {sorted(keys)}")
+        for k in keys if key == EVERY_KEY else [key]:
+            resolved.setdefault(k, pair)
+    resolved.update({k: v for k, v in spec.items() if k != EVERY_KEY})
+    resolved = {k: resolved[k] for k in keys if k in resolved}
+    if isinstance(min_chunk_size, Mapping):
+        mins_of = resolve_keyed("min_chunk_size", min_chunk_size, keys, keys[0])
+    else:
+        mins_of = {k: int(min_chunk_size) for k in resolved}
+    return resolved, mins_of
+
+
 def chunk_table(
     lengths: Mapping[str, np.ndarray],
     spec: ChunkSpec,
@@ -208,18 +234,7 @@ def chunk_table(
     """The chunks of the sequences ``keep`` (bool ``[n]``) under ``spec``. Raises naming the first
     sequence whose chunked keys disagree on the number of chunks (RETURNN refuses them too)."""
     keys = list(lengths)
-    resolved: dict[str, tuple[int, int]] = {}
-    for key, pair in spec.items():
-        if key != EVERY_KEY and key not in lengths:
-            raise OptionError(f"chunking: key {key!r} is not in the data; keys: {sorted(keys)}")
-        for k in keys if key == EVERY_KEY else [key]:
-            resolved.setdefault(k, pair)
-    resolved.update({k: v for k, v in spec.items() if k != EVERY_KEY})
-    resolved = {k: resolved[k] for k in keys if k in resolved}
-    if isinstance(min_chunk_size, Mapping):
-        mins_of = resolve_keyed("min_chunk_size", min_chunk_size, keys, keys[0])
-    else:
-        mins_of = {k: int(min_chunk_size) for k in resolved}
+    resolved, mins_of = resolve_chunking(spec, min_chunk_size, keys)
     whole = {k: np.asarray(v, dtype=np.int64) for k, v in lengths.items()}
     counts: np.ndarray | None = None
     first_key = ""

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import pairwise
+from typing import cast
 
 import numpy as np
 
@@ -45,7 +46,8 @@ from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
 from seqloader.plan.buckets import WINDOW_BATCHES, bucket_edges
-from seqloader.plan.chunks import ChunkTable
+from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_table, resolve_chunking
+from seqloader.plan.chunks import Units as ChunkUnits
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
 from seqloader.plan.files import (
@@ -64,6 +66,12 @@ from seqloader.plan.histogram import (
     batching_edges,
     build_bucket_index,
     length_counts,
+)
+from seqloader.plan.indexed_chunks import (
+    ChunkBuckets,
+    ChunkWindows,
+    lazy_chunk_table,
+    window_lengths,
 )
 from seqloader.plan.indexed_files import Segment, Units
 from seqloader.plan.indexed_filter import epoch_filtered
@@ -91,6 +99,7 @@ from seqloader.plan.planner import (
     EpochIndex,
     admit_mask,
     check_fit_alone,
+    chunkless_reason,
     length_key_of,
 )
 from seqloader.plan.pools import FilePools
@@ -137,6 +146,14 @@ def edges_for(lengths: np.ndarray, options: PlanOptions, costs: np.ndarray) -> n
     return batching_edges(values, counts, units, options.max_seqs, padded_budget(options), coarse)
 
 
+def histogram_edges(options: PlanOptions, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """``edges_for`` from a length histogram (``values`` ascending, ``counts`` of each): the
+    buckets of a chunked plan's windows (``seqloader.plan.indexed_chunks``)."""
+    units = np.asarray(options.cost.units(values), dtype=np.int64)
+    coarse = bucket_edges(values, counts * units, num_buckets(options))  # distinct: weighted
+    return batching_edges(values, counts, units, options.max_seqs, padded_budget(options), coarse)
+
+
 def padded_budget(options: PlanOptions) -> int | None:
     """The length key's padded budget in cost units (``max_frames``; indexed planning takes one
     padded limit), None without one."""
@@ -175,6 +192,13 @@ def index_key(options: PlanOptions) -> str:
             ),
             "length_key": options.length_key,
             "files": options.distribution == "files",
+            # chunked plans index sequences by length (one more key only then: the node files
+            # of unchunked plans keep their names)
+            **(
+                {"chunking": options.chunking, "min_chunk_size": options.min_chunk_size}
+                if options.chunking is not None
+                else {}
+            ),
         },
         sort_keys=True,
     )
@@ -234,9 +258,15 @@ class IndexedPlanner:
             self._head = (options.fixed_random_seed, PURPOSE_FIXED_ORDER)
         self._cut_kept: tuple[int, EpochCut | None] | None = None  # (epoch, its cut)
         self._sums: np.ndarray | None = None  # per bucket length sums (epoch_wise_filter)
+        #: chunking: the chunks planned (``units``: by bucket of their window; ``chunks``: the
+        #: table the loader and checks read, its per-sequence arrays made only when read)
+        self.units: ChunkBuckets | None = None
+        self.chunks: ChunkTable | None = None
+        self._chunking: tuple[int, int, int] | None = None  # length key's (size, step, min)
+        if options.chunking is not None:
+            self._admit_chunks(lengths, tags, origin)
         if index is None or int(np.max(index.longest, initial=0)) > self._fits():
             self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
-        self.chunks: ChunkTable | None = None  # indexed planning plans no chunks
         self.mix: EpochMix | None = None
         self.corpora = corpora
         self._extra = b"indexed"
@@ -249,15 +279,27 @@ class IndexedPlanner:
             self._extra += b"files" + self.files.tobytes()
         if index is None:
             adm = main if self._mask is None else main[self._mask]
-            adm_costs = self.costs if self._mask is None else self.costs[self._mask]
-            self.bucket_edges = edges_for(adm, options, adm_costs)
-            index = build_bucket_index(main, self.bucket_edges, self._mask, self.files)
-        else:
-            self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
-        self._extra += b"edges" + self.bucket_edges.tobytes()
+            if self._chunking is not None:  # sequences by length: one bucket per length
+                index = build_bucket_index(main, length_counts(adm)[0][1:], self._mask)
+            else:
+                adm_costs = self.costs if self._mask is None else self.costs[self._mask]
+                index = build_bucket_index(
+                    main, edges_for(adm, options, adm_costs), self._mask, self.files
+                )
+        self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
         self._check_index(index)
         self.index = index
-        self.k = batch_sizes(index.longest, cost, options.max_seqs, self.budget)  # [N]
+        #: the longest length (chunking: window) of each bucket; chunks per bucket
+        self.longest, self.bucket_counts = index.longest, index.counts
+        if self._chunking is not None:
+            size, step, least = self._chunking
+            edges_of = partial(histogram_edges, options)
+            self.units = ChunkBuckets.of(index, size, step, least, edges_of)
+            self.bucket_edges = self.units.edges
+            self.longest, self.bucket_counts = self.units.longest, self.units.counts
+            self._extra += b"chunks"
+        self._extra += b"edges" + self.bucket_edges.tobytes()
+        self.k = batch_sizes(self.longest, cost, options.max_seqs, self.budget)  # [N]
         if options.mix is not None:
             corpora = mixed_corpora(options.mix, corpora, origin)
             self.mix = IndexedMix(options.seed, options.mix, corpora, index, main, self._mask)
@@ -283,6 +325,56 @@ class IndexedPlanner:
             self._examples["not in fixed_random_subset"] = hit[:5].tolist()
         return keep & inside
 
+    def _admit_chunks(
+        self, lengths: Mapping[str, np.ndarray], tags: Sequence[str] | None, origin: str
+    ) -> None:
+        """Chunking: the length key's (size, step, min_chunk_size); admitted sequences without
+        a chunk filtered, counted as global planning counts them; every chunked key giving the
+        same number of chunks (else ``chunk_table``'s error). In blocks: no copy of the lengths."""
+        options, key = self.options, self.length_key
+        spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
+        resolved, least = resolve_chunking(spec, options.min_chunk_size, list(lengths))
+        if key not in resolved:
+            raise OptionError(
+                f"planning='indexed' with chunking={options.chunking!r}: the length key {key!r} "
+                "is not chunked; indexed planning buckets chunks by their length-key window. "
+                "Fix: chunk the length key too (e.g. chunking=N for every key), set length_key to "
+                "a chunked key, or use planning='global'"
+            )
+        size, step = resolved[key]
+        self._chunking = (size, step, least.get(key, 0))
+        n = len(self.lengths)
+        mask = self._mask
+        none_first: list[int] = []
+        none_count = 0
+        for a in range(0, n, _CHUNK):
+            count = chunk_counts(np.asarray(self.lengths[a : a + _CHUNK]), *self._chunking)
+            keep = np.ones(len(count), bool) if mask is None else mask[a : a + _CHUNK]
+            for other, (o_size, o_step) in resolved.items():
+                if other == key:
+                    continue
+                got = chunk_counts(
+                    np.asarray(lengths[other][a : a + _CHUNK]), o_size, o_step, least.get(other, 0)
+                )
+                if (keep & (got != count)).any():  # the error names the first, as globally
+                    full_keep = np.ones(n, bool) if mask is None else mask
+                    chunk_table(lengths, spec, options.min_chunk_size, full_keep, tags, origin)
+            hit = np.flatnonzero(keep & (count == 0))
+            if len(hit):
+                if mask is None:
+                    mask = np.ones(n, dtype=bool)
+                mask[hit + a] = False
+                none_first.extend((hit[: 5 - len(none_first)] + a).tolist())
+                none_count += len(hit)
+        if none_count:
+            reason = f"no chunk ({chunkless_reason(options)})"
+            self._filtered = {**self._filtered, reason: none_count}
+            self._examples = {**self._examples, reason: none_first[:5]}
+        self._mask = mask
+        self.chunks = lazy_chunk_table(
+            lengths, spec, resolved, options.min_chunk_size, mask, tags, origin
+        )
+
     def _fits(self) -> int:
         """The longest length that fits a batch alone (no limit: any)."""
         if self.budget is None:
@@ -295,6 +387,8 @@ class IndexedPlanner:
         if self.budget is None:
             return
         fits = self._fits()
+        if self._chunking is not None and self._chunking[0] <= fits:
+            return  # no window is longer than the chunk size
         check_fit_alone(
             self.lengths, self._mask, fits, self.options, self.length_key, tags, self.origin
         )
@@ -302,6 +396,8 @@ class IndexedPlanner:
     def _check_index(self, index: BucketIndex) -> None:
         admitted = len(self.lengths) if self._mask is None else int(self._mask.sum())
         ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
+        if self._chunking is not None:  # one bucket per admitted length: its edges are those
+            ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
         ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
         if self.files is not None:
             table = index.file_counts
@@ -370,11 +466,13 @@ class IndexedPlanner:
     def _base_counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray]:
         """Unmixed: (sequences per bucket in the sub-epoch before ``epoch_wise_filter``, their
         offset in the full epoch's list): RETURNN's cut rule per bucket."""
-        q, r = np.divmod(self.index.counts, self.options.partition_epoch)
+        q, r = np.divmod(self.bucket_counts, self.options.partition_epoch)
         return q + (ep.part < r), ep.part * q + np.minimum(ep.part, r)
 
     def _member_draw(self, ep: EpochIndex, offsets: np.ndarray) -> MemberDraw:
         words = (*self._head, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
+        if self.units is not None:  # chunks: drawn as codes
+            return MemberDraw(self.units, self.units.starts, offsets, words)
         return MemberDraw(self.index.members, self.index.starts, offsets, words)
 
     def _epoch_cut(self, ep: EpochIndex, counts: np.ndarray, lo: np.ndarray) -> EpochCut | None:
@@ -426,7 +524,12 @@ class IndexedPlanner:
             draw = cut.draw
         else:
             draw = self._member_draw(ep, offsets)
-        return SortedWindows(draw, self.lengths, counts, sizes) if windows else draw
+        if not windows:
+            return draw
+        if self.units is not None:  # chunks: sorted by their windows
+            lengths = ChunkWindows(self.units, self.lengths, self.length_key)
+            return SortedWindows(draw, lengths, counts, sizes)
+        return SortedWindows(draw, self.lengths, counts, sizes)
 
     def order_size(self, epoch: int, world_size: int = 1) -> int:
         ep = EpochIndex(epoch, self.options.partition_epoch)
@@ -446,14 +549,23 @@ class IndexedPlanner:
             plan = self.files_plan(epoch, world_size)[0]
             return plan.batches.seqs[plan.batches.real]
         return IndexedPlan(
-            self.table(epoch, world_size), self.draw(epoch), 1, 0, "pad"
+            self.table(epoch, world_size), self.draw(epoch), 1, 0, "pad", self.units
         ).batches.seqs
+
+    def sub_epoch_units(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> ChunkUnits:
+        """Chunking: the sub-epoch's chunks in plan order (``order_rank``: always 0, one order
+        for all ranks; ``world_size``: the one the epoch starts with). O(n): for checks."""
+        table = self.table(epoch, world_size)
+        b = IndexedPlan(table, self.draw(epoch), 1, 0, "pad", self.units).batches
+        chunks = b.chunks if b.chunks is not None else np.zeros(len(b.seqs), dtype=np.int64)
+        return ChunkUnits(b.seqs, chunks, {})
 
     def sub_epoch_slots(
         self, epoch: int, order_rank: int = 0
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """(``sub_epoch_order``, the corpus epoch of each slot or None unmixed); O(n)."""
-        batches = IndexedPlan(self.table(epoch, 1), self.draw(epoch), 1, 0, "pad").batches
+        table = self.table(epoch, 1)
+        batches = IndexedPlan(table, self.draw(epoch), 1, 0, "pad", self.units).batches
         return batches.seqs, batches.uses
 
     def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
@@ -529,7 +641,8 @@ class IndexedPlanner:
             return self.files_plan(epoch, world_size)[0]
         table = self.table(epoch, order_world_size or world_size)
         first = table.batch_at(int(start))
-        return IndexedPlan(table, self.draw(epoch), world_size, first, self.options.uneven)
+        uneven = self.options.uneven
+        return IndexedPlan(table, self.draw(epoch), world_size, first, uneven, self.units)
 
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
@@ -732,8 +845,12 @@ class IndexedPlanner:
         yield
 
     def slot_costs(self, batches: BatchList) -> np.ndarray:
-        """Cost units of each slot of ``batches`` (a slot is a sequence: no chunking)."""
-        return self.costs[batches.seqs]
+        """Cost units of each slot of ``batches`` (chunking: of its chunk's window)."""
+        if self.units is None or batches.chunks is None:
+            return self.costs[batches.seqs]
+        whole = np.asarray(self.lengths[batches.seqs])
+        windows = window_lengths(self.units, self.length_key, whole, batches.chunks)
+        return np.asarray(self.options.cost.units(windows), dtype=np.int64)
 
     def audit_order(self, plan: EpochPlan, run: AuditRun, ranks: Sequence[int]) -> list[AuditOrder]:
         """What a run of ``plan`` must deliver, for the exactly-once audit (``audit_orders``)."""

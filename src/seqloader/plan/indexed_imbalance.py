@@ -32,7 +32,6 @@ import numpy as np
 from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.epoch_plan import EpochPlan
-from seqloader.plan.histogram import BucketIndex
 from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
 from seqloader.plan.options import PlanOptions
 
@@ -44,7 +43,7 @@ class Indexed(Protocol):
     def options(self) -> PlanOptions: ...
 
     @property
-    def index(self) -> BucketIndex: ...
+    def longest(self) -> np.ndarray: ...
 
 
 class StepRatios:
@@ -70,9 +69,9 @@ class StepRatios:
 
 
 def bucket_costs(planner: Indexed) -> np.ndarray:
-    """Per bucket, the cost units of its longest admitted length -> int64 ``[N]``: what each
-    sequence of a batch of the bucket is planned to cost."""
-    return planner.options.cost.units(np.asarray(planner.index.longest))
+    """Per bucket, the cost units of its longest admitted length (chunking: window) -> int64
+    ``[N]``: what each unit of a batch of the bucket is planned to cost."""
+    return planner.options.cost.units(np.asarray(planner.longest))
 
 
 def table_imbalance(plan: IndexedPlan, costs: np.ndarray, first_step: int = 0) -> float:

@@ -30,6 +30,7 @@ from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bijection import Bijection
 from seqloader.plan.buckets import WINDOW_BATCHES
+from seqloader.plan.indexed_chunks import ChunkBuckets, ChunkWindows
 from seqloader.plan.options import Uneven
 from seqloader.plan.ordering import argsort_by
 from seqloader.plan.pieces import split_pieces
@@ -50,7 +51,7 @@ class MemberDraw:
 
     def __init__(
         self,
-        members: np.ndarray,
+        members: np.ndarray | ChunkBuckets,
         starts: np.ndarray,
         offsets: np.ndarray,
         words: tuple[int, ...],
@@ -92,7 +93,7 @@ class SortedWindows:
     def __init__(
         self,
         draw: Draw,
-        lengths: np.ndarray,
+        lengths: np.ndarray | ChunkWindows,
         counts: np.ndarray,
         sizes: np.ndarray,
         batches: int = WINDOW_BATCHES,
@@ -160,10 +161,17 @@ class IndexedPlan:
     ``world_size`` ranks (see the module doc)."""
 
     def __init__(
-        self, table: BatchTable, draw: Draw, world_size: int, start: int, uneven: Uneven
+        self,
+        table: BatchTable,
+        draw: Draw,
+        world_size: int,
+        start: int,
+        uneven: Uneven,
+        chunks: ChunkBuckets | None = None,
     ) -> None:
         self.world_size = world_size
         self.table, self.draw, self.start, self.uneven = table, draw, start, uneven
+        self.chunks = chunks  # chunked: the draw gives coded chunks (split into the batch list)
         total = table.num_batches - start
         self.full_rounds, t = divmod(total, world_size)
         self.tail_start = start + self.full_rounds * world_size  # first plan batch of the tail
@@ -257,7 +265,10 @@ class IndexedPlan:
         base = np.minimum(j * self.table.sizes[b], self.table.counts[b]) + slots.lo
         pos = np.repeat(base - bounds[:-1], sizes) + np.arange(bounds[-1], dtype=np.int64)
         seqs, uses = self.draw.slots(np.repeat(b, sizes), pos)
-        return BatchList(seqs, bounds, np.repeat(slots.real, sizes), uses)
+        chunks = None
+        if self.chunks is not None:
+            seqs, chunks = self.chunks.split(seqs)
+        return BatchList(seqs, bounds, np.repeat(slots.real, sizes), uses, chunks)
 
     def slots(self, a: int, b: int) -> Slots:
         """Global batches ``[a, b)`` of the plan (batch ``k`` is rank ``k % W``'s step

@@ -355,7 +355,16 @@ class PlanOptions:
         unsupported = [
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (self.distribution == "random_seed_offset", "distribution='random_seed_offset'"),
-            (self.chunking is not None, "chunking"),
+            (
+                self.chunking is not None
+                and (
+                    self.distribution == "files"
+                    or self.mix is not None
+                    or self.epoch_wise_filter is not None
+                ),
+                "chunking with distribution='files', mix or epoch_wise_filter (chunked indexed "
+                "plans are sharded, and filter no sub-epoch)",
+            ),
             (isinstance(self.max_frames, Mapping), "per-key max_frames"),
             (self.max_packed_frames is not None, "max_packed_frames"),
             (BatchCost.parse(self.batch_cost).packed, "batch_cost='packed'"),

@@ -1,0 +1,221 @@
+"""Chunked plans under ``planning="indexed"``: chunks as the planned units, bucketed by their
+windows and drawn position by position, with no array per chunk.
+
+The chunks are global planning's (``seqloader.plan.chunks``: the same windows, per-key sizes and
+``min_chunk_size`` rule). With the length key chunked ``(size, step)``, every sequence of length
+``L`` has the same chunks: ``n(L)`` windows (``chunk_counts``), chunk ``c`` of length
+``min(size, L - c * step)``. So the corpus is indexed by length, not by chunk: ``classes`` is a
+``BucketIndex`` with one bucket per distinct admitted length (built once per node like the
+sequence index, 4 bytes per sequence), and the rest is a table over the distinct lengths:
+
+- a **cell** is (length class ``g``, chunks ``[lo, hi)``) whose windows all fall into one chunk
+  bucket: a class's full windows (length ``size``) form one cell, each of its last windows (those
+  its end cuts, at most ``ceil(size / step)``) one cell each;
+- chunk bucket ``b``'s canonical list is its cells' chunks laid end to end (sequence-major within a
+  cell), so the chunk at any position is a ``searchsorted`` over the cells and a division
+  (``ChunkBuckets.__getitem__``), as ``BucketIndex.members`` gives a sequence;
+- the buckets' edges are cut from the chunks' length histogram (each class's windows weighted by
+  its count) by the rule the sequence buckets follow (``edges_of``).
+
+Histogram batching, the keyed draws, ``SortedWindows``, the batch table, ``shard`` distribution,
+``uneven``, positions (counting chunks) and elastic resume then work on chunks unchanged: a chunk
+travels through the draw as one code ``sequence * stride + chunk`` and is split when the batch
+list is made (``ChunkBuckets.split``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_spans, chunk_table
+from seqloader.plan.histogram import BucketIndex
+
+#: ``(distinct chunk lengths ascending, chunks of each)`` -> bucket edges over chunk lengths
+EdgesOf = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class ChunkBuckets:
+    """The chunks of the admitted sequences grouped by bucket of their window (module doc).
+
+    - ``classes``: the admitted sequences grouped by length (one bucket per distinct length,
+      ``classes.longest[g]`` its length).
+    - ``size``, ``step``: the length key's chunking.
+    - ``cell_class``, ``cell_lo``, ``cell_width``, ``cell_end``: int64 ``[C]``, the cells in
+      bucket order: class, first chunk, chunks per sequence, chunks through the cell.
+    - ``starts``: int64 ``[N + 1]`` chunks before each bucket (bucket ``b`` is positions
+      ``starts[b]:starts[b + 1]`` of the cells' list); ``longest``: int64 ``[N]`` the longest
+      window per bucket; ``edges``: int64 ``[N - 1]`` the bucket edges over window lengths.
+    - ``stride``: codes are ``sequence * stride + chunk`` (more than any sequence's chunks).
+
+    >>> lengths = np.array([900, 300, 900, 1200])
+    >>> classes = BucketIndex(np.array([1, 0, 2, 3]), np.array([0, 1, 3, 4]),
+    ...     np.array([300, 900, 1200]), np.array([900, 1200]))
+    >>> cb = ChunkBuckets.of(classes, 500, 250, 0, lambda v, c: np.array([500]))
+    >>> cb.counts.tolist()  # windows shorter than 500, and of length 500
+    [8, 7]
+    >>> seqs, chunks = cb.split(cb[np.arange(15)])  # bucket 0's chunks, then bucket 1's
+    >>> chunks.tolist()
+    [0, 1, 2, 2, 3, 3, 3, 4, 0, 1, 0, 1, 0, 1, 2]
+    """
+
+    classes: BucketIndex
+    size: int
+    step: int
+    cell_class: np.ndarray
+    cell_lo: np.ndarray
+    cell_width: np.ndarray
+    cell_end: np.ndarray
+    starts: np.ndarray
+    longest: np.ndarray
+    edges: np.ndarray
+    stride: int
+
+    @classmethod
+    def of(
+        cls, classes: BucketIndex, size: int, step: int, min_size: int, edges_of: EdgesOf
+    ) -> ChunkBuckets:
+        """The cells of ``classes`` chunked ``(size, step)`` (windows shorter than ``min_size``
+        left out), bucketed by ``edges_of`` over the windows' length histogram."""
+        values = np.asarray(classes.longest, dtype=np.int64)  # [G] each class's length
+        seqs = np.asarray(classes.counts, dtype=np.int64)  # [G]
+        n = chunk_counts(values, size, step, min_size)  # [G] chunks of each class's sequences
+        full = np.clip((values - size) // step + 1, 0, n)  # [G] windows of length size
+        g_all = np.arange(len(values), dtype=np.int64)
+        parts_g, parts_lo, parts_hi, parts_len = (
+            [g_all],
+            [np.zeros_like(n)],
+            [full],
+            [np.full(len(values), size, dtype=np.int64)],
+        )
+        for r in range(-(-size // step)):  # the windows after the full ones, one cell each
+            c = full + r
+            ok = c < n
+            parts_g.append(g_all[ok])
+            parts_lo.append(c[ok])
+            parts_hi.append(c[ok] + 1)
+            parts_len.append(values[ok] - c[ok] * step)
+        g = np.concatenate(parts_g)
+        lo, hi = np.concatenate(parts_lo), np.concatenate(parts_hi)
+        length = np.concatenate(parts_len)
+        keep = (hi > lo) & (seqs[g] > 0)
+        g, lo, width, length = g[keep], lo[keep], (hi - lo)[keep], length[keep]
+        units = seqs[g] * width  # [C] chunks per cell
+        hist_values, inverse = np.unique(length, return_inverse=True)
+        hist_counts = np.bincount(inverse, weights=units, minlength=len(hist_values))
+        edges = np.asarray(edges_of(hist_values, hist_counts.astype(np.int64)), dtype=np.int64)
+        bucket = np.searchsorted(edges, length, side="right")  # [C]
+        order = np.lexsort((lo, g, bucket))  # cells by bucket, class, first chunk
+        n_buckets = len(edges) + 1
+        per_bucket = np.bincount(bucket, weights=units, minlength=n_buckets).astype(np.int64)
+        starts = np.zeros(n_buckets + 1, dtype=np.int64)
+        np.cumsum(per_bucket, out=starts[1:])
+        longest = np.zeros(n_buckets, dtype=np.int64)
+        np.maximum.at(longest, bucket, length)
+        return cls(
+            classes,
+            int(size),
+            int(step),
+            g[order],
+            lo[order],
+            width[order],
+            np.cumsum(units[order]),
+            starts,
+            longest,
+            edges,
+            int(n.max(initial=0)) + 1,
+        )
+
+    @property
+    def counts(self) -> np.ndarray:
+        """Chunks per bucket -> int64 ``[N]``."""
+        return np.diff(self.starts)
+
+    @property
+    def num_units(self) -> int:
+        return int(self.starts[-1])
+
+    def __getitem__(self, at: np.ndarray) -> np.ndarray:
+        """The codes of the chunks at positions ``at`` (int64) of the cells' list -> int64."""
+        at = np.asarray(at, dtype=np.int64)
+        cell = np.searchsorted(self.cell_end, at, side="right")
+        width = self.cell_width[cell]
+        k = at - self.cell_end[cell] + self.classes.counts[self.cell_class[cell]] * width
+        j, c = np.divmod(k, width)
+        first = np.asarray(self.classes.starts, dtype=np.int64)[self.cell_class[cell]]
+        seqs = np.asarray(self.classes.members[first + j], dtype=np.int64)
+        return seqs * self.stride + c + self.cell_lo[cell]
+
+    def split(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, chunk index) of ``codes`` -> int64 each."""
+        seqs, chunks = np.divmod(np.asarray(codes, dtype=np.int64), self.stride)
+        return seqs, chunks
+
+
+class ChunkWindows:
+    """Window length of coded chunks in the length key (``window[codes]``): what
+    ``SortedWindows`` sorts a bucket's window of batches by (``chunk_spans``' arithmetic)."""
+
+    def __init__(self, buckets: ChunkBuckets, lengths: np.ndarray, key: str) -> None:
+        self.buckets, self.lengths, self.key = buckets, lengths, key
+
+    def __getitem__(self, codes: np.ndarray) -> np.ndarray:
+        seqs, chunks = self.buckets.split(codes)
+        return window_lengths(self.buckets, self.key, np.asarray(self.lengths[seqs]), chunks)
+
+
+def window_lengths(
+    buckets: ChunkBuckets, key: str, whole: np.ndarray, chunks: np.ndarray
+) -> np.ndarray:
+    """Length in ``key`` of chunk ``chunks`` of sequences of length ``whole`` -> int64."""
+    span = chunk_spans({key: (buckets.size, buckets.step)}, {key: whole}, chunks)[key]
+    return span[:, 1] - span[:, 0]
+
+
+class LazyChunkTable(ChunkTable):
+    """A ``ChunkTable`` whose per-sequence arrays are made when first read: the loader needs only
+    ``spec`` (the windows a worker cuts), the audit and checks read the rest (O(n), opt-in), and
+    planning reads none of it.
+
+    >>> t = LazyChunkTable({"x": (4, 2)}, lambda: chunk_table(
+    ...     {"x": np.array([5, 1])}, {"x": (4, 2)}, 0, np.array([True, True])))
+    >>> t.spec, t.num_units
+    ({'x': (4, 2)}, 4)
+    """
+
+    def __init__(self, spec: dict[str, tuple[int, int]], build: Callable[[], ChunkTable]):
+        object.__setattr__(self, "spec", spec)
+        object.__setattr__(self, "_build", build)
+        object.__setattr__(self, "_table", None)
+
+    def __getattr__(self, name: str) -> object:
+        if name not in ("first", "whole", "counts"):
+            raise AttributeError(name)
+        table = self.__dict__["_table"]
+        if table is None:
+            table = self.__dict__["_build"]()
+            object.__setattr__(self, "_table", table)
+        return getattr(table, name)
+
+
+def lazy_chunk_table(
+    lengths: Mapping[str, np.ndarray],
+    spec: ChunkSpec,
+    resolved: dict[str, tuple[int, int]],
+    min_chunk_size: int | Mapping[str, int],
+    mask: np.ndarray | None,
+    tags: Sequence[str] | None,
+    origin: str,
+) -> LazyChunkTable:
+    """The planner's ``chunks``: ``resolved`` at once, ``chunk_table`` of the admitted
+    sequences (``mask``, None: all) when its arrays are read."""
+
+    def build() -> ChunkTable:
+        n = len(next(iter(lengths.values())))
+        keep = np.ones(n, dtype=bool) if mask is None else mask
+        return chunk_table(lengths, spec, min_chunk_size, keep, tags, origin)
+
+    return LazyChunkTable(resolved, build)

@@ -1,0 +1,279 @@
+"""Chunked plans under ``planning="indexed"``: the contracts as properties over random corpora and
+chunkings (hypothesis; pure numpy, no torch).
+
+Every chunk of an epoch exactly once across ranks, and the chunks are global planning's (same
+windows, per-key sizes, ``min_chunk_size`` rule, the same sequences filtered and counted); equal
+steps; batches within their limits by their windows; a rank's share computed alone equal to its
+part of the global list (C3); determinism (C4); exact and elastic resume chains W -> W' -> W''
+(positions count chunks; C5) and the reachability check of resume states; the per-sequence chunk
+table never made for planning.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.errors import OptionError, ResumeError
+from seqloader.plan import Planner, PlanOptions, Position, continue_plan
+from seqloader.plan.indexed import IndexedPlanner, index_key
+from seqloader.plan.position import check_reachable
+from test_resume_plan import assert_equal_steps, run_chain
+
+ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
+STRIDE = 1 << 20  # unit code of (sequence, chunk) in these tests: fewer chunks per sequence
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(0, 300))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    high = draw(st.sampled_from([5, 40, 300]))
+    data = rng.integers(0, high + 1, size=n).astype(np.int64)
+    size = draw(st.integers(1, 60))
+    step = draw(st.integers(1, size + 5))
+    least = draw(st.sampled_from([0, 1, size // 2, size, size + 1]))
+    form = draw(st.sampled_from(["every key", "length key", "per key"]))
+    # "classes" at twice the frame rate, chunked twice as long: the same number of chunks
+    if form == "every key":
+        lengths, chunking, mins = {"data": data}, (size, step), least
+    elif form == "length key":
+        lengths = {"data": data, "classes": data // 3}
+        chunking, mins = {"data": (size, step)}, least
+    else:
+        lengths = {"data": data, "classes": 2 * data}
+        chunking = {"data": (size, step), "classes": (2 * size, 2 * step)}
+        mins = {"data": least, "classes": 2 * least}
+    max_frames = draw(st.one_of(st.none(), st.integers(60, 3000)))
+    kwargs = {
+        "ordering": draw(st.sampled_from(ORDERINGS)),
+        "max_seqs": draw(st.one_of(st.none(), st.integers(1, 20))),
+        "max_frames": max_frames,
+        "batch_cost": draw(st.sampled_from(["frames", "quadratic:100"])),
+        "partition_epoch": draw(st.integers(1, 3)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "seed": draw(st.integers(0, 5)),
+        "chunking": chunking,
+        "min_chunk_size": mins,
+        "max_seq_length": draw(st.sampled_from([None, 250])),
+        "fixed_random_subset": draw(st.sampled_from([None, 0.5, 7])),
+        "fixed_random_seed": draw(st.sampled_from([None, 3])),
+    }
+    fits = None if max_frames is None else PlanOptions(**kwargs).cost.longest_fitting(max_frames)
+    if fits is not None and fits < min(size, high):  # a chunk fits no batch: filter, as a user
+        if fits < 1:
+            kwargs["max_frames"] = None
+        else:
+            kwargs["max_seq_length"] = min(fits, kwargs["max_seq_length"] or fits)
+    return {
+        "lengths": lengths,
+        "kwargs": kwargs,
+        "world": draw(st.integers(1, 9)),
+        "worlds": draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)),
+        "cut": draw(st.floats(0, 1)),
+    }
+
+
+def indexed(case: dict) -> IndexedPlanner:
+    return IndexedPlanner(case["lengths"], PlanOptions(**case["kwargs"], planning="indexed"))
+
+
+def greedy(case: dict) -> Planner:
+    return Planner(case["lengths"], PlanOptions(**case["kwargs"]))
+
+
+def codes(seqs: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
+    assert chunks is not None
+    return np.asarray(seqs, dtype=np.int64) * STRIDE + np.asarray(chunks, dtype=np.int64)
+
+
+def real_units(plan, a: int, b: int) -> np.ndarray:
+    """Codes of the real chunks of global steps ``[a, b)`` (all ranks)."""
+    batches = plan.batches
+    lo, hi = batches.bounds[a * plan.world_size], batches.bounds[b * plan.world_size]
+    real = batches.real[lo:hi]
+    return codes(batches.seqs[lo:hi][real], batches.chunks[lo:hi][real])
+
+
+def every_chunk(planner: Planner) -> np.ndarray:
+    """Codes of every chunk global planning plans in a full epoch, sorted."""
+    epochs = range(1, planner.options.partition_epoch + 1)
+    units = [planner.sub_epoch_units(e) for e in epochs]
+    return np.sort(np.concatenate([codes(u.seqs, u.chunks) for u in units] + [np.zeros(0, int)]))
+
+
+def check_plan(planner: IndexedPlanner, plan) -> None:
+    """Equal steps, a rank's share alone == its part of the global list, limits by window."""
+    o, b = planner.options, plan.batches
+    assert len(b) == plan.steps * plan.world_size
+    for r in range(plan.world_size):
+        share = plan.rank_share(r)
+        assert len(share) == plan.steps
+        mine = b.take(np.arange(r, len(b), plan.world_size))
+        np.testing.assert_array_equal(
+            codes(share.seqs, share.chunks), codes(mine.seqs, mine.chunks)
+        )
+        np.testing.assert_array_equal(share.bounds, mine.bounds)
+        np.testing.assert_array_equal(share.real, mine.real)
+    sizes = np.diff(b.bounds)
+    assert (sizes >= 1).all()
+    if o.max_seqs is not None and len(sizes):
+        assert sizes.max() <= o.max_seqs
+    if o.max_frames is not None and len(sizes):
+        costs = planner.slot_costs(b)  # each slot's window in cost units
+        assert (sizes * np.maximum.reduceat(costs, b.bounds[:-1])).max() <= planner.budget
+    assert plan.real_total() == int(b.real.sum())
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases())
+def test_every_chunk_exactly_once_and_the_chunks_of_global_planning(case: dict) -> None:
+    planner, reference = indexed(case), greedy(case)
+    assert planner.admission.filtered == reference.admission.filtered  # no chunk: counted alike
+    assert planner.num_admitted == reference.num_admitted
+    world, seen, dropped = case["world"], [], 0
+    for epoch in range(1, planner.options.partition_epoch + 1):
+        plan = planner.global_plan(epoch, world)
+        check_plan(planner, plan)
+        seen.append(real_units(plan, 0, plan.steps))
+        dropped += plan.dropped
+        assert planner.order_size(epoch, world) == plan.real_total() + plan.dropped
+    got = np.concatenate(seen)
+    assert len(np.unique(got)) == len(got), "a chunk twice in a full epoch"
+    want = every_chunk(reference)
+    assert len(got) + dropped == len(want)
+    assert np.isin(got, want).all()
+    if not dropped:
+        np.testing.assert_array_equal(np.sort(got), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_deterministic(case: dict) -> None:
+    a, b = indexed(case), indexed(case)
+    for epoch in (1, 2):
+        x, y = a.global_plan(epoch, case["world"]), b.global_plan(epoch, case["world"])
+        np.testing.assert_array_equal(x.batches.seqs, y.batches.seqs)
+        np.testing.assert_array_equal(x.batches.chunks, y.batches.chunks)
+        np.testing.assert_array_equal(x.batches.bounds, y.batches.bounds)
+
+
+@settings(max_examples=80, deadline=None)
+@given(cases())
+def test_resume_chain_with_world_size_changes(case: dict) -> None:
+    """Elastic resume W -> W' -> W'': stop anywhere, save as JSON, continue on another world
+    size: every chunk of the sub-epoch exactly once (drop: the missing ones are the last
+    plan's dropped), equal steps in every segment."""
+    planner = indexed(case)
+    worlds = case["worlds"]
+    cuts = [case["cut"]] * (len(worlds) - 1)
+    consumed, last, runs = run_chain(planner, 1, worlds, cuts, real_units)
+    sub = planner.sub_epoch_units(1, world_size=worlds[0])
+    order = codes(sub.seqs, sub.chunks)
+    assert len(np.unique(consumed)) == len(consumed)
+    if case["kwargs"]["uneven"] == "drop":
+        assert len(order) - len(consumed) == last.dropped
+    else:
+        np.testing.assert_array_equal(np.sort(consumed), np.sort(order))
+    for plan, start in runs:
+        assert_equal_steps(plan, start)
+
+
+@settings(max_examples=50, deadline=None)
+@given(cases())
+def test_same_world_size_continues_the_uninterrupted_plan(case: dict) -> None:
+    planner, world = indexed(case), case["world"]
+    full = planner.global_plan(1, world)
+    k = int(case["cut"] * full.steps)
+    plan, position = continue_plan(planner, Position(1, 0, world, k), world)
+    assert position.seq_offset(plan) == len(real_units(full, 0, k))  # positions count chunks
+    for r in range(world):
+        a, b = full.rank_share(r, k), plan.rank_share(r, position.steps)
+        np.testing.assert_array_equal(codes(a.seqs, a.chunks), codes(b.seqs, b.chunks))
+        np.testing.assert_array_equal(a.bounds, b.bounds)
+
+
+def corpus(n: int = 2000, seed: int = 0) -> dict[str, np.ndarray]:
+    return {"data": np.random.default_rng(seed).integers(0, 2001, n)}
+
+
+OPTIONS = {
+    "ordering": "buckets:5",
+    "max_seqs": 50,
+    "max_frames": 5000,
+    "chunking": "500:250",
+    "min_chunk_size": 100,
+    "planning": "indexed",
+}
+
+
+def test_planning_never_makes_the_per_sequence_chunk_table() -> None:
+    """The loader reads ``chunks.spec``; a rank's plan needs no O(n) table (the audit and
+    checks make it when they read it)."""
+    planner = IndexedPlanner(corpus(), PlanOptions(**OPTIONS))
+    assert planner.chunks is not None and planner.chunks.spec == {"data": (500, 250)}
+    plan = planner.global_plan(1, 4)
+    share = plan.rank_share(2)
+    assert planner.chunks.__dict__["_table"] is None
+    assert planner.chunks.num_units == int(planner.bucket_counts.sum())  # made when read
+    assert planner.chunks.__dict__["_table"] is not None
+    whole = planner.chunks.whole["data"][share.seqs]
+    windows = planner.chunks.window("data", whole, share.chunks)
+    np.testing.assert_array_equal(planner.slot_costs(share), windows)
+
+
+def test_unreachable_positions_are_refused() -> None:
+    """``check_reachable`` covers chunked indexed plans: a segment past chunk 0 needs earlier
+    steps, each of which consumed at least one chunk; a position inside a batch is refused."""
+    planner = IndexedPlanner(corpus(), PlanOptions(**OPTIONS))
+    plan = planner.global_plan(1, 4)
+    after = plan.consumed_seqs(3)
+    check_reachable(planner, Position(1, after, 2, 0, prior_steps=3))
+    with pytest.raises(ResumeError, match="prior_steps 0"):
+        check_reachable(planner, Position(1, after, 2, 0))
+    with pytest.raises(ResumeError, match="cannot start before"):
+        check_reachable(planner, Position(1, 2, 2, 0, prior_steps=3))
+    with pytest.raises(OptionError, match="batch boundary"):
+        planner.global_plan(1, 2, start=after + 1)
+    plan2, position = continue_plan(planner, Position(1, 0, 4, 3), 2)  # elastic: 4 -> 2
+    assert position.segment_start == after and position.prior_steps == 3
+    assert position.seq_offset(plan2) == after
+
+
+def test_a_prebuilt_index_gives_the_same_plan_and_its_own_node_file() -> None:
+    options = PlanOptions(**OPTIONS)
+    built = IndexedPlanner(corpus(), options)
+    given_index = IndexedPlanner(corpus(), options, index=built.index)
+    a, b = built.global_plan(2, 3).batches, given_index.global_plan(2, 3).batches
+    np.testing.assert_array_equal(codes(a.seqs, a.chunks), codes(b.seqs, b.chunks))
+    unchunked = {k: v for k, v in OPTIONS.items() if k not in ("chunking", "min_chunk_size")}
+    assert index_key(options) != index_key(PlanOptions(**unchunked))
+    assert "chunking" not in index_key(PlanOptions(**unchunked))  # node files keep their names
+    other = IndexedPlanner(corpus(), PlanOptions(**unchunked))
+    with pytest.raises(OptionError, match="bucket index"):
+        IndexedPlanner(corpus(), options, index=other.index)
+
+
+def test_refusals_name_the_option_and_the_fix() -> None:
+    two = {"data": np.array([10, 20, 30]), "classes": np.array([5, 10, 15])}
+    with pytest.raises(OptionError, match="length key 'data' is not chunked"):
+        IndexedPlanner(two, PlanOptions(**{**OPTIONS, "chunking": {"classes": (4, 2)}}))
+    uneven = {**OPTIONS, "chunking": {"data": (10, 5), "classes": (10, 5)}, "min_chunk_size": 0}
+    mismatch = {"data": np.array([10, 20, 30]), "classes": np.array([10, 10, 30])}
+    with pytest.raises(OptionError, match=r"sequence 1 \(tag 'b'\).*same number of chunks"):
+        IndexedPlanner(mismatch, PlanOptions(**uneven), tags=["a", "b", "c"])
+    wise = {"epoch_wise_filter": {(1, 2): {"max_mean_len": 100}}}
+    for extra in ({"distribution": "files"}, {"mix": {"a": 1.0}}, wise):
+        with pytest.raises(OptionError, match="chunking with distribution='files', mix or epoch"):
+            PlanOptions(**{**OPTIONS, **extra})
+
+
+def test_epochs_and_seeds_draw_other_batches() -> None:
+    p = IndexedPlanner(corpus(), PlanOptions(**OPTIONS, seed=1))
+    q = IndexedPlanner(corpus(), PlanOptions(**OPTIONS, seed=2))
+    e1, e2 = p.global_plan(1, 4).batches, p.global_plan(2, 4).batches
+    assert not np.array_equal(codes(e1.seqs, e1.chunks), codes(e2.seqs, e2.chunks))
+    f1 = q.global_plan(1, 4).batches
+    assert not np.array_equal(codes(e1.seqs, e1.chunks), codes(f1.seqs, f1.chunks))
