@@ -401,7 +401,7 @@ def test_concat_dataset_gives_returnns_batches(hdf_config: Path, tmp_path: Path,
     ]
     with pytest.raises(OptionError, match=r"train.datasets\[0\] \(HDFDataset\).*'random'"):
         from_returnn_config(random_inside)
-    with pytest.raises(OptionError, match=r"CombinedDataset.*mix"):
+    with pytest.raises(OptionError, match=r"\(CombinedDataset\): expected 'datasets'.*'data_map'"):
         from_returnn_config({**values.typed_dict, "train": {"class": "CombinedDataset"}})
 
 

@@ -246,10 +246,7 @@ def test_multiproc_workers_become_the_loaders(data: Path) -> None:
 
 @pytest.mark.parametrize(
     "kind,fix",
-    [
-        ("CombinedDataset", r"ConcatSource\(...\) with mix"),
-        ("Task12AXDataset", r"generates its sequences anew every epoch.*tools/hdf_dump.py"),
-    ],
+    [("Task12AXDataset", r"generates its sequences anew every epoch.*tools/hdf_dump.py")],
 )
 def test_refused_classes_name_the_dataset_and_the_fix(kind: str, fix: str) -> None:
     with pytest.raises(

@@ -100,6 +100,8 @@ def run(args: argparse.Namespace) -> int:
         global_mix = opened.plan.mix is not None and opened.plan.planning == "global"
         if (global_mix or given.pools is not None) and Ordering.parse(o).is_buckets:
             continue  # refused with a global mix or file pools (PlanOptions/Planner say why)
+        if given.orders is not None and Ordering.parse(o).kind != "default":
+            continue  # the source orders itself (RETURNN's CombinedDataset; Planner says why)
         if opened.plan.planning == "indexed" and Ordering.parse(o).kind not in INDEXED_KINDS:
             continue  # indexed planning plans laplace and buckets:N only (PlanOptions says why)
         ordered = planner_for(src, replace(opened.plan, ordering=o), lengths)

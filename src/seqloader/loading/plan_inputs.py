@@ -1,7 +1,7 @@
 """What planning reads from a source besides its lengths and tags, gathered in one place so that
 the loader and the command line (``check``, ``stats``) plan the same epochs: the abilities a source
 may declare (RETURNN's order hints, named corpora, files, per-sub-epoch file pools, epoch
-selections)."""
+selections, the source's own orders)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import numpy as np
 
 from seqloader.loading.corpora import corpora_of
 from seqloader.plan.mix import Corpora
+from seqloader.plan.orders import EpochOrders, HasEpochOrders
 from seqloader.plan.pools import FilePools, HasFilePools
 from seqloader.plan.selections import EpochSelection, HasEpochSelections
 from seqloader.sources.base import PlanHints, Source, declares, file_layout
@@ -28,6 +29,7 @@ class PlanInputs:
     files: np.ndarray | None = None
     pools: FilePools | None = None
     selections: tuple[EpochSelection, ...] = ()
+    orders: EpochOrders | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """As keyword arguments of ``make_planner`` / ``Planner``."""
@@ -38,6 +40,7 @@ class PlanInputs:
             "files": self.files,
             "pools": self.pools,
             "selections": self.selections,
+            "orders": self.orders,
         }
 
 
@@ -58,4 +61,7 @@ def plan_inputs(source: Source) -> PlanInputs:
         selections=cast(HasEpochSelections, source).epoch_selections()
         if declares(source, HasEpochSelections)
         else (),
+        orders=cast(HasEpochOrders, source).epoch_orders()
+        if declares(source, HasEpochOrders)
+        else None,
     )

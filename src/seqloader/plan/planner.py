@@ -49,6 +49,7 @@ from seqloader.plan.limits import Batcher, BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
+from seqloader.plan.orders import EpochOrders
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_BUCKETS,
@@ -238,6 +239,16 @@ class EpochIndex:
         return (self.epoch - 1) % self.partition
 
 
+def refuse_clashes(origin: str, what: str, options: Sequence[tuple[str, bool]], fix: str) -> None:
+    """An error naming every option of ``options`` (name, whether set) that is set: ``what`` is
+    not supported with them, and ``fix`` says what to do."""
+    clash = [name for name, on in options if on]
+    if clash:
+        raise OptionError(
+            f"{origin or 'the source'}: {what} not supported with {', '.join(clash)}: {fix}"
+        )
+
+
 def default_length_key(keys: Sequence[str]) -> str:
     """The key planning measures lengths on by default: ``data`` if present, else the first."""
     return "data" if "data" in keys else keys[0]
@@ -274,6 +285,8 @@ class Planner:
     pools: FilePools | None = None
     #: the sequences some epochs keep (``seqloader.plan.selections``)
     selections: tuple[EpochSelection, ...] = ()
+    #: the source's own order per sub-epoch (``seqloader.plan.orders``); None: planned here
+    orders: EpochOrders | None = None
 
     @property
     def algorithm(self) -> str:
@@ -293,6 +306,7 @@ class Planner:
         files: np.ndarray | None = None,
         pools: FilePools | None = None,
         selections: Sequence[EpochSelection] = (),
+        orders: EpochOrders | None = None,
     ) -> None:
         """``order_lengths``: what sorting orderings sort by, int64 ``[n]`` (default: the length
         key's lengths; RETURNN sorts OggZip corpora by ``int(duration * 100)``). ``excluded``:
@@ -302,7 +316,8 @@ class Planner:
         ``distribution="files"``, ignored otherwise. ``pools``: per-sub-epoch file pools
         (RETURNN's ``DistributeFilesDataset``, ``seqloader.plan.pools``): each sub-epoch orders
         only its pool's sequences. ``selections``: the sequences some epochs keep
-        (``seqloader.plan.selections``), applied before ``epoch_wise_filter``."""
+        (``seqloader.plan.selections``), applied before ``epoch_wise_filter``. ``orders``: the
+        source's own order per sub-epoch (``seqloader.plan.orders``), taken as it comes."""
         if options.planning != "global":
             raise OptionError(
                 f"Planner plans with planning='global', but the options say "
@@ -365,6 +380,7 @@ class Planner:
             self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
             self._file_counts = file_counts(self.files, adm)  # [F]
         self._select_epochs(selections, pools, origin)
+        self._take_orders(orders, origin)
         self.origin = origin
 
     def _plan_units(
@@ -443,29 +459,47 @@ class Planner:
     def _validate_pools(self, pools: FilePools, origin: str) -> None:
         """File pools are RETURNN's: its seeding, and no option that orders across pools."""
         o = self.options
-        clash = [
-            name
-            for name, on in (
+        refuse_clashes(
+            origin,
+            "per-sub-epoch file pools (RETURNN's DistributeFilesDataset) are",
+            (
                 ("seeding='seqloader'", o.seeding != "returnn"),
                 (f"distribution={o.distribution!r}", o.distribution == "files"),
                 ("mix", o.mix is not None),
                 (f"ordering={o.ordering!r}", o.parsed_ordering.is_buckets),
                 ("fixed_random_subset", o.fixed_random_subset is not None),
                 ("epoch_wise_filter", o.epoch_wise_filter is not None),
-            )
-            if on
-        ]
-        if clash:
-            raise OptionError(
-                f"{origin or 'the source'}: per-sub-epoch file pools (RETURNN's "
-                f"DistributeFilesDataset) are not supported with {', '.join(clash)}: the pools "
-                "are RETURNN's order, the sub-dataset's ordering within each; use "
-                "seeding='returnn' with another ordering/distribution"
-            )
+            ),
+            "the pools are RETURNN's order, the sub-dataset's ordering within each; use "
+            "seeding='returnn' with another ordering/distribution",
+        )
         pools.check_bins(o.partition_epoch)
         checked_file_bounds(pools.bounds, len(self.lengths), origin)
         self._extra += b"pools" + pools.bounds.tobytes() + pools.sizes.tobytes()
         self._extra += repr((pools.shuffle, pools.fixed_seed, pools.shard_files)).encode()
+
+    def _take_orders(self, orders: EpochOrders | None, origin: str) -> None:
+        """The source's own orders, refused with options that would order it again."""
+        self.orders = orders
+        if orders is None:
+            return
+        o = self.options
+        refuse_clashes(
+            origin,
+            "the source orders its own sub-epochs (RETURNN's CombinedDataset), which is",
+            (
+                (f"ordering={o.ordering!r}", o.parsed_ordering.kind != "default"),
+                (f"distribution={o.distribution!r}", o.distribution == "files"),
+                ("mix", o.mix is not None),
+                ("file pools", self.pools is not None),
+                ("epoch selections", bool(self.selections)),
+                ("fixed_random_subset", o.fixed_random_subset is not None),
+                ("fixed_random_seed", o.fixed_random_seed is not None),
+                ("epoch_wise_filter", o.epoch_wise_filter is not None),
+            ),
+            "leave the ordering to the source",
+        )
+        self._extra += b"orders" + orders.identity()
 
     def check_pools(self, world_size: int) -> None:
         """File pools sharded over the ranks (RETURNN's ``distrib_shard_files``) need a file per
@@ -572,6 +606,11 @@ class Planner:
     def _sub_epoch_slots(self, epoch: int, order_rank: int) -> tuple[np.ndarray, np.ndarray | None]:
         if self.pools is not None:
             return self.pool_order(epoch, order_rank), None
+        if self.orders is not None:  # the source's order; RETURNN's length filter after it
+            part = np.asarray(self.orders.order(epoch, self.options.seed, order_rank), np.int64)
+            if self._excluded is not None:
+                part = part[~self._excluded[part]]
+            return part[self._admitted_mask[part]], None
         ep = EpochIndex(epoch, self.options.partition_epoch)
         pool, uses, perm = self._full_epoch(ep.full_epoch, order_rank)
         lo, hi = part_bounds(len(perm), self.options.partition_epoch, ep.part)

@@ -27,6 +27,7 @@ from seqloader.plan.histogram import BucketIndex
 from seqloader.plan.indexed import IndexedPlanner
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
 from seqloader.plan.options import PlanOptions
+from seqloader.plan.orders import EpochOrders
 from seqloader.plan.planner import Admission
 from seqloader.plan.planner import Planner as GlobalPlanner
 from seqloader.plan.pools import FilePools
@@ -114,6 +115,7 @@ def make_planner(
     index: BucketIndex | None = None,
     pools: FilePools | None = None,
     selections: Sequence[EpochSelection] = (),
+    orders: EpochOrders | None = None,
 ) -> Planner:
     """The planner ``options.planning`` asks for (``Planner``'s arguments; ``index``: a prebuilt,
     e.g. memory-mapped, ``BucketIndex`` for indexed planning).
@@ -123,13 +125,23 @@ def make_planner(
     1
     """
     if options.planning == "indexed":
-        if pools is not None or selections:
+        if pools is not None or selections or orders is not None:
             raise OptionError(
-                "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
-                "and epoch selections (epoch_wise_filter subdirs) are not supported; use "
-                "planning='global' (the default) for them"
+                "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset), "
+                "epoch selections (epoch_wise_filter subdirs) and a source's own orders (RETURNN's "
+                "CombinedDataset) are not supported; use planning='global' (the default) for them"
             )
         return IndexedPlanner(lengths, options, tags, origin, excluded, corpora, files, index)
     return GlobalPlanner(
-        lengths, options, tags, origin, order_lengths, excluded, corpora, files, pools, selections
+        lengths,
+        options,
+        tags,
+        origin,
+        order_lengths,
+        excluded,
+        corpora,
+        files,
+        pools,
+        selections,
+        orders,
     )

@@ -26,6 +26,7 @@ from seqloader.returnn.paths import plain_value
 from seqloader.returnn.stubs import find_stub, stub_imports
 from seqloader.returnn.view import ReturnnView
 from seqloader.torch.loader import SeqLoader
+from seqloader.trainer.checks import CheckOptions
 from seqloader.trainer.loader_options import WorkerOptions
 
 # global data options that change which sequences or batches RETURNN delivers, and that we refuse:
@@ -107,6 +108,20 @@ class ReturnnDataset:
     source: ReturnnView
     plan: PlanOptions
     workers: WorkerOptions
+    #: RETURNN's CombinedDataset delivers the keys of the other sub-datasets empty by design:
+    #: no warning about empty sequences then
+    checks: CheckOptions | None = None
+
+    def loader(self, rank: int | None, world_size: int | None) -> SeqLoader:
+        """The ``SeqLoader`` of this dataset on ``rank`` of ``world_size``."""
+        return SeqLoader(
+            self.source,
+            plan=self.plan,
+            workers=self.workers,
+            checks=self.checks,
+            rank=rank,
+            world_size=world_size,
+        )
 
 
 def returnn_datasets(
@@ -158,7 +173,8 @@ def returnn_datasets(
         plan = _plan_options(name, converted, values)
         _check_fits(name, converted, plan, values)
         workers = _worker_options(values, converted.num_workers)
-        out[name] = ReturnnDataset(name, converted.source, plan, workers)
+        checks = CheckOptions(empty="off") if converted.kind == "CombinedDataset" else None
+        out[name] = ReturnnDataset(name, converted.source, plan, workers, checks)
     return out
 
 
@@ -181,7 +197,7 @@ def from_returnn_config(
     2
     """
     return {
-        name: SeqLoader(d.source, plan=d.plan, workers=d.workers, rank=rank, world_size=world_size)
+        name: d.loader(rank, world_size)
         for name, d in returnn_datasets(config, stub_modules=stub_modules).items()
     }
 

@@ -18,6 +18,7 @@ from seqloader.audio.manifest import OggZip, open_manifest
 from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
+from seqloader.returnn.combined import combined
 from seqloader.returnn.distrib_files import distribute_files
 from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
 from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_source
@@ -55,11 +56,7 @@ NO_OP_VALUES = {"window": 1, "repeat_epoch": 1}  # RETURNN's defaults: accepted
 # orderings that draw no random number: RETURNN's fixed_random_seed changes nothing for them
 UNDRAWN = ("default", "sorted", "sorted_reverse", "reverse")
 # dataset classes refused, with the reason and what to do instead
-REFUSED_CLASSES = {
-    "CombinedDataset": "its orderings interleave or sample the sub-datasets with RETURNN's "
-    "RandomState per sequence, which seqloader does not reproduce; build "
-    "seqloader.ConcatSource(...) with mix={...} instead (exact per-corpus epochs, docs/corpora.md)",
-}
+REFUSED_CLASSES: dict[str, str] = {}
 # RETURNN's generating datasets (returnn/datasets/generating.py): new data every epoch
 GENERATING = (
     "Task12AXDataset",
@@ -84,6 +81,7 @@ REFUSED_CLASSES.update(
 )
 # dataset classes over other datasets
 WRAPPERS = (
+    "CombinedDataset",
     "ConcatDataset",
     "DistributeFilesDataset",
     "MetaDataset",
@@ -131,6 +129,9 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
         return _multi_proc(name, opts, default_ordering)
     if kind == "PostprocessingDataset":
         return postprocessing(name, opts, convert_dataset)
+    if kind == "CombinedDataset":
+        view, ordering, parts, offset = combined(name, opts, default_ordering, convert_dataset)
+        return Converted(view, ordering, parts, offset, kind)
     if kind == "DistributeFilesDataset":
         view, ordering, parts, offset, sub_native, workers = distribute_files(
             name, opts, default_ordering, convert_dataset

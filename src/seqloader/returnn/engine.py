@@ -150,13 +150,7 @@ def _loader_for(engine: Any, name: str) -> SeqLoader:
     (dataset,) = returnn_datasets(dict(engine.config.typed_dict), only=name).values()
     ctx = engine._torch_distributed_ctx
     rank, world_size = (ctx.rank(), ctx.size()) if ctx is not None and name == TRAIN else (0, 1)
-    return SeqLoader(
-        dataset.source,
-        plan=dataset.plan,
-        workers=dataset.workers,
-        rank=rank,
-        world_size=world_size,
-    )
+    return dataset.loader(rank, world_size)
 
 
 def _log(text: str) -> None:

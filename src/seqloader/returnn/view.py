@@ -2,9 +2,10 @@
 
 RETURNN sorts OggZip corpora by ``int(duration * 100)``, not by feature frames, and applies
 ``seq_list_filter_file`` after ordering; OggZip's ``segment_file`` keeps a subset in corpus order
-before ordering; ``DistributeFilesDataset`` orders per-sub-epoch pools of files. The view carries
-these as the planning hints (``order_lengths``, ``excluded``, ``file_pools``,
-``epoch_selections``) and maps a subset's
+before ordering; ``DistributeFilesDataset`` orders per-sub-epoch pools of files;
+``CombinedDataset`` orders itself. The view carries these as the planning hints
+(``order_lengths``, ``excluded``, ``file_pools``, ``epoch_selections``, ``epoch_orders``) and
+maps a subset's
 indices; everything else is the wrapped source's, including its optional abilities
 (``read_many``, ``prepare_workers``, ``where``, ``loader_needs``), declared here and passed on.
 """
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from seqloader.plan.orders import EpochOrders
 from seqloader.plan.pools import FilePools
 from seqloader.plan.selections import EpochSelection
 from seqloader.sources.base import (
@@ -43,8 +45,10 @@ class ReturnnView:
         pools: FilePools | None = None,
         selections: tuple[EpochSelection, ...] = (),
         tags: Sequence[str] | None = None,
+        orders: EpochOrders | None = None,
     ) -> None:
         self._inner = inner
+        self._orders = orders
         self._pools = pools
         self._selections = selections
         self._indices = None if indices is None else np.asarray(indices, dtype=np.int64)
@@ -81,6 +85,11 @@ class ReturnnView:
         """RETURNN's ``LibriSpeechCorpus`` ``epoch_wise_filter`` ``subdirs``: the sequences some
         epochs keep (``seqloader.plan.selections.HasEpochSelections``)."""
         return self._selections
+
+    def epoch_orders(self) -> EpochOrders | None:
+        """RETURNN's ``CombinedDataset``: its own order per sub-epoch
+        (``seqloader.plan.orders.HasEpochOrders``); None for every other dataset."""
+        return self._orders
 
     @property
     def inner(self) -> Source:
