@@ -1,8 +1,10 @@
-"""Ranks under torchrun (gloo) reading s3:// HDF files from moto's S3 server through the plan-driven
+"""Ranks (gloo) reading s3:// HDF files from moto's S3 server through the plan-driven
 cache (``tests/dist/train_remote.py``): every sequence exactly once, equal steps, each rank's cache
 within its budget and holding only files its plan reads (with ``distribution="files"`` the ranks'
 files of a sub-epoch are disjoint, so each fetches only its share), one fetch per file for ranks
-sharing a cache directory, and a kill + resume that fetches only what was missing."""
+sharing a cache directory, and a kill + resume that fetches only what was missing. The ranks are
+forked after one import of torch (``launch_fork.py``), as torchrun would start them;
+torchrun's own environment is tested by ``test_distributed_torchrun.py``."""
 
 from __future__ import annotations
 
@@ -40,9 +42,18 @@ FILES = {
 
 
 def launch(world: int, out: Path, phase: str, *args: str) -> tuple[int, str]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    cmd += [f"--nproc_per_node={world}", "--monitor-interval=0.1", str(SCRIPT)]
-    cmd += ["--spec", str(out / "spec.json"), "--out", str(out), "--phase", phase, *args]
+    cmd = [sys.executable, str(SCRIPT.with_name("launch_fork.py")), str(world)]
+    cmd += [
+        "--script",
+        SCRIPT.stem,
+        "--spec",
+        str(out / "spec.json"),
+        "--out",
+        str(out),
+        "--phase",
+        phase,
+        *args,
+    ]
     return run_bounded(cmd, out / f"{phase}.console.txt", TIMEOUT_S)
 
 

@@ -1,7 +1,9 @@
-"""Ranks reading s3:// HDF files through the plan-driven cache, run by torchrun (gloo, CPU):
+"""Ranks reading s3:// HDF files through the plan-driven cache (gloo, CPU), run by torchrun or by
+``launch_fork.py`` (the same ``main`` in forked ranks, torch and fsspec imported once):
 
     python -m torch.distributed.run --standalone --nproc_per_node N tests/dist/train_remote.py \
         --spec spec.json --out DIR --phase run
+    python tests/dist/launch_fork.py N --script train_remote --spec spec.json --out DIR --phase run
 
 ``spec.json``: the URLs, fsspec storage options, cache directory (``{rank}`` in it gives every
 rank its own), ``cache_bytes`` and loader options. Every step all-reduces one number (unequal steps
@@ -18,6 +20,7 @@ import argparse
 import json
 import os
 import signal
+import sys
 from pathlib import Path
 
 import torch
@@ -28,7 +31,7 @@ import seqloader as sl
 from seqloader.sources.remote import FileCache
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--spec", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
@@ -37,7 +40,7 @@ def main() -> None:
     p.add_argument("--kill-at")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--finish-look-ahead", action="store_true")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     spec = json.loads(args.spec.read_text())
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -79,7 +82,8 @@ def main() -> None:
     write_json_atomic(result_path(args.out, args.phase, rank), result)
     dist.barrier()
     dist.destroy_process_group()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
