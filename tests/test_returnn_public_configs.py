@@ -259,7 +259,7 @@ def test_refused_classes_name_the_dataset_and_the_fix(kind: str, fix: str) -> No
     "key,value,fix",
     [
         ("online_shuffle_batches", 10, r"torch's global RNG.*remove it"),
-        ("torch_batching", {"class": "X"}, r"use batch_size / max_seqs"),
+        ("torch_batching", {"class": "X"}, r"not a batching class.*batch_size, max_seqs"),
         ("packed_batch_cost", {"data": len}, r"use packed_batch_size"),
     ],
 )

@@ -10,6 +10,7 @@ that name the key (and the dataset), never silently dropped.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,8 +33,6 @@ from seqloader.trainer.loader_options import WorkerOptions
 # global data options that change which sequences or batches RETURNN delivers, and that we refuse:
 # what they do, and what to do instead
 REFUSED_GLOBAL = {
-    "torch_batching": "a user-written batching pipeline; seqloader plans its own batches: remove "
-    "it and use batch_size / max_seqs (SeqLoader's max_frames / max_seqs)",
     "custom_batching": "a user-written batching function; remove it and use batch_size / max_seqs",
     "online_shuffle_batches": "a shuffle buffer of batches seeded from torch's global RNG, so no "
     "run reproduces it; remove it (seqloader's orderings, e.g. 'laplace:.1000', already mix "
@@ -45,6 +44,18 @@ REFUSED_GLOBAL = {
     "packed_batch_cost_dev": "a user cost function per sequence; no native form: use "
     "packed_batch_size or batch_size alone",
 }
+# RETURNN's batching options, which a torch_batching dict replaces (for train and dev alike)
+BATCHING = tuple(
+    f"{key}{split}"
+    for key in ("batch_size", "max_seqs", "packed_batch_size", "packed_batch_cost")
+    for split in ("", "_train", "_dev")
+)
+BATCHING_ARGS = ("batch_size", "max_seqs", "packed_batch_size", "packed_batch_cost")
+NATIVE_BATCHING = (
+    "seqloader plans its batches ahead from the lengths (RETURNN's BatchingIterDataPipe: "
+    "batch_size, max_seqs, packed_batch_size; orderings such as 'laplace:.1000' group similar "
+    "lengths, 'buckets:N' in length buckets with every rank in the same bucket)"
+)
 LOADER_OPTS = {"num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "timeout"}
 TRAIN, EVAL = "train", ("dev", "eval")
 
@@ -132,7 +143,7 @@ def returnn_datasets(
 ) -> dict[str, ReturnnDataset]:
     """The datasets ``config`` defines (``train``, ``dev``, ``eval``, each of ``eval_datasets``;
     ``only``: just that one), converted; what ``from_returnn_config`` builds its loaders from."""
-    values = read_config(config, stub_modules=stub_modules)
+    values = torch_batching(read_config(config, stub_modules=stub_modules))
     for key, what in REFUSED_GLOBAL.items():
         if values.get(key):
             raise OptionError(
@@ -200,6 +211,60 @@ def from_returnn_config(
         name: d.loader(rank, world_size)
         for name, d in returnn_datasets(config, stub_modules=stub_modules).items()
     }
+
+
+def torch_batching(values: dict[str, Any]) -> dict[str, Any]:
+    """RETURNN's ``torch_batching``: ``{"class": "BatchingIterDataPipe", ...}`` is RETURNN's own
+    batching with the dict's arguments instead of the config's batching options (for train and
+    dev alike): the values with those options replaced. Anything else (a function, another class)
+    is refused, naming why and the native equivalent.
+
+    >>> torch_batching({"batch_size": 5, "torch_batching": {"class": "BatchingIterDataPipe", "batch_size": 9}})
+    {'batch_size': 9}
+    """
+    spec = values.get("torch_batching")
+    if spec is None:
+        return values
+    where = f"RETURNN config option 'torch_batching' = {spec!r}"
+    if callable(spec):
+        raise OptionError(
+            f"{where}: not supported: a user-written batching function, run over the stream of "
+            "sequences while training reads them, so its batches (and whether it drops, reorders "
+            f"or repeats sequences) are known only then; {NATIVE_BATCHING}. Remove torch_batching "
+            "and set batch_size / max_seqs (a batch made of one kind of data: a CombinedDataset's "
+            "train_step can branch on which keys are empty)"
+        )
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("class"), str):
+        raise OptionError(f"{where}: expected a dict with a 'class' or a function (RETURNN too)")
+    kind = spec["class"]
+    if kind != "BatchingIterDataPipe":
+        why = {
+            "BucketOrderingIterDataPipe": "it holds sequences back in length buckets until a "
+            "bucket is full and drops those longer than its largest bucket (its random bucket "
+            "choice is seeded from torch's global RNG), a reordering of the read stream that "
+            "seqloader does not plan"
+        }.get(kind, "not a batching class RETURNN's torch engine builds batches with here")
+        raise OptionError(f"{where}: class {kind!r} is not supported: {why}; {NATIVE_BATCHING}")
+    args = {k: v for k, v in spec.items() if k != "class"}
+    unknown = sorted(set(args) - set(BATCHING_ARGS))
+    if unknown:
+        raise OptionError(
+            f"{where}: {unknown} are no arguments of BatchingIterDataPipe (RETURNN fails on "
+            f"them); it takes {list(BATCHING_ARGS)}"
+        )
+    for key, value in args.items():
+        if callable(value) and key != "packed_batch_cost":
+            raise OptionError(
+                f"{where}: {key} is a function (of the epoch and position while reading); "
+                f"seqloader plans with fixed limits: give {key} as a number or a dict of keys"
+            )
+    out = {k: v for k, v in values.items() if k not in BATCHING and k != "torch_batching"}
+    size = args.get("batch_size", 1)  # RETURNN's default: one sequence a batch
+    out["batch_size"] = sys.maxsize if size is None else size  # None: no limit, as RETURNN
+    for key in BATCHING_ARGS[1:]:
+        if args.get(key) is not None:
+            out[key] = args[key]
+    return out
 
 
 def _check_fits(name: str, c: Converted, plan: PlanOptions, values: Mapping[str, Any]) -> None:
