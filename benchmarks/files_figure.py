@@ -26,8 +26,8 @@ import numpy as np
 from benchmarks.loader_scale import FILES, LIMITS, WORLD
 from benchmarks.machine import describe_machine, load_average
 from seqloader.plan import PlanOptions
-from seqloader.plan.indexed import IndexedPlanner
-from seqloader.plan.indexed_imbalance import bucket_costs, files_imbalance, rankwise_imbalance
+from seqloader.plan.indexed.imbalance import bucket_costs, files_imbalance, rankwise_imbalance
+from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -79,8 +79,8 @@ def child(config: dict) -> dict:
     before = _status()
     t0 = time.perf_counter()
     if indexed:
-        from seqloader.plan.histogram import BucketIndex
-        from seqloader.plan.indexed import IndexedPlanner
+        from seqloader.plan.indexed.histogram import BucketIndex
+        from seqloader.plan.indexed.planner import IndexedPlanner
 
         cols = ColumnStore(config["index"])  # the node's index, memory-mapped
         index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})

@@ -68,7 +68,7 @@ def child(config: dict) -> dict:
             built = opened.fingerprint()
             opened.close()
         elif stage == "index":
-            from seqloader.plan.indexed import IndexedPlanner
+            from seqloader.plan.indexed.planner import IndexedPlanner
             from seqloader.plan.options import PlanOptions
 
             built = IndexedPlanner(

@@ -96,8 +96,8 @@ def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float
     """The node's bucket index of ``case`` over the lengths in ``store`` (built once per node and
     corpus, memory-mapped by every rank) -> (its path, seconds the build took; 0 if it existed)."""
     from seqloader.plan import PlanOptions
-    from seqloader.plan.histogram import build_bucket_index
-    from seqloader.plan.indexed import edges_for
+    from seqloader.plan.indexed.histogram import build_bucket_index
+    from seqloader.plan.indexed.planner import edges_for
     from seqloader.sources.columns import ColumnStore, StoreWriter
 
     name = f"index-{n}-{case['ordering']}-{case['distribution']}.seqcols".replace(":", "_")
@@ -133,8 +133,8 @@ def child(config: dict) -> dict:
     def make() -> Planner:
         """The planner as a (re)started job constructs it: the node's index mapped, no caches."""
         if indexed:
-            from seqloader.plan.histogram import BucketIndex
-            from seqloader.plan.indexed import IndexedPlanner
+            from seqloader.plan.indexed.histogram import BucketIndex
+            from seqloader.plan.indexed.planner import IndexedPlanner
 
             cols = ColumnStore(config["index"])  # the node's index, memory-mapped
             index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})

@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from seqloader.plan import Planner, Position, continue_plan
-from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.greedy.distribute import GlobalPlan
 
 
 def slots(plan: GlobalPlan, from_step: int, to_step: int) -> tuple[np.ndarray, np.ndarray]:

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 import seqloader as sl
 from conftest import ORDERINGS, free_port, index_corpus
 from seqloader.errors import AuditError, AuditWarning, OptionError, SequenceSkipped
-from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.greedy.distribute import GlobalPlan
 from seqloader.torch.dataset import PlanSampler
 from seqloader.trainer.checks import CheckOptions
 

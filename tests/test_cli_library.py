@@ -14,7 +14,7 @@ from torch.utils.data import get_worker_info
 import seqloader as sl
 from seqloader.cli.config import DataConfig, SourceSpec, load_data
 from seqloader.errors import DataError, OptionError
-from seqloader.plan.planner import Planner
+from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.simulate import load_of, simulate, worker_items
 from seqloader.synthetic import SyntheticSpec, synthetic_corpus, synthetic_lengths
 

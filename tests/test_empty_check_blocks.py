@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from seqloader.errors import DataWarning
-from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.trainer.checks import empty_admitted
 
 

@@ -8,8 +8,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.plan.histogram import batching_edges, length_counts, sizes_for_units
-from seqloader.plan.indexed_plan import MemberDraw, SortedWindows
+from seqloader.plan.indexed.histogram import batching_edges, length_counts, sizes_for_units
+from seqloader.plan.indexed.plan import MemberDraw, SortedWindows
 from test_plan_indexed import check_plan
 from test_resume_plan import assert_equal_steps, run_chain
 
@@ -111,7 +111,7 @@ def test_indexed_admission_is_the_global_planners(lengths, longest, shortest, dr
     """``IndexedPlanner.admission`` (counts at once, the index array only when read) says what
     global planning's admission says: the same admitted sequences, counts and examples."""
     from seqloader.plan import Planner, PlanOptions
-    from seqloader.plan.indexed import IndexedPlanner, MaskAdmission
+    from seqloader.plan.indexed.planner import IndexedPlanner, MaskAdmission
 
     arr = np.asarray(lengths, dtype=np.int32)
     excluded = {"listed": np.asarray(drop[: len(arr)])}
@@ -157,7 +157,7 @@ def test_per_key_seq_length_limits_keep_every_contract(case):
     computed alone, limits; ``shard`` resumes on other world sizes exactly once."""
     from seqloader.errors import OptionError
     from seqloader.plan import Planner, PlanOptions
-    from seqloader.plan.indexed import IndexedPlanner
+    from seqloader.plan.indexed.planner import IndexedPlanner
 
     lengths, options, files, worlds, cut = case
     try:

@@ -9,10 +9,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import seqloader.plan.indexed as indexed
+import seqloader.plan.indexed.planner as indexed
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
-from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
 
 

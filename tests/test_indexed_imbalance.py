@@ -1,4 +1,4 @@
-"""The step imbalance of indexed plans without every rank's batch list (``plan/indexed_imbalance.py``).
+"""The step imbalance of indexed plans without every rank's batch list (``plan/indexed/imbalance.py``).
 
 ``shard``: read off the batch table, equal to ``step_imbalance`` over the whole materialised
 batch list when every sequence costs its bucket's longest length (the planned cost). ``files``:
@@ -18,15 +18,15 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from seqloader.plan.cost import step_imbalance
-from seqloader.plan.indexed import IndexedPlanner
-from seqloader.plan.indexed_files import Segment
-from seqloader.plan.indexed_imbalance import (
+from seqloader.plan.indexed.files import Segment
+from seqloader.plan.indexed.imbalance import (
     bucket_costs,
     files_imbalance,
     rankwise_imbalance,
     table_imbalance,
 )
-from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
+from seqloader.plan.indexed.plan import IndexedPlan, RankwisePlan
+from seqloader.plan.indexed.planner import IndexedPlanner
 from test_plan_indexed import cases, files_fit, planner_of
 
 
@@ -194,7 +194,7 @@ def test_the_loader_report_never_materialises_every_rank(monkeypatch, distributi
 def test_the_table_figure_is_computed_when_read_without_a_thread(monkeypatch) -> None:
     """Milliseconds at any size: no thread is started for it at the epoch boundary."""
     import seqloader as sl
-    import seqloader.plan.indexed as indexed_module
+    import seqloader.plan.indexed.planner as indexed_module
 
     threads: list[str] = []
 

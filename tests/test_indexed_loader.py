@@ -125,7 +125,7 @@ def test_states_of_the_other_planning_are_refused_by_name() -> None:
 def test_states_of_another_indexed_algorithm_are_refused_by_name() -> None:
     """A state saved by ``seqloader-plan-indexed/2`` (no ``plan_algorithm`` field; its plan
     fingerprint differs) or by another version is refused naming both algorithms."""
-    from seqloader.plan.indexed import INDEXED_ALGORITHM
+    from seqloader.plan.indexed.planner import INDEXED_ALGORITHM
 
     loader = sl.SeqLoader(corpus(40, 1), ordering="laplace", **PLAN)
     state = loader.state_dict()
@@ -188,7 +188,7 @@ def test_files_elastic_resume_with_workers_over_hdf_files(tmp_path) -> None:
 
 def test_int32_memory_mapped_lengths_are_not_copied(tmp_path) -> None:
     from seqloader.plan import PlanOptions
-    from seqloader.plan.indexed import IndexedPlanner
+    from seqloader.plan.indexed.planner import IndexedPlanner
     from seqloader.sources.columns import write_store
 
     lengths = np.random.default_rng(0).integers(1, 100, 1000).astype(np.int32)

@@ -73,10 +73,21 @@ TORCH_INSIDE_FUNCTIONS: dict[str, str] = {
 }  # fmt: skip
 # third-party packages pure planning may use
 PLAN_THIRD_PARTY = {"numpy"}
+# Inside plan/: a shared core (the modules directly in plan/) and one package per algorithm.
+# room -> the plan rooms it may import. Neither algorithm imports the other; the core imports
+# neither, except the face modules that build planners (PLAN_BUILDERS). Outside plan/, callers
+# import only the core (plan/__init__ and the modules directly in plan/, with plan/planners.py
+# naming what they need of an algorithm), never plan.greedy or plan.indexed.
+PLAN_ALLOWED: dict[str, set[str]] = {
+    "plan": {"plan"},
+    "plan.greedy": {"plan", "plan.greedy"},
+    "plan.indexed": {"plan", "plan.indexed"},
+}
+PLAN_BUILDERS = {"seqloader.plan", "seqloader.plan.planners"}
 
 
 def layer_of(module: str) -> str:
-    """``seqloader.plan.planner`` -> ``plan``; ``python -m seqloader`` is the CLI; the other
+    """``seqloader.plan.greedy.planner`` -> ``plan``; ``python -m seqloader`` is the CLI; the other
     top-level modules except errors are the package face."""
     parts = module.split(".")
     if module == "seqloader.__main__":
@@ -173,6 +184,48 @@ def test_plan_imports_only_numpy_and_errors():
         if name.split(".")[0] not in stdlib | PLAN_THIRD_PARTY | {"seqloader"}
     ]
     assert not bad, "\n".join(bad)
+
+
+def plan_room_of(module: str) -> str:
+    """``seqloader.plan.indexed.mix`` -> ``plan.indexed``; ``seqloader.plan.files`` -> ``plan``."""
+    parts = module.split(".")
+    if len(parts) >= 3 and f"plan.{parts[2]}" in PLAN_ALLOWED:
+        return f"plan.{parts[2]}"
+    return "plan"
+
+
+@pytest.mark.parametrize("room", sorted(PLAN_ALLOWED))
+def test_plan_rooms_import_only_allowed_rooms(room):
+    """The two algorithm packages stay apart, and the shared core depends on neither."""
+    bad = [
+        f"{module} imports {name} (room {plan_room_of(name)!r})"
+        for module, imported in graph().items()
+        if layer_of(module) == "plan" and module not in PLAN_BUILDERS
+        and plan_room_of(module) == room
+        for name in sorted(imported)
+        if name in MODULES and layer_of(name) == "plan"
+        and plan_room_of(name) not in PLAN_ALLOWED[room]
+    ]  # fmt: skip
+    allowed = sorted(PLAN_ALLOWED[room])
+    assert not bad, f"room {room!r} may import only {allowed}:\n" + "\n".join(bad)
+
+
+def test_callers_import_only_the_plan_face():
+    """Outside ``plan/``, no module imports ``plan.greedy`` or ``plan.indexed``."""
+    bad = [
+        f"{module} imports {name}"
+        for module, imported in graph().items()
+        if layer_of(module) != "plan"
+        for name in sorted(imported)
+        if name.startswith("seqloader.plan.") and plan_room_of(name) != "plan"
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_plan_rooms_cover_the_algorithm_packages():
+    """Every subpackage of ``plan/`` is a room of the map (a new one must be placed)."""
+    packages = {p.parent.name for p in (PACKAGE / "plan").glob("*/__init__.py")}
+    assert {f"plan.{p}" for p in packages} == set(PLAN_ALLOWED) - {"plan"}
 
 
 def test_torch_only_in_torch_glue():

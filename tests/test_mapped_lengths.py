@@ -15,7 +15,7 @@ import pytest
 
 import seqloader as sl
 from seqloader.cli.main import main
-from seqloader.plan.planner import Planner
+from seqloader.plan.greedy.planner import Planner
 from seqloader.sources.base import KeySpec, fingerprint_of
 from seqloader.sources.hdf_layout import PackedTags
 

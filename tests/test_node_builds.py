@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from seqloader.errors import SequenceTooLongError
 from seqloader.parts import part_of
-from seqloader.plan import histogram
-from seqloader.plan.histogram import BucketIndex, build_bucket_index
+from seqloader.plan.indexed import histogram
+from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
 from seqloader.sources.hdf_layout import PackedTags
 from seqloader.trainer.checks import duplicate_tags
 
@@ -180,7 +180,7 @@ def test_options_with_one_index_key_build_one_index(lengths, a, b):
     """Plans whose options give one ``index_key`` (the node's index file) build bit-identical
     bucket indexes, so sharing the file never hands a plan another plan's index."""
     from seqloader.plan import PlanOptions
-    from seqloader.plan.indexed import IndexedPlanner, index_key
+    from seqloader.plan.indexed.planner import IndexedPlanner, index_key
 
     b = {
         **b,
@@ -207,7 +207,7 @@ def test_options_with_one_index_key_build_one_index(lengths, a, b):
 
 def test_index_key_follows_what_the_index_depends_on():
     from seqloader.plan import PlanOptions
-    from seqloader.plan.indexed import index_key
+    from seqloader.plan.indexed.planner import index_key
 
     base = PlanOptions(ordering="buckets:30", max_frames=20_000, planning="indexed")
     same = [

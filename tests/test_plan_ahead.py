@@ -11,7 +11,7 @@ import pytest
 from seqloader.errors import OptionError
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.ahead import PlanAhead
-from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.greedy.distribute import GlobalPlan
 from seqloader.plan.position import Position, continue_plan
 from seqloader.plan.state import LoaderState
 

@@ -9,8 +9,9 @@ import pytest
 from seqloader.errors import OptionError, SequenceTooLongError
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.batching import padded_frames
-from seqloader.plan.buckets import balanced_bounds, bucket_edges, bucket_of, merge_small_buckets
 from seqloader.plan.cost import BatchCost, step_imbalance
+from seqloader.plan.edges import bucket_edges, bucket_of
+from seqloader.plan.greedy.buckets import balanced_bounds, merge_small_buckets
 
 
 def lognormal(n: int = 6000, seed: int = 1) -> np.ndarray:

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
-from seqloader.plan import planner as planner_module
-from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.planner import PLAN_ALGORITHM
+from seqloader.plan.greedy import planner as planner_module
+from seqloader.plan.greedy.distribute import GlobalPlan
+from seqloader.plan.greedy.planner import PLAN_ALGORITHM
 from seqloader.plan.position import SEGMENT_HISTORY
 
 
@@ -226,7 +226,7 @@ def test_golden_plans_are_pinned_to_the_plan_algorithm_version() -> None:
     changed = sorted(name for name in got if name in GOLDEN and got[name] != GOLDEN[name])
     assert not changed, (
         f"the plans of {changed} changed, but PLAN_ALGORITHM is still {PLAN_ALGORITHM!r}. If "
-        "the change is intended, bump PLAN_ALGORITHM in seqloader/plan/planner.py (this "
+        "the change is intended, bump PLAN_ALGORITHM in seqloader/plan/greedy/planner.py (this "
         "invalidates every saved resume state: the plan fingerprint changes, so load_state_dict "
         "refuses states of the old version instead of continuing a different plan), set "
         f"GOLDEN_VERSION to it and record the new digests in {__file__}:\n{table(got)}\n"

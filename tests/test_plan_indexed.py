@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions, Position, continue_plan
-from seqloader.plan.batch_table import bucket_runs, laplace_bins
-from seqloader.plan.bijection import Bijection
-from seqloader.plan.histogram import BucketIndex, build_bucket_index
-from seqloader.plan.indexed import IndexedPlanner, edges_for
+from seqloader.plan.indexed.batch_table import bucket_runs, laplace_bins
+from seqloader.plan.indexed.bijection import Bijection
+from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
+from seqloader.plan.indexed.planner import IndexedPlanner, edges_for
 from seqloader.plan.mix import Corpora
 from test_resume_plan import assert_equal_steps, real_seqs, run_chain
 
@@ -503,13 +503,13 @@ def indexed_digest(case: dict) -> str:
 
 
 def test_indexed_golden_plans_are_pinned_to_their_algorithm_version() -> None:
-    from seqloader.plan.indexed import INDEXED_ALGORITHM
+    from seqloader.plan.indexed.planner import INDEXED_ALGORITHM
 
     got = {name: indexed_digest(case) for name, case in INDEXED_CASES.items()}
     assert INDEXED_ALGORITHM == INDEXED_GOLDEN_VERSION, (
         f"record the digests of {INDEXED_ALGORITHM!r}: {got}"
     )
     assert got == INDEXED_GOLDEN, (
-        f"indexed plans changed without bumping INDEXED_ALGORITHM (plan/indexed.py); if intended, "
+        f"indexed plans changed without bumping INDEXED_ALGORITHM (plan/indexed/planner.py); if intended, "
         f"bump it and record: {got}"
     )

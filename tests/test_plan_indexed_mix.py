@@ -1,4 +1,4 @@
-"""``mix`` under ``planning="indexed"`` (seqloader.plan.indexed_mix) on the pure planner:
+"""``mix`` under ``planning="indexed"`` (seqloader.plan.indexed.mix) on the pure planner:
 per-corpus floor arithmetic over many epochs (the global mix's counts) and its apportionment to
 buckets, per-corpus exactly-once over corpus
 epochs across resume chains W -> W' -> W'', equal steps, a rank's share computed alone equal to
@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from mix_chains import run_epoch
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
-from seqloader.plan.distribute import GlobalPlan
-from seqloader.plan.indexed import IndexedPlanner
-from seqloader.plan.indexed_mix import IndexedMix, apportion
+from seqloader.plan.greedy.distribute import GlobalPlan
+from seqloader.plan.indexed.mix import IndexedMix, apportion
+from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
 
 pytestmark = pytest.mark.filterwarnings("ignore::seqloader.errors.DataWarning")  # tiny rates

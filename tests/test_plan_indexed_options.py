@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.plan import PlanOptions
-from seqloader.plan.indexed import IndexedPlanner
-from seqloader.plan.planner import Planner
+from seqloader.plan.greedy.planner import Planner
+from seqloader.plan.indexed.planner import IndexedPlanner
 from test_plan_indexed import ORDERINGS, check_plan, indexed_digest
 from test_resume_plan import assert_equal_steps, run_chain
 

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.plan import Ordering, Planner, PlanOptions
+from seqloader.plan.epochs import part_bounds
 from seqloader.plan.ordering import argsort_by, order_sequences
-from seqloader.plan.planner import part_bounds
 
 ORDERINGS = [
     "default",

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.errors import OptionError
+from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.planner import Planner
 from seqloader.plan.pools import FilePools, distribute_evenly_by_size
 from test_resume_plan import run_chain
 

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 from conftest import ORDERINGS
 from seqloader.plan import BatchList, GlobalPlan, Planner, PlanOptions
 from seqloader.plan.batching import greedy_bounds
-from seqloader.plan.buckets import bucket_of
 from seqloader.plan.cost import BatchCost
-from seqloader.plan.planner import part_bounds
+from seqloader.plan.edges import bucket_of
+from seqloader.plan.epochs import part_bounds
 
 UNEVEN = ["split", "pad", "drop"]
 COSTS = ["frames", "quadratic:50", "quadratic:2000"]

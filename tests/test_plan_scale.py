@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.plan import Planner, PlanOptions, buckets
+from seqloader.plan import Planner, PlanOptions, edges
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.cost import BatchCost
 from seqloader.plan.ordering import argsort_by
@@ -117,6 +117,6 @@ def test_bucket_edges_equal_the_sorted_definition(
     if empties:
         lengths[: n // 2] = 0
     costs = BatchCost(quadratic).units(lengths)
-    got = buckets.bucket_edges(lengths.astype(np.int32), costs, n_buckets)
+    got = edges.bucket_edges(lengths.astype(np.int32), costs, n_buckets)
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got, edges_by_sorting(lengths, costs, n_buckets))

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.errors import OptionError
+from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.planner import Planner
 from seqloader.plan.pools import FilePools
 from seqloader.plan.selections import EpochSelection
 

@@ -15,7 +15,7 @@ from conftest import ORDERINGS
 from seqloader.errors import ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.cost import BatchCost
-from seqloader.plan.distribute import GlobalPlan
+from seqloader.plan.greedy.distribute import GlobalPlan
 from seqloader.plan.position import segment_plan
 
 

@@ -24,10 +24,9 @@ from seqloader.extras import require
 from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.loading.planner_for import planner_for
 from seqloader.plan.epoch_plan import list_imbalance
-from seqloader.plan.indexed import INDEXED_KINDS
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
-from seqloader.plan.planners import Planner
+from seqloader.plan.planners import INDEXED_KINDS, Planner
 from seqloader.plan.simulate import load_of, unit_window
 
 HELP = (

@@ -1,8 +1,8 @@
 """The bucket index of indexed planning as one memory-mapped file per corpus, options and node.
 
 ``planning="indexed"`` needs the admitted sequences grouped by length bucket
-(``seqloader.plan.histogram.BucketIndex``): O(n) to build, 4 bytes per sequence. Every rank of a
-node needs the same one, so it is built once per node (``open_or_build``: one process builds under
+(``seqloader.plan.planners.BucketIndex``): O(n) to build, 4 bytes per sequence. Every rank of
+a node needs the same one, so it is built once per node (``open_or_build``: one process builds under
 the file's lock, the others wait and map it) into ``$XDG_CACHE_HOME/seqloader/buckets`` and mapped
 by every rank, counted once. Keyed by the plan's algorithm id, the source's fingerprint (its
 data), the options the index depends on (``index_key``: bucket count, cost, admission limits,
@@ -21,9 +21,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from seqloader.plan.histogram import BucketIndex
-from seqloader.plan.indexed import INDEXED_ALGORITHM, IndexedPlanner, index_key
 from seqloader.plan.options import PlanOptions
+from seqloader.plan.planners import INDEXED_ALGORITHM, BucketIndex, index_key, node_bucket_index
 from seqloader.sources.columns import open_or_build
 from seqloader.sources.node_cache import NodeStore, about, cache_dir
 
@@ -86,9 +85,9 @@ def shared_bucket_index(
     path, identity = bucket_index_path(lengths, options, source_fingerprint(), folder)
 
     def build() -> tuple[dict[str, np.ndarray], dict[str, object]]:
-        planner = IndexedPlanner(lengths, options, files=files, excluded=excluded)
+        index = node_bucket_index(lengths, options, files, excluded)
         owner = about(f"{origin} {index_key(options)} keys={sorted(lengths)}")
-        return planner.index.columns(), {"sequences": n, "about": owner}
+        return index.columns(), {"sequences": n, "about": owner}
 
     started = time.perf_counter()
     store, built = open_or_build(path, identity, build)

@@ -2,10 +2,11 @@
 
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import greedy_bounds, padded_frames
-from seqloader.plan.distribute import GlobalPlan
 from seqloader.plan.epoch_plan import EpochPlan
+from seqloader.plan.epochs import Admission, EpochIndex
+from seqloader.plan.greedy.distribute import GlobalPlan
+from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.options import Ordering, PlanOptions
-from seqloader.plan.planner import Admission, EpochIndex, Planner
 from seqloader.plan.planners import make_planner
 from seqloader.plan.position import Position, continue_plan
 from seqloader.plan.topology import Topology

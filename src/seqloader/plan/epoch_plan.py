@@ -53,3 +53,19 @@ def list_imbalance(
     if per_slot:
         seqs, costs = np.arange(len(seqs)), costs[start:]
     return step_imbalance(seqs, b.bounds[first:] - start, plan.world_size, costs)
+
+
+def interleave(parts: list[BatchList]) -> BatchList:
+    """One batch list from per-rank lists of equal length: global batch ``k * W + r`` is rank
+    r's batch k."""
+    world_size, steps = len(parts), len(parts[0])
+    chunked = parts[0].chunks is not None
+    merged = BatchList(  # rank 0's steps, then rank 1's, ...
+        np.concatenate([p.seqs for p in parts]),
+        np.concatenate([[0], np.cumsum(np.concatenate([p.sizes for p in parts]))]).astype(np.int64),
+        np.concatenate([p.real for p in parts]),
+        chunks=np.concatenate([p.chunks for p in parts]) if chunked else None,
+    )
+    order = np.arange(steps * world_size)
+    rank_of, step_of = order % world_size, order // world_size
+    return merged.take(rank_of * steps + step_of)

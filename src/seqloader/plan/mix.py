@@ -428,7 +428,7 @@ def check_corpus_epochs(
 
 class EpochMix(Protocol):
     """What planning, reports, stats and checks use of a mix: ``MixPlan`` (global planning) or
-    ``seqloader.plan.indexed_mix.IndexedMix`` (indexed planning)."""
+    ``seqloader.plan.indexed.mix.IndexedMix`` (indexed planning)."""
 
     seed: int
     corpora: Corpora

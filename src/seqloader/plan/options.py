@@ -196,14 +196,14 @@ class PlanOptions:
     - ``mix``: ``{corpus name: rate}`` over a ``ConcatSource``'s corpora (unnamed ones: 1.0); a rate
       is corpus epochs per epoch, taken exactly as written (0.7, ``Fraction(7, 10)`` and ``'7/10'``
       are all 7/10), each corpus epoch exactly once (``seqloader.plan.mix``; with
-      ``planning="indexed"`` per (corpus, length bucket): ``seqloader.plan.indexed_mix``;
+      ``planning="indexed"`` per (corpus, length bucket): ``seqloader.plan.indexed.mix``;
       docs/corpora.md). None: no mixing, every sequence once per epoch.
     - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames; ``padded`` is the
       same), ``packed`` (the sum of lengths: batches for packed, padding-free layouts) or
       ``quadratic:Q`` (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``).
     - ``planning``: ``global`` (every rank plans the whole epoch: greedy batches of one global
       order) or ``indexed`` (histogram batching and keyed permutations: a rank computes only its
-      own batches, in time and memory about ``n / world_size``; ``seqloader.plan.indexed``, for
+      own batches, in time and memory about ``n / world_size``; ``seqloader.plan.indexed.planner``, for
       ``laplace``/``buckets:N`` orderings; other plans than ``global``'s, for the same options).
 
     >>> PlanOptions(max_frames=1000, chunking="100:50").chunking

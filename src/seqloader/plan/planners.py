@@ -1,12 +1,17 @@
 """The planning contract: what callers outside ``plan/`` may use of a planner and of its plans,
 and the one factory that picks the planner the options ask for.
 
-Two planners implement it: ``seqloader.plan.planner.Planner`` (``planning="global"``: one
+Two planners implement it: ``seqloader.plan.greedy.planner.Planner`` (``planning="global"``: one
 global order batched greedily, RETURNN's order) and ``seqloader.plan.indexed.IndexedPlanner``
 (``planning="indexed"``: each rank plans only its own batches, from counts). Callers hold a
 ``Planner`` and an ``EpochPlan`` and never ask which kind they have: what differs between the
 kinds (the planned step imbalance, what the audit checks a run against, the world sizes a
 planner can serve) each planner answers itself.
+
+With ``plan/__init__`` and the modules directly in ``plan/``, this module is ``plan/``'s face: the
+algorithm packages ``plan/greedy/`` and ``plan/indexed/`` are imported only inside ``plan/``, and
+what callers need of indexed planning's node index (its key, its algorithm id, building it) is
+named here (``tests/test_layering.py`` checks both).
 """
 
 from __future__ import annotations
@@ -23,13 +28,18 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
-from seqloader.plan.histogram import BucketIndex
-from seqloader.plan.indexed import IndexedPlanner
+from seqloader.plan.epochs import Admission
+from seqloader.plan.greedy.planner import Planner as GlobalPlanner
+from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.planner import (
+    INDEXED_ALGORITHM,
+    INDEXED_KINDS,
+    IndexedPlanner,
+    index_key,
+)
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.orders import EpochOrders
-from seqloader.plan.planner import Admission
-from seqloader.plan.planner import Planner as GlobalPlanner
 from seqloader.plan.pools import FilePools
 from seqloader.plan.selections import EpochSelection
 
@@ -145,3 +155,26 @@ def make_planner(
         selections,
         orders,
     )
+
+
+def node_bucket_index(
+    lengths: Mapping[str, np.ndarray],
+    options: PlanOptions,
+    files: np.ndarray | None = None,
+    excluded: Mapping[str, np.ndarray] | None = None,
+) -> BucketIndex:
+    """The bucket index indexed planning builds for these arguments (what a node builds once and
+    maps into every rank's planner, ``make_planner(index=...)``)."""
+    return IndexedPlanner(lengths, options, files=files, excluded=excluded).index
+
+
+__all__ = [
+    "INDEXED_ALGORITHM",
+    "INDEXED_KINDS",
+    "BucketIndex",
+    "EpochPlan",
+    "Planner",
+    "index_key",
+    "make_planner",
+    "node_bucket_index",
+]

@@ -20,7 +20,7 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
-from seqloader.plan.planner import EpochIndex
+from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.planners import Planner
 from seqloader.validate import int_option
 

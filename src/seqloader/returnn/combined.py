@@ -22,9 +22,10 @@ import numpy as np
 
 from seqloader.errors import DataError, OptionError
 from seqloader.loading.plan_inputs import plan_inputs
+from seqloader.plan import Planner
+from seqloader.plan.epochs import EpochIndex, part_bounds
 from seqloader.plan.options import Ordering, PlanOptions
 from seqloader.plan.ordering import order_sequences
-from seqloader.plan.planner import EpochIndex, Planner, part_bounds
 from seqloader.plan.seeding import returnn_rng
 from seqloader.returnn.view import ReturnnView
 from seqloader.sources.base import KeySpec, Source, SourceBase, prepare_workers, read_batch, where

@@ -21,8 +21,8 @@ from seqloader.errors import OptionError
 from seqloader.loading.planner_for import planner_for
 from seqloader.loading.worker_spec import Transform, WorkerSpec
 from seqloader.plan.batches import BatchList
+from seqloader.plan.epochs import EPOCH_EXPECTED
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.planner import EPOCH_EXPECTED
 from seqloader.plan.planners import EpochPlan
 from seqloader.plan.state import STATE_FORMAT, STATE_VERSION, LoaderState
 from seqloader.plan.topology import Topology

@@ -94,7 +94,7 @@ class EpochReport:
     max_wait_s: float = 0.0  # the longest wait for a batch after the first
     # planned: mean over steps of max/mean padded batch cost across ranks (1.0: even); computed
     # on a background thread and waited for when first read, not at the epoch boundary; indexed
-    # plans: planned costs (size x its bucket's / group's longest), seqloader.plan.indexed_imbalance
+    # plans: planned costs (size x its bucket's / group's longest), seqloader.plan.indexed.imbalance
     step_imbalance: float = _Deferred()  # type: ignore[assignment]
     wait_histogram: list[int] = field(default_factory=lambda: [0] * WAIT_BINS)
     corpora: dict[str, CorpusReport] = field(default_factory=dict)  # named corpora (corpora.md)

@@ -29,10 +29,10 @@ from typing import Protocol
 
 import numpy as np
 
-from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.epoch_plan import EpochPlan
-from seqloader.plan.indexed_plan import IndexedPlan, RankwisePlan
+from seqloader.plan.indexed.batch_table import BatchTable
+from seqloader.plan.indexed.plan import IndexedPlan, RankwisePlan
 from seqloader.plan.options import PlanOptions
 
 

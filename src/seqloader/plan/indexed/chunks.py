@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_spans, chunk_table
-from seqloader.plan.histogram import BucketIndex
+from seqloader.plan.indexed.histogram import BucketIndex
 
 #: ``(distinct chunk lengths ascending, chunks of each)`` -> bucket edges over chunk lengths
 EdgesOf = Callable[[np.ndarray, np.ndarray], np.ndarray]

@@ -1,7 +1,7 @@
 """Histogram batching: batches of a fixed size per length bucket, known from counts alone.
 
 Greedy batching of an order is sequential: where batch ``j`` starts depends on every sequence
-before it. Indexed planning (``seqloader.plan.indexed``) instead batches each length bucket in
+before it. Indexed planning (``seqloader.plan.indexed.planner``) instead batches each length bucket in
 batches of one size, ``k_b = min(max_seqs, budget // cost(longest length in bucket b))``: every
 batch of the bucket fits its limits whatever lengths it draws, and bucket ``b`` with ``c``
 sequences has ``ceil(c / k_b)`` batches, the last one short. So batch boundaries, step counts and

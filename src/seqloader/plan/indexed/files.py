@@ -11,7 +11,7 @@ without drawing a sequence: O(W0 * buckets + files).
 gives each rank some units' unconsumed suffixes. The rank batches each suffix with the unit's
 batch size, orders its batches (``buckets:N``: shuffled; ``laplace``: bins, lengths rising and
 falling) with an order stream apart from the member draw, and equalises steps (``split``: its
-largest batches cut into near-equal contiguous pieces, ``seqloader.plan.pieces``; one-sequence
+largest batches cut into near-equal contiguous pieces, ``seqloader.plan.indexed.pieces``; one-sequence
 fillers, ``real=False``, where it runs short). The ``t``-th batch of a unit in a rank's order
 holds the unit's next ``size`` members, and pieces are contiguous: after ``s`` steps each unit's
 consumption is a prefix of its suffix, and how long follows from counts and the order alone.
@@ -32,10 +32,10 @@ import numpy as np
 
 from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
-from seqloader.plan.histogram import merge_small
-from seqloader.plan.indexed_replay import LiveUnits, laplace_consumed
+from seqloader.plan.indexed.histogram import merge_small
+from seqloader.plan.indexed.pieces import split_pieces
+from seqloader.plan.indexed.replay import LiveUnits, laplace_consumed
 from seqloader.plan.options import Ordering, Uneven
-from seqloader.plan.pieces import split_pieces
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What the first steps of a ``laplace`` segment consume, all ranks at once, without listing batches.
 
 An elastic resume of ``distribution="files"`` under indexed planning replays every old rank's
-order and split (``seqloader.plan.indexed_files``). Listing each rank's batches and sorting them
+order and split (``seqloader.plan.indexed.files``). Listing each rank's batches and sorting them
 costs a Python step and a sort per rank (0.2 s at 10^7 sequences on 1,024 ranks, as much as
 planning the rank's own share). Under ``laplace`` a rank's order is made of **blocks**: in bin
 ``b``, unit ``u`` contributes its batches ``t`` with ``t * B // nb_u == b``, consecutive, all of the unit's batch size but the unit's last batch. There are at most ``bins x
@@ -9,7 +9,7 @@ units`` blocks (a few per unit), so the replay works on blocks, vectorised over 
 
 - **Order**: blocks sorted by (rank, bin, level ascending in even bins and descending in odd ones,
   unit), as ``Segment.layout`` sorts batches.
-- **Split** (``seqloader.plan.pieces``' rule): per rank, the level ``t*`` by bisection over its
+- **Split** (``seqloader.plan.indexed.pieces``' rule): per rank, the level ``t*`` by bisection over its
   units (``(nb_u - 1) * ceil(k_u / t) + ceil(last_u / t)`` increments), every batch
   ``ceil(size / t*)`` pieces, and the leftover increments of value ``t*`` to the rank's latest
   eligible batches, block by block from its end.

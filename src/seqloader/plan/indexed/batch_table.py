@@ -1,6 +1,6 @@
 """A sub-epoch's batches in plan order, as a short table of per-bucket runs (indexed planning).
 
-With histogram batching (``seqloader.plan.histogram``) bucket ``b`` of a sub-epoch holds ``c_b``
+With histogram batching (``seqloader.plan.indexed.histogram``) bucket ``b`` of a sub-epoch holds ``c_b``
 sequences in ``ceil(c_b / k_b)`` batches: batch ``j`` is positions ``[j*k_b, min((j+1)*k_b, c_b))``
 of the bucket's (keyed, random) member list. An ordering only decides in which order those
 ``(bucket, j)`` batches come, and it does so in *segments*, runs of consecutive batches of one

@@ -1,7 +1,7 @@
 """A keyed permutation of ``[0, m)`` whose value at any position is computable alone.
 
 numpy's ``Generator.permutation`` is a sequential Fisher-Yates: to know where one element goes, all
-``m`` draws are made, and ``m`` int64 values are held. Indexed planning (``seqloader.plan.indexed``)
+``m`` draws are made, and ``m`` int64 values are held. Indexed planning (``seqloader.plan.indexed.planner``)
 needs only the members of one rank's batches (about ``1 / world_size`` of the corpus), so it uses
 a bijection instead: a balanced Feistel network on ``2 * h`` bits (``4**h >= m``, so at most 4x
 the domain) with a multiply-xorshift round function, restricted to ``[0, m)`` by cycle-walking

@@ -26,19 +26,19 @@ from typing import Protocol
 
 import numpy as np
 
-from seqloader.plan.batch_table import BatchTable
 from seqloader.plan.batches import BatchList
-from seqloader.plan.bijection import Bijection
-from seqloader.plan.buckets import WINDOW_BATCHES
-from seqloader.plan.indexed_chunks import ChunkBuckets, ChunkWindows
+from seqloader.plan.edges import WINDOW_BATCHES
+from seqloader.plan.indexed.batch_table import BatchTable
+from seqloader.plan.indexed.bijection import Bijection
+from seqloader.plan.indexed.chunks import ChunkBuckets, ChunkWindows
+from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.options import Uneven
 from seqloader.plan.ordering import argsort_by
-from seqloader.plan.pieces import split_pieces
 
 
 class Draw(Protocol):
     """The slots at positions of buckets' sub-epoch lists: ``MemberDraw``, or a mix's
-    ``seqloader.plan.indexed_mix.MixDraw``."""
+    ``seqloader.plan.indexed.mix.MixDraw``."""
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(sequence indices int64, corpus epochs or None unmixed), one per (bucket, pos)."""
@@ -352,7 +352,7 @@ class RankwisePlan:
     def batches(self) -> BatchList:
         """Every rank's batches, interleaved (materialised once; O(n): not for planning)."""
         if self._batches is None:
-            from seqloader.plan.distribute import interleave
+            from seqloader.plan.epoch_plan import interleave
 
             self._batches = interleave([self._share(r) for r in range(self.world_size)])
         return self._batches

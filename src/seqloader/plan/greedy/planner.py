@@ -11,23 +11,27 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import cast
 
 import numpy as np
 
-from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
+from seqloader.errors import OptionError, ResumeError
 from seqloader.parts import part_of
 from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_order
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bounds import check_bins, check_chunk_units
-from seqloader.plan.buckets import Arrangement, arrange, bucket_edges
-from seqloader.plan.chunk_batching import ChunkFits, greedy_from_fits
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.cost import PlannedImbalance
-from seqloader.plan.distribute import GlobalPlan, distribute_per_rank, distribute_shard, interleave
-from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
+from seqloader.plan.edges import bucket_edges
+from seqloader.plan.epoch_plan import EpochPlan, interleave, list_imbalance
+from seqloader.plan.epochs import (
+    EpochIndex,
+    admit,
+    chunkless_reason,
+    length_key_of,
+    part_bounds,
+)
 from seqloader.plan.files import (
     EpochFiles,
     assign_lpt,
@@ -44,7 +48,9 @@ from seqloader.plan.files import (
     units_of,
 )
 from seqloader.plan.fingerprint import plan_fingerprint
-from seqloader.plan.keyed import resolve_keyed
+from seqloader.plan.greedy.buckets import Arrangement, arrange
+from seqloader.plan.greedy.chunk_batching import ChunkFits, greedy_from_fits
+from seqloader.plan.greedy.distribute import GlobalPlan, distribute_per_rank, distribute_shard
 from seqloader.plan.limits import Batcher, BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
 from seqloader.plan.options import PlanOptions
@@ -62,181 +68,10 @@ from seqloader.plan.seeding import (
 )
 from seqloader.plan.selections import EpochSelection, checked_selections
 from seqloader.plan.topology import Topology
-from seqloader.validate import int_option, is_int
+from seqloader.validate import is_int
 
 #: Bumped whenever the same options and data would give another plan (orderings, batching, split).
 PLAN_ALGORITHM = "seqloader-plan/1"
-#: lengths read per block by the checks over all sequences (no copy of memory-mapped lengths)
-_BLOCK = 1 << 22
-
-
-@dataclass(frozen=True)
-class Admission:
-    """Which sequences take part in epochs, and why the others don't (C6: nothing silent)."""
-
-    admitted: np.ndarray  # int64 [n_admitted] sequence indices, ascending
-    filtered: dict[str, int] = field(default_factory=dict)  # reason -> count
-    filtered_examples: dict[str, list[int]] = field(default_factory=dict)  # reason -> a few indices
-
-    @property
-    def filtered_total(self) -> int:
-        return sum(self.filtered.values())
-
-    def without(self, mask: np.ndarray, reason: str) -> Admission:
-        """This admission less the admitted sequences in ``mask`` (bool ``[n]``), counted under
-        ``reason``."""
-        hit = self.admitted[mask[self.admitted]]
-        if not len(hit):
-            return self
-        filtered = {**self.filtered, reason: len(hit)}
-        examples = {**self.filtered_examples, reason: hit[:5].tolist()}
-        return Admission(self.admitted[~mask[self.admitted]], filtered, examples)
-
-
-def chunkless_reason(options: PlanOptions) -> str:
-    """Why a sequence gives no chunk, in the report's words."""
-    m = options.min_chunk_size
-    return "empty" if not m else f"empty or shorter than min_chunk_size={m}"
-
-
-def admit(
-    lengths: Mapping[str, np.ndarray],
-    length_key: str,
-    options: PlanOptions,
-    tags: Sequence[str] | None = None,
-    origin: str = "",
-    excluded: Mapping[str, np.ndarray] | None = None,
-    check_fit: bool = True,
-) -> Admission:
-    """Apply ``excluded`` (reason -> bool mask ``[n]``, e.g. RETURNN's ``seq_list_filter_file``),
-    ``max_seq_length`` / ``min_seq_length``; then check that every admitted sequence fits
-    ``max_frames`` alone, else raise naming the first offender and the option that filters it
-    (``check_fit=False``: the units planned are chunks, or limits are per key; the planner
-    checks them itself)."""
-    main = lengths[length_key]
-    keep, filtered, examples = admit_mask(lengths, length_key, options, excluded)
-    if check_fit and isinstance(options.max_frames, int):
-        fits = options.cost.longest_fitting(options.max_frames)
-        check_fit_alone(main, keep, fits, options, length_key, tags, origin)
-    if keep is None:
-        return Admission(np.arange(len(main), dtype=np.int64), filtered, examples)
-    return Admission(np.flatnonzero(keep).astype(np.int64), filtered, examples)
-
-
-def check_fit_alone(
-    main: np.ndarray,
-    keep: np.ndarray | None,
-    fits: int,
-    options: PlanOptions,
-    length_key: str,
-    tags: Sequence[str] | None = None,
-    origin: str = "",
-) -> None:
-    """The one "fits no batch" check of both planners: every admitted sequence (``keep``, bool
-    ``[n]``; None: all) is at most ``fits`` long, else raise naming the first, how many there are
-    and the option that filters them. Reads ``main`` in blocks (memory-mapped lengths stay views).
-
-    >>> check_fit_alone(np.array([5, 9]), np.array([True, False]), 8, PlanOptions(max_frames=8), "x")
-    """
-    first, count = -1, 0
-    for a in range(0, len(main), _BLOCK):
-        over = np.asarray(main[a : a + _BLOCK]) > fits
-        if keep is not None:
-            over &= keep[a : a + _BLOCK]
-        hit = np.flatnonzero(over)
-        if len(hit) and first < 0:
-            first = int(hit[0]) + a
-        count += len(hit)
-    if first < 0:
-        return
-    tag = tags[first] if tags is not None else f"#{first}"
-    where = f" in {origin}" if origin else ""
-    cost = options.cost
-    what = f"more than max_frames={options.max_frames}"
-    if cost.quadratic is not None:
-        what = f"costing more than max_frames={options.max_frames} (batch_cost={cost})"
-    raise SequenceTooLongError(
-        f"sequence {first} (tag {tag!r}){where} has {int(main[first])} frames of {length_key!r}, "
-        f"{what}, so it fits no batch "
-        f"({count} sequence(s) like this). Fix: raise max_frames, or set "
-        f"max_seq_length={fits} to filter them (counted in the report)."
-    )
-
-
-def admit_mask(
-    lengths: Mapping[str, np.ndarray],
-    key: str,
-    options: PlanOptions,
-    excluded: Mapping[str, np.ndarray] | None,
-) -> tuple[np.ndarray | None, dict[str, int], dict[str, list[int]]]:
-    """(bool mask ``[n]`` of admitted sequences, or None when all are; reason -> count; reason
-    -> a few indices): ``excluded`` (reason -> bool mask ``[n]``), then ``max_seq_length`` and
-    ``min_seq_length``; the one admission of both planners, without an index array of ``n``.
-
-    >>> mask, filtered, _ = admit_mask({"x": np.array([3, 9, 5])}, "x", PlanOptions(max_seq_length=6))
-    >>> mask.tolist(), filtered
-    ([True, False, True], {'x longer than max_seq_length=6': 1})
-    """
-    n = len(lengths[key])
-    rules: list[tuple[str, np.ndarray]] = []
-    for reason, mask in (excluded or {}).items():
-        m = np.asarray(mask, dtype=bool)
-        if m.shape != (n,):
-            raise OptionError(f"excluded[{reason!r}]: got shape {m.shape}, expected {(n,)}")
-        rules.append((reason, m))
-    keys = list(lengths)
-    longest = resolve_keyed("max_seq_length", options.max_seq_length, keys, key)
-    for k, limit in sorted(longest.items()):
-        rules.append((f"{k} longer than max_seq_length={limit}", np.asarray(lengths[k]) > limit))
-    shortest = resolve_keyed("min_seq_length", options.min_seq_length or None, keys, key)
-    for k, limit in sorted(shortest.items()):
-        if limit > 0:
-            rules.append(
-                (f"{k} shorter than min_seq_length={limit}", np.asarray(lengths[k]) < limit)
-            )
-    keep: np.ndarray | None = None
-    filtered: dict[str, int] = {}
-    examples: dict[str, list[int]] = {}
-    for reason, mask in rules:
-        hit = mask if keep is None else mask & keep
-        count = int(np.count_nonzero(hit))
-        if count:
-            filtered[reason] = count
-            examples[reason] = np.flatnonzero(hit)[:5].tolist()
-            keep = ~hit if keep is None else keep & ~hit
-    return keep, filtered, examples
-
-
-def part_bounds(n: int, parts: int, part: int) -> tuple[int, int]:
-    """``[lo, hi)`` of sub-epoch ``part`` when ``n`` sequences are cut into ``parts`` contiguous
-    parts: RETURNN's rule, the first ``n % parts`` parts hold one sequence more."""
-    q, r = divmod(n, parts)
-    lo = part * q + min(part, r)
-    return lo, lo + q + (1 if part < r else 0)
-
-
-EPOCH_EXPECTED = "an int >= 1 (epochs count from 1)"
-
-
-@dataclass(frozen=True)
-class EpochIndex:
-    """Epoch numbers count from 1; with ``partition_epoch=P``, epoch e is sub-epoch ``(e-1) % P`` of
-    full epoch ``(e-1) // P`` (RETURNN's convention)."""
-
-    epoch: int
-    partition: int
-
-    def __post_init__(self) -> None:
-        epoch = int_option("epoch", self.epoch, 1, expected=EPOCH_EXPECTED)
-        object.__setattr__(self, "epoch", epoch)
-
-    @property
-    def full_epoch(self) -> int:
-        return (self.epoch - 1) // self.partition
-
-    @property
-    def part(self) -> int:
-        return (self.epoch - 1) % self.partition
 
 
 def refuse_clashes(origin: str, what: str, options: Sequence[tuple[str, bool]], fix: str) -> None:
@@ -247,26 +82,6 @@ def refuse_clashes(origin: str, what: str, options: Sequence[tuple[str, bool]], 
         raise OptionError(
             f"{origin or 'the source'}: {what} not supported with {', '.join(clash)}: {fix}"
         )
-
-
-def default_length_key(keys: Sequence[str]) -> str:
-    """The key planning measures lengths on by default: ``data`` if present, else the first."""
-    return "data" if "data" in keys else keys[0]
-
-
-def length_key_of(lengths: Mapping[str, np.ndarray], options: PlanOptions) -> str:
-    """The key whose lengths a planner batches by (``options.length_key``, else
-    ``default_length_key``), refused when there are no lengths or the key names none of them.
-
-    >>> length_key_of({"audio": np.zeros(2), "text": np.zeros(2)}, PlanOptions())
-    'audio'
-    """
-    if not lengths:
-        raise OptionError("Planner: no length arrays given")
-    key = options.length_key or default_length_key(list(lengths))
-    if key not in lengths:
-        raise OptionError(f"length_key: got {key!r}, expected one of {sorted(lengths)}")
-    return key
 
 
 class Planner:
@@ -743,7 +558,7 @@ class Planner:
 
     def arrangement(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> Arrangement:
         """``buckets:N``: the sub-epoch arranged in runs of ``world_size`` same-bucket batches
-        (``seqloader.plan.buckets``); the random subset is W-independent, the runs are not.
+        (``seqloader.plan.greedy.buckets``); the random subset is W-independent, the runs are not.
         Chunking: the sub-epoch's chunks are arranged, bucketed by their windows, and the
         arrangement's ``order`` holds chunk numbers (``ChunkTable.unit_ids``)."""
         Topology(0, world_size)  # validates world_size
@@ -815,7 +630,7 @@ class Planner:
     ) -> BatchList:
         """Greedy batches over the chunks of ``order`` (sequences in plan order) from chunk
         position ``start`` on. Under one padded limit the batches come from the chunks' fits
-        (``seqloader.plan.chunk_batching``: no per-chunk lengths, batch starts decided in runs);
+        (``seqloader.plan.greedy.chunk_batching``: no per-chunk lengths, batch starts decided in runs);
         other limits batch the chunks' lengths per key. Both give the same batches. ``uses``:
         in a mix, each slot's corpus epoch (int ``[s]``), which each of its chunks carries."""
         assert self.chunks is not None

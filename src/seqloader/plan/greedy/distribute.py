@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.plan.batches import BatchList
+from seqloader.plan.epoch_plan import interleave
 from seqloader.plan.options import Uneven
 
 
@@ -126,19 +127,3 @@ def distribute_per_rank(per_rank: list[BatchList]) -> GlobalPlan:
     steps = min(len(b) for b in per_rank)
     dropped = sum(b.real_count() - b.real_count(steps) for b in per_rank)
     return GlobalPlan(interleave([b.first(steps) for b in per_rank]), world_size, dropped=dropped)
-
-
-def interleave(parts: list[BatchList]) -> BatchList:
-    """One batch list from per-rank lists of equal length: global batch ``k * W + r`` is rank
-    r's batch k."""
-    world_size, steps = len(parts), len(parts[0])
-    chunked = parts[0].chunks is not None
-    merged = BatchList(  # rank 0's steps, then rank 1's, ...
-        np.concatenate([p.seqs for p in parts]),
-        np.concatenate([[0], np.cumsum(np.concatenate([p.sizes for p in parts]))]).astype(np.int64),
-        np.concatenate([p.real for p in parts]),
-        chunks=np.concatenate([p.chunks for p in parts]) if chunked else None,
-    )
-    order = np.arange(steps * world_size)
-    rank_of, step_of = order % world_size, order // world_size
-    return merged.take(rank_of * steps + step_of)

@@ -9,12 +9,12 @@ the epoch is planned from counts, and members are drawn only where a rank needs 
    layer stores it; built in chunks here otherwise).
 2. **Histogram batching**: bucket ``b``'s batches hold ``k_b`` sequences (as many as fit
    ``max_frames`` at the bucket's longest length, at most ``max_seqs``), the last one fewer
-   (``seqloader.plan.histogram``).
+   (``seqloader.plan.indexed.histogram``).
 3. **Keyed draws**: per full epoch, each bucket's member list is permuted by a keyed bijection
-   (``seqloader.plan.bijection``, keyed by seed, epoch and bucket): position ``p``'s member is
+   (``seqloader.plan.indexed.bijection``, keyed by seed, epoch and bucket): position ``p``'s member is
    computable alone. Sub-epoch ``i`` of ``partition_epoch=P`` takes slice ``i`` of every bucket's
    permuted list (RETURNN's cut rule per bucket), so a full epoch uses every sequence once.
-4. **Order** (``seqloader.plan.batch_table``): ``buckets:N``: runs of one bucket's batches, one
+4. **Order** (``seqloader.plan.indexed.batch_table``): ``buckets:N``: runs of one bucket's batches, one
    step of all ranks each, shuffled; ``laplace``: bins over every bucket, ascending and
    descending.
 5. **Distribution**: ``shard``: plan batch ``k`` to rank ``k % W``; a rank draws only its own
@@ -25,7 +25,7 @@ the epoch is planned from counts, and members are drawn only where a rank needs 
 
 Positions and resume work as with global planning (a position is a sequence offset of the order,
 always at a batch boundary). ``files`` resumes elastically from its segment history, replayed on
-counts per unit of the epoch (``seqloader.plan.indexed_files``).
+counts per unit of the epoch (``seqloader.plan.indexed.files``).
 """
 
 from __future__ import annotations
@@ -43,13 +43,20 @@ import numpy as np
 from seqloader.errors import OptionError, ResumeError
 from seqloader.plan.admission import epoch_filters, subset_order
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
-from seqloader.plan.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.batches import BatchList
-from seqloader.plan.buckets import WINDOW_BATCHES, bucket_edges
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_table, resolve_chunking
 from seqloader.plan.chunks import Units as ChunkUnits
 from seqloader.plan.cost import PlannedImbalance
+from seqloader.plan.edges import WINDOW_BATCHES, bucket_edges
 from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
+from seqloader.plan.epochs import (
+    Admission,
+    EpochIndex,
+    admit_mask,
+    check_fit_alone,
+    chunkless_reason,
+    length_key_of,
+)
 from seqloader.plan.files import (
     assign_lpt,
     check_file_count,
@@ -60,29 +67,30 @@ from seqloader.plan.files import (
     units_of,
 )
 from seqloader.plan.fingerprint import plan_fingerprint
-from seqloader.plan.histogram import (
+from seqloader.plan.indexed.batch_table import BatchTable, bucket_runs, laplace_bins
+from seqloader.plan.indexed.chunks import (
+    ChunkBuckets,
+    ChunkWindows,
+    lazy_chunk_table,
+    window_lengths,
+)
+from seqloader.plan.indexed.files import Segment, Units
+from seqloader.plan.indexed.filter import epoch_filtered
+from seqloader.plan.indexed.histogram import (
     BucketIndex,
     batch_sizes,
     batching_edges,
     build_bucket_index,
     length_counts,
 )
-from seqloader.plan.indexed_chunks import (
-    ChunkBuckets,
-    ChunkWindows,
-    lazy_chunk_table,
-    window_lengths,
-)
-from seqloader.plan.indexed_files import Segment, Units
-from seqloader.plan.indexed_filter import epoch_filtered
-from seqloader.plan.indexed_imbalance import (
+from seqloader.plan.indexed.imbalance import (
     bucket_costs,
     files_imbalance,
     rankwise_imbalance,
     table_imbalance,
 )
-from seqloader.plan.indexed_mix import IndexedMix
-from seqloader.plan.indexed_plan import (
+from seqloader.plan.indexed.mix import IndexedMix
+from seqloader.plan.indexed.plan import (
     Draw,
     IndexedPlan,
     MemberDraw,
@@ -94,14 +102,6 @@ from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
-from seqloader.plan.planner import (
-    Admission,
-    EpochIndex,
-    admit_mask,
-    check_fit_alone,
-    chunkless_reason,
-    length_key_of,
-)
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
@@ -148,7 +148,7 @@ def edges_for(lengths: np.ndarray, options: PlanOptions, costs: np.ndarray) -> n
 
 def histogram_edges(options: PlanOptions, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """``edges_for`` from a length histogram (``values`` ascending, ``counts`` of each): the
-    buckets of a chunked plan's windows (``seqloader.plan.indexed_chunks``)."""
+    buckets of a chunked plan's windows (``seqloader.plan.indexed.chunks``)."""
     units = np.asarray(options.cost.units(values), dtype=np.int64)
     coarse = bucket_edges(values, counts * units, num_buckets(options))  # distinct: weighted
     return batching_edges(values, counts, units, options.max_seqs, padded_budget(options), coarse)
@@ -476,7 +476,7 @@ class IndexedPlanner:
         return MemberDraw(self.index.members, self.index.starts, offsets, words)
 
     def _epoch_cut(self, ep: EpochIndex, counts: np.ndarray, lo: np.ndarray) -> EpochCut | None:
-        """``epoch_wise_filter`` on the sub-epoch (``seqloader.plan.indexed_filter``), None when
+        """``epoch_wise_filter`` on the sub-epoch (``seqloader.plan.indexed.filter``), None when
         no filter applies to ``ep``; kept for the last epoch asked (table, draw and counts ask)."""
         means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
         if not means:
@@ -664,7 +664,7 @@ class IndexedPlanner:
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
     ) -> tuple[EpochPlan, int]:
         """(the current segment's plan, sequences consumed before it), from counts: the history
-        is replayed per unit (``seqloader.plan.indexed_files``), no member drawn."""
+        is replayed per unit (``seqloader.plan.indexed.files``), no member drawn."""
         seg = self._segment_at(epoch, world_size, history)
         return self._rankwise(seg), int(seg.start.sum())
 
@@ -858,7 +858,7 @@ class IndexedPlanner:
 
     def step_imbalance(self, plan: EpochPlan, from_step: int) -> PlannedImbalance:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
-        without every rank's batches (``seqloader.plan.indexed_imbalance``): ``shard`` off the
+        without every rank's batches (``seqloader.plan.indexed.imbalance``): ``shard`` off the
         batch table (milliseconds), ``files`` from counts, rank by rank."""
         costs = bucket_costs(self)
         if isinstance(plan, IndexedPlan):

@@ -37,9 +37,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from seqloader.plan.bijection import Bijection
 from seqloader.plan.bounds import check_mix_slots
-from seqloader.plan.histogram import BucketIndex
+from seqloader.plan.indexed.bijection import Bijection
+from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.mix import (
     USES_DTYPE,
     Corpora,
@@ -112,7 +112,7 @@ def apportion(total: int, sizes: Sequence[int]) -> list[int]:
 class IndexedMix:
     """The mix of an indexed planner: per (bucket, corpus) streams over a ``BucketIndex``.
 
-    >>> from seqloader.plan.histogram import build_bucket_index
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
     >>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
     >>> index = build_bucket_index(lengths, np.array([6]))  # two buckets: < 6, >= 6
     >>> corpora = Corpora(("a", "b"), np.array([0, 4, 7]))

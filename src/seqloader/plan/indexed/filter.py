@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from seqloader.plan.admission import mean_len_search
-from seqloader.plan.indexed_plan import Draw
+from seqloader.plan.indexed.plan import Draw
 
 
 class FilteredDraw:
