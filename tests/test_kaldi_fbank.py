@@ -156,14 +156,18 @@ def test_bad_options() -> None:
 
 @pytest.mark.parametrize("snip_edges", [False, True])
 def test_strided_frames_follow_kaldis_reflection_rule(snip_edges) -> None:
-    """The fast path (one reflected copy, a strided view) gives the frames of Kaldi's per-sample
-    reflection rule, for every length, also below one window."""
-    from seqloader.audio.kaldi_fbank import _frames
+    """The fast path (each waveform's reflected span copied once into one buffer, every frame a
+    row of one strided view) gives the frames of Kaldi's per-sample reflection rule, for every
+    length, also below one window, and several waveforms in one buffer keep their own frames."""
+    from seqloader.audio.kaldi_fbank import frame_view, kaldi_signal
 
     options = sl.KaldiFbank(snip_edges=snip_edges)
     rng = np.random.default_rng(0)
-    for n in [*range(1, 700, 7), 16000, 16079, 35001]:
-        if options.num_frames(n) == 0:
-            continue
-        x = rng.standard_normal(n).astype(np.float32)
-        np.testing.assert_array_equal(_frames(x, options), x[options.frame_indices(n)])
+    lengths = [*range(1, 700, 7), 16000, 16079, 35001]
+    xs = [rng.standard_normal(n).astype(np.float32) for n in lengths]
+    counts = np.asarray(options.num_frames(np.array(lengths)), np.int64)
+    signal, rows = kaldi_signal(options, xs, counts)
+    frames = frame_view(options, signal)
+    assert np.isfinite(frames).all()  # the rows between spans read no stale memory
+    for x, r, m in zip(xs, rows.tolist(), counts.tolist()):
+        np.testing.assert_array_equal(frames[r : r + m], x[options.frame_indices(len(x))])

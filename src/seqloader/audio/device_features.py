@@ -5,8 +5,9 @@ utterance's frames on its CPU: on the shard corpus of ``benchmarks/shards.py`` t
 of a worker's CPU per utterance (the other half decoding). ``DeviceFeatures`` moves that half to
 the accelerator: read ``keys=["audio"]`` (padded float32 waveforms, ``lengths["audio"]`` in
 samples), move the batch to the device, and compute the features there in one batched call —
-frames gathered by index for all utterances at once, one FFT, one matmul with the filters. The
-values are those of the CPU path (the same steps in the same order, float32; tested equal within
+frames gathered by index for all utterances at once, then the CPU kernel's own steps
+(``torch_kernels.kaldi_steps``: one FFT, one product per group of filters). The values are those
+of the CPU path (the same steps in the same order, float32; tested equal within
 ``TOLERANCE`` on the CPU device), frames past an utterance's end are zero.
 
 Planning is unchanged: ``max_frames`` then counts audio samples (the source's lengths), so give
@@ -15,13 +16,19 @@ it in samples (e.g. 100 feature frames = ``100 * hop`` samples).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqloader.audio.features import LogMel
 from seqloader.audio.kaldi_fbank import KaldiFbank
-from seqloader.audio.torch_kernels import log_mel_constants, stft_log_filterbank
+from seqloader.audio.torch_kernels import (
+    Groups,
+    kaldi_constants,
+    kaldi_steps,
+    log_mel_constants,
+    stft_log_filterbank,
+)
 from seqloader.errors import OptionError
 
 if TYPE_CHECKING:
@@ -31,7 +38,6 @@ if TYPE_CHECKING:
 # device (measured: KaldiFbank 0, LogMel <= 2.4e-7 on 1-3 s noise); on an accelerator the FFT
 # and the matmul round differently (not measured: no accelerator was available)
 TOLERANCE = 1e-4
-_FLOAT32_EPS = float(np.finfo(np.float32).eps)
 
 
 class DeviceFeatures:
@@ -54,20 +60,20 @@ class DeviceFeatures:
                 f"DeviceFeatures: got {features!r}, expected seqloader.KaldiFbank(...) or LogMel(...)"
             )
         self.features = features
-        self._constants: dict[object, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._constants: dict[object, tuple[torch.Tensor, Any]] = {}
 
-    def _on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(window, filters) on ``device``, made once per device."""
-        import torch
-
+    def _on(self, device: torch.device) -> tuple[torch.Tensor, Any]:
+        """(window, filters) on ``device``, the CPU kernel's own, moved once per device:
+        ``KaldiFbank``'s filter groups (``kaldi_constants``), ``LogMel``'s matrix."""
         if device not in self._constants:
             f = self.features
             if isinstance(f, KaldiFbank):
-                window = torch.from_numpy(np.array(f.window(), np.float32))
-                filters = torch.from_numpy(np.array(f.mel_banks(), np.float32))
-            else:  # the CPU kernel's own (a window of win samples, padded by torch.stft)
+                window, groups = kaldi_constants(f)
+                moved = [(a, b, lo, hi, w.to(device)) for a, b, lo, hi, w in groups]
+                self._constants[device] = (window.to(device), moved)
+            else:  # a window of win samples, padded by torch.stft
                 window, filters = log_mel_constants(f)
-            self._constants[device] = (window.to(device), filters.to(device))
+                self._constants[device] = (window.to(device), filters.to(device))
         return self._constants[device]
 
     def __call__(
@@ -118,17 +124,10 @@ class DeviceFeatures:
         fr = torch.gather(x, 1, idx.reshape(b, -1)).reshape(b, most, f.win)
         return self._kaldi(fr, window, filters) * valid[:, :, None], frames
 
-    def _kaldi(self, fr: torch.Tensor, window: torch.Tensor, banks: torch.Tensor) -> torch.Tensor:
-        import torch
-
+    def _kaldi(self, fr: torch.Tensor, window: torch.Tensor, groups: Groups) -> torch.Tensor:
+        """The CPU kernel's steps (``kaldi_steps``) on every frame of the batch ``[B, F, win]``."""
         f = self.features
         assert isinstance(f, KaldiFbank)
-        if f.remove_dc_offset:
-            fr = fr - fr.mean(dim=2, keepdim=True)
-        c = float(f.preemph_coeff)
-        if c != 0.0:
-            fr = torch.cat([fr[:, :, :1] - c * fr[:, :, :1], fr[:, :, 1:] - c * fr[:, :, :-1]], 2)
-        fr = fr * window
-        spec = torch.fft.rfft(fr, n=f.fft_size, dim=2)
-        power = spec.real.square() + spec.imag.square()
-        return torch.matmul(power, banks).clamp_(min=_FLOAT32_EPS).log_()
+        b, most, win = fr.shape
+        feats = kaldi_steps(f, fr.reshape(b * most, win), window, groups)
+        return feats.reshape(b, most, f.n_mels)

@@ -14,9 +14,11 @@ The frame count is a closed formula of the sample count, so sources plan in fram
 - ``snip_edges=False`` (Lhotse): ``(samples + hop // 2) // hop``, the signal reflected at its ends.
 
 A batch's waveforms are computed together (``KaldiFbank.many``, which ``ShardSource.read_many``
-uses): their frames are cut into one array (``kaldi_frames``) and a kernel computes the rest in
-blocks of ``BLOCK_FRAMES``: torch's (``seqloader.audio.torch_kernels``, which imports torch when
-frames are first computed, on one torch thread) where torch is installed, else numpy's.
+uses; ``many_into`` writes into a padded batch): each waveform's frame span, reflected at its ends,
+goes once into one buffer (``kaldi_signal``), every frame of the batch is a row of one strided
+view of it (``frame_view``: no frame is copied), and a kernel computes the rest in blocks of
+``BLOCK_FRAMES`` rows: torch's (``seqloader.audio.torch_kernels``, which imports torch when frames
+are first computed, on one torch thread) where torch is installed, else numpy's.
 
 Dither (random noise) is not offered: it would make a sequence's frames depend on when it is read.
 """
@@ -112,11 +114,12 @@ class KaldiFbank:
         >>> [f.shape for f in fb.many([np.full(16000, 0.1, "float32"), np.zeros(100, "float32")])]
         [(100, 80), (1, 80)]
         """
-        counts, blocks = self._blocks(waves)
-        feats = np.empty((int(counts.sum()), self.n_mels), np.float32)
+        counts, rows, blocks = self._blocks(waves)
+        total = int((rows + counts).max(initial=0))
+        feats = np.empty((total, self.n_mels), np.float32)
         for a, block in blocks:
-            feats[a : a + len(block)] = block
-        return np.split(feats, np.cumsum(counts)[:-1]) if len(counts) else []
+            feats[a : a + len(block)] = block[: total - a]
+        return [feats[r : r + m] for r, m in zip(rows.tolist(), counts.tolist())]
 
     def many_into(self, waves: Sequence[np.ndarray], out: np.ndarray) -> None:
         """``many``'s frames written into a padded batch: ``out[j, :frames_j]`` (float32
@@ -130,12 +133,11 @@ class KaldiFbank:
         >>> bool(np.isnan(out).any()), bool((out[1, 1:] == 0).all())
         (False, True)
         """
-        counts, blocks = self._blocks(waves)
-        ends = np.cumsum(counts)
-        starts = (ends - counts).tolist()
-        ends_list = ends.tolist()
+        counts, rows, blocks = self._blocks(waves)
+        starts = rows.tolist()
+        ends_list = (rows + counts).tolist()
         j = 0
-        for a, block in blocks:  # blocks come in order: rows advance with them
+        for a, block in blocks:  # blocks come in order: waveforms advance with them
             b = a + len(block)
             while j < len(ends_list) and ends_list[j] <= a:
                 j += 1
@@ -149,21 +151,23 @@ class KaldiFbank:
 
     def _blocks(
         self, waves: Sequence[np.ndarray]
-    ) -> tuple[np.ndarray, Iterator[tuple[int, np.ndarray]]]:
-        """(frames per waveform int64 ``[B]``, the kernel's results ``(first frame, [m, n_mels])``
-        over all waveforms' frames one after another, in blocks of ``BLOCK_FRAMES``)."""
+    ) -> tuple[np.ndarray, np.ndarray, Iterator[tuple[int, np.ndarray]]]:
+        """(frames per waveform int64 ``[B]``, the row of each waveform's first frame int64
+        ``[B]``, the kernel's results ``(first row, [m, n_mels])`` over all rows of the batch's
+        ``frame_view``, in blocks of ``BLOCK_FRAMES``)."""
         xs = [np.ascontiguousarray(w, dtype=np.float32) for w in waves]
         for x in xs:
             if x.ndim != 1:
                 raise OptionError(f"KaldiFbank: got a waveform of shape {x.shape}, expected 1-D")
         counts = np.asarray(self.num_frames(np.array([len(x) for x in xs], np.int64)), np.int64)
-        frames = kaldi_frames(self, xs, counts)
+        signal, rows = kaldi_signal(self, xs, counts)
+        frames = frame_view(self, signal)
         kernel = _KERNEL_CHOICE.get()
         blocks = (
             (a, kernel(self, frames[a : a + BLOCK_FRAMES]))
             for a in range(0, len(frames), BLOCK_FRAMES)
         )
-        return counts, blocks
+        return counts, rows, blocks
 
     def frame_indices(self, samples: int) -> np.ndarray:
         """Sample index of every frame position, int64 ``[num_frames, win]`` (reflected at the
@@ -183,18 +187,53 @@ class KaldiFbank:
         return _povey(self.win)
 
 
-def kaldi_frames(options: KaldiFbank, xs: Sequence[np.ndarray], counts: np.ndarray) -> np.ndarray:
-    """The frames of float32 waveforms ``xs`` (``counts[i]`` of ``xs[i]``), one after another, as
-    float32 ``[sum(counts), fft_size]``: the samples of each frame, then zeros up to the FFT size."""
-    win = options.win
-    out = np.empty((int(counts.sum()), options.fft_size), dtype=np.float32)
-    out[:, win:] = 0.0
-    at = 0
-    for x, m in zip(xs, counts.tolist()):
-        if m:
-            out[at : at + m, :win] = _frames(x, options)
-            at += m
-    return out
+def kaldi_signal(
+    options: KaldiFbank, xs: Sequence[np.ndarray], counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every waveform's frame span one after another in one float32 buffer: waveform ``j``
+    (``counts[j]`` frames) as the ``(counts[j] - 1) * hop + win`` samples its frames cover, taken
+    from ``xs[j]`` reflected at its ends without ``snip_edges`` (Kaldi's rule), starting at a
+    multiple of ``hop``. Returns (buffer, the row of each waveform's first frame in
+    ``frame_view(buffer)``, int64 ``[B]``); the rows between two waveforms' frames (at most
+    ``ceil((win - hop) / hop)``) straddle both and are not frames of either."""
+    win, hop = options.win, options.hop
+    sizes = np.where(counts > 0, (counts - 1) * hop + win, 0)
+    steps = -(-sizes // hop)  # rows each waveform takes, its straddling rows included
+    rows = np.concatenate([[0], np.cumsum(steps)[:-1]]).astype(np.int64)
+    end = int((rows * hop + sizes).max(initial=0))
+    buffer = np.empty(end, np.float32)
+    for x, r, size, step in zip(xs, rows.tolist(), sizes.tolist(), steps.tolist()):
+        if size:
+            _span_into(x, buffer[r * hop : r * hop + size], options)
+        buffer[r * hop + size : (r + step) * hop] = 0.0  # up to the next span: no stale memory
+    return buffer, rows
+
+
+def frame_view(options: KaldiFbank, signal: np.ndarray) -> np.ndarray:
+    """Row ``f`` = ``signal[f * hop : f * hop + win]``: float32 ``[rows, win]``, a strided view
+    (rows overlap: never write to it)."""
+    win, hop = options.win, options.hop
+    rows = (len(signal) - win) // hop + 1 if len(signal) >= win else 0
+    step = signal.strides[0]
+    return np.lib.stride_tricks.as_strided(signal, (rows, win), (hop * step, step))
+
+
+def _span_into(x: np.ndarray, dst: np.ndarray, options: KaldiFbank) -> None:
+    """The samples ``x``'s frames cover, ``dst`` long (from ``(win - hop) // 2`` before its start
+    without ``snip_edges``, samples outside reflected: ``-1 -> 0``, ``n -> n - 1``): one copy of
+    the signal, or a gather by index when it is shorter than the reflection."""
+    n, size = len(x), len(dst)
+    left = 0 if options.snip_edges else (options.win - options.hop) // 2
+    body = min(n, size - left)
+    right = size - left - body
+    if left > n or right > n:  # reflected more than once: Kaldi's rule by index
+        idx = (np.arange(size, dtype=np.int64) - left) % (2 * n)
+        dst[:] = x[np.where(idx < n, idx, 2 * n - 1 - idx)]
+        return
+    dst[:left] = x[:left][::-1]
+    dst[left : left + body] = x[:body]
+    if right:
+        dst[left + body :] = x[n - right :][::-1]
 
 
 def prepare_frames(options: KaldiFbank, frames: np.ndarray) -> None:
@@ -211,9 +250,12 @@ def prepare_frames(options: KaldiFbank, frames: np.ndarray) -> None:
 
 
 def numpy_kaldi_fbank(options: KaldiFbank, frames: np.ndarray) -> np.ndarray:
-    """The numpy kernel: ``kaldi_frames`` (float32 ``[m, fft_size]``, changed in place) -> float32
+    """The numpy kernel: rows of a ``frame_view`` (float32 ``[m, win]``, read only) -> float32
     ``[m, n_mels]``. The filters are (bin, weight) runs summed with reduceat: no BLAS call, whose
     threads would oversubscribe the cores next to DataLoader workers."""
+    padded = np.zeros((len(frames), options.fft_size), np.float32)
+    padded[:, : options.win] = frames
+    frames = padded
     prepare_frames(options, frames)
     spec = np.fft.rfft(frames, axis=1)  # [m, fft/2 + 1] complex64
     power = spec.real * spec.real + spec.imag * spec.imag  # [m, fft/2 + 1]
@@ -237,25 +279,10 @@ def default_kernel() -> Kernel:
 
 
 def use_kernel(kernel: Kernel) -> Kernel:
-    """Compute ``KaldiFbank`` frames with ``kernel`` in this process from now on (it gets
-    ``kaldi_frames``' array, which it may change); returns the previous one."""
+    """Compute ``KaldiFbank`` frames with ``kernel`` in this process from now on (it gets rows of
+    a ``frame_view``, float32 ``[m, win]``, which it must not change); returns the previous
+    one."""
     return _KERNEL_CHOICE.use(kernel)
-
-
-def _frames(x: np.ndarray, options: KaldiFbank) -> np.ndarray:
-    """The frames of ``x`` (float32, at least one frame): a strided view of ``x`` (reflected at its
-    ends: one copy of the signal), or gathered through ``frame_indices`` when ``x`` is shorter than
-    the reflection."""
-    n, win, hop = len(x), options.win, options.hop
-    m = int(options.num_frames(n))
-    if options.snip_edges:
-        return np.lib.stride_tricks.sliding_window_view(x, win)[::hop][:m]
-    left = (win - hop) // 2
-    right = max(0, (m - 1) * hop + win - left - n)
-    if n < max(left, right):  # reflected more than once: Kaldi's rule by index
-        return x[options.frame_indices(n)]
-    padded = np.concatenate([x[:left][::-1], x, x[n - right :][::-1]])
-    return np.lib.stride_tricks.sliding_window_view(padded, win)[::hop][:m]
 
 
 def _frame_indices(n: int, win: int, hop: int, m: int, snip_edges: bool) -> np.ndarray:

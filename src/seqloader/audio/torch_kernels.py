@@ -1,7 +1,7 @@
 """The filterbank kernels computed with torch on CPU; torch is imported inside each function.
 
 - ``log_filterbank``: the log of a filterbank over the power STFT of one waveform (``LogMel``).
-- ``kaldi_filterbank``: Kaldi-style frames of a batch of already cut frames (``KaldiFbank``).
+- ``kaldi_filterbank``: Kaldi-style features of a batch's frames (``KaldiFbank``).
 
 Importing this module loads no torch (the audio layer stays torch-free until a feature is
 computed); ``seqloader.audio.features`` and ``seqloader.audio.kaldi_fbank`` choose these kernels
@@ -99,20 +99,29 @@ class KaldiOptions(Hashable, Protocol):
     @property
     def preemph_coeff(self) -> float: ...
 
+    @property
+    def fft_size(self) -> int: ...
+
     def window(self) -> np.ndarray: ...
 
     def mel_banks(self) -> np.ndarray: ...
 
 
-_KALDI: dict[Hashable, tuple[torch.Tensor, torch.Tensor]] = {}
+# filters in groups: (first filter, end, first bin, end bin, transposed weights [filters, bins])
+Groups = list[tuple[int, int, int, int, "torch.Tensor"]]
+_KALDI: dict[Hashable, tuple[torch.Tensor, Groups]] = {}
 _FLOAT32_EPS = float(np.finfo(np.float32).eps)
+# filters per matmul: the filters are triangles over a few bins each, so 16 neighbouring filters
+# touch a narrow band of bins; 5 products over their bands instead of one over all bins (measured
+# 2x less time than the dense product with 80 filters of a 512-point FFT)
+FILTER_GROUP = 16
 
 
 def kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
-    """float32 ``[m, fft_size]`` frames (samples in the first ``win`` columns, zeros after; changed
-    in place) -> float32 ``[m, n_filters]``: DC offset removed, pre-emphasis, window, power
-    spectrum, filters, ``log(max(energy, float32 eps))``, in Kaldi's (and Lhotse's) order, for all
-    frames of a batch at once.
+    """float32 ``[m, win]`` frames (rows of a strided view of the signal, read only) -> float32
+    ``[m, n_filters]``: DC offset removed, pre-emphasis, window, power spectrum of the frame
+    zero-padded to ``fft_size``, filters, ``log(max(energy, float32 eps))``, in Kaldi's (and
+    Lhotse's) order, for all frames of a batch at once.
 
     On one torch thread: where torch has several (a trainer process reading with
     ``num_workers=0``), it is set to one for the call and restored. Spreading these small steps
@@ -131,26 +140,58 @@ def kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
         torch.set_num_threads(threads)
 
 
-def _kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
+def kaldi_constants(options: KaldiOptions) -> tuple[torch.Tensor, Groups]:
+    """The window, and the filters in groups of ``FILTER_GROUP``: (first filter, end, first bin,
+    end bin, transposed weights ``[filters, bins]`` of the band), made once per options."""
     import torch
 
     if options not in _KALDI:
-        _KALDI[options] = (
-            torch.from_numpy(np.array(options.window(), dtype=np.float32)),
-            torch.from_numpy(np.array(options.mel_banks(), dtype=np.float32)),
-        )
-    window, banks = _KALDI[options]
+        banks = np.array(options.mel_banks(), dtype=np.float32)  # [bins, n_filters]
+        groups = []
+        for a in range(0, banks.shape[1], FILTER_GROUP):
+            b = min(a + FILTER_GROUP, banks.shape[1])
+            used = np.flatnonzero(banks[:, a:b].any(axis=1))
+            lo, hi = (int(used[0]), int(used[-1]) + 1) if len(used) else (0, 1)
+            weights = torch.from_numpy(np.ascontiguousarray(banks[lo:hi, a:b].T))
+            groups.append((a, b, lo, hi, weights))
+        window = torch.from_numpy(np.array(options.window(), dtype=np.float32))
+        _KALDI[options] = (window, groups)
+    return _KALDI[options]
+
+
+def _kaldi_filterbank(options: KaldiOptions, frames: np.ndarray) -> np.ndarray:
+    import torch
+
+    window, groups = kaldi_constants(options)
     with torch.no_grad():
-        x = torch.from_numpy(frames)
-        fr = x[:, : options.win]
-        if options.remove_dc_offset:
-            fr -= fr.mean(dim=1, keepdim=True)
-        c = float(options.preemph_coeff)
-        if c != 0.0:
-            fr[:, 1:] -= c * fr[:, :-1]  # the right side is a new tensor: the old values are used
-            fr[:, 0] -= c * fr[:, 0]
-        fr *= window
-        spec = torch.fft.rfft(x, dim=1)  # [m, fft_size // 2 + 1]
-        power = spec.real.square() + spec.imag.square()
-        feats = torch.matmul(power, banks).clamp_(min=_FLOAT32_EPS).log_()
+        feats = kaldi_steps(options, torch.from_numpy(frames), window, groups)
     return feats.numpy()
+
+
+def kaldi_steps(
+    options: KaldiOptions, x: torch.Tensor, window: torch.Tensor, groups: Groups
+) -> torch.Tensor:
+    """``kaldi_filterbank``'s steps on a tensor of frames ``[m, win]`` (rows may overlap: only
+    read) on any device, with ``window`` and the filter ``groups`` of ``kaldi_constants`` there
+    -> ``[m, n_filters]`` (a transposed view); also ``seqloader.audio.device_features``'s."""
+    import torch
+
+    c = float(options.preemph_coeff)
+    if c != 0.0:  # (x[t] - mean) - c (x[t-1] - mean) = x[t] - c x[t-1] - (1 - c) mean
+        y = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        torch.sub(x[:, 1:], x[:, :-1], alpha=c, out=y[:, 1:])
+        torch.mul(x[:, :1], 1.0 - c, out=y[:, :1])
+        if options.remove_dc_offset:
+            y -= x.mean(dim=1, keepdim=True) * (1.0 - c)
+    elif options.remove_dc_offset:
+        y = x - x.mean(dim=1, keepdim=True)
+    else:
+        y = x.clone(memory_format=torch.contiguous_format)
+    y *= window
+    spec = torch.fft.rfft(y, n=options.fft_size, dim=1)  # [m, fft_size // 2 + 1]
+    parts = torch.view_as_real(spec).square_()  # [m, bins, 2]: re^2, im^2
+    power = parts[..., 0] + parts[..., 1]
+    mel = torch.empty((groups[-1][1], len(x)), dtype=torch.float32, device=x.device)
+    for a, b, lo, hi, weights in groups:  # [n_filters, m], each group over its band of bins
+        torch.matmul(weights, power[:, lo:hi].T, out=mel[a:b])
+    return mel.clamp_(min=_FLOAT32_EPS).log_().T
