@@ -39,6 +39,11 @@ CASES: dict[str, dict] = {
     "shard buckets:30": {"ordering": "buckets:30", "distribution": "shard"},
     "files laplace": {"ordering": "laplace", "distribution": "files"},
 }
+#: chunked plans (``--cases chunked``): chunks are the planned units of both plannings
+CHUNKED: dict[str, dict] = {
+    f"shard {o} 500:250": {"ordering": o, "distribution": "shard", "chunking": "500:250"}
+    for o in ("laplace", "buckets:30")
+}
 FILES = 10_000
 WORLDS = (8, 1024)
 
@@ -66,6 +71,12 @@ def figures(lengths: np.ndarray, case: dict, planning: str, epoch: int) -> dict[
     for world in WORLDS:
         plan = planner.global_plan(epoch, world)
         b = plan.batches
+        if planner.chunks is not None:  # a slot is a chunk: its window (frames cost: length)
+            windows = planner.slot_costs(b)
+            real = int(windows[b.real].sum())  # each chunk once: the real slots
+            out[f"padding W{world}"] = int(padded_frames(windows, b.bounds).sum()) / real
+            out[f"steps W{world}"] = plan.steps
+            continue
         frames = np.asarray(lengths, dtype=np.int64)
         used = np.unique(b.seqs)
         real = int(frames[used].sum())
@@ -74,10 +85,10 @@ def figures(lengths: np.ndarray, case: dict, planning: str, epoch: int) -> dict[
     return out
 
 
-def measure(n: int, epochs: int) -> dict:
+def measure(n: int, epochs: int, cases: dict[str, dict] = CASES) -> dict:
     out: dict = {}
     for dist, lengths in distributions(n).items():
-        for name, case in CASES.items():
+        for name, case in cases.items():
             row: dict = {}
             for planning in ("global", "indexed"):
                 per = [figures(lengths, case, planning, e) for e in range(1, epochs + 1)]
@@ -112,6 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", default="1e6", help="sequences per distribution")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--out", default=RESULTS)
+    parser.add_argument(
+        "--cases",
+        choices=["sequences", "chunked"],
+        default="sequences",
+        help="chunked: the chunked cases (chunking='500:250'), written to --out",
+    )
     args = parser.parse_args(argv)
     n = int(float(args.n))
     import seqloader
@@ -120,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"seqs": n, "epochs": args.epochs, **LIMITS, "files": FILES},
         "code": os.path.dirname(seqloader.__file__),
         "machine": describe_machine(),
-        "rows": measure(n, args.epochs),
+        "rows": measure(n, args.epochs, CHUNKED if args.cases == "chunked" else CASES),
     }
     print(table(result))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

@@ -61,8 +61,19 @@ CASES = {
     "shard buckets:30": {"ordering": "buckets:30", "distribution": "shard"},
     "files laplace": {"ordering": "laplace", "distribution": "files"},
     "files buckets:30": {"ordering": "buckets:30", "distribution": "files"},
+    "shard laplace 500:250": {
+        "ordering": "laplace",
+        "distribution": "shard",
+        "chunking": "500:250",
+    },
+    "shard buckets:30 500:250": {
+        "ordering": "buckets:30",
+        "distribution": "shard",
+        "chunking": "500:250",
+    },
 }
 LIMITS = {"max_seqs": 200, "max_frames": 20_000}
+_BLOCK = 1 << 22
 
 
 def lengths_store(n: int, folder: str) -> str:
@@ -100,7 +111,8 @@ def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float
     from seqloader.plan.indexed.planner import edges_for
     from seqloader.sources.columns import ColumnStore, StoreWriter
 
-    name = f"index-{n}-{case['ordering']}-{case['distribution']}.seqcols".replace(":", "_")
+    chunked = f"-{case['chunking']}" if case.get("chunking") else ""
+    name = f"index-{n}-{case['ordering']}-{case['distribution']}{chunked}.seqcols".replace(":", "_")
     path = os.path.join(folder, name)
     if os.path.exists(path):
         return path, 0.0
@@ -109,7 +121,12 @@ def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float
     files = cols.column("file_bounds") if case["distribution"] == "files" else None
     t0 = time.perf_counter()
     options = PlanOptions(**case, **LIMITS, seed=3, planning="indexed")
-    index = build_bucket_index(lengths, edges_for(lengths, options, lengths), None, files)
+    if options.chunking is not None:  # sequences grouped by length: what the node's store holds
+        from seqloader.plan.indexed import IndexedPlanner
+
+        index = IndexedPlanner({"data": lengths}, options).index
+    else:
+        index = build_bucket_index(lengths, edges_for(lengths, options, lengths), None, files)
     w = StoreWriter(path, f"index-{n}", {"n": n})
     for key, column in index.columns().items():
         w.add(key, np.asarray(column))
@@ -126,6 +143,8 @@ def child(config: dict) -> dict:
     files = store.column("file_bounds") if config["distribution"] == "files" else None
     indexed = config.get("planning") == "indexed"
     extra = {"planning": "indexed"} if indexed else {}
+    if config.get("chunking"):
+        extra["chunking"] = config["chunking"]
     options = PlanOptions(
         ordering=config["ordering"], distribution=config["distribution"], seed=3, **LIMITS, **extra
     )
@@ -153,12 +172,12 @@ def child(config: dict) -> dict:
     # vectorised checks of this rank's share: limits and steps
     sizes = np.diff(share.bounds)
     ok = bool(len(sizes) == steps and sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
-    maxes = np.maximum.reduceat(np.asarray(lengths)[share.seqs], share.bounds[:-1])
+    maxes = np.maximum.reduceat(planner.slot_costs(share), share.bounds[:-1])  # frames: lengths
     ok = ok and bool((sizes * maxes).max() <= LIMITS["max_frames"])
     # the epoch over all ranks: equal steps, every sequence exactly once, this rank's share its
     # part of the global list (what the workers split: the same whatever num_workers is), padding
     if config.get("checks", "full") == "full":
-        whole = check_epoch(plan, share, np.asarray(lengths) if not indexed else lengths)
+        whole = check_epoch(plan, share, np.asarray(lengths) if not indexed else lengths, planner)
     else:  # "share": every 97th rank's step count, each computed alone (no walk over the epoch)
         spread = all(len(plan.rank_share(r)) == steps for r in range(0, WORLD, 97))
         whole = {"ok": spread, "padding": None}
@@ -184,33 +203,47 @@ def child(config: dict) -> dict:
         "total_s": t2 - t0,
         "private_bytes": private,
         "steps": int(steps),
-        "rank_seqs": len(share.seqs),
+        "rank_seqs": len(share.seqs),  # slots: chunks when chunked
         "checks_ok": ok,
         "padding": whole["padding"],
         **{k: v for k, v in whole.items() if k in ("elastic_refused", "elastic_checks_ok")},
     }
 
 
-def check_epoch(plan: object, share: object, lengths: np.ndarray) -> dict:
+def check_epoch(plan: object, share: object, lengths: np.ndarray, planner: object) -> dict:
     """Every rank's batches, rank after rank or in chunks of the global list (never all at once):
-    equal steps, each sequence exactly once, this rank's share equal to its part of the global
-    list, and the padding (padded frames / real frames) of the whole epoch."""
+    equal steps, each sequence (chunked: each chunk) exactly once, this rank's share equal to its
+    part of the global list, and the padding (padded frames / real frames) of the whole epoch."""
     world, steps = plan.world_size, plan.steps  # type: ignore[attr-defined]
     n = len(lengths)
-    seen = np.zeros(n, dtype=bool)
+    spec = planner.options.chunking  # type: ignore[attr-defined]
+    stride, units = 1, n  # a slot's number: sequence * stride + chunk
+    if spec is not None:
+        from seqloader.plan.chunks import chunk_counts
+
+        ((size, step),) = spec.values()
+        stride = int(np.max(lengths)) // step + 2
+        units = sum(
+            int(chunk_counts(np.asarray(lengths[a : a + _BLOCK]), size, step, 0).sum())
+            for a in range(0, n, _BLOCK)
+        )
+    seen = np.zeros(n * stride, dtype=bool)
     ok, padded, real = True, 0, 0
     mine: list[np.ndarray] = []
 
     def visit(b: object) -> None:
         nonlocal ok, padded, real
         s = b.seqs[b.real]  # type: ignore[attr-defined]
+        if spec is not None:
+            s = s * stride + b.chunks[b.real]  # type: ignore[attr-defined]
         ok = ok and not seen[s].any() and len(np.unique(s)) == len(s)
         seen[s] = True
         sizes = np.diff(b.bounds)  # type: ignore[attr-defined]
         if len(sizes):
-            longest = np.maximum.reduceat(np.asarray(lengths[b.seqs]), b.bounds[:-1])  # type: ignore[attr-defined]
+            frames = planner.slot_costs(b)  # type: ignore[attr-defined]  # frames: the lengths
+            longest = np.maximum.reduceat(frames, b.bounds[:-1])  # type: ignore[attr-defined]
             padded += int((sizes * longest).sum())
-            real += int(np.asarray(lengths[s], dtype=np.int64).sum())
+            real += int(np.asarray(frames[b.real], dtype=np.int64).sum())  # type: ignore[attr-defined]
 
     slots = getattr(plan, "slots", None)
     if slots is not None:  # indexed shard: the global list in chunks of batches
@@ -231,7 +264,7 @@ def check_epoch(plan: object, share: object, lengths: np.ndarray) -> dict:
         ok = ok and len(b) == steps * world
         visit(b)
         mine.append(b.take(np.arange(RANK, len(b), world)).seqs)
-    ok = ok and bool(seen.all()) and np.array_equal(np.concatenate(mine), share.seqs)  # type: ignore[attr-defined]
+    ok = ok and int(seen.sum()) == units and np.array_equal(np.concatenate(mine), share.seqs)  # type: ignore[attr-defined]
     return {"ok": bool(ok), "padding": padded / max(real, 1)}
 
 

@@ -277,3 +277,21 @@ def test_epochs_and_seeds_draw_other_batches() -> None:
     assert not np.array_equal(codes(e1.seqs, e1.chunks), codes(e2.seqs, e2.chunks))
     f1 = q.global_plan(1, 4).batches
     assert not np.array_equal(codes(e1.seqs, e1.chunks), codes(f1.seqs, f1.chunks))
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_corpus_counts_and_the_simulated_check(parts: int) -> None:
+    """Per corpus the epoch's chunks (``corpus_plan``: from the length index, or drawn per
+    sub-epoch), and ``seqloader check``'s simulation (every chunk once, equal steps, workers)."""
+    from seqloader.plan.mix import Corpora
+    from seqloader.plan.simulate import simulate
+
+    data = corpus(3000, seed=parts)
+    corpora = Corpora(("a", "b", "c"), np.array([0, 700, 2100, 3000]))
+    options = PlanOptions(**{**OPTIONS, "partition_epoch": parts})
+    planner = IndexedPlanner(data, options, corpora=corpora)
+    for epoch in range(1, parts + 1):
+        sub = planner.sub_epoch_units(epoch)
+        want = np.bincount(np.searchsorted(corpora.bounds, sub.seqs, "right") - 1, minlength=3)
+        assert [n for _, n, _ in planner.corpus_plan(epoch)] == want.tolist()
+    assert simulate(planner, 3, 2, range(1, parts + 2)).ok

@@ -125,6 +125,7 @@ MERGE_BATCHES = 4
 #: bucket's longest length: more buckets, less padding, more short last batches).
 LAPLACE_BUCKETS = 64
 _CHUNK = 1 << 22
+_BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
 _ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
 
 
@@ -343,23 +344,28 @@ class IndexedPlanner:
             )
         size, step = resolved[key]
         self._chunking = (size, step, least.get(key, 0))
+        # the shortest length with a chunk (chunk_counts is monotone in the length), so the
+        # scan below compares lengths (1 byte per sequence of a block), counting no chunks
+        has = np.flatnonzero(chunk_counts(np.arange(size + 2), *self._chunking))
+        shortest = int(has[0]) if len(has) else np.iinfo(np.int64).max
         n = len(self.lengths)
         mask = self._mask
+        others = {k: v for k, v in resolved.items() if k != key}
         none_first: list[int] = []
         none_count = 0
-        for a in range(0, n, _CHUNK):
-            count = chunk_counts(np.asarray(self.lengths[a : a + _CHUNK]), *self._chunking)
-            keep = np.ones(len(count), bool) if mask is None else mask[a : a + _CHUNK]
-            for other, (o_size, o_step) in resolved.items():
-                if other == key:
-                    continue
-                got = chunk_counts(
-                    np.asarray(lengths[other][a : a + _CHUNK]), o_size, o_step, least.get(other, 0)
-                )
-                if (keep & (got != count)).any():  # the error names the first, as globally
-                    full_keep = np.ones(n, bool) if mask is None else mask
-                    chunk_table(lengths, spec, options.min_chunk_size, full_keep, tags, origin)
-            hit = np.flatnonzero(keep & (count == 0))
+        for a in range(0, n, _BLOCK):
+            block = np.asarray(self.lengths[a : a + _BLOCK])
+            keep = np.ones(len(block), bool) if mask is None else mask[a : a + _BLOCK]
+            if others:  # every chunked key the same number of chunks, else chunk_table's error
+                count = chunk_counts(block, *self._chunking)
+                for other, (o_size, o_step) in others.items():
+                    got = np.asarray(lengths[other][a : a + _BLOCK])
+                    if (
+                        keep & (chunk_counts(got, o_size, o_step, least.get(other, 0)) != count)
+                    ).any():
+                        full_keep = np.ones(n, bool) if mask is None else mask
+                        chunk_table(lengths, spec, options.min_chunk_size, full_keep, tags, origin)
+            hit = np.flatnonzero(keep & (block < shortest))
             if len(hit):
                 if mask is None:
                     mask = np.ones(n, dtype=bool)
@@ -592,6 +598,8 @@ class IndexedPlanner:
         assert self.corpora is not None
         if self.files is not None:
             return self._files_corpus_counts(epoch)
+        if self.options.partition_epoch == 1 and self.units is not None:
+            return self._corpus_chunks()
         if self.options.partition_epoch == 1 and not self.options.epoch_wise_filter:
             if self._mask is None:
                 return self.corpora.sizes.astype(np.int64)
@@ -606,7 +614,23 @@ class IndexedPlanner:
             for a in range(0, c, _CHUNK):
                 pos = np.arange(a, min(c, a + _CHUNK), dtype=np.int64)
                 seqs, _ = draw.slots(np.full(len(pos), b, dtype=np.int64), pos)
+                if self.units is not None:  # coded chunks: a slot per chunk
+                    seqs = self.units.split(seqs)[0]
                 out += self.corpora.counts(seqs)
+        return out
+
+    def _corpus_chunks(self) -> np.ndarray:
+        """Chunked, one sub-epoch per epoch: every admitted chunk, per corpus -> int64 ``[C]``,
+        from the length index (a class's members ascending: each corpus' range is a
+        ``searchsorted``), times the chunks of each length. O(lengths x corpora)."""
+        assert self.corpora is not None and self.units is not None and self._chunking
+        index, bounds = self.index, np.asarray(self.corpora.bounds, dtype=np.int64)
+        per_class = chunk_counts(np.asarray(index.longest), *self._chunking)  # [G]
+        out = np.zeros(len(self.corpora.names), dtype=np.int64)
+        for g in range(len(index.longest)):
+            members = index.members[int(index.starts[g]) : int(index.starts[g + 1])]
+            at = np.searchsorted(members, bounds)  # [C + 1]
+            out += np.diff(at) * int(per_class[g])
         return out
 
     def _files_corpus_counts(self, epoch: int) -> np.ndarray:
