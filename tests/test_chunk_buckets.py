@@ -7,16 +7,14 @@ chains (positions count chunks of the arrangement) consuming every chunk once.""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from chunk_units import chunk_ids, sub_epoch_chunks
-from seqloader.plan import Planner, PlanOptions, Position, continue_plan
+from plan_contracts import check_plan_contracts
+from seqloader.plan import EpochPlan, Planner, PlanOptions
 
 UNEVEN = ["split", "pad", "drop"]
 
@@ -52,39 +50,44 @@ def bucket_cases(draw: st.DrawFn) -> tuple[Planner, int]:
     return planner, world
 
 
+def in_arrangement_within_limits(planner: Planner, epoch: int, plan: EpochPlan) -> None:
+    """``shard``: the plan is the arrangement's order, in order; every batch within its limits,
+    each chunk its window's cost."""
+    o, b = planner.options, plan.batches
+    assert planner.chunks is not None and b.chunks is not None
+    if o.distribution == "shard":
+        order = planner.sub_epoch_order(epoch, 0, plan.world_size)
+        np.testing.assert_array_equal(b.seqs[b.real], order[: int(b.real.sum())])
+    for k in range(len(b)):
+        seqs, _ = b.batch(k)
+        lens = planner.chunks.window("data", planner.lengths[seqs], b.chunks_of(k))
+        if o.max_frames is not None and len(seqs) > 1:
+            cost = planner.batcher.limits.units("data", lens)
+            assert len(seqs) * cost.max() <= planner.budget
+
+
 @settings(max_examples=80, deadline=None)
-@given(bucket_cases())
-def test_bucketed_chunks_keep_every_contract(case: tuple[Planner, int]) -> None:
+@given(
+    bucket_cases(),
+    st.lists(st.integers(1, 5), max_size=2),
+    st.lists(st.floats(0, 1), min_size=3, max_size=3),
+)
+def test_bucketed_chunks_keep_every_contract(case, worlds, cuts) -> None:
+    """The contracts over a full epoch (each chunk of a sub-epoch once, ``drop``: the rest
+    counted; equal steps; determinism) with limits and the arrangement's order; and elastic
+    resume chains (positions count chunks of the arrangement) consuming every chunk once."""
     planner, world = case
-    o = planner.options
-    assert planner.chunks is not None
-    for epoch in range(1, o.partition_epoch + 1):
-        plan = planner.global_plan(epoch, world)
-        b = plan.batches
-        assert b.chunks is not None
-        assert len(b) == plan.steps * world  # equal steps (C2)
-        want = sub_epoch_chunks(planner, epoch)
-        real = chunk_ids(planner, b.seqs[b.real], b.chunks[b.real])
-        assert len(np.unique(real)) == len(real)
-        if o.uneven == "drop":
-            assert plan.dropped == len(want) - len(real)
-            assert np.isin(real, want).all()
-        else:
-            np.testing.assert_array_equal(np.sort(real), np.sort(want))
-        if o.distribution == "shard":  # the plan is the arrangement's order, in order
-            order = planner.sub_epoch_order(epoch, 0, world)
-            np.testing.assert_array_equal(b.seqs[b.real], order[: len(real)])
-        for k in range(len(b)):  # within the limits, each chunk its window's cost
-            seqs, _ = b.batch(k)
-            lens = planner.chunks.window("data", planner.lengths[seqs], b.chunks_of(k))
-            if o.max_seqs is not None:
-                assert len(seqs) <= o.max_seqs
-            if o.max_frames is not None and len(seqs) > 1:
-                cost = planner.batcher.limits.units("data", lens)
-                assert len(seqs) * cost.max() <= planner.budget
-        again = planner.global_plan(epoch, world)  # determinism (C4)
-        np.testing.assert_array_equal(again.batches.seqs, b.seqs)
-        np.testing.assert_array_equal(again.batches.chunks, b.chunks)
+    worlds = [world, *worlds]
+    if planner.files is not None:
+        adm = planner.admission.admitted
+        used = int(np.count_nonzero(np.diff(np.searchsorted(adm, planner.files))))
+        assume(used == 0 or used >= planner.options.partition_epoch * max(worlds))
+    check_plan_contracts(
+        lambda: Planner({"data": planner.lengths}, planner.options, files=planner.files),
+        worlds,
+        cuts[: len(worlds) - 1],
+        each_plan=in_arrangement_within_limits,
+    )
 
 
 @settings(max_examples=30, deadline=None)
@@ -104,48 +107,6 @@ def test_each_step_is_one_run_of_a_bucket(seed: int, world: int) -> None:
     tail = runs[full * world :]
     assert len(set(tail.tolist())) <= 1  # the pool's last, incomplete run: split into W pieces
     assert plan.steps == full + (1 if len(tail) else 0)
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    bucket_cases(),
-    st.lists(st.integers(1, 5), min_size=1, max_size=2),
-    st.lists(st.floats(0, 1), min_size=3, max_size=3),
-)
-def test_bucketed_chunks_resume_chains_consume_every_chunk_once(case, worlds, cuts) -> None:
-    planner, world = case
-    worlds = [world, *worlds]
-    if planner.files is not None:
-        adm = planner.admission.admitted
-        used = int(np.count_nonzero(np.diff(np.searchsorted(adm, planner.files))))
-        assume(used == 0 or used >= planner.options.partition_epoch * max(worlds))
-    epoch = 1
-    position = Position(epoch, 0, worlds[0], 0)
-    consumed = []
-    plan = None
-    for i, w in enumerate(worlds):
-        plan, position = continue_plan(planner, position, w)
-        assert {len(plan.rank_share(r, position.steps)) for r in range(plan.world_size)} == {
-            plan.steps - position.steps
-        }
-        stop = plan.steps
-        if i < len(worlds) - 1:
-            stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
-        b = plan.batches
-        lo, hi = b.bounds[position.steps * plan.world_size], b.bounds[stop * plan.world_size]
-        real = b.real[lo:hi]
-        assert b.chunks is not None
-        consumed.append(chunk_ids(planner, b.seqs[lo:hi][real], b.chunks[lo:hi][real]))
-        position = position.advanced(stop - position.steps)
-        position = Position.from_fields(json.loads(json.dumps(position.to_fields())))
-    got = np.concatenate(consumed)
-    want = sub_epoch_chunks(planner, epoch)
-    assert len(np.unique(got)) == len(got), "a chunk was consumed twice"
-    if planner.options.uneven == "drop":
-        assert plan is not None and set(got.tolist()) <= set(want.tolist())
-        assert len(want) - len(got) == plan.dropped
-    else:
-        np.testing.assert_array_equal(np.sort(got), np.sort(want))
 
 
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")

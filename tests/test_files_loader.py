@@ -13,6 +13,7 @@ import pytest
 import seqloader as sl
 from conftest import batch_record, index_corpus
 from seqloader.cli.main import main
+from seqloader.errors import OptionError
 from seqloader.plan.position import Position
 from seqloader.plan.topology import Topology
 from seqloader.trainer.audit import EpochAuditor
@@ -178,3 +179,9 @@ def test_check_simulates_files_distribution(capsys, tmp_path) -> None:
                  "--partition-epoch", "2", "--no-progress"])  # fmt: skip
     err = capsys.readouterr().err
     assert code == 2 and "needs at least partition_epoch * world_size = 2 * 2 = 4 files" in err
+
+
+def test_too_few_files_are_refused_by_the_loader_naming_the_fix() -> None:
+    source = sl.MemorySource({"data": [np.zeros((3, 1))] * 4})  # one file by default
+    with pytest.raises(OptionError, match=r"has 1\. Fix"):
+        sl.SeqLoader(source, distribution="files", rank=0, world_size=2)

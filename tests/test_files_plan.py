@@ -9,8 +9,6 @@ frames, determinism; resume chains (exact and elastic, repeated) keep exactly-on
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 from hypothesis import assume, given, note, settings
@@ -18,13 +16,14 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from conftest import ORDERINGS
+from plan_contracts import check_plan_contracts, steps_units
 from seqloader.errors import OptionError, ResumeError
-from seqloader.plan import GlobalPlan, Planner, PlanOptions, Position, continue_plan
+from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.cost import BatchCost
 from seqloader.plan.files import assign_lpt, cut_parts, split_batches
 from seqloader.plan.position import segment_plan
 from seqloader.sources.base import file_layout
-from test_plan_properties import assert_batches_fit, assert_equal_steps
+from test_plan_properties import assert_batches_fit
 
 UNEVEN = ["split", "pad", "drop"]
 
@@ -85,6 +84,10 @@ def test_files_plans_keep_every_contract(case: tuple[Planner, int]) -> None:
     note(f"{planner.options} {planner.files.tolist()} {planner.lengths.tolist()}")
     o = planner.options
     P = o.partition_epoch
+    # the shared contracts (each sub-epoch once, fillers its own, equal steps, the full epoch,
+    # determinism from a fresh planner) over the first full epoch and the next one's first part
+    factory = lambda: Planner({"data": planner.lengths}, o, files=planner.files)  # noqa: E731
+    plans = check_plan_contracts(factory, [world], [], range(1, P + 2)).plans
     sub_epochs, part_files = [], []
     for epoch in range(1, P + 1):
         units, unit_files = planner.sub_epoch_files(epoch)
@@ -97,17 +100,11 @@ def test_files_plans_keep_every_contract(case: tuple[Planner, int]) -> None:
         sub_epochs.append(order)
         part_files.append(unit_files)
 
-        plan = planner.global_plan(epoch, world)
-        assert_equal_steps(plan)
+        plan = plans[epoch, world]
         assert_batches_fit(planner, plan.batches)
-        real = plan.batches.seqs[plan.batches.real]
-        assert len(np.unique(real)) == len(real)
-        assert np.isin(plan.batches.seqs, order).all()  # fillers repeat the sub-epoch's own
         if o.uneven == "drop":
             assert plan.repeats == 0
-            assert plan.dropped == len(order) - len(real)
         else:
-            np.testing.assert_array_equal(np.sort(real), np.sort(order))
             assert plan.dropped == 0
             if o.uneven == "split":  # fillers only where a rank has fewer sequences than steps
                 for r in range(world):
@@ -142,19 +139,6 @@ def test_files_plans_keep_every_contract(case: tuple[Planner, int]) -> None:
                 assert frames_of(planner, order) * P <= total + P * biggest
 
 
-@settings(max_examples=40, deadline=None)
-@given(files_cases())
-def test_files_plans_are_deterministic(case: tuple[Planner, int]) -> None:
-    planner, world = case
-    o = planner.options
-    twin = Planner({"data": planner.lengths}, o, files=planner.files)
-    for epoch in (1, o.partition_epoch + 1):
-        a, b = planner.global_plan(epoch, world), twin.global_plan(epoch, world)
-        for x, y in ((a.batches.seqs, b.batches.seqs), (a.batches.bounds, b.batches.bounds)):
-            np.testing.assert_array_equal(x, y)
-        np.testing.assert_array_equal(a.batches.real, b.batches.real)
-
-
 def test_files_are_shuffled_per_epoch_and_seed() -> None:
     lengths = np.random.default_rng(0).integers(1, 50, size=400)
     bounds = np.arange(0, 401, 10)
@@ -172,12 +156,6 @@ def test_files_are_shuffled_per_epoch_and_seed() -> None:
 # ---- resume: exact and elastic, on the pure planner ----
 
 
-def real_seqs(plan: GlobalPlan, from_step: int, to_step: int) -> np.ndarray:
-    b = plan.batches
-    lo, hi = b.bounds[from_step * plan.world_size], b.bounds[to_step * plan.world_size]
-    return b.seqs[lo:hi][b.real[lo:hi]]
-
-
 @settings(max_examples=80, deadline=None)
 @given(
     files_cases(),
@@ -192,33 +170,12 @@ def test_resume_chains_keep_exactly_once(case, worlds, cuts) -> None:
     P = planner.options.partition_epoch
     used = len(np.flatnonzero(np.diff(np.searchsorted(planner.admission.admitted, planner.files))))
     assume(used >= P * max(worlds) or used == 0)  # a step-0 state starts afresh: checked
-    epoch = P  # the last sub-epoch
-    position = Position(epoch, 0, worlds[0], 0)
-    consumed = []
-    for i, w in enumerate(worlds):
-        plan, position = continue_plan(planner, position, w)
-        assert plan.world_size == w or position.steps == plan.steps  # finished stays finished
-        assert {len(plan.rank_share(r, position.steps)) for r in range(plan.world_size)} == {
-            plan.steps - position.steps
-        }
-        stop = plan.steps
-        if i < len(cuts) and i < len(worlds) - 1:
-            stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
-        consumed.append(real_seqs(plan, position.steps, stop))
-        position = position.advanced(stop - position.steps)
-        assert position.seq_offset(plan) == sum(len(c) for c in consumed)
-        fields = json.loads(json.dumps(position.to_fields()))
-        position = Position.from_fields(fields)
-        again = segment_plan(planner, position)  # a saved state re-plans the same segment
-        np.testing.assert_array_equal(again.batches.seqs, plan.batches.seqs)
-    got = np.concatenate(consumed)
-    order = planner.sub_epoch_order(epoch)
-    assert len(np.unique(got)) == len(got)
-    if planner.options.uneven == "drop":
-        assert set(got.tolist()) <= set(order.tolist())
-        assert len(order) - len(got) == plan.dropped
-    else:
-        np.testing.assert_array_equal(np.sort(got), np.sort(order))
+    check_plan_contracts(
+        lambda: Planner({"data": planner.lengths}, planner.options, files=planner.files),
+        worlds,
+        cuts[: len(worlds) - 1],
+        [P],  # the last sub-epoch
+    )
 
 
 def test_elastic_resume_reassigns_the_rest_by_files() -> None:
@@ -234,7 +191,7 @@ def test_elastic_resume_reassigns_the_rest_by_files() -> None:
         owned = [set((plan.rank_share(r).seqs // 20).tolist()) for r in range(world)]
         assert all(not owned[a] & owned[b] for a in range(world) for b in range(a + 1, world))
         stop = plan.steps if steps is None else position.steps + steps
-        consumed.append(real_seqs(plan, position.steps, stop))
+        consumed.append(steps_units(plan, position.steps, stop).seqs)
         position = position.advanced(stop - position.steps)
     assert position.history == ((2, 5), (3, 4))
     assert position.to_fields()["segment_history"] == [[2, 5], [3, 4]]
@@ -292,9 +249,6 @@ def test_too_few_files_are_refused_naming_the_fix() -> None:
     single = Planner({"data": np.arange(1, 31)}, PlanOptions(distribution="files"), files=[0, 30])
     with pytest.raises(OptionError, match=r"has 1\. Fix"):
         single.global_plan(1, 2)
-    source = sl.MemorySource({"data": [np.zeros((3, 1))] * 4})  # one file by default
-    with pytest.raises(OptionError, match=r"has 1\. Fix"):
-        sl.SeqLoader(source, distribution="files", rank=0, world_size=2)
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plan_contracts import check_plan_contracts
 from seqloader.plan.indexed.histogram import batching_edges, length_counts, sizes_for_units
 from seqloader.plan.indexed.plan import MemberDraw, SortedWindows
-from test_plan_indexed import check_plan
-from test_resume_plan import assert_equal_steps, run_chain
+from test_plan_indexed import check_limits
 
 
 @settings(max_examples=200, deadline=None)
@@ -154,33 +154,23 @@ def keyed_limits(draw):
 def test_per_key_seq_length_limits_keep_every_contract(case):
     """Per-key ``max_seq_length``/``min_seq_length`` under indexed planning: the admitted
     sequences are global planning's, every one exactly once per full epoch, equal steps, shares
-    computed alone, limits; ``shard`` resumes on other world sizes exactly once."""
+    computed alone, limits; resumes on other world sizes exactly once."""
     from seqloader.errors import OptionError
     from seqloader.plan import Planner, PlanOptions
     from seqloader.plan.indexed.planner import IndexedPlanner
 
     lengths, options, files, worlds, cut = case
+
+    def planner() -> IndexedPlanner:
+        return IndexedPlanner(lengths, PlanOptions(**options, planning="indexed"), files=files)
+
     try:
-        planner = IndexedPlanner(lengths, PlanOptions(**options, planning="indexed"), files=files)
-    except OptionError:  # nothing admitted, or files fewer than ranks: refused by name
+        planner()
+    except OptionError:  # nothing admitted: refused by name
         return
     glob = Planner(lengths, PlanOptions(**{**options, "distribution": "shard"}))
     admitted = glob.admission.admitted.tolist()
-    assert planner.admission.admitted.tolist() == admitted
-    assert planner.filtered(1) == glob.filtered(1)
-    seen = []
-    for epoch in range(1, options["partition_epoch"] + 1):
-        try:
-            plan = planner.global_plan(epoch, worlds[0])
-        except OptionError:  # files: fewer files with sequences than ranks
-            return
-        check_plan(planner, plan, np.asarray(lengths["data"]))
-        seen.append(plan.batches.seqs[plan.batches.real])
-    got = np.concatenate(seen).tolist()
-    assert sorted(got) == admitted
-    if options["distribution"] == "shard":
-        consumed, _, runs = run_chain(planner, 1, worlds, [cut] * (len(worlds) - 1))
-        order = planner.sub_epoch_order(1, world_size=worlds[0])
-        assert sorted(consumed.tolist()) == sorted(order.tolist())
-        for p, start in runs:
-            assert_equal_steps(p, start)
+    assert planner().admission.admitted.tolist() == admitted
+    assert planner().filtered(1) == glob.filtered(1)
+    # files: a world size with fewer files holding sequences than ranks is refused (checked)
+    check_plan_contracts(planner, worlds, [cut] * (len(worlds) - 1), each_plan=check_limits)

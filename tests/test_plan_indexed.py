@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plan_contracts import check_plan_contracts, steps_units
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.indexed.batch_table import bucket_runs, laplace_bins
@@ -23,7 +24,6 @@ from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
 from seqloader.plan.indexed.planner import IndexedPlanner, edges_for
 from seqloader.plan.mix import Corpora
-from test_resume_plan import assert_equal_steps, real_seqs, run_chain
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
 
@@ -106,64 +106,30 @@ def admitted(case: dict) -> list[int]:
     return np.flatnonzero(keep).tolist()
 
 
-def check_plan(planner: IndexedPlanner, plan, lengths: np.ndarray) -> None:
-    """Equal steps, a rank's share alone == its part of the global list, limits, counts."""
-    o = planner.options
-    b = plan.batches
-    assert len(b) == plan.steps * plan.world_size
-    for r in range(plan.world_size):
-        share = plan.rank_share(r)
-        assert len(share) == plan.steps
-        mine = b.take(np.arange(r, len(b), plan.world_size))
-        np.testing.assert_array_equal(share.seqs, mine.seqs)
-        np.testing.assert_array_equal(share.bounds, mine.bounds)
-        np.testing.assert_array_equal(share.real, mine.real)
+def check_limits(planner: IndexedPlanner, epoch: int, plan) -> None:
+    """Every batch within ``max_frames`` at the planner's cost (the contracts are checked by
+    ``check_plan_contracts``)."""
+    o, b = planner.options, plan.batches
     sizes = np.diff(b.bounds)
-    assert (sizes >= 1).all()
-    if o.max_seqs is not None and len(sizes):
-        assert sizes.max() <= o.max_seqs
     if o.max_frames is not None and len(sizes):
-        longest = np.maximum.reduceat(o.cost.units(lengths[b.seqs]), b.bounds[:-1])
+        longest = np.maximum.reduceat(o.cost.units(planner.lengths[b.seqs]), b.bounds[:-1])
         assert (sizes * longest).max() <= planner.budget
-    assert plan.real_total() == int(b.real.sum())
-    assert plan.repeats == int((~b.real).sum())
 
 
 @settings(max_examples=80, deadline=None)
 @given(st.sampled_from(["shard", "files"]).flatmap(cases))
 def test_full_epoch_exactly_once_equal_steps_limits(case: dict) -> None:
-    planner = planner_of(case)
-    o, world = case["options"], case["world"]
-    seen, dropped = [], 0
-    for epoch in range(1, o.partition_epoch + 1):
-        if o.distribution == "files" and 0 < planner._file_counts.astype(bool).sum() < (
-            o.partition_epoch * world
-        ):
-            with pytest.raises(OptionError, match="files"):
-                planner.global_plan(epoch, world)
-            return
-        plan = planner.global_plan(epoch, world)
-        check_plan(planner, plan, case["lengths"])
-        b = plan.batches
-        seen.append(b.seqs[b.real])
-        dropped += plan.dropped
-        assert planner.order_size(epoch, world) == plan.real_total() + plan.dropped
-    got = np.concatenate(seen).tolist()
-    assert len(set(got)) == len(got), "a sequence twice in a full epoch"
-    assert len(got) + dropped == len(admitted(case))
-    if not dropped:
-        assert sorted(got) == admitted(case)
-
-
-@settings(max_examples=40, deadline=None)
-@given(cases())
-def test_deterministic_and_keyed_by_seed_and_epoch(case: dict) -> None:
-    a, b = planner_of(case), planner_of(case)
-    w = case["world"]
-    for epoch in (1, 2):
-        np.testing.assert_array_equal(
-            a.global_plan(epoch, w).batches.seqs, b.global_plan(epoch, w).batches.seqs
-        )
+    """The contracts over the first full epoch on the case's world size (a world size with too
+    few files refused by name), each plan within its limits; the admitted sequences are those of
+    the length limit."""
+    P = case["options"].partition_epoch
+    checked = check_plan_contracts(
+        lambda: planner_of(case), [case["world"]], [], range(1, P + 1), each_plan=check_limits
+    )
+    assert planner_of(case).admission.admitted.tolist() == admitted(case)
+    if checked.refused:
+        with pytest.raises(OptionError, match="files"):
+            planner_of(case).global_plan(1, case["world"])
 
 
 def test_epochs_and_seeds_draw_other_batches() -> None:
@@ -181,39 +147,12 @@ def test_epochs_and_seeds_draw_other_batches() -> None:
 @given(cases())
 def test_resume_chain_with_world_size_changes(case: dict) -> None:
     """Elastic resume (shard): stop anywhere, save as JSON, continue on another world size: every
-    sequence of the sub-epoch exactly once (drop: what is missing is what the last plan drops)."""
-    planner = planner_of(case)
+    sequence of the sub-epoch exactly once (drop: what is missing is what the last plan drops);
+    the same world size continues the uninterrupted plan; determinism from fresh planners."""
     worlds = case["worlds"]
-    cuts = [case["cut"]] * (len(worlds) - 1)
-    consumed, last, runs = run_chain(planner, 1, worlds, cuts)
-    order = planner.sub_epoch_order(1, world_size=worlds[0])
-    assert len(np.unique(consumed)) == len(consumed)
-    if case["options"].uneven == "drop":
-        assert len(order) - len(consumed) == last.dropped
-    else:
-        assert sorted(consumed.tolist()) == sorted(order.tolist())
-    for plan, start in runs:
-        assert_equal_steps(plan, start)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.sampled_from(["shard", "files"]).flatmap(cases))
-def test_same_world_size_continues_the_uninterrupted_plan(case: dict) -> None:
-    planner = planner_of(case)
-    world = case["world"]
-    try:
-        full = planner.global_plan(1, world)
-    except OptionError:  # too few files for this world size: tested above
-        return
-    k = int(case["cut"] * full.steps)
-    position = Position(1, 0, world, k)
-    plan, position = continue_plan(planner, position, world)
-    assert position.seq_offset(plan) == len(real_seqs(full, 0, k))
-    for r in range(world):
-        a, b = full.rank_share(r, k), plan.rank_share(r, position.steps)
-        np.testing.assert_array_equal(a.seqs, b.seqs)
-        np.testing.assert_array_equal(a.bounds, b.bounds)
-        np.testing.assert_array_equal(a.real, b.real)
+    check_plan_contracts(
+        lambda: planner_of(case), worlds, [case["cut"]] * (len(worlds) - 1), [1, 2]
+    )
 
 
 def files_fit(planner: IndexedPlanner, world: int) -> bool:
@@ -247,36 +186,18 @@ def test_files_elastic_resume_chains_exactly_once(case: dict, epoch: int, cuts: 
     segment, each rank's share computed alone equal to its part of the segment's global list, the
     consumption replayed from counts equal to what the ranks' drawn batches consumed, and the same
     continuation from a fresh planner (C1, C2, C3, C4, C5)."""
-    planner = planner_of(case)
     o, worlds = case["options"], case["worlds"]
     epoch = min(epoch, o.partition_epoch)
-    if not files_fit(planner, worlds[0]):
-        return
-    position = Position(epoch, 0, worlds[0], 0)
-    consumed: list[np.ndarray] = []
-    for i, world in enumerate(worlds):
-        if not position.steps and not position.history and not files_fit(planner, world):
-            return  # nothing consumed yet: a fresh start on `world` ranks, refused (too few files)
-        plan, position = continue_plan(planner, position, world)
-        done = np.concatenate(consumed) if consumed else np.zeros(0, np.int64)
-        assert position.seq_offset(plan) == len(done)  # replayed from counts
+
+    def replayed_from_counts(planner, position, plan, done) -> None:
+        check_limits(planner, epoch, plan)
         if position.history:
             _, drawn = planner.files_plan(epoch, position.segment_world_size, position.history)
-            assert sorted(drawn.tolist()) == sorted(done[: position.segment_start].tolist())
-            again = continue_plan(planner_of(case), position, world)[0]  # C4: a fresh planner
-            for r in range(plan.world_size):  # a finished segment stays on its world size
-                np.testing.assert_array_equal(again.rank_share(r).seqs, plan.rank_share(r).seqs)
-        check_plan(planner, plan, case["lengths"])
-        stop = plan.steps
-        if i < len(worlds) - 1:
-            stop = plan.steps if cuts[i] < 0 else min(position.steps + cuts[i], plan.steps)
-        consumed.append(real_seqs(plan, position.steps, stop))
-        position = position.advanced(stop - position.steps)
-        position = Position.from_fields(json.loads(json.dumps(position.to_fields())))
-    got = np.concatenate(consumed).tolist()
-    assert len(set(got)) == len(got), "a sequence twice"
-    order = planner.sub_epoch_order(epoch, world_size=worlds[0])
-    assert sorted(got) == sorted(order.tolist())
+            assert sorted(drawn.tolist()) == sorted(done.seqs[: position.segment_start].tolist())
+
+    check_plan_contracts(
+        lambda: planner_of(case), worlds, cuts, [epoch], each_segment=replayed_from_counts
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -325,7 +246,7 @@ def test_files_elastic_resume_1024_to_768_draws_few_old_ranks() -> None:
     assert len(rest.rank_share(517)) == rest.steps
     assert 1 <= len(set(drawn)) == len(drawn) <= 3
     seen = np.zeros(len(lengths), dtype=np.int64)
-    np.add.at(seen, real_seqs(plan, 0, position.prior_steps), 1)
+    np.add.at(seen, steps_units(plan, 0, position.prior_steps).seqs, 1)
     for r in range(768):
         share = rest.rank_share(r)
         assert len(share) == rest.steps
@@ -478,7 +399,6 @@ INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/5"
 
 def indexed_digest(case: dict) -> str:
     import hashlib
-    import json
 
     lengths = (np.arange(300, dtype=np.int64) * 7919 + 17) % 400 + 1
     files = np.array(case["files"]) if "files" in case else None

@@ -16,11 +16,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plan_contracts import check_plan_contracts
 from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.indexed import IndexedPlanner, index_key
 from seqloader.plan.position import check_reachable
-from test_resume_plan import assert_equal_steps, run_chain
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
 STRIDE = 1 << 20  # unit code of (sequence, chunk) in these tests: fewer chunks per sequence
@@ -166,19 +166,8 @@ def test_resume_chain_with_world_size_changes(case: dict) -> None:
     """Elastic resume W -> W' -> W'': stop anywhere, save as JSON, continue on another world
     size: every chunk of the sub-epoch exactly once (drop: the missing ones are the last
     plan's dropped), equal steps in every segment."""
-    planner = indexed(case)
     worlds = case["worlds"]
-    cuts = [case["cut"]] * (len(worlds) - 1)
-    consumed, last, runs = run_chain(planner, 1, worlds, cuts, real_units)
-    sub = planner.sub_epoch_units(1, world_size=worlds[0])
-    order = codes(sub.seqs, sub.chunks)
-    assert len(np.unique(consumed)) == len(consumed)
-    if case["kwargs"]["uneven"] == "drop":
-        assert len(order) - len(consumed) == last.dropped
-    else:
-        np.testing.assert_array_equal(np.sort(consumed), np.sort(order))
-    for plan, start in runs:
-        assert_equal_steps(plan, start)
+    check_plan_contracts(lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [1])
 
 
 @settings(max_examples=50, deadline=None)

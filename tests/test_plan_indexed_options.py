@@ -15,11 +15,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plan_contracts import check_plan_contracts
 from seqloader.plan import PlanOptions
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.planner import IndexedPlanner
-from test_plan_indexed import ORDERINGS, check_plan, indexed_digest
-from test_resume_plan import assert_equal_steps, run_chain
+from test_plan_indexed import ORDERINGS, check_limits, indexed_digest
 
 FILTERS = [
     None,
@@ -90,9 +90,12 @@ def test_each_epoch_holds_global_plannings_set_counted_alike(case: dict) -> None
     assert planner.num_admitted == reference.num_admitted
     assert sorted(planner.admission.admitted.tolist()) == reference.admission.admitted.tolist()
     seen: list[np.ndarray] = []
-    for epoch in range(1, 2 * o.partition_epoch + 1):
-        plan = planner.global_plan(epoch, world)
-        check_plan(planner, plan, case["lengths"]["data"])
+    epochs = range(1, 2 * o.partition_epoch + 1)
+    checked = check_plan_contracts(
+        lambda: indexed(case), [world], [], epochs, each_plan=check_limits
+    )
+    for epoch in epochs:
+        plan = checked.plans[epoch, world]
         got = real(plan)
         assert len(np.unique(got)) == len(got)
         assert planner.order_size(epoch, world) == len(got) + plan.dropped
@@ -141,17 +144,8 @@ def test_fixed_random_seed_keys_the_draws_by_itself() -> None:
 def test_resume_chains_with_world_size_changes(case: dict, epoch: int) -> None:
     """Stop anywhere, save as JSON, continue on other world sizes (each position checked for
     reachability on the way): the sub-epoch's sequences exactly once, equal steps per segment."""
-    planner = indexed(case)
     worlds = case["worlds"]
-    consumed, last, runs = run_chain(planner, epoch, worlds, [case["cut"]] * (len(worlds) - 1))
-    order = planner.sub_epoch_order(epoch, world_size=worlds[0])
-    assert len(np.unique(consumed)) == len(consumed)
-    if planner.options.uneven == "drop":
-        assert len(order) - len(consumed) == last.dropped
-    else:
-        assert sorted(consumed.tolist()) == sorted(order.tolist())
-    for plan, start in runs:
-        assert_equal_steps(plan, start)
+    check_plan_contracts(lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [epoch])
 
 
 def test_epoch_wise_filter_keeps_the_shortest_in_the_bucket_it_cuts() -> None:

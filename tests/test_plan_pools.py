@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plan_contracts import check_plan_contracts
 from seqloader.errors import OptionError
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.pools import FilePools, distribute_evenly_by_size
-from test_resume_plan import run_chain
 
 distrib_files = pytest.importorskip("returnn.datasets.distrib_files")
 
@@ -66,20 +66,17 @@ def test_a_full_epoch_of_pools_is_every_sequence_once(case, world_size: int, ful
     lengths, pools, parts, ordering, seed = case
     options = PlanOptions(ordering=ordering, max_frames=120, max_seqs=4, max_seq_length=50,
                           partition_epoch=parts, seed=seed, seeding="returnn")  # fmt: skip
+    epochs = range(full_epoch * parts + 1, full_epoch * parts + parts + 1)
+    checked = check_plan_contracts(
+        lambda: Planner({"data": lengths}, options, pools=pools), [world_size], [], epochs
+    )
     planner = Planner({"data": lengths}, options, pools=pools)
-    again = Planner({"data": lengths}, options, pools=pools)
     seen = []
-    for part in range(parts):
-        epoch = full_epoch * parts + part + 1
-        plan = planner.global_plan(epoch, world_size)
-        shares = [plan.rank_share(r) for r in range(world_size)]
-        assert len({len(s) for s in shares}) == 1  # equal steps on every rank
-        got = np.concatenate([s.seqs[s.real] for s in shares])
-        np.testing.assert_array_equal(np.sort(got), np.sort(planner.pool_order(epoch)))
-        np.testing.assert_array_equal(again.pool_order(epoch), planner.pool_order(epoch))
-        seen.append(got)
-    every = np.concatenate(seen)
-    assert len(every) == len(np.unique(every))
+    for epoch in epochs:
+        b = checked.batches[epoch, world_size]
+        np.testing.assert_array_equal(np.sort(b.seqs[b.real]), np.sort(planner.pool_order(epoch)))
+        seen.append(b.seqs[b.real])
+    every = np.concatenate(seen)  # every admitted sequence once
     np.testing.assert_array_equal(np.sort(every), np.flatnonzero(lengths <= 50))
 
 
@@ -115,29 +112,21 @@ def test_sharded_pools_each_rank_its_files_shortest_rank_ends(case, world_size, 
         return
     options = PlanOptions(ordering=ordering, max_frames=120, max_seqs=4, max_seq_length=50,
                           partition_epoch=parts, seed=seed, seeding="returnn")  # fmt: skip
+    # each rank a prefix of its own pool's order, at most once over the full epoch, the
+    # admitted ones not used exactly the plans' counted drops, deterministic (the contracts)
+    epochs = range(full_epoch * parts + 1, full_epoch * parts + parts + 1)
+    checked = check_plan_contracts(
+        lambda: Planner({"data": lengths}, options, pools=pools), [world_size], [], epochs
+    )
     planner = Planner({"data": lengths}, options, pools=pools)
-    seen, dropped = [], 0
-    for part in range(parts):
-        epoch = full_epoch * parts + part + 1
-        plan = planner.global_plan(epoch, world_size)
-        again = Planner({"data": lengths}, options, pools=pools).global_plan(epoch, world_size)
-        np.testing.assert_array_equal(again.batches.seqs, plan.batches.seqs)  # determinism
-        np.testing.assert_array_equal(again.batches.bounds, plan.batches.bounds)
+    for epoch in epochs:
+        plan = checked.plans[epoch, world_size]
         own = [
             planner.batches(planner.pool_order(epoch, 0, world_size, r)) for r in range(world_size)
         ]
-        assert plan.steps == min(len(b) for b in own)
+        assert plan.steps == min(len(b) for b in own)  # the shortest rank ends the sub-epoch
         for r in range(world_size):
-            share = plan.rank_share(r)
-            assert len(share) == plan.steps  # equal steps
-            np.testing.assert_array_equal(share.seqs, own[r].first(plan.steps).seqs)
-            seen.append(share.seqs[share.real])
-        dropped += plan.dropped
-    every = np.concatenate(seen)
-    assert len(every) == len(np.unique(every))  # at most once
-    admitted = np.flatnonzero(lengths <= 50)
-    assert np.isin(every, admitted).all()
-    assert len(admitted) - len(every) == dropped  # the rest: counted drops
+            np.testing.assert_array_equal(plan.rank_share(r).seqs, own[r].first(plan.steps).seqs)
 
 
 @settings(max_examples=60, deadline=None)
@@ -153,8 +142,13 @@ def test_elastic_resume_over_a_pool_is_exactly_once(case, worlds, cuts, part) ->
     lengths, pools, parts, ordering, seed = case
     options = PlanOptions(ordering=ordering, max_frames=120, max_seqs=4, partition_epoch=parts,
                           seed=seed, seeding="returnn")  # fmt: skip
-    planner = Planner({"data": lengths}, options, pools=pools)
     epoch = 1 + part % parts
-    consumed, _, _ = run_chain(planner, epoch, worlds, cuts[: len(worlds) - 1])
+    checked = check_plan_contracts(
+        lambda: Planner({"data": lengths}, options, pools=pools),
+        worlds,
+        cuts[: len(worlds) - 1],
+        [epoch],
+    )
+    planner = Planner({"data": lengths}, options, pools=pools)
+    consumed = checked.consumed[epoch].seqs
     assert sorted(consumed.tolist()) == sorted(planner.pool_order(epoch).tolist())
-    assert len(np.unique(consumed)) == len(consumed)

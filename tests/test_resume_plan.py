@@ -4,7 +4,6 @@ corpus, world sizes, cut points and options (hypothesis; no torch, no data read)
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -12,23 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ORDERINGS
+from plan_contracts import check_plan_contracts
 from seqloader.errors import ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.cost import BatchCost
-from seqloader.plan.greedy.distribute import GlobalPlan
 from seqloader.plan.position import segment_plan
-
-
-def real_seqs(plan: GlobalPlan, from_step: int, to_step: int) -> np.ndarray:
-    """Real sequences of global steps ``[from_step, to_step)`` (all ranks)."""
-    b = plan.batches
-    lo, hi = b.bounds[from_step * plan.world_size], b.bounds[to_step * plan.world_size]
-    return b.seqs[lo:hi][b.real[lo:hi]]
-
-
-def assert_equal_steps(plan: GlobalPlan, from_step: int) -> None:
-    counts = {len(plan.rank_share(r, from_step)) for r in range(plan.world_size)}
-    assert counts == {plan.steps - from_step}
 
 
 @st.composite
@@ -56,55 +43,19 @@ def scenarios(draw: st.DrawFn) -> dict:
     return {"lengths": lengths, "options": options, "epoch": epoch, "worlds": worlds, "cuts": cuts}
 
 
-def run_chain(
-    planner: Planner,
-    epoch: int,
-    worlds: list[int],
-    cuts: list[float],
-    units: Callable[[GlobalPlan, int, int], np.ndarray] = real_seqs,
-):
-    """Run ``epoch`` with ``worlds[0]`` ranks, stop at fraction ``cuts[0]`` of the rest, save the
-    position as JSON, resume with ``worlds[1]``, ... and run the last segment to the end.
-
-    Returns (consumed real units in order (``units``: of global steps ``[a, b)``; real
-    sequences by default), the last plan run, every (plan, start step) run).
-    """
-    position = Position(epoch, 0, worlds[0], 0)
-    consumed: list[np.ndarray] = []
-    runs: list[tuple[GlobalPlan, int]] = []
-    for i, world in enumerate(worlds):
-        finished = bool(runs) and position.steps == runs[-1][0].steps
-        plan, position = continue_plan(planner, position, world)
-        if finished:  # a finished epoch stays finished, whatever the new world size
-            assert plan.steps == position.steps
-        runs.append((plan, position.steps))
-        assert_equal_steps(plan, position.steps)
-        stop = plan.steps
-        if i < len(cuts):
-            stop = position.steps + int(cuts[i] * (plan.steps - position.steps))
-        consumed.append(units(plan, position.steps, stop))
-        position = position.advanced(stop - position.steps)
-        # the position survives a JSON round trip
-        position = Position.from_fields(json.loads(json.dumps(position.to_fields())))
-    return np.concatenate(consumed), plan, runs
-
-
 @settings(max_examples=120, deadline=None)
 @given(scenarios())
 def test_resume_chain_exactly_once_equal_steps(s: dict) -> None:
-    planner = Planner({"data": s["lengths"]}, s["options"])
-    order = planner.sub_epoch_order(s["epoch"])
-    consumed, last, runs = run_chain(planner, s["epoch"], s["worlds"], s["cuts"])
-    assert len(np.unique(consumed)) == len(consumed), "a sequence was consumed twice"
-    if s["options"].uneven == "drop":
-        # at most once; what is missing is exactly what the last segment's plan drops
-        assert set(consumed.tolist()) <= set(order.tolist())
-        assert len(order) - len(consumed) == last.dropped
-    else:
-        assert sorted(consumed.tolist()) == sorted(order.tolist())
-    for plan, start in runs:
-        assert plan.batches.bounds[-1] == len(plan.batches.seqs)
-        assert_equal_steps(plan, start)
+    """Every contract of the epoch (plans on each world size, determinism from a fresh planner)
+    and its resume chain W -> W' -> W'' through JSON: exactly once (``drop``: what is missing is
+    exactly what the last segment's plan drops), equal steps in every segment."""
+    check_plan_contracts(
+        lambda: Planner({"data": s["lengths"]}, s["options"]),
+        s["worlds"],
+        s["cuts"],
+        [s["epoch"]],
+        ordered=True,
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -119,25 +70,10 @@ def test_real_sequences_are_a_prefix_of_the_order(s: dict) -> None:
     start = int(s["cuts"][0] * len(order)) if s["cuts"] else 0
     for world in s["worlds"]:
         plan = planner.global_plan(s["epoch"], world, start, order_world_size=first)
-        real = real_seqs(plan, 0, plan.steps)
+        real = plan.batches.seqs[plan.batches.real]
         np.testing.assert_array_equal(real, order[start : start + len(real)])
         if s["options"].uneven != "drop":
             assert start + len(real) == len(order)
-
-
-@settings(max_examples=60, deadline=None)
-@given(scenarios())
-def test_same_world_size_continues_the_uninterrupted_plan(s: dict) -> None:
-    planner = Planner({"data": s["lengths"]}, s["options"])
-    world = s["worlds"][0]
-    full = planner.global_plan(s["epoch"], world)
-    k = int((s["cuts"][0] if s["cuts"] else 0.5) * full.steps)
-    plan, position = continue_plan(planner, Position(s["epoch"], 0, world, k), world)
-    for r in range(world):
-        a, b = full.rank_share(r, k), plan.rank_share(r, position.steps)
-        np.testing.assert_array_equal(a.seqs, b.seqs)
-        np.testing.assert_array_equal(a.bounds, b.bounds)
-        np.testing.assert_array_equal(a.real, b.real)
 
 
 def test_finished_drop_segment_stays_finished_with_another_world_size() -> None:
