@@ -21,6 +21,7 @@ from seqloader.audio.features import LogMel
 from seqloader.audio.kaldi_fbank import KaldiFbank
 from seqloader.audio.resample import resample, speed_length
 from seqloader.audio.returnn_features import ReturnnFeatures
+from seqloader.audio.transforms import SpeedPerturb
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError, SequenceSkipped
 from seqloader.sources.base import KeySpec, LoaderNeeds
@@ -54,6 +55,10 @@ class AudioOptions:
       perturbation); planning still counts ``data`` frames.
     - ``min_speed``: plan for speed perturbation down to this factor (planned lengths are the
       slowest factor's, an upper bound for every factor >= it); 1.0: no perturbation.
+    - ``speed``: planned speed perturbation (``SpeedPerturb(factors)``): every epoch, each
+      utterance's factor is drawn at planning time (``seqloader.plan.variants``), batches are
+      planned on its exact perturbed lengths, and the source reads it at that factor (before the
+      features). ``lengths()`` are the slowest factor's; instead of ``min_speed``.
     - ``length_tolerance_s``: decoded length may differ this much from ``duration`` (it is then
       cropped / zero-padded to the planned length); more is a data error.
     - ``on_error``: ``raise`` (default) fails on an unreadable file naming the manifest line;
@@ -68,6 +73,7 @@ class AudioOptions:
     features: LogMel | KaldiFbank | ReturnnFeatures | None = None
     defer_features: bool = False
     min_speed: float = 1.0
+    speed: SpeedPerturb | None = None
     length_tolerance_s: float = 0.02
     on_error: OnError = "raise"
 
@@ -90,6 +96,13 @@ class AudioOptions:
             raise OptionError("defer_features=True needs features=LogMel(...)")
         if not (is_number(self.min_speed) and 0.1 <= self.min_speed <= 10.0):
             raise OptionError(f"min_speed: got {self.min_speed!r}, expected a factor in [0.1, 10]")
+        if self.speed is not None and not isinstance(self.speed, SpeedPerturb):
+            raise OptionError(f"speed: got {self.speed!r}, expected SpeedPerturb(factors) or None")
+        if self.speed is not None and self.min_speed != 1.0:
+            raise OptionError(
+                f"speed={self.speed!r} plans every factor exactly; min_speed={self.min_speed} "
+                "(the worst-case bound for an on-the-fly transform) is then not needed: give one"
+            )
         seconds_option("length_tolerance_s", self.length_tolerance_s)
         choice_option("on_error", self.on_error, ON_ERROR)
 
@@ -108,9 +121,11 @@ def parse_options(
     options: AudioOptions | None,
     option_kwargs: Mapping[str, object],
     returnn_features: bool = False,
+    variants: bool = False,
 ) -> AudioOptions:
     """``options=AudioOptions(...)`` or its fields as keywords (not both), for source ``owner``;
-    ``ReturnnFeatures`` only where the source computes them as RETURNN does (``returnn_features``)."""
+    ``ReturnnFeatures`` only where the source computes them as RETURNN does (``returnn_features``),
+    planned ``speed`` only where the source reads length variants (``variants``)."""
     unknown = set(option_kwargs) - _OPTION_FIELDS
     if unknown:
         raise OptionError(
@@ -125,14 +140,36 @@ def parse_options(
             f"{owner}: features=ReturnnFeatures(...) reproduces RETURNN's OggZipDataset frames "
             "and is supported by AudioSource only; use features=LogMel(...) here"
         )
+    if parsed.speed is not None and not variants:
+        raise OptionError(
+            f"{owner}: speed=SpeedPerturb(...) (planned speed perturbation) is supported by "
+            "AudioSource only; here use min_speed=speed.min_factor with the transform "
+            "seqloader.transforms.SpeedPerturb (docs/audio.md)"
+        )
     return parsed
 
 
 def planned_lengths(key: str, samples: np.ndarray, options: AudioOptions) -> np.ndarray:
     """Planned length of ``audio`` (samples) or ``data`` (LogMel frames) for decoded lengths
-    ``samples`` (int64 ``[n]``): with ``min_speed < 1`` the slowest speed's (an upper bound)."""
-    if options.min_speed < 1.0:
-        samples = np.asarray(speed_length(samples, options.min_speed), dtype=np.int64)
+    ``samples`` (int64 ``[n]``): with ``min_speed < 1`` or planned ``speed`` the slowest speed's (an
+    upper bound)."""
+    slowest = options.min_speed if options.speed is None else options.speed.min_factor
+    return factor_lengths(key, samples, slowest, options)
+
+
+def variant_lengths(key: str, samples: np.ndarray, options: AudioOptions) -> np.ndarray:
+    """Lengths of ``audio`` or ``data`` at every factor of the planned ``speed`` -> int64
+    ``[F, n]`` (row f: ``options.speed.factors[f]``)."""
+    assert options.speed is not None, "variant_lengths needs speed=SpeedPerturb(...)"
+    return np.stack([factor_lengths(key, samples, f, options) for f in options.speed.factors])
+
+
+def factor_lengths(
+    key: str, samples: np.ndarray, factor: float, options: AudioOptions
+) -> np.ndarray:
+    """Length of ``audio`` or ``data`` after speed perturbation by ``factor`` (1.0: none)."""
+    if factor != 1.0:
+        samples = np.asarray(speed_length(samples, factor), dtype=np.int64)
     if key == "audio":
         return np.asarray(samples, dtype=np.int64)
     if key != "data" or options.features is None:

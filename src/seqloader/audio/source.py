@@ -36,6 +36,7 @@ from seqloader.audio.keys import (
     length_problem,
     parse_options,
     planned_lengths,
+    variant_lengths,
 )
 from seqloader.audio.keys import (
     loader_needs as audio_loader_needs,
@@ -43,6 +44,7 @@ from seqloader.audio.keys import (
 from seqloader.audio.manifest import Manifest, StringTable, open_manifest
 from seqloader.audio.resample import resample
 from seqloader.audio.returnn_features import ReturnnFeatures, fit_frames
+from seqloader.audio.transforms import perturb
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError
 from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
@@ -79,7 +81,9 @@ class AudioSource(SourceBase):
         cache: FileCache | None = None,
         **option_kwargs: object,
     ) -> None:
-        self.options = parse_options("AudioSource", options, option_kwargs, returnn_features=True)
+        self.options = parse_options(
+            "AudioSource", options, option_kwargs, returnn_features=True, variants=True
+        )
         self.vocab = vocab
         path_list = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         if not path_list:
@@ -109,6 +113,7 @@ class AudioSource(SourceBase):
         if "classes" in self._keys:
             self._classes, self._class_offsets = self._encode_texts()
         self._lengths = {k: self._planned_lengths(k) for k in self._keys}
+        self._variants = self._variant_lengths()
         self._schema = self._make_schema()
         self._fingerprint: str | None = None
 
@@ -151,6 +156,19 @@ class AudioSource(SourceBase):
         assert self._class_offsets is not None
         return np.diff(self._class_offsets)
 
+    def _variant_lengths(self) -> dict[str, np.ndarray] | None:
+        """Planned speed perturbation: ``audio`` / ``data`` lengths at every factor, int64
+        ``[F, n]`` (None without ``speed``)."""
+        if self.options.speed is None:
+            return None
+        varying = [k for k in self._keys if k in ("audio", "data")]
+        if not varying:
+            raise OptionError(
+                f"AudioSource speed={self.options.speed!r}: keys {self._keys} hold no audio or "
+                "features to perturb; add 'audio' or 'data' to keys, or drop speed="
+            )
+        return {k: variant_lengths(k, self._samples, self.options) for k in varying}
+
     def _make_schema(self) -> dict[str, KeySpec]:
         return {key: key_spec(key, self.options, self.vocab) for key in self._keys}
 
@@ -174,17 +192,50 @@ class AudioSource(SourceBase):
         """The OggZip files behind URLs and their cache (None: local manifests)."""
         return self._remote
 
+    def length_variants(self) -> tuple[tuple[str, ...], dict[str, np.ndarray]] | None:
+        """Planned speed perturbation (``HasLengthVariants``): the factors' names and the
+        ``audio`` / ``data`` lengths at each, int64 ``[F, n]``; None without ``speed``."""
+        speed = self.options.speed
+        if speed is None or self._variants is None:
+            return None
+        return speed.labels, self._variants
+
     def read(self, index: int) -> dict[str, np.ndarray]:
+        if self.options.speed is not None:
+            raise OptionError(
+                f"AudioSource with speed={self.options.speed!r} reads each utterance at the "
+                "factor its plan drew: read it through SeqLoader (or read_variant(index, "
+                "variant)); a wrapping source that does not pass length variants on cannot "
+                "plan it: give the AudioSource to the loader itself"
+            )
+        return self._read(index, None)
+
+    def read_variant(self, index: int, variant: int) -> dict[str, np.ndarray]:
+        """Utterance ``index`` at ``speed.factors[variant]`` (``HasLengthVariants``): the waveform
+        resampled, then its features; lengths are ``length_variants()``'s."""
+        speed = self.options.speed
+        if speed is None or not 0 <= variant < len(speed.factors):
+            raise OptionError(
+                f"AudioSource.read_variant: variant {variant!r} of speed={speed!r}; expected "
+                "0 <= variant < len(speed.factors)"
+            )
+        return self._read(index, variant)
+
+    def _read(self, index: int, variant: int | None) -> dict[str, np.ndarray]:
         m, j = self._locate(index)
         out: dict[str, np.ndarray] = {}
         keys, o = self._keys, self.options
         if "audio" in keys or "data" in keys:
             whole = self._read_wave(index, m, j)  # checked against the plan, not yet fitted
             wave = fit_length(whole, int(self._samples[index]))
+            if variant is not None:
+                assert o.speed is not None
+                factor = o.speed.factors[variant]
+                wave, whole = perturb(wave, factor), perturb(whole, factor)
             if o.defer_features or "audio" in keys:
                 out["audio"] = wave
             if "data" in keys and not o.defer_features:
-                out["data"] = self._features(index, m, j, whole, wave)
+                out["data"] = self._features(index, m, j, whole, wave, variant)
         if "text" in keys:
             out["text"] = np.array(m.text_table().raw(j))
         if "classes" in keys:
@@ -217,10 +268,17 @@ class AudioSource(SourceBase):
 
     # ---- reading ----
     def _features(
-        self, index: int, m: Manifest, j: int, whole: np.ndarray, wave: np.ndarray
+        self,
+        index: int,
+        m: Manifest,
+        j: int,
+        whole: np.ndarray,
+        wave: np.ndarray,
+        variant: int | None = None,
     ) -> np.ndarray:
         """``data`` of the fitted ``wave``; RETURNN's features see the ``whole`` file (its peak,
-        per-sequence norms and last frames depend on every sample), then fit the plan."""
+        per-sequence norms and last frames depend on every sample), then fit the plan (the
+        ``variant``'s with planned speed perturbation)."""
         features = self.options.features
         assert features is not None  # "data" is planned only with features
         if not isinstance(features, ReturnnFeatures):
@@ -229,7 +287,11 @@ class AudioSource(SourceBase):
             data = features(whole, seq_name=self.tag(index))
         except DataError as e:
             self._fail(index, m, j, str(e), e)
-        return fit_frames(data, int(self._lengths["data"][index]))
+        if variant is None or self._variants is None:
+            want = self._lengths["data"][index]
+        else:
+            want = self._variants["data"][variant, index]
+        return fit_frames(data, int(want))
 
     def _locate(self, index: int) -> tuple[Manifest, int]:
         if not 0 <= index < len(self):

@@ -6,7 +6,9 @@ transform that lengthens a sequence must be planned on an upper bound, or a batc
 ``max_frames``. ``SpeedPerturb`` lengthens audio by up to ``1 / min(factors)``: open the source
 with ``AudioSource(..., min_speed=speed.min_factor)``, which plans every utterance at the slowest
 factor's exact length, so real batches stay within ``max_frames`` (padded frames are then at most
-the planned ones). Wave-level steps need the features computed after them: open the source with
+the planned ones). Better, give it to the source, ``AudioSource(..., speed=SpeedPerturb(...))``:
+each factor is then drawn at planning time and every batch planned on the exact lengths
+(``seqloader.plan.variants``). Wave-level steps need the features computed after them: open the source with
 ``defer_features=True`` and put ``Features`` after them (see docs/audio.md).
 """
 
@@ -28,7 +30,10 @@ Seq = dict[str, np.ndarray]
 class SpeedPerturb:
     """Resample ``key`` (a waveform) to play ``factor`` times faster, the factor drawn uniformly
     from ``factors`` (Kaldi's 0.9/1.0/1.1 recipe by default): ``n`` samples become
-    ``speed_length(n, factor)``. Plan with ``AudioSource(..., min_speed=self.min_factor)``."""
+    ``speed_length(n, factor)``. Two ways to plan it: ``AudioSource(..., speed=SpeedPerturb(...))``
+    draws each factor at planning time and plans the exact lengths (no transform needed);
+    as a transform it draws in the worker, and the source must plan the worst case,
+    ``AudioSource(..., min_speed=self.min_factor)``."""
 
     factors: tuple[float, ...] = (0.9, 1.0, 1.1)
     key: str = "audio"
@@ -44,12 +49,28 @@ class SpeedPerturb:
         """The slowest factor: the planning bound for ``AudioSource(min_speed=...)``."""
         return min(self.factors)
 
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """The factors' names, e.g. ``('speed 0.9', 'speed 1', 'speed 1.1')``."""
+        return tuple(f"speed {f:g}" for f in self.factors)
+
     def __call__(self, seq: Seq, rng: np.random.Generator) -> Seq:
         factor = self.factors[int(rng.integers(len(self.factors)))]
         orig, new = speed_ratio(factor)
         if orig == new:
             return seq
-        return {**seq, self.key: resample(_key(seq, self.key, 1), orig, new)}
+        return {**seq, self.key: perturb(_key(seq, self.key, 1), factor)}
+
+
+def perturb(wave: np.ndarray, factor: float) -> np.ndarray:
+    """``wave`` played ``factor`` times faster: ``speed_length(len(wave), factor)`` samples (the
+    one resampling of both the on-the-fly transform and the planned ``AudioSource(speed=...)``).
+
+    >>> perturb(np.zeros(1000, "float32"), 1.1).shape
+    (910,)
+    """
+    orig, new = speed_ratio(factor)
+    return wave if orig == new else resample(wave, orig, new)
 
 
 @dataclass(frozen=True)

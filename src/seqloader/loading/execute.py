@@ -17,10 +17,11 @@ from seqloader.loading.collate import Alloc, numpy_alloc, pack_batch, pad_batch,
 from seqloader.loading.corpora import CorpusCounts, corpus_names, count_by_corpus
 from seqloader.loading.direct import read_padded, reads_into
 from seqloader.loading.screen import nonfinite_messages
+from seqloader.loading.variants import check_planned
 from seqloader.loading.worker_spec import Transform, WorkerSpec
 from seqloader.plan.chunks import chunk_spans
 from seqloader.plan.seeding import PURPOSE_MIX_TRANSFORM, PURPOSE_TRANSFORM, rng_for
-from seqloader.sources.base import Source, loader_needs, read_batch, tags_at
+from seqloader.sources.base import Source, loader_needs, read_batch, read_each, tags_at
 from seqloader.sources.remote.stats import COUNTERS
 
 __all__ = ["LoadedBatch", "Transform", "WorkerSpec", "cut_chunks", "execute", "transform_rng"]
@@ -111,19 +112,24 @@ def _execute(source: Source, spec: BatchSpec, worker: WorkerSpec, alloc: Alloc) 
             f"epoch {spec.epoch} step {spec.step}: the plan holds chunks, but the executor was "
             "given no chunking; pass WorkerSpec(chunking=WorkerSpec.pairs(planner.chunks.spec))"
         )
-    if transform is None and reads_into(source) and not chunked and not packed:
+    planned = worker.variants
+    if transform is None and reads_into(source) and not chunked and not packed and not planned:
         try:
             return _execute_direct(source, spec, alloc, screen)
         except SequenceSkipped:
             pass  # read again below: the skipped sequence is left out of the batch and counted
     skipped: list[tuple[int, str]] = []
+    variants = None if planned is None else planned.of(seed, spec.epoch, spec.seqs)
     if chunked:  # each sequence read (and transformed) once, however many of its chunks
         seqs, skipped = _read_once_per_sequence(source, spec, seed, transform)
+    elif variants is not None:  # each sequence in the variant the plan batched it by
+        seqs = read_each(source, spec.seqs, skipped, variants)
     else:
         seqs = read_batch(source, spec.seqs, skipped)
     if skipped:  # the batch holds fewer sequences; the report counts them (C6)
         keep = np.ones(len(spec.seqs), dtype=bool)
         keep[[pos for pos, _ in skipped]] = False
+        variants = None if variants is None else variants[keep]
         uses = None if spec.uses is None else spec.uses[keep]
         chunks = None if spec.chunks is None else spec.chunks[keep]
         spec = BatchSpec(spec.epoch, spec.step, spec.seqs[keep], spec.real[keep], uses, chunks)
@@ -132,6 +138,8 @@ def _execute(source: Source, spec: BatchSpec, worker: WorkerSpec, alloc: Alloc) 
             use = None if spec.uses is None else spec.uses[j]
             seqs[j] = _transformed(source, transform, seqs[j], i, seed, spec.epoch, use)
     _check_keys(source, spec.seqs, seqs, transform is not None)
+    if variants is not None:
+        check_planned(source, spec.seqs, variants, seqs)
     spans: dict[str, np.ndarray] = {}
     if spec.chunks is not None:
         seqs, spans = cut_chunks(source, spec, seqs, chunking)

@@ -16,7 +16,8 @@ from seqloader.plan.mix import Corpora
 from seqloader.plan.orders import EpochOrders, HasEpochOrders
 from seqloader.plan.pools import FilePools, HasFilePools
 from seqloader.plan.selections import EpochSelection, HasEpochSelections
-from seqloader.sources.base import PlanHints, Source, declares, file_layout
+from seqloader.plan.variants import LengthVariants
+from seqloader.sources.base import PlanHints, Source, declares, file_layout, length_variants
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,7 @@ class PlanInputs:
     pools: FilePools | None = None
     selections: tuple[EpochSelection, ...] = ()
     orders: EpochOrders | None = None
+    variants: LengthVariants | None = None
 
     def kwargs(self) -> dict[str, Any]:
         """As keyword arguments of ``make_planner`` / ``Planner``."""
@@ -41,6 +43,7 @@ class PlanInputs:
             "pools": self.pools,
             "selections": self.selections,
             "orders": self.orders,
+            "variants": self.variants,
         }
 
 
@@ -64,4 +67,11 @@ def plan_inputs(source: Source) -> PlanInputs:
         orders=cast(HasEpochOrders, source).epoch_orders()
         if declares(source, HasEpochOrders)
         else None,
+        variants=variants_of(source),
     )
+
+
+def variants_of(source: Source) -> LengthVariants | None:
+    """The source's length variants (``HasLengthVariants``) for planning, else None."""
+    declared = length_variants(source)
+    return None if declared is None else LengthVariants(declared[1], tuple(declared[0]))

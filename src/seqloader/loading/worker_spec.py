@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqloader.loading.variants import PlannedVariants
+
 Transform = Callable[[dict, np.random.Generator], dict]
 
 #: a chunked plan's windows as ``((key, (size, step)), ...)``: the planner's ``chunks.spec``, frozen
@@ -23,7 +25,8 @@ class WorkerSpec:
     """``seed``: keys each sequence's transform RNG (``transform_rng``). ``transform``: applied to
     every sequence as read. ``screen``: look for NaN/Inf (``loading.screen``). ``chunking``: a
     chunked plan's ``(key, (size, step))`` pairs; each slot then holds one window of its sequence.
-    ``packed``: keys concatenated along time, no padding (``layout="packed"``).
+    ``packed``: keys concatenated along time, no padding (``layout="packed"``). ``variants``: the
+    plan drew length variants (``loading.variants``): each sequence is read in its planned one.
 
     >>> spec = WorkerSpec(seed=7, chunking=WorkerSpec.pairs({"data": (4, 2)}))
     >>> spec.chunk_spec
@@ -35,6 +38,7 @@ class WorkerSpec:
     screen: bool = False
     chunking: ChunkPairs = ()
     packed: bool = False
+    variants: PlannedVariants | None = None
 
     @staticmethod
     def pairs(chunking: Mapping[str, tuple[int, int]] | None) -> ChunkPairs:

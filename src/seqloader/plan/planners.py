@@ -30,6 +30,7 @@ from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import Admission
 from seqloader.plan.greedy.planner import Planner as GlobalPlanner
+from seqloader.plan.greedy.planner import refuse_clashes
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.planner import (
     INDEXED_ALGORITHM,
@@ -42,6 +43,7 @@ from seqloader.plan.options import PlanOptions
 from seqloader.plan.orders import EpochOrders
 from seqloader.plan.pools import FilePools
 from seqloader.plan.selections import EpochSelection
+from seqloader.plan.variants import VARIANTS_REFUSED, LengthVariants
 
 
 class Planner(Protocol):
@@ -126,6 +128,7 @@ def make_planner(
     pools: FilePools | None = None,
     selections: Sequence[EpochSelection] = (),
     orders: EpochOrders | None = None,
+    variants: LengthVariants | None = None,
 ) -> Planner:
     """The planner ``options.planning`` asks for (``Planner``'s arguments; ``index``: a prebuilt,
     e.g. memory-mapped, ``BucketIndex`` for indexed planning).
@@ -135,6 +138,9 @@ def make_planner(
     1
     """
     if options.planning == "indexed":
+        if variants is not None:
+            what, fix = VARIANTS_REFUSED
+            refuse_clashes(origin, what, [("planning='indexed'", True)], fix)
         if pools is not None or selections or orders is not None:
             raise OptionError(
                 "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset), "
@@ -154,6 +160,7 @@ def make_planner(
         pools,
         selections,
         orders,
+        variants,
     )
 
 

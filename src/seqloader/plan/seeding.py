@@ -20,6 +20,7 @@ PURPOSE_INDEXED_FILES = 11  # planning="indexed", files: each rank's draw of its
 PURPOSE_INDEXED_MIX = 12  # planning="indexed" mix: corpus epochs of each (corpus, bucket) stream
 PURPOSE_INDEXED_MIX_ORDER = 13  # planning="indexed" mix: corpora interleaved in a bucket's list
 PURPOSE_INDEXED_FILES_ORDER = 14  # planning="indexed", files: a rank's order of its batches
+PURPOSE_VARIANTS = 15  # length variants (planned speed perturbation): each sequence's per epoch
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

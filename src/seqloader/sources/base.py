@@ -205,6 +205,20 @@ class HasFiles(Protocol):
 
 
 @runtime_checkable
+class HasLengthVariants(Protocol):
+    """Reads each sequence in one of ``F`` variants of known lengths (planned speed perturbation:
+    one per factor). ``length_variants``: (the variants' names ``[F]``, key -> int64 ``[F, n]``
+    for the keys whose length varies), or None when the source has none; ``lengths(key)`` is then
+    the longest variant's. Planning draws a variant per sequence and full epoch
+    (``seqloader.plan.variants``) and the loader reads it with ``read_variant``; every key of the
+    result must have the planned variant's length. Plain values: sources sit below planning."""
+
+    def length_variants(self) -> tuple[tuple[str, ...], Mapping[str, np.ndarray]] | None: ...
+
+    def read_variant(self, index: int, variant: int) -> dict[str, np.ndarray]: ...
+
+
+@runtime_checkable
 class FetchesRemote(Protocol):
     """Reads remote files through a local ``FileCache`` (``HDFSource`` over URLs): the loader
     fetches each rank's files ahead of its plan and evicts the rest (``seqloader.trainer.prefetch``).
@@ -314,6 +328,14 @@ def file_layout(source: Source) -> np.ndarray | None:
     return np.asarray(cast(HasFiles, source).file_layout(), dtype=np.int64)
 
 
+def length_variants(source: Source) -> tuple[tuple[str, ...], Mapping[str, np.ndarray]] | None:
+    """The length variants of a source that reads sequences in variants (``HasLengthVariants``),
+    else None."""
+    if not declares(source, HasLengthVariants):
+        return None
+    return cast(HasLengthVariants, source).length_variants()
+
+
 def remote_files(source: Source) -> RemoteFiles | None:
     """The remote files of a source that reads through a cache (``FetchesRemote``), else None."""
     return cast(FetchesRemote, source).remote_files() if declares(source, FetchesRemote) else None
@@ -364,14 +386,22 @@ def read_batch(
 
 
 def read_each(
-    source: Source, indices: np.ndarray, skipped: list[tuple[int, str]] | None = None
+    source: Source,
+    indices: np.ndarray,
+    skipped: list[tuple[int, str]] | None = None,
+    variants: np.ndarray | None = None,
 ) -> list[dict[str, np.ndarray]]:
     """``read`` one sequence at a time (``read_batch`` without ``read_many``); an error that is
-    not seqloader's own is named (index, tag, where) with the original as its cause."""
+    not seqloader's own is named (index, tag, where) with the original as its cause.
+    ``variants``: read sequence ``indices[j]`` in variant ``variants[j]`` (``HasLengthVariants``)."""
     out = []
+    picks = None if variants is None else np.asarray(variants).tolist()
     for pos, i in enumerate(np.asarray(indices).tolist()):
         try:
-            out.append(source.read(i))
+            if picks is None:
+                out.append(source.read(i))
+            else:
+                out.append(cast(HasLengthVariants, source).read_variant(i, picks[pos]))
         except SequenceSkipped as e:
             if skipped is None:
                 raise

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader
 
 from seqloader.errors import OptionError
 from seqloader.loading.planner_for import planner_for
+from seqloader.loading.variants import planned_variants
 from seqloader.loading.worker_spec import Transform, WorkerSpec
 from seqloader.plan.batches import BatchList
 from seqloader.plan.epochs import EPOCH_EXPECTED
@@ -119,6 +120,7 @@ class SeqLoader:
             screen=self._batch_checks.screen,  # workers look for NaN/Inf (loading.screen)
             chunking=WorkerSpec.pairs(None if chunks is None else chunks.spec),
             packed=self.worker_options.layout == "packed",
+            variants=planned_variants(source, self.plan_options.partition_epoch),
         )
         self._execution = Execution(source, self.worker_options, worker)
         self._last_report: EpochReport | None = None
@@ -205,7 +207,7 @@ class SeqLoader:
                 self.topology,
                 position,
                 self.source,
-                check_lengths=self.transform is None,
+                check_lengths=self.transform is None and self._execution.worker.variants is None,
             )
         return run_epoch(
             share,

@@ -68,6 +68,7 @@ from seqloader.plan.seeding import (
 )
 from seqloader.plan.selections import EpochSelection, checked_selections
 from seqloader.plan.topology import Topology
+from seqloader.plan.variants import VARIANTS_REFUSED, LengthVariants
 from seqloader.validate import is_int
 
 #: Bumped whenever the same options and data would give another plan (orderings, batching, split).
@@ -122,6 +123,7 @@ class Planner:
         pools: FilePools | None = None,
         selections: Sequence[EpochSelection] = (),
         orders: EpochOrders | None = None,
+        variants: LengthVariants | None = None,
     ) -> None:
         """``order_lengths``: what sorting orderings sort by, int64 ``[n]`` (default: the length
         key's lengths; RETURNN sorts OggZip corpora by ``int(duration * 100)``). ``excluded``:
@@ -132,7 +134,10 @@ class Planner:
         (RETURNN's ``DistributeFilesDataset``, ``seqloader.plan.pools``): each sub-epoch orders
         only its pool's sequences. ``selections``: the sequences some epochs keep
         (``seqloader.plan.selections``), applied before ``epoch_wise_filter``. ``orders``: the
-        source's own order per sub-epoch (``seqloader.plan.orders``), taken as it comes."""
+        source's own order per sub-epoch (``seqloader.plan.orders``), taken as it comes.
+        ``variants``: each sequence's length variants (``seqloader.plan.variants``): every full
+        epoch orders and batches by the drawn variant's lengths; ``lengths`` are then the
+        longest variant's."""
         if options.planning != "global":
             raise OptionError(
                 f"Planner plans with planning='global', but the options say "
@@ -197,6 +202,56 @@ class Planner:
         self._select_epochs(selections, pools, origin)
         self._take_orders(orders, origin)
         self.origin = origin
+        self.variants = self._checked_variants(variants, lengths)
+        self._epoch_batcher: tuple[int, Batcher] | None = None  # (full epoch, its batcher)
+
+    def _checked_variants(
+        self, variants: LengthVariants | None, lengths: Mapping[str, np.ndarray]
+    ) -> LengthVariants | None:
+        """Length variants, refused with the options whose plans do not follow each epoch's
+        lengths (chunk tables, mixes, file layouts, pools and buckets are built once)."""
+        if variants is None:
+            return None
+        o = self.options
+        what, fix = VARIANTS_REFUSED
+        clashes = (
+            ("chunking", o.chunking is not None),
+            ("mix", o.mix is not None),
+            ("distribution='files'", o.distribution == "files"),
+            ("file pools", self.pools is not None),
+            ("the source's own orders", self.orders is not None),
+            (f"ordering={o.ordering!r}", o.parsed_ordering.is_buckets),
+        )
+        refuse_clashes(self.origin, what, clashes, fix)
+        unknown = sorted(set(variants.lengths) - set(lengths))
+        if unknown or variants.size != len(self.lengths):
+            raise OptionError(
+                f"{self.origin or 'the source'}: length variants of keys {sorted(variants.lengths)} "
+                f"for {variants.size} sequences, expected keys of {sorted(lengths)} for "
+                f"{len(self.lengths)}"
+            )
+        self._extra += variants.digest()
+        return variants
+
+    def epoch_lengths(self, full_epoch: int) -> dict[str, np.ndarray]:
+        """The lengths batching uses in ``full_epoch`` (0-based), per batched key: the drawn
+        variants' with length variants, else the source's."""
+        base = self.batcher.lengths
+        if self.variants is None:
+            return dict(base)
+        return self.variants.at(self.options.seed, full_epoch, base)
+
+    def batcher_of(self, epoch: int | None) -> Batcher:
+        """The batcher of ``epoch`` (1-based; None: the source's lengths): with length variants
+        one over the epoch's drawn lengths, kept for the last full epoch asked."""
+        if self.variants is None or epoch is None:
+            return self.batcher
+        full = EpochIndex(epoch, self.options.partition_epoch).full_epoch
+        kept = self._epoch_batcher
+        if kept is None or kept[0] != full:
+            kept = (full, Batcher(self.batcher.limits, self.epoch_lengths(full)))
+            self._epoch_batcher = kept
+        return kept[1]
 
     def _plan_units(
         self,
@@ -527,7 +582,12 @@ class Planner:
                 selection = self.mix.select(full_epoch)
                 pool, uses = selection.seqs, selection.uses  # [m] canonical order
         everything = self._is_everything(pool, uses)  # no gather: half the memory at 10^8
-        pool_lengths = self.order_lengths if everything else self.order_lengths[pool]
+        by = self.order_lengths
+        if self.variants is not None and self.order_lengths is self.lengths:  # sort as batched
+            by = self.batcher_of(full_epoch * self.options.partition_epoch + 1).lengths[
+                self.length_key
+            ]
+        pool_lengths = by if everything else by[pool]
         return pool, uses, order_sequences(pool_lengths, ordering, rng)
 
     def _is_everything(self, pool: np.ndarray, uses: np.ndarray | None) -> bool:
@@ -581,10 +641,12 @@ class Planner:
             balance_tail=o.uneven == "split",
         )
 
-    def batches(self, order: np.ndarray, uses: np.ndarray | None = None) -> BatchList:
+    def batches(
+        self, order: np.ndarray, uses: np.ndarray | None = None, epoch: int | None = None
+    ) -> BatchList:
         """Greedy batches over ``order`` (unit indices: sequences, or chunks when chunking;
-        ``uses``: their corpus epochs)."""
-        return BatchList.from_bounds(order, self.batcher.bounds(order), uses)
+        ``uses``: their corpus epochs), by ``epoch``'s lengths (``batcher_of``)."""
+        return BatchList.from_bounds(order, self.batcher_of(epoch).bounds(order), uses)
 
     def sub_epoch_units(self, epoch: int, order_rank: int = 0) -> Units:
         """Chunking: the chunks of ``epoch`` in plan order (the sub-epoch's sequences, each
@@ -714,7 +776,7 @@ class Planner:
                 if buckets
                 else self.chunked_batches(*self._slots_for_chunks(epoch, r))
                 if self.chunks is not None
-                else self.batches(self.sub_epoch_order(epoch, r))
+                else self.batches(self.sub_epoch_order(epoch, r), epoch=epoch)
                 for r in range(world_size)
             ]
             return distribute_per_rank(per_rank)
@@ -729,7 +791,8 @@ class Planner:
         self._check_start(start, len(order), epoch)
         order = order[int(start) :]
         uses = None if uses is None else uses[int(start) :]
-        return distribute_shard(self.batches(order, uses), world_size, self.options.uneven)
+        batches = self.batches(order, uses, epoch)
+        return distribute_shard(batches, world_size, self.options.uneven)
 
     # ---- distribution="files" (seqloader.plan.files) ----
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
