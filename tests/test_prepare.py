@@ -67,7 +67,7 @@ def test_prepare_then_loader_builds_nothing(cache, monkeypatch):
     def no_build(*args, **kwargs):
         raise AssertionError("the loader built a node store after prepare")
 
-    monkeypatch.setattr(bucket_store, "IndexedPlanner", no_build)  # what builds the index
+    monkeypatch.setattr(bucket_store, "node_bucket_index", no_build)  # what builds the index
     monkeypatch.setattr(duplicate_store, "open_or_build", found_only)
     loader = sl.SeqLoader(src, rank=1, world_size=2, **OPTIONS)
     assert loader.steps(1) > 0

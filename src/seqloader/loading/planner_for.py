@@ -10,9 +10,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from seqloader.loading.bucket_store import NodeStore, shared_bucket_index
-from seqloader.loading.plan_inputs import plan_inputs
+from seqloader.loading.plan_inputs import PlanInputs, plan_inputs
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.planners import Planner, make_planner
+from seqloader.plan.planners import BucketIndex, Planner, make_planner
 from seqloader.sources.base import Source
 
 
@@ -32,7 +32,22 @@ def planner_for(
     if lengths is None:
         lengths = {k: source.lengths(k) for k in source.keys}
     inputs = plan_inputs(source)
-    index = shared_bucket_index(  # indexed planning: once per node, memory-mapped
+    index = node_index(source, options, lengths, stores, inputs)
+    return make_planner(lengths, options, source.tags, repr(source), **inputs.kwargs(), index=index)
+
+
+def node_index(
+    source: Source,
+    options: PlanOptions,
+    lengths: Mapping[str, np.ndarray],
+    stores: list[NodeStore] | None = None,
+    inputs: PlanInputs | None = None,
+) -> BucketIndex | None:
+    """The node's bucket index of ``source`` under ``options`` (indexed planning: built once per
+    node and memory-mapped, ``shared_bucket_index``; None otherwise), as ``planner_for`` and
+    ``sl.prepare`` ask for it (``inputs``: the source's ``plan_inputs``, when already read)."""
+    inputs = plan_inputs(source) if inputs is None else inputs
+    return shared_bucket_index(
         lengths,
         options,
         source.fingerprint,
@@ -41,4 +56,3 @@ def planner_for(
         origin=repr(source),
         stores=stores,
     )
-    return make_planner(lengths, options, source.tags, repr(source), **inputs.kwargs(), index=index)

@@ -1,16 +1,18 @@
 """What both planners share about an epoch: which sequences take part (``Admission``, one
 mask-based ``admit_mask``, the one "fits no batch" check), epoch numbering (``EpochIndex``,
-RETURNN's sub-epoch cut ``part_bounds``) and the length key batching reads.
+RETURNN's sub-epoch cut ``part_cut``), the replay of an epoch's segment history
+(``replay_history``) and the length key batching reads.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import numpy as np
 
-from seqloader.errors import OptionError, SequenceTooLongError
+from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.options import PlanOptions
 from seqloader.validate import int_option
@@ -156,12 +158,58 @@ def admit_mask(
     return keep, filtered, examples
 
 
+def part_cut(n: np.ndarray, parts: int, part: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offset, count) of sub-epoch ``part`` in each run of ``n`` (int64 ``[...]``) sequences
+    cut into ``parts`` contiguous parts: RETURNN's rule, the first ``n % parts`` parts hold one
+    more. The one sub-epoch cut: of an epoch's order (``part_bounds``), of each bucket's list
+    (indexed planning) and of each (bucket, corpus) stream (an indexed mix).
+
+    >>> part_cut(np.array([7, 2]), 3, 1)
+    (array([3, 1]), array([2, 1]))
+    """
+    q, r = np.divmod(n, parts)
+    return part * q + np.minimum(part, r), q + (part < r)
+
+
 def part_bounds(n: int, parts: int, part: int) -> tuple[int, int]:
     """``[lo, hi)`` of sub-epoch ``part`` when ``n`` sequences are cut into ``parts`` contiguous
-    parts: RETURNN's rule, the first ``n % parts`` parts hold one sequence more."""
-    q, r = divmod(n, parts)
-    lo = part * q + min(part, r)
-    return lo, lo + q + (1 if part < r else 0)
+    parts (``part_cut``)."""
+    lo, count = part_cut(np.asarray(n, dtype=np.int64), parts, part)
+    return int(lo), int(lo + count)
+
+
+class Stepped(Protocol):
+    """A segment's plan, as far as a replay reads it: its steps."""
+
+    @property
+    def steps(self) -> int: ...
+
+
+SegmentT = TypeVar("SegmentT", bound=Stepped)
+
+
+def replay_history(
+    epoch: int, history: Sequence[tuple[int, int]], segment: Callable[[int, int], SegmentT]
+) -> Iterator[tuple[SegmentT, int, int]]:
+    """(segment i's plan, its world size, the steps it consumed) for each ``(world_size, steps)``
+    of ``history``, each planned by ``segment(i, world_size)`` when the one before has been
+    consumed (the caller applies each before asking for the next), and refused when it has fewer
+    steps than the history says were consumed: the one replay of both planners' elastic resumes.
+
+    >>> @dataclass
+    ... class Seg:
+    ...     steps: int
+    >>> [(s.steps, w, k) for s, w, k in replay_history(1, [(2, 3)], lambda i, w: Seg(5))]
+    [(5, 2, 3)]
+    """
+    for i, (w, steps) in enumerate(history):
+        seg = segment(i, w)
+        if steps > seg.steps:
+            raise ResumeError(
+                f"segment {i} of epoch {epoch} (world size {w}) has {seg.steps} steps, but "
+                f"{steps} are said consumed: the history belongs to other data or options"
+            )
+        yield seg, w, steps
 
 
 EPOCH_EXPECTED = "an int >= 1 (epochs count from 1)"

@@ -15,8 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from seqloader.loading.bucket_store import shared_bucket_index
-from seqloader.loading.plan_inputs import plan_inputs
+from seqloader.loading.planner_for import node_index
 from seqloader.plan.options import PlanOptions
 from seqloader.sources.base import Source
 from seqloader.sources.columns import ColumnStore
@@ -88,17 +87,8 @@ def prepare(
     merged = merge_options(plan, None, checks, None, options)
     stores: list[NodeStore] = list(_source_stores(source))
     lengths = {k: source.lengths(k) for k in source.keys}
-    inputs = plan_inputs(source)
     with _measured(stores):  # each step's time and peak private memory in its entry
-        shared_bucket_index(
-            lengths,
-            merged.plan,
-            source.fingerprint,
-            inputs.files,
-            inputs.excluded,
-            origin=repr(source),
-            stores=stores,
-        )
+        node_index(source, merged.plan, lengths, stores)
     with _measured(stores):
         check_duplicate_tags(source, source.tags, merged.checks.duplicate_tags, stores)
     if merged.checks.duplicate_tags == "off":

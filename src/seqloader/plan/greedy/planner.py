@@ -15,7 +15,7 @@ from typing import cast
 
 import numpy as np
 
-from seqloader.errors import OptionError, ResumeError
+from seqloader.errors import OptionError
 from seqloader.parts import part_of
 from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_order
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
@@ -31,6 +31,7 @@ from seqloader.plan.epochs import (
     chunkless_reason,
     length_key_of,
     part_bounds,
+    replay_history,
 )
 from seqloader.plan.files import (
     EpochFiles,
@@ -829,13 +830,11 @@ class Planner:
             whole = chunks.expand(units.seqs)
             left[chunks.unit_ids(whole.seqs, whole.chunks)] = True
         consumed = []
-        for i, (w, steps) in enumerate(history):
-            seg = self._files_segment(epoch, w, i, units, unit_files, remaining, left)
-            if steps > seg.steps:
-                raise ResumeError(
-                    f"segment {i} of epoch {epoch} (world size {w}) has {seg.steps} steps, but "
-                    f"{steps} are said consumed: the history belongs to other data or options"
-                )
+
+        def segment(i: int, w: int) -> GlobalPlan:
+            return self._files_segment(epoch, w, i, units, unit_files, remaining, left)
+
+        for seg, w, steps in replay_history(epoch, history, segment):
             used = seg.batches.first(steps * w)
             got = used.seqs[used.real]
             if chunks is None or left is None:

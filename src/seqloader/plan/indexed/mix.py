@@ -38,6 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from seqloader.plan.bounds import check_mix_slots
+from seqloader.plan.epochs import part_cut
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.mix import (
@@ -170,9 +171,8 @@ class IndexedMix:
         """Sub-epoch ``part`` of ``parts``: (first stream position, slots) per (bucket, corpus)
         -> int64 ``[N, C]`` each; every (bucket, corpus) segment cut by RETURNN's rule."""
         start, end = self.spans(full_epoch)
-        q, r = np.divmod(end - start, parts)
-        lo = start + part * q + np.minimum(part, r)
-        return lo, q + (part < r)
+        lo, count = part_cut(end - start, parts, part)
+        return start + lo, count
 
     def epoch_counts(self, full_epoch: int) -> tuple[int, ...]:
         """Slots per corpus in full epoch ``full_epoch`` (0-based), from counts."""

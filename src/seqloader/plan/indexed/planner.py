@@ -40,7 +40,7 @@ from typing import cast
 
 import numpy as np
 
-from seqloader.errors import OptionError, ResumeError
+from seqloader.errors import OptionError
 from seqloader.plan.admission import epoch_filters, subset_order
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
@@ -56,6 +56,8 @@ from seqloader.plan.epochs import (
     check_fit_alone,
     chunkless_reason,
     length_key_of,
+    part_cut,
+    replay_history,
 )
 from seqloader.plan.files import (
     assign_lpt,
@@ -472,8 +474,8 @@ class IndexedPlanner:
     def _base_counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray]:
         """Unmixed: (sequences per bucket in the sub-epoch before ``epoch_wise_filter``, their
         offset in the full epoch's list): RETURNN's cut rule per bucket."""
-        q, r = np.divmod(self.bucket_counts, self.options.partition_epoch)
-        return q + (ep.part < r), ep.part * q + np.minimum(ep.part, r)
+        lo, counts = part_cut(self.bucket_counts, self.options.partition_epoch, ep.part)
+        return counts, lo
 
     def _member_draw(self, ep: EpochIndex, offsets: np.ndarray) -> MemberDraw:
         words = (*self._head, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
@@ -707,13 +709,11 @@ class IndexedPlanner:
             self._segments_kept = (key, {})
         kept = self._segments_kept[1]
         start = np.zeros(len(units.count), dtype=np.int64)
-        for i, (w, steps) in enumerate(history):
-            seg = self._segment(ep, units, start, w, tuple(history[:i]), kept)
-            if steps > seg.steps:
-                raise ResumeError(
-                    f"segment {i} of epoch {epoch} (world size {w}) has {seg.steps} steps, but "
-                    f"{steps} are said consumed: the history belongs to other data or options"
-                )
+
+        def segment(i: int, w: int) -> Segment:
+            return self._segment(ep, units, start, w, tuple(history[:i]), kept)
+
+        for seg, _, steps in replay_history(epoch, history, segment):
             start = start + seg.consumed(steps)
         return self._segment(ep, units, start, world_size, tuple(history), kept)
 
