@@ -239,6 +239,12 @@ def test_sigkill_then_resume_exactly_once(
         assert all(ep["complete"] for ep in res["epochs"].values()), res
 
 
+def chunk_tags(probe: sl.SeqLoader) -> list[str]:
+    """Epoch 1's chunks as the log names them (TAG#CHUNK), sorted."""
+    sub = probe.planner.sub_epoch_units(1)
+    return sorted(f"{probe.source.tag(int(i))}#{c}" for i, c in zip(sub.seqs, sub.chunks))
+
+
 @pytest.mark.parametrize("planning", ["global", "indexed"])
 def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path, planning: str) -> None:
     """Chunking over gloo (2 ranks forked after one torch import, 2 DataLoader workers each,
@@ -261,8 +267,7 @@ def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path, planning: st
     steps = probe.steps(1)
     chunks = probe.planner.chunks
     assert chunks is not None
-    sub = probe.planner.sub_epoch_units(1)
-    want = sorted(f"{probe.source.tag(int(i))}#{c}" for i, c in zip(sub.seqs, sub.chunks))
+    want = chunk_tags(probe)
     seen = []
     for r in range(2):
         log = read_log(tmp_path, "run", r)
@@ -272,21 +277,31 @@ def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path, planning: st
     assert len(want) > len({t.split("#")[0] for t in want})  # sequences gave several chunks
 
 
-def test_ddp_indexed_planning_exactly_once_and_elastic_resume(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chunking", [None, "4:3"])
+def test_ddp_indexed_planning_exactly_once_and_elastic_resume(
+    tmp_path: Path, chunking: str | None
+) -> None:
     """``planning="indexed"`` over gloo (3 forked ranks, 2 DataLoader workers each, audited):
-    equal steps (no hang), every sequence once; then a run killed mid-epoch resumes on 2 ranks
-    (no workers): before + after = the epoch exactly once."""
+    equal steps (no hang), every sequence (chunked: every chunk, TAG#CHUNK) once; then a run
+    killed mid-epoch resumes on 2 ranks (no workers): before + after = the epoch exactly once."""
     indexed = ["--planning", "indexed", "--ordering", "buckets:3"]
+    options = {**LOADER_OPTIONS, "ordering": "buckets:3", "planning": "indexed"}
+    if chunking:
+        indexed += ["--chunking", chunking]
+        options["chunking"] = chunking
     rc, console = launch("fork", 3, tmp_path, "run", *indexed, "--workers", "2", "--audit")
     assert rc == 0, console
-    options = {**LOADER_OPTIONS, "ordering": "buckets:3", "planning": "indexed"}
-    steps = sl.SeqLoader(build_corpus(), rank=0, world_size=3, **options).steps(1)
+    probe = sl.SeqLoader(build_corpus(), rank=0, world_size=3, **options)
+    steps = probe.steps(1)
+    want = ALL_TAGS
+    if chunking:
+        want = chunk_tags(probe)
     seen = []
     for r in range(3):
         log = read_log(tmp_path, "run", r)
         assert [e["step"] for e in log] == list(range(steps)), f"rank {r}"
         seen += [t for e in log for t in e["tags"]]
-    assert sorted(seen) == ALL_TAGS
+    assert sorted(seen) == want
 
     ckpt = tmp_path / "ckpt.json"
     common = [*indexed, "--checkpoint", str(ckpt), "--resume", "--workers", "0"]
@@ -304,7 +319,7 @@ def test_ddp_indexed_planning_exactly_once_and_elastic_resume(tmp_path: Path) ->
         )
     for r in range(2):
         done.update(t for e in read_log(tmp_path, "b", r) for t in e["tags"])
-    assert sorted(done.elements()) == ALL_TAGS
+    assert sorted(done.elements()) == want
 
 
 def test_ddp_indexed_mix_every_corpus_epoch_once_and_elastic_resume(tmp_path: Path) -> None:
