@@ -168,8 +168,9 @@ SUB = "lambda files: {'class': 'HDFDataset', 'files': files, 'seq_ordering': 'ra
         ),
         (
             "train['get_sub_epoch_dataset'] = lambda files: {'class': 'MetaDataset'}",
-            r"train dataset \(DistributeFilesDataset\): get_sub_epoch_dataset returned a "
-            r"'MetaDataset'; .*'HDFDataset'.*distribution='files'",
+            r"train dataset \(DistributeFilesDataset\): the 'MetaDataset' get_sub_epoch_dataset "
+            r"returns does not read the files it is given as a list; .*'path': files, a "
+            r"MetaDataset over file trees",
         ),
         (
             "train['get_sub_epoch_dataset'] = " + SUB % ", 'partition_epoch': 2",
@@ -183,9 +184,14 @@ SUB = "lambda files: {'class': 'HDFDataset', 'files': files, 'seq_ordering': 'ra
         ),
         ("train['get_sub_epoch_dataset'] = " + SUB % "", None),  # accepted
         (
-            "train['files'] = [(f, f) for f in _train_files]",
-            r"train dataset \(DistributeFilesDataset\): 'files' entry .* file tree.*one HDF file "
-            r"per entry",
+            "train['files'] = [(f, 3) for f in _train_files]",
+            r"train dataset \(DistributeFilesDataset\): 'files' entry .*: expected a file, or a "
+            r"file tree",
+        ),
+        (
+            "train['get_sub_epoch_dataset'] = lambda files: {'class': 'HDFDataset', "
+            "'files': files[:3], 'seq_ordering': 'random'}",
+            r"returns other options for other files",
         ),
         (
             "train['files'] = _train_files[:2]",

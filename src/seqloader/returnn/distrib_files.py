@@ -3,13 +3,16 @@ file pools (``seqloader.plan.pools``): RETURNN's file shuffle and size bins per 
 sub-dataset's own ``seq_ordering`` within each pool.
 
 RETURNN builds the sub-dataset anew per sub-epoch from ``get_sub_epoch_dataset(files)``. Here it
-is built once over every file: that is the same data only when the function returns an
-``HDFDataset`` over exactly the files it is given, with options that do not depend on them; that
-is checked by calling it with all files and with one.
+is built once over every file: that is the same data when the function returns a dataset that
+reads exactly the files it is given (an ``HDFDataset``, an ``OggZipDataset``, a ``MetaDataset``
+over file trees, in a ``MultiProcDataset`` or ``PostprocessingDataset``), with options that do
+not depend on them; that is checked by calling it with all files and with one, and each file
+entry's sequences are found by tag in the source that reads it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -22,6 +25,7 @@ from seqloader.plan.pools import FilePools
 from seqloader.returnn.paths import plain_value
 from seqloader.returnn.view import ReturnnView
 from seqloader.sources.base import file_layout
+from seqloader.sources.hdf import HDFSource
 
 OWN = (
     "class",
@@ -80,17 +84,7 @@ def distribute_files(
         raise OptionError(f"{where}: fixed_random_seed {fixed!r}, expected an int")
     sub = _sub_dataset(where, opts.get("get_sub_epoch_dataset"), files)
     offset = opts.get("random_seed_offset")
-    for part in (sub, _hdf_of(sub)):
-        if "random_seed_offset" in part and part["random_seed_offset"] != offset:
-            raise OptionError(
-                f"{where}: get_sub_epoch_dataset sets random_seed_offset "
-                f"{part['random_seed_offset']!r}, the DistributeFilesDataset {offset!r}; seqloader "
-                "seeds the file shuffle and the sub-dataset's order from one offset: set it on the "
-                "DistributeFilesDataset only (the sub-dataset inherits it, as in RETURNN)"
-            )
-    sub = {k: v for k, v in sub.items() if k != "random_seed_offset"}
-    if sub is not _hdf_of(sub) and isinstance(sub.get("dataset"), dict):
-        sub["dataset"] = {k: v for k, v in sub["dataset"].items() if k != "random_seed_offset"}
+    sub = _without_offsets(where, sub, offset)
     inner = convert(f"{name}.get_sub_epoch_dataset(files)", sub, "default")
     if inner.partition_epoch != 1:
         raise OptionError(
@@ -99,11 +93,10 @@ def distribute_files(
             "files): set partition_epoch on the DistributeFilesDataset only"
         )
     view = inner.source
-    bounds = file_layout(view.inner)
-    assert bounds is not None and len(bounds) == len(files) + 1  # an HDFSource over `files`
+    bounds = _file_bounds(where, view, files)
     pools = FilePools(
         bounds,
-        np.array([os.path.getsize(f) for f in files], dtype=np.int64),  # RETURNN's bin weights
+        np.array([sum(map(os.path.getsize, leaves(f))) for f in files], np.int64),  # bin weights
         shuffle=ordering == "random",
         fixed_seed=fixed,
         shard_files=shard_files,
@@ -196,68 +189,189 @@ def _file_list(where: str, files: Any) -> list[str]:
         raise OptionError(f"{where}: 'files' {files!r}; expected a non-empty list of files")
     out = []
     for f in files:
-        if not isinstance(f, str | os.PathLike):
+        try:
+            out.append(_tree(f))
+        except TypeError:
             raise OptionError(
-                f"{where}: 'files' entry {f!r} is a file tree (several files kept together per "
-                "entry); not supported: give one HDF file per entry (e.g. dump the entries' "
-                "MetaDataset to HDF with RETURNN's tools/hdf_dump.py)"
-            )
-        out.append(os.fspath(f))
+                f"{where}: 'files' entry {f!r}: expected a file, or a file tree (a dict, tuple or "
+                "list of files, as RETURNN's FileTree)"
+            ) from None
     return out
 
 
-def _hdf_of(got: Any) -> Any:
-    """The ``HDFDataset`` dict of ``got``: itself, or the one a ``MultiProcDataset`` reads (its
-    workers deliver the inner dataset's order, so the data is the inner dataset's)."""
-    if isinstance(got, dict) and got.get("class") == "MultiProcDataset":
-        return got.get("dataset")
-    return got
+FileTree = Any  # a path, or a dict / tuple / list of file trees (RETURNN's FileTree)
 
 
-def _sub_dataset(where: str, get: Any, files: list[str]) -> dict[str, Any]:
-    """``get_sub_epoch_dataset``'s dataset, checked to be one ``HDFDataset`` over exactly the files
-    it is given (alone or in a ``MultiProcDataset``), the same otherwise for any files."""
+def _tree(entry: Any) -> FileTree:
+    """``entry`` with its paths as strings; TypeError where a leaf is no path."""
+    if isinstance(entry, str | os.PathLike):
+        return os.fspath(entry)
+    if isinstance(entry, dict):
+        return {k: _tree(v) for k, v in entry.items()}
+    if isinstance(entry, list | tuple) and entry:
+        return type(entry)(_tree(v) for v in entry)
+    raise TypeError(entry)
+
+
+def leaves(entry: FileTree) -> list[str]:
+    """The files of one entry in RETURNN's order (``tree.flatten``: dicts by sorted key).
+
+    >>> leaves({"b": "x.hdf", "a": ("y.hdf", "z.hdf")})
+    ['y.hdf', 'z.hdf', 'x.hdf']
+    """
+    if isinstance(entry, str):
+        return [entry]
+    if isinstance(entry, dict):
+        return [f for k in sorted(entry) for f in leaves(entry[k])]
+    return [f for v in entry for f in leaves(v)]
+
+
+def _paths_in(entry: FileTree, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Where the files of an entry sit: key paths to its leaves."""
+    if isinstance(entry, str):
+        return [prefix]
+    items = sorted(entry.items()) if isinstance(entry, dict) else enumerate(entry)
+    return [p for k, v in items for p in _paths_in(v, (*prefix, k))]
+
+
+def _at(entry: FileTree, path: tuple[Any, ...]) -> Any:
+    for k in path:
+        entry = entry[k]
+    return entry
+
+
+def _marked(value: Any, given: list[FileTree]) -> Any:
+    """``value`` (what get_sub_epoch_dataset returned) with every list of the given files (or of
+    one leaf of each given file tree) replaced by a marker naming which, and functions by what
+    they compute (their code, a partial's arguments): equal for other files exactly when only
+    the files differ."""
+    if isinstance(value, list | tuple) and value:
+        for path in _paths_in(given[0]):
+            try:
+                column = [_at(e, path) for e in given]
+            except (KeyError, IndexError, TypeError):
+                continue
+            if [os.fspath(v) if isinstance(v, os.PathLike) else v for v in value] == column:
+                return ("<the files>", path)
+        return type(value)(_marked(v, given) for v in value)
+    if isinstance(value, dict):
+        return {k: _marked(v, given) for k, v in value.items()}
+    if isinstance(value, functools.partial):
+        return ("<partial>", _marked(value.func, given), _marked(list(value.args), given),
+                _marked(dict(value.keywords), given))  # fmt: skip
+    code = getattr(value, "__code__", None)
+    if code is not None:
+        return ("<function>", code, _marked(list(value.__defaults__ or ()), given))
+    return value
+
+
+def _without_offsets(where: str, sub: Any, offset: Any) -> Any:
+    """``sub`` without ``random_seed_offset`` anywhere, refused where one differs from the
+    DistributeFilesDataset's (the sub-dataset inherits it, as in RETURNN)."""
+    if isinstance(sub, dict):
+        own = sub.get("random_seed_offset", offset)
+        if own != offset:
+            raise OptionError(
+                f"{where}: get_sub_epoch_dataset sets random_seed_offset {own!r}, the "
+                f"DistributeFilesDataset {offset!r}; seqloader seeds the file shuffle and the "
+                "sub-dataset's order from one offset: set it on the DistributeFilesDataset only "
+                "(the sub-dataset inherits it, as in RETURNN)"
+            )
+        return {
+            k: _without_offsets(where, v, offset)
+            for k, v in sub.items()
+            if k != "random_seed_offset"
+        }
+    return sub
+
+
+def _keys_in(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value) | {k for v in value.values() for k in _keys_in(v)}
+    if isinstance(value, list | tuple):
+        return {k for v in value for k in _keys_in(v)}
+    return set()
+
+
+FIX = (
+    "get_sub_epoch_dataset must return a dataset dict that reads exactly the files it is given "
+    "(e.g. {'class': 'HDFDataset', 'files': files, 'seq_ordering': ...}, an OggZipDataset with "
+    "'path': files, a MetaDataset over file trees, any of them in a MultiProcDataset or "
+    "PostprocessingDataset), with options that are the same for any files"
+)
+
+
+def _sub_dataset(where: str, get: Any, files: list[FileTree]) -> dict[str, Any]:
+    """``get_sub_epoch_dataset``'s dataset over all files, checked to read exactly the files
+    it is given, the same way for any files (called with all of them and with the first one)."""
     if not callable(get):
         raise OptionError(
             f"{where}: get_sub_epoch_dataset {get!r}; expected a function of the files that "
             "returns a dataset dict"
         )
     whole, one = plain_value(get(list(files))), plain_value(get(list(files[:1])))
-    fix = (
-        "get_sub_epoch_dataset must return {'class': 'HDFDataset', 'files': <the files it is "
-        "given>, 'seq_ordering': ...} (other options alike for any files), alone or as the "
-        "'dataset' of a MultiProcDataset; for other sub-datasets use that dataset with "
-        "seqloader's distribution='files'"
-    )
-    for given, outer in ((files, whole), (files[:1], one)):
-        got = _hdf_of(outer)
-        if not isinstance(got, dict) or got.get("class") != "HDFDataset":
-            kind = got.get("class") if isinstance(got, dict) else type(got).__name__
-            raise OptionError(f"{where}: get_sub_epoch_dataset returned a {kind!r}; {fix}")
-        listed = got.get("files")
-        listed = [listed] if isinstance(listed, str | os.PathLike) else list(listed or [])
-        names = [os.fspath(f) for f in listed]
-        if names != given:
-            raise OptionError(
-                f"{where}: get_sub_epoch_dataset({given[:2]}...) returned an HDFDataset over "
-                f"{names[:2]}...; {fix}"
-            )
-    strip = {"files", "dataset"}
-    rest = [
-        [{k: v for k, v in d.items() if k not in strip} for d in (o, _hdf_of(o))]
-        for o in (whole, one)
-    ]
-    if rest[0] != rest[1]:
+    for got in (whole, one):
+        if not isinstance(got, dict) or not isinstance(got.get("class"), str):
+            raise OptionError(f"{where}: get_sub_epoch_dataset returned {got!r}; {FIX}")
+    marked = _marked(whole, files)
+    if marked != _marked(one, files[:1]):
         raise OptionError(
-            f"{where}: get_sub_epoch_dataset returns other options for other files ({rest[0]} "
-            f"vs {rest[1]}); {fix}"
+            f"{where}: get_sub_epoch_dataset returns other options for other files (called with "
+            f"all files and with the first one); {FIX}"
         )
-    hdf = _hdf_of(whole)
-    if "seq_ordering" not in hdf and "seq_ordering" not in whole:
+    if "<the files>" not in repr(marked):
+        raise OptionError(
+            f"{where}: the {whole['class']!r} get_sub_epoch_dataset returns does not read the "
+            f"files it is given as a list; {FIX}"
+        )
+    if not _keys_in(whole) & {"seq_ordering", "seq_order_control_dataset", "map_seq_stream"}:
         raise OptionError(
             f"{where}: the dataset get_sub_epoch_dataset returns has no seq_ordering; RETURNN "
             "refuses that too: set one (e.g. 'laplace:.1000' or 'random')"
         )
-    if hdf is not whole:
-        return {**whole, "dataset": {**hdf, "files": list(files)}}
-    return {**whole, "files": list(files)}
+    return whole
+
+
+def _file_bounds(where: str, view: ReturnnView, files: list[FileTree]) -> np.ndarray:
+    """Which sequences of ``view`` (the sub-dataset over all files) each file entry holds ->
+    int64 ``[F + 1]``: from a source inside it that reads one file per entry (an HDF file's
+    sequences, an OggZip corpus), by tag; refused unless the entries' sequences lie one after
+    another, as RETURNN's sub-dataset over a pool of them reads them."""
+    tags = list(view.tags)
+    for leaf in _sources_in(view):
+        own = _own_files(leaf)
+        if own is None or len(own) != len(files) + 1:
+            continue
+        file_of = {leaf.tag(i): f for f in range(len(files)) for i in range(own[f], own[f + 1])}
+        of = np.array([file_of.get(t, -1) for t in tags], dtype=np.int64)
+        if len(of) and (of >= 0).all() and (np.diff(of) >= 0).all():
+            counts = np.bincount(of, minlength=len(files))
+            return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    raise OptionError(
+        f"{where}: cannot tell which sequences each of the {len(files)} file entries holds (no "
+        "HDF or OggZip source inside reads one file per entry, its sequences in entry order); "
+        f"{FIX}"
+    )
+
+
+def _sources_in(source: Any) -> list[Any]:
+    """``source`` and every source inside it (views, mapped and joined sources), outermost first."""
+    out = [source]
+    for attr in ("inner", "_inner"):
+        inner = getattr(source, attr, None)
+        if inner is not None and inner is not source:
+            return out + _sources_in(inner)
+    subs = getattr(source, "sources", None)
+    if isinstance(subs, dict):
+        out += [s for sub in subs.values() for s in _sources_in(sub)]
+    return out
+
+
+def _own_files(source: Any) -> np.ndarray | None:
+    """File bounds of a source reading files itself: an HDF source's, an OggZip corpus's."""
+    manifests = getattr(source, "manifest_bounds", None)
+    if callable(manifests):
+        return np.asarray(manifests(), dtype=np.int64)
+    if isinstance(source, HDFSource):
+        return file_layout(source)
+    return None
