@@ -1,5 +1,5 @@
 """``planning="indexed"`` with the admission options (``fixed_random_subset``,
-``fixed_random_seed``, ``epoch_wise_filter``, per-key length filters) through the real loader: the
+``fixed_random_seed``, ``epoch_wise_filter``, per-key length filters) and ``random_seed_offset`` through the real loader: the
 resume harness of ``test_resume`` (save -> JSON -> fresh loaders, elastic ``W -> W' -> W''``) and
 real DataLoader workers delivering the batches of the run without them."""
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from test_resume import check_chain, corpus, loader_factory, run_all
+from test_resume import check_chain, corpus, loader_factory, run_all, run_chain
 
 PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
 ADMISSION = st.sampled_from(
@@ -45,6 +45,49 @@ def test_resume_chains_with_admission_options(
         partition_epoch=partition_epoch,
     )
     check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    n=st.integers(0, 40),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "buckets:3"]),
+    partition_epoch=st.integers(1, 2),
+    admission=ADMISSION,
+    world=st.integers(1, 3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_random_seed_offset_resumes_batch_for_batch(
+    n, seed, ordering, partition_epoch, admission, world, cuts
+) -> None:
+    """``random_seed_offset``: each rank delivers its own order of the sub-epoch (audited), and a
+    chain of saves and loads on the same world size delivers the uninterrupted run's batches."""
+    if admission.get("epoch_wise_filter") and partition_epoch > 1:
+        return  # refused by name (test_plan_indexed)
+    make = loader_factory(
+        corpus(n, seed),
+        **PLAN,
+        **admission,
+        ordering=ordering,
+        partition_epoch=partition_epoch,
+        distribution="random_seed_offset",
+        audit=True,
+    )
+    last = partition_epoch + 1
+    reference = run_all(make, world, last)
+    stages, _ = run_chain(make, [world] * 3, cuts, last)
+    assert [r for stage in stages for r in stage] == reference
+    planner = make(0, world).planner
+    for epoch in range(1, last + 1):
+        for r in range(world):
+            got = [
+                u
+                for e, _, ranks in reference
+                if e == epoch
+                for u, m in zip(ranks[r].seqs, ranks[r].mask)
+                if m
+            ]
+            assert got == planner.rank_order(epoch, r, world).tolist()
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """``planning="indexed"`` with the admission options of global planning: per-key
 ``max_seq_length``/``min_seq_length``, ``fixed_random_subset`` (+ its seed), ``fixed_random_seed``
-and ``epoch_wise_filter`` (hypothesis; pure numpy).
+and ``epoch_wise_filter``, and ``distribution="random_seed_offset"`` (hypothesis; pure numpy).
 
 Which sequences an epoch holds is global planning's set exactly (one sub-epoch per epoch: the
 whole admitted corpus, filtered alike; counted alike per reason), while order and batches are the
@@ -12,11 +12,13 @@ equal to its part of the global list, determinism, resume chains ``W -> W' -> W'
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts
-from seqloader.plan import PlanOptions
+from seqloader.errors import ResumeError
+from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.planner import IndexedPlanner
 from test_plan_indexed import ORDERINGS, check_limits, indexed_digest
@@ -162,6 +164,54 @@ def test_epoch_wise_filter_keeps_the_shortest_in_the_bucket_it_cuts() -> None:
     assert sorted(real(planner.global_plan(2, 2)).tolist()) == list(range(8))
 
 
+@settings(max_examples=80, deadline=None)
+@given(cases())
+def test_random_seed_offset_gives_each_rank_every_sequence_once_per_full_epoch(case: dict) -> None:
+    """``random_seed_offset``: every rank its own draws of the whole data: per rank, a full epoch
+    holds the admitted set exactly once; equal steps, nothing dropped; the ranks' orders differ;
+    a rank's share is its ``rank_order``; resuming on the same world size continues batch for
+    batch, on another one mid-epoch is refused by name."""
+    o = case["options"]
+    if o["epoch_wise_filter"] and o["partition_epoch"] > 1:
+        return  # refused (each rank's sub-epoch filtered alone): test_plan_indexed
+    options = PlanOptions(
+        **o, ordering=case["ordering"], planning="indexed", distribution="random_seed_offset"
+    )
+    planner, world = IndexedPlanner(case["lengths"], options), case["world"]
+    reference = greedy(case)
+    seen: list[list[np.ndarray]] = [[] for _ in range(world)]
+    for epoch in range(1, options.partition_epoch + 1):
+        plan = planner.global_plan(epoch, world)
+        assert plan.dropped == 0 and plan.repeats == 0
+        b = plan.batches
+        assert plan.real_total() == len(b.seqs) == world * planner.order_size(epoch, world)
+        for r in range(world):
+            share = plan.rank_share(r)
+            assert len(share) == plan.steps
+            np.testing.assert_array_equal(share.seqs, planner.rank_order(epoch, r, world))
+            seen[r].append(share.seqs)
+        if not o["epoch_wise_filter"]:
+            continue
+        for r in range(world):  # one sub-epoch: filtered as global planning filters it
+            want = reference.sub_epoch_order(epoch)
+            assert sorted(seen[r][-1].tolist()) == sorted(want.tolist())
+    if not o["epoch_wise_filter"]:
+        for r in range(world):
+            got = np.concatenate(seen[r]).tolist()
+            assert sorted(got) == reference.admission.admitted.tolist()
+    if world > 1 and planner.global_plan(1, world).steps >= 24:  # several windows of 8 batches
+        assert not np.array_equal(seen[0][0], seen[1][0])
+    plan = planner.global_plan(1, world)
+    k = int(case["cut"] * plan.steps)
+    again, position = continue_plan(planner, Position(1, 0, world, k), world)
+    for r in range(world):
+        np.testing.assert_array_equal(again.rank_share(r, k).seqs, plan.rank_share(r, k).seqs)
+    assert position.seq_offset(again) == plan.consumed_seqs(k)
+    if 0 < k < plan.steps:
+        with pytest.raises(ResumeError, match="random_seed_offset"):
+            continue_plan(planner, Position(1, 0, world, k), world + 1)
+
+
 NEW_CASES: dict[str, dict] = {
     "laplace:.10 W3 split, per-key limits, subset": {
         "options": {
@@ -184,6 +234,15 @@ NEW_CASES: dict[str, dict] = {
         },
         "world": 4,
     },
+    "buckets:3 W3 random_seed_offset, subset": {
+        "options": {
+            "ordering": "buckets:3",
+            "max_frames": 1000,
+            "distribution": "random_seed_offset",
+            "fixed_random_subset": 0.5,
+        },
+        "world": 3,
+    },
     "laplace W2 drop, epoch_wise_filter elastic -> W3": {
         "options": {
             "ordering": "laplace",
@@ -198,6 +257,7 @@ NEW_CASES: dict[str, dict] = {
 NEW_GOLDEN = {
     "laplace:.10 W3 split, per-key limits, subset": "b5d359751dff6c04187f87ce5163917103ec8372d9bddbf7ccea14128924ac2f",
     "buckets:4 partition 2 W4 pad, fixed_random_seed": "87594149e21fbec9a4ebcb537d12fc92510562ececd6f852ba0bf108f70238fe",
+    "buckets:3 W3 random_seed_offset, subset": "2cd447600caf05ced73b5f1ad38f2deb50061b4c1745b176a52b9f8e42eeaaa2",
     "laplace W2 drop, epoch_wise_filter elastic -> W3": "97a219773372c401026cb3df1997d71a63c9b93d2b86a935f1067168d04b493b",
 }  # fmt: skip
 

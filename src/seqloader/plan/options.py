@@ -354,16 +354,23 @@ class PlanOptions:
             )
         unsupported = [
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
-            (self.distribution == "random_seed_offset", "distribution='random_seed_offset'"),
+            (
+                self.distribution == "random_seed_offset"
+                and self.epoch_wise_filter is not None
+                and self.partition_epoch > 1,
+                "distribution='random_seed_offset' with epoch_wise_filter and partition_epoch > 1 "
+                "(each rank's sub-epoch is its own draw, so the filter would leave the ranks "
+                "different batch counts)",
+            ),
             (
                 self.chunking is not None
                 and (
-                    self.distribution == "files"
+                    self.distribution != "shard"
                     or self.mix is not None
                     or self.epoch_wise_filter is not None
                 ),
-                "chunking with distribution='files', mix or epoch_wise_filter (chunked indexed "
-                "plans are sharded, and filter no sub-epoch)",
+                "chunking with distribution='files' or 'random_seed_offset', mix or "
+                "epoch_wise_filter (chunked indexed plans are sharded, and filter no sub-epoch)",
             ),
             (isinstance(self.max_frames, Mapping), "per-key max_frames"),
             (self.max_packed_frames is not None, "max_packed_frames"),

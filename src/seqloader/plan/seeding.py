@@ -21,6 +21,7 @@ PURPOSE_INDEXED_MIX = 12  # planning="indexed" mix: corpus epochs of each (corpu
 PURPOSE_INDEXED_MIX_ORDER = 13  # planning="indexed" mix: corpora interleaved in a bucket's list
 PURPOSE_INDEXED_FILES_ORDER = 14  # planning="indexed", files: a rank's order of its batches
 PURPOSE_VARIANTS = 15  # length variants (planned speed perturbation): each sequence's per epoch
+PURPOSE_INDEXED_RANK = 16  # planning="indexed", random_seed_offset: a rank's own draws
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

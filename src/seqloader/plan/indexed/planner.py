@@ -111,6 +111,7 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_FILES,
     PURPOSE_INDEXED_FILES_ORDER,
     PURPOSE_INDEXED_MEMBERS,
+    PURPOSE_INDEXED_RANK,
     PURPOSE_INDEXED_RUNS,
     rng_for,
 )
@@ -259,7 +260,8 @@ class IndexedPlanner:
         self._head: tuple[int, ...] = (options.seed,)
         if options.fixed_random_seed is not None:
             self._head = (options.fixed_random_seed, PURPOSE_FIXED_ORDER)
-        self._cut_kept: tuple[int, EpochCut | None] | None = None  # (epoch, its cut)
+        #: ((epoch, order rank), its epoch_wise_filter cut)
+        self._cut_kept: tuple[tuple[int, int], EpochCut] | None = None
         self._sums: np.ndarray | None = None  # per bucket length sums (epoch_wise_filter)
         #: chunking: the chunks planned (``units``: by bucket of their window; ``chunks``: the
         #: table the loader and checks read, its per-sequence arrays made only when read)
@@ -441,9 +443,8 @@ class IndexedPlanner:
     def filtered(self, epoch: int) -> dict[str, int]:
         """The admission's counts and, with ``epoch_wise_filter``, this epoch's."""
         out = dict(self._filtered)
-        ep = EpochIndex(epoch, self.options.partition_epoch)
         if self.options.epoch_wise_filter and self.mix is None:
-            cut = self._epoch_cut(ep, *self._base_counts(ep))
+            cut = self._epoch_cut(EpochIndex(epoch, self.options.partition_epoch), 0)
             for reason, count in (cut.reasons if cut is not None else {}).items():
                 out[reason] = out.get(reason, 0) + count
         return out
@@ -456,7 +457,16 @@ class IndexedPlanner:
             return 0
         return self.options.parsed_ordering.seed_epoch(ep.full_epoch)
 
-    def _counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _head_of(self, order_rank: int) -> tuple[int, ...]:
+        """The first key words of ``order_rank``'s draws: ``_head``, and under
+        ``random_seed_offset`` the rank's own (each rank its own draws of the whole data)."""
+        if self.options.distribution != "random_seed_offset":
+            return self._head
+        return (*self._head, PURPOSE_INDEXED_RANK, order_rank)
+
+    def _counts(
+        self, ep: EpochIndex, order_rank: int = 0
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(sequences per bucket in the sub-epoch, their offset in the full epoch's list, batch
         size per bucket) -> int64 ``[N]`` each."""
         parts = self.options.partition_epoch
@@ -465,7 +475,7 @@ class IndexedPlanner:
             lo = np.zeros_like(counts)
         else:
             counts, lo = self._base_counts(ep)
-            cut = self._epoch_cut(ep, counts, lo)
+            cut = self._epoch_cut(ep, order_rank)
             if cut is not None:
                 counts = cut.counts
         sizes = np.where(self.k > 0, self.k, np.maximum(counts, 1))
@@ -477,61 +487,63 @@ class IndexedPlanner:
         lo, counts = part_cut(self.bucket_counts, self.options.partition_epoch, ep.part)
         return counts, lo
 
-    def _member_draw(self, ep: EpochIndex, offsets: np.ndarray) -> MemberDraw:
-        words = (*self._head, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
+    def _member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
+        words = (*self._head_of(order_rank), PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
         if self.units is not None:  # chunks: drawn as codes
             return MemberDraw(self.units, self.units.starts, offsets, words)
         return MemberDraw(self.index.members, self.index.starts, offsets, words)
 
-    def _epoch_cut(self, ep: EpochIndex, counts: np.ndarray, lo: np.ndarray) -> EpochCut | None:
+    def _epoch_cut(self, ep: EpochIndex, order_rank: int) -> EpochCut | None:
         """``epoch_wise_filter`` on the sub-epoch (``seqloader.plan.indexed.filter``), None when
-        no filter applies to ``ep``; kept for the last epoch asked (table, draw and counts ask)."""
+        no filter applies to ``ep``; kept for the last (epoch, order rank) asked (table, draw and
+        counts ask)."""
         means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
-        if not means:
+        if not means or self.mix is not None:
             return None
         kept = self._cut_kept
-        if kept is not None and kept[0] == ep.epoch:
+        if kept is not None and kept[0] == (ep.epoch, order_rank):
             return kept[1]
         sums = None
         if self.options.partition_epoch == 1:  # the sub-epoch is every bucket, every epoch
             if self._sums is None:
                 self._sums = _bucket_sums(self.index, self.lengths)
             sums = self._sums
-        cut = EpochCut(
-            *epoch_filtered(counts, self._member_draw(ep, lo), self.lengths, means, sums)
-        )
+        counts, lo = self._base_counts(ep)
+        draw = self._member_draw(ep, lo, order_rank)
+        cut = EpochCut(*epoch_filtered(counts, draw, self.lengths, means, sums))
         cut.reasons = {
             f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})": d
             for m, d in zip(means, cut.dropped, strict=True)
             if d
         }
-        self._cut_kept = (ep.epoch, cut)
+        self._cut_kept = ((ep.epoch, order_rank), cut)
         return cut
 
-    def table(self, epoch: int, group: int) -> BatchTable:
+    def table(self, epoch: int, group: int, order_rank: int = 0) -> BatchTable:
         """The sub-epoch's batches in plan order (``group``: the world size the epoch starts
-        with; only ``buckets:N`` depends on it)."""
+        with; only ``buckets:N`` depends on it; ``order_rank``: the rank's own under
+        ``random_seed_offset``)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
-        counts, _, sizes = self._counts(ep)
+        counts, _, sizes = self._counts(ep, order_rank)
         ordering = self.options.parsed_ordering
         if ordering.is_buckets:
             words = (PURPOSE_INDEXED_RUNS, self._seed_epoch(ep), ep.part)
-            return bucket_runs(counts, sizes, group, rng_for(*self._head, *words))
+            return bucket_runs(counts, sizes, group, rng_for(*self._head_of(order_rank), *words))
         return laplace_bins(counts, sizes, ordering.num_bins(int(counts.sum())))
 
-    def draw(self, epoch: int, windows: bool = True) -> Draw:
+    def draw(self, epoch: int, windows: bool = True, order_rank: int = 0) -> Draw:
         """The sub-epoch's slots by (bucket, position): the keyed member draw, sorted by length
         within windows of batches (``SortedWindows``; ``windows=False``: unsorted, for counts)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
-        counts, offsets, sizes = self._counts(ep)
+        counts, offsets, sizes = self._counts(ep, order_rank)
         draw: Draw
-        cut = None if self.mix is not None else self._epoch_cut(ep, counts, offsets)
+        cut = self._epoch_cut(ep, order_rank)
         if isinstance(self.mix, IndexedMix):
             draw = self.mix.draw(ep.full_epoch, ep.part, self.options.partition_epoch)
         elif cut is not None:
             draw = cut.draw
         else:
-            draw = self._member_draw(ep, offsets)
+            draw = self._member_draw(ep, offsets, order_rank)
         if not windows:
             return draw
         if self.units is not None:  # chunks: sorted by their windows
@@ -556,9 +568,10 @@ class IndexedPlanner:
         if self.files is not None:
             plan = self.files_plan(epoch, world_size)[0]
             return plan.batches.seqs[plan.batches.real]
-        return IndexedPlan(
-            self.table(epoch, world_size), self.draw(epoch), 1, 0, "pad", self.units
-        ).batches.seqs
+        per_rank = self.options.distribution == "random_seed_offset"  # runs of one batch
+        table = self.table(epoch, 1 if per_rank else world_size, order_rank)
+        draw = self.draw(epoch, True, order_rank)
+        return IndexedPlan(table, draw, 1, 0, "pad", self.units).batches.seqs
 
     def sub_epoch_units(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> ChunkUnits:
         """Chunking: the sub-epoch's chunks in plan order (``order_rank``: always 0, one order
@@ -665,10 +678,49 @@ class IndexedPlanner:
         if self.files is not None:
             refuse_files_start(start)
             return self.files_plan(epoch, world_size)[0]
+        if self.options.distribution == "random_seed_offset":
+            if start:
+                raise OptionError("random_seed_offset plans cannot start mid-order")
+            return self._per_rank_plan(epoch, world_size)
         table = self.table(epoch, order_world_size or world_size)
         first = table.batch_at(int(start))
         uneven = self.options.uneven
         return IndexedPlan(table, self.draw(epoch), world_size, first, uneven, self.units)
+
+    def _per_rank_plan(self, epoch: int, world_size: int) -> RankwisePlan:
+        """``random_seed_offset``: rank r plans the whole sub-epoch alone with its own draws
+        (``order_rank`` r). Every rank holds the same sequences per bucket, hence the same batch
+        count: equal steps, nothing dropped (``epoch_wise_filter`` with sub-epochs is refused,
+        as it would make the ranks' counts differ)."""
+        uneven = self.options.uneven
+
+        def plan_of(rank: int) -> IndexedPlan:
+            table = self.table(epoch, 1, rank)
+            return IndexedPlan(table, self.draw(epoch, True, rank), 1, 0, uneven)
+
+        first = self.table(epoch, 1, 0)
+        steps, per_rank = first.num_batches, first.num_seqs
+
+        def consumed(steps: int) -> int:
+            if not self.options.parsed_ordering.is_buckets:  # every rank the same table
+                return world_size * first.seqs_before(steps)
+            tables = (self.table(epoch, 1, r) for r in range(world_size))  # runs: own order
+            return sum(t.seqs_before(steps) for t in tables)
+
+        def planned_costs(rank: int, bucket_costs: np.ndarray) -> np.ndarray:
+            table = self.table(epoch, 1, rank)
+            g = np.arange(table.num_batches, dtype=np.int64)
+            return table.batch_sizes(g) * np.asarray(bucket_costs)[table.locate(g)[0]]
+
+        return RankwisePlan(
+            lambda rank: plan_of(rank).batches,
+            world_size,
+            steps,
+            per_rank * world_size,
+            0,
+            consumed,
+            planned_costs,
+        )
 
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
@@ -854,9 +906,13 @@ class IndexedPlanner:
         return False  # no file pools
 
     def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
-        raise OptionError(
-            "planning='indexed' orders no rank alone (no random_seed_offset, no file pools)"
-        )
+        """``random_seed_offset``: the order rank ``rank`` plans alone (its own draws)."""
+        if self.options.distribution != "random_seed_offset":
+            raise OptionError(
+                "planning='indexed' orders a rank alone only under random_seed_offset (no file "
+                "pools)"
+            )
+        return self.sub_epoch_order(epoch, rank, world_size)
 
     def rank_files(self, plan: EpochPlan, rank: int, start_step: int = 0) -> np.ndarray:
         """The files rank ``rank`` reads in ``plan`` from ``start_step`` on (``files_read``)."""
