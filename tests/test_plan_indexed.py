@@ -382,6 +382,17 @@ INDEXED_CASES: dict[str, dict] = {
         "elastic": (3, 3),
         "elastic_again": (2, 5),
     },
+    "chunked 100:50 buckets:5 W4 split elastic -> W3": {
+        "options": {"ordering": "buckets:5", "max_seqs": 8, "max_frames": 700, "seed": 6,
+                    "chunking": "100:50", "min_chunk_size": 20},
+        "world": 4,
+        "elastic": (3, 3),
+    },
+    "chunked 90:60 laplace:.20 partition 2 W3 pad": {
+        "options": {"ordering": "laplace:.20", "max_frames": 900, "partition_epoch": 2,
+                    "uneven": "pad", "chunking": "90:60", "seed": 2},
+        "world": 3,
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -393,6 +404,7 @@ INDEXED_CASES: dict[str, dict] = {
 # seqloader-plan-indexed/5: bucket edges also cut where the batch size the lengths allow changes
 # (histogram.batching_edges), and each bucket's list is sorted by length within windows of
 # WINDOW_BATCHES batches (SortedWindows; `files`: within each unit): every case moved.
+# Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved).
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
@@ -401,6 +413,8 @@ INDEXED_GOLDEN = {
     "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
     "mix laplace:.10 W4 pad, filters": "b8d20b529d89aedfdbbd5d35e2592853c73c64103e77af3d8f94e2bb2f2850a4",
     "files buckets:4 W4 split elastic -> W3 -> W5": "751e943cc455d2ff17ec0d30684cd4d058f50ef2160f921cdee432657b2d2233",
+    "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
+    "chunked 90:60 laplace:.20 partition 2 W3 pad": "11e06ce6385f1f188509f3dee90082d3fbf7c6a7450c976c18c09d383527e2dd",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/5"
 
@@ -427,6 +441,8 @@ def indexed_digest(case: dict) -> str:
     for p, row in zip(plans, content):  # a mix: the corpus epoch of every slot too
         if p.batches.uses is not None:
             row.append(p.batches.uses.tolist())
+        if p.batches.chunks is not None:  # chunked: the chunk of every slot too
+            row.append(p.batches.chunks.tolist())
     return hashlib.sha256(json.dumps([content, planner.filtered(1)]).encode()).hexdigest()
 
 
