@@ -17,6 +17,7 @@ from typing import Literal, NoReturn
 
 import numpy as np
 
+from seqloader.audio.device_features import DeviceFeatures
 from seqloader.audio.features import LogMel
 from seqloader.audio.kaldi_fbank import KaldiFbank
 from seqloader.audio.resample import resample, speed_length
@@ -266,7 +267,13 @@ def loader_needs(options: AudioOptions) -> LoaderNeeds:
         why="was opened with defer_features=True, so it reads waveforms and leaves the "
         "features ('data') to the transform",
         fix="pass transform=seqloader.transforms.Features(features) (after any wave-level "
-        "transforms), or open the source without defer_features.",
+        "transforms), or features_on=DEVICE to compute them in the training process after "
+        "collation, or open the source without defer_features.",
+        on_device=(
+            DeviceFeatures(options.features)
+            if isinstance(options.features, LogMel | KaldiFbank)
+            else None
+        ),
     )
 
 

@@ -21,7 +21,14 @@ from seqloader.loading.variants import check_planned
 from seqloader.loading.worker_spec import Transform, WorkerSpec
 from seqloader.plan.chunks import chunk_spans
 from seqloader.plan.seeding import PURPOSE_MIX_TRANSFORM, PURPOSE_TRANSFORM, rng_for
-from seqloader.sources.base import Source, loader_needs, read_batch, read_each, tags_at
+from seqloader.sources.base import (
+    KeySpec,
+    Source,
+    loader_needs,
+    read_batch,
+    read_each,
+    tags_at,
+)
 from seqloader.sources.remote.stats import COUNTERS
 
 __all__ = ["LoadedBatch", "Transform", "WorkerSpec", "cut_chunks", "execute", "transform_rng"]
@@ -62,11 +69,16 @@ def transform_rng(
     return rng_for(seed, PURPOSE_MIX_TRANSFORM, int(use), int(seq_index))
 
 
-def _check_keys(source: Source, indices: np.ndarray, seqs: list[dict], transformed: bool) -> None:
+def _check_keys(
+    source: Source, indices: np.ndarray, seqs: list[dict], transformed: bool, deferred: bool
+) -> None:
     """Every sequence must carry the source's keys: planning and batch reports rely on them, and a
     transform that drops one (or a deferred feature step that never ran) must say so, not fail
-    later with a bare KeyError."""
-    want = source.schema.keys()
+    later with a bare KeyError. ``deferred``: ``data`` comes later (``features_on``); the
+    waveforms it is computed from must be there."""
+    want = set(source.schema.keys())
+    if deferred:
+        want = (want - {"data"}) | {"audio"}
     for i, seq in zip(indices, seqs):
         missing = want - seq.keys()
         if not missing:
@@ -137,16 +149,22 @@ def _execute(source: Source, spec: BatchSpec, worker: WorkerSpec, alloc: Alloc) 
         for j, i in enumerate(spec.seqs):
             use = None if spec.uses is None else spec.uses[j]
             seqs[j] = _transformed(source, transform, seqs[j], i, seed, spec.epoch, use)
-    _check_keys(source, spec.seqs, seqs, transform is not None)
+    _check_keys(source, spec.seqs, seqs, transform is not None, worker.deferred is not None)
     if variants is not None:
         check_planned(source, spec.seqs, variants, seqs)
     spans: dict[str, np.ndarray] = {}
     if spec.chunks is not None:
         seqs, spans = cut_chunks(source, spec, seqs, chunking)
     if not seqs:
-        data, lengths = pad_empty(source.schema, alloc, packed)
+        schema = dict(source.schema)
+        if worker.deferred is not None:  # the waveforms stand in for data
+            schema.pop("data", None)
+            schema["audio"] = KeySpec(np.dtype(np.float32))
+        data, lengths = pad_empty(schema, alloc, packed)
     else:
         data, lengths = (pack_batch if packed else pad_batch)(seqs, alloc)
+    if worker.deferred is not None:  # data: computed on the trainer's device; its frames now
+        lengths["data"] = np.asarray(worker.deferred.num_frames(lengths["audio"]), np.int64)
     tags = [source.tag(int(i)) for i in spec.seqs]
     where = f"epoch {spec.epoch} step {spec.step}"
     bad = nonfinite_messages(source, spec.seqs, seqs, where) if screen else []

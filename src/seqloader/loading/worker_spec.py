@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from seqloader.loading.variants import PlannedVariants
 
 Transform = Callable[[dict, np.random.Generator], dict]
+
+
+class FrameCounter(Protocol):
+    """Features whose frame count is a formula of the sample count (``KaldiFbank``, ``LogMel``)."""
+
+    def num_frames(self, samples: int | np.ndarray) -> int | np.ndarray: ...
+
 
 #: a chunked plan's windows as ``((key, (size, step)), ...)``: the planner's ``chunks.spec``, frozen
 ChunkPairs = tuple[tuple[str, tuple[int, int]], ...]
@@ -27,6 +35,8 @@ class WorkerSpec:
     chunked plan's ``(key, (size, step))`` pairs; each slot then holds one window of its sequence.
     ``packed``: keys concatenated along time, no padding (``layout="packed"``). ``variants``: the
     plan drew length variants (``loading.variants``): each sequence is read in its planned one.
+    ``deferred``: the features of a deferred ``data`` key (``features_on``): the batch carries the
+    waveforms as ``audio`` and ``data``'s frame counts, computed later on the trainer's device.
 
     >>> spec = WorkerSpec(seed=7, chunking=WorkerSpec.pairs({"data": (4, 2)}))
     >>> spec.chunk_spec
@@ -39,6 +49,7 @@ class WorkerSpec:
     chunking: ChunkPairs = ()
     packed: bool = False
     variants: PlannedVariants | None = None
+    deferred: FrameCounter | None = None
 
     @staticmethod
     def pairs(chunking: Mapping[str, tuple[int, int]] | None) -> ChunkPairs:

@@ -531,9 +531,13 @@ class ShardSource(SourceBase):
         return [out for out, _ in read]
 
     def can_read_into(self) -> bool:
-        """Reads match the planned lengths (``ReadsIntoWhen``): not with ``min_speed < 1``,
-        whose planned audio and frames are the slowest speed's bound."""
-        return self.options.min_speed == 1.0 or not {"audio", "data"} & set(self._keys)
+        """Reads match the planned keys and lengths (``ReadsIntoWhen``): not with ``min_speed <
+        1``, whose planned audio and frames are the slowest speed's bound, nor with
+        ``defer_features`` (waveforms read for a planned ``data``)."""
+        o = self.options
+        if o.defer_features:
+            return False
+        return o.min_speed == 1.0 or not {"audio", "data"} & set(self._keys)
 
     def read_into(
         self, indices: np.ndarray, out: Mapping[str, np.ndarray], screen: bool = False

@@ -125,11 +125,14 @@ class LoaderNeeds:
     """What a source needs from the loader that runs it; the loader checks it generically.
 
     ``transform_keys``: keys the source plans but does not read, so a transform must produce them
-    (with ``why`` and ``fix`` for the error when no transform is given)."""
+    (with ``why`` and ``fix`` for the error when no transform is given). ``on_device``: for an
+    audio source's deferred ``data``, what computes it from a collated batch of waveforms
+    (``seqloader.audio.device_features.DeviceFeatures``), for the loader's ``features_on``."""
 
     transform_keys: tuple[str, ...] = ()
     why: str = ""
     fix: str = ""
+    on_device: object = None
 
 
 @runtime_checkable

@@ -35,6 +35,7 @@ from seqloader.sources.base import (
 from seqloader.torch.batch import Batch
 from seqloader.torch.dataloader import Execution
 from seqloader.torch.distributed import check_same_plan
+from seqloader.torch.features_on import FeaturesOn
 from seqloader.torch.process_rank import detect
 from seqloader.torch.run import run_epoch
 from seqloader.trainer.audit import EpochAuditor
@@ -97,7 +98,9 @@ class SeqLoader:
         )  # data checks and the audit (seqloader.trainer.checks)
         self.topology: Topology = detect(rank, world_size)
         needs = loader_needs(source)
-        if transform is None and needs.transform_keys:
+        features_on = self.worker_options.features_on
+        self._finish = None if features_on is None else FeaturesOn.of(source, needs, features_on)
+        if transform is None and needs.transform_keys and self._finish is None:
             raise OptionError(
                 f"{source!r} {needs.why}, but no transform is given. Fix: {needs.fix}"
             )
@@ -114,13 +117,21 @@ class SeqLoader:
             self.planner, self._fingerprint, self.topology.world_size, rank=self.topology.rank
         )
         chunks = self.planner.chunks
+        variants = planned_variants(source, self.plan_options.partition_epoch)
+        if self._finish is not None and (variants is not None or chunks is not None):
+            raise OptionError(
+                "features_on computes features of whole padded batches of waveforms: not with "
+                "length variants or chunked plans. Fix: compute the features in the workers "
+                "(transform=seqloader.transforms.Features(...))"
+            )
         worker = WorkerSpec(
             seed=self.plan_options.seed,
             transform=transform,
             screen=self._batch_checks.screen,  # workers look for NaN/Inf (loading.screen)
             chunking=WorkerSpec.pairs(None if chunks is None else chunks.spec),
             packed=self.worker_options.layout == "packed",
-            variants=planned_variants(source, self.plan_options.partition_epoch),
+            variants=variants,
+            deferred=None if self._finish is None else self._finish.features,
         )
         self._execution = Execution(source, self.worker_options, worker)
         self._last_report: EpochReport | None = None
@@ -221,6 +232,7 @@ class SeqLoader:
             started=started,
             prefetched=None if self._prefetch is None else self._prefetch.counts,
             clock=self.clock,
+            finish=self._finish,
         )
 
     # ---- what defines the plans ----

@@ -39,6 +39,7 @@ def run_epoch(
     started: float | None = None,
     prefetched: Callable[[], tuple[int, int]] | None = None,
     clock: Clock = time.perf_counter,
+    finish: Callable[[Batch], Batch] | None = None,
 ) -> Generator[Batch, None, None]:
     """Yield ``share`` (this rank's batches from the run's first step) as ``Batch`` es.
 
@@ -46,7 +47,9 @@ def run_epoch(
     the report's clock starts there, so everything before the first batch is data wait
     (``EpochMeter``).
     ``prefetched()``: what the remote files' prefetcher fetched, counted at the end
-    (``PlanPrefetch.counts``)."""
+    (``PlanPrefetch.counts``).
+    ``finish``: the last step before the loop gets a batch (``features_on``), after it is counted
+    and audited; inside the loop's wait."""
     # an epoch without batches for this rank has nothing to measure
     meter = EpochMeter(report, length_key, clock, started=started if len(share) else None)
     finished = False
@@ -91,6 +94,8 @@ def run_epoch(
                     batch.fetch_wait_s,
                     batch.fetch_bytes,
                 )
+                if finish is not None:
+                    batch = handed = finish(batch)
                 meter.handed()  # the wait ends here: the loader's work is all inside it
                 yield batch
                 meter.before_next()  # the loop asks again: from here on it waits

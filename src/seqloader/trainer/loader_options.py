@@ -45,6 +45,11 @@ Layout = Literal["padded", "packed"]
 class WorkerOptions:
     """How batches are executed; never *which* batches (that is the plan).
 
+    ``features_on``: a device (``"cuda"``, ``"cpu"``, ...) for the features of an audio source
+    opened with ``defer_features=True``: workers send the waveforms, and the training process
+    computes ``data`` on that device after collation, for the whole batch at once
+    (``seqloader.audio.device_features.DeviceFeatures``); the batch arrives on that device.
+
     ``layout``: ``padded`` (each key ``[B, T_max, ...]`` with zeros after each end) or ``packed``
     (each key's sequences concatenated along time, ``[sum T_i, ...]``, no padding, with the
     offsets ``cu_seqlens`` int32 ``[B + 1]`` that variable-length attention kernels take).
@@ -62,6 +67,7 @@ class WorkerOptions:
     persistent_workers: bool = True
     timeout: float = 0
     layout: Layout = "padded"
+    features_on: str | None = None
 
     def __post_init__(self) -> None:
         set_ = partial(object.__setattr__, self)
@@ -76,6 +82,13 @@ class WorkerOptions:
             "multiprocessing_context", self.multiprocessing_context, contexts, expected=expected
         )
         choice_option("layout", self.layout, choices(Layout))
+        if self.features_on is not None and not isinstance(self.features_on, str):
+            raise OptionError(
+                f"features_on: got {self.features_on!r}, expected None or a device name such as "
+                "'cuda', 'cuda:1' or 'cpu'"
+            )
+        if self.features_on is not None and self.layout != "padded":
+            raise OptionError("features_on needs layout='padded' (features of a padded batch)")
 
 
 class PlanKeywords(TypedDict, total=False):
@@ -114,6 +127,7 @@ class WorkerKeywords(TypedDict, total=False):
     persistent_workers: bool
     timeout: float
     layout: Layout
+    features_on: str | None
 
 
 class LoaderKeywords(PlanKeywords, WorkerKeywords, total=False):
