@@ -55,11 +55,60 @@ def test_speed_perturbation_is_refused_at_conversion(data: Path, tmp_path: Path,
     kind = "OggZipDataset" if "prepare" in base else "LibriSpeechCorpus"
     with pytest.raises(
         OptionError,
-        match=rf"train dataset \({kind}\): audio option pre_process speed_perturbation returns "
-        r"1[4-7]\d\d\d samples for 16000 .*changes the waveform's length.*RETURNN batches after "
-        r"pre_process.*AudioSource\(\.\.\., min_speed=.*SpeedPerturb",
+        match=rf"train dataset \({kind}\): audio option pre_process speed_perturbation is a "
+        r"speed perturbation \(factors 0\.9091, 1, 1\.111\).*batches after it.*Convert with "
+        r"from_returnn_config\(\.\.\., native_speed_perturb=True\).*AudioSource\(\.\.\., "
+        r"speed=seqloader\.transforms\.SpeedPerturb\(factors\)\)",
     ):
         from_returnn_config(config)
+
+
+@pytest.mark.parametrize(
+    "base", ["librispeech_data_prepare.config", "librispeech_corpus_2018.config"]
+)
+def test_speed_perturbation_converts_natively_when_asked(
+    data: Path, tmp_path: Path, base: str
+) -> None:
+    """The opt-in: RETURNN's factors (its new_sample_rate of 0.9, 1.0, 1.1 times the rate is a
+    speed of 1/1.1, 1, 1/0.9), drawn and planned by seqloader; the whole epoch's lengths are the
+    planned ones (each read is checked against the plan in the worker)."""
+    from fractions import Fraction
+
+    from seqloader.plan.variants import variant_of
+    from seqloader.sources.base import length_variants
+
+    config = tmp_path / "speed.config"
+    config.write_text((CONFIGS / base).read_text() + SPEED_PERT.format(res=""))
+    loaders = from_returnn_config(config, native_speed_perturb=True)
+    train = loaders["train"]
+    try:
+        labels, table = length_variants(train.source)
+        speeds = [Fraction(label.split()[1]).limit_denominator(100) for label in labels]
+        assert speeds == [Fraction(10, 11), Fraction(1), Fraction(10, 9)]
+        seed = train.plan_options.seed
+        seen = 0
+        for batch in train.epoch(1):
+            seqs = batch.seq_indices.numpy()
+            v = variant_of(seed, 0, seqs, len(labels))
+            assert (batch.lengths["data"].numpy() == table["data"][v, seqs]).all()
+            seen += len(seqs)
+        assert seen == train.global_plan(1).real_total()
+    finally:
+        for loader in loaders.values():
+            loader.close()
+
+
+def test_a_length_changing_pre_process_that_is_no_speed_perturbation_stays_refused(
+    data: Path, tmp_path: Path
+) -> None:
+    config = _config(
+        tmp_path,
+        "\ndef _trim(audio, sample_rate, random_state):\n"
+        "  return audio[: len(audio) - random_state.randint(0, 400)]\n"
+        "train['audio'] = dict(train['audio'], pre_process=_trim)\n",
+    )
+    with pytest.raises(OptionError, match=r"pre_process _trim returns .*changes the waveform's"):
+        from_returnn_config(config, native_speed_perturb=True)
 
 
 def test_a_pre_process_that_fails_is_refused_at_conversion(data: Path, tmp_path: Path) -> None:

@@ -278,3 +278,19 @@ def test_reading_without_the_plan_and_conflicting_options_are_refused(corpus):
         sl.AudioSource(corpus.oggzip, keys=("text",), speed=SPEED)
     with pytest.raises(OptionError, match=r"length variants .*planning='indexed'"):
         sl.SeqLoader(src, max_frames=500, planning="indexed", ordering="laplace:.4")
+
+
+def test_a_returnn_view_of_listed_sequences_passes_their_variants_on(corpus):
+    from seqloader.returnn.view import ReturnnView
+
+    src = planned_source(corpus)
+    listed = np.array([5, 2, 9])
+    view = ReturnnView(src, indices=listed)
+    labels, table = view.length_variants()
+    assert labels == src.length_variants()[0]
+    assert np.array_equal(table["data"], src.length_variants()[1]["data"][:, listed])
+    seq = view.read_variant(1, 2)
+    assert len(seq["data"]) == table["data"][2, 1]
+    options = {"max_frames": 400, "seed": 2, "ordering": "laplace:.2"}
+    records = run(view, epochs=(1,), num_workers=0, **options)
+    assert sorted(i for r in records for i in r.seqs) == [0, 1, 2]

@@ -24,8 +24,10 @@ from seqloader.plan.options import Distribution, PlanOptions
 from seqloader.returnn.datasets import Converted, convert_dataset
 from seqloader.returnn.distrib_files import sharded, with_sharding_fix
 from seqloader.returnn.paths import plain_value
+from seqloader.returnn.pre_process import speed_conversion
 from seqloader.returnn.stubs import find_stub, stub_imports
 from seqloader.returnn.view import ReturnnView
+from seqloader.sources.base import length_variants
 from seqloader.torch.loader import SeqLoader
 from seqloader.trainer.checks import CheckOptions
 from seqloader.trainer.loader_options import WorkerOptions
@@ -140,9 +142,11 @@ def returnn_datasets(
     *,
     stub_modules: bool = False,
     only: str | None = None,
+    native_speed_perturb: bool = False,
 ) -> dict[str, ReturnnDataset]:
     """The datasets ``config`` defines (``train``, ``dev``, ``eval``, each of ``eval_datasets``;
-    ``only``: just that one), converted; what ``from_returnn_config`` builds its loaders from."""
+    ``only``: just that one), converted; what ``from_returnn_config`` builds its loaders from
+    (``native_speed_perturb`` as there)."""
     values = torch_batching(read_config(config, stub_modules=stub_modules))
     for key, what in REFUSED_GLOBAL.items():
         if values.get(key):
@@ -176,7 +180,15 @@ def returnn_datasets(
                 f"{name} dataset: {stub} comes from a module stubbed while reading the config; "
                 "the data options cannot use it: install that module, or write the value"
             )
-        converted = convert_dataset(name, spec, default_ordering)
+        with speed_conversion(native_speed_perturb) as native:
+            converted = convert_dataset(name, spec, default_ordering)
+        if native and length_variants(converted.source) is None:
+            raise OptionError(
+                f"{name} dataset: the speed perturbation of {', '.join(native)} cannot be planned "
+                f"inside {type(converted.source).__name__}, which does not pass length variants "
+                "on; convert without native_speed_perturb (it is then refused), or read that "
+                "corpus with seqloader.AudioSource(..., speed=...) directly"
+            )
         if name == TRAIN and _distribution(values) == "shard":
             converted = sharded(converted)  # RETURNN shards a DistributeFilesDataset's files
         if isinstance(spec, Mapping) and spec.get("class") == "DistributeFilesDataset":
@@ -195,11 +207,15 @@ def from_returnn_config(
     rank: int | None = None,
     world_size: int | None = None,
     stub_modules: bool = False,
+    native_speed_perturb: bool = False,
 ) -> dict[str, SeqLoader]:
     """Loaders for the datasets ``config`` defines: ``train``, ``dev``, ``eval`` and each of
     ``eval_datasets``. ``rank`` / ``world_size`` as for ``SeqLoader`` (default: torch.distributed,
     else one process); ``torch_distributed`` in the config chooses how the train data is split.
     ``stub_modules=True`` reads a config whose model code is not installed (``read_config``).
+    ``native_speed_perturb=True``: an audio ``pre_process`` that is a speed perturbation becomes
+    seqloader's planned one (``AudioSource(speed=SpeedPerturb(factors))``: RETURNN's factors,
+    seqloader's draws, exact planned lengths); without it such a config is refused.
 
     >>> sl.write_hdf("train.hdf", sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in (3, 5, 4)]}))
     >>> config = {"train": {"class": "HDFDataset", "files": ["train.hdf"]}, "batch_size": 10, "max_seqs": 2}
@@ -209,7 +225,9 @@ def from_returnn_config(
     """
     return {
         name: d.loader(rank, world_size)
-        for name, d in returnn_datasets(config, stub_modules=stub_modules).items()
+        for name, d in returnn_datasets(
+            config, stub_modules=stub_modules, native_speed_perturb=native_speed_perturb
+        ).items()
     }
 
 

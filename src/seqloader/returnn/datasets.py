@@ -24,7 +24,7 @@ from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
 from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_source
 from seqloader.returnn.paths import plain_value
 from seqloader.returnn.postprocessing import postprocessing
-from seqloader.returnn.pre_process import refuse_length_changing_pre_process
+from seqloader.returnn.pre_process import pre_process_speed
 from seqloader.returnn.read_whole import LM_OWN, REFUSED, TRANSLATION_OWN, read_lm, read_translation
 from seqloader.returnn.seq_lists import meta_seq_lists, read_seq_list, relisted, seq_lens
 from seqloader.returnn.view import ReturnnView
@@ -534,7 +534,7 @@ def _oggzip(where: str, opts: dict[str, Any]) -> Built:
         )
     corpora = oggzip_corpora(where, opts.get("path"), prefix)
     audio, targets = opts.get("audio"), opts.get("targets")
-    features = None
+    features, speed = None, None
     if audio is not None:
         if not isinstance(audio, dict):
             raise OptionError(f"{where}: audio {audio!r}; expected a dict of feature options")
@@ -543,7 +543,7 @@ def _oggzip(where: str, opts: dict[str, Any]) -> Built:
             features = ReturnnFeatures.from_returnn(audio, sample_rate=rate)
         except OptionError as e:
             raise OptionError(f"{where}: {e}") from e
-        refuse_length_changing_pre_process(where, features)
+        features, speed = pre_process_speed(where, features)
     vocab = None
     if targets is not None:
         if not isinstance(targets, dict):
@@ -552,7 +552,7 @@ def _oggzip(where: str, opts: dict[str, Any]) -> Built:
             )
         vocab = ReturnnVocab(targets)
     keys = [k for k, on in (("data", features), ("text", True), ("classes", vocab)) if on]
-    source = AudioSource(corpora, keys=keys, vocab=vocab, features=features)
+    source = AudioSource(corpora, keys=keys, vocab=vocab, features=features, speed=speed)
     durations = source.durations()
     order_lengths = (durations * 100).astype(np.int64)  # RETURNN: int(duration * 100)
     indices = np.arange(len(source), dtype=np.int64)

@@ -23,7 +23,7 @@ from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.plan.selections import EpochSelection
-from seqloader.returnn.pre_process import refuse_length_changing_pre_process
+from seqloader.returnn.pre_process import pre_process_speed
 from seqloader.returnn.vocab import ReturnnVocab
 
 OWN = (
@@ -77,7 +77,7 @@ def librispeech_source(where: str, opts: dict[str, Any]) -> tuple[AudioSource, n
         )
         for n in names
     ]
-    features = None
+    features, speed = None, None
     audio = opts.get("audio")
     if audio is not None:
         if not isinstance(audio, dict):
@@ -90,7 +90,7 @@ def librispeech_source(where: str, opts: dict[str, Any]) -> tuple[AudioSource, n
             features = ReturnnFeatures.from_returnn(audio, sample_rate=rate)
         except OptionError as e:
             raise OptionError(f"{where}: {e}") from e
-        refuse_length_changing_pre_process(where, features)
+        features, speed = pre_process_speed(where, features)
     vocab = _targets(where, opts)
     keys = [k for k, on in (("data", features), ("classes", vocab)) if on is not None]
     if not keys:
@@ -99,7 +99,7 @@ def librispeech_source(where: str, opts: dict[str, Any]) -> tuple[AudioSource, n
             "string, which is no tensor; set audio={...} and/or targets"
         )
     source = AudioSource(
-        [ReadManifest(m) for m in manifests], keys=keys, vocab=vocab, features=features
+        [ReadManifest(m) for m in manifests], keys=keys, vocab=vocab, features=features, speed=speed
     )
     texts = [t for m in manifests for t in (m.texts or [])]
     return source, np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))

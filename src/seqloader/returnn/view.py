@@ -7,13 +7,15 @@ before ordering; ``DistributeFilesDataset`` orders per-sub-epoch pools of files;
 (``order_lengths``, ``excluded``, ``file_pools``, ``epoch_selections``, ``epoch_orders``) and
 maps a subset's
 indices; everything else is the wrapped source's, including its optional abilities
-(``read_many``, ``prepare_workers``, ``where``, ``loader_needs``), declared here and passed on.
+(``read_many``, ``prepare_workers``, ``where``, ``loader_needs``, ``length_variants`` with
+``read_variant``), declared here and passed on.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import numpy as np
 
@@ -21,9 +23,11 @@ from seqloader.plan.orders import EpochOrders
 from seqloader.plan.pools import FilePools
 from seqloader.plan.selections import EpochSelection
 from seqloader.sources.base import (
+    HasLengthVariants,
     LoaderNeeds,
     Schema,
     Source,
+    length_variants,
     loader_needs,
     prepare_workers,
     read_batch,
@@ -53,6 +57,8 @@ class ReturnnView:
         self._selections = selections
         self._indices = None if indices is None else np.asarray(indices, dtype=np.int64)
         self._order_lengths = order_lengths
+        #: the wrapped source's length variants, once taken (``length_variants``)
+        self._variants: tuple[tuple[tuple[str, ...], Mapping[str, np.ndarray]] | None] | None = None
         self._excluded = dict(excluded or {})
         n = len(self)
         for what, arr in [("order_lengths", order_lengths), *self._excluded.items()]:
@@ -142,6 +148,21 @@ class ReturnnView:
 
     def prepare_workers(self) -> None:
         prepare_workers(self._inner)
+
+    def length_variants(self) -> tuple[tuple[str, ...], Mapping[str, np.ndarray]] | None:
+        """The wrapped source's length variants (planned speed perturbation), of the listed
+        sequences (taken once, kept)."""
+        if self._variants is None:
+            declared = length_variants(self._inner)
+            if declared is not None and self._indices is not None:
+                labels, table = declared
+                declared = labels, {k: np.asarray(v)[:, self._indices] for k, v in table.items()}
+            self._variants = (declared,)
+        return self._variants[0]
+
+    def read_variant(self, index: int, variant: int) -> dict[str, np.ndarray]:
+        inner = index if self._indices is None else int(self._indices[index])
+        return cast(HasLengthVariants, self._inner).read_variant(inner, variant)
 
     def where(self, index: int) -> str:
         return where(self._inner, index if self._indices is None else int(self._indices[index]))
