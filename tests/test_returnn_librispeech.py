@@ -26,6 +26,20 @@ def _changed(tmp_path: Path, *lines: str) -> Path:
     return config
 
 
+def _filtered_as_returnn(
+    config: Path, num_workers: int, tmp_path: Path, epochs: tuple[int, ...], filtered: int
+) -> dict:
+    """Our batches of ``epochs``, checked to be RETURNN's; the filter dropped some in epoch
+    ``filtered`` and none in the last epoch (after its ranges)."""
+    expected, _ = reference(str(config), "train", epochs)
+    got, _ = ours(config, num_workers, "train", epochs, tmp_path / "ours")
+    assert got == expected
+    whole, _ = reference(str(CONFIG), "train", epochs)
+    assert sum(map(len, got[filtered])) < sum(map(len, whole[filtered]))
+    assert got[epochs[-1]] == whole[epochs[-1]]
+    return got
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("level", [1, 2])
 def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int, level: int) -> None:
@@ -36,13 +50,7 @@ def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int, level: i
     config.write_text(
         config.read_text().replace('os.environ.get("LIBRISPEECH_FILTER", "0")', str(level))
     )
-    epochs = (1, 2, 3, 5)
-    expected, _ = reference(str(config), "train", epochs)
-    got, _ = ours(config, num_workers, "train", epochs, tmp_path / "ours")
-    assert got == expected
-    whole, _ = reference(str(CONFIG), "train", epochs)
-    assert sum(map(len, got[1])) < sum(map(len, whole[1]))  # the filter dropped some
-    assert got[5] == whole[5]  # after its epochs, no filter
+    got = _filtered_as_returnn(config, num_workers, tmp_path, (1, 2, 3, 5), 1)
     if level == 2:  # the subdirs: train-clean-100 only in epochs 1-4
         assert all(t.startswith("train-clean-100") for b in got[1] + got[3] for t in b)
         assert any(t.startswith("train-other-500") for b in got[5] for t in b)
@@ -50,6 +58,33 @@ def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int, level: i
         reasons = list(loader.planner.filtered(1))
         assert any("subdirs=['train-clean-100', 'train-clean-360'] (epoch 1)" in r for r in reasons)
         loader.close()
+
+
+# the 2018 LibriSpeech setups' curriculum: the old filter (no use_new_filter), which re-sorts
+# each filtered sub-epoch by transcription length; with subdirs, overlapping ranges, a later
+# range with the new filter, partition_epoch
+OLD_FILTERS = {
+    "old": "{(1, 2): {'max_mean_len': 15}, (3, 4): {'max_mean_len': 25}}",
+    "old_subdirs": "{(1, 4): {'max_mean_len': 20, 'subdirs': ['train-clean-100']}}",
+    "overlapping": "{(1, 3): {'subdirs': ['train-clean-100', 'train-other-500']}, "
+    "(2, 4): {'max_mean_len': 18}, (1, 2): {'use_new_filter': True, 'max_mean_len': 30}}",
+}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("case", sorted(OLD_FILTERS))
+def test_old_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int, case: str) -> None:
+    """LibriSpeechCorpus' old filter (without use_new_filter): RETURNN's batches in the filtered
+    sub-epochs (re-sorted by transcription length) and after them; what it leaves out counted
+    per epoch in the report."""
+    config = _changed(tmp_path, f"train['epoch_wise_filter'] = {OLD_FILTERS[case]}")
+    got = _filtered_as_returnn(config, num_workers, tmp_path, (1, 2, 3, 4, 5), 2)
+    loader = from_returnn_config(config)["train"]
+    delivered = sum(len(b) for b in got[2])
+    left_out = sum(c for r, c in loader.planner.filtered(2).items() if "epoch 2" in r)
+    order = loader.planner.sub_epoch_order(2)
+    assert left_out > 0 and len(order) == delivered
+    loader.close()
 
 
 @pytest.mark.parametrize(
@@ -69,9 +104,9 @@ def test_epoch_wise_filter_as_returnn(tmp_path: Path, num_workers: int, level: i
             r"\['train-clean-360'\] keep no sequence.*name parts of this prefix",
         ),
         (
-            ["train['epoch_wise_filter'] = {(1, 2): {'max_mean_len': 20}}"],
-            r"train dataset \(LibriSpeechCorpus\): .*without 'use_new_filter': True .*re-sorts "
-            r"the epoch.*set 'use_new_filter': True",
+            ["train['epoch_wise_filter'] = {(1, 2): {'max_mean_len': 20, 'max_len': 5}}"],
+            r"train dataset \(LibriSpeechCorpus\): epoch_wise_filter\[\(1, 2\)\] \['max_len'\]: "
+            r"not supported with the old filter",
         ),
         (
             ["train['prefix'] = 'valid'"],

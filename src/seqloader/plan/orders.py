@@ -1,8 +1,10 @@
-"""Epoch orders: a source that says its own order per sub-epoch (``seqloader.returnn``'s view of
+"""Epoch orders: a source that says its own order per sub-epoch (``seqloader.returnn``'s views of
 RETURNN's ``CombinedDataset``, whose ``interleave`` / ``random_dataset`` orderings and joint
-sorting are functions of every sub-dataset's own sub-epoch order). The planner takes that order as
+sorting are functions of every sub-dataset's own sub-epoch order, and of ``LibriSpeechCorpus``
+with its old ``epoch_wise_filter``, which re-sorts a sub-epoch). The planner takes that order as
 it comes, drops what admission dropped (RETURNN's length filter runs after the dataset) and
-batches it; nothing else orders it."""
+batches it; nothing else orders it. What the source's order leaves out of an epoch is counted
+(``filtered``) and reported with the planner's own counts."""
 
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ class EpochOrders(Protocol):
     ...         return np.arange(3, dtype=np.int64)[::-1]
     ...     def identity(self):
     ...         return b"reversed"
+    ...     def filtered(self, epoch, seed):
+    ...         return {}
     >>> Reversed().order(1, 0, 0).tolist()
     [2, 1, 0]
     """
@@ -28,6 +32,10 @@ class EpochOrders(Protocol):
     def order(self, epoch: int, seed: int, order_rank: int) -> np.ndarray: ...
 
     def identity(self) -> bytes: ...
+
+    def filtered(self, epoch: int, seed: int) -> dict[str, int]:
+        """What the order of ``epoch`` leaves out, per reason (the report's counts)."""
+        ...
 
 
 @runtime_checkable

@@ -175,6 +175,11 @@ class CombinedOrders:
         spec = (self.ordering, self.partition_epoch, self.fixed_random_seed, self.gumbel_scale)
         return repr((parts, spec)).encode() + self.bounds.tobytes()
 
+    def filtered(self, epoch: int, seed: int) -> dict[str, int]:
+        """Nothing: every sub-dataset's sub-epoch is delivered whole (their own filters count
+        in the sub-datasets' plans, RETURNN's length filter in the planner's admission)."""
+        return {}
+
     def _seed(self, epoch: int, seed: int, order_rank: int, partition: int) -> int:
         """RETURNN's ``_get_random_seed_for_epoch`` (with the rank step of its default offset)."""
         if self.fixed_random_seed is not None:

@@ -21,7 +21,11 @@ from seqloader.errors import OptionError
 from seqloader.returnn.combined import combined
 from seqloader.returnn.distrib_files import distribute_files
 from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
-from seqloader.returnn.librispeech import librispeech_epoch_filter, librispeech_source
+from seqloader.returnn.librispeech import (
+    librispeech_epoch_filter,
+    librispeech_source,
+    old_filter_orders,
+)
 from seqloader.returnn.paths import plain_value
 from seqloader.returnn.postprocessing import postprocessing
 from seqloader.returnn.pre_process import pre_process_speed
@@ -179,6 +183,17 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
     fixed = opts.get("fixed_random_seed")
     if fixed is not None and ordering.split(":")[0] not in UNDRAWN:
         native["fixed_random_seed"] = fixed  # else: no draw, RETURNN's fixed seed changes nothing
+    old = None
+    if kind == "LibriSpeechCorpus" and opts.get("epoch_wise_filter"):
+        assert isinstance(inner, AudioSource) and order_lengths is not None
+        masks = list(view.excluded().values())
+        excluded = np.logical_or.reduce(masks) if masks else None
+        old = old_filter_orders(where, opts["epoch_wise_filter"], opts, inner, indices,
+                                order_lengths, excluded, ordering, int(partition_epoch))  # fmt: skip
+    if old is not None:  # RETURNN re-sorts the sub-epoch: the source orders itself
+        view = ReturnnView(inner, indices=indices, order_lengths=order_lengths,
+                           excluded=view.excluded(), orders=old)  # fmt: skip
+        return Converted(view, "default", int(partition_epoch), offset, kind)
     if opts.get("epoch_wise_filter"):
         native["epoch_wise_filter"] = opts["epoch_wise_filter"]
         if kind == "LibriSpeechCorpus":  # subdirs: epoch selections of the view

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,6 +23,11 @@ from seqloader.audio.returnn_features import ReturnnFeatures
 from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
 from seqloader.extras import require
+from seqloader.plan.admission import mean_len_selection
+from seqloader.plan.epochs import EpochIndex, part_bounds
+from seqloader.plan.options import Ordering
+from seqloader.plan.ordering import order_sequences
+from seqloader.plan.seeding import returnn_rng
 from seqloader.plan.selections import EpochSelection
 from seqloader.returnn.pre_process import pre_process_speed
 from seqloader.returnn.vocab import ReturnnVocab
@@ -146,8 +152,8 @@ def librispeech_epoch_filter(
     """``epoch_wise_filter`` of a ``LibriSpeechCorpus`` -> (the ``epoch_wise_filter=`` plan
     option, the epoch selections). RETURNN applies, per epoch range, ``subdirs`` (only those
     parts) and then, with ``use_new_filter``, ``EpochWiseFilter`` (``max_mean_len`` over the
-    transcription lengths, order kept); both are planned. Its older filter re-sorts the epoch by
-    length: refused with the fix."""
+    transcription lengths, order kept); both are planned. Its old filter (without
+    ``use_new_filter``) re-sorts the sub-epoch: ``old_filter_orders`` plans that one."""
     if not isinstance(value, dict):
         return value, ()  # PlanOptions names what it expects
     means, selections, ranges = {}, [], []
@@ -177,13 +183,6 @@ def librispeech_epoch_filter(
                     "sequence (RETURNN asserts too): name parts of this prefix"
                 )
             selections.append(EpochSelection(first, last, keep, f"subdirs={list(subdirs)}"))
-        if rest.get("max_mean_len") and not rest.get("use_new_filter"):
-            raise OptionError(
-                f"{where}: epoch_wise_filter[{key!r}] without 'use_new_filter': True is "
-                "LibriSpeechCorpus' old filter, which re-sorts the epoch by transcription length "
-                "(RETURNN keeps it for old setups); not supported: set 'use_new_filter': True "
-                "(RETURNN's EpochWiseFilter, the order kept), or leave the filter out"
-            )
         if rest.get("max_mean_len"):
             means[key] = rest
     if selections:
@@ -207,3 +206,177 @@ def _in_parts(opts: dict[str, Any], source: AudioSource, parts: set[str]) -> np.
         if name in parts:
             keep[bounds[m] : bounds[m + 1]] = True
     return keep
+
+
+@dataclass(frozen=True)
+class _Range:
+    """One ``epoch_wise_filter`` range as RETURNN applies it."""
+
+    first: int
+    last: int | None
+    keep: np.ndarray | None  # bool [n]: its subdirs; None: no subdirs
+    max_mean_len: float | None
+    new_filter: bool
+    name: str
+
+    def applies(self, epoch: int) -> bool:
+        return self.first <= epoch and (self.last is None or epoch <= self.last)
+
+
+@dataclass
+class OldFilterOrders:
+    """``LibriSpeechCorpus`` with its old ``epoch_wise_filter`` (``max_mean_len`` without
+    ``use_new_filter``): RETURNN's ``init_seq_order`` exactly (``seqloader.plan.orders``). The
+    corpus ordered by its ``seq_ordering`` and cut into ``partition_epoch`` parts,
+    ``seq_list_filter_file`` applied, then every range that covers the epoch in sorted order: its
+    ``subdirs``, then its filter; the old one sorts the sub-epoch by (transcription length, index)
+    and keeps the shortest ``num`` where RETURNN's binary search over ``mean > max_mean_len``
+    stops (its ``cmp`` returns a bool, so it stops at the first probe whose mean is within), in
+    that sorted order; the new one keeps the order (``EpochWiseFilter``)."""
+
+    ordering: str
+    partition_epoch: int
+    fixed_random_seed: int | None
+    order_lengths: np.ndarray  # int64 [n]: the transcription lengths, RETURNN's sort key
+    excluded: np.ndarray | None  # bool [n]: not in seq_list_filter_file
+    ranges: tuple[_Range, ...]
+
+    def identity(self) -> bytes:
+        spec = (self.ordering, self.partition_epoch, self.fixed_random_seed)
+        parts = [repr(spec).encode()]
+        for r in self.ranges:
+            parts.append(repr((r.first, r.last, r.max_mean_len, r.new_filter, r.name)).encode())
+        return b"old_filter" + b"".join(parts)
+
+    def _ordered(self, epoch: int, seed: int, order_rank: int) -> np.ndarray:
+        parsed = Ordering.parse(self.ordering)
+        ep = EpochIndex(epoch, self.partition_epoch)
+        rng = returnn_rng(parsed.seed_epoch(ep.full_epoch), seed, order_rank)
+        if self.fixed_random_seed is not None:
+            rng = np.random.RandomState(self.fixed_random_seed)
+        perm = order_sequences(self.order_lengths, parsed, rng)
+        lo, hi = part_bounds(len(perm), self.partition_epoch, ep.part)
+        part = perm[lo:hi]
+        return part if self.excluded is None else part[~self.excluded[part]]
+
+    def _filtered(
+        self, epoch: int, seed: int, order_rank: int
+    ) -> tuple[np.ndarray, dict[str, int]]:
+        part = self._ordered(epoch, seed, order_rank)
+        counts: dict[str, int] = {}
+        for r in self.ranges:
+            if not r.applies(epoch):
+                continue
+            before = len(part)
+            if r.keep is not None:
+                part = part[r.keep[part]]
+            if r.max_mean_len and r.new_filter:
+                part = part[mean_len_selection(part, self.order_lengths, r.max_mean_len)]
+            elif r.max_mean_len:
+                part = old_mean_len_filter(part, self.order_lengths, r.max_mean_len)
+            if before > len(part):
+                reason = f"epoch_wise_filter {r.name} (epoch {epoch})"
+                counts[reason] = counts.get(reason, 0) + before - len(part)
+        return part, counts
+
+    def order(self, epoch: int, seed: int, order_rank: int) -> np.ndarray:
+        return self._filtered(epoch, seed, order_rank)[0]
+
+    def filtered(self, epoch: int, seed: int) -> dict[str, int]:
+        return self._filtered(epoch, seed, 0)[1]
+
+
+def old_mean_len_filter(part: np.ndarray, lengths: np.ndarray, max_mean_len: float) -> np.ndarray:
+    """RETURNN's old ``LibriSpeechCorpus`` filter of one sub-epoch ``part`` (int64 ``[m]``): sorted
+    by (length, index), the first ``num`` kept, ``num`` where ``binary_search_any`` with the bool
+    ``cmp = mean(first num) > max_mean_len`` stops -> int64 ``[num]``, in that sorted order.
+
+    >>> old_mean_len_filter(np.array([0, 1, 2, 3]), np.array([9, 1, 5, 3]), 2.5).tolist()
+    [1, 3]
+    """
+    m = len(part)
+    if m == 0:
+        return part
+    lens = np.asarray(lengths, dtype=np.int64)[part]
+    by = np.lexsort((part, lens))  # sorted (len, idx) tuples
+    prefix_mean = np.cumsum(lens[by]) / np.arange(1, m + 1)
+    low, high = 1, m + 1
+    while low < high:
+        mid = (low + high) // 2
+        if prefix_mean[min(mid, m) - 1] > max_mean_len:
+            high = mid
+        else:  # cmp False == 0: RETURNN returns this probe
+            low = high = mid
+    return np.asarray(part[by[:low]], dtype=np.int64)
+
+
+def old_filter_orders(
+    where: str,
+    value: Any,
+    opts: dict[str, Any],
+    source: AudioSource,
+    indices: np.ndarray | None,
+    order_lengths: np.ndarray,
+    excluded: np.ndarray | None,
+    ordering: str,
+    partition_epoch: int,
+) -> OldFilterOrders | None:
+    """The orders of a ``LibriSpeechCorpus`` whose ``epoch_wise_filter`` uses the old filter
+    (some range with ``max_mean_len`` and without ``use_new_filter``); None otherwise (then
+    ``librispeech_epoch_filter`` plans it as selections and ``epoch_wise_filter=``)."""
+    if not isinstance(value, dict) or not any(
+        isinstance(v, dict) and v.get("max_mean_len") and not v.get("use_new_filter")
+        for v in value.values()
+    ):
+        return None
+    ranges = []
+    for key, range_opts in sorted(value.items(), key=lambda kv: _range_key(where, kv[0])):
+        first, last = _range_key(where, key)
+        if not isinstance(range_opts, dict):
+            raise OptionError(
+                f"{where}: epoch_wise_filter[{key!r}] {range_opts!r}; expected a dict"
+            )
+        unknown = sorted(set(range_opts) - {"subdirs", "max_mean_len", "use_new_filter"})
+        if unknown:
+            raise OptionError(
+                f"{where}: epoch_wise_filter[{key!r}] {unknown}: not supported with the old "
+                "filter (RETURNN asserts every option is read); supported: subdirs, max_mean_len, "
+                "use_new_filter"
+            )
+        keep = None
+        subdirs = range_opts.get("subdirs")
+        if subdirs is not None:
+            keep = _in_parts(opts, source, set(subdirs))
+            keep = keep if indices is None else keep[indices]
+            if not keep.any():
+                raise OptionError(
+                    f"{where}: epoch_wise_filter[{key!r}] subdirs {list(subdirs)} keep no "
+                    "sequence (RETURNN asserts too): name parts of this prefix"
+                )
+        mean = range_opts.get("max_mean_len")
+        new = bool(range_opts.get("use_new_filter"))
+        said = [] if subdirs is None else [f"subdirs={list(subdirs)}"]
+        if mean:
+            said.append(f"max_mean_len={mean:g}{'' if new else ' (old filter)'}")
+        name = ", ".join(said)
+        ranges.append(_Range(first, last, keep, mean, new, name))
+    fixed = opts.get("fixed_random_seed")
+    return OldFilterOrders(
+        ordering,
+        partition_epoch,
+        fixed,
+        np.asarray(order_lengths, np.int64),
+        excluded,
+        tuple(ranges),
+    )
+
+
+def _range_key(where: str, key: Any) -> tuple[int, int | None]:
+    """RETURNN's epoch range ``(start, end)``: None start is 1, None or -1 end is open."""
+    if not isinstance(key, tuple) or len(key) != 2:
+        raise OptionError(f"{where}: epoch_wise_filter key {key!r}; expected (first, last)")
+    first = 1 if key[0] is None else key[0]
+    last = None if key[1] in (None, -1) else key[1]
+    if not isinstance(first, int) or (last is not None and not isinstance(last, int)):
+        raise OptionError(f"{where}: epoch_wise_filter key {key!r}; expected ints")
+    return first, last

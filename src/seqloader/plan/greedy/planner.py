@@ -545,6 +545,10 @@ class Planner:
         """What is filtered in ``epoch``, per reason: the admission's counts and, with
         ``epoch_wise_filter``, this epoch's (for the epoch report)."""
         out = dict(self.admission.filtered)
+        if self.orders is not None:  # the source's own curriculum (no filter of ours then)
+            for reason, count in self.orders.filtered(epoch, self.options.seed).items():
+                out[reason] = out.get(reason, 0) + count
+            return out
         if not self.options.epoch_wise_filter and not self.selections:
             return out
         ep = EpochIndex(epoch, self.options.partition_epoch)
