@@ -268,6 +268,13 @@ class PlanOptions:
         if self.length_key is not None and not isinstance(self.length_key, str):
             raise OptionError(f"length_key: got {self.length_key!r}, expected a key name or None")
         object.__setattr__(self, "mix", validate_mix(self.mix))
+        self._check_mix_and_files()
+        object.__setattr__(self, "batch_cost", str(BatchCost.parse(self.batch_cost)))
+        self._check_combinations()
+        self._check_indexed()
+
+    def _check_mix_and_files(self) -> None:
+        """A mix, and whole files per rank, refused with what they cannot be combined with."""
         if self.mix is not None and self.seeding != "seqloader":
             raise OptionError(
                 f"mix: not supported with seeding={self.seeding!r} (RETURNN has no exact mixing "
@@ -297,9 +304,6 @@ class PlanOptions:
                 "has no file distribution whose order could be reproduced); use "
                 "seeding='seqloader', or distribution='shard'"
             )
-        object.__setattr__(self, "batch_cost", str(BatchCost.parse(self.batch_cost)))
-        self._check_combinations()
-        self._check_indexed()
 
     def _check_combinations(self) -> None:
         """Options that work alone but not together: refused with the reason and the fix."""

@@ -20,6 +20,7 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.planners import Planner
 from seqloader.validate import int_option
@@ -143,41 +144,23 @@ def simulate(
     num_workers = int_option("num_workers", num_workers, 0)
     if not epochs:
         raise OptionError("epochs: got none, expected at least one epoch (epochs count from 1)")
-    lengths = planner.lengths
-    n = len(lengths)
     chunks = planner.chunks  # chunked: count chunks (the planned units), not sequences
-    n_units = n if chunks is None else chunks.num_units
-    window = unit_window(planner)
-    P = planner.options.partition_epoch
-    use_counts: dict[int, np.ndarray] = {}  # full epoch -> uses per sequence [n]
-    slots: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # mix: full epoch -> (seqs, uses)
-    parts_seen: dict[int, set[int]] = {}
+    n_units = len(planner.lengths) if chunks is None else chunks.num_units
+    uses = _Uses({}, {}, {})
     epochs_sim = []
     step_problems = []
     worker_problems = []
     for epoch in epochs:
-        ep = EpochIndex(epoch, P)
+        ep = EpochIndex(epoch, planner.options.partition_epoch)
         plan = planner.global_plan(epoch, world_size)
-        again = planner.global_plan(epoch, world_size)
-        if not _same(plan.batches, again.batches):
+        if not _same(plan.batches, planner.global_plan(epoch, world_size).batches):
             worker_problems.append(f"epoch {epoch}: planning twice gave different batches")
-        counts = use_counts.setdefault(ep.full_epoch, np.zeros(n_units, dtype=np.int64))
-        parts_seen.setdefault(ep.full_epoch, set()).add(ep.part)
-        ranks = []
-        for r in range(world_size):
-            share = plan.rank_share(r)
-            used = share.seqs[share.real]
-            if chunks is not None and share.chunks is not None:
-                used = chunks.unit_ids(used, share.chunks[share.real])
-            np.add.at(counts, used, 1)
-            if share.uses is not None:  # chunked: a use is counted once, at its first chunk
-                first = share.real if share.chunks is None else share.real & (share.chunks == 0)
-                slots.setdefault(ep.full_epoch, []).append((share.seqs[first], share.uses[first]))
-            items = worker_items(len(share), num_workers)
-            workers = tuple(load_of(share.take(ids), lengths, window, packed) for ids in items)
-            files = None if planner.files is None else len(planner.rank_files(plan, r))
-            rank_load = load_of(share, lengths, window, packed)
-            ranks.append(RankEpoch(r, rank_load, workers, files))
+        uses.parts.setdefault(ep.full_epoch, set()).add(ep.part)
+        counts = uses.counts.setdefault(ep.full_epoch, np.zeros(n_units, dtype=np.int64))
+        ranks = [
+            _rank_epoch(planner, plan, r, num_workers, packed, counts, uses.slots, ep.full_epoch)
+            for r in range(world_size)
+        ]
         steps = {ra.load.batches for ra in ranks}
         if len(steps) != 1:
             per_rank = {ra.rank: ra.load.batches for ra in ranks}
@@ -187,41 +170,90 @@ def simulate(
         )
         if on_epoch is not None:
             on_epoch(epoch)
-    admission = planner.admission
     if planner.mix is not None:
-        once = mix_exactly_once(planner, use_counts, slots, parts_seen)
+        once = mix_exactly_once(planner, uses.counts, uses.slots, uses.parts)
     else:
-        once = _exactly_once(planner, world_size, use_counts, parts_seen, epochs_sim)
+        once = _exactly_once(planner, world_size, uses.counts, uses.parts, epochs_sim)
     findings = (
         once,
-        Finding(
-            "C2 equal steps",
-            not step_problems,
-            "; ".join(step_problems)
-            or "every rank takes the same number of steps in every epoch: "
-            + _steps_summary(epochs_sim),
-        ),
-        Finding(
-            "C3/C4 worker independence",
-            not worker_problems,
-            "; ".join(worker_problems)
-            or "re-planning every epoch gave identical arrays, and the plan takes no worker count; "
-            + (
-                f"with {num_workers} workers per rank, worker w executes batches w, "
-                f"w+{num_workers}, ... and the DataLoader returns them in plan order"
-                if num_workers
-                else "with num_workers=0 the main process executes every batch in plan order"
-            ),
-        ),
+        _steps_finding(step_problems, epochs_sim),
+        _workers_finding(worker_problems, num_workers),
     )
+    admission = planner.admission
     return Simulation(
         world_size,
         num_workers,
-        n,
+        len(planner.lengths),
         len(admission.admitted),
         dict(admission.filtered),
         tuple(epochs_sim),
         findings,
+    )
+
+
+@dataclass(frozen=True)
+class _Uses:
+    """What a simulation counts per full epoch (0-based): uses per planned unit int64 ``[n]``
+    (``counts``), a mix's (sequences, uses) per rank and epoch (``slots``), and the sub-epochs
+    simulated (``parts``)."""
+
+    counts: dict[int, np.ndarray]
+    slots: dict[int, list[tuple[np.ndarray, np.ndarray]]]
+    parts: dict[int, set[int]]
+
+
+def _rank_epoch(
+    planner: Planner,
+    plan: EpochPlan,
+    rank: int,
+    num_workers: int,
+    packed: bool,
+    counts: np.ndarray,
+    slots: dict[int, list[tuple[np.ndarray, np.ndarray]]],
+    full_epoch: int,
+) -> RankEpoch:
+    """Rank ``rank``'s share of ``plan``: its uses added to ``counts`` (and, mixed, ``slots``),
+    its load and its workers' loads."""
+    chunks, window = planner.chunks, unit_window(planner)
+    share = plan.rank_share(rank)
+    used = share.seqs[share.real]
+    if chunks is not None and share.chunks is not None:
+        used = chunks.unit_ids(used, share.chunks[share.real])
+    np.add.at(counts, used, 1)
+    if share.uses is not None:  # chunked: a use is counted once, at its first chunk
+        first = share.real if share.chunks is None else share.real & (share.chunks == 0)
+        slots.setdefault(full_epoch, []).append((share.seqs[first], share.uses[first]))
+    lengths = planner.lengths
+    items = worker_items(len(share), num_workers)
+    workers = tuple(load_of(share.take(ids), lengths, window, packed) for ids in items)
+    files = None if planner.files is None else len(planner.rank_files(plan, rank))
+    return RankEpoch(rank, load_of(share, lengths, window, packed), workers, files)
+
+
+def _steps_finding(step_problems: list[str], epochs_sim: list[EpochSim]) -> Finding:
+    """C2: every rank took the same number of steps in every epoch."""
+    return Finding(
+        "C2 equal steps",
+        not step_problems,
+        "; ".join(step_problems)
+        or "every rank takes the same number of steps in every epoch: "
+        + _steps_summary(epochs_sim),
+    )
+
+
+def _workers_finding(worker_problems: list[str], num_workers: int) -> Finding:
+    """C3/C4: planning twice gave the same plan, and workers only execute it."""
+    return Finding(
+        "C3/C4 worker independence",
+        not worker_problems,
+        "; ".join(worker_problems)
+        or "re-planning every epoch gave identical arrays, and the plan takes no worker count; "
+        + (
+            f"with {num_workers} workers per rank, worker w executes batches w, "
+            f"w+{num_workers}, ... and the DataLoader returns them in plan order"
+            if num_workers
+            else "with num_workers=0 the main process executes every batch in plan order"
+        ),
     )
 
 
@@ -266,32 +298,17 @@ def _exactly_once(
         admitted = np.ones(planner.chunks.num_units, dtype=bool)
         noun = "chunk"
     P = planner.options.partition_epoch
-    opts = planner.options
     problems: list[str] = []
     complete_ok: list[int] = []
     partial_ok: list[int] = []
     for full, counts in sorted(use_counts.items()):
         complete = len(parts_seen[full]) == P
-        dup = int(np.count_nonzero(counts > 1))
-        missing = int(np.count_nonzero(admitted & (counts == 0))) if complete else 0
-        extra = int(np.count_nonzero(~admitted & (counts > 0)))
-        label = f"full epoch {full + 1} (epochs {full * P + 1}..{full * P + P})"
-        if not (dup or missing or extra):
+        found = _use_problems(counts, admitted, complete, noun)
+        if not found:
             (complete_ok if complete else partial_ok).append(full)
             continue
-        parts = []
-        if dup:
-            i = int(np.flatnonzero(counts > 1)[0])
-            parts.append(
-                f"{dup} {noun}s used more than once (e.g. #{i} {int(counts[i])} times, max "
-                f"{int(counts.max())})"
-            )
-        if missing:
-            i = int(np.flatnonzero(admitted & (counts == 0))[0])
-            parts.append(f"{missing} admitted {noun}s never used (e.g. #{i})")
-        if extra:
-            parts.append(f"{extra} filtered sequences used")
-        problems.append(f"{label}: " + ", ".join(parts))
+        label = f"full epoch {full + 1} (epochs {full * P + 1}..{full * P + P})"
+        problems.append(f"{label}: " + ", ".join(found))
     if not problems:
         said = []
         if complete_ok:
@@ -305,6 +322,37 @@ def _exactly_once(
                 "(simulate all its sub-epochs to check that none is missing)"
             )
         return Finding(name, True, "; ".join(said))
+    why = _why_not_once(planner, world_size, sum(e.dropped for e in epochs_sim))
+    if len(problems) > 2:
+        problems = [*problems[:1], f"and likewise in {len(problems) - 1} more full epochs"]
+    return Finding(name, False, "; ".join(problems) + (". Why: " + "; ".join(why) if why else ""))
+
+
+def _use_problems(counts: np.ndarray, admitted: np.ndarray, complete: bool, noun: str) -> list[str]:
+    """What is wrong with one full epoch's uses per unit (``counts``; ``admitted``: bool, the
+    units that must be used; ``complete``: all its sub-epochs simulated): [] when nothing is."""
+    dup = int(np.count_nonzero(counts > 1))
+    missing = int(np.count_nonzero(admitted & (counts == 0))) if complete else 0
+    extra = int(np.count_nonzero(~admitted & (counts > 0)))
+    parts = []
+    if dup:
+        i = int(np.flatnonzero(counts > 1)[0])
+        parts.append(
+            f"{dup} {noun}s used more than once (e.g. #{i} {int(counts[i])} times, max "
+            f"{int(counts.max())})"
+        )
+    if missing:
+        i = int(np.flatnonzero(admitted & (counts == 0))[0])
+        parts.append(f"{missing} admitted {noun}s never used (e.g. #{i})")
+    if extra:
+        parts.append(f"{extra} filtered sequences used")
+    return parts
+
+
+def _why_not_once(planner: Planner, world_size: int, dropped: int) -> list[str]:
+    """The options that explain a plan that is not exactly once (``dropped``: sequences left
+    out over the simulated epochs)."""
+    opts = planner.options
     why = []
     if opts.distribution == "random_seed_offset" and world_size > 1:
         why.append(
@@ -313,7 +361,6 @@ def _exactly_once(
             "(RETURNN's and Horovod's old multi-GPU behaviour); use distribution='shard' for one "
             "pass per epoch over all ranks together"
         )
-    dropped = sum(e.dropped for e in epochs_sim)
     if planner.per_rank_pools(world_size) and dropped:
         why.append(
             f"the file pools are sharded over the {world_size} ranks (RETURNN's "
@@ -328,9 +375,7 @@ def _exactly_once(
             f"uneven='drop' left {dropped} sequences out of the last round; use uneven='split' "
             "(re-splits the last round so every rank gets a batch)"
         )
-    if len(problems) > 2:
-        problems = [*problems[:1], f"and likewise in {len(problems) - 1} more full epochs"]
-    return Finding(name, False, "; ".join(problems) + (". Why: " + "; ".join(why) if why else ""))
+    return why
 
 
 def mix_exactly_once(

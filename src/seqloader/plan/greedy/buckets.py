@@ -114,19 +114,7 @@ def arrange(
     merged = merge_small_buckets(original, weight[seqs], len(edges) + 1, 2 * group * batch_weight)
     seqs = _sorted_in_windows(seqs, merged[original], lengths, weight, batch_weight)
     bucket = merged[bucket_of(lengths[seqs], edges)]  # [m] non-decreasing
-    cuts = np.flatnonzero(np.diff(bucket)) + 1
-    starts = np.concatenate([[0], cuts, [len(seqs)]]).tolist()
-    run_bounds, pool = [], []
-    for a, b in itertools.pairwise(starts):  # one greedy pass per bucket
-        gb = greedy_bounds(costs[seqs[a:b]], max_seqs, budget) + a  # [nb+1]
-        full = (len(gb) - 2) // group * group  # the last batch is short: always to the pool
-        if full:
-            run_bounds.append(gb[: full + 1])
-        pool.append(seqs[gb[full] : b])
-    in_runs = [seqs[int(rb[0]) : int(rb[-1])] for rb in run_bounds]
-    main_seqs = np.concatenate(in_runs) if in_runs else np.zeros(0, dtype=np.int64)
-    main_bounds = _join_bounds([rb - rb[0] for rb in run_bounds])
-    pool_seqs = np.concatenate(pool)
+    main_seqs, main_bounds, pool_seqs = _bucket_runs(seqs, bucket, costs, group, max_seqs, budget)
     pool_seqs = pool_seqs[argsort_by(-lengths[pool_seqs])]  # adjacent lengths share pool runs
     pool_bounds = greedy_bounds(costs[pool_seqs], max_seqs, budget)
     if balance_tail:
@@ -142,6 +130,31 @@ def arrange(
     run_starts = out.bounds[: len(out) : group].copy()
     pooled = np.append(runs >= (len(main_bounds) - 1) // group, True)[: len(run_starts)]
     return Arrangement(out.seqs, out.bounds, run_starts, group, pooled, merged)
+
+
+def _bucket_runs(
+    seqs: np.ndarray,
+    bucket: np.ndarray,
+    costs: np.ndarray,
+    group: int,
+    max_seqs: int | None,
+    budget: int | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Greedy batches within each bucket of ``seqs`` (``bucket``: int64 ``[m]``, non-decreasing
+    along ``seqs``) in runs of ``group``: (the runs' sequences, their batch bounds, what is left
+    for the pool: each bucket's last, incomplete run and its last, short batch)."""
+    cuts = np.flatnonzero(np.diff(bucket)) + 1
+    starts = np.concatenate([[0], cuts, [len(seqs)]]).tolist()
+    run_bounds, pool = [], []
+    for a, b in itertools.pairwise(starts):  # one greedy pass per bucket
+        gb = greedy_bounds(costs[seqs[a:b]], max_seqs, budget) + a  # [nb+1]
+        full = (len(gb) - 2) // group * group  # the last batch is short: always to the pool
+        if full:
+            run_bounds.append(gb[: full + 1])
+        pool.append(seqs[gb[full] : b])
+    in_runs = [seqs[int(rb[0]) : int(rb[-1])] for rb in run_bounds]
+    main_seqs = np.concatenate(in_runs) if in_runs else np.zeros(0, dtype=np.int64)
+    return main_seqs, _join_bounds([rb - rb[0] for rb in run_bounds]), np.concatenate(pool)
 
 
 def _balance_last_rounds(

@@ -274,45 +274,8 @@ class IndexedMix:
         for c, name in enumerate(self.corpora.names):
             mine = corpus == c
             s, k, bk = seqs[mine], uses[mine], bucket[mine]
-            alien = ~admitted[mine]
-            if alien.any():
-                problems.append(
-                    f"{name}: {int(alien.sum())} uses of sequences that are not its admitted "
-                    f"ones (e.g. #{int(s[alien][0])})"
-                )
-            pair = k * n_all + s
-            uniq, times = np.unique(pair, return_counts=True)
-            if (times > 1).any():
-                j = int(np.flatnonzero(times > 1)[0])
-                at = pair == uniq[j]
-                problems.append(
-                    f"{name}: {int((times > 1).sum())} sequences used twice in one corpus epoch "
-                    f"(e.g. #{int(s[at][0])} in corpus epoch {int(k[at][0]) + 1})"
-                )
-            bad: list[str] = []
-            firsts, lasts = [], []
-            for b in range(len(self.counts)):
-                n = int(self.counts[b, c])
-                here = bk == b
-                if n == 0:
-                    if here.any():
-                        bad.append(f"{int(here.sum())} uses in bucket {b}, which it has none of")
-                    continue
-                a, e = int(start[b, c]), int(end[b, c])
-                firsts.append(-(-a // n))
-                lasts.append(e // n - 1)
-                ks = np.arange(a // n, max(e - 1, a) // n + 1, dtype=np.int64)
-                want = np.maximum(np.minimum(e, (ks + 1) * n) - np.maximum(a, ks * n), 0)
-                kb = k[here]
-                got = np.array([int(np.count_nonzero(kb == x)) for x in ks.tolist()], np.int64)
-                outside = len(kb) - int(got.sum())
-                if outside:
-                    bad.append(f"bucket {b}: {outside} uses of corpus epochs outside the span")
-                bad.extend(
-                    f"bucket {b}, corpus epoch {int(x) + 1}: {int(g)} uses, expected {int(w)}"
-                    for x, g, w in zip(ks, got, want)
-                    if g != w
-                )
+            problems += _pair_problems(name, s, k, ~admitted[mine], n_all)
+            bad, firsts, lasts = _stream_problems(self.counts[:, c], start[:, c], end[:, c], bk, k)
             if bad:
                 problems.append(f"{name}: " + "; ".join(bad[:3]))
             complete = (max(firsts) + 1, min(lasts) + 1) if firsts else (1, 0)
@@ -327,6 +290,62 @@ class IndexedMix:
                 )
             )
         return MixCheck(tuple(out), problems)
+
+
+def _pair_problems(
+    name: str, s: np.ndarray, k: np.ndarray, alien: np.ndarray, n_all: int
+) -> list[str]:
+    """Corpus ``name``'s uses (sequences ``s``, corpus epochs ``k``; ``alien``: not admitted)
+    that are not its admitted sequences, or that repeat a (sequence, corpus epoch) pair."""
+    problems = []
+    if alien.any():
+        problems.append(
+            f"{name}: {int(alien.sum())} uses of sequences that are not its admitted "
+            f"ones (e.g. #{int(s[alien][0])})"
+        )
+    pair = k * n_all + s
+    uniq, times = np.unique(pair, return_counts=True)
+    if (times > 1).any():
+        j = int(np.flatnonzero(times > 1)[0])
+        at = pair == uniq[j]
+        problems.append(
+            f"{name}: {int((times > 1).sum())} sequences used twice in one corpus epoch "
+            f"(e.g. #{int(s[at][0])} in corpus epoch {int(k[at][0]) + 1})"
+        )
+    return problems
+
+
+def _stream_problems(
+    counts: np.ndarray, start: np.ndarray, end: np.ndarray, bk: np.ndarray, k: np.ndarray
+) -> tuple[list[str], list[int], list[int]]:
+    """One corpus' uses per bucket (``bk``: bucket, ``k``: corpus epoch of each use) against the
+    stream positions ``[start, end)`` per bucket of its ``counts`` members: (what is wrong, and
+    per bucket with members the first and last corpus epoch the span covers completely)."""
+    bad: list[str] = []
+    firsts, lasts = [], []
+    for b in range(len(counts)):
+        n = int(counts[b])
+        here = bk == b
+        if n == 0:
+            if here.any():
+                bad.append(f"{int(here.sum())} uses in bucket {b}, which it has none of")
+            continue
+        a, e = int(start[b]), int(end[b])
+        firsts.append(-(-a // n))
+        lasts.append(e // n - 1)
+        ks = np.arange(a // n, max(e - 1, a) // n + 1, dtype=np.int64)
+        want = np.maximum(np.minimum(e, (ks + 1) * n) - np.maximum(a, ks * n), 0)
+        kb = k[here]
+        got = np.array([int(np.count_nonzero(kb == x)) for x in ks.tolist()], np.int64)
+        outside = len(kb) - int(got.sum())
+        if outside:
+            bad.append(f"bucket {b}: {outside} uses of corpus epochs outside the span")
+        bad.extend(
+            f"bucket {b}, corpus epoch {int(x) + 1}: {int(g)} uses, expected {int(w)}"
+            for x, g, w in zip(ks, got, want)
+            if g != w
+        )
+    return bad, firsts, lasts
 
 
 class MixDraw:

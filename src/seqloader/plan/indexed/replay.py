@@ -59,12 +59,49 @@ def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
     live = seg.live
     if steps <= 0 or not len(live):
         return out
-    q = seg.owner  # [L], aligned with live
     nb, size = seg.nb, seg.size
     last = seg.rem - (nb - 1) * size  # [L] the unit's last batch (1..size)
-    big = int(size.max()) + 1
+    level, prev, cut, rest = _split_levels(seg, last)
+    blk_unit, count, first = _rank_blocks(seg)
+    blk_q = seg.owner[blk_unit]
+    short = (first + count == nb[blk_unit]).astype(np.int64)  # holds the unit's last batch
+    full = count - short
+    k_b, l_b = size[blk_unit], last[blk_unit]
+    t_b, p_b = level[blk_q], prev[blk_q]
+    pk, pl = _ceil(k_b, t_b), _ceil(l_b, t_b)
+    ck = np.where(cut[blk_q], _ceil(k_b, p_b) - pk, 0)
+    cl = np.where(cut[blk_q], _ceil(l_b, p_b) - pl, 0)
+    events = full * ck + short * cl  # [blocks] tie increments each block could take
+    # leftovers go to a rank's latest eligible batches: blocks from its end
+    rank_start = np.searchsorted(blk_q, np.arange(world + 1), side="left")
+    after = _suffix_within(events, rank_start)  # events of the rank's later blocks
+    extra = np.clip(rest[blk_q] - after, 0, events)
+    pieces = full * pk + short * pl + extra
+    ends = _cumsum_within(pieces, rank_start)  # pieces through each block, per rank
+    seqs = full * k_b + short * l_b
 
-    # per rank: the split level t* (big: no split; 1: every piece one sequence) and leftovers
+    done = ends <= steps
+    np.add.at(out, live[blk_unit[done]], seqs[done])
+    crossing = np.flatnonzero(~done & (ends - pieces < steps))  # at most one block per rank
+    for i in crossing.tolist():
+        m = steps - int(ends[i] - pieces[i])
+        groups = _groups(
+            int(full[i]), int(short[i]), int(k_b[i]), int(l_b[i]), int(pk[i]), int(pl[i]),
+            int(ck[i]), int(cl[i]), int(extra[i]),
+        )  # fmt: skip
+        out[live[blk_unit[i]]] += _walk(groups, m)
+    return out
+
+
+def _split_levels(
+    seg: LiveUnits, last: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per rank (``last``: each live unit's last batch size): the split level t* (big: no
+    split; 1: every piece one sequence), the level of its ties (increments of value exactly
+    t*), whether the rank splits at a level, and its leftover increments -> ``[W]`` each."""
+    world, q = seg.world_size, seg.owner  # q: [L], aligned with live
+    nb, size = seg.nb, seg.size
+    big = int(size.max()) + 1
     rank_nb, rank_seqs = seg.rank_batches, seg.rank_seqs
     need = (
         np.maximum(seg.steps - rank_nb, 0) if seg.uneven == "split" else np.zeros(world, np.int64)
@@ -93,10 +130,14 @@ def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
         level[cut] = hi[cut]
         rest[cut] = (need - above(level))[cut]
     prev = np.where(cut, level - 1, 1)  # ties: increments of value exactly t*
+    return level, prev, cut, rest
 
-    # blocks: (unit, bin) pairs with batches, in each rank's order
-    bins_of_rank = _num_bins(seg, rank_seqs)
-    bins = bins_of_rank[q]
+
+def _rank_blocks(seg: LiveUnits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (unit, bin) blocks with batches, in each rank's order: (the unit, an index into
+    ``live``; its batches in the block; the first of them) -> int64 ``[blocks]`` each."""
+    q, nb, live = seg.owner, seg.nb, seg.live
+    bins = _num_bins(seg, seg.rank_seqs)[q]
     nblk = np.minimum(bins, nb)
     blk_unit = np.repeat(np.arange(len(live)), nblk)  # index into live
     k = np.arange(int(nblk.sum()), dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk)
@@ -108,35 +149,7 @@ def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
     lev = seg.level[blk_unit]
     major = np.where(bin_of % 2 == 1, -lev, lev)
     order = np.lexsort((live[blk_unit], major, bin_of, q[blk_unit]))
-    blk_unit, count, first = blk_unit[order], count[order], first[order]
-    blk_q = q[blk_unit]
-    short = (first + count == nb[blk_unit]).astype(np.int64)  # holds the unit's last batch
-    full = count - short
-    k_b, l_b = size[blk_unit], last[blk_unit]
-    t_b, p_b = level[blk_q], prev[blk_q]
-    pk, pl = _ceil(k_b, t_b), _ceil(l_b, t_b)
-    ck = np.where(cut[blk_q], _ceil(k_b, p_b) - pk, 0)
-    cl = np.where(cut[blk_q], _ceil(l_b, p_b) - pl, 0)
-    events = full * ck + short * cl  # [blocks] tie increments each block could take
-    # leftovers go to a rank's latest eligible batches: blocks from its end
-    rank_start = np.searchsorted(blk_q, np.arange(world + 1), side="left")
-    after = _suffix_within(events, rank_start)  # events of the rank's later blocks
-    extra = np.clip(rest[blk_q] - after, 0, events)
-    pieces = full * pk + short * pl + extra
-    ends = _cumsum_within(pieces, rank_start)  # pieces through each block, per rank
-    seqs = full * k_b + short * l_b
-
-    done = ends <= steps
-    np.add.at(out, live[blk_unit[done]], seqs[done])
-    crossing = np.flatnonzero(~done & (ends - pieces < steps))  # at most one block per rank
-    for i in crossing.tolist():
-        m = steps - int(ends[i] - pieces[i])
-        groups = _groups(
-            int(full[i]), int(short[i]), int(k_b[i]), int(l_b[i]), int(pk[i]), int(pl[i]),
-            int(ck[i]), int(cl[i]), int(extra[i]),
-        )  # fmt: skip
-        out[live[blk_unit[i]]] += _walk(groups, m)
-    return out
+    return blk_unit[order], count[order], first[order]
 
 
 def _num_bins(seg: LiveUnits, seqs: np.ndarray) -> np.ndarray:
