@@ -7,10 +7,11 @@ length, torch on one thread (as in a worker), process CPU time, ``--reps`` inter
 repetitions (minimum per configuration within a repetition's three passes, ratios within a
 repetition, medians):
 
-- ``worker_features``: ``ShardSource.read_many`` with ``keys=["data"]``, ``KaldiFbank()``:
-  decode and features in the worker (today's path);
-- ``worker_audio``: the same with ``keys=["audio"]``: decode only (the worker's share with
-  ``DeviceFeatures``);
+- ``worker_features``: a worker's batch (``loading.execute``) of ``ShardSource`` with
+  ``keys=["data"]``, ``KaldiFbank()``: decode and features in the worker;
+- ``worker_audio``: a worker's batch of the same source opened with ``defer_features=True``
+  under ``features_on`` (``WorkerSpec(deferred=...)``): decode only, the worker's share with
+  ``SeqLoader(features_on=...)``;
 - ``device_features_on_cpu``: ``DeviceFeatures(KaldiFbank())`` on each padded batch, run on the
   CPU device (where no accelerator is lent: the trainer's CPU cost if it ran there; on an
   accelerator this work leaves the CPU).
@@ -41,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.shards import corpus
     from benchmarks.side_by_side import rotated
     from seqloader.audio.device_features import DeviceFeatures
+    from seqloader.loading.batch_spec import BatchSpec
+    from seqloader.loading.execute import WorkerSpec, execute
     from seqloader.shards import ShardSource
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.device_features", description=__doc__)
@@ -54,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     fbank = sl.KaldiFbank()
     with_features = ShardSource.lhotse_shar(
         shar, keys=["data"], features=fbank, index_dir=index_dir
+    )
+    deferred = ShardSource.lhotse_shar(
+        shar, keys=["data"], features=fbank, defer_features=True, index_dir=index_dir
     )
     audio_only = ShardSource.lhotse_shar(shar, keys=["audio"], index_dir=index_dir)
     order = np.argsort(audio_only.lengths("audio"), kind="stable")
@@ -77,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
             best = min(best, time.process_time() - start)
         return best / seconds
 
+    def spec(b: np.ndarray) -> BatchSpec:
+        return BatchSpec(1, 0, b, np.ones(len(b), bool))
+
+    in_worker, on_device = WorkerSpec(seed=0), WorkerSpec(seed=0, deferred=fbank)
     steps = {
-        "worker_features": lambda k, b: with_features.read_many(b),
-        "worker_audio": lambda k, b: audio_only.read_many(b),
+        "worker_features": lambda k, b: execute(with_features, spec(b), in_worker),
+        "worker_audio": lambda k, b: execute(deferred, spec(b), on_device),
         "device_features_on_cpu": lambda k, b: device(*padded[k]),
     }
     load = [os.getloadavg()]

@@ -13,7 +13,11 @@ repetitions and reported as a ratio:
    (``CutSet.from_shar`` + ``DynamicBucketingSampler(num_buckets=10)`` +
    ``K2SpeechRecognitionDataset(OnTheFlyFeatures(Fbank()))``, the sampler in the main process as
    Lhotse documents it), the same batch budget (``max_frames = 100 * max_duration``) and the same
-   features (``KaldiFbank`` equals Lhotse's ``Fbank`` within 1e-4): sequences per second.
+   features (``KaldiFbank`` equals Lhotse's ``Fbank`` within 1e-4): sequences per second, and
+   CPU seconds per audio hour (the trainer process and its workers, user + system, over the
+   timed epochs). Lhotse runs in both of its settings, ``OnTheFlyFeatures``' default (a batch's
+   features in one ``extract_batch``) and ``use_batch_extract=False`` (one utterance at a time);
+   ``lhotse_best`` is the faster of the two in each repetition.
 2. **Index build**: opening the corpus with an empty index directory (listings + tar headers) vs
    reading every shard file once (``read()`` of the bytes, page cache warm for both); seconds per
    GB of shards. **Second open**: bytes read through ``read()`` (``/proc/self/io`` rchar) beyond
@@ -80,9 +84,19 @@ def corpus(utterances: int) -> Path:
     return shar
 
 
-def seqloader_rate(shar: Path, workers: int, index_dir: Path, epochs: int) -> float:
-    """Sequences per second over ``epochs`` epochs after a warm-up epoch, one loader (its workers
-    started once, as in training)."""
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) of this process and its living children (the DataLoader
+    workers) so far."""
+    import psutil
+
+    me = psutil.Process()
+    return sum(sum(p.cpu_times()[:2]) for p in [me, *me.children(recursive=True)])
+
+
+def seqloader_rate(shar: Path, workers: int, index_dir: Path, epochs: int) -> tuple[float, float]:
+    """(sequences per second, CPU seconds of the trainer and its workers per sequence) over
+    ``epochs`` epochs after a warm-up epoch, one loader (its workers started once, as in
+    training)."""
     src = ShardSource.lhotse_shar(shar, features=sl.KaldiFbank(), index_dir=index_dir)
     with sl.SeqLoader(
         src,
@@ -93,14 +107,18 @@ def seqloader_rate(shar: Path, workers: int, index_dir: Path, epochs: int) -> fl
     ) as loader:
         for _ in loader.epoch(1):
             pass
-        start, n = time.perf_counter(), 0
+        start, cpu, n = time.perf_counter(), tree_cpu_s(), 0
         for epoch in range(2, 2 + epochs):
             n += sum(int(b.mask.sum()) for b in loader.epoch(epoch))
-        return n / (time.perf_counter() - start)
+        return n / (time.perf_counter() - start), (tree_cpu_s() - cpu) / n
 
 
-def lhotse_rate(shar: Path, workers: int, epochs: int) -> float:
-    """The same for Lhotse's pipeline: persistent DataLoader workers, ``sampler.set_epoch``."""
+def lhotse_rate(
+    shar: Path, workers: int, epochs: int, batch_extract: bool = True
+) -> tuple[float, float]:
+    """The same for Lhotse's pipeline: persistent DataLoader workers, ``sampler.set_epoch``;
+    ``OnTheFlyFeatures(use_batch_extract=batch_extract)`` (its default: a batch's features in one
+    call; False: one utterance at a time)."""
     import torch
     from lhotse import CutSet, Fbank
     from lhotse.dataset import DynamicBucketingSampler, K2SpeechRecognitionDataset
@@ -112,7 +130,9 @@ def lhotse_rate(shar: Path, workers: int, epochs: int) -> float:
         sampler = DynamicBucketingSampler(
             cuts, max_duration=MAX_DURATION, num_buckets=10, shuffle=True, seed=1
         )
-        dataset = K2SpeechRecognitionDataset(input_strategy=OnTheFlyFeatures(Fbank()))
+        dataset = K2SpeechRecognitionDataset(
+            input_strategy=OnTheFlyFeatures(Fbank(), use_batch_extract=batch_extract)
+        )
         loader = torch.utils.data.DataLoader(
             dataset,
             sampler=sampler,
@@ -123,11 +143,44 @@ def lhotse_rate(shar: Path, workers: int, epochs: int) -> float:
         sampler.set_epoch(1)
         for _ in loader:
             pass
-        start, n = time.perf_counter(), 0
+        start, cpu, n = time.perf_counter(), tree_cpu_s(), 0
         for epoch in range(2, 2 + epochs):
             sampler.set_epoch(epoch)
             n += sum(int(b["inputs"].shape[0]) for b in loader)
-        return n / (time.perf_counter() - start)
+        return n / (time.perf_counter() - start), (tree_cpu_s() - cpu) / n
+
+
+def audio_hours(shar: Path) -> float:
+    """Hours of audio in the corpus (the listings' durations)."""
+    src = ShardSource.lhotse_shar(shar, keys=["audio"], index_dir=shar.parent / "hours-index")
+    return float(src.durations().sum()) / 3600
+
+
+def lhotse_ratios(runs: dict[str, list[float]], cpu_runs: dict[str, list[float]]) -> dict:
+    """seqloader over each Lhotse setting and over Lhotse's best one in each repetition:
+    sequences per second (higher is seqloader's), and Lhotse's CPU per audio hour over seqloader's
+    (higher: seqloader needs less), medians over the repetitions, and each repetition's."""
+    out: dict[str, Any] = {}
+    for w in (0, 2):
+        ours, ours_cpu = runs[f"seqloader_{w}w"], cpu_runs[f"seqloader_{w}w"]
+        batch, each = runs[f"lhotse_{w}w"], runs[f"lhotse_each_{w}w"]
+        best = [max(a, b) for a, b in zip(batch, each)]
+        best_cpu = [
+            cpu_runs[f"lhotse_{w}w"][i] if batch[i] >= each[i] else cpu_runs[f"lhotse_each_{w}w"][i]
+            for i in range(len(best))
+        ]
+        for name, theirs, theirs_cpu in (
+            ("lhotse", batch, cpu_runs[f"lhotse_{w}w"]),
+            ("lhotse_each", each, cpu_runs[f"lhotse_each_{w}w"]),
+            ("lhotse_best", best, best_cpu),
+        ):
+            speed = [a / b for a, b in zip(ours, theirs)]
+            cpu = [b / a for a, b in zip(ours_cpu, theirs_cpu)]
+            out[f"seqloader_over_{name}_{w}w"] = float(statistics.median(speed))
+            out[f"seqloader_over_{name}_{w}w_per_run"] = speed
+            out[f"{name}_cpu_per_audio_hour_over_seqloader_{w}w"] = float(statistics.median(cpu))
+            out[f"{name}_cpu_per_audio_hour_over_seqloader_{w}w_per_run"] = cpu
+    return out
 
 
 def profile_figures(shar: Path, index_dir: Path) -> dict:
@@ -389,18 +442,21 @@ def main(argv: list[str] | None = None) -> int:
     shar = corpus(args.utterances)
     scratch = Path(tempfile.mkdtemp(prefix="seqloader-shards-bench-"))
     runs: dict[str, list[float]] = {}
+    cpu_runs: dict[str, list[float]] = {}  # CPU seconds per audio hour
+    hour_per_seq = audio_hours(shar) / args.utterances
     index_runs, access_runs, profile_runs = [], [], []
     load_before = os.getloadavg()
     for r in range(args.repeats):
-        configs = [("seqloader", 0), ("lhotse", 0), ("seqloader", 2), ("lhotse", 2)]
+        configs = [(who, w) for w in (0, 2) for who in ("seqloader", "lhotse", "lhotse_each")]
         if r % 2:
             configs.reverse()
         for who, workers in configs:
             if who == "seqloader":
-                rate = seqloader_rate(shar, workers, scratch / "idx", args.epochs)
+                rate, cpu = seqloader_rate(shar, workers, scratch / "idx", args.epochs)
             else:
-                rate = lhotse_rate(shar, workers, args.epochs)
+                rate, cpu = lhotse_rate(shar, workers, args.epochs, who == "lhotse")
             runs.setdefault(f"{who}_{workers}w", []).append(rate)
+            cpu_runs.setdefault(f"{who}_{workers}w", []).append(cpu / hour_per_seq)
         index_runs.append(index_figures(shar, scratch))
         access_runs.append(access_figures(shar, scratch))
         profile_runs.append(profile_figures(shar, scratch / "idx"))
@@ -420,14 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         "epochs_timed": f"{args.epochs} per configuration, after a warm-up epoch (workers "
         "started once)",
         "ratios": {
-            "seqloader_over_lhotse_0w": seqs_per_s["seqloader_0w"] / seqs_per_s["lhotse_0w"],
-            "seqloader_over_lhotse_2w": seqs_per_s["seqloader_2w"] / seqs_per_s["lhotse_2w"],
-            "seqloader_per_run_0w": [
-                a / b for a, b in zip(runs["seqloader_0w"], runs["lhotse_0w"])
-            ],
-            "seqloader_per_run_2w": [
-                a / b for a, b in zip(runs["seqloader_2w"], runs["lhotse_2w"])
-            ],
+            **lhotse_ratios(runs, cpu_runs),
             "index_build_over_one_read": index["build_over_read"],
             "random_over_sequential_members": access["random_s"] / access["sequential_s"],
             "indexed_members_over_tar_stream": access["sequential_s"] / access["stream_s"],
@@ -440,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         "worker_cpu_ms_per_utterance": profile,
         "index": index,
         "seqs_per_s_medians": seqs_per_s,
+        "cpu_s_per_audio_hour_medians": {k: med(v) for k, v in cpu_runs.items()},
         "load_average_before_after": [load_before, os.getloadavg()],
     }
     out = QUICK_RESULTS if args.quick else RESULTS

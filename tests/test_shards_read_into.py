@@ -134,13 +134,15 @@ def test_read_into_equals_the_general_read(mixed, tmp_path_factory, config, pick
 
 
 def test_segments_and_fallbacks_hold_the_planned_audio(mixed, tmp_path) -> None:
-    """The cases the direct decode must hand over or get right, one by one: each row equals
-    ``read`` (segments, crop, pad, stereo, resampled)."""
+    """The cases the direct decode must hand over or get right, one by one: each row, and
+    ``read``, equal the whole member decoded, mixed to mono, cut to its segment, resampled and
+    fitted to the plan (``_wave``: segments, crop, pad, stereo, resampled)."""
     src = open_mixed(mixed, tmp_path, keys=["audio"])
     idx = np.arange(len(src))
     data, lengths, _ = direct(src, idx)
     for j, i in enumerate(idx.tolist()):
-        one = src.read(i)["audio"]
+        one = src._wave(i, *src._member(i, src.shard_of(i)))
+        np.testing.assert_array_equal(src.read(i)["audio"], one)
         assert lengths["audio"][j] == len(one) == src.lengths("audio")[i]
         np.testing.assert_array_equal(data["audio"][j, : len(one)], one)
         assert not data["audio"][j, len(one) :].any()

@@ -590,10 +590,13 @@ class ShardSource(SourceBase):
             waves.append(dst[:n])
         return waves
 
-    def _wave_into(self, index: int, dst: np.ndarray) -> None:
+    def _wave_into(
+        self, index: int, dst: np.ndarray, member: tuple[bytes, str] | None = None
+    ) -> None:
         """The fitted waveform of ``index`` into ``dst[:planned]``, zeros after: decoded in place
-        where ``span_into`` can, else read as ``read`` reads it (which names any error)."""
-        blob, name = self._member(index, self.shard_of(index))
+        where ``span_into`` can, else by ``_wave`` (which names any error). ``member``: its
+        bytes and name, when already read."""
+        blob, name = member or self._member(index, self.shard_of(index))
         want = int(self._samples[index])
         offset = float(self._store.column("offset")[index])
         segment = None
@@ -629,7 +632,8 @@ class ShardSource(SourceBase):
             if self._from_features:
                 out["data"] = self._features(index, blob, name)
             else:
-                wave = self._wave(index, blob, name)
+                wave = np.empty(int(self._samples[index]), np.float32)
+                self._wave_into(index, wave, (blob, name))  # the planned span, decoded in place
                 put_wave(out, wave, self.options, "audio" in keys, "data" in keys and features)
         for key in ("text", "classes"):
             if key in keys:
