@@ -125,6 +125,25 @@ def test_a_resumed_position_batches_the_rest_as_the_uninterrupted_epoch():
         assert (rest.bounds + start).tolist() == whole.bounds[k:].tolist()
 
 
+def test_the_planned_step_imbalance_costs_the_epochs_drawn_lengths():
+    from seqloader.plan.cost import step_imbalance
+
+    base = np.random.default_rng(2).integers(50, 400, 300)
+    variants = speed_variants(base)
+    longest = variants.longest("data")
+    planner = make_planner(
+        {"data": longest},
+        PlanOptions(max_frames=2000, ordering="random", seed=3),
+        variants=variants,
+    )
+    plan = planner.global_plan(2, 3)
+    exact = variants.at(3, 1, {"data": longest})["data"]
+    b = plan.batches
+    want = step_imbalance(b.seqs, b.bounds, 3, exact)
+    assert planner.step_imbalance(plan, 0).compute() == pytest.approx(want)
+    assert want != pytest.approx(step_imbalance(b.seqs, b.bounds, 3, longest))
+
+
 def test_plans_without_variants_do_not_change():
     base = np.random.default_rng(1).integers(1, 500, 300)
     options = PlanOptions(max_frames=3000, ordering="laplace:.30", seed=2)
@@ -294,3 +313,27 @@ def test_a_returnn_view_of_listed_sequences_passes_their_variants_on(corpus):
     options = {"max_frames": 400, "seed": 2, "ordering": "laplace:.2"}
     records = run(view, epochs=(1,), num_workers=0, **options)
     assert sorted(i for r in records for i in r.seqs) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("uneven", ["split", "pad"])
+def test_each_rank_delivers_its_share_at_the_factors_of_a_single_process_run(corpus, uneven):
+    """Two ranks (rank/world_size given, no process group needed for one epoch each) together
+    deliver every utterance once, each at the factor a one-process run gives it; the audit
+    passes on both."""
+    src = planned_source(corpus)
+    options = {"max_frames": 500, "seed": 6, "ordering": "laplace:.4", "uneven": uneven}
+    labels, table = src.length_variants()
+    delivered: dict[int, int] = {}
+    for rank in (0, 1):
+        with sl.SeqLoader(src, rank=rank, world_size=2, audit=True, **options) as loader:
+            for batch in loader.epoch(3):
+                for row, i in enumerate(batch.seq_indices.tolist()):
+                    if batch.mask[row]:
+                        assert i not in delivered
+                        delivered[i] = int(batch.lengths["data"][row])
+            verdict = loader.report().audit
+            assert verdict is not None and verdict.batch_errors == verdict.missing == 0
+    assert sorted(delivered) == list(range(len(src)))
+    seqs = np.array(sorted(delivered))
+    v = variant_of(6, 2, seqs, len(labels))
+    assert [delivered[i] for i in seqs.tolist()] == table["data"][v, seqs].tolist()

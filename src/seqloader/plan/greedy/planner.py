@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import cast
 
@@ -205,6 +206,8 @@ class Planner:
         self.origin = origin
         self.variants = self._checked_variants(variants, lengths)
         self._epoch_batcher: tuple[int, Batcher] | None = None  # (full epoch, its batcher)
+        #: with variants, the epoch of each plan made (id of its seqs -> (weak ref to them, epoch))
+        self._plan_epochs: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
 
     def _checked_variants(
         self, variants: LengthVariants | None, lengths: Mapping[str, np.ndarray]
@@ -682,7 +685,8 @@ class Planner:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         read off its batch list: O(n), so computed off the training loop."""
         if self.chunks is None:
-            return PlannedImbalance(functools.partial(list_imbalance, plan, from_step, self.costs))
+            costs = self._costs_of(plan)
+            return PlannedImbalance(functools.partial(list_imbalance, plan, from_step, costs))
         return PlannedImbalance(
             lambda: list_imbalance(plan, from_step, self.slot_costs(plan.batches), per_slot=True)
         )
@@ -784,7 +788,7 @@ class Planner:
                 else self.batches(self.sub_epoch_order(epoch, r), epoch=epoch)
                 for r in range(world_size)
             ]
-            return distribute_per_rank(per_rank)
+            return self._noted(distribute_per_rank(per_rank), epoch)
         if buckets:
             batches = self._arranged_batches(epoch, 0, order_world_size or world_size, start)
             return distribute_shard(batches, world_size, self.options.uneven)
@@ -797,7 +801,25 @@ class Planner:
         order = order[int(start) :]
         uses = None if uses is None else uses[int(start) :]
         batches = self.batches(order, uses, epoch)
-        return distribute_shard(batches, world_size, self.options.uneven)
+        return self._noted(distribute_shard(batches, world_size, self.options.uneven), epoch)
+
+    def _noted(self, plan: GlobalPlan, epoch: int) -> GlobalPlan:
+        """``plan``, remembered as ``epoch``'s when there are length variants: its step
+        imbalance then costs that epoch's drawn lengths (``step_imbalance``)."""
+        if self.variants is not None:
+            seqs = plan.batches.seqs
+            alive = {k: v for k, v in self._plan_epochs.items() if v[0]() is not None}
+            self._plan_epochs = {**alive, id(seqs): (weakref.ref(seqs), epoch)}
+        return plan
+
+    def _costs_of(self, plan: EpochPlan) -> np.ndarray:
+        """Per-sequence costs of ``plan``: its epoch's drawn lengths' with length variants, else
+        the source's."""
+        seqs = plan.batches.seqs
+        noted = self._plan_epochs.get(id(seqs))
+        if noted is None or noted[0]() is not seqs:
+            return self.costs
+        return self.batcher_of(noted[1]).costs
 
     # ---- distribution="files" (seqloader.plan.files) ----
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
