@@ -1,9 +1,10 @@
-"""``distribution="files"`` with real processes over real HDF files: ``torchrun`` (gloo, a tiny DDP
-model, a DataLoader worker per rank) reads a corpus written to 12 HDF files. Per sub-epoch every
-rank reads only its own files (disjoint across ranks), all ranks take the same number of steps
-(DDP would hang otherwise), the full epoch holds every sequence exactly once, and the gathered
-audit agrees. A run killed mid-epoch resumes on another number of ranks (elastic): before +
-after = the epoch exactly once."""
+"""``distribution="files"`` with real processes over real HDF files: ranks forked after one torch
+import (``tests/dist/launch_fork.py``: gloo, one all_reduce per step, a DataLoader worker per rank;
+torchrun's own environment is ``test_distributed_torchrun.py``'s) read a corpus written to 12 HDF
+files. Per sub-epoch every rank reads only its own files (disjoint across ranks), all ranks take
+the same number of steps (the all_reduce would hang otherwise), the full epoch holds every
+sequence exactly once, and the gathered audit agrees. A run killed mid-epoch resumes on another
+number of ranks (elastic): before + after = the epoch exactly once."""
 
 from __future__ import annotations
 
@@ -56,11 +57,11 @@ def planned_steps(paths: list[Path], world: int, epoch: int, planning: str = "gl
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_torchrun_ranks_read_only_their_files(tmp_path: Path, world: int) -> None:
+def test_ranks_read_only_their_files(tmp_path: Path, world: int) -> None:
     paths, file_of = write_files(tmp_path)
     args = ["--workers", "1", "--distribution", "files", "--partition-epoch", "2"]
     args += ["--epochs", "2", "--audit", "--hdf", *map(str, paths)]
-    rc, console = launch("torchrun", world, tmp_path, "files", *args)
+    rc, console = launch("fork", world, tmp_path, "files", *args)
     assert rc == 0, console
     seen = collections.Counter()
     for epoch in (1, 2):

@@ -1,8 +1,9 @@
-"""``ShardSource`` under real ``torchrun`` (gloo, a tiny DDP model, a DataLoader worker per rank)
-over the DDP corpus written as 12 Lhotse Shar shards: every rank opens the corpus at the same time
-(the shard index is built once, the others wait and map it), ``distribution="files"`` gives each
-rank whole shards (disjoint), all ranks take the planned number of steps, and every sequence
-comes once per epoch."""
+"""``ShardSource`` on real ranks (forked after one torch import by ``tests/dist/launch_fork.py``:
+gloo, one all_reduce per step, a DataLoader worker per rank; torchrun's own environment is
+``test_distributed_torchrun.py``'s) over the DDP corpus written as 12 Lhotse Shar shards: every
+rank opens the corpus at the same time (the shard index is built once, the others wait and map
+it), ``distribution="files"`` gives each rank whole shards (disjoint), all ranks take the planned
+number of steps, and every sequence comes once per epoch."""
 
 from __future__ import annotations
 
@@ -25,13 +26,13 @@ N_SHARDS = 12
 
 
 @pytest.mark.parametrize("world", [2, 3])
-def test_torchrun_over_shar_shards(tmp_path: Path, world: int) -> None:
+def test_ranks_over_shar_shards(tmp_path: Path, world: int) -> None:
     corpus = build_corpus()
     shard_size = -(-len(corpus) // N_SHARDS)
     write_shards(corpus, tmp_path / "shar", "shar", shard_size=shard_size, feature_format="numpy")
     args = ["--workers", "1", "--distribution", "files", "--partition-epoch", "2"]
     args += ["--epochs", "2", "--shar", str(tmp_path / "shar")]
-    rc, console = launch("torchrun", world, tmp_path, "shar", *args)
+    rc, console = launch("fork", world, tmp_path, "shar", *args)
     assert rc == 0, console
     stores = sorted(p.name for p in (tmp_path / "shard-index").glob("*.cols"))
     # built once, whatever the number of ranks: the index and the planned lengths beside it
