@@ -26,6 +26,7 @@ from seqloader.returnn.distrib_files import sharded, with_sharding_fix
 from seqloader.returnn.paths import plain_value
 from seqloader.returnn.pre_process import speed_conversion
 from seqloader.returnn.stubs import find_stub, stub_imports
+from seqloader.returnn.tf_engine import is_tf_config, tf_chunking
 from seqloader.returnn.view import ReturnnView
 from seqloader.sources.base import length_variants
 from seqloader.torch.loader import SeqLoader
@@ -388,13 +389,18 @@ def _plan_options(name: str, c: Converted, values: Mapping[str, Any]) -> PlanOpt
     native, origin = dict(c.native), {k: (k, v) for k, v in c.native.items()}
     if isinstance(max_frames, Mapping):
         origin["max_frames"] = ("batch_size", _per_split(values, "batch_size", train))
+    chunks = values  # a TF-engine config: the chunks of RETURNN's TF engine (tf_engine.py)
+    chunking = values.get("chunking")
+    if is_tf_config(values) and chunking not in (None, 0, "0", "") and not callable(chunking):
+        tf_chunks, tf_min = tf_chunking(where, values, c.source, train)
+        chunks = {**values, "chunking": tf_chunks, "min_chunk_size": tf_min}
     for field, key in (
         ("chunking", "chunking"),
         ("min_chunk_size", "min_chunk_size"),
         ("min_seq_length", "min_seq_length"),
         ("max_packed_frames", "packed_batch_size"),
     ):
-        value = values.get(key) if key != "packed_batch_size" else _per_split(values, key, train)
+        value = chunks.get(key) if key != "packed_batch_size" else _per_split(values, key, train)
         if key == "chunking" and callable(value):
             raise OptionError(
                 f"{where}: chunking {value!r} is a user function; seqloader plans chunks itself: "
