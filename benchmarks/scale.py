@@ -126,7 +126,9 @@ def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float
 
         index = IndexedPlanner({"data": lengths}, options).index
     else:
-        index = build_bucket_index(lengths, edges_for(lengths, options, lengths), None, files)
+        budget = options.cost.budget(options.max_frames)  # max_frames: an int here
+        edges = edges_for(lengths, options, lengths, budget)
+        index = build_bucket_index(lengths, edges, None, files)
     w = StoreWriter(path, f"index-{n}", {"n": n})
     for key, column in index.columns().items():
         w.add(key, np.asarray(column))

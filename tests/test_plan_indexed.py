@@ -299,7 +299,7 @@ def test_a_prebuilt_index_gives_the_same_plan() -> None:
         ordering="buckets:6", max_frames=3000, distribution="files", planning="indexed"
     )
     built = IndexedPlanner({"data": lengths}, options, files=files)
-    edges = edges_for(lengths, options, lengths)
+    edges = edges_for(lengths, options, lengths, built.budget)
     index = BucketIndex.from_columns(build_bucket_index(lengths, edges, None, files).columns())
     given_index = IndexedPlanner({"data": lengths}, options, files=files, index=index)
     np.testing.assert_array_equal(

@@ -1,6 +1,8 @@
 """``planning="indexed"`` with the admission options of global planning: per-key
 ``max_seq_length``/``min_seq_length``, ``fixed_random_subset`` (+ its seed), ``fixed_random_seed``
-and ``epoch_wise_filter``, and ``distribution="random_seed_offset"`` (hypothesis; pure numpy).
+and ``epoch_wise_filter``, ``distribution="random_seed_offset"``, and the packed limits
+(``batch_cost="packed"``, ``max_packed_frames``, limits as mappings on the length key)
+(hypothesis; pure numpy).
 
 Which sequences an epoch holds is global planning's set exactly (one sub-epoch per epoch: the
 whole admitted corpus, filtered alike; counted alike per reason), while order and batches are the
@@ -17,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts
-from seqloader.errors import ResumeError
+from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.planner import IndexedPlanner
@@ -217,6 +219,89 @@ def test_random_seed_offset_gives_each_rank_every_sequence_once_per_full_epoch(c
             continue_plan(planner, Position(1, 0, world, k), world + 1)
 
 
+LIMITS = [
+    {"batch_cost": "packed", "max_frames": 900},
+    {"max_frames": 1500, "max_packed_frames": 700},
+    {"max_frames": {"data": 1200}, "max_packed_frames": {"data": 1000}},
+    {"max_frames": {"data": 800}, "batch_cost": "packed"},
+    {"max_packed_frames": 600},
+]
+
+
+def packed_limit(o: PlanOptions) -> int | None:
+    value = o.max_frames if o.cost.packed else o.max_packed_frames
+    return value.get("data", value.get("*")) if isinstance(value, dict) else value
+
+
+def padded_limit(o: PlanOptions) -> int | None:
+    value = None if o.cost.packed else o.max_frames
+    return value.get("data", value.get("*")) if isinstance(value, dict) else value
+
+
+def check_batch_limits(planner: IndexedPlanner, epoch: int, plan) -> None:
+    """Every batch within the options' own limits: padded frames, sum of lengths, max_seqs."""
+    o, b = planner.options, plan.batches
+    if not len(b.seqs):
+        return
+    lengths = np.asarray(planner.lengths)[b.seqs]
+    sizes = np.diff(b.bounds)
+    padded, packed = padded_limit(o), packed_limit(o)
+    if padded is not None:
+        assert (sizes * np.maximum.reduceat(lengths, b.bounds[:-1])).max() <= padded
+    if packed is not None:
+        assert np.add.reduceat(lengths, b.bounds[:-1]).max() <= packed
+    if o.max_seqs is not None:
+        assert sizes.max() <= o.max_seqs
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(), st.sampled_from(LIMITS), st.sampled_from(["laplace", "laplace:.7", "laplace:3"]))
+def test_packed_and_length_key_limits(case: dict, limits: dict, ordering: str) -> None:
+    """``batch_cost="packed"``, ``max_packed_frames`` and ``max_frames``/``max_packed_frames`` as
+    mappings on the length key: every batch within every limit (a bucket's batch size fits its
+    longest length, so its sum fits too), the contracts, and global planning's admitted set."""
+    o = {**case["options"], **limits, "max_seq_length": None}
+    fits = min(v for v in (padded_limit(PlanOptions(**o)), packed_limit(PlanOptions(**o))) if v)
+    o["max_seq_length"] = fits  # what fits no batch alone is filtered, counted
+    lengths = case["lengths"]  # the limits name only the length key
+    options = PlanOptions(**o, ordering=ordering, planning="indexed")
+    worlds = case["worlds"]
+    check_plan_contracts(
+        lambda: IndexedPlanner(lengths, options),
+        worlds,
+        [case["cut"]] * (len(worlds) - 1),
+        range(1, options.partition_epoch + 1),
+        each_plan=check_batch_limits,
+    )
+    reference = Planner(lengths, PlanOptions(**o, ordering="random"))
+    planner = IndexedPlanner(lengths, options)
+    assert planner.admission.admitted.tolist() == reference.admission.admitted.tolist()
+    if options.partition_epoch == 1 or not options.epoch_wise_filter:  # else its own sub-epoch
+        assert planner.filtered(1) == reference.filtered(1)
+
+
+def test_limits_the_indexed_plan_cannot_keep_are_refused_by_name() -> None:
+    lengths = {"data": np.arange(1, 50), "classes": np.arange(1, 50)}
+    per_key = PlanOptions(ordering="laplace", max_frames={"*": 500}, planning="indexed")
+    with pytest.raises(OptionError, match=r"limit key\(s\) \['classes'\].*planning='global'"):
+        IndexedPlanner(lengths, per_key)
+    with pytest.raises(OptionError, match="max_packed_frames with batch_cost='quadratic"):
+        PlanOptions(
+            ordering="laplace",
+            max_frames=500,
+            max_packed_frames=300,
+            batch_cost="quadratic:100",
+            planning="indexed",
+        )
+    with pytest.raises(SequenceTooLongError, match="max_packed_frames=30"):
+        IndexedPlanner(
+            {"data": np.arange(1, 50)},
+            PlanOptions(
+                ordering="laplace", max_frames=500, max_packed_frames=30, planning="indexed"
+            ),
+        )
+
+
 NEW_CASES: dict[str, dict] = {
     "laplace:.10 W3 split, per-key limits, subset": {
         "options": {
@@ -248,6 +333,19 @@ NEW_CASES: dict[str, dict] = {
         },
         "world": 3,
     },
+    "laplace:.8 W3 split, packed": {
+        "options": {"ordering": "laplace:.8", "batch_cost": "packed", "max_frames": 1600},
+        "world": 3,
+    },
+    "laplace W4 pad, max_packed_frames": {
+        "options": {
+            "ordering": "laplace",
+            "max_frames": 2000,
+            "max_packed_frames": 1200,
+            "uneven": "pad",
+        },
+        "world": 4,
+    },
     "laplace W2 drop, epoch_wise_filter elastic -> W3": {
         "options": {
             "ordering": "laplace",
@@ -263,6 +361,8 @@ NEW_GOLDEN = {
     "laplace:.10 W3 split, per-key limits, subset": "b5d359751dff6c04187f87ce5163917103ec8372d9bddbf7ccea14128924ac2f",
     "buckets:4 partition 2 W4 pad, fixed_random_seed": "87594149e21fbec9a4ebcb537d12fc92510562ececd6f852ba0bf108f70238fe",
     "buckets:3 W3 random_seed_offset, subset": "a94456acdd5273fe5208b26bf7555671f6712c93b1380cf002eec4ffb1ee43b0",
+    "laplace:.8 W3 split, packed": "c560d680934a9eff4dba9461f44f4de575e392a50a3da609d4ac6682252690f4",
+    "laplace W4 pad, max_packed_frames": "60b3af1a38a1cd13d14492b9708535d9025452a3b82f3ec2c3c932948054f73a",
     "laplace W2 drop, epoch_wise_filter elastic -> W3": "97a219773372c401026cb3df1997d71a63c9b93d2b86a935f1067168d04b493b",
 }  # fmt: skip
 

@@ -104,6 +104,8 @@ def check_fit_alone(
     where = f" in {origin}" if origin else ""
     cost = options.cost
     what = f"more than max_frames={options.max_frames}"
+    if options.max_packed_frames is not None:
+        what += f" or max_packed_frames={options.max_packed_frames}"
     if cost.quadratic is not None:
         what = f"costing more than max_frames={options.max_frames} (batch_cost={cost})"
     raise SequenceTooLongError(

@@ -373,12 +373,15 @@ class PlanOptions:
                     or self.mix is not None
                     or self.epoch_wise_filter is not None
                 ),
-                "chunking with distribution='files' or 'random_seed_offset', mix or "
-                "epoch_wise_filter (chunked indexed plans are sharded, and filter no sub-epoch)",
+                "chunking with distribution='files', mix or epoch_wise_filter, or with "
+                "distribution='random_seed_offset' (chunked indexed plans are sharded, and "
+                "filter no sub-epoch)",
             ),
-            (isinstance(self.max_frames, Mapping), "per-key max_frames"),
-            (self.max_packed_frames is not None, "max_packed_frames"),
-            (BatchCost.parse(self.batch_cost).packed, "batch_cost='packed'"),
+            (
+                self.max_packed_frames is not None and self.cost.quadratic is not None,
+                "max_packed_frames with batch_cost='quadratic:Q' (one budget per batch size: "
+                "a quadratic and a packed limit bound it in other units)",
+            ),
             (
                 self.distribution == "files" and self.uneven == "drop",
                 "uneven='drop' with distribution='files' (a rank's dropped batches depend on "

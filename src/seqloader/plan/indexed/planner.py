@@ -139,34 +139,53 @@ def num_buckets(options: PlanOptions) -> int:
     return (ordering.bins or 1) if ordering.is_buckets else LAPLACE_BUCKETS
 
 
-def edges_for(lengths: np.ndarray, options: PlanOptions, costs: np.ndarray) -> np.ndarray:
+def edges_for(
+    lengths: np.ndarray, options: PlanOptions, costs: np.ndarray, budget: int | None
+) -> np.ndarray:
     """The length-bucket edges indexed planning uses for ``options`` (``lengths``: the admitted
     lengths of the length key, ``costs`` their cost units): ``num_buckets`` buckets of about
     equal cost, each cut further where the batch size its lengths allow changes
-    (``batching_edges``)."""
+    (``batching_edges``; ``budget``: ``indexed_budget``)."""
     coarse = bucket_edges(lengths, costs, num_buckets(options))
     values, counts = length_counts(lengths)
     units = np.asarray(options.cost.units(values), dtype=np.int64)
-    return batching_edges(values, counts, units, options.max_seqs, padded_budget(options), coarse)
+    return batching_edges(values, counts, units, options.max_seqs, budget, coarse)
 
 
-def histogram_edges(options: PlanOptions, values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def histogram_edges(
+    options: PlanOptions, budget: int | None, values: np.ndarray, counts: np.ndarray
+) -> np.ndarray:
     """``edges_for`` from a length histogram (``values`` ascending, ``counts`` of each): the
     buckets of a chunked plan's windows (``seqloader.plan.indexed.chunks``)."""
     units = np.asarray(options.cost.units(values), dtype=np.int64)
     coarse = bucket_edges(values, counts * units, num_buckets(options))  # distinct: weighted
-    return batching_edges(values, counts, units, options.max_seqs, padded_budget(options), coarse)
+    return batching_edges(values, counts, units, options.max_seqs, budget, coarse)
 
 
-def padded_budget(options: PlanOptions) -> int | None:
-    """The length key's padded budget in cost units (``max_frames``; indexed planning takes one
-    padded limit), None without one."""
-    frames = options.max_frames
-    if not isinstance(frames, int) or options.cost.packed:
-        return None
-    if options.cost.quadratic is not None:
-        return int(options.cost.budget(frames) or 0)
-    return frames
+def indexed_budget(limits: BatchLimits, origin: str = "") -> int | None:
+    """The one budget of indexed planning, in the length key's cost units, None without one.
+    A batch of bucket b holds ``k_b`` sequences of lengths at most the bucket's longest ``L``:
+    its padded cost is ``k_b * cost(L)`` and its sum of lengths at most ``k_b * L``, so a packed
+    limit (``batch_cost="packed"``'s ``max_frames``, or ``max_packed_frames``) bounds ``k_b``
+    the way a padded one does: the budget is the tighter of the two (a batch never breaks
+    either; ``PlanOptions`` refuses a packed limit next to a quadratic cost). Limits on other
+    keys than the length key need their lengths per bucket: refused by name.
+
+    >>> limits = BatchLimits.of(None, 3000, 2000, PlanOptions().cost, ["data"], "data")
+    >>> indexed_budget(limits)
+    2000
+    """
+    key = limits.length_key
+    others = sorted((set(limits.padded) | set(limits.packed)) - {key})
+    if others:
+        raise OptionError(
+            f"planning='indexed': max_frames/max_packed_frames limit key(s) {others} of "
+            f"{origin or 'the source'}, but indexed planning bounds batches by the length key "
+            f"{key!r} only (its buckets are by that key's lengths); limit only {key!r}, or use "
+            "planning='global' (the default) for per-key limits"
+        )
+    bounds = [b for b in (limits.padded.get(key), limits.packed.get(key)) if b is not None]
+    return min(bounds) if bounds else None
 
 
 def index_key(options: PlanOptions) -> str:
@@ -186,6 +205,11 @@ def index_key(options: PlanOptions) -> str:
             "buckets": num_buckets(options),
             "max_seqs": options.max_seqs,
             "max_frames": options.max_frames,
+            **(
+                {"max_packed_frames": options.max_packed_frames}
+                if options.max_packed_frames is not None
+                else {}
+            ),
             "batch_cost": options.batch_cost,
             "max_seq_length": options.max_seq_length,
             "min_seq_length": options.min_seq_length,
@@ -247,9 +271,14 @@ class IndexedPlanner:
             main = main.astype(np.int64)
         self.lengths = self.order_lengths = main  # int32 memory-mapped views stay views
         limits = BatchLimits.of(
-            options.max_seqs, options.max_frames, None, options.cost, list(lengths), key
+            options.max_seqs,
+            options.max_frames,
+            options.max_packed_frames,
+            options.cost,
+            list(lengths),
+            key,
         )
-        self.budget = limits.padded.get(key)
+        self.budget = indexed_budget(limits, origin)
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
@@ -289,7 +318,7 @@ class IndexedPlanner:
             else:
                 adm_costs = self.costs if self._mask is None else self.costs[self._mask]
                 index = build_bucket_index(
-                    main, edges_for(adm, options, adm_costs), self._mask, self.files
+                    main, edges_for(adm, options, adm_costs, self.budget), self._mask, self.files
                 )
         self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
         self._check_index(index)
@@ -298,7 +327,7 @@ class IndexedPlanner:
         self.longest, self.bucket_counts = index.longest, index.counts
         if self._chunking is not None:
             size, step, least = self._chunking
-            edges_of = partial(histogram_edges, options)
+            edges_of = partial(histogram_edges, options, self.budget)
             self.units = ChunkBuckets.of(index, size, step, least, edges_of)
             self.bucket_edges = self.units.edges
             self.longest, self.bucket_counts = self.units.longest, self.units.counts
@@ -389,7 +418,10 @@ class IndexedPlanner:
         """The longest length that fits a batch alone (no limit: any)."""
         if self.budget is None:
             return np.iinfo(np.int64).max
-        return int(self.options.cost.longest_fitting(int(self.options.max_frames)))  # type: ignore[arg-type]
+        cost = self.options.cost
+        if cost.quadratic is None:  # frames or packed: the budget is in frames
+            return self.budget
+        return int(cost.longest_fitting(self.budget // cost.quadratic))  # budget = frames * Q
 
     def _check_fit(self, tags: Sequence[str] | None) -> None:
         """Every admitted sequence fits a batch alone, else an error naming the first that
