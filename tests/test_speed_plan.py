@@ -295,6 +295,11 @@ def test_reading_without_the_plan_and_conflicting_options_are_refused(corpus):
         sl.AudioSource(corpus.oggzip, features=LM, speed=SPEED, min_speed=0.9)
     with pytest.raises(OptionError, match="no audio or features to perturb"):
         sl.AudioSource(corpus.oggzip, keys=("text",), speed=SPEED)
+    from seqloader.audio.keys import parse_options
+
+    for owner in ("LhotseSource", "HFSource", "ShardSource"):  # read no variants: say so
+        with pytest.raises(OptionError, match=rf"{owner}: speed=SpeedPerturb.*AudioSource only"):
+            parse_options(owner, None, {"speed": SPEED})
     with pytest.raises(OptionError, match=r"length variants .*planning='indexed'"):
         sl.SeqLoader(src, max_frames=500, planning="indexed", ordering="laplace:.4")
 
@@ -337,3 +342,39 @@ def test_each_rank_delivers_its_share_at_the_factors_of_a_single_process_run(cor
     seqs = np.array(sorted(delivered))
     v = variant_of(6, 2, seqs, len(labels))
     assert [delivered[i] for i in seqs.tolist()] == table["data"][v, seqs].tolist()
+
+
+def test_an_elastic_resume_from_two_ranks_to_one_keeps_every_factor_and_each_utterance_once(
+    corpus,
+):
+    src = planned_source(corpus)
+    options = {"max_frames": 300, "seed": 4, "ordering": "laplace:.4"}
+    labels, table = src.length_variants()
+    delivered: list[tuple[int, int]] = []
+    states = []
+    for rank in (0, 1):
+        with sl.SeqLoader(src, rank=rank, world_size=2, **options) as loader:
+            batches = loader.epoch(1)
+            for _ in range(2):
+                b = next(batches)
+                delivered += [
+                    (i, int(n))
+                    for i, n, real in zip(b.seq_indices.tolist(), b.lengths["data"], b.mask)
+                    if real
+                ]
+            states.append(json.loads(json.dumps(loader.state_dict())))
+            batches.close()
+    assert states[0] == states[1]  # both ranks at the same position
+    with sl.SeqLoader(src, rank=0, world_size=1, **options) as resumed:
+        resumed.load_state_dict(states[0])
+        for b in resumed.epoch(1):
+            assert len(b.lengths["data"]) * int(b.lengths["data"].max()) <= 300
+            delivered += [
+                (i, int(n))
+                for i, n, real in zip(b.seq_indices.tolist(), b.lengths["data"], b.mask)
+                if real
+            ]
+    assert sorted(i for i, _ in delivered) == list(range(len(src)))
+    seqs = np.array([i for i, _ in delivered])
+    v = variant_of(4, 0, seqs, len(labels))
+    assert [n for _, n in delivered] == table["data"][v, seqs].tolist()
