@@ -1,7 +1,8 @@
 """One checker of the planning contracts for every plan kind (pure numpy: no torch, no I/O).
 
 ``check_plan_contracts(planner_or_factory, worlds, cuts, epochs=None, *, ordered=False,
-expected=sub_epoch_units, workers=(0, 3))`` checks, for any planner that ``make_planner`` builds
+expected=sub_epoch_units, workers=(3,), each_plan=None, each_segment=None)`` checks, for any
+planner that ``make_planner`` builds
 (greedy or indexed; shard, ``files``, ``random_seed_offset``, file pools; chunked; mixed), the
 contracts of docs/contracts.md on the epochs asked:
 
@@ -16,7 +17,8 @@ contracts of docs/contracts.md on the epochs asked:
 - C2 equal steps: every rank the same steps, from any resumed step; ``max_seqs`` kept.
 - C3 independence from the workers and the rank count: a rank's share is its part of the global
   list, also when a fresh planner computes it alone (no other rank's batches asked first), and
-  ``simulate`` with any of ``workers`` gives every rank the same load, split over its workers.
+  ``simulate`` with ``workers`` DataLoader workers splits each rank's load over them (several
+  values: every one gives each rank the same load), its own findings holding.
 - C4 determinism: planning again, and from a fresh planner (when a factory is given), gives the
   same arrays; so does continuing a saved position from a fresh planner.
 - C5 resume chains: each epoch is run on ``worlds[0]`` ranks, stopped at ``cuts[0]``, saved
@@ -31,15 +33,16 @@ Arguments:
 
 - ``planner_or_factory``: a planner, or a no-argument callable building one (then C4 also from
   fresh planners, and shares computed alone by a fresh planner).
-- ``worlds``: world sizes; the plans of every epoch are checked on each, the chain runs through
-  them in order. Per epoch: a list of lists, one chain per epoch.
+- ``worlds``: world sizes; each epoch's plans are checked on each (and on the first epoch's
+  first one, which the full-epoch checks and ``simulate`` use), the chain runs through them in
+  order. Per epoch: a list of lists, one chain per epoch.
 - ``cuts``: where each segment but the last stops: a float in [0, 1] is a fraction of the
   segment's remaining steps, an int that many steps (-1: to the end). Per epoch like ``worlds``.
 - ``epochs``: the epochs to check (default: the first full epoch, ``1..partition_epoch``).
 - ``ordered``: the real units come in ``expected``'s order (plan order; across resumes too).
 - ``expected(planner, epoch, world) -> Units``: a sub-epoch's units (default
   ``sub_epoch_units``); a new kind whose sub-epoch the default does not know passes its own.
-- ``workers``: the ``num_workers`` values ``simulate`` compares (empty: skip).
+- ``workers``: the ``num_workers`` values ``simulate`` runs with (empty: skip).
 - ``each_plan(planner, epoch, plan)``: a kind's own checks of every plan checked (limits,
   layouts).
 - ``each_segment(planner, position, plan, consumed)``: a kind's own checks of every segment of
@@ -140,6 +143,14 @@ def steps_units(plan: EpochPlan, from_step: int, to_step: int) -> Units:
     return slots(b, int(b.bounds[from_step * w]), int(b.bounds[to_step * w]))
 
 
+def interleaved(shares: Sequence[BatchList]) -> Units:
+    """Real units of the ranks' ``shares`` (equally many batches each) in the order of the list
+    of all ranks: step after step, rank after rank."""
+    parts = [slots(share, int(a), int(b)) for k in range(len(shares[0])) for share in shares
+             for a, b in [share.bounds[k : k + 2]]]  # fmt: skip
+    return Units.concat(parts) if parts else slots(shares[0])
+
+
 def sub_epoch_units(planner: Planner, epoch: int, world: int) -> Units:
     """The units ``epoch`` plans on ``world`` ranks (its order: only ``buckets:N`` depends on the
     world size), from the planner's own answers: ``sub_epoch_slots`` (mixed),
@@ -187,7 +198,7 @@ def check_plan_contracts(
     *,
     ordered: bool = False,
     expected: Callable[[Planner, int, int], Units] = sub_epoch_units,
-    workers: Sequence[int] = (0, 3),
+    workers: Sequence[int] = (3,),
     each_plan: Callable[[Planner, int, EpochPlan], None] | None = None,
     each_segment: SegmentCheck | None = None,
 ) -> Checked:
@@ -200,7 +211,16 @@ def check_plan_contracts(
     chains = _per_epoch(worlds, epochs)
     cut_lists = _per_epoch(cuts, epochs)
     out = Checked()
+    memo: dict[tuple[int, int], Units] = {}
+
+    def expect(planner: Planner, epoch: int, world: int) -> Units:
+        if (epoch, world) not in memo:
+            memo[epoch, world] = expected(planner, epoch, world)
+        return memo[epoch, world]
+
     every_world = sorted({w for chain in chains.values() for w in chain})
+    base = chains[epochs[0]][0]  # planned on every epoch: the full epochs' checks
+    worlds_of = {e: sorted({base, *chains[e]}) for e in epochs}
     for world in every_world:
         try:
             planner.check_world(world)
@@ -209,21 +229,27 @@ def check_plan_contracts(
             with pytest.raises(OptionError):
                 planner.global_plan(epochs[0], world)
     for epoch in epochs:
-        for world in every_world:
+        for world in worlds_of[epoch]:
             if world not in out.refused:
-                plan = check_plan(planner, fresh, epoch, world, expected, ordered)
-                out.plans[epoch, world] = plan
-                out.batches[epoch, world] = plan.batches
+                plan, batches = check_plan(planner, fresh, epoch, world, expect, ordered)
+                out.plans[epoch, world], out.batches[epoch, world] = plan, batches
                 if each_plan is not None:
                     each_plan(planner, epoch, plan)
-    for world in every_world:
-        if world not in out.refused:
-            check_full_epochs(planner, out, epochs, world)
-            if workers and world == every_world[0]:
-                check_workers(planner, world, epochs, workers)
+    if base not in out.refused:
+        check_full_epochs(planner, out, epochs, base)
+        if workers:
+            check_workers(planner, base, epochs, workers)
     for epoch in epochs:
         got = check_chain(
-            planner, fresh, epoch, chains[epoch], cut_lists[epoch], expected, ordered, each_segment
+            planner,
+            fresh,
+            epoch,
+            chains[epoch],
+            cut_lists[epoch],
+            expect,
+            ordered,
+            each_segment,
+            out.batches,
         )
         if got is not None:
             out.consumed[epoch] = got
@@ -245,8 +271,8 @@ def check_plan(
     world: int,
     expected: Callable[[Planner, int, int], Units],
     ordered: bool,
-) -> EpochPlan:
-    """C1-C4 on one plan of ``epoch`` with ``world`` ranks."""
+) -> tuple[EpochPlan, BatchList]:
+    """C1-C4 on one plan of ``epoch`` with ``world`` ranks -> (the plan, its batch list)."""
     plan = planner.global_plan(epoch, world)
     # C3/C4: each rank's share computed alone, last rank first and before any list of all ranks
     # (by a fresh planner given a factory, else by planning again) is its part of the list
@@ -265,7 +291,7 @@ def check_plan(
         same_batches(shares[r], b.take(np.arange(r, len(b), world)))
     if per_rank(planner, world):
         check_rank_orders(planner, plan, epoch)
-        return plan
+        return plan, b
     want = expected(planner, epoch, world)
     want_keys = want.keys(planner)
     real = slots(b).keys(planner)
@@ -276,7 +302,7 @@ def check_plan(
     assert np.isin(b.seqs, want.seqs).all(), "a filler from outside the sub-epoch"
     if ordered:
         np.testing.assert_array_equal(real, want_keys[: len(real)])
-    return plan
+    return plan, b
 
 
 def same_batches(got: BatchList, want: BatchList) -> None:
@@ -392,6 +418,7 @@ def check_chain(
     expected: Callable[[Planner, int, int], Units],
     ordered: bool,
     each_segment: SegmentCheck | None = None,
+    checked: Mapping[tuple[int, int], BatchList] | None = None,
 ) -> Units | None:
     """C5: run ``epoch`` on ``worlds[0]`` ranks, stop at ``cuts[0]``, save the position as JSON,
     continue on ``worlds[1]``, ... to the end -> the units consumed, in order (None: a world
@@ -413,24 +440,30 @@ def check_chain(
         w, start = plan.world_size, position.steps
         if each_segment is not None:
             each_segment(planner, position, plan, Units.concat(consumed))
-        shares = [plan.rank_share(r, start) for r in range(w)]
+        listed = (checked or {}).get((epoch, w))
+        if i == 0 and listed is not None:  # the epoch's plan, whose shares check_plan compared
+            shares = [listed.take(np.arange(r, len(listed), w)) for r in range(w)]
+        else:
+            shares = [plan.rank_share(r, start) for r in range(w)]
         assert {len(x) for x in shares} == {plan.steps - start}, "ranks take different steps"
         stop = plan.steps
         if i < len(worlds) - 1 and i < len(cuts):
             stop = stop_at(cuts[i], start, plan.steps)
-        consumed.append(steps_units(plan, start, stop))
+        taken = [shares[r].first(stop - start) for r in range(w)]
+        consumed.append(interleaved(taken))
         for r in range(w):
-            ranks.setdefault((w, r), []).append(slots(shares[r].first(stop - start)))
+            ranks.setdefault((w, r), []).append(slots(taken[r]))
         position = position.advanced(stop - start)
         if not per_rank(planner, w):
             assert position.seq_offset(plan) == sum(len(c) for c in consumed)
         position = Position.from_fields(json.loads(json.dumps(position.to_fields())))
-        # C4/C5: the saved position re-plans its segment alike (from a fresh planner given a
-        # factory): the same world size continues the plan
-        again, at = continue_plan(fresh() if fresh is not None else planner, position, w)
-        assert at == position
-        for r in range(w):
-            same_batches(again.rank_share(r, stop), after(shares[r], stop - start))
+        if stop < plan.steps:  # (a finished segment: the next one checks it stays finished)
+            # C4/C5: the saved position re-plans its segment alike (from a fresh planner given
+            # a factory): the same world size continues the plan
+            again, at = continue_plan(fresh() if fresh is not None else planner, position, w)
+            assert at == position
+            for r in range(w):
+                same_batches(again.rank_share(r, stop), after(shares[r], stop - start))
         done = position.steps == plan.steps
     assert plan is not None
     got = Units.concat(consumed)

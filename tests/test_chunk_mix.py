@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from plan_contracts import check_plan_contracts
 from seqloader.plan import Planner, PlanOptions
-from seqloader.plan.mix import check_corpus_epochs
 from seqloader.plan.simulate import simulate
-from test_mix_plan import mixes, run_epoch
+from test_mix_plan import mixes
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
@@ -33,31 +33,17 @@ def chunked(planner: Planner, chunking: str) -> Planner:
 @settings(max_examples=100, deadline=None)
 @given(mixes(), st.sampled_from(["4:2", "5:5", "3:1", "7"]))
 def test_every_chunk_of_every_use_once_across_resumes(m: dict, chunking: str) -> None:
+    """Every chunk of every slot consumed over the resumes, in plan order, carrying its slot's
+    corpus epoch; per corpus every sequence once per corpus epoch (the contracts)."""
     planner = chunked(m["planner"], chunking)
     assert planner.chunks is not None and planner.mix is not None
-    firsts, first_uses = [], []
-    for epoch in range(1, m["epochs"] + 1):
-        position_seqs, _ = run_epoch(planner, epoch, m["worlds"][epoch - 1], m["cuts"][epoch - 1])
-        order, order_uses = planner.sub_epoch_slots(epoch)
-        units = planner.chunks.expand(order)
-        # consumed over the resumes = every chunk of every slot, in plan order
-        np.testing.assert_array_equal(position_seqs, units.seqs)
-        plan = planner.global_plan(epoch, 1)
-        b = plan.batches
-        assert b.uses is not None and b.chunks is not None
-        np.testing.assert_array_equal(b.seqs[b.real], units.seqs)
-        np.testing.assert_array_equal(b.chunks[b.real], units.chunks)
-        np.testing.assert_array_equal(
-            b.uses[b.real], np.repeat(order_uses, planner.chunks.counts[order])
-        )
-        first = b.real & (b.chunks == 0)  # one per use
-        firsts.append(b.seqs[first])
-        first_uses.append(b.uses[first])
-    P = planner.options.partition_epoch
-    check = check_corpus_epochs(
-        planner.mix, range(m["epochs"] // P), np.concatenate(firsts), np.concatenate(first_uses)
+    check_plan_contracts(
+        lambda: chunked(m["planner"], chunking),
+        m["worlds"],
+        m["cuts"],
+        range(1, m["epochs"] + 1),
+        ordered=True,
     )
-    assert check.ok, check.problems
 
 
 @settings(max_examples=30, deadline=None)

@@ -15,13 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import MIX_ORDERINGS
-from mix_chains import run_epoch
+from plan_contracts import check_plan_contracts
 from seqloader.errors import DataWarning, OptionError
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.bounds import MAX_EPOCH_SLOTS
 from seqloader.plan.mix import (
     Corpora,
-    check_corpus_epochs,
     corpus_epoch_permutation,
     select_corpus,
     stream_span,
@@ -64,21 +63,17 @@ def mixes(draw: st.DrawFn) -> dict:
 @settings(max_examples=150, deadline=None)
 @given(mixes())
 def test_every_sequence_once_per_corpus_epoch_across_resumes(m: dict) -> None:
+    """Every epoch's slots consumed over its resumes (W -> W' -> W'', through JSON), in order,
+    whatever the resumes; per corpus every sequence once per corpus epoch; equal steps,
+    determinism from fresh planners (the contracts of every plan kind)."""
     planner: Planner = m["planner"]
-    seqs, uses = [], []
-    for epoch in range(1, m["epochs"] + 1):
-        s, u = run_epoch(planner, epoch, m["worlds"][epoch - 1], m["cuts"][epoch - 1])
-        order, order_uses = planner.sub_epoch_slots(epoch)
-        # consumed + remaining = the (sub-)epoch's slots, in order, whatever the resumes
-        np.testing.assert_array_equal(s, order)
-        np.testing.assert_array_equal(u, order_uses)
-        seqs.append(s)
-        uses.append(u)
-    P = planner.options.partition_epoch
-    check = check_corpus_epochs(
-        planner.mix, range(m["epochs"] // P), np.concatenate(seqs), np.concatenate(uses)
+    check_plan_contracts(
+        lambda: Planner({"data": planner.lengths}, planner.options, corpora=planner.corpora),
+        m["worlds"],
+        m["cuts"],
+        range(1, m["epochs"] + 1),
+        ordered=True,
     )
-    assert check.ok, check.problems
 
 
 @settings(max_examples=100, deadline=None)

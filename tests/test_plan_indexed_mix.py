@@ -16,7 +16,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from mix_chains import run_epoch
+from plan_contracts import check_plan_contracts
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
 from seqloader.plan.greedy.distribute import GlobalPlan
@@ -141,15 +141,14 @@ def test_every_sequence_once_per_corpus_epoch_across_resumes(m: dict) -> None:
     planner: IndexedPlanner = m["planner"]
     mix = planner.mix
     assert isinstance(mix, IndexedMix)
-    seqs, uses = [], []
-    for epoch in range(1, m["epochs"] + 1):
-        s, u = run_epoch(planner, epoch, m["worlds"][epoch - 1], m["cuts"][epoch - 1])
-        order, order_uses = planner.sub_epoch_slots(epoch)  # consumed + remaining = the slots
-        assert Counter(zip(s.tolist(), u.tolist())) == Counter(
-            zip(order.tolist(), order_uses.tolist())
-        )
-        seqs.append(s)
-        uses.append(u)
+    checked = check_plan_contracts(
+        lambda: IndexedPlanner({"data": m["lengths"]}, planner.options, corpora=planner.corpora),
+        m["worlds"],
+        m["cuts"],
+        range(1, m["epochs"] + 1),
+    )  # consumed + remaining = the slots, as a multiset (the last round is cut per world size)
+    consumed = [checked.consumed[e] for e in range(1, m["epochs"] + 1)]
+    seqs, uses = [c.seqs for c in consumed], [c.uses for c in consumed]
     P = planner.options.partition_epoch
     full = m["epochs"] // P
     all_seqs, all_uses = np.concatenate(seqs), np.concatenate(uses)
@@ -177,18 +176,13 @@ def test_shares_alone_equal_the_global_list_with_equal_steps(m: dict, world: int
     another process would) is its part of the interleaved global list, uses included; the
     epoch's multiset of (sequence, corpus epoch) is the mix's selection (drop: a sub-multiset)."""
     planner: IndexedPlanner = m["planner"]
-    plan = planner.global_plan(epoch, world)
-    b = plan.batches
-    assert len(b) == plan.steps * world
-    for r in range(world):
-        alone = IndexedPlanner(
-            {"data": m["lengths"]}, planner.options, corpora=planner.corpora
-        ).global_plan(epoch, world)
-        share = alone.rank_share(r)
-        mine = b.take(np.arange(r, len(b), world))
-        assert len(share) == plan.steps
-        for field in ("seqs", "bounds", "real", "uses"):
-            np.testing.assert_array_equal(getattr(share, field), getattr(mine, field))
+    checked = check_plan_contracts(
+        lambda: IndexedPlanner({"data": m["lengths"]}, planner.options, corpora=planner.corpora),
+        [world],
+        [],
+        [epoch],
+    )
+    plan, b = checked.plans[epoch, world], checked.batches[epoch, world]
     o = planner.options
     sizes = np.diff(b.bounds)
     if o.max_seqs is not None and len(sizes):
