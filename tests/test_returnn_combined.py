@@ -163,3 +163,43 @@ def test_joint_sorting_needs_returnns_length_estimate(data: Path) -> None:
     loader = from_returnn_config({"train": {**spec, "seq_ordering": "random"}, "batch_size": 1000})
     assert len(loader["train"].source) == 28
     loader["train"].close()
+
+
+TTS_ENCODER = Path(__file__).parent / "returnn_configs" / "tts_encoder_combined.config"
+
+
+@pytest.fixture
+def corpora(tmp_path_factory, monkeypatch) -> Iterator[Path]:
+    from returnn_configs.corpora import corpora_env
+
+    with corpora_env(tmp_path_factory.mktemp("returnn_tts_encoder")) as folder:
+        yield folder
+
+
+def test_published_text_injection_setup_is_refused_at_conversion(corpora: Path) -> None:
+    """The published setup (CombinedDataset interleave + torch_batching alternate_batching):
+    refused when converted, naming torch_batching, why and the native equivalent."""
+    with pytest.raises(
+        OptionError,
+        match=r"'torch_batching' = functools.partial\(<function alternate_batching.*a "
+        r"user-written batching function.*train_step can branch on which keys are empty",
+    ):
+        from_returnn_config(TTS_ENCODER)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_text_injection_data_as_returnn(
+    corpora: Path, tmp_path: Path, monkeypatch, num_workers: int
+) -> None:
+    """Its data part without torch_batching: the interleave of the HDF speech and the
+    PostprocessingDataset over the LmDataset (its own laplace and partition_epoch), RETURNN's
+    tags, order, batches and values per key (the other branch's keys empty)."""
+    monkeypatch.setenv("TTS_ENCODER_AS_PUBLISHED", "0")
+    expected_batches, expected_values = reference(str(TTS_ENCODER), "train", (1, 2, 3))
+    got_batches, got_values = ours(TTS_ENCODER, num_workers, "train", (1, 2, 3), tmp_path)
+    assert got_batches == expected_batches
+    assert set(got_values) == set(expected_values) and expected_values
+    for tag, ref in expected_values.items():
+        assert set(got_values[tag]) == set(ref) == {"data", "classes", "phonemes"}, tag
+        for key, value in ref.items():
+            np.testing.assert_array_equal(got_values[tag][key], value, err_msg=f"{tag} {key}")

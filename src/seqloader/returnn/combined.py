@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -434,5 +434,19 @@ def _filled(
                 f"(its keys: {list(c.source.keys)})"
             )
         given[d][out] = src_key
-        specs.setdefault(out, c.source.schema[src_key])
+        spec, first = c.source.schema[src_key], specs.get(out)
+        if first is not None and (
+            np.dtype(first.dtype) != np.dtype(spec.dtype)
+            or tuple(first.feature_shape) != tuple(spec.feature_shape)
+        ):
+            raise OptionError(
+                f"{where}: data_map key {out!r} is {spec.describe()} in {name}.{d} but "
+                f"{first.describe()} in another sub-dataset; one batch pads them into one tensor: "
+                "give both the same dtype and feature shape"
+            )
+        if first is not None:  # sparse / vocabulary: metadata, RETURNN takes either dim
+            sizes = [v for v in (first.vocab_size, spec.vocab_size) if v is not None]
+            sparse = first.sparse or spec.sparse
+            spec = replace(spec, sparse=sparse, vocab_size=max(sizes) if sizes else None)
+        specs[out] = spec
     return {d: FilledSource(converted[d].source, given[d], specs) for d in names}
