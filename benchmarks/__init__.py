@@ -11,6 +11,7 @@ the issue's targets and the memory-copy limit; writes JSON and a PNG. See docs/p
 Separate modules measure one question each (not part of the default suite): ``benchmarks.looptime``
 (computation time as the loop sees it), ``benchmarks.handover``, ``benchmarks.onecopy``,
 ``benchmarks.buckets``, ``benchmarks.chunk_planning`` (chunked against unchunked planning),
+``benchmarks.speed_planning`` (speed perturbation: planned factors against ``min_speed`` and Lhotse),
 ``benchmarks.remote`` (remote files through the plan-driven cache under a
 throttled network; docs/remote.md). ``benchmarks.ratios`` turns a suite result into its ratios
 (per repetition and median) without absolute figures.
