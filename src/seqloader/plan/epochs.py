@@ -14,6 +14,7 @@ import numpy as np
 
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan.keyed import resolve_keyed
+from seqloader.plan.limits import BatchLimits
 from seqloader.plan.options import PlanOptions
 from seqloader.validate import int_option
 
@@ -158,6 +159,26 @@ def admit_mask(
             examples[reason] = np.flatnonzero(hit)[:5].tolist()
             keep = ~hit if keep is None else keep & ~hit
     return keep, filtered, examples
+
+
+def batch_limits(options: PlanOptions, keys: list[str], key: str) -> BatchLimits:
+    """The batch limits ``options`` set over the length keys ``keys`` (``key``: the one batching
+    measures), as both planners read them.
+
+    >>> batch_limits(PlanOptions(max_frames=100), ["data"], "data").padded
+    {'data': 100}
+    """
+    o = options
+    return BatchLimits.of(o.max_seqs, o.max_frames, o.max_packed_frames, o.cost, keys, key)
+
+
+def excluded_bytes(excluded: Mapping[str, np.ndarray] | None) -> bytes:
+    """What the source's filters (reason -> bool mask ``[n]``) add to a plan's fingerprint:
+    each reason and its packed mask, by reason."""
+    out = b""
+    for reason, mask in sorted((excluded or {}).items()):
+        out += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
+    return out
 
 
 def part_cut(n: np.ndarray, parts: int, part: int) -> tuple[np.ndarray, np.ndarray]:

@@ -29,7 +29,9 @@ from seqloader.plan.epoch_plan import EpochPlan, interleave, list_imbalance
 from seqloader.plan.epochs import (
     EpochIndex,
     admit,
+    batch_limits,
     chunkless_reason,
+    excluded_bytes,
     length_key_of,
     part_bounds,
     replay_history,
@@ -53,7 +55,7 @@ from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.greedy.buckets import Arrangement, arrange
 from seqloader.plan.greedy.chunk_batching import ChunkFits, greedy_from_fits
 from seqloader.plan.greedy.distribute import GlobalPlan, distribute_per_rank, distribute_shard
-from seqloader.plan.limits import Batcher, BatchLimits
+from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
@@ -147,37 +149,12 @@ class Planner:
                 "seqloader.plan.planners.make_planner, which picks the planner the options ask for"
             )
         key = length_key_of(lengths, options)
-        self.options = options
-        self.length_key = key
-        self.lengths = np.ascontiguousarray(lengths[key], dtype=np.int64)
-        self.order_lengths = self.lengths
-        if order_lengths is not None:
-            self.order_lengths = np.ascontiguousarray(order_lengths, dtype=np.int64)
-            if self.order_lengths.shape != self.lengths.shape:
-                raise OptionError(
-                    f"order_lengths: got shape {self.order_lengths.shape}, expected "
-                    f"{self.lengths.shape} (one per sequence)"
-                )
-        limits = BatchLimits.of(
-            options.max_seqs,
-            options.max_frames,
-            options.max_packed_frames,
-            options.cost,
-            list(lengths),
-            key,
-        )
-        chunked = options.chunking is not None
-        plain = limits.plain and not chunked
+        self.options, self.length_key = options, key
+        self._take_lengths(lengths[key], order_lengths)
+        limits = batch_limits(options, list(lengths), key)
+        plain = limits.plain and options.chunking is None
         self.admission = admit(lengths, key, options, tags, origin, excluded, check_fit=plain)
-        self._extra = b"" if order_lengths is None else self.order_lengths.tobytes()
-        for reason, mask in sorted((excluded or {}).items()):
-            self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
-        self._admitted_mask = np.zeros(len(self.lengths), dtype=bool)
-        self._admitted_mask[self.admission.admitted] = True
-        self._excluded: np.ndarray | None = None  # bool [n]: left out by the source's filters
-        for mask in (excluded or {}).values():
-            m = np.asarray(mask, dtype=bool)
-            self._excluded = m.copy() if self._excluded is None else self._excluded | m
+        self._take_excluded(excluded)
         self._plan_units(lengths, options, tags, origin)
         #: the admitted sequences in stored order (ascending, or the subset's order)
         self._pool = self._pool_all[self._admitted_mask[self._pool_all]]
@@ -186,21 +163,10 @@ class Planner:
             self._check_fits(tags, origin)
         self.costs = self.batcher.costs  # int64 [n] what max_frames bounds, per sequence
         self.budget = self.batcher.budget  # max_frames in cost units (the length key's)
-        ordering = options.parsed_ordering
-        check_bins(ordering, options.ordering, len(self.lengths))
+        check_bins(options.parsed_ordering, options.ordering, len(self.lengths))
         self._arrange_buckets(key)
-        self.corpora = corpora
-        self.mix: EpochMix | None = None
-        if options.mix is not None:
-            corpora = mixed_corpora(options.mix, corpora, origin)
-            self.mix = MixPlan(options.seed, options.mix, corpora, self.admission.admitted)
-        self._epoch_files: dict[int, EpochFiles] = {}  # seed epoch -> its files (the last one)
-        self.files = distributed_files(options.distribution, files, len(self.lengths), origin)
-        if self.files is not None:  # int64 [F + 1] with distribution="files"
-            self._extra += b"files" + self.files.tobytes()
-            adm = self.admission.admitted
-            self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
-            self._file_counts = file_counts(self.files, adm)  # [F]
+        self._take_mix(corpora, origin)
+        self._take_files(files, origin)
         self._select_epochs(selections, pools, origin)
         self._take_orders(orders, origin)
         self.origin = origin
@@ -208,6 +174,51 @@ class Planner:
         self._epoch_batcher: tuple[int, Batcher] | None = None  # (full epoch, its batcher)
         #: with variants, the epoch of each plan made (id of its seqs -> (weak ref to them, epoch))
         self._plan_epochs: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}
+
+    def _take_lengths(self, main: np.ndarray, order_lengths: np.ndarray | None) -> None:
+        """The length key's lengths, and what sorting orderings sort by (int64 ``[n]`` each;
+        given ones go into the fingerprint)."""
+        self.lengths = np.ascontiguousarray(main, dtype=np.int64)
+        self.order_lengths = self.lengths
+        self._extra = b""
+        if order_lengths is not None:
+            self.order_lengths = np.ascontiguousarray(order_lengths, dtype=np.int64)
+            if self.order_lengths.shape != self.lengths.shape:
+                raise OptionError(
+                    f"order_lengths: got shape {self.order_lengths.shape}, expected "
+                    f"{self.lengths.shape} (one per sequence)"
+                )
+            self._extra = self.order_lengths.tobytes()
+
+    def _take_excluded(self, excluded: Mapping[str, np.ndarray] | None) -> None:
+        """The admitted mask, the source's filters (``excluded``) joined, and their bytes in the
+        fingerprint."""
+        self._extra += excluded_bytes(excluded)
+        self._admitted_mask = np.zeros(len(self.lengths), dtype=bool)
+        self._admitted_mask[self.admission.admitted] = True
+        self._excluded: np.ndarray | None = None  # bool [n]: left out by the source's filters
+        for mask in (excluded or {}).values():
+            m = np.asarray(mask, dtype=bool)
+            self._excluded = m.copy() if self._excluded is None else self._excluded | m
+
+    def _take_mix(self, corpora: Corpora | None, origin: str) -> None:
+        """The source's corpora and, with ``options.mix``, the plan of every full epoch's mix."""
+        self.corpora = corpora
+        self.mix: EpochMix | None = None
+        if self.options.mix is not None:
+            mixed = mixed_corpora(self.options.mix, corpora, origin)
+            self.mix = MixPlan(self.options.seed, self.options.mix, mixed, self.admission.admitted)
+
+    def _take_files(self, files: np.ndarray | None, origin: str) -> None:
+        """The source's file layout with ``distribution="files"`` (None otherwise), and the
+        admitted frames and sequences per file."""
+        self._epoch_files: dict[int, EpochFiles] = {}  # seed epoch -> its files (the last one)
+        self.files = distributed_files(self.options.distribution, files, len(self.lengths), origin)
+        if self.files is not None:  # int64 [F + 1] with distribution="files"
+            self._extra += b"files" + self.files.tobytes()
+            adm = self.admission.admitted
+            self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
+            self._file_counts = file_counts(self.files, adm)  # [F]
 
     def _checked_variants(
         self, variants: LengthVariants | None, lengths: Mapping[str, np.ndarray]

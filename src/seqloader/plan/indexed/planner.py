@@ -53,8 +53,10 @@ from seqloader.plan.epochs import (
     Admission,
     EpochIndex,
     admit_mask,
+    batch_limits,
     check_fit_alone,
     chunkless_reason,
+    excluded_bytes,
     length_key_of,
     part_cut,
     replay_history,
@@ -188,6 +190,18 @@ def indexed_budget(limits: BatchLimits, origin: str = "") -> int | None:
     return min(bounds) if bounds else None
 
 
+def draw_head(options: PlanOptions) -> tuple[int, ...]:
+    """The first key words of every draw: the seed (``fixed_random_seed``: that seed and its
+    purpose, the same draws every epoch, as global planning's one order).
+
+    >>> draw_head(PlanOptions(seed=3)), draw_head(PlanOptions(fixed_random_seed=5))
+    ((3,), (5, 8))
+    """
+    if options.fixed_random_seed is not None:
+        return (options.fixed_random_seed, PURPOSE_FIXED_ORDER)
+    return (options.seed,)
+
+
 def index_key(options: PlanOptions) -> str:
     """What a corpus's ``BucketIndex`` depends on of ``options``, as JSON: the bucket count, the
     cost, the batch limits (the edges follow the batch sizes), the admission limits, the length
@@ -270,25 +284,13 @@ class IndexedPlanner:
         if not np.issubdtype(main.dtype, np.integer):
             main = main.astype(np.int64)
         self.lengths = self.order_lengths = main  # int32 memory-mapped views stay views
-        limits = BatchLimits.of(
-            options.max_seqs,
-            options.max_frames,
-            options.max_packed_frames,
-            options.cost,
-            list(lengths),
-            key,
-        )
-        self.budget = indexed_budget(limits, origin)
+        self.budget = indexed_budget(batch_limits(options, list(lengths), key), origin)
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
         if options.fixed_random_subset is not None:
             self._mask = self._subset_mask(options)
-        #: the first key words of every draw: the seed (``fixed_random_seed``: that seed and
-        #: its purpose, the same draws every epoch, as global planning's one order)
-        self._head: tuple[int, ...] = (options.seed,)
-        if options.fixed_random_seed is not None:
-            self._head = (options.fixed_random_seed, PURPOSE_FIXED_ORDER)
+        self._head = draw_head(options)
         #: ((epoch, order rank), its epoch_wise_filter cut)
         self._cut_kept: tuple[tuple[int, int], EpochCut] | None = None
         self._sums: np.ndarray | None = None  # per bucket length sums (epoch_wise_filter)
@@ -303,36 +305,13 @@ class IndexedPlanner:
             self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
         self.mix: EpochMix | None = None
         self.corpora = corpora
-        self._extra = b"indexed"
-        for reason, mask in sorted((excluded or {}).items()):
-            self._extra += reason.encode() + np.packbits(np.asarray(mask, dtype=bool)).tobytes()
+        self._extra = b"indexed" + excluded_bytes(excluded)
         self._units_kept: tuple[tuple[int, int, int], Units] | None = None
         self._segments_kept: tuple[tuple[int, int, int] | None, dict[tuple, Segment]] = (None, {})
         self.files = distributed_files(options.distribution, files, len(main), origin)
         if self.files is not None:
             self._extra += b"files" + self.files.tobytes()
-        if index is None:
-            adm = main if self._mask is None else main[self._mask]
-            if self._chunking is not None:  # sequences by length: one bucket per length
-                index = build_bucket_index(main, length_counts(adm)[0][1:], self._mask)
-            else:
-                adm_costs = self.costs if self._mask is None else self.costs[self._mask]
-                index = build_bucket_index(
-                    main, edges_for(adm, options, adm_costs, self.budget), self._mask, self.files
-                )
-        self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
-        self._check_index(index)
-        self.index = index
-        #: the longest length (chunking: window) of each bucket; chunks per bucket
-        self.longest, self.bucket_counts = index.longest, index.counts
-        if self._chunking is not None:
-            size, step, least = self._chunking
-            edges_of = partial(histogram_edges, options, self.budget)
-            self.units = ChunkBuckets.of(index, size, step, least, edges_of)
-            self.bucket_edges = self.units.edges
-            self.longest, self.bucket_counts = self.units.longest, self.units.counts
-            self._extra += b"chunks"
-        self._extra += b"edges" + self.bucket_edges.tobytes()
+        index = self._take_index(index)
         self.k = batch_sizes(self.longest, cost, options.max_seqs, self.budget)  # [N]
         if options.mix is not None:
             corpora = mixed_corpora(options.mix, corpora, origin)
@@ -342,6 +321,33 @@ class IndexedPlanner:
             assert index.file_counts is not None
             self._file_counts = index.file_counts.sum(axis=1)
             self._file_frames = np.asarray(index.file_frames, dtype=np.int64)
+
+    def _take_index(self, index: BucketIndex | None) -> BucketIndex:
+        """The bucket index (``index``: prebuilt, else built here from the admitted lengths),
+        its edges, longest lengths and counts per bucket (chunking: of the chunks' windows)."""
+        main = self.lengths
+        if index is None:
+            adm = main if self._mask is None else main[self._mask]
+            if self._chunking is not None:  # sequences by length: one bucket per length
+                index = build_bucket_index(main, length_counts(adm)[0][1:], self._mask)
+            else:
+                adm_costs = self.costs if self._mask is None else self.costs[self._mask]
+                edges = edges_for(adm, self.options, adm_costs, self.budget)
+                index = build_bucket_index(main, edges, self._mask, self.files)
+        self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
+        self._check_index(index)
+        self.index = index
+        #: the longest length (chunking: window) of each bucket; chunks per bucket
+        self.longest, self.bucket_counts = index.longest, index.counts
+        if self._chunking is not None:
+            size, step, least = self._chunking
+            edges_of = partial(histogram_edges, self.options, self.budget)
+            self.units = ChunkBuckets.of(index, size, step, least, edges_of)
+            self.bucket_edges = self.units.edges
+            self.longest, self.bucket_counts = self.units.longest, self.units.counts
+            self._extra += b"chunks"
+        self._extra += b"edges" + self.bucket_edges.tobytes()
+        return index
 
     # ---- admission ----
     def _subset_mask(self, options: PlanOptions) -> np.ndarray:
