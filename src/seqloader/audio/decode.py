@@ -7,8 +7,8 @@ decoded by libsndfile into the destination row itself (``SoundFile.read(out=...)
 seek to the span's start, and only as many frames as the plan holds. The values are the general
 read's exactly: libsndfile's float conversion is per sample, whatever is read around it.
 
-``span_into`` says when it cannot do that (another rate or channel count, an unreadable file, a
-span or length the plan does not describe): the caller then reads the general way, which names
+``span_into`` says when it cannot do that (another rate or channel count, an MP3 file, an
+unreadable file, a span or length the plan does not describe): the caller then reads the general way, which names
 any error as before.
 """
 
@@ -33,7 +33,8 @@ def span_into(
     contiguous; ``want`` = the planned samples): samples ``[start, start + count)`` of the file for
     ``segment = (start, count)`` (a NeMo segment), else the whole file, cropped to ``want``.
     Returns how many samples were written (the rest of ``dst`` is untouched), or None when the
-    general read must do it: not mono at ``rate``, not decodable, a segment past the file's end, or
+    general read must do it: not mono at ``rate``, MP3 (libsndfile's MP3 seek is not sample-exact:
+    the bit reservoir before the seek point is missing; values differ up to ~1e-2), not decodable, a segment past the file's end, or
     a length more than ``tolerance_s`` off the plan (the general read names those).
 
     >>> import soundfile as sf
@@ -47,7 +48,7 @@ def span_into(
     want = len(dst)
     try:
         with sf.SoundFile(io.BytesIO(blob)) as snd:
-            if snd.channels != 1 or snd.samplerate != rate:
+            if snd.channels != 1 or snd.samplerate != rate or snd.format == "MP3":
                 return None
             total = snd.frames
             start, count = (0, total) if segment is None else segment
