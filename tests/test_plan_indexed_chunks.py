@@ -11,6 +11,8 @@ table never made for planning.
 
 from __future__ import annotations
 
+import pickle
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -206,7 +208,10 @@ def test_planning_never_makes_the_per_sequence_chunk_table() -> None:
     plan = planner.global_plan(1, 4)
     share = plan.rank_share(2)
     assert planner.chunks.__dict__["_table"] is None
+    copied = pickle.loads(pickle.dumps(planner.chunks))  # pickles, still not made
+    assert copied.__dict__["_table"] is None and copied.spec == planner.chunks.spec
     assert planner.chunks.num_units == int(planner.bucket_counts.sum())  # made when read
+    assert copied.num_units == planner.chunks.num_units
     assert planner.chunks.__dict__["_table"] is not None
     whole = planner.chunks.whole["data"][share.seqs]
     windows = planner.chunks.window("data", whole, share.chunks)

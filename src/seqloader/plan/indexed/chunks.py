@@ -201,6 +201,26 @@ class LazyChunkTable(ChunkTable):
         return getattr(table, name)
 
 
+@dataclass(frozen=True)
+class _Build:
+    """``chunk_table`` of the admitted sequences (``mask``, None: all), when called: a plain
+    object rather than a closure, so a planner's ``chunks`` pickles."""
+
+    lengths: Mapping[str, np.ndarray]
+    spec: ChunkSpec
+    min_chunk_size: int | Mapping[str, int]
+    mask: np.ndarray | None
+    tags: Sequence[str] | None
+    origin: str
+
+    def __call__(self) -> ChunkTable:
+        n = len(next(iter(self.lengths.values())))
+        keep = np.ones(n, dtype=bool) if self.mask is None else self.mask
+        return chunk_table(
+            self.lengths, self.spec, self.min_chunk_size, keep, self.tags, self.origin
+        )
+
+
 def lazy_chunk_table(
     lengths: Mapping[str, np.ndarray],
     spec: ChunkSpec,
@@ -212,10 +232,4 @@ def lazy_chunk_table(
 ) -> LazyChunkTable:
     """The planner's ``chunks``: ``resolved`` at once, ``chunk_table`` of the admitted
     sequences (``mask``, None: all) when its arrays are read."""
-
-    def build() -> ChunkTable:
-        n = len(next(iter(lengths.values())))
-        keep = np.ones(n, dtype=bool) if mask is None else mask
-        return chunk_table(lengths, spec, min_chunk_size, keep, tags, origin)
-
-    return LazyChunkTable(resolved, build)
+    return LazyChunkTable(resolved, _Build(lengths, spec, min_chunk_size, mask, tags, origin))
