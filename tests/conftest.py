@@ -130,8 +130,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# process-lifetime helpers of multiprocessing, started by whichever test first uses spawn: not ours
-_HELPERS = ("multiprocessing.resource_tracker", "multiprocessing.forkserver")
+# process-lifetime helpers of multiprocessing, started by whichever test first uses spawn, and the
+# session's server of forked launches (fork_launches.py), started by the first distributed test:
+# not ours
+_HELPERS = (
+    "multiprocessing.resource_tracker",
+    "multiprocessing.forkserver",
+    "launch_fork.py --serve",
+)
 
 
 def children() -> list[psutil.Process]:

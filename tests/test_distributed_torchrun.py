@@ -36,6 +36,7 @@ from ddp_common import (
 
 import seqloader as sl
 from conftest import free_port
+from fork_launches import run_forked
 
 pytestmark = pytest.mark.slow
 
@@ -48,16 +49,17 @@ def launch(launcher: str, nproc: int, out: Path, phase: str, *args: str) -> tupl
     """Run ``train_ddp.py`` on ``nproc`` local ranks with real ``torchrun`` (``launcher="torchrun"``)
     or ``launch_fork.py`` (``"fork"``: ranks forked after one torch import, gradients synced by a
     plain all_reduce — the many short crash runs would otherwise spend most of their time importing
-    torch and torch._dynamo); kill the whole process tree
-    after ``TIMEOUT_S``."""
+    torch and torch._dynamo; each launch forked from the session's ``fork_launches`` server); kill
+    the whole process tree after ``TIMEOUT_S``."""
     script = ["--out", str(out), "--phase", phase, *args]
     if launcher == "torchrun":
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
         cmd += [f"--nproc_per_node={nproc}", "--monitor-interval=0.1", str(SCRIPT), *script]
-    else:  # a plain all_reduce per step instead of DDP: the same hang on unequal steps
-        cmd = [sys.executable, str(SCRIPT.with_name("launch_fork.py")), str(nproc), *script]
-        cmd += ["--grad-sync", "allreduce"]
-    return run_bounded(cmd, out / f"{phase}.console.txt", TIMEOUT_S)
+        return run_bounded(cmd, out / f"{phase}.console.txt", TIMEOUT_S)
+    # a plain all_reduce per step instead of DDP: the same hang on unequal steps
+    console = out / f"{phase}.console.txt"
+    rc = run_forked([str(nproc), *script, "--grad-sync", "allreduce"], console, TIMEOUT_S)
+    return rc, tail(console)
 
 
 def run_bounded(cmd: list[str], console: Path, timeout_s: float) -> tuple[int, str]:

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 import seqloader as sl
+from fork_launches import run_forked
 from remote_s3 import S3, s3_endpoint_fixture, s3_fixture, upload_corpus  # noqa: F401 (fixtures)
 from seqloader.sources.remote import FileCache
 from seqloader.trainer.prefetch import files_in_order
-from test_distributed_torchrun import run_bounded
+from test_distributed_torchrun import tail
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
 from ddp_common import read_log, result_path
@@ -42,19 +43,10 @@ FILES = {
 
 
 def launch(world: int, out: Path, phase: str, *args: str) -> tuple[int, str]:
-    cmd = [sys.executable, str(SCRIPT.with_name("launch_fork.py")), str(world)]
-    cmd += [
-        "--script",
-        SCRIPT.stem,
-        "--spec",
-        str(out / "spec.json"),
-        "--out",
-        str(out),
-        "--phase",
-        phase,
-        *args,
-    ]
-    return run_bounded(cmd, out / f"{phase}.console.txt", TIMEOUT_S)
+    spec = ["--spec", str(out / "spec.json"), "--out", str(out), "--phase", phase, *args]
+    console = out / f"{phase}.console.txt"
+    rc = run_forked([str(world), "--script", SCRIPT.stem, *spec], console, TIMEOUT_S)
+    return rc, tail(console)
 
 
 def write_spec(

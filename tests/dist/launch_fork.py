@@ -8,15 +8,21 @@ in ``torch.multiprocessing``, which a rank's forked DataLoader workers keep open
 
     python tests/dist/launch_fork.py NPROC [train_ddp.py arguments...]
     python tests/dist/launch_fork.py NPROC --script train_remote [train_remote.py arguments...]
+    python tests/dist/launch_fork.py --serve
+
+``--serve`` runs launches on request, each forked from the serving process, so torch and the
+scripts are imported once for all of a test session's launches (``serve``).
 """
 
 from __future__ import annotations
 
+import importlib
+import json
 import os
 import signal
 import socket
-import importlib
 import sys
+import traceback
 from collections.abc import Callable
 
 import torch
@@ -40,8 +46,9 @@ def run_rank(main: Callable[[list[str]], int], rank: int, world: int, argv: list
         return 1
 
 
-def main() -> int:
-    world, argv = int(sys.argv[1]), sys.argv[2:]
+def launch(args: list[str]) -> int:
+    """``NPROC [--script NAME] ARGS...``: run NAME's ``main(ARGS)`` on NPROC forked ranks."""
+    world, argv = int(args[0]), args[1:]
     script = "train_ddp"
     if argv[:1] == ["--script"]:
         script, argv = argv[1], argv[2:]
@@ -75,6 +82,42 @@ def main() -> int:
         print(f"launch_fork: {failed}", file=sys.stderr)
         return 1
     return 0
+
+
+def serve() -> int:
+    """Launches on request, until stdin closes. A request is one JSON line on stdin, ``{"args":
+    [NPROC, ...], "console": PATH}``; the answers are JSON lines on stdout: ``{"pid": PID}`` of
+    the launch at once (to kill its tree on a hang), ``{"rc": CODE}`` when it has ended. Each
+    launch is forked from this process, its output to the console file: the same ``launch`` as
+    ``python launch_fork.py NPROC ...``, without a new interpreter importing torch."""
+    for script in ("train_ddp", "train_remote"):
+        importlib.import_module(script)
+    replies = os.fdopen(os.dup(1), "w", buffering=1)
+    for line in sys.stdin:
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:
+            os.close(replies.fileno())  # the launch answers nothing on the protocol's pipe
+            console = os.open(request["console"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+            os.dup2(console, 1)
+            os.dup2(console, 2)
+            try:
+                code = launch(request["args"])
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        replies.write(json.dumps({"pid": pid}) + "\n")
+        _, status = os.waitpid(pid, 0)
+        replies.write(json.dumps({"rc": os.waitstatus_to_exitcode(status)}) + "\n")
+    return 0
+
+
+def main() -> int:
+    return serve() if sys.argv[1:] == ["--serve"] else launch(sys.argv[1:])
 
 
 if __name__ == "__main__":
