@@ -5,6 +5,7 @@ in cache."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -33,6 +34,11 @@ class RowScreen:
     def suspects(self) -> list[int]:
         """The rows ``j`` that may hold NaN/Inf (an exact check must confirm)."""
         if not self.sums:
+            return []
+        # one sum of Python floats settles the usual clean batch (~3 instead of ~15 µs for 32
+        # rows): every dot is >= 0 or NaN/Inf, so the sum is finite exactly when all are (or it
+        # overflows: a false alarm, settled per row below)
+        if math.isfinite(sum(map(float, self.sums))):
             return []
         bad = np.flatnonzero(~np.isfinite(np.asarray(self.sums, dtype=np.float64)))
         rows = self.rows
