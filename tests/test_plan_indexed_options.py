@@ -23,6 +23,7 @@ from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.limits import BatchLimits
 from test_plan_indexed import ORDERINGS, check_limits, indexed_digest
 
 FILTERS = [
@@ -225,6 +226,8 @@ LIMITS = [
     {"max_frames": {"data": 1200}, "max_packed_frames": {"data": 1000}},
     {"max_frames": {"data": 800}, "batch_cost": "packed"},
     {"max_packed_frames": 600},
+    {"max_frames": {"*": 1500}},  # the other key too
+    {"max_frames": {"data": 1200, "classes": 90}, "max_packed_frames": {"classes": 100}},
 ]
 
 
@@ -238,32 +241,41 @@ def padded_limit(o: PlanOptions) -> int | None:
     return value.get("data", value.get("*")) if isinstance(value, dict) else value
 
 
-def check_batch_limits(planner: IndexedPlanner, epoch: int, plan) -> None:
-    """Every batch within the options' own limits: padded frames, sum of lengths, max_seqs."""
-    o, b = planner.options, plan.batches
-    if not len(b.seqs):
-        return
-    lengths = np.asarray(planner.lengths)[b.seqs]
-    sizes = np.diff(b.bounds)
-    padded, packed = padded_limit(o), packed_limit(o)
-    if padded is not None:
-        assert (sizes * np.maximum.reduceat(lengths, b.bounds[:-1])).max() <= padded
-    if packed is not None:
-        assert np.add.reduceat(lengths, b.bounds[:-1]).max() <= packed
-    if o.max_seqs is not None:
-        assert sizes.max() <= o.max_seqs
+def batch_limits(lengths: dict[str, np.ndarray]):
+    """A check that every batch is within the options' own limits, key by key: padded frames,
+    sums of lengths, max_seqs (resolved as global planning resolves them)."""
+
+    def check(planner: IndexedPlanner, epoch: int, plan) -> None:
+        o, b = planner.options, plan.batches
+        if not len(b.seqs):
+            return
+        limits = BatchLimits.of(
+            o.max_seqs, o.max_frames, o.max_packed_frames, o.cost, list(lengths), "data"
+        )
+        sizes = np.diff(b.bounds)
+        for key, budget in limits.padded.items():
+            units = limits.units(key, np.asarray(lengths[key])[b.seqs])
+            assert (sizes * np.maximum.reduceat(units, b.bounds[:-1])).max() <= budget
+        for key, budget in limits.packed.items():
+            sums = np.add.reduceat(np.asarray(lengths[key])[b.seqs], b.bounds[:-1])
+            assert sums.max() <= budget
+        if o.max_seqs is not None:
+            assert sizes.max() <= o.max_seqs
+
+    return check
 
 
 @settings(max_examples=60, deadline=None)
 @given(cases(), st.sampled_from(LIMITS), st.sampled_from(["laplace", "laplace:.7", "laplace:3"]))
 def test_packed_and_length_key_limits(case: dict, limits: dict, ordering: str) -> None:
     """``batch_cost="packed"``, ``max_packed_frames`` and ``max_frames``/``max_packed_frames`` as
-    mappings on the length key: every batch within every limit (a bucket's batch size fits its
-    longest length, so its sum fits too), the contracts, and global planning's admitted set."""
+    mappings, on the length key and another: every batch within every limit (a bucket's batch
+    size fits its longest length of every limited key, so their sums fit too), the contracts, and
+    global planning's admitted set."""
     o = {**case["options"], **limits, "max_seq_length": None}
     fits = min(v for v in (padded_limit(PlanOptions(**o)), packed_limit(PlanOptions(**o))) if v)
     o["max_seq_length"] = fits  # what fits no batch alone is filtered, counted
-    lengths = case["lengths"]  # the limits name only the length key
+    lengths = case["lengths"]
     options = PlanOptions(**o, ordering=ordering, planning="indexed")
     worlds = case["worlds"]
     check_plan_contracts(
@@ -271,7 +283,7 @@ def test_packed_and_length_key_limits(case: dict, limits: dict, ordering: str) -
         worlds,
         [case["cut"]] * (len(worlds) - 1),
         range(1, options.partition_epoch + 1),
-        each_plan=check_batch_limits,
+        each_plan=batch_limits(lengths),
     )
     reference = Planner(lengths, PlanOptions(**o, ordering="random"))
     planner = IndexedPlanner(lengths, options)
@@ -281,10 +293,15 @@ def test_packed_and_length_key_limits(case: dict, limits: dict, ordering: str) -
 
 
 def test_limits_the_indexed_plan_cannot_keep_are_refused_by_name() -> None:
-    lengths = {"data": np.arange(1, 50), "classes": np.arange(1, 50)}
-    per_key = PlanOptions(ordering="laplace", max_frames={"*": 500}, planning="indexed")
-    with pytest.raises(OptionError, match=r"limit key\(s\) \['classes'\].*planning='global'"):
+    lengths = {"data": np.arange(1, 50), "classes": np.arange(1, 50) % 7}
+    per_key = PlanOptions(
+        ordering="laplace", max_frames={"*": 500, "classes": 5}, planning="indexed"
+    )
+    with pytest.raises(SequenceTooLongError, match=r"sequence 5 .*'classes'.*\{'classes': 5\}"):
         IndexedPlanner(lengths, per_key)
+    chunked = PlanOptions(**{**per_key.to_dict(), "max_frames": {"*": 500}, "chunking": {"data": (10, 5)}})
+    with pytest.raises(OptionError, match=r"chunking with limits on other keys.*\['classes'\]"):
+        IndexedPlanner(lengths, chunked)
     with pytest.raises(OptionError, match="max_packed_frames with batch_cost='quadratic"):
         PlanOptions(
             ordering="laplace",

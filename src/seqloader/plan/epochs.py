@@ -83,6 +83,7 @@ def check_fit_alone(
     length_key: str,
     tags: Sequence[str] | None = None,
     origin: str = "",
+    keyed: bool = False,
 ) -> None:
     """The one "fits no batch" check of both planners: every admitted sequence (``keep``, bool
     ``[n]``; None: all) is at most ``fits`` long, else raise naming the first, how many there are
@@ -113,7 +114,8 @@ def check_fit_alone(
         f"sequence {first} (tag {tag!r}){where} has {int(main[first])} frames of {length_key!r}, "
         f"{what}, so it fits no batch "
         f"({count} sequence(s) like this). Fix: raise max_frames, or set "
-        f"max_seq_length={fits} to filter them (counted in the report)."
+        f"max_seq_length={({length_key: fits} if keyed else fits)!r} to filter them (counted "
+        "in the report)."
     )
 
 

@@ -86,6 +86,7 @@ from seqloader.plan.indexed.histogram import (
     batching_edges,
     build_bucket_index,
     length_counts,
+    sizes_for_units,
 )
 from seqloader.plan.indexed.imbalance import (
     bucket_costs,
@@ -170,24 +171,30 @@ def indexed_budget(limits: BatchLimits, origin: str = "") -> int | None:
     its padded cost is ``k_b * cost(L)`` and its sum of lengths at most ``k_b * L``, so a packed
     limit (``batch_cost="packed"``'s ``max_frames``, or ``max_packed_frames``) bounds ``k_b``
     the way a padded one does: the budget is the tighter of the two (a batch never breaks
-    either; ``PlanOptions`` refuses a packed limit next to a quadratic cost). Limits on other
-    keys than the length key need their lengths per bucket: refused by name.
+    either; ``PlanOptions`` refuses a packed limit next to a quadratic cost). Other keys' limits:
+    ``key_budgets``.
 
     >>> limits = BatchLimits.of(None, 3000, 2000, PlanOptions().cost, ["data"], "data")
     >>> indexed_budget(limits)
     2000
     """
-    key = limits.length_key
-    others = sorted((set(limits.padded) | set(limits.packed)) - {key})
-    if others:
-        raise OptionError(
-            f"planning='indexed': max_frames/max_packed_frames limit key(s) {others} of "
-            f"{origin or 'the source'}, but indexed planning bounds batches by the length key "
-            f"{key!r} only (its buckets are by that key's lengths); limit only {key!r}, or use "
-            "planning='global' (the default) for per-key limits"
-        )
-    bounds = [b for b in (limits.padded.get(key), limits.packed.get(key)) if b is not None]
-    return min(bounds) if bounds else None
+    return key_budgets(limits).get(limits.length_key)
+
+
+def key_budgets(limits: BatchLimits) -> dict[str, int]:
+    """Per limited key, the tighter of its padded and packed limit (frames; the length key's in
+    its cost units): a bucket's batch of ``k`` sequences fits key ``K``'s limits when ``k``
+    times the bucket's longest ``K`` length does.
+
+    >>> limits = BatchLimits.of(None, {"*": 900}, {"text": 50}, PlanOptions().cost, ["audio", "text"], "audio")
+    >>> key_budgets(limits)
+    {'audio': 900, 'text': 50}
+    """
+    out: dict[str, int] = {}
+    for table in (limits.padded, limits.packed):
+        for key, value in table.items():
+            out[key] = min(out.get(key, value), value)
+    return out
 
 
 def draw_head(options: PlanOptions) -> tuple[int, ...]:
@@ -313,6 +320,7 @@ class IndexedPlanner:
             self._extra += b"files" + self.files.tobytes()
         index = self._take_index(index)
         self.k = batch_sizes(self.longest, cost, options.max_seqs, self.budget)  # [N]
+        self._limit_other_keys(lengths, limits, tags)
         if options.mix is not None:
             corpora = mixed_corpora(options.mix, corpora, origin)
             self.mix = IndexedMix(options.seed, options.mix, corpora, index, main, self._mask)
@@ -419,6 +427,33 @@ class IndexedPlanner:
         self.chunks = lazy_chunk_table(
             lengths, spec, resolved, options.min_chunk_size, mask, tags, origin
         )
+
+    def _limit_other_keys(
+        self, lengths: Mapping[str, np.ndarray], limits: BatchLimits, tags: Sequence[str] | None
+    ) -> None:
+        """Per-key limits on other keys than the length key (``max_frames={...}``, ``"*"``,
+        ``max_packed_frames``): each bucket's batch size also fits ``budget // longest`` of
+        that key's lengths in the bucket (its longest per bucket: one pass over the members,
+        O(n) on every rank, as the node's index keeps only the length key's); a sequence whose
+        key alone is over the limit fits no batch: refused naming it."""
+        others = {k: b for k, b in key_budgets(limits).items() if k != self.length_key}
+        if not others:
+            return
+        if self.units is not None:
+            raise OptionError(
+                f"planning='indexed': chunking with limits on other keys than the length key "
+                f"({sorted(others)}) is not supported (a chunk's windows of other keys are not "
+                "bucketed); limit only the length key, or use planning='global' (the default)"
+            )
+        for key, budget in sorted(others.items()):
+            longest = _bucket_max(self.index, lengths[key])
+            if int(longest.max(initial=0)) > budget:
+                check_fit_alone(
+                    np.asarray(lengths[key]), self._mask, budget, self.options, key, tags,
+                    self.origin, keyed=True,
+                )  # fmt: skip
+            fit = sizes_for_units(longest, self.options.max_seqs, budget)
+            self.k = np.where(self.k == 0, fit, np.where(fit == 0, self.k, np.minimum(self.k, fit)))
 
     def _fits(self) -> int:
         """The longest length that fits a batch alone (no limit: any)."""
@@ -1002,6 +1037,23 @@ class EpochCut:
     draw: Draw
     dropped: list[int]
     reasons: dict[str, int] = field(default_factory=dict)
+
+
+def _bucket_max(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
+    """The longest of ``lengths`` (another key's) per bucket -> int64 ``[N]`` (0 when empty),
+    a chunk of members at a time."""
+    starts = np.asarray(index.starts, dtype=np.int64)
+    out = np.zeros(len(starts) - 1, dtype=np.int64)
+    for a in range(0, int(starts[-1]), _CHUNK):
+        hi = min(int(starts[-1]), a + _CHUNK)
+        values = np.asarray(lengths[np.asarray(index.members[a:hi], dtype=np.int64)], np.int64)
+        first, last = np.searchsorted(starts, [a, hi - 1], side="right") - 1
+        lo_b = np.clip(starts[first : last + 1], a, hi) - a  # the buckets' parts in the chunk
+        hi_b = np.clip(starts[first + 1 : last + 2], a, hi) - a
+        held = hi_b > lo_b
+        which = np.arange(first, last + 1)[held]
+        out[which] = np.maximum(out[which], np.maximum.reduceat(values, lo_b[held]))
+    return out
 
 
 def _bucket_sums(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
