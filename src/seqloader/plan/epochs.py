@@ -110,12 +110,12 @@ def check_fit_alone(
         what += f" or max_packed_frames={options.max_packed_frames}"
     if cost.quadratic is not None:
         what = f"costing more than max_frames={options.max_frames} (batch_cost={cost})"
+    limit = {length_key: fits} if keyed else fits
     raise SequenceTooLongError(
         f"sequence {first} (tag {tag!r}){where} has {int(main[first])} frames of {length_key!r}, "
         f"{what}, so it fits no batch "
         f"({count} sequence(s) like this). Fix: raise max_frames, or set "
-        f"max_seq_length={({length_key: fits} if keyed else fits)!r} to filter them (counted "
-        "in the report)."
+        f"max_seq_length={limit!r} to filter them (counted in the report)."
     )
 
 

@@ -291,7 +291,7 @@ class IndexedPlanner:
         if not np.issubdtype(main.dtype, np.integer):
             main = main.astype(np.int64)
         self.lengths = self.order_lengths = main  # int32 memory-mapped views stay views
-        self.budget = indexed_budget(batch_limits(options, list(lengths), key), origin)
+        self.budget = indexed_budget(limits := batch_limits(options, list(lengths), key), origin)
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
