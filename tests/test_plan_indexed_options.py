@@ -299,7 +299,9 @@ def test_limits_the_indexed_plan_cannot_keep_are_refused_by_name() -> None:
     )
     with pytest.raises(SequenceTooLongError, match=r"sequence 5 .*'classes'.*\{'classes': 5\}"):
         IndexedPlanner(lengths, per_key)
-    chunked = PlanOptions(**{**per_key.to_dict(), "max_frames": {"*": 500}, "chunking": {"data": (10, 5)}})
+    chunked = PlanOptions(
+        **{**per_key.to_dict(), "max_frames": {"*": 500}, "chunking": {"data": (10, 5)}}
+    )
     with pytest.raises(OptionError, match=r"chunking with limits on other keys.*\['classes'\]"):
         IndexedPlanner(lengths, chunked)
     with pytest.raises(OptionError, match="max_packed_frames with batch_cost='quadratic"):
