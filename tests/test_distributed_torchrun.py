@@ -279,7 +279,9 @@ def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path, planning: st
     assert len(want) > len({t.split("#")[0] for t in want})  # sequences gave several chunks
 
 
-@pytest.mark.parametrize("chunking", [None, "4:3"])
+@pytest.mark.parametrize(
+    "chunking", [None, pytest.param("4:3", marks=pytest.mark.extended)]
+)  # chunked: its epoch over gloo is test_ddp_chunked_epoch_every_chunk_exactly_once[indexed]
 def test_ddp_indexed_planning_exactly_once_and_elastic_resume(
     tmp_path: Path, chunking: str | None
 ) -> None:
