@@ -17,8 +17,8 @@ contracts of docs/contracts.md on the epochs asked:
 - C2 equal steps: every rank the same steps, from any resumed step; ``max_seqs`` kept.
 - C3 independence from the workers and the rank count: a rank's share is its part of the global
   list, also when a fresh planner computes it alone (no other rank's batches asked first), and
-  ``simulate`` with ``workers`` DataLoader workers splits each rank's load over them (several
-  values: every one gives each rank the same load), its own findings holding.
+  ``simulate`` with ``workers`` DataLoader workers splits each rank's load over them, its own
+  findings holding (the real workers' batches are compared in the loader's tests).
 - C4 determinism: planning again, and from a fresh planner (when a factory is given), gives the
   same arrays; so does continuing a saved position from a fresh planner.
 - C5 resume chains: each epoch is run on ``worlds[0]`` ranks, stopped at ``cuts[0]``, saved
@@ -385,9 +385,11 @@ def check_full_epochs(planner: Planner, out: Checked, epochs: Sequence[int], wor
 def check_workers(
     planner: Planner, world: int, epochs: Sequence[int], workers: Sequence[int]
 ) -> None:
-    """C3 as ``seqloader check`` shows it: every ``num_workers`` gives each rank the same load,
-    its workers' loads adding up to it; the simulation's own findings hold."""
-    loads = []
+    """C3 as ``seqloader check`` shows it: for every ``num_workers``, each rank's workers' loads
+    add up to its load, and the simulation's own findings hold. (That the load itself does not
+    depend on ``num_workers`` is structural: planning takes no worker count and ``simulate``
+    computes a rank's load from its share before splitting it, so comparing loads across values
+    would assert nothing; real workers are compared batch for batch in the loader's tests.)"""
     for n in workers:
         sim = simulate(planner, world, n, list(epochs))
         # its C1 finding reports what the documented behaviour leaves out or repeats (drops,
@@ -405,8 +407,6 @@ def check_workers(
                 for name in ("batches", "seqs", "repeats", "frames", "padded_frames"):
                     total = sum(getattr(w, name) for w in rank.workers)
                     assert total == getattr(rank.load, name), name
-        loads.append([[rank.load for rank in ep.ranks] for ep in sim.epochs])
-    assert all(x == loads[0] for x in loads[1:]), "the plan depends on num_workers"
 
 
 def check_chain(
