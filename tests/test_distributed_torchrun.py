@@ -92,7 +92,15 @@ def expected_steps(world: int, epoch: int, partition_epoch: int = 1) -> int:
     return probe.steps(epoch)
 
 
-@pytest.mark.parametrize("world", [2, 3])
+@pytest.mark.parametrize(
+    "world",
+    [
+        # 2 ranks under torchrun: also the two-node run's per-node launch (2 processes each),
+        # and the 2-rank forked runs below; this launch is in make chaos
+        pytest.param(2, marks=pytest.mark.extended),
+        3,
+    ],
+)
 def test_ddp_epoch_exactly_once_equal_steps(tmp_path: Path, world: int) -> None:
     args = ["--workers", "1", "--uneven", "split"]
     kind = "memory"

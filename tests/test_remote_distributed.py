@@ -86,8 +86,12 @@ def seen_tags(out: Path, phase: str, world: int, epoch: int) -> list[str]:
 
 @pytest.mark.parametrize(
     ("world", "loader", "n_files", "per_file"),
-    [(2, LOADER, N_FILES, PER_FILE), (2, FILES, 12, 8), (3, FILES, 12, 8)],
-    ids=["shard-2", "files-2", "files-3"],
+    [
+        pytest.param(2, LOADER, N_FILES, PER_FILE, id="shard-2"),
+        pytest.param(2, FILES, 12, 8, id="files-2"),
+        # the same contract as files-2 on 3 ranks: in make chaos
+        pytest.param(3, FILES, 12, 8, id="files-3", marks=pytest.mark.extended),
+    ],
 )
 def test_ranks_read_once_within_budget(
     s3: S3, tmp_path: Path, world: int, loader: dict, n_files: int, per_file: int
