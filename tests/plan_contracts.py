@@ -393,10 +393,8 @@ def check_workers(
     for n in workers:
         sim = simulate(planner, world, n, list(epochs))
         # its C1 finding reports what the documented behaviour leaves out or repeats (drops,
-        # random_seed_offset's pass per rank; and, wrongly, what an epoch_wise_filter left
-        # out, as never used): that is checked above, exactly
+        # random_seed_offset's pass per rank): that is checked above, exactly
         loose = any(e.dropped for e in sim.epochs) or per_rank(planner, world)
-        loose = loose or bool(planner.options.epoch_wise_filter)
         bad = [f.message for f in sim.findings if not f.ok]
         assert not bad or (
             loose and [f.contract[:2] for f in sim.findings if not f.ok] == ["C1"]

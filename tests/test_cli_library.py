@@ -15,6 +15,7 @@ import seqloader as sl
 from seqloader.cli.config import DataConfig, SourceSpec, load_data
 from seqloader.errors import DataError, OptionError
 from seqloader.plan.greedy.planner import Planner
+from seqloader.plan.planners import make_planner
 from seqloader.plan.simulate import load_of, simulate, worker_items
 from seqloader.synthetic import SyntheticSpec, synthetic_corpus, synthetic_lengths
 
@@ -274,3 +275,43 @@ def test_audio_config_features_table(tmp_path):
     bad.write_text(json.dumps({"source": {"oggzip": corpus.oggzip, "options": {"features": 3}}}))
     with pytest.raises(OptionError, match="LogMel"):
         load_data(bad).open()
+
+
+@pytest.mark.parametrize("planning", ["global", "indexed"])
+@pytest.mark.parametrize("parts", [1, 2])
+def test_sequences_an_epoch_wise_filter_leaves_out_are_not_never_used(planning, parts):
+    # the filter keeps a set of its own per epoch: what it leaves out is counted, not missing
+    lengths = {"data": np.random.default_rng(0).integers(5, 200, 300)}
+    wise = {
+        "epoch_wise_filter": {(1, 2): {"max_mean_len": 60}},
+        "partition_epoch": parts,
+        "ordering": "laplace:.20",
+    }
+    opts = sl.PlanOptions(max_seqs=6, max_frames=800, planning=planning, **wise)
+    planner = make_planner(lengths, opts)
+    epochs = list(range(1, 2 * parts + 1))
+    sim = simulate(planner, 2, 1, epochs)
+    left_out = sum(
+        sum(planner.filtered(e).values()) - sum(planner.admission.filtered.values()) for e in epochs
+    )
+    assert left_out > 0
+    assert sim.ok, [f.message for f in sim.findings]
+    assert (
+        f"({left_out} sequences left out by them) is used exactly once" in sim.findings[0].message
+    )
+    # a plan that loses sequences besides the filter's is still caught by the count
+    dropping = make_planner(lengths, sl.PlanOptions(max_seqs=6, uneven="drop", **wise))
+    sim = simulate(dropping, 4, 1, epochs)
+    assert sum(e.dropped for e in sim.epochs) > 0
+    c1 = sim.findings[0]
+    assert not c1.ok and "but the epochs' own filters keep" in c1.message
+
+
+def test_chunks_of_sequences_an_epoch_wise_filter_leaves_out_are_not_never_used():
+    lengths = {"data": np.random.default_rng(1).integers(5, 60, 200)}
+    opts = sl.PlanOptions(
+        max_seqs=6, chunking=(20, 10), epoch_wise_filter={(1, 1): {"max_mean_len": 25}}
+    )
+    sim = simulate(make_planner(lengths, opts), 2, 1, [1, 2])
+    assert sim.ok, [f.message for f in sim.findings]
+    assert "sequences left out by them) is used exactly once" in sim.findings[0].message

@@ -20,6 +20,7 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
+from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.planners import Planner
@@ -301,9 +302,14 @@ def _exactly_once(
     problems: list[str] = []
     complete_ok: list[int] = []
     partial_ok: list[int] = []
+    filtered_by_epoch = 0
     for full, counts in sorted(use_counts.items()):
         complete = len(parts_seen[full]) == P
-        found = _use_problems(counts, admitted, complete, noun)
+        left_out = _epoch_filtered(planner, full) if complete else 0
+        found = _use_problems(counts, admitted, complete and left_out == 0, noun)
+        if complete and left_out and not found:
+            found = _kept_problems(counts, admitted, left_out, noun, planner.chunks)
+        filtered_by_epoch += left_out
         if not found:
             (complete_ok if complete else partial_ok).append(full)
             continue
@@ -315,6 +321,10 @@ def _exactly_once(
             said.append(
                 f"every admitted {noun} ({int(admitted.sum())}) is used exactly once in "
                 + _full_epochs(complete_ok, P)
+                if not filtered_by_epoch
+                else f"every {noun} of the {int(admitted.sum())} admitted that the epochs' own "
+                f"filters keep ({filtered_by_epoch} sequences left out by them) is used exactly "
+                "once in " + _full_epochs(complete_ok, P)
             )
         if partial_ok:
             said.append(
@@ -347,6 +357,39 @@ def _use_problems(counts: np.ndarray, admitted: np.ndarray, complete: bool, noun
     if extra:
         parts.append(f"{extra} filtered sequences used")
     return parts
+
+
+def _epoch_filtered(planner: Planner, full: int) -> int:
+    """Sequences an epoch's own filter (``epoch_wise_filter``, epoch selections, a source's
+    curriculum) leaves out of the sub-epochs of full epoch ``full`` (0-based): each sub-epoch
+    keeps a set of its own, so they are not 'never used'."""
+    P = planner.options.partition_epoch
+    always = sum(planner.admission.filtered.values())
+    epochs = range(full * P + 1, full * P + P + 1)
+    return sum(sum(planner.filtered(e).values()) - always for e in epochs)
+
+
+def _kept_problems(
+    counts: np.ndarray, admitted: np.ndarray, left_out: int, noun: str, chunks: ChunkTable | None
+) -> list[str]:
+    """A full epoch whose sub-epochs filter ``left_out`` admitted sequences by epoch: the
+    sequences used must be the admitted less those (duplicates and filtered uses are checked
+    before). Chunked plans: each sequence with all its chunks used or none."""
+    if chunks is None:
+        used, total = int(np.count_nonzero(counts)), int(admitted.sum())
+        partly = 0
+    else:
+        ran = np.concatenate([[0], np.cumsum(counts > 0)])
+        per_seq = ran[chunks.first[1:]] - ran[chunks.first[:-1]]
+        partly = int(np.count_nonzero((per_seq > 0) & (per_seq < chunks.counts)))
+        used, total = int(np.count_nonzero(per_seq)), int(np.count_nonzero(chunks.counts))
+    problems = [f"{partly} sequences with only some of their {noun}s used"] if partly else []
+    if used != total - left_out:
+        problems.append(
+            f"{used} sequences used, but the epochs' own filters keep {total - left_out} of "
+            f"the {total} admitted"
+        )
+    return problems
 
 
 def _why_not_once(planner: Planner, world_size: int, dropped: int) -> list[str]:
