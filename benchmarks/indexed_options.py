@@ -1,0 +1,198 @@
+"""Indexed against global planning with the options indexed planning took over from global planning.
+
+    python -m benchmarks.indexed_options [--sizes 1e6,1e7] [--reps 3] [--cases ...] [--out FILE]
+
+For each size ``n`` (lengths uniform in 50..2000, ``max_seqs=200``, ``max_frames=20000``,
+``ordering="laplace"``, the lengths of ``benchmarks.scale``'s column store) and each option case,
+a fresh process maps the lengths and times constructing the planner until it holds one rank's
+batches of epoch 1 (``global_plan(...).rank_share``): rank 517 of 1,024 (``random_seed_offset``:
+rank 3 of 4, as every rank plans the whole data there and global planning plans every rank's).
+``planning="indexed"`` maps the node's bucket index for the case's options (built once by the
+parent, not timed: the node's one-time build). Memory: the child's peak resident set less the
+file pages it maps, less what it held before planning (``benchmarks.scale``'s measure). After
+the measured part, the child plans the whole epoch (every rank's batches) for its padding
+(padded frames / real frames) and steps, and the steps on 8 ranks. ``--reps`` fresh processes per configuration,
+alternating between the plannings; medians; ratios indexed / global from the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from benchmarks.fresh import run_child
+from benchmarks.machine import describe_machine, load_average
+from benchmarks.scale import _status, lengths_store
+from benchmarks.side_by_side import append_run
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RESULTS = os.path.join(HERE, "results", "indexed_options.json")
+LIMITS = {"max_seqs": 200, "max_frames": 20_000, "ordering": "laplace"}
+CASES: dict[str, dict] = {
+    "fixed_random_subset=0.5": {"fixed_random_subset": 0.5},
+    "length filters + epoch_wise_filter": {
+        "max_seq_length": 1800,
+        "min_seq_length": 100,
+        "epoch_wise_filter": {"(1, 1)": {"max_mean_len": 700}},
+    },
+    "fixed_random_seed": {"fixed_random_seed": 7},
+    "random_seed_offset (4 ranks)": {"distribution": "random_seed_offset", "world": 4},
+    "batch_cost=packed": {"batch_cost": "packed"},
+    "max_packed_frames=15000": {"max_packed_frames": 15_000},
+}
+
+
+def plan_options(case: dict, planning: str) -> object:
+    from seqloader.plan import PlanOptions
+
+    opts = {k: v for k, v in case.items() if k != "world"}
+    if "epoch_wise_filter" in opts:  # JSON keys: "(first, last)"
+        opts["epoch_wise_filter"] = {
+            tuple(json.loads(k.replace("(", "[").replace(")", "]"))): v
+            for k, v in opts["epoch_wise_filter"].items()
+        }
+    return PlanOptions(**LIMITS, **opts, seed=3, planning=planning)  # type: ignore[arg-type]
+
+
+def index_store(store: str, n: int, name: str, case: dict, folder: str) -> str:
+    """The node's bucket index for ``case`` (the admitted sequences of its options)."""
+    from seqloader.plan.indexed.planner import IndexedPlanner
+    from seqloader.sources.columns import ColumnStore, StoreWriter
+
+    tag = "".join(c if c.isalnum() else "_" for c in name)
+    path = os.path.join(folder, f"options-index-{n}-{tag}.seqcols")
+    if os.path.exists(path):
+        return path
+    lengths = ColumnStore(store).column("len.data")
+    index = IndexedPlanner({"data": lengths}, plan_options(case, "indexed")).index  # type: ignore[arg-type]
+    w = StoreWriter(path + ".tmp", f"options-index-{n}", {"n": n})
+    for key, column in index.columns().items():
+        w.add(key, np.asarray(column))
+    w.close()
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def child(config: dict) -> dict:
+    from seqloader.plan import make_planner
+    from seqloader.plan.indexed.histogram import BucketIndex
+    from seqloader.sources.columns import ColumnStore
+
+    lengths = ColumnStore(config["store"]).column("len.data")
+    world = config.get("world", 1024)
+    rank = min(517, world - 1)
+    options = plan_options(config["case"], config["planning"])
+    before = _status()
+    t0 = time.perf_counter()
+    index = None
+    if config["planning"] == "indexed":
+        cols = ColumnStore(config["index"])  # the node's index, memory-mapped
+        index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
+    planner = make_planner({"data": lengths}, options, index=index)  # type: ignore[arg-type]
+    plan = planner.global_plan(1, world)
+    share = plan.rank_share(rank)
+    t1 = time.perf_counter()
+    after = _status()
+    private = after["VmHWM"] - after["RssFile"] - (before["VmRSS"] - before["RssFile"])
+    # not measured: the whole epoch, every rank's batches, for padding and the limits
+    b = plan.batches
+    lens = np.asarray(lengths)[b.seqs].astype(np.int64)
+    sizes = np.diff(b.bounds)
+    longest = np.maximum.reduceat(lens, b.bounds[:-1]) if len(sizes) else lens
+    sums = np.add.reduceat(lens, b.bounds[:-1]) if len(sizes) else lens
+    padded = int((sizes * longest).sum())
+    o = planner.options
+    ok = len(share) == plan.steps and bool((sizes <= LIMITS["max_seqs"]).all())
+    if o.cost.packed:
+        ok = ok and bool((sums <= LIMITS["max_frames"]).all())
+    else:
+        ok = ok and bool((sizes * longest <= LIMITS["max_frames"]).all())
+    if o.max_packed_frames is not None:
+        ok = ok and bool((sums <= o.max_packed_frames).all())
+    return {
+        "total_s": t1 - t0,
+        "private_bytes": private,
+        "steps": int(plan.steps),
+        "real": int(lens[b.real].sum()),
+        "padding": padded / max(int(lens[b.real].sum()), 1),
+        "steps_8": int(planner.global_plan(1, 8).steps) if world > 8 else int(plan.steps),
+        "checks_ok": ok,
+    }
+
+
+def measure(args: argparse.Namespace) -> dict:
+    folder = args.data or os.path.join(tempfile.gettempdir(), "seqloader-scale")
+    os.makedirs(folder, exist_ok=True)
+    rows = []
+    for size in args.sizes:
+        store = lengths_store(size, folder)
+        for name, case in CASES.items():
+            if name not in args.cases:
+                continue
+            index = index_store(store, size, name, case, folder)
+            runs: dict[str, list[dict]] = {"indexed": [], "global": []}
+            for rep in range(args.reps):
+                for planning in ("indexed", "global")[:: 1 if rep % 2 == 0 else -1]:
+                    config = {
+                        "case": case,
+                        "world": case.get("world", 1024),
+                        "store": store,
+                        "index": index,
+                        "planning": planning,
+                        "label": f"{name} {size} {planning}",
+                    }
+                    runs[planning].append(
+                        run_child("benchmarks.indexed_options", config, None, args.timeout)
+                    )
+            row: dict = {"case": name, "n": size}
+            for planning, got in runs.items():
+                row[planning] = {
+                    "total_s": statistics.median(r["total_s"] for r in got),
+                    "private_bytes": statistics.median(r["private_bytes"] for r in got),
+                    "steps": got[0]["steps"],
+                    "steps_8": got[0]["steps_8"],
+                    "padding": got[0]["padding"],
+                    "checks_ok": all(r["checks_ok"] for r in got),
+                }
+            new, old = row["indexed"], row["global"]
+            row["time_ratio"] = new["total_s"] / old["total_s"]
+            row["memory_ratio"] = new["private_bytes"] / max(old["private_bytes"], 1)
+            row["padding_ratio"] = new["padding"] / old["padding"]
+            row["steps_ratio"] = new["steps"] / old["steps"]
+            row["steps_8_ratio"] = new["steps_8"] / old["steps_8"]
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return {"machine": describe_machine(), "load_average": load_average(), "limits": LIMITS,
+            "reps": args.reps, "rows": rows}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--child")
+    p.add_argument("--sizes", default="1e6,1e7")
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--data", help="folder for the column stores (default: the temp folder)")
+    p.add_argument("--timeout", type=float, default=1200)
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    args.sizes = [int(float(s)) for s in args.sizes.split(",")]
+    args.cases = args.cases.split(",")
+    result = measure(args)
+    out = args.out or RESULTS
+    append_run(result, out)
+    print(f"wrote {out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
