@@ -141,3 +141,26 @@ def test_a_length_keeping_pre_process_still_converts(data: Path, tmp_path: Path)
     assert loaders["train"].steps(1) > 0
     for loader in loaders.values():
         loader.close()
+
+
+def test_a_speed_perturbation_over_a_range_of_factors_is_refused(
+    data: Path, tmp_path: Path
+) -> None:
+    """A factor drawn from a range (``uniform``) is no set of factors to plan: converting it
+    planned the factors the conversion's own calls happened to draw (30 distinct of 32 calls),
+    not the function's distribution. Refused, naming why and the native equivalent. (A resampler
+    matching ours to the sample shows it; librosa's, rounding the rate, is refused as
+    length-changing already.)"""
+    config = _config(
+        tmp_path,
+        "\ndef speed_range(audio, sample_rate, random_state):\n"
+        "  from seqloader.audio.transforms import perturb\n"
+        "  return perturb(audio.astype('float32'), random_state.uniform(0.88, 1.12))\n"
+        "train['audio'] = dict(train['audio'], pre_process=speed_range)\n",
+    )
+    with pytest.raises(
+        OptionError,
+        match=r"pre_process speed_range draws its speed from a range .*distinct factors in 32 "
+        r"calls.*SpeedPerturb\(factors\)",
+    ):
+        from_returnn_config(config, native_speed_perturb=True)

@@ -24,6 +24,7 @@ from seqloader.audio.transforms import SpeedPerturb, perturb
 from seqloader.errors import OptionError
 
 PROBES = 32  # random states tried: a function changing the length on 1 call in 3 escapes 3e-16
+FEW = PROBES // 4  # more distinct factors than this in PROBES calls: drawn from a range
 OPT_IN = "native_speed_perturb=True"
 NATIVE = (
     "seqloader's native speed perturbation: remove pre_process from the config and read the "
@@ -84,7 +85,8 @@ def recognised_speed(where: str, fn: Callable[..., Any], rate: int) -> SpeedPert
     """The ``SpeedPerturb`` that ``fn`` is, if it is one: called as RETURNN calls it on one second
     of low tones with ``PROBES`` random states, every output must be the input resampled by a
     factor (length within a sample of ``speed_length``, ``MATCH`` correlation with our resampling
-    by it), and some output must change the length. None otherwise (not a speed perturbation)."""
+    by it), and some output must change the length. None otherwise (not a speed perturbation);
+    an ``OptionError`` when the calls give more than ``FEW`` factors (a range, not a set)."""
     t = np.arange(rate) / rate
     wave = np.mean([np.sin(2 * np.pi * f * t) for f in PROBE_TONES_HZ], axis=0)
     factors: set[Fraction] = set()
@@ -105,6 +107,14 @@ def recognised_speed(where: str, fn: Callable[..., Any], rate: int) -> SpeedPert
         factors.add(factor)
     if factors <= {Fraction(1)}:
         return None
+    if len(factors) > FEW:
+        name = getattr(fn, "__qualname__", None) or repr(fn)
+        raise OptionError(
+            f"{where}: audio option pre_process {name} draws its speed from a range "
+            f"({len(factors)} distinct factors in {PROBES} calls): seqloader plans a fixed set "
+            "of factors, and converting it would plan the ones these calls happened to draw. "
+            f"Use {NATIVE}, with the factors written out"
+        )
     return SpeedPerturb(tuple(float(f) for f in sorted(factors)))
 
 
