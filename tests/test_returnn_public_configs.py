@@ -67,7 +67,15 @@ def reference(path: str, name: str, epochs: tuple[int, ...]):
     return batches, values
 
 
-def ours(config: Path, num_workers: int, name: str, epochs: tuple[int, ...], tmp_path: Path):
+def ours(
+    config: Path,
+    num_workers: int,
+    name: str,
+    epochs: tuple[int, ...],
+    tmp_path: Path,
+    rank: int = 0,
+    world_size: int = 1,
+):
     tmp_path.mkdir(parents=True, exist_ok=True)
     copy = tmp_path / config.name
     copy.write_text(
@@ -75,7 +83,7 @@ def ours(config: Path, num_workers: int, name: str, epochs: tuple[int, ...], tmp
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the stubbed-modules warning (tested on its own)
-        loaders = from_returnn_config(copy, stub_modules=True, rank=0, world_size=1)
+        loaders = from_returnn_config(copy, stub_modules=True, rank=rank, world_size=world_size)
     loader = loaders[name]
     assert loader.worker_options.num_workers == num_workers
     batches, values = {}, {}

@@ -370,6 +370,20 @@ def combined(
     return ReturnnView(joined, orders=orders), "default", int(partition), offset
 
 
+def refuse_sharding(name: str, kind: str) -> None:
+    """``torch_distributed`` ``"shard"`` on a ``CombinedDataset``: RETURNN's has no sharding
+    (``supports_sharding`` False: it asserts ``num_shards == 1`` in ``init_seq_order`` on more
+    than one rank), so there is no RETURNN behaviour to plan; refused at conversion."""
+    if kind == KIND:
+        raise OptionError(
+            f"{name} dataset ({KIND}): torch_distributed dataset_distribution 'shard' is not "
+            "supported: RETURNN's CombinedDataset does not support sharding (it asserts "
+            "num_shards == 1 on more than one rank); use dataset_distribution "
+            "'random_seed_offset' (RETURNN's default: every rank its own order of all "
+            "sequences), or natively SeqLoader(ConcatSource(...), distribution='shard')"
+        )
+
+
 def _plain(ordering: str) -> str:
     return "default" if ordering in STREAMED else ordering
 

@@ -21,6 +21,7 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.extras import require
 from seqloader.plan.options import Distribution, PlanOptions
+from seqloader.returnn.combined import refuse_sharding
 from seqloader.returnn.datasets import Converted, convert_dataset
 from seqloader.returnn.distrib_files import sharded, with_sharding_fix
 from seqloader.returnn.paths import plain_value
@@ -191,6 +192,7 @@ def returnn_datasets(
                 "corpus with seqloader.AudioSource(..., speed=...) directly"
             )
         if name == TRAIN and _distribution(values) == "shard":
+            refuse_sharding(name, converted.kind)
             converted = sharded(converted)  # RETURNN shards a DistributeFilesDataset's files
         if isinstance(spec, Mapping) and spec.get("class") == "DistributeFilesDataset":
             converted = with_sharding_fix(converted, spec, int(values.get("behavior_version") or 0))
