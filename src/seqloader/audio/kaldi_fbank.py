@@ -108,7 +108,10 @@ class KaldiFbank:
     def many(self, waves: Sequence[np.ndarray]) -> list[np.ndarray]:
         """Frames of several 1-D waveforms, computed together (a batch's): all their frames go
         into one array, so the FFT, the filters and the log run once for the batch rather than
-        once per waveform. Equal to ``[self(w) for w in waves]`` (each result a view of one array).
+        once per waveform. Equal to ``[self(w) for w in waves]`` with the numpy kernel (each
+        result a view of one array); torch's kernel rounds a frame's products by the batch's
+        shape, so a waveform's values may differ in the last bits (~1e-7) with its batch's others:
+        a planned batch's bytes are still the same in every run, whatever the workers.
 
         >>> fb = KaldiFbank()
         >>> [f.shape for f in fb.many([np.full(16000, 0.1, "float32"), np.zeros(100, "float32")])]
