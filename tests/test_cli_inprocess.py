@@ -82,6 +82,8 @@ def test_bad_values_and_files_get_one_line(capsys, hdf, tmp_path):  # noqa: F811
     assert "lapalce" in one_line_error(capsys, "check", hdf, "--ordering", "lapalce:3")
     assert "spread" in one_line_error(capsys, "check", hdf, "--uneven", "spread")
     assert "unrecognized" in one_line_error(capsys, "bench", hdf, "--bogus")
+    # an HDF source defers no features: the device option is refused naming the fix
+    assert "defer" in one_line_error(capsys, "bench", hdf, "--features-on", "cpu")
     assert "x=" in one_line_error(capsys, "check", hdf, "--max-seq-length", "x=")
     assert "'.md'" in one_line_error(capsys, "stats", Path(__file__).parents[1] / "README.md")
     fake = tmp_path / "fake.hdf"

@@ -348,6 +348,15 @@ WORKER_FLAGS: tuple[tuple[str, str, dict], ...] = (
             "help": "padded [B, T, ...] or packed [sum T, ...] with offsets (no padding)",
         },
     ),
+    (
+        "--features-on",
+        "features_on",
+        {
+            "metavar": "DEVICE",
+            "help": "compute an audio source's deferred features (defer_features) on this device "
+            "after collation instead of in the workers, e.g. cuda",
+        },
+    ),
 )
 NUM_WORKERS_HELP = "DataLoader worker processes per rank"
 
