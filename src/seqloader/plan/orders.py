@@ -12,6 +12,8 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from seqloader.errors import DataError
+
 
 class EpochOrders(Protocol):
     """The source's sequence indices of one sub-epoch, in order, as a pure function of the epoch,
@@ -43,3 +45,30 @@ class HasEpochOrders(Protocol):
     """A source that orders its own sub-epochs; None when it leaves that to the planner."""
 
     def epoch_orders(self) -> EpochOrders | None: ...
+
+
+def check_source_order(order: np.ndarray, n: int, epoch: int) -> None:
+    """A source's order of ``epoch`` must name each of its ``n`` sequences at most once: the
+    planner batches it as it comes, so a repeat would be planned twice (O(m log m) per epoch,
+    beside the planning's own O(n)).
+
+    >>> check_source_order(np.array([2, 0]), 3, 1)
+    >>> check_source_order(np.array([2, 2]), 3, 1)
+    Traceback (most recent call last):
+    ...
+    seqloader.errors.DataError: the source's order of epoch 1 names sequence 2 twice ...
+    """
+    if order.size and (int(order.min()) < 0 or int(order.max()) >= n):
+        bad = int(order[(order < 0) | (order >= n)][0])
+        raise DataError(
+            f"the source's order of epoch {epoch} names sequence {bad}, outside 0..{n - 1}; its "
+            "epoch_orders() must give indices of its own sequences (a bug in that source)"
+        )
+    values, counts = np.unique(order, return_counts=True)
+    if values.size != order.size:
+        twice = int(values[counts > 1][0])
+        raise DataError(
+            f"the source's order of epoch {epoch} names sequence {twice} twice "
+            f"({order.size - values.size} repeats in all); each sequence is planned at most once "
+            "per sub-epoch, so its epoch_orders() must not repeat one (a bug in that source)"
+        )

@@ -59,7 +59,7 @@ from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import Rng, order_sequences
-from seqloader.plan.orders import EpochOrders
+from seqloader.plan.orders import EpochOrders, check_source_order
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_BUCKETS,
@@ -493,6 +493,7 @@ class Planner:
             return self.pool_order(epoch, order_rank), None
         if self.orders is not None:  # the source's order; RETURNN's length filter after it
             part = np.asarray(self.orders.order(epoch, self.options.seed, order_rank), np.int64)
+            check_source_order(part, len(self.lengths), epoch)
             if self._excluded is not None:
                 part = part[~self._excluded[part]]
             return part[self._admitted_mask[part]], None
