@@ -69,7 +69,7 @@ def test_files_resume_with_the_same_world_size(n, seed, ordering, world, cut) ->
     n=st.integers(20, 45),
     seed=st.integers(0, 5),
     ordering=st.sampled_from(["laplace:.5", "laplace", "buckets:3"]),
-    uneven=st.sampled_from(["split", "pad"]),
+    uneven=st.sampled_from(["split", "pad", "drop"]),
     worlds=st.lists(st.integers(1, 4), min_size=2, max_size=3),
     cuts=st.lists(st.integers(0, 12), min_size=2, max_size=2),
     enter_next_epoch=st.booleans(),

@@ -44,7 +44,7 @@ def cases(draw: st.DrawFn, distribution: str = "shard") -> dict:
     high = draw(st.sampled_from([3, 40, 300]))
     lengths = rng.integers(0 if draw(st.booleans()) else 1, high + 1, size=n).astype(np.int64)
     max_frames = draw(st.one_of(st.none(), st.integers(300, 3000)))
-    uneven = draw(st.sampled_from(["split", "pad"] + (["drop"] if distribution == "shard" else [])))
+    uneven = draw(st.sampled_from(["split", "pad", "drop"]))
     options = PlanOptions(
         ordering=draw(st.sampled_from(ORDERINGS)),
         max_seqs=draw(st.one_of(st.none(), st.integers(1, 20))),
@@ -222,6 +222,45 @@ def test_laplace_replay_by_blocks_equals_rank_by_rank(case, ordering, cut, world
         np.testing.assert_array_equal(seg.consumed(steps), seg.consumed_rank_by_rank(steps))
 
 
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(elastic_files_cases(), st.integers(1, 3), st.integers(0, 12))
+def test_files_drop_cuts_every_rank_at_the_shortest_ranks_count(
+    case: dict, epoch: int, cut: int
+) -> None:
+    """``files`` with ``uneven="drop"``: every rank's share is the first ``steps`` batches of
+    its ``pad`` share (the same units, members and order), ``steps`` the fewest batches of any
+    rank, and ``dropped`` counts exactly the real sequences past it, on every rank alike; also in
+    a segment after an elastic resume."""
+    o = case["options"]
+    epoch = min(epoch, o.partition_epoch)
+    drop_case = {**case, "options": PlanOptions(**{**options_kwargs(o), "uneven": "drop"})}
+    pad_case = {**case, "options": PlanOptions(**{**options_kwargs(o), "uneven": "pad"})}
+    first = case["worlds"][0]
+    drop, pad = planner_of(drop_case), planner_of(pad_case)
+    if not files_fit(drop, first):
+        return
+    histories = [()]
+    full = drop.global_plan(epoch, first)
+    if 0 < cut < full.steps:
+        histories.append(((first, cut),))
+    for history in histories:
+        world = case["worlds"][1] if history else first
+        kept, _ = drop.files_segment(epoch, world, history)
+        whole, _ = pad.files_segment(epoch, world, history)
+        listed = [whole.rank_share(r) for r in range(world)]
+        own = [int(share.real[share.bounds[:-1]].sum()) for share in listed]  # pad: fillers last
+        assert kept.steps == min(own)
+        lost = 0
+        for r, share in enumerate(listed):
+            got = kept.rank_share(r)
+            assert len(got) == kept.steps and bool(got.real.all())
+            np.testing.assert_array_equal(got.seqs, share.first(kept.steps).seqs)
+            np.testing.assert_array_equal(got.bounds, share.first(kept.steps).bounds)
+            lost += int(share.real.sum()) - int(got.real.sum())
+        assert kept.dropped == lost == whole.real_total() - kept.real_total()
+        assert kept.repeats == 0
+
+
 def test_files_elastic_resume_1024_to_768_draws_few_old_ranks() -> None:
     """A resumed rank draws the members of the few old ranks its run of units touches, and the
     continuation keeps every contract on a corpus of many files."""
@@ -277,7 +316,6 @@ def test_positions_inside_a_batch_are_refused() -> None:
         ),
         ({"chunking": 50, "distribution": "files"}, "chunking"),
         ({"chunking": 50, "distribution": "random_seed_offset"}, "chunking"),
-        ({"distribution": "files", "uneven": "drop"}, "uneven='drop'"),
         ({"seeding": "returnn"}, "seeding"),
     ],
 )
@@ -382,6 +420,19 @@ INDEXED_CASES: dict[str, dict] = {
         "elastic": (3, 3),
         "elastic_again": (2, 5),
     },
+    "files buckets:4 W4 drop elastic -> W3": {
+        "options": {"ordering": "buckets:4", "max_seqs": 5, "max_frames": 2000,
+                    "distribution": "files", "uneven": "drop", "seed": 8},
+        "files": [*range(0, 300, 7), 300],
+        "world": 4,
+        "elastic": (4, 3),
+    },
+    "files laplace:.9 partition 2 W3 drop": {
+        "options": {"ordering": "laplace:.9", "max_frames": 2400, "partition_epoch": 2,
+                    "distribution": "files", "uneven": "drop", "seed": 3},
+        "files": [*range(0, 300, 11), 300],
+        "world": 3,
+    },
     "chunked 100:50 buckets:5 W4 split elastic -> W3": {
         "options": {"ordering": "buckets:5", "max_seqs": 8, "max_frames": 700, "seed": 6,
                     "chunking": "100:50", "min_chunk_size": 20},
@@ -404,7 +455,8 @@ INDEXED_CASES: dict[str, dict] = {
 # seqloader-plan-indexed/5: bucket edges also cut where the batch size the lengths allow changes
 # (histogram.batching_edges), and each bucket's list is sorted by length within windows of
 # WINDOW_BATCHES batches (SortedWindows; `files`: within each unit): every case moved.
-# Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved).
+# Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved);
+# so were the `files` + uneven="drop" cases (refused before).
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
@@ -413,6 +465,8 @@ INDEXED_GOLDEN = {
     "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
     "mix laplace:.10 W4 pad, filters": "b8d20b529d89aedfdbbd5d35e2592853c73c64103e77af3d8f94e2bb2f2850a4",
     "files buckets:4 W4 split elastic -> W3 -> W5": "751e943cc455d2ff17ec0d30684cd4d058f50ef2160f921cdee432657b2d2233",
+    "files buckets:4 W4 drop elastic -> W3": "173f399d1e78bdc81cbd3d1fe3404be47964847f28a2b5caed01c99c22e66ec5",
+    "files laplace:.9 partition 2 W3 drop": "b4ea8e82233af3348fa67788d57984bd4d28b0cdcecab196f34017baf8e80e1a",
     "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
     "chunked 90:60 laplace:.20 partition 2 W3 pad": "11e06ce6385f1f188509f3dee90082d3fbf7c6a7450c976c18c09d383527e2dd",
 }  # fmt: skip
@@ -443,6 +497,8 @@ def indexed_digest(case: dict) -> str:
             row.append(p.batches.uses.tolist())
         if p.batches.chunks is not None:  # chunked: the chunk of every slot too
             row.append(p.batches.chunks.tolist())
+        if options.distribution == "files" and p.dropped:  # files + drop (refused before /5's
+            row.append(["dropped", p.dropped])  # earlier cases): what it leaves out
     return hashlib.sha256(json.dumps([content, planner.filtered(1)]).encode()).hexdigest()
 
 

@@ -382,11 +382,6 @@ class PlanOptions:
                 "max_packed_frames with batch_cost='quadratic:Q' (one budget per batch size: "
                 "a quadratic and a packed limit bound it in other units)",
             ),
-            (
-                self.distribution == "files" and self.uneven == "drop",
-                "uneven='drop' with distribution='files' (a rank's dropped batches depend on "
-                "its own draw, so no rank could count the others')",
-            ),
         ]
         for on, name in unsupported:
             if on:

@@ -12,7 +12,9 @@ gives each rank some units' unconsumed suffixes. The rank batches each suffix wi
 batch size, orders its batches (``buckets:N``: shuffled; ``laplace``: bins, lengths rising and
 falling) with an order stream apart from the member draw, and equalises steps (``split``: its
 largest batches cut into near-equal contiguous pieces, ``seqloader.plan.indexed.pieces``; one-sequence
-fillers, ``real=False``, where it runs short). The ``t``-th batch of a unit in a rank's order
+fillers, ``real=False``, where it runs short; ``drop``: every rank keeps as many batches as
+the rank with fewest, the rest counted as dropped — every rank's batch count follows from counts,
+so each rank counts what the others drop). The ``t``-th batch of a unit in a rank's order
 holds the unit's next ``size`` members, and pieces are contiguous: after ``s`` steps each unit's
 consumption is a prefix of its suffix, and how long follows from counts and the order alone.
 So a state's segment history (``(world_size, steps)`` per earlier segment) gives the consumed
@@ -136,7 +138,10 @@ class Segment:
         self.rank_seqs = np.bincount(ranks, weights=self.rem, minlength=world_size + 1)[
             :world_size
         ].astype(np.int64)
-        self.steps = int(self.rank_batches.max(initial=0))
+        # drop: every rank keeps as many batches as the one with fewest (each rank's count is
+        # known from counts, so every rank counts the others' surplus: ``dropped``)
+        few = uneven == "drop" and world_size > 0
+        self.steps = int(self.rank_batches.min() if few else self.rank_batches.max(initial=0))
         self._consumed: dict[int, np.ndarray] = {}  # the last few counts asked for
         by = np.argsort(ranks, kind="stable").astype(np.int32)  # rank 0's live units, rank 1's..
         ends = np.searchsorted(ranks[by], np.arange(world_size + 1), side="left")
@@ -158,12 +163,29 @@ class Segment:
     # ---- from counts ----
     @property
     def real_total(self) -> int:
+        """Real sequences of the segment's batches (``drop``: less the ranks' surplus)."""
+        if self.uneven == "drop":
+            return int(self.consumed(self.steps).sum())
         return int(self.rem.sum())
 
+    @property
+    def dropped(self) -> int:
+        """Sequences ``uneven="drop"`` leaves out: every rank's batches past the shortest
+        rank's count (from counts and the order: the same on every rank)."""
+        return int(self.rem.sum()) - self.real_total
+
     def real_batches(self, rank: int) -> int:
-        """Real batches of ``rank`` after equalising (split pieces included)."""
+        """Real batches of ``rank`` after equalising (split pieces included; drop: cut)."""
         if self.uneven == "split":
             return min(max(self.steps, int(self.rank_batches[rank])), int(self.rank_seqs[rank]))
+        if self.uneven == "drop":
+            return min(self.steps, int(self.rank_batches[rank]))
+        return int(self.rank_batches[rank])
+
+    def listed_batches(self, rank: int) -> int:
+        """``rank``'s batches before ``drop`` cuts them (split pieces included)."""
+        if self.uneven == "split":
+            return self.real_batches(rank)
         return int(self.rank_batches[rank])
 
     @property
@@ -255,7 +277,7 @@ class Segment:
             us = self.rank_units(rank)
             if not len(us):
                 continue
-            if steps >= self.real_batches(rank):  # all its batches (fillers follow)
+            if steps >= self.listed_batches(rank):  # all its batches (fillers follow)
                 out[us] = self.rem[us]
                 continue
             unit, _, sizes = self.layout(rank)
@@ -317,6 +339,8 @@ class Segment:
             bounds = np.zeros(len(piece) + 1, dtype=np.int64)
             np.cumsum(piece, out=bounds[1:])
         batches = BatchList.from_bounds(seqs, bounds)
+        if len(batches) > self.steps:  # drop: the batches past the shortest rank's count
+            batches = batches.first(self.steps)
         missing = self.steps - len(batches)
         if missing > 0:  # one-sequence fillers: the rank's own, else the sub-epoch's first
             own = seqs if len(seqs) else filler()

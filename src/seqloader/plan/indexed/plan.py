@@ -306,11 +306,12 @@ class RankwisePlan:
         repeats: int,
         consumed: Callable[[int], int],
         planned_costs: Callable[[int, np.ndarray], np.ndarray] | None = None,
+        dropped: int = 0,
     ) -> None:
         self.world_size = world_size
         # (rank, cost per bucket) -> the rank's planned cost per step, from counts
         self.planned_costs = planned_costs
-        self.dropped = 0
+        self.dropped = dropped  # uneven="drop": real sequences past the shortest rank's batches
         self._share, self._steps = share, steps
         self._real_total, self._repeats, self._consumed = real_total, repeats, consumed
         self._batches: BatchList | None = None

@@ -638,9 +638,13 @@ class IndexedPlanner:
 
     def sub_epoch_order(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> np.ndarray:
         """The sub-epoch's sequences in plan order (O(n): for checks and tests)."""
-        if self.files is not None:
+        if self.files is not None:  # the plan's real sequences, then what ``drop`` leaves out
             plan = self.files_plan(epoch, world_size)[0]
-            return plan.batches.seqs[plan.batches.real]
+            real = plan.batches.seqs[plan.batches.real]
+            if not plan.dropped:
+                return real
+            whole = self.sub_epoch_files(epoch)[0].seqs
+            return np.concatenate([real, whole[~np.isin(whole, real)]])
         per_rank = self.options.distribution == "random_seed_offset"  # runs of one batch
         table = self.table(epoch, 1 if per_rank else world_size, order_rank)
         draw = self.draw(epoch, True, order_rank)
@@ -953,6 +957,7 @@ class IndexedPlanner:
             seg.repeats,
             seg.consumed_seqs,
             planned_costs,
+            seg.dropped,
         )
 
     def _first_sequence(self, part: np.ndarray) -> np.ndarray:
