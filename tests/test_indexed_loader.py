@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 import seqloader as sl
 from conftest import index_corpus
 from seqloader.errors import ResumeError
-from test_resume import check_chain, corpus, file_bounds, files_corpus, loader_factory, run_all
+from test_indexed_options_loader import check_own_orders
+from test_resume import (
+    check_chain,
+    corpus,
+    file_bounds,
+    files_corpus,
+    loader_factory,
+    run_all,
+)
 
 PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
 #: chunked indexed plans (chunks as planned units; ``tests/test_plan_indexed_chunks.py``)
@@ -259,6 +267,44 @@ def test_chunked_same_batches_with_dataloader_workers() -> None:
     make = loader_factory(corpus(47, seed=4), **options, num_workers=2)
     check_chain(make, [2, 2], [4], 3, reference=reference)
     check_chain(make, [2, 3, 1], [5, 3], 3, reference=reference)
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    n=st.integers(0, 40),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "buckets:3"]),
+    partition_epoch=st.integers(1, 2),
+    world=st.integers(1, 3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_chunked_random_seed_offset_resumes_batch_for_batch(
+    n, seed, ordering, partition_epoch, world, cuts
+) -> None:
+    """Chunked ``random_seed_offset``: each rank delivers its own order of the sub-epoch's chunks
+    (audited), and a chain of saves and loads on the same world size delivers the uninterrupted
+    run's batches."""
+    make = loader_factory(
+        corpus(n, seed),
+        **CHUNKED,
+        ordering=ordering,
+        partition_epoch=partition_epoch,
+        distribution="random_seed_offset",
+        audit=True,
+    )
+    check_own_orders(make, world, cuts, partition_epoch + 1)
+
+
+@pytest.mark.slow
+def test_chunked_random_seed_offset_with_dataloader_workers() -> None:
+    """C3 for chunked ``random_seed_offset``: 2 worker processes deliver each rank's own batches
+    of the run without workers, resumed on the same world size."""
+    options = {**CHUNKED, "ordering": "laplace:.5", "partition_epoch": 2}
+    options["distribution"] = "random_seed_offset"
+    reference = run_all(loader_factory(corpus(47, seed=4), **options), 2, 3)
+    make = loader_factory(corpus(47, seed=4), **options, num_workers=2)
+    assert run_all(make, 2, 3) == reference
+    check_own_orders(make, 2, [4, 3], 3)
 
 
 def test_chunked_plans_map_the_nodes_length_index(tmp_path, monkeypatch) -> None:

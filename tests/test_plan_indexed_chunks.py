@@ -99,6 +99,13 @@ def real_units(plan, a: int, b: int) -> np.ndarray:
     return codes(batches.seqs[lo:hi][real], batches.chunks[lo:hi][real])
 
 
+def real_codes(share) -> np.ndarray:
+    """Codes of a share's real chunks (an empty share: none)."""
+    if not len(share.seqs):
+        return np.zeros(0, dtype=np.int64)
+    return codes(share.seqs[share.real], share.chunks[share.real])
+
+
 def every_chunk(planner: Planner) -> np.ndarray:
     """Codes of every chunk global planning plans in a full epoch, sorted."""
     epochs = range(1, planner.options.partition_epoch + 1)
@@ -186,6 +193,33 @@ def test_same_world_size_continues_the_uninterrupted_plan(case: dict) -> None:
         np.testing.assert_array_equal(a.bounds, b.bounds)
 
 
+def with_options(case: dict, **options: object) -> dict:
+    return {**case, "kwargs": {**case["kwargs"], **options}}
+
+
+@settings(max_examples=50, deadline=None)
+@given(cases())
+def test_random_seed_offset_gives_each_rank_every_chunk_once_per_full_epoch(case: dict) -> None:
+    """``random_seed_offset``: every rank plans every chunk of the sub-epoch with its own draws
+    (chunks bucketed and drawn as under ``shard``): per rank, a full epoch is global planning's
+    chunks exactly once; equal steps; the contracts (each rank a prefix of its own order, resume
+    chains on its world size, a rank's plan computed alone)."""
+    case = with_options(case, distribution="random_seed_offset")
+    planner, reference = indexed(case), greedy(case)
+    assert planner.admission.filtered == reference.admission.filtered
+    world = min(case["world"], 4)
+    want = every_chunk(reference)
+    epochs = range(1, planner.options.partition_epoch + 1)
+    plans = [planner.global_plan(e, world) for e in epochs]
+    assert sum(p.dropped for p in plans) == 0  # the same chunks per bucket on every rank
+    for r in range(world):
+        shares = [p.rank_share(r) for p in plans]
+        got = np.sort(np.concatenate([real_codes(s) for s in shares] + [np.zeros(0, int)]))
+        np.testing.assert_array_equal(got, want)
+    worlds = case["worlds"]
+    check_plan_contracts(lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [1])
+
+
 def corpus(n: int = 2000, seed: int = 0) -> dict[str, np.ndarray]:
     return {"data": np.random.default_rng(seed).integers(0, 2001, n)}
 
@@ -260,9 +294,7 @@ def test_refusals_name_the_option_and_the_fix() -> None:
         IndexedPlanner(mismatch, PlanOptions(**uneven), tags=["a", "b", "c"])
     wise = {"epoch_wise_filter": {(1, 2): {"max_mean_len": 100}}}
     for extra in ({"distribution": "files"}, {"mix": {"a": 1.0}}, wise):
-        with pytest.raises(
-            OptionError, match=r"chunking with distribution='files'.*, mix or epoch"
-        ):
+        with pytest.raises(OptionError, match=r"chunking with distribution='files', mix or epoch"):
             PlanOptions(**{**OPTIONS, **extra})
 
 
@@ -273,6 +305,12 @@ def test_epochs_and_seeds_draw_other_batches() -> None:
     assert not np.array_equal(codes(e1.seqs, e1.chunks), codes(e2.seqs, e2.chunks))
     f1 = q.global_plan(1, 4).batches
     assert not np.array_equal(codes(e1.seqs, e1.chunks), codes(f1.seqs, f1.chunks))
+    r = IndexedPlanner(corpus(), PlanOptions(**OPTIONS, distribution="random_seed_offset"))
+    a, b = (r.global_plan(1, 2).rank_share(rank) for rank in (0, 1))  # each rank its own draws
+    assert not np.array_equal(codes(a.seqs, a.chunks), codes(b.seqs, b.chunks))
+    np.testing.assert_array_equal(
+        np.sort(codes(a.seqs, a.chunks)), np.sort(codes(b.seqs, b.chunks))
+    )
 
 
 @pytest.mark.parametrize("parts", [1, 3])

@@ -369,13 +369,12 @@ class PlanOptions:
             (
                 self.chunking is not None
                 and (
-                    self.distribution != "shard"
+                    self.distribution == "files"
                     or self.mix is not None
                     or self.epoch_wise_filter is not None
                 ),
-                "chunking with distribution='files', mix or epoch_wise_filter, or with "
-                "distribution='random_seed_offset' (chunked indexed plans are sharded, and "
-                "filter no sub-epoch)",
+                "chunking with distribution='files', mix or epoch_wise_filter (chunked indexed "
+                "plans are sharded or per rank, and filter no sub-epoch)",
             ),
             (
                 self.max_packed_frames is not None and self.cost.quadratic is not None,

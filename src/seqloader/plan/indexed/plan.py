@@ -293,7 +293,7 @@ class RankwisePlan:
     indexed planning): ``share(rank)`` gives rank ``rank``'s whole batch list for ``steps`` steps;
     totals come from counts (``real_total``, ``repeats``, ``consumed(steps)``: real sequences of
     the first steps, all ranks together; ``planned_costs(rank, bucket_costs)``: the rank's planned
-    cost per step, for the report's step imbalance)."""
+    cost per step, for the report's step imbalance; ``chunked``: the shares hold chunks)."""
 
     planned_costs: Callable[[int, np.ndarray], np.ndarray] | None
 
@@ -307,8 +307,10 @@ class RankwisePlan:
         consumed: Callable[[int], int],
         planned_costs: Callable[[int, np.ndarray], np.ndarray] | None = None,
         dropped: int = 0,
+        chunked: bool = False,
     ) -> None:
         self.world_size = world_size
+        self.chunked = chunked  # the shares carry chunk indices (an empty one too)
         # (rank, cost per bucket) -> the rank's planned cost per step, from counts
         self.planned_costs = planned_costs
         self.dropped = dropped  # uneven="drop": real sequences past the shortest rank's batches
@@ -342,7 +344,10 @@ class RankwisePlan:
         share drawn ahead is taken over at once). Past the last step: none, on any rank (a
         finished segment continued on more ranks)."""
         if start_step >= self._steps:
-            return BatchList.empty()
+            empty = BatchList.empty()
+            if not self.chunked:
+                return empty
+            return BatchList(empty.seqs, empty.bounds, empty.real, None, empty.seqs.copy())
         kept = self._kept
         if kept is None or kept[0] != rank:
             kept = self._kept = (rank, self._share(rank))

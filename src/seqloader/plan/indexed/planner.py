@@ -651,10 +651,13 @@ class IndexedPlanner:
         return IndexedPlan(table, draw, 1, 0, "pad", self.units).batches.seqs
 
     def sub_epoch_units(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> ChunkUnits:
-        """Chunking: the sub-epoch's chunks in plan order (``order_rank``: always 0, one order
-        for all ranks; ``world_size``: the one the epoch starts with). O(n): for checks."""
-        table = self.table(epoch, world_size)
-        b = IndexedPlan(table, self.draw(epoch), 1, 0, "pad", self.units).batches
+        """Chunking: the sub-epoch's chunks in plan order (``order_rank``: the rank's own under
+        ``random_seed_offset``, else 0; ``world_size``: the one the epoch starts with). O(n):
+        for checks."""
+        per_rank = self.options.distribution == "random_seed_offset"  # runs of one batch
+        table = self.table(epoch, 1 if per_rank else world_size, order_rank)
+        draw = self.draw(epoch, True, order_rank)
+        b = IndexedPlan(table, draw, 1, 0, "pad", self.units).batches
         chunks = b.chunks if b.chunks is not None else np.zeros(len(b.seqs), dtype=np.int64)
         return ChunkUnits(b.seqs, chunks, {})
 
@@ -773,7 +776,7 @@ class IndexedPlanner:
 
         def plan_of(rank: int) -> IndexedPlan:
             table = self.table(epoch, 1, rank)
-            return IndexedPlan(table, self.draw(epoch, True, rank), 1, 0, uneven)
+            return IndexedPlan(table, self.draw(epoch, True, rank), 1, 0, uneven, self.units)
 
         first = self.table(epoch, 1, 0)
         steps, per_rank = first.num_batches, first.num_seqs
@@ -797,6 +800,7 @@ class IndexedPlanner:
             0,
             consumed,
             planned_costs,
+            chunked=self.units is not None,
         )
 
     def files_plan(
