@@ -25,7 +25,7 @@ from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.loading.planner_for import planner_for
 from seqloader.plan.epoch_plan import list_imbalance
 from seqloader.plan.mix import Corpora
-from seqloader.plan.options import Ordering
+from seqloader.plan.options import Ordering, PlanOptions
 from seqloader.plan.planners import INDEXED_KINDS, Planner
 from seqloader.plan.simulate import load_of, unit_window
 
@@ -77,6 +77,18 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def _indexed_takes(options: PlanOptions, ordering: str) -> bool:
+    """Whether indexed planning plans ``ordering`` with the other ``options`` (e.g. a fixed
+    order is refused with ``distribution="files"``)."""
+    if Ordering.parse(ordering).kind not in INDEXED_KINDS:
+        return False
+    try:
+        replace(options, ordering=ordering)
+    except OptionError:
+        return False
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     if args.frame_rate is not None and not args.frame_rate > 0:
         raise OptionError(f"--frame-rate: got {args.frame_rate}, expected a number > 0")
@@ -101,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
             continue  # refused with a global mix or file pools (PlanOptions/Planner say why)
         if given.orders is not None and Ordering.parse(o).kind != "default":
             continue  # the source orders itself (RETURNN's CombinedDataset; Planner says why)
-        if opened.plan.planning == "indexed" and Ordering.parse(o).kind not in INDEXED_KINDS:
-            continue  # indexed planning plans laplace and buckets:N only (PlanOptions says why)
+        if opened.plan.planning == "indexed" and not _indexed_takes(opened.plan, o):
+            continue  # an ordering indexed planning refuses with these options (PlanOptions says why)
         ordered = planner_for(src, replace(opened.plan, ordering=o), lengths)
         plan = ordered.global_plan(1, args.ranks)
         packed = opened.workers.layout == "packed"  # no padding delivered

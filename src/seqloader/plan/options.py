@@ -204,7 +204,9 @@ class PlanOptions:
     - ``planning``: ``global`` (every rank plans the whole epoch: greedy batches of one global
       order) or ``indexed`` (histogram batching and keyed permutations: a rank computes only its
       own batches, in time and memory about ``n / world_size``; ``seqloader.plan.indexed.planner``, for
-      ``laplace``/``buckets:N`` orderings; other plans than ``global``'s, for the same options).
+      ``laplace``/``buckets:N`` orderings, other plans than ``global``'s for the same options;
+      ``default``/``reverse``/``sorted``/``sorted_reverse``: ``global``'s batches, cut once per
+      node, ``seqloader.plan.indexed.fixed``).
 
     >>> PlanOptions(max_frames=1000, chunking="100:50").chunking
     {'*': (100, 50)}
@@ -351,12 +353,27 @@ class PlanOptions:
             return
         fix = "use planning='global' (the default) for it"
         kind = self._parsed.kind
-        if kind not in ("laplace", "buckets"):  # plan.indexed.INDEXED_KINDS
+        fixed = kind in ("default", "reverse", "sorted", "sorted_reverse")  # indexed.fixed
+        if kind not in ("laplace", "buckets") and not fixed:  # plan.indexed.INDEXED_KINDS
             raise OptionError(
-                f"planning='indexed': got ordering={self.ordering!r}, expected 'laplace...' or "
-                f"'buckets:N' (indexed plans batch length buckets); {fix}"
+                f"planning='indexed': got ordering={self.ordering!r}, expected 'laplace...', "
+                "'buckets:N', 'default', 'reverse', 'sorted' or 'sorted_reverse' (indexed plans "
+                f"batch length buckets, or cut a fixed order once per node); {fix}"
             )
         unsupported = [
+            (
+                fixed
+                and (
+                    self.distribution == "files"
+                    or self.mix is not None
+                    or self.chunking is not None
+                    or self.epoch_wise_filter is not None
+                    or self.fixed_random_subset is not None
+                ),
+                f"ordering={self.ordering!r} with distribution='files', mix, chunking, "
+                "epoch_wise_filter or fixed_random_subset (a fixed order's greedy cuts are made "
+                "once per node for the whole admitted corpus, sharded)",
+            ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (
                 self.distribution == "random_seed_offset"

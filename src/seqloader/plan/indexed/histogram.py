@@ -39,6 +39,8 @@ class BucketIndex:
     - ``file_counts``: int32 (int64 past 2**31) ``[F, N]`` admitted sequences per (file,
       bucket), or None.
     - ``file_frames``: int64 ``[F]`` admitted frames per file, or None.
+    - ``cuts``/``cut_starts``: the fixed orderings' greedy batch bounds per sub-epoch part and
+      where each part's start (``seqloader.plan.indexed.fixed.fixed_cuts``), or None.
     """
 
     members: np.ndarray
@@ -47,6 +49,8 @@ class BucketIndex:
     edges: np.ndarray
     file_counts: np.ndarray | None = None
     file_frames: np.ndarray | None = None
+    cuts: np.ndarray | None = None
+    cut_starts: np.ndarray | None = None
 
     @property
     def counts(self) -> np.ndarray:
@@ -64,6 +68,9 @@ class BucketIndex:
         if self.file_counts is not None and self.file_frames is not None:
             out["bucket.file_counts"] = self.file_counts
             out["bucket.file_frames"] = self.file_frames
+        if self.cuts is not None and self.cut_starts is not None:
+            out["bucket.cuts"] = self.cuts
+            out["bucket.cut_starts"] = self.cut_starts
         return out
 
     @classmethod
@@ -76,6 +83,8 @@ class BucketIndex:
             columns["bucket.edges"],
             columns.get("bucket.file_counts"),
             columns.get("bucket.file_frames"),
+            columns.get("bucket.cuts"),
+            columns.get("bucket.cut_starts"),
         )
 
 

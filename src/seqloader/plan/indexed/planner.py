@@ -31,6 +31,7 @@ counts per unit of the epoch (``seqloader.plan.indexed.files``).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ from seqloader.plan.epochs import (
     chunkless_reason,
     excluded_bytes,
     length_key_of,
+    part_bounds,
     part_cut,
     replay_history,
 )
@@ -80,6 +82,14 @@ from seqloader.plan.indexed.chunks import (
 )
 from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.filter import epoch_filtered
+from seqloader.plan.indexed.fixed import (
+    FIXED_KINDS,
+    FixedDraw,
+    FixedOrder,
+    cut_table,
+    fixed_cuts,
+    fixed_edges,
+)
 from seqloader.plan.indexed.histogram import (
     BucketIndex,
     batch_sizes,
@@ -122,8 +132,9 @@ from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
 INDEXED_ALGORITHM = "seqloader-plan-indexed/5"
-#: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name).
-INDEXED_KINDS = ("laplace", "buckets")
+#: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
+#: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches
+INDEXED_KINDS = ("laplace", "buckets", *FIXED_KINDS)
 #: ``files``: a rank's neighbouring buckets are merged until each group holds this many full
 #: batches (fewer short last batches when a rank has few sequences; a little more padding)
 MERGE_BATCHES = 4
@@ -248,6 +259,12 @@ def index_key(options: PlanOptions) -> str:
                 if options.chunking is not None
                 else {}
             ),
+            # fixed orderings keep their order and greedy cuts per sub-epoch part in the index
+            **(
+                {"fixed": options.parsed_ordering.kind, "partition_epoch": options.partition_epoch}
+                if options.parsed_ordering.kind in FIXED_KINDS
+                else {}
+            ),
         },
         sort_keys=True,
     )
@@ -292,6 +309,10 @@ class IndexedPlanner:
             main = main.astype(np.int64)
         self.lengths = self.order_lengths = main  # int32 memory-mapped views stay views
         self.budget = indexed_budget(limits := batch_limits(options, list(lengths), key), origin)
+        #: fixed orderings: the limits and lengths their greedy cuts batch by, the part kept
+        self._fixed = options.parsed_ordering.kind in FIXED_KINDS
+        self._limits, self._batch_lengths = limits, {**lengths, key: main}
+        self._fixed_kept: tuple[int, tuple[BatchTable, FixedDraw]] | None = None
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
@@ -338,11 +359,16 @@ class IndexedPlanner:
             adm = main if self._mask is None else main[self._mask]
             if self._chunking is not None:  # sequences by length: one bucket per length
                 index = build_bucket_index(main, length_counts(adm)[0][1:], self._mask)
+            elif self._fixed:  # the fixed order (seqloader.plan.indexed.fixed)
+                kind = self.options.parsed_ordering.kind
+                index = build_bucket_index(main, fixed_edges(adm, kind), self._mask)
             else:
                 adm_costs = self.costs if self._mask is None else self.costs[self._mask]
                 edges = edges_for(adm, self.options, adm_costs, self.budget)
                 index = build_bucket_index(main, edges, self._mask, self.files)
         self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
+        if self._fixed and index.cuts is None:
+            index = self._with_cuts(index)
         self._check_index(index)
         self.index = index
         #: the longest length (chunking: window) of each bucket; chunks per bucket
@@ -356,6 +382,28 @@ class IndexedPlanner:
             self._extra += b"chunks"
         self._extra += b"edges" + self.bucket_edges.tobytes()
         return index
+
+    def _with_cuts(self, index: BucketIndex) -> BucketIndex:
+        """``index`` with the fixed ordering's greedy cuts of every sub-epoch part (O(n) once:
+        a node stores them with the index; ``seqloader.plan.indexed.fixed``)."""
+        order = FixedOrder(index, self.options.parsed_ordering.kind)
+        parts = self.options.partition_epoch
+        cuts, starts = fixed_cuts(order, order.size, parts, self._limits, self._batch_lengths)
+        return dataclasses.replace(index, cuts=cuts, cut_starts=starts)
+
+    def _fixed_part(self, part: int) -> tuple[BatchTable, FixedDraw]:
+        """A fixed ordering's sub-epoch part: its cut table and draw, read off the index's cuts
+        (kept for the last part asked: they do not depend on the epoch)."""
+        kept = self._fixed_kept
+        if kept is not None and kept[0] == part:
+            return kept[1]
+        assert self.index.cuts is not None and self.index.cut_starts is not None
+        order = FixedOrder(self.index, self.options.parsed_ordering.kind)
+        lo, _ = part_bounds(order.size, self.options.partition_epoch, part)
+        a, b = (int(x) for x in self.index.cut_starts[part : part + 2])
+        table, offsets = cut_table(np.asarray(self.index.cuts[a:b]))
+        self._fixed_kept = (part, (table, FixedDraw(order, offsets + lo)))
+        return self._fixed_kept[1]
 
     # ---- admission ----
     def _subset_mask(self, options: PlanOptions) -> np.ndarray:
@@ -481,6 +529,8 @@ class IndexedPlanner:
         ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
         if self._chunking is not None:  # one bucket per admitted length: its edges are those
             ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
+        if self._fixed:
+            ok = ok and self._fixed_index_ok(index, admitted)
         ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
         if self.files is not None:
             table = index.file_counts
@@ -497,6 +547,21 @@ class IndexedPlanner:
                 " buckets): it was built for other data or options. Fix: rebuild it "
                 "(build_bucket_index) for these lengths and options."
             )
+
+    def _fixed_index_ok(self, index: BucketIndex, admitted: int) -> bool:
+        """A fixed ordering's index: its buckets those of ``fixed_edges``' kind (one per length,
+        or one) and its cuts every part's, each ending at the part's size."""
+        kind, parts = self.options.parsed_ordering.kind, self.options.partition_epoch
+        if kind in ("sorted", "sorted_reverse"):
+            ok = np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
+        else:
+            ok = len(index.edges) == 0
+        starts = index.cut_starts
+        if index.cuts is None or starts is None or len(starts) != parts + 1:
+            return False
+        sizes = [part_bounds(admitted, parts, p) for p in range(parts)]
+        ends = np.asarray(index.cuts)[np.asarray(starts[1:], dtype=np.int64) - 1]
+        return ok and ends.tolist() == [hi - lo for lo, hi in sizes]
 
     @property
     def admission(self) -> Admission:
@@ -543,6 +608,9 @@ class IndexedPlanner:
         """(sequences per bucket in the sub-epoch, their offset in the full epoch's list, batch
         size per bucket) -> int64 ``[N]`` each."""
         parts = self.options.partition_epoch
+        if self._fixed:  # the part's runs of greedy batches (seqloader.plan.indexed.fixed)
+            table = self._fixed_part(ep.part)[0]
+            return table.counts, np.zeros_like(table.counts), table.sizes
         if isinstance(self.mix, IndexedMix):  # every (bucket, corpus) segment cut on its own
             counts = self.mix.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
             lo = np.zeros_like(counts)
@@ -597,6 +665,8 @@ class IndexedPlanner:
         with; only ``buckets:N`` depends on it; ``order_rank``: the rank's own under
         ``random_seed_offset``)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
+        if self._fixed:
+            return self._fixed_part(ep.part)[0]
         counts, _, sizes = self._counts(ep, order_rank)
         ordering = self.options.parsed_ordering
         if ordering.is_buckets:
@@ -608,6 +678,8 @@ class IndexedPlanner:
         """The sub-epoch's slots by (bucket, position): the keyed member draw, sorted by length
         within windows of batches (``SortedWindows``; ``windows=False``: unsorted, for counts)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
+        if self._fixed:  # the batches are global planning's: nothing to sort within
+            return self._fixed_part(ep.part)[1]
         counts, offsets, sizes = self._counts(ep, order_rank)
         draw: Draw
         cut = self._epoch_cut(ep, order_rank)
@@ -1022,6 +1094,8 @@ class IndexedPlanner:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         without every rank's batches (``seqloader.plan.indexed.imbalance``): ``shard`` off the
         batch table (milliseconds), ``files`` from counts, rank by rank."""
+        if self._fixed:  # a table bucket is a run of batches: costs from the real lengths
+            return PlannedImbalance(partial(rankwise_imbalance, plan, self.costs, from_step))
         costs = bucket_costs(self)
         if isinstance(plan, IndexedPlan):
             return PlannedImbalance(partial(table_imbalance, plan, costs, from_step), cheap=True)

@@ -1,0 +1,159 @@
+"""The fixed orderings under indexed planning: ``default``, ``reverse``, ``sorted``, ``sorted_reverse``.
+
+Their order does not depend on the epoch, and neither do the greedy batch cuts of a sub-epoch
+(they depend only on the sub-epoch part when ``partition_epoch > 1``). So the node builds, once:
+
+- the **order**, as a ``BucketIndex`` (``fixed_edges``): ``sorted``/``sorted_reverse`` one bucket
+  per admitted length (members ascending within: the stable sort global planning makes), the
+  others one bucket (the admitted sequences ascending); ``FixedOrder`` maps a position of the
+  full epoch's order to its sequence (reversed orders read the index backwards);
+- the **cuts**: greedy batch bounds of every sub-epoch part of that order (``fixed_cuts``: the
+  batches global planning cuts, the same ``Batcher``, streamed in blocks: greedy batching restarts
+  exactly at a batch boundary), stored next to the index (``BucketIndex.cuts``).
+
+A rank reads its own batches by position: ``cut_table`` folds a part's bounds into a
+``BatchTable`` (runs of consecutive batches of one size: few rows for sorted orders), and
+``FixedDraw`` gives the slots of a run's positions. Sharding, ``uneven``, positions and resume are
+those of every indexed shard plan (``seqloader.plan.indexed.plan.IndexedPlan``); the batches are
+global planning's, so padding and steps are 1.0x global planning's by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from seqloader.plan.epochs import part_bounds
+from seqloader.plan.indexed.batch_table import BatchTable
+from seqloader.plan.indexed.histogram import BucketIndex, length_counts
+from seqloader.plan.limits import Batcher, BatchLimits
+
+#: the orderings whose order and cuts are fixed per sub-epoch part
+FIXED_KINDS = ("default", "reverse", "sorted", "sorted_reverse")
+_BLOCK = 1 << 20  # positions of the order batched at once while cutting (memory: a few blocks)
+
+
+def fixed_edges(admitted_lengths: np.ndarray, kind: str) -> np.ndarray:
+    """Bucket edges of the order's index: every distinct admitted length for sorted kinds (one
+    bucket per length), none otherwise (one bucket) -> int64.
+
+    >>> fixed_edges(np.array([5, 3, 5, 1]), "sorted").tolist(), fixed_edges(np.array([5]), "default")
+    ([3, 5], [])
+    """
+    if kind in ("sorted", "sorted_reverse"):
+        return length_counts(admitted_lengths)[0][1:]
+    return np.zeros(0, dtype=np.int64)
+
+
+class FixedOrder:
+    """The full epoch's order of a fixed ordering, position by position, from its index: O(1)
+    per position (``sorted_reverse``: a search over the buckets), nothing of size ``n`` made.
+
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> lengths = np.array([5, 3, 5, 1])
+    >>> index = build_bucket_index(lengths, fixed_edges(lengths, "sorted"))
+    >>> FixedOrder(index, "sorted_reverse")(np.arange(4)).tolist()
+    [0, 2, 1, 3]
+    """
+
+    def __init__(self, index: BucketIndex, kind: str) -> None:
+        self.index, self.kind = index, kind
+        self.size = int(index.starts[-1])
+        counts = np.diff(np.asarray(index.starts, dtype=np.int64))[::-1]  # buckets backwards
+        self._back = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=self._back[1:])
+
+    def __call__(self, pos: np.ndarray) -> np.ndarray:
+        """Sequence indices at positions ``pos`` of the full epoch's order -> int64."""
+        pos = np.asarray(pos, dtype=np.int64)
+        if self.kind == "reverse":
+            at = self.size - 1 - pos
+        elif self.kind == "sorted_reverse":  # buckets backwards, members ascending within
+            i = np.searchsorted(self._back, pos, side="right") - 1
+            b = len(self._back) - 2 - i
+            at = np.asarray(self.index.starts, dtype=np.int64)[b] + (pos - self._back[i])
+        else:  # default, sorted: the index's own order
+            at = pos
+        return np.asarray(self.index.members[at], dtype=np.int64)
+
+
+def fixed_cuts(
+    order: Callable[[np.ndarray], np.ndarray],
+    size: int,
+    parts: int,
+    limits: BatchLimits,
+    lengths: Mapping[str, np.ndarray],
+    block: int = _BLOCK,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy batch bounds of every sub-epoch part of the order (``order``: positions to
+    sequences, ``size`` positions) -> (bounds of part 0, then part 1, ... int64, each relative to
+    its part and ``[nb_p + 1]`` long; where each part's bounds start ``[parts + 1]``).
+
+    The batches are global planning's (``Batcher.bounds_of`` over the lengths in order), cut a
+    block of positions at a time: the last batch of a block may be cut short by the block's end,
+    so the next block starts at its first sequence (greedy batching is memoryless).
+
+    >>> from seqloader.plan.cost import BatchCost
+    >>> limits = BatchLimits.of(2, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> cuts, starts = fixed_cuts(lambda p: p, 5, 2, limits, {"data": np.ones(5, np.int64)})
+    >>> cuts.tolist(), starts.tolist()
+    ([0, 2, 3, 0, 2], [0, 3, 5])
+    """
+    keys = sorted({limits.length_key, *limits.padded, *limits.packed})
+    batcher = Batcher(limits, {k: np.zeros(0, dtype=np.int64) for k in keys})
+    out: list[np.ndarray] = []
+    starts = [0]
+    for part in range(parts):
+        lo, hi = part_bounds(size, parts, part)
+        got = [np.zeros(1, dtype=np.int64)]
+        start, width = lo, block
+        while start < hi:
+            end = min(hi, start + width)
+            seqs = order(np.arange(start, end, dtype=np.int64))
+            ordered = {k: np.asarray(lengths[k][seqs], dtype=np.int64) for k in keys}
+            bounds = batcher.bounds_of(ordered)
+            if end < hi:
+                if len(bounds) <= 2:  # one batch to the block's end: it may go on
+                    width *= 2
+                    continue
+                bounds = bounds[:-1]  # the last batch may be cut by the block's end
+            got.append(bounds[1:] + (start - lo))
+            start += int(bounds[-1])
+        part_cuts = np.concatenate(got)
+        out.append(part_cuts)
+        starts.append(starts[-1] + len(part_cuts))
+    return np.concatenate(out).astype(np.int64), np.asarray(starts, dtype=np.int64)
+
+
+def cut_table(bounds: np.ndarray) -> tuple[BatchTable, np.ndarray]:
+    """A part's greedy bounds as a ``BatchTable`` of runs (consecutive batches of one size are
+    one "bucket" of the table, its batches in order) -> (table, first position of each run in
+    the part) int64.
+
+    >>> table, offsets = cut_table(np.array([0, 2, 4, 5, 7, 9]))
+    >>> table.num_batches, table.sizes.tolist(), offsets.tolist()
+    (5, [2, 1, 2], [0, 4, 5])
+    """
+    bounds = np.asarray(bounds, dtype=np.int64)
+    sizes = np.diff(bounds)
+    first = np.flatnonzero(np.diff(sizes)) + 1
+    run_start = np.concatenate([[0], first]).astype(np.int64) if len(sizes) else first
+    count = np.diff(np.append(run_start, len(sizes)))
+    k = sizes[run_start]
+    runs = len(run_start)
+    table = BatchTable.of(
+        count * k, np.maximum(k, 1), np.arange(runs), np.zeros(runs, np.int64), count
+    )
+    return table, bounds[run_start]
+
+
+class FixedDraw:
+    """The ``Draw`` of a fixed ordering's part: slot ``p`` of run ``r`` is position
+    ``offsets[r] + p`` of the full epoch's order (``offsets``: the runs' first positions there)."""
+
+    def __init__(self, order: FixedOrder, offsets: np.ndarray) -> None:
+        self.order, self.offsets = order, offsets
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
+        return self.order(self.offsets[bucket] + pos), None

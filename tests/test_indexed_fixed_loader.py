@@ -1,0 +1,47 @@
+"""``planning="indexed"`` with the fixed orderings (``default``, ``reverse``, ``sorted``,
+``sorted_reverse``) through the real loader: the resume harness of ``test_resume`` (save -> JSON
+-> fresh loaders, elastic ``W -> W' -> W''``), the same batches as global planning's on one rank,
+and real DataLoader workers delivering the batches of the run without them."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.plan.indexed.fixed import FIXED_KINDS
+from test_resume import check_chain, corpus, loader_factory, run_all
+
+PLAN = {"max_seqs": 3, "max_frames": 40}
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    n=st.integers(0, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(FIXED_KINDS),
+    uneven=st.sampled_from(["split", "pad", "drop"]),
+    partition_epoch=st.integers(1, 2),
+    limits=st.sampled_from([{}, {"min_seq_length": 3}, {"batch_cost": "packed"}]),
+    worlds=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_resume_chains_deliver_global_plannings_batches(
+    n, seed, ordering, uneven, partition_epoch, limits, worlds, cuts
+) -> None:
+    options = {**PLAN, **limits, "ordering": ordering, "partition_epoch": partition_epoch}
+    make = loader_factory(corpus(n, seed), **options, uneven=uneven, planning="indexed")
+    check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1)
+    greedy = run_all(loader_factory(corpus(n, seed), **options), 1, partition_epoch + 1)
+    indexed = run_all(make, 1, partition_epoch + 1)
+    assert indexed == greedy  # one rank: global planning's batches, in its order
+
+
+@pytest.mark.slow
+def test_same_batches_with_dataloader_workers() -> None:
+    """C3: worker processes deliver the batches of the run without workers, resumed too."""
+    options = {**PLAN, "ordering": "sorted_reverse", "partition_epoch": 2, "planning": "indexed"}
+    reference = run_all(loader_factory(corpus(47, seed=4), **options), 2, 3)
+    make = loader_factory(corpus(47, seed=4), **options, num_workers=2)
+    check_chain(make, [2, 2], [4], 3, reference=reference)
+    check_chain(make, [2, 1], [5], 3, reference=reference)
