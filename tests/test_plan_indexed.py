@@ -306,14 +306,6 @@ def test_positions_inside_a_batch_are_refused() -> None:
     ("changes", "match"),
     [
         ({"ordering": "random"}, "ordering='random'"),
-        (
-            {
-                "distribution": "random_seed_offset",
-                "epoch_wise_filter": {(1, 1): {"max_mean_len": 9}},
-                "partition_epoch": 2,
-            },
-            "random_seed_offset",
-        ),
         ({"chunking": 50, "distribution": "files"}, "chunking"),
         ({"seeding": "returnn"}, "seeding"),
     ],

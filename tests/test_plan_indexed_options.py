@@ -173,10 +173,11 @@ def test_random_seed_offset_gives_each_rank_every_sequence_once_per_full_epoch(c
     """``random_seed_offset``: every rank its own draws of the whole data: per rank, a full epoch
     holds the admitted set exactly once; equal steps, nothing dropped; the ranks' orders differ;
     a rank's share is its ``rank_order``; resuming on the same world size continues batch for
-    batch, on another one mid-epoch is refused by name."""
+    batch, on another one mid-epoch is refused by name. With ``epoch_wise_filter`` and sub-epochs
+    every rank's sub-epoch is one shared set, filtered alike (each in the rank's own order): what
+    a rank's full epoch lacks of the admitted set is exactly what the epochs' filters counted."""
     o = case["options"]
-    if o["epoch_wise_filter"] and o["partition_epoch"] > 1:
-        return  # refused (each rank's sub-epoch filtered alone): test_plan_indexed
+    shared = bool(o["epoch_wise_filter"]) and o["partition_epoch"] > 1
     options = PlanOptions(
         **o, ordering=case["ordering"], planning="indexed", distribution="random_seed_offset"
     )
@@ -193,7 +194,10 @@ def test_random_seed_offset_gives_each_rank_every_sequence_once_per_full_epoch(c
             assert len(share) == plan.steps
             np.testing.assert_array_equal(share.seqs, planner.rank_order(epoch, r, world))
             seen[r].append(share.seqs)
-        if not o["epoch_wise_filter"]:
+        if shared:  # one filtered set on every rank
+            for r in range(1, world):
+                assert sorted(seen[r][-1].tolist()) == sorted(seen[0][-1].tolist())
+        if not o["epoch_wise_filter"] or shared:
             continue
         for r in range(world):  # one sub-epoch: filtered as global planning filters it
             want = reference.sub_epoch_order(epoch)
@@ -202,6 +206,16 @@ def test_random_seed_offset_gives_each_rank_every_sequence_once_per_full_epoch(c
         for r in range(world):
             got = np.concatenate(seen[r]).tolist()
             assert sorted(got) == reference.admission.admitted.tolist()
+    if shared:  # disjoint sub-epochs; the admitted ones missing are the filters' counts
+        base = sum(planner.admission.filtered.values())
+        counted = sum(
+            sum(planner.filtered(e).values()) - base for e in range(1, options.partition_epoch + 1)
+        )
+        admitted = planner.admission.admitted
+        for r in range(world):
+            got = np.concatenate(seen[r])
+            assert len(np.unique(got)) == len(got) and np.isin(got, admitted).all()
+            assert len(admitted) - len(got) == counted
     table = planner.table(1, 1)
     if world > 1 and (table.counts > 8 * table.sizes).any():  # a bucket of several windows
         assert not np.array_equal(seen[0][0], seen[1][0])
@@ -375,6 +389,17 @@ NEW_CASES: dict[str, dict] = {
         "world": 2,
         "elastic": (3, 3),
     },
+    "buckets:3 partition 2 W3 random_seed_offset, epoch_wise_filter": {
+        "options": {
+            "ordering": "buckets:3",
+            "max_frames": 2200,
+            "partition_epoch": 2,
+            "distribution": "random_seed_offset",
+            "epoch_wise_filter": {(1, 1): {"max_mean_len": 150}},
+            "seed": 6,
+        },
+        "world": 3,
+    },
 }
 NEW_GOLDEN = {
     "laplace:.10 W3 split, per-key limits, subset": "b5d359751dff6c04187f87ce5163917103ec8372d9bddbf7ccea14128924ac2f",
@@ -383,6 +408,7 @@ NEW_GOLDEN = {
     "laplace:.8 W3 split, packed": "c560d680934a9eff4dba9461f44f4de575e392a50a3da609d4ac6682252690f4",
     "laplace W4 pad, max_packed_frames": "60b3af1a38a1cd13d14492b9708535d9025452a3b82f3ec2c3c932948054f73a",
     "laplace W2 drop, epoch_wise_filter elastic -> W3": "97a219773372c401026cb3df1997d71a63c9b93d2b86a935f1067168d04b493b",
+    "buckets:3 partition 2 W3 random_seed_offset, epoch_wise_filter": "b49cd357c4261dd6698b0c26a06db1de6192d30488f2fa0cf003b003035a2ea8",
 }  # fmt: skip
 
 

@@ -376,14 +376,6 @@ class PlanOptions:
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (
-                self.distribution == "random_seed_offset"
-                and self.epoch_wise_filter is not None
-                and self.partition_epoch > 1,
-                "distribution='random_seed_offset' with epoch_wise_filter and partition_epoch > 1 "
-                "(each rank's sub-epoch is its own draw, so the filter would leave the ranks "
-                "different batch counts)",
-            ),
-            (
                 self.chunking is not None
                 and (
                     self.distribution == "files"

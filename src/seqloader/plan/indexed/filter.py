@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from seqloader.plan.admission import mean_len_search
+from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.plan import Draw
 
 
@@ -36,6 +37,35 @@ class FilteredDraw:
             at = bucket == b
             out[at] = members[pos[at]]
         return out, None
+
+
+class RankOrderDraw:
+    """A ``Draw`` that lists each bucket's sub-epoch list (``counts[b]`` slots of ``base``) in an
+    order keyed by ``words`` (a rank's own): ``random_seed_offset`` with ``epoch_wise_filter``
+    and sub-epochs, where every rank's sub-epoch holds one shared (filtered) set, so the filter
+    keeps the same counts on every rank (equal steps), and each rank orders it its own way.
+
+    >>> class Listed:
+    ...     def slots(self, bucket, pos):
+    ...         return pos * 10 + bucket, None
+    >>> draw = RankOrderDraw(Listed(), np.array([4]), (1, 2))
+    >>> sorted(draw.slots(np.zeros(4, dtype=np.int64), np.arange(4))[0].tolist())
+    [0, 10, 20, 30]
+    """
+
+    def __init__(self, base: Draw, counts: np.ndarray, words: tuple[int, ...]) -> None:
+        self.base, self.counts, self.words = base, np.asarray(counts, dtype=np.int64), words
+        self._bijections: dict[int, Bijection] = {}
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        at = np.empty(len(pos), dtype=np.int64)
+        for b in np.unique(bucket).tolist():
+            pi = self._bijections.get(b)
+            if pi is None:
+                pi = self._bijections[b] = Bijection(int(self.counts[b]), (*self.words, b))
+            here = bucket == b
+            at[here] = pi(pos[here]).astype(np.int64)
+        return self.base.slots(bucket, at)
 
 
 def mean_len_cut(

@@ -81,7 +81,7 @@ from seqloader.plan.indexed.chunks import (
     window_lengths,
 )
 from seqloader.plan.indexed.files import Segment, Units
-from seqloader.plan.indexed.filter import epoch_filtered
+from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     FixedDraw,
@@ -628,8 +628,22 @@ class IndexedPlanner:
         lo, counts = part_cut(self.bucket_counts, self.options.partition_epoch, ep.part)
         return counts, lo
 
+    @property
+    def _shared_sets(self) -> bool:
+        """``random_seed_offset`` with ``epoch_wise_filter`` and sub-epochs: the sub-epochs'
+        sets are drawn alike on every rank (so the filter keeps the same counts on every rank:
+        equal steps, nothing dropped), and each rank orders its sub-epoch with its own draws
+        (``RankOrderDraw``)."""
+        o = self.options
+        return (
+            o.distribution == "random_seed_offset"
+            and o.epoch_wise_filter is not None
+            and o.partition_epoch > 1
+        )
+
     def _member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
-        words = (*self._head_of(order_rank), PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
+        head = self._head if self._shared_sets else self._head_of(order_rank)
+        words = (*head, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
         if self.units is not None:  # chunks: drawn as codes
             return MemberDraw(self.units, self.units.starts, offsets, words)
         return MemberDraw(self.index.members, self.index.starts, offsets, words)
@@ -641,6 +655,8 @@ class IndexedPlanner:
         means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
         if not means or self.mix is not None:
             return None
+        if self._shared_sets:  # one cut for every rank
+            order_rank = 0
         kept = self._cut_kept
         if kept is not None and kept[0] == (ep.epoch, order_rank):
             return kept[1]
@@ -689,6 +705,9 @@ class IndexedPlanner:
             draw = cut.draw
         else:
             draw = self._member_draw(ep, offsets, order_rank)
+        if self._shared_sets:  # the shared sub-epoch set in the rank's own order
+            words = (PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep), ep.part)
+            draw = RankOrderDraw(draw, counts, (*self._head_of(order_rank), *words))
         if not windows:
             return draw
         if self.units is not None:  # chunks: sorted by their windows
@@ -842,8 +861,8 @@ class IndexedPlanner:
     def _per_rank_plan(self, epoch: int, world_size: int) -> RankwisePlan:
         """``random_seed_offset``: rank r plans the whole sub-epoch alone with its own draws
         (``order_rank`` r). Every rank holds the same sequences per bucket, hence the same batch
-        count: equal steps, nothing dropped (``epoch_wise_filter`` with sub-epochs is refused,
-        as it would make the ranks' counts differ)."""
+        count: equal steps, nothing dropped (``epoch_wise_filter`` with sub-epochs: every rank's
+        sub-epoch is one shared set, filtered alike, in the rank's own order: ``_shared_sets``)."""
         uneven = self.options.uneven
 
         def plan_of(rank: int) -> IndexedPlan:
