@@ -146,7 +146,11 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
         ({"epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise_filter"),
         ({"fixed_random_subset": 10}, "fixed_random_subset"),
         ({"ordering": "random"}, r"ordering='random'.*planning='global'"),
-        ({"ordering": "sort_bin_shuffle:.4"}, "ordering='sort_bin_shuffle:.4'"),
+        (
+            {"ordering": "sort_bin_shuffle:.4"},
+            r"sort_bin_shuffle:.4'.*'laplace:.N'.*planning='global'",
+        ),
+        ({"ordering": "sort_bin_shuffle_x2:.4"}, r"sort_bin_shuffle_x2:.4'.*'laplace:.N'"),
     ],
 )
 def test_what_fixed_orders_do_not_take_is_refused_by_name(changes: dict, match: str) -> None:

@@ -318,14 +318,15 @@ def test_limits_the_indexed_plan_cannot_keep_are_refused_by_name() -> None:
     )
     with pytest.raises(OptionError, match=r"chunking with limits on other keys.*\['classes'\]"):
         IndexedPlanner(lengths, chunked)
-    with pytest.raises(OptionError, match="max_packed_frames with batch_cost='quadratic"):
-        PlanOptions(
-            ordering="laplace",
-            max_frames=500,
-            max_packed_frames=300,
-            batch_cost="quadratic:100",
-            planning="indexed",
-        )
+    quadratic = PlanOptions(  # taken (test_plan_indexed_limits); a sequence over it refused
+        ordering="laplace",
+        max_frames=5000,
+        max_packed_frames=30,
+        batch_cost="quadratic:100",
+        planning="indexed",
+    )
+    with pytest.raises(SequenceTooLongError, match="or more than max_packed_frames=30"):
+        IndexedPlanner({"data": np.arange(1, 50)}, quadratic)
     with pytest.raises(SequenceTooLongError, match="max_packed_frames=30"):
         IndexedPlanner(
             {"data": np.arange(1, 50)},

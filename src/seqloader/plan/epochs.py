@@ -110,6 +110,8 @@ def check_fit_alone(
         what += f" or max_packed_frames={options.max_packed_frames}"
     if cost.quadratic is not None:
         what = f"costing more than max_frames={options.max_frames} (batch_cost={cost})"
+        if options.max_packed_frames is not None:
+            what += f" or more than max_packed_frames={options.max_packed_frames}"
     limit = {length_key: fits} if keyed else fits
     raise SequenceTooLongError(
         f"sequence {first} (tag {tag!r}){where} has {int(main[first])} frames of {length_key!r}, "

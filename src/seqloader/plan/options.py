@@ -355,10 +355,17 @@ class PlanOptions:
         kind = self._parsed.kind
         fixed = kind in ("default", "reverse", "sorted", "sorted_reverse")  # indexed.fixed
         if kind not in ("laplace", "buckets") and not fixed:  # plan.indexed.INDEXED_KINDS
+            hint = {
+                "random": "a greedy cut of one random order is sequential over the whole epoch",
+                "sort_bin_shuffle": "it sorts the whole epoch before shuffling its bins; "
+                "'laplace:.N' (length bins in a random order, drawn per rank) is the indexed "
+                "ordering closest to it",
+            }.get(kind.removesuffix("_x2"), "")
             raise OptionError(
                 f"planning='indexed': got ordering={self.ordering!r}, expected 'laplace...', "
                 "'buckets:N', 'default', 'reverse', 'sorted' or 'sorted_reverse' (indexed plans "
-                f"batch length buckets, or cut a fixed order once per node); {fix}"
+                f"batch length buckets, or cut a fixed order once per node"
+                f"{'; ' + hint if hint else ''}); {fix}"
             )
         unsupported = [
             (
@@ -384,11 +391,6 @@ class PlanOptions:
                 ),
                 "chunking with distribution='files', mix or epoch_wise_filter (chunked indexed "
                 "plans are sharded or per rank, and filter no sub-epoch)",
-            ),
-            (
-                self.max_packed_frames is not None and self.cost.quadratic is not None,
-                "max_packed_frames with batch_cost='quadratic:Q' (one budget per batch size: "
-                "a quadratic and a packed limit bound it in other units)",
             ),
         ]
         for on, name in unsupported:

@@ -182,8 +182,8 @@ def indexed_budget(limits: BatchLimits, origin: str = "") -> int | None:
     its padded cost is ``k_b * cost(L)`` and its sum of lengths at most ``k_b * L``, so a packed
     limit (``batch_cost="packed"``'s ``max_frames``, or ``max_packed_frames``) bounds ``k_b``
     the way a padded one does: the budget is the tighter of the two (a batch never breaks
-    either; ``PlanOptions`` refuses a packed limit next to a quadratic cost). Other keys' limits:
-    ``key_budgets``.
+    either; next to a quadratic cost the packed limit bounds ``k_b`` apart: ``packed_budget``).
+    Other keys' limits: ``key_budgets``.
 
     >>> limits = BatchLimits.of(None, 3000, 2000, PlanOptions().cost, ["data"], "data")
     >>> indexed_budget(limits)
@@ -197,15 +197,40 @@ def key_budgets(limits: BatchLimits) -> dict[str, int]:
     its cost units): a bucket's batch of ``k`` sequences fits key ``K``'s limits when ``k``
     times the bucket's longest ``K`` length does.
 
+    Under a quadratic cost the length key's packed limit is in other units than its padded
+    one: it is left out here and bounds ``k`` on its own (``packed_budget``).
+
     >>> limits = BatchLimits.of(None, {"*": 900}, {"text": 50}, PlanOptions().cost, ["audio", "text"], "audio")
     >>> key_budgets(limits)
     {'audio': 900, 'text': 50}
     """
     out: dict[str, int] = {}
+    apart = packed_budget(limits) is not None
     for table in (limits.padded, limits.packed):
         for key, value in table.items():
+            if apart and table is limits.packed and key == limits.length_key:
+                continue
             out[key] = min(out.get(key, value), value)
     return out
+
+
+def packed_budget(limits: BatchLimits) -> int | None:
+    """Under a quadratic cost, the length key's packed limit (``max_packed_frames``, frames),
+    which bounds a bucket's batch size apart from the quadratic budget: ``k`` sequences of at
+    most ``L`` frames sum to at most ``k * L``. None otherwise (one budget: ``indexed_budget``).
+
+    >>> cost = PlanOptions(batch_cost="quadratic:100").cost
+    >>> packed_budget(BatchLimits.of(None, 9000, 2000, cost, ["data"], "data"))
+    2000
+    """
+    if limits.cost.quadratic is None:
+        return None
+    return limits.packed.get(limits.length_key)
+
+
+def _tighter(k: np.ndarray, fit: np.ndarray) -> np.ndarray:
+    """The tighter of two batch sizes per bucket (0: unbounded) -> int64 ``[N]``."""
+    return np.where(k == 0, fit, np.where(fit == 0, k, np.minimum(k, fit)))
 
 
 def draw_head(options: PlanOptions) -> tuple[int, ...]:
@@ -341,6 +366,9 @@ class IndexedPlanner:
             self._extra += b"files" + self.files.tobytes()
         index = self._take_index(index)
         self.k = batch_sizes(self.longest, cost, options.max_seqs, self.budget)  # [N]
+        if (packed := packed_budget(limits)) is not None:  # quadratic cost and a packed limit
+            longest = np.asarray(self.longest, dtype=np.int64)
+            self.k = _tighter(self.k, sizes_for_units(longest, options.max_seqs, packed))
         self._limit_other_keys(lengths, limits, tags)
         if options.mix is not None:
             corpora = mixed_corpora(options.mix, corpora, origin)
@@ -501,16 +529,19 @@ class IndexedPlanner:
                     self.origin, keyed=True,
                 )  # fmt: skip
             fit = sizes_for_units(longest, self.options.max_seqs, budget)
-            self.k = np.where(self.k == 0, fit, np.where(fit == 0, self.k, np.minimum(self.k, fit)))
+            self.k = _tighter(self.k, fit)
 
     def _fits(self) -> int:
         """The longest length that fits a batch alone (no limit: any)."""
+        packed = packed_budget(self._limits)
+        most = np.iinfo(np.int64).max if packed is None else packed
         if self.budget is None:
-            return np.iinfo(np.int64).max
+            return most
         cost = self.options.cost
         if cost.quadratic is None:  # frames or packed: the budget is in frames
             return self.budget
-        return int(cost.longest_fitting(self.budget // cost.quadratic))  # budget = frames * Q
+        fits = int(cost.longest_fitting(self.budget // cost.quadratic))  # budget = frames * Q
+        return min(fits, most)
 
     def _check_fit(self, tags: Sequence[str] | None) -> None:
         """Every admitted sequence fits a batch alone, else an error naming the first that
