@@ -71,6 +71,18 @@ def _bpe_vocab() -> dict[str, int]:
     return vocab
 
 
+def write_spm(folder: Path, rng: np.random.Generator) -> None:
+    """``folder/spm.model``: a 30-piece SentencePiece unigram model of sentences of ``WORDS``."""
+    texts = [" ".join(rng.choice(WORDS, size=6)) for _ in range(200)]
+    (folder / "spm.txt").write_text("\n".join(texts) + "\n")
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=str(folder / "spm.txt"), model_prefix=str(folder / "spm"), vocab_size=30,
+        model_type="unigram", minloglevel=2,
+    )  # fmt: skip
+
+
 def write_official_oggzip(
     folder: Path, part: str, n: int, rng: np.random.Generator
 ) -> dict[str, int]:
@@ -136,14 +148,7 @@ def write_corpora(folder: Path) -> Path:
     (dataset / "trans.bpe.vocab").write_text(repr(_bpe_vocab()) + "\n")
     np.savetxt(dataset / "stats.mean.txt", rng.normal(0, 2, size=40))
     np.savetxt(dataset / "stats.std_dev.txt", rng.uniform(5, 20, size=40))
-    texts = [" ".join(rng.choice(WORDS, size=6)) for _ in range(200)]
-    (dataset / "spm.txt").write_text("\n".join(texts) + "\n")
-    import sentencepiece as spm
-
-    spm.SentencePieceTrainer.train(
-        input=str(dataset / "spm.txt"), model_prefix=str(dataset / "spm"), vocab_size=30,
-        model_type="unigram", minloglevel=2,
-    )  # fmt: skip
+    write_spm(dataset, rng)
     for k in range(1, 5):  # LibriSpeech-960 over HDF: features 50-dim, BPE targets shorter
         tags = [f"train-960/{k}-{i}" for i in range(12)]
         write_hdf(folder / "hdf" / f"train.{k}.hdf", tags, rng, dim=50, data_len=(20, 160),

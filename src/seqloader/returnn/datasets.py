@@ -20,6 +20,7 @@ from seqloader.audio.source import AudioSource
 from seqloader.errors import OptionError
 from seqloader.returnn.combined import combined
 from seqloader.returnn.distrib_files import distribute_files
+from seqloader.returnn.huggingface import HF_OWN, check_ordering, huggingface
 from seqloader.returnn.librispeech import OWN as LIBRISPEECH_OWN
 from seqloader.returnn.librispeech import (
     librispeech_epoch_filter,
@@ -179,6 +180,8 @@ def convert_dataset(name: str, opts: dict[str, Any], default_ordering: str) -> C
     ordering = opts.get("seq_ordering", default_ordering)
     if not isinstance(ordering, str):
         raise OptionError(f"{where}: seq_ordering {ordering!r}; a function is not supported")
+    if kind == "HuggingFaceDataset":
+        check_ordering(where, ordering, order_lengths)
     native: dict[str, Any] = {}
     fixed = opts.get("fixed_random_seed")
     if fixed is not None and ordering.split(":")[0] not in UNDRAWN:
@@ -631,6 +634,7 @@ _BUILDERS: dict[str, tuple[tuple[str, ...], Callable[[str, dict[str, Any]], Buil
     "LmDataset": ((*LM_OWN, *REFUSED["LmDataset"]), read_lm),
     "LibriSpeechCorpus": (LIBRISPEECH_OWN, _librispeech),
     "HDFDataset": (("files",), _hdf),
+    "HuggingFaceDataset": (HF_OWN, huggingface),
     "OggZipDataset": (
         (
             "path",
