@@ -81,16 +81,20 @@ def test_files_resume_with_the_same_world_size(n, seed, ordering, world, cut) ->
     worlds=st.lists(st.integers(1, 4), min_size=2, max_size=3),
     cuts=st.lists(st.integers(0, 12), min_size=2, max_size=2),
     enter_next_epoch=st.booleans(),
+    chunked=st.booleans(),
 )
-def test_files_elastic_resume_chains(n, seed, ordering, uneven, worlds, cuts, enter_next_epoch):
+def test_files_elastic_resume_chains(
+    n, seed, ordering, uneven, worlds, cuts, enter_next_epoch, chunked
+):
     """``files`` through fresh loaders and JSON states on W -> W' -> W'' ranks (at step 0,
-    mid-epoch, at an epoch's end or across it): every sequence once per epoch, equal steps, steps
-    numbered without gaps; the state carries the segment history."""
+    mid-epoch, at an epoch's end or across it): every sequence (chunked: every chunk, rows cut
+    to their windows) once per epoch, equal steps, steps numbered without gaps; the state
+    carries the segment history."""
     if len(file_bounds(n, seed)) - 1 < 2 * max(worlds):
         return  # fewer files than sub-epochs x ranks: refused (tested in test_files_plan)
     make = loader_factory(
         files_corpus(n, seed),
-        **PLAN,
+        **(CHUNKED if chunked else PLAN),
         ordering=ordering,
         uneven=uneven,
         distribution="files",
@@ -267,6 +271,18 @@ def test_chunked_same_batches_with_dataloader_workers() -> None:
     make = loader_factory(corpus(47, seed=4), **options, num_workers=2)
     check_chain(make, [2, 2], [4], 3, reference=reference)
     check_chain(make, [2, 3, 1], [5, 3], 3, reference=reference)
+
+
+@pytest.mark.slow
+def test_chunked_files_same_batches_with_dataloader_workers() -> None:
+    """C3 for chunked ``files``: 2 worker processes deliver the batches of the run without
+    workers, resumed on the same and on other world sizes (the segment history replayed)."""
+    options = {**CHUNKED, "ordering": "laplace:.5", "distribution": "files", "partition_epoch": 2}
+    options["audit"] = True  # each rank's rows against the planned chunks, resumed too
+    reference = run_all(loader_factory(files_corpus(60, seed=3), **options), 2, 3)
+    make = loader_factory(files_corpus(60, seed=3), **options, num_workers=2)
+    check_chain(make, [2, 2], [4], 3, reference=reference)
+    check_chain(make, [2, 3, 1], [3, 2], 3, reference=reference)
 
 
 @settings(max_examples=15, deadline=None)

@@ -306,7 +306,6 @@ def test_positions_inside_a_batch_are_refused() -> None:
     ("changes", "match"),
     [
         ({"ordering": "random"}, "ordering='random'"),
-        ({"chunking": 50, "distribution": "files"}, "chunking"),
         ({"seeding": "returnn"}, "seeding"),
     ],
 )
@@ -441,6 +440,15 @@ INDEXED_CASES: dict[str, dict] = {
                     "distribution": "random_seed_offset"},
         "world": 3,
     },
+    "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": {
+        "options": {"ordering": "laplace:.10", "max_frames": 700, "max_seqs": 9, "seed": 5,
+                    "partition_epoch": 2, "chunking": "80:40", "min_chunk_size": 10,
+                    "distribution": "files"},
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+        "elastic": (4, 2),
+        "elastic_again": (3, 4),
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -454,7 +462,7 @@ INDEXED_CASES: dict[str, dict] = {
 # WINDOW_BATCHES batches (SortedWindows; `files`: within each unit): every case moved.
 # Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved);
 # so were the `files` + uneven="drop" cases (refused before).
-# chunked random_seed_offset added later, likewise (it was refused).
+# chunked random_seed_offset and files added later, likewise (they were refused).
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
@@ -468,6 +476,7 @@ INDEXED_GOLDEN = {
     "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
     "chunked 90:60 laplace:.20 partition 2 W3 pad": "11e06ce6385f1f188509f3dee90082d3fbf7c6a7450c976c18c09d383527e2dd",
     "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "ca159e6ba9e3b7add8d39278b0a37d617095698d9952682b5a1b1f286061b986",
+    "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "dc1b6e5986529aeb97a1fa2de62a236b6eae601f8dbe7e38fce9afae2d683604",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/5"
 

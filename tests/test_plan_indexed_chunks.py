@@ -23,6 +23,7 @@ from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.indexed import IndexedPlanner, index_key
 from seqloader.plan.position import check_reachable
+from test_files_plan import file_layouts
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
 STRIDE = 1 << 20  # unit code of (sequence, chunk) in these tests: fewer chunks per sequence
@@ -220,6 +221,74 @@ def test_random_seed_offset_gives_each_rank_every_chunk_once_per_full_epoch(case
     check_plan_contracts(lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [1])
 
 
+def files_case(case: dict, data: st.DataObject) -> tuple[dict, np.ndarray]:
+    n = len(case["lengths"]["data"])  # no fixed_random_subset with files (refused by name)
+    return with_options(case, distribution="files", fixed_random_subset=None), data.draw(
+        file_layouts(n)
+    )
+
+
+def whole_files_per_rank(planner: IndexedPlanner, epoch: int, plan) -> None:
+    """A file's chunks all on one rank's share (indexed ``files`` never splits a file)."""
+    assert planner.files is not None
+    owner: dict[int, int] = {}
+    for r in range(plan.world_size):
+        share = plan.rank_share(r)
+        for f in set(np.searchsorted(planner.files, share.seqs[share.real], "right").tolist()):
+            assert owner.setdefault(f, r) == r, f"file {f - 1} on ranks {owner[f]} and {r}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases(), st.data())
+def test_files_every_chunk_once_whole_files_per_rank_and_resume_chains(
+    case: dict, data: st.DataObject
+) -> None:
+    """``distribution="files"``: the chunks of a sub-epoch's files are the planned units, a
+    file's chunks on one rank; every contract (each chunk once per sub-epoch and full epoch,
+    global planning's chunks, equal steps, a rank's share alone, determinism, ``simulate``,
+    resume chains W -> W' -> W'' replayed from counts, the reachability check), within the
+    limits by window."""
+    case, bounds = files_case(case, data)
+    options = PlanOptions(**case["kwargs"], planning="indexed")
+
+    def make() -> IndexedPlanner:
+        return IndexedPlanner(case["lengths"], options, files=bounds)
+
+    planner = make()
+    reference = Planner(case["lengths"], PlanOptions(**case["kwargs"]), files=bounds)
+    assert planner.admission.filtered == reference.admission.filtered
+    assert int(planner.index.file_counts.sum()) == len(every_chunk(reference))
+
+    def each_plan(planner: IndexedPlanner, epoch: int, plan) -> None:
+        whole_files_per_rank(planner, epoch, plan)
+        check_plan(planner, plan)
+
+    def each_segment(planner: IndexedPlanner, position: Position, plan, consumed) -> None:
+        check_reachable(planner, position)
+
+    worlds = [case["world"] % 5 + 1, *case["worlds"]]
+    check_plan_contracts(
+        make, worlds, [case["cut"]] * (len(worlds) - 1), each_plan=each_plan,
+        each_segment=each_segment,
+    )  # fmt: skip
+
+
+def test_files_chunk_table_of_a_prebuilt_index_is_checked() -> None:
+    """The node's index of a chunked ``files`` plan holds chunks per (file, chunk bucket); one
+    built for other options is refused by name, with the fix."""
+    data, files = corpus(), np.arange(0, 2001, 50)
+    options = PlanOptions(**OPTIONS, distribution="files")
+    built = IndexedPlanner(data, options, files=files)
+    assert built.index.file_counts.shape == (40, len(built.bucket_counts))
+    np.testing.assert_array_equal(built.index.file_counts.sum(axis=0), built.bucket_counts)
+    again = IndexedPlanner(data, options, files=files, index=built.index)
+    a, b = built.global_plan(1, 3).rank_share(2), again.global_plan(1, 3).rank_share(2)
+    np.testing.assert_array_equal(codes(a.seqs, a.chunks), codes(b.seqs, b.chunks))
+    other = PlanOptions(**{**OPTIONS, "chunking": "300:300"}, distribution="files")
+    with pytest.raises(OptionError, match=r"bucket index.*Fix: rebuild it"):
+        IndexedPlanner(data, other, files=files, index=built.index)
+
+
 def corpus(n: int = 2000, seed: int = 0) -> dict[str, np.ndarray]:
     return {"data": np.random.default_rng(seed).integers(0, 2001, n)}
 
@@ -293,8 +362,8 @@ def test_refusals_name_the_option_and_the_fix() -> None:
     with pytest.raises(OptionError, match=r"sequence 1 \(tag 'b'\).*same number of chunks"):
         IndexedPlanner(mismatch, PlanOptions(**uneven), tags=["a", "b", "c"])
     wise = {"epoch_wise_filter": {(1, 2): {"max_mean_len": 100}}}
-    for extra in ({"distribution": "files"}, {"mix": {"a": 1.0}}, wise):
-        with pytest.raises(OptionError, match=r"chunking with distribution='files', mix or epoch"):
+    for extra in ({"mix": {"a": 1.0}}, wise):
+        with pytest.raises(OptionError, match=r"chunking with mix or epoch_wise_filter"):
             PlanOptions(**{**OPTIONS, **extra})
 
 

@@ -384,13 +384,9 @@ class PlanOptions:
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (
                 self.chunking is not None
-                and (
-                    self.distribution == "files"
-                    or self.mix is not None
-                    or self.epoch_wise_filter is not None
-                ),
-                "chunking with distribution='files', mix or epoch_wise_filter (chunked indexed "
-                "plans are sharded or per rank, and filter no sub-epoch)",
+                and (self.mix is not None or self.epoch_wise_filter is not None),
+                "chunking with mix or epoch_wise_filter (chunked indexed plans filter no "
+                "sub-epoch and mix no corpora)",
             ),
         ]
         for on, name in unsupported:

@@ -154,6 +154,92 @@ class ChunkBuckets:
         seqs, chunks = np.divmod(np.asarray(codes, dtype=np.int64), self.stride)
         return seqs, chunks
 
+    def class_cells(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per length class its cells' buckets and widths, padded -> (bucket int64 ``[G, R]``,
+        width int64 ``[G, R]``; width 0 where a class has fewer cells): what one sequence of the
+        class adds to each chunk bucket (``file_chunk_counts``)."""
+        n_classes = len(self.classes.longest)
+        bucket = np.searchsorted(self.starts, self.cell_end - 1, side="right") - 1  # [C]
+        order = np.argsort(self.cell_class, kind="stable")
+        g = self.cell_class[order]
+        slot = np.arange(len(g)) - np.searchsorted(g, g, side="left")  # the cell's place in g
+        r = int(slot.max(initial=-1)) + 1
+        out_bucket = np.zeros((n_classes, max(r, 1)), dtype=np.int64)
+        out_width = np.zeros((n_classes, max(r, 1)), dtype=np.int64)
+        out_bucket[g, slot] = bucket[order]
+        out_width[g, slot] = self.cell_width[order]
+        return out_bucket, out_width
+
+    def codes_of(self, seqs: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every chunk of the admitted sequences ``seqs`` (their lengths ``lengths``), sequence
+        after sequence -> (codes int64, window lengths int64): what ``files`` ranks draw from
+        their own files."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        g = np.searchsorted(np.asarray(self.classes.longest, dtype=np.int64), lengths)
+        per = self.chunks_per_class[g]  # [s]
+        ends = np.cumsum(per)
+        chunk = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - np.repeat(
+            ends - per, per
+        )
+        whole = np.repeat(lengths, per)
+        window = np.minimum(self.size, whole - chunk * self.step)
+        return np.repeat(np.asarray(seqs, np.int64), per) * self.stride + chunk, window
+
+    @property
+    def chunks_per_class(self) -> np.ndarray:
+        """Chunks of one sequence of each length class -> int64 ``[G]``."""
+        per = np.zeros(len(self.classes.longest), dtype=np.int64)
+        np.add.at(per, self.cell_class, self.cell_width)
+        return per
+
+
+def file_chunk_counts(
+    buckets: ChunkBuckets,
+    lengths: np.ndarray,
+    files: np.ndarray,
+    admitted: np.ndarray | None,
+    block: int = 1 << 18,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``distribution="files"``, chunked: admitted chunks per (file, chunk bucket) and admitted
+    frames per file -> (int32 while it fits, else int64 ``[F, N]``; int64 ``[F]``), what
+    ``BucketIndex.file_counts`` / ``file_frames`` hold for sequences. One pass over the lengths
+    in blocks of ``block`` sequences (a node builds it once with the length index): a sequence
+    of length class ``g`` adds each of ``g``'s cells' widths to its file's row.
+
+    >>> classes = BucketIndex(np.array([1, 0, 2, 3]), np.array([0, 1, 3, 4]),
+    ...     np.array([300, 900, 1200]), np.array([900, 1200]))
+    >>> cb = ChunkBuckets.of(classes, 500, 250, 0, lambda v, c: np.array([500]))
+    >>> lengths, files = np.array([900, 300, 900, 1200]), np.array([0, 2, 4])
+    >>> counts, frames = file_chunk_counts(cb, lengths, files, None)
+    >>> counts.tolist(), frames.tolist()  # file 0: lengths 900 and 300; file 1: 900 and 1200
+    ([[4, 2], [4, 5]], [1200, 2100])
+    """
+    n_files, n_buckets = len(files) - 1, len(buckets.counts)
+    cell_bucket, cell_width = buckets.class_cells()  # [G, R]
+    longest = np.asarray(buckets.classes.longest, dtype=np.int64)
+    counts = np.zeros(n_files * n_buckets, dtype=np.int64)
+    frames = np.zeros(n_files, dtype=np.int64)
+    for a in range(0, len(lengths), block):
+        here = np.asarray(lengths[a : a + block], dtype=np.int64)
+        seqs = np.arange(a, a + len(here), dtype=np.int64)
+        if admitted is not None:
+            keep = admitted[a : a + block]
+            here, seqs = here[keep], seqs[keep]
+        if not len(here):
+            continue
+        f = np.searchsorted(files, seqs, side="right") - 1
+        g = np.searchsorted(longest, here)
+        frames += np.bincount(f, weights=here, minlength=n_files).astype(np.int64)
+        for j in range(cell_bucket.shape[1]):
+            width = cell_width[g, j]
+            counts += np.bincount(
+                f * n_buckets + cell_bucket[g, j], weights=width, minlength=len(counts)
+            ).astype(np.int64)
+    table = counts.reshape(n_files, n_buckets)
+    if int(table.max(initial=0)) < 2**31:
+        table = table.astype(np.int32)
+    return table, frames
+
 
 class ChunkWindows:
     """Window length of coded chunks in the length key (``window[codes]``): what

@@ -77,6 +77,7 @@ from seqloader.plan.indexed.batch_table import BatchTable, bucket_runs, laplace_
 from seqloader.plan.indexed.chunks import (
     ChunkBuckets,
     ChunkWindows,
+    file_chunk_counts,
     lazy_chunk_table,
     window_lengths,
 )
@@ -408,6 +409,8 @@ class IndexedPlanner:
             self.bucket_edges = self.units.edges
             self.longest, self.bucket_counts = self.units.longest, self.units.counts
             self._extra += b"chunks"
+            if self.files is not None:
+                index = self.index = self._chunk_file_table(index, self.units)
         self._extra += b"edges" + self.bucket_edges.tobytes()
         return index
 
@@ -432,6 +435,19 @@ class IndexedPlanner:
         table, offsets = cut_table(np.asarray(self.index.cuts[a:b]))
         self._fixed_kept = (part, (table, FixedDraw(order, offsets + lo)))
         return self._fixed_kept[1]
+
+    def _chunk_file_table(self, index: BucketIndex, units: ChunkBuckets) -> BucketIndex:
+        """Chunked ``files``: ``index`` with the per-(file, chunk bucket) chunk counts and the
+        per-file frames (built here in one pass when the index has none; a prebuilt one is
+        checked against the chunk buckets)."""
+        assert self.files is not None
+        if index.file_counts is None:
+            table, frames = file_chunk_counts(units, self.lengths, self.files, self._mask)
+            return dataclasses.replace(index, file_counts=table, file_frames=frames)
+        want = (len(self.files) - 1, len(units.counts))
+        if tuple(index.file_counts.shape) != want or index.file_frames is None:
+            self._index_mismatch()
+        return index
 
     # ---- admission ----
     def _subset_mask(self, options: PlanOptions) -> np.ndarray:
@@ -563,7 +579,7 @@ class IndexedPlanner:
         if self._fixed:
             ok = ok and self._fixed_index_ok(index, admitted)
         ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
-        if self.files is not None:
+        if self.files is not None and self._chunking is None:  # chunked: _chunk_file_table
             table = index.file_counts
             ok = ok and table is not None and index.file_frames is not None
             ok = (
@@ -572,12 +588,16 @@ class IndexedPlanner:
                 and table.shape == (len(self.files) - 1, len(index.starts) - 1)
             )
         if not ok:
-            raise OptionError(
-                f"the bucket index given for {self.origin or 'the source'} does not match its "
-                f"lengths and options ({admitted} admitted sequences, {len(self.bucket_edges) + 1}"
-                " buckets): it was built for other data or options. Fix: rebuild it "
-                "(build_bucket_index) for these lengths and options."
-            )
+            self._index_mismatch()
+
+    def _index_mismatch(self) -> None:
+        admitted = len(self.lengths) if self._mask is None else int(self._mask.sum())
+        raise OptionError(
+            f"the bucket index given for {self.origin or 'the source'} does not match its "
+            f"lengths and options ({admitted} admitted sequences, {len(self.bucket_edges) + 1}"
+            " buckets): it was built for other data or options. Fix: rebuild it "
+            "(node_bucket_index) for these lengths and options."
+        )
 
     def _fixed_index_ok(self, index: BucketIndex, admitted: int) -> bool:
         """A fixed ordering's index: its buckets those of ``fixed_edges``' kind (one per length,
@@ -760,6 +780,8 @@ class IndexedPlanner:
 
     def sub_epoch_order(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> np.ndarray:
         """The sub-epoch's sequences in plan order (O(n): for checks and tests)."""
+        if self.files is not None and self.units is not None:  # one slot per chunk
+            return self.sub_epoch_units(epoch, order_rank, world_size).seqs
         if self.files is not None:  # the plan's real sequences, then what ``drop`` leaves out
             plan = self.files_plan(epoch, world_size)[0]
             real = plan.batches.seqs[plan.batches.real]
@@ -775,13 +797,28 @@ class IndexedPlanner:
     def sub_epoch_units(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> ChunkUnits:
         """Chunking: the sub-epoch's chunks in plan order (``order_rank``: the rank's own under
         ``random_seed_offset``, else 0; ``world_size``: the one the epoch starts with). O(n):
-        for checks."""
+        for checks. ``files``: the plan's real chunks, then what ``drop`` leaves out."""
+        if self.files is not None:
+            return self._files_units(epoch, world_size)
         per_rank = self.options.distribution == "random_seed_offset"  # runs of one batch
         table = self.table(epoch, 1 if per_rank else world_size, order_rank)
         draw = self.draw(epoch, True, order_rank)
         b = IndexedPlan(table, draw, 1, 0, "pad", self.units).batches
         chunks = b.chunks if b.chunks is not None else np.zeros(len(b.seqs), dtype=np.int64)
         return ChunkUnits(b.seqs, chunks, {})
+
+    def _files_units(self, epoch: int, world_size: int) -> ChunkUnits:
+        assert self.chunks is not None
+        b = self.files_plan(epoch, world_size)[0].batches
+        seqs, chunks = b.seqs[b.real], np.asarray(b.chunks, dtype=np.int64)[b.real]
+        whole = self.chunks.expand(self.sub_epoch_files(epoch)[0].seqs)
+        ids = self.chunks.unit_ids(whole.seqs, whole.chunks)
+        rest = ~np.isin(ids, self.chunks.unit_ids(seqs, chunks))
+        return ChunkUnits(
+            np.concatenate([seqs, whole.seqs[rest]]),
+            np.concatenate([chunks, whole.chunks[rest]]),
+            {},
+        )
 
     def sub_epoch_slots(
         self, epoch: int, order_rank: int = 0
@@ -869,8 +906,15 @@ class IndexedPlanner:
             for c in range(int(first[i]), int(last[i]) + 1):
                 a, b = max(int(lo[i]), int(bounds[c])), min(int(hi[i]), int(bounds[c + 1]))
                 if b > a:
-                    out[c] += b - a if self._mask is None else np.count_nonzero(self._mask[a:b])
+                    out[c] += self._admitted_units(a, b)
         return out
+
+    def _admitted_units(self, a: int, b: int) -> int:
+        """Admitted units (sequences; chunked: chunks) of sequences ``[a, b)``."""
+        keep = np.ones(b - a, dtype=bool) if self._mask is None else self._mask[a:b]
+        if self._chunking is None:
+            return int(np.count_nonzero(keep))
+        return int(chunk_counts(np.asarray(self.lengths[a:b])[keep], *self._chunking).sum())
 
     # ---- distribution ----
     def global_plan(
@@ -928,10 +972,14 @@ class IndexedPlanner:
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
     ) -> tuple[EpochPlan, np.ndarray]:
-        """(the current segment's plan, the sequences consumed before it); the latter draws every
-        old rank's members (O(n): for the audit and tests; resuming uses ``files_segment``)."""
+        """(the current segment's plan, the sequences consumed before it: chunked, the chunk
+        numbers, ``ChunkTable.unit_ids``); the latter draws every old rank's members (O(n): for
+        the audit and tests; resuming uses ``files_segment``)."""
         seg = self._segment_at(epoch, world_size, history)
-        return self._rankwise(seg), seg.consumed_members(self._members_of(seg.units))
+        consumed = seg.consumed_members(self._members_of(seg.units))
+        if self.units is not None and self.chunks is not None:  # as chunk numbers
+            consumed = self.chunks.unit_ids(*self.units.split(consumed))
+        return self._rankwise(seg), consumed
 
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
         """(units, file of each unit) of ``epoch``: per file of the sub-epoch (shuffled order),
@@ -1026,11 +1074,15 @@ class IndexedPlanner:
             seqs = ranges(files[own], files[own + 1])
             if self._mask is not None:
                 seqs = seqs[self._mask[seqs]]
-            seqs = seqs[rng_for(*self._head, *words, r).permutation(len(seqs))]
-            bucket = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[seqs]), "right")
+            lens = np.asarray(self.lengths[seqs])
+            if self.units is not None:  # chunked: the files' chunks, as codes, by their windows
+                seqs, lens = self.units.codes_of(seqs, lens)
+            perm = rng_for(*self._head, *words, r).permutation(len(seqs))
+            seqs, lens = seqs[perm], lens[perm]
+            bucket = np.searchsorted(self.bucket_edges, lens, "right")
             group = units.group_of[r][bucket]
             by_group = np.argsort(group, kind="stable")
-            seqs, group = seqs[by_group], group[by_group]
+            seqs, group, lens = seqs[by_group], group[by_group], lens[by_group]
             starts = np.zeros(units.group_of.shape[1] + 1, dtype=np.int64)
             np.cumsum(np.bincount(group, minlength=units.group_of.shape[1]), out=starts[1:])
             # sorted by length within windows of WINDOW_BATCHES of the group's batches (fixed
@@ -1040,7 +1092,7 @@ class IndexedPlanner:
             size[units.group[mine]] = units.size[mine]
             window = (np.arange(len(seqs)) - starts[group]) // (WINDOW_BATCHES * size[group])
             major = group * (int(window.max(initial=0)) + 1) + window
-            return seqs[argsort_by(np.asarray(self.lengths[seqs]), major)], starts
+            return seqs[argsort_by(lens, major)], starts
 
         return members
 
@@ -1049,7 +1101,7 @@ class IndexedPlanner:
         part = seg.units.part
 
         def share(rank: int) -> BatchList:
-            return seg.share(rank, members, lambda: self._first_sequence(part))
+            return self._split_codes(seg.share(rank, members, lambda: self._first_unit(part)))
 
         kept: dict[
             bytes, tuple[np.ndarray, np.ndarray]
@@ -1070,7 +1122,10 @@ class IndexedPlanner:
                 if not len(where):  # nothing admitted in the sub-epoch: no filler to cost
                     return 0
                 r = int(seg.units.rank_of[where[0]])
-                b = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[s]), "right")
+                first = np.asarray(self.lengths[s])
+                if self.units is not None:  # its first chunk's window
+                    first = np.minimum(first, self.units.size)
+                b = np.searchsorted(self.bucket_edges, first, "right")
                 return int(group_costs[r, seg.units.group_of[r][b[0]]])
 
             return seg.planned_costs(rank, unit_costs, filler_cost)
@@ -1084,7 +1139,22 @@ class IndexedPlanner:
             seg.consumed_seqs,
             planned_costs,
             seg.dropped,
+            chunked=self.units is not None,
         )
+
+    def _split_codes(self, batches: BatchList) -> BatchList:
+        """Chunked ``files``: a share drawn over codes as (sequence, chunk) slots; unchanged
+        unchunked."""
+        if self.units is None:
+            return batches
+        seqs, chunks = self.units.split(batches.seqs)
+        return BatchList(seqs, batches.bounds, batches.real, batches.uses, chunks)
+
+    def _first_unit(self, part: np.ndarray) -> np.ndarray:
+        """The fillers' unit when a rank has none of its own: the sub-epoch's first sequence
+        (chunked: its first chunk's code)."""
+        first = self._first_sequence(part)
+        return first if self.units is None else first * self.units.stride
 
     def _first_sequence(self, part: np.ndarray) -> np.ndarray:
         assert self.files is not None
