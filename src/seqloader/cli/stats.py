@@ -102,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     opened = open_data(args)
     src = opened.source
     lengths = {k: np.asarray(src.lengths(k)) for k in src.keys}
-    given = plan_inputs(src)
+    given = plan_inputs(src, opened.plan, lengths)
     corpora = given.corpora
     planner = planner_for(src, opened.plan, lengths)
     key = planner.length_key

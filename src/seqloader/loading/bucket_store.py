@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planners import INDEXED_ALGORITHM, BucketIndex, index_key, node_bucket_index
 from seqloader.sources.columns import open_or_build
@@ -57,20 +58,18 @@ def bucket_index_path(
 
 
 def shared_bucket_index(
-    lengths: Mapping[str, np.ndarray],
-    options: PlanOptions,
+    inputs: PlanInputs,
     source_fingerprint: Callable[[], str],
-    files: np.ndarray | None = None,
-    excluded: Mapping[str, np.ndarray] | None = None,
     folder: str | None = None,
-    origin: str = "",
     stores: list[NodeStore] | None = None,
 ) -> BucketIndex | None:
-    """The node's bucket index for these lengths and options, memory-mapped (built here if no
-    process of the node has built it yet); None for global planning or a corpus below
-    ``MIN_SEQUENCES`` (the planner then builds it in memory). ``source_fingerprint`` is called
-    only when a file is used. ``origin`` (the source's description) goes into the file's header,
-    to say what it belongs to; ``stores`` collects what was built or found."""
+    """The node's bucket index for these inputs (their lengths, options, files and filters),
+    memory-mapped (built here if no process of the node has built it yet); None for global
+    planning or a corpus below ``MIN_SEQUENCES`` (the planner then builds it in memory).
+    ``source_fingerprint`` is called only when a file is used. ``inputs.origin`` (the source's
+    description) goes into the file's header, to say what it belongs to; ``stores`` collects what
+    was built or found."""
+    lengths, options = inputs.lengths, inputs.options
     if options.planning != "indexed":
         if stores is not None:
             stores.append(NodeStore(KIND, None, False, 0.0, note="not used: planning='global'"))
@@ -85,8 +84,8 @@ def shared_bucket_index(
     path, identity = bucket_index_path(lengths, options, source_fingerprint(), folder)
 
     def build() -> tuple[dict[str, np.ndarray], dict[str, object]]:
-        index = node_bucket_index(lengths, options, files, excluded)
-        owner = about(f"{origin} {index_key(options)} keys={sorted(lengths)}")
+        index = node_bucket_index(replace(inputs, options=options))
+        owner = about(f"{inputs.origin} {index_key(options)} keys={sorted(lengths)}")
         return index.columns(), {"sequences": n, "about": owner}
 
     started = time.perf_counter()

@@ -6,6 +6,7 @@ from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import Admission, EpochIndex
 from seqloader.plan.greedy.distribute import GlobalPlan
 from seqloader.plan.greedy.planner import Planner
+from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.options import Ordering, PlanOptions
 from seqloader.plan.planners import make_planner
 from seqloader.plan.position import Position, continue_plan
@@ -18,6 +19,7 @@ __all__ = [
     "EpochPlan",
     "GlobalPlan",
     "Ordering",
+    "PlanInputs",
     "PlanOptions",
     "Planner",
     "Position",

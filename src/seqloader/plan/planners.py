@@ -18,32 +18,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from dataclasses import replace
+from typing import Any, Protocol
 
 import numpy as np
 
-from seqloader.errors import OptionError
 from seqloader.plan.audit_order import AuditOrder, AuditRun
 from seqloader.plan.batches import BatchList
+from seqloader.plan.bucket_index import BucketIndex
 from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import Admission
 from seqloader.plan.greedy.planner import Planner as GlobalPlanner
-from seqloader.plan.greedy.planner import refuse_clashes
-from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.planner import (
     INDEXED_ALGORITHM,
     INDEXED_KINDS,
     IndexedPlanner,
     index_key,
 )
-from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
+from seqloader.plan.inputs import PlanInputs
+from seqloader.plan.mix import CorpusProgress, EpochMix
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.orders import EpochOrders
 from seqloader.plan.pools import FilePools
-from seqloader.plan.selections import EpochSelection
-from seqloader.plan.variants import VARIANTS_REFUSED, LengthVariants
 
 
 class Planner(Protocol):
@@ -116,63 +113,28 @@ class Planner(Protocol):
 
 
 def make_planner(
-    lengths: Mapping[str, np.ndarray],
-    options: PlanOptions,
-    tags: Sequence[str] | None = None,
-    origin: str = "",
-    order_lengths: np.ndarray | None = None,
-    excluded: Mapping[str, np.ndarray] | None = None,
-    corpora: Corpora | None = None,
-    files: np.ndarray | None = None,
-    index: BucketIndex | None = None,
-    pools: FilePools | None = None,
-    selections: Sequence[EpochSelection] = (),
-    orders: EpochOrders | None = None,
-    variants: LengthVariants | None = None,
+    inputs: PlanInputs | Mapping[str, np.ndarray], *more: Any, **named: Any
 ) -> Planner:
-    """The planner ``options.planning`` asks for (``Planner``'s arguments; ``index``: a prebuilt,
-    e.g. memory-mapped, ``BucketIndex`` for indexed planning).
+    """The planner ``options.planning`` asks for, from ``inputs`` (``PlanInputs``), or the short
+    form ``make_planner(lengths, options, tags, files=...)``.
 
     >>> planner = make_planner({"data": np.array([5, 3, 8, 2])}, PlanOptions(max_seqs=2))
     >>> planner.global_plan(1, world_size=2).steps
     1
     """
-    if options.planning == "indexed":
-        if variants is not None:
-            what, fix = VARIANTS_REFUSED
-            refuse_clashes(origin, what, [("planning='indexed'", True)], fix)
-        if pools is not None or selections or orders is not None:
-            raise OptionError(
-                "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset), "
-                "epoch selections (epoch_wise_filter subdirs) and a source's own orders (RETURNN's "
-                "CombinedDataset) are not supported; use planning='global' (the default) for them"
-            )
-        return IndexedPlanner(lengths, options, tags, origin, excluded, corpora, files, index)
-    return GlobalPlanner(
-        lengths,
-        options,
-        tags,
-        origin,
-        order_lengths,
-        excluded,
-        corpora,
-        files,
-        pools,
-        selections,
-        orders,
-        variants,
-    )
+    i = PlanInputs.of(inputs, *more, **named)
+    if i.options.planning == "indexed":
+        return IndexedPlanner(i)
+    return GlobalPlanner(i)
 
 
 def node_bucket_index(
-    lengths: Mapping[str, np.ndarray],
-    options: PlanOptions,
-    files: np.ndarray | None = None,
-    excluded: Mapping[str, np.ndarray] | None = None,
+    inputs: PlanInputs | Mapping[str, np.ndarray], *more: Any, **named: Any
 ) -> BucketIndex:
-    """The bucket index indexed planning builds for these arguments (what a node builds once and
-    maps into every rank's planner, ``make_planner(index=...)``)."""
-    return IndexedPlanner(lengths, options, files=files, excluded=excluded).index
+    """The bucket index indexed planning builds from ``inputs`` (or the short form
+    ``(lengths, options, ...)``): what a node builds once and maps into every rank's planner,
+    ``PlanInputs.index``."""
+    return IndexedPlanner(replace(PlanInputs.of(inputs, *more, **named), index=None)).index
 
 
 __all__ = [
@@ -180,6 +142,7 @@ __all__ = [
     "INDEXED_KINDS",
     "BucketIndex",
     "EpochPlan",
+    "PlanInputs",
     "Planner",
     "index_key",
     "make_planner",

@@ -146,9 +146,7 @@ class SubOrder:
                 length_key="data" if "data" in keys else keys[0],
                 **self.native,
             )
-            lengths = {k: self.view.lengths(k) for k in keys}
-            kwargs = plan_inputs(self.view).kwargs()
-            planner = Planner(lengths, options, self.view.tags, self.origin, **kwargs)
+            planner = Planner(replace(plan_inputs(self.view, options), origin=self.origin))
             self._planners[offset] = planner
         return np.asarray(planner.sub_epoch_order(epoch, 0 if own else order_rank), np.int64)
 

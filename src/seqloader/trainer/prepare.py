@@ -15,6 +15,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
+from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.loading.planner_for import node_index
 from seqloader.plan.options import PlanOptions
 from seqloader.sources.base import Source
@@ -88,7 +89,7 @@ def prepare(
     stores: list[NodeStore] = list(_source_stores(source))
     lengths = {k: source.lengths(k) for k in source.keys}
     with _measured(stores):  # each step's time and peak private memory in its entry
-        node_index(source, merged.plan, lengths, stores)
+        node_index(source, plan_inputs(source, merged.plan, lengths), stores)
     with _measured(stores):
         check_duplicate_tags(source, source.tags, merged.checks.duplicate_tags, stores)
     if merged.checks.duplicate_tags == "off":

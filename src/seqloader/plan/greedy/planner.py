@@ -12,7 +12,7 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,6 +55,7 @@ from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.greedy.buckets import Arrangement, arrange
 from seqloader.plan.greedy.chunk_batching import ChunkFits, greedy_from_fits
 from seqloader.plan.greedy.distribute import GlobalPlan, distribute_per_rank, distribute_shard
+from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
 from seqloader.plan.options import PlanOptions
@@ -77,16 +78,6 @@ from seqloader.validate import is_int
 
 #: Bumped whenever the same options and data would give another plan (orderings, batching, split).
 PLAN_ALGORITHM = "seqloader-plan/1"
-
-
-def refuse_clashes(origin: str, what: str, options: Sequence[tuple[str, bool]], fix: str) -> None:
-    """An error naming every option of ``options`` (name, whether set) that is set: ``what`` is
-    not supported with them, and ``fix`` says what to do."""
-    clash = [name for name, on in options if on]
-    if clash:
-        raise OptionError(
-            f"{origin or 'the source'}: {what} not supported with {', '.join(clash)}: {fix}"
-        )
 
 
 class Planner:
@@ -115,46 +106,30 @@ class Planner:
         return PLAN_ALGORITHM
 
     def __init__(
-        self,
-        lengths: Mapping[str, np.ndarray],
-        options: PlanOptions,
-        tags: Sequence[str] | None = None,
-        origin: str = "",
-        order_lengths: np.ndarray | None = None,
-        excluded: Mapping[str, np.ndarray] | None = None,
-        corpora: Corpora | None = None,
-        files: np.ndarray | None = None,
-        pools: FilePools | None = None,
-        selections: Sequence[EpochSelection] = (),
-        orders: EpochOrders | None = None,
-        variants: LengthVariants | None = None,
+        self, inputs: PlanInputs | Mapping[str, np.ndarray], *more: Any, **named: Any
     ) -> None:
-        """``order_lengths``: what sorting orderings sort by, int64 ``[n]`` (default: the length
-        key's lengths; RETURNN sorts OggZip corpora by ``int(duration * 100)``). ``excluded``:
-        reason -> bool mask ``[n]`` of sequences left out like filtered ones. ``corpora``: the
-        source's named corpora (``ConcatSource``); needed by ``options.mix``. ``files``: the
-        source's file layout, int64 ``[F + 1]`` (``HasFiles``); needed by
-        ``distribution="files"``, ignored otherwise. ``pools``: per-sub-epoch file pools
-        (RETURNN's ``DistributeFilesDataset``, ``seqloader.plan.pools``): each sub-epoch orders
-        only its pool's sequences. ``selections``: the sequences some epochs keep
-        (``seqloader.plan.selections``), applied before ``epoch_wise_filter``. ``orders``: the
-        source's own order per sub-epoch (``seqloader.plan.orders``), taken as it comes.
-        ``variants``: each sequence's length variants (``seqloader.plan.variants``): every full
-        epoch orders and batches by the drawn variant's lengths; ``lengths`` are then the
-        longest variant's."""
+        """``inputs``: what to plan from (``PlanInputs`` says what each part means), or the short
+        form ``Planner(lengths, options, tags, files=...)``."""
+        i = PlanInputs.of(inputs, *more, **named)
+        lengths, options, tags, origin = i.lengths, i.options, i.tags, i.origin
         if options.planning != "global":
             raise OptionError(
                 f"Planner plans with planning='global', but the options say "
                 f"planning={options.planning!r}: build the planner with "
                 "seqloader.plan.planners.make_planner, which picks the planner the options ask for"
             )
+        if i.index is not None:
+            raise OptionError(
+                f"{origin or 'Planner'}: a prebuilt bucket index (PlanInputs.index) is indexed "
+                "planning's; global planning builds none: leave index=None with planning='global'"
+            )
         key = length_key_of(lengths, options)
         self.options, self.length_key = options, key
-        self._take_lengths(lengths[key], order_lengths)
+        self._take_lengths(lengths[key], i.order_lengths)
         limits = batch_limits(options, list(lengths), key)
         plain = limits.plain and options.chunking is None
-        self.admission = admit(lengths, key, options, tags, origin, excluded, check_fit=plain)
-        self._take_excluded(excluded)
+        self.admission = admit(lengths, key, options, tags, origin, i.excluded, check_fit=plain)
+        self._take_excluded(i.excluded)
         self._plan_units(lengths, options, tags, origin)
         #: the admitted sequences in stored order (ascending, or the subset's order)
         self._pool = self._pool_all[self._admitted_mask[self._pool_all]]
@@ -165,12 +140,12 @@ class Planner:
         self.budget = self.batcher.budget  # max_frames in cost units (the length key's)
         check_bins(options.parsed_ordering, options.ordering, len(self.lengths))
         self._arrange_buckets(key)
-        self._take_mix(corpora, origin)
-        self._take_files(files, origin)
-        self._select_epochs(selections, pools, origin)
-        self._take_orders(orders, origin)
+        self._take_mix(i.corpora, origin)
+        self._take_files(i.files, origin)
+        self._select_epochs(i.selections, i.pools, origin)
+        self._take_orders(i.orders, origin)
         self.origin = origin
-        self.variants = self._checked_variants(variants, lengths)
+        self.variants = self._checked_variants(i.variants, lengths)
         self._epoch_batcher: tuple[int, Batcher] | None = None  # (full epoch, its batcher)
         #: with variants, the epoch of each plan made (id of its seqs -> (weak ref to them, epoch))
         self._plan_epochs: dict[int, tuple[weakref.ref[np.ndarray], int]] = {}

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import pairwise
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -114,8 +114,9 @@ from seqloader.plan.indexed.plan import (
     SortedWindows,
     ranges,
 )
+from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.limits import BatchLimits
-from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, mixed_corpora
+from seqloader.plan.mix import CorpusProgress, EpochMix, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
 from seqloader.plan.pools import FilePools
@@ -130,6 +131,7 @@ from seqloader.plan.seeding import (
     rng_for,
 )
 from seqloader.plan.topology import Topology
+from seqloader.plan.variants import VARIANTS_REFUSED
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
 INDEXED_ALGORITHM = "seqloader-plan-indexed/5"
@@ -296,6 +298,19 @@ def index_key(options: PlanOptions) -> str:
     )
 
 
+def refuse_unplanned(inputs: PlanInputs) -> None:
+    """Refuse what a source declares that indexed planning does not plan (nothing is ignored)."""
+    if inputs.variants is not None:
+        what, fix = VARIANTS_REFUSED
+        refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
+    if inputs.pools is not None or inputs.selections or inputs.orders is not None:
+        raise OptionError(
+            "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset), "
+            "epoch selections (epoch_wise_filter subdirs) and a source's own orders (RETURNN's "
+            "CombinedDataset) are not supported; use planning='global' (the default) for them"
+        )
+
+
 class IndexedPlanner:
     """The planner of ``planning="indexed"`` (see the module doc; the contract is
     ``seqloader.plan.planners.Planner``). Pure: the lengths (and a
@@ -316,18 +331,16 @@ class IndexedPlanner:
     pools: FilePools | None = None
 
     def __init__(
-        self,
-        lengths: Mapping[str, np.ndarray],
-        options: PlanOptions,
-        tags: Sequence[str] | None = None,
-        origin: str = "",
-        excluded: Mapping[str, np.ndarray] | None = None,
-        corpora: Corpora | None = None,
-        files: np.ndarray | None = None,
-        index: BucketIndex | None = None,
+        self, inputs: PlanInputs | Mapping[str, np.ndarray], *more: Any, **named: Any
     ) -> None:
+        """``inputs``: what to plan from (``PlanInputs``), or the short form
+        ``IndexedPlanner(lengths, options, tags, files=...)``."""
+        i = PlanInputs.of(inputs, *more, **named)
+        lengths, options, tags, origin = i.lengths, i.options, i.tags, i.origin
+        excluded, corpora, files, index = i.excluded, i.corpora, i.files, i.index
         if options.planning != "indexed":
             raise OptionError("IndexedPlanner: options.planning must be 'indexed'")
+        refuse_unplanned(i)
         key = length_key_of(lengths, options)
         self.options, self.length_key, self.origin = options, key, origin
         main = np.asarray(lengths[key])
