@@ -54,11 +54,14 @@ class ForkServer:
             pytest.fail(f"launch_fork.py --serve exited with {self.proc.wait()}")
         return int(got[key])
 
-    def run(self, args: list[str], console: Path, timeout_s: float) -> int | None:
-        """Exit code of the launch ``args``, or None if it had not ended after ``timeout_s`` (its
-        process tree is killed then)."""
+    def run(
+        self, args: list[str], console: Path, timeout_s: float, env: dict[str, str]
+    ) -> int | None:
+        """Exit code of the launch ``args`` (``env`` set in it), or None if it had not ended after
+        ``timeout_s`` (its process tree is killed then)."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"args": args, "console": str(console)}) + "\n")
+        request = {"args": args, "console": str(console), "env": env}
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         pid = self.answer("pid", timeout_s)
         assert pid is not None, "launch_fork.py --serve did not fork"
@@ -77,15 +80,18 @@ class ForkServer:
 _server: ForkServer | None = None
 
 
-def run_forked(args: list[str], console: Path, timeout_s: float) -> int:
-    """``python launch_fork.py ARGS`` (output to ``console``) as a launch forked from the session's
-    server: its exit code; a launch not ended after ``timeout_s`` is killed and fails the test."""
+def run_forked(
+    args: list[str], console: Path, timeout_s: float, env: dict[str, str] | None = None
+) -> int:
+    """``python launch_fork.py ARGS`` (output to ``console``, ``env`` added to its environment) as
+    a launch forked from the session's server: its exit code; a launch not ended after
+    ``timeout_s`` is killed and fails the test."""
     global _server
     if _server is None or _server.proc.poll() is not None:
         _server = ForkServer()
         atexit.register(_server.close)
     try:
-        rc = _server.run(args, console, timeout_s)
+        rc = _server.run(args, console, timeout_s, env or {})
     except BaseException:  # interrupted mid-launch: its answers must not reach the next launch
         kill_tree(_server.proc.pid)
         _server.proc.wait()

@@ -61,14 +61,22 @@ def test_each_rank_takes_returnns_files_of_that_rank(tmp_path: Path) -> None:
 
 
 SHARD = "\ntrain['distrib_shard_files'] = True\ntrain['sharding_fix'] = True\n"
+SHARDED_EPOCHS = (1, 2, 4)  # sub-epoch 4: rank 1 has a batch more on 2 ranks
 
 
-def _rank_references(tmp_path: Path, world_size: int, epochs: tuple[int, ...]) -> dict:
+@pytest.fixture(scope="module")
+def configs(tmp_path_factory) -> Path:
+    """A folder of the module's RETURNN configs: ``reference`` caches by path, so a config written
+    here once is run by RETURNN once for all of the module's tests that compare against it."""
+    return tmp_path_factory.mktemp("distrib_files_configs")
+
+
+def _rank_references(configs: Path, world_size: int, epochs: tuple[int, ...]) -> dict:
     """RETURNN's batches per rank: its DistributeFilesDataset reads rank and size from
     ``_get_distributed_rank_and_size``, here set by RETURNN's own debug option."""
     out = {}
     for r in range(world_size):
-        config = tmp_path / f"returnn_rank{r}of{world_size}.config"
+        config = configs / f"returnn_rank{r}of{world_size}.config"
         config.write_text(
             CONFIG.read_text()
             + SHARD
@@ -80,14 +88,14 @@ def _rank_references(tmp_path: Path, world_size: int, epochs: tuple[int, ...]) -
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_sharded_files_each_rank_as_returnn_shortest_rank_ends(
-    tmp_path: Path, world_size: int
+    tmp_path: Path, configs: Path, world_size: int
 ) -> None:
     """distrib_shard_files over 2 and 3 ranks: rank r reads RETURNN's bins of files for rank r
     (one file order for all ranks) in RETURNN's order and batches; every rank stops after the
     shortest rank's batch count (RETURNN's torch engine ends the sub-epoch when one rank runs
     out); the rest is counted as dropped."""
-    epochs = (1, 2, 4)
-    expected = _rank_references(tmp_path, world_size, epochs)
+    epochs = SHARDED_EPOCHS
+    expected = _rank_references(configs, world_size, epochs)
     ours = tmp_path / "sharded.config"
     ours.write_text(CONFIG.read_text() + SHARD)
     for epoch in epochs:
@@ -250,13 +258,13 @@ def test_cli_check_names_returnns_shortest_rank_drop(tmp_path: Path, capsys) -> 
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_chunked_pools_as_returnn(tmp_path: Path, num_workers: int) -> None:
+def test_chunked_pools_as_returnn(tmp_path: Path, configs: Path, num_workers: int) -> None:
     """RETURNN's chunking on top of the pools (a hybrid setup's framewise targets): each pool's
     sequences cut into RETURNN's chunks, the same batches (chunks included) and values as
     RETURNN's ChunkingIterDataPipe."""
     from test_returnn_public_configs import ours
 
-    config = tmp_path / "chunked.config"
+    config = configs / "chunked.config"  # RETURNN runs it once for both worker counts
     text = CONFIG.read_text().replace("/hdf/dfd/", "/hdf/dfd-framewise/")
     text = text.replace("range(1, 11)", "range(1, 7)")  # framewise targets: six files
     config.write_text(
@@ -294,7 +302,7 @@ dist.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_sharded_files_over_gloo_as_returnn_with_the_audit(tmp_path: Path) -> None:
+def test_sharded_files_over_gloo_as_returnn_with_the_audit(tmp_path: Path, configs: Path) -> None:
     """Two real processes (gloo, one DataLoader worker each as the config says) with
     torch_distributed 'shard': each rank's batches are RETURNN's for that rank up to the
     shortest rank's count; the audit over all ranks passes, the rest counted as dropped."""
@@ -305,7 +313,7 @@ def test_sharded_files_over_gloo_as_returnn_with_the_audit(tmp_path: Path) -> No
     from conftest import free_port
 
     epochs = (1, 4)  # sub-epoch 4: rank 1 has a batch more, dropped as RETURNN does
-    expected = _rank_references(tmp_path, 2, epochs)
+    expected = _rank_references(configs, 2, SHARDED_EPOCHS)  # RETURNN's run of the test above
     config = tmp_path / "gloo.config"
     config.write_text(
         CONFIG.read_text()
@@ -358,7 +366,7 @@ train["get_sub_epoch_dataset"] = get_sub_epoch_dataset
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_multi_proc_sub_epoch_dataset_as_returnn(
-    tmp_path: Path, num_workers: int, monkeypatch
+    tmp_path: Path, configs: Path, num_workers: int, monkeypatch
 ) -> None:
     """get_sub_epoch_dataset returning a MultiProcDataset around the HDFDataset (CachedFile
     entries): RETURNN's tags, batches and values, sub-epochs 1-4 and 8; without
@@ -367,7 +375,7 @@ def test_multi_proc_sub_epoch_dataset_as_returnn(
 
     # RETURNN's file cache (its sub-epoch datasets run in processes of their own): under tmp_path
     monkeypatch.setenv("RETURNN_FILE_CACHE_OPTS", json.dumps({"cache_directory": str(tmp_path)}))
-    config = tmp_path / "multi_proc.config"
+    config = configs / "multi_proc.config"  # RETURNN runs it once for both worker counts
     config.write_text(CONFIG.read_text() + MULTI_PROC)
     epochs = (1, 2, 3, 4, 8)
     expected_batches, expected_values = reference(str(config), "train", epochs)

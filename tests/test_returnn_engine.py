@@ -2,12 +2,15 @@
 (rnn.py's entry) trains a tiny torch model (``get_model`` / ``train_step``) on CPU on HDF files
 written by RETURNN's ``SimpleHDFWriter``; ``train_step`` appends each batch's sequence tags,
 lengths and data sum to a file. The reference is RETURNN's own pipeline, run in the same test
-(the same config without the one line).
+(the same config without the one line). Each run is RETURNN's ``python -m returnn`` entry forked
+from the session's launch server (``tests/fork_launches.py``; ``tests/dist/returnn_main.py``
+imports RETURNN and torch once per session and gives each rank the environment of a plain run or
+of ``torchrun --standalone``).
 
 - one process, 0 workers: train (3 sub-epochs), dev and an ``eval_datasets`` entry get exactly
   RETURNN's batches (tags, order, values), and seqloader's epoch report is in RETURNN's log;
 - 2 DataLoader workers: the same batches again (slow: worker processes);
-- torchrun, 2 ranks (gloo), ``dataset_distribution: "shard"``: every sequence exactly once per
+- 2 ranks as torchrun starts them (gloo), ``dataset_distribution: "shard"``: every sequence exactly once per
   full epoch over the ranks, equal steps per rank (slow);
 - killed by its own recorder mid sub-epoch 2, restarted (same and another number of ranks): the
   next sub-epochs are exactly an uninterrupted run's batches (slow);
@@ -26,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import textwrap
 from pathlib import Path
 
@@ -39,8 +41,9 @@ from hypothesis import strategies as st
 from seqloader.errors import OptionError
 
 pytest.importorskip("returnn.torch.engine")
+from fork_launches import run_forked
 from seqloader.returnn import engine as hook
-from test_distributed_torchrun import run_bounded
+from test_distributed_torchrun import tail
 from test_returnn_config import write_hdf
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -153,22 +156,16 @@ def setup(tmp_path_factory) -> Path:
 def run_returnn(
     setup: Path, out: Path, *, nproc: int = 1, expect_kill: bool = False, **env: str
 ) -> dict[str, list[dict]]:
-    """``python -m returnn CONFIG`` (``nproc`` > 1: under torchrun): each rank's records."""
+    """``python -m returnn CONFIG`` (``nproc`` > 1: as under ``torchrun --standalone``): each
+    rank's records. The run is forked from the session's launch server, which imports RETURNN
+    once (``tests/dist/returnn_main.py``); a hang is killed after ``HANG_BOUND_S``."""
     out.mkdir(exist_ok=True)
-    config = str(setup / "train.config")
-    if nproc == 1:
-        cmd = [sys.executable, "-m", "returnn", config]
-    else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-        cmd += [f"--nproc_per_node={nproc}", "--monitor-interval=0.1", "-m", "returnn", config]
     path = os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])
     env = {"PYTHONPATH": path, "SL_OUT": str(out), **env}
-    run = len(list(out.glob("console.*.txt")))
-    rc, text = run_bounded(
-        ["env", *(f"{k}={v}" for k, v in env.items()), *cmd],
-        out / f"console.{run}.txt",
-        HANG_BOUND_S,
-    )
+    console = out / f"console.{len(list(out.glob('console.*.txt')))}.txt"
+    args = [str(nproc), "--script", "returnn_main", "--cwd", str(out), str(setup / "train.config")]
+    rc = run_forked(args, console, HANG_BOUND_S, env)
+    text = tail(console)
     if expect_kill:
         assert rc != 0, text
     else:

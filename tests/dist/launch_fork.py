@@ -8,6 +8,7 @@ in ``torch.multiprocessing``, which a rank's forked DataLoader workers keep open
 
     python tests/dist/launch_fork.py NPROC [train_ddp.py arguments...]
     python tests/dist/launch_fork.py NPROC --script train_remote [train_remote.py arguments...]
+    python tests/dist/launch_fork.py NPROC --script returnn_main CONFIG   # python -m returnn
     python tests/dist/launch_fork.py --serve
 
 ``--serve`` runs launches on request, each forked from the serving process, so torch and the
@@ -16,6 +17,7 @@ scripts are imported once for all of a test session's launches (``serve``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -86,15 +88,23 @@ def launch(args: list[str]) -> int:
 
 def serve() -> int:
     """Launches on request, until stdin closes. A request is one JSON line on stdin, ``{"args":
-    [NPROC, ...], "console": PATH}``; the answers are JSON lines on stdout: ``{"pid": PID}`` of
+    [NPROC, ...], "console": PATH, "env": {NAME: VALUE}}`` (``env`` optional: set in the launch
+    only); the answers are JSON lines on stdout: ``{"pid": PID}`` of
     the launch at once (to kill its tree on a hang), ``{"rc": CODE}`` when it has ended. Each
     launch is forked from this process, its output to the console file: the same ``launch`` as
-    ``python launch_fork.py NPROC ...``, without a new interpreter importing torch."""
+    ``python launch_fork.py NPROC ...``, without a new interpreter importing torch. A rank script
+    named by ``--script`` is imported here before the fork, so only its first launch pays for
+    its imports (RETURNN's, for ``returnn_main``)."""
     for script in ("train_ddp", "train_remote"):
         importlib.import_module(script)
     replies = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # what an import here prints must not reach the protocol's pipe
     for line in sys.stdin:
         request = json.loads(line)
+        args = request["args"]
+        if args[1:2] == ["--script"]:  # another rank script: imported here once, for every launch
+            with contextlib.suppress(Exception):  # if it fails, the launch's own import says why
+                importlib.import_module(args[2])
         pid = os.fork()
         if pid == 0:
             os.close(replies.fileno())  # the launch answers nothing on the protocol's pipe
@@ -102,8 +112,9 @@ def serve() -> int:
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             os.dup2(console, 1)
             os.dup2(console, 2)
+            os.environ.update(request.get("env", {}))
             try:
-                code = launch(request["args"])
+                code = launch(args)
             except BaseException:
                 traceback.print_exc()
                 code = 1
