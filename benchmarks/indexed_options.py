@@ -46,19 +46,36 @@ CASES: dict[str, dict] = {
     "random_seed_offset (4 ranks)": {"distribution": "random_seed_offset", "world": 4},
     "batch_cost=packed": {"batch_cost": "packed"},
     "max_packed_frames=15000": {"max_packed_frames": 15_000},
+    # "files": the corpus cut into that many files of equal sequence counts
+    "files + uneven=drop": {"distribution": "files", "uneven": "drop", "files": 4096},
+    "random_seed_offset + epoch_wise_filter + partition_epoch=2 (4 ranks)": {
+        "distribution": "random_seed_offset",
+        "epoch_wise_filter": {"(1, 1)": {"max_mean_len": 700}},
+        "partition_epoch": 2,
+        "world": 4,
+    },
 }
+#: keys of a case that are not plan options
+NOT_OPTIONS = ("world", "files")
 
 
 def plan_options(case: dict, planning: str) -> object:
     from seqloader.plan import PlanOptions
 
-    opts = {k: v for k, v in case.items() if k != "world"}
+    opts = {k: v for k, v in case.items() if k not in NOT_OPTIONS}
     if "epoch_wise_filter" in opts:  # JSON keys: "(first, last)"
         opts["epoch_wise_filter"] = {
             tuple(json.loads(k.replace("(", "[").replace(")", "]"))): v
             for k, v in opts["epoch_wise_filter"].items()
         }
     return PlanOptions(**LIMITS, **opts, seed=3, planning=planning)  # type: ignore[arg-type]
+
+
+def file_bounds(case: dict, n: int) -> np.ndarray | None:
+    """The case's file layout (``"files": F``: F files of about equal sequence counts), or None."""
+    if "files" not in case:
+        return None
+    return np.linspace(0, n, int(case["files"]) + 1).astype(np.int64)
 
 
 def index_store(store: str, n: int, name: str, case: dict, folder: str) -> str:
@@ -71,7 +88,9 @@ def index_store(store: str, n: int, name: str, case: dict, folder: str) -> str:
     if os.path.exists(path):
         return path
     lengths = ColumnStore(store).column("len.data")
-    index = IndexedPlanner({"data": lengths}, plan_options(case, "indexed")).index  # type: ignore[arg-type]
+    files = file_bounds(case, len(lengths))
+    options = plan_options(case, "indexed")
+    index = IndexedPlanner({"data": lengths}, options, files=files).index  # type: ignore[arg-type]
     w = StoreWriter(path + ".tmp", f"options-index-{n}", {"n": n})
     for key, column in index.columns().items():
         w.add(key, np.asarray(column))
@@ -95,7 +114,8 @@ def child(config: dict) -> dict:
     if config["planning"] == "indexed":
         cols = ColumnStore(config["index"])  # the node's index, memory-mapped
         index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
-    planner = make_planner({"data": lengths}, options, index=index)  # type: ignore[arg-type]
+    files = file_bounds(config["case"], len(lengths))
+    planner = make_planner({"data": lengths}, options, files=files, index=index)  # type: ignore[arg-type]
     plan = planner.global_plan(1, world)
     share = plan.rank_share(rank)
     t1 = time.perf_counter()
@@ -120,6 +140,7 @@ def child(config: dict) -> dict:
         "total_s": t1 - t0,
         "private_bytes": private,
         "steps": int(plan.steps),
+        "dropped": int(plan.dropped),
         "real": int(lens[b.real].sum()),
         "padding": padded / max(int(lens[b.real].sum()), 1),
         "steps_8": int(planner.global_plan(1, 8).steps) if world > 8 else int(plan.steps),
@@ -157,6 +178,7 @@ def measure(args: argparse.Namespace) -> dict:
                     "total_s": statistics.median(r["total_s"] for r in got),
                     "private_bytes": statistics.median(r["private_bytes"] for r in got),
                     "steps": got[0]["steps"],
+                    "dropped": got[0]["dropped"],
                     "steps_8": got[0]["steps_8"],
                     "padding": got[0]["padding"],
                     "checks_ok": all(r["checks_ok"] for r in got),

@@ -371,15 +371,22 @@ def check_full_epochs(planner: Planner, out: Checked, epochs: Sequence[int], wor
             assert check.ok, check.problems
         return
     admitted = admitted_units(planner)
-    # an epoch_wise_filter admits a set of its own per epoch: then no unit twice, all admitted
+    # an epoch_wise_filter admits a set of its own per epoch: then no unit twice, all admitted;
+    # epoch selections (subdirs) too, and what they leave out is what filtered(epoch) counts
     every = not planner.options.epoch_wise_filter
+    selecting = bool(getattr(planner, "selections", ()))
+    base = sum(planner.admission.filtered.values())
     for f in full:
         sub = range(f * parts + 1, (f + 1) * parts + 1)
         real = np.concatenate([slots(out.batches[e, world]).keys(planner) for e in sub])
         assert len(np.unique(real)) == len(real), "a unit twice in a full epoch"
         assert np.isin(real, admitted).all()
-        if every:
-            assert len(admitted) - len(real) == sum(out.plans[e, world].dropped for e in sub)
+        dropped = sum(out.plans[e, world].dropped for e in sub)
+        if selecting:
+            counted = sum(sum(planner.filtered(e).values()) - base for e in sub)
+            assert len(admitted) - len(real) == dropped + counted, "left out, not counted"
+        elif every:
+            assert len(admitted) - len(real) == dropped
 
 
 def check_workers(

@@ -47,6 +47,18 @@ def checked_selections(selections: Sequence[EpochSelection], n: int) -> tuple[Ep
     return tuple(out)
 
 
+def selections_bytes(selections: Sequence[EpochSelection]) -> bytes:
+    """What the plan fingerprint holds of ``selections``: each one's epochs, name and mask.
+
+    >>> selections_bytes([EpochSelection(1, 2, np.array([True, False]), "a")])
+    b"(1, 2, 'a')\\x80"
+    """
+    out = b""
+    for sel in selections:
+        out += repr((sel.first, sel.last, sel.name)).encode() + np.packbits(sel.keep).tobytes()
+    return out
+
+
 @runtime_checkable
 class HasEpochSelections(Protocol):
     """A source whose sequences some epochs are restricted to (``seqloader.returnn``'s view of

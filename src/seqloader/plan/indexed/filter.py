@@ -99,6 +99,31 @@ def mean_len_cut(
     return min(mean_len_search(mean_of, m, mean), m)
 
 
+def selected(counts: np.ndarray, base: Draw, keep: np.ndarray) -> tuple[np.ndarray, Draw, int]:
+    """An epoch selection (``keep``: bool ``[n]``, ``seqloader.plan.selections``) on a sub-epoch
+    of ``counts`` per bucket drawn by ``base`` -> (kept counts ``[N]``, the draw of the kept
+    lists, in the unfiltered lists' order, and how many it left out). Lists every bucket's
+    sub-epoch list: O(sub-epoch) per rank, as RETURNN filters the sub-epoch's order.
+
+    >>> class Listed:
+    ...     def slots(self, bucket, pos):
+    ...         return pos + 3 * bucket, None
+    >>> counts, draw, out = selected(np.array([3, 2]), Listed(), np.arange(6) % 2 == 0)
+    >>> counts.tolist(), draw.slots(np.array([0, 0, 1]), np.array([0, 1, 0]))[0].tolist(), out
+    ([2, 1], [0, 2, 4], 2)
+    """
+    counts = np.asarray(counts, dtype=np.int64).copy()
+    explicit: dict[int, np.ndarray] = {}
+    left_out = 0
+    for b in np.flatnonzero(counts).tolist():
+        pos = np.arange(int(counts[b]), dtype=np.int64)
+        members = base.slots(np.full(len(pos), b, dtype=np.int64), pos)[0]
+        kept = members[keep[members]]
+        left_out += len(members) - len(kept)
+        explicit[b], counts[b] = kept, len(kept)
+    return counts, FilteredDraw(base, explicit), left_out
+
+
 def epoch_filtered(
     counts: np.ndarray,
     base: Draw,

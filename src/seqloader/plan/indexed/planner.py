@@ -82,7 +82,7 @@ from seqloader.plan.indexed.chunks import (
     window_lengths,
 )
 from seqloader.plan.indexed.files import Segment, Units
-from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered
+from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, selected
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     FixedDraw,
@@ -130,6 +130,7 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_RUNS,
     rng_for,
 )
+from seqloader.plan.selections import EpochSelection, checked_selections, selections_bytes
 from seqloader.plan.topology import Topology
 from seqloader.plan.variants import VARIANTS_REFUSED
 
@@ -303,11 +304,12 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
     if inputs.variants is not None:
         what, fix = VARIANTS_REFUSED
         refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
-    if inputs.pools is not None or inputs.selections or inputs.orders is not None:
+    if inputs.pools is not None or inputs.orders is not None:
         raise OptionError(
-            "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset), "
-            "epoch selections (epoch_wise_filter subdirs) and a source's own orders (RETURNN's "
-            "CombinedDataset) are not supported; use planning='global' (the default) for them"
+            "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
+            "and a source's own orders (RETURNN's CombinedDataset) are not supported: both are "
+            "RETURNN's own global order (file pools are planned with seeding='returnn' only), "
+            "which indexed planning does not plan; use planning='global' (the default) for them"
         )
 
 
@@ -392,6 +394,32 @@ class IndexedPlanner:
             assert index.file_counts is not None
             self._file_counts = index.file_counts.sum(axis=1)
             self._file_frames = np.asarray(index.file_frames, dtype=np.int64)
+        self._take_selections(i.selections)
+
+    def _take_selections(self, selections: Sequence[EpochSelection]) -> None:
+        """Epoch selections (``seqloader.plan.selections``), applied to each sub-epoch's lists
+        before ``epoch_wise_filter`` as global planning applies them to its order; refused where
+        ``epoch_wise_filter`` is (no sub-epoch list of its own to filter)."""
+        self.selections = checked_selections(selections, len(self.lengths))
+        if not self.selections:
+            return
+        o = self.options
+        clashes = [
+            (f"distribution={o.distribution!r}", self.files is not None),
+            ("mix", o.mix is not None),
+            ("chunking", o.chunking is not None),
+            (f"ordering={o.ordering!r}", self._fixed),
+        ]
+        named = [name for name, on in clashes if on]
+        if named:
+            raise OptionError(
+                f"{self.origin or 'the source'}: epoch selections (RETURNN's epoch_wise_filter "
+                f"subdirs) are not supported with planning='indexed' and {', '.join(named)} (they "
+                "filter each sub-epoch's lists, which these plans do not draw per sub-epoch); use "
+                "distribution='shard' or 'random_seed_offset' with a laplace or buckets:N "
+                "ordering, or planning='global'"
+            )
+        self._extra += b"selections" + selections_bytes(self.selections)
 
     def _take_index(self, index: BucketIndex | None) -> BucketIndex:
         """The bucket index (``index``: prebuilt, else built here from the admitted lengths),
@@ -645,7 +673,7 @@ class IndexedPlanner:
     def filtered(self, epoch: int) -> dict[str, int]:
         """The admission's counts and, with ``epoch_wise_filter``, this epoch's."""
         out = dict(self._filtered)
-        if self.options.epoch_wise_filter and self.mix is None:
+        if (self.options.epoch_wise_filter or self.selections) and self.mix is None:
             cut = self._epoch_cut(EpochIndex(epoch, self.options.partition_epoch), 0)
             for reason, count in (cut.reasons if cut is not None else {}).items():
                 out[reason] = out.get(reason, 0) + count
@@ -701,7 +729,7 @@ class IndexedPlanner:
         o = self.options
         return (
             o.distribution == "random_seed_offset"
-            and o.epoch_wise_filter is not None
+            and (o.epoch_wise_filter is not None or bool(self.selections))
             and o.partition_epoch > 1
         )
 
@@ -713,30 +741,38 @@ class IndexedPlanner:
         return MemberDraw(self.index.members, self.index.starts, offsets, words)
 
     def _epoch_cut(self, ep: EpochIndex, order_rank: int) -> EpochCut | None:
-        """``epoch_wise_filter`` on the sub-epoch (``seqloader.plan.indexed.filter``), None when
-        no filter applies to ``ep``; kept for the last (epoch, order rank) asked (table, draw and
-        counts ask)."""
+        """Epoch selections, then ``epoch_wise_filter``, on the sub-epoch
+        (``seqloader.plan.indexed.filter``), None when none applies to ``ep``; kept for the last
+        (epoch, order rank) asked (table, draw and counts ask)."""
         means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
-        if not means or self.mix is not None:
+        chosen = [sel for sel in self.selections if sel.applies(ep.epoch)]
+        if (not means and not chosen) or self.mix is not None:
             return None
         if self._shared_sets:  # one cut for every rank
             order_rank = 0
         kept = self._cut_kept
         if kept is not None and kept[0] == (ep.epoch, order_rank):
             return kept[1]
-        sums = None
-        if self.options.partition_epoch == 1:  # the sub-epoch is every bucket, every epoch
-            if self._sums is None:
-                self._sums = _bucket_sums(self.index, self.lengths)
-            sums = self._sums
         counts, lo = self._base_counts(ep)
-        draw = self._member_draw(ep, lo, order_rank)
-        cut = EpochCut(*epoch_filtered(counts, draw, self.lengths, means, sums))
-        cut.reasons = {
-            f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})": d
-            for m, d in zip(means, cut.dropped, strict=True)
-            if d
-        }
+        draw: Draw = self._member_draw(ep, lo, order_rank)
+        reasons: dict[str, int] = {}
+        for sel in chosen:  # as global planning: each on what the ones before kept
+            counts, draw, out = selected(counts, draw, sel.keep)
+            if out:
+                reason = f"epoch_wise_filter {sel.name} (epoch {ep.epoch})"
+                reasons[reason] = reasons.get(reason, 0) + out
+        cut = EpochCut(counts, draw, [])
+        if means:
+            sums = None
+            if self.options.partition_epoch == 1 and not chosen:  # every bucket, every epoch
+                if self._sums is None:
+                    self._sums = _bucket_sums(self.index, self.lengths)
+                sums = self._sums
+            cut = EpochCut(*epoch_filtered(counts, draw, self.lengths, means, sums))
+        for m, d in zip(means, cut.dropped, strict=True):
+            if d:
+                reasons[f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})"] = d
+        cut.reasons = reasons
         self._cut_kept = ((ep.epoch, order_rank), cut)
         return cut
 
@@ -867,7 +903,11 @@ class IndexedPlanner:
             return self._files_corpus_counts(epoch)
         if self.options.partition_epoch == 1 and self.units is not None:
             return self._corpus_chunks()
-        if self.options.partition_epoch == 1 and not self.options.epoch_wise_filter:
+        if (
+            self.options.partition_epoch == 1
+            and not self.options.epoch_wise_filter
+            and not self.selections
+        ):
             if self._mask is None:
                 return self.corpora.sizes.astype(np.int64)
             edges = self.corpora.bounds.tolist()
