@@ -32,7 +32,34 @@ def data(tmp_path_factory) -> Iterator[Path]:
                 tags += [entry["seq_name"] for entry in ast.literal_eval(f.read())]
         (folder / "dataset" / "cv.segments").write_text("\n".join(tags[::2]) + "\n")
         write_tts(folder)
+        write_feature_label(folder)
         yield folder
+
+
+def write_feature_label(folder: Path) -> None:
+    """``berger/``: per split, log-mel features in two HDF files and label ids in one, stored in
+    another order (RETURNN's ``SimpleHDFWriter``)."""
+    from returnn.datasets.hdf import SimpleHDFWriter
+
+    out = folder / "berger"
+    out.mkdir()
+    rng = np.random.default_rng(25)
+    for split, n in (("train", 20), ("dev", 7)):
+        tags = [f"corpus/{split}/{i}" for i in range(n)]
+        frames = rng.integers(30, 200, size=n)
+        for k, part in enumerate((tags[: n // 2], tags[n // 2 :])):
+            writer = SimpleHDFWriter(str(out / f"{split}.features.{k + 1}.hdf"), dim=50)
+            for tag in part:
+                t = int(frames[tags.index(tag)])
+                x = rng.standard_normal((1, t, 50)).astype("float32")
+                writer.insert_batch(x, [t], [tag])
+            writer.close()
+        labels = SimpleHDFWriter(str(out / f"{split}.labels.hdf"), dim=30, ndim=1)
+        for i in rng.permutation(n):
+            m = max(1, int(frames[i]) // 12)
+            y = rng.integers(0, 30, size=(1, m)).astype("int32")
+            labels.insert_batch(y, [m], [tags[i]])
+        labels.close()
 
 
 def write_tts(folder: Path) -> None:
@@ -70,6 +97,8 @@ CASES = [
     ("standalone_2024_tts_duration.config", "train", (1, 2, 4)),
     ("standalone_2024_tts_duration.config", "dev", (1,)),
     ("standalone_2024_tts_duration.config", "devtrain", (1,)),
+    ("berger_feature_label_meta.config", "train", (1, 2, 5)),
+    ("berger_feature_label_meta.config", "dev", (1,)),
 ]
 
 
