@@ -280,37 +280,13 @@ def test_chunked_pools_as_returnn(tmp_path: Path, configs: Path, num_workers: in
             assert (abs(got_values[key][k] - value) <= 1e-6).all(), (key, k)
 
 
-_GLOO_SCRIPT = """
-import json, os, sys, warnings
-import torch.distributed as dist
-import seqloader as sl
-from seqloader.returnn.config import returnn_datasets
-
-dist.init_process_group("gloo")
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    d = returnn_datasets(sys.argv[1], only="train")["train"]
-out = {}
-with sl.SeqLoader(d.source, plan=d.plan, workers=d.workers, audit=True) as loader:
-    for epoch in (1, 4):
-        tags = [list(b.seq_tags) for b in loader.epoch(epoch)]
-        report = loader.report()
-        out[epoch] = {"tags": tags, "dropped": report.dropped, "audit": report.audit.to_dict()}
-print("RESULT " + json.dumps(out), flush=True)
-dist.destroy_process_group()
-"""
-
-
 @pytest.mark.slow
 def test_sharded_files_over_gloo_as_returnn_with_the_audit(tmp_path: Path, configs: Path) -> None:
     """Two real processes (gloo, one DataLoader worker each as the config says) with
-    torch_distributed 'shard': each rank's batches are RETURNN's for that rank up to the
-    shortest rank's count; the audit over all ranks passes, the rest counted as dropped."""
-    import os
-    import subprocess
-    import sys
-
-    from conftest import free_port
+    torch_distributed 'shard' (``tests/dist/returnn_config_rank.py``, forked from the session's
+    launch server): each rank's batches are RETURNN's for that rank up to the shortest rank's
+    count; the audit over all ranks passes, the rest counted as dropped."""
+    from fork_launches import run_forked
 
     epochs = (1, 4)  # sub-epoch 4: rank 1 has a batch more, dropped as RETURNN does
     expected = _rank_references(configs, 2, SHARDED_EPOCHS)  # RETURNN's run of the test above
@@ -319,23 +295,12 @@ def test_sharded_files_over_gloo_as_returnn_with_the_audit(tmp_path: Path, confi
         CONFIG.read_text()
         + "\ntrain['sharding_fix'] = True\ntorch_distributed = {'dataset_distribution': 'shard'}\n"
     )
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
-           "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _GLOO_SCRIPT, str(config)],
-            env={**env, "RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for r in range(2)
-    ]
-    for r, p in enumerate(procs):
-        out, _ = p.communicate(timeout=300)
-        assert p.returncode == 0, out[-3000:]
-        line = next(x for x in out.splitlines() if x.startswith("RESULT "))
-        got = json.loads(line[len("RESULT ") :])
+    console = tmp_path / "console.txt"
+    args = ["2", "--script", "returnn_config_rank", str(config), str(tmp_path), *map(str, epochs)]
+    rc = run_forked(args, console, 300)
+    assert rc == 0, console.read_text(errors="replace")[-3000:]
+    for r in (0, 1):
+        got = json.loads((tmp_path / f"result.{r}.json").read_text())
         for epoch in epochs:
             steps = min(len(expected[q][epoch]) for q in (0, 1))
             total = sum(len(t) for q in (0, 1) for t in expected[q][epoch])
