@@ -3,7 +3,7 @@
     python -m benchmarks.indexed_options [--sizes 1e6,1e7] [--reps 3] [--cases ...] [--out FILE]
 
 For each size ``n`` (lengths uniform in 50..2000, ``max_seqs=200``, ``max_frames=20000``,
-``ordering="laplace"``, the lengths of ``benchmarks.scale``'s column store) and each option case,
+``ordering="laplace"`` unless the case names one, the lengths of ``benchmarks.scale``'s column store) and each option case,
 a fresh process maps the lengths and times constructing the planner until it holds one rank's
 batches of epoch 1 (``global_plan(...).rank_share``): rank 517 of 1,024 (``random_seed_offset``:
 rank 3 of 4, as every rank plans the whole data there and global planning plans every rank's).
@@ -54,6 +54,13 @@ CASES: dict[str, dict] = {
         "partition_epoch": 2,
         "world": 4,
     },
+    # the fixed orders: global planning's batches, cut once per node (plan/indexed/fixed.py)
+    "ordering=default": {"ordering": "default"},
+    "ordering=sorted": {"ordering": "sorted"},
+    "ordering=sorted_reverse partition_epoch=3": {
+        "ordering": "sorted_reverse",
+        "partition_epoch": 3,
+    },
 }
 #: keys of a case that are not plan options
 NOT_OPTIONS = ("world", "files")
@@ -68,7 +75,7 @@ def plan_options(case: dict, planning: str) -> object:
             tuple(json.loads(k.replace("(", "[").replace(")", "]"))): v
             for k, v in opts["epoch_wise_filter"].items()
         }
-    return PlanOptions(**LIMITS, **opts, seed=3, planning=planning)  # type: ignore[arg-type]
+    return PlanOptions(**{**LIMITS, **opts}, seed=3, planning=planning)  # type: ignore[arg-type]
 
 
 def file_bounds(case: dict, n: int) -> np.ndarray | None:

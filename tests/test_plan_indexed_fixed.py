@@ -24,6 +24,7 @@ from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.fixed import FIXED_KINDS, FixedOrder, fixed_cuts
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.planner import IndexedPlanner, index_key
+from seqloader.plan.mix import Corpora
 from seqloader.plan.planners import node_bucket_index
 from test_plan_indexed import indexed_digest
 
@@ -117,6 +118,21 @@ def test_a_node_index_carries_the_cuts_and_plans_alike(case: dict) -> None:
             a, b = planner.global_plan(epoch, world), fresh.global_plan(epoch, world)
             for rank in range(world):
                 np.testing.assert_array_equal(a.rank_share(rank).seqs, b.rank_share(rank).seqs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(cases(), st.integers(0, 300))
+def test_each_corpus_counted_as_its_sub_epoch_holds_it(case: dict, bound: int) -> None:
+    """``corpus_plan`` (the report's per-corpus slots) from the order's positions, without the
+    plan: each corpus' sequences in the sub-epoch's order."""
+    n = len(case["lengths"]["data"])
+    corpora = Corpora(("a", "b"), np.array([0, min(bound, n), n]))
+    options = PlanOptions(**case["options"], planning="indexed")
+    planner = IndexedPlanner(case["lengths"], options, corpora=corpora)
+    for epoch in range(1, options.partition_epoch + 1):
+        seqs = planner.sub_epoch_order(epoch)
+        want = [int((seqs < corpora.bounds[1]).sum()), int((seqs >= corpora.bounds[1]).sum())]
+        assert [count for _, count, _ in planner.corpus_plan(epoch)] == want
 
 
 def test_the_index_key_names_the_order_and_its_parts() -> None:

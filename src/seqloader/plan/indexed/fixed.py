@@ -11,9 +11,9 @@ Their order does not depend on the epoch, and neither do the greedy batch cuts o
   batches global planning cuts, the same ``Batcher``, streamed in blocks: greedy batching restarts
   exactly at a batch boundary), stored next to the index (``BucketIndex.cuts``).
 
-A rank reads its own batches by position: ``cut_table`` folds a part's bounds into a
-``BatchTable`` (runs of consecutive batches of one size: few rows for sorted orders), and
-``FixedDraw`` gives the slots of a run's positions. Sharding, ``uneven``, positions and resume are
+A rank reads its own batches by position: ``BoundsTable`` serves a part's bounds (memory-mapped)
+as the plan's batch table, each batch a bucket of its own, and ``FixedDraw`` gives the slots of a
+batch's positions: a rank reads only its own batches' bounds. Sharding, ``uneven``, positions and resume are
 those of every indexed shard plan (``seqloader.plan.indexed.plan.IndexedPlan``); the batches are
 global planning's, so padding and steps are 1.0x global planning's by construction.
 """
@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from seqloader.errors import OptionError
 from seqloader.plan.epochs import part_bounds
-from seqloader.plan.indexed.batch_table import BatchTable
 from seqloader.plan.indexed.histogram import BucketIndex, length_counts
 from seqloader.plan.limits import Batcher, BatchLimits
 
@@ -126,34 +126,67 @@ def fixed_cuts(
     return np.concatenate(out).astype(np.int64), np.asarray(starts, dtype=np.int64)
 
 
-def cut_table(bounds: np.ndarray) -> tuple[BatchTable, np.ndarray]:
-    """A part's greedy bounds as a ``BatchTable`` of runs (consecutive batches of one size are
-    one "bucket" of the table, its batches in order) -> (table, first position of each run in
-    the part) int64.
+class _Sizes:
+    """Batch ``b``'s size, read off the bounds when indexed (``BoundsTable.sizes``/``counts``)."""
 
-    >>> table, offsets = cut_table(np.array([0, 2, 4, 5, 7, 9]))
-    >>> table.num_batches, table.sizes.tolist(), offsets.tolist()
-    (5, [2, 1, 2], [0, 4, 5])
+    def __init__(self, bounds: np.ndarray) -> None:
+        self.bounds = bounds
+
+    def __getitem__(self, b: np.ndarray) -> np.ndarray:
+        b = np.asarray(b, dtype=np.int64)
+        return np.asarray(self.bounds[b + 1] - self.bounds[b], dtype=np.int64)
+
+
+class BoundsTable:
+    """A part's greedy bounds (e.g. memory-mapped: never copied) as the batch table of an
+    ``IndexedPlan``: each batch is a "bucket" of one batch, so a rank reads only its own
+    batches' bounds (O(its share)), and every count comes from one bound.
+
+    >>> table = BoundsTable(np.array([0, 2, 4, 5]))
+    >>> table.num_batches, table.batch_sizes(np.array([0, 2])).tolist(), table.batch_at(4)
+    (3, [2, 1], 2)
     """
-    bounds = np.asarray(bounds, dtype=np.int64)
-    sizes = np.diff(bounds)
-    first = np.flatnonzero(np.diff(sizes)) + 1
-    run_start = np.concatenate([[0], first]).astype(np.int64) if len(sizes) else first
-    count = np.diff(np.append(run_start, len(sizes)))
-    k = sizes[run_start]
-    runs = len(run_start)
-    table = BatchTable.of(
-        count * k, np.maximum(k, 1), np.arange(runs), np.zeros(runs, np.int64), count
-    )
-    return table, bounds[run_start]
+
+    def __init__(self, bounds: np.ndarray) -> None:
+        self.bounds = bounds
+        self.num_batches = len(bounds) - 1
+        self.num_seqs = int(bounds[-1])
+        self.sizes = self.counts = _Sizes(bounds)
+
+    def locate(self, g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bucket, batch index in it) of plan batches ``g``: ``(g, 0)``."""
+        g = np.asarray(g, dtype=np.int64)
+        return g, np.zeros(len(g), dtype=np.int64)
+
+    def batch_sizes(self, g: np.ndarray) -> np.ndarray:
+        return self.sizes[g]
+
+    def seqs_before(self, g: int) -> int:
+        """Sequences in plan batches ``0 .. g-1``."""
+        return int(self.bounds[min(max(g, 0), self.num_batches)])
+
+    def batch_at(self, seqs: int, what: str = "start") -> int:
+        """The plan batch that begins after ``seqs`` sequences; an ``OptionError`` when that is
+        not a batch boundary (as ``BatchTable.batch_at``)."""
+        if not 0 <= seqs <= self.num_seqs:
+            raise OptionError(
+                f"{what}: got {seqs}, expected a sequence position 0..{self.num_seqs}"
+            )
+        g = int(np.searchsorted(self.bounds, seqs))
+        if int(self.bounds[g]) != seqs:
+            raise OptionError(
+                f"{what}: got {seqs}, which is not at a batch boundary of the indexed plan (it "
+                "falls inside a batch); the position belongs to another plan"
+            )
+        return g
 
 
 class FixedDraw:
-    """The ``Draw`` of a fixed ordering's part: slot ``p`` of run ``r`` is position
-    ``offsets[r] + p`` of the full epoch's order (``offsets``: the runs' first positions there)."""
+    """The ``Draw`` of a fixed ordering's part: slot ``p`` of batch ``g`` is position
+    ``lo + bounds[g] + p`` of the full epoch's order (``lo``: the part's first position)."""
 
-    def __init__(self, order: FixedOrder, offsets: np.ndarray) -> None:
-        self.order, self.offsets = order, offsets
+    def __init__(self, order: FixedOrder, bounds: np.ndarray, lo: int) -> None:
+        self.order, self.bounds, self.lo = order, bounds, lo
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
-        return self.order(self.offsets[bucket] + pos), None
+        return self.order(self.lo + np.asarray(self.bounds[bucket], dtype=np.int64) + pos), None

@@ -81,6 +81,8 @@ def table_imbalance(plan: IndexedPlan, costs: np.ndarray, first_step: int = 0) -
     batch), so a step's max and mean come from the few runs it overlaps: O(segments + steps),
     whatever the number of sequences."""
     w, acc = plan.world_size, StepRatios()
+    if not isinstance(plan.table, BatchTable):  # a fixed order's bounds: no bucket costs
+        raise TypeError("table_imbalance needs a bucket table (fixed orders: rankwise_imbalance)")
     if first_step < plan.full_rounds:
         starts, cost = _runs(plan.table, costs)  # [R] plan batch where each run starts, its cost
         ends = np.append(starts[1:], plan.table.num_batches)

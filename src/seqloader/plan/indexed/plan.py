@@ -31,6 +31,7 @@ from seqloader.plan.edges import WINDOW_BATCHES
 from seqloader.plan.indexed.batch_table import BatchTable
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.chunks import ChunkBuckets, ChunkWindows
+from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.options import Uneven
 from seqloader.plan.ordering import argsort_by
@@ -162,7 +163,7 @@ class IndexedPlan:
 
     def __init__(
         self,
-        table: BatchTable,
+        table: BatchTable | BoundsTable,
         draw: Draw,
         world_size: int,
         start: int,

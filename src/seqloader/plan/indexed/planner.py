@@ -85,9 +85,9 @@ from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, selected
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
+    BoundsTable,
     FixedDraw,
     FixedOrder,
-    cut_table,
     fixed_cuts,
     fixed_edges,
 )
@@ -353,7 +353,7 @@ class IndexedPlanner:
         #: fixed orderings: the limits and lengths their greedy cuts batch by, the part kept
         self._fixed = options.parsed_ordering.kind in FIXED_KINDS
         self._limits, self._batch_lengths = limits, {**lengths, key: main}
-        self._fixed_kept: tuple[int, tuple[BatchTable, FixedDraw]] | None = None
+        self._fixed_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
@@ -463,9 +463,9 @@ class IndexedPlanner:
         cuts, starts = fixed_cuts(order, order.size, parts, self._limits, self._batch_lengths)
         return dataclasses.replace(index, cuts=cuts, cut_starts=starts)
 
-    def _fixed_part(self, part: int) -> tuple[BatchTable, FixedDraw]:
-        """A fixed ordering's sub-epoch part: its cut table and draw, read off the index's cuts
-        (kept for the last part asked: they do not depend on the epoch)."""
+    def _fixed_part(self, part: int) -> tuple[BoundsTable, FixedDraw]:
+        """A fixed ordering's sub-epoch part: its batch table and draw over the index's cuts (a
+        view: a rank reads only its own batches' bounds; kept for the last part asked)."""
         kept = self._fixed_kept
         if kept is not None and kept[0] == part:
             return kept[1]
@@ -473,8 +473,8 @@ class IndexedPlanner:
         order = FixedOrder(self.index, self.options.parsed_ordering.kind)
         lo, _ = part_bounds(order.size, self.options.partition_epoch, part)
         a, b = (int(x) for x in self.index.cut_starts[part : part + 2])
-        table, offsets = cut_table(np.asarray(self.index.cuts[a:b]))
-        self._fixed_kept = (part, (table, FixedDraw(order, offsets + lo)))
+        bounds = self.index.cuts[a:b]
+        self._fixed_kept = (part, (BoundsTable(bounds), FixedDraw(order, bounds, lo)))
         return self._fixed_kept[1]
 
     def _chunk_file_table(self, index: BucketIndex, units: ChunkBuckets) -> BucketIndex:
@@ -700,9 +700,9 @@ class IndexedPlanner:
         """(sequences per bucket in the sub-epoch, their offset in the full epoch's list, batch
         size per bucket) -> int64 ``[N]`` each."""
         parts = self.options.partition_epoch
-        if self._fixed:  # the part's runs of greedy batches (seqloader.plan.indexed.fixed)
-            table = self._fixed_part(ep.part)[0]
-            return table.counts, np.zeros_like(table.counts), table.sizes
+        if self._fixed:  # one "bucket": the part's order (seqloader.plan.indexed.fixed)
+            one = np.ones(1, dtype=np.int64)
+            return one * self._fixed_part(ep.part)[0].num_seqs, one * 0, one
         if isinstance(self.mix, IndexedMix):  # every (bucket, corpus) segment cut on its own
             counts = self.mix.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
             lo = np.zeros_like(counts)
@@ -776,7 +776,7 @@ class IndexedPlanner:
         self._cut_kept = ((ep.epoch, order_rank), cut)
         return cut
 
-    def table(self, epoch: int, group: int, order_rank: int = 0) -> BatchTable:
+    def table(self, epoch: int, group: int, order_rank: int = 0) -> BatchTable | BoundsTable:
         """The sub-epoch's batches in plan order (``group``: the world size the epoch starts
         with; only ``buckets:N`` depends on it; ``order_rank``: the rank's own under
         ``random_seed_offset``)."""
