@@ -97,6 +97,9 @@ CASES = [
     ("standalone_2024_tts_duration.config", "train", (1, 2, 4)),
     ("standalone_2024_tts_duration.config", "dev", (1,)),
     ("standalone_2024_tts_duration.config", "devtrain", (1,)),
+    ("standalone_2024_tts_aligner.config", "train", (1, 2, 3)),
+    ("standalone_2024_tts_aligner.config", "dev", (1,)),
+    ("standalone_2024_tts_aligner.config", "joint", (1,)),
     ("berger_feature_label_meta.config", "train", (1, 2, 5)),
     ("berger_feature_label_meta.config", "dev", (1,)),
 ]
