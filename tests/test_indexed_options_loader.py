@@ -5,10 +5,13 @@ real DataLoader workers delivering the batches of the run without them."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from seqloader.plan.selections import EpochSelection
+from seqloader.returnn.view import ReturnnView
 from test_resume import check_chain, corpus, loader_factory, run_all, run_chain
 
 PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
@@ -97,6 +100,43 @@ def check_own_orders(make, world: int, cuts: list[int], last: int) -> None:
                 continue
             units = planner.sub_epoch_units(epoch, r)
             assert got == list(zip(units.seqs.tolist(), units.chunks.tolist()))
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    n=st.integers(1, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "buckets:3"]),
+    distribution=st.sampled_from(["shard", "random_seed_offset"]),
+    partition_epoch=st.integers(1, 2),
+    worlds=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_epoch_selections_through_the_loader(
+    n, seed, ordering, distribution, partition_epoch, worlds, cuts
+) -> None:
+    """A source's epoch selections (RETURNN's ``subdirs``, here on a ``ReturnnView``) through
+    fresh loaders and JSON states: the selected epochs deliver only selected sequences, each
+    epoch its planned sequences once (``check_chain``); ``random_seed_offset`` resumes on its
+    own world size only."""
+    keep = np.random.default_rng(seed).random(n) < 0.6
+    source = ReturnnView(corpus(n, seed), selections=(EpochSelection(1, 2, keep, "subdirs=['a']"),))
+    make = loader_factory(
+        source,
+        **PLAN,
+        ordering=ordering,
+        distribution=distribution,
+        partition_epoch=partition_epoch,
+    )
+    reference = run_all(make, worlds[0], 3)
+    if distribution == "random_seed_offset":  # each rank all data: the same batches resumed
+        stages, _ = run_chain(make, [worlds[0]] * 3, cuts, 3)
+        assert [r for stage in stages for r in stage] == reference
+    else:
+        check_chain(make, worlds, cuts[: len(worlds) - 1], 3, reference=reference)
+    seen = [u for e, _, ranks in reference if e <= 2 for b in ranks
+            for u, m in zip(b.seqs, b.mask) if m]  # fmt: skip
+    assert keep[np.asarray(seen, dtype=np.int64)].all()
 
 
 @pytest.mark.slow
