@@ -5,10 +5,12 @@ and real DataLoader workers delivering the batches of the run without them."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import seqloader as sl
 from seqloader.plan.indexed.fixed import FIXED_KINDS
 from test_resume import check_chain, corpus, loader_factory, run_all
 
@@ -45,3 +47,30 @@ def test_same_batches_with_dataloader_workers() -> None:
     make = loader_factory(corpus(47, seed=4), **options, num_workers=2)
     check_chain(make, [2, 2], [4], 3, reference=reference)
     check_chain(make, [2, 1], [5], 3, reference=reference)
+
+
+def test_fixed_orders_map_their_cuts_from_the_nodes_file(tmp_path, monkeypatch) -> None:
+    """Above ``MIN_SEQUENCES`` the order and its cuts come from one node file per ordering and
+    ``partition_epoch`` (built by the first loader, mapped by the next, not written again) and
+    plan what an in-memory index plans."""
+    from seqloader.loading import bucket_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10)
+    folder = tmp_path / "seqloader" / "buckets"
+    src = corpus(60, 2)
+    options = {**PLAN, "ordering": "sorted", "planning": "indexed"}
+    first = sl.SeqLoader(src, rank=1, world_size=2, **options)
+    (file,) = folder.glob("*.seqcols")
+    mtime = file.stat().st_mtime_ns
+    second = sl.SeqLoader(src, rank=0, world_size=2, **options)
+    assert file.stat().st_mtime_ns == mtime  # mapped, not built again
+    assert not second.planner.index.cuts.flags.writeable  # a view of the mapped file
+    sl.SeqLoader(src, rank=0, world_size=2, **{**options, "partition_epoch": 2})
+    sl.SeqLoader(src, rank=0, world_size=2, **{**options, "ordering": "sorted_reverse"})
+    assert len(list(folder.glob("*.seqcols"))) == 3  # another part count or order: its own
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10**9)
+    in_memory = sl.SeqLoader(src, rank=1, world_size=2, **options)
+    mapped, held = first.plan(1), in_memory.plan(1)
+    assert len(mapped) == len(held) > 0
+    assert all(np.array_equal(a, b) for a, b in zip(mapped, held, strict=True))
