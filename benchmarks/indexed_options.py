@@ -61,6 +61,21 @@ CASES: dict[str, dict] = {
         "ordering": "sorted_reverse",
         "partition_epoch": 3,
     },
+    # chunked: every slot a chunk, its padding and the limits by its window (``slot_costs``)
+    "chunking 500:250 + files (4096 files)": {
+        "chunking": "500:250",
+        "distribution": "files",
+        "files": 4096,
+    },
+    "chunking 500:250 + epoch_wise_filter": {
+        "chunking": "500:250",
+        "epoch_wise_filter": {"(1, 1)": {"max_mean_len": 700}},
+    },
+    "chunking 500:250 + random_seed_offset (4 ranks)": {
+        "chunking": "500:250",
+        "distribution": "random_seed_offset",
+        "world": 4,
+    },
 }
 #: keys of a case that are not plan options
 NOT_OPTIONS = ("world", "files")
@@ -131,6 +146,8 @@ def child(config: dict) -> dict:
     # not measured: the whole epoch, every rank's batches, for padding and the limits
     b = plan.batches
     lens = np.asarray(lengths)[b.seqs].astype(np.int64)
+    if b.chunks is not None:  # a chunk's window (frames cost: its cost units)
+        lens = np.asarray(planner.slot_costs(b), dtype=np.int64)
     sizes = np.diff(b.bounds)
     longest = np.maximum.reduceat(lens, b.bounds[:-1]) if len(sizes) else lens
     sums = np.add.reduceat(lens, b.bounds[:-1]) if len(sizes) else lens

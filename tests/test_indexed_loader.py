@@ -311,6 +311,28 @@ def test_chunked_random_seed_offset_resumes_batch_for_batch(
     check_own_orders(make, world, cuts, partition_epoch + 1)
 
 
+@settings(max_examples=20, deadline=None)
+@given(
+    n=st.integers(0, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "buckets:3"]),
+    uneven=st.sampled_from(["split", "pad", "drop"]),
+    worlds=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_chunked_epoch_wise_filter_resume_chains(n, seed, ordering, uneven, worlds, cuts) -> None:
+    """Chunked with ``epoch_wise_filter`` on epoch 1 (not 2): the kept sequences' chunks once
+    per epoch through fresh loaders and JSON states, elastic or not."""
+    make = loader_factory(
+        corpus(n, seed),
+        **CHUNKED,
+        ordering=ordering,
+        uneven=uneven,
+        epoch_wise_filter={(1, 1): {"max_mean_len": 7}},
+    )
+    check_chain(make, worlds, cuts[: len(worlds) - 1], 2)
+
+
 @pytest.mark.slow
 def test_chunked_random_seed_offset_with_dataloader_workers() -> None:
     """C3 for chunked ``random_seed_offset``: 2 worker processes deliver each rank's own batches

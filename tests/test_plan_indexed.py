@@ -449,6 +449,13 @@ INDEXED_CASES: dict[str, dict] = {
         "elastic": (4, 2),
         "elastic_again": (3, 4),
     },
+    "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": {
+        "options": {"ordering": "laplace:.10", "max_frames": 500, "max_seqs": 9, "seed": 2,
+                    "chunking": "60:30", "min_chunk_size": 10,
+                    "epoch_wise_filter": {(1, 1): {"max_mean_len": 150}}},
+        "world": 3,
+        "elastic": (3, 2),
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -462,7 +469,7 @@ INDEXED_CASES: dict[str, dict] = {
 # WINDOW_BATCHES batches (SortedWindows; `files`: within each unit): every case moved.
 # Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved);
 # so were the `files` + uneven="drop" cases (refused before).
-# chunked random_seed_offset and files added later, likewise (they were refused).
+# chunked random_seed_offset, files and epoch_wise_filter added later, likewise (refused before).
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
@@ -477,6 +484,7 @@ INDEXED_GOLDEN = {
     "chunked 90:60 laplace:.20 partition 2 W3 pad": "11e06ce6385f1f188509f3dee90082d3fbf7c6a7450c976c18c09d383527e2dd",
     "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "ca159e6ba9e3b7add8d39278b0a37d617095698d9952682b5a1b1f286061b986",
     "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "dc1b6e5986529aeb97a1fa2de62a236b6eae601f8dbe7e38fce9afae2d683604",
+    "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "7bff8d3a6e454edc5920cce101ad71a08b7b8cb39726c6f68f339f8f1bc82a3f",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/5"
 

@@ -26,6 +26,7 @@ from seqloader.plan.position import check_reachable
 from test_files_plan import file_layouts
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
+DISTRIBUTIONS = ["shard", "random_seed_offset"]
 STRIDE = 1 << 20  # unit code of (sequence, chunk) in these tests: fewer chunks per sequence
 
 
@@ -221,6 +222,29 @@ def test_random_seed_offset_gives_each_rank_every_chunk_once_per_full_epoch(case
     check_plan_contracts(lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [1])
 
 
+@settings(max_examples=50, deadline=None)
+@given(cases(), st.sampled_from([40.0, 120.0, 400.0]), st.sampled_from(DISTRIBUTIONS))
+def test_epoch_wise_filter_keeps_global_plannings_sequences_and_plans_their_chunks(
+    case: dict, mean: float, distribution: str
+) -> None:
+    """``epoch_wise_filter`` (one sub-epoch per epoch): the filter keeps whole sequences, the
+    ones global planning keeps (counted alike per epoch), and exactly their chunks are planned;
+    every contract, resume chains included, on a filtered and an unfiltered epoch."""
+    wise = {(1, 1): {"max_mean_len": mean}, (3, 3): {"max_mean_len": mean * 2}}
+    case = with_options(case, partition_epoch=1, epoch_wise_filter=wise, distribution=distribution)
+    planner = indexed(case)
+    # global planning's kept set does not depend on the ordering (one sub-epoch: all of it)
+    reference = Planner(case["lengths"], PlanOptions(**{**case["kwargs"], "ordering": "laplace"}))
+    for epoch in (1, 2, 3):
+        assert planner.filtered(epoch) == reference.filtered(epoch)
+        got, want = planner.sub_epoch_units(epoch), reference.sub_epoch_units(epoch)
+        np.testing.assert_array_equal(
+            np.sort(codes(got.seqs, got.chunks)), np.sort(codes(want.seqs, want.chunks))
+        )
+    worlds = case["worlds"]
+    check_plan_contracts(lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [1, 2])
+
+
 def files_case(case: dict, data: st.DataObject) -> tuple[dict, np.ndarray]:
     n = len(case["lengths"]["data"])  # no fixed_random_subset with files (refused by name)
     return with_options(case, distribution="files", fixed_random_subset=None), data.draw(
@@ -361,9 +385,9 @@ def test_refusals_name_the_option_and_the_fix() -> None:
     mismatch = {"data": np.array([10, 20, 30]), "classes": np.array([10, 10, 30])}
     with pytest.raises(OptionError, match=r"sequence 1 \(tag 'b'\).*same number of chunks"):
         IndexedPlanner(mismatch, PlanOptions(**uneven), tags=["a", "b", "c"])
-    wise = {"epoch_wise_filter": {(1, 2): {"max_mean_len": 100}}}
+    wise = {"epoch_wise_filter": {(1, 2): {"max_mean_len": 100}}, "partition_epoch": 2}
     for extra in ({"mix": {"a": 1.0}}, wise):
-        with pytest.raises(OptionError, match=r"chunking with mix or epoch_wise_filter"):
+        with pytest.raises(OptionError, match=r"chunking with mix, or with epoch_wise_filter"):
             PlanOptions(**{**OPTIONS, **extra})
 
 

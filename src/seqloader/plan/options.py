@@ -384,9 +384,13 @@ class PlanOptions:
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (
                 self.chunking is not None
-                and (self.mix is not None or self.epoch_wise_filter is not None),
-                "chunking with mix or epoch_wise_filter (chunked indexed plans filter no "
-                "sub-epoch and mix no corpora)",
+                and (
+                    self.mix is not None
+                    or (self.epoch_wise_filter is not None and self.partition_epoch > 1)
+                ),
+                "chunking with mix, or with epoch_wise_filter and partition_epoch > 1 (a "
+                "chunked sub-epoch takes a slice of every chunk bucket, not whole sequences "
+                "for the filter to keep; chunked indexed plans mix no corpora)",
             ),
         ]
         for on, name in unsupported:

@@ -25,6 +25,7 @@ list is made (``ChunkBuckets.split``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -73,6 +74,11 @@ class ChunkBuckets:
     longest: np.ndarray
     edges: np.ndarray
     stride: int
+    #: int64 ``[C]``: each cell's bucket (``kept``; None: from ``starts``, no cell empty)
+    cell_bucket: np.ndarray | None = None
+    #: int64 ``[G]``: the sequences of each class planned, its first ones by index (None: all;
+    #: ``kept``)
+    class_counts: np.ndarray | None = None
 
     @classmethod
     def of(
@@ -135,6 +141,40 @@ class ChunkBuckets:
         return np.diff(self.starts)
 
     @property
+    def planned(self) -> np.ndarray:
+        """Sequences planned per length class -> int64 ``[G]``."""
+        if self.class_counts is not None:
+            return self.class_counts
+        return np.asarray(self.classes.counts, dtype=np.int64)
+
+    def kept(self, class_counts: np.ndarray) -> ChunkBuckets:
+        """The chunks of only the first ``class_counts[g]`` sequences (by index) of each length
+        class ``g``: the same cells, edges and longest windows (so the batch sizes), fewer
+        chunks per cell (``epoch_wise_filter`` keeps a class's lowest indices, by RETURNN's
+        (length, index) order).
+
+        >>> classes = BucketIndex(np.array([1, 0, 2, 3]), np.array([0, 1, 3, 4]),
+        ...     np.array([300, 900, 1200]), np.array([900, 1200]))
+        >>> cb = ChunkBuckets.of(classes, 500, 250, 0, lambda v, c: np.array([500]))
+        >>> short = cb.kept(np.array([1, 1, 0]))  # sequence 1 (300) and sequence 0 (900)
+        >>> short.counts.tolist(), sorted(set(short.split(short[np.arange(6)])[0].tolist()))
+        ([4, 2], [0, 1])
+        """
+        class_counts = np.asarray(class_counts, dtype=np.int64)
+        units = class_counts[self.cell_class] * self.cell_width  # [C]
+        bucket = self.cell_buckets()
+        per_bucket = np.bincount(bucket, weights=units, minlength=len(self.longest))
+        starts = np.zeros(len(self.longest) + 1, dtype=np.int64)
+        np.cumsum(per_bucket.astype(np.int64), out=starts[1:])
+        return dataclasses.replace(
+            self,
+            cell_end=np.cumsum(units),
+            starts=starts,
+            cell_bucket=bucket,
+            class_counts=class_counts,
+        )
+
+    @property
     def num_units(self) -> int:
         return int(self.starts[-1])
 
@@ -143,7 +183,7 @@ class ChunkBuckets:
         at = np.asarray(at, dtype=np.int64)
         cell = np.searchsorted(self.cell_end, at, side="right")
         width = self.cell_width[cell]
-        k = at - self.cell_end[cell] + self.classes.counts[self.cell_class[cell]] * width
+        k = at - self.cell_end[cell] + self.planned[self.cell_class[cell]] * width
         j, c = np.divmod(k, width)
         first = np.asarray(self.classes.starts, dtype=np.int64)[self.cell_class[cell]]
         seqs = np.asarray(self.classes.members[first + j], dtype=np.int64)
@@ -154,12 +194,18 @@ class ChunkBuckets:
         seqs, chunks = np.divmod(np.asarray(codes, dtype=np.int64), self.stride)
         return seqs, chunks
 
+    def cell_buckets(self) -> np.ndarray:
+        """The chunk bucket of each cell -> int64 ``[C]``."""
+        if self.cell_bucket is not None:
+            return self.cell_bucket
+        return np.searchsorted(self.starts, self.cell_end - 1, side="right") - 1  # none empty
+
     def class_cells(self) -> tuple[np.ndarray, np.ndarray]:
         """Per length class its cells' buckets and widths, padded -> (bucket int64 ``[G, R]``,
         width int64 ``[G, R]``; width 0 where a class has fewer cells): what one sequence of the
         class adds to each chunk bucket (``file_chunk_counts``)."""
         n_classes = len(self.classes.longest)
-        bucket = np.searchsorted(self.starts, self.cell_end - 1, side="right") - 1  # [C]
+        bucket = self.cell_buckets()  # [C]
         order = np.argsort(self.cell_class, kind="stable")
         g = self.cell_class[order]
         slot = np.arange(len(g)) - np.searchsorted(g, g, side="left")  # the cell's place in g

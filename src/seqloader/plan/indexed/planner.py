@@ -82,7 +82,7 @@ from seqloader.plan.indexed.chunks import (
     window_lengths,
 )
 from seqloader.plan.indexed.files import Segment, Units
-from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, selected
+from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, mean_len_cut, selected
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     BoundsTable,
@@ -753,9 +753,30 @@ class IndexedPlanner:
         kept = self._cut_kept
         if kept is not None and kept[0] == (ep.epoch, order_rank):
             return kept[1]
+        reasons: dict[str, int] = {}
+        if self.units is not None:  # chunked: whole sequences kept (selections are refused)
+            cut = self._chunk_cut(ep, order_rank, means)
+        else:
+            cut = self._sequence_cut(ep, order_rank, means, chosen, reasons)
+        for m, d in zip(means, cut.dropped, strict=True):
+            if d:
+                reasons[f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})"] = d
+        cut.reasons = reasons
+        self._cut_kept = ((ep.epoch, order_rank), cut)
+        return cut
+
+    def _sequence_cut(
+        self,
+        ep: EpochIndex,
+        order_rank: int,
+        means: Sequence[float],
+        chosen: Sequence[EpochSelection],
+        reasons: dict[str, int],
+    ) -> EpochCut:
+        """Unchunked: the epoch selections ``chosen`` (their drops counted into ``reasons``),
+        then ``epoch_wise_filter``'s ``means``, on the sub-epoch's bucket lists."""
         counts, lo = self._base_counts(ep)
         draw: Draw = self._member_draw(ep, lo, order_rank)
-        reasons: dict[str, int] = {}
         for sel in chosen:  # as global planning: each on what the ones before kept
             counts, draw, out = selected(counts, draw, sel.keep)
             if out:
@@ -769,12 +790,31 @@ class IndexedPlanner:
                     self._sums = _bucket_sums(self.index, self.lengths)
                 sums = self._sums
             cut = EpochCut(*epoch_filtered(counts, draw, self.lengths, means, sums))
-        for m, d in zip(means, cut.dropped, strict=True):
-            if d:
-                reasons[f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})"] = d
-        cut.reasons = reasons
-        self._cut_kept = ((ep.epoch, order_rank), cut)
         return cut
+
+    def _chunk_cut(self, ep: EpochIndex, order_rank: int, means: Sequence[float]) -> EpochCut:
+        """Chunked ``epoch_wise_filter`` (one sub-epoch per epoch: every admitted sequence): the
+        filter keeps whole sequences, as global planning's (RETURNN's shortest by (length,
+        index), ``mean_len_cut`` over the length classes: every length below one class, the
+        lowest indices of that class), and their chunks are planned (``ChunkBuckets.kept``).
+        From counts: O(distinct lengths)."""
+        assert self.units is not None
+        kept = np.asarray(self.index.counts, dtype=np.int64).copy()  # [G] per length class
+        value = np.asarray(self.index.longest, dtype=np.int64)  # [G] its length
+        dropped = []
+        for mean in means:
+            low = mean_len_cut(kept, kept * value, lambda g: np.full(kept[g], value[g]), mean)
+            total = int(kept.sum())
+            dropped.append(total - low)
+            if low < total:
+                before = np.concatenate([[0], np.cumsum(kept)])
+                g = int(np.searchsorted(before, low, side="right")) - 1
+                kept[g] = low - before[g]
+                kept[g + 1 :] = 0
+        units = self.units.kept(kept)
+        words = (*self._head_of(order_rank), PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
+        draw = MemberDraw(units, units.starts, np.zeros(len(units.counts), np.int64), words)
+        return EpochCut(units.counts, draw, dropped)
 
     def table(self, epoch: int, group: int, order_rank: int = 0) -> BatchTable | BoundsTable:
         """The sub-epoch's batches in plan order (``group``: the world size the epoch starts
@@ -901,7 +941,11 @@ class IndexedPlanner:
         assert self.corpora is not None
         if self.files is not None:
             return self._files_corpus_counts(epoch)
-        if self.options.partition_epoch == 1 and self.units is not None:
+        if (
+            self.options.partition_epoch == 1
+            and self.units is not None
+            and self._epoch_cut(EpochIndex(epoch, 1), 0) is None  # epoch_wise_filter: drawn
+        ):
             return self._corpus_chunks()
         if (
             self.options.partition_epoch == 1
