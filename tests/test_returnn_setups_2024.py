@@ -33,7 +33,23 @@ def data(tmp_path_factory) -> Iterator[Path]:
         (folder / "dataset" / "cv.segments").write_text("\n".join(tags[::2]) + "\n")
         write_tts(folder)
         write_feature_label(folder)
+        write_word_lm(folder)
         yield folder
+
+
+def write_word_lm(folder: Path) -> None:
+    """``berger_lm/``: a word vocabulary (``<s>`` 0, ``UNK`` 1, then the words) and text corpora a
+    sentence a line, every word in the vocabulary."""
+    from seqloader.synthetic.audio import WORDS
+
+    out = folder / "berger_lm"
+    out.mkdir()
+    symbols = ["<s>", "UNK", *WORDS]
+    (out / "vocab.txt").write_text("".join(f"{w} {i}\n" for i, w in enumerate(symbols)))
+    rng = np.random.default_rng(26)
+    for split, n in (("train", 30), ("dev", 8)):
+        lines = [" ".join(rng.choice(WORDS, size=int(rng.integers(1, 12)))) for _ in range(n)]
+        (out / f"{split}.txt").write_text("\n".join(lines) + "\n")
 
 
 def write_feature_label(folder: Path) -> None:
@@ -102,6 +118,8 @@ CASES = [
     ("standalone_2024_tts_aligner.config", "joint", (1,)),
     ("berger_feature_label_meta.config", "train", (1, 2, 5)),
     ("berger_feature_label_meta.config", "dev", (1,)),
+    ("berger_word_lm.config", "train", (1, 2, 4)),
+    ("berger_word_lm.config", "dev", (1,)),
 ]
 
 
