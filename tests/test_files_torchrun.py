@@ -117,3 +117,33 @@ def test_killed_files_run_resumes_elastically(
     assert all(s == steps_b[0] for s in steps_b), "unequal steps after the elastic resume"
     assert steps_b[0][0] == (1, kill)  # step numbers go on
     assert sorted(seen.elements()) == ALL_TAGS  # epochs 1 + 2 = one full epoch, exactly once
+
+
+def test_indexed_files_drop_over_real_ranks(tmp_path: Path) -> None:
+    """``files`` with ``uneven="drop"`` under indexed planning on 3 forked ranks: every rank takes
+    the planned steps (fewer than the longest rank's batches: 2 and 3 sequences dropped in the two
+    sub-epochs), no sequence twice, what is missing of the full epoch is exactly what the plans
+    count as dropped, and the gathered audit agrees (the dropped ones are not reported missing)."""
+    paths, _ = write_files(tmp_path)
+    args = ["--workers", "1", "--distribution", "files", "--partition-epoch", "2", "--epochs"]
+    args += ["2", "--audit", "--planning", "indexed", "--uneven", "drop", "--hdf", *map(str, paths)]
+    rc, console = launch("fork", 3, tmp_path, "drop", *args)
+    assert rc == 0, console
+    probe = sl.SeqLoader(
+        sl.HDFSource(paths), rank=0, world_size=3, distribution="files", partition_epoch=2,
+        planning="indexed", uneven="drop", **LOADER_OPTIONS,
+    )  # fmt: skip
+    seen: collections.Counter = collections.Counter()
+    dropped = 0
+    for epoch in (1, 2):
+        steps, plan = probe.steps(epoch), probe.planner.global_plan(epoch, 3)
+        dropped += plan.dropped
+        for r in range(3):
+            log = [e for e in read_log(tmp_path, "drop", r) if e["epoch"] == epoch]
+            assert [e["step"] for e in log] == list(range(steps)), f"rank {r} epoch {epoch}"
+            seen.update(t for e in log for t in e["tags"])
+        for res in results(tmp_path, "drop", 3):
+            audit = res["epochs"][str(epoch)]["audit"]
+            assert audit["ok"] and audit["scope"] == "all ranks", audit
+    assert dropped > 0 and max(seen.values()) == 1
+    assert set(seen) <= set(ALL_TAGS) and len(ALL_TAGS) - len(seen) == dropped
