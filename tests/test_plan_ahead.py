@@ -34,9 +34,9 @@ class Recording(Planner):
         self.threads.append((epoch, threading.current_thread().name))
         return super().global_plan(epoch, world_size, *args, **kw)  # type: ignore[arg-type]
 
-    def files_plan(self, epoch: int, world_size: int, *args: object) -> tuple[GlobalPlan, object]:
+    def files_segment(self, epoch: int, world_size: int, *args: object) -> tuple[GlobalPlan, int]:
         self.threads.append((epoch, threading.current_thread().name))
-        return super().files_plan(epoch, world_size, *args)  # type: ignore[arg-type]
+        return super().files_segment(epoch, world_size, *args)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.plan.bucket_index import BucketIndex
+from seqloader.plan.chunks import ChunkTable
+from seqloader.plan.epochs import Admission
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.orders import EpochOrders
@@ -87,6 +89,36 @@ class PlanInputs:
                 )
             return given
         return cls(given, *more, **named)
+
+
+class PlannedInputs(Protocol):
+    """What every planner shows of the inputs it took: the options, the source's description,
+    the length key's lengths int ``[n]``, the chunk table, file layout and pools it plans, and
+    what it admitted."""
+
+    @property
+    def options(self) -> PlanOptions: ...
+
+    @property
+    def origin(self) -> str: ...
+
+    @property
+    def lengths(self) -> np.ndarray: ...
+
+    @property
+    def chunks(self) -> ChunkTable | None: ...
+
+    @property
+    def files(self) -> np.ndarray | None: ...
+
+    @property
+    def pools(self) -> FilePools | None: ...
+
+    @property
+    def admission(self) -> Admission: ...
+
+    @property
+    def admitted_mask(self) -> np.ndarray | None: ...
 
 
 def refuse_clashes(origin: str, what: str, options: Sequence[tuple[str, bool]], fix: str) -> None:

@@ -26,10 +26,8 @@ import numpy as np
 from seqloader.plan.audit_order import AuditOrder, AuditRun
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bucket_index import BucketIndex
-from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
-from seqloader.plan.epochs import Admission
 from seqloader.plan.greedy.planner import Planner as GlobalPlanner
 from seqloader.plan.indexed.planner import (
     INDEXED_ALGORITHM,
@@ -37,23 +35,15 @@ from seqloader.plan.indexed.planner import (
     IndexedPlanner,
     index_key,
 )
-from seqloader.plan.inputs import PlanInputs
+from seqloader.plan.inputs import PlanInputs, PlannedInputs
 from seqloader.plan.mix import CorpusProgress, EpochMix
-from seqloader.plan.options import PlanOptions
-from seqloader.plan.pools import FilePools
 
 
-class Planner(Protocol):
-    """What a planner answers (``make_planner`` builds one)."""
-
-    @property
-    def options(self) -> PlanOptions: ...
+class Planner(PlannedInputs, Protocol):
+    """What a planner answers (``make_planner`` builds one), besides its inputs."""
 
     @property
     def length_key(self) -> str: ...
-
-    @property
-    def lengths(self) -> np.ndarray: ...
 
     @property
     def costs(self) -> np.ndarray: ...
@@ -62,22 +52,7 @@ class Planner(Protocol):
     def algorithm(self) -> str: ...
 
     @property
-    def chunks(self) -> ChunkTable | None: ...
-
-    @property
-    def files(self) -> np.ndarray | None: ...
-
-    @property
-    def pools(self) -> FilePools | None: ...
-
-    @property
     def mix(self) -> EpochMix | None: ...
-
-    @property
-    def admission(self) -> Admission: ...
-
-    @property
-    def admitted_mask(self) -> np.ndarray | None: ...
 
     def global_plan(
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None

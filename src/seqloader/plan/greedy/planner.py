@@ -25,7 +25,7 @@ from seqloader.plan.bounds import check_bins, check_chunk_units
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.edges import bucket_edges
-from seqloader.plan.epoch_plan import EpochPlan, interleave, list_imbalance
+from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
 from seqloader.plan.epochs import (
     EpochIndex,
     admit,
@@ -34,27 +34,17 @@ from seqloader.plan.epochs import (
     excluded_bytes,
     length_key_of,
     part_bounds,
-    replay_history,
 )
 from seqloader.plan.files import (
-    EpochFiles,
-    assign_lpt,
-    check_file_count,
     checked_file_bounds,
     distributed_files,
-    epoch_files,
-    equalise,
-    file_counts,
-    file_frames,
     files_read,
-    refuse_files_start,
-    split_units,
-    units_of,
 )
 from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.greedy.buckets import Arrangement, arrange
 from seqloader.plan.greedy.chunk_batching import ChunkFits, greedy_from_fits
-from seqloader.plan.greedy.distribute import GlobalPlan, distribute_per_rank, distribute_shard
+from seqloader.plan.greedy.distribute import GlobalPlan
+from seqloader.plan.greedy.distributions import At, Distribution, Files, distribution_of
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
@@ -64,8 +54,6 @@ from seqloader.plan.orders import EpochOrders, check_source_order
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_BUCKETS,
-    PURPOSE_FILES,
-    PURPOSE_FILES_ORDER,
     PURPOSE_FIXED_ORDER,
     PURPOSE_ORDER,
     returnn_rng,
@@ -187,13 +175,9 @@ class Planner:
     def _take_files(self, files: np.ndarray | None, origin: str) -> None:
         """The source's file layout with ``distribution="files"`` (None otherwise), and the
         admitted frames and sequences per file."""
-        self._epoch_files: dict[int, EpochFiles] = {}  # seed epoch -> its files (the last one)
         self.files = distributed_files(self.options.distribution, files, len(self.lengths), origin)
         if self.files is not None:  # int64 [F + 1] with distribution="files"
             self._extra += b"files" + self.files.tobytes()
-            adm = self.admission.admitted
-            self._file_frames = file_frames(self.files, adm, self.lengths)  # [F]
-            self._file_counts = file_counts(self.files, adm)  # [F]
 
     def _checked_variants(
         self, variants: LengthVariants | None, lengths: Mapping[str, np.ndarray]
@@ -361,25 +345,21 @@ class Planner:
         )
         self._extra += b"orders" + orders.identity()
 
-    def check_pools(self, world_size: int) -> None:
-        """File pools sharded over the ranks (RETURNN's ``distrib_shard_files``) need a file per
-        bin of every rank, and the source's consent (``FilePools.refuse_sharding``)."""
-        if not self.per_rank_pools(world_size):
-            return
-        assert self.pools is not None
-        if self.pools.refuse_sharding:
-            raise OptionError(f"{self.origin or 'the source'}: {self.pools.refuse_sharding}")
-        try:
-            self.pools.check_bins(self.options.partition_epoch, world_size)
-        except OptionError as e:
-            raise OptionError(f"{self.origin or 'the source'}: {e}") from e
+    @functools.cached_property
+    def distribution(self) -> Distribution:
+        """How the epoch is shared among ranks (``seqloader.plan.greedy.distributions``)."""
+        return distribution_of(self)
+
+    def _files(self) -> Files:
+        """The ``distribution="files"`` object (its per-file tables and epoch file orders)."""
+        files = self.distribution
+        assert isinstance(files, Files), "needs distribution='files'"
+        return files
 
     def check_world(self, world_size: int) -> None:
         """Refuse, before any epoch, a world size the data cannot serve: too few files in a
         sub-epoch's pool, or (``distribution="files"``) too few files."""
-        self.check_pools(world_size)
-        if self.files is not None:
-            self.check_files(world_size)
+        self.distribution.check_world(world_size)
 
     def per_rank_pools(self, world_size: int) -> bool:
         """True if each rank plans its own file pool (sharded pools on more than one rank)."""
@@ -746,51 +726,35 @@ class Planner:
         ``order_world_size``: the world size the epoch started with (default ``world_size``);
         only ``buckets:N`` orders depend on it."""
         Topology(0, world_size)  # validates world_size
-        buckets = self.options.parsed_ordering.is_buckets
-        if self.files is not None:
-            refuse_files_start(start)
-            return self.files_plan(epoch, world_size)[0]
-        if self.pools is not None:
-            self.check_pools(world_size)
-        if self.per_rank_pools(world_size):  # each rank its pool; the shortest ends the epoch
-            if start:
-                raise OptionError("file pools sharded over ranks cannot start mid-order")
-            orders = [self.pool_order(epoch, 0, world_size, r) for r in range(world_size)]
-            return distribute_per_rank(
-                [
-                    self.chunked_batches(order, 0, epoch, None)
-                    if self.chunks is not None
-                    else self.batches(order)
-                    for order in orders
-                ]
-            )
-        if self.options.distribution == "random_seed_offset":
-            if start:
-                raise OptionError("random_seed_offset plans cannot start mid-order")
-            per_rank = [
-                self._arranged_batches(epoch, r, 1, 0)
-                if buckets
-                else self.chunked_batches(*self._slots_for_chunks(epoch, r))
-                if self.chunks is not None
-                else self.batches(self.sub_epoch_order(epoch, r), epoch=epoch)
-                for r in range(world_size)
-            ]
-            return self._noted(distribute_per_rank(per_rank), epoch)
-        if buckets:
-            batches = self._arranged_batches(epoch, 0, order_world_size or world_size, start)
-            return distribute_shard(batches, world_size, self.options.uneven)
-        if self.chunks is not None:
-            order, uses = self.sub_epoch_slots(epoch)
-            batches = self.chunked_batches(order, start, epoch, uses)
-            return distribute_shard(batches, world_size, self.options.uneven)
+        return self.distribution.segment(epoch, world_size, At(start, (), order_world_size))[0]
+
+    def shard_batches(self, epoch: int, start: int, order_world_size: int) -> BatchList:
+        """The batches of ``epoch``'s one order (``shard``) from sequence position ``start``;
+        ``order_world_size``: the world size the epoch started with (``buckets:N``)."""
+        if self.options.parsed_ordering.is_buckets:
+            return self._arranged_batches(epoch, 0, order_world_size, start)
         order, uses = self.sub_epoch_slots(epoch)
+        if self.chunks is not None:
+            return self.chunked_batches(order, start, epoch, uses)
         self._check_start(start, len(order), epoch)
         order = order[int(start) :]
         uses = None if uses is None else uses[int(start) :]
-        batches = self.batches(order, uses, epoch)
-        return self._noted(distribute_shard(batches, world_size, self.options.uneven), epoch)
+        return self.batches(order, uses, epoch)
 
-    def _noted(self, plan: GlobalPlan, epoch: int) -> GlobalPlan:
+    def own_batches(self, epoch: int, rank: int) -> BatchList:
+        """The batches of rank ``rank``'s own order of ``epoch`` (``random_seed_offset``)."""
+        if self.options.parsed_ordering.is_buckets:
+            return self._arranged_batches(epoch, rank, 1, 0)
+        if self.chunks is not None:
+            return self.chunked_batches(*self._slots_for_chunks(epoch, rank))
+        return self.batches(self.sub_epoch_order(epoch, rank), epoch=epoch)
+
+    def pool_batches(self, epoch: int, world_size: int, rank: int) -> BatchList:
+        """The batches of rank ``rank``'s own file pool of ``epoch`` (sharded pools)."""
+        order = self.pool_order(epoch, 0, world_size, rank)
+        return self.batches(order) if self.chunks is None else self.chunked_batches(order, 0, epoch)
+
+    def noted(self, plan: GlobalPlan, epoch: int) -> GlobalPlan:
         """``plan``, remembered as ``epoch``'s when there are length variants: its step
         imbalance then costs that epoch's drawn lengths (``step_imbalance``)."""
         if self.variants is not None:
@@ -808,20 +772,11 @@ class Planner:
             return self.costs
         return self.batcher_of(noted[1]).costs
 
-    # ---- distribution="files" (seqloader.plan.files) ----
+    # ---- distribution="files" (seqloader.plan.greedy.distributions.Files) ----
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
         """(units, file of each unit int64 ``[u]``) of ``epoch`` with ``distribution="files"``:
         per file of the sub-epoch (in the epoch's shuffled file order), its admitted sequences."""
-        assert self.files is not None
-        ep = EpochIndex(epoch, self.options.partition_epoch)
-        seed_epoch = self.options.parsed_ordering.seed_epoch(ep.full_epoch)
-        files = self._epoch_files.get(seed_epoch)
-        if files is None:
-            rng = rng_for(self.options.seed, PURPOSE_FILES, seed_epoch)
-            parts = self.options.partition_epoch
-            files = epoch_files(self._file_frames, self._file_counts, parts, rng)
-            self._epoch_files = {seed_epoch: files}  # keep one: a plan is made once per epoch
-        return units_of(self.files, files.part(ep.part), self._admitted_mask)
+        return self._files().sub_epoch_files(epoch)
 
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
@@ -829,98 +784,22 @@ class Planner:
         """(the plan of the current segment, the units consumed before it int64 ``[c]``: sequence
         indices, or chunk numbers ``ChunkTable.unit_ids`` when chunking) with
         ``distribution="files"``. ``history``: ``(world_size, steps)`` of each earlier segment of
-        the epoch (elastic resumes): segment i re-plans what the segments before it left for its
-        world size, and its first ``steps`` steps were consumed."""
-        units, unit_files = self.sub_epoch_files(epoch)
-        if not history:
-            self.check_files(world_size)
-        remaining = np.zeros(len(self.lengths), dtype=bool)  # [n] sequences with units left
-        remaining[units.seqs] = True
-        chunks = self.chunks
-        left: np.ndarray | None = None  # [chunks] chunking: the chunks not consumed yet
-        if chunks is not None:
-            left = np.zeros(chunks.num_units, dtype=bool)
-            whole = chunks.expand(units.seqs)
-            left[chunks.unit_ids(whole.seqs, whole.chunks)] = True
-        consumed = []
-
-        def segment(i: int, w: int) -> GlobalPlan:
-            return self._files_segment(epoch, w, i, units, unit_files, remaining, left)
-
-        for seg, w, steps in replay_history(epoch, history, segment):
-            used = seg.batches.first(steps * w)
-            got = used.seqs[used.real]
-            if chunks is None or left is None:
-                remaining[got] = False
-                consumed.append(got)
-                continue
-            assert used.chunks is not None
-            ids = chunks.unit_ids(got, used.chunks[used.real])  # a prefix of each sequence's
-            left[ids] = False
-            remaining[:] = False
-            remaining[part_of(chunks.first, np.flatnonzero(left))] = True
-            consumed.append(ids)
-        plan = self._files_segment(
-            epoch, world_size, len(history), units, unit_files, remaining, left
-        )
-        done = np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)
-        return plan, done
+        the epoch (elastic resumes)."""
+        return self._files().plan(epoch, world_size, history)
 
     def files_segment(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
     ) -> tuple[GlobalPlan, int]:
         """(the plan of the current segment, how many units were consumed before it): what
         resuming needs of ``files_plan`` (indexed planning computes it from counts)."""
-        plan, done = self.files_plan(epoch, world_size, history)
-        return plan, len(done)
+        return self.distribution.segment(epoch, world_size, At(history=tuple(history)))
 
     def rank_files(self, plan: EpochPlan, rank: int, start_step: int = 0) -> np.ndarray:
         """The files rank ``rank`` reads in ``plan`` from ``start_step`` on (``files_read``)."""
         assert self.files is not None, "rank_files needs distribution='files'"
         return files_read(self.files, plan.rank_share(rank, start_step).seqs)
 
-    def check_files(self, world_size: int) -> None:
-        """Refuse fewer files than ``partition_epoch * world_size`` (``check_file_count``)."""
-        check_file_count(self._file_counts, self.options.partition_epoch, world_size, self.origin)
-
-    def _files_segment(
-        self,
-        epoch: int,
-        world_size: int,
-        segment: int,
-        units: BatchList,
-        unit_files: np.ndarray,
-        remaining: np.ndarray,
-        chunks_left: np.ndarray | None = None,
-    ) -> GlobalPlan:
-        """One segment: the ``remaining`` sequences of the sub-epoch's units, per rank whole
-        files (balanced by frames), ordered, batched, steps equalised. ``chunks_left``: the
-        chunks not consumed by earlier segments (bool ``[chunks]``)."""
-        assert self.files is not None
-        keep = units.seqs[remaining[units.seqs]]  # [m] unconsumed, unit after unit
-        left = np.zeros(len(self.lengths), dtype=bool)
-        left[keep] = True
-        rest, rest_files = units_of(self.files, unit_files, left)
-        rest, rest_files = split_units(rest, rest_files, world_size)
-        frames = self.lengths[rest.seqs]
-        weights = np.add.reduceat(frames, rest.bounds[:-1]) if len(rest) else frames[:0]
-        rank_of = assign_lpt(weights, world_size)  # [u]
-        ep = EpochIndex(epoch, self.options.partition_epoch)
-        seed_epoch = self.options.parsed_ordering.seed_epoch(ep.full_epoch)
-        grouped = rest.take(np.argsort(rank_of, kind="stable"))  # rank 0's units, rank 1's, ...
-        ends = grouped.bounds[np.cumsum(np.bincount(rank_of, minlength=world_size))]  # [W]
-        per_rank = []
-        for r in range(world_size):
-            seqs = grouped.seqs[
-                (int(ends[r - 1]) if r else 0) : int(ends[r])
-            ]  # its units, in order
-            words = (PURPOSE_FILES_ORDER, seed_epoch, ep.part, segment, r)
-            rng = rng_for(self.options.seed, *words)
-            per_rank.append(self._rank_batches(seqs, rng, chunks_left if segment else None))
-        batches, dropped = equalise(per_rank, self.options.uneven)
-        return GlobalPlan(interleave(batches), world_size, dropped=dropped)
-
-    def _rank_batches(
+    def rank_batches(
         self, seqs: np.ndarray, rng: np.random.Generator, left: np.ndarray | None = None
     ) -> BatchList:
         """One rank's sequences ordered with the configured ordering and batched greedily
