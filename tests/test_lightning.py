@@ -5,8 +5,11 @@ The DDP test runs ``tests/dist/train_lightning.py`` with ``Trainer(accelerator="
 strategy="ddp")`` of each package on a RETURNN HDF file (2 DataLoader workers per rank), interrupted after a
 mid-epoch checkpoint in epoch 2, then resumed from it with 0 workers: every epoch holds every
 sequence exactly once across ranks and runs, ranks take equal steps, and the resumed run continues
-with exactly the next planned batch. The in-process tests cover the module's errors and its
-epoch length under an elastic resume.
+with exactly the next planned batch. ``make test`` starts the two ranks as torchrun does, forked
+from the session's launch server (``tests/dist/lightning_main.py``: Lightning imported once per
+session); ``make chaos`` also runs them under Lightning's own launcher, which starts rank 1 by
+running the script again. The in-process tests cover the module's errors and its epoch length
+under an elastic resume.
 """
 
 from __future__ import annotations
@@ -32,19 +35,30 @@ sys.path.insert(0, str(Path(__file__).parent / "dist"))
 from ddp_common import build_corpus
 from train_lightning import OPTIONS, PACKAGES
 
+from fork_launches import run_forked
+
 SCRIPT = Path(__file__).parent / "dist" / "train_lightning.py"
 TIMEOUT_S = 240
 
 
 def run_script(out: Path, hdf: Path, phase: str, *args: str) -> None:
-    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--hdf", str(hdf), "--phase", phase]
-    cmd += ["--package", out.name.split("-")[0]]  # the test's folder says which package
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    with open(out / f"{phase}.console.txt", "w") as f:
-        proc = subprocess.run(
-            [*cmd, *args], stdout=f, stderr=subprocess.STDOUT, env=env, timeout=TIMEOUT_S
-        )
-    assert proc.returncode == 0, (out / f"{phase}.console.txt").read_text()[-4000:]
+    """``train_lightning.py`` with the package and the launcher the test's folder names
+    (``PACKAGE-LAUNCHER-run``): ``lightning``, Lightning's own (this process runs the script,
+    Lightning starts rank 1 by running it again); ``torchrun``, both ranks as torchrun starts them,
+    forked from the session's launch server (``tests/dist/lightning_main.py``)."""
+    package, launcher = out.name.split("-")[:2]
+    argv = ["--out", str(out), "--hdf", str(hdf), "--phase", phase, "--package", package, *args]
+    console = out / f"{phase}.console.txt"
+    if launcher == "torchrun":
+        rc = run_forked(["2", "--script", "lightning_main", *argv], console, TIMEOUT_S)
+    else:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        with open(console, "w") as f:
+            cmd = [sys.executable, str(SCRIPT), *argv]
+            rc = subprocess.run(
+                cmd, stdout=f, stderr=subprocess.STDOUT, env=env, timeout=TIMEOUT_S
+            ).returncode
+    assert rc == 0, console.read_text()[-4000:]
 
 
 def records(out: Path, phase: str, kind: str, rank: int) -> list[dict]:
@@ -54,18 +68,21 @@ def records(out: Path, phase: str, kind: str, rank: int) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "package",
+    "package,launcher",
     [
-        "lightning",
+        ("lightning", "torchrun"),
+        # Lightning's own launcher (rank 1 a new interpreter running the script again): the
+        # same DDP strategy, data module and checks; make chaos
+        pytest.param("lightning", "lightning", marks=pytest.mark.extended),
         # the same data module (seqloader.datamodule.DataModuleParts) on the other package's
         # base class, under the same DDP strategy code: its in-process mid-epoch resume is
         # test_checkpoint_callback_resumes_mid_epoch_with_either_package; this DDP run (minutes
         # on two cores) is in make chaos
-        pytest.param("pytorch_lightning", marks=pytest.mark.extended),
+        pytest.param("pytorch_lightning", "lightning", marks=pytest.mark.extended),
     ],
 )
-def test_ddp_two_ranks_exactly_once_and_mid_epoch_resume(tmp_path, package):
-    tmp_path = tmp_path / f"{package}-run"
+def test_ddp_two_ranks_exactly_once_and_mid_epoch_resume(tmp_path, package, launcher):
+    tmp_path = tmp_path / f"{package}-{launcher}-run"
     tmp_path.mkdir()
     corpus = build_corpus()
     hdf = tmp_path / "corpus.hdf"

@@ -18,6 +18,31 @@ FEATURES = 3
 LOADER_OPTIONS = {"ordering": "laplace:.10", "max_seqs": 4, "max_frames": 90, "seed": 3}
 
 
+#: what ``launch_fork.run_rank`` sets for a rank: a process group, each rank alone on its node
+_LAUNCH_FORK_ENV = ("RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def as_launched_by(launcher: str) -> None:
+    """Give a rank forked by ``launch_fork.py`` the environment another launcher gives its
+    processes: ``"python"``, a plain one-process run (no process group's variables); ``"torchrun"``,
+    ``torchrun --standalone`` (one node: ``LOCAL_RANK`` is the rank; ``TORCHELASTIC_RUN_ID``, by
+    which torch and Lightning tell that torchrun started the process)."""
+    world = int(os.environ["WORLD_SIZE"])
+    if launcher == "python":
+        assert world == 1, f"a plain run has one process, not {world}"
+        for name in (*_LAUNCH_FORK_ENV, "MASTER_ADDR", "MASTER_PORT"):
+            os.environ.pop(name, None)
+    elif launcher == "torchrun":
+        os.environ.update(
+            LOCAL_RANK=os.environ["RANK"],
+            LOCAL_WORLD_SIZE=str(world),
+            GROUP_RANK="0",
+            TORCHELASTIC_RUN_ID="none",
+        )
+    else:
+        raise ValueError(f"launcher {launcher!r}: 'python' or 'torchrun'")
+
+
 def build_corpus(n: int = N_SEQS, seed: int = 7) -> sl.MemorySource:
     """The same sequences in every process: built from the seed alone."""
     rng = np.random.default_rng(seed)

@@ -17,15 +17,12 @@ import sys
 import returnn.__main__ as returnn_entry
 import returnn.torch.engine  # noqa: F401 (imported before the fork: the engine the config runs)
 import torch._dynamo  # noqa: F401 (what torch's optimizer imports at its first step: a second)
+from ddp_common import as_launched_by
 from returnn.datasets.basic import get_dataset_class
 
 import seqloader.returnn  # noqa: F401 (the hook a config's use_in_engine() installs)
 
 get_dataset_class("HDFDataset")  # its first look-up imports every dataset module RETURNN has
-
-#: what ``launch_fork.run_rank`` sets for a process group; a one-rank RETURNN run has none of it
-_PROCESS_GROUP = ("RANK", "WORLD_SIZE", "GROUP_RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-_RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")
 
 
 def main(argv: list[str]) -> int:
@@ -36,14 +33,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--cwd"]:
         os.chdir(argv[1])
         argv = argv[2:]
-    world = int(os.environ["WORLD_SIZE"])
-    if world == 1:
-        for name in (*_PROCESS_GROUP, *_RENDEZVOUS):
-            os.environ.pop(name, None)
-    else:
-        os.environ.update(
-            LOCAL_RANK=os.environ["RANK"], LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0"
-        )
+    as_launched_by("python" if os.environ["WORLD_SIZE"] == "1" else "torchrun")
     sys.argv = [returnn_entry.__file__, *argv]
     returnn_entry.main(sys.argv)
     return 0
