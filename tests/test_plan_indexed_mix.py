@@ -132,7 +132,7 @@ def test_apportion_is_the_first_positions_in_time_order(total: int, sizes: list[
     assert apportion(total, sizes) == [want[b] for b in range(len(sizes))]
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=70, deadline=None)  # 1-3 full epochs of resume chains per example
 @given(mixes())
 def test_every_sequence_once_per_corpus_epoch_across_resumes(m: dict) -> None:
     """Consecutive full epochs, each sub-epoch resumed W -> W' -> W'' through JSON: consumed =
