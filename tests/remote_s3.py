@@ -4,6 +4,7 @@ whose frames hold their global sequence index (``conftest.check_rows`` works on 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import uuid
@@ -31,11 +32,7 @@ class S3:
     @property
     def options(self) -> dict:
         """``storage_options`` for fsspec/s3fs (what a user passes to HDFSource)."""
-        return {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
-        }
+        return storage_options(self.endpoint)
 
     def fs(self):
         return s3fs.S3FileSystem(skip_instance_cache=True, **self.options)
@@ -45,8 +42,24 @@ class S3:
 
     def upload(self, local: str | os.PathLike, name: str) -> str:
         url = self.url(name)
-        self.fs().put_file(os.fspath(local), url)
+        _uploader(self.endpoint).put_file(os.fspath(local), url)
         return url
+
+
+def storage_options(endpoint: str) -> dict:
+    return {
+        "key": "testing",
+        "secret": "testing",
+        "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
+    }
+
+
+@functools.cache
+def _uploader(endpoint: str):
+    """One filesystem for every upload to ``endpoint``: a new one loads botocore's S3 model and
+    opens a session again (3x the CPU of the upload of a small file). Uploads only write, so
+    nothing it caches can go stale; reads go through a fresh ``S3.fs()``."""
+    return s3fs.S3FileSystem(skip_instance_cache=True, **storage_options(endpoint))
 
 
 @pytest.fixture(scope="session", name="s3_endpoint")
