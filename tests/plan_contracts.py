@@ -522,11 +522,14 @@ def resume(
     planner: Planner, position: Position, world: int
 ) -> tuple[int, tuple[EpochPlan, Position]]:
     """``continue_plan`` on ``world`` ranks; where the kind refuses another world size in an
-    unfinished epoch (``ResumeError``), it must be a kind whose ranks order alone, and the
-    segment goes on with its own world size."""
+    unfinished epoch (``ResumeError``), it must be a kind whose ranks order alone, or indexed
+    ``files`` with ``uneven="drop"`` on more ranks than have remainders left (drop would cut
+    the whole rest), and the segment goes on with its own world size."""
     try:
         return world, continue_plan(planner, position, world)
-    except ResumeError:
-        assert per_rank(planner, position.segment_world_size), "a resume refused"
+    except ResumeError as e:
+        o = planner.options
+        idle_drop = o.distribution == "files" and o.uneven == "drop" and "no batch" in str(e)
+        assert per_rank(planner, position.segment_world_size) or idle_drop, "a resume refused"
         world = position.segment_world_size
         return world, continue_plan(planner, position, world)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts, steps_units
-from seqloader.errors import OptionError
+from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.indexed.batch_table import bucket_runs, laplace_bins
 from seqloader.plan.indexed.bijection import Bijection
@@ -245,10 +245,14 @@ def test_files_drop_cuts_every_rank_at_the_shortest_ranks_count(
         histories.append(((first, cut),))
     for history in histories:
         world = case["worlds"][1] if history else first
-        kept, _ = drop.files_segment(epoch, world, history)
         whole, _ = pad.files_segment(epoch, world, history)
         listed = [whole.rank_share(r) for r in range(world)]
         own = [int(share.real[share.bounds[:-1]].sum()) for share in listed]  # pad: fillers last
+        if history and min(own) == 0 and whole.real_total():  # drop would cut the whole rest
+            with pytest.raises(ResumeError, match=r"uneven='drop'.*at most \d+ ranks"):
+                drop.files_segment(epoch, world, history)
+            continue
+        kept, _ = drop.files_segment(epoch, world, history)
         assert kept.steps == min(own)
         lost = 0
         for r, share in enumerate(listed):
@@ -259,6 +263,25 @@ def test_files_drop_cuts_every_rank_at_the_shortest_ranks_count(
             lost += int(share.real.sum()) - int(got.real.sum())
         assert kept.dropped == lost == whole.real_total() - kept.real_total()
         assert kept.repeats == 0
+
+
+def test_files_drop_refuses_a_resume_that_leaves_a_rank_without_files() -> None:
+    """``files`` + ``drop`` resumed mid-epoch on more ranks than have files' remainders left: a
+    rank would have no batch, so drop would cut the whole rest of the epoch (it planned 0 steps
+    and dropped 54 of 60 sequences); refused by name with the fix, while fewer ranks and the
+    fillers of ``pad`` continue."""
+    lengths = {"data": np.random.default_rng(0).integers(1, 100, 60)}
+    files = np.array([0, 20, 40, 60])
+    kw = {"ordering": "buckets:2", "max_seqs": 2, "distribution": "files", "planning": "indexed"}
+    drop = IndexedPlanner(lengths, PlanOptions(**kw, uneven="drop"), files=files)
+    pad = IndexedPlanner(lengths, PlanOptions(**kw, uneven="pad"), files=files)
+    position = Position(1, 0, 3, 1)
+    with pytest.raises(ResumeError, match=r"uneven='drop'.*all 54 remaining.*at most 3 ranks"):
+        continue_plan(drop, position, 4)
+    fewer, _ = continue_plan(drop, position, 2)
+    assert fewer.steps > 0 and fewer.real_total() + fewer.dropped == 54
+    padded, _ = continue_plan(pad, position, 4)
+    assert padded.steps > 0 and padded.real_total() == 54 and padded.dropped == 0
 
 
 def test_files_elastic_resume_1024_to_768_draws_few_old_ranks() -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqloader.errors import ResumeError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
 from seqloader.plan.indexed.histogram import merge_small
@@ -159,6 +160,22 @@ class Segment:
     def owners(self) -> np.ndarray:
         """The rank of each live unit, in ``_by`` order -> int64 ``[L]``."""
         return np.repeat(np.arange(self.world_size, dtype=np.int64), np.diff(self._ends))
+
+    def refuse_idle_drop(self, epoch: int) -> None:
+        """A resumed ``drop`` segment where some rank has no unit left would take no step, so
+        ``drop`` would cut every remaining sequence: refused (``pad``/``split`` give that rank
+        fillers instead). A fresh start is refused earlier, for too few files."""
+        rest = int(self.rem.sum())
+        fed = int(np.count_nonzero(self.rank_batches))
+        if self.uneven != "drop" or not rest or fed == self.world_size:
+            return
+        raise ResumeError(
+            f"cannot resume epoch {epoch} mid-way on world_size={self.world_size} with "
+            f"distribution='files' and uneven='drop': the files' remaining sequences go to only "
+            f"{fed} rank(s) (each rank takes whole remainders), so a rank would have no batch and "
+            f"drop would cut all {rest} remaining sequences. Fix: resume on at most {fed} ranks, "
+            "finish the epoch first, or use uneven='pad' or 'split' (fillers instead of cuts)."
+        )
 
     # ---- from counts ----
     @property

@@ -1073,6 +1073,8 @@ class IndexedPlanner:
         numbers, ``ChunkTable.unit_ids``); the latter draws every old rank's members (O(n): for
         the audit and tests; resuming uses ``files_segment``)."""
         seg = self._segment_at(epoch, world_size, history)
+        if history:
+            seg.refuse_idle_drop(epoch)
         consumed = seg.consumed_members(self._members_of(seg.units))
         if self.units is not None and self.chunks is not None:  # as chunk numbers
             consumed = self.chunks.unit_ids(*self.units.split(consumed))
@@ -1092,6 +1094,8 @@ class IndexedPlanner:
         """(the current segment's plan, sequences consumed before it), from counts: the history
         is replayed per unit (``seqloader.plan.indexed.files``), no member drawn."""
         seg = self._segment_at(epoch, world_size, history)
+        if history:
+            seg.refuse_idle_drop(epoch)
         return self._rankwise(seg), int(seg.start.sum())
 
     def _segment_at(
