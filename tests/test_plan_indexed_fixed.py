@@ -12,6 +12,8 @@ determinism, ``simulate`` over workers, resume chains ``W -> W' -> W''``). The c
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -24,6 +26,7 @@ from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.fixed import FIXED_KINDS, FixedOrder, fixed_cuts
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.planner import IndexedPlanner, index_key
+from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.mix import Corpora
 from seqloader.plan.planners import node_bucket_index
 from test_plan_indexed import indexed_digest
@@ -173,6 +176,25 @@ def test_what_fixed_orders_do_not_take_is_refused_by_name(changes: dict, match: 
     kwargs = {"ordering": "sorted", "max_frames": 100, "planning": "indexed", **changes}
     with pytest.raises(OptionError, match=match):
         PlanOptions(**kwargs)
+
+
+@pytest.mark.parametrize("ordering", ["sorted", "sorted_reverse"])
+def test_a_sources_own_sort_key_is_refused_not_ignored(ordering: str) -> None:
+    """A source's ``order_lengths`` (RETURNN sorts OggZip corpora by ``int(duration * 100)``,
+    LibriSpeech by transcription length) is what global planning sorts by; the indexed sorted
+    orders sort by the length key, so they would give another order: refused by name (it was
+    ignored). Global planning sorts by it; orders that do not sort are unaffected."""
+    rng = np.random.default_rng(0)
+    lengths, by = {"data": rng.integers(1, 100, 30)}, rng.integers(1, 100, 30)
+    options = PlanOptions(ordering=ordering, max_seqs=4)
+    glob = Planner(PlanInputs(lengths, options, order_lengths=by)).global_plan(1, 1)
+    want = np.argsort(by if ordering == "sorted" else -by, kind="stable")
+    np.testing.assert_array_equal(by[glob.batches.seqs], by[want])
+    indexed = PlanInputs(lengths, replace(options, planning="indexed"), order_lengths=by)
+    with pytest.raises(OptionError, match=rf"ordering='{ordering}'.*order_lengths.*'global'"):
+        IndexedPlanner(indexed)
+    plain = replace(options, ordering="default", planning="indexed")
+    IndexedPlanner(PlanInputs(lengths, plain, order_lengths=by)).global_plan(1, 1)
 
 
 FIXED_CASES: dict[str, dict] = {

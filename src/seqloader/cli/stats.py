@@ -113,8 +113,9 @@ def run(args: argparse.Namespace) -> int:
             continue  # refused with a global mix or file pools (PlanOptions/Planner say why)
         if given.orders is not None and Ordering.parse(o).kind != "default":
             continue  # the source orders itself (RETURNN's CombinedDataset; Planner says why)
-        if opened.plan.planning == "indexed" and not _indexed_takes(opened.plan, o):
-            continue  # an ordering indexed planning refuses with these options (PlanOptions says why)
+        own_key = given.order_lengths is not None and o in ("sorted", "sorted_reverse")
+        if opened.plan.planning == "indexed" and (own_key or not _indexed_takes(opened.plan, o)):
+            continue  # refused with these options or the source's own sort key (planner says why)
         ordered = planner_for(src, replace(opened.plan, ordering=o), lengths)
         plan = ordered.global_plan(1, args.ranks)
         packed = opened.workers.layout == "packed"  # no padding delivered

@@ -304,6 +304,16 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
     if inputs.variants is not None:
         what, fix = VARIANTS_REFUSED
         refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
+    ordering = inputs.options.ordering
+    if inputs.order_lengths is not None and ordering in ("sorted", "sorted_reverse"):
+        raise OptionError(
+            f"planning='indexed' with ordering={ordering!r}: the source"
+            f"{' ' + inputs.origin if inputs.origin else ''} declares its own sort key "
+            "(order_lengths, e.g. RETURNN's int(duration * 100) or transcription lengths), which "
+            "indexed planning's sorted orders do not sort by (they sort by the length key, so "
+            "the order would differ from global planning's); use planning='global' for it, or "
+            "ordering='laplace:.N'"
+        )
     if inputs.pools is not None or inputs.orders is not None:
         raise OptionError(
             "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
