@@ -11,7 +11,7 @@ import sys
 import time
 
 from seqloader.cli.options import (
-    add_data_argument,
+    add_command,
     add_loader_options,
     add_output_options,
     non_negative_float,
@@ -31,8 +31,7 @@ BOTTLENECK_PCT = 50.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("bench", help=HELP, description=HELP + ".")
-    add_data_argument(p)
+    p = add_command(sub, "bench", HELP, data=True)
     p.add_argument(
         "--step-ms",
         type=non_negative_float,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from seqloader.cli.options import add_output_options, non_negative_float
+from seqloader.cli.options import add_command, add_output_options, non_negative_float
 from seqloader.cli.output import human, print_json
 from seqloader.sources.node_cache import (
     CachedStore,
@@ -22,13 +22,13 @@ HELP = "list the node's stores (metadata, verdicts, bucket indexes) and remove s
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "cache",
-        help=HELP,
-        description=HELP + f". Default folder: {cache_root()} ($XDG_CACHE_HOME/seqloader). "
-        "Without --clean only lists. --clean removes leftovers of builds that died, incomplete "
-        "files, and the stores the rules below select; a store being built (its lock held) is "
-        "never removed.",
+        HELP,
+        f"Default folder: {cache_root()} ($XDG_CACHE_HOME/seqloader). Without --clean only "
+        "lists. --clean removes leftovers of builds that died, incomplete files, and the stores "
+        "the rules below select; a store being built (its lock held) is never removed.",
     )
     p.add_argument(
         "--dir",

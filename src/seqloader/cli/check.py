@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from seqloader.cli.options import (
-    add_data_argument,
+    add_command,
     add_loader_options,
     add_output_options,
     open_data,
@@ -23,14 +23,15 @@ HELP = "verify exactly-once, equal steps and worker independence for W ranks x N
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "check",
-        help=HELP,
-        description=HELP + ". Simulates all ranks and workers from the plan (nothing is read or "
+        HELP,
+        "Simulates all ranks and workers from the plan (nothing is read or "
         "started) and prints per-rank steps, sequences, frames, padding and filtered. Exit code "
         "1 when a contract fails.",
+        data=True,
     )
-    add_data_argument(p)
     p.add_argument("--world-size", type=positive_int, default=1, metavar="W", help="ranks")
     p.add_argument(
         "--epochs",

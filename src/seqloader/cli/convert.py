@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from seqloader.cli.config import HDF_SUFFIXES, load_data
-from seqloader.cli.options import add_output_options
+from seqloader.cli.options import add_command, add_output_options
 from seqloader.cli.output import human, print_json, progress_bar
 from seqloader.errors import OptionError
 from seqloader.sources.base import Schema, Source, read_batch
@@ -37,7 +37,7 @@ SHARD_LAYOUTS = ("shar", "nemo", "webdataset")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("convert", help=HELP, description=HELP + ".")
+    p = add_command(sub, "convert", HELP)
     p.add_argument(
         "input",
         type=Path,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from seqloader.cli.convert import CountingSource
-from seqloader.cli.options import add_output_options, non_negative_int, positive_int
+from seqloader.cli.options import add_command, add_output_options, non_negative_int, positive_int
 from seqloader.cli.output import print_json, progress
 from seqloader.errors import DataError
 from seqloader.sources.base import Source
@@ -28,7 +28,7 @@ DEFAULT_CACHE = Path(".cache/seqloader-demo")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("demo", help=HELP, description=HELP + ".")
+    p = add_command(sub, "demo", HELP)
     p.add_argument(
         "--cache",
         type=Path,

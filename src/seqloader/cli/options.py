@@ -361,6 +361,24 @@ WORKER_FLAGS: tuple[tuple[str, str, dict], ...] = (
 NUM_WORKERS_HELP = "DataLoader worker processes per rank"
 
 
+def add_command(
+    sub: argparse._SubParsersAction, name: str, summary: str, details: str = "", data: bool = False
+) -> argparse.ArgumentParser:
+    """The subcommand ``name``: ``summary`` in ``seqloader --help``'s list, and atop its own
+    ``--help`` followed by ``details`` (one rule for every command's texts); ``data``: it reads
+    DATA (``add_data_argument``, its first argument).
+
+    >>> sub = argparse.ArgumentParser(prog="seqloader").add_subparsers()
+    >>> add_command(sub, "x", "do x", "Slowly.").description
+    'do x. Slowly.'
+    """
+    description = f"{summary}. {details}" if details else f"{summary}."
+    parser = sub.add_parser(name, help=summary, description=description)
+    if data:
+        add_data_argument(parser)
+    return parser
+
+
 def add_data_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "data",

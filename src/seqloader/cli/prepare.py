@@ -7,7 +7,7 @@ import argparse
 import time
 
 from seqloader.cli.options import (
-    add_data_argument,
+    add_command,
     add_loader_options,
     add_output_options,
     open_data,
@@ -22,14 +22,15 @@ HELP = (
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser(
+    p = add_command(
+        sub,
         "prepare",
-        help=HELP,
-        description=HELP + ". Run it once per node (or on a shared cache) with the options the "
+        HELP,
+        "Run it once per node (or on a shared cache) with the options the "
         "job's SeqLoader gets; a second run finds everything. 'seqloader cache' lists and "
         "cleans the stores.",
+        data=True,
     )
-    add_data_argument(p)
     add_loader_options(p, workers=False)
     add_output_options(p)
     return p

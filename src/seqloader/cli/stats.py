@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from seqloader.cli.options import (
-    add_data_argument,
+    add_command,
     add_loader_options,
     add_output_options,
     open_data,
@@ -41,8 +41,7 @@ EPOCHS_SHOWN = 4  # epochs whose per-corpus slot counts stats shows for a mix
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("stats", help=HELP, description=HELP + ".")
-    add_data_argument(p)
+    p = add_command(sub, "stats", HELP, data=True)
     p.add_argument(
         "--frame-rate",
         type=float,
