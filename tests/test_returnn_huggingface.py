@@ -189,11 +189,15 @@ def test_local_parquet_and_sorting_by_data_length_as_returnn(
         np.testing.assert_array_equal(got_values[tag]["audio"], ref["audio"])
 
 
-def test_audio_column_is_decoded_at_its_declared_rate(tmp_path: Path) -> None:
+@pytest.mark.parametrize("rate,cast", [(16000, True), (8000, False)])
+def test_audio_column_is_decoded_at_its_declared_rate(
+    tmp_path: Path, rate: int, cast: bool
+) -> None:
     """An ``Audio`` column (``decode=True``, as the published LoquaciousSet copy holds it): the
     samples of each row's file at the rate it declares, lengths planned from the headers.
     RETURNN cannot decode it here (``datasets`` >= 4 needs torchcodec), so this compares with the
-    file's own samples."""
+    file's own samples. Without a declared rate (LoquaciousSet's ``cast_columns`` names
+    ``sample_rate``, which ``datasets`` drops), the files' own rate, as ``datasets`` decodes."""
     import io
 
     import soundfile as sf
@@ -203,16 +207,17 @@ def test_audio_column_is_decoded_at_its_declared_rate(tmp_path: Path) -> None:
     blobs = []
     for wave in waves:
         buf = io.BytesIO()
-        sf.write(buf, wave, 16000, format="FLAC")
+        sf.write(buf, wave, rate, format="FLAC")
         blobs.append({"bytes": buf.getvalue(), "path": None})
     table = datasets.Dataset.from_dict({"id": ["a", "b", "c"], "audio": blobs})
-    table = table.cast_column("audio", datasets.Audio(sampling_rate=16000))
+    table = table.cast_column("audio", datasets.Audio(sampling_rate=16000 if cast else None))
     table.save_to_disk(str(tmp_path / "audio"))
     config = tmp_path / "audio.config"
     config.write_text(
         "#!rnn.py\nbackend = 'torch'\n"
         f"train = {{'class': 'HuggingFaceDataset', 'dataset_opts': {str(tmp_path / 'audio')!r}, "
-        "'seq_tag_column': 'id', 'data_format': {'audio': {'dtype': 'float32', 'shape': [None]}}}\n"
+        "'seq_tag_column': 'id', 'data_format': {'audio': {'dtype': 'float32', 'shape': [None]}}, "
+        "'cast_columns': {'audio': {'_type': 'Audio', 'sample_rate': 16000}}}\n"
         "batch_size = 100000\nmax_seqs = 2\n"
     )
     loader = from_returnn_config(config)["train"]

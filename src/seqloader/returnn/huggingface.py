@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from seqloader.adapters.hf import HFSource
-from seqloader.audio.manifest import StringTable
+from seqloader.audio.keys import AudioOptions
+from seqloader.audio.manifest import StringTable, import_soundfile
 from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
 from seqloader.sources.base import KeySpec, LoaderNeeds, Source, SourceBase, fingerprint_of
@@ -198,7 +199,12 @@ def huggingface(where: str, opts: dict[str, Any]) -> tuple[Source, None, np.ndar
                 )
     hf = None
     if hf_keys:
-        hf = HFSource(table, {inner: key for key, inner in hf_keys.items()}, dataset.seq_tag_column)
+        options = None
+        audio = [key for key, inner in hf_keys.items() if inner == "audio"]
+        if audio and table.features[audio[0]].sampling_rate is None:
+            options = AudioOptions(sample_rate=_native_rate(where, audio[0], table, datasets))
+        keys = {inner: key for key, inner in hf_keys.items()}
+        hf = HFSource(table, keys, dataset.seq_tag_column, options=options)
     bounds = None
     if files is not None:
         rows = [datasets.Dataset.from_file(f).num_rows for f in files]
@@ -260,6 +266,29 @@ def _local(
             f"(RETURNN would download it from the hub); {LOCAL_FIX}"
         )
     raise OptionError(f"{where}: dataset_opts {value!r}: not a local dataset; {LOCAL_FIX}")
+
+
+def _native_rate(where: str, key: str, table: Any, datasets: Any) -> int:
+    """The one rate of an ``Audio`` column that declares none (``datasets`` then decodes every file
+    at its own rate), from the file headers."""
+    import io
+
+    sf = import_soundfile()
+    raw = table.cast_column(key, datasets.Audio(decode=False)).with_format(None)[key]
+    rates: dict[int, int] = {}
+    for row, value in enumerate(raw):
+        data = value.get("bytes")
+        info = sf.info(io.BytesIO(data) if data else value["path"])
+        rates.setdefault(int(info.samplerate), row)
+    if len(rates) > 1:
+        seen = ", ".join(f"{r} Hz (row {row})" for r, row in sorted(rates.items()))
+        raise OptionError(
+            f"{where}: column {key!r} declares no sampling rate and its files have several: "
+            f"{seen}; RETURNN hands each out at its own rate, one source delivers one. Cast it "
+            f"to one: cast_columns={{{key!r}: {{'_type': 'Audio', 'sampling_rate': 16000}}}} "
+            "(datasets' field is 'sampling_rate'; an unknown 'sample_rate' is dropped)"
+        )
+    return next(iter(rates), 16000)
 
 
 def _file_names(files: Any) -> list[str]:
