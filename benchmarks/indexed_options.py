@@ -48,6 +48,8 @@ CASES: dict[str, dict] = {
     "max_packed_frames=15000": {"max_packed_frames": 15_000},
     # "files": the corpus cut into that many files of equal sequence counts
     "files + uneven=drop": {"distribution": "files", "uneven": "drop", "files": 4096},
+    # "selection": epoch 1 keeps the sequences whose index % 10 is below it (a subdirs selection)
+    "epoch selection (subdirs: 60 %)": {"selection": 6},
     "random_seed_offset + epoch_wise_filter + partition_epoch=2 (4 ranks)": {
         "distribution": "random_seed_offset",
         "epoch_wise_filter": {"(1, 1)": {"max_mean_len": 700}},
@@ -78,7 +80,7 @@ CASES: dict[str, dict] = {
     },
 }
 #: keys of a case that are not plan options
-NOT_OPTIONS = ("world", "files")
+NOT_OPTIONS = ("world", "files", "selection")
 
 
 def plan_options(case: dict, planning: str) -> object:
@@ -98,6 +100,16 @@ def file_bounds(case: dict, n: int) -> np.ndarray | None:
     if "files" not in case:
         return None
     return np.linspace(0, n, int(case["files"]) + 1).astype(np.int64)
+
+
+def selections(case: dict, n: int) -> tuple:
+    """The case's epoch selections (``"selection": K``: epoch 1 keeps indices with ``i % 10 < K``)."""
+    from seqloader.plan.selections import EpochSelection
+
+    if "selection" not in case:
+        return ()
+    keep = np.arange(n) % 10 < int(case["selection"])
+    return (EpochSelection(1, 1, keep, f"subdirs (i % 10 < {case['selection']})"),)
 
 
 def index_store(store: str, n: int, name: str, case: dict, folder: str) -> str:
@@ -130,14 +142,22 @@ def child(config: dict) -> dict:
     world = config.get("world", 1024)
     rank = min(517, world - 1)
     options = plan_options(config["case"], config["planning"])
+    # the source's declared inputs (its file layout, its selections' masks): made before timing
+    files = file_bounds(config["case"], len(lengths))
+    chosen = selections(config["case"], len(lengths))
     before = _status()
     t0 = time.perf_counter()
     index = None
     if config["planning"] == "indexed":
         cols = ColumnStore(config["index"])  # the node's index, memory-mapped
         index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
-    files = file_bounds(config["case"], len(lengths))
-    planner = make_planner({"data": lengths}, options, files=files, index=index)  # type: ignore[arg-type]
+    planner = make_planner(
+        {"data": lengths},
+        options,  # type: ignore[arg-type]
+        files=files,
+        index=index,
+        selections=chosen,
+    )
     plan = planner.global_plan(1, world)
     share = plan.rank_share(rank)
     t1 = time.perf_counter()
