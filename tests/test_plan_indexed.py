@@ -479,6 +479,13 @@ INDEXED_CASES: dict[str, dict] = {
         "world": 3,
         "elastic": (3, 2),
     },
+    "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": {
+        "options": {"ordering": "laplace:.8", "max_frames": {"data": 600, "classes": 900},
+                    "max_seqs": 12, "uneven": "pad", "seed": 7, "chunking": {"data": (60, 30)}},
+        "classes": True,
+        "world": 4,
+        "elastic": (2, 3),
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -492,7 +499,8 @@ INDEXED_CASES: dict[str, dict] = {
 # WINDOW_BATCHES batches (SortedWindows; `files`: within each unit): every case moved.
 # Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved);
 # so were the `files` + uneven="drop" cases (refused before).
-# chunked random_seed_offset, files and epoch_wise_filter added later, likewise (refused before).
+# chunked random_seed_offset, files, epoch_wise_filter and other keys' limits added later,
+# likewise (refused before).
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
@@ -508,6 +516,7 @@ INDEXED_GOLDEN = {
     "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "ca159e6ba9e3b7add8d39278b0a37d617095698d9952682b5a1b1f286061b986",
     "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "dc1b6e5986529aeb97a1fa2de62a236b6eae601f8dbe7e38fce9afae2d683604",
     "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "7bff8d3a6e454edc5920cce101ad71a08b7b8cb39726c6f68f339f8f1bc82a3f",
+    "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "7aad94f86fc43646d4c09acd144b7e8f32a497e8a7926c15d0c862798609667c",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/5"
 
@@ -519,7 +528,10 @@ def indexed_digest(case: dict) -> str:
     files = np.array(case["files"]) if "files" in case else None
     options = PlanOptions(**case["options"], planning="indexed")
     corpora = Corpora(("a", "b", "c"), np.array([0, 120, 250, 300])) if options.mix else None
-    planner = IndexedPlanner({"data": lengths}, options, files=files, corpora=corpora)
+    keys = {"data": lengths}
+    if case.get("classes"):  # a second key, a third of the length (other keys' limits)
+        keys["classes"] = lengths // 3
+    planner = IndexedPlanner(keys, options, files=files, corpora=corpora)
     plans = [planner.global_plan(epoch, case["world"]) for epoch in (1, 2)]
     if "elastic" in case:
         steps, world = case["elastic"]

@@ -15,11 +15,11 @@ import pickle
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts
-from seqloader.errors import OptionError, ResumeError
+from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.indexed import IndexedPlanner, index_key
 from seqloader.plan.position import check_reachable
@@ -243,6 +243,49 @@ def test_epoch_wise_filter_keeps_global_plannings_sequences_and_plans_their_chun
         )
     worlds = case["worlds"]
     check_plan_contracts(lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [1, 2])
+
+
+@settings(max_examples=50, deadline=None)
+@given(cases(), st.integers(20, 400), st.sampled_from(["max_frames", "max_packed_frames"]))
+def test_limits_on_other_keys_hold_by_window(case: dict, limit: int, name: str) -> None:
+    """A limit on the other key (chunked with the length key, or carried whole by every chunk):
+    every batch within it by each slot's window in that key (``ChunkBuckets.window_max`` per
+    chunk bucket); a first chunk over it alone is refused naming the sequence; every contract."""
+    if "classes" not in case["lengths"]:  # chunked as "data" (every key): as long, as many
+        case = {**case, "lengths": {**case["lengths"], "classes": case["lengths"]["data"] + 0}}
+    # buckets:N and a quadratic cost take no per-key or packed limits (refused by name)
+    kwargs = {**case["kwargs"], "batch_cost": "frames"}
+    if kwargs["ordering"].startswith("buckets"):
+        kwargs["ordering"] = "laplace:.7"
+    if name == "max_frames":
+        kwargs["max_frames"] = {"data": kwargs["max_frames"] or 10**9, "classes": limit}
+    else:
+        kwargs["max_packed_frames"] = {"classes": limit}
+    case = {**case, "kwargs": kwargs}
+    try:
+        indexed(case)
+    except SequenceTooLongError as e:  # a first chunk in "classes" over the limit alone
+        event("refused: a chunk over the limit alone")
+        assert "'classes'" in str(e)
+        with pytest.raises(SequenceTooLongError):
+            greedy(case)
+        return
+
+    def each_plan(planner: IndexedPlanner, epoch: int, plan) -> None:
+        b = plan.batches
+        if not len(b):
+            return
+        window = planner.chunks.window("classes", planner.chunks.whole["classes"][b.seqs], b.chunks)
+        sizes = np.diff(b.bounds)
+        if name == "max_frames":
+            assert (sizes * np.maximum.reduceat(window, b.bounds[:-1])).max() <= limit
+        else:
+            assert np.add.reduceat(window, b.bounds[:-1]).max() <= limit
+
+    worlds = case["worlds"]
+    check_plan_contracts(
+        lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [1], each_plan=each_plan
+    )
 
 
 def files_case(case: dict, data: st.DataObject) -> tuple[dict, np.ndarray]:

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts
-from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
+from seqloader.errors import ResumeError, SequenceTooLongError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.planner import IndexedPlanner
@@ -313,11 +313,9 @@ def test_limits_the_indexed_plan_cannot_keep_are_refused_by_name() -> None:
     )
     with pytest.raises(SequenceTooLongError, match=r"sequence 5 .*'classes'.*\{'classes': 5\}"):
         IndexedPlanner(lengths, per_key)
-    chunked = PlanOptions(
-        **{**per_key.to_dict(), "max_frames": {"*": 500}, "chunking": {"data": (10, 5)}}
-    )
-    with pytest.raises(OptionError, match=r"chunking with limits on other keys.*\['classes'\]"):
-        IndexedPlanner(lengths, chunked)
+    chunked = PlanOptions(**{**per_key.to_dict(), "chunking": {"data": (10, 5)}})  # taken
+    with pytest.raises(SequenceTooLongError, match=r"sequence 5 .*'classes'.*\{'classes': 5\}"):
+        IndexedPlanner(lengths, chunked)  # classes not chunked: a chunk carries it whole
     quadratic = PlanOptions(  # taken (test_plan_indexed_limits); a sequence over it refused
         ordering="laplace",
         max_frames=5000,

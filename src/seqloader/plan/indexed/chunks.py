@@ -200,6 +200,28 @@ class ChunkBuckets:
             return self.cell_bucket
         return np.searchsorted(self.starts, self.cell_end - 1, side="right") - 1  # none empty
 
+    def window_max(self, class_longest: np.ndarray, chunking: tuple[int, int] | None) -> np.ndarray:
+        """The longest window per chunk bucket in another key, from that key's longest length
+        per length class (``class_longest``, int64 ``[G]``) -> int64 ``[N]``: a cell's chunks
+        ``lo, lo + 1, ...`` are at most ``min(size, longest - lo * step)`` long in a key chunked
+        ``(size, step)`` (later windows only shorter), the whole length in a key not chunked.
+
+        >>> classes = BucketIndex(np.array([1, 0, 2, 3]), np.array([0, 1, 3, 4]),
+        ...     np.array([300, 900, 1200]), np.array([900, 1200]))
+        >>> cb = ChunkBuckets.of(classes, 500, 250, 0, lambda v, c: np.array([500]))
+        >>> cb.window_max(np.array([30, 95, 120]), (50, 25)).tolist()  # text at 1/10 the rate
+        [45, 50]
+        >>> cb.window_max(np.array([30, 95, 120]), None).tolist()  # not chunked: whole
+        [120, 120]
+        """
+        top = np.asarray(class_longest, dtype=np.int64)[self.cell_class]  # [C]
+        if chunking is not None:
+            size, step = chunking
+            top = np.clip(np.minimum(size, top - self.cell_lo * step), 0, None)
+        out = np.zeros(len(self.longest), dtype=np.int64)
+        np.maximum.at(out, self.cell_buckets(), top)
+        return out
+
     def class_cells(self) -> tuple[np.ndarray, np.ndarray]:
         """Per length class its cells' buckets and widths, padded -> (bucket int64 ``[G, R]``,
         width int64 ``[G, R]``; width 0 where a class has fewer cells): what one sequence of the

@@ -577,24 +577,25 @@ class IndexedPlanner:
         """Per-key limits on other keys than the length key (``max_frames={...}``, ``"*"``,
         ``max_packed_frames``): each bucket's batch size also fits ``budget // longest`` of
         that key's lengths in the bucket (its longest per bucket: one pass over the members,
-        O(n) on every rank, as the node's index keeps only the length key's); a sequence whose
-        key alone is over the limit fits no batch: refused naming it."""
+        O(n) on every rank, as the node's index keeps only the length key's; chunked: the
+        longest window of that key per chunk bucket, ``ChunkBuckets.window_max``, from its
+        longest length per length class); a sequence (chunked: a first chunk) whose key alone
+        is over the limit fits no batch: refused naming it."""
         others = {k: b for k, b in key_budgets(limits).items() if k != self.length_key}
         if not others:
             return
-        if self.units is not None:
-            raise OptionError(
-                f"planning='indexed': chunking with limits on other keys than the length key "
-                f"({sorted(others)}) is not supported (a chunk's windows of other keys are not "
-                "bucketed); limit only the length key, or use planning='global' (the default)"
-            )
+        spec = self.chunks.spec if self.chunks is not None else {}
         for key, budget in sorted(others.items()):
             longest = _bucket_max(self.index, lengths[key])
+            if self.units is not None:  # per chunk bucket, the key's longest window
+                longest = self.units.window_max(longest, spec.get(key))
             if int(longest.max(initial=0)) > budget:
+                first = np.asarray(lengths[key])  # a sequence's first chunk is its longest
+                if key in spec:
+                    first = np.minimum(first, spec[key][0])
                 check_fit_alone(
-                    np.asarray(lengths[key]), self._mask, budget, self.options, key, tags,
-                    self.origin, keyed=True,
-                )  # fmt: skip
+                    first, self._mask, budget, self.options, key, tags, self.origin, keyed=True
+                )
             fit = sizes_for_units(longest, self.options.max_seqs, budget)
             self.k = _tighter(self.k, fit)
 
