@@ -78,6 +78,9 @@ CASES: dict[str, dict] = {
         "distribution": "random_seed_offset",
         "world": 4,
     },
+    # random: greedy cuts of each epoch's keyed order, cut by every rank (plan/indexed/random_order.py)
+    "ordering=random": {"ordering": "random"},
+    "ordering=random partition_epoch=3": {"ordering": "random", "partition_epoch": 3},
 }
 #: keys of a case that are not plan options
 NOT_OPTIONS = ("world", "files", "selection")

@@ -328,7 +328,11 @@ def test_positions_inside_a_batch_are_refused() -> None:
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"ordering": "random"}, "ordering='random'"),
+        ({"ordering": "sort_bin_shuffle:.4"}, "ordering='sort_bin_shuffle:.4'"),
+        (
+            {"ordering": "random", "distribution": "random_seed_offset"},
+            "ordering='random' with distribution='random_seed_offset'",
+        ),
         ({"seeding": "returnn"}, "seeding"),
     ],
 )

@@ -161,10 +161,14 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
     [
         ({"distribution": "files"}, "ordering='sorted' with distribution='files'"),
         ({"mix": {"a": 1.0}}, r"ordering='sorted' with .*mix"),
+        ({"ordering": "random", "distribution": "files"}, "ordering='random' with distribution"),
+        ({"ordering": "random", "mix": {"a": 1.0}}, r"ordering='random' with .*mix"),
+        ({"ordering": "random", "chunking": 50}, "chunking"),
+        ({"ordering": "random", "epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise"),
+        ({"ordering": "random", "fixed_random_subset": 10}, "fixed_random_subset"),
         ({"chunking": 50}, "chunking"),
         ({"epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise_filter"),
         ({"fixed_random_subset": 10}, "fixed_random_subset"),
-        ({"ordering": "random"}, r"ordering='random'.*planning='global'"),
         (
             {"ordering": "sort_bin_shuffle:.4"},
             r"sort_bin_shuffle:.4'.*'laplace:.N'.*planning='global'",

@@ -353,18 +353,19 @@ class PlanOptions:
             return
         fix = "use planning='global' (the default) for it"
         kind = self._parsed.kind
-        fixed = kind in ("default", "reverse", "sorted", "sorted_reverse")  # indexed.fixed
+        # greedy cuts of one order: indexed.fixed, indexed.random_order
+        fixed = kind in ("default", "reverse", "sorted", "sorted_reverse", "random")
         if kind not in ("laplace", "buckets") and not fixed:  # plan.indexed.INDEXED_KINDS
             hint = {
-                "random": "a greedy cut of one random order is sequential over the whole epoch",
                 "sort_bin_shuffle": "it sorts the whole epoch before shuffling its bins; "
                 "'laplace:.N' (length bins in a random order, drawn per rank) is the indexed "
                 "ordering closest to it",
             }.get(kind.removesuffix("_x2"), "")
             raise OptionError(
                 f"planning='indexed': got ordering={self.ordering!r}, expected 'laplace...', "
-                "'buckets:N', 'default', 'reverse', 'sorted' or 'sorted_reverse' (indexed plans "
-                f"batch length buckets, or cut a fixed order once per node"
+                "'buckets:N', 'default', 'reverse', 'sorted', 'sorted_reverse' or 'random[:K]' "
+                "(indexed plans batch length buckets, or cut a fixed order once per node, or a "
+                f"keyed random order per epoch"
                 f"{'; ' + hint if hint else ''}); {fix}"
             )
         unsupported = [
@@ -378,8 +379,15 @@ class PlanOptions:
                     or self.fixed_random_subset is not None
                 ),
                 f"ordering={self.ordering!r} with distribution='files', mix, chunking, "
-                "epoch_wise_filter or fixed_random_subset (a fixed order's greedy cuts are made "
-                "once per node for the whole admitted corpus, sharded)",
+                "epoch_wise_filter or fixed_random_subset (a fixed or random order's greedy cuts "
+                "are made for the whole admitted corpus, sharded)",
+            ),
+            (
+                kind == "random" and self.distribution == "random_seed_offset",
+                f"ordering={self.ordering!r} with distribution='random_seed_offset' (each rank's "
+                "own random order cuts its own number of batches, and equal steps would need "
+                "every rank's cuts on every rank: O(world_size x n) per rank); use "
+                "distribution='shard' (one keyed random order, every rank its share)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (

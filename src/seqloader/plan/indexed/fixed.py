@@ -100,30 +100,58 @@ def fixed_cuts(
     >>> cuts.tolist(), starts.tolist()
     ([0, 2, 3, 0, 2], [0, 3, 5])
     """
-    keys = sorted({limits.length_key, *limits.padded, *limits.packed})
-    batcher = Batcher(limits, {k: np.zeros(0, dtype=np.int64) for k in keys})
+    batcher = cut_batcher(limits)
     out: list[np.ndarray] = []
     starts = [0]
     for part in range(parts):
         lo, hi = part_bounds(size, parts, part)
-        got = [np.zeros(1, dtype=np.int64)]
-        start, width = lo, block
-        while start < hi:
-            end = min(hi, start + width)
-            seqs = order(np.arange(start, end, dtype=np.int64))
-            ordered = {k: np.asarray(lengths[k][seqs], dtype=np.int64) for k in keys}
-            bounds = batcher.bounds_of(ordered)
-            if end < hi:
-                if len(bounds) <= 2:  # one batch to the block's end: it may go on
-                    width *= 2
-                    continue
-                bounds = bounds[:-1]  # the last batch may be cut by the block's end
-            got.append(bounds[1:] + (start - lo))
-            start += int(bounds[-1])
-        part_cuts = np.concatenate(got)
+        part_cuts = cut_positions(order, lo, hi, batcher, lengths, block)
         out.append(part_cuts)
         starts.append(starts[-1] + len(part_cuts))
     return np.concatenate(out).astype(np.int64), np.asarray(starts, dtype=np.int64)
+
+
+def cut_batcher(limits: BatchLimits) -> Batcher:
+    """Global planning's ``Batcher`` for ``limits`` (its lengths passed per block)."""
+    keys = sorted({limits.length_key, *limits.padded, *limits.packed})
+    return Batcher(limits, {k: np.zeros(0, dtype=np.int64) for k in keys})
+
+
+def cut_positions(
+    order: Callable[[np.ndarray], np.ndarray],
+    lo: int,
+    hi: int,
+    batcher: Batcher,
+    lengths: Mapping[str, np.ndarray],
+    block: int = _BLOCK,
+) -> np.ndarray:
+    """Greedy batch bounds of positions ``lo .. hi`` of the order, relative to ``lo`` -> int64
+    ``[batches + 1]``: a block of positions at a time (memory: a few blocks), each block's
+    last batch left to the next block unless it is the end (greedy batching is memoryless, so
+    restarting at a batch's first sequence cuts what one pass cuts).
+
+    >>> from seqloader.plan.cost import BatchCost
+    >>> limits = BatchLimits.of(2, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> ones = {"data": np.ones(9, np.int64)}
+    >>> cut_positions(lambda p: p, 2, 7, cut_batcher(limits), ones, block=3).tolist()
+    [0, 2, 4, 5]
+    """
+    keys = batcher.keys
+    got = [np.zeros(1, dtype=np.int64)]
+    start, width = lo, block
+    while start < hi:
+        end = min(hi, start + width)
+        seqs = order(np.arange(start, end, dtype=np.int64))
+        ordered = {k: np.asarray(lengths[k][seqs], dtype=np.int64) for k in keys}
+        bounds = batcher.bounds_of(ordered)
+        if end < hi:
+            if len(bounds) <= 2:  # one batch to the block's end: it may go on
+                width *= 2
+                continue
+            bounds = bounds[:-1]  # the last batch may be cut by the block's end
+        got.append(bounds[1:] + (start - lo))
+        start += int(bounds[-1])
+    return np.concatenate(got).astype(np.int64)
 
 
 class _Sizes:
@@ -185,7 +213,9 @@ class FixedDraw:
     """The ``Draw`` of a fixed ordering's part: slot ``p`` of batch ``g`` is position
     ``lo + bounds[g] + p`` of the full epoch's order (``lo``: the part's first position)."""
 
-    def __init__(self, order: FixedOrder, bounds: np.ndarray, lo: int) -> None:
+    def __init__(
+        self, order: Callable[[np.ndarray], np.ndarray], bounds: np.ndarray, lo: int
+    ) -> None:
         self.order, self.bounds, self.lo = order, bounds, lo
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:

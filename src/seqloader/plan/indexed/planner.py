@@ -88,6 +88,8 @@ from seqloader.plan.indexed.fixed import (
     BoundsTable,
     FixedDraw,
     FixedOrder,
+    cut_batcher,
+    cut_positions,
     fixed_cuts,
     fixed_edges,
 )
@@ -114,6 +116,7 @@ from seqloader.plan.indexed.plan import (
     SortedWindows,
     ranges,
 )
+from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import CorpusProgress, EpochMix, mixed_corpora
@@ -126,6 +129,7 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_FILES,
     PURPOSE_INDEXED_FILES_ORDER,
     PURPOSE_INDEXED_MEMBERS,
+    PURPOSE_INDEXED_ORDER,
     PURPOSE_INDEXED_RANK,
     PURPOSE_INDEXED_RUNS,
     rng_for,
@@ -137,8 +141,9 @@ from seqloader.plan.variants import VARIANTS_REFUSED
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
 INDEXED_ALGORITHM = "seqloader-plan-indexed/5"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
-#: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches
-INDEXED_KINDS = ("laplace", "buckets", *FIXED_KINDS)
+#: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` cuts
+#: them on the keyed order of each epoch (``seqloader.plan.indexed.random_order``)
+INDEXED_KINDS = ("laplace", "buckets", *FIXED_KINDS, "random")
 #: ``files``: a rank's neighbouring buckets are merged until each group holds this many full
 #: batches (fewer short last batches when a rank has few sequences; a little more padding)
 MERGE_BATCHES = 4
@@ -294,6 +299,8 @@ def index_key(options: PlanOptions) -> str:
                 if options.parsed_ordering.kind in FIXED_KINDS
                 else {}
             ),
+            # random: one bucket of the admitted sequences (its cuts are made per epoch)
+            **({"random": True} if options.parsed_ordering.kind == "random" else {}),
         },
         sort_keys=True,
     )
@@ -364,6 +371,9 @@ class IndexedPlanner:
         self._fixed = options.parsed_ordering.kind in FIXED_KINDS
         self._limits, self._batch_lengths = limits, {**lengths, key: main}
         self._fixed_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
+        #: random: the greedy cuts of each epoch's keyed order, the last (epoch, order rank) kept
+        self._random = options.parsed_ordering.kind == "random"
+        self._random_kept: tuple[tuple[int, int], tuple[BoundsTable, FixedDraw]] | None = None
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
@@ -418,7 +428,7 @@ class IndexedPlanner:
             (f"distribution={o.distribution!r}", self.files is not None),
             ("mix", o.mix is not None),
             ("chunking", o.chunking is not None),
-            (f"ordering={o.ordering!r}", self._fixed),
+            (f"ordering={o.ordering!r}", self._fixed or self._random),
         ]
         named = [name for name, on in clashes if on]
         if named:
@@ -439,8 +449,8 @@ class IndexedPlanner:
             adm = main if self._mask is None else main[self._mask]
             if self._chunking is not None:  # sequences by length: one bucket per length
                 index = build_bucket_index(main, length_counts(adm)[0][1:], self._mask)
-            elif self._fixed:  # the fixed order (seqloader.plan.indexed.fixed)
-                kind = self.options.parsed_ordering.kind
+            elif self._fixed or self._random:  # the order's index (indexed.fixed, random_order)
+                kind = "default" if self._random else self.options.parsed_ordering.kind
                 index = build_bucket_index(main, fixed_edges(adm, kind), self._mask)
             else:
                 adm_costs = self.costs if self._mask is None else self.costs[self._mask]
@@ -486,6 +496,30 @@ class IndexedPlanner:
         bounds = self.index.cuts[a:b]
         self._fixed_kept = (part, (BoundsTable(bounds), FixedDraw(order, bounds, lo)))
         return self._fixed_kept[1]
+
+    def _random_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, FixedDraw]:
+        """``random``: sub-epoch ``ep``'s batch table and draw, the greedy cuts of its part of
+        the full epoch's keyed order (``RandomOrder``), cut here in blocks: O(n / P) time per
+        part, the part's bounds held (kept for the last (epoch, order rank) asked)."""
+        kept = self._random_kept
+        if kept is not None and kept[0] == (ep.epoch, order_rank):
+            return kept[1]
+        words = (*self._head_of(order_rank), PURPOSE_INDEXED_ORDER, self._seed_epoch(ep))
+        order = RandomOrder(self.index, words)
+        lo, hi = part_bounds(order.size, self.options.partition_epoch, ep.part)
+        batcher = cut_batcher(self._limits)
+        bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
+        self._random_kept = (
+            (ep.epoch, order_rank),
+            (BoundsTable(bounds), FixedDraw(order, bounds, lo)),
+        )
+        return self._random_kept[1]
+
+    def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, FixedDraw]:
+        """The fixed or random ordering's sub-epoch: its greedy batch table and draw."""
+        if self._random:
+            return self._random_part(ep, order_rank)
+        return self._fixed_part(ep.part)
 
     def _chunk_file_table(self, index: BucketIndex, units: ChunkBuckets) -> BucketIndex:
         """Chunked ``files``: ``index`` with the per-(file, chunk bucket) chunk counts and the
@@ -630,6 +664,8 @@ class IndexedPlanner:
             ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
         if self._fixed:
             ok = ok and self._fixed_index_ok(index, admitted)
+        if self._random:  # one bucket: the admitted sequences
+            ok = ok and len(index.edges) == 0
         ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
         if self.files is not None and self._chunking is None:  # chunked: _chunk_file_table
             table = index.file_counts
@@ -711,9 +747,9 @@ class IndexedPlanner:
         """(sequences per bucket in the sub-epoch, their offset in the full epoch's list, batch
         size per bucket) -> int64 ``[N]`` each."""
         parts = self.options.partition_epoch
-        if self._fixed:  # one "bucket": the part's order (seqloader.plan.indexed.fixed)
+        if self._fixed or self._random:  # one "bucket": the part's order (indexed.fixed)
             one = np.ones(1, dtype=np.int64)
-            return one * self._fixed_part(ep.part)[0].num_seqs, one * 0, one
+            return one * self._cut_part(ep, order_rank)[0].num_seqs, one * 0, one
         if isinstance(self.mix, IndexedMix):  # every (bucket, corpus) segment cut on its own
             counts = self.mix.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
             lo = np.zeros_like(counts)
@@ -832,8 +868,8 @@ class IndexedPlanner:
         with; only ``buckets:N`` depends on it; ``order_rank``: the rank's own under
         ``random_seed_offset``)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
-        if self._fixed:
-            return self._fixed_part(ep.part)[0]
+        if self._fixed or self._random:
+            return self._cut_part(ep, order_rank)[0]
         counts, _, sizes = self._counts(ep, order_rank)
         ordering = self.options.parsed_ordering
         if ordering.is_buckets:
@@ -845,8 +881,8 @@ class IndexedPlanner:
         """The sub-epoch's slots by (bucket, position): the keyed member draw, sorted by length
         within windows of batches (``SortedWindows``; ``windows=False``: unsorted, for counts)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
-        if self._fixed:  # the batches are global planning's: nothing to sort within
-            return self._fixed_part(ep.part)[1]
+        if self._fixed or self._random:  # greedy batches: nothing to sort within
+            return self._cut_part(ep, order_rank)[1]
         counts, offsets, sizes = self._counts(ep, order_rank)
         draw: Draw
         cut = self._epoch_cut(ep, order_rank)
@@ -1326,7 +1362,7 @@ class IndexedPlanner:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         without every rank's batches (``seqloader.plan.indexed.imbalance``): ``shard`` off the
         batch table (milliseconds), ``files`` from counts, rank by rank."""
-        if self._fixed:  # a table bucket is a run of batches: costs from the real lengths
+        if self._fixed or self._random:  # a table bucket is a batch: costs from real lengths
             return PlannedImbalance(partial(rankwise_imbalance, plan, self.costs, from_step))
         costs = bucket_costs(self)
         if isinstance(plan, IndexedPlan):

@@ -1,0 +1,215 @@
+"""``planning="indexed"`` with ``ordering="random"`` / ``"random:K"``
+(``seqloader.plan.indexed.random_order``; hypothesis, pure numpy).
+
+The batches are greedy cuts of one random order of the admitted sequences, what global
+planning's ``Batcher`` cuts on that order; the order is the indexed planner's keyed permutation
+of the full epoch (seed, full epoch after ``:K`` grouping), its sub-epoch parts those of global
+planning (``part_bounds``); ``random_seed_offset`` is refused (a rank's own order has its own
+batch count). Every contract
+holds (``check_plan_contracts``: exactly once in plan order, equal steps, a rank's share alone,
+determinism, ``simulate`` over workers, resume chains ``W -> W' -> W''``).
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plan_contracts import check_plan_contracts
+from seqloader.errors import OptionError
+from seqloader.plan import PlanOptions
+from seqloader.plan.epochs import EpochIndex, batch_limits, part_bounds
+from seqloader.plan.greedy.planner import Planner
+from seqloader.plan.indexed.bijection import Bijection
+from seqloader.plan.indexed.fixed import cut_batcher, cut_positions
+from seqloader.plan.indexed.planner import IndexedPlanner, index_key
+from seqloader.plan.limits import Batcher
+from seqloader.plan.seeding import PURPOSE_FIXED_ORDER, PURPOSE_INDEXED_ORDER
+from test_plan_indexed import indexed_digest
+from test_plan_indexed_fixed import cases as fixed_cases
+
+
+def as_random(case: dict, ordering: str, fixed_seed: int | None) -> dict:
+    """A fixed-order case (``test_plan_indexed_fixed.cases``: corpora, limits, filters, parts,
+    ``uneven``, worlds, cuts) as a ``random`` one, sharded (``random_seed_offset`` is refused)."""
+    options = {**case["options"], "ordering": ordering, "distribution": "shard"}
+    return {**case, "options": {**options, "fixed_random_seed": fixed_seed}}
+
+
+def cases() -> st.SearchStrategy[dict]:
+    orderings = st.sampled_from(["random", "random:2", "random:3"])
+    fixed_seeds = st.sampled_from([None, None, None, 4])
+    return st.builds(as_random, fixed_cases(), orderings, fixed_seeds)
+
+
+def indexed(case: dict) -> IndexedPlanner:
+    return IndexedPlanner(case["lengths"], PlanOptions(**case["options"], planning="indexed"))
+
+
+def greedy(case: dict) -> Planner:
+    return Planner(case["lengths"], PlanOptions(**case["options"]))
+
+
+def keyed_cuts(case: dict, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """The reference, built apart from the planner: the admitted sequences (global planning's
+    admission) in the keyed permutation of the full epoch, the sub-epoch's part of it, and the
+    greedy ``Batcher``'s bounds of that part -> (sequences, bounds)."""
+    options = PlanOptions(**case["options"])
+    admitted = greedy(case).admission.admitted  # ascending
+    ep = EpochIndex(epoch, options.partition_epoch)
+    if options.fixed_random_seed is not None:
+        head: tuple[int, ...] = (options.fixed_random_seed, PURPOSE_FIXED_ORDER)
+        seed_epoch = 0
+    else:
+        head, seed_epoch = (options.seed,), options.parsed_ordering.seed_epoch(ep.full_epoch)
+    m = len(admitted)
+    perm = Bijection(m, (*head, PURPOSE_INDEXED_ORDER, seed_epoch))(np.arange(m))
+    lo, hi = part_bounds(m, options.partition_epoch, ep.part)
+    order = admitted[perm.astype(np.int64)][lo:hi]
+    limits = batch_limits(options, list(case["lengths"]), "data")
+    return order, Batcher(limits, case["lengths"]).bounds(order)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cases())
+def test_batches_are_greedy_cuts_of_the_keyed_order_and_every_contract_holds(case: dict) -> None:
+    """On one rank each sub-epoch's batches are the greedy ``Batcher``'s cuts of the keyed
+    order's part (same sequences, same bounds);
+    global planning admits and filters the same sequences; the contracts hold on any world."""
+    planner, reference = indexed(case), greedy(case)
+    parts = planner.options.partition_epoch
+    for epoch in range(1, 2 * parts + 1):
+        got = planner.global_plan(epoch, 1).batches
+        seqs, bounds = keyed_cuts(case, epoch)
+        np.testing.assert_array_equal(got.seqs, seqs)
+        np.testing.assert_array_equal(got.bounds, bounds)
+        assert planner.order_size(epoch) == reference.order_size(epoch)
+    assert planner.filtered(1) == reference.filtered(1)
+    cut = case["cuts"][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: indexed(case), case["worlds"], cut, ordered=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(), st.integers(1, 6))
+def test_a_ranks_batches_are_batches_of_the_one_cut_list(case: dict, world: int) -> None:
+    """Every rank computes the same global cut list and keeps its own batches: each real batch
+    of a rank's share (``shard``, ``uneven`` pad/drop: no batch split) is one batch of the
+    greedy cuts of the keyed order, and the ranks' batches together are each used once."""
+    if case["options"]["uneven"] == "split":
+        case["options"]["uneven"] = "pad"
+    planner = indexed(case)
+    for epoch in range(1, planner.options.partition_epoch + 1):
+        seqs, bounds = keyed_cuts(case, epoch)
+        want = [tuple(seqs[a:b].tolist()) for a, b in pairwise(bounds)]
+        plan = planner.global_plan(epoch, world)
+        got: list[tuple[int, ...]] = []
+        for rank in range(world):
+            share = plan.rank_share(rank)
+            for a, b in pairwise(share.bounds.tolist()):
+                real = share.seqs[a:b][share.real[a:b]]
+                if len(real):
+                    got.append(tuple(real.tolist()))
+        assert set(got) <= set(want)
+        assert len(got) == len(set(got))
+        if case["options"]["uneven"] == "pad":
+            assert sorted(got) == sorted(want)
+
+
+@settings(max_examples=30, deadline=None)
+@given(cases(), st.integers(1, 40))
+def test_cutting_in_blocks_of_any_size_gives_the_same_bounds(case: dict, block: int) -> None:
+    """Greedy batching restarts exactly at a batch boundary: any block size, any part."""
+    options = PlanOptions(**case["options"])
+    seqs, bounds = keyed_cuts(case, 1)
+    limits = batch_limits(options, list(case["lengths"]), "data")
+    got = cut_positions(
+        lambda p: seqs[p], 0, len(seqs), cut_batcher(limits), case["lengths"], block
+    )
+    np.testing.assert_array_equal(got, bounds)
+
+
+def test_random_k_keeps_an_order_k_epochs_and_the_seed_moves_it() -> None:
+    """``random:K``: full epochs ``0..K-1`` share one order, the next K the next; another seed
+    is another order; one rank's plan differs from global planning's only in the order drawn
+    (the same admitted sequences)."""
+    lengths = {"data": np.random.default_rng(5).integers(1, 200, 600)}
+    base = {"max_frames": 2000, "planning": "indexed"}
+    planner = IndexedPlanner(lengths, PlanOptions(**base, ordering="random:2"))
+    orders = [planner.sub_epoch_order(e).tolist() for e in (1, 2, 3, 4)]
+    assert orders[0] == orders[1] and orders[2] == orders[3] and orders[0] != orders[2]
+    assert sorted(orders[0]) == list(range(600))
+    other = IndexedPlanner(lengths, PlanOptions(**base, ordering="random:2", seed=7))
+    assert other.sub_epoch_order(1).tolist() != orders[0]
+
+
+def test_the_index_is_the_admitted_sequences_and_keyed_apart_from_laplaces() -> None:
+    """``random``'s node index is one bucket of the admitted sequences (no cuts: they change
+    every epoch), under its own key; ``random:K`` and the seed share it."""
+    lengths = {"data": np.random.default_rng(3).integers(1, 90, 500)}
+    base = {"max_frames": 400, "planning": "indexed"}
+    planner = IndexedPlanner(lengths, PlanOptions(**base, ordering="random", min_seq_length=5))
+    index = planner.index
+    assert len(index.edges) == 0 and index.cuts is None
+    np.testing.assert_array_equal(index.members, np.flatnonzero(lengths["data"] >= 5))
+    keys = {index_key(PlanOptions(**base, ordering=o)) for o in ("random", "random:3", "laplace")}
+    assert len(keys) == 2
+    assert index_key(PlanOptions(**base, ordering="random", seed=9)) == index_key(
+        PlanOptions(**base, ordering="random")
+    )
+
+
+def test_random_seed_offset_is_refused_with_random_by_name() -> None:
+    """(``files``, ``mix``, chunking, ``epoch_wise_filter``, ``fixed_random_subset``: refused as
+    for the fixed orders, ``test_plan_indexed_fixed``.)"""
+    match = r"ordering='random' with distribution='random_seed_offset'.*distribution='shard'"
+    with pytest.raises(OptionError, match=match):
+        PlanOptions(ordering="random", distribution="random_seed_offset", planning="indexed")
+
+
+RANDOM_CASES: dict[str, dict] = {
+    "random W3 split": {
+        "options": {"ordering": "random", "max_seqs": 6, "max_frames": 1500, "seed": 1},
+        "world": 3,
+        "elastic": (4, 5),
+    },
+    "random:2 partition 2 W4 pad": {
+        "options": {"ordering": "random:2", "max_frames": 2000, "partition_epoch": 2,
+                    "uneven": "pad"},
+        "world": 4,
+    },
+    "random W2 drop, quadratic, filters": {
+        "options": {"ordering": "random", "max_frames": 40_000, "batch_cost": "quadratic:80",
+                    "max_seq_length": 350, "min_seq_length": 5, "uneven": "drop"},
+        "world": 2,
+        "elastic": (3, 3),
+        "elastic_again": (2, 1),
+    },
+    "random W3 packed, fixed_random_seed": {
+        "options": {"ordering": "random", "max_frames": 900, "batch_cost": "packed",
+                    "fixed_random_seed": 2},
+        "world": 3,
+    },
+}  # fmt: skip
+RANDOM_GOLDEN = {
+    "random W3 split": "aeda0857fad0bc5b8b37d67ee3a4dc5ffda1175954c6a66d967d1e3a0a172aaf",
+    "random:2 partition 2 W4 pad": (
+        "01c3526eeed64e4a9fb841e6e8ed228a0dbd1197d64894c2a915996e5475ee37"
+    ),
+    "random W2 drop, quadratic, filters": (
+        "a4eb8b815ea409175eefb8e0da55728825ec16e75924e41e8584d56c2dbc4a99"
+    ),
+    "random W3 packed, fixed_random_seed": (
+        "b144496f9f566649fed6a209e1e49c92de43ee21749ad005100bc3fc1bf91a15"
+    ),
+}
+
+
+def test_random_golden_plans_are_pinned() -> None:
+    """Added with ``random`` (refused before under indexed planning: no plan of the current
+    ``INDEXED_ALGORITHM`` moved); bump it and record anew if one changes."""
+    got = {name: indexed_digest(case) for name, case in RANDOM_CASES.items()}
+    assert got == RANDOM_GOLDEN, f"record: {got}"
