@@ -130,7 +130,9 @@ def auditor_payloads(planner, plan, position: Position, world: int, lose: int | 
 
 
 @pytest.mark.parametrize(
-    "extra", [{}, CHUNKED, {"planning": "indexed"}], ids=["whole", "chunked", "indexed"]
+    "extra",
+    [{}, CHUNKED, {"planning": "indexed"}, {"planning": "indexed", **CHUNKED}],
+    ids=["whole", "chunked", "indexed", "indexed chunked"],
 )
 def test_gathered_audit_checks_the_sub_epoch_after_elastic_resumes(extra: dict) -> None:
     """The all-ranks audit of a segment after 2 -> 3 ranks: what is due is the sub-epoch less
