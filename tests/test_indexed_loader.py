@@ -348,6 +348,27 @@ def test_chunked_random_seed_offset_with_dataloader_workers() -> None:
     check_own_orders(make, 2, [4, 3], 3)
 
 
+def test_chunked_files_plans_map_the_nodes_chunk_table(tmp_path, monkeypatch) -> None:
+    """Chunked ``files``: the node's file holds the chunks per (file, chunk bucket), mapped by
+    the next loader, which plans what an in-memory index plans."""
+    from seqloader.loading import bucket_store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10)
+    src = files_corpus(60, 2)
+    options = {**CHUNKED, "ordering": "laplace:.5", "distribution": "files"}
+    sl.SeqLoader(src, rank=1, world_size=2, **options)
+    mapped = sl.SeqLoader(src, rank=1, world_size=2, **options)
+    table = mapped.planner.index.file_counts
+    assert not table.flags.writeable  # a view of the node's mapped file
+    assert table.shape == (len(file_bounds(60, 2)) - 1, len(mapped.planner.bucket_counts))
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10**9)
+    in_memory = sl.SeqLoader(src, rank=1, world_size=2, **options)
+    a, b = (x.planner.global_plan(1, 2).rank_share(1) for x in (mapped, in_memory))
+    np.testing.assert_array_equal(a.seqs, b.seqs)
+    np.testing.assert_array_equal(a.chunks, b.chunks)
+
+
 def test_chunked_plans_map_the_nodes_length_index(tmp_path, monkeypatch) -> None:
     """Chunked: the node's file holds the sequences grouped by length (its own file, keyed by
     the chunking), mapped by the next loader, and plans what an in-memory index plans."""
