@@ -9,6 +9,8 @@ use tiny in-memory data (``MemorySource``, synthetic arrays, temporary files), s
 from __future__ import annotations
 
 import doctest
+import importlib
+import pkgutil
 import sys
 
 import numpy as np
@@ -51,3 +53,36 @@ def test_public_name_example_runs(name: str, tmp_path, monkeypatch) -> None:
 
 def test_every_name_is_checked() -> None:
     assert set(NAMES) | {"__version__"} == set(seqloader.__all__)
+
+
+def _module_examples() -> list[doctest.DocTest]:
+    """The ``>>>`` examples of every other docstring in the package (internal functions too): an
+    example that no longer runs says something wrong about the code beside it."""
+    public = {
+        f"{obj.__module__}.{obj.__qualname__}"
+        for obj in (getattr(seqloader, n) for n in NAMES)
+        if hasattr(obj, "__qualname__")
+    }
+    found = []
+    for info in pkgutil.walk_packages(seqloader.__path__, "seqloader."):
+        if info.name.endswith("__main__"):  # runs the command line on import
+            continue
+        module = importlib.import_module(info.name)
+        globs = {**vars(module), "np": np, "sl": seqloader}
+        finder = doctest.DocTestFinder(exclude_empty=True)
+        for test in finder.find(module, info.name, module=module, globs=globs):
+            if test.examples and test.name not in public:
+                found.append(test)
+    return sorted(found, key=lambda t: t.name)
+
+
+MODULE_EXAMPLES = _module_examples()
+
+
+@pytest.mark.parametrize("test", MODULE_EXAMPLES, ids=lambda t: t.name)
+def test_every_docstring_example_runs(test: doctest.DocTest, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    runner = doctest.DocTestRunner(optionflags=FLAGS)
+    out: list[str] = []
+    runner.run(test, out=out.append)
+    assert runner.failures == 0, "".join(out)

@@ -131,7 +131,9 @@ def admit_mask(
     -> a few indices): ``excluded`` (reason -> bool mask ``[n]``), then ``max_seq_length`` and
     ``min_seq_length``; the one admission of both planners, without an index array of ``n``.
 
-    >>> mask, filtered, _ = admit_mask({"x": np.array([3, 9, 5])}, "x", PlanOptions(max_seq_length=6))
+    >>> from seqloader.plan.options import PlanOptions
+    >>> lens = {"x": np.array([3, 9, 5])}
+    >>> mask, filtered, _ = admit_mask(lens, "x", PlanOptions(max_seq_length=6), None)
     >>> mask.tolist(), filtered
     ([True, False, True], {'x longer than max_seq_length=6': 1})
     """

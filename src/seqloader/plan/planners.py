@@ -93,6 +93,7 @@ def make_planner(
     """The planner ``options.planning`` asks for, from ``inputs`` (``PlanInputs``), or the short
     form ``make_planner(lengths, options, tags, files=...)``.
 
+    >>> from seqloader.plan.options import PlanOptions
     >>> planner = make_planner({"data": np.array([5, 3, 8, 2])}, PlanOptions(max_seqs=2))
     >>> planner.global_plan(1, world_size=2).steps
     1

@@ -43,7 +43,7 @@ def meta_seq_lists(where: str, spec: Any, keys: Iterable[str]) -> dict[str, list
     """``seq_list_file`` -> ``{dataset key: tags}`` for every sub-dataset in ``keys`` (all of equal
     length, as RETURNN asserts); None when not given.
 
-    >>> _ = open("speech.txt", "w").write("rec/1\nrec/2\n")
+    >>> _ = open("speech.txt", "w").write("rec/1\\nrec/2\\n")
     >>> meta_seq_lists("dev dataset (MetaDataset)", "speech.txt", ["speech", "text"])["text"]
     ['rec/1', 'rec/2']
     """

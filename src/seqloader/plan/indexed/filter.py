@@ -76,9 +76,13 @@ def mean_len_cut(
     ``[N]``) and ``sorted_lengths(b)``: bucket b's lengths ascending (asked for the few buckets
     the search probes).
 
+    RETURNN's search stops at the first ``num`` whose mean is over ``mean`` when the one below
+    is within it, and keeps that many (here the means of 1..4 are 1, 1.5, 4.3, 10.75: it keeps
+    4, as global planning's ``mean_len_selection`` does):
+
     >>> lens = {0: np.array([1, 2]), 1: np.array([10, 30])}
     >>> mean_len_cut(np.array([2, 2]), np.array([3, 40]), lens.__getitem__, 5.0)
-    3
+    4
     """
     m = int(counts.sum())
     if m == 0:

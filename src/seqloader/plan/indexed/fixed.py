@@ -38,8 +38,8 @@ def fixed_edges(admitted_lengths: np.ndarray, kind: str) -> np.ndarray:
     """Bucket edges of the order's index: every distinct admitted length for sorted kinds (one
     bucket per length), none otherwise (one bucket) -> int64.
 
-    >>> fixed_edges(np.array([5, 3, 5, 1]), "sorted").tolist(), fixed_edges(np.array([5]), "default")
-    ([3, 5], [])
+    >>> fixed_edges(np.array([5, 3, 5, 1]), "sorted").tolist(), fixed_edges(np.array([5]), "default").size
+    ([3, 5], 0)
     """
     if kind in ("sorted", "sorted_reverse"):
         return length_counts(admitted_lengths)[0][1:]
