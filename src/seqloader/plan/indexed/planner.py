@@ -367,13 +367,7 @@ class IndexedPlanner:
             main = main.astype(np.int64)
         self.lengths = self.order_lengths = main  # int32 memory-mapped views stay views
         self.budget = indexed_budget(limits := batch_limits(options, list(lengths), key), origin)
-        #: fixed orderings: the limits and lengths their greedy cuts batch by, the part kept
-        self._fixed = options.parsed_ordering.kind in FIXED_KINDS
-        self._limits, self._batch_lengths = limits, {**lengths, key: main}
-        self._fixed_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
-        #: random: the greedy cuts of each epoch's keyed order, the last (epoch, order rank) kept
-        self._random = options.parsed_ordering.kind == "random"
-        self._random_kept: tuple[tuple[int, int], tuple[BoundsTable, FixedDraw]] | None = None
+        self._take_cut_orders(options, limits, {**lengths, key: main})
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
@@ -415,6 +409,19 @@ class IndexedPlanner:
             self._file_counts = index.file_counts.sum(axis=1)
             self._file_frames = np.asarray(index.file_frames, dtype=np.int64)
         self._take_selections(i.selections)
+
+    def _take_cut_orders(
+        self, options: PlanOptions, limits: BatchLimits, lengths: Mapping[str, np.ndarray]
+    ) -> None:
+        """Orderings batched by global planning's greedy cuts (the fixed ones, random): the
+        limits and lengths the cuts batch by, and the last cut each kept."""
+        #: fixed orderings: the part kept
+        self._fixed = options.parsed_ordering.kind in FIXED_KINDS
+        self._limits, self._batch_lengths = limits, lengths
+        self._fixed_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
+        #: random: the greedy cuts of each epoch's keyed order, the last (epoch, order rank) kept
+        self._random = options.parsed_ordering.kind == "random"
+        self._random_kept: tuple[tuple[int, int], tuple[BoundsTable, FixedDraw]] | None = None
 
     def _take_selections(self, selections: Sequence[EpochSelection]) -> None:
         """Epoch selections (``seqloader.plan.selections``), applied to each sub-epoch's lists
