@@ -60,7 +60,13 @@ class ForkServer:
         """Exit code of the launch ``args`` (``env`` set in it), or None if it had not ended after
         ``timeout_s`` (its process tree is killed then)."""
         assert self.proc.stdin is not None
-        request = {"args": args, "console": str(console), "env": env}
+        request = {
+            "args": args,
+            "console": str(console),
+            "environ": dict(os.environ),
+            "cwd": os.getcwd(),
+            "env": env,
+        }
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         pid = self.answer("pid", timeout_s)
@@ -84,7 +90,10 @@ def run_forked(
     args: list[str], console: Path, timeout_s: float, env: dict[str, str] | None = None
 ) -> int:
     """``python launch_fork.py ARGS`` (output to ``console``, ``env`` added to its environment) as
-    a launch forked from the session's server: its exit code; a launch not ended after
+    a launch forked from the session's server: its exit code. The launch runs in this process's
+    environment and working directory as they are now (as a subprocess started here would), not in
+    the server's from when it started: a fixture's variables (``SEQLOADER_RETURNN_DATA``) reach it
+    whichever test started the server; a launch not ended after
     ``timeout_s`` is killed and fails the test."""
     global _server
     if _server is None or _server.proc.poll() is not None:

@@ -88,8 +88,10 @@ def launch(args: list[str]) -> int:
 
 def serve() -> int:
     """Launches on request, until stdin closes. A request is one JSON line on stdin, ``{"args":
-    [NPROC, ...], "console": PATH, "env": {NAME: VALUE}}`` (``env`` optional: set in the launch
-    only); the answers are JSON lines on stdout: ``{"pid": PID}`` of
+    [NPROC, ...], "console": PATH, "environ": {NAME: VALUE}, "cwd": PATH, "env": {NAME: VALUE}}``
+    (all but ``args`` and ``console`` optional: ``environ`` and ``cwd`` are the requester's, which
+    the launch takes instead of this server's, as a subprocess started by the requester would;
+    ``env`` is set on top); the answers are JSON lines on stdout: ``{"pid": PID}`` of
     the launch at once (to kill its tree on a hang), ``{"rc": CODE}`` when it has ended. Each
     launch is forked from this process, its output to the console file: the same ``launch`` as
     ``python launch_fork.py NPROC ...``, without a new interpreter importing torch. A rank script
@@ -112,7 +114,12 @@ def serve() -> int:
             os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
             os.dup2(console, 1)
             os.dup2(console, 2)
+            if "environ" in request:  # the requester's environment now, not the server's at start
+                os.environ.clear()
+                os.environ.update(request["environ"])
             os.environ.update(request.get("env", {}))
+            if "cwd" in request:
+                os.chdir(request["cwd"])
             try:
                 code = launch(args)
             except BaseException:
