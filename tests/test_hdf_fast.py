@@ -267,3 +267,32 @@ def test_returnn_reads_a_converted_file_like_the_original(tmp_path, returnn_chun
         assert a.get_tag(i) == b.get_tag(i)
         for k in ("data", "classes"):
             np.testing.assert_array_equal(a.get_data(i, k), b.get_data(i, k))
+
+
+@pytest.mark.parametrize("userblock", [0, 512])
+def test_a_superblock_with_moved_addresses_is_read_through_hdf5_never_mapped(tmp_path, userblock):
+    """The mapped reader takes HDF5's dataset offsets and reads the bytes there itself; with a
+    damaged base address HDF5 reads every address elsewhere (or refuses one past its end), and
+    with a damaged end-of-file address it refuses what lies past it, so such a file is read
+    through HDF5 alone. A user block (base address at 512, as HDF5 writes it) is still mapped."""
+    path = str(tmp_path / "x.hdf")
+    with h5py.File(path, "w", userblock_size=userblock) as f:
+        f.create_dataset("x", data=np.arange(60, dtype=np.float32).reshape(20, 3))
+    assert hdf_read.plain_superblock(path)
+    opened = hdf_read.OpenFile(path, {"x": "x"}, use_mmap=True)
+    assert opened.mapped_keys == ("x",)
+    opened.close()
+    raw = bytearray(open(path, "rb").read())
+    for field, change in ((24, 1), (40, -1)):  # base address, end-of-file address (superblock v0)
+        damaged = bytearray(raw)
+        value = int.from_bytes(damaged[userblock + field : userblock + field + 8], "little")
+        damaged[userblock + field : userblock + field + 8] = (value + change).to_bytes(8, "little")
+        bad = str(tmp_path / f"bad{field}.hdf")
+        open(bad, "wb").write(damaged)
+        assert not hdf_read.plain_superblock(bad)
+        try:
+            opened = hdf_read.OpenFile(bad, {"x": "x"}, use_mmap=True)
+        except (OSError, KeyError):  # HDF5 itself refuses the file: nothing is read from it
+            continue
+        assert opened.mapped_keys == ()
+        opened.close()

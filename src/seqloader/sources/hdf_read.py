@@ -222,12 +222,57 @@ def mappable(dset: h5py.Dataset) -> bool:
     return bool(tid.equal(h5py.h5t.py_create(dtype)))
 
 
+_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def plain_superblock(path: str) -> bool:
+    """Whether the file's superblock places every address where a mapped read looks for it: its
+    base address at the superblock itself (0 without a user block) and its end-of-file address at
+    the file's end, as every HDF5 writer leaves them. A damaged base or end address makes HDF5
+    read elsewhere or refuse (an address past the end) where the raw bytes would still be read
+    from the map, so such a file is read through HDF5 only, never mapped.
+
+    >>> import h5py
+    >>> with h5py.File("plain.hdf", "w") as f:
+    ...     _ = f.create_dataset("x", data=np.arange(6))
+    >>> plain_superblock("plain.hdf")
+    True
+    """
+    with open(path, "rb") as fh:
+        size = fh.seek(0, 2)
+        at = 0
+        while at + 64 <= size:  # HDF5 looks at 0, 512, 1024, 2048, ... (after a user block)
+            fh.seek(at)
+            head = fh.read(64)
+            if head[:8] == _SIGNATURE:
+                break
+            at = 512 if at == 0 else at * 2
+        else:
+            return False
+    version = head[8]
+    if version in (0, 1):
+        width, base_at = head[13], 24 + 4 * version  # v1 adds the indexed storage K (+4)
+    elif version in (2, 3):
+        width, base_at = head[9], 12
+    else:
+        return False
+    if width not in (2, 4, 8) or base_at + 3 * width > len(head):
+        return False
+
+    def field(i: int) -> int:
+        return int.from_bytes(head[base_at + i * width : base_at + (i + 1) * width], "little")
+
+    base, end = field(0), field(2)  # base, (free space | extension) address, end of file
+    return base == at and end == size  # the end of file is stored as an absolute address
+
+
 class OpenFile:
     """One HDF file opened in this process, with a reader per key."""
 
     def __init__(self, path: str, datasets: Mapping[str, str], use_mmap: bool) -> None:
         self.path = path
         h5 = h5py.File(path, "r")
+        use_mmap = use_mmap and plain_superblock(path)
         self.h5: h5py.File | None = h5
         self._mmap: mmap.mmap | None = None
         self.readers: dict[str, RowReader] = {}
