@@ -282,13 +282,15 @@ def test_a_superblock_with_moved_addresses_is_read_through_hdf5_never_mapped(tmp
     opened = hdf_read.OpenFile(path, {"x": "x"}, use_mmap=True)
     assert opened.mapped_keys == ("x",)
     opened.close()
-    raw = bytearray(open(path, "rb").read())
+    with open(path, "rb") as fh:
+        raw = bytearray(fh.read())
     for field, change in ((24, 1), (40, -1)):  # base address, end-of-file address (superblock v0)
         damaged = bytearray(raw)
         value = int.from_bytes(damaged[userblock + field : userblock + field + 8], "little")
         damaged[userblock + field : userblock + field + 8] = (value + change).to_bytes(8, "little")
         bad = str(tmp_path / f"bad{field}.hdf")
-        open(bad, "wb").write(damaged)
+        with open(bad, "wb") as fh:
+            fh.write(damaged)
         assert not hdf_read.plain_superblock(bad)
         try:
             opened = hdf_read.OpenFile(bad, {"x": "x"}, use_mmap=True)
