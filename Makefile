@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench chaos under-load clean venv
+.PHONY: demo test lint bench chaos explore under-load clean venv
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -43,6 +43,10 @@ KILLS ?= 16
 chaos: $(STAMP)
 	$(BIN)/python tests/dist/chaos.py --kills $(KILLS) $(CHAOS_ARGS)
 	$(BIN)/python -m pytest -q -m extended
+
+# the suite with new hypothesis examples on every run (`test` draws the same ones each time)
+explore: $(STAMP)
+	HYPOTHESIS_PROFILE=explore $(BIN)/python -m pytest -q
 
 # the suite RUNS times in a row with two busy loops beside it (docs/reliability.md)
 RUNS ?= 5
