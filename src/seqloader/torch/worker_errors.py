@@ -184,6 +184,7 @@ class EpochWatch:
         items = held.held_items(worker_id, consumed) if worker_id is not None else []
         who = f"worker {worker_id} (pid {pid})" if worker_id is not None else f"worker pid {pid}"
         building = held.building(worker_id)
+        what = self._exit_status(pid) if "exited unexpectedly" in what else what
         if building is not None:
             what_held = f"while building {held.describe_batch(building)}"
             rest = [k for k in items if k != building]
@@ -237,6 +238,15 @@ class EpochWatch:
             "taken now or before is valid: a new SeqLoader with load_state_dict(state) continues "
             "exactly at the next step."
         )
+
+    def _exit_status(self, pid: int) -> str:
+        """How worker ``pid`` ended, from its exit code, where torch's status check says only
+        "exited unexpectedly" (it notices a death before the SIGCHLD handler could say how)."""
+        workers = _compat.worker_processes(self._iter_ref() if self._iter_ref else None)
+        code = next((w.exitcode for w in workers if w.pid == pid and not w.is_alive()), None)
+        if code is not None and code < 0 and -code in signal.valid_signals():
+            return f"killed by signal: {signal.Signals(-code).name}"
+        return "exited unexpectedly" if code is None else f"exited with code {code}"
 
     def _death_after(self, exc: BaseException, grace_s: float) -> WorkerError | None:
         """A ``WorkerError`` if a worker is dead (or dies within ``grace_s``: a killed process
