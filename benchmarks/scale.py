@@ -107,8 +107,8 @@ def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float
     """The node's bucket index of ``case`` over the lengths in ``store`` (built once per node and
     corpus, memory-mapped by every rank) -> (its path, seconds the build took; 0 if it existed)."""
     from seqloader.plan import PlanOptions
+    from seqloader.plan.indexed.budget import edges_for
     from seqloader.plan.indexed.histogram import build_bucket_index
-    from seqloader.plan.indexed.planner import edges_for
     from seqloader.sources.columns import ColumnStore, StoreWriter
 
     chunked = f"-{case['chunking']}" if case.get("chunking") else ""

@@ -111,7 +111,8 @@ def test_indexed_admission_is_the_global_planners(lengths, longest, shortest, dr
     """``IndexedPlanner.admission`` (counts at once, the index array only when read) says what
     global planning's admission says: the same admitted sequences, counts and examples."""
     from seqloader.plan import Planner, PlanOptions
-    from seqloader.plan.indexed.planner import IndexedPlanner, MaskAdmission
+    from seqloader.plan.indexed.corpus import MaskAdmission
+    from seqloader.plan.indexed.planner import IndexedPlanner
 
     arr = np.asarray(lengths, dtype=np.int32)
     excluded = {"listed": np.asarray(drop[: len(arr)])}

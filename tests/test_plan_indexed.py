@@ -21,8 +21,9 @@ from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.indexed.batch_table import bucket_runs, laplace_bins
 from seqloader.plan.indexed.bijection import Bijection
+from seqloader.plan.indexed.budget import edges_for
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
-from seqloader.plan.indexed.planner import IndexedPlanner, edges_for
+from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]

@@ -29,6 +29,7 @@ from seqloader.plan.bucket_index import BucketIndex
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.greedy.planner import Planner as GlobalPlanner
+from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.planner import (
     INDEXED_ALGORITHM,
     INDEXED_KINDS,
@@ -109,8 +110,9 @@ def node_bucket_index(
 ) -> BucketIndex:
     """The bucket index indexed planning builds from ``inputs`` (or the short form
     ``(lengths, options, ...)``): what a node builds once and maps into every rank's planner,
-    ``PlanInputs.index``."""
-    return IndexedPlanner(replace(PlanInputs.of(inputs, *more, **named), index=None)).index
+    ``PlanInputs.index``. Built by the admitted corpus alone (``AdmittedCorpus``: admission,
+    lengths, the index), not by a planner."""
+    return AdmittedCorpus(replace(PlanInputs.of(inputs, *more, **named), index=None)).index
 
 
 __all__ = [

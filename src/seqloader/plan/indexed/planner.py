@@ -31,34 +31,28 @@ counts per unit of the epoch (``seqloader.plan.indexed.files``).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import pairwise
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 
 from seqloader.errors import OptionError
-from seqloader.plan.admission import epoch_filters, subset_order
+from seqloader.plan.admission import epoch_filters
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
-from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_table, resolve_chunking
 from seqloader.plan.chunks import Units as ChunkUnits
+from seqloader.plan.chunks import chunk_counts
 from seqloader.plan.cost import PlannedImbalance
-from seqloader.plan.edges import WINDOW_BATCHES, bucket_edges
+from seqloader.plan.edges import WINDOW_BATCHES
 from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
 from seqloader.plan.epochs import (
     Admission,
     EpochIndex,
-    admit_mask,
-    batch_limits,
     check_fit_alone,
-    chunkless_reason,
-    excluded_bytes,
-    length_key_of,
     part_bounds,
     part_cut,
     replay_history,
@@ -66,7 +60,6 @@ from seqloader.plan.epochs import (
 from seqloader.plan.files import (
     assign_lpt,
     check_file_count,
-    distributed_files,
     epoch_files,
     files_read,
     refuse_files_start,
@@ -74,13 +67,12 @@ from seqloader.plan.files import (
 )
 from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.indexed.batch_table import BatchTable, bucket_runs, laplace_bins
+from seqloader.plan.indexed.budget import key_budgets, num_buckets, packed_budget, tighter
 from seqloader.plan.indexed.chunks import (
-    ChunkBuckets,
     ChunkWindows,
-    file_chunk_counts,
-    lazy_chunk_table,
     window_lengths,
 )
+from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, mean_len_cut, selected
 from seqloader.plan.indexed.fixed import (
@@ -90,15 +82,10 @@ from seqloader.plan.indexed.fixed import (
     FixedOrder,
     cut_batcher,
     cut_positions,
-    fixed_cuts,
-    fixed_edges,
 )
 from seqloader.plan.indexed.histogram import (
     BucketIndex,
     batch_sizes,
-    batching_edges,
-    build_bucket_index,
-    length_counts,
     sizes_for_units,
 )
 from seqloader.plan.indexed.imbalance import (
@@ -117,7 +104,7 @@ from seqloader.plan.indexed.plan import (
     ranges,
 )
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder
-from seqloader.plan.inputs import PlanInputs, refuse_clashes
+from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import CorpusProgress, EpochMix, mixed_corpora
 from seqloader.plan.options import PlanOptions
@@ -136,7 +123,6 @@ from seqloader.plan.seeding import (
 )
 from seqloader.plan.selections import EpochSelection, checked_selections, selections_bytes
 from seqloader.plan.topology import Topology
-from seqloader.plan.variants import VARIANTS_REFUSED
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
 INDEXED_ALGORITHM = "seqloader-plan-indexed/5"
@@ -147,99 +133,9 @@ INDEXED_KINDS = ("laplace", "buckets", *FIXED_KINDS, "random")
 #: ``files``: a rank's neighbouring buckets are merged until each group holds this many full
 #: batches (fewer short last batches when a rank has few sequences; a little more padding)
 MERGE_BATCHES = 4
-#: Length buckets of ``laplace`` under indexed planning (histogram batching pads up to the
-#: bucket's longest length: more buckets, less padding, more short last batches).
-LAPLACE_BUCKETS = 64
 _CHUNK = 1 << 22
 _BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
 _ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
-
-
-def num_buckets(options: PlanOptions) -> int:
-    """The length buckets indexed planning cuts for ``options`` (``buckets:N``: N; ``laplace``:
-    ``LAPLACE_BUCKETS``)."""
-    ordering = options.parsed_ordering
-    return (ordering.bins or 1) if ordering.is_buckets else LAPLACE_BUCKETS
-
-
-def edges_for(
-    lengths: np.ndarray, options: PlanOptions, costs: np.ndarray, budget: int | None
-) -> np.ndarray:
-    """The length-bucket edges indexed planning uses for ``options`` (``lengths``: the admitted
-    lengths of the length key, ``costs`` their cost units): ``num_buckets`` buckets of about
-    equal cost, each cut further where the batch size its lengths allow changes
-    (``batching_edges``; ``budget``: ``indexed_budget``)."""
-    coarse = bucket_edges(lengths, costs, num_buckets(options))
-    values, counts = length_counts(lengths)
-    units = np.asarray(options.cost.units(values), dtype=np.int64)
-    return batching_edges(values, counts, units, options.max_seqs, budget, coarse)
-
-
-def histogram_edges(
-    options: PlanOptions, budget: int | None, values: np.ndarray, counts: np.ndarray
-) -> np.ndarray:
-    """``edges_for`` from a length histogram (``values`` ascending, ``counts`` of each): the
-    buckets of a chunked plan's windows (``seqloader.plan.indexed.chunks``)."""
-    units = np.asarray(options.cost.units(values), dtype=np.int64)
-    coarse = bucket_edges(values, counts * units, num_buckets(options))  # distinct: weighted
-    return batching_edges(values, counts, units, options.max_seqs, budget, coarse)
-
-
-def indexed_budget(limits: BatchLimits, origin: str = "") -> int | None:
-    """The one budget of indexed planning, in the length key's cost units, None without one.
-    A batch of bucket b holds ``k_b`` sequences of lengths at most the bucket's longest ``L``:
-    its padded cost is ``k_b * cost(L)`` and its sum of lengths at most ``k_b * L``, so a packed
-    limit (``batch_cost="packed"``'s ``max_frames``, or ``max_packed_frames``) bounds ``k_b``
-    the way a padded one does: the budget is the tighter of the two (a batch never breaks
-    either; next to a quadratic cost the packed limit bounds ``k_b`` apart: ``packed_budget``).
-    Other keys' limits: ``key_budgets``.
-
-    >>> limits = BatchLimits.of(None, 3000, 2000, PlanOptions().cost, ["data"], "data")
-    >>> indexed_budget(limits)
-    2000
-    """
-    return key_budgets(limits).get(limits.length_key)
-
-
-def key_budgets(limits: BatchLimits) -> dict[str, int]:
-    """Per limited key, the tighter of its padded and packed limit (frames; the length key's in
-    its cost units): a bucket's batch of ``k`` sequences fits key ``K``'s limits when ``k``
-    times the bucket's longest ``K`` length does.
-
-    Under a quadratic cost the length key's packed limit is in other units than its padded
-    one: it is left out here and bounds ``k`` on its own (``packed_budget``).
-
-    >>> limits = BatchLimits.of(None, {"*": 900}, {"text": 50}, PlanOptions().cost, ["audio", "text"], "audio")
-    >>> key_budgets(limits)
-    {'audio': 900, 'text': 50}
-    """
-    out: dict[str, int] = {}
-    apart = packed_budget(limits) is not None
-    for table in (limits.padded, limits.packed):
-        for key, value in table.items():
-            if apart and table is limits.packed and key == limits.length_key:
-                continue
-            out[key] = min(out.get(key, value), value)
-    return out
-
-
-def packed_budget(limits: BatchLimits) -> int | None:
-    """Under a quadratic cost, the length key's packed limit (``max_packed_frames``, frames),
-    which bounds a bucket's batch size apart from the quadratic budget: ``k`` sequences of at
-    most ``L`` frames sum to at most ``k * L``. None otherwise (one budget: ``indexed_budget``).
-
-    >>> cost = PlanOptions(batch_cost="quadratic:100").cost
-    >>> packed_budget(BatchLimits.of(None, 9000, 2000, cost, ["data"], "data"))
-    2000
-    """
-    if limits.cost.quadratic is None:
-        return None
-    return limits.packed.get(limits.length_key)
-
-
-def _tighter(k: np.ndarray, fit: np.ndarray) -> np.ndarray:
-    """The tighter of two batch sizes per bucket (0: unbounded) -> int64 ``[N]``."""
-    return np.where(k == 0, fit, np.where(fit == 0, k, np.minimum(k, fit)))
 
 
 def draw_head(options: PlanOptions) -> tuple[int, ...]:
@@ -306,30 +202,6 @@ def index_key(options: PlanOptions) -> str:
     )
 
 
-def refuse_unplanned(inputs: PlanInputs) -> None:
-    """Refuse what a source declares that indexed planning does not plan (nothing is ignored)."""
-    if inputs.variants is not None:
-        what, fix = VARIANTS_REFUSED
-        refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
-    ordering = inputs.options.ordering
-    if inputs.order_lengths is not None and ordering in ("sorted", "sorted_reverse"):
-        raise OptionError(
-            f"planning='indexed' with ordering={ordering!r}: the source"
-            f"{' ' + inputs.origin if inputs.origin else ''} declares its own sort key "
-            "(order_lengths, e.g. RETURNN's int(duration * 100) or transcription lengths), which "
-            "indexed planning's sorted orders do not sort by (they sort by the length key, so "
-            "the order would differ from global planning's); use planning='global' for it, or "
-            "ordering='laplace:.N'"
-        )
-    if inputs.pools is not None or inputs.orders is not None:
-        raise OptionError(
-            "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
-            "and a source's own orders (RETURNN's CombinedDataset) are not supported: both are "
-            "RETURNN's own global order (file pools are planned with seeding='returnn' only), "
-            "which indexed planning does not plan; use planning='global' (the default) for them"
-        )
-
-
 class IndexedPlanner:
     """The planner of ``planning="indexed"`` (see the module doc; the contract is
     ``seqloader.plan.planners.Planner``). Pure: the lengths (and a
@@ -355,72 +227,52 @@ class IndexedPlanner:
         """``inputs``: what to plan from (``PlanInputs``), or the short form
         ``IndexedPlanner(lengths, options, tags, files=...)``."""
         i = PlanInputs.of(inputs, *more, **named)
-        lengths, options, tags, origin = i.lengths, i.options, i.tags, i.origin
-        excluded, corpora, files, index = i.excluded, i.corpora, i.files, i.index
-        if options.planning != "indexed":
-            raise OptionError("IndexedPlanner: options.planning must be 'indexed'")
-        refuse_unplanned(i)
-        key = length_key_of(lengths, options)
-        self.options, self.length_key, self.origin = options, key, origin
-        main = np.asarray(lengths[key])
-        if not np.issubdtype(main.dtype, np.integer):
-            main = main.astype(np.int64)
-        self.lengths = self.order_lengths = main  # int32 memory-mapped views stay views
-        self.budget = indexed_budget(limits := batch_limits(options, list(lengths), key), origin)
-        self._take_cut_orders(options, limits, {**lengths, key: main})
-        cost = options.cost
-        self.costs = main if cost.quadratic is None else cost.units(main)
-        self._mask, self._filtered, self._examples = admit_mask(lengths, key, options, excluded)
-        if options.fixed_random_subset is not None:
-            self._mask = self._subset_mask(options)
+        options, origin = i.options, i.origin
+        #: admission, lengths, budget and the bucket index (shared with ``node_bucket_index``)
+        self.corpus = c = AdmittedCorpus(i)
+        self.options, self.length_key, self.origin = options, c.length_key, origin
+        self.lengths = self.order_lengths = c.lengths
+        self.budget, self.costs, self.files = c.budget, c.costs, c.files
+        self.units, self.chunks, self.index = c.units, c.chunks, c.index
+        self.bucket_edges, self.longest, self.bucket_counts = (
+            c.bucket_edges,
+            c.longest,
+            c.bucket_counts,
+        )
+        self._mask, self._filtered, self._examples = c.mask, c.filtered, c.examples
+        self._chunking, self._extra = c.chunking, c.extra
+        self._take_cut_orders(c)
         self._head = draw_head(options)
         #: ((epoch, order rank), its epoch_wise_filter cut)
         self._cut_kept: tuple[tuple[int, int], EpochCut] | None = None
         self._sums: np.ndarray | None = None  # per bucket length sums (epoch_wise_filter)
-        #: chunking: the chunks planned (``units``: by bucket of their window; ``chunks``: the
-        #: table the loader and checks read, its per-sequence arrays made only when read)
-        self.units: ChunkBuckets | None = None
-        self.chunks: ChunkTable | None = None
-        self._chunking: tuple[int, int, int] | None = None  # length key's (size, step, min)
-        if options.chunking is not None:
-            self._admit_chunks(lengths, tags, origin)
-        if index is None or int(np.max(index.longest, initial=0)) > self._fits():
-            self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
         self.mix: EpochMix | None = None
-        self.corpora = corpora
-        self._extra = b"indexed" + excluded_bytes(excluded)
+        self.corpora = corpora = i.corpora
         self._units_kept: tuple[tuple[int, int, int], Units] | None = None
         self._segments_kept: tuple[tuple[int, int, int] | None, dict[tuple, Segment]] = (None, {})
-        self.files = distributed_files(options.distribution, files, len(main), origin)
-        if self.files is not None:
-            self._extra += b"files" + self.files.tobytes()
-        index = self._take_index(index)
-        self.k = batch_sizes(self.longest, cost, options.max_seqs, self.budget)  # [N]
-        if (packed := packed_budget(limits)) is not None:  # quadratic cost and a packed limit
+        self.k = batch_sizes(self.longest, options.cost, options.max_seqs, self.budget)  # [N]
+        if (packed := packed_budget(c.limits)) is not None:  # quadratic cost and a packed limit
             longest = np.asarray(self.longest, dtype=np.int64)
-            self.k = _tighter(self.k, sizes_for_units(longest, options.max_seqs, packed))
-        self._limit_other_keys(lengths, limits, tags)
+            self.k = tighter(self.k, sizes_for_units(longest, options.max_seqs, packed))
+        self._limit_other_keys(i.lengths, c.limits, i.tags)
         if options.mix is not None:
             corpora = mixed_corpora(options.mix, corpora, origin)
-            self.mix = IndexedMix(options.seed, options.mix, corpora, index, main, self._mask)
+            self.mix = IndexedMix(options.seed, options.mix, corpora, c.index, c.lengths, c.mask)
             self._extra += b"mix" + repr(corpora.names).encode() + corpora.bounds.tobytes()
         if self.files is not None:
-            assert index.file_counts is not None
-            self._file_counts = index.file_counts.sum(axis=1)
-            self._file_frames = np.asarray(index.file_frames, dtype=np.int64)
+            assert c.index.file_counts is not None
+            self._file_counts = c.index.file_counts.sum(axis=1)
+            self._file_frames = np.asarray(c.index.file_frames, dtype=np.int64)
         self._take_selections(i.selections)
 
-    def _take_cut_orders(
-        self, options: PlanOptions, limits: BatchLimits, lengths: Mapping[str, np.ndarray]
-    ) -> None:
+    def _take_cut_orders(self, corpus: AdmittedCorpus) -> None:
         """Orderings batched by global planning's greedy cuts (the fixed ones, random): the
         limits and lengths the cuts batch by, and the last cut each kept."""
         #: fixed orderings: the part kept
-        self._fixed = options.parsed_ordering.kind in FIXED_KINDS
-        self._limits, self._batch_lengths = limits, lengths
+        self._fixed, self._random = corpus.fixed, corpus.random
+        self._limits, self._batch_lengths = corpus.limits, corpus.batch_lengths
         self._fixed_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
         #: random: the greedy cuts of each epoch's keyed order, the last (epoch, order rank) kept
-        self._random = options.parsed_ordering.kind == "random"
         self._random_kept: tuple[tuple[int, int], tuple[BoundsTable, FixedDraw]] | None = None
 
     def _take_selections(self, selections: Sequence[EpochSelection]) -> None:
@@ -447,48 +299,6 @@ class IndexedPlanner:
                 "ordering, or planning='global'"
             )
         self._extra += b"selections" + selections_bytes(self.selections)
-
-    def _take_index(self, index: BucketIndex | None) -> BucketIndex:
-        """The bucket index (``index``: prebuilt, else built here from the admitted lengths),
-        its edges, longest lengths and counts per bucket (chunking: of the chunks' windows)."""
-        main = self.lengths
-        if index is None:
-            adm = main if self._mask is None else main[self._mask]
-            if self._chunking is not None:  # sequences by length: one bucket per length
-                index = build_bucket_index(main, length_counts(adm)[0][1:], self._mask)
-            elif self._fixed or self._random:  # the order's index (indexed.fixed, random_order)
-                kind = "default" if self._random else self.options.parsed_ordering.kind
-                index = build_bucket_index(main, fixed_edges(adm, kind), self._mask)
-            else:
-                adm_costs = self.costs if self._mask is None else self.costs[self._mask]
-                edges = edges_for(adm, self.options, adm_costs, self.budget)
-                index = build_bucket_index(main, edges, self._mask, self.files)
-        self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
-        if self._fixed and index.cuts is None:
-            index = self._with_cuts(index)
-        self._check_index(index)
-        self.index = index
-        #: the longest length (chunking: window) of each bucket; chunks per bucket
-        self.longest, self.bucket_counts = index.longest, index.counts
-        if self._chunking is not None:
-            size, step, least = self._chunking
-            edges_of = partial(histogram_edges, self.options, self.budget)
-            self.units = ChunkBuckets.of(index, size, step, least, edges_of)
-            self.bucket_edges = self.units.edges
-            self.longest, self.bucket_counts = self.units.longest, self.units.counts
-            self._extra += b"chunks"
-            if self.files is not None:
-                index = self.index = self._chunk_file_table(index, self.units)
-        self._extra += b"edges" + self.bucket_edges.tobytes()
-        return index
-
-    def _with_cuts(self, index: BucketIndex) -> BucketIndex:
-        """``index`` with the fixed ordering's greedy cuts of every sub-epoch part (O(n) once:
-        a node stores them with the index; ``seqloader.plan.indexed.fixed``)."""
-        order = FixedOrder(index, self.options.parsed_ordering.kind)
-        parts = self.options.partition_epoch
-        cuts, starts = fixed_cuts(order, order.size, parts, self._limits, self._batch_lengths)
-        return dataclasses.replace(index, cuts=cuts, cut_starts=starts)
 
     def _fixed_part(self, part: int) -> tuple[BoundsTable, FixedDraw]:
         """A fixed ordering's sub-epoch part: its batch table and draw over the index's cuts (a
@@ -528,90 +338,6 @@ class IndexedPlanner:
             return self._random_part(ep, order_rank)
         return self._fixed_part(ep.part)
 
-    def _chunk_file_table(self, index: BucketIndex, units: ChunkBuckets) -> BucketIndex:
-        """Chunked ``files``: ``index`` with the per-(file, chunk bucket) chunk counts and the
-        per-file frames (built here in one pass when the index has none; a prebuilt one is
-        checked against the chunk buckets)."""
-        assert self.files is not None
-        if index.file_counts is None:
-            table, frames = file_chunk_counts(units, self.lengths, self.files, self._mask)
-            return dataclasses.replace(index, file_counts=table, file_frames=frames)
-        want = (len(self.files) - 1, len(units.counts))
-        if tuple(index.file_counts.shape) != want or index.file_frames is None:
-            self._index_mismatch()
-        return index
-
-    # ---- admission ----
-    def _subset_mask(self, options: PlanOptions) -> np.ndarray:
-        """The admitted mask less what is not in ``fixed_random_subset`` (RETURNN's draw, as
-        global planning: ``subset_order``), counted under global planning's reason."""
-        n = len(self.lengths)
-        inside = np.zeros(n, dtype=bool)
-        subset = options.fixed_random_subset
-        assert subset is not None
-        inside[subset_order(n, subset, options.fixed_random_subset_seed)] = True
-        keep = np.ones(n, dtype=bool) if self._mask is None else self._mask
-        hit = np.flatnonzero(keep & ~inside)
-        if len(hit):
-            self._filtered["not in fixed_random_subset"] = len(hit)
-            self._examples["not in fixed_random_subset"] = hit[:5].tolist()
-        return keep & inside
-
-    def _admit_chunks(
-        self, lengths: Mapping[str, np.ndarray], tags: Sequence[str] | None, origin: str
-    ) -> None:
-        """Chunking: the length key's (size, step, min_chunk_size); admitted sequences without
-        a chunk filtered, counted as global planning counts them; every chunked key giving the
-        same number of chunks (else ``chunk_table``'s error). In blocks: no copy of the lengths."""
-        options, key = self.options, self.length_key
-        spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
-        resolved, least = resolve_chunking(spec, options.min_chunk_size, list(lengths))
-        if key not in resolved:
-            raise OptionError(
-                f"planning='indexed' with chunking={options.chunking!r}: the length key {key!r} "
-                "is not chunked; indexed planning buckets chunks by their length-key window. "
-                "Fix: chunk the length key too (e.g. chunking=N for every key), set length_key to "
-                "a chunked key, or use planning='global'"
-            )
-        size, step = resolved[key]
-        self._chunking = (size, step, least.get(key, 0))
-        # the shortest length with a chunk (chunk_counts is monotone in the length), so the
-        # scan below compares lengths (1 byte per sequence of a block), counting no chunks
-        has = np.flatnonzero(chunk_counts(np.arange(size + 2), *self._chunking))
-        shortest = int(has[0]) if len(has) else np.iinfo(np.int64).max
-        n = len(self.lengths)
-        mask = self._mask
-        others = {k: v for k, v in resolved.items() if k != key}
-        none_first: list[int] = []
-        none_count = 0
-        for a in range(0, n, _BLOCK):
-            block = np.asarray(self.lengths[a : a + _BLOCK])
-            keep = np.ones(len(block), bool) if mask is None else mask[a : a + _BLOCK]
-            if others:  # every chunked key the same number of chunks, else chunk_table's error
-                count = chunk_counts(block, *self._chunking)
-                for other, (o_size, o_step) in others.items():
-                    got = np.asarray(lengths[other][a : a + _BLOCK])
-                    if (
-                        keep & (chunk_counts(got, o_size, o_step, least.get(other, 0)) != count)
-                    ).any():
-                        full_keep = np.ones(n, bool) if mask is None else mask
-                        chunk_table(lengths, spec, options.min_chunk_size, full_keep, tags, origin)
-            hit = np.flatnonzero(keep & (block < shortest))
-            if len(hit):
-                if mask is None:
-                    mask = np.ones(n, dtype=bool)
-                mask[hit + a] = False
-                none_first.extend((hit[: 5 - len(none_first)] + a).tolist())
-                none_count += len(hit)
-        if none_count:
-            reason = f"no chunk ({chunkless_reason(options)})"
-            self._filtered = {**self._filtered, reason: none_count}
-            self._examples = {**self._examples, reason: none_first[:5]}
-        self._mask = mask
-        self.chunks = lazy_chunk_table(
-            lengths, spec, resolved, options.min_chunk_size, mask, tags, origin
-        )
-
     def _limit_other_keys(
         self, lengths: Mapping[str, np.ndarray], limits: BatchLimits, tags: Sequence[str] | None
     ) -> None:
@@ -638,83 +364,12 @@ class IndexedPlanner:
                     first, self._mask, budget, self.options, key, tags, self.origin, keyed=True
                 )
             fit = sizes_for_units(longest, self.options.max_seqs, budget)
-            self.k = _tighter(self.k, fit)
-
-    def _fits(self) -> int:
-        """The longest length that fits a batch alone (no limit: any)."""
-        packed = packed_budget(self._limits)
-        most = np.iinfo(np.int64).max if packed is None else packed
-        if self.budget is None:
-            return most
-        cost = self.options.cost
-        if cost.quadratic is None:  # frames or packed: the budget is in frames
-            return self.budget
-        fits = int(cost.longest_fitting(self.budget // cost.quadratic))  # budget = frames * Q
-        return min(fits, most)
-
-    def _check_fit(self, tags: Sequence[str] | None) -> None:
-        """Every admitted sequence fits a batch alone, else an error naming the first that
-        does not (in chunks: no copy of the lengths)."""
-        if self.budget is None:
-            return
-        fits = self._fits()
-        if self._chunking is not None and self._chunking[0] <= fits:
-            return  # no window is longer than the chunk size
-        check_fit_alone(
-            self.lengths, self._mask, fits, self.options, self.length_key, tags, self.origin
-        )
-
-    def _check_index(self, index: BucketIndex) -> None:
-        admitted = len(self.lengths) if self._mask is None else int(self._mask.sum())
-        ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
-        if self._chunking is not None:  # one bucket per admitted length: its edges are those
-            ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
-        if self._fixed:
-            ok = ok and self._fixed_index_ok(index, admitted)
-        if self._random:  # one bucket: the admitted sequences
-            ok = ok and len(index.edges) == 0
-        ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
-        if self.files is not None and self._chunking is None:  # chunked: _chunk_file_table
-            table = index.file_counts
-            ok = ok and table is not None and index.file_frames is not None
-            ok = (
-                ok
-                and table is not None
-                and table.shape == (len(self.files) - 1, len(index.starts) - 1)
-            )
-        if not ok:
-            self._index_mismatch()
-
-    def _index_mismatch(self) -> None:
-        admitted = len(self.lengths) if self._mask is None else int(self._mask.sum())
-        raise OptionError(
-            f"the bucket index given for {self.origin or 'the source'} does not match its "
-            f"lengths and options ({admitted} admitted sequences, {len(self.bucket_edges) + 1}"
-            " buckets): it was built for other data or options. Fix: rebuild it "
-            "(node_bucket_index) for these lengths and options."
-        )
-
-    def _fixed_index_ok(self, index: BucketIndex, admitted: int) -> bool:
-        """A fixed ordering's index: its buckets those of ``fixed_edges``' kind (one per length,
-        or one) and its cuts every part's, each ending at the part's size."""
-        kind, parts = self.options.parsed_ordering.kind, self.options.partition_epoch
-        if kind in ("sorted", "sorted_reverse"):
-            ok = np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
-        else:
-            ok = len(index.edges) == 0
-        starts = index.cut_starts
-        if index.cuts is None or starts is None or len(starts) != parts + 1:
-            return False
-        sizes = [part_bounds(admitted, parts, p) for p in range(parts)]
-        ends = np.asarray(index.cuts)[np.asarray(starts[1:], dtype=np.int64) - 1]
-        return ok and ends.tolist() == [hi - lo for lo, hi in sizes]
+            self.k = tighter(self.k, fit)
 
     @property
     def admission(self) -> Admission:
-        """What was admitted and filtered; the counts at once, the admitted index array (``n``
-        int64) only when read (``MaskAdmission``: checks and tests read it, planning and
-        ``seqloader stats`` do not)."""
-        return MaskAdmission(self._mask, len(self.lengths), self._filtered, self._examples)
+        """What was admitted and filtered (``AdmittedCorpus.admission``)."""
+        return self.corpus.admission
 
     @property
     def num_admitted(self) -> int:
@@ -1424,39 +1079,6 @@ def _bucket_sums(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
             bucket, weights=np.asarray(lengths[members], dtype=np.float64), minlength=len(out)
         ).astype(np.int64)
     return out
-
-
-class MaskAdmission(Admission):
-    """An ``Admission`` of an admitted mask (None: all of ``n``): ``filtered`` and its examples
-    are there at once, ``admitted`` (int64 ``[n_admitted]``) is made from the mask when read.
-
-    >>> a = MaskAdmission(None, 10**9, {}, {})  # no index array of 10^9 made
-    >>> a.filtered_total
-    0
-    >>> MaskAdmission(np.array([True, False, True]), 3, {"x": 1}, {"x": [1]}).admitted.tolist()
-    [0, 2]
-    """
-
-    _mask: np.ndarray | None
-    _n: int
-
-    def __init__(
-        self,
-        mask: np.ndarray | None,
-        n: int,
-        filtered: Mapping[str, int],
-        examples: Mapping[str, list[int]],
-    ) -> None:
-        object.__setattr__(self, "filtered", dict(filtered))
-        object.__setattr__(self, "filtered_examples", dict(examples))
-        object.__setattr__(self, "_mask", mask)
-        object.__setattr__(self, "_n", int(n))
-
-    @property
-    def admitted(self) -> np.ndarray:
-        if self._mask is None:
-            return np.arange(self._n, dtype=np.int64)
-        return np.flatnonzero(self._mask)
 
 
 def _group_costs(group_of: np.ndarray, bucket_costs: np.ndarray) -> np.ndarray:

@@ -1,0 +1,357 @@
+"""The admitted corpus of indexed planning: what a node's bucket index is built from.
+
+Admission (length limits, ``excluded``, ``fixed_random_subset``, sequences without a chunk:
+each counted under its reason), the length key's lengths and costs, the batch budget and the
+``BucketIndex`` itself: length classes (chunking), per-(file, bucket) counts (``files``), chunk
+buckets, the fixed orderings' cuts (``seqloader.plan.indexed.fixed``). ``node_bucket_index``
+builds one of these and keeps its ``index``; the planner (``IndexedPlanner``) builds one too and
+plans from it. Nothing here depends on the seed, ``uneven``, ``mix`` or the epoch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import cast
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.admission import subset_order
+from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_table, resolve_chunking
+from seqloader.plan.epochs import (
+    Admission,
+    admit_mask,
+    batch_limits,
+    check_fit_alone,
+    chunkless_reason,
+    excluded_bytes,
+    length_key_of,
+    part_bounds,
+)
+from seqloader.plan.files import distributed_files
+from seqloader.plan.indexed.budget import edges_for, histogram_edges, indexed_budget, packed_budget
+from seqloader.plan.indexed.chunks import ChunkBuckets, file_chunk_counts, lazy_chunk_table
+from seqloader.plan.indexed.fixed import FIXED_KINDS, FixedOrder, fixed_cuts, fixed_edges
+from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index, length_counts
+from seqloader.plan.inputs import PlanInputs, refuse_clashes
+from seqloader.plan.options import PlanOptions
+from seqloader.plan.variants import VARIANTS_REFUSED
+
+_BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
+
+
+def refuse_unplanned(inputs: PlanInputs) -> None:
+    """Refuse what a source declares that indexed planning does not plan (nothing is ignored)."""
+    if inputs.variants is not None:
+        what, fix = VARIANTS_REFUSED
+        refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
+    ordering = inputs.options.ordering
+    if inputs.order_lengths is not None and ordering in ("sorted", "sorted_reverse"):
+        raise OptionError(
+            f"planning='indexed' with ordering={ordering!r}: the source"
+            f"{' ' + inputs.origin if inputs.origin else ''} declares its own sort key "
+            "(order_lengths, e.g. RETURNN's int(duration * 100) or transcription lengths), which "
+            "indexed planning's sorted orders do not sort by (they sort by the length key, so "
+            "the order would differ from global planning's); use planning='global' for it, or "
+            "ordering='laplace:.N'"
+        )
+    if inputs.pools is not None or inputs.orders is not None:
+        raise OptionError(
+            "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
+            "and a source's own orders (RETURNN's CombinedDataset) are not supported: both are "
+            "RETURNN's own global order (file pools are planned with seeding='returnn' only), "
+            "which indexed planning does not plan; use planning='global' (the default) for them"
+        )
+
+
+class AdmittedCorpus:
+    """The admitted sequences of ``inputs`` and their bucket index (``inputs.index`` when a node
+    built it, checked against the admission; else built here). Pure: the lengths (and a
+    prebuilt index) may be memory-mapped views; nothing of size ``n`` is copied unless sequences
+    are filtered (a bool mask) or the cost is quadratic (the costs).
+
+    >>> from seqloader.plan.options import PlanOptions
+    >>> options = PlanOptions(ordering="buckets:2", max_frames=16, planning="indexed")
+    >>> corpus = AdmittedCorpus(PlanInputs.of({"data": np.array([5, 3, 8, 2, 7, 1])}, options))
+    >>> corpus.index.counts.sum(), corpus.admission.filtered_total
+    (np.int64(6), 0)
+    """
+
+    def __init__(self, inputs: PlanInputs) -> None:
+        lengths, options, tags, origin = inputs.lengths, inputs.options, inputs.tags, inputs.origin
+        if options.planning != "indexed":
+            raise OptionError("IndexedPlanner: options.planning must be 'indexed'")
+        refuse_unplanned(inputs)
+        key = length_key_of(lengths, options)
+        self.options, self.length_key, self.origin = options, key, origin
+        main = np.asarray(lengths[key])
+        if not np.issubdtype(main.dtype, np.integer):
+            main = main.astype(np.int64)
+        self.lengths = main  # int32 memory-mapped views stay views
+        #: the batch limits and lengths global planning's greedy cuts batch by (fixed, random)
+        self.limits = batch_limits(options, list(lengths), key)
+        self.batch_lengths = {**lengths, key: main}
+        self.budget = indexed_budget(self.limits, origin)
+        kind = options.parsed_ordering.kind
+        self.fixed, self.random = kind in FIXED_KINDS, kind == "random"
+        cost = options.cost
+        self.costs = main if cost.quadratic is None else cost.units(main)
+        self.mask, self.filtered, self.examples = admit_mask(lengths, key, options, inputs.excluded)
+        if options.fixed_random_subset is not None:
+            self.mask = self._subset_mask(options)
+        #: chunking: the chunks planned (``units``: by bucket of their window; ``chunks``: the
+        #: table the loader and checks read, its per-sequence arrays made only when read)
+        self.units: ChunkBuckets | None = None
+        self.chunks: ChunkTable | None = None
+        self.chunking: tuple[int, int, int] | None = None  # length key's (size, step, min)
+        if options.chunking is not None:
+            self._admit_chunks(lengths, tags, origin)
+        index = inputs.index
+        if index is None or int(np.max(index.longest, initial=0)) > self.fits():
+            self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
+        #: what the fingerprint adds of the corpus (the planner adds mix and selections)
+        self.extra = b"indexed" + excluded_bytes(inputs.excluded)
+        self.files = distributed_files(options.distribution, inputs.files, len(main), origin)
+        if self.files is not None:
+            self.extra += b"files" + self.files.tobytes()
+        self.index = self._take_index(index)
+
+    @property
+    def num_admitted(self) -> int:
+        return int(self.index.starts[-1])
+
+    @property
+    def admission(self) -> Admission:
+        """What was admitted and filtered; the counts at once, the admitted index array (``n``
+        int64) only when read (``MaskAdmission``: checks and tests read it, planning and
+        ``seqloader stats`` do not)."""
+        return MaskAdmission(self.mask, len(self.lengths), self.filtered, self.examples)
+
+    def _take_index(self, index: BucketIndex | None) -> BucketIndex:
+        """The bucket index (``index``: prebuilt, else built here from the admitted lengths),
+        its edges, longest lengths and counts per bucket (chunking: of the chunks' windows)."""
+        main = self.lengths
+        if index is None:
+            adm = main if self.mask is None else main[self.mask]
+            if self.chunking is not None:  # sequences by length: one bucket per length
+                index = build_bucket_index(main, length_counts(adm)[0][1:], self.mask)
+            elif self.fixed or self.random:  # the order's index (indexed.fixed, random_order)
+                kind = "default" if self.random else self.options.parsed_ordering.kind
+                index = build_bucket_index(main, fixed_edges(adm, kind), self.mask)
+            else:
+                adm_costs = self.costs if self.mask is None else self.costs[self.mask]
+                edges = edges_for(adm, self.options, adm_costs, self.budget)
+                index = build_bucket_index(main, edges, self.mask, self.files)
+        self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
+        if self.fixed and index.cuts is None:
+            index = self._with_cuts(index)
+        self._check_index(index)
+        self.index = index
+        #: the longest length (chunking: window) of each bucket; chunks per bucket
+        self.longest, self.bucket_counts = index.longest, index.counts
+        if self.chunking is not None:
+            size, step, least = self.chunking
+            edges_of = partial(histogram_edges, self.options, self.budget)
+            self.units = ChunkBuckets.of(index, size, step, least, edges_of)
+            self.bucket_edges = self.units.edges
+            self.longest, self.bucket_counts = self.units.longest, self.units.counts
+            self.extra += b"chunks"
+            if self.files is not None:
+                index = self.index = self._chunk_file_table(index, self.units)
+        self.extra += b"edges" + self.bucket_edges.tobytes()
+        return index
+
+    def _with_cuts(self, index: BucketIndex) -> BucketIndex:
+        """``index`` with the fixed ordering's greedy cuts of every sub-epoch part (O(n) once:
+        a node stores them with the index; ``seqloader.plan.indexed.fixed``)."""
+        order = FixedOrder(index, self.options.parsed_ordering.kind)
+        parts = self.options.partition_epoch
+        cuts, starts = fixed_cuts(order, order.size, parts, self.limits, self.batch_lengths)
+        return dataclasses.replace(index, cuts=cuts, cut_starts=starts)
+
+    def _chunk_file_table(self, index: BucketIndex, units: ChunkBuckets) -> BucketIndex:
+        """Chunked ``files``: ``index`` with the per-(file, chunk bucket) chunk counts and the
+        per-file frames (built here in one pass when the index has none; a prebuilt one is
+        checked against the chunk buckets)."""
+        assert self.files is not None
+        if index.file_counts is None:
+            table, frames = file_chunk_counts(units, self.lengths, self.files, self.mask)
+            return dataclasses.replace(index, file_counts=table, file_frames=frames)
+        want = (len(self.files) - 1, len(units.counts))
+        if tuple(index.file_counts.shape) != want or index.file_frames is None:
+            self._index_mismatch()
+        return index
+
+    def _subset_mask(self, options: PlanOptions) -> np.ndarray:
+        """The admitted mask less what is not in ``fixed_random_subset`` (RETURNN's draw, as
+        global planning: ``subset_order``), counted under global planning's reason."""
+        n = len(self.lengths)
+        inside = np.zeros(n, dtype=bool)
+        subset = options.fixed_random_subset
+        assert subset is not None
+        inside[subset_order(n, subset, options.fixed_random_subset_seed)] = True
+        keep = np.ones(n, dtype=bool) if self.mask is None else self.mask
+        hit = np.flatnonzero(keep & ~inside)
+        if len(hit):
+            self.filtered["not in fixed_random_subset"] = len(hit)
+            self.examples["not in fixed_random_subset"] = hit[:5].tolist()
+        return keep & inside
+
+    def _admit_chunks(
+        self, lengths: Mapping[str, np.ndarray], tags: Sequence[str] | None, origin: str
+    ) -> None:
+        """Chunking: the length key's (size, step, min_chunk_size); admitted sequences without
+        a chunk filtered, counted as global planning counts them; every chunked key giving the
+        same number of chunks (else ``chunk_table``'s error). In blocks: no copy of the lengths."""
+        options, key = self.options, self.length_key
+        spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
+        resolved, least = resolve_chunking(spec, options.min_chunk_size, list(lengths))
+        if key not in resolved:
+            raise OptionError(
+                f"planning='indexed' with chunking={options.chunking!r}: the length key {key!r} "
+                "is not chunked; indexed planning buckets chunks by their length-key window. "
+                "Fix: chunk the length key too (e.g. chunking=N for every key), set length_key to "
+                "a chunked key, or use planning='global'"
+            )
+        size, step = resolved[key]
+        self.chunking = (size, step, least.get(key, 0))
+        # the shortest length with a chunk (chunk_counts is monotone in the length), so the
+        # scan below compares lengths (1 byte per sequence of a block), counting no chunks
+        has = np.flatnonzero(chunk_counts(np.arange(size + 2), *self.chunking))
+        shortest = int(has[0]) if len(has) else np.iinfo(np.int64).max
+        n = len(self.lengths)
+        mask = self.mask
+        others = {k: v for k, v in resolved.items() if k != key}
+        none_first: list[int] = []
+        none_count = 0
+        for a in range(0, n, _BLOCK):
+            block = np.asarray(self.lengths[a : a + _BLOCK])
+            keep = np.ones(len(block), bool) if mask is None else mask[a : a + _BLOCK]
+            if others:  # every chunked key the same number of chunks, else chunk_table's error
+                count = chunk_counts(block, *self.chunking)
+                for other, (o_size, o_step) in others.items():
+                    got = np.asarray(lengths[other][a : a + _BLOCK])
+                    if (
+                        keep & (chunk_counts(got, o_size, o_step, least.get(other, 0)) != count)
+                    ).any():
+                        full_keep = np.ones(n, bool) if mask is None else mask
+                        chunk_table(lengths, spec, options.min_chunk_size, full_keep, tags, origin)
+            hit = np.flatnonzero(keep & (block < shortest))
+            if len(hit):
+                if mask is None:
+                    mask = np.ones(n, dtype=bool)
+                mask[hit + a] = False
+                none_first.extend((hit[: 5 - len(none_first)] + a).tolist())
+                none_count += len(hit)
+        if none_count:
+            reason = f"no chunk ({chunkless_reason(options)})"
+            self.filtered = {**self.filtered, reason: none_count}
+            self.examples = {**self.examples, reason: none_first[:5]}
+        self.mask = mask
+        self.chunks = lazy_chunk_table(
+            lengths, spec, resolved, options.min_chunk_size, mask, tags, origin
+        )
+
+    def fits(self) -> int:
+        """The longest length that fits a batch alone (no limit: any)."""
+        packed = packed_budget(self.limits)
+        most = np.iinfo(np.int64).max if packed is None else packed
+        if self.budget is None:
+            return most
+        cost = self.options.cost
+        if cost.quadratic is None:  # frames or packed: the budget is in frames
+            return self.budget
+        fits = int(cost.longest_fitting(self.budget // cost.quadratic))  # budget = frames * Q
+        return min(fits, most)
+
+    def _check_fit(self, tags: Sequence[str] | None) -> None:
+        """Every admitted sequence fits a batch alone, else an error naming the first that
+        does not (in chunks: no copy of the lengths)."""
+        if self.budget is None:
+            return
+        fits = self.fits()
+        if self.chunking is not None and self.chunking[0] <= fits:
+            return  # no window is longer than the chunk size
+        check_fit_alone(
+            self.lengths, self.mask, fits, self.options, self.length_key, tags, self.origin
+        )
+
+    def _check_index(self, index: BucketIndex) -> None:
+        admitted = len(self.lengths) if self.mask is None else int(self.mask.sum())
+        ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
+        if self.chunking is not None:  # one bucket per admitted length: its edges are those
+            ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
+        if self.fixed:
+            ok = ok and self._fixed_index_ok(index, admitted)
+        if self.random:  # one bucket: the admitted sequences
+            ok = ok and len(index.edges) == 0
+        ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
+        if self.files is not None and self.chunking is None:  # chunked: _chunk_file_table
+            table = index.file_counts
+            ok = ok and table is not None and index.file_frames is not None
+            ok = (
+                ok
+                and table is not None
+                and table.shape == (len(self.files) - 1, len(index.starts) - 1)
+            )
+        if not ok:
+            self._index_mismatch()
+
+    def _index_mismatch(self) -> None:
+        admitted = len(self.lengths) if self.mask is None else int(self.mask.sum())
+        raise OptionError(
+            f"the bucket index given for {self.origin or 'the source'} does not match its "
+            f"lengths and options ({admitted} admitted sequences, {len(self.bucket_edges) + 1}"
+            " buckets): it was built for other data or options. Fix: rebuild it "
+            "(node_bucket_index) for these lengths and options."
+        )
+
+    def _fixed_index_ok(self, index: BucketIndex, admitted: int) -> bool:
+        """A fixed ordering's index: its buckets those of ``fixed_edges``' kind (one per length,
+        or one) and its cuts every part's, each ending at the part's size."""
+        kind, parts = self.options.parsed_ordering.kind, self.options.partition_epoch
+        if kind in ("sorted", "sorted_reverse"):
+            ok = np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
+        else:
+            ok = len(index.edges) == 0
+        starts = index.cut_starts
+        if index.cuts is None or starts is None or len(starts) != parts + 1:
+            return False
+        sizes = [part_bounds(admitted, parts, p) for p in range(parts)]
+        ends = np.asarray(index.cuts)[np.asarray(starts[1:], dtype=np.int64) - 1]
+        return ok and ends.tolist() == [hi - lo for lo, hi in sizes]
+
+
+class MaskAdmission(Admission):
+    """An ``Admission`` of an admitted mask (None: all of ``n``): ``filtered`` and its examples
+    are there at once, ``admitted`` (int64 ``[n_admitted]``) is made from the mask when read.
+
+    >>> a = MaskAdmission(None, 10**9, {}, {})  # no index array of 10^9 made
+    >>> a.filtered_total
+    0
+    >>> MaskAdmission(np.array([True, False, True]), 3, {"x": 1}, {"x": [1]}).admitted.tolist()
+    [0, 2]
+    """
+
+    _mask: np.ndarray | None
+    _n: int
+
+    def __init__(
+        self,
+        mask: np.ndarray | None,
+        n: int,
+        filtered: Mapping[str, int],
+        examples: Mapping[str, list[int]],
+    ) -> None:
+        object.__setattr__(self, "filtered", dict(filtered))
+        object.__setattr__(self, "filtered_examples", dict(examples))
+        object.__setattr__(self, "_mask", mask)
+        object.__setattr__(self, "_n", int(n))
+
+    @property
+    def admitted(self) -> np.ndarray:
+        if self._mask is None:
+            return np.arange(self._n, dtype=np.int64)
+        return np.flatnonzero(self._mask)
