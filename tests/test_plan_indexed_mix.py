@@ -280,12 +280,12 @@ def test_a_corpus_stream_is_kept_when_another_corpus_is_reweighted() -> None:
 
 def test_mix_under_indexed_planning_options() -> None:
     """buckets:N takes a mix under indexed planning (refused under global planning, with the
-    reason); files stays refused by name; a mix needs named corpora with admitted sequences."""
+    reason); so does files (tests/test_plan_indexed_files_mix.py); a mix needs named corpora
+    with admitted sequences."""
     PlanOptions(ordering="buckets:3", mix={"a": 2.0}, planning="indexed")
     with pytest.raises(OptionError, match="planning='indexed'"):
         PlanOptions(ordering="buckets:3", mix={"a": 2.0})
-    with pytest.raises(OptionError, match="mix: not supported with distribution='files'"):
-        PlanOptions(ordering="laplace", mix={"a": 2.0}, distribution="files", planning="indexed")
+    PlanOptions(ordering="laplace", mix={"a": 2.0}, distribution="files", planning="indexed")
     options = PlanOptions(ordering="laplace", mix={"a": 2.0}, planning="indexed", max_seq_length=5)
     with pytest.raises(OptionError, match="needs named corpora"):
         IndexedPlanner({"data": np.arange(1, 10)}, options)

@@ -59,11 +59,12 @@ def interleave(parts: list[BatchList]) -> BatchList:
     """One batch list from per-rank lists of equal length: global batch ``k * W + r`` is rank
     r's batch k."""
     world_size, steps = len(parts), len(parts[0])
-    chunked = parts[0].chunks is not None
+    chunked, mixed = parts[0].chunks is not None, parts[0].uses is not None
     merged = BatchList(  # rank 0's steps, then rank 1's, ...
         np.concatenate([p.seqs for p in parts]),
         np.concatenate([[0], np.cumsum(np.concatenate([p.sizes for p in parts]))]).astype(np.int64),
         np.concatenate([p.real for p in parts]),
+        uses=np.concatenate([p.uses for p in parts]) if mixed else None,
         chunks=np.concatenate([p.chunks for p in parts]) if chunked else None,
     )
     order = np.arange(steps * world_size)

@@ -288,17 +288,24 @@ class PlanOptions:
                 "corpus epoch's sequences; a mix repeats them); use another ordering with mix, or "
                 "planning='indexed' (which buckets a mix per corpus and bucket)"
             )
-        if self.mix is not None and self.distribution != "shard":
-            why = (
-                "each rank would order its own copy of the mix, so corpus epochs are no longer "
-                "used exactly once"
+        indexed_files = self.distribution == "files" and self.planning == "indexed"
+        if self.mix is not None and self.distribution != "shard" and not indexed_files:
+            why, fix = (
+                (
+                    "each rank would order its own copy of the mix, so corpus epochs are no "
+                    "longer used exactly once",
+                    "use distribution='shard'",
+                )
                 if self.distribution == "random_seed_offset"
-                else "a mix repeats and selects sequences across files, which whole files per "
-                "rank cannot follow"
+                else (
+                    "global planning selects a mix's sequences across files, which whole files "
+                    "per rank cannot follow",
+                    "use planning='indexed' (which mixes per-corpus streams of files), or "
+                    "distribution='shard'",
+                )
             )
             raise OptionError(
-                f"mix: not supported with distribution={self.distribution!r} ({why}); "
-                "use distribution='shard'"
+                f"mix: not supported with distribution={self.distribution!r} ({why}); {fix}"
             )
         if self.distribution == "files" and self.seeding != "seqloader":
             raise OptionError(

@@ -23,6 +23,7 @@ PURPOSE_INDEXED_FILES_ORDER = 14  # planning="indexed", files: a rank's order of
 PURPOSE_VARIANTS = 15  # length variants (planned speed perturbation): each sequence's per epoch
 PURPOSE_INDEXED_RANK = 16  # planning="indexed", random_seed_offset: a rank's own draws
 PURPOSE_INDEXED_ORDER = 17  # planning="indexed", ordering="random": each epoch's keyed order
+PURPOSE_INDEXED_FILES_MIX = 18  # planning="indexed", mix over files: file streams, epoch shuffle
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

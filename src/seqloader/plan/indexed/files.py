@@ -35,6 +35,7 @@ import numpy as np
 from seqloader.errors import ResumeError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
+from seqloader.plan.indexed.files_mix import Pieces
 from seqloader.plan.indexed.histogram import merge_small
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.indexed.replay import LiveUnits, laplace_consumed
@@ -52,6 +53,8 @@ class Units:
       per unit its old rank, group, sequences, batch size (>= 1) and first bucket (its place in
       length order).
     - ``member_words``: the key of the old ranks' member streams (the old rank appended).
+    - ``pieces``: a mix over files (``seqloader.plan.indexed.files_mix``): the sub-epoch's file
+      pieces, which ``part`` numbers; None unmixed (``part`` numbers files).
     """
 
     part: np.ndarray
@@ -63,6 +66,7 @@ class Units:
     size: np.ndarray
     level: np.ndarray
     member_words: tuple[int, ...] = ()
+    pieces: Pieces | None = None
 
     @property
     def world0(self) -> int:

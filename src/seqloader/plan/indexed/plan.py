@@ -33,6 +33,7 @@ from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.chunks import ChunkBuckets, ChunkWindows
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.pieces import split_pieces
+from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.options import Uneven
 from seqloader.plan.ordering import argsort_by
 
@@ -294,7 +295,7 @@ class RankwisePlan:
     indexed planning): ``share(rank)`` gives rank ``rank``'s whole batch list for ``steps`` steps;
     totals come from counts (``real_total``, ``repeats``, ``consumed(steps)``: real sequences of
     the first steps, all ranks together; ``planned_costs(rank, bucket_costs)``: the rank's planned
-    cost per step, for the report's step imbalance; ``chunked``: the shares hold chunks)."""
+    cost per step, for the report's step imbalance; ``chunked``: the shares hold chunks; ``mixed``: corpus epochs)."""
 
     planned_costs: Callable[[int, np.ndarray], np.ndarray] | None
 
@@ -309,9 +310,11 @@ class RankwisePlan:
         planned_costs: Callable[[int, np.ndarray], np.ndarray] | None = None,
         dropped: int = 0,
         chunked: bool = False,
+        mixed: bool = False,
     ) -> None:
         self.world_size = world_size
         self.chunked = chunked  # the shares carry chunk indices (an empty one too)
+        self.mixed = mixed  # the shares carry corpus epochs (an empty one too)
         # (rank, cost per bucket) -> the rank's planned cost per step, from counts
         self.planned_costs = planned_costs
         self.dropped = dropped  # uneven="drop": real sequences past the shortest rank's batches
@@ -346,9 +349,11 @@ class RankwisePlan:
         finished segment continued on more ranks)."""
         if start_step >= self._steps:
             empty = BatchList.empty()
-            if not self.chunked:
+            if not self.chunked and not self.mixed:
                 return empty
-            return BatchList(empty.seqs, empty.bounds, empty.real, None, empty.seqs.copy())
+            uses = np.zeros(0, USES_DTYPE) if self.mixed else None
+            chunks = empty.seqs.copy() if self.chunked else None
+            return BatchList(empty.seqs, empty.bounds, empty.real, uses, chunks)
         kept = self._kept
         if kept is None or kept[0] != rank:
             kept = self._kept = (rank, self._share(rank))

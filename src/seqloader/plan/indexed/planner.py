@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import pairwise
 from typing import Any
@@ -74,6 +74,7 @@ from seqloader.plan.indexed.chunks import (
 )
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.files import Segment, Units
+from seqloader.plan.indexed.files_mix import FilesMix, Pieces
 from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, mean_len_cut, selected
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
@@ -106,7 +107,7 @@ from seqloader.plan.indexed.plan import (
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
-from seqloader.plan.mix import CorpusProgress, EpochMix, mixed_corpora
+from seqloader.plan.mix import USES_DTYPE, Corpora, CorpusProgress, EpochMix, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
 from seqloader.plan.pools import FilePools
@@ -255,15 +256,28 @@ class IndexedPlanner:
             longest = np.asarray(self.longest, dtype=np.int64)
             self.k = tighter(self.k, sizes_for_units(longest, options.max_seqs, packed))
         self._limit_other_keys(i.lengths, c.limits, i.tags)
-        if options.mix is not None:
-            corpora = mixed_corpora(options.mix, corpora, origin)
-            self.mix = IndexedMix(options.seed, options.mix, corpora, c.index, c.lengths, c.mask)
-            self._extra += b"mix" + repr(corpora.names).encode() + corpora.bounds.tobytes()
         if self.files is not None:
             assert c.index.file_counts is not None
             self._file_counts = c.index.file_counts.sum(axis=1)
             self._file_frames = np.asarray(c.index.file_frames, dtype=np.int64)
+        if options.mix is not None:
+            corpora = mixed_corpora(options.mix, corpora, origin)
+            self.mix = self._make_mix(options, corpora, c.index, origin)
+            self._extra += b"mix" + repr(corpora.names).encode() + corpora.bounds.tobytes()
         self._take_selections(i.selections)
+
+    def _make_mix(
+        self, options: PlanOptions, corpora: Corpora, index: BucketIndex, origin: str
+    ) -> EpochMix:
+        """The mix: per (corpus, bucket) streams (``IndexedMix``), or under ``files`` per-corpus
+        streams of file pieces (``FilesMix``)."""
+        assert options.mix is not None
+        if self.files is None:
+            return IndexedMix(options.seed, options.mix, corpora, index, self.lengths, self._mask)
+        return FilesMix(
+            options.seed, options.mix, corpora, self.files, self._file_counts,
+            self._file_frames, self.lengths, self._mask, origin,
+        )  # fmt: skip
 
     def _take_cut_orders(self, corpus: AdmittedCorpus) -> None:
         """Orderings batched by global planning's greedy cuts (the fixed ones, random): the
@@ -566,9 +580,23 @@ class IndexedPlanner:
 
     def order_size(self, epoch: int, world_size: int = 1) -> int:
         ep = EpochIndex(epoch, self.options.partition_epoch)
+        if isinstance(self.mix, FilesMix):
+            return int(self._pieces(ep).count.sum())
         if self.files is not None:
             return int(self._file_counts[self._part_files(ep)].sum())
         return int(self._counts(ep)[0].sum())
+
+    def _pieces(self, ep: EpochIndex) -> Pieces:
+        """A mix over files: sub-epoch ``ep``'s file pieces (``FilesMix.sub_epoch``)."""
+        assert isinstance(self.mix, FilesMix)
+        return self.mix.sub_epoch(ep.full_epoch, ep.part, self.options.partition_epoch)
+
+    def _piece_codes(self, ep: EpochIndex) -> np.ndarray:
+        """A mix over files: every slot of sub-epoch ``ep`` as ``use * n + sequence``, piece
+        after piece (O(n / P): for checks and tests)."""
+        assert isinstance(self.mix, FilesMix)
+        seqs, uses, _ = self.mix.slots(self._pieces(ep))
+        return uses * len(self.lengths) + seqs
 
     def _part_files(self, ep: EpochIndex) -> np.ndarray:
         """The files of sub-epoch ``ep`` in the epoch's shuffled order (as global planning)."""
@@ -580,6 +608,12 @@ class IndexedPlanner:
         """The sub-epoch's sequences in plan order (O(n): for checks and tests)."""
         if self.files is not None and self.units is not None:  # one slot per chunk
             return self.sub_epoch_units(epoch, order_rank, world_size).seqs
+        if isinstance(self.mix, FilesMix):  # real slots, then what ``drop`` leaves out
+            b = self.files_plan(epoch, world_size)[0].batches
+            assert b.uses is not None
+            real = b.uses[b.real].astype(np.int64) * len(self.lengths) + b.seqs[b.real]
+            whole = self._piece_codes(EpochIndex(epoch, self.options.partition_epoch))
+            return np.concatenate([real, whole[~np.isin(whole, real)]]) % len(self.lengths)
         if self.files is not None:  # the plan's real sequences, then what ``drop`` leaves out
             plan = self.files_plan(epoch, world_size)[0]
             real = plan.batches.seqs[plan.batches.real]
@@ -621,7 +655,12 @@ class IndexedPlanner:
     def sub_epoch_slots(
         self, epoch: int, order_rank: int = 0
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """(``sub_epoch_order``, the corpus epoch of each slot or None unmixed); O(n)."""
+        """(``sub_epoch_order``, the corpus epoch of each slot or None unmixed); O(n). A mix
+        over files: its pieces' slots, piece after piece."""
+        if isinstance(self.mix, FilesMix):
+            ep = EpochIndex(epoch, self.options.partition_epoch)
+            seqs, uses, _ = self.mix.slots(self._pieces(ep))
+            return seqs, uses.astype(USES_DTYPE)
         table = self.table(epoch, 1)
         batches = IndexedPlan(table, self.draw(epoch), 1, 0, "pad", self.units).batches
         return batches.seqs, batches.uses
@@ -631,6 +670,18 @@ class IndexedPlanner:
         sub-epoch's end: from the mix's count tables (unmixed: ``_corpus_counts``)."""
         if self.corpora is None:
             return []
+        if isinstance(self.mix, FilesMix):  # from the pieces' counts
+            parts, n_c = self.options.partition_epoch, len(self.corpora.names)
+            ep = EpochIndex(epoch, parts)
+            first = ep.full_epoch * parts + 1  # this full epoch's sub-epochs up to this one
+            per = [
+                np.bincount(p.corpus, weights=p.count, minlength=n_c).astype(np.int64)
+                for p in (self._pieces(EpochIndex(e, parts)) for e in range(first, epoch + 1))
+            ]
+            progress = self.mix.progress(ep.full_epoch, np.sum(per, axis=0))
+            return [
+                (name, int(per[-1][c]), progress[c]) for c, name in enumerate(self.corpora.names)
+            ]
         if isinstance(self.mix, IndexedMix):
             ep = EpochIndex(epoch, self.options.partition_epoch)
             lo, count = self.mix.part(ep.full_epoch, ep.part, self.options.partition_epoch)
@@ -787,13 +838,22 @@ class IndexedPlanner:
         consumed = seg.consumed_members(self._members_of(seg.units))
         if self.units is not None and self.chunks is not None:  # as chunk numbers
             consumed = self.chunks.unit_ids(*self.units.split(consumed))
+        if seg.units.pieces is not None:  # a mix: codes as sequences
+            consumed = consumed % len(self.lengths)
         return self._rankwise(seg), consumed
 
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
         """(units, file of each unit) of ``epoch``: per file of the sub-epoch (shuffled order),
         its admitted sequences (O(n): for the audit and tests)."""
         assert self.files is not None
-        part = self._part_files(EpochIndex(epoch, self.options.partition_epoch))
+        ep = EpochIndex(epoch, self.options.partition_epoch)
+        if isinstance(self.mix, FilesMix):  # a mix: per piece of a file, its slots
+            pieces = self._pieces(ep)
+            seqs, _, _ = self.mix.slots(pieces)
+            bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
+            np.cumsum(pieces.count, out=bounds[1:])
+            return BatchList.from_bounds(seqs, bounds), pieces.file
+        part = self._part_files(ep)
         admitted = self._mask if self._mask is not None else np.ones(len(self.lengths), bool)
         return units_of(self.files, part, admitted)
 
@@ -864,13 +924,49 @@ class IndexedPlanner:
         kept = self._units_kept
         if kept is not None and kept[0] == key:
             return kept[1]
-        part = self._part_files(ep)
-        rank_of = assign_lpt(self._file_frames[part], world0)  # [f]
-        per_rank = _rank_counts(self.index.file_counts, part, rank_of, world0)  # [W0, N]
         words = (PURPOSE_INDEXED_FILES, self._seed_epoch(ep), ep.part)
-        units = Units.of(part, rank_of, per_rank, self.k, MERGE_BATCHES, words)
+        if isinstance(self.mix, FilesMix):  # the sub-epoch's file pieces, numbered
+            pieces = self.mix.sub_epoch(ep.full_epoch, ep.part, self.options.partition_epoch)
+            rank_of = assign_lpt(pieces.frames, world0)
+            per_rank = self._piece_rank_counts(pieces, rank_of, world0)
+            part = np.arange(len(pieces), dtype=np.int64)
+            units = Units.of(part, rank_of, per_rank, self.k, MERGE_BATCHES, words)
+            units = replace(units, pieces=pieces)
+        else:
+            part = self._part_files(ep)
+            rank_of = assign_lpt(self._file_frames[part], world0)  # [f]
+            per_rank = _rank_counts(self.index.file_counts, part, rank_of, world0)  # [W0, N]
+            units = Units.of(part, rank_of, per_rank, self.k, MERGE_BATCHES, words)
         self._units_kept = (key, units)
         return units
+
+    def _piece_rank_counts(self, pieces: Pieces, rank_of: np.ndarray, world0: int) -> np.ndarray:
+        """Sequences per (rank, bucket) of a mix's file pieces -> int64 ``[W0, N]``: whole files
+        from the per-(file, bucket) table, partial pieces counted from their sequences."""
+        assert isinstance(self.mix, FilesMix)
+        whole = (pieces.lo == 0) & (pieces.hi == self._file_counts[pieces.file])
+        out = _rank_counts(self.index.file_counts, pieces.file[whole], rank_of[whole], world0)
+        partial = np.flatnonzero(~whole)
+        if len(partial):
+            seqs, _, pid = self.mix.slots(pieces.take(partial))
+            bucket = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[seqs]), "right")
+            n_b = out.shape[1]
+            rows = np.bincount(pid * n_b + bucket, minlength=len(partial) * n_b)
+            np.add.at(out, rank_of[partial], rows.reshape(len(partial), n_b))
+        return out
+
+    def _codes_of(self, units: Units, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """A mix over files: old rank r's slots as codes ``use * n + sequence`` (one per slot:
+        a file used in two corpus epochs gives two), and their lengths."""
+        assert isinstance(self.mix, FilesMix) and units.pieces is not None
+        own = units.pieces.take(np.flatnonzero(units.rank_of == r))
+        seqs, uses, _ = self.mix.slots(own)
+        return uses * len(self.lengths) + seqs, np.asarray(self.lengths[seqs])
+
+    def _decode(self, batches: BatchList) -> BatchList:
+        """A mix over files: a share drawn over codes as (sequence, corpus epoch) slots."""
+        uses, seqs = np.divmod(batches.seqs, len(self.lengths))
+        return BatchList(seqs, batches.bounds, batches.real, uses.astype(USES_DTYPE))
 
     def _members_of(self, units: Units) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
         """Old rank r's admitted sequences drawn with its member stream, grouped by its merged
@@ -880,11 +976,14 @@ class IndexedPlanner:
         words = units.member_words
 
         def members(r: int) -> tuple[np.ndarray, np.ndarray]:
-            own = units.part[units.rank_of == r]
-            seqs = ranges(files[own], files[own + 1])
-            if self._mask is not None:
-                seqs = seqs[self._mask[seqs]]
-            lens = np.asarray(self.lengths[seqs])
+            if units.pieces is not None:  # a mix: pieces of files, as codes
+                seqs, lens = self._codes_of(units, r)
+            else:
+                own = units.part[units.rank_of == r]
+                seqs = ranges(files[own], files[own + 1])
+                if self._mask is not None:
+                    seqs = seqs[self._mask[seqs]]
+                lens = np.asarray(self.lengths[seqs])
             if self.units is not None:  # chunked: the files' chunks, as codes, by their windows
                 seqs, lens = self.units.codes_of(seqs, lens)
             perm = rng_for(*self._head, *words, r).permutation(len(seqs))
@@ -910,8 +1009,11 @@ class IndexedPlanner:
         members = self._members_of(seg.units)
         part = seg.units.part
 
+        mixed = seg.units.pieces is not None
+
         def share(rank: int) -> BatchList:
-            return self._split_codes(seg.share(rank, members, lambda: self._first_unit(part)))
+            batches = seg.share(rank, members, lambda: self._first_unit(part, seg.units))
+            return self._decode(batches) if mixed else self._split_codes(batches)
 
         kept: dict[
             bytes, tuple[np.ndarray, np.ndarray]
@@ -926,12 +1028,10 @@ class IndexedPlanner:
             group_costs, unit_costs = kept[key]
 
             def filler_cost() -> int:  # the sub-epoch's first sequence, in its old rank's group
-                s = self._first_sequence(part)
-                file = int(np.searchsorted(np.asarray(self.files), s[0], side="right")) - 1
-                where = np.flatnonzero(part == file)
-                if not len(where):  # nothing admitted in the sub-epoch: no filler to cost
+                owner = self._filler_owner(seg.units)
+                if owner is None:  # nothing admitted in the sub-epoch: no filler to cost
                     return 0
-                r = int(seg.units.rank_of[where[0]])
+                r, s = owner
                 first = np.asarray(self.lengths[s])
                 if self.units is not None:  # its first chunk's window
                     first = np.minimum(first, self.units.size)
@@ -950,6 +1050,7 @@ class IndexedPlanner:
             planned_costs,
             seg.dropped,
             chunked=self.units is not None,
+            mixed=mixed,
         )
 
     def _split_codes(self, batches: BatchList) -> BatchList:
@@ -960,9 +1061,30 @@ class IndexedPlanner:
         seqs, chunks = self.units.split(batches.seqs)
         return BatchList(seqs, batches.bounds, batches.real, batches.uses, chunks)
 
-    def _first_unit(self, part: np.ndarray) -> np.ndarray:
+    def _filler_owner(self, units: Units) -> tuple[int, np.ndarray] | None:
+        """(old rank, the sequence) of the fillers' sequence (``_first_unit``); None when the
+        sub-epoch has nothing admitted."""
+        if units.pieces is not None:  # a mix: its first piece's first slot
+            if not len(units.pieces):
+                return None
+            codes = self._first_unit(units.part, units)
+            return int(units.rank_of[0]), codes % len(self.lengths)
+        s = self._first_sequence(units.part)
+        file = int(np.searchsorted(np.asarray(self.files), s[0], side="right")) - 1
+        where = np.flatnonzero(units.part == file)
+        if not len(where):
+            return None
+        return int(units.rank_of[where[0]]), s
+
+    def _first_unit(self, part: np.ndarray, units: Units | None = None) -> np.ndarray:
         """The fillers' unit when a rank has none of its own: the sub-epoch's first sequence
-        (chunked: its first chunk's code)."""
+        (chunked: its first chunk's code; a mix: its first piece's first slot, as a code)."""
+        if units is not None and units.pieces is not None:
+            assert isinstance(self.mix, FilesMix)
+            if not len(units.pieces):
+                return np.zeros(1, dtype=np.int64)
+            seqs, uses, _ = self.mix.slots(units.pieces.take(slice(0, 1)))
+            return (uses * len(self.lengths) + seqs)[:1]
         first = self._first_sequence(part)
         return first if self.units is None else first * self.units.stride
 

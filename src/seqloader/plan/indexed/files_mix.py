@@ -1,0 +1,255 @@
+"""``mix`` with ``distribution="files"`` under indexed planning: per-corpus streams of file pieces.
+
+The indexed mix of ``shard`` plans (``seqloader.plan.indexed.mix``) streams per (corpus, length
+bucket), so a rank draws single sequences from everywhere: no use for whole files per rank. Here
+each corpus streams *files*:
+
+- **Streams.** Corpus c's files (its range of the source's files, those holding admitted
+  sequences) form an endless stream of corpus epochs: corpus epoch ``k`` (0-based) is the files
+  in a keyed random order (keyed by seed, corpus name and k), each file's admitted sequences in
+  stored order. Stream position ``p`` is corpus epoch ``p // N_c``, and within it a file and an
+  offset in that file (``N_c``: the corpus' admitted sequences).
+- **Selection.** Full epoch ``f`` (0-based) takes corpus c's positions
+  ``[floor(f·r·N_c), floor((f+1)·r·N_c))`` (``stream_span``: the global mix's rule, exact
+  integers on the rate as written). So every corpus gives every epoch exactly the count the
+  global mix gives, and the contract is the global mix's: per corpus, every admitted sequence
+  exactly once per corpus epoch (a corpus epoch the span covers only in part: as many uses as
+  the span covers, none twice; ``MixPlan.check``).
+- **Pieces.** The span cut at corpus-epoch and file boundaries gives *pieces*: (file, offsets
+  ``[lo, hi)`` of its admitted sequences, corpus epoch). All but at most two per corpus epoch
+  touched are whole files, whose per-bucket counts and frames are the index's per-file table;
+  a partial piece is counted from its own sequences (at most two files per corpus and epoch).
+- **Sub-epochs and ranks.** The full epoch's pieces (all corpora) are shuffled (keyed by the
+  full epoch) and cut into ``partition_epoch`` sub-epochs of about equal frames; a sub-epoch's
+  pieces go to ranks by LPT on frames and are planned like unmixed files
+  (``seqloader.plan.indexed.files``): a slot carries ``use * n + sequence`` through the segment
+  machinery, decoded into (sequence, corpus epoch) in the rank's batches.
+
+Cost: O(pieces) per full epoch, plus the partial pieces' files; a rank draws only its own
+pieces' sequences. ``select``, ``members`` and ``check`` are O(n) (for checks and tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.bounds import check_mix_slots
+from seqloader.plan.files import cut_parts
+from seqloader.plan.mix import (
+    USES_DTYPE,
+    Corpora,
+    CorpusProgress,
+    MixPlan,
+    Selection,
+    corpus_seed_word,
+    progress,
+    refuse_empty_corpora,
+    resolve_rates,
+    stream_span,
+)
+from seqloader.plan.mix_check import MixCheck
+from seqloader.plan.seeding import PURPOSE_INDEXED_FILES_MIX, rng_for
+
+_SHUFFLE, _STREAM = 0, 1  # the two kinds of draw under PURPOSE_INDEXED_FILES_MIX
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """File pieces, all int64 ``[m]``: the file, its admitted sequences' offsets ``[lo, hi)``
+    within the file, the corpus epoch (0-based) they are used in, the corpus, the frames (sum of
+    the length key's lengths)."""
+
+    file: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    use: np.ndarray
+    corpus: np.ndarray
+    frames: np.ndarray
+
+    def take(self, idx: np.ndarray | slice) -> Pieces:
+        return Pieces(*(getattr(self, f)[idx] for f in self.__dataclass_fields__))
+
+    @property
+    def count(self) -> np.ndarray:
+        return self.hi - self.lo
+
+    def __len__(self) -> int:
+        return len(self.file)
+
+
+class FilesMix:
+    """The mix of an indexed ``files`` planner (see the module doc).
+
+    >>> files = np.array([0, 2, 5, 6, 9])  # four files; corpus a: files 0-1, b: files 2-3
+    >>> lengths = np.array([3, 4, 5, 6, 7, 8, 9, 2, 1])
+    >>> counts, frames = np.diff(files), np.add.reduceat(lengths, files[:-1])
+    >>> mix = FilesMix(0, {"a": 0.4, "b": 2}, Corpora(("a", "b"), np.array([0, 5, 9])),
+    ...                files, counts, frames, lengths)
+    >>> mix.epoch_counts(0), mix.epoch_counts(1)  # floor(0.4 * 5) = 2, then 4 - 2; b: 2 * 4
+    ((2, 8), (2, 8))
+    >>> sel = mix.select(0)
+    >>> sorted(sel.seqs[sel.seqs >= 5].tolist())  # b twice, once per corpus epoch
+    [5, 5, 6, 6, 7, 7, 8, 8]
+    """
+
+    def __init__(
+        self,
+        seed: int,
+        mix: Mapping[str, float | Fraction | str],
+        corpora: Corpora,
+        files: np.ndarray,
+        file_counts: np.ndarray,
+        file_frames: np.ndarray,
+        lengths: np.ndarray,
+        mask: np.ndarray | None = None,
+        origin: str = "",
+    ) -> None:
+        self.seed, self.corpora, self._mix = seed, corpora, dict(mix)
+        self.rates = resolve_rates(mix, corpora)
+        self.files = np.asarray(files, dtype=np.int64)
+        self.file_counts = np.asarray(file_counts, dtype=np.int64)
+        self.file_frames = np.asarray(file_frames, dtype=np.int64)
+        self._lengths, self._mask = lengths, mask
+        at = np.searchsorted(self.files, corpora.bounds)  # [C + 1] first file of each corpus
+        at = np.minimum(at, len(self.files) - 1)
+        if not np.array_equal(self.files[at], corpora.bounds):
+            bad = int(np.flatnonzero(self.files[at] != corpora.bounds)[0])
+            names = corpora.names[max(bad - 1, 0) : bad + 1]
+            raise OptionError(
+                f"mix with distribution='files': in {origin or 'the source'} corpora "
+                f"{' and '.join(map(repr, names))} meet inside a file (at sequence "
+                f"{int(corpora.bounds[bad])}), so a file would belong to two corpora. Fix: give "
+                "every corpus its own files (seqloader.ConcatSource does), or use "
+                "distribution='shard'"
+            )
+        self._file_range = at  # corpus c: files [at[c], at[c + 1])
+        self._words = [corpus_seed_word(name) for name in corpora.names]
+        self._nonempty = [
+            np.flatnonzero(self.file_counts[at[c] : at[c + 1]] > 0).astype(np.int64) + at[c]
+            for c in range(len(corpora.names))
+        ]
+        refuse_empty_corpora(corpora, self.sizes)
+        check_mix_slots(corpora.names, self.rates, self.sizes)
+        self._orders: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._epoch: tuple[int, Pieces, np.ndarray] | None = None  # shuffled, part starts
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Admitted sequences per corpus."""
+        return tuple(int(self.file_counts[f].sum()) for f in self._nonempty)
+
+    # ---- streams and pieces ----
+    def _order(self, c: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Corpus c's epoch k: its files in stream order and their cumulative admitted counts
+        (int64 ``[F_c]``, ``[F_c + 1]``); the last few kept."""
+        got = self._orders.get((c, k))
+        if got is None:
+            own = self._nonempty[c]
+            perm = rng_for(self.seed, PURPOSE_INDEXED_FILES_MIX, _STREAM, self._words[c], k)
+            order = own[perm.permutation(len(own))]
+            cum = np.zeros(len(order) + 1, dtype=np.int64)
+            np.cumsum(self.file_counts[order], out=cum[1:])
+            if len(self._orders) >= 4 * len(self._words):
+                self._orders.clear()
+            got = self._orders[(c, k)] = (order, cum)
+        return got
+
+    def pieces(self, full_epoch: int) -> Pieces:
+        """Full epoch ``full_epoch``'s pieces, corpus after corpus, in stream order."""
+        parts: list[tuple[np.ndarray, ...]] = []
+        for c, (rate, n) in enumerate(zip(self.rates, self.sizes)):
+            a, b = stream_span(full_epoch, rate, n)
+            for k in range(a // n, (b - 1) // n + 1 if b > a else a // n):
+                t0, t1 = max(a, k * n) - k * n, min(b, (k + 1) * n) - k * n
+                order, cum = self._order(c, k)
+                i0 = int(np.searchsorted(cum, t0, side="right")) - 1
+                i1 = int(np.searchsorted(cum, t1, side="left"))
+                file = order[i0:i1]
+                lo = np.maximum(t0 - cum[i0:i1], 0)
+                hi = np.minimum(t1 - cum[i0:i1], self.file_counts[file])
+                full = np.full(len(file), k, dtype=np.int64)
+                parts.append((file, lo, hi, full, np.full(len(file), c, dtype=np.int64)))
+        cols = [np.concatenate(x) if parts else np.zeros(0, np.int64) for x in zip(*parts)]
+        if not parts:
+            cols = [np.zeros(0, np.int64)] * 5
+        file, lo, hi, use, corpus = cols
+        frames = self.file_frames[file].copy()
+        partial = np.flatnonzero((lo > 0) | (hi < self.file_counts[file]))
+        if len(partial):
+            some = Pieces(file[partial], lo[partial], hi[partial], use[partial],
+                          corpus[partial], frames[partial])  # fmt: skip
+            seqs, _, pid = self.slots(some)
+            lens = np.asarray(self._lengths[seqs], dtype=np.float64)
+            frames[partial] = np.bincount(pid, weights=lens, minlength=len(partial)).astype(
+                np.int64
+            )
+        return Pieces(file, lo, hi, use, corpus, frames)
+
+    def sub_epoch(self, full_epoch: int, part: int, parts: int) -> Pieces:
+        """Sub-epoch ``part`` of ``parts``: its pieces, in the full epoch's keyed shuffle, cut
+        by frames (``cut_parts``; the full epoch kept)."""
+        if self._epoch is None or self._epoch[0] != full_epoch:
+            every = self.pieces(full_epoch)
+            rng = rng_for(self.seed, PURPOSE_INDEXED_FILES_MIX, _SHUFFLE, full_epoch)
+            shuffled = every.take(rng.permutation(len(every)))
+            self._epoch = (full_epoch, shuffled, cut_parts(shuffled.frames, parts))
+        _, shuffled, starts = self._epoch
+        return shuffled.take(slice(int(starts[part]), int(starts[part + 1])))
+
+    def slots(self, pieces: Pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(sequence, corpus epoch, piece) of every slot of ``pieces``, piece after piece, a
+        piece's sequences in stored order -> int64 each. Reads the pieces' files' mask only."""
+        lo_s, hi_s = self.files[pieces.file], self.files[pieces.file + 1]
+        sizes = hi_s - lo_s
+        seqs = np.repeat(lo_s - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+        pid = np.repeat(np.arange(len(pieces), dtype=np.int64), sizes)
+        if self._mask is not None:
+            keep = self._mask[seqs]
+            seqs, pid = seqs[keep], pid[keep]
+        held = np.bincount(pid, minlength=len(pieces))
+        off = np.arange(len(seqs), dtype=np.int64) - np.repeat(np.cumsum(held) - held, held)
+        keep = (off >= pieces.lo[pid]) & (off < pieces.hi[pid])
+        seqs, pid = seqs[keep].astype(np.int64), pid[keep]
+        return seqs, pieces.use[pid], pid
+
+    # ---- what EpochMix asks ----
+    def epoch_counts(self, full_epoch: int) -> tuple[int, ...]:
+        """Slots per corpus in full epoch ``full_epoch`` (0-based): the global mix's counts."""
+        spans = (stream_span(full_epoch, r, n) for r, n in zip(self.rates, self.sizes))
+        return tuple(b - a for a, b in spans)
+
+    def progress(self, full_epoch: int, used: Sequence[int] | np.ndarray) -> list[CorpusProgress]:
+        """Every corpus' progress after ``used[c]`` of its slots of full epoch ``full_epoch``."""
+        return [
+            progress(name, rate, n, stream_span(full_epoch, rate, n)[0], int(u))
+            for name, rate, n, u in zip(self.corpora.names, self.rates, self.sizes, used)
+        ]
+
+    def select(self, full_epoch: int) -> Selection:
+        """The whole full epoch in canonical order (ascending sequence, a sequence's uses in
+        corpus epoch order): O(n), for checks and tests."""
+        seqs, uses, _ = self.slots(self.pieces(full_epoch))
+        order = np.lexsort((uses, seqs))
+        spans = tuple(stream_span(full_epoch, r, n) for r, n in zip(self.rates, self.sizes))
+        return Selection(seqs[order], uses[order].astype(USES_DTYPE), spans)
+
+    @property
+    def members(self) -> list[np.ndarray]:
+        """Per corpus its admitted sequences, ascending (O(n): for stats and checks)."""
+        out = []
+        for c in range(len(self.corpora.names)):
+            a, b = (int(x) for x in self.corpora.bounds[c : c + 2])
+            seqs = np.arange(a, b, dtype=np.int64)
+            out.append(seqs if self._mask is None else seqs[self._mask[a:b]])
+        return out
+
+    def check(self, full_epochs: Sequence[int], seqs: np.ndarray, uses: np.ndarray) -> MixCheck:
+        """Per corpus, every admitted sequence exactly once per corpus epoch over the complete
+        consecutive ``full_epochs``: the global mix's check, on the same spans and members."""
+        admitted = np.concatenate(self.members)
+        return MixPlan(self.seed, self._mix, self.corpora, admitted).check(full_epochs, seqs, uses)
