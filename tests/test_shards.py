@@ -152,6 +152,17 @@ def test_webdataset_and_lengths_without_decoding(corpus, tmp_path) -> None:
     assert plain.lengths("audio").tolist() == [4000, 8000]
 
 
+def test_audio_at_two_rates_needs_a_sample_rate(tmp_path) -> None:
+    members = [("k1.wav", wav(0.25)), ("k2.wav", wav(0.25, rate=8000)), ("k3.wav", wav(0.5))]
+    tar = tar_of(tmp_path / "two-rates.tar", members)
+    with pytest.raises(OptionError, match=r"at \[8000, 16000\] Hz; pass sample_rate"):
+        ShardSource.webdataset(str(tar), index_dir=tmp_path / "a", keys=["audio"])
+    one = ShardSource.webdataset(
+        str(tar), index_dir=tmp_path / "b", keys=["audio"], sample_rate=8000
+    )
+    assert one.lengths("audio").tolist() == [2000, 2000, 4000]
+
+
 @pytest.mark.parametrize("features", [sl.LogMel(n_mels=20), sl.KaldiFbank(n_mels=24)])
 def test_log_mel_and_kaldi_fbank_from_shards(corpus, tmp_path, features) -> None:
     src = corpus["source"]

@@ -68,11 +68,17 @@ def _refuse_constant(token: str) -> float:
     raise ValueError(token)
 
 
+# one decoder for every line: json.loads(text, parse_constant=...) builds a new one per call
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def json_entry(label: str, line_no: int, text: str) -> dict:
     """One manifest line as a JSON object (a dict); anything else names the line and the fix."""
     where = f"{label} line {line_no}"
     try:
-        entry = json.loads(text, parse_constant=_refuse_constant)
+        if text.startswith("\ufeff"):  # json.loads's own check, kept with the decoder below
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        entry = _DECODER.decode(text)
     except json.JSONDecodeError as e:
         raise manifest_error(
             where, f"not valid JSON ({e})", "write one JSON object per line"

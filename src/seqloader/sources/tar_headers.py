@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import zlib
 
 BLOCK = 512
 _ZERO = bytes(BLOCK)
@@ -72,6 +73,13 @@ def _pax(records: bytes) -> tuple[str | None, int | None]:
     return path, size
 
 
+def _byte_sum(block: bytes) -> int:
+    """The sum of a 512-byte block's bytes, as ``sum(block)`` (6x faster): the first half of
+    Adler-32 is 1 + the byte sum modulo 65521, exact for 256 bytes (at most 65,280)."""
+    view = memoryview(block)
+    return (zlib.adler32(view[:256]) & 0xFFFF) + (zlib.adler32(view[256:]) & 0xFFFF) - 2
+
+
 def header_at(fd: int, pos: int, file_size: int) -> tuple[str, bool, int, int, int] | None:
     """The member whose header chain starts at byte ``pos``: (name, whether it is a regular
     file, data offset, data size, offset of the next header chain), or None at the archive's end
@@ -84,7 +92,10 @@ def header_at(fd: int, pos: int, file_size: int) -> tuple[str, bool, int, int, i
         block = os.pread(fd, BLOCK, pos)
         if block == _ZERO:
             return None
-        if len(block) < BLOCK or _octal(block[148:156]) != (sum(block) - sum(block[148:156]) + 256):
+        if (
+            len(block) < BLOCK
+            or _octal(block[148:156]) != _byte_sum(block) - sum(block[148:156]) + 256
+        ):
             raise Unusual  # also the signed-checksum variant: rare, tarfile accepts it
         kind = block[156:157]
         own_size = _octal(block[124:136])
