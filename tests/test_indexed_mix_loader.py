@@ -62,43 +62,57 @@ def test_indexed_mix_through_workers_exactly_once_per_corpus_epoch(corpora, num_
         )
         for r in range(2)
     ]
-    total: Counter = Counter()
-    draws: dict[str, set[float]] = {}
     try:
-        for epoch in range(1, 5):
-            per_rank = [list(loader.epoch(epoch)) for loader in loaders]
-            assert len({len(b) for b in per_rank}) == 1, "equal steps"
-            got: list[str] = []
-            reported: Counter = Counter()
-            for loader, batches in zip(loaders, per_rank):
-                for b in batches:
-                    for row, (tag, real) in enumerate(zip(b.seq_tags, b.mask.tolist())):
-                        if not real:
-                            continue
-                        got.append(tag)
-                        index = int(tag.split("/")[1])
-                        assert b["data"][row, 0, 0] == index  # the row holds its sequence
-                        draws.setdefault(tag, set()).add(float(b["data"][row, 0, -1]))
-                report = loader.report()
-                assert report is not None and report.audit is not None and report.audit.ok
-                for name, entry in report.corpora.items():
-                    reported[name] += entry.seqs
-            planner = loaders[0].planner
-            planned = [corpora.tag(i) for i in planner.sub_epoch_order(epoch).tolist()]
-            assert Counter(got) == Counter(planned)
-            assert reported == Counter(t.split("/")[0] for t in got)
-            here = {name: slots for name, slots, _ in planner.corpus_plan(epoch)}
-            assert {name: loaders[0].report().corpora[name].planned_seqs for name in SIZES} == here
-            total.update(got)
-        uses = {"a": 1, "b": 2, "c": 4}  # rate x 2 full epochs, whole corpus epochs
-        for name, n in SIZES.items():
-            assert {total[f"{name}/{i}"] for i in range(n)} == {uses[name]}
-        assert all(len(draws[f"c/{i}"]) == 4 for i in range(SIZES["c"])), "a draw per use"
-        progress = loaders[0].report().corpora
-        assert {n: progress[n].corpus_epochs_done for n in SIZES} == {"a": 1.0, "b": 2.0, "c": 4.0}
+        check_mix_epochs(loaders, corpora, SIZES, {"a": 1, "b": 2, "c": 4})
     finally:
         for loader in loaders:
             loader.close()
+
+
+def check_mix_epochs(
+    loaders: list[sl.SeqLoader],
+    corpora: sl.ConcatSource,
+    sizes: dict[str, int],
+    uses: dict[str, int],
+) -> None:
+    """Epochs 1-4 of ``loaders`` (one per rank; two full epochs of 2 sub-epochs): equal steps;
+    each sub-epoch delivers its planned slots (the audit agrees); each corpus' sequences
+    ``uses[name]`` times (whole corpus epochs); rows hold their sequence; each use draws its own
+    (``marker``); the report's per-corpus counts are what the ranks received."""
+    total: Counter = Counter()
+    draws: dict[str, set[float]] = {}
+    for epoch in range(1, 5):
+        per_rank = [list(loader.epoch(epoch)) for loader in loaders]
+        assert len({len(b) for b in per_rank}) == 1, "equal steps"
+        got: list[str] = []
+        reported: Counter = Counter()
+        for loader, batches in zip(loaders, per_rank):
+            for b in batches:
+                for row, (tag, real) in enumerate(zip(b.seq_tags, b.mask.tolist())):
+                    if not real:
+                        continue
+                    got.append(tag)
+                    index = int(tag.split("/")[1])
+                    assert b["data"][row, 0, 0] == index  # the row holds its sequence
+                    draws.setdefault(tag, set()).add(float(b["data"][row, 0, -1]))
+            report = loader.report()
+            assert report is not None and report.audit is not None and report.audit.ok
+            for name, entry in report.corpora.items():
+                reported[name] += entry.seqs
+        planner = loaders[0].planner
+        planned = [corpora.tag(i) for i in planner.sub_epoch_order(epoch).tolist()]
+        assert Counter(got) == Counter(planned)
+        assert reported == Counter(t.split("/")[0] for t in got)
+        here = {name: slots for name, slots, _ in planner.corpus_plan(epoch)}
+        assert {name: loaders[0].report().corpora[name].planned_seqs for name in sizes} == here
+        total.update(got)
+    for name, n in sizes.items():
+        assert {total[f"{name}/{i}"] for i in range(n)} == {uses[name]}
+        assert all(len(draws[f"{name}/{i}"]) == uses[name] for i in range(n)), "a draw per use"
+    progress = loaders[0].report().corpora
+    assert {n: progress[n].corpus_epochs_done for n in sizes} == {
+        n: float(u) for n, u in uses.items()
+    }
 
 
 @settings(max_examples=20, deadline=None)

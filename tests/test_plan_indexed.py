@@ -491,6 +491,15 @@ INDEXED_CASES: dict[str, dict] = {
         "world": 4,
         "elastic": (2, 3),
     },
+    "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": {
+        "options": {"ordering": "laplace:.10", "max_frames": 900, "max_seqs": 9, "seed": 3,
+                    "partition_epoch": 2, "distribution": "files",
+                    "mix": {"a": 0.7, "b": 2, "c": "1/3"}},
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+        "elastic": (2, 2),
+        "elastic_again": (2, 4),
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -505,7 +514,7 @@ INDEXED_CASES: dict[str, dict] = {
 # Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved);
 # so were the `files` + uneven="drop" cases (refused before).
 # chunked random_seed_offset, files, epoch_wise_filter and other keys' limits added later,
-# likewise (refused before).
+# likewise (refused before); so was mix with files (refused before).
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
@@ -522,6 +531,7 @@ INDEXED_GOLDEN = {
     "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "dc1b6e5986529aeb97a1fa2de62a236b6eae601f8dbe7e38fce9afae2d683604",
     "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "7bff8d3a6e454edc5920cce101ad71a08b7b8cb39726c6f68f339f8f1bc82a3f",
     "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "7aad94f86fc43646d4c09acd144b7e8f32a497e8a7926c15d0c862798609667c",
+    "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "011cf08bca68275f0893d1ffa15481e95de082a341d7f4328c8341d1208134f1",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/5"
 
