@@ -173,7 +173,9 @@ def kaldi_steps(
 ) -> torch.Tensor:
     """``kaldi_filterbank``'s steps on a tensor of frames ``[m, win]`` (rows may overlap: only
     read) on any device, with ``window`` and the filter ``groups`` of ``kaldi_constants`` there
-    -> ``[m, n_filters]`` (a transposed view); also ``seqloader.audio.device_features``'s."""
+    -> ``[m, n_filters]``, C-contiguous (each group's product is written into its columns, so the
+    caller's copy of a block into the batch is a plain one, not a transposing gather: measured
+    ~10% of the kernel); also ``seqloader.audio.device_features``'s."""
     import torch
 
     c = float(options.preemph_coeff)
@@ -189,9 +191,10 @@ def kaldi_steps(
         y = x.clone(memory_format=torch.contiguous_format)
     y *= window
     spec = torch.fft.rfft(y, n=options.fft_size, dim=1)  # [m, fft_size // 2 + 1]
-    parts = torch.view_as_real(spec).square_()  # [m, bins, 2]: re^2, im^2
+    parts = torch.view_as_real(spec)  # [m, bins, 2]: re, im
+    torch.mul(parts, parts, out=parts)  # re^2, im^2 (mul in place: measured faster than square_)
     power = parts[..., 0] + parts[..., 1]
-    mel = torch.empty((groups[-1][1], len(x)), dtype=torch.float32, device=x.device)
-    for a, b, lo, hi, weights in groups:  # [n_filters, m], each group over its band of bins
-        torch.matmul(weights, power[:, lo:hi].T, out=mel[a:b])
-    return mel.clamp_(min=_FLOAT32_EPS).log_().T
+    mel = torch.empty((len(x), groups[-1][1]), dtype=torch.float32, device=x.device)
+    for a, b, lo, hi, weights in groups:  # [m, n_filters], each group over its band of bins
+        torch.mm(power[:, lo:hi], weights.T, out=mel[:, a:b])
+    return mel.clamp_(min=_FLOAT32_EPS).log_()
