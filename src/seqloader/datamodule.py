@@ -40,6 +40,15 @@ from seqloader.plan.position import Position, continue_plan
 from seqloader.torch.batch import Batch
 from seqloader.torch.loader import SeqLoader
 
+__all__ = [
+    "STATE_FORMAT",
+    "DataModuleParts",
+    "EpochBatches",
+    "LoaderFactory",
+    "StatefulEpochBatches",
+    "epoch_steps",
+]
+
 LoaderFactory = Callable[[], SeqLoader]
 STAGES = ("train", "val", "test", "predict")
 STATE_FORMAT = "seqloader.lightning_datamodule"

@@ -9,14 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from seqloader.datamodule import (
-    STATE_FORMAT,
-    DataModuleParts,
-    EpochBatches,
-    LoaderFactory,
-    StatefulEpochBatches,
-    epoch_steps,
-)
+from seqloader import datamodule
+from seqloader.datamodule import *  # noqa: F403 (the parts of the data module, named here too)
+from seqloader.datamodule import DataModuleParts
 from seqloader.extras import require
 
 if TYPE_CHECKING:
@@ -24,14 +19,7 @@ if TYPE_CHECKING:
 else:  # imported here, so a missing package names the extra at `import seqloader.lightning`
     LightningDataModule = require("lightning.pytorch", "seqloader.lightning").LightningDataModule
 
-__all__ = [
-    "STATE_FORMAT",
-    "EpochBatches",
-    "LoaderFactory",
-    "SeqLoaderDataModule",
-    "StatefulEpochBatches",
-    "epoch_steps",
-]
+__all__ = [*datamodule.__all__, "SeqLoaderDataModule"]
 
 
 class SeqLoaderDataModule(DataModuleParts, LightningDataModule):

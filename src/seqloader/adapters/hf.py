@@ -31,6 +31,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from seqloader.audio.keyed_source import AudioOptionsSource
 from seqloader.audio.keys import (
     AudioOptions,
     encode_texts,
@@ -38,18 +39,14 @@ from seqloader.audio.keys import (
     fit_wave,
     key_spec,
     mono,
-    parse_options,
     planned_lengths,
     put_wave,
-)
-from seqloader.audio.keys import (
-    loader_needs as audio_loader_needs,
 )
 from seqloader.audio.manifest import StringTable, import_soundfile
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
-from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
+from seqloader.sources.base import KeySpec, fingerprint_of
 
 KINDS = ("list", "frames", "string", "audio")
 
@@ -65,7 +62,7 @@ class Column:
     dim: int = 0  # values per frame for "frames"
 
 
-class HFSource(SourceBase):
+class HFSource(AudioOptionsSource):
     """Rows of a ``datasets.Dataset`` as sequences; see the module docstring.
 
     ``keys``: seqloader key -> column (default: every list column under its own name); ``tags``: a
@@ -96,8 +93,7 @@ class HFSource(SourceBase):
                 f"HFSource: got {type(dataset).__name__}, expected a datasets.Dataset (for a "
                 "DatasetDict pick a split: ds['train']; an IterableDataset has no random access)"
             )
-        self.options = parse_options("HFSource", options, option_kwargs)
-        self.vocab = vocab
+        self._open_options("HFSource", options, option_kwargs, vocab)
         self._data = dataset.data  # datasets' Table: pickles as file paths when memory-mapped
         indices = dataset._indices  # a select/shuffle/filter: rows of the table, in order
         self._rows = (
@@ -368,9 +364,6 @@ class HFSource(SourceBase):
     def where(self, index: int) -> str:
         row = index if self._rows is None else int(self._rows[index])
         return f"{self._name} row {row} (tag {self.tag(index)!r})"
-
-    def loader_needs(self) -> LoaderNeeds:
-        return audio_loader_needs(self.options)
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         if not 0 <= index < len(self):

@@ -36,30 +36,17 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from seqloader.audio.keys import (
-    AudioOptions,
-    choose_keys,
-    encode_texts,
-    fail_read,
-    fit_wave,
-    key_spec,
-    mono,
-    parse_options,
-    planned_lengths,
-    put_wave,
-)
-from seqloader.audio.keys import (
-    loader_needs as audio_loader_needs,
-)
+from seqloader.audio.keyed_source import AudioKeysSource
+from seqloader.audio.keys import AudioOptions, choose_keys, encode_texts, fail_read, mono, put_wave
 from seqloader.audio.manifest import StringTable
 from seqloader.audio.manifest_lines import json_entry, manifest_error, seconds, text_lines
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
-from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
+from seqloader.sources.base import fingerprint_of
 
 
-class LhotseSource(SourceBase):
+class LhotseSource(AudioKeysSource):
     """Lhotse cuts in manifest order; see the module docstring.
 
     ``keys`` selects from ``data``, ``audio``, ``text``, ``classes``; default: ``data`` (cut
@@ -92,8 +79,7 @@ class LhotseSource(SourceBase):
         options: AudioOptions | None = None,
         **option_kwargs: object,
     ) -> None:
-        self.options = parse_options("LhotseSource", options, option_kwargs)
-        self.vocab = vocab
+        self._open_options("LhotseSource", options, option_kwargs, vocab)
         self._origin, cut_iter = _open_cuts(cuts)
         cols = _Columns(self._origin)
         for where, cut in cut_iter:
@@ -149,9 +135,9 @@ class LhotseSource(SourceBase):
 
     def _audio_rate(self, cols: _Columns) -> int:
         """``sample_rate``, else the LogMel rate, else the cuts' own rate (all must agree)."""
-        o = self.options
-        if o.sample_rate is not None or o.features is not None:
-            return o.rate
+        given = self._given_rate()
+        if given is not None:
+            return given
         if None in cols.rates:
             first = cols.ids[cols.rates.index(None)]
             raise OptionError(f"LhotseSource: cut {first!r} of {self._origin} has no recording")
@@ -217,37 +203,18 @@ class LhotseSource(SourceBase):
         assert self.vocab is not None
         return encode_texts(self.vocab, self._texts, self.where)
 
-    def _planned_lengths(self, key: str) -> np.ndarray:
-        if key == "data" and self._from_features:
-            return self._frames
-        if key in ("audio", "data"):
-            return planned_lengths(key, self._samples, self.options)
-        if key == "text":
-            return self._texts.byte_lengths()
-        assert self._class_offsets is not None
-        return np.diff(self._class_offsets)
+    def _stored_frames(self) -> np.ndarray:
+        return self._frames
 
-    def _make_schema(self) -> dict[str, KeySpec]:
-        schema = {
-            key: key_spec(key, self.options, self.vocab) for key in self._keys if key != "data"
-        }
-        if "data" in self._keys:
-            if self._from_features:
-                schema["data"] = KeySpec(np.dtype(np.float32), (self._feature_dim,))
-            else:
-                schema["data"] = key_spec("data", self.options, self.vocab)
-        return {key: schema[key] for key in self._keys}
+    def _stored_feature_dim(self) -> int:
+        return self._feature_dim
+
+    def _text_lengths(self) -> np.ndarray:
+        return self._texts.byte_lengths()
 
     # ---- Source protocol ----
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return self._keys
-
     def where(self, index: int) -> str:
         return f"{self._origin} cut {self.tag(index)!r}"
-
-    def loader_needs(self) -> LoaderNeeds:
-        return audio_loader_needs(self.options)
 
     def read(self, index: int) -> dict[str, np.ndarray]:
         if not 0 <= index < len(self):
@@ -289,10 +256,10 @@ class LhotseSource(SourceBase):
         return serialization.deserialize_item(json.loads(self._cuts[index]))
 
     def _read_features(self, index: int, cut: Any) -> np.ndarray:
-        try:
-            feats = np.asarray(cut.load_features(), dtype=np.float32)
-        except Exception as e:  # storage backends raise OS, h5py, lilcom and KeyErrors
-            self._fail(index, f"cannot load its features: {type(e).__name__}: {e}", e)
+        # storage backends raise OS, h5py, lilcom and KeyErrors
+        feats = self._decoded(
+            index, "load its features", lambda: np.asarray(cut.load_features(), np.float32)
+        )
         want = (int(self._frames[index]), self._feature_dim)
         if feats.shape != want:
             self._fail(
@@ -304,26 +271,15 @@ class LhotseSource(SourceBase):
         return feats
 
     def _read_wave(self, index: int, cut: Any) -> np.ndarray:
-        try:
-            audio = np.asarray(cut.load_audio(), dtype=np.float32)
-        except Exception as e:  # audio backends raise many kinds
-            self._fail(index, f"cannot load its audio: {type(e).__name__}: {e}", e)
-        # [channels, samples]
-        want = int(self._samples[index])
-        wave, problem = fit_wave(
+        audio = self._decoded(
+            index, "load its audio", lambda: np.asarray(cut.load_audio(), np.float32)
+        )  # [channels, samples]
+        return self._fitted(
+            index,
             mono(audio, 0),
             int(cut.sampling_rate),
-            self._rate,
-            want,
-            self.options.length_tolerance_s,
+            f"its duration {self._durations[index]}s does not describe its audio",
         )
-        if problem is not None:
-            self._fail(
-                index,
-                f"{problem}: its duration {self._durations[index]}s does not describe its audio",
-                None,
-            )
-        return wave
 
     def _fail(self, index: int, what: str, cause: Exception | None) -> NoReturn:
         where = f"sequence {index} (cut {self.tag(index)!r}) of {self._origin}"
@@ -345,8 +301,7 @@ class LhotseSource(SourceBase):
         return state
 
     def __repr__(self) -> str:
-        keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
-        return f"LhotseSource({self._origin}; {len(self)} cuts; {keys})"
+        return f"LhotseSource({self._origin}; {len(self)} cuts; {self._described_keys()})"
 
 
 class _Columns:

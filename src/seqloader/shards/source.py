@@ -27,19 +27,8 @@ import numpy as np
 
 from seqloader.audio.decode import span_into
 from seqloader.audio.kaldi_fbank import KaldiFbank
-from seqloader.audio.keys import (
-    AudioOptions,
-    choose_keys,
-    encode_texts,
-    fail_read,
-    fit_wave,
-    key_spec,
-    mono,
-    parse_options,
-    planned_lengths,
-    put_wave,
-)
-from seqloader.audio.keys import loader_needs as audio_loader_needs
+from seqloader.audio.keyed_source import AudioKeysSource
+from seqloader.audio.keys import AudioOptions, choose_keys, encode_texts, fail_read, mono, put_wave
 from seqloader.audio.manifest import import_soundfile
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, DataWarning, OptionError
@@ -55,7 +44,6 @@ from seqloader.shards.index import (
     webdataset_entries,
 )
 from seqloader.shards.layouts import Entry, Layout, nemo_layout, shar_layout, webdataset_layout
-from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase
 from seqloader.sources.columns import (
     ColumnStore,
     StoredStrings,
@@ -72,7 +60,7 @@ log = logging.getLogger("seqloader")
 INDEX_VERSION = "shards4"  # the index's columns; a change of columns changes it
 
 
-class ShardSource(SourceBase):
+class ShardSource(AudioKeysSource):
     """Sequences of tar shards, shard after shard in the given order; open one with
     ``ShardSource.lhotse_shar``, ``ShardSource.nemo`` or ``ShardSource.webdataset``.
 
@@ -116,8 +104,7 @@ class ShardSource(SourceBase):
         cache: FileCache | None = None,
         **option_kwargs: object,
     ) -> None:
-        self.options = parse_options("ShardSource", options, option_kwargs)
-        self.vocab = vocab
+        self._open_options("ShardSource", options, option_kwargs, vocab)
         self.layout = layout
         if not layout.shards:
             raise OptionError(f"ShardSource.{layout.name}: no shards given")
@@ -422,41 +409,27 @@ class ShardSource(SourceBase):
             )
         return int(rates[0])
 
-    def _planned_lengths(self, key: str) -> np.ndarray:
-        if key == "data" and self._from_features:
-            frames = np.asarray(self._store.column("frames"), dtype=np.int64)
-            if (frames < 0).any():
-                k = int(np.flatnonzero(frames < 0)[0])
-                raise DataError(f"{self.where(k)}: the cut has no 'features' (num_frames)")
-            return frames
-        if key in ("audio", "data"):
-            return planned_lengths(key, self._samples, self.options)
-        if key == "text":
-            return np.diff(np.asarray(self._store.column("text.offsets")))
-        assert self._class_offsets is not None
-        return np.diff(self._class_offsets)
+    def _stored_frames(self) -> np.ndarray:
+        frames = np.asarray(self._store.column("frames"), dtype=np.int64)
+        if (frames < 0).any():
+            k = int(np.flatnonzero(frames < 0)[0])
+            raise DataError(f"{self.where(k)}: the cut has no 'features' (num_frames)")
+        return frames
 
-    def _make_schema(self) -> dict[str, KeySpec]:
-        schema = {}
-        for key in self._keys:
-            if key == "data" and self._from_features:
-                dims = np.unique(self._store.column("dim"))
-                if len(dims) != 1 or dims[0] < 1:
-                    raise DataError(
-                        f"ShardSource: the cuts' features have {dims.tolist()} features per "
-                        "frame; a key has one feature dimension. Fix: compute all features with "
-                        "one extractor"
-                    )
-                schema[key] = KeySpec(np.dtype(np.float32), (int(dims[0]),))
-            else:
-                schema[key] = key_spec(key, self.options, self.vocab)
-        return schema
+    def _text_lengths(self) -> np.ndarray:
+        return np.diff(np.asarray(self._store.column("text.offsets")))
+
+    def _stored_feature_dim(self) -> int:
+        dims = np.unique(self._store.column("dim"))
+        if len(dims) != 1 or dims[0] < 1:
+            raise DataError(
+                f"ShardSource: the cuts' features have {dims.tolist()} features per "
+                "frame; a key has one feature dimension. Fix: compute all features with "
+                "one extractor"
+            )
+        return int(dims[0])
 
     # ---- Source protocol ----
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return self._keys
-
     @property
     def tags(self) -> StoredStrings:
         return self._tags
@@ -468,9 +441,6 @@ class ShardSource(SourceBase):
     def remote_files(self) -> RemoteFiles | None:
         """The shards behind URLs and their cache (None: local shards)."""
         return self._remote
-
-    def loader_needs(self) -> LoaderNeeds:
-        return audio_loader_needs(self.options)
 
     def shard_of(self, index: int) -> int:
         if not 0 <= index < len(self):
@@ -760,26 +730,22 @@ class ShardSource(SourceBase):
 
     def _wave(self, index: int, blob: bytes, name: str) -> np.ndarray:
         sf = import_soundfile()
-        try:
-            audio, file_rate = sf.read(io.BytesIO(blob), dtype="float32", always_2d=True)
-        except Exception as e:  # soundfile raises several kinds
-            self._fail(index, f"cannot decode member {name!r}: {type(e).__name__}: {e}", e)
+        audio, file_rate = self._decoded(
+            index,
+            f"decode member {name!r}",
+            lambda: sf.read(io.BytesIO(blob), dtype="float32", always_2d=True),
+        )
         wave = mono(audio, 1)
         offset = float(self._store.column("offset")[index])
         if offset >= 0:  # NeMo: the entry is audio[offset : offset + duration] of its member
             wave = self._segment(index, wave, int(file_rate), offset, name)
-        want = int(self._samples[index])
-        wave, problem = fit_wave(
-            wave, int(file_rate), self._rate, want, self.options.length_tolerance_s
+        duration = self._store.column("duration")[index]
+        return self._fitted(
+            index,
+            wave,
+            int(file_rate),
+            f"the listed duration {duration}s does not describe the member",
         )
-        if problem is not None:
-            self._fail(
-                index,
-                f"{problem}: the listed duration {self._store.column('duration')[index]}s does "
-                "not describe the member",
-                None,
-            )
-        return wave
 
     def _segment(
         self, index: int, wave: np.ndarray, rate: int, offset: float, name: str
@@ -842,10 +808,9 @@ class ShardSource(SourceBase):
         self._use_planned()
 
     def __repr__(self) -> str:
-        keys = ", ".join(f"{k}: {s.describe()}" for k, s in self._schema.items())
         return (
             f"ShardSource.{self.layout.name}({len(self.layout.shards)} shards, first "
-            f"{self.layout.shards[0].tar}; {len(self)} sequences; {keys})"
+            f"{self.layout.shards[0].tar}; {len(self)} sequences; {self._described_keys()})"
         )
 
 
