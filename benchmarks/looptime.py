@@ -7,6 +7,15 @@ wall time outside those requests / wall time, per epoch: epoch 1 (start-up inclu
 epochs on persistent workers (steady state). Beside it, what ``loader.report()`` says for the same
 epoch, so the two can be compared.
 
+The step is a sleep by default (``--step-kind sleep``): on an accelerator the training thread spends
+its step mostly waiting for the device with the GIL released, which a sleep models, and the
+loader's background threads (receiving, dispatch, release) run during it for free. With
+``--step-kind busy`` the step is a fixed amount of pure-Python work that holds the GIL (calibrated
+to the step length in the child before the loader starts): the background threads then take the
+GIL from the step (every ``sys.getswitchinterval()``, or when the step's own work yields it), so
+the step itself gets longer. For that case the loop also reports ``useful_pct``: batches x the
+calibrated step / wall time, which counts both the waits and the GIL taken from the step.
+
 Variants, each in a fresh process, interleaved over ``--reps`` repetitions:
 - ``seqloader``: ``HDFSource`` + ``SeqLoader`` with the given options and workers;
 - ``seqloader@base``: the same with the code of another checkout (``--base-src DIR``);
@@ -22,12 +31,37 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 from benchmarks.fresh import run_child
 
 
-def timed_epochs(make_epoch, epochs: list[tuple[int, float]], report=None) -> list[dict]:
+def _spin(rounds: int) -> None:
+    """Pure-Python work holding the GIL (a bytecode loop: the interpreter can hand the GIL over
+    between rounds, as in a real Python-heavy step)."""
+    x = 0
+    for i in range(rounds):
+        x += i * i
+    del x
+
+
+def busy_step(seconds: float) -> Callable[[], None]:
+    """A step of ``seconds`` of pure-Python work, calibrated here (median of 7 timings)."""
+    rounds = 20_000
+    times = []
+    for _ in range(7):
+        t = time.perf_counter()
+        _spin(rounds)
+        times.append(time.perf_counter() - t)
+    n = max(1, round(rounds * seconds / statistics.median(times)))
+    return lambda: _spin(n)
+
+
+def timed_epochs(
+    make_epoch, epochs: list[tuple[int, float]], report=None, kind: str = "sleep"
+) -> list[dict]:
     """Run ``make_epoch(e)`` for each (epoch, step seconds); the loop's own figures per epoch."""
+    steps = {s: busy_step(s) for _e, s in epochs if s} if kind == "busy" else {}
     out = []
     for epoch, step in epochs:
         clock = time.perf_counter
@@ -49,7 +83,10 @@ def timed_epochs(make_epoch, epochs: list[tuple[int, float]], report=None) -> li
             if batch is None:
                 break
             if step:
-                time.sleep(step)
+                if kind == "busy":
+                    steps[step]()
+                else:
+                    time.sleep(step)
         wall = clock() - t0
         row = {
             "epoch": epoch,
@@ -59,6 +96,8 @@ def timed_epochs(make_epoch, epochs: list[tuple[int, float]], report=None) -> li
             "loop_first_s": first,
             "loop_wait_median_ms": 1e3 * statistics.median(waits) if waits else None,
             "wall_s": wall,
+            "step_kind": kind,
+            "useful_pct": 100.0 * len(waits) * step / wall,
         }
         if report is not None:
             r = report()
@@ -91,7 +130,7 @@ def child(cfg: dict) -> dict:
         dl = DataLoader(
             Nothing(), batch_size=None, num_workers=cfg["workers"], persistent_workers=True
         )
-        rows = timed_epochs(lambda _e: iter(dl), epochs)
+        rows = timed_epochs(lambda _e: iter(dl), epochs, kind=cfg["step_kind"])
         return {"config": cfg, "epochs": rows}
     import seqloader as sl
 
@@ -108,7 +147,7 @@ def child(cfg: dict) -> dict:
         seed=1,
     )
     try:
-        rows = timed_epochs(loader.epoch, epochs, loader.report)
+        rows = timed_epochs(loader.epoch, epochs, loader.report, kind=cfg["step_kind"])
     finally:
         loader.close()
     return {"config": cfg, "epochs": rows, "module": sl.__file__}
@@ -123,6 +162,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-frames", type=int, default=None)
     p.add_argument("--workers", default="1", help="worker counts, e.g. 1,2 (each its own run)")
     p.add_argument("--step-ms", default="10,20")
+    p.add_argument(
+        "--step-kind",
+        choices=("sleep", "busy"),
+        default="sleep",
+        help="sleep (device-bound step, GIL free) or busy (pure Python holding the GIL)",
+    )
     p.add_argument("--epochs-per-step", type=int, default=1)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--base-src", help="src/ directory of the code to compare with")
@@ -142,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         "max_frames": a.max_frames,
         "step_ms": [float(x) for x in a.step_ms.split(",")],
         "epochs_per_step": a.epochs_per_step,
+        "step_kind": a.step_kind,
     }
     configs = []
     for w in (int(x) for x in a.workers.split(",")):
@@ -174,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                 shown = "  ".join(
                     f"e{row['epoch']}@{row['step_ms']:g}ms loop {row['loop_pct']:.2f}%"
                     + (f" report {row['report_pct']:.2f}%" if "report_pct" in row else "")
+                    + (f" useful {row['useful_pct']:.2f}%" if a.step_kind == "busy" else "")
                     for row in r["epochs"]
                 )
                 print(f"rep {rep + 1} {r['config']['label']:16s} {shown}", flush=True)
@@ -188,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
             if "report_pct" in row:
                 rep_pct = statistics.median(r["epochs"][i]["report_pct"] for r in rs)
                 text += f" (report {rep_pct:.2f}%)"
+            if a.step_kind == "busy":
+                useful = statistics.median(r["epochs"][i]["useful_pct"] for r in rs)
+                text += f" [useful {useful:.2f}%]"
             parts.append(text)
         print(f"  {label:16s} " + "  ".join(parts))
     print(f"load average: {[round(x, 2) for x in os.getloadavg()]}")

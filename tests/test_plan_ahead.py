@@ -136,3 +136,50 @@ def test_an_elastic_resume_orders_the_epoch_once(ordering: str) -> None:
     want, want_position = continue_plan(apart, Position.from_fields(saved), 3)
     same(rest, want)
     assert position == want_position
+
+
+def test_planning_ahead_waits_for_its_event_unless_the_plan_is_needed() -> None:
+    """The loader lets the next epoch's planning start only once the epoch's first batch is
+    handed (``after``); a caller that needs the plan before that gets it all the same."""
+    started: list[int] = []
+    gate = threading.Event()
+
+    def compute(epoch: int) -> int:
+        started.append(epoch)
+        return epoch * 10
+
+    ahead: PlanAhead[int] = PlanAhead(compute)
+    ahead.request(2, after=gate)
+    assert started == []  # parked until the event
+    gate.set()
+    assert ahead.take(2) == 20 and started == [2]
+    ahead.request(3, after=threading.Event())  # never set by anyone
+    assert ahead.take(3) == 30  # needed now: take starts it
+
+
+def test_the_loader_plans_the_next_epoch_after_handing_the_first_batch() -> None:
+    """Nothing of the next epoch's planning competes with the epoch's start: when it runs, the
+    loop already holds the epoch's first batch (num_workers 0 and 1)."""
+    import seqloader as sl
+
+    src = sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in range(1, 40)]})
+    for workers in (0, 1):
+        loader = sl.SeqLoader(src, max_seqs=4, ordering="random", seed=3, num_workers=workers)
+        steps_seen: list[tuple[int, int, int]] = []
+        plan_epoch = loader._state._epoch_plan
+
+        def recorded(epoch: int, plan_epoch=plan_epoch, steps_seen=steps_seen, loader=loader):
+            report = loader.report()
+            seen = (-1, -1) if report is None else (report.epoch, report.steps)
+            steps_seen.append((epoch, *seen))
+            return plan_epoch(epoch)
+
+        loader._state._ahead = PlanAhead(recorded)
+        try:
+            for epoch in (1, 2, 3):
+                assert sum(1 for _ in loader.epoch(epoch)) == loader.steps(epoch)
+        finally:
+            loader.close()
+        # epochs 2, 3 and 4 planned ahead, each once epoch - 1 had handed its first batch
+        assert [e for e, _, _ in steps_seen] == [2, 3, 4]
+        assert all(now == e - 1 and steps >= 1 for e, now, steps in steps_seen), steps_seen

@@ -10,6 +10,7 @@ consumed steps (``consumed += 1``, the cheapest thing per batch); ``position()``
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 
 from seqloader.errors import ResumeError
@@ -64,9 +65,10 @@ class LoaderState:
         """The global plan of the current run (None before the first epoch)."""
         return self._segment
 
-    def begin(self, epoch: int) -> tuple[EpochPlan, Position]:
+    def begin(self, epoch: int, after: threading.Event | None = None) -> tuple[EpochPlan, Position]:
         """Start ``epoch``: from the loaded state if it lies in it, else from its start. Returns
-        the plan to run and the position its steps count from (``consumed`` restarts at 0)."""
+        the plan to run and the position its steps count from (``consumed`` restarts at 0).
+        ``after``: the next epoch is planned ahead once it is set (``PlanAhead.request``)."""
         start, segment = self._start_of(epoch)
         if segment is None and self._ahead is not None:  # from the epoch's start: planned ahead?
             segment = self._ahead.take(epoch)
@@ -77,7 +79,7 @@ class LoaderState:
         self._resume = self._resume_plan = self._continued = None
         self._segment, self._start, self.consumed = plan, position, 0
         if self._ahead is not None:
-            self._ahead.request(epoch + 1)
+            self._ahead.request(epoch + 1, after)
         return plan, position
 
     def _epoch_plan(self, epoch: int) -> EpochPlan:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from collections.abc import Generator, Mapping
 from typing import TYPE_CHECKING
@@ -194,7 +195,10 @@ class SeqLoader:
         if not self._checked_ranks and self.topology.world_size > 1:  # 1: a loader of its own
             check_same_plan(self._agreement(epoch), {"source_fingerprint": repr(self.source)})
             self._checked_ranks = True
-        plan, position = self._state.begin(epoch)
+        # the next epoch's plan and the report's O(n) figures are computed in background threads
+        # that start once the first batch is handed (the boundary's own work goes first)
+        settled = threading.Event()
+        plan, position = self._state.begin(epoch, after=settled)
         share = plan.rank_share(self.topology.rank, position.steps)
         if self._prefetch is not None:  # remote files: this rank's, fetched ahead of the plan
             self._prefetch.start(epoch, share)
@@ -206,6 +210,7 @@ class SeqLoader:
             self.planner.filtered(epoch),
             planned_corpora(self.planner, epoch),
             imbalance=self.planner.step_imbalance(plan, position.steps),
+            after=settled,
         )
         self._last_report = report
         auditor = None
@@ -233,6 +238,7 @@ class SeqLoader:
             prefetched=None if self._prefetch is None else self._prefetch.counts,
             clock=self.clock,
             finish=self._finish,
+            settled=settled.set,
         )
 
     # ---- what defines the plans ----

@@ -40,6 +40,7 @@ def run_epoch(
     prefetched: Callable[[], tuple[int, int]] | None = None,
     clock: Clock = time.perf_counter,
     finish: Callable[[Batch], Batch] | None = None,
+    settled: Callable[[], None] | None = None,
 ) -> Generator[Batch, None, None]:
     """Yield ``share`` (this rank's batches from the run's first step) as ``Batch`` es.
 
@@ -49,7 +50,9 @@ def run_epoch(
     ``prefetched()``: what the remote files' prefetcher fetched, counted at the end
     (``PlanPrefetch.counts``).
     ``finish``: the last step before the loop gets a batch (``features_on``), after it is counted
-    and audited; inside the loop's wait."""
+    and audited; inside the loop's wait.
+    ``settled()``: called once the first batch is about to be handed (or the epoch ends without
+    one): lets the background work of the epoch's start begin (``PlanAhead``, ``InBackground``)."""
     # an epoch without batches for this rank has nothing to measure
     meter = EpochMeter(report, length_key, clock, started=started if len(share) else None)
     finished = False
@@ -96,6 +99,9 @@ def run_epoch(
                 )
                 if finish is not None:
                     batch = handed = finish(batch)
+                if settled is not None:  # the first batch: background work may start now
+                    settled()
+                    settled = None
                 meter.handed()  # the wait ends here: the loader's work is all inside it
                 yield batch
                 meter.before_next()  # the loop asks again: from here on it waits
@@ -105,6 +111,8 @@ def run_epoch(
             report.audit = auditor.verify(gather_objects(auditor.payload(), auditor.world_size))
             auditor.enforce(report.audit)  # raises AuditError / warns if not exactly-once
     finally:
+        if settled is not None:
+            settled()
         if handed is not None and background:
             release(handed)
         handed = None

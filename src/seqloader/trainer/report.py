@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -114,13 +115,14 @@ class EpochReport:
         filtered: dict[str, int],
         corpora: dict[str, CorpusReport] | None = None,
         imbalance: PlannedImbalance | None = None,
+        after: threading.Event | None = None,
     ) -> EpochReport:
         """The empty report of a run of ``plan`` from ``position`` (what the epoch will contain;
         ``corpora``: the named corpora's planned counts; ``imbalance``: the planned step-cost
         imbalance from the position's step on, as the planner computes it,
         ``Planner.step_imbalance``). Unless cheap, the imbalance is computed on a background
         thread (O(n) with global planning) and waited for when ``step_imbalance`` is first
-        read, not here at the epoch boundary."""
+        read, not here at the epoch boundary (and starts once ``after`` is set: ``InBackground``)."""
         report = cls(
             position.epoch,
             topology.rank,
@@ -139,7 +141,7 @@ class EpochReport:
                 report.step_imbalance = compute  # type: ignore[assignment]
             else:  # O(n): on a thread of its own from now on, so neither the epoch boundary
                 # nor the end-of-epoch log waits for it on the training loop's thread
-                report.step_imbalance = InBackground(compute)  # type: ignore[assignment]
+                report.step_imbalance = InBackground(compute, after)  # type: ignore[assignment]
         return report
 
     def __getstate__(self) -> dict:
