@@ -1,6 +1,6 @@
 """A mix of three corpora for one rank of 1,024: indexed against global planning, time and memory.
 
-    python -m benchmarks.mix_scale [--sizes 1e6,1e7] [--reps 3] [--out FILE]
+    python -m benchmarks.mix_scale [--sizes 1e6,1e7] [--reps 3] [--cases ...] [--out FILE]
 
 What a foundation-scale job runs: ``mix={corpus: rate}`` over a ``ConcatSource`` of three corpora
 (50 % / 30 % / 20 % of the sequences at rates 0.5 / 1 / 2), ``max_seqs=200``,
@@ -8,7 +8,9 @@ What a foundation-scale job runs: ``mix={corpus: rate}`` over a ``ConcatSource``
 memory-mapped), world size 1,024, rank 517, epoch 1; global planning up to ``--global-max``. Cases: ``laplace`` with
 ``planning="indexed"`` against ``planning="global"`` (what a user runs today), and
 ``buckets:30`` with ``planning="indexed"`` (global planning refuses ``buckets:N`` with a mix)
-against the same global ``laplace`` mix. Each configuration runs in a fresh process (rotating
+against the same global ``laplace`` mix, and ``laplace`` with ``distribution="files"`` under
+indexed planning (whole files per rank, ``benchmarks.scale``'s equal files; global planning
+refuses a mix over files) against the same sharded global ``laplace`` mix. Each configuration runs in a fresh process (rotating
 order, ``--reps`` times, medians), timed from constructing the planner until it holds this
 rank's batches of epoch 1; private memory is the child's peak resident set less the file pages it
 maps, less what it held before planning (as in ``benchmarks.scale``). Indexed planning maps the
@@ -55,6 +57,9 @@ RATES = {"read": 0.5, "conversational": 1.0, "accented": 2.0}
 CASES = {
     "mix laplace": {"indexed": "laplace", "global": "laplace"},
     "mix buckets:30": {"indexed": "buckets:30", "global": "laplace"},
+    # indexed: whole files per rank (benchmarks.scale's FILES equal files; global planning
+    # refuses a mix over files, so its side is the sharded global mix a user runs today)
+    "mix files laplace": {"indexed": "laplace", "global": "laplace", "files": True},
 }
 
 
@@ -74,7 +79,10 @@ def child(config: dict) -> dict:
     n = len(lengths)
     corpora = Corpora(NAMES, corpus_bounds(n))
     indexed = config["planning"] == "indexed"
-    extra = {"planning": "indexed"} if indexed else {}
+    extra: dict = {"planning": "indexed"} if indexed else {}
+    files = None
+    if indexed and config.get("files"):
+        extra["distribution"], files = "files", store.column("file_bounds")
     options = PlanOptions(ordering=config["ordering"], seed=3, mix=RATES, **LIMITS, **extra)
     before = _status()
     t0 = time.perf_counter()
@@ -84,7 +92,9 @@ def child(config: dict) -> dict:
 
         cols = ColumnStore(config["index"])  # the node's index, memory-mapped
         index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
-        planner: Planner = IndexedPlanner({"data": lengths}, options, corpora=corpora, index=index)
+        planner: Planner = IndexedPlanner(
+            {"data": lengths}, options, corpora=corpora, index=index, files=files
+        )
     else:
         planner = Planner({"data": lengths}, options, corpora=corpora)
     t1 = time.perf_counter()
@@ -219,8 +229,12 @@ def measure(args: argparse.Namespace) -> dict:
     rows = []
     for size in args.sizes:
         store = lengths_store(size, folder)
-        for name, orderings in CASES.items():
-            case = {"ordering": orderings["indexed"], "distribution": "shard"}
+        for name in args.cases.split(","):
+            orderings = CASES[name]
+            case = {
+                "ordering": orderings["indexed"],
+                "distribution": "files" if orderings.get("files") else "shard",
+            }
             index, index_s = index_store(store, size, case, folder)
             codes = ["indexed", "global"] if size <= args.global_max else ["indexed"]
             runs: dict[str, list[dict]] = {code: [] for code in codes}
@@ -231,6 +245,7 @@ def measure(args: argparse.Namespace) -> dict:
                         "index": index,
                         "planning": code,
                         "ordering": orderings[code],
+                        "files": bool(orderings.get("files")),
                         "label": f"{name} {size} {code}",
                         "checks": args.checks,
                     }
@@ -255,6 +270,7 @@ def measure(args: argparse.Namespace) -> dict:
             row["corpus_plan_ratio"] = new["corpus_plan_s"] / old["corpus_plan_s"]
             if new["padding"] and old["padding"]:
                 row["padding_ratio"] = new["padding"] / old["padding"]
+            row["steps_ratio"] = new["steps"] / old["steps"]
             print(json.dumps(row), flush=True)
             rows.append(row)
     return {"machine": describe_machine(), "load_average": load_average(), "world_size": WORLD,
@@ -283,6 +299,7 @@ def main() -> None:
         help="skip the walk over the whole epoch (per-corpus exactly-once, padding): minutes at "
         "10^8; the rank's limits, every 97th rank's steps and the counts are still checked",
     )
+    p.add_argument("--cases", default=",".join(CASES), help="comma-separated names of CASES")
     p.add_argument("--loader", action="store_true", help="SeqLoader over a ConcatSource instead")
     p.add_argument("--out")
     args = p.parse_args()

@@ -12,9 +12,10 @@ def test_children_plan_and_check_a_small_mix(tmp_path) -> None:
     n = 20_000
     store = lengths_store(n, str(tmp_path))
     for name, orderings in mix_scale.CASES.items():
-        case = {"ordering": orderings["indexed"], "distribution": "shard"}
+        files = bool(orderings.get("files"))  # indexed: whole files per rank
+        case = {"ordering": orderings["indexed"], "distribution": "files" if files else "shard"}
         index, _ = index_store(store, n, case, str(tmp_path))
-        base = {"store": store, "index": index, "checks": True}
+        base = {"store": store, "index": index, "checks": True, "files": files}
         out = {
             code: mix_scale.child({**base, "planning": code, "ordering": orderings[code]})
             for code in ("indexed", "global")
