@@ -2,7 +2,8 @@
 ``torch.multiprocessing``) with gloo on CPU, DataLoader workers on each rank, a tiny DDP model. Every launch has a hard timeout, so a hang (unequal steps) fails the test
 instead of blocking it.
 
-- one epoch with 2 and 3 ranks: no hang, equal steps, every sequence exactly once;
+- one epoch on two nodes of 2 ranks each (two torchrun launchers; 2 and 3 ranks on one node in
+  ``make chaos``): no hang, equal steps, every sequence exactly once, global ranks;
 - ranks given different data / seeds: every rank fails at once, naming the ranks and what differs;
 - a rank SIGKILLed at a random step after per-step checkpoints; a new run (same, more or fewer
   ranks, other worker counts) resumes: before + after = the epoch exactly once.
@@ -92,42 +93,50 @@ def expected_steps(world: int, epoch: int, partition_epoch: int = 1) -> int:
     return probe.steps(epoch)
 
 
-@pytest.mark.parametrize(
-    "world",
-    [
-        # 2 ranks under torchrun: also the two-node run's per-node launch (2 processes each),
-        # and the 2-rank forked runs below; this launch is in make chaos
-        pytest.param(2, marks=pytest.mark.extended),
-        3,
-    ],
-)
-def test_ddp_epoch_exactly_once_equal_steps(tmp_path: Path, world: int) -> None:
-    args = ["--workers", "1", "--uneven", "split"]
-    kind = "memory"
+def hdf_corpus(folder: Path) -> tuple[list[str], str]:
+    """``--hdf`` args of a real RETURNN HDF file of the corpus (opened by every rank and worker)
+    and the source kind the ranks report; the memory corpus where this checkout has no HDF."""
     hdf = hdf_api()
-    if hdf is not None:  # a real RETURNN HDF file, opened by every rank and worker
-        _, write_hdf = hdf
-        write_hdf(tmp_path / "corpus.hdf", build_corpus())
-        args += ["--hdf", str(tmp_path / "corpus.hdf")]
-        kind = "hdf"
-    rc, console = launch("torchrun", world, tmp_path, "run", *args)
-    assert rc == 0, console
+    if hdf is None:
+        return [], "memory"
+    _, write_hdf = hdf
+    write_hdf(folder / "corpus.hdf", build_corpus())
+    return ["--hdf", str(folder / "corpus.hdf")], "hdf"
+
+
+def check_epoch(out: Path, phase: str, world: int, kind: str) -> None:
+    """Every rank ran the planned steps of epoch 1, complete, read from ``kind``; over the ranks
+    every sequence of the corpus exactly once."""
     steps = expected_steps(world, 1)
-    for res in results(tmp_path, "run", world):
+    for res in results(out, phase, world):
         assert res["source"] == kind
         assert res["epochs"]["1"] == {"steps": steps, "planned_steps": steps, "complete": True}
     seen = []
     for r in range(world):
-        log = read_log(tmp_path, "run", r)
+        log = read_log(out, phase, r)
         assert [e["step"] for e in log] == list(range(steps)), f"rank {r}"
         seen += [t for e in log for t in e["tags"]]
     assert sorted(seen) == ALL_TAGS  # the corpus, each sequence exactly once
 
 
+# torchrun with 2 and 3 ranks on one node: make chaos. make test keeps torchrun's epoch run as the
+# two-node run below (two launchers of 2 ranks each, the same script, 1 worker per rank, the same
+# HDF file and checks) and the 2- and 3-rank forked runs
+@pytest.mark.extended
+@pytest.mark.parametrize("world", [2, 3])
+def test_ddp_epoch_exactly_once_equal_steps(tmp_path: Path, world: int) -> None:
+    args, kind = hdf_corpus(tmp_path)
+    rc, console = launch("torchrun", world, tmp_path, "run", "--workers", "1", *args)
+    assert rc == 0, console
+    check_epoch(tmp_path, "run", world, kind)
+
+
 def test_two_nodes_use_global_ranks(tmp_path: Path) -> None:
     """Multi-node as torchrun runs it: two launchers (node ranks 0 and 1, two processes each)
     meet at one rendezvous address. LOCAL_RANK repeats across nodes; the loader must use the
-    global rank, or node 1 would replay node 0's share."""
+    global rank, or node 1 would replay node 0's share. Also torchrun's epoch run: one
+    DataLoader worker per rank reading the HDF file, equal steps, every sequence once."""
+    hdf_args, kind = hdf_corpus(tmp_path)
     port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs = []
@@ -135,7 +144,7 @@ def test_two_nodes_use_global_ranks(tmp_path: Path) -> None:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", f"--node-rank={node}"]
         cmd += ["--nproc-per-node=2", "--master-addr=127.0.0.1", f"--master-port={port}"]
         cmd += ["--monitor-interval=0.1", str(SCRIPT), "--out", str(tmp_path), "--phase", "nodes"]
-        cmd += ["--workers", "0"]
+        cmd += ["--workers", "1", *hdf_args]
         console = open(tmp_path / f"node{node}.console.txt", "w")  # noqa: SIM115
         procs.append(
             (subprocess.Popen(cmd, stdout=console, stderr=subprocess.STDOUT, env=env), console)
@@ -157,13 +166,7 @@ def test_two_nodes_use_global_ranks(tmp_path: Path) -> None:
     assert sorted((r["node_rank"], r["local_rank"], r["rank"]) for r in res) == [
         (0, 0, 0), (0, 1, 1), (1, 0, 2), (1, 1, 3)
     ]  # fmt: skip
-    steps = expected_steps(4, 1)
-    seen = []
-    for r in range(4):
-        log = read_log(tmp_path, "nodes", r)
-        assert [e["step"] for e in log] == list(range(steps)), f"rank {r}"
-        seen += [t for e in log for t in e["tags"]]
-    assert sorted(seen) == ALL_TAGS
+    check_epoch(tmp_path, "nodes", 4, kind)
 
 
 def test_ranks_with_different_data_fail_fast_naming_them(tmp_path: Path) -> None:

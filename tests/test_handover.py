@@ -7,11 +7,11 @@ trainer pays no per-batch segment); a batch the user keeps is never overwritten;
 
 from __future__ import annotations
 
+import contextlib
 import gc
+import multiprocessing as mp
 import os
-import subprocess
-import sys
-import textwrap
+from multiprocessing.connection import Connection
 
 import numpy as np
 import psutil
@@ -21,6 +21,7 @@ import torch
 import seqloader as sl
 from conftest import BatchRecord, batch_record, children, new_shm_entries, shm_entries
 from seqloader.torch import handover
+from seqloader.torch._compat import current_iterator, worker_processes
 from seqloader.trainer import release
 
 
@@ -46,6 +47,8 @@ def snapshot(batches: list[sl.Batch]) -> list[BatchRecord]:
     """Everything of the batches as bytes, to compare after the tensors could have been reused."""
     return [batch_record(b) for b in batches]
 
+
+HANG_BOUND_S = 120  # a torch_shm_manager that never exits fails the test; nothing waits on it
 
 LOADER_KW = dict(ordering="laplace:.7", max_seqs=6, max_frames=300, seed=5)
 
@@ -137,6 +140,11 @@ def test_transform_that_outgrows_the_estimate_is_still_identical():
         assert snapshot(epoch_batches(loader)) == want
 
 
+# make chaos: test_loader_workers.py::test_spawned_workers_give_the_same_batches keeps a spawned
+# worker's batches byte for byte against 0 workers (two epochs, persistent workers, a random
+# transform); the hand-over is the same for both start methods, its dtypes and shapes are checked
+# with forked workers above
+@pytest.mark.extended
 def test_spawned_workers_give_identical_batches():
     src = make_source(n=30)
     want = reference(src)
@@ -165,42 +173,60 @@ def test_close_leaves_no_processes_segments_or_mappings():
     assert new_shm_entries(shm_before) == set()
 
 
-def test_file_system_sharing_strategy_leaves_nothing_in_dev_shm(tmp_path):
-    """With torch's ``file_system`` strategy slots are named files in /dev/shm: after close and
-    process exit none may remain (run in a fresh interpreter, since the strategy is global)."""
-    script = textwrap.dedent(
-        """
-        import gc, os, sys
-        import numpy as np, torch, torch.multiprocessing
+def _epoch_under_file_system_strategy(conn: Connection) -> None:
+    """In a forked process (the sharing strategy is global to a process): an epoch with 2 forked
+    workers under torch's ``file_system`` strategy -> (batches equal to 0 workers', the pids of
+    this process and its workers), or the error."""
+    try:
         torch.multiprocessing.set_sharing_strategy("file_system")
-        sys.path.insert(0, sys.argv[1])
-        from test_handover import make_source, LOADER_KW, reference, snapshot
-        import seqloader as sl
-        from seqloader.torch._compat import current_iterator, worker_processes
         src = make_source(n=80)
         want = reference(src)
         with sl.SeqLoader(src, num_workers=2, **LOADER_KW) as loader:
             it = loader.epoch(1)
             got = [next(it)]
-            pids = [os.getpid(), *(w.pid for w in worker_processes(current_iterator(loader._dataloader)))]
+            workers = worker_processes(current_iterator(loader._dataloader))
+            pids = [os.getpid(), *(w.pid for w in workers)]
             got = snapshot(got + list(it))
-        assert got == want, "batches differ under the file_system strategy"
+            # torch's shm managers (started by the first process that allocated), which unlink
+            # what is left when their last client has gone
+            managers = [
+                (p.pid, p.create_time())
+                for p in psutil.Process().children(recursive=True)
+                if p.name() == "torch_shm_manager"
+            ]
         gc.collect()
-        print("OK", *pids)
-        """
-    )
+        conn.send((got == want, pids, managers))
+    except BaseException as e:  # the test names it
+        conn.send((f"{type(e).__name__}: {e}", [], []))
+    finally:
+        conn.close()
+
+
+def test_file_system_sharing_strategy_leaves_nothing_in_dev_shm():
+    """With torch's ``file_system`` strategy slots are named files in /dev/shm: after close and
+    process exit none may remain. The strategy is global, so the epoch runs in a process forked
+    from this one (torch already imported), which sets it and exits."""
     before = {e for e in shm_entries() if e.startswith("torch_")}
-    proc = subprocess.run(
-        [sys.executable, "-c", script, os.path.dirname(__file__)],
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+    reader, writer = mp.get_context("fork").Pipe(duplex=False)
+    proc = mp.get_context("fork").Process(target=_epoch_under_file_system_strategy, args=(writer,))
+    proc.start()
+    writer.close()  # the child's end: reading raises EOFError if the child dies without a word
+    try:
+        same, pids, managers = reader.recv()
+    finally:
+        proc.join()
+        reader.close()
+    assert same is True, f"batches differ under the file_system strategy: {same}"
+    assert proc.exitcode == 0 and managers, (proc.exitcode, managers)
+    for pid, created in managers:  # an event: each manager exits once its clients have gone
+        with contextlib.suppress(psutil.NoSuchProcess):
+            manager = psutil.Process(pid)
+            if manager.create_time() == created:
+                manager.wait(timeout=HANG_BOUND_S)
     # the last process that refers to a segment unlinks it; the names carry their creator's pid,
     # so only the run's own processes count (other programs' come and go in /dev/shm)
-    pids = proc.stdout.split("OK", 1)[1].split()
-    after = {e for e in shm_entries() if e.startswith("torch_") and e.split("_")[1] in pids}
+    ours = {str(pid) for pid in pids}
+    after = {e for e in shm_entries() if e.startswith("torch_") and e.split("_")[1] in ours}
     assert after - before == set()
 
 
