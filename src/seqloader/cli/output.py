@@ -77,3 +77,13 @@ def human(n: float) -> str:
 
 def mib(n_bytes: float) -> str:
     return f"{n_bytes / 2**20:.0f} MiB"
+
+
+def planning_text(asked: str, resolved: str) -> str:
+    """The planning that plans, as ``check`` and ``stats`` show it: ``planning="auto"`` is
+    shown with what it resolved to, so a user sees which algorithm planned the epoch.
+
+    >>> planning_text("auto", "indexed")
+    'indexed (auto)'
+    """
+    return f"{resolved} (auto)" if asked == "auto" else resolved

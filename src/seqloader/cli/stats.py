@@ -17,7 +17,7 @@ from seqloader.cli.options import (
     open_data,
     positive_int,
 )
-from seqloader.cli.output import human, print_json, print_notes, progress
+from seqloader.cli.output import human, planning_text, print_json, print_notes, progress
 from seqloader.cli.rates import FrameRate, frame_rate
 from seqloader.errors import OptionError
 from seqloader.extras import require
@@ -79,8 +79,12 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def _indexed_takes(options: PlanOptions, ordering: str) -> bool:
     """Whether indexed planning plans ``ordering`` with the other ``options`` (e.g. a fixed
     order is refused with ``distribution="files"``)."""
-    if Ordering.parse(ordering).kind not in INDEXED_KINDS:
-        return False
+    return Ordering.parse(ordering).kind in INDEXED_KINDS and _takes(options, ordering)
+
+
+def _takes(options: PlanOptions, ordering: str) -> bool:
+    """Whether ``ordering`` goes with the other ``options`` (``planning="auto"`` resolves per
+    ordering: e.g. ``buckets:N`` with a mix where indexed planning plans it, refused where not)."""
     try:
         replace(options, ordering=ordering)
     except OptionError:
@@ -115,6 +119,8 @@ def run(args: argparse.Namespace) -> int:
         own_key = given.order_lengths is not None and o in ("sorted", "sorted_reverse")
         if opened.plan.planning == "indexed" and (own_key or not _indexed_takes(opened.plan, o)):
             continue  # refused with these options or the source's own sort key (planner says why)
+        if opened.plan.planning == "auto" and not _takes(opened.plan, o):
+            continue  # refused with these options whatever the planning (PlanOptions says why)
         ordered = planner_for(src, replace(opened.plan, ordering=o), lengths)
         plan = ordered.global_plan(1, args.ranks)
         packed = opened.workers.layout == "packed"  # no padding delivered
@@ -122,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         # a slot costs its sequence, or its chunk's window
         imbalance = list_imbalance(plan, 0, ordered.slot_costs(plan.batches), per_slot=True)
         padding[o] = {
+            "planning": planning_text(opened.plan.planning, ordered.options.planning),
             "batches": load.batches,
             "padded_frames": load.padded_frames,
             "padding_ratio": round(load.padding_ratio, 5),
@@ -237,7 +244,7 @@ def print_text(out: dict) -> None:
     for o, p in out["padding_by_ordering"].items():
         print(
             f"  {o:<24} {100 * p['padding_ratio']:5.1f}% padding, {p['steps']} steps, "
-            f"imbalance {p['step_imbalance']:.3f}"
+            f"imbalance {p['step_imbalance']:.3f}, planning {p['planning']}"
         )
     print(
         "  (padding: share of padded frames; imbalance: mean over steps of the slowest rank's "

@@ -15,6 +15,7 @@ from seqloader.loading.corpora import corpora_of
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.orders import HasEpochOrders
+from seqloader.plan.planners import resolve_planning
 from seqloader.plan.pools import HasFilePools
 from seqloader.plan.selections import HasEpochSelections
 from seqloader.plan.variants import LengthVariants
@@ -25,7 +26,9 @@ def plan_inputs(
     source: Source, options: PlanOptions, lengths: Mapping[str, np.ndarray] | None = None
 ) -> PlanInputs:
     """Everything ``source`` gives planning under ``options`` (``lengths``: the source's per key,
-    when the caller has them already; no bucket index: ``planner_for`` adds the node's).
+    when the caller has them already; no bucket index: ``planner_for`` adds the node's), with
+    ``planning="auto"`` resolved (``resolve_planning``: the node's index is built only for
+    indexed planning).
 
     >>> src = sl.MemorySource({"data": [np.ones(3), np.ones(2)]})
     >>> inputs = plan_inputs(src, sl.PlanOptions())
@@ -35,7 +38,7 @@ def plan_inputs(
     if lengths is None:
         lengths = {k: source.lengths(k) for k in source.keys}
     hints = cast(PlanHints, source) if declares(source, PlanHints) else None
-    return PlanInputs(
+    given = PlanInputs(
         lengths,
         options,
         source.tags,
@@ -53,6 +56,7 @@ def plan_inputs(
         else None,
         variants=variants_of(source),
     )
+    return resolve_planning(given)
 
 
 def variants_of(source: Source) -> LengthVariants | None:

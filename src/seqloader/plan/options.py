@@ -40,7 +40,8 @@ ORDERING_KINDS = (
 Distribution = Literal["shard", "random_seed_offset", "files"]
 Seeding = Literal["seqloader", "returnn"]
 Uneven = Literal["split", "pad", "drop"]
-Planning = Literal["global", "indexed"]
+Planning = Literal["auto", "global", "indexed"]
+ResolvedPlanning = Literal["global", "indexed"]
 PLANNINGS = choices(Planning)
 DISTRIBUTIONS = choices(Distribution)
 SEEDINGS = choices(Seeding)
@@ -201,10 +202,13 @@ class PlanOptions:
     - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames; ``padded`` is the
       same), ``packed`` (the sum of lengths: batches for packed, padding-free layouts) or
       ``quadratic:Q`` (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``).
-    - ``planning``: ``global`` (every rank plans the whole epoch: greedy batches of one global
-      order) or ``indexed`` (histogram batching and keyed permutations: a rank computes only its
-      own batches, in time and memory about ``n / world_size``; ``seqloader.plan.indexed.planner``, for
-      ``laplace``/``buckets:N`` orderings, other plans than ``global``'s for the same options;
+    - ``planning``: ``auto`` (resolved here, ``resolved_planning``: ``indexed`` wherever indexed
+      planning plans the options with ``seeding="seqloader"``, ``global`` otherwise; a source's
+      declarations the options cannot see, e.g. length variants or RETURNN's file pools, resolve
+      it to ``global`` in ``seqloader.plan.planners.resolve_planning``), ``global`` (every rank
+      plans the whole epoch: greedy batches of one global order) or ``indexed`` (histogram
+      batching and keyed permutations: a rank computes only its own batches, in time and memory
+      about ``n / world_size``; ``seqloader.plan.indexed.planner``, for ``laplace``/``buckets:N`` orderings, other plans than ``global``'s for the same options;
       ``default``/``reverse``/``sorted``/``sorted_reverse``: ``global``'s batches, cut once per
       node, ``seqloader.plan.indexed.fixed``).
 
@@ -236,6 +240,8 @@ class PlanOptions:
     epoch_wise_filter: EpochFilterOption = None
     planning: Planning = "global"
     _parsed: Ordering = field(init=False, repr=False, compare=False)
+    #: ``planning`` with ``auto`` resolved from the options (``resolved_planning``)
+    _resolved: ResolvedPlanning = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ordering, str):
@@ -270,10 +276,14 @@ class PlanOptions:
         if self.length_key is not None and not isinstance(self.length_key, str):
             raise OptionError(f"length_key: got {self.length_key!r}, expected a key name or None")
         object.__setattr__(self, "mix", validate_mix(self.mix))
+        refusal = self._indexed_refusal()  # auto: indexed wherever it plans the options
+        indexed = self.planning == "indexed" or (self.planning == "auto" and refusal is None)
+        object.__setattr__(self, "_resolved", "indexed" if indexed else "global")
         self._check_mix_and_files()
         object.__setattr__(self, "batch_cost", str(BatchCost.parse(self.batch_cost)))
         self._check_combinations()
-        self._check_indexed()
+        if self.planning == "indexed" and refusal is not None:
+            raise OptionError(refusal)
 
     def _check_mix_and_files(self) -> None:
         """A mix, and whole files per rank, refused with what they cannot be combined with."""
@@ -282,13 +292,13 @@ class PlanOptions:
                 f"mix: not supported with seeding={self.seeding!r} (RETURNN has no exact mixing "
                 "to reproduce); use seeding='seqloader'"
             )
-        if self.mix is not None and self._parsed.is_buckets and self.planning != "indexed":
+        if self.mix is not None and self._parsed.is_buckets and self._resolved != "indexed":
             raise OptionError(
                 f"mix: not supported with ordering={self.ordering!r} yet (buckets arrange one "
                 "corpus epoch's sequences; a mix repeats them); use another ordering with mix, or "
                 "planning='indexed' (which buckets a mix per corpus and bucket)"
             )
-        indexed_files = self.distribution == "files" and self.planning == "indexed"
+        indexed_files = self.distribution == "files" and self._resolved == "indexed"
         if self.mix is not None and self.distribution != "shard" and not indexed_files:
             why, fix = (
                 (
@@ -343,7 +353,7 @@ class PlanOptions:
                 "fixed_random_subset: not supported with mix or distribution='files' (the "
                 "subset re-orders the corpus); use distribution='shard' without mix"
             )
-        global_buckets = self._parsed.is_buckets and self.planning != "indexed"
+        global_buckets = self._parsed.is_buckets and self._resolved != "indexed"
         if self.epoch_wise_filter is not None and (
             global_buckets or self.mix is not None or self.distribution == "files"
         ):
@@ -353,11 +363,9 @@ class PlanOptions:
                 "order); use another ordering with distribution='shard' or 'random_seed_offset'"
             )
 
-    def _check_indexed(self) -> None:
-        """``planning="indexed"`` plans laplace and buckets:N orderings, sharded or by files, with
-        one padded limit; everything else is refused here, by name, with the fix."""
-        if self.planning != "indexed":
-            return
+    def _indexed_refusal(self) -> str | None:
+        """Why indexed planning does not plan these options (None: it does): raised by name, with
+        the fix, under ``planning="indexed"``; what resolves ``planning="auto"`` to ``global``."""
         fix = "use planning='global' (the default) for it"
         kind = self._parsed.kind
         # greedy cuts of one order: indexed.fixed, indexed.random_order
@@ -368,7 +376,7 @@ class PlanOptions:
                 "'laplace:.N' (length bins in a random order, drawn per rank) is the indexed "
                 "ordering closest to it",
             }.get(kind.removesuffix("_x2"), "")
-            raise OptionError(
+            return (
                 f"planning='indexed': got ordering={self.ordering!r}, expected 'laplace...', "
                 "'buckets:N', 'default', 'reverse', 'sorted', 'sorted_reverse' or 'random[:K]' "
                 "(indexed plans batch length buckets, or cut a fixed order once per node, or a "
@@ -410,7 +418,8 @@ class PlanOptions:
         ]
         for on, name in unsupported:
             if on:
-                raise OptionError(f"planning='indexed': {name} is not supported; {fix}")
+                return f"planning='indexed': {name} is not supported; {fix}"
+        return None
 
     def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
         value = getattr(self, name)
@@ -420,6 +429,18 @@ class PlanOptions:
     @property
     def parsed_ordering(self) -> Ordering:
         return self._parsed
+
+    @property
+    def resolved_planning(self) -> ResolvedPlanning:
+        """``planning`` as these options resolve it: ``global`` or ``indexed`` (``auto``:
+        ``indexed`` wherever indexed planning plans the options, ``global`` otherwise).
+
+        >>> PlanOptions(planning="auto", ordering="laplace:.100").resolved_planning
+        'indexed'
+        >>> PlanOptions(planning="auto", seeding="returnn").resolved_planning
+        'global'
+        """
+        return self._resolved
 
     @property
     def cost(self) -> BatchCost:
@@ -435,6 +456,8 @@ class PlanOptions:
             del d["mix"]
         else:
             d["mix"] = {name: rate_to_json(rate) for name, rate in d["mix"].items()}
+        d.pop("_resolved", None)
+        d["planning"] = self._resolved  # what plans: `auto` is recorded as what it resolved to
         if d["batch_cost"] == "frames":
             d.pop("batch_cost")  # the default: fingerprints of earlier plans stay valid
         for name, off in _DEFAULTS_LEFT_OUT.items():  # options added later: absent when off

@@ -28,8 +28,9 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.bucket_index import BucketIndex
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
+from seqloader.plan.greedy.planner import PLAN_ALGORITHM as GLOBAL_ALGORITHM
 from seqloader.plan.greedy.planner import Planner as GlobalPlanner
-from seqloader.plan.indexed.corpus import AdmittedCorpus
+from seqloader.plan.indexed.corpus import AdmittedCorpus, unplanned
 from seqloader.plan.indexed.planner import (
     INDEXED_ALGORITHM,
     INDEXED_KINDS,
@@ -99,10 +100,32 @@ def make_planner(
     >>> planner.global_plan(1, world_size=2).steps
     1
     """
-    i = PlanInputs.of(inputs, *more, **named)
+    i = resolve_planning(PlanInputs.of(inputs, *more, **named))
     if i.options.planning == "indexed":
         return IndexedPlanner(i)
     return GlobalPlanner(i)
+
+
+def resolve_planning(inputs: PlanInputs) -> PlanInputs:
+    """``inputs`` with ``planning="auto"`` resolved: ``indexed`` where indexed planning plans
+    both the options (``PlanOptions.resolved_planning``) and what the source declares (length
+    variants, RETURNN's file pools or orders, epoch selections with what draws no sub-epoch
+    lists, a sort key of its own for sorted orders, an unchunked length key), ``global``
+    otherwise. Explicit ``global``/``indexed`` are kept (``indexed`` refuses by name what it does
+    not plan). The resolved value is what fingerprints and states record.
+
+    >>> from seqloader.plan.options import PlanOptions
+    >>> lengths = {"data": np.array([5, 3, 8, 2])}
+    >>> resolve_planning(PlanInputs(lengths, PlanOptions(planning="auto"))).options.planning
+    'indexed'
+    """
+    options = inputs.options
+    if options.planning != "auto":
+        return inputs
+    indexed = options.resolved_planning == "indexed" and (
+        unplanned(replace(inputs, options=replace(options, planning="indexed"))) is None
+    )
+    return replace(inputs, options=replace(options, planning="indexed" if indexed else "global"))
 
 
 def node_bucket_index(
@@ -112,10 +135,12 @@ def node_bucket_index(
     ``(lengths, options, ...)``): what a node builds once and maps into every rank's planner,
     ``PlanInputs.index``. Built by the admitted corpus alone (``AdmittedCorpus``: admission,
     lengths, the index), not by a planner."""
-    return AdmittedCorpus(replace(PlanInputs.of(inputs, *more, **named), index=None)).index
+    given = resolve_planning(PlanInputs.of(inputs, *more, **named))
+    return AdmittedCorpus(replace(given, index=None)).index
 
 
 __all__ = [
+    "GLOBAL_ALGORITHM",
     "INDEXED_ALGORITHM",
     "INDEXED_KINDS",
     "BucketIndex",
@@ -125,4 +150,5 @@ __all__ = [
     "index_key",
     "make_planner",
     "node_bucket_index",
+    "resolve_planning",
 ]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from seqloader.errors import ResumeError
 from seqloader.plan.ahead import PlanAhead
-from seqloader.plan.planners import EpochPlan, Planner
+from seqloader.plan.planners import GLOBAL_ALGORITHM, EpochPlan, Planner
 from seqloader.plan.position import (
     Position,
     check_resumable,
@@ -155,14 +155,7 @@ class LoaderState:
             raise ResumeError(
                 f"loader state version: got {state.get('version')!r}, expected {STATE_VERSION}"
             )
-        saved = state.get("planning", "global")
-        if saved != self.planner.options.planning:
-            raise ResumeError(
-                f"loader state saved with planning={saved!r}, but this loader plans with "
-                f"planning={self.planner.options.planning!r}: the two plan the same options "
-                "differently, so the state's position means nothing here. Resume with the "
-                f"planning the state was saved with (planning={saved!r})."
-            )
+        self._check_planning(state)
         self._check_algorithm(state)
         if state.get("plan_fingerprint") != self.fingerprint:
             raise ResumeError(
@@ -185,6 +178,26 @@ class LoaderState:
             "seqs_consumed": position.seq_offset(plan),
             "epoch_complete": is_finished(position, plan),
         }
+
+    def _check_planning(self, state: Mapping) -> None:
+        """Refuse a state of the other planning by name, with the fix. A state without
+        ``planning`` is the greedy global algorithm's (``GLOBAL_ALGORITHM``; the default
+        planning before ``planning="auto"``, which resolves to ``indexed`` wherever indexed
+        planning plans the options)."""
+        saved = state.get("planning", "global")
+        ours = self.planner.options.planning
+        if saved == ours:
+            return
+        by = state.get("plan_algorithm") or (GLOBAL_ALGORITHM if saved == "global" else None)
+        algorithm = f"plan_algorithm {by!r}" if by else "no plan_algorithm"
+        raise ResumeError(
+            f"loader state planning: saved with planning={saved!r} ({algorithm}), but this "
+            f"loader plans with planning={ours!r} ({self.planner.algorithm!r}; "
+            "planning='auto' resolves to 'indexed' wherever indexed planning plans the "
+            "options): the two plan the same options differently, so the state's position "
+            f"means nothing here. Fix: pass planning={saved!r} to resume it (the loader's "
+            f"option, or --planning {saved} on the command line)."
+        )
 
     def _check_algorithm(self, state: Mapping) -> None:
         """Refuse an indexed state of another planning algorithm by name (its plan fingerprint

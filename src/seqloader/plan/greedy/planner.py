@@ -12,6 +12,7 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, cast
 
 import numpy as np
@@ -99,6 +100,8 @@ class Planner:
         """``inputs``: what to plan from (``PlanInputs`` says what each part means), or the short
         form ``Planner(lengths, options, tags, files=...)``."""
         i = PlanInputs.of(inputs, *more, **named)
+        if i.options.planning == "auto":  # this class is the greedy algorithm: asked by name
+            i = replace(i, options=replace(i.options, planning="global"))
         lengths, options, tags, origin = i.lengths, i.options, i.tags, i.origin
         if options.planning != "global":
             raise OptionError(

@@ -42,8 +42,22 @@ from seqloader.plan.variants import VARIANTS_REFUSED
 _BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
 
 
+def unplanned(inputs: PlanInputs) -> OptionError | None:
+    """What indexed planning refuses of ``inputs`` that their options alone do not say (None:
+    nothing): ``AdmittedCorpus`` raises it, and ``planning="auto"`` resolves to ``global`` for it
+    (``seqloader.plan.planners.resolve_planning``)."""
+    try:
+        refuse_unplanned(inputs)
+    except OptionError as refused:
+        return refused
+    return None
+
+
 def refuse_unplanned(inputs: PlanInputs) -> None:
-    """Refuse what a source declares that indexed planning does not plan (nothing is ignored)."""
+    """Refuse what a source declares that indexed planning does not plan (nothing is ignored),
+    and a chunked plan whose length key is not chunked."""
+    _refuse_selections(inputs)
+    _refuse_unchunked_key(inputs)
     if inputs.variants is not None:
         what, fix = VARIANTS_REFUSED
         refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
@@ -66,6 +80,45 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
         )
 
 
+def _refuse_selections(inputs: PlanInputs) -> None:
+    """Epoch selections with what draws no sub-epoch lists of its own for them to filter."""
+    if not inputs.selections:
+        return
+    o = inputs.options
+    kind = o.parsed_ordering.kind
+    clashes = [
+        (f"distribution={o.distribution!r}", o.distribution == "files"),
+        ("mix", o.mix is not None),
+        ("chunking", o.chunking is not None),
+        (f"ordering={o.ordering!r}", kind in FIXED_KINDS or kind == "random"),
+    ]
+    named = [name for name, on in clashes if on]
+    if named:
+        raise OptionError(
+            f"{inputs.origin or 'the source'}: epoch selections (RETURNN's epoch_wise_filter "
+            f"subdirs) are not supported with planning='indexed' and {', '.join(named)} (they "
+            "filter each sub-epoch's lists, which these plans do not draw per sub-epoch); use "
+            "distribution='shard' or 'random_seed_offset' with a laplace or buckets:N "
+            "ordering, or planning='global'"
+        )
+
+
+def _refuse_unchunked_key(inputs: PlanInputs) -> None:
+    """Chunking that leaves the length key unchunked: indexed buckets chunks by its window."""
+    options = inputs.options
+    if options.chunking is None:
+        return
+    spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
+    key = length_key_of(inputs.lengths, options)
+    if key not in resolve_chunking(spec, options.min_chunk_size, list(inputs.lengths))[0]:
+        raise OptionError(
+            f"planning='indexed' with chunking={options.chunking!r}: the length key {key!r} "
+            "is not chunked; indexed planning buckets chunks by their length-key window. "
+            "Fix: chunk the length key too (e.g. chunking=N for every key), set length_key to "
+            "a chunked key, or use planning='global'"
+        )
+
+
 class AdmittedCorpus:
     """The admitted sequences of ``inputs`` and their bucket index (``inputs.index`` when a node
     built it, checked against the admission; else built here). Pure: the lengths (and a
@@ -82,7 +135,10 @@ class AdmittedCorpus:
     def __init__(self, inputs: PlanInputs) -> None:
         lengths, options, tags, origin = inputs.lengths, inputs.options, inputs.tags, inputs.origin
         if options.planning != "indexed":
-            raise OptionError("IndexedPlanner: options.planning must be 'indexed'")
+            raise OptionError(
+                "IndexedPlanner: options.planning must be 'indexed' (or 'auto', resolved by "
+                f"seqloader.plan.planners.resolve_planning), got {options.planning!r}"
+            )
         refuse_unplanned(inputs)
         key = length_key_of(lengths, options)
         self.options, self.length_key, self.origin = options, key, origin
@@ -208,13 +264,6 @@ class AdmittedCorpus:
         options, key = self.options, self.length_key
         spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
         resolved, least = resolve_chunking(spec, options.min_chunk_size, list(lengths))
-        if key not in resolved:
-            raise OptionError(
-                f"planning='indexed' with chunking={options.chunking!r}: the length key {key!r} "
-                "is not chunked; indexed planning buckets chunks by their length-key window. "
-                "Fix: chunk the length key too (e.g. chunking=N for every key), set length_key to "
-                "a chunked key, or use planning='global'"
-            )
         size, step = resolved[key]
         self.chunking = (size, step, least.get(key, 0))
         # the shortest length with a chunk (chunk_counts is monotone in the length), so the

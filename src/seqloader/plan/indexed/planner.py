@@ -228,6 +228,8 @@ class IndexedPlanner:
         """``inputs``: what to plan from (``PlanInputs``), or the short form
         ``IndexedPlanner(lengths, options, tags, files=...)``."""
         i = PlanInputs.of(inputs, *more, **named)
+        if i.options.planning == "auto":  # this class is indexed planning: refused by name
+            i = replace(i, options=replace(i.options, planning="indexed"))
         options, origin = i.options, i.origin
         #: admission, lengths, budget and the bucket index (shared with ``node_bucket_index``)
         self.corpus = c = AdmittedCorpus(i)
@@ -291,27 +293,11 @@ class IndexedPlanner:
 
     def _take_selections(self, selections: Sequence[EpochSelection]) -> None:
         """Epoch selections (``seqloader.plan.selections``), applied to each sub-epoch's lists
-        before ``epoch_wise_filter`` as global planning applies them to its order; refused where
-        ``epoch_wise_filter`` is (no sub-epoch list of its own to filter)."""
+        before ``epoch_wise_filter`` as global planning applies them to its order (refused where
+        ``epoch_wise_filter`` is, ``refuse_unplanned``: no sub-epoch list of its own to filter)."""
         self.selections = checked_selections(selections, len(self.lengths))
         if not self.selections:
-            return
-        o = self.options
-        clashes = [
-            (f"distribution={o.distribution!r}", self.files is not None),
-            ("mix", o.mix is not None),
-            ("chunking", o.chunking is not None),
-            (f"ordering={o.ordering!r}", self._fixed or self._random),
-        ]
-        named = [name for name, on in clashes if on]
-        if named:
-            raise OptionError(
-                f"{self.origin or 'the source'}: epoch selections (RETURNN's epoch_wise_filter "
-                f"subdirs) are not supported with planning='indexed' and {', '.join(named)} (they "
-                "filter each sub-epoch's lists, which these plans do not draw per sub-epoch); use "
-                "distribution='shard' or 'random_seed_offset' with a laplace or buckets:N "
-                "ordering, or planning='global'"
-            )
+            return  # the options they clash with: refused by refuse_unplanned
         self._extra += b"selections" + selections_bytes(self.selections)
 
     def _fixed_part(self, part: int) -> tuple[BoundsTable, FixedDraw]:

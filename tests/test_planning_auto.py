@@ -1,0 +1,183 @@
+"""``planning="auto"``: indexed planning wherever it plans the options and what the source
+declares, the greedy global algorithm otherwise; the resolved planning is what plans, what the
+fingerprint and the state record, and a state of the other planning is refused by name."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seqloader as sl
+from seqloader.errors import OptionError, ResumeError
+from seqloader.plan.inputs import PlanInputs
+from seqloader.plan.options import PlanOptions
+from seqloader.plan.planners import GLOBAL_ALGORITHM, make_planner, resolve_planning
+from seqloader.plan.selections import EpochSelection
+
+STATES = Path(__file__).parent / "states"
+#: the corpus and options of ``states/greedy_default_laplace.json``
+LEGACY_LENGTHS = [7, 3, 12, 5, 9, 1, 14, 6, 8, 2, 11, 4, 10, 13, 3, 7, 9, 5, 6, 12]
+LEGACY_OPTIONS = {"ordering": "laplace:.4", "max_seqs": 3, "max_frames": 40, "seed": 3}
+
+OPTION_SPACE = {
+    "ordering": st.sampled_from(
+        [
+            "default",
+            "sorted",
+            "random",
+            "random:2",
+            "laplace:.3",
+            "buckets:3",
+            "sort_bin_shuffle:.3",
+        ]
+    ),
+    "distribution": st.sampled_from(["shard", "random_seed_offset", "files"]),
+    "seeding": st.sampled_from(["seqloader", "returnn"]),
+    "chunking": st.sampled_from([None, "4:2"]),
+    "partition_epoch": st.integers(1, 2),
+    "fixed_random_subset": st.sampled_from([None, 0.5]),
+    "epoch_wise_filter": st.sampled_from([None, {(1, 1): {"max_mean_len": 6}}]),
+    "mix": st.sampled_from([None, {"a": 0.5}]),
+}
+
+
+def built(**options: object) -> PlanOptions | None:
+    """The options, or None where they are refused."""
+    try:
+        return PlanOptions(max_seqs=3, max_frames=40, **options)  # type: ignore[arg-type]
+    except OptionError:
+        return None
+
+
+@settings(max_examples=120, deadline=None)
+@given(st.fixed_dictionaries(OPTION_SPACE))
+def test_auto_is_indexed_exactly_where_indexed_plans_the_options(options: dict) -> None:
+    auto, indexed, greedy = (built(**options, planning=p) for p in ("auto", "indexed", "global"))
+    if indexed is not None:
+        assert auto is not None and auto.resolved_planning == "indexed"
+        assert auto.to_dict() == indexed.to_dict()  # the fingerprint records what plans
+    elif greedy is not None:
+        assert auto is not None and auto.resolved_planning == "global"
+        assert auto.to_dict() == greedy.to_dict()
+        assert "planning" not in auto.to_dict()  # greedy plans keep their fingerprints
+    else:
+        assert auto is None  # refused by both planners: refused by auto too
+    if options["seeding"] == "returnn" and auto is not None:
+        assert auto.resolved_planning == "global"  # RETURNN's own order is global
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 20), min_size=0, max_size=40),
+    ordering=st.sampled_from(["default", "random", "laplace:.4", "buckets:2", "sort_bin_shuffle"]),
+    seed=st.integers(0, 4),
+    world=st.integers(1, 3),
+)
+def test_auto_plans_what_the_resolved_planning_plans(
+    lengths: list[int], ordering: str, seed: int, world: int
+) -> None:
+    given_lengths = {"data": np.array(lengths, dtype=np.int64)}
+    asked = PlanOptions(ordering=ordering, seed=seed, max_frames=40, planning="auto")
+    auto = make_planner(given_lengths, asked)
+    resolved = replace(asked, planning=asked.resolved_planning)
+    explicit = make_planner(given_lengths, resolved)
+    assert auto.options.planning == resolved.planning == auto.options.resolved_planning
+    assert auto.algorithm == explicit.algorithm
+    assert auto.fingerprint("src") == explicit.fingerprint("src")
+    for epoch in (1, 2):
+        got, want = auto.global_plan(epoch, world), explicit.global_plan(epoch, world)
+        assert got.steps == want.steps
+        for rank in range(world):
+            a, b = got.rank_share(rank), want.rank_share(rank)
+            assert np.array_equal(a.seqs, b.seqs) and np.array_equal(a.real, b.real)
+
+
+def resolved_for(inputs: PlanInputs) -> str:
+    return resolve_planning(inputs).options.planning
+
+
+def test_what_the_source_declares_resolves_auto_to_global() -> None:
+    lengths = {"data": np.array([5, 3, 8, 2, 7, 1]), "classes": np.array([2, 1, 3, 1, 2, 1])}
+    auto = PlanOptions(ordering="laplace:.2", max_frames=40, planning="auto")
+    assert resolved_for(PlanInputs(lengths, auto)) == "indexed"
+    keep = np.array([True, False, True, True, False, True])
+    selections = (EpochSelection(1, 1, keep, "subdirs=['a']"),)
+    # epoch selections with a fixed or random order (indexed draws no sub-epoch lists for them)
+    for ordering in ("default", "random"):
+        options = replace(auto, ordering=ordering)
+        assert resolved_for(PlanInputs(lengths, options, selections=selections)) == "global"
+        with pytest.raises(OptionError, match="epoch selections"):
+            make_planner(
+                PlanInputs(lengths, replace(options, planning="indexed"), selections=selections)
+            )
+    assert resolved_for(PlanInputs(lengths, auto, selections=selections)) == "indexed"
+    # a sort key of the source's own with a sorted order (RETURNN's order_lengths)
+    sorted_auto = replace(auto, ordering="sorted")
+    own_key = PlanInputs(lengths, sorted_auto, order_lengths=np.arange(6))
+    assert resolved_for(own_key) == "global"
+    assert resolved_for(PlanInputs(lengths, sorted_auto)) == "indexed"
+    # chunking that leaves the length key unchunked
+    chunked = replace(auto, chunking={"classes": (2, 1)}, length_key="data")
+    assert resolved_for(PlanInputs(lengths, chunked)) == "global"
+    with pytest.raises(OptionError, match="the length key 'data' is not chunked"):
+        make_planner(PlanInputs(lengths, replace(chunked, planning="indexed")))
+    planner = make_planner(PlanInputs(lengths, chunked))
+    assert planner.options.planning == "global" and planner.algorithm == GLOBAL_ALGORITHM
+
+
+def test_explicit_planning_keeps_its_meaning() -> None:
+    with pytest.raises(OptionError, match="planning='indexed': seeding='returnn'"):
+        PlanOptions(planning="indexed", seeding="returnn")
+    with pytest.raises(OptionError, match="sort_bin_shuffle"):
+        PlanOptions(planning="indexed", ordering="sort_bin_shuffle:.3")
+    greedy = PlanOptions(planning="global", ordering="laplace:.3")
+    assert greedy.resolved_planning == "global" and "planning" not in greedy.to_dict()
+    lengths = {"data": np.array([5, 3, 8, 2])}
+    assert make_planner(lengths, greedy).algorithm == GLOBAL_ALGORITHM
+
+
+def legacy_source() -> sl.MemorySource:
+    return sl.MemorySource(
+        {"data": [np.arange(n, dtype=np.float32)[:, None] for n in LEGACY_LENGTHS]}
+    )
+
+
+def test_a_state_of_the_greedy_default_is_refused_by_name_under_auto() -> None:
+    """A state the previous default saved (greedy global, no ``planning`` key), loaded where
+    ``planning="auto"`` resolves to indexed: refused naming the field, the saved algorithm and
+    the fix; with the fix it resumes."""
+    state = json.loads((STATES / "greedy_default_laplace.json").read_text())
+    assert "planning" not in state and "plan_algorithm" not in state
+    auto = sl.SeqLoader(legacy_source(), **LEGACY_OPTIONS, planning="auto")
+    with pytest.raises(ResumeError) as refused:
+        auto.load_state_dict(state)
+    message = str(refused.value)
+    assert "loader state planning" in message
+    assert f"plan_algorithm {GLOBAL_ALGORITHM!r}" in message
+    assert "Fix: pass planning='global' to resume it" in message
+    fixed = sl.SeqLoader(legacy_source(), **LEGACY_OPTIONS, planning="global")
+    fixed.load_state_dict(state)
+    assert fixed.state_dict() == state  # loaded, not started: as saved
+    batches = fixed.epoch(1)
+    rest = [batch.seq_indices.tolist() for batch in batches]
+    assert rest and fixed.state_dict()["epoch_complete"] is True
+    fresh = sl.SeqLoader(legacy_source(), **LEGACY_OPTIONS, planning="global")
+    whole = [batch.seq_indices.tolist() for batch in fresh.epoch(1)]
+    assert whole[2:] == rest  # the greedy plan resumed after its two saved steps
+
+
+def test_states_of_auto_name_the_resolved_planning() -> None:
+    auto = sl.SeqLoader(legacy_source(), **LEGACY_OPTIONS, planning="auto")
+    state = auto.state_dict()
+    assert state["planning"] == "indexed" and state["plan_algorithm"] == auto.planner.algorithm
+    explicit = sl.SeqLoader(legacy_source(), **LEGACY_OPTIONS, planning="indexed")
+    explicit.load_state_dict(state)  # the same plan: the same fingerprint
+    greedy = sl.SeqLoader(legacy_source(), **LEGACY_OPTIONS, planning="global")
+    with pytest.raises(ResumeError, match="Fix: pass planning='indexed' to resume it"):
+        greedy.load_state_dict(state)
