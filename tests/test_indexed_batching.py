@@ -1,5 +1,5 @@
 """Histogram batching's quality parts: bucket edges where the batch size changes
-(``batching_edges``), bucket lists sorted by length within windows (``SortedWindows``), and the
+(``batching_edges``), a rank's buckets cut into runs of one batch size (``cut_runs``), bucket lists sorted by length within windows (``SortedWindows``), and the
 benchmark that compares both with the greedy algorithm."""
 
 from __future__ import annotations
@@ -9,7 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts
-from seqloader.plan.indexed.histogram import batching_edges, length_counts, sizes_for_units
+from seqloader.plan.indexed.histogram import (
+    batching_edges,
+    cut_runs,
+    length_counts,
+    sizes_for_units,
+)
 from seqloader.plan.indexed.plan import MemberDraw, SortedWindows
 from test_plan_indexed import check_limits
 
@@ -41,6 +46,43 @@ def test_batching_edges_cut_where_the_batch_size_changes(lengths, max_seqs, budg
         runs = 1 + int(np.count_nonzero(np.diff(ks)))
         extra = float((counts[inside] * (1 / ks[-1] - 1 / ks)).sum())
         assert extra < 0.5 * runs
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    counts=st.lists(st.lists(st.integers(0, 40), min_size=6, max_size=6), min_size=1, max_size=4),
+    caps=st.lists(st.integers(0, 12), min_size=6, max_size=6),
+    falling=st.booleans(),
+)
+def test_cut_runs_cover_each_row_in_valid_batches_with_fewer_short_ones(counts, caps, falling):
+    """A row's runs tile its positions in order; every batch of a run (``size`` sequences, the
+    run's last one possibly fewer) holds no more than the smallest size of the buckets its
+    members come from (0: unbounded), so it fits whatever it draws; and a row never has more
+    batches than batching each bucket alone, and with sizes falling along the buckets (as
+    lengths rise) at most one short batch per fall below a batch's fill, plus its last."""
+    grid = np.asarray(counts, dtype=np.int64)
+    sizes = np.asarray(sorted(caps, reverse=True) if falling else caps, dtype=np.int64)
+    rows, starts, runs, size = cut_runs(grid, sizes)
+    assert (runs > 0).all() and (size > 0).all()
+    cap = np.where(sizes > 0, sizes, 10**9)
+    for r, row in enumerate(grid):
+        mine = rows == r
+        ends = np.cumsum(runs[mine])
+        assert starts[mine].tolist() == [0, *ends.tolist()][: len(ends)]
+        assert (int(ends[-1]) if len(ends) else 0) == int(row.sum())
+        bucket_of = np.repeat(np.arange(len(row)), row)  # the bucket at each position
+        batches = 0
+        for a, c, k in zip(starts[mine].tolist(), runs[mine].tolist(), size[mine].tolist()):
+            for lo in range(a, a + c, k):
+                batch = bucket_of[lo : min(lo + k, a + c)]
+                assert len(batch) <= cap[batch].min()
+                batches += 1
+        alone = sum(-(-int(n) // int(k)) if k else int(n > 0) for n, k in zip(row, sizes))
+        assert batches <= alone
+        short = sum(int(n % k > 0) for n, k in zip(runs[mine].tolist(), size[mine].tolist()))
+        if falling:
+            falls = int(np.count_nonzero(np.diff(cap[row > 0]) < 0))
+            assert short <= falls + 1
 
 
 @settings(max_examples=100, deadline=None)
@@ -175,3 +217,15 @@ def test_per_key_seq_length_limits_keep_every_contract(case):
     assert planner().filtered(1) == glob.filtered(1)
     # files: a world size with fewer files holding sequences than ranks is refused (checked)
     check_plan_contracts(planner, worlds, [cut] * (len(worlds) - 1), each_plan=check_limits)
+
+
+def test_indexed_quality_benchmark_times_one_ranks_share() -> None:
+    """The timing benchmark's child plans rank 517 of 1,024 (every rank the same steps) and its
+    table has a row per distribution and case."""
+    from benchmarks.indexed_quality import TIMED, child, table
+
+    got = child({"n": 3_000, "dist": "long-tailed", "case": TIMED["files laplace"]})
+    assert got["share"] == got["steps"] > 0 and got["seconds"] > 0
+    row = {"new": got, "base": got, "time_ratio": 1.0}
+    text = table({"rows": {f"uniform / {name}": row for name in TIMED}})
+    assert text.count("\n") == 1 + len(TIMED) and "| 1.00x |" in text

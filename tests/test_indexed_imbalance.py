@@ -71,16 +71,18 @@ def group_costs_per_sequence(
     planner: IndexedPlanner, epoch: int, world: int, history: list[tuple[int, int]]
 ) -> np.ndarray:
     """Per sequence of the segment's sub-epoch, the planned cost of its unit: the largest bucket
-    cost among the buckets of its old rank's merged group (written out file by file)."""
+    cost among the buckets its old rank's run reaches (its members drawn, old rank by old rank;
+    each bucket's cost written out from the lengths of the run's members)."""
     units = planner._segment_at(epoch, world, history).units
     per_bucket = bucket_costs(planner)
+    members = planner._members_of(units)
     out = np.zeros(len(planner.lengths), dtype=np.int64)
-    for f, r in zip(units.part.tolist(), units.rank_of.tolist(), strict=True):
-        seqs = np.arange(planner.files[f], planner.files[f + 1])
-        bucket = np.searchsorted(planner.bucket_edges, planner.lengths[seqs], side="right")
-        groups = units.group_of[r]
-        for s, b in zip(seqs.tolist(), np.minimum(bucket, len(groups) - 1).tolist(), strict=True):
-            out[s] = max(per_bucket[j] for j in range(len(groups)) if groups[j] == groups[b])
+    for r in np.unique(units.rank).tolist():
+        seqs, starts = members(r)
+        for a, b in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+            run = seqs[a:b]
+            bucket = np.searchsorted(planner.bucket_edges, planner.lengths[run], side="right")
+            out[run] = max(per_bucket[j] for j in bucket.tolist())
     return out
 
 

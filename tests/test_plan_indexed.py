@@ -515,25 +515,30 @@ INDEXED_CASES: dict[str, dict] = {
 # so were the `files` + uneven="drop" cases (refused before).
 # chunked random_seed_offset, files, epoch_wise_filter and other keys' limits added later,
 # likewise (refused before); so was mix with files (refused before).
+# seqloader-plan-indexed/6: `files` cuts each old rank's buckets, laid end to end, into runs of
+# one batch size (histogram.cut_runs) instead of merging neighbouring buckets into groups of 4
+# full batches at the group's smallest size (merge_small): a rank has one short batch where the
+# size falls below a batch's fill, not one per group. Moved: the `files` cases only (the mix
+# over files too).
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
-    "files buckets:3 W3 split": "38a5975fdbe7a896b334306474262a8481d029d76722c81080f83c93b8844e26",
-    "files laplace W4 pad, merged buckets": "47ce385e395174bd2ed69f1795eb2f9bf8ba8e23774d8df9f6a6f6a32a0fb37b",
+    "files buckets:3 W3 split": "0d7a5185d14b01a8e0a93f992b7cdc271f62a7af2a5f2b6c63b73edc6322023c",
+    "files laplace W4 pad, merged buckets": "753011512a1f8dff6901b8a684d7f4840b76cbd9aa19edea1b2eb011b7e17155",
     "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
     "mix laplace:.10 W4 pad, filters": "b8d20b529d89aedfdbbd5d35e2592853c73c64103e77af3d8f94e2bb2f2850a4",
-    "files buckets:4 W4 split elastic -> W3 -> W5": "751e943cc455d2ff17ec0d30684cd4d058f50ef2160f921cdee432657b2d2233",
-    "files buckets:4 W4 drop elastic -> W3": "173f399d1e78bdc81cbd3d1fe3404be47964847f28a2b5caed01c99c22e66ec5",
-    "files laplace:.9 partition 2 W3 drop": "b4ea8e82233af3348fa67788d57984bd4d28b0cdcecab196f34017baf8e80e1a",
+    "files buckets:4 W4 split elastic -> W3 -> W5": "00901e468c8ced8d2522dbef300a51835237781e2d8f82f959ce3e270b006246",
+    "files buckets:4 W4 drop elastic -> W3": "0a24ac7e4e6ec55ad46a97d700f20b391e5b54b12c62ff8bffe51316807f1548",
+    "files laplace:.9 partition 2 W3 drop": "ce32c38552d1722264bc5bad457c00cc13de78e0cab60f8e362fcd356040f010",
     "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
     "chunked 90:60 laplace:.20 partition 2 W3 pad": "11e06ce6385f1f188509f3dee90082d3fbf7c6a7450c976c18c09d383527e2dd",
     "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "ca159e6ba9e3b7add8d39278b0a37d617095698d9952682b5a1b1f286061b986",
-    "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "dc1b6e5986529aeb97a1fa2de62a236b6eae601f8dbe7e38fce9afae2d683604",
+    "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "2079692ffa8dc621a53f257c517e61f431a46eebd58320949103bd8018c3e0cf",
     "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "7bff8d3a6e454edc5920cce101ad71a08b7b8cb39726c6f68f339f8f1bc82a3f",
     "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "7aad94f86fc43646d4c09acd144b7e8f32a497e8a7926c15d0c862798609667c",
-    "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "011cf08bca68275f0893d1ffa15481e95de082a341d7f4328c8341d1208134f1",
+    "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f7a63743270596433a562c4cf9984ac70fb970a6db2b9425a8bcc0f513e4b62d",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/5"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/6"
 
 
 def indexed_digest(case: dict) -> str:

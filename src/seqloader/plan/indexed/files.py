@@ -1,9 +1,11 @@
 """``distribution="files"`` under indexed planning: each rank's batches, and elastic resume, from counts.
 
 **Units.** The epoch's first segment (world size ``W0``) assigns the sub-epoch's files to ranks
-(LPT by frames, as global planning). Old rank ``r``'s sequences of its merged bucket group ``g``
-(``merge_small``) form unit ``(r, g)``: its members are r's own sequences of that group in r's
-keyed random order (r's member stream), its batch size is the group's. Everything about the
+(LPT by frames, as global planning). Old rank ``r``'s sequences, bucket after bucket (shortest
+first) and in r's keyed random order within a bucket (r's member stream), are cut into runs of
+one batch size (``cut_runs``: where the next bucket's size is below what the open batch holds);
+run ``g`` is unit ``(r, g)``, its batch size the run's. A rank so has a short batch only where
+the size falls below a batch's fill and at its end, not one per bucket. Everything about the
 units except their member lists follows from the per-(file, bucket) count table, for every rank,
 without drawing a sequence: O(W0 * buckets + files).
 
@@ -36,7 +38,7 @@ from seqloader.errors import ResumeError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
 from seqloader.plan.indexed.files_mix import Pieces
-from seqloader.plan.indexed.histogram import merge_small
+from seqloader.plan.indexed.histogram import cut_runs
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.indexed.replay import LiveUnits, laplace_consumed
 from seqloader.plan.options import Ordering, Uneven
@@ -44,14 +46,14 @@ from seqloader.plan.options import Ordering, Uneven
 
 @dataclass(frozen=True)
 class Units:
-    """A sub-epoch's units (see the module doc), numbered by (old rank, group).
+    """A sub-epoch's units (see the module doc), numbered by (old rank, run).
 
     - ``part``: int64 ``[f]`` the sub-epoch's files, shuffled; ``rank_of``: int64 ``[f]`` the old
       rank of each.
-    - ``group_of``: int32 ``[W0, N]`` each old rank's merged group of each bucket.
-    - ``rank``, ``group``, ``count``, ``size``, ``level``: ``[U]`` (int32 but ``count``, int64):
-      per unit its old rank, group, sequences, batch size (>= 1) and first bucket (its place in
-      length order).
+    - ``rank``, ``group``, ``count``, ``size``, ``level``, ``top``: ``[U]`` (int32 but
+      ``count``, int64): per unit its old rank, run within the rank, sequences, batch size
+      (>= 1), first and last bucket (``level``: its place in length order).
+    - ``world0``: the world size the sub-epoch starts with (the old ranks).
     - ``member_words``: the key of the old ranks' member streams (the old rank appended).
     - ``pieces``: a mix over files (``seqloader.plan.indexed.files_mix``): the sub-epoch's file
       pieces, which ``part`` numbers; None unmixed (``part`` numbers files).
@@ -59,18 +61,15 @@ class Units:
 
     part: np.ndarray
     rank_of: np.ndarray
-    group_of: np.ndarray
     rank: np.ndarray
     group: np.ndarray
     count: np.ndarray
     size: np.ndarray
     level: np.ndarray
+    top: np.ndarray
+    world0: int
     member_words: tuple[int, ...] = ()
     pieces: Pieces | None = None
-
-    @property
-    def world0(self) -> int:
-        return int(self.group_of.shape[0])
 
     @classmethod
     def of(
@@ -79,35 +78,41 @@ class Units:
         rank_of: np.ndarray,
         per_rank: np.ndarray,
         k: np.ndarray,
-        merge: int,
         member_words: tuple[int, ...] = (),
     ) -> Units:
         """From the sequences per (old rank, bucket) (``per_rank`` int64 ``[W0, N]``) and the
-        buckets' batch sizes ``k``; ``member_words``: the member streams' key (old rank appended)."""
-        _, n_buckets = per_rank.shape
-        group, sizes = merge_small(per_rank, k, merge)  # [W0, N] each, groups rising per row
-        flat = group.ravel()
-        new = np.ones(len(flat), dtype=bool)  # where a group starts: its first bucket
-        new[1:] = flat[1:] != flat[:-1]
-        new[::n_buckets] = True
-        starts = np.flatnonzero(new)
-        counts = np.add.reduceat(per_rank.ravel(), starts) if len(starts) else starts
-        keep = counts > 0  # a rank without sequences has no unit
-        starts, counts = starts[keep], counts[keep].astype(np.int64)
-        r, first = np.divmod(starts, n_buckets)  # old rank by old rank, groups ascending
-        g = flat[starts]
+        buckets' batch sizes ``k``: each old rank's buckets end to end, cut into runs of one
+        batch size (``cut_runs``); ``member_words``: the member streams' key (old rank
+        appended)."""
+        world0, n_buckets = per_rank.shape
+        r, start, count, size = cut_runs(per_rank, np.asarray(k, dtype=np.int64))
+        ends = np.cumsum(per_rank.ravel())  # [W0 * N] each (rank, bucket)'s end, rank by rank
+        base = np.concatenate([[0], ends[n_buckets - 1 :: n_buckets]])[r]  # the rank's first
+        first = np.searchsorted(ends, base + start, side="right") - r * n_buckets
+        last = np.searchsorted(ends, base + start + count - 1, side="right") - r * n_buckets
+        unit = np.arange(len(r), dtype=np.int64)
+        group = unit - np.searchsorted(r, r, side="left")  # the run's place in its rank
         small = np.int32  # per-unit ids and sizes: half the memory of int64
         return cls(
             part,
             rank_of,
-            group.astype(small),
             r.astype(small),
-            g.astype(small),
-            counts,
-            sizes[r, g].astype(small),
+            group.astype(small),
+            count,
+            size.astype(small),
             first.astype(small),
+            last.astype(small),
+            world0,
             member_words,
         )
+
+    def rank_starts(self, r: int) -> np.ndarray:
+        """Where old rank ``r``'s runs start in its bucket-ordered list, and its end -> int64
+        ``[G_r + 1]`` (index: ``group``)."""
+        mine = slice(*np.searchsorted(self.rank, [r, r + 1]))
+        starts = np.zeros(mine.stop - mine.start + 1, dtype=np.int64)
+        np.cumsum(self.count[mine], out=starts[1:])
+        return starts
 
 
 class Segment:
@@ -328,8 +333,8 @@ class Segment:
         members: Callable[[int], tuple[np.ndarray, np.ndarray]],
         filler: Callable[[], np.ndarray],
     ) -> BatchList:
-        """``rank``'s batches for ``steps`` steps. ``members(r)``: old rank r's sequences grouped
-        by group, in its drawn order, and the groups' starts (int64 ``[N + 1]``); ``filler()``:
+        """``rank``'s batches for ``steps`` steps. ``members(r)``: old rank r's sequences, run
+        after run, in its drawn order, and the runs' starts (``Units.rank_starts``); ``filler()``:
         a sequence for fillers when the rank has none of its own."""
         us = self.rank_units(rank)
         drawn: dict[int, tuple[np.ndarray, np.ndarray]] = {}

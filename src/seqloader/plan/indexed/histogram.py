@@ -215,39 +215,64 @@ def sizes_for_units(units: np.ndarray, max_seqs: int | None, budget: int | None)
     return np.maximum(fit, 0)
 
 
-def merge_small(
-    counts: np.ndarray, sizes: np.ndarray, batches: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per row of ``counts`` (int64 ``[R, N]``: sequences per bucket, e.g. per rank), merge
-    neighbouring buckets, shortest first, until each group holds at least ``batches`` full
-    batches at the size of its longest bucket (``sizes`` int64 ``[N]``, 0 = unbounded); a last
-    group short of that joins the one before. A rank with few sequences then gets a few full
-    batches instead of one short batch per bucket. -> (group of each bucket int64 ``[R, N]``, non-decreasing per
-    row; batch size of each group int64 ``[R, N]``, >= 1, for groups ``0 .. max``)."""
-    rows, n_buckets = counts.shape
+def cut_runs(counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per row of ``counts`` (int64 ``[R, N]``: sequences per bucket, e.g. per rank), the row's
+    buckets laid end to end, shortest first, cut into runs of batches of one size, as greedy
+    batching by count cuts them where the batch size falls: a batch takes the next sequences
+    while it holds fewer than the smallest ``sizes`` (int64 ``[N]``, >= 1) of the buckets it
+    reaches (0: unbounded). A run is a stretch of full batches of one size and, where the next
+    bucket's size is smaller than what the open batch holds, that batch, short, at its end;
+    where the open batch fits the next size it starts the next run instead. Where the next size
+    is larger (a limit on another key), the open batch fills at its size and the next run
+    starts after it. So a row has one short batch
+    where the size falls below a batch's fill, and at its end: not one per bucket.
+
+    -> (row, start position in the row, count, size) of each run, int64 ``[U]`` each, row by
+    row, runs in position order (they cover each row's positions ``0 .. counts.sum(1)``).
+
+    >>> rows, starts, counts, sizes = cut_runs(np.array([[5, 3, 4]]), np.array([4, 4, 2]))
+    >>> starts.tolist(), counts.tolist(), sizes.tolist()
+    ([0, 8], [8, 4], [4, 2])
+    """
+    n_rows, n_buckets = counts.shape
     huge = np.iinfo(np.int64).max
-    cap = np.where(sizes > 0, sizes, huge)  # [N]
-    group = np.zeros((rows, n_buckets), dtype=np.int64)
-    current = np.zeros(rows, dtype=np.int64)
-    held = np.zeros(rows, dtype=np.int64)
-    need = np.full(rows, huge, dtype=np.int64)  # batch size of the open group
+    caps = np.where(sizes > 0, sizes, huge).tolist()
+    pos = np.zeros(n_rows, dtype=np.int64)  # the row's positions so far
+    start = np.zeros(n_rows, dtype=np.int64)  # the open run's first position
+    size = np.zeros(n_rows, dtype=np.int64)  # the open run's batch size, 0: none open
+    out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def close(rows: np.ndarray, end: np.ndarray) -> None:
+        keep = end[rows] > start[rows]
+        rows = rows[keep]
+        out.append((rows, start[rows].copy(), end[rows] - start[rows], size[rows].copy()))
+
     for b in range(n_buckets):
-        group[:, b] = current
-        held += counts[:, b]
-        need = np.minimum(need, cap[b])
-        close = held >= np.where(need < huge, need * batches, 1)
-        current += close
-        held[close] = 0
-        need[close] = huge
-    short = (held > 0) & (current > 0)  # the last group is short of a full batch
-    group[(group == current[:, None]) & short[:, None]] -= 1
-    at = (np.repeat(np.arange(rows), n_buckets), group.ravel())
-    group_counts = np.zeros((rows, n_buckets), dtype=np.int64)
-    np.add.at(group_counts, at, counts.ravel())
-    group_cap = np.full((rows, n_buckets), huge, dtype=np.int64)
-    np.minimum.at(group_cap, at, np.broadcast_to(cap, counts.shape).ravel())
-    group_sizes = np.where(group_cap < huge, group_cap, np.maximum(group_counts, 1))
-    return group, group_sizes
+        c = counts[:, b]
+        cap = caps[b]
+        here = c > 0
+        opened = here & (size == 0)
+        start[opened], size[opened] = pos[opened], cap
+        falls = np.flatnonzero(here & (size > cap))
+        rises = np.flatnonzero(here & (size > 0) & (size < cap))
+        if len(rises):  # the open batch fills at its size, then the larger size runs on
+            held = (pos[rises] - start[rises]) % size[rises]
+            end = pos.copy()
+            end[rises] += np.where(held > 0, np.minimum(size[rises] - held, c[rises]), 0)
+            close(rises, end)
+            start[rises], size[rises] = end[rises], cap
+        if len(falls):
+            held = (pos[falls] - start[falls]) % size[falls]  # the open batch's fill
+            end = pos.copy()
+            end[falls] -= np.where(held <= cap, held, 0)  # a batch that fits moves along
+            close(falls, end)
+            start[falls], size[falls] = end[falls], cap
+        pos += c
+    close(np.flatnonzero(size > 0), pos)
+    rows, starts, runs, size = (np.concatenate([o[i] for o in out]) for i in range(4))
+    by = np.lexsort((starts, rows))
+    size = np.where(size < huge, size, np.maximum(runs, 1))  # unbounded: one batch
+    return rows[by], starts[by], runs[by], size[by]
 
 
 def length_counts(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

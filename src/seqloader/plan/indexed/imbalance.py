@@ -14,8 +14,8 @@ sequences gigabytes and minutes, on every rank), so:
   one bucket (their longest member may be shorter than the bucket's) are not seen.
 - ``files`` (``files_imbalance``): the same planned cost, every rank's from counts: its batches'
   sizes from the segment's layout (``Segment.layout``, split pieces, one-sequence fillers), each
-  times the cost of its unit's merged bucket group's longest length (the largest of its buckets'
-  costs; ``merge_small`` sizes the group's batches for that length). No member is drawn:
+  times the cost of its unit's longest length (its last bucket's cost; ``cut_runs`` sizes the
+  run's batches for its buckets' smallest size). No member is drawn:
   O(batches + W * steps), folded rank by rank into a per-step max and sum.
 - ``rankwise_imbalance``: every rank's share drawn in turn and its batches' padded costs from the
   real lengths folded the same way: global planning's exact figure, O(n) time (tests, and plans

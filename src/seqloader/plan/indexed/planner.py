@@ -126,14 +126,11 @@ from seqloader.plan.selections import EpochSelection, checked_selections, select
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/5"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/6"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
 #: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` cuts
 #: them on the keyed order of each epoch (``seqloader.plan.indexed.random_order``)
 INDEXED_KINDS = ("laplace", "buckets", *FIXED_KINDS, "random")
-#: ``files``: a rank's neighbouring buckets are merged until each group holds this many full
-#: batches (fewer short last batches when a rank has few sequences; a little more padding)
-MERGE_BATCHES = 4
 _CHUNK = 1 << 22
 _BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
 _ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
@@ -916,13 +913,13 @@ class IndexedPlanner:
             rank_of = assign_lpt(pieces.frames, world0)
             per_rank = self._piece_rank_counts(pieces, rank_of, world0)
             part = np.arange(len(pieces), dtype=np.int64)
-            units = Units.of(part, rank_of, per_rank, self.k, MERGE_BATCHES, words)
+            units = Units.of(part, rank_of, per_rank, self.k, words)
             units = replace(units, pieces=pieces)
         else:
             part = self._part_files(ep)
             rank_of = assign_lpt(self._file_frames[part], world0)  # [f]
             per_rank = _rank_counts(self.index.file_counts, part, rank_of, world0)  # [W0, N]
-            units = Units.of(part, rank_of, per_rank, self.k, MERGE_BATCHES, words)
+            units = Units.of(part, rank_of, per_rank, self.k, words)
         self._units_kept = (key, units)
         return units
 
@@ -955,8 +952,8 @@ class IndexedPlanner:
         return BatchList(seqs, batches.bounds, batches.real, uses.astype(USES_DTYPE))
 
     def _members_of(self, units: Units) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
-        """Old rank r's admitted sequences drawn with its member stream, grouped by its merged
-        groups (random within) -> (sequences int64, group starts int64 ``[N + 1]``)."""
+        """Old rank r's admitted sequences drawn with its member stream, bucket after bucket
+        (random within), cut into its runs -> (sequences int64, run starts int64 ``[G_r + 1]``)."""
         assert self.files is not None
         files = self.files
         words = units.member_words
@@ -975,18 +972,16 @@ class IndexedPlanner:
             perm = rng_for(*self._head, *words, r).permutation(len(seqs))
             seqs, lens = seqs[perm], lens[perm]
             bucket = np.searchsorted(self.bucket_edges, lens, "right")
-            group = units.group_of[r][bucket]
-            by_group = np.argsort(group, kind="stable")
-            seqs, group, lens = seqs[by_group], group[by_group], lens[by_group]
-            starts = np.zeros(units.group_of.shape[1] + 1, dtype=np.int64)
-            np.cumsum(np.bincount(group, minlength=units.group_of.shape[1]), out=starts[1:])
-            # sorted by length within windows of WINDOW_BATCHES of the group's batches (fixed
-            # per unit, so every segment's prefix and rest are slices of one list)
-            size = np.ones(units.group_of.shape[1], dtype=np.int64)
+            by_bucket = np.argsort(bucket, kind="stable")  # buckets ascending, random within
+            seqs, lens = seqs[by_bucket], lens[by_bucket]
             mine = slice(*np.searchsorted(units.rank, [r, r + 1]))
-            size[units.group[mine]] = units.size[mine]
-            window = (np.arange(len(seqs)) - starts[group]) // (WINDOW_BATCHES * size[group])
-            major = group * (int(window.max(initial=0)) + 1) + window
+            starts = units.rank_starts(r)
+            size = units.size[mine].astype(np.int64)
+            run = np.repeat(np.arange(len(size)), np.diff(starts))
+            # sorted by length within windows of WINDOW_BATCHES of the run's batches (fixed
+            # per unit, so every segment's prefix and rest are slices of one list)
+            window = (np.arange(len(seqs)) - starts[run]) // (WINDOW_BATCHES * size[run])
+            major = run * (int(window.max(initial=0)) + 1) + window
             return seqs[argsort_by(lens, major)], starts
 
         return members
@@ -1001,28 +996,25 @@ class IndexedPlanner:
             batches = seg.share(rank, members, lambda: self._first_unit(part, seg.units))
             return self._decode(batches) if mixed else self._split_codes(batches)
 
-        kept: dict[
-            bytes, tuple[np.ndarray, np.ndarray]
-        ] = {}  # per bucket costs: a walk asks W times
+        kept: dict[bytes, np.ndarray] = {}  # per bucket costs: a walk asks W times
 
         def planned_costs(rank: int, bucket_costs: np.ndarray) -> np.ndarray:
             key = np.asarray(bucket_costs).tobytes()
             if key not in kept:
-                kept.clear()
-                group = _group_costs(seg.units.group_of, bucket_costs)
-                kept[key] = (group, group[seg.units.rank, seg.units.group])
-            group_costs, unit_costs = kept[key]
+                kept.clear()  # a unit's sequence costs its last (longest) bucket's cost
+                kept[key] = np.asarray(bucket_costs, np.int64)[seg.units.top]
+            unit_costs = kept[key]
 
-            def filler_cost() -> int:  # the sub-epoch's first sequence, in its old rank's group
+            def filler_cost() -> int:  # the sub-epoch's first sequence, in its old rank's run
                 owner = self._filler_owner(seg.units)
                 if owner is None:  # nothing admitted in the sub-epoch: no filler to cost
                     return 0
-                r, s = owner
-                first = np.asarray(self.lengths[s])
-                if self.units is not None:  # its first chunk's window
-                    first = np.minimum(first, self.units.size)
-                b = np.searchsorted(self.bucket_edges, first, "right")
-                return int(group_costs[r, seg.units.group_of[r][b[0]]])
+                r = owner[0]
+                seqs, starts = members(r)  # one old rank's list (only a rank with no units)
+                code = self._first_unit(part, seg.units)[0]
+                at = int(np.flatnonzero(seqs == code)[0])
+                run = int(np.searchsorted(starts, at, side="right")) - 1
+                return int(unit_costs[int(np.searchsorted(seg.units.rank, r)) + run])
 
             return seg.planned_costs(rank, unit_costs, filler_cost)
 
@@ -1186,18 +1178,6 @@ def _bucket_sums(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
         out += np.bincount(
             bucket, weights=np.asarray(lengths[members], dtype=np.float64), minlength=len(out)
         ).astype(np.int64)
-    return out
-
-
-def _group_costs(group_of: np.ndarray, bucket_costs: np.ndarray) -> np.ndarray:
-    """Per (old rank, merged group), the planned cost of one of its sequences: the largest of
-    its buckets' ``bucket_costs`` (the cost of the group's longest length) -> int64 ``[W0, N]``."""
-    rows, n = group_of.shape
-    out = np.zeros((rows, n), dtype=np.int64)
-    at = (np.repeat(np.arange(rows), n), group_of.ravel().astype(np.int64))
-    np.maximum.at(
-        out, at, np.broadcast_to(np.asarray(bucket_costs, np.int64)[:n], group_of.shape).ravel()
-    )
     return out
 
 
