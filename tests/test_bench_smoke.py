@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -28,8 +29,9 @@ RUN_FIELDS = {
 }
 
 
-@pytest.fixture(scope="module")
-def bench(tmp_path_factory):
+def run_bench(tmp_path_factory, workers: str) -> tuple[dict, str, Path, Path]:
+    """``python -m benchmarks --quick`` on a 64-sequence corpus with these worker counts:
+    (the JSON, stdout, the output folder, the corpus folder)."""
     out = tmp_path_factory.mktemp("bench-out")
     corpus = tmp_path_factory.mktemp("bench-corpus")
     cmd = [
@@ -43,6 +45,8 @@ def bench(tmp_path_factory):
         "8",
         "--measure-seqs",
         "24",
+        "--workers",
+        workers,
         "--out",
         str(out),
         "--corpus-dir",
@@ -57,26 +61,33 @@ def bench(tmp_path_factory):
     return result, proc.stdout, out, corpus
 
 
-def test_json_has_every_pipeline_and_metric(bench):
-    result, _, _, _ = bench
+@pytest.fixture(scope="module")
+def bench(tmp_path_factory):
+    """Every pipeline with 1 worker (each configuration is a fresh process importing torch; the
+    bare h5py loop has no workers, so it runs in the loop's process): the 0-worker runs of the
+    other pipelines are ``test_zero_workers_run_every_pipeline`` (make chaos)."""
+    return run_bench(tmp_path_factory, "1")
+
+
+def check_runs(result: dict, workers: int) -> None:
+    """Every pipeline ran on both layouts it takes with ``workers`` workers, without error, and
+    reported every field."""
     assert result["format"] == "seqloader.bench"
     assert result["settings"]["quick"] is True
     labels = {
         f"{r['spec']['pipeline']}/{r['spec']['layout']}/w{r['spec']['workers']}"
         for r in result["runs"]
     }
+    w = f"w{workers}"
     expected = {
         "h5py/chunked/w0",
         "h5py/contiguous/w0",
-        "torch/chunked/w0",
-        "torch/chunked/w1",
-        "seqloader/chunked/w0",
-        "seqloader/chunked/w1",
-        "seqloader/contiguous/w0",
-        "seqloader/contiguous/w1",
+        f"torch/chunked/{w}",
+        f"seqloader/chunked/{w}",
+        f"seqloader/contiguous/{w}",
     }
     if "returnn" in result["settings"]["pipelines"]:
-        expected |= {"returnn/chunked/w0", "returnn/chunked/w1"}
+        expected |= {f"returnn/chunked/{w}"}
     assert labels == expected
     for run in result["runs"]:
         assert "error" not in run, run.get("error")
@@ -94,10 +105,24 @@ def test_json_has_every_pipeline_and_metric(bench):
         assert 0 <= waits["median"] <= waits["p90"] <= waits["max"]
 
 
+def test_json_has_every_pipeline_and_metric(bench):
+    check_runs(bench[0], 1)
+
+
+@pytest.mark.extended
+def test_zero_workers_run_every_pipeline(tmp_path_factory):
+    """The 0-worker configurations (each pipeline iterated in the loop's process): the same
+    child and fields as the 1-worker runs of ``make test``."""
+    result = run_bench(tmp_path_factory, "0")[0]
+    check_runs(result, 0)
+    zero = [t for t in result["targets"] if t["target"].startswith("seqloader 0 workers")]
+    assert zero and all(t["value"] > 0 for t in zero)  # measured side by side with 0 workers
+
+
 def test_summary_ratios_targets_machine_and_plot(bench):
     result, stdout, out, _ = bench
     summary = result["summary"]
-    assert summary["torch/chunked/w0"]["ratios"]["torch"] == pytest.approx(1.0)
+    assert summary["torch/chunked/w1"]["ratios"]["torch"] == pytest.approx(1.0)
     assert summary["seqloader/chunked/w1"]["ratios"]["torch"] > 0
     names = [t["target"] for t in result["targets"]]
     assert any("2x RETURNN" in n for n in names) and any("98%" in n for n in names)

@@ -13,6 +13,7 @@ the permutation is a pure function of the key words, the same on every machine.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 import numpy as np
 
@@ -20,6 +21,18 @@ import numpy as np
 ROUNDS = 6
 _MUL1 = np.uint64(0x9E3779B97F4A7C15)
 _MUL2 = np.uint64(0xBF58476D1CE4E5B9)
+_M64 = (1 << 64) - 1
+#: up to this many positions the rounds run on Python ints (the same bits): a numpy pass costs
+#: about 50 array operations whatever the size, which small buckets pay per call
+SMALL = 16
+
+
+@lru_cache(maxsize=4096)
+def _round_keys(words: tuple[int, ...]) -> tuple[int, ...]:
+    """The round keys of ``words`` (a ``SeedSequence`` costs tens of microseconds; plans ask for
+    the same bucket's bijection again on every rank and resume)."""
+    state = np.random.SeedSequence(list(words)).generate_state(ROUNDS, np.uint64)
+    return tuple(int(k) for k in state)
 
 
 class Bijection:
@@ -36,17 +49,40 @@ class Bijection:
         bits = max(2, (max(self.m, 2) - 1).bit_length())
         self._half = (bits + 1) // 2  # bits per Feistel half
         self._mask = np.uint64((1 << self._half) - 1)
-        state = np.random.SeedSequence(list(words)).generate_state(ROUNDS, np.uint64)
-        self._keys = [np.uint64(k) for k in state]
+        self._int_keys = _round_keys(tuple(int(w) for w in words))
+        self._keys = [np.uint64(k) for k in self._int_keys]
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The images of ``x`` (ints in ``[0, m)``, any shape) -> uint64, same shape."""
-        y = self._encrypt(np.asarray(x, dtype=np.uint64))
+        x = np.asarray(x, dtype=np.uint64)
+        if x.size <= SMALL:
+            return np.array([self.one(v) for v in x.ravel().tolist()], np.uint64).reshape(x.shape)
+        y = self._encrypt(x)
         outside = np.flatnonzero(y >= self.m)
         while len(outside):  # cycle-walking: at most a few passes (the domain is < 4m)
             y[outside] = self._encrypt(y[outside])
             outside = outside[y[outside] >= self.m]
         return y
+
+    def one(self, v: int) -> int:
+        """The image of the position ``v`` alone, on Python ints (bit for bit ``__call__``'s).
+
+        >>> b = Bijection(100, [1, 2])  # 100 positions: numpy's rounds
+        >>> [b.one(v) for v in range(100)] == b(np.arange(100)).tolist()
+        True
+        """
+        h, mask = self._half, (1 << self._half) - 1
+        while True:  # cycle-walking, as in __call__
+            left, right = v >> h, v & mask
+            for key in self._int_keys:
+                f = ((right + key) * 0x9E3779B97F4A7C15) & _M64
+                f ^= f >> 31
+                f = (f * 0xBF58476D1CE4E5B9) & _M64
+                f ^= f >> 29
+                left, right = right, left ^ (f & mask)
+            v = (left << h) | right
+            if v < self.m:
+                return v
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
         h = np.uint64(self._half)

@@ -1,0 +1,30 @@
+"""The keyed permutation of indexed planning (``seqloader.plan.indexed.bijection``) computes a few
+positions on Python ints and many with numpy: both give the same images, bit for bit, so a plan
+does not depend on how many positions a bucket's draw asks for at once (plans are pinned by the
+golden digests of ``test_plan_indexed``)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.plan.indexed.bijection import SMALL, Bijection
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.integers(1, 5000),
+    st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=4),
+    st.data(),
+)
+def test_python_ints_and_numpy_give_the_same_images(m: int, words: list[int], data) -> None:
+    b = Bijection(m, words)
+    x = np.asarray(data.draw(st.lists(st.integers(0, m - 1), min_size=SMALL + 1, max_size=60)))
+    many = b(x)  # numpy's rounds and cycle-walking
+    assert many.dtype == np.uint64 and (many < m).all()
+    assert [b.one(v) for v in x.tolist()] == many.tolist()
+    for k in range(0, len(x), SMALL):  # SMALL or fewer at once: Python ints
+        np.testing.assert_array_equal(b(x[k : k + SMALL]), many[k : k + SMALL])
+    np.testing.assert_array_equal(b(x[:6].reshape(2, 3)), many[:6].reshape(2, 3))  # any shape
+    assert b(x[:0]).shape == (0,)
