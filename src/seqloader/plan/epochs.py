@@ -217,6 +217,35 @@ class Stepped(Protocol):
 SegmentT = TypeVar("SegmentT", bound=Stepped)
 
 
+@dataclass(frozen=True)
+class At:
+    """Where a segment of an epoch starts: at sequence position ``start`` of the epoch's order,
+    or after the segments of ``history`` (``(world_size, steps)`` each, ``distribution="files"``).
+    ``order_world_size``: the world size the epoch started with (``buckets:N`` orders). Both
+    planners' distributions take it (``segment(epoch, world_size, at)``).
+
+    >>> At(start=40).history, At(history=((4, 10),)).start
+    ((), 0)
+    """
+
+    start: int = 0
+    history: tuple[tuple[int, int], ...] = ()
+    order_world_size: int | None = None
+
+
+#: the whole (sub-)epoch, from its first sequence
+START = At()
+
+
+def refuse_history(name: str, history: Sequence[tuple[int, int]]) -> None:
+    """Refuse a segment history for a distribution that resumes at a sequence position."""
+    if history:
+        raise OptionError(
+            f"distribution={name!r} resumes at a sequence position (start), not from a segment "
+            "history; only distribution='files' replays one"
+        )
+
+
 def replay_history(
     epoch: int, history: Sequence[tuple[int, int]], segment: Callable[[int, int], SegmentT]
 ) -> Iterator[tuple[SegmentT, int, int]]:

@@ -19,7 +19,6 @@ consumed before it), where ``at`` is a start position or a segment history (``At
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -28,7 +27,7 @@ from seqloader.errors import OptionError
 from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
 from seqloader.plan.epoch_plan import interleave
-from seqloader.plan.epochs import EpochIndex, replay_history
+from seqloader.plan.epochs import START, At, EpochIndex, refuse_history, replay_history
 from seqloader.plan.files import (
     EpochFiles,
     assign_lpt,
@@ -47,21 +46,6 @@ from seqloader.plan.seeding import PURPOSE_FILES, PURPOSE_FILES_ORDER, rng_for
 
 #: a segment of an epoch: (all ranks' plan, units consumed by the segments before it)
 Segment = tuple[GlobalPlan, int]
-
-
-@dataclass(frozen=True)
-class At:
-    """Where a segment starts: at sequence position ``start`` of the epoch's order, or after
-    the segments of ``history`` (``(world_size, steps)`` each, ``distribution="files"``).
-    ``order_world_size``: the world size the epoch started with (``buckets:N`` orders)."""
-
-    start: int = 0
-    history: tuple[tuple[int, int], ...] = ()
-    order_world_size: int | None = None
-
-
-#: the whole (sub-)epoch, from its first sequence
-START = At()
 
 
 class Batching(PlannedInputs, Protocol):
@@ -104,14 +88,6 @@ class Distribution(Protocol):
         ...
 
 
-def _refuse_history(name: str, history: Sequence[tuple[int, int]]) -> None:
-    if history:
-        raise OptionError(
-            f"distribution={name!r} resumes at a sequence position (start), not from a segment "
-            "history; only distribution='files' replays one"
-        )
-
-
 class _OnPlanner:
     """A distribution of ``planner``'s batches."""
 
@@ -125,7 +101,7 @@ class Shard(_OnPlanner):
     name = "shard"
 
     def segment(self, epoch: int, world_size: int, at: At = START) -> Segment:
-        _refuse_history(self.name, at.history)
+        refuse_history(self.name, at.history)
         p = self.planner
         batches = p.shard_batches(epoch, at.start, at.order_world_size or world_size)
         return p.noted(distribute_shard(batches, world_size, p.options.uneven), epoch), 0
@@ -140,7 +116,7 @@ class SeedOffset(_OnPlanner):
     name = "random_seed_offset"
 
     def segment(self, epoch: int, world_size: int, at: At = START) -> Segment:
-        _refuse_history(self.name, at.history)
+        refuse_history(self.name, at.history)
         if at.start:
             raise OptionError("random_seed_offset plans cannot start mid-order")
         p = self.planner
@@ -165,7 +141,7 @@ class Pools:
         self.check_world(world_size)
         if not p.per_rank_pools(world_size):
             return self.base.segment(epoch, world_size, at)
-        _refuse_history(self.name, at.history)
+        refuse_history(self.name, at.history)
         if at.start:
             raise OptionError("file pools sharded over ranks cannot start mid-order")
         per_rank = [p.pool_batches(epoch, world_size, r) for r in range(world_size)]

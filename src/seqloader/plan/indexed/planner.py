@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 
-from seqloader.errors import OptionError
 from seqloader.plan.admission import epoch_filters
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
@@ -51,6 +50,7 @@ from seqloader.plan.edges import WINDOW_BATCHES
 from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
 from seqloader.plan.epochs import (
     Admission,
+    At,
     EpochIndex,
     check_fit_alone,
     part_bounds,
@@ -62,7 +62,6 @@ from seqloader.plan.files import (
     check_file_count,
     epoch_files,
     files_read,
-    refuse_files_start,
     units_of,
 )
 from seqloader.plan.fingerprint import plan_fingerprint
@@ -73,6 +72,7 @@ from seqloader.plan.indexed.chunks import (
     window_lengths,
 )
 from seqloader.plan.indexed.corpus import AdmittedCorpus
+from seqloader.plan.indexed.distributions import Distribution, distribution_of
 from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.files_mix import FilesMix, Pieces
 from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, mean_len_cut, selected
@@ -118,7 +118,6 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_FILES_ORDER,
     PURPOSE_INDEXED_MEMBERS,
     PURPOSE_INDEXED_ORDER,
-    PURPOSE_INDEXED_RANK,
     PURPOSE_INDEXED_RUNS,
     rng_for,
 )
@@ -243,6 +242,8 @@ class IndexedPlanner:
         self._chunking, self._extra = c.chunking, c.extra
         self._take_cut_orders(c)
         self._head = draw_head(options)
+        #: how a sub-epoch is shared among ranks (``seqloader.plan.indexed.distributions``)
+        self.distribution: Distribution = distribution_of(self)
         #: ((epoch, order rank), its epoch_wise_filter cut)
         self._cut_kept: tuple[tuple[int, int], EpochCut] | None = None
         self._sums: np.ndarray | None = None  # per bucket length sums (epoch_wise_filter)
@@ -396,9 +397,7 @@ class IndexedPlanner:
     def _head_of(self, order_rank: int) -> tuple[int, ...]:
         """The first key words of ``order_rank``'s draws: ``_head``, and under
         ``random_seed_offset`` the rank's own (each rank its own draws of the whole data)."""
-        if self.options.distribution != "random_seed_offset":
-            return self._head
-        return (*self._head, PURPOSE_INDEXED_RANK, order_rank)
+        return self.distribution.head(self._head, order_rank)
 
     def _counts(
         self, ep: EpochIndex, order_rank: int = 0
@@ -434,7 +433,7 @@ class IndexedPlanner:
         (``RankOrderDraw``)."""
         o = self.options
         return (
-            o.distribution == "random_seed_offset"
+            self.distribution.own_orders
             and (o.epoch_wise_filter is not None or bool(self.selections))
             and o.partition_epoch > 1
         )
@@ -562,12 +561,18 @@ class IndexedPlanner:
         return SortedWindows(draw, self.lengths, counts, sizes)
 
     def order_size(self, epoch: int, world_size: int = 1) -> int:
+        return self.distribution.order_size(epoch, world_size)
+
+    def sub_epoch_size(self, epoch: int) -> int:
+        """Units of ``epoch`` from the buckets' counts (not ``files``)."""
+        return int(self._counts(EpochIndex(epoch, self.options.partition_epoch))[0].sum())
+
+    def files_order_size(self, epoch: int) -> int:
+        """``files``: the admitted units of the sub-epoch's files."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
         if isinstance(self.mix, FilesMix):
             return int(self._pieces(ep).count.sum())
-        if self.files is not None:
-            return int(self._file_counts[self._part_files(ep)].sum())
-        return int(self._counts(ep)[0].sum())
+        return int(self._file_counts[self._part_files(ep)].sum())
 
     def _pieces(self, ep: EpochIndex) -> Pieces:
         """A mix over files: sub-epoch ``ep``'s file pieces (``FilesMix.sub_epoch``)."""
@@ -589,40 +594,33 @@ class IndexedPlanner:
 
     def sub_epoch_order(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> np.ndarray:
         """The sub-epoch's sequences in plan order (O(n): for checks and tests)."""
-        if self.files is not None and self.units is not None:  # one slot per chunk
-            return self.sub_epoch_units(epoch, order_rank, world_size).seqs
-        if isinstance(self.mix, FilesMix):  # real slots, then what ``drop`` leaves out
+        return self.distribution.sub_epoch_order(epoch, order_rank, world_size)
+
+    def files_order(self, epoch: int, world_size: int) -> np.ndarray:
+        """``files``: the plan's real sequences, then what ``drop`` leaves out (chunked: one
+        slot per chunk; a mix over files: its real slots, then what ``drop`` leaves out)."""
+        if self.units is not None:
+            return self.files_units(epoch, world_size).seqs
+        if isinstance(self.mix, FilesMix):
             b = self.files_plan(epoch, world_size)[0].batches
             assert b.uses is not None
             real = b.uses[b.real].astype(np.int64) * len(self.lengths) + b.seqs[b.real]
             whole = self._piece_codes(EpochIndex(epoch, self.options.partition_epoch))
             return np.concatenate([real, whole[~np.isin(whole, real)]]) % len(self.lengths)
-        if self.files is not None:  # the plan's real sequences, then what ``drop`` leaves out
-            plan = self.files_plan(epoch, world_size)[0]
-            real = plan.batches.seqs[plan.batches.real]
-            if not plan.dropped:
-                return real
-            whole = self.sub_epoch_files(epoch)[0].seqs
-            return np.concatenate([real, whole[~np.isin(whole, real)]])
-        per_rank = self.options.distribution == "random_seed_offset"  # runs of one batch
-        table = self.table(epoch, 1 if per_rank else world_size, order_rank)
-        draw = self.draw(epoch, True, order_rank)
-        return IndexedPlan(table, draw, 1, 0, "pad", self.units).batches.seqs
+        plan = self.files_plan(epoch, world_size)[0]
+        real = plan.batches.seqs[plan.batches.real]
+        if not plan.dropped:
+            return real
+        whole = self.sub_epoch_files(epoch)[0].seqs
+        return np.concatenate([real, whole[~np.isin(whole, real)]])
 
     def sub_epoch_units(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> ChunkUnits:
         """Chunking: the sub-epoch's chunks in plan order (``order_rank``: the rank's own under
         ``random_seed_offset``, else 0; ``world_size``: the one the epoch starts with). O(n):
         for checks. ``files``: the plan's real chunks, then what ``drop`` leaves out."""
-        if self.files is not None:
-            return self._files_units(epoch, world_size)
-        per_rank = self.options.distribution == "random_seed_offset"  # runs of one batch
-        table = self.table(epoch, 1 if per_rank else world_size, order_rank)
-        draw = self.draw(epoch, True, order_rank)
-        b = IndexedPlan(table, draw, 1, 0, "pad", self.units).batches
-        chunks = b.chunks if b.chunks is not None else np.zeros(len(b.seqs), dtype=np.int64)
-        return ChunkUnits(b.seqs, chunks, {})
+        return self.distribution.sub_epoch_units(epoch, order_rank, world_size)
 
-    def _files_units(self, epoch: int, world_size: int) -> ChunkUnits:
+    def files_units(self, epoch: int, world_size: int) -> ChunkUnits:
         assert self.chunks is not None
         b = self.files_plan(epoch, world_size)[0].batches
         seqs, chunks = b.seqs[b.real], np.asarray(b.chunks, dtype=np.int64)[b.real]
@@ -761,53 +759,7 @@ class IndexedPlanner:
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
     ) -> EpochPlan:
         Topology(0, world_size)
-        if self.files is not None:
-            refuse_files_start(start)
-            return self.files_plan(epoch, world_size)[0]
-        if self.options.distribution == "random_seed_offset":
-            if start:
-                raise OptionError("random_seed_offset plans cannot start mid-order")
-            return self._per_rank_plan(epoch, world_size)
-        table = self.table(epoch, order_world_size or world_size)
-        first = table.batch_at(int(start))
-        uneven = self.options.uneven
-        return IndexedPlan(table, self.draw(epoch), world_size, first, uneven, self.units)
-
-    def _per_rank_plan(self, epoch: int, world_size: int) -> RankwisePlan:
-        """``random_seed_offset``: rank r plans the whole sub-epoch alone with its own draws
-        (``order_rank`` r). Every rank holds the same sequences per bucket, hence the same batch
-        count: equal steps, nothing dropped (``epoch_wise_filter`` with sub-epochs: every rank's
-        sub-epoch is one shared set, filtered alike, in the rank's own order: ``_shared_sets``)."""
-        uneven = self.options.uneven
-
-        def plan_of(rank: int) -> IndexedPlan:
-            table = self.table(epoch, 1, rank)
-            return IndexedPlan(table, self.draw(epoch, True, rank), 1, 0, uneven, self.units)
-
-        first = self.table(epoch, 1, 0)
-        steps, per_rank = first.num_batches, first.num_seqs
-
-        def consumed(steps: int) -> int:
-            if not self.options.parsed_ordering.is_buckets:  # every rank the same table
-                return world_size * first.seqs_before(steps)
-            tables = (self.table(epoch, 1, r) for r in range(world_size))  # runs: own order
-            return sum(t.seqs_before(steps) for t in tables)
-
-        def planned_costs(rank: int, bucket_costs: np.ndarray) -> np.ndarray:
-            table = self.table(epoch, 1, rank)
-            g = np.arange(table.num_batches, dtype=np.int64)
-            return table.batch_sizes(g) * np.asarray(bucket_costs)[table.locate(g)[0]]
-
-        return RankwisePlan(
-            lambda rank: plan_of(rank).batches,
-            world_size,
-            steps,
-            per_rank * world_size,
-            0,
-            consumed,
-            planned_costs,
-            chunked=self.units is not None,
-        )
+        return self.distribution.segment(epoch, world_size, At(start, (), order_world_size))[0]
 
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
@@ -843,8 +795,15 @@ class IndexedPlanner:
     def files_segment(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
     ) -> tuple[EpochPlan, int]:
-        """(the current segment's plan, sequences consumed before it), from counts: the history
-        is replayed per unit (``seqloader.plan.indexed.files``), no member drawn."""
+        """(the current segment's plan, units consumed before it): ``files`` from its segment
+        ``history``; the other distributions refuse a history."""
+        return self.distribution.segment(epoch, world_size, At(history=tuple(history)))
+
+    def files_plan_segment(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[EpochPlan, int]:
+        """``files``: (the current segment's plan, sequences consumed before it), from counts: the
+        history is replayed per unit (``seqloader.plan.indexed.files``), no member drawn."""
         seg = self._segment_at(epoch, world_size, history)
         if history:
             seg.refuse_idle_drop(epoch)
@@ -1078,9 +1037,9 @@ class IndexedPlanner:
 
     # ---- what the contract asks of every planner ----
     def check_world(self, world_size: int) -> None:
-        """``files``: refuse fewer files than ``partition_epoch * world_size``."""
-        if self.files is not None:
-            self.check_files(world_size)
+        """Refuse a world size the distribution cannot serve (``files``: fewer files than
+        ``partition_epoch * world_size``)."""
+        self.distribution.check_world(world_size)
 
     def check_files(self, world_size: int) -> None:
         parts = self.options.partition_epoch
@@ -1091,12 +1050,7 @@ class IndexedPlanner:
 
     def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
         """``random_seed_offset``: the order rank ``rank`` plans alone (its own draws)."""
-        if self.options.distribution != "random_seed_offset":
-            raise OptionError(
-                "planning='indexed' orders a rank alone only under random_seed_offset (no file "
-                "pools)"
-            )
-        return self.sub_epoch_order(epoch, rank, world_size)
+        return self.distribution.rank_order(epoch, rank, world_size)
 
     def rank_files(self, plan: EpochPlan, rank: int, start_step: int = 0) -> np.ndarray:
         """The files rank ``rank`` reads in ``plan`` from ``start_step`` on (``files_read``)."""

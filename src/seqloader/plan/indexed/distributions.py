@@ -1,0 +1,271 @@
+"""How indexed planning shares a sub-epoch among ranks: one object per distribution, each with one
+signature, ``segment(epoch, world_size, at)`` -> (all ranks' plan of the segment, units consumed
+before it), where ``at`` is a start position or a segment history (``seqloader.plan.epochs.At``),
+as the greedy planner's (``seqloader.plan.greedy.distributions``; streaming's partition registry
+is the model).
+
+- ``Shard`` (``distribution="shard"``): one batch table for all ranks, batch ``k`` to rank
+  ``k % W`` (``IndexedPlan``: a rank draws only its own batches); resumes at a sequence position.
+- ``SeedOffset`` (``"random_seed_offset"``): each rank plans the whole sub-epoch alone with its
+  own draws (its order rank); every rank holds the same sequences per bucket, hence the same
+  batch count. Starts only at 0.
+- ``Files`` (``"files"``): whole files per rank from the per-(file, bucket) counts
+  (``seqloader.plan.indexed.files``); resumes elastically from its segment history.
+
+Each also answers what else differs between them: the key words of an order rank's draws
+(``head``), the world sizes it serves (``check_world``), the size and order of a sub-epoch
+(``order_size``, ``sub_epoch_order``, ``sub_epoch_units``) and one rank's own order
+(``rank_order``). ``distribution_of(planner)`` picks one from ``DISTRIBUTIONS``, so
+``IndexedPlanner`` holds no branch per distribution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.chunks import Units as ChunkUnits
+from seqloader.plan.epoch_plan import EpochPlan
+from seqloader.plan.epochs import START, At, refuse_history
+from seqloader.plan.files import refuse_files_start
+from seqloader.plan.indexed.batch_table import BatchTable
+from seqloader.plan.indexed.chunks import ChunkBuckets
+from seqloader.plan.indexed.fixed import BoundsTable
+from seqloader.plan.indexed.plan import Draw, IndexedPlan, RankwisePlan
+from seqloader.plan.options import PlanOptions
+from seqloader.plan.seeding import PURPOSE_INDEXED_RANK
+
+#: a segment of an epoch: (all ranks' plan, units consumed by the segments before it)
+Segment = tuple[EpochPlan, int]
+
+
+class IndexedPlanner(Protocol):
+    """What a distribution asks of the indexed planner: the sub-epoch's batch table and draw
+    (``Shard``, ``SeedOffset``) or its files' segments (``Files``)."""
+
+    @property
+    def options(self) -> PlanOptions: ...
+
+    @property
+    def units(self) -> ChunkBuckets | None: ...
+
+    @property
+    def files(self) -> np.ndarray | None: ...
+
+    def table(self, epoch: int, group: int, order_rank: int = 0) -> BatchTable | BoundsTable: ...
+
+    def draw(self, epoch: int, windows: bool = True, order_rank: int = 0) -> Draw: ...
+
+    def sub_epoch_size(self, epoch: int) -> int: ...
+
+    def check_files(self, world_size: int) -> None: ...
+
+    def files_plan_segment(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[EpochPlan, int]: ...
+
+    def files_order_size(self, epoch: int) -> int: ...
+
+    def files_order(self, epoch: int, world_size: int) -> np.ndarray: ...
+
+    def files_units(self, epoch: int, world_size: int) -> ChunkUnits: ...
+
+
+class Distribution(Protocol):
+    """One way of sharing a sub-epoch among ranks (the module doc lists them)."""
+
+    name: str
+    #: every rank orders the sub-epoch with its own draws (an order rank per rank)
+    own_orders: bool
+
+    def segment(self, epoch: int, world_size: int, at: At = START) -> Segment:
+        """The plan of ``epoch``'s segment that starts ``at``."""
+        ...
+
+    def check_world(self, world_size: int) -> None:
+        """Refuse, before any epoch, a world size the data cannot serve."""
+        ...
+
+    def head(self, head: tuple[int, ...], order_rank: int) -> tuple[int, ...]:
+        """The first key words of ``order_rank``'s draws, after the planner's ``head``."""
+        ...
+
+    def order_size(self, epoch: int, world_size: int) -> int:
+        """Units (sequences; chunked: chunks) of ``epoch`` over all ranks."""
+        ...
+
+    def sub_epoch_order(self, epoch: int, order_rank: int, world_size: int) -> np.ndarray:
+        """The sub-epoch's sequences in plan order (O(n): for checks and tests)."""
+        ...
+
+    def sub_epoch_units(self, epoch: int, order_rank: int, world_size: int) -> ChunkUnits:
+        """Chunking: the sub-epoch's chunks in plan order (O(n): for checks)."""
+        ...
+
+    def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
+        """The order rank ``rank`` plans alone (its own draws)."""
+        ...
+
+
+class _Table:
+    """The distributions planned from the planner's batch table and draw (not ``files``):
+    ``group`` is the world size a sub-epoch's table is made for."""
+
+    name = ""
+    own_orders = False
+
+    def __init__(self, planner: IndexedPlanner) -> None:
+        self.planner = planner
+
+    def group(self, world_size: int) -> int:
+        return world_size
+
+    def check_world(self, world_size: int) -> None:
+        """Any world size: a short epoch is padded, split or dropped (``uneven``)."""
+
+    def head(self, head: tuple[int, ...], order_rank: int) -> tuple[int, ...]:
+        return head
+
+    def order_size(self, epoch: int, world_size: int) -> int:
+        return self.planner.sub_epoch_size(epoch)
+
+    def _order(self, epoch: int, order_rank: int, world_size: int) -> IndexedPlan:
+        """The sub-epoch as one rank's plan of every batch, in plan order."""
+        p = self.planner
+        table = p.table(epoch, self.group(world_size), order_rank)
+        return IndexedPlan(table, p.draw(epoch, True, order_rank), 1, 0, "pad", p.units)
+
+    def sub_epoch_order(self, epoch: int, order_rank: int, world_size: int) -> np.ndarray:
+        return self._order(epoch, order_rank, world_size).batches.seqs
+
+    def sub_epoch_units(self, epoch: int, order_rank: int, world_size: int) -> ChunkUnits:
+        b = self._order(epoch, order_rank, world_size).batches
+        chunks = b.chunks if b.chunks is not None else np.zeros(len(b.seqs), dtype=np.int64)
+        return ChunkUnits(b.seqs, chunks, {})
+
+    def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
+        raise OptionError(
+            "planning='indexed' orders a rank alone only under random_seed_offset (no file pools)"
+        )
+
+
+class Shard(_Table):
+    """``distribution="shard"``: one batch table, its batches dealt round-robin."""
+
+    name = "shard"
+
+    def segment(self, epoch: int, world_size: int, at: At = START) -> Segment:
+        refuse_history(self.name, at.history)
+        p = self.planner
+        table = p.table(epoch, at.order_world_size or world_size)
+        first = table.batch_at(int(at.start))
+        plan = IndexedPlan(table, p.draw(epoch), world_size, first, p.options.uneven, p.units)
+        return plan, 0
+
+
+class SeedOffset(_Table):
+    """``distribution="random_seed_offset"``: rank ``r`` plans the whole sub-epoch alone with its
+    own draws (order rank ``r``). Every rank holds the same sequences per bucket, hence the same
+    batch count: equal steps, nothing dropped (``epoch_wise_filter`` with sub-epochs: every
+    rank's sub-epoch is one shared set, filtered alike, in the rank's own order)."""
+
+    name = "random_seed_offset"
+    own_orders = True
+
+    def group(self, world_size: int) -> int:
+        return 1  # runs of one batch: each rank's table is its own
+
+    def head(self, head: tuple[int, ...], order_rank: int) -> tuple[int, ...]:
+        return (*head, PURPOSE_INDEXED_RANK, order_rank)
+
+    def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
+        return self.sub_epoch_order(epoch, rank, world_size)
+
+    def segment(self, epoch: int, world_size: int, at: At = START) -> Segment:
+        refuse_history(self.name, at.history)
+        if at.start:
+            raise OptionError("random_seed_offset plans cannot start mid-order")
+        p = self.planner
+        first = p.table(epoch, 1, 0)
+        steps, per_rank = first.num_batches, first.num_seqs
+
+        def share(rank: int) -> IndexedPlan:
+            table = p.table(epoch, 1, rank)
+            return IndexedPlan(table, p.draw(epoch, True, rank), 1, 0, p.options.uneven, p.units)
+
+        def consumed(steps: int) -> int:
+            if not p.options.parsed_ordering.is_buckets:  # every rank the same table
+                return world_size * first.seqs_before(steps)
+            tables = (p.table(epoch, 1, r) for r in range(world_size))  # runs: own order
+            return sum(t.seqs_before(steps) for t in tables)
+
+        def planned_costs(rank: int, bucket_costs: np.ndarray) -> np.ndarray:
+            table = p.table(epoch, 1, rank)
+            g = np.arange(table.num_batches, dtype=np.int64)
+            return table.batch_sizes(g) * np.asarray(bucket_costs)[table.locate(g)[0]]
+
+        plan = RankwisePlan(
+            lambda rank: share(rank).batches,
+            world_size,
+            steps,
+            per_rank * world_size,
+            0,
+            consumed,
+            planned_costs,
+            chunked=p.units is not None,
+        )
+        return plan, 0
+
+
+class Files:
+    """``distribution="files"``: whole files per rank, planned from counts
+    (``seqloader.plan.indexed.files``; the planner keeps the files' units and segments)."""
+
+    name = "files"
+    own_orders = False
+
+    def __init__(self, planner: IndexedPlanner) -> None:
+        assert planner.files is not None, "Files needs the source's file layout"
+        self.planner = planner
+
+    def segment(self, epoch: int, world_size: int, at: At = START) -> Segment:
+        refuse_files_start(at.start)
+        return self.planner.files_plan_segment(epoch, world_size, at.history)
+
+    def check_world(self, world_size: int) -> None:
+        """Refuse fewer files than ``partition_epoch * world_size``."""
+        self.planner.check_files(world_size)
+
+    def head(self, head: tuple[int, ...], order_rank: int) -> tuple[int, ...]:
+        return head
+
+    def order_size(self, epoch: int, world_size: int) -> int:
+        return self.planner.files_order_size(epoch)
+
+    def sub_epoch_order(self, epoch: int, order_rank: int, world_size: int) -> np.ndarray:
+        """The plan's real sequences, then what ``drop`` leaves out (chunked: a slot a chunk)."""
+        return self.planner.files_order(epoch, world_size)
+
+    def sub_epoch_units(self, epoch: int, order_rank: int, world_size: int) -> ChunkUnits:
+        return self.planner.files_units(epoch, world_size)
+
+    def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
+        raise OptionError(
+            "planning='indexed' orders a rank alone only under random_seed_offset (no file pools)"
+        )
+
+
+#: the distributions by ``PlanOptions.distribution``
+DISTRIBUTIONS: dict[str, Callable[[IndexedPlanner], Distribution]] = {
+    "shard": Shard,
+    "random_seed_offset": SeedOffset,
+    "files": Files,
+}
+
+
+def distribution_of(planner: IndexedPlanner) -> Distribution:
+    """The distribution ``planner``'s options ask for."""
+    return DISTRIBUTIONS[planner.options.distribution](planner)
