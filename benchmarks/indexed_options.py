@@ -9,10 +9,12 @@ batches of epoch 1 (``global_plan(...).rank_share``): rank 517 of 1,024 (``rando
 rank 3 of 4, as every rank plans the whole data there and global planning plans every rank's).
 ``planning="indexed"`` maps the node's bucket index for the case's options (built once by the
 parent, not timed: the node's one-time build). Memory: the child's peak resident set less the
-file pages it maps, less what it held before planning (``benchmarks.scale``'s measure). After
+file pages it maps, less what it held before planning, and psutil's unique set size beside it
+(``benchmarks.runner.PrivateMemory``, ``benchmarks.scale``'s measure). After
 the measured part, the child plans the whole epoch (every rank's batches) for its padding
-(padded frames / real frames) and steps, and the steps on 8 ranks. ``--reps`` fresh processes per configuration,
-alternating between the plannings; medians; ratios indexed / global from the same run.
+(padded frames / real frames) and steps, and the steps on 8 ranks. ``--reps`` (>= 3) fresh processes per
+configuration, alternating between the plannings; medians; ratios indexed / global from the same run
+(``benchmarks.runner``).
 """
 
 from __future__ import annotations
@@ -20,17 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import sys
-import tempfile
 import time
 
 import numpy as np
 
-from benchmarks.fresh import run_child
+from benchmarks import runner
 from benchmarks.machine import describe_machine, load_average
-from benchmarks.scale import _status, lengths_store
-from benchmarks.side_by_side import append_run
+from benchmarks.runner import TIME_AND_MEMORY, FreshRuns, PrivateMemory, ratios, summary
+from benchmarks.scale import lengths_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "indexed_options.json")
@@ -148,24 +147,22 @@ def child(config: dict) -> dict:
     # the source's declared inputs (its file layout, its selections' masks): made before timing
     files = file_bounds(config["case"], len(lengths))
     chosen = selections(config["case"], len(lengths))
-    before = _status()
-    t0 = time.perf_counter()
-    index = None
-    if config["planning"] == "indexed":
-        cols = ColumnStore(config["index"])  # the node's index, memory-mapped
-        index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
-    planner = make_planner(
-        {"data": lengths},
-        options,  # type: ignore[arg-type]
-        files=files,
-        index=index,
-        selections=chosen,
-    )
-    plan = planner.global_plan(1, world)
-    share = plan.rank_share(rank)
-    t1 = time.perf_counter()
-    after = _status()
-    private = after["VmHWM"] - after["RssFile"] - (before["VmRSS"] - before["RssFile"])
+    with PrivateMemory() as memory:
+        t0 = time.perf_counter()
+        index = None
+        if config["planning"] == "indexed":
+            cols = ColumnStore(config["index"])  # the node's index, memory-mapped
+            index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
+        planner = make_planner(
+            {"data": lengths},
+            options,  # type: ignore[arg-type]
+            files=files,
+            index=index,
+            selections=chosen,
+        )
+        plan = planner.global_plan(1, world)
+        share = plan.rank_share(rank)
+        t1 = time.perf_counter()
     # not measured: the whole epoch, every rank's batches, for padding and the limits
     b = plan.batches
     lens = np.asarray(lengths)[b.seqs].astype(np.int64)
@@ -185,7 +182,7 @@ def child(config: dict) -> dict:
         ok = ok and bool((sums <= o.max_packed_frames).all())
     return {
         "total_s": t1 - t0,
-        "private_bytes": private,
+        **memory.fields(),
         "steps": int(plan.steps),
         "dropped": int(plan.dropped),
         "real": int(lens[b.real].sum()),
@@ -196,46 +193,38 @@ def child(config: dict) -> dict:
 
 
 def measure(args: argparse.Namespace) -> dict:
-    folder = args.data or os.path.join(tempfile.gettempdir(), "seqloader-scale")
-    os.makedirs(folder, exist_ok=True)
+    folder = runner.data_folder(args)
+    runs = FreshRuns("benchmarks.indexed_options", args.reps, args.timeout)
+    medians = ("total_s", "private_bytes", "uss_bytes")
+    firsts = ("steps", "dropped", "steps_8", "padding")
+    names = {
+        **TIME_AND_MEMORY,
+        "padding_ratio": "padding",
+        "steps_ratio": "steps",
+        "steps_8_ratio": "steps_8",
+    }
     rows = []
     for size in args.sizes:
         store = lengths_store(size, folder)
         for name, case in CASES.items():
-            if name not in args.cases:
+            if name not in args.cases.split(","):
                 continue
             index = index_store(store, size, name, case, folder)
-            runs: dict[str, list[dict]] = {"indexed": [], "global": []}
-            for rep in range(args.reps):
-                for planning in ("indexed", "global")[:: 1 if rep % 2 == 0 else -1]:
-                    config = {
-                        "case": case,
-                        "world": case.get("world", 1024),
-                        "store": store,
-                        "index": index,
-                        "planning": planning,
-                        "label": f"{name} {size} {planning}",
-                    }
-                    runs[planning].append(
-                        run_child("benchmarks.indexed_options", config, None, args.timeout)
-                    )
-            row: dict = {"case": name, "n": size}
-            for planning, got in runs.items():
-                row[planning] = {
-                    "total_s": statistics.median(r["total_s"] for r in got),
-                    "private_bytes": statistics.median(r["private_bytes"] for r in got),
-                    "steps": got[0]["steps"],
-                    "dropped": got[0]["dropped"],
-                    "steps_8": got[0]["steps_8"],
-                    "padding": got[0]["padding"],
-                    "checks_ok": all(r["checks_ok"] for r in got),
+            configs = {
+                planning: {
+                    "case": case,
+                    "world": case.get("world", 1024),
+                    "store": store,
+                    "index": index,
+                    "planning": planning,
+                    "label": f"{name} {size} {planning}",
                 }
-            new, old = row["indexed"], row["global"]
-            row["time_ratio"] = new["total_s"] / old["total_s"]
-            row["memory_ratio"] = new["private_bytes"] / max(old["private_bytes"], 1)
-            row["padding_ratio"] = new["padding"] / old["padding"]
-            row["steps_ratio"] = new["steps"] / old["steps"]
-            row["steps_8_ratio"] = new["steps_8"] / old["steps_8"]
+                for planning in ("indexed", "global")
+            }
+            row: dict = {"case": name, "n": size}
+            for planning, got in runs.side_by_side(configs).items():
+                row[planning] = summary(got, medians, firsts)
+            row.update(ratios(row["indexed"], row["global"], names))
             print(json.dumps(row), flush=True)
             rows.append(row)
     return {"machine": describe_machine(), "load_average": load_average(), "limits": LIMITS,
@@ -243,24 +232,9 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--child")
-    p.add_argument("--sizes", default="1e6,1e7")
+    p = runner.parser(__doc__)
     p.add_argument("--cases", default=",".join(CASES))
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--data", help="folder for the column stores (default: the temp folder)")
-    p.add_argument("--timeout", type=float, default=1200)
-    p.add_argument("--out")
-    args = p.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
-        return
-    args.sizes = [int(float(s)) for s in args.sizes.split(",")]
-    args.cases = args.cases.split(",")
-    result = measure(args)
-    out = args.out or RESULTS
-    append_run(result, out)
-    print(f"wrote {out}", file=sys.stderr)
+    runner.main(p, child, measure, RESULTS)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,10 @@ memory-mapped), world size 1,024, rank 517, epoch 1; global planning up to ``--g
 against the same global ``laplace`` mix, and ``laplace`` with ``distribution="files"`` under
 indexed planning (whole files per rank, ``benchmarks.scale``'s equal files; global planning
 refuses a mix over files) against the same sharded global ``laplace`` mix. Each configuration runs in a fresh process (rotating
-order, ``--reps`` times, medians), timed from constructing the planner until it holds this
-rank's batches of epoch 1; private memory is the child's peak resident set less the file pages it
-maps, less what it held before planning (as in ``benchmarks.scale``). Indexed planning maps the
+order, ``--reps`` (>= 3) times, medians: ``benchmarks.runner``), timed from constructing the
+planner until it holds this rank's batches of epoch 1; private memory is the child's peak resident
+set less the file pages it maps, less what it held before planning, and psutil's unique set size
+beside it (``benchmarks.runner.PrivateMemory``, as in ``benchmarks.scale``). Indexed planning maps the
 node's bucket index (built once per node and corpus by the parent, as ``benchmarks.scale``).
 Also timed: the report's per-corpus planned slots and progress (``corpus_plan``).
 
@@ -37,17 +38,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import sys
-import tempfile
 import time
 
 import numpy as np
 
+from benchmarks import runner
 from benchmarks.fresh import run_child
 from benchmarks.machine import describe_machine, load_average
-from benchmarks.scale import LIMITS, RANK, WORLD, _status, index_store, lengths_store
-from benchmarks.side_by_side import append_run
+from benchmarks.runner import TIME_AND_MEMORY, FreshRuns, PrivateMemory, ratios, summary
+from benchmarks.scale import LIMITS, RANK, WORLD, index_store, lengths_store
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "mix_scale.json")
@@ -84,25 +83,23 @@ def child(config: dict) -> dict:
     if indexed and config.get("files"):
         extra["distribution"], files = "files", store.column("file_bounds")
     options = PlanOptions(ordering=config["ordering"], seed=3, mix=RATES, **LIMITS, **extra)
-    before = _status()
-    t0 = time.perf_counter()
-    if indexed:
-        from seqloader.plan.indexed.histogram import BucketIndex
-        from seqloader.plan.indexed.planner import IndexedPlanner
+    with PrivateMemory() as memory:
+        t0 = time.perf_counter()
+        if indexed:
+            from seqloader.plan.indexed.histogram import BucketIndex
+            from seqloader.plan.indexed.planner import IndexedPlanner
 
-        cols = ColumnStore(config["index"])  # the node's index, memory-mapped
-        index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
-        planner: Planner = IndexedPlanner(
-            {"data": lengths}, options, corpora=corpora, index=index, files=files
-        )
-    else:
-        planner = Planner({"data": lengths}, options, corpora=corpora)
-    t1 = time.perf_counter()
-    plan = planner.global_plan(1, WORLD)
-    share, steps = plan.rank_share(RANK), plan.steps
-    t2 = time.perf_counter()
-    after = _status()
-    private = after["VmHWM"] - after["RssFile"] - (before["VmRSS"] - before["RssFile"])
+            cols = ColumnStore(config["index"])  # the node's index, memory-mapped
+            index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
+            planner: Planner = IndexedPlanner(
+                {"data": lengths}, options, corpora=corpora, index=index, files=files
+            )
+        else:
+            planner = Planner({"data": lengths}, options, corpora=corpora)
+        t1 = time.perf_counter()
+        plan = planner.global_plan(1, WORLD)
+        share, steps = plan.rank_share(RANK), plan.steps
+        t2 = time.perf_counter()
     t3 = time.perf_counter()
     planned = planner.corpus_plan(1)
     corpus_plan_s = time.perf_counter() - t3
@@ -118,7 +115,7 @@ def child(config: dict) -> dict:
         "construct_s": t1 - t0,
         "plan_s": t2 - t1,
         "total_s": t2 - t0,
-        "private_bytes": private,
+        **memory.fields(),
         "corpus_plan_s": corpus_plan_s,
         "steps": int(steps),
         "rank_slots": len(share.seqs),
@@ -158,7 +155,8 @@ def loader_child(config: dict) -> dict:
 def measure_loader(args: argparse.Namespace) -> dict:
     from benchmarks.loader_scale import corpus_store
 
-    folder = args.data or os.path.join(tempfile.gettempdir(), "seqloader-mix-loader")
+    folder = runner.data_folder(args, "seqloader-mix-loader")
+    runs = FreshRuns("benchmarks.mix_scale", args.reps, args.timeout)
     os.environ["XDG_CACHE_HOME"] = os.path.join(folder, "cache")
     rows = []
     for size in args.sizes:
@@ -172,20 +170,15 @@ def measure_loader(args: argparse.Namespace) -> dict:
         run_child("benchmarks.mix_scale", {**config, "loader": True}, None, args.timeout)
         node_s = time.perf_counter() - t0  # the first process of the node builds the stores
         codes = ["mapped", "in memory"] if size <= args.global_max else ["mapped"]
-        runs: dict[str, list[dict]] = {code: [] for code in codes}
-        for rep in range(args.reps):
-            for code in codes[rep % len(codes) :] + codes[: rep % len(codes)]:
-                run = {**config, "code": code, "loader": True, "label": f"loader {size} {code}"}
-                runs[code].append(run_child("benchmarks.mix_scale", run, None, args.timeout))
+        configs = {
+            code: {**config, "code": code, "loader": True, "label": f"loader {size} {code}"}
+            for code in codes
+        }
         row: dict = {"n": size, "first_child_s": node_s}
-        for code, got in runs.items():
-            row[code] = {
-                k: statistics.median(r[k] for r in got) for k in ("total_s", "private_bytes")
-            }
-            row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
+        for code, got in runs.side_by_side(configs).items():
+            row[code] = summary(got, ("total_s", "private_bytes"))
         if "in memory" in row:
-            row["time_ratio"] = row["mapped"]["total_s"] / row["in memory"]["total_s"]
-            row["memory_ratio"] = row["mapped"]["private_bytes"] / row["in memory"]["private_bytes"]
+            row.update(ratios(row["mapped"], row["in memory"], TIME_AND_MEMORY))
         print(json.dumps(row), flush=True)
         rows.append(row)
     return {"machine": describe_machine(), "load_average": load_average(), "mode": "loader",
@@ -224,8 +217,10 @@ def check_epoch(planner: object, plan: object, share: object, lengths: np.ndarra
 
 
 def measure(args: argparse.Namespace) -> dict:
-    folder = args.data or os.path.join(tempfile.gettempdir(), "seqloader-scale")
-    os.makedirs(folder, exist_ok=True)
+    folder = runner.data_folder(args)
+    runs = FreshRuns("benchmarks.mix_scale", args.reps, args.timeout)
+    medians = ("construct_s", "plan_s", "total_s", "private_bytes", "uss_bytes", "corpus_plan_s")
+    firsts = ("padding", "steps", "epoch_slots", "corpus_slots", "rank_slots")
     rows = []
     for size in args.sizes:
         store = lengths_store(size, folder)
@@ -237,40 +232,31 @@ def measure(args: argparse.Namespace) -> dict:
             }
             index, index_s = index_store(store, size, case, folder)
             codes = ["indexed", "global"] if size <= args.global_max else ["indexed"]
-            runs: dict[str, list[dict]] = {code: [] for code in codes}
-            for rep in range(args.reps):
-                for code in codes[rep % len(codes) :] + codes[: rep % len(codes)]:
-                    config = {
-                        "store": store,
-                        "index": index,
-                        "planning": code,
-                        "ordering": orderings[code],
-                        "files": bool(orderings.get("files")),
-                        "label": f"{name} {size} {code}",
-                        "checks": args.checks,
-                    }
-                    runs[code].append(run_child("benchmarks.mix_scale", config, None, args.timeout))
-            row: dict = {"case": name, "n": size, "node_index_s": index_s, "checks": args.checks}
-            for code, got in runs.items():
-                row[code] = {
-                    k: statistics.median(r[k] for r in got)
-                    for k in ("construct_s", "plan_s", "total_s", "private_bytes", "corpus_plan_s")
+            configs = {
+                code: {
+                    "store": store,
+                    "index": index,
+                    "planning": code,
+                    "ordering": orderings[code],
+                    "files": bool(orderings.get("files")),
+                    "label": f"{name} {size} {code}",
+                    "checks": args.checks,
                 }
-                row[code]["ordering"] = orderings[code]
-                for k in ("padding", "steps", "epoch_slots", "corpus_slots", "rank_slots"):
-                    row[code][k] = got[0][k]
-                row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
-            if "global" not in row:
-                print(json.dumps(row), flush=True)
-                rows.append(row)
-                continue
-            new, old = row["indexed"], row["global"]
-            row["time_ratio"] = new["total_s"] / old["total_s"]
-            row["memory_ratio"] = new["private_bytes"] / old["private_bytes"]
-            row["corpus_plan_ratio"] = new["corpus_plan_s"] / old["corpus_plan_s"]
-            if new["padding"] and old["padding"]:
-                row["padding_ratio"] = new["padding"] / old["padding"]
-            row["steps_ratio"] = new["steps"] / old["steps"]
+                for code in codes
+            }
+            row: dict = {"case": name, "n": size, "node_index_s": index_s, "checks": args.checks}
+            for code, got in runs.side_by_side(configs).items():
+                row[code] = {"ordering": orderings[code], **summary(got, medians, firsts)}
+            if "global" in row:
+                new, old = row["indexed"], row["global"]
+                names = {
+                    **TIME_AND_MEMORY,
+                    "corpus_plan_ratio": "corpus_plan_s",
+                    "steps_ratio": "steps",
+                }
+                if new["padding"] and old["padding"]:
+                    names["padding_ratio"] = "padding"
+                row.update(ratios(new, old, names))
             print(json.dumps(row), flush=True)
             rows.append(row)
     return {"machine": describe_machine(), "load_average": load_average(), "world_size": WORLD,
@@ -279,12 +265,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--child")
-    p.add_argument("--sizes", default="1e6,1e7")
-    p.add_argument("--reps", type=int, default=3)
-    p.add_argument("--data", help="folder for the column stores (default: the temp folder)")
-    p.add_argument("--timeout", type=float, default=1200)
+    p = runner.parser(__doc__)
     p.add_argument(
         "--global-max",
         type=float,
@@ -301,17 +282,15 @@ def main() -> None:
     )
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated names of CASES")
     p.add_argument("--loader", action="store_true", help="SeqLoader over a ConcatSource instead")
-    p.add_argument("--out")
-    args = p.parse_args()
-    if args.child:
-        config = json.loads(args.child)
-        print(json.dumps(loader_child(config) if config.get("loader") else child(config)))
-        return
-    args.sizes = [int(float(s)) for s in args.sizes.split(",")]
-    result = measure_loader(args) if args.loader else measure(args)
-    out = args.out or RESULTS
-    append_run(result, out)
-    print(f"wrote {out}", file=sys.stderr)
+    runner.main(p, any_child, measure_either, RESULTS)
+
+
+def any_child(config: dict) -> dict:
+    return loader_child(config) if config.get("loader") else child(config)
+
+
+def measure_either(args: argparse.Namespace) -> dict:
+    return measure_loader(args) if args.loader else measure(args)
 
 
 if __name__ == "__main__":

@@ -14,8 +14,9 @@ time is ``node_index_s``); ``planning="global"`` (the same code, the default pla
 up to ``--global-max`` sequences (about 60 bytes per sequence), ``--base-src`` (an older
 checkout's ``src/``) up to ``--base-max``.
 Memory: the child's peak resident set less the file pages it maps (``VmHWM - RssFile``) less what
-it held before planning: the private memory of planning. Each configuration runs ``--reps`` times
-in fresh processes, rotating between the codes; medians.
+it held before planning: the private memory of planning; beside it psutil's unique set size
+(``benchmarks.runner.PrivateMemory``). Each configuration runs ``--reps`` (>= 3) times in fresh
+processes, rotating between the codes; medians (``benchmarks.runner``).
 
 Also measured, each in the same child after the plan: the *epoch boundary* (the loader's state
 begins epoch 1, the epoch trains until a plan made ahead is ready, then epoch 2 begins: what the
@@ -40,15 +41,13 @@ import argparse
 import json
 import os
 import statistics
-import sys
-import tempfile
 import time
 
 import numpy as np
 
-from benchmarks.fresh import run_child
+from benchmarks import runner
 from benchmarks.machine import describe_machine, load_average
-from benchmarks.side_by_side import append_run
+from benchmarks.runner import TIME_AND_MEMORY, FreshRuns, PrivateMemory, ratios, summary
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "scale.json")
@@ -91,16 +90,6 @@ def lengths_store(n: int, folder: str) -> str:
     w.add("file_bounds", (np.arange(FILES + 1, dtype=np.int64) * n) // FILES)
     w.close()
     return path
-
-
-def _status() -> dict[str, int]:
-    out = {}
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            key, _, rest = line.partition(":")
-            if key in ("VmHWM", "VmRSS", "RssAnon", "RssFile"):
-                out[key] = int(rest.split()[0]) * 1024
-    return out
 
 
 def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float]:
@@ -162,15 +151,13 @@ def child(config: dict) -> dict:
             return IndexedPlanner({"data": lengths}, options, files=files, index=index)
         return Planner({"data": lengths}, options, files=files)
 
-    before = _status()
-    t0 = time.perf_counter()
-    planner = make()
-    t1 = time.perf_counter()
-    plan = planner.global_plan(1, WORLD)
-    share, steps = plan.rank_share(RANK), plan.steps
-    t2 = time.perf_counter()
-    after = _status()
-    private = after["VmHWM"] - after["RssFile"] - (before["VmRSS"] - before["RssFile"])
+    with PrivateMemory() as memory:
+        t0 = time.perf_counter()
+        planner = make()
+        t1 = time.perf_counter()
+        plan = planner.global_plan(1, WORLD)
+        share, steps = plan.rank_share(RANK), plan.steps
+        t2 = time.perf_counter()
     # vectorised checks of this rank's share: limits and steps
     sizes = np.diff(share.bounds)
     ok = bool(len(sizes) == steps and sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
@@ -203,7 +190,7 @@ def child(config: dict) -> dict:
         "construct_s": t1 - t0,
         "plan_s": t2 - t1,
         "total_s": t2 - t0,
-        "private_bytes": private,
+        **memory.fields(),
         "steps": int(steps),
         "rank_seqs": len(share.seqs),  # slots: chunks when chunked
         "checks_ok": ok,
@@ -334,13 +321,13 @@ def check_files_elastic(planner: object, rest: object, position: object, lengths
 
 
 def measure(args: argparse.Namespace) -> dict:
-    folder = args.data or os.path.join(tempfile.gettempdir(), "seqloader-scale")
-    os.makedirs(folder, exist_ok=True)
+    folder = runner.data_folder(args)
+    runs = FreshRuns("benchmarks.scale", args.reps, args.timeout, args.base_src)
     rows = []
     for size in args.sizes:
         store = lengths_store(size, folder)
         for name, case in CASES.items():
-            if name not in args.cases:
+            if name not in args.cases.split(","):
                 continue
             index, index_s = index_store(store, size, case, folder)
             codes = ["indexed"]
@@ -348,65 +335,62 @@ def measure(args: argparse.Namespace) -> dict:
                 codes.append("global")
             if args.base_src and size <= args.base_max:
                 codes.append("base")
-            runs: dict[str, list[dict]] = {c: [] for c in codes}
-            for rep in range(args.reps):
-                for code in codes[rep % len(codes) :] + codes[: rep % len(codes)]:
-                    config = {
-                        **case,
-                        "store": store,
-                        "index": index,
-                        "code": "base" if code == "base" else "new",
-                        "planning": "indexed"
-                        if code == "indexed" or (code == "base" and args.base_planning == "indexed")
-                        else "global",
-                        "label": f"{name} {size} {code}",
-                        "boundary": args.boundary,
-                        "elastic": args.elastic,
-                        "checks": args.checks,
-                    }
-                    runs[code].append(
-                        run_child("benchmarks.scale", config, args.base_src, args.timeout)
-                    )
-            row: dict = {"case": name, "n": size, "node_index_s": index_s, "checks": args.checks}
-            for code, got in runs.items():
-                row[code] = {
-                    k: statistics.median(r[k] for r in got)
-                    for k in ("construct_s", "plan_s", "total_s", "private_bytes")
+            configs = {
+                code: {
+                    **case,
+                    "store": store,
+                    "index": index,
+                    "code": "base" if code == "base" else "new",
+                    "planning": "indexed"
+                    if code == "indexed" or (code == "base" and args.base_planning == "indexed")
+                    else "global",
+                    "label": f"{name} {size} {code}",
+                    "boundary": args.boundary,
+                    "elastic": args.elastic,
+                    "checks": args.checks,
                 }
-                row[code]["padding"] = got[0].get("padding")
-                for extra, on in (("boundary_s", args.boundary), ("elastic_s", args.elastic)):
-                    values = [r[extra] for r in got if r.get(extra) is not None]
-                    if on and values:
-                        row[code][extra] = statistics.median(values)
-                if args.elastic and "elastic_s" in row[code]:  # 1,024 -> 768 against a fresh start
-                    row[code]["elastic_over_fresh"] = row[code]["elastic_s"] / row[code]["total_s"]
-                if "elastic_refused" in got[0]:
-                    row[code]["elastic_refused"] = got[0]["elastic_refused"]
-                if "elastic_checks_ok" in got[0]:
-                    row[code]["elastic_checks_ok"] = all(r.get("elastic_checks_ok") for r in got)
-                row[code]["checks_ok"] = all(r["checks_ok"] for r in got)
-                row[code]["steps"] = got[0]["steps"]
+                for code in codes
+            }
+            row: dict = {"case": name, "n": size, "node_index_s": index_s, "checks": args.checks}
+            for code, got in runs.side_by_side(configs).items():
+                row[code] = code_row(args, got)
             for other in ("global", "base"):
                 if other in row:
                     new, old = row["indexed"], row[other]
-                    row[f"time_ratio_{other}"] = new["total_s"] / old["total_s"]
-                    row[f"memory_ratio_{other}"] = new["private_bytes"] / old["private_bytes"]
+                    names = {**TIME_AND_MEMORY}
                     if new.get("padding") and old.get("padding"):
-                        row[f"padding_ratio_{other}"] = new["padding"] / old["padding"]
-                    if args.boundary and "boundary_s" in old:
-                        row[f"boundary_ratio_{other}"] = new["boundary_s"] / old["boundary_s"]
+                        names["padding_ratio"] = "padding"
+                    if args.boundary:
+                        names["boundary_ratio"] = "boundary_s"
+                    row.update(ratios(new, old, names, f"_{other}"))
             print(json.dumps(row), flush=True)
             rows.append(row)
     return {"machine": describe_machine(), "load_average": load_average(), "world_size": WORLD,
             "rank": RANK, "files": FILES, "limits": LIMITS, "reps": args.reps, "rows": rows}  # fmt: skip
 
 
+def code_row(args: argparse.Namespace, got: list[dict]) -> dict:
+    """One code's runs of a case: medians, padding and steps, the optional measures."""
+    row = summary(got, ("construct_s", "plan_s", "total_s", "private_bytes", "uss_bytes"))
+    row["padding"] = got[0].get("padding")
+    for extra, on in (("boundary_s", args.boundary), ("elastic_s", args.elastic)):
+        values = [r[extra] for r in got if r.get(extra) is not None]
+        if on and values:
+            row[extra] = statistics.median(values)
+    if args.elastic and "elastic_s" in row:  # 1,024 -> 768 against a fresh start
+        row["elastic_over_fresh"] = row["elastic_s"] / row["total_s"]
+    if "elastic_refused" in got[0]:
+        row["elastic_refused"] = got[0]["elastic_refused"]
+    if "elastic_checks_ok" in got[0]:
+        row["elastic_checks_ok"] = all(r.get("elastic_checks_ok") for r in got)
+    row["checks_ok"] = all(r["checks_ok"] for r in got)
+    row["steps"] = got[0]["steps"]
+    return row
+
+
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--child")
-    p.add_argument("--sizes", default="1e6,1e7")
+    p = runner.parser(__doc__)
     p.add_argument("--cases", default=",".join(CASES))
-    p.add_argument("--reps", type=int, default=3)
     p.add_argument("--base-src")
     p.add_argument("--base-max", type=float, default=1e7)
     p.add_argument(
@@ -421,8 +405,6 @@ def main() -> None:
         default=1e7,
         help="largest size planned with planning='global' too (~60 bytes per sequence)",
     )
-    p.add_argument("--data", help="folder for the column stores (default: the temp folder)")
-    p.add_argument("--timeout", type=float, default=1200)
     p.add_argument(
         "--checks",
         choices=["full", "share"],
@@ -430,7 +412,6 @@ def main() -> None:
         help="full: walk every rank's batches (exactly once, padding); share: this rank's limits "
         "and every 97th rank's step count only (the full walk at 10^8 takes minutes)",
     )
-    p.add_argument("--out")
     p.add_argument(
         "--no-boundary",
         dest="boundary",
@@ -443,16 +424,7 @@ def main() -> None:
         action="store_false",
         help="skip measuring an elastic resume 1,024 -> 768 ranks (plans epoch 1 three more times)",
     )
-    args = p.parse_args()
-    if args.child:
-        print(json.dumps(child(json.loads(args.child))))
-        return
-    args.sizes = [int(float(s)) for s in args.sizes.split(",")]
-    args.cases = args.cases.split(",")
-    result = measure(args)
-    out = args.out or RESULTS
-    append_run(result, out)
-    print(f"wrote {out}", file=sys.stderr)
+    runner.main(p, child, measure, RESULTS)
 
 
 if __name__ == "__main__":
