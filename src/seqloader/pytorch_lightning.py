@@ -30,9 +30,11 @@ class SeqLoaderDataModule(DataModuleParts, LightningDataModule):
     """A ``pytorch_lightning.LightningDataModule`` over ``SeqLoader`` factories: see
     ``seqloader.datamodule.DataModuleParts``.
 
-    >>> import seqloader as sl
-    >>> src = sl.MemorySource({"data": [[1.0, 2.0], [3.0]]})
-    >>> dm = SeqLoaderDataModule(train=lambda: sl.SeqLoader(src, max_seqs=2))
-    >>> dm.setup("fit"); len(dm.train_dataloader())
-    1
+    >>> import pytorch_lightning as pl
+    >>> from seqloader import MemorySource, SeqLoader
+    >>> corpus = MemorySource({"data": [[1.0], [2.0, 3.0], [4.0]]})
+    >>> dm = SeqLoaderDataModule(train=lambda: SeqLoader(corpus, max_seqs=3))
+    >>> dm.setup("fit")
+    >>> isinstance(dm, pl.LightningDataModule), len(dm.train_dataloader())
+    (True, 1)
     """

@@ -22,7 +22,6 @@ an indices mapping) are followed. Tags: the ``tags`` column, else the row number
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 from collections.abc import Mapping
@@ -46,7 +45,7 @@ from seqloader.audio.manifest import StringTable, import_soundfile
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
-from seqloader.sources.base import KeySpec, fingerprint_of
+from seqloader.sources.base import KeySpec
 
 KINDS = ("list", "frames", "string", "audio")
 
@@ -414,13 +413,9 @@ class HFSource(AudioOptionsSource):
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            h = hashlib.sha256(repr(self.options).encode())
-            for key, col in self._columns.items():
-                h.update(f"{key}={col.name}:{col.kind}:{col.dtype}:{col.dim};".encode())
-            if self.vocab is not None:
-                h.update(self.vocab.fingerprint().encode())
-            self._fingerprint = fingerprint_of(
-                self._tags, self._lengths, self._schema, h.hexdigest()
+            self._fingerprint = self._salted_fingerprint(
+                f"{key}={col.name}:{col.kind}:{col.dtype}:{col.dim};"
+                for key, col in self._columns.items()
             )
         return self._fingerprint
 

@@ -26,7 +26,6 @@ changes are Python functions over a stream) and is refused with the fix.
 from __future__ import annotations
 
 import gzip
-import hashlib
 import importlib.util
 import json
 import os
@@ -43,7 +42,6 @@ from seqloader.audio.manifest_lines import json_entry, manifest_error, seconds, 
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
-from seqloader.sources.base import fingerprint_of
 
 
 class LhotseSource(AudioKeysSource):
@@ -238,13 +236,7 @@ class LhotseSource(AudioKeysSource):
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            h = hashlib.sha256(repr(self.options).encode())
-            h.update(self._cuts.content_hash().encode())
-            if self.vocab is not None:
-                h.update(self.vocab.fingerprint().encode())
-            self._fingerprint = fingerprint_of(
-                self._tags, self._lengths, self._schema, h.hexdigest()
-            )
+            self._fingerprint = self._salted_fingerprint([self._cuts.content_hash()])
         return self._fingerprint
 
     # ---- reading (in workers) ----

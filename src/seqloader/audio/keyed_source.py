@@ -11,7 +11,8 @@ functions; this holds the order they are called in).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
 from typing import NoReturn, TypeVar
 
 import numpy as np
@@ -19,14 +20,14 @@ import numpy as np
 from seqloader.audio.keys import AudioOptions, fit_wave, key_spec, parse_options, planned_lengths
 from seqloader.audio.keys import loader_needs as audio_loader_needs
 from seqloader.audio.vocab import Vocabulary
-from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase
+from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
 
 T = TypeVar("T")
 
 
 class AudioOptionsSource(SourceBase):
-    """Base of the sources opened with ``AudioOptions`` and a vocabulary: parsed alike, and with
-    ``defer_features`` the same needs of the loader."""
+    """Base of the sources opened with ``AudioOptions`` and a vocabulary: parsed alike, with
+    ``defer_features`` the same needs of the loader, fingerprinted alike."""
 
     options: AudioOptions
     vocab: Vocabulary | None
@@ -37,11 +38,25 @@ class AudioOptionsSource(SourceBase):
         options: AudioOptions | None,
         option_kwargs: Mapping[str, object],
         vocab: Vocabulary | None,
+        *,
+        returnn_features: bool = False,
+        variants: bool = False,
     ) -> None:
-        """``options=AudioOptions(...)`` or its fields as keywords (``parse_options``), and the
-        vocabulary that encodes ``classes``."""
-        self.options = parse_options(owner, options, option_kwargs)
+        """``options=AudioOptions(...)`` or its fields as keywords (``parse_options``, which says
+        what ``returnn_features`` and ``variants`` allow), and the vocabulary of ``classes``."""
+        self.options = parse_options(owner, options, option_kwargs, returnn_features, variants)
         self.vocab = vocab
+
+    def _salted_fingerprint(self, contents: Iterable[str]) -> str:
+        """``fingerprint_of`` the tags, lengths and schema, salted with the options, ``contents``
+        (what the container holds beyond lengths: texts, columns) and the vocabulary: a source
+        opened with other options or another vocabulary plans and reads differently."""
+        h = hashlib.sha256(repr(self.options).encode())
+        for content in contents:
+            h.update(content.encode())
+        if self.vocab is not None:
+            h.update(self.vocab.fingerprint().encode())
+        return fingerprint_of(self._tags, self._lengths, self._schema, h.hexdigest())
 
     def loader_needs(self) -> LoaderNeeds:
         return audio_loader_needs(self.options)

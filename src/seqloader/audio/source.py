@@ -18,7 +18,6 @@ manifest does not describe the file, and is an error naming the manifest line.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 from collections.abc import Sequence
@@ -26,6 +25,7 @@ from typing import NoReturn
 
 import numpy as np
 
+from seqloader.audio.keyed_source import AudioOptionsSource
 from seqloader.audio.keys import (
     AUDIO_KEYS,
     AudioOptions,
@@ -34,12 +34,8 @@ from seqloader.audio.keys import (
     fit_length,
     key_spec,
     length_problem,
-    parse_options,
     planned_lengths,
     variant_lengths,
-)
-from seqloader.audio.keys import (
-    loader_needs as audio_loader_needs,
 )
 from seqloader.audio.manifest import Manifest, StringTable, open_manifest
 from seqloader.audio.resample import resample
@@ -47,11 +43,11 @@ from seqloader.audio.returnn_features import ReturnnFeatures, fit_frames
 from seqloader.audio.transforms import perturb
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, OptionError
-from seqloader.sources.base import KeySpec, LoaderNeeds, SourceBase, fingerprint_of
+from seqloader.sources.base import KeySpec
 from seqloader.sources.remote import FileCache, RemoteFiles, cache_for
 
 
-class AudioSource(SourceBase):
+class AudioSource(AudioOptionsSource):
     """Utterances of one or more manifests (``.jsonl`` or OggZip ``.zip``), in the given order.
 
     ``keys`` selects from ``data`` (log-mel, needs ``features``), ``audio`` (float32 waveform),
@@ -81,10 +77,9 @@ class AudioSource(SourceBase):
         cache: FileCache | None = None,
         **option_kwargs: object,
     ) -> None:
-        self.options = parse_options(
-            "AudioSource", options, option_kwargs, returnn_features=True, variants=True
+        self._open_options(
+            "AudioSource", options, option_kwargs, vocab, returnn_features=True, variants=True
         )
-        self.vocab = vocab
         path_list = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         if not path_list:
             raise OptionError("AudioSource: no manifest given; expected a .jsonl or .zip path")
@@ -185,9 +180,6 @@ class AudioSource(SourceBase):
         m, j = self._locate(index)
         return m.where(j)
 
-    def loader_needs(self) -> LoaderNeeds:
-        return audio_loader_needs(self.options)
-
     def remote_files(self) -> RemoteFiles | None:
         """The OggZip files behind URLs and their cache (None: local manifests)."""
         return self._remote
@@ -246,14 +238,8 @@ class AudioSource(SourceBase):
 
     def fingerprint(self) -> str:
         if self._fingerprint is None:
-            h = hashlib.sha256(repr(self.options).encode())
-            for m in self._manifests:
-                if m.texts is not None:
-                    h.update(m.texts.content_hash().encode())
-            if self.vocab is not None:
-                h.update(self.vocab.fingerprint().encode())
-            self._fingerprint = fingerprint_of(
-                self._tags, self._lengths, self._schema, h.hexdigest()
+            self._fingerprint = self._salted_fingerprint(
+                m.texts.content_hash() for m in self._manifests if m.texts is not None
             )
         return self._fingerprint
 

@@ -18,7 +18,7 @@ from seqloader.cli.options import (
     open_data,
     positive_int,
 )
-from seqloader.cli.output import human, mib, print_json, print_notes, progress
+from seqloader.cli.output import human, mib, print_header, print_json, progress
 from seqloader.sources.base import Source
 from seqloader.sources.hdf import HDFSource
 from seqloader.trainer.report import EpochReport
@@ -85,9 +85,7 @@ def run(args: argparse.Namespace) -> int:
     steady = round(steady_computation_pct(report), 2)
     unmapped = unmapped_files(opened.source)
     out = {
-        "data": opened.config.source.describe(),
-        "notes": list(opened.notes),
-        "options": opened.plan.to_dict(),
+        **opened.header(),
         "num_workers": opened.workers.num_workers,
         "step_ms": args.step_ms,
         "epoch": args.epoch,
@@ -191,8 +189,7 @@ def hint(
 
 
 def print_text(o: dict) -> None:
-    print(f"data: {o['data']}")
-    print_notes(o["notes"])
+    print_header(o)
     print(
         f"{o['batches']}/{o['planned_batches']} batches of epoch {o['epoch']}, {o['num_workers']} "
         f"worker(s), simulated step {o['step_ms']:g} ms"

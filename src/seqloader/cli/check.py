@@ -15,7 +15,7 @@ from seqloader.cli.options import (
     open_data,
     positive_int,
 )
-from seqloader.cli.output import human, planning_text, print_json, print_notes, progress_bar
+from seqloader.cli.output import human, planning_text, print_header, print_json, progress_bar
 from seqloader.loading.planner_for import planner_for
 from seqloader.plan.simulate import Simulation, simulate
 
@@ -68,16 +68,13 @@ def run(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     if args.json:
-        out = result.to_dict()
-        out["data"] = opened.config.source.describe()
-        out["notes"] = list(opened.notes)
+        out = {**result.to_dict(), **opened.header(options=False)}
         out["options"] = planner.options.to_dict()  # planning: what planned (auto resolved)
         out["planning"] = planning_text(opened.plan.planning, planner.options.planning)
         out["plan_algorithm"] = planner.algorithm
         print_json(out)
     else:
-        print(f"data: {opened.config.source.describe()}")
-        print_notes(opened.notes)
+        print_header(opened.header(options=False))
         planning = planning_text(opened.plan.planning, planner.options.planning)
         print(f"planning: {planning}, algorithm {planner.algorithm}")
         print_report(result, planner.options.to_json())

@@ -27,7 +27,8 @@ from seqloader.cli.config import HDF_SUFFIXES, load_data
 from seqloader.cli.options import add_command, add_output_options
 from seqloader.cli.output import human, print_json, progress_bar
 from seqloader.errors import OptionError
-from seqloader.sources.base import Schema, Source, read_batch
+from seqloader.sources.base import Source, read_batch
+from seqloader.sources.forwarding import Forwarding
 
 HELP = (
     "chunked RETURNN HDF -> contiguous HDF, audio manifest/OggZip -> HDF (atomic write), or any "
@@ -179,44 +180,20 @@ def _with_spinner(show: bool, desc: str, work: Callable[[], None]) -> None:
         bar.close()
 
 
-class CountingSource:
+class CountingSource(Forwarding):
     """Passes a source through unchanged and advances a progress bar per sequence read."""
 
     def __init__(self, source: Source, show: bool, desc: str) -> None:
-        self._source = source
+        self._inner = source
         self._bar = progress_bar(show, desc, len(source), "seq")
 
-    def __len__(self) -> int:
-        return len(self._source)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return self._source.keys
-
-    @property
-    def schema(self) -> Schema:
-        return self._source.schema
-
-    @property
-    def tags(self):
-        return self._source.tags
-
-    def lengths(self, key: str) -> np.ndarray:
-        return self._source.lengths(key)
-
-    def tag(self, index: int) -> str:
-        return self._source.tag(index)
-
-    def fingerprint(self) -> str:
-        return self._source.fingerprint()
-
     def read(self, index: int) -> dict[str, np.ndarray]:
-        out = self._source.read(index)
+        out = self._inner.read(index)
         self._bar.update(1)
         return out
 
     def read_many(self, indices: np.ndarray) -> list[dict[str, np.ndarray]]:
-        out = read_batch(self._source, indices)
+        out = read_batch(self._inner, indices)
         self._bar.update(len(indices))
         return out
 
@@ -224,7 +201,7 @@ class CountingSource:
         self._bar.close()
 
     def __repr__(self) -> str:
-        return repr(self._source)
+        return repr(self._inner)
 
 
 def _report(args: argparse.Namespace, info: dict[str, Any], done: str, out: Path) -> None:

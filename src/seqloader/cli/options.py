@@ -444,6 +444,14 @@ class Opened:
     workers: WorkerOptions
     notes: tuple[str, ...] = ()  # what the human should know (printed with the output)
 
+    def header(self, options: bool = True) -> dict[str, object]:
+        """What every command's output says first of DATA: its description, the notes and the
+        effective plan options (as ``PlanOptions.to_dict``), so scripts read it in one form."""
+        out: dict[str, object] = {"data": self.config.source.describe(), "notes": list(self.notes)}
+        if options:
+            out["options"] = self.plan.to_dict()
+        return out
+
 
 def open_data(args: argparse.Namespace, default_limit: bool = True) -> Opened:
     """Resolve DATA, merge flags over the config, validate options, then open the source."""

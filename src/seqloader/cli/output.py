@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Iterator
-from typing import TypeVar
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -50,6 +50,12 @@ def print_notes(notes: Iterable[str]) -> None:
     """Remarks the human should read (e.g. a default the command chose), with the output."""
     for n in notes:
         print(f"note: {n}")
+
+
+def print_header(out: Mapping[str, Any], after_data: str = "") -> None:
+    """The lines a command's text output starts with: DATA (``Opened.header``), the notes."""
+    print(f"data: {out['data']}{after_data}")
+    print_notes(out["notes"])
 
 
 def print_json(obj: object) -> None:

@@ -12,7 +12,7 @@ from seqloader.cli.options import (
     add_output_options,
     open_data,
 )
-from seqloader.cli.output import print_json, print_notes
+from seqloader.cli.output import print_header, print_json
 from seqloader.trainer.prepare import prepare
 
 HELP = (
@@ -44,8 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(
             {
-                "data": opened.config.source.describe(),
-                "options": opened.plan.to_dict(),
+                **opened.header(),
                 "open_seconds": opened_s,
                 "stores": [
                     {
@@ -58,12 +57,10 @@ def run(args: argparse.Namespace) -> int:
                     }
                     for s in report.stores
                 ],
-                "notes": list(opened.notes),
             }
         )
         return 0
-    print(f"data: {opened.config.source.describe()} (opened in {opened_s:.2f} s)")
-    print_notes(opened.notes)
+    print_header(opened.header(options=False), f" (opened in {opened_s:.2f} s)")
     print(f"options: {opened.plan.to_json()}")
     for line in report.lines():
         print(line)

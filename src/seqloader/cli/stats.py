@@ -17,7 +17,13 @@ from seqloader.cli.options import (
     open_data,
     positive_int,
 )
-from seqloader.cli.output import human, planning_text, print_json, print_notes, progress
+from seqloader.cli.output import (
+    human,
+    planning_text,
+    print_header,
+    print_json,
+    progress,
+)
 from seqloader.cli.rates import FrameRate, frame_rate
 from seqloader.errors import OptionError
 from seqloader.extras import require
@@ -138,8 +144,7 @@ def run(args: argparse.Namespace) -> int:
     total = int(lengths[key].sum())
     rate = frame_rate(args.frame_rate, src, key, lengths[key])
     out = {
-        "data": opened.config.source.describe(),
-        "notes": list(opened.notes),
+        **opened.header(options=False),
         "sequences": len(src),
         "length_key": key,
         "total_frames": total,
@@ -215,8 +220,7 @@ def _percentiles(values: np.ndarray) -> dict[str, float]:
 
 
 def print_text(out: dict) -> None:
-    print(f"data: {out['data']}")
-    print_notes(out["notes"])
+    print_header(out)
     hours = "" if out["hours"] is None else f" = {out['hours']:.3f} h "
     print(
         f"{out['sequences']} sequences, {human(out['total_frames'])} frames of "

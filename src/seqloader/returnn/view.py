@@ -25,7 +25,6 @@ from seqloader.plan.selections import EpochSelection
 from seqloader.sources.base import (
     HasLengthVariants,
     LoaderNeeds,
-    Schema,
     Source,
     length_variants,
     loader_needs,
@@ -33,9 +32,10 @@ from seqloader.sources.base import (
     read_batch,
     where,
 )
+from seqloader.sources.forwarding import Forwarding
 
 
-class ReturnnView:
+class ReturnnView(Forwarding):
     """``inner`` restricted to ``indices`` (None: all, in order) with planning hints; ``tags``:
     the tags to report instead of ``inner``'s (RETURNN's MetaDataset ``seq_list_file``)."""
 
@@ -105,14 +105,6 @@ class ReturnnView:
     # ---- Source protocol ----
     def __len__(self) -> int:
         return len(self._inner) if self._indices is None else len(self._indices)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return self._inner.keys
-
-    @property
-    def schema(self) -> Schema:
-        return self._inner.schema
 
     def lengths(self, key: str) -> np.ndarray:
         full = self._inner.lengths(key)
