@@ -1,10 +1,13 @@
 """``mix`` with ``distribution="files"`` and ``planning="indexed"`` through ``SeqLoader`` over a
 ``ConcatSource`` of real HDF files (three corpora, 3-4 files each, written by seqloader's
 writer): real DataLoader workers (0 and 2), two ranks, the audit on, every corpus epoch exactly
-once, the report's per-corpus counts, a draw per use; and the resume harness of ``test_resume``
-(chains of fresh loaders through JSON, elastic W -> W')."""
+once, the report's per-corpus counts, a draw per use; chunked, every chunk of a slot once per
+use; and the resume harness of ``test_resume`` (chains of fresh loaders through JSON, elastic
+W -> W', chunked or not)."""
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -93,9 +96,10 @@ def files_mix_corpora(n: int, seed: int) -> sl.ConcatSource:
     worlds=st.lists(st.integers(1, 3), min_size=1, max_size=3),
     cuts=st.lists(st.integers(0, 12), min_size=2, max_size=2),
     enter_next_epoch=st.booleans(),
+    chunking=st.sampled_from([None, "6:4"]),
 )
 def test_files_mix_resume_chains(
-    n, seed, ordering, uneven, partition_epoch, worlds, cuts, enter_next_epoch
+    n, seed, ordering, uneven, partition_epoch, worlds, cuts, enter_next_epoch, chunking
 ) -> None:
     """The resume harness over a mix of files: every slot once per epoch across chains of fresh
     loaders (elastic W -> W'), steps without gaps, and with the same world size the very same
@@ -110,9 +114,63 @@ def test_files_mix_resume_chains(
         ordering=ordering,
         uneven=uneven,
         partition_epoch=partition_epoch,
+        chunking=chunking,
     )
     try:
         make(0, max(worlds)).planner.check_world(max(worlds))
     except sl.OptionError:
         return  # too few files for these world sizes (the planner's own refusal, tested apart)
     check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1, enter_next_epoch)
+
+
+def test_chunked_files_mix_through_workers(corpora) -> None:
+    """Chunking with a mix over files: 2 ranks with 2 DataLoader workers each, the audit on;
+    per sub-epoch the delivered (sequence, chunk) pairs are the planned ones (each chunk of a
+    slot once per use), equal steps, and over two full epochs each sequence's every chunk
+    comes as often as its corpus' rate x 2."""
+    loaders = [
+        sl.SeqLoader(
+            corpora,
+            mix=RATES,
+            distribution="files",
+            ordering="laplace:.4",
+            max_frames=60,
+            chunking="10:6",
+            partition_epoch=2,
+            planning="indexed",
+            rank=r,
+            world_size=2,
+            num_workers=2,
+            audit=True,
+        )
+        for r in range(2)
+    ]
+    total: Counter = Counter()
+    try:
+        for epoch in range(1, 5):
+            per_rank = [list(loader.epoch(epoch)) for loader in loaders]
+            assert len({len(b) for b in per_rank}) == 1, "equal steps"
+            got: Counter = Counter()
+            for loader, batches in zip(loaders, per_rank):
+                for b in batches:
+                    assert b.chunks is not None
+                    for tag, chunk, real in zip(b.seq_tags, b.chunks.tolist(), b.mask.tolist()):
+                        if real:
+                            got[(tag, chunk)] += 1
+                report = loader.report()
+                assert report is not None and report.audit is not None and report.audit.ok
+            units = loaders[0].planner.sub_epoch_units(epoch, 0, 2)
+            tags = [corpora.tag(i) for i in units.seqs.tolist()]
+            assert got == Counter(zip(tags, units.chunks.tolist()))
+            total.update(got)
+        chunks = loaders[0].planner.chunks
+        names, bounds = corpora.corpus_layout()
+        uses = {"a": 1, "b": 2, "c": 4}  # rate x 2 full epochs, whole corpus epochs
+        for c, name in enumerate(names):
+            for i in range(SIZES[name]):
+                count = int(chunks.counts[int(bounds[c]) + i])
+                times = {total[(f"{name}/{i}", k)] for k in range(count)}
+                assert count >= 1 and times == {uses[name]}, (name, i)
+    finally:
+        for loader in loaders:
+            loader.close()

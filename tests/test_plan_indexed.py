@@ -500,6 +500,14 @@ INDEXED_CASES: dict[str, dict] = {
         "elastic": (2, 2),
         "elastic_again": (2, 4),
     },
+    "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": {
+        "options": {"ordering": "buckets:3", "max_frames": 700, "max_seqs": 9, "seed": 6,
+                    "distribution": "files", "uneven": "pad", "chunking": "80:40",
+                    "min_chunk_size": 10, "mix": {"a": 1.5, "c": 0.5}},
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+        "elastic": (3, 2),
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -514,7 +522,7 @@ INDEXED_CASES: dict[str, dict] = {
 # Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved);
 # so were the `files` + uneven="drop" cases (refused before).
 # chunked random_seed_offset, files, epoch_wise_filter and other keys' limits added later,
-# likewise (refused before); so was mix with files (refused before).
+# likewise (refused before); so were mix with files, chunked or not (refused before).
 # seqloader-plan-indexed/6: `files` cuts each old rank's buckets, laid end to end, into runs of
 # one batch size (histogram.cut_runs) instead of merging neighbouring buckets into groups of 4
 # full batches at the group's smallest size (merge_small): a rank has one short batch where the
@@ -537,6 +545,7 @@ INDEXED_GOLDEN = {
     "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "7bff8d3a6e454edc5920cce101ad71a08b7b8cb39726c6f68f339f8f1bc82a3f",
     "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "7aad94f86fc43646d4c09acd144b7e8f32a497e8a7926c15d0c862798609667c",
     "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f7a63743270596433a562c4cf9984ac70fb970a6db2b9425a8bcc0f513e4b62d",
+    "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "e5b3114bc7650daa4147ddef12124da4783b9ab3906809ca9ba6b0a3dbfb222a",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/6"
 

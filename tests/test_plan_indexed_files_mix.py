@@ -1,5 +1,5 @@
 """``mix`` with ``distribution="files"`` under ``planning="indexed"``
-(seqloader.plan.indexed.files_mix) on the pure planner: every contract through
+(seqloader.plan.indexed.files_mix), chunked or not, on the pure planner: every contract through
 ``check_plan_contracts`` (exactly once per corpus epoch incl. resume chains W -> W' -> W'' through
 JSON, equal steps, a rank's share computed alone, determinism, simulate over worker counts);
 each full epoch's slots are the global mix's counts per corpus and each rank reads whole pieces
@@ -31,8 +31,8 @@ RATES = [0.25, 0.5, 0.7, 1.0, 1.3, 2.0, 2.5, "1/3"]
 @st.composite
 def mixes(draw: st.DrawFn, uneven: tuple[str, ...] = ("split", "pad", "drop")) -> dict:
     """2-3 corpora of 2-6 files each (files of 0-25 sequences: empty ones too), rates, an
-    optional length limit (files whose sequences are all filtered), 1-3 sub-epochs, and resume
-    chains of 1-3 world sizes in 1..5 per sub-epoch of 1-2 full epochs."""
+    optional length limit (files whose sequences are all filtered), chunking or not, 1-3
+    sub-epochs, and resume chains of 1-3 world sizes in 1..5 per sub-epoch of 1-2 full epochs."""
     n_corpora = draw(st.integers(2, 3))
     names = [f"c{i}" for i in range(n_corpora)]
     file_sizes = [
@@ -56,6 +56,8 @@ def mixes(draw: st.DrawFn, uneven: tuple[str, ...] = ("split", "pad", "drop")) -
         uneven=draw(st.sampled_from(uneven)),
         seed=draw(st.integers(0, 3)),
         mix={n: draw(st.sampled_from(RATES)) for n in names if draw(st.booleans())},
+        chunking=draw(st.sampled_from([None, None, "40:25"])),  # chunks of the slots
+        min_chunk_size=draw(st.sampled_from([0, 5])),
         distribution="files",
         planning="indexed",
     )
@@ -94,8 +96,9 @@ def test_contracts_hold_across_resume_chains(m: dict) -> None:
     P = planner.options.partition_epoch
     full = m["epochs"] // P
     got = [checked.consumed[e] for e in epochs]
-    seqs = np.concatenate([g.seqs for g in got])
-    uses = np.concatenate([g.uses for g in got])
+    firsts = [g.take(g.chunks == 0) if g.chunks is not None else g for g in got]  # a use each
+    seqs = np.concatenate([g.seqs for g in firsts])
+    uses = np.concatenate([g.uses for g in firsts])
     slots = [planner.sub_epoch_slots(e) for e in epochs]  # every slot planned
     for f in range(full):
         sel = mix.select(f)
@@ -188,13 +191,14 @@ def test_deterministic_keyed_by_seed_and_a_corpus_stream_kept_when_another_is_re
 
 def test_refused_by_name() -> None:
     """Global planning keeps refusing mix over files (naming planning='indexed' as the fix);
-    chunking with a mix stays refused under indexed planning; a corpus bound inside a file is
-    refused naming the corpus and the fix."""
+    chunking with a sharded mix stays refused under indexed planning (over files it is taken);
+    a corpus bound inside a file is refused naming the corpora and the fix."""
     with pytest.raises(OptionError, match=r"not supported with distribution='files'.*'indexed'"):
         PlanOptions(mix={"a": 1.0}, distribution="files")
     with pytest.raises(OptionError, match="chunking with mix"):
-        PlanOptions(ordering="laplace", mix={"a": 1.0}, distribution="files",
-                    planning="indexed", chunking="10:5")  # fmt: skip
+        PlanOptions(ordering="laplace", mix={"a": 1.0}, planning="indexed", chunking="10:5")
+    PlanOptions(ordering="laplace", mix={"a": 1.0}, distribution="files", planning="indexed",
+                chunking="10:5")  # fmt: skip
     options = PlanOptions(ordering="laplace", mix={"a": 2}, distribution="files",
                           planning="indexed")  # fmt: skip
     corpora = Corpora(("a", "b"), np.array([0, 15, 30]))

@@ -274,8 +274,11 @@ class IndexedPlanner:
         assert options.mix is not None
         if self.files is None:
             return IndexedMix(options.seed, options.mix, corpora, index, self.lengths, self._mask)
+        seq_counts = self._file_counts  # admitted sequences per file (chunked: the chunks')
+        if self.units is not None:
+            seq_counts = _admitted_per_file(self.files, self._mask)
         return FilesMix(
-            options.seed, options.mix, corpora, self.files, self._file_counts,
+            options.seed, options.mix, corpora, self.files, seq_counts,
             self._file_frames, self.lengths, self._mask, origin,
         )  # fmt: skip
 
@@ -571,7 +574,12 @@ class IndexedPlanner:
         """``files``: the admitted units of the sub-epoch's files."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
         if isinstance(self.mix, FilesMix):
-            return int(self._pieces(ep).count.sum())
+            pieces = self._pieces(ep)
+            if self.units is None:
+                return int(pieces.count.sum())
+            whole = self._whole_pieces(pieces)  # chunks: whole files from the table
+            rest = len(self._piece_units(pieces.take(np.flatnonzero(~whole)))[0])
+            return int(self._file_counts[pieces.file[whole]].sum()) + rest
         return int(self._file_counts[self._part_files(ep)].sum())
 
     def _pieces(self, ep: EpochIndex) -> Pieces:
@@ -579,12 +587,21 @@ class IndexedPlanner:
         assert isinstance(self.mix, FilesMix)
         return self.mix.sub_epoch(ep.full_epoch, ep.part, self.options.partition_epoch)
 
-    def _piece_codes(self, ep: EpochIndex) -> np.ndarray:
-        """A mix over files: every slot of sub-epoch ``ep`` as ``use * n + sequence``, piece
-        after piece (O(n / P): for checks and tests)."""
-        assert isinstance(self.mix, FilesMix)
-        seqs, uses, _ = self.mix.slots(self._pieces(ep))
-        return uses * len(self.lengths) + seqs
+    def _mix_files_order(self, epoch: int, world_size: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """A mix over files: the plan's real units, then what ``drop`` leaves out -> (sequence,
+        chunk or None) of each (O(n / P): for checks and tests)."""
+        b = self.files_plan(epoch, world_size)[0].batches
+        assert b.uses is not None
+        real = b.seqs[b.real]
+        if self.units is not None and b.chunks is not None:
+            real = real * self.units.stride + b.chunks[b.real]
+        real = b.uses[b.real].astype(np.int64) * self._code_span + real
+        pieces = self._pieces(EpochIndex(epoch, self.options.partition_epoch))
+        whole = self._piece_codes_of(pieces)[0]
+        rest = np.concatenate([real, whole[~np.isin(whole, real)]]) % self._code_span
+        if self.units is None:
+            return rest, None
+        return self.units.split(rest)
 
     def _part_files(self, ep: EpochIndex) -> np.ndarray:
         """The files of sub-epoch ``ep`` in the epoch's shuffled order (as global planning)."""
@@ -602,11 +619,7 @@ class IndexedPlanner:
         if self.units is not None:
             return self.files_units(epoch, world_size).seqs
         if isinstance(self.mix, FilesMix):
-            b = self.files_plan(epoch, world_size)[0].batches
-            assert b.uses is not None
-            real = b.uses[b.real].astype(np.int64) * len(self.lengths) + b.seqs[b.real]
-            whole = self._piece_codes(EpochIndex(epoch, self.options.partition_epoch))
-            return np.concatenate([real, whole[~np.isin(whole, real)]]) % len(self.lengths)
+            return self._mix_files_order(epoch, world_size)[0]
         plan = self.files_plan(epoch, world_size)[0]
         real = plan.batches.seqs[plan.batches.real]
         if not plan.dropped:
@@ -622,6 +635,10 @@ class IndexedPlanner:
 
     def files_units(self, epoch: int, world_size: int) -> ChunkUnits:
         assert self.chunks is not None
+        if isinstance(self.mix, FilesMix):
+            seqs, chunks = self._mix_files_order(epoch, world_size)
+            assert chunks is not None
+            return ChunkUnits(seqs, chunks, {})
         b = self.files_plan(epoch, world_size)[0].batches
         seqs, chunks = b.seqs[b.real], np.asarray(b.chunks, dtype=np.int64)[b.real]
         whole = self.chunks.expand(self.sub_epoch_files(epoch)[0].seqs)
@@ -771,10 +788,10 @@ class IndexedPlanner:
         if history:
             seg.refuse_idle_drop(epoch)
         consumed = seg.consumed_members(self._members_of(seg.units))
+        if seg.units.pieces is not None:  # a mix: codes as units (sequences or chunk codes)
+            consumed = consumed % self._code_span
         if self.units is not None and self.chunks is not None:  # as chunk numbers
             consumed = self.chunks.unit_ids(*self.units.split(consumed))
-        if seg.units.pieces is not None:  # a mix: codes as sequences
-            consumed = consumed % len(self.lengths)
         return self._rankwise(seg), consumed
 
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
@@ -886,29 +903,61 @@ class IndexedPlanner:
         """Sequences per (rank, bucket) of a mix's file pieces -> int64 ``[W0, N]``: whole files
         from the per-(file, bucket) table, partial pieces counted from their sequences."""
         assert isinstance(self.mix, FilesMix)
-        whole = (pieces.lo == 0) & (pieces.hi == self._file_counts[pieces.file])
+        whole = self._whole_pieces(pieces)
         out = _rank_counts(self.index.file_counts, pieces.file[whole], rank_of[whole], world0)
         partial = np.flatnonzero(~whole)
         if len(partial):
-            seqs, _, pid = self.mix.slots(pieces.take(partial))
-            bucket = np.searchsorted(self.bucket_edges, np.asarray(self.lengths[seqs]), "right")
+            pid, lens = self._piece_units(pieces.take(partial))
+            bucket = np.searchsorted(self.bucket_edges, lens, "right")
             n_b = out.shape[1]
             rows = np.bincount(pid * n_b + bucket, minlength=len(partial) * n_b)
             np.add.at(out, rank_of[partial], rows.reshape(len(partial), n_b))
         return out
 
+    def _whole_pieces(self, pieces: Pieces) -> np.ndarray:
+        """Which of a mix's ``pieces`` are whole files -> bool."""
+        assert isinstance(self.mix, FilesMix)
+        return (pieces.lo == 0) & (pieces.hi == self.mix.file_counts[pieces.file])
+
+    @property
+    def _code_span(self) -> int:
+        """A mix over files: codes are ``use * span + unit`` (unit: the sequence, chunked its
+        chunk's code)."""
+        return len(self.lengths) * (self.units.stride if self.units is not None else 1)
+
+    def _piece_codes_of(self, pieces: Pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A mix over files: every planned unit of ``pieces`` (chunked: every chunk of every
+        slot) -> (codes ``use * span + unit``, lengths (chunked: windows), piece) int64 each."""
+        assert isinstance(self.mix, FilesMix)
+        seqs, uses, pid = self.mix.slots(pieces)
+        lens = np.asarray(self.lengths[seqs])
+        units = seqs
+        if self.units is not None:  # each slot's chunks, slot after slot
+            units, lens = self.units.codes_of(seqs, lens)
+            slot = np.cumsum(self.units.split(units)[1] == 0) - 1
+            uses, pid = uses[slot], pid[slot]
+        return uses * self._code_span + units, lens, pid
+
+    def _piece_units(self, pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
+        """(piece, length or window) of every planned unit of ``pieces``."""
+        _, lens, pid = self._piece_codes_of(pieces)
+        return pid, lens
+
     def _codes_of(self, units: Units, r: int) -> tuple[np.ndarray, np.ndarray]:
-        """A mix over files: old rank r's slots as codes ``use * n + sequence`` (one per slot:
-        a file used in two corpus epochs gives two), and their lengths."""
-        assert isinstance(self.mix, FilesMix) and units.pieces is not None
-        own = units.pieces.take(np.flatnonzero(units.rank_of == r))
-        seqs, uses, _ = self.mix.slots(own)
-        return uses * len(self.lengths) + seqs, np.asarray(self.lengths[seqs])
+        """A mix over files: old rank r's units as codes (one per slot, chunked per chunk: a
+        file used in two corpus epochs gives two), and their lengths (chunked: windows)."""
+        assert units.pieces is not None
+        codes, lens, _ = self._piece_codes_of(units.pieces.take(np.flatnonzero(units.rank_of == r)))
+        return codes, lens
 
     def _decode(self, batches: BatchList) -> BatchList:
-        """A mix over files: a share drawn over codes as (sequence, corpus epoch) slots."""
-        uses, seqs = np.divmod(batches.seqs, len(self.lengths))
-        return BatchList(seqs, batches.bounds, batches.real, uses.astype(USES_DTYPE))
+        """A mix over files: a share drawn over codes as (sequence, corpus epoch) slots, chunked
+        with the chunk of each."""
+        uses, rest = np.divmod(batches.seqs, self._code_span)
+        chunks = None
+        if self.units is not None:
+            rest, chunks = self.units.split(rest)
+        return BatchList(rest, batches.bounds, batches.real, uses.astype(USES_DTYPE), chunks)
 
     def _members_of(self, units: Units) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
         """Old rank r's admitted sequences drawn with its member stream, bucket after bucket
@@ -918,7 +967,7 @@ class IndexedPlanner:
         words = units.member_words
 
         def members(r: int) -> tuple[np.ndarray, np.ndarray]:
-            if units.pieces is not None:  # a mix: pieces of files, as codes
+            if units.pieces is not None:  # a mix: pieces of files, as codes (chunks too)
                 seqs, lens = self._codes_of(units, r)
             else:
                 own = units.part[units.rank_of == r]
@@ -926,8 +975,8 @@ class IndexedPlanner:
                 if self._mask is not None:
                     seqs = seqs[self._mask[seqs]]
                 lens = np.asarray(self.lengths[seqs])
-            if self.units is not None:  # chunked: the files' chunks, as codes, by their windows
-                seqs, lens = self.units.codes_of(seqs, lens)
+                if self.units is not None:  # chunked: the files' chunks, as codes, by windows
+                    seqs, lens = self.units.codes_of(seqs, lens)
             perm = rng_for(*self._head, *words, r).permutation(len(seqs))
             seqs, lens = seqs[perm], lens[perm]
             bucket = np.searchsorted(self.bucket_edges, lens, "right")
@@ -1004,8 +1053,10 @@ class IndexedPlanner:
         if units.pieces is not None:  # a mix: its first piece's first slot
             if not len(units.pieces):
                 return None
-            codes = self._first_unit(units.part, units)
-            return int(units.rank_of[0]), codes % len(self.lengths)
+            code = self._first_unit(units.part, units) % self._code_span
+            if self.units is not None:
+                code = self.units.split(code)[0]
+            return int(units.rank_of[0]), code
         s = self._first_sequence(units.part)
         file = int(np.searchsorted(np.asarray(self.files), s[0], side="right")) - 1
         where = np.flatnonzero(units.part == file)
@@ -1020,8 +1071,7 @@ class IndexedPlanner:
             assert isinstance(self.mix, FilesMix)
             if not len(units.pieces):
                 return np.zeros(1, dtype=np.int64)
-            seqs, uses, _ = self.mix.slots(units.pieces.take(slice(0, 1)))
-            return (uses * len(self.lengths) + seqs)[:1]
+            return self._piece_codes_of(units.pieces.take(slice(0, 1)))[0][:1]
         first = self._first_sequence(part)
         return first if self.units is None else first * self.units.stride
 
@@ -1151,4 +1201,17 @@ def _rank_counts(
         cuts = np.flatnonzero(np.diff(here)) + 1
         starts = np.concatenate([[0], cuts]).astype(np.int64)
         out[here[starts]] += np.add.reduceat(rows, starts, axis=0, dtype=np.int64)
+    return out
+
+
+def _admitted_per_file(files: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """Admitted sequences per file -> int64 ``[F]`` (a mix over chunked files: the per-file
+    table counts chunks). One pass over the mask, a block at a time."""
+    sizes = np.diff(files).astype(np.int64)
+    if mask is None:
+        return sizes
+    out = np.zeros(len(sizes), dtype=np.int64)
+    for a in range(0, len(mask), _CHUNK):
+        kept = np.flatnonzero(mask[a : a + _CHUNK]) + a
+        out += np.bincount(np.searchsorted(files, kept, side="right") - 1, minlength=len(sizes))
     return out
