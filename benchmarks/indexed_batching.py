@@ -1,7 +1,8 @@
 """Batch quality of ``planning="indexed"`` against the greedy algorithm (``planning="global"``):
 padding and steps at the same options, on three length distributions, in one run.
 
-    python -m benchmarks.indexed_batching [--n 1e6] [--epochs 3] [--out FILE]
+    python -m benchmarks.indexed_batching [--n 1e6] [--epochs 3] [--cases sequences|chunked|packed]
+        [--out FILE]
 
 Distributions (``n`` sequences each): ``uniform`` (50..2000, ``benchmarks.scale``'s), ``log-normal``
 (speech-like: ``benchmarks.corpus.CorpusSpec``'s reference corpus, median 600, sigma 0.4, clipped
@@ -43,6 +44,20 @@ CASES: dict[str, dict] = {
 CHUNKED: dict[str, dict] = {
     f"shard {o} 500:250": {"ordering": o, "distribution": "shard", "chunking": "500:250"}
     for o in ("laplace", "buckets:30")
+}
+#: packed limits (``--cases packed``): ``max_frames`` bounds a batch's sum of lengths
+#: (``batch_cost="packed"``)
+PACKED: dict[str, dict] = {
+    "shard laplace packed": {
+        "ordering": "laplace",
+        "distribution": "shard",
+        "batch_cost": "packed",
+    },
+    "files laplace packed": {
+        "ordering": "laplace",
+        "distribution": "files",
+        "batch_cost": "packed",
+    },
 }
 FILES = 10_000
 WORLDS = (8, 1024)
@@ -125,9 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=RESULTS)
     parser.add_argument(
         "--cases",
-        choices=["sequences", "chunked"],
+        choices=["sequences", "chunked", "packed"],
         default="sequences",
-        help="chunked: the chunked cases (chunking='500:250'), written to --out",
+        help="chunked: the chunked cases (chunking='500:250'); packed: the packed limits; "
+        "written to --out",
     )
     args = parser.parse_args(argv)
     n = int(float(args.n))
@@ -137,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"seqs": n, "epochs": args.epochs, **LIMITS, "files": FILES},
         "code": os.path.dirname(seqloader.__file__),
         "machine": describe_machine(),
-        "rows": measure(n, args.epochs, CHUNKED if args.cases == "chunked" else CASES),
+        "rows": measure(
+            n, args.epochs, {"chunked": CHUNKED, "packed": PACKED}.get(args.cases, CASES)
+        ),
     }
     print(table(result))
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
