@@ -23,9 +23,8 @@ import hashlib
 import io
 import os
 import zipfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import overload
 
 import numpy as np
 
@@ -40,9 +39,10 @@ from seqloader.errors import DataError, OptionError
 from seqloader.extras import require
 from seqloader.sources.remote import FileCache, RemoteFile
 from seqloader.sources.remote.index import zip_member
+from seqloader.sources.strings import IndexedStrings
 
 
-class StringTable(Sequence[str]):
+class StringTable(IndexedStrings):
     """Immutable strings as one utf-8 blob plus offsets (``table[i]`` decodes one)."""
 
     def __init__(self, strings: Iterable[str]) -> None:
@@ -54,15 +54,7 @@ class StringTable(Sequence[str]):
     def __len__(self) -> int:
         return len(self._offsets) - 1
 
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-
-    @overload
-    def __getitem__(self, i: slice) -> list[str]: ...
-
-    def __getitem__(self, i: int | slice) -> str | list[str]:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
+    def _string(self, i: int) -> str:
         return self.raw(i).tobytes().decode("utf-8")
 
     def raw(self, i: int) -> np.ndarray:

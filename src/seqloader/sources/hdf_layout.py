@@ -14,13 +14,13 @@ import os
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import overload
 
 import h5py
 import numpy as np
 
 from seqloader.errors import DataError, DataWarning
 from seqloader.sources.base import KeySpec
+from seqloader.sources.strings import IndexedStrings
 
 INPUTS = "inputs"
 SEQ_LENGTHS = "seqLengths"
@@ -287,7 +287,7 @@ def _powers(base: int, count: int) -> np.ndarray:
     return out
 
 
-class PackedTags(Sequence[str]):
+class PackedTags(IndexedStrings):
     """Sequence tags as one byte buffer plus offsets: ~(len + 8) bytes per tag instead of a Python
     ``str`` each, so 10M tags stay small and copy-on-write friendly in forked workers. Tags are
     decoded (utf-8) on access; a tag ends at its first NUL byte, as RETURNN reads them."""
@@ -354,15 +354,7 @@ class PackedTags(Sequence[str]):
         a, b = off[indices].tolist(), off[np.asarray(indices) + 1].tolist()
         return [str(mv[x:y], "utf-8", "surrogateescape") for x, y in zip(a, b)]
 
-    @overload
-    def __getitem__(self, index: int) -> str: ...
-
-    @overload
-    def __getitem__(self, index: slice) -> list[str]: ...
-
-    def __getitem__(self, index: int | slice) -> str | list[str]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+    def _string(self, index: int) -> str:
         n = len(self)
         i = int(index)
         if i < 0:
