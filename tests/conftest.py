@@ -9,6 +9,7 @@ import contextlib
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
@@ -227,3 +228,20 @@ def queue_feeders_done(before: set[threading.Thread]) -> None:
     wait on, so a later look at the open fds is exact."""
     for thread in queue_feeders() - before:
         thread.join()
+
+
+def describe(processes: list[psutil.Process]) -> str:
+    """Who the given processes are (pid, parent, status, age, command line): the message of a
+    failed look at ``children()``, so a process left behind is named, not only counted."""
+    now = time.time()
+    lines = []
+    for p in processes:
+        try:
+            with p.oneshot():
+                lines.append(
+                    f"pid {p.pid} (parent {p.ppid()}, {p.status()}, "
+                    f"{now - p.create_time():.1f} s old): {' '.join(p.cmdline())[:200]}"
+                )
+        except psutil.NoSuchProcess:
+            lines.append(f"pid {p.pid}: exited meanwhile")
+    return "; ".join(lines) or "no processes"

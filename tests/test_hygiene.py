@@ -5,6 +5,7 @@ also with its epoch generator abandoned mid-way, which persistent workers must s
 from __future__ import annotations
 
 import gc
+import threading
 
 import pytest
 
@@ -17,6 +18,7 @@ from conftest import (
     resources,
     summary,
 )
+from seqloader.trainer.release import later
 
 OPTIONS = {"ordering": "laplace:.6", "max_seqs": 3, "seed": 2}
 
@@ -45,6 +47,9 @@ def assert_released(before: dict) -> None:
     waits on those events, never on a deadline."""
     gc.collect()  # a loader only garbage-collected shuts its workers down here
     assert not children()
+    drained = threading.Event()  # the release thread has freed the batches handed to it
+    later(drained.set)
+    drained.wait()
     queue_feeders_done(before["feeders"])
     gc.collect()
     left = leaks(before)
@@ -106,3 +111,37 @@ def test_close_is_idempotent_and_the_loader_works_again_after_an_abandoned_epoch
     del gen
     loader.close()
     assert_released(baseline)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["per-epoch workers", "persistent"])
+def test_close_stops_the_workers_of_an_epoch_whose_generator_lives_on(
+    index_source, baseline, persistent
+):
+    """``close()`` stops the workers at once although the epoch's generator is still referenced
+    (as a traceback or a caller keeps it): torch keeps no handle on workers started per epoch,
+    which outlived ``close()`` until the generator was collected (a failed test's traceback kept
+    them for the rest of a session, and every later count of child processes failed)."""
+    loader = sl.SeqLoader(index_source, num_workers=2, persistent_workers=persistent, **OPTIONS)
+    gen = loader.epoch(1)
+    assert next(gen).step == 0 and len(children()) == 2
+    loader.close()
+    assert not children()
+    del gen
+    assert_released(baseline)
+
+
+@pytest.mark.parametrize("persistent", [False, True], ids=["per-epoch workers", "persistent"])
+def test_an_epoch_asked_for_more_after_close_says_why_nothing_comes(index_source, persistent):
+    """Asking a closed loader's epoch for more batches raises, naming the close and the fix (it
+    waited forever for results from stopped workers)."""
+    with sl.SeqLoader(index_source, num_workers=2, persistent_workers=persistent, **OPTIONS) as ld:
+        gen = ld.epoch(1)
+        assert next(gen).step == 0
+        ld.close()
+        with pytest.raises(sl.SeqLoaderError, match=r"the loader was closed.*load_state_dict"):
+            for _ in gen:  # at most the batch already taken from the workers, then the error
+                pass
+        state = ld.state_dict()
+        assert state["steps"] >= 1  # the batches the loop received (1 or 2)
+        ld.load_state_dict(state)  # the fix the message names: it goes on right after them
+        assert summary(ld.epoch(1))[0][1] == state["steps"]

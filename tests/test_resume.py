@@ -34,6 +34,7 @@ from conftest import (
     batch_record,
     check_rows,
     children,
+    describe,
     index_corpus,
 )
 from seqloader.errors import ResumeError
@@ -389,7 +390,8 @@ def test_resume_with_dataloader_workers(workers: dict, interrupt: str) -> None:
     with make(0, 1) as loader:  # the setting really runs worker processes
         batches = loader.epoch(1)
         next(batches)
-        assert len(children()) == workers["num_workers"]
+        alive = children()
+        assert len(alive) == workers["num_workers"], describe(alive)
         batches.close()
     check_chain(make, worlds, [k], WORKER_EPOCHS, enter, reference)
 

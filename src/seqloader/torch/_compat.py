@@ -260,6 +260,10 @@ class HookedIter(_MultiProcessingDataLoaderIter):
         """The name of the profiler range torch opens per ``next()``."""
         return self._profile_name
 
+    def shutdown_workers(self) -> None:
+        """torch's shutdown of this iterator's workers (once; later calls do nothing)."""
+        self._shutdown_workers()
+
     def next_data(self) -> Any:
         """torch's ``next()`` logic: send the next index, restore order, check the workers."""
         return self._next_data()

@@ -10,7 +10,7 @@ from torch.utils.data import DataLoader
 from seqloader.loading.worker_spec import WorkerSpec
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source, prepare_workers
-from seqloader.torch._compat import shutdown_workers, workers_alive
+from seqloader.torch._compat import workers_alive
 from seqloader.torch.dataset import PlannedBatches, PlanSampler
 from seqloader.torch.held_batches import WorkerProgress
 from seqloader.torch.receiving import ReceivingDataLoaderBase
@@ -26,13 +26,13 @@ class Execution:
         self.options = options
         self.worker = worker
         self.sampler = PlanSampler()
-        self.dataloader: DataLoader | None = None
+        self.dataloader: ReceivingDataLoader | None = None
 
     def set_plan(self, epoch: int, share: BatchList, first_step: int) -> None:
         """What the next ``iter(dataloader)`` yields: ``share`` from step ``first_step`` on."""
         self.sampler.set_plan(epoch, share, first_step)
 
-    def ready(self) -> DataLoader:
+    def ready(self) -> ReceivingDataLoader:
         """The DataLoader to iterate: the kept one, unless a worker of it died (reusing it would
         wait for that worker), else a new one."""
         if self.dataloader is not None and not workers_alive(self.dataloader):
@@ -45,7 +45,7 @@ class Execution:
         """The workers' board of the batch each is building (None without workers)."""
         return worker_progress(self.dataloader) if self.dataloader is not None else None
 
-    def _make(self) -> DataLoader:
+    def _make(self) -> ReceivingDataLoader:
         w = self.options
         kwargs: dict = {}
         if w.num_workers > 0:
@@ -72,7 +72,7 @@ class Execution:
         """Stop worker processes now (they also stop when the DataLoader is garbage-collected)."""
         dl, self.dataloader = self.dataloader, None
         if dl is not None:
-            shutdown_workers(dl)
+            dl.shutdown()
 
 
 class ReceivingDataLoader(ReceivingDataLoaderBase):

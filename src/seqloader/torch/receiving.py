@@ -21,13 +21,16 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
+from seqloader.errors import SeqLoaderError
 from seqloader.torch._compat import (
     STATUS_CHECK_INTERVAL,
     HookedIter,
     InProcessIter,
     IteratorFactory,
+    current_iterator,
     death_text,
     profiling,
+    shutdown_workers,
     worker_processes,
 )
 from seqloader.trainer.release import signal
@@ -44,13 +47,38 @@ class ReceivingDataLoaderBase(IteratorFactory):
     """A DataLoader whose multi-worker iterator is ``ReceivingIter`` (``InProcessIter`` with
     ``num_workers=0``); ``before_workers()`` runs before each new set of workers starts."""
 
+    #: the last multi-worker iterator made (a weak reference): torch keeps only a persistent
+    #: one (``_iterator``), so without this ``shutdown()`` could not reach an epoch's workers
+    #: while its generator lives on (e.g. in a traceback), and they would outlive ``close()``
+    _latest: weakref.ref | None = None
+
     def make_iterator(self) -> Any:
         if self.num_workers == 0:
             return InProcessIter(self)
         # no check_worker_number_rationality() here: DataLoader.__init__ ran it (a second call
         # from this line would print torch's worker-count warning a second time)
         self.before_workers()
-        return ReceivingIter(self)
+        it = ReceivingIter(self)
+        self._latest = weakref.ref(it)
+        return it
+
+    def shutdown(self) -> None:
+        """Stop the workers now: the persistent iterator's and those of the last epoch started
+        without persistent workers (torch stops these only at the epoch's end or when the
+        iterator is collected)."""
+        latest = self._latest() if self._latest is not None else None
+        self._latest = None
+        workers = worker_processes(current_iterator(self)) + worker_processes(latest)
+        shutdown_workers(self)
+        if latest is not None:
+            latest.shutdown_workers()
+        # torch sends SIGTERM to a worker still alive after its join timeout (a busy machine)
+        # and returns: wait until each has exited, so close() leaves no process behind
+        for w in workers:
+            w.join(STATUS_CHECK_INTERVAL)
+            if w.is_alive():
+                w.kill()
+                w.join()
 
     def before_workers(self) -> None:
         """Work to do in this process before workers start (forked ones inherit it)."""
@@ -120,6 +148,11 @@ class ReceivingIter(HookedIter):
             dispatch.stop()
 
 
+_STOPPED_TEXT = (
+    "seqloader: this epoch's batches stopped coming: the loader was closed, or its workers "
+    "started another epoch; to go on after the batches received, load the loader's own "
+    "state (loader.load_state_dict(loader.state_dict())) and ask for the epoch again"
+)
 _WAKE = object()  # wakes a dispatch thread waiting for a result, so that it can stop
 _END = object()  # the epoch's last batch was taken
 
@@ -188,6 +221,9 @@ class _Dispatch:
             del it
         if threading.current_thread() is not self.thread:
             self.thread.join(timeout=10 * STATUS_CHECK_INTERVAL)
+            # after what the thread took (in order): a loop that goes on asking is told why
+            # nothing more comes, instead of waiting for results that stopped workers never send
+            self.ready.put(_Failed(SeqLoaderError(_STOPPED_TEXT)))
 
 
 def _dispatch_loop(
