@@ -157,10 +157,15 @@ def test_planning_ahead_waits_for_its_event_unless_the_plan_is_needed() -> None:
     assert ahead.take(3) == 30  # needed now: take starts it
 
 
-def test_the_loader_plans_the_next_epoch_after_handing_the_first_batch() -> None:
+def test_the_loader_plans_the_next_epoch_after_handing_the_first_batch(monkeypatch) -> None:
     """Nothing of the next epoch's planning competes with the epoch's start: when it runs, the
     loop already holds the epoch's first batch (num_workers 0 and 1)."""
     import seqloader as sl
+    from seqloader.plan import ahead
+
+    # only the event starts it here: the fallback (a loop that never asks) would fire on a busy
+    # machine where starting a worker and building the first batch takes longer than it
+    monkeypatch.setattr(ahead, "AFTER_TIMEOUT_S", None)
 
     src = sl.MemorySource({"data": [np.ones((n, 2), "float32") for n in range(1, 40)]})
     for workers in (0, 1):

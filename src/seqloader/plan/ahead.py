@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 # the longest a computation waits for its ``after`` event (a loop that never asks for its first
 # batch must not keep the thread parked for ever)
-AFTER_TIMEOUT_S = 2.0
+AFTER_TIMEOUT_S: float | None = 2.0
 
 
 def _wait(after: threading.Event | None) -> None:
