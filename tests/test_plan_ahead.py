@@ -183,6 +183,9 @@ def test_the_loader_plans_the_next_epoch_after_handing_the_first_batch(monkeypat
         try:
             for epoch in (1, 2, 3):
                 assert sum(1 for _ in loader.epoch(epoch)) == loader.steps(epoch)
+            # epoch 4's planning started at epoch 3's first hand-over: wait for it (an event,
+            # its thread's end), so that what it recorded is there to check
+            assert loader._state._ahead.take(4) is not None
         finally:
             loader.close()
         # epochs 2, 3 and 4 planned ahead, each once epoch - 1 had handed its first batch
