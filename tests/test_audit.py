@@ -115,8 +115,8 @@ def test_audit_catches_a_lost_batch_and_warns_when_asked(monkeypatch):
         share = original(self, rank, start_step)
         return share.take(np.arange(max(len(share) - 1, 0)))
 
-    monkeypatch.setattr(GlobalPlan, "rank_share", lossy)
-    loader = sl.SeqLoader(index_corpus(30), max_seqs=4, audit="warn")
+    monkeypatch.setattr(GlobalPlan, "rank_share", lossy)  # the greedy algorithm's plan
+    loader = sl.SeqLoader(index_corpus(30), max_seqs=4, audit="warn", planning="global")
     with pytest.warns(AuditWarning, match="2 missing"):
         report = run_epoch(loader)
     assert not report.audit.ok and report.audit.missing == 2 and report.audit.batch_errors == 0

@@ -14,7 +14,8 @@ def test_epoch_report_shows_the_planned_step_imbalance() -> None:
 
     lengths = np.random.default_rng(2).integers(1, 40, size=60)
     src = sl.MemorySource({"data": [np.zeros((int(t), 1), np.float32) for t in lengths]})
-    options = {"ordering": "buckets:3", "max_frames": 120, "world_size": 2}
+    # the greedy algorithm's figure over its global batch list (indexed: test_indexed_imbalance)
+    options = {"ordering": "buckets:3", "max_frames": 120, "world_size": 2, "planning": "global"}
     planner = sl.SeqLoader(src, rank=0, **options).planner
     plan = planner.global_plan(1, 2)
     expected = step_imbalance(plan.batches.seqs, plan.batches.bounds, 2, planner.costs)
@@ -47,7 +48,8 @@ def test_the_step_imbalance_is_computed_off_the_loop_thread_and_unchanged(monkey
     monkeypatch.setattr(epoch_plan_module, "step_imbalance", recording)
     lengths = np.random.default_rng(5).integers(1, 40, size=80)
     src = sl.MemorySource({"data": [np.zeros((int(t), 1), np.float32) for t in lengths]})
-    options = {"ordering": "buckets:3", "max_frames": 120, "world_size": 2}
+    # the greedy algorithm's figure over its global batch list (indexed: test_indexed_imbalance)
+    options = {"ordering": "buckets:3", "max_frames": 120, "world_size": 2, "planning": "global"}
     loader = sl.SeqLoader(src, rank=1, **options)
     plan = loader.planner.global_plan(1, 2)
     it = loader.epoch(1)

@@ -46,7 +46,8 @@ def test_simulation_matches_what_each_rank_loader_delivers(small, options):
     """Per rank and epoch, the simulated steps/seqs/frames/padding equal a real SeqLoader's report
     for that rank (num_workers=0; worker counts don't change content, see the next test)."""
     W = 3
-    planner = planner_of(small, **options)
+    per_key = {k: small.lengths(k) for k in small.keys}
+    planner = make_planner(per_key, sl.PlanOptions(**options), small.tags)  # as the loader (auto)
     epochs = [1, 2]
     sim = simulate(planner, W, 2, epochs)
     lengths = small.lengths("data")

@@ -43,7 +43,7 @@ def write_files(out: Path) -> tuple[list[Path], dict[str, int]]:
     return paths, file_of
 
 
-def planned_steps(paths: list[Path], world: int, epoch: int, planning: str = "global") -> int:
+def planned_steps(paths: list[Path], world: int, epoch: int, planning: str = "auto") -> int:
     loader = sl.SeqLoader(
         sl.HDFSource(paths),
         rank=0,

@@ -129,7 +129,7 @@ def test_files_elastic_state_carries_the_history_and_continues_on_load() -> None
 def test_states_of_the_other_planning_are_refused_by_name() -> None:
     src = corpus(40, 1)
     indexed = sl.SeqLoader(src, ordering="laplace", **PLAN)
-    plain = sl.SeqLoader(src, ordering="laplace", max_seqs=3, max_frames=40)
+    plain = sl.SeqLoader(src, ordering="laplace", max_seqs=3, max_frames=40, planning="global")
     with pytest.raises(ResumeError, match="planning='global'"):
         indexed.load_state_dict(plain.state_dict())
     with pytest.raises(ResumeError, match="planning='indexed'"):

@@ -172,5 +172,7 @@ def test_step_imbalance_is_the_mean_max_over_mean() -> None:
 
 
 def test_buckets_with_a_mix_is_refused_with_the_reason() -> None:
+    """Under global planning (``planning="auto"`` resolves it to indexed, which buckets a mix)."""
     with pytest.raises(OptionError, match="mix: not supported with ordering='buckets:3'"):
-        PlanOptions(ordering="buckets:3", mix={"a": 1.0, "b": 0.5})
+        PlanOptions(ordering="buckets:3", mix={"a": 1.0, "b": 0.5}, planning="global")
+    assert PlanOptions(ordering="buckets:3", mix={"a": 1.0}).resolved_planning == "indexed"

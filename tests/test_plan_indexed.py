@@ -343,9 +343,13 @@ def test_unsupported_options_are_refused_by_name(changes: dict, match: str) -> N
         PlanOptions(**kwargs)
 
 
-def test_default_planning_leaves_fingerprints_unchanged() -> None:
-    assert "planning" not in PlanOptions(ordering="laplace").to_dict()
+def test_global_planning_leaves_fingerprints_unchanged() -> None:
+    """Global plans keep the fingerprints of before the option; the default ``auto`` is recorded
+    as what it resolves to (tests/test_planning_auto.py)."""
+    assert "planning" not in PlanOptions(ordering="laplace", planning="global").to_dict()
+    assert "planning" not in PlanOptions(ordering="sort_bin_shuffle").to_dict()
     assert PlanOptions(ordering="laplace", planning="indexed").to_dict()["planning"] == "indexed"
+    assert PlanOptions(ordering="laplace").to_dict()["planning"] == "indexed"
 
 
 def test_a_prebuilt_index_gives_the_same_plan() -> None:

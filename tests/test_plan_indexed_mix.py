@@ -284,7 +284,8 @@ def test_mix_under_indexed_planning_options() -> None:
     with admitted sequences."""
     PlanOptions(ordering="buckets:3", mix={"a": 2.0}, planning="indexed")
     with pytest.raises(OptionError, match="planning='indexed'"):
-        PlanOptions(ordering="buckets:3", mix={"a": 2.0})
+        PlanOptions(ordering="buckets:3", mix={"a": 2.0}, planning="global")
+    assert PlanOptions(ordering="buckets:3", mix={"a": 2.0}).resolved_planning == "indexed"
     PlanOptions(ordering="laplace", mix={"a": 2.0}, distribution="files", planning="indexed")
     options = PlanOptions(ordering="laplace", mix={"a": 2.0}, planning="indexed", max_seq_length=5)
     with pytest.raises(OptionError, match="needs named corpora"):

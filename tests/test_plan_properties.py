@@ -237,7 +237,9 @@ def test_random_orderings_change_with_epoch_and_seed(
     """Distinct lengths, so only the random draws can make orders equal. Epochs of one full epoch
     share the order (they are its parts); the next full epoch and another seed reshuffle it."""
     lengths = np.random.default_rng(seed).permutation(n) + 1
-    options = PlanOptions(ordering=ordering, seed=seed, partition_epoch=partition_epoch)
+    options = PlanOptions(
+        ordering=ordering, seed=seed, partition_epoch=partition_epoch, planning="global"
+    )
 
     def full_order(planner: Planner, full_epoch: int) -> np.ndarray:
         first = full_epoch * partition_epoch + 1

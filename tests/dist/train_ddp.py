@@ -45,7 +45,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--shar", type=Path, help="read this Lhotse Shar folder (ShardSource)")
     p.add_argument("--distribution", default="shard")
     p.add_argument("--ordering", help="instead of LOADER_OPTIONS' ordering (e.g. buckets:4)")
-    p.add_argument("--planning", default="global", help="global or indexed")
+    p.add_argument("--planning", default="auto", help="auto (the default), global or indexed")
     p.add_argument("--mix", action="store_true", help="two named corpora mixed at MIX_RATES")
     p.add_argument("--audit", action="store_true", help="audit every epoch (gathered over ranks)")
     p.add_argument("--chunking", help="plan chunks (e.g. 4:3); the log names them TAG#CHUNK")
@@ -95,8 +95,7 @@ def make_loader(args: argparse.Namespace, rank: int, world_size: int | None = No
         options["ordering"] = args.ordering
     if args.chunking:
         options["chunking"] = args.chunking
-    if args.planning != "global":
-        options["planning"] = args.planning
+    options["planning"] = args.planning
     n = N_SEQS
     if args.mismatch and rank == 1:
         n -= 1

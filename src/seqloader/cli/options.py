@@ -301,8 +301,9 @@ PLAN_FLAGS: tuple[tuple[str, str, dict], ...] = (
         "planning",
         {
             "choices": PLANNINGS,
-            "help": "global: every rank plans the whole epoch; indexed: each rank draws only its "
-            "own batches (laplace and buckets:N; for very large corpora, docs/planning.md)",
+            "help": "auto (default): indexed wherever it plans the options, else global; global: "
+            "every rank plans the whole epoch (the greedy algorithm); indexed: each rank draws "
+            "only its own batches (docs/planning.md)",
         },
     ),
     (

@@ -51,6 +51,9 @@ def epoch_wise_filter_option(value: object) -> EpochFilter | None:
     """RETURNN's ``epoch_wise_filter`` dict -> a sorted tuple of ``(first, last, max_mean_len)``."""
     if value is None or (isinstance(value, Mapping) and not value):
         return None
+    if isinstance(value, tuple) and all(isinstance(r, tuple) and len(r) == 3 for r in value):
+        # the canonical form itself (dataclasses.replace passes it back): checked as the dict
+        value = {(first, last): {"max_mean_len": mean} for first, last, mean in value}
     if not isinstance(value, Mapping):
         raise OptionError(f"epoch_wise_filter: got {value!r}, {_EWF_EXPECTED}")
     out = []

@@ -238,10 +238,11 @@ class PlanOptions:
     fixed_random_subset_seed: int = 42
     fixed_random_seed: int | None = None
     epoch_wise_filter: EpochFilterOption = None
-    planning: Planning = "global"
+    planning: Planning = field(default="auto", compare=False)
     _parsed: Ordering = field(init=False, repr=False, compare=False)
-    #: ``planning`` with ``auto`` resolved from the options (``resolved_planning``)
-    _resolved: ResolvedPlanning = field(init=False, repr=False, compare=False)
+    #: ``planning`` with ``auto`` resolved from the options (``resolved_planning``): what options
+    #: compare by, so options that plan alike are equal (``PlanOptions(**o.to_dict()) == o``)
+    _resolved: ResolvedPlanning = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.ordering, str):
@@ -366,7 +367,7 @@ class PlanOptions:
     def _indexed_refusal(self) -> str | None:
         """Why indexed planning does not plan these options (None: it does): raised by name, with
         the fix, under ``planning="indexed"``; what resolves ``planning="auto"`` to ``global``."""
-        fix = "use planning='global' (the default) for it"
+        fix = "use planning='global' for it"
         kind = self._parsed.kind
         # greedy cuts of one order: indexed.fixed, indexed.random_order
         fixed = kind in ("default", "reverse", "sorted", "sorted_reverse", "random")

@@ -76,7 +76,7 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
             "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
             "and a source's own orders (RETURNN's CombinedDataset) are not supported: both are "
             "RETURNN's own global order (file pools are planned with seeding='returnn' only), "
-            "which indexed planning does not plan; use planning='global' (the default) for them"
+            "which indexed planning does not plan; use planning='global' for them"
         )
 
 
