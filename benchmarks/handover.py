@@ -66,7 +66,15 @@ def _child(variant: str, batches: int, step_ms: float) -> dict:
         if variant == "fresh-segments":
             handover.MAX_SLOTS = 0
         if variant in ("fresh-segments", "slots"):
-            dataloader_module.ReceivingDataLoader = DataLoader  # type: ignore[misc]
+            from seqloader.torch._compat import shutdown_workers
+
+            class PlainDataLoader(DataLoader):
+                """torch's own iterator (no receiving thread), closed as the library closes."""
+
+                def shutdown(self) -> None:
+                    shutdown_workers(self)
+
+            dataloader_module.ReceivingDataLoader = PlainDataLoader  # type: ignore[misc]
         rng = np.random.default_rng(0)
         distinct = [rng.standard_normal((1200, 40)).astype(np.float32) for _ in range(64)]
         seqs = [distinct[i % 64] for i in range(32 * (batches + 8))]  # 32 per batch
