@@ -6,6 +6,7 @@ from; counters of the process's resources (child processes, file descriptors, sh
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import socket
 import threading
@@ -245,3 +246,16 @@ def describe(processes: list[psutil.Process]) -> str:
         except psutil.NoSuchProcess:
             lines.append(f"pid {p.pid}: exited meanwhile")
     return "; ".join(lines) or "no processes"
+
+
+def children_since(before: set[int]) -> list[psutil.Process]:
+    """``children()`` not in ``before`` (pids from ``settled_children()`` at a test's start)."""
+    return [p for p in children() if p.pid not in before]
+
+
+def settled_children() -> set[int]:
+    """The pids of ``children()`` after a garbage collection: loaders that earlier code dropped
+    without ``close()`` (a docs snippet, a CLI run in-process) stop their workers when collected,
+    so a test's count of its own workers does not depend on when the collector last ran."""
+    gc.collect()
+    return {p.pid for p in children()}

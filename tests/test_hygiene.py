@@ -12,6 +12,7 @@ import pytest
 import seqloader as sl
 from conftest import (
     children,
+    children_since,
     new_shm_entries,
     queue_feeders,
     queue_feeders_done,
@@ -46,7 +47,7 @@ def assert_released(before: dict) -> None:
     feeder threads it started have finished (they close their pipes after ``close()`` returns):
     waits on those events, never on a deadline."""
     gc.collect()  # a loader only garbage-collected shuts its workers down here
-    assert not children()
+    assert not children_since(set(before["children"]))
     drained = threading.Event()  # the release thread has freed the batches handed to it
     later(drained.set)
     drained.wait()
@@ -64,7 +65,7 @@ def test_with_block_stops_persistent_workers_after_an_abandoned_epoch(index_sour
         gen = loader.epoch(2)
         kept = [next(gen), next(gen)]  # batches still referenced when the block ends
         assert sorted(p.pid for p in children()) == pids  # persistent: the same workers
-    assert not children()
+    assert not children_since(set(baseline["children"]))
     del kept, gen
     assert_released(baseline)
 
@@ -77,7 +78,7 @@ def test_loop_raising_inside_with_block_releases_everything(index_source, baseli
         for batch in loader.epoch(1):
             if batch.step == 2:
                 _ = 1 / 0  # the training step fails
-    assert not children()
+    assert not children_since(set(baseline["children"]))
     del batch  # the loop variable still holds the last batch (and its shared memory)
     assert_released(baseline)
 
@@ -106,7 +107,7 @@ def test_close_is_idempotent_and_the_loader_works_again_after_an_abandoned_epoch
     assert summary([next(gen), next(gen)]) == expected[1][:2]
     loader.close()
     loader.close()  # idempotent
-    assert not children()
+    assert not children_since(set(baseline["children"]))
     assert summary(loader.epoch(2)) == expected[2]  # usable again: starts new workers
     del gen
     loader.close()
@@ -125,7 +126,7 @@ def test_close_stops_the_workers_of_an_epoch_whose_generator_lives_on(
     gen = loader.epoch(1)
     assert next(gen).step == 0 and len(children()) == 2
     loader.close()
-    assert not children()
+    assert not children_since(set(baseline["children"]))
     del gen
     assert_released(baseline)
 

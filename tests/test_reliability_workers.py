@@ -19,7 +19,7 @@ import pytest
 from torch._utils import ExceptionWrapper
 
 import seqloader as sl
-from conftest import children, index_corpus, summary
+from conftest import children, children_since, index_corpus, settled_children, summary
 from seqloader import errors
 from seqloader.errors import DataError, SeqLoaderError, WorkerError
 from seqloader.torch._compat import current_iterator, worker_processes
@@ -40,6 +40,7 @@ def resume_rest(src: sl.Source, state: dict, epoch: int = 1) -> list:
 
 
 def test_worker_killed_from_outside_names_worker_and_batch_then_resume_is_exact():
+    before = settled_children()
     src = index_corpus(45)
     ref = reference(src)
     got = []
@@ -65,7 +66,7 @@ def test_worker_killed_from_outside_names_worker_and_batch_then_resume_is_exact(
                 # guards a hang)
                 while it._dispatch.thread.is_alive():
                     time.sleep(0.01)
-    assert not children(), "the with-block must stop the surviving worker"
+    assert not children_since(before), "the with-block must stop the surviving worker"
     e = err.value
     # steps 0..3 consumed; worker 0 holds item 4 (4 % 2 == 0) and the prefetched item 6, and
     # item 8 too once the dispatch thread has taken batch 4 ahead of the loop (torch then sends
@@ -102,6 +103,7 @@ class KillOnce:
 def test_worker_killed_inside_a_transform_then_same_loader_recovers(tmp_path, context):
     """The worker dies while building step 5: the error names exactly that batch (the board of
     what each worker builds), whatever else the worker had been sent."""
+    before = settled_children()
     src = index_corpus(45)
     ref = reference(src)
     step = 5
@@ -129,7 +131,7 @@ def test_worker_killed_inside_a_transform_then_same_loader_recovers(tmp_path, co
     rest = summary(loader.epoch(1))
     assert ref[: state["steps"]] + rest == ref
     loader.close()
-    assert not children()
+    assert not children_since(before)
 
 
 class FailingReads(sl.MemorySource):

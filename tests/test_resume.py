@@ -33,9 +33,10 @@ from conftest import (
     BatchRecord,
     batch_record,
     check_rows,
-    children,
+    children_since,
     describe,
     index_corpus,
+    settled_children,
 )
 from seqloader.errors import ResumeError
 from seqloader.plan import Planner
@@ -387,10 +388,11 @@ def test_resume_with_dataloader_workers(workers: dict, interrupt: str) -> None:
     k = cut(first, len(reference))
     assert 0 <= k <= len(reference)
     make = loader_factory(corpus(47, seed=4), **WORKER_PLAN, **workers)
+    before = settled_children()
     with make(0, 1) as loader:  # the setting really runs worker processes
         batches = loader.epoch(1)
         next(batches)
-        alive = children()
+        alive = children_since(before)
         assert len(alive) == workers["num_workers"], describe(alive)
         batches.close()
     check_chain(make, worlds, [k], WORKER_EPOCHS, enter, reference)
