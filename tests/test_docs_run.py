@@ -59,12 +59,21 @@ def python_blocks(text: str) -> list[Block]:
 def run_blocks(doc: Path, blocks: list[Block]) -> None:
     """Execute the runnable blocks in one namespace; line numbers are the document's."""
     namespace: dict[str, object] = {"__name__": f"doc:{doc.name}"}
-    for block in blocks:
-        if block.not_run is not None:
-            continue
-        # pad so that the code's line numbers are the markdown file's
-        code = compile("\n" * (block.line - 1) + block.code, str(doc), "exec")
-        exec(code, namespace)
+    try:
+        for block in blocks:
+            if block.not_run is not None:
+                continue
+            # pad so that the code's line numbers are the markdown file's
+            code = compile("\n" * (block.line - 1) + block.code, str(doc), "exec")
+            exec(code, namespace)
+    finally:
+        # a document's loaders stop their workers here, not whenever a later test's garbage
+        # collection finds the namespace (its functions refer back to it): the workers of an
+        # unclosed loader in docs/migrating.md held a later test 20 s in torch's shutdown
+        for value in namespace.values():
+            if isinstance(value, sl.SeqLoader):
+                value.close()
+        namespace.clear()
 
 
 # ---- stand-in files, by the names the docs use ----

@@ -12,6 +12,7 @@ the data files, and never fails with a bare buffer error.
 from __future__ import annotations
 
 import json
+import os
 import warnings
 import zlib
 from collections.abc import Callable
@@ -38,6 +39,16 @@ from shard_corpora import index_shar
 
 #: what a damaged store's message must never say (finding 4: blaming the data files)
 BLAMES_DATA = ("changed since the source was opened", "remove the duplicate", "open a new")
+
+
+def put_bytes(path: Path, data: bytes) -> None:
+    """``data`` as the file ``path``, written to a new file renamed over it: a mapping of the old
+    file that a loader not yet collected (or its planning of the next epoch, in the background)
+    still reads keeps its pages. Rewritten in place the file is first truncated, and reading a
+    mapped page past its new end is a SIGBUS (the whole suite died of it once under load)."""
+    new = path.with_name(path.name + ".new")
+    new.write_bytes(data)
+    os.replace(new, path)
 
 
 def flip(path: str | Path, column: str, at: float = 0.5, mask: int = 0x5A) -> None:
@@ -109,10 +120,10 @@ def each_column(
     pristine = store.read_bytes()
     seen = {}
     for column in columns_of(store):
-        store.write_bytes(pristine)
+        put_bytes(store, pristine)
         flip(store, column, at)
         seen[column] = served_or_refused(serve, expected, store, column)
-    store.write_bytes(pristine)
+    put_bytes(store, pristine)
     return seen
 
 
@@ -168,7 +179,7 @@ def test_every_changed_byte_of_a_store_is_rebuilt_or_refused(tmp_path) -> None:
             continue  # padding and the header (one CRC): a sample of them
         damaged = bytearray(pristine)
         damaged[pos] ^= 0x5A
-        path.write_bytes(bytes(damaged))
+        put_bytes(path, bytes(damaged))
         outcome = served_or_refused(lambda: _generic_serve(path), expected, path, "")
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     # padding between columns is served as nothing; every other byte is rebuilt or refused
@@ -181,7 +192,7 @@ def test_each_column_names_itself(tmp_path) -> None:
     expected = _generic_serve(path)
     pristine = path.read_bytes()
     for column in ("len", "pair", "start", "tags.bytes", "tags.offsets"):
-        path.write_bytes(pristine)
+        put_bytes(path, pristine)
         flip(path, column)
         store = ColumnStore(path, "id") if column.startswith(("start", "tags")) else None
         if store is not None:  # lazy columns: refused when the damaged rows are read
@@ -205,7 +216,7 @@ def test_a_header_whose_shape_passes_the_file_is_refused_by_column(tmp_path) -> 
     header["columns"]["len"]["shape"] = [10**9]
     raw = json.dumps(header).encode()
     trailer = np.array([len(raw), zlib.crc32(raw)], "<u8").tobytes() + MAGIC
-    path.write_bytes(data[:offset] + raw + trailer)
+    put_bytes(path, data[:offset] + raw + trailer)
     with pytest.raises(DamagedStore, match=r"column 'len'.*beyond the file") as info:
         ColumnStore(path)
     assert info.value.column == "len"
@@ -221,7 +232,7 @@ def test_a_header_forged_from_another_store_is_refused(tmp_path) -> None:
     oa, _la = _header_range(a)
     ob, _lb = _header_range(b)
     forged = a.read_bytes()[:oa] + b.read_bytes()[ob:]
-    a.write_bytes(forged)
+    put_bytes(a, forged)
     with pytest.raises(DamagedStore, match="sums"):
         ColumnStore(a, "B")
 
@@ -247,13 +258,13 @@ def _hdf_serve(files: list[Path], index: Path) -> object:
     src = sl.HDFSource(files, index_dir=index)
     with src:
         seqs = [src.read(i)["data"] for i in range(len(src))]
-        loader = sl.SeqLoader(src, max_seqs=4)
-        return {
-            "tags": [src.tag(i) for i in range(len(src))],
-            "lengths": src.lengths("data").tolist(),
-            "seqs": seqs,
-            "batches": [b.seq_tags for b in loader.epoch(1)],
-        }
+        with sl.SeqLoader(src, max_seqs=4) as loader:
+            return {
+                "tags": [src.tag(i) for i in range(len(src))],
+                "lengths": src.lengths("data").tolist(),
+                "seqs": seqs,
+                "batches": [b.seq_tags for b in loader.epoch(1)],
+            }
 
 
 def test_hdf_metadata_store(tmp_path) -> None:
@@ -281,7 +292,7 @@ def test_hdf_tag_damaged_into_another_tag_is_not_a_duplicate(tmp_path) -> None:
     data = bytearray(store.read_bytes())
     assert data[offset : offset + 6] == b"a-0a-1"
     data[offset + 5] = ord("0")  # tag 1 'a-1' -> 'a-0'
-    store.write_bytes(bytes(data))
+    put_bytes(store, bytes(data))
     with pytest.raises(DamagedStore, match=r"column 'tags.bytes'") as info:
         _hdf_serve([f], index)
     assert not any(b in str(info.value) for b in BLAMES_DATA)
@@ -355,7 +366,7 @@ def test_bucket_index(tmp_path, monkeypatch) -> None:
     data = bytearray(pristine)
     a, b = offset + 4, offset + nbytes - 8
     data[a : a + 4], data[b : b + 4] = data[b : b + 4], data[a : a + 4]
-    store.write_bytes(bytes(data))
+    put_bytes(store, bytes(data))
     assert served_or_refused(lambda: _indexed_plan(src), expected, store, "members") == "rebuilt"
 
 
@@ -373,7 +384,7 @@ def test_bucket_index_with_another_index_s_header(tmp_path, monkeypatch) -> None
     om, _lm = _header_range(mine)
     ot, _lt = _header_range(theirs)
     body_theirs = theirs.read_bytes()[:ot]
-    mine.write_bytes(body_theirs + mine.read_bytes()[om:])  # their columns under my header
+    put_bytes(mine, body_theirs + mine.read_bytes()[om:])  # their columns under my header
     assert served_or_refused(lambda: _indexed_plan(src), expected, mine, "") == "rebuilt"
 
 
