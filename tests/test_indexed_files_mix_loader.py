@@ -15,12 +15,11 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from conftest import index_corpus
-from test_indexed_mix_loader import check_mix_epochs, marker
+from test_indexed_mix_loader import RATES, check_two_ranks
 from test_resume import check_chain, file_bounds, loader_factory
 
 SIZES = {"a": 23, "b": 17, "c": 13}
 FILES = {"a": 4, "b": 3, "c": 3}
-RATES = {"a": 0.5, "b": 1.0, "c": 2.0}
 
 
 @pytest.fixture(scope="module")
@@ -49,28 +48,7 @@ def test_files_mix_through_workers_exactly_once_per_corpus_epoch(corpora, num_wo
     planned slots (the audit agrees); a at rate 0.5 once, b twice, c four times (whole corpus
     epochs); rows hold their sequence; each use of a sequence draws its own; the report's
     per-corpus counts are what the ranks received (``check_mix_epochs``, as with shard)."""
-    loaders = [
-        sl.SeqLoader(
-            corpora,
-            mix=RATES,
-            distribution="files",
-            ordering="laplace:.4",
-            max_frames=120,
-            partition_epoch=2,
-            planning="indexed",
-            rank=r,
-            world_size=2,
-            num_workers=num_workers,
-            audit=True,
-            transform=marker,
-        )
-        for r in range(2)
-    ]
-    try:
-        check_mix_epochs(loaders, corpora, SIZES, {"a": 1, "b": 2, "c": 4})
-    finally:
-        for loader in loaders:
-            loader.close()
+    check_two_ranks(corpora, SIZES, num_workers, distribution="files", ordering="laplace:.4")
 
 
 def files_mix_corpora(n: int, seed: int) -> sl.ConcatSource:

@@ -46,11 +46,18 @@ def test_indexed_mix_through_workers_exactly_once_per_corpus_epoch(corpora, num_
     planned slots (the audit agrees); a at rate 0.5 once, b twice, c four times (whole corpus
     epochs); rows hold their sequence; two uses of a sequence draw differently; the report's
     per-corpus counts are what the ranks received."""
+    check_two_ranks(corpora, SIZES, num_workers, ordering="buckets:3")
+
+
+def check_two_ranks(
+    corpora: sl.Source, sizes: dict[str, int], num_workers: int, **options: object
+) -> None:
+    """``check_mix_epochs`` on two ranks' loaders of ``corpora`` mixed at ``RATES`` (two
+    sub-epochs, audit on, each use marked by ``marker``), closed after."""
     loaders = [
         sl.SeqLoader(
             corpora,
             mix=RATES,
-            ordering="buckets:3",
             max_frames=120,
             partition_epoch=2,
             planning="indexed",
@@ -59,11 +66,12 @@ def test_indexed_mix_through_workers_exactly_once_per_corpus_epoch(corpora, num_
             num_workers=num_workers,
             audit=True,
             transform=marker,
+            **options,
         )
         for r in range(2)
     ]
     try:
-        check_mix_epochs(loaders, corpora, SIZES, {"a": 1, "b": 2, "c": 4})
+        check_mix_epochs(loaders, corpora, sizes, {"a": 1, "b": 2, "c": 4})
     finally:
         for loader in loaders:
             loader.close()
