@@ -141,12 +141,13 @@ def free_port() -> int:
 
 
 # process-lifetime helpers of multiprocessing, started by whichever test first uses spawn, and the
-# session's server of forked launches (fork_launches.py), started by the first distributed test:
-# not ours
+# session's server of forked launches (fork_launches.py), started by the first distributed test,
+# and moto's S3 server (remote_s3.py), started by the first remote test: not ours
 _HELPERS = (
     "multiprocessing.resource_tracker",
     "multiprocessing.forkserver",
     "launch_fork.py --serve",
+    "-m moto.server",
 )
 
 

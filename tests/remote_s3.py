@@ -1,14 +1,17 @@
-"""A local S3 API for the remote-corpus tests: moto's server on a free port (one per test session),
+"""A local S3 API for the remote-corpus tests: moto's server in its own process (one per test session),
 a fresh bucket per test, files uploaded with s3fs, and index corpora split over several HDF files
 whose frames hold their global sequence index (``conftest.check_rows`` works on them)."""
 
 from __future__ import annotations
 
+import atexit
 import functools
-import logging
 import os
+import re
+import subprocess
+import sys
+import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +19,6 @@ import numpy as np
 import pytest
 
 import seqloader as sl
-from conftest import free_port
 
 pytest.importorskip("moto.server", reason="the remote tests need moto[server] (dev extra)")
 s3fs = pytest.importorskip("s3fs", reason="the remote tests need s3fs (dev extra)")
@@ -62,18 +64,43 @@ def _uploader(endpoint: str):
     return s3fs.S3FileSystem(skip_instance_cache=True, **storage_options(endpoint))
 
 
-@pytest.fixture(scope="session", name="s3_endpoint")
-def s3_endpoint_fixture() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
+@functools.cache
+def _server() -> str:
+    """moto's S3 server in a process of its own, started once per test session.
 
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    port = free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
+    Not a thread of the test process: DataLoader workers forked from it would inherit the
+    server's accepted connections, so a connection the server closed stayed open (no FIN) while
+    such a worker lived, the client reused it from its pool and waited out botocore's read
+    timeout five times (a 300 s hang of ``test_budget_keeps_two_sub_epochs_of_files``, with
+    every server thread idle). The endpoint is read from the server's own start-up line
+    (port 0: the kernel picks a free one), so nothing waits on a deadline."""
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
+    assert proc.stdout is not None
+    seen = []
+    for line in proc.stdout:  # ends at the server's exit, so a failed start is no hang
+        seen.append(line)
+        found = re.search(r"Running on (http://127\.0\.0\.1:\d+)", line)
+        if found:
+            threading.Thread(target=proc.stdout.read, daemon=True, name="moto-output").start()
+            atexit.register(_stop, proc)
+            return found.group(1)
+    raise RuntimeError(f"moto's S3 server exited ({proc.wait()}) before serving: {''.join(seen)}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait()
+
+
+@pytest.fixture(scope="session", name="s3_endpoint")
+def s3_endpoint_fixture() -> str:
+    return _server()
 
 
 @pytest.fixture(name="s3")
