@@ -7,6 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from test_indexed_options_loader import check_own_orders
 from test_resume import check_chain, corpus, loader_factory, real_by_epoch, run_all
 
 PLAN = {"max_seqs": 3, "max_frames": 40, "planning": "indexed"}
@@ -38,3 +39,28 @@ def test_random_k_delivers_one_order_k_epochs_and_another_after() -> None:
     by_epoch = real_by_epoch(run_all(make, 1, 3))
     assert by_epoch[1] == by_epoch[2] != by_epoch[3]
     assert sorted(by_epoch[1]) == sorted(by_epoch[3]) == list(range(40))
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    n=st.integers(0, 45),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["random", "random:2"]),
+    partition_epoch=st.integers(1, 2),
+    world=st.integers(1, 3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_random_seed_offset_delivers_each_ranks_own_order_and_resumes(
+    n, seed, ordering, partition_epoch, world, cuts
+) -> None:
+    """``random_seed_offset``: each rank delivers its own batch order of the one keyed order's
+    cuts (audited), and saves and loads on the same world size deliver the uninterrupted run."""
+    make = loader_factory(
+        corpus(n, seed),
+        **PLAN,
+        ordering=ordering,
+        partition_epoch=partition_epoch,
+        distribution="random_seed_offset",
+        audit=True,
+    )
+    check_own_orders(make, world, cuts, partition_epoch + 1)

@@ -331,8 +331,8 @@ def test_positions_inside_a_batch_are_refused() -> None:
     [
         ({"ordering": "sort_bin_shuffle:.4"}, "ordering='sort_bin_shuffle:.4'"),
         (
-            {"ordering": "random", "distribution": "random_seed_offset"},
-            "ordering='random' with distribution='random_seed_offset'",
+            {"ordering": "random", "distribution": "files"},
+            "ordering='random' with distribution='files'",
         ),
         ({"seeding": "returnn"}, "seeding"),
     ],

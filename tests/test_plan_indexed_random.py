@@ -4,8 +4,8 @@
 The batches are greedy cuts of one random order of the admitted sequences, what global
 planning's ``Batcher`` cuts on that order; the order is the indexed planner's keyed permutation
 of the full epoch (seed, full epoch after ``:K`` grouping), its sub-epoch parts those of global
-planning (``part_bounds``); ``random_seed_offset`` is refused (a rank's own order has its own
-batch count). Every contract
+planning (``part_bounds``); under ``random_seed_offset`` every rank visits those batches in an
+order of its own (``RankBatchOrder``: the same batch count on every rank). Every contract
 holds (``check_plan_contracts``: exactly once in plan order, equal steps, a rank's share alone,
 determinism, ``simulate`` over workers, resume chains ``W -> W' -> W''``).
 """
@@ -15,13 +15,12 @@ from __future__ import annotations
 from itertools import pairwise
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts
-from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
+from seqloader.plan.batches import BatchList
 from seqloader.plan.epochs import EpochIndex, batch_limits, part_bounds
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.bijection import Bijection
@@ -35,7 +34,8 @@ from test_plan_indexed_fixed import cases as fixed_cases
 
 def as_random(case: dict, ordering: str, fixed_seed: int | None) -> dict:
     """A fixed-order case (``test_plan_indexed_fixed.cases``: corpora, limits, filters, parts,
-    ``uneven``, worlds, cuts) as a ``random`` one, sharded (``random_seed_offset`` is refused)."""
+    ``uneven``, worlds, cuts) as a ``random`` one, sharded (``as_seed_offset``: every rank its
+    own batch order)."""
     options = {**case["options"], "ordering": ordering, "distribution": "shard"}
     return {**case, "options": {**options, "fixed_random_seed": fixed_seed}}
 
@@ -162,12 +162,62 @@ def test_the_index_is_the_admitted_sequences_and_keyed_apart_from_laplaces() -> 
     )
 
 
-def test_random_seed_offset_is_refused_with_random_by_name() -> None:
-    """(``files``, ``mix``, chunking, ``epoch_wise_filter``, ``fixed_random_subset``: refused as
-    for the fixed orders, ``test_plan_indexed_fixed``.)"""
-    match = r"ordering='random' with distribution='random_seed_offset'.*distribution='shard'"
-    with pytest.raises(OptionError, match=match):
-        PlanOptions(ordering="random", distribution="random_seed_offset", planning="indexed")
+def as_seed_offset(case: dict) -> dict:
+    """``case`` under ``distribution="random_seed_offset"``."""
+    return {**case, "options": {**case["options"], "distribution": "random_seed_offset"}}
+
+
+def batch_sets(batches: BatchList) -> list[tuple[int, ...]]:
+    return [tuple(batches.seqs[a:b].tolist()) for a, b in pairwise(batches.bounds.tolist())]
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases().map(as_seed_offset))
+def test_random_seed_offset_gives_every_rank_the_cuts_in_its_own_batch_order(case: dict) -> None:
+    """``random_seed_offset``: each rank goes over every admitted sequence once per full epoch
+    (its sub-epochs the keyed order's parts), its batches exactly the greedy cuts of the one
+    keyed order (``shard``'s batches on one rank) in an order of its own, so every rank has the
+    same steps and nothing is dropped; every contract holds (a world size change mid-epoch is
+    refused by name, as for every ``random_seed_offset`` plan)."""
+    planner = indexed(case)
+    shard = indexed({**case, "options": {**case["options"], "distribution": "shard"}})
+    world = case["worlds"][0]
+    for epoch in range(1, planner.options.partition_epoch + 1):
+        want = batch_sets(shard.global_plan(epoch, 1).batches)
+        plan = planner.global_plan(epoch, world)
+        assert plan.steps == len(want) and plan.dropped == 0
+        for rank in range(world):
+            share = plan.rank_share(rank)
+            assert share.real.all()
+            got = batch_sets(share)
+            assert sorted(got) == sorted(want)
+            np.testing.assert_array_equal(share.seqs, planner.rank_order(epoch, rank, world))
+    cut = case["cuts"][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: indexed(case), case["worlds"], cut)
+
+
+def test_random_seed_offset_ranks_visit_the_batches_in_their_own_orders() -> None:
+    """The ranks' orders differ from each other and from ``shard``'s, move with the epoch and
+    the seed, and stay for ``random:K``'s K epochs; a rank's order is computed alone (a fresh
+    planner asked for rank 2 only gives the same)."""
+    lengths = {"data": np.random.default_rng(3).integers(1, 300, 800)}
+    base = {"max_frames": 2000, "planning": "indexed", "distribution": "random_seed_offset"}
+
+    def orders(planner: IndexedPlanner, epoch: int) -> list[list[int]]:
+        return [planner.rank_order(epoch, r, 3).tolist() for r in range(3)]
+
+    planner = IndexedPlanner(lengths, PlanOptions(**base, ordering="random:2"))
+    one = orders(planner, 1)
+    shard = IndexedPlanner(
+        lengths, PlanOptions(**{**base, "distribution": "shard"}, ordering="random:2")
+    )
+    assert len({tuple(o) for o in one}) == 3 and shard.sub_epoch_order(1).tolist() not in one
+    assert orders(planner, 2) == one and orders(planner, 3) != one
+    assert all(sorted(o) == list(range(800)) for o in one)
+    other = IndexedPlanner(lengths, PlanOptions(**base, ordering="random:2", seed=5))
+    assert orders(other, 1) != one
+    fresh = IndexedPlanner(lengths, PlanOptions(**base, ordering="random:2"))
+    assert fresh.rank_order(1, 2, 3).tolist() == one[2]
 
 
 RANDOM_CASES: dict[str, dict] = {
@@ -193,6 +243,16 @@ RANDOM_CASES: dict[str, dict] = {
                     "fixed_random_seed": 2},
         "world": 3,
     },
+    "random W3 random_seed_offset": {
+        "options": {"ordering": "random", "max_frames": 1500,
+                    "distribution": "random_seed_offset"},
+        "world": 3,
+    },
+    "random:2 partition 2 W2 random_seed_offset, filters": {
+        "options": {"ordering": "random:2", "max_frames": 2000, "partition_epoch": 2,
+                    "max_seq_length": 350, "distribution": "random_seed_offset"},
+        "world": 2,
+    },
 }  # fmt: skip
 RANDOM_GOLDEN = {
     "random W3 split": "aeda0857fad0bc5b8b37d67ee3a4dc5ffda1175954c6a66d967d1e3a0a172aaf",
@@ -204,6 +264,13 @@ RANDOM_GOLDEN = {
     ),
     "random W3 packed, fixed_random_seed": (
         "b144496f9f566649fed6a209e1e49c92de43ee21749ad005100bc3fc1bf91a15"
+    ),
+    # added with random + random_seed_offset (refused before under indexed planning)
+    "random W3 random_seed_offset": (
+        "5d87c98a075d3a79189b0f9019eeb7b035ae89b1a706dfbc3ad1d06c7c6396be"
+    ),
+    "random:2 partition 2 W2 random_seed_offset, filters": (
+        "7a5921c85a33bf72126f1b7e23de28d41d8b4fb550343ddba3332e0423aefd58"
     ),
 }
 

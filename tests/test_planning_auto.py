@@ -98,6 +98,23 @@ def test_auto_plans_what_the_resolved_planning_plans(
             assert np.array_equal(a.seqs, b.seqs) and np.array_equal(a.real, b.real)
 
 
+#: combinations that resolved to global before indexed planning planned them (issue 34)
+NEWLY_INDEXED = [
+    {"ordering": "random", "distribution": "random_seed_offset"},
+    {"ordering": "random:2", "distribution": "random_seed_offset", "partition_epoch": 2},
+]
+
+
+@pytest.mark.parametrize("options", NEWLY_INDEXED, ids=str)
+def test_newly_planned_combinations_resolve_to_indexed(options: dict) -> None:
+    """Each is accepted by ``planning="indexed"`` and so resolved to it by ``auto`` (with the
+    source declaring nothing more), planned by the indexed planner."""
+    auto = PlanOptions(max_frames=40, **options)
+    assert auto.resolved_planning == "indexed"
+    planner = make_planner({"data": np.arange(1, 30)}, auto)
+    assert planner.options.planning == "indexed" and planner.global_plan(1, 2).steps > 0
+
+
 def resolved_for(inputs: PlanInputs) -> str:
     return resolve_planning(inputs).options.planning
 

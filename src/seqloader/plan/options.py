@@ -398,13 +398,6 @@ class PlanOptions:
                 "epoch_wise_filter or fixed_random_subset (a fixed or random order's greedy cuts "
                 "are made for the whole admitted corpus, sharded)",
             ),
-            (
-                kind == "random" and self.distribution == "random_seed_offset",
-                f"ordering={self.ordering!r} with distribution='random_seed_offset' (each rank's "
-                "own random order cuts its own number of batches, and equal steps would need "
-                "every rank's cuts on every rank: O(world_size x n) per rank); use "
-                "distribution='shard' (one keyed random order, every rank its share)",
-            ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (
                 self.chunking is not None

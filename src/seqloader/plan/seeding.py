@@ -24,6 +24,7 @@ PURPOSE_VARIANTS = 15  # length variants (planned speed perturbation): each sequ
 PURPOSE_INDEXED_RANK = 16  # planning="indexed", random_seed_offset: a rank's own draws
 PURPOSE_INDEXED_ORDER = 17  # planning="indexed", ordering="random": each epoch's keyed order
 PURPOSE_INDEXED_FILES_MIX = 18  # planning="indexed", mix over files: file streams, epoch shuffle
+PURPOSE_INDEXED_BATCH_ORDER = 19  # indexed random + random_seed_offset: a rank's batch order
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

@@ -170,7 +170,8 @@ class SeedOffset(_Table):
     """``distribution="random_seed_offset"``: rank ``r`` plans the whole sub-epoch alone with its
     own draws (order rank ``r``). Every rank holds the same sequences per bucket, hence the same
     batch count: equal steps, nothing dropped (``epoch_wise_filter`` with sub-epochs: every
-    rank's sub-epoch is one shared set, filtered alike, in the rank's own order)."""
+    rank's sub-epoch is one shared set, filtered alike, in the rank's own order; ``random``: the
+    one keyed order's greedy batches, in the rank's own batch order, ``RankBatchOrder``)."""
 
     name = "random_seed_offset"
     own_orders = True
@@ -197,9 +198,10 @@ class SeedOffset(_Table):
             return IndexedPlan(table, p.draw(epoch, True, rank), 1, 0, p.options.uneven, p.units)
 
         def consumed(steps: int) -> int:
-            if not p.options.parsed_ordering.is_buckets:  # every rank the same table
+            ordering = p.options.parsed_ordering
+            if not (ordering.is_buckets or ordering.kind == "random"):  # the same table
                 return world_size * first.seqs_before(steps)
-            tables = (p.table(epoch, 1, r) for r in range(world_size))  # runs: own order
+            tables = (p.table(epoch, 1, r) for r in range(world_size))  # runs, batches: own
             return sum(t.seqs_before(steps) for t in tables)
 
         def planned_costs(rank: int, bucket_costs: np.ndarray) -> np.ndarray:

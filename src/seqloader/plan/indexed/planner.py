@@ -104,7 +104,7 @@ from seqloader.plan.indexed.plan import (
     SortedWindows,
     ranges,
 )
-from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder
+from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder, RankBatchOrder
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import USES_DTYPE, Corpora, CorpusProgress, EpochMix, mixed_corpora
@@ -114,6 +114,7 @@ from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
     PURPOSE_FILES,
     PURPOSE_FIXED_ORDER,
+    PURPOSE_INDEXED_BATCH_ORDER,
     PURPOSE_INDEXED_FILES,
     PURPOSE_INDEXED_FILES_ORDER,
     PURPOSE_INDEXED_MEMBERS,
@@ -289,8 +290,8 @@ class IndexedPlanner:
         self._fixed, self._random = corpus.fixed, corpus.random
         self._limits, self._batch_lengths = corpus.limits, corpus.batch_lengths
         self._fixed_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
-        #: random: the greedy cuts of each epoch's keyed order, the last (epoch, order rank) kept
-        self._random_kept: tuple[tuple[int, int], tuple[BoundsTable, FixedDraw]] | None = None
+        #: random: the greedy cuts of each epoch's keyed order, the last epoch's kept
+        self._random_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
 
     def _take_selections(self, selections: Sequence[EpochSelection]) -> None:
         """Epoch selections (``seqloader.plan.selections``), applied to each sub-epoch's lists
@@ -318,20 +319,25 @@ class IndexedPlanner:
     def _random_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, FixedDraw]:
         """``random``: sub-epoch ``ep``'s batch table and draw, the greedy cuts of its part of
         the full epoch's keyed order (``RandomOrder``), cut here in blocks: O(n / P) time per
-        part, the part's bounds held (kept for the last (epoch, order rank) asked)."""
+        part, the part's bounds held (kept for the last epoch asked). Every rank cuts the one
+        order; under ``random_seed_offset`` a rank visits its batches in its own keyed order
+        (``RankBatchOrder``: the same batch count on every rank)."""
         kept = self._random_kept
-        if kept is not None and kept[0] == (ep.epoch, order_rank):
-            return kept[1]
-        words = (*self._head_of(order_rank), PURPOSE_INDEXED_ORDER, self._seed_epoch(ep))
-        order = RandomOrder(self.index, words)
-        lo, hi = part_bounds(order.size, self.options.partition_epoch, ep.part)
-        batcher = cut_batcher(self._limits)
-        bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
-        self._random_kept = (
-            (ep.epoch, order_rank),
-            (BoundsTable(bounds), FixedDraw(order, bounds, lo)),
-        )
-        return self._random_kept[1]
+        if kept is None or kept[0] != ep.epoch:
+            words = (*self._head, PURPOSE_INDEXED_ORDER, self._seed_epoch(ep))
+            order = RandomOrder(self.index, words)
+            lo, hi = part_bounds(order.size, self.options.partition_epoch, ep.part)
+            batcher = cut_batcher(self._limits)
+            bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
+            kept = self._random_kept = (
+                ep.epoch,
+                (BoundsTable(bounds), FixedDraw(order, bounds, lo)),
+            )
+        table, draw = kept[1]
+        if not self.distribution.own_orders:
+            return table, draw
+        own = (PURPOSE_INDEXED_BATCH_ORDER, self._seed_epoch(ep), ep.part)
+        return RankBatchOrder(table.bounds, (*self._head_of(order_rank), *own)), draw
 
     def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, FixedDraw]:
         """The fixed or random ordering's sub-epoch: its greedy batch table and draw."""
