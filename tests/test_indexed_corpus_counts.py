@@ -105,12 +105,12 @@ def test_files_corpus_counts_equal_counting_the_drawn_order(
             want = corpora.counts(planner.sub_epoch_order(epoch))
         except OptionError:  # fewer files with sequences than sub-epochs: refused
             return
-        members = planner._members_of
-        planner._members_of = _refused  # type: ignore[method-assign]
+        members = planner.distribution.members_of
+        planner.distribution.members_of = _refused  # type: ignore[method-assign]
         try:
             got = [slots for _, slots, _ in planner.corpus_plan(epoch)]
         finally:
-            planner._members_of = members  # type: ignore[method-assign]
+            planner.distribution.members_of = members  # type: ignore[method-assign]
         assert got == want.tolist()
 
 

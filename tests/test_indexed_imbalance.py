@@ -58,7 +58,7 @@ def test_shard_table_figure_equals_the_whole_list_at_planned_costs(
 @given(cases("files"), st.floats(0, 1))
 def test_files_rankwise_figure_equals_the_whole_list(case: dict, cut: float) -> None:
     planner = planner_of(case)
-    used = int(planner._file_counts.astype(bool).sum())
+    used = int(planner.distribution.file_counts.astype(bool).sum())
     assume(not 0 < used < case["options"].partition_epoch * case["world"])  # refused: too few
     plan = planner.global_plan(1, case["world"])
     assert isinstance(plan, RankwisePlan)
@@ -73,9 +73,9 @@ def group_costs_per_sequence(
     """Per sequence of the segment's sub-epoch, the planned cost of its unit: the largest bucket
     cost among the buckets its old rank's run reaches (its members drawn, old rank by old rank;
     each bucket's cost written out from the lengths of the run's members)."""
-    units = planner._segment_at(epoch, world, history).units
+    units = planner.distribution._segment_at(epoch, world, history).units
     per_bucket = bucket_costs(planner)
-    members = planner._members_of(units)
+    members = planner.distribution.members_of(units)
     out = np.zeros(len(planner.lengths), dtype=np.int64)
     for r in np.unique(units.rank).tolist():
         seqs, starts = members(r)

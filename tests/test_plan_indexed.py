@@ -158,7 +158,7 @@ def test_resume_chain_with_world_size_changes(case: dict) -> None:
 
 def files_fit(planner: IndexedPlanner, world: int) -> bool:
     """Whether a files plan of ``world`` ranks is allowed (enough files holding sequences)."""
-    have = int(planner._file_counts.astype(bool).sum())
+    have = int(planner.distribution.file_counts.astype(bool).sum())
     return have == 0 or have >= planner.options.partition_epoch * world
 
 
@@ -218,7 +218,7 @@ def test_laplace_replay_by_blocks_equals_rank_by_rank(case, ordering, cut, world
         return
     plan = planner.global_plan(1, first)
     history = ((first, min(plan.steps, cut * plan.steps // 2)),) if cut else ()
-    seg = planner._segment_at(1, world if history else first, history)
+    seg = planner.distribution._segment_at(1, world if history else first, history)
     for steps in range(seg.steps + 1):
         np.testing.assert_array_equal(seg.consumed(steps), seg.consumed_rank_by_rank(steps))
 
@@ -298,13 +298,13 @@ def test_files_elastic_resume_1024_to_768_draws_few_old_ranks() -> None:
     plan = planner.global_plan(1, 1024)
     position = Position(1, 0, 1024, plan.steps // 2)
     drawn: list[int] = []
-    members = planner._members_of
+    members = planner.distribution.members_of
 
     def counted(units):  # the old ranks whose members are drawn
         draw = members(units)
         return lambda r: (drawn.append(r), draw(r))[1]
 
-    planner._members_of = counted  # type: ignore[method-assign]
+    planner.distribution.members_of = counted  # type: ignore[method-assign]
     rest, position = continue_plan(planner, position, 768)
     assert len(rest.rank_share(517)) == rest.steps
     assert 1 <= len(set(drawn)) == len(drawn) <= 3

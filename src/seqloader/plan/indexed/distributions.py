@@ -10,12 +10,15 @@ is the model).
   own draws (its order rank); every rank holds the same sequences per bucket, hence the same
   batch count. Starts only at 0.
 - ``Files`` (``"files"``): whole files per rank from the per-(file, bucket) counts
-  (``seqloader.plan.indexed.files``); resumes elastically from its segment history.
+  (``seqloader.plan.indexed.files_distribution``, which holds all of indexed planning's files
+  code); resumes elastically from its segment history.
 
 Each also answers what else differs between them: the key words of an order rank's draws
 (``head``), the world sizes it serves (``check_world``), the size and order of a sub-epoch
-(``order_size``, ``sub_epoch_order``, ``sub_epoch_units``) and one rank's own order
-(``rank_order``). ``distribution_of(planner)`` picks one from ``DISTRIBUTIONS``, so
+(``order_size``, ``sub_epoch_order``, ``sub_epoch_units``), one rank's own order
+(``rank_order``), the mix over its units (``make_mix``), the sub-epoch's sequences per corpus
+(``corpus_counts``) and, for the audit, a files plan's drawn history (``files_plan``,
+``sub_epoch_files``: the others refuse). ``distribution_of(planner)`` picks one from ``DISTRIBUTIONS``, so
 ``IndexedPlanner`` holds no branch per distribution.
 """
 
@@ -27,33 +30,28 @@ from typing import Protocol
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import START, At, refuse_history
-from seqloader.plan.files import refuse_files_start
 from seqloader.plan.indexed.batch_table import BatchTable
-from seqloader.plan.indexed.chunks import ChunkBuckets
+from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.fixed import BoundsTable
+from seqloader.plan.indexed.mix import IndexedMix
 from seqloader.plan.indexed.plan import Draw, IndexedPlan, RankwisePlan
-from seqloader.plan.options import PlanOptions
+from seqloader.plan.mix import Corpora, EpochMix
 from seqloader.plan.seeding import PURPOSE_INDEXED_RANK
 
 #: a segment of an epoch: (all ranks' plan, units consumed by the segments before it)
 Segment = tuple[EpochPlan, int]
 
 
-class IndexedPlanner(Protocol):
+class IndexedPlanner(FilesPlanner, Protocol):
     """What a distribution asks of the indexed planner: the sub-epoch's batch table and draw
-    (``Shard``, ``SeedOffset``) or its files' segments (``Files``)."""
+    (``Shard``, ``SeedOffset``) or its files' index (``Files``)."""
 
     @property
-    def options(self) -> PlanOptions: ...
-
-    @property
-    def units(self) -> ChunkBuckets | None: ...
-
-    @property
-    def files(self) -> np.ndarray | None: ...
+    def admitted_mask(self) -> np.ndarray | None: ...
 
     def table(self, epoch: int, group: int, order_rank: int = 0) -> BatchTable | BoundsTable: ...
 
@@ -61,17 +59,7 @@ class IndexedPlanner(Protocol):
 
     def sub_epoch_size(self, epoch: int) -> int: ...
 
-    def check_files(self, world_size: int) -> None: ...
-
-    def files_plan_segment(
-        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
-    ) -> tuple[EpochPlan, int]: ...
-
-    def files_order_size(self, epoch: int) -> int: ...
-
-    def files_order(self, epoch: int, world_size: int) -> np.ndarray: ...
-
-    def files_units(self, epoch: int, world_size: int) -> ChunkUnits: ...
+    def table_corpus_counts(self, epoch: int) -> np.ndarray: ...
 
 
 class Distribution(Protocol):
@@ -107,6 +95,24 @@ class Distribution(Protocol):
 
     def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
         """The order rank ``rank`` plans alone (its own draws)."""
+        ...
+
+    def make_mix(self, corpora: Corpora) -> EpochMix:
+        """The mix over this distribution's units (``mix=``)."""
+        ...
+
+    def corpus_counts(self, epoch: int) -> np.ndarray:
+        """Unmixed: ``epoch``'s sequences per corpus -> int64 ``[C]``, without its order."""
+        ...
+
+    def files_plan(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[EpochPlan, np.ndarray]:
+        """``files``: (the segment's plan, the units consumed before it, drawn: O(n))."""
+        ...
+
+    def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
+        """``files``: (units, file of each unit) of ``epoch`` (O(n))."""
         ...
 
 
@@ -150,6 +156,32 @@ class _Table:
         raise OptionError(
             "planning='indexed' orders a rank alone only under random_seed_offset (no file pools)"
         )
+
+    def make_mix(self, corpora: Corpora) -> EpochMix:
+        """Per (corpus, bucket) streams (``IndexedMix``)."""
+        p = self.planner
+        assert p.options.mix is not None
+        return IndexedMix(
+            p.options.seed, p.options.mix, corpora, p.index, p.lengths, p.admitted_mask
+        )
+
+    def corpus_counts(self, epoch: int) -> np.ndarray:
+        return self.planner.table_corpus_counts(epoch)
+
+    def files_plan(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[EpochPlan, np.ndarray]:
+        raise _not_files(self.name)
+
+    def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
+        raise _not_files(self.name)
+
+
+def _not_files(name: str) -> OptionError:
+    return OptionError(
+        f"distribution={name!r} plans no files; the files of a sub-epoch exist only under "
+        "distribution='files' (Fix: set distribution='files' and give the source's file layout)"
+    )
 
 
 class Shard(_Table):
@@ -220,44 +252,6 @@ class SeedOffset(_Table):
             chunked=p.units is not None,
         )
         return plan, 0
-
-
-class Files:
-    """``distribution="files"``: whole files per rank, planned from counts
-    (``seqloader.plan.indexed.files``; the planner keeps the files' units and segments)."""
-
-    name = "files"
-    own_orders = False
-
-    def __init__(self, planner: IndexedPlanner) -> None:
-        assert planner.files is not None, "Files needs the source's file layout"
-        self.planner = planner
-
-    def segment(self, epoch: int, world_size: int, at: At = START) -> Segment:
-        refuse_files_start(at.start)
-        return self.planner.files_plan_segment(epoch, world_size, at.history)
-
-    def check_world(self, world_size: int) -> None:
-        """Refuse fewer files than ``partition_epoch * world_size``."""
-        self.planner.check_files(world_size)
-
-    def head(self, head: tuple[int, ...], order_rank: int) -> tuple[int, ...]:
-        return head
-
-    def order_size(self, epoch: int, world_size: int) -> int:
-        return self.planner.files_order_size(epoch)
-
-    def sub_epoch_order(self, epoch: int, order_rank: int, world_size: int) -> np.ndarray:
-        """The plan's real sequences, then what ``drop`` leaves out (chunked: a slot a chunk)."""
-        return self.planner.files_order(epoch, world_size)
-
-    def sub_epoch_units(self, epoch: int, order_rank: int, world_size: int) -> ChunkUnits:
-        return self.planner.files_units(epoch, world_size)
-
-    def rank_order(self, epoch: int, rank: int, world_size: int) -> np.ndarray:
-        raise OptionError(
-            "planning='indexed' orders a rank alone only under random_seed_offset (no file pools)"
-        )
 
 
 #: the distributions by ``PlanOptions.distribution``

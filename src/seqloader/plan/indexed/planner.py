@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from itertools import pairwise
@@ -46,7 +46,6 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
 from seqloader.plan.chunks import chunk_counts
 from seqloader.plan.cost import PlannedImbalance
-from seqloader.plan.edges import WINDOW_BATCHES
 from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
 from seqloader.plan.epochs import (
     Admission,
@@ -55,14 +54,9 @@ from seqloader.plan.epochs import (
     check_fit_alone,
     part_bounds,
     part_cut,
-    replay_history,
 )
 from seqloader.plan.files import (
-    assign_lpt,
-    check_file_count,
-    epoch_files,
     files_read,
-    units_of,
 )
 from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.indexed.batch_table import BatchTable, bucket_runs, laplace_bins
@@ -73,8 +67,7 @@ from seqloader.plan.indexed.chunks import (
 )
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.distributions import Distribution, distribution_of
-from seqloader.plan.indexed.files import Segment, Units
-from seqloader.plan.indexed.files_mix import FilesMix, Pieces
+from seqloader.plan.indexed.files_mix import FilesMix
 from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, mean_len_cut, selected
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
@@ -102,21 +95,16 @@ from seqloader.plan.indexed.plan import (
     MemberDraw,
     RankwisePlan,
     SortedWindows,
-    ranges,
 )
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder, RankBatchOrder
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
-from seqloader.plan.mix import USES_DTYPE, Corpora, CorpusProgress, EpochMix, mixed_corpora
+from seqloader.plan.mix import USES_DTYPE, CorpusProgress, EpochMix, mixed_corpora
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.ordering import argsort_by
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
-    PURPOSE_FILES,
     PURPOSE_FIXED_ORDER,
     PURPOSE_INDEXED_BATCH_ORDER,
-    PURPOSE_INDEXED_FILES,
-    PURPOSE_INDEXED_FILES_ORDER,
     PURPOSE_INDEXED_MEMBERS,
     PURPOSE_INDEXED_ORDER,
     PURPOSE_INDEXED_RUNS,
@@ -242,7 +230,7 @@ class IndexedPlanner:
         self._mask, self._filtered, self._examples = c.mask, c.filtered, c.examples
         self._chunking, self._extra = c.chunking, c.extra
         self._take_cut_orders(c)
-        self._head = draw_head(options)
+        self.head = draw_head(options)
         #: how a sub-epoch is shared among ranks (``seqloader.plan.indexed.distributions``)
         self.distribution: Distribution = distribution_of(self)
         #: ((epoch, order rank), its epoch_wise_filter cut)
@@ -250,38 +238,16 @@ class IndexedPlanner:
         self._sums: np.ndarray | None = None  # per bucket length sums (epoch_wise_filter)
         self.mix: EpochMix | None = None
         self.corpora = corpora = i.corpora
-        self._units_kept: tuple[tuple[int, int, int], Units] | None = None
-        self._segments_kept: tuple[tuple[int, int, int] | None, dict[tuple, Segment]] = (None, {})
         self.k = batch_sizes(self.longest, options.cost, options.max_seqs, self.budget)  # [N]
         if (packed := packed_budget(c.limits)) is not None:  # quadratic cost and a packed limit
             longest = np.asarray(self.longest, dtype=np.int64)
             self.k = tighter(self.k, sizes_for_units(longest, options.max_seqs, packed))
         self._limit_other_keys(i.lengths, c.limits, i.tags)
-        if self.files is not None:
-            assert c.index.file_counts is not None
-            self._file_counts = c.index.file_counts.sum(axis=1)
-            self._file_frames = np.asarray(c.index.file_frames, dtype=np.int64)
         if options.mix is not None:
             corpora = mixed_corpora(options.mix, corpora, origin)
-            self.mix = self._make_mix(options, corpora, c.index, origin)
+            self.mix = self.distribution.make_mix(corpora)
             self._extra += b"mix" + repr(corpora.names).encode() + corpora.bounds.tobytes()
         self._take_selections(i.selections)
-
-    def _make_mix(
-        self, options: PlanOptions, corpora: Corpora, index: BucketIndex, origin: str
-    ) -> EpochMix:
-        """The mix: per (corpus, bucket) streams (``IndexedMix``), or under ``files`` per-corpus
-        streams of file pieces (``FilesMix``)."""
-        assert options.mix is not None
-        if self.files is None:
-            return IndexedMix(options.seed, options.mix, corpora, index, self.lengths, self._mask)
-        seq_counts = self._file_counts  # admitted sequences per file (chunked: the chunks')
-        if self.units is not None:
-            seq_counts = _admitted_per_file(self.files, self._mask)
-        return FilesMix(
-            options.seed, options.mix, corpora, self.files, seq_counts,
-            self._file_frames, self.lengths, self._mask, origin,
-        )  # fmt: skip
 
     def _take_cut_orders(self, corpus: AdmittedCorpus) -> None:
         """Orderings batched by global planning's greedy cuts (the fixed ones, random): the
@@ -324,7 +290,7 @@ class IndexedPlanner:
         (``RankBatchOrder``: the same batch count on every rank)."""
         kept = self._random_kept
         if kept is None or kept[0] != ep.epoch:
-            words = (*self._head, PURPOSE_INDEXED_ORDER, self._seed_epoch(ep))
+            words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
             order = RandomOrder(self.index, words)
             lo, hi = part_bounds(order.size, self.options.partition_epoch, ep.part)
             batcher = cut_batcher(self._limits)
@@ -336,7 +302,7 @@ class IndexedPlanner:
         table, draw = kept[1]
         if not self.distribution.own_orders:
             return table, draw
-        own = (PURPOSE_INDEXED_BATCH_ORDER, self._seed_epoch(ep), ep.part)
+        own = (PURPOSE_INDEXED_BATCH_ORDER, self.seed_epoch(ep), ep.part)
         return RankBatchOrder(table.bounds, (*self._head_of(order_rank), *own)), draw
 
     def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, FixedDraw]:
@@ -396,7 +362,7 @@ class IndexedPlanner:
         return out
 
     # ---- the sub-epoch's batches ----
-    def _seed_epoch(self, ep: EpochIndex) -> int:
+    def seed_epoch(self, ep: EpochIndex) -> int:
         """The full epoch whose draws ``ep`` uses (``:K`` grouping; ``fixed_random_seed``: 0,
         every epoch the same draws, keyed by ``_head``)."""
         if self.options.fixed_random_seed is not None:
@@ -406,7 +372,7 @@ class IndexedPlanner:
     def _head_of(self, order_rank: int) -> tuple[int, ...]:
         """The first key words of ``order_rank``'s draws: ``_head``, and under
         ``random_seed_offset`` the rank's own (each rank its own draws of the whole data)."""
-        return self.distribution.head(self._head, order_rank)
+        return self.distribution.head(self.head, order_rank)
 
     def _counts(
         self, ep: EpochIndex, order_rank: int = 0
@@ -448,8 +414,8 @@ class IndexedPlanner:
         )
 
     def _member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
-        head = self._head if self._shared_sets else self._head_of(order_rank)
-        words = (*head, PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
+        head = self.head if self._shared_sets else self._head_of(order_rank)
+        words = (*head, PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep))
         if self.units is not None:  # chunks: drawn as codes
             return MemberDraw(self.units, self.units.starts, offsets, words)
         return MemberDraw(self.index.members, self.index.starts, offsets, words)
@@ -526,7 +492,7 @@ class IndexedPlanner:
                 kept[g] = low - before[g]
                 kept[g + 1 :] = 0
         units = self.units.kept(kept)
-        words = (*self._head_of(order_rank), PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep))
+        words = (*self._head_of(order_rank), PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep))
         draw = MemberDraw(units, units.starts, np.zeros(len(units.counts), np.int64), words)
         return EpochCut(units.counts, draw, dropped)
 
@@ -540,7 +506,7 @@ class IndexedPlanner:
         counts, _, sizes = self._counts(ep, order_rank)
         ordering = self.options.parsed_ordering
         if ordering.is_buckets:
-            words = (PURPOSE_INDEXED_RUNS, self._seed_epoch(ep), ep.part)
+            words = (PURPOSE_INDEXED_RUNS, self.seed_epoch(ep), ep.part)
             return bucket_runs(counts, sizes, group, rng_for(*self._head_of(order_rank), *words))
         return laplace_bins(counts, sizes, ordering.num_bins(int(counts.sum())))
 
@@ -560,7 +526,7 @@ class IndexedPlanner:
         else:
             draw = self._member_draw(ep, offsets, order_rank)
         if self._shared_sets:  # the shared sub-epoch set in the rank's own order
-            words = (PURPOSE_INDEXED_MEMBERS, self._seed_epoch(ep), ep.part)
+            words = (PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep), ep.part)
             draw = RankOrderDraw(draw, counts, (*self._head_of(order_rank), *words))
         if not windows:
             return draw
@@ -576,62 +542,9 @@ class IndexedPlanner:
         """Units of ``epoch`` from the buckets' counts (not ``files``)."""
         return int(self._counts(EpochIndex(epoch, self.options.partition_epoch))[0].sum())
 
-    def files_order_size(self, epoch: int) -> int:
-        """``files``: the admitted units of the sub-epoch's files."""
-        ep = EpochIndex(epoch, self.options.partition_epoch)
-        if isinstance(self.mix, FilesMix):
-            pieces = self._pieces(ep)
-            if self.units is None:
-                return int(pieces.count.sum())
-            whole = self._whole_pieces(pieces)  # chunks: whole files from the table
-            rest = len(self._piece_units(pieces.take(np.flatnonzero(~whole)))[0])
-            return int(self._file_counts[pieces.file[whole]].sum()) + rest
-        return int(self._file_counts[self._part_files(ep)].sum())
-
-    def _pieces(self, ep: EpochIndex) -> Pieces:
-        """A mix over files: sub-epoch ``ep``'s file pieces (``FilesMix.sub_epoch``)."""
-        assert isinstance(self.mix, FilesMix)
-        return self.mix.sub_epoch(ep.full_epoch, ep.part, self.options.partition_epoch)
-
-    def _mix_files_order(self, epoch: int, world_size: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """A mix over files: the plan's real units, then what ``drop`` leaves out -> (sequence,
-        chunk or None) of each (O(n / P): for checks and tests)."""
-        b = self.files_plan(epoch, world_size)[0].batches
-        assert b.uses is not None
-        real = b.seqs[b.real]
-        if self.units is not None and b.chunks is not None:
-            real = real * self.units.stride + b.chunks[b.real]
-        real = b.uses[b.real].astype(np.int64) * self._code_span + real
-        pieces = self._pieces(EpochIndex(epoch, self.options.partition_epoch))
-        whole = self._piece_codes_of(pieces)[0]
-        rest = np.concatenate([real, whole[~np.isin(whole, real)]]) % self._code_span
-        if self.units is None:
-            return rest, None
-        return self.units.split(rest)
-
-    def _part_files(self, ep: EpochIndex) -> np.ndarray:
-        """The files of sub-epoch ``ep`` in the epoch's shuffled order (as global planning)."""
-        rng = rng_for(*self._head, PURPOSE_FILES, self._seed_epoch(ep))
-        parts = self.options.partition_epoch
-        return epoch_files(self._file_frames, self._file_counts, parts, rng).part(ep.part)
-
     def sub_epoch_order(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> np.ndarray:
         """The sub-epoch's sequences in plan order (O(n): for checks and tests)."""
         return self.distribution.sub_epoch_order(epoch, order_rank, world_size)
-
-    def files_order(self, epoch: int, world_size: int) -> np.ndarray:
-        """``files``: the plan's real sequences, then what ``drop`` leaves out (chunked: one
-        slot per chunk; a mix over files: its real slots, then what ``drop`` leaves out)."""
-        if self.units is not None:
-            return self.files_units(epoch, world_size).seqs
-        if isinstance(self.mix, FilesMix):
-            return self._mix_files_order(epoch, world_size)[0]
-        plan = self.files_plan(epoch, world_size)[0]
-        real = plan.batches.seqs[plan.batches.real]
-        if not plan.dropped:
-            return real
-        whole = self.sub_epoch_files(epoch)[0].seqs
-        return np.concatenate([real, whole[~np.isin(whole, real)]])
 
     def sub_epoch_units(self, epoch: int, order_rank: int = 0, world_size: int = 1) -> ChunkUnits:
         """Chunking: the sub-epoch's chunks in plan order (``order_rank``: the rank's own under
@@ -639,31 +552,15 @@ class IndexedPlanner:
         for checks. ``files``: the plan's real chunks, then what ``drop`` leaves out."""
         return self.distribution.sub_epoch_units(epoch, order_rank, world_size)
 
-    def files_units(self, epoch: int, world_size: int) -> ChunkUnits:
-        assert self.chunks is not None
-        if isinstance(self.mix, FilesMix):
-            seqs, chunks = self._mix_files_order(epoch, world_size)
-            assert chunks is not None
-            return ChunkUnits(seqs, chunks, {})
-        b = self.files_plan(epoch, world_size)[0].batches
-        seqs, chunks = b.seqs[b.real], np.asarray(b.chunks, dtype=np.int64)[b.real]
-        whole = self.chunks.expand(self.sub_epoch_files(epoch)[0].seqs)
-        ids = self.chunks.unit_ids(whole.seqs, whole.chunks)
-        rest = ~np.isin(ids, self.chunks.unit_ids(seqs, chunks))
-        return ChunkUnits(
-            np.concatenate([seqs, whole.seqs[rest]]),
-            np.concatenate([chunks, whole.chunks[rest]]),
-            {},
-        )
-
     def sub_epoch_slots(
         self, epoch: int, order_rank: int = 0
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """(``sub_epoch_order``, the corpus epoch of each slot or None unmixed); O(n). A mix
         over files: its pieces' slots, piece after piece."""
         if isinstance(self.mix, FilesMix):
-            ep = EpochIndex(epoch, self.options.partition_epoch)
-            seqs, uses, _ = self.mix.slots(self._pieces(ep))
+            parts = self.options.partition_epoch
+            ep = EpochIndex(epoch, parts)
+            seqs, uses, _ = self.mix.slots(self.mix.sub_epoch(ep.full_epoch, ep.part, parts))
             return seqs, uses.astype(USES_DTYPE)
         table = self.table(epoch, 1)
         batches = IndexedPlan(table, self.draw(epoch), 1, 0, "pad", self.units).batches
@@ -671,16 +568,19 @@ class IndexedPlanner:
 
     def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
         """Per corpus its slots in ``epoch`` (all ranks) and, mixed, its progress at the
-        sub-epoch's end: from the mix's count tables (unmixed: ``_corpus_counts``)."""
+        sub-epoch's end: from the mix's count tables (unmixed: the distribution's
+        ``corpus_counts``)."""
         if self.corpora is None:
             return []
         if isinstance(self.mix, FilesMix):  # from the pieces' counts
             parts, n_c = self.options.partition_epoch, len(self.corpora.names)
             ep = EpochIndex(epoch, parts)
             first = ep.full_epoch * parts + 1  # this full epoch's sub-epochs up to this one
+            eps = (EpochIndex(e, parts) for e in range(first, epoch + 1))
+            pieces = (self.mix.sub_epoch(e.full_epoch, e.part, parts) for e in eps)
             per = [
                 np.bincount(p.corpus, weights=p.count, minlength=n_c).astype(np.int64)
-                for p in (self._pieces(EpochIndex(e, parts)) for e in range(first, epoch + 1))
+                for p in pieces
             ]
             progress = self.mix.progress(ep.full_epoch, np.sum(per, axis=0))
             return [
@@ -694,17 +594,15 @@ class IndexedPlanner:
             done = (lo + count - start).sum(axis=0)  # [C] slots up to the sub-epoch's end
             progress = self.mix.progress(ep.full_epoch, done)
             return [(name, int(here[c]), progress[c]) for c, name in enumerate(self.corpora.names)]
-        here = self._corpus_counts(epoch)
+        here = self.distribution.corpus_counts(epoch)
         return [(name, int(here[c]), None) for c, name in enumerate(self.corpora.names)]
 
-    def _corpus_counts(self, epoch: int) -> np.ndarray:
-        """Unmixed ``shard``: the sub-epoch's sequences per corpus -> int64 ``[C]``, without its
-        order: one sub-epoch holds every admitted sequence (counted per corpus range of the
-        mask); with ``partition_epoch > 1`` each bucket's slice is drawn in chunks (O(n / P)
-        time, the memory of a chunk). ``files``: ``_files_corpus_counts``."""
+    def table_corpus_counts(self, epoch: int) -> np.ndarray:
+        """Unmixed, planned from the batch table (not ``files``): the sub-epoch's sequences per
+        corpus -> int64 ``[C]``, without its order: one sub-epoch holds every admitted sequence
+        (counted per corpus range of the mask); with ``partition_epoch > 1`` each bucket's slice
+        is drawn in chunks (O(n / P) time, the memory of a chunk)."""
         assert self.corpora is not None
-        if self.files is not None:
-            return self._files_corpus_counts(epoch)
         if (
             self.options.partition_epoch == 1
             and self.units is not None
@@ -748,35 +646,6 @@ class IndexedPlanner:
             out += np.diff(at) * int(per_class[g])
         return out
 
-    def _files_corpus_counts(self, epoch: int) -> np.ndarray:
-        """Unmixed ``files``: the sub-epoch's sequences per corpus -> int64 ``[C]``, from the
-        per-file admitted counts of its files, summed per corpus; a file across a corpus bound
-        (at most ``C - 1`` of them) is counted from the admitted mask over its range. No order
-        drawn: O(files + C)."""
-        assert self.corpora is not None and self.files is not None
-        files, bounds = np.asarray(self.files), np.asarray(self.corpora.bounds)
-        part = self._part_files(EpochIndex(epoch, self.options.partition_epoch))
-        lo, hi = files[part], files[part + 1]
-        first = np.searchsorted(bounds, lo, side="right") - 1  # corpus of each file's first
-        last = np.searchsorted(bounds, hi - 1, side="right") - 1  # ... and last sequence
-        inside = (hi > lo) & (first == last)
-        out = np.zeros(len(self.corpora.names), dtype=np.int64)
-        np.add.at(out, first[inside], np.asarray(self._file_counts)[part[inside]].astype(np.int64))
-        across = np.flatnonzero((hi > lo) & (first != last))
-        for i in across.tolist():
-            for c in range(int(first[i]), int(last[i]) + 1):
-                a, b = max(int(lo[i]), int(bounds[c])), min(int(hi[i]), int(bounds[c + 1]))
-                if b > a:
-                    out[c] += self._admitted_units(a, b)
-        return out
-
-    def _admitted_units(self, a: int, b: int) -> int:
-        """Admitted units (sequences; chunked: chunks) of sequences ``[a, b)``."""
-        keep = np.ones(b - a, dtype=bool) if self._mask is None else self._mask[a:b]
-        if self._chunking is None:
-            return int(np.count_nonzero(keep))
-        return int(chunk_counts(np.asarray(self.lengths[a:b])[keep], *self._chunking).sum())
-
     # ---- distribution ----
     def global_plan(
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
@@ -787,33 +656,13 @@ class IndexedPlanner:
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
     ) -> tuple[EpochPlan, np.ndarray]:
-        """(the current segment's plan, the sequences consumed before it: chunked, the chunk
-        numbers, ``ChunkTable.unit_ids``); the latter draws every old rank's members (O(n): for
-        the audit and tests; resuming uses ``files_segment``)."""
-        seg = self._segment_at(epoch, world_size, history)
-        if history:
-            seg.refuse_idle_drop(epoch)
-        consumed = seg.consumed_members(self._members_of(seg.units))
-        if seg.units.pieces is not None:  # a mix: codes as units (sequences or chunk codes)
-            consumed = consumed % self._code_span
-        if self.units is not None and self.chunks is not None:  # as chunk numbers
-            consumed = self.chunks.unit_ids(*self.units.split(consumed))
-        return self._rankwise(seg), consumed
+        """``files``: (the current segment's plan, the units consumed before it, drawn: O(n),
+        for the audit and tests; resuming uses ``files_segment``)."""
+        return self.distribution.files_plan(epoch, world_size, history)
 
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
-        """(units, file of each unit) of ``epoch``: per file of the sub-epoch (shuffled order),
-        its admitted sequences (O(n): for the audit and tests)."""
-        assert self.files is not None
-        ep = EpochIndex(epoch, self.options.partition_epoch)
-        if isinstance(self.mix, FilesMix):  # a mix: per piece of a file, its slots
-            pieces = self._pieces(ep)
-            seqs, _, _ = self.mix.slots(pieces)
-            bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
-            np.cumsum(pieces.count, out=bounds[1:])
-            return BatchList.from_bounds(seqs, bounds), pieces.file
-        part = self._part_files(ep)
-        admitted = self._mask if self._mask is not None else np.ones(len(self.lengths), bool)
-        return units_of(self.files, part, admitted)
+        """``files``: (units, file of each unit) of ``epoch`` (O(n): for the audit and tests)."""
+        return self.distribution.sub_epoch_files(epoch)
 
     def files_segment(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
@@ -822,284 +671,11 @@ class IndexedPlanner:
         ``history``; the other distributions refuse a history."""
         return self.distribution.segment(epoch, world_size, At(history=tuple(history)))
 
-    def files_plan_segment(
-        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
-    ) -> tuple[EpochPlan, int]:
-        """``files``: (the current segment's plan, sequences consumed before it), from counts: the
-        history is replayed per unit (``seqloader.plan.indexed.files``), no member drawn."""
-        seg = self._segment_at(epoch, world_size, history)
-        if history:
-            seg.refuse_idle_drop(epoch)
-        return self._rankwise(seg), int(seg.start.sum())
-
-    def _segment_at(
-        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]]
-    ) -> Segment:
-        """Segment ``len(history)`` of ``epoch`` on ``world_size`` ranks, after the history's
-        segments consumed their first steps."""
-        if not history:
-            self.check_files(world_size)
-        ep = EpochIndex(epoch, self.options.partition_epoch)
-        world0 = history[0][0] if history else world_size
-        units = self._units(ep, world0)
-        key = (self._seed_epoch(ep), ep.part, world0)
-        if self._segments_kept[0] != key:  # segments of this sub-epoch and world0 only
-            self._segments_kept = (key, {})
-        kept = self._segments_kept[1]
-        start = np.zeros(len(units.count), dtype=np.int64)
-
-        def segment(i: int, w: int) -> Segment:
-            return self._segment(ep, units, start, w, tuple(history[:i]), kept)
-
-        for seg, _, steps in replay_history(epoch, history, segment):
-            start = start + seg.consumed(steps)
-        return self._segment(ep, units, start, world_size, tuple(history), kept)
-
-    def _segment(
-        self,
-        ep: EpochIndex,
-        units: Units,
-        start: np.ndarray,
-        world_size: int,
-        before: tuple[tuple[int, int], ...],
-        kept: dict[tuple, Segment],
-    ) -> Segment:
-        """The segment after the segments ``before`` (which determine ``start``); kept, so the
-        replays of a load, its checks and its continuation count each segment's use once."""
-        seg = kept.get((before, world_size))
-        if seg is not None:
-            return seg
-        index = len(before)
-        words = (PURPOSE_INDEXED_FILES_ORDER, self._seed_epoch(ep), ep.part, index)
-
-        def order_rng(rank: int) -> np.random.Generator:
-            return rng_for(*self._head, *words, rank)
-
-        ordering, uneven = self.options.parsed_ordering, self.options.uneven
-        seg = Segment(units, start, world_size, index, ordering, uneven, order_rng)
-        if len(kept) >= 8:
-            kept.clear()
-        kept[(before, world_size)] = seg
-        return seg
-
-    def _units(self, ep: EpochIndex, world0: int) -> Units:
-        """The sub-epoch's units for the world size ``world0`` it starts with (kept: a resume
-        asks for them two or three times)."""
-        key = (self._seed_epoch(ep), ep.part, world0)
-        kept = self._units_kept
-        if kept is not None and kept[0] == key:
-            return kept[1]
-        words = (PURPOSE_INDEXED_FILES, self._seed_epoch(ep), ep.part)
-        if isinstance(self.mix, FilesMix):  # the sub-epoch's file pieces, numbered
-            pieces = self.mix.sub_epoch(ep.full_epoch, ep.part, self.options.partition_epoch)
-            rank_of = assign_lpt(pieces.frames, world0)
-            per_rank = self._piece_rank_counts(pieces, rank_of, world0)
-            part = np.arange(len(pieces), dtype=np.int64)
-            units = Units.of(part, rank_of, per_rank, self.k, words)
-            units = replace(units, pieces=pieces)
-        else:
-            part = self._part_files(ep)
-            rank_of = assign_lpt(self._file_frames[part], world0)  # [f]
-            per_rank = _rank_counts(self.index.file_counts, part, rank_of, world0)  # [W0, N]
-            units = Units.of(part, rank_of, per_rank, self.k, words)
-        self._units_kept = (key, units)
-        return units
-
-    def _piece_rank_counts(self, pieces: Pieces, rank_of: np.ndarray, world0: int) -> np.ndarray:
-        """Sequences per (rank, bucket) of a mix's file pieces -> int64 ``[W0, N]``: whole files
-        from the per-(file, bucket) table, partial pieces counted from their sequences."""
-        assert isinstance(self.mix, FilesMix)
-        whole = self._whole_pieces(pieces)
-        out = _rank_counts(self.index.file_counts, pieces.file[whole], rank_of[whole], world0)
-        partial = np.flatnonzero(~whole)
-        if len(partial):
-            pid, lens = self._piece_units(pieces.take(partial))
-            bucket = np.searchsorted(self.bucket_edges, lens, "right")
-            n_b = out.shape[1]
-            rows = np.bincount(pid * n_b + bucket, minlength=len(partial) * n_b)
-            np.add.at(out, rank_of[partial], rows.reshape(len(partial), n_b))
-        return out
-
-    def _whole_pieces(self, pieces: Pieces) -> np.ndarray:
-        """Which of a mix's ``pieces`` are whole files -> bool."""
-        assert isinstance(self.mix, FilesMix)
-        return (pieces.lo == 0) & (pieces.hi == self.mix.file_counts[pieces.file])
-
-    @property
-    def _code_span(self) -> int:
-        """A mix over files: codes are ``use * span + unit`` (unit: the sequence, chunked its
-        chunk's code)."""
-        return len(self.lengths) * (self.units.stride if self.units is not None else 1)
-
-    def _piece_codes_of(self, pieces: Pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """A mix over files: every planned unit of ``pieces`` (chunked: every chunk of every
-        slot) -> (codes ``use * span + unit``, lengths (chunked: windows), piece) int64 each."""
-        assert isinstance(self.mix, FilesMix)
-        seqs, uses, pid = self.mix.slots(pieces)
-        lens = np.asarray(self.lengths[seqs])
-        units = seqs
-        if self.units is not None:  # each slot's chunks, slot after slot
-            units, lens = self.units.codes_of(seqs, lens)
-            slot = np.cumsum(self.units.split(units)[1] == 0) - 1
-            uses, pid = uses[slot], pid[slot]
-        return uses * self._code_span + units, lens, pid
-
-    def _piece_units(self, pieces: Pieces) -> tuple[np.ndarray, np.ndarray]:
-        """(piece, length or window) of every planned unit of ``pieces``."""
-        _, lens, pid = self._piece_codes_of(pieces)
-        return pid, lens
-
-    def _codes_of(self, units: Units, r: int) -> tuple[np.ndarray, np.ndarray]:
-        """A mix over files: old rank r's units as codes (one per slot, chunked per chunk: a
-        file used in two corpus epochs gives two), and their lengths (chunked: windows)."""
-        assert units.pieces is not None
-        codes, lens, _ = self._piece_codes_of(units.pieces.take(np.flatnonzero(units.rank_of == r)))
-        return codes, lens
-
-    def _decode(self, batches: BatchList) -> BatchList:
-        """A mix over files: a share drawn over codes as (sequence, corpus epoch) slots, chunked
-        with the chunk of each."""
-        uses, rest = np.divmod(batches.seqs, self._code_span)
-        chunks = None
-        if self.units is not None:
-            rest, chunks = self.units.split(rest)
-        return BatchList(rest, batches.bounds, batches.real, uses.astype(USES_DTYPE), chunks)
-
-    def _members_of(self, units: Units) -> Callable[[int], tuple[np.ndarray, np.ndarray]]:
-        """Old rank r's admitted sequences drawn with its member stream, bucket after bucket
-        (random within), cut into its runs -> (sequences int64, run starts int64 ``[G_r + 1]``)."""
-        assert self.files is not None
-        files = self.files
-        words = units.member_words
-
-        def members(r: int) -> tuple[np.ndarray, np.ndarray]:
-            if units.pieces is not None:  # a mix: pieces of files, as codes (chunks too)
-                seqs, lens = self._codes_of(units, r)
-            else:
-                own = units.part[units.rank_of == r]
-                seqs = ranges(files[own], files[own + 1])
-                if self._mask is not None:
-                    seqs = seqs[self._mask[seqs]]
-                lens = np.asarray(self.lengths[seqs])
-                if self.units is not None:  # chunked: the files' chunks, as codes, by windows
-                    seqs, lens = self.units.codes_of(seqs, lens)
-            perm = rng_for(*self._head, *words, r).permutation(len(seqs))
-            seqs, lens = seqs[perm], lens[perm]
-            bucket = np.searchsorted(self.bucket_edges, lens, "right")
-            by_bucket = np.argsort(bucket, kind="stable")  # buckets ascending, random within
-            seqs, lens = seqs[by_bucket], lens[by_bucket]
-            mine = slice(*np.searchsorted(units.rank, [r, r + 1]))
-            starts = units.rank_starts(r)
-            size = units.size[mine].astype(np.int64)
-            run = np.repeat(np.arange(len(size)), np.diff(starts))
-            # sorted by length within windows of WINDOW_BATCHES of the run's batches (fixed
-            # per unit, so every segment's prefix and rest are slices of one list)
-            window = (np.arange(len(seqs)) - starts[run]) // (WINDOW_BATCHES * size[run])
-            major = run * (int(window.max(initial=0)) + 1) + window
-            return seqs[argsort_by(lens, major)], starts
-
-        return members
-
-    def _rankwise(self, seg: Segment) -> RankwisePlan:
-        members = self._members_of(seg.units)
-        part = seg.units.part
-
-        mixed = seg.units.pieces is not None
-
-        def share(rank: int) -> BatchList:
-            batches = seg.share(rank, members, lambda: self._first_unit(part, seg.units))
-            return self._decode(batches) if mixed else self._split_codes(batches)
-
-        kept: dict[bytes, np.ndarray] = {}  # per bucket costs: a walk asks W times
-
-        def planned_costs(rank: int, bucket_costs: np.ndarray) -> np.ndarray:
-            key = np.asarray(bucket_costs).tobytes()
-            if key not in kept:
-                kept.clear()  # a unit's sequence costs its last (longest) bucket's cost
-                kept[key] = np.asarray(bucket_costs, np.int64)[seg.units.top]
-            unit_costs = kept[key]
-
-            def filler_cost() -> int:  # the sub-epoch's first sequence, in its old rank's run
-                owner = self._filler_owner(seg.units)
-                if owner is None:  # nothing admitted in the sub-epoch: no filler to cost
-                    return 0
-                r = owner[0]
-                seqs, starts = members(r)  # one old rank's list (only a rank with no units)
-                code = self._first_unit(part, seg.units)[0]
-                at = int(np.flatnonzero(seqs == code)[0])
-                run = int(np.searchsorted(starts, at, side="right")) - 1
-                return int(unit_costs[int(np.searchsorted(seg.units.rank, r)) + run])
-
-            return seg.planned_costs(rank, unit_costs, filler_cost)
-
-        return RankwisePlan(
-            share,
-            seg.world_size,
-            seg.steps,
-            seg.real_total,
-            seg.repeats,
-            seg.consumed_seqs,
-            planned_costs,
-            seg.dropped,
-            chunked=self.units is not None,
-            mixed=mixed,
-        )
-
-    def _split_codes(self, batches: BatchList) -> BatchList:
-        """Chunked ``files``: a share drawn over codes as (sequence, chunk) slots; unchanged
-        unchunked."""
-        if self.units is None:
-            return batches
-        seqs, chunks = self.units.split(batches.seqs)
-        return BatchList(seqs, batches.bounds, batches.real, batches.uses, chunks)
-
-    def _filler_owner(self, units: Units) -> tuple[int, np.ndarray] | None:
-        """(old rank, the sequence) of the fillers' sequence (``_first_unit``); None when the
-        sub-epoch has nothing admitted."""
-        if units.pieces is not None:  # a mix: its first piece's first slot
-            if not len(units.pieces):
-                return None
-            code = self._first_unit(units.part, units) % self._code_span
-            if self.units is not None:
-                code = self.units.split(code)[0]
-            return int(units.rank_of[0]), code
-        s = self._first_sequence(units.part)
-        file = int(np.searchsorted(np.asarray(self.files), s[0], side="right")) - 1
-        where = np.flatnonzero(units.part == file)
-        if not len(where):
-            return None
-        return int(units.rank_of[where[0]]), s
-
-    def _first_unit(self, part: np.ndarray, units: Units | None = None) -> np.ndarray:
-        """The fillers' unit when a rank has none of its own: the sub-epoch's first sequence
-        (chunked: its first chunk's code; a mix: its first piece's first slot, as a code)."""
-        if units is not None and units.pieces is not None:
-            assert isinstance(self.mix, FilesMix)
-            if not len(units.pieces):
-                return np.zeros(1, dtype=np.int64)
-            return self._piece_codes_of(units.pieces.take(slice(0, 1)))[0][:1]
-        first = self._first_sequence(part)
-        return first if self.units is None else first * self.units.stride
-
-    def _first_sequence(self, part: np.ndarray) -> np.ndarray:
-        assert self.files is not None
-        for f in part.tolist():
-            seqs = np.arange(self.files[f], self.files[f + 1], dtype=np.int64)
-            if self._mask is not None:
-                seqs = seqs[self._mask[seqs]]
-            if len(seqs):
-                return seqs[:1]
-        return np.zeros(1, dtype=np.int64)
-
     # ---- what the contract asks of every planner ----
     def check_world(self, world_size: int) -> None:
         """Refuse a world size the distribution cannot serve (``files``: fewer files than
         ``partition_epoch * world_size``)."""
         self.distribution.check_world(world_size)
-
-    def check_files(self, world_size: int) -> None:
-        parts = self.options.partition_epoch
-        check_file_count(self._file_counts, parts, world_size, self.origin)
 
     def per_rank_pools(self, world_size: int) -> bool:
         return False  # no file pools
@@ -1188,36 +764,4 @@ def _bucket_sums(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
         out += np.bincount(
             bucket, weights=np.asarray(lengths[members], dtype=np.float64), minlength=len(out)
         ).astype(np.int64)
-    return out
-
-
-def _rank_counts(
-    table: np.ndarray | None, part: np.ndarray, rank_of: np.ndarray, world_size: int
-) -> np.ndarray:
-    """Sequences per (rank, bucket) -> int64 ``[W, N]``, from the per-(file, bucket) ``table``
-    (``[F, N]``, e.g. memory-mapped) for files ``part`` assigned ``rank_of``: the files sorted
-    by rank, their rows summed per rank a chunk of files at a time (no ``[f, N]`` copy)."""
-    assert table is not None
-    out = np.zeros((world_size, table.shape[1]), dtype=np.int64)
-    by = np.argsort(rank_of, kind="stable")
-    files, ranks = part[by], rank_of[by]
-    for a in range(0, len(files), _ROWS):
-        rows = table[files[a : a + _ROWS]]  # [c, N]
-        here = ranks[a : a + _ROWS]
-        cuts = np.flatnonzero(np.diff(here)) + 1
-        starts = np.concatenate([[0], cuts]).astype(np.int64)
-        out[here[starts]] += np.add.reduceat(rows, starts, axis=0, dtype=np.int64)
-    return out
-
-
-def _admitted_per_file(files: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    """Admitted sequences per file -> int64 ``[F]`` (a mix over chunked files: the per-file
-    table counts chunks). One pass over the mask, a block at a time."""
-    sizes = np.diff(files).astype(np.int64)
-    if mask is None:
-        return sizes
-    out = np.zeros(len(sizes), dtype=np.int64)
-    for a in range(0, len(mask), _CHUNK):
-        kept = np.flatnonzero(mask[a : a + _CHUNK]) + a
-        out += np.bincount(np.searchsorted(files, kept, side="right") - 1, minlength=len(sizes))
     return out
