@@ -431,7 +431,7 @@ def fingerprint_of(
     h = hashlib.sha256()
     h.update(str(len(tags)).encode())
     if declares(tags, PacksTags):
-        _hash_packed(h, *cast(PacksTags, tags).buffers())
+        hash_packed(h, *cast(PacksTags, tags).buffers())
     else:
         for t in tags:
             h.update(t.encode("utf-8", "surrogateescape"))
@@ -457,15 +457,17 @@ class PacksTags(Protocol):
     def buffers(self) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-def _hash_packed(h: hashlib._Hash, data: np.ndarray, offsets: np.ndarray) -> None:
-    """Feed ``h`` each tag's bytes followed by a NUL, a block of tags at a time."""
+def hash_packed(h: hashlib._Hash, data: np.ndarray, offsets: np.ndarray) -> None:
+    """Feed ``h`` each tag's bytes followed by a NUL, a block of tags at a time (what
+    ``fingerprint_of`` hashes of packed tags; a store written block by block feeds its blocks)."""
     n = len(offsets) - 1
     for a in range(0, n, _HASH_BLOCK):
         b = min(n, a + _HASH_BLOCK)
         lo, hi = int(offsets[a]), int(offsets[b])
         out = np.zeros(hi - lo + (b - a), dtype=np.uint8)  # the bytes plus one NUL per tag
-        sizes = np.diff(offsets[a : b + 1])
-        # byte k of the block lands k + (number of tags ended before it) further on
-        shift = np.repeat(np.arange(b - a, dtype=np.int64), sizes)
-        out[np.arange(hi - lo, dtype=np.int64) + shift] = data[lo:hi]
-        h.update(out.tobytes())
+        # tag j's NUL follows its last byte, j NULs further on; the bytes fill the rest in order
+        # (two byte-sized temporaries per block, no int64 per byte)
+        keep = np.ones(len(out), dtype=bool)
+        keep[offsets[a + 1 : b + 1] - lo + np.arange(b - a, dtype=np.int64)] = False
+        out[keep] = data[lo:hi]
+        h.update(out.data)

@@ -133,6 +133,8 @@ class ChunkedColumn:
 
 
 Column = np.ndarray | StringColumn | ChunkedColumn
+#: a store's meta, or a function giving it once the columns are written (``write_store``)
+Meta = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 
 
 class StoredStrings(PackedTags):
@@ -537,15 +539,18 @@ def write_store(
     path: str | os.PathLike,
     identity: str,
     columns: Mapping[str, Column],
-    meta: Mapping[str, Any] | None = None,
+    meta: Meta | None = None,
     lazy: Iterable[str] = (),
 ) -> ColumnStore:
     """Write ``columns`` to ``path`` atomically (temporary file, fsync, rename) and open it
-    (``lazy``: see ``StoreWriter``)."""
-    writer = StoreWriter(path, identity, meta, lazy)
+    (``lazy``: see ``StoreWriter``). ``meta`` may be a function, called once every column is
+    written (a meta computed from chunks as they were written: a digest, say)."""
+    writer = StoreWriter(path, identity, None if callable(meta) else meta, lazy)
     try:
         for name, col in columns.items():
             writer.add(name, col)
+        if callable(meta):
+            writer.meta = dict(meta())
     except BaseException:
         writer.abort()
         raise
@@ -555,7 +560,7 @@ def write_store(
 def open_or_build(
     path: str | os.PathLike,
     identity: str,
-    build: Callable[[], tuple[Mapping[str, Column], Mapping[str, Any]]],
+    build: Callable[[], tuple[Mapping[str, Column], Meta]],
     lazy: Iterable[str] = (),
 ) -> tuple[ColumnStore, bool]:
     """The store at ``path`` built from ``identity``: opened when it is there, else built with

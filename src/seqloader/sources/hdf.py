@@ -26,7 +26,7 @@ from seqloader.parts import by_part, scatter
 from seqloader.sources.base import KeySpec, SourceBase
 from seqloader.sources.columns import ColumnStore, DamagedStore
 from seqloader.sources.hdf_chunks import forget_file, index_files
-from seqloader.sources.hdf_layout import FileLayout, read_layout
+from seqloader.sources.hdf_layout import FileLayout, FileScan, read_layout, scan_file
 from seqloader.sources.hdf_read import OpenFile
 from seqloader.sources.hdf_store import (
     FileStarts,
@@ -110,12 +110,14 @@ class HDFSource(SourceBase):
                 self._paths, [r.key for r in files], None if keys is None else list(keys)
             )
 
-        def read_layouts() -> list[FileLayout]:
-            if remote is None:
-                return [read_layout(p, _position(i, n)) for i, p in enumerate(self._paths)]
+        def read_layouts() -> Sequence[FileLayout | FileScan]:
+            if remote is None:  # checked, read block by block as the store is written
+                return [scan_file(p, _position(i, n)) for i, p in enumerate(self._paths)]
             return [hdf_layout(remote, r, _position(i, n)) for i, r in enumerate(files)]
 
-        def merge(layouts: list[FileLayout]) -> tuple[dict[str, KeySpec], dict[str, str]]:
+        def merge(
+            layouts: list[FileLayout | FileScan],
+        ) -> tuple[dict[str, KeySpec], dict[str, str]]:
             return _merge_schema(layouts, keys, self._paths)
 
         origin = f"HDFSource({len(self._paths)} file(s): {', '.join(self._paths)}; keys={keys})"
@@ -389,7 +391,7 @@ def _position(i: int, n: int) -> str:
 
 
 def _merge_schema(
-    layouts: list[FileLayout], keys: Sequence[str] | None, paths: tuple[str, ...]
+    layouts: Sequence[FileLayout | FileScan], keys: Sequence[str] | None, paths: tuple[str, ...]
 ) -> tuple[dict[str, KeySpec], dict[str, str]]:
     """The first file decides the keys; later ones must hold them with the same spec."""
     first = layouts[0]

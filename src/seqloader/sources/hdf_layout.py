@@ -9,6 +9,7 @@ dataset shapes, so opening a large corpus stays cheap.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import warnings
@@ -86,6 +87,78 @@ def layout_of(f: h5py.File, path: str, position: str = "") -> FileLayout:
 
 
 def _layout(f: h5py.File, path: str, where: str) -> FileLayout:
+    scan, starts = _scan(f, path, where, keep_starts=True)
+    tags = _tags(f, where, scan.num_seqs)
+    return FileLayout(path, scan.num_seqs, scan.schema, scan.datasets, starts, tags, scan.skipped)
+
+
+@dataclass(frozen=True)
+class FileScan:
+    """One local file's keys, counts and longest lengths, checked as ``read_layout`` checks
+    them, without its per-sequence arrays: the node's metadata store is written from it block
+    by block (``length_blocks``, ``tag_blocks`` open the file again), so a file of 10^8
+    sequences never sits in memory whole. ``layout()`` reads the arrays (the in-memory form)."""
+
+    path: str
+    position: str
+    num_seqs: int
+    schema: dict[str, KeySpec]
+    datasets: dict[str, str]
+    columns: dict[str, int]  # key -> its column of seqLengths
+    longest: dict[str, int]  # key -> its longest sequence (0 without sequences)
+    skipped: dict[str, str]
+
+    def length_blocks(self, key: str) -> Iterator[np.ndarray]:
+        """``key``'s lengths, ``ROW_BLOCK`` sequences at a time (the file's integer dtype)."""
+        with open_h5(self.path, self.position) as f:
+            dset = f[SEQ_LENGTHS]
+            for a in range(0, self.num_seqs, ROW_BLOCK):
+                yield _column(dset, a, min(self.num_seqs, a + ROW_BLOCK), self.columns[key])
+
+    def tag_blocks(self) -> Iterator[PackedTags]:
+        """The tags, ``TAG_BLOCK`` at a time (one block's Python objects at once)."""
+        where = describe_file(self.path, self.position)
+        with open_h5(self.path, self.position) as f:
+            yield from _tag_blocks(f, where, self.num_seqs)
+
+    def layout(self) -> FileLayout:
+        return read_layout(self.path, self.position)
+
+
+def scan_file(path: str, position: str = "") -> FileScan:
+    """``FileScan`` of one local RETURNN HDF file: every check of ``read_layout`` (shapes,
+    negative lengths, lengths against the datasets, one tag per sequence), no array of ``n``."""
+    where = describe_file(path, position)
+    with open_h5(path, position) as f:
+        try:
+            scan, _ = _scan(f, path, where, keep_starts=False)
+            _tag_count(f, where, scan.num_seqs)
+        except DataError:
+            raise
+        except Exception as e:  # as layout_of: h5py's errors on damaged metadata
+            raise DataError(
+                f"HDF file {where} is damaged: reading its structure failed with "
+                f"{type(e).__name__}: {e}. Fix: re-create or re-copy the file."
+            ) from e
+    return dataclasses.replace(scan, position=position)
+
+
+#: ``seqLengths`` rows read at once when checking a file and writing its store (8 MiB of int32
+#: per column): bounds the temporaries whatever the file's size
+ROW_BLOCK = 1 << 20
+
+
+def _column(dset: h5py.Dataset, a: int, b: int, col: int) -> np.ndarray:
+    """Rows ``[a, b)`` of seqLengths column ``col`` (very old files: one length for all keys)."""
+    rows = np.asarray(dset[a:b])
+    return rows if rows.ndim == 1 else np.ascontiguousarray(rows[:, col])
+
+
+def _scan(
+    f: h5py.File, path: str, where: str, keep_starts: bool
+) -> tuple[FileScan, dict[str, np.ndarray]]:
+    """The file's keys and checks, reading ``seqLengths`` in blocks -> (scan, each key's row
+    offsets int64 ``[n + 1]`` when ``keep_starts``, else empty)."""
     if SEQ_LENGTHS not in f:
         raise DataError(
             f"HDF file {where} has no {SEQ_LENGTHS!r} dataset, so it is not in RETURNN's HDF "
@@ -95,12 +168,11 @@ def _layout(f: h5py.File, path: str, where: str) -> FileLayout:
     has_inputs = INPUTS in f
     target_keys = _target_keys(f)
     column_keys = (["data"] if has_inputs else []) + target_keys
-    seq_lengths = _seq_lengths(f, where, len(column_keys), column_keys)
-    num_seqs = seq_lengths.shape[0]
+    num_seqs = _seq_lengths(f, where, len(column_keys), column_keys)
 
     schema: dict[str, KeySpec] = {}
     datasets: dict[str, str] = {}
-    starts: dict[str, np.ndarray] = {}
+    columns: dict[str, int] = {}
     skipped: dict[str, str] = {}
     size_attrs = f[f"{TARGETS}/size"].attrs if f"{TARGETS}/size" in f else {}
     for col, key in enumerate(column_keys):
@@ -117,7 +189,7 @@ def _layout(f: h5py.File, path: str, where: str) -> FileLayout:
                 "it is left out (RETURNN's HDFDataset cannot read such a file). If the key should "
                 "be there, the file is damaged: re-create it.",
                 DataWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
             continue
         dset = f[h5_path]
@@ -133,24 +205,37 @@ def _layout(f: h5py.File, path: str, where: str) -> FileLayout:
             spec = _inputs_spec(f, dset)
         else:
             spec = _target_spec(key, dset, size_attrs.get(key), where)
-        column = seq_lengths[:, col]
-        total = int(column.sum())
-        if total != dset.shape[0]:
-            raise DataError(
-                f"HDF file {where}: seqLengths column {col} (key {key!r}) sums to {total} frames, "
-                f"but {h5_path!r} has {dset.shape[0]}; the file is inconsistent (partly written?). "
-                "Fix: re-create the file."
-            )
-        begin = np.zeros(num_seqs + 1, dtype=np.int64)
-        np.cumsum(column, dtype=np.int64, out=begin[1:])
-        schema[key], datasets[key], starts[key] = spec, h5_path, begin
+        schema[key], datasets[key], columns[key] = spec, h5_path, col
     if not schema:
         raise DataError(
             f"HDF file {where} holds no readable data (no 'inputs', no numeric targets/data; "
             f"skipped: {skipped}); expected RETURNN's HDF format"
         )
-    tags = _tags(f, where, num_seqs)
-    return FileLayout(path, num_seqs, schema, datasets, starts, tags, skipped)
+    starts = {k: np.zeros(num_seqs + 1, dtype=np.int64) for k in schema} if keep_starts else {}
+    totals, longest = dict.fromkeys(schema, 0), dict.fromkeys(schema, 0)
+    lengths_dset = f[SEQ_LENGTHS]
+    for a in range(0, num_seqs, ROW_BLOCK):  # one pass over seqLengths, a block at a time
+        b = min(num_seqs, a + ROW_BLOCK)
+        rows = np.asarray(lengths_dset[a:b])
+        _check_block(f, where, rows, a)
+        for key, col in columns.items():
+            column = rows if rows.ndim == 1 else rows[:, col]
+            if key in starts:
+                np.cumsum(column, dtype=np.int64, out=starts[key][a + 1 : b + 1])
+                starts[key][a + 1 : b + 1] += totals[key]
+            totals[key] += int(column.sum(dtype=np.int64))
+            longest[key] = max(longest[key], int(column.max()))
+    for key in schema:
+        col, h5_path = columns[key], datasets[key]
+        frames = int(f[h5_path].shape[0])
+        if totals[key] != frames:
+            raise DataError(
+                f"HDF file {where}: seqLengths column {col} (key {key!r}) sums to {totals[key]} "
+                f"frames, but {h5_path!r} has {frames}; the file is inconsistent (partly "
+                "written?). Fix: re-create the file."
+            )
+    scan = FileScan(path, "", num_seqs, schema, datasets, columns, longest, skipped)
+    return scan, starts
 
 
 def _target_keys(f: h5py.File) -> list[str]:
@@ -164,8 +249,8 @@ def _target_keys(f: h5py.File) -> list[str]:
     return sorted(keys)
 
 
-def _seq_lengths(f: h5py.File, where: str, n_cols: int, column_keys: list[str]) -> np.ndarray:
-    """Shapes are checked from the metadata *before* any data is read: a damaged header can claim
+def _seq_lengths(f: h5py.File, where: str, n_cols: int, column_keys: list[str]) -> int:
+    """The number of sequences. Shapes are checked from the metadata *before* any data is read: a damaged header can claim
     a shape of billions of rows, and reading that first would take minutes or all memory."""
     dset = f[SEQ_LENGTHS]
     shape = tuple(getattr(dset, "shape", ()) or ())
@@ -185,23 +270,38 @@ def _seq_lengths(f: h5py.File, where: str, n_cols: int, column_keys: list[str]) 
             f"HDF file {where}: seqTags has {tags.shape[0]} tags but seqLengths has {shape[0]} "
             "sequences; expected one tag per sequence (partly written or damaged file?)"
         )
-    lengths = np.asarray(dset[()])
-    if lengths.ndim == 1:  # very old files: one length for every key
-        lengths = np.repeat(lengths[:, None], n_cols, axis=1)
-    if not np.issubdtype(lengths.dtype, np.integer):
-        raise DataError(f"HDF file {where}: seqLengths has dtype {lengths.dtype}, expected ints")
-    if lengths.size and lengths.min() < 0:
-        rows = np.flatnonzero((lengths < 0).reshape(len(lengths), -1).any(axis=1))
-        row = int(rows[0])
-        tag = _one_tag(tags, row) if isinstance(tags, h5py.Dataset) else None
-        named = f" (sequence {row}, tag {tag!r})" if tag is not None else f" (sequence {row})"
-        raise DataError(
-            f"HDF file {where}: seqLengths row {row}{named} is negative: {lengths[row].tolist()} "
-            f"({len(rows)} negative row(s) in all); a length counts frames, so the file is "
-            "damaged or its writer is broken. Fix: write the file again (seqloader.write_hdf, or "
-            "RETURNN's HDFDatasetWriter/SimpleHDFWriter), or leave it out of the file list"
-        )
-    return lengths.astype(np.int64, copy=False)
+    if not np.issubdtype(dset.dtype, np.integer):
+        raise DataError(f"HDF file {where}: seqLengths has dtype {dset.dtype}, expected ints")
+    return int(shape[0]) if shape else 0
+
+
+def _check_block(f: h5py.File, where: str, rows: np.ndarray, first: int) -> None:
+    """Rows ``first ..`` of seqLengths: no negative length (named by sequence and tag)."""
+    if not rows.size or rows.min() >= 0:
+        return
+    bad = np.flatnonzero((rows < 0).reshape(len(rows), -1).any(axis=1))
+    row = first + int(bad[0])
+    tags = f.get(SEQ_TAGS)
+    tag = _one_tag(tags, row) if isinstance(tags, h5py.Dataset) else None
+    named = f" (sequence {row}, tag {tag!r})" if tag is not None else f" (sequence {row})"
+    count = _negative_rows(f[SEQ_LENGTHS])
+    raise DataError(
+        f"HDF file {where}: seqLengths row {row}{named} is negative: "
+        f"{rows[int(bad[0])].tolist()} ({count} negative row(s) in all); a length counts frames, "
+        "so the file is damaged or its writer is broken. Fix: write the file again "
+        "(seqloader.write_hdf, or RETURNN's HDFDatasetWriter/SimpleHDFWriter), or leave it out "
+        "of the file list"
+    )
+
+
+def _negative_rows(dset: h5py.Dataset) -> int:
+    """Rows of seqLengths with a negative length (for the message), in blocks."""
+    n = int(dset.shape[0])
+    count = 0
+    for a in range(0, n, ROW_BLOCK):
+        rows = np.asarray(dset[a : a + ROW_BLOCK])
+        count += int((rows < 0).reshape(len(rows), -1).any(axis=1).sum())
+    return count
 
 
 def _inputs_spec(f: h5py.File, dset: h5py.Dataset) -> KeySpec:
@@ -247,27 +347,49 @@ def _one_tag(tags: h5py.Dataset, row: int) -> str | None:
 
 
 def _tags(f: h5py.File, where: str, num_seqs: int) -> PackedTags:
+    parts = list(_tag_blocks(f, where, num_seqs))
+    return PackedTags.concat(parts) if len(parts) != 1 else parts[0]
+
+
+def _tag_count(f: h5py.File, where: str, num_seqs: int) -> None:
+    """One tag per sequence, from the dataset's shape (``_tag_blocks`` checks what it reads)."""
+    dset = _tags_dataset(f, where)
+    if isinstance(dset, h5py.Dataset) and len(dset.shape or ()) == 1:
+        _check_tag_count(where, int(dset.shape[0]), num_seqs)
+
+
+def _tags_dataset(f: h5py.File, where: str) -> object:
     if SEQ_TAGS not in f:
         raise DataError(
             f"HDF file {where} has no {SEQ_TAGS!r} dataset; every RETURNN HDF file names its "
             "sequences. Fix: re-create the file with tags."
         )
-    dset = f[SEQ_TAGS]
-    if not isinstance(dset, h5py.Dataset) or len(dset.shape or ()) != 1:
-        tags = PackedTags.from_array(np.asarray(dset[()]).reshape(-1))
-    else:  # in blocks: a block's decoded objects at a time, not one per tag of the file
-        rows = int(dset.shape[0])
-        parts = [
-            PackedTags.from_array(np.asarray(dset[a : a + TAG_BLOCK]).reshape(-1))
-            for a in range(0, rows, TAG_BLOCK)
-        ]
-        tags = PackedTags.concat(parts) if len(parts) != 1 else parts[0]
-    if len(tags) != num_seqs:
+    return f[SEQ_TAGS]
+
+
+def _check_tag_count(where: str, count: int, num_seqs: int) -> None:
+    if count != num_seqs:
         raise DataError(
-            f"HDF file {where}: seqTags has {len(tags)} tags but seqLengths has {num_seqs} "
+            f"HDF file {where}: seqTags has {count} tags but seqLengths has {num_seqs} "
             "sequences; expected one tag per sequence (partly written file?)"
         )
-    return tags
+
+
+def _tag_blocks(f: h5py.File, where: str, num_seqs: int) -> Iterator[PackedTags]:
+    """The tags packed ``TAG_BLOCK`` rows at a time: a block's decoded objects at a time, not
+    one per tag of the file; the count checked against ``num_seqs``."""
+    dset = _tags_dataset(f, where)
+    if not isinstance(dset, h5py.Dataset) or len(dset.shape or ()) != 1:
+        tags = PackedTags.from_array(np.asarray(dset[()]).reshape(-1))  # type: ignore[index]
+        _check_tag_count(where, len(tags), num_seqs)
+        yield tags
+        return
+    rows = int(dset.shape[0])
+    _check_tag_count(where, rows, num_seqs)
+    if rows == 0:
+        yield PackedTags.from_array(np.asarray(dset[0:0]).reshape(-1))
+    for a in range(0, rows, TAG_BLOCK):
+        yield PackedTags.from_array(np.asarray(dset[a : a + TAG_BLOCK]).reshape(-1))
 
 
 #: ``seqTags`` rows read and packed at once: variable-length tags come from h5py as one Python

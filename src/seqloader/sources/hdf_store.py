@@ -19,15 +19,16 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from seqloader.errors import DataWarning
-from seqloader.sources.base import KeySpec, fingerprint_of
+from seqloader.sources.base import KeySpec, fingerprint_of, hash_packed
 from seqloader.sources.columns import (
+    ChunkedColumn,
     Column,
     ColumnStore,
     StringColumn,
@@ -35,13 +36,19 @@ from seqloader.sources.columns import (
     narrow_lengths,
     open_or_build,
 )
-from seqloader.sources.hdf_layout import INPUTS, TARGETS, FileLayout, PackedTags
+from seqloader.sources.hdf_layout import INPUTS, TARGETS, FileLayout, FileScan, PackedTags
 from seqloader.sources.node_cache import about, cache_dir
 
 STORE_VERSION = "hdf-meta1"  # the columns and meta below; a change of them changes it
 
+#: a file as read for the store: its arrays (``FileLayout``: remote files), or its checked keys
+#: and counts, the arrays read block by block as the store is written (``FileScan``: local files)
+Layout = FileLayout | FileScan
 #: the key -> (schema, skipped) merge of the files' layouts (``hdf._merge_schema``)
-Merge = Callable[[list[FileLayout]], tuple[dict[str, KeySpec], dict[str, str]]]
+Merge = Callable[[list[Layout]], tuple[dict[str, KeySpec], dict[str, str]]]
+#: what ``_build`` returns: the columns, and the meta (a function: called once the columns are
+#: written, when the streamed build has hashed the fingerprint)
+Built = tuple[dict[str, Column], "dict[str, Any] | Callable[[], dict[str, Any]]"]
 
 
 def dataset_of(key: str) -> str:
@@ -84,7 +91,7 @@ def identity_of(paths: Sequence[str], remote_keys: Sequence[str] | None, keys: o
 def open_metadata(
     identity: str,
     index_dir: str | os.PathLike | None,
-    read_layouts: Callable[[], list[FileLayout]],
+    read_layouts: Callable[[], Sequence[Layout]],
     merge: Merge,
     origin: str = "",
 ) -> tuple[Metadata, bool]:
@@ -97,7 +104,7 @@ def open_metadata(
     path = os.path.join(directory, f"hdf-{identity}.cols")
     try:
         store, built = open_or_build(
-            path, identity, lambda: _build(read_layouts, merge, origin), lazy=("start.",)
+            path, identity, lambda: _build(read_layouts, merge, origin), lazy=("start.", "tags.")
         )
     except OSError as e:  # the index directory (the files' own errors are DataErrors)
         warnings.warn(
@@ -107,7 +114,8 @@ def open_metadata(
             DataWarning,
             stacklevel=3,
         )
-        columns, meta = _build(read_layouts, merge, origin)
+        columns, meta = _build(read_layouts, merge, origin, in_memory=True)
+        assert isinstance(meta, dict)  # in memory: the meta at once
         _warn_again(meta)
         return _from_columns(columns, meta, None), True
     _warn_again(store.meta)
@@ -132,14 +140,19 @@ def _warn_again(meta: Mapping[str, Any]) -> None:
 
 
 def _build(
-    read_layouts: Callable[[], list[FileLayout]], merge: Merge, origin: str = ""
-) -> tuple[dict[str, Column], dict[str, Any]]:
-    """Columns and meta of the files' layouts (read in this process, dropped after writing)."""
+    read_layouts: Callable[[], Sequence[Layout]],
+    merge: Merge,
+    origin: str = "",
+    in_memory: bool = False,
+) -> Built:
+    """Columns and meta of the files' layouts. Scanned files (``FileScan``) stream into the
+    store block by block, the fingerprint hashed as they go; ``in_memory`` (no store can be
+    written) or files read whole (``FileLayout``) give arrays."""
     error: BaseException | None = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            layouts = read_layouts()
+            layouts = list(read_layouts())
             schema, skipped = merge(layouts)
         except BaseException as e:  # raised below, after the warnings, as without the store
             error = e
@@ -153,23 +166,90 @@ def _build(
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     bounds = np.zeros(len(layouts) + 1, dtype=np.int64)
     np.cumsum([lay.num_seqs for lay in layouts], out=bounds[1:])
-    tags = layouts[0].tags if len(layouts) == 1 else PackedTags.concat([x.tags for x in layouts])
-    columns: dict[str, Column] = {"bounds": bounds}
-    lengths: dict[str, np.ndarray] = {}
-    for key in schema:  # one file (one large corpus file, say): its arrays, not copies
-        lengths[key] = narrow_lengths(_joined([np.diff(lay.starts[key]) for lay in layouts]))
-        columns[f"len.{key}"] = lengths[key]
-        columns[f"start.{key}"] = _joined([lay.starts[key] for lay in layouts])
-    columns["tags"] = StringColumn(*tags.buffers())
     meta = {
         "schema": {k: _spec_to_json(s) for k, s in schema.items()},
         "skipped": skipped,
         "warnings": messages,
-        "fingerprint": fingerprint_of(tags, lengths, schema, "hdf"),
         "sequences": int(bounds[-1]),
         "about": about(origin),
     }
+    scans = [lay for lay in layouts if isinstance(lay, FileScan)]
+    if len(scans) == len(layouts) and not in_memory:
+        return _streamed(scans, schema, bounds, meta)
+    read = [lay.layout() if isinstance(lay, FileScan) else lay for lay in layouts]
+    tags = read[0].tags if len(read) == 1 else PackedTags.concat([x.tags for x in read])
+    columns: dict[str, Column] = {"bounds": bounds}
+    lengths: dict[str, np.ndarray] = {}
+    for key in schema:  # one file (one large corpus file, say): its arrays, not copies
+        lengths[key] = narrow_lengths(_joined([np.diff(lay.starts[key]) for lay in read]))
+        columns[f"len.{key}"] = lengths[key]
+        columns[f"start.{key}"] = _joined([lay.starts[key] for lay in read])
+    columns["tags"] = StringColumn(*tags.buffers())
+    meta["fingerprint"] = fingerprint_of(tags, lengths, schema, "hdf")
     return columns, meta
+
+
+def _streamed(
+    scans: list[FileScan], schema: dict[str, KeySpec], bounds: np.ndarray, meta: dict[str, Any]
+) -> Built:
+    """The store's columns as chunks read from the files while the store is written (the tags,
+    then each key's lengths and row offsets, in ``fingerprint_of``'s order, hashed on the way):
+    a block of rows in memory at a time, plus each tag's byte count (kept in the narrowest
+    unsigned dtype per block, for the offsets column written after the bytes)."""
+    h = hashlib.sha256(str(int(bounds[-1])).encode())
+    sizes: list[np.ndarray] = []  # each tag block's byte counts
+
+    def tag_bytes() -> Iterator[np.ndarray]:
+        for scan in scans:
+            for block in scan.tag_blocks():
+                data, offsets = block.buffers()
+                hash_packed(h, data, offsets)
+                counts = np.diff(offsets)
+                widest = int(counts.max()) if len(counts) else 0
+                sizes.append(counts.astype(np.min_scalar_type(widest), copy=False))
+                yield data
+
+    def tag_offsets() -> Iterator[np.ndarray]:
+        total = 0
+        yield np.zeros(1, dtype=np.int64)
+        while sizes:
+            counts = sizes.pop(0)
+            out = np.cumsum(counts, dtype=np.int64)
+            out += total
+            total = int(out[-1]) if len(out) else total
+            yield out
+
+    def lengths_of(key: str, dtype: np.dtype) -> Iterator[np.ndarray]:
+        h.update(f"{key}:{schema[key].describe()}".encode())
+        for scan in scans:
+            for block in scan.length_blocks(key):
+                h.update(np.ascontiguousarray(block, dtype=np.int64).tobytes())
+                yield block.astype(dtype, copy=False)
+
+    def starts_of(key: str) -> Iterator[np.ndarray]:
+        for scan in scans:  # each file's offsets from 0, n_f + 1 of them
+            total = 0
+            yield np.zeros(1, dtype=np.int64)
+            for block in scan.length_blocks(key):
+                out = np.cumsum(block, dtype=np.int64)
+                out += total
+                total = int(out[-1]) if len(out) else total
+                yield out
+
+    columns: dict[str, Column] = {"bounds": bounds}
+    columns["tags.bytes"] = ChunkedColumn(np.uint8, (), tag_bytes())
+    columns["tags.offsets"] = ChunkedColumn(np.int64, (), tag_offsets())
+    for key in sorted(schema):  # fingerprint_of hashes the keys in sorted order
+        longest = max((scan.longest[key] for scan in scans), default=0)
+        dtype = narrow_lengths(np.array([0, longest])).dtype
+        columns[f"len.{key}"] = ChunkedColumn(dtype, (), lengths_of(key, dtype))
+        columns[f"start.{key}"] = ChunkedColumn(np.int64, (), starts_of(key))
+
+    def finished() -> dict[str, Any]:
+        h.update(b"hdf")
+        return {**meta, "fingerprint": h.hexdigest()[:32]}
+
+    return columns, finished
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
