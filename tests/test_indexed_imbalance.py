@@ -201,7 +201,7 @@ def test_the_loader_report_never_materialises_every_rank(monkeypatch, distributi
 def test_the_table_figure_is_computed_when_read_without_a_thread(monkeypatch) -> None:
     """Milliseconds at any size: no thread is started for it at the epoch boundary."""
     import seqloader as sl
-    import seqloader.plan.indexed.planner as indexed_module
+    import seqloader.plan.indexed.plan as indexed_module
 
     threads: list[str] = []
 

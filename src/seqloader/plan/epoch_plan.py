@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 
 from seqloader.plan.batches import BatchList
-from seqloader.plan.cost import step_imbalance
+from seqloader.plan.cost import PlannedImbalance, step_imbalance
 
 
 class EpochPlan(Protocol):
@@ -39,6 +39,16 @@ class EpochPlan(Protocol):
     def consumed_seqs(self, steps: int) -> int: ...
 
     def real_total(self) -> int: ...
+
+    def step_imbalance(
+        self, from_step: int, costs: np.ndarray, bucket_costs: np.ndarray | None = None
+    ) -> PlannedImbalance:
+        """The planned step imbalance from ``from_step`` on (``seqloader.plan.cost``), each plan
+        kind as it can compute it: ``costs``: cost units per sequence; ``bucket_costs``: a
+        bucket table's planned cost per unit of each bucket (indexed planning's
+        ``bucket_costs``), or None where the buckets plan no cost (the exact figure from
+        ``costs``)."""
+        ...
 
 
 def list_imbalance(

@@ -8,11 +8,13 @@ steps without any collective (contract C2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from seqloader.plan.batches import BatchList
-from seqloader.plan.epoch_plan import interleave
+from seqloader.plan.cost import PlannedImbalance
+from seqloader.plan.epoch_plan import interleave, list_imbalance
 from seqloader.plan.options import Uneven
 
 
@@ -48,6 +50,12 @@ class GlobalPlan:
         """Rank ``rank``'s batches from ``start_step`` on."""
         ids = np.arange(start_step * self.world_size + rank, len(self.batches), self.world_size)
         return self.batches.take(ids)
+
+    def step_imbalance(
+        self, from_step: int, costs: np.ndarray, bucket_costs: np.ndarray | None = None
+    ) -> PlannedImbalance:
+        """Read off the batch list (O(n): computed off the training loop); no bucket costs."""
+        return PlannedImbalance(partial(list_imbalance, self, from_step, costs))
 
 
 def distribute_shard(batches: BatchList, world_size: int, uneven: Uneven) -> GlobalPlan:

@@ -655,8 +655,7 @@ class Planner:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         read off its batch list: O(n), so computed off the training loop."""
         if self.chunks is None:
-            costs = self._costs_of(plan)
-            return PlannedImbalance(functools.partial(list_imbalance, plan, from_step, costs))
+            return plan.step_imbalance(from_step, self._costs_of(plan))
         return PlannedImbalance(
             lambda: list_imbalance(plan, from_step, self.slot_costs(plan.batches), per_slot=True)
         )

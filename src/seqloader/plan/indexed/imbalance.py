@@ -32,8 +32,36 @@ import numpy as np
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.indexed.batch_table import BatchTable
-from seqloader.plan.indexed.plan import IndexedPlan, RankwisePlan
+from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.options import PlanOptions
+
+
+class Slots(Protocol):
+    """The batches of a shard plan's last round (``seqloader.plan.indexed.plan.Slots``)."""
+
+    g: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+
+
+class TablePlan(Protocol):
+    """What ``table_imbalance`` reads of a shard plan (``IndexedPlan``, which calls it: a
+    protocol, not an import, keeps the module graph free of loops)."""
+
+    world_size: int
+    table: BatchTable | BoundsTable
+    start: int
+    full_rounds: int
+    tail_start: int
+
+    @property
+    def tail(self) -> Slots: ...
+
+
+class CountedPlan(EpochPlan, Protocol):
+    """What ``files_imbalance`` reads of a files plan (``RankwisePlan``)."""
+
+    planned_costs: Callable[[int, np.ndarray], np.ndarray] | None
 
 
 class Indexed(Protocol):
@@ -74,7 +102,7 @@ def bucket_costs(planner: Indexed) -> np.ndarray:
     return planner.options.cost.units(np.asarray(planner.longest))
 
 
-def table_imbalance(plan: IndexedPlan, costs: np.ndarray, first_step: int = 0) -> float:
+def table_imbalance(plan: TablePlan, costs: np.ndarray, first_step: int = 0) -> float:
     """``step_imbalance`` of a ``shard`` indexed plan from ``first_step`` on, every batch costing
     its size times ``costs[bucket]`` (``bucket_costs``; see the module doc). The planned cost is
     constant over runs of the batch table (a segment's full batches, then its bucket's short last
@@ -124,7 +152,7 @@ def _runs(table: BatchTable, costs: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return starts[order], cost[order]
 
 
-def files_imbalance(plan: RankwisePlan, costs: np.ndarray, first_step: int = 0) -> float:
+def files_imbalance(plan: CountedPlan, costs: np.ndarray, first_step: int = 0) -> float:
     """``step_imbalance`` of an indexed ``files`` plan from ``first_step`` on, every batch
     costing its size times its group's planned cost (``costs``: ``bucket_costs``), from counts."""
     planned = plan.planned_costs

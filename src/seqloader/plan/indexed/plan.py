@@ -22,16 +22,19 @@ the report's step imbalance and tests, not for planning.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 import numpy as np
 
 from seqloader.plan.batches import BatchList
+from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.edges import WINDOW_BATCHES
 from seqloader.plan.indexed.batch_table import BatchTable
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.chunks import ChunkBuckets, ChunkWindows
 from seqloader.plan.indexed.fixed import BoundsTable
+from seqloader.plan.indexed.imbalance import files_imbalance, rankwise_imbalance, table_imbalance
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.options import Uneven
@@ -237,6 +240,15 @@ class IndexedPlan:
         real = self.tail.real
         return full + int((self.tail.hi[real] - self.tail.lo[real]).sum())
 
+    def step_imbalance(
+        self, from_step: int, costs: np.ndarray, bucket_costs: np.ndarray | None = None
+    ) -> PlannedImbalance:
+        """Off the batch table where its buckets plan a cost (``table_imbalance``: milliseconds),
+        else every rank's share drawn in turn (``rankwise_imbalance``, O(n))."""
+        if bucket_costs is None:
+            return PlannedImbalance(partial(rankwise_imbalance, self, costs, from_step))
+        return PlannedImbalance(partial(table_imbalance, self, bucket_costs, from_step), cheap=True)
+
     def rank_share(self, rank: int, start_step: int = 0) -> BatchList:
         """Rank ``rank``'s batches from ``start_step`` on: only its own are drawn (the last share
         drawn from step 0 is kept, so a share drawn ahead is taken over at once)."""
@@ -342,6 +354,15 @@ class RankwisePlan:
         if steps >= self._steps:
             return self._real_total
         return self._consumed(steps)
+
+    def step_imbalance(
+        self, from_step: int, costs: np.ndarray, bucket_costs: np.ndarray | None = None
+    ) -> PlannedImbalance:
+        """From counts (``files_imbalance``) where the plan has planned costs and the buckets
+        plan them, else every rank's share drawn in turn (``rankwise_imbalance``, O(n))."""
+        if bucket_costs is None or self.planned_costs is None:
+            return PlannedImbalance(partial(rankwise_imbalance, self, costs, from_step))
+        return PlannedImbalance(partial(files_imbalance, self, bucket_costs, from_step))
 
     def rank_share(self, rank: int, start_step: int = 0) -> BatchList:
         """Rank ``rank``'s batches from ``start_step`` on (the last share drawn is kept, so a

@@ -34,7 +34,6 @@ import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from functools import partial
 from itertools import pairwise
 from typing import Any
 
@@ -46,7 +45,7 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
 from seqloader.plan.chunks import chunk_counts
 from seqloader.plan.cost import PlannedImbalance
-from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import (
     Admission,
     At,
@@ -84,16 +83,12 @@ from seqloader.plan.indexed.histogram import (
 )
 from seqloader.plan.indexed.imbalance import (
     bucket_costs,
-    files_imbalance,
-    rankwise_imbalance,
-    table_imbalance,
 )
 from seqloader.plan.indexed.mix import IndexedMix
 from seqloader.plan.indexed.plan import (
     Draw,
     IndexedPlan,
     MemberDraw,
-    RankwisePlan,
     SortedWindows,
 )
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder, RankBatchOrder
@@ -709,17 +704,11 @@ class IndexedPlanner:
     def step_imbalance(self, plan: EpochPlan, from_step: int) -> PlannedImbalance:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         without every rank's batches (``seqloader.plan.indexed.imbalance``): ``shard`` off the
-        batch table (milliseconds), ``files`` from counts, rank by rank."""
-        if self._fixed or self._random:  # a table bucket is a batch: costs from real lengths
-            return PlannedImbalance(partial(rankwise_imbalance, plan, self.costs, from_step))
-        costs = bucket_costs(self)
-        if isinstance(plan, IndexedPlan):
-            return PlannedImbalance(partial(table_imbalance, plan, costs, from_step), cheap=True)
-        if isinstance(plan, RankwisePlan) and plan.planned_costs is not None:
-            return PlannedImbalance(partial(files_imbalance, plan, costs, from_step))
-        if isinstance(plan, RankwisePlan):
-            return PlannedImbalance(partial(rankwise_imbalance, plan, self.costs, from_step))
-        return PlannedImbalance(partial(list_imbalance, plan, from_step, self.costs))
+        batch table (milliseconds), ``files`` from counts, rank by rank: each plan kind answers
+        (``EpochPlan.step_imbalance``)."""
+        # fixed and random orders: a table bucket is a batch, no planned cost (real lengths)
+        planned = None if self._fixed or self._random else bucket_costs(self)
+        return plan.step_imbalance(from_step, self.costs, planned)
 
     def fingerprint(self, source_fingerprint: str) -> str:
         return plan_fingerprint(
