@@ -322,18 +322,23 @@ def test_chunked_random_seed_offset_resumes_batch_for_batch(
     uneven=st.sampled_from(["split", "pad", "drop"]),
     worlds=st.lists(st.integers(1, 4), min_size=1, max_size=3),
     cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+    partition_epoch=st.integers(1, 2),
 )
-def test_chunked_epoch_wise_filter_resume_chains(n, seed, ordering, uneven, worlds, cuts) -> None:
-    """Chunked with ``epoch_wise_filter`` on epoch 1 (not 2): the kept sequences' chunks once
-    per epoch through fresh loaders and JSON states, elastic or not."""
+def test_chunked_epoch_wise_filter_resume_chains(
+    n, seed, ordering, uneven, worlds, cuts, partition_epoch
+) -> None:
+    """Chunked with ``epoch_wise_filter`` on epoch 1 (not the next): the kept sequences' chunks
+    once per epoch through fresh loaders and JSON states, elastic or not (with sub-epochs: each
+    a set of whole sequences)."""
     make = loader_factory(
         corpus(n, seed),
         **CHUNKED,
         ordering=ordering,
         uneven=uneven,
+        partition_epoch=partition_epoch,
         epoch_wise_filter={(1, 1): {"max_mean_len": 7}},
     )
-    check_chain(make, worlds, cuts[: len(worlds) - 1], 2)
+    check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1)
 
 
 @pytest.mark.slow

@@ -512,6 +512,20 @@ INDEXED_CASES: dict[str, dict] = {
         "world": 3,
         "elastic": (3, 2),
     },
+    "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": {
+        "options": {"ordering": "laplace:.10", "max_frames": 500, "max_seqs": 9, "seed": 2,
+                    "partition_epoch": 3, "chunking": "60:30", "min_chunk_size": 10,
+                    "epoch_wise_filter": {(1, 1): {"max_mean_len": 150}}},
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": {
+        "options": {"ordering": "buckets:3", "max_frames": 700, "max_seqs": 9, "seed": 4,
+                    "partition_epoch": 2, "chunking": "80:40", "min_chunk_size": 10,
+                    "distribution": "random_seed_offset",
+                    "epoch_wise_filter": {(1, 2): {"max_mean_len": 120}}},
+        "world": 2,
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -526,7 +540,8 @@ INDEXED_CASES: dict[str, dict] = {
 # Chunked cases added under /5 (chunking was refused before: no plan of an earlier id moved);
 # so were the `files` + uneven="drop" cases (refused before).
 # chunked random_seed_offset, files, epoch_wise_filter and other keys' limits added later,
-# likewise (refused before); so were mix with files, chunked or not (refused before).
+# likewise (refused before); so were mix with files, chunked or not (refused before), and chunked
+# epoch_wise_filter with partition_epoch > 1 (refused before).
 # seqloader-plan-indexed/6: `files` cuts each old rank's buckets, laid end to end, into runs of
 # one batch size (histogram.cut_runs) instead of merging neighbouring buckets into groups of 4
 # full batches at the group's smallest size (merge_small): a rank has one short batch where the
@@ -550,6 +565,8 @@ INDEXED_GOLDEN = {
     "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "7aad94f86fc43646d4c09acd144b7e8f32a497e8a7926c15d0c862798609667c",
     "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f7a63743270596433a562c4cf9984ac70fb970a6db2b9425a8bcc0f513e4b62d",
     "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "e5b3114bc7650daa4147ddef12124da4783b9ab3906809ca9ba6b0a3dbfb222a",
+    "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "e7fcc372884d15e717b5e9916cda93928f0bbdf2854c8fec4f64348eb383449c",
+    "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/6"
 

@@ -21,6 +21,8 @@ from hypothesis import strategies as st
 from plan_contracts import check_plan_contracts
 from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
+from seqloader.plan.admission import mean_len_selection
+from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed import IndexedPlanner, index_key
 from seqloader.plan.position import check_reachable
 from test_files_plan import file_layouts
@@ -246,6 +248,53 @@ def test_epoch_wise_filter_keeps_global_plannings_sequences_and_plans_their_chun
 
 
 @settings(max_examples=50, deadline=None)
+@given(
+    cases(),
+    st.sampled_from([40.0, 120.0, 400.0]),
+    st.sampled_from(DISTRIBUTIONS),
+    st.integers(2, 3),
+)
+def test_epoch_wise_filter_with_sub_epochs_keeps_whole_sequences_of_each_sub_epoch(
+    case: dict, mean: float, distribution: str, parts: int
+) -> None:
+    """``epoch_wise_filter`` with ``partition_epoch > 1``: every sub-epoch is a set of whole
+    sequences (each length class's keyed slice), the sets of a full epoch disjoint and together
+    every admitted sequence; a filtered sub-epoch keeps RETURNN's selection of its set
+    (``mean_len_selection``: the shortest by (length, index)), counts what it drops, and plans
+    exactly the kept sequences' chunks (global planning's chunks of them); an unfiltered one all
+    its sequences' chunks. Every contract over the full epoch, resume chains included."""
+    wise = {(1, 1): {"max_mean_len": mean}, (parts + 2, parts + 2): {"max_mean_len": mean / 2}}
+    case = with_options(
+        case, partition_epoch=parts, epoch_wise_filter=wise, distribution=distribution
+    )
+    planner = indexed(case)
+    admitted = np.asarray(planner.admission.admitted, dtype=np.int64)
+    chunks_of = every_chunk(greedy(with_options(case, epoch_wise_filter=None)))
+    base = sum(planner.admission.filtered.values())
+    for full in (0, 1):
+        sets = []
+        for epoch in range(full * parts + 1, (full + 1) * parts + 1):
+            whole = np.asarray(planner._part_classes(EpochIndex(epoch, parts)).members, np.int64)
+            got = planner.sub_epoch_units(epoch)
+            kept = np.unique(got.seqs)
+            means = [m["max_mean_len"] for (a, b), m in wise.items() if a <= epoch <= b]
+            want = whole
+            for m in means:
+                want = want[mean_len_selection(want, case["lengths"]["data"], m)]
+            np.testing.assert_array_equal(kept, np.sort(want))
+            dropped = sum(planner.filtered(epoch).values()) - base
+            assert dropped == len(whole) - len(want)
+            want_codes = chunks_of[np.isin(chunks_of // STRIDE, want)]
+            np.testing.assert_array_equal(np.sort(codes(got.seqs, got.chunks)), want_codes)
+            sets.append(whole)
+        every = np.concatenate(sets)
+        np.testing.assert_array_equal(np.sort(every), admitted)
+    worlds = case["worlds"]
+    cuts = [case["cut"]] * (len(worlds) - 1)
+    check_plan_contracts(lambda: indexed(case), worlds, cuts, list(range(1, parts + 1)))
+
+
+@settings(max_examples=50, deadline=None)
 @given(cases(), st.integers(20, 400), st.sampled_from(["max_frames", "max_packed_frames"]))
 def test_limits_on_other_keys_hold_by_window(case: dict, limit: int, name: str) -> None:
     """A limit on the other key (chunked with the length key, or carried whole by every chunk):
@@ -428,10 +477,8 @@ def test_refusals_name_the_option_and_the_fix() -> None:
     mismatch = {"data": np.array([10, 20, 30]), "classes": np.array([10, 10, 30])}
     with pytest.raises(OptionError, match=r"sequence 1 \(tag 'b'\).*same number of chunks"):
         IndexedPlanner(mismatch, PlanOptions(**uneven), tags=["a", "b", "c"])
-    wise = {"epoch_wise_filter": {(1, 2): {"max_mean_len": 100}}, "partition_epoch": 2}
-    for extra in ({"mix": {"a": 1.0}}, wise):
-        with pytest.raises(OptionError, match=r"chunking with mix, or with epoch_wise_filter"):
-            PlanOptions(**{**OPTIONS, **extra})
+    with pytest.raises(OptionError, match=r"chunking with mix under distribution='shard'"):
+        PlanOptions(**{**OPTIONS, "mix": {"a": 1.0}})
 
 
 def test_epochs_and_seeds_draw_other_batches() -> None:

@@ -102,7 +102,11 @@ def test_auto_plans_what_the_resolved_planning_plans(
 NEWLY_INDEXED = [
     {"ordering": "random", "distribution": "random_seed_offset"},
     {"ordering": "random:2", "distribution": "random_seed_offset", "partition_epoch": 2},
-]
+    {"ordering": "laplace:.3", "chunking": "4:2", "partition_epoch": 2,
+     "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
+    {"ordering": "buckets:3", "chunking": "4:2", "partition_epoch": 2,
+     "distribution": "random_seed_offset", "epoch_wise_filter": {(1, 2): {"max_mean_len": 6}}},
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("options", NEWLY_INDEXED, ids=str)

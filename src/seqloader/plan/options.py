@@ -400,15 +400,10 @@ class PlanOptions:
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (
-                self.chunking is not None
-                and (
-                    (self.mix is not None and self.distribution != "files")
-                    or (self.epoch_wise_filter is not None and self.partition_epoch > 1)
-                ),
-                "chunking with mix, or with epoch_wise_filter and partition_epoch > 1 (a "
-                "chunked sub-epoch takes a slice of every chunk bucket, not whole sequences "
-                "for the filter to keep or corpus epochs to count; with distribution='files' "
-                "a mix plans its slots' chunks and takes chunking)",
+                self.chunking is not None and self.mix is not None and self.distribution != "files",
+                "chunking with mix under distribution='shard' (a chunked sub-epoch takes a "
+                "slice of every chunk bucket, not whole sequences for corpus epochs to count; "
+                "with distribution='files' a mix plans its slots' chunks and takes chunking)",
             ),
         ]
         for on, name in unsupported:

@@ -25,6 +25,7 @@ PURPOSE_INDEXED_RANK = 16  # planning="indexed", random_seed_offset: a rank's ow
 PURPOSE_INDEXED_ORDER = 17  # planning="indexed", ordering="random": each epoch's keyed order
 PURPOSE_INDEXED_FILES_MIX = 18  # planning="indexed", mix over files: file streams, epoch shuffle
 PURPOSE_INDEXED_BATCH_ORDER = 19  # indexed random + random_seed_offset: a rank's batch order
+PURPOSE_INDEXED_PARTS = 20  # indexed chunked epoch_wise_filter: a length class's sub-epoch sets
 
 
 def rng_for(seed: int, *words: int) -> np.random.Generator:

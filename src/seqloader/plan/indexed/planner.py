@@ -102,6 +102,7 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_BATCH_ORDER,
     PURPOSE_INDEXED_MEMBERS,
     PURPOSE_INDEXED_ORDER,
+    PURPOSE_INDEXED_PARTS,
     PURPOSE_INDEXED_RUNS,
     rng_for,
 )
@@ -421,7 +422,7 @@ class IndexedPlanner:
         (epoch, order rank) asked (table, draw and counts ask)."""
         means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
         chosen = [sel for sel in self.selections if sel.applies(ep.epoch)]
-        if (not means and not chosen) or self.mix is not None:
+        if (not means and not chosen and not self._chunk_parts) or self.mix is not None:
             return None
         if self._shared_sets:  # one cut for every rank
             order_rank = 0
@@ -467,14 +468,48 @@ class IndexedPlanner:
             cut = EpochCut(*epoch_filtered(counts, draw, self.lengths, means, sums))
         return cut
 
+    @property
+    def _chunk_parts(self) -> bool:
+        """Chunking with ``epoch_wise_filter`` and sub-epochs: every sub-epoch is a set of whole
+        sequences (``_part_classes``), so the filter keeps or drops sequences as global
+        planning's does, and together a full epoch's sub-epochs hold every admitted sequence's
+        chunks once (every epoch of such a plan, filtered or not, is cut so)."""
+        o = self.options
+        return self.units is not None and o.epoch_wise_filter is not None and o.partition_epoch > 1
+
+    def _part_classes(self, ep: EpochIndex) -> BucketIndex:
+        """``_chunk_parts``: the length index restricted to sub-epoch ``ep``'s sequences. The
+        length classes' lists, each in its keyed permutation of the full epoch (keyed alike on
+        every rank, ``PURPOSE_INDEXED_PARTS``), laid end to end: position ``x`` goes to part
+        ``x % P``, so every part holds its share of every class and the parts' sizes differ by
+        at most one (a slice per class would give a class of fewer than ``P`` sequences to the
+        first parts only). Ascending by index within a class (the filter keeps a class's
+        lowest indices). O(n / P) per sub-epoch."""
+        index, parts = self.index, self.options.partition_epoch
+        whole = np.diff(np.asarray(index.starts, dtype=np.int64))  # [G]
+        first = (ep.part - (np.asarray(index.starts[:-1], dtype=np.int64))) % parts
+        counts = np.maximum(0, (whole - first + parts - 1) // parts)
+        starts = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=starts[1:])
+        classes = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        pos = first[classes] + parts * (np.arange(len(classes), dtype=np.int64) - starts[classes])
+        words = (*self.head, PURPOSE_INDEXED_PARTS, self.seed_epoch(ep))
+        draw = MemberDraw(index.members, index.starts, np.zeros_like(counts), words)
+        seqs = draw(classes, pos)
+        seqs = seqs[np.lexsort((seqs, classes))]
+        return replace(index, members=seqs, starts=starts, file_counts=None, file_frames=None)
+
     def _chunk_cut(self, ep: EpochIndex, order_rank: int, means: Sequence[float]) -> EpochCut:
-        """Chunked ``epoch_wise_filter`` (one sub-epoch per epoch: every admitted sequence): the
-        filter keeps whole sequences, as global planning's (RETURNN's shortest by (length,
-        index), ``mean_len_cut`` over the length classes: every length below one class, the
-        lowest indices of that class), and their chunks are planned (``ChunkBuckets.kept``).
-        From counts: O(distinct lengths)."""
+        """Chunked ``epoch_wise_filter``: the filter keeps whole sequences of the sub-epoch
+        (every admitted sequence; ``_chunk_parts``: the sub-epoch's set), as global planning's
+        (RETURNN's shortest by (length, index), ``mean_len_cut`` over the length classes: every
+        length below one class, the lowest indices of that class), and their chunks are planned
+        (``ChunkBuckets.kept``). From counts: O(distinct lengths); sub-epochs: O(n / P)."""
         assert self.units is not None
-        kept = np.asarray(self.index.counts, dtype=np.int64).copy()  # [G] per length class
+        base = self.units
+        if self._chunk_parts:
+            base = replace(base, classes=self._part_classes(ep))
+        kept = np.diff(np.asarray(base.classes.starts, dtype=np.int64))  # [G] per length class
         value = np.asarray(self.index.longest, dtype=np.int64)  # [G] its length
         dropped = []
         for mean in means:
@@ -486,7 +521,7 @@ class IndexedPlanner:
                 g = int(np.searchsorted(before, low, side="right")) - 1
                 kept[g] = low - before[g]
                 kept[g + 1 :] = 0
-        units = self.units.kept(kept)
+        units = base.kept(kept)
         words = (*self._head_of(order_rank), PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep))
         draw = MemberDraw(units, units.starts, np.zeros(len(units.counts), np.int64), words)
         return EpochCut(units.counts, draw, dropped)
