@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from seqloader.sources import hdf_layout, hdf_store
-from seqloader.sources.hdf_layout import read_layout, scan_file
+from seqloader.sources.hdf_layout import PackedTags, read_layout, scan_file
 
 TAG_CHARS = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), max_size=12
@@ -124,3 +124,18 @@ def test_streamed_build_holds_no_array_of_n(tmp_path: object) -> None:
             tracemalloc.stop()
     assert source.index_built and len(source) == n
     assert peak < 6 * n, f"peak {peak} bytes while building the store of {n} sequences"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.binary(max_size=8), st.text(max_size=6).map(lambda t: t.replace("\0", ""))),
+        max_size=20,
+    )
+)
+def test_packed_tags_from_h5py_objects(values: list) -> None:
+    """Property: tags as h5py returns them (bytes, or str) pack to each value's utf-8 bytes up
+    to its first NUL (RETURNN's reading), whether or not some value holds a NUL or is a str."""
+    packed = PackedTags.from_array(np.array(values + [b""], dtype=object)[:-1])
+    want = [(v.encode() if isinstance(v, str) else v).split(b"\0", 1)[0] for v in values]
+    assert [packed.raw(i) for i in range(len(packed))] == want

@@ -436,10 +436,17 @@ class PackedTags(IndexedStrings):
             lengths = np.concatenate(lens) if lens else np.zeros(0, np.int64)
             buf = np.concatenate(bufs) if bufs else np.zeros(0, np.uint8)
         else:
-            items = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in values]
-            items = [v.split(b"\0", 1)[0] for v in items]
+            items = values.tolist()
+            try:  # bytes without a NUL (what h5py returns for tags): joined as they are
+                joined: bytes | None = b"".join(items)
+            except TypeError:  # str among them
+                joined = None
+            if joined is None or b"\0" in joined:
+                items = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in items]
+                items = [v.split(b"\0", 1)[0] for v in items]
+                joined = b"".join(items)
             lengths = np.fromiter(map(len, items), dtype=np.int64, count=len(items))
-            buf = np.frombuffer(b"".join(items), dtype=np.uint8)
+            buf = np.frombuffer(joined, dtype=np.uint8)
         offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         return cls(buf, offsets)
