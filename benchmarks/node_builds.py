@@ -1,5 +1,5 @@
 """The node's one-time builds, before and after, side by side: what the first process of a node
-pays before any rank holds a plan (``planning="indexed"`` over a large corpus).
+pays before any rank holds a plan (default options: ``planning="auto"``, indexed for these cases).
 
     python -m benchmarks.node_builds --base-src OLD/src [--sizes 1e7] [--reps 3] [--out FILE]
 
@@ -15,8 +15,9 @@ measurement runs in a fresh process, alternating between this checkout and ``--b
   every tag, find repeated hashes), as the first process computes it for the node's file;
 - ``index <case>``: the bucket index for the case's options (``IndexedPlanner`` without a
   prebuilt index, what ``loading/bucket_store.py`` runs under the file's lock);
-- ``first loader <case>``: ``SeqLoader(source, rank=517, world_size=1024, planning="indexed",
-  ...)`` in an empty ``XDG_CACHE_HOME``: both builds, written to the node's files (fsynced), then
+- ``first loader <case>``: ``SeqLoader(source, rank=517, world_size=1024, ...)`` with the
+  default options (planning ``auto``; the planning it resolved to is recorded) in an empty
+  ``XDG_CACHE_HOME``: both builds, written to the node's files (fsynced), then
   the rank's plan; what ``seqloader prepare`` does ahead of a job.
 
 Time is wall time; memory the peak of ``RssAnon`` (private, anonymous pages; the mapped corpus is
@@ -55,6 +56,7 @@ def child(config: dict) -> dict:
     stage, case = config["stage"], config.get("case")
     options = {**CASES[case], **LIMITS} if case else {}
     built: Any = None
+    planning = "indexed" if stage == "index" else None
     with PeakAnon() as mem:
         t0 = time.perf_counter()
         if stage == "verdict":
@@ -71,26 +73,33 @@ def child(config: dict) -> dict:
             from seqloader.plan.indexed.planner import IndexedPlanner
             from seqloader.plan.options import PlanOptions
 
+            plan_options = PlanOptions(seed=3, **options)  # the defaults: planning "auto"
+            if plan_options.resolved_planning != "indexed":
+                raise RuntimeError(f"{case}: the default options do not resolve to indexed")
             built = IndexedPlanner(
                 {"data": source.lengths("data")},
-                PlanOptions(planning="indexed", seed=3, **options),
+                plan_options,
                 files=source.file_layout() if options["distribution"] == "files" else None,
             ).index
         else:
             from seqloader.torch.loader import SeqLoader
 
             os.environ["XDG_CACHE_HOME"] = config["cache"]
-            loader = SeqLoader(
-                source, rank=RANK, world_size=WORLD, seed=3, planning="indexed", **options
-            )
+            loader = SeqLoader(source, rank=RANK, world_size=WORLD, seed=3, **options)  # defaults
             loader.global_plan(1).rank_share(RANK)
+            planning = loader.planner.options.planning
         seconds = time.perf_counter() - t0
     # the result's digest, after the measured block (hashing copies the arrays)
     if built is None or isinstance(built, str):  # none, or the HDF corpus's fingerprint
         digest = built or ""
     else:
         digest = str(len(built)) if stage == "verdict" else _digest(built)
-    return {"seconds": seconds, "private_bytes": mem.peak - mem.before, "digest": digest}
+    return {
+        "seconds": seconds,
+        "private_bytes": mem.peak - mem.before,
+        "digest": digest,
+        "planning": planning,
+    }
 
 
 def _digest(index: Any) -> str:

@@ -8,9 +8,11 @@ size 1,024, rank 517, and each case (``distribution="shard"`` with ``laplace`` a
 ``distribution="files"`` over 10^5 files with ``laplace``): a fresh process maps the lengths from
 one column store file (``seqloader.sources.columns``: the per-node metadata, built once by the
 parent, counted once) and times constructing the planner until it holds this rank's batches of
-epoch 1 (``global_plan(...).rank_share``, what the loader runs). ``planning="indexed"`` also maps
+epoch 1 (``global_plan(...).rank_share``, what the loader runs). Indexed planning is measured
+with the default options (no ``planning`` given: ``auto``, checked to resolve to indexed for
+every case; ``--base-src`` asks for it by name); it also maps
 the node's bucket index (``BucketIndex``, built once per node and corpus by the parent: its build
-time is ``node_index_s``); ``planning="global"`` (the same code, the default planning) is measured
+time is ``node_index_s``); ``planning="global"`` (the same code, asked for by name) is measured
 up to ``--global-max`` sequences (about 60 bytes per sequence), ``--base-src`` (an older
 checkout's ``src/``) up to ``--base-max``.
 Memory: the child's peak resident set less the file pages it maps (``VmHWM - RssFile``) less what
@@ -133,12 +135,18 @@ def child(config: dict) -> dict:
     lengths = store.column("len.data")
     files = store.column("file_bounds") if config["distribution"] == "files" else None
     indexed = config.get("planning") == "indexed"
-    extra = {"planning": "indexed"} if indexed else {}
+    # this checkout's indexed plans run the default options (planning "auto", resolved below);
+    # global planning and an older checkout's code are asked for by name
+    default = indexed and config.get("code") != "base"
+    extra = {} if default else {"planning": config.get("planning", "global")}
     if config.get("chunking"):
         extra["chunking"] = config["chunking"]
     options = PlanOptions(
         ordering=config["ordering"], distribution=config["distribution"], seed=3, **LIMITS, **extra
     )
+    resolved = getattr(options, "resolved_planning", options.planning)
+    if default and resolved != "indexed":
+        raise RuntimeError(f"the default options resolve to {resolved!r} planning, not indexed")
 
     def make() -> Planner:
         """The planner as a (re)started job constructs it: the node's index mapped, no caches."""
@@ -194,6 +202,8 @@ def child(config: dict) -> dict:
         "steps": int(steps),
         "rank_seqs": len(share.seqs),  # slots: chunks when chunked
         "checks_ok": ok,
+        "planning": resolved,
+        "default_options": default,
         "padding": whole["padding"],
         **{k: v for k, v in whole.items() if k in ("elastic_refused", "elastic_checks_ok")},
     }
@@ -385,6 +395,8 @@ def code_row(args: argparse.Namespace, got: list[dict]) -> dict:
         row["elastic_checks_ok"] = all(r.get("elastic_checks_ok") for r in got)
     row["checks_ok"] = all(r["checks_ok"] for r in got)
     row["steps"] = got[0]["steps"]
+    row["planning"] = got[0].get("planning")  # as resolved; default_options: none given
+    row["default_options"] = got[0].get("default_options", False)
     return row
 
 
