@@ -136,6 +136,6 @@ def test_streamed_build_holds_no_array_of_n(tmp_path: object) -> None:
 def test_packed_tags_from_h5py_objects(values: list) -> None:
     """Property: tags as h5py returns them (bytes, or str) pack to each value's utf-8 bytes up
     to its first NUL (RETURNN's reading), whether or not some value holds a NUL or is a str."""
-    packed = PackedTags.from_array(np.array(values + [b""], dtype=object)[:-1])
+    packed = PackedTags.from_array(np.array([*values, b""], dtype=object)[:-1])
     want = [(v.encode() if isinstance(v, str) else v).split(b"\0", 1)[0] for v in values]
     assert [packed.raw(i) for i in range(len(packed))] == want
