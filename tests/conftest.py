@@ -28,6 +28,16 @@ settings.register_profile("repeatable", derandomize=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what collection imported (torch, lightning, h5py, the test modules: some 450,000
+    objects that live to the end) out of the garbage collector's reach, so each full collection
+    walks only what the tests allocate instead of re-walking those (``gc.freeze``); a loader a
+    test drops is still collected, as before."""
+    gc.collect()
+    gc.freeze()
+
+
 #: Every ordering family (with and without RETURNN's ``:K``) for the property tests of planning
 #: (test_plan_properties), resume (test_resume_plan, test_resume) and the epoch audit
 #: (test_audit). A new ordering is one line here; bins are small enough that corpora of a few
