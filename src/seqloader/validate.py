@@ -56,6 +56,23 @@ def int_option(
     raise OptionError(f"{name}: got {value!r}, expected {expected}")
 
 
+def bounds_option(name: str, value: object, parts: int) -> np.ndarray:
+    """``value`` as the bounds of ``parts`` consecutive parts (part ``p`` holds
+    ``[bounds[p], bounds[p + 1])``: corpora, files): int64 ``[parts + 1]``, starting at 0,
+    non-decreasing.
+
+    >>> bounds_option("corpora", [0, 3, 3, 5], 3).tolist()
+    [0, 3, 3, 5]
+    """
+    bounds = np.asarray(value, dtype=np.int64)
+    if bounds.shape != (parts + 1,) or bounds[0] != 0 or (np.diff(bounds) < 0).any():
+        raise OptionError(
+            f"{name}: got bounds {bounds.tolist()}, expected {parts + 1} non-decreasing offsets "
+            "starting at 0"
+        )
+    return bounds
+
+
 def optional_int_option(name: str, value: object, minimum: int) -> int | None:
     """``int_option``, or None for None ("unbounded", "default")."""
     if value is None:

@@ -38,6 +38,7 @@ from seqloader.parts import part_of
 from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.mix_check import CorpusEpochs, MixCheck
 from seqloader.plan.seeding import PURPOSE_MIX, rng_for
+from seqloader.validate import bounds_option
 
 USES_DTYPE = np.int32  # corpus epoch numbers (2^31 corpus epochs are far off)
 
@@ -56,14 +57,8 @@ class Corpora:
             raise OptionError(f"corpora: got names {names!r}, expected non-empty strings")
         if len(set(names)) != len(names):
             raise OptionError(f"corpora: got names {names!r}, expected each name once")
-        bounds = np.asarray(self.bounds, dtype=np.int64)
-        if bounds.shape != (len(names) + 1,) or bounds[0] != 0 or (np.diff(bounds) < 0).any():
-            raise OptionError(
-                f"corpora: got bounds {bounds.tolist()}, expected {len(names) + 1} non-decreasing "
-                "offsets starting at 0"
-            )
         object.__setattr__(self, "names", names)
-        object.__setattr__(self, "bounds", bounds)
+        object.__setattr__(self, "bounds", bounds_option("corpora", self.bounds, len(names)))
 
     @property
     def sizes(self) -> np.ndarray:

@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.validate import bounds_option
 
 
 @dataclass(frozen=True)
@@ -58,14 +59,10 @@ class FilePools:
     refuse_sharding: str | None = None
 
     def __post_init__(self) -> None:
-        bounds = np.asarray(self.bounds, dtype=np.int64)
         sizes = np.asarray(self.sizes, dtype=np.int64)
-        if bounds.ndim != 1 or len(bounds) < 2 or sizes.shape != (len(bounds) - 1,):
-            raise OptionError(
-                f"FilePools: bounds {bounds.shape} and sizes {sizes.shape}; expected [F + 1] "
-                "and [F]"
-            )
-        object.__setattr__(self, "bounds", bounds)
+        if sizes.ndim != 1 or not len(sizes):
+            raise OptionError(f"FilePools: got sizes of shape {sizes.shape}, expected [F], F >= 1")
+        object.__setattr__(self, "bounds", bounds_option("FilePools", self.bounds, len(sizes)))
         object.__setattr__(self, "sizes", sizes)
 
     @property
