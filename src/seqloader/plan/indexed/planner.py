@@ -478,26 +478,28 @@ class IndexedPlanner:
         return self.units is not None and o.epoch_wise_filter is not None and o.partition_epoch > 1
 
     def _part_classes(self, ep: EpochIndex) -> BucketIndex:
-        """``_chunk_parts``: the length index restricted to sub-epoch ``ep``'s sequences. The
-        length classes' lists, each in its keyed permutation of the full epoch (keyed alike on
-        every rank, ``PURPOSE_INDEXED_PARTS``), laid end to end: position ``x`` goes to part
-        ``x % P``, so every part holds its share of every class and the parts' sizes differ by
-        at most one (a slice per class would give a class of fewer than ``P`` sequences to the
-        first parts only). Ascending by index within a class (the filter keeps a class's
-        lowest indices). O(n / P) per sub-epoch."""
+        """``_chunk_parts``: the length index restricted to sub-epoch ``ep``'s sequences. Each
+        length class's members are shuffled by one stream keyed alike on every rank (seed, full
+        epoch, ``PURPOSE_INDEXED_PARTS``; the classes in order, so the full epoch's sub-epochs
+        are disjoint) and laid end to end: position ``x`` goes to part ``x % P``, so every part
+        holds its share of every class and the parts' sizes differ by at most one (a slice per
+        class would give a class of fewer than ``P`` sequences to the first parts only).
+        Ascending by index within a class (the filter keeps a class's lowest indices). O(n)
+        time per sub-epoch (a shuffle per class, its memory), O(n / P) memory kept."""
         index, parts = self.index, self.options.partition_epoch
-        whole = np.diff(np.asarray(index.starts, dtype=np.int64))  # [G]
-        first = (ep.part - (np.asarray(index.starts[:-1], dtype=np.int64))) % parts
-        counts = np.maximum(0, (whole - first + parts - 1) // parts)
-        starts = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=starts[1:])
-        classes = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-        pos = first[classes] + parts * (np.arange(len(classes), dtype=np.int64) - starts[classes])
-        words = (*self.head, PURPOSE_INDEXED_PARTS, self.seed_epoch(ep))
-        draw = MemberDraw(index.members, index.starts, np.zeros_like(counts), words)
-        seqs = draw(classes, pos)
-        seqs = seqs[np.lexsort((seqs, classes))]
-        return replace(index, members=seqs, starts=starts, file_counts=None, file_frames=None)
+        starts = np.asarray(index.starts, dtype=np.int64)
+        rng = rng_for(*self.head, PURPOSE_INDEXED_PARTS, self.seed_epoch(ep))
+        got: list[np.ndarray] = []
+        counts = np.zeros(len(starts) - 1, dtype=np.int64)
+        for g in range(len(counts)):
+            first = (ep.part - int(starts[g])) % parts
+            mine = rng.permutation(int(starts[g + 1] - starts[g]))[first::parts]
+            got.append(np.sort(np.asarray(index.members[starts[g] + mine], dtype=np.int64)))
+            counts[g] = len(mine)
+        part_starts = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=part_starts[1:])
+        seqs = np.concatenate([*got, np.zeros(0, dtype=np.int64)])
+        return replace(index, members=seqs, starts=part_starts, file_counts=None, file_frames=None)
 
     def _chunk_cut(self, ep: EpochIndex, order_rank: int, means: Sequence[float]) -> EpochCut:
         """Chunked ``epoch_wise_filter``: the filter keeps whole sequences of the sub-epoch
