@@ -17,7 +17,7 @@ from seqloader.plan.state import LoaderState
 from seqloader.torch.batch import Batch
 from seqloader.torch.dataloader import Execution
 from seqloader.torch.distributed import gather_objects
-from seqloader.torch.worker_errors import EpochWatch
+from seqloader.torch.worker_errors import EpochWatch, WorkerRaised
 from seqloader.trainer.audit import EpochAuditor
 from seqloader.trainer.checks import BatchChecks
 from seqloader.trainer.release import release
@@ -77,8 +77,21 @@ def run_epoch(
                 on_failure=execution.close,
                 progress=execution.progress(),
             )
+            take = it.__next__
             for _ in range(len(share)):
-                batch = watch.next(it)  # a dead worker -> WorkerError naming its batch
+                if watch.error is not None:  # raised before (in the loop's code): it is broken
+                    raise watch.error
+                # the worker-failure handling only when the take raised: no wrapper call per batch
+                try:
+                    batch = take()
+                except Exception as e:
+                    err = watch.failure(e)  # a dead worker -> WorkerError naming its batch
+                    if err is None:
+                        raise
+                    raise err from e
+                if type(batch) is WorkerRaised:  # a seqloader error in the worker: message first
+                    batch.reraise()
+                watch.consumed += 1
                 if handed is not None and background:  # the loop has replaced it by now
                     # its last reference: freed in the release thread, which the take just woke
                     # (a second put into an awake thread's queue costs ~1 µs, a wake 20 µs)

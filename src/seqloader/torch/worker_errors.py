@@ -137,29 +137,23 @@ class EpochWatch:
     def pids(self) -> tuple[int, ...]:
         return self.held.pids
 
-    def next(self, iterator: Iterator):
-        """``next(iterator)``, with worker deaths and failures turned into ``WorkerError``."""
-        if self.error is not None:  # raised before (in user code); the iterator is broken
-            raise self.error
-        try:
-            item = next(iterator)
-        except SeqLoaderError as e:
-            if isinstance(e, WorkerError):
-                self._failed(e)
-            raise
-        except Exception as e:
-            # a worker killed while sending shows first as a broken pipe (EOFError, OSError) in
-            # the thread that receives; its death is what to report
-            grace = 2.0 if isinstance(e, EOFError | OSError) else 0.0
-            err = self.translate(e) or self._death_after(e, grace)
-            if err is None:
-                raise
+    def failure(self, exc: Exception) -> WorkerError | None:
+        """The ``WorkerError`` to raise for ``exc``, raised by the iterator's ``next()``, when
+        it is a worker's death or failure told in torch's words (the watch is then failed: the
+        iterator is broken); None: raise ``exc`` itself (a ``WorkerError`` already is one, and
+        fails the watch too). The training thread calls ``next()`` itself inside ``try`` (no
+        wrapper call per batch: ``run_epoch``), and this only when it raised."""
+        if isinstance(exc, SeqLoaderError):
+            if isinstance(exc, WorkerError):
+                self._failed(exc)
+            return None
+        # a worker killed while sending shows first as a broken pipe (EOFError, OSError) in
+        # the thread that receives; its death is what to report
+        grace = 2.0 if isinstance(exc, EOFError | OSError) else 0.0
+        err = self.translate(exc) or self._death_after(exc, grace)
+        if err is not None:
             self._failed(err)
-            raise err from e
-        if type(item) is WorkerRaised:  # a seqloader error in the worker: ours, message first
-            item.reraise()
-        self.consumed += 1
-        return item
+        return err
 
     def translate(self, exc: BaseException) -> WorkerError | None:
         """A ``WorkerError`` for torch's worker-death / worker-exception errors, else None."""
