@@ -1,5 +1,7 @@
 """Histogram batching's quality parts: bucket edges where the batch size changes
-(``batching_edges``), a rank's buckets cut into runs of one batch size (``cut_runs``), bucket lists sorted by length within windows (``SortedWindows``), and the
+(``batching_edges``), a rank's buckets cut into runs of one batch size (``cut_runs``; a
+sub-epoch's runs drawn as buckets: ``row_runs``, ``RunDraw``), bucket lists sorted by length
+within windows (``SortedWindows``), and the
 benchmark that compares both with the greedy algorithm."""
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from seqloader.plan.indexed.histogram import (
     batching_edges,
     cut_runs,
     length_counts,
+    row_runs,
     sizes_for_units,
 )
-from seqloader.plan.indexed.plan import MemberDraw, SortedWindows
+from seqloader.plan.indexed.plan import MemberDraw, RunDraw, SortedWindows
 from test_plan_indexed import check_limits
 
 
@@ -83,6 +86,50 @@ def test_cut_runs_cover_each_row_in_valid_batches_with_fewer_short_ones(counts, 
         if falling:
             falls = int(np.count_nonzero(np.diff(cap[row > 0]) < 0))
             assert short <= falls + 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    counts=st.lists(st.integers(0, 40), min_size=1, max_size=7),
+    sizes=st.lists(st.integers(1, 12), min_size=7, max_size=7),
+    falling=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_row_runs_draw_every_bucket_position_once_in_batches_that_fit(counts, sizes, falling, seed):
+    """A sub-epoch's runs (``row_runs``), drawn through ``RunDraw``, give every position of
+    every bucket's list exactly once; each batch of a run (``size`` sequences, its last one
+    possibly fewer) holds no more than the smallest size of the buckets its members come from;
+    ``top`` is the run's longest bucket (its last); and with sizes falling along the buckets
+    the sub-epoch has at most one short batch per fall, plus its last, and never more batches
+    than batching each bucket alone."""
+    counts = np.asarray(counts, dtype=np.int64)
+    sizes = np.asarray(sizes[: len(counts)], dtype=np.int64)
+    if falling:
+        sizes = np.sort(sizes)[::-1].copy()
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    members = np.random.default_rng(seed).permutation(int(starts[-1])).astype(np.int64)
+    base = MemberDraw(members, starts, np.zeros(len(counts), np.int64), (seed, 3))
+    runs, run_sizes, run_starts, top = row_runs(counts, sizes)
+    draw = RunDraw(base, counts, run_starts)
+    bucket_of = np.repeat(np.arange(len(counts)), counts)  # member index -> its bucket
+    bucket_of = bucket_of[np.argsort(members)]  # sequence -> its bucket
+    seen, batches, short = [], 0, 0
+    for r, (c, k) in enumerate(zip(runs.tolist(), run_sizes.tolist())):
+        got, uses = draw.slots(np.full(c, r, dtype=np.int64), np.arange(c, dtype=np.int64))
+        assert uses is None
+        assert int(top[r]) == int(bucket_of[got].max())
+        for lo in range(0, c, k):
+            batch = got[lo : lo + k]
+            assert len(batch) <= int(sizes[bucket_of[batch]].min())
+            batches += 1
+            short += len(batch) < k
+        seen.extend(got.tolist())
+    assert sorted(seen) == list(range(int(starts[-1])))  # exactly once
+    assert batches <= sum(-(-int(n) // int(k)) for n, k in zip(counts, sizes))
+    if falling:
+        live = sizes[counts > 0]
+        assert short <= int(np.count_nonzero(np.diff(live) < 0)) + 1
 
 
 @settings(max_examples=100, deadline=None)

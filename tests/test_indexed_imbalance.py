@@ -31,6 +31,19 @@ from seqloader.plan.indexed.planner import IndexedPlanner
 from test_plan_indexed import cases, files_fit, planner_of
 
 
+def planned_per_sequence(plan: IndexedPlan, per_bucket: np.ndarray, n: int) -> np.ndarray:
+    """Per sequence (``n``), the planned cost of the batch table's bucket its batch comes from:
+    under ``laplace`` a run of buckets (``histogram.row_runs``), planned at its longest bucket's
+    cost; ``buckets:N``: its own bucket's."""
+    slots = plan.slots(0, plan.steps * plan.world_size)
+    bucket, _ = plan.table.locate(slots.g)
+    out = np.zeros(n, dtype=np.int64)  # filtered ones: unused
+    out[plan.batches.seqs] = np.repeat(
+        plan.table.unit_costs(per_bucket)[bucket], slots.hi - slots.lo
+    )
+    return out
+
+
 def whole_list_imbalance(plan, costs: np.ndarray, first_step: int) -> float:
     """The O(n) computation: ``step_imbalance`` over every rank's batches from ``first_step``."""
     b, first = plan.batches, first_step * plan.world_size
@@ -47,8 +60,7 @@ def test_shard_table_figure_equals_the_whole_list_at_planned_costs(
     plan = planner.global_plan(epoch, case["world"])
     assert isinstance(plan, IndexedPlan)
     per_bucket = bucket_costs(planner)
-    bucket = np.searchsorted(planner.bucket_edges, case["lengths"], side="right")
-    planned = per_bucket[np.minimum(bucket, len(per_bucket) - 1)]  # filtered ones: unused
+    planned = planned_per_sequence(plan, per_bucket, len(case["lengths"]))
     first = int(cut * plan.steps)
     want = whole_list_imbalance(plan, planned, first)
     assert table_imbalance(plan, per_bucket, first) == pytest.approx(want, rel=1e-12)
@@ -127,7 +139,11 @@ def test_table_figure_over_runs_equals_the_batch_by_batch_figure() -> None:
         per_bucket = bucket_costs(planner)
         slots = plan.slots(0, plan.steps * world)
         bucket, _ = plan.table.locate(slots.g)
-        per = ((slots.hi - slots.lo) * per_bucket[bucket]).reshape(-1, world).astype(float)
+        per = (
+            ((slots.hi - slots.lo) * plan.table.unit_costs(per_bucket)[bucket])
+            .reshape(-1, world)
+            .astype(float)
+        )
         want = float((per.max(axis=1) / per.mean(axis=1)).mean())
         assert table_imbalance(plan, per_bucket) == pytest.approx(want, rel=1e-12)
         assert want > 1.0
@@ -165,8 +181,7 @@ def test_the_loader_report_never_materialises_every_rank(monkeypatch, distributi
     planner = loader.planner
     plan = planner.global_plan(1, 3)
     if distribution == "shard":
-        bucket = np.searchsorted(planner.bucket_edges, lengths, side="right")
-        costs = bucket_costs(planner)[bucket]
+        costs = planned_per_sequence(plan, bucket_costs(planner), len(lengths))
     else:
         costs = group_costs_per_sequence(planner, 1, 3, [])
     want_full = whole_list_imbalance(plan, costs, 0)

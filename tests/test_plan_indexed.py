@@ -547,28 +547,34 @@ INDEXED_CASES: dict[str, dict] = {
 # full batches at the group's smallest size (merge_small): a rank has one short batch where the
 # size falls below a batch's fill, not one per group. Moved: the `files` cases only (the mix
 # over files too).
+# seqloader-plan-indexed/7: `laplace` with `shard` (and random_seed_offset) lays the sub-epoch's
+# buckets end to end and cuts them into runs of one batch size (histogram.row_runs, the runs of
+# `files`), each run batched as one bucket of the laplace bins (drawn through RunDraw): one short
+# batch per fall of the size, not one per bucket. Moved: the non-`files` laplace cases (here,
+# the chunked epoch_wise_filter partition 3 case recorded under /6 just before included, and
+# test_plan_indexed_options.NEW_GOLDEN's); buckets:N and `files` plans unchanged.
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
-    "laplace:.20 partition 3 W4 pad, filters": "a2b3a04a40f1cfab40a78ee585be307fd4dda50e33eedb84fdc061d6bb3f58b2",
+    "laplace:.20 partition 3 W4 pad, filters": "49a99b5dd01ca536318578700ac2e913da3f066940d517a7deb1e96d1100137e",
     "files buckets:3 W3 split": "0d7a5185d14b01a8e0a93f992b7cdc271f62a7af2a5f2b6c63b73edc6322023c",
     "files laplace W4 pad, merged buckets": "753011512a1f8dff6901b8a684d7f4840b76cbd9aa19edea1b2eb011b7e17155",
     "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
-    "mix laplace:.10 W4 pad, filters": "b8d20b529d89aedfdbbd5d35e2592853c73c64103e77af3d8f94e2bb2f2850a4",
+    "mix laplace:.10 W4 pad, filters": "d6cf88dc5d2b43ad6c67ee534f15372cd3a2b6c2965e87a0fe34c956062651cc",
     "files buckets:4 W4 split elastic -> W3 -> W5": "00901e468c8ced8d2522dbef300a51835237781e2d8f82f959ce3e270b006246",
     "files buckets:4 W4 drop elastic -> W3": "0a24ac7e4e6ec55ad46a97d700f20b391e5b54b12c62ff8bffe51316807f1548",
     "files laplace:.9 partition 2 W3 drop": "ce32c38552d1722264bc5bad457c00cc13de78e0cab60f8e362fcd356040f010",
     "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
-    "chunked 90:60 laplace:.20 partition 2 W3 pad": "11e06ce6385f1f188509f3dee90082d3fbf7c6a7450c976c18c09d383527e2dd",
+    "chunked 90:60 laplace:.20 partition 2 W3 pad": "7d9869db272d2bf4f4a021474b673d4c36960a0c01bd7d896b13b8af716fb713",
     "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "ca159e6ba9e3b7add8d39278b0a37d617095698d9952682b5a1b1f286061b986",
     "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "2079692ffa8dc621a53f257c517e61f431a46eebd58320949103bd8018c3e0cf",
-    "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "7bff8d3a6e454edc5920cce101ad71a08b7b8cb39726c6f68f339f8f1bc82a3f",
-    "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "7aad94f86fc43646d4c09acd144b7e8f32a497e8a7926c15d0c862798609667c",
+    "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "a45c1ed884a79af27a3c092e3a1e15ce3ec1ac364ab717ee90d23c13a0722c74",
+    "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "9b313748340dbf7d83ec886d7b05a45b0d37d99e37e29913d75c098894713789",
     "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f7a63743270596433a562c4cf9984ac70fb970a6db2b9425a8bcc0f513e4b62d",
     "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "e5b3114bc7650daa4147ddef12124da4783b9ab3906809ca9ba6b0a3dbfb222a",
-    "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "e7fcc372884d15e717b5e9916cda93928f0bbdf2854c8fec4f64348eb383449c",
+    "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "c05bddea107dee0a7b5a11e98db9fbdc62a4834abfa5d46ecdf51fa9b1ba0376",
     "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/6"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/7"
 
 
 def indexed_digest(case: dict) -> str:

@@ -14,10 +14,13 @@ Orderings (``indexed`` planning):
   (fewer than ``group`` full batches and the short last one) forms a pool, longest bucket first,
   cut into runs of ``group`` batches. All full runs are shuffled with the epoch's stream; the
   pool's incomplete run comes last (the last round, where ``uneven`` applies).
-- ``laplace`` (``laplace_bins``): each bucket's batches are spread evenly over the ``B`` bins
+- ``laplace`` (``laplace_bins``): the table's buckets are runs of buckets
+  (``seqloader.plan.indexed.histogram.row_runs``: the sub-epoch's buckets laid end to end, cut
+  where the batch size falls, so one short batch per fall rather than per bucket; ``top`` maps
+  a run to its longest bucket). Each run's batches are spread evenly over the ``B`` bins
   (bin ``i`` gets batches ``[i*nb//B, (i+1)*nb//B)``); bins come in order, and within a bin the
-  buckets ascend in even bins and descend in odd ones: lengths rise and fall across the epoch,
-  and every bin holds a random part of every bucket.
+  runs ascend in even bins and descend in odd ones: lengths rise and fall across the epoch,
+  and every bin holds a random part of every run.
 """
 
 from __future__ import annotations
@@ -33,13 +36,16 @@ from seqloader.errors import OptionError
 class BatchTable:
     """Batches in plan order: segment ``s`` is batches ``first[s] .. first[s] + count[s] - 1``
     of bucket ``bucket[s]``. ``counts``/``sizes``: sequences per bucket in the sub-epoch and per
-    full batch of it, int64 ``[N]`` (sizes >= 1)."""
+    full batch of it, int64 ``[N]`` (sizes >= 1). ``top``: where the table's buckets are runs
+    of buckets (``laplace``: ``histogram.cut_runs``), each run's longest bucket ``[N]``, whose
+    cost its batches are planned at (None: the table's buckets are the planner's)."""
 
     counts: np.ndarray
     sizes: np.ndarray
     bucket: np.ndarray  # int64 [S]
     first: np.ndarray  # int64 [S]
     count: np.ndarray  # int64 [S]
+    top: np.ndarray | None = None
 
     @classmethod
     def of(
@@ -49,6 +55,7 @@ class BatchTable:
         bucket: np.ndarray,
         first: np.ndarray,
         count: np.ndarray,
+        top: np.ndarray | None = None,
     ) -> BatchTable:
         keep = count > 0
         return cls(
@@ -57,6 +64,7 @@ class BatchTable:
             bucket[keep].astype(np.int64),
             first[keep].astype(np.int64),
             count[keep].astype(np.int64),
+            top,
         )
 
     def __post_init__(self) -> None:
@@ -80,6 +88,11 @@ class BatchTable:
     @property
     def num_seqs(self) -> int:
         return int(self.seq_end[-1]) if len(self.seq_end) else 0
+
+    def unit_costs(self, bucket_costs: np.ndarray) -> np.ndarray:
+        """The planner's per-bucket costs as per table bucket (a run costs its longest bucket's)."""
+        costs = np.asarray(bucket_costs)
+        return costs if self.top is None else costs[self.top]
 
     def seqs_through(self, bucket: np.ndarray, j: np.ndarray) -> np.ndarray:
         """Sequences in batches ``0 .. j-1`` of ``bucket`` -> int64 (same shape)."""
@@ -169,9 +182,11 @@ def bucket_runs(
     return BatchTable.of(counts, sizes, bucket, first, count)
 
 
-def laplace_bins(counts: np.ndarray, sizes: np.ndarray, bins: int) -> BatchTable:
+def laplace_bins(
+    counts: np.ndarray, sizes: np.ndarray, bins: int, top: np.ndarray | None = None
+) -> BatchTable:
     """``laplace``: every bucket's batches spread over ``bins`` bins; buckets ascending in even
-    bins, descending in odd ones (see the module doc)."""
+    bins, descending in odd ones (see the module doc). ``top``: ``BatchTable.top``."""
     n_buckets = len(counts)
     nb = batches_per_bucket(counts, sizes)  # [N]
     i = np.arange(bins + 1, dtype=np.int64)[:, None]  # [B+1, 1]
@@ -181,4 +196,4 @@ def laplace_bins(counts: np.ndarray, sizes: np.ndarray, bins: int) -> BatchTable
     odd = np.arange(bins) % 2 == 1
     for a in (first, count, bucket):
         a[odd] = a[odd, ::-1]
-    return BatchTable.of(counts, sizes, bucket.ravel(), first.ravel(), count.ravel())
+    return BatchTable.of(counts, sizes, bucket.ravel(), first.ravel(), count.ravel(), top)

@@ -239,7 +239,10 @@ class SeedOffset(_Table):
         def planned_costs(rank: int, bucket_costs: np.ndarray) -> np.ndarray:
             table = p.table(epoch, 1, rank)
             g = np.arange(table.num_batches, dtype=np.int64)
-            return table.batch_sizes(g) * np.asarray(bucket_costs)[table.locate(g)[0]]
+            costs = np.asarray(bucket_costs)  # laplace: per run, its longest bucket's
+            if isinstance(table, BatchTable):
+                costs = table.unit_costs(costs)
+            return table.batch_sizes(g) * costs[table.locate(g)[0]]
 
         plan = RankwisePlan(
             lambda rank: share(rank).batches,

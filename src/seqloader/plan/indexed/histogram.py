@@ -337,3 +337,22 @@ def batching_edges(
         keep.append(i)
         held, held_k = run_counts[i], nxt
     return values[starts[keep[1:]]].astype(np.int64)
+
+
+def row_runs(counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One sub-epoch's buckets (``counts``, ``sizes``: int64 ``[N]``) laid end to end and cut
+    into runs of one batch size (``cut_runs``), each run then batched as one bucket (``laplace``):
+    one short batch where the size falls below a batch's fill, not one per bucket.
+
+    -> (sequences per run, batch size per run, the run's first position in the laid-out buckets,
+    the run's longest bucket, whose cost its batches are planned at), int64 ``[U]`` each.
+
+    >>> counts, sizes, starts, top = row_runs(np.array([5, 3, 4]), np.array([4, 4, 2]))
+    >>> counts.tolist(), sizes.tolist(), starts.tolist(), top.tolist()
+    ([8, 4], [4, 2], [0, 8], [1, 2])
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    _, starts, runs, size = cut_runs(counts[None, :], np.asarray(sizes, dtype=np.int64))
+    ends = np.cumsum(counts)  # each bucket's end in the laid-out row
+    top = np.searchsorted(ends, starts + runs - 1, side="right")  # bucket of the run's last
+    return runs, size, starts, top.astype(np.int64)

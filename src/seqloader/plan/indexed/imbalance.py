@@ -8,7 +8,8 @@ sequences gigabytes and minutes, on every rank), so:
 
 - ``shard`` (``table_imbalance``): a batch's cost is its size times the cost of its bucket's
   longest length, the cost histogram batching packs the batch to (``k_b`` sequences fit
-  ``max_frames`` at that length), read off the batch table: constant over runs of the table, so
+  ``max_frames`` at that length; ``laplace``: its run's longest bucket, ``BatchTable.top``),
+  read off the batch table: constant over runs of the table, so
   a step's figure comes from the runs it overlaps (no member drawn, O(segments + steps)). It is
   the imbalance of the *planned* costs, an upper bound per batch: differences between batches of
   one bucket (their longest member may be shorter than the bucket's) are not seen.
@@ -111,6 +112,7 @@ def table_imbalance(plan: TablePlan, costs: np.ndarray, first_step: int = 0) -> 
     w, acc = plan.world_size, StepRatios()
     if not isinstance(plan.table, BatchTable):  # a fixed order's bounds: no bucket costs
         raise TypeError("table_imbalance needs a bucket table (fixed orders: rankwise_imbalance)")
+    costs = plan.table.unit_costs(costs)  # laplace: per run of buckets, its longest bucket's
     if first_step < plan.full_rounds:
         starts, cost = _runs(plan.table, costs)  # [R] plan batch where each run starts, its cost
         ends = np.append(starts[1:], plan.table.num_batches)

@@ -124,6 +124,24 @@ class SortedWindows:
         return seqs[at], None if uses is None else uses[at]
 
 
+class RunDraw:
+    """A ``Draw`` over runs of buckets (``seqloader.plan.indexed.histogram.row_runs``): position
+    ``p`` of run ``r`` is position ``starts[r] + p`` of the buckets laid end to end, i.e. a
+    position of one bucket's list, drawn by ``draw``. Runs partition the laid-out positions, so
+    the slots stay a permutation."""
+
+    def __init__(self, draw: Draw, counts: np.ndarray, starts: np.ndarray) -> None:
+        self.draw, self.starts = draw, np.asarray(starts, dtype=np.int64)
+        counts = np.asarray(counts, dtype=np.int64)
+        self.ends = np.cumsum(counts)  # [N] each bucket's end in the laid-out row
+        self.begin = self.ends - counts  # [N] its first position
+
+    def slots(self, run: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        at = self.starts[run] + pos
+        bucket = np.searchsorted(self.ends, at, side="right").astype(np.int64)
+        return self.draw.slots(bucket, at - self.begin[bucket])
+
+
 def ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """The integers of ``[lo[i], hi[i])`` for every i, concatenated -> int64."""
     sizes = hi - lo

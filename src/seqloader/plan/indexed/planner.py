@@ -79,6 +79,7 @@ from seqloader.plan.indexed.fixed import (
 from seqloader.plan.indexed.histogram import (
     BucketIndex,
     batch_sizes,
+    row_runs,
     sizes_for_units,
 )
 from seqloader.plan.indexed.imbalance import (
@@ -89,6 +90,7 @@ from seqloader.plan.indexed.plan import (
     Draw,
     IndexedPlan,
     MemberDraw,
+    RunDraw,
     SortedWindows,
 )
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder, RankBatchOrder
@@ -110,7 +112,7 @@ from seqloader.plan.selections import EpochSelection, checked_selections, select
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/6"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/7"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
 #: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` cuts
 #: them on the keyed order of each epoch (``seqloader.plan.indexed.random_order``)
@@ -540,11 +542,13 @@ class IndexedPlanner:
         if ordering.is_buckets:
             words = (PURPOSE_INDEXED_RUNS, self.seed_epoch(ep), ep.part)
             return bucket_runs(counts, sizes, group, rng_for(*self._head_of(order_rank), *words))
-        return laplace_bins(counts, sizes, ordering.num_bins(int(counts.sum())))
+        runs, run_sizes, _, top = row_runs(counts, sizes)  # one short batch per fall, not bucket
+        return laplace_bins(runs, run_sizes, ordering.num_bins(int(counts.sum())), top)
 
     def draw(self, epoch: int, windows: bool = True, order_rank: int = 0) -> Draw:
-        """The sub-epoch's slots by (bucket, position): the keyed member draw, sorted by length
-        within windows of batches (``SortedWindows``; ``windows=False``: unsorted, for counts)."""
+        """The sub-epoch's slots by (table bucket, position): the keyed member draw (``laplace``:
+        over the table's runs of buckets, ``RunDraw``), sorted by length within windows of
+        batches (``SortedWindows``; ``windows=False``: by bucket, unsorted, for counts)."""
         ep = EpochIndex(epoch, self.options.partition_epoch)
         if self._fixed or self._random:  # greedy batches: nothing to sort within
             return self._cut_part(ep, order_rank)[1]
@@ -562,6 +566,9 @@ class IndexedPlanner:
             draw = RankOrderDraw(draw, counts, (*self._head_of(order_rank), *words))
         if not windows:
             return draw
+        if not self.options.parsed_ordering.is_buckets:  # laplace: the table's runs
+            runs, sizes, starts, _ = row_runs(counts, sizes)
+            draw, counts = RunDraw(draw, counts, starts), runs
         if self.units is not None:  # chunks: sorted by their windows
             lengths = ChunkWindows(self.units, self.lengths, self.length_key)
             return SortedWindows(draw, lengths, counts, sizes)
