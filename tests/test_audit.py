@@ -24,6 +24,7 @@ from seqloader.errors import AuditError, AuditWarning, OptionError, SequenceSkip
 from seqloader.plan.greedy.distribute import GlobalPlan
 from seqloader.torch.dataset import PlanSampler
 from seqloader.trainer.checks import CheckOptions
+from test_plan_indexed_files_mix import mixes
 
 
 def run_epoch(loader: sl.SeqLoader, epoch: int = 1) -> sl.EpochReport:
@@ -234,3 +235,70 @@ def test_audit_across_ranks_with_a_process_group():
         assert rso["ok"] and rso["expected"] == 76 and rso["delivered"] == 76 - rso["dropped"]
         assert "audit FAILED across 2 ranks" in res["twin"] and "repeated" in res["twin"]
         assert "ranks [0, 0]" in res["twin"]
+
+
+def check_files_mix_audit(planner, world: int, start: int) -> None:
+    """The audit of every rank's deliveries from step ``start`` of ``planner``'s epoch 1 on
+    ``world`` ranks (a mix over files): the stream holds every slot of the sub-epoch (a
+    sequence used twice, twice: a multiset, not a set), and the deliveries pass with the plan's
+    drops counted as dropped, nothing missing, repeated or unplanned."""
+    from seqloader.plan.audit_order import AuditRun
+    from seqloader.trainer.audit import Stream, verify
+
+    plan = planner.global_plan(1, world)
+    (order,) = planner.audit_order(plan, AuditRun(1, start, 0, world), list(range(world)))
+    assert order.rank is None and order.dropped == plan.dropped
+    if planner.chunks is None:  # every slot of the sub-epoch, as many times as it is planned
+        assert sorted(order.order.tolist()) == sorted(planner.sub_epoch_slots(1)[0].tolist())
+    shares = [plan.rank_share(r, start) for r in range(world)]
+    delivered = np.concatenate([s.seqs[s.real] for s in shares])
+    empty = np.zeros(0, dtype=np.int64)
+    stream = Stream(order.order, order.start, order.dropped, delivered, empty)
+    got = verify([stream], len(planner.lengths), str)
+    assert (got["missing"], got["repeated"], got["unplanned"]) == (0, 0, 0), got["examples"]
+    assert got["dropped"] == plan.dropped
+
+
+@pytest.mark.parametrize(("seed", "world"), [(0, 2), (1, 2), (2, 2), (3, 2), (1, 3)])
+def test_files_mix_audit_with_drop_and_rates_above_one_expects_every_slot(seed, world) -> None:
+    """Rates 2 and 1.5 over 12 files, ``uneven="drop"``: a sequence used twice whose one use is
+    dropped is still expected once (the stream was a set difference: one slot short), from
+    every step of the sub-epoch on."""
+    from seqloader.plan import PlanOptions
+    from seqloader.plan.indexed.planner import IndexedPlanner
+    from seqloader.plan.mix import Corpora
+
+    lengths = np.random.default_rng(seed).integers(1, 61, 60).astype(np.int64)
+    o = PlanOptions(
+        ordering="laplace",
+        max_seqs=4,
+        max_frames=120,
+        uneven="drop",
+        seed=seed,
+        mix={"a": 2.0, "b": 1.5},
+        distribution="files",
+        planning="indexed",
+    )
+    corpora = Corpora(("a", "b"), np.array([0, 30, 60]))
+    planner = IndexedPlanner({"data": lengths}, o, corpora=corpora, files=np.arange(0, 61, 5))
+    plan = planner.global_plan(1, world)
+    assert plan.dropped > 0
+    for start in range(plan.steps + 1):
+        check_files_mix_audit(planner, world, start)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    m=mixes(uneven=("drop",)),
+    world=st.integers(1, 4),
+    cut=st.floats(0, 1),
+)
+def test_files_mix_audit_after_a_resume_with_drop_expects_every_slot(m, world, cut) -> None:
+    """Any mix over files with ``uneven="drop"`` (filters, chunking, sub-epochs), resumed at a
+    step of the sub-epoch: ``check_files_mix_audit``."""
+    try:
+        planner = m["make"]()
+        planner.check_world(world)
+    except OptionError:  # a corpus left empty by the limit, too few files: refused by name
+        return
+    check_files_mix_audit(planner, world, int(cut * planner.global_plan(1, world).steps))

@@ -7,7 +7,8 @@ planner's business, so the planner answers it (``Planner.audit_order``):
 - ``shard``: one order, the sub-epoch's, all ranks' deliveries merged;
 - ``files``: one stream of the sub-epoch's sequences: those consumed before the run (earlier
   segments of the epoch, then this segment's first steps), the rest as planned, then those the
-  plan leaves out; chunked plans work on chunks, each named by its sequence;
+  plan leaves out (a multiset: a mix's sequence used twice is two slots); chunked plans work on
+  chunks, each named by its sequence;
 - ``random_seed_offset`` and sharded file pools: one order per rank, each checked alone.
 """
 
@@ -122,8 +123,30 @@ def files_order(planner: Audited, plan: EpochPlan, run: AuditRun) -> tuple[np.nd
     cut = int(batches.bounds[run.start_steps * plan.world_size])
     before = np.concatenate([earlier, units(0, cut)])
     planned = units(cut, None)
-    rest = whole[~np.isin(whole, np.concatenate([before, planned]))]
+    rest = multiset_rest(whole, np.concatenate([before, planned]))
     order = np.concatenate([before, planned, rest])
     if chunks is not None:
         order = part_of(chunks.first, order)  # each chunk's sequence
     return order, len(before)
+
+
+def multiset_rest(whole: np.ndarray, taken: np.ndarray) -> np.ndarray:
+    """``whole`` less ``taken`` as multisets, in ``whole``'s order: of each value, as many of its
+    first copies as ``taken`` holds are left out. A mix plans a sequence once per corpus epoch,
+    so a sequence used twice and consumed once still has one slot to deliver or drop (a set
+    difference would lose it, and the audit would expect a slot too few).
+
+    >>> multiset_rest(np.array([4, 1, 4, 2, 1]), np.array([1, 4])).tolist()
+    [4, 2, 1]
+    """
+    if not len(taken):
+        return whole
+    values, counts = np.unique(taken, return_counts=True)
+    by = np.argsort(whole, kind="stable")  # copies of a value in whole's order
+    ordered = whole[by]
+    copy = np.arange(len(whole)) - np.searchsorted(ordered, ordered, side="left")  # k-th copy
+    at = np.minimum(np.searchsorted(values, ordered), max(len(values) - 1, 0))
+    left_out = np.where(values[at] == ordered, counts[at], 0)
+    keep = np.empty(len(whole), dtype=bool)
+    keep[by] = copy >= left_out
+    return whole[keep]
