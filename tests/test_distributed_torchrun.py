@@ -267,9 +267,12 @@ def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path, planning: st
     audited), with global and indexed planning: equal steps (no hang), every chunk of the epoch
     exactly once across ranks x workers. (torchrun's own environment:
     test_ddp_epoch_exactly_once_equal_steps.)"""
-    indexed = {"planning": "indexed", "ordering": "buckets:3"} if planning == "indexed" else {}
+    # 'global' said: laplace with chunking resolves to indexed under the default 'auto'
+    chosen = {"planning": "global"}
+    if planning == "indexed":
+        chosen = {"planning": "indexed", "ordering": "buckets:3"}
     args = ["--workers", "2", "--chunking", "4:3", "--audit", "--partition-epoch", "2"]
-    args += [f"--{k}={v}" for k, v in indexed.items()]
+    args += [f"--{k}={v}" for k, v in chosen.items()]
     rc, console = launch("fork", 2, tmp_path, "run", *args)
     assert rc == 0, console
     probe = sl.SeqLoader(
@@ -278,8 +281,9 @@ def test_ddp_chunked_epoch_every_chunk_exactly_once(tmp_path: Path, planning: st
         world_size=2,
         partition_epoch=2,
         chunking="4:3",
-        **{**LOADER_OPTIONS, **indexed},
+        **{**LOADER_OPTIONS, **chosen},
     )
+    assert probe.planner.options.planning == planning  # what ran is what the id says
     steps = probe.steps(1)
     chunks = probe.planner.chunks
     assert chunks is not None

@@ -67,22 +67,25 @@ WORKER_SETTINGS = [
 
 
 @pytest.mark.parametrize(
-    ("world_size", "uneven", "ordering"),
+    ("world_size", "uneven", "ordering", "planning"),
     [
-        (1, "split", PLAN["ordering"]),
-        (3, "split", PLAN["ordering"]),
-        (1, "pad", PLAN["ordering"]),
-        (3, "pad", PLAN["ordering"]),
-        (3, "split", "buckets:3"),  # synced length buckets, quadratic cost
+        (1, "split", PLAN["ordering"], "auto"),
+        (3, "split", PLAN["ordering"], "auto"),
+        (1, "pad", PLAN["ordering"], "auto"),
+        (3, "pad", PLAN["ordering"], "global"),  # the greedy algorithm's plans through workers
+        (3, "split", "buckets:3", "auto"),  # synced length buckets, quadratic cost
     ],
 )
-def test_every_rank_gets_the_same_batches_for_any_worker_setting(world_size, uneven, ordering):
+def test_every_rank_gets_the_same_batches_for_any_worker_setting(
+    world_size, uneven, ordering, planning
+):
     epochs = (1, 2, 3)  # partition_epoch=2: epochs 1+2 are one full epoch, 3 starts the next
     options = {
         "partition_epoch": 2,
         "uneven": uneven,
         "multiprocessing_context": "fork",
         "ordering": ordering,
+        "planning": planning,
     }
     if ordering.startswith("buckets"):
         options["batch_cost"] = "quadratic:40"

@@ -211,6 +211,10 @@ OPTION_STRATEGIES = {
     "max_seqs": st.one_of(st.none(), st.integers(1, 5)),
     "max_frames": st.one_of(st.none(), st.integers(20, 80)),
     "seed": st.integers(0, 5),
+    # the default ('auto': indexed wherever it plans the options) and the greedy global
+    # algorithm, whose loader-level resume chains (laplace, buckets, random, sorted orders,
+    # partition_epoch, chunking, mix, files, elastic W -> W' -> W'') no other test runs
+    "planning": st.sampled_from(["auto", "global"]),
 }
 
 
