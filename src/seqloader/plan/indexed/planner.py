@@ -61,7 +61,6 @@ from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.indexed.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.indexed.budget import key_budgets, num_buckets, packed_budget, tighter
 from seqloader.plan.indexed.chunks import (
-    ChunkWindows,
     window_lengths,
 )
 from seqloader.plan.indexed.corpus import AdmittedCorpus
@@ -90,6 +89,7 @@ from seqloader.plan.indexed.plan import (
     Draw,
     IndexedPlan,
     MemberDraw,
+    PlannedUnits,
     RunDraw,
     SortedWindows,
 )
@@ -220,6 +220,10 @@ class IndexedPlanner:
         self.lengths = self.order_lengths = c.lengths
         self.budget, self.costs, self.files = c.budget, c.costs, c.files
         self.units, self.chunks, self.index = c.units, c.chunks, c.index
+        #: what the bucket lists hold: sequences, or chunked their chunks (``PlannedUnits``)
+        self.planned = PlannedUnits.of(
+            c.index.members, c.index.starts, c.lengths, c.length_key, c.units
+        )
         self.bucket_edges, self.longest, self.bucket_counts = (
             c.bucket_edges,
             c.longest,
@@ -414,9 +418,7 @@ class IndexedPlanner:
     def _member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
         head = self.head if self._shared_sets else self._head_of(order_rank)
         words = (*head, PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep))
-        if self.units is not None:  # chunks: drawn as codes
-            return MemberDraw(self.units, self.units.starts, offsets, words)
-        return MemberDraw(self.index.members, self.index.starts, offsets, words)
+        return self.planned.draw(offsets, words)  # chunked: codes
 
     def _epoch_cut(self, ep: EpochIndex, order_rank: int) -> EpochCut | None:
         """Epoch selections, then ``epoch_wise_filter``, on the sub-epoch
@@ -569,10 +571,7 @@ class IndexedPlanner:
         if not self.options.parsed_ordering.is_buckets:  # laplace: the table's runs
             runs, sizes, starts, _ = row_runs(counts, sizes)
             draw, counts = RunDraw(draw, counts, starts), runs
-        if self.units is not None:  # chunks: sorted by their windows
-            lengths = ChunkWindows(self.units, self.lengths, self.length_key)
-            return SortedWindows(draw, lengths, counts, sizes)
-        return SortedWindows(draw, self.lengths, counts, sizes)
+        return SortedWindows(draw, self.planned.lengths, counts, sizes)  # chunks: their windows
 
     def order_size(self, epoch: int, world_size: int = 1) -> int:
         return self.distribution.order_size(epoch, world_size)
@@ -666,9 +665,7 @@ class IndexedPlanner:
             for a in range(0, c, _CHUNK):
                 pos = np.arange(a, min(c, a + _CHUNK), dtype=np.int64)
                 seqs, _ = draw.slots(np.full(len(pos), b, dtype=np.int64), pos)
-                if self.units is not None:  # coded chunks: a slot per chunk
-                    seqs = self.units.split(seqs)[0]
-                out += self.corpora.counts(seqs)
+                out += self.corpora.counts(self.planned.sequences(seqs))  # chunked: per chunk
         return out
 
     def _corpus_chunks(self) -> np.ndarray:
