@@ -166,7 +166,6 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
         ({"ordering": "random", "chunking": 50}, "chunking"),
         ({"ordering": "random", "epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise"),
         ({"ordering": "random", "fixed_random_subset": 10}, "fixed_random_subset"),
-        ({"chunking": 50}, "chunking"),
         ({"epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise_filter"),
         ({"fixed_random_subset": 10}, "fixed_random_subset"),
         (

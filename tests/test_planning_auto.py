@@ -106,6 +106,8 @@ NEWLY_INDEXED = [
      "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     {"ordering": "buckets:3", "chunking": "4:2", "partition_epoch": 2,
      "distribution": "random_seed_offset", "epoch_wise_filter": {(1, 2): {"max_mean_len": 6}}},
+    {"ordering": "sorted", "chunking": "4:2", "partition_epoch": 2},
+    {"ordering": "default", "chunking": "4:2", "distribution": "random_seed_offset"},
 ]  # fmt: skip
 
 

@@ -26,6 +26,8 @@ class BucketIndex:
     - ``file_frames``: int64 ``[F]`` admitted frames per file, or None.
     - ``cuts``/``cut_starts``: the fixed orderings' greedy batch bounds per sub-epoch part and
       where each part's start (``seqloader.plan.indexed.fixed.fixed_cuts``), or None.
+    - ``cut_firsts``: chunked fixed orderings: each batch's first chunk as a code, laid out as
+      ``cuts`` (``seqloader.plan.indexed.fixed_chunks.chunked_cuts``), or None.
     """
 
     members: np.ndarray
@@ -36,6 +38,7 @@ class BucketIndex:
     file_frames: np.ndarray | None = None
     cuts: np.ndarray | None = None
     cut_starts: np.ndarray | None = None
+    cut_firsts: np.ndarray | None = None
 
     @property
     def counts(self) -> np.ndarray:
@@ -56,6 +59,8 @@ class BucketIndex:
         if self.cuts is not None and self.cut_starts is not None:
             out["bucket.cuts"] = self.cuts
             out["bucket.cut_starts"] = self.cut_starts
+        if self.cut_firsts is not None:
+            out["bucket.cut_firsts"] = self.cut_firsts
         return out
 
     @classmethod
@@ -70,4 +75,5 @@ class BucketIndex:
             columns.get("bucket.file_frames"),
             columns.get("bucket.cuts"),
             columns.get("bucket.cut_starts"),
+            columns.get("bucket.cut_firsts"),
         )

@@ -11,7 +11,7 @@ plans from it. Nothing here depends on the seed, ``uneven``, ``mix`` or the epoc
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import cast
 
@@ -34,6 +34,7 @@ from seqloader.plan.files import distributed_files
 from seqloader.plan.indexed.budget import edges_for, histogram_edges, indexed_budget, packed_budget
 from seqloader.plan.indexed.chunks import ChunkBuckets, file_chunk_counts, lazy_chunk_table
 from seqloader.plan.indexed.fixed import FIXED_KINDS, FixedOrder, fixed_cuts, fixed_edges
+from seqloader.plan.indexed.fixed_chunks import Chunking, chunked_cuts, chunked_order
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index, length_counts
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.options import PlanOptions
@@ -201,7 +202,7 @@ class AdmittedCorpus:
                 edges = edges_for(adm, self.options, adm_costs, self.budget)
                 index = build_bucket_index(main, edges, self.mask, self.files)
         self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
-        if self.fixed and index.cuts is None:
+        if self.fixed and index.cuts is None and self.chunking is None:
             index = self._with_cuts(index)
         self._check_index(index)
         self.index = index
@@ -211,6 +212,8 @@ class AdmittedCorpus:
             size, step, least = self.chunking
             edges_of = partial(histogram_edges, self.options, self.budget)
             self.units = ChunkBuckets.of(index, size, step, least, edges_of)
+            if self.fixed:  # chunk cuts of the order (indexed.fixed_chunks)
+                index = self.index = self._with_chunk_cuts(index, self.units.stride)
             self.bucket_edges = self.units.edges
             self.longest, self.bucket_counts = self.units.longest, self.units.counts
             self.extra += b"chunks"
@@ -226,6 +229,47 @@ class AdmittedCorpus:
         parts = self.options.partition_epoch
         cuts, starts = fixed_cuts(order, order.size, parts, self.limits, self.batch_lengths)
         return dataclasses.replace(index, cuts=cuts, cut_starts=starts)
+
+    def fixed_chunking(self) -> Chunking:
+        """Chunked fixed orderings: how a sequence expands into chunks and their windows."""
+        assert self.chunking is not None and self.chunks is not None
+        return Chunking(self.batch_lengths, self.length_key, self.chunking, self.chunks.spec)
+
+    def fixed_order(self, index: BucketIndex) -> Callable[[np.ndarray], np.ndarray]:
+        """The fixed ordering's full-epoch sequence order over ``index`` (chunked: the
+        length-class index, ``chunked_order``)."""
+        kind = self.options.parsed_ordering.kind
+        if self.chunking is None:
+            return FixedOrder(index, kind)
+        return chunked_order(index, kind, self.mask, len(self.lengths))
+
+    def _with_chunk_cuts(self, index: BucketIndex, stride: int) -> BucketIndex:
+        """Chunked fixed orderings: ``index`` with the chunk batches' bounds and first chunks
+        of every sub-epoch part (O(chunks) once, kept with the node's index; a prebuilt index's
+        are checked to end at each part's chunks)."""
+        parts = self.options.partition_epoch
+        if index.cuts is None:
+            order = self.fixed_order(index)
+            cuts, firsts, starts = chunked_cuts(
+                order,
+                int(index.starts[-1]),
+                parts,
+                self.limits,
+                self.fixed_chunking(),
+                stride,
+            )
+            return dataclasses.replace(index, cuts=cuts, cut_starts=starts, cut_firsts=firsts)
+        given, heads = index.cut_starts, index.cut_firsts
+        ok = heads is not None and given is not None and len(given) == parts + 1
+        if ok and heads is not None and given is not None:
+            size = int(index.starts[-1])
+            ends = np.asarray(heads)[np.asarray(given[1:], dtype=np.int64) - 1]
+            bounds = (part_bounds(size, parts, p) for p in range(parts))
+            ok = ends.tolist() == [(hi - lo) * stride for lo, hi in bounds]
+            ok = ok and len(heads) == len(index.cuts)
+        if not ok:
+            self._index_mismatch()
+        return index
 
     def _chunk_file_table(self, index: BucketIndex, units: ChunkBuckets) -> BucketIndex:
         """Chunked ``files``: ``index`` with the per-(file, chunk bucket) chunk counts and the
@@ -332,7 +376,7 @@ class AdmittedCorpus:
         ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
         if self.chunking is not None:  # one bucket per admitted length: its edges are those
             ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
-        if self.fixed:
+        if self.fixed and self.chunking is None:
             ok = ok and self._fixed_index_ok(index, admitted)
         if self.random:  # one bucket: the admitted sequences
             ok = ok and len(index.edges) == 0

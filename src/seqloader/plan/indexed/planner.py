@@ -71,10 +71,10 @@ from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     BoundsTable,
     FixedDraw,
-    FixedOrder,
     cut_batcher,
     cut_positions,
 )
+from seqloader.plan.indexed.fixed_chunks import ChunkedFixedDraw
 from seqloader.plan.indexed.histogram import (
     BucketIndex,
     batch_sizes,
@@ -257,7 +257,7 @@ class IndexedPlanner:
         #: fixed orderings: the part kept
         self._fixed, self._random = corpus.fixed, corpus.random
         self._limits, self._batch_lengths = corpus.limits, corpus.batch_lengths
-        self._fixed_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
+        self._fixed_kept: tuple[int, tuple[BoundsTable, Draw]] | None = None
         #: random: the greedy cuts of each epoch's keyed order, the last epoch's kept
         self._random_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
 
@@ -270,18 +270,27 @@ class IndexedPlanner:
             return  # the options they clash with: refused by refuse_unplanned
         self._extra += b"selections" + selections_bytes(self.selections)
 
-    def _fixed_part(self, part: int) -> tuple[BoundsTable, FixedDraw]:
+    def _fixed_part(self, part: int) -> tuple[BoundsTable, Draw]:
         """A fixed ordering's sub-epoch part: its batch table and draw over the index's cuts (a
-        view: a rank reads only its own batches' bounds; kept for the last part asked)."""
+        view: a rank reads only its own batches' bounds; kept for the last part asked; chunked:
+        the chunks' cuts, ``seqloader.plan.indexed.fixed_chunks``)."""
         kept = self._fixed_kept
         if kept is not None and kept[0] == part:
             return kept[1]
-        assert self.index.cuts is not None and self.index.cut_starts is not None
-        order = FixedOrder(self.index, self.options.parsed_ordering.kind)
-        lo, _ = part_bounds(order.size, self.options.partition_epoch, part)
-        a, b = (int(x) for x in self.index.cut_starts[part : part + 2])
-        bounds = self.index.cuts[a:b]
-        self._fixed_kept = (part, (BoundsTable(bounds), FixedDraw(order, bounds, lo)))
+        index = self.index
+        assert index.cuts is not None and index.cut_starts is not None
+        order = self.corpus.fixed_order(index)
+        size = int(index.starts[-1])
+        lo, hi = part_bounds(size, self.options.partition_epoch, part)
+        a, b = (int(x) for x in index.cut_starts[part : part + 2])
+        bounds = index.cuts[a:b]
+        draw: Draw = FixedDraw(order, bounds, lo)
+        if self.units is not None:
+            assert index.cut_firsts is not None
+            chunking = self.corpus.fixed_chunking()
+            firsts = index.cut_firsts[a:b]
+            draw = ChunkedFixedDraw(order, firsts, lo, hi - lo, chunking, self.units.stride)
+        self._fixed_kept = (part, (BoundsTable(bounds), draw))
         return self._fixed_kept[1]
 
     def _random_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, FixedDraw]:
@@ -307,7 +316,7 @@ class IndexedPlanner:
         own = (PURPOSE_INDEXED_BATCH_ORDER, self.seed_epoch(ep), ep.part)
         return RankBatchOrder(table.bounds, (*self._head_of(order_rank), *own)), draw
 
-    def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, FixedDraw]:
+    def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, Draw]:
         """The fixed or random ordering's sub-epoch: its greedy batch table and draw."""
         if self._random:
             return self._random_part(ep, order_rank)

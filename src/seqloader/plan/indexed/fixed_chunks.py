@@ -1,0 +1,242 @@
+"""Chunked fixed orderings under indexed planning: global planning's chunked batches, cut once.
+
+Global planning orders the admitted sequences (``default``, ``reverse``, ``sorted``,
+``sorted_reverse``), cuts sub-epoch part ``p`` of that sequence order, expands each sequence into
+its chunks (consecutive, chunk after chunk) and batches the chunks greedily by their windows. That
+order and those cuts do not depend on the epoch, so the node cuts them once, as for unchunked
+fixed orders (``seqloader.plan.indexed.fixed``), in chunk positions:
+
+- ``cuts``: per part, the batches' bounds in chunks (what positions, steps and resume count);
+- ``firsts``: per part, the first chunk of each batch as a code ``sequence position * stride +
+  chunk`` (the position in the part's sequence order; ``stride``: more than any sequence's
+  chunks), and one past the part's end.
+
+A rank reads its batch's first chunk and expands the next sequences of the order only as far as
+the batch reaches (``ChunkedFixedDraw``: O(batch size) per batch, nothing of size ``n``). The
+index is the chunked plans' length-class index (one bucket per admitted length): ``sorted``
+orders read it as they are; ``default``/``reverse`` read the admitted sequences ascending by rank
+in the admitted mask (``AdmittedSelect``: a count per block of the mask, no array of size ``n``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from seqloader.plan.chunks import chunk_counts
+from seqloader.plan.epochs import part_bounds
+from seqloader.plan.indexed.fixed import FixedOrder, cut_batcher
+from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.plan import ranges
+from seqloader.plan.limits import Batcher, BatchLimits
+
+_BLOCK = 1 << 16  # sequences expanded into chunks at once while cutting (a few blocks' memory)
+_SELECT = 1 << 12  # mask entries per count of ``AdmittedSelect`` (8 bytes per 4,096 sequences)
+
+
+class AdmittedSelect:
+    """The ``i``-th admitted sequence (ascending), read by position like ``BucketIndex.members``:
+    the admitted count before each block of the mask (``n / 4096`` int64), then a scan of the
+    blocks a request touches. ``mask`` None: every sequence (position ``i`` is sequence ``i``).
+
+    >>> AdmittedSelect(np.array([False, True, True, False, True]), 5)[np.array([2, 0])].tolist()
+    [4, 1]
+    """
+
+    def __init__(self, mask: np.ndarray | None, n: int, block: int = _SELECT) -> None:
+        self.mask, self.block = mask, block
+        if mask is None:
+            self.size = n
+            return
+        per = np.zeros(0, dtype=np.int64)
+        if n:
+            per = np.add.reduceat(mask.astype(np.int64), np.arange(0, n, block))
+        self.before = np.zeros(len(per) + 1, dtype=np.int64)
+        np.cumsum(per, out=self.before[1:])
+        self.size = int(self.before[-1])
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, at: np.ndarray) -> np.ndarray:
+        at = np.asarray(at, dtype=np.int64)
+        if self.mask is None:
+            return at.copy()
+        out = np.empty(len(at), dtype=np.int64)
+        blocks = np.searchsorted(self.before, at, side="right") - 1
+        for b in np.unique(blocks).tolist():
+            sel = blocks == b
+            here = np.flatnonzero(self.mask[b * self.block : (b + 1) * self.block])
+            out[sel] = here[at[sel] - self.before[b]] + b * self.block
+        return out
+
+
+def chunked_order(
+    index: BucketIndex, kind: str, mask: np.ndarray | None, n: int
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The full epoch's sequence order of a fixed ``kind`` over the chunked plans' length-class
+    index (``sorted`` kinds: the index itself; the others: the admitted sequences ascending).
+
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index, length_counts
+    >>> lengths = np.array([5, 3, 5, 1])
+    >>> index = build_bucket_index(lengths, length_counts(lengths)[0][1:])
+    >>> chunked_order(index, "reverse", None, 4)(np.arange(4)).tolist()
+    [3, 2, 1, 0]
+    """
+    if kind in ("sorted", "sorted_reverse"):
+        return FixedOrder(index, kind)
+    select = AdmittedSelect(mask, n)
+    size = len(select)
+    one = BucketIndex(
+        select,  # type: ignore[arg-type]  # read by position only
+        np.array([0, size], dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+        np.zeros(0, dtype=np.int64),
+    )
+    return FixedOrder(one, kind)
+
+
+class Chunking:
+    """How the sequences of a chunked plan expand: the length key's ``(size, step, min)`` gives
+    each sequence's chunk count (every chunked key gives the same, checked at admission), and
+    ``spec`` (every chunked key's ``(size, step)``) each chunk's window per key."""
+
+    def __init__(
+        self,
+        lengths: Mapping[str, np.ndarray],
+        key: str,
+        counting: tuple[int, int, int],
+        spec: Mapping[str, tuple[int, int]],
+    ) -> None:
+        self.lengths, self.key, self.counting, self.spec = lengths, key, counting, dict(spec)
+
+    def counts(self, seqs: np.ndarray) -> np.ndarray:
+        """Chunks of each sequence ``seqs`` -> int64."""
+        return chunk_counts(np.asarray(self.lengths[self.key][seqs]), *self.counting)
+
+    def windows(self, key: str, seqs: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+        """Length in ``key`` of chunk ``chunks`` of sequences ``seqs`` (keys not chunked:
+        whole) -> int64, as ``ChunkTable.window``."""
+        whole = np.asarray(self.lengths[key][seqs], dtype=np.int64)
+        if key not in self.spec:
+            return whole
+        size, step = self.spec[key]
+        return np.minimum(whole - chunks * step, size)
+
+
+def chunked_cuts(
+    order: Callable[[np.ndarray], np.ndarray],
+    size: int,
+    parts: int,
+    limits: BatchLimits,
+    chunking: Chunking,
+    stride: int,
+    block: int = _BLOCK,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Greedy chunk batches of every sub-epoch part of the order (``size`` sequence positions)
+    -> (bounds in chunks per part, first-chunk codes per part, both ``[nb_p + 1]`` each and laid
+    part after part; where each part starts in them ``[parts + 1]``).
+
+    >>> from seqloader.plan.cost import BatchCost
+    >>> limits = BatchLimits.of(None, 4, None, BatchCost.parse("frames"), ["x"], "x")
+    >>> ch = Chunking({"x": np.array([5, 2])}, "x", (2, 2, 0), {"x": (2, 2)})
+    >>> cuts, firsts, starts = chunked_cuts(lambda p: p, 2, 1, limits, ch, 4)
+    >>> cuts.tolist(), firsts.tolist(), starts.tolist()  # chunks 2, 2, 1 | 2: [2, 2] [1, 2]
+    ([0, 2, 4], [0, 2, 8], [0, 3])
+    """
+    batcher = cut_batcher(limits)
+    cuts, firsts, starts = [], [], [0]
+    for part in range(parts):
+        lo, hi = part_bounds(size, parts, part)
+        c, f = _cut_part(order, lo, hi, batcher, chunking, stride, block)
+        cuts.append(c)
+        firsts.append(f)
+        starts.append(starts[-1] + len(c))
+    return (
+        np.concatenate(cuts).astype(np.int64),
+        np.concatenate(firsts).astype(np.int64),
+        np.asarray(starts, dtype=np.int64),
+    )
+
+
+def _cut_part(
+    order: Callable[[np.ndarray], np.ndarray],
+    lo: int,
+    hi: int,
+    batcher: Batcher,
+    chunking: Chunking,
+    stride: int,
+    block: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One part's bounds and first-chunk codes: a block of sequences at a time, expanded into
+    chunks (the first one from chunk ``skip``), each block's last batch left to the next block
+    unless it ends the part (greedy batching restarts exactly at a batch's first chunk)."""
+    keys, bounds_of = batcher.keys, batcher.bounds_of
+    cuts, firsts = [np.zeros(1, dtype=np.int64)], []
+    start, skip, done, width = lo, 0, 0, block
+    while start < hi:
+        end = min(hi, start + width)
+        seqs = order(np.arange(start, end, dtype=np.int64))
+        per = chunking.counts(seqs)
+        per[0] -= skip
+        rel = np.repeat(np.arange(len(seqs), dtype=np.int64), per)  # sequence of each chunk
+        chunk = np.arange(len(rel), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
+        chunk[rel == 0] += skip
+        on = seqs[rel]
+        bounds = bounds_of({k: chunking.windows(k, on, chunk) for k in keys})
+        if end < hi:
+            if len(bounds) <= 2:  # one batch to the block's end: it may go on
+                width *= 2
+                continue
+            bounds = bounds[:-1]  # the last batch may be cut by the block's end
+        heads = bounds[:-1]
+        firsts.append((start - lo + rel[heads]) * stride + chunk[heads])
+        cuts.append(bounds[1:] + done)
+        done += int(bounds[-1])
+        last = int(bounds[-1])
+        if last == len(rel):
+            start, skip = end, 0
+        else:
+            start, skip = start + int(rel[last]), int(chunk[last])
+    firsts.append(np.array([(hi - lo) * stride], dtype=np.int64))
+    return np.concatenate(cuts), np.concatenate(firsts)
+
+
+class ChunkedFixedDraw:
+    """The ``Draw`` of a chunked fixed ordering's part: slot ``p`` of batch ``g`` is the
+    ``p``-th chunk from the batch's first (``firsts[g]``), the part's sequences expanded from
+    there, as a code ``sequence * stride + chunk`` (``ChunkBuckets.split`` reads it): a batch of
+    ``k`` chunks spans at most ``k`` sequences, so a rank expands only its batches' own."""
+
+    def __init__(
+        self,
+        order: Callable[[np.ndarray], np.ndarray],
+        firsts: np.ndarray,
+        lo: int,
+        size: int,
+        chunking: Chunking,
+        stride: int,
+    ) -> None:
+        self.order, self.firsts, self.lo, self.size = order, firsts, lo, size
+        self.chunking, self.stride = chunking, stride
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
+        pos = np.asarray(pos, dtype=np.int64)
+        if not len(pos):
+            return np.zeros(0, dtype=np.int64), None
+        batches, inverse = np.unique(np.asarray(bucket, dtype=np.int64), return_inverse=True)
+        width = np.zeros(len(batches), dtype=np.int64)
+        np.maximum.at(width, inverse, pos + 1)
+        s0, c0 = np.divmod(np.asarray(self.firsts[batches], dtype=np.int64), self.stride)
+        width = np.minimum(width, self.size - s0)  # sequences the batch can reach
+        seqs = self.order(self.lo + ranges(s0, s0 + width))
+        per = self.chunking.counts(seqs)
+        head = np.cumsum(width) - width  # each window's first sequence
+        per[head] -= c0
+        ends = np.cumsum(per)
+        begins = ends - per
+        target = begins[head][inverse] + pos
+        at = np.searchsorted(ends, target, side="right")
+        chunk = target - begins[at] + np.where(at == head[inverse], c0[inverse], 0)
+        return seqs[at] * self.stride + chunk, None

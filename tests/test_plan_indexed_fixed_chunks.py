@@ -1,0 +1,163 @@
+"""``planning="indexed"`` with chunking and the fixed orderings ``default``, ``reverse``,
+``sorted`` and ``sorted_reverse`` (``seqloader.plan.indexed.fixed_chunks``; hypothesis, pure
+numpy).
+
+The batches are global planning's, batch for batch and chunk for chunk (the sub-epoch part of the
+sequence order, each sequence's chunks in order, greedy cuts over the windows; per-key sizes,
+``min_chunk_size``, per-key limits), so padding and steps are 1.0x global planning's; sharding,
+``uneven`` and resume are indexed planning's, and every contract holds (``check_plan_contracts``).
+The cuts are made once (in blocks of sequences: any block size gives the same cuts) and kept with
+the node's index.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plan_contracts import check_plan_contracts
+from seqloader.plan import PlanOptions
+from seqloader.plan.greedy.planner import Planner
+from seqloader.plan.indexed.fixed import FIXED_KINDS
+from seqloader.plan.indexed.fixed_chunks import AdmittedSelect, chunked_cuts
+from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.planners import node_bucket_index
+from test_plan_indexed import indexed_digest
+
+CHUNKINGS = [
+    {"chunking": {"data": (40, 20)}},
+    {"chunking": {"data": (30, 30)}, "min_chunk_size": 8},
+    {"chunking": {"data": (40, 20), "classes": (4, 2)}},  # both keys, the same count
+]
+LIMITS = [
+    {"max_frames": 200},
+    {"max_frames": {"*": 160, "classes": 30}},
+    {"max_frames": 4000, "batch_cost": "quadratic:30"},
+    {"max_frames": 120, "batch_cost": "packed"},
+    {"max_frames": None, "max_seqs": 5},
+]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(0, 60))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    data = rng.integers(0, draw(st.sampled_from([30, 150])) + 1, size=n).astype(np.int64)
+    chunking = draw(st.sampled_from(CHUNKINGS))
+    classes = rng.integers(0, 12, size=n).astype(np.int64)
+    if "classes" in str(chunking):  # 10x slower rate: the same chunks
+        data -= data % 10
+        classes = data // 10
+    options = {
+        "ordering": draw(st.sampled_from(FIXED_KINDS)),
+        "max_seqs": draw(st.sampled_from([None, 4])),
+        **draw(st.sampled_from(LIMITS)),
+        **chunking,
+        "max_seq_length": draw(st.sampled_from([None, 120])),
+        "partition_epoch": draw(st.integers(1, 3)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "distribution": draw(st.sampled_from(["shard", "shard", "random_seed_offset"])),
+    }
+    return {
+        "lengths": {"data": data, "classes": classes},
+        "options": options,
+        "worlds": draw(st.lists(st.integers(1, 5), min_size=1, max_size=3)),
+        "cuts": draw(st.lists(st.floats(0, 1), min_size=2, max_size=2)),
+    }
+
+
+def indexed(case: dict) -> IndexedPlanner:
+    return IndexedPlanner(case["lengths"], PlanOptions(**case["options"], planning="indexed"))
+
+
+@settings(max_examples=25, deadline=None)
+@given(cases())
+def test_chunk_batches_are_global_plannings_and_every_contract_holds(case: dict) -> None:
+    """On one rank every sub-epoch's batches are global planning's exactly (sequences, chunks,
+    bounds); on any world size the contracts hold, the chunks in plan order across resumes."""
+    planner = indexed(case)
+    reference = Planner(case["lengths"], PlanOptions(**case["options"]))
+    for epoch in range(1, planner.options.partition_epoch + 1):
+        got, want = planner.global_plan(epoch, 1).batches, reference.global_plan(epoch, 1).batches
+        for a, b in ((got.seqs, want.seqs), (got.chunks, want.chunks), (got.bounds, want.bounds)):
+            np.testing.assert_array_equal(a, b)
+        assert planner.order_size(epoch) == reference.order_size(epoch)
+    assert planner.filtered(1) == reference.filtered(1)
+    cut = case["cuts"][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: indexed(case), case["worlds"], cut, ordered=True, workers=())
+
+
+@settings(max_examples=20, deadline=None)
+@given(cases(), st.integers(1, 9))
+def test_cuts_in_blocks_and_a_node_index_plan_alike(case: dict, block: int) -> None:
+    """Cutting a block of sequences at a time (any size; a batch wider than the block widens
+    it, one that starts inside a sequence restarts at its chunk) gives the one-pass cuts; a
+    planner given the node's index (its columns, as a node maps them) plans the same shares."""
+    options = PlanOptions(**case["options"], planning="indexed")
+    planner = indexed(case)
+    index, corpus = planner.index, planner.corpus
+    assert planner.units is not None
+    got = chunked_cuts(
+        corpus.fixed_order(index),
+        int(index.starts[-1]),
+        options.partition_epoch,
+        corpus.limits,
+        corpus.fixed_chunking(),
+        planner.units.stride,
+        block,
+    )
+    for a, b in zip(got, (index.cuts, index.cut_firsts, index.cut_starts), strict=True):
+        np.testing.assert_array_equal(a, np.asarray(b))
+    node = BucketIndex.from_columns(node_bucket_index(case["lengths"], options).columns())
+    mapped = IndexedPlanner(case["lengths"], options, index=node)
+    world = case["worlds"][-1]
+    for epoch in range(1, options.partition_epoch + 1):
+        a, b = mapped.global_plan(epoch, world), planner.global_plan(epoch, world)
+        for rank in range(world):
+            x, y = a.rank_share(rank), b.rank_share(rank)
+            np.testing.assert_array_equal(x.seqs, y.seqs)
+            np.testing.assert_array_equal(x.chunks, y.chunks)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.booleans(), max_size=50), st.integers(1, 8))
+def test_admitted_select_is_the_admitted_sequences_ascending(mask: list[bool], block: int) -> None:
+    keep = np.array(mask, dtype=bool)
+    select = AdmittedSelect(keep, len(keep), block)
+    want = np.flatnonzero(keep)
+    assert len(select) == len(want)
+    at = np.arange(len(want))[::-1]
+    np.testing.assert_array_equal(select[at], want[at])
+
+
+FIXED_CHUNK_CASES: dict[str, dict] = {
+    "chunked 100:50 sorted W3 split elastic -> W2": {
+        "options": {"ordering": "sorted", "max_frames": 600, "max_seqs": 8,
+                    "chunking": "100:50"},
+        "world": 3,
+        "elastic": (4, 2),
+    },
+    "chunked 80:40 default partition 2 W4 pad, min_chunk_size, filter": {
+        "options": {"ordering": "default", "max_frames": 500, "partition_epoch": 2,
+                    "uneven": "pad", "chunking": "80:40", "min_chunk_size": 30,
+                    "max_seq_length": 350},
+        "world": 4,
+    },
+}  # fmt: skip
+FIXED_CHUNK_GOLDEN = {
+    "chunked 100:50 sorted W3 split elastic -> W2": (
+        "817fda35d439ba1c1eb6ae4208340279902b87b5c0ac96ed91c1fb1f04a493f2"
+    ),
+    "chunked 80:40 default partition 2 W4 pad, min_chunk_size, filter": (
+        "9b2558004072dbf3b3a1c1d889d68f50d06caddf6222a63f96df692ff99a05ed"
+    ),
+}
+
+
+def test_chunked_fixed_golden_plans_are_pinned() -> None:
+    """Added with chunked fixed orderings (refused before under indexed planning: no plan of
+    the current ``INDEXED_ALGORITHM`` moved); bump it and record anew if one changes."""
+    got = {name: indexed_digest(case) for name, case in FIXED_CHUNK_CASES.items()}
+    assert got == FIXED_CHUNK_GOLDEN, f"record: {got}"
