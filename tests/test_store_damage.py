@@ -279,6 +279,7 @@ def test_hdf_metadata_store(tmp_path) -> None:
         # row offsets and tags are checked per block when read; the rest when mapped
         assert seen["len.data"] == seen["bounds"] == seen["header"] == seen[".sums"] == "rebuilt"
         assert seen["start.data"] == seen["tags.bytes"] == seen["tags.offsets"] == "refused"
+        assert seen["tags.hashes"] == "refused"  # the duplicate-tag screen reads them whole
 
 
 def test_hdf_tag_damaged_into_another_tag_is_not_a_duplicate(tmp_path) -> None:

@@ -132,7 +132,74 @@ class ChunkedColumn:
         self.dtype, self.row_shape, self.chunks = np.dtype(dtype), tuple(row_shape), chunks
 
 
-Column = np.ndarray | StringColumn | ChunkedColumn
+class FilledColumn:
+    """A column of known size filled while *later* columns are written: the writer reserves its
+    bytes where it comes in the file and hands it a place to write to, and the generators of the
+    columns after it ``write`` its chunks in order (a value computed as another column streams:
+    each tag's hash while the tag bytes are written, with no second pass and no copy of ``n``
+    in memory). ``write_store`` refuses a store whose filled columns did not get every row.
+
+    >>> import tempfile
+    >>> hashes = FilledColumn(np.uint64, 3)
+    >>> def values():
+    ...     for block in (np.arange(2), np.arange(2, 3)):
+    ...         hashes.write(block * 10)
+    ...         yield block
+    >>> store = write_store(
+    ...     tempfile.mkdtemp() + "/s.cols", "id",
+    ...     {"hash": hashes, "value": ChunkedColumn(np.int64, (), values())},
+    ... )
+    >>> store.column("hash").tolist()
+    [0, 10, 20]
+    """
+
+    def __init__(self, dtype: np.dtype | type, rows: int, row_shape: Sequence[int] = ()) -> None:
+        self.dtype, self.rows, self.row_shape = np.dtype(dtype), int(rows), tuple(row_shape)
+        self._sink: _Reserved | None = None
+
+    def write(self, chunk: np.ndarray) -> None:
+        """The next rows of the column (the writer must have reserved it: it comes earlier)."""
+        if self._sink is None:
+            raise RuntimeError("FilledColumn.write before the writer reserved the column")
+        self._sink.write(chunk)
+
+
+class _Reserved:
+    """The bytes of a ``FilledColumn`` in the temporary file, written with ``pwrite`` in order,
+    summed as they come."""
+
+    def __init__(self, writer: StoreWriter, name: str, column: FilledColumn, offset: int) -> None:
+        self.name, self.column, self.offset = name, column, offset
+        self._writer, self._written = writer, 0
+        self._dtype = column.dtype.newbyteorder("<")
+        self._sums = BlockSums(seed(writer.identity, name))
+
+    def write(self, chunk: np.ndarray) -> None:
+        c = np.ascontiguousarray(chunk, dtype=self._dtype)
+        if c.shape[1:] != self.column.row_shape or self._written + len(c) > self.column.rows:
+            raise ValueError(
+                f"column {self.name!r}: rows {c.shape} after {self._written} do not fit "
+                f"{self.column.rows} rows of {self.column.row_shape}"
+            )
+        data = c.reshape(-1).view(np.uint8).data
+        self._sums.update(data)
+        pos = self.offset + self._written * self._dtype.itemsize * math.prod(c.shape[1:])
+        fd = self._writer._fh.fileno()
+        done = 0
+        while done < len(data):  # pwrite may write less than asked
+            done += os.pwrite(fd, data[done:], pos + done)
+        self._written += len(c)
+
+    def finish(self) -> list[int]:
+        if self._written != self.column.rows:
+            raise ValueError(
+                f"column {self.name!r}: {self._written} of its {self.column.rows} rows were "
+                "written (the columns after it did not fill it)"
+            )
+        return self._sums.finish()
+
+
+Column = np.ndarray | StringColumn | ChunkedColumn | FilledColumn
 #: a store's meta, or a function giving it once the columns are written (``write_store``)
 Meta = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 
@@ -141,7 +208,8 @@ class StoredStrings(PackedTags):
     """A strings column of a ``ColumnStore``: ``PackedTags`` over the mapped bytes (so tag joins,
     hashes and ``take`` work unchanged), pickled as (store path, identity, name). What a string
     is read from is checked first: per block for ``take`` and single strings, in full for
-    ``buffers``, iteration and hashing."""
+    ``buffers``, iteration and hashing. A store that kept the strings' hashes (a uint64 column
+    ``NAME.hashes``) serves them from there."""
 
     __slots__ = ("_name", "_store")
 
@@ -180,6 +248,11 @@ class StoredStrings(PackedTags):
         return super().__iter__()
 
     def hashes(self, block: int = 1 << 18) -> np.ndarray:
+        """The kept hashes where the store has them (``NAME.hashes``, written with the strings:
+        a read-only view, checked in full), else computed from the bytes."""
+        kept = f"{self._name}.hashes"
+        if kept in self._store.names:
+            return self._store.column(kept)
         self._check_all()
         return super().hashes(block)
 
@@ -440,6 +513,7 @@ class StoreWriter:
         self._specs: dict[str, dict[str, Any]] = {}
         self._sums: list[int] = []
         self._lazy: list[str] = []
+        self._reserved: list[_Reserved] = []
 
     def add(self, name: str, column: Column) -> None:
         """Column ``name`` in one piece (a ``StringColumn`` adds ``NAME.bytes`` and
@@ -451,6 +525,9 @@ class StoreWriter:
             return
         if isinstance(column, ChunkedColumn):
             self.add_chunks(name, column.dtype, column.row_shape, column.chunks)
+            return
+        if isinstance(column, FilledColumn):
+            self.reserve(name, column)
             return
         a = np.ascontiguousarray(column)
         self.add_chunks(name, a.dtype, a.shape[1:], [a])
@@ -492,9 +569,29 @@ class StoreWriter:
         if self._lazy_prefixes and name.startswith(self._lazy_prefixes):
             self._lazy.append(name)
 
+    def reserve(self, name: str, column: FilledColumn) -> None:
+        """Column ``name``'s bytes kept free here, filled through ``column.write`` while the
+        columns after it are written (``FilledColumn``)."""
+        if name in self._specs:
+            raise ValueError(f"column {name!r} written twice")
+        dt = column.dtype.newbyteorder("<")
+        pos = self._fh.tell()
+        offset = -(-pos // ALIGN) * ALIGN
+        nbytes = column.rows * dt.itemsize * math.prod(column.row_shape)
+        self._fh.seek(offset + nbytes)  # the gap is filled by pwrite (a hole until then)
+        self._specs[name] = {"dtype": dt.str, "shape": [column.rows, *column.row_shape]}
+        self._specs[name].update(offset=offset, block0=-1)
+        column._sink = _Reserved(self, name, column, offset)
+        self._reserved.append(column._sink)
+        if self._lazy_prefixes and name.startswith(self._lazy_prefixes):
+            self._lazy.append(name)
+
     def close(self) -> ColumnStore:
         """Write the header, fsync, rename into place; the store, opened."""
         try:
+            for sink in self._reserved:  # every filled column complete, its sums after the rest
+                self._specs[sink.name]["block0"] = len(self._sums)
+                self._sums += sink.finish()
             pos = self._fh.tell()
             offset = -(-pos // ALIGN) * ALIGN
             self._fh.write(b"\0" * (offset - pos))

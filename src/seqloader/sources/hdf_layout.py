@@ -515,7 +515,7 @@ class PackedTags(IndexedStrings):
             return out
         off = self._off
         widest = self.max_bytes()
-        span = max(block, widest)
+        span = max(min(block, int(off[-1] - off[0])), widest)  # no table beyond the bytes
         powers = _powers(_P, span + 1)  # P^k
         inverse = _powers(_P_INVERSE, span + 1)  # P^-k
         geometric = np.zeros(span + 1, dtype=np.uint64)  # sum_{j<k} P^j

@@ -8,7 +8,9 @@ version for remote files) and the key selection, and every later open maps it: t
 in the page cache, and a source pickles the store's path, not the arrays.
 
 Columns: ``len.<key>`` (int32 when every length fits, else int64 ``[n]``), ``start.<key>`` (int64,
-each file's row offsets ``[n_f + 1]`` one after another, ``[n + F]``), ``tags`` (strings) and
+each file's row offsets ``[n_f + 1]`` one after another, ``[n + F]``), ``tags`` (strings),
+``tags.hashes`` (uint64 ``[n]``: each tag's ``PackedTags.hashes``, computed as the tags are
+written, so the duplicate-tag screen reads them instead of hashing every tag again) and
 ``bounds`` (int64 ``[F + 1]``). The header's meta holds the merged schema, the keys left out and
 the warnings the files gave, so a mapped open says what a first open said.
 """
@@ -31,6 +33,7 @@ from seqloader.sources.columns import (
     ChunkedColumn,
     Column,
     ColumnStore,
+    FilledColumn,
     StringColumn,
     identity_of_files,
     narrow_lengths,
@@ -39,7 +42,11 @@ from seqloader.sources.columns import (
 from seqloader.sources.hdf_layout import INPUTS, TARGETS, FileLayout, FileScan, PackedTags
 from seqloader.sources.node_cache import about, cache_dir
 
-STORE_VERSION = "hdf-meta1"  # the columns and meta below; a change of them changes it
+#: the columns and meta below; a change of them changes it (2: ``tags.hashes`` added; a store of
+#: version 1 has another identity, so it is not found and is built again under its new name)
+STORE_VERSION = "hdf-meta2"
+#: the tags' ``PackedTags.hashes``, kept for the duplicate-tag screen (``StoredStrings.hashes``)
+HASHES = "tags.hashes"
 
 #: a file as read for the store: its arrays (``FileLayout``: remote files), or its checked keys
 #: and counts, the arrays read block by block as the store is written (``FileScan``: local files)
@@ -185,6 +192,7 @@ def _build(
         columns[f"len.{key}"] = lengths[key]
         columns[f"start.{key}"] = _joined([lay.starts[key] for lay in read])
     columns["tags"] = StringColumn(*tags.buffers())
+    columns[HASHES] = tags.hashes()
     meta["fingerprint"] = fingerprint_of(tags, lengths, schema, "hdf")
     return columns, meta
 
@@ -194,30 +202,26 @@ def _streamed(
 ) -> Built:
     """The store's columns as chunks read from the files while the store is written (the tags,
     then each key's lengths and row offsets, in ``fingerprint_of``'s order, hashed on the way):
-    a block of rows in memory at a time, plus each tag's byte count (kept in the narrowest
-    unsigned dtype per block, for the offsets column written after the bytes)."""
+    a block of rows in memory at a time. The tags' offsets and hashes (``PackedTags.hashes``,
+    what the duplicate-tag screen sorts) have ``n`` rows known ahead, so the writer keeps their
+    place and they are written as each block of tag bytes is read (``FilledColumn``): the tags
+    are read and hashed once."""
     h = hashlib.sha256(str(int(bounds[-1])).encode())
-    sizes: list[np.ndarray] = []  # each tag block's byte counts
+    n = int(bounds[-1])
+    offsets = FilledColumn(np.int64, n + 1)
+    hashes = FilledColumn(np.uint64, n)
 
     def tag_bytes() -> Iterator[np.ndarray]:
+        total = 0
+        offsets.write(np.zeros(1, dtype=np.int64))
         for scan in scans:
             for block in scan.tag_blocks():
-                data, offsets = block.buffers()
-                hash_packed(h, data, offsets)
-                counts = np.diff(offsets)
-                widest = int(counts.max()) if len(counts) else 0
-                sizes.append(counts.astype(np.min_scalar_type(widest), copy=False))
+                data, starts = block.buffers()
+                hash_packed(h, data, starts)
+                hashes.write(block.hashes())
+                offsets.write(starts[1:] + total)
+                total += len(data)
                 yield data
-
-    def tag_offsets() -> Iterator[np.ndarray]:
-        total = 0
-        yield np.zeros(1, dtype=np.int64)
-        while sizes:
-            counts = sizes.pop(0)
-            out = np.cumsum(counts, dtype=np.int64)
-            out += total
-            total = int(out[-1]) if len(out) else total
-            yield out
 
     def lengths_of(key: str, dtype: np.dtype) -> Iterator[np.ndarray]:
         h.update(f"{key}:{schema[key].describe()}".encode())
@@ -237,8 +241,8 @@ def _streamed(
                 yield out
 
     columns: dict[str, Column] = {"bounds": bounds}
+    columns["tags.offsets"], columns[HASHES] = offsets, hashes
     columns["tags.bytes"] = ChunkedColumn(np.uint8, (), tag_bytes())
-    columns["tags.offsets"] = ChunkedColumn(np.int64, (), tag_offsets())
     for key in sorted(schema):  # fingerprint_of hashes the keys in sorted order
         longest = max((scan.longest[key] for scan in scans), default=0)
         dtype = narrow_lengths(np.array([0, longest])).dtype

@@ -1,0 +1,114 @@
+"""An HDF file's metadata store keeps every tag's hash (``tags.hashes``), computed once while the
+tags are written, and the duplicate-tag screen reads them instead of hashing every tag again:
+the kept hashes are the tags' hashes (variable-length and fixed-size ``seqTags``, empty tags,
+non-ASCII bytes, any block size), the verdict from them is the verdict of a fresh pass, and a
+damaged hash block is refused, never served."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tests.test_tags import plain_duplicates
+
+import seqloader as sl
+from seqloader.sources import hdf_layout
+from seqloader.sources.columns import DamagedStore
+from seqloader.sources.hdf_layout import PackedTags
+from seqloader.sources.hdf_store import HASHES
+from seqloader.trainer import duplicate_store
+from seqloader.trainer.checks import duplicate_tags
+
+#: tag bytes: ASCII, two-byte utf-8 and bytes that are no utf-8 at all; no NUL (a tag ends there)
+TAG = st.lists(st.sampled_from([b"a", b"/", b"0", "é".encode(), b"\xff"]), max_size=4).map(b"".join)
+
+P, G = 1099511628211, 0x9E3779B97F4A7C15
+
+
+def reference_hash(tag: bytes) -> int:
+    """``PackedTags.hashes``'s definition, one tag at a time: ``sum (b_j + 1) P^j`` (mod 2^64)
+    xor ``len * G``."""
+    h = sum((b + 1) * pow(P, j, 2**64) for j, b in enumerate(tag)) % 2**64
+    return h ^ (len(tag) * G % 2**64)
+
+
+def write_hdf(path: str, tags: list[bytes], fixed: bool) -> None:
+    """A RETURNN HDF file of one-frame sequences; ``seqTags`` fixed-size ``S<n>``
+    (``HDFDatasetWriter``) or variable-length utf-8 (``SimpleHDFWriter``)."""
+    n = len(tags)
+    with h5py.File(path, "w") as f:
+        if fixed:
+            f.create_dataset(
+                "seqTags", data=np.array(tags, dtype=f"S{max(map(len, tags), default=1) or 1}")
+            )
+        else:
+            f.create_dataset("seqTags", data=np.array(tags, object), dtype=h5py.string_dtype())
+        f.create_dataset("seqLengths", data=np.ones((n, 2), np.int32))
+        f.create_dataset("inputs", data=np.zeros((n, 1), np.float32))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tags=st.lists(TAG, min_size=1, max_size=24), fixed=st.booleans(), block=st.integers(1, 9))
+def test_kept_hashes_are_the_tags_hashes_and_give_the_same_verdict(
+    tags: list[bytes], fixed: bool, block: int
+) -> None:
+    """Property: for any tags (repeats, empty tags, non-ASCII bytes), either kind of ``seqTags``
+    and any block of tags read at once, the store's ``tags.hashes`` equal each tag's hash by its
+    definition, and the duplicate verdict from them equals a plain pass over the tags."""
+    folder = tempfile.mkdtemp(prefix="kept-hashes-")
+    path = os.path.join(folder, "a.hdf")
+    write_hdf(path, tags, fixed)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(hdf_layout, "TAG_BLOCK", block)
+        source = sl.HDFSource(path, index_dir=os.path.join(folder, "index"))
+    with source:
+        assert source.index_built and source._store is not None
+        kept = source._store.column(HASHES)
+        assert kept.tolist() == [reference_hash(t) for t in tags]
+        assert source.tags.hashes() is kept  # served from the store, not hashed again
+        decoded = [t.decode("utf-8", "surrogateescape") for t in tags]
+        assert duplicate_tags(source.tags) == plain_duplicates(decoded)
+        fresh = PackedTags.from_strings(decoded)  # no kept hashes: hashed here
+        assert duplicate_tags(fresh) == duplicate_tags(source.tags)
+
+
+def test_loader_refuses_repeated_tags_from_the_kept_hashes(tmp_path, monkeypatch) -> None:
+    """A loader on a node whose verdict is built from the kept hashes names the file, the tag
+    and the fix; another process (the verdict found) says the same."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(duplicate_store, "MIN_SEQUENCES", 4)
+    path = str(tmp_path / "rep.hdf")
+    write_hdf(path, [b"s0", b"s1", "s\u00e9".encode(), b"s3", b"s1"], fixed=False)
+    messages = []
+    for _ in range(2):
+        source = sl.HDFSource(path, index_dir=tmp_path / "index")
+        with source, pytest.raises(sl.DataError) as info:
+            sl.SeqLoader(source, max_seqs=2)
+        messages.append(str(info.value))
+    assert messages[0] == messages[1]
+    assert "'s1'" in messages[0] and repr(path) in messages[0] and "Fix:" in messages[0]
+    assert list((tmp_path / "cache" / "seqloader" / "checks").glob("*.seqcols"))
+
+
+def test_a_damaged_hash_block_is_refused(tmp_path) -> None:
+    """One changed byte of the kept hashes: the screen raises ``DamagedStore`` naming the
+    column, and never screens with the changed hash."""
+    path = str(tmp_path / "a.hdf")
+    write_hdf(path, [f"t{i}".encode() for i in range(40)], fixed=True)
+    sl.HDFSource(path, index_dir=tmp_path / "index").close()
+    (store,) = (tmp_path / "index").glob("hdf-*.cols")
+    with sl.HDFSource(path, index_dir=tmp_path / "index") as source:
+        offset, nbytes = source._store.byte_range(HASHES)
+    data = bytearray(store.read_bytes())
+    data[offset + nbytes // 2] ^= 0x5A
+    new = store.with_name(store.name + ".new")
+    new.write_bytes(bytes(data))
+    os.replace(new, store)
+    source = sl.HDFSource(path, index_dir=tmp_path / "index")
+    with source, pytest.raises(DamagedStore, match=r"column 'tags.hashes'"):
+        duplicate_tags(source.tags)
