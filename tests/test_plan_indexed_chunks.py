@@ -24,6 +24,7 @@ from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.admission import mean_len_selection
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed import IndexedPlanner, index_key
+from seqloader.plan.indexed.units import part_classes
 from seqloader.plan.position import check_reachable
 from test_files_plan import file_layouts
 
@@ -274,7 +275,7 @@ def test_epoch_wise_filter_with_sub_epochs_keeps_whole_sequences_of_each_sub_epo
     for full in (0, 1):
         sets = []
         for epoch in range(full * parts + 1, (full + 1) * parts + 1):
-            whole = np.asarray(planner._part_classes(EpochIndex(epoch, parts)).members, np.int64)
+            whole = np.asarray(part_classes(planner, EpochIndex(epoch, parts)).members, np.int64)
             got = planner.sub_epoch_units(epoch)
             kept = np.unique(got.seqs)
             means = [m["max_mean_len"] for (a, b), m in wise.items() if a <= epoch <= b]

@@ -86,50 +86,6 @@ class MemberDraw:
         return self(bucket, pos), None
 
 
-class PlannedUnits:
-    """What a bucket's list holds, told once for sequences and chunks, so the planner's draws
-    and sorts do not branch on chunking: ``members``/``starts`` the lists (the index's sequences;
-    chunked, ``ChunkBuckets``' chunk codes), ``lengths`` what a unit sorts by (a sequence's
-    length; a chunk's window, ``ChunkWindows``), ``chunks`` the chunk buckets or None.
-
-    >>> index_members, index_starts = np.array([2, 0, 1]), np.array([0, 1, 3])
-    >>> units = PlannedUnits.of(index_members, index_starts, np.array([5, 9, 4]), "data", None)
-    >>> units.sequences(np.array([1, 2])).tolist()
-    [1, 2]
-    """
-
-    def __init__(
-        self,
-        members: np.ndarray | ChunkBuckets,
-        starts: np.ndarray,
-        lengths: np.ndarray | ChunkWindows,
-        chunks: ChunkBuckets | None,
-    ) -> None:
-        self.members, self.starts, self.lengths, self.chunks = members, starts, lengths, chunks
-
-    @classmethod
-    def of(
-        cls,
-        members: np.ndarray,
-        starts: np.ndarray,
-        lengths: np.ndarray,
-        key: str,
-        chunks: ChunkBuckets | None,
-    ) -> PlannedUnits:
-        """The index's sequences (``members``, ``starts``), or chunked (``chunks``) their chunks."""
-        if chunks is None:
-            return cls(members, starts, lengths, None)
-        return cls(chunks, chunks.starts, ChunkWindows(chunks, lengths, key), chunks)
-
-    def draw(self, offsets: np.ndarray, words: tuple[int, ...]) -> MemberDraw:
-        """The keyed draw of the lists from ``offsets`` on."""
-        return MemberDraw(self.members, self.starts, offsets, words)
-
-    def sequences(self, units: np.ndarray) -> np.ndarray:
-        """The sequence of each drawn unit (a chunk's code: its sequence)."""
-        return units if self.chunks is None else self.chunks.split(units)[0]
-
-
 class SortedWindows:
     """A ``Draw`` whose bucket lists are sorted by length within windows of ``batches`` batches
     (positions ``[w*m, (w+1)*m)`` of bucket ``b``, ``m = batches * sizes[b]``; ties in list

@@ -33,8 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from itertools import pairwise
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -43,7 +42,6 @@ from seqloader.plan.admission import epoch_filters
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
-from seqloader.plan.chunks import chunk_counts
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import (
@@ -60,13 +58,10 @@ from seqloader.plan.files import (
 from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.indexed.batch_table import BatchTable, bucket_runs, laplace_bins
 from seqloader.plan.indexed.budget import key_budgets, num_buckets, packed_budget, tighter
-from seqloader.plan.indexed.chunks import (
-    window_lengths,
-)
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.distributions import Distribution, distribution_of
 from seqloader.plan.indexed.files_mix import FilesMix
-from seqloader.plan.indexed.filter import RankOrderDraw, epoch_filtered, mean_len_cut, selected
+from seqloader.plan.indexed.filter import RankOrderDraw
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     BoundsTable,
@@ -89,11 +84,11 @@ from seqloader.plan.indexed.plan import (
     Draw,
     IndexedPlan,
     MemberDraw,
-    PlannedUnits,
     RunDraw,
     SortedWindows,
 )
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder, RankBatchOrder
+from seqloader.plan.indexed.units import EpochCut, PlannedUnits, planned_units
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import USES_DTYPE, CorpusProgress, EpochMix, mixed_corpora
@@ -104,7 +99,6 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_BATCH_ORDER,
     PURPOSE_INDEXED_MEMBERS,
     PURPOSE_INDEXED_ORDER,
-    PURPOSE_INDEXED_PARTS,
     PURPOSE_INDEXED_RUNS,
     rng_for,
 )
@@ -118,7 +112,6 @@ INDEXED_ALGORITHM = "seqloader-plan-indexed/7"
 #: them on the keyed order of each epoch (``seqloader.plan.indexed.random_order``)
 INDEXED_KINDS = ("laplace", "buckets", *FIXED_KINDS, "random")
 _CHUNK = 1 << 22
-_BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
 _ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
 
 
@@ -220,24 +213,22 @@ class IndexedPlanner:
         self.lengths = self.order_lengths = c.lengths
         self.budget, self.costs, self.files = c.budget, c.costs, c.files
         self.units, self.chunks, self.index = c.units, c.chunks, c.index
-        #: what the bucket lists hold: sequences, or chunked their chunks (``PlannedUnits``)
-        self.planned = PlannedUnits.of(
-            c.index.members, c.index.starts, c.lengths, c.length_key, c.units
-        )
+        #: what the bucket lists hold: sequences, or chunked their chunks: every difference
+        #: between the two is an answer of this object (``seqloader.plan.indexed.units``)
+        self.planned: PlannedUnits = planned_units(c)
         self.bucket_edges, self.longest, self.bucket_counts = (
             c.bucket_edges,
             c.longest,
             c.bucket_counts,
         )
         self._mask, self._filtered, self._examples = c.mask, c.filtered, c.examples
-        self._chunking, self._extra = c.chunking, c.extra
+        self._extra = c.extra
         self._take_cut_orders(c)
         self.head = draw_head(options)
         #: how a sub-epoch is shared among ranks (``seqloader.plan.indexed.distributions``)
         self.distribution: Distribution = distribution_of(self)
         #: ((epoch, order rank), its epoch_wise_filter cut)
         self._cut_kept: tuple[tuple[int, int], EpochCut] | None = None
-        self._sums: np.ndarray | None = None  # per bucket length sums (epoch_wise_filter)
         self.mix: EpochMix | None = None
         self.corpora = corpora = i.corpora
         self.k = batch_sizes(self.longest, options.cost, options.max_seqs, self.budget)  # [N]
@@ -314,7 +305,7 @@ class IndexedPlanner:
         if not self.distribution.own_orders:
             return table, draw
         own = (PURPOSE_INDEXED_BATCH_ORDER, self.seed_epoch(ep), ep.part)
-        return RankBatchOrder(table.bounds, (*self._head_of(order_rank), *own)), draw
+        return RankBatchOrder(table.bounds, (*self.head_of(order_rank), *own)), draw
 
     def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, Draw]:
         """The fixed or random ordering's sub-epoch: its greedy batch table and draw."""
@@ -328,22 +319,16 @@ class IndexedPlanner:
         """Per-key limits on other keys than the length key (``max_frames={...}``, ``"*"``,
         ``max_packed_frames``): each bucket's batch size also fits ``budget // longest`` of
         that key's lengths in the bucket (its longest per bucket: one pass over the members,
-        O(n) on every rank, as the node's index keeps only the length key's; chunked: the
-        longest window of that key per chunk bucket, ``ChunkBuckets.window_max``, from its
-        longest length per length class); a sequence (chunked: a first chunk) whose key alone
-        is over the limit fits no batch: refused naming it."""
+        O(n) on every rank, as the node's index keeps only the length key's; per unit:
+        ``PlannedUnits.key_longest``); a sequence whose longest unit alone is over the limit
+        fits no batch: refused naming it."""
         others = {k: b for k, b in key_budgets(limits).items() if k != self.length_key}
         if not others:
             return
-        spec = self.chunks.spec if self.chunks is not None else {}
         for key, budget in sorted(others.items()):
-            longest = _bucket_max(self.index, lengths[key])
-            if self.units is not None:  # per chunk bucket, the key's longest window
-                longest = self.units.window_max(longest, spec.get(key))
+            longest = self.planned.key_longest(_bucket_max(self.index, lengths[key]), key)
             if int(longest.max(initial=0)) > budget:
-                first = np.asarray(lengths[key])  # a sequence's first chunk is its longest
-                if key in spec:
-                    first = np.minimum(first, spec[key][0])
+                first = self.planned.first_lengths(lengths[key], key)
                 check_fit_alone(
                     first, self._mask, budget, self.options, key, tags, self.origin, keyed=True
                 )
@@ -380,7 +365,7 @@ class IndexedPlanner:
             return 0
         return self.options.parsed_ordering.seed_epoch(ep.full_epoch)
 
-    def _head_of(self, order_rank: int) -> tuple[int, ...]:
+    def head_of(self, order_rank: int) -> tuple[int, ...]:
         """The first key words of ``order_rank``'s draws: ``_head``, and under
         ``random_seed_offset`` the rank's own (each rank its own draws of the whole data)."""
         return self.distribution.head(self.head, order_rank)
@@ -398,14 +383,14 @@ class IndexedPlanner:
             counts = self.mix.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
             lo = np.zeros_like(counts)
         else:
-            counts, lo = self._base_counts(ep)
+            counts, lo = self.base_counts(ep)
             cut = self._epoch_cut(ep, order_rank)
             if cut is not None:
                 counts = cut.counts
         sizes = np.where(self.k > 0, self.k, np.maximum(counts, 1))
         return counts, lo, sizes
 
-    def _base_counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray]:
+    def base_counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray]:
         """Unmixed: (sequences per bucket in the sub-epoch before ``epoch_wise_filter``, their
         offset in the full epoch's list): RETURNN's cut rule per bucket."""
         lo, counts = part_cut(self.bucket_counts, self.options.partition_epoch, ep.part)
@@ -424,10 +409,10 @@ class IndexedPlanner:
             and o.partition_epoch > 1
         )
 
-    def _member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
-        head = self.head if self._shared_sets else self._head_of(order_rank)
+    def member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
+        head = self.head if self._shared_sets else self.head_of(order_rank)
         words = (*head, PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep))
-        return self.planned.draw(offsets, words)  # chunked: codes
+        return self.planned.draw(offsets, words)
 
     def _epoch_cut(self, ep: EpochIndex, order_rank: int) -> EpochCut | None:
         """Epoch selections, then ``epoch_wise_filter``, on the sub-epoch
@@ -435,7 +420,8 @@ class IndexedPlanner:
         (epoch, order rank) asked (table, draw and counts ask)."""
         means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
         chosen = [sel for sel in self.selections if sel.applies(ep.epoch)]
-        if (not means and not chosen and not self._chunk_parts) or self.mix is not None:
+        every = self.planned.cuts_every_epoch(self.options)
+        if (not means and not chosen and not every) or self.mix is not None:
             return None
         if self._shared_sets:  # one cut for every rank
             order_rank = 0
@@ -443,103 +429,13 @@ class IndexedPlanner:
         if kept is not None and kept[0] == (ep.epoch, order_rank):
             return kept[1]
         reasons: dict[str, int] = {}
-        if self.units is not None:  # chunked: whole sequences kept (selections are refused)
-            cut = self._chunk_cut(ep, order_rank, means)
-        else:
-            cut = self._sequence_cut(ep, order_rank, means, chosen, reasons)
+        cut = self.planned.cut(self, ep, order_rank, means, chosen, reasons)
         for m, d in zip(means, cut.dropped, strict=True):
             if d:
                 reasons[f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})"] = d
         cut.reasons = reasons
         self._cut_kept = ((ep.epoch, order_rank), cut)
         return cut
-
-    def _sequence_cut(
-        self,
-        ep: EpochIndex,
-        order_rank: int,
-        means: Sequence[float],
-        chosen: Sequence[EpochSelection],
-        reasons: dict[str, int],
-    ) -> EpochCut:
-        """Unchunked: the epoch selections ``chosen`` (their drops counted into ``reasons``),
-        then ``epoch_wise_filter``'s ``means``, on the sub-epoch's bucket lists."""
-        counts, lo = self._base_counts(ep)
-        draw: Draw = self._member_draw(ep, lo, order_rank)
-        for sel in chosen:  # as global planning: each on what the ones before kept
-            counts, draw, out = selected(counts, draw, sel.keep)
-            if out:
-                reason = f"epoch_wise_filter {sel.name} (epoch {ep.epoch})"
-                reasons[reason] = reasons.get(reason, 0) + out
-        cut = EpochCut(counts, draw, [])
-        if means:
-            sums = None
-            if self.options.partition_epoch == 1 and not chosen:  # every bucket, every epoch
-                if self._sums is None:
-                    self._sums = _bucket_sums(self.index, self.lengths)
-                sums = self._sums
-            cut = EpochCut(*epoch_filtered(counts, draw, self.lengths, means, sums))
-        return cut
-
-    @property
-    def _chunk_parts(self) -> bool:
-        """Chunking with ``epoch_wise_filter`` and sub-epochs: every sub-epoch is a set of whole
-        sequences (``_part_classes``), so the filter keeps or drops sequences as global
-        planning's does, and together a full epoch's sub-epochs hold every admitted sequence's
-        chunks once (every epoch of such a plan, filtered or not, is cut so)."""
-        o = self.options
-        return self.units is not None and o.epoch_wise_filter is not None and o.partition_epoch > 1
-
-    def _part_classes(self, ep: EpochIndex) -> BucketIndex:
-        """``_chunk_parts``: the length index restricted to sub-epoch ``ep``'s sequences. Each
-        length class's members are shuffled by one stream keyed alike on every rank (seed, full
-        epoch, ``PURPOSE_INDEXED_PARTS``; the classes in order, so the full epoch's sub-epochs
-        are disjoint) and laid end to end: position ``x`` goes to part ``x % P``, so every part
-        holds its share of every class and the parts' sizes differ by at most one (a slice per
-        class would give a class of fewer than ``P`` sequences to the first parts only).
-        Ascending by index within a class (the filter keeps a class's lowest indices). O(n)
-        time per sub-epoch (a shuffle per class, its memory), O(n / P) memory kept."""
-        index, parts = self.index, self.options.partition_epoch
-        starts = np.asarray(index.starts, dtype=np.int64)
-        rng = rng_for(*self.head, PURPOSE_INDEXED_PARTS, self.seed_epoch(ep))
-        got: list[np.ndarray] = []
-        counts = np.zeros(len(starts) - 1, dtype=np.int64)
-        for g in range(len(counts)):
-            first = (ep.part - int(starts[g])) % parts
-            mine = rng.permutation(int(starts[g + 1] - starts[g]))[first::parts]
-            got.append(np.sort(np.asarray(index.members[starts[g] + mine], dtype=np.int64)))
-            counts[g] = len(mine)
-        part_starts = np.zeros(len(counts) + 1, dtype=np.int64)
-        np.cumsum(counts, out=part_starts[1:])
-        seqs = np.concatenate([*got, np.zeros(0, dtype=np.int64)])
-        return replace(index, members=seqs, starts=part_starts, file_counts=None, file_frames=None)
-
-    def _chunk_cut(self, ep: EpochIndex, order_rank: int, means: Sequence[float]) -> EpochCut:
-        """Chunked ``epoch_wise_filter``: the filter keeps whole sequences of the sub-epoch
-        (every admitted sequence; ``_chunk_parts``: the sub-epoch's set), as global planning's
-        (RETURNN's shortest by (length, index), ``mean_len_cut`` over the length classes: every
-        length below one class, the lowest indices of that class), and their chunks are planned
-        (``ChunkBuckets.kept``). From counts: O(distinct lengths); sub-epochs: O(n / P)."""
-        assert self.units is not None
-        base = self.units
-        if self._chunk_parts:
-            base = replace(base, classes=self._part_classes(ep))
-        kept = np.diff(np.asarray(base.classes.starts, dtype=np.int64))  # [G] per length class
-        value = np.asarray(self.index.longest, dtype=np.int64)  # [G] its length
-        dropped = []
-        for mean in means:
-            low = mean_len_cut(kept, kept * value, lambda g: np.full(kept[g], value[g]), mean)
-            total = int(kept.sum())
-            dropped.append(total - low)
-            if low < total:
-                before = np.concatenate([[0], np.cumsum(kept)])
-                g = int(np.searchsorted(before, low, side="right")) - 1
-                kept[g] = low - before[g]
-                kept[g + 1 :] = 0
-        units = base.kept(kept)
-        words = (*self._head_of(order_rank), PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep))
-        draw = MemberDraw(units, units.starts, np.zeros(len(units.counts), np.int64), words)
-        return EpochCut(units.counts, draw, dropped)
 
     def table(self, epoch: int, group: int, order_rank: int = 0) -> BatchTable | BoundsTable:
         """The sub-epoch's batches in plan order (``group``: the world size the epoch starts
@@ -552,7 +448,7 @@ class IndexedPlanner:
         ordering = self.options.parsed_ordering
         if ordering.is_buckets:
             words = (PURPOSE_INDEXED_RUNS, self.seed_epoch(ep), ep.part)
-            return bucket_runs(counts, sizes, group, rng_for(*self._head_of(order_rank), *words))
+            return bucket_runs(counts, sizes, group, rng_for(*self.head_of(order_rank), *words))
         runs, run_sizes, _, top = row_runs(counts, sizes)  # one short batch per fall, not bucket
         return laplace_bins(runs, run_sizes, ordering.num_bins(int(counts.sum())), top)
 
@@ -571,16 +467,16 @@ class IndexedPlanner:
         elif cut is not None:
             draw = cut.draw
         else:
-            draw = self._member_draw(ep, offsets, order_rank)
+            draw = self.member_draw(ep, offsets, order_rank)
         if self._shared_sets:  # the shared sub-epoch set in the rank's own order
             words = (PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep), ep.part)
-            draw = RankOrderDraw(draw, counts, (*self._head_of(order_rank), *words))
+            draw = RankOrderDraw(draw, counts, (*self.head_of(order_rank), *words))
         if not windows:
             return draw
         if not self.options.parsed_ordering.is_buckets:  # laplace: the table's runs
             runs, sizes, starts, _ = row_runs(counts, sizes)
             draw, counts = RunDraw(draw, counts, starts), runs
-        return SortedWindows(draw, self.planned.lengths, counts, sizes)  # chunks: their windows
+        return SortedWindows(draw, self.planned.lengths, counts, sizes)
 
     def order_size(self, epoch: int, world_size: int = 1) -> int:
         return self.distribution.order_size(epoch, world_size)
@@ -647,25 +543,11 @@ class IndexedPlanner:
     def table_corpus_counts(self, epoch: int) -> np.ndarray:
         """Unmixed, planned from the batch table (not ``files``): the sub-epoch's sequences per
         corpus -> int64 ``[C]``, without its order: one sub-epoch holds every admitted sequence
-        (counted per corpus range of the mask); with ``partition_epoch > 1`` each bucket's slice
-        is drawn in chunks (O(n / P) time, the memory of a chunk)."""
+        (``PlannedUnits.corpus_counts``); filtered or with ``partition_epoch > 1`` each bucket's
+        slice is drawn in chunks (O(n / P) time, the memory of a chunk)."""
         assert self.corpora is not None
-        if (
-            self.options.partition_epoch == 1
-            and self.units is not None
-            and self._epoch_cut(EpochIndex(epoch, 1), 0) is None  # epoch_wise_filter: drawn
-        ):
-            return self._corpus_chunks()
-        if (
-            self.options.partition_epoch == 1
-            and not self.options.epoch_wise_filter
-            and not self.selections
-        ):
-            if self._mask is None:
-                return self.corpora.sizes.astype(np.int64)
-            edges = self.corpora.bounds.tolist()
-            admitted = [np.count_nonzero(self._mask[a:b]) for a, b in pairwise(edges)]
-            return np.asarray(admitted, dtype=np.int64)
+        if self.options.partition_epoch == 1 and self._epoch_cut(EpochIndex(epoch, 1), 0) is None:
+            return self.planned.corpus_counts(self.corpora, self._mask)
         ep = EpochIndex(epoch, self.options.partition_epoch)
         counts, _, _ = self._counts(ep)
         draw = self.draw(epoch, windows=False)  # counts only: the order within does not matter
@@ -674,21 +556,7 @@ class IndexedPlanner:
             for a in range(0, c, _CHUNK):
                 pos = np.arange(a, min(c, a + _CHUNK), dtype=np.int64)
                 seqs, _ = draw.slots(np.full(len(pos), b, dtype=np.int64), pos)
-                out += self.corpora.counts(self.planned.sequences(seqs))  # chunked: per chunk
-        return out
-
-    def _corpus_chunks(self) -> np.ndarray:
-        """Chunked, one sub-epoch per epoch: every admitted chunk, per corpus -> int64 ``[C]``,
-        from the length index (a class's members ascending: each corpus' range is a
-        ``searchsorted``), times the chunks of each length. O(lengths x corpora)."""
-        assert self.corpora is not None and self.units is not None and self._chunking
-        index, bounds = self.index, np.asarray(self.corpora.bounds, dtype=np.int64)
-        per_class = chunk_counts(np.asarray(index.longest), *self._chunking)  # [G]
-        out = np.zeros(len(self.corpora.names), dtype=np.int64)
-        for g in range(len(index.longest)):
-            members = index.members[int(index.starts[g]) : int(index.starts[g + 1])]
-            at = np.searchsorted(members, bounds)  # [C + 1]
-            out += np.diff(at) * int(per_class[g])
+                out += self.corpora.counts(self.planned.sequences(seqs))  # per unit
         return out
 
     # ---- distribution ----
@@ -741,11 +609,7 @@ class IndexedPlanner:
 
     def slot_costs(self, batches: BatchList) -> np.ndarray:
         """Cost units of each slot of ``batches`` (chunking: of its chunk's window)."""
-        if self.units is None or batches.chunks is None:
-            return self.costs[batches.seqs]
-        whole = np.asarray(self.lengths[batches.seqs])
-        windows = window_lengths(self.units, self.length_key, whole, batches.chunks)
-        return np.asarray(self.options.cost.units(windows), dtype=np.int64)
+        return self.planned.slot_costs(batches, self.costs, self.options.cost)
 
     def audit_order(self, plan: EpochPlan, run: AuditRun, ranks: Sequence[int]) -> list[AuditOrder]:
         """What a run of ``plan`` must deliver, for the exactly-once audit (``audit_orders``)."""
@@ -766,17 +630,6 @@ class IndexedPlanner:
         )
 
 
-@dataclass
-class EpochCut:
-    """A sub-epoch after ``epoch_wise_filter``: kept sequences per bucket, the draw of the kept
-    lists, the sequences each filter dropped, and those counts by the report's reasons."""
-
-    counts: np.ndarray
-    draw: Draw
-    dropped: list[int]
-    reasons: dict[str, int] = field(default_factory=dict)
-
-
 def _bucket_max(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
     """The longest of ``lengths`` (another key's) per bucket -> int64 ``[N]`` (0 when empty),
     a chunk of members at a time."""
@@ -791,16 +644,4 @@ def _bucket_max(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
         held = hi_b > lo_b
         which = np.arange(first, last + 1)[held]
         out[which] = np.maximum(out[which], np.maximum.reduceat(values, lo_b[held]))
-    return out
-
-
-def _bucket_sums(index: BucketIndex, lengths: np.ndarray) -> np.ndarray:
-    """The admitted lengths' sum per bucket -> int64 ``[N]`` (a chunk of members at a time)."""
-    out = np.zeros(len(index.starts) - 1, dtype=np.int64)
-    for a in range(0, len(index.members), _CHUNK):
-        members = np.asarray(index.members[a : a + _CHUNK], dtype=np.int64)
-        bucket = np.searchsorted(index.starts, a + np.arange(len(members)), side="right") - 1
-        out += np.bincount(
-            bucket, weights=np.asarray(lengths[members], dtype=np.float64), minlength=len(out)
-        ).astype(np.int64)
     return out
