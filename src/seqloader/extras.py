@@ -16,6 +16,7 @@ from seqloader.errors import MissingDependencyError
 EXTRAS: dict[str, tuple[str, str]] = {
     "soundfile": ("soundfile", "audio"),
     "sentencepiece": ("sentencepiece", "audio"),
+    "miniaudio": ("miniaudio", "audio"),  # FLAC by dr_flac (audio.flac); soundfile without it
     "matplotlib": ("matplotlib", "cli"),
     "tqdm": ("tqdm", "cli"),
     "lhotse": ("lhotse", "lhotse"),

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import gzip
 import hashlib
-import io
 import os
 import zipfile
 from collections.abc import Iterable
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqloader.audio.flac import import_soundfile as import_soundfile  # where callers find it
+from seqloader.audio.flac import read_audio
 from seqloader.audio.manifest_lines import (
     decode_listing,
     json_entry,
@@ -36,7 +37,6 @@ from seqloader.audio.manifest_lines import (
     text_lines,
 )
 from seqloader.errors import DataError, OptionError
-from seqloader.extras import require
 from seqloader.sources.remote import FileCache, RemoteFile
 from seqloader.sources.remote.index import zip_member
 from seqloader.sources.strings import IndexedStrings
@@ -112,12 +112,11 @@ class Manifest:
     def read_audio(self, j: int) -> tuple[np.ndarray, int]:
         """Decode entry ``j`` -> (mono float32 ``[samples]``, sample rate). Raises the decoder's
         own error; the source adds the manifest line."""
-        sf = import_soundfile()
         if self.in_zip:
-            data = self._zipfile().read(self.audio[j])
-            wave, rate = sf.read(io.BytesIO(data), dtype="float32", always_2d=True)
+            wave, rate = read_audio(self._zipfile().read(self.audio[j]))
         else:
-            wave, rate = sf.read(self.audio[j], dtype="float32", always_2d=True)
+            with open(self.audio[j], "rb") as f:
+                wave, rate = read_audio(f.read())
         mono = wave[:, 0] if wave.shape[1] == 1 else wave.mean(axis=1)
         return np.ascontiguousarray(mono, dtype=np.float32), int(rate)
 
@@ -191,11 +190,6 @@ class ReadManifest:
 
     def open_manifest(self) -> Manifest:
         return self.manifest
-
-
-def import_soundfile():
-    """soundfile is the ``audio`` extra: imported when audio is first decoded, not by seqloader."""
-    return require("soundfile", "decoding audio")
 
 
 def open_manifest(path: str | os.PathLike, cache: FileCache | None = None) -> Manifest:

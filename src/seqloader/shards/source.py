@@ -26,10 +26,10 @@ from typing import Any, NoReturn
 import numpy as np
 
 from seqloader.audio.decode import span_into
+from seqloader.audio.flac import read_audio
 from seqloader.audio.kaldi_fbank import KaldiFbank
 from seqloader.audio.keyed_source import AudioKeysSource
 from seqloader.audio.keys import AudioOptions, choose_keys, encode_texts, fail_read, mono, put_wave
-from seqloader.audio.manifest import import_soundfile
 from seqloader.audio.vocab import Vocabulary
 from seqloader.errors import DataError, DataWarning, OptionError
 from seqloader.extras import require
@@ -729,12 +729,7 @@ class ShardSource(AudioKeysSource):
         return got[0]
 
     def _wave(self, index: int, blob: bytes, name: str) -> np.ndarray:
-        sf = import_soundfile()
-        audio, file_rate = self._decoded(
-            index,
-            f"decode member {name!r}",
-            lambda: sf.read(io.BytesIO(blob), dtype="float32", always_2d=True),
-        )
+        audio, file_rate = self._decoded(index, f"decode member {name!r}", lambda: read_audio(blob))
         wave = mono(audio, 1)
         offset = float(self._store.column("offset")[index])
         if offset >= 0:  # NeMo: the entry is audio[offset : offset + duration] of its member
