@@ -74,3 +74,23 @@ def test_fixed_orders_map_their_cuts_from_the_nodes_file(tmp_path, monkeypatch) 
     mapped, held = first.plan(1), in_memory.plan(1)
     assert len(mapped) == len(held) > 0
     assert all(np.array_equal(a, b) for a, b in zip(mapped, held, strict=True))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ordering": "sorted", "partition_epoch": 2, "min_chunk_size": 2},
+        {"ordering": "random", "partition_epoch": 2},
+    ],
+    ids=str,
+)
+def test_chunked_resume_chain_with_the_audit(options: dict) -> None:
+    """Chunked fixed and random orders through the loader: each delivered row audited against
+    its planned chunk and window, saved through JSON and resumed ``W -> W' -> W''``; the fixed
+    orders' batches are global planning's on one rank."""
+    plan = {**PLAN, **options, "chunking": "3:2", "audit": True}
+    make = loader_factory(corpus(40, 3), **plan, planning="indexed")
+    last = plan.get("partition_epoch", 1) + 1
+    check_chain(make, [2, 3, 1], [3, 2], last)
+    if options["ordering"] != "random":
+        assert run_all(make, 1, last) == run_all(loader_factory(corpus(40, 3), **plan), 1, last)

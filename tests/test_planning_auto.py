@@ -108,6 +108,7 @@ NEWLY_INDEXED = [
      "distribution": "random_seed_offset", "epoch_wise_filter": {(1, 2): {"max_mean_len": 6}}},
     {"ordering": "sorted", "chunking": "4:2", "partition_epoch": 2},
     {"ordering": "default", "chunking": "4:2", "distribution": "random_seed_offset"},
+    {"ordering": "random", "chunking": "4:2", "partition_epoch": 2},
 ]  # fmt: skip
 
 

@@ -390,13 +390,12 @@ class PlanOptions:
                 and (
                     self.distribution == "files"
                     or self.mix is not None
-                    or (self.chunking is not None and kind == "random")
                     or self.epoch_wise_filter is not None
                     or self.fixed_random_subset is not None
                 ),
                 f"ordering={self.ordering!r} with distribution='files', mix, epoch_wise_filter "
-                "or fixed_random_subset, or 'random' with chunking (a fixed or random order's "
-                "greedy cuts are made for the whole admitted corpus, sharded)",
+                "or fixed_random_subset (a fixed or random order's greedy cuts are made for the "
+                "whole admitted corpus, sharded)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (

@@ -231,7 +231,8 @@ class AdmittedCorpus:
         return dataclasses.replace(index, cuts=cuts, cut_starts=starts)
 
     def fixed_chunking(self) -> Chunking:
-        """Chunked fixed orderings: how a sequence expands into chunks and their windows."""
+        """Chunked fixed orderings and ``random``: how a sequence expands into chunks and their
+        windows (``seqloader.plan.indexed.fixed_chunks``)."""
         assert self.chunking is not None and self.chunks is not None
         return Chunking(self.batch_lengths, self.length_key, self.chunking, self.chunks.spec)
 
@@ -378,7 +379,7 @@ class AdmittedCorpus:
             ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
         if self.fixed and self.chunking is None:
             ok = ok and self._fixed_index_ok(index, admitted)
-        if self.random:  # one bucket: the admitted sequences
+        if self.random and self.chunking is None:  # one bucket: the admitted sequences
             ok = ok and len(index.edges) == 0
         ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
         if self.files is not None and self.chunking is None:  # chunked: _chunk_file_table

@@ -86,15 +86,23 @@ def chunked_order(
     """
     if kind in ("sorted", "sorted_reverse"):
         return FixedOrder(index, kind)
+    return FixedOrder(admitted_index(mask, n), kind)
+
+
+def admitted_index(mask: np.ndarray | None, n: int) -> BucketIndex:
+    """One bucket of the admitted sequences ascending (``AdmittedSelect``): what ``default``,
+    ``reverse`` and ``random`` (``RandomOrder``) read positions of, chunked.
+
+    >>> admitted_index(np.array([True, False, True]), 3).members[np.array([1])].tolist()
+    [2]
+    """
     select = AdmittedSelect(mask, n)
-    size = len(select)
-    one = BucketIndex(
+    return BucketIndex(
         select,  # type: ignore[arg-type]  # read by position only
-        np.array([0, size], dtype=np.int64),
+        np.array([0, len(select)], dtype=np.int64),
         np.zeros(1, dtype=np.int64),
         np.zeros(0, dtype=np.int64),
     )
-    return FixedOrder(one, kind)
 
 
 class Chunking:
@@ -149,7 +157,7 @@ def chunked_cuts(
     cuts, firsts, starts = [], [], [0]
     for part in range(parts):
         lo, hi = part_bounds(size, parts, part)
-        c, f = _cut_part(order, lo, hi, batcher, chunking, stride, block)
+        c, f = cut_chunk_positions(order, lo, hi, batcher, chunking, stride, block)
         cuts.append(c)
         firsts.append(f)
         starts.append(starts[-1] + len(c))
@@ -160,18 +168,21 @@ def chunked_cuts(
     )
 
 
-def _cut_part(
+def cut_chunk_positions(
     order: Callable[[np.ndarray], np.ndarray],
     lo: int,
     hi: int,
     batcher: Batcher,
     chunking: Chunking,
     stride: int,
-    block: int,
+    block: int = _BLOCK,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One part's bounds and first-chunk codes: a block of sequences at a time, expanded into
-    chunks (the first one from chunk ``skip``), each block's last batch left to the next block
-    unless it ends the part (greedy batching restarts exactly at a batch's first chunk)."""
+    """Greedy chunk batches of sequence positions ``lo .. hi`` of the order -> (bounds in
+    chunks, relative to the part, ``[nb + 1]``; first-chunk codes relative to ``lo``, ``[nb +
+    1]``, the last one past the end): a block of sequences at a time, expanded into chunks (the
+    first one from chunk ``skip``), each block's last batch left to the next block unless it ends
+    the part (greedy batching restarts exactly at a batch's first chunk). ``random`` cuts each
+    epoch's part so on every rank (O(n / P) per part, a block's memory)."""
     keys, bounds_of = batcher.keys, batcher.bounds_of
     cuts, firsts = [np.zeros(1, dtype=np.int64)], []
     start, skip, done, width = lo, 0, 0, block

@@ -69,7 +69,11 @@ from seqloader.plan.indexed.fixed import (
     cut_batcher,
     cut_positions,
 )
-from seqloader.plan.indexed.fixed_chunks import ChunkedFixedDraw
+from seqloader.plan.indexed.fixed_chunks import (
+    ChunkedFixedDraw,
+    admitted_index,
+    cut_chunk_positions,
+)
 from seqloader.plan.indexed.histogram import (
     BucketIndex,
     batch_sizes,
@@ -250,7 +254,7 @@ class IndexedPlanner:
         self._limits, self._batch_lengths = corpus.limits, corpus.batch_lengths
         self._fixed_kept: tuple[int, tuple[BoundsTable, Draw]] | None = None
         #: random: the greedy cuts of each epoch's keyed order, the last epoch's kept
-        self._random_kept: tuple[int, tuple[BoundsTable, FixedDraw]] | None = None
+        self._random_kept: tuple[int, tuple[BoundsTable, Draw]] | None = None
 
     def _take_selections(self, selections: Sequence[EpochSelection]) -> None:
         """Epoch selections (``seqloader.plan.selections``), applied to each sub-epoch's lists
@@ -284,7 +288,7 @@ class IndexedPlanner:
         self._fixed_kept = (part, (BoundsTable(bounds), draw))
         return self._fixed_kept[1]
 
-    def _random_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, FixedDraw]:
+    def _random_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, Draw]:
         """``random``: sub-epoch ``ep``'s batch table and draw, the greedy cuts of its part of
         the full epoch's keyed order (``RandomOrder``), cut here in blocks: O(n / P) time per
         part, the part's bounds held (kept for the last epoch asked). Every rank cuts the one
@@ -293,14 +297,21 @@ class IndexedPlanner:
         kept = self._random_kept
         if kept is None or kept[0] != ep.epoch:
             words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
-            order = RandomOrder(self.index, words)
+            chunked = self.units is not None
+            index = admitted_index(self._mask, len(self.lengths)) if chunked else self.index
+            order = RandomOrder(index, words)
             lo, hi = part_bounds(order.size, self.options.partition_epoch, ep.part)
             batcher = cut_batcher(self._limits)
-            bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
-            kept = self._random_kept = (
-                ep.epoch,
-                (BoundsTable(bounds), FixedDraw(order, bounds, lo)),
-            )
+            draw: Draw
+            if self.units is None:
+                bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
+                draw = FixedDraw(order, bounds, lo)
+            else:  # each sequence's chunks in turn (indexed.fixed_chunks)
+                chunking, stride = self.corpus.fixed_chunking(), self.units.stride
+                cut = cut_chunk_positions(order, lo, hi, batcher, chunking, stride, RANDOM_BLOCK)
+                bounds = cut[0]
+                draw = ChunkedFixedDraw(order, cut[1], lo, hi - lo, chunking, stride)
+            kept = self._random_kept = (ep.epoch, (BoundsTable(bounds), draw))
         table, draw = kept[1]
         if not self.distribution.own_orders:
             return table, draw
