@@ -24,6 +24,7 @@ from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.budget import edges_for
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
 from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.indexed.replay import buckets_consumed
 from seqloader.plan.mix import Corpora
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
@@ -201,6 +202,19 @@ def test_files_elastic_resume_chains_exactly_once(case: dict, epoch: int, cuts: 
     )
 
 
+def replayed_segment(case: dict, changes: dict, cut: int, world: int):
+    """Epoch 1's segment of ``case`` with the options ``changes``: the first (``cut`` 0) or the
+    one after ``cut`` halves of it on ``world`` ranks (None: too few files for the first)."""
+    case["options"] = PlanOptions(**{**options_kwargs(case["options"]), **changes})
+    planner = planner_of(case)
+    first = case["worlds"][0]
+    if not files_fit(planner, first):
+        return None
+    plan = planner.global_plan(1, first)
+    history = ((first, min(plan.steps, cut * plan.steps // 2)),) if cut else ()
+    return planner.distribution._segment_at(1, world if history else first, history)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     elastic_files_cases(),
@@ -211,16 +225,31 @@ def test_files_elastic_resume_chains_exactly_once(case: dict, epoch: int, cuts: 
 def test_laplace_replay_by_blocks_equals_rank_by_rank(case, ordering, cut, world) -> None:
     """The replay of a ``laplace`` segment over blocks, all ranks at once, counts what each
     rank's listed order and split consume, at every step, in a first and a resumed segment."""
-    case["options"] = PlanOptions(**{**options_kwargs(case["options"]), "ordering": ordering})
-    planner = planner_of(case)
-    first = case["worlds"][0]
-    if not files_fit(planner, first):
-        return
-    plan = planner.global_plan(1, first)
-    history = ((first, min(plan.steps, cut * plan.steps // 2)),) if cut else ()
-    seg = planner.distribution._segment_at(1, world if history else first, history)
-    for steps in range(seg.steps + 1):
+    seg = replayed_segment(case, {"ordering": ordering}, cut, world)
+    for steps in range(seg.steps + 1 if seg is not None else 0):
         np.testing.assert_array_equal(seg.consumed(steps), seg.consumed_rank_by_rank(steps))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    elastic_files_cases(),
+    st.sampled_from(["buckets:1", "buckets:2", "buckets:5"]),
+    st.sampled_from(["split", "pad", "drop"]),
+    st.integers(0, 2),
+    st.integers(1, 9),
+    st.sampled_from([1, 5, 1 << 20]),
+)
+def test_buckets_replay_of_prefixes_equals_rank_by_rank(
+    case, ordering, uneven, cut, world, block
+) -> None:
+    """The replay of a ``buckets:N`` segment over the ranks' permutation prefixes, ``block``
+    batches of ranks at a time, counts what each rank's listed order and split consume, at every
+    step, in a first and a resumed segment."""
+    seg = replayed_segment(case, {"ordering": ordering, "uneven": uneven}, cut, world)
+    for steps in range(seg.steps + 1 if seg is not None else 0):
+        got = buckets_consumed(seg.live_units(), steps, seg.order_rng, block)
+        np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
+        np.testing.assert_array_equal(seg.consumed(steps), got)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -40,7 +40,7 @@ from seqloader.plan.files import cut_parts
 from seqloader.plan.indexed.files_mix import Pieces
 from seqloader.plan.indexed.histogram import cut_runs
 from seqloader.plan.indexed.pieces import split_pieces
-from seqloader.plan.indexed.replay import LiveUnits, laplace_consumed
+from seqloader.plan.indexed.replay import LiveUnits, buckets_consumed, laplace_consumed
 from seqloader.plan.options import Ordering, Uneven
 
 
@@ -292,10 +292,11 @@ class Segment:
     def _count_consumed(self, steps: int) -> np.ndarray:
         if not self.ordering.is_buckets:  # laplace: blocks, all ranks at once
             return laplace_consumed(self.live_units(), steps)
-        return self.consumed_rank_by_rank(steps)
+        return buckets_consumed(self.live_units(), steps, self.order_rng)  # prefixes at once
 
     def consumed_rank_by_rank(self, steps: int) -> np.ndarray:
-        """``consumed`` from each rank's listed batch order and split (any ordering)."""
+        """``consumed`` from each rank's listed batch order and split (any ordering; what the
+        replays are checked against)."""
         out = np.zeros(len(self.start), dtype=np.int64)
         if steps <= 0:
             return out

@@ -16,11 +16,23 @@ units`` blocks (a few per unit), so the replay works on blocks, vectorised over 
 - **Consumption**: blocks whose pieces end by ``steps`` are consumed whole; in the one block
   where ``steps`` falls, its batches are walked in closed form (a few groups of equal pieces).
 
-The result equals ``Segment``'s rank-by-rank count (``tests/test_plan_indexed.py`` checks it).
+Under ``buckets:N`` a rank's order is its batches shuffled by the rank's order stream, which only
+a full draw gives: ``buckets_consumed`` draws the permutation of each rank that has not run through
+its batches (one call each) and counts the rest for a block of ranks at once, over the first
+``steps`` positions only (a batch is one piece or more, so no later batch is reached):
+
+- **Sizes**: a unit's ``t``-th occurrence holds its ``t``-th batch, of the unit's size but the last
+  (``t = nb - 1``): in the prefix, the last occurrence of a unit whose every batch lies there.
+- **Split**: the levels per rank as above; the leftover tie increments go to the rank's latest
+  batches, so what a prefix position takes follows from the rank's ties in all less the
+  prefix's through it. Then consumption as ``Segment.consumed_rank_by_rank`` walks it.
+
+Both results equal ``Segment``'s rank-by-rank count (``tests/test_plan_indexed.py`` checks them).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,6 +103,118 @@ def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
         )  # fmt: skip
         out[live[blk_unit[i]]] += _walk(groups, m)
     return out
+
+
+#: batches of the walked ranks counted at once: bounds the replay's memory
+_BLOCK = 1 << 20
+
+
+def buckets_consumed(
+    seg: LiveUnits,
+    steps: int,
+    order_rng: Callable[[int], np.random.Generator],
+    block: int = _BLOCK,
+) -> np.ndarray:
+    """Sequences of each unit consumed in the segment's first ``steps`` steps under ``buckets:N``
+    (``order_rng(rank)``: the rank's order stream, as ``Segment.layout`` draws it) -> int64
+    ``[U]``: each rank that has not run through its batches draws its permutation; the sizes,
+    split and consumption of the prefixes are counted for ranks of about ``block`` batches at
+    once."""
+    world = seg.world_size
+    out = np.zeros(seg.num_units, dtype=np.int64)
+    if steps <= 0 or not len(seg.live):
+        return out
+    q, nb, size = seg.owner, seg.nb.astype(np.int64), seg.size.astype(np.int64)
+    last = seg.rem - (nb - 1) * size  # [L] each unit's last batch (1..size)
+    rank_nb = seg.rank_batches
+    listed = rank_nb
+    if seg.uneven == "split":  # its pieces (split: the rank's real batches)
+        listed = np.minimum(np.maximum(seg.steps, rank_nb), seg.rank_seqs)
+    whole = steps >= listed  # [W] ranks whose every batch is consumed
+    out[seg.live[whole[q]]] = seg.rem[whole[q]]
+    level, prev, cut, rest = _split_levels(seg, last)
+    t_u, p_u = level[q], prev[q]  # per unit: tie increments of a full and of its last batch
+    tie_k = np.where(cut[q], _ceil(size, p_u) - _ceil(size, t_u), 0)
+    tie_l = np.where(cut[q], _ceil(last, p_u) - _ceil(last, t_u), 0)
+    ties = np.bincount(q, weights=(nb - 1) * tie_k + tie_l, minlength=world).astype(np.int64)
+    first = np.zeros(len(nb) + 1, dtype=np.int64)  # each live unit's first batch, end to end
+    np.cumsum(nb, out=first[1:])
+    units = _Prefix(first, np.searchsorted(q, np.arange(world + 1), side="left"), size, last)
+    walked = np.flatnonzero(~whole & (rank_nb > 0))
+    a = 0
+    while a < len(walked):  # blocks of ranks, about ``block`` batches each
+        span = np.cumsum(rank_nb[walked[a:]])
+        b = a + max(int(np.searchsorted(span, block, side="right")), 1)
+        ranks = walked[a:b]
+        perms = [order_rng(r).permutation(int(rank_nb[r]))[:steps] for r in ranks.tolist()]
+        unit, pieces, sizes, starts = units.walk(ranks, perms, level, rest, ties, tie_k, tie_l)
+        used = _used(pieces, sizes, starts, steps)
+        out[seg.live] += np.bincount(unit, weights=used, minlength=len(nb)).astype(np.int64)
+        a = b
+    return out
+
+
+@dataclass(frozen=True)
+class _Prefix:
+    """The live units as ``buckets_consumed`` walks them: ``first`` int64 ``[L + 1]`` each one's
+    first batch with every rank's units end to end (``_by`` order), ``lead`` int64 ``[W + 1]`` each
+    rank's first live unit, ``size`` and ``last`` int64 ``[L]`` its batch size and last batch."""
+
+    first: np.ndarray
+    lead: np.ndarray
+    size: np.ndarray
+    last: np.ndarray
+
+    def walk(
+        self,
+        ranks: np.ndarray,
+        perms: list[np.ndarray],
+        level: np.ndarray,
+        rest: np.ndarray,
+        ties: np.ndarray,
+        tie_k: np.ndarray,
+        tie_l: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The prefixes ``perms`` (each rank's permutation of its batches, listed unit after
+        unit) of ``ranks`` (ascending), with the ranks' split ``level``, leftover tie increments
+        ``rest`` and ``ties`` in all (``[W]`` each; per unit ``tie_k``, ``tie_l``) -> (live unit,
+        pieces, size) per prefix position, int64 ``[P]`` each, and where each rank's prefix
+        starts ``[len(ranks) + 1]``."""
+        lengths = np.array([len(p) for p in perms], dtype=np.int64)
+        starts = np.zeros(len(ranks) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=starts[1:])
+        u0, hi = int(self.lead[ranks[0]]), int(self.lead[ranks[-1] + 1])
+        nb = np.diff(self.first)
+        listing = np.repeat(np.arange(u0, hi, dtype=np.int64), nb[u0:hi])  # the ranks' batches
+        at = np.repeat(self.first[self.lead[ranks]] - self.first[u0], lengths)
+        unit = listing[np.concatenate(perms) + at]  # [P] index into the live units
+        count = np.bincount(unit, minlength=len(nb))
+        full = count == nb  # units whose every batch is in the prefix: their last one there
+        last_at = np.full(len(nb), -1, dtype=np.int64)
+        within = np.flatnonzero(full[unit])
+        np.maximum.at(last_at, unit[within], within)
+        short = last_at[full]  # [S] positions of the units' last batches
+        sizes = self.size[unit]
+        sizes[short] = self.last[unit[short]]
+        pieces = _ceil(sizes, np.repeat(level[ranks], lengths))
+        tie = tie_k[unit]
+        tie[short] = tie_l[unit[short]]
+        after = np.repeat(ties[ranks], lengths) - _cumsum_within(tie, starts)  # later ties
+        pieces += np.clip(np.repeat(rest[ranks], lengths) - after, 0, tie)  # latest first
+        return unit, pieces, sizes, starts
+
+
+def _used(pieces: np.ndarray, sizes: np.ndarray, starts: np.ndarray, steps: int) -> np.ndarray:
+    """Sequences consumed of each prefix position (ranks' prefixes from ``starts``) in the first
+    ``steps`` steps: whole batches whose pieces end by then, the first pieces of the one where
+    ``steps`` falls (the first ``size % pieces`` pieces one longer)."""
+    ends = _cumsum_within(pieces, starts)
+    used = np.where(ends <= steps, sizes, 0)
+    crossing = np.flatnonzero((ends > steps) & (ends - pieces < steps))
+    m = steps - (ends[crossing] - pieces[crossing])  # its first m pieces
+    whole, extra = np.divmod(sizes[crossing], pieces[crossing])
+    used[crossing] = m * whole + np.minimum(m, extra)
+    return used
 
 
 def _split_levels(
