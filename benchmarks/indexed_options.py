@@ -80,6 +80,17 @@ CASES: dict[str, dict] = {
     # random: greedy cuts of each epoch's keyed order, cut by every rank (plan/indexed/random_order.py)
     "ordering=random": {"ordering": "random"},
     "ordering=random partition_epoch=3": {"ordering": "random", "partition_epoch": 3},
+    # fixed and random orders over files: global planning's plan, each rank's files cut greedily
+    # (plan/indexed/files_cut.py); 8 ranks, 1,024 files
+    **{
+        f"ordering={o} + files (1024 files; 8 ranks)": {
+            "ordering": o,
+            "distribution": "files",
+            "files": 1024,
+            "world": 8,
+        }
+        for o in ("default", "reverse", "sorted", "sorted_reverse", "random")
+    },
 }
 #: keys of a case that are not plan options
 NOT_OPTIONS = ("world", "files", "selection")

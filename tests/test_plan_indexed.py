@@ -360,8 +360,8 @@ def test_positions_inside_a_batch_are_refused() -> None:
     [
         ({"ordering": "sort_bin_shuffle:.4"}, "ordering='sort_bin_shuffle:.4'"),
         (
-            {"ordering": "random", "distribution": "files"},
-            "ordering='random' with distribution='files'",
+            {"ordering": "random", "distribution": "files", "mix": {"a": 1.0}},
+            "ordering='random' with mix",
         ),
         ({"seeding": "returnn"}, "seeding"),
     ],

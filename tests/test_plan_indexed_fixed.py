@@ -159,9 +159,9 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"distribution": "files"}, "ordering='sorted' with distribution='files'"),
+        ({"distribution": "files", "mix": {"a": 1.0}}, r"ordering='sorted' with .*mix"),
+        ({"distribution": "files", "chunking": 50}, "chunking with distribution='files'"),
         ({"mix": {"a": 1.0}}, r"ordering='sorted' with .*mix"),
-        ({"ordering": "random", "distribution": "files"}, "ordering='random' with distribution"),
         ({"ordering": "random", "mix": {"a": 1.0}}, r"ordering='random' with .*mix"),
         ({"ordering": "random", "epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise"),
         ({"ordering": "random", "fixed_random_subset": 10}, "fixed_random_subset"),

@@ -109,6 +109,10 @@ NEWLY_INDEXED = [
     {"ordering": "sorted", "chunking": "4:2", "partition_epoch": 2},
     {"ordering": "default", "chunking": "4:2", "distribution": "random_seed_offset"},
     {"ordering": "random", "chunking": "4:2", "partition_epoch": 2},
+    # fixed and random orders over files (each rank's files' order, cut greedily: files_cut)
+    {"ordering": "default", "distribution": "files"},
+    {"ordering": "sorted_reverse", "distribution": "files", "partition_epoch": 2},
+    {"ordering": "random:2", "distribution": "files", "uneven": "drop"},
 ]  # fmt: skip
 
 
@@ -118,7 +122,8 @@ def test_newly_planned_combinations_resolve_to_indexed(options: dict) -> None:
     source declaring nothing more), planned by the indexed planner."""
     auto = PlanOptions(max_frames=40, **options)
     assert auto.resolved_planning == "indexed"
-    planner = make_planner({"data": np.arange(1, 30)}, auto)
+    files = np.r_[np.arange(0, 29, 3), 29] if auto.distribution == "files" else None
+    planner = make_planner({"data": np.arange(1, 30)}, auto, files=files)
     assert planner.options.planning == "indexed" and planner.global_plan(1, 2).steps > 0
 
 

@@ -33,6 +33,7 @@ workers, audit and report need nothing new.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,30 +230,41 @@ def equalise(per_rank: list[BatchList], uneven: Uneven) -> tuple[list[BatchList]
         dropped = sum(b.real_count() - b.real_count(steps) for b in per_rank)
         return [b.first(steps) for b in per_rank], dropped
     steps = max(len(b) for b in per_rank)
-    pool = np.concatenate([b.seqs[b.real] for b in per_rank])  # fillers of a rank with no data
-    chunked = per_rank[0].chunks is not None  # chunking: a filler repeats a chunk
-    pool_chunks = None
-    if chunked:
-        pool_chunks = np.concatenate([np.asarray(b.chunks)[b.real] for b in per_rank])
-    out = []
-    for b in per_rank:
-        if uneven == "split":
-            b = split_batches(b, steps)
-        missing = steps - len(b)
-        if missing:
-            if uneven == "pad" and len(b):  # repeat early batches, marked as repeats
-                extra = b.take(np.arange(missing) % len(b))
-            else:  # one sequence per filler batch: the rank's own, else any of the segment's
-                own, own_chunks = (b.seqs, b.chunks) if len(b.seqs) else (pool, pool_chunks)
-                pick = np.arange(missing) % len(own)
-                extra = BatchList.from_bounds(
-                    own[pick],
-                    np.arange(missing + 1, dtype=np.int64),
-                    chunks=None if own_chunks is None else own_chunks[pick],
-                )
-            b = b.concat(extra.with_real(np.zeros(len(extra.seqs), dtype=bool)))
-        out.append(b)
-    return out, 0
+
+    def pool(need: int) -> tuple[np.ndarray, np.ndarray | None]:  # fillers of a rank with no data
+        seqs = np.concatenate([b.seqs[b.real] for b in per_rank])
+        if per_rank[0].chunks is None:
+            return seqs, None
+        return seqs, np.concatenate([np.asarray(b.chunks)[b.real] for b in per_rank])
+
+    return [fill_rank(b, steps, uneven, pool) for b in per_rank], 0
+
+
+def fill_rank(
+    b: BatchList,
+    steps: int,
+    uneven: Uneven,
+    pool: Callable[[int], tuple[np.ndarray, np.ndarray | None]],
+) -> BatchList:
+    """One rank's batches brought to ``steps`` (``uneven`` "pad" or "split", see the module
+    doc); ``pool(need)``: the segment's sequences (and chunks) for the fillers of a rank with
+    none, at least ``need`` of them or all."""
+    if uneven == "split":
+        b = split_batches(b, steps)
+    missing = steps - len(b)
+    if missing:
+        if uneven == "pad" and len(b):  # repeat early batches, marked as repeats
+            extra = b.take(np.arange(missing) % len(b))
+        else:  # one sequence per filler batch: the rank's own, else any of the segment's
+            own, own_chunks = (b.seqs, b.chunks) if len(b.seqs) else pool(missing)
+            pick = np.arange(missing) % len(own)
+            extra = BatchList.from_bounds(
+                own[pick],
+                np.arange(missing + 1, dtype=np.int64),
+                chunks=None if own_chunks is None else own_chunks[pick],
+            )
+        b = b.concat(extra.with_real(np.zeros(len(extra.seqs), dtype=bool)))
+    return b
 
 
 def split_batches(batches: BatchList, target: int) -> BatchList:

@@ -210,7 +210,8 @@ class PlanOptions:
       batching and keyed permutations: a rank computes only its own batches, in time and memory
       about ``n / world_size``; ``seqloader.plan.indexed.planner``, for ``laplace``/``buckets:N`` orderings, other plans than ``global``'s for the same options;
       ``default``/``reverse``/``sorted``/``sorted_reverse``: ``global``'s batches, cut once per
-      node, ``seqloader.plan.indexed.fixed``).
+      node, ``seqloader.plan.indexed.fixed``; with ``files`` these and ``random``: ``global``'s
+      plan, each rank's files cut greedily, ``seqloader.plan.indexed.files_cut``).
 
     >>> PlanOptions(max_frames=1000, chunking="100:50").chunking
     {'*': (100, 50)}
@@ -388,14 +389,14 @@ class PlanOptions:
             (
                 fixed
                 and (
-                    self.distribution == "files"
+                    (self.distribution == "files" and self.chunking is not None)
                     or self.mix is not None
                     or self.epoch_wise_filter is not None
                     or self.fixed_random_subset is not None
                 ),
-                f"ordering={self.ordering!r} with distribution='files', mix, epoch_wise_filter "
-                "or fixed_random_subset (a fixed or random order's greedy cuts are made for the "
-                "whole admitted corpus, sharded)",
+                f"ordering={self.ordering!r} with mix, epoch_wise_filter, fixed_random_subset "
+                "or chunking with distribution='files' (a fixed or random order's greedy cuts are "
+                "made for the whole admitted corpus, sharded, or for each rank's files' sequences)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (

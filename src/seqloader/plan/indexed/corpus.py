@@ -3,7 +3,8 @@
 Admission (length limits, ``excluded``, ``fixed_random_subset``, sequences without a chunk:
 each counted under its reason), the length key's lengths and costs, the batch budget and the
 ``BucketIndex`` itself: length classes (chunking), per-(file, bucket) counts (``files``), chunk
-buckets, the fixed orderings' cuts (``seqloader.plan.indexed.fixed``). ``node_bucket_index``
+buckets, the fixed orderings' cuts (``seqloader.plan.indexed.fixed``; with ``files`` one bucket
+and the per-file table: ``seqloader.plan.indexed.files_cut``). ``node_bucket_index``
 builds one of these and keeps its ``index``; the planner (``IndexedPlanner``) builds one too and
 plans from it. Nothing here depends on the seed, ``uneven``, ``mix`` or the epoch.
 """
@@ -194,6 +195,8 @@ class AdmittedCorpus:
             adm = main if self.mask is None else main[self.mask]
             if self.chunking is not None:  # sequences by length: one bucket per length
                 index = build_bucket_index(main, length_counts(adm)[0][1:], self.mask)
+            elif self.files is not None and (self.fixed or self.random):  # indexed.files_cut
+                index = build_bucket_index(main, np.zeros(0, np.int64), self.mask, self.files)
             elif self.fixed or self.random:  # the order's index (indexed.fixed, random_order)
                 kind = "default" if self.random else self.options.parsed_ordering.kind
                 index = build_bucket_index(main, fixed_edges(adm, kind), self.mask)
@@ -202,7 +205,7 @@ class AdmittedCorpus:
                 edges = edges_for(adm, self.options, adm_costs, self.budget)
                 index = build_bucket_index(main, edges, self.mask, self.files)
         self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
-        if self.fixed and index.cuts is None and self.chunking is None:
+        if self.fixed and self.files is None and index.cuts is None and self.chunking is None:
             index = self._with_cuts(index)
         self._check_index(index)
         self.index = index
@@ -377,9 +380,10 @@ class AdmittedCorpus:
         ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
         if self.chunking is not None:  # one bucket per admitted length: its edges are those
             ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
-        if self.fixed and self.chunking is None:
+        if self.fixed and self.files is None and self.chunking is None:
             ok = ok and self._fixed_index_ok(index, admitted)
-        if self.random and self.chunking is None:  # one bucket: the admitted sequences
+        one_bucket = self.random or (self.fixed and self.files is not None)
+        if one_bucket and self.chunking is None:  # one bucket: the admitted sequences
             ok = ok and len(index.edges) == 0
         ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
         if self.files is not None and self.chunking is None:  # chunked: _chunk_file_table

@@ -10,8 +10,9 @@ is the model).
   own draws (its order rank); every rank holds the same sequences per bucket, hence the same
   batch count. Starts only at 0.
 - ``Files`` (``"files"``): whole files per rank from the per-(file, bucket) counts
-  (``seqloader.plan.indexed.files_distribution``, which holds all of indexed planning's files
-  code); resumes elastically from its segment history.
+  (``seqloader.plan.indexed.files_distribution``); resumes elastically from its segment history.
+  With a fixed or random ordering, ``CutFiles`` (``seqloader.plan.indexed.files_cut``): global
+  planning's greedy cuts of each rank's order.
 
 Each also answers what else differs between them: the key words of an order rank's draws
 (``head``), the world sizes it serves (``check_world``), the size and order of a sub-epoch
@@ -25,7 +26,7 @@ Each also answers what else differs between them: the key words of an order rank
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
@@ -35,6 +36,7 @@ from seqloader.plan.chunks import Units as ChunkUnits
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import START, At, refuse_history
 from seqloader.plan.indexed.batch_table import BatchTable
+from seqloader.plan.indexed.files_cut import CutFiles, FilesCutPlanner, files_cut
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.mix import IndexedMix
@@ -266,5 +268,8 @@ DISTRIBUTIONS: dict[str, Callable[[IndexedPlanner], Distribution]] = {
 
 
 def distribution_of(planner: IndexedPlanner) -> Distribution:
-    """The distribution ``planner``'s options ask for."""
+    """The distribution ``planner``'s options ask for (``files`` with a fixed or random ordering:
+    greedy cuts of each rank's order, ``CutFiles``)."""
+    if files_cut(planner.options):
+        return CutFiles(cast(FilesCutPlanner, planner))
     return DISTRIBUTIONS[planner.options.distribution](planner)

@@ -60,6 +60,7 @@ from seqloader.plan.indexed.batch_table import BatchTable, bucket_runs, laplace_
 from seqloader.plan.indexed.budget import key_budgets, num_buckets, packed_budget, tighter
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.distributions import Distribution, distribution_of
+from seqloader.plan.indexed.files_cut import files_cut
 from seqloader.plan.indexed.files_mix import FilesMix
 from seqloader.plan.indexed.filter import RankOrderDraw
 from seqloader.plan.indexed.fixed import (
@@ -173,11 +174,16 @@ def index_key(options: PlanOptions) -> str:
             # fixed orderings keep their order and greedy cuts per sub-epoch part in the index
             **(
                 {"fixed": options.parsed_ordering.kind, "partition_epoch": options.partition_epoch}
-                if options.parsed_ordering.kind in FIXED_KINDS
+                if options.parsed_ordering.kind in FIXED_KINDS and not files_cut(options)
                 else {}
             ),
-            # random: one bucket of the admitted sequences (its cuts are made per epoch)
-            **({"random": True} if options.parsed_ordering.kind == "random" else {}),
+            # random, and fixed orderings over files: one bucket of the admitted sequences (the
+            # cuts are made per epoch; files: with the per-file table, ``indexed.files_cut``)
+            **(
+                {"random": True}
+                if options.parsed_ordering.kind == "random" or files_cut(options)
+                else {}
+            ),
         },
         sort_keys=True,
     )

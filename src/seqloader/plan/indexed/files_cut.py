@@ -1,0 +1,342 @@
+"""``distribution="files"`` with a fixed or random ordering under indexed planning (``CutFiles``).
+
+The meaning is global planning's (``seqloader.plan.greedy.distributions.Files``), batch for batch
+with the same seed: each sub-epoch's files (shuffled and cut as global planning cuts them) are
+dealt to ranks largest first by admitted frames (``assign_lpt``); a rank orders its files'
+sequences with the ordering (``default``: file after file in the dealt order, sequences ascending
+within; ``reverse``: that backwards; ``sorted``/``sorted_reverse``: its share sorted by length;
+``random``: its share in an order drawn per (full epoch, part, segment, rank)) and cuts them
+greedily (global planning's ``Batcher``); ``uneven`` equalises the steps as global planning's
+``equalise`` does. An elastic resume re-plans what the history's segments left (files' remainders,
+halved while there are fewer than ranks, dealt again).
+
+What a rank computes: its own batches, from its own files' sequences (O(n / W)); and every rank's
+batch count, which ``uneven`` needs for equal steps. A greedy cut depends on every length before
+it, and each rank's list exists only for this (epoch, world size), so every rank's list is
+ordered and cut, one rank at a time: **O(n) time per rank** (memory: one rank's list at a time and
+every rank's batch bounds, O(n / W + batches)). The node keeps only the per-file counts and frames
+(one bucket of the admitted sequences; nothing of the order, which depends on the epoch and the
+world size). An elastic resume replays each earlier segment's consumption (which sequences each
+rank's first steps took): O(n) time and a mask of ``n`` bools, as global planning's. The step
+imbalance is counted from every rank's share (no planned cost: the batches are real lengths').
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.errors import OptionError
+from seqloader.plan.batches import BatchList
+from seqloader.plan.epoch_plan import EpochPlan
+from seqloader.plan.epochs import START, At, EpochIndex, replay_history
+from seqloader.plan.files import assign_lpt, fill_rank, refuse_files_start
+from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
+from seqloader.plan.indexed.fixed import FIXED_KINDS, cut_batcher, cut_positions
+from seqloader.plan.indexed.pieces import split_pieces
+from seqloader.plan.indexed.plan import RankwisePlan, piece_bounds, ranges
+from seqloader.plan.indexed.random_order import RANDOM_BLOCK
+from seqloader.plan.limits import BatchLimits
+from seqloader.plan.mix import Corpora, EpochMix
+from seqloader.plan.options import PlanOptions, Uneven
+from seqloader.plan.ordering import order_sequences
+from seqloader.plan.seeding import PURPOSE_FILES_ORDER, rng_for
+
+#: the orderings whose files plans are greedy cuts of each rank's own order
+CUT_KINDS = (*FIXED_KINDS, "random")
+
+
+def files_cut(options: PlanOptions) -> bool:
+    """Whether ``options`` plan files by greedy cuts of each rank's order (``CutFiles``).
+
+    >>> files_cut(PlanOptions(ordering="random", distribution="files"))
+    True
+    >>> files_cut(PlanOptions(ordering="laplace:.10", distribution="files"))
+    False
+    """
+    return options.distribution == "files" and options.parsed_ordering.kind in CUT_KINDS
+
+
+class FilesCutPlanner(FilesPlanner):
+    """What ``CutFiles`` reads of the indexed planner besides ``Files``' (the greedy cuts' limits
+    and lengths, as global planning batches by)."""
+
+    _limits: BatchLimits
+    _batch_lengths: dict[str, np.ndarray]
+    admitted_mask: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class _Units:
+    """A segment's units: file pieces ``file``, ``start``, ``count`` (offsets into the file's
+    remaining sequences, ascending), in the sub-epoch's file order, and the rank of each."""
+
+    file: np.ndarray
+    start: np.ndarray
+    count: np.ndarray
+    rank_of: np.ndarray
+
+
+class CutSegment:
+    """One segment: every rank's greedy bounds (counted), a rank's batches drawn when asked."""
+
+    def __init__(
+        self,
+        order_of: Callable[[int], np.ndarray],
+        bounds: list[np.ndarray],
+        uneven: Uneven,
+    ) -> None:
+        self.order_of, self.bounds, self.uneven = order_of, bounds, uneven
+        self.world_size = len(bounds)
+        nb = [len(b) - 1 for b in bounds]
+        few = uneven == "drop"
+        self.steps = min(nb, default=0) if few else max(nb, default=0)
+        #: real sequences per step of each rank's list after equalising (split: the pieces)
+        self._cum: list[np.ndarray] = []
+        for b in bounds:
+            sizes = np.diff(b)[: self.steps] if few else np.diff(b)
+            if uneven == "split":
+                _, lo, hi = piece_bounds(sizes, split_pieces(sizes, self.steps))
+                sizes = hi - lo
+            cum = np.zeros(len(sizes) + 1, dtype=np.int64)
+            np.cumsum(sizes, out=cum[1:])
+            self._cum.append(cum)
+        self.real_total = int(sum(int(c[-1]) for c in self._cum))
+        self.dropped = int(sum(int(b[-1]) for b in bounds)) - self.real_total
+        self.repeats = sum(self._filler_slots(b, c) for b, c in zip(bounds, self._cum, strict=True))
+
+    def _filler_slots(self, bounds: np.ndarray, cum: np.ndarray) -> int:
+        """Filler slots of a rank (``pad``: its first batches repeated whole; else one
+        sequence per missing step)."""
+        missing = self.steps - (len(cum) - 1)
+        batches = len(bounds) - 1
+        if missing <= 0:
+            return 0
+        if self.uneven != "pad" or not batches:
+            return missing
+        rounds, rest = divmod(missing, batches)
+        return rounds * int(bounds[-1]) + int(bounds[rest])
+
+    def consumed(self, steps: int) -> int:
+        """Real sequences of the first ``steps`` steps, all ranks together (from the bounds)."""
+        return int(sum(int(c[min(steps, len(c) - 1)]) for c in self._cum))
+
+    def share(self, rank: int) -> BatchList:
+        """``rank``'s batches for ``steps`` steps, equalised as global planning's ``equalise``
+        (fillers of a rank without sequences: the first of the ranks' sequences, rank by rank)."""
+        seqs = self.order_of(rank)
+        batches = BatchList.from_bounds(seqs, self.bounds[rank])
+        if self.uneven == "drop":
+            return batches.first(self.steps)
+        return fill_rank(batches, self.steps, self.uneven, self._pool)
+
+    def _pool(self, need: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The ranks' sequences, rank after rank, at least ``need`` of them (or all)."""
+        got: list[np.ndarray] = []
+        have = 0
+        for r in range(self.world_size):
+            if have >= need:
+                break
+            if int(self.bounds[r][-1]):
+                got.append(self.order_of(r))
+                have += len(got[-1])
+        return (np.concatenate(got) if got else np.zeros(0, dtype=np.int64)), None
+
+    def taken(self, steps: int) -> np.ndarray:
+        """The sequences of every rank's first ``steps`` steps (real ones), rank after rank ->
+        int64 (draws every rank: O(n))."""
+        out = []
+        for r in range(self.world_size):
+            if int(self.bounds[r][-1]):
+                share = self.share(r).first(steps)
+                out.append(share.seqs[share.real])
+        return np.concatenate(out).astype(np.int64) if out else np.zeros(0, dtype=np.int64)
+
+    def plan(self) -> RankwisePlan:
+        return RankwisePlan(
+            self.share,
+            self.world_size,
+            self.steps,
+            self.real_total,
+            self.repeats,
+            self.consumed,
+            None,
+            self.dropped,
+        )
+
+
+def _positions(seqs: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
+    """A rank's order as ``cut_positions`` reads it: positions to sequences."""
+
+    def at(pos: np.ndarray) -> np.ndarray:
+        return seqs[pos]
+
+    return at
+
+
+class CutFiles(Files):
+    """``distribution="files"`` with greedy cuts of each rank's order (the module doc): the
+    sub-epoch's files as ``Files`` (their shuffle, the counts per corpus, the checks), the
+    segments as global planning plans them.
+
+    >>> from seqloader.plan.indexed.planner import IndexedPlanner
+    >>> options = PlanOptions(ordering="sorted", max_seqs=2, distribution="files")
+    >>> planner = IndexedPlanner({"data": np.array([4, 1, 3, 2, 6, 5])}, options,
+    ...                          files=np.array([0, 2, 4, 6]))
+    >>> share = planner.global_plan(1, 2).rank_share(1)  # files 1 and 0: its lengths sorted
+    >>> type(planner.distribution).__name__, share.seqs.tolist()
+    ('CutFiles', [1, 3, 2, 0])
+    """
+
+    def __init__(self, planner: FilesCutPlanner) -> None:
+        super().__init__(planner)
+        self.cut_planner = planner
+        self._kept: dict[tuple, CutSegment] = {}
+
+    def make_mix(self, corpora: Corpora) -> EpochMix:
+        raise OptionError(
+            f"planning='indexed': mix with distribution='files' and "
+            f"ordering={self.planner.options.ordering!r} is not supported; use planning='global', "
+            "or a laplace or buckets:N ordering"
+        )
+
+    def segment(self, epoch: int, world_size: int, at: At = START) -> tuple[EpochPlan, int]:
+        refuse_files_start(at.start)
+        seg, before = self._replayed(epoch, world_size, at.history, draw=False)
+        return seg.plan(), int(before)
+
+    def files_plan(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
+    ) -> tuple[EpochPlan, np.ndarray]:
+        seg, before = self._replayed(epoch, world_size, history, draw=True)
+        assert isinstance(before, np.ndarray)
+        return seg.plan(), before
+
+    def _replayed(
+        self, epoch: int, world_size: int, history: Sequence[tuple[int, int]], draw: bool
+    ) -> tuple[CutSegment, int | np.ndarray]:
+        """The segment after ``history`` and what the history consumed (``draw``: the
+        sequences, else their count); the history's consumption is replayed on a mask."""
+        if not history:
+            self.check_world(world_size)
+        ep = EpochIndex(epoch, self.planner.options.partition_epoch)
+        left: np.ndarray | None = None
+        taken: list[np.ndarray] = []
+        count = 0
+
+        def segment(i: int, w: int) -> CutSegment:
+            return self._cut_segment(ep, w, tuple(history[:i]), left)
+
+        for seg, _, steps in replay_history(epoch, history, segment):
+            used = seg.taken(steps)
+            if left is None:
+                n = len(self.planner.lengths)
+                mask = self._mask
+                left = np.ones(n, dtype=bool) if mask is None else np.array(mask, dtype=bool)
+            left[used] = False
+            taken.append(used)
+            count += len(used)
+        seg = self._cut_segment(ep, world_size, tuple(history), left)
+        if not draw:
+            return seg, count
+        return seg, (np.concatenate(taken) if taken else np.zeros(0, dtype=np.int64))
+
+    def _cut_segment(
+        self,
+        ep: EpochIndex,
+        world_size: int,
+        before: tuple[tuple[int, int], ...],
+        left: np.ndarray | None,
+    ) -> CutSegment:
+        """The segment after the segments ``before`` on ``world_size`` ranks over the sequences
+        ``left`` (None: every admitted one); kept, as a resume asks for it more than once."""
+        p = self.cut_planner
+        key = (p.seed_epoch(ep), ep.part, before, world_size)
+        if key in self._kept:
+            return self._kept[key]
+        units = self._deal(ep, world_size, left)
+        words = (*p.head, PURPOSE_FILES_ORDER, p.seed_epoch(ep), ep.part, len(before))
+        ordering, lengths = p.options.parsed_ordering, p.lengths
+        cache: dict[int, np.ndarray] = {}
+
+        def order_of(rank: int) -> np.ndarray:
+            if rank not in cache:
+                seqs = self._rank_seqs(units, rank, left)
+                rng = rng_for(*words, rank)
+                cache.clear()  # one rank's list at a time
+                cache[rank] = seqs[order_sequences(np.asarray(lengths[seqs]), ordering, rng)]
+            return cache[rank]
+
+        batcher = cut_batcher(p._limits)
+        bounds = []
+        for r in range(world_size):
+            seqs = order_of(r)
+            at = _positions(seqs)
+            bounds.append(cut_positions(at, 0, len(seqs), batcher, p._batch_lengths, RANDOM_BLOCK))
+        seg = CutSegment(order_of, bounds, p.options.uneven)
+        if len(self._kept) >= 8:
+            self._kept.clear()
+        self._kept[key] = seg
+        return seg
+
+    def _deal(self, ep: EpochIndex, world_size: int, left: np.ndarray | None) -> _Units:
+        """The sub-epoch's files with sequences ``left`` as units, the largest halved while there
+        are fewer units than ranks (``split_units``' rule), dealt by frames (``assign_lpt``)."""
+        part = self._part_files(ep)
+        files = np.asarray(self.files, dtype=np.int64)
+        if left is None:
+            counts = np.asarray(self.file_counts, dtype=np.int64)[part]
+            frames = np.asarray(self.file_frames, dtype=np.int64)[part]
+        else:  # what the earlier segments left of each file
+            seqs = ranges(files[part], files[part + 1])
+            of = np.repeat(np.arange(len(part)), files[part + 1] - files[part])
+            keep = left[seqs]
+            counts = np.bincount(of[keep], minlength=len(part)).astype(np.int64)
+            weights = np.asarray(self.planner.lengths[seqs[keep]], dtype=np.float64)
+            frames = np.bincount(of[keep], weights=weights, minlength=len(part)).astype(np.int64)
+        held = counts > 0
+        file, count, frames = part[held], counts[held], frames[held]
+        start = np.zeros(len(file), dtype=np.int64)
+        split = False
+        while len(file) < world_size and len(count) and int(count.max()) >= 2:
+            k = len(count) - 1 - int(np.argmax(count[::-1]))  # the largest, ties: the latest
+            first = int(count[k]) // 2 + int(count[k]) % 2
+            file = np.insert(file, k + 1, file[k])
+            start = np.insert(start, k + 1, start[k] + first)
+            count = np.insert(count, k + 1, count[k] - first)
+            count[k] = first
+            split = True
+        if split:  # the halves' frames from their sequences
+            draft = _Units(file, start, count, np.zeros(len(file), dtype=np.int64))
+            frames = np.array(
+                [
+                    int(np.asarray(self.planner.lengths[self._unit_seqs(draft, [u], left)]).sum())
+                    for u in range(len(file))
+                ],
+                dtype=np.int64,
+            )
+        return _Units(file, start, count, assign_lpt(frames, world_size))
+
+    def _unit_seqs(
+        self, units: _Units, which: Sequence[int], left: np.ndarray | None
+    ) -> np.ndarray:
+        """The sequences of units ``which`` (ascending unit numbers), unit after unit -> int64."""
+        files = np.asarray(self.files, dtype=np.int64)
+        us = np.asarray(which, dtype=np.int64)
+        f = units.file[us]
+        seqs = ranges(files[f], files[f + 1])
+        of = np.repeat(np.arange(len(us)), files[f + 1] - files[f])
+        mask = self._mask if left is None else left
+        if mask is not None:
+            keep = mask[seqs]
+            seqs, of = seqs[keep], of[keep]
+        within = np.arange(len(seqs)) - np.searchsorted(of, of, side="left")
+        lo = units.start[us][of]
+        take = (within >= lo) & (within < lo + units.count[us][of])
+        return seqs[take].astype(np.int64)
+
+    def _rank_seqs(self, units: _Units, rank: int, left: np.ndarray | None) -> np.ndarray:
+        """Rank ``rank``'s sequences: its units' in the sub-epoch's unit order."""
+        return self._unit_seqs(units, np.flatnonzero(units.rank_of == rank).tolist(), left)

@@ -1,0 +1,177 @@
+"""``planning="indexed"`` with ``distribution="files"`` and a fixed or random ordering
+(``seqloader.plan.indexed.files_cut``; hypothesis, pure numpy).
+
+The plan is global planning's, batch for batch with the same seed (the sub-epoch's files dealt to
+ranks by frames, each rank's files' sequences in the ordering, cut greedily, steps equalised by
+``uneven``; an elastic resume re-plans the remainders the same way), while a rank draws only its
+own sequences and counts the others' batches. Every contract holds (``check_plan_contracts``:
+exactly once, equal steps, a rank's share computed alone, determinism, resume chains
+``W -> W' -> W''``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plan_contracts import check_plan_contracts
+from seqloader.errors import OptionError
+from seqloader.plan import PlanOptions, Position, continue_plan
+from seqloader.plan.greedy.planner import Planner
+from seqloader.plan.indexed.files_cut import CUT_KINDS, CutFiles
+from seqloader.plan.indexed.planner import IndexedPlanner, index_key
+from test_plan_indexed import indexed_digest
+
+ORDERINGS = [*CUT_KINDS, "random:2"]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(0, 36))
+    lengths = np.array(draw(st.lists(st.integers(1, 20), min_size=n, max_size=n)), np.int64)
+    cuts = draw(st.lists(st.integers(0, n), max_size=14))
+    files = np.unique(np.concatenate([[0, n], cuts])).astype(np.int64)
+    if len(files) < 2:  # no sequence: one empty file
+        files = np.zeros(2, dtype=np.int64)
+    options = {
+        "ordering": draw(st.sampled_from(ORDERINGS)),
+        "max_seqs": draw(st.sampled_from([None, 2, 4])),
+        "max_frames": draw(st.sampled_from([None, 30, 60])),
+        "min_seq_length": draw(st.sampled_from([0, 0, 3])),
+        "partition_epoch": draw(st.integers(1, 2)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "seed": draw(st.integers(0, 3)),
+        "distribution": "files",
+    }
+    worlds = draw(st.lists(st.integers(1, 4), min_size=2, max_size=3))
+    return {"lengths": lengths, "files": files, "options": options, "worlds": worlds}
+
+
+def planner(case: dict, planning: str = "indexed") -> IndexedPlanner | Planner:
+    options = PlanOptions(**case["options"], planning=planning)
+    kind = IndexedPlanner if planning == "indexed" else Planner
+    return kind({"data": case["lengths"]}, options, files=case["files"])
+
+
+def same(a, b) -> None:
+    assert a.steps == b.steps and a.dropped == b.dropped
+    for rank in range(a.world_size):
+        x, y = a.rank_share(rank), b.rank_share(rank)
+        np.testing.assert_array_equal(x.seqs, y.seqs)
+        np.testing.assert_array_equal(x.bounds, y.bounds)
+        np.testing.assert_array_equal(x.real, y.real)
+
+
+@settings(max_examples=14, deadline=None)
+@given(cases(), st.integers(0, 6))
+def test_plans_are_global_plannings_and_every_contract_holds(case: dict, stop: int) -> None:
+    """Every rank's batches are global planning's, fresh and after an elastic resume ``W ->
+    W'`` (the same history gives the same segment and the same position); the contracts hold on
+    the chain ``worlds``."""
+    indexed, greedy = planner(case), planner(case, "global")
+    assert isinstance(indexed, IndexedPlanner)
+    assert isinstance(indexed.distribution, CutFiles)
+    w0, w1 = case["worlds"][:2]
+    try:
+        greedy.check_world(w0)
+    except OptionError:
+        with pytest.raises(OptionError, match="files"):
+            indexed.global_plan(1, w0)
+        return
+    for epoch in range(1, indexed.options.partition_epoch + 1):
+        fresh = indexed.global_plan(epoch, w0)
+        same(fresh, greedy.global_plan(epoch, w0))
+        at = Position(epoch, 0, w0, min(stop, fresh.steps))
+        try:
+            want, want_at = continue_plan(greedy, at, w1)
+        except OptionError:  # a fresh start on too many ranks for the files: refused alike
+            with pytest.raises(OptionError, match="files"):
+                continue_plan(indexed, at, w1)
+            continue
+        got, got_at = continue_plan(indexed, at, w1)
+        same(got, want)
+        assert got_at == want_at
+    cut = [0.5, 1][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=())
+
+
+def test_a_rank_draws_only_its_own_files_and_the_index_keeps_no_order() -> None:
+    """A rank's share holds sequences of its own files only (the others' are counted, not
+    kept); the node's index is one bucket of the admitted sequences with the per-file table,
+    shared by every fixed ordering and ``random`` over files (nothing of an epoch's order)."""
+    rng = np.random.default_rng(4)
+    lengths = {"data": rng.integers(1, 80, 400)}
+    files = np.arange(0, 401, 10)
+    base = {"max_frames": 300, "distribution": "files", "planning": "indexed"}
+    plan = IndexedPlanner(lengths, PlanOptions(**base, ordering="sorted"), files=files)
+    shares = plan.global_plan(1, 4)
+    owned = [set((shares.rank_share(r).seqs // 10).tolist()) for r in range(4)]
+    assert all(owned) and sum(len(o) for o in owned) == len(set().union(*owned)) == 40
+    index = plan.index
+    assert len(index.edges) == 0 and index.cuts is None and index.file_counts is not None
+    keys = {index_key(PlanOptions(**base, ordering=o)) for o in ORDERINGS}
+    assert len(keys) == 1
+    assert (
+        index_key(PlanOptions(**{**base, "distribution": "shard"}, ordering="sorted")) not in keys
+    )
+
+
+def test_fixed_random_seed_keeps_one_plan_every_epoch() -> None:
+    """With ``fixed_random_seed`` the file shuffle and every rank's random order are drawn from
+    that seed: every epoch the same plan (global planning's files plans do not read it)."""
+    lengths = {"data": np.random.default_rng(2).integers(1, 50, 200)}
+    options = PlanOptions(
+        ordering="random", max_frames=150, distribution="files", fixed_random_seed=7
+    )
+    indexed = IndexedPlanner(lengths, options, files=np.arange(0, 201, 8))
+    assert options.resolved_planning == "indexed"
+    one, two = indexed.global_plan(1, 3), indexed.global_plan(2, 3)
+    same(one, two)
+    moved = IndexedPlanner(lengths, PlanOptions(**{**options.to_dict(), "fixed_random_seed": 8}),
+                           files=np.arange(0, 201, 8))  # fmt: skip
+    assert not np.array_equal(moved.global_plan(1, 3).batches.seqs, one.batches.seqs)
+
+
+FILES_CUT_CASES: dict[str, dict] = {
+    "files default W3 split": {
+        "options": {"ordering": "default", "max_seqs": 6, "max_frames": 1500,
+                    "distribution": "files"},
+        "files": list(range(0, 301, 12)),
+        "world": 3,
+        "elastic": (4, 5),
+    },
+    "files sorted_reverse partition 2 W2 drop": {
+        "options": {"ordering": "sorted_reverse", "max_frames": 2000, "partition_epoch": 2,
+                    "uneven": "drop", "distribution": "files"},
+        "files": list(range(0, 301, 10)),
+        "world": 2,
+        "elastic": (3, 3),
+        "elastic_again": (2, 1),
+    },
+    "files random:2 W4 pad, filters": {
+        "options": {"ordering": "random:2", "max_frames": 1800, "max_seq_length": 350,
+                    "min_seq_length": 5, "uneven": "pad", "distribution": "files"},
+        "files": list(range(0, 301, 15)),
+        "world": 4,
+        "elastic": (2, 3),
+    },
+}  # fmt: skip
+FILES_CUT_GOLDEN = {
+    "files default W3 split": "fb5fcdbcb107b7fb1bf0c893adadbad6432e5fd622937e28cadc9edd91e73032",
+    "files sorted_reverse partition 2 W2 drop": (
+        "73738f85b8428b0d1e57d0ea045d942f6af6bfde50b0c42777e4da758a6ee841"
+    ),
+    "files random:2 W4 pad, filters": (
+        "ee521580581f9a2101bad729f93557094e2eb089a2500e4ca633666947823f61"
+    ),
+}
+
+
+def test_files_cut_golden_plans_are_pinned() -> None:
+    """Added with fixed and random orders over files (refused before under indexed planning:
+    no plan of the current ``INDEXED_ALGORITHM`` moved); bump it and record anew if one
+    changes."""
+    got = {name: indexed_digest(case) for name, case in FILES_CUT_CASES.items()}
+    assert got == FILES_CUT_GOLDEN, f"record: {got}"
