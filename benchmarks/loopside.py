@@ -14,6 +14,8 @@ wrapped in a timer (``time.perf_counter_ns`` around the call, ~0.1-0.3 µs of it
 - ``release``: handing the previous batch to the release thread;
 - ``rest``: the loop's own wait for ``next()`` minus the pieces (the generator's resume and the
   lines of ``run_epoch`` between them);
+- ``epoch_start``: a later epoch's start as the loop waits for it (``loader.epoch()`` and the
+  first ``next()``), median over the measured epochs;
 - off the training thread, for comparison: ``unpickle`` (the receiving thread builds the
   ``Batch`` from a worker's message; ``ForkingPickler.loads``).
 
@@ -62,13 +64,15 @@ def child(cfg: dict) -> dict:
 
     times: dict[str, list[int]] = defaultdict(list)
     not_ready: list[int] = []
-    take = receiving._Dispatch.take
+    # the epoch's batches: ``_Run`` (one per epoch, prepared ahead), before that ``_Dispatch``
+    owner = getattr(receiving, "_Run", None) or receiving._Dispatch
+    take = owner.take
 
     def take_counted(self, it):
         not_ready.append(int(self.ready.empty()))
         return take(self, it)
 
-    receiving._Dispatch.take = _timed(times["take"], take_counted)  # type: ignore[method-assign]
+    owner.take = _timed(times["take"], take_counted)  # type: ignore[attr-defined]
     if hasattr(EpochWatch, "next"):  # the code before: a wrapper call per batch around the take
         EpochWatch.next = _timed(times["watch"], EpochWatch.next)  # type: ignore[attr-defined]
     BatchChecks.check = _timed(times["checks"], BatchChecks.check)  # type: ignore[method-assign]
@@ -86,6 +90,7 @@ def child(cfg: dict) -> dict:
     )
     step = cfg["step_ms"] / 1e3
     waits: list[int] = []
+    starts: list[int] = []  # a later epoch's start: loader.epoch() and the first next()
     clock = time.perf_counter_ns
     try:
         for epoch in (1, 2, 3):
@@ -94,8 +99,11 @@ def child(cfg: dict) -> dict:
                 for v in times.values():
                     v.clear()
                 not_ready.clear()
+            t = clock()
             it = loader.epoch(epoch)
             batch = next(it, None)
+            if measured:
+                starts.append(clock() - t)
             while batch is not None:
                 time.sleep(step)
                 t = clock()
@@ -115,6 +123,8 @@ def child(cfg: dict) -> dict:
         "batches": n,
         "median_us": med,
         "loop_wait_median_us": statistics.median(waits) / 1e3,
+        "loop_wait_mean_us": statistics.mean(waits) / 1e3,
+        "epoch_start_us": [x / 1e3 for x in starts],
         "rest_us": rest,
         "not_ready_share": sum(not_ready) / max(1, len(not_ready)),
         "module": sl.__file__,
@@ -145,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             print(
                 f"rep {rep + 1} {cfg['label']:18s} wait {r['loop_wait_median_us']:.1f} us  "
                 + " ".join(f"{k} {v:.1f}" for k, v in r["median_us"].items())
-                + f" rest {r['rest_us']:.1f}  not ready {100 * r['not_ready_share']:.0f}%",
+                + f" rest {r['rest_us']:.1f}  not ready {100 * r['not_ready_share']:.0f}%"
+                + f"  epoch starts {', '.join(f'{x:.0f}' for x in r['epoch_start_us'])} us",
                 flush=True,
             )
     load.append(os.getloadavg())
@@ -158,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         row["rest"] = statistics.median(r["rest_us"] for r in rs)
         row["loop_wait"] = statistics.median(r["loop_wait_median_us"] for r in rs)
         row["not_ready_share"] = statistics.median(r["not_ready_share"] for r in rs)
+        row["loop_wait_mean"] = statistics.median(r["loop_wait_mean_us"] for r in rs)
+        row["epoch_start"] = statistics.median(x for r in rs for x in r["epoch_start_us"])
         summary[cfg["label"]] = row
         print(f"  {cfg['label']:18s} " + " ".join(f"{k} {v:.1f}" for k, v in row.items()))
     print(f"load average before/after: {load}")

@@ -85,6 +85,19 @@ class PlanAhead(Generic[T]):
         self._epoch, self._thread, self._result, self._after = None, None, None, None
         return result
 
+    def peek(self, epoch: int) -> T | None:
+        """The plan of ``epoch`` without taking it, waiting for it if it is being computed (for
+        a background thread that prepares the next epoch's first batches); None if ``epoch`` was
+        not requested, computing it failed, or it was taken meanwhile."""
+        thread = self._thread
+        if self._epoch != epoch or thread is None or thread.ident is None:  # (not started yet)
+            return None
+        thread.join()
+        result = self._result
+        if self._epoch != epoch or self._thread is not thread or self._failed:
+            return None
+        return result
+
     @property
     def pending(self) -> int | None:
         """The epoch requested and not taken yet (None: none)."""

@@ -82,6 +82,22 @@ class LoaderState:
             self._ahead.request(epoch + 1, after)
         return plan, position
 
+    def planned_next(self, ended: int) -> tuple[EpochPlan, Position] | None:
+        """What ``begin(ended + 1)`` returns after the current run of epoch ``ended``, if nothing
+        is loaded and that plan is planned ahead (waiting for it if it is being planned): the run
+        whose first batches the workers may build while epoch ``ended`` ends. It is a guess: the
+        caller uses those batches only if ``begin`` returns this very plan and position."""
+        ahead, current = self._ahead, self._segment
+        if ahead is None or current is None or self._resume is not None:
+            return None
+        if self._start.epoch != ended:  # another run began meanwhile
+            return None
+        epoch = ended + 1
+        plan = ahead.peek(epoch)
+        if plan is None:
+            return None
+        return plan, Position(epoch, 0, self.world_size, 0)
+
     def _epoch_plan(self, epoch: int) -> EpochPlan:
         """The plan of ``epoch`` from its start on this world size (what ``begin`` would plan),
         with this rank's share drawn (kept by plans that draw shares on demand)."""

@@ -220,6 +220,12 @@ class HookedIter(_MultiProcessingDataLoaderIter):
     accessors of its state (``next_data``, ``count_yielded``, ``receive_in_thread``, ...)."""
 
     # ---- hooks (defaults: torch's behaviour) ----
+    def reuse_reset(self, loader: DataLoader) -> bool:
+        """At a new epoch's ``iter()`` (not the first): True when the iterator was already reset
+        for what ``loader`` asks now (``plain_reset`` ahead, in a background thread), so torch's
+        reset is skipped and the batches already sent stay."""
+        return False
+
     def before_reset(self) -> None:
         """Before torch resets the iterator for a new epoch (also once in ``__init__``)."""
 
@@ -237,6 +243,8 @@ class HookedIter(_MultiProcessingDataLoaderIter):
 
     # ---- torch's private steps, overridden only to call the hooks ----
     def _reset(self, loader: DataLoader, first_iter: bool = False) -> None:
+        if not first_iter and self.reuse_reset(loader):
+            return
         self.before_reset()
         super()._reset(loader, first_iter)
         self.after_reset()
@@ -264,6 +272,12 @@ class HookedIter(_MultiProcessingDataLoaderIter):
         """torch's shutdown of this iterator's workers (once; later calls do nothing)."""
         self._shutdown_workers()
 
+    def plain_reset(self, loader: DataLoader) -> None:
+        """torch's reset for a new epoch on persistent workers, without the hooks: a round trip
+        to each worker (results still in flight are received and dropped), then the first
+        ``prefetch_factor x num_workers`` items of the sampler's new iteration are sent."""
+        _MultiProcessingDataLoaderIter._reset(self, loader, False)
+
     def next_data(self) -> Any:
         """torch's ``next()`` logic: send the next index, restore order, check the workers."""
         return self._next_data()
@@ -271,6 +285,11 @@ class HookedIter(_MultiProcessingDataLoaderIter):
     def next_unprofiled(self) -> Any:
         """torch's ``__next__`` without the profiler range."""
         return next_unprofiled(self)
+
+    @property
+    def yielded(self) -> int:
+        """Batches handed out since the last reset (torch's count)."""
+        return self._num_yielded
 
     def count_yielded(self) -> None:
         """Count one batch handed out, as torch's ``__next__`` does."""

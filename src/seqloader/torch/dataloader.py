@@ -4,16 +4,17 @@ rebuilt after a worker died, stopped by ``close()``."""
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Callable
 
 from torch.utils.data import DataLoader
 
 from seqloader.loading.worker_spec import WorkerSpec
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source, prepare_workers
-from seqloader.torch._compat import workers_alive
-from seqloader.torch.dataset import PlannedBatches, PlanSampler
+from seqloader.torch._compat import current_iterator, workers_alive
+from seqloader.torch.dataset import PlannedBatches, PlanSampler, RunPlan
 from seqloader.torch.held_batches import WorkerProgress
-from seqloader.torch.receiving import ReceivingDataLoaderBase
+from seqloader.torch.receiving import ReceivingDataLoaderBase, ReceivingIter
 from seqloader.trainer.loader_options import WorkerOptions
 
 
@@ -28,9 +29,32 @@ class Execution:
         self.sampler = PlanSampler()
         self.dataloader: ReceivingDataLoader | None = None
 
-    def set_plan(self, epoch: int, share: BatchList, first_step: int) -> None:
-        """What the next ``iter(dataloader)`` yields: ``share`` from step ``first_step`` on."""
-        self.sampler.set_plan(epoch, share, first_step)
+    def set_plan(
+        self,
+        epoch: int,
+        share: BatchList,
+        first_step: int,
+        plan: object = None,
+        position: object = None,
+    ) -> None:
+        """What the next ``iter(dataloader)`` yields: ``share`` from step ``first_step`` on;
+        ``plan`` and ``position`` say which run that is, so batches prepared ahead for it are
+        used (``PlanSampler``, ``RunPlan.same_run``)."""
+        self.sampler.set_plan(epoch, share, first_step, plan, position)
+
+    def prepare_ahead(self, upcoming: Callable[[int], RunPlan | None] | None) -> None:
+        """``upcoming(epoch)``: the run the loader will most likely ask after ``epoch``'s;
+        persistent workers build its first batches once that epoch's last batch is taken
+        (None: never)."""
+        self.sampler.upcoming = upcoming
+
+    def settle(self) -> None:
+        """Before a new epoch's plan is taken: if the last one's batches were all taken, wait
+        until its workers have prepared the next run (or decided not to)."""
+        dataloader = self.dataloader
+        it = None if dataloader is None else current_iterator(dataloader)
+        if isinstance(it, ReceivingIter):
+            it.settle()
 
     def ready(self) -> ReceivingDataLoader:
         """The DataLoader to iterate: the kept one, unless a worker of it died (reusing it would

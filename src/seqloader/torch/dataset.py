@@ -9,8 +9,10 @@ workers. With ``batch_size=None`` each sampler item (a ``BatchSpec``) goes to ``
 from __future__ import annotations
 
 import os
+import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -130,28 +132,75 @@ class PlannedBatches(Dataset):
         return len(self.source)
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """One run of an epoch as the sampler yields it: this rank's ``share`` from step
+    ``first_step``; ``plan`` and ``position`` say which run it is (``same_run``)."""
+
+    epoch: int
+    share: BatchList
+    first_step: int
+    plan: object = None  # the global plan the share was drawn from (compared by identity)
+    position: object = None  # where in it the run starts (``seqloader.plan.position.Position``)
+
+    def same_run(self, other: RunPlan | None) -> bool:
+        """Whether ``other`` is this run: the same epoch plan object from the same position
+        (then the shares are equal: a share is a function of plan, rank and position)."""
+        return (
+            other is not None
+            and self.plan is not None
+            and other.plan is self.plan
+            and other.position == self.position
+            and other.epoch == self.epoch
+        )
+
+
 class PlanSampler(Sampler[BatchSpec]):
     """Yields this rank's planned batches for the current epoch, from the resume position.
 
     The loader sets the plan before each ``iter(dataloader)``; persistent workers keep running.
+    ``upcoming``: what the loader's next run most likely is (``SeqLoader``: the next epoch from its
+    start, once planned ahead), asked by the dispatch thread at an epoch's end so the workers build
+    its first batches before the loop asks (``seqloader.torch.receiving``); None: never.
     """
 
     def __init__(self) -> None:
-        self._epoch = 0
-        self._share = BatchList.empty()
-        self._first_step = 0
+        self.run = RunPlan(0, BatchList.empty(), 0)
+        self.upcoming: Callable[[int], RunPlan | None] | None = None
+        self._once: RunPlan | None = None  # the run the next iteration yields, set ahead
+        self._lock = threading.Lock()
 
-    def set_plan(self, epoch: int, share: BatchList, first_step: int) -> None:
-        self._epoch, self._share, self._first_step = epoch, share, first_step
+    def set_plan(
+        self, epoch: int, share: BatchList, first_step: int, plan: object = None, position=None
+    ) -> None:
+        self.run = RunPlan(epoch, share, first_step, plan, position)
+
+    def next_run(self, ended: int) -> RunPlan | None:
+        """The run the loader will most likely ask for after epoch ``ended``'s run (None:
+        unknown, or none)."""
+        upcoming = self.upcoming
+        return None if upcoming is None else upcoming(ended)
+
+    def iterate_ahead(self, run: RunPlan) -> None:
+        """The next iteration (one made by a background thread's reset) yields ``run`` instead
+        of the plan set by the loader; only that one."""
+        with self._lock:
+            self._once = run
 
     def __iter__(self) -> Iterator[BatchSpec]:
-        share, epoch, first = self._share, self._epoch, self._first_step
-        for k in range(len(share)):
-            seqs, real = share.batch(k)
-            yield _WireSpec(epoch, first + k, seqs, real, share.uses_of(k), share.chunks_of(k))
+        with self._lock:  # which run: decided at iter(), not at the first item
+            run, self._once = self._once or self.run, None
+        return _specs(run)
 
     def __len__(self) -> int:
-        return len(self._share)
+        return len(self.run.share)
+
+
+def _specs(run: RunPlan) -> Iterator[BatchSpec]:
+    share, epoch, first = run.share, run.epoch, run.first_step
+    for k in range(len(share)):
+        seqs, real = share.batch(k)
+        yield _WireSpec(epoch, first + k, seqs, real, share.uses_of(k), share.chunks_of(k))
 
 
 class _WireSpec(BatchSpec):

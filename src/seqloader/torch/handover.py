@@ -199,7 +199,9 @@ class SlotBatchMessage:
 
 # ---- trainer side ----
 
-_received_lock = threading.Lock()
+# reentrant: a garbage collection inside ``receive`` (which allocates while holding it) can run
+# another dataset's finalizer, ``drop_received``, in the same thread (a plain lock deadlocked)
+_received_lock = threading.RLock()
 # owner -> {(pid, slot index): (generation, uint8 view of the whole slot)}
 _received: dict[str, dict[tuple[int, int], tuple[int, np.ndarray]]] = {}
 

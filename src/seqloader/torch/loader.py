@@ -12,8 +12,9 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Generator, Mapping
-from typing import TYPE_CHECKING
+import weakref
+from collections.abc import Callable, Generator, Mapping
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 from torch.utils.data import DataLoader
@@ -35,6 +36,7 @@ from seqloader.sources.base import (
 )
 from seqloader.torch.batch import Batch
 from seqloader.torch.dataloader import Execution
+from seqloader.torch.dataset import RunPlan
 from seqloader.torch.distributed import check_same_plan
 from seqloader.torch.features_on import FeaturesOn
 from seqloader.torch.process_rank import detect
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
 __all__ = ["STATE_FORMAT", "STATE_VERSION", "SeqLoader", "WorkerOptions"]
 
 log = logging.getLogger("seqloader")
+T = TypeVar("T")
 
 
 class SeqLoader:
@@ -147,6 +150,21 @@ class SeqLoader:
                 sub_epochs=self.plan_options.partition_epoch,
             )
         )
+        if self._prefetch is None:  # (remote files: fetched ahead per epoch, not prepared)
+            self._execution.prepare_ahead(_weak_call(self._upcoming))
+
+    def _upcoming(self, ended: int) -> RunPlan | None:
+        """The run the next ``epoch()`` call most likely starts once epoch ``ended``'s last
+        batch is taken: the next epoch from its start, planned ahead
+        (``LoaderState.planned_next``). Its first batches are then built before the loop asks,
+        and used only if it asks for exactly this run (anything else: dropped, and torch's
+        reset receives what was in flight)."""
+        upcoming = self._state.planned_next(ended)
+        if upcoming is None:
+            return None
+        plan, position = upcoming
+        share = plan.rank_share(self.topology.rank, position.steps)
+        return RunPlan(position.epoch, share, position.epoch_steps, plan, position)
 
     def _share_from_start(self, epoch: int) -> BatchList:
         """This rank's batches of ``epoch`` from its start (what the prefetcher fetches for)."""
@@ -198,11 +216,12 @@ class SeqLoader:
         # the next epoch's plan and the report's O(n) figures are computed in background threads
         # that start once the first batch is handed (the boundary's own work goes first)
         settled = threading.Event()
+        self._execution.settle()  # the last epoch's workers prepared this one (if it is next)
         plan, position = self._state.begin(epoch, after=settled)
         share = plan.rank_share(self.topology.rank, position.steps)
         if self._prefetch is not None:  # remote files: this rank's, fetched ahead of the plan
             self._prefetch.start(epoch, share)
-        self._execution.set_plan(epoch, share, position.epoch_steps)
+        self._execution.set_plan(epoch, share, position.epoch_steps, plan, position)
         report = EpochReport.planned(
             self.topology,
             plan,
@@ -323,3 +342,15 @@ class SeqLoader:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
             self.close()
+
+
+def _weak_call(method: Callable[[int], T]) -> Callable[[int], T | None]:
+    """``method(x)`` while its object lives, else None: the DataLoader's sampler calls back into
+    the loader without keeping it alive (the loader owns the DataLoader)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(x: int) -> T | None:
+        bound = ref()
+        return None if bound is None else bound(x)
+
+    return call

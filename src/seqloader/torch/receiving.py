@@ -33,6 +33,7 @@ from seqloader.torch._compat import (
     shutdown_workers,
     worker_processes,
 )
+from seqloader.torch.dataset import PlanSampler, RunPlan
 from seqloader.trainer.release import signal
 
 # Batches the dispatch thread takes out of torch's iterator before the loop asks for them; with
@@ -88,33 +89,87 @@ class ReceivingIter(HookedIter):
     """torch's multi-worker iterator with a receiving and a dispatch thread (module docstring).
 
     torch's iterator state is touched by one thread at a time: the dispatch thread during an
-    epoch, the training thread at an epoch's start (reset, after stopping the previous epoch's
-    dispatch thread) and at shutdown (likewise). Dispatch, ordering, prefetch accounting and
-    worker-failure detection stay torch's own; an exception there reaches the loop at the batch
-    it concerns."""
+    epoch and at its end (the next epoch's reset ahead), the training thread at an epoch's start
+    (reset, after stopping the dispatch thread, unless the reset made ahead is this epoch's) and at
+    shutdown (likewise). Dispatch, ordering, prefetch accounting and worker-failure detection stay
+    torch's own; an exception there reaches the loop at the batch it concerns."""
 
     def __init__(self, loader: DataLoader) -> None:
         self._dispatch: _Dispatch | None = None
+        # the DataLoader, for the next epoch's reset made ahead (weak: the DataLoader owns us)
+        self._loader = weakref.ref(loader)
         super().__init__(loader)  # starts the workers, sends the first indices (reset)
         if not self.pins_memory:  # with pinning, torch's pin-memory thread already receives
             self.receive_in_thread(_receive_loop, "seqloader-receive")
         if DISPATCH_THREAD:
-            self._dispatch = _Dispatch(self)
+            self._dispatch = _Dispatch(self, self._current())
+
+    def _current(self) -> RunPlan | None:
+        """The run torch was just reset for (None: not a ``PlanSampler``'s)."""
+        loader = self._loader()
+        sampler = None if loader is None else loader.sampler
+        return sampler.run if isinstance(sampler, PlanSampler) else None
+
+    def settle(self) -> None:
+        """Once the loop has taken the current epoch's last batch: wait until the next epoch's
+        first batches are prepared, or known not to be (``_Dispatch.settle``)."""
+        dispatch = self._dispatch
+        if dispatch is not None:
+            dispatch.settle(self)
 
     @property
     def ahead(self) -> int:
         """Batches taken from torch before the loop asked (beyond torch's prefetch)."""
         return AHEAD
 
+    @property
+    def reused_resets(self) -> int:
+        """How many epochs started on a reset made ahead (their first batches built before the
+        loop asked for them)."""
+        return self._reused
+
+    _reused = 0
+
+    def reuse_reset(self, loader: DataLoader) -> bool:
+        dispatch = self._dispatch
+        sampler = loader.sampler
+        if dispatch is None or not isinstance(sampler, PlanSampler):
+            return False
+        if not dispatch.adopt(self, sampler.run):
+            return False
+        self._reused += 1
+        return True
+
     def before_reset(self) -> None:
         # a new epoch on persistent workers: the last epoch's dispatch thread (finished, or
-        # abandoned mid-epoch) stops before torch resets its state in this thread
+        # abandoned mid-epoch, or with the next epoch's batches prepared for another run than
+        # the one asked now) stops before torch resets its state in this thread; torch's reset
+        # then receives and drops what was in flight
         if self._dispatch is not None:
             self._dispatch.stop()
 
     def after_reset(self) -> None:
         if self._dispatch is not None:
-            self._dispatch = _Dispatch(self)
+            self._dispatch = _Dispatch(self, self._current())
+
+    def run_ahead(self, ended: int) -> RunPlan | None:
+        """The run to prepare once epoch ``ended``'s run is over (dispatch thread): the
+        sampler's guess of the next one, with persistent workers only (others stop at the
+        epoch's end)."""
+        loader = self._loader()
+        if loader is None or not loader.persistent_workers:
+            return None
+        sampler = loader.sampler
+        return sampler.next_run(ended) if isinstance(sampler, PlanSampler) else None
+
+    def reset_ahead(self, run: RunPlan) -> bool:
+        """torch's reset for ``run`` now (dispatch thread): its first items go to the workers."""
+        loader = self._loader()
+        if loader is None or not isinstance(loader.sampler, PlanSampler):
+            return False
+        loader.sampler.iterate_ahead(run)
+        self.plain_reset(loader)
+        return True
 
     def __next__(self):
         dispatch = self._dispatch
@@ -126,8 +181,8 @@ class ReceivingIter(HookedIter):
         # the trainer ~0.1 ms per batch (measured, cold caches after a step), so skip it then.
         if profiling():
             with torch.autograd.profiler.record_function(self.profile_name):
-                return dispatch.take(self)
-        return dispatch.take(self)
+                return dispatch.run.take(self)
+        return dispatch.run.take(self)
 
     def received(self, data: Any) -> tuple[bool, Any]:
         if data is _WAKE:  # put by _Dispatch.stop
@@ -168,25 +223,19 @@ class _Failed:
         self.error = error
 
 
-class _Dispatch:
-    """One epoch's dispatch thread and the queue of batches it took from torch."""
+class _Run:
+    """One epoch's batches as the dispatch thread takes them from torch, and the loop's side.
+    ``plan``: which run it is, for a run prepared ahead (None: the one torch was reset for)."""
 
-    def __init__(self, it: ReceivingIter) -> None:
+    def __init__(self, epoch: int, plan: RunPlan | None, length: int | None) -> None:
+        self.epoch = epoch
+        self.plan = plan
+        self.length = length  # items of the sampler's iteration (None: unknown)
+        self.ended = threading.Event()  # the dispatch thread is past this run's end
         self.ready: queue.SimpleQueue = queue.SimpleQueue()
         self.room = threading.Semaphore(AHEAD)  # batches it may take before the loop does
         self.room_signal = signal(self.room.release)
-        self.stop_event = threading.Event()
         self.done = False  # the loop took the end (or an error): nothing more will come
-        # a weak reference: a thread waiting for room must not keep an abandoned iterator (and
-        # its workers) alive; torch shuts workers down when the iterator is collected
-        self.ref = weakref.ref(it)
-        self.thread = threading.Thread(
-            target=_dispatch_loop,
-            args=(self.ref, self.ready, self.room, self.stop_event),
-            name="seqloader-dispatch",
-            daemon=True,
-        )
-        self.thread.start()
 
     def take(self, it: ReceivingIter):
         """The next batch (training thread): a few attribute reads and one queue get."""
@@ -199,44 +248,127 @@ class _Dispatch:
         if isinstance(item, _Failed):
             self.done = True
             raise item.error
+        it.count_yielded()  # before the room: the dispatch thread may reset torch's count next
         # room for one more: signalled from the release thread, which the loop's request wakes
         # anyway (a semaphore release here cost the loop ~45 µs per batch after a 10 ms step)
         self.room_signal()
-        it.count_yielded()
         return item
+
+
+class _Dispatch:
+    """The dispatch thread of an epoch and, once that epoch's end is taken, of the next epoch
+    prepared ahead (``prepare_next``): ``run`` is what the loop takes from, ``ahead`` the next
+    epoch's batches until the loop asks for that very run (``adopt``)."""
+
+    def __init__(self, it: ReceivingIter, current: RunPlan | None) -> None:
+        epoch, length = (0, None) if current is None else (current.epoch, len(current.share))
+        self.run = _Run(epoch, None, length)
+        self.ahead: _Run | None = None
+        # held while the thread resets torch's iterator ahead: stop() and adopt() wait for it
+        self.lock = threading.RLock()
+        self.stop_event = threading.Event()
+        # a weak reference: a thread waiting for room must not keep an abandoned iterator (and
+        # its workers) alive; torch shuts workers down when the iterator is collected
+        self.ref = weakref.ref(it)
+        self.thread = threading.Thread(
+            target=_dispatch_loop, args=(self,), name="seqloader-dispatch", daemon=True
+        )
+        self.thread.start()
+
+    def prepare_next(self, it: ReceivingIter) -> _Run | None:
+        """At an epoch's end (dispatch thread): reset torch for the run the loader will most
+        likely ask next, so the workers build its first batches now; the run to go on with."""
+        try:
+            plan = it.run_ahead(self.run.epoch)
+        except Exception:  # only a guess: the next epoch then starts as it always did
+            return None
+        if plan is None:
+            return None
+        with self.lock:
+            if self.stop_event.is_set():
+                return None
+            run = _Run(plan.epoch, plan, len(plan.share))
+            self.ahead = run
+            try:
+                if not it.reset_ahead(plan):
+                    self.ahead = None
+                    return None
+            except _Stopped:  # (a stop's wake cannot come while the lock is held)
+                self.ahead = None
+                return None
+            except BaseException as e:  # torch's state is broken: the run's loop is told
+                run.ready.put(_Failed(e))
+                return None
+        return run
+
+    def settle(self, it: ReceivingIter) -> None:
+        """When the loop has taken every batch of the current run, wait until the thread has
+        prepared the next run (or decided not to): it needs no more than the end from torch,
+        the next epoch's plan (planned ahead anyway) and torch's reset, which the next epoch
+        would otherwise do in the training thread."""
+        run = self.run
+        if self.ahead is None and run.length is not None and it.yielded >= run.length:
+            run.ended.wait()
+
+    def adopt(self, it: ReceivingIter, plan: RunPlan) -> bool:
+        """Whether the epoch prepared ahead is ``plan`` (training thread, at its ``iter()``);
+        if so the loop takes from it from now on."""
+        self.settle(it)
+        with self.lock:
+            ahead = self.ahead
+            if ahead is None or ahead.plan is None or not ahead.plan.same_run(plan):
+                return False
+            self.ahead = None
+            self.run = ahead
+            return True
 
     def stopping_here(self) -> bool:
         return self.stop_event.is_set() and threading.current_thread() is self.thread
 
     def stop(self) -> None:
         """Stop the thread (it is done, or waits for room, or for a worker result) and wait for
-        it, so that torch's state is this thread's again."""
+        it, so that torch's state is this thread's again; a run prepared ahead is dropped."""
         if not self.thread.is_alive():
+            self.ahead = None
             return
-        self.stop_event.set()
-        self.room.release()
+        with self.lock:  # never in the middle of a reset made ahead
+            self.stop_event.set()
+        run, ahead = self.run, self.ahead
+        run.room.release()
+        if ahead is not None:
+            ahead.room.release()
         it = self.ref()
         if it is not None:
             it.put_result(_WAKE)
             del it
         if threading.current_thread() is not self.thread:
             self.thread.join(timeout=10 * STATUS_CHECK_INTERVAL)
+            self.ahead = None
             # after what the thread took (in order): a loop that goes on asking is told why
             # nothing more comes, instead of waiting for results that stopped workers never send
-            self.ready.put(_Failed(SeqLoaderError(_STOPPED_TEXT)))
+            run.ready.put(_Failed(SeqLoaderError(_STOPPED_TEXT)))
 
 
-def _dispatch_loop(
-    ref: weakref.ref, ready: queue.SimpleQueue, room: threading.Semaphore, stop: threading.Event
-) -> None:
+def _dispatch_loop(d: _Dispatch) -> None:
     """Take batches from torch's iterator (``next_data``: dispatch, order, failure checks) while
-    there is room; the end or an exception goes to ``ready`` as well, in order."""
+    there is room; the end or an exception goes to the run's ``ready`` as well, in order. After
+    the end, the next epoch's run prepared ahead (if any) is dispatched the same way."""
     torch.set_num_threads(1)
-    while True:
-        room.acquire()  # holds no reference to the iterator while it waits
-        if stop.is_set():
+    try:
+        _dispatch_runs(d)
+    finally:  # whoever waits for a run's end decision goes on
+        for run in (d.run, d.ahead):
+            if run is not None:
+                run.ended.set()
+
+
+def _dispatch_runs(d: _Dispatch) -> None:
+    run: _Run | None = d.run
+    while run is not None:
+        run.room.acquire()  # holds no reference to the iterator while it waits
+        if d.stop_event.is_set():
             return
-        it = ref()
+        it = d.ref()
         if it is None:
             return
         try:
@@ -247,13 +379,17 @@ def _dispatch_loop(
             return
         except BaseException as e:
             item = _Failed(e)
-        del it
         last = item is _END or isinstance(item, _Failed)
-        if stop.is_set() and not last:  # (torch's own shutdown at a non-persistent epoch's end
-            return  # stops this thread too, after the end is known: that still goes out)
-        ready.put(item)
-        if last:
-            return
+        if d.stop_event.is_set() and not last:  # (torch's own shutdown at a non-persistent
+            return  # epoch's end stops this thread too, after the end is known: that still goes out)
+        run.ready.put(item)
+        if item is _END and not d.stop_event.is_set():
+            ended = run
+            run = d.prepare_next(it)  # the next epoch's first batches, built while this one ends
+            ended.ended.set()
+        elif last:
+            run = None
+        del it
 
 
 def _receive_loop(results, out: queue.Queue, done: threading.Event) -> None:
