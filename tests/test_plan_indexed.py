@@ -26,6 +26,7 @@ from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.indexed.replay import buckets_consumed
 from seqloader.plan.mix import Corpora
+from seqloader.plan.seeding import rng_for
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
 
@@ -250,6 +251,17 @@ def test_buckets_replay_of_prefixes_equals_rank_by_rank(
         got = buckets_consumed(seg.live_units(), steps, seg.order_rng, block)
         np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
         np.testing.assert_array_equal(seg.consumed(steps), got)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 2**70), min_size=1, max_size=7))
+def test_rng_for_is_the_stream_of_the_words_seed_sequence(words: list[int]) -> None:
+    """``rng_for`` (words below 2^32 handed over as one array) draws what
+    ``SeedSequence(list)`` seeds, for words of any size."""
+    listed = np.random.Generator(np.random.PCG64(np.random.SeedSequence(words)))
+    got = rng_for(*words)
+    assert got.bit_generator.state == listed.bit_generator.state
+    assert got.permutation(9).tolist() == listed.permutation(9).tolist()
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
