@@ -117,6 +117,9 @@ def test_streamed_build_holds_no_array_of_n(tmp_path: object) -> None:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(hdf_layout, "ROW_BLOCK", 1000)
         mp.setattr(hdf_layout, "TAG_BLOCK", 250)
+        # through h5py: a block read from the heap holds its whole collections (HDF5 writes up
+        # to ~1 MiB each), more than this small corpus's array of n (test_hdf_vlen covers it)
+        mp.setattr(hdf_layout, "FAST_VLEN", False)
         tracemalloc.start()
         try:
             source = sl.HDFSource(path, index_dir=os.path.join(str(tmp_path), "index"))

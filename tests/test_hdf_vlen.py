@@ -1,0 +1,67 @@
+"""Variable-length tags read from the HDF5 global heap directly (``hdf_vlen.VlenStrings``) are
+exactly what h5py reads, or the reader says it cannot tell (None) and h5py reads the block."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+
+import h5py
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqloader.sources.hdf_vlen import VlenStrings
+
+#: ASCII, two-byte utf-8 and bytes that are no utf-8 (h5py writes no NUL into a vlen string)
+TAG = st.lists(st.sampled_from([b"a", b"/", b"7", "é".encode(), b"\xff"]), max_size=9).map(b"".join)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    tags=st.lists(TAG, min_size=1, max_size=40),
+    writes=st.integers(1, 3),
+    rewrite=st.booleans(),
+    userblock=st.sampled_from([0, 512]),
+    data=st.data(),
+)
+def test_heap_reads_equal_h5py(
+    tags: list[bytes], writes: int, rewrite: bool, userblock: int, data: st.DataObject
+) -> None:
+    """Property: for tags written in one or several slices (some written twice, leaving dead
+    objects in the heap), with or without a user block, any block ``[a, b)`` read from the heap
+    is h5py's tags joined with their offsets."""
+    path = os.path.join(tempfile.mkdtemp(prefix="vlen-"), "t.hdf")
+    n = len(tags)
+    with h5py.File(path, "w", userblock_size=userblock) as f:
+        dset = f.create_dataset("seqTags", shape=(n,), dtype=h5py.string_dtype())
+        cuts = sorted({0, n, *data.draw(st.lists(st.integers(0, n), max_size=writes - 1))})
+        for x, y in itertools.pairwise(cuts):
+            dset[x:y] = np.array(tags[x:y], object)
+        if rewrite:
+            dset[: n // 2] = np.array(tags[: n // 2], object)
+    a = data.draw(st.integers(0, n - 1))
+    b = data.draw(st.integers(a + 1, n))
+    with h5py.File(path, "r") as f:
+        dset = f["seqTags"]
+        reader = VlenStrings.open(f, dset)
+        assert reader is not None
+        with reader:
+            got = reader.block(a, b)
+        want = list(dset[a:b])
+    assert got is not None  # every heap h5py writes is read (dead objects: walked)
+    buf, offsets = got
+    assert [buf[x:y].tobytes() for x, y in itertools.pairwise(offsets)] == want
+
+
+def test_other_layouts_are_left_to_h5py(tmp_path) -> None:
+    """Chunked or compressed tags, and fixed-size ones, are not read from the heap."""
+    path = str(tmp_path / "t.hdf")
+    tags = np.array([b"x", b"yy"], object)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("chunked", data=tags, dtype=h5py.string_dtype(), chunks=(1,))
+        f.create_dataset("packed", data=tags, dtype=h5py.string_dtype(), compression="gzip")
+        f.create_dataset("fixed", data=np.array([b"x", b"yy"], "S2"))
+    with h5py.File(path, "r") as f:
+        assert all(VlenStrings.open(f, f[k]) is None for k in ("chunked", "packed", "fixed"))
