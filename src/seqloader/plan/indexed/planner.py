@@ -93,7 +93,7 @@ from seqloader.plan.indexed.plan import (
     SortedWindows,
 )
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder, RankBatchOrder
-from seqloader.plan.indexed.units import EpochCut, PlannedUnits, planned_units
+from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import USES_DTYPE, CorpusProgress, EpochMix, mixed_corpora
@@ -445,12 +445,10 @@ class IndexedPlanner:
         kept = self._cut_kept
         if kept is not None and kept[0] == (ep.epoch, order_rank):
             return kept[1]
-        reasons: dict[str, int] = {}
-        cut = self.planned.cut(self, ep, order_rank, means, chosen, reasons)
-        for m, d in zip(means, cut.dropped, strict=True):
+        cut = self.planned.cut(self, CutAsk(ep, order_rank, means, chosen))
+        for m, d in zip(means, cut.dropped, strict=True):  # after the selections' drops
             if d:
-                reasons[f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})"] = d
-        cut.reasons = reasons
+                cut.reasons[f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})"] = d
         self._cut_kept = ((ep.epoch, order_rank), cut)
         return cut
 

@@ -48,6 +48,17 @@ class EpochCut:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CutAsk:
+    """What an epoch cut is asked: the sub-epoch ``ep``, the order rank whose draws it cuts,
+    ``epoch_wise_filter``'s ``means`` and the epoch selections ``chosen`` that apply to it."""
+
+    ep: EpochIndex
+    order_rank: int
+    means: Sequence[float]
+    chosen: Sequence[EpochSelection]
+
+
 class CutPlanner(Protocol):
     """What an epoch cut reads of the planner (``IndexedPlanner``)."""
 
@@ -104,17 +115,8 @@ class PlannedUnits(Protocol):
         """Whether every epoch is cut (``cut``), filtered or not."""
         ...
 
-    def cut(
-        self,
-        planner: CutPlanner,
-        ep: EpochIndex,
-        order_rank: int,
-        means: Sequence[float],
-        chosen: Sequence[EpochSelection],
-        reasons: dict[str, int],
-    ) -> EpochCut:
-        """Sub-epoch ``ep`` after the selections ``chosen`` (drops into ``reasons``) and
-        ``epoch_wise_filter``'s ``means``."""
+    def cut(self, planner: CutPlanner, ask: CutAsk) -> EpochCut:
+        """The sub-epoch after the selections (their drops in ``reasons``), then the filter."""
         ...
 
     def corpus_counts(self, corpora: Corpora, mask: np.ndarray | None) -> np.ndarray:
@@ -154,32 +156,25 @@ class PlannedSequences:
     def cuts_every_epoch(self, options: PlanOptions) -> bool:
         return False
 
-    def cut(
-        self,
-        planner: CutPlanner,
-        ep: EpochIndex,
-        order_rank: int,
-        means: Sequence[float],
-        chosen: Sequence[EpochSelection],
-        reasons: dict[str, int],
-    ) -> EpochCut:
-        """The epoch selections ``chosen`` (their drops counted into ``reasons``), then
-        ``epoch_wise_filter``'s ``means``, on the sub-epoch's bucket lists."""
+    def cut(self, planner: CutPlanner, ask: CutAsk) -> EpochCut:
+        """The epoch selections (their drops counted in ``reasons``), then
+        ``epoch_wise_filter``'s means, on the sub-epoch's bucket lists."""
+        ep, reasons = ask.ep, dict[str, int]()
         counts, lo = planner.base_counts(ep)
-        draw: Draw = planner.member_draw(ep, lo, order_rank)
-        for sel in chosen:  # as global planning: each on what the ones before kept
+        draw: Draw = planner.member_draw(ep, lo, ask.order_rank)
+        for sel in ask.chosen:  # as global planning: each on what the ones before kept
             counts, draw, out = selected(counts, draw, sel.keep)
             if out:
                 reason = f"epoch_wise_filter {sel.name} (epoch {ep.epoch})"
                 reasons[reason] = reasons.get(reason, 0) + out
-        if not means:
-            return EpochCut(counts, draw, [])
+        if not ask.means:
+            return EpochCut(counts, draw, [], reasons)
         sums = None
-        if planner.options.partition_epoch == 1 and not chosen:  # every bucket, every epoch
+        if planner.options.partition_epoch == 1 and not ask.chosen:  # every bucket, every epoch
             if self._sums is None:
                 self._sums = _bucket_sums(planner.index, self.lengths)
             sums = self._sums
-        return EpochCut(*epoch_filtered(counts, draw, self.lengths, means, sums))
+        return EpochCut(*epoch_filtered(counts, draw, self.lengths, ask.means, sums), reasons)
 
     def corpus_counts(self, corpora: Corpora, mask: np.ndarray | None) -> np.ndarray:
         """Counted per corpus range of the admission mask."""
@@ -239,28 +234,20 @@ class PlannedChunks:
         (every epoch of such a plan, filtered or not, is cut so)."""
         return options.epoch_wise_filter is not None and options.partition_epoch > 1
 
-    def cut(
-        self,
-        planner: CutPlanner,
-        ep: EpochIndex,
-        order_rank: int,
-        means: Sequence[float],
-        chosen: Sequence[EpochSelection],
-        reasons: dict[str, int],
-    ) -> EpochCut:
+    def cut(self, planner: CutPlanner, ask: CutAsk) -> EpochCut:
         """``epoch_wise_filter`` keeps whole sequences of the sub-epoch (every admitted
         sequence; sub-epochs: ``part_classes``), as global planning's (RETURNN's shortest by
         (length, index), ``mean_len_cut`` over the length classes: every length below one
         class, the lowest indices of that class), and their chunks are planned
         (``ChunkBuckets.kept``). From counts: O(distinct lengths); sub-epochs: O(n / P).
-        Epoch selections are refused with chunking (``chosen`` is empty)."""
-        base = self.chunks
+        Epoch selections are refused with chunking (``ask.chosen`` is empty)."""
+        ep, base = ask.ep, self.chunks
         if self.cuts_every_epoch(planner.options):
             base = replace(base, classes=part_classes(planner, ep))
         kept = np.diff(np.asarray(base.classes.starts, dtype=np.int64))  # [G] per length class
         value = np.asarray(planner.index.longest, dtype=np.int64)  # [G] its length
         dropped = []
-        for mean in means:
+        for mean in ask.means:
             low = mean_len_cut(kept, kept * value, lambda g: np.full(kept[g], value[g]), mean)
             total = int(kept.sum())
             dropped.append(total - low)
@@ -270,7 +257,7 @@ class PlannedChunks:
                 kept[g] = low - before[g]
                 kept[g + 1 :] = 0
         units = base.kept(kept)
-        words = (*planner.head_of(order_rank), PURPOSE_INDEXED_MEMBERS, planner.seed_epoch(ep))
+        words = (*planner.head_of(ask.order_rank), PURPOSE_INDEXED_MEMBERS, planner.seed_epoch(ep))
         draw = MemberDraw(units, units.starts, np.zeros(len(units.counts), np.int64), words)
         return EpochCut(units.counts, draw, dropped)
 
