@@ -164,9 +164,8 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
         ({"mix": {"a": 1.0}}, r"ordering='sorted' with .*mix"),
         ({"ordering": "random", "mix": {"a": 1.0}}, r"ordering='random' with .*mix"),
         ({"ordering": "random", "epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise"),
-        ({"ordering": "random", "fixed_random_subset": 10}, "fixed_random_subset"),
         ({"epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise_filter"),
-        ({"fixed_random_subset": 10}, "fixed_random_subset"),
+        ({"fixed_random_subset": 10, "chunking": 50}, "or with fixed_random_subset"),
         (
             {"ordering": "sort_bin_shuffle:.4"},
             r"sort_bin_shuffle:.4'.*'laplace:.N'.*planning='global'",

@@ -154,6 +154,33 @@ def test_admitted_select_is_the_admitted_sequences_ascending(mask: list[bool], b
     np.testing.assert_array_equal(select[at], want[at])
 
 
+@settings(max_examples=15, deadline=None)
+@given(cases(), st.sampled_from([*FIXED_KINDS, "random"]), st.sampled_from([7, 0.6]))
+def test_a_fixed_random_subset_is_returnns_and_ordered_as_global_planning(
+    case: dict, ordering: str, subset: int | float
+) -> None:
+    """``fixed_random_subset`` keeps RETURNN's subset (global planning's admitted sequences and
+    filtered counts); the fixed orders start from its shuffled order as global planning does
+    (unchunked: the same batches; ``random`` chunked or not: a keyed order of the subset), and
+    every contract holds."""
+    options = {**case["options"], "ordering": ordering, "fixed_random_subset": subset}
+    if ordering != "random":
+        options = {k: v for k, v in options.items() if k not in ("chunking", "min_chunk_size")}
+        options["max_seq_length"] = 100  # whole sequences fit every limit
+    case = {**case, "options": options}
+    planner = indexed(case)
+    reference = Planner(case["lengths"], PlanOptions(**options))
+    assert planner.filtered(1) == reference.filtered(1)
+    np.testing.assert_array_equal(planner.admission.admitted, reference.admission.admitted)
+    for epoch in range(1, planner.options.partition_epoch + 1):
+        got, want = planner.global_plan(epoch, 1).batches, reference.global_plan(epoch, 1).batches
+        if ordering != "random" and options["distribution"] == "shard":
+            np.testing.assert_array_equal(got.seqs, want.seqs)
+            np.testing.assert_array_equal(got.bounds, want.bounds)
+    cut = case["cuts"][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: indexed(case), case["worlds"], cut, ordered=True, workers=())
+
+
 FIXED_CHUNK_CASES: dict[str, dict] = {
     "chunked 100:50 sorted W3 split elastic -> W2": {
         "options": {"ordering": "sorted", "max_frames": 600, "max_seqs": 8,
@@ -178,6 +205,17 @@ FIXED_CHUNK_CASES: dict[str, dict] = {
                     "chunking": "70:70", "distribution": "random_seed_offset", "seed": 4},
         "world": 2,
     },
+    "sorted_reverse W3 split, fixed_random_subset": {
+        "options": {"ordering": "sorted_reverse", "max_frames": 1500, "max_seqs": 5,
+                    "fixed_random_subset": 0.6, "partition_epoch": 2},
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "chunked 90:45 random W2 split, fixed_random_subset": {
+        "options": {"ordering": "random", "max_frames": 600, "chunking": "90:45",
+                    "fixed_random_subset": 200, "seed": 2},
+        "world": 2,
+    },
 }  # fmt: skip
 FIXED_CHUNK_GOLDEN = {
     "chunked 100:50 sorted W3 split elastic -> W2": (
@@ -192,11 +230,17 @@ FIXED_CHUNK_GOLDEN = {
     "chunked 70:70 random W2 random_seed_offset pad": (
         "e918049dc4c6f6dd8cf4c47964b7f6df7b99c19c2e783e17059501a31ca5dd6c"
     ),
+    "sorted_reverse W3 split, fixed_random_subset": (
+        "78fd8ad568784e75d0b55f75478e21e15a372eece90dc302179280500c66a661"
+    ),
+    "chunked 90:45 random W2 split, fixed_random_subset": (
+        "b55eea0aa9bc0459b065fbd908d05346c19ec2ec820b92017b366766bd430eb0"
+    ),
 }
 
 
 def test_chunked_fixed_golden_plans_are_pinned() -> None:
-    """Added with chunked fixed and random orderings (refused before under indexed planning: no plan of
+    """Added with chunked fixed and random orderings and their subsets (refused before under indexed planning: no plan of
     the current ``INDEXED_ALGORITHM`` moved); bump it and record anew if one changes."""
     got = {name: indexed_digest(case) for name, case in FIXED_CHUNK_CASES.items()}
     assert got == FIXED_CHUNK_GOLDEN, f"record: {got}"

@@ -113,6 +113,8 @@ NEWLY_INDEXED = [
     {"ordering": "default", "distribution": "files"},
     {"ordering": "sorted_reverse", "distribution": "files", "partition_epoch": 2},
     {"ordering": "random:2", "distribution": "files", "uneven": "drop"},
+    {"ordering": "sorted", "fixed_random_subset": 0.5, "partition_epoch": 2},
+    {"ordering": "random", "chunking": "4:2", "fixed_random_subset": 20},
 ]  # fmt: skip
 
 

@@ -392,11 +392,16 @@ class PlanOptions:
                     (self.distribution == "files" and self.chunking is not None)
                     or self.mix is not None
                     or self.epoch_wise_filter is not None
-                    or self.fixed_random_subset is not None
+                    or (
+                        self.fixed_random_subset is not None
+                        and self.chunking is not None
+                        and kind != "random"
+                    )
                 ),
-                f"ordering={self.ordering!r} with mix, epoch_wise_filter, fixed_random_subset "
-                "or chunking with distribution='files' (a fixed or random order's greedy cuts are "
-                "made for the whole admitted corpus, sharded, or for each rank's files' sequences)",
+                f"ordering={self.ordering!r} with mix, epoch_wise_filter, or chunking with "
+                "distribution='files' or with fixed_random_subset (a fixed or random order's "
+                "greedy cuts are made for the whole admitted corpus, sharded, or for each rank's "
+                "files' sequences)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (

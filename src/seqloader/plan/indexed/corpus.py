@@ -34,7 +34,13 @@ from seqloader.plan.epochs import (
 from seqloader.plan.files import distributed_files
 from seqloader.plan.indexed.budget import edges_for, histogram_edges, indexed_budget, packed_budget
 from seqloader.plan.indexed.chunks import ChunkBuckets, file_chunk_counts, lazy_chunk_table
-from seqloader.plan.indexed.fixed import FIXED_KINDS, FixedOrder, fixed_cuts, fixed_edges
+from seqloader.plan.indexed.fixed import (
+    FIXED_KINDS,
+    FixedOrder,
+    fixed_cuts,
+    fixed_edges,
+    in_pool_order,
+)
 from seqloader.plan.indexed.fixed_chunks import Chunking, chunked_cuts, chunked_order
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index, length_counts
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
@@ -157,6 +163,7 @@ class AdmittedCorpus:
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self.mask, self.filtered, self.examples = admit_mask(lengths, key, options, inputs.excluded)
+        self.subset: np.ndarray | None = None
         if options.fixed_random_subset is not None:
             self.mask = self._subset_mask(options)
         #: chunking: the chunks planned (``units``: by bucket of their window; ``chunks``: the
@@ -200,6 +207,8 @@ class AdmittedCorpus:
             elif self.fixed or self.random:  # the order's index (indexed.fixed, random_order)
                 kind = "default" if self.random else self.options.parsed_ordering.kind
                 index = build_bucket_index(main, fixed_edges(adm, kind), self.mask)
+                if self.fixed and self.subset is not None:  # the subset's order within
+                    index = in_pool_order(index, main, self.subset, self.mask)
             else:
                 adm_costs = self.costs if self.mask is None else self.costs[self.mask]
                 edges = edges_for(adm, self.options, adm_costs, self.budget)
@@ -295,7 +304,9 @@ class AdmittedCorpus:
         inside = np.zeros(n, dtype=bool)
         subset = options.fixed_random_subset
         assert subset is not None
-        inside[subset_order(n, subset, options.fixed_random_subset_seed)] = True
+        #: RETURNN's subset in its shuffled order (the order fixed orderings start from)
+        self.subset = subset_order(n, subset, options.fixed_random_subset_seed)
+        inside[self.subset] = True
         keep = np.ones(n, dtype=bool) if self.mask is None else self.mask
         hit = np.flatnonzero(keep & ~inside)
         if len(hit):

@@ -20,6 +20,7 @@ global planning's, so padding and steps are 1.0x global planning's by constructi
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 
 import numpy as np
@@ -44,6 +45,28 @@ def fixed_edges(admitted_lengths: np.ndarray, kind: str) -> np.ndarray:
     if kind in ("sorted", "sorted_reverse"):
         return length_counts(admitted_lengths)[0][1:]
     return np.zeros(0, dtype=np.int64)
+
+
+def in_pool_order(
+    index: BucketIndex, lengths: np.ndarray, pool: np.ndarray, mask: np.ndarray | None
+) -> BucketIndex:
+    """``index`` (a fixed order's, members ascending) with each bucket's members in ``pool``'s
+    order instead (``fixed_random_subset``: RETURNN's shuffled subset, the order global planning
+    starts from, so ``default`` is the subset's order and the sorted kinds break ties by it; the
+    admitted members only, ``mask``). O(m log m) once per node.
+
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> lengths = np.array([5, 3, 5, 1])
+    >>> index = build_bucket_index(lengths, fixed_edges(lengths, "sorted"))
+    >>> in_pool_order(index, lengths, np.array([2, 3, 0, 1]), None).members.tolist()
+    [3, 1, 2, 0]
+    """
+    pool = np.asarray(pool, dtype=np.int64)
+    if mask is not None:
+        pool = pool[mask[pool]]
+    bucket = np.searchsorted(np.asarray(index.edges), np.asarray(lengths[pool]), side="right")
+    members = pool[np.argsort(bucket, kind="stable")].astype(index.members.dtype)
+    return dataclasses.replace(index, members=members)
 
 
 class FixedOrder:
