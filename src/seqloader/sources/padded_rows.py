@@ -124,16 +124,19 @@ def gather_small(
     small and 1-D per frame (the caller copies row by row then)."""
     if out.ndim != 2 or len(pos) * out.shape[1] > SMALL_GATHER:
         return False
-    t = np.arange(out.shape[1], dtype=np.int64)  # [T]
-    lens = (end - begin).astype(np.int64)  # [B]
-    valid = t < lens[:, None]  # [B, T]
-    if not valid.any():
-        out[np.asarray(pos, dtype=np.int64)] = 0
+    t_max = out.shape[1]
+    if not t_max:  # every sequence empty: nothing to write
         return True
-    rows = np.where(valid, begin[:, None] + t, begin[np.argmax(lens)])  # padding reads a real row
+    rows = begin[:, None] + np.arange(t_max)  # [B, T] global row numbers
+    valid = rows < end[:, None]
+    # padding reads its own sequence's last row (an empty one's neighbour): a real row, zeroed below
+    np.minimum(rows, np.maximum(end - 1, 0)[:, None], out=rows)
     values = take(rows)  # [B, T]
     values[~valid] = 0
-    out[np.asarray(pos, dtype=np.int64)] = values
+    if isinstance(pos, range) and len(pos) == len(out):  # one file: the batch's rows in order
+        out[...] = values
+    else:
+        out[np.asarray(pos, dtype=np.int64)] = values
     return True
 
 
