@@ -10,8 +10,10 @@ wrapped in a timer (``time.perf_counter_ns`` around the call, ~0.1-0.3 µs of it
   code that still has it; now ``run_epoch`` calls ``next()`` inside ``try`` and asks the watch
   (``EpochWatch.failure``) only when it raised, so the ``try`` and its checks are in ``rest``;
 - ``checks``, ``count``, ``handed``, ``before_next``: the NaN/Inf policy and the report's
-  bookkeeping (``BatchChecks.check``, ``EpochMeter``);
-- ``release``: handing the previous batch to the release thread;
+  bookkeeping (``BatchChecks.check``, ``EpochMeter``); ``count_handed`` is ``count`` and
+  ``handed`` in one call, where the code has it;
+- ``release``: handing the batches the loop is done with to the release thread (every
+  ``EVERY``-th request, where the code batches them; else every request);
 - ``rest``: the loop's own wait for ``next()`` minus the pieces (the generator's resume and the
   lines of ``run_epoch`` between them);
 - ``epoch_start``: a later epoch's start as the loop waits for it (``loader.epoch()`` and the
@@ -76,7 +78,9 @@ def child(cfg: dict) -> dict:
     if hasattr(EpochWatch, "next"):  # the code before: a wrapper call per batch around the take
         EpochWatch.next = _timed(times["watch"], EpochWatch.next)  # type: ignore[attr-defined]
     BatchChecks.check = _timed(times["checks"], BatchChecks.check)  # type: ignore[method-assign]
-    for name in ("count", "handed", "before_next"):
+    # ``count_handed``: ``count`` and ``handed`` in one call (the code before calls both)
+    names = ("count_handed", "before_next") if hasattr(EpochMeter, "count_handed") else ()
+    for name in names or ("count", "handed", "before_next"):
         setattr(EpochMeter, name, _timed(times[name], getattr(EpochMeter, name)))
     run.release = _timed(times["release"], run.release)  # type: ignore[attr-defined]
     mpr.ForkingPickler.loads = _timed(times["unpickle"], mpr.ForkingPickler.loads)  # type: ignore[method-assign]
@@ -112,11 +116,11 @@ def child(cfg: dict) -> dict:
                     waits.append(clock() - t)
     finally:
         loader.close()
-    n = len(times["handed"])
+    n = len(times["handed"] or times["count_handed"])
     med = {k: statistics.median(v) / 1e3 for k, v in times.items() if v}
     # without the wrapper (``run_epoch`` calls ``next()`` inside ``try``) the take is a piece itself
     first = "watch" if "watch" in med else "take"
-    pieces = (first, "checks", "count", "handed", "before_next", "release")
+    pieces = (first, "checks", "count", "handed", "count_handed", "before_next", "release")
     rest = statistics.median(waits) / 1e3 - sum(med.get(k, 0.0) for k in pieces)
     return {
         "config": cfg,

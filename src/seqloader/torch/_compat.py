@@ -217,7 +217,7 @@ class HookedIter(_MultiProcessingDataLoaderIter):
     """torch's multi-worker iterator, with the private steps seqloader builds on behind public
     names: hooks it calls (``before_reset``/``after_reset`` around a new epoch's reset,
     ``received`` on each result torch takes from its data queue, ``before_shutdown``), and
-    accessors of its state (``next_data``, ``count_yielded``, ``receive_in_thread``, ...)."""
+    accessors of its state (``next_data``, ``receive_in_thread``, ...)."""
 
     # ---- hooks (defaults: torch's behaviour) ----
     def reuse_reset(self, loader: DataLoader) -> bool:
@@ -285,15 +285,6 @@ class HookedIter(_MultiProcessingDataLoaderIter):
     def next_unprofiled(self) -> Any:
         """torch's ``__next__`` without the profiler range."""
         return next_unprofiled(self)
-
-    @property
-    def yielded(self) -> int:
-        """Batches handed out since the last reset (torch's count)."""
-        return self._num_yielded
-
-    def count_yielded(self) -> None:
-        """Count one batch handed out, as torch's ``__next__`` does."""
-        self._num_yielded += 1
 
     def put_result(self, item: object) -> None:
         """Put ``item`` into the queue torch's ``next()`` reads (``received`` sees it)."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
+from functools import partial
 from typing import Any
 
 import torch
@@ -34,11 +35,13 @@ from seqloader.torch._compat import (
     worker_processes,
 )
 from seqloader.torch.dataset import PlanSampler, RunPlan
-from seqloader.trainer.release import signal
+from seqloader.trainer.release import EVERY, signal
 
 # Batches the dispatch thread takes out of torch's iterator before the loop asks for them; with
 # torch's own prefetch (prefetch_factor x workers tasks outstanding) this many more are in flight.
-AHEAD = 1
+# The loop signals room for EVERY batches at once, every EVERY-th batch (one thread wake per
+# EVERY batches, ``seqloader.trainer.release``), so the thread may be that many ahead.
+AHEAD = EVERY
 # Whether torch's next() logic runs in the dispatch thread (the benchmarks switch it off to
 # measure what it brings; the library has no option for it).
 DISPATCH_THREAD = True
@@ -234,8 +237,9 @@ class _Run:
         self.ended = threading.Event()  # the dispatch thread is past this run's end
         self.ready: queue.SimpleQueue = queue.SimpleQueue()
         self.room = threading.Semaphore(AHEAD)  # batches it may take before the loop does
-        self.room_signal = signal(self.room.release)
+        self.room_signal = signal(partial(self.room.release, EVERY))
         self.done = False  # the loop took the end (or an error): nothing more will come
+        self.taken = 0  # batches the loop took
 
     def take(self, it: ReceivingIter):
         """The next batch (training thread): a few attribute reads and one queue get."""
@@ -248,10 +252,12 @@ class _Run:
         if isinstance(item, _Failed):
             self.done = True
             raise item.error
-        it.count_yielded()  # before the room: the dispatch thread may reset torch's count next
-        # room for one more: signalled from the release thread, which the loop's request wakes
-        # anyway (a semaphore release here cost the loop ~45 µs per batch after a 10 ms step)
-        self.room_signal()
+        self.taken = taken = self.taken + 1
+        if not taken % EVERY or taken == self.length:
+            # room for EVERY more (and the end): signalled from the release thread, which this
+            # wakes, and to which the run loop passes the batches it is done with in the same
+            # request (a semaphore release here cost the loop ~45 µs per batch after a step)
+            self.room_signal()
         return item
 
 
@@ -307,7 +313,7 @@ class _Dispatch:
         the next epoch's plan (planned ahead anyway) and torch's reset, which the next epoch
         would otherwise do in the training thread."""
         run = self.run
-        if self.ahead is None and run.length is not None and it.yielded >= run.length:
+        if self.ahead is None and run.length is not None and run.taken >= run.length:
             run.ended.wait()
 
     def adopt(self, it: ReceivingIter, plan: RunPlan) -> bool:

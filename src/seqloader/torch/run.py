@@ -20,7 +20,7 @@ from seqloader.torch.distributed import gather_objects
 from seqloader.torch.worker_errors import EpochWatch, WorkerRaised
 from seqloader.trainer.audit import EpochAuditor
 from seqloader.trainer.checks import BatchChecks
-from seqloader.trainer.release import release
+from seqloader.trainer.release import EVERY, release
 from seqloader.trainer.report import Clock, EpochMeter, EpochReport
 
 log = logging.getLogger("seqloader")
@@ -58,9 +58,11 @@ def run_epoch(
     finished = False
     watch: EpochWatch | None = None
     handed: Batch | None = None  # the batch the loop holds: freed at the next request
-    # with workers, in the release thread (off the loop's time); without, right here (the
-    # batch's block is then free again before the next batch is built into it)
+    # with workers, in the release thread (off the loop's time), EVERY batches at a time, in the
+    # request whose take woke that thread; without, right here (the batch's block is then free
+    # again before the next batch is built into it)
     background = execution.options.num_workers > 0
+    pending: list[Batch] = []  # batches the loop is done with, not yet passed to the release
     try:
         if len(share):
             meter.before_next()  # the first request: DataLoader, workers, indexes, first batch
@@ -93,9 +95,12 @@ def run_epoch(
                     batch.reraise()
                 watch.consumed += 1
                 if handed is not None and background:  # the loop has replaced it by now
-                    # its last reference: freed in the release thread, which the take just woke
-                    # (a second put into an awake thread's queue costs ~1 µs, a wake 20 µs)
-                    release(handed)
+                    pending.append(handed)
+                    if not watch.consumed % EVERY:  # the take just woke the release thread:
+                        # their last references, freed there (a put into an awake thread's
+                        # queue costs ~1 µs, a wake 20 µs)
+                        release(pending)
+                        pending = []
                 handed = batch
                 if batch.nonfinite:  # NaN/Inf the workers found (a call less when none)
                     checks.check(batch.nonfinite, report)
@@ -103,19 +108,20 @@ def run_epoch(
                     auditor.record(batch)
                 # consumed once handed to the loop; batches still in prefetch don't count
                 state.consumed += 1  # folded into the position when it is read
-                meter.count(
-                    batch.counts_of(length_key),
-                    batch.skipped,
-                    batch.corpus_counts,
-                    batch.fetch_wait_s,
-                    batch.fetch_bytes,
-                )
+                counted = batch
                 if finish is not None:
                     batch = handed = finish(batch)
                 if settled is not None:  # the first batch: background work may start now
                     settled()
                     settled = None
-                meter.handed()  # the wait ends here: the loader's work is all inside it
+                # counted, and the wait ends here: the loader's work is all inside it
+                meter.count_handed(
+                    counted.counts_of(length_key),
+                    counted.skipped,
+                    counted.corpus_counts,
+                    counted.fetch_wait_s,
+                    counted.fetch_bytes,
+                )
                 yield batch
                 meter.before_next()  # the loop asks again: from here on it waits
                 del batch
@@ -127,8 +133,11 @@ def run_epoch(
         if settled is not None:
             settled()
         if handed is not None and background:
-            release(handed)
+            pending.append(handed)
+        if pending:
+            release(pending)
         handed = None
+        pending = []
         if watch is not None:
             watch.stop()
         meter.finish()  # also when the loop stops early or raises: the report keeps its times

@@ -28,6 +28,10 @@ _thread: threading.Thread | None = None
 _pid: int | None = None
 _stopped = False  # at interpreter exit: batches are then freed where they are dropped
 _STOP = object()
+# batches the training loop hands back per wake of this thread: the run loop passes them on every
+# EVERY-th request, the one whose take signalled the dispatch thread's room through this thread
+# (``seqloader.torch.receiving``), so its put lands in an awake thread's queue
+EVERY = 2
 
 
 def release(item: object) -> None:
