@@ -58,10 +58,12 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
 import seqloader as sl
+from seqloader.audio import flac
 from seqloader.shards import ShardSource, write_shards
 from seqloader.synthetic.audio import write_audio_corpus
 
@@ -204,8 +206,11 @@ def profile_figures(shar: Path, index_dir: Path) -> dict:
                 step(b, w)
             return (time.process_time() - start) * 1e3 / len(order)
 
+        with mock.patch.object(flac, "_dr_flac", lambda: None):  # libsndfile, as before
+            libsndfile_ms = cpu_ms(lambda b, w: audio.read_many(b))
         return {
             "read_and_decode_ms": cpu_ms(lambda b, w: audio.read_many(b)),
+            "read_and_decode_libsndfile_ms": libsndfile_ms,
             "kaldi_fbank_each_ms": cpu_ms(lambda b, w: [fbank(x) for x in w]),
             "kaldi_fbank_batch_ms": cpu_ms(lambda b, w: fbank.many(w)),
             "lhotse_fbank_batch_ms": cpu_ms(lambda b, w: lhotse_fbank.extract_batch(w, 16000)),
@@ -416,10 +421,34 @@ def reads_main(args: argparse.Namespace) -> dict:
         "batch": f"{READ_BATCH} utterances, padded float32 audio",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "ratios": ratios,
+        "decoders": decoders(),
         "utterances_per_s_medians": {k: float(statistics.median(v)) for k, v in runs.items()},
         "per_epoch_utterances_samples_sum": {k: v.tolist() for k, v in tallies.items()},
         "load_average_before_after": [load_before, os.getloadavg()],
     }
+
+
+def decoders() -> dict[str, str]:
+    """Which library decodes the FLAC members on each side (the peers keep their own)."""
+    from lhotse.audio.backend import get_current_audio_backend
+
+    ours = flac.flac_decoder()
+    backend = get_current_audio_backend()
+    tried = [type(b).__name__ for b in getattr(backend, "backends", [])]
+    return {
+        "seqloader": f"{ours} ({'dr_flac' if ours == 'miniaudio' else 'libsndfile'}) for FLAC",
+        "lhotse": f"{type(backend).__name__} {tried} (FLAC: LibsndfileBackend, its first that "
+        "reads FLAC)",
+        "webdataset": "soundfile (libsndfile), benchmarks/shard_peers.py",
+        "nemo": "soundfile (libsndfile), as NeMo's AudioSegment, benchmarks/shard_peers.py",
+    }
+
+
+def results_path(args: argparse.Namespace, name: str) -> Path:
+    """Where a run's results go: ``results/NAME.json``, ``NAME-LABEL.json`` with ``--label``
+    (several runs kept side by side), ``out/`` with ``--quick``."""
+    base = QUICK_RESULTS if args.quick else RESULTS
+    return base.with_name(f"{name}-{args.label}.json" if args.label else f"{name}.json")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -429,12 +458,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=4, help="timed epochs per configuration")
     p.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats, out/ only")
     p.add_argument("--reads", action="store_true", help="audio reads against each peer's reader")
+    p.add_argument("--label", default="", help="results file NAME-LABEL.json (keep several runs)")
     args = p.parse_args(argv)
     if args.quick:
         args.utterances, args.repeats, args.epochs = 60, 2, 2
     if args.reads:
         reads = reads_main(args)
-        out = (QUICK_RESULTS if args.quick else RESULTS).with_name("shard_reads.json")
+        out = results_path(args, "shard_reads")
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(reads, indent=1) + "\n")
         print(json.dumps({k: v for k, v in reads["ratios"].items() if "per_run" not in k}))
@@ -485,14 +515,19 @@ def main(argv: list[str] | None = None) -> int:
             "lhotse_fbank_batch_over_kaldi_fbank_batch": profile["lhotse_fbank_batch_ms"]
             / profile["kaldi_fbank_batch_ms"],
             "decode_share_of_seqloader_worker_cpu": profile["read_and_decode_ms"] / seqloader_ms,
+            "libsndfile_over_seqloader_decoder_read_and_decode": profile[
+                "read_and_decode_libsndfile_ms"
+            ]
+            / profile["read_and_decode_ms"],
         },
+        "decoders": decoders(),
         "worker_cpu_ms_per_utterance": profile,
         "index": index,
         "seqs_per_s_medians": seqs_per_s,
         "cpu_s_per_audio_hour_medians": {k: med(v) for k, v in cpu_runs.items()},
         "load_average_before_after": [load_before, os.getloadavg()],
     }
-    out = QUICK_RESULTS if args.quick else RESULTS
+    out = results_path(args, "shards")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result["ratios"], indent=1))

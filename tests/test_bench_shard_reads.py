@@ -26,3 +26,4 @@ def test_reads_same_audio_every_peer(tmp_path, monkeypatch):
                 f"seqloader_on_{who}_{workers}w"
             ]
             assert count == 60 and samples > 60 * 16000 and total != 0
+    assert result["decoders"]["seqloader"].startswith("miniaudio")  # the dev extra has it

@@ -1,10 +1,11 @@
 """FLAC decoded by dr_flac (the ``miniaudio`` package) when it is installed, soundfile otherwise.
 
 Decoding was 61-62% of a shard-reading worker's CPU with libsndfile (libFLAC, then a per-sample
-copy into the caller's array). dr_flac decodes the benchmark's FLAC in ~0.57x libsndfile's CPU,
-straight into the caller's float32 array, with the same samples to the bit: both scale the
-left-aligned integer by a power of two (``x / 2**15`` for 16 bit, ``x / 2**23`` for 24 bit), which
-is exact in float32 (tests/test_audio_flac.py checks 8/16/24 bit, 1-3 channels, 0-5000 samples).
+copy into the caller's array). dr_flac decodes the benchmark's FLAC in about half libsndfile's CPU
+(``benchmarks/flac_decoders.py``), straight into the caller's float32 array, with the same samples
+to the bit: both scale the left-aligned integer by a power of two (``x / 2**15`` for 16 bit,
+``x / 2**23`` for 24 bit), exact in float32 (``tests/test_audio_flac.py``: 16 and 24 bit, 1-3
+channels, 0-5000 samples).
 
 Safety: dr_flac reads only the bytes it is given (a member's own bytes), and it skips a frame
 whose checksum fails instead of raising; so every decode here runs to the stream's end and checks

@@ -27,8 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.audio.flac import import_soundfile as import_soundfile  # where callers find it
-from seqloader.audio.flac import read_audio
+from seqloader.audio.flac import import_soundfile, read_audio
 from seqloader.audio.manifest_lines import (
     decode_listing,
     json_entry,
@@ -112,11 +111,14 @@ class Manifest:
     def read_audio(self, j: int) -> tuple[np.ndarray, int]:
         """Decode entry ``j`` -> (mono float32 ``[samples]``, sample rate). Raises the decoder's
         own error; the source adds the manifest line."""
+        path = self.audio[j]
         if self.in_zip:
-            wave, rate = read_audio(self._zipfile().read(self.audio[j]))
-        else:
-            with open(self.audio[j], "rb") as f:
+            wave, rate = read_audio(self._zipfile().read(path))
+        elif path.lower().endswith(".flac"):  # dr_flac decodes from memory
+            with open(path, "rb") as f:
                 wave, rate = read_audio(f.read())
+        else:
+            wave, rate = import_soundfile().read(path, dtype="float32", always_2d=True)
         mono = wave[:, 0] if wave.shape[1] == 1 else wave.mean(axis=1)
         return np.ascontiguousarray(mono, dtype=np.float32), int(rate)
 
