@@ -47,12 +47,14 @@ from benchmarks.side_by_side import append_run
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "node_builds.json")
 BUILD_CASES = ("shard buckets:30", "files laplace")
+#: the node stage's options (one HDF file: ``distribution="files"`` has no file per rank)
+NODE_CASE = "shard buckets:30"
 
 
 def child(config: dict) -> dict:
     import torch  # noqa: F401 - as in a training script
 
-    source = StoreSource(config["store"])
+    source: Any = StoreSource(config["store"]) if config.get("store") else None
     stage, case = config["stage"], config.get("case")
     options = {**CASES[case], **LIMITS} if case else {}
     built: Any = None
@@ -81,6 +83,8 @@ def child(config: dict) -> dict:
                 plan_options,
                 files=source.file_layout() if options["distribution"] == "files" else None,
             ).index
+        elif stage in ("node first", "node other"):
+            return _node(config, options, mem.before)
         else:
             from seqloader.torch.loader import SeqLoader
 
@@ -99,6 +103,49 @@ def child(config: dict) -> dict:
         "private_bytes": mem.peak - mem.before,
         "digest": digest,
         "planning": planning,
+    }
+
+
+def _node(config: dict, options: dict, before: int) -> dict:
+    """A process of the node over the HDF corpus, timed step by step: open the file
+    (``HDFSource``: the metadata store, built by the node's first process, mapped by the
+    others), ``SeqLoader`` with the default options (the duplicate-tag verdict and the bucket
+    index: built or mapped), rank 517's plan of epoch 1. Each step's wall time and the peak of
+    private memory (``RssAnon``) above the process's value before the first step."""
+    from seqloader.sources.hdf import HDFSource
+    from seqloader.torch.loader import SeqLoader
+
+    os.environ["XDG_CACHE_HOME"] = config["cache"]
+    steps: dict[str, list[float]] = {}
+    started = time.perf_counter()
+    with PeakAnon() as mem:
+        source = HDFSource(config["hdf"], index_dir=os.path.join(config["cache"], "hdf"))
+    steps["open"] = [time.perf_counter() - started, mem.peak - before]
+    t0 = time.perf_counter()
+    with PeakAnon() as mem:
+        loader = SeqLoader(source, rank=RANK, world_size=WORLD, seed=3, **options)
+    steps["loader"] = [time.perf_counter() - t0, mem.peak - before]
+    t0 = time.perf_counter()
+    with PeakAnon() as mem:
+        share = loader.global_plan(1).rank_share(RANK)
+    steps["plan"] = [time.perf_counter() - t0, mem.peak - before]
+    seconds = time.perf_counter() - started
+    import h5py
+
+    with h5py.File(config["hdf"], "r") as f:
+        tags_dtype = str(f["seqTags"].dtype) + (
+            " (variable-length)"
+            if (h5py.check_string_dtype(f["seqTags"].dtype) or None) is not None
+            and h5py.check_string_dtype(f["seqTags"].dtype).length is None
+            else ""
+        )
+    return {
+        "seconds": seconds,
+        "private_bytes": max(v[1] for v in steps.values()),
+        "digest": f"{source.fingerprint()} {len(share)} batches",
+        "planning": loader.planner.options.planning,
+        "steps": steps,
+        "seq_tags": tags_dtype,
     }
 
 
@@ -142,7 +189,30 @@ def stages() -> list[tuple[str, str | None]]:
     out: list[tuple[str, str | None]] = [("hdf metadata", None), ("verdict", None)]
     out += [("index", c) for c in BUILD_CASES]
     out += [("first loader", c) for c in BUILD_CASES]
+    out += [("node", NODE_CASE)]
     return out
+
+
+def _row(
+    n: int, stage: str, case: str | None, loads: list, codes: list[str], runs: dict[str, list]
+) -> dict[str, Any]:
+    """One result row: each code's medians, its runs and digests, and the ratios."""
+    row: dict[str, Any] = {"n": n, "stage": stage, "case": case, "load": loads}
+    for code in codes:
+        row[code] = {
+            k: statistics.median(r[k] for r in runs[code]) for k in ("seconds", "private_bytes")
+        }
+        row[code]["runs"] = [(r["seconds"], r["private_bytes"]) for r in runs[code]]
+        row[code]["digest"] = sorted({r["digest"] for r in runs[code]})
+        if runs[code] and "steps" in runs[code][0]:
+            row[code]["steps"] = [r["steps"] for r in runs[code]]
+            row["seq_tags"] = runs[code][0]["seq_tags"]
+    if "base" in row:
+        row["same_result"] = row["new"]["digest"] == row["base"]["digest"]
+        row["time_ratio"] = row["new"]["seconds"] / row["base"]["seconds"]
+        row["memory_ratio"] = row["new"]["private_bytes"] / max(row["base"]["private_bytes"], 1)
+    print(json.dumps({k: v for k, v in row.items() if k != "load"}), file=sys.stderr)
+    return row
 
 
 def main() -> None:
@@ -153,6 +223,7 @@ def main() -> None:
     ap.add_argument("--folder", default=None, help="where the corpus stores are kept")
     ap.add_argument("--stages", default=None, help="e.g. verdict,index (default: all)")
     ap.add_argument("--out", default=RESULTS)
+    ap.add_argument("--label", default=None, help="the run's label in the result file")
     ap.add_argument("--child", default=None)
     args = ap.parse_args()
     if args.child is not None:
@@ -164,42 +235,35 @@ def main() -> None:
     rows = []
     for size in args.sizes.split(","):
         n = int(float(size))
-        store = corpus_store(n, folder)
+        store = None
         for stage, case in stages():
             if wanted is not None and stage not in wanted:
                 continue
-            hdf = hdf_corpus(n, folder) if stage == "hdf metadata" else None
-            runs: dict[str, list[dict]] = {c: [] for c in codes}
+            if store is None and stage not in ("hdf metadata", "node"):
+                store = corpus_store(n, folder)
+            hdf = hdf_corpus(n, folder) if stage in ("hdf metadata", "node") else None
+            # the node stage: the first process (empty cache), then another on its stores
+            parts = ["node first", "node other"] if stage == "node" else [stage]
+            runs: dict[str, dict[str, list[dict]]] = {p: {c: [] for c in codes} for p in parts}
             loads = []
             for _ in range(args.reps):
                 for code in codes:
                     cache = tempfile.mkdtemp(prefix="cache-", dir=folder)
-                    cfg = {"store": store, "stage": stage, "case": case, "code": code, "hdf": hdf}
-                    cfg["cache"], cfg["label"] = cache, f"{n} {stage} {case} {code}"
                     try:
-                        runs[code].append(
-                            run_child("benchmarks.node_builds", cfg, args.base_src, 7200)
-                        )
+                        for part in parts:
+                            cfg = {"store": store, "stage": part, "case": case, "code": code}
+                            cfg["hdf"], cfg["cache"] = hdf, cache
+                            cfg["label"] = f"{n} {part} {case} {code}"
+                            result = run_child("benchmarks.node_builds", cfg, args.base_src, 7200)
+                            runs[part][code].append(result)
                     finally:
                         shutil.rmtree(cache, ignore_errors=True)
                     loads.append(load_average())
-            row: dict[str, Any] = {"n": n, "stage": stage, "case": case, "load": loads}
-            for code in codes:
-                row[code] = {
-                    k: statistics.median(r[k] for r in runs[code])
-                    for k in ("seconds", "private_bytes")
-                }
-                row[code]["runs"] = [(r["seconds"], r["private_bytes"]) for r in runs[code]]
-                row[code]["digest"] = sorted({r["digest"] for r in runs[code]})
-            if "base" in row:
-                row["same_result"] = row["new"]["digest"] == row["base"]["digest"]
-                row["time_ratio"] = row["new"]["seconds"] / row["base"]["seconds"]
-                row["memory_ratio"] = row["new"]["private_bytes"] / max(
-                    row["base"]["private_bytes"], 1
-                )
-            print(json.dumps({k: v for k, v in row.items() if k != "load"}), file=sys.stderr)
-            rows.append(row)
-    record = {"machine": describe_machine(), "rows": rows}
+            for part in parts:
+                rows.append(_row(n, part, case, loads, codes, runs[part]))
+    record: dict[str, Any] = {"machine": describe_machine(), "rows": rows}
+    if args.label:
+        record["label"] = args.label
     append_run(record, args.out)
 
 
