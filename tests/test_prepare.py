@@ -154,6 +154,7 @@ def test_cli_prepare_then_again(cache, tmp_path, capsys):
     code, out, _ = run(capsys, "prepare", path, *FLAGS, "--json")
     report = json.loads(out)
     assert code == 0 and not any(s["built"] for s in report["stores"])
+    assert all("private_peak_bytes" in s for s in report["stores"])  # each step's memory
     paths = {s["kind"]: s["path"] for s in report["stores"]}
     # the loader over the same file with the same options maps exactly these files
     before = files_under(cache)

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
                         "built": s.built,
                         "bytes": s.nbytes,
                         "seconds": None if s.seconds < 0 else s.seconds,
+                        "private_peak_bytes": None if s.private_peak < 0 else s.private_peak,
                         "note": s.note,
                     }
                     for s in report.stores
