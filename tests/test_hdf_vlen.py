@@ -9,9 +9,11 @@ import tempfile
 
 import h5py
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from seqloader.sources import hdf_vlen
 from seqloader.sources.hdf_vlen import VlenStrings
 
 #: ASCII, two-byte utf-8 and bytes that are no utf-8 (h5py writes no NUL into a vlen string)
@@ -31,7 +33,7 @@ def test_heap_reads_equal_h5py(
 ) -> None:
     """Property: for tags written in one or several slices (some written twice, leaving dead
     objects in the heap), with or without a user block, any block ``[a, b)`` read from the heap
-    is h5py's tags joined with their offsets."""
+    is h5py's tags joined with their offsets, copied by strided segments or by one mask."""
     path = os.path.join(tempfile.mkdtemp(prefix="vlen-"), "t.hdf")
     n = len(tags)
     with h5py.File(path, "w", userblock_size=userblock) as f:
@@ -47,12 +49,14 @@ def test_heap_reads_equal_h5py(
         dset = f["seqTags"]
         reader = VlenStrings.open(f, dset)
         assert reader is not None
-        with reader:
-            got = reader.block(a, b)
         want = list(dset[a:b])
-    assert got is not None  # every heap h5py writes is read (dead objects: walked)
-    buf, offsets = got
-    assert [buf[x:y].tobytes() for x, y in itertools.pairwise(offsets)] == want
+        with reader, pytest.MonkeyPatch.context() as mp:
+            for segments in (hdf_vlen.SEGMENTS, 0):  # strided segments, then one mask
+                mp.setattr(hdf_vlen, "SEGMENTS", segments)
+                got = reader.block(a, b)
+                assert got is not None  # every heap h5py writes is read (dead objects: walked)
+                buf, offsets = got
+                assert [buf[x:y].tobytes() for x, y in itertools.pairwise(offsets)] == want
 
 
 def test_other_layouts_are_left_to_h5py(tmp_path) -> None:

@@ -92,9 +92,12 @@ class VlenStrings:
         self.close()
 
     def _read(self, at: int, size: int) -> np.ndarray:
-        out = np.empty(size, dtype=np.uint8)
+        return self._read_into(np.empty(size, dtype=np.uint8), at)
+
+    def _read_into(self, out: np.ndarray, at: int) -> np.ndarray:
+        """``out`` filled with the file's bytes from ``at`` on."""
         done = 0
-        while done < size:
+        while done < len(out):
             got = os.preadv(self._fd, [out.data[done:]], at + done)
             if got <= 0:
                 raise OSError(f"{self._path!r}: short read at byte {at + done}")
@@ -153,7 +156,7 @@ class VlenStrings:
         last = np.concatenate([gap, [len(named)]])
         for i, j in zip(first.tolist(), last.tolist(), strict=True):
             lo, hi = int(starts[i]), int(starts[j])
-            buf[lo:hi] = self._read(int(named[i]), hi - lo)
+            self._read_into(buf[lo:hi], int(named[i]))
         buf[-8:] = 0
         which = np.searchsorted(named, addr)
         return buf, starts[:-1], which
@@ -168,10 +171,12 @@ def _place(
     width = int(index.max()) + 1
     if width * len(starts) > TABLE_CELLS or int(index.min()) < 1:
         return None
+    own = HEADER + ((size + 7) & ~7)  # each object's bytes with its header and padding
+    cell = which * width + index
     step = np.zeros((len(starts), width), dtype=np.int64)
-    step[which, index] = HEADER + ((size + 7) & ~7)
+    step.reshape(-1)[cell] = own
     np.cumsum(step, axis=1, out=step)
-    at = starts[which] + HEADER + step[which, index] - (HEADER + ((size + 7) & ~7))
+    at = starts[which] + HEADER + step.reshape(-1)[cell] - own
     words = buf[: len(buf) // 8 * 8].view("<u8")
     bad = _unchecked(words, at, index, size)
     if len(bad):
@@ -213,12 +218,51 @@ def _walk(buf: np.ndarray, start: int) -> dict[int, int]:
 
 
 def _cut(buf: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray | None:
-    """The bytes ``buf[begin[i] : begin[i] + size[i]]`` one after another: rows whose objects
-    follow each other in the heap form a run, each run is copied once, and the headers and
-    padding between a run's objects are dropped by one mask. None if a string holds a NUL
-    (RETURNN cuts a tag there: the caller's h5py path does)."""
+    """The bytes ``buf[begin[i] : begin[i] + size[i]]`` one after another, or None if a string
+    holds a NUL (RETURNN cuts a tag there: the caller's h5py path does). Rows whose objects follow
+    each other in the heap with one size (tags of one pattern) are copied as one strided block
+    each where such segments are few (``_by_segments``), else by one mask (``_by_mask``)."""
     end = begin + size
     follows = begin[1:] == ((end[:-1] + 7) & ~7) + HEADER
+    alike = follows & (size[1:] == size[:-1])
+    first = np.flatnonzero(np.concatenate([[True], ~alike]))
+    if len(first) <= SEGMENTS:
+        data = _by_segments(buf, begin, size, first)
+    else:
+        data = _by_mask(buf, begin, end, follows)
+    return data if data.all() else None
+
+
+#: the most segments of equal-size adjacent objects a block is copied by (a Python step each);
+#: beyond it (tags of many lengths) one mask over the block's runs
+SEGMENTS = 4096
+
+
+def _by_segments(
+    buf: np.ndarray, begin: np.ndarray, size: np.ndarray, first: np.ndarray
+) -> np.ndarray:
+    """Segment ``k`` (rows ``first[k]`` to the next segment) holds objects of one size ``L``
+    one stride apart: a strided view ``[rows, L]`` of the heap, copied into place."""
+    out_at = np.zeros(len(begin) + 1, dtype=np.int64)
+    np.cumsum(size, out=out_at[1:])
+    out = np.empty(int(out_at[-1]), dtype=np.uint8)
+    bounds = np.concatenate([first, [len(begin)]]).tolist()
+    lengths, starts, places = size[first].tolist(), begin[first].tolist(), out_at[first].tolist()
+    for k in range(len(first)):
+        rows, width = bounds[k + 1] - bounds[k], lengths[k]
+        stride = HEADER + ((width + 7) & ~7)
+        src = np.lib.stride_tricks.as_strided(
+            buf[starts[k] :], shape=(rows, width), strides=(stride, 1), writeable=False
+        )
+        out[places[k] : places[k] + rows * width].reshape(rows, width)[...] = src
+    return out
+
+
+def _by_mask(
+    buf: np.ndarray, begin: np.ndarray, end: np.ndarray, follows: np.ndarray
+) -> np.ndarray:
+    """Rows whose objects follow each other in the heap form a run, each run is copied once,
+    and the headers and padding between a run's objects are dropped by one mask."""
     first = np.flatnonzero(np.concatenate([[True], ~follows]))
     last = np.concatenate([first[1:], [len(begin)]]) - 1
     lo, hi = begin[first].tolist(), end[last].tolist()
@@ -228,9 +272,6 @@ def _cut(buf: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray | N
     gaps[:-1] = begin[1:] - end[:-1]
     gaps[last] = 0
     counts = np.empty(2 * len(begin), dtype=np.int64)
-    counts[0::2], counts[1::2] = size, gaps
+    counts[0::2], counts[1::2] = end - begin, gaps
     keep = np.repeat(np.tile(np.array([True, False]), len(begin)), counts)
-    data = runs[keep]
-    if not data.all():
-        return None
-    return data
+    return runs[keep]
