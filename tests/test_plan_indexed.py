@@ -373,7 +373,7 @@ def test_positions_inside_a_batch_are_refused() -> None:
         ({"ordering": "sort_bin_shuffle:.4"}, "ordering='sort_bin_shuffle:.4'"),
         (
             {"ordering": "random", "distribution": "files", "mix": {"a": 1.0}},
-            "ordering='random' with mix",
+            r"ordering='random' with .*mix with chunking or with distribution='files'",
         ),
         ({"seeding": "returnn"}, "seeding"),
     ],

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import seqloader as sl
 from seqloader.errors import OptionError, ResumeError
 from seqloader.plan.inputs import PlanInputs
+from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planners import GLOBAL_ALGORITHM, make_planner, resolve_planning
 from seqloader.plan.selections import EpochSelection
@@ -115,6 +116,9 @@ NEWLY_INDEXED = [
     {"ordering": "random:2", "distribution": "files", "uneven": "drop"},
     {"ordering": "sorted", "fixed_random_subset": 0.5, "partition_epoch": 2},
     {"ordering": "random", "chunking": "4:2", "fixed_random_subset": 20},
+    # fixed and random orders with a mix under shard (the mix's sub-epoch cut greedily: mix_cuts)
+    {"ordering": "random", "mix": {"a": 0.5, "b": 2}},
+    {"ordering": "sorted", "mix": {"b": 1.5}, "partition_epoch": 2},
 ]  # fmt: skip
 
 
@@ -125,7 +129,8 @@ def test_newly_planned_combinations_resolve_to_indexed(options: dict) -> None:
     auto = PlanOptions(max_frames=40, **options)
     assert auto.resolved_planning == "indexed"
     files = np.r_[np.arange(0, 29, 3), 29] if auto.distribution == "files" else None
-    planner = make_planner({"data": np.arange(1, 30)}, auto, files=files)
+    corpora = Corpora(("a", "b"), np.array([0, 12, 29])) if auto.mix is not None else None
+    planner = make_planner({"data": np.arange(1, 30)}, auto, files=files, corpora=corpora)
     assert planner.options.planning == "indexed" and planner.global_plan(1, 2).steps > 0
 
 

@@ -85,6 +85,7 @@ from seqloader.plan.indexed.imbalance import (
     bucket_costs,
 )
 from seqloader.plan.indexed.mix import IndexedMix
+from seqloader.plan.indexed.mix_cuts import mix_cuts, mix_fixed_cuts
 from seqloader.plan.indexed.plan import (
     Draw,
     IndexedPlan,
@@ -309,7 +310,11 @@ class IndexedPlanner:
             lo, hi = part_bounds(order.size, self.options.partition_epoch, ep.part)
             batcher = cut_batcher(self._limits)
             draw: Draw
-            if self.units is None:
+            if isinstance(self.mix, IndexedMix):  # the mix's keyed slot order (indexed.mix_cuts)
+                parts = self.options.partition_epoch
+                table, draw = mix_cuts(self.mix, ep, parts, batcher, self._batch_lengths)
+                bounds = table.bounds
+            elif self.units is None:
                 bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
                 draw = FixedDraw(order, bounds, lo)
             else:  # each sequence's chunks in turn (indexed.fixed_chunks)
@@ -328,7 +333,22 @@ class IndexedPlanner:
         """The fixed or random ordering's sub-epoch: its greedy batch table and draw."""
         if self._random:
             return self._random_part(ep, order_rank)
+        if isinstance(self.mix, IndexedMix):  # the mix's sub-epoch listed (indexed.mix_cuts)
+            return self._mix_fixed_part(ep)
         return self._fixed_part(ep.part)
+
+    def _mix_fixed_part(self, ep: EpochIndex) -> tuple[BoundsTable, Draw]:
+        """A fixed ordering with a mix: sub-epoch ``ep``'s slots in the ordering, cut (O(slots)
+        time and memory, kept for the last epoch asked; ``mix_fixed_cuts``)."""
+        kept = self._random_kept
+        if kept is None or kept[0] != ep.epoch:
+            assert isinstance(self.mix, IndexedMix)
+            cut = mix_fixed_cuts(
+                self.mix, ep, self.options.partition_epoch, self.options.parsed_ordering,
+                cut_batcher(self._limits), self._batch_lengths, self.length_key,
+            )  # fmt: skip
+            kept = self._random_kept = (ep.epoch, cut)
+        return kept[1]
 
     def _limit_other_keys(
         self, lengths: Mapping[str, np.ndarray], limits: BatchLimits, tags: Sequence[str] | None

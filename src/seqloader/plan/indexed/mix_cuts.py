@@ -1,0 +1,138 @@
+"""A ``mix`` (``distribution="shard"``) with the orderings indexed planning batches by greedy cuts:
+``random`` and the fixed ones (``default``, ``reverse``, ``sorted``, ``sorted_reverse``).
+
+The sub-epoch is the mix's (``IndexedMix``: each (corpus, bucket) stream's part, every corpus
+epoch exactly once over the epochs that cover it), and its batches are greedy cuts of that
+sub-epoch's slots in the ordering, global planning's ``Batcher`` over their lengths; a slot
+carries its corpus epoch (``uses``). Sharding, ``uneven``, positions and resume are those of every
+indexed shard plan (``BoundsTable``: one batch a row).
+
+- ``random`` (``mix_cuts``): ``MixDraw`` already lists the sub-epoch's slots of a bucket in a
+  keyed random order (seed, full epoch, part; ``random``'s index is one bucket), computable
+  position by position: the cuts are made in blocks (O(slots) time per rank, as ``random``
+  unmixed; memory: a block and the bounds), and a rank draws only its own batches' slots.
+- the fixed orders (``mix_fixed_cuts``): the slots in the corpus' own order (ascending sequence,
+  a sequence's corpus epochs adjacent: global planning's canonical order of a mix's selection),
+  reversed, or stably sorted by length (``order_sequences``), then cut. A corpus epoch the
+  sub-epoch takes only part of is a random subset of the corpus, so its place in that order
+  needs the subset sorted: every rank lists the sub-epoch's slots (O(slots) time and memory,
+  12 bytes a slot, kept for the sub-epoch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from seqloader.plan.epochs import EpochIndex
+from seqloader.plan.indexed.fixed import BoundsTable, cut_positions
+from seqloader.plan.indexed.mix import IndexedMix, MixDraw
+from seqloader.plan.indexed.random_order import RANDOM_BLOCK
+from seqloader.plan.limits import Batcher
+from seqloader.plan.options import Ordering
+from seqloader.plan.ordering import order_sequences
+
+
+class MixCutDraw:
+    """The ``Draw`` of ``random`` with a mix: slot ``p`` of batch ``g`` is position
+    ``bounds[g] + p`` of the sub-epoch's keyed order of its slots (``MixDraw``, one bucket),
+    with its corpus epoch."""
+
+    def __init__(self, draw: MixDraw, bounds: np.ndarray) -> None:
+        self.mix_draw, self.bounds = draw, bounds
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at = np.asarray(self.bounds[np.asarray(bucket, dtype=np.int64)], np.int64) + pos
+        return self.mix_draw.slots(np.zeros(len(at), dtype=np.int64), at)
+
+
+class ListedDraw:
+    """The ``Draw`` of a fixed ordering with a mix: the sub-epoch's slots listed in order
+    (``seqs``, ``uses``), batch ``g`` at ``bounds[g]``."""
+
+    def __init__(self, seqs: np.ndarray, uses: np.ndarray, bounds: np.ndarray) -> None:
+        self.seqs, self.uses, self.bounds = seqs, uses, bounds
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        at = np.asarray(self.bounds[np.asarray(bucket, dtype=np.int64)], np.int64) + pos
+        return self.seqs[at], self.uses[at]
+
+
+def mix_cuts(
+    mix: IndexedMix,
+    ep: EpochIndex,
+    parts: int,
+    batcher: Batcher,
+    lengths: Mapping[str, np.ndarray],
+) -> tuple[BoundsTable, MixCutDraw]:
+    """``random`` with a mix: sub-epoch ``ep``'s slots in their keyed order, cut greedily in
+    blocks -> (batch table, draw).
+
+    >>> from seqloader.plan.indexed.fixed import cut_batcher
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> from seqloader.plan.cost import BatchCost
+    >>> from seqloader.plan.limits import BatchLimits
+    >>> from seqloader.plan.mix import Corpora
+    >>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
+    >>> index = build_bucket_index(lengths, np.zeros(0, np.int64))  # random's: one bucket
+    >>> corpora = Corpora(("a", "b"), np.array([0, 4, 7]))
+    >>> mix = IndexedMix(0, {"a": 0.5, "b": 2}, corpora, index, lengths)
+    >>> limits = BatchLimits.of(3, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> table, _ = mix_cuts(mix, EpochIndex(1, 1), 1, cut_batcher(limits), {"data": lengths})
+    >>> table.num_seqs, table.num_batches  # 2 of corpus a, 6 of b (two corpus epochs)
+    (8, 3)
+    """
+    draw = mix.draw(ep.full_epoch, ep.part, parts)
+    size = int(draw.cum[:, -1].sum())
+
+    def order(pos: np.ndarray) -> np.ndarray:
+        return draw.slots(np.zeros(len(pos), dtype=np.int64), pos)[0]
+
+    bounds = cut_positions(order, 0, size, batcher, lengths, RANDOM_BLOCK)
+    return BoundsTable(bounds), MixCutDraw(draw, bounds)
+
+
+def mix_fixed_cuts(
+    mix: IndexedMix,
+    ep: EpochIndex,
+    parts: int,
+    ordering: Ordering,
+    batcher: Batcher,
+    lengths: Mapping[str, np.ndarray],
+    length_key: str,
+) -> tuple[BoundsTable, ListedDraw]:
+    """A fixed ordering with a mix: sub-epoch ``ep``'s slots listed, put in the ordering (the
+    corpus' own order first: ascending sequence, corpus epochs adjacent), cut greedily ->
+    (batch table, draw).
+
+    >>> from seqloader.plan.indexed.fixed import cut_batcher
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> from seqloader.plan.cost import BatchCost
+    >>> from seqloader.plan.limits import BatchLimits
+    >>> from seqloader.plan.mix import Corpora
+    >>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
+    >>> index = build_bucket_index(lengths, np.zeros(0, np.int64))
+    >>> mix = IndexedMix(0, {"a": 1, "b": 2}, Corpora(("a", "b"), np.array([0, 4, 7])), index, lengths)
+    >>> limits = BatchLimits.of(4, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> table, draw = mix_fixed_cuts(mix, EpochIndex(1, 1), 1, Ordering("default"),
+    ...                              cut_batcher(limits), {"data": lengths}, "data")
+    >>> draw.seqs.tolist(), draw.uses.tolist(), table.bounds.tolist()
+    ([0, 1, 2, 3, 4, 4, 5, 5, 6, 6], [0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [0, 4, 8, 10])
+    """
+    draw = mix.draw(ep.full_epoch, ep.part, parts)
+    counts = draw.cum[:, -1]
+    bucket = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    pos = np.arange(len(bucket), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    seqs, uses = draw.slots(bucket, pos)
+    canonical = np.lexsort((uses, seqs))
+    seqs, uses = seqs[canonical], uses[canonical]
+    by = np.asarray(lengths[length_key])[seqs]
+    order = order_sequences(by, ordering, np.random.default_rng(0))  # fixed kinds draw nothing
+    seqs, uses = seqs[order], uses[order]
+
+    def at(p: np.ndarray) -> np.ndarray:
+        return seqs[p]
+
+    bounds = cut_positions(at, 0, len(seqs), batcher, lengths, RANDOM_BLOCK)
+    return BoundsTable(bounds), ListedDraw(seqs, uses, bounds)

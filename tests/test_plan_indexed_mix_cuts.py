@@ -1,0 +1,135 @@
+"""``mix`` under ``distribution="shard"`` with ``random`` or a fixed ordering under indexed planning
+(``seqloader.plan.indexed.mix_cuts``; hypothesis, pure numpy).
+
+A sub-epoch is the mix's (``IndexedMix``: each corpus' stream part, every corpus epoch once), its
+slots in the ordering (``random``: the mix's keyed order; ``default``: the corpus' own order,
+ascending sequence with a sequence's corpus epochs adjacent; ``reverse``: that backwards;
+``sorted``/``sorted_reverse``: by length, stably), cut greedily by global planning's ``Batcher``.
+Every contract holds (``check_plan_contracts``: per-corpus exactly once over corpus epochs, equal
+steps, a rank's share computed alone, determinism, resume chains ``W -> W' -> W''``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plan_contracts import check_plan_contracts
+from seqloader.plan import PlanOptions
+from seqloader.plan.epochs import EpochIndex, batch_limits
+from seqloader.plan.indexed.mix import IndexedMix
+from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.limits import Batcher
+from seqloader.plan.mix import Corpora
+from test_plan_indexed import indexed_digest
+
+pytestmark = pytest.mark.filterwarnings("ignore::seqloader.errors.DataWarning")  # tiny rates
+
+ORDERINGS = ["random", "random:2", "default", "reverse", "sorted", "sorted_reverse"]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    sizes = draw(st.lists(st.integers(1, 14), min_size=1, max_size=3))
+    names = tuple(f"c{i}" for i in range(len(sizes)))
+    lengths = np.array(
+        draw(st.lists(st.integers(1, 20), min_size=sum(sizes), max_size=sum(sizes))), np.int64
+    )
+    rates = {n: draw(st.sampled_from([0.5, 1.0, 1.5, "2/3", 2])) for n in names}
+    options = {
+        "ordering": draw(st.sampled_from(ORDERINGS)),
+        "max_seqs": draw(st.sampled_from([None, 2, 4])),
+        "max_frames": draw(st.sampled_from([None, 30, 60])),
+        "partition_epoch": draw(st.integers(1, 2)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "seed": draw(st.integers(0, 3)),
+        "mix": rates,
+    }
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    worlds = draw(st.lists(st.integers(1, 4), min_size=2, max_size=3))
+    return {"lengths": lengths, "corpora": Corpora(names, bounds), "options": options,
+            "worlds": worlds}  # fmt: skip
+
+
+def planner(case: dict) -> IndexedPlanner:
+    options = PlanOptions(**case["options"])
+    assert options.resolved_planning == "indexed"
+    return IndexedPlanner({"data": case["lengths"]}, options, corpora=case["corpora"])
+
+
+@settings(max_examples=12, deadline=None)
+@given(cases())
+def test_batches_are_greedy_cuts_of_the_mix_in_the_ordering_and_every_contract_holds(
+    case: dict,
+) -> None:
+    """On one rank a sub-epoch's slots are the mix's sub-epoch (the ``IndexedMix`` counts per
+    corpus), in the ordering, and its bounds the greedy ``Batcher``'s on that order; the
+    contracts hold on the chain ``worlds``."""
+    indexed = planner(case)
+    mix, o = indexed.mix, indexed.options
+    assert isinstance(mix, IndexedMix)
+    lengths = case["lengths"]
+    limits = batch_limits(o, ["data"], "data")
+    for epoch in range(1, o.partition_epoch + 1):
+        b = indexed.global_plan(epoch, 1).batches
+        assert b.uses is not None and b.real.all()
+        seqs, uses = b.seqs, b.uses.astype(np.int64)
+        ep = EpochIndex(epoch, o.partition_epoch)
+        want = mix.part(ep.full_epoch, ep.part, o.partition_epoch)[1].sum(axis=0)
+        np.testing.assert_array_equal(case["corpora"].counts(seqs), want)
+        kind = o.parsed_ordering.kind
+        key = seqs * 1000 + uses  # the corpus' own order: ascending sequence, then corpus epoch
+        if kind == "default":
+            assert (np.diff(key) > 0).all()
+        elif kind == "reverse":
+            assert (np.diff(key) < 0).all()
+        elif kind in ("sorted", "sorted_reverse"):
+            step = np.diff(lengths[seqs]) * (1 if kind == "sorted" else -1)
+            assert (step >= 0).all()
+            assert (np.diff(key)[step == 0] > 0).all()  # stable: ties in the corpus' order
+        else:  # the mix's keyed order of the sub-epoch's slots
+            draw = mix.draw(ep.full_epoch, ep.part, o.partition_epoch)
+            got = draw.slots(np.zeros(len(seqs), np.int64), np.arange(len(seqs)))
+            np.testing.assert_array_equal(got[0], seqs)
+            np.testing.assert_array_equal(got[1], uses)
+        np.testing.assert_array_equal(b.bounds, Batcher(limits, {"data": lengths}).bounds(seqs))
+    cut = [0.5, 1][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=())
+
+
+MIX_CUT_CASES: dict[str, dict] = {
+    "mix random W3 split": {
+        "options": {"ordering": "random", "max_seqs": 6, "max_frames": 1500,
+                    "mix": {"a": 0.5, "b": 1.5}},
+        "world": 3,
+    },
+    "mix default partition 2 W2 drop": {
+        "options": {"ordering": "default", "max_frames": 2000, "partition_epoch": 2,
+                    "uneven": "drop", "mix": {"a": 2, "c": "1/3"}},
+        "world": 2,
+    },
+    "mix sorted_reverse W4 pad": {
+        "options": {"ordering": "sorted_reverse", "max_frames": 1800, "uneven": "pad",
+                    "mix": {"b": 0.7}},
+        "world": 4,
+    },
+}  # fmt: skip
+MIX_CUT_GOLDEN = {
+    "mix random W3 split": "76f6faab529df68072e20d3cb5ab69eeddbb3aaff99db9c50dee27dd9ff4e0d8",
+    "mix default partition 2 W2 drop": (
+        "3a05fc40624ddccffedfa8b36eba96e84d14c7c10ec090a4a95bac8f98a2964d"
+    ),
+    "mix sorted_reverse W4 pad": (
+        "af6abe1728a74b09bc0d3b74d2a4ef022d388c1d28a13e809d6363dc5c72828f"
+    ),
+}
+
+
+def test_mix_cut_golden_plans_are_pinned() -> None:
+    """Added with fixed and random orders under a mix (refused before under indexed planning:
+    no plan of the current ``INDEXED_ALGORITHM`` moved); bump it and record anew if one
+    changes."""
+    got = {name: indexed_digest(case) for name, case in MIX_CUT_CASES.items()}
+    assert got == MIX_CUT_GOLDEN, f"record: {got}"
