@@ -22,6 +22,7 @@ from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.indexed.batch_table import bucket_runs, laplace_bins
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.budget import edges_for
+from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.indexed.replay import buckets_consumed
@@ -251,6 +252,37 @@ def test_buckets_replay_of_prefixes_equals_rank_by_rank(
         got = buckets_consumed(seg.live_units(), steps, seg.order_rng, block)
         np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
         np.testing.assert_array_equal(seg.consumed(steps), got)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data(), st.sampled_from(["split", "pad", "drop"]), st.sampled_from([1, 4, 1 << 20]))
+def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, block: int) -> None:
+    """The same on drawn units (ranks' runs of random counts and batch sizes, partly consumed
+    before the segment, on their own ranks or cut over another world size): every step."""
+    runs = data.draw(
+        st.lists(
+            st.lists(st.tuples(st.integers(1, 16), st.integers(1, 6)), max_size=4),
+            min_size=1,
+            max_size=5,
+        )
+    )
+    rank = np.repeat(np.arange(len(runs)), [len(r) for r in runs]).astype(np.int32)
+    count = np.array([c for r in runs for c, _ in r], dtype=np.int64)
+    size = np.array([k for r in runs for _, k in r], dtype=np.int32)
+    group = np.concatenate([np.arange(len(r)) for r in runs] + [[]]).astype(np.int32)
+    units = Units(
+        np.zeros(0, np.int64), np.zeros(0, np.int64), rank, group, count, size, group, group,
+        len(runs),
+    )  # fmt: skip
+    start = np.array([data.draw(st.integers(0, int(c))) for c in count], dtype=np.int64)
+    index = data.draw(st.integers(0, 1))
+    world = len(runs) if index == 0 else data.draw(st.integers(1, 6))
+    ordering = PlanOptions(ordering="buckets:3").parsed_ordering
+    seed = data.draw(st.integers(0, 9))
+    seg = Segment(units, start, world, index, ordering, uneven, lambda r: rng_for(seed, r))
+    for steps in range(seg.steps + 1):
+        got = buckets_consumed(seg.live_units(), steps, seg.order_rng, block)
+        np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
 
 
 @settings(max_examples=40, deadline=None)

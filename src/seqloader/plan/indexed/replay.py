@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqloader.plan.indexed.plan import ranges
 from seqloader.plan.options import Ordering, Uneven
 
 
@@ -139,7 +140,10 @@ def buckets_consumed(
     ties = np.bincount(q, weights=(nb - 1) * tie_k + tie_l, minlength=world).astype(np.int64)
     first = np.zeros(len(nb) + 1, dtype=np.int64)  # each live unit's first batch, end to end
     np.cumsum(nb, out=first[1:])
-    units = _Prefix(first, np.searchsorted(q, np.arange(world + 1), side="left"), size, last)
+    units = _Prefix(
+        first, np.searchsorted(q, np.arange(world + 1), side="left"), q, size, last,
+        seg.rem, _ceil(size, t_u), _ceil(last, t_u), tie_k, tie_l,
+    )  # fmt: skip
     walked = np.flatnonzero(~whole & (rank_nb > 0))
     a = 0
     while a < len(walked):  # blocks of ranks, about ``block`` batches each
@@ -147,9 +151,7 @@ def buckets_consumed(
         b = a + max(int(np.searchsorted(span, block, side="right")), 1)
         ranks = walked[a:b]
         perms = [order_rng(r).permutation(int(rank_nb[r]))[:steps] for r in ranks.tolist()]
-        unit, pieces, sizes, starts = units.walk(ranks, perms, level, rest, ties, tie_k, tie_l)
-        used = _used(pieces, sizes, starts, steps)
-        out[seg.live] += np.bincount(unit, weights=used, minlength=len(nb)).astype(np.int64)
+        out[seg.live] += units.consumed(ranks, perms, steps, rest, ties)
         a = b
     return out
 
@@ -157,64 +159,73 @@ def buckets_consumed(
 @dataclass(frozen=True)
 class _Prefix:
     """The live units as ``buckets_consumed`` walks them: ``first`` int64 ``[L + 1]`` each one's
-    first batch with every rank's units end to end (``_by`` order), ``lead`` int64 ``[W + 1]`` each
-    rank's first live unit, ``size`` and ``last`` int64 ``[L]`` its batch size and last batch."""
+    first batch with every rank's units end to end (``_by`` order), ``lead`` ``[W + 1]`` each
+    rank's first live unit; per live unit ``[L]`` its rank, batch size, last batch, sequences
+    left, the pieces of a full and of its last batch at its rank's level and their ties."""
 
     first: np.ndarray
     lead: np.ndarray
+    owner: np.ndarray
     size: np.ndarray
     last: np.ndarray
+    rem: np.ndarray
+    pk: np.ndarray
+    pl: np.ndarray
+    tie_k: np.ndarray
+    tie_l: np.ndarray
 
-    def walk(
+    def consumed(
         self,
         ranks: np.ndarray,
         perms: list[np.ndarray],
-        level: np.ndarray,
+        steps: int,
         rest: np.ndarray,
         ties: np.ndarray,
-        tie_k: np.ndarray,
-        tie_l: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The prefixes ``perms`` (each rank's permutation of its batches, listed unit after
-        unit) of ``ranks`` (ascending), with the ranks' split ``level``, leftover tie increments
-        ``rest`` and ``ties`` in all (``[W]`` each; per unit ``tie_k``, ``tie_l``) -> (live unit,
-        pieces, size) per prefix position, int64 ``[P]`` each, and where each rank's prefix
-        starts ``[len(ranks) + 1]``."""
+    ) -> np.ndarray:
+        """Sequences of each live unit consumed in the first ``steps`` steps of ``ranks``
+        (ascending; ``perms``: each one's permutation of its batches, listed unit after unit,
+        cut to ``steps``; ``rest``, ``ties``: ``[W]`` each rank's leftover tie increments and its
+        ties in all) -> int64 ``[L]``."""
         lengths = np.array([len(p) for p in perms], dtype=np.int64)
         starts = np.zeros(len(ranks) + 1, dtype=np.int64)
         np.cumsum(lengths, out=starts[1:])
-        u0, hi = int(self.lead[ranks[0]]), int(self.lead[ranks[-1] + 1])
+        u0, u1 = int(self.lead[ranks[0]]), int(self.lead[ranks[-1] + 1])
         nb = np.diff(self.first)
-        listing = np.repeat(np.arange(u0, hi, dtype=np.int64), nb[u0:hi])  # the ranks' batches
+        listing = np.repeat(np.arange(u0, u1, dtype=np.int64), nb[u0:u1])  # the ranks' batches
         at = np.repeat(self.first[self.lead[ranks]] - self.first[u0], lengths)
         unit = listing[np.concatenate(perms) + at]  # [P] index into the live units
         count = np.bincount(unit, minlength=len(nb))
         full = count == nb  # units whose every batch is in the prefix: their last one there
         last_at = np.full(len(nb), -1, dtype=np.int64)
-        within = np.flatnonzero(full[unit])
-        np.maximum.at(last_at, unit[within], within)
-        short = last_at[full]  # [S] positions of the units' last batches
-        sizes = self.size[unit]
-        sizes[short] = self.last[unit[short]]
-        pieces = _ceil(sizes, np.repeat(level[ranks], lengths))
-        tie = tie_k[unit]
-        tie[short] = tie_l[unit[short]]
-        after = np.repeat(ties[ranks], lengths) - _cumsum_within(tie, starts)  # later ties
-        pieces += np.clip(np.repeat(rest[ranks], lengths) - after, 0, tie)  # latest first
-        return unit, pieces, sizes, starts
-
-
-def _used(pieces: np.ndarray, sizes: np.ndarray, starts: np.ndarray, steps: int) -> np.ndarray:
-    """Sequences consumed of each prefix position (ranks' prefixes from ``starts``) in the first
-    ``steps`` steps: whole batches whose pieces end by then, the first pieces of the one where
-    ``steps`` falls (the first ``size % pieces`` pieces one longer)."""
-    ends = _cumsum_within(pieces, starts)
-    used = np.where(ends <= steps, sizes, 0)
-    crossing = np.flatnonzero((ends > steps) & (ends - pieces < steps))
-    m = steps - (ends[crossing] - pieces[crossing])  # its first m pieces
-    whole, extra = np.divmod(sizes[crossing], pieces[crossing])
-    used[crossing] = m * whole + np.minimum(m, extra)
-    return used
+        inside = np.flatnonzero(full[unit])
+        np.maximum.at(last_at, unit[inside], inside)
+        short = last_at[full]  # [S] the positions of those last batches
+        pieces = self.pk[unit]
+        pieces[short] = self.pl[unit[short]]
+        # leftover tie increments go to a rank's latest batches: only ranks whose prefix
+        # reaches them (more left over than the ties past the prefix) take any in it
+        prefix_ties = count * self.tie_k + full * (self.tie_l - self.tie_k)
+        past = ties - np.bincount(self.owner, weights=prefix_ties, minlength=len(ties))
+        for i in np.flatnonzero(rest[ranks] > past[ranks]).tolist():
+            r, span = int(ranks[i]), slice(int(starts[i]), int(starts[i + 1]))
+            tie = self.tie_k[unit[span]]
+            mine = short[(short >= span.start) & (short < span.stop)]
+            tie[mine - span.start] = self.tie_l[unit[mine]]
+            after = int(ties[r]) - np.cumsum(tie)  # ties of the rank's later batches
+            pieces[span] += np.clip(int(rest[r]) - after, 0, tie)
+        ends = np.cumsum(pieces)  # pieces through each position, the block's ranks end to end
+        limit = np.concatenate([[0], ends])[starts[:-1]] + steps  # [R] each rank's last end
+        stop = np.minimum(np.searchsorted(ends, limit, side="right"), starts[1:])
+        later = ranges(stop, starts[1:])  # positions past the steps (not whole)
+        done = count - np.bincount(unit[later], minlength=len(nb))
+        out = np.minimum(done * self.size, self.rem)
+        cross = stop[stop < starts[1:]]  # the batch where the steps end, if partly consumed
+        m = limit[stop < starts[1:]] - (ends[cross] - pieces[cross])  # its first m pieces
+        last = last_at[unit[cross]] == cross  # the unit's last batch
+        sizes = np.where(last, self.last[unit[cross]], self.size[unit[cross]])
+        whole, extra = np.divmod(sizes, pieces[cross])
+        np.add.at(out, unit[cross], m * whole + np.minimum(m, extra))
+        return out
 
 
 def _split_levels(
