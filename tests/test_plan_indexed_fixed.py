@@ -162,8 +162,6 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
         ({"distribution": "files", "mix": {"a": 1.0}}, r"ordering='sorted' with .*mix"),
         ({"distribution": "files", "chunking": 50}, "chunking with distribution='files'"),
         ({"ordering": "random", "distribution": "files", "mix": {"a": 1.0}}, r"random' with .*mix"),
-        ({"ordering": "random", "epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise"),
-        ({"epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}}, "epoch_wise_filter"),
         ({"fixed_random_subset": 10, "chunking": 50}, "or with fixed_random_subset"),
         (
             {"ordering": "sort_bin_shuffle:.4"},

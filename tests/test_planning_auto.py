@@ -119,6 +119,8 @@ NEWLY_INDEXED = [
     # fixed and random orders with a mix under shard (the mix's sub-epoch cut greedily: mix_cuts)
     {"ordering": "random", "mix": {"a": 0.5, "b": 2}},
     {"ordering": "sorted", "mix": {"b": 1.5}, "partition_epoch": 2},
+    {"ordering": "default", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
+    {"ordering": "random", "chunking": "4:2", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
 ]  # fmt: skip
 
 

@@ -391,14 +391,13 @@ class PlanOptions:
                 and (
                     (self.distribution == "files" and (self.chunking is not None or self.mix))
                     or (self.mix is not None and self.chunking is not None)
-                    or self.epoch_wise_filter is not None
                     or (
                         self.fixed_random_subset is not None
                         and self.chunking is not None
                         and kind != "random"
                     )
                 ),
-                f"ordering={self.ordering!r} with epoch_wise_filter, mix with chunking or with "
+                f"ordering={self.ordering!r} with mix with chunking or with "
                 "distribution='files', or chunking with distribution='files' or with "
                 "fixed_random_subset (a fixed or random order's greedy cuts are made for the whole "
                 "admitted corpus, sharded, a mix's sub-epoch, or each rank's files' sequences)",

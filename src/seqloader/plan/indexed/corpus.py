@@ -79,6 +79,15 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
             "the order would differ from global planning's); use planning='global' for it, or "
             "ordering='laplace:.N'"
         )
+    kind = inputs.options.parsed_ordering.kind
+    cut_order = kind in FIXED_KINDS or kind == "random"
+    if inputs.order_lengths is not None and inputs.options.epoch_wise_filter and cut_order:
+        raise OptionError(
+            f"planning='indexed' with ordering={ordering!r} and epoch_wise_filter: the source"
+            f"{' ' + inputs.origin if inputs.origin else ''} declares its own sort key "
+            "(order_lengths), which global planning's filter keeps the shortest by; indexed "
+            "planning filters by the length key. Use planning='global' for it"
+        )
     if inputs.pools is not None or inputs.orders is not None:
         raise OptionError(
             "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "

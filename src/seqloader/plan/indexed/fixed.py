@@ -101,6 +101,21 @@ class FixedOrder:
         return np.asarray(self.index.members[at], dtype=np.int64)
 
 
+class ListedOrder:
+    """An order given as its sequences (a part after ``epoch_wise_filter``): position ``p`` is
+    ``seqs[p]``.
+
+    >>> ListedOrder(np.array([7, 3, 5]))(np.array([2, 0])).tolist()
+    [5, 7]
+    """
+
+    def __init__(self, seqs: np.ndarray) -> None:
+        self.seqs = np.asarray(seqs, dtype=np.int64)
+
+    def __call__(self, pos: np.ndarray) -> np.ndarray:
+        return self.seqs[np.asarray(pos, dtype=np.int64)]
+
+
 def fixed_cuts(
     order: Callable[[np.ndarray], np.ndarray],
     size: int,

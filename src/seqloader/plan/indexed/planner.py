@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from seqloader.plan.admission import epoch_filters
+from seqloader.plan.admission import epoch_filters, mean_len_selection
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
@@ -67,6 +67,7 @@ from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     BoundsTable,
     FixedDraw,
+    ListedOrder,
     cut_batcher,
     cut_positions,
 )
@@ -262,6 +263,8 @@ class IndexedPlanner:
         self._fixed_kept: tuple[int, tuple[BoundsTable, Draw]] | None = None
         #: random: the greedy cuts of each epoch's keyed order, the last epoch's kept
         self._random_kept: tuple[int, tuple[BoundsTable, Draw]] | None = None
+        #: epoch_wise_filter: the filtered part of the last epoch asked
+        self._filter_kept: tuple[int, tuple[BoundsTable, Draw, dict[str, int]]] | None = None
 
     def _take_selections(self, selections: Sequence[EpochSelection]) -> None:
         """Epoch selections (``seqloader.plan.selections``), applied to each sub-epoch's lists
@@ -303,34 +306,83 @@ class IndexedPlanner:
         (``RankBatchOrder``: the same batch count on every rank)."""
         kept = self._random_kept
         if kept is None or kept[0] != ep.epoch:
-            words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
-            chunked = self.units is not None
-            index = admitted_index(self._mask, len(self.lengths)) if chunked else self.index
-            order = RandomOrder(index, words)
-            lo, hi = part_bounds(order.size, self.options.partition_epoch, ep.part)
-            batcher = cut_batcher(self._limits)
-            draw: Draw
             if isinstance(self.mix, IndexedMix):  # the mix's keyed slot order (indexed.mix_cuts)
                 parts = self.options.partition_epoch
+                batcher = cut_batcher(self._limits)
                 table, draw = mix_cuts(self.mix, ep, parts, batcher, self._batch_lengths)
-                bounds = table.bounds
-            elif self.units is None:
-                bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
-                draw = FixedDraw(order, bounds, lo)
-            else:  # each sequence's chunks in turn (indexed.fixed_chunks)
-                chunking, stride = self.corpus.fixed_chunking(), self.units.stride
-                cut = cut_chunk_positions(order, lo, hi, batcher, chunking, stride, RANDOM_BLOCK)
-                bounds = cut[0]
-                draw = ChunkedFixedDraw(order, cut[1], lo, hi - lo, chunking, stride)
-            kept = self._random_kept = (ep.epoch, (BoundsTable(bounds), draw))
-        table, draw = kept[1]
-        if not self.distribution.own_orders:
+                kept = self._random_kept = (ep.epoch, (BoundsTable(table.bounds), draw))
+            else:
+                order, lo, hi = self._cut_order(ep)
+                kept = self._random_kept = (ep.epoch, self._cut(order, lo, hi))
+        return self._own_batches(ep, order_rank, *kept[1])
+
+    def _own_batches(
+        self, ep: EpochIndex, order_rank: int, table: BoundsTable, draw: Draw
+    ) -> tuple[BoundsTable, Draw]:
+        """``random`` under ``random_seed_offset``: the shared batches in the rank's own keyed
+        order (``RankBatchOrder``); else as they are."""
+        if not (self._random and self.distribution.own_orders):
             return table, draw
         own = (PURPOSE_INDEXED_BATCH_ORDER, self.seed_epoch(ep), ep.part)
         return RankBatchOrder(table.bounds, (*self.head_of(order_rank), *own)), draw
 
+    def _cut_order(self, ep: EpochIndex) -> tuple[Callable[[np.ndarray], np.ndarray], int, int]:
+        """The fixed or random ordering's full-epoch sequence order and sub-epoch ``ep``'s part
+        of it (first and end position)."""
+        if self._random:
+            words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
+            chunked = self.units is not None
+            index = admitted_index(self._mask, len(self.lengths)) if chunked else self.index
+            order: Callable[[np.ndarray], np.ndarray] = RandomOrder(index, words)
+        else:
+            order = self.corpus.fixed_order(self.index)
+        lo, hi = part_bounds(self.num_admitted, self.options.partition_epoch, ep.part)
+        return order, lo, hi
+
+    def _cut(
+        self, order: Callable[[np.ndarray], np.ndarray], lo: int, hi: int
+    ) -> tuple[BoundsTable, Draw]:
+        """Greedy batches of positions ``lo .. hi`` of ``order``, cut here in blocks (chunked:
+        each sequence's chunks in turn, ``indexed.fixed_chunks``): the table and the draw."""
+        batcher = cut_batcher(self._limits)
+        if self.units is None:
+            bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
+            return BoundsTable(bounds), FixedDraw(order, bounds, lo)
+        chunking, stride = self.corpus.fixed_chunking(), self.units.stride
+        bounds, firsts = cut_chunk_positions(order, lo, hi, batcher, chunking, stride, RANDOM_BLOCK)
+        return BoundsTable(bounds), ChunkedFixedDraw(order, firsts, lo, hi - lo, chunking, stride)
+
+    def _filtered_part(self, ep: EpochIndex) -> tuple[BoundsTable, Draw, dict[str, int]]:
+        """Fixed and random orderings with ``epoch_wise_filter`` in ``ep``: the part's sequences
+        in order (O(n / P) time and memory, every sub-epoch the filter applies to), RETURNN's
+        ``mean_len_selection`` of each filter in turn (global planning's, on the same order), the
+        kept sequences cut greedily: (table, draw, {reason: dropped}); kept for the last epoch."""
+        kept = self._filter_kept
+        if kept is not None and kept[0] == ep.epoch:
+            return kept[1]
+        order, lo, hi = self._cut_order(ep)
+        seqs = order(np.arange(lo, hi, dtype=np.int64))
+        reasons: dict[str, int] = {}
+        for mean in epoch_filters(self.options.epoch_wise_filter, ep.epoch):  # type: ignore[arg-type]
+            keep = mean_len_selection(seqs, self.lengths, mean)
+            if dropped := len(seqs) - int(np.count_nonzero(keep)):
+                reasons[f"epoch_wise_filter max_mean_len={mean:g} (epoch {ep.epoch})"] = dropped
+            seqs = seqs[keep]
+        table, draw = self._cut(ListedOrder(seqs), 0, len(seqs))
+        self._filter_kept = (ep.epoch, (table, draw, reasons))
+        return self._filter_kept[1]
+
+    def _cut_filters(self, epoch: int) -> bool:
+        """A fixed or random ordering whose ``epoch_wise_filter`` applies to ``epoch``."""
+        return (self._fixed or self._random) and bool(
+            epoch_filters(self.options.epoch_wise_filter, epoch)  # type: ignore[arg-type]
+        )
+
     def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, Draw]:
         """The fixed or random ordering's sub-epoch: its greedy batch table and draw."""
+        if self._cut_filters(ep.epoch):
+            table, draw, _ = self._filtered_part(ep)
+            return self._own_batches(ep, order_rank, table, draw)
         if self._random:
             return self._random_part(ep, order_rank)
         if isinstance(self.mix, IndexedMix):  # the mix's sub-epoch listed (indexed.mix_cuts)
@@ -388,6 +440,11 @@ class IndexedPlanner:
     def filtered(self, epoch: int) -> dict[str, int]:
         """The admission's counts and, with ``epoch_wise_filter``, this epoch's."""
         out = dict(self._filtered)
+        if self._cut_filters(epoch):  # fixed and random orderings: their filtered part's
+            ep = EpochIndex(epoch, self.options.partition_epoch)
+            for reason, count in self._filtered_part(ep)[2].items():
+                out[reason] = out.get(reason, 0) + count
+            return out
         if (self.options.epoch_wise_filter or self.selections) and self.mix is None:
             cut = self._epoch_cut(EpochIndex(epoch, self.options.partition_epoch), 0)
             for reason, count in (cut.reasons if cut is not None else {}).items():
@@ -458,7 +515,8 @@ class IndexedPlanner:
         means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
         chosen = [sel for sel in self.selections if sel.applies(ep.epoch)]
         every = self.planned.cuts_every_epoch(self.options)
-        if (not means and not chosen and not every) or self.mix is not None:
+        cut_orders = self._fixed or self._random  # their filter: _filtered_part
+        if (not means and not chosen and not every) or self.mix is not None or cut_orders:
             return None
         if self._shared_sets:  # one cut for every rank
             order_rank = 0
@@ -581,7 +639,11 @@ class IndexedPlanner:
         (``PlannedUnits.corpus_counts``); filtered or with ``partition_epoch > 1`` each bucket's
         slice is drawn in chunks (O(n / P) time, the memory of a chunk)."""
         assert self.corpora is not None
-        if self.options.partition_epoch == 1 and self._epoch_cut(EpochIndex(epoch, 1), 0) is None:
+        if (
+            self.options.partition_epoch == 1
+            and not self._cut_filters(epoch)
+            and self._epoch_cut(EpochIndex(epoch, 1), 0) is None
+        ):
             return self.planned.corpus_counts(self.corpora, self._mask)
         ep = EpochIndex(epoch, self.options.partition_epoch)
         counts, _, _ = self._counts(ep)
