@@ -4,10 +4,10 @@ the padded arrays (``read_into``), when no transform needs each sequence on its 
 The general path (``execute``) materialises every sequence (``read``: a copy out of the file),
 pads it (a second copy) and screens it for NaN/Inf (a third pass). Here the padded arrays are
 allocated first from the lengths known at open, the source copies each sequence's rows into its
-row of the batch (from the memory map or the file's chunks), the tails are zeroed, and each float
-key's padded batch is screened for NaN/Inf in one reduction (``sources.padded_rows``:
-``may_hold_nonfinite``); only the rows it flags get the exact per-sequence check, so the messages
-name the same sequences as before. Batches are
+row of the batch (from the memory map or the file's chunks), the tails are zeroed, and each
+float row is screened for NaN/Inf right after its copy (``sources.padded_rows.RowScreen``); only
+the rows that fail it get the exact per-sequence check, so the messages name the same sequences
+as before. Batches are
 byte-identical to the general path's (tests compare both with h5py).
 """
 

@@ -7,9 +7,8 @@ ms per batch there, 2-6% of a 10 ms step; in the worker it adds ~0.25 ms. The po
 off) is applied in the trainer (``seqloader.trainer.checks.BatchChecks``).
 
 Batches read straight into their padded memory (``loading.direct``, no transform) are screened
-in one reduction over each float key's padded batch (``sources.padded_rows.may_hold_nonfinite``,
-once per sequence and process); only the sequences it flags come here, so the messages are the
-same on both paths.
+where the bytes are copied (``sources.padded_rows.RowScreen``, once per sequence and process);
+only the sequences that fail it come here, so the messages are the same on both paths.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from seqloader.sources.base import KeySpec, SourceBase
 from seqloader.sources.columns import ColumnStore, DamagedStore
 from seqloader.sources.hdf_chunks import forget_file, index_files
 from seqloader.sources.hdf_layout import FileLayout, FileScan, read_layout, scan_file
-from seqloader.sources.hdf_read import OpenFile, ReadGroup, screen_batch
+from seqloader.sources.hdf_read import OpenFile
 from seqloader.sources.hdf_store import (
     FileStarts,
     Metadata,
@@ -237,9 +237,8 @@ class HDFSource(SourceBase):
         from the file's bytes (mmap or chunks) to the destination. Rows past a sequence's length
         are not written. Errors name the sequence, as ``read`` does.
 
-        With ``screen``, float data is screened for NaN/Inf (``hdf_read.screen_batch``: once over
-        the batch, only where this process has not screened its sequences before); returns the
-        rows ``j`` that hold some."""
+        With ``screen``, float data is screened for NaN/Inf right after each copy (bytes still in
+        cache); returns the rows ``j`` that may hold some (an exact check must confirm)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
             bad = int(idx[(idx < 0) | (idx >= len(self))][0])
@@ -251,11 +250,14 @@ class HDFSource(SourceBase):
             groups = [
                 (f, rows.tolist(), local) for f, rows, local in by_part(self._file_start, idx)
             ]
-        read: list[ReadGroup] = []
+        suspects: set[int] = set()
         for f, pos, local in groups:
             try:
-                opened = self._file(f)
-                opened.read_into(self._starts[f], local, out, pos)
+                if screen:
+                    with np.errstate(over="ignore", invalid="ignore"):  # the screen's false alarms
+                        suspects |= self._file(f).read_into(self._starts[f], local, out, pos, True)
+                else:
+                    suspects |= self._file(f).read_into(self._starts[f], local, out, pos)
             except Exception as e:
                 # find and name the sequence that fails; read() raises the named error
                 for j in pos:
@@ -266,8 +268,7 @@ class HDFSource(SourceBase):
                     f"{self._paths[f]!r} into a batch failed: {type(e).__name__}: {e} (each of "
                     "them reads fine alone: check the destination arrays' shapes and dtypes)"
                 ) from e
-            read.append((opened, pos, local, self._bounds[f + 1] - self._bounds[f]))
-        return screen_batch(read, out) if screen else []
+        return sorted(suspects)
 
     def _file(self, f: int) -> OpenFile:
         pid = os.getpid()

@@ -14,8 +14,7 @@ Three ways, same bytes:
 Batches without a transform are read straight into the padded batch (``OpenFile.read_into``,
 ``HDFSource.read_into``; see ``loading.direct``): from the map one ``memmove`` + ``memset`` per
 sequence, from chunks one copy per run of whole chunk rows, through h5py one copy out of its
-buffer; the NaN/Inf screen runs once over each float key's padded batch, on batches holding
-sequences this process has not screened before (``HDFSource.read_into``).
+buffer; the NaN/Inf screen runs on each sequence right after its copy, once per process.
 """
 
 from __future__ import annotations
@@ -30,13 +29,7 @@ import h5py
 import numpy as np
 
 from seqloader.sources.hdf_chunks import chunked_reader
-from seqloader.sources.padded_rows import (
-    RowReader,
-    gather_small,
-    into_each,
-    may_hold_nonfinite,
-    nonfinite_rows,
-)
+from seqloader.sources.padded_rows import RowReader, RowScreen, gather_small, into_each
 
 _memmove, _memset = ctypes.memmove, ctypes.memset
 
@@ -61,14 +54,18 @@ class MappedRows(RowReader):
         out[...] = self.array[a:b]
 
     def spans_into(
-        self, begin: np.ndarray, end: np.ndarray, out: np.ndarray, pos: Sequence[int]
-    ) -> None:
-        if gather_small(self.array.__getitem__, begin, end, out, pos):
-            return
+        self,
+        begin: np.ndarray,
+        end: np.ndarray,
+        out: np.ndarray,
+        pos: Sequence[int],
+        screen: Sequence[bool] | None = None,
+    ) -> list[int]:
+        if screen is None and gather_small(self.array.__getitem__, begin, end, out, pos):
+            return []
         a_list, b_list = begin.tolist(), end.tolist()  # plain ints: the loop runs per sequence
         if not self._fits(a_list, b_list, out, pos):
-            into_each(self.into, begin, end, out, pos)  # numpy checks and raises
-            return
+            return into_each(self.into, begin, end, out, pos, screen)  # numpy checks and raises
         # Every span lies inside the dataset and its batch row (checked above), so each row is
         # one memmove from the page cache plus one memset for its padding: two C calls instead
         # of five numpy operations per sequence, which cost more than the bytes here.
@@ -76,12 +73,26 @@ class MappedRows(RowReader):
         row = out.shape[1] * frame  # from the shape: numpy's strides of empty axes are arbitrary
         src, dst = self.address, out.ctypes.data
         memmove, memset = _memmove, _memset
-        for p, a, b in zip(pos, a_list, b_list):
+        if screen is None:
+            for p, a, b in zip(pos, a_list, b_list):
+                n = (b - a) * frame
+                at = dst + p * row
+                memmove(at, src + a * frame, n)
+                if n < row:
+                    memset(at + n, 0, row - n)
+            return []
+        flat = out.reshape(out.shape[0], -1)  # a view: out is C-contiguous (checked)
+        per_frame = flat.shape[1] // out.shape[1] if out.shape[1] else 0  # values per frame
+        found = RowScreen()
+        for j, (p, a, b, check) in enumerate(zip(pos, a_list, b_list, screen)):
             n = (b - a) * frame
             at = dst + p * row
             memmove(at, src + a * frame, n)
             if n < row:
                 memset(at + n, 0, row - n)
+            if check:  # right after its copy, while the row's bytes are in cache
+                found.add(j, flat[p, : (b - a) * per_frame])
+        return found.suspects()
 
     def _fits(self, a_list: list[int], b_list: list[int], out: np.ndarray, pos) -> bool:
         """Whether raw copies of these spans into rows ``pos`` of ``out`` stay inside the
@@ -148,15 +159,25 @@ class H5Rows(RowReader):
         return [self.rows(0, 0) if o is None else o for o in out]  # empty spans need no read
 
     def spans_into(
-        self, begin: np.ndarray, end: np.ndarray, out: np.ndarray, pos: Sequence[int]
-    ) -> None:
+        self,
+        begin: np.ndarray,
+        end: np.ndarray,
+        out: np.ndarray,
+        pos: Sequence[int],
+        screen: Sequence[bool] | None = None,
+    ) -> list[int]:
         # through HDF5 a copy out of its buffer is unavoidable; merged reads keep their speed
+        found = RowScreen()
         t_max = out.shape[1]
-        for p, rows in zip(pos, self.spans(begin, end)):
+        for j, (p, rows) in enumerate(zip(pos, self.spans(begin, end))):
             n = len(rows)
-            out[p, :n] = rows
+            dst = out[p, :n]
+            dst[...] = rows
             if n < t_max:
                 out[p, n:] = 0
+            if screen is not None and screen[j] and n:
+                found.add(j, dst.reshape(-1))
+        return found.suspects()
 
 
 def merge_runs(begin: Sequence[int], end: Sequence[int], max_rows: int) -> list[list[int]]:
@@ -312,26 +333,33 @@ class OpenFile:
         local: np.ndarray,
         out: Mapping[str, np.ndarray],
         pos: Sequence[int],
-    ) -> None:
+        screen: bool = False,
+    ) -> set[int]:
         """Sequences ``local`` (of this file) into rows ``pos`` of the padded arrays ``out``
-        (zeros after each end)."""
+        (zeros after each end); returns the rows that may hold NaN/Inf (with ``screen``).
+
+        The screen covers float keys, and only sequences not yet found clean in this process:
+        the file is mapped read-only and was checked unchanged at open, so bytes screened once
+        stay screened (from the second epoch on, a batch costs no screen at all)."""
+        suspects: set[int] = set()
         for key, dst in out.items():
-            s = starts[key]
-            self.readers[key].spans_into(s[local], s[local + 1], dst, pos)
-
-    def unscreened(self, key: str, local: np.ndarray, count: int) -> np.ndarray:
-        """Which of the sequences ``local`` (of this file's ``count``) this process has not yet found free of NaN/Inf in
-        ``key`` (bool, aligned with ``local``). The file is mapped read-only and was checked
-        unchanged at open, so bytes screened once stay screened: from the second epoch on, a
-        batch costs no screen at all."""
-        clean = self._clean.get(key)
-        if clean is None:
-            clean = self._clean[key] = np.zeros(count, dtype=bool)
-        return ~clean[local]
-
-    def mark_clean(self, key: str, local: np.ndarray) -> None:
-        """Sequences ``local`` were screened in ``key`` and hold no NaN/Inf."""
-        self._clean[key][local] = True
+            reader, s = self.readers[key], starts[key]
+            flags = clean = todo = None
+            if screen and reader.dtype.kind == "f":
+                clean = self._clean.get(key)
+                if clean is None:
+                    clean = self._clean[key] = np.zeros(len(s) - 1, dtype=bool)
+                todo = ~clean[local]  # [B]
+                if todo.any():  # else every sequence was screened before: no screen at all
+                    flags = todo.tolist()
+            bad = reader.spans_into(s[local], s[local + 1], dst, pos, flags)
+            if flags is not None:
+                assert clean is not None and todo is not None  # set with flags
+                if bad:
+                    todo[bad] = False
+                clean[local[todo]] = True
+                suspects.update(pos[j] for j in bad)
+        return suspects
 
     def close(self) -> None:
         self.readers = {}
@@ -343,34 +371,3 @@ class OpenFile:
         if self.h5 is not None:
             self.h5.close()
             self.h5 = None
-
-
-# (the opened file, rows of the batch, the file's sequences in them, its sequence count)
-ReadGroup = tuple[OpenFile, Sequence[int], np.ndarray, int]
-
-
-def screen_batch(groups: Sequence[ReadGroup], out: Mapping[str, np.ndarray]) -> list[int]:
-    """The NaN/Inf screen of a padded batch read by ``OpenFile.read_into`` (``groups``: who
-    read which rows) -> the rows that hold some (sorted). Per float key, only when some of its
-    sequences were not screened before in this process, and then one reduction over the whole
-    padded batch (``may_hold_nonfinite``; ~0.6x the cost of a dot per row right after its copy,
-    measured, and no Python per row); only a batch it flags is checked row by row, exactly
-    (``nonfinite_rows``), so overflowing sums never become false errors. Screened rows found
-    clean are remembered by their file (``OpenFile.mark_clean``)."""
-    suspects: set[int] = set()
-    for key, block in out.items():
-        if block.dtype.kind != "f":
-            continue
-        todo = [(g, g[0].unscreened(key, g[2], g[3])) for g in groups]
-        todo = [(g, mask) for g, mask in todo if mask.any()]
-        if not todo:
-            continue
-        flagged = may_hold_nonfinite(block)
-        for (opened, pos, local, _), mask in todo:
-            if flagged:
-                rows = np.asarray(pos, dtype=np.int64)[mask]
-                bad = nonfinite_rows(block, rows)
-                suspects.update(rows[bad].tolist())
-                mask[mask] = ~bad  # a sequence with NaN/Inf is screened again when read again
-            opened.mark_clean(key, local[mask])
-    return sorted(suspects)

@@ -1,8 +1,7 @@
 """The row-reader interface of the HDF read paths (``hdf_read``, ``hdf_chunks``) and what they
 share for writing sequences into a padded batch: each row of the batch is filled front to back
-(the sequence's rows, then zeros); the NaN/Inf screen then runs once over each float key's whole
-padded batch (``may_hold_nonfinite``), and per row only where that finds something. (``RowScreen``
-screens row by row, for readers that screen each row as they decode it.)"""
+(the sequence's rows, then zeros) and, when asked, screened for NaN/Inf while its bytes are still
+in cache."""
 
 from __future__ import annotations
 
@@ -60,50 +59,22 @@ def into_each(
     end: np.ndarray,
     out: np.ndarray,
     pos: Sequence[int],
-) -> None:
-    """``RowReader.spans_into`` for a reader with ``into(a, b, dst)``: per span j, the copy and
-    the zeros after it."""
+    screen: Sequence[bool] | None,
+) -> list[int]:
+    """``RowReader.spans_into`` for a reader with ``into(a, b, dst)``: per span j, the copy, the
+    zeros after it, and the screen (when ``screen[j]``); returns the j that may hold NaN/Inf."""
+    found = RowScreen()
     t_max = out.shape[1]
-    for p, a, b in zip(pos, begin.tolist(), end.tolist()):
+    for j, (p, a, b) in enumerate(zip(pos, begin.tolist(), end.tolist())):
         n = b - a
         if n > 0:
-            into(a, b, out[p, :n])
+            dst = out[p, :n]
+            into(a, b, dst)
+            if screen is not None and screen[j]:
+                found.add(j, dst.reshape(-1))
         if n < t_max:
             out[p, max(n, 0) :] = 0
-
-
-def may_hold_nonfinite(block: np.ndarray) -> bool:
-    """Whether the float array ``block`` (a padded batch of one key) may hold NaN/Inf: one
-    reduction over all of it instead of a screen per row. ``dot(v, v)`` (BLAS, one pass, no
-    temporaries) is finite when every value is, and NaN/Inf when some value is not -- or when the
-    sum of squares overflows (values of ~1e16 and more in float32), a false alarm that
-    ``nonfinite_rows`` settles exactly. Other float types (float16: no BLAS, and its sums
-    overflow at 65504) take ``isfinite().all()``.
-
-    >>> may_hold_nonfinite(np.array([[1.0, 2.0], [0.0, 0.0]], np.float32))
-    False
-    >>> may_hold_nonfinite(np.array([[1.0, np.inf], [0.0, 0.0]], np.float32))
-    True
-    """
-    flat = block.reshape(-1)
-    if not flat.size:
-        return False
-    if flat.dtype == np.float32 or flat.dtype == np.float64:
-        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is settled exactly
-            return not math.isfinite(flat.dot(flat))
-    return not bool(np.isfinite(flat).all())
-
-
-def nonfinite_rows(block: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The exact check behind ``may_hold_nonfinite``: which of ``rows`` (positions in the first
-    axis of ``block``) hold a NaN/Inf, as a bool array aligned with ``rows``. Padding is zeros,
-    so a whole row is checked.
-
-    >>> nonfinite_rows(np.array([[1.0, np.nan], [2.0, 0.0]]), np.array([0, 1])).tolist()
-    [True, False]
-    """
-    picked = block[rows].reshape(len(rows), -1)
-    return ~np.isfinite(picked).all(axis=1)
+    return found.suspects()
 
 
 # A 1-D key (e.g. sparse labels) whose padded batch has at most this many values is filled with
@@ -161,14 +132,19 @@ class RowReader:
         out[...] = self.rows(a, b)
 
     def spans_into(
-        self, begin: np.ndarray, end: np.ndarray, out: np.ndarray, pos: Sequence[int]
-    ) -> None:
+        self,
+        begin: np.ndarray,
+        end: np.ndarray,
+        out: np.ndarray,
+        pos: Sequence[int],
+        screen: Sequence[bool] | None = None,
+    ) -> list[int]:
         """Fill row ``pos[j]`` of the padded array ``out`` (``[B, T, *feature_shape]``) with rows
         ``[begin[j], end[j])`` followed by zeros, for every j: the batch is the destination, so no
         sequence is materialised on the way, and each row is written front to back in one pass.
-        (The NaN/Inf screen runs once over the whole padded batch afterwards:
-        ``may_hold_nonfinite``.)"""
+        Spans with ``screen[j]`` (float data only) are screened for NaN/Inf right after their
+        copy, while the bytes are in cache (``RowScreen``); returns the j that may hold some."""
         take = self.take
-        if take is not None and gather_small(take, begin, end, out, pos):
-            return
-        into_each(self.into, begin, end, out, pos)
+        if screen is None and take is not None and gather_small(take, begin, end, out, pos):
+            return []
+        return into_each(self.into, begin, end, out, pos, screen)
