@@ -139,13 +139,15 @@ def test_row_runs_draw_every_bucket_position_once_in_batches_that_fit(counts, si
     batches=st.integers(1, 4),
     picks=st.lists(st.integers(0, 10**6), max_size=30),
     seed=st.integers(0, 2**32 - 1),
+    block=st.sampled_from([1, 9, 1 << 17]),
 )
 def test_sorted_windows_sort_each_window_and_answer_any_position_alone(
-    counts, sizes, batches, picks, seed
+    counts, sizes, batches, picks, seed, block
 ):
     """Each window of ``batches`` batches is the unsorted draw's window sorted by length (ties in
     list order), so every list stays a permutation, and any positions asked alone get the slots
-    the whole list has there."""
+    the whole list has there, whether the windows are drawn ``block`` positions at a time or all
+    at once."""
     rng = np.random.default_rng(seed)
     counts = np.asarray(counts, dtype=np.int64)
     sizes = np.asarray(sizes[: len(counts)], dtype=np.int64)
@@ -155,7 +157,7 @@ def test_sorted_windows_sort_each_window_and_answer_any_position_alone(
     lengths = rng.integers(1, 20, int(starts[-1]) + 1)
     offsets = np.zeros(len(counts), dtype=np.int64)
     base = MemberDraw(members, starts, offsets, (seed, 7))
-    draw = SortedWindows(base, lengths, counts, sizes, batches)
+    draw = SortedWindows(base, lengths, counts, sizes, batches, block)
     whole = []
     for b, c in enumerate(counts.tolist()):
         pos = np.arange(c, dtype=np.int64)

@@ -40,6 +40,9 @@ from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.options import Uneven
 from seqloader.plan.ordering import argsort_by
 
+#: drawn positions a ``SortedWindows`` sorts at once: bounds a share's transient memory
+WINDOW_BLOCK = 1 << 15
+
 
 class Draw(Protocol):
     """The slots at positions of buckets' sub-epoch lists: ``MemberDraw``, or a mix's
@@ -102,9 +105,11 @@ class SortedWindows:
         counts: np.ndarray,
         sizes: np.ndarray,
         batches: int = WINDOW_BATCHES,
+        block: int = WINDOW_BLOCK,
     ) -> None:
         self.draw, self.lengths, self.counts = draw, lengths, counts
         self.window = np.asarray(sizes, dtype=np.int64) * batches  # [N] positions per window
+        self.block = block  # drawn positions sorted at once (whole windows, at least one)
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         if not len(pos):
@@ -116,11 +121,36 @@ class SortedWindows:
         ub, uw = np.divmod(which, wide)
         lo = uw * self.window[ub]
         hi = np.minimum(lo + self.window[ub], self.counts[ub])
+        # the windows a block at a time: a rank's share touches about one window per batch, so
+        # drawn at once they would hold ``batches`` times the share
+        by = np.argsort(inverse, kind="stable")  # the positions asked, window after window
+        asked = np.searchsorted(inverse[by], np.arange(len(ub) + 1))  # [U + 1] into ``by``
+        drawn = np.zeros(len(ub) + 1, dtype=np.int64)
+        np.cumsum(hi - lo, out=drawn[1:])  # positions drawn before each window
+        seqs, uses = np.empty(len(pos), dtype=np.int64), None
+        a = 0
+        while a < len(ub):
+            b = max(int(np.searchsorted(drawn, drawn[a] + self.block, side="right")) - 1, a + 1)
+            sel = by[asked[a] : asked[b]]
+            got, got_uses = self._sorted(ub[a:b], lo[a:b], hi[a:b], inverse[sel] - a, pos[sel])
+            seqs[sel] = got
+            if got_uses is not None:
+                if uses is None:
+                    uses = np.empty(len(pos), dtype=got_uses.dtype)
+                uses[sel] = got_uses
+            a = b
+        return seqs, uses
+
+    def _sorted(
+        self, ub: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: np.ndarray, pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Windows (bucket ``ub``, positions ``[lo, hi)``) drawn and sorted by length -> the
+        slots at ``pos`` of window ``k`` each."""
         seqs, uses = self.draw.slots(np.repeat(ub, hi - lo), ranges(lo, hi))
         window_of = np.repeat(np.arange(len(ub), dtype=np.int64), hi - lo)
         order = argsort_by(np.asarray(self.lengths[seqs]), window_of)
         begin = np.cumsum(hi - lo) - (hi - lo)  # [U] each window's first in the drawn list
-        at = order[begin[inverse] + pos - lo[inverse]]
+        at = order[begin[k] + pos - lo[k]]
         return seqs[at], None if uses is None else uses[at]
 
 
