@@ -27,7 +27,8 @@ contracts of docs/contracts.md on the epochs asked:
   position counts what was consumed, and the union over segments is the sub-epoch's units once
   (``drop``: less what the last segment leaves out). A world size the kind cannot take
   mid-epoch (``random_seed_offset``) must be refused with ``ResumeError``; the chain then goes
-  on with the segment's own world size.
+  on with the segment's own world size. A chain of one world size resumes nothing: its epoch's
+  plan, checked above, is what it consumes (``Checked.consumed``).
 
 Arguments:
 
@@ -240,6 +241,12 @@ def check_plan_contracts(
         if workers:
             check_workers(planner, base, epochs, workers)
     for epoch in epochs:
+        listed = out.batches.get((epoch, chains[epoch][0]))
+        if len(chains[epoch]) == 1 and listed is not None and each_segment is None:
+            # one segment from step 0 resumes nothing: it consumes the plan checked above (its
+            # real units in list order, as a run of its shares interleaved would)
+            out.consumed[epoch] = slots(listed)
+            continue
         got = check_chain(
             planner,
             fresh,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from plan_contracts import check_plan_contracts
 from seqloader.errors import OptionError
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.options import PlanOptions
@@ -46,11 +47,8 @@ def test_selected_epochs_keep_exactly_the_selection(lengths, parts, seeding, wor
             )
         else:
             np.testing.assert_array_equal(order, whole)
-        plan = planner.global_plan(epoch, world_size)
-        shares = [plan.rank_share(r) for r in range(world_size)]
-        assert len({len(s) for s in shares}) == 1
-        got = np.concatenate([s.seqs[s.real] for s in shares])
-        np.testing.assert_array_equal(np.sort(got), np.sort(order))
+    # each epoch's plan is its order once, steps equal, shares alone, what is left out counted
+    check_plan_contracts(planner, [world_size], [], range(1, 2 * parts + 1), workers=())
 
 
 def test_selections_are_refused_where_they_cannot_hold() -> None:
