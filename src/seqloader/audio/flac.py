@@ -63,10 +63,11 @@ def flac_decoder() -> str:
 
 
 class _Flac:
-    """An open dr_flac decoder over ``blob`` (kept referenced: dr_flac reads it in place)."""
+    """An open dr_flac decoder over ``data`` (the stream's bytes, which dr_flac reads in place:
+    kept referenced until ``close``)."""
 
-    def __init__(self, blob: bytes, handle: Any, ffi: Any, lib: Any) -> None:
-        self._blob, self._h, self._ffi, self._lib = blob, handle, ffi, lib
+    def __init__(self, data: Any, handle: Any, ffi: Any, lib: Any) -> None:
+        self._data, self._h, self._ffi, self._lib = data, handle, ffi, lib
         self.channels = int(handle.channels)
         self.rate = int(handle.sampleRate)
         self.total = int(handle.totalPCMFrameCount)
@@ -100,7 +101,7 @@ class _Flac:
         if self.done != self.total:
             raise BrokenFlac(
                 f"the FLAC stream ends after {self.done} of the {self.total} samples its header "
-                f"says ({len(self._blob)} bytes): it is cut or a frame is damaged"
+                f"says ({len(self._data)} bytes): it is cut or a frame is damaged"
             )
 
     def close(self) -> None:
@@ -113,10 +114,11 @@ def _open(blob: bytes) -> _Flac | None:
     if dr is None or blob[:4] != b"fLaC":
         return None
     ffi, lib = dr
-    handle = lib.ma_dr_flac_open_memory(blob, len(blob), ffi.NULL)
+    data = ffi.from_buffer(blob)  # a pointer into blob itself, alive as long as the decoder
+    handle = lib.ma_dr_flac_open_memory(data, len(blob), ffi.NULL)
     if not handle:
         return None  # soundfile names what is wrong with the header
-    flac = _Flac(blob, handle, ffi, lib)
+    flac = _Flac(data, handle, ffi, lib)
     if flac.total == 0 or int(handle.bitsPerSample) not in (8, 16, 24):
         flac.close()
         return None
