@@ -91,9 +91,32 @@ CASES: dict[str, dict] = {
         }
         for o in ("default", "reverse", "sorted", "sorted_reverse", "random")
     },
+    # fixed and random orders with a mix under shard: the mix's sub-epoch cut greedily
+    # (plan/indexed/mix_cuts.py); "corpora": the corpus cut into that many equal corpora
+    **{
+        f"ordering={o} + mix (3 corpora; 8 ranks)": {
+            "ordering": o,
+            "mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0},
+            "corpora": 3,
+            "world": 8,
+        }
+        for o in ("random", "default", "sorted")
+    },
 }
+#: the cases the smoke test (tests/test_bench_indexed_options.py) runs: all but the orderings that
+#: plan like one it runs (files: random's; mix: random's and default's)
+SMOKE = [
+    name
+    for name in CASES
+    if not name.startswith(
+        (
+            *(f"ordering={o} + files" for o in ("default", "reverse", "sorted", "sorted_reverse")),
+            "ordering=sorted + mix",
+        )
+    )
+]
 #: keys of a case that are not plan options
-NOT_OPTIONS = ("world", "files", "selection")
+NOT_OPTIONS = ("world", "files", "selection", "corpora")
 
 
 def plan_options(case: dict, planning: str) -> object:
@@ -113,6 +136,17 @@ def file_bounds(case: dict, n: int) -> np.ndarray | None:
     if "files" not in case:
         return None
     return np.linspace(0, n, int(case["files"]) + 1).astype(np.int64)
+
+
+def corpora_of(case: dict, n: int) -> object:
+    """The case's corpora (``"corpora": C``: C named corpora of about equal sizes), or None."""
+    from seqloader.plan.mix import Corpora
+
+    if "corpora" not in case:
+        return None
+    count = int(case["corpora"])
+    names = tuple(f"c{i}" for i in range(count))
+    return Corpora(names, np.linspace(0, n, count + 1).astype(np.int64))
 
 
 def selections(case: dict, n: int) -> tuple:
@@ -137,7 +171,13 @@ def index_store(store: str, n: int, name: str, case: dict, folder: str) -> str:
     lengths = ColumnStore(store).column("len.data")
     files = file_bounds(case, len(lengths))
     options = plan_options(case, "indexed")
-    index = IndexedPlanner({"data": lengths}, options, files=files).index  # type: ignore[arg-type]
+    corpora = corpora_of(case, len(lengths))
+    index = IndexedPlanner(
+        {"data": lengths},
+        options,
+        files=files,
+        corpora=corpora,  # type: ignore[arg-type]
+    ).index
     w = StoreWriter(path + ".tmp", f"options-index-{n}", {"n": n})
     for key, column in index.columns().items():
         w.add(key, np.asarray(column))
@@ -158,6 +198,7 @@ def child(config: dict) -> dict:
     # the source's declared inputs (its file layout, its selections' masks): made before timing
     files = file_bounds(config["case"], len(lengths))
     chosen = selections(config["case"], len(lengths))
+    corpora = corpora_of(config["case"], len(lengths))
     with PrivateMemory() as memory:
         t0 = time.perf_counter()
         index = None
@@ -170,6 +211,7 @@ def child(config: dict) -> dict:
             files=files,
             index=index,
             selections=chosen,
+            corpora=corpora,
         )
         plan = planner.global_plan(1, world)
         share = plan.rank_share(rank)

@@ -30,6 +30,7 @@ from seqloader.plan.indexed.fixed import BoundsTable, cut_positions
 from seqloader.plan.indexed.mix import IndexedMix, MixDraw
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.limits import Batcher
+from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.options import Ordering
 from seqloader.plan.ordering import order_sequences
 
@@ -120,12 +121,13 @@ def mix_fixed_cuts(
     >>> draw.seqs.tolist(), draw.uses.tolist(), table.bounds.tolist()
     ([0, 1, 2, 3, 4, 4, 5, 5, 6, 6], [0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [0, 4, 8, 10])
     """
-    draw = mix.draw(ep.full_epoch, ep.part, parts)
-    counts = draw.cum[:, -1]
-    bucket = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    pos = np.arange(len(bucket), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
-    seqs, uses = draw.slots(bucket, pos)
-    canonical = np.lexsort((uses, seqs))
+    lo, count = mix.part(ep.full_epoch, ep.part, parts)  # [N, C] each
+    got = [_segment_set(mix, int(b), int(c), int(lo[b, c]), int(count[b, c])) for b, c in
+           zip(*np.nonzero(count))]  # fmt: skip
+    seqs = np.concatenate([np.zeros(0, np.int64), *(g[0] for g in got)])
+    uses = np.concatenate([np.zeros(0, USES_DTYPE), *(g[1] for g in got)])
+    span = int(uses.max(initial=0)) + 1  # ascending sequence, a sequence's corpus epochs adjacent
+    canonical = np.argsort(seqs * span + uses)  # unique keys: any sort gives the one order
     seqs, uses = seqs[canonical], uses[canonical]
     by = np.asarray(lengths[length_key])[seqs]
     order = order_sequences(by, ordering, np.random.default_rng(0))  # fixed kinds draw nothing
@@ -136,3 +138,27 @@ def mix_fixed_cuts(
 
     bounds = cut_positions(at, 0, len(seqs), batcher, lengths, RANDOM_BLOCK)
     return BoundsTable(bounds), ListedDraw(seqs, uses, bounds)
+
+
+def _segment_set(
+    mix: IndexedMix, b: int, c: int, lo: int, count: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The slots of stream positions ``[lo, lo + count)`` of the (corpus ``c``, bucket ``b``)
+    stream as a set (any order) -> (sequences int64, corpus epochs): a whole corpus epoch is every
+    member of the stream (no draw), a part of one its members drawn (``stream_slots``)."""
+    n = int(mix.counts[b, c])
+    base = int(mix.index.starts[b]) + int(mix.offsets[b, c])
+    seqs: list[np.ndarray] = []
+    uses: list[np.ndarray] = []
+    cache: dict = {}  # the stream's bijections by corpus epoch
+    end = lo + count
+    for k in range(lo // n, (end - 1) // n + 1):
+        a, e = max(lo, k * n), min(end, (k + 1) * n)
+        if e - a == n:  # the whole corpus epoch: its members, in the index's order
+            seqs.append(np.asarray(mix.index.members[base : base + n], dtype=np.int64))
+            uses.append(np.full(n, k, dtype=USES_DTYPE))
+        else:
+            got = mix.stream_slots(b, c, np.arange(a, e, dtype=np.int64), cache)
+            seqs.append(got[0])
+            uses.append(got[1])
+    return np.concatenate(seqs), np.concatenate(uses)
