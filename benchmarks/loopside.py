@@ -18,6 +18,11 @@ wrapped in a timer (``time.perf_counter_ns`` around the call, ~0.1-0.3 µs of it
   lines of ``run_epoch`` between them);
 - ``epoch_start``: a later epoch's start as the loop waits for it (``loader.epoch()`` and the
   first ``next()``), median over the measured epochs;
+- ``sleep_overrun``: how much longer than asked each step's ``time.sleep`` took with the loader's
+  threads running (the training thread re-takes the GIL after the sleep, which a background
+  thread running Python may hold for up to ``sys.getswitchinterval()``), beside
+  ``sleep_overrun_alone``, the same sleeps after ``close()``; the loop's clock counts this as
+  step time, so it is measured here;
 - off the training thread, for comparison: ``unpickle`` (the receiving thread builds the
   ``Batch`` from a worker's message; ``ForkingPickler.loads``).
 
@@ -51,6 +56,16 @@ def _timed(store: list[int], fn):
             store.append(clock() - t)
 
     return wrapper
+
+
+def _spread(ns: list[int]) -> dict[str, float]:
+    """Median, mean and 99th percentile of ``ns``, in µs."""
+    ordered = sorted(ns)
+    return {
+        "median": statistics.median(ordered) / 1e3,
+        "mean": statistics.mean(ordered) / 1e3,
+        "p99": ordered[int(0.99 * (len(ordered) - 1))] / 1e3,
+    }
 
 
 def child(cfg: dict) -> dict:
@@ -94,6 +109,8 @@ def child(cfg: dict) -> dict:
     )
     step = cfg["step_ms"] / 1e3
     waits: list[int] = []
+    overrun: list[int] = []  # how much longer than asked each step's sleep took
+    step_ns = round(step * 1e9)
     starts: list[int] = []  # a later epoch's start: loader.epoch() and the first next()
     clock = time.perf_counter_ns
     try:
@@ -109,13 +126,21 @@ def child(cfg: dict) -> dict:
             if measured:
                 starts.append(clock() - t)
             while batch is not None:
+                s = clock()
                 time.sleep(step)
                 t = clock()
+                if measured:  # the GIL hand-back: the sleep's overrun, the loader's threads on
+                    overrun.append(t - s - step_ns)
                 batch = next(it, None)
                 if measured and batch is not None:
                     waits.append(clock() - t)
     finally:
         loader.close()
+    alone: list[int] = []  # the same sleeps with no loader thread left in the process
+    for _ in range(len(overrun)):
+        s = clock()
+        time.sleep(step)
+        alone.append(clock() - s - step_ns)
     n = len(times["handed"] or times["count_handed"])
     med = {k: statistics.median(v) / 1e3 for k, v in times.items() if v}
     # without the wrapper (``run_epoch`` calls ``next()`` inside ``try``) the take is a piece itself
@@ -129,6 +154,8 @@ def child(cfg: dict) -> dict:
         "loop_wait_median_us": statistics.median(waits) / 1e3,
         "loop_wait_mean_us": statistics.mean(waits) / 1e3,
         "epoch_start_us": [x / 1e3 for x in starts],
+        "sleep_overrun_us": _spread(overrun),
+        "sleep_overrun_alone_us": _spread(alone),
         "rest_us": rest,
         "not_ready_share": sum(not_ready) / max(1, len(not_ready)),
         "module": sl.__file__,
@@ -175,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         row["not_ready_share"] = statistics.median(r["not_ready_share"] for r in rs)
         row["loop_wait_mean"] = statistics.median(r["loop_wait_mean_us"] for r in rs)
         row["epoch_start"] = statistics.median(x for r in rs for x in r["epoch_start_us"])
+        for k in ("sleep_overrun", "sleep_overrun_alone"):
+            row[k] = statistics.median(r[f"{k}_us"]["median"] for r in rs)
+            row[f"{k}_mean"] = statistics.median(r[f"{k}_us"]["mean"] for r in rs)
         summary[cfg["label"]] = row
         print(f"  {cfg['label']:18s} " + " ".join(f"{k} {v:.1f}" for k, v in row.items()))
     print(f"load average before/after: {load}")
