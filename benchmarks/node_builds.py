@@ -117,7 +117,7 @@ def _node(config: dict, options: dict, before: int) -> dict:
 
     os.environ["XDG_CACHE_HOME"] = config["cache"]
     steps: dict[str, list[float]] = {}
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     with PeakAnon() as mem:
         source = HDFSource(config["hdf"], index_dir=os.path.join(config["cache"], "hdf"))
     steps["open"] = [time.perf_counter() - started, mem.peak - before]
@@ -130,6 +130,7 @@ def _node(config: dict, options: dict, before: int) -> dict:
         share = loader.global_plan(1).rank_share(RANK)
     steps["plan"] = [time.perf_counter() - t0, mem.peak - before]
     seconds = time.perf_counter() - started
+    cpu = time.process_time() - cpu  # this process's CPU time (all its threads)
     import h5py
 
     with h5py.File(config["hdf"], "r") as f:
@@ -142,6 +143,7 @@ def _node(config: dict, options: dict, before: int) -> dict:
     return {
         "seconds": seconds,
         "private_bytes": max(v[1] for v in steps.values()),
+        "cpu_seconds": cpu,
         "digest": f"{source.fingerprint()} {len(share)} batches",
         "planning": loader.planner.options.planning,
         "steps": steps,
@@ -204,6 +206,8 @@ def _row(
         }
         row[code]["runs"] = [(r["seconds"], r["private_bytes"]) for r in runs[code]]
         row[code]["digest"] = sorted({r["digest"] for r in runs[code]})
+        if runs[code] and "cpu_seconds" in runs[code][0]:
+            row[code]["cpu_seconds"] = statistics.median(r["cpu_seconds"] for r in runs[code])
         if runs[code] and "steps" in runs[code][0]:
             row[code]["steps"] = [r["steps"] for r in runs[code]]
             row["seq_tags"] = runs[code][0]["seq_tags"]
