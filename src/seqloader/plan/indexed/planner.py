@@ -66,15 +66,8 @@ from seqloader.plan.indexed.filter import RankOrderDraw
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     BoundsTable,
-    FixedDraw,
     ListedOrder,
     cut_batcher,
-    cut_positions,
-)
-from seqloader.plan.indexed.fixed_chunks import (
-    ChunkedFixedDraw,
-    admitted_index,
-    cut_chunk_positions,
 )
 from seqloader.plan.indexed.histogram import (
     BucketIndex,
@@ -94,7 +87,7 @@ from seqloader.plan.indexed.plan import (
     RunDraw,
     SortedWindows,
 )
-from seqloader.plan.indexed.random_order import RANDOM_BLOCK, RandomOrder, RankBatchOrder
+from seqloader.plan.indexed.random_order import RandomOrder, RankBatchOrder
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
@@ -289,12 +282,7 @@ class IndexedPlanner:
         lo, hi = part_bounds(size, self.options.partition_epoch, part)
         a, b = (int(x) for x in index.cut_starts[part : part + 2])
         bounds = index.cuts[a:b]
-        draw: Draw = FixedDraw(order, bounds, lo)
-        if self.units is not None:
-            assert index.cut_firsts is not None
-            chunking = self.corpus.fixed_chunking()
-            firsts = index.cut_firsts[a:b]
-            draw = ChunkedFixedDraw(order, firsts, lo, hi - lo, chunking, self.units.stride)
+        draw = self.planned.fixed_draw(order, index, slice(a, b), lo, hi)
         self._fixed_kept = (part, (BoundsTable(bounds), draw))
         return self._fixed_kept[1]
 
@@ -331,9 +319,9 @@ class IndexedPlanner:
         of it (first and end position)."""
         if self._random:
             words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
-            chunked = self.units is not None
-            index = admitted_index(self._mask, len(self.lengths)) if chunked else self.index
-            order: Callable[[np.ndarray], np.ndarray] = RandomOrder(index, words)
+            order: Callable[[np.ndarray], np.ndarray] = RandomOrder(
+                self.planned.random_index(self.index), words
+            )
         else:
             order = self.corpus.fixed_order(self.index)
         lo, hi = part_bounds(self.num_admitted, self.options.partition_epoch, ep.part)
@@ -343,14 +331,9 @@ class IndexedPlanner:
         self, order: Callable[[np.ndarray], np.ndarray], lo: int, hi: int
     ) -> tuple[BoundsTable, Draw]:
         """Greedy batches of positions ``lo .. hi`` of ``order``, cut here in blocks (chunked:
-        each sequence's chunks in turn, ``indexed.fixed_chunks``): the table and the draw."""
+        each sequence's chunks in turn, ``PlannedUnits.greedy_cut``): the table and the draw."""
         batcher = cut_batcher(self._limits)
-        if self.units is None:
-            bounds = cut_positions(order, lo, hi, batcher, self._batch_lengths, RANDOM_BLOCK)
-            return BoundsTable(bounds), FixedDraw(order, bounds, lo)
-        chunking, stride = self.corpus.fixed_chunking(), self.units.stride
-        bounds, firsts = cut_chunk_positions(order, lo, hi, batcher, chunking, stride, RANDOM_BLOCK)
-        return BoundsTable(bounds), ChunkedFixedDraw(order, firsts, lo, hi - lo, chunking, stride)
+        return self.planned.greedy_cut(order, lo, hi, batcher, self._batch_lengths)
 
     def _filtered_part(self, ep: EpochIndex) -> tuple[BoundsTable, Draw, dict[str, int]]:
         """Fixed and random orderings with ``epoch_wise_filter`` in ``ep``: the part's sequences

@@ -11,7 +11,7 @@ never test for chunking; a new unit kind is a new class here, not a branch in ev
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING, Protocol
@@ -23,8 +23,17 @@ from seqloader.plan.chunks import chunk_counts
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.chunks import ChunkBuckets, ChunkWindows, window_lengths
 from seqloader.plan.indexed.filter import epoch_filtered, mean_len_cut, selected
+from seqloader.plan.indexed.fixed import BoundsTable, FixedDraw, cut_positions
+from seqloader.plan.indexed.fixed_chunks import (
+    ChunkedFixedDraw,
+    Chunking,
+    admitted_index,
+    cut_chunk_positions,
+)
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.plan import Draw, MemberDraw
+from seqloader.plan.indexed.random_order import RANDOM_BLOCK
+from seqloader.plan.limits import Batcher
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.seeding import PURPOSE_INDEXED_MEMBERS, PURPOSE_INDEXED_PARTS, rng_for
 from seqloader.plan.selections import EpochSelection
@@ -35,6 +44,8 @@ if TYPE_CHECKING:
     from seqloader.plan.mix import Corpora
 
 _CHUNK = 1 << 22  # members read at once while summing a bucket's lengths
+#: a full epoch's sequence order: positions -> sequence indices (``FixedOrder``, ``RandomOrder``)
+Order = Callable[[np.ndarray], np.ndarray]
 
 
 @dataclass
@@ -123,6 +134,20 @@ class PlannedUnits(Protocol):
         """Every admitted unit per corpus -> int64 ``[C]`` (one sub-epoch, nothing filtered)."""
         ...
 
+    def random_index(self, index: BucketIndex) -> BucketIndex:
+        """What ``random``'s keyed order permutes, from the planner's ``index``."""
+        ...
+
+    def fixed_draw(self, order: Order, index: BucketIndex, cuts: slice, lo: int, hi: int) -> Draw:
+        """A fixed ordering's draw of positions ``lo .. hi`` over the index's ``cuts``."""
+        ...
+
+    def greedy_cut(
+        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+    ) -> tuple[BoundsTable, Draw]:
+        """Greedy batches of positions ``lo .. hi`` of ``order``, cut in blocks."""
+        ...
+
 
 class PlannedSequences:
     """Unchunked: the bucket lists hold the index's sequences.
@@ -183,12 +208,26 @@ class PlannedSequences:
         edges = np.asarray(corpora.bounds).tolist()
         return np.asarray([np.count_nonzero(mask[a:b]) for a, b in pairwise(edges)], np.int64)
 
+    def random_index(self, index: BucketIndex) -> BucketIndex:
+        return index
+
+    def fixed_draw(self, order: Order, index: BucketIndex, cuts: slice, lo: int, hi: int) -> Draw:
+        assert index.cuts is not None
+        return FixedDraw(order, index.cuts[cuts], lo)
+
+    def greedy_cut(
+        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+    ) -> tuple[BoundsTable, Draw]:
+        bounds = cut_positions(order, lo, hi, batcher, lengths, RANDOM_BLOCK)
+        return BoundsTable(bounds), FixedDraw(order, bounds, lo)
+
 
 class PlannedChunks:
     """Chunked: the bucket lists hold chunk codes (``ChunkBuckets``), sorted by their windows;
     ``classes`` the admitted sequences by length (the planner's index), ``whole`` the length
     key's whole lengths, ``spec`` the chunked keys' ``(size, step)``, ``chunking`` the length
-    key's ``(size, step, min_chunk_size)``."""
+    key's ``(size, step, min_chunk_size)``, ``fixed`` how the fixed orders and ``random`` expand
+    a sequence (``fixed_chunks.Chunking``), ``mask`` the admitted sequences (None: all)."""
 
     def __init__(
         self,
@@ -198,8 +237,10 @@ class PlannedChunks:
         key: str,
         spec: Mapping[str, tuple[int, int]],
         chunking: tuple[int, int, int],
+        fixed: Chunking,
+        mask: np.ndarray | None,
     ) -> None:
-        self.chunks, self.classes = chunks, classes
+        self.chunks, self.classes, self.fixed, self.mask = chunks, classes, fixed, mask
         self.members, self.starts = chunks, chunks.starts
         self.lengths = ChunkWindows(chunks, whole, key)
         self.whole, self.key, self.spec, self.chunking = whole, key, dict(spec), chunking
@@ -273,6 +314,27 @@ class PlannedChunks:
             out += np.diff(at) * int(per_class[g])
         return out
 
+    def random_index(self, index: BucketIndex) -> BucketIndex:
+        """The admitted sequences in one bucket, ascending (``admitted_index``): the planner's
+        index holds length classes."""
+        return admitted_index(self.mask, len(self.whole))
+
+    def fixed_draw(self, order: Order, index: BucketIndex, cuts: slice, lo: int, hi: int) -> Draw:
+        """Each sequence's chunks in turn (``seqloader.plan.indexed.fixed_chunks``)."""
+        assert index.cut_firsts is not None
+        firsts = index.cut_firsts[cuts]
+        return ChunkedFixedDraw(order, firsts, lo, hi - lo, self.fixed, self.chunks.stride)
+
+    def greedy_cut(
+        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+    ) -> tuple[BoundsTable, Draw]:
+        """Each sequence's chunks in turn, cut by their windows (``fixed_chunks``)."""
+        stride = self.chunks.stride
+        bounds, firsts = cut_chunk_positions(
+            order, lo, hi, batcher, self.fixed, stride, RANDOM_BLOCK
+        )
+        return BoundsTable(bounds), ChunkedFixedDraw(order, firsts, lo, hi - lo, self.fixed, stride)
+
 
 def planned_units(corpus: AdmittedCorpus) -> PlannedSequences | PlannedChunks:
     """The units an admitted corpus's bucket lists hold (made once per planner)."""
@@ -286,6 +348,8 @@ def planned_units(corpus: AdmittedCorpus) -> PlannedSequences | PlannedChunks:
         corpus.length_key,
         corpus.chunks.spec,
         corpus.chunking,
+        corpus.fixed_chunking(),
+        corpus.mask,
     )
 
 
