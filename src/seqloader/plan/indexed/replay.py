@@ -150,8 +150,17 @@ def buckets_consumed(
         span = np.cumsum(rank_nb[walked[a:]])
         b = a + max(int(np.searchsorted(span, block, side="right")), 1)
         ranks = walked[a:b]
-        perms = [order_rng(r).permutation(int(rank_nb[r]))[:steps] for r in ranks.tolist()]
-        out[seg.live] += units.consumed(ranks, perms, steps, rest, ties)
+        u0, u1 = int(units.lead[ranks[0]]), int(units.lead[ranks[-1] + 1])
+        listing = np.repeat(np.arange(u0, u1, dtype=np.int64), nb[u0:u1])  # their batches
+        at = (units.first[units.lead[ranks]] - units.first[u0]).tolist()
+        unit = np.concatenate(  # each prefix position's live unit, rank after rank
+            [
+                listing[o : o + m][order_rng(r).permutation(m)[:steps]]
+                for r, o, m in zip(ranks.tolist(), at, rank_nb[ranks].tolist())
+            ]
+        )
+        lengths = np.minimum(rank_nb[ranks], steps)
+        out[seg.live] += units.consumed(ranks, unit, lengths, steps, rest, ties)
         a = b
     return out
 
@@ -177,23 +186,19 @@ class _Prefix:
     def consumed(
         self,
         ranks: np.ndarray,
-        perms: list[np.ndarray],
+        unit: np.ndarray,
+        lengths: np.ndarray,
         steps: int,
         rest: np.ndarray,
         ties: np.ndarray,
     ) -> np.ndarray:
         """Sequences of each live unit consumed in the first ``steps`` steps of ``ranks``
-        (ascending; ``perms``: each one's permutation of its batches, listed unit after unit,
-        cut to ``steps``; ``rest``, ``ties``: ``[W]`` each rank's leftover tie increments and its
-        ties in all) -> int64 ``[L]``."""
-        lengths = np.array([len(p) for p in perms], dtype=np.int64)
+        (ascending; ``unit``: the live unit of each position of their permuted batches, cut to
+        ``steps``, ``lengths`` positions a rank; ``rest``, ``ties``: ``[W]`` each rank's leftover
+        tie increments and its ties in all) -> int64 ``[L]``."""
         starts = np.zeros(len(ranks) + 1, dtype=np.int64)
         np.cumsum(lengths, out=starts[1:])
-        u0, u1 = int(self.lead[ranks[0]]), int(self.lead[ranks[-1] + 1])
         nb = np.diff(self.first)
-        listing = np.repeat(np.arange(u0, u1, dtype=np.int64), nb[u0:u1])  # the ranks' batches
-        at = np.repeat(self.first[self.lead[ranks]] - self.first[u0], lengths)
-        unit = listing[np.concatenate(perms) + at]  # [P] index into the live units
         count = np.bincount(unit, minlength=len(nb))
         full = count == nb  # units whose every batch is in the prefix: their last one there
         last_at = np.full(len(nb), -1, dtype=np.int64)
