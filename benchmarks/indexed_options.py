@@ -102,9 +102,32 @@ CASES: dict[str, dict] = {
         }
         for o in ("random", "default", "sorted")
     },
+    # chunked, subset and filtered fixed and random orders (plan/indexed/fixed_chunks.py): 8 ranks
+    **{
+        f"ordering={o} + chunking 500:250 (8 ranks)": {
+            "ordering": o,
+            "chunking": "500:250",
+            "world": 8,
+        }
+        for o in ("default", "sorted", "random")
+    },
+    "ordering=sorted + fixed_random_subset=0.5 (8 ranks)": {
+        "ordering": "sorted",
+        "fixed_random_subset": 0.5,
+        "world": 8,
+    },
+    **{
+        f"ordering={o} + epoch_wise_filter (8 ranks)": {
+            "ordering": o,
+            "epoch_wise_filter": {"(1, 1)": {"max_mean_len": 700}},
+            "world": 8,
+        }
+        for o in ("default", "random")
+    },
 }
 #: the cases the smoke test (tests/test_bench_indexed_options.py) runs: all but the orderings that
-#: plan like one it runs (files: random's; mix: random's and default's)
+#: plan like one it runs (files: random's; mix: random's and default's; chunked and filtered
+#: default: sorted's and random's)
 SMOKE = [
     name
     for name in CASES
@@ -112,6 +135,8 @@ SMOKE = [
         (
             *(f"ordering={o} + files" for o in ("default", "reverse", "sorted", "sorted_reverse")),
             "ordering=sorted + mix",
+            "ordering=default + chunking",  # plans like sorted's (fixed_chunks)
+            "ordering=default + epoch_wise_filter",  # plans like random's (a filtered part)
         )
     )
 ]

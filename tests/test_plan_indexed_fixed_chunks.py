@@ -74,7 +74,7 @@ def indexed(case: dict) -> IndexedPlanner:
     return IndexedPlanner(case["lengths"], PlanOptions(**case["options"], planning="indexed"))
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(cases())
 def test_chunk_batches_are_global_plannings_and_every_contract_holds(case: dict) -> None:
     """On one rank every sub-epoch's batches are global planning's exactly (sequences, chunks,
@@ -144,7 +144,7 @@ def test_cuts_in_blocks_and_a_node_index_plan_alike(case: dict, block: int) -> N
             np.testing.assert_array_equal(x.chunks, y.chunks)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(st.lists(st.booleans(), max_size=50), st.integers(1, 8))
 def test_admitted_select_is_the_admitted_sequences_ascending(mask: list[bool], block: int) -> None:
     keep = np.array(mask, dtype=bool)
@@ -188,7 +188,7 @@ FILTERS = [
 ]
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=9, deadline=None)
 @given(cases(), st.sampled_from([*FIXED_KINDS, "random"]), st.sampled_from(FILTERS), st.booleans())
 def test_epoch_wise_filter_keeps_returnns_selection_of_each_part(
     case: dict, ordering: str, spec: dict, whole: bool
