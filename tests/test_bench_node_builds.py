@@ -20,6 +20,8 @@ def test_every_stage(tmp_path, monkeypatch):
     hdf = node_builds.hdf_corpus(4000, str(tmp_path), block=1500)
     digests = set()
     for stage, case in node_builds.stages():
+        if stage == "node":  # two processes on one cache: below
+            continue
         cache = tmp_path / f"cache-{len(digests)}-{stage}".replace(" ", "-")
         config = {"store": path, "stage": stage, "case": case, "cache": str(cache), "hdf": hdf}
         out = node_builds.child(config)
@@ -39,3 +41,15 @@ def test_every_stage(tmp_path, monkeypatch):
         else:
             assert sorted(os.listdir(cache / "seqloader")) == ["buckets", "checks"]
     assert len(digests) == 2  # one index per case
+    # the node stage: the first process builds the three stores, another maps them
+    node = tmp_path / "node"
+    runs = []
+    for part in ("node first", "node other"):
+        config = {"store": None, "stage": part, "case": node_builds.NODE_CASE, "hdf": hdf}
+        runs.append(node_builds.child({**config, "cache": str(node)}))
+        assert set(runs[-1]["steps"]) == {"open", "loader", "plan"}
+        if part == "node first":
+            built = {p: os.path.getmtime(p) for p in map(str, node.rglob("*")) if "." in p}
+    assert runs[0]["digest"] == runs[1]["digest"] and "variable-length" in runs[0]["seq_tags"]
+    assert sorted(os.listdir(node / "seqloader")) == ["buckets", "checks"]
+    assert {p: os.path.getmtime(p) for p in built} == built  # the other process built nothing
