@@ -405,7 +405,7 @@ def test_positions_inside_a_batch_are_refused() -> None:
         ({"ordering": "sort_bin_shuffle:.4"}, "ordering='sort_bin_shuffle:.4'"),
         (
             {"ordering": "random", "distribution": "files", "mix": {"a": 1.0}},
-            r"ordering='random' with .*mix with chunking or with distribution='files'",
+            r"ordering='random' with mix and distribution='files' .* use a laplace:.N or buckets",
         ),
         ({"seeding": "returnn"}, "seeding"),
     ],

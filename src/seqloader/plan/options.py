@@ -313,7 +313,11 @@ class PlanOptions:
                     "global planning selects a mix's sequences across files, which whole files "
                     "per rank cannot follow",
                     "use planning='indexed' (which mixes per-corpus streams of files), or "
-                    "distribution='shard'",
+                    "distribution='shard'"
+                    if self._parsed.kind in ("laplace", "buckets")
+                    else f"use a laplace:.N or buckets:N ordering (planning='indexed' mixes "
+                    f"per-corpus streams of files with them; not with ordering={self.ordering!r}), "
+                    "or distribution='shard'",
                 )
             )
             raise OptionError(
@@ -384,6 +388,14 @@ class PlanOptions:
                 "(indexed plans batch length buckets, or cut a fixed order once per node, or a "
                 f"keyed random order per epoch"
                 f"{'; ' + hint if hint else ''}); {fix}"
+            )
+        if fixed and self.distribution == "files" and self.mix is not None:
+            return (
+                f"planning='indexed': ordering={self.ordering!r} with mix and "
+                "distribution='files' is not supported (a mix over files deals file pieces per "
+                "corpus stream, which only the laplace and buckets:N orderings batch); use a "
+                "laplace:.N or buckets:N ordering with it, or distribution='shard' with this "
+                "ordering"
             )
         unsupported = [
             (
