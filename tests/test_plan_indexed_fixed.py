@@ -163,7 +163,6 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
         ({"distribution": "files", "chunking": 50}, "chunking with distribution='files'"),
         ({"mix": {"a": 1.0}, "chunking": 50}, "mix with chunking"),
         ({"ordering": "random", "distribution": "files", "mix": {"a": 1.0}}, r"random' with .*mix"),
-        ({"fixed_random_subset": 10, "chunking": 50}, "or with fixed_random_subset"),
         (
             {"ordering": "sort_bin_shuffle:.4"},
             r"sort_bin_shuffle:.4'.*'laplace:.N'.*planning='global'",

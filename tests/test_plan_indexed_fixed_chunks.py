@@ -162,12 +162,12 @@ def test_a_fixed_random_subset_is_returnns_and_ordered_as_global_planning(
 ) -> None:
     """``fixed_random_subset`` keeps RETURNN's subset (global planning's admitted sequences and
     filtered counts); the fixed orders start from its shuffled order as global planning does
-    (unchunked: the same batches; ``random`` chunked or not: a keyed order of the subset), and
-    every contract holds."""
+    (the same batches, chunked too; ``random``: a keyed order of the subset), and every contract
+    holds."""
     options = {**case["options"], "ordering": ordering, "fixed_random_subset": subset}
-    if ordering != "random":
+    if subset == 7:  # unchunked: whole sequences that fit every limit
         options = {k: v for k, v in options.items() if k not in ("chunking", "min_chunk_size")}
-        options["max_seq_length"] = 100  # whole sequences fit every limit
+        options["max_seq_length"] = 100
     case = {**case, "options": options}
     planner = indexed(case)
     reference = Planner(case["lengths"], PlanOptions(**options))
@@ -178,6 +178,8 @@ def test_a_fixed_random_subset_is_returnns_and_ordered_as_global_planning(
         if ordering != "random" and options["distribution"] == "shard":
             np.testing.assert_array_equal(got.seqs, want.seqs)
             np.testing.assert_array_equal(got.bounds, want.bounds)
+            if got.chunks is not None:
+                np.testing.assert_array_equal(got.chunks, want.chunks)
     cut = case["cuts"][: len(case["worlds"]) - 1]
     check_plan_contracts(lambda: indexed(case), case["worlds"], cut, ordered=True, workers=())
 
@@ -269,6 +271,11 @@ FIXED_CHUNK_CASES: dict[str, dict] = {
                     "uneven": "pad", "epoch_wise_filter": {(1, 1): {"max_mean_len": 150}}},
         "world": 2,
     },
+    "chunked 100:50 sorted W3 pad, fixed_random_subset": {
+        "options": {"ordering": "sorted", "max_frames": 600, "chunking": "100:50",
+                    "uneven": "pad", "fixed_random_subset": 0.7},
+        "world": 3,
+    },
 }  # fmt: skip
 FIXED_CHUNK_GOLDEN = {
     "chunked 100:50 sorted W3 split elastic -> W2": (
@@ -288,6 +295,9 @@ FIXED_CHUNK_GOLDEN = {
     ),
     "chunked 80:40 random W2 pad, epoch_wise_filter": (
         "cf1270c7edd40ca31cd801191dd9c91134e8f31dd44fccccb6caaf2846976381"
+    ),
+    "chunked 100:50 sorted W3 pad, fixed_random_subset": (
+        "b58cf9c1adf8016b4abb9fb0c7c6e1a119ff532d45a916e58ae75cd010accb76"
     ),
     "sorted_reverse W3 split, fixed_random_subset": (
         "78fd8ad568784e75d0b55f75478e21e15a372eece90dc302179280500c66a661"

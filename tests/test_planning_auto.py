@@ -116,6 +116,7 @@ NEWLY_INDEXED = [
     {"ordering": "random:2", "distribution": "files", "uneven": "drop"},
     {"ordering": "sorted", "fixed_random_subset": 0.5, "partition_epoch": 2},
     {"ordering": "random", "chunking": "4:2", "fixed_random_subset": 20},
+    {"ordering": "sorted_reverse", "chunking": "4:2", "fixed_random_subset": 0.5},
     # fixed and random orders with a mix under shard (the mix's sub-epoch cut greedily: mix_cuts)
     {"ordering": "random", "mix": {"a": 0.5, "b": 2}},
     {"ordering": "sorted", "mix": {"b": 1.5}, "partition_epoch": 2},

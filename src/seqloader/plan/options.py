@@ -403,16 +403,11 @@ class PlanOptions:
                 and (
                     (self.distribution == "files" and (self.chunking is not None or self.mix))
                     or (self.mix is not None and self.chunking is not None)
-                    or (
-                        self.fixed_random_subset is not None
-                        and self.chunking is not None
-                        and kind != "random"
-                    )
                 ),
                 f"ordering={self.ordering!r} with mix with chunking or with "
-                "distribution='files', or chunking with distribution='files' or with "
-                "fixed_random_subset (a fixed or random order's greedy cuts are made for the whole "
-                "admitted corpus, sharded, a mix's sub-epoch, or each rank's files' sequences)",
+                "distribution='files', or chunking with distribution='files' (a fixed or random "
+                "order's greedy cuts are made for the whole admitted corpus, sharded, a mix's "
+                "sub-epoch, or each rank's files' sequences)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (

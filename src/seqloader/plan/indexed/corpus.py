@@ -173,6 +173,7 @@ class AdmittedCorpus:
         self.costs = main if cost.quadratic is None else cost.units(main)
         self.mask, self.filtered, self.examples = admit_mask(lengths, key, options, inputs.excluded)
         self.subset: np.ndarray | None = None
+        self._pool_order: FixedOrder | None = None  # chunked fixed orders over a subset
         if options.fixed_random_subset is not None:
             self.mask = self._subset_mask(options)
         #: chunking: the chunks planned (``units``: by bucket of their window; ``chunks``: the
@@ -263,7 +264,26 @@ class AdmittedCorpus:
         kind = self.options.parsed_ordering.kind
         if self.chunking is None:
             return FixedOrder(index, kind)
+        if self.subset is not None:  # the subset's shuffled order (O(m log m), once per planner)
+            if self._pool_order is None:
+                self._pool_order = FixedOrder(self._pool_index(index, kind), kind)
+            return self._pool_order
         return chunked_order(index, kind, self.mask, len(self.lengths))
+
+    def _pool_index(self, index: BucketIndex, kind: str) -> BucketIndex:
+        """Chunked with ``fixed_random_subset``: the order's index over the subset's shuffled
+        order (sorted kinds: the length classes, each one's members in that order; the others:
+        one bucket, the admitted subset in that order), as global planning orders it."""
+        assert self.subset is not None
+        if kind in ("sorted", "sorted_reverse"):
+            return in_pool_order(index, self.lengths, self.subset, self.mask)
+        pool = self.subset if self.mask is None else self.subset[self.mask[self.subset]]
+        return BucketIndex(
+            pool,
+            np.array([0, len(pool)], dtype=np.int64),
+            np.zeros(1, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+        )
 
     def _with_chunk_cuts(self, index: BucketIndex, stride: int) -> BucketIndex:
         """Chunked fixed orderings: ``index`` with the chunk batches' bounds and first chunks
