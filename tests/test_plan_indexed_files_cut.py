@@ -94,7 +94,7 @@ def test_plans_are_global_plannings_and_every_contract_holds(case: dict, stop: i
         same(got, want)
         assert got_at == want_at
     cut = [0.5, 1][: len(case["worlds"]) - 1]
-    check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=())
+    check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=(2,))
 
 
 def test_a_rank_draws_only_its_own_files_and_the_index_keeps_no_order() -> None:

@@ -96,7 +96,7 @@ def test_batches_are_greedy_cuts_of_the_mix_in_the_ordering_and_every_contract_h
             np.testing.assert_array_equal(got[1], uses)
         np.testing.assert_array_equal(b.bounds, Batcher(limits, {"data": lengths}).bounds(seqs))
     cut = [0.5, 1][: len(case["worlds"]) - 1]
-    check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=())
+    check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=(2,))
 
 
 MIX_CUT_CASES: dict[str, dict] = {
