@@ -20,7 +20,7 @@ from seqloader.sources.hdf_vlen import VlenStrings
 TAG = st.lists(st.sampled_from([b"a", b"/", b"7", "é".encode(), b"\xff"]), max_size=9).map(b"".join)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     tags=st.lists(TAG, min_size=1, max_size=40),
     writes=st.integers(1, 3),

@@ -52,7 +52,7 @@ def write_hdf(path: str, tags: list[bytes], fixed: bool) -> None:
         f.create_dataset("inputs", data=np.zeros((n, 1), np.float32))
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tags=st.lists(TAG, min_size=1, max_size=24), fixed=st.booleans(), block=st.integers(1, 9))
 def test_kept_hashes_are_the_tags_hashes_and_give_the_same_verdict(
     tags: list[bytes], fixed: bool, block: int
