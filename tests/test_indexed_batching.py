@@ -18,7 +18,7 @@ from seqloader.plan.indexed.histogram import (
     row_runs,
     sizes_for_units,
 )
-from seqloader.plan.indexed.plan import MemberDraw, RunDraw, SortedWindows
+from seqloader.plan.indexed.plan import MemberDraw, RunDraw, SortedWindows, _windows_of
 from test_plan_indexed import check_limits
 
 
@@ -177,6 +177,18 @@ def test_sorted_windows_sort_each_window_and_answer_any_position_alone(
         pos = np.asarray(picks, dtype=np.int64) % counts[bucket]
         alone, _ = draw.slots(bucket, pos)
         assert alone.tolist() == [int(whole[b][p]) for b, p in zip(bucket, pos)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.integers(0, 300), max_size=80), extra=st.integers(1, 400))
+def test_windows_of_is_numpys_unique_with_inverse(keys, extra):
+    """The windows a draw touches, marked in a table where the keys are dense and sorted where
+    they are sparse, are ``np.unique(keys, return_inverse=True)``."""
+    key = np.asarray(keys, dtype=np.int64)
+    which, inverse = _windows_of(key, int(key.max(initial=0)) + extra)
+    expected, expected_inverse = np.unique(key, return_inverse=True)
+    assert which.tolist() == expected.tolist()
+    assert inverse.tolist() == expected_inverse.tolist()
 
 
 def test_indexed_batching_benchmark_reports_ratios_against_greedy() -> None:

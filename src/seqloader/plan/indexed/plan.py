@@ -117,7 +117,7 @@ class SortedWindows:
         m = self.window[bucket]
         w = pos // m
         wide = int(w.max()) + 1
-        which, inverse = np.unique(bucket * wide + w, return_inverse=True)
+        which, inverse = _windows_of(bucket * wide + w, int(bucket.max()) * wide + wide)
         ub, uw = np.divmod(which, wide)
         lo = uw * self.window[ub]
         hi = np.minimum(lo + self.window[ub], self.counts[ub])
@@ -152,6 +152,18 @@ class SortedWindows:
         begin = np.cumsum(hi - lo) - (hi - lo)  # [U] each window's first in the drawn list
         at = order[begin[k] + pos - lo[k]]
         return seqs[at], None if uses is None else uses[at]
+
+
+def _windows_of(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(key, return_inverse=True)`` for keys in ``[0, span)``: where the keys are dense
+    (a whole epoch's lists, as ``seqloader stats`` and the audit ask), marked in a table of
+    ``span`` instead of sorted; a rank's few positions over many windows are sorted."""
+    if span > 4 * len(key):
+        return np.unique(key, return_inverse=True)
+    present = np.zeros(span, dtype=bool)
+    present[key] = True
+    rank = np.cumsum(present) - 1
+    return np.flatnonzero(present), rank[key]
 
 
 class RunDraw:
