@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.plan.indexed.bijection import SMALL, Bijection
+from seqloader.plan.indexed.bijection import SMALL, Bijection, evaluate_many
 
 
 @settings(max_examples=80, deadline=None)
@@ -28,3 +28,24 @@ def test_python_ints_and_numpy_give_the_same_images(m: int, words: list[int], da
         np.testing.assert_array_equal(b(x[k : k + SMALL]), many[k : k + SMALL])
     np.testing.assert_array_equal(b(x[:6].reshape(2, 3)), many[:6].reshape(2, 3))  # any shape
     assert b(x[:0]).shape == (0,)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 3000), st.lists(st.integers(0, 2**63 - 1), max_size=3)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.data(),
+)
+def test_many_bijections_at_once_give_each_ones_images(keyed: list, data) -> None:
+    """``evaluate_many`` (the mix's partial corpus epochs of every stream in one pass) is each
+    bijection's own answer at every position, whatever the mixture and order of positions."""
+    which = np.asarray(
+        data.draw(st.lists(st.integers(0, len(keyed) - 1), min_size=0, max_size=80)), np.int64
+    )
+    x = np.array([data.draw(st.integers(0, keyed[g][0] - 1)) for g in which.tolist()], np.int64)
+    got = evaluate_many([m for m, _ in keyed], [w for _, w in keyed], which, x)
+    assert got.dtype == np.uint64 and got.shape == x.shape
+    assert got.tolist() == [Bijection(*keyed[g]).one(v) for g, v in zip(which.tolist(), x.tolist())]

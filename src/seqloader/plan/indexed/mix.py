@@ -195,6 +195,10 @@ class IndexedMix:
         lo, count = self.part(full_epoch, part, parts)
         return MixDraw(self, lo, count, (self.seed, PURPOSE_INDEXED_MIX_ORDER, full_epoch, part))
 
+    def stream_words(self, b: int, c: int, k: int) -> tuple[int, ...]:
+        """The key of corpus epoch ``k`` of the (corpus ``c``, bucket ``b``) stream's bijection."""
+        return (self.seed, PURPOSE_INDEXED_MIX, self._words[c], b, k)
+
     def stream_slots(
         self, b: int, c: int, stream: np.ndarray, cache: _Cache
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -208,8 +212,7 @@ class IndexedMix:
             here = k == kk
             pi = cache.get((b, c, kk))
             if pi is None:
-                words = (self.seed, PURPOSE_INDEXED_MIX, self._words[c], b, kk)
-                pi = cache[(b, c, kk)] = Bijection(n, words)
+                pi = cache[(b, c, kk)] = Bijection(n, self.stream_words(b, c, kk))
             seqs[here] = self.index.members[base + pi(t[here]).astype(np.int64)]
         return seqs, k.astype(USES_DTYPE)
 

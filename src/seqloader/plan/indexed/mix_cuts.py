@@ -26,6 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
+from seqloader.plan.indexed.bijection import evaluate_many
 from seqloader.plan.indexed.fixed import BoundsTable, cut_positions
 from seqloader.plan.indexed.mix import IndexedMix, MixDraw
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
@@ -122,13 +123,10 @@ def mix_fixed_cuts(
     ([0, 1, 2, 3, 4, 4, 5, 5, 6, 6], [0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [0, 4, 8, 10])
     """
     lo, count = mix.part(ep.full_epoch, ep.part, parts)  # [N, C] each
-    got = [_segment_set(mix, int(b), int(c), int(lo[b, c]), int(count[b, c])) for b, c in
-           zip(*np.nonzero(count))]  # fmt: skip
-    seqs = np.concatenate([np.zeros(0, np.int64), *(g[0] for g in got)])
-    uses = np.concatenate([np.zeros(0, USES_DTYPE), *(g[1] for g in got)])
+    seqs, uses = part_slots(mix, lo, count)
     span = int(uses.max(initial=0)) + 1  # ascending sequence, a sequence's corpus epochs adjacent
-    canonical = np.argsort(seqs * span + uses)  # unique keys: any sort gives the one order
-    seqs, uses = seqs[canonical], uses[canonical]
+    key = np.sort(seqs * span + uses)  # unique keys: sorting them is the one canonical order
+    seqs, uses = key // span, (key % span).astype(USES_DTYPE)
     by = np.asarray(lengths[length_key])[seqs]
     order = order_sequences(by, ordering, np.random.default_rng(0))  # fixed kinds draw nothing
     seqs, uses = seqs[order], uses[order]
@@ -140,25 +138,46 @@ def mix_fixed_cuts(
     return BoundsTable(bounds), ListedDraw(seqs, uses, bounds)
 
 
-def _segment_set(
-    mix: IndexedMix, b: int, c: int, lo: int, count: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The slots of stream positions ``[lo, lo + count)`` of the (corpus ``c``, bucket ``b``)
-    stream as a set (any order) -> (sequences int64, corpus epochs): a whole corpus epoch is every
-    member of the stream (no draw), a part of one its members drawn (``stream_slots``)."""
-    n = int(mix.counts[b, c])
-    base = int(mix.index.starts[b]) + int(mix.offsets[b, c])
-    seqs: list[np.ndarray] = []
-    uses: list[np.ndarray] = []
-    cache: dict = {}  # the stream's bijections by corpus epoch
-    end = lo + count
-    for k in range(lo // n, (end - 1) // n + 1):
-        a, e = max(lo, k * n), min(end, (k + 1) * n)
-        if e - a == n:  # the whole corpus epoch: its members, in the index's order
-            seqs.append(np.asarray(mix.index.members[base : base + n], dtype=np.int64))
-            uses.append(np.full(n, k, dtype=USES_DTYPE))
-        else:
-            got = mix.stream_slots(b, c, np.arange(a, e, dtype=np.int64), cache)
-            seqs.append(got[0])
-            uses.append(got[1])
-    return np.concatenate(seqs), np.concatenate(uses)
+def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The slots of stream positions ``[lo, lo + count)`` of every (bucket b, corpus c) stream
+    (``[N, C]`` each) as a set (any order) -> (sequences int64, corpus epochs): a whole corpus
+    epoch is every member of the stream (no draw), a part of one its members drawn by the
+    stream's bijection (``IndexedMix.stream_slots``'s), all parts in one vectorised evaluation
+    (``evaluate_many``), not one per stream.
+
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> from seqloader.plan.mix import Corpora
+    >>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
+    >>> index = build_bucket_index(lengths, np.array([6]))
+    >>> mix = IndexedMix(0, {"a": 1, "b": 2}, Corpora(("a", "b"), np.array([0, 4, 7])), index, lengths)
+    >>> seqs, uses = part_slots(mix, np.array([[0, 1], [1, 0]]), np.array([[2, 3], [1, 1]]))
+    >>> sorted(zip(seqs.tolist(), uses.tolist()))  # bucket 0: a's corpus epoch 1, b's 2 and 1 of 1
+    [(0, 0), (2, 0), (3, 0), (4, 0), (4, 1), (5, 0), (6, 1)]
+    >>> mix.stream_slots(1, 0, np.array([1]), {})[0].tolist()  # bucket 1, a: position 1 drawn
+    [3]
+    """
+    whole_seqs, whole_uses = [np.zeros(0, np.int64)], [np.zeros(0, USES_DTYPE)]
+    pieces: list[tuple[int, int, int, int]] = []  # partial: (base, n, first t, length)
+    words: list[tuple[int, ...]] = []
+    part_uses = [np.zeros(0, USES_DTYPE)]
+    for b, c in zip(*np.nonzero(count)):
+        b, c = int(b), int(c)
+        n = int(mix.counts[b, c])
+        base = int(mix.index.starts[b]) + int(mix.offsets[b, c])
+        a0, end = int(lo[b, c]), int(lo[b, c]) + int(count[b, c])
+        for k in range(a0 // n, (end - 1) // n + 1):
+            a, e = max(a0, k * n), min(end, (k + 1) * n)
+            if e - a == n:  # the whole corpus epoch: its members, in the index's order
+                whole_seqs.append(np.asarray(mix.index.members[base : base + n], dtype=np.int64))
+                whole_uses.append(np.full(n, k, dtype=USES_DTYPE))
+            else:
+                pieces.append((base, n, a - k * n, e - a))
+                words.append(mix.stream_words(b, c, k))
+                part_uses.append(np.full(e - a, k, dtype=USES_DTYPE))
+    table = np.array(pieces, dtype=np.int64).reshape(-1, 4)
+    bases, sizes, firsts, lens = table.T
+    which = np.repeat(np.arange(len(pieces), dtype=np.int64), lens)
+    t = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens - firsts, lens)
+    at = bases[which] + evaluate_many(sizes.tolist(), words, which, t).astype(np.int64)
+    drawn = np.asarray(mix.index.members[at], dtype=np.int64)
+    return np.concatenate([*whole_seqs, drawn]), np.concatenate([*whole_uses, *part_uses])
