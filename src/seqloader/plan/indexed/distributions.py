@@ -40,8 +40,9 @@ from seqloader.plan.indexed.files_cut import CutFiles, FilesCutPlanner, files_cu
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.mix import IndexedMix
+from seqloader.plan.indexed.mix_kind import MixKind
 from seqloader.plan.indexed.plan import Draw, IndexedPlan, RankwisePlan
-from seqloader.plan.mix import Corpora, EpochMix
+from seqloader.plan.mix import Corpora
 from seqloader.plan.seeding import PURPOSE_INDEXED_RANK
 
 #: a segment of an epoch: (all ranks' plan, units consumed by the segments before it)
@@ -99,7 +100,7 @@ class Distribution(Protocol):
         """The order rank ``rank`` plans alone (its own draws)."""
         ...
 
-    def make_mix(self, corpora: Corpora) -> EpochMix:
+    def make_mix(self, corpora: Corpora) -> MixKind:
         """The mix over this distribution's units (``mix=``)."""
         ...
 
@@ -159,7 +160,7 @@ class _Table:
             "planning='indexed' orders a rank alone only under random_seed_offset (no file pools)"
         )
 
-    def make_mix(self, corpora: Corpora) -> EpochMix:
+    def make_mix(self, corpora: Corpora) -> MixKind:
         """Per (corpus, bucket) streams (``IndexedMix``)."""
         p = self.planner
         assert p.options.mix is not None

@@ -34,12 +34,13 @@ from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import START, At, EpochIndex, replay_history
 from seqloader.plan.files import assign_lpt, fill_rank, refuse_files_start
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
+from seqloader.plan.indexed.files_mix import FilesMix
 from seqloader.plan.indexed.fixed import FIXED_KINDS, cut_batcher, cut_positions
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.indexed.plan import RankwisePlan, piece_bounds, ranges
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.limits import BatchLimits
-from seqloader.plan.mix import Corpora, EpochMix
+from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions, Uneven
 from seqloader.plan.ordering import order_sequences
 from seqloader.plan.seeding import PURPOSE_FILES_ORDER, rng_for
@@ -195,7 +196,7 @@ class CutFiles(Files):
         self.cut_planner = planner
         self._kept: dict[tuple, CutSegment] = {}
 
-    def make_mix(self, corpora: Corpora) -> EpochMix:
+    def make_mix(self, corpora: Corpora) -> FilesMix:
         raise OptionError(
             f"planning='indexed': mix with distribution='files' and "
             f"ordering={self.planner.options.ordering!r} is not supported; use planning='global', "

@@ -35,8 +35,9 @@ from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.files_mix import FilesMix, Pieces
 from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.mix_kind import MixKind
 from seqloader.plan.indexed.plan import RankwisePlan, ranges
-from seqloader.plan.mix import USES_DTYPE, Corpora, EpochMix
+from seqloader.plan.mix import USES_DTYPE, Corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
 from seqloader.plan.seeding import (
@@ -67,7 +68,7 @@ class FilesPlanner(Protocol):
     k: np.ndarray
     units: ChunkBuckets | None
     chunks: ChunkTable | None
-    mix: EpochMix | None
+    mix: MixKind | None
     head: tuple[int, ...]
 
     def seed_epoch(self, ep: EpochIndex) -> int: ...
@@ -110,7 +111,7 @@ class Files:
     def head(self, head: tuple[int, ...], order_rank: int) -> tuple[int, ...]:
         return head
 
-    def make_mix(self, corpora: Corpora) -> EpochMix:
+    def make_mix(self, corpora: Corpora) -> FilesMix:
         """The mix over files: per-corpus streams of file pieces (``FilesMix``)."""
         p = self.planner
         assert p.options.mix is not None

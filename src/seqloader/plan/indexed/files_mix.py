@@ -39,6 +39,7 @@ import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.plan.bounds import check_mix_slots
+from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.files import cut_parts
 from seqloader.plan.mix import (
     USES_DTYPE,
@@ -216,6 +217,32 @@ class FilesMix:
         keep = (off >= pieces.lo[pid]) & (off < pieces.hi[pid])
         seqs, pid = seqs[keep].astype(np.int64), pid[keep]
         return seqs, pieces.use[pid], pid
+
+    # ---- what the indexed planner asks (``MixKind``) ----
+    def bucket_counts(self, ep: EpochIndex, parts: int) -> None:
+        """None: the files distribution counts a sub-epoch's pieces per rank and bucket."""
+        return None
+
+    def bucket_draw(self, ep: EpochIndex, parts: int) -> None:
+        """None: the files distribution draws a rank's units of its pieces."""
+        return None
+
+    def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, corpus epoch) of every slot of sub-epoch ``ep``: its pieces' slots, piece
+        after piece (O(n): for checks)."""
+        seqs, uses, _ = self.slots(self.sub_epoch(ep.full_epoch, ep.part, parts))
+        return seqs, uses.astype(USES_DTYPE)
+
+    def corpus_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, list[CorpusProgress]]:
+        """(slots per corpus in sub-epoch ``ep`` -> int64 ``[C]``, every corpus' progress at the
+        sub-epoch's end): from the pieces' counts of the full epoch's sub-epochs up to it."""
+        first = ep.full_epoch * parts + 1
+        per = np.zeros(len(self.rates), dtype=np.int64)
+        for e in range(first, ep.epoch + 1):
+            pieces = self.sub_epoch(ep.full_epoch, EpochIndex(e, parts).part, parts)
+            here = np.bincount(pieces.corpus, weights=pieces.count, minlength=len(self.rates))
+            per += here.astype(np.int64)
+        return here.astype(np.int64), self.progress(ep.full_epoch, per)
 
     # ---- what EpochMix asks ----
     def epoch_counts(self, full_epoch: int) -> tuple[int, ...]:

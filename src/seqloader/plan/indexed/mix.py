@@ -38,7 +38,7 @@ from fractions import Fraction
 import numpy as np
 
 from seqloader.plan.bounds import check_mix_slots
-from seqloader.plan.epochs import part_cut
+from seqloader.plan.epochs import EpochIndex, part_cut
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.mix import (
@@ -188,6 +188,28 @@ class IndexedMix:
             progress(name, rate, n, int(a), int(u))
             for name, rate, n, a, u in zip(self.corpora.names, self.rates, self.sizes, first, used)
         ]
+
+    # ---- what the indexed planner asks (``MixKind``) ----
+    def bucket_counts(self, ep: EpochIndex, parts: int) -> np.ndarray:
+        """Slots per bucket of sub-epoch ``ep`` -> int64 ``[N]``: every (bucket, corpus)
+        segment cut on its own."""
+        return self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
+
+    def bucket_draw(self, ep: EpochIndex, parts: int) -> MixDraw:
+        """The slots of sub-epoch ``ep`` per bucket position (``draw``)."""
+        return self.draw(ep.full_epoch, ep.part, parts)
+
+    def listed_slots(self, ep: EpochIndex, parts: int) -> None:
+        """None: a sub-epoch's slots are listed from the plan's batches (the keyed order of a
+        bucket's slots is the plan's)."""
+        return None
+
+    def corpus_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, list[CorpusProgress]]:
+        """(slots per corpus in sub-epoch ``ep`` -> int64 ``[C]``, every corpus' progress at the
+        sub-epoch's end: its stream positions up to there, summed over buckets)."""
+        lo, count = self.part(ep.full_epoch, ep.part, parts)
+        start, _ = self.spans(ep.full_epoch)
+        return count.sum(axis=0), self.progress(ep.full_epoch, (lo + count - start).sum(axis=0))
 
     # ---- members ----
     def draw(self, full_epoch: int, part: int, parts: int) -> MixDraw:

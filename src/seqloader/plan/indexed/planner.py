@@ -61,7 +61,6 @@ from seqloader.plan.indexed.budget import key_budgets, num_buckets, packed_budge
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.distributions import Distribution, distribution_of
 from seqloader.plan.indexed.files_cut import files_cut
-from seqloader.plan.indexed.files_mix import FilesMix
 from seqloader.plan.indexed.filter import RankOrderDraw
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
@@ -80,6 +79,7 @@ from seqloader.plan.indexed.imbalance import (
 )
 from seqloader.plan.indexed.mix import IndexedMix
 from seqloader.plan.indexed.mix_cuts import mix_cuts, mix_fixed_cuts
+from seqloader.plan.indexed.mix_kind import MixKind
 from seqloader.plan.indexed.plan import (
     Draw,
     IndexedPlan,
@@ -91,7 +91,7 @@ from seqloader.plan.indexed.random_order import RandomOrder, RankBatchOrder
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
-from seqloader.plan.mix import USES_DTYPE, CorpusProgress, EpochMix, mixed_corpora
+from seqloader.plan.mix import CorpusProgress, mixed_corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.pools import FilePools
 from seqloader.plan.seeding import (
@@ -234,7 +234,7 @@ class IndexedPlanner:
         self.distribution: Distribution = distribution_of(self)
         #: ((epoch, order rank), its epoch_wise_filter cut)
         self._cut_kept: tuple[tuple[int, int], EpochCut] | None = None
-        self.mix: EpochMix | None = None
+        self.mix: MixKind | None = None
         self.corpora = corpora = i.corpora
         self.k = batch_sizes(self.longest, options.cost, options.max_seqs, self.budget)  # [N]
         if (packed := packed_budget(c.limits)) is not None:  # quadratic cost and a packed limit
@@ -456,9 +456,9 @@ class IndexedPlanner:
         if self._fixed or self._random:  # one "bucket": the part's order (indexed.fixed)
             one = np.ones(1, dtype=np.int64)
             return one * self._cut_part(ep, order_rank)[0].num_seqs, one * 0, one
-        if isinstance(self.mix, IndexedMix):  # every (bucket, corpus) segment cut on its own
-            counts = self.mix.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
-            lo = np.zeros_like(counts)
+        mixed = self.mix.bucket_counts(ep, parts) if self.mix is not None else None
+        if mixed is not None:  # every (bucket, corpus) segment cut on its own
+            counts, lo = mixed, np.zeros_like(mixed)
         else:
             counts, lo = self.base_counts(ep)
             cut = self._epoch_cut(ep, order_rank)
@@ -538,8 +538,10 @@ class IndexedPlanner:
         counts, offsets, sizes = self._counts(ep, order_rank)
         draw: Draw
         cut = self._epoch_cut(ep, order_rank)
-        if isinstance(self.mix, IndexedMix):
-            draw = self.mix.draw(ep.full_epoch, ep.part, self.options.partition_epoch)
+        mix = self.mix
+        mixed = mix.bucket_draw(ep, self.options.partition_epoch) if mix is not None else None
+        if mixed is not None:
+            draw = mixed
         elif cut is not None:
             draw = cut.draw
         else:
@@ -576,11 +578,11 @@ class IndexedPlanner:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """(``sub_epoch_order``, the corpus epoch of each slot or None unmixed); O(n). A mix
         over files: its pieces' slots, piece after piece."""
-        if isinstance(self.mix, FilesMix):
-            parts = self.options.partition_epoch
-            ep = EpochIndex(epoch, parts)
-            seqs, uses, _ = self.mix.slots(self.mix.sub_epoch(ep.full_epoch, ep.part, parts))
-            return seqs, uses.astype(USES_DTYPE)
+        parts = self.options.partition_epoch
+        mix, ep = self.mix, EpochIndex(epoch, parts)
+        listed = mix.listed_slots(ep, parts) if mix is not None else None
+        if listed is not None:
+            return listed
         table = self.table(epoch, 1)
         batches = IndexedPlan(table, self.draw(epoch), 1, 0, "pad", self.units).batches
         return batches.seqs, batches.uses
@@ -591,27 +593,9 @@ class IndexedPlanner:
         ``corpus_counts``)."""
         if self.corpora is None:
             return []
-        if isinstance(self.mix, FilesMix):  # from the pieces' counts
-            parts, n_c = self.options.partition_epoch, len(self.corpora.names)
-            ep = EpochIndex(epoch, parts)
-            first = ep.full_epoch * parts + 1  # this full epoch's sub-epochs up to this one
-            eps = (EpochIndex(e, parts) for e in range(first, epoch + 1))
-            pieces = (self.mix.sub_epoch(e.full_epoch, e.part, parts) for e in eps)
-            per = [
-                np.bincount(p.corpus, weights=p.count, minlength=n_c).astype(np.int64)
-                for p in pieces
-            ]
-            progress = self.mix.progress(ep.full_epoch, np.sum(per, axis=0))
-            return [
-                (name, int(per[-1][c]), progress[c]) for c, name in enumerate(self.corpora.names)
-            ]
-        if isinstance(self.mix, IndexedMix):
-            ep = EpochIndex(epoch, self.options.partition_epoch)
-            lo, count = self.mix.part(ep.full_epoch, ep.part, self.options.partition_epoch)
-            start, _ = self.mix.spans(ep.full_epoch)
-            here = count.sum(axis=0)  # [C]
-            done = (lo + count - start).sum(axis=0)  # [C] slots up to the sub-epoch's end
-            progress = self.mix.progress(ep.full_epoch, done)
+        if self.mix is not None:  # from the mix's counts
+            parts = self.options.partition_epoch
+            here, progress = self.mix.corpus_slots(EpochIndex(epoch, parts), parts)
             return [(name, int(here[c]), progress[c]) for c, name in enumerate(self.corpora.names)]
         here = self.distribution.corpus_counts(epoch)
         return [(name, int(here[c]), None) for c, name in enumerate(self.corpora.names)]
