@@ -14,7 +14,7 @@ sequences, lengths uniform in 50..2000 frames; ``max_seqs`` 200, ``max_frames`` 
   (about 4.6 chunks per sequence);
 
 for the orderings ``laplace:.1000`` and ``random``. A chunked plan holds one slot per chunk but
-batches from per-sequence fits (``seqloader.plan.greedy.chunk_batching``); the results give the time
+batches from per-sequence fits (``seqloader.plan.chunk_batching``); the results give the time
 ratio (acceptance: <= 1.5 for chunked / unchunked) and the same per planned unit. Results: ``benchmarks/results/
 chunk_planning.json`` (``--quick``: ``benchmarks/out/``, git-ignored).
 """

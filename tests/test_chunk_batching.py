@@ -1,4 +1,4 @@
-"""Chunked batching from fits (``seqloader.plan.greedy.chunk_batching``) gives the same batches as the
+"""Chunked batching from fits (``seqloader.plan.chunk_batching``) gives the same batches as the
 general batcher over every chunk's length: as properties over random corpora, chunkings, limits,
 orderings and resume starts, and for the greedy core against ``greedy_bounds`` itself."""
 
@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.batching import greedy_bounds
+from seqloader.plan.chunk_batching import MAX_CAP, ChunkFits, greedy_from_fits
 from seqloader.plan.cost import BatchCost
-from seqloader.plan.greedy.chunk_batching import MAX_CAP, ChunkFits, greedy_from_fits
 
 
 @st.composite

@@ -23,6 +23,7 @@ from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_o
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bounds import check_bins, check_chunk_units
+from seqloader.plan.chunk_batching import ChunkFits, batcher_fits, fit_bounds
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.edges import bucket_edges
@@ -43,7 +44,6 @@ from seqloader.plan.files import (
 )
 from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.greedy.buckets import Arrangement, arrange
-from seqloader.plan.greedy.chunk_batching import ChunkFits, greedy_from_fits
 from seqloader.plan.greedy.distribute import GlobalPlan
 from seqloader.plan.greedy.distributions import At, Distribution, Files, distribution_of
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
@@ -670,7 +670,7 @@ class Planner:
     ) -> BatchList:
         """Greedy batches over the chunks of ``order`` (sequences in plan order) from chunk
         position ``start`` on. Under one padded limit the batches come from the chunks' fits
-        (``seqloader.plan.greedy.chunk_batching``: no per-chunk lengths, batch starts decided in runs);
+        (``seqloader.plan.chunk_batching``: no per-chunk lengths, batch starts decided in runs);
         other limits batch the chunks' lengths per key. Both give the same batches. ``uses``:
         in a mix, each slot's corpus epoch (int ``[s]``), which each of its chunks carries."""
         assert self.chunks is not None
@@ -688,12 +688,7 @@ class Planner:
         units = self.chunks.expand(order, counts=counts, ends=ends)  # sequences, chunk indices
         self._check_start(start, len(units), epoch)
         start = int(start)
-        if isinstance(fits, int):  # max_seqs alone: batches of that many
-            m = len(units) - start
-            bounds = np.append(np.arange(0, m, fits, dtype=np.int64), np.int64(m))
-        else:
-            fit = fits.fits(order, counts, ends)[start:]
-            bounds = greedy_from_fits(fit, fits.top, fits.decided(order, counts, ends, start))
+        bounds = fit_bounds(fits, order, counts, ends, start)
         of_units = None if uses is None else np.repeat(uses, counts)[start:]
         return BatchList.from_bounds(units.seqs[start:], bounds, of_units, units.chunks[start:])
 
@@ -709,16 +704,9 @@ class Planner:
         """How chunked plans batch (once per planner): ``ChunkFits`` under one padded limit, the
         batch size when only ``max_seqs`` limits, None for the general batcher."""
         assert self.chunks is not None
-        limits, key = self.batcher.limits, self.length_key
+        limits = self.batcher.limits
         cap = limits.max_seqs if limits.max_seqs is not None else max(self.chunks.num_units, 1)
-        fits: ChunkFits | int | None = None
-        if not limits.plain:
-            fits = None
-        elif self.budget is None or cap <= 1:
-            fits = cap
-        else:
-            fits = ChunkFits.of(self.chunks, key, self.budget, lambda x: limits.units(key, x), cap)
-        return fits
+        return batcher_fits(self.chunks, self.batcher, cap)
 
     def global_plan(
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None

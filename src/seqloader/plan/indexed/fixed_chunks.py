@@ -24,7 +24,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
-from seqloader.plan.chunks import chunk_counts
+from seqloader.plan.chunk_batching import batcher_fits, fit_bounds
+from seqloader.plan.chunks import ChunkTable, chunk_counts
 from seqloader.plan.epochs import part_bounds
 from seqloader.plan.indexed.fixed import FixedOrder, cut_batcher
 from seqloader.plan.indexed.histogram import BucketIndex
@@ -168,6 +169,32 @@ def chunked_cuts(
     )
 
 
+def _block_bounds(
+    batcher: Batcher,
+    chunking: Chunking,
+    seqs: np.ndarray,
+    per: np.ndarray,
+    ends: np.ndarray,
+    skip: int,
+) -> np.ndarray:
+    """Greedy bounds over the chunks of ``seqs`` (``per`` chunks each, ``ends`` their cumulative
+    sum) from chunk ``skip`` on: from the chunks' fits as global planning batches its chunks
+    (``seqloader.plan.chunk_batching``, no window per chunk) when one padded limit bounds a
+    batch, else the general batcher over every key's windows; the same bounds either way."""
+    lim, key, counts = batcher.limits, batcher.limits.length_key, per.astype(np.int32)
+    total = int(ends[-1]) if len(ends) else 0
+    cap = lim.max_seqs if lim.max_seqs is not None else max(total, 1)
+    whole = {key: np.asarray(chunking.lengths[key][seqs], dtype=np.int64)}
+    table = ChunkTable(np.concatenate([[0], ends]), chunking.spec, whole, counts)
+    fits = batcher_fits(table, batcher, cap)
+    if fits is not None:
+        return fit_bounds(fits, np.arange(len(seqs)), counts, ends, skip)
+    rel = np.repeat(np.arange(len(seqs), dtype=np.int64), per)  # sequence of each chunk
+    chunk = np.arange(total, dtype=np.int64) - np.repeat(ends - per, per)
+    on = seqs[rel[skip:]]
+    return batcher.bounds_of({k: chunking.windows(k, on, chunk[skip:]) for k in batcher.keys})
+
+
 def cut_chunk_positions(
     order: Callable[[np.ndarray], np.ndarray],
     lo: int,
@@ -183,33 +210,30 @@ def cut_chunk_positions(
     first one from chunk ``skip``), each block's last batch left to the next block unless it ends
     the part (greedy batching restarts exactly at a batch's first chunk). ``random`` cuts each
     epoch's part so on every rank (O(n / P) per part, a block's memory)."""
-    keys, bounds_of = batcher.keys, batcher.bounds_of
     cuts, firsts = [np.zeros(1, dtype=np.int64)], []
     start, skip, done, width = lo, 0, 0, block
     while start < hi:
         end = min(hi, start + width)
         seqs = order(np.arange(start, end, dtype=np.int64))
         per = chunking.counts(seqs)
-        per[0] -= skip
-        rel = np.repeat(np.arange(len(seqs), dtype=np.int64), per)  # sequence of each chunk
-        chunk = np.arange(len(rel), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
-        chunk[rel == 0] += skip
-        on = seqs[rel]
-        bounds = bounds_of({k: chunking.windows(k, on, chunk) for k in keys})
+        ends = np.cumsum(per)
+        bounds = _block_bounds(batcher, chunking, seqs, per, ends, skip)
         if end < hi:
             if len(bounds) <= 2:  # one batch to the block's end: it may go on
                 width *= 2
                 continue
             bounds = bounds[:-1]  # the last batch may be cut by the block's end
-        heads = bounds[:-1]
-        firsts.append((start - lo + rel[heads]) * stride + chunk[heads])
+        heads = bounds[:-1] + skip  # chunk positions in the block's sequences' chunks
+        rel = np.searchsorted(ends, heads, side="right")  # each batch's first sequence
+        firsts.append((start - lo + rel) * stride + heads - (ends - per)[rel])
         cuts.append(bounds[1:] + done)
         done += int(bounds[-1])
-        last = int(bounds[-1])
-        if last == len(rel):
+        last = int(bounds[-1]) + skip
+        if last == int(ends[-1]):
             start, skip = end, 0
         else:
-            start, skip = start + int(rel[last]), int(chunk[last])
+            at = int(np.searchsorted(ends, last, side="right"))
+            start, skip = start + at, last - int(ends[at] - per[at])
     firsts.append(np.array([(hi - lo) * stride], dtype=np.int64))
     return np.concatenate(cuts), np.concatenate(firsts)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.plan.chunks import ChunkTable
-from seqloader.plan.limits import lift
+from seqloader.plan.limits import Batcher, lift
 
 #: Largest batch cap handled here (int16 fits); beyond it callers use the general batcher.
 MAX_CAP = 4096
@@ -147,6 +147,44 @@ def _fit(
     out = np.full(cost.shape, cap, dtype=np.int64)
     np.floor_divide(budget, cost, out=out, where=cost > 0)
     return np.minimum(out, cap, out=out)
+
+
+def batcher_fits(table: ChunkTable, batcher: Batcher, cap: int) -> ChunkFits | int | None:
+    """How ``table``'s chunks batch under ``batcher`` with at most ``cap`` per batch:
+    ``ChunkFits`` under one padded limit of the length key, the batch size when only
+    ``max_seqs`` limits, None for the general batcher (``Batcher.bounds_of`` over the windows).
+    Global planning asks once per planner, indexed planning once per block of its order."""
+    limits, key = batcher.limits, batcher.limits.length_key
+    if not limits.plain:
+        return None
+    if batcher.budget is None or cap <= 1:
+        return cap
+    return ChunkFits.of(table, key, batcher.budget, lambda x: limits.units(key, x), cap)
+
+
+def fit_bounds(
+    fits: ChunkFits | int, order: np.ndarray, counts: np.ndarray, ends: np.ndarray, start: int
+) -> np.ndarray:
+    """Greedy batch bounds over the chunks of ``order`` (its sequences' ``counts`` and their
+    cumulative sum ``ends``) from chunk position ``start`` on, by ``batcher_fits``' answer ->
+    int64 ``[n_batches + 1]``, ``Batcher.bounds_of``'s bounds over the same chunks' windows.
+
+    >>> from seqloader.plan.cost import BatchCost
+    >>> from seqloader.plan.limits import BatchLimits
+    >>> limits = BatchLimits.of(3, 10, None, BatchCost.parse("frames"), ["x"], "x")
+    >>> whole = np.array([6, 3, 5])  # chunks 2:2 -> windows [2, 2, 2], [2, 1], [2, 2, 1]
+    >>> counts = np.array([3, 2, 3], dtype=np.int32)
+    >>> table = ChunkTable(np.array([0, 3, 5, 8]), {"x": (2, 2)}, {"x": whole}, counts)
+    >>> fits = batcher_fits(table, Batcher(limits, {"x": whole}), 3)
+    >>> order = np.array([2, 0])  # windows [2, 2, 1, 2, 2, 2]
+    >>> fit_bounds(fits, order, counts[order], np.cumsum(counts[order]), 1).tolist()
+    [0, 3, 5]
+    """
+    if isinstance(fits, int):  # max_seqs alone: batches of that many
+        m = (int(ends[-1]) if len(ends) else 0) - start
+        return np.append(np.arange(0, m, fits, dtype=np.int64), np.int64(m))
+    fit = fits.fits(order, counts, ends)[start:]
+    return greedy_from_fits(fit, fits.top, fits.decided(order, counts, ends, start))
 
 
 def greedy_from_fits(
