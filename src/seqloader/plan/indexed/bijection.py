@@ -117,24 +117,28 @@ def evaluate_many(
     half = (bits + np.uint64(1)) // np.uint64(2)
     mask = (np.uint64(1) << half) - np.uint64(1)
     keys = np.array([_round_keys(tuple(int(w) for w in ws)) for ws in words], dtype=np.uint64)
-    keys = keys.reshape(len(m), ROUNDS)
+    keys = np.ascontiguousarray(keys.reshape(len(m), ROUNDS).T)  # [ROUNDS, groups]
     y = _encrypt_many(np.asarray(x, dtype=np.uint64), half, mask, keys, which)
-    outside = np.flatnonzero(y >= m[which])
+    outside = np.flatnonzero(y >= m.take(which))
     while len(outside):  # cycle-walking, as in Bijection.__call__
-        g = which[outside]
-        y[outside] = _encrypt_many(y[outside], half, mask, keys, g)
-        outside = outside[y[outside] >= m[g]]
+        g = which.take(outside)
+        y[outside] = _encrypt_many(y.take(outside), half, mask, keys, g)
+        outside = outside[y.take(outside) >= m.take(g)]
     return y
 
 
 def _encrypt_many(
     x: np.ndarray, half: np.ndarray, mask: np.ndarray, keys: np.ndarray, which: np.ndarray
 ) -> np.ndarray:
-    """``Bijection._encrypt`` with each element's own half width, mask and round keys."""
-    h, msk = half[which], mask[which]
+    """``Bijection._encrypt`` with each element's own half width, mask and round keys
+    (``keys``: ``[ROUNDS, groups]``); one group's are scalars (no gathers)."""
+    if len(half) == 1:
+        h, msk, rounds = half[0], mask[0], list(keys[:, 0])
+    else:
+        h, msk, rounds = half.take(which), mask.take(which), [row.take(which) for row in keys]
     left, right = x >> h, x & msk
-    for r in range(ROUNDS):
-        f = right + keys[which, r]  # wraps modulo 2**64, as intended
+    for key in rounds:
+        f = right + key  # wraps modulo 2**64, as intended
         f *= _MUL1
         f ^= f >> np.uint64(31)
         f *= _MUL2

@@ -39,7 +39,7 @@ import numpy as np
 
 from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.epochs import EpochIndex, part_cut
-from seqloader.plan.indexed.bijection import Bijection
+from seqloader.plan.indexed.bijection import Bijection, evaluate_many
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.mix import (
     USES_DTYPE,
@@ -238,6 +238,31 @@ class IndexedMix:
             seqs[here] = self.index.members[base + pi(t[here]).astype(np.int64)]
         return seqs, k.astype(USES_DTYPE)
 
+    def streams_slots(
+        self, b: int, c: np.ndarray, stream: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, corpus epoch) at positions ``stream`` of the (corpus ``c``, bucket ``b``)
+        streams, a corpus per element: ``stream_slots``' answers, every corpus and corpus epoch's
+        bijection in one vectorised pass (``evaluate_many``), not one pass each."""
+        n = self.counts[b][c]
+        k = stream // n
+        t = stream - k * n
+        if not len(k):
+            return np.zeros(0, np.int64), k.astype(USES_DTYPE)
+        first = int(k.min())
+        span = int(k.max()) - first + 1
+        dense = c * span + (k - first)  # (corpus, corpus epoch) of each slot
+        present = np.flatnonzero(np.bincount(dense, minlength=len(self.rates) * span))
+        which = np.zeros(len(self.rates) * span, dtype=np.int64)
+        which[present] = np.arange(len(present))
+        groups = [divmod(int(g), span) for g in present]
+        sizes = [int(self.counts[b, cc]) for cc, _ in groups]
+        words = [self.stream_words(b, cc, first + kk) for cc, kk in groups]
+        drawn = evaluate_many(sizes, words, which[dense], t).astype(np.int64)
+        base = int(self.index.starts[b]) + self.offsets[b][c]
+        seqs = np.asarray(self.index.members[base + drawn], dtype=np.int64)
+        return seqs, k.astype(USES_DTYPE)
+
     def select(self, full_epoch: int) -> Selection:
         """The whole full epoch in canonical order (ascending sequence, uses adjacent in corpus
         epoch order): O(n), for checks and tests."""
@@ -385,7 +410,6 @@ class MixDraw:
         np.cumsum(count, axis=1, out=self.cum[:, 1:])  # [N, C + 1] corpora in a bucket's list
         self.words = words
         self._orders: dict[int, Bijection] = {}
-        self._streams: _Cache = {}
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sequence indices int64, corpus epochs int32), one per (bucket, position) pair."""
@@ -402,9 +426,5 @@ class MixDraw:
             q = order(pos[sel]).astype(np.int64)  # place in the corpora's concatenation
             c = np.searchsorted(self.cum[b], q, side="right") - 1
             stream = self.lo[b, c] + (q - self.cum[b, c])
-            for cc in np.unique(c).tolist():
-                here = c == cc
-                s, u = self.mix.stream_slots(b, cc, stream[here], self._streams)
-                seqs[sel[here]] = s
-                uses[sel[here]] = u
+            seqs[sel], uses[sel] = self.mix.streams_slots(b, c, stream)
         return seqs, uses

@@ -35,6 +35,11 @@ from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.options import Ordering
 from seqloader.plan.ordering import order_sequences
 
+#: positions a rank cuts at once with ``random`` and a mix: each block evaluates two keyed
+#: bijections whose cycle-walking passes cost per call, so blocks 4x ``random``'s (memory: a
+#: dozen int64/uint64 arrays of this size, 2 MiB each)
+MIX_BLOCK = 4 * RANDOM_BLOCK
+
 
 class MixCutDraw:
     """The ``Draw`` of ``random`` with a mix: slot ``p`` of batch ``g`` is position
@@ -91,7 +96,7 @@ def mix_cuts(
     def order(pos: np.ndarray) -> np.ndarray:
         return draw.slots(np.zeros(len(pos), dtype=np.int64), pos)[0]
 
-    bounds = cut_positions(order, 0, size, batcher, lengths, RANDOM_BLOCK)
+    bounds = cut_positions(order, 0, size, batcher, lengths, MIX_BLOCK)
     return BoundsTable(bounds), MixCutDraw(draw, bounds)
 
 
