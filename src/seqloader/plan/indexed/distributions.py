@@ -39,8 +39,7 @@ from seqloader.plan.indexed.batch_table import BatchTable
 from seqloader.plan.indexed.files_cut import CutFiles, FilesCutPlanner, files_cut
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.fixed import BoundsTable
-from seqloader.plan.indexed.mix import IndexedMix
-from seqloader.plan.indexed.mix_kind import MixKind
+from seqloader.plan.indexed.mix_kind import MixKind, ShardMix
 from seqloader.plan.indexed.plan import Draw, IndexedPlan, RankwisePlan
 from seqloader.plan.mix import Corpora
 from seqloader.plan.seeding import PURPOSE_INDEXED_RANK
@@ -161,12 +160,11 @@ class _Table:
         )
 
     def make_mix(self, corpora: Corpora) -> MixKind:
-        """Per (corpus, bucket) streams (``IndexedMix``)."""
+        """Per (corpus, bucket) streams (``IndexedMix``), with the fixed and random orders' cuts
+        (``ShardMix``)."""
         p = self.planner
         assert p.options.mix is not None
-        return IndexedMix(
-            p.options.seed, p.options.mix, corpora, p.index, p.lengths, p.admitted_mask
-        )
+        return ShardMix(p.options.seed, p.options.mix, corpora, p.index, p.lengths, p.admitted_mask)
 
     def corpus_counts(self, epoch: int) -> np.ndarray:
         return self.planner.table_corpus_counts(epoch)

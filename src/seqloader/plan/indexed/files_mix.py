@@ -227,6 +227,15 @@ class FilesMix:
         """None: the files distribution draws a rank's units of its pieces."""
         return None
 
+    def random_cut(self, ep: EpochIndex, parts: int, *cutting: object) -> None:
+        """None: the files distribution plans a mix over files (fixed and random orders: not
+        the planner's cuts)."""
+        return None
+
+    def fixed_cut(self, ep: EpochIndex, parts: int, *cutting: object) -> None:
+        """None: as ``random_cut``."""
+        return None
+
     def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
         """(sequence, corpus epoch) of every slot of sub-epoch ``ep``: its pieces' slots, piece
         after piece (O(n): for checks)."""

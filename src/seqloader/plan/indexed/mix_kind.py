@@ -1,18 +1,29 @@
 """What the indexed planner asks a mix over its units (``MixKind``), so that it holds no test of
 the mix's kind: ``IndexedMix`` (per (corpus, bucket) streams: the shard distribution) plans from
-per-bucket counts and draws; ``FilesMix`` (file pieces: ``distribution="files"``) lists its
-slots from the pieces, and leaves the bucket counts and draws to the files distribution.
+per-bucket counts and draws, and ``ShardMix`` adds the fixed and random orders' cuts of its slots
+(``mix_cuts``, which is built on ``IndexedMix``: hence a class of its own); ``FilesMix`` (file
+pieces: ``distribution="files"``) lists its slots from the pieces, and leaves the bucket counts,
+draws and cuts to the files distribution.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
+from seqloader.plan.indexed.fixed import BoundsTable
+from seqloader.plan.indexed.mix import IndexedMix
+from seqloader.plan.indexed.mix_cuts import mix_cuts, mix_fixed_cuts
 from seqloader.plan.indexed.plan import Draw
+from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import CorpusProgress, EpochMix
+from seqloader.plan.options import Ordering
+
+#: a sub-epoch's greedy batch table and its draw
+Cut = tuple[BoundsTable, Draw]
 
 
 class MixKind(EpochMix, Protocol):
@@ -36,3 +47,52 @@ class MixKind(EpochMix, Protocol):
         """(slots per corpus in sub-epoch ``ep`` (all ranks) -> int64 ``[C]``, every corpus'
         progress at the sub-epoch's end), from the mix's counts."""
         ...
+
+    def random_cut(
+        self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+    ) -> Cut | None:
+        """``random``: sub-epoch ``ep``'s slots in their keyed order, cut greedily; None: not
+        the planner's to cut."""
+        ...
+
+    def fixed_cut(
+        self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
+        lengths: Mapping[str, np.ndarray], length_key: str,
+    ) -> Cut | None:  # fmt: skip
+        """A fixed ordering: sub-epoch ``ep``'s slots listed in the ordering, cut greedily;
+        None: not the planner's to cut."""
+        ...
+
+
+class ShardMix(IndexedMix):
+    """``IndexedMix`` as the shard distribution plans it: also the fixed and random orders' cuts
+    of a sub-epoch's slots (``mix_cuts``).
+
+    >>> from seqloader.plan.mix import Corpora
+    >>> from seqloader.plan.options import Ordering
+    >>> from seqloader.plan.indexed.fixed import cut_batcher
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> from seqloader.plan.limits import BatchLimits
+    >>> from seqloader.plan.cost import BatchCost
+    >>> lengths = np.array([6, 2, 5, 1, 3])  # corpus a: the first 2, b: the last 3
+    >>> mix = ShardMix(1, {"a": 1, "b": 1}, Corpora(("a", "b"), np.array([0, 2, 5])),
+    ...                build_bucket_index(lengths, np.zeros(0, np.int64)), lengths)
+    >>> frames = BatchLimits.of(2, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> table, draw = mix.fixed_cut(EpochIndex(1, 1), 1, Ordering("sorted"),
+    ...                             cut_batcher(frames), {"data": lengths}, "data")
+    >>> draw.seqs.tolist(), table.bounds.tolist()  # shortest first, cut greedily
+    ([3, 1, 4, 2, 0], [0, 2, 4, 5])
+    """
+
+    def random_cut(
+        self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+    ) -> Cut:
+        """``random``: the slots' keyed order cut in blocks (``mix_cuts``)."""
+        return mix_cuts(self, ep, parts, batcher, lengths)
+
+    def fixed_cut(
+        self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
+        lengths: Mapping[str, np.ndarray], length_key: str,
+    ) -> Cut:  # fmt: skip
+        """A fixed ordering: the slots listed and cut (``mix_fixed_cuts``)."""
+        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, length_key)

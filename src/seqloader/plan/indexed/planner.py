@@ -77,8 +77,6 @@ from seqloader.plan.indexed.histogram import (
 from seqloader.plan.indexed.imbalance import (
     bucket_costs,
 )
-from seqloader.plan.indexed.mix import IndexedMix
-from seqloader.plan.indexed.mix_cuts import mix_cuts, mix_fixed_cuts
 from seqloader.plan.indexed.mix_kind import MixKind
 from seqloader.plan.indexed.plan import (
     Draw,
@@ -294,11 +292,12 @@ class IndexedPlanner:
         (``RankBatchOrder``: the same batch count on every rank)."""
         kept = self._random_kept
         if kept is None or kept[0] != ep.epoch:
-            if isinstance(self.mix, IndexedMix):  # the mix's keyed slot order (indexed.mix_cuts)
-                parts = self.options.partition_epoch
-                batcher = cut_batcher(self._limits)
-                table, draw = mix_cuts(self.mix, ep, parts, batcher, self._batch_lengths)
-                kept = self._random_kept = (ep.epoch, (BoundsTable(table.bounds), draw))
+            mix, parts = self.mix, self.options.partition_epoch
+            mixed = None  # a mix: its keyed slot order, cut (MixKind.random_cut)
+            if mix is not None:
+                mixed = mix.random_cut(ep, parts, cut_batcher(self._limits), self._batch_lengths)
+            if mixed is not None:
+                kept = self._random_kept = (ep.epoch, mixed)
             else:
                 order, lo, hi = self._cut_order(ep)
                 kept = self._random_kept = (ep.epoch, self._cut(order, lo, hi))
@@ -368,20 +367,23 @@ class IndexedPlanner:
             return self._own_batches(ep, order_rank, table, draw)
         if self._random:
             return self._random_part(ep, order_rank)
-        if isinstance(self.mix, IndexedMix):  # the mix's sub-epoch listed (indexed.mix_cuts)
-            return self._mix_fixed_part(ep)
-        return self._fixed_part(ep.part)
+        mixed = self._mix_fixed_part(ep)  # a mix: its sub-epoch listed (MixKind.fixed_cut)
+        return mixed if mixed is not None else self._fixed_part(ep.part)
 
-    def _mix_fixed_part(self, ep: EpochIndex) -> tuple[BoundsTable, Draw]:
+    def _mix_fixed_part(self, ep: EpochIndex) -> tuple[BoundsTable, Draw] | None:
         """A fixed ordering with a mix: sub-epoch ``ep``'s slots in the ordering, cut (O(slots)
-        time and memory, kept for the last epoch asked; ``mix_fixed_cuts``)."""
+        time and memory, kept for the last epoch asked; ``MixKind.fixed_cut``); None unmixed
+        or when the mix leaves the cut to its distribution."""
+        if self.mix is None:
+            return None
         kept = self._random_kept
         if kept is None or kept[0] != ep.epoch:
-            assert isinstance(self.mix, IndexedMix)
-            cut = mix_fixed_cuts(
-                self.mix, ep, self.options.partition_epoch, self.options.parsed_ordering,
+            cut = self.mix.fixed_cut(
+                ep, self.options.partition_epoch, self.options.parsed_ordering,
                 cut_batcher(self._limits), self._batch_lengths, self.length_key,
             )  # fmt: skip
+            if cut is None:
+                return None
             kept = self._random_kept = (ep.epoch, cut)
         return kept[1]
 
