@@ -46,6 +46,7 @@ def test_many_bijections_at_once_give_each_ones_images(keyed: list, data) -> Non
         data.draw(st.lists(st.integers(0, len(keyed) - 1), min_size=0, max_size=80)), np.int64
     )
     x = np.array([data.draw(st.integers(0, keyed[g][0] - 1)) for g in which.tolist()], np.int64)
-    got = evaluate_many([m for m, _ in keyed], [w for _, w in keyed], which, x)
+    big = data.draw(st.sampled_from([1, 8, 1 << 12]))  # bijections with this many run alone
+    got = evaluate_many([m for m, _ in keyed], [w for _, w in keyed], which, x, big)
     assert got.dtype == np.uint64 and got.shape == x.shape
     assert got.tolist() == [Bijection(*keyed[g]).one(v) for g, v in zip(which.tolist(), x.tolist())]

@@ -25,6 +25,8 @@ _M64 = (1 << 64) - 1
 #: up to this many positions the rounds run on Python ints (the same bits): a numpy pass costs
 #: about 50 array operations whatever the size, which small buckets pay per call
 SMALL = 16
+#: from this many positions on, ``evaluate_many`` runs a bijection alone (no per-position keys)
+BIG = 1 << 12
 
 
 @lru_cache(maxsize=4096)
@@ -99,11 +101,17 @@ class Bijection:
 
 
 def evaluate_many(
-    sizes: Sequence[int], words: Sequence[Sequence[int]], which: np.ndarray, x: np.ndarray
+    sizes: Sequence[int],
+    words: Sequence[Sequence[int]],
+    which: np.ndarray,
+    x: np.ndarray,
+    big: int = BIG,
 ) -> np.ndarray:
     """``Bijection(sizes[g], words[g])(x[i])`` with ``g = which[i]``, for every ``i``, in one
     vectorised pass -> uint64, bit for bit the one-bijection answers. Thousands of small
-    bijections (a stream per length and corpus) cost one pass, not one numpy pass each.
+    bijections (a stream per length and corpus) cost one pass, not one numpy pass each; a
+    bijection with ``big`` positions or more runs alone on its own (scalar) keys, which saves
+    the per-position gathers of the keys.
 
     >>> x, which = np.array([3, 0, 7, 1]), np.array([0, 1, 1, 0])
     >>> got = evaluate_many([5, 9], [(1, 2), (3,)], which, x)
@@ -112,13 +120,26 @@ def evaluate_many(
     True
     """
     which = np.asarray(which, dtype=np.int64)
+    x = np.asarray(x, dtype=np.uint64)
+    if len(sizes) > 1 and len(x) >= big:
+        alone = np.flatnonzero(np.bincount(which, minlength=len(sizes)) >= big)
+        if len(alone):
+            y = np.empty(len(x), dtype=np.uint64)
+            rest = np.ones(len(x), dtype=bool)
+            for g in alone.tolist():
+                sel = np.flatnonzero(which == g)
+                y[sel] = Bijection(sizes[g], words[g])(x.take(sel))
+                rest[sel] = False
+            left = np.flatnonzero(rest)
+            y[left] = evaluate_many(sizes, words, which.take(left), x.take(left), len(x) + 1)
+            return y
     m = np.array([int(s) for s in sizes], dtype=np.uint64)
     bits = np.array([max(2, (max(int(s), 2) - 1).bit_length()) for s in sizes], dtype=np.uint64)
     half = (bits + np.uint64(1)) // np.uint64(2)
     mask = (np.uint64(1) << half) - np.uint64(1)
     keys = np.array([_round_keys(tuple(int(w) for w in ws)) for ws in words], dtype=np.uint64)
     keys = np.ascontiguousarray(keys.reshape(len(m), ROUNDS).T)  # [ROUNDS, groups]
-    y = _encrypt_many(np.asarray(x, dtype=np.uint64), half, mask, keys, which)
+    y = _encrypt_many(x, half, mask, keys, which)
     outside = np.flatnonzero(y >= m.take(which))
     while len(outside):  # cycle-walking, as in Bijection.__call__
         g = which.take(outside)
