@@ -91,6 +91,8 @@ class Files:
         self.file_frames = np.asarray(corpus.index.file_frames, dtype=np.int64)
         self._mask, self._chunking = corpus.mask, corpus.chunking
         self._units_kept: tuple[tuple[int, int, int], Units] | None = None
+        #: the mix over files this distribution made (``make_mix``); None unmixed
+        self.files_mix: FilesMix | None = None
         self._segments_kept: tuple[tuple[int, int, int] | None, dict[tuple, Segment]] = (None, {})
 
     # ---- the distribution's face (``seqloader.plan.indexed.distributions.Distribution``) ----
@@ -118,15 +120,16 @@ class Files:
         seq_counts = self.file_counts  # admitted sequences per file (chunked: the chunks')
         if p.units is not None:
             seq_counts = _admitted_per_file(self.files, self._mask)
-        return FilesMix(
+        self.files_mix = FilesMix(
             p.options.seed, p.options.mix, corpora, self.files, seq_counts,
             self.file_frames, p.lengths, self._mask, p.origin,
         )  # fmt: skip
+        return self.files_mix
 
     def order_size(self, epoch: int, world_size: int) -> int:
         """The admitted units of the sub-epoch's files."""
         ep = EpochIndex(epoch, self.planner.options.partition_epoch)
-        if isinstance(self.planner.mix, FilesMix):
+        if self.files_mix is not None:
             pieces = self._pieces(ep)
             if self.planner.units is None:
                 return int(pieces.count.sum())
@@ -140,7 +143,7 @@ class Files:
         a mix over files: its real slots, then what ``drop`` leaves out)."""
         if self.planner.units is not None:
             return self.sub_epoch_units(epoch, order_rank, world_size).seqs
-        if isinstance(self.planner.mix, FilesMix):
+        if self.files_mix is not None:
             return self._mix_order(epoch, world_size)[0]
         plan = self.files_plan(epoch, world_size)[0]
         real = plan.batches.seqs[plan.batches.real]
@@ -153,7 +156,7 @@ class Files:
         """Chunking: the plan's real chunks, then what ``drop`` leaves out."""
         chunks_of = self.planner.chunks
         assert chunks_of is not None
-        if isinstance(self.planner.mix, FilesMix):
+        if self.files_mix is not None:
             seqs, chunks = self._mix_order(epoch, world_size)
             assert chunks is not None
             return ChunkUnits(seqs, chunks, {})
@@ -219,9 +222,9 @@ class Files:
         its admitted sequences (O(n): for the audit and tests)."""
         p = self.planner
         ep = EpochIndex(epoch, p.options.partition_epoch)
-        if isinstance(p.mix, FilesMix):  # a mix: per piece of a file, its slots
+        if self.files_mix is not None:  # a mix: per piece of a file, its slots
             pieces = self._pieces(ep)
-            seqs, _, _ = p.mix.slots(pieces)
+            seqs, _, _ = self.files_mix.slots(pieces)
             bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
             np.cumsum(pieces.count, out=bounds[1:])
             return BatchList.from_bounds(seqs, bounds), pieces.file
@@ -271,7 +274,7 @@ class Files:
         if kept is not None and kept[0] == key:
             return kept[1]
         words = (PURPOSE_INDEXED_FILES, p.seed_epoch(ep), ep.part)
-        if isinstance(p.mix, FilesMix):  # the sub-epoch's file pieces, numbered
+        if self.files_mix is not None:  # the sub-epoch's file pieces, numbered
             pieces = self._pieces(ep)
             rank_of = assign_lpt(pieces.frames, world0)
             per_rank = self._piece_rank_counts(pieces, rank_of, world0)
@@ -466,11 +469,15 @@ class Files:
         return np.zeros(1, dtype=np.int64)
 
     # ---- a mix over files: its pieces, as codes ``use * span + unit`` ----
+    @property
+    def _mix(self) -> FilesMix:
+        """The mix over files, for the code that runs only with one (``files_mix``)."""
+        assert self.files_mix is not None, "a mix over files' pieces asked without mix="
+        return self.files_mix
+
     def _pieces(self, ep: EpochIndex) -> Pieces:
         """Sub-epoch ``ep``'s file pieces (``FilesMix.sub_epoch``)."""
-        mix = self.planner.mix
-        assert isinstance(mix, FilesMix)
-        return mix.sub_epoch(ep.full_epoch, ep.part, self.planner.options.partition_epoch)
+        return self._mix.sub_epoch(ep.full_epoch, ep.part, self.planner.options.partition_epoch)
 
     def _piece_rank_counts(self, pieces: Pieces, rank_of: np.ndarray, world0: int) -> np.ndarray:
         """Sequences per (rank, bucket) of the file pieces -> int64 ``[W0, N]``: whole files
@@ -489,9 +496,7 @@ class Files:
 
     def _whole_pieces(self, pieces: Pieces) -> np.ndarray:
         """Which of ``pieces`` are whole files -> bool."""
-        mix = self.planner.mix
-        assert isinstance(mix, FilesMix)
-        return (pieces.lo == 0) & (pieces.hi == mix.file_counts[pieces.file])
+        return (pieces.lo == 0) & (pieces.hi == self._mix.file_counts[pieces.file])
 
     @property
     def _code_span(self) -> int:
@@ -503,8 +508,7 @@ class Files:
         """Every planned unit of ``pieces`` (chunked: every chunk of every slot) -> (codes
         ``use * span + unit``, lengths (chunked: windows), piece) int64 each."""
         p = self.planner
-        assert isinstance(p.mix, FilesMix)
-        seqs, uses, pid = p.mix.slots(pieces)
+        seqs, uses, pid = self._mix.slots(pieces)
         lens = np.asarray(p.lengths[seqs])
         units = seqs
         if p.units is not None:  # each slot's chunks, slot after slot
