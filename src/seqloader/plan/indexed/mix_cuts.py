@@ -129,18 +129,38 @@ def mix_fixed_cuts(
     """
     lo, count = mix.part(ep.full_epoch, ep.part, parts)  # [N, C] each
     seqs, uses = part_slots(mix, lo, count)
-    span = int(uses.max(initial=0)) + 1  # ascending sequence, a sequence's corpus epochs adjacent
-    key = np.sort(seqs * span + uses)  # unique keys: sorting them is the one canonical order
-    seqs, uses = key // span, (key % span).astype(USES_DTYPE)
-    by = np.asarray(lengths[length_key])[seqs]
-    order = order_sequences(by, ordering, np.random.default_rng(0))  # fixed kinds draw nothing
-    seqs, uses = seqs[order], uses[order]
+    seqs, uses = _in_order(seqs, uses, ordering, np.asarray(lengths[length_key]))
 
     def at(p: np.ndarray) -> np.ndarray:
         return seqs[p]
 
     bounds = cut_positions(at, 0, len(seqs), batcher, lengths, RANDOM_BLOCK)
     return BoundsTable(bounds), ListedDraw(seqs, uses, bounds)
+
+
+def _in_order(
+    seqs: np.ndarray, uses: np.ndarray, ordering: Ordering, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The slots (a set) in the corpus' own order (ascending sequence, a sequence's corpus epochs
+    adjacent), then in ``ordering`` (``order_sequences``: stable, so the sorted kinds order by
+    (length, sequence, corpus epoch)) -> (sequences, corpus epochs). Keys are unique, so one
+    sort of packed keys gives that one order; the sorted kinds pack the length in too where it
+    fits 63 bits (one sort, not two)."""
+    span = int(uses.max(initial=0)) + 1
+    if ordering.kind in ("sorted", "sorted_reverse") and len(seqs):
+        by = np.asarray(lengths[seqs], dtype=np.int64)
+        if ordering.kind == "sorted_reverse":
+            by = int(by.max()) - by  # ascending in this: descending length, ties in order
+        n_all = int(seqs.max()) + 1
+        if (int(by.max()) + 1) * n_all * span < 2**63:
+            rest, use = np.divmod(np.sort((by * n_all + seqs) * span + uses), span)
+            return rest % n_all, use.astype(USES_DTYPE)
+    rest, use = np.divmod(np.sort(seqs * span + uses), span)  # the canonical order
+    seqs, uses = rest, use.astype(USES_DTYPE)
+    if ordering.kind == "default":
+        return seqs, uses
+    order = order_sequences(lengths[seqs], ordering, np.random.default_rng(0))  # draws nothing
+    return seqs[order], uses[order]
 
 
 def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
