@@ -97,18 +97,76 @@ def subset_order(n: int, subset: int | float, seed: int) -> np.ndarray:
 def mean_len_selection(order: np.ndarray, lengths: np.ndarray, max_mean_len: float) -> np.ndarray:
     """RETURNN's ``EpochWiseFilter.filter_epoch`` with ``max_mean_len``: of ``order`` (int64
     ``[m]``), the ``num`` shortest (sorted by (length, index)) where a binary search over
-    ``mean(shortest num) - M`` stops, kept in ``order``'s order -> bool mask ``[m]``."""
+    ``mean(shortest num) - M`` stops, kept in ``order``'s order -> bool mask ``[m]``. From the
+    counts of each distinct length (``mean_len_cut``), not a sort of the pairs: every length
+    below the cut's is kept, and of the cut's length the lowest indices.
+
+    >>> mean_len_selection(np.array([4, 0, 3, 1, 2]), np.array([9, 1, 9, 1, 9]), 3.0).tolist()
+    [False, True, True, True, False]
+    """
     m = len(order)
     if m == 0:
         return np.zeros(0, dtype=bool)
     lens = np.asarray(lengths, dtype=np.int64)[order]
-    by = np.lexsort((order, lens))  # sorted (len, idx) pairs, as RETURNN's sorted tuples
-    prefix_mean = np.cumsum(lens[by]) / np.arange(1, m + 1)  # mean of the num shortest, num=1..m
-    # num may be m + 1 (RETURNN's slice then holds all)
-    low = mean_len_search(lambda num: float(prefix_mean[min(num, m) - 1]), m, max_mean_len)
-    keep = np.zeros(m, dtype=bool)
-    keep[by[:low]] = True
+    values, counts = _length_counts(lens)
+    low = mean_len_cut(
+        counts, counts * values, lambda g: np.full(counts[g], values[g]), max_mean_len
+    )
+    if low >= m:
+        return np.ones(m, dtype=bool)
+    below = np.concatenate([[0], np.cumsum(counts)])  # sequences shorter than each length
+    g = int(np.searchsorted(below, low, side="right")) - 1  # the length the cut falls in
+    keep = lens < values[g]
+    ties = np.flatnonzero(lens == values[g])  # [t] of those, the lowest indices are kept
+    keep[ties[np.argsort(np.asarray(order)[ties], kind="stable")[: low - int(below[g])]]] = True
     return keep
+
+
+def _length_counts(lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct lengths ascending and how many have each -> int64 ``[G]`` twice: a count
+    per length when their range is small (frames of a corpus), else ``np.unique``."""
+    lo, hi = int(lens.min()), int(lens.max())
+    if hi - lo > 4 * len(lens) + (1 << 16):
+        values, counts = np.unique(lens, return_counts=True)
+        return values.astype(np.int64), counts.astype(np.int64)
+    per = np.bincount(lens - lo, minlength=hi - lo + 1)
+    at = np.flatnonzero(per)
+    return at.astype(np.int64) + lo, per[at].astype(np.int64)
+
+
+def mean_len_cut(
+    counts: np.ndarray, sums: np.ndarray, sorted_lengths: Callable[[int], np.ndarray], mean: float
+) -> int:
+    """How many of the shortest sequences RETURNN's binary search keeps for ``max_mean_len=mean``
+    (``mean_len_selection``'s ``low``), from per-bucket ``counts`` and length ``sums`` (int64
+    ``[N]``) and ``sorted_lengths(b)``: bucket b's lengths ascending (asked for the few buckets
+    the search probes).
+
+    RETURNN's search stops at the first ``num`` whose mean is over ``mean`` when the one below
+    is within it, and keeps that many (here the means of 1..4 are 1, 1.5, 4.3, 10.75: it keeps
+    4, as global planning's ``mean_len_selection`` does):
+
+    >>> lens = {0: np.array([1, 2]), 1: np.array([10, 30])}
+    >>> mean_len_cut(np.array([2, 2]), np.array([3, 40]), lens.__getitem__, 5.0)
+    4
+    """
+    m = int(counts.sum())
+    if m == 0:
+        return 0
+    before = np.concatenate([[0], np.cumsum(counts)])  # sequences below each bucket
+    frames = np.concatenate([[0], np.cumsum(sums)])
+    kept: dict[int, np.ndarray] = {}
+
+    def mean_of(num: int) -> float:
+        num = min(num, m)
+        b = int(np.searchsorted(before, num, side="left")) - 1  # bucket holding the num-th
+        if b not in kept:
+            kept[b] = np.cumsum(sorted_lengths(b), dtype=np.int64)
+        inside = num - int(before[b])
+        total = int(frames[b]) + int(kept[b][inside - 1])
+        return float(np.float64(total) / np.float64(num))  # numpy's cumsum / arange
+
+    return min(mean_len_search(mean_of, m, mean), m)
 
 
 def mean_len_search(mean_of: Callable[[int], float], m: int, max_mean_len: float) -> int:

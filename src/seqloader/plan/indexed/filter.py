@@ -12,11 +12,11 @@ other position is the unfiltered draw's, so a plan's batches still come from cou
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from seqloader.plan.admission import mean_len_search
+from seqloader.plan.admission import mean_len_cut
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.plan import Draw
 
@@ -66,41 +66,6 @@ class RankOrderDraw:
             here = bucket == b
             at[here] = pi(pos[here]).astype(np.int64)
         return self.base.slots(bucket, at)
-
-
-def mean_len_cut(
-    counts: np.ndarray, sums: np.ndarray, sorted_lengths: Callable[[int], np.ndarray], mean: float
-) -> int:
-    """How many of the shortest sequences RETURNN's binary search keeps for ``max_mean_len=mean``
-    (``mean_len_selection``'s ``low``), from per-bucket ``counts`` and length ``sums`` (int64
-    ``[N]``) and ``sorted_lengths(b)``: bucket b's lengths ascending (asked for the few buckets
-    the search probes).
-
-    RETURNN's search stops at the first ``num`` whose mean is over ``mean`` when the one below
-    is within it, and keeps that many (here the means of 1..4 are 1, 1.5, 4.3, 10.75: it keeps
-    4, as global planning's ``mean_len_selection`` does):
-
-    >>> lens = {0: np.array([1, 2]), 1: np.array([10, 30])}
-    >>> mean_len_cut(np.array([2, 2]), np.array([3, 40]), lens.__getitem__, 5.0)
-    4
-    """
-    m = int(counts.sum())
-    if m == 0:
-        return 0
-    before = np.concatenate([[0], np.cumsum(counts)])  # sequences below each bucket
-    frames = np.concatenate([[0], np.cumsum(sums)])
-    kept: dict[int, np.ndarray] = {}
-
-    def mean_of(num: int) -> float:
-        num = min(num, m)
-        b = int(np.searchsorted(before, num, side="left")) - 1  # bucket holding the num-th
-        if b not in kept:
-            kept[b] = np.cumsum(sorted_lengths(b), dtype=np.int64)
-        inside = num - int(before[b])
-        total = int(frames[b]) + int(kept[b][inside - 1])
-        return float(np.float64(total) / np.float64(num))  # numpy's cumsum / arange
-
-    return min(mean_len_search(mean_of, m, mean), m)
 
 
 def selected(counts: np.ndarray, base: Draw, keep: np.ndarray) -> tuple[np.ndarray, Draw, int]:

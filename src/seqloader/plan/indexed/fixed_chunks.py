@@ -242,7 +242,8 @@ class ChunkedFixedDraw:
     """The ``Draw`` of a chunked fixed ordering's part: slot ``p`` of batch ``g`` is the
     ``p``-th chunk from the batch's first (``firsts[g]``), the part's sequences expanded from
     there, as a code ``sequence * stride + chunk`` (``ChunkBuckets.split`` reads it): a batch of
-    ``k`` chunks spans at most ``k`` sequences, so a rank expands only its batches' own."""
+    ``k`` chunks spans at most ``k`` sequences, and no further than the next batch's first
+    chunk (``firsts`` holds one past the last batch), so a rank expands only its batches' own."""
 
     def __init__(
         self,
@@ -264,7 +265,10 @@ class ChunkedFixedDraw:
         width = np.zeros(len(batches), dtype=np.int64)
         np.maximum.at(width, inverse, pos + 1)
         s0, c0 = np.divmod(np.asarray(self.firsts[batches], dtype=np.int64), self.stride)
-        width = np.minimum(width, self.size - s0)  # sequences the batch can reach
+        s1, c1 = np.divmod(np.asarray(self.firsts[batches + 1], dtype=np.int64), self.stride)
+        # the sequences the batch reaches: to the next batch's first chunk (its sequence too
+        # when that chunk is not the sequence's first), no more than its asked chunks
+        width = np.minimum(width, s1 - s0 + (c1 > 0))
         seqs = self.order(self.lo + ranges(s0, s0 + width))
         per = self.chunking.counts(seqs)
         head = np.cumsum(width) - width  # each window's first sequence

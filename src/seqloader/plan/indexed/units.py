@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from seqloader.plan.admission import mean_len_cut
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import chunk_counts
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.chunks import ChunkBuckets, ChunkWindows, window_lengths
-from seqloader.plan.indexed.filter import epoch_filtered, mean_len_cut, selected
+from seqloader.plan.indexed.filter import epoch_filtered, selected
 from seqloader.plan.indexed.fixed import BoundsTable, FixedDraw, cut_positions
 from seqloader.plan.indexed.fixed_chunks import (
     ChunkedFixedDraw,
