@@ -40,6 +40,10 @@ from seqloader.plan.ordering import order_sequences
 #: dozen int64/uint64 arrays of this size, 2 MiB each)
 MIX_BLOCK = 4 * RANDOM_BLOCK
 
+#: a key range at most this many times the slots is read off a bitmap (a byte a key) instead of
+#: sorting the keys
+DENSE = 16
+
 
 class MixCutDraw:
     """The ``Draw`` of ``random`` with a mix: slot ``p`` of batch ``g`` is position
@@ -134,7 +138,9 @@ def mix_fixed_cuts(
     def at(p: np.ndarray) -> np.ndarray:
         return seqs[p]
 
-    bounds = cut_positions(at, 0, len(seqs), batcher, lengths, RANDOM_BLOCK)
+    bounds = cut_positions(
+        at, 0, len(seqs), batcher, lengths, max(len(seqs), 1)
+    )  # listed: one block
     return BoundsTable(bounds), ListedDraw(seqs, uses, bounds)
 
 
@@ -143,19 +149,19 @@ def _in_order(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The slots (a set) in the corpus' own order (ascending sequence, a sequence's corpus epochs
     adjacent), then in ``ordering`` (``order_sequences``: stable, so the sorted kinds order by
-    (length, sequence, corpus epoch)) -> (sequences, corpus epochs). Keys are unique, so one
-    sort of packed keys gives that one order; the sorted kinds pack the length in too where it
-    fits 63 bits (one sort, not two)."""
+    (length, sequence, corpus epoch)) -> (sequences, corpus epochs). The packed keys are
+    unique, so their ascending order is the one canonical order: read off a bitmap of the key
+    range where that range is at most ``DENSE`` times the slots (no sort), else sorted."""
     span = int(uses.max(initial=0)) + 1
-    if ordering.kind in ("sorted", "sorted_reverse") and len(seqs):
-        by = np.asarray(lengths[seqs], dtype=np.int64)
-        if ordering.kind == "sorted_reverse":
-            by = int(by.max()) - by  # ascending in this: descending length, ties in order
-        n_all = int(seqs.max()) + 1
-        if (int(by.max()) + 1) * n_all * span < 2**63:
-            rest, use = np.divmod(np.sort((by * n_all + seqs) * span + uses), span)
-            return rest % n_all, use.astype(USES_DTYPE)
-    rest, use = np.divmod(np.sort(seqs * span + uses), span)  # the canonical order
+    keys = seqs * span + uses
+    top = int(keys.max(initial=-1)) + 1
+    if top <= DENSE * len(keys):
+        mark = np.zeros(top, dtype=bool)
+        mark[keys] = True
+        keys = np.flatnonzero(mark)
+    else:
+        keys = np.sort(keys)
+    rest, use = np.divmod(keys, span)
     seqs, uses = rest, use.astype(USES_DTYPE)
     if ordering.kind == "default":
         return seqs, uses
