@@ -9,7 +9,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.plan.indexed.bijection import SMALL, Bijection, evaluate_many
+from seqloader.plan.indexed.bijection import (
+    ROUNDS,
+    SMALL,
+    Bijection,
+    evaluate_many,
+    round_keys_many,
+)
 
 
 @settings(max_examples=80, deadline=None)
@@ -50,3 +56,18 @@ def test_many_bijections_at_once_give_each_ones_images(keyed: list, data) -> Non
     got = evaluate_many([m for m, _ in keyed], [w for _, w in keyed], which, x, big)
     assert got.dtype == np.uint64 and got.shape == x.shape
     assert got.tolist() == [Bijection(*keyed[g]).one(v) for g, v in zip(which.tolist(), x.tolist())]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=5),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_round_keys_of_many_keys_are_each_keys_own(keys: list) -> None:
+    """``round_keys_many`` (every stream's round keys at once) equals numpy's ``SeedSequence``
+    per key, for ragged keys, 0, and words of one or two 32-bit halves."""
+    want = [np.random.SeedSequence(k).generate_state(ROUNDS, np.uint64).tolist() for k in keys]
+    assert round_keys_many(keys).tolist() == want
