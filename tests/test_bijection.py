@@ -71,3 +71,17 @@ def test_round_keys_of_many_keys_are_each_keys_own(keys: list) -> None:
     per key, for ragged keys, 0, and words of one or two 32-bit halves."""
     want = [np.random.SeedSequence(k).generate_state(ROUNDS, np.uint64).tolist() for k in keys]
     assert round_keys_many(keys).tolist() == want
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 3000), st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=3))
+def test_round_tables_give_the_rounds_images(m: int, words: list[int]) -> None:
+    """A call over many positions per half value evaluates the rounds by lookup tables: the
+    same images as the arithmetic rounds (a few positions) and the Python ints."""
+    b = Bijection(m, words)
+    every = b(np.tile(np.arange(m), 4 * -(-(1 << 12) // m)))[:m]  # enough for the tables
+    assert b._tables is not None  # the large call made them
+    assert sorted(every.tolist()) == list(range(m))
+    few = np.concatenate([b(np.arange(k, min(k + 40, m))) for k in range(0, m, 40)])
+    np.testing.assert_array_equal(every, few)
+    assert [b.one(v) for v in range(min(m, 50))] == every[:50].tolist()

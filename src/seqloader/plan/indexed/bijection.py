@@ -25,6 +25,8 @@ _M64 = (1 << 64) - 1
 #: up to this many positions the rounds run on Python ints (the same bits): a numpy pass costs
 #: about 50 array operations whatever the size, which small buckets pay per call
 SMALL = 16
+#: a call over at least this many positions per half value evaluates the rounds by lookup tables
+_TABLE = 4
 #: from this many positions on, ``evaluate_many`` runs a bijection alone (no per-position keys)
 BIG = 1 << 12
 
@@ -126,6 +128,7 @@ class Bijection:
         self._mask = np.uint64((1 << self._half) - 1)
         self._int_keys = _round_keys(tuple(int(w) for w in words))
         self._keys = [np.uint64(k) for k in self._int_keys]
+        self._tables: list[np.ndarray] | None = None  # made by the first large call
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The images of ``x`` (ints in ``[0, m)``, any shape) -> uint64, same shape."""
@@ -160,6 +163,8 @@ class Bijection:
                 return v
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
+        if x.size >= _TABLE * (1 << self._half):
+            return self._encrypt_by_table(x)
         h = np.uint64(self._half)
         left, right = x >> h, x & self._mask
         for key in self._keys:
@@ -171,6 +176,35 @@ class Bijection:
             f &= self._mask
             left, right = right, left ^ f
         return (left << h) | right
+
+    def _round_tables(self) -> list[np.ndarray]:
+        """Each round's function at every half value (``2**half`` entries each): a round over
+        many positions is then one lookup and one xor, the same bits as ``_encrypt``'s."""
+        tables = self._tables
+        if tables is None:
+            r = np.arange(1 << self._half, dtype=np.uint64)
+            tables = []
+            for key in self._keys:
+                f = r + key
+                f *= _MUL1
+                f ^= f >> np.uint64(31)
+                f *= _MUL2
+                f ^= f >> np.uint64(29)
+                f &= self._mask
+                tables.append(f.astype(np.intp))
+            self._tables = tables
+        return tables
+
+    def _encrypt_by_table(self, x: np.ndarray) -> np.ndarray:
+        h = np.uint64(self._half)
+        left, right = (x >> h).astype(np.intp), (x & self._mask).astype(np.intp)
+        for table in self._round_tables():
+            left ^= table[right]
+            left, right = right, left
+        out = left.astype(np.uint64)
+        out <<= h
+        out |= right.astype(np.uint64)
+        return out
 
 
 def evaluate_many(
