@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.plan.indexed.bijection import (
+    FEW_KEYS,
     ROUNDS,
     SMALL,
     Bijection,
@@ -64,13 +65,14 @@ def test_many_bijections_at_once_give_each_ones_images(keyed: list, data) -> Non
         st.lists(st.integers(0, 2**64 - 1), min_size=0, max_size=5),
         min_size=1,
         max_size=8,
-    )
+    ),
+    st.sampled_from([0, FEW_KEYS]),
 )
-def test_round_keys_of_many_keys_are_each_keys_own(keys: list) -> None:
-    """``round_keys_many`` (every stream's round keys at once) equals numpy's ``SeedSequence``
-    per key, for ragged keys, 0, and words of one or two 32-bit halves."""
+def test_round_keys_of_many_keys_are_each_keys_own(keys: list, few: int) -> None:
+    """``round_keys_many`` (every stream's round keys at once, or a few one by one) equals
+    numpy's ``SeedSequence`` per key, for ragged keys, 0, and words of one or two 32-bit halves."""
     want = [np.random.SeedSequence(k).generate_state(ROUNDS, np.uint64).tolist() for k in keys]
-    assert round_keys_many(keys).tolist() == want
+    assert round_keys_many(keys, few).tolist() == want
 
 
 @settings(max_examples=25, deadline=None)
