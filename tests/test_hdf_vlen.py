@@ -26,17 +26,25 @@ TAG = st.lists(st.sampled_from([b"a", b"/", b"7", "é".encode(), b"\xff"]), max_
     writes=st.integers(1, 3),
     rewrite=st.booleans(),
     userblock=st.sampled_from([0, 512]),
+    before=st.integers(0, 9),
     data=st.data(),
 )
 def test_heap_reads_equal_h5py(
-    tags: list[bytes], writes: int, rewrite: bool, userblock: int, data: st.DataObject
+    tags: list[bytes],
+    writes: int,
+    rewrite: bool,
+    userblock: int,
+    before: int,
+    data: st.DataObject,
 ) -> None:
     """Property: for tags written in one or several slices (some written twice, leaving dead
-    objects in the heap), with or without a user block, any block ``[a, b)`` read from the heap
-    is h5py's tags joined with their offsets, copied by strided segments or by one mask."""
+    objects in the heap), with or without a user block, after ``before`` bytes of other data (so
+    the heap may lie at any address, not only 8-aligned ones), any block ``[a, b)`` read from the
+    heap is h5py's tags joined with their offsets, copied by strided segments or by one mask."""
     path = os.path.join(tempfile.mkdtemp(prefix="vlen-"), "t.hdf")
     n = len(tags)
     with h5py.File(path, "w", userblock_size=userblock) as f:
+        f.create_dataset("before", data=np.zeros(before, np.int8))
         dset = f.create_dataset("seqTags", shape=(n,), dtype=h5py.string_dtype())
         cuts = sorted({0, n, *data.draw(st.lists(st.integers(0, n), max_size=writes - 1))})
         for x, y in itertools.pairwise(cuts):

@@ -147,8 +147,8 @@ class VlenStrings:
             return None
         starts = np.zeros(len(named) + 1, dtype=np.int64)
         np.cumsum(sizes, out=starts[1:])
-        if ((named - starts[:-1]) % 8).any():  # objects 8-aligned in the buffer: read as uint64
-            return None
+        if (sizes % 8).any():  # each collection 8-aligned in the buffer: headers read as uint64
+            return None  # (HDF5 rounds collections to 8 bytes; where they lie in the file is free)
         buf = np.empty(int(starts[-1]) + 8, dtype=np.uint8)
         # adjacent collections in one read
         gap = np.flatnonzero(named[1:] != named[:-1] + sizes[:-1]) + 1
