@@ -76,6 +76,8 @@ class _Flac:
     def read(self, out: np.ndarray) -> int:
         """Decode the next ``len(out) // channels`` frames into float32 C-contiguous ``out``
         (interleaved) -> frames written."""
+        if out.dtype != np.float32 or not out.flags.c_contiguous:  # dr_flac writes float32 raw
+            raise ValueError(f"FLAC decoding needs float32 C-contiguous output, got {out.dtype}")
         frames = out.size // self.channels
         if frames == 0:
             return 0

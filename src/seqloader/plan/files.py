@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 
@@ -231,11 +232,15 @@ def equalise(per_rank: list[BatchList], uneven: Uneven) -> tuple[list[BatchList]
         return [b.first(steps) for b in per_rank], dropped
     steps = max(len(b) for b in per_rank)
 
-    def pool(need: int) -> tuple[np.ndarray, np.ndarray | None]:  # fillers of a rank with no data
+    @cache
+    def segment() -> tuple[np.ndarray, np.ndarray | None]:  # once, however many ranks have none
         seqs = np.concatenate([b.seqs[b.real] for b in per_rank])
         if per_rank[0].chunks is None:
             return seqs, None
         return seqs, np.concatenate([np.asarray(b.chunks)[b.real] for b in per_rank])
+
+    def pool(need: int) -> tuple[np.ndarray, np.ndarray | None]:  # fillers of a rank with no data
+        return segment()
 
     return [fill_rank(b, steps, uneven, pool) for b in per_rank], 0
 

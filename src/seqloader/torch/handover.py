@@ -43,7 +43,8 @@ from seqloader.torch.batch import Batch, build_batch
 ALIGN = 64  # bytes; every array in a slot starts on a cache line
 HEADER = ALIGN  # slot header: int32 state at offset 0 (FREE or BUSY)
 FREE, BUSY = 0, 1
-MAX_SLOTS = 8  # per worker; prefetch_factor + 2 slots are in use in a steady state
+MAX_SLOTS = 8  # per worker; in a steady state prefetch_factor + the batches the loop holds
+# unreleased (up to trainer.release.EVERY) + the one it works on
 GROWTH = 1.25  # a (re)allocated slot gets this much headroom over the batch that needed it
 ROUND = 1 << 20  # slot sizes are multiples of 1 MiB
 
