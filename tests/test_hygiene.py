@@ -19,6 +19,7 @@ from conftest import (
     resources,
     summary,
 )
+from seqloader.torch._compat import current_iterator
 from seqloader.trainer.release import later
 
 OPTIONS = {"ordering": "laplace:.6", "max_seqs": 3, "seed": 2}
@@ -146,3 +147,23 @@ def test_an_epoch_asked_for_more_after_close_says_why_nothing_comes(index_source
         assert state["steps"] >= 1  # the batches the loop received (1 or 2)
         ld.load_state_dict(state)  # the fix the message names: it goes on right after them
         assert summary(ld.epoch(1))[0][1] == state["steps"]
+
+
+def test_close_puts_nothing_into_the_queue_workers_write(index_source, baseline):
+    """torch's shutdown wakes the receiving thread through a pipe of its own, not through the
+    workers' result queue: an item put there waits in a feeder thread of this process for the
+    queue's write lock, which a worker that exited or was killed while sending a result holds for
+    good (the suite under load caught such a feeder waiting forever). Here this process holds the
+    lock, as such a worker would: close() starts no feeder, and everything is released."""
+    loader = sl.SeqLoader(index_source, num_workers=2, **OPTIONS)
+    list(loader.epoch(1))
+    iterator = current_iterator(loader._dataloader)
+    results = iterator._worker_result_queue._results  # the workers' own queue
+    assert results._wlock.acquire(timeout=None)  # taken, as a dead worker would leave it
+    try:
+        loader.close()
+        assert results._thread is None  # no feeder of that queue here: nothing waits on the lock
+    finally:
+        results._wlock.release()
+    del iterator, results  # the iterator holds the slots' mappings until it goes
+    assert_released(baseline)

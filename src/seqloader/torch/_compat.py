@@ -14,6 +14,7 @@ starts by running that test.
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import re
 import signal
@@ -291,16 +292,56 @@ class HookedIter(_MultiProcessingDataLoaderIter):
         self._data_queue.put(item)
 
     def receive_in_thread(
-        self, loop: Callable[[Any, queue.Queue, threading.Event], None], name: str
+        self, loop: Callable[[Any, queue.Queue, threading.Event, int], None], name: str
     ) -> None:
-        """Run ``loop(results, out, done)`` in a thread that takes the place of torch's
+        """Run ``loop(results, out, done, wake)`` in a thread that takes the place of torch's
         pin-memory thread: it reads the workers' result queue into the queue torch's ``next()``
-        reads, and stops when torch's shutdown sets ``done`` (torch then wakes it with a
-        ``(None, None)`` item, joins it and closes the queue)."""
+        reads, and stops when torch's shutdown sets ``done`` and wakes it (``WakeOnPut``: through
+        the pipe whose read end is ``wake``, not through the workers' queue), joins it and closes
+        the queue."""
         self._pin_memory_thread_done_event = done = threading.Event()
         self._data_queue = out = queue.Queue[Any]()
+        results = self._worker_result_queue
+        wake, wake_write = os.pipe()
+        self._worker_result_queue = WakeOnPut(results, wake_write)  # type: ignore[assignment]
         thread = threading.Thread(
-            target=loop, args=(self._worker_result_queue, out, done), name=name, daemon=True
+            target=loop, args=(results, out, done, wake), name=name, daemon=True
         )
         thread.start()
         self._pin_memory_thread = thread
+
+
+class WakeOnPut:
+    """The workers' result queue as torch's shutdown sees it once a receiving thread reads it:
+    the ``(None, None)`` torch puts to wake that thread goes down a pipe of the thread's own.
+
+    Put into the queue itself, the item would wait in this process's feeder thread for the
+    queue's write lock, which the workers share: a worker that exits or is killed while sending a
+    result (torch's workers do not wait for their sends at shutdown; a worker still busy after the
+    join timeout is killed) leaves that lock taken for good, and the feeder thread waits forever.
+
+    >>> import multiprocessing as mp
+    >>> r, w = os.pipe()
+    >>> q = WakeOnPut(mp.get_context("fork").Queue(), w)
+    >>> q.put((None, None)); os.read(r, 1)
+    b'\\x00'
+    >>> q.close(); os.close(r)
+    """
+
+    def __init__(self, results: Any, wake_write: int) -> None:
+        self._results, self._wake_write = results, wake_write
+
+    def put(self, item: object, *args: Any, **kwargs: Any) -> None:
+        with contextlib.suppress(OSError):  # the thread has stopped and closed its end
+            os.write(self._wake_write, b"\0")
+
+    def cancel_join_thread(self) -> None:
+        self._results.cancel_join_thread()
+
+    def close(self) -> None:
+        self._results.close()
+        with contextlib.suppress(OSError):
+            os.close(self._wake_write)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._results, name)

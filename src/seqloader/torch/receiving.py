@@ -13,10 +13,12 @@ to send, no torch bookkeeping in the loop's time (cold after each step, it cost 
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import weakref
 from functools import partial
+from multiprocessing.connection import wait as wait_for
 from typing import Any
 
 import torch
@@ -398,10 +400,23 @@ def _dispatch_runs(d: _Dispatch) -> None:
         del it
 
 
-def _receive_loop(results, out: queue.Queue, done: threading.Event) -> None:
-    """Move worker results into ``out`` (unpickling them: that builds the batches)."""
+def _receive_loop(results, out: queue.Queue, done: threading.Event, wake: int) -> None:
+    """Move worker results into ``out`` (unpickling them: that builds the batches) until torch's
+    shutdown sets ``done`` and writes to the pipe ``wake`` (``_compat.WakeOnPut``)."""
     torch.set_num_threads(1)
+    try:
+        _receive(results, out, done, wake)
+    finally:
+        os.close(wake)
+
+
+def _receive(results, out: queue.Queue, done: threading.Event, wake: int) -> None:
     while not done.is_set():
+        ready = wait_for([results._reader, wake], timeout=STATUS_CHECK_INTERVAL)
+        if wake in ready or done.is_set():
+            return
+        if not ready:
+            continue
         try:
             item = results.get(timeout=STATUS_CHECK_INTERVAL)
         except queue.Empty:
