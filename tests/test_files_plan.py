@@ -255,7 +255,7 @@ def test_too_few_files_are_refused_naming_the_fix() -> None:
     ("options", "match"),
     [
         ({"seeding": "returnn"}, "distribution='files' is not supported with seeding='returnn'"),
-        ({"mix": {"a": 1.0}}, "mix: not supported with distribution='files'"),
+        ({"mix": {"a": 1.0}, "planning": "global"}, "mix: not supported with distribution='files'"),
     ],
 )
 def test_options_files_cannot_keep_are_refused(options: dict, match: str) -> None:

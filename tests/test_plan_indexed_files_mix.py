@@ -194,7 +194,8 @@ def test_refused_by_name() -> None:
     chunking with a sharded mix stays refused under indexed planning (over files it is taken);
     a corpus bound inside a file is refused naming the corpora and the fix."""
     with pytest.raises(OptionError, match=r"not supported with distribution='files'.*'indexed'"):
-        PlanOptions(mix={"a": 1.0}, distribution="files")
+        PlanOptions(mix={"a": 1.0}, distribution="files", planning="global")
+    assert PlanOptions(mix={"a": 1.0}, distribution="files").resolved_planning == "indexed"
     with pytest.raises(OptionError, match="chunking with mix"):
         PlanOptions(ordering="laplace", mix={"a": 1.0}, planning="indexed", chunking="10:5")
     PlanOptions(ordering="laplace", mix={"a": 1.0}, distribution="files", planning="indexed",

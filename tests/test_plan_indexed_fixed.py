@@ -159,10 +159,8 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"distribution": "files", "mix": {"a": 1.0}}, r"ordering='sorted' with .*mix"),
         ({"distribution": "files", "chunking": 50}, "chunking with distribution='files'"),
         ({"mix": {"a": 1.0}, "chunking": 50}, "mix with chunking"),
-        ({"ordering": "random", "distribution": "files", "mix": {"a": 1.0}}, r"random' with .*mix"),
         (
             {"ordering": "sort_bin_shuffle:.4"},
             r"sort_bin_shuffle:.4'.*'laplace:.N'.*planning='global'",

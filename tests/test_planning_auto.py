@@ -122,6 +122,12 @@ NEWLY_INDEXED = [
     {"ordering": "sorted", "mix": {"b": 1.5}, "partition_epoch": 2},
     {"ordering": "default", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     {"ordering": "random", "chunking": "4:2", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
+    # fixed and random orders with a mix over files (refused under every planning before: the
+    # mix's file pieces dealt and cut greedily per rank, files_mix_cut)
+    {"ordering": "random", "distribution": "files", "mix": {"a": 0.5, "b": 2}},
+    {"ordering": "sorted_reverse", "distribution": "files", "mix": {"b": 1.5},
+     "partition_epoch": 2},
+    {"ordering": "default", "distribution": "files", "mix": {"a": 2}, "uneven": "drop"},
 ]  # fmt: skip
 
 

@@ -67,6 +67,18 @@ _DEFAULTS_LEFT_OUT: dict[str, object] = {
     "planning": "global",
 }
 
+#: the orderings indexed planning plans a mix over files with (``plan.indexed.files_mix``; fixed
+#: and random orders: ``plan.indexed.files_mix_cut``)
+_FILES_MIX_KINDS = (
+    "laplace",
+    "buckets",
+    "default",
+    "reverse",
+    "sorted",
+    "sorted_reverse",
+    "random",
+)
+
 _ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?(?::(?P<keep>\d+))?$")
 
 
@@ -314,7 +326,7 @@ class PlanOptions:
                     "per rank cannot follow",
                     "use planning='indexed' (which mixes per-corpus streams of files), or "
                     "distribution='shard'"
-                    if self._parsed.kind in ("laplace", "buckets")
+                    if self._parsed.kind in _FILES_MIX_KINDS
                     else f"use a laplace:.N or buckets:N ordering (planning='indexed' mixes "
                     f"per-corpus streams of files with them; not with ordering={self.ordering!r}), "
                     "or distribution='shard'",
@@ -389,25 +401,17 @@ class PlanOptions:
                 f"keyed random order per epoch"
                 f"{'; ' + hint if hint else ''}); {fix}"
             )
-        if fixed and self.distribution == "files" and self.mix is not None:
-            return (
-                f"planning='indexed': ordering={self.ordering!r} with mix and "
-                "distribution='files' is not supported (a mix over files deals file pieces per "
-                "corpus stream, which only the laplace and buckets:N orderings batch); use a "
-                "laplace:.N or buckets:N ordering with it, or distribution='shard' with this "
-                "ordering"
-            )
         unsupported = [
             (
                 fixed
                 and (
-                    (self.distribution == "files" and (self.chunking is not None or self.mix))
+                    (self.distribution == "files" and self.chunking is not None)
                     or (self.mix is not None and self.chunking is not None)
                 ),
-                f"ordering={self.ordering!r} with mix with chunking or with "
-                "distribution='files', or chunking with distribution='files' (a fixed or random "
-                "order's greedy cuts are made for the whole admitted corpus, sharded, a mix's "
-                "sub-epoch, or each rank's files' sequences)",
+                f"ordering={self.ordering!r} with mix with chunking, or chunking with "
+                "distribution='files' (a fixed or random order's greedy cuts are made for the "
+                "whole admitted corpus, sharded, a mix's sub-epoch, or each rank's files' "
+                "sequences or mix pieces' slots)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (

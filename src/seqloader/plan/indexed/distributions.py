@@ -12,7 +12,8 @@ is the model).
 - ``Files`` (``"files"``): whole files per rank from the per-(file, bucket) counts
   (``seqloader.plan.indexed.files_distribution``); resumes elastically from its segment history.
   With a fixed or random ordering, ``CutFiles`` (``seqloader.plan.indexed.files_cut``): global
-  planning's greedy cuts of each rank's order.
+  planning's greedy cuts of each rank's order; with a mix too, ``MixCutFiles`` over the mix's
+  file pieces (``seqloader.plan.indexed.files_mix_cut``).
 
 Each also answers what else differs between them: the key words of an order rank's draws
 (``head``), the world sizes it serves (``check_world``), the size and order of a sub-epoch
@@ -38,6 +39,7 @@ from seqloader.plan.epochs import START, At, refuse_history
 from seqloader.plan.indexed.batch_table import BatchTable
 from seqloader.plan.indexed.files_cut import CutFiles, FilesCutPlanner, files_cut
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
+from seqloader.plan.indexed.files_mix_cut import MixCutFiles
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.mix_kind import MixKind, ShardMix
 from seqloader.plan.indexed.plan import Draw, IndexedPlan, RankwisePlan
@@ -270,5 +272,6 @@ def distribution_of(planner: IndexedPlanner) -> Distribution:
     """The distribution ``planner``'s options ask for (``files`` with a fixed or random ordering:
     greedy cuts of each rank's order, ``CutFiles``)."""
     if files_cut(planner.options):
-        return CutFiles(cast(FilesCutPlanner, planner))
+        kind = CutFiles if planner.options.mix is None else MixCutFiles
+        return kind(cast(FilesCutPlanner, planner))
     return DISTRIBUTIONS[planner.options.distribution](planner)

@@ -155,9 +155,12 @@ class CutSegment:
                 out.append(share.seqs[share.real])
         return np.concatenate(out).astype(np.int64) if out else np.zeros(0, dtype=np.int64)
 
-    def plan(self) -> RankwisePlan:
+    def plan(self, slots: Callable[[BatchList], BatchList] | None = None) -> RankwisePlan:
+        """The segment's plan (``slots``: a share's elements as a mix's (sequence, corpus
+        epoch) slots, ``MixCutFiles``)."""
+        share = self.share if slots is None else (lambda rank: slots(self.share(rank)))
         return RankwisePlan(
-            self.share,
+            share,
             self.world_size,
             self.steps,
             self.real_total,
@@ -165,6 +168,7 @@ class CutSegment:
             self.consumed,
             None,
             self.dropped,
+            mixed=slots is not None,
         )
 
 
@@ -233,9 +237,7 @@ class CutFiles(Files):
         for seg, _, steps in replay_history(epoch, history, segment):
             used = seg.taken(steps)
             if left is None:
-                n = len(self.planner.lengths)
-                mask = self._mask
-                left = np.ones(n, dtype=bool) if mask is None else np.array(mask, dtype=bool)
+                left = self._all_left(ep)
             left[used] = False
             taken.append(used)
             count += len(used)
@@ -264,16 +266,17 @@ class CutFiles(Files):
 
         def order_of(rank: int) -> np.ndarray:
             if rank not in cache:
-                seqs = self._rank_seqs(units, rank, left)
+                own = self._rank_elements(ep, units, rank, left)
+                seqs = self._seqs_of(ep, own)
                 rng = rng_for(*words, rank)
                 cache.clear()  # one rank's list at a time
-                cache[rank] = seqs[order_sequences(np.asarray(lengths[seqs]), ordering, rng)]
+                cache[rank] = own[order_sequences(np.asarray(lengths[seqs]), ordering, rng)]
             return cache[rank]
 
         batcher = cut_batcher(p._limits)
         bounds = []
         for r in range(world_size):
-            seqs = order_of(r)
+            seqs = self._seqs_of(ep, order_of(r))
             at = _positions(seqs)
             bounds.append(cut_positions(at, 0, len(seqs), batcher, p._batch_lengths, RANDOM_BLOCK))
         seg = CutSegment(order_of, bounds, p.options.uneven)
@@ -285,17 +288,14 @@ class CutFiles(Files):
     def _deal(self, ep: EpochIndex, world_size: int, left: np.ndarray | None) -> _Units:
         """The sub-epoch's files with sequences ``left`` as units, the largest halved while there
         are fewer units than ranks (``split_units``' rule), dealt by frames (``assign_lpt``)."""
-        part = self._part_files(ep)
-        files = np.asarray(self.files, dtype=np.int64)
-        if left is None:
-            counts = np.asarray(self.file_counts, dtype=np.int64)[part]
-            frames = np.asarray(self.file_frames, dtype=np.int64)[part]
-        else:  # what the earlier segments left of each file
-            seqs = ranges(files[part], files[part + 1])
-            of = np.repeat(np.arange(len(part)), files[part + 1] - files[part])
+        part, bounds, counts, frames = self._items(ep)
+        if left is not None:  # what the earlier segments left of each file
+            seqs = ranges(bounds[part], bounds[part + 1])
+            of = np.repeat(np.arange(len(part)), bounds[part + 1] - bounds[part])
             keep = left[seqs]
             counts = np.bincount(of[keep], minlength=len(part)).astype(np.int64)
-            weights = np.asarray(self.planner.lengths[seqs[keep]], dtype=np.float64)
+            lengths = self.planner.lengths[self._seqs_of(ep, seqs[keep])]
+            weights = np.asarray(lengths, dtype=np.float64)
             frames = np.bincount(of[keep], weights=weights, minlength=len(part)).astype(np.int64)
         held = counts > 0
         file, count, frames = part[held], counts[held], frames[held]
@@ -311,33 +311,81 @@ class CutFiles(Files):
             split = True
         if split:  # the halves' frames from their sequences
             draft = _Units(file, start, count, np.zeros(len(file), dtype=np.int64))
+            lengths = self.planner.lengths
             frames = np.array(
                 [
-                    int(np.asarray(self.planner.lengths[self._unit_seqs(draft, [u], left)]).sum())
+                    int(np.asarray(lengths[self._unit_seqs(ep, draft, [u], left)]).sum())
                     for u in range(len(file))
                 ],
                 dtype=np.int64,
             )
         return _Units(file, start, count, assign_lpt(frames, world_size))
 
-    def _unit_seqs(
-        self, units: _Units, which: Sequence[int], left: np.ndarray | None
-    ) -> np.ndarray:
-        """The sequences of units ``which`` (ascending unit numbers), unit after unit -> int64."""
-        files = np.asarray(self.files, dtype=np.int64)
-        us = np.asarray(which, dtype=np.int64)
-        f = units.file[us]
-        seqs = ranges(files[f], files[f + 1])
-        of = np.repeat(np.arange(len(us)), files[f + 1] - files[f])
-        mask = self._mask if left is None else left
-        if mask is not None:
-            keep = mask[seqs]
-            seqs, of = seqs[keep], of[keep]
-        within = np.arange(len(seqs)) - np.searchsorted(of, of, side="left")
-        lo = units.start[us][of]
-        take = (within >= lo) & (within < lo + units.count[us][of])
-        return seqs[take].astype(np.int64)
+    def _items(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """What sub-epoch ``ep`` deals: (its items in order, every item's elements as bounds
+        ``[bounds[i], bounds[i + 1])``, each item's admitted elements and frames) -> int64. Here
+        the items are files and their elements sequences (a mix over files: ``MixCutFiles``)."""
+        part = self._part_files(ep)
+        counts = np.asarray(self.file_counts, dtype=np.int64)[part]
+        frames = np.asarray(self.file_frames, dtype=np.int64)[part]
+        return part, self._bounds(ep), counts, frames
 
-    def _rank_seqs(self, units: _Units, rank: int, left: np.ndarray | None) -> np.ndarray:
-        """Rank ``rank``'s sequences: its units' in the sub-epoch's unit order."""
-        return self._unit_seqs(units, np.flatnonzero(units.rank_of == rank).tolist(), left)
+    def _bounds(self, ep: EpochIndex) -> np.ndarray:
+        """Every item's elements ``[bounds[i], bounds[i + 1])`` (here: the files' sequences)."""
+        return np.asarray(self.files, dtype=np.int64)
+
+    def _unit_seqs(
+        self, ep: EpochIndex, units: _Units, which: Sequence[int], left: np.ndarray | None
+    ) -> np.ndarray:
+        """The sequences of units ``which`` (ascending unit numbers), unit after unit -> int64
+        (a mix over files: its slots' sequences)."""
+        elements = self._unit_elements(ep, units, which, left)
+        return self._seqs_of(ep, elements)
+
+    def _unit_elements(
+        self, ep: EpochIndex, units: _Units, which: Sequence[int], left: np.ndarray | None
+    ) -> np.ndarray:
+        """The elements of units ``which``, unit after unit (``unit_elements``)."""
+        mask = self._mask if left is None else left
+        return unit_elements(self._bounds(ep), mask, units, which)
+
+    def _all_left(self, ep: EpochIndex) -> np.ndarray:
+        """Every element of sub-epoch ``ep`` as still to plan, a mask (here: the admitted
+        sequences; a mix over files: its slots, ``MixCutFiles``)."""
+        mask = self._mask
+        n = len(self.planner.lengths)
+        return np.ones(n, dtype=bool) if mask is None else np.array(mask, dtype=bool)
+
+    def _seqs_of(self, ep: EpochIndex, elements: np.ndarray) -> np.ndarray:
+        """The sequences of elements of sub-epoch ``ep`` (here the elements are sequences)."""
+        return elements
+
+    def _rank_elements(
+        self, ep: EpochIndex, units: _Units, rank: int, left: np.ndarray | None
+    ) -> np.ndarray:
+        """Rank ``rank``'s elements: its units' in the sub-epoch's unit order."""
+        return self._unit_elements(ep, units, np.flatnonzero(units.rank_of == rank).tolist(), left)
+
+
+#: a segment's units, as ``MixCutFiles`` reads them
+CutUnits = _Units
+
+
+def unit_elements(
+    bounds: np.ndarray, mask: np.ndarray | None, units: _Units, which: Sequence[int]
+) -> np.ndarray:
+    """The elements of units ``which`` (ascending unit numbers), unit after unit -> int64: unit
+    ``u`` is elements ``start .. start + count`` of item ``file[u]``'s elements ``[bounds[f],
+    bounds[f + 1])`` that ``mask`` holds (None: all)."""
+    files = np.asarray(bounds, dtype=np.int64)
+    us = np.asarray(which, dtype=np.int64)
+    f = units.file[us]
+    seqs = ranges(files[f], files[f + 1])
+    of = np.repeat(np.arange(len(us)), files[f + 1] - files[f])
+    if mask is not None:
+        keep = mask[seqs]
+        seqs, of = seqs[keep], of[keep]
+    within = np.arange(len(seqs)) - np.searchsorted(of, of, side="left")
+    lo = units.start[us][of]
+    take = (within >= lo) & (within < lo + units.count[us][of])
+    return seqs[take].astype(np.int64)
