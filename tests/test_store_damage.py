@@ -1,7 +1,8 @@
 """A node's column stores never serve a changed byte (issue 30, findings 1, 2 and 4).
 
 Every store kind (the generic store, ``HDFSource``'s metadata, ``ConcatSource``'s index space,
-the shard index, indexed planning's bucket index, the duplicate-tag verdict) is built, then one
+the shard index, indexed planning's bucket index, the duplicate-tag verdict, the NaN/Inf screen's
+verdict) is built, then one
 byte of each of its columns (and of its sums and header) is changed on disk, and the store is
 used again: it either serves exactly what it served before (rebuilt from the data, with a
 ``DataWarning`` naming the file and column) or refuses with a ``DamagedStore`` that names the
@@ -36,6 +37,7 @@ from seqloader.sources.columns import (
 )
 from seqloader.trainer import duplicate_store
 from shard_corpora import index_shar
+from test_screen_verdicts import settle_and_count
 
 #: what a damaged store's message must never say (finding 4: blaming the data files)
 BLAMES_DATA = ("changed since the source was opened", "remove the duplicate", "open a new")
@@ -403,3 +405,23 @@ def test_duplicate_tag_verdict(tmp_path, monkeypatch) -> None:
     expected = serve()
     (store,) = (tmp_path / "seqloader" / "checks").glob("*.seqcols")
     assert set(each_column(store, serve, expected).values()) == {"rebuilt"}
+
+
+def test_screen_verdict(tmp_path, monkeypatch) -> None:
+    """A damaged NaN/Inf screen verdict is never trusted: the file is screened again (with the
+    same messages), and the verdict rebuilt once that pass is whole and clean."""
+    screened = settle_and_count(monkeypatch)  # the file counts as settled
+    f, index = tmp_path / "a.hdf", tmp_path / "idx"
+    _write_hdf(f, 15)
+
+    def serve() -> object:
+        screened[0] = 0
+        with sl.SeqLoader(sl.HDFSource(f, index_dir=index), max_seqs=4) as loader:
+            nonfinite = [b.nonfinite for b in loader.epoch(1)]
+        return {"nonfinite": nonfinite, "screened": screened[0]}
+
+    expected = serve()  # no verdict yet: every sequence screened
+    assert expected["screened"] == 15
+    (store,) = index.glob("screen-*.cols")
+    assert set(each_column(store, serve, expected).values()) == {"rebuilt"}
+    assert serve()["screened"] == 0  # the verdict as written: trusted

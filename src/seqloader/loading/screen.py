@@ -7,7 +7,9 @@ ms per batch there, 2-6% of a 10 ms step; in the worker it adds ~0.25 ms. The po
 off) is applied in the trainer (``seqloader.trainer.checks.BatchChecks``).
 
 Batches read straight into their padded memory (``loading.direct``, no transform) are screened
-where the bytes are copied (``sources.padded_rows.RowScreen``, once per sequence and process);
+where the bytes are copied (``sources.padded_rows.RowScreen``, once per sequence and process, and
+not at all for a dataset that an earlier process on the node screened whole and clean in the
+unchanged file: ``sources.screen_verdicts``);
 only the sequences that fail it come here, so the messages are the same on both paths.
 """
 

@@ -125,6 +125,8 @@ class HDFSource(SourceBase):
             meta, self.index_built = open_metadata(identity, index_dir, read_layouts, merge, origin)
         self.index_step = (step.seconds, step.peak_private)  # plain numbers: pickled
         self._store = meta.store
+        # the screen's verdicts live beside the metadata store (none where it could not be written)
+        self._verdict_dir = None if meta.store is None else os.path.dirname(meta.store.path)
         self._schema, self._skipped = meta.schema, meta.skipped
         self._datasets = [{k: dataset_of(k) for k in self._schema}] * n
         self._tags = meta.tags
@@ -290,7 +292,7 @@ class HDFSource(SourceBase):
             path = self._paths[f]
             if self._remote is not None:  # a missing copy is fetched (or waited for) here
                 path = self._remote.cache.ensure(self._remote.files[f])
-            opened = OpenFile(path, self._datasets[f], self._use_mmap)
+            opened = OpenFile(path, self._datasets[f], self._use_mmap, self._verdict_dir)
             try:
                 self._check_unchanged(f, opened)
             except DataError:

@@ -14,7 +14,9 @@ Three ways, same bytes:
 Batches without a transform are read straight into the padded batch (``OpenFile.read_into``,
 ``HDFSource.read_into``; see ``loading.direct``): from the map one ``memmove`` + ``memset`` per
 sequence, from chunks one copy per run of whole chunk rows, through h5py one copy out of its
-buffer; the NaN/Inf screen runs on each sequence right after its copy, once per process.
+buffer; the NaN/Inf screen runs on each sequence right after its copy, once per process, and
+not at all where the node keeps the verdict that the unchanged file's dataset is finite
+(``screen_verdicts``: written by a process that screened it whole).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import numpy as np
 
 from seqloader.sources.hdf_chunks import chunked_reader
 from seqloader.sources.padded_rows import RowReader, RowScreen, gather_small, into_each
+from seqloader.sources.screen_verdicts import FileVerdicts
 
 _memmove, _memset = ctypes.memmove, ctypes.memset
 
@@ -222,6 +225,12 @@ def mappable(dset: h5py.Dataset) -> bool:
     return bool(tid.equal(h5py.h5t.py_create(dtype)))
 
 
+def _covers(starts: np.ndarray, rows: int) -> bool:
+    """Whether a file's sequences (row offsets ``starts``, ``[n + 1]``) cover all ``rows`` of
+    its dataset: only then does "every sequence clean" speak of every value."""
+    return len(starts) > 1 and int(starts[0]) == 0 and int(starts[-1]) == rows
+
+
 _SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
@@ -269,20 +278,32 @@ def plain_superblock(path: str) -> bool:
 class OpenFile:
     """One HDF file opened in this process, with a reader per key."""
 
-    def __init__(self, path: str, datasets: Mapping[str, str], use_mmap: bool) -> None:
+    def __init__(
+        self,
+        path: str,
+        datasets: Mapping[str, str],
+        use_mmap: bool,
+        verdict_dir: str | None = None,
+    ) -> None:
         self.path = path
+        # stat'ed before the file is opened, and again once it is (``FileVerdicts``)
+        verdicts = None if verdict_dir is None else FileVerdicts.settled(verdict_dir, path)
         h5 = h5py.File(path, "r")
         use_mmap = use_mmap and plain_superblock(path)
         self.h5: h5py.File | None = h5
         self._mmap: mmap.mmap | None = None
         self.readers: dict[str, RowReader] = {}
+        self._datasets = dict(datasets)
         self._clean: dict[str, np.ndarray] = {}  # key -> bool [sequences]: screened, no NaN/Inf
+        self._left: dict[str, int] = {}  # key -> at most the sequences not yet found clean
+        self._finite: set[str] = set()  # keys with every value known finite: no screen at all
         try:
             for key, h5_path in datasets.items():
                 self.readers[key] = self._reader(h5[h5_path], use_mmap)
         except BaseException:
             self.close()
             raise
+        self._verdicts = verdicts if verdicts is not None and verdicts.unchanged() else None
 
     def _reader(self, dset: h5py.Dataset, use_mmap: bool) -> RowReader:
         if use_mmap and mappable(dset):
@@ -338,28 +359,60 @@ class OpenFile:
         """Sequences ``local`` (of this file) into rows ``pos`` of the padded arrays ``out``
         (zeros after each end); returns the rows that may hold NaN/Inf (with ``screen``).
 
-        The screen covers float keys, and only sequences not yet found clean in this process:
-        the file is mapped read-only and was checked unchanged at open, so bytes screened once
-        stay screened (from the second epoch on, a batch costs no screen at all)."""
+        The screen covers float keys, and only sequences not yet found clean: the file is mapped
+        read-only and was checked unchanged at open, so bytes screened once stay screened (from
+        the second epoch on, a batch costs no screen at all). A key whose every sequence was found
+        clean in this process, or by an earlier process on this node (``FileVerdicts``: the file
+        unchanged since), is not screened at all; a whole clean pass leaves that verdict."""
         suspects: set[int] = set()
         for key, dst in out.items():
             reader, s = self.readers[key], starts[key]
-            flags = clean = todo = None
-            if screen and reader.dtype.kind == "f":
-                clean = self._clean.get(key)
-                if clean is None:
-                    clean = self._clean[key] = np.zeros(len(s) - 1, dtype=bool)
-                todo = ~clean[local]  # [B]
-                if todo.any():  # else every sequence was screened before: no screen at all
-                    flags = todo.tolist()
-            bad = reader.spans_into(s[local], s[local + 1], dst, pos, flags)
-            if flags is not None:
-                assert clean is not None and todo is not None  # set with flags
-                if bad:
-                    todo[bad] = False
-                clean[local[todo]] = True
+            if not screen or reader.dtype.kind != "f" or key in self._finite:
+                reader.spans_into(s[local], s[local + 1], dst, pos)
+                continue
+            clean = self._clean.get(key)
+            if clean is None:
+                if self._known_finite(key, s):
+                    self._finite.add(key)
+                    reader.spans_into(s[local], s[local + 1], dst, pos)
+                    continue
+                clean = self._clean[key] = np.zeros(len(s) - 1, dtype=bool)
+                self._left[key] = len(clean)
+            todo = ~clean[local]  # [B]
+            if not todo.any():  # every sequence was screened before: no screen at all
+                reader.spans_into(s[local], s[local + 1], dst, pos)
+                continue
+            bad = reader.spans_into(s[local], s[local + 1], dst, pos, todo.tolist())
+            if bad:
+                todo[bad] = False
                 suspects.update(pos[j] for j in bad)
+            clean[local[todo]] = True
+            # counted down by the rows found clean (a sequence twice in a batch counts twice, so
+            # this is at most what is left); counted exactly only when it reaches 0
+            left = self._left[key] - int(np.count_nonzero(todo))
+            if left <= 0:
+                left = len(clean) - int(np.count_nonzero(clean))
+                if left == 0:
+                    self._all_clean(key, s)
+            self._left[key] = left
         return suspects
+
+    def _known_finite(self, key: str, s: np.ndarray) -> bool:
+        """Whether the node keeps the verdict that every value of ``key`` in this file is finite
+        (and this file's sequences cover the whole dataset the verdict speaks of)."""
+        reader = self.readers[key]
+        if self._verdicts is None or not _covers(s, reader.shape[0]):
+            return False
+        return self._verdicts.finite(self._datasets[key], reader.dtype, reader.shape)
+
+    def _all_clean(self, key: str, s: np.ndarray) -> None:
+        """Every sequence of ``key`` in this file screened clean here: no more screen or
+        bookkeeping for it in this process, and the node's verdict written for later ones."""
+        self._finite.add(key)
+        del self._clean[key], self._left[key]
+        reader = self.readers[key]
+        if self._verdicts is not None and _covers(s, reader.shape[0]):
+            self._verdicts.record(self._datasets[key], reader.dtype, reader.shape)
 
     def close(self) -> None:
         self.readers = {}

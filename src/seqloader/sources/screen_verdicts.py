@@ -1,0 +1,150 @@
+"""The NaN/Inf screen's verdicts, kept per node: a float dataset of an unchanged file that one
+process screened whole is not screened again, by its later epochs or by any later process.
+
+The screen of batches read straight into their padded memory (``loading.direct``) reads each
+float row's bytes once more after its copy (a BLAS ``dot`` per row: the part of a first epoch at
+0 workers that a plain numpy loop does not do). Its answer depends only on the dataset's values.
+So when every sequence of a file's dataset has been screened clean in one process, that process
+writes a small store (``columns.open_or_build``: checksummed, written atomically, once per node)
+beside the files' metadata store, whose identity holds:
+
+- the file as the operating system sees it when it is opened: absolute path, device, inode, size,
+  ``mtime_ns`` and ``ctime_ns``. No writer can set ``ctime``: a file rewritten in place with its
+  old size and its old ``mtime`` restored still gets another identity, so its values are screened
+  again (the metadata store's identity, path, size and ``mtime_ns``, would not notice that);
+- the dataset: its path in the file, dtype and shape (every row of it: the verdict is written only
+  when the file's sequences cover them all);
+- the screen's version (``SCREEN_VERSION``).
+
+A file changed within one tick of the file system's clock after its previous write keeps both of
+its times (the tick is 1-10 ms on local disks, up to 2 s elsewhere). So a file is settled only
+when its ``mtime`` and ``ctime`` lie at least ``SETTLE_S`` before the moment it is opened (git's
+rule for racy index entries): any later change then moves one of them. Files not settled get no
+verdict, looked up or written; they are screened as before.
+
+A verdict store that is damaged (one changed byte of its header, sums or column) is never
+trusted: the lookup warns naming the store and the column, the dataset is screened again and the
+store rebuilt when the next whole pass is clean. A dataset that holds NaN/Inf never gets a verdict:
+its sequences are screened (and reported) in every epoch, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+import warnings
+
+import numpy as np
+
+from seqloader.errors import DataWarning
+from seqloader.sources.columns import (
+    ColumnStore,
+    CorruptStore,
+    DamagedStore,
+    StaleStore,
+    open_or_build,
+)
+from seqloader.sources.node_cache import about
+
+#: the screen's version in each verdict's identity (a changed screen gets new verdicts)
+SCREEN_VERSION = "seqloader-nonfinite-screen/1"
+#: a file whose mtime or ctime is younger than this when opened gets no verdict (see above)
+SETTLE_S = 2.0
+#: what ``seqloader cache`` lists these stores as
+KIND = "NaN/Inf screen verdict"
+
+
+def now() -> float:
+    """The wall clock the file times are compared with (tests put another in its place)."""
+    return time.time()
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class FileVerdicts:
+    """The node's verdicts about one file, as it was when opened (``settled``).
+
+    >>> import h5py, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with h5py.File(f"{folder}/a.hdf", "w") as f:
+    ...     _ = f.create_dataset("x", data=np.ones((4, 2), "float32"))
+    >>> os.utime(f"{folder}/a.hdf", (now() - 60, now() - 60))  # a file written a minute ago
+    >>> FileVerdicts.settled(folder, f"{folder}/a.hdf") is None  # its ctime is still new
+    True
+    """
+
+    __slots__ = ("folder", "path", "stat")
+
+    def __init__(self, folder: str, path: str, stat: tuple[int, ...]) -> None:
+        self.folder, self.path, self.stat = folder, path, stat
+
+    @classmethod
+    def settled(cls, folder: str, path: str) -> FileVerdicts | None:
+        """The verdicts of the file at ``path`` (kept in ``folder``), or None when the file was
+        modified less than ``SETTLE_S`` ago (a change now might keep its times)."""
+        try:
+            st = os.stat(path)
+        except OSError:  # opening the file says what is wrong
+            return None
+        if now() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < SETTLE_S:
+            return None
+        return cls(folder, os.path.abspath(path), _stat_key(st))
+
+    def unchanged(self) -> bool:
+        """Whether the file is still the one that was stat'ed when opened."""
+        try:
+            return _stat_key(os.stat(self.path)) == self.stat
+        except OSError:
+            return False
+
+    def store_path(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[str, str]:
+        """(path, identity) of the verdict store of ``dataset`` (its dtype and shape)."""
+        h = hashlib.sha256()
+        parts = (SCREEN_VERSION, self.path, *map(str, self.stat), dataset, np.dtype(dtype).str)
+        for part in (*parts, *map(str, shape)):
+            h.update(part.encode("utf-8", "surrogateescape"))
+            h.update(b"\0")
+        identity = h.hexdigest()
+        return os.path.join(self.folder, f"screen-{identity[:24]}.cols"), identity
+
+    def finite(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+        """Whether a process screened every value of ``dataset`` in this very file and found
+        none NaN/Inf. A damaged verdict is not trusted (``DataWarning`` naming it)."""
+        path, identity = self.store_path(dataset, dtype, shape)
+        try:
+            store = ColumnStore(path, identity)
+        except DamagedStore as e:
+            warnings.warn(
+                f"{KIND} {e.path!r}, column {e.column!r}: its contents differ from what was "
+                f"written (this node's cache, not the data files), so it is not trusted: "
+                f"{dataset!r} of {self.path!r} is screened again, and the verdict rebuilt from "
+                "the data once a whole pass over it is clean",
+                DataWarning,
+                stacklevel=5,
+            )
+            return False
+        except (OSError, StaleStore, CorruptStore):  # none yet, or half a file, or another's
+            return False
+        rows = store.column("rows")
+        return rows.shape == (1,) and int(rows[0]) == shape[0] and store.meta["dataset"] == dataset
+
+    def record(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+        """Keep the verdict "every value of ``dataset`` is finite" for this file; False where it
+        cannot be written (no writable folder) or the file changed since it was opened."""
+        if not self.unchanged():
+            return False
+        path, identity = self.store_path(dataset, dtype, shape)
+        rows = np.array([shape[0]], dtype=np.int64)
+        meta = {
+            "dataset": dataset,
+            "file": self.path,
+            "about": about(f"{KIND}: {dataset!r} of {self.path}"),
+        }
+        try:
+            open_or_build(path, identity, lambda: ({"rows": rows}, meta))
+        except OSError:
+            return False
+        return True

@@ -1,0 +1,228 @@
+"""The NaN/Inf screen's verdicts kept per node (``sources/screen_verdicts.py``): a float dataset
+that one process screened whole and clean is not screened again by later processes on an
+unchanged file -- and the screen still names exactly the sequences that hold NaN/Inf, with the
+per-sequence path's messages, through any sequence of processes, partial and whole passes, and
+changes of the file (same size with its mtime restored, or another size). The file's times are
+read against an injected clock (the files written here count as settled). No timing here."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import seqloader as sl
+from seqloader.errors import DataWarning
+from seqloader.loading.batch_spec import BatchSpec
+from seqloader.loading.execute import WorkerSpec, execute
+from seqloader.sources import padded_rows, screen_verdicts
+from test_direct_batches import write_contiguous
+from test_onecopy import garbage_alloc, identity
+
+
+def settle_and_count(monkeypatch) -> list[int]:
+    """The files written by a test count as written a minute ago (the clock they are read
+    against runs 60 s ahead), so they may get verdicts; returns the count of rows screened."""
+    monkeypatch.setattr(screen_verdicts, "now", lambda: time.time() + 60)
+    screened = [0]
+    add = padded_rows.RowScreen.add
+
+    def counted(self, j, values):
+        screened[0] += 1
+        add(self, j, values)
+
+    monkeypatch.setattr(padded_rows.RowScreen, "add", counted)
+    return screened
+
+
+@pytest.fixture
+def settled(monkeypatch) -> list[int]:
+    return settle_and_count(monkeypatch)
+
+
+def one_pass(path: str, index: Path, batches: list[np.ndarray]) -> list[str]:
+    """A later process: a fresh source reads ``batches`` as the 0-worker loader does (read
+    straight into the padded batch, screened); returns the NaN/Inf messages, each checked
+    against the per-sequence path's."""
+    messages = []
+    with sl.HDFSource(path, index_dir=index) as src:
+        for step, seqs in enumerate(batches):
+            spec = BatchSpec(1, step, seqs, np.ones(len(seqs), dtype=bool))
+            got = execute(src, spec, WorkerSpec(0, screen=True), garbage_alloc)
+            general = execute(src, spec, WorkerSpec(0, identity, screen=True))
+            assert got.nonfinite == general.nonfinite  # same sequences, same messages
+            messages += got.nonfinite
+    return messages
+
+
+def poke(path: str, row: int, value: float, keep_times: bool) -> None:
+    """One value of ``inputs`` changed in place (same size); with ``keep_times`` the file's
+    mtime is put back (only its ctime then says it changed)."""
+    before = os.stat(path)
+    with h5py.File(path, "r+") as f:
+        f["inputs"][row, 0] = value
+    if keep_times:
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_ctime_ns) != (before.st_size, before.st_ctime_ns), (
+        "the file system did not record the change (same ctime): this test needs one that does"
+    )
+
+
+@st.composite
+def histories(draw):
+    n = draw(st.integers(2, 9))
+    lens = draw(st.lists(st.integers(0, 12), min_size=n, max_size=n))
+    lens[0] = max(lens[0], 1)  # an empty dataset is not mapped
+    kind = st.sampled_from(["nan", "inf", "-inf", "huge"])
+    pokes = draw(st.lists(st.tuples(st.integers(0, n - 1), st.just("last"), st.just(0), kind)))
+    event = st.one_of(
+        st.tuples(st.just("pass"), st.integers(1, 4), st.integers(0, 2**16)),
+        st.tuples(st.just("part"), st.integers(1, 4), st.integers(0, 2**16)),
+        st.tuples(st.just("change"), st.integers(0, n - 1), kind, st.booleans()),
+        st.tuples(st.just("resize"), st.integers(0, n - 1), kind, st.integers(0, 2**16)),
+    )
+    events = draw(st.lists(event, min_size=1, max_size=5))
+    return lens, pokes[:2], [("pass", 1, 0), *events]  # often a verdict to be tested
+
+
+VALUES = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "huge": 1.5e38, "clean": 0.25}
+
+
+# the fixture holds for every input: a clock offset and a counter each pass resets
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(histories())
+def test_the_screen_names_exactly_the_nonfinite_sequences_across_processes(
+    tmp_path_factory, settled, case
+):
+    lens, pokes, events = case
+    folder = tmp_path_factory.mktemp("verdicts")
+    path, index = str(folder / "c.hdf"), folder / "idx"
+    write_contiguous(path, lens, [1] * len(lens), 2, "<f4", 0, pokes)
+    verdicts: set[tuple] = set()  # file states a whole pass found without a suspect row
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)  # the NaN/Inf found are reported
+        for event in events:
+            n = len(lens)
+            if event[0] in ("pass", "part"):
+                _, size, seed = event
+                order = np.random.default_rng(seed).permutation(n)
+                batches = np.array_split(order, max(1, n // size))
+                if event[0] == "part":
+                    batches = batches[: max(1, len(batches) // 2)]
+                read = {int(i) for b in batches for i in b}
+                state, (bad, suspect) = _state(path), _truth(path, lens)
+                settled[0] = 0
+                flagged = {int(m.split()[1]) for m in one_pass(path, index, batches)}
+                assert flagged == bad & read
+                # a kept verdict: nothing screened; else each float sequence read is screened
+                assert (settled[0] == 0) == (state in verdicts or not any(lens[i] for i in read))
+                if len(read) == n and not suspect:  # a whole pass, every row clean at once
+                    verdicts.add(state)
+            else:  # the file changes: one value of the last frame of a non-empty sequence
+                _, i, kind, how = event
+                if lens[i] == 0:
+                    continue
+                if event[0] == "resize":  # rewritten with one more sequence (another size)
+                    lens = [*lens, 3]
+                    write_contiguous(path, lens, [1] * len(lens), 2, "<f4", how, pokes)
+                else:
+                    poke(path, int(np.sum(lens[: i + 1])) - 1, VALUES[kind], keep_times=how)
+
+
+def _state(path: str) -> tuple:
+    st_ = os.stat(path)
+    return (st_.st_ino, st_.st_size, st_.st_mtime_ns, st_.st_ctime_ns)
+
+
+def _truth(path: str, lens: list[int]) -> tuple[set[int], set[int]]:
+    """(sequences with NaN/Inf, sequences the screen's sum flags: those and the ones whose
+    squares overflow) of the file as it is now."""
+    with h5py.File(path, "r") as f:
+        data = f["inputs"][...]
+    starts = np.concatenate([[0], np.cumsum(lens)])
+    bad, suspect = set(), set()
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i, (a, b) in enumerate(itertools.pairwise(starts)):
+            rows = data[a:b].reshape(-1)
+            if not np.isfinite(rows).all():
+                bad.add(i)
+            if not np.isfinite(rows.dot(rows)):
+                suspect.add(i)
+    return bad, suspect
+
+
+def _clean_file(path: Path, n: int = 12) -> None:
+    lens = [3 + i % 5 for i in range(n)]
+    assert not write_contiguous(str(path), lens, [1] * n, 4, "<f4", 1)
+
+
+def test_a_whole_epoch_leaves_a_verdict_the_next_process_trusts(tmp_path, settled) -> None:
+    """The real loader at 0 workers: the verdict is written by the epoch that screened the last
+    sequence (not before), found by a later source, and then its epochs screen nothing."""
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    with sl.SeqLoader(sl.HDFSource(path, index_dir=index), max_seqs=4, ordering="random") as lo:
+        first = lo.epoch(1)
+        next(first)
+        assert not list(index.glob("screen-*.cols"))  # a part of a pass: no verdict
+        first.close()
+        list(lo.epoch(2))
+        assert settled[0] > 0 and len(list(index.glob("screen-*.cols"))) == 1
+    settled[0] = 0
+    src = sl.HDFSource(path, index_dir=index)
+    with sl.SeqLoader(src, max_seqs=4, ordering="random") as lo:
+        assert sum(len(b.seq_tags) for b in lo.epoch(1)) == 12
+    assert settled[0] == 0
+
+
+@pytest.mark.parametrize("keep_times", [True, False])
+def test_a_file_changed_since_its_verdict_is_screened_again(tmp_path, settled, keep_times) -> None:
+    """A NaN written into a file with a verdict, the file's size kept and (``keep_times``) its
+    mtime put back: the metadata store's identity (path, size, mtime) is the same, the verdict's
+    (with the inode's ctime) is not, so the next process screens the file and names the NaN."""
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    whole = [np.arange(12)]
+    assert one_pass(str(path), index, whole) == [] and settled[0] == 12
+    settled[0] = 0
+    assert one_pass(str(path), index, whole) == [] and settled[0] == 0  # the verdict, trusted
+    poke(str(path), 3 + 4 - 1, np.nan, keep_times)  # the last frame of sequence 1
+    (message,) = one_pass(str(path), index, whole)
+    assert message.startswith("sequence 1 (tag 's1')") and settled[0] == 12
+
+
+def test_a_young_file_gets_no_verdict(tmp_path, monkeypatch) -> None:
+    """A file modified within ``SETTLE_S`` of its opening (a change in the same tick of the file
+    system's clock could keep its times) is screened, and no verdict is kept for it."""
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    monkeypatch.setattr(screen_verdicts, "now", lambda: os.stat(path).st_ctime_ns / 1e9 + 1.0)
+    batches = [np.arange(12)]
+    one_pass(str(path), index, batches)
+    assert not list(index.glob("screen-*.cols"))
+
+
+def test_no_verdict_where_the_folder_cannot_be_written(tmp_path, settled) -> None:
+    """The verdict is this node's cache: where it cannot be written the file is screened in
+    every process, with the same messages (the metadata store's warning names the folder)."""
+    path, blocker = tmp_path / "c.hdf", tmp_path / "not-a-directory"
+    _clean_file(path)
+    blocker.write_text("")
+    verdicts = screen_verdicts.FileVerdicts.settled(str(blocker), str(path))
+    assert verdicts is not None and not verdicts.record("inputs", np.dtype("<f4"), (60, 4))
+    for _ in range(2):
+        settled[0] = 0
+        with pytest.warns(DataWarning, match="cannot write the metadata index"):
+            assert one_pass(str(path), blocker / "idx", [np.arange(12)]) == []
+        assert settled[0] == 12
