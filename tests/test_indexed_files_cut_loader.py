@@ -34,3 +34,25 @@ def test_elastic_resume_chains_deliver_each_sequence_once(
     with make(0, 1) as loader:
         assert loader.planner.options.planning == "indexed"
     check_chain(make, worlds, cuts[: len(worlds) - 1], 3)
+
+
+@settings(max_examples=3, deadline=None)
+@given(
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["default", "sorted_reverse", "random"]),
+    uneven=st.sampled_from(["split", "pad", "drop"]),
+    cuts=st.lists(st.integers(0, 8), min_size=2, max_size=2),
+)
+def test_chunked_chains_deliver_each_chunk_once(seed, ordering, uneven, cuts) -> None:
+    """Chunked (``files_cut``'s chunk slots): every chunk of every sequence once per epoch
+    through ``W -> W' -> W''`` with the audit on, the same batches as the uninterrupted run
+    where the world size stays."""
+    make = loader_factory(
+        files_corpus(30, seed), max_seqs=3, max_frames=40, partition_epoch=2, audit=True,
+        ordering=ordering, uneven=uneven, distribution="files", chunking="3:2",
+        min_chunk_size=1,
+    )  # fmt: skip
+    with make(0, 1) as loader:
+        assert loader.planner.options.planning == "indexed"
+        assert loader.planner.chunks is not None
+    check_chain(make, [2, 3, 1], cuts, 3)

@@ -28,7 +28,7 @@ ORDERINGS = [*CUT_KINDS, "random:2"]
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> dict:
+def cases(draw: st.DrawFn, chunked: bool = False) -> dict:
     n = draw(st.integers(0, 36))
     lengths = np.array(draw(st.lists(st.integers(1, 20), min_size=n, max_size=n)), np.int64)
     cuts = draw(st.lists(st.integers(0, n), max_size=14))
@@ -45,6 +45,9 @@ def cases(draw: st.DrawFn) -> dict:
         "seed": draw(st.integers(0, 3)),
         "distribution": "files",
     }
+    if chunked:  # windows of up to 7 frames: several chunks per sequence, short last ones
+        options["chunking"] = draw(st.sampled_from(["4:2", "5:5", "7:3"]))
+        options["min_chunk_size"] = draw(st.sampled_from([0, 0, 2]))
     worlds = draw(st.lists(st.integers(1, 4), min_size=2, max_size=3))
     return {"lengths": lengths, "files": files, "options": options, "worlds": worlds}
 
@@ -62,6 +65,9 @@ def same(a, b) -> None:
         np.testing.assert_array_equal(x.seqs, y.seqs)
         np.testing.assert_array_equal(x.bounds, y.bounds)
         np.testing.assert_array_equal(x.real, y.real)
+        assert (x.chunks is None) == (y.chunks is None)
+        if x.chunks is not None:
+            np.testing.assert_array_equal(x.chunks, y.chunks)
 
 
 @settings(max_examples=14, deadline=None)
@@ -70,6 +76,20 @@ def test_plans_are_global_plannings_and_every_contract_holds(case: dict, stop: i
     """Every rank's batches are global planning's, fresh and after an elastic resume ``W ->
     W'`` (the same history gives the same segment and the same position); the contracts hold on
     the chain ``worlds``."""
+    check_against_global(case, stop)
+
+
+@settings(max_examples=8, deadline=None)
+@given(cases(chunked=True), st.integers(0, 6))
+def test_chunked_plans_are_global_plannings_and_every_contract_holds(case: dict, stop: int) -> None:
+    """Chunked: each rank's ordered sequences' chunks, cut greedily by their windows, are
+    global planning's slot for slot (sequence and chunk), fresh and after an elastic resume
+    (which continues each sequence from its first undelivered chunk); every contract holds
+    on the chain, each chunk of every admitted sequence once."""
+    check_against_global(case, stop)
+
+
+def check_against_global(case: dict, stop: int) -> None:
     indexed, greedy = planner(case), planner(case, "global")
     assert isinstance(indexed, IndexedPlanner)
     assert isinstance(indexed.distribution, CutFiles)
@@ -157,6 +177,21 @@ FILES_CUT_CASES: dict[str, dict] = {
         "world": 4,
         "elastic": (2, 3),
     },
+    "chunked 90:60 files random W3 split": {
+        "options": {"ordering": "random", "max_seqs": 5, "max_frames": 900, "chunking": "90:60",
+                    "min_chunk_size": 20, "partition_epoch": 2, "distribution": "files"},
+        "files": list(range(0, 301, 12)),
+        "world": 3,
+        "elastic": (4, 2),
+        "elastic_again": (3, 4),
+    },
+    "chunked 120:120 files sorted W2 pad": {
+        "options": {"ordering": "sorted", "max_frames": 1000, "chunking": "120:120",
+                    "uneven": "pad", "distribution": "files"},
+        "files": list(range(0, 301, 10)),
+        "world": 2,
+        "elastic": (5, 3),
+    },
 }  # fmt: skip
 FILES_CUT_GOLDEN = {
     "files default W3 split": "fb5fcdbcb107b7fb1bf0c893adadbad6432e5fd622937e28cadc9edd91e73032",
@@ -165,6 +200,13 @@ FILES_CUT_GOLDEN = {
     ),
     "files random:2 W4 pad, filters": (
         "ee521580581f9a2101bad729f93557094e2eb089a2500e4ca633666947823f61"
+    ),
+    # chunked (added with chunking over files under indexed planning)
+    "chunked 90:60 files random W3 split": (
+        "05e95e9babe7466a7a1595aa2b03d5cb5cf62b19b9e333af972d70cc36be41fa"
+    ),
+    "chunked 120:120 files sorted W2 pad": (
+        "3a2069fb94e8f49226765b217bea41ad7411dda11a5844f7270fd0276ac3225e"
     ),
 }
 

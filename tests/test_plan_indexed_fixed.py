@@ -159,7 +159,6 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"distribution": "files", "chunking": 50}, "chunking with distribution='files'"),
         ({"mix": {"a": 1.0}, "chunking": 50}, "mix with chunking"),
         (
             {"ordering": "sort_bin_shuffle:.4"},

@@ -114,6 +114,10 @@ NEWLY_INDEXED = [
     {"ordering": "default", "distribution": "files"},
     {"ordering": "sorted_reverse", "distribution": "files", "partition_epoch": 2},
     {"ordering": "random:2", "distribution": "files", "uneven": "drop"},
+    # ... chunked (each rank's ordered sequences' chunks, cut greedily: files_cut)
+    {"ordering": "random", "chunking": "4:2", "distribution": "files"},
+    {"ordering": "sorted_reverse", "chunking": "4:2", "distribution": "files",
+     "partition_epoch": 2, "uneven": "pad"},
     {"ordering": "sorted", "fixed_random_subset": 0.5, "partition_epoch": 2},
     {"ordering": "random", "chunking": "4:2", "fixed_random_subset": 20},
     {"ordering": "sorted_reverse", "chunking": "4:2", "fixed_random_subset": 0.5},

@@ -403,15 +403,10 @@ class PlanOptions:
             )
         unsupported = [
             (
-                fixed
-                and (
-                    (self.distribution == "files" and self.chunking is not None)
-                    or (self.mix is not None and self.chunking is not None)
-                ),
-                f"ordering={self.ordering!r} with mix with chunking, or chunking with "
-                "distribution='files' (a fixed or random order's greedy cuts are made for the "
-                "whole admitted corpus, sharded, a mix's sub-epoch, or each rank's files' "
-                "sequences or mix pieces' slots)",
+                fixed and (self.mix is not None and self.chunking is not None),
+                f"ordering={self.ordering!r} with mix with chunking (a fixed or random order's "
+                "greedy cuts are made for the whole admitted corpus, sharded, a mix's "
+                "sub-epoch, each rank's files' sequences and their chunks, or mix pieces' slots)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (

@@ -234,7 +234,7 @@ class AdmittedCorpus:
             size, step, least = self.chunking
             edges_of = partial(histogram_edges, self.options, self.budget)
             self.units = ChunkBuckets.of(index, size, step, least, edges_of)
-            if self.fixed:  # chunk cuts of the order (indexed.fixed_chunks)
+            if self.fixed and self.files is None:  # chunk cuts of the order (fixed_chunks)
                 index = self.index = self._with_chunk_cuts(index, self.units.stride)
             self.bucket_edges = self.units.edges
             self.longest, self.bucket_counts = self.units.longest, self.units.counts

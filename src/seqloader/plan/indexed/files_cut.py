@@ -8,7 +8,9 @@ within; ``reverse``: that backwards; ``sorted``/``sorted_reverse``: its share so
 ``random``: its share in an order drawn per (full epoch, part, segment, rank)) and cuts them
 greedily (global planning's ``Batcher``); ``uneven`` equalises the steps as global planning's
 ``equalise`` does. An elastic resume re-plans what the history's segments left (files' remainders,
-halved while there are fewer than ranks, dealt again).
+halved while there are fewer than ranks, dealt again). Chunked (``ChunkSlots``): a rank's ordered
+sequences are expanded into their chunks and the chunks cut by their windows, as global planning's
+files plans cut them; a resume continues each sequence from its first undelivered chunk.
 
 What a rank computes: its own batches, from its own files' sequences (O(n / W)); and every rank's
 batch count, which ``uneven`` needs for equal steps. A greedy cut depends on every length before
@@ -17,29 +19,33 @@ ordered and cut, one rank at a time: **O(n) time per rank** (memory: one rank's 
 every rank's batch bounds, O(n / W + batches)). The node keeps only the per-file counts and frames
 (one bucket of the admitted sequences; nothing of the order, which depends on the epoch and the
 world size). An elastic resume replays each earlier segment's consumption (which sequences each
-rank's first steps took): O(n) time and a mask of ``n`` bools, as global planning's. The step
-imbalance is counted from every rank's share (no planned cost: the batches are real lengths').
+rank's first steps took): O(n) time and a mask of ``n`` bools (chunked: and the chunks each
+sequence delivered, ``n`` int64), as global planning's. The step imbalance is counted from every
+rank's share (no planned cost: the batches are real lengths'). Chunked, the same per chunk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
+from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import START, At, EpochIndex, replay_history
 from seqloader.plan.files import assign_lpt, fill_rank, refuse_files_start
-from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
+from seqloader.plan.indexed.chunks import ChunkBuckets
+from seqloader.plan.indexed.files_distribution import Files, FilesPlanner, admitted_per_file
 from seqloader.plan.indexed.files_mix import FilesMix
 from seqloader.plan.indexed.fixed import FIXED_KINDS, cut_batcher, cut_positions
+from seqloader.plan.indexed.fixed_chunks import Chunking, cut_chunk_positions
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.indexed.plan import RankwisePlan, piece_bounds, ranges
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
-from seqloader.plan.limits import BatchLimits
+from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions, Uneven
 from seqloader.plan.ordering import order_sequences
@@ -61,11 +67,9 @@ def files_cut(options: PlanOptions) -> bool:
 
 
 class FilesCutPlanner(FilesPlanner):
-    """What ``CutFiles`` reads of the indexed planner besides ``Files``' (the greedy cuts' limits
-    and lengths, as global planning batches by)."""
+    """What ``CutFiles`` reads of the indexed planner besides ``Files``' (the greedy cuts'
+    limits and lengths, as global planning batches by, come from its ``corpus``)."""
 
-    _limits: BatchLimits
-    _batch_lengths: dict[str, np.ndarray]
     admitted_mask: np.ndarray | None
 
 
@@ -80,21 +84,126 @@ class _Units:
     rank_of: np.ndarray
 
 
+#: a rank's slots: (sequence of each, its chunk or None unchunked)
+Slots = tuple[np.ndarray, np.ndarray | None]
+
+
+@dataclass(frozen=True)
+class Left:
+    """What the segments of an elastic history left: ``seqs`` the sequences with a unit left
+    (bool ``[n]``); chunked, ``done`` the chunks each has delivered (int64 ``[n]``: always a
+    prefix of its chunks, as a rank's consumed steps are a prefix of its list)."""
+
+    seqs: np.ndarray
+    done: np.ndarray | None = None
+
+
+class SequenceSlots:
+    """Unchunked: a rank's slots are its ordered sequences, cut by their lengths (``batcher``:
+    global planning's, over ``lengths``)."""
+
+    chunked = False
+
+    def __init__(self, batcher: Batcher, lengths: Mapping[str, np.ndarray]) -> None:
+        self.batcher, self.lengths = batcher, lengths
+
+    def slots(self, seqs: np.ndarray, left: Left | None) -> Slots:
+        return seqs, None
+
+    def bounds(self, seqs: np.ndarray, left: Left | None) -> np.ndarray:
+        """Greedy bounds over the slots of ``seqs`` (a rank's ordered sequences)."""
+        at = _positions(seqs)
+        return cut_positions(at, 0, len(seqs), self.batcher, self.lengths, RANDOM_BLOCK)
+
+    def consume(self, left: Left, seqs: np.ndarray, chunks: np.ndarray | None) -> None:
+        left.seqs[seqs] = False
+
+    def ids(self, seqs: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
+        """What ``files_plan`` reports as consumed: the sequences."""
+        return seqs
+
+    def start(self, every: np.ndarray) -> Left:
+        """Nothing consumed yet of the elements ``every`` (bool, a copy of it kept)."""
+        return Left(every)
+
+
+class ChunkSlots(SequenceSlots):
+    """Chunked: a rank's slots are its ordered sequences' chunks, each sequence's in turn (after
+    an elastic resume, from the first it has not delivered), cut by their windows as global
+    planning cuts them (``chunk_batching``'s fits in blocks, ``cut_chunk_positions``; after a
+    resume, the general batcher over the windows: the same bounds)."""
+
+    chunked = True
+
+    def __init__(
+        self,
+        batcher: Batcher,
+        chunking: Chunking,
+        units: ChunkBuckets,
+        number: Callable[[], ChunkTable],
+    ) -> None:
+        super().__init__(batcher, chunking.lengths)
+        self.chunking, self.stride, self._number = chunking, units.stride, number
+
+    def slots(self, seqs: np.ndarray, left: Left | None) -> Slots:
+        return self._chunks(seqs, left)
+
+    def _chunks(self, seqs: np.ndarray, left: Left | None) -> tuple[np.ndarray, np.ndarray]:
+        """The chunks of ``seqs`` each sequence's in turn, from its first undelivered one."""
+        per = self.chunking.counts(seqs)
+        skip = np.zeros(len(seqs), np.int64) if left is None else self._skip(left, seqs)
+        per = per - skip
+        ends = np.cumsum(per)
+        total = int(ends[-1]) if len(ends) else 0
+        chunk = np.arange(total, dtype=np.int64) - np.repeat(ends - per - skip, per)
+        return np.repeat(seqs, per), chunk
+
+    @staticmethod
+    def _skip(left: Left, seqs: np.ndarray) -> np.ndarray:
+        assert left.done is not None
+        return np.asarray(left.done[seqs], dtype=np.int64)
+
+    def bounds(self, seqs: np.ndarray, left: Left | None) -> np.ndarray:
+        """From the fits in blocks when every sequence starts at its first chunk, else the
+        windows of what is left (the same bounds: ``chunk_batching``)."""
+        c, batcher = self.chunking, self.batcher
+        if left is None or not self._skip(left, seqs).any():
+            at = _positions(seqs)
+            return cut_chunk_positions(at, 0, len(seqs), batcher, c, self.stride, RANDOM_BLOCK)[0]
+        on, chunks = self._chunks(seqs, left)
+        return batcher.bounds_of({k: c.windows(k, on, chunks) for k in batcher.keys})
+
+    def consume(self, left: Left, seqs: np.ndarray, chunks: np.ndarray | None) -> None:
+        assert left.done is not None
+        np.add.at(left.done, seqs, 1)
+        left.seqs[seqs] = left.done[seqs] < self.chunking.counts(seqs)
+
+    def ids(self, seqs: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
+        """The chunk numbers (``ChunkTable.unit_ids``), as global planning reports them."""
+        assert chunks is not None
+        return self._number().unit_ids(seqs, chunks)
+
+    def start(self, every: np.ndarray) -> Left:
+        return Left(every, np.zeros(len(every), dtype=np.int64))
+
+
 class CutSegment:
     """One segment: every rank's greedy bounds (counted), a rank's batches drawn when asked."""
 
     def __init__(
         self,
-        order_of: Callable[[int], np.ndarray],
+        order_of: Callable[[int], Slots],
         bounds: list[np.ndarray],
         uneven: Uneven,
+        chunked: bool = False,
     ) -> None:
         self.order_of, self.bounds, self.uneven = order_of, bounds, uneven
+        self.chunked = chunked
         self.world_size = len(bounds)
         nb = [len(b) - 1 for b in bounds]
         few = uneven == "drop"
         self.steps = min(nb, default=0) if few else max(nb, default=0)
-        #: real sequences per step of each rank's list after equalising (split: the pieces)
+        #: real slots per step of each rank's list after equalising (split: the pieces)
         self._cum: list[np.ndarray] = []
         for b in bounds:
             sizes = np.diff(b)[: self.steps] if few else np.diff(b)
@@ -110,7 +219,7 @@ class CutSegment:
 
     def _filler_slots(self, bounds: np.ndarray, cum: np.ndarray) -> int:
         """Filler slots of a rank (``pad``: its first batches repeated whole; else one
-        sequence per missing step)."""
+        slot per missing step)."""
         missing = self.steps - (len(cum) - 1)
         batches = len(bounds) - 1
         if missing <= 0:
@@ -121,39 +230,47 @@ class CutSegment:
         return rounds * int(bounds[-1]) + int(bounds[rest])
 
     def consumed(self, steps: int) -> int:
-        """Real sequences of the first ``steps`` steps, all ranks together (from the bounds)."""
+        """Real slots of the first ``steps`` steps, all ranks together (from the bounds)."""
         return int(sum(int(c[min(steps, len(c) - 1)]) for c in self._cum))
 
     def share(self, rank: int) -> BatchList:
         """``rank``'s batches for ``steps`` steps, equalised as global planning's ``equalise``
-        (fillers of a rank without sequences: the first of the ranks' sequences, rank by rank)."""
-        seqs = self.order_of(rank)
-        batches = BatchList.from_bounds(seqs, self.bounds[rank])
+        (fillers of a rank without slots: the first of the ranks' slots, rank by rank)."""
+        seqs, chunks = self.order_of(rank)
+        batches = BatchList.from_bounds(seqs, self.bounds[rank], chunks=chunks)
         if self.uneven == "drop":
             return batches.first(self.steps)
         return fill_rank(batches, self.steps, self.uneven, self._pool)
 
-    def _pool(self, need: int) -> tuple[np.ndarray, np.ndarray | None]:
-        """The ranks' sequences, rank after rank, at least ``need`` of them (or all)."""
-        got: list[np.ndarray] = []
+    def _pool(self, need: int) -> Slots:
+        """The ranks' slots, rank after rank, at least ``need`` of them (or all)."""
+        seqs: list[np.ndarray] = []
+        chunks: list[np.ndarray] = []
         have = 0
         for r in range(self.world_size):
             if have >= need:
                 break
             if int(self.bounds[r][-1]):
-                got.append(self.order_of(r))
-                have += len(got[-1])
-        return (np.concatenate(got) if got else np.zeros(0, dtype=np.int64)), None
+                s, c = self.order_of(r)
+                seqs.append(s)
+                chunks.append(np.zeros(0, np.int64) if c is None else c)
+                have += len(s)
+        if not seqs:
+            seqs, chunks = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        return np.concatenate(seqs), (np.concatenate(chunks) if self.chunked else None)
 
-    def taken(self, steps: int) -> np.ndarray:
-        """The sequences of every rank's first ``steps`` steps (real ones), rank after rank ->
-        int64 (draws every rank: O(n))."""
-        out = []
+    def taken(self, steps: int) -> Slots:
+        """The slots of every rank's first ``steps`` steps (real ones), rank after rank ->
+        (sequences, chunks or None) int64 (draws every rank: O(n))."""
+        seqs, chunks = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
         for r in range(self.world_size):
             if int(self.bounds[r][-1]):
                 share = self.share(r).first(steps)
-                out.append(share.seqs[share.real])
-        return np.concatenate(out).astype(np.int64) if out else np.zeros(0, dtype=np.int64)
+                seqs.append(share.seqs[share.real])
+                if share.chunks is not None:
+                    chunks.append(np.asarray(share.chunks, np.int64)[share.real])
+        got = np.concatenate(seqs).astype(np.int64)
+        return got, (np.concatenate(chunks) if self.chunked else None)
 
     def plan(self, slots: Callable[[BatchList], BatchList] | None = None) -> RankwisePlan:
         """The segment's plan (``slots``: a share's elements as a mix's (sequence, corpus
@@ -168,6 +285,7 @@ class CutSegment:
             self.consumed,
             None,
             self.dropped,
+            chunked=self.chunked,
             mixed=slots is not None,
         )
 
@@ -199,6 +317,21 @@ class CutFiles(Files):
         super().__init__(planner)
         self.cut_planner = planner
         self._kept: dict[tuple, CutSegment] = {}
+        corpus = planner.corpus
+        batcher = cut_batcher(corpus.limits)
+        #: what a rank's slots are: its elements (sequences), or chunked their chunks
+        self.slots = SequenceSlots(batcher, corpus.batch_lengths)
+        #: admitted sequences per file (the per-file table counts chunks when chunked)
+        self._seq_counts = np.asarray(self.file_counts, dtype=np.int64)
+        if corpus.units is not None:
+            chunking = corpus.fixed_chunking()
+            self.slots = ChunkSlots(batcher, chunking, corpus.units, self._chunk_table)
+            self._seq_counts = admitted_per_file(self.files, self._mask)
+
+    def _chunk_table(self) -> ChunkTable:
+        chunks = self.cut_planner.corpus.chunks
+        assert chunks is not None
+        return chunks
 
     def make_mix(self, corpora: Corpora) -> FilesMix:
         raise OptionError(
@@ -223,11 +356,12 @@ class CutFiles(Files):
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]], draw: bool
     ) -> tuple[CutSegment, int | np.ndarray]:
         """The segment after ``history`` and what the history consumed (``draw``: the
-        sequences, else their count); the history's consumption is replayed on a mask."""
+        elements, chunked the chunk numbers, else their count); the history's consumption is
+        replayed on what is left (``Left``)."""
         if not history:
             self.check_world(world_size)
         ep = EpochIndex(epoch, self.planner.options.partition_epoch)
-        left: np.ndarray | None = None
+        left: Left | None = None
         taken: list[np.ndarray] = []
         count = 0
 
@@ -235,11 +369,12 @@ class CutFiles(Files):
             return self._cut_segment(ep, w, tuple(history[:i]), left)
 
         for seg, _, steps in replay_history(epoch, history, segment):
-            used = seg.taken(steps)
+            used, chunks = seg.taken(steps)
             if left is None:
-                left = self._all_left(ep)
-            left[used] = False
-            taken.append(used)
+                left = self.slots.start(self._all_left(ep))
+            self.slots.consume(left, used, chunks)
+            if draw:
+                taken.append(self.slots.ids(used, chunks))
             count += len(used)
         seg = self._cut_segment(ep, world_size, tuple(history), left)
         if not draw:
@@ -251,35 +386,34 @@ class CutFiles(Files):
         ep: EpochIndex,
         world_size: int,
         before: tuple[tuple[int, int], ...],
-        left: np.ndarray | None,
+        left: Left | None,
     ) -> CutSegment:
-        """The segment after the segments ``before`` on ``world_size`` ranks over the sequences
+        """The segment after the segments ``before`` on ``world_size`` ranks over the elements
         ``left`` (None: every admitted one); kept, as a resume asks for it more than once."""
         p = self.cut_planner
         key = (p.seed_epoch(ep), ep.part, before, world_size)
         if key in self._kept:
             return self._kept[key]
-        units = self._deal(ep, world_size, left)
+        mask = None if left is None else left.seqs
+        units = self._deal(ep, world_size, mask)
         words = (*p.head, PURPOSE_FILES_ORDER, p.seed_epoch(ep), ep.part, len(before))
-        ordering, lengths = p.options.parsed_ordering, p.lengths
+        ordering, lengths, slots = p.options.parsed_ordering, p.lengths, self.slots
         cache: dict[int, np.ndarray] = {}
 
-        def order_of(rank: int) -> np.ndarray:
+        def ordered(rank: int) -> np.ndarray:
             if rank not in cache:
-                own = self._rank_elements(ep, units, rank, left)
+                own = self._rank_elements(ep, units, rank, mask)
                 seqs = self._seqs_of(ep, own)
                 rng = rng_for(*words, rank)
                 cache.clear()  # one rank's list at a time
                 cache[rank] = own[order_sequences(np.asarray(lengths[seqs]), ordering, rng)]
             return cache[rank]
 
-        batcher = cut_batcher(p._limits)
-        bounds = []
-        for r in range(world_size):
-            seqs = self._seqs_of(ep, order_of(r))
-            at = _positions(seqs)
-            bounds.append(cut_positions(at, 0, len(seqs), batcher, p._batch_lengths, RANDOM_BLOCK))
-        seg = CutSegment(order_of, bounds, p.options.uneven)
+        def order_of(rank: int) -> Slots:
+            return slots.slots(ordered(rank), left)
+
+        bounds = [slots.bounds(self._seqs_of(ep, ordered(r)), left) for r in range(world_size)]
+        seg = CutSegment(order_of, bounds, p.options.uneven, slots.chunked)
         if len(self._kept) >= 8:
             self._kept.clear()
         self._kept[key] = seg
@@ -326,7 +460,7 @@ class CutFiles(Files):
         ``[bounds[i], bounds[i + 1])``, each item's admitted elements and frames) -> int64. Here
         the items are files and their elements sequences (a mix over files: ``MixCutFiles``)."""
         part = self._part_files(ep)
-        counts = np.asarray(self.file_counts, dtype=np.int64)[part]
+        counts = self._seq_counts[part]
         frames = np.asarray(self.file_frames, dtype=np.int64)[part]
         return part, self._bounds(ep), counts, frames
 

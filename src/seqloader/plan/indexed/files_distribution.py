@@ -119,7 +119,7 @@ class Files:
         assert p.options.mix is not None
         seq_counts = self.file_counts  # admitted sequences per file (chunked: the chunks')
         if p.units is not None:
-            seq_counts = _admitted_per_file(self.files, self._mask)
+            seq_counts = admitted_per_file(self.files, self._mask)
         self.files_mix = FilesMix(
             p.options.seed, p.options.mix, corpora, self.files, seq_counts,
             self.file_frames, p.lengths, self._mask, p.origin,
@@ -558,7 +558,7 @@ def _rank_counts(
     return out
 
 
-def _admitted_per_file(files: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+def admitted_per_file(files: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
     """Admitted sequences per file -> int64 ``[F]`` (a mix over chunked files: the per-file
     table counts chunks). One pass over the mask, a block at a time."""
     sizes = np.diff(files).astype(np.int64)

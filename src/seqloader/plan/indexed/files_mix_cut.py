@@ -40,6 +40,7 @@ from seqloader.plan.indexed.files_cut import (
     CutSegment,
     CutUnits,
     FilesCutPlanner,
+    Left,
     unit_elements,
 )
 from seqloader.plan.indexed.files_distribution import Files
@@ -142,7 +143,7 @@ class MixCutFiles(CutFiles):
         ep: EpochIndex,
         world_size: int,
         before: tuple[tuple[int, int], ...],
-        left: np.ndarray | None,
+        left: Left | None,
     ) -> CutSegment:
         """``CutFiles``' segment, kept per full epoch: the pieces change every full epoch, also
         where ``random:K`` keeps its draws."""
