@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from seqloader.errors import OptionError
 from seqloader.plan import Planner, PlanOptions
-from seqloader.plan.admission import mean_len_selection, subset_order
+from seqloader.plan.admission import cut_class, mean_len_selection, subset_order
 
 basic = pytest.importorskip("returnn.datasets.basic")
 meta = pytest.importorskip("returnn.datasets.meta")
@@ -20,6 +20,19 @@ meta = pytest.importorskip("returnn.datasets.meta")
 lengths_st = st.lists(st.integers(0, 400), min_size=1, max_size=120).map(
     lambda v: np.asarray(v, dtype=np.int64)
 )
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=1, max_size=8).filter(lambda c: sum(c) > 0), st.data())
+def test_cut_class_is_the_class_of_the_first_sequence_left_out(counts: list, data) -> None:
+    """``cut_class`` (the three filters' "which length class the cut falls in"): with the
+    sequences laid out class by class, the ``low``-th (from 0) is the first one left out; its
+    class is the one the cut falls in, and the ones before it of that class are kept."""
+    low = data.draw(st.integers(0, sum(counts) - 1))
+    class_of = np.repeat(np.arange(len(counts)), counts)  # each sequence's class, in order
+    g, inside = cut_class(np.asarray(counts, dtype=np.int64), low)
+    assert g == class_of[low]
+    assert inside == int(np.count_nonzero(class_of[:low] == g))
 
 
 @settings(max_examples=40, deadline=None)

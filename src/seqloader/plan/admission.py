@@ -114,12 +114,24 @@ def mean_len_selection(order: np.ndarray, lengths: np.ndarray, max_mean_len: flo
     )
     if low >= m:
         return np.ones(m, dtype=bool)
-    below = np.concatenate([[0], np.cumsum(counts)])  # sequences shorter than each length
-    g = int(np.searchsorted(below, low, side="right")) - 1  # the length the cut falls in
+    g, inside = cut_class(counts, low)  # the length the cut falls in, how many of it it keeps
     keep = lens < values[g]
     ties = np.flatnonzero(lens == values[g])  # [t] of those, the lowest indices are kept
-    keep[ties[np.argsort(np.asarray(order)[ties], kind="stable")[: low - int(below[g])]]] = True
+    keep[ties[np.argsort(np.asarray(order)[ties], kind="stable")[:inside]]] = True
     return keep
+
+
+def cut_class(counts: np.ndarray, low: int) -> tuple[int, int]:
+    """Where a cut keeping the ``low`` shortest falls (``counts``: sequences per length class,
+    ascending: a distinct length or a bucket; ``low`` < their sum) -> (the class it falls in,
+    how many of that class it keeps): every class before it is kept whole, none after it.
+
+    >>> cut_class(np.array([2, 0, 3, 1]), 4)
+    (2, 2)
+    """
+    before = np.concatenate([[0], np.cumsum(counts)])  # sequences below each class
+    g = int(np.searchsorted(before, low, side="right")) - 1
+    return g, low - int(before[g])
 
 
 def _length_counts(lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from seqloader.plan.admission import mean_len_cut
+from seqloader.plan.admission import cut_class, mean_len_cut
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.plan import Draw
 
@@ -128,10 +128,8 @@ def epoch_filtered(
         low = mean_len_cut(counts, sums, sorted_lengths, mean)
         total = int(counts.sum())
         dropped.append(total - low)
-        before = np.concatenate([[0], np.cumsum(counts)])
-        b = int(np.searchsorted(before, low, side="right")) - 1  # the bucket cut inside
         if low < total:
-            j = low - int(before[b])
+            b, j = cut_class(counts, low)  # the bucket cut inside, its shortest j kept
             members = listed(b) if j else np.zeros(0, dtype=np.int64)
             lens = np.asarray(lengths[members], dtype=np.int64)
             keep = np.zeros(len(members), dtype=bool)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from seqloader.plan.admission import mean_len_cut
+from seqloader.plan.admission import cut_class, mean_len_cut
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import chunk_counts
 from seqloader.plan.epochs import EpochIndex
@@ -294,10 +294,8 @@ class PlannedChunks:
             total = int(kept.sum())
             dropped.append(total - low)
             if low < total:
-                before = np.concatenate([[0], np.cumsum(kept)])
-                g = int(np.searchsorted(before, low, side="right")) - 1
-                kept[g] = low - before[g]
-                kept[g + 1 :] = 0
+                g, inside = cut_class(kept, low)  # the class cut inside, its lowest kept
+                kept[g], kept[g + 1 :] = inside, 0
         units = base.kept(kept)
         words = (*planner.head_of(ask.order_rank), PURPOSE_INDEXED_MEMBERS, planner.seed_epoch(ep))
         draw = MemberDraw(units, units.starts, np.zeros(len(units.counts), np.int64), words)
