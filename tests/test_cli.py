@@ -190,8 +190,7 @@ def test_bench_hint_tells_rare_stalls_from_a_steady_cost():
         for w in [0.2, *waits]:
             meter.before_next()
             now[0] += w
-            meter.count(KeyCounts(1, 0, 1, 1))
-            meter.handed()
+            meter.count_handed(KeyCounts(1, 0, 1, 1))
         report.wall_s = 0.2 + len(waits) * 0.011  # 10 ms steps
         return report
 

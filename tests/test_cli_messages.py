@@ -131,8 +131,7 @@ def report_at(computation_pct: float):
     for w in [0.0, *[wait] * 100]:
         meter.before_next()
         now[0] += w
-        meter.count(KeyCounts(1, 0, 1, 1))
-        meter.handed()
+        meter.count_handed(KeyCounts(1, 0, 1, 1))
     report.wall_s = 100 * (step + wait)
     return report
 

@@ -36,8 +36,7 @@ def test_report_keeps_the_wait_distribution_after_the_first_batch():
     for w in waits:  # known waits for each batch, then a 10 ms training step
         meter.before_next()
         now[0] += w
-        meter.count(KeyCounts(1, 0, 1, 1))
-        meter.handed()
+        meter.count_handed(KeyCounts(1, 0, 1, 1))
         now[0] += 0.01
     meter.finish()
     assert report.first_batch_s >= 0.3 and sum(report.wait_histogram) == len(waits) - 1

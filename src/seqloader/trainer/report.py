@@ -282,7 +282,7 @@ class EpochMeter:
         self._wait_start = now
         self._waiting = True
 
-    def count(
+    def count_handed(
         self,
         counts: KeyCounts,
         skipped: Sequence[str] = (),
@@ -290,9 +290,12 @@ class EpochMeter:
         fetch_wait_s: float = 0.0,
         fetch_bytes: int = 0,
     ) -> None:
-        """What the batch contains, from counts computed where it was built (``Batch.counts_of``),
-        so the training thread does no array work per batch for the report; for remote files
-        also what its reader waited for and fetched itself (``Batch.fetch_wait_s``)."""
+        """The batch goes to the loop: what it contains, from counts computed where it was built
+        (``Batch.counts_of``), so the training thread does no array work per batch for the
+        report (for remote files also what its reader waited for and fetched itself,
+        ``Batch.fetch_wait_s``), and the request's wait ends (``handed``). One call: per batch,
+        every Python call the training thread makes after a step runs with cold caches (~2-8 µs
+        each)."""
         r = self.report
         if fetch_wait_s or fetch_bytes:
             r.fetch_wait_s += fetch_wait_s
@@ -307,18 +310,6 @@ class EpochMeter:
         if skipped:
             r.skipped += len(skipped)
             r.skipped_examples.extend(list(skipped)[: max(0, 5 - len(r.skipped_examples))])
-
-    def count_handed(
-        self,
-        counts: KeyCounts,
-        skipped: Sequence[str] = (),
-        corpus_counts: Mapping[str, CorpusCounts] | None = None,
-        fetch_wait_s: float = 0.0,
-        fetch_bytes: int = 0,
-    ) -> None:
-        """``count`` and ``handed`` in one call: per batch, every Python call the training
-        thread makes after a step runs with cold caches (~2-8 µs each)."""
-        self.count(counts, skipped, corpus_counts, fetch_wait_s, fetch_bytes)
         self.handed()
 
     def handed(self) -> None:
