@@ -19,17 +19,15 @@ from seqloader.sources.node_cache import (
 )
 
 HELP = "list the node's stores (metadata, verdicts, bucket indexes) and remove stale ones"
+DETAILS = (
+    f"Default folder: {cache_root()} ($XDG_CACHE_HOME/seqloader). Without --clean only "
+    "lists. --clean removes leftovers of builds that died, incomplete files, and the stores "
+    "the rules below select; a store being built (its lock held) is never removed."
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = add_command(
-        sub,
-        "cache",
-        HELP,
-        f"Default folder: {cache_root()} ($XDG_CACHE_HOME/seqloader). Without --clean only "
-        "lists. --clean removes leftovers of builds that died, incomplete files, and the stores "
-        "the rules below select; a store being built (its lock held) is never removed.",
-    )
+    p = add_command(sub, "cache", HELP, DETAILS)
     p.add_argument(
         "--dir",
         action="append",

@@ -20,18 +20,14 @@ from seqloader.loading.planner_for import planner_for
 from seqloader.plan.simulate import Simulation, simulate
 
 HELP = "verify exactly-once, equal steps and worker independence for W ranks x N workers"
+DETAILS = (
+    "Simulates all ranks and workers from the plan (nothing is read or started) and prints "
+    "per-rank steps, sequences, frames, padding and filtered. Exit code 1 when a contract fails."
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = add_command(
-        sub,
-        "check",
-        HELP,
-        "Simulates all ranks and workers from the plan (nothing is read or "
-        "started) and prints per-rank steps, sequences, frames, padding and filtered. Exit code "
-        "1 when a contract fails.",
-        data=True,
-    )
+    p = add_command(sub, "check", HELP, DETAILS, data=True)
     p.add_argument("--world-size", type=positive_int, default=1, metavar="W", help="ranks")
     p.add_argument(
         "--epochs",

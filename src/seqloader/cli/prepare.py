@@ -19,18 +19,14 @@ HELP = (
     "build the node's stores a loader of DATA with these options needs (metadata, duplicate-tag "
     "verdict, bucket index), once, before the job"
 )
+DETAILS = (
+    "Run it once per node (or on a shared cache) with the options the job's SeqLoader gets; a "
+    "second run finds everything. 'seqloader cache' lists and cleans the stores."
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = add_command(
-        sub,
-        "prepare",
-        HELP,
-        "Run it once per node (or on a shared cache) with the options the "
-        "job's SeqLoader gets; a second run finds everything. 'seqloader cache' lists and "
-        "cleans the stores.",
-        data=True,
-    )
+    p = add_command(sub, "prepare", HELP, DETAILS, data=True)
     add_loader_options(p, workers=False)
     add_output_options(p)
     return p
