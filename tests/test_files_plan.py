@@ -211,8 +211,8 @@ def test_same_world_size_resume_continues_the_plan() -> None:
 @pytest.mark.parametrize(
     ("fields", "match"),
     [
-        ({"segment_start": 3}, "gives 20 sequences"),
-        ({"prior_steps": 0}, "and 2 steps consumed"),
+        ({"segment_start": 3}, "segment_start: got 3, .* gives 20 sequences"),
+        ({"prior_steps": 0}, "prior_steps: got 0, .* gives 2 steps consumed"),
         ({"segment_history": [[2, 99]]}, "has 6 steps, but 99"),
         ({"segment_history": [[0, 1]]}, "segment_history: got"),
         ({"segment_history": "x"}, "segment_history: got 'x'"),

@@ -239,14 +239,7 @@ def _files_segment_plan(planner: Planner, position: Position) -> EpochPlan:
     """``distribution="files"``: replay the history, check what it says consumed."""
     history = position.history
     plan, consumed = planner.files_segment(position.epoch, position.segment_world_size, history)
-    before = sum(steps for _, steps in history)
-    if position.segment_start != consumed or position.prior_steps != before:
-        raise ResumeError(
-            f"loader state segment_start={position.segment_start}, prior_steps="
-            f"{position.prior_steps}: its {SEGMENT_HISTORY} {[list(h) for h in history]} gives "
-            f"{consumed} sequences and {before} steps consumed before the segment; the state "
-            "belongs to other data or options, or was edited"
-        )
+    _check_replayed(position, consumed, sum(steps for _, steps in history))
     return plan
 
 
@@ -301,15 +294,22 @@ def _replay_order(planner: Planner, position: Position) -> None:
             )
         start += plan.consumed_seqs(done)
         steps += done
-    for name, got, want in (
-        ("segment_start", position.segment_start, start),
-        ("prior_steps", position.prior_steps, steps),
+    _check_replayed(position, start, steps)
+
+
+def _check_replayed(position: Position, start: int, steps: int) -> None:
+    """``segment_start`` and ``prior_steps`` against what replaying the state's history gives:
+    ``start`` sequences and ``steps`` steps consumed before the segment."""
+    for name, got, want, unit in (
+        ("segment_start", position.segment_start, start, "sequences"),
+        ("prior_steps", position.prior_steps, steps, "steps"),
     ):
         if got != want:
             raise ResumeError(
                 f"loader state {name}: got {got}, but its {SEGMENT_HISTORY} "
-                f"{[list(h) for h in position.history]} gives {want}: no run writes this state "
-                "(it was edited), or it belongs to other data or options"
+                f"{[list(h) for h in position.history]} gives {want} {unit} consumed before the "
+                "segment: no run writes this state (it was edited), or it belongs to other data "
+                "or options"
             )
 
 
