@@ -403,10 +403,6 @@ def test_positions_inside_a_batch_are_refused() -> None:
     ("changes", "match"),
     [
         ({"ordering": "sort_bin_shuffle:.4"}, "ordering='sort_bin_shuffle:.4'"),
-        (
-            {"ordering": "random", "distribution": "files", "mix": {"a": 1.0}},
-            r"ordering='random' with mix and distribution='files' .* use a laplace:.N or buckets",
-        ),
         ({"seeding": "returnn"}, "seeding"),
     ],
 )
