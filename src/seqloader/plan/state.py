@@ -87,16 +87,31 @@ class LoaderState:
         is loaded and that plan is planned ahead (waiting for it if it is being planned): the run
         whose first batches the workers may build while epoch ``ended`` ends. It is a guess: the
         caller uses those batches only if ``begin`` returns this very plan and position."""
-        ahead, current = self._ahead, self._segment
-        if ahead is None or current is None or self._resume is not None:
+        ahead, epoch = self._ahead, ended + 1
+        if ahead is None or self._resume is not None or not self.starts_planned_next(epoch):
             return None
-        if self._start.epoch != ended:  # another run began meanwhile
-            return None
-        epoch = ended + 1
         plan = ahead.peek(epoch)
         if plan is None:
             return None
         return plan, Position(epoch, 0, self.world_size, 0)
+
+    def starts_planned_next(self, epoch: int) -> bool:
+        """Whether ``begin(epoch)`` now starts the run ``planned_next`` answers at the end of the
+        current run: the epoch after it, from its start, on the plan computed ahead (the same
+        plan object, so batches the workers prepared for that run are used). A loaded state that
+        ends an earlier epoch leaves it so (``begin`` starts ``epoch`` from its start then too);
+        a loaded position inside ``epoch``, or any other epoch, does not. Asks nothing of the
+        planning thread (no wait)."""
+        ahead, current = self._ahead, self._segment
+        if ahead is None or current is None or ahead.pending != epoch:
+            return False
+        if self._start.epoch != epoch - 1:  # another run began meanwhile
+            return False
+        try:
+            _, segment = self._start_of(epoch)
+        except ResumeError:  # begin(epoch) raises it
+            return False
+        return segment is None  # from the epoch's start, planned ahead
 
     def _epoch_plan(self, epoch: int) -> EpochPlan:
         """The plan of ``epoch`` from its start on this world size (what ``begin`` would plan),

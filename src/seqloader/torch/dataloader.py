@@ -48,13 +48,14 @@ class Execution:
         (None: never)."""
         self.sampler.upcoming = upcoming
 
-    def settle(self) -> None:
-        """Before a new epoch's plan is taken: if the last one's batches were all taken, wait
-        until its workers have prepared the next run (or decided not to)."""
+    def settle(self, use: bool) -> None:
+        """Before a new run's plan is taken, if the last run's batches were all taken: ``use``
+        (the new run is the one its workers prepare ahead, ``LoaderState.starts_planned_next``):
+        wait until they have prepared it (or decided not to); else stop the preparation now."""
         dataloader = self.dataloader
         it = None if dataloader is None else current_iterator(dataloader)
         if isinstance(it, ReceivingIter):
-            it.settle()
+            it.settle(use)
 
     def ready(self) -> ReceivingDataLoader:
         """The DataLoader to iterate: the kept one, unless a worker of it died (reusing it would

@@ -8,6 +8,7 @@ workers. With ``batch_size=None`` each sampler item (a ``BatchSpec``) goes to ``
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import weakref
@@ -167,7 +168,7 @@ class PlanSampler(Sampler[BatchSpec]):
     def __init__(self) -> None:
         self.run = RunPlan(0, BatchList.empty(), 0)
         self.upcoming: Callable[[int], RunPlan | None] | None = None
-        self._once: RunPlan | None = None  # the run the next iteration yields, set ahead
+        self._once: RunPlan | None = None  # what the first iteration in ``iterating`` yields
         self._lock = threading.Lock()
 
     def set_plan(
@@ -181,11 +182,19 @@ class PlanSampler(Sampler[BatchSpec]):
         upcoming = self.upcoming
         return None if upcoming is None else upcoming(ended)
 
-    def iterate_ahead(self, run: RunPlan) -> None:
-        """The next iteration (one made by a background thread's reset) yields ``run`` instead
-        of the plan set by the loader; only that one."""
+    @contextlib.contextmanager
+    def iterating(self, run: RunPlan) -> Iterator[None]:
+        """Inside: the first iteration (the reset made ahead for ``run``, by the thread that
+        holds the dispatch lock) yields ``run`` instead of the loader's plan. Whatever happens
+        inside, nothing of it is left for a later iteration: the loop's own reset iterates the
+        loader's plan (``set_plan`` has nothing to reset)."""
         with self._lock:
             self._once = run
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._once = None
 
     def __iter__(self) -> Iterator[BatchSpec]:
         with self._lock:  # which run: decided at iter(), not at the first item

@@ -216,7 +216,9 @@ class SeqLoader:
         # the next epoch's plan and the report's O(n) figures are computed in background threads
         # that start once the first batch is handed (the boundary's own work goes first)
         settled = threading.Event()
-        self._execution.settle()  # the last epoch's workers prepared this one (if it is next)
+        # the last run's workers prepare the next epoch from its start: waited for if that is
+        # this run (the same test as the adoption's), else stopped now (it would be dropped)
+        self._execution.settle(use=self._state.starts_planned_next(epoch))
         plan, position = self._state.begin(epoch, after=settled)
         share = plan.rank_share(self.topology.rank, position.steps)
         if self._prefetch is not None:  # remote files: this rank's, fetched ahead of the plan

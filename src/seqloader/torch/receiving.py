@@ -115,12 +115,13 @@ class ReceivingIter(HookedIter):
         sampler = None if loader is None else loader.sampler
         return sampler.run if isinstance(sampler, PlanSampler) else None
 
-    def settle(self) -> None:
-        """Once the loop has taken the current epoch's last batch: wait until the next epoch's
-        first batches are prepared, or known not to be (``_Dispatch.settle``)."""
+    def settle(self, use: bool = True) -> None:
+        """Once the loop has taken the current epoch's last batch: if the run it asks next is the
+        one prepared ahead (``use``), wait until the next epoch's first batches are prepared, or
+        known not to be; else stop the preparation now (``_Dispatch.settle``)."""
         dispatch = self._dispatch
         if dispatch is not None:
-            dispatch.settle(self)
+            dispatch.settle(use)
 
     @property
     def ahead(self) -> int:
@@ -172,8 +173,8 @@ class ReceivingIter(HookedIter):
         loader = self._loader()
         if loader is None or not isinstance(loader.sampler, PlanSampler):
             return False
-        loader.sampler.iterate_ahead(run)
-        self.plain_reset(loader)
+        with loader.sampler.iterating(run):
+            self.plain_reset(loader)
         return True
 
     def __next__(self):
@@ -309,19 +310,26 @@ class _Dispatch:
                 return None
         return run
 
-    def settle(self, it: ReceivingIter) -> None:
-        """When the loop has taken every batch of the current run, wait until the thread has
-        prepared the next run (or decided not to): it needs no more than the end from torch,
-        the next epoch's plan (planned ahead anyway) and torch's reset, which the next epoch
-        would otherwise do in the training thread."""
+    def settle(self, use: bool = True) -> None:
+        """When the loop has taken every batch of the current run: if the next run is the one
+        the thread prepares (``use``), wait until it has prepared it (or decided not to): it
+        needs no more than the end from torch, the next epoch's plan (planned ahead anyway) and
+        torch's reset, which the next epoch would otherwise do in the training thread. If not,
+        stop the thread now: whatever it would prepare is dropped, and each batch the workers
+        build for it is one more that torch's reset for the run asked waits for. (A loop that
+        stopped midway: nothing here; the new run's reset stops the thread.)"""
         run = self.run
-        if self.ahead is None and run.length is not None and run.taken >= run.length:
+        if run.length is None or run.taken < run.length:
+            return
+        if not use:
+            self.stop()
+        elif self.ahead is None:
             run.ended.wait()
 
     def adopt(self, it: ReceivingIter, plan: RunPlan) -> bool:
         """Whether the epoch prepared ahead is ``plan`` (training thread, at its ``iter()``);
         if so the loop takes from it from now on."""
-        self.settle(it)
+        self.settle()
         with self.lock:
             ahead = self.ahead
             if ahead is None or ahead.plan is None or not ahead.plan.same_run(plan):
