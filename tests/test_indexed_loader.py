@@ -153,6 +153,9 @@ def test_states_of_another_indexed_algorithm_are_refused_by_name() -> None:
     other = {**state, "plan_algorithm": "seqloader-plan-indexed/9", "plan_fingerprint": "0" * 32}
     with pytest.raises(ResumeError, match="'seqloader-plan-indexed/9'"):
         loader.load_state_dict(other)
+    seventh = {**state, "plan_algorithm": "seqloader-plan-indexed/7", "plan_fingerprint": "0" * 32}
+    with pytest.raises(ResumeError, match=rf"'seqloader-plan-indexed/7'.*{now}.*Resume with"):
+        loader.load_state_dict(seventh)  # the algorithm before /8's files buckets:N order
     with pytest.raises(ResumeError, match="plan fingerprint"):  # same algorithm: other data
         loader.load_state_dict({**state, "plan_fingerprint": "0" * 32})
 

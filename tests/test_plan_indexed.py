@@ -20,7 +20,7 @@ from plan_contracts import check_plan_contracts, steps_units
 from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import PlanOptions, Position, continue_plan
 from seqloader.plan.indexed.batch_table import bucket_runs, laplace_bins
-from seqloader.plan.indexed.bijection import Bijection
+from seqloader.plan.indexed.bijection import Bijection, prefix_images
 from seqloader.plan.indexed.budget import edges_for
 from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
@@ -30,6 +30,22 @@ from seqloader.plan.mix import Corpora
 from seqloader.plan.seeding import rng_for
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 700), st.integers(0, 700)), max_size=12),
+    st.integers(0, 2**32 - 1),
+)
+@settings(max_examples=40, deadline=None)
+def test_prefix_images_are_each_bijections_first_positions(groups, seed: int) -> None:
+    """``prefix_images`` (lookup tables per half width, or ``evaluate_many`` for few positions)
+    gives, group after group, each ``Bijection``'s images of its first positions, bit for bit."""
+    sizes = np.array([m for m, _ in groups], dtype=np.int64)
+    lengths = np.array([min(m, k) for m, k in groups], dtype=np.int64)
+    words = [(seed, g, 7) for g in range(len(groups))]
+    want = [Bijection(int(m), w)(np.arange(k)) for m, k, w in zip(sizes, lengths, words)]
+    got = prefix_images(sizes, words, lengths)
+    assert got.tolist() == [int(v) for part in want for v in part.tolist()]
 
 
 @given(st.integers(0, 3000), st.integers(0, 2**32 - 1))
@@ -249,7 +265,7 @@ def test_buckets_replay_of_prefixes_equals_rank_by_rank(
     step, in a first and a resumed segment."""
     seg = replayed_segment(case, {"ordering": ordering, "uneven": uneven}, cut, world)
     for steps in range(seg.steps + 1 if seg is not None else 0):
-        got = buckets_consumed(seg.live_units(), steps, seg.order_rng, block)
+        got = buckets_consumed(seg.live_units(), steps, seg.order_words, block)
         np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
         np.testing.assert_array_equal(seg.consumed(steps), got)
 
@@ -279,9 +295,9 @@ def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, bl
     world = len(runs) if index == 0 else data.draw(st.integers(1, 6))
     ordering = PlanOptions(ordering="buckets:3").parsed_ordering
     seed = data.draw(st.integers(0, 9))
-    seg = Segment(units, start, world, index, ordering, uneven, lambda r: rng_for(seed, r))
+    seg = Segment(units, start, world, index, ordering, uneven, lambda r: (seed, r))
     for steps in range(seg.steps + 1):
-        got = buckets_consumed(seg.live_units(), steps, seg.order_rng, block)
+        got = buckets_consumed(seg.live_units(), steps, seg.order_words, block)
         np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
 
 
@@ -622,15 +638,19 @@ INDEXED_CASES: dict[str, dict] = {
 # batch per fall of the size, not one per bucket. Moved: the non-`files` laplace cases (here,
 # the chunked epoch_wise_filter partition 3 case recorded under /6 just before included, and
 # test_plan_indexed_options.NEW_GOLDEN's); buckets:N and `files` plans unchanged.
+# seqloader-plan-indexed/8: `files` with `buckets:N` orders a rank's batches by a keyed bijection
+# over them (bijection.Bijection, the rank's order key) instead of a numpy permutation drawn from
+# the rank's order stream, so an elastic replay computes only the positions the old ranks
+# consumed. Moved: the `files` buckets:N cases only (the chunked mix over files too).
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "49a99b5dd01ca536318578700ac2e913da3f066940d517a7deb1e96d1100137e",
-    "files buckets:3 W3 split": "0d7a5185d14b01a8e0a93f992b7cdc271f62a7af2a5f2b6c63b73edc6322023c",
+    "files buckets:3 W3 split": "061231a340ae09b734ce6171d22ddbe8d70d95bc02f74e5aba27aeca4af1e9d1",
     "files laplace W4 pad, merged buckets": "753011512a1f8dff6901b8a684d7f4840b76cbd9aa19edea1b2eb011b7e17155",
     "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
     "mix laplace:.10 W4 pad, filters": "d6cf88dc5d2b43ad6c67ee534f15372cd3a2b6c2965e87a0fe34c956062651cc",
-    "files buckets:4 W4 split elastic -> W3 -> W5": "00901e468c8ced8d2522dbef300a51835237781e2d8f82f959ce3e270b006246",
-    "files buckets:4 W4 drop elastic -> W3": "0a24ac7e4e6ec55ad46a97d700f20b391e5b54b12c62ff8bffe51316807f1548",
+    "files buckets:4 W4 split elastic -> W3 -> W5": "fc3f7a6af01a396045991654b2f5cbc40ad81684983ea9d8c6a4e755fc261a83",
+    "files buckets:4 W4 drop elastic -> W3": "e5c5bdd6a6da4d2969f8247033d1844765361a96e20c5ddbe42b4f37b5506a68",
     "files laplace:.9 partition 2 W3 drop": "ce32c38552d1722264bc5bad457c00cc13de78e0cab60f8e362fcd356040f010",
     "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
     "chunked 90:60 laplace:.20 partition 2 W3 pad": "7d9869db272d2bf4f4a021474b673d4c36960a0c01bd7d896b13b8af716fb713",
@@ -639,11 +659,11 @@ INDEXED_GOLDEN = {
     "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "a45c1ed884a79af27a3c092e3a1e15ce3ec1ac364ab717ee90d23c13a0722c74",
     "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "9b313748340dbf7d83ec886d7b05a45b0d37d99e37e29913d75c098894713789",
     "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f7a63743270596433a562c4cf9984ac70fb970a6db2b9425a8bcc0f513e4b62d",
-    "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "e5b3114bc7650daa4147ddef12124da4783b9ab3906809ca9ba6b0a3dbfb222a",
+    "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "ef75b081c07a3b7ef68c206ebe2f83cbbac17956b93e77b400a1fd1bf289bd18",
     "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "c05bddea107dee0a7b5a11e98db9fbdc62a4834abfa5d46ecdf51fa9b1ba0376",
     "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/7"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/8"
 
 
 def indexed_digest(case: dict) -> str:

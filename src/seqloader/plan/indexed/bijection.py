@@ -283,3 +283,85 @@ def _encrypt_many(
         f &= msk
         left, right = right, left ^ f
     return (left << h) | right
+
+
+def prefix_images(
+    sizes: np.ndarray, words: Sequence[Sequence[int]], lengths: np.ndarray
+) -> np.ndarray:
+    """The images of positions ``[0, lengths[g])`` of ``Bijection(sizes[g], words[g])``, group
+    after group -> int64 ``[lengths.sum()]``, bit for bit the one-bijection answers. Many small
+    bijections at once (an elastic replay's old ranks, each the first steps of its batch order):
+    groups of one half width evaluate their rounds by lookup tables (``2**half`` entries per
+    group and round), so a round over every position is one gather and one xor; where the
+    tables would outweigh the positions, ``evaluate_many``.
+
+    >>> got = prefix_images(np.array([5, 9]), [(1, 2), (3,)], np.array([2, 3]))
+    >>> got.tolist() == [*Bijection(5, (1, 2))(np.arange(2)).tolist(),
+    ...                  *Bijection(9, (3,))(np.arange(3)).tolist()]
+    True
+    """
+    sizes = np.asarray(sizes, dtype=np.int64)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    which = np.repeat(np.arange(len(sizes), dtype=np.int64), lengths)
+    starts = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=starts[1:])
+    x = np.arange(total, dtype=np.int64) - starts[which]
+    bits = [max(2, (max(int(m), 2) - 1).bit_length()) for m in sizes.tolist()]
+    half = (np.array(bits, dtype=np.int64) + 1) // 2
+    out = np.empty(total, dtype=np.int64)
+    keys = round_keys_many(words)  # [G, ROUNDS]
+    half_at = half[which]
+    for h in np.unique(half[lengths > 0]).tolist():
+        groups = np.flatnonzero((half == h) & (lengths > 0))
+        sel = np.flatnonzero(half_at == h) if len(groups) < len(sizes) else slice(None)
+        if int(lengths[groups].sum()) < _TABLE * len(groups) << h:  # few positions a table
+            g = np.searchsorted(groups, which[sel])
+            at = evaluate_many(
+                sizes[groups].tolist(), [words[i] for i in groups.tolist()], g, x[sel]
+            )
+            out[sel] = at.astype(np.int64)
+            continue
+        out[sel] = _by_tables(sizes[groups], keys[groups], int(h), which[sel], x[sel], groups)
+    return out
+
+
+def _by_tables(
+    sizes: np.ndarray,
+    keys: np.ndarray,
+    half: int,
+    which: np.ndarray,
+    x: np.ndarray,
+    groups: np.ndarray,
+) -> np.ndarray:
+    """``Bijection._encrypt_by_table`` for groups of one half width (``keys``: ``[G, ROUNDS]``,
+    ``which``: each position's group among ``groups``), cycle-walking as ``Bijection``."""
+    width = 1 << half
+    v = np.arange(width, dtype=np.uint64)
+    mask = np.uint64(width - 1)
+    tables = []
+    for r in range(ROUNDS):  # [G * width] each: round r's function of every group at every value
+        f = v[None, :] + keys[:, r][:, None]
+        f *= _MUL1
+        f ^= f >> np.uint64(31)
+        f *= _MUL2
+        f ^= f >> np.uint64(29)
+        f &= mask
+        tables.append(f.astype(np.int64).ravel())
+    local = np.searchsorted(groups, which)  # each position's group, 0..G-1
+    m = sizes[local]
+    base = local << half
+
+    def encrypt(y: np.ndarray, off: np.ndarray) -> np.ndarray:
+        left, right = y >> half, y & (width - 1)
+        for table in tables:
+            left ^= table[off + right]
+            left, right = right, left
+        return (left << half) | right
+
+    y = encrypt(x.astype(np.int64), base)
+    outside = np.flatnonzero(y >= m)
+    while len(outside):  # cycle-walking, as in Bijection.__call__
+        y[outside] = encrypt(y[outside], base[outside])
+        outside = outside[y[outside] >= m[outside]]
+    return y

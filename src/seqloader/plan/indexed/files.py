@@ -12,7 +12,9 @@ without drawing a sequence: O(W0 * buckets + files).
 **Segments.** A segment (the sub-epoch on one world size, from where the one before stopped)
 gives each rank some units' unconsumed suffixes. The rank batches each suffix with the unit's
 batch size, orders its batches (``buckets:N``: shuffled; ``laplace``: bins, lengths rising and
-falling) with an order stream apart from the member draw, and equalises steps (``split``: its
+falling) with an order key apart from the member draw (``buckets:N``: a keyed bijection over
+the rank's batches, ``seqloader.plan.indexed.bijection``, so a prefix of the order is computed
+without the rest), and equalises steps (``split``: its
 largest batches cut into near-equal contiguous pieces, ``seqloader.plan.indexed.pieces``; one-sequence
 fillers, ``real=False``, where it runs short; ``drop``: every rank keeps as many batches as
 the rank with fewest, the rest counted as dropped — every rank's batch count follows from counts,
@@ -37,6 +39,7 @@ import numpy as np
 from seqloader.errors import ResumeError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
+from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.files_mix import Pieces
 from seqloader.plan.indexed.histogram import cut_runs
 from seqloader.plan.indexed.pieces import split_pieces
@@ -117,8 +120,9 @@ class Units:
 
 class Segment:
     """One segment: the units' suffixes from ``start`` (int64 ``[U]``, consumed before it) on
-    ``world_size`` ranks (``index`` 0: each old rank its own units). ``order_rng(rank)``: the
-    rank's order stream (``buckets:N``)."""
+    ``world_size`` ranks (``index`` 0: each old rank its own units). ``order_words(rank)``: the
+    key of the rank's batch order (``buckets:N``: position ``p`` holds the rank's listed batch
+    ``Bijection(batches, order_words(rank))(p)``)."""
 
     def __init__(
         self,
@@ -128,10 +132,10 @@ class Segment:
         index: int,
         ordering: Ordering,
         uneven: Uneven,
-        order_rng: Callable[[int], np.random.Generator],
+        order_words: Callable[[int], tuple[int, ...]],
     ) -> None:
         self.units, self.start, self.world_size, self.index = units, start, world_size, index
-        self.ordering, self.uneven, self.order_rng = ordering, uneven, order_rng
+        self.ordering, self.uneven, self.order_words = ordering, uneven, order_words
         self.rem = units.count - start  # [U]
         live = self.rem > 0
         self.nb = np.where(live, -(-self.rem // units.size), 0).astype(np.int32)  # [U] batches
@@ -233,7 +237,7 @@ class Segment:
         unit = np.repeat(us, nb)
         within = np.arange(m, dtype=np.int64) - np.repeat(np.cumsum(nb) - nb, nb)
         if self.ordering.is_buckets:
-            unit = unit[self.order_rng(rank).permutation(m)]
+            unit = unit[Bijection(m, self.order_words(rank))(np.arange(m)).astype(np.int64)]
             t = np.empty(m, dtype=np.int64)
             t[np.argsort(unit, kind="stable")] = within  # by occurrence: 0, 1, ... per unit
         else:
@@ -292,7 +296,7 @@ class Segment:
     def _count_consumed(self, steps: int) -> np.ndarray:
         if not self.ordering.is_buckets:  # laplace: blocks, all ranks at once
             return laplace_consumed(self.live_units(), steps)
-        return buckets_consumed(self.live_units(), steps, self.order_rng)  # prefixes at once
+        return buckets_consumed(self.live_units(), steps, self.order_words)  # prefixes at once
 
     def consumed_rank_by_rank(self, steps: int) -> np.ndarray:
         """``consumed`` from each rank's listed batch order and split (any ordering; what the

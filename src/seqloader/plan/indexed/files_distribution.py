@@ -332,11 +332,11 @@ class Files:
         index = len(before)
         words = (PURPOSE_INDEXED_FILES_ORDER, p.seed_epoch(ep), ep.part, index)
 
-        def order_rng(rank: int) -> np.random.Generator:
-            return rng_for(*p.head, *words, rank)
+        def order_words(rank: int) -> tuple[int, ...]:
+            return (*p.head, *words, rank)
 
         ordering, uneven = p.options.parsed_ordering, p.options.uneven
-        seg = Segment(units, start, world_size, index, ordering, uneven, order_rng)
+        seg = Segment(units, start, world_size, index, ordering, uneven, order_words)
         if len(kept) >= 8:
             kept.clear()
         kept[(before, world_size)] = seg

@@ -104,7 +104,7 @@ from seqloader.plan.selections import EpochSelection, checked_selections, select
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/7"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/8"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
 #: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` cuts
 #: them on the keyed order of each epoch (``seqloader.plan.indexed.random_order``)

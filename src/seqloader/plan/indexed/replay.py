@@ -16,10 +16,12 @@ units`` blocks (a few per unit), so the replay works on blocks, vectorised over 
 - **Consumption**: blocks whose pieces end by ``steps`` are consumed whole; in the one block
   where ``steps`` falls, its batches are walked in closed form (a few groups of equal pieces).
 
-Under ``buckets:N`` a rank's order is its batches shuffled by the rank's order stream, which only
-a full draw gives: ``buckets_consumed`` draws the permutation of each rank that has not run through
-its batches (one call each) and counts the rest for a block of ranks at once, over the first
-``steps`` positions only (a batch is one piece or more, so no later batch is reached):
+Under ``buckets:N`` a rank's order is its listed batches (unit after unit) at the positions of a
+keyed bijection (``seqloader.plan.indexed.bijection``), so ``buckets_consumed`` computes, of each
+rank that has not run through its batches, only the first ``steps`` positions of its order (all
+ranks' prefixes at once by lookup tables, ``prefix_images``: O(consumed), not O(batches)) and
+counts the rest for a block of ranks at once (a batch is one piece or more, so no later batch is
+reached):
 
 - **Sizes**: a unit's ``t``-th occurrence holds its ``t``-th batch, of the unit's size but the last
   (``t = nb - 1``): in the prefix, the last occurrence of a unit whose every batch lies there.
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from seqloader.plan.indexed.bijection import prefix_images
 from seqloader.plan.indexed.plan import ranges
 from seqloader.plan.options import Ordering, Uneven
 
@@ -106,21 +109,21 @@ def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
     return out
 
 
-#: batches of the walked ranks counted at once: bounds the replay's memory
+#: prefix positions of the walked ranks counted at once: bounds the replay's memory
 _BLOCK = 1 << 20
 
 
 def buckets_consumed(
     seg: LiveUnits,
     steps: int,
-    order_rng: Callable[[int], np.random.Generator],
+    order_words: Callable[[int], tuple[int, ...]],
     block: int = _BLOCK,
 ) -> np.ndarray:
     """Sequences of each unit consumed in the segment's first ``steps`` steps under ``buckets:N``
-    (``order_rng(rank)``: the rank's order stream, as ``Segment.layout`` draws it) -> int64
-    ``[U]``: each rank that has not run through its batches draws its permutation; the sizes,
-    split and consumption of the prefixes are counted for ranks of about ``block`` batches at
-    once."""
+    (``order_words(rank)``: the key of the rank's batch order, as ``Segment.layout`` lists it)
+    -> int64 ``[U]``: of each rank that has not run through its batches, only the first
+    ``steps`` positions of its order are computed (``prefix_images``); their sizes, split and
+    consumption are counted for ranks of about ``block`` positions at once."""
     world = seg.world_size
     out = np.zeros(seg.num_units, dtype=np.int64)
     if steps <= 0 or not len(seg.live):
@@ -146,20 +149,16 @@ def buckets_consumed(
     )  # fmt: skip
     walked = np.flatnonzero(~whole & (rank_nb > 0))
     a = 0
-    while a < len(walked):  # blocks of ranks, about ``block`` batches each
-        span = np.cumsum(rank_nb[walked[a:]])
+    while a < len(walked):  # blocks of ranks, about ``block`` prefix positions each
+        span = np.cumsum(np.minimum(rank_nb[walked[a:]], steps))
         b = a + max(int(np.searchsorted(span, block, side="right")), 1)
         ranks = walked[a:b]
-        u0, u1 = int(units.lead[ranks[0]]), int(units.lead[ranks[-1] + 1])
-        listing = np.repeat(np.arange(u0, u1, dtype=np.int64), nb[u0:u1])  # their batches
-        at = (units.first[units.lead[ranks]] - units.first[u0]).tolist()
-        unit = np.concatenate(  # each prefix position's live unit, rank after rank
-            [
-                listing[o : o + m][order_rng(r).permutation(m)[:steps]]
-                for r, o, m in zip(ranks.tolist(), at, rank_nb[ranks].tolist())
-            ]
-        )
         lengths = np.minimum(rank_nb[ranks], steps)
+        # each prefix position's listed batch (the rank's order, a keyed bijection), rank after
+        # rank, as a batch of every live unit end to end; then its live unit
+        at = prefix_images(rank_nb[ranks], [order_words(r) for r in ranks.tolist()], lengths)
+        at += np.repeat(units.first[units.lead[ranks]], lengths)
+        unit = np.searchsorted(units.first, at, side="right") - 1
         out[seg.live] += units.consumed(ranks, unit, lengths, steps, rest, ties)
         a = b
     return out
