@@ -91,6 +91,17 @@ CASES: dict[str, dict] = {
         }
         for o in ("default", "reverse", "sorted", "sorted_reverse", "random")
     },
+    # ... chunked: each rank's files' sequences' chunks cut greedily (plan/indexed/files_cut.py)
+    **{
+        f"ordering={o} + chunking 500:250 + files (1024 files; 8 ranks)": {
+            "ordering": o,
+            "chunking": "500:250",
+            "distribution": "files",
+            "files": 1024,
+            "world": 8,
+        }
+        for o in ("default", "sorted", "random")
+    },
     # fixed and random orders with a mix under shard: the mix's sub-epoch cut greedily
     # (plan/indexed/mix_cuts.py); "corpora": the corpus cut into that many equal corpora
     **{
@@ -134,6 +145,8 @@ SMOKE = [
     if not name.startswith(
         (
             *(f"ordering={o} + files" for o in ("default", "reverse", "sorted", "sorted_reverse")),
+            # chunked over files: random's cut runs the fixed orders' code (files_cut)
+            *(f"ordering={o} + chunking 500:250 + files" for o in ("default", "sorted")),
             "ordering=sorted + mix",
             "ordering=default + chunking",  # plans like sorted's (fixed_chunks)
             "ordering=default + epoch_wise_filter",  # plans like random's (a filtered part)
