@@ -135,6 +135,32 @@ CASES: dict[str, dict] = {
         }
         for o in ("default", "random")
     },
+    # sort_bin_shuffle[_x2]: greedy cuts of each epoch's keyed RETURNN order, cut by every rank
+    # (plan/indexed/sort_bins.py); 8 ranks
+    **{
+        f"ordering={o} (8 ranks)": {"ordering": o, "world": 8}
+        for o in ("sort_bin_shuffle:.100", "sort_bin_shuffle_x2:.100")
+    },
+    "ordering=sort_bin_shuffle:.100 partition_epoch=3 (8 ranks)": {
+        "ordering": "sort_bin_shuffle:.100",
+        "partition_epoch": 3,
+        "world": 8,
+    },
+    # fixed and random orders with a mix over files: the mix's file pieces cut greedily per rank
+    # (plan/indexed/files_mix_cut.py); global planning plans no mix over files: against its
+    # sharded mix ("global": the options its run takes instead)
+    **{
+        f"ordering={o} + mix + files (1026 files, 3 corpora; 8 ranks)": {
+            "ordering": o,
+            "mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0},
+            "corpora": 3,
+            "distribution": "files",
+            "files": 1026,
+            "world": 8,
+            "global": {"distribution": "shard"},
+        }
+        for o in ("random", "sorted")
+    },
 }
 #: the cases the smoke test (tests/test_bench_indexed_options.py) runs: all but the orderings that
 #: plan like one it runs (files: random's; mix: random's and default's; chunked and filtered
@@ -150,11 +176,21 @@ SMOKE = [
             "ordering=sorted + mix",
             "ordering=default + chunking",  # plans like sorted's (fixed_chunks)
             "ordering=default + epoch_wise_filter",  # plans like random's (a filtered part)
+            "ordering=sort_bin_shuffle:.100",  # plans like the _x2 one (plan/indexed/sort_bins)
+            "ordering=sorted + mix + files",  # plans like random's (files_mix_cut)
         )
     )
 ]
 #: keys of a case that are not plan options
-NOT_OPTIONS = ("world", "files", "selection", "corpora")
+NOT_OPTIONS = ("world", "files", "selection", "corpora", "global")
+
+
+def case_for(case: dict, planning: str) -> dict:
+    """The case as ``planning`` runs it (``"global"``: what global planning's run takes instead,
+    where it does not plan the case's options)."""
+    if planning != "global":
+        return case
+    return {**case, **case.get("global", {})}
 
 
 def plan_options(case: dict, planning: str) -> object:
@@ -184,6 +220,10 @@ def corpora_of(case: dict, n: int) -> object:
         return None
     count = int(case["corpora"])
     names = tuple(f"c{i}" for i in range(count))
+    files = file_bounds(case, n)
+    if files is not None:  # corpora of whole files (a mix over files needs them)
+        at = np.linspace(0, len(files) - 1, count + 1).astype(np.int64)
+        return Corpora(names, files[at])
     return Corpora(names, np.linspace(0, n, count + 1).astype(np.int64))
 
 
@@ -232,11 +272,12 @@ def child(config: dict) -> dict:
     lengths = ColumnStore(config["store"]).column("len.data")
     world = config.get("world", 1024)
     rank = min(517, world - 1)
-    options = plan_options(config["case"], config["planning"])
+    case = case_for(config["case"], config["planning"])
+    options = plan_options(case, config["planning"])
     # the source's declared inputs (its file layout, its selections' masks): made before timing
-    files = file_bounds(config["case"], len(lengths))
-    chosen = selections(config["case"], len(lengths))
-    corpora = corpora_of(config["case"], len(lengths))
+    files = file_bounds(case, len(lengths))
+    chosen = selections(case, len(lengths))
+    corpora = corpora_of(case, len(lengths))
     with PrivateMemory() as memory:
         t0 = time.perf_counter()
         index = None

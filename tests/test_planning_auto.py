@@ -183,8 +183,8 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
 def test_explicit_planning_keeps_its_meaning() -> None:
     with pytest.raises(OptionError, match="planning='indexed': seeding='returnn'"):
         PlanOptions(planning="indexed", seeding="returnn")
-    with pytest.raises(OptionError, match="sort_bin_shuffle"):
-        PlanOptions(planning="indexed", ordering="sort_bin_shuffle:.3")
+    with pytest.raises(OptionError, match=r"sort_bin_shuffle:\.3' with chunking or mix"):
+        PlanOptions(planning="indexed", ordering="sort_bin_shuffle:.3", chunking="4:2")
     greedy = PlanOptions(planning="global", ordering="laplace:.3")
     assert greedy.resolved_planning == "global" and "planning" not in greedy.to_dict()
     lengths = {"data": np.array([5, 3, 8, 2])}

@@ -67,18 +67,6 @@ _DEFAULTS_LEFT_OUT: dict[str, object] = {
     "planning": "global",
 }
 
-#: the orderings indexed planning plans a mix over files with (``plan.indexed.files_mix``; fixed
-#: and random orders: ``plan.indexed.files_mix_cut``)
-_FILES_MIX_KINDS = (
-    "laplace",
-    "buckets",
-    "default",
-    "reverse",
-    "sorted",
-    "sorted_reverse",
-    "random",
-)
-
 _ORDERING_RE = re.compile(r"^(?P<kind>[a-z_0-9]+?)(?::(?P<arg>\.?\d+))?(?::(?P<keep>\d+))?$")
 
 
@@ -325,11 +313,7 @@ class PlanOptions:
                     "global planning selects a mix's sequences across files, which whole files "
                     "per rank cannot follow",
                     "use planning='indexed' (which mixes per-corpus streams of files), or "
-                    "distribution='shard'"
-                    if self._parsed.kind in _FILES_MIX_KINDS
-                    else f"use a laplace:.N or buckets:N ordering (planning='indexed' mixes "
-                    f"per-corpus streams of files with them; not with ordering={self.ordering!r}), "
-                    "or distribution='shard'",
+                    "distribution='shard'",
                 )
             )
             raise OptionError(
@@ -386,27 +370,25 @@ class PlanOptions:
         the fix, under ``planning="indexed"``; what resolves ``planning="auto"`` to ``global``."""
         fix = "use planning='global' for it"
         kind = self._parsed.kind
-        # greedy cuts of one order: indexed.fixed, indexed.random_order
+        # greedy cuts of one order: indexed.fixed, indexed.random_order, indexed.sort_bins
         fixed = kind in ("default", "reverse", "sorted", "sorted_reverse", "random")
-        if kind not in ("laplace", "buckets") and not fixed:  # plan.indexed.INDEXED_KINDS
-            hint = {
-                "sort_bin_shuffle": "it sorts the whole epoch before shuffling its bins; "
-                "'laplace:.N' (length bins in a random order, drawn per rank) is the indexed "
-                "ordering closest to it",
-            }.get(kind.removesuffix("_x2"), "")
-            return (
-                f"planning='indexed': got ordering={self.ordering!r}, expected 'laplace...', "
-                "'buckets:N', 'default', 'reverse', 'sorted', 'sorted_reverse' or 'random[:K]' "
-                "(indexed plans batch length buckets, or cut a fixed order once per node, or a "
-                f"keyed random order per epoch"
-                f"{'; ' + hint if hint else ''}); {fix}"
-            )
+        sort_bins = kind in ("sort_bin_shuffle", "sort_bin_shuffle_x2")
         unsupported = [
             (
                 fixed and (self.mix is not None and self.chunking is not None),
                 f"ordering={self.ordering!r} with mix with chunking (a fixed or random order's "
                 "greedy cuts are made for the whole admitted corpus, sharded, a mix's "
                 "sub-epoch, each rank's files' sequences and their chunks, or mix pieces' slots)",
+            ),
+            (
+                sort_bins
+                and self.distribution != "files"
+                and (self.chunking is not None or self.mix is not None),
+                f"ordering={self.ordering!r} with chunking or mix under "
+                f"distribution={self.distribution!r} (its keyed order is cut greedily over "
+                "whole sequences, and a sharded mix's slots are drawn in random's order; with "
+                "distribution='files' each rank orders its own files' sequences, chunks or mix "
+                "pieces' slots)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (

@@ -43,6 +43,7 @@ from seqloader.plan.indexed.fixed import (
 )
 from seqloader.plan.indexed.fixed_chunks import Chunking, chunked_cuts, chunked_order
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index, length_counts
+from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, order_index_kind
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.variants import VARIANTS_REFUSED
@@ -70,7 +71,8 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
         what, fix = VARIANTS_REFUSED
         refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
     ordering = inputs.options.ordering
-    if inputs.order_lengths is not None and ordering in ("sorted", "sorted_reverse"):
+    sorts = inputs.options.parsed_ordering.kind in ("sorted", "sorted_reverse", *SORT_BIN_KINDS)
+    if inputs.order_lengths is not None and sorts:
         raise OptionError(
             f"planning='indexed' with ordering={ordering!r}: the source"
             f"{' ' + inputs.origin if inputs.origin else ''} declares its own sort key "
@@ -80,7 +82,7 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
             "ordering='laplace:.N'"
         )
     kind = inputs.options.parsed_ordering.kind
-    cut_order = kind in FIXED_KINDS or kind == "random"
+    cut_order = kind in FIXED_KINDS or kind in DRAWN_KINDS
     if inputs.order_lengths is not None and inputs.options.epoch_wise_filter and cut_order:
         raise OptionError(
             f"planning='indexed' with ordering={ordering!r} and epoch_wise_filter: the source"
@@ -107,7 +109,7 @@ def _refuse_selections(inputs: PlanInputs) -> None:
         (f"distribution={o.distribution!r}", o.distribution == "files"),
         ("mix", o.mix is not None),
         ("chunking", o.chunking is not None),
-        (f"ordering={o.ordering!r}", kind in FIXED_KINDS or kind == "random"),
+        (f"ordering={o.ordering!r}", kind in FIXED_KINDS or kind in DRAWN_KINDS),
     ]
     named = [name for name, on in clashes if on]
     if named:
@@ -168,7 +170,8 @@ class AdmittedCorpus:
         self.batch_lengths = {**lengths, key: main}
         self.budget = indexed_budget(self.limits, origin)
         kind = options.parsed_ordering.kind
-        self.fixed, self.random = kind in FIXED_KINDS, kind == "random"
+        #: ``random``: an order drawn per epoch and cut greedily (``random``, ``sort_bin_shuffle``)
+        self.fixed, self.random = kind in FIXED_KINDS, kind in DRAWN_KINDS
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
         self.mask, self.filtered, self.examples = admit_mask(lengths, key, options, inputs.excluded)
@@ -215,7 +218,7 @@ class AdmittedCorpus:
             elif self.files is not None and (self.fixed or self.random):  # indexed.files_cut
                 index = build_bucket_index(main, np.zeros(0, np.int64), self.mask, self.files)
             elif self.fixed or self.random:  # the order's index (indexed.fixed, random_order)
-                kind = "default" if self.random else self.options.parsed_ordering.kind
+                kind = order_index_kind(self.options.parsed_ordering.kind)
                 index = build_bucket_index(main, fixed_edges(adm, kind), self.mask)
                 if self.fixed and self.subset is not None:  # the subset's order within
                     index = in_pool_order(index, main, self.subset, self.mask)
@@ -422,9 +425,14 @@ class AdmittedCorpus:
             ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
         if self.fixed and self.files is None and self.chunking is None:
             ok = ok and self._fixed_index_ok(index, admitted)
-        one_bucket = self.random or (self.fixed and self.files is not None)
+        drawn_kind = order_index_kind(self.options.parsed_ordering.kind)
+        one_bucket = (self.random and drawn_kind == "default") or (
+            (self.fixed or self.random) and self.files is not None
+        )
         if one_bucket and self.chunking is None:  # one bucket: the admitted sequences
             ok = ok and len(index.edges) == 0
+        elif self.random and self.chunking is None:  # sort_bin_shuffle: one bucket per length
+            ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
         ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
         if self.files is not None and self.chunking is None:  # chunked: _chunk_file_table
             table = index.file_counts

@@ -45,6 +45,7 @@ from seqloader.plan.indexed.fixed_chunks import Chunking, cut_chunk_positions
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.indexed.plan import RankwisePlan, piece_bounds, ranges
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
+from seqloader.plan.indexed.sort_bins import DRAWN_KINDS
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions, Uneven
@@ -52,7 +53,7 @@ from seqloader.plan.ordering import order_sequences
 from seqloader.plan.seeding import PURPOSE_FILES_ORDER, rng_for
 
 #: the orderings whose files plans are greedy cuts of each rank's own order
-CUT_KINDS = (*FIXED_KINDS, "random")
+CUT_KINDS = (*FIXED_KINDS, *DRAWN_KINDS)
 
 
 def files_cut(options: PlanOptions) -> bool:

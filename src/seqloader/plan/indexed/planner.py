@@ -85,7 +85,8 @@ from seqloader.plan.indexed.plan import (
     RunDraw,
     SortedWindows,
 )
-from seqloader.plan.indexed.random_order import RandomOrder, RankBatchOrder
+from seqloader.plan.indexed.random_order import RankBatchOrder
+from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, drawn_order
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
@@ -106,9 +107,10 @@ from seqloader.plan.topology import Topology
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
 INDEXED_ALGORITHM = "seqloader-plan-indexed/8"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
-#: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` cuts
-#: them on the keyed order of each epoch (``seqloader.plan.indexed.random_order``)
-INDEXED_KINDS = ("laplace", "buckets", *FIXED_KINDS, "random")
+#: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` and
+#: ``sort_bin_shuffle[_x2]`` cut them on the keyed order of each epoch
+#: (``seqloader.plan.indexed.random_order``, ``seqloader.plan.indexed.sort_bins``)
+INDEXED_KINDS = ("laplace", "buckets", *FIXED_KINDS, *DRAWN_KINDS)
 _CHUNK = 1 << 22
 _ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
 
@@ -175,6 +177,12 @@ def index_key(options: PlanOptions) -> str:
             **(
                 {"random": True}
                 if options.parsed_ordering.kind == "random" or files_cut(options)
+                else {}
+            ),
+            # sort_bin_shuffle: the admitted sequences by length (``indexed.sort_bins``)
+            **(
+                {"sort_bins": True}
+                if options.parsed_ordering.kind in SORT_BIN_KINDS and not files_cut(options)
                 else {}
             ),
         },
@@ -286,7 +294,7 @@ class IndexedPlanner:
 
     def _random_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, Draw]:
         """``random``: sub-epoch ``ep``'s batch table and draw, the greedy cuts of its part of
-        the full epoch's keyed order (``RandomOrder``), cut here in blocks: O(n / P) time per
+        the full epoch's keyed order (``RandomOrder``; ``SortBinsOrder``), cut here in blocks: O(n / P) time per
         part, the part's bounds held (kept for the last epoch asked). Every rank cuts the one
         order; under ``random_seed_offset`` a rank visits its batches in its own keyed order
         (``RankBatchOrder``: the same batch count on every rank)."""
@@ -318,8 +326,8 @@ class IndexedPlanner:
         of it (first and end position)."""
         if self._random:
             words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
-            order: Callable[[np.ndarray], np.ndarray] = RandomOrder(
-                self.planned.random_index(self.index), words
+            order: Callable[[np.ndarray], np.ndarray] = drawn_order(
+                self.planned.random_index(self.index), self.options.parsed_ordering, words
             )
         else:
             order = self.corpus.fixed_order(self.index)

@@ -1,0 +1,121 @@
+"""``ordering="sort_bin_shuffle[:N][:K]"`` and ``"sort_bin_shuffle_x2..."`` under indexed planning.
+
+The meaning is RETURNN's (``Dataset.get_seq_order_for_epoch``; global planning's
+``seqloader.plan.ordering``): the epoch's sequences in a random permutation, stably sorted by
+length (so sequences of equal length come in a random order), cut into ``bins`` contiguous bins
+(bin ``i``: sorted positions ``[i*m//bins, (i+1)*m//bins)``, ``bins`` RETURNN's ``num_bins``), the
+bins emitted in a random order; ``_x2`` also shuffles each bin. Under ``seeding="seqloader"`` the
+draws are ours, so they are keyed draws here (``SortBinsOrder``) and any position's sequence is
+computable alone from the node's sorted index (one bucket per admitted length, members
+ascending, as ``sorted``'s):
+
+- the order of equal lengths: a keyed bijection per length bucket (the random permutation the
+  stable sort keeps);
+- the bins' emission order: a keyed permutation of the bins (``bins`` int64 held);
+- ``_x2``: a keyed bijection per bin (``evaluate_many`` over the bins a block of positions
+  touches).
+
+The batches are global planning's kind: greedy cuts (its ``Batcher``) of each sub-epoch part of
+the full epoch's order, cut by every rank in blocks as ``random``'s are
+(``seqloader.plan.indexed.random_order``): every rank computes the same cut list, draws only its
+own batches' members, and sharding, ``uneven``, resume, elastic resume, ``epoch_wise_filter`` and
+``random_seed_offset`` (a rank's own order of the shared batches) are ``random``'s. The cost is
+``random``'s: a greedy cut depends on every length before it, so a rank's time is O(n / P) per
+sub-epoch part (memory: a block of positions, the bins and the part's batch bounds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from seqloader.plan.bucket_index import BucketIndex
+from seqloader.plan.indexed.bijection import evaluate_many
+from seqloader.plan.indexed.random_order import RandomOrder
+from seqloader.plan.options import Ordering
+from seqloader.plan.seeding import rng_for
+
+#: RETURNN's orderings this module plans
+SORT_BIN_KINDS = ("sort_bin_shuffle", "sort_bin_shuffle_x2")
+#: the orderings drawn per epoch and cut greedily by every rank (``random_order``, this module)
+DRAWN_KINDS = ("random", *SORT_BIN_KINDS)
+
+
+def order_index_kind(kind: str) -> str:
+    """The fixed ordering whose node index an ordering's order is read from (``fixed_edges``):
+    ``random`` the admitted sequences (``default``'s), ``sort_bin_shuffle`` by length
+    (``sorted``'s), a fixed ordering its own.
+
+    >>> order_index_kind("random"), order_index_kind("sort_bin_shuffle_x2"), order_index_kind("reverse")
+    ('default', 'sorted', 'reverse')
+    """
+    return {"random": "default", **dict.fromkeys(SORT_BIN_KINDS, "sorted")}.get(kind, kind)
+
+
+def drawn_order(
+    index: BucketIndex, ordering: Ordering, words: Sequence[int]
+) -> RandomOrder | SortBinsOrder:
+    """The full epoch's keyed order of a drawn ordering (``DRAWN_KINDS``) over its index."""
+    if ordering.kind in SORT_BIN_KINDS:
+        return SortBinsOrder(index, ordering, words)
+    return RandomOrder(index, words)
+
+
+_TIES, _BINS, _WITHIN = 0, 1, 2  # the three kinds of draw under the order's key words
+
+
+class SortBinsOrder:
+    """The full epoch's ``sort_bin_shuffle[_x2]`` order, position by position, over ``index``
+    (the admitted sequences by length, one bucket per length, members ascending), keyed by
+    ``words`` (the module doc). Nothing of size ``n`` is made.
+
+    >>> from seqloader.plan.indexed.fixed import fixed_edges
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> lengths = np.array([5, 3, 8, 3, 1, 9, 4, 7])
+    >>> index = build_bucket_index(lengths, fixed_edges(lengths, "sorted"))
+    >>> order = SortBinsOrder(index, Ordering.parse("sort_bin_shuffle:4"), (1, 2))
+    >>> seqs = order(np.arange(8))
+    >>> sorted(seqs.tolist()) == list(range(8))
+    True
+    >>> sorted(sorted(lengths[seqs[i : i + 2]].tolist()) for i in range(0, 8, 2))  # 4 bins
+    [[1, 3], [3, 4], [5, 7], [8, 9]]
+    """
+
+    def __init__(self, index: BucketIndex, ordering: Ordering, words: Sequence[int]) -> None:
+        self.index, self.words = index, tuple(words)
+        self.size = m = int(index.starts[-1])
+        self._starts = np.asarray(index.starts, dtype=np.int64)  # [L + 1] length buckets
+        bins = ordering.num_bins(m)
+        self._bin_starts = (np.arange(bins + 1, dtype=np.int64) * m) // bins  # sorted positions
+        self._emit = rng_for(*self.words, _BINS).permutation(bins).astype(np.int64)
+        sizes = np.diff(self._bin_starts)[self._emit]  # [bins] in emission order
+        self._out_starts = np.cumsum(sizes) - sizes  # [bins] each emitted bin's first position
+        self._within = ordering.kind.endswith("_x2")
+
+    def __call__(self, pos: np.ndarray) -> np.ndarray:
+        """Sequence indices at positions ``pos`` of the full epoch's order -> int64."""
+        pos = np.asarray(pos, dtype=np.int64)
+        if not len(pos):
+            return np.zeros(0, dtype=np.int64)
+        slot = np.searchsorted(self._out_starts, pos, side="right") - 1  # empty bins: skipped
+        b = self._emit[slot]
+        t = pos - self._out_starts[slot]
+        if self._within:  # _x2: a keyed shuffle of each bin
+            sizes = np.diff(self._bin_starts)
+            t = _keyed(sizes, b, t, (*self.words, _WITHIN))
+        q = self._bin_starts[b] + t  # the position in the sorted order
+        bucket = np.searchsorted(self._starts, q, side="right") - 1
+        u = _keyed(np.diff(self._starts), bucket, q - self._starts[bucket], (*self.words, _TIES))
+        return np.asarray(self.index.members[self._starts[bucket] + u], dtype=np.int64)
+
+
+def _keyed(
+    sizes: np.ndarray, group: np.ndarray, x: np.ndarray, words: tuple[int, ...]
+) -> np.ndarray:
+    """``Bijection(sizes[g], (*words, g))(x)`` for every (``g = group[i]``, ``x[i]``) -> int64:
+    one vectorised pass over the groups asked (``evaluate_many``)."""
+    groups, which = np.unique(group, return_inverse=True)
+    keys = [(*words, int(g)) for g in groups.tolist()]
+    got = evaluate_many(sizes[groups].tolist(), keys, which.reshape(-1), x)
+    return got.astype(np.int64)

@@ -1,0 +1,244 @@
+"""``planning="indexed"`` with ``ordering="sort_bin_shuffle[:N][:K]"`` and ``"sort_bin_shuffle_x2"``
+(``seqloader.plan.indexed.sort_bins``; hypothesis, pure numpy): RETURNN's order (random ties,
+sorted, bins emitted in a random order, ``_x2`` shuffled within) drawn position by position,
+greedy cuts of each sub-epoch part; every contract (``check_plan_contracts``: exactly once in plan
+order, equal steps, a rank's share alone, determinism, resume chains ``W -> W' -> W''``); a state
+of global planning refused by name under ``auto``; the golden plans pinned.
+"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import seqloader as sl
+from plan_contracts import check_plan_contracts
+from seqloader.errors import ResumeError
+from seqloader.plan import PlanOptions
+from seqloader.plan.epochs import EpochIndex, batch_limits, part_bounds
+from seqloader.plan.greedy.planner import Planner
+from seqloader.plan.indexed.planner import IndexedPlanner, index_key
+from seqloader.plan.indexed.sort_bins import SortBinsOrder
+from seqloader.plan.limits import Batcher
+from seqloader.plan.options import Ordering
+from test_plan_indexed import indexed_digest
+
+ORDERINGS = ["sort_bin_shuffle", "sort_bin_shuffle:.4", "sort_bin_shuffle_x2:3",
+             "sort_bin_shuffle_x2:.5:2", "sort_bin_shuffle:40"]  # fmt: skip
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(0, 40))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    data = rng.integers(1, draw(st.sampled_from([4, 30])) + 1, size=n).astype(np.int64)
+    options = {
+        "ordering": draw(st.sampled_from(ORDERINGS)),
+        "max_seqs": draw(st.sampled_from([None, 3])),
+        "max_frames": draw(st.sampled_from([None, 40])),
+        "min_seq_length": draw(st.sampled_from([0, 2])),
+        "partition_epoch": draw(st.integers(1, 2)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "distribution": draw(st.sampled_from(["shard", "shard", "random_seed_offset"])),
+        "epoch_wise_filter": draw(st.sampled_from([None, None, {(1, 1): {"max_mean_len": 9}}])),
+        "seed": draw(st.integers(0, 3)),
+    }
+    return {
+        "lengths": {"data": data},
+        "options": options,
+        "worlds": draw(st.lists(st.integers(1, 4), min_size=1, max_size=3)),
+        "cuts": draw(st.lists(st.floats(0, 1), min_size=2, max_size=2)),
+    }
+
+
+def indexed(case: dict) -> IndexedPlanner:
+    return IndexedPlanner(case["lengths"], PlanOptions(**case["options"]))
+
+
+@settings(max_examples=15, deadline=None)
+@given(cases())
+def test_batches_are_greedy_cuts_of_the_order_and_every_contract_holds(case: dict) -> None:
+    """``auto`` resolves to indexed; on one rank each sub-epoch's batches are the greedy
+    ``Batcher``'s cuts of its part of the full epoch's order (after ``epoch_wise_filter``, as
+    global planning filters); global planning admits and filters as many; the contracts hold."""
+    options = PlanOptions(**case["options"])
+    assert options.resolved_planning == "indexed"
+    planner, reference = indexed(case), Planner(case["lengths"], options)
+    assert isinstance(planner, IndexedPlanner)
+    parts = options.partition_epoch
+    limits = batch_limits(options, ["data"], "data")
+    for epoch in range(1, parts + 1):
+        assert planner.order_size(epoch) == reference.order_size(epoch)
+        if options.distribution != "shard":  # each rank its own order of the shared batches
+            continue
+        got = planner.global_plan(epoch, 1).batches
+        order = planner.sub_epoch_order(epoch)
+        np.testing.assert_array_equal(got.seqs, order)
+        np.testing.assert_array_equal(got.bounds, Batcher(limits, case["lengths"]).bounds(order))
+    assert planner.filtered(1).keys() == reference.filtered(1).keys()
+    cut = case["cuts"][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: indexed(case), case["worlds"], cut, ordered=True, workers=())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(1, 12), max_size=60),
+    st.sampled_from(ORDERINGS),
+    st.integers(0, 5),
+)
+def test_the_order_is_returnns_sort_bin_shuffle(lengths: list[int], text: str, key: int) -> None:
+    """The full epoch's order is a permutation of the admitted sequences made of RETURNN's bins
+    (``[i*m//bins, (i+1)*m//bins)`` of the length-sorted order) one after another, each bin's
+    lengths those of its slice of the sorted lengths, sorted within (``_x2``: any order)."""
+    data = np.array(lengths, dtype=np.int64)
+    planner = IndexedPlanner({"data": data}, PlanOptions(ordering=text))
+    ordering = Ordering.parse(text)
+    order = SortBinsOrder(planner.index, ordering, (key, 7))
+    m = len(data)
+    seqs = order(np.arange(m))
+    assert sorted(seqs.tolist()) == list(range(m))
+    bins = ordering.num_bins(m)
+    slices = [np.sort(data)[i * m // bins : (i + 1) * m // bins] for i in range(bins)]
+    at, emitted = 0, []
+    while at < m:  # each emitted bin: the slice whose lengths it holds
+        got = data[seqs[at:]]
+        match = [
+            i
+            for i, s in enumerate(slices)
+            if len(s) and i not in emitted and np.array_equal(np.sort(got[: len(s)]), s)
+        ]
+        assert match, f"no bin starts at position {at}"
+        i = match[0]
+        if not ordering.kind.endswith("_x2"):
+            assert np.all(np.diff(got[: len(slices[i])]) >= 0)
+        emitted.append(i)
+        at += len(slices[i])
+    assert order(np.arange(m)).tolist() == seqs.tolist()  # a pure function of its key
+
+
+def test_padding_and_steps_match_global_plannings() -> None:
+    """The same kind of order as global planning's (its bins, lengths sorted within): steps and
+    padded frames within 2% of global planning's on a few thousand sequences (the benchmark
+    measures 10^6: docs/planning.md)."""
+    data = np.random.default_rng(3).lognormal(5, 0.6, 4_000).astype(np.int64) + 1
+    for text in ("sort_bin_shuffle:.100", "sort_bin_shuffle_x2:.100"):
+        options = PlanOptions(ordering=text, max_frames=3_000)
+        plans = [p({"data": data}, options).global_plan(1, 4) for p in (IndexedPlanner, Planner)]
+        steps = [p.steps for p in plans]
+        padded = [
+            sum(int(data[b.seqs[x:y]].max()) * (y - x) for x, y in pairwise(b.bounds.tolist()))
+            for b in (p.batches for p in plans)
+        ]
+        assert abs(steps[0] / steps[1] - 1) <= 0.02 and abs(padded[0] / padded[1] - 1) <= 0.02
+
+
+def test_index_and_refusals() -> None:
+    """The node's index is the sequences by length (one key for both kinds, none shared with
+    laplace's or sorted's); a source's own sort key, chunking and a sharded mix are refused by
+    name (``auto``: global)."""
+    base = {"max_frames": 100}
+    keys = {index_key(PlanOptions(**base, ordering=o)) for o in ORDERINGS}
+    assert len(keys) == 1
+    others = ("laplace:.4", "sorted", "random")
+    assert keys.isdisjoint(index_key(PlanOptions(**base, ordering=o)) for o in others)
+    lengths = {"data": np.array([5, 3, 8, 2])}
+    from seqloader.plan.inputs import PlanInputs
+    from seqloader.plan.planners import resolve_planning
+
+    own_key = PlanInputs(
+        lengths, PlanOptions(ordering="sort_bin_shuffle"), order_lengths=np.arange(4)
+    )
+    assert resolve_planning(own_key).options.planning == "global"
+    for extra in ({"chunking": "4:2"}, {"mix": {"a": 1.0}}):
+        assert PlanOptions(ordering="sort_bin_shuffle", **extra).resolved_planning == "global"
+
+
+def test_a_global_state_is_refused_by_name_under_auto() -> None:
+    """``sort_bin_shuffle`` moved from global to indexed planning under ``auto``: a state saved by
+    global planning names the planning and the fix; with the fix it loads."""
+    source = sl.MemorySource(
+        {"data": [np.zeros((n, 1), np.float32) for n in (5, 3, 8, 2, 7, 4, 6, 1)]}
+    )
+    options = {"ordering": "sort_bin_shuffle:.3", "max_seqs": 2}
+    state = sl.SeqLoader(source, **options, planning="global").state_dict()
+    auto = sl.SeqLoader(source, **options)
+    assert auto.planner.options.planning == "indexed"
+    with pytest.raises(ResumeError, match="Fix: pass planning='global' to resume it"):
+        auto.load_state_dict(state)
+    sl.SeqLoader(source, **options, planning="global").load_state_dict(state)
+
+
+SORT_BINS_CASES: dict[str, dict] = {
+    "sort_bin_shuffle:.16 W3 split": {
+        "options": {"ordering": "sort_bin_shuffle:.16", "max_seqs": 5, "max_frames": 900},
+        "world": 3,
+        "elastic": (4, 5),
+    },
+    "sort_bin_shuffle_x2:6:2 partition 2 W2 pad": {
+        "options": {"ordering": "sort_bin_shuffle_x2:6:2", "max_frames": 1200,
+                    "partition_epoch": 2, "uneven": "pad"},
+        "world": 2,
+        "elastic": (3, 3),
+    },
+    "sort_bin_shuffle:.20 random_seed_offset W4": {
+        "options": {"ordering": "sort_bin_shuffle:.20", "max_frames": 1500,
+                    "distribution": "random_seed_offset"},
+        "world": 4,
+    },
+    "sort_bin_shuffle_x2:.10 files W3 drop": {
+        "options": {"ordering": "sort_bin_shuffle_x2:.10", "max_frames": 1500, "uneven": "drop",
+                    "distribution": "files"},
+        "files": list(range(0, 301, 12)),
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "sort_bin_shuffle:.8 files mix W2": {
+        "options": {"ordering": "sort_bin_shuffle:.8", "max_frames": 1500,
+                    "distribution": "files", "mix": {"a": 1.5, "c": 0.5}},
+        "files": list(range(0, 301, 10)),
+        "world": 2,
+        "elastic": (2, 3),
+    },
+}  # fmt: skip
+SORT_BINS_GOLDEN = {
+    "sort_bin_shuffle:.16 W3 split": (
+        "622008992e77ff0d1a98202c7765cc11effd079795cbb2a12ee444aeaf1698ee"
+    ),
+    "sort_bin_shuffle_x2:6:2 partition 2 W2 pad": (
+        "19942c3e449df772f99a690d6ae62bb96dae84e8923fc3f3beb3f148e144deab"
+    ),
+    "sort_bin_shuffle:.20 random_seed_offset W4": (
+        "cc76fe0886fd1b25b4e948a0e8b73214f6b3bb4d046fbcfe59ffa5efebcb79cd"
+    ),
+    "sort_bin_shuffle_x2:.10 files W3 drop": (
+        "a99a71104ccb8ad3364c7485c34f333086a6ac9d89c42483c76b282e533d84fe"
+    ),
+    "sort_bin_shuffle:.8 files mix W2": (
+        "0a8c0b04453da42533df5e2095ce6f07fd3e187f0b3eca6870ea3b9d05fe96b2"
+    ),
+}
+
+
+def test_sort_bins_golden_plans_are_pinned() -> None:
+    """Added with sort_bin_shuffle under indexed planning (refused by it before: no plan of the
+    current ``INDEXED_ALGORITHM`` moved); bump it and record anew if one changes."""
+    got = {name: indexed_digest(case) for name, case in SORT_BINS_CASES.items()}
+    assert got == SORT_BINS_GOLDEN, f"record: {got}"
+
+
+def test_sub_epoch_parts_are_global_plannings_parts() -> None:
+    """A sub-epoch is its part of the full epoch's order (``part_bounds``), as global planning
+    cuts its order; the parts of a full epoch are every admitted sequence once."""
+    data = np.random.default_rng(1).integers(1, 50, 101)
+    planner = IndexedPlanner({"data": data}, PlanOptions(ordering="sort_bin_shuffle:.10",
+                                                         partition_epoch=3))  # fmt: skip
+    parts = [planner.sub_epoch_order(e) for e in (1, 2, 3)]
+    assert [len(p) for p in parts] == [b - a for a, b in (part_bounds(101, 3, i) for i in range(3))]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(101))
+    assert EpochIndex(4, 3).full_epoch == 1 and not np.array_equal(
+        planner.sub_epoch_order(4), parts[0]
+    )
