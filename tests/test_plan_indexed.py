@@ -610,6 +610,19 @@ INDEXED_CASES: dict[str, dict] = {
                     "epoch_wise_filter": {(1, 2): {"max_mean_len": 120}}},
         "world": 2,
     },
+    "files laplace:.10 W4 split, packed elastic -> W3": {
+        "options": {"ordering": "laplace:.10", "batch_cost": "packed", "max_frames": 1500,
+                    "max_seqs": 9, "distribution": "files", "seed": 2},
+        "files": list(range(0, 301, 10)),
+        "world": 4,
+        "elastic": (3, 3),
+    },
+    "mix files laplace W3 pad, max_packed_frames": {
+        "options": {"ordering": "laplace", "max_packed_frames": 1200, "distribution": "files",
+                    "uneven": "pad", "seed": 7, "mix": {"a": 0.5, "b": 1.5, "c": 1.0}},
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -641,6 +654,11 @@ INDEXED_CASES: dict[str, dict] = {
 # over them (bijection.Bijection, the rank's order key) instead of a numpy permutation drawn from
 # the rank's order stream, so an elastic replay computes only the positions the old ranks
 # consumed. Moved: the `files` buckets:N cases only (the chunked mix over files too).
+# Also under /8: `files` with a limit on the sum of lengths alone (batch_cost="packed",
+# max_packed_frames without max_frames) cuts each old rank's buckets by that sum
+# (histogram.cut_packed) and the index cuts wide buckets of long sequences further
+# (histogram.narrow_edges). No recorded case had such limits with `files`: none moved; the two
+# `packed`/`max_packed_frames` files cases were added with it.
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "49a99b5dd01ca536318578700ac2e913da3f066940d517a7deb1e96d1100137e",
@@ -661,6 +679,8 @@ INDEXED_GOLDEN = {
     "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "ef75b081c07a3b7ef68c206ebe2f83cbbac17956b93e77b400a1fd1bf289bd18",
     "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "c05bddea107dee0a7b5a11e98db9fbdc62a4834abfa5d46ecdf51fa9b1ba0376",
     "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
+    "files laplace:.10 W4 split, packed elastic -> W3": "ff9a685cd5ac794745bbbd00503e83cbcfbc09c09a4d344ed7858964e47760d7",
+    "mix files laplace W3 pad, max_packed_frames": "5a2947c47f81b57695c74ff7d24ad8464f0bcad16e34b83413da6bb6dcbd0ac5",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/8"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from seqloader.plan.edges import bucket_edges
-from seqloader.plan.indexed.histogram import batching_edges, length_counts
+from seqloader.plan.indexed.histogram import batching_edges, length_counts, narrow_edges
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.options import PlanOptions
 
@@ -29,16 +29,25 @@ def num_buckets(options: PlanOptions) -> int:
 
 
 def edges_for(
-    lengths: np.ndarray, options: PlanOptions, costs: np.ndarray, budget: int | None
+    lengths: np.ndarray,
+    options: PlanOptions,
+    costs: np.ndarray,
+    budget: int | None,
+    sum_limit: int | None = None,
 ) -> np.ndarray:
     """The length-bucket edges indexed planning uses for ``options`` (``lengths``: the admitted
     lengths of the length key, ``costs`` their cost units): ``num_buckets`` buckets of about
     equal cost, each cut further where the batch size its lengths allow changes
-    (``batching_edges``; ``budget``: ``indexed_budget``)."""
+    (``batching_edges``; ``budget``: ``indexed_budget``). With ``distribution="files"`` and a
+    limit on the sum of lengths alone (``sum_limit``: ``sum_budget``), which ``files`` cuts
+    by (``cut_packed``), wide buckets of long sequences are cut further (``narrow_edges``)."""
     coarse = bucket_edges(lengths, costs, num_buckets(options))
     values, counts = length_counts(lengths)
     units = np.asarray(options.cost.units(values), dtype=np.int64)
-    return batching_edges(values, counts, units, options.max_seqs, budget, coarse)
+    edges = batching_edges(values, counts, units, options.max_seqs, budget, coarse)
+    if sum_limit is not None and options.distribution == "files":
+        edges = narrow_edges(values, edges, sum_limit, options.max_seqs)
+    return edges
 
 
 def histogram_edges(
@@ -101,6 +110,27 @@ def packed_budget(limits: BatchLimits) -> int | None:
     if limits.cost.quadratic is None:
         return None
     return limits.packed.get(limits.length_key)
+
+
+def sum_budget(limits: BatchLimits) -> int | None:
+    """The length key's limit on a batch's sum of lengths where it is the only limit on frames
+    (``batch_cost="packed"``'s ``max_frames``, or ``max_packed_frames`` alone; no quadratic
+    cost, no other key's limit), else None. Then a batch's members may be counted each at its
+    own bucket's longest length (``histogram.cut_packed``) rather than all at the longest's.
+
+    >>> cost = PlanOptions(batch_cost="packed").cost
+    >>> sum_budget(BatchLimits.of(None, 2000, None, cost, ["data"], "data"))
+    2000
+    >>> sum_budget(BatchLimits.of(None, 2000, None, PlanOptions().cost, ["data"], "data")) is None
+    True
+    """
+    if (
+        limits.padded
+        or limits.cost.quadratic is not None
+        or set(limits.packed) != {limits.length_key}
+    ):
+        return None
+    return limits.packed[limits.length_key]
 
 
 def tighter(k: np.ndarray, fit: np.ndarray) -> np.ndarray:

@@ -32,7 +32,13 @@ from seqloader.plan.epochs import (
     part_bounds,
 )
 from seqloader.plan.files import distributed_files
-from seqloader.plan.indexed.budget import edges_for, histogram_edges, indexed_budget, packed_budget
+from seqloader.plan.indexed.budget import (
+    edges_for,
+    histogram_edges,
+    indexed_budget,
+    packed_budget,
+    sum_budget,
+)
 from seqloader.plan.indexed.chunks import ChunkBuckets, file_chunk_counts, lazy_chunk_table
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
@@ -224,7 +230,9 @@ class AdmittedCorpus:
                     index = in_pool_order(index, main, self.subset, self.mask)
             else:
                 adm_costs = self.costs if self.mask is None else self.costs[self.mask]
-                edges = edges_for(adm, self.options, adm_costs, self.budget)
+                edges = edges_for(
+                    adm, self.options, adm_costs, self.budget, sum_budget(self.limits)
+                )
                 index = build_bucket_index(main, edges, self.mask, self.files)
         self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
         if self.fixed and self.files is None and index.cuts is None and self.chunking is None:

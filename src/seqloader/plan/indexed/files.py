@@ -5,9 +5,11 @@
 first) and in r's keyed random order within a bucket (r's member stream), are cut into runs of
 one batch size (``cut_runs``: where the next bucket's size is below what the open batch holds);
 run ``g`` is unit ``(r, g)``, its batch size the run's. A rank so has a short batch only where
-the size falls below a batch's fill and at its end, not one per bucket. Everything about the
-units except their member lists follows from the per-(file, bucket) count table, for every rank,
-without drawing a sequence: O(W0 * buckets + files).
+the size falls below a batch's fill and at its end, not one per bucket. Under a limit on the sum
+of lengths alone the runs are cut by that sum (``cut_packed``): a batch reaching into the next
+bucket is a unit of one batch. Everything about the units except their member lists follows
+from the per-(file, bucket) count table, for every rank, without drawing a sequence:
+O(W0 * buckets + files).
 
 **Segments.** A segment (the sub-epoch on one world size, from where the one before stopped)
 gives each rank some units' unconsumed suffixes. The rank batches each suffix with the unit's
@@ -41,7 +43,6 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.files_mix import Pieces
-from seqloader.plan.indexed.histogram import cut_runs
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.indexed.replay import LiveUnits, buckets_consumed, laplace_consumed
 from seqloader.plan.options import Ordering, Uneven
@@ -80,15 +81,15 @@ class Units:
         part: np.ndarray,
         rank_of: np.ndarray,
         per_rank: np.ndarray,
-        k: np.ndarray,
+        cut: Callable[[np.ndarray], tuple[np.ndarray, ...]],
         member_words: tuple[int, ...] = (),
     ) -> Units:
-        """From the sequences per (old rank, bucket) (``per_rank`` int64 ``[W0, N]``) and the
-        buckets' batch sizes ``k``: each old rank's buckets end to end, cut into runs of one
-        batch size (``cut_runs``); ``member_words``: the member streams' key (old rank
-        appended)."""
+        """From the sequences per (old rank, bucket) (``per_rank`` int64 ``[W0, N]``): each old
+        rank's buckets end to end, cut into runs of one batch size by ``cut`` (the planner's
+        ``cut_rows``: ``cut_runs`` by the buckets' batch sizes, ``cut_packed`` by a packed
+        limit); ``member_words``: the member streams' key (old rank appended)."""
         world0, n_buckets = per_rank.shape
-        r, start, count, size = cut_runs(per_rank, np.asarray(k, dtype=np.int64))
+        r, start, count, size = cut(per_rank)
         ends = np.cumsum(per_rank.ravel())  # [W0 * N] each (rank, bucket)'s end, rank by rank
         base = np.concatenate([[0], ends[n_buckets - 1 :: n_buckets]])[r]  # the rank's first
         first = np.searchsorted(ends, base + start, side="right") - r * n_buckets

@@ -73,6 +73,8 @@ class FilesPlanner(Protocol):
 
     def seed_epoch(self, ep: EpochIndex) -> int: ...
 
+    def cut_rows(self, counts: np.ndarray) -> tuple[np.ndarray, ...]: ...
+
 
 class Files:
     """``distribution="files"``: whole files per rank, planned from counts (the module doc)."""
@@ -279,13 +281,13 @@ class Files:
             rank_of = assign_lpt(pieces.frames, world0)
             per_rank = self._piece_rank_counts(pieces, rank_of, world0)
             part = np.arange(len(pieces), dtype=np.int64)
-            units = Units.of(part, rank_of, per_rank, p.k, words)
+            units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
             units = replace(units, pieces=pieces)
         else:
             part = self._part_files(ep)
             rank_of = assign_lpt(self.file_frames[part], world0)  # [f]
             per_rank = _rank_counts(p.index.file_counts, part, rank_of, world0)  # [W0, N]
-            units = Units.of(part, rank_of, per_rank, p.k, words)
+            units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
         self._units_kept = (key, units)
         return units
 

@@ -356,3 +356,115 @@ def row_runs(counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
     ends = np.cumsum(counts)  # each bucket's end in the laid-out row
     top = np.searchsorted(ends, starts + runs - 1, side="right")  # bucket of the run's last
     return runs, size, starts, top.astype(np.int64)
+
+
+def cut_packed(
+    counts: np.ndarray, weights: np.ndarray, budget: int, max_seqs: int | None
+) -> tuple[np.ndarray, ...]:
+    """``cut_runs`` for a limit on a batch's SUM of lengths (``batch_cost="packed"``,
+    ``max_packed_frames``): each row's buckets laid end to end, shortest first, batched greedily
+    by an upper bound of each batch's sum, a member of bucket ``b`` counted at its bucket's
+    longest length (``weights`` int64 ``[N]``, in the limit's units): a batch takes the next
+    sequences while that bound stays within ``budget`` and it holds at most ``max_seqs``. So a
+    batch that reaches into the next bucket keeps what the shorter members left free, where
+    ``cut_runs`` sizes it all at the longer bucket's ``k``, and any sequences of a batch, in any
+    order, fit the limit (what a resumed suffix or a split piece takes is a part of a batch).
+
+    Within a bucket the batches after the first hold ``k_b = min(max_seqs, budget // w_b)``,
+    one run; the batch that a bucket's last members open and the next buckets' first members
+    fill is a run of its own (one batch of its count). -> as ``cut_runs``: (row, start, count,
+    size) of each run, int64 ``[U]`` each, row by row in position order.
+
+    >>> rows, starts, counts, sizes = cut_packed(np.array([[6, 3, 4]]), np.array([2, 3, 5]), 10, None)
+    >>> starts.tolist(), counts.tolist(), sizes.tolist()
+    ([0, 5, 8, 10, 12], [5, 3, 2, 2, 1], [5, 3, 2, 2, 1])
+    """
+    counts = np.asarray(counts, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.int64)
+    n_rows, n_buckets = counts.shape
+    huge = np.iinfo(np.int64).max // 4
+    cap = huge if max_seqs is None else int(max_seqs)
+    pos = np.zeros(n_rows, dtype=np.int64)  # the row's positions so far
+    start = np.zeros(n_rows, dtype=np.int64)  # the open batch's first position
+    held = np.zeros(n_rows, dtype=np.int64)  # the open batch's sequences (0: none open)
+    bound = np.zeros(n_rows, dtype=np.int64)  # the open batch's bound of its sum
+    out: list[tuple[np.ndarray, ...]] = []
+    for b in range(n_buckets):
+        c = counts[:, b]
+        here = np.flatnonzero(c > 0)
+        if not len(here):
+            continue
+        w = int(weights[b])
+        k = min(cap, budget // w) if w > 0 else cap
+        if k < 1:
+            raise ValueError(  # the planner refuses such a sequence by name before
+                f"cut_packed: bucket {b}'s longest length {w} is over the budget {budget}"
+            )
+        h, f, cb = held[here], bound[here], c[here]
+        room = np.minimum((budget - f) // w if w > 0 else huge, cap - h)
+        take = np.where(h > 0, np.minimum(cb, np.maximum(room, 0)), 0)
+        closes = (h > 0) & (take < cb)  # the open batch is full: one batch, a run of its own
+        if closes.any():
+            rows = here[closes]
+            whole = h[closes] + take[closes]
+            out.append((rows, start[rows], whole, whole))
+        stays = (h > 0) & ~closes  # the open batch takes the whole bucket and stays open
+        held[here[stays]] += cb[stays]
+        bound[here[stays]] += cb[stays] * w
+        fresh = ~stays  # the rest of the bucket: full batches of k, then an open batch
+        rows = here[fresh]
+        at = pos[rows] + take[fresh]
+        rest = cb[fresh] - take[fresh]
+        full = (rest // k) * k
+        some = full > 0
+        if some.any():
+            out.append((rows[some], at[some], full[some], np.full(int(some.sum()), k, np.int64)))
+        start[rows] = at + full
+        held[rows] = rest - full
+        bound[rows] = (rest - full) * w
+        pos += c
+    rows = np.flatnonzero(held > 0)
+    out.append((rows, start[rows], held[rows], held[rows]))
+    empty = np.zeros(0, dtype=np.int64)
+    r, s, n, z = (np.concatenate([empty, *(o[i] for o in out)]).astype(np.int64) for i in range(4))
+    by = np.lexsort((s, r))
+    return r[by], s[by], n[by], z[by]
+
+
+#: ``narrow_edges``: the widest a bucket's lengths may span (longest / shortest) where the sum
+#: limit, not ``max_seqs``, bounds its batches
+NARROW_SPAN = 1.1
+
+
+def narrow_edges(
+    values: np.ndarray, edges: np.ndarray, budget: int, max_seqs: int | None
+) -> np.ndarray:
+    """``edges`` (ascending) cut further for ``cut_packed``, which counts each member of a batch
+    at its bucket's longest length: a bucket whose occurring lengths (``values``, ascending)
+    span more than ``NARROW_SPAN`` and whose batches the sum ``budget`` bounds (fewer than
+    ``max_seqs`` of its longest fit) is cut at lengths ``NARROW_SPAN`` apart (each cut at an
+    occurring length, so no bucket is empty). ``batching_edges``' buckets are the runs of one
+    batch size ``k``, about ``1/k`` wide: those of long sequences (``k`` < 10) are wider, up
+    to twice as long at their longest as at their shortest, and a member counted at twice its
+    length wastes what a shorter one would fill.
+
+    >>> narrow_edges(np.array([10, 20, 40, 60, 80, 100]), np.array([60]), 200, None).tolist()
+    [20, 40, 60, 80, 100]
+    """
+    values = np.asarray(values, dtype=np.int64)
+    edges = np.asarray(edges, dtype=np.int64)
+    if not len(values):
+        return edges
+    bucket = np.searchsorted(edges, values, side="right")  # of each occurring length
+    firsts = np.flatnonzero(np.diff(bucket, prepend=-1))
+    lasts = np.append(firsts[1:], len(values)) - 1
+    cuts = []
+    for a, z in zip(values[firsts].tolist(), values[lasts].tolist()):
+        bound = budget // z if z > 0 else budget + 1
+        if a <= 0 or z <= a * NARROW_SPAN or (max_seqs is not None and bound >= max_seqs):
+            continue
+        m = int(np.ceil(np.log(z / a) / np.log(NARROW_SPAN)))
+        want = np.ceil(a * (z / a) ** (np.arange(1, m) / m))  # m pieces of equal span
+        at = np.searchsorted(values, want, side="left")  # the first occurring length >= each
+        cuts.append(values[np.minimum(at, len(values) - 1)])
+    return np.union1d(edges, np.concatenate([edges[:0], *cuts])).astype(np.int64)

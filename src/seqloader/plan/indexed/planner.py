@@ -57,7 +57,13 @@ from seqloader.plan.files import (
 )
 from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.indexed.batch_table import BatchTable, bucket_runs, laplace_bins
-from seqloader.plan.indexed.budget import key_budgets, num_buckets, packed_budget, tighter
+from seqloader.plan.indexed.budget import (
+    key_budgets,
+    num_buckets,
+    packed_budget,
+    sum_budget,
+    tighter,
+)
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.distributions import Distribution, distribution_of
 from seqloader.plan.indexed.files_cut import files_cut
@@ -71,6 +77,8 @@ from seqloader.plan.indexed.fixed import (
 from seqloader.plan.indexed.histogram import (
     BucketIndex,
     batch_sizes,
+    cut_packed,
+    cut_runs,
     row_runs,
     sizes_for_units,
 )
@@ -247,6 +255,8 @@ class IndexedPlanner:
             longest = np.asarray(self.longest, dtype=np.int64)
             self.k = tighter(self.k, sizes_for_units(longest, options.max_seqs, packed))
         self._limit_other_keys(i.lengths, c.limits, i.tags)
+        #: a limit on the sum of lengths alone (``packed``): ``cut_rows`` cuts by that sum
+        self._sum_budget = sum_budget(c.limits)
         if options.mix is not None:
             corpora = mixed_corpora(options.mix, corpora, origin)
             self.mix = self.distribution.make_mix(corpora)
@@ -416,6 +426,18 @@ class IndexedPlanner:
                 )
             fit = sizes_for_units(longest, self.options.max_seqs, budget)
             self.k = tighter(self.k, fit)
+
+    def cut_rows(self, counts: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Each row of ``counts`` (sequences per bucket, int64 ``[R, N]``: per old rank of
+        ``files``) laid end to end and cut into runs of one batch size -> (row, start, count,
+        size) per run (``cut_runs``). Where only a limit on a batch's sum of lengths bounds it
+        (``batch_cost="packed"``, ``max_packed_frames``), by that sum (``cut_packed``: a member
+        counted at its bucket's longest length), so a batch reaching into the next bucket keeps
+        what its shorter members left free."""
+        if self._sum_budget is not None:
+            longest = np.asarray(self.longest, dtype=np.int64)
+            return cut_packed(counts, longest, self._sum_budget, self.options.max_seqs)
+        return cut_runs(counts, np.asarray(self.k, dtype=np.int64))
 
     @property
     def admission(self) -> Admission:
