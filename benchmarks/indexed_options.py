@@ -113,6 +113,17 @@ CASES: dict[str, dict] = {
         }
         for o in ("random", "default", "sorted")
     },
+    # ... chunked: the mix's slots' chunks cut greedily (mix_cuts.chunked_mix_cut)
+    **{
+        f"ordering={o} + mix + chunking 500:250 (3 corpora; 8 ranks)": {
+            "ordering": o,
+            "mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0},
+            "chunking": "500:250",
+            "corpora": 3,
+            "world": 8,
+        }
+        for o in ("random", "default", "sorted")
+    },
     # chunked, subset and filtered fixed and random orders (plan/indexed/fixed_chunks.py): 8 ranks
     **{
         f"ordering={o} + chunking 500:250 (8 ranks)": {
@@ -174,6 +185,7 @@ SMOKE = [
             # chunked over files: random's cut runs the fixed orders' code (files_cut)
             *(f"ordering={o} + chunking 500:250 + files" for o in ("default", "sorted")),
             "ordering=sorted + mix",
+            "ordering=default + mix + chunking",  # plans like random's (chunked_mix_cut)
             "ordering=default + chunking",  # plans like sorted's (fixed_chunks)
             "ordering=default + epoch_wise_filter",  # plans like random's (a filtered part)
             "ordering=sort_bin_shuffle:.100",  # plans like the _x2 one (plan/indexed/sort_bins)

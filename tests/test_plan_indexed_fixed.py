@@ -159,7 +159,10 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
 @pytest.mark.parametrize(
     ("changes", "match"),
     [
-        ({"mix": {"a": 1.0}, "chunking": 50}, "mix with chunking"),
+        (
+            {"distribution": "files", "mix": {"a": 1.0}, "chunking": 50},
+            "mix over files with chunking",
+        ),
         (
             {"ordering": "sort_bin_shuffle:.4", "chunking": 50},
             r"sort_bin_shuffle:.4' with chunking or mix.*planning='global'",

@@ -11,14 +11,18 @@ steps, a rank's share computed alone, determinism, resume chains ``W -> W' -> W'
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts
+from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
 from seqloader.plan.epochs import EpochIndex, batch_limits
+from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.mix import IndexedMix
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.limits import Batcher
@@ -31,7 +35,7 @@ ORDERINGS = ["random", "random:2", "default", "reverse", "sorted", "sorted_rever
 
 
 @st.composite
-def cases(draw: st.DrawFn) -> dict:
+def cases(draw: st.DrawFn, chunked: bool = False) -> dict:
     sizes = draw(st.lists(st.integers(1, 14), min_size=1, max_size=3))
     names = tuple(f"c{i}" for i in range(len(sizes)))
     lengths = np.array(
@@ -47,14 +51,17 @@ def cases(draw: st.DrawFn) -> dict:
         "seed": draw(st.integers(0, 3)),
         "mix": rates,
     }
+    if chunked:  # windows of up to 7 frames: several chunks per sequence, short last ones
+        options["chunking"] = draw(st.sampled_from(["4:2", "5:5", "7:3"]))
+        options["min_chunk_size"] = draw(st.sampled_from([0, 0, 2]))
     bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     worlds = draw(st.lists(st.integers(1, 4), min_size=2, max_size=3))
     return {"lengths": lengths, "corpora": Corpora(names, bounds), "options": options,
             "worlds": worlds}  # fmt: skip
 
 
-def planner(case: dict) -> IndexedPlanner:
-    options = PlanOptions(**case["options"])
+def planner(case: dict, **changes: object) -> IndexedPlanner:
+    options = PlanOptions(**{**case["options"], **changes})
     assert options.resolved_planning == "indexed"
     return IndexedPlanner({"data": case["lengths"]}, options, corpora=case["corpora"])
 
@@ -99,6 +106,46 @@ def test_batches_are_greedy_cuts_of_the_mix_in_the_ordering_and_every_contract_h
     check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=(2,))
 
 
+@settings(max_examples=8, deadline=None)
+@given(cases(chunked=True))
+def test_chunked_batches_cut_the_unchunked_slots_chunks_and_every_contract_holds(
+    case: dict,
+) -> None:
+    """Chunked: on one rank a sub-epoch's slots are the unchunked plan's (the same mix
+    selection in the same order), each expanded into its chunks (consecutive, carrying its
+    corpus epoch), and its bounds the greedy ``Batcher``'s over the chunks' windows (global
+    planning's chunked batches of a mix's slots); the contracts hold on the chain, every chunk
+    once per corpus epoch."""
+    o = PlanOptions(**case["options"])
+    try:
+        indexed = planner(case)
+    except OptionError as refused:  # a corpus whose sequences all lack a chunk: refused alike
+        assert "no admitted sequences" in str(refused)
+        with pytest.raises(OptionError, match="no admitted sequences"):
+            Planner({"data": case["lengths"]}, replace(o, planning="global"),
+                    corpora=case["corpora"])  # fmt: skip
+        return
+    size, step = o.chunking["*"]  # type: ignore[index]
+    limits = batch_limits(o, ["data"], "data")
+    lengths = case["lengths"]
+    for epoch in range(1, o.partition_epoch + 1):
+        b = indexed.global_plan(epoch, 1).batches
+        assert b.uses is not None and b.chunks is not None and b.real.all()
+        window = np.minimum(lengths[b.seqs] - b.chunks * step, size)
+        np.testing.assert_array_equal(b.bounds, Batcher(limits, {"data": lengths}).bounds_of(
+            {"data": window}))  # fmt: skip
+        if o.min_chunk_size:  # sequences without a chunk are filtered: another admission
+            continue
+        whole = planner(case, chunking=None, min_chunk_size=0).global_plan(epoch, 1).batches
+        counts = -(-lengths[whole.seqs] // step)  # a window at every start below the length
+        np.testing.assert_array_equal(b.seqs, np.repeat(whole.seqs, counts))
+        np.testing.assert_array_equal(b.uses, np.repeat(whole.uses, counts))
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        np.testing.assert_array_equal(b.chunks, np.arange(len(b.seqs)) - starts)
+    cut = [0.5, 1][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=(2,))
+
+
 MIX_CUT_CASES: dict[str, dict] = {
     "mix random W3 split": {
         "options": {"ordering": "random", "max_seqs": 6, "max_frames": 1500,
@@ -115,6 +162,16 @@ MIX_CUT_CASES: dict[str, dict] = {
                     "mix": {"b": 0.7}},
         "world": 4,
     },
+    "chunked 90:60 mix random partition 2 W3 split": {
+        "options": {"ordering": "random", "max_seqs": 5, "max_frames": 900, "chunking": "90:60",
+                    "min_chunk_size": 20, "partition_epoch": 2, "mix": {"a": 0.5, "b": 1.5}},
+        "world": 3,
+    },
+    "chunked 120:120 mix sorted W2 pad": {
+        "options": {"ordering": "sorted", "max_frames": 1000, "chunking": "120:120",
+                    "uneven": "pad", "mix": {"a": 2, "c": "1/3"}},
+        "world": 2,
+    },
 }  # fmt: skip
 MIX_CUT_GOLDEN = {
     "mix random W3 split": "76f6faab529df68072e20d3cb5ab69eeddbb3aaff99db9c50dee27dd9ff4e0d8",
@@ -123,6 +180,13 @@ MIX_CUT_GOLDEN = {
     ),
     "mix sorted_reverse W4 pad": (
         "af6abe1728a74b09bc0d3b74d2a4ef022d388c1d28a13e809d6363dc5c72828f"
+    ),
+    # chunked (added with chunking and a mix under indexed planning)
+    "chunked 90:60 mix random partition 2 W3 split": (
+        "f3f42e5665cc2f671dbd28b02abfc3209742b201d141f77b31de3cdd7d4d845b"
+    ),
+    "chunked 120:120 mix sorted W2 pad": (
+        "a87e5c0d92329a55b7d18f61b21105032beaeae933a14ace87cfff542e6b0066"
     ),
 }
 

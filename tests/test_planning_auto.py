@@ -124,6 +124,9 @@ NEWLY_INDEXED = [
     # fixed and random orders with a mix under shard (the mix's sub-epoch cut greedily: mix_cuts)
     {"ordering": "random", "mix": {"a": 0.5, "b": 2}},
     {"ordering": "sorted", "mix": {"b": 1.5}, "partition_epoch": 2},
+    # ... chunked (the mix's slots' chunks cut greedily: mix_cuts.chunked_mix_cut)
+    {"ordering": "random", "mix": {"a": 0.5, "b": 2}, "chunking": "4:2"},
+    {"ordering": "reverse", "mix": {"b": 1.5}, "chunking": "4:2", "partition_epoch": 2},
     {"ordering": "default", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     {"ordering": "random", "chunking": "4:2", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     # fixed and random orders with a mix over files (refused under every planning before: the

@@ -373,12 +373,14 @@ class PlanOptions:
         # greedy cuts of one order: indexed.fixed, indexed.random_order, indexed.sort_bins
         fixed = kind in ("default", "reverse", "sorted", "sorted_reverse", "random")
         sort_bins = kind in ("sort_bin_shuffle", "sort_bin_shuffle_x2")
+        mixed_chunks = self.mix is not None and self.chunking is not None
         unsupported = [
             (
-                fixed and (self.mix is not None and self.chunking is not None),
-                f"ordering={self.ordering!r} with mix with chunking (a fixed or random order's "
-                "greedy cuts are made for the whole admitted corpus, sharded, a mix's "
-                "sub-epoch, each rank's files' sequences and their chunks, or mix pieces' slots)",
+                fixed and mixed_chunks and self.distribution == "files",
+                f"ordering={self.ordering!r} with mix over files with chunking (a fixed or "
+                "random order's greedy cuts over files are made of each rank's mix pieces' "
+                "slots, not of their chunks); use distribution='shard' with it, or a "
+                "laplace:.N or buckets:N ordering over files",
             ),
             (
                 sort_bins
@@ -392,7 +394,7 @@ class PlanOptions:
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
             (
-                self.chunking is not None and self.mix is not None and self.distribution != "files",
+                not fixed and mixed_chunks and self.distribution != "files",
                 "chunking with mix under distribution='shard' (a chunked sub-epoch takes a "
                 "slice of every chunk bucket, not whole sequences for corpus epochs to count; "
                 "with distribution='files' a mix plans its slots' chunks and takes chunking)",

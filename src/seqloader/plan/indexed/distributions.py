@@ -41,7 +41,7 @@ from seqloader.plan.indexed.files_cut import CutFiles, FilesCutPlanner, files_cu
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.files_mix_cut import MixCutFiles
 from seqloader.plan.indexed.fixed import BoundsTable
-from seqloader.plan.indexed.mix_kind import MixKind, ShardMix
+from seqloader.plan.indexed.mix_kind import MixKind, shard_mix
 from seqloader.plan.indexed.plan import Draw, IndexedPlan, RankwisePlan
 from seqloader.plan.mix import Corpora
 from seqloader.plan.seeding import PURPOSE_INDEXED_RANK
@@ -163,10 +163,10 @@ class _Table:
 
     def make_mix(self, corpora: Corpora) -> MixKind:
         """Per (corpus, bucket) streams (``IndexedMix``), with the fixed and random orders' cuts
-        (``ShardMix``)."""
+        (``ShardMix``; chunked, of the slots' chunks: ``shard_mix``)."""
         p = self.planner
         assert p.options.mix is not None
-        return ShardMix(p.options.seed, p.options.mix, corpora, p.index, p.lengths, p.admitted_mask)
+        return shard_mix(p.options.seed, p.options.mix, corpora, p.corpus)
 
     def corpus_counts(self, epoch: int) -> np.ndarray:
         return self.planner.table_corpus_counts(epoch)

@@ -243,7 +243,9 @@ class ChunkedFixedDraw:
     ``p``-th chunk from the batch's first (``firsts[g]``), the part's sequences expanded from
     there, as a code ``sequence * stride + chunk`` (``ChunkBuckets.split`` reads it): a batch of
     ``k`` chunks spans at most ``k`` sequences, and no further than the next batch's first
-    chunk (``firsts`` holds one past the last batch), so a rank expands only its batches' own."""
+    chunk (``firsts`` holds one past the last batch), so a rank expands only its batches' own.
+    ``uses``: with a mix, the corpus epoch of the slot at each position of the order, which
+    every chunk of the slot carries (``mix_cuts.chunked_mix_cut``)."""
 
     def __init__(
         self,
@@ -253,14 +255,16 @@ class ChunkedFixedDraw:
         size: int,
         chunking: Chunking,
         stride: int,
+        uses: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> None:
         self.order, self.firsts, self.lo, self.size = order, firsts, lo, size
-        self.chunking, self.stride = chunking, stride
+        self.chunking, self.stride, self.uses = chunking, stride, uses
 
-    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         pos = np.asarray(pos, dtype=np.int64)
         if not len(pos):
-            return np.zeros(0, dtype=np.int64), None
+            none = None if self.uses is None else self.uses(pos)
+            return np.zeros(0, dtype=np.int64), none
         batches, inverse = np.unique(np.asarray(bucket, dtype=np.int64), return_inverse=True)
         width = np.zeros(len(batches), dtype=np.int64)
         np.maximum.at(width, inverse, pos + 1)
@@ -269,7 +273,8 @@ class ChunkedFixedDraw:
         # the sequences the batch reaches: to the next batch's first chunk (its sequence too
         # when that chunk is not the sequence's first), no more than its asked chunks
         width = np.minimum(width, s1 - s0 + (c1 > 0))
-        seqs = self.order(self.lo + ranges(s0, s0 + width))
+        at_pos = self.lo + ranges(s0, s0 + width)
+        seqs = self.order(at_pos)
         per = self.chunking.counts(seqs)
         head = np.cumsum(width) - width  # each window's first sequence
         per[head] -= c0
@@ -278,4 +283,5 @@ class ChunkedFixedDraw:
         target = begins[head][inverse] + pos
         at = np.searchsorted(ends, target, side="right")
         chunk = target - begins[at] + np.where(at == head[inverse], c0[inverse], 0)
-        return seqs[at] * self.stride + chunk, None
+        uses = None if self.uses is None else self.uses(at_pos)[at]
+        return seqs[at] * self.stride + chunk, uses

@@ -199,7 +199,7 @@ class IndexedMix:
         """The slots of sub-epoch ``ep`` per bucket position (``draw``)."""
         return self.draw(ep.full_epoch, ep.part, parts)
 
-    def listed_slots(self, ep: EpochIndex, parts: int) -> None:
+    def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray] | None:
         """None: a sub-epoch's slots are listed from the plan's batches (the keyed order of a
         bucket's slots is the plan's)."""
         return None

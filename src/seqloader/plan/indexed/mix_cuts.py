@@ -17,17 +17,24 @@ indexed shard plan (``BoundsTable``: one batch a row).
   sub-epoch takes only part of is a random subset of the corpus, so its place in that order
   needs the subset sorted: every rank lists the sub-epoch's slots (O(slots) time and memory,
   12 bytes a slot, kept for the sub-epoch).
+
+Chunked (``chunked_mix_cut``): the same slots in the same order, each expanded into its chunks
+(consecutive, each carrying the slot's corpus epoch) and the chunks cut greedily by their windows
+(``fixed_chunks.cut_chunk_positions``): global planning's chunked batches of a mix's slots
+(``chunked_batches`` with ``uses``). A rank draws only its own batches' chunks
+(``ChunkedFixedDraw``); the cut costs what the unchunked one costs, per chunk.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.bijection import evaluate_many
 from seqloader.plan.indexed.fixed import BoundsTable, cut_positions
+from seqloader.plan.indexed.fixed_chunks import ChunkedFixedDraw, Chunking, cut_chunk_positions
 from seqloader.plan.indexed.mix import IndexedMix, MixDraw
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.limits import Batcher
@@ -68,6 +75,66 @@ class ListedDraw:
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         at = np.asarray(self.bounds[np.asarray(bucket, dtype=np.int64)], np.int64) + pos
         return self.seqs[at], self.uses[at]
+
+
+class MixOrder:
+    """``random`` with a mix: position ``p`` of the sub-epoch's keyed order of its slots
+    (``MixDraw``, one bucket) -> its sequence (called) and corpus epoch (``uses``, the same
+    positions asked right after: the draw is evaluated once for both)."""
+
+    def __init__(self, draw: MixDraw) -> None:
+        self.draw = draw
+        self._last: tuple[np.ndarray, np.ndarray] | None = None
+
+    def __call__(self, pos: np.ndarray) -> np.ndarray:
+        seqs, uses = self.draw.slots(np.zeros(len(pos), dtype=np.int64), pos)
+        self._last = (pos, uses)
+        return seqs
+
+    def uses(self, pos: np.ndarray) -> np.ndarray:
+        last = self._last
+        if last is not None and last[0] is pos:
+            return last[1]
+        return self.draw.slots(np.zeros(len(pos), dtype=np.int64), pos)[1]
+
+
+class ListedUses:
+    """A fixed ordering with a mix, listed: position ``p``'s corpus epoch."""
+
+    def __init__(self, uses: np.ndarray) -> None:
+        self.listed = uses
+
+    def __call__(self, pos: np.ndarray) -> np.ndarray:
+        return self.listed[np.asarray(pos, dtype=np.int64)]
+
+
+def chunked_mix_cut(
+    order: Callable[[np.ndarray], np.ndarray],
+    uses: Callable[[np.ndarray], np.ndarray],
+    size: int,
+    batcher: Batcher,
+    chunking: Chunking,
+    stride: int,
+    block: int,
+) -> tuple[BoundsTable, ChunkedFixedDraw]:
+    """Chunked: the ``size`` slots of ``order`` (positions -> sequences; ``uses``: their corpus
+    epochs) expanded into their chunks and cut greedily by the windows -> (batch table in
+    chunks, draw of coded chunks with their corpus epochs).
+
+    >>> from seqloader.plan.indexed.fixed import ListedOrder, cut_batcher
+    >>> from seqloader.plan.cost import BatchCost
+    >>> from seqloader.plan.limits import BatchLimits
+    >>> limits = BatchLimits.of(None, 4, None, BatchCost.parse("frames"), ["x"], "x")
+    >>> ch = Chunking({"x": np.array([5, 2])}, "x", (2, 2, 0), {"x": (2, 2)})
+    >>> seqs, used = np.array([1, 0, 1]), np.array([0, 0, 1])  # sequence 1 twice
+    >>> table, draw = chunked_mix_cut(ListedOrder(seqs), ListedUses(used), 3,
+    ...                               cut_batcher(limits), ch, 4, 3)
+    >>> codes, uses = draw.slots(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 0, 1, 0]))
+    >>> table.bounds.tolist(), (codes // 4).tolist(), (codes % 4).tolist(), uses.tolist()
+    ([0, 2, 4, 5], [1, 0, 0, 0, 1], [0, 0, 1, 2, 0], [0, 0, 0, 0, 1])
+    """
+    bounds, firsts = cut_chunk_positions(order, 0, size, batcher, chunking, stride, block)
+    return BoundsTable(bounds), ChunkedFixedDraw(order, firsts, 0, size, chunking, stride, uses)
 
 
 def mix_cuts(
@@ -131,9 +198,7 @@ def mix_fixed_cuts(
     >>> draw.seqs.tolist(), draw.uses.tolist(), table.bounds.tolist()
     ([0, 1, 2, 3, 4, 4, 5, 5, 6, 6], [0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [0, 4, 8, 10])
     """
-    lo, count = mix.part(ep.full_epoch, ep.part, parts)  # [N, C] each
-    seqs, uses = part_slots(mix, lo, count)
-    seqs, uses = _in_order(seqs, uses, ordering, np.asarray(lengths[length_key]))
+    seqs, uses = listed_part(mix, ep, parts, ordering, np.asarray(lengths[length_key]))
 
     def at(p: np.ndarray) -> np.ndarray:
         return seqs[p]
@@ -142,6 +207,16 @@ def mix_fixed_cuts(
         at, 0, len(seqs), batcher, lengths, max(len(seqs), 1)
     )  # listed: one block
     return BoundsTable(bounds), ListedDraw(seqs, uses, bounds)
+
+
+def listed_part(
+    mix: IndexedMix, ep: EpochIndex, parts: int, ordering: Ordering, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sub-epoch ``ep``'s slots listed in a fixed ``ordering`` (sorted kinds: by ``lengths``)
+    -> (sequences, corpus epochs)."""
+    lo, count = mix.part(ep.full_epoch, ep.part, parts)  # [N, C] each
+    seqs, uses = part_slots(mix, lo, count)
+    return _in_order(seqs, uses, ordering, lengths)
 
 
 def _in_order(

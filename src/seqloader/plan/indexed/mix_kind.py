@@ -1,7 +1,8 @@
 """What the indexed planner asks a mix over its units (``MixKind``), so that it holds no test of
 the mix's kind: ``IndexedMix`` (per (corpus, bucket) streams: the shard distribution) plans from
 per-bucket counts and draws, and ``ShardMix`` adds the fixed and random orders' cuts of its slots
-(``mix_cuts``, which is built on ``IndexedMix``: hence a class of its own); ``FilesMix`` (file
+(``mix_cuts``, which is built on ``IndexedMix``: hence a class of its own; chunked,
+``ChunkedShardMix`` cuts the slots' chunks; ``shard_mix`` picks one); ``FilesMix`` (file
 pieces: ``distribution="files"``) lists its slots from the pieces, and leaves the bucket counts,
 draws and cuts to the files distribution.
 """
@@ -9,18 +10,33 @@ draws and cuts to the files distribution.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Protocol
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
-from seqloader.plan.indexed.fixed import BoundsTable
+from seqloader.plan.indexed.fixed import BoundsTable, ListedOrder
+from seqloader.plan.indexed.fixed_chunks import Chunking
+from seqloader.plan.indexed.histogram import build_bucket_index
 from seqloader.plan.indexed.mix import IndexedMix
-from seqloader.plan.indexed.mix_cuts import mix_cuts, mix_fixed_cuts
+from seqloader.plan.indexed.mix_cuts import (
+    MIX_BLOCK,
+    ListedUses,
+    MixOrder,
+    chunked_mix_cut,
+    listed_part,
+    mix_cuts,
+    mix_fixed_cuts,
+)
 from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
-from seqloader.plan.mix import CorpusProgress, EpochMix
+from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
 from seqloader.plan.options import Ordering
+
+if TYPE_CHECKING:
+    from seqloader.plan.indexed.corpus import AdmittedCorpus
 
 #: a sub-epoch's greedy batch table and its draw
 Cut = tuple[BoundsTable, Draw]
@@ -96,3 +112,72 @@ class ShardMix(IndexedMix):
     ) -> Cut:  # fmt: skip
         """A fixed ordering: the slots listed and cut (``mix_fixed_cuts``)."""
         return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, length_key)
+
+
+@dataclass(frozen=True)
+class MixChunks:
+    """How a chunked mix's slots expand (``fixed_chunks.Chunking``, the chunk code ``stride``)
+    and the ordering they are listed in."""
+
+    chunking: Chunking
+    stride: int
+    ordering: Ordering
+
+
+class ChunkedShardMix(ShardMix):
+    """Chunked, with the fixed and random orders: the slots ``ShardMix`` cuts, in the same order,
+    each expanded into its chunks and the chunks cut by their windows (``chunked_mix_cut``).
+    ``args``: ``IndexedMix``'s, its index the one the unchunked plan's mix streams over
+    (``shard_mix``), so a chunked mix selects the sequences the unchunked one does."""
+
+    def __init__(self, chunks: MixChunks, *args: Any) -> None:
+        super().__init__(*args)
+        self.chunks = chunks
+
+    def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sub-epoch's slots (one per (sequence, corpus epoch), not per chunk) in the
+        ordering, as the unchunked plan lists them (O(slots): for checks)."""
+        ordering = self.chunks.ordering
+        if ordering.kind != "random":
+            return listed_part(self, ep, parts, ordering, np.asarray(self._lengths))
+        draw = self.draw(ep.full_epoch, ep.part, parts)
+        size = int(draw.cum[:, -1].sum())
+        return draw.slots(np.zeros(size, dtype=np.int64), np.arange(size, dtype=np.int64))
+
+    def random_cut(
+        self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+    ) -> Cut:
+        """``random``: the slots' keyed order, their chunks cut in blocks."""
+        draw = self.draw(ep.full_epoch, ep.part, parts)
+        order, size, c = MixOrder(draw), int(draw.cum[:, -1].sum()), self.chunks
+        return chunked_mix_cut(order, order.uses, size, batcher, c.chunking, c.stride, MIX_BLOCK)
+
+    def fixed_cut(
+        self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
+        lengths: Mapping[str, np.ndarray], length_key: str,
+    ) -> Cut:  # fmt: skip
+        """A fixed ordering: the slots listed in the ordering, their chunks cut at once."""
+        seqs, uses = listed_part(self, ep, parts, ordering, np.asarray(lengths[length_key]))
+        size, c = len(seqs), self.chunks
+        order, used = ListedOrder(seqs), ListedUses(uses)
+        return chunked_mix_cut(order, used, size, batcher, c.chunking, c.stride, max(size, 1))
+
+
+def shard_mix(
+    seed: int,
+    mix: Mapping[str, float | Fraction | str],
+    corpora: Corpora,
+    corpus: AdmittedCorpus,
+) -> ShardMix:
+    """The mix of a sharded indexed plan over ``corpus``: ``ShardMix`` over the planner's index;
+    chunked with a fixed or random ordering ``ChunkedShardMix``, streaming over the index the
+    unchunked plan's mix streams over (``sorted``/``sorted_reverse``: one bucket per admitted
+    length, the chunked plans' length classes; the others one bucket of the admitted sequences,
+    built here: O(n) once per planner, as a node stores none for chunked plans)."""
+    index, lengths, mask = corpus.index, corpus.lengths, corpus.mask
+    if corpus.units is None or not (corpus.fixed or corpus.random):
+        return ShardMix(seed, mix, corpora, index, lengths, mask)
+    if corpus.options.parsed_ordering.kind not in ("sorted", "sorted_reverse"):
+        index = build_bucket_index(lengths, np.zeros(0, dtype=np.int64), mask)
+    chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, corpus.options.parsed_ordering)
+    return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, mask)
