@@ -163,6 +163,15 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
             {"distribution": "files", "mix": {"a": 1.0}, "chunking": 50},
             "mix over files with chunking",
         ),
+        (  # MixCutFiles cuts the pieces' slots, not their chunks: refused, not chunking ignored
+            {
+                "ordering": "sort_bin_shuffle:.4",
+                "distribution": "files",
+                "mix": {"a": 1.0},
+                "chunking": 50,
+            },
+            r"sort_bin_shuffle:.4' with mix over files with chunking",
+        ),
         (
             {"ordering": "sort_bin_shuffle:.4", "chunking": 50},
             r"sort_bin_shuffle:.4' with chunking or mix.*planning='global'",

@@ -376,11 +376,11 @@ class PlanOptions:
         mixed_chunks = self.mix is not None and self.chunking is not None
         unsupported = [
             (
-                fixed and mixed_chunks and self.distribution == "files",
-                f"ordering={self.ordering!r} with mix over files with chunking (a fixed or "
-                "random order's greedy cuts over files are made of each rank's mix pieces' "
-                "slots, not of their chunks); use distribution='shard' with it, or a "
-                "laplace:.N or buckets:N ordering over files",
+                (fixed or sort_bins) and mixed_chunks and self.distribution == "files",
+                f"ordering={self.ordering!r} with mix over files with chunking (a fixed, "
+                "random or sort_bin_shuffle order's greedy cuts over files are made of each "
+                "rank's mix pieces' slots, not of their chunks); use a laplace:.N or buckets:N "
+                "ordering over files, or distribution='shard' with a fixed or random ordering",
             ),
             (
                 sort_bins
