@@ -161,7 +161,7 @@ CASES: dict[str, dict] = {
     # (plan/indexed/files_mix_cut.py); global planning plans no mix over files: against its
     # sharded mix ("global": the options its run takes instead)
     **{
-        f"ordering={o} + mix + files (1026 files, 3 corpora; 8 ranks)": {
+        f"ordering={o} + mix + files (1026 files; 3 corpora; 8 ranks)": {
             "ordering": o,
             "mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0},
             "corpora": 3,

@@ -228,7 +228,7 @@ def evaluate_many(
     vectorised pass -> uint64, bit for bit the one-bijection answers. Thousands of small
     bijections (a stream per length and corpus) cost one pass, not one numpy pass each; a
     bijection with ``big`` positions or more runs alone on its own (scalar) keys, which saves
-    the per-position gathers of the keys.
+    the per-position gathers of the keys (``Bijections``, made for one call).
 
     >>> x, which = np.array([3, 0, 7, 1]), np.array([0, 1, 1, 0])
     >>> got = evaluate_many([5, 9], [(1, 2), (3,)], which, x)
@@ -236,32 +236,54 @@ def evaluate_many(
     ...                  Bijection(9, (3,)).one(7), Bijection(5, (1, 2)).one(1)]
     True
     """
-    which = np.asarray(which, dtype=np.int64)
-    x = np.asarray(x, dtype=np.uint64)
-    if len(sizes) > 1 and len(x) >= big:
-        alone = np.flatnonzero(np.bincount(which, minlength=len(sizes)) >= big)
-        if len(alone):
-            y = np.empty(len(x), dtype=np.uint64)
-            rest = np.ones(len(x), dtype=bool)
-            for g in alone.tolist():
-                sel = np.flatnonzero(which == g)
-                y[sel] = Bijection(sizes[g], words[g])(x.take(sel))
-                rest[sel] = False
-            left = np.flatnonzero(rest)
-            y[left] = evaluate_many(sizes, words, which.take(left), x.take(left), len(x) + 1)
-            return y
-    m = np.array([int(s) for s in sizes], dtype=np.uint64)
-    bits = np.array([max(2, (max(int(s), 2) - 1).bit_length()) for s in sizes], dtype=np.uint64)
-    half = (bits + np.uint64(1)) // np.uint64(2)
-    mask = (np.uint64(1) << half) - np.uint64(1)
-    keys = np.ascontiguousarray(round_keys_many(words).T)  # [ROUNDS, groups]
-    y = _encrypt_many(x, half, mask, keys, which)
-    outside = np.flatnonzero(y >= m.take(which))
-    while len(outside):  # cycle-walking, as in Bijection.__call__
-        g = which.take(outside)
-        y[outside] = _encrypt_many(y.take(outside), half, mask, keys, g)
-        outside = outside[y.take(outside) >= m.take(g)]
-    return y
+    return Bijections(sizes, words)(which, x, big)
+
+
+class Bijections:
+    """A family of keyed bijections ``Bijection(sizes[g], words[g])`` evaluated together, their
+    round keys derived once (``round_keys_many``): for callers that ask the same family block
+    after block (``evaluate_many`` is one call of one).
+
+    >>> family = Bijections([5, 9], [(1, 2), (3,)])
+    >>> family(np.array([1, 0]), np.array([7, 3])).tolist() == [Bijection(9, (3,)).one(7),
+    ...                                                         Bijection(5, (1, 2)).one(3)]
+    True
+    """
+
+    def __init__(self, sizes: Sequence[int], words: Sequence[Sequence[int]]) -> None:
+        self.sizes = [int(s) for s in sizes]
+        self.words = words
+        self._m = np.array(self.sizes, dtype=np.uint64)
+        bits = np.array([max(2, (max(s, 2) - 1).bit_length()) for s in self.sizes], np.uint64)
+        self._half = (bits + np.uint64(1)) // np.uint64(2)
+        self._mask = (np.uint64(1) << self._half) - np.uint64(1)
+        self._keys = np.ascontiguousarray(round_keys_many(words).T)  # [ROUNDS, groups]
+
+    def __call__(self, which: np.ndarray, x: np.ndarray, big: int = BIG) -> np.ndarray:
+        """``Bijection(sizes[g], words[g])(x[i])`` with ``g = which[i]`` -> uint64."""
+        which = np.asarray(which, dtype=np.int64)
+        x = np.asarray(x, dtype=np.uint64)
+        sizes = self.sizes
+        if len(sizes) > 1 and len(x) >= big:
+            alone = np.flatnonzero(np.bincount(which, minlength=len(sizes)) >= big)
+            if len(alone):
+                y = np.empty(len(x), dtype=np.uint64)
+                rest = np.ones(len(x), dtype=bool)
+                for g in alone.tolist():
+                    sel = np.flatnonzero(which == g)
+                    y[sel] = Bijection(sizes[g], self.words[g])(x.take(sel))
+                    rest[sel] = False
+                left = np.flatnonzero(rest)
+                y[left] = self(which.take(left), x.take(left), len(x) + 1)
+                return y
+        half, mask, keys = self._half, self._mask, self._keys
+        y = _encrypt_many(x, half, mask, keys, which)
+        outside = np.flatnonzero(y >= self._m.take(which))
+        while len(outside):  # cycle-walking, as in Bijection.__call__
+            g = which.take(outside)
+            y[outside] = _encrypt_many(y.take(outside), half, mask, keys, g)
+            outside = outside[y.take(outside) >= self._m.take(g)]
+        return y
 
 
 def _encrypt_many(

@@ -26,12 +26,14 @@ sub-epoch part (memory: a block of positions, the bins and the part's batch boun
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from seqloader.plan.bucket_index import BucketIndex
-from seqloader.plan.indexed.bijection import evaluate_many
+from seqloader.plan.indexed.bijection import Bijections, evaluate_many
+from seqloader.plan.indexed.plan import _windows_of
 from seqloader.plan.indexed.random_order import RandomOrder
 from seqloader.plan.options import Ordering
 from seqloader.plan.seeding import rng_for
@@ -92,30 +94,58 @@ class SortBinsOrder:
         sizes = np.diff(self._bin_starts)[self._emit]  # [bins] in emission order
         self._out_starts = np.cumsum(sizes) - sizes  # [bins] each emitted bin's first position
         self._within = ordering.kind.endswith("_x2")
+        sizes = np.diff(self._starts)
+        ties = [(*self.words, _TIES, b) for b in range(len(sizes))]  # one per length bucket
+        self._ties = Bijections(sizes.tolist(), ties)  # their round keys derived once
 
     def __call__(self, pos: np.ndarray) -> np.ndarray:
         """Sequence indices at positions ``pos`` of the full epoch's order -> int64."""
+        q = self.sorted_positions(pos)  # the positions in the sorted order
+        bucket = np.searchsorted(self._starts, q, side="right") - 1
+        u = self._ties(bucket, q - self._starts[bucket]).astype(np.int64)
+        return np.asarray(self.index.members[self._starts[bucket] + u], dtype=np.int64)
+
+    def sorted_positions(self, pos: np.ndarray) -> np.ndarray:
+        """Where positions ``pos`` of the full epoch's order are in the length-sorted order
+        (its bins, emitted and, ``_x2``, shuffled) -> int64: what their lengths depend on."""
         pos = np.asarray(pos, dtype=np.int64)
         if not len(pos):
             return np.zeros(0, dtype=np.int64)
         slot = np.searchsorted(self._out_starts, pos, side="right") - 1  # empty bins: skipped
         b = self._emit[slot]
         t = pos - self._out_starts[slot]
-        if self._within:  # _x2: a keyed shuffle of each bin
-            sizes = np.diff(self._bin_starts)
-            t = _keyed(sizes, b, t, (*self.words, _WITHIN))
-        q = self._bin_starts[b] + t  # the position in the sorted order
-        bucket = np.searchsorted(self._starts, q, side="right") - 1
-        u = _keyed(np.diff(self._starts), bucket, q - self._starts[bucket], (*self.words, _TIES))
-        return np.asarray(self.index.members[self._starts[bucket] + u], dtype=np.int64)
+        if self._within:  # _x2: a keyed shuffle of each bin, the bins asked keyed at once
+            groups, which = _windows_of(slot, len(self._emit))
+            bins = self._emit[groups]
+            sizes = np.diff(self._bin_starts)[bins].tolist()
+            keys = [(*self.words, _WITHIN, g) for g in bins.tolist()]
+            t = evaluate_many(sizes, keys, which, t).astype(np.int64)
+        return self._bin_starts[b] + t
+
+    def sorted_lengths(self, q: np.ndarray) -> np.ndarray:
+        """The length of the sequences at positions ``q`` of the sorted order (one length per
+        bucket of the index) -> int64."""
+        bucket = np.searchsorted(self._starts, np.asarray(q, dtype=np.int64), side="right") - 1
+        return np.asarray(self.index.longest, dtype=np.int64)[bucket]
 
 
-def _keyed(
-    sizes: np.ndarray, group: np.ndarray, x: np.ndarray, words: tuple[int, ...]
-) -> np.ndarray:
-    """``Bijection(sizes[g], (*words, g))(x)`` for every (``g = group[i]``, ``x[i]``) -> int64:
-    one vectorised pass over the groups asked (``evaluate_many``)."""
-    groups, which = np.unique(group, return_inverse=True)
-    keys = [(*words, int(g)) for g in groups.tolist()]
-    got = evaluate_many(sizes[groups].tolist(), keys, which.reshape(-1), x)
-    return got.astype(np.int64)
+class _ByPosition:
+    """The length key's lengths by sorted position (``lengths[q]``), for a greedy cut."""
+
+    def __init__(self, order: SortBinsOrder) -> None:
+        self.order = order
+
+    def __getitem__(self, q: np.ndarray) -> np.ndarray:
+        return self.order.sorted_lengths(q)
+
+
+def cut_view(
+    order: Callable[[np.ndarray], np.ndarray], keys: Sequence[str], lengths: Mapping[str, Any]
+) -> tuple[Callable[[np.ndarray], np.ndarray], Mapping[str, Any]]:
+    """What a greedy cut of ``order`` reads (positions -> what ``lengths`` is indexed by): a
+    ``SortBinsOrder`` cut by the length key alone (``keys``: the batcher's) reads its positions
+    in the sorted order and the length there, not its sequences (the cut depends only on the
+    lengths: the same bounds, without the ties' draws); any other order as it is."""
+    if isinstance(order, SortBinsOrder) and len(keys) == 1:
+        return order.sorted_positions, {keys[0]: _ByPosition(order)}
+    return order, lengths

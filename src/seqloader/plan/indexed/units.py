@@ -34,6 +34,7 @@ from seqloader.plan.indexed.fixed_chunks import (
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.plan import Draw, MemberDraw
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
+from seqloader.plan.indexed.sort_bins import cut_view
 from seqloader.plan.limits import Batcher
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.seeding import PURPOSE_INDEXED_MEMBERS, PURPOSE_INDEXED_PARTS, rng_for
@@ -219,7 +220,8 @@ class PlannedSequences:
     def greedy_cut(
         self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
     ) -> tuple[BoundsTable, Draw]:
-        bounds = cut_positions(order, lo, hi, batcher, lengths, RANDOM_BLOCK)
+        cut_order, cut_lengths = cut_view(order, batcher.keys, lengths)  # sort_bins: by length
+        bounds = cut_positions(cut_order, lo, hi, batcher, cut_lengths, RANDOM_BLOCK)
         return BoundsTable(bounds), FixedDraw(order, bounds, lo)
 
 
