@@ -51,6 +51,31 @@ def test_batching_edges_cut_where_the_batch_size_changes(lengths, max_seqs, budg
         assert extra < 0.5 * runs
 
 
+def greedy_runs(row: list[int], sizes: list[int]) -> list[tuple[int, int, int]]:
+    """``cut_runs`` of one row as a person cuts it, bucket by bucket with plain integers ->
+    (start, count, size) of each run. The open run keeps its batch size while the buckets'
+    size stays; where it falls, the open batch moves into the new run when it fits the new
+    size, else closes short; where it rises, the open batch first fills from the bucket at its
+    size (0: unbounded, one batch)."""
+    huge = 2**62
+    out, pos, start, size = [], 0, 0, 0  # size 0: no run open yet
+    for c, k in zip(row, sizes):
+        k = k or huge
+        if c and size and k != size:
+            held = (pos - start) % size  # the open batch's fill
+            if k < size:
+                end = pos - held if held <= k else pos
+            else:
+                end = pos + (min(size - held, c) if held else 0)
+            out.append((start, end - start, size))
+            start = end
+        if c:
+            size = k
+        pos += c
+    out.append((start, pos - start, size))
+    return [(a, n, s if s < huge else max(n, 1)) for a, n, s in out if n > 0]
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     counts=st.lists(st.lists(st.integers(0, 40), min_size=6, max_size=6), min_size=1, max_size=4),
@@ -62,10 +87,13 @@ def test_cut_runs_cover_each_row_in_valid_batches_with_fewer_short_ones(counts, 
     run's last one possibly fewer) holds no more than the smallest size of the buckets its
     members come from (0: unbounded), so it fits whatever it draws; and a row never has more
     batches than batching each bucket alone, and with sizes falling along the buckets (as
-    lengths rise) at most one short batch per fall below a batch's fill, plus its last."""
+    lengths rise) at most one short batch per fall below a batch's fill, plus its last; and the
+    runs are those of a plain greedy walk along each row (``greedy_runs``)."""
     grid = np.asarray(counts, dtype=np.int64)
     sizes = np.asarray(sorted(caps, reverse=True) if falling else caps, dtype=np.int64)
     rows, starts, runs, size = cut_runs(grid, sizes)
+    walked = [(r, *run) for r, row in enumerate(counts) for run in greedy_runs(row, sizes.tolist())]
+    assert list(zip(rows.tolist(), starts.tolist(), runs.tolist(), size.tolist())) == walked
     assert (runs > 0).all() and (size > 0).all()
     cap = np.where(sizes > 0, sizes, 10**9)
     for r, row in enumerate(grid):

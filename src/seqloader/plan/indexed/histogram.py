@@ -234,45 +234,56 @@ def cut_runs(counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
     >>> starts.tolist(), counts.tolist(), sizes.tolist()
     ([0, 8], [8, 4], [4, 2])
     """
-    n_rows, n_buckets = counts.shape
+    n_buckets = counts.shape[1]
+    if n_buckets == 0:
+        return tuple(np.zeros(0, dtype=np.int64) for _ in range(4))
     huge = np.iinfo(np.int64).max
-    caps = np.where(sizes > 0, sizes, huge).tolist()
-    pos = np.zeros(n_rows, dtype=np.int64)  # the row's positions so far
-    start = np.zeros(n_rows, dtype=np.int64)  # the open run's first position
-    size = np.zeros(n_rows, dtype=np.int64)  # the open run's batch size, 0: none open
-    out: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def close(rows: np.ndarray, end: np.ndarray) -> None:
-        keep = end[rows] > start[rows]
-        rows = rows[keep]
-        out.append((rows, start[rows].copy(), end[rows] - start[rows], size[rows].copy()))
-
-    for b in range(n_buckets):
-        c = counts[:, b]
-        cap = caps[b]
-        here = c > 0
-        opened = here & (size == 0)
-        start[opened], size[opened] = pos[opened], cap
-        falls = np.flatnonzero(here & (size > cap))
-        rises = np.flatnonzero(here & (size > 0) & (size < cap))
-        if len(rises):  # the open batch fills at its size, then the larger size runs on
-            held = (pos[rises] - start[rises]) % size[rises]
-            end = pos.copy()
-            end[rises] += np.where(held > 0, np.minimum(size[rises] - held, c[rises]), 0)
-            close(rises, end)
-            start[rises], size[rises] = end[rises], cap
-        if len(falls):
-            held = (pos[falls] - start[falls]) % size[falls]  # the open batch's fill
-            end = pos.copy()
-            end[falls] -= np.where(held <= cap, held, 0)  # a batch that fits moves along
-            close(falls, end)
-            start[falls], size[falls] = end[falls], cap
-        pos += c
-    close(np.flatnonzero(size > 0), pos)
-    rows, starts, runs, size = (np.concatenate([o[i] for o in out]) for i in range(4))
-    by = np.lexsort((starts, rows))
+    caps = np.where(sizes > 0, sizes, huge).astype(np.int64)
+    counts = np.asarray(counts, dtype=np.int64)
+    last = np.where(counts > 0, np.arange(n_buckets), -1)
+    np.maximum.accumulate(last, axis=1, out=last)  # each row's last non-empty bucket so far
+    was = caps[last[:, :-1]]  # [R, N - 1] the open run's size before buckets 1.. (if one is open)
+    # where the open run's size changes: a non-empty bucket after another of another size
+    moves = (counts[:, 1:] > 0) & (last[:, :-1] >= 0) & (was != caps[1:])
+    at = np.flatnonzero(moves.any(axis=0))  # the buckets (less one) where some row's changes
+    pos = np.cumsum(counts, axis=1)[:, at]  # [R, M] each changing bucket's first position
+    moves, was = moves[:, at], was[:, at]
+    first, end, start = _changes(moves, pos, was, caps[1:][at], counts[:, 1:][:, at])
+    tail = last[:, -1]  # each row's last non-empty bucket
+    # the runs the changes close, then each row's last one: row by row, in position order
+    closed = np.flatnonzero(np.column_stack([moves, tail >= 0]))  # [U] row by row, in order
+    starts = np.column_stack([first, start]).ravel()[closed]
+    runs = np.column_stack([end, counts.sum(axis=1)]).ravel()[closed] - starts
+    size = np.column_stack([was, caps[tail]]).ravel()[closed]
+    keep = runs > 0
     size = np.where(size < huge, size, np.maximum(runs, 1))  # unbounded: one batch
-    return rows[by], starts[by], runs[by], size[by]
+    return (closed // (len(at) + 1))[keep], starts[keep], runs[keep], size[keep]
+
+
+def _changes(
+    moves: np.ndarray, pos: np.ndarray, was: np.ndarray, now: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``cut_runs``' one sequential step, bucket after bucket, every row at once: where a row's
+    batch size changes (``moves`` ``[R, M]`` over the buckets where some row's does; the
+    bucket's first position ``pos``, the size ``was`` -> ``now`` ``[M]``, the bucket's count
+    ``c``) the open run closes where its open batch's fill says, and that fill depends on where
+    the run started, the previous change's answer -> (first position and end of the run each
+    change closes ``[R, M]``, each row's last run's first position ``[R]``)."""
+    moves, pos, c = (np.ascontiguousarray(x.T) for x in (moves, pos, c))  # a bucket's rows
+    span = np.where(moves, np.ascontiguousarray(was.T), 1)  # the size before, where it changes
+    start = np.zeros(moves.shape[1], dtype=np.int64)  # each row's open run's first position
+    first, end = np.empty_like(pos), np.empty_like(pos)
+    for i in range(len(pos)):
+        first[i] = start
+        fill = pos[i] - start  # the open run's positions so far
+        s, k = span[i], now[i]
+        held = fill % s  # its open batch's fill
+        # falling: a batch that fits the new size moves along, a larger one closes short;
+        # rising: the open batch fills at its size (from the bucket), the new run after it
+        step = np.where(s > k, np.where(held <= k, -held, 0), np.minimum(-fill % s, c[i]))
+        np.copyto(start, pos[i] + step, where=moves[i])
+        end[i] = start
+    return first.T, end.T, start
 
 
 def length_counts(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
