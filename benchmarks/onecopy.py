@@ -2,7 +2,9 @@
 
 Every configuration reads the same planned batches (``SeqLoader.plan``: random order, ``max_seqs``
 sequences) of the reference corpus and pads both keys; each runs in a fresh process, the list is
-repeated ``--reps`` times interleaved and rotated, and ratios are taken within a repetition.
+repeated ``--reps`` times interleaved, rotated and reversed every other repetition (a rotation
+alone runs each configuration right after the same one every time), and ratios are taken within a
+repetition.
 
 - ``memmap``: a plain numpy loop over a memory map of the contiguous file — ``np.zeros`` per key,
   one slice assignment per sequence (what a user can write in 15 lines);
@@ -13,6 +15,12 @@ repeated ``--reps`` times interleaved and rotated, and ratios are taken within a
   (``--base-src DIR``, e.g. a worktree of the previous main), imported through ``PYTHONPATH``;
   ``--no-screen`` adds seqloader with the NaN/Inf screen off (the memmap loop does not screen).
 
+The NaN/Inf screen's verdicts are kept per node (``sources/screen_verdicts.py``), so where the
+metadata and verdicts live decides what is measured: every seqloader run gets its own fresh index
+folder (a file this node never screened: the first epoch screens every sequence), except
+``seqloader/contiguous/verdict``, whose folder holds the verdict of one untimed process that read
+a whole epoch before the repetitions (a later process on a file screened before: no screen).
+
 Before timing, one untimed process checks that seqloader's tensors equal the memmap loop's, batch
 for batch (both keys' padded data and lengths). Each loop holds the previous batch while building the next, as a training loop does.
 """
@@ -22,8 +30,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -31,10 +42,10 @@ import numpy as np
 from benchmarks.fresh import run_child
 
 
-def _plan(path: str, max_seqs: int, seed: int, epoch: int) -> list[np.ndarray]:
+def _plan(path: str, max_seqs: int, seed: int, epoch: int, index: str) -> list[np.ndarray]:
     import seqloader as sl
 
-    src = sl.HDFSource(path)
+    src = sl.HDFSource(path, index_dir=index)
     loader = sl.SeqLoader(src, ordering="random", max_seqs=max_seqs, seed=seed)
     return loader.plan(epoch)
 
@@ -94,15 +105,15 @@ def memcpy_loop(path: str, batches: list[np.ndarray], ring: int = 256 << 20):
     return copies()
 
 
-def verify(path: str, max_seqs: int, seed: int, n_batches: int) -> int:
+def verify(path: str, max_seqs: int, seed: int, n_batches: int, index: str) -> int:
     """Untimed: seqloader's batches equal the memmap loop's, tensor for tensor (both keys' padded
     data and lengths), over the batches that are measured. Returns the batches compared."""
     import seqloader
 
     epoch = 2
-    batches = _plan(path, max_seqs, seed, epoch)[:n_batches]
+    batches = _plan(path, max_seqs, seed, epoch, index)[:n_batches]
     loader = seqloader.SeqLoader(
-        seqloader.HDFSource(path), ordering="random", max_seqs=max_seqs, seed=seed
+        seqloader.HDFSource(path, index_dir=index), ordering="random", max_seqs=max_seqs, seed=seed
     )
     keys = ["data", "classes"]
     got = 0
@@ -118,19 +129,47 @@ def verify(path: str, max_seqs: int, seed: int, n_batches: int) -> int:
     return got
 
 
+def keep_verdict(path: str, max_seqs: int, seed: int, index: str) -> list[str]:
+    """Untimed: one whole epoch read by seqloader with its metadata in ``index``, so the NaN/Inf
+    screen's verdict of the file is kept there. Returns the verdict stores found."""
+    import seqloader
+
+    loader = seqloader.SeqLoader(
+        seqloader.HDFSource(path, index_dir=index), ordering="random", max_seqs=max_seqs, seed=seed
+    )
+    for _ in loader.epoch(1):
+        pass
+    loader.close()
+    return sorted(f for f in os.listdir(index) if f.startswith("screen-"))
+
+
 def child(config: dict) -> dict:
     """One measurement in this (fresh) process."""
     name, path = config["name"], config["path"]
     max_seqs, seed, n_batches = config["max_seqs"], config["seed"], config["batches"]
+    # a fresh index folder (no verdict kept: a file this node never screened) unless given one
+    fresh = config.get("index") is None
+    index = tempfile.mkdtemp(prefix="onecopy-index-") if fresh else config["index"]
+    try:
+        return _measure(config, name, path, max_seqs, seed, n_batches, index)
+    finally:
+        if fresh:
+            shutil.rmtree(index, ignore_errors=True)
+
+
+def _measure(
+    config: dict, name: str, path: str, max_seqs: int, seed: int, n_batches: int, index: str
+) -> dict:
     import torch  # noqa: F401  (every configuration pays its imports before the clock)
 
     import seqloader
 
     epoch = 2
-    batches = _plan(path, max_seqs, seed, epoch)[:n_batches]
+    batches = _plan(path, max_seqs, seed, epoch, index)[:n_batches]
     warm_batches = config.get("warm_batches", 3)  # of epoch 1, before the measured epoch 2
     if name == "memmap":
-        for _ in itertools.islice(memmap_loop(path, _plan(path, max_seqs, seed, 1)), warm_batches):
+        first = _plan(path, max_seqs, seed, 1, index)
+        for _ in itertools.islice(memmap_loop(path, first), warm_batches):
             pass
         it = memmap_loop(path, batches)
     elif name == "memcpy":
@@ -140,7 +179,11 @@ def child(config: dict) -> dict:
         if config.get("screen") is False:  # NaN/Inf screen off: what the screen costs
             checks["checks"] = seqloader.CheckOptions(nonfinite="off")
         loader = seqloader.SeqLoader(
-            seqloader.HDFSource(path), ordering="random", max_seqs=max_seqs, seed=seed, **checks
+            seqloader.HDFSource(path, index_dir=index),
+            ordering="random",
+            max_seqs=max_seqs,
+            seed=seed,
+            **checks,
         )
         warm = loader.epoch(1)  # opens files, builds the chunk index, fills caches
         for _ in itertools.islice(warm, warm_batches):
@@ -188,8 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.child:
         config = json.loads(a.child)
         if config["name"] == "verify":
-            n = verify(config["path"], config["max_seqs"], config["seed"], config["batches"])
+            args = (config["path"], config["max_seqs"], config["seed"])
+            n = verify(*args, config["batches"], config["index"])
             print(json.dumps({"verified_batches": n}))
+        elif config["name"] == "keep_verdict":
+            args = (config["path"], config["max_seqs"], config["seed"])
+            print(json.dumps({"verdicts": keep_verdict(*args, config["index"])}))
         else:
             print(json.dumps(child(config)))
         return 0
@@ -226,23 +273,51 @@ def main(argv: list[str] | None = None) -> int:
             and "chunked" not in c["label"]
             and c.get("screen") is not False
         ]
+    scratch = tempfile.mkdtemp(prefix="onecopy-")
+    kept = os.path.join(scratch, "kept")  # the verdict of a whole epoch read before: kept here
+    if a.contiguous:  # a later process on a file screened before (this code only)
+        label = "seqloader/contiguous/verdict"
+        configs.append({"name": "seqloader", "path": a.contiguous, "label": label, "index": kept})
     configs = [{**c, **common} for c in configs]
+    try:
+        return _run(a, configs, common, scratch, kept)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run(a: argparse.Namespace, configs: list[dict], common: dict, scratch: str, kept: str) -> int:
     if a.contiguous:  # the baseline must build the same tensors: checked before timing
+        index = os.path.join(scratch, "verify")
         ok = run_child(
             "benchmarks.onecopy",
-            {"name": "verify", "path": a.contiguous, **common},
+            {"name": "verify", "path": a.contiguous, "index": index, **common},
             a.base_src,
             timeout=600,
         )
         print(f"seqloader == memmap loop on {ok['verified_batches']} batches", flush=True)
+        made = run_child(
+            "benchmarks.onecopy",
+            {"name": "keep_verdict", "path": a.contiguous, "index": kept, **common},
+            a.base_src,
+            timeout=600,
+        )
+        if not made["verdicts"]:
+            raise RuntimeError(
+                f"no NaN/Inf screen verdict kept for {a.contiguous!r} after a whole epoch: the "
+                "file holds NaN/Inf, or was modified less than 2 s ago"
+            )
+        print(f"verdicts kept after one whole epoch: {made['verdicts']}", flush=True)
     from benchmarks.machine import describe_machine, load_average
 
     loads = [load_average()]
-    runs: list[list[dict]] = []
+    runs: list[dict[str, dict]] = []
     for rep in range(a.reps):
         k = rep % len(configs)
+        order = configs[k:] + configs[:k]
+        if rep % 2:  # each configuration runs after one neighbour, then after the other
+            order.reverse()
         results = {}
-        for c in configs[k:] + configs[:k]:
+        for c in order:
             r = run_child("benchmarks.onecopy", c, a.base_src, timeout=600)
             results[c["label"]] = r
             print(
@@ -290,6 +365,9 @@ def _ratios(runs: list[dict]) -> dict[str, list[float]]:
         ("seqloader/contiguous@base", "memmap/contiguous"),
         ("seqloader/contiguous/noscreen", "memmap/contiguous"),
         ("seqloader/contiguous", "seqloader/contiguous/noscreen"),
+        ("seqloader/contiguous/verdict", "memmap/contiguous"),
+        ("seqloader/contiguous/verdict", "seqloader/contiguous"),
+        ("seqloader/contiguous/verdict", "seqloader/contiguous@base"),
     ]
     labels = runs[0].keys()
     pairs += [(lab, lab + "@base") for lab in labels if lab + "@base" in labels]
