@@ -1,11 +1,13 @@
-"""An HDF file's metadata store keeps every tag's hash (``tags.hashes``), computed once while the
-tags are written, and the duplicate-tag screen reads them instead of hashing every tag again:
-the kept hashes are the tags' hashes (variable-length and fixed-size ``seqTags``, empty tags,
-non-ASCII bytes, any block size), the verdict from them is the verdict of a fresh pass, and a
-damaged hash block is refused, never served."""
+"""An HDF file's metadata store keeps every tag's hash (``tags.hashes``) and the hash values that
+repeat (``tags.repeats``), computed once while the tags are written, and the duplicate-tag screen
+reads them instead of hashing and sorting every tag again: the kept hashes are the tags' hashes
+(variable-length and fixed-size ``seqTags``, empty tags, non-ASCII bytes, any block size), the
+kept repeats are the hash values more than one tag has, the verdict from them is the verdict of
+a fresh pass, and a damaged block of either is refused, never served."""
 
 from __future__ import annotations
 
+import collections
 import os
 import tempfile
 
@@ -20,7 +22,7 @@ import seqloader as sl
 from seqloader.sources import hdf_layout
 from seqloader.sources.columns import DamagedStore
 from seqloader.sources.hdf_layout import PackedTags
-from seqloader.sources.hdf_store import HASHES
+from seqloader.sources.hdf_store import HASHES, REPEATS
 from seqloader.trainer import duplicate_store
 from seqloader.trainer.checks import duplicate_tags
 
@@ -71,6 +73,10 @@ def test_kept_hashes_are_the_tags_hashes_and_give_the_same_verdict(
         kept = source._store.column(HASHES)
         assert kept.tolist() == [reference_hash(t) for t in tags]
         assert source.tags.hashes() is kept  # served from the store, not hashed again
+        counts = collections.Counter(reference_hash(t) for t in tags)
+        repeats = source.tags.repeats()
+        assert repeats.tolist() == sorted(h for h, c in counts.items() if c > 1)
+        assert repeats is source._store.column(REPEATS)  # kept, not found again
         decoded = [t.decode("utf-8", "surrogateescape") for t in tags]
         assert duplicate_tags(source.tags) == plain_duplicates(decoded)
         fresh = PackedTags.from_strings(decoded)  # no kept hashes: hashed here
@@ -96,19 +102,21 @@ def test_loader_refuses_repeated_tags_from_the_kept_hashes(tmp_path, monkeypatch
 
 
 def test_a_damaged_hash_block_is_refused(tmp_path) -> None:
-    """One changed byte of the kept hashes: the screen raises ``DamagedStore`` naming the
-    column, and never screens with the changed hash."""
+    """One changed byte of the kept hashes or of the kept repeats: reading them raises
+    ``DamagedStore`` naming the column; the screen never screens with a changed value."""
     path = str(tmp_path / "a.hdf")
-    write_hdf(path, [f"t{i}".encode() for i in range(40)], fixed=True)
+    write_hdf(path, [f"t{i % 30}".encode() for i in range(40)], fixed=True)  # 10 repeats
     sl.HDFSource(path, index_dir=tmp_path / "index").close()
     (store,) = (tmp_path / "index").glob("hdf-*.cols")
-    with sl.HDFSource(path, index_dir=tmp_path / "index") as source:
-        offset, nbytes = source._store.byte_range(HASHES)
-    data = bytearray(store.read_bytes())
-    data[offset + nbytes // 2] ^= 0x5A
-    new = store.with_name(store.name + ".new")
-    new.write_bytes(bytes(data))
-    os.replace(new, store)
-    source = sl.HDFSource(path, index_dir=tmp_path / "index")
-    with source, pytest.raises(DamagedStore, match=r"column 'tags.hashes'"):
-        duplicate_tags(source.tags)
+    pristine = store.read_bytes()
+    for column in (HASHES, REPEATS):
+        with sl.HDFSource(path, index_dir=tmp_path / "index") as source:
+            offset, nbytes = source._store.byte_range(column)
+        data = bytearray(pristine)
+        data[offset + nbytes // 2] ^= 0x5A
+        new = store.with_name(store.name + ".new")
+        new.write_bytes(bytes(data))
+        os.replace(new, store)
+        source = sl.HDFSource(path, index_dir=tmp_path / "index")
+        with source, pytest.raises(DamagedStore, match=rf"column '{column}'"):
+            duplicate_tags(source.tags)

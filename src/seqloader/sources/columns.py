@@ -209,7 +209,7 @@ class StoredStrings(PackedTags):
     hashes and ``take`` work unchanged), pickled as (store path, identity, name). What a string
     is read from is checked first: per block for ``take`` and single strings, in full for
     ``buffers``, iteration and hashing. A store that kept the strings' hashes (a uint64 column
-    ``NAME.hashes``) serves them from there."""
+    ``NAME.hashes``) and their repeated values (``NAME.repeats``) serves them from there."""
 
     __slots__ = ("_name", "_store")
 
@@ -255,6 +255,14 @@ class StoredStrings(PackedTags):
             return self._store.column(kept)
         self._check_all()
         return super().hashes(block)
+
+    def repeats(self) -> np.ndarray:
+        """The kept repeated hash values where the store has them (``NAME.repeats``, found as
+        the hashes were written: a few values, checked in full), else found from the hashes."""
+        kept = f"{self._name}.repeats"
+        if kept in self._store.names:
+            return self._store.column(kept)
+        return super().repeats()
 
     def max_bytes(self, block: int = 1 << 22) -> int:
         self._store.column(f"{self._name}.offsets")

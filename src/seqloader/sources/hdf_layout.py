@@ -22,6 +22,7 @@ import numpy as np
 from seqloader.errors import DataError, DataWarning
 from seqloader.sources.base import KeySpec
 from seqloader.sources.hdf_vlen import VlenStrings
+from seqloader.sources.repeats import repeated_values
 from seqloader.sources.strings import IndexedStrings
 
 INPUTS = "inputs"
@@ -556,6 +557,11 @@ class PackedTags(IndexedStrings):
             out[a:b] = h
             a = b
         return out
+
+    def repeats(self) -> np.ndarray:
+        """The hash values (``hashes``) that more than one tag has -> uint64, ascending, unique
+        (equal tags, or a 64-bit collision): what the duplicate-tag screen looks for."""
+        return repeated_values(self.hashes())
 
     def max_bytes(self, block: int = 1 << 22) -> int:
         """The longest tag's byte count (in blocks: no array of ``n``)."""

@@ -114,9 +114,12 @@ class VlenStrings:
         rows = np.flatnonzero(lengths)  # an empty string names no object
         if not len(rows):
             return np.zeros(0, np.uint8), offsets
-        size = lengths[rows]
-        addr = e["addr"][rows].astype(np.int64) + self._base
-        index = e["idx"][rows].astype(np.int64)
+        if len(rows) == len(lengths):  # no empty string (the usual case): no gather
+            size, addr, index = lengths, e["addr"].astype(np.int64), e["idx"].astype(np.int64)
+        else:
+            size, addr, index = lengths[rows], e["addr"][rows].astype(np.int64), e["idx"][rows]
+            index = index.astype(np.int64)
+        addr += self._base
         heap = self._collections(addr, int(offsets[-1]))
         if heap is None:
             return None
@@ -134,8 +137,8 @@ class VlenStrings:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The collections ``addr`` names, read into one buffer -> (buffer, each collection's
         start in it, each row's collection number), or None."""
-        change = np.flatnonzero(addr[1:] != addr[:-1]) + 1
-        named = np.unique(addr[np.concatenate([[0], change])])
+        runs = np.concatenate([[0], np.flatnonzero(addr[1:] != addr[:-1]) + 1])  # of one address
+        named = np.unique(addr[runs])
         sizes = np.empty(len(named), dtype=np.int64)
         for k, c in enumerate(named.tolist()):
             head = os.pread(self._fd, HEADER, c)
@@ -158,7 +161,8 @@ class VlenStrings:
             lo, hi = int(starts[i]), int(starts[j])
             self._read_into(buf[lo:hi], int(named[i]))
         buf[-8:] = 0
-        which = np.searchsorted(named, addr)
+        # each row's collection: one search per run of rows naming the same collection
+        which = np.repeat(np.searchsorted(named, addr[runs]), np.diff(np.append(runs, len(addr))))
         return buf, starts[:-1], which
 
 
@@ -198,8 +202,11 @@ def _unchecked(
     """The rows whose object header at ``at`` is not (index, size)."""
     inside = (at >= 0) & (at + HEADER <= len(words) * 8)
     w = np.where(inside, at, 0) // 8
-    ok = inside & ((words[w] & 0xFFFF).astype(np.int64) == index)
-    ok &= words[w + 1].astype(np.int64) == size
+    head = words[w]
+    head &= np.uint64(0xFFFF)
+    ok = head == index.astype(np.uint64)
+    ok &= inside
+    ok &= words[w + 1] == size.astype(np.uint64)
     return np.flatnonzero(~ok)
 
 
@@ -251,9 +258,8 @@ def _by_segments(
     for k in range(len(first)):
         rows, width = bounds[k + 1] - bounds[k], lengths[k]
         stride = HEADER + ((width + 7) & ~7)
-        src = np.lib.stride_tricks.as_strided(
-            buf[starts[k] :], shape=(rows, width), strides=(stride, 1), writeable=False
-        )
+        # a strided view of the heap (the constructor checks it lies within ``buf``)
+        src = np.ndarray((rows, width), np.uint8, buf, starts[k], (stride, 1))
         out[places[k] : places[k] + rows * width].reshape(rows, width)[...] = src
     return out
 

@@ -25,7 +25,9 @@ import numpy as np
 from seqloader.errors import EXAMPLES, DataError, DataWarning
 from seqloader.plan.planners import Planner
 from seqloader.sources.base import HashedTags, Source, declares, where
+from seqloader.sources.hdf_layout import PackedTags
 from seqloader.sources.node_cache import NodeStore
+from seqloader.sources.repeats import repeated_values
 from seqloader.trainer.duplicate_store import node_duplicate_tags
 from seqloader.validate import Policy, policy_option
 
@@ -90,15 +92,14 @@ def duplicate_tags(tags: Sequence[str]) -> dict[str, list[int]]:
 
 
 def _colliding(tags: HashedTags, block: int = 1 << 22) -> list[int]:
-    """The indices of tags whose hash another tag shares (equal tags among them), with one
-    array of ``n`` at a time (8 bytes per tag): the hashes, sorted in place to find the values
-    seen twice; only if there are any, hashed again and screened in blocks for those values."""
-    h = tags.hashes()  # [n]
-    if not h.flags.writeable:  # a container's own array: sort a copy
-        h = h.copy()
-    h.sort()  # in place: no index array, no copy
-    repeated = np.unique(h[1:][h[1:] == h[:-1]])  # hash values seen twice or more
-    del h
+    """The indices of tags whose hash another tag shares (equal tags among them): the repeated
+    hash values (``sources/repeats.py``: sorted in cache-sized parts, or kept by a metadata
+    store that found them as it wrote the hashes); only if there are any, the hashes are
+    screened in blocks for those values."""
+    if isinstance(tags, PackedTags):
+        repeated = tags.repeats()
+    else:
+        repeated = repeated_values(tags.hashes())
     if not len(repeated):
         return []
     h = tags.hashes()
