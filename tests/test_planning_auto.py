@@ -135,6 +135,13 @@ NEWLY_INDEXED = [
     {"ordering": "sorted_reverse", "distribution": "files", "mix": {"b": 1.5},
      "partition_epoch": 2},
     {"ordering": "default", "distribution": "files", "mix": {"a": 2}, "uneven": "drop"},
+    # RETURNN's sort_bin_shuffle: its keyed order cut greedily by every rank (sort_bins)
+    {"ordering": "sort_bin_shuffle:.3"},
+    {"ordering": "sort_bin_shuffle_x2:2:2", "distribution": "random_seed_offset",
+     "partition_epoch": 2},
+    {"ordering": "sort_bin_shuffle", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
+    {"ordering": "sort_bin_shuffle_x2:.4", "distribution": "files"},
+    {"ordering": "sort_bin_shuffle:.4", "distribution": "files", "mix": {"a": 0.5, "b": 2}},
 ]  # fmt: skip
 
 
