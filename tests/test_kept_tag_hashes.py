@@ -1,9 +1,10 @@
-"""An HDF file's metadata store keeps every tag's hash (``tags.hashes``) and the hash values that
-repeat (``tags.repeats``), computed once while the tags are written, and the duplicate-tag screen
-reads them instead of hashing and sorting every tag again: the kept hashes are the tags' hashes
-(variable-length and fixed-size ``seqTags``, empty tags, non-ASCII bytes, any block size), the
-kept repeats are the hash values more than one tag has, the verdict from them is the verdict of
-a fresh pass, and a damaged block of either is refused, never served."""
+"""An HDF file's metadata store keeps the tag hash values that more than one tag has
+(``tags.repeats``), found once while the tags are written and hashed, and the duplicate-tag
+screen reads them instead of hashing and sorting every tag again: the kept repeats are the
+repeated values of the tags' hashes by their definition (variable-length and fixed-size
+``seqTags``, empty tags, non-ASCII bytes, any block size), the verdict from them is the verdict
+of a fresh pass, and a damaged block of them (or of the tags hashed where some repeat) is
+refused, never served."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import seqloader as sl
 from seqloader.sources import hdf_layout
 from seqloader.sources.columns import DamagedStore
 from seqloader.sources.hdf_layout import PackedTags
-from seqloader.sources.hdf_store import HASHES, REPEATS
+from seqloader.sources.hdf_store import REPEATS
 from seqloader.trainer import duplicate_store
 from seqloader.trainer.checks import duplicate_tags
 
@@ -60,8 +61,9 @@ def test_kept_hashes_are_the_tags_hashes_and_give_the_same_verdict(
     tags: list[bytes], fixed: bool, block: int
 ) -> None:
     """Property: for any tags (repeats, empty tags, non-ASCII bytes), either kind of ``seqTags``
-    and any block of tags read at once, the store's ``tags.hashes`` equal each tag's hash by its
-    definition, and the duplicate verdict from them equals a plain pass over the tags."""
+    and any block of tags read at once, the store's ``tags.repeats`` are the hash values (by
+    their definition) that more than one tag has, the stored tags hash to the definition, and
+    the duplicate verdict from them equals a plain pass over the tags."""
     folder = tempfile.mkdtemp(prefix="kept-hashes-")
     path = os.path.join(folder, "a.hdf")
     write_hdf(path, tags, fixed)
@@ -70,9 +72,7 @@ def test_kept_hashes_are_the_tags_hashes_and_give_the_same_verdict(
         source = sl.HDFSource(path, index_dir=os.path.join(folder, "index"))
     with source:
         assert source.index_built and source._store is not None
-        kept = source._store.column(HASHES)
-        assert kept.tolist() == [reference_hash(t) for t in tags]
-        assert source.tags.hashes() is kept  # served from the store, not hashed again
+        assert source.tags.hashes().tolist() == [reference_hash(t) for t in tags]
         counts = collections.Counter(reference_hash(t) for t in tags)
         repeats = source.tags.repeats()
         assert repeats.tolist() == sorted(h for h, c in counts.items() if c > 1)
@@ -101,15 +101,16 @@ def test_loader_refuses_repeated_tags_from_the_kept_hashes(tmp_path, monkeypatch
     assert list((tmp_path / "cache" / "seqloader" / "checks").glob("*.seqcols"))
 
 
-def test_a_damaged_hash_block_is_refused(tmp_path) -> None:
-    """One changed byte of the kept hashes or of the kept repeats: reading them raises
-    ``DamagedStore`` naming the column; the screen never screens with a changed value."""
+def test_a_damaged_repeats_block_is_refused(tmp_path) -> None:
+    """One changed byte of the kept repeats, or of the tag bytes the screen hashes to find which
+    tags carry a repeated value: the screen raises ``DamagedStore`` naming the column, and never
+    screens with a changed value."""
     path = str(tmp_path / "a.hdf")
     write_hdf(path, [f"t{i % 30}".encode() for i in range(40)], fixed=True)  # 10 repeats
     sl.HDFSource(path, index_dir=tmp_path / "index").close()
     (store,) = (tmp_path / "index").glob("hdf-*.cols")
     pristine = store.read_bytes()
-    for column in (HASHES, REPEATS):
+    for column in (REPEATS, "tags.bytes"):
         with sl.HDFSource(path, index_dir=tmp_path / "index") as source:
             offset, nbytes = source._store.byte_range(column)
         data = bytearray(pristine)

@@ -208,8 +208,8 @@ class StoredStrings(PackedTags):
     """A strings column of a ``ColumnStore``: ``PackedTags`` over the mapped bytes (so tag joins,
     hashes and ``take`` work unchanged), pickled as (store path, identity, name). What a string
     is read from is checked first: per block for ``take`` and single strings, in full for
-    ``buffers``, iteration and hashing. A store that kept the strings' hashes (a uint64 column
-    ``NAME.hashes``) and their repeated values (``NAME.repeats``) serves them from there."""
+    ``buffers``, iteration and hashing. A store that kept the hash values more than one string
+    has (a uint64 column ``NAME.repeats``) serves them from there."""
 
     __slots__ = ("_name", "_store")
 
@@ -248,11 +248,7 @@ class StoredStrings(PackedTags):
         return super().__iter__()
 
     def hashes(self, block: int = 1 << 18) -> np.ndarray:
-        """The kept hashes where the store has them (``NAME.hashes``, written with the strings:
-        a read-only view, checked in full), else computed from the bytes."""
-        kept = f"{self._name}.hashes"
-        if kept in self._store.names:
-            return self._store.column(kept)
+        """The strings' hashes, from bytes checked in full first."""
         self._check_all()
         return super().hashes(block)
 

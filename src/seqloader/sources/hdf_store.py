@@ -9,10 +9,11 @@ in the page cache, and a source pickles the store's path, not the arrays.
 
 Columns: ``len.<key>`` (int32 when every length fits, else int64 ``[n]``), ``start.<key>`` (int64,
 each file's row offsets ``[n_f + 1]`` one after another, ``[n + F]``), ``tags`` (strings),
-``tags.hashes`` (uint64 ``[n]``: each tag's ``PackedTags.hashes``, computed as the tags are
-written), ``tags.repeats`` (uint64: the hash values seen more than once, ascending, usually none:
-found as the hashes are written, ``sources/repeats.py``, so the duplicate-tag screen reads them
-instead of sorting ``n`` hashes) and ``bounds`` (int64 ``[F + 1]``). The header's meta holds the merged schema, the keys left out and
+``tags.repeats`` (uint64: the tags' hash values, ``PackedTags.hashes``, that more than one tag
+has, ascending, usually none: found as the tags are written, ``sources/repeats.py``, so the
+duplicate-tag screen reads them instead of hashing and sorting ``n`` tags; the hashes themselves
+are not kept: the screen needs them only where some repeat, and hashes the tags then) and
+``bounds`` (int64 ``[F + 1]``). The header's meta holds the merged schema, the keys left out and
 the warnings the files gave, so a mapped open says what a first open said.
 """
 
@@ -42,15 +43,14 @@ from seqloader.sources.columns import (
 )
 from seqloader.sources.hdf_layout import INPUTS, TARGETS, FileLayout, FileScan, PackedTags
 from seqloader.sources.node_cache import about, cache_dir
-from seqloader.sources.repeats import Repeats, repeated_values
+from seqloader.sources.repeats import Repeats
 
 #: the columns and meta below; a change of them changes it (2: ``tags.hashes`` added, 3:
-#: ``tags.repeats``; a store of an earlier version has another identity, so it is not found and
-#: is built again under its new name; the corpus fingerprint is the same digest)
+#: ``tags.repeats`` instead of ``tags.hashes``; a store of an earlier version has another
+#: identity, so it is not found and is built again under its new name; the corpus fingerprint is
+#: the same digest)
 STORE_VERSION = "hdf-meta3"
-#: the tags' ``PackedTags.hashes``, kept for the duplicate-tag screen (``StoredStrings.hashes``)
-HASHES = "tags.hashes"
-#: the hash values of ``HASHES`` seen more than once (``StoredStrings.repeats``)
+#: the tags' hash values (``PackedTags.hashes``) more than one tag has (``StoredStrings.repeats``)
 REPEATS = "tags.repeats"
 
 #: a file as read for the store: its arrays (``FileLayout``: remote files), or its checked keys
@@ -197,8 +197,7 @@ def _build(
         columns[f"len.{key}"] = lengths[key]
         columns[f"start.{key}"] = _joined([lay.starts[key] for lay in read])
     columns["tags"] = StringColumn(*tags.buffers())
-    columns[HASHES] = hashes = tags.hashes()
-    columns[REPEATS] = repeated_values(hashes)
+    columns[REPEATS] = tags.repeats()
     meta["fingerprint"] = fingerprint_of(tags, lengths, schema, "hdf")
     return columns, meta
 
@@ -208,15 +207,14 @@ def _streamed(
 ) -> Built:
     """The store's columns as chunks read from the files while the store is written (the tags,
     then each key's lengths and row offsets, in ``fingerprint_of``'s order, hashed on the way):
-    a block of rows in memory at a time. The tags' offsets and hashes (``PackedTags.hashes``)
-    have ``n`` rows known ahead, so the writer keeps their place and they are written as each
-    block of tag bytes is read (``FilledColumn``): the tags are read and hashed once. Each block
-    of hashes also goes to ``Repeats`` (sorted and cut by top bits as it comes), whose repeated
-    values follow the tag bytes: the duplicate-tag screen's sort, in cache-sized parts."""
+    a block of rows in memory at a time. The tags' offsets have ``n + 1`` rows known ahead, so
+    the writer keeps their place and they are written as each block of tag bytes is read
+    (``FilledColumn``). Each block's tag hashes (``PackedTags.hashes``) go to ``Repeats`` (cut by
+    their top bits as they come), whose repeated values follow the tag bytes: the tags are read
+    and hashed once, and the duplicate-tag screen's sort is done in cache-sized parts."""
     h = hashlib.sha256(str(int(bounds[-1])).encode())
     n = int(bounds[-1])
     offsets = FilledColumn(np.int64, n + 1)
-    hashes = FilledColumn(np.uint64, n)
     repeats = Repeats(expected=n)
 
     def tag_bytes() -> Iterator[np.ndarray]:
@@ -226,9 +224,7 @@ def _streamed(
             for block in scan.tag_blocks():
                 data, starts = block.buffers()
                 hash_packed(h, data, starts)
-                values = block.hashes()
-                hashes.write(values)
-                repeats.add(values)
+                repeats.add(block.hashes())
                 offsets.write(starts[1:] + total)
                 total += len(data)
                 yield data
@@ -251,7 +247,7 @@ def _streamed(
                 yield out
 
     columns: dict[str, Column] = {"bounds": bounds}
-    columns["tags.offsets"], columns[HASHES] = offsets, hashes
+    columns["tags.offsets"] = offsets
     columns["tags.bytes"] = ChunkedColumn(np.uint8, (), tag_bytes())
     # after the bytes: every hash added by then
     columns[REPEATS] = ChunkedColumn(np.uint64, (), (repeats.finish() for _ in range(1)))
