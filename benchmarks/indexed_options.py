@@ -124,6 +124,13 @@ CASES: dict[str, dict] = {
         }
         for o in ("random", "default", "sorted")
     },
+    # laplace with a mix and chunking: every chunk of the mix's slots (plan/indexed/mix_chunks.py)
+    "mix + chunking 500:250 (3 corpora; 8 ranks)": {
+        "mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0},
+        "chunking": "500:250",
+        "corpora": 3,
+        "world": 8,
+    },
     # chunked, subset and filtered fixed and random orders (plan/indexed/fixed_chunks.py): 8 ranks
     **{
         f"ordering={o} + chunking 500:250 (8 ranks)": {
@@ -186,6 +193,7 @@ SMOKE = [
             *(f"ordering={o} + chunking 500:250 + files" for o in ("default", "sorted")),
             "ordering=sorted + mix",
             "ordering=default + mix + chunking",  # plans like random's (chunked_mix_cut)
+            "mix + chunking",  # its plans: tests/test_plan_indexed_mix_chunks.py
             "ordering=default + chunking",  # plans like sorted's (fixed_chunks)
             "ordering=default + epoch_wise_filter",  # plans like random's (a filtered part)
             "ordering=sort_bin_shuffle:.100",  # plans like the _x2 one (plan/indexed/sort_bins)

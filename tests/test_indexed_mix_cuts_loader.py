@@ -37,16 +37,16 @@ def test_elastic_resume_chains_deliver_every_slot_once(n, seed, ordering, uneven
     check_chain(make, worlds, cuts[: len(worlds) - 1], 3)
 
 
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=4, deadline=None)
 @given(
     seed=st.integers(0, 5),
-    ordering=st.sampled_from(["random", "default", "sorted_reverse"]),
+    ordering=st.sampled_from(["random", "default", "sorted_reverse", "laplace:.3", "buckets:2"]),
     uneven=st.sampled_from(["split", "pad", "drop"]),
     cuts=st.lists(st.integers(0, 8), min_size=2, max_size=2),
 )
 def test_chunked_chains_deliver_every_chunk_of_every_slot_once(seed, ordering, uneven, cuts):
-    """Chunked (``mix_cuts.chunked_mix_cut``): every chunk of every slot (sequence, corpus
-    epoch) once per epoch through ``W -> W' -> W''`` with the audit on, the same batches as
+    """Chunked (``mix_cuts.chunked_mix_cut``; laplace and buckets:N: ``mix_chunks``): every
+    chunk of every slot (sequence, corpus epoch) once per epoch through ``W -> W' -> W''`` with the audit on, the same batches as
     the uninterrupted run where the world size stays."""
     make = loader_factory(
         mixed_corpora(24, seed), max_seqs=3, max_frames=40, partition_epoch=2, audit=True,

@@ -441,8 +441,8 @@ def test_refusals_name_the_option_and_the_fix() -> None:
     mismatch = {"data": np.array([10, 20, 30]), "classes": np.array([10, 10, 30])}
     with pytest.raises(OptionError, match=r"sequence 1 \(tag 'b'\).*same number of chunks"):
         IndexedPlanner(mismatch, PlanOptions(**uneven), tags=["a", "b", "c"])
-    with pytest.raises(OptionError, match=r"chunking with mix under distribution='shard'"):
-        PlanOptions(**{**OPTIONS, "mix": {"a": 1.0}})
+    # a sharded mix with chunking is planned (plan/indexed/mix_chunks.py), not refused
+    assert PlanOptions(**{**OPTIONS, "mix": {"a": 1.0}}).resolved_planning == "indexed"
 
 
 def test_epochs_and_seeds_draw_other_batches() -> None:

@@ -191,13 +191,12 @@ def test_deterministic_keyed_by_seed_and_a_corpus_stream_kept_when_another_is_re
 
 def test_refused_by_name() -> None:
     """Global planning keeps refusing mix over files (naming planning='indexed' as the fix);
-    chunking with a sharded mix stays refused under indexed planning (over files it is taken);
-    a corpus bound inside a file is refused naming the corpora and the fix."""
+    chunking with a mix is taken, sharded and over files; a corpus bound inside a file is
+    refused naming the corpora and the fix."""
     with pytest.raises(OptionError, match=r"not supported with distribution='files'.*'indexed'"):
         PlanOptions(mix={"a": 1.0}, distribution="files", planning="global")
     assert PlanOptions(mix={"a": 1.0}, distribution="files").resolved_planning == "indexed"
-    with pytest.raises(OptionError, match="chunking with mix"):
-        PlanOptions(ordering="laplace", mix={"a": 1.0}, planning="indexed", chunking="10:5")
+    PlanOptions(ordering="laplace", mix={"a": 1.0}, planning="indexed", chunking="10:5")
     PlanOptions(ordering="laplace", mix={"a": 1.0}, distribution="files", planning="indexed",
                 chunking="10:5")  # fmt: skip
     options = PlanOptions(ordering="laplace", mix={"a": 2}, distribution="files",

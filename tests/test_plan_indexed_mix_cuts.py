@@ -172,6 +172,18 @@ MIX_CUT_CASES: dict[str, dict] = {
                     "uneven": "pad", "mix": {"a": 2, "c": "1/3"}},
         "world": 2,
     },
+    # laplace and buckets:N with chunking and a mix (plan/indexed/mix_chunks.py)
+    "chunked 90:60 mix laplace:.10 partition 2 W3 split": {
+        "options": {"ordering": "laplace:.10", "max_seqs": 5, "max_frames": 900,
+                    "chunking": "90:60", "min_chunk_size": 20, "partition_epoch": 2,
+                    "mix": {"a": 0.5, "b": 1.5}},
+        "world": 3,
+    },
+    "chunked 120:120 mix buckets:3 W2 pad": {
+        "options": {"ordering": "buckets:3", "max_frames": 1000, "chunking": "120:120",
+                    "uneven": "pad", "mix": {"a": 2, "c": "1/3"}},
+        "world": 2,
+    },
 }  # fmt: skip
 MIX_CUT_GOLDEN = {
     "mix random W3 split": "76f6faab529df68072e20d3cb5ab69eeddbb3aaff99db9c50dee27dd9ff4e0d8",
@@ -187,6 +199,12 @@ MIX_CUT_GOLDEN = {
     ),
     "chunked 120:120 mix sorted W2 pad": (
         "a87e5c0d92329a55b7d18f61b21105032beaeae933a14ace87cfff542e6b0066"
+    ),
+    "chunked 90:60 mix laplace:.10 partition 2 W3 split": (
+        "802075ef2302bf9a48af18b1a87f50bd797e08c111aab4306e9fb03e0947f557"
+    ),
+    "chunked 120:120 mix buckets:3 W2 pad": (
+        "0087c3ab8a566ed008ebaf80ca364c563183cc2bda0d2a218109a69a45e13969"
     ),
 }
 

@@ -127,6 +127,9 @@ NEWLY_INDEXED = [
     # ... chunked (the mix's slots' chunks cut greedily: mix_cuts.chunked_mix_cut)
     {"ordering": "random", "mix": {"a": 0.5, "b": 2}, "chunking": "4:2"},
     {"ordering": "reverse", "mix": {"b": 1.5}, "chunking": "4:2", "partition_epoch": 2},
+    # laplace and buckets:N with chunking and a sharded mix (the slots' chunks: mix_chunks)
+    {"ordering": "laplace:.3", "mix": {"a": 0.5, "b": 2}, "chunking": "4:2"},
+    {"ordering": "buckets:3", "mix": {"b": 1.5}, "chunking": "4:2", "partition_epoch": 2},
     {"ordering": "default", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     {"ordering": "random", "chunking": "4:2", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     # fixed and random orders with a mix over files (refused under every planning before: the

@@ -393,12 +393,6 @@ class PlanOptions:
                 "pieces' slots)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
-            (
-                not fixed and mixed_chunks and self.distribution != "files",
-                "chunking with mix under distribution='shard' (a chunked sub-epoch takes a "
-                "slice of every chunk bucket, not whole sequences for corpus epochs to count; "
-                "with distribution='files' a mix plans its slots' chunks and takes chunking)",
-            ),
         ]
         for on, name in unsupported:
             if on:

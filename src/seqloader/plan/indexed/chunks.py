@@ -180,14 +180,21 @@ class ChunkBuckets:
 
     def __getitem__(self, at: np.ndarray) -> np.ndarray:
         """The codes of the chunks at positions ``at`` (int64) of the cells' list -> int64."""
+        g, j, chunk = self.locate(at)
+        first = np.asarray(self.classes.starts, dtype=np.int64)[g]
+        seqs = np.asarray(self.classes.members[first + j], dtype=np.int64)
+        return seqs * self.stride + chunk
+
+    def locate(self, at: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(length class, the planned sequence's place in its class, chunk index) of the chunks
+        at positions ``at`` of the cells' list -> int64 each."""
         at = np.asarray(at, dtype=np.int64)
         cell = np.searchsorted(self.cell_end, at, side="right")
         width = self.cell_width[cell]
-        k = at - self.cell_end[cell] + self.planned[self.cell_class[cell]] * width
+        g = self.cell_class[cell]
+        k = at - self.cell_end[cell] + self.planned[g] * width
         j, c = np.divmod(k, width)
-        first = np.asarray(self.classes.starts, dtype=np.int64)[self.cell_class[cell]]
-        seqs = np.asarray(self.classes.members[first + j], dtype=np.int64)
-        return seqs * self.stride + c + self.cell_lo[cell]
+        return g, j, c + self.cell_lo[cell]
 
     def split(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sequence, chunk index) of ``codes`` -> int64 each."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -53,6 +54,9 @@ from seqloader.plan.mix import (
 )
 from seqloader.plan.mix_check import CorpusEpochs, MixCheck
 from seqloader.plan.seeding import PURPOSE_INDEXED_MIX, PURPOSE_INDEXED_MIX_ORDER
+
+if TYPE_CHECKING:
+    from seqloader.plan.indexed.plan import Draw
 
 _Cache = dict[tuple[int, int, int], Bijection]
 
@@ -195,7 +199,7 @@ class IndexedMix:
         segment cut on its own."""
         return self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
 
-    def bucket_draw(self, ep: EpochIndex, parts: int) -> MixDraw:
+    def bucket_draw(self, ep: EpochIndex, parts: int) -> Draw:
         """The slots of sub-epoch ``ep`` per bucket position (``draw``)."""
         return self.draw(ep.full_epoch, ep.part, parts)
 

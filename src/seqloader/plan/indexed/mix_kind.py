@@ -21,6 +21,7 @@ from seqloader.plan.indexed.fixed import BoundsTable, ListedOrder
 from seqloader.plan.indexed.fixed_chunks import Chunking
 from seqloader.plan.indexed.histogram import build_bucket_index
 from seqloader.plan.indexed.mix import IndexedMix
+from seqloader.plan.indexed.mix_chunks import ChunkedBucketMix
 from seqloader.plan.indexed.mix_cuts import (
     MIX_BLOCK,
     ListedUses,
@@ -168,15 +169,18 @@ def shard_mix(
     mix: Mapping[str, float | Fraction | str],
     corpora: Corpora,
     corpus: AdmittedCorpus,
-) -> ShardMix:
+) -> MixKind:
     """The mix of a sharded indexed plan over ``corpus``: ``ShardMix`` over the planner's index;
-    chunked with a fixed or random ordering ``ChunkedShardMix``, streaming over the index the
+    chunked with ``laplace``/``buckets:N``, ``ChunkedBucketMix`` over the length classes
+    (``mix_chunks``); chunked with a fixed or random ordering ``ChunkedShardMix``, streaming over the index the
     unchunked plan's mix streams over (``sorted``/``sorted_reverse``: one bucket per admitted
     length, the chunked plans' length classes; the others one bucket of the admitted sequences,
     built here: O(n) once per planner, as a node stores none for chunked plans)."""
     index, lengths, mask = corpus.index, corpus.lengths, corpus.mask
-    if corpus.units is None or not (corpus.fixed or corpus.random):
+    if corpus.units is None:
         return ShardMix(seed, mix, corpora, index, lengths, mask)
+    if not (corpus.fixed or corpus.random):  # laplace, buckets:N: the slots' chunks bucketed
+        return ChunkedBucketMix(corpus.units, seed, mix, corpora, index, lengths, mask)
     if corpus.options.parsed_ordering.kind not in ("sorted", "sorted_reverse"):
         index = build_bucket_index(lengths, np.zeros(0, dtype=np.int64), mask)
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, corpus.options.parsed_ordering)

@@ -70,6 +70,11 @@ class MemberDraw:
 
     def __call__(self, bucket: np.ndarray, pos: np.ndarray) -> np.ndarray:
         """Sequence indices -> int64, one per (bucket, position) pair."""
+        at = self.positions(bucket, pos)
+        return np.asarray(self.members[at], dtype=np.int64) if len(at) else at
+
+    def positions(self, bucket: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """The places in ``members`` of (bucket, position) pairs -> int64."""
         out = np.empty(len(pos), dtype=np.int64)
         if not len(pos):
             return out
@@ -81,8 +86,7 @@ class MemberDraw:
             if pi is None:
                 size = int(self.starts[b + 1] - self.starts[b])
                 pi = self._bijections[b] = Bijection(size, (*self.words, b))
-            at = pi(pos[sel] + self.offsets[b])
-            out[sel] = self.members[int(self.starts[b]) + at.astype(np.int64)]
+            out[sel] = int(self.starts[b]) + pi(pos[sel] + self.offsets[b]).astype(np.int64)
         return out
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:

@@ -1,0 +1,95 @@
+"""``mix`` under ``distribution="shard"`` with chunking and ``laplace``/``buckets:N`` under indexed
+planning (``seqloader.plan.indexed.mix_chunks``; hypothesis, pure numpy).
+
+The mix selects sequences per (corpus, length class) stream; every chunk of each selected slot
+(sequence, corpus epoch) is planned, bucketed by its window as unmixed chunked plans are. Every
+contract holds (``check_plan_contracts``: each chunk of each slot once per corpus epoch, equal
+steps, a rank's share computed alone, determinism, resume chains ``W -> W' -> W''``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plan_contracts import check_plan_contracts
+from seqloader.errors import OptionError
+from seqloader.plan import PlanOptions
+from seqloader.plan.epochs import EpochIndex
+from seqloader.plan.indexed.mix_chunks import ChunkedBucketMix
+from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.mix import Corpora
+
+pytestmark = pytest.mark.filterwarnings("ignore::seqloader.errors.DataWarning")  # tiny rates
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    sizes = draw(st.lists(st.integers(1, 14), min_size=1, max_size=3))
+    names = tuple(f"c{i}" for i in range(len(sizes)))
+    lengths = np.array(
+        draw(st.lists(st.integers(1, 20), min_size=sum(sizes), max_size=sum(sizes))), np.int64
+    )
+    options = {
+        "ordering": draw(st.sampled_from(["laplace:.3", "laplace:2", "buckets:2", "buckets:3:2"])),
+        "max_seqs": draw(st.sampled_from([None, 2, 4])),
+        "max_frames": draw(st.sampled_from([None, 30, 60])),
+        "partition_epoch": draw(st.integers(1, 2)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "seed": draw(st.integers(0, 3)),
+        "mix": {n: draw(st.sampled_from([0.5, 1.0, 1.5, "2/3", 2])) for n in names},
+        "chunking": draw(st.sampled_from(["4:2", "5:5", "7:3"])),
+        "min_chunk_size": draw(st.sampled_from([0, 0, 2])),
+    }
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    worlds = draw(st.lists(st.integers(1, 4), min_size=2, max_size=3))
+    return {"lengths": lengths, "corpora": Corpora(names, bounds), "options": options,
+            "worlds": worlds}  # fmt: skip
+
+
+def planner(case: dict) -> IndexedPlanner:
+    options = PlanOptions(**case["options"])
+    assert options.resolved_planning == "indexed"
+    return IndexedPlanner({"data": case["lengths"]}, options, corpora=case["corpora"])
+
+
+@settings(max_examples=8, deadline=None)
+@given(cases())
+def test_every_chunk_of_the_mixed_slots_once_and_every_contract_holds(case: dict) -> None:
+    """On one rank a sub-epoch plans every chunk of the mix's slots once (the slots' counts per
+    corpus those of the mix's (corpus, class) streams), each batch within the limits by its
+    windows; the contracts hold on the chain ``worlds``."""
+    try:
+        indexed = planner(case)
+    except OptionError as refused:  # a corpus whose sequences all lack a chunk
+        assert "no admitted sequences" in str(refused)
+        return
+    mix, o = indexed.mix, indexed.options
+    assert isinstance(mix, ChunkedBucketMix)
+    size, step = o.chunking["*"]  # type: ignore[index]
+    lengths = case["lengths"]
+    for epoch in range(1, o.partition_epoch + 1):
+        b = indexed.global_plan(epoch, 1).batches
+        assert b.uses is not None and b.chunks is not None and b.real.all()
+        ep = EpochIndex(epoch, o.partition_epoch)
+        seqs, uses = mix.listed_slots(ep, o.partition_epoch)
+        want = mix.part(ep.full_epoch, ep.part, o.partition_epoch)[1].sum(axis=0)
+        np.testing.assert_array_equal(case["corpora"].counts(seqs), want)
+        starts = np.arange(0, 20, step)  # every window of a slot, none twice
+        got = sorted(zip(b.seqs.tolist(), b.uses.tolist(), b.chunks.tolist(), strict=True))
+        expect = sorted(
+            (s, u, c)
+            for s, u in zip(seqs.tolist(), uses.tolist(), strict=True)
+            for c, a in enumerate(starts.tolist())
+            if a < lengths[s] and min(size, lengths[s] - a) >= o.min_chunk_size
+        )
+        assert got == expect
+        window = np.minimum(lengths[b.seqs] - b.chunks * step, size)
+        sizes = np.diff(b.bounds)
+        longest = np.maximum.reduceat(window, b.bounds[:-1]) if len(sizes) else window
+        if o.max_frames is not None:
+            assert (sizes * longest <= o.max_frames).all()
+    cut = [0.5, 1][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=(2,))
