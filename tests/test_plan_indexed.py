@@ -19,8 +19,9 @@ from hypothesis import strategies as st
 from plan_contracts import check_plan_contracts, steps_units
 from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import PlanOptions, Position, continue_plan
+from seqloader.plan.indexed import interleave
 from seqloader.plan.indexed.batch_table import bucket_runs, laplace_bins
-from seqloader.plan.indexed.bijection import Bijection, prefix_images
+from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.budget import edges_for
 from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
@@ -33,19 +34,34 @@ ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "lap
 
 
 @given(
-    st.lists(st.tuples(st.integers(0, 700), st.integers(0, 700)), max_size=12),
-    st.integers(0, 2**32 - 1),
+    st.lists(st.integers(0, 70), max_size=6),
+    st.integers(0, 2**64 - 1),
+    st.sampled_from([1, 3, interleave.SMALL]),
 )
 @settings(max_examples=40, deadline=None)
-def test_prefix_images_are_each_bijections_first_positions(groups, seed: int) -> None:
-    """``prefix_images`` (lookup tables per half width, or ``evaluate_many`` for few positions)
-    gives, group after group, each ``Bijection``'s images of its first positions, bit for bit."""
-    sizes = np.array([m for m, _ in groups], dtype=np.int64)
-    lengths = np.array([min(m, k) for m, k in groups], dtype=np.int64)
-    words = [(seed, g, 7) for g in range(len(groups))]
-    want = [Bijection(int(m), w)(np.arange(k)) for m, k, w in zip(sizes, lengths, words)]
-    got = prefix_images(sizes, words, lengths)
-    assert got.tolist() == [int(v) for part in want for v in part.tolist()]
+def test_interleave_holds_each_unit_its_batches(nb: list, key: int, small: int) -> None:
+    """A rank's ``buckets:N`` order under ``files`` (``interleave``) holds unit ``u`` exactly
+    ``nb[u]`` times, the same for the same key, whatever size of interval it stops splitting
+    at (units of more than 64 batches take several words of bits)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(interleave, "SMALL", small)
+        order = interleave.interleave(np.array(nb, dtype=np.int64), key)
+        assert np.bincount(order, minlength=len(nb)).tolist() == nb
+        assert order.tolist() == interleave.interleave(np.array(nb, dtype=np.int64), key).tolist()
+
+
+def test_interleave_draws_every_arrangement() -> None:
+    """The interleaving is a random one: over 600 keys, splitting down to single batches (and
+    ordering within intervals of up to 16), each of the 60 arrangements of units (3, 2, 1 batches)
+    comes up, none more than 3x its share."""
+    for small in (1, interleave.SMALL):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(interleave, "SMALL", small)
+            seen: dict[tuple, int] = {}
+            for key in range(600):
+                got = tuple(interleave.interleave(np.array([3, 2, 1]), key * 7919).tolist())
+                seen[got] = seen.get(got, 0) + 1
+            assert len(seen) == 60 and max(seen.values()) <= 30
 
 
 @given(st.integers(0, 3000), st.integers(0, 2**32 - 1))
@@ -255,24 +271,26 @@ def test_laplace_replay_by_blocks_equals_rank_by_rank(case, ordering, cut, world
     st.sampled_from(["split", "pad", "drop"]),
     st.integers(0, 2),
     st.integers(1, 9),
-    st.sampled_from([1, 5, 1 << 20]),
+    st.sampled_from([1, 3, interleave.SMALL]),
 )
 def test_buckets_replay_of_prefixes_equals_rank_by_rank(
-    case, ordering, uneven, cut, world, block
+    case, ordering, uneven, cut, world, small
 ) -> None:
-    """The replay of a ``buckets:N`` segment over the ranks' permutation prefixes, ``block``
-    batches of ranks at a time, counts what each rank's listed order and split consume, at every
-    step, in a first and a resumed segment."""
-    seg = replayed_segment(case, {"ordering": ordering, "uneven": uneven}, cut, world)
-    for steps in range(seg.steps + 1 if seg is not None else 0):
-        got = buckets_consumed(seg.live_units(), steps, seg.order_words, block)
-        np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
-        np.testing.assert_array_equal(seg.consumed(steps), got)
+    """The replay of a ``buckets:N`` segment, descending the ranks' key intervals down to ones of
+    ``small`` batches (the order's own rule), counts what each rank's listed order and split
+    consume, at every step, in a first and a resumed segment."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(interleave, "SMALL", small)
+        seg = replayed_segment(case, {"ordering": ordering, "uneven": uneven}, cut, world)
+        for steps in range(seg.steps + 1 if seg is not None else 0):
+            got = buckets_consumed(seg.live_units(), steps, seg.order_words)
+            np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
+            np.testing.assert_array_equal(seg.consumed(steps), got)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.data(), st.sampled_from(["split", "pad", "drop"]), st.sampled_from([1, 4, 1 << 20]))
-def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, block: int) -> None:
+@given(st.data(), st.sampled_from(["split", "pad", "drop"]), st.sampled_from([1, 2, 16]))
+def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, small: int) -> None:
     """The same on drawn units (ranks' runs of random counts and batch sizes, partly consumed
     before the segment, on their own ranks or cut over another world size): every step."""
     runs = data.draw(
@@ -296,9 +314,11 @@ def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, bl
     ordering = PlanOptions(ordering="buckets:3").parsed_ordering
     seed = data.draw(st.integers(0, 9))
     seg = Segment(units, start, world, index, ordering, uneven, lambda r: (seed, r))
-    for steps in range(seg.steps + 1):
-        got = buckets_consumed(seg.live_units(), steps, seg.order_words, block)
-        np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(interleave, "SMALL", small)
+        for steps in range(seg.steps + 1):
+            got = buckets_consumed(seg.live_units(), steps, seg.order_words)
+            np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
 
 
 @settings(max_examples=40, deadline=None)
@@ -650,10 +670,11 @@ INDEXED_CASES: dict[str, dict] = {
 # batch per fall of the size, not one per bucket. Moved: the non-`files` laplace cases (here,
 # the chunked epoch_wise_filter partition 3 case recorded under /6 just before included, and
 # test_plan_indexed_options.NEW_GOLDEN's); buckets:N and `files` plans unchanged.
-# seqloader-plan-indexed/8: `files` with `buckets:N` orders a rank's batches by a keyed bijection
-# over them (bijection.Bijection, the rank's order key) instead of a numpy permutation drawn from
-# the rank's order stream, so an elastic replay computes only the positions the old ranks
-# consumed. Moved: the `files` buckets:N cases only (the chunked mix over files too).
+# seqloader-plan-indexed/8: `files` with `buckets:N` orders a rank's batches as a keyed random
+# interleaving of its units' batches (plan/indexed/interleave.py: i.i.d. uniform keys refined over
+# dyadic intervals by keyed binomial halves) instead of a numpy permutation drawn from the rank's
+# order stream, so an elastic replay counts any prefix by descending the intervals, without
+# listing it. Moved: the `files` buckets:N cases only (the chunked mix over files too).
 # Also under /8: `files` with a limit on the sum of lengths alone (batch_cost="packed",
 # max_packed_frames without max_frames) cuts each old rank's buckets by that sum
 # (histogram.cut_packed) and the index cuts wide buckets of long sequences further
@@ -662,12 +683,12 @@ INDEXED_CASES: dict[str, dict] = {
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "49a99b5dd01ca536318578700ac2e913da3f066940d517a7deb1e96d1100137e",
-    "files buckets:3 W3 split": "061231a340ae09b734ce6171d22ddbe8d70d95bc02f74e5aba27aeca4af1e9d1",
+    "files buckets:3 W3 split": "1e4b24754623adfd737646ba99485489d98d9dfde39c3c1c90d84c6434e8f62b",
     "files laplace W4 pad, merged buckets": "753011512a1f8dff6901b8a684d7f4840b76cbd9aa19edea1b2eb011b7e17155",
     "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
     "mix laplace:.10 W4 pad, filters": "d6cf88dc5d2b43ad6c67ee534f15372cd3a2b6c2965e87a0fe34c956062651cc",
-    "files buckets:4 W4 split elastic -> W3 -> W5": "fc3f7a6af01a396045991654b2f5cbc40ad81684983ea9d8c6a4e755fc261a83",
-    "files buckets:4 W4 drop elastic -> W3": "e5c5bdd6a6da4d2969f8247033d1844765361a96e20c5ddbe42b4f37b5506a68",
+    "files buckets:4 W4 split elastic -> W3 -> W5": "0335f39ac7409415601353e2c1380c95e9f90d896bf94874ab4489d59ef127e8",
+    "files buckets:4 W4 drop elastic -> W3": "2b42a58017c4bbb19c0c1fa26f9be83ad1a3c51e4af37e09adcd0adfdbefadb9",
     "files laplace:.9 partition 2 W3 drop": "ce32c38552d1722264bc5bad457c00cc13de78e0cab60f8e362fcd356040f010",
     "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
     "chunked 90:60 laplace:.20 partition 2 W3 pad": "7d9869db272d2bf4f4a021474b673d4c36960a0c01bd7d896b13b8af716fb713",
@@ -676,7 +697,7 @@ INDEXED_GOLDEN = {
     "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "a45c1ed884a79af27a3c092e3a1e15ce3ec1ac364ab717ee90d23c13a0722c74",
     "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "9b313748340dbf7d83ec886d7b05a45b0d37d99e37e29913d75c098894713789",
     "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f7a63743270596433a562c4cf9984ac70fb970a6db2b9425a8bcc0f513e4b62d",
-    "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "ef75b081c07a3b7ef68c206ebe2f83cbbac17956b93e77b400a1fd1bf289bd18",
+    "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "b4a225c9f17ae3d85c1915718e4af3163e001d73675749180c123d9884dccee8",
     "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "c05bddea107dee0a7b5a11e98db9fbdc62a4834abfa5d46ecdf51fa9b1ba0376",
     "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
     "files laplace:.10 W4 split, packed elastic -> W3": "ff9a685cd5ac794745bbbd00503e83cbcfbc09c09a4d344ed7858964e47760d7",

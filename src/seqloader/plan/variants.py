@@ -27,7 +27,7 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)  # SplitMix64's finaliser constants
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-def _mix(x: np.ndarray) -> np.ndarray:
+def splitmix64(x: np.ndarray) -> np.ndarray:
     """SplitMix64's finaliser, in place on uint64 (a bijection with full avalanche)."""
     x ^= x >> np.uint64(30)
     x *= _M1
@@ -51,9 +51,9 @@ def variant_of(seed: int, full_epoch: int, indices: np.ndarray, count: int) -> n
     key = np.random.SeedSequence([seed, PURPOSE_VARIANTS, full_epoch]).generate_state(2, np.uint64)
     with np.errstate(over="ignore"):
         x = np.asarray(indices, dtype=np.int64).astype(np.uint64) ^ key[0]
-        x = _mix(x)
+        x = splitmix64(x)
         x ^= key[1]
-        x = _mix(x)
+        x = splitmix64(x)
     return (x % np.uint64(count)).astype(np.int64)
 
 

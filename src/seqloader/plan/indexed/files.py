@@ -14,9 +14,9 @@ O(W0 * buckets + files).
 **Segments.** A segment (the sub-epoch on one world size, from where the one before stopped)
 gives each rank some units' unconsumed suffixes. The rank batches each suffix with the unit's
 batch size, orders its batches (``buckets:N``: shuffled; ``laplace``: bins, lengths rising and
-falling) with an order key apart from the member draw (``buckets:N``: a keyed bijection over
-the rank's batches, ``seqloader.plan.indexed.bijection``, so a prefix of the order is computed
-without the rest), and equalises steps (``split``: its
+falling) with an order key apart from the member draw (``buckets:N``: a keyed random
+interleaving of its units' batches whose prefixes are counted without listing them,
+``seqloader.plan.indexed.interleave``), and equalises steps (``split``: its
 largest batches cut into near-equal contiguous pieces, ``seqloader.plan.indexed.pieces``; one-sequence
 fillers, ``real=False``, where it runs short; ``drop``: every rank keeps as many batches as
 the rank with fewest, the rest counted as dropped — every rank's batch count follows from counts,
@@ -41,8 +41,9 @@ import numpy as np
 from seqloader.errors import ResumeError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.files import cut_parts
-from seqloader.plan.indexed.bijection import Bijection
+from seqloader.plan.indexed.bijection import round_keys_many
 from seqloader.plan.indexed.files_mix import Pieces
+from seqloader.plan.indexed.interleave import interleave
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.indexed.replay import LiveUnits, buckets_consumed, laplace_consumed
 from seqloader.plan.options import Ordering, Uneven
@@ -122,8 +123,8 @@ class Units:
 class Segment:
     """One segment: the units' suffixes from ``start`` (int64 ``[U]``, consumed before it) on
     ``world_size`` ranks (``index`` 0: each old rank its own units). ``order_words(rank)``: the
-    key of the rank's batch order (``buckets:N``: position ``p`` holds the rank's listed batch
-    ``Bijection(batches, order_words(rank))(p)``)."""
+    key of the rank's batch order (``buckets:N``: ``interleave`` keyed by the first of its round keys,
+    ``bijection.round_keys_many``)."""
 
     def __init__(
         self,
@@ -238,7 +239,8 @@ class Segment:
         unit = np.repeat(us, nb)
         within = np.arange(m, dtype=np.int64) - np.repeat(np.cumsum(nb) - nb, nb)
         if self.ordering.is_buckets:
-            unit = unit[Bijection(m, self.order_words(rank))(np.arange(m)).astype(np.int64)]
+            key = int(round_keys_many([self.order_words(rank)])[0, 0])
+            unit = us[interleave(nb, key)]
             t = np.empty(m, dtype=np.int64)
             t[np.argsort(unit, kind="stable")] = within  # by occurrence: 0, 1, ... per unit
         else:

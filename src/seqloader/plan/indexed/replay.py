@@ -16,18 +16,23 @@ units`` blocks (a few per unit), so the replay works on blocks, vectorised over 
 - **Consumption**: blocks whose pieces end by ``steps`` are consumed whole; in the one block
   where ``steps`` falls, its batches are walked in closed form (a few groups of equal pieces).
 
-Under ``buckets:N`` a rank's order is its listed batches (unit after unit) at the positions of a
-keyed bijection (``seqloader.plan.indexed.bijection``), so ``buckets_consumed`` computes, of each
-rank that has not run through its batches, only the first ``steps`` positions of its order (all
-ranks' prefixes at once by lookup tables, ``prefix_images``: O(consumed), not O(batches)) and
-counts the rest for a block of ranks at once (a batch is one piece or more, so no later batch is
-reached):
+Under ``buckets:N`` a rank's order is a keyed random interleaving of its units' batches (every
+batch a uniform key, refined over dyadic intervals: ``seqloader.plan.indexed.interleave``), so
+``buckets_consumed`` never lists a prefix. Each rank that has not run through its batches
+descends from the whole key range to the interval where its ``steps`` pieces end, all ranks a
+level at once, holding per unit its batches inside the current interval:
 
-- **Sizes**: a unit's ``t``-th occurrence holds its ``t``-th batch, of the unit's size but the last
-  (``t = nb - 1``): in the prefix, the last occurrence of a unit whose every batch lies there.
-- **Split**: the levels per rank as above; the leftover tie increments go to the rank's latest
-  batches, so what a prefix position takes follows from the rank's ties in all less the
-  prefix's through it. Then consumption as ``Segment.consumed_rank_by_rank`` walks it.
+- **Halves**: each unit's batches in the interval's left half (``halves``, the same draw as the
+  order's); a unit's ``t``-th occurrence holds its ``t``-th batch, so its last (short) batch is
+  in a half where the unit has none after it.
+- **Split**: the levels per rank as above; the left half's pieces are its batches' pieces plus
+  the leftover tie increments that reach it (they go to the rank's latest batches: the rank's
+  leftovers less the ties after the half). The steps end in the left half if its pieces reach
+  them (then the right half's batches are after), else in the right (the left half's before).
+- **End**: an interval of at most ``SMALL`` batches is ordered as the order orders it, and walked
+  as ``Segment.consumed_rank_by_rank`` walks a rank's batches.
+
+O(units x levels) per old rank (about ``log2`` of its batches), whatever the steps.
 
 Both results equal ``Segment``'s rank-by-rank count (``tests/test_plan_indexed.py`` checks them).
 """
@@ -39,8 +44,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.plan.indexed.bijection import prefix_images
-from seqloader.plan.indexed.plan import ranges
+from seqloader.plan.indexed import interleave as keyed
+from seqloader.plan.indexed.bijection import round_keys_many
+from seqloader.plan.indexed.interleave import (
+    MAX_LEVEL,
+    halves,
+    in_node_keys,
+    interval_word,
+    unit_base,
+)
 from seqloader.plan.options import Ordering, Uneven
 
 
@@ -109,21 +121,14 @@ def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
     return out
 
 
-#: prefix positions of the walked ranks counted at once: bounds the replay's memory
-_BLOCK = 1 << 20
-
-
 def buckets_consumed(
-    seg: LiveUnits,
-    steps: int,
-    order_words: Callable[[int], tuple[int, ...]],
-    block: int = _BLOCK,
+    seg: LiveUnits, steps: int, order_words: Callable[[int], tuple[int, ...]]
 ) -> np.ndarray:
     """Sequences of each unit consumed in the segment's first ``steps`` steps under ``buckets:N``
-    (``order_words(rank)``: the key of the rank's batch order, as ``Segment.layout`` lists it)
-    -> int64 ``[U]``: of each rank that has not run through its batches, only the first
-    ``steps`` positions of its order are computed (``prefix_images``); their sizes, split and
-    consumption are counted for ranks of about ``block`` positions at once."""
+    (``order_words(rank)``: the key of the rank's order, ``seqloader.plan.indexed.interleave``)
+    -> int64 ``[U]``: every rank that has not run through its batches descends from the whole
+    key range to the small interval where its ``steps`` pieces end, all ranks a level at once
+    (see the module doc), then orders that interval's few batches."""
     world = seg.world_size
     out = np.zeros(seg.num_units, dtype=np.int64)
     if steps <= 0 or not len(seg.live):
@@ -136,100 +141,150 @@ def buckets_consumed(
         listed = np.minimum(np.maximum(seg.steps, rank_nb), seg.rank_seqs)
     whole = steps >= listed  # [W] ranks whose every batch is consumed
     out[seg.live[whole[q]]] = seg.rem[whole[q]]
-    level, prev, cut, rest = _split_levels(seg, last)
-    t_u, p_u = level[q], prev[q]  # per unit: tie increments of a full and of its last batch
-    tie_k = np.where(cut[q], _ceil(size, p_u) - _ceil(size, t_u), 0)
-    tie_l = np.where(cut[q], _ceil(last, p_u) - _ceil(last, t_u), 0)
-    ties = np.bincount(q, weights=(nb - 1) * tie_k + tie_l, minlength=world).astype(np.int64)
-    first = np.zeros(len(nb) + 1, dtype=np.int64)  # each live unit's first batch, end to end
-    np.cumsum(nb, out=first[1:])
-    units = _Prefix(
-        first, np.searchsorted(q, np.arange(world + 1), side="left"), q, size, last,
-        seg.rem, _ceil(size, t_u), _ceil(last, t_u), tie_k, tie_l,
-    )  # fmt: skip
     walked = np.flatnonzero(~whole & (rank_nb > 0))
-    a = 0
-    while a < len(walked):  # blocks of ranks, about ``block`` prefix positions each
-        span = np.cumsum(np.minimum(rank_nb[walked[a:]], steps))
-        b = a + max(int(np.searchsorted(span, block, side="right")), 1)
-        ranks = walked[a:b]
-        lengths = np.minimum(rank_nb[ranks], steps)
-        # each prefix position's listed batch (the rank's order, a keyed bijection), rank after
-        # rank, as a batch of every live unit end to end; then its live unit
-        at = prefix_images(rank_nb[ranks], [order_words(r) for r in ranks.tolist()], lengths)
-        at += np.repeat(units.first[units.lead[ranks]], lengths)
-        unit = np.searchsorted(units.first, at, side="right") - 1
-        out[seg.live] += units.consumed(ranks, unit, lengths, steps, rest, ties)
-        a = b
+    if not len(walked):
+        return out
+    level, prev, cut, rest = _split_levels(seg, last)
+    mine = np.flatnonzero(~whole[q] & (rank_nb[q] > 0))  # the walked ranks' live units
+    lead = np.searchsorted(q, np.arange(world + 1), side="left")
+    key = np.zeros(world, dtype=np.uint64)
+    key[walked] = round_keys_many([order_words(r) for r in walked.tolist()])[:, 0]
+    qm, km, lm = q[mine], size[mine], last[mine]
+    pk, pl = _ceil(km, level[qm]), _ceil(lm, level[qm])
+    cuts = cut[qm]
+    tie_k = np.where(cuts, _ceil(km, prev[qm]) - pk, 0)
+    tie_l = np.where(cuts, _ceil(lm, prev[qm]) - pl, 0)
+    local = (mine - lead[qm]).astype(np.uint64)
+    walk = _Descent(
+        qm, local, nb[mine], km, lm, seg.rem[mine], pk, pl, tie_k, tie_l, key, rest, steps
+    )
+    out[seg.live[mine]] = walk.consumed(world)
     return out
 
 
-@dataclass(frozen=True)
-class _Prefix:
-    """The live units as ``buckets_consumed`` walks them: ``first`` int64 ``[L + 1]`` each one's
-    first batch with every rank's units end to end (``_by`` order), ``lead`` ``[W + 1]`` each
-    rank's first live unit; per live unit ``[L]`` its rank, batch size, last batch, sequences
-    left, the pieces of a full and of its last batch at its rank's level and their ties."""
+class _Descent:
+    """``buckets_consumed``'s walk over the walked ranks' live units (``[L']`` each: rank, place
+    among the rank's units, batches, batch size, last batch, sequences left, pieces of a full
+    and of the last batch at the rank's split level, their tie increments; ``[W]``: the ranks'
+    order keys and leftover tie increments)."""
 
-    first: np.ndarray
-    lead: np.ndarray
-    owner: np.ndarray
-    size: np.ndarray
-    last: np.ndarray
-    rem: np.ndarray
-    pk: np.ndarray
-    pl: np.ndarray
-    tie_k: np.ndarray
-    tie_l: np.ndarray
-
-    def consumed(
+    def __init__(
         self,
-        ranks: np.ndarray,
-        unit: np.ndarray,
-        lengths: np.ndarray,
-        steps: int,
+        owner: np.ndarray,
+        local: np.ndarray,
+        nb: np.ndarray,
+        size: np.ndarray,
+        last: np.ndarray,
+        rem: np.ndarray,
+        pk: np.ndarray,
+        pl: np.ndarray,
+        tie_k: np.ndarray,
+        tie_l: np.ndarray,
+        key: np.ndarray,
         rest: np.ndarray,
-        ties: np.ndarray,
-    ) -> np.ndarray:
-        """Sequences of each live unit consumed in the first ``steps`` steps of ``ranks``
-        (ascending; ``unit``: the live unit of each position of their permuted batches, cut to
-        ``steps``, ``lengths`` positions a rank; ``rest``, ``ties``: ``[W]`` each rank's leftover
-        tie increments and its ties in all) -> int64 ``[L]``."""
-        starts = np.zeros(len(ranks) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=starts[1:])
-        nb = np.diff(self.first)
-        count = np.bincount(unit, minlength=len(nb))
-        full = count == nb  # units whose every batch is in the prefix: their last one there
-        last_at = np.full(len(nb), -1, dtype=np.int64)
-        inside = np.flatnonzero(full[unit])
-        np.maximum.at(last_at, unit[inside], inside)
-        short = last_at[full]  # [S] the positions of those last batches
-        pieces = self.pk[unit]
-        pieces[short] = self.pl[unit[short]]
-        # leftover tie increments go to a rank's latest batches: only ranks whose prefix
-        # reaches them (more left over than the ties past the prefix) take any in it
-        prefix_ties = count * self.tie_k + full * (self.tie_l - self.tie_k)
-        past = ties - np.bincount(self.owner, weights=prefix_ties, minlength=len(ties))
-        for i in np.flatnonzero(rest[ranks] > past[ranks]).tolist():
-            r, span = int(ranks[i]), slice(int(starts[i]), int(starts[i + 1]))
-            tie = self.tie_k[unit[span]]
-            mine = short[(short >= span.start) & (short < span.stop)]
-            tie[mine - span.start] = self.tie_l[unit[mine]]
-            after = int(ties[r]) - np.cumsum(tie)  # ties of the rank's later batches
-            pieces[span] += np.clip(int(rest[r]) - after, 0, tie)
-        ends = np.cumsum(pieces)  # pieces through each position, the block's ranks end to end
-        limit = np.concatenate([[0], ends])[starts[:-1]] + steps  # [R] each rank's last end
-        stop = np.minimum(np.searchsorted(ends, limit, side="right"), starts[1:])
-        later = ranges(stop, starts[1:])  # positions past the steps (not whole)
-        done = count - np.bincount(unit[later], minlength=len(nb))
-        out = np.minimum(done * self.size, self.rem)
-        cross = stop[stop < starts[1:]]  # the batch where the steps end, if partly consumed
-        m = limit[stop < starts[1:]] - (ends[cross] - pieces[cross])  # its first m pieces
-        last = last_at[unit[cross]] == cross  # the unit's last batch
-        sizes = np.where(last, self.last[unit[cross]], self.size[unit[cross]])
+        steps: int,
+    ) -> None:
+        self.owner, self.local, self.nb, self.size, self.last = owner, local, nb, size, last
+        self.rem, self.pk, self.pl, self.tie_k, self.tie_l = rem, pk, pl, tie_k, tie_l
+        self.key, self.rest, self.steps = key, rest, steps
+        self.base = unit_base(key[owner], local)  # each unit's first hash (``halves``)
+        self.cut = bool(tie_k.any() or tie_l.any())  # else no rank has tie increments
+
+    def consumed(self, world: int) -> np.ndarray:
+        """Sequences of each unit consumed in the first ``steps`` steps -> int64 ``[L']``. The
+        walk holds only the units with batches in their rank's current interval (fewer every
+        level), whether each has batches after it, and per rank the interval, the pieces before
+        it and the tie increments after it."""
+        q, steps = self.owner, self.steps
+        done = np.zeros(len(q), dtype=np.int64)  # batches of each unit before the interval
+        partial = np.zeros(len(q), dtype=np.int64)
+        idx = np.flatnonzero(self.nb > 0)
+        cnt, later = self.nb[idx], np.zeros(len(idx), dtype=bool)
+        node = np.zeros(world, dtype=np.uint64)
+        before = np.zeros(world, dtype=np.int64)
+        ties_after = np.zeros(world, dtype=np.int64)
+        level = 0
+        while len(idx):
+            r = q[idx]
+            total = np.bincount(r, weights=cnt, minlength=world)
+            ending = ((total <= keyed.SMALL) | (level == MAX_LEVEL))[r]
+            if ending.any():  # the interval's few batches in their keyed order
+                self._finish(idx[ending], cnt[ending], later[ending], done, partial, node, level,
+                             before, ties_after)  # fmt: skip
+                idx, cnt, later, r = idx[~ending], cnt[~ending], later[~ending], r[~ending]
+                if not len(idx):
+                    break
+            left = halves(self.base[idx], interval_word(node, level)[r], cnt)
+            right = cnt - left
+            last_l, last_r = (right == 0) & ~later, (right > 0) & ~later  # a unit's last batch
+            pk = self.pk[idx]
+            per = np.bincount(r, weights=left * pk + last_l * (self.pl[idx] - pk), minlength=world)
+            per = per.astype(np.int64)
+            t_r = np.zeros(world, dtype=np.int64)
+            if self.cut:  # leftover tie increments reaching the left half
+                tk = self.tie_k[idx]
+                dt = self.tie_l[idx] - tk
+                t_l = np.bincount(r, weights=left * tk + last_l * dt, minlength=world)
+                t_r = np.bincount(r, weights=right * tk + last_r * dt, minlength=world)
+                t_l, t_r = t_l.astype(np.int64), t_r.astype(np.int64)
+                per += np.clip(self.rest - (ties_after + t_r), 0, t_l)
+            go_left = per >= steps - before  # the steps end in the left half
+            gl = go_left[r]
+            done[idx[~gl]] += left[~gl]
+            later |= gl & (right > 0)
+            cnt = np.where(gl, left, right)
+            ties_after += np.where(go_left, t_r, 0)
+            before += np.where(go_left, 0, per)
+            node = (node << np.uint64(1)) | (~go_left).astype(np.uint64)
+            level += 1
+            keep = cnt > 0
+            idx, cnt, later = idx[keep], cnt[keep], later[keep]
+        return np.minimum(done * self.size, self.rem) + partial
+
+    def _finish(
+        self,
+        units: np.ndarray,
+        c: np.ndarray,
+        later: np.ndarray,
+        done: np.ndarray,
+        partial: np.ndarray,
+        node: np.ndarray,
+        level: int,
+        before: np.ndarray,
+        ties_after: np.ndarray,
+    ) -> None:
+        """Order the batches of the ranks' small intervals (``units``: their units with batches
+        there, rank by rank, ``c`` batches each, ``later``: with batches after the interval) as
+        ``interleave`` does and count what the steps consume: whole batches into ``done``, the
+        one where the steps end into ``partial``."""
+        batch = np.repeat(np.arange(len(units)), c)  # listed unit after unit, rank by rank
+        u = units[batch]
+        r = self.owner[u]
+        first = np.ones(len(r), dtype=bool)
+        first[1:] = r[1:] != r[:-1]
+        starts = np.flatnonzero(first)
+        group = np.cumsum(first) - 1
+        j = np.arange(len(r), dtype=np.int64) - starts[group]
+        sort_key = in_node_keys(self.key[r], interval_word(node[r], level), j)
+        order = np.lexsort((j, sort_key, r))
+        u, r = u[order], r[order]  # the intervals' batches in order, rank by rank
+        pos = np.arange(len(u))
+        last_at = np.full(len(done), -1, dtype=np.int64)
+        np.maximum.at(last_at, u, pos)
+        holds_last = (last_at[u] == pos) & ~later[batch[order]]
+        tie = np.where(holds_last, self.tie_l[u], self.tie_k[u])
+        bounds = np.append(starts, len(u))
+        later = _suffix_within(tie, bounds) + ties_after[r]  # ties of the rank's later batches
+        pieces = np.where(holds_last, self.pl[u], self.pk[u])
+        pieces = pieces + np.clip(self.rest[r] - later, 0, tie)
+        ends = _cumsum_within(pieces, bounds)
+        need = self.steps - before[r]
+        np.add.at(done, u[ends <= need], 1)
+        cross = np.flatnonzero((ends - pieces < need) & (ends > need))  # at most one a rank
+        m = (need - (ends - pieces))[cross]
+        sizes = np.where(holds_last[cross], self.last[u[cross]], self.size[u[cross]])
         whole, extra = np.divmod(sizes, pieces[cross])
-        np.add.at(out, unit[cross], m * whole + np.minimum(m, extra))
-        return out
+        np.add.at(partial, u[cross], m * whole + np.minimum(m, extra))
 
 
 def _split_levels(
