@@ -9,6 +9,7 @@ refused, never served."""
 from __future__ import annotations
 
 import collections
+import hashlib
 import os
 import tempfile
 
@@ -21,6 +22,7 @@ from tests.test_tags import plain_duplicates
 
 import seqloader as sl
 from seqloader.sources import hdf_layout
+from seqloader.sources.base import hash_packed
 from seqloader.sources.columns import DamagedStore
 from seqloader.sources.hdf_layout import PackedTags
 from seqloader.sources.hdf_store import REPEATS
@@ -121,3 +123,23 @@ def test_a_damaged_repeats_block_is_refused(tmp_path) -> None:
         source = sl.HDFSource(path, index_dir=tmp_path / "index")
         with source, pytest.raises(DamagedStore, match=rf"column '{column}'"):
             duplicate_tags(source.tags)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    runs=st.lists(st.tuples(TAG, st.integers(1, 200)), max_size=6),
+    skip=st.integers(0, 3),
+)
+def test_tag_bytes_hashed_with_nuls_are_each_tag_and_a_nul(
+    runs: list[tuple[bytes, int]], skip: int
+) -> None:
+    """Property: the bytes the corpus fingerprint hashes (``hash_packed``) are each tag followed
+    by a NUL, whether its block is copied run by run (long runs of tags of one length, as ids of
+    a fixed width) or through a byte mask (short runs), from any first tag of a buffer."""
+    tags = [b"x" * k for k in range(skip)] + [t for t, count in runs for _ in range(count)]
+    packed = PackedTags.from_array(np.array(tags, object))
+    data, offsets = packed.buffers()
+    expected = hashlib.sha256(b"".join(t + b"\0" for t in tags[skip:])).hexdigest()
+    got = hashlib.sha256()
+    hash_packed(got, data, offsets[skip:])
+    assert got.hexdigest() == expected

@@ -463,11 +463,38 @@ def hash_packed(h: hashlib._Hash, data: np.ndarray, offsets: np.ndarray) -> None
     n = len(offsets) - 1
     for a in range(0, n, _HASH_BLOCK):
         b = min(n, a + _HASH_BLOCK)
-        lo, hi = int(offsets[a]), int(offsets[b])
-        out = np.zeros(hi - lo + (b - a), dtype=np.uint8)  # the bytes plus one NUL per tag
-        # tag j's NUL follows its last byte, j NULs further on; the bytes fill the rest in order
-        # (two byte-sized temporaries per block, no int64 per byte)
-        keep = np.ones(len(out), dtype=bool)
-        keep[offsets[a + 1 : b + 1] - lo + np.arange(b - a, dtype=np.int64)] = False
-        out[keep] = data[lo:hi]
-        h.update(out.data)
+        h.update(_with_nuls(data, offsets[a : b + 1]).data)
+
+
+#: a block's tags are copied run by run where its runs of tags of one length are this long on
+#: average (ids of a fixed width: a 2-D copy each), else through one byte mask
+_RUN_ROWS = 64
+
+
+def _with_nuls(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The tags ``data[offsets[j] : offsets[j + 1]]`` one after another, each followed by a NUL
+    -> uint8 ``[bytes + tags]``; no int64 per byte (two byte-sized temporaries at the most).
+
+    >>> _with_nuls(np.frombuffer(b"abcde", np.uint8), np.array([0, 2, 2, 5])).tobytes()
+    b'ab\\x00\\x00cde\\x00'
+    """
+    rows = len(offsets) - 1
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    lengths = np.diff(offsets)
+    first = np.flatnonzero(np.concatenate([[True], lengths[1:] != lengths[:-1]]))
+    if rows and len(first) * _RUN_ROWS <= rows:  # long runs of one length: [rows, L + 1] each
+        out = np.empty(hi - lo + rows, dtype=np.uint8)
+        ends = np.append(first[1:], rows).tolist()
+        widths, starts = lengths[first].tolist(), offsets[first].tolist()
+        for f, e, width, src in zip(first.tolist(), ends, widths, starts, strict=True):
+            at = src - lo + f  # tag f's bytes follow the f NULs before it
+            block = out[at : at + (e - f) * (width + 1)].reshape(e - f, width + 1)
+            block[:, :width] = data[src : src + (e - f) * width].reshape(e - f, width)
+            block[:, width] = 0
+        return out
+    out = np.zeros(hi - lo + rows, dtype=np.uint8)
+    # tag j's NUL follows its last byte, j NULs further on; the bytes fill the rest in order
+    keep = np.ones(len(out), dtype=bool)
+    keep[offsets[1:] - lo + np.arange(rows, dtype=np.int64)] = False
+    out[keep] = data[lo:hi]
+    return out
