@@ -248,6 +248,8 @@ class IndexedPlanner:
         self.distribution: Distribution = distribution_of(self)
         #: ((epoch, order rank), its epoch_wise_filter cut)
         self._cut_kept: tuple[tuple[int, int], EpochCut] | None = None
+        #: (a sub-epoch's bucket counts and sizes, their ``row_runs``): table and draw ask alike
+        self._runs_kept: tuple[bytes, tuple[np.ndarray, ...]] | None = None
         self.mix: MixKind | None = None
         self.corpora = corpora = i.corpora
         self.k = batch_sizes(self.longest, options.cost, options.max_seqs, self.budget)  # [N]
@@ -557,8 +559,20 @@ class IndexedPlanner:
         if ordering.is_buckets:
             words = (PURPOSE_INDEXED_RUNS, self.seed_epoch(ep), ep.part)
             return bucket_runs(counts, sizes, group, rng_for(*self.head_of(order_rank), *words))
-        runs, run_sizes, _, top = row_runs(counts, sizes)  # one short batch per fall, not bucket
+        runs, run_sizes, _, top = self._row_runs(counts, sizes)  # a short batch per fall
         return laplace_bins(runs, run_sizes, ordering.num_bins(int(counts.sum())), top)
+
+    def _row_runs(self, counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``row_runs`` (read-only), kept for the last buckets asked: a rank's table and draw
+        ask for the same, and a plan's shares ask again and again."""
+        key = counts.tobytes() + sizes.tobytes()  # as long as each other: unambiguous
+        kept = self._runs_kept
+        if kept is None or kept[0] != key:
+            runs = row_runs(counts, sizes)
+            for a in runs:
+                a.flags.writeable = False
+            kept = self._runs_kept = (key, runs)
+        return kept[1]
 
     def draw(self, epoch: int, windows: bool = True, order_rank: int = 0) -> Draw:
         """The sub-epoch's slots by (table bucket, position): the keyed member draw (``laplace``:
@@ -584,7 +598,7 @@ class IndexedPlanner:
         if not windows:
             return draw
         if not self.options.parsed_ordering.is_buckets:  # laplace: the table's runs
-            runs, sizes, starts, _ = row_runs(counts, sizes)
+            runs, sizes, starts, _ = self._row_runs(counts, sizes)
             draw, counts = RunDraw(draw, counts, starts), runs
         return SortedWindows(draw, self.planned.lengths, counts, sizes)
 
