@@ -46,6 +46,7 @@ def cases(draw: st.DrawFn) -> dict:
         "distribution": draw(st.sampled_from(["shard", "shard", "random_seed_offset"])),
         "epoch_wise_filter": draw(st.sampled_from([None, None, {(1, 1): {"max_mean_len": 9}}])),
         "seed": draw(st.integers(0, 3)),
+        "chunking": draw(st.sampled_from([None, None, "6:4"])),
     }
     return {
         "lengths": {"data": data},
@@ -72,6 +73,8 @@ def test_batches_are_greedy_cuts_of_the_order_and_every_contract_holds(case: dic
     parts = options.partition_epoch
     limits = batch_limits(options, ["data"], "data")
     for epoch in range(1, parts + 1):
+        if options.chunking is not None:  # units are chunks: their count follows the draw
+            continue
         assert planner.order_size(epoch) == reference.order_size(epoch)
         if options.distribution != "shard":  # each rank its own order of the shared batches
             continue
@@ -138,8 +141,8 @@ def test_padding_and_steps_match_global_plannings() -> None:
 
 def test_index_and_refusals() -> None:
     """The node's index is the sequences by length (one key for both kinds, none shared with
-    laplace's or sorted's); a source's own sort key, chunking and a sharded mix are refused by
-    name (``auto``: global)."""
+    laplace's or sorted's); a source's own sort key and a sharded mix are refused by name
+    (``auto``: global); chunking is planned."""
     base = {"max_frames": 100}
     keys = {index_key(PlanOptions(**base, ordering=o)) for o in ORDERINGS}
     assert len(keys) == 1
@@ -153,8 +156,8 @@ def test_index_and_refusals() -> None:
         lengths, PlanOptions(ordering="sort_bin_shuffle"), order_lengths=np.arange(4)
     )
     assert resolve_planning(own_key).options.planning == "global"
-    for extra in ({"chunking": "4:2"}, {"mix": {"a": 1.0}}):
-        assert PlanOptions(ordering="sort_bin_shuffle", **extra).resolved_planning == "global"
+    assert PlanOptions(ordering="sort_bin_shuffle", mix={"a": 1.0}).resolved_planning == "global"
+    assert PlanOptions(ordering="sort_bin_shuffle", chunking="4:2").resolved_planning == "indexed"
 
 
 def test_a_global_state_is_refused_by_name_under_auto() -> None:

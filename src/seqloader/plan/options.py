@@ -383,14 +383,10 @@ class PlanOptions:
                 "ordering over files, or distribution='shard' with a fixed or random ordering",
             ),
             (
-                sort_bins
-                and self.distribution != "files"
-                and (self.chunking is not None or self.mix is not None),
-                f"ordering={self.ordering!r} with chunking or mix under "
-                f"distribution={self.distribution!r} (its keyed order is cut greedily over "
-                "whole sequences, and a sharded mix's slots are drawn in random's order; with "
-                "distribution='files' each rank orders its own files' sequences, chunks or mix "
-                "pieces' slots)",
+                sort_bins and self.distribution != "files" and self.mix is not None,
+                f"ordering={self.ordering!r} with mix under distribution="
+                f"{self.distribution!r} (a sharded mix's slots are drawn in random's keyed order; "
+                "with distribution='files' each rank orders its own mix pieces' slots)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
         ]

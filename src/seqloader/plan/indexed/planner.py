@@ -339,7 +339,7 @@ class IndexedPlanner:
         if self._random:
             words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
             order: Callable[[np.ndarray], np.ndarray] = drawn_order(
-                self.planned.random_index(self.index), self.options.parsed_ordering, words
+                self.index, self.planned, self.options.parsed_ordering, words
             )
         else:
             order = self.corpus.fixed_order(self.index)

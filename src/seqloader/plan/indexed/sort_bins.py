@@ -27,7 +27,7 @@ sub-epoch part (memory: a block of positions, the bins and the part's batch boun
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -56,15 +56,24 @@ def order_index_kind(kind: str) -> str:
 
 
 def drawn_order(
-    index: BucketIndex, ordering: Ordering, words: Sequence[int]
+    index: BucketIndex, planned: RandomIndex, ordering: Ordering, words: Sequence[int]
 ) -> RandomOrder | SortBinsOrder:
-    """The full epoch's keyed order of a drawn ordering (``DRAWN_KINDS``) over its index."""
+    """The full epoch's keyed order of a drawn ordering (``DRAWN_KINDS``): ``random`` over
+    ``planned.random_index(index)`` (the admitted sequences in one bucket), ``sort_bin_shuffle``
+    over ``index`` itself (the sequences by length: ``sorted``'s index; chunked, the length
+    classes, the same buckets)."""
     if ordering.kind in SORT_BIN_KINDS:
         return SortBinsOrder(index, ordering, words)
-    return RandomOrder(index, words)
+    return RandomOrder(planned.random_index(index), words)
 
 
 _TIES, _BINS, _WITHIN = 0, 1, 2  # the three kinds of draw under the order's key words
+
+
+class RandomIndex(Protocol):
+    """What ``drawn_order`` asks of the planned units (``indexed.units.PlannedUnits``)."""
+
+    def random_index(self, index: BucketIndex) -> BucketIndex: ...
 
 
 class SortBinsOrder:
