@@ -680,28 +680,33 @@ INDEXED_CASES: dict[str, dict] = {
 # (histogram.cut_packed) and the index cuts wide buckets of long sequences further
 # (histogram.narrow_edges). No recorded case had such limits with `files`: none moved; the two
 # `packed`/`max_packed_frames` files cases were added with it.
+# Also under /8: `files` with `laplace` deals each rank's batches to its bins in length order
+# (replay.laplace_blocks: the batch at position j of the rank's length order in bin j % B) where
+# each unit spread its own batches over the bins from bin 0 (a one-batch unit always in bin 0, so
+# on many ranks a rank's batches ran as one rising ramp). Moved: the `files` laplace cases only
+# (the mix over files, chunked and packed ones too); no shard or buckets:N digest moved.
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "49a99b5dd01ca536318578700ac2e913da3f066940d517a7deb1e96d1100137e",
     "files buckets:3 W3 split": "1e4b24754623adfd737646ba99485489d98d9dfde39c3c1c90d84c6434e8f62b",
-    "files laplace W4 pad, merged buckets": "753011512a1f8dff6901b8a684d7f4840b76cbd9aa19edea1b2eb011b7e17155",
+    "files laplace W4 pad, merged buckets": "cd38cc518387e0a7236ad5a665ca3b5c7d1473a44360702721b0ffebc39f1fd2",
     "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
     "mix laplace:.10 W4 pad, filters": "d6cf88dc5d2b43ad6c67ee534f15372cd3a2b6c2965e87a0fe34c956062651cc",
     "files buckets:4 W4 split elastic -> W3 -> W5": "0335f39ac7409415601353e2c1380c95e9f90d896bf94874ab4489d59ef127e8",
     "files buckets:4 W4 drop elastic -> W3": "2b42a58017c4bbb19c0c1fa26f9be83ad1a3c51e4af37e09adcd0adfdbefadb9",
-    "files laplace:.9 partition 2 W3 drop": "ce32c38552d1722264bc5bad457c00cc13de78e0cab60f8e362fcd356040f010",
+    "files laplace:.9 partition 2 W3 drop": "c9d1332b6a48cb1f0105ac538db5092c3210a4a2fce327524a986ecfc6078902",
     "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
     "chunked 90:60 laplace:.20 partition 2 W3 pad": "7d9869db272d2bf4f4a021474b673d4c36960a0c01bd7d896b13b8af716fb713",
     "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "ca159e6ba9e3b7add8d39278b0a37d617095698d9952682b5a1b1f286061b986",
-    "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "2079692ffa8dc621a53f257c517e61f431a46eebd58320949103bd8018c3e0cf",
+    "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "c11f8cac162b66368510dedd62552596365b64319e488a7cb3e0a2f0469f0c95",
     "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "a45c1ed884a79af27a3c092e3a1e15ce3ec1ac364ab717ee90d23c13a0722c74",
     "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "9b313748340dbf7d83ec886d7b05a45b0d37d99e37e29913d75c098894713789",
-    "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f7a63743270596433a562c4cf9984ac70fb970a6db2b9425a8bcc0f513e4b62d",
+    "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f5c7a20a941e2b86d5c723b7a9b4015285b5ad7020cb745e078a16e9350defe5",
     "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "b4a225c9f17ae3d85c1915718e4af3163e001d73675749180c123d9884dccee8",
     "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "c05bddea107dee0a7b5a11e98db9fbdc62a4834abfa5d46ecdf51fa9b1ba0376",
     "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
-    "files laplace:.10 W4 split, packed elastic -> W3": "ff9a685cd5ac794745bbbd00503e83cbcfbc09c09a4d344ed7858964e47760d7",
-    "mix files laplace W3 pad, max_packed_frames": "5a2947c47f81b57695c74ff7d24ad8464f0bcad16e34b83413da6bb6dcbd0ac5",
+    "files laplace:.10 W4 split, packed elastic -> W3": "65bb79a260b27ee519d5578111dddcb5f1182a53fb9c3ac5043e9b1967098464",
+    "mix files laplace W3 pad, max_packed_frames": "b35118c126bb1116db8d3aa19fbb230139a1b711aa9e5130161bb66fbc8ef8cb",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/8"
 

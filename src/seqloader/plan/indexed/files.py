@@ -13,10 +13,10 @@ O(W0 * buckets + files).
 
 **Segments.** A segment (the sub-epoch on one world size, from where the one before stopped)
 gives each rank some units' unconsumed suffixes. The rank batches each suffix with the unit's
-batch size, orders its batches (``buckets:N``: shuffled; ``laplace``: bins, lengths rising and
-falling) with an order key apart from the member draw (``buckets:N``: a keyed random
+batch size, orders its batches apart from the member draw (``buckets:N``: a keyed random
 interleaving of its units' batches whose prefixes are counted without listing them,
-``seqloader.plan.indexed.interleave``), and equalises steps (``split``: its
+``seqloader.plan.indexed.interleave``; ``laplace``: dealt to the rank's bins in length order,
+bins ascending and descending in turn, ``replay.laplace_blocks``), and equalises steps (``split``: its
 largest batches cut into near-equal contiguous pieces, ``seqloader.plan.indexed.pieces``; one-sequence
 fillers, ``real=False``, where it runs short; ``drop``: every rank keeps as many batches as
 the rank with fewest, the rest counted as dropped — every rank's batch count follows from counts,
@@ -45,7 +45,12 @@ from seqloader.plan.indexed.bijection import round_keys_many
 from seqloader.plan.indexed.files_mix import Pieces
 from seqloader.plan.indexed.interleave import interleave
 from seqloader.plan.indexed.pieces import split_pieces
-from seqloader.plan.indexed.replay import LiveUnits, buckets_consumed, laplace_consumed
+from seqloader.plan.indexed.replay import (
+    LiveUnits,
+    buckets_consumed,
+    laplace_blocks,
+    laplace_consumed,
+)
 from seqloader.plan.options import Ordering, Uneven
 
 
@@ -243,13 +248,13 @@ class Segment:
             unit = us[interleave(nb, key)]
             t = np.empty(m, dtype=np.int64)
             t[np.argsort(unit, kind="stable")] = within  # by occurrence: 0, 1, ... per unit
-        else:
-            bins = self.ordering.num_bins(int(self.rem[us].sum()))
-            bin_of = (within * bins) // np.maximum(self.nb[unit], 1)
-            level = self.units.level[unit]
-            major = np.where(bin_of % 2 == 1, -level, level)
-            order = np.lexsort((within, unit, major, bin_of))
-            unit, t = unit[order], within[order]
+        else:  # laplace: the rank's batches dealt to its bins in length order (replay's blocks)
+            bins = np.full(len(us), self.ordering.num_bins(int(self.rem[us].sum())))
+            blk, count, first = laplace_blocks(
+                np.zeros_like(us), us, nb, self.units.level[us], bins
+            )
+            unit = np.repeat(us[blk], count)
+            t = np.repeat(first - (np.cumsum(count) - count), count) + np.arange(m)
         size = self.units.size[unit]
         return unit, t, np.minimum(size, self.rem[unit] - t * size)
 
