@@ -30,8 +30,10 @@ from test_onecopy import garbage_alloc, identity
 
 def settle_and_count(monkeypatch) -> list[int]:
     """The files written by a test count as written a minute ago (the clock they are read
-    against runs 60 s ahead), so they may get verdicts; returns the count of rows screened."""
+    against runs 60 s ahead) and as large enough, so they may get verdicts; returns the count of
+    rows screened."""
     monkeypatch.setattr(screen_verdicts, "now", lambda: time.time() + 60)
+    monkeypatch.setattr(screen_verdicts, "MIN_BYTES", 0)  # the tiny files here get verdicts
     screened = [0]
     add = padded_rows.RowScreen.add
 
@@ -210,6 +212,21 @@ def test_a_young_file_gets_no_verdict(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(screen_verdicts, "now", lambda: os.stat(path).st_ctime_ns / 1e9 + 1.0)
     batches = [np.arange(12)]
     one_pass(str(path), index, batches)
+    assert not list(index.glob("screen-*.cols"))
+
+
+def test_a_small_dataset_gets_no_verdict(tmp_path, monkeypatch) -> None:
+    """Below ``MIN_BYTES`` the screen costs less than writing a verdict: none is written or
+    looked up, and every process screens the file."""
+    screened = settle_and_count(monkeypatch)
+    monkeypatch.setattr(
+        screen_verdicts, "MIN_BYTES", 57 * 4 * 4 + 1
+    )  # 57 rows of 4 float32: 1 byte short
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    for _ in range(2):
+        screened[0] = 0
+        assert one_pass(str(path), index, [np.arange(12)]) == [] and screened[0] == 12
     assert not list(index.glob("screen-*.cols"))
 
 
