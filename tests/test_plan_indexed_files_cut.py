@@ -101,8 +101,11 @@ def check_against_global(case: dict, stop: int) -> None:
             indexed.global_plan(1, w0)
         return
     for epoch in range(1, indexed.options.partition_epoch + 1):
-        fresh = indexed.global_plan(epoch, w0)
-        same(fresh, greedy.global_plan(epoch, w0))
+        fresh, want_fresh = indexed.global_plan(epoch, w0), greedy.global_plan(epoch, w0)
+        same(fresh, want_fresh)
+        # the report's step imbalance: global planning's figure (chunked: by the windows)
+        got_imbalance = indexed.step_imbalance(fresh, 0).compute()
+        assert got_imbalance == pytest.approx(greedy.step_imbalance(want_fresh, 0).compute())
         at = Position(epoch, 0, w0, min(stop, fresh.steps))
         try:
             want, want_at = continue_plan(greedy, at, w1)

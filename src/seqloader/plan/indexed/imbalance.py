@@ -30,6 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
+from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.indexed.batch_table import BatchTable
@@ -162,13 +163,17 @@ def files_imbalance(plan: CountedPlan, costs: np.ndarray, first_step: int = 0) -
     return _ranks_imbalance(plan, first_step, lambda rank: planned(rank, costs)[first_step:])
 
 
-def rankwise_imbalance(plan: EpochPlan, costs: np.ndarray, first_step: int = 0) -> float:
+def rankwise_imbalance(
+    plan: EpochPlan, costs: np.ndarray | Callable[[BatchList], np.ndarray], first_step: int = 0
+) -> float:
     """``step_imbalance`` of a plan from ``first_step`` on, computed one rank's share at a time
-    (``costs``: cost units per sequence): equal to the figure over the plan's whole batch list."""
+    (``costs``: cost units per sequence, or of each slot of a share, e.g. a chunk's window's,
+    ``IndexedPlanner.slot_costs``): equal to the figure over the plan's whole batch list."""
 
     def per_step(rank: int) -> np.ndarray:
         share = plan.rank_share(rank, first_step)
-        return padded_frames(np.asarray(costs[share.seqs]), share.bounds)
+        slot = costs(share) if callable(costs) else costs[share.seqs]
+        return padded_frames(np.asarray(slot), share.bounds)
 
     return _ranks_imbalance(plan, first_step, per_step)
 

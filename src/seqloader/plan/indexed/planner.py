@@ -34,6 +34,7 @@ import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -82,9 +83,7 @@ from seqloader.plan.indexed.histogram import (
     row_runs,
     sizes_for_units,
 )
-from seqloader.plan.indexed.imbalance import (
-    bucket_costs,
-)
+from seqloader.plan.indexed.imbalance import bucket_costs, rankwise_imbalance
 from seqloader.plan.indexed.mix_kind import MixKind
 from seqloader.plan.indexed.plan import (
     Draw,
@@ -730,9 +729,10 @@ class IndexedPlanner:
         without every rank's batches (``seqloader.plan.indexed.imbalance``): ``shard`` off the
         batch table (milliseconds), ``files`` from counts, rank by rank: each plan kind answers
         (``EpochPlan.step_imbalance``)."""
-        # fixed and random orders: a table bucket is a batch, no planned cost (real lengths)
-        planned = None if self._fixed or self._random else bucket_costs(self)
-        return plan.step_imbalance(from_step, self.costs, planned)
+        if self._fixed or self._random:  # greedy cuts of real lengths: each slot's cost
+            # (chunked: its window's, as global planning's chunked plans count it)
+            return PlannedImbalance(partial(rankwise_imbalance, plan, self.slot_costs, from_step))
+        return plan.step_imbalance(from_step, self.costs, bucket_costs(self))
 
     def fingerprint(self, source_fingerprint: str) -> str:
         return plan_fingerprint(
