@@ -389,11 +389,12 @@ class OpenFile:
             clean[local[todo]] = True
             # counted down by the rows found clean (a sequence twice in a batch counts twice, so
             # this is at most what is left); counted exactly only when it reaches 0
-            left = self._left[key] - int(np.count_nonzero(todo))
+            left = self._left.get(key, 0) - int(np.count_nonzero(todo))
             if left <= 0:
                 left = len(clean) - int(np.count_nonzero(clean))
                 if left == 0:
                     self._all_clean(key, s)
+                    continue
             self._left[key] = left
         return suspects
 
@@ -408,8 +409,9 @@ class OpenFile:
     def _all_clean(self, key: str, s: np.ndarray) -> None:
         """Every sequence of ``key`` in this file screened clean here: no more screen or
         bookkeeping for it in this process, and the node's verdict written for later ones."""
-        self._finite.add(key)
-        del self._clean[key], self._left[key]
+        self._finite.add(key)  # (a batch read in another thread meanwhile may still screen)
+        self._clean.pop(key, None)
+        self._left.pop(key, None)
         reader = self.readers[key]
         if self._verdicts is not None and _covers(s, reader.shape[0]):
             self._verdicts.record(self._datasets[key], reader.dtype, reader.shape)
