@@ -67,7 +67,7 @@ def timed_epochs(
         clock = time.perf_counter
         t0 = clock()
         it = make_epoch(epoch)
-        waited = clock() - t0
+        waited = called = clock() - t0
         first = None
         waits = []
         batch = None
@@ -94,6 +94,7 @@ def timed_epochs(
             "batches": len(waits),
             "loop_pct": 100.0 * (wall - waited) / wall,
             "loop_first_s": first,
+            "loop_epoch_call_s": called,  # of which ``loader.epoch()`` itself
             "loop_wait_median_ms": 1e3 * statistics.median(waits) if waits else None,
             "wall_s": wall,
             "step_kind": kind,
@@ -171,6 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs-per-step", type=int, default=1)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--base-src", help="src/ directory of the code to compare with")
+    p.add_argument(
+        "--also-src",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="another checkout's src/ measured beside (label seqloader@NAME); repeatable",
+    )
     p.add_argument("--floor", action="store_true", help="also run torch-floor")
     p.add_argument(
         "--ablate", action="store_true", help="also run seqloader without its dispatch thread"
@@ -197,15 +205,21 @@ def main(argv: list[str] | None = None) -> int:
             configs.append(
                 {**at, "variant": "seqloader", "code": "base", "label": f"seqloader@base/w{w}"}
             )
+        for name, src in (x.split("=", 1) for x in a.also_src):
+            label = f"seqloader@{name}/w{w}"
+            configs.append(
+                {**at, "variant": "seqloader", "code": "base", "src": src, "label": label}
+            )
         if a.ablate:
             configs.append(
                 {**at, "variant": "seqloader", "no_dispatch": True, "label": f"nodisp/w{w}"}
             )
     runs: list[dict] = []
+    load = [os.getloadavg()]
     for rep in range(a.reps):
         k = rep % len(configs)
         for cfg in configs[k:] + configs[:k]:
-            res = run_child("benchmarks.looptime", cfg, a.base_src, timeout=900)
+            res = run_child("benchmarks.looptime", cfg, cfg.get("src", a.base_src), timeout=900)
             runs.append(res)
             mine = cfg["label"].startswith("seqloader/")
             if a.floor and mine:  # as many batches as seqloader's epochs, same workers
@@ -240,10 +254,21 @@ def main(argv: list[str] | None = None) -> int:
                 text += f" [useful {useful:.2f}%]"
             parts.append(text)
         print(f"  {label:16s} " + "  ".join(parts))
-    print(f"load average: {[round(x, 2) for x in os.getloadavg()]}")
+    print("epoch 1's first batch (epoch() + first next()), ms: median (range); epoch() alone:")
+    for label in labels:
+        rs = [r for r in runs if r["config"]["label"] == label and "report_pct" in r["epochs"][0]]
+        if rs:
+            first = sorted(1e3 * r["epochs"][0]["loop_first_s"] for r in rs)
+            called = [1e3 * r["epochs"][0].get("loop_epoch_call_s", 0.0) for r in rs]
+            print(
+                f"  {label:16s} {statistics.median(first):.0f} ({first[0]:.0f}-{first[-1]:.0f})"
+                f"  epoch() {statistics.median(called):.1f}"
+            )
+    load.append(os.getloadavg())
+    print(f"load average before/after: {[[round(x, 2) for x in v] for v in load]}")
     if a.json:
         with open(a.json, "w") as fh:
-            json.dump({"runs": runs, "load": os.getloadavg()}, fh, indent=1)
+            json.dump({"runs": runs, "load": load}, fh, indent=1)
     return 0
 
 
