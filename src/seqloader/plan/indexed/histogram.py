@@ -240,50 +240,56 @@ def cut_runs(counts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
     huge = np.iinfo(np.int64).max
     caps = np.where(sizes > 0, sizes, huge).astype(np.int64)
     counts = np.asarray(counts, dtype=np.int64)
-    last = np.where(counts > 0, np.arange(n_buckets), -1)
+    last = np.where(counts > 0, np.arange(n_buckets, dtype=np.int32), -1)
     np.maximum.accumulate(last, axis=1, out=last)  # each row's last non-empty bucket so far
-    was = caps[last[:, :-1]]  # [R, N - 1] the open run's size before buckets 1.. (if one is open)
     # where the open run's size changes: a non-empty bucket after another of another size
-    moves = (counts[:, 1:] > 0) & (last[:, :-1] >= 0) & (was != caps[1:])
-    at = np.flatnonzero(moves.any(axis=0))  # the buckets (less one) where some row's changes
-    pos = np.cumsum(counts, axis=1)[:, at]  # [R, M] each changing bucket's first position
-    moves, was = moves[:, at], was[:, at]
-    first, end, start = _changes(moves, pos, was, caps[1:][at], counts[:, 1:][:, at])
-    tail = last[:, -1]  # each row's last non-empty bucket
-    # the runs the changes close, then each row's last one: row by row, in position order
-    closed = np.flatnonzero(np.column_stack([moves, tail >= 0]))  # [U] row by row, in order
-    starts = np.column_stack([first, start]).ravel()[closed]
-    runs = np.column_stack([end, counts.sum(axis=1)]).ravel()[closed] - starts
-    size = np.column_stack([was, caps[tail]]).ravel()[closed]
-    keep = runs > 0
+    moves = (counts[:, 1:] > 0) & (last[:, :-1] >= 0) & (caps[last[:, :-1]] != caps[1:])
+    at = np.flatnonzero(moves.any(axis=0))  # before the buckets where some row's size changes
+    first, closes, total = _changes(moves, last, caps, counts, at)
+    run = np.flatnonzero(closes)  # the runs that are not empty: row by row, in position order
+    rows, starts = run // (len(at) + 1), first.ravel()[run]
+    ends = np.append(starts[1:], 0)  # a run ends where its row's next one starts,
+    row_end = np.ones(len(rows), dtype=bool)
+    row_end[:-1] = rows[1:] != rows[:-1]
+    ends[row_end] = total[rows[row_end]]  # a row's last one at the row's end
+    runs = ends - starts
+    size = caps[last[rows, np.append(at, n_buckets - 1)[run % (len(at) + 1)]]]  # its last bucket's
     size = np.where(size < huge, size, np.maximum(runs, 1))  # unbounded: one batch
-    return (closed // (len(at) + 1))[keep], starts[keep], runs[keep], size[keep]
+    return rows, starts, runs, size
 
 
 def _changes(
-    moves: np.ndarray, pos: np.ndarray, was: np.ndarray, now: np.ndarray, c: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    moves: np.ndarray, last: np.ndarray, caps: np.ndarray, counts: np.ndarray, at: np.ndarray
+) -> tuple[np.ndarray, ...]:
     """``cut_runs``' one sequential step, bucket after bucket, every row at once: where a row's
-    batch size changes (``moves`` ``[R, M]`` over the buckets where some row's does; the
-    bucket's first position ``pos``, the size ``was`` -> ``now`` ``[M]``, the bucket's count
-    ``c``) the open run closes where its open batch's fill says, and that fill depends on where
-    the run started, the previous change's answer -> (first position and end of the run each
-    change closes ``[R, M]``, each row's last run's first position ``[R]``)."""
-    moves, pos, c = (np.ascontiguousarray(x.T) for x in (moves, pos, c))  # a bucket's rows
-    span = np.where(moves, np.ascontiguousarray(was.T), 1)  # the size before, where it changes
-    start = np.zeros(moves.shape[1], dtype=np.int64)  # each row's open run's first position
-    first, end = np.empty_like(pos), np.empty_like(pos)
-    for i in range(len(pos)):
-        first[i] = start
-        fill = pos[i] - start  # the open run's positions so far
-        s, k = span[i], now[i]
+    batch size changes (``moves[:, b]`` for bucket ``b + 1``; only the buckets ``at`` visited)
+    the open run closes where its open batch's fill says, and that fill depends on where the run
+    started, the previous change's answer -> (the first position of the run each change closes,
+    then of each row's last run, int64 ``[R, len(at) + 1]``; which of them are not empty, bool,
+    alike; each row's positions ``[R]``)."""
+    n_rows = len(counts)
+    start = np.zeros(n_rows, dtype=np.int64)  # each row's open run's first position
+    closes = np.zeros((n_rows, len(at) + 1), dtype=bool)
+    # each changing bucket's first position, then each row's end; a column, once read, holds
+    # the first position of the run its change closes (one matrix, not two)
+    first = np.add.reduceat(counts, np.append(0, at + 1), axis=1)
+    np.cumsum(first, axis=1, out=first)
+    for i, b in enumerate(at.tolist()):
+        pos = first[:, i].copy()
+        first[:, i] = start
+        fill = pos - start  # the open run's positions so far
+        s, k = caps[last[:, b]], caps[b + 1]  # its batch size and the next
         held = fill % s  # its open batch's fill
         # falling: a batch that fits the new size moves along, a larger one closes short;
         # rising: the open batch fills at its size (from the bucket), the new run after it
-        step = np.where(s > k, np.where(held <= k, -held, 0), np.minimum(-fill % s, c[i]))
-        np.copyto(start, pos[i] + step, where=moves[i])
-        end[i] = start
-    return first.T, end.T, start
+        step = np.where(
+            s > k, np.where(held <= k, -held, 0), np.minimum(-fill % s, counts[:, b + 1])
+        )
+        closes[:, i] = moves[:, b] & (step > -fill)  # the next run starts past this one's start
+        np.copyto(start, pos + step, where=moves[:, b])
+    total = first[:, -1].copy()
+    first[:, -1], closes[:, -1] = start, total > start
+    return first, closes, total
 
 
 def length_counts(lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
