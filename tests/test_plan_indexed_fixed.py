@@ -173,8 +173,8 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
             r"sort_bin_shuffle:.4' with mix over files with chunking",
         ),
         (
-            {"ordering": "sort_bin_shuffle_x2:.4", "mix": {"a": 1.0}},
-            r"sort_bin_shuffle_x2:.4' with mix under distribution='shard'.*planning='global'",
+            {"ordering": "sort_bin_shuffle_x2:.4", "mix": {"a": 1.0}, "chunking": 50},
+            r"sort_bin_shuffle_x2:.4' with mix and chunking.*planning='global'",
         ),
     ],
 )

@@ -23,7 +23,9 @@ from seqloader.plan.epochs import EpochIndex, batch_limits, part_bounds
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.planner import IndexedPlanner, index_key
 from seqloader.plan.indexed.sort_bins import SortBinsOrder
+from seqloader.plan.indexed.sort_bins_mix import SortBinsMix
 from seqloader.plan.limits import Batcher
+from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
 from test_plan_indexed import indexed_digest
 
@@ -141,8 +143,8 @@ def test_padding_and_steps_match_global_plannings() -> None:
 
 def test_index_and_refusals() -> None:
     """The node's index is the sequences by length (one key for both kinds, none shared with
-    laplace's or sorted's); a source's own sort key and a sharded mix are refused by name
-    (``auto``: global); chunking is planned."""
+    laplace's or sorted's); a source's own sort key and a mix with chunking are refused by name
+    (``auto``: global); chunking or a mix alone are planned."""
     base = {"max_frames": 100}
     keys = {index_key(PlanOptions(**base, ordering=o)) for o in ORDERINGS}
     assert len(keys) == 1
@@ -156,8 +158,10 @@ def test_index_and_refusals() -> None:
         lengths, PlanOptions(ordering="sort_bin_shuffle"), order_lengths=np.arange(4)
     )
     assert resolve_planning(own_key).options.planning == "global"
-    assert PlanOptions(ordering="sort_bin_shuffle", mix={"a": 1.0}).resolved_planning == "global"
-    assert PlanOptions(ordering="sort_bin_shuffle", chunking="4:2").resolved_planning == "indexed"
+    chunked_mix = PlanOptions(ordering="sort_bin_shuffle", mix={"a": 1.0}, chunking="4:2")
+    assert chunked_mix.resolved_planning == "global"
+    for extra in ({"mix": {"a": 1.0}}, {"chunking": "4:2"}):
+        assert PlanOptions(ordering="sort_bin_shuffle", **extra).resolved_planning == "indexed"
 
 
 def test_a_global_state_is_refused_by_name_under_auto() -> None:
@@ -173,6 +177,30 @@ def test_a_global_state_is_refused_by_name_under_auto() -> None:
     with pytest.raises(ResumeError, match="Fix: pass planning='global' to resume it"):
         auto.load_state_dict(state)
     sl.SeqLoader(source, **options, planning="global").load_state_dict(state)
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(["sort_bin_shuffle:.5", "sort_bin_shuffle_x2:4:2"]),
+    st.sampled_from([{}, {"partition_epoch": 2, "uneven": "pad"}, {"uneven": "drop"}]),
+    st.lists(st.integers(1, 4), min_size=2, max_size=3),
+)
+def test_a_sharded_mix_keeps_every_contract(seed: int, text: str, extra: dict, worlds) -> None:
+    """With a mix under ``shard`` (``SortBinsMix``): a sub-epoch's slots in the order, sorted
+    within each bin but the ``_x2`` ones; every contract of ``check_plan_contracts`` over one
+    full epoch, the mix's own check included (every corpus epoch once)."""
+    data = np.random.default_rng(seed).integers(1, 30, 37)
+    corpora = Corpora(("a", "b"), np.array([0, 15, 37]))
+    options = PlanOptions(ordering=text, max_frames=60, mix={"a": 0.5, "b": 1.5}, **extra)
+    assert options.resolved_planning == "indexed"
+
+    def make() -> IndexedPlanner:
+        return IndexedPlanner({"data": data}, options, corpora=corpora)
+
+    assert isinstance(make().mix, SortBinsMix)
+    epochs = range(1, options.partition_epoch + 1)
+    check_plan_contracts(make, worlds, [0.5] * (len(worlds) - 1), epochs, workers=())
 
 
 SORT_BINS_CASES: dict[str, dict] = {
@@ -199,6 +227,12 @@ SORT_BINS_CASES: dict[str, dict] = {
         "world": 3,
         "elastic": (2, 2),
     },
+    "sort_bin_shuffle_x2:.10 mix W3": {
+        "options": {"ordering": "sort_bin_shuffle_x2:.10", "max_frames": 1500,
+                    "mix": {"a": 1.5, "c": 0.5}, "partition_epoch": 2},
+        "world": 3,
+        "elastic": (2, 2),
+    },
     "sort_bin_shuffle:.8 files mix W2": {
         "options": {"ordering": "sort_bin_shuffle:.8", "max_frames": 1500,
                     "distribution": "files", "mix": {"a": 1.5, "c": 0.5}},
@@ -219,6 +253,9 @@ SORT_BINS_GOLDEN = {
     ),
     "sort_bin_shuffle_x2:.10 files W3 drop": (
         "a99a71104ccb8ad3364c7485c34f333086a6ac9d89c42483c76b282e533d84fe"
+    ),
+    "sort_bin_shuffle_x2:.10 mix W3": (
+        "1e0fc02663500eb28dff961b6ce2023834167fa46336a51ac501c62bc60367e5"
     ),
     "sort_bin_shuffle:.8 files mix W2": (
         "0a8c0b04453da42533df5e2095ce6f07fd3e187f0b3eca6870ea3b9d05fe96b2"

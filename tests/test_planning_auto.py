@@ -146,6 +146,7 @@ NEWLY_INDEXED = [
     {"ordering": "sort_bin_shuffle_x2:.4", "distribution": "files"},
     {"ordering": "sort_bin_shuffle:.4", "distribution": "files", "mix": {"a": 0.5, "b": 2}},
     {"ordering": "sort_bin_shuffle_x2:.4", "chunking": "4:2", "partition_epoch": 2},
+    {"ordering": "sort_bin_shuffle:.4", "mix": {"a": 0.5, "b": 2}, "partition_epoch": 2},
 ]  # fmt: skip
 
 
@@ -197,8 +198,8 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
 def test_explicit_planning_keeps_its_meaning() -> None:
     with pytest.raises(OptionError, match="planning='indexed': seeding='returnn'"):
         PlanOptions(planning="indexed", seeding="returnn")
-    with pytest.raises(OptionError, match=r"sort_bin_shuffle:\.3' with mix"):
-        PlanOptions(planning="indexed", ordering="sort_bin_shuffle:.3", mix={"a": 1.0})
+    with pytest.raises(OptionError, match=r"sort_bin_shuffle:\.3' with mix and chunking"):
+        PlanOptions(planning="indexed", ordering="sort_bin_shuffle:.3", mix={"a": 1.0}, chunking=4)
     greedy = PlanOptions(planning="global", ordering="laplace:.3")
     assert greedy.resolved_planning == "global" and "planning" not in greedy.to_dict()
     lengths = {"data": np.array([5, 3, 8, 2])}

@@ -383,10 +383,9 @@ class PlanOptions:
                 "ordering over files, or distribution='shard' with a fixed or random ordering",
             ),
             (
-                sort_bins and self.distribution != "files" and self.mix is not None,
-                f"ordering={self.ordering!r} with mix under distribution="
-                f"{self.distribution!r} (a sharded mix's slots are drawn in random's keyed order; "
-                "with distribution='files' each rank orders its own mix pieces' slots)",
+                sort_bins and mixed_chunks,
+                f"ordering={self.ordering!r} with mix and chunking (a mix's slots are put in its "
+                "order whole, not as chunks)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
         ]

@@ -179,6 +179,7 @@ def mix_fixed_cuts(
     batcher: Batcher,
     lengths: Mapping[str, np.ndarray],
     length_key: str,
+    rng: np.random.Generator | None = None,
 ) -> tuple[BoundsTable, ListedDraw]:
     """A fixed ordering with a mix: sub-epoch ``ep``'s slots listed, put in the ordering (the
     corpus' own order first: ascending sequence, corpus epochs adjacent), cut greedily ->
@@ -198,7 +199,7 @@ def mix_fixed_cuts(
     >>> draw.seqs.tolist(), draw.uses.tolist(), table.bounds.tolist()
     ([0, 1, 2, 3, 4, 4, 5, 5, 6, 6], [0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [0, 4, 8, 10])
     """
-    seqs, uses = listed_part(mix, ep, parts, ordering, np.asarray(lengths[length_key]))
+    seqs, uses = listed_part(mix, ep, parts, ordering, np.asarray(lengths[length_key]), rng)
 
     def at(p: np.ndarray) -> np.ndarray:
         return seqs[p]
@@ -210,17 +211,27 @@ def mix_fixed_cuts(
 
 
 def listed_part(
-    mix: IndexedMix, ep: EpochIndex, parts: int, ordering: Ordering, lengths: np.ndarray
+    mix: IndexedMix,
+    ep: EpochIndex,
+    parts: int,
+    ordering: Ordering,
+    lengths: np.ndarray,
+    rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Sub-epoch ``ep``'s slots listed in a fixed ``ordering`` (sorted kinds: by ``lengths``)
-    -> (sequences, corpus epochs)."""
+    """Sub-epoch ``ep``'s slots listed in a fixed ``ordering`` (sorted kinds: by ``lengths``;
+    ``rng``: the draws of an ordering that draws, ``sort_bin_shuffle``) -> (sequences, corpus
+    epochs)."""
     lo, count = mix.part(ep.full_epoch, ep.part, parts)  # [N, C] each
     seqs, uses = part_slots(mix, lo, count)
-    return _in_order(seqs, uses, ordering, lengths)
+    return _in_order(seqs, uses, ordering, lengths, rng)
 
 
 def _in_order(
-    seqs: np.ndarray, uses: np.ndarray, ordering: Ordering, lengths: np.ndarray
+    seqs: np.ndarray,
+    uses: np.ndarray,
+    ordering: Ordering,
+    lengths: np.ndarray,
+    rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The slots (a set) in the corpus' own order (ascending sequence, a sequence's corpus epochs
     adjacent), then in ``ordering`` (``order_sequences``: stable, so the sorted kinds order by
@@ -240,7 +251,8 @@ def _in_order(
     seqs, uses = rest, use.astype(USES_DTYPE)
     if ordering.kind == "default":
         return seqs, uses
-    order = order_sequences(lengths[seqs], ordering, np.random.default_rng(0))  # draws nothing
+    drawn = np.random.default_rng(0) if rng is None else rng  # fixed orders: draw nothing
+    order = order_sequences(lengths[seqs], ordering, drawn)
     return seqs[order], uses[order]
 
 

@@ -1,0 +1,64 @@
+"""``sort_bin_shuffle[_x2]`` with a ``mix`` under ``distribution="shard"`` (``SortBinsMix``).
+
+The sub-epoch is the indexed mix's (``IndexedMix``: each (corpus, bucket) stream's part, every
+corpus epoch exactly once over the epochs that cover it), as with the fixed orders and a mix
+(``seqloader.plan.indexed.mix_cuts``): its slots listed in the corpus' own order, then put in
+RETURNN's ``sort_bin_shuffle`` order (global planning's ``order_sequences``: a random
+permutation, stably sorted by length, bins of RETURNN's cut emitted in a random order, ``_x2``
+shuffled within) with numpy draws keyed by the seed (``fixed_random_seed``: that seed), the full
+epoch after ``:K`` grouping and the part, and cut greedily (global planning's ``Batcher``). The
+bins are the sub-epoch's (global planning orders the full epoch's selection and slices it).
+Every rank lists the sub-epoch's slots and orders them: O(slots) memory and O(slots log slots)
+time per rank per sub-epoch, as the fixed orders with a mix list theirs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from seqloader.plan.epochs import EpochIndex
+from seqloader.plan.indexed.mix_cuts import mix_fixed_cuts
+from seqloader.plan.indexed.mix_kind import Cut, ShardMix
+from seqloader.plan.limits import Batcher
+from seqloader.plan.options import PlanOptions
+from seqloader.plan.seeding import PURPOSE_FIXED_ORDER, PURPOSE_INDEXED_ORDER, rng_for
+
+
+class SortBinsMix(ShardMix):
+    """``ShardMix`` whose ``random_cut`` lists a sub-epoch's slots in the ``sort_bin_shuffle``
+    order (the module doc), sorted by ``length_key``'s lengths; ``args``: ``ShardMix``'s.
+
+    >>> from seqloader.plan.indexed.fixed import cut_batcher
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> from seqloader.plan.cost import BatchCost
+    >>> from seqloader.plan.limits import BatchLimits
+    >>> from seqloader.plan.mix import Corpora
+    >>> lengths = np.array([6, 2, 5, 1, 3, 4])
+    >>> options = PlanOptions(ordering="sort_bin_shuffle:3", mix={"a": 1, "b": 2})
+    >>> mix = SortBinsMix(options, "data", 0, {"a": 1, "b": 2}, Corpora(("a", "b"), np.array([0, 2, 6])),
+    ...                   build_bucket_index(lengths, np.array([2, 3, 4, 5, 6])), lengths)
+    >>> frames = BatchLimits.of(3, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> table, draw = mix.random_cut(EpochIndex(1, 1), 1, cut_batcher(frames), {"data": lengths})
+    >>> len(draw.seqs), sorted(lengths[draw.seqs[:4]].tolist()) == lengths[draw.seqs[:4]].tolist()
+    (10, True)
+    """
+
+    def __init__(self, options: PlanOptions, length_key: str, *args: Any) -> None:
+        super().__init__(*args)
+        self.options, self.length_key = options, length_key
+        fixed = options.fixed_random_seed
+        self._head = (options.seed,) if fixed is None else (fixed, PURPOSE_FIXED_ORDER)
+
+    def random_cut(
+        self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+    ) -> Cut:
+        """Sub-epoch ``ep``'s slots in the ``sort_bin_shuffle`` order, cut greedily."""
+        o = self.options
+        ordering = o.parsed_ordering
+        seed_epoch = 0 if o.fixed_random_seed is not None else ordering.seed_epoch(ep.full_epoch)
+        rng = rng_for(*self._head, PURPOSE_INDEXED_ORDER, seed_epoch, ep.part)
+        key = self.length_key
+        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, key, rng)
