@@ -41,8 +41,9 @@ from seqloader.plan.indexed.files_cut import CutFiles, FilesCutPlanner, files_cu
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.files_mix_cut import MixCutFiles
 from seqloader.plan.indexed.fixed import BoundsTable
-from seqloader.plan.indexed.mix_kind import MixKind, shard_mix
+from seqloader.plan.indexed.mix_kind import MixKind
 from seqloader.plan.indexed.plan import Draw, IndexedPlan, RankwisePlan
+from seqloader.plan.indexed.sort_bins_mix import sharded_mix
 from seqloader.plan.mix import Corpora
 from seqloader.plan.seeding import PURPOSE_INDEXED_RANK
 
@@ -163,10 +164,11 @@ class _Table:
 
     def make_mix(self, corpora: Corpora) -> MixKind:
         """Per (corpus, bucket) streams (``IndexedMix``), with the fixed and random orders' cuts
-        (``ShardMix``; chunked, of the slots' chunks: ``shard_mix``)."""
+        (``ShardMix``; chunked, of the slots' chunks: ``shard_mix``; ``sort_bin_shuffle``:
+        ``SortBinsMix``)."""
         p = self.planner
         assert p.options.mix is not None
-        return shard_mix(p.options.seed, p.options.mix, corpora, p.corpus)
+        return sharded_mix(p.options.seed, p.options.mix, corpora, p.corpus)
 
     def corpus_counts(self, epoch: int) -> np.ndarray:
         return self.planner.table_corpus_counts(epoch)

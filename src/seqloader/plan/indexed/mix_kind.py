@@ -32,7 +32,6 @@ from seqloader.plan.indexed.mix_cuts import (
     mix_fixed_cuts,
 )
 from seqloader.plan.indexed.plan import Draw
-from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
 from seqloader.plan.options import Ordering
@@ -178,12 +177,6 @@ def shard_mix(
     length, the chunked plans' length classes; the others one bucket of the admitted sequences,
     built here: O(n) once per planner, as a node stores none for chunked plans)."""
     index, lengths, mask = corpus.index, corpus.lengths, corpus.mask
-    if corpus.units is None and corpus.options.parsed_ordering.kind in SORT_BIN_KINDS:
-        from seqloader.plan.indexed.sort_bins_mix import SortBinsMix  # built on ShardMix
-
-        return SortBinsMix(
-            corpus.options, corpus.length_key, seed, mix, corpora, index, lengths, mask
-        )
     if corpus.units is None:
         return ShardMix(seed, mix, corpora, index, lengths, mask)
     if not (corpus.fixed or corpus.random):  # laplace, buckets:N: the slots' chunks bucketed

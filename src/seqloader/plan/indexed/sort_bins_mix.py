@@ -15,16 +15,22 @@ time per rank per sub-epoch, as the fixed orders with a mix list theirs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.mix_cuts import mix_fixed_cuts
-from seqloader.plan.indexed.mix_kind import Cut, ShardMix
+from seqloader.plan.indexed.mix_kind import Cut, MixKind, ShardMix, shard_mix
+from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS
 from seqloader.plan.limits import Batcher
+from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.seeding import PURPOSE_FIXED_ORDER, PURPOSE_INDEXED_ORDER, rng_for
+
+if TYPE_CHECKING:
+    from seqloader.plan.indexed.corpus import AdmittedCorpus
 
 
 class SortBinsMix(ShardMix):
@@ -62,3 +68,16 @@ class SortBinsMix(ShardMix):
         rng = rng_for(*self._head, PURPOSE_INDEXED_ORDER, seed_epoch, ep.part)
         key = self.length_key
         return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, key, rng)
+
+
+def sharded_mix(
+    seed: int, mix: Mapping[str, float | Fraction | str], corpora: Corpora, corpus: AdmittedCorpus
+) -> MixKind:
+    """The mix of a sharded indexed plan: ``SortBinsMix`` for ``sort_bin_shuffle[_x2]``
+    (unchunked), else ``shard_mix``'s."""
+    if corpus.units is None and corpus.options.parsed_ordering.kind in SORT_BIN_KINDS:
+        return SortBinsMix(
+            corpus.options, corpus.length_key, seed, mix, corpora,
+            corpus.index, corpus.lengths, corpus.mask,
+        )  # fmt: skip
+    return shard_mix(seed, mix, corpora, corpus)
