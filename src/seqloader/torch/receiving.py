@@ -321,10 +321,10 @@ class _Dispatch:
         run = self.run
         if run.length is None or run.taken < run.length:
             return
-        if not use:
+        if use:
+            run.ended.wait()  # set once the thread has prepared the next run, or decided not to
+        else:
             self.stop()
-        elif self.ahead is None:
-            run.ended.wait()
 
     def adopt(self, it: ReceivingIter, plan: RunPlan) -> bool:
         """Whether the epoch prepared ahead is ``plan`` (training thread, at its ``iter()``);
