@@ -289,10 +289,19 @@ def test_buckets_replay_of_prefixes_equals_rank_by_rank(
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.data(), st.sampled_from(["split", "pad", "drop"]), st.sampled_from([1, 2, 16]))
-def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, small: int) -> None:
+@given(
+    st.data(),
+    st.sampled_from(["split", "pad", "drop"]),
+    st.sampled_from([1, 2, 16]),
+    st.sampled_from([2, interleave.MAX_LEVEL]),
+)
+def test_buckets_replay_on_drawn_units_equals_rank_by_rank(
+    data, uneven: str, small: int, deepest: int
+) -> None:
     """The same on drawn units (ranks' runs of random counts and batch sizes, partly consumed
-    before the segment, on their own ranks or cut over another world size): every step."""
+    before the segment, on their own ranks or cut over another world size): every step; also
+    where the intervals stop at level 2 with more than ``small`` batches (as keys sharing an
+    interval of ``2**-MAX_LEVEL`` would)."""
     runs = data.draw(
         st.lists(
             st.lists(st.tuples(st.integers(1, 16), st.integers(1, 6)), max_size=4),
@@ -316,6 +325,7 @@ def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, sm
     seg = Segment(units, start, world, index, ordering, uneven, lambda r: (seed, r))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(interleave, "SMALL", small)
+        patch.setattr(interleave, "MAX_LEVEL", deepest)
         for steps in range(seg.steps + 1):
             got = buckets_consumed(seg.live_units(), steps, seg.order_words)
             np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))

@@ -21,8 +21,9 @@ its parent's alone, so:
   the interval where the prefix ends, one split of each unit per level: O(units x levels) per
   rank, however long the prefix.
 
-Keys that share an interval of ``2**-MAX_LEVEL`` (a chance of about ``batches**2 / 2**57``) are
-ordered by unit, each unit's consecutive, in both.
+Intervals of at most ``SMALL`` keys, and those at level ``MAX_LEVEL`` (keys that close together: a
+chance of about ``batches**2 / 2**57``), are not split: their batches, listed unit after unit, are
+put in a keyed random order (``in_node_keys``), in both.
 """
 
 from __future__ import annotations

@@ -49,7 +49,6 @@ import numpy as np
 from seqloader.plan.indexed import interleave as keyed
 from seqloader.plan.indexed.bijection import round_keys_many
 from seqloader.plan.indexed.interleave import (
-    MAX_LEVEL,
     halves,
     in_node_keys,
     interval_word,
@@ -209,7 +208,7 @@ class _Descent:
         while len(idx):
             r = q[idx]
             total = np.bincount(r, weights=cnt, minlength=world)
-            ending = ((total <= keyed.SMALL) | (level == MAX_LEVEL))[r]
+            ending = ((total <= keyed.SMALL) | (level == keyed.MAX_LEVEL))[r]
             if ending.any():  # the interval's few batches in their keyed order
                 self._finish(idx[ending], cnt[ending], later[ending], done, partial, node, level,
                              before, ties_after)  # fmt: skip
