@@ -126,9 +126,11 @@ def test_the_screen_names_exactly_the_nonfinite_sequences_across_processes(
                 state, (bad, suspect) = _state(path), _truth(path, lens)
                 settled[0] = 0
                 flagged = {int(m.split()[1]) for m in one_pass(path, index, batches)}
-                assert flagged == bad & read
-                # a kept verdict: nothing screened; else each float sequence read is screened
-                assert (settled[0] == 0) == (state in verdicts or not any(lens[i] for i in read))
+                assert flagged == bad & read  # never a NaN/Inf missed, whatever was kept
+                if state in verdicts:  # a kept verdict: nothing screened
+                    assert settled[0] == 0
+                if settled[0] == 0:  # skipped only where every sequence read is clean
+                    assert not suspect & read
                 if len(read) == n and not suspect:  # a whole pass, every row clean at once
                     verdicts.add(state)
             else:  # the file changes: one value of the last frame of a non-empty sequence
@@ -202,6 +204,58 @@ def test_a_file_changed_since_its_verdict_is_screened_again(tmp_path, settled, k
     poke(str(path), 3 + 4 - 1, np.nan, keep_times)  # the last frame of sequence 1
     (message,) = one_pass(str(path), index, whole)
     assert message.startswith("sequence 1 (tag 's1')") and settled[0] == 12
+
+
+def test_processes_that_each_screen_a_share_make_the_verdict_together(tmp_path, settled) -> None:
+    """Each process keeps the sequences it found clean as its part whenever it found another
+    quarter of the file clean, and takes in the parts of the others: two processes (DataLoader
+    workers, ranks) that each read half of a file make the verdict, and the second screens only
+    its own half."""
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    seqs = np.arange(12)
+    one_pass(str(path), index, [seqs[0:3], seqs[3:6]])  # keeps its part twice: 3, then 6
+    assert settled[0] == 6 and len(list(index.glob("screenpart-*.cols"))) == 1
+    assert not list(index.glob("screen-*.cols"))
+    settled[0] = 0
+    one_pass(str(path), index, [seqs[6:9], seqs[9:12]])  # takes in the first half after 3
+    assert settled[0] == 6 and len(list(index.glob("screen-*.cols"))) == 1
+    assert not list(index.glob("screenpart-*.cols"))  # the verdict kept: its parts are dropped
+    settled[0] = 0
+    assert one_pass(str(path), index, [seqs]) == [] and settled[0] == 0
+
+
+@pytest.mark.parametrize("column", ["clean", "header"])
+def test_a_damaged_part_is_not_trusted(tmp_path, settled, column) -> None:
+    """A part with one changed byte is named in a warning and left out of the union: the
+    sequences only it named are not taken as clean, so no verdict is made from it."""
+    from test_store_damage import flip
+
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    seqs = np.arange(12)
+    one_pass(str(path), index, [seqs[0:3], seqs[3:6]])
+    (part,) = index.glob("screenpart-*.cols")
+    flip(part, column, at=0.0)  # the first sequences' flags (or the header)
+    with pytest.warns(DataWarning, match=rf"{part}.*not trusted.*rebuilt from the data"):
+        one_pass(str(path), index, [seqs[6:9], seqs[9:12]])
+    assert not list(index.glob("screen-*.cols"))  # the union lacks the first half
+
+
+def test_dataloader_workers_make_the_verdict(tmp_path, settled) -> None:
+    """Real DataLoader workers: each screens only the batches it builds and keeps them as its
+    parts (every batch here is more than a quarter of the file), so the parts' union is whole
+    after epoch 1; whichever worker finds that (in epoch 1, or at the latest when epoch 2's
+    workers start from the union) keeps the verdict; then a process on its own screens nothing."""
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    src = sl.HDFSource(path, index_dir=index)
+    with sl.SeqLoader(src, max_seqs=4, ordering="random", num_workers=2) as loader:
+        for epoch in (1, 2):
+            assert sum(len(b.seq_tags) for b in loader.epoch(epoch)) == 12
+    assert len(list(index.glob("screen-*.cols"))) == 1
+    settled[0] = 0
+    assert one_pass(str(path), index, [np.arange(12)]) == [] and settled[0] == 0
 
 
 def test_a_young_file_gets_no_verdict(tmp_path, monkeypatch) -> None:

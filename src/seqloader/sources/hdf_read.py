@@ -32,7 +32,7 @@ import numpy as np
 
 from seqloader.sources.hdf_chunks import chunked_reader
 from seqloader.sources.padded_rows import RowReader, RowScreen, gather_small, into_each
-from seqloader.sources.screen_verdicts import FileVerdicts
+from seqloader.sources.screen_verdicts import PARTS, FileVerdicts
 
 _memmove, _memset = ctypes.memmove, ctypes.memset
 
@@ -296,6 +296,7 @@ class OpenFile:
         self._datasets = dict(datasets)
         self._clean: dict[str, np.ndarray] = {}  # key -> bool [sequences]: screened, no NaN/Inf
         self._left: dict[str, int] = {}  # key -> at most the sequences not yet found clean
+        self._kept: dict[str, int] = {}  # key -> sequences clean when this process's part was kept
         self._finite: set[str] = set()  # keys with every value known finite: no screen at all
         try:
             for key, h5_path in datasets.items():
@@ -372,12 +373,10 @@ class OpenFile:
                 continue
             clean = self._clean.get(key)
             if clean is None:
-                if self._known_finite(key, s):
-                    self._finite.add(key)
+                clean = self._start_screen(key, s)
+                if clean is None:  # the node's verdict: every value finite
                     reader.spans_into(s[local], s[local + 1], dst, pos)
                     continue
-                clean = self._clean[key] = np.zeros(len(s) - 1, dtype=bool)
-                self._left[key] = len(clean)
             todo = ~clean[local]  # [B]
             if not todo.any():  # every sequence was screened before: no screen at all
                 reader.spans_into(s[local], s[local + 1], dst, pos)
@@ -390,21 +389,52 @@ class OpenFile:
             # counted down by the rows found clean (a sequence twice in a batch counts twice, so
             # this is at most what is left); counted exactly only when it reaches 0
             left = self._left.get(key, 0) - int(np.count_nonzero(todo))
-            if left <= 0:
-                left = len(clean) - int(np.count_nonzero(clean))
-                if left == 0:
-                    self._all_clean(key, s)
-                    continue
+            n = len(clean)
+            if left > 0 and n - left - self._kept.get(key, 0) >= n / PARTS:
+                left = self._share(key, s, clean)  # another share screened: kept, others' taken
+            elif left <= 0:
+                left = n - int(np.count_nonzero(clean))
+            if left == 0:
+                self._all_clean(key, s)
+                continue
             self._left[key] = left
         return suspects
 
-    def _known_finite(self, key: str, s: np.ndarray) -> bool:
-        """Whether the node keeps the verdict that every value of ``key`` in this file is finite
-        (and this file's sequences cover the whole dataset the verdict speaks of)."""
-        reader = self.readers[key]
-        if self._verdicts is None or not _covers(s, reader.shape[0]):
-            return False
-        return self._verdicts.finite(self._datasets[key], reader.dtype, reader.shape)
+    def _start_screen(self, key: str, s: np.ndarray) -> np.ndarray | None:
+        """The first screened read of ``key`` here: None when the node keeps the verdict that
+        every value of it in this file is finite (nothing to screen), else the bitmap of its
+        sequences known clean: those the parts of other processes name (``FileVerdicts``)."""
+        reader, verdicts = self.readers[key], self._verdicts
+        clean = None
+        if verdicts is not None and _covers(s, reader.shape[0]):  # the verdict speaks of them all
+            dataset = self._datasets[key]
+            if verdicts.finite(dataset, reader.dtype, reader.shape):
+                self._finite.add(key)
+                return None
+            clean = verdicts.screened_before(dataset, reader.dtype, reader.shape, len(s) - 1)
+        if clean is None:
+            clean = np.zeros(len(s) - 1, dtype=bool)
+        left = len(clean) - int(np.count_nonzero(clean))
+        if left == 0:
+            self._all_clean(key, s)
+            return None
+        self._clean[key], self._left[key] = clean, left
+        self._kept[key] = len(clean) - left
+        return clean
+
+    def _share(self, key: str, s: np.ndarray, clean: np.ndarray) -> int:
+        """Keep this process's clean sequences of ``key`` as its part of the node's verdict and
+        take in the other processes' parts (into ``clean``); returns how many are left."""
+        reader, verdicts = self.readers[key], self._verdicts
+        if verdicts is not None and _covers(s, reader.shape[0]):
+            dataset = self._datasets[key]
+            verdicts.keep_part(dataset, reader.dtype, reader.shape, clean)
+            others = verdicts.screened_before(dataset, reader.dtype, reader.shape, len(clean))
+            if others is not None:
+                clean |= others
+        left = len(clean) - int(np.count_nonzero(clean))
+        self._kept[key] = len(clean) - left
+        return left
 
     def _all_clean(self, key: str, s: np.ndarray) -> None:
         """Every sequence of ``key`` in this file screened clean here: no more screen or
@@ -412,9 +442,12 @@ class OpenFile:
         self._finite.add(key)  # (a batch read in another thread meanwhile may still screen)
         self._clean.pop(key, None)
         self._left.pop(key, None)
+        self._kept.pop(key, None)
         reader = self.readers[key]
         if self._verdicts is not None and _covers(s, reader.shape[0]):
-            self._verdicts.record(self._datasets[key], reader.dtype, reader.shape)
+            dataset = self._datasets[key]
+            if self._verdicts.record(dataset, reader.dtype, reader.shape):
+                self._verdicts.drop_parts(dataset, reader.dtype, reader.shape)
 
     def close(self) -> None:
         self.readers = {}

@@ -22,6 +22,12 @@ when its ``mtime`` and ``ctime`` lie at least ``SETTLE_S`` before the moment it 
 rule for racy index entries): any later change then moves one of them. Files not settled get no
 verdict, looked up or written; they are screened as before.
 
+Processes that each screen a share of a file (DataLoader workers, ranks) would never finish one
+alone: each keeps the sequences it found clean as its *part* (a store of its own beside the
+verdict, ``screenpart-*``) whenever it has found another ``1/PARTS`` of the file clean, and takes
+in the parts of the others; the process whose union is whole keeps the verdict and drops the
+parts, and a process that starts screens only what no part names.
+
 Datasets smaller than ``MIN_BYTES`` get none: for them the screen costs less than a verdict.
 A verdict store that is damaged (one changed byte of its header, sums or column) is never
 trusted: the lookup warns naming the store and the column, the dataset is screened again and the
@@ -31,10 +37,13 @@ its sequences are screened (and reported) in every epoch, as before.
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import hashlib
 import math
 import os
 import time
+import uuid
 import warnings
 
 import numpy as np
@@ -46,6 +55,7 @@ from seqloader.sources.columns import (
     DamagedStore,
     StaleStore,
     open_or_build,
+    write_store,
 )
 from seqloader.sources.node_cache import about
 
@@ -60,6 +70,10 @@ KIND = "NaN/Inf screen verdict"
 #: rows costs ~4.5 ms: a smaller dataset is cheaper to screen in each process than its verdict is
 #: to write, and a corpus of many small files would stall its first epoch once per file
 MIN_BYTES = 64 << 20
+#: a process keeps its part of a pass (the sequences it found clean) each time it has found
+#: another 1/PARTS of a file's sequences clean, and takes in the parts other processes kept: the
+#: DataLoader's workers (or the ranks), each screening only its batches, make a verdict together
+PARTS = 4
 
 
 def now() -> float:
@@ -92,10 +106,11 @@ class FileVerdicts:
     True
     """
 
-    __slots__ = ("folder", "path", "stat")
+    __slots__ = ("folder", "path", "stat", "token")
 
     def __init__(self, folder: str, path: str, stat: tuple[int, ...]) -> None:
         self.folder, self.path, self.stat = folder, path, stat
+        self.token = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # names this process's parts
 
     @classmethod
     def settled(cls, folder: str, path: str) -> FileVerdicts | None:
@@ -125,6 +140,72 @@ class FileVerdicts:
             h.update(b"\0")
         identity = h.hexdigest()
         return os.path.join(self.folder, f"screen-{identity[:24]}.cols"), identity
+
+    def _parts(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[str, str]:
+        """(the path of the part stores of ``dataset``'s verdict up to the process's token,
+        their identity)."""
+        path, identity = self.store_path(dataset, dtype, shape)
+        name = os.path.basename(path)[len("screen-") : -len(".cols")]
+        return os.path.join(self.folder, f"screenpart-{name}-"), identity + "/part"
+
+    def screened_before(
+        self, dataset: str, dtype: np.dtype, shape: tuple[int, ...], n: int
+    ) -> np.ndarray | None:
+        """The union of the sequences (of ``n``) that processes found clean in this very file and
+        kept as parts (``keep_part``): bool ``[n]``, or None when there is none. A damaged part
+        is not trusted (``DataWarning`` naming it)."""
+        if not worth_keeping(dtype, shape):
+            return None
+        head, identity = self._parts(dataset, dtype, shape)
+        union = None
+        for part in sorted(glob.glob(glob.escape(head) + "*.cols")):
+            try:
+                store = ColumnStore(part, identity)
+            except DamagedStore as e:
+                warnings.warn(
+                    f"{KIND} {e.path!r} (a part), column {e.column!r}: its contents differ from "
+                    "what was written (this node's cache, not the data files), so it is not "
+                    f"trusted: the sequences of {dataset!r} of {self.path!r} it names are "
+                    "screened again, and the verdict rebuilt from the data once all are clean",
+                    DataWarning,
+                    stacklevel=5,
+                )
+                continue
+            except (OSError, StaleStore, CorruptStore):  # gone, or half a file, or another's
+                continue
+            clean = store.column("clean")
+            if clean.shape != (n,) or store.meta.get("dataset") != dataset:
+                continue
+            union = clean != 0 if union is None else union | (clean != 0)
+        return union
+
+    def keep_part(
+        self, dataset: str, dtype: np.dtype, shape: tuple[int, ...], clean: np.ndarray
+    ) -> bool:
+        """Keep "sequences ``clean`` (bool ``[n]``) of ``dataset`` are finite" as this
+        process's part (replacing its earlier one); False where it cannot be written or the file
+        changed since it was opened."""
+        if not worth_keeping(dtype, shape) or not self.unchanged():
+            return False
+        head, identity = self._parts(dataset, dtype, shape)
+        meta = {
+            "dataset": dataset,
+            "file": self.path,
+            "about": about(f"{KIND} (part {self.token}): {dataset!r} of {self.path}"),
+        }
+        column = np.ascontiguousarray(clean, dtype=np.uint8)
+        try:
+            write_store(f"{head}{self.token}.cols", identity, {"clean": column}, meta)
+        except OSError:
+            return False
+        return True
+
+    def drop_parts(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
+        """Remove the parts of ``dataset``'s verdict (once the verdict itself is kept)."""
+        head, _ = self._parts(dataset, dtype, shape)
+        for part in glob.glob(glob.escape(head) + "*.cols"):
+            with contextlib.suppress(OSError):
+                os.unlink(part)
 
     def finite(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
         """Whether a process screened every value of ``dataset`` in this very file and found
