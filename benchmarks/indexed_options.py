@@ -159,6 +159,12 @@ CASES: dict[str, dict] = {
         f"ordering={o} (8 ranks)": {"ordering": o, "world": 8}
         for o in ("sort_bin_shuffle:.100", "sort_bin_shuffle_x2:.100")
     },
+    "ordering=sort_bin_shuffle:.100 + mix (3 corpora; 8 ranks)": {
+        "ordering": "sort_bin_shuffle:.100",
+        "mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0},
+        "corpora": 3,
+        "world": 8,
+    },
     "ordering=sort_bin_shuffle:.100 partition_epoch=3 (8 ranks)": {
         "ordering": "sort_bin_shuffle:.100",
         "partition_epoch": 3,
@@ -196,7 +202,8 @@ SMOKE = [
             "mix + chunking",  # its plans: tests/test_plan_indexed_mix_chunks.py
             "ordering=default + chunking",  # plans like sorted's (fixed_chunks)
             "ordering=default + epoch_wise_filter",  # plans like random's (a filtered part)
-            "ordering=sort_bin_shuffle:.100",  # plans like the _x2 one (plan/indexed/sort_bins)
+            "ordering=sort_bin_shuffle:.100 (",  # plans like the _x2 one (plan/indexed/sort_bins)
+            "ordering=sort_bin_shuffle:.100 partition_epoch",
             "ordering=sorted + mix + files",  # plans like random's (files_mix_cut)
         )
     )
