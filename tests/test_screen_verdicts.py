@@ -93,7 +93,8 @@ def histories(draw):
         st.tuples(st.just("resize"), st.integers(0, n - 1), kind, st.integers(0, 2**16)),
     )
     events = draw(st.lists(event, min_size=1, max_size=5))
-    return lens, pokes[:2], [("pass", 1, 0), *events]  # often a verdict to be tested
+    shares = draw(st.booleans())  # each pass as a DataLoader worker (keeping parts) or not
+    return lens, pokes[:2], [("pass", 1, 0), *events], shares  # often a verdict to be tested
 
 
 VALUES = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "huge": 1.5e38, "clean": 0.25}
@@ -105,9 +106,10 @@ VALUES = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "huge": 1.5e38, "clean"
 )
 @given(histories())
 def test_the_screen_names_exactly_the_nonfinite_sequences_across_processes(
-    tmp_path_factory, settled, case
+    tmp_path_factory, settled, monkeypatch, case
 ):
-    lens, pokes, events = case
+    lens, pokes, events, shares = case
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: shares)  # a worker's, or not
     folder = tmp_path_factory.mktemp("verdicts")
     path, index = str(folder / "c.hdf"), folder / "idx"
     write_contiguous(path, lens, [1] * len(lens), 2, "<f4", 0, pokes)
@@ -178,8 +180,10 @@ def test_a_whole_epoch_leaves_a_verdict_the_next_process_trusts(tmp_path, settle
     _clean_file(path)
     with sl.SeqLoader(sl.HDFSource(path, index_dir=index), max_seqs=4, ordering="random") as lo:
         first = lo.epoch(1)
-        next(first)
+        for _ in range(2):  # 8 of 12 sequences: past two quarters
+            next(first)
         assert not list(index.glob("screen-*.cols"))  # a part of a pass: no verdict
+        assert not list(index.glob("screenpart-*.cols"))  # and, not a worker, no parts
         first.close()
         list(lo.epoch(2))
         assert settled[0] > 0 and len(list(index.glob("screen-*.cols"))) == 1
@@ -206,11 +210,13 @@ def test_a_file_changed_since_its_verdict_is_screened_again(tmp_path, settled, k
     assert message.startswith("sequence 1 (tag 's1')") and settled[0] == 12
 
 
-def test_processes_that_each_screen_a_share_make_the_verdict_together(tmp_path, settled) -> None:
-    """Each process keeps the sequences it found clean as its part whenever it found another
-    quarter of the file clean, and takes in the parts of the others: two processes (DataLoader
-    workers, ranks) that each read half of a file make the verdict, and the second screens only
-    its own half."""
+def test_processes_that_each_screen_a_share_make_the_verdict_together(
+    tmp_path, settled, monkeypatch
+) -> None:
+    """Each worker keeps the sequences it found clean as its part whenever it found another
+    quarter of the file clean, and takes in the parts of the others: two workers that each read
+    half of a file make the verdict, and the second screens only its own half."""
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: True)  # as in a worker
     path, index = tmp_path / "c.hdf", tmp_path / "idx"
     _clean_file(path)
     seqs = np.arange(12)
@@ -226,11 +232,12 @@ def test_processes_that_each_screen_a_share_make_the_verdict_together(tmp_path, 
 
 
 @pytest.mark.parametrize("column", ["clean", "header"])
-def test_a_damaged_part_is_not_trusted(tmp_path, settled, column) -> None:
+def test_a_damaged_part_is_not_trusted(tmp_path, settled, monkeypatch, column) -> None:
     """A part with one changed byte is named in a warning and left out of the union: the
     sequences only it named are not taken as clean, so no verdict is made from it."""
     from test_store_damage import flip
 
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: True)  # as in a worker
     path, index = tmp_path / "c.hdf", tmp_path / "idx"
     _clean_file(path)
     seqs = np.arange(12)

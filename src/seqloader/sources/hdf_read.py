@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 import h5py
 import numpy as np
 
+from seqloader.sources import screen_verdicts
 from seqloader.sources.hdf_chunks import chunked_reader
 from seqloader.sources.padded_rows import RowReader, RowScreen, gather_small, into_each
 from seqloader.sources.screen_verdicts import PARTS, FileVerdicts
@@ -423,12 +424,14 @@ class OpenFile:
         return clean
 
     def _share(self, key: str, s: np.ndarray, clean: np.ndarray) -> int:
-        """Keep this process's clean sequences of ``key`` as its part of the node's verdict and
-        take in the other processes' parts (into ``clean``); returns how many are left."""
+        """Keep this process's clean sequences of ``key`` as its part of the node's verdict (a
+        DataLoader worker: ``shares_files``) and take in the parts of other processes (into
+        ``clean``); returns how many are left."""
         reader, verdicts = self.readers[key], self._verdicts
         if verdicts is not None and _covers(s, reader.shape[0]):
             dataset = self._datasets[key]
-            verdicts.keep_part(dataset, reader.dtype, reader.shape, clean)
+            if screen_verdicts.shares_files():
+                verdicts.keep_part(dataset, reader.dtype, reader.shape, clean)
             others = verdicts.screened_before(dataset, reader.dtype, reader.shape, len(clean))
             if others is not None:
                 clean |= others
