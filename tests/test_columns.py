@@ -187,3 +187,22 @@ def test_rows_read_per_block_refuse_exactly_the_damaged_block(
                     col[key]
             else:
                 assert np.array_equal(col[key], np.arange(rows)[key])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    ranges=st.lists(
+        st.tuples(st.integers(0, 5 << 16), st.integers(0, 3 << 16)), min_size=0, max_size=12
+    )
+)
+def test_blocks_of_ranges_are_the_sorted_blocks_the_ranges_touch(ranges) -> None:
+    """``blocks_of_ranges``: every block a non-empty byte range touches, once, sorted (what the
+    column checks verify before a read)."""
+    from seqloader.sources.column_sums import BLOCK, blocks_of_ranges
+
+    lo = np.array([a for a, _ in ranges], dtype=np.int64)
+    hi = lo + np.array([n for _, n in ranges], dtype=np.int64)
+    want = sorted({b for a, n in ranges for b in range(a // BLOCK, (a + n - 1) // BLOCK + 1) if n})
+    got = blocks_of_ranges(lo, hi)
+    assert got.dtype == np.int64
+    assert got.tolist() == want

@@ -76,4 +76,9 @@ def blocks_of_ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     parts = [first, last]
     wide = np.flatnonzero(last - first > 1)  # a range over three blocks or more (rare)
     parts += [np.arange(first[i] + 1, last[i], dtype=np.int64) for i in wide.tolist()]
-    return np.unique(np.concatenate(parts)) if len(lo) else np.zeros(0, np.int64)
+    if not len(lo):
+        return np.zeros(0, np.int64)
+    # sorted and unique without np.unique: numpy 2's asks np.ma.is_masked, whose first use imports
+    # numpy.ma (~40 ms), in each forked worker's first batch (its first tags)
+    blocks = np.sort(np.concatenate(parts))
+    return blocks[np.concatenate(([True], blocks[1:] != blocks[:-1]))]
