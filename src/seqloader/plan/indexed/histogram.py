@@ -398,54 +398,92 @@ def cut_packed(
     """
     counts = np.asarray(counts, dtype=np.int64)
     weights = np.asarray(weights, dtype=np.int64)
-    n_rows, n_buckets = counts.shape
-    huge = np.iinfo(np.int64).max // 4
-    cap = huge if max_seqs is None else int(max_seqs)
-    pos = np.zeros(n_rows, dtype=np.int64)  # the row's positions so far
-    start = np.zeros(n_rows, dtype=np.int64)  # the open batch's first position
-    held = np.zeros(n_rows, dtype=np.int64)  # the open batch's sequences (0: none open)
-    bound = np.zeros(n_rows, dtype=np.int64)  # the open batch's bound of its sum
-    out: list[tuple[np.ndarray, ...]] = []
-    for b in range(n_buckets):
-        c = counts[:, b]
+    walk = _PackedWalk(counts.shape[0], budget, _UNBOUNDED if max_seqs is None else int(max_seqs))
+    for b in range(counts.shape[1]):
+        walk.bucket(b, counts[:, b], int(weights[b]))
+    return walk.runs()
+
+
+#: ``cut_packed``'s "no limit" (on the sequences of a batch, or the room of a zero weight): far
+#: above any count, with room to add counts to it
+_UNBOUNDED = np.iinfo(np.int64).max // 4
+
+
+class _PackedWalk:
+    """``cut_packed``'s walk over the buckets, all rows at once: each row's position so far and
+    its open batch (first position, sequences, bound of its sum; 0 sequences: none open), and
+    the runs closed so far."""
+
+    def __init__(self, n_rows: int, budget: int, cap: int) -> None:
+        self.budget, self.cap = budget, cap
+        self.pos = np.zeros(n_rows, dtype=np.int64)
+        self.start = np.zeros(n_rows, dtype=np.int64)
+        self.held = np.zeros(n_rows, dtype=np.int64)
+        self.bound = np.zeros(n_rows, dtype=np.int64)
+        self.out: list[tuple[np.ndarray, ...]] = []
+
+    def bucket(self, b: int, c: np.ndarray, w: int) -> None:
+        """Bucket ``b`` (``c``: its count in each row, ``w``: its longest length): the open
+        batches take what fits, the rest is batched by ``k_b``."""
         here = np.flatnonzero(c > 0)
         if not len(here):
-            continue
-        w = int(weights[b])
-        k = min(cap, budget // w) if w > 0 else cap
+            return
+        k = min(self.cap, self.budget // w) if w > 0 else self.cap
         if k < 1:
             raise ValueError(  # the planner refuses such a sequence by name before
-                f"cut_packed: bucket {b}'s longest length {w} is over the budget {budget}"
+                f"cut_packed: bucket {b}'s longest length {w} is over the budget {self.budget}"
             )
-        h, f, cb = held[here], bound[here], c[here]
-        room = np.minimum((budget - f) // w if w > 0 else huge, cap - h)
+        cb = c[here]
+        take, stays = self._fill_open(here, cb, w)
+        fresh = ~stays  # the rest of the bucket: full batches of k, then an open batch
+        self._open_rest(
+            here[fresh], cb[fresh] - take[fresh], self.pos[here[fresh]] + take[fresh], w, k
+        )
+        self.pos += c
+
+    def _fill_open(self, here: np.ndarray, cb: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """The open batches of rows ``here`` take what fits of the bucket's ``cb`` members: one
+        that cannot take them all is full (one batch, a run of its own), one that can stays
+        open. -> (members taken, stays open), per row of ``here``."""
+        h, f = self.held[here], self.bound[here]
+        room = np.minimum((self.budget - f) // w if w > 0 else _UNBOUNDED, self.cap - h)
         take = np.where(h > 0, np.minimum(cb, np.maximum(room, 0)), 0)
-        closes = (h > 0) & (take < cb)  # the open batch is full: one batch, a run of its own
+        closes = (h > 0) & (take < cb)
         if closes.any():
             rows = here[closes]
             whole = h[closes] + take[closes]
-            out.append((rows, start[rows], whole, whole))
-        stays = (h > 0) & ~closes  # the open batch takes the whole bucket and stays open
-        held[here[stays]] += cb[stays]
-        bound[here[stays]] += cb[stays] * w
-        fresh = ~stays  # the rest of the bucket: full batches of k, then an open batch
-        rows = here[fresh]
-        at = pos[rows] + take[fresh]
-        rest = cb[fresh] - take[fresh]
+            self.out.append((rows, self.start[rows], whole, whole))
+        stays = (h > 0) & ~closes
+        self.held[here[stays]] += cb[stays]
+        self.bound[here[stays]] += cb[stays] * w
+        return take, stays
+
+    def _open_rest(
+        self, rows: np.ndarray, rest: np.ndarray, at: np.ndarray, w: int, k: int
+    ) -> None:
+        """Rows ``rows``' ``rest`` members from position ``at``: full batches of ``k`` (one run),
+        then an open batch of what is left."""
         full = (rest // k) * k
         some = full > 0
         if some.any():
-            out.append((rows[some], at[some], full[some], np.full(int(some.sum()), k, np.int64)))
-        start[rows] = at + full
-        held[rows] = rest - full
-        bound[rows] = (rest - full) * w
-        pos += c
-    rows = np.flatnonzero(held > 0)
-    out.append((rows, start[rows], held[rows], held[rows]))
-    empty = np.zeros(0, dtype=np.int64)
-    r, s, n, z = (np.concatenate([empty, *(o[i] for o in out)]).astype(np.int64) for i in range(4))
-    by = np.lexsort((s, r))
-    return r[by], s[by], n[by], z[by]
+            self.out.append(
+                (rows[some], at[some], full[some], np.full(int(some.sum()), k, np.int64))
+            )
+        self.start[rows] = at + full
+        self.held[rows] = rest - full
+        self.bound[rows] = (rest - full) * w
+
+    def runs(self) -> tuple[np.ndarray, ...]:
+        """The open batches close; -> (row, start, count, size) of each run, row by row in
+        position order."""
+        rows = np.flatnonzero(self.held > 0)
+        out = [*self.out, (rows, self.start[rows], self.held[rows], self.held[rows])]
+        empty = np.zeros(0, dtype=np.int64)
+        r, s, n, z = (
+            np.concatenate([empty, *(o[i] for o in out)]).astype(np.int64) for i in range(4)
+        )
+        by = np.lexsort((s, r))
+        return r[by], s[by], n[by], z[by]
 
 
 #: ``narrow_edges``: the widest a bucket's lengths may span (longest / shortest) where the sum

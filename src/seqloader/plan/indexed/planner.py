@@ -173,28 +173,26 @@ def index_key(options: PlanOptions) -> str:
                 if options.chunking is not None
                 else {}
             ),
-            # fixed orderings keep their order and greedy cuts per sub-epoch part in the index
-            **(
-                {"fixed": options.parsed_ordering.kind, "partition_epoch": options.partition_epoch}
-                if options.parsed_ordering.kind in FIXED_KINDS and not files_cut(options)
-                else {}
-            ),
-            # random, and fixed orderings over files: one bucket of the admitted sequences (the
-            # cuts are made per epoch; files: with the per-file table, ``indexed.files_cut``)
-            **(
-                {"random": True}
-                if options.parsed_ordering.kind == "random" or files_cut(options)
-                else {}
-            ),
-            # sort_bin_shuffle: the admitted sequences by length (``indexed.sort_bins``)
-            **(
-                {"sort_bins": True}
-                if options.parsed_ordering.kind in SORT_BIN_KINDS and not files_cut(options)
-                else {}
-            ),
+            **_order_keys(options),
         },
         sort_keys=True,
     )
+
+
+def _order_keys(options: PlanOptions) -> dict[str, object]:
+    """``index_key``'s entries for what the ordering keeps in the index (none for buckets)."""
+    kind = options.parsed_ordering.kind
+    if files_cut(options) or kind == "random":
+        # random, and fixed orderings over files: one bucket of the admitted sequences (the
+        # cuts are made per epoch; files: with the per-file table, ``indexed.files_cut``)
+        return {"random": True}
+    if kind in FIXED_KINDS:
+        # fixed orderings keep their order and greedy cuts per sub-epoch part in the index
+        return {"fixed": kind, "partition_epoch": options.partition_epoch}
+    if kind in SORT_BIN_KINDS:
+        # sort_bin_shuffle: the admitted sequences by length (``indexed.sort_bins``)
+        return {"sort_bins": True}
+    return {}
 
 
 class IndexedPlanner:
