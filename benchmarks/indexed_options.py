@@ -1,6 +1,7 @@
 """Indexed against global planning with the options indexed planning took over from global planning.
 
     python -m benchmarks.indexed_options [--sizes 1e6,1e7] [--reps 3] [--cases ...] [--out FILE]
+                                         [--base-src OLD/src]
 
 For each size ``n`` (lengths uniform in 50..2000, ``max_seqs=200``, ``max_frames=20000``,
 ``ordering="laplace"`` unless the case names one, the lengths of ``benchmarks.scale``'s column store) and each option case,
@@ -14,7 +15,8 @@ file pages it maps, less what it held before planning, and psutil's unique set s
 the measured part, the child plans the whole epoch (every rank's batches) for its padding
 (padded frames / real frames) and steps, and the steps on 8 ranks. ``--reps`` (>= 3) fresh processes per
 configuration, alternating between the plannings; medians; ratios indexed / global from the same run
-(``benchmarks.runner``).
+(``benchmarks.runner``). ``--base-src OLD/src`` adds the indexed planning of an older checkout
+(``indexed@base``, in the same rotation) and the ratios ``*_vs_base`` (this checkout / it).
 """
 
 from __future__ import annotations
@@ -353,7 +355,8 @@ def child(config: dict) -> dict:
 
 def measure(args: argparse.Namespace) -> dict:
     folder = runner.data_folder(args)
-    runs = FreshRuns("benchmarks.indexed_options", args.reps, args.timeout)
+    runs = FreshRuns("benchmarks.indexed_options", args.reps, args.timeout, args.base_src)
+    plannings = ("indexed", "global") + (("indexed@base",) if args.base_src else ())
     medians = ("total_s", "private_bytes", "uss_bytes")
     firsts = ("steps", "dropped", "steps_8", "padding")
     names = {
@@ -375,24 +378,31 @@ def measure(args: argparse.Namespace) -> dict:
                     "world": case.get("world", 1024),
                     "store": store,
                     "index": index,
-                    "planning": planning,
+                    "planning": planning.split("@")[0],
                     "label": f"{name} {size} {planning}",
+                    **({"code": "base"} if planning.endswith("@base") else {}),
                 }
-                for planning in ("indexed", "global")
+                for planning in plannings
             }
             row: dict = {"case": name, "n": size}
             for planning, got in runs.side_by_side(configs).items():
                 row[planning] = summary(got, medians, firsts)
             row.update(ratios(row["indexed"], row["global"], names))
+            if args.base_src:  # this checkout's indexed planning against the base's
+                row.update(ratios(row["indexed"], row["indexed@base"], names, "_vs_base"))
             print(json.dumps(row), flush=True)
             rows.append(row)
     return {"machine": describe_machine(), "load_average": load_average(), "limits": LIMITS,
-            "reps": args.reps, "rows": rows}  # fmt: skip
+            "reps": args.reps, "base_src": args.base_src, "rows": rows}  # fmt: skip
 
 
 def main() -> None:
     p = runner.parser(__doc__)
     p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument(
+        "--base-src",
+        help="src/ of another checkout: its indexed planning measured beside (indexed@base)",
+    )
     runner.main(p, child, measure, RESULTS)
 
 

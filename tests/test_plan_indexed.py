@@ -653,6 +653,20 @@ INDEXED_CASES: dict[str, dict] = {
         "files": list(range(0, 301, 10)),
         "world": 3,
     },
+    # the chunked mix under shard (mix_chunks.ChunkedBucketMix), recorded under /8 before its
+    # draw took bucket runs and CellFinder: the same digests after (no plan moved)
+    "chunked 80:40 mix laplace:.10 partition 2 W3 split elastic -> W2": {
+        "options": {"ordering": "laplace:.10", "max_frames": 700, "max_seqs": 9, "seed": 5,
+                    "partition_epoch": 2, "chunking": "80:40", "min_chunk_size": 10,
+                    "mix": {"a": 0.7, "b": 2, "c": "1/3"}},
+        "world": 3,
+        "elastic": (3, 2),
+    },
+    "chunked 60:30 mix buckets:3 W4 pad": {
+        "options": {"ordering": "buckets:3", "max_frames": 600, "max_seqs": 8, "seed": 2,
+                    "uneven": "pad", "chunking": "60:30", "mix": {"a": 1.5, "c": 0.5}},
+        "world": 4,
+    },
 }  # fmt: skip
 # seqloader-plan-indexed/3: `files` orders a rank's batches with a stream apart from its member
 # draw and fills a unit's batches in the order they come (elastic resume from counts); the shard
@@ -717,6 +731,8 @@ INDEXED_GOLDEN = {
     "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
     "files laplace:.10 W4 split, packed elastic -> W3": "65bb79a260b27ee519d5578111dddcb5f1182a53fb9c3ac5043e9b1967098464",
     "mix files laplace W3 pad, max_packed_frames": "b35118c126bb1116db8d3aa19fbb230139a1b711aa9e5130161bb66fbc8ef8cb",
+    "chunked 80:40 mix laplace:.10 partition 2 W3 split elastic -> W2": "66bccb381d676ccd311f4dcf16aabbeb7d47eeab476627210edd7ea67d51b825",
+    "chunked 60:30 mix buckets:3 W4 pad": "0039d7d66d5fd50fbef29f45fc67830b1077faa91b859383a940a86d13559af1",
 }  # fmt: skip
 INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/8"
 

@@ -18,7 +18,7 @@ from plan_contracts import check_plan_contracts
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
 from seqloader.plan.epochs import EpochIndex
-from seqloader.plan.indexed.mix_chunks import ChunkedBucketMix
+from seqloader.plan.indexed.mix_chunks import CellFinder, ChunkedBucketMix
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
 
@@ -93,3 +93,49 @@ def test_every_chunk_of_the_mixed_slots_once_and_every_contract_holds(case: dict
             assert (sizes * longest <= o.max_frames).all()
     cut = [0.5, 1][: len(case["worlds"]) - 1]
     check_plan_contracts(lambda: planner(case), case["worlds"], cut, workers=(2,))
+
+
+@settings(max_examples=10, deadline=None)
+@given(cases(), st.randoms(use_true_random=False))
+def test_the_draw_by_bucket_runs_gives_the_generic_draws_slots(case: dict, rnd) -> None:
+    """``MixChunkDraw.slots`` (a run of one bucket: its bijection alone, its cells found by
+    ``CellFinder``; scattered buckets: grouped as ``MemberDraw.positions`` does) gives the slots
+    of the generic composition, bit for bit: ``MemberDraw.positions`` -> ``ChunkBuckets.locate``
+    -> the class's ``j``-th listed slot. So planning's faster path plans what it planned."""
+    try:
+        indexed = planner(case)
+    except OptionError:
+        return
+    o = indexed.options
+    ep = EpochIndex(1, o.partition_epoch)
+    draw = indexed.mix.bucket_draw(ep, o.partition_epoch)
+    counts = draw.units.counts
+    live = np.flatnonzero(counts)
+    runs = [int(b) for b in live for _ in range(rnd.randint(0, 2))]
+    rnd.shuffle(runs)
+    bucket = np.array([b for b in runs for _ in range(int(counts[b]))], np.int64)
+    pos = np.concatenate([np.arange(counts[b]) for b in runs] or [np.zeros(0)]).astype(np.int64)
+    mixed = np.arange(len(pos))
+    rnd.shuffle(mixed)  # the same positions with the buckets scattered
+    one_run = [(np.full(int(counts[b]), b), np.arange(counts[b])) for b in runs]  # run path
+    for b_at, p_at in [(bucket, pos), (bucket[mixed], pos[mixed]), *one_run]:
+        codes, uses = draw.slots(b_at, p_at)
+        g, j, chunk = draw.units.locate(draw.positions(b_at, p_at))
+        slot = draw.listed.starts[g] + j
+        np.testing.assert_array_equal(codes, draw.listed.seqs[slot] * draw.units.stride + chunk)
+        np.testing.assert_array_equal(uses, draw.listed.uses[slot])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), min_size=1, max_size=30).filter(lambda w: sum(w) > 0),
+    st.integers(0, 50),
+    st.integers(0, 9),
+)
+def test_cell_finder_finds_what_searchsorted_finds(widths: list[int], start: int, first: int):
+    """``CellFinder.find`` is ``searchsorted(ends, at, "right") + first`` at every position of
+    the bucket (cells of any widths, empty ones too)."""
+    ends = start + np.cumsum(widths)
+    at = np.arange(start, int(ends[-1]))
+    got = CellFinder(ends, start, first).find(at)
+    np.testing.assert_array_equal(got, np.searchsorted(ends, at, side="right") + first)

@@ -30,6 +30,7 @@ these plans are indexed planning's own (the chunks bucketed by their windows, as
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,9 @@ from seqloader.plan.indexed.mix_cuts import part_slots
 from seqloader.plan.indexed.plan import MemberDraw
 from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.seeding import PURPOSE_INDEXED_MEMBERS
+
+#: ``CellFinder``'s table entries per cell (more: fewer positions step past an end)
+BINS_PER_CELL = 4
 
 
 class ClassSlots:
@@ -55,23 +59,100 @@ class ClassSlots:
         return np.diff(self.starts)
 
 
+class CellFinder:
+    """``np.searchsorted(ends, at, side="right") + first`` for positions ``at`` in ``[start,
+    ends[-1])`` (``ends``: one bucket's cells' ends, ascending), by a table of the answers at
+    every ``2**shift``-th position (about ``BINS_PER_CELL`` entries a cell): a position's cell
+    lies between its bin's two table entries, and only positions whose bin holds a cell's end
+    step on past it, so most take one lookup instead of a binary search's unpredictable
+    branches (the same cells: ``tests/test_plan_indexed_mix_chunks.py``).
+
+    >>> f = CellFinder(np.array([13, 13, 20, 41]), 10, 5)
+    >>> f.find(np.array([10, 12, 13, 19, 20, 40])).tolist()
+    [5, 5, 7, 7, 8, 8]
+    """
+
+    def __init__(self, ends: np.ndarray, start: int, first: int) -> None:
+        self.ends = np.asarray(ends, dtype=np.int64) - start  # [k] within the bucket
+        self.start, self.first = start, first
+        size = int(self.ends[-1]) if len(self.ends) else 0
+        self.shift = max(size // (BINS_PER_CELL * max(len(self.ends), 1)), 1).bit_length() - 1
+        marks = np.arange((size >> self.shift) + 2, dtype=np.int64) << self.shift
+        self.table = np.searchsorted(self.ends, marks, side="right")  # [bins + 1]
+
+    def find(self, at: np.ndarray) -> np.ndarray:
+        x = at - self.start
+        i = x >> self.shift
+        cell = self.table[i]
+        step = np.flatnonzero(self.table[i + 1] > cell)  # bins holding an end
+        while len(step):
+            past = self.ends[cell[step]] <= x[step]
+            step = step[past]
+            cell[step] += 1
+        cell += self.first
+        return cell
+
+
 class MixChunkDraw(MemberDraw):
     """The slots of a mixed chunked sub-epoch by (chunk bucket, position): a keyed permutation
-    of the bucket's list (``MemberDraw``), its chunk located in a cell (``ChunkBuckets.locate``),
-    the ``j``-th slot of the cell's class (``ClassSlots``) -> (code ``sequence * stride +
-    chunk``, corpus epoch)."""
+    of the bucket's list (``MemberDraw``'s), its chunk located in a cell (``ChunkBuckets.locate``'s
+    arithmetic), the ``j``-th slot of the cell's class (``ClassSlots``) -> (code ``sequence *
+    stride + chunk``, corpus epoch).
+
+    The draws come in runs of one bucket (a window of batches is one bucket's), so a run is
+    permuted by its bucket's bijection alone and its cells searched among that bucket's only;
+    the per-cell terms are folded once per draw (``base``: a position's offset in its cell is
+    ``at - base``; ``first``: the cell's class's first slot)."""
 
     def __init__(self, units: ChunkBuckets, listed: ClassSlots, words: tuple[int, ...]) -> None:
         super().__init__(units, units.starts, np.zeros(len(units.counts), np.int64), words)
         self.units, self.listed = units, listed
+        g = units.cell_class
+        self._width, self._lo, self._end = units.cell_width, units.cell_lo, units.cell_end
+        self._base = units.cell_end - units.planned[g] * units.cell_width
+        self._first = listed.starts[g]
+        self._cells = np.searchsorted(  # [N + 1] each bucket's first cell
+            units.cell_buckets(), np.arange(len(units.counts) + 1), side="left"
+        )
+        self._finders: dict[int, CellFinder] = {}
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
-        at = self.positions(bucket, pos)
-        if not len(at):
-            return at, np.zeros(0, dtype=USES_DTYPE)
-        g, j, chunk = self.units.locate(at)
-        slot = self.listed.starts[g] + j
-        return self.listed.seqs[slot] * self.units.stride + chunk, self.listed.uses[slot]
+        if not len(pos):
+            return np.zeros(0, np.int64), np.zeros(0, dtype=USES_DTYPE)
+        bucket = np.asarray(bucket, dtype=np.int64)
+        edges = np.flatnonzero(bucket[1:] != bucket[:-1]) + 1
+        if len(edges) > len(pos) // 64:  # scattered buckets: as the members' draw groups them
+            return self._slots_at(self.positions(bucket, pos))
+        bounds = [0, *edges.tolist(), len(pos)]
+        at = np.empty(len(pos), dtype=np.int64)
+        cell = np.empty(len(pos), dtype=np.int64)
+        for a, e in pairwise(bounds):
+            b = int(bucket[a])
+            here = at[a:e]
+            here[:] = self.bijection(b)(pos[a:e])
+            here += self.starts[b]
+            cell[a:e] = self._cells_of(b).find(here)
+        return self._slots_at(at, cell)
+
+    def _cells_of(self, b: int) -> CellFinder:
+        """Bucket ``b``'s cells' finder (made once per draw)."""
+        found = self._finders.get(b)
+        if found is None:
+            c0, c1 = int(self._cells[b]), int(self._cells[b + 1])
+            found = self._finders[b] = CellFinder(self._end[c0:c1], int(self.starts[b]), c0)
+        return found
+
+    def _slots_at(
+        self, at: np.ndarray, cell: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The slots at positions ``at`` of the cells' list (``cell``: their cells, None:
+        searched)."""
+        if cell is None:
+            cell = np.searchsorted(self._end, at, side="right")
+        j, c = np.divmod(at - self._base[cell], self._width[cell])
+        slot = self._first[cell] + j
+        c += self._lo[cell]
+        return self.listed.seqs[slot] * self.units.stride + c, self.listed.uses[slot]
 
 
 class ChunkedBucketMix(IndexedMix):
@@ -94,13 +175,10 @@ class ChunkedBucketMix(IndexedMix):
         key = (ep.full_epoch, ep.part, parts)
         if self._listed is None or self._listed[0] != key:
             lo, count = self.part(ep.full_epoch, ep.part, parts)  # [G, C] each
-            seqs, uses = part_slots(self, lo, count)
-            longest = np.asarray(self.index.longest, dtype=np.int64)
-            g = np.searchsorted(longest, np.asarray(self._lengths[seqs], dtype=np.int64))
-            by = np.argsort(g, kind="stable")
-            starts = np.zeros(len(longest) + 1, dtype=np.int64)
+            seqs, uses = part_slots(self, lo, count)  # class after class: the classes' lists
+            starts = np.zeros(len(count) + 1, dtype=np.int64)
             np.cumsum(count.sum(axis=1), out=starts[1:])
-            self._listed = (key, ClassSlots(seqs[by], uses[by], starts))
+            self._listed = (key, ClassSlots(seqs, uses, starts))
         return self._listed[1]
 
     def bucket_counts(self, ep: EpochIndex, parts: int) -> np.ndarray:

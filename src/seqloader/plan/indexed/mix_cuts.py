@@ -258,10 +258,12 @@ def _in_order(
 
 def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The slots of stream positions ``[lo, lo + count)`` of every (bucket b, corpus c) stream
-    (``[N, C]`` each) as a set (any order) -> (sequences int64, corpus epochs): a whole corpus
-    epoch is every member of the stream (no draw), a part of one its members drawn by the
-    stream's bijection (``IndexedMix.stream_slots``'s), all parts in one vectorised evaluation
-    (``evaluate_many``), not one per stream.
+    (``[N, C]`` each) -> (sequences int64, corpus epochs), bucket after bucket (a bucket's
+    ``count[b].sum()`` slots: its whole corpus epochs, then its drawn ones, each in stream order;
+    callers that need no order take them as a set): a whole corpus epoch is every member of the
+    stream (no draw), a part of one its members drawn by the stream's bijection
+    (``IndexedMix.stream_slots``'s), all parts in one vectorised evaluation (``evaluate_many``),
+    not one per stream.
 
     >>> from seqloader.plan.indexed.histogram import build_bucket_index
     >>> from seqloader.plan.mix import Corpora
@@ -269,15 +271,17 @@ def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.n
     >>> index = build_bucket_index(lengths, np.array([6]))
     >>> mix = IndexedMix(0, {"a": 1, "b": 2}, Corpora(("a", "b"), np.array([0, 4, 7])), index, lengths)
     >>> seqs, uses = part_slots(mix, np.array([[0, 1], [1, 0]]), np.array([[2, 3], [1, 1]]))
-    >>> sorted(zip(seqs.tolist(), uses.tolist()))  # bucket 0: a's corpus epoch 1, b's 2 and 1 of 1
-    [(0, 0), (2, 0), (3, 0), (4, 0), (4, 1), (5, 0), (6, 1)]
+    >>> list(zip(seqs.tolist(), uses.tolist()))  # bucket 0: a's epoch 0, b's 1 whole, 1 of b's 0
+    [(0, 0), (2, 0), (4, 1), (6, 1), (4, 0), (5, 0), (3, 0)]
     >>> mix.stream_slots(1, 0, np.array([1]), {})[0].tolist()  # bucket 1, a: position 1 drawn
     [3]
     """
-    whole_seqs, whole_uses = [np.zeros(0, np.int64)], [np.zeros(0, USES_DTYPE)]
+    wholes: dict[int, list[tuple[np.ndarray, int]]] = {}  # per bucket: (members, corpus epoch)
+    drawn_end: dict[int, int] = {}  # per bucket: its drawn slots end there (drawn b-major)
     pieces: list[tuple[int, int, int, int]] = []  # partial: (base, n, first t, length)
     words: list[tuple[int, ...]] = []
     part_uses = [np.zeros(0, USES_DTYPE)]
+    drawn_total = 0
     for b, c in zip(*np.nonzero(count)):
         b, c = int(b), int(c)
         n = int(mix.counts[b, c])
@@ -286,16 +290,28 @@ def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.n
         for k in range(a0 // n, (end - 1) // n + 1):
             a, e = max(a0, k * n), min(end, (k + 1) * n)
             if e - a == n:  # the whole corpus epoch: its members, in the index's order
-                whole_seqs.append(np.asarray(mix.index.members[base : base + n], dtype=np.int64))
-                whole_uses.append(np.full(n, k, dtype=USES_DTYPE))
+                members = np.asarray(mix.index.members[base : base + n], dtype=np.int64)
+                wholes.setdefault(b, []).append((members, k))
             else:
                 pieces.append((base, n, a - k * n, e - a))
                 words.append(mix.stream_words(b, c, k))
                 part_uses.append(np.full(e - a, k, dtype=USES_DTYPE))
+                drawn_total += e - a
+        drawn_end[b] = drawn_total
     table = np.array(pieces, dtype=np.int64).reshape(-1, 4)
     bases, sizes, firsts, lens = table.T
     which = np.repeat(np.arange(len(pieces), dtype=np.int64), lens)
     t = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens - firsts, lens)
     at = bases[which] + evaluate_many(sizes.tolist(), words, which, t).astype(np.int64)
     drawn = np.asarray(mix.index.members[at], dtype=np.int64)
-    return np.concatenate([*whole_seqs, drawn]), np.concatenate([*whole_uses, *part_uses])
+    drawn_uses = np.concatenate(part_uses)
+    seqs, uses = [np.zeros(0, np.int64)], [np.zeros(0, USES_DTYPE)]
+    d0 = 0
+    for b, d1 in drawn_end.items():  # ascending b (np.nonzero's row-major order)
+        for members, k in wholes.get(b, ()):
+            seqs.append(members)
+            uses.append(np.full(len(members), k, dtype=USES_DTYPE))
+        seqs.append(drawn[d0:d1])
+        uses.append(drawn_uses[d0:d1])
+        d0 = d1
+    return np.concatenate(seqs), np.concatenate(uses)

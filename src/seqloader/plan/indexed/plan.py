@@ -82,12 +82,18 @@ class MemberDraw:
         cuts = np.flatnonzero(np.diff(bucket[by])) + 1
         for sel in np.split(by, cuts):
             b = int(bucket[sel[0]])
-            pi = self._bijections.get(b)
-            if pi is None:
-                size = int(self.starts[b + 1] - self.starts[b])
-                pi = self._bijections[b] = Bijection(size, (*self.words, b))
-            out[sel] = int(self.starts[b]) + pi(pos[sel] + self.offsets[b]).astype(np.int64)
+            out[sel] = int(self.starts[b]) + self.bijection(b)(pos[sel] + self.offsets[b]).astype(
+                np.int64
+            )
         return out
+
+    def bijection(self, b: int) -> Bijection:
+        """Bucket ``b``'s keyed permutation of its full-epoch list (made once per draw)."""
+        pi = self._bijections.get(b)
+        if pi is None:
+            size = int(self.starts[b + 1] - self.starts[b])
+            pi = self._bijections[b] = Bijection(size, (*self.words, b))
+        return pi
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, None]:
         return self(bucket, pos), None
