@@ -28,7 +28,7 @@ from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.planner import IndexedPlanner, index_key
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.mix import Corpora
-from seqloader.plan.planners import node_bucket_index
+from seqloader.plan.planners import node_bucket_index, resolve_planning
 from test_plan_indexed import indexed_digest
 
 LIMITS = [
@@ -184,23 +184,52 @@ def test_what_fixed_orders_do_not_take_is_refused_by_name(changes: dict, match: 
         PlanOptions(**kwargs)
 
 
-@pytest.mark.parametrize("ordering", ["sorted", "sorted_reverse"])
-def test_a_sources_own_sort_key_is_refused_not_ignored(ordering: str) -> None:
+@settings(max_examples=5, deadline=None)
+@given(cases(), st.sampled_from(["sorted", "sorted_reverse"]), st.integers(1, 6))
+def test_a_sources_own_sort_key_orders_as_global_planning_does(
+    case: dict, ordering: str, spread: int
+) -> None:
     """A source's ``order_lengths`` (RETURNN sorts OggZip corpora by ``int(duration * 100)``,
-    LibriSpeech by transcription length) is what global planning sorts by; the indexed sorted
-    orders sort by the length key, so they would give another order: refused by name (it was
-    ignored). Global planning sorts by it; orders that do not sort are unaffected."""
+    LibriSpeech by transcription length) is what global planning sorts by: the node's sorted
+    index is built on it (one bucket per key value), the cuts by the length key, so every
+    sub-epoch's batches are global planning's exactly; every contract holds. Another sort key
+    is another plan (fingerprint) and another node file."""
+    n = len(case["lengths"]["data"])
+    by = np.random.default_rng(spread).integers(0, spread * 3, n)
+    options = {**case["options"], "ordering": ordering}
+    plain = PlanOptions(**options)
+    given = PlanInputs(case["lengths"], replace(plain, planning="indexed"), order_lengths=by)
+    planner, reference = IndexedPlanner(given), Planner(replace(given, options=plain))
+    for epoch in range(1, plain.partition_epoch + 1):
+        got, want = planner.global_plan(epoch, 1).batches, reference.global_plan(epoch, 1).batches
+        np.testing.assert_array_equal(got.seqs, want.seqs)
+        np.testing.assert_array_equal(got.bounds, want.bounds)
+    plain_key = IndexedPlanner(replace(given, order_lengths=None))
+    assert planner.fingerprint("s") != plain_key.fingerprint("s")
+    mapped = BucketIndex.from_columns(node_bucket_index(given).columns())
+    np.testing.assert_array_equal(mapped.members, planner.index.members)
+    cut = case["cuts"][: len(case["worlds"]) - 1]
+    check_plan_contracts(lambda: IndexedPlanner(given), case["worlds"], cut, ordered=True)
+
+
+@pytest.mark.parametrize(
+    ("changes", "named"),
+    [({"chunking": 40}, "chunking"), ({"distribution": "files"}, "distribution='files'")],
+)
+def test_a_sources_own_sort_key_is_refused_where_it_is_not_sorted_by(
+    changes: dict, named: str
+) -> None:
+    """Chunked sorted orders and sorted orders over files sort by the length key: a source's
+    own sort key is refused by name there (never ignored), ``auto`` resolves to global."""
     rng = np.random.default_rng(0)
     lengths, by = {"data": rng.integers(1, 100, 30)}, rng.integers(1, 100, 30)
-    options = PlanOptions(ordering=ordering, max_seqs=4)
-    glob = Planner(PlanInputs(lengths, options, order_lengths=by)).global_plan(1, 1)
-    want = np.argsort(by if ordering == "sorted" else -by, kind="stable")
-    np.testing.assert_array_equal(by[glob.batches.seqs], by[want])
-    indexed = PlanInputs(lengths, replace(options, planning="indexed"), order_lengths=by)
-    with pytest.raises(OptionError, match=rf"ordering='{ordering}'.*order_lengths.*'global'"):
-        IndexedPlanner(indexed)
-    plain = replace(options, ordering="default", planning="indexed")
-    IndexedPlanner(PlanInputs(lengths, plain, order_lengths=by)).global_plan(1, 1)
+    files = np.array([0, 10, 30]) if "distribution" in changes else None
+    options = PlanOptions(ordering="sorted", max_frames=200, planning="indexed", **changes)
+    given = PlanInputs(lengths, options, order_lengths=by, files=files)
+    with pytest.raises(OptionError, match=rf"'sorted' and {named}: .*order_lengths.*'global'"):
+        IndexedPlanner(given)
+    auto = replace(given, options=replace(options, planning="auto"))
+    assert resolve_planning(auto).options.planning == "global"
 
 
 FIXED_CASES: dict[str, dict] = {
@@ -226,6 +255,12 @@ FIXED_CASES: dict[str, dict] = {
         "elastic": (3, 3),
         "elastic_again": (2, 1),
     },
+    "sorted_reverse own sort key W3 split": {
+        "options": {"ordering": "sorted_reverse", "max_frames": 1500, "seed": 2},
+        "own_sort_key": True,
+        "world": 3,
+        "elastic": (3, 4),
+    },
 }  # fmt: skip
 FIXED_GOLDEN = {
     "sorted W3 split": "45c5234868b486b6ad7734b0dbc7259499500bc0ad3c19122a9f7c880c0a6602",
@@ -235,6 +270,9 @@ FIXED_GOLDEN = {
     "default W5 drop, packed": "0affe7ec0e0b2b462d9ac01e1fe0bc42ad0ce30dc54b9be0a73398d3051f3f5d",
     "reverse W2 split, filters, quadratic": (
         "1817d85cf3accf180d07d9b723c47db1098002bd408665a9c16ad4976388075b"
+    ),
+    "sorted_reverse own sort key W3 split": (
+        "36940c971cba0fe587188b227c6f6c08a7c82cc9e68170eb26ae9a599cc921c0"
     ),
 }
 

@@ -8,6 +8,7 @@ of global planning refused by name under ``auto``; the golden plans pinned.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
@@ -17,16 +18,18 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from plan_contracts import check_plan_contracts
-from seqloader.errors import ResumeError
+from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import PlanOptions
 from seqloader.plan.epochs import EpochIndex, batch_limits, part_bounds
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.planner import IndexedPlanner, index_key
 from seqloader.plan.indexed.sort_bins import SortBinsOrder
 from seqloader.plan.indexed.sort_bins_mix import SortBinsMix
+from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
+from seqloader.plan.planners import resolve_planning
 from test_plan_indexed import indexed_digest
 
 ORDERINGS = ["sort_bin_shuffle", "sort_bin_shuffle:.4", "sort_bin_shuffle_x2:3",
@@ -105,24 +108,66 @@ def test_the_order_is_returnns_sort_bin_shuffle(lengths: list[int], text: str, k
     order = SortBinsOrder(planner.index, ordering, (key, 7))
     m = len(data)
     seqs = order(np.arange(m))
+    assert_returnns_bins(data, seqs, ordering)
+    assert order(np.arange(m)).tolist() == seqs.tolist()  # a pure function of its key
+
+
+def assert_returnns_bins(by: np.ndarray, seqs: np.ndarray, ordering: Ordering) -> None:
+    """``seqs`` is a permutation of ``by``'s sequences made of RETURNN's bins of the order
+    sorted by ``by``, one after another, sorted within (``_x2``: any order); bins whose keys
+    are alike are tried each (a search over the bins that fit at each position)."""
+    m = len(by)
     assert sorted(seqs.tolist()) == list(range(m))
     bins = ordering.num_bins(m)
-    slices = [np.sort(data)[i * m // bins : (i + 1) * m // bins] for i in range(bins)]
-    at, emitted = 0, []
-    while at < m:  # each emitted bin: the slice whose lengths it holds
-        got = data[seqs[at:]]
-        match = [
-            i
-            for i, s in enumerate(slices)
-            if len(s) and i not in emitted and np.array_equal(np.sort(got[: len(s)]), s)
-        ]
-        assert match, f"no bin starts at position {at}"
-        i = match[0]
-        if not ordering.kind.endswith("_x2"):
-            assert np.all(np.diff(got[: len(slices[i])]) >= 0)
-        emitted.append(i)
-        at += len(slices[i])
-    assert order(np.arange(m)).tolist() == seqs.tolist()  # a pure function of its key
+    slices = [np.sort(by)[i * m // bins : (i + 1) * m // bins] for i in range(bins)]
+    got = by[seqs]
+    within = not ordering.kind.endswith("_x2")
+
+    def fits(at: int, left: frozenset[int]) -> bool:
+        if at == m:
+            return True
+        for i in sorted(left):
+            part = got[at : at + len(slices[i])]
+            if not np.array_equal(np.sort(part), slices[i]):
+                continue
+            if within and not np.all(np.diff(part) >= 0):
+                continue
+            if fits(at + len(slices[i]), left - {i}):
+                return True
+        return False
+
+    assert fits(0, frozenset(i for i, s in enumerate(slices) if len(s))), "not RETURNN's bins"
+
+
+@settings(max_examples=4, deadline=None)
+@given(cases(), st.integers(1, 6))
+def test_a_sources_own_sort_key_makes_the_bins(case: dict, spread: int) -> None:
+    """A source's ``order_lengths`` (RETURNN's ``int(duration * 100)``): the bins are those of
+    the order sorted by it (as global planning sorts), the batches greedy cuts of that order by
+    the length key; ``auto`` resolves to indexed; the contracts hold. Chunked, it is refused by
+    name (``auto``: global)."""
+    n = len(case["lengths"]["data"])
+    by = np.random.default_rng(spread).integers(0, spread * 3, n)
+    fixed = {"chunking": None, "epoch_wise_filter": None, "partition_epoch": 1}
+    options = PlanOptions(**{**case["options"], **fixed})
+    given = PlanInputs(case["lengths"], options, order_lengths=by)
+    assert resolve_planning(given).options.planning == "indexed"
+    planner = IndexedPlanner(given)
+    if options.distribution == "shard":  # random_seed_offset: each rank its own batch order
+        order = planner.sub_epoch_order(1)
+        admitted = np.flatnonzero(case["lengths"]["data"] >= options.min_seq_length)
+        seqs = np.searchsorted(admitted, order)
+        assert_returnns_bins(by[admitted], seqs, options.parsed_ordering)
+        got = planner.global_plan(1, 1).batches
+        np.testing.assert_array_equal(got.seqs, order)
+        limits = batch_limits(options, ["data"], "data")
+        np.testing.assert_array_equal(got.bounds, Batcher(limits, case["lengths"]).bounds(order))
+    cut = case["cuts"][: len(case["worlds"]) - 1]
+    check_plan_contracts(
+        lambda: IndexedPlanner(given), case["worlds"], cut, ordered=True, workers=()
+    )
+    chunked = replace(given, options=replace(options, chunking="6:4"))
+    assert resolve_planning(chunked).options.planning == "global"
 
 
 def test_padding_and_steps_match_global_plannings() -> None:
@@ -143,21 +188,22 @@ def test_padding_and_steps_match_global_plannings() -> None:
 
 def test_index_and_refusals() -> None:
     """The node's index is the sequences by length (one key for both kinds, none shared with
-    laplace's or sorted's); a source's own sort key and a mix with chunking are refused by name
-    (``auto``: global); chunking or a mix alone are planned."""
+    laplace's or sorted's); a source's own sort key is planned alone, refused by name with a
+    mix (``auto``: global), as a mix with chunking is; chunking or a mix alone are planned."""
     base = {"max_frames": 100}
     keys = {index_key(PlanOptions(**base, ordering=o)) for o in ORDERINGS}
     assert len(keys) == 1
     others = ("laplace:.4", "sorted", "random")
     assert keys.isdisjoint(index_key(PlanOptions(**base, ordering=o)) for o in others)
     lengths = {"data": np.array([5, 3, 8, 2])}
-    from seqloader.plan.inputs import PlanInputs
-    from seqloader.plan.planners import resolve_planning
-
     own_key = PlanInputs(
         lengths, PlanOptions(ordering="sort_bin_shuffle"), order_lengths=np.arange(4)
     )
-    assert resolve_planning(own_key).options.planning == "global"
+    assert resolve_planning(own_key).options.planning == "indexed"
+    mixed = replace(own_key, options=replace(own_key.options, mix={"a": 1.0}))
+    assert resolve_planning(mixed).options.planning == "global"
+    with pytest.raises(OptionError, match=r"'sort_bin_shuffle' and mix: .*order_lengths"):
+        IndexedPlanner(replace(mixed, options=replace(mixed.options, planning="indexed")))
     chunked_mix = PlanOptions(ordering="sort_bin_shuffle", mix={"a": 1.0}, chunking="4:2")
     assert chunked_mix.resolved_planning == "global"
     for extra in ({"mix": {"a": 1.0}}, {"chunking": "4:2"}):
@@ -240,6 +286,13 @@ SORT_BINS_CASES: dict[str, dict] = {
         "world": 2,
         "elastic": (2, 3),
     },
+    "sort_bin_shuffle_x2:.12 own sort key W2 pad": {
+        "options": {"ordering": "sort_bin_shuffle_x2:.12", "max_frames": 1500, "uneven": "pad",
+                    "partition_epoch": 2},
+        "own_sort_key": True,
+        "world": 2,
+        "elastic": (2, 3),
+    },
 }  # fmt: skip
 SORT_BINS_GOLDEN = {
     "sort_bin_shuffle:.16 W3 split": (
@@ -259,6 +312,9 @@ SORT_BINS_GOLDEN = {
     ),
     "sort_bin_shuffle:.8 files mix W2": (
         "0a8c0b04453da42533df5e2095ce6f07fd3e187f0b3eca6870ea3b9d05fe96b2"
+    ),
+    "sort_bin_shuffle_x2:.12 own sort key W2 pad": (
+        "f44fc2ece34c71dce57157349de7d61896397c428634dde8c6e4c3240f735750"
     ),
 }
 

@@ -181,10 +181,16 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
                 PlanInputs(lengths, replace(options, planning="indexed"), selections=selections)
             )
     assert resolved_for(PlanInputs(lengths, auto, selections=selections)) == "indexed"
-    # a sort key of the source's own with a sorted order (RETURNN's order_lengths)
+    # a sort key of the source's own with a sorted order (RETURNN's order_lengths): indexed
+    # sorts by it, except chunked, over files or with a mix (they sort by the length key)
     sorted_auto = replace(auto, ordering="sorted")
-    own_key = PlanInputs(lengths, sorted_auto, order_lengths=np.arange(6))
-    assert resolved_for(own_key) == "global"
+    for ordering in ("sorted", "sorted_reverse", "sort_bin_shuffle:.2", "sort_bin_shuffle_x2"):
+        own_key = PlanInputs(lengths, replace(auto, ordering=ordering), order_lengths=np.arange(6))
+        assert resolved_for(own_key) == "indexed"
+        for extra in ({"chunking": 2}, {"distribution": "files"}, {"mix": {"a": 1.0}}):
+            files = np.array([0, 3, 6]) if extra.get("distribution") else None
+            options = replace(own_key.options, **extra)
+            assert resolved_for(replace(own_key, options=options, files=files)) == "global"
     assert resolved_for(PlanInputs(lengths, sorted_auto)) == "indexed"
     # chunking that leaves the length key unchunked
     chunked = replace(auto, chunking={"classes": (2, 1)}, length_key="data")

@@ -30,9 +30,10 @@ from seqloader.extras import require
 from seqloader.loading.plan_inputs import plan_inputs
 from seqloader.loading.planner_for import planner_for
 from seqloader.plan.epoch_plan import list_imbalance
+from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering, PlanOptions
-from seqloader.plan.planners import INDEXED_KINDS, Planner
+from seqloader.plan.planners import INDEXED_KINDS, Planner, resolve_planning
 from seqloader.plan.simulate import load_of, unit_window
 
 HELP = (
@@ -88,6 +89,15 @@ def _indexed_takes(options: PlanOptions, ordering: str) -> bool:
     return Ordering.parse(ordering).kind in INDEXED_KINDS and _takes(options, ordering)
 
 
+def _indexed_plans(given: PlanInputs, options: PlanOptions, ordering: str) -> bool:
+    """Whether indexed planning plans ``ordering`` with the other ``options`` and what the
+    source declares (e.g. its own sort key is refused with a chunked ``sorted``)."""
+    if not _indexed_takes(options, ordering):
+        return False
+    auto = replace(given, options=replace(options, ordering=ordering, planning="auto"))
+    return resolve_planning(auto).options.planning == "indexed"
+
+
 def _takes(options: PlanOptions, ordering: str) -> bool:
     """Whether ``ordering`` goes with the other ``options`` (``planning="auto"`` resolves per
     ordering: e.g. ``buckets:N`` with a mix where indexed planning plans it, refused where not)."""
@@ -122,9 +132,8 @@ def run(args: argparse.Namespace) -> int:
             continue  # refused with a global mix or file pools (PlanOptions/Planner say why)
         if given.orders is not None and Ordering.parse(o).kind != "default":
             continue  # the source orders itself (RETURNN's CombinedDataset; Planner says why)
-        own_key = given.order_lengths is not None and o in ("sorted", "sorted_reverse")
-        if opened.plan.planning == "indexed" and (own_key or not _indexed_takes(opened.plan, o)):
-            continue  # refused with these options or the source's own sort key (planner says why)
+        if opened.plan.planning == "indexed" and not _indexed_plans(given, opened.plan, o):
+            continue  # refused with these options or what the source declares (planner says why)
         if opened.plan.planning == "auto" and not _takes(opened.plan, o):
             continue  # refused with these options whatever the planning (PlanOptions says why)
         ordered = planner_for(src, replace(opened.plan, ordering=o), lengths)

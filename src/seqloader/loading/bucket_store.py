@@ -23,7 +23,13 @@ import numpy as np
 
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.options import PlanOptions
-from seqloader.plan.planners import INDEXED_ALGORITHM, BucketIndex, index_key, node_bucket_index
+from seqloader.plan.planners import (
+    INDEXED_ALGORITHM,
+    BucketIndex,
+    index_key,
+    index_sort_key,
+    node_bucket_index,
+)
 from seqloader.sources.columns import open_or_build
 from seqloader.sources.node_cache import NodeStore, about, cache_dir
 
@@ -81,7 +87,10 @@ def shared_bucket_index(
             stores.append(NodeStore(KIND, None, False, 0.0, note=note))
         return None
     options = replace(options, mix=None)  # the index does not depend on the mix's rates
-    path, identity = bucket_index_path(lengths, options, source_fingerprint(), folder)
+    fingerprint = source_fingerprint()
+    if own := index_sort_key(inputs):  # a sorted order's index built on the source's sort key
+        fingerprint += f"\0order_lengths {own}"
+    path, identity = bucket_index_path(lengths, options, fingerprint, folder)
 
     def build() -> tuple[dict[str, np.ndarray], dict[str, object]]:
         index = node_bucket_index(replace(inputs, options=options))

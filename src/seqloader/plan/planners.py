@@ -30,7 +30,7 @@ from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.greedy.planner import PLAN_ALGORITHM as GLOBAL_ALGORITHM
 from seqloader.plan.greedy.planner import Planner as GlobalPlanner
-from seqloader.plan.indexed.corpus import AdmittedCorpus, unplanned
+from seqloader.plan.indexed.corpus import AdmittedCorpus, own_sort_key, sort_key_digest, unplanned
 from seqloader.plan.indexed.planner import (
     INDEXED_ALGORITHM,
     INDEXED_KINDS,
@@ -139,6 +139,23 @@ def node_bucket_index(
     return AdmittedCorpus(replace(given, index=None)).index
 
 
+def index_sort_key(inputs: PlanInputs) -> str:
+    """What a node's bucket index depends on of ``inputs`` besides the options and the source's
+    fingerprint: the digest of a source's own sort key where a sorted ordering's index is built
+    on it (``order_lengths``; a view's fingerprint need not cover it), else ``""``.
+
+    >>> from seqloader.plan.options import PlanOptions
+    >>> lengths = {"data": np.array([5, 3])}
+    >>> index_sort_key(PlanInputs(lengths, PlanOptions(ordering="sorted")))
+    ''
+    >>> len(index_sort_key(PlanInputs(lengths, PlanOptions(ordering="sorted"),
+    ...                               order_lengths=np.array([2, 1]))))
+    32
+    """
+    key = own_sort_key(inputs)
+    return "" if key is None else sort_key_digest(key)
+
+
 __all__ = [
     "GLOBAL_ALGORITHM",
     "INDEXED_ALGORITHM",
@@ -148,6 +165,7 @@ __all__ = [
     "PlanInputs",
     "Planner",
     "index_key",
+    "index_sort_key",
     "make_planner",
     "node_bucket_index",
     "resolve_planning",

@@ -12,6 +12,7 @@ plans from it. Nothing here depends on the seed, ``uneven``, ``mix`` or the epoc
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import cast
@@ -78,14 +79,21 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
         refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
     ordering = inputs.options.ordering
     sorts = inputs.options.parsed_ordering.kind in ("sorted", "sorted_reverse", *SORT_BIN_KINDS)
-    if inputs.order_lengths is not None and sorts:
+    o = inputs.options
+    clashes = [
+        ("chunking", o.chunking is not None),
+        ("distribution='files'", o.distribution == "files"),
+        ("mix", o.mix is not None),
+    ]
+    named = [name for name, on in clashes if on]
+    if inputs.order_lengths is not None and sorts and named:
         raise OptionError(
-            f"planning='indexed' with ordering={ordering!r}: the source"
+            f"planning='indexed' with ordering={ordering!r} and {', '.join(named)}: the source"
             f"{' ' + inputs.origin if inputs.origin else ''} declares its own sort key "
             "(order_lengths, e.g. RETURNN's int(duration * 100) or transcription lengths), which "
-            "indexed planning's sorted orders do not sort by (they sort by the length key, so "
-            "the order would differ from global planning's); use planning='global' for it, or "
-            "ordering='laplace:.N'"
+            f"indexed planning sorts by only without {' or '.join(named)} (these plans sort by "
+            "the length key, so the order would differ from global planning's); use "
+            "planning='global' for it, or ordering='laplace:.N'"
         )
     kind = inputs.options.parsed_ordering.kind
     cut_order = kind in FIXED_KINDS or kind in DRAWN_KINDS
@@ -103,6 +111,47 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
             "RETURNN's own global order (file pools are planned with seeding='returnn' only), "
             "which indexed planning does not plan; use planning='global' for them"
         )
+
+
+def own_sort_key(inputs: PlanInputs) -> np.ndarray | None:
+    """The source's own sort key (``order_lengths``) where the ordering sorts (``sorted``,
+    ``sorted_reverse``, ``sort_bin_shuffle[_x2]``): what global planning sorts by, so the
+    order's index is built on it (its buckets one per key value); None otherwise. An integer
+    view (never copied unless it is not integer); a length other than the lengths' is refused.
+
+    >>> from seqloader.plan.options import PlanOptions
+    >>> given = PlanInputs({"data": np.array([5, 3])}, PlanOptions(ordering="sorted"),
+    ...                    order_lengths=np.array([1, 2]))
+    >>> own_sort_key(given).tolist(), own_sort_key(dataclasses.replace(given, order_lengths=None))
+    ([1, 2], None)
+    """
+    kind = inputs.options.parsed_ordering.kind
+    if inputs.order_lengths is None or kind not in ("sorted", "sorted_reverse", *SORT_BIN_KINDS):
+        return None
+    key = np.asarray(inputs.order_lengths)
+    if not np.issubdtype(key.dtype, np.integer):
+        key = key.astype(np.int64)
+    n = len(next(iter(inputs.lengths.values()))) if inputs.lengths else 0
+    if key.shape != (n,):
+        raise OptionError(
+            f"order_lengths{' of ' + inputs.origin if inputs.origin else ''}: got shape "
+            f"{key.shape}, expected ({n},) (one sort key per sequence); fix the source's "
+            "order_lengths"
+        )
+    return key
+
+
+def sort_key_digest(key: np.ndarray) -> str:
+    """sha256 of a sort key's values (as int64, a block at a time: no copy of size ``n``), what
+    a plan's fingerprint and the node's index file name add for a source's own sort key.
+
+    >>> sort_key_digest(np.array([1, 2], np.int32)) == sort_key_digest(np.array([1, 2]))
+    True
+    """
+    h = hashlib.sha256()
+    for a in range(0, len(key), _BLOCK):
+        h.update(np.asarray(key[a : a + _BLOCK], dtype=np.int64).tobytes())
+    return h.hexdigest()[:32]
 
 
 def _refuse_selections(inputs: PlanInputs) -> None:
@@ -197,6 +246,10 @@ class AdmittedCorpus:
             self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
         #: what the fingerprint adds of the corpus (the planner adds mix and selections)
         self.extra = b"indexed" + excluded_bytes(inputs.excluded)
+        #: a source's own sort key (``order_lengths``) that the sorted orders' index sorts by
+        self.sort_key = own_sort_key(inputs)
+        if self.sort_key is not None:
+            self.extra += b"order_lengths" + sort_key_digest(self.sort_key).encode()
         self.files = distributed_files(options.distribution, inputs.files, len(main), origin)
         if self.files is not None:
             self.extra += b"files" + self.files.tobytes()
@@ -225,9 +278,11 @@ class AdmittedCorpus:
                 index = build_bucket_index(main, np.zeros(0, np.int64), self.mask, self.files)
             elif self.fixed or self.random:  # the order's index (indexed.fixed, random_order)
                 kind = order_index_kind(self.options.parsed_ordering.kind)
-                index = build_bucket_index(main, fixed_edges(adm, kind), self.mask)
+                by = main if self.sort_key is None else self.sort_key  # what the order sorts by
+                adm_by = by if self.mask is None else by[self.mask]
+                index = build_bucket_index(by, fixed_edges(adm_by, kind), self.mask)
                 if self.fixed and self.subset is not None:  # the subset's order within
-                    index = in_pool_order(index, main, self.subset, self.mask)
+                    index = in_pool_order(index, by, self.subset, self.mask)
             else:
                 adm_costs = self.costs if self.mask is None else self.costs[self.mask]
                 edges = edges_for(

@@ -226,7 +226,9 @@ class IndexedPlanner:
         #: admission, lengths, budget and the bucket index (shared with ``node_bucket_index``)
         self.corpus = c = AdmittedCorpus(i)
         self.options, self.length_key, self.origin = options, c.length_key, origin
-        self.lengths = self.order_lengths = c.lengths
+        self.lengths = c.lengths
+        #: what the sorted orders sort by: the length key, or the source's own sort key
+        self.order_lengths = c.lengths if c.sort_key is None else c.sort_key
         self.budget, self.costs, self.files = c.budget, c.costs, c.files
         self.units, self.chunks, self.index = c.units, c.chunks, c.index
         #: what the bucket lists hold: sequences, or chunked their chunks: every difference
@@ -336,7 +338,11 @@ class IndexedPlanner:
         if self._random:
             words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
             order: Callable[[np.ndarray], np.ndarray] = drawn_order(
-                self.index, self.planned, self.options.parsed_ordering, words
+                self.index,
+                self.planned,
+                self.options.parsed_ordering,
+                words,
+                by_length=self.corpus.sort_key is None,
             )
         else:
             order = self.corpus.fixed_order(self.index)

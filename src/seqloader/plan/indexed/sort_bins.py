@@ -56,14 +56,18 @@ def order_index_kind(kind: str) -> str:
 
 
 def drawn_order(
-    index: BucketIndex, planned: RandomIndex, ordering: Ordering, words: Sequence[int]
+    index: BucketIndex,
+    planned: RandomIndex,
+    ordering: Ordering,
+    words: Sequence[int],
+    by_length: bool = True,
 ) -> RandomOrder | SortBinsOrder:
     """The full epoch's keyed order of a drawn ordering (``DRAWN_KINDS``): ``random`` over
     ``planned.random_index(index)`` (the admitted sequences in one bucket), ``sort_bin_shuffle``
     over ``index`` itself (the sequences by length: ``sorted``'s index; chunked, the length
-    classes, the same buckets)."""
+    classes, the same buckets; ``by_length=False``: by a source's own sort key)."""
     if ordering.kind in SORT_BIN_KINDS:
-        return SortBinsOrder(index, ordering, words)
+        return SortBinsOrder(index, ordering, words, by_length)
     return RandomOrder(planned.random_index(index), words)
 
 
@@ -78,8 +82,9 @@ class RandomIndex(Protocol):
 
 class SortBinsOrder:
     """The full epoch's ``sort_bin_shuffle[_x2]`` order, position by position, over ``index``
-    (the admitted sequences by length, one bucket per length, members ascending), keyed by
-    ``words`` (the module doc). Nothing of size ``n`` is made.
+    (the admitted sequences by length, one bucket per length, members ascending; or by a
+    source's own sort key, ``by_length=False``), keyed by ``words`` (the module doc). Nothing of
+    size ``n`` is made.
 
     >>> from seqloader.plan.indexed.fixed import fixed_edges
     >>> from seqloader.plan.indexed.histogram import build_bucket_index
@@ -93,8 +98,12 @@ class SortBinsOrder:
     [[1, 3], [3, 4], [5, 7], [8, 9]]
     """
 
-    def __init__(self, index: BucketIndex, ordering: Ordering, words: Sequence[int]) -> None:
+    def __init__(
+        self, index: BucketIndex, ordering: Ordering, words: Sequence[int], by_length: bool = True
+    ) -> None:
         self.index, self.words = index, tuple(words)
+        #: the index sorts by the length key (its ``longest`` the lengths a cut reads)
+        self.by_length = by_length
         self.size = m = int(index.starts[-1])
         self._starts = np.asarray(index.starts, dtype=np.int64)  # [L + 1] length buckets
         bins = ordering.num_bins(m)
@@ -154,7 +163,8 @@ def cut_view(
     """What a greedy cut of ``order`` reads (positions -> what ``lengths`` is indexed by): a
     ``SortBinsOrder`` cut by the length key alone (``keys``: the batcher's) reads its positions
     in the sorted order and the length there, not its sequences (the cut depends only on the
-    lengths: the same bounds, without the ties' draws); any other order as it is."""
-    if isinstance(order, SortBinsOrder) and len(keys) == 1:
+    lengths: the same bounds, without the ties' draws); any other order (and one sorted by a
+    source's own sort key, whose index says no length) as it is."""
+    if isinstance(order, SortBinsOrder) and order.by_length and len(keys) == 1:
         return order.sorted_positions, {keys[0]: _ByPosition(order)}
     return order, lengths
