@@ -210,6 +210,55 @@ def test_a_file_changed_since_its_verdict_is_screened_again(tmp_path, settled, k
     assert message.startswith("sequence 1 (tag 's1')") and settled[0] == 12
 
 
+def _values_elsewhere(folder: Path, how: str, values: np.ndarray) -> tuple[Path, Path]:
+    """A file ``c.hdf`` whose ``inputs`` are ``values`` kept outside it (``how``: an external
+    link, a virtual dataset, external raw storage); returns (the file, where the values are)."""
+    lens = [3 + i % 5 for i in range(12)]
+    path, other = folder / "c.hdf", folder / ("v.raw" if how == "external" else "v.hdf")
+    write_contiguous(str(path), lens, [1] * 12, 4, "<f4", 1)
+    with h5py.File(path, "r+") as f:
+        del f["inputs"]
+        if how == "external":
+            values.tofile(other)
+            f.create_dataset("inputs", values.shape, "<f4", external=[(str(other), 0, 2**32)])
+            return path, other
+        with h5py.File(other, "w") as v:
+            v.create_dataset("x", data=values)
+        if how == "link":
+            f["inputs"] = h5py.ExternalLink(str(other), "x")
+        else:
+            layout = h5py.VirtualLayout(values.shape, "<f4")
+            layout[:] = h5py.VirtualSource(str(other), "x", values.shape)
+            f.create_virtual_dataset("inputs", layout)
+    return path, other
+
+
+@pytest.mark.parametrize("how", ["link", "virtual", "external"])
+def test_values_kept_outside_the_file_get_no_verdict(tmp_path, settled, how) -> None:
+    """The verdict's identity is the file's (path, inode, times): it cannot see a change of
+    values that live in another file (a dataset reached through an external link, a virtual
+    dataset's sources, external raw storage). Such a dataset gets no verdict, so a NaN written
+    there later is still named; and a linked dataset's bytes are read from its own file, not
+    mapped from this one at its offset in the other."""
+    values = np.arange(sum(3 + i % 5 for i in range(12)) * 4, dtype="<f4").reshape(-1, 4)
+    path, other = _values_elsewhere(tmp_path, how, values)
+    index, whole = tmp_path / "idx", [np.arange(12)]
+    with sl.HDFSource(path, index_dir=index) as src:  # the padded path, as the loader reads it
+        spec = BatchSpec(1, 0, whole[0], np.ones(12, dtype=bool))
+        batch = execute(src, spec, WorkerSpec(0, screen=True), garbage_alloc)
+        assert batch.data["data"][1, :4].tolist() == values[3:7].tolist()
+    assert one_pass(str(path), index, whole) == [] and settled[0] > 0
+    assert not list(index.glob("screen-*.cols"))
+    values[4, 2] = np.nan  # sequence 1, in the other file only: this file's identity is the same
+    if how == "external":
+        values.tofile(other)
+    else:
+        with h5py.File(other, "r+") as v:
+            v["x"][...] = values
+    (message,) = one_pass(str(path), index, whole)
+    assert message.startswith("sequence 1 (tag 's1')")
+
+
 def test_processes_that_each_screen_a_share_make_the_verdict_together(
     tmp_path, settled, monkeypatch
 ) -> None:

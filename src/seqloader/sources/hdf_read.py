@@ -226,6 +226,17 @@ def mappable(dset: h5py.Dataset) -> bool:
     return bool(tid.equal(h5py.h5t.py_create(dtype)))
 
 
+def values_here(dset: h5py.Dataset, h5: h5py.File) -> bool:
+    """Whether every value of ``dset`` lies in the opened file ``h5`` itself: not a dataset of
+    another file reached through an external link, not a virtual dataset (its values live in its
+    source files), no external raw storage. Only then may its bytes be mapped from this file, and
+    may a verdict about this file (``FileVerdicts``: its path, inode and times) speak for them."""
+    if h5py.h5i.get_file_id(dset.id).fileno != h5.id.fileno:
+        return False
+    plist = dset.id.get_create_plist()
+    return plist.get_layout() != h5py.h5d.VIRTUAL and plist.get_external_count() == 0
+
+
 def _covers(starts: np.ndarray, rows: int) -> bool:
     """Whether a file's sequences (row offsets ``starts``, ``[n + 1]``) cover all ``rows`` of
     its dataset: only then does "every sequence clean" speak of every value."""
@@ -299,13 +310,24 @@ class OpenFile:
         self._left: dict[str, int] = {}  # key -> at most the sequences not yet found clean
         self._kept: dict[str, int] = {}  # key -> sequences clean when this process's part was kept
         self._finite: set[str] = set()  # keys with every value known finite: no screen at all
+        self._here: set[str] = set()  # keys whose values all lie in this file (``values_here``)
         try:
             for key, h5_path in datasets.items():
-                self.readers[key] = self._reader(h5[h5_path], use_mmap)
+                dset = h5[h5_path]
+                if values_here(dset, h5):
+                    self._here.add(key)
+                self.readers[key] = self._reader(dset, use_mmap and key in self._here)
         except BaseException:
             self.close()
             raise
         self._verdicts = verdicts if verdicts is not None and verdicts.unchanged() else None
+
+    def _verdicts_of(self, key: str, s: np.ndarray) -> FileVerdicts | None:
+        """The node's verdicts where they may speak of every value of ``key``: its values lie in
+        this file (``values_here``) and its sequences (row offsets ``s``) cover all its rows."""
+        if key not in self._here or not _covers(s, self.readers[key].shape[0]):
+            return None
+        return self._verdicts
 
     def _reader(self, dset: h5py.Dataset, use_mmap: bool) -> RowReader:
         if use_mmap and mappable(dset):
@@ -405,9 +427,9 @@ class OpenFile:
         """The first screened read of ``key`` here: None when the node keeps the verdict that
         every value of it in this file is finite (nothing to screen), else the bitmap of its
         sequences known clean: those the parts of other processes name (``FileVerdicts``)."""
-        reader, verdicts = self.readers[key], self._verdicts
+        reader, verdicts = self.readers[key], self._verdicts_of(key, s)
         clean = None
-        if verdicts is not None and _covers(s, reader.shape[0]):  # the verdict speaks of them all
+        if verdicts is not None:  # the verdict speaks of them all
             dataset = self._datasets[key]
             if verdicts.finite(dataset, reader.dtype, reader.shape):
                 self._finite.add(key)
@@ -427,8 +449,8 @@ class OpenFile:
         """Keep this process's clean sequences of ``key`` as its part of the node's verdict (a
         DataLoader worker: ``shares_files``) and take in the parts of other processes (into
         ``clean``); returns how many are left."""
-        reader, verdicts = self.readers[key], self._verdicts
-        if verdicts is not None and _covers(s, reader.shape[0]):
+        reader, verdicts = self.readers[key], self._verdicts_of(key, s)
+        if verdicts is not None:
             dataset = self._datasets[key]
             if screen_verdicts.shares_files():
                 verdicts.keep_part(dataset, reader.dtype, reader.shape, clean)
@@ -446,11 +468,11 @@ class OpenFile:
         self._clean.pop(key, None)
         self._left.pop(key, None)
         self._kept.pop(key, None)
-        reader = self.readers[key]
-        if self._verdicts is not None and _covers(s, reader.shape[0]):
+        reader, verdicts = self.readers[key], self._verdicts_of(key, s)
+        if verdicts is not None:
             dataset = self._datasets[key]
-            if self._verdicts.record(dataset, reader.dtype, reader.shape):
-                self._verdicts.drop_parts(dataset, reader.dtype, reader.shape)
+            if verdicts.record(dataset, reader.dtype, reader.shape):
+                verdicts.drop_parts(dataset, reader.dtype, reader.shape)
 
     def close(self) -> None:
         self.readers = {}
