@@ -220,3 +220,33 @@ def test_files_cut_golden_plans_are_pinned() -> None:
     changes."""
     got = {name: indexed_digest(case) for name, case in FILES_CUT_CASES.items()}
     assert got == FILES_CUT_GOLDEN, f"record: {got}"
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.booleans().flatmap(lambda chunked: cases(chunked=chunked)), st.integers(0, 3))
+def test_a_planner_replays_a_history_again_as_a_fresh_planner_does(case: dict, stop: int) -> None:
+    """One planner asked for elastic segments again and again (the loader's resume, then the
+    audit's ``files_plan`` of the same history, then a longer history after another resume)
+    gives each time the plan and the consumed units a fresh planner gives: the segments it keeps
+    for a history are replayed on what they left then, not on what later replays consumed."""
+    w0, w1, *rest = case["worlds"]
+    w2 = rest[0] if rest else w0
+    kept = planner(case)
+    assert isinstance(kept, IndexedPlanner)
+    try:
+        kept.check_world(w0)
+    except OptionError:
+        return
+    history: list[tuple[int, int]] = []
+    for w, nxt in ((w0, w1), (w1, w2), (w2, w0)):
+        plan, _ = kept.files_segment(1, w, history)
+        history.append((w, min(stop, plan.steps)))
+        for _ in range(2):  # asked again: the same answers
+            fresh = planner(case)
+            assert isinstance(fresh, IndexedPlanner)
+            got, want = kept.files_segment(1, nxt, history), fresh.files_segment(1, nxt, history)
+            same(got[0], want[0])
+            assert got[1] == want[1]
+            np.testing.assert_array_equal(
+                kept.files_plan(1, nxt, history)[1], fresh.files_plan(1, nxt, history)[1]
+            )

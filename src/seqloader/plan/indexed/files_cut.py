@@ -98,6 +98,11 @@ class Left:
     seqs: np.ndarray
     done: np.ndarray | None = None
 
+    def copy(self) -> Left:
+        """A copy to consume into: a kept segment reads its ``Left`` when a rank's list is
+        drawn, so what it was planned on must not change under it."""
+        return Left(self.seqs.copy(), None if self.done is None else self.done.copy())
+
 
 class SequenceSlots:
     """Unchunked: a rank's slots are its ordered sequences, cut by their lengths (``batcher``:
@@ -371,8 +376,8 @@ class CutFiles(Files):
 
         for seg, _, steps in replay_history(epoch, history, segment):
             used, chunks = seg.taken(steps)
-            if left is None:
-                left = self.slots.start(self._all_left(ep))
+            # a new Left per segment: the kept segments (``_cut_segment``) hold theirs
+            left = self.slots.start(self._all_left(ep)) if left is None else left.copy()
             self.slots.consume(left, used, chunks)
             if draw:
                 taken.append(self.slots.ids(used, chunks))
