@@ -24,7 +24,7 @@ from seqloader.plan.epochs import EpochIndex, batch_limits, part_bounds
 from seqloader.plan.greedy.planner import Planner
 from seqloader.plan.indexed.planner import IndexedPlanner, index_key
 from seqloader.plan.indexed.sort_bins import SortBinsOrder
-from seqloader.plan.indexed.sort_bins_mix import SortBinsMix
+from seqloader.plan.indexed.sort_bins_mix import ChunkedSortBinsMix, SortBinsMix
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
@@ -139,7 +139,7 @@ def assert_returnns_bins(by: np.ndarray, seqs: np.ndarray, ordering: Ordering) -
     assert fits(0, frozenset(i for i, s in enumerate(slices) if len(s))), "not RETURNN's bins"
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=3, deadline=None)
 @given(cases(), st.integers(1, 6))
 def test_a_sources_own_sort_key_makes_the_bins(case: dict, spread: int) -> None:
     """A source's ``order_lengths`` (RETURNN's ``int(duration * 100)``): the bins are those of
@@ -189,7 +189,7 @@ def test_padding_and_steps_match_global_plannings() -> None:
 def test_index_and_refusals() -> None:
     """The node's index is the sequences by length (one key for both kinds, none shared with
     laplace's or sorted's); a source's own sort key is planned alone, refused by name with a
-    mix (``auto``: global), as a mix with chunking is; chunking or a mix alone are planned."""
+    mix (``auto``: global); chunking, a mix or both are planned."""
     base = {"max_frames": 100}
     keys = {index_key(PlanOptions(**base, ordering=o)) for o in ORDERINGS}
     assert len(keys) == 1
@@ -204,9 +204,7 @@ def test_index_and_refusals() -> None:
     assert resolve_planning(mixed).options.planning == "global"
     with pytest.raises(OptionError, match=r"'sort_bin_shuffle' and mix: .*order_lengths"):
         IndexedPlanner(replace(mixed, options=replace(mixed.options, planning="indexed")))
-    chunked_mix = PlanOptions(ordering="sort_bin_shuffle", mix={"a": 1.0}, chunking="4:2")
-    assert chunked_mix.resolved_planning == "global"
-    for extra in ({"mix": {"a": 1.0}}, {"chunking": "4:2"}):
+    for extra in ({"mix": {"a": 1.0}}, {"chunking": "4:2"}, {"mix": {"a": 1.0}, "chunking": 4}):
         assert PlanOptions(ordering="sort_bin_shuffle", **extra).resolved_planning == "indexed"
 
 
@@ -225,13 +223,17 @@ def test_a_global_state_is_refused_by_name_under_auto() -> None:
     sl.SeqLoader(source, **options, planning="global").load_state_dict(state)
 
 
-@settings(max_examples=6, deadline=None)
-@given(
+#: a mix's draws: the corpus lengths' seed, the ordering, more options, the world sizes
+MIXED = (
     st.integers(0, 2**32 - 1),
     st.sampled_from(["sort_bin_shuffle:.5", "sort_bin_shuffle_x2:4:2"]),
     st.sampled_from([{}, {"partition_epoch": 2, "uneven": "pad"}, {"uneven": "drop"}]),
     st.lists(st.integers(1, 4), min_size=2, max_size=3),
 )
+
+
+@settings(max_examples=6, deadline=None)
+@given(*MIXED)
 def test_a_sharded_mix_keeps_every_contract(seed: int, text: str, extra: dict, worlds) -> None:
     """With a mix under ``shard`` (``SortBinsMix``): a sub-epoch's slots in the order, sorted
     within each bin but the ``_x2`` ones; every contract of ``check_plan_contracts`` over one
@@ -246,6 +248,37 @@ def test_a_sharded_mix_keeps_every_contract(seed: int, text: str, extra: dict, w
 
     assert isinstance(make().mix, SortBinsMix)
     epochs = range(1, options.partition_epoch + 1)
+    check_plan_contracts(make, worlds, [0.5] * (len(worlds) - 1), epochs, workers=())
+
+
+@settings(max_examples=3, deadline=None)
+@given(*MIXED)
+def test_a_chunked_sharded_mix_cuts_the_unchunked_slots_chunks(
+    seed: int, text: str, extra: dict, worlds
+) -> None:
+    """Chunked (``ChunkedSortBinsMix``; ``auto``: indexed): on one rank each sub-epoch's slots
+    are the unchunked plan's, in its order, each slot's chunks consecutive and in order; every
+    contract of ``check_plan_contracts`` over one full epoch (every chunk of every slot once)."""
+    data = np.random.default_rng(seed).integers(1, 30, 37)
+    corpora = Corpora(("a", "b"), np.array([0, 15, 37]))
+    plain = {"ordering": text, "max_frames": 60, "mix": {"a": 0.5, "b": 1.5}, **extra}
+    options = PlanOptions(**plain, chunking="6:4")
+    assert options.resolved_planning == "indexed"
+
+    def make() -> IndexedPlanner:
+        return IndexedPlanner({"data": data}, options, corpora=corpora)
+
+    chunked, whole = make(), IndexedPlanner({"data": data}, PlanOptions(**plain), corpora=corpora)
+    assert isinstance(chunked.mix, ChunkedSortBinsMix)
+    epochs = range(1, options.partition_epoch + 1)
+    for epoch in epochs:
+        got, want = chunked.global_plan(epoch, 1).batches, whole.global_plan(epoch, 1).batches
+        assert got.chunks is not None and got.uses is not None and want.uses is not None
+        slots = list(zip(got.seqs.tolist(), got.uses.tolist()))
+        starts = [i for i in range(len(slots)) if i == 0 or slots[i] != slots[i - 1]]
+        assert [slots[i] for i in starts] == list(zip(want.seqs.tolist(), want.uses.tolist()))
+        for a, b in pairwise([*starts, len(slots)]):
+            assert got.chunks[a:b].tolist() == list(range(b - a))
     check_plan_contracts(make, worlds, [0.5] * (len(worlds) - 1), epochs, workers=())
 
 
@@ -286,6 +319,12 @@ SORT_BINS_CASES: dict[str, dict] = {
         "world": 2,
         "elastic": (2, 3),
     },
+    "sort_bin_shuffle:.10 mix chunked W3": {
+        "options": {"ordering": "sort_bin_shuffle:.10", "max_frames": 1500,
+                    "mix": {"a": 1.5, "c": 0.5}, "chunking": "100:80", "partition_epoch": 2},
+        "world": 3,
+        "elastic": (2, 2),
+    },
     "sort_bin_shuffle_x2:.12 own sort key W2 pad": {
         "options": {"ordering": "sort_bin_shuffle_x2:.12", "max_frames": 1500, "uneven": "pad",
                     "partition_epoch": 2},
@@ -315,6 +354,9 @@ SORT_BINS_GOLDEN = {
     ),
     "sort_bin_shuffle_x2:.12 own sort key W2 pad": (
         "f44fc2ece34c71dce57157349de7d61896397c428634dde8c6e4c3240f735750"
+    ),
+    "sort_bin_shuffle:.10 mix chunked W3": (
+        "375104d7da6c4f58a1d2a4e6f2da182e79d326da3a5db8527358f669b68225b8"
     ),
 }
 

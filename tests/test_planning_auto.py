@@ -130,6 +130,8 @@ NEWLY_INDEXED = [
     # laplace and buckets:N with chunking and a sharded mix (the slots' chunks: mix_chunks)
     {"ordering": "laplace:.3", "mix": {"a": 0.5, "b": 2}, "chunking": "4:2"},
     {"ordering": "buckets:3", "mix": {"b": 1.5}, "chunking": "4:2", "partition_epoch": 2},
+    # sort_bin_shuffle with chunking and a sharded mix (its slots' chunks: ChunkedSortBinsMix)
+    {"ordering": "sort_bin_shuffle_x2:.3", "mix": {"a": 0.5, "b": 2}, "chunking": "4:2"},
     {"ordering": "default", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     {"ordering": "random", "chunking": "4:2", "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     # fixed and random orders with a mix over files (refused under every planning before: the
@@ -204,8 +206,6 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
 def test_explicit_planning_keeps_its_meaning() -> None:
     with pytest.raises(OptionError, match="planning='indexed': seeding='returnn'"):
         PlanOptions(planning="indexed", seeding="returnn")
-    with pytest.raises(OptionError, match=r"sort_bin_shuffle:\.3' with mix and chunking"):
-        PlanOptions(planning="indexed", ordering="sort_bin_shuffle:.3", mix={"a": 1.0}, chunking=4)
     greedy = PlanOptions(planning="global", ordering="laplace:.3")
     assert greedy.resolved_planning == "global" and "planning" not in greedy.to_dict()
     lengths = {"data": np.array([5, 3, 8, 2])}

@@ -382,11 +382,6 @@ class PlanOptions:
                 "rank's mix pieces' slots, not of their chunks); use a laplace:.N or buckets:N "
                 "ordering over files, or distribution='shard' with a fixed or random ordering",
             ),
-            (
-                sort_bins and mixed_chunks,
-                f"ordering={self.ordering!r} with mix and chunking (a mix's slots are put in its "
-                "order whole, not as chunks)",
-            ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
         ]
         for on, name in unsupported:

@@ -10,6 +10,11 @@ epoch after ``:K`` grouping and the part, and cut greedily (global planning's ``
 bins are the sub-epoch's (global planning orders the full epoch's selection and slices it).
 Every rank lists the sub-epoch's slots and orders them: O(slots) memory and O(slots log slots)
 time per rank per sub-epoch, as the fixed orders with a mix list theirs.
+
+Chunked (``ChunkedSortBinsMix``): the same slots in the same order (the mix streams over the
+length classes, the buckets the unchunked plan's index has: one per admitted length), each
+expanded into its chunks and the chunks cut greedily by their windows (``chunked_mix_cut``, as
+the fixed orders' chunked mix): global planning's chunked batches of that slot order.
 """
 
 from __future__ import annotations
@@ -21,8 +26,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
-from seqloader.plan.indexed.mix_cuts import mix_fixed_cuts
-from seqloader.plan.indexed.mix_kind import Cut, MixKind, ShardMix, shard_mix
+from seqloader.plan.indexed.fixed import ListedOrder
+from seqloader.plan.indexed.mix_cuts import ListedUses, chunked_mix_cut, listed_part, mix_fixed_cuts
+from seqloader.plan.indexed.mix_kind import (
+    ChunkedShardMix,
+    Cut,
+    MixChunks,
+    MixKind,
+    ShardMix,
+    shard_mix,
+)
 from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
@@ -55,29 +68,59 @@ class SortBinsMix(ShardMix):
     def __init__(self, options: PlanOptions, length_key: str, *args: Any) -> None:
         super().__init__(*args)
         self.options, self.length_key = options, length_key
-        fixed = options.fixed_random_seed
-        self._head = (options.seed,) if fixed is None else (fixed, PURPOSE_FIXED_ORDER)
 
     def random_cut(
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
     ) -> Cut:
         """Sub-epoch ``ep``'s slots in the ``sort_bin_shuffle`` order, cut greedily."""
-        o = self.options
-        ordering = o.parsed_ordering
-        seed_epoch = 0 if o.fixed_random_seed is not None else ordering.seed_epoch(ep.full_epoch)
-        rng = rng_for(*self._head, PURPOSE_INDEXED_ORDER, seed_epoch, ep.part)
-        key = self.length_key
-        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, key, rng)
+        rng, ordering = order_rng(self.options, ep), self.options.parsed_ordering
+        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, self.length_key, rng)
+
+
+class ChunkedSortBinsMix(ChunkedShardMix):
+    """Chunked: the slots ``SortBinsMix`` lists, in its order, each expanded into its chunks and
+    the chunks cut by their windows (the module doc); ``args``: ``ChunkedShardMix``'s, its index
+    the length classes."""
+
+    def __init__(self, options: PlanOptions, *args: Any) -> None:
+        super().__init__(*args)
+        self.options = options
+
+    def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sub-epoch's slots (one per (sequence, corpus epoch)) in the ``sort_bin_shuffle``
+        order, as ``SortBinsMix`` lists them."""
+        ordering, lengths = self.options.parsed_ordering, np.asarray(self._lengths)
+        return listed_part(self, ep, parts, ordering, lengths, order_rng(self.options, ep))
+
+    def random_cut(
+        self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+    ) -> Cut:
+        """The listed slots' chunks, cut at once."""
+        seqs, uses = self.listed_slots(ep, parts)
+        size, c = len(seqs), self.chunks
+        order, used = ListedOrder(seqs), ListedUses(uses)
+        return chunked_mix_cut(order, used, size, batcher, c.chunking, c.stride, max(size, 1))
+
+
+def order_rng(options: PlanOptions, ep: EpochIndex) -> np.random.Generator:
+    """The draws of sub-epoch ``ep``'s ``sort_bin_shuffle`` order of a mix's slots, keyed by the
+    seed (``fixed_random_seed``: that seed), the full epoch after ``:K`` grouping and the part."""
+    fixed = options.fixed_random_seed
+    head = (options.seed,) if fixed is None else (fixed, PURPOSE_FIXED_ORDER)
+    seed_epoch = 0 if fixed is not None else options.parsed_ordering.seed_epoch(ep.full_epoch)
+    return rng_for(*head, PURPOSE_INDEXED_ORDER, seed_epoch, ep.part)
 
 
 def sharded_mix(
     seed: int, mix: Mapping[str, float | Fraction | str], corpora: Corpora, corpus: AdmittedCorpus
 ) -> MixKind:
     """The mix of a sharded indexed plan: ``SortBinsMix`` for ``sort_bin_shuffle[_x2]``
-    (unchunked), else ``shard_mix``'s."""
-    if corpus.units is None and corpus.options.parsed_ordering.kind in SORT_BIN_KINDS:
-        return SortBinsMix(
-            corpus.options, corpus.length_key, seed, mix, corpora,
-            corpus.index, corpus.lengths, corpus.mask,
-        )  # fmt: skip
-    return shard_mix(seed, mix, corpora, corpus)
+    (chunked: ``ChunkedSortBinsMix``), else ``shard_mix``'s."""
+    options = corpus.options
+    if options.parsed_ordering.kind not in SORT_BIN_KINDS:
+        return shard_mix(seed, mix, corpora, corpus)
+    streams = (seed, mix, corpora, corpus.index, corpus.lengths, corpus.mask)
+    if corpus.units is None:
+        return SortBinsMix(options, corpus.length_key, *streams)
+    chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, options.parsed_ordering)
+    return ChunkedSortBinsMix(options, chunks, *streams)
