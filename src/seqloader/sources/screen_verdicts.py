@@ -16,6 +16,11 @@ beside the files' metadata store, whose identity holds:
   when the file's sequences cover them all);
 - the screen's version (``SCREEN_VERSION``).
 
+Only datasets whose values all lie in the file itself get verdicts (``hdf_read.values_here``): a
+dataset reached through an external link, a virtual dataset or one with external raw storage
+keeps its values in other files, whose changes this identity cannot see; those are screened in
+every process, as before.
+
 A file changed within one tick of the file system's clock after its previous write keeps both of
 its times (the tick is 1-10 ms on local disks, up to 2 s elsewhere). So a file is settled only
 when its ``mtime`` and ``ctime`` lie at least ``SETTLE_S`` before the moment it is opened (git's
