@@ -203,6 +203,21 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
     assert planner.options.planning == "global" and planner.algorithm == GLOBAL_ALGORITHM
 
 
+@pytest.mark.parametrize("ordering", ["sorted", "random", "sort_bin_shuffle:.3"])
+def test_a_chunked_mix_over_files_names_the_fix_both_plannings_take(ordering: str) -> None:
+    """Refused by both plannings (global selects a mix across files; indexed cuts the pieces'
+    slots, not their chunks): ``auto``'s error (global's) does not send the user to indexed
+    planning, which names the same fix."""
+    options = {"ordering": ordering, "distribution": "files", "mix": {"a": 1.0}, "chunking": 4}
+    with pytest.raises(OptionError, match="use distribution='shard'") as auto:
+        PlanOptions(**options)
+    assert "use planning='indexed'" not in str(auto.value)
+    with pytest.raises(OptionError, match=r"mix over files with chunking.*distribution='shard'"):
+        PlanOptions(**options, planning="indexed")
+    laplace = PlanOptions(**{**options, "ordering": "laplace:.3"})
+    assert laplace.resolved_planning == "indexed"
+
+
 def test_explicit_planning_keeps_its_meaning() -> None:
     with pytest.raises(OptionError, match="planning='indexed': seeding='returnn'"):
         PlanOptions(planning="indexed", seeding="returnn")

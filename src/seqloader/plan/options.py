@@ -312,7 +312,14 @@ class PlanOptions:
                 else (
                     "global planning selects a mix's sequences across files, which whole files "
                     "per rank cannot follow",
-                    "use planning='indexed' (which mixes per-corpus streams of files), or "
+                    "use distribution='shard' (indexed planning does not plan it either: with "
+                    "chunking, a fixed, random or sort_bin_shuffle order over files cuts the mix "
+                    "pieces' slots, not their chunks), or a laplace:.N or buckets:N ordering "
+                    "with planning='indexed'"
+                    if self.chunking is not None
+                    and not self._parsed.is_buckets
+                    and self._parsed.kind != "laplace"
+                    else "use planning='indexed' (which mixes per-corpus streams of files), or "
                     "distribution='shard'",
                 )
             )
@@ -380,7 +387,8 @@ class PlanOptions:
                 f"ordering={self.ordering!r} with mix over files with chunking (a fixed, "
                 "random or sort_bin_shuffle order's greedy cuts over files are made of each "
                 "rank's mix pieces' slots, not of their chunks); use a laplace:.N or buckets:N "
-                "ordering over files, or distribution='shard' with a fixed or random ordering",
+                "ordering over files, or distribution='shard' (which plans these orderings with "
+                "a mix and chunking)",
             ),
             (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
         ]
