@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import seqloader as sl
 from seqloader.sources import hdf_vlen
 from seqloader.sources.hdf_vlen import VlenStrings
 
@@ -77,3 +78,22 @@ def test_other_layouts_are_left_to_h5py(tmp_path) -> None:
         f.create_dataset("fixed", data=np.array([b"x", b"yy"], "S2"))
     with h5py.File(path, "r") as f:
         assert all(VlenStrings.open(f, f[k]) is None for k in ("chunked", "packed", "fixed"))
+
+
+def test_tags_reached_through_an_external_link_are_read_from_their_own_file(tmp_path) -> None:
+    """``seqTags`` an external link to another file's vlen tags: their offset is one in that
+    file, so they are not read from the heap of the opened file (which once gave a short read,
+    reported as a damaged file, or that file's bytes there); the source lists the linked tags."""
+    n, other, path = 40, str(tmp_path / "tags.hdf"), str(tmp_path / "c.hdf")
+    tags = [f"linked-{i:02d}".encode() for i in range(n)]
+    with h5py.File(other, "w") as f:
+        f.create_dataset("pad", data=np.zeros(4096, np.uint8))  # the tags lie past c.hdf's end
+        f.create_dataset("seqTags", data=np.array(tags, object), dtype=h5py.string_dtype())
+    with h5py.File(path, "w") as f:
+        f.create_dataset("inputs", data=np.zeros((n, 2), "<f4"))
+        f.create_dataset("seqLengths", data=np.ones((n, 2), np.int32))
+        f["seqTags"] = h5py.ExternalLink(other, "seqTags")
+    with h5py.File(path, "r") as f:
+        assert VlenStrings.open(f, f["seqTags"]) is None
+    with sl.HDFSource(path, index_dir=tmp_path / "idx") as source:
+        assert list(source.tags) == [t.decode() for t in tags]

@@ -32,6 +32,7 @@ import numpy as np
 
 from seqloader.sources import screen_verdicts
 from seqloader.sources.hdf_chunks import chunked_reader
+from seqloader.sources.hdf_here import values_here
 from seqloader.sources.padded_rows import RowReader, RowScreen, gather_small, into_each
 from seqloader.sources.screen_verdicts import PARTS, FileVerdicts
 
@@ -224,17 +225,6 @@ def mappable(dset: h5py.Dataset) -> bool:
     # bias, normalisation, padding) as numpy's: h5py maps a damaged or unusual type to the same
     # numpy dtype by class and size, and HDF5 converts (or refuses) where raw bytes would not
     return bool(tid.equal(h5py.h5t.py_create(dtype)))
-
-
-def values_here(dset: h5py.Dataset, h5: h5py.File) -> bool:
-    """Whether every value of ``dset`` lies in the opened file ``h5`` itself: not a dataset of
-    another file reached through an external link, not a virtual dataset (its values live in its
-    source files), no external raw storage. Only then may its bytes be mapped from this file, and
-    may a verdict about this file (``FileVerdicts``: its path, inode and times) speak for them."""
-    if h5py.h5i.get_file_id(dset.id).fileno != h5.id.fileno:
-        return False
-    plist = dset.id.get_create_plist()
-    return plist.get_layout() != h5py.h5d.VIRTUAL and plist.get_external_count() == 0
 
 
 def _covers(starts: np.ndarray, rows: int) -> bool:

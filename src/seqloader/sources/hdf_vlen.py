@@ -28,6 +28,8 @@ import struct
 import h5py
 import numpy as np
 
+from seqloader.sources.hdf_here import values_here
+
 #: one element of a variable-length dataset on disk (address and length sizes of 8 bytes)
 ENTRY = np.dtype([("len", "<u4"), ("addr", "<u8"), ("idx", "<u4")])
 GCOL = b"GCOL\x01"
@@ -71,6 +73,8 @@ class VlenStrings:
         if plist.get_layout() != h5py.h5d.CONTIGUOUS or plist.get_external_count():
             return None
         if plist.get_nfilters() or f.id.get_create_plist().get_sizes() != (8, 8):
+            return None
+        if not values_here(dset, f):  # e.g. an external link: its offset is in another file
             return None
         offset = dset.id.get_offset()
         n = int(dset.shape[0])

@@ -16,7 +16,7 @@ beside the files' metadata store, whose identity holds:
   when the file's sequences cover them all);
 - the screen's version (``SCREEN_VERSION``).
 
-Only datasets whose values all lie in the file itself get verdicts (``hdf_read.values_here``): a
+Only datasets whose values all lie in the file itself get verdicts (``hdf_here.values_here``): a
 dataset reached through an external link, a virtual dataset or one with external raw storage
 keeps its values in other files, whose changes this identity cannot see; those are screened in
 every process, as before.
