@@ -5,9 +5,13 @@ on."""
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import seqloader as sl
+from seqloader.errors import ResumeError
 from test_resume import check_chain, corpus, loader_factory
 
 
@@ -35,3 +39,18 @@ def test_resume_chains_deliver_the_uninterrupted_run(n, seed, ordering, uneven, 
     with make(0, 1) as loader:
         assert loader.planner.options.planning == "indexed"
     check_chain(make, worlds, [cut], 3)
+
+
+def test_a_global_state_is_refused_by_name_under_auto() -> None:
+    """``sort_bin_shuffle`` moved from global to indexed planning under ``auto``: a state saved by
+    global planning names the planning and the fix; with the fix it loads."""
+    source = sl.MemorySource(
+        {"data": [np.zeros((n, 1), np.float32) for n in (5, 3, 8, 2, 7, 4, 6, 1)]}
+    )
+    options = {"ordering": "sort_bin_shuffle:.3", "max_seqs": 2}
+    state = sl.SeqLoader(source, **options, planning="global").state_dict()
+    auto = sl.SeqLoader(source, **options)
+    assert auto.planner.options.planning == "indexed"
+    with pytest.raises(ResumeError, match="Fix: pass planning='global' to resume it"):
+        auto.load_state_dict(state)
+    sl.SeqLoader(source, **options, planning="global").load_state_dict(state)

@@ -16,9 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import seqloader as sl
 from plan_contracts import check_plan_contracts
-from seqloader.errors import OptionError, ResumeError
+from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
 from seqloader.plan.epochs import EpochIndex, batch_limits, part_bounds
 from seqloader.plan.greedy.planner import Planner
@@ -206,21 +205,6 @@ def test_index_and_refusals() -> None:
         IndexedPlanner(replace(mixed, options=replace(mixed.options, planning="indexed")))
     for extra in ({"mix": {"a": 1.0}}, {"chunking": "4:2"}, {"mix": {"a": 1.0}, "chunking": 4}):
         assert PlanOptions(ordering="sort_bin_shuffle", **extra).resolved_planning == "indexed"
-
-
-def test_a_global_state_is_refused_by_name_under_auto() -> None:
-    """``sort_bin_shuffle`` moved from global to indexed planning under ``auto``: a state saved by
-    global planning names the planning and the fix; with the fix it loads."""
-    source = sl.MemorySource(
-        {"data": [np.zeros((n, 1), np.float32) for n in (5, 3, 8, 2, 7, 4, 6, 1)]}
-    )
-    options = {"ordering": "sort_bin_shuffle:.3", "max_seqs": 2}
-    state = sl.SeqLoader(source, **options, planning="global").state_dict()
-    auto = sl.SeqLoader(source, **options)
-    assert auto.planner.options.planning == "indexed"
-    with pytest.raises(ResumeError, match="Fix: pass planning='global' to resume it"):
-        auto.load_state_dict(state)
-    sl.SeqLoader(source, **options, planning="global").load_state_dict(state)
 
 
 #: a mix's draws: the corpus lengths' seed, the ordering, more options, the world sizes
