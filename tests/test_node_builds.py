@@ -262,3 +262,35 @@ def test_hdf_tags_read_in_blocks_are_the_files_tags(tmp_path, monkeypatch, tags,
     assert blocks.fingerprint() == whole.fingerprint()
     whole.close()
     blocks.close()
+
+
+@pytest.mark.parametrize(
+    "options, read",
+    [
+        ({"ordering": "buckets:30"}, set()),  # what `seqloader prepare` builds at 10^8
+        ({"ordering": "laplace"}, set()),
+        ({"ordering": "random"}, set()),
+        ({"ordering": "default"}, {"bucket.cuts", "bucket.cut_starts"}),
+        ({"ordering": "sort_bin_shuffle"}, set()),
+        (
+            {"ordering": "laplace", "distribution": "files"},
+            {"bucket.file_counts", "bucket.file_frames"},
+        ),
+    ],
+)
+def test_node_index_holds_what_its_options_read(options, read):
+    """The node's index file holds the four bucket columns and only the extra columns its
+    options' planning reads (no sorted or per-file table built for options that never read it:
+    the index is written and fsynced once per node, 4 bytes per sequence per column)."""
+    from seqloader.plan import PlanOptions
+    from seqloader.plan.planners import node_bucket_index
+
+    lengths = {"data": np.random.default_rng(0).integers(5, 400, 3000).astype(np.int32)}
+    opts = PlanOptions(planning="indexed", max_frames=2000, max_seqs=40, **options)
+    files = np.array([0, 1000, 2000, 3000], dtype=np.int64)
+    columns = node_bucket_index(lengths, opts, files=files).columns()
+    assert (
+        set(columns) == {"bucket.members", "bucket.starts", "bucket.longest", "bucket.edges"} | read
+    )
+    assert len(columns["bucket.members"]) == 3000  # every sequence admitted, each once
+    assert np.array_equal(np.sort(columns["bucket.members"]), np.arange(3000))
