@@ -27,7 +27,29 @@ def values_here(dset: h5py.Dataset, h5: h5py.File) -> bool:
     ...     values_here(f["own"], f), values_here(f["linked"], f)
     (True, False)
     """
-    if h5py.h5i.get_file_id(dset.id).fileno != h5.id.fileno:
-        return False
-    plist = dset.id.get_create_plist()
-    return plist.get_layout() != h5py.h5d.VIRTUAL and plist.get_external_count() == 0
+    return elsewhere(dset, h5) is None
+
+
+def elsewhere(obj: h5py.Dataset | h5py.Group, h5: h5py.File) -> str | None:
+    """Why values (or, for a group, attributes) of ``obj`` lie outside the opened file ``h5``
+    (where they are, for messages), or None where they all lie in it.
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with h5py.File(os.path.join(folder, "a.hdf"), "w") as f:
+    ...     _ = f.create_dataset("raw", (2,), "<i4", external=[("a.raw", 0, 8)])
+    ...     elsewhere(f["raw"], f)
+    "it keeps its values in external raw storage: 'a.raw'"
+    """
+    if h5py.h5i.get_file_id(obj.id).fileno != h5.id.fileno:
+        return f"it is reached through an external link: its values live in {obj.file.filename!r}"
+    if not isinstance(obj, h5py.Dataset):
+        return None
+    plist = obj.id.get_create_plist()
+    if plist.get_layout() == h5py.h5d.VIRTUAL:
+        sources = sorted({plist.get_virtual_filename(i) for i in range(plist.get_virtual_count())})
+        return f"it is a virtual dataset: its values live in its source file(s) {sources}"
+    if plist.get_external_count():
+        raw = [plist.get_external(i)[0].decode() for i in range(plist.get_external_count())]
+        return f"it keeps its values in external raw storage: {', '.join(map(repr, raw))}"
+    return None

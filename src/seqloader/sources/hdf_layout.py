@@ -21,6 +21,7 @@ import numpy as np
 
 from seqloader.errors import DataError, DataWarning
 from seqloader.sources.base import KeySpec
+from seqloader.sources.hdf_here import elsewhere
 from seqloader.sources.hdf_vlen import VlenStrings
 from seqloader.sources.repeats import repeated_values
 from seqloader.sources.strings import IndexedStrings
@@ -109,6 +110,9 @@ class FileScan:
     columns: dict[str, int]  # key -> its column of seqLengths
     longest: dict[str, int]  # key -> its longest sequence (0 without sequences)
     skipped: dict[str, str]
+    #: metadata datasets whose values lie in other files, each with where ("'seqLengths': it is
+    #: ..."): the file's identity does not cover them, so no store may be kept for it
+    foreign: tuple[str, ...] = ()
 
     def length_blocks(self, key: str) -> Iterator[np.ndarray]:
         """``key``'s lengths, ``ROW_BLOCK`` sequences at a time (the file's integer dtype)."""
@@ -236,8 +240,19 @@ def _scan(
                 f"frames, but {h5_path!r} has {frames}; the file is inconsistent (partly "
                 "written?). Fix: re-create the file."
             )
-    scan = FileScan(path, "", num_seqs, schema, datasets, columns, longest, skipped)
+    scan = FileScan(path, "", num_seqs, schema, datasets, columns, longest, skipped, _foreign(f))
     return scan, starts
+
+
+def _foreign(f: h5py.File) -> tuple[str, ...]:
+    """The metadata the store is built from (``seqLengths``, ``seqTags``, ``targets/size``'s
+    attributes) kept outside ``f``, each named with where it is."""
+    found = []
+    for name in (SEQ_LENGTHS, SEQ_TAGS, f"{TARGETS}/size"):
+        obj = f.get(name) if name in f else None
+        if isinstance(obj, (h5py.Dataset, h5py.Group)) and (why := elsewhere(obj, f)) is not None:
+            found.append(f"{name!r}: {why}")
+    return tuple(found)
 
 
 def _target_keys(f: h5py.File) -> list[str]:

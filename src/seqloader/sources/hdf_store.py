@@ -41,7 +41,14 @@ from seqloader.sources.columns import (
     narrow_lengths,
     open_or_build,
 )
-from seqloader.sources.hdf_layout import INPUTS, TARGETS, FileLayout, FileScan, PackedTags
+from seqloader.sources.hdf_layout import (
+    INPUTS,
+    TARGETS,
+    FileLayout,
+    FileScan,
+    PackedTags,
+    describe_file,
+)
 from seqloader.sources.node_cache import about, cache_dir
 from seqloader.sources.repeats import Repeats
 
@@ -111,7 +118,9 @@ def open_metadata(
     there, else built from ``read_layouts()`` (once per node). Returns (metadata, built here).
     ``origin`` (the files, for a listing of the cache) goes into the store's header.
     Where the store cannot be written (a read-only cache directory), the metadata is held in this
-    process's memory, with a ``DataWarning`` naming the directory."""
+    process's memory, with a ``DataWarning`` naming the directory; so is that of files whose
+    metadata datasets keep their values in other files (``FileScan.foreign``), whose identity
+    cannot see those change (a ``DataWarning`` naming the file and dataset)."""
     directory = default_index_dir() if index_dir is None else os.fspath(index_dir)
     path = os.path.join(directory, f"hdf-{identity}.cols")
     try:
@@ -126,12 +135,38 @@ def open_metadata(
             DataWarning,
             stacklevel=3,
         )
-        columns, meta = _build(read_layouts, merge, origin, in_memory=True)
-        assert isinstance(meta, dict)  # in memory: the meta at once
-        _warn_again(meta)
-        return _from_columns(columns, meta, None), True
+        return _in_memory(read_layouts, merge, origin), True
+    except _KeptOutside as e:  # nothing was written: the next open reads the files again
+        warnings.warn(
+            "HDFSource: no metadata index is kept for "
+            + "; ".join(f"HDF file {w}, dataset {d}" for w, d in e.foreign)
+            + ": the files' identity cannot see a change there, so the metadata is read from the "
+            "files on each open and held in this process's memory. Fix: copy those values into "
+            "the file itself (h5py: values = f[name][()]; del f[name]; f[name] = values) to have "
+            "the index kept.",
+            DataWarning,
+            stacklevel=3,
+        )
+        read = e.layouts
+        return _in_memory(lambda: read, merge, origin), True
     _warn_again(store.meta)
     return metadata_of(store), built
+
+
+class _KeptOutside(Exception):
+    """Raised by ``_build`` before anything is written: the files' layouts (read already) and
+    (file, dataset: where) of each metadata dataset kept outside its file."""
+
+    def __init__(self, layouts: list[Layout], foreign: list[tuple[str, str]]) -> None:
+        super().__init__(foreign)
+        self.layouts, self.foreign = layouts, foreign
+
+
+def _in_memory(read_layouts: Callable[[], Sequence[Layout]], merge: Merge, origin: str) -> Metadata:
+    columns, meta = _build(read_layouts, merge, origin, in_memory=True)
+    assert isinstance(meta, dict)  # in memory: the meta at once
+    _warn_again(meta)
+    return _from_columns(columns, meta, None)
 
 
 def metadata_of(store: ColumnStore) -> Metadata:
@@ -172,6 +207,14 @@ def _build(
         for w in caught:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         raise error
+    foreign = [
+        (describe_file(lay.path, lay.position), d)
+        for lay in layouts
+        if isinstance(lay, FileScan)
+        for d in lay.foreign
+    ]
+    if foreign and not in_memory:  # the files' warnings come again: the rebuild reads the
+        raise _KeptOutside(layouts, foreign)  # files whole (FileScan.layout) and merges again
     messages = [str(w.message) for w in caught if issubclass(w.category, DataWarning)]
     for w in caught:  # others pass through as they came
         if not issubclass(w.category, DataWarning):
