@@ -143,3 +143,24 @@ def write_with_broken_sequence(path: str, inputs: Sequence[np.ndarray], broken: 
         fh.seek(chunk.byte_offset)
         fh.write(b"\xff" * chunk.size)
     return tags
+
+
+def keep_outside(
+    f: h5py.File, name: str, values: np.ndarray, other: str, how: str, extent: int | None = None
+) -> None:
+    """Dataset ``name`` of the open file ``f`` holds ``values`` kept in the file ``other``:
+    ``how`` is ``"link"`` (an external link to its dataset ``x``), ``"virtual"`` (a virtual
+    dataset over it) or ``"external"`` (raw storage, ``extent`` bytes, default the values')."""
+    if how == "external":
+        values.tofile(other)
+        size = values.nbytes if extent is None else extent
+        f.create_dataset(name, values.shape, values.dtype, external=[(other, 0, size)])
+        return
+    with h5py.File(other, "w") as v:
+        v.create_dataset("x", data=values)
+    if how == "link":
+        f[name] = h5py.ExternalLink(other, "x")
+    else:
+        layout = h5py.VirtualLayout(values.shape, values.dtype)
+        layout[:] = h5py.VirtualSource(other, "x", values.shape)
+        f.create_virtual_dataset(name, layout)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import seqloader as sl
+from hdf_files import keep_outside
 from seqloader.errors import DataWarning
 
 
@@ -22,18 +23,7 @@ def _linked_lengths(folder: Path, how: str, lengths: np.ndarray) -> tuple[Path, 
     with h5py.File(path, "w") as f:
         f.create_dataset("inputs", data=np.arange(24, dtype="<f4").reshape(12, 2))
         f.create_dataset("seqTags", data=np.array([b"a", b"b"], object), dtype=h5py.string_dtype())
-        if how == "external":
-            lengths.tofile(other)
-            f.create_dataset("seqLengths", lengths.shape, "<i4", external=[(str(other), 0, 16)])
-            return path, other
-        with h5py.File(other, "w") as v:
-            v.create_dataset("x", data=lengths)
-        if how == "link":
-            f["seqLengths"] = h5py.ExternalLink(str(other), "x")
-        else:
-            layout = h5py.VirtualLayout(lengths.shape, "<i4")
-            layout[:] = h5py.VirtualSource(str(other), "x", lengths.shape)
-            f.create_virtual_dataset("seqLengths", layout)
+        keep_outside(f, "seqLengths", lengths, str(other), how)
     return path, other
 
 

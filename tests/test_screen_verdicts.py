@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
+from hdf_files import keep_outside
 from seqloader.errors import DataWarning
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.execute import WorkerSpec, execute
@@ -218,18 +219,7 @@ def _values_elsewhere(folder: Path, how: str, values: np.ndarray) -> tuple[Path,
     write_contiguous(str(path), lens, [1] * 12, 4, "<f4", 1)
     with h5py.File(path, "r+") as f:
         del f["inputs"]
-        if how == "external":
-            values.tofile(other)
-            f.create_dataset("inputs", values.shape, "<f4", external=[(str(other), 0, 2**32)])
-            return path, other
-        with h5py.File(other, "w") as v:
-            v.create_dataset("x", data=values)
-        if how == "link":
-            f["inputs"] = h5py.ExternalLink(str(other), "x")
-        else:
-            layout = h5py.VirtualLayout(values.shape, "<f4")
-            layout[:] = h5py.VirtualSource(str(other), "x", values.shape)
-            f.create_virtual_dataset("inputs", layout)
+        keep_outside(f, "inputs", values, str(other), how, extent=2**32)
     return path, other
 
 
