@@ -266,3 +266,24 @@ def test_states_of_auto_name_the_resolved_planning() -> None:
     greedy = sl.SeqLoader(legacy_source(), **LEGACY_OPTIONS, planning="global")
     with pytest.raises(ResumeError, match="Fix: pass planning='indexed' to resume it"):
         greedy.load_state_dict(state)
+
+
+def test_global_files_plans_refuse_fixed_random_seed_by_name() -> None:
+    """Global planning's files plans draw the file shuffle and each rank's order from seed and
+    epoch, so ``fixed_random_seed`` would be ignored: refused by name with both fixes, also
+    where ``auto`` resolves to global for what the source declares; without it global files
+    plans are planned as before, and ``auto`` (indexed) honours it."""
+    fixes = (
+        r"fixed_random_seed=3: .*distribution='files'.*planning='indexed'.*drop fixed_random_seed"
+    )
+    with pytest.raises(OptionError, match=fixes):
+        PlanOptions(distribution="files", fixed_random_seed=3, planning="global")
+    lengths = {"data": np.array([5, 3, 8, 2, 7, 1]), "classes": np.array([2, 1, 3, 1, 2, 1])}
+    files = np.array([0, 2, 4, 6])
+    auto = PlanOptions(distribution="files", fixed_random_seed=3, max_frames=40)
+    assert make_planner(lengths, auto, files=files).options.planning == "indexed"
+    unchunked_key = replace(auto, chunking={"classes": (2, 1)}, length_key="data")
+    with pytest.raises(OptionError, match=fixes):
+        make_planner(PlanInputs(lengths, unchunked_key, files=files))
+    greedy = PlanOptions(distribution="files", max_frames=40, planning="global")
+    assert make_planner(lengths, greedy, files=files).global_plan(1, 2).steps > 0

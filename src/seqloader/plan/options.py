@@ -179,6 +179,8 @@ class PlanOptions:
       corpus (RETURNN's OggZip option, its draws; ``seqloader.plan.admission``).
     - ``fixed_random_seed``: every epoch draws its order from this one seed (RETURNN's
       ``fixed_random_seed``: the same random order every epoch). None: a new order per epoch.
+      Refused with ``distribution="files"`` under global planning (its files plans draw from
+      seed and epoch: it would be ignored).
     - ``epoch_wise_filter``: RETURNN's ``{(first, last): {"max_mean_len": M}}`` curriculum filter
       (``seqloader.plan.admission``), applied per sub-epoch, counted per epoch.
     - ``partition_epoch``: sub-epochs per full pass over the data.
@@ -331,6 +333,16 @@ class PlanOptions:
                 f"distribution='files' is not supported with seeding={self.seeding!r} (RETURNN "
                 "has no file distribution whose order could be reproduced); use "
                 "seeding='seqloader', or distribution='shard'"
+            )
+        fixed = self.fixed_random_seed
+        if self.distribution == "files" and fixed is not None and self._resolved == "global":
+            # global planning's files plans draw from seed and epoch: the option would be ignored
+            raise OptionError(
+                f"fixed_random_seed={fixed}: not supported with distribution='files' and "
+                "planning='global' (global planning draws the file shuffle and each rank's "
+                "order from seed and epoch, so the option would be ignored); use "
+                "planning='indexed' (which draws them from fixed_random_seed: the same plan "
+                "every epoch), or drop fixed_random_seed"
             )
 
     def _check_combinations(self) -> None:
