@@ -22,6 +22,7 @@ from seqloader.loading.direct import reads_into
 from seqloader.loading.execute import WorkerSpec, execute
 from seqloader.sources.hdf_chunks import ChunkedRows
 from seqloader.sources.hdf_read import MappedRows
+from seqloader.sources.padded_rows import SpanRequest
 from test_hdf_fast import LAYOUTS, plain_h5py, same_bytes, write_by_hand
 
 DIRECT_DTYPES = ["<f4", "<f8", "<f2", "i1", "<i4", "<i8", "u1", "<u2", ">f4", ">i2", "?"]
@@ -272,9 +273,10 @@ def test_raw_copies_refuse_a_destination_that_does_not_fit(tmp_path, shape, dtyp
     fits = shape[1] >= 5 and shape[0] >= 2 and shape[2:] == (3,)
     if not fits:
         with pytest.raises((ValueError, IndexError)):
-            reader.spans_into(begin, end, out, [0, 1])
+            reader.spans_into(SpanRequest(begin, end, out, [0, 1]))
         return
-    reader.spans_into(begin, end, out, [0, 1])  # float64: converted by numpy, values kept
+    # float64: converted by numpy, values kept
+    reader.spans_into(SpanRequest(begin, end, out, [0, 1]))
     np.testing.assert_array_equal(out[1, :5], rows[4:9])
     np.testing.assert_array_equal(out[0, :4], rows[0:4])
     assert (out[0, 4:] == 0).all()

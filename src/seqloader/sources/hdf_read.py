@@ -33,7 +33,13 @@ import numpy as np
 from seqloader.sources import screen_verdicts
 from seqloader.sources.hdf_chunks import chunked_reader
 from seqloader.sources.hdf_here import values_here
-from seqloader.sources.padded_rows import RowReader, RowScreen, gather_small, into_each
+from seqloader.sources.padded_rows import (
+    RowReader,
+    RowScreen,
+    SpanRequest,
+    gather_small,
+    into_each,
+)
 from seqloader.sources.screen_verdicts import PARTS, FileVerdicts
 
 _memmove, _memset = ctypes.memmove, ctypes.memset
@@ -58,19 +64,14 @@ class MappedRows(RowReader):
     def into(self, a: int, b: int, out: np.ndarray) -> None:
         out[...] = self.array[a:b]
 
-    def spans_into(
-        self,
-        begin: np.ndarray,
-        end: np.ndarray,
-        out: np.ndarray,
-        pos: Sequence[int],
-        screen: Sequence[bool] | None = None,
-    ) -> list[int]:
-        if screen is None and gather_small(self.array.__getitem__, begin, end, out, pos):
+    def spans_into(self, request: SpanRequest) -> list[int]:
+        if gather_small(self.array.__getitem__, request):
             return []
-        a_list, b_list = begin.tolist(), end.tolist()  # plain ints: the loop runs per sequence
+        out, pos, screen = request.out, request.pos, request.screen
+        # plain ints: the loop runs per sequence
+        a_list, b_list = request.begin.tolist(), request.end.tolist()
         if not self._fits(a_list, b_list, out, pos):
-            return into_each(self.into, begin, end, out, pos, screen)  # numpy checks and raises
+            return into_each(self.into, request)  # numpy checks and raises
         # Every span lies inside the dataset and its batch row (checked above), so each row is
         # one memmove from the page cache plus one memset for its padding: two C calls instead
         # of five numpy operations per sequence, which cost more than the bytes here.
@@ -163,18 +164,12 @@ class H5Rows(RowReader):
                 seen.add(span)
         return [self.rows(0, 0) if o is None else o for o in out]  # empty spans need no read
 
-    def spans_into(
-        self,
-        begin: np.ndarray,
-        end: np.ndarray,
-        out: np.ndarray,
-        pos: Sequence[int],
-        screen: Sequence[bool] | None = None,
-    ) -> list[int]:
+    def spans_into(self, request: SpanRequest) -> list[int]:
         # through HDF5 a copy out of its buffer is unavoidable; merged reads keep their speed
         found = RowScreen()
+        out, screen = request.out, request.screen
         t_max = out.shape[1]
-        for j, (p, rows) in enumerate(zip(pos, self.spans(begin, end))):
+        for j, (p, rows) in enumerate(zip(request.pos, self.spans(request.begin, request.end))):
             n = len(rows)
             dst = out[p, :n]
             dst[...] = rows
@@ -381,20 +376,21 @@ class OpenFile:
         suspects: set[int] = set()
         for key, dst in out.items():
             reader, s = self.readers[key], starts[key]
+            request = SpanRequest(s[local], s[local + 1], dst, pos)
             if not screen or reader.dtype.kind != "f" or key in self._finite:
-                reader.spans_into(s[local], s[local + 1], dst, pos)
+                reader.spans_into(request)
                 continue
             clean = self._clean.get(key)
             if clean is None:
                 clean = self._start_screen(key, s)
                 if clean is None:  # the node's verdict: every value finite
-                    reader.spans_into(s[local], s[local + 1], dst, pos)
+                    reader.spans_into(request)
                     continue
             todo = ~clean[local]  # [B]
             if not todo.any():  # every sequence was screened before: no screen at all
-                reader.spans_into(s[local], s[local + 1], dst, pos)
+                reader.spans_into(request)
                 continue
-            bad = reader.spans_into(s[local], s[local + 1], dst, pos, todo.tolist())
+            bad = reader.spans_into(request.screened(todo.tolist()))
             if bad:
                 todo[bad] = False
                 suspects.update(pos[j] for j in bad)
