@@ -156,30 +156,6 @@ def test_the_index_key_names_the_order_and_its_parts() -> None:
         IndexedPlanner(lengths, PlanOptions(**base, ordering="sorted"), index=other)
 
 
-@pytest.mark.parametrize(
-    ("changes", "match"),
-    [
-        (
-            {"distribution": "files", "mix": {"a": 1.0}, "chunking": 50},
-            "mix over files with chunking",
-        ),
-        (  # MixCutFiles cuts the pieces' slots, not their chunks: refused, not chunking ignored
-            {
-                "ordering": "sort_bin_shuffle:.4",
-                "distribution": "files",
-                "mix": {"a": 1.0},
-                "chunking": 50,
-            },
-            r"sort_bin_shuffle:.4' with mix over files with chunking",
-        ),
-    ],
-)
-def test_what_fixed_orders_do_not_take_is_refused_by_name(changes: dict, match: str) -> None:
-    kwargs = {"ordering": "sorted", "max_frames": 100, "planning": "indexed", **changes}
-    with pytest.raises(OptionError, match=match):
-        PlanOptions(**kwargs)
-
-
 @settings(max_examples=4, deadline=None)
 @given(cases(), st.sampled_from(["sorted", "sorted_reverse"]), st.integers(1, 6))
 def test_a_sources_own_sort_key_orders_as_global_planning_does(

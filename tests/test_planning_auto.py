@@ -149,6 +149,13 @@ NEWLY_INDEXED = [
     {"ordering": "sort_bin_shuffle:.4", "distribution": "files", "mix": {"a": 0.5, "b": 2}},
     {"ordering": "sort_bin_shuffle_x2:.4", "chunking": "4:2", "partition_epoch": 2},
     {"ordering": "sort_bin_shuffle:.4", "mix": {"a": 0.5, "b": 2}, "partition_epoch": 2},
+    # ... and chunked (each rank's pieces' slots expanded into chunks, cut greedily: refused
+    # under every planning before, files_mix_cut)
+    {"ordering": "random", "distribution": "files", "mix": {"a": 0.5, "b": 2}, "chunking": "4:2"},
+    {"ordering": "sorted", "distribution": "files", "mix": {"b": 1.5}, "chunking": "4:2",
+     "partition_epoch": 2},
+    {"ordering": "sort_bin_shuffle_x2:.4", "distribution": "files", "mix": {"a": 2},
+     "chunking": "4:2", "uneven": "drop"},
 ]  # fmt: skip
 
 
@@ -204,18 +211,14 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
 
 
 @pytest.mark.parametrize("ordering", ["sorted", "random", "sort_bin_shuffle:.3"])
-def test_a_chunked_mix_over_files_names_the_fix_both_plannings_take(ordering: str) -> None:
-    """Refused by both plannings (global selects a mix across files; indexed cuts the pieces'
-    slots, not their chunks): ``auto``'s error (global's) does not send the user to indexed
-    planning, which names the same fix."""
+def test_a_chunked_mix_over_files_is_indexed_and_global_names_the_fix(ordering: str) -> None:
+    """Global planning refuses a mix over files (it selects a mix's sequences across files) and
+    names indexed planning, which plans it chunked too (``files_mix_cut``): ``auto`` resolves
+    to it."""
     options = {"ordering": ordering, "distribution": "files", "mix": {"a": 1.0}, "chunking": 4}
-    with pytest.raises(OptionError, match="use distribution='shard'") as auto:
-        PlanOptions(**options)
-    assert "use planning='indexed'" not in str(auto.value)
-    with pytest.raises(OptionError, match=r"mix over files with chunking.*distribution='shard'"):
-        PlanOptions(**options, planning="indexed")
-    laplace = PlanOptions(**{**options, "ordering": "laplace:.3"})
-    assert laplace.resolved_planning == "indexed"
+    assert PlanOptions(**options).resolved_planning == "indexed"
+    with pytest.raises(OptionError, match="use planning='indexed'"):
+        PlanOptions(**options, planning="global")
 
 
 def test_explicit_planning_keeps_its_meaning() -> None:

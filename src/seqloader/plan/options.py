@@ -314,14 +314,7 @@ class PlanOptions:
                 else (
                     "global planning selects a mix's sequences across files, which whole files "
                     "per rank cannot follow",
-                    "use distribution='shard' (indexed planning does not plan it either: with "
-                    "chunking, a fixed, random or sort_bin_shuffle order over files cuts the mix "
-                    "pieces' slots, not their chunks), or a laplace:.N or buckets:N ordering "
-                    "with planning='indexed'"
-                    if self.chunking is not None
-                    and not self._parsed.is_buckets
-                    and self._parsed.kind != "laplace"
-                    else "use planning='indexed' (which mixes per-corpus streams of files), or "
+                    "use planning='indexed' (which mixes per-corpus streams of files), or "
                     "distribution='shard'",
                 )
             )
@@ -388,22 +381,7 @@ class PlanOptions:
         """Why indexed planning does not plan these options (None: it does): raised by name, with
         the fix, under ``planning="indexed"``; what resolves ``planning="auto"`` to ``global``."""
         fix = "use planning='global' for it"
-        kind = self._parsed.kind
-        # greedy cuts of one order: indexed.fixed, indexed.random_order, indexed.sort_bins
-        fixed = kind in ("default", "reverse", "sorted", "sorted_reverse", "random")
-        sort_bins = kind in ("sort_bin_shuffle", "sort_bin_shuffle_x2")
-        mixed_chunks = self.mix is not None and self.chunking is not None
-        unsupported = [
-            (
-                (fixed or sort_bins) and mixed_chunks and self.distribution == "files",
-                f"ordering={self.ordering!r} with mix over files with chunking (a fixed, "
-                "random or sort_bin_shuffle order's greedy cuts over files are made of each "
-                "rank's mix pieces' slots, not of their chunks); use a laplace:.N or buckets:N "
-                "ordering over files, or distribution='shard' (which plans these orderings with "
-                "a mix and chunking)",
-            ),
-            (self.seeding != "seqloader", f"seeding={self.seeding!r}"),
-        ]
+        unsupported = [(self.seeding != "seqloader", f"seeding={self.seeding!r}")]
         for on, name in unsupported:
             if on:
                 return f"planning='indexed': {name} is not supported; {fix}"

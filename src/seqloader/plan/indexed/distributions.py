@@ -13,7 +13,7 @@ is the model).
   (``seqloader.plan.indexed.files_distribution``); resumes elastically from its segment history.
   With a fixed or random ordering, ``CutFiles`` (``seqloader.plan.indexed.files_cut``): global
   planning's greedy cuts of each rank's order; with a mix too, ``MixCutFiles`` over the mix's
-  file pieces (``seqloader.plan.indexed.files_mix_cut``).
+  file pieces (``seqloader.plan.indexed.files_mix_cut``; chunked: the slots' chunks).
 
 Each also answers what else differs between them: the key words of an order rank's draws
 (``head``), the world sizes it serves (``check_world``), the size and order of a sub-epoch

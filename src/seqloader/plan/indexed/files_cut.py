@@ -91,9 +91,10 @@ Slots = tuple[np.ndarray, np.ndarray | None]
 
 @dataclass(frozen=True)
 class Left:
-    """What the segments of an elastic history left: ``seqs`` the sequences with a unit left
-    (bool ``[n]``); chunked, ``done`` the chunks each has delivered (int64 ``[n]``: always a
-    prefix of its chunks, as a rank's consumed steps are a prefix of its list)."""
+    """What the segments of an elastic history left, per element (a sequence; a mix over files:
+    a slot position): ``seqs`` the elements with a unit left (bool ``[n]``); chunked, ``done``
+    the chunks each has delivered (int64 ``[n]``: always a prefix of its chunks, as a rank's
+    consumed steps are a prefix of its list)."""
 
     seqs: np.ndarray
     done: np.ndarray | None = None
@@ -113,16 +114,21 @@ class SequenceSlots:
     def __init__(self, batcher: Batcher, lengths: Mapping[str, np.ndarray]) -> None:
         self.batcher, self.lengths = batcher, lengths
 
-    def slots(self, seqs: np.ndarray, left: Left | None) -> Slots:
-        return seqs, None
+    def slots(self, elements: np.ndarray, seqs: np.ndarray, left: Left | None) -> Slots:
+        """A rank's slots from its ordered ``elements`` (``seqs``: the sequence of each)."""
+        return elements, None
 
-    def bounds(self, seqs: np.ndarray, left: Left | None) -> np.ndarray:
-        """Greedy bounds over the slots of ``seqs`` (a rank's ordered sequences)."""
+    def bounds(self, elements: np.ndarray, seqs: np.ndarray, left: Left | None) -> np.ndarray:
+        """Greedy bounds over the slots of ``elements`` (a rank's ordered elements, ``seqs``
+        the sequence of each)."""
         at = _positions(seqs)
         return cut_positions(at, 0, len(seqs), self.batcher, self.lengths, RANDOM_BLOCK)
 
-    def consume(self, left: Left, seqs: np.ndarray, chunks: np.ndarray | None) -> None:
-        left.seqs[seqs] = False
+    def consume(
+        self, left: Left, elements: np.ndarray, seqs: np.ndarray, chunks: np.ndarray | None
+    ) -> None:
+        """Mark the slots taken (``elements``, ``seqs`` the sequence of each) as delivered."""
+        left.seqs[elements] = False
 
     def ids(self, seqs: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
         """What ``files_plan`` reports as consumed: the sequences."""
@@ -151,38 +157,46 @@ class ChunkSlots(SequenceSlots):
         super().__init__(batcher, chunking.lengths)
         self.chunking, self.stride, self._number = chunking, units.stride, number
 
-    def slots(self, seqs: np.ndarray, left: Left | None) -> Slots:
-        return self._chunks(seqs, left)
+    def slots(self, elements: np.ndarray, seqs: np.ndarray, left: Left | None) -> Slots:
+        at, chunks = self._chunks(elements, seqs, left)
+        return elements[at], chunks
 
-    def _chunks(self, seqs: np.ndarray, left: Left | None) -> tuple[np.ndarray, np.ndarray]:
-        """The chunks of ``seqs`` each sequence's in turn, from its first undelivered one."""
+    def _chunks(
+        self, elements: np.ndarray, seqs: np.ndarray, left: Left | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The chunks of ``elements`` (``seqs``: the sequence of each) each element's in turn,
+        from its first undelivered one -> (index into ``elements`` of each chunk, its chunk)."""
         per = self.chunking.counts(seqs)
-        skip = np.zeros(len(seqs), np.int64) if left is None else self._skip(left, seqs)
+        skip = np.zeros(len(seqs), np.int64) if left is None else self._skip(left, elements)
         per = per - skip
         ends = np.cumsum(per)
         total = int(ends[-1]) if len(ends) else 0
         chunk = np.arange(total, dtype=np.int64) - np.repeat(ends - per - skip, per)
-        return np.repeat(seqs, per), chunk
+        return np.repeat(np.arange(len(seqs), dtype=np.int64), per), chunk
 
     @staticmethod
-    def _skip(left: Left, seqs: np.ndarray) -> np.ndarray:
+    def _skip(left: Left, elements: np.ndarray) -> np.ndarray:
         assert left.done is not None
-        return np.asarray(left.done[seqs], dtype=np.int64)
+        return np.asarray(left.done[elements], dtype=np.int64)
 
-    def bounds(self, seqs: np.ndarray, left: Left | None) -> np.ndarray:
-        """From the fits in blocks when every sequence starts at its first chunk, else the
+    def bounds(self, elements: np.ndarray, seqs: np.ndarray, left: Left | None) -> np.ndarray:
+        """From the fits in blocks when every element starts at its first chunk, else the
         windows of what is left (the same bounds: ``chunk_batching``)."""
         c, batcher = self.chunking, self.batcher
-        if left is None or not self._skip(left, seqs).any():
+        if left is None or not self._skip(left, elements).any():
             at = _positions(seqs)
             return cut_chunk_positions(at, 0, len(seqs), batcher, c, self.stride, RANDOM_BLOCK)[0]
-        on, chunks = self._chunks(seqs, left)
-        return batcher.bounds_of({k: c.windows(k, on, chunks) for k in batcher.keys})
+        on, chunks = self._chunks(elements, seqs, left)
+        return batcher.bounds_of({k: c.windows(k, seqs[on], chunks) for k in batcher.keys})
 
-    def consume(self, left: Left, seqs: np.ndarray, chunks: np.ndarray | None) -> None:
+    def consume(
+        self, left: Left, elements: np.ndarray, seqs: np.ndarray, chunks: np.ndarray | None
+    ) -> None:
+        """Count each taken chunk on its element (an element's delivered chunks are a prefix
+        of its chunks); an element is left while it has chunks to deliver."""
         assert left.done is not None
-        np.add.at(left.done, seqs, 1)
-        left.seqs[seqs] = left.done[seqs] < self.chunking.counts(seqs)
+        np.add.at(left.done, elements, 1)
+        left.seqs[elements] = left.done[elements] < self.chunking.counts(seqs)
 
     def ids(self, seqs: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
         """The chunk numbers (``ChunkTable.unit_ids``), as global planning reports them."""
@@ -376,11 +390,12 @@ class CutFiles(Files):
 
         for seg, _, steps in replay_history(epoch, history, segment):
             used, chunks = seg.taken(steps)
+            seqs = self._seqs_of(ep, used)
             # a new Left per segment: the kept segments (``_cut_segment``) hold theirs
             left = self.slots.start(self._all_left(ep)) if left is None else left.copy()
-            self.slots.consume(left, used, chunks)
+            self.slots.consume(left, used, seqs, chunks)
             if draw:
-                taken.append(self.slots.ids(used, chunks))
+                taken.append(self.slots.ids(seqs, chunks))
             count += len(used)
         seg = self._cut_segment(ep, world_size, tuple(history), left)
         if not draw:
@@ -416,9 +431,13 @@ class CutFiles(Files):
             return cache[rank]
 
         def order_of(rank: int) -> Slots:
-            return slots.slots(ordered(rank), left)
+            own = ordered(rank)
+            return slots.slots(own, self._seqs_of(ep, own), left)
 
-        bounds = [slots.bounds(self._seqs_of(ep, ordered(r)), left) for r in range(world_size)]
+        bounds = []
+        for r in range(world_size):
+            own = ordered(r)
+            bounds.append(slots.bounds(own, self._seqs_of(ep, own), left))
         seg = CutSegment(order_of, bounds, p.options.uneven, slots.chunked)
         if len(self._kept) >= 8:
             self._kept.clear()

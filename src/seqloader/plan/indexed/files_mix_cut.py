@@ -17,11 +17,18 @@ The elements ``CutFiles`` deals, orders and replays are positions in the sub-epo
 (its pieces' slots, piece after piece): an elastic resume replays the history on a mask of the
 sub-epoch's slots, not of the corpus' sequences (a sequence may hold two slots).
 
+Chunked, as ``CutFiles`` chunks files (``ChunkSlots``): a rank's ordered slots are expanded into
+their sequences' chunks and the chunks cut greedily by their windows; the chunk records an
+elastic resume keeps (which chunks each has delivered) are keyed by slot position, so a sequence
+holding two slots (a rate over 1) continues each from its own first undelivered chunk. A share's
+slots carry (sequence, chunk, corpus epoch); the audit gets the consumed chunks' numbers.
+
 Cost per rank: the sub-epoch's pieces and slots (O(n / P) time and memory: every rank lists the
 slots, as every rank's batch count is needed for equal steps) and every rank's order cut in
-turn (O(n / P) time, one rank's list at a time): **O(n) per rank per full epoch**, as
-``CutFiles``, for the same reason (a greedy cut depends on every length before it, and a rank's
-list exists only for this epoch and world size). Global planning does not plan a mix over files
+turn (O(n / P) time, one rank's list at a time; chunked O(chunks / P)): **O(n) per rank per full
+epoch**, as ``CutFiles``, for the same reason (a greedy cut depends on every length before it,
+and a rank's list exists only for this epoch and world size); an elastic resume adds a mask and
+(chunked) an int64 per slot of the sub-epoch. Global planning does not plan a mix over files
 with these orderings at all (it selects a mix's sequences across files).
 """
 
@@ -120,21 +127,23 @@ class MixCutFiles(CutFiles):
     def files_plan(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]] = ()
     ) -> tuple[EpochPlan, np.ndarray]:
-        """(the segment's plan, the sequences the history consumed: O(n / P), for the audit)."""
+        """(the segment's plan, the sequences the history consumed, chunked their chunk
+        numbers (``ChunkTable.unit_ids``): O(n / P), for the audit)."""
         seg, before = self._replayed(epoch, world_size, history, draw=True)
         assert isinstance(before, np.ndarray)
-        ep = self._ep(epoch)
-        return self._plan(seg, ep), self._seqs_of(ep, before)
+        return self._plan(seg, self._ep(epoch)), before
 
     def _ep(self, epoch: int) -> EpochIndex:
         return EpochIndex(epoch, self.planner.options.partition_epoch)
 
     def _plan(self, seg: CutSegment, ep: EpochIndex) -> RankwisePlan:
-        """``seg``'s plan, a share's slot positions decoded into (sequence, corpus epoch)."""
+        """``seg``'s plan, a share's slot positions decoded into (sequence, corpus epoch),
+        chunked with the chunk of each."""
         seqs, uses, _ = self._slots(ep)
 
         def slots(b: BatchList) -> BatchList:
-            return BatchList(seqs[b.seqs], b.bounds, b.real, uses[b.seqs].astype(USES_DTYPE))
+            use = uses[b.seqs].astype(USES_DTYPE)
+            return BatchList(seqs[b.seqs], b.bounds, b.real, use, b.chunks)
 
         return seg.plan(slots)
 
