@@ -412,7 +412,7 @@ class CutFiles(Files):
         """The segment after the segments ``before`` on ``world_size`` ranks over the elements
         ``left`` (None: every admitted one); kept, as a resume asks for it more than once."""
         p = self.cut_planner
-        key = (p.seed_epoch(ep), ep.part, before, world_size)
+        key = (*self._segment_key(ep), before, world_size)
         if key in self._kept:
             return self._kept[key]
         mask = None if left is None else left.seqs
@@ -443,6 +443,11 @@ class CutFiles(Files):
             self._kept.clear()
         self._kept[key] = seg
         return seg
+
+    def _segment_key(self, ep: EpochIndex) -> tuple[int, ...]:
+        """What a kept segment depends on besides the history and the world: the order's seed
+        epoch and the sub-epoch."""
+        return (self.cut_planner.seed_epoch(ep), ep.part)
 
     def _deal(self, ep: EpochIndex, world_size: int, left: np.ndarray | None) -> _Units:
         """The sub-epoch's files with sequences ``left`` as units, the largest halved while there

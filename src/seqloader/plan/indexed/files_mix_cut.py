@@ -47,7 +47,6 @@ from seqloader.plan.indexed.files_cut import (
     CutSegment,
     CutUnits,
     FilesCutPlanner,
-    Left,
     unit_elements,
 )
 from seqloader.plan.indexed.files_distribution import Files
@@ -77,7 +76,6 @@ class MixCutFiles(CutFiles):
         super().__init__(planner)
         #: (sub-epoch key, its slots' sequences, corpus epochs, the pieces' slot bounds)
         self._slots_kept: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
-        self._kept_epoch = -1  # the full epoch of the segments kept
 
     def make_mix(self, corpora: Corpora) -> FilesMix:
         """The mix over files (``FilesMix``, as the laplace and buckets:N orderings plan it)."""
@@ -147,16 +145,7 @@ class MixCutFiles(CutFiles):
 
         return seg.plan(slots)
 
-    def _cut_segment(
-        self,
-        ep: EpochIndex,
-        world_size: int,
-        before: tuple[tuple[int, int], ...],
-        left: Left | None,
-    ) -> CutSegment:
-        """``CutFiles``' segment, kept per full epoch: the pieces change every full epoch, also
-        where ``random:K`` keeps its draws."""
-        if self._kept_epoch != ep.full_epoch:
-            self._kept.clear()
-            self._kept_epoch = ep.full_epoch
-        return super()._cut_segment(ep, world_size, before, left)
+    def _segment_key(self, ep: EpochIndex) -> tuple[int, ...]:
+        """``CutFiles``' key and the full epoch: the pieces change every full epoch, also where
+        ``random:K`` keeps its draws."""
+        return (ep.full_epoch, *super()._segment_key(ep))
