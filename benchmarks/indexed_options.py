@@ -187,6 +187,21 @@ CASES: dict[str, dict] = {
         }
         for o in ("random", "sorted")
     },
+    # ... chunked: each rank's pieces' slots expanded into their chunks, cut greedily
+    # (files_mix_cut with files_cut's ChunkSlots); against global planning's sharded chunked mix
+    **{
+        f"ordering={o} + mix + chunking 500:250 + files (1026 files; 3 corpora; 8 ranks)": {
+            "ordering": o,
+            "mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0},
+            "chunking": "500:250",
+            "corpora": 3,
+            "distribution": "files",
+            "files": 1026,
+            "world": 8,
+            "global": {"distribution": "shard"},
+        }
+        for o in ("random", "sorted", "sort_bin_shuffle:.100")
+    },
 }
 #: the cases the smoke test (tests/test_bench_indexed_options.py) runs: all but the orderings that
 #: plan like one it runs (files: random's; mix: random's and default's; chunked and filtered
@@ -207,6 +222,11 @@ SMOKE = [
             "ordering=sort_bin_shuffle:.100 (",  # plans like the _x2 one (plan/indexed/sort_bins)
             "ordering=sort_bin_shuffle:.100 partition_epoch",
             "ordering=sorted + mix + files",  # plans like random's (files_mix_cut)
+            # chunked mix over files: random's cut runs the same code (files_mix_cut)
+            *(
+                f"ordering={o} + mix + chunking 500:250 + files"
+                for o in ("sorted", "sort_bin_shuffle:.100")
+            ),
         )
     )
 ]
