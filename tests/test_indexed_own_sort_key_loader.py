@@ -50,3 +50,20 @@ def test_the_nodes_file_is_the_sort_keys_own(tmp_path, monkeypatch) -> None:
     mapped, kept = own.plan(1), held.plan(1)
     assert len(mapped) == len(kept) > 0
     assert all(np.array_equal(a, b) for a, b in zip(mapped, kept, strict=True))
+
+
+def test_chunked_chains_deliver_each_chunk_once() -> None:
+    """Chunked (the key's order, each sequence's chunks in turn: ``AdmittedCorpus.order_index``;
+    global planning's chunk batches): every chunk once per epoch through ``W -> W' -> W''`` with
+    the audit on, the sequences in the key's order."""
+    inner = corpus(24, 4)
+    by = (np.arange(24) * 5) % 4  # the source's own key: many ties, unrelated to the lengths
+    make = loader_factory(
+        ReturnnView(inner, order_lengths=by), max_seqs=3, max_frames=40, partition_epoch=2,
+        audit=True, ordering="sorted", uneven="pad", chunking="3:2", min_chunk_size=1,
+    )  # fmt: skip
+    with make(0, 1) as loader:
+        assert loader.planner.options.planning == "indexed"
+        plan = loader.planner.global_plan(1, 1).batches
+        assert (np.diff(by[plan.seqs]) >= 0).all()  # sorted by the key, chunk after chunk
+    check_chain(make, [2, 3, 1], [2, 1], 2)

@@ -28,7 +28,7 @@ from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.planner import IndexedPlanner, index_key
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.mix import Corpora
-from seqloader.plan.planners import node_bucket_index, resolve_planning
+from seqloader.plan.planners import node_bucket_index
 from test_plan_indexed import indexed_digest
 
 LIMITS = [
@@ -182,26 +182,6 @@ def test_a_sources_own_sort_key_orders_as_global_planning_does(
     np.testing.assert_array_equal(mapped.members, planner.index.members)
     cut = case["cuts"][: len(case["worlds"]) - 1]
     check_plan_contracts(lambda: IndexedPlanner(given), case["worlds"], cut, ordered=True)
-
-
-@pytest.mark.parametrize(
-    ("changes", "named"),
-    [({"chunking": 40}, "chunking"), ({"distribution": "files"}, "distribution='files'")],
-)
-def test_a_sources_own_sort_key_is_refused_where_it_is_not_sorted_by(
-    changes: dict, named: str
-) -> None:
-    """Chunked sorted orders and sorted orders over files sort by the length key: a source's
-    own sort key is refused by name there (never ignored), ``auto`` resolves to global."""
-    rng = np.random.default_rng(0)
-    lengths, by = {"data": rng.integers(1, 100, 30)}, rng.integers(1, 100, 30)
-    files = np.array([0, 10, 30]) if "distribution" in changes else None
-    options = PlanOptions(ordering="sorted", max_frames=200, planning="indexed", **changes)
-    given = PlanInputs(lengths, options, order_lengths=by, files=files)
-    with pytest.raises(OptionError, match=rf"'sorted' and {named}: .*order_lengths.*'global'"):
-        IndexedPlanner(given)
-    auto = replace(given, options=replace(options, planning="auto"))
-    assert resolve_planning(auto).options.planning == "global"
 
 
 FIXED_CASES: dict[str, dict] = {

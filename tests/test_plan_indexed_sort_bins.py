@@ -12,12 +12,10 @@ from dataclasses import replace
 from itertools import pairwise
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plan_contracts import check_plan_contracts
-from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
 from seqloader.plan.epochs import EpochIndex, batch_limits, part_bounds
 from seqloader.plan.greedy.planner import Planner
@@ -144,7 +142,7 @@ def test_a_sources_own_sort_key_makes_the_bins(case: dict, spread: int) -> None:
     """A source's ``order_lengths`` (RETURNN's ``int(duration * 100)``): the bins are those of
     the order sorted by it (as global planning sorts), the batches greedy cuts of that order by
     the length key; ``auto`` resolves to indexed; the contracts hold. Chunked, it is refused by
-    name (``auto``: global)."""
+    name before; now planned (``tests/test_plan_indexed_own_sort_key.py``)."""
     n = len(case["lengths"]["data"])
     by = np.random.default_rng(spread).integers(0, spread * 3, n)
     fixed = {"chunking": None, "epoch_wise_filter": None, "partition_epoch": 1}
@@ -166,7 +164,7 @@ def test_a_sources_own_sort_key_makes_the_bins(case: dict, spread: int) -> None:
         lambda: IndexedPlanner(given), case["worlds"], cut, ordered=True, workers=()
     )
     chunked = replace(given, options=replace(options, chunking="6:4"))
-    assert resolve_planning(chunked).options.planning == "global"
+    assert resolve_planning(chunked).options.planning == "indexed"
 
 
 def test_padding_and_steps_match_global_plannings() -> None:
@@ -187,8 +185,8 @@ def test_padding_and_steps_match_global_plannings() -> None:
 
 def test_index_and_refusals() -> None:
     """The node's index is the sequences by length (one key for both kinds, none shared with
-    laplace's or sorted's); a source's own sort key is planned alone, refused by name with a
-    mix (``auto``: global); chunking, a mix or both are planned."""
+    laplace's or sorted's); a source's own sort key is planned, with a mix too; chunking, a
+    mix or both are planned."""
     base = {"max_frames": 100}
     keys = {index_key(PlanOptions(**base, ordering=o)) for o in ORDERINGS}
     assert len(keys) == 1
@@ -200,9 +198,7 @@ def test_index_and_refusals() -> None:
     )
     assert resolve_planning(own_key).options.planning == "indexed"
     mixed = replace(own_key, options=replace(own_key.options, mix={"a": 1.0}))
-    assert resolve_planning(mixed).options.planning == "global"
-    with pytest.raises(OptionError, match=r"'sort_bin_shuffle' and mix: .*order_lengths"):
-        IndexedPlanner(replace(mixed, options=replace(mixed.options, planning="indexed")))
+    assert resolve_planning(mixed).options.planning == "indexed"  # sorted by the key too
     for extra in ({"mix": {"a": 1.0}}, {"chunking": "4:2"}, {"mix": {"a": 1.0}, "chunking": 4}):
         assert PlanOptions(ordering="sort_bin_shuffle", **extra).resolved_planning == "indexed"
 

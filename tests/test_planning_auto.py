@@ -191,7 +191,7 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
             )
     assert resolved_for(PlanInputs(lengths, auto, selections=selections)) == "indexed"
     # a sort key of the source's own with a sorted order (RETURNN's order_lengths): indexed
-    # sorts by it, except chunked, over files or with a mix (they sort by the length key)
+    # sorts by it, chunked, over files and with a mix too (test_plan_indexed_own_sort_key)
     sorted_auto = replace(auto, ordering="sorted")
     for ordering in ("sorted", "sorted_reverse", "sort_bin_shuffle:.2", "sort_bin_shuffle_x2"):
         own_key = PlanInputs(lengths, replace(auto, ordering=ordering), order_lengths=np.arange(6))
@@ -199,7 +199,10 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
         for extra in ({"chunking": 2}, {"distribution": "files"}, {"mix": {"a": 1.0}}):
             files = np.array([0, 3, 6]) if extra.get("distribution") else None
             options = replace(own_key.options, **extra)
-            assert resolved_for(replace(own_key, options=options, files=files)) == "global"
+            assert resolved_for(replace(own_key, options=options, files=files)) == "indexed"
+        # ... but not with epoch_wise_filter (global's filter keeps the shortest by the key)
+        filtered = replace(own_key.options, epoch_wise_filter={(1, 1): {"max_mean_len": 4}})
+        assert resolved_for(replace(own_key, options=filtered)) == "global"
     assert resolved_for(PlanInputs(lengths, sorted_auto)) == "indexed"
     # chunking that leaves the length key unchunked
     chunked = replace(auto, chunking={"classes": (2, 1)}, length_key="data")

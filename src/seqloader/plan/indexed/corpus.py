@@ -78,23 +78,6 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
         what, fix = VARIANTS_REFUSED
         refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
     ordering = inputs.options.ordering
-    sorts = inputs.options.parsed_ordering.kind in ("sorted", "sorted_reverse", *SORT_BIN_KINDS)
-    o = inputs.options
-    clashes = [
-        ("chunking", o.chunking is not None),
-        ("distribution='files'", o.distribution == "files"),
-        ("mix", o.mix is not None),
-    ]
-    named = [name for name, on in clashes if on]
-    if inputs.order_lengths is not None and sorts and named:
-        raise OptionError(
-            f"planning='indexed' with ordering={ordering!r} and {', '.join(named)}: the source"
-            f"{' ' + inputs.origin if inputs.origin else ''} declares its own sort key "
-            "(order_lengths, e.g. RETURNN's int(duration * 100) or transcription lengths), which "
-            f"indexed planning sorts by only without {' or '.join(named)} (these plans sort by "
-            "the length key, so the order would differ from global planning's); use "
-            "planning='global' for it, or ordering='laplace:.N'"
-        )
     kind = inputs.options.parsed_ordering.kind
     cut_order = kind in FIXED_KINDS or kind in DRAWN_KINDS
     if inputs.order_lengths is not None and inputs.options.epoch_wise_filter and cut_order:
@@ -232,6 +215,7 @@ class AdmittedCorpus:
         self.mask, self.filtered, self.examples = admit_mask(lengths, key, options, inputs.excluded)
         self.subset: np.ndarray | None = None
         self._pool_order: FixedOrder | None = None  # chunked fixed orders over a subset
+        self._key_index: BucketIndex | None = None  # chunked: the own sort key's (order_index)
         if options.fixed_random_subset is not None:
             self.mask = self._subset_mask(options)
         #: chunking: the chunks planned (``units``: by bucket of their window; ``chunks``: the
@@ -277,12 +261,9 @@ class AdmittedCorpus:
             elif self.files is not None and (self.fixed or self.random):  # indexed.files_cut
                 index = build_bucket_index(main, np.zeros(0, np.int64), self.mask, self.files)
             elif self.fixed or self.random:  # the order's index (indexed.fixed, random_order)
-                kind = order_index_kind(self.options.parsed_ordering.kind)
-                by = main if self.sort_key is None else self.sort_key  # what the order sorts by
-                adm_by = by if self.mask is None else by[self.mask]
-                index = build_bucket_index(by, fixed_edges(adm_by, kind), self.mask)
+                index = self._order_index()
                 if self.fixed and self.subset is not None:  # the subset's order within
-                    index = in_pool_order(index, by, self.subset, self.mask)
+                    index = in_pool_order(index, self.order_by, self.subset, self.mask)
             else:
                 adm_costs = self.costs if self.mask is None else self.costs[self.mask]
                 edges = edges_for(
@@ -310,6 +291,33 @@ class AdmittedCorpus:
         self.extra += b"edges" + self.bucket_edges.tobytes()
         return index
 
+    @property
+    def order_by(self) -> np.ndarray:
+        """What the sorted orders sort by: the source's own sort key, else the length key."""
+        return self.lengths if self.sort_key is None else self.sort_key
+
+    def _order_index(self) -> BucketIndex:
+        """The order's index of a fixed or drawn ordering (``order_index_kind``): sorted kinds
+        one bucket per admitted value of ``order_by`` (members ascending), the others one
+        bucket of the admitted sequences."""
+        kind = order_index_kind(self.options.parsed_ordering.kind)
+        by = self.order_by
+        adm_by = by if self.mask is None else by[self.mask]
+        return build_bucket_index(by, fixed_edges(adm_by, kind), self.mask)
+
+    def order_index(self, index: BucketIndex | None = None) -> BucketIndex:
+        """The index the sorted orders read their order from (``FixedOrder``,
+        ``SortBinsOrder``) and a sorted order's mix streams over: the planner's ``index`` (or
+        ``index``), but chunked with a source's own sort key the admitted sequences by that key
+        (the planner's index holds the length classes the chunks are counted from): built here,
+        O(n log n) once per planner and O(n) memory, as a node stores only the length classes
+        and the chunk cuts made from this order."""
+        if self.sort_key is None or self.chunking is None:
+            return self.index if index is None else index
+        if self._key_index is None:
+            self._key_index = self._order_index()
+        return self._key_index
+
     def _with_cuts(self, index: BucketIndex) -> BucketIndex:
         """``index`` with the fixed ordering's greedy cuts of every sub-epoch part (O(n) once:
         a node stores them with the index; ``seqloader.plan.indexed.fixed``)."""
@@ -334,7 +342,7 @@ class AdmittedCorpus:
             if self._pool_order is None:
                 self._pool_order = FixedOrder(self._pool_index(index, kind), kind)
             return self._pool_order
-        return chunked_order(index, kind, self.mask, len(self.lengths))
+        return chunked_order(self.order_index(index), kind, self.mask, len(self.lengths))
 
     def _pool_index(self, index: BucketIndex, kind: str) -> BucketIndex:
         """Chunked with ``fixed_random_subset``: the order's index over the subset's shuffled
@@ -342,7 +350,7 @@ class AdmittedCorpus:
         one bucket, the admitted subset in that order), as global planning orders it."""
         assert self.subset is not None
         if kind in ("sorted", "sorted_reverse"):
-            return in_pool_order(index, self.lengths, self.subset, self.mask)
+            return in_pool_order(self.order_index(index), self.order_by, self.subset, self.mask)
         pool = self.subset if self.mask is None else self.subset[self.mask[self.subset]]
         return BucketIndex(
             pool,

@@ -418,7 +418,9 @@ class CutFiles(Files):
         mask = None if left is None else left.seqs
         units = self._deal(ep, world_size, mask)
         words = (*p.head, PURPOSE_FILES_ORDER, p.seed_epoch(ep), ep.part, len(before))
-        ordering, lengths, slots = p.options.parsed_ordering, p.lengths, self.slots
+        # sorted kinds sort by the length key, or by a source's own sort key (order_lengths) as
+        # global planning's rank orders sort
+        ordering, lengths, slots = p.options.parsed_ordering, p.corpus.order_by, self.slots
         cache: dict[int, np.ndarray] = {}
 
         def ordered(rank: int) -> np.ndarray:

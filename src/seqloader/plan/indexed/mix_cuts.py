@@ -178,11 +178,12 @@ def mix_fixed_cuts(
     ordering: Ordering,
     batcher: Batcher,
     lengths: Mapping[str, np.ndarray],
-    length_key: str,
+    by: np.ndarray,
     rng: np.random.Generator | None = None,
 ) -> tuple[BoundsTable, ListedDraw]:
     """A fixed ordering with a mix: sub-epoch ``ep``'s slots listed, put in the ordering (the
-    corpus' own order first: ascending sequence, corpus epochs adjacent), cut greedily ->
+    corpus' own order first: ascending sequence, corpus epochs adjacent; sorted kinds by ``by``,
+    the length key's lengths or a source's own sort key), cut greedily by ``lengths`` ->
     (batch table, draw).
 
     >>> from seqloader.plan.indexed.fixed import cut_batcher
@@ -195,11 +196,11 @@ def mix_fixed_cuts(
     >>> mix = IndexedMix(0, {"a": 1, "b": 2}, Corpora(("a", "b"), np.array([0, 4, 7])), index, lengths)
     >>> limits = BatchLimits.of(4, None, None, BatchCost.parse("frames"), ["data"], "data")
     >>> table, draw = mix_fixed_cuts(mix, EpochIndex(1, 1), 1, Ordering("default"),
-    ...                              cut_batcher(limits), {"data": lengths}, "data")
+    ...                              cut_batcher(limits), {"data": lengths}, lengths)
     >>> draw.seqs.tolist(), draw.uses.tolist(), table.bounds.tolist()
     ([0, 1, 2, 3, 4, 4, 5, 5, 6, 6], [0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [0, 4, 8, 10])
     """
-    seqs, uses = listed_part(mix, ep, parts, ordering, np.asarray(lengths[length_key]), rng)
+    seqs, uses = listed_part(mix, ep, parts, ordering, by, rng)
 
     def at(p: np.ndarray) -> np.ndarray:
         return seqs[p]

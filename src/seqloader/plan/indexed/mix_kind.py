@@ -111,8 +111,10 @@ class ShardMix(IndexedMix):
         self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
         lengths: Mapping[str, np.ndarray], length_key: str,
     ) -> Cut:  # fmt: skip
-        """A fixed ordering: the slots listed and cut (``mix_fixed_cuts``)."""
-        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, length_key)
+        """A fixed ordering: the slots listed, sorted kinds by what the mix's index sorts by
+        (the length key, or a source's own sort key), and cut (``mix_fixed_cuts``)."""
+        by = np.asarray(self._lengths)
+        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, by)
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,9 @@ class ChunkedShardMix(ShardMix):
         self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
         lengths: Mapping[str, np.ndarray], length_key: str,
     ) -> Cut:  # fmt: skip
-        """A fixed ordering: the slots listed in the ordering, their chunks cut at once."""
-        seqs, uses = listed_part(self, ep, parts, ordering, np.asarray(lengths[length_key]))
+        """A fixed ordering: the slots listed in the ordering (sorted kinds: by what the
+        mix's index sorts by), their chunks cut at once."""
+        seqs, uses = listed_part(self, ep, parts, ordering, np.asarray(self._lengths))
         size, c = len(seqs), self.chunks
         order, used = ListedOrder(seqs), ListedUses(uses)
         return chunked_mix_cut(order, used, size, batcher, c.chunking, c.stride, max(size, 1))
@@ -177,11 +180,13 @@ def shard_mix(
     length, the chunked plans' length classes; the others one bucket of the admitted sequences,
     built here: O(n) once per planner, as a node stores none for chunked plans)."""
     index, lengths, mask = corpus.index, corpus.lengths, corpus.mask
-    if corpus.units is None:
-        return ShardMix(seed, mix, corpora, index, lengths, mask)
+    if corpus.units is None:  # sorted kinds: by the source's own sort key if it gives one
+        return ShardMix(seed, mix, corpora, index, corpus.order_by, mask)
     if not (corpus.fixed or corpus.random):  # laplace, buckets:N: the slots' chunks bucketed
         return ChunkedBucketMix(corpus.units, seed, mix, corpora, index, lengths, mask)
     if corpus.options.parsed_ordering.kind not in ("sorted", "sorted_reverse"):
         index = build_bucket_index(lengths, np.zeros(0, dtype=np.int64), mask)
+    else:  # the unchunked plan's index: by the source's own sort key if it gives one
+        index, lengths = corpus.order_index(), corpus.order_by
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, corpus.options.parsed_ordering)
     return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, mask)

@@ -338,7 +338,7 @@ class IndexedPlanner:
         if self._random:
             words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
             order: Callable[[np.ndarray], np.ndarray] = drawn_order(
-                self.index,
+                self.corpus.order_index(),
                 self.planned,
                 self.options.parsed_ordering,
                 words,

@@ -11,8 +11,12 @@ bins are the sub-epoch's (global planning orders the full epoch's selection and 
 Every rank lists the sub-epoch's slots and orders them: O(slots) memory and O(slots log slots)
 time per rank per sub-epoch, as the fixed orders with a mix list theirs.
 
+A source's own sort key (``order_lengths``) is what the slots are sorted by, as global planning
+sorts by it, and the mix streams over its index (one bucket per key value).
+
 Chunked (``ChunkedSortBinsMix``): the same slots in the same order (the mix streams over the
-length classes, the buckets the unchunked plan's index has: one per admitted length), each
+length classes, the buckets the unchunked plan's index has: one per admitted length; with a
+source's own sort key, that key's index), each
 expanded into its chunks and the chunks cut greedily by their windows (``chunked_mix_cut``, as
 the fixed orders' chunked mix): global planning's chunked batches of that slot order.
 """
@@ -73,8 +77,8 @@ class SortBinsMix(ShardMix):
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
     ) -> Cut:
         """Sub-epoch ``ep``'s slots in the ``sort_bin_shuffle`` order, cut greedily."""
-        rng, ordering = order_rng(self.options, ep), self.options.parsed_ordering
-        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, self.length_key, rng)
+        rng, ordering, by = order_rng(self.options, ep), self.options.parsed_ordering, self._lengths
+        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, np.asarray(by), rng)
 
 
 class ChunkedSortBinsMix(ChunkedShardMix):
@@ -119,7 +123,9 @@ def sharded_mix(
     options = corpus.options
     if options.parsed_ordering.kind not in SORT_BIN_KINDS:
         return shard_mix(seed, mix, corpora, corpus)
-    streams = (seed, mix, corpora, corpus.index, corpus.lengths, corpus.mask)
+    # the sorted index (chunked: by length, the length classes) and what it sorts by; with a
+    # source's own sort key that key's index (``AdmittedCorpus.order_index``)
+    streams = (seed, mix, corpora, corpus.order_index(), corpus.order_by, corpus.mask)
     if corpus.units is None:
         return SortBinsMix(options, corpus.length_key, *streams)
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, options.parsed_ordering)
