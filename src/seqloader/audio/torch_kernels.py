@@ -6,7 +6,7 @@
 Importing this module loads no torch (the audio layer stays torch-free until a feature is
 computed); ``seqloader.audio.features`` and ``seqloader.audio.kaldi_fbank`` choose these kernels
 where torch is installed (``KernelChoice``). They know options only through the
-``FilterbankOptions`` / ``KaldiOptions`` protocols. In DataLoader workers torch computes on one
+``FilterbankOptions`` / ``KaldiOptions`` protocols (both ``KernelOptions``). In DataLoader workers torch computes on one
 thread (the DataLoader sets it), so the kernels do not oversubscribe the cores next to the other
 workers.
 """
@@ -22,17 +22,22 @@ if TYPE_CHECKING:
     import torch
 
 
-class FilterbankOptions(Hashable, Protocol):
-    """What the kernel reads from its options (``seqloader.audio.LogMel`` has all of it)."""
+class KernelOptions(Hashable, Protocol):
+    """What both kernels read of their options: the FFT's size; hashable, as each kernel keeps
+    its constants (window, filters) per options."""
+
+    @property
+    def fft_size(self) -> int: ...
+
+
+class FilterbankOptions(KernelOptions, Protocol):
+    """What ``log_filterbank`` reads from its options (``seqloader.audio.LogMel`` has all of it)."""
 
     @property
     def win(self) -> int: ...
 
     @property
     def hop(self) -> int: ...
-
-    @property
-    def fft_size(self) -> int: ...
 
     @property
     def log_floor(self) -> float: ...
@@ -87,20 +92,14 @@ def log_mel_constants(options: FilterbankOptions) -> tuple[torch.Tensor, torch.T
     return _CONSTANTS[options]
 
 
-class KaldiOptions(Hashable, Protocol):
+class KaldiOptions(KernelOptions, Protocol):
     """What ``kaldi_filterbank`` reads from its options (``seqloader.audio.KaldiFbank`` has it)."""
-
-    @property
-    def win(self) -> int: ...
 
     @property
     def remove_dc_offset(self) -> bool: ...
 
     @property
     def preemph_coeff(self) -> float: ...
-
-    @property
-    def fft_size(self) -> int: ...
 
     def window(self) -> np.ndarray: ...
 
