@@ -18,6 +18,25 @@ indexed shard plan (``BoundsTable``: one batch a row).
   needs the subset sorted: every rank lists the sub-epoch's slots (O(slots) time and memory,
   12 bytes a slot, kept for the sub-epoch).
 
+One mix's sub-epoch cut in both ways, ``random`` and ``default`` (the same 8 slots):
+
+>>> from seqloader.plan.cost import BatchCost
+>>> from seqloader.plan.indexed.fixed import cut_batcher
+>>> from seqloader.plan.indexed.histogram import build_bucket_index
+>>> from seqloader.plan.limits import BatchLimits
+>>> from seqloader.plan.mix import Corpora
+>>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
+>>> index = build_bucket_index(lengths, np.zeros(0, np.int64))  # random's: one bucket
+>>> mix = IndexedMix(0, {"a": 0.5, "b": 2}, Corpora(("a", "b"), np.array([0, 4, 7])), index, lengths)
+>>> limits = BatchLimits.of(3, None, None, BatchCost.parse("frames"), ["data"], "data")
+>>> ep, batcher, data = EpochIndex(1, 1), cut_batcher(limits), {"data": lengths}
+>>> table, _ = mix_cuts(mix, ep, 1, batcher, data)
+>>> table.num_seqs, table.num_batches  # 2 of corpus a, 6 of b (two corpus epochs)
+(8, 3)
+>>> table, draw = mix_fixed_cuts(mix, ep, 1, Ordering("default"), batcher, data, lengths)
+>>> draw.seqs.tolist(), draw.uses.tolist(), table.bounds.tolist()
+([0, 1, 4, 4, 5, 5, 6, 6], [0, 0, 0, 1, 0, 1, 0, 1], [0, 3, 6, 8])
+
 Chunked (``chunked_mix_cut``): the same slots in the same order, each expanded into its chunks
 (consecutive, each carrying the slot's corpus epoch) and the chunks cut greedily by their windows
 (``fixed_chunks.cut_chunk_positions``): global planning's chunked batches of a mix's slots
@@ -145,22 +164,7 @@ def mix_cuts(
     lengths: Mapping[str, np.ndarray],
 ) -> tuple[BoundsTable, MixCutDraw]:
     """``random`` with a mix: sub-epoch ``ep``'s slots in their keyed order, cut greedily in
-    blocks -> (batch table, draw).
-
-    >>> from seqloader.plan.indexed.fixed import cut_batcher
-    >>> from seqloader.plan.indexed.histogram import build_bucket_index
-    >>> from seqloader.plan.cost import BatchCost
-    >>> from seqloader.plan.limits import BatchLimits
-    >>> from seqloader.plan.mix import Corpora
-    >>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
-    >>> index = build_bucket_index(lengths, np.zeros(0, np.int64))  # random's: one bucket
-    >>> corpora = Corpora(("a", "b"), np.array([0, 4, 7]))
-    >>> mix = IndexedMix(0, {"a": 0.5, "b": 2}, corpora, index, lengths)
-    >>> limits = BatchLimits.of(3, None, None, BatchCost.parse("frames"), ["data"], "data")
-    >>> table, _ = mix_cuts(mix, EpochIndex(1, 1), 1, cut_batcher(limits), {"data": lengths})
-    >>> table.num_seqs, table.num_batches  # 2 of corpus a, 6 of b (two corpus epochs)
-    (8, 3)
-    """
+    blocks -> (batch table, draw); the module's example."""
     draw = mix.draw(ep.full_epoch, ep.part, parts)
     size = int(draw.cum[:, -1].sum())
 
@@ -184,22 +188,7 @@ def mix_fixed_cuts(
     """A fixed ordering with a mix: sub-epoch ``ep``'s slots listed, put in the ordering (the
     corpus' own order first: ascending sequence, corpus epochs adjacent; sorted kinds by ``by``,
     the length key's lengths or a source's own sort key), cut greedily by ``lengths`` ->
-    (batch table, draw).
-
-    >>> from seqloader.plan.indexed.fixed import cut_batcher
-    >>> from seqloader.plan.indexed.histogram import build_bucket_index
-    >>> from seqloader.plan.cost import BatchCost
-    >>> from seqloader.plan.limits import BatchLimits
-    >>> from seqloader.plan.mix import Corpora
-    >>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
-    >>> index = build_bucket_index(lengths, np.zeros(0, np.int64))
-    >>> mix = IndexedMix(0, {"a": 1, "b": 2}, Corpora(("a", "b"), np.array([0, 4, 7])), index, lengths)
-    >>> limits = BatchLimits.of(4, None, None, BatchCost.parse("frames"), ["data"], "data")
-    >>> table, draw = mix_fixed_cuts(mix, EpochIndex(1, 1), 1, Ordering("default"),
-    ...                              cut_batcher(limits), {"data": lengths}, lengths)
-    >>> draw.seqs.tolist(), draw.uses.tolist(), table.bounds.tolist()
-    ([0, 1, 2, 3, 4, 4, 5, 5, 6, 6], [0, 0, 0, 0, 0, 1, 0, 1, 0, 1], [0, 4, 8, 10])
-    """
+    (batch table, draw); the module's example."""
     seqs, uses = listed_part(mix, ep, parts, ordering, by, rng)
 
     def at(p: np.ndarray) -> np.ndarray:
