@@ -100,7 +100,7 @@ def test_cuts_streamed_in_blocks_are_the_same_bounds(case: dict, block: int) -> 
     order = FixedOrder(planner.index, planner.options.parsed_ordering.kind)
     parts = planner.options.partition_epoch
     lengths = {**case["lengths"], "data": planner.lengths}
-    cuts, starts = fixed_cuts(order, order.size, parts, planner._limits, lengths, block)
+    cuts, starts = fixed_cuts(order, parts, planner._limits, lengths, block)
     np.testing.assert_array_equal(cuts, planner.index.cuts)
     np.testing.assert_array_equal(starts, planner.index.cut_starts)
 

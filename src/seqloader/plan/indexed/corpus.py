@@ -323,7 +323,7 @@ class AdmittedCorpus:
         a node stores them with the index; ``seqloader.plan.indexed.fixed``)."""
         order = FixedOrder(index, self.options.parsed_ordering.kind)
         parts = self.options.partition_epoch
-        cuts, starts = fixed_cuts(order, order.size, parts, self.limits, self.batch_lengths)
+        cuts, starts = fixed_cuts(order, parts, self.limits, self.batch_lengths)
         return dataclasses.replace(index, cuts=cuts, cut_starts=starts)
 
     def fixed_chunking(self) -> Chunking:

@@ -117,24 +117,26 @@ class ListedOrder:
 
 
 def fixed_cuts(
-    order: Callable[[np.ndarray], np.ndarray],
-    size: int,
+    order: FixedOrder,
     parts: int,
     limits: BatchLimits,
     lengths: Mapping[str, np.ndarray],
     block: int = _BLOCK,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Greedy batch bounds of every sub-epoch part of the order (``order``: positions to
-    sequences, ``size`` positions) -> (bounds of part 0, then part 1, ... int64, each relative to
-    its part and ``[nb_p + 1]`` long; where each part's bounds start ``[parts + 1]``).
+    """Greedy batch bounds of every sub-epoch part of the fixed ordering's ``order`` (its
+    ``size`` positions) -> (bounds of part 0, then part 1, ... int64, each relative to its part
+    and ``[nb_p + 1]`` long; where each part's bounds start ``[parts + 1]``).
 
     The batches are global planning's (``Batcher.bounds_of`` over the lengths in order), cut a
     block of positions at a time: the last batch of a block may be cut short by the block's end,
     so the next block starts at its first sequence (greedy batching is memoryless).
 
     >>> from seqloader.plan.cost import BatchCost
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> lengths = np.ones(5, np.int64)
+    >>> order = FixedOrder(build_bucket_index(lengths, fixed_edges(lengths, "default")), "default")
     >>> limits = BatchLimits.of(2, None, None, BatchCost.parse("frames"), ["data"], "data")
-    >>> cuts, starts = fixed_cuts(lambda p: p, 5, 2, limits, {"data": np.ones(5, np.int64)})
+    >>> cuts, starts = fixed_cuts(order, 2, limits, {"data": lengths})
     >>> cuts.tolist(), starts.tolist()
     ([0, 2, 3, 0, 2], [0, 3, 5])
     """
@@ -142,7 +144,7 @@ def fixed_cuts(
     out: list[np.ndarray] = []
     starts = [0]
     for part in range(parts):
-        lo, hi = part_bounds(size, parts, part)
+        lo, hi = part_bounds(order.size, parts, part)
         part_cuts = cut_positions(order, lo, hi, batcher, lengths, block)
         out.append(part_cuts)
         starts.append(starts[-1] + len(part_cuts))
