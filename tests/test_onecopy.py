@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
@@ -280,3 +280,34 @@ def test_raw_copies_refuse_a_destination_that_does_not_fit(tmp_path, shape, dtyp
     np.testing.assert_array_equal(out[1, :5], rows[4:9])
     np.testing.assert_array_equal(out[0, :4], rows[0:4])
     assert (out[0, 4:] == 0).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 5000), min_size=1, max_size=40),
+    held=st.integers(0, 2),
+)
+@example(sizes=[5000, 10, 100, 1000, 2000, 3000], held=2)  # batches growing after the largest
+def test_block_pool_allocates_for_the_largest_batch_seen(sizes, held):
+    """A block is (re)allocated at the largest batch lent for so far (sized to the batch that
+    needed it, blocks were replaced again and again while batches grew): once the largest batch
+    of a run has been lent for, the pool allocates at most ``max_blocks`` more blocks, however
+    the sizes vary and batches are held; every batch gets memory of its own while held."""
+    pool = BlockPool(max_blocks=3)
+    after_largest, seen_largest = 0, False
+    live: list[np.ndarray] = []
+    for n in sizes:
+        before = {id(b) for b in pool.blocks}
+        lent = pool.lend(n)
+        assert lent is not None  # at most ``held`` + 1 < max_blocks batches alive at once
+        if seen_largest:
+            after_largest += sum(id(b) not in before for b in pool.blocks)
+        seen_largest = seen_largest or n == max(sizes)
+        x = lent((n,), np.dtype(np.uint8))
+        x[...] = len(live) % 251
+        assert not any(np.shares_memory(x, y) for y in live)
+        live.append(x)
+        del lent, x
+        while len(live) > held:
+            live.pop(0)
+    assert after_largest <= pool.max_blocks

@@ -17,6 +17,7 @@ from typing import cast
 
 import numpy as np
 
+from seqloader.loading.arena import BatchBlock
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc
 from seqloader.sources.base import ReadsInto, ReadsIntoWhen, Source, declares
@@ -30,15 +31,6 @@ def reads_into(source: Source) -> bool:
     return not declares(source, ReadsIntoWhen) or cast(ReadsIntoWhen, source).can_read_into()
 
 
-def batch_shapes(source: Source, seqs: np.ndarray) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """(shape, dtype) of each key's padded array for the batch ``seqs`` (lengths known at open)."""
-    out = {}
-    for key, spec in source.schema.items():
-        t_max = int(source.lengths(key)[seqs].max()) if len(seqs) else 0
-        out[key] = ((len(seqs), t_max, *spec.feature_shape), np.dtype(spec.dtype))
-    return out
-
-
 def read_padded(
     source: Source, spec: BatchSpec, alloc: Alloc, screen: bool = False
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[int]]:
@@ -46,12 +38,15 @@ def read_padded(
     of ``spec``'s sequences, each copied once from the source into its row (and screened there
     with ``screen``); zeros after each sequence's end."""
     seqs = spec.seqs
-    data: dict[str, np.ndarray] = {}
     lengths: dict[str, np.ndarray] = {}
-    for key, spec_k in source.schema.items():  # batch_shapes, with each key's lengths kept
+    shapes: list[tuple[tuple[int, ...], np.dtype]] = []
+    for key, spec_k in source.schema.items():  # each key's lengths, kept for the batch
         lens = np.ascontiguousarray(source.lengths(key)[seqs], dtype=np.int64)
         t_max = int(lens.max()) if len(lens) else 0
-        data[key] = alloc((len(seqs), t_max, *spec_k.feature_shape), np.dtype(spec_k.dtype))
+        shapes.append(((len(seqs), t_max, *spec_k.feature_shape), np.dtype(spec_k.dtype)))
         lengths[key] = lens
+    if isinstance(alloc, BatchBlock):  # the batch's block, lent now that its size is known
+        alloc.reserve(shapes)
+    data = {key: alloc(*shape) for key, shape in zip(lengths, shapes)}
     suspects = cast(ReadsInto, source).read_into(seqs, data, screen)
     return data, lengths, suspects

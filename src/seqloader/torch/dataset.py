@@ -20,10 +20,10 @@ import torch
 from torch.utils.data import Dataset, Sampler, get_worker_info
 
 from seqloader.errors import SeqLoaderError
-from seqloader.loading.arena import BlockPool, padded_bytes
+from seqloader.loading.arena import BatchBlock, BlockPool
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import Alloc, numpy_alloc
-from seqloader.loading.direct import batch_shapes, reads_into
+from seqloader.loading.direct import reads_into
 from seqloader.loading.execute import LoadedBatch, execute
 from seqloader.loading.worker_spec import WorkerSpec
 from seqloader.plan.batches import BatchList
@@ -115,8 +115,7 @@ class PlannedBatches(Dataset):
             return numpy_alloc
         if self._local is None:
             self._local = BlockPool()
-        lent = self._local.lend(padded_bytes(list(batch_shapes(self.source, spec.seqs).values())))
-        return numpy_alloc if lent is None else lent
+        return BatchBlock(self._local)  # lent by ``read_padded``, which knows the shapes
 
     def _worker_pool(self) -> SlotPool:
         if self._pool is None or self._pool.pid != os.getpid():
