@@ -551,7 +551,8 @@ def unit_elements(
     if mask is not None:
         keep = mask[seqs]
         seqs, of = seqs[keep], of[keep]
-    within = np.arange(len(seqs)) - np.searchsorted(of, of, side="left")
+    held = np.bincount(of, minlength=len(us))  # of each unit, what the mask holds
+    within = np.arange(len(seqs)) - (np.cumsum(held) - held)[of]  # offset within its unit
     lo = units.start[us][of]
     take = (within >= lo) & (within < lo + units.count[us][of])
     return seqs[take].astype(np.int64)
