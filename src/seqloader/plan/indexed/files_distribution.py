@@ -366,7 +366,7 @@ class Files:
             perm = rng_for(*p.head, *words, r).permutation(len(seqs))
             seqs, lens = seqs[perm], lens[perm]
             bucket = np.searchsorted(p.bucket_edges, lens, "right")
-            by_bucket = np.argsort(bucket, kind="stable")  # buckets ascending, random within
+            by_bucket = argsort_by(bucket)  # buckets ascending, random within (16-bit radix)
             seqs, lens = seqs[by_bucket], lens[by_bucket]
             mine = slice(*np.searchsorted(units.rank, [r, r + 1]))
             starts = units.rank_starts(r)

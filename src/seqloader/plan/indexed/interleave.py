@@ -56,6 +56,11 @@ def interval_word(node: np.ndarray, level: int | np.ndarray) -> np.ndarray:
     return (np.asarray(node, dtype=np.uint64) << np.uint64(6)) | np.asarray(level, np.uint64)
 
 
+def interval_mix(node: np.ndarray, level: int | np.ndarray) -> np.ndarray:
+    """What ``halves`` adds to a unit's base for interval (``node``, ``level``) -> uint64."""
+    return interval_word(node, level) * _GOLD
+
+
 def unit_base(key: np.ndarray, unit: np.ndarray) -> np.ndarray:
     """The first hash of each (rank key, unit) entry, which every split of the unit's keys
     starts from (``halves``) -> uint64."""
@@ -72,13 +77,35 @@ def halves(base: np.ndarray, where: np.ndarray, count: np.ndarray) -> np.ndarray
     >>> bool(left[0] <= 100 and left[1] <= 3)
     True
     """
+    return keyed_ones(base + where * _GOLD, count)
+
+
+def keyed_ones(h: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """``halves`` from ``h = base + where * _GOLD`` (uint64, overwritten), for callers that
+    add a per-interval word to many units at once -> int64. A count of at most 64 takes one
+    word, its top bits; only the larger ones take the several-word path (the same bits)."""
     count = np.asarray(count, dtype=np.int64)
-    h = base + where * _GOLD
     h = splitmix64(h)
-    if not len(count) or int(count.max()) <= 64:  # one word each (word 0): its top bits
-        h = splitmix64(h)
-        h >>= (64 - count).astype(np.uint64)
-        return np.bitwise_count(h).astype(np.int64)
+    wide = np.flatnonzero(count > 64) if len(count) else count
+    if len(wide):
+        out = np.empty(len(count), dtype=np.int64)
+        out[wide] = _ones_of_words(h[wide], count[wide])
+        one = np.flatnonzero(count <= 64)
+        out[one] = _ones_of_word(h[one], count[one])
+        return out
+    return _ones_of_word(h, count)
+
+
+def _ones_of_word(h: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Ones among the top ``count`` (1..64) bits of the next hash of ``h`` -> int64."""
+    h = splitmix64(h)
+    h >>= (64 - count).astype(np.uint64)
+    return np.bitwise_count(h).astype(np.int64)
+
+
+def _ones_of_words(h: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Ones among ``count`` bits of the hashes of ``h`` and a word number, 64 a word (the last
+    word its top bits) -> int64."""
     words = (count + 63) >> 6
     entry = np.repeat(np.arange(len(count)), words)
     starts = np.cumsum(words) - words

@@ -49,7 +49,6 @@ import numpy as np
 from seqloader.plan.indexed import interleave as keyed
 from seqloader.plan.indexed.bijection import round_keys_many
 from seqloader.plan.indexed.interleave import (
-    halves,
     in_node_keys,
     interval_word,
     unit_base,
@@ -78,7 +77,9 @@ class LiveUnits:
 
 
 def _ceil(x: np.ndarray, t: np.ndarray) -> np.ndarray:
-    return -(-x // t)
+    """``ceil(x / t)`` of ints ``0 <= x < 2**53``, ``t >= 1`` -> int64 (in float64: exact)."""
+    out = np.divide(x, t, dtype=np.float64)
+    return np.ceil(out, out=out).astype(np.int64)
 
 
 def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
@@ -195,51 +196,73 @@ class _Descent:
         """Sequences of each unit consumed in the first ``steps`` steps -> int64 ``[L']``. The
         walk holds only the units with batches in their rank's current interval (fewer every
         level), whether each has batches after it, and per rank the interval, the pieces before
-        it and the tie increments after it."""
+        it and the tie increments after it. Entries stay sorted by rank, so per-rank sums are
+        ``reduceat`` over each rank's run (much faster than bincount with weights)."""
         q, steps = self.owner, self.steps
         done = np.zeros(len(q), dtype=np.int64)  # batches of each unit before the interval
         partial = np.zeros(len(q), dtype=np.int64)
-        idx = np.flatnonzero(self.nb > 0)
+        idx = np.flatnonzero(self.nb > 0)  # the walk's entries (ascending: rank by rank)
         cnt, later = self.nb[idx], np.zeros(len(idx), dtype=bool)
+        before_c = np.zeros(len(idx), dtype=np.int64)  # ``done`` of the entries, kept with them
+        # per entry: pieces of a full batch, the last's extra, and the same for tie increments
+        consts = np.stack([self.pk, self.pl - self.pk, self.tie_k, self.tie_l - self.tie_k], 1)
+        if not self.cut:
+            consts = consts[:, :2]
+        starts = _run_starts(q[idx]) if len(idx) else np.zeros(0, np.int64)
+        ranks, sizes = q[idx][starts], np.diff(np.append(starts, len(idx)))
         node = np.zeros(world, dtype=np.uint64)
         before = np.zeros(world, dtype=np.int64)
         ties_after = np.zeros(world, dtype=np.int64)
         level = 0
         while len(idx):
-            r = q[idx]
-            total = np.bincount(r, weights=cnt, minlength=world)
-            ending = ((total <= keyed.SMALL) | (level == keyed.MAX_LEVEL))[r]
-            if ending.any():  # the interval's few batches in their keyed order
-                self._finish(idx[ending], cnt[ending], later[ending], done, partial, node, level,
+            total = np.add.reduceat(cnt, starts)
+            ends = (total <= keyed.SMALL) | (level == keyed.MAX_LEVEL)
+            if ends.any():  # the interval's few batches in their keyed order
+                ending = np.repeat(ends, sizes)
+                sel, stay = np.flatnonzero(ending), np.flatnonzero(~ending)
+                done[idx[sel]] = before_c[sel]
+                self._finish(idx[sel], cnt[sel], later[sel], done, partial, node, level,
                              before, ties_after)  # fmt: skip
-                idx, cnt, later, r = idx[~ending], cnt[~ending], later[~ending], r[~ending]
+                idx, cnt, later, before_c = idx[stay], cnt[stay], later[stay], before_c[stay]
                 if not len(idx):
                     break
-            left = halves(self.base[idx], interval_word(node, level)[r], cnt)
+                ranks, sizes = ranks[~ends], sizes[~ends]
+                starts = np.cumsum(sizes) - sizes
+            mix = np.repeat(keyed.interval_mix(node[ranks], level), sizes)
+            left = keyed.keyed_ones(self.base[idx] + mix, cnt)
             right = cnt - left
-            last_l, last_r = (right == 0) & ~later, (right > 0) & ~later  # a unit's last batch
-            pk = self.pk[idx]
-            per = np.bincount(r, weights=left * pk + last_l * (self.pl[idx] - pk), minlength=world)
-            per = per.astype(np.int64)
-            t_r = np.zeros(world, dtype=np.int64)
-            if self.cut:  # leftover tie increments reaching the left half
-                tk = self.tie_k[idx]
-                dt = self.tie_l[idx] - tk
-                t_l = np.bincount(r, weights=left * tk + last_l * dt, minlength=world)
-                t_r = np.bincount(r, weights=right * tk + last_r * dt, minlength=world)
-                t_l, t_r = t_l.astype(np.int64), t_r.astype(np.int64)
-                per += np.clip(self.rest - (ties_after + t_r), 0, t_l)
-            go_left = per >= steps - before  # the steps end in the left half
-            gl = go_left[r]
-            done[idx[~gl]] += left[~gl]
+            fresh = ~later
+            last_l = fresh & (right == 0)  # a unit's last batch
+            c = consts[idx]
+            sums = np.empty((len(idx), 3 if self.cut else 1), dtype=np.int64)
+            np.add(left * c[:, 0], last_l * c[:, 1], out=sums[:, 0])
+            if self.cut:  # leftover tie increments reaching the left half, and the right's
+                last_r = fresh ^ last_l
+                np.add(left * c[:, 2], last_l * c[:, 3], out=sums[:, 1])
+                np.add(right * c[:, 2], last_r * c[:, 3], out=sums[:, 2])
+            per_rank = np.add.reduceat(sums, starts, axis=0)
+            per = per_rank[:, 0]
+            t_r: np.ndarray | int = 0
+            if self.cut:
+                t_r = per_rank[:, 2]
+                per += np.clip(self.rest[ranks] - (ties_after[ranks] + t_r), 0, per_rank[:, 1])
+            go_left = per >= steps - before[ranks]  # the steps end in the left half
+            gl = np.repeat(go_left, sizes)
+            before_c += left * ~gl
             later |= gl & (right > 0)
-            cnt = np.where(gl, left, right)
-            ties_after += np.where(go_left, t_r, 0)
-            before += np.where(go_left, 0, per)
-            node = (node << np.uint64(1)) | (~go_left).astype(np.uint64)
+            cnt = right + gl * (left - right)
+            ties_after[ranks] += go_left * t_r
+            before[ranks] += ~go_left * per
+            node[ranks] = (node[ranks] << np.uint64(1)) | (~go_left).astype(np.uint64)
             level += 1
-            keep = cnt > 0
-            idx, cnt, later = idx[keep], cnt[keep], later[keep]
+            if np.count_nonzero(cnt) < len(cnt):  # units with none in the new interval leave
+                gone = np.flatnonzero(cnt == 0)
+                done[idx[gone]] = before_c[gone]
+                keep = np.flatnonzero(cnt)
+                sizes = np.add.reduceat(cnt > 0, starts, dtype=np.int64)
+                idx, cnt, later, before_c = idx[keep], cnt[keep], later[keep], before_c[keep]
+                ranks, sizes = ranks[sizes > 0], sizes[sizes > 0]
+                starts = np.cumsum(sizes) - sizes
         return np.minimum(done * self.size, self.rem) + partial
 
     def _finish(
@@ -306,24 +329,37 @@ def _split_levels(
     level[singles & (need > 0)] = 1
     cut = (need > 0) & ~singles
 
-    def above(t_of_rank: np.ndarray) -> np.ndarray:  # increments of value > t, per rank
-        t = t_of_rank[q]
-        per = (nb - 1) * _ceil(size, t) + _ceil(last, t)
-        return np.bincount(q, weights=per, minlength=world).astype(np.int64) - rank_nb
-
     rest = np.zeros(world, dtype=np.int64)
-    if cut.any():
-        lo, hi = np.ones(world, dtype=np.int64), np.full(world, big, dtype=np.int64)
+    if cut.any():  # bisection per cut rank, over its units only, in float64 (exact: below)
+        units = np.flatnonzero(cut[q])  # q sorted: each cut rank's units are one run
+        starts = _run_starts(q[units])
+        ranks = q[units][starts]
+        group = np.repeat(np.arange(len(ranks)), np.diff(np.append(starts, len(units))))
+        k, lb = size[units].astype(np.float64), last[units].astype(np.float64)
+        w = nb[units].astype(np.float64) - 1
+        t, a, b = np.empty(len(units)), np.empty(len(units)), np.empty(len(units))
+        base, goal = rank_nb[ranks], need[ranks]
+
+        def above(t_of_rank: np.ndarray) -> np.ndarray:  # increments of value > t, per rank
+            # ceil(x / t) of ints below 2**53 is exact in float64: a quotient that is no
+            # integer lies >= 1/t from one, farther than the division's rounding
+            np.take(t_of_rank.astype(np.float64), group, out=t)
+            np.ceil(np.divide(k, t, out=a), out=a)
+            np.ceil(np.divide(lb, t, out=b), out=b)
+            np.add(np.multiply(a, w, out=a), b, out=a)
+            return np.add.reduceat(a, starts).astype(np.int64) - base
+
+        lo, hi = np.ones(len(ranks), dtype=np.int64), np.full(len(ranks), big, dtype=np.int64)
         while True:
-            open_ = cut & (hi - lo > 1)
+            open_ = hi - lo > 1
             if not open_.any():
                 break
             mid = (lo + hi) // 2
-            fits = above(np.where(open_, mid, hi)) <= need
+            fits = above(np.where(open_, mid, hi)) <= goal
             hi = np.where(open_ & fits, mid, hi)
             lo = np.where(open_ & ~fits, mid, lo)
-        level[cut] = hi[cut]
-        rest[cut] = (need - above(level))[cut]
+        level[ranks] = hi
+        rest[ranks] = goal - above(hi)
     prev = np.where(cut, level - 1, 1)  # ties: increments of value exactly t*
     return level, prev, cut, rest
 
@@ -388,6 +424,11 @@ def _num_bins(seg: LiveUnits, seqs: np.ndarray) -> np.ndarray:
     if ordering.bin_size is not None:
         return np.maximum(seqs // ordering.bin_size, 2).astype(np.int64)
     return np.full(len(seqs), ordering.bins or 2, dtype=np.int64)
+
+
+def _run_starts(r: np.ndarray) -> np.ndarray:
+    """Where each run of equal values of sorted, non-empty ``r`` starts -> int64."""
+    return np.concatenate(([0], np.flatnonzero(r[1:] != r[:-1]) + 1))
 
 
 def _cumsum_within(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
