@@ -10,6 +10,7 @@ may use it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal, TypeGuard, get_args
 
 import numpy as np
@@ -104,6 +105,24 @@ def choice_option(
     if isinstance(value, (str, type(None))) and value in allowed:
         return value
     raise OptionError(f"{name}: got {value!r}, expected {expected or f'one of {allowed}'}")
+
+
+def supported_options(
+    where: str, given: Iterable[str], own: Iterable[str], no_effect: Iterable[str] = ()
+) -> None:
+    """An ``OptionError`` naming the options ``given`` that are neither supported (``own``) nor
+    accepted without effect (``no_effect``), with both lists (a peer's dataset options).
+
+    >>> supported_options("train", ["files", "seq_ordering"], ["files"], ["buffer_size"])
+    Traceback (most recent call last):
+    ...
+    seqloader.errors.OptionError: train: option(s) ['seq_ordering'] not supported; supported: ['files'], accepted without effect: ['buffer_size']
+    """
+    own, no_effect = sorted(own), sorted(no_effect)
+    unknown = sorted(set(given) - set(own) - set(no_effect))
+    if unknown:
+        accepted = f", accepted without effect: {no_effect}" if no_effect else ""
+        raise OptionError(f"{where}: option(s) {unknown} not supported; supported: {own}{accepted}")
 
 
 def policy_option(name: str, value: object) -> Policy:

@@ -30,6 +30,7 @@ from seqloader.plan.seeding import returnn_rng
 from seqloader.returnn.view import ReturnnView
 from seqloader.sources.base import KeySpec, Source, SourceBase, prepare_workers, read_batch, where
 from seqloader.sources.concat import ConcatSource
+from seqloader.validate import supported_options
 
 OWN = (
     "class",
@@ -293,12 +294,7 @@ def combined(
     for key, why in REFUSED.items():
         if opts.get(key) is not None:
             raise OptionError(f"{where}: option {key!r} is not supported: {why}")
-    unknown = sorted(set(opts) - set(OWN) - set(NO_EFFECT))
-    if unknown:
-        raise OptionError(
-            f"{where}: option(s) {unknown} not supported; supported: {sorted(OWN)}, accepted "
-            f"without effect: {sorted(NO_EFFECT)}"
-        )
+    supported_options(where, opts, OWN, NO_EFFECT)
     if opts.get("window", 1) != 1:
         raise OptionError(f"{where}: window {opts['window']!r}; RETURNN asserts 1 here")
     data_map = opts.get("data_map")

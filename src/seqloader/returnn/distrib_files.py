@@ -26,6 +26,7 @@ from seqloader.returnn.paths import plain_value
 from seqloader.returnn.view import ReturnnView
 from seqloader.sources.base import file_layout
 from seqloader.sources.hdf import HDFSource
+from seqloader.validate import supported_options
 
 OWN = (
     "class",
@@ -59,12 +60,7 @@ def distribute_files(
     ``partition_epoch``, ``random_seed_offset``, the sub-dataset's native plan options, a
     ``MultiProcDataset``'s worker count)."""
     where = f"{name} dataset ({KIND})"
-    unknown = sorted(set(opts) - set(OWN) - set(NO_EFFECT))
-    if unknown:
-        raise OptionError(
-            f"{where}: option(s) {unknown} not supported; supported: {sorted(OWN)}, accepted "
-            f"without effect: {sorted(NO_EFFECT)}"
-        )
+    supported_options(where, opts, OWN, NO_EFFECT)
     files = _file_list(where, opts.get("files"))
     ordering = opts.get("seq_ordering", default_ordering)
     if ordering not in ("default", "random"):

@@ -21,6 +21,7 @@ from seqloader.errors import DataError, OptionError
 from seqloader.returnn.pre_process import probed
 from seqloader.returnn.view import ReturnnView
 from seqloader.sources.base import KeySpec, Schema
+from seqloader.validate import supported_options
 
 OWN = (
     "class",
@@ -64,9 +65,7 @@ def postprocessing(name: str, opts: dict[str, Any], convert: Callable[..., Any])
     seqloader.errors.OptionError: train dataset (PostprocessingDataset): map_seq_stream print is not supported: ...
     """
     where = f"{name} dataset (PostprocessingDataset)"
-    unknown = sorted(set(opts) - set(OWN))
-    if unknown:
-        raise OptionError(f"{where}: option(s) {unknown} not supported; supported: {sorted(OWN)}")
+    supported_options(where, opts, OWN)
     stream = opts.get("map_seq_stream")
     if stream is not None:
         raise OptionError(f"{where}: map_seq_stream {_name(stream)} is not supported: {STREAM}")
