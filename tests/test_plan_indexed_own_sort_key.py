@@ -35,13 +35,15 @@ SETTINGS = {
     "mix": {"mix": {"a": 0.5, "b": 2}},
     "mix chunked": {"mix": {"a": 1.5, "b": 1}, "chunking": "6:4"},
     "mix over files": {"distribution": "files", "mix": {"a": 0.5, "b": 2}},
-    "mix over files chunked": {
-        "distribution": "files",
-        "mix": {"a": 1.5, "b": 1},
-        "chunking": "6:4",
-    },
-}
+    "mix over files chunked": {"distribution": "files", "mix": {"a": 1.5, "b": 1},
+                               "chunking": "6:4"},
+    # epoch_wise_filter keeps the shortest by the key (global planning's filter), any cut order
+    "filtered": {"epoch_wise_filter": {(1, 2): {"max_mean_len": 7}}},
+    "filtered chunked": {"epoch_wise_filter": {(2, 2): {"max_mean_len": 6}}, "chunking": "6:4"},
+}  # fmt: skip
 ORDERINGS = ["sorted", "sorted_reverse", "sort_bin_shuffle:.4", "sort_bin_shuffle_x2:.4"]
+#: the orders global planning's plans are compared with (sorted kinds; filtered: every fixed one)
+COMPARED = ["sorted", "sorted_reverse", "default", "reverse"]
 
 
 @st.composite
@@ -57,7 +59,13 @@ def cases(draw: st.DrawFn, settings_: tuple[str, ...] = tuple(SETTINGS)) -> dict
     key = rng.integers(0, draw(st.integers(1, 6)), n)
     setting = SETTINGS[draw(st.sampled_from(settings_))]
     options = PlanOptions(
-        ordering=draw(st.sampled_from(ORDERINGS)),
+        ordering=draw(
+            st.sampled_from(
+                ORDERINGS
+                if "epoch_wise_filter" not in setting
+                else [*ORDERINGS, "random:2", "default"]
+            )
+        ),
         max_seqs=draw(st.sampled_from([None, 3])),
         max_frames=draw(st.sampled_from([40, 70])),
         partition_epoch=draw(st.integers(1, 2)),
@@ -107,13 +115,19 @@ def test_every_contract_holds_and_the_order_is_the_keys(case: dict) -> None:
     )
 
 
-@settings(max_examples=10, deadline=None)
-@given(cases(("chunked", "files", "files chunked")), st.sampled_from(["sorted", "sorted_reverse"]))
+@settings(max_examples=12, deadline=None)
+@given(
+    cases(("chunked", "files", "files chunked", "filtered", "filtered chunked")),
+    st.sampled_from(COMPARED),
+)
 def test_global_plannings_plans_where_it_plans_them(case: dict, ordering: str) -> None:
-    """Chunked under ``shard`` and over ``files`` global planning sorts by the key: the same
-    plans, chunk for chunk (over files on every world size; sharded on one rank and with
-    ``pad``, as ``split`` re-cuts a short last round differently, as without a key)."""
+    """Chunked under ``shard``, over ``files`` and with ``epoch_wise_filter`` global planning
+    sorts (and filters) by the key: the same plans, chunk for chunk, and the same counts in the
+    epoch's report (over files on every world size; sharded on one rank and with ``pad``, as
+    ``split`` re-cuts a short last round differently, as without a key)."""
     inputs: PlanInputs = case["inputs"]
+    if inputs.options.epoch_wise_filter is None and ordering not in ORDERINGS:
+        ordering = "sorted"  # default/reverse sort nothing: the key is read by the filter only
     options = replace(inputs.options, ordering=ordering)
     planner = IndexedPlanner(replace(inputs, options=replace(options, planning="indexed")))
     reference = Planner(replace(inputs, options=replace(options, planning="global")))
@@ -125,6 +139,7 @@ def test_global_plannings_plans_where_it_plans_them(case: dict, ordering: str) -
             if files and len(inputs.files) - 1 < options.partition_epoch * world:
                 continue  # too few files: refused by both
             got, want = planner.global_plan(epoch, world), reference.global_plan(epoch, world)
+            assert planner.filtered(epoch) == reference.filtered(epoch)
             a, b = got.batches, want.batches
             np.testing.assert_array_equal(a.seqs, b.seqs)
             np.testing.assert_array_equal(a.bounds, b.bounds)
@@ -153,7 +168,7 @@ def test_chunked_plans_expand_the_unchunked_order(case: dict) -> None:
             np.testing.assert_array_equal(got.seqs[first], want.seqs)
 
 
-#: new plans (no digest of an earlier one changes): the key with chunking, files and a mix
+#: new plans (no digest of an earlier one changes): the key with chunking, files, a mix, a filter
 OWN_KEY_CASES: dict[str, dict] = {
     "sorted_reverse own key chunked 60:30 W3 pad": {
         "options": {"ordering": "sorted_reverse", "max_frames": 1500, "chunking": "60:30",
@@ -178,8 +193,16 @@ OWN_KEY_CASES: dict[str, dict] = {
         "files": [0, *range(12, 121, 12), *range(130, 251, 12), *range(262, 301, 12), 300],
         "own_sort_key": True, "world": 2,
     },
+    "reverse own key filtered partition 2 W2 pad": {
+        "options": {"ordering": "reverse", "max_frames": 1500, "partition_epoch": 2,
+                    "epoch_wise_filter": {(1, 2): {"max_mean_len": 15}}, "uneven": "pad"},
+        "own_sort_key": True, "world": 2,
+    },
 }  # fmt: skip
 OWN_KEY_GOLDEN = {
+    "reverse own key filtered partition 2 W2 pad": (
+        "51051af314f8c366f9f76e803b671157ac992da59838ab21cae91e35019d9db4"
+    ),
     "sorted_reverse own key chunked 60:30 W3 pad": (
         "c6f69302a890a141e74a968e2aac5437cb2037ea2b4fb0105ed2a8d64a80b1bf"
     ),

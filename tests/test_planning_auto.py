@@ -200,9 +200,9 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
             files = np.array([0, 3, 6]) if extra.get("distribution") else None
             options = replace(own_key.options, **extra)
             assert resolved_for(replace(own_key, options=options, files=files)) == "indexed"
-        # ... but not with epoch_wise_filter (global's filter keeps the shortest by the key)
+        # ... and with epoch_wise_filter (which keeps the shortest by the key, as global's)
         filtered = replace(own_key.options, epoch_wise_filter={(1, 1): {"max_mean_len": 4}})
-        assert resolved_for(replace(own_key, options=filtered)) == "global"
+        assert resolved_for(replace(own_key, options=filtered)) == "indexed"
     assert resolved_for(PlanInputs(lengths, sorted_auto)) == "indexed"
     # chunking that leaves the length key unchunked
     chunked = replace(auto, chunking={"classes": (2, 1)}, length_key="data")

@@ -77,16 +77,6 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
     if inputs.variants is not None:
         what, fix = VARIANTS_REFUSED
         refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
-    ordering = inputs.options.ordering
-    kind = inputs.options.parsed_ordering.kind
-    cut_order = kind in FIXED_KINDS or kind in DRAWN_KINDS
-    if inputs.order_lengths is not None and inputs.options.epoch_wise_filter and cut_order:
-        raise OptionError(
-            f"planning='indexed' with ordering={ordering!r} and epoch_wise_filter: the source"
-            f"{' ' + inputs.origin if inputs.origin else ''} declares its own sort key "
-            "(order_lengths), which global planning's filter keeps the shortest by; indexed "
-            "planning filters by the length key. Use planning='global' for it"
-        )
     if inputs.pools is not None or inputs.orders is not None:
         raise OptionError(
             "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
@@ -109,7 +99,34 @@ def own_sort_key(inputs: PlanInputs) -> np.ndarray | None:
     ([1, 2], None)
     """
     kind = inputs.options.parsed_ordering.kind
-    if inputs.order_lengths is None or kind not in ("sorted", "sorted_reverse", *SORT_BIN_KINDS):
+    if kind not in ("sorted", "sorted_reverse", *SORT_BIN_KINDS):
+        return None
+    return _given_key(inputs)
+
+
+def filter_key(inputs: PlanInputs) -> np.ndarray | None:
+    """The source's own sort key where ``epoch_wise_filter`` filters a fixed or drawn order's
+    sub-epoch (``IndexedPlanner._filtered_part``): global planning's filter keeps the shortest
+    by it (RETURNN's ``mean_len_selection`` over ``order_lengths``), whatever the ordering; None
+    otherwise (the length key). The bucketed orders filter their buckets by the length key.
+
+    >>> from seqloader.plan.options import PlanOptions
+    >>> wise = PlanOptions(ordering="random", epoch_wise_filter={(1, 1): {"max_mean_len": 4}})
+    >>> given = PlanInputs({"data": np.array([5, 3])}, wise, order_lengths=np.array([1, 2]))
+    >>> filter_key(given).tolist(), filter_key(dataclasses.replace(given, options=PlanOptions()))
+    ([1, 2], None)
+    """
+    o = inputs.options
+    kind = o.parsed_ordering.kind
+    if not o.epoch_wise_filter or not (kind in FIXED_KINDS or kind in DRAWN_KINDS):
+        return None
+    return _given_key(inputs)
+
+
+def _given_key(inputs: PlanInputs) -> np.ndarray | None:
+    """``inputs.order_lengths`` as an integer view (copied only if not integer), its length
+    checked; None where the source gives none."""
+    if inputs.order_lengths is None:
         return None
     key = np.asarray(inputs.order_lengths)
     if not np.issubdtype(key.dtype, np.integer):
@@ -234,6 +251,11 @@ class AdmittedCorpus:
         self.sort_key = own_sort_key(inputs)
         if self.sort_key is not None:
             self.extra += b"order_lengths" + sort_key_digest(self.sort_key).encode()
+        #: what epoch_wise_filter keeps the shortest by in a fixed or drawn order's sub-epoch
+        #: (``filter_key``; None: the length key)
+        self.filter_key = filter_key(inputs)
+        if self.filter_key is not None and self.sort_key is None:  # default, reverse, random
+            self.extra += b"filter_lengths" + sort_key_digest(self.filter_key).encode()
         self.files = distributed_files(options.distribution, inputs.files, len(main), origin)
         if self.files is not None:
             self.extra += b"files" + self.files.tobytes()

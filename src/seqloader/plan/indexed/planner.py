@@ -368,8 +368,9 @@ class IndexedPlanner:
         order, lo, hi = self._cut_order(ep)
         seqs = order(np.arange(lo, hi, dtype=np.int64))
         reasons: dict[str, int] = {}
+        by = self.lengths if self.corpus.filter_key is None else self.corpus.filter_key
         for mean in epoch_filters(self.options.epoch_wise_filter, ep.epoch):  # type: ignore[arg-type]
-            keep = mean_len_selection(seqs, self.lengths, mean)
+            keep = mean_len_selection(seqs, by, mean)
             if dropped := len(seqs) - int(np.count_nonzero(keep)):
                 reasons[f"epoch_wise_filter max_mean_len={mean:g} (epoch {ep.epoch})"] = dropped
             seqs = seqs[keep]
