@@ -29,6 +29,9 @@ SMALL = 16
 _TABLE = 4
 #: from this many positions on, ``evaluate_many`` runs a bijection alone (no per-position keys)
 BIG = 1 << 12
+#: positions still outside after a cycle-walking pass by tables that walk on Python ints (a
+#: pass costs about what a few positions' walks do; the last few need as many passes as the rest)
+TAIL = 4
 
 
 @lru_cache(maxsize=4096)
@@ -142,6 +145,8 @@ class Bijection:
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         """The images of ``x`` (ints in ``[0, m)``, any shape) -> uint64, same shape."""
+        if self._tables is not None or np.size(x) >= _TABLE * (1 << self._half):
+            return self._walk_by_table(np.asarray(x, dtype=np.int64))
         x = np.asarray(x, dtype=np.uint64)
         if x.size <= SMALL:
             return np.array([self.one(v) for v in x.ravel().tolist()], np.uint64).reshape(x.shape)
@@ -151,6 +156,23 @@ class Bijection:
             y[outside] = self._encrypt(y[outside])
             outside = outside[y[outside] >= self.m]
         return y
+
+    def _walk_by_table(self, x: np.ndarray) -> np.ndarray:
+        """``__call__`` by the round tables (made by the first large call, then used by every
+        call: a cycle-walking pass over the few positions still outside costs a dozen array
+        operations, not fifty), on int64 (``intp``: the tables' index type, no conversions);
+        the last ``TAIL`` positions still outside walk on Python ints (``one``, from where they
+        are: the walk goes on by encrypting)."""
+        tables = self._round_tables()
+        y = _by_tables(x.ravel(), self._half, tables)
+        outside = np.flatnonzero(y >= self.m)
+        while len(outside) > TAIL:  # the domain is < 4m: most positions land within a pass or two
+            z = _by_tables(y[outside], self._half, tables)
+            y[outside] = z
+            outside = outside[z >= self.m]
+        if len(outside):
+            y[outside] = [self.one(v) for v in y[outside].tolist()]
+        return y.view(np.uint64).reshape(np.shape(x))
 
     def one(self, v: int) -> int:
         """The image of the position ``v`` alone, on Python ints (bit for bit ``__call__``'s).
@@ -173,8 +195,6 @@ class Bijection:
                 return v
 
     def _encrypt(self, x: np.ndarray) -> np.ndarray:
-        if x.size >= _TABLE * (1 << self._half):
-            return self._encrypt_by_table(x)
         h = np.uint64(self._half)
         left, right = x >> h, x & self._mask
         for key in self._keys:
@@ -205,16 +225,21 @@ class Bijection:
             self._tables = tables
         return tables
 
-    def _encrypt_by_table(self, x: np.ndarray) -> np.ndarray:
-        h = np.uint64(self._half)
-        left, right = (x >> h).astype(np.intp), (x & self._mask).astype(np.intp)
-        for table in self._round_tables():
-            left ^= table[right]
-            left, right = right, left
-        out = left.astype(np.uint64)
-        out <<= h
-        out |= right.astype(np.uint64)
-        return out
+
+def _by_tables(x: np.ndarray, half: int, tables: list[np.ndarray]) -> np.ndarray:
+    """One encryption of ``x`` (int64, ``0 <= x < 4**half``) by the round tables -> int64 (a new
+    array): ``Bijection._encrypt``'s bits, each round one gather into a reused buffer and an
+    xor in place."""
+    left = x >> half
+    right = x & ((1 << half) - 1)
+    f = np.empty_like(left)
+    for table in tables:
+        np.take(table, right, out=f, mode="clip")  # in range (masked): no bounds checks
+        left ^= f
+        left, right = right, left
+    left <<= half
+    left |= right
+    return left
 
 
 def evaluate_many(
