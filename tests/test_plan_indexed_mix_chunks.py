@@ -101,7 +101,10 @@ def test_the_draw_by_bucket_runs_gives_the_generic_draws_slots(case: dict, rnd) 
     """``MixChunkDraw.slots`` (a run of one bucket: its bijection alone, its cells found by
     ``CellFinder``; scattered buckets: grouped as ``MemberDraw.positions`` does) gives the slots
     of the generic composition, bit for bit: ``MemberDraw.positions`` -> ``ChunkBuckets.locate``
-    -> the class's ``j``-th listed slot. So planning's faster path plans what it planned."""
+    -> the class's ``j``-th listed slot. So planning's faster path plans what it planned. Its
+    ``sort_keys`` (what ``SortedWindows`` sorts a window by, from the cells, before any slot is
+    drawn) are the drawn chunks' window lengths (``ChunkWindows``), and its slots of any subset
+    of the positions those of ``slots``."""
     try:
         indexed = planner(case)
     except OptionError:
@@ -124,6 +127,12 @@ def test_the_draw_by_bucket_runs_gives_the_generic_draws_slots(case: dict, rnd) 
         slot = draw.listed.starts[g] + j
         np.testing.assert_array_equal(codes, draw.listed.seqs[slot] * draw.units.stride + chunk)
         np.testing.assert_array_equal(uses, draw.listed.uses[slot])
+        lengths, take = draw.sort_keys(b_at, p_at)
+        np.testing.assert_array_equal(lengths, indexed.planned.lengths[codes])
+        some = np.array(sorted(rnd.sample(range(len(codes)), len(codes) // 2)), np.int64)
+        got_codes, got_uses = take(some)
+        np.testing.assert_array_equal(got_codes, codes[some])
+        np.testing.assert_array_equal(got_uses, uses[some])
 
 
 @settings(max_examples=30, deadline=None)

@@ -39,7 +39,7 @@ from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.chunks import ChunkBuckets
 from seqloader.plan.indexed.mix import IndexedMix
 from seqloader.plan.indexed.mix_cuts import part_slots
-from seqloader.plan.indexed.plan import MemberDraw
+from seqloader.plan.indexed.plan import MemberDraw, Take
 from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.seeding import PURPOSE_INDEXED_MEMBERS
 
@@ -111,6 +111,8 @@ class MixChunkDraw(MemberDraw):
         self._width, self._lo, self._end = units.cell_width, units.cell_lo, units.cell_end
         self._base = units.cell_end - units.planned[g] * units.cell_width
         self._first = listed.starts[g]
+        lengths = np.asarray(units.classes.longest, dtype=np.int64)[g]
+        self._window = np.minimum(units.size, lengths - units.cell_lo * units.step)  # [C]
         self._cells = np.searchsorted(  # [N + 1] each bucket's first cell
             units.cell_buckets(), np.arange(len(units.counts) + 1), side="left"
         )
@@ -119,10 +121,32 @@ class MixChunkDraw(MemberDraw):
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
         if not len(pos):
             return np.zeros(0, np.int64), np.zeros(0, dtype=USES_DTYPE)
+        return self._slots_at(*self._cells_at(bucket, pos))
+
+    def sort_keys(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, Take]:
+        """(the window length of the chunks at (bucket, pos): their cells', no slot drawn, a
+        function: indices into them -> their slots): ``SortedWindows`` sorts a window of
+        batches by the lengths and draws the slots of only the positions a rank asked for, a
+        ``1 / W`` of the window (the lengths are ``ChunkWindows``': a cell's chunks are
+        its class's windows ``lo, lo + 1, ..``, each ``min(size, length - c * step)`` long,
+        and a cell of more than one chunk holds only full windows)."""
+        if not len(pos):
+            at = cell = np.zeros(0, np.int64)
+        else:
+            at, cell = self._cells_at(bucket, pos)
+
+        def take(i: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            return self._slots_at(at[i], cell[i])
+
+        return self._window[cell], take
+
+    def _cells_at(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position in the cells' list, cell) of each (bucket, position) -> int64 each."""
         bucket = np.asarray(bucket, dtype=np.int64)
         edges = np.flatnonzero(bucket[1:] != bucket[:-1]) + 1
         if len(edges) > len(pos) // 64:  # scattered buckets: as the members' draw groups them
-            return self._slots_at(self.positions(bucket, pos))
+            at = self.positions(bucket, pos)
+            return at, np.searchsorted(self._end, at, side="right")
         bounds = [0, *edges.tolist(), len(pos)]
         at = np.empty(len(pos), dtype=np.int64)
         cell = np.empty(len(pos), dtype=np.int64)
@@ -132,7 +156,7 @@ class MixChunkDraw(MemberDraw):
             here[:] = self.bijection(b)(pos[a:e])
             here += self.starts[b]
             cell[a:e] = self._cells_of(b).find(here)
-        return self._slots_at(at, cell)
+        return at, cell
 
     def _cells_of(self, b: int) -> CellFinder:
         """Bucket ``b``'s cells' finder (made once per draw)."""
@@ -142,13 +166,8 @@ class MixChunkDraw(MemberDraw):
             found = self._finders[b] = CellFinder(self._end[c0:c1], int(self.starts[b]), c0)
         return found
 
-    def _slots_at(
-        self, at: np.ndarray, cell: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The slots at positions ``at`` of the cells' list (``cell``: their cells, None:
-        searched)."""
-        if cell is None:
-            cell = np.searchsorted(self._end, at, side="right")
+    def _slots_at(self, at: np.ndarray, cell: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The slots at positions ``at`` of the cells' list, in cells ``cell``."""
         j, c = np.divmod(at - self._base[cell], self._width[cell])
         slot = self._first[cell] + j
         c += self._lo[cell]

@@ -53,6 +53,39 @@ class Draw(Protocol):
         ...
 
 
+#: indices into the positions a ``Keyed`` was made for -> their slots (``Draw.slots``' pair)
+Take = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray | None]]
+
+
+class Keyed(Protocol):
+    """A ``Draw`` that knows its slots' lengths before their slots (``sort_keys``): a
+    ``SortedWindows`` sorts a window of batches by them and draws the slots of only the
+    positions it was asked for (``MixChunkDraw``: a chunk's window is its cell's)."""
+
+    def sort_keys(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, Take] | None:
+        """(the lengths ``SortedWindows`` sorts by at (bucket, pos), the slots of some of
+        them), or None: this draw's slots are drawn first (``slots``)."""
+        ...
+
+
+def keyed_slots(
+    draw: Draw, lengths: np.ndarray | ChunkWindows, bucket: np.ndarray, pos: np.ndarray
+) -> tuple[np.ndarray, Take]:
+    """(the lengths of the slots at (bucket, pos), a function: indices into them -> their
+    slots): the draw's own ``sort_keys`` where it has them, else its slots drawn and their
+    ``lengths`` looked up. Both give the same lengths and slots (``sort_keys`` is a shortcut)."""
+    own = getattr(draw, "sort_keys", None)
+    keyed = own(bucket, pos) if own is not None else None
+    if keyed is not None:
+        return keyed
+    seqs, uses = draw.slots(bucket, pos)
+
+    def take(i: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        return seqs[i], None if uses is None else uses[i]
+
+    return np.asarray(lengths[seqs]), take
+
+
 class MemberDraw:
     """Sequence index at position ``p`` of bucket ``b``'s sub-epoch list: ``members[starts[b] +
     pi_b(offset[b] + p)]``, ``pi_b`` a keyed permutation of the bucket's full-epoch list."""
@@ -156,12 +189,11 @@ class SortedWindows:
     ) -> tuple[np.ndarray, np.ndarray | None]:
         """Windows (bucket ``ub``, positions ``[lo, hi)``) drawn and sorted by length -> the
         slots at ``pos`` of window ``k`` each."""
-        seqs, uses = self.draw.slots(np.repeat(ub, hi - lo), ranges(lo, hi))
+        lengths, take = keyed_slots(self.draw, self.lengths, np.repeat(ub, hi - lo), ranges(lo, hi))
         window_of = np.repeat(np.arange(len(ub), dtype=np.int64), hi - lo)
-        order = argsort_by(np.asarray(self.lengths[seqs]), window_of)
+        order = argsort_by(lengths, window_of)
         begin = np.cumsum(hi - lo) - (hi - lo)  # [U] each window's first in the drawn list
-        at = order[begin[k] + pos - lo[k]]
-        return seqs[at], None if uses is None else uses[at]
+        return take(order[begin[k] + pos - lo[k]])
 
 
 def _windows_of(key: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
@@ -189,9 +221,18 @@ class RunDraw:
         self.begin = self.ends - counts  # [N] its first position
 
     def slots(self, run: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        return self.draw.slots(*self._located(run, pos))
+
+    def sort_keys(self, run: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, Take] | None:
+        """The inner draw's ``sort_keys`` (``Keyed``), None where it has none."""
+        own = getattr(self.draw, "sort_keys", None)
+        return own(*self._located(run, pos)) if own is not None else None
+
+    def _located(self, run: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(bucket, position in its list) of position ``pos`` of run ``run``."""
         at = self.starts[run] + pos
         bucket = np.searchsorted(self.ends, at, side="right").astype(np.int64)
-        return self.draw.slots(bucket, at - self.begin[bucket])
+        return bucket, at - self.begin[bucket]
 
 
 def ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
