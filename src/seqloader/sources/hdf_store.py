@@ -20,6 +20,7 @@ the warnings the files gave, so a mapped open says what a first open said.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import warnings
@@ -50,6 +51,7 @@ from seqloader.sources.hdf_layout import (
     describe_file,
 )
 from seqloader.sources.node_cache import about, cache_dir
+from seqloader.sources.read_ahead import read_ahead
 from seqloader.sources.repeats import Repeats
 
 #: the columns and meta below; a change of them changes it (2: ``tags.hashes`` added, 3:
@@ -250,44 +252,51 @@ def _streamed(
 ) -> Built:
     """The store's columns as chunks read from the files while the store is written (the tags,
     then each key's lengths and row offsets, in ``fingerprint_of``'s order, hashed on the way):
-    a block of rows in memory at a time. The tags' offsets have ``n + 1`` rows known ahead, so
-    the writer keeps their place and they are written as each block of tag bytes is read
-    (``FilledColumn``). Each block's tag hashes (``PackedTags.hashes``) go to ``Repeats`` (cut by
-    their top bits as they come), whose repeated values follow the tag bytes: the tags are read
-    and hashed once, and the duplicate-tag screen's sort is done in cache-sized parts."""
+    a block of rows in memory at a time, the next block of tags read in a thread meanwhile
+    (``read_ahead``). The tags' offsets (``n + 1`` rows) and each key's row offsets (``n + F``)
+    are of a size known ahead, so the writer keeps their place and they are written as each
+    block of tag bytes, or of lengths, is read (``FilledColumn``): ``seqLengths`` is read once
+    per key. Each block's tag hashes (``PackedTags.hashes``) go to ``Repeats`` (cut by
+    their top bits as they come; in the reading thread, beside the fingerprint's SHA-256 and the
+    writes), whose repeated values follow the tag bytes: the tags are read and hashed once, and
+    the duplicate-tag screen's sort is done in cache-sized parts."""
     h = hashlib.sha256(str(int(bounds[-1])).encode())
     n = int(bounds[-1])
     offsets = FilledColumn(np.int64, n + 1)
     repeats = Repeats(expected=n)
 
+    def hashed() -> Iterator[PackedTags]:
+        """The tag blocks, each one's hashes added to ``repeats`` (in the reading thread: only
+        it adds, and ``finish`` comes after the last block was taken)."""
+        for block in itertools.chain.from_iterable(scan.tag_blocks() for scan in scans):
+            repeats.add(block.hashes())
+            yield block
+
     def tag_bytes() -> Iterator[np.ndarray]:
         total = 0
         offsets.write(np.zeros(1, dtype=np.int64))
-        for scan in scans:
-            for block in scan.tag_blocks():
-                data, starts = block.buffers()
-                hash_packed(h, data, starts)
-                repeats.add(block.hashes())
-                offsets.write(starts[1:] + total)
-                total += len(data)
-                yield data
+        for block in read_ahead(hashed()):  # the next block read while this one is written
+            data, starts = block.buffers()
+            hash_packed(h, data, starts)
+            offsets.write(starts[1:] + total)
+            total += len(data)
+            yield data
 
-    def lengths_of(key: str, dtype: np.dtype) -> Iterator[np.ndarray]:
+    def lengths_of(key: str, dtype: np.dtype, starts: FilledColumn) -> Iterator[np.ndarray]:
+        """``key``'s lengths; its row offsets (each file's from 0, ``n_f + 1`` of them) written
+        to ``starts`` from the same blocks: ``seqLengths`` read once per key."""
         h.update(f"{key}:{schema[key].describe()}".encode())
         for scan in scans:
-            for block in scan.length_blocks(key):
-                h.update(np.ascontiguousarray(block, dtype=np.int64).tobytes())
-                yield block.astype(dtype, copy=False)
-
-    def starts_of(key: str) -> Iterator[np.ndarray]:
-        for scan in scans:  # each file's offsets from 0, n_f + 1 of them
             total = 0
-            yield np.zeros(1, dtype=np.int64)
+            starts.write(np.zeros(1, dtype=np.int64))
             for block in scan.length_blocks(key):
-                out = np.cumsum(block, dtype=np.int64)
+                wide = np.asarray(block, dtype=np.int64)
+                h.update(np.ascontiguousarray(wide).data)
+                out = np.cumsum(wide)
                 out += total
                 total = int(out[-1]) if len(out) else total
-                yield out
+                starts.write(out)
+                yield block.astype(dtype, copy=False)
 
     columns: dict[str, Column] = {"bounds": bounds}
     columns["tags.offsets"] = offsets
@@ -297,8 +306,9 @@ def _streamed(
     for key in sorted(schema):  # fingerprint_of hashes the keys in sorted order
         longest = max((scan.longest[key] for scan in scans), default=0)
         dtype = narrow_lengths(np.array([0, longest])).dtype
-        columns[f"len.{key}"] = ChunkedColumn(dtype, (), lengths_of(key, dtype))
-        columns[f"start.{key}"] = ChunkedColumn(np.int64, (), starts_of(key))
+        starts = FilledColumn(np.int64, n + len(scans))  # reserved before the lengths
+        columns[f"start.{key}"] = starts
+        columns[f"len.{key}"] = ChunkedColumn(dtype, (), lengths_of(key, dtype, starts))
 
     def finished() -> dict[str, Any]:
         h.update(b"hdf")

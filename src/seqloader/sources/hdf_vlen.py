@@ -10,9 +10,9 @@ objects, each a 16-byte header (uint16 index, uint16 reference count, 4 reserved
 size) and its bytes padded to 8. ``VlenStrings`` reads a block of references and the collections
 they name with ``pread`` (no mapping: nothing of the file stays counted as this process's
 memory), places every referenced object by the sizes of the objects before it in its collection
-(a table per block: index -> byte count, summed along), and checks each placed object's header
-(its index and size) before using a byte of it; a collection whose objects the block does not all
-name (it spans two blocks) is walked header by header. The strings are then cut out of the
+(one running sum over the block's rows, shifted per run of consecutive objects), and checks each
+placed object's header (its index and size) before using a byte of it; a collection whose objects
+the block does not all name (it spans two blocks) is walked header by header. The strings are then cut out of the
 collections in runs of adjacent objects.
 
 Anything else (a chunked or filtered dataset, a file with other address sizes, an object whose
@@ -34,9 +34,6 @@ from seqloader.sources.hdf_here import values_here
 ENTRY = np.dtype([("len", "<u4"), ("addr", "<u8"), ("idx", "<u4")])
 GCOL = b"GCOL\x01"
 HEADER = 16  # bytes of a collection's header, and of an object's
-#: the largest (collections x object indices) table a block may place objects with; beyond it
-#: (many collections of many small objects) the block is read through h5py
-TABLE_CELLS = 1 << 25
 #: the most heap bytes read per referenced string byte (a heap of mostly other data is read
 #: through h5py instead)
 SPARSE = 8
@@ -119,10 +116,10 @@ class VlenStrings:
         if not len(rows):
             return np.zeros(0, np.uint8), offsets
         if len(rows) == len(lengths):  # no empty string (the usual case): no gather
-            size, addr, index = lengths, e["addr"].astype(np.int64), e["idx"].astype(np.int64)
+            size, addr, index = lengths, e["addr"].astype(np.int64), e["idx"].astype(np.uint64)
         else:
             size, addr, index = lengths[rows], e["addr"][rows].astype(np.int64), e["idx"][rows]
-            index = index.astype(np.int64)
+            index = index.astype(np.uint64)
         addr += self._base
         heap = self._collections(addr, int(offsets[-1]))
         if heap is None:
@@ -175,23 +172,45 @@ def _place(
 ) -> np.ndarray | None:
     """Where each row's object header lies in ``buf``: 16 bytes after its collection's start plus
     the padded objects of lower index named in the block; checked against the headers (index and
-    size), and found by walking the collection where that fails. None: not found."""
-    width = int(index.max()) + 1
-    if width * len(starts) > TABLE_CELLS or int(index.min()) < 1:
+    size), and found by walking the collection where that fails. None: not found.
+
+    Rows come in runs naming objects ``i, i + 1, ..`` of one collection (HDF5 writes a slice's
+    objects in order, cutting them into collections as they fill); a run's objects follow each
+    other, and a run starts after the runs of its collection with lower indices. So the positions
+    are one running sum of the objects' sizes plus each run's shift, from a sort of the runs
+    (about a thousand per block), not of the rows."""
+    n = len(index)
+    if int(index.min()) < 1:
         return None
     own = HEADER + ((size + 7) & ~7)  # each object's bytes with its header and padding
-    cell = which * width + index
-    step = np.zeros((len(starts), width), dtype=np.int64)
-    step.reshape(-1)[cell] = own
-    np.cumsum(step, axis=1, out=step)
-    at = starts[which] + HEADER + step.reshape(-1)[cell] - own
+    cut = np.empty(n, dtype=bool)
+    cut[0] = True
+    np.not_equal(which[1:], which[:-1], out=cut[1:])
+    cut[1:] |= index[1:] != index[:-1] + np.uint64(1)
+    first = np.flatnonzero(cut)
+    rows = np.diff(np.append(first, n))  # each run's rows
+    before = np.zeros(n + 1, dtype=np.int64)  # the block's object bytes before each row
+    np.cumsum(own, out=before[1:])
+    bytes_of = np.diff(before[np.append(first, n)])
+    collection = which[first]
+    order = np.lexsort((index[first], collection))  # the runs by collection, then first index
+    ordered = bytes_of[order]
+    lower = np.cumsum(ordered) - ordered  # bytes of the runs before, in that order ...
+    grouped = collection[order]
+    group = np.flatnonzero(np.concatenate([[True], grouped[1:] != grouped[:-1]]))
+    lower -= np.repeat(lower[group], np.diff(np.append(group, len(order))))  # ... of its own
+    shift = np.empty(len(first), dtype=np.int64)
+    shift[order] = starts[grouped] + HEADER + lower
+    shift -= before[first]
+    at = np.repeat(shift, rows)
+    at += before[:-1]
     words = buf[: len(buf) // 8 * 8].view("<u8")
     bad = _unchecked(words, at, index, size)
     if len(bad):
         for c in np.unique(which[bad]).tolist():
             table = _walk(buf, int(starts[c]))
-            rows = bad[which[bad] == c]
-            at[rows] = [table.get(i, -1) for i in index[rows].tolist()]
+            picked = bad[which[bad] == c]
+            at[picked] = [table.get(i, -1) for i in index[picked].tolist()]
         if (at[bad] < 0).any() or len(_unchecked(words, at[bad], index[bad], size[bad])):
             return None
     ends = np.r_[starts[1:], len(buf) - 8]
@@ -203,14 +222,23 @@ def _place(
 def _unchecked(
     words: np.ndarray, at: np.ndarray, index: np.ndarray, size: np.ndarray
 ) -> np.ndarray:
-    """The rows whose object header at ``at`` is not (index, size)."""
-    inside = (at >= 0) & (at + HEADER <= len(words) * 8)
-    w = np.where(inside, at, 0) // 8
+    """The rows whose object header at ``at`` (8-aligned) is not (index, size); ``index`` uint64,
+    ``size`` int64."""
+    if not len(at):
+        return np.zeros(0, dtype=np.int64)
+    if int(at.min()) >= 0 and int(at.max()) + HEADER <= len(words) * 8:
+        w = at >> 3
+        inside = None
+    else:  # some position outside the buffer: those rows fail
+        inside = (at >= 0) & (at + HEADER <= len(words) * 8)
+        w = np.where(inside, at, 0) >> 3
     head = words[w]
     head &= np.uint64(0xFFFF)
-    ok = head == index.astype(np.uint64)
-    ok &= inside
-    ok &= words[w + 1] == size.astype(np.uint64)
+    ok = head == index
+    w += 1
+    ok &= words[w] == size.view(np.uint64)
+    if inside is not None:
+        ok &= inside
     return np.flatnonzero(~ok)
 
 
