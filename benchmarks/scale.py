@@ -26,8 +26,11 @@ loop waits for its plan), and an *elastic resume* (a state saved half-way throug
 ranks loaded by 768, until this rank holds its rest of the epoch, constructing the planner
 included: a new planner, nothing kept from the first run) as a ratio to the fresh start of the
 same code; with ``files`` the full checks also walk the resumed epoch (what the 1,024 ranks
-consumed and every one of the 768 ranks' rest: exactly once, equal steps). ``--base-planning
-indexed`` runs ``--base-src`` with indexed planning (before/after of its own changes).
+consumed and every one of the 768 ranks' rest: exactly once, equal steps). Beside the fresh
+start's and the elastic resume's wall times, the child's CPU time over the same stretches
+(``total_cpu_s``, ``elastic_cpu_s``, ``elastic_cpu_over_fresh``): on a shared machine under load
+the wall times move with what else runs, the CPU times far less. ``--base-planning indexed``
+runs ``--base-src`` with indexed planning (before/after of its own changes).
 
 The child checks, vectorised and never holding the whole epoch at once (chunks of the global
 batch list, or rank after rank), what the contracts need: this rank's batches within the limits;
@@ -160,12 +163,12 @@ def child(config: dict) -> dict:
         return Planner({"data": lengths}, options, files=files)
 
     with PrivateMemory() as memory:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         planner = make()
         t1 = time.perf_counter()
         plan = planner.global_plan(1, WORLD)
         share, steps = plan.rank_share(RANK), plan.steps
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
     # vectorised checks of this rank's share: limits and steps
     sizes = np.diff(share.bounds)
     ok = bool(len(sizes) == steps and sizes.min() >= 1 and sizes.max() <= LIMITS["max_seqs"])
@@ -181,10 +184,10 @@ def child(config: dict) -> dict:
     ok = ok and whole["ok"]
     del plan
     boundary = epoch_boundary(planner) if config.get("boundary") else None
-    elastic = None
+    elastic = elastic_cpu = None
     if config.get("elastic"):
         try:
-            elastic, rest, position = elastic_resume(planner, make)
+            elastic, elastic_cpu, rest, position = elastic_resume(planner, make)
             if config.get("checks", "full") == "full" and config["distribution"] == "files":
                 whole["elastic_checks_ok"] = check_files_elastic(make(), rest, position, lengths)
                 ok = ok and whole["elastic_checks_ok"]
@@ -195,6 +198,8 @@ def child(config: dict) -> dict:
     return {
         "boundary_s": boundary,
         "elastic_s": elastic,
+        "elastic_cpu_s": elastic_cpu,
+        "total_cpu_s": c2 - c0,
         "construct_s": t1 - t0,
         "plan_s": t2 - t1,
         "total_s": t2 - t0,
@@ -289,11 +294,11 @@ def epoch_boundary(planner: object) -> float:
     return took
 
 
-def elastic_resume(planner: object, make: object) -> tuple[float, object, object]:
+def elastic_resume(planner: object, make: object) -> tuple[float, float, object, object]:
     """Loading a state saved mid-epoch 1 (half its steps) by 1,024 ranks into a loader of 768
     ranks and beginning the epoch there, until this rank holds its rest of the epoch, the
     planner constructed anew (as a restarted job does: nothing kept from the first run) ->
-    (seconds, the resumed plan, its position)."""
+    (seconds, CPU seconds of the process, the resumed plan, its position)."""
     from seqloader.plan.state import LoaderState
 
     quiet = (
@@ -304,12 +309,12 @@ def elastic_resume(planner: object, make: object) -> tuple[float, object, object
     saver.consumed = plan.steps // 2
     saved = saver.to_dict()
     del plan, saver
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     state = LoaderState(make(), "fingerprint", ELASTIC, **quiet)  # type: ignore[operator]
     state.load(saved)
     rest, position = state.begin(1)
     rest.rank_share(RANK % ELASTIC, position.steps)
-    return time.perf_counter() - t0, rest, position
+    return time.perf_counter() - t0, time.process_time() - c0, rest, position
 
 
 def check_files_elastic(planner: object, rest: object, position: object, lengths: object) -> bool:
@@ -383,12 +388,19 @@ def code_row(args: argparse.Namespace, got: list[dict]) -> dict:
     """One code's runs of a case: medians, padding and steps, the optional measures."""
     row = summary(got, ("construct_s", "plan_s", "total_s", "private_bytes", "uss_bytes"))
     row["padding"] = got[0].get("padding")
-    for extra, on in (("boundary_s", args.boundary), ("elastic_s", args.elastic)):
+    for extra, on in (
+        ("boundary_s", args.boundary),
+        ("elastic_s", args.elastic),
+        ("elastic_cpu_s", args.elastic),
+        ("total_cpu_s", True),
+    ):
         values = [r[extra] for r in got if r.get(extra) is not None]
         if on and values:
             row[extra] = statistics.median(values)
     if args.elastic and "elastic_s" in row:  # 1,024 -> 768 against a fresh start
         row["elastic_over_fresh"] = row["elastic_s"] / row["total_s"]
+    if args.elastic and row.get("elastic_cpu_s") and row.get("total_cpu_s"):  # the same in CPU
+        row["elastic_cpu_over_fresh"] = row["elastic_cpu_s"] / row["total_cpu_s"]
     if "elastic_refused" in got[0]:
         row["elastic_refused"] = got[0]["elastic_refused"]
     if "elastic_checks_ok" in got[0]:

@@ -50,6 +50,28 @@ def test_interleave_holds_each_unit_its_batches(nb: list, key: int, small: int) 
         assert order.tolist() == interleave.interleave(np.array(nb, dtype=np.int64), key).tolist()
 
 
+@given(
+    st.lists(st.integers(1, 200), min_size=1, max_size=8),
+    st.integers(0, 2**64 - 1),
+    st.integers(0, 2**20),
+)
+@settings(max_examples=30, deadline=None)
+def test_halves_of_a_unit_do_not_depend_on_the_others_drawn_with_it(
+    counts: list, key: int, node: int
+) -> None:
+    """A unit's split of its keys in an interval (``halves``) is the same drawn alone or beside
+    others of any counts (above and below 64, one word or several): the replay draws the units of
+    many ranks at once, the order one rank's, and both must see the same bits."""
+    count = np.array(counts, dtype=np.int64)
+    base = interleave.unit_base(np.full(len(count), key, dtype=np.uint64), np.arange(len(count)))
+    where = interleave.interval_word(np.full(len(count), node, dtype=np.uint64), 7)
+    together = interleave.halves(base, where, count)
+    alone = [int(interleave.halves(base[i : i + 1], where[i : i + 1], count[i : i + 1])[0])
+             for i in range(len(count))]  # fmt: skip
+    assert together.tolist() == alone
+    assert ((together >= 0) & (together <= count)).all()
+
+
 def test_interleave_draws_every_arrangement() -> None:
     """The interleaving is a random one: over 600 keys, splitting down to single batches (and
     ordering within intervals of up to 16), each of the 60 arrangements of units (3, 2, 1 batches)

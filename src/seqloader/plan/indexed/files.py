@@ -164,6 +164,7 @@ class Segment:
         few = uneven == "drop" and world_size > 0
         self.steps = int(self.rank_batches.min() if few else self.rank_batches.max(initial=0))
         self._consumed: dict[int, np.ndarray] = {}  # the last few counts asked for
+        self._real: np.ndarray | None = None  # ``real_counts``
         by = np.argsort(ranks, kind="stable").astype(np.int32)  # rank 0's live units, rank 1's..
         ends = np.searchsorted(ranks[by], np.arange(world_size + 1), side="left")
         self._by, self._ends = by, ends
@@ -213,11 +214,20 @@ class Segment:
 
     def real_batches(self, rank: int) -> int:
         """Real batches of ``rank`` after equalising (split pieces included; drop: cut)."""
-        if self.uneven == "split":
-            return min(max(self.steps, int(self.rank_batches[rank])), int(self.rank_seqs[rank]))
-        if self.uneven == "drop":
-            return min(self.steps, int(self.rank_batches[rank]))
-        return int(self.rank_batches[rank])
+        return int(self.real_counts()[rank])
+
+    def real_counts(self) -> np.ndarray:
+        """``real_batches`` of every rank -> int64 ``[W]`` (kept: read-only)."""
+        if self._real is None:
+            nb = self.rank_batches
+            if self.uneven == "split":
+                self._real = np.minimum(np.maximum(self.steps, nb), self.rank_seqs)
+            elif self.uneven == "drop":
+                self._real = np.minimum(self.steps, nb)
+            else:
+                self._real = nb.copy()
+            self._real.flags.writeable = False
+        return self._real
 
     def listed_batches(self, rank: int) -> int:
         """``rank``'s batches before ``drop`` cuts them (split pieces included)."""
@@ -228,7 +238,7 @@ class Segment:
     @property
     def repeats(self) -> int:
         """One-sequence filler batches over all ranks."""
-        return sum(self.steps - self.real_batches(r) for r in range(self.world_size))
+        return int((self.steps - self.real_counts()).sum())
 
     def rank_units(self, rank: int) -> np.ndarray:
         """The live units of ``rank``, ascending -> int64."""
