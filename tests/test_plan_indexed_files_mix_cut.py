@@ -125,9 +125,9 @@ def test_chunked_contracts_hold_and_a_slot_continues_from_its_first_chunk_left(m
     """Chunked: each rank's pieces' slots, in the ordering, expanded into their chunks and cut
     greedily by their windows. check_plan_contracts on one full epoch (each chunk of every
     slot once, resume chains W -> W' -> W'' through JSON, equal steps, shares computed alone,
-    determinism); a resumed segment continues each slot from its first undelivered chunk
-    (a sequence holding two slots, at a rate over 1, continues each on its own); the slots
-    are the mix's selection, the unchunked plan's."""
+    determinism, 2 DataLoader workers simulated); a resumed segment continues each slot from
+    its first undelivered chunk (a sequence holding two slots, at a rate over 1, continues each
+    on its own); the slots are the mix's selection, the unchunked plan's."""
     planner: IndexedPlanner = m["make"]()
     assert planner.options.resolved_planning == "indexed"
     assert isinstance(planner.distribution, MixCutFiles) and planner.chunks is not None
@@ -136,7 +136,7 @@ def test_chunked_contracts_hold_and_a_slot_continues_from_its_first_chunk_left(m
     P = planner.options.partition_epoch
     epochs = range(1, P + 1)
     checked = check_plan_contracts(
-        m["make"], m["worlds"], m["cuts"], epochs, workers=(), each_segment=slots_continue
+        m["make"], m["worlds"], m["cuts"], epochs, workers=(2,), each_segment=slots_continue
     )
     slots = Counter((int(s), int(u)) for e in epochs for s, u in zip(*planner.sub_epoch_slots(e)))
     sel = mix.select(0)
