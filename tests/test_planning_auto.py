@@ -4,6 +4,7 @@ fingerprint and the state record, and a state of the other planning is refused b
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -20,6 +21,7 @@ from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planners import GLOBAL_ALGORITHM, make_planner, resolve_planning
 from seqloader.plan.selections import EpochSelection
+from seqloader.plan.variants import LengthVariants
 
 STATES = Path(__file__).parent / "states"
 #: the corpus and options of ``states/greedy_default_laplace.json``
@@ -190,6 +192,19 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
                 PlanInputs(lengths, replace(options, planning="indexed"), selections=selections)
             )
     assert resolved_for(PlanInputs(lengths, auto, selections=selections)) == "indexed"
+    # ... and with sort_bin_shuffle, files, a mix or chunking (the audit's list)
+    for extra in (
+        {"ordering": "sort_bin_shuffle:.2"}, {"distribution": "files"}, {"mix": {"a": 1.0}},
+        {"chunking": 2},
+    ):  # fmt: skip
+        files = np.array([0, 3, 6]) if extra.get("distribution") else None
+        given_ = PlanInputs(lengths, replace(auto, **extra), selections=selections, files=files)
+        assert resolved_for(given_) == "global"
+    # a source's length variants (speed perturbation)
+    variants = LengthVariants(
+        {"data": np.stack([lengths["data"] - 1, lengths["data"]])}, ("a", "b")
+    )
+    assert resolved_for(PlanInputs(lengths, auto, variants=variants)) == "global"
     # a sort key of the source's own with a sorted order (RETURNN's order_lengths): indexed
     # sorts by it, chunked, over files and with a mix too (test_plan_indexed_own_sort_key)
     sorted_auto = replace(auto, ordering="sorted")
@@ -293,3 +308,51 @@ def test_global_files_plans_refuse_fixed_random_seed_by_name() -> None:
         make_planner(PlanInputs(lengths, unchunked_key, files=files))
     greedy = PlanOptions(distribution="files", max_frames=40, planning="global")
     assert make_planner(lengths, greedy, files=files).global_plan(1, 2).steps > 0
+
+
+#: The audit of what ``planning="auto"`` does with every option set (docs/planning.md, "Which
+#: planning plans"): orderings x distribution (``random_seed_offset`` too) x mix x chunking x
+#: filters x batch limits, ``seeding="seqloader"`` (``partition_epoch`` and ``uneven`` change
+#: nothing of it: checked when the list was made, with the planners built and an epoch planned).
+AUDIT_GRID = {
+    "ordering": ["default", "reverse", "sorted", "random:2", "laplace:.3", "buckets:3",
+                 "sort_bin_shuffle_x2:.3"],
+    "distribution": ["shard", "random_seed_offset", "files"],
+    "mix": [None, {"a": 0.5}],
+    "chunking": [None, "4:2"],
+    "filters": [{}, {"max_seq_length": {"data": 18}, "min_seq_length": 2},
+                {"epoch_wise_filter": {(1, 1): {"max_mean_len": 8}}},
+                {"fixed_random_subset": 0.5}, {"fixed_random_seed": 3}],
+    "limits": [{"max_frames": 60}, {"max_frames": {"data": 60}},
+               {"max_frames": 60, "batch_cost": "packed"},
+               {"max_frames": 6000, "batch_cost": "quadratic:20"},
+               {"max_frames": 60, "max_packed_frames": 50}],
+}  # fmt: skip
+
+
+def refused_by_both(o: dict) -> bool:
+    """The audit's list of option sets both plannings refuse (so ``auto`` too)."""
+    mix, files = o.get("mix") is not None, o["distribution"] == "files"
+    packed = o.get("batch_cost") == "packed" or o.get("max_packed_frames") is not None
+    return (
+        (mix and o["distribution"] == "random_seed_offset")
+        or (o.get("epoch_wise_filter") is not None and (mix or files))
+        or (o.get("fixed_random_subset") is not None and (mix or files))
+        or (o["ordering"].startswith("buckets") and (isinstance(o["max_frames"], dict) or packed))
+    )
+
+
+def test_auto_resolves_every_option_set_to_indexed_or_both_refuse_it() -> None:
+    """No option set of the grid resolves to global (``seeding="returnn"`` aside); the ones
+    refused are exactly the audit's list, refused by both plannings by name."""
+    keys = list(AUDIT_GRID)
+    for combo in itertools.product(*AUDIT_GRID.values()):
+        given_ = dict(zip(keys, combo, strict=True))
+        opts = {k: v for k, v in given_.items() if k not in ("filters", "limits")}
+        opts = {**opts, **given_["filters"], **given_["limits"]}
+        if refused_by_both(opts):
+            for planning in ("auto", "indexed", "global"):
+                with pytest.raises(OptionError, match=r"not supported with"):
+                    PlanOptions(**opts, planning=planning)
+            continue
+        assert PlanOptions(**opts).resolved_planning == "indexed", opts
