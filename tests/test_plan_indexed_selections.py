@@ -4,9 +4,12 @@ sub-epoch's selected sequences (the same draws: only what the selection leaves o
 rest counted per epoch; outside the range nothing changes; every contract of
 ``check_plan_contracts`` holds (exactly once, equal steps, shares alone, determinism, workers,
 resume chains W -> W' -> W''), also with ``epoch_wise_filter`` on top and under
-``random_seed_offset`` (one selected set per sub-epoch on every rank)."""
+``random_seed_offset`` (one selected set per sub-epoch on every rank); the fixed and drawn orders
+(chunked too) filter each sub-epoch's listed order: global planning's plans for the fixed ones."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,6 +20,8 @@ from plan_contracts import check_plan_contracts
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions, make_planner
 from seqloader.plan.greedy.planner import Planner as GlobalPlanner
+from seqloader.plan.inputs import PlanInputs
+from seqloader.plan.planners import resolve_planning
 from seqloader.plan.selections import EpochSelection
 
 FILTERS = [None, {(1, 1): {"max_mean_len": 40}}, {(2, None): {"max_mean_len": 25}}]
@@ -158,8 +163,7 @@ def test_one_sub_epoch_holds_global_plannings_selected_set() -> None:
     [
         ({"distribution": "files"}, np.array([0, 5, 10]), "distribution='files'"),
         ({"mix": {"a": 1.0}}, None, "mix"),
-        ({"chunking": 4}, None, "chunking"),
-        ({"ordering": "sorted"}, None, "ordering='sorted'"),
+        ({"chunking": 4}, None, "chunking with ordering='laplace'"),
     ],
 )
 def test_selections_are_refused_where_indexed_plans_draw_no_sub_epoch_list(
@@ -175,6 +179,60 @@ def test_selections_are_refused_where_indexed_plans_draw_no_sub_epoch_list(
         corpora = Corpora(("a",), np.array([0, 10]))
     with pytest.raises(OptionError, match=rf"epoch selections .*{match}"):
         make_planner(lengths, options, files=files, corpora=corpora, selections=sel)
+
+
+@st.composite
+def cut_order_cases(draw: st.DrawFn) -> dict:
+    """The fixed and drawn orders (each sub-epoch listed and cut greedily), chunked or not, with
+    ``epoch_wise_filter`` or not, two selections (one open-ended), 1-2 sub-epochs."""
+    n = draw(st.integers(1, 40))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    parts = draw(st.integers(1, 2))
+    options = PlanOptions(
+        ordering=draw(st.sampled_from(["default", "reverse", "sorted", "sorted_reverse",
+                                       "random:2", "sort_bin_shuffle:.3"])),
+        max_frames=draw(st.sampled_from([40, 90])),
+        partition_epoch=parts,
+        distribution=draw(st.sampled_from(["shard", "random_seed_offset"])),
+        uneven=draw(st.sampled_from(["split", "pad", "drop"])),
+        epoch_wise_filter=draw(st.sampled_from([None, {(1, 2): {"max_mean_len": 9}}])),
+        chunking=draw(st.sampled_from([None, "6:4"])),
+        seed=draw(st.integers(0, 3)),
+        planning="indexed",
+    )  # fmt: skip
+    keep = [rng.random(n) < draw(st.sampled_from([0.3, 0.8])) for _ in range(2)]
+    return {
+        "lengths": {"data": rng.integers(1, 30, n)},
+        "options": options,
+        "selections": [EpochSelection(1, parts, keep[0], "subdirs=['a']"),
+                       EpochSelection(2, None, keep[1], "subdirs=['b']")],
+        "worlds": draw(st.lists(st.integers(1, 3), min_size=1, max_size=3)),
+        "cut": draw(st.floats(0, 1)),
+    }  # fmt: skip
+
+
+@settings(max_examples=12, deadline=None)
+@given(cut_order_cases())
+def test_fixed_and_drawn_orders_filter_their_listed_sub_epochs(case: dict) -> None:
+    """The fixed and drawn orders apply the selections to each sub-epoch's listed order, then
+    ``epoch_wise_filter`` (``_filtered_part``), as global planning applies them to its order:
+    ``auto`` resolves to indexed; the fixed orders give global planning's plans and report
+    counts (on one rank, and ``pad``); every contract of ``check_plan_contracts``."""
+    o, worlds = case["options"], case["worlds"]
+    given_ = PlanInputs(case["lengths"], replace(o, planning="auto"), selections=case["selections"])
+    assert resolve_planning(given_).options.planning == "indexed"
+    epochs = range(1, 2 * o.partition_epoch + 1)
+    if o.parsed_ordering.kind in ("default", "reverse", "sorted", "sorted_reverse"):
+        planner = planner_of(case)
+        greedy = GlobalPlanner(replace(given_, options=replace(o, planning="global")))
+        for epoch in epochs:
+            for world in (1, 2) if o.uneven == "pad" else (1,):
+                got, want = planner.global_plan(epoch, world), greedy.global_plan(epoch, world)
+                np.testing.assert_array_equal(got.batches.seqs, want.batches.seqs)
+                np.testing.assert_array_equal(got.batches.bounds, want.batches.bounds)
+            assert planner.filtered(epoch) == greedy.filtered(epoch)
+    cuts = [case["cut"]] * (len(worlds) - 1)
+    check_plan_contracts(lambda: planner_of(case), worlds, cuts, epochs, workers=())
 
 
 def test_file_pools_stay_with_global_planning() -> None:

@@ -183,23 +183,29 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
     assert resolved_for(PlanInputs(lengths, auto)) == "indexed"
     keep = np.array([True, False, True, True, False, True])
     selections = (EpochSelection(1, 1, keep, "subdirs=['a']"),)
-    # epoch selections with a fixed or random order (indexed draws no sub-epoch lists for them)
-    for ordering in ("default", "random"):
+    # epoch selections with a fixed, random or sort_bin_shuffle order: each sub-epoch listed
+    # and filtered (chunked too: test_plan_indexed_selections)
+    for ordering in ("default", "random", "sort_bin_shuffle:.2"):
         options = replace(auto, ordering=ordering)
-        assert resolved_for(PlanInputs(lengths, options, selections=selections)) == "global"
-        with pytest.raises(OptionError, match="epoch selections"):
-            make_planner(
-                PlanInputs(lengths, replace(options, planning="indexed"), selections=selections)
-            )
+        assert resolved_for(PlanInputs(lengths, options, selections=selections)) == "indexed"
+        chunked = replace(options, chunking=2)
+        assert resolved_for(PlanInputs(lengths, chunked, selections=selections)) == "indexed"
     assert resolved_for(PlanInputs(lengths, auto, selections=selections)) == "indexed"
-    # ... and with sort_bin_shuffle, files, a mix or chunking (the audit's list)
-    for extra in (
-        {"ordering": "sort_bin_shuffle:.2"}, {"distribution": "files"}, {"mix": {"a": 1.0}},
-        {"chunking": 2},
-    ):  # fmt: skip
+    # ... but chunked with laplace/buckets:N (auto: global); with files or a mix refused by both
+    chunked = replace(auto, chunking=2)
+    assert resolved_for(PlanInputs(lengths, chunked, selections=selections)) == "global"
+    with pytest.raises(OptionError, match=r"epoch selections .*chunking with ordering='laplace"):
+        make_planner(
+            PlanInputs(lengths, replace(chunked, planning="indexed"), selections=selections)
+        )
+    for extra in ({"distribution": "files"}, {"mix": {"a": 1.0}}):
         files = np.array([0, 3, 6]) if extra.get("distribution") else None
-        given_ = PlanInputs(lengths, replace(auto, **extra), selections=selections, files=files)
+        corpora = Corpora(("a",), np.array([0, 6])) if "mix" in extra else None
+        given_ = PlanInputs(lengths, replace(auto, **extra), selections=selections, files=files,
+                            corpora=corpora)  # fmt: skip
         assert resolved_for(given_) == "global"
+        with pytest.raises(OptionError, match="epoch selections"):
+            make_planner(given_)  # global planning refuses them too
     # a source's length variants (speed perturbation)
     variants = LengthVariants(
         {"data": np.stack([lengths["data"] - 1, lengths["data"]])}, ("a", "b")

@@ -47,6 +47,28 @@ def checked_selections(selections: Sequence[EpochSelection], n: int) -> tuple[Ep
     return tuple(out)
 
 
+def apply_selections(
+    selections: Sequence[EpochSelection], epoch: int, part: np.ndarray
+) -> tuple[np.ndarray, dict[str, int]]:
+    """The selections that apply to ``epoch`` on a sub-epoch's order ``part`` (each on what the
+    ones before kept) -> (kept, in order; dropped per report reason).
+
+    >>> sel = EpochSelection(1, 1, np.array([True, False, True, False]), "subdirs=['a']")
+    >>> apply_selections([sel], 1, np.array([3, 2, 1, 0]))
+    (array([2, 0]), {"epoch_wise_filter subdirs=['a'] (epoch 1)": 2})
+    """
+    counts: dict[str, int] = {}
+    for sel in selections:
+        if sel.applies(epoch):
+            keep = sel.keep[part]
+            dropped = len(part) - int(np.count_nonzero(keep))
+            if dropped:
+                reason = f"epoch_wise_filter {sel.name} (epoch {epoch})"
+                counts[reason] = counts.get(reason, 0) + dropped
+            part = part[keep]
+    return part, counts
+
+
 def selections_bytes(selections: Sequence[EpochSelection]) -> bytes:
     """What the plan fingerprint holds of ``selections``: each one's epochs, name and mask.
 

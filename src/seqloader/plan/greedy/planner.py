@@ -60,7 +60,7 @@ from seqloader.plan.seeding import (
     returnn_rng,
     rng_for,
 )
-from seqloader.plan.selections import EpochSelection, checked_selections
+from seqloader.plan.selections import EpochSelection, apply_selections, checked_selections
 from seqloader.plan.topology import Topology
 from seqloader.plan.variants import VARIANTS_REFUSED, LengthVariants
 from seqloader.validate import is_int
@@ -496,15 +496,7 @@ class Planner:
     def _epoch_filtered(self, epoch: int, part: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
         """``selections`` and ``epoch_wise_filter`` applied to a sub-epoch's order -> (kept,
         {reason: count})."""
-        counts: dict[str, int] = {}
-        for sel in self.selections:
-            if sel.applies(epoch):
-                keep = sel.keep[part]
-                dropped = len(part) - int(np.count_nonzero(keep))
-                if dropped:
-                    reason = f"epoch_wise_filter {sel.name} (epoch {epoch})"
-                    counts[reason] = counts.get(reason, 0) + dropped
-                part = part[keep]
+        part, counts = apply_selections(self.selections, epoch, part)
         for max_mean in epoch_filters(self.options.epoch_wise_filter, epoch):  # type: ignore[arg-type]
             keep = mean_len_selection(part, self.order_lengths, max_mean)
             dropped = len(part) - int(np.count_nonzero(keep))

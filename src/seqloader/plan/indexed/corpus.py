@@ -155,16 +155,18 @@ def sort_key_digest(key: np.ndarray) -> str:
 
 
 def _refuse_selections(inputs: PlanInputs) -> None:
-    """Epoch selections with what draws no sub-epoch lists of its own for them to filter."""
+    """Epoch selections with what draws no sub-epoch lists of its own for them to filter (the
+    fixed and drawn orders list each sub-epoch they apply to: ``IndexedPlanner._filtered_part``,
+    chunked too; the bucketed orders filter their buckets' lists, unchunked)."""
     if not inputs.selections:
         return
     o = inputs.options
     kind = o.parsed_ordering.kind
+    cut_order = kind in FIXED_KINDS or kind in DRAWN_KINDS
     clashes = [
         (f"distribution={o.distribution!r}", o.distribution == "files"),
         ("mix", o.mix is not None),
-        ("chunking", o.chunking is not None),
-        (f"ordering={o.ordering!r}", kind in FIXED_KINDS or kind in DRAWN_KINDS),
+        (f"chunking with ordering={o.ordering!r}", o.chunking is not None and not cut_order),
     ]
     named = [name for name, on in clashes if on]
     if named:
@@ -172,8 +174,8 @@ def _refuse_selections(inputs: PlanInputs) -> None:
             f"{inputs.origin or 'the source'}: epoch selections (RETURNN's epoch_wise_filter "
             f"subdirs) are not supported with planning='indexed' and {', '.join(named)} (they "
             "filter each sub-epoch's lists, which these plans do not draw per sub-epoch); use "
-            "distribution='shard' or 'random_seed_offset' with a laplace or buckets:N "
-            "ordering, or planning='global'"
+            "distribution='shard' or 'random_seed_offset' (chunked: with a fixed, random or "
+            "sort_bin_shuffle ordering), or planning='global'"
         )
 
 

@@ -108,7 +108,12 @@ from seqloader.plan.seeding import (
     PURPOSE_INDEXED_RUNS,
     rng_for,
 )
-from seqloader.plan.selections import EpochSelection, checked_selections, selections_bytes
+from seqloader.plan.selections import (
+    EpochSelection,
+    apply_selections,
+    checked_selections,
+    selections_bytes,
+)
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
@@ -358,16 +363,18 @@ class IndexedPlanner:
         return self.planned.greedy_cut(order, lo, hi, batcher, self._batch_lengths)
 
     def _filtered_part(self, ep: EpochIndex) -> tuple[BoundsTable, Draw, dict[str, int]]:
-        """Fixed and random orderings with ``epoch_wise_filter`` in ``ep``: the part's sequences
-        in order (O(n / P) time and memory, every sub-epoch the filter applies to), RETURNN's
-        ``mean_len_selection`` of each filter in turn (global planning's, on the same order), the
+        """Fixed and random orderings with epoch selections or ``epoch_wise_filter`` in ``ep``:
+        the part's sequences in order (O(n / P) time and memory, every sub-epoch one applies
+        to), the selections, then RETURNN's ``mean_len_selection`` of each filter in turn (global
+        planning's, on the same order), the
         kept sequences cut greedily: (table, draw, {reason: dropped}); kept for the last epoch."""
         kept = self._filter_kept
         if kept is not None and kept[0] == ep.epoch:
             return kept[1]
         order, lo, hi = self._cut_order(ep)
         seqs = order(np.arange(lo, hi, dtype=np.int64))
-        reasons: dict[str, int] = {}
+        # epoch selections first, each on what the ones before kept, as global planning's
+        seqs, reasons = apply_selections(self.selections, ep.epoch, seqs)
         by = self.lengths if self.corpus.filter_key is None else self.corpus.filter_key
         for mean in epoch_filters(self.options.epoch_wise_filter, ep.epoch):  # type: ignore[arg-type]
             keep = mean_len_selection(seqs, by, mean)
@@ -379,9 +386,11 @@ class IndexedPlanner:
         return self._filter_kept[1]
 
     def _cut_filters(self, epoch: int) -> bool:
-        """A fixed or random ordering whose ``epoch_wise_filter`` applies to ``epoch``."""
-        return (self._fixed or self._random) and bool(
-            epoch_filters(self.options.epoch_wise_filter, epoch)  # type: ignore[arg-type]
+        """A fixed or random ordering whose ``epoch_wise_filter`` or epoch selections apply to
+        ``epoch``."""
+        return (self._fixed or self._random) and (
+            bool(epoch_filters(self.options.epoch_wise_filter, epoch))  # type: ignore[arg-type]
+            or any(sel.applies(epoch) for sel in self.selections)
         )
 
     def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, Draw]:
