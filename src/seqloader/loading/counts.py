@@ -21,11 +21,15 @@ class KeyCounts:
     padded_frames: int  # frames delivered: batch size x longest sequence, or packed every row's
 
 
-def count_key(lengths: np.ndarray, real: np.ndarray, packed: bool = False) -> KeyCounts:
+def count_key(
+    lengths: np.ndarray, real: np.ndarray, packed: bool = False, n_real: int | None = None
+) -> KeyCounts:
     """``KeyCounts`` from int lengths ``[B]`` and the bool mask ``[B]``. ``packed``: the batch is
     laid out packed (``layout="packed"``), so it delivers the sum of its rows' lengths, no
-    padding (filler repeats still count as delivered, not as real frames)."""
-    n_real = int(np.count_nonzero(real))
+    padding (filler repeats still count as delivered, not as real frames). ``n_real``: the
+    mask's True count where the caller has it (one count per batch, not per key)."""
+    if n_real is None:
+        n_real = int(np.count_nonzero(real))
     if not len(lengths):
         return KeyCounts(n_real, len(real) - n_real, 0, 0)
     # a batch's few lengths as Python ints: sum and max of a short list cost less than two numpy

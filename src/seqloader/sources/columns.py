@@ -211,16 +211,17 @@ class StoredStrings(PackedTags):
     ``buffers``, iteration and hashing. A store that kept the hash values more than one string
     has (a uint64 column ``NAME.repeats``) serves them from there."""
 
-    __slots__ = ("_name", "_store")
+    __slots__ = ("_columns", "_name", "_store")
 
     def __init__(self, store: ColumnStore, name: str) -> None:
         super().__init__(store.raw_column(f"{name}.bytes"), store.raw_column(f"{name}.offsets"))
         self._store, self._name = store, name
+        self._columns = (f"{name}.offsets", f"{name}.bytes")  # named once: checked per batch
 
     def _check(self, indices: np.ndarray) -> None:
         """Check the blocks that strings ``indices`` are read from (their offsets, their bytes)."""
         store = self._store
-        off_name, bytes_name = f"{self._name}.offsets", f"{self._name}.bytes"
+        off_name, bytes_name = self._columns
         if store.checked(off_name) and store.checked(bytes_name):
             return
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)

@@ -73,18 +73,25 @@ class MappedRows(RowReader):
         if not self._fits(a_list, b_list, out, pos):
             return into_each(self.into, request)  # numpy checks and raises
         # Every span lies inside the dataset and its batch row (checked above), so each row is
-        # one memmove from the page cache plus one memset for its padding: two C calls instead
-        # of five numpy operations per sequence, which cost more than the bytes here.
+        # one memmove from the page cache (C calls instead of five numpy operations per
+        # sequence, which cost more than the bytes here), after its padding's zeros. When this
+        # file fills every row of ``out`` (a batch from one file), the whole array is zeroed
+        # with one memset first and each row is then one memmove: that took 0.86-1.03x the time
+        # of one memset per row's padding over batches filled 32-91% (min of 8 alternations,
+        # destinations not in cache, as a batch block is), one C call less per row.
         frame = self.frame_bytes
         row = out.shape[1] * frame  # from the shape: numpy's strides of empty axes are arbitrary
         src, dst = self.address, out.ctypes.data
         memmove, memset = _memmove, _memset
+        whole = isinstance(pos, range) and pos == range(len(out))
+        if whole:
+            memset(dst, 0, len(out) * row)
         if screen is None:
             for p, a, b in zip(pos, a_list, b_list):
                 n = (b - a) * frame
                 at = dst + p * row
                 memmove(at, src + a * frame, n)
-                if n < row:
+                if n < row and not whole:
                     memset(at + n, 0, row - n)
             return []
         flat = out.reshape(out.shape[0], -1)  # a view: out is C-contiguous (checked)
@@ -94,7 +101,7 @@ class MappedRows(RowReader):
             n = (b - a) * frame
             at = dst + p * row
             memmove(at, src + a * frame, n)
-            if n < row:
+            if n < row and not whole:
                 memset(at + n, 0, row - n)
             if check:  # right after its copy, while the row's bytes are in cache
                 found.add(j, flat[p, : (b - a) * per_frame])

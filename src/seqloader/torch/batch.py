@@ -113,6 +113,7 @@ def build_batch(loaded: LoadedBatch, data: dict[str, torch.Tensor]) -> Batch:
     counts cost the training thread nothing."""
     spec = loaded.spec
     real = np.ascontiguousarray(spec.real, dtype=bool)
+    n_real, packed = int(np.count_nonzero(real)), loaded.packed
     return Batch(
         data=data,
         lengths={k: torch.from_numpy(v) for k, v in loaded.lengths.items()},
@@ -123,7 +124,7 @@ def build_batch(loaded: LoadedBatch, data: dict[str, torch.Tensor]) -> Batch:
         step=spec.step,
         skipped=loaded.skipped,
         nonfinite=list(loaded.nonfinite),
-        counts={k: count_key(v, real, loaded.packed) for k, v in loaded.lengths.items()},
+        counts={k: count_key(v, real, packed, n_real) for k, v in loaded.lengths.items()},
         corpus=loaded.corpus,
         corpus_counts=dict(loaded.corpus_counts or {}),
         fetch_wait_s=loaded.fetch_wait_s,
