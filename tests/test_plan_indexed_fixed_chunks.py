@@ -313,3 +313,25 @@ def test_chunked_fixed_golden_plans_are_pinned() -> None:
     the current ``INDEXED_ALGORITHM`` moved); bump it and record anew if one changes."""
     got = {name: indexed_digest(case) for name, case in FIXED_CHUNK_CASES.items()}
     assert got == FIXED_CHUNK_GOLDEN, f"record: {got}"
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 6), st.integers(0, 9)), min_size=1, max_size=40),
+    st.booleans(),
+)
+def test_batch_widths_are_unique_and_maximum_at(pairs: list, ascending: bool) -> None:
+    """``_batch_widths`` (runs of ascending batches read without a sort, as a rank's share asks
+    them) answers what ``np.unique(return_inverse=True)`` and ``np.maximum.at`` answer, batches
+    in any order."""
+    from seqloader.plan.indexed.fixed_chunks import _batch_widths
+
+    if ascending:
+        pairs = sorted(pairs, key=lambda p: p[0])
+    bucket, pos = (np.array(x, np.int64) for x in zip(*pairs, strict=True))
+    batches, inverse = np.unique(bucket, return_inverse=True)
+    width = np.zeros(len(batches), np.int64)
+    np.maximum.at(width, inverse, pos + 1)
+    got = _batch_widths(bucket, pos)
+    for a, b in zip(got, (batches, inverse, width), strict=True):
+        assert a.dtype == np.int64 and a.tolist() == b.tolist()

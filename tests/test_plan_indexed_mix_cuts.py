@@ -215,3 +215,53 @@ def test_mix_cut_golden_plans_are_pinned() -> None:
     changes."""
     got = {name: indexed_digest(case) for name, case in MIX_CUT_CASES.items()}
     assert got == MIX_CUT_GOLDEN, f"record: {got}"
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    st.lists(st.integers(1, 30), min_size=1, max_size=3),
+    st.lists(st.integers(0, 9), min_size=0, max_size=4),
+    st.data(),
+)
+def test_part_slots_list_each_streams_slots_bucket_after_bucket(sizes, edges, data) -> None:
+    """``part_slots`` (every stream's segments laid out as arrays, one gather) lists what each
+    (bucket, corpus) stream gives at its positions (``IndexedMix.stream_slots``, one stream at
+    a time), in its documented order: bucket after bucket, a bucket's whole corpus epochs
+    (corpus, then corpus epoch) before its drawn parts (the same order), each in stream order
+    (whole ones: the index's). The chunked mix's classes read that order as their lists."""
+    from seqloader.plan.indexed.histogram import build_bucket_index
+    from seqloader.plan.indexed.mix_cuts import part_slots
+
+    lengths = np.array(
+        data.draw(st.lists(st.integers(1, 10), min_size=sum(sizes), max_size=sum(sizes))), np.int64
+    )
+    names = tuple(f"c{i}" for i in range(len(sizes)))
+    rates = {n: data.draw(st.sampled_from([0.5, 1, 1.5, "2/3", 2, 3.5])) for n in names}
+    index = build_bucket_index(lengths, np.unique(np.array(edges, np.int64)))
+    corpora = Corpora(names, np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64))
+    mix = IndexedMix(data.draw(st.integers(0, 5)), rates, corpora, index, lengths)
+    parts = data.draw(st.integers(1, 3))
+    f, part = data.draw(st.integers(0, 3)), data.draw(st.integers(0, parts - 1))
+    lo, count = mix.part(f, part, parts)
+    want_seqs, want_uses, cache = [], [], {}
+    for b in range(count.shape[0]):
+        drawn_seqs, drawn_uses = [], []
+        for c in np.flatnonzero(count[b]).tolist():
+            n = int(mix.counts[b, c])
+            stream = np.arange(lo[b, c], lo[b, c] + count[b, c], dtype=np.int64)
+            for k in np.unique(stream // n).tolist():
+                at = stream[stream // n == k]
+                if len(at) == n:  # whole: the index's order
+                    base = int(index.starts[b]) + int(mix.offsets[b, c])
+                    want_seqs.append(np.asarray(index.members[base : base + n], np.int64))
+                    want_uses.append(np.full(n, k))
+                else:
+                    s, u = mix.stream_slots(b, c, at, cache)
+                    drawn_seqs.append(s)
+                    drawn_uses.append(u)
+        want_seqs += drawn_seqs
+        want_uses += drawn_uses
+    seqs, uses = part_slots(mix, lo, count)
+    assert seqs.dtype == np.int64 and uses.dtype == np.int32
+    assert seqs.tolist() == np.concatenate([np.zeros(0, np.int64), *want_seqs]).tolist()
+    assert uses.tolist() == np.concatenate([np.zeros(0, np.int64), *want_uses]).tolist()

@@ -238,6 +238,28 @@ def cut_chunk_positions(
     return np.concatenate(cuts), np.concatenate(firsts)
 
 
+def _batch_widths(bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(the batches asked, ascending; each position's batch among them; the most positions
+    asked of each batch: its largest ``pos`` + 1) -> int64 each: ``np.unique`` with
+    ``return_inverse`` and ``np.maximum.at``, read off the runs where the batches come
+    ascending (a rank's share asks its batches in order), without a sort.
+
+    >>> [a.tolist() for a in _batch_widths(np.array([3, 3, 5, 9, 9]), np.array([0, 1, 0, 1, 0]))]
+    [[3, 5, 9], [0, 0, 1, 2, 2], [2, 1, 2]]
+    """
+    if len(bucket) and bool((bucket[1:] >= bucket[:-1]).all()):
+        new = np.empty(len(bucket), dtype=bool)
+        new[0] = True
+        np.not_equal(bucket[1:], bucket[:-1], out=new[1:])
+        starts = np.flatnonzero(new)
+        inverse = np.cumsum(new) - 1
+        return bucket[starts], inverse, np.maximum.reduceat(pos + 1, starts)
+    batches, inverse = np.unique(bucket, return_inverse=True)
+    width = np.zeros(len(batches), dtype=np.int64)
+    np.maximum.at(width, inverse, pos + 1)
+    return batches, inverse, width
+
+
 class ChunkedFixedDraw:
     """The ``Draw`` of a chunked fixed ordering's part: slot ``p`` of batch ``g`` is the
     ``p``-th chunk from the batch's first (``firsts[g]``), the part's sequences expanded from
@@ -265,9 +287,7 @@ class ChunkedFixedDraw:
         if not len(pos):
             none = None if self.uses is None else self.uses(pos)
             return np.zeros(0, dtype=np.int64), none
-        batches, inverse = np.unique(np.asarray(bucket, dtype=np.int64), return_inverse=True)
-        width = np.zeros(len(batches), dtype=np.int64)
-        np.maximum.at(width, inverse, pos + 1)
+        batches, inverse, width = _batch_widths(np.asarray(bucket, dtype=np.int64), pos)
         s0, c0 = np.divmod(np.asarray(self.firsts[batches], dtype=np.int64), self.stride)
         s1, c1 = np.divmod(np.asarray(self.firsts[batches + 1], dtype=np.int64), self.stride)
         # the sequences the batch reaches: to the next batch's first chunk (its sequence too
@@ -281,7 +301,9 @@ class ChunkedFixedDraw:
         ends = np.cumsum(per)
         begins = ends - per
         target = begins[head][inverse] + pos
-        at = np.searchsorted(ends, target, side="right")
+        # the sequence of each target chunk: a gather from the windows' chunks laid out (about
+        # as many as asked) instead of a binary search over their ends per chunk
+        at = np.repeat(np.arange(len(per), dtype=np.int64), per)[target]
         chunk = target - begins[at] + np.where(at == head[inverse], c0[inverse], 0)
         uses = None if self.uses is None else self.uses(at_pos)[at]
         return seqs[at] * self.stride + chunk, uses

@@ -55,6 +55,7 @@ from seqloader.plan.indexed.bijection import evaluate_many
 from seqloader.plan.indexed.fixed import BoundsTable, cut_positions
 from seqloader.plan.indexed.fixed_chunks import ChunkedFixedDraw, Chunking, cut_chunk_positions
 from seqloader.plan.indexed.mix import IndexedMix, MixDraw
+from seqloader.plan.indexed.plan import ranges
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import USES_DTYPE
@@ -253,7 +254,8 @@ def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.n
     callers that need no order take them as a set): a whole corpus epoch is every member of the
     stream (no draw), a part of one its members drawn by the stream's bijection
     (``IndexedMix.stream_slots``'s), all parts in one vectorised evaluation (``evaluate_many``),
-    not one per stream.
+    not one per stream; the (bucket, corpus, corpus epoch) segments are laid out as arrays and
+    every slot gathered from the index at once (thousands of streams: no loop over them).
 
     >>> from seqloader.plan.indexed.histogram import build_bucket_index
     >>> from seqloader.plan.mix import Corpora
@@ -266,42 +268,41 @@ def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.n
     >>> mix.stream_slots(1, 0, np.array([1]), {})[0].tolist()  # bucket 1, a: position 1 drawn
     [3]
     """
-    wholes: dict[int, list[tuple[np.ndarray, int]]] = {}  # per bucket: (members, corpus epoch)
-    drawn_end: dict[int, int] = {}  # per bucket: its drawn slots end there (drawn b-major)
-    pieces: list[tuple[int, int, int, int]] = []  # partial: (base, n, first t, length)
-    words: list[tuple[int, ...]] = []
-    part_uses = [np.zeros(0, USES_DTYPE)]
-    drawn_total = 0
-    for b, c in zip(*np.nonzero(count)):
-        b, c = int(b), int(c)
-        n = int(mix.counts[b, c])
-        base = int(mix.index.starts[b]) + int(mix.offsets[b, c])
-        a0, end = int(lo[b, c]), int(lo[b, c]) + int(count[b, c])
-        for k in range(a0 // n, (end - 1) // n + 1):
-            a, e = max(a0, k * n), min(end, (k + 1) * n)
-            if e - a == n:  # the whole corpus epoch: its members, in the index's order
-                members = np.asarray(mix.index.members[base : base + n], dtype=np.int64)
-                wholes.setdefault(b, []).append((members, k))
-            else:
-                pieces.append((base, n, a - k * n, e - a))
-                words.append(mix.stream_words(b, c, k))
-                part_uses.append(np.full(e - a, k, dtype=USES_DTYPE))
-                drawn_total += e - a
-        drawn_end[b] = drawn_total
-    table = np.array(pieces, dtype=np.int64).reshape(-1, 4)
-    bases, sizes, firsts, lens = table.T
-    which = np.repeat(np.arange(len(pieces), dtype=np.int64), lens)
-    t = np.arange(len(which), dtype=np.int64) - np.repeat(np.cumsum(lens) - lens - firsts, lens)
-    at = bases[which] + evaluate_many(sizes.tolist(), words, which, t).astype(np.int64)
-    drawn = np.asarray(mix.index.members[at], dtype=np.int64)
-    drawn_uses = np.concatenate(part_uses)
-    seqs, uses = [np.zeros(0, np.int64)], [np.zeros(0, USES_DTYPE)]
-    d0 = 0
-    for b, d1 in drawn_end.items():  # ascending b (np.nonzero's row-major order)
-        for members, k in wholes.get(b, ()):
-            seqs.append(members)
-            uses.append(np.full(len(members), k, dtype=USES_DTYPE))
-        seqs.append(drawn[d0:d1])
-        uses.append(drawn_uses[d0:d1])
-        d0 = d1
-    return np.concatenate(seqs), np.concatenate(uses)
+    b, c = np.nonzero(count)  # the streams with slots, bucket-major
+    n = mix.counts[b, c]
+    base = np.asarray(mix.index.starts, dtype=np.int64)[b] + mix.offsets[b, c]
+    a0 = lo[b, c]
+    end = a0 + count[b, c]
+    k0 = a0 // n
+    nk = (end - 1) // n - k0 + 1  # corpus epochs each stream's span touches
+    seg = np.repeat(np.arange(len(b), dtype=np.int64), nk)  # [S] its stream
+    k = k0[seg] + np.arange(len(seg), dtype=np.int64) - np.repeat(np.cumsum(nk) - nk, nk)
+    ns = n[seg]
+    a = np.maximum(a0[seg], k * ns)
+    size = np.minimum(end[seg], (k + 1) * ns) - a  # [S] slots of each segment
+    whole = size == ns
+    # the parts of corpus epochs, drawn (in stream order: bucket, corpus, corpus epoch)
+    part = np.flatnonzero(~whole)
+    words = [
+        mix.stream_words(int(bb), int(cc), int(kk))
+        for bb, cc, kk in zip(b[seg[part]].tolist(), c[seg[part]].tolist(), k[part].tolist())
+    ]
+    lens = size[part]
+    which = np.repeat(np.arange(len(part), dtype=np.int64), lens)
+    t = np.arange(len(which), dtype=np.int64) - np.repeat(
+        np.cumsum(lens) - lens - (a[part] - k[part] * ns[part]), lens
+    )
+    drawn = evaluate_many(ns[part].tolist(), words, which, t).astype(np.int64)
+    # laid out bucket after bucket: its whole corpus epochs, then its drawn parts
+    order = np.argsort(b[seg] * 2 + ~whole, kind="stable")
+    at = np.zeros(len(seg), dtype=np.int64)  # [S] each segment's first slot
+    at[order] = np.cumsum(size[order]) - size[order]
+    src = np.empty(int(size.sum()), dtype=np.int64)  # the slots' places in the index
+    full = np.flatnonzero(whole)
+    src[ranges(at[full], at[full] + size[full])] = ranges(
+        base[seg[full]], base[seg[full]] + ns[full]
+    )
+    src[ranges(at[part], at[part] + lens)] = base[seg[part]][which] + drawn
+    uses = np.zeros(len(src), dtype=USES_DTYPE)
+    uses[ranges(at, at + size)] = np.repeat(k, size)
+    return np.asarray(mix.index.members[src], dtype=np.int64), uses
