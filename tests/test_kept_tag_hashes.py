@@ -32,14 +32,21 @@ from seqloader.trainer.checks import duplicate_tags
 #: tag bytes: ASCII, two-byte utf-8 and bytes that are no utf-8 at all; no NUL (a tag ends there)
 TAG = st.lists(st.sampled_from([b"a", b"/", b"0", "é".encode(), b"\xff"]), max_size=4).map(b"".join)
 
-P, G = 1099511628211, 0x9E3779B97F4A7C15
-
 
 def reference_hash(tag: bytes) -> int:
-    """``PackedTags.hashes``'s definition, one tag at a time: ``sum (b_j + 1) P^j`` (mod 2^64)
-    xor ``len * G``."""
-    h = sum((b + 1) * pow(P, j, 2**64) for j, b in enumerate(tag)) % 2**64
-    return h ^ (len(tag) * G % 2**64)
+    """``PackedTags.hashes``'s definition (``sources/tag_hash.py``), one tag at a time: the last
+    eight bytes (or all, zero-padded) plus each full 8-byte word ``w_k`` times ``Q^(k+1)`` plus
+    the length times ``G`` (mod 2^64), through MurmurHash3's fmix64."""
+    q, g, mask = 0x9FB21C651E98DF25, 0x9E3779B97F4A7C15, (1 << 64) - 1
+    m = len(tag)
+    acc = int.from_bytes(tag[-8:] if m >= 8 else tag, "little")
+    for k in range(max(m - 1, 0) // 8):
+        acc += int.from_bytes(tag[8 * k : 8 * k + 8], "little") * pow(q, k + 1, 1 << 64)
+    acc = (acc + m * g) & mask
+    for c in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53, 1):
+        acc ^= acc >> 33
+        acc = (acc * c) & mask
+    return acc
 
 
 def write_hdf(path: str, tags: list[bytes], fixed: bool) -> None:

@@ -1,8 +1,8 @@
 """The node's one-time builds give what their straightforward versions gave, bit for bit: the
 bucket index (``build_bucket_index``: a length table and histogram, a counting sort per chunk,
 file ids by ranges) against the per-sequence binary search and per-bucket loop it replaced; tag
-hashes (prefix sums) against the per-byte polynomial; the duplicate-tag screen (hashes sorted in
-place) against a plain dict of tags."""
+hashes (eight bytes at a time, by runs or gathered) against their definition one tag at a time;
+the duplicate-tag screen against a plain dict of tags."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.test_kept_tag_hashes import reference_hash
 
 from seqloader.errors import SequenceTooLongError
 from seqloader.parts import part_of
 from seqloader.plan.indexed import histogram
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
+from seqloader.sources import tag_hash
 from seqloader.sources.hdf_layout import PackedTags
 from seqloader.trainer.checks import duplicate_tags
 
@@ -104,25 +106,28 @@ def test_bucket_index_of_a_memory_mapped_int32_view(tmp_path):
     )
 
 
-def reference_hashes(tags: list[str]) -> np.ndarray:
-    """``sum (b_j + 1) P^j`` over a tag's utf-8 bytes, mod 2^64, xor its length times G."""
-    p, g, mask = 1099511628211, 0x9E3779B97F4A7C15, (1 << 64) - 1
-    out = []
-    for t in tags:
-        data = t.encode("utf-8", "surrogateescape")
-        h = sum((b + 1) * pow(p, j, 1 << 64) for j, b in enumerate(data)) & mask
-        out.append(h ^ ((len(data) * g) & mask))
-    return np.array(out, dtype=np.uint64)
-
-
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
-    tags=st.lists(st.text(alphabet=st.sampled_from("ab/é0 \u4e2d"), max_size=40), max_size=60),
-    block=st.sampled_from([1, 5, 64, 1 << 18]),
+    tags=st.lists(st.text(alphabet=st.sampled_from("ab/é0 \u4e2d"), max_size=40), max_size=40),
+    width=st.integers(0, 20),
+    run=st.integers(0, 40),
+    skip=st.integers(0, 3),
+    block=st.sampled_from([1, 5, 64, 1 << 15]),
+    run_rows=st.sampled_from([1, 1 << 30]),
 )
-def test_tag_hashes_equal_the_polynomial(tags, block):
-    packed = PackedTags.from_strings(tags)
-    assert np.array_equal(packed.hashes(block), reference_hashes(tags))
+def test_tag_hashes_equal_their_definition(tags, width, run, skip, block, run_rows):
+    """Property: every tag's hash is its definition (``reference_hash``), whether the tags are
+    hashed run by run of one length (strided words; ``RUN_ROWS`` 1) or word by word gathered
+    (``RUN_ROWS`` huge), in chunks of any size, with a run of ids of one width among them and
+    the offsets starting anywhere in the buffer (the last tag's words end at the buffer's end)."""
+    ids = [f"{i:0{width}d}"[-width:] if width else "" for i in range(run)]
+    whole = PackedTags.from_strings(tags + ids)
+    data, offsets = whole.buffers()
+    packed = PackedTags(data, offsets[min(skip, len(offsets) - 1) :])
+    want = [reference_hash(packed.raw(i)) for i in range(len(packed))]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(tag_hash, "RUN_ROWS", run_rows)
+        assert packed.hashes(block).tolist() == want
 
 
 @settings(max_examples=100, deadline=None)

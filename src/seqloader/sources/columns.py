@@ -65,6 +65,7 @@ from seqloader.sources.column_sums import (
     seed,
 )
 from seqloader.sources.hdf_layout import PackedTags
+from seqloader.sources.tag_hash import CHUNK
 
 MAGIC = b"SEQCOLS2"
 #: what stores of earlier versions start with (listed and cleaned by ``seqloader cache``, rebuilt)
@@ -248,7 +249,7 @@ class StoredStrings(PackedTags):
         self._check_all()
         return super().__iter__()
 
-    def hashes(self, block: int = 1 << 18) -> np.ndarray:
+    def hashes(self, block: int = CHUNK) -> np.ndarray:
         """The strings' hashes, from bytes checked in full first."""
         self._check_all()
         return super().hashes(block)

@@ -25,6 +25,7 @@ from seqloader.sources.hdf_here import elsewhere
 from seqloader.sources.hdf_vlen import VlenStrings
 from seqloader.sources.repeats import repeated_values
 from seqloader.sources.strings import IndexedStrings
+from seqloader.sources.tag_hash import CHUNK, tag_hashes
 
 INPUTS = "inputs"
 SEQ_LENGTHS = "seqLengths"
@@ -426,18 +427,6 @@ TAG_BLOCK = 1 << 20
 #: False: every block of variable-length tags through h5py (``hdf_vlen`` checks, tests compare)
 FAST_VLEN = True
 
-_P = 1099511628211  # the 64-bit FNV prime (odd, so invertible mod 2^64)
-_P_INVERSE = pow(_P, -1, 2**64)
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def _powers(base: int, count: int) -> np.ndarray:
-    """``base^k`` mod 2^64 for ``k < count`` -> uint64 ``[count]``."""
-    out = np.ones(count, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        np.cumprod(np.full(count - 1, base, np.uint64), out=out[1:])
-    return out
-
 
 class PackedTags(IndexedStrings):
     """Sequence tags as one byte buffer plus offsets: ~(len + 8) bytes per tag instead of a Python
@@ -528,50 +517,11 @@ class PackedTags(IndexedStrings):
         for a, b in itertools.pairwise(off):
             yield data[a:b].decode("utf-8", "surrogateescape")
 
-    def hashes(self, block: int = 1 << 18) -> np.ndarray:
-        """A 64-bit polynomial hash of every tag's bytes -> uint64 ``[n]``: tag ``t`` with bytes
-        ``b_0 .. b_{m-1}`` hashes to ``sum (b_j + 1) P^j`` (mod 2^64) xor ``m * G``. Equal tags
-        have equal hashes, so duplicate search only compares the few tags whose hashes collide.
-
-        Vectorised by prefix sums instead of a per-byte position array: within a block of tags
-        (about ``block`` bytes), byte ``i`` contributes ``b_i P^i``; a tag's sum is the
-        difference of two prefix sums, shifted back to its start by ``P^-s`` (``P`` is odd, so
-        invertible mod 2^64), plus the ``sum P^j`` of its length. Two passes over one uint64
-        temporary of the block (small blocks stay in cache: 2^18 bytes is about 3x faster than
-        2^22 here); the output is the only array of ``n``."""
-        n = len(self)
-        out = np.empty(n, dtype=np.uint64)
-        if n == 0:
-            return out
-        off = self._off
-        widest = self.max_bytes()
-        span = max(min(block, int(off[-1] - off[0])), widest)  # no table beyond the bytes
-        powers = _powers(_P, span + 1)  # P^k
-        inverse = _powers(_P_INVERSE, span + 1)  # P^-k
-        geometric = np.zeros(span + 1, dtype=np.uint64)  # sum_{j<k} P^j
-        with np.errstate(over="ignore"):
-            np.cumsum(powers[:span], out=geometric[1:])
-        prefix = np.empty(span + 1, dtype=np.uint64)
-        prefix[0] = 0
-        a = 0
-        while a < n:
-            # the most tags from a whose bytes fit the span (at least one)
-            b = int(np.searchsorted(off, off[a] + span, side="right")) - 1
-            b = min(n, max(b, a + 1))
-            lo, hi = int(off[a]), int(off[b])
-            width = hi - lo
-            starts = off[a:b] - lo
-            ends = off[a + 1 : b + 1] - lo
-            with np.errstate(over="ignore"):
-                np.multiply(self._buf[lo:hi], powers[:width], out=prefix[1 : width + 1])
-                np.cumsum(prefix[1 : width + 1], out=prefix[1 : width + 1])
-                h = prefix[ends] - prefix[starts]
-                h *= inverse[starts]
-                h += geometric[ends - starts]
-                h ^= (ends - starts).astype(np.uint64) * np.uint64(_GOLDEN)
-            out[a:b] = h
-            a = b
-        return out
+    def hashes(self, block: int = CHUNK) -> np.ndarray:
+        """A 64-bit hash of every tag's bytes -> uint64 ``[n]`` (``sources/tag_hash.py``: eight
+        bytes at a time, ``block`` tags at once). Equal tags have equal hashes, so duplicate
+        search only compares the few tags whose hashes collide."""
+        return tag_hashes(self._buf, self._off, block)
 
     def repeats(self) -> np.ndarray:
         """The hash values (``hashes``) that more than one tag has -> uint64, ascending, unique

@@ -55,10 +55,10 @@ from seqloader.sources.read_ahead import read_ahead
 from seqloader.sources.repeats import Repeats
 
 #: the columns and meta below; a change of them changes it (2: ``tags.hashes`` added, 3:
-#: ``tags.repeats`` instead of ``tags.hashes``; a store of an earlier version has another
-#: identity, so it is not found and is built again under its new name; the corpus fingerprint is
-#: the same digest)
-STORE_VERSION = "hdf-meta3"
+#: ``tags.repeats`` instead of ``tags.hashes``, 4: ``tags.repeats`` of the word-wise tag hash,
+#: ``sources/tag_hash.py``; a store of an earlier version has another identity, so it is not
+#: found and is built again under its new name; the corpus fingerprint is the same digest)
+STORE_VERSION = "hdf-meta4"
 #: the tags' hash values (``PackedTags.hashes``) more than one tag has (``StoredStrings.repeats``)
 REPEATS = "tags.repeats"
 
