@@ -101,17 +101,19 @@ def test_files_mix_resume_chains(
     check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1, enter_next_epoch)
 
 
-def test_chunked_files_mix_through_workers(corpora) -> None:
+@pytest.mark.parametrize("ordering", ["laplace:.4", "random"])
+def test_chunked_files_mix_through_workers(corpora, ordering: str) -> None:
     """Chunking with a mix over files: 2 ranks with 2 DataLoader workers each, the audit on;
     per sub-epoch the delivered (sequence, chunk) pairs are the planned ones (each chunk of a
     slot once per use), equal steps, and over two full epochs each sequence's every chunk
-    comes as often as its corpus' rate x 2."""
+    comes as often as its corpus' rate x 2 (``random``: each rank's pieces' slots' chunks cut
+    greedily, ``files_mix_cut``)."""
     loaders = [
         sl.SeqLoader(
             corpora,
             mix=RATES,
             distribution="files",
-            ordering="laplace:.4",
+            ordering=ordering,
             max_frames=60,
             chunking="10:6",
             partition_epoch=2,
