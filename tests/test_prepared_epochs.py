@@ -155,7 +155,9 @@ class Gate:
         return [batch_record(b) for b in self.loader.epoch(epoch)]
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+# spawn: make chaos (the gate and the decision live in the loop's process, the same for both start
+# methods; a spawned worker's batches are test_loader_workers.py's spawn test)
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.extended)])
 def test_another_epoch_stops_the_preparation_before_the_workers_build_anything(context):
     """After a whole epoch 1, ``epoch(3)`` (not the next) stops the preparation of epoch 2
     before torch's reset ahead: the workers build nothing for it, and the loader does not wait
