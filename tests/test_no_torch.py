@@ -18,7 +18,7 @@ from pathlib import Path
 TESTS = Path(__file__).parent
 #: the plan's test modules besides ``test_plan_*``
 PURE = ["test_resume_plan.py", "test_mix_plan.py", "test_files_plan.py"]
-EXAMPLES = 3
+EXAMPLES = 1  # one example runs a property's code; its examples are the ordinary suite's
 
 CHILD = """
 import importlib.abc, sys
