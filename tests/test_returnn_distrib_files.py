@@ -335,7 +335,11 @@ def test_multi_proc_sub_epoch_dataset_as_returnn(
 ) -> None:
     """get_sub_epoch_dataset returning a MultiProcDataset around the HDFDataset (CachedFile
     entries): RETURNN's tags, batches and values, sub-epochs 1-4 and 8; without
-    torch_dataloader_opts the MultiProcDataset's workers are the loader's."""
+    torch_dataloader_opts the MultiProcDataset's workers are the loader's. RETURNN's
+    MultiProcDataset starts its worker processes anew for every sub-epoch: it runs sub-epochs 1
+    and 8 (the first, and the last of the second full epoch), whose batches must be those of
+    RETURNN's HDFDataset alone; the batches of all five are the HDFDataset's (run once for the
+    module)."""
     from test_returnn_public_configs import ours
 
     # RETURNN's file cache (its sub-epoch datasets run in processes of their own): under tmp_path
@@ -343,8 +347,9 @@ def test_multi_proc_sub_epoch_dataset_as_returnn(
     config = configs / "multi_proc.config"  # RETURNN runs it once for both worker counts
     config.write_text(CONFIG.read_text() + MULTI_PROC)
     epochs = (1, 2, 3, 4, 8)
-    expected_batches, expected_values = reference(str(config), "train", epochs)
-    assert expected_batches == reference(str(CONFIG), "train", epochs)[0]  # the same data
+    expected_batches = reference(str(CONFIG), "train", epochs)[0]
+    multi_proc, expected_values = reference(str(config), "train", (1, 8))
+    assert multi_proc == {e: expected_batches[e] for e in (1, 8)}  # the same data
     got_batches, got_values = ours(config, num_workers, "train", epochs, tmp_path / "ours")
     assert got_batches == expected_batches
     assert set(got_values) == set(expected_values)
@@ -358,18 +363,18 @@ def test_multi_proc_sub_epoch_dataset_as_returnn(
     loader.close()
 
 
-def test_multi_proc_sub_epoch_dataset_on_two_ranks_as_returnn(tmp_path: Path, monkeypatch) -> None:
-    """The same, its files sharded over 2 ranks (sharding_fix): rank r gets RETURNN's rank r."""
+def test_multi_proc_sub_epoch_dataset_on_two_ranks_as_returnn(
+    tmp_path: Path, configs: Path, monkeypatch
+) -> None:
+    """The same, its files sharded over 2 ranks (sharding_fix): rank r gets RETURNN's rank r.
+    RETURNN's batches per rank are those of its run of the sharded HDFDataset config above (once
+    for the module): the MultiProcDataset around the same HDFDataset gives RETURNN's batches of
+    the HDFDataset itself (``test_multi_proc_sub_epoch_dataset_as_returnn`` compares them), so
+    RETURNN's MultiProcDataset, starting its worker processes anew for every sub-epoch of every
+    rank, need not run again here."""
     monkeypatch.setenv("RETURNN_FILE_CACHE_OPTS", json.dumps({"cache_directory": str(tmp_path)}))
-    epochs = (1, 2, 4)
-    expected = {}
-    for r in range(2):
-        config = tmp_path / f"multi_proc_rank{r}.config"
-        config.write_text(
-            CONFIG.read_text() + MULTI_PROC + SHARD
-            + f"__debug_dummy_distributed_rank_and_size = ({r}, 2)\n"
-        )  # fmt: skip
-        expected[r] = reference(str(config), "train", epochs)[0]
+    epochs = SHARDED_EPOCHS
+    expected = _rank_references(configs, 2, epochs)
     ours = tmp_path / "multi_proc_sharded.config"
     ours.write_text(CONFIG.read_text() + MULTI_PROC + SHARD)
     for r in range(2):
