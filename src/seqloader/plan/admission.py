@@ -17,7 +17,8 @@ that depend on the epoch (curriculum learning). Both are RETURNN's, with RETURNN
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 
 import numpy as np
 
@@ -203,3 +204,47 @@ def epoch_filters(spec: EpochFilter | None, epoch: int) -> list[float]:
     if not spec:
         return []
     return [m for first, last, m in spec if first <= epoch and (last is None or epoch <= last)]
+
+
+def counted_filters(
+    part: np.ndarray, filters: Iterable[tuple[str, Callable[[np.ndarray], np.ndarray]]]
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Filters in turn on a sub-epoch's order ``part``, each on what the ones before kept:
+    ``(reason, keep)`` with ``keep(part)`` a bool mask -> (kept, in order; dropped per reason:
+    nothing is dropped without a count in the epoch's report).
+
+    >>> counted_filters(np.array([4, 5, 6]), [("odd", lambda p: p % 2 == 0)])
+    (array([4, 6]), {'odd': 1})
+    """
+    counts: dict[str, int] = {}
+    for reason, keep_of in filters:
+        keep = keep_of(part)
+        dropped = len(part) - int(np.count_nonzero(keep))
+        if dropped:
+            counts[reason] = counts.get(reason, 0) + dropped
+        part = part[keep]
+    return part, counts
+
+
+def mean_filtered(
+    spec: EpochFilter | None, epoch: int, part: np.ndarray, by: np.ndarray
+) -> tuple[np.ndarray, dict[str, int]]:
+    """``epoch_wise_filter``'s ``max_mean_len`` filters of ``epoch`` in turn on a sub-epoch's
+    order ``part`` (``mean_len_selection`` by the lengths ``by``: the length key or a source's
+    own sort key) -> (kept, in order; dropped per report reason). Both plannings' filter.
+
+    >>> mean_filtered(((1, 1, 3.0),), 1, np.arange(6), np.array([1, 20, 2, 30, 3, 2]))
+    (array([0, 1, 2, 4, 5]), {'epoch_wise_filter max_mean_len=3 (epoch 1)': 1})
+    """
+    means = epoch_filters(spec, epoch)
+    return counted_filters(
+        part,
+        (
+            (f"epoch_wise_filter max_mean_len={m:g} (epoch {epoch})", partial(_mean_keep, by, m))
+            for m in means
+        ),
+    )
+
+
+def _mean_keep(by: np.ndarray, max_mean: float, part: np.ndarray) -> np.ndarray:
+    return mean_len_selection(part, by, max_mean)

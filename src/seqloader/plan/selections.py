@@ -12,6 +12,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.plan.admission import counted_filters
 
 
 @dataclass(frozen=True)
@@ -57,16 +58,11 @@ def apply_selections(
     >>> apply_selections([sel], 1, np.array([3, 2, 1, 0]))
     (array([2, 0]), {"epoch_wise_filter subdirs=['a'] (epoch 1)": 2})
     """
-    counts: dict[str, int] = {}
-    for sel in selections:
-        if sel.applies(epoch):
-            keep = sel.keep[part]
-            dropped = len(part) - int(np.count_nonzero(keep))
-            if dropped:
-                reason = f"epoch_wise_filter {sel.name} (epoch {epoch})"
-                counts[reason] = counts.get(reason, 0) + dropped
-            part = part[keep]
-    return part, counts
+    applying = (s for s in selections if s.applies(epoch))
+    return counted_filters(
+        part,
+        ((f"epoch_wise_filter {s.name} (epoch {epoch})", s.keep.__getitem__) for s in applying),
+    )
 
 
 def selections_bytes(selections: Sequence[EpochSelection]) -> bytes:

@@ -19,7 +19,7 @@ import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.parts import part_of
-from seqloader.plan.admission import epoch_filters, mean_len_selection, subset_order
+from seqloader.plan.admission import mean_filtered, subset_order
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bounds import check_bins, check_chunk_units
@@ -497,14 +497,9 @@ class Planner:
         """``selections`` and ``epoch_wise_filter`` applied to a sub-epoch's order -> (kept,
         {reason: count})."""
         part, counts = apply_selections(self.selections, epoch, part)
-        for max_mean in epoch_filters(self.options.epoch_wise_filter, epoch):  # type: ignore[arg-type]
-            keep = mean_len_selection(part, self.order_lengths, max_mean)
-            dropped = len(part) - int(np.count_nonzero(keep))
-            if dropped:
-                reason = f"epoch_wise_filter max_mean_len={max_mean:g} (epoch {epoch})"
-                counts[reason] = counts.get(reason, 0) + dropped
-            part = part[keep]
-        return part, counts
+        wise = self.options.epoch_wise_filter
+        part, means = mean_filtered(wise, epoch, part, self.order_lengths)  # type: ignore[arg-type]
+        return part, {**counts, **means}
 
     def filtered(self, epoch: int) -> dict[str, int]:
         """What is filtered in ``epoch``, per reason: the admission's counts and, with

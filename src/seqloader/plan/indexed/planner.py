@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from seqloader.plan.admission import epoch_filters, mean_len_selection
+from seqloader.plan.admission import epoch_filters, mean_filtered
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
@@ -376,11 +376,9 @@ class IndexedPlanner:
         # epoch selections first, each on what the ones before kept, as global planning's
         seqs, reasons = apply_selections(self.selections, ep.epoch, seqs)
         by = self.lengths if self.corpus.filter_key is None else self.corpus.filter_key
-        for mean in epoch_filters(self.options.epoch_wise_filter, ep.epoch):  # type: ignore[arg-type]
-            keep = mean_len_selection(seqs, by, mean)
-            if dropped := len(seqs) - int(np.count_nonzero(keep)):
-                reasons[f"epoch_wise_filter max_mean_len={mean:g} (epoch {ep.epoch})"] = dropped
-            seqs = seqs[keep]
+        wise = self.options.epoch_wise_filter
+        seqs, means = mean_filtered(wise, ep.epoch, seqs, by)  # type: ignore[arg-type]
+        reasons = {**reasons, **means}
         table, draw = self._cut(ListedOrder(seqs), 0, len(seqs))
         self._filter_kept = (ep.epoch, (table, draw, reasons))
         return self._filter_kept[1]
