@@ -11,9 +11,11 @@ from hypothesis import strategies as st
 
 from seqloader.plan.indexed.bijection import (
     FEW_KEYS,
+    GROUP_HALF,
     ROUNDS,
     SMALL,
     Bijection,
+    Bijections,
     evaluate_many,
     round_keys_many,
 )
@@ -37,15 +39,14 @@ def test_python_ints_and_numpy_give_the_same_images(m: int, words: list[int], da
     assert b(x[:0]).shape == (0,)
 
 
+def families(largest: int, most: int) -> st.SearchStrategy[list]:
+    """Families of keyed bijections: ``(size, key words)`` each, sizes up to ``largest``."""
+    keyed = st.tuples(st.integers(1, largest), st.lists(st.integers(0, 2**63 - 1), max_size=3))
+    return st.lists(keyed, min_size=1, max_size=most)
+
+
 @settings(max_examples=40, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(1, 3000), st.lists(st.integers(0, 2**63 - 1), max_size=3)),
-        min_size=1,
-        max_size=6,
-    ),
-    st.data(),
-)
+@given(families(3000, 6), st.data())
 def test_many_bijections_at_once_give_each_ones_images(keyed: list, data) -> None:
     """``evaluate_many`` (the mix's partial corpus epochs of every stream in one pass) is each
     bijection's own answer at every position, whatever the mixture and order of positions."""
@@ -87,3 +88,25 @@ def test_round_tables_give_the_rounds_images(m: int, words: list[int]) -> None:
     few = np.concatenate([b(np.arange(k, min(k + 40, m))) for k in range(0, m, 40)])
     np.testing.assert_array_equal(every, few)
     assert [b.one(v) for v in range(min(m, 50))] == every[:50].tolist()
+
+
+@settings(max_examples=12, deadline=None)
+@given(families(200, 5), st.randoms(use_true_random=False))
+def test_a_family_of_small_bijections_by_round_tables_gives_each_ones_images(keyed, rnd) -> None:
+    """A family whose halves are all small (``GROUP_HALF``), asked at no fewer positions than
+    its round tables hold (``sort_bin_shuffle_x2``'s bins), evaluates by those tables: every
+    bijection's own images at every position, in any order."""
+    family = Bijections([m for m, _ in keyed], [w for _, w in keyed])
+    which = np.concatenate([np.full(m, g) for g, (m, _) in enumerate(keyed)]).astype(np.int64)
+    x = np.concatenate([np.arange(m) for m, _ in keyed]).astype(np.int64)
+    hmax = int(family._half.max())
+    reps = -(-(len(keyed) << hmax) // len(x))  # enough positions for the tables' path
+    which, x = np.tile(which, reps), np.tile(x, reps)
+    mixed = list(range(len(x)))
+    rnd.shuffle(mixed)
+    which, x = which[mixed], x[mixed]
+    assert hmax <= GROUP_HALF and len(keyed) << hmax <= len(x)
+    got = family(which, x, big=len(x) + 1)
+    assert got.dtype == np.uint64
+    want = {g: Bijection(*keyed[g]) for g in range(len(keyed))}
+    assert got.tolist() == [want[g].one(v) for g, v in zip(which.tolist(), x.tolist())]

@@ -29,6 +29,9 @@ SMALL = 16
 _TABLE = 4
 #: from this many positions on, ``evaluate_many`` runs a bijection alone (no per-position keys)
 BIG = 1 << 12
+#: ``Bijections`` whose halves are all at most this many bits evaluate by round tables (where
+#: the tables are no more entries than the positions asked)
+GROUP_HALF = 8
 #: positions still outside after a cycle-walking pass by tables that walk on Python ints (a
 #: pass costs about what a few positions' walks do; the last few need as many passes as the rest)
 TAIL = 4
@@ -302,6 +305,9 @@ class Bijections:
                 y[left] = self(which.take(left), x.take(left), len(x) + 1)
                 return y
         half, mask, keys = self._half, self._mask, self._keys
+        hmax = int(half.max()) if len(sizes) else 0
+        if hmax <= GROUP_HALF and len(sizes) << hmax <= len(x):  # small domains: by tables
+            return self._walk_by_tables(which, x, hmax)
         y = _encrypt_many(x, half, mask, keys, which)
         outside = np.flatnonzero(y >= self._m.take(which))
         while len(outside):  # cycle-walking, as in Bijection.__call__
@@ -309,6 +315,54 @@ class Bijections:
             y[outside] = _encrypt_many(y.take(outside), half, mask, keys, g)
             outside = outside[y.take(outside) >= self._m.take(g)]
         return y
+
+    def _walk_by_tables(self, which: np.ndarray, x: np.ndarray, hmax: int) -> np.ndarray:
+        """``__call__`` where every bijection's half is at most ``hmax <= GROUP_HALF`` bits
+        and the family's round tables (each round's function at every half value of every
+        bijection: ``groups * 2**hmax`` entries a round) are no more than the positions asked:
+        each round is then a gather and an xor per position, where ``_encrypt_many`` gathers
+        the element's round key and runs the multiply-xorshift (``sort_bin_shuffle_x2``'s bins
+        of a few hundred positions). The same bits; nothing kept between calls."""
+        v = np.arange(1 << hmax, dtype=np.uint64)
+        tables = []
+        for key in self._keys:  # [groups] each round's keys
+            f = v[None, :] + key[:, None]  # wraps modulo 2**64, as in _encrypt_many
+            f *= _MUL1
+            f ^= f >> np.uint64(31)
+            f *= _MUL2
+            f ^= f >> np.uint64(29)
+            f &= self._mask[:, None]
+            tables.append(f.astype(np.intp).ravel())
+        half, m = self._half.astype(np.int64), self._m.astype(np.int64)
+        y = _by_group_tables(x.astype(np.int64), which, half, hmax, tables)
+        outside = np.flatnonzero(y >= m.take(which))
+        while len(outside):  # cycle-walking, as in Bijection.__call__
+            g = which.take(outside)
+            z = _by_group_tables(y.take(outside), g, half, hmax, tables)
+            y[outside] = z
+            outside = outside[z >= m.take(g)]
+        return y.view(np.uint64)
+
+
+def _by_group_tables(
+    x: np.ndarray, which: np.ndarray, half: np.ndarray, hmax: int, tables: list[np.ndarray]
+) -> np.ndarray:
+    """One encryption of ``x`` (int64) by bijection ``which``'s rows of the family's round
+    tables (``Bijections._walk_by_tables``) -> int64 (a new array): ``_encrypt_many``'s bits."""
+    h = half.take(which)
+    left = x >> h
+    right = x & ((1 << h) - 1)
+    row = which << hmax  # each position's bijection's first table entry
+    at = np.empty_like(left)
+    f = np.empty_like(left)
+    for table in tables:
+        np.add(row, right, out=at)
+        np.take(table, at, out=f, mode="clip")  # in range: no bounds checks
+        left ^= f
+        left, right = right, left
+    left <<= h
+    left |= right
+    return left
 
 
 def _encrypt_many(
