@@ -195,8 +195,14 @@ class ChunkSlots(SequenceSlots):
         """Count each taken chunk on its element (an element's delivered chunks are a prefix
         of its chunks); an element is left while it has chunks to deliver."""
         assert left.done is not None
-        np.add.at(left.done, elements, 1)
-        left.seqs[elements] = left.done[elements] < self.chunking.counts(seqs)
+        if not len(elements):
+            return
+        # an element's taken chunks are adjacent (one rank's list): counted per run of them
+        run = np.flatnonzero(np.r_[True, elements[1:] != elements[:-1]])
+        size = np.diff(np.r_[run, len(elements)])
+        own = elements[run]
+        np.add.at(left.done, own, size)
+        left.seqs[own] = left.done[own] < self.chunking.counts(seqs[run])
 
     def ids(self, seqs: np.ndarray, chunks: np.ndarray | None) -> np.ndarray:
         """The chunk numbers (``ChunkTable.unit_ids``), as global planning reports them."""
