@@ -320,7 +320,15 @@ def _tally(batches: Any) -> np.ndarray:
     return out
 
 
-def seqloader_reads(src: ShardSource, workers: int, epochs: int) -> tuple[float, np.ndarray]:
+def all_cpu_s() -> float:
+    """CPU seconds (user + system) of this process, its living children and the children it
+    has reaped (a DataLoader without persistent workers ends its workers with each epoch)."""
+    reaped = os.times()
+    return tree_cpu_s() + reaped.children_user + reaped.children_system
+
+
+def seqloader_reads(src: ShardSource, workers: int, epochs: int) -> tuple[float, float, np.ndarray]:
+    """(utterances per second, CPU seconds per utterance, the warm-up epoch's tally)."""
     with sl.SeqLoader(
         src, ordering="random", max_seqs=READ_BATCH, num_workers=workers, seed=1
     ) as loader:
@@ -330,12 +338,14 @@ def seqloader_reads(src: ShardSource, workers: int, epochs: int) -> tuple[float,
                 yield b["audio"], b.lengths["audio"]
 
         tally = _tally(batches(1))
-        start = time.perf_counter()
+        cpu, start = all_cpu_s(), time.perf_counter()
         n = sum(len(lengths) for epoch in range(2, 2 + epochs) for _, lengths in batches(epoch))
-        return n / (time.perf_counter() - start), tally
+        wall, cpu = time.perf_counter() - start, all_cpu_s() - cpu
+        return n / wall, cpu / n, tally
 
 
-def peer_reads(who: str, where: Any, workers: int, epochs: int) -> tuple[float, np.ndarray]:
+def peer_reads(who: str, where: Any, workers: int, epochs: int) -> tuple[float, float, np.ndarray]:
+    """``seqloader_reads`` of the peer's own reader."""
     from benchmarks import shard_peers
 
     sampler = None
@@ -354,10 +364,10 @@ def peer_reads(who: str, where: Any, workers: int, epochs: int) -> tuple[float, 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tally = _tally(batches(1))
-        start = time.perf_counter()
+        cpu, start = all_cpu_s(), time.perf_counter()
         n = sum(len(lengths) for epoch in range(2, 2 + epochs) for _, lengths in batches(epoch))
-        rate = n / (time.perf_counter() - start)
-    return rate, tally
+        wall, cpu = time.perf_counter() - start, all_cpu_s() - cpu
+    return n / wall, cpu / n, tally
 
 
 def read_sources(c: dict[str, Any], index_dir: Path) -> dict[str, ShardSource]:
@@ -381,6 +391,7 @@ def reads_main(args: argparse.Namespace) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="seqloader-shard-reads-"))
     sources = read_sources(c, scratch / "idx")
     runs: dict[str, list[float]] = {}
+    cpus: dict[str, list[float]] = {}  # CPU seconds per utterance (steadier on a loaded machine)
     tallies: dict[str, np.ndarray] = {}
     load_before = os.getloadavg()
     configs = [(who, w) for w in (0, 2) for who in ("lhotse", "webdataset", "nemo")]
@@ -388,11 +399,12 @@ def reads_main(args: argparse.Namespace) -> dict:
         for who, workers in configs if r % 2 == 0 else configs[::-1]:
             for side in ("seqloader", who) if r % 2 == 0 else (who, "seqloader"):
                 if side == "seqloader":
-                    rate, tally = seqloader_reads(sources[who], workers, args.epochs)
+                    rate, cpu, tally = seqloader_reads(sources[who], workers, args.epochs)
                 else:
-                    rate, tally = peer_reads(who, c[who], workers, args.epochs)
+                    rate, cpu, tally = peer_reads(who, c[who], workers, args.epochs)
                 key = f"{side}_on_{who}_{workers}w"
                 runs.setdefault(key, []).append(rate)
+                cpus.setdefault(key, []).append(cpu)
                 tallies[key] = tally
     problems = []
     for key, tally in tallies.items():
@@ -414,6 +426,11 @@ def reads_main(args: argparse.Namespace) -> dict:
         per_run = [a / b for a, b in zip(ours, theirs)]
         ratios[f"seqloader_over_{who}_{workers}w"] = float(statistics.median(per_run))
         ratios[f"seqloader_over_{who}_{workers}w_per_run"] = [float(x) for x in per_run]
+        # the peer's CPU per utterance over seqloader's (how many times less CPU seqloader takes)
+        mine, peer = cpus[f"seqloader_on_{who}_{workers}w"], cpus[f"{who}_on_{who}_{workers}w"]
+        per_run = [b / a for a, b in zip(mine, peer)]
+        ratios[f"cpu_seqloader_over_{who}_{workers}w"] = float(statistics.median(per_run))
+        ratios[f"cpu_seqloader_over_{who}_{workers}w_per_run"] = [float(x) for x in per_run]
     return {
         "utterances": args.utterances,
         "repeats": args.repeats,
@@ -423,6 +440,9 @@ def reads_main(args: argparse.Namespace) -> dict:
         "ratios": ratios,
         "decoders": decoders(),
         "utterances_per_s_medians": {k: float(statistics.median(v)) for k, v in runs.items()},
+        "cpu_us_per_utterance_medians": {
+            k: float(statistics.median(v)) * 1e6 for k, v in cpus.items()
+        },
         "per_epoch_utterances_samples_sum": {k: v.tolist() for k, v in tallies.items()},
         "load_average_before_after": [load_before, os.getloadavg()],
     }

@@ -22,6 +22,7 @@ def test_reads_same_audio_every_peer(tmp_path, monkeypatch):
     for who in ("lhotse", "webdataset", "nemo"):
         for workers in (0, 2):
             assert result["ratios"][f"seqloader_over_{who}_{workers}w"] > 0
+            assert result["ratios"][f"cpu_seqloader_over_{who}_{workers}w"] > 0  # CPU counted
             count, samples, total = result["per_epoch_utterances_samples_sum"][
                 f"seqloader_on_{who}_{workers}w"
             ]
