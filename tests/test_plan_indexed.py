@@ -29,6 +29,7 @@ from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.indexed.replay import buckets_consumed
 from seqloader.plan.mix import Corpora
 from seqloader.plan.seeding import rng_for
+from seqloader.plan.variants import splitmix64
 
 ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "laplace:.7"]
 
@@ -70,6 +71,16 @@ def test_halves_of_a_unit_do_not_depend_on_the_others_drawn_with_it(
              for i in range(len(count))]  # fmt: skip
     assert together.tolist() == alone
     assert ((together >= 0) & (together <= count)).all()
+
+
+@given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=20))
+@settings(max_examples=20, deadline=None)
+def test_splitmix64_of_an_array_is_that_of_each_word(words: list) -> None:
+    """The array path of ``splitmix64`` (one scratch array for its shifts) gives each word what
+    the word alone gives: the keyed orders and variants draw from arrays of any length."""
+    x = np.array(words, dtype=np.uint64)
+    alone = [int(splitmix64(np.array(w, dtype=np.uint64))) for w in words]  # 0-d: word alone
+    assert splitmix64(x.copy()).tolist() == alone
 
 
 def test_interleave_draws_every_arrangement() -> None:

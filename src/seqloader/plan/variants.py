@@ -28,7 +28,16 @@ _M2 = np.uint64(0x94D049BB133111EB)
 
 
 def splitmix64(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finaliser, in place on uint64 (a bijection with full avalanche)."""
+    """SplitMix64's finaliser, in place on uint64 (a bijection with full avalanche). An array
+    reuses one scratch array for its three shifts (each a fresh array of its size otherwise)."""
+    if isinstance(x, np.ndarray) and x.ndim:
+        t = x >> np.uint64(30)
+        x ^= t
+        x *= _M1
+        x ^= np.right_shift(x, np.uint64(27), out=t)
+        x *= _M2
+        x ^= np.right_shift(x, np.uint64(31), out=t)
+        return x
     x ^= x >> np.uint64(30)
     x *= _M1
     x ^= x >> np.uint64(27)

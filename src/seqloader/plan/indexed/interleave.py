@@ -99,7 +99,7 @@ def keyed_ones(h: np.ndarray, count: np.ndarray) -> np.ndarray:
 def _ones_of_word(h: np.ndarray, count: np.ndarray) -> np.ndarray:
     """Ones among the top ``count`` (1..64) bits of the next hash of ``h`` -> int64."""
     h = splitmix64(h)
-    h >>= (64 - count).astype(np.uint64)
+    h >>= np.subtract(64, count, dtype=np.uint64, casting="unsafe")  # count <= 64: no wrap
     return np.bitwise_count(h).astype(np.int64)
 
 

@@ -208,6 +208,9 @@ class _Descent:
         consts = np.stack([self.pk, self.pl - self.pk, self.tie_k, self.tie_l - self.tie_k], 1)
         if not self.cut:
             consts = consts[:, :2]
+        rows = np.empty((len(idx), consts.shape[1]), dtype=np.int64)  # scratch, reused per level
+        sums_buf = np.empty((len(idx), 3 if self.cut else 1), dtype=np.int64)
+        tmp_buf = np.empty(len(idx), dtype=np.int64)
         starts = _run_starts(q[idx]) if len(idx) else np.zeros(0, np.int64)
         ranks, sizes = q[idx][starts], np.diff(np.append(starts, len(idx)))
         node = np.zeros(world, dtype=np.uint64)
@@ -228,18 +231,23 @@ class _Descent:
                     break
                 ranks, sizes = ranks[~ends], sizes[~ends]
                 starts = np.cumsum(sizes) - sizes
-            mix = np.repeat(keyed.interval_mix(node[ranks], level), sizes)
-            left = keyed.keyed_ones(self.base[idx] + mix, cnt)
+            m = len(idx)
+            h = self.base[idx]
+            h += np.repeat(keyed.interval_mix(node[ranks], level), sizes)
+            left = keyed.keyed_ones(h, cnt)
             right = cnt - left
             fresh = ~later
             last_l = fresh & (right == 0)  # a unit's last batch
-            c = consts[idx]
-            sums = np.empty((len(idx), 3 if self.cut else 1), dtype=np.int64)
-            np.add(left * c[:, 0], last_l * c[:, 1], out=sums[:, 0])
+            c = np.take(consts, idx, axis=0, out=rows[:m])
+            sums, tmp = sums_buf[:m], tmp_buf[:m]
+            np.multiply(left, c[:, 0], out=sums[:, 0])
+            sums[:, 0] += np.multiply(last_l, c[:, 1], out=tmp)
             if self.cut:  # leftover tie increments reaching the left half, and the right's
                 last_r = fresh ^ last_l
-                np.add(left * c[:, 2], last_l * c[:, 3], out=sums[:, 1])
-                np.add(right * c[:, 2], last_r * c[:, 3], out=sums[:, 2])
+                np.multiply(left, c[:, 2], out=sums[:, 1])
+                sums[:, 1] += np.multiply(last_l, c[:, 3], out=tmp)
+                np.multiply(right, c[:, 2], out=sums[:, 2])
+                sums[:, 2] += np.multiply(last_r, c[:, 3], out=tmp)
             per_rank = np.add.reduceat(sums, starts, axis=0)
             per = per_rank[:, 0]
             t_r: np.ndarray | int = 0
@@ -248,9 +256,12 @@ class _Descent:
                 per += np.clip(self.rest[ranks] - (ties_after[ranks] + t_r), 0, per_rank[:, 1])
             go_left = per >= steps - before[ranks]  # the steps end in the left half
             gl = np.repeat(go_left, sizes)
-            before_c += left * ~gl
+            before_c += np.multiply(left, ~gl, out=tmp)
             later |= gl & (right > 0)
-            cnt = right + gl * (left - right)
+            left -= right  # the new interval's count: left where the steps go left, else right
+            left *= gl
+            right += left
+            cnt = right
             ties_after[ranks] += go_left * t_r
             before[ranks] += ~go_left * per
             node[ranks] = (node[ranks] << np.uint64(1)) | (~go_left).astype(np.uint64)
