@@ -67,3 +67,31 @@ def test_chunked_chains_deliver_each_chunk_once() -> None:
         plan = loader.planner.global_plan(1, 1).batches
         assert (np.diff(by[plan.seqs]) >= 0).all()  # sorted by the key, chunk after chunk
     check_chain(make, [2, 3, 1], [2, 1], 2)
+
+
+def test_selected_and_key_filtered_chains_deliver_each_chunk_once() -> None:
+    """Epoch selections (RETURNN's ``subdirs``) and ``epoch_wise_filter`` by the source's own key
+    on a chunked fixed order (each sub-epoch listed, selected, filtered by the key, cut):
+    through ``W -> W' -> W''`` with the audit on, each planned chunk once, nothing of an epoch
+    the selection leaves out delivered."""
+    from seqloader.plan.selections import EpochSelection
+
+    inner = corpus(30, 5)
+    by = (np.arange(30) * 7) % 6
+    keep = np.arange(30) % 3 != 0
+    view = ReturnnView(
+        inner, order_lengths=by, selections=(EpochSelection(1, 2, keep, "subdirs=['a']"),)
+    )
+    make = loader_factory(
+        view, max_seqs=3, max_frames=40, partition_epoch=2, audit=True, ordering="sorted",
+        uneven="pad", chunking="3:2", min_chunk_size=1,
+        epoch_wise_filter={(2, 3): {"max_mean_len": 2}},
+    )  # fmt: skip
+    with make(0, 1) as loader:
+        planner = loader.planner
+        assert planner.options.planning == "indexed"
+        for epoch in (1, 2):
+            seqs = planner.global_plan(epoch, 1).batches.seqs
+            assert keep[seqs].all() and (np.diff(by[seqs]) >= 0).all()
+        assert any("max_mean_len" in reason for reason in planner.filtered(2))
+    check_chain(make, [2, 3, 1], [2, 1], 3)
