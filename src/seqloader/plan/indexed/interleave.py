@@ -57,7 +57,12 @@ def interval_word(node: np.ndarray, level: int | np.ndarray) -> np.ndarray:
 
 
 def interval_mix(node: np.ndarray, level: int | np.ndarray) -> np.ndarray:
-    """What ``halves`` adds to a unit's base for interval (``node``, ``level``) -> uint64."""
+    """What ``halves`` adds to a unit's base for interval (``node``, ``level``) -> uint64: one
+    word per interval, added to each of its units' bases by a caller that draws many at once.
+
+    >>> int(interval_mix(np.array([0], np.uint64), 0)[0])  # the whole range [0, 1)
+    0
+    """
     return interval_word(node, level) * _GOLD
 
 
@@ -81,9 +86,16 @@ def halves(base: np.ndarray, where: np.ndarray, count: np.ndarray) -> np.ndarray
 
 
 def keyed_ones(h: np.ndarray, count: np.ndarray) -> np.ndarray:
-    """``halves`` from ``h = base + where * _GOLD`` (uint64, overwritten), for callers that
+    """``halves`` from ``h = base + interval_mix(...)`` (uint64, overwritten), for callers that
     add a per-interval word to many units at once -> int64. A count of at most 64 takes one
-    word, its top bits; only the larger ones take the several-word path (the same bits)."""
+    word, its top bits; only the larger ones take the several-word path (the same bits).
+
+    >>> base = unit_base(np.array([7, 7], np.uint64), np.array([0, 1]))
+    >>> node, count = np.array([5, 5], np.uint64), np.array([100, 3])
+    >>> got = keyed_ones(base + interval_mix(node, 3), count)
+    >>> got.tolist() == halves(base, interval_word(node, 3), count).tolist()
+    True
+    """
     count = np.asarray(count, dtype=np.int64)
     h = splitmix64(h)
     wide = np.flatnonzero(count > 64) if len(count) else count
