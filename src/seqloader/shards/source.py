@@ -128,6 +128,7 @@ class ShardSource(AudioKeysSource):
             )
         self._bounds = np.array(self._store.column("bounds"), dtype=np.int64)
         self._tags = self._store.strings("tags")
+        self._member_names = self._store.strings("member")  # one per sequence read: made once
         self._has_text = bool(meta["texts"])
         self._from_features = layout.field == "features" and self.options.features is None
         self._keys = self._choose_keys(keys)
@@ -641,7 +642,7 @@ class ShardSource(AudioKeysSource):
             return (
                 header,
                 int(self._store.column("size")[index]),
-                self._store.strings("member")[index],
+                self._member_names[index],
             )
         got = self._members.get(f)
         if got is None:
