@@ -106,8 +106,10 @@ class Left:
 
 
 class SequenceSlots:
-    """Unchunked: a rank's slots are its ordered sequences, cut by their lengths (``batcher``:
-    global planning's, over ``lengths``)."""
+    """Unchunked: a rank's slots are its ordered elements (sequences; a mix over files: slot
+    positions), cut by their sequences' lengths (``batcher``: global planning's, over
+    ``lengths``). Every method takes the elements and their sequences apart: what was delivered
+    is kept per element, what a slot costs is its sequence's."""
 
     chunked = False
 
@@ -140,10 +142,12 @@ class SequenceSlots:
 
 
 class ChunkSlots(SequenceSlots):
-    """Chunked: a rank's slots are its ordered sequences' chunks, each sequence's in turn (after
-    an elastic resume, from the first it has not delivered), cut by their windows as global
-    planning cuts them (``chunk_batching``'s fits in blocks, ``cut_chunk_positions``; after a
-    resume, the general batcher over the windows: the same bounds)."""
+    """Chunked: a rank's slots are its ordered elements' chunks (their sequences'), each
+    element's in turn (after an elastic resume, from the first it has not delivered: counted per
+    element, so a sequence holding two slots of a mix continues each on its own), cut by their
+    windows as global planning cuts them (``chunk_batching``'s fits in blocks,
+    ``cut_chunk_positions``; after a resume, the general batcher over the windows: the same
+    bounds)."""
 
     chunked = True
 
