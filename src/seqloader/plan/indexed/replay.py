@@ -204,13 +204,7 @@ class _Descent:
         idx = np.flatnonzero(self.nb > 0)  # the walk's entries (ascending: rank by rank)
         cnt, later = self.nb[idx], np.zeros(len(idx), dtype=bool)
         before_c = np.zeros(len(idx), dtype=np.int64)  # ``done`` of the entries, kept with them
-        # per entry: pieces of a full batch, the last's extra, and the same for tie increments
-        consts = np.stack([self.pk, self.pl - self.pk, self.tie_k, self.tie_l - self.tie_k], 1)
-        if not self.cut:
-            consts = consts[:, :2]
-        rows = np.empty((len(idx), consts.shape[1]), dtype=np.int64)  # scratch, reused per level
-        sums_buf = np.empty((len(idx), 3 if self.cut else 1), dtype=np.int64)
-        tmp_buf = np.empty(len(idx), dtype=np.int64)
+        scratch = self._scratch(len(idx))
         starts = _run_starts(q[idx]) if len(idx) else np.zeros(0, np.int64)
         ranks, sizes = q[idx][starts], np.diff(np.append(starts, len(idx)))
         node = np.zeros(world, dtype=np.uint64)
@@ -231,29 +225,10 @@ class _Descent:
                     break
                 ranks, sizes = ranks[~ends], sizes[~ends]
                 starts = np.cumsum(sizes) - sizes
-            m = len(idx)
-            h = self.base[idx]
-            h += np.repeat(keyed.interval_mix(node[ranks], level), sizes)
-            left = keyed.keyed_ones(h, cnt)
-            right = cnt - left
-            fresh = ~later
-            last_l = fresh & (right == 0)  # a unit's last batch
-            c = np.take(consts, idx, axis=0, out=rows[:m])
-            sums, tmp = sums_buf[:m], tmp_buf[:m]
-            np.multiply(left, c[:, 0], out=sums[:, 0])
-            sums[:, 0] += np.multiply(last_l, c[:, 1], out=tmp)
-            if self.cut:  # leftover tie increments reaching the left half, and the right's
-                last_r = fresh ^ last_l
-                np.multiply(left, c[:, 2], out=sums[:, 1])
-                sums[:, 1] += np.multiply(last_l, c[:, 3], out=tmp)
-                np.multiply(right, c[:, 2], out=sums[:, 2])
-                sums[:, 2] += np.multiply(last_r, c[:, 3], out=tmp)
-            per_rank = np.add.reduceat(sums, starts, axis=0)
-            per = per_rank[:, 0]
-            t_r: np.ndarray | int = 0
-            if self.cut:
-                t_r = per_rank[:, 2]
-                per += np.clip(self.rest[ranks] - (ties_after[ranks] + t_r), 0, per_rank[:, 1])
+            left, right, per, t_r = self._left_half(
+                idx, cnt, later, ranks, sizes, starts, node, ties_after, level, scratch
+            )
+            tmp = scratch[3][: len(idx)]
             go_left = per >= steps - before[ranks]  # the steps end in the left half
             gl = np.repeat(go_left, sizes)
             before_c += np.multiply(left, ~gl, out=tmp)
@@ -275,6 +250,59 @@ class _Descent:
                 ranks, sizes = ranks[sizes > 0], sizes[sizes > 0]
                 starts = np.cumsum(sizes) - sizes
         return np.minimum(done * self.size, self.rem) + partial
+
+    def _scratch(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``consumed``'s per-entry constants (pieces of a full batch, the last's extra, and the
+        same for tie increments) and its scratch arrays for ``n`` entries, reused per level."""
+        consts = np.stack([self.pk, self.pl - self.pk, self.tie_k, self.tie_l - self.tie_k], 1)
+        if not self.cut:
+            consts = consts[:, :2]
+        rows = np.empty((n, consts.shape[1]), dtype=np.int64)
+        sums_buf = np.empty((n, 3 if self.cut else 1), dtype=np.int64)
+        return consts, rows, sums_buf, np.empty(n, dtype=np.int64)
+
+    def _left_half(
+        self,
+        idx: np.ndarray,
+        cnt: np.ndarray,
+        later: np.ndarray,
+        ranks: np.ndarray,
+        sizes: np.ndarray,
+        starts: np.ndarray,
+        node: np.ndarray,
+        ties_after: np.ndarray,
+        level: int,
+        scratch: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | int]:
+        """One level of ``consumed``'s descent: each entry's batches in its rank's interval's
+        left half (``halves``' draw) -> (left, right: batches per entry; per rank the left
+        half's pieces with the leftover tie increments reaching it, and the right half's tie
+        increments, 0 where no rank has any)."""
+        consts, rows, sums_buf, tmp_buf = scratch
+        m = len(idx)
+        h = self.base[idx]
+        h += np.repeat(keyed.interval_mix(node[ranks], level), sizes)
+        left = keyed.keyed_ones(h, cnt)
+        right = cnt - left
+        fresh = ~later
+        last_l = fresh & (right == 0)  # a unit's last batch
+        c = np.take(consts, idx, axis=0, out=rows[:m])
+        sums, tmp = sums_buf[:m], tmp_buf[:m]
+        np.multiply(left, c[:, 0], out=sums[:, 0])
+        sums[:, 0] += np.multiply(last_l, c[:, 1], out=tmp)
+        if self.cut:  # leftover tie increments reaching the left half, and the right's
+            last_r = fresh ^ last_l
+            np.multiply(left, c[:, 2], out=sums[:, 1])
+            sums[:, 1] += np.multiply(last_l, c[:, 3], out=tmp)
+            np.multiply(right, c[:, 2], out=sums[:, 2])
+            sums[:, 2] += np.multiply(last_r, c[:, 3], out=tmp)
+        per_rank = np.add.reduceat(sums, starts, axis=0)
+        per = per_rank[:, 0]
+        t_r: np.ndarray | int = 0
+        if self.cut:
+            t_r = per_rank[:, 2]
+            per += np.clip(self.rest[ranks] - (ties_after[ranks] + t_r), 0, per_rank[:, 1])
+        return left, right, per, t_r
 
     def _finish(
         self,
