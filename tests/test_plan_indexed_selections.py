@@ -61,7 +61,8 @@ def planner_of(case: dict, selections: bool = True):
     return make_planner(case["lengths"], case["options"], selections=chosen)
 
 
-@settings(max_examples=60, deadline=None)
+# every contract without selections: test_plan_indexed_options.py over the same admission options
+@settings(max_examples=40, deadline=None)
 @given(cases())
 def test_contracts_hold_with_epoch_selections(case: dict) -> None:
     """``check_plan_contracts`` over a full epoch and the next one (the selection's range ends
