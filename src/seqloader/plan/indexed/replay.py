@@ -356,9 +356,8 @@ def _split_levels(
     """Per rank (``last``: each live unit's last batch size): the split level t* (big: no
     split; 1: every piece one sequence), the level of its ties (increments of value exactly
     t*), whether the rank splits at a level, and its leftover increments -> ``[W]`` each."""
-    world, q = seg.world_size, seg.owner  # q: [L], aligned with live
-    nb, size = seg.nb, seg.size
-    big = int(size.max()) + 1
+    world = seg.world_size
+    big = int(seg.size.max()) + 1
     rank_nb, rank_seqs = seg.rank_batches, seg.rank_seqs
     need = (
         np.maximum(seg.steps - rank_nb, 0) if seg.uneven == "split" else np.zeros(world, np.int64)
@@ -369,38 +368,46 @@ def _split_levels(
     cut = (need > 0) & ~singles
 
     rest = np.zeros(world, dtype=np.int64)
-    if cut.any():  # bisection per cut rank, over its units only, in float64 (exact: below)
-        units = np.flatnonzero(cut[q])  # q sorted: each cut rank's units are one run
-        starts = _run_starts(q[units])
-        ranks = q[units][starts]
-        group = np.repeat(np.arange(len(ranks)), np.diff(np.append(starts, len(units))))
-        k, lb = size[units].astype(np.float64), last[units].astype(np.float64)
-        w = nb[units].astype(np.float64) - 1
-        t, a, b = np.empty(len(units)), np.empty(len(units)), np.empty(len(units))
-        base, goal = rank_nb[ranks], need[ranks]
-
-        def above(t_of_rank: np.ndarray) -> np.ndarray:  # increments of value > t, per rank
-            # ceil(x / t) of ints below 2**53 is exact in float64: a quotient that is no
-            # integer lies >= 1/t from one, farther than the division's rounding
-            np.take(t_of_rank.astype(np.float64), group, out=t)
-            np.ceil(np.divide(k, t, out=a), out=a)
-            np.ceil(np.divide(lb, t, out=b), out=b)
-            np.add(np.multiply(a, w, out=a), b, out=a)
-            return np.add.reduceat(a, starts).astype(np.int64) - base
-
-        lo, hi = np.ones(len(ranks), dtype=np.int64), np.full(len(ranks), big, dtype=np.int64)
-        while True:
-            open_ = hi - lo > 1
-            if not open_.any():
-                break
-            mid = (lo + hi) // 2
-            fits = above(np.where(open_, mid, hi)) <= goal
-            hi = np.where(open_ & fits, mid, hi)
-            lo = np.where(open_ & ~fits, mid, lo)
-        level[ranks] = hi
-        rest[ranks] = goal - above(hi)
+    if cut.any():
+        ranks, hi, left = _bisect_levels(seg, last, cut, need, big)
+        level[ranks], rest[ranks] = hi, left
     prev = np.where(cut, level - 1, 1)  # ties: increments of value exactly t*
     return level, prev, cut, rest
+
+
+def _bisect_levels(
+    seg: LiveUnits, last: np.ndarray, cut: np.ndarray, need: np.ndarray, big: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_split_levels``' bisection, per cut rank over its units only, in float64 (exact: the
+    ceiling of a quotient of ints below 2**53 lies >= 1/t from the next integer, farther than
+    the division's rounding) -> (the cut ranks, their level t*, their leftover increments)."""
+    q = seg.owner
+    units = np.flatnonzero(cut[q])  # q sorted: each cut rank's units are one run
+    starts = _run_starts(q[units])
+    ranks = q[units][starts]
+    group = np.repeat(np.arange(len(ranks)), np.diff(np.append(starts, len(units))))
+    k, lb = seg.size[units].astype(np.float64), last[units].astype(np.float64)
+    w = seg.nb[units].astype(np.float64) - 1
+    t, a, b = np.empty(len(units)), np.empty(len(units)), np.empty(len(units))
+    base, goal = seg.rank_batches[ranks], need[ranks]
+
+    def above(t_of_rank: np.ndarray) -> np.ndarray:  # increments of value > t, per rank
+        np.take(t_of_rank.astype(np.float64), group, out=t)
+        np.ceil(np.divide(k, t, out=a), out=a)
+        np.ceil(np.divide(lb, t, out=b), out=b)
+        np.add(np.multiply(a, w, out=a), b, out=a)
+        return np.add.reduceat(a, starts).astype(np.int64) - base
+
+    lo, hi = np.ones(len(ranks), dtype=np.int64), np.full(len(ranks), big, dtype=np.int64)
+    while True:
+        open_ = hi - lo > 1
+        if not open_.any():
+            break
+        mid = (lo + hi) // 2
+        fits = above(np.where(open_, mid, hi)) <= goal
+        hi = np.where(open_ & fits, mid, hi)
+        lo = np.where(open_ & ~fits, mid, lo)
+    return ranks, hi, goal - above(hi)
 
 
 def _rank_blocks(seg: LiveUnits) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
