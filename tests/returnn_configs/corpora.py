@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -276,11 +278,27 @@ def data_env(folder: Path) -> dict[str, str]:
     return {"SEQLOADER_RETURNN_DATA": os.fspath(folder)}
 
 
+#: this process's untouched copy of the corpora (``copy_corpora``), written on first use
+_WRITTEN: list[Path] = []
+
+
+def copy_corpora(folder: Path) -> Path:
+    """The stand-in corpora under ``folder``, the same bytes as ``write_corpora(folder)``: written
+    once per process into a folder of their own beside ``folder``, which no test is given (so
+    what a module adds to its corpora reaches no other), and copied from there for each module
+    (writing them takes over a second of CPU, encoding audio included; copying, milliseconds)."""
+    if not _WRITTEN or not _WRITTEN[0].is_dir():
+        untouched = Path(tempfile.mkdtemp(prefix="returnn-corpora-", dir=folder.parent))
+        _WRITTEN[:] = [write_corpora(untouched)]
+    shutil.copytree(_WRITTEN[0], folder, dirs_exist_ok=True)
+    return folder
+
+
 @contextmanager
 def corpora_env(folder: Path) -> Iterator[Path]:
-    """The stand-in corpora written under ``folder``, ``$SEQLOADER_RETURNN_DATA`` naming it while
-    the block runs (the configs read their data folder from it)."""
-    written = write_corpora(folder)
+    """The stand-in corpora under ``folder`` (``copy_corpora``), ``$SEQLOADER_RETURNN_DATA``
+    naming it while the block runs (the configs read their data folder from it)."""
+    written = copy_corpora(folder)
     old = os.environ.get("SEQLOADER_RETURNN_DATA")
     os.environ.update(data_env(written))
     try:
