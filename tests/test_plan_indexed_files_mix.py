@@ -189,6 +189,30 @@ def test_deterministic_keyed_by_seed_and_a_corpus_stream_kept_when_another_is_re
     assert all(a_part(a, f) == a_part(b, f) for f in range(3))
 
 
+@pytest.mark.parametrize(
+    "kept", [{"ordering": "buckets:2:2"}, {"ordering": "laplace:.3", "fixed_random_seed": 3}]
+)
+def test_a_planner_reused_across_full_epochs_plans_each_full_epochs_pieces(kept: dict) -> None:
+    """Where the draws are kept across full epochs (``buckets:N:K``, ``fixed_random_seed``) the
+    mix's file pieces still change every full epoch: one planner that planned full epoch 1
+    plans full epoch 2 as a fresh planner does (a resume's), and the two full epochs deliver
+    the half-rate corpus' two halves, every sequence once (its kept units and segments were
+    keyed by the seed epoch alone: epoch 2 replanned epoch 1's pieces)."""
+    lengths = (np.arange(60, dtype=np.int64) * 7919 + 17) % 40 + 1
+    files, corpora = np.arange(0, 61, 5), Corpora(("a", "b"), np.array([0, 30, 60]))
+    options = PlanOptions(max_seqs=3, distribution="files", mix={"a": 0.5, "b": 1.0}, seed=1,
+                          planning="indexed", **kept)  # fmt: skip
+
+    def make() -> IndexedPlanner:
+        return IndexedPlanner({"data": lengths}, options, corpora=corpora, files=files)
+
+    checked = check_plan_contracts(make, [2, 3], [0.5], [1, 2])
+    seqs = np.concatenate([checked.consumed[e].seqs for e in (1, 2)])
+    uses = np.concatenate([checked.consumed[e].uses for e in (1, 2)])
+    check = make().mix.check(range(2), seqs, uses)
+    assert check.ok, check.problems
+
+
 def test_refused_by_name() -> None:
     """Global planning keeps refusing mix over files (naming planning='indexed' as the fix);
     chunking with a mix is taken, sharded and over files; a corpus bound inside a file is

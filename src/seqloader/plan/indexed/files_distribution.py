@@ -92,10 +92,13 @@ class Files:
         self.file_counts = corpus.index.file_counts.sum(axis=1)
         self.file_frames = np.asarray(corpus.index.file_frames, dtype=np.int64)
         self._mask, self._chunking = corpus.mask, corpus.chunking
-        self._units_kept: tuple[tuple[int, int, int], Units] | None = None
+        self._units_kept: tuple[tuple[int, int, int, int], Units] | None = None
         #: the mix over files this distribution made (``make_mix``); None unmixed
         self.files_mix: FilesMix | None = None
-        self._segments_kept: tuple[tuple[int, int, int] | None, dict[tuple, Segment]] = (None, {})
+        self._segments_kept: tuple[tuple[int, int, int, int] | None, dict[tuple, Segment]] = (
+            None,
+            {},
+        )
 
     # ---- the distribution's face (``seqloader.plan.indexed.distributions.Distribution``) ----
     def segment(self, epoch: int, world_size: int, at: At = START) -> Planned:
@@ -271,7 +274,7 @@ class Files:
         """The sub-epoch's units for the world size ``world0`` it starts with (kept: a resume
         asks for them two or three times)."""
         p = self.planner
-        key = (p.seed_epoch(ep), ep.part, world0)
+        key = self._kept_key(ep, world0)
         kept = self._units_kept
         if kept is not None and kept[0] == key:
             return kept[1]
@@ -291,6 +294,14 @@ class Files:
         self._units_kept = (key, units)
         return units
 
+    def _kept_key(self, ep: EpochIndex, world0: int) -> tuple[int, int, int, int]:
+        """What the kept units and segments of sub-epoch ``ep`` depend on: the draws' seed
+        epoch, the sub-epoch, the first world size, and the full epoch (a mix's file pieces
+        change every full epoch, also where ``buckets:N:K`` or ``fixed_random_seed`` keep the
+        draws: keyed by the seed epoch alone, a planner that planned one full epoch would
+        plan the next one's sub-epoch from the first one's pieces)."""
+        return (ep.full_epoch, self.planner.seed_epoch(ep), ep.part, world0)
+
     # ---- segments ----
     def _segment_at(
         self, epoch: int, world_size: int, history: Sequence[tuple[int, int]]
@@ -303,7 +314,7 @@ class Files:
         ep = EpochIndex(epoch, p.options.partition_epoch)
         world0 = history[0][0] if history else world_size
         units = self._units(ep, world0)
-        key = (p.seed_epoch(ep), ep.part, world0)
+        key = self._kept_key(ep, world0)
         if self._segments_kept[0] != key:  # segments of this sub-epoch and world0 only
             self._segments_kept = (key, {})
         kept = self._segments_kept[1]
