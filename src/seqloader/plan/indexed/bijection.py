@@ -229,15 +229,21 @@ class Bijection:
         return tables
 
 
-def _by_tables(x: np.ndarray, half: int, tables: list[np.ndarray]) -> np.ndarray:
+def _by_tables(
+    x: np.ndarray, half: int | np.ndarray, tables: list[np.ndarray], row: np.ndarray | None = None
+) -> np.ndarray:
     """One encryption of ``x`` (int64, ``0 <= x < 4**half``) by the round tables -> int64 (a new
-    array): ``Bijection._encrypt``'s bits, each round one gather into a reused buffer and an
-    xor in place."""
+    array): each round one gather into a reused buffer and an xor in place. One bijection
+    (``Bijection._walk_by_table``): ``half`` an int, ``row`` None, the tables its own; a family
+    (``Bijections._walk_by_tables``): ``half`` each position's bijection's width and ``row`` its
+    first entry in the family's tables (gathered at ``row + right``)."""
     left = x >> half
     right = x & ((1 << half) - 1)
     f = np.empty_like(left)
+    at = f if row is None else np.empty_like(left)  # a family's gather index (row + right)
     for table in tables:
-        np.take(table, right, out=f, mode="clip")  # in range (masked): no bounds checks
+        index = right if row is None else np.add(row, right, out=at)
+        np.take(table, index, out=f, mode="clip")  # in range (masked): no bounds checks
         left ^= f
         left, right = right, left
     left <<= half
@@ -334,35 +340,14 @@ class Bijections:
             f &= self._mask[:, None]
             tables.append(f.astype(np.intp).ravel())
         half, m = self._half.astype(np.int64), self._m.astype(np.int64)
-        y = _by_group_tables(x.astype(np.int64), which, half, hmax, tables)
+        y = _by_tables(x.astype(np.int64), half.take(which), tables, which << hmax)
         outside = np.flatnonzero(y >= m.take(which))
         while len(outside):  # cycle-walking, as in Bijection.__call__
             g = which.take(outside)
-            z = _by_group_tables(y.take(outside), g, half, hmax, tables)
+            z = _by_tables(y.take(outside), half.take(g), tables, g << hmax)
             y[outside] = z
             outside = outside[z >= m.take(g)]
         return y.view(np.uint64)
-
-
-def _by_group_tables(
-    x: np.ndarray, which: np.ndarray, half: np.ndarray, hmax: int, tables: list[np.ndarray]
-) -> np.ndarray:
-    """One encryption of ``x`` (int64) by bijection ``which``'s rows of the family's round
-    tables (``Bijections._walk_by_tables``) -> int64 (a new array): ``_encrypt_many``'s bits."""
-    h = half.take(which)
-    left = x >> h
-    right = x & ((1 << h) - 1)
-    row = which << hmax  # each position's bijection's first table entry
-    at = np.empty_like(left)
-    f = np.empty_like(left)
-    for table in tables:
-        np.add(row, right, out=at)
-        np.take(table, at, out=f, mode="clip")  # in range: no bounds checks
-        left ^= f
-        left, right = right, left
-    left <<= h
-    left |= right
-    return left
 
 
 def _encrypt_many(
