@@ -5,12 +5,17 @@ stops early leaves no thread behind and the source closed."""
 from __future__ import annotations
 
 import threading
+import warnings
 from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.test_kept_tag_hashes import write_hdf
 
+from seqloader.errors import DataError
+from seqloader.sources import hdf_layout
+from seqloader.sources.hdf import HDFSource
 from seqloader.sources.read_ahead import read_ahead
 
 
@@ -71,3 +76,34 @@ def test_items_in_order_errors_in_place_and_early_stop(
 def test_depth_below_one_is_refused() -> None:
     with pytest.raises(ValueError, match="depth must be at least 1"):
         next(read_ahead([1], 0))
+
+
+@pytest.mark.parametrize("fast_vlen", [True, False])
+def test_a_damaged_tag_heap_is_named_not_blamed_on_the_store_directory(
+    tmp_path, monkeypatch, fast_vlen
+) -> None:
+    """The store of three files is written from blocks of tags read in the read-ahead thread;
+    the middle file's string heap is damaged (h5py's ``OSError`` in that thread). The open fails
+    with a ``DataError`` naming that file, with no warning that the metadata directory cannot be
+    written (an ``OSError`` reached ``open_metadata``, which kept the metadata in memory and told
+    the user to pass another index_dir), no thread left and no store beside its lock."""
+    paths = []
+    for j in range(3):
+        paths.append(str(tmp_path / f"f{j}.hdf"))
+        write_hdf(paths[-1], [f"corpus/rec{j}/seg{i}".encode() for i in range(50)], fixed=False)
+    raw = bytearray((tmp_path / "f1.hdf").read_bytes())
+    heap = raw.find(b"GCOL")  # the global heap collection holding the tags' bytes
+    assert heap > 0
+    raw[heap + 16 : heap + 600] = b"\xff" * 584
+    (tmp_path / "f1.hdf").write_bytes(bytes(raw))
+    monkeypatch.setattr(hdf_layout, "TAG_BLOCK", 7)  # several blocks per file
+    monkeypatch.setattr(hdf_layout, "FAST_VLEN", fast_vlen)
+    index = tmp_path / "index"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(
+            DataError, match=r"f1\.hdf' \(file 2 of 3\) is damaged: reading its seqTags"
+        ):
+            HDFSource(paths, index_dir=str(index))
+    assert not _alive()
+    assert [p.name for p in index.iterdir() if not p.name.endswith(".lock")] == []

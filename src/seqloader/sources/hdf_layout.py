@@ -9,11 +9,12 @@ dataset shapes, so opening a large corpus stays cheap.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass
 
 import h5py
@@ -79,14 +80,24 @@ def read_layout(path: str, position: str = "") -> FileLayout:
 def layout_of(f: h5py.File, path: str, position: str = "") -> FileLayout:
     """The layout of an open HDF file (``path`` names it in messages; a remote file is opened
     over a file object, so only the metadata it reads travels)."""
+    where = describe_file(path, position)
+    with named_damage(where):  # h5py's errors on damaged metadata (found by tests/test_fuzz_hdf)
+        return _layout(f, path, where)
+
+
+@contextlib.contextmanager
+def named_damage(where: str, what: str = "its structure") -> Iterator[None]:
+    """h5py's (and the heap reader's) errors on a damaged file as a ``DataError`` naming the file
+    and the fix: an ``OSError`` let through would read as the metadata store's directory failing
+    (``hdf_store.open_metadata`` keeps the metadata in memory then, blaming the directory)."""
     try:
-        return _layout(f, path, describe_file(path, position))
+        yield
     except DataError:
         raise
-    except Exception as e:  # h5py's errors on damaged metadata (found by tests/test_fuzz_hdf)
+    except Exception as e:
         raise DataError(
-            f"HDF file {describe_file(path, position)} is damaged: reading its structure "
-            f"failed with {type(e).__name__}: {e}. Fix: re-create or re-copy the file."
+            f"HDF file {where} is damaged: reading {what} failed with "
+            f"{type(e).__name__}: {e}. Fix: re-create or re-copy the file."
         ) from e
 
 
@@ -117,16 +128,28 @@ class FileScan:
 
     def length_blocks(self, key: str) -> Iterator[np.ndarray]:
         """``key``'s lengths, ``ROW_BLOCK`` sequences at a time (the file's integer dtype)."""
+        where = describe_file(self.path, self.position)
         with open_h5(self.path, self.position) as f:
             dset = f[SEQ_LENGTHS]
             for a in range(0, self.num_seqs, ROW_BLOCK):
-                yield _column(dset, a, min(self.num_seqs, a + ROW_BLOCK), self.columns[key])
+                with named_damage(where, f"{SEQ_LENGTHS!r}"):
+                    block = _column(dset, a, min(self.num_seqs, a + ROW_BLOCK), self.columns[key])
+                yield block
 
     def tag_blocks(self) -> Iterator[PackedTags]:
         """The tags, ``TAG_BLOCK`` at a time (one block's Python objects at once)."""
         where = describe_file(self.path, self.position)
         with open_h5(self.path, self.position) as f:
-            yield from _tag_blocks(f, where, self.num_seqs)
+            blocks = _tag_blocks(f, where, self.num_seqs)
+            try:
+                while True:  # each block read under named_damage, never a yield inside it
+                    with named_damage(where, "its seqTags"):
+                        block = next(blocks, None)
+                    if block is None:
+                        return
+                    yield block
+            finally:  # a caller that stops early: the heap reader closed before the file
+                blocks.close()
 
     def layout(self) -> FileLayout:
         return read_layout(self.path, self.position)
@@ -136,17 +159,9 @@ def scan_file(path: str, position: str = "") -> FileScan:
     """``FileScan`` of one local RETURNN HDF file: every check of ``read_layout`` (shapes,
     negative lengths, lengths against the datasets, one tag per sequence), no array of ``n``."""
     where = describe_file(path, position)
-    with open_h5(path, position) as f:
-        try:
-            scan, _ = _scan(f, path, where, keep_starts=False)
-            _tag_count(f, where, scan.num_seqs)
-        except DataError:
-            raise
-        except Exception as e:  # as layout_of: h5py's errors on damaged metadata
-            raise DataError(
-                f"HDF file {where} is damaged: reading its structure failed with "
-                f"{type(e).__name__}: {e}. Fix: re-create or re-copy the file."
-            ) from e
+    with open_h5(path, position) as f, named_damage(where):  # h5py's errors, as layout_of
+        scan, _ = _scan(f, path, where, keep_starts=False)
+        _tag_count(f, where, scan.num_seqs)
     return dataclasses.replace(scan, position=position)
 
 
@@ -393,7 +408,7 @@ def _check_tag_count(where: str, count: int, num_seqs: int) -> None:
         )
 
 
-def _tag_blocks(f: h5py.File, where: str, num_seqs: int) -> Iterator[PackedTags]:
+def _tag_blocks(f: h5py.File, where: str, num_seqs: int) -> Generator[PackedTags, None, None]:
     """The tags packed ``TAG_BLOCK`` rows at a time: a block's decoded objects at a time, not
     one per tag of the file; the count checked against ``num_seqs``."""
     dset = _tags_dataset(f, where)
