@@ -85,7 +85,9 @@ def real(plan) -> np.ndarray:
     return b.seqs[b.real]
 
 
-@settings(max_examples=80, deadline=None)  # 2 full epochs of contracts per example
+# 2 full epochs of contracts per example; the contracts over the same cases with resume chains:
+# test_resume_chains_with_world_size_changes (80)
+@settings(max_examples=50, deadline=None)
 @given(cases())
 def test_each_epoch_holds_global_plannings_set_counted_alike(case: dict) -> None:
     """One sub-epoch per epoch: the set and the per-reason counts of global planning, epoch by
@@ -282,7 +284,9 @@ def batch_limits(lengths: dict[str, np.ndarray]):
     return check
 
 
-@settings(max_examples=60, deadline=None)
+# packed and quadratic limits over every ordering and distribution, with the contracts:
+# test_plan_indexed_limits.py (80)
+@settings(max_examples=40, deadline=None)
 @given(cases(), st.sampled_from(LIMITS), st.sampled_from(["laplace", "laplace:.7", "laplace:3"]))
 def test_packed_and_length_key_limits(case: dict, limits: dict, ordering: str) -> None:
     """``batch_cost="packed"``, ``max_packed_frames`` and ``max_frames``/``max_packed_frames`` as
