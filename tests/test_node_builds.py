@@ -6,6 +6,8 @@ the duplicate-tag screen against a plain dict of tags."""
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -128,6 +130,25 @@ def test_tag_hashes_equal_their_definition(tags, width, run, skip, block, run_ro
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tag_hash, "RUN_ROWS", run_rows)
         assert packed.hashes(block).tolist() == want
+
+
+@pytest.mark.parametrize("width", [3, 12])
+def test_tag_hashes_hold_chunks_not_copies_of_every_tag(width):
+    """Runs of tags of one width, shorter than a word (padded to 8 bytes) or not, are hashed
+    ``chunk`` tags at a time: the peak traced memory is the hashes and the tags' lengths (8 bytes
+    each per tag), the runs' boundaries (2 bytes) and chunk-sized temporaries. A run of short ids (``seg001``, say) at 10^8 held
+    a padded copy of every tag and fmix64's temporaries of every hash at once (4x the hashes)."""
+    n, chunk = 1 << 16, 256
+    data = np.frombuffer(b"".join(b"%0*d" % (width, i) for i in range(n)), np.uint8)
+    offsets = np.arange(n + 1, dtype=np.int64) * width
+    tracemalloc.start()
+    try:
+        hashes = tag_hash.tag_hashes(data, offsets, chunk)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert hashes.tolist()[:3] == [reference_hash(b"%0*d" % (width, i)) for i in range(3)]
+    assert peak <= 18 * n + 16 * chunk * 8, peak
 
 
 @settings(max_examples=100, deadline=None)

@@ -72,10 +72,14 @@ def _mixed(acc: np.ndarray, length: np.ndarray | np.uint64) -> np.ndarray:
 def _run(data: np.ndarray, start: int, width: int, out: np.ndarray, chunk: int) -> None:
     """``len(out)`` tags of ``width`` bytes each, one after another from ``start``."""
     rows = len(out)
-    if width < 8:  # one word each, padded: a [rows, 8] copy
-        padded = np.zeros((rows, 8), dtype=np.uint8)
-        padded[:, :width] = data[start : start + rows * width].reshape(rows, width)
-        out[:] = _mixed(padded.view("<u8").reshape(rows), np.uint64(width))
+    if width < 8:  # one word each, padded: a [chunk, 8] copy per chunk (not [rows, 8] at once)
+        padded = np.empty((min(rows, chunk), 8), dtype=np.uint8)
+        for a in range(0, rows, chunk):
+            b = min(rows, a + chunk)
+            block = padded[: b - a]
+            block[:, width:] = 0  # _mixed left the last chunk's hashes here
+            block[:, :width] = data[start + a * width : start + b * width].reshape(b - a, width)
+            out[a:b] = _mixed(block.view("<u8").reshape(b - a), np.uint64(width))
         return
     full = (width - 1) // 8
     for a in range(0, rows, chunk):
