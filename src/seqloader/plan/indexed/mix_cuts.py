@@ -55,7 +55,6 @@ from seqloader.plan.indexed.bijection import evaluate_many
 from seqloader.plan.indexed.fixed import BoundsTable, cut_positions
 from seqloader.plan.indexed.fixed_chunks import ChunkedFixedDraw, Chunking, cut_chunk_positions
 from seqloader.plan.indexed.mix import IndexedMix, MixDraw
-from seqloader.plan.indexed.plan import ranges
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import USES_DTYPE
@@ -278,31 +277,26 @@ def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.n
     seg = np.repeat(np.arange(len(b), dtype=np.int64), nk)  # [S] its stream
     k = k0[seg] + np.arange(len(seg), dtype=np.int64) - np.repeat(np.cumsum(nk) - nk, nk)
     ns = n[seg]
-    a = np.maximum(a0[seg], k * ns)
-    size = np.minimum(end[seg], (k + 1) * ns) - a  # [S] slots of each segment
+    first = np.maximum(a0[seg], k * ns)
+    size = np.minimum(end[seg], (k + 1) * ns) - first  # [S] slots of each segment
     whole = size == ns
-    # the parts of corpus epochs, drawn (in stream order: bucket, corpus, corpus epoch)
-    part = np.flatnonzero(~whole)
-    words = [
-        mix.stream_words(int(bb), int(cc), int(kk))
-        for bb, cc, kk in zip(b[seg[part]].tolist(), c[seg[part]].tolist(), k[part].tolist())
-    ]
-    lens = size[part]
-    which = np.repeat(np.arange(len(part), dtype=np.int64), lens)
-    t = np.arange(len(which), dtype=np.int64) - np.repeat(
-        np.cumsum(lens) - lens - (a[part] - k[part] * ns[part]), lens
-    )
-    drawn = evaluate_many(ns[part].tolist(), words, which, t).astype(np.int64)
     # laid out bucket after bucket: its whole corpus epochs, then its drawn parts
     order = np.argsort(b[seg] * 2 + ~whole, kind="stable")
-    at = np.zeros(len(seg), dtype=np.int64)  # [S] each segment's first slot
-    at[order] = np.cumsum(size[order]) - size[order]
-    src = np.empty(int(size.sum()), dtype=np.int64)  # the slots' places in the index
-    full = np.flatnonzero(whole)
-    src[ranges(at[full], at[full] + size[full])] = ranges(
-        base[seg[full]], base[seg[full]] + ns[full]
-    )
-    src[ranges(at[part], at[part] + lens)] = base[seg[part]][which] + drawn
-    uses = np.zeros(len(src), dtype=USES_DTYPE)
-    uses[ranges(at, at + size)] = np.repeat(k, size)
-    return np.asarray(mix.index.members[src], dtype=np.int64), uses
+    sizes = size[order]
+    of = np.repeat(order, sizes)  # [T] each slot's segment
+    at = np.arange(len(of), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    part = np.flatnonzero(~whole)  # the parts of corpus epochs, drawn by their streams' keys
+    if len(part):
+        drawn = np.flatnonzero(~whole[of])
+        family = np.zeros(len(seg), dtype=np.int64)
+        family[part] = np.arange(len(part), dtype=np.int64)
+        words = [
+            mix.stream_words(int(bb), int(cc), int(kk))
+            for bb, cc, kk in zip(b[seg[part]].tolist(), c[seg[part]].tolist(), k[part].tolist())
+        ]
+        s = of[drawn]
+        t = at[drawn] + (first - k * ns)[s]  # stream positions within their corpus epochs
+        at[drawn] = evaluate_many(ns[part].tolist(), words, family[s], t).astype(np.int64)
+    at += base[seg][of]  # the slots' places in the index
+    uses = np.repeat(k.astype(USES_DTYPE)[order], sizes)
+    return np.asarray(mix.index.members[at], dtype=np.int64), uses
