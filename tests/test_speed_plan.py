@@ -252,7 +252,9 @@ def test_loader_batches_exact_planned_lengths_once_each_independent_of_workers(
     assert run(src, num_workers=0, **options) == reference  # determinism
 
 
-@pytest.mark.parametrize("context", ["fork", "spawn"])
+# spawn: make chaos (the factors travel in the plan the workers get, as with fork; an AudioSource
+# reaching a spawned worker: test_audio.py's fork-and-spawn test)
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.extended)])
 def test_workers_of_either_start_method_apply_the_same_factors(corpus, context):
     src = planned_source(corpus, defer_features=True)
     steps = compose(AddNoise((10.0, 20.0)), Features(LM))
