@@ -165,7 +165,9 @@ def with_options(case: dict, **options: object) -> dict:
     return {**case, "kwargs": {**case["kwargs"], **options}}
 
 
-@settings(max_examples=50, deadline=None)
+# random_seed_offset unchunked: test_plan_indexed_options.py; chunked through loaders, resumed
+# batch for batch and with workers: test_indexed_loader.py
+@settings(max_examples=30, deadline=None)
 @given(cases())
 def test_random_seed_offset_gives_each_rank_every_chunk_once_per_full_epoch(case: dict) -> None:
     """``random_seed_offset``: every rank plans every chunk of the sub-epoch with its own draws
@@ -188,7 +190,8 @@ def test_random_seed_offset_gives_each_rank_every_chunk_once_per_full_epoch(case
     check_plan_contracts(lambda: indexed(case), worlds, [case["cut"]] * (len(worlds) - 1), [1])
 
 
-@settings(max_examples=50, deadline=None)
+# epoch_wise_filter unchunked: test_plan_indexed_options.py; with sub-epochs, chunked: the test below
+@settings(max_examples=35, deadline=None)
 @given(cases(), st.sampled_from([40.0, 120.0, 400.0]), st.sampled_from(DISTRIBUTIONS))
 def test_epoch_wise_filter_keeps_global_plannings_sequences_and_plans_their_chunks(
     case: dict, mean: float, distribution: str
