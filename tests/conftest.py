@@ -23,9 +23,11 @@ import seqloader as sl
 
 # `make test` draws the same examples on every run, so a red run is the code's and reproducible,
 # never the luck of the draw; `make explore` (HYPOTHESIS_PROFILE=explore) draws new ones on every
-# run to find what the fixed ones miss (docs/reliability.md)
-settings.register_profile("repeatable", derandomize=True)
-settings.register_profile("explore", derandomize=False)
+# run to find what the fixed ones miss (docs/reliability.md). Neither has hypothesis' per-example
+# deadline: it is a wall-clock limit (200 ms), which a busy machine exceeds by its load alone, and
+# tests never assert on timing.
+settings.register_profile("repeatable", derandomize=True, deadline=None)
+settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
