@@ -165,7 +165,10 @@ class Segment:
         self.steps = int(self.rank_batches.min() if few else self.rank_batches.max(initial=0))
         self._consumed: dict[int, np.ndarray] = {}  # the last few counts asked for
         self._real: np.ndarray | None = None  # ``real_counts``
-        by = np.argsort(ranks, kind="stable").astype(np.int32)  # rank 0's live units, rank 1's..
+        # rank 0's live units, rank 1's.., then the dead ones: the live units' ranks never fall
+        # (segment 0: units are numbered rank by rank; later ones: ``cut_parts`` runs), so this
+        # is the stable argsort of ``ranks`` without a sort
+        by = np.concatenate([np.flatnonzero(live), np.flatnonzero(~live)]).astype(np.int32)
         ends = np.searchsorted(ranks[by], np.arange(world_size + 1), side="left")
         self._by, self._ends = by, ends
 

@@ -54,6 +54,7 @@ from seqloader.plan.indexed.interleave import (
     unit_base,
 )
 from seqloader.plan.options import Ordering, Uneven
+from seqloader.plan.ordering import argsort_by
 
 
 @dataclass(frozen=True)
@@ -438,7 +439,7 @@ def laplace_blocks(
     """
     nb = nb.astype(np.int64)
     bins = bins.astype(np.int64)
-    by = np.lexsort((unit, level, owner))  # each rank's units in length order
+    by = _length_order(owner, unit, level)  # each rank's units in length order
     owned = owner[by]
     ends = np.cumsum(nb[by])
     begin = np.searchsorted(owned, owned, side="left")  # each rank's first unit
@@ -460,8 +461,48 @@ def laplace_blocks(
     bin_of = np.where(wrapped, p + k - b, p + k)
     lev = level[blk].astype(np.int64)
     major = np.where(bin_of % 2 == 1, -lev, lev)
-    order = np.lexsort((unit[blk], major, bin_of, owner[blk]))
+    order = _block_order(owner, unit, blk, bin_of, major)
     return blk[order], count[order], first[order]
+
+
+def _ranked_units(owner: np.ndarray, unit: np.ndarray) -> bool:
+    """Whether the units come rank by rank, ascending within a rank (what the callers pass)."""
+    if len(owner) < 2:
+        return True
+    same = owner[1:] == owner[:-1]
+    return bool(np.all(owner[1:] >= owner[:-1]) and np.all(unit[1:][same] > unit[:-1][same]))
+
+
+def _length_order(owner: np.ndarray, unit: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """The units by (rank, level, unit) -> int64: no sort where they already come so (a first
+    segment's units: an old rank's runs are in bucket order)."""
+    n = len(owner)
+    if _ranked_units(owner, unit):
+        same = owner[1:] == owner[:-1]
+        if not np.any(same & (level[1:] < level[:-1])):
+            return np.arange(n, dtype=np.int64)
+    return np.lexsort((unit, level, owner)).astype(np.int64)
+
+
+def _block_order(
+    owner: np.ndarray, unit: np.ndarray, blk: np.ndarray, bin_of: np.ndarray, major: np.ndarray
+) -> np.ndarray:
+    """The blocks by (rank, bin, major, unit) -> int64. Blocks are listed unit after unit, so
+    where the units come rank by rank (ascending within) one stable sort of the packed
+    (rank, bin, major) is that order (ties keep the listing's, i.e. the unit's), without a
+    four-key lexsort."""
+    if not len(blk) or not _ranked_units(owner, unit):
+        return np.lexsort((unit[blk], major, bin_of, owner[blk])).astype(np.int64)
+    lo = int(major.min())
+    span_major = int(major.max()) - lo + 1
+    span_bin = int(bin_of.max()) + 1
+    if int(owner.max()) * span_bin * span_major >= 2**62:
+        return np.lexsort((unit[blk], major, bin_of, owner[blk])).astype(np.int64)
+    key = owner[blk].astype(np.int64) * span_bin
+    key += bin_of
+    key *= span_major
+    key += major - lo
+    return argsort_by(key)
 
 
 def _num_bins(seg: LiveUnits, seqs: np.ndarray) -> np.ndarray:
