@@ -78,11 +78,14 @@ def child(config: dict) -> dict:
     n = len(lengths)
     corpora = Corpora(NAMES, corpus_bounds(n))
     indexed = config["planning"] == "indexed"
-    extra: dict = {"planning": "indexed"} if indexed else {}
+    extra: dict = {}  # indexed: the default options (planning "auto", checked to resolve below)
     files = None
     if indexed and config.get("files"):
         extra["distribution"], files = "files", store.column("file_bounds")
     options = PlanOptions(ordering=config["ordering"], seed=3, mix=RATES, **LIMITS, **extra)
+    resolved = options.resolved_planning if indexed else "global"  # global: its planner by name
+    if resolved != config["planning"]:
+        raise RuntimeError(f"the default options resolve to {resolved!r} planning")
     with PrivateMemory() as memory:
         t0 = time.perf_counter()
         if indexed:
@@ -119,6 +122,7 @@ def child(config: dict) -> dict:
         "corpus_plan_s": corpus_plan_s,
         "steps": int(steps),
         "rank_slots": len(share.seqs),
+        "planning": resolved,
         "epoch_slots": int(sum(counts)),
         "corpus_slots": counts,
         "checks_ok": ok and whole.get("ok", True),
@@ -220,7 +224,7 @@ def measure(args: argparse.Namespace) -> dict:
     folder = runner.data_folder(args)
     runs = FreshRuns("benchmarks.mix_scale", args.reps, args.timeout)
     medians = ("construct_s", "plan_s", "total_s", "private_bytes", "uss_bytes", "corpus_plan_s")
-    firsts = ("padding", "steps", "epoch_slots", "corpus_slots", "rank_slots")
+    firsts = ("padding", "steps", "epoch_slots", "corpus_slots", "rank_slots", "planning")
     rows = []
     for size in args.sizes:
         store = lengths_store(size, folder)

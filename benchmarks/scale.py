@@ -75,7 +75,16 @@ CASES = {
         "distribution": "shard",
         "chunking": "500:250",
     },
+    # a length filter on both sides (about 5 % of the corpus filtered out, counted, not planned)
+    "shard laplace filtered": {
+        "ordering": "laplace",
+        "distribution": "shard",
+        "max_seq_length": 1950,
+        "min_seq_length": 100,
+    },
 }
+#: the case options that select sequences or cut them (planned by the planner's own index build)
+_SHAPING = ("chunking", "max_seq_length", "min_seq_length")
 LIMITS = {"max_seqs": 200, "max_frames": 20_000}
 _BLOCK = 1 << 22
 
@@ -105,8 +114,8 @@ def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float
     from seqloader.plan.indexed.histogram import build_bucket_index
     from seqloader.sources.columns import ColumnStore, StoreWriter
 
-    chunked = f"-{case['chunking']}" if case.get("chunking") else ""
-    name = f"index-{n}-{case['ordering']}-{case['distribution']}{chunked}.seqcols".replace(":", "_")
+    shaped = "".join(f"-{k}{case[k]}" for k in _SHAPING if case.get(k))
+    name = f"index-{n}-{case['ordering']}-{case['distribution']}{shaped}.seqcols".replace(":", "_")
     path = os.path.join(folder, name)
     if os.path.exists(path):
         return path, 0.0
@@ -115,7 +124,7 @@ def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float
     files = cols.column("file_bounds") if case["distribution"] == "files" else None
     t0 = time.perf_counter()
     options = PlanOptions(**case, **LIMITS, seed=3, planning="indexed")
-    if options.chunking is not None:  # sequences grouped by length: what the node's store holds
+    if any(case.get(k) for k in _SHAPING):  # chunks or admitted sequences: the planner's build
         from seqloader.plan.indexed import IndexedPlanner
 
         index = IndexedPlanner({"data": lengths}, options).index
@@ -142,8 +151,7 @@ def child(config: dict) -> dict:
     # global planning and an older checkout's code are asked for by name
     default = indexed and config.get("code") != "base"
     extra = {} if default else {"planning": config.get("planning", "global")}
-    if config.get("chunking"):
-        extra["chunking"] = config["chunking"]
+    extra.update({k: config[k] for k in _SHAPING if config.get(k)})
     options = PlanOptions(
         ordering=config["ordering"], distribution=config["distribution"], seed=3, **LIMITS, **extra
     )
@@ -222,6 +230,12 @@ def check_epoch(plan: object, share: object, lengths: np.ndarray, planner: objec
     n = len(lengths)
     spec = planner.options.chunking  # type: ignore[attr-defined]
     stride, units = 1, n  # a slot's number: sequence * stride + chunk
+    low, high = planner.options.min_seq_length, planner.options.max_seq_length  # type: ignore[attr-defined]
+    if low or high:  # the admitted sequences (the filtered case: no chunking): counted in blocks
+        units = 0
+        for a in range(0, n, _BLOCK):
+            block = np.asarray(lengths[a : a + _BLOCK])
+            units += int(((block >= (low or 0)) & (block <= (high or block.max()))).sum())
     if spec is not None:
         from seqloader.plan.chunks import chunk_counts
 
