@@ -92,6 +92,17 @@ def write_json_atomic(path: Path, obj: object) -> None:
     os.replace(tmp, path)
 
 
+def finish_rank(out: Path, phase: str, rank: int, result: dict) -> int:
+    """A rank's end: its result file written, then every rank waits for the others (the launcher
+    stops them all as soon as one exits) and the process group closes -> exit code 0."""
+    import torch.distributed as dist  # only the ranks need it
+
+    write_json_atomic(result_path(out, phase, rank), result)
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
 def log_path(out: Path, phase: str, rank: int) -> Path:
     return out / f"{phase}.rank{rank}.jsonl"
 

@@ -1,0 +1,123 @@
+"""The default planning (indexed) over real ranks, option set by option set: fixed orders
+(``default``, ``reverse``, ``sorted``, ``sorted_reverse``), ``random``, ``sort_bin_shuffle``,
+length filters (``max_seq_length``/``min_seq_length``, ``epoch_wise_filter``,
+``fixed_random_subset``) and packed limits (``batch_cost="packed"``, ``max_packed_frames``).
+
+One launch runs every set in turn (``tests/dist/indexed_sets.py``: gloo, a blocking all_reduce per
+step, DataLoader workers on each rank, the gathered audit on): 3 ranks forked after one torch
+import with one worker each in ``make test``; ``torchrun --standalone`` with 2 ranks of 2 workers
+in ``make chaos``. Per set and sub-epoch: every rank takes the planned steps, each rank's batches
+are the ones a single process plans for that rank (tags in order, fillers included), the ranks
+together hold the sub-epoch of a single process planning alone (world size 1), and over the pass
+every admitted sequence comes exactly once (what the filters leave out: counted by the plan and,
+for length limits, the corpus's own lengths).
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "dist"))
+from ddp_common import build_corpus, read_log, result_path
+from indexed_sets import SETS, set_options
+
+import seqloader as sl
+from fork_launches import run_forked
+from seqloader.plan import BatchList
+from test_distributed_torchrun import TIMEOUT_S, run_bounded, tail
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).parent / "dist" / "indexed_sets.py"
+#: launcher -> (ranks, DataLoader workers per rank)
+LAUNCHES = {"fork": (3, 1), "torchrun": (2, 2)}
+CORPUS = build_corpus()
+TAGS = [CORPUS.tag(i) for i in range(len(CORPUS))]
+FILTERS = {"max_seq_length", "min_seq_length", "epoch_wise_filter", "fixed_random_subset"}
+
+
+@pytest.fixture(scope="module")
+def launches(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    return {"factory": tmp_path_factory}
+
+
+def launched(launches: dict, launcher: str) -> tuple[Path, list[dict], list[list[dict]]]:
+    """The launch of every set (once per module and launcher) -> (its folder, each rank's result
+    and log)."""
+    if launcher not in launches:
+        out = launches["factory"].mktemp(launcher)
+        world, workers = LAUNCHES[launcher]
+        args = ["--out", str(out), "--workers", str(workers)]
+        console = out / "console.txt"
+        if launcher == "fork":
+            rc = run_forked([str(world), "--script", "indexed_sets", *args], console, TIMEOUT_S)
+            text = tail(console)
+        else:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+            cmd += [f"--nproc_per_node={world}", "--monitor-interval=0.1", str(SCRIPT), *args]
+            rc, text = run_bounded(cmd, console, TIMEOUT_S)
+        launches[launcher] = (out, rc, text)
+    out, rc, text = launches[launcher]
+    assert rc == 0, text
+    world = LAUNCHES[launcher][0]
+    results = [json.loads(result_path(out, "sets", r).read_text()) for r in range(world)]
+    return out, results, [read_log(out, "sets", r) for r in range(world)]
+
+
+def batches_of(share: BatchList) -> list[tuple[list[str], list[bool]]]:
+    """A rank's planned batches as its log names them: (tags in order, which slots are real)."""
+    bounds = share.bounds.tolist()
+    return [
+        ([TAGS[i] for i in share.seqs[a:b].tolist()], share.real[a:b].tolist())
+        for a, b in itertools.pairwise(bounds)
+    ]
+
+
+def real_tags(batches: list[tuple[list[str], list[bool]]]) -> list[str]:
+    return [t for tags, real in batches for t, m in zip(tags, real) if m]
+
+
+@pytest.mark.parametrize("launcher", ["fork", pytest.param("torchrun", marks=pytest.mark.extended)])
+@pytest.mark.parametrize("name", list(SETS))
+def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) -> None:
+    _, results, logs = launched(launches, launcher)
+    world = len(results)
+    options = set_options(name)
+    probe = sl.SeqLoader(CORPUS, rank=0, world_size=world, **options)  # one process plans
+    alone = sl.SeqLoader(CORPUS, rank=0, world_size=1, **options)
+    assert probe.planner.options.planning == "indexed"  # the default resolved to indexed
+    seen: collections.Counter = collections.Counter()
+    filtered = 0
+    for epoch in range(1, options.get("partition_epoch", 1) + 1):
+        plan = probe.planner.global_plan(epoch, world)
+        here = []
+        for r in range(world):
+            done = results[r]["sets"][name]
+            assert done["planning"] == "indexed", r
+            got = done["epochs"][str(epoch)]
+            assert (got["steps"], got["planned_steps"]) == (plan.steps, plan.steps), r
+            assert got["complete"] and got["audit"]["ok"], got
+            log = [e for e in logs[r] if e["set"] == name and e["epoch"] == epoch]
+            assert [e["step"] for e in log] == list(range(plan.steps)), f"rank {r}"
+            ran = [(e["tags"], e["real"]) for e in log]
+            assert ran == batches_of(plan.rank_share(r)), f"rank {r}: not the planned batches"
+            here += real_tags(ran)
+        single = batches_of(alone.planner.global_plan(epoch, 1).batches)
+        assert sorted(here) == sorted(real_tags(single)), f"epoch {epoch}: not the plan of 1 rank"
+        seen.update(here)
+        filtered += sum(probe.planner.filtered(epoch).values())
+    assert max(seen.values()) == 1 and len(seen) == len(TAGS) - filtered  # exactly once
+    if "min_seq_length" in options:  # the admitted sequences from the corpus's own lengths
+        lengths = CORPUS.lengths("data")
+        keep = (lengths >= options["min_seq_length"]) & (lengths <= options["max_seq_length"])
+        assert sorted(seen) == sorted(t for t, k in zip(TAGS, keep) if k)
+    if "fixed_random_subset" in options:
+        assert len(seen) == options["fixed_random_subset"]
+    if not FILTERS & set(options):
+        assert sorted(seen) == sorted(TAGS) and filtered == 0  # nothing left out
