@@ -133,6 +133,16 @@ def test_apportion_is_the_first_positions_in_time_order(total: int, sizes: list[
     assert apportion(total, sizes) == [want[b] for b in range(len(sizes))]
 
 
+def test_apportion_orders_times_exactly_where_their_floats_tie() -> None:
+    """Buckets of about 2**60 members: times 3 / (2 N_b) that differ yet round to one float
+    are ordered exactly (the heap's float key falls to the exact ratio), as by ``Fraction``."""
+    a, b = 2**60 + 1, 2**60 + 3
+    assert 3 / (2 * a) == 3 / (2 * b) and Fraction(3, 2 * a) > Fraction(3, 2 * b)
+    # 3 positions: each bucket's first (times 1/(2N)), then the second of the larger bucket
+    assert apportion(3, [a, b]) == [1, 2]
+    assert apportion(3, [b, a]) == [2, 1]
+
+
 # 1-3 full epochs of resume chains per example; the mix's per-corpus counts and shares alone are
 # the tests around this one; its contracts chunked: test_plan_indexed_mix_chunks.py; over files:
 # test_plan_indexed_files_mix.py

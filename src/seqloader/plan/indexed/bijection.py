@@ -80,8 +80,11 @@ def round_keys_many(words: Sequence[Sequence[int]], few: int = FEW_KEYS) -> np.n
             out[i] = _round_keys(tuple(int(w) for w in key))
         return out
     wide = table >> np.uint64(32) != 0  # a word of two 32-bit entropy words (low first)
-    patterns, which = np.unique(wide, axis=0, return_inverse=True)
-    which = which.reshape(-1)
+    if (wide == wide[0]).all():  # one pattern (the usual case): no unique over rows
+        patterns, which = wide[:1], np.zeros(len(wide), dtype=np.int64)
+    else:
+        patterns, which = np.unique(wide, axis=0, return_inverse=True)
+        which = which.reshape(-1)
     for p, pattern in enumerate(patterns):
         rows = np.flatnonzero(which == p)
         entropy = []
@@ -288,8 +291,8 @@ class Bijections:
         self.sizes = [int(s) for s in sizes]
         self.words = words
         self._m = np.array(self.sizes, dtype=np.uint64)
-        bits = np.array([max(2, (max(s, 2) - 1).bit_length()) for s in self.sizes], np.uint64)
-        self._half = (bits + np.uint64(1)) // np.uint64(2)
+        bits = _bit_lengths(np.maximum(self._m.astype(np.int64), 2) - 1)
+        self._half = (np.maximum(bits, 2) + 1) // 2
         self._mask = (np.uint64(1) << self._half) - np.uint64(1)
         self._keys = np.ascontiguousarray(round_keys_many(words).T)  # [ROUNDS, groups]
 
@@ -340,14 +343,25 @@ class Bijections:
             f &= self._mask[:, None]
             tables.append(f.astype(np.intp).ravel())
         half, m = self._half.astype(np.int64), self._m.astype(np.int64)
-        y = _by_tables(x.astype(np.int64), half.take(which), tables, which << hmax)
+        one = bool((half == hmax).all())  # one width (bins of about one size): a scalar shift
+
+        def width(g: np.ndarray) -> int | np.ndarray:
+            return hmax if one else half.take(g)
+
+        y = _by_tables(x.astype(np.int64), width(which), tables, which << hmax)
         outside = np.flatnonzero(y >= m.take(which))
         while len(outside):  # cycle-walking, as in Bijection.__call__
             g = which.take(outside)
-            z = _by_tables(y.take(outside), half.take(g), tables, g << hmax)
+            z = _by_tables(y.take(outside), width(g), tables, g << hmax)
             y[outside] = z
             outside = outside[z >= m.take(g)]
         return y.view(np.uint64)
+
+
+def _bit_lengths(v: np.ndarray) -> np.ndarray:
+    """``int.bit_length`` of each of ``v`` (int64, ``0 <= v < 2**53``) -> uint64: ``frexp``'s
+    exponent (exact: such integers are exact doubles)."""
+    return np.frexp(v.astype(np.float64))[1].astype(np.uint64)
 
 
 def _encrypt_many(

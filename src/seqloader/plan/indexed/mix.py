@@ -40,7 +40,7 @@ import numpy as np
 
 from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.epochs import EpochIndex, part_cut
-from seqloader.plan.indexed.bijection import Bijection, evaluate_many
+from seqloader.plan.indexed.bijection import BIG, Bijection, evaluate_many
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.mix import (
     USES_DTYPE,
@@ -95,23 +95,46 @@ def apportion(total: int, sizes: Sequence[int]) -> list[int]:
     seats = [(2 * total * n + n_all) // (2 * n_all) for n in sizes]  # times <= total / n_all
     excess = sum(seats) - total
     if excess > 0:  # take back the latest: the largest time, ties the higher bucket
-        late = [
-            (-Fraction(2 * a - 1, 2 * n), -b) for b, (a, n) in enumerate(zip(seats, sizes)) if a
-        ]
+        late = [_time(1 - 2 * a, 2 * n, -b) for b, (a, n) in enumerate(zip(seats, sizes)) if a]
         heapq.heapify(late)
         for _ in range(excess):
-            b = -heapq.heappop(late)[1]
+            b = -heapq.heappop(late)[2]
             seats[b] -= 1
             if seats[b]:
-                heapq.heappush(late, (-Fraction(2 * seats[b] - 1, 2 * sizes[b]), -b))
+                heapq.heappush(late, _time(1 - 2 * seats[b], 2 * sizes[b], -b))
     elif excess < 0:  # add the next: the smallest time, ties the lower bucket
-        nxt = [(Fraction(2 * a + 1, 2 * n), b) for b, (a, n) in enumerate(zip(seats, sizes)) if n]
+        nxt = [_time(2 * a + 1, 2 * n, b) for b, (a, n) in enumerate(zip(seats, sizes)) if n]
         heapq.heapify(nxt)
         for _ in range(-excess):
-            b = heapq.heappop(nxt)[1]
+            b = heapq.heappop(nxt)[2]
             seats[b] += 1
-            heapq.heappush(nxt, (Fraction(2 * seats[b] + 1, 2 * sizes[b]), b))
+            heapq.heappush(nxt, _time(2 * seats[b] + 1, 2 * sizes[b], b))
     return seats
+
+
+class _Ratio:
+    """``p / q`` (``q > 0``) compared exactly, by cross-multiplying: the tie-break of ``_time``."""
+
+    __slots__ = ("p", "q")
+
+    def __init__(self, p: int, q: int) -> None:
+        self.p, self.q = p, q
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Ratio) and self.p * other.q == other.p * self.q
+
+    def __lt__(self, other: _Ratio) -> bool:
+        return self.p * other.q < other.p * self.q
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _time(p: int, q: int, b: int) -> tuple[float, _Ratio, int]:
+    """The heap key of time ``p / q`` and bucket ``b``: ordered as ``(Fraction(p, q), b)``.
+    Python's ``p / q`` is correctly rounded and rounding is monotone, so unequal floats order
+    as the exact times do; equal ones fall to the exact ``_Ratio`` (no ``Fraction`` per seat:
+    thousands of buckets, a sorted index's, cost milliseconds each)."""
+    return (p / q, _Ratio(p, q), b)
 
 
 class IndexedMix:
@@ -414,6 +437,7 @@ class MixDraw:
         np.cumsum(count, axis=1, out=self.cum[:, 1:])  # [N, C + 1] corpora in a bucket's list
         self.words = words
         self._orders: dict[int, Bijection] = {}
+        self._streams: _Cache = {}  # the streams' bijections asked by large calls (``bucket_slots``)
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sequence indices int64, corpus epochs int32), one per (bucket, position) pair."""
@@ -423,12 +447,52 @@ class MixDraw:
             return seqs, uses
         by = np.argsort(bucket, kind="stable")
         for sel in np.split(by, np.flatnonzero(np.diff(bucket[by])) + 1):
-            b = int(bucket[sel[0]])
-            order = self._orders.get(b)
-            if order is None:
-                order = self._orders[b] = Bijection(int(self.cum[b, -1]), (*self.words, b))
-            q = order(pos[sel]).astype(np.int64)  # place in the corpora's concatenation
-            c = np.searchsorted(self.cum[b], q, side="right") - 1
-            stream = self.lo[b, c] + (q - self.cum[b, c])
-            seqs[sel], uses[sel] = self.mix.streams_slots(b, c, stream)
+            seqs[sel], uses[sel] = self.bucket_slots(int(bucket[sel[0]]), pos[sel])
+        return seqs, uses
+
+    def bucket_slots(self, b: int, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``slots`` of positions ``pos`` of bucket ``b`` alone (``random``'s cut: one bucket,
+        blocks of hundreds of thousands of positions). Many positions go corpus by corpus and
+        corpus epoch by corpus epoch, each stream's bijection kept between calls (the cut asks
+        the same few streams block after block; no per-position sizes or keys); a few go by
+        ``streams_slots`` (one pass over the thousands of small streams a rank's share
+        touches). The same bijections: the same slots either way."""
+        order = self._orders.get(b)
+        if order is None:
+            order = self._orders[b] = Bijection(int(self.cum[b, -1]), (*self.words, b))
+        q = order(pos).astype(np.int64)  # place in the corpora's concatenation
+        cum = self.cum[b]
+        if len(pos) < BIG:
+            c = np.searchsorted(cum, q, side="right") - 1
+            return self.mix.streams_slots(b, c, self.lo[b, c] + (q - cum[c]))
+        mix, index = self.mix, self.mix.index
+        seqs = np.empty(len(pos), dtype=np.int64)
+        uses = np.empty(len(pos), dtype=USES_DTYPE)
+        corpora = np.flatnonzero(np.diff(cum)).tolist()
+        corpus = np.searchsorted(cum, q, side="right") - 1 if len(corpora) > 1 else None
+        for c in corpora:
+            sel = None if corpus is None else np.flatnonzero(corpus == c)
+            stream = q if sel is None else q[sel]
+            stream = stream + int(self.lo[b, c] - cum[c])  # position in the (b, c) stream
+            n = int(mix.counts[b, c])
+            k = stream // n
+            t = stream - k * n
+            base = int(index.starts[b]) + int(mix.offsets[b, c])
+            k_lo, k_hi = int(k.min()), int(k.max())
+            for kk in range(k_lo, k_hi + 1):  # at most ceil(rate) + 1 corpus epochs
+                here = None if k_lo == k_hi else np.flatnonzero(k == kk)
+                if here is not None and not len(here):
+                    continue
+                pi = self._streams.get((b, c, kk))
+                if pi is None:
+                    pi = self._streams[(b, c, kk)] = Bijection(n, mix.stream_words(b, c, kk))
+                drawn = pi(t if here is None else t[here]).astype(np.int64)
+                at = sel if here is None else (here if sel is None else sel[here])
+                got = np.asarray(index.members[base + drawn], dtype=np.int64)
+                if at is None:
+                    seqs[:] = got
+                    uses[:] = kk
+                else:
+                    seqs[at] = got
+                    uses[at] = kk
         return seqs, uses

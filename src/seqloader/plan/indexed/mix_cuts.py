@@ -81,7 +81,7 @@ class MixCutDraw:
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         at = np.asarray(self.bounds[np.asarray(bucket, dtype=np.int64)], np.int64) + pos
-        return self.mix_draw.slots(np.zeros(len(at), dtype=np.int64), at)
+        return self.mix_draw.bucket_slots(0, at)
 
 
 class ListedDraw:
@@ -106,7 +106,7 @@ class MixOrder:
         self._last: tuple[np.ndarray, np.ndarray] | None = None
 
     def __call__(self, pos: np.ndarray) -> np.ndarray:
-        seqs, uses = self.draw.slots(np.zeros(len(pos), dtype=np.int64), pos)
+        seqs, uses = self.draw.bucket_slots(0, pos)
         self._last = (pos, uses)
         return seqs
 
@@ -114,7 +114,7 @@ class MixOrder:
         last = self._last
         if last is not None and last[0] is pos:
             return last[1]
-        return self.draw.slots(np.zeros(len(pos), dtype=np.int64), pos)[1]
+        return self.draw.bucket_slots(0, pos)[1]
 
 
 class ListedUses:
@@ -169,7 +169,7 @@ def mix_cuts(
     size = int(draw.cum[:, -1].sum())
 
     def order(pos: np.ndarray) -> np.ndarray:
-        return draw.slots(np.zeros(len(pos), dtype=np.int64), pos)[0]
+        return draw.bucket_slots(0, pos)[0]
 
     bounds = cut_positions(order, 0, size, batcher, lengths, MIX_BLOCK)
     return BoundsTable(bounds), MixCutDraw(draw, bounds)
@@ -283,20 +283,23 @@ def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.n
     # laid out bucket after bucket: its whole corpus epochs, then its drawn parts
     order = np.argsort(b[seg] * 2 + ~whole, kind="stable")
     sizes = size[order]
-    of = np.repeat(order, sizes)  # [T] each slot's segment
-    at = np.arange(len(of), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    part = np.flatnonzero(~whole)  # the parts of corpus epochs, drawn by their streams' keys
+    starts = np.cumsum(sizes) - sizes  # [S] each laid-out segment's first slot
+    first_at = base[seg][order]  # [S] its first member's place in the index
+    # a whole corpus epoch's slot j is member j of its stream: the index read in place
+    at = np.arange(int(sizes.sum()), dtype=np.int64) + np.repeat(first_at - starts, sizes)
+    part = np.flatnonzero(~whole[order])  # the parts of corpus epochs, drawn by their streams' keys
     if len(part):
-        drawn = np.flatnonzero(~whole[of])
-        family = np.zeros(len(seg), dtype=np.int64)
-        family[part] = np.arange(len(part), dtype=np.int64)
+        psizes = sizes[part]
+        j = np.arange(int(psizes.sum()), dtype=np.int64)
+        j -= np.repeat(np.cumsum(psizes) - psizes, psizes)  # [D] slot within its segment
+        which = order[part]  # the parts' segments
         words = [
             mix.stream_words(int(bb), int(cc), int(kk))
-            for bb, cc, kk in zip(b[seg[part]].tolist(), c[seg[part]].tolist(), k[part].tolist())
+            for bb, cc, kk in zip(b[seg[which]].tolist(), c[seg[which]].tolist(), k[which].tolist())
         ]
-        s = of[drawn]
-        t = at[drawn] + (first - k * ns)[s]  # stream positions within their corpus epochs
-        at[drawn] = evaluate_many(ns[part].tolist(), words, family[s], t).astype(np.int64)
-    at += base[seg][of]  # the slots' places in the index
+        family = np.repeat(np.arange(len(part), dtype=np.int64), psizes)
+        t = j + np.repeat((first - k * ns)[which], psizes)  # positions in their corpus epochs
+        drawn = evaluate_many(ns[which].tolist(), words, family, t).astype(np.int64)
+        at[j + np.repeat(starts[part], psizes)] = np.repeat(first_at[part], psizes) + drawn
     uses = np.repeat(k.astype(USES_DTYPE)[order], sizes)
     return np.asarray(mix.index.members[at], dtype=np.int64), uses
