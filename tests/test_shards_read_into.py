@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
-from seqloader.errors import DataError
+from seqloader.errors import DataError, DataWarning
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.collate import pad_batch
 from seqloader.loading.direct import read_padded, reads_into
@@ -222,3 +222,47 @@ def test_mp3_members_read_as_the_whole_decode(tmp_path) -> None:
         one = src._wave(i, *src._member(i, src.shard_of(i)))
         np.testing.assert_array_equal(src.read(i)["audio"], one)
         np.testing.assert_array_equal(data["audio"][j, : lengths["audio"][j]], one)
+
+
+def test_the_screen_finds_nan_in_float_members_and_skips_flac_rows(tmp_path) -> None:
+    """Rows a FLAC stream filled hold integer samples scaled by a power of two (never NaN/Inf)
+    and are not screened; rows of any other member still are: a float WAV holding NaN is found,
+    and the loader's batch names its sequence. An index outside the corpus is an ``IndexError``."""
+    bad = ramp(1.0, RATE, 0)
+    bad[100] = np.nan
+    recs = []
+    for i, (ext, wave, subtype) in enumerate(
+        [
+            ("flac", ramp(1.0, RATE, 1), None),
+            ("wav", bad, "FLOAT"),
+            ("wav", ramp(1.0, RATE, 2), "FLOAT"),
+        ]
+    ):
+        path = tmp_path / f"rec{i}.{ext}"
+        sf.write(path, wave, RATE, subtype=subtype)
+        recs.append(path)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(
+        "".join(
+            json.dumps({"audio_filepath": str(r), "duration": 1.0, "text": "x"}) + "\n"
+            for r in recs
+        )
+    )
+    nemo_convert(manifest, tmp_path / "tarred", 1, sort_in_shards=False)
+    src = ShardSource.nemo(
+        str(tmp_path / "tarred" / "tarred_audio_manifest.json"),
+        str(tmp_path / "tarred" / "audio_0.tar"),
+        index_dir=tmp_path / "index",
+        keys=["audio"],
+    )
+    idx = np.array([2, 1, 0], dtype=np.int64)  # a clean WAV, the WAV holding NaN, the FLAC
+    _, flac_rows = src._waves_into(idx, np.zeros((3, RATE), np.float32))
+    assert flac_rows == [False, False, True]
+    _, _, suspects = direct(src, idx, screen=True)
+    assert suspects == [1]
+    with sl.SeqLoader(src, max_seqs=3, seed=0) as loader, pytest.warns(DataWarning, match="NaN"):
+        (batch,) = list(loader.epoch(1))
+    assert len(batch.nonfinite) == 1 and src.tag(1) in batch.nonfinite[0]
+    for bad in (3, -1):  # not read from the wrong place: numpy's, or the source's own error
+        with pytest.raises(IndexError, match=r"out of bounds|sequence -1 out of range"):
+            src.read_into(np.array([0, bad]), {"audio": np.zeros((2, RATE), np.float32)})

@@ -27,7 +27,7 @@ from seqloader.audio.manifest import import_soundfile
 
 
 def span_into(
-    blob: bytes,
+    blob: bytes | memoryview,
     dst: np.ndarray,
     rate: int,
     tolerance_s: float,
@@ -76,7 +76,7 @@ def span_into(
 
 
 def _flac_into(
-    blob: bytes,
+    blob: bytes | memoryview,
     dst: np.ndarray,
     rate: int,
     tolerance_s: float,

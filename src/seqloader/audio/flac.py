@@ -110,7 +110,7 @@ class _Flac:
         self._lib.ma_dr_flac_close(self._h)
 
 
-def _open(blob: bytes) -> _Flac | None:
+def _open(blob: bytes | memoryview) -> _Flac | None:
     """``blob`` opened with dr_flac, or None where soundfile decodes it (see the module)."""
     dr = _dr_flac()
     if dr is None or blob[:4] != b"fLaC":
@@ -127,7 +127,7 @@ def _open(blob: bytes) -> _Flac | None:
     return flac
 
 
-def read_audio(blob: bytes) -> tuple[np.ndarray, int]:
+def read_audio(blob: bytes | memoryview) -> tuple[np.ndarray, int]:
     """A whole audio file's bytes -> (float32 ``[frames, channels]``, sample rate), as
     ``soundfile.read(..., dtype="float32", always_2d=True)`` gives them; FLAC by dr_flac where it
     can (``BrokenFlac`` for a cut or damaged stream), anything else by soundfile (its own errors).
@@ -153,7 +153,9 @@ def read_audio(blob: bytes) -> tuple[np.ndarray, int]:
         flac.close()
 
 
-def flac_span_into(blob: bytes, dst: np.ndarray, rate: int, start: int) -> tuple[int, int] | None:
+def flac_span_into(
+    blob: bytes | memoryview, dst: np.ndarray, rate: int, start: int
+) -> tuple[int, int] | None:
     """Mono FLAC ``blob`` at ``rate``: its samples ``[start, start + len(dst))`` decoded straight
     into float32 ``dst`` (C-contiguous), the whole stream decoded and its length checked
     (``BrokenFlac``) -> (samples written, the stream's samples); None where dr_flac is not used or

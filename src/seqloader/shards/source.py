@@ -53,7 +53,12 @@ from seqloader.sources.columns import (
 )
 from seqloader.sources.padded_rows import RowScreen, put_row
 from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
-from seqloader.sources.tar_index import BLOCK, TarMembers, read_member, scan_tar
+from seqloader.sources.tar_index import (
+    BLOCK,
+    TarMembers,
+    read_member_view,
+    scan_tar,
+)
 
 log = logging.getLogger("seqloader")
 
@@ -525,8 +530,9 @@ class ShardSource(AudioKeysSource):
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
         keys = self._keys
         decoded = ("audio" in keys or "data" in keys) and not self._from_features
+        flac_rows: list[bool] = []  # rows of "audio" FLAC filled: never NaN/Inf, not screened
         if decoded:
-            waves = self._waves_into(idx, out.get("audio"))
+            waves, flac_rows = self._waves_into(idx, out.get("audio"))
             if "data" in keys:
                 self._features_into(waves, out["data"])
         elif "data" in keys:  # Shar feature members
@@ -542,47 +548,64 @@ class ShardSource(AudioKeysSource):
         found = RowScreen()
         for key in ("audio", "data"):
             if key in out:
+                skip = flac_rows if key == "audio" else []
                 for j in range(len(idx)):
-                    found.add(j, out[key][j].reshape(-1))
+                    if not (skip and skip[j]):
+                        found.add(j, out[key][j].reshape(-1))
         return sorted(set(found.suspects()))
 
-    def _waves_into(self, idx: np.ndarray, rows: np.ndarray | None) -> list[np.ndarray]:
+    def _waves_into(
+        self, idx: np.ndarray, rows: np.ndarray | None
+    ) -> tuple[list[np.ndarray], list[bool]]:
         """Each sequence's fitted waveform written into ``rows[j]`` (zeros after it), or into a
-        buffer of this process when ``rows`` is None -> the waveforms (views of where they went)."""
+        buffer of this process when ``rows`` is None -> the waveforms (views of where they went)
+        and, per sequence, whether a FLAC stream's samples filled it. The batch's index columns
+        are looked up at once (per sequence they cost more than the member's read)."""
         want = self._samples[idx].tolist()
         if rows is None:
             need = sum(want)
             if self._scratch is None or len(self._scratch) < need:
                 self._scratch = np.empty(need, np.float32)
             buffer = self._scratch
-        waves = []
+        waves, flac = [], []
         at = 0
-        for j, (i, n) in enumerate(zip(idx.tolist(), want)):
+        positions = self._positions(idx)
+        offsets = self._store.column("offset")[idx].tolist()
+        for j, (i, n, at_f, offset) in enumerate(zip(idx.tolist(), want, positions, offsets)):
             dst = buffer[at : at + n] if rows is None else rows[j]
             at += n
-            self._wave_into(i, dst)
+            flac.append(self._wave_into(i, dst, self._member_at(i, *at_f), offset))
             waves.append(dst[:n])
-        return waves
+        return waves, flac
 
     def _wave_into(
-        self, index: int, dst: np.ndarray, member: tuple[bytes, str] | None = None
-    ) -> None:
+        self,
+        index: int,
+        dst: np.ndarray,
+        member: tuple[bytes | memoryview, str] | None = None,
+        offset: float | None = None,
+    ) -> bool:
         """The fitted waveform of ``index`` into ``dst[:planned]``, zeros after: decoded in place
         where ``span_into`` can, else by ``_wave`` (which names any error). ``member``: its
-        bytes and name, when already read."""
+        bytes and name, when already read; ``offset``: its ``offset`` column, when looked up.
+        -> whether ``span_into`` decoded a FLAC stream into it (integer samples scaled by a power
+        of two: never NaN/Inf)."""
         blob, name = member or self._member(index, self.shard_of(index))
         want = int(self._samples[index])
-        offset = float(self._store.column("offset")[index])
+        if offset is None:
+            offset = float(self._store.column("offset")[index])
         segment = None
         if offset >= 0:  # NeMo: the entry is seconds [offset, offset + duration) of its member
             duration = float(self._store.column("duration")[index])
             segment = (_to_samples(offset, self._rate), _to_samples(duration, self._rate))
         n = span_into(blob, dst[:want], self._rate, self.options.length_tolerance_s, segment)
+        flac = n is not None and blob[:4] == b"fLaC"
         if n is None:
             wave = self._wave(index, blob, name)
             n = len(wave)
             dst[:n] = wave
         dst[n:] = 0.0
+        return flac
 
     def _features_into(self, waves: list[np.ndarray], out: np.ndarray) -> None:
         """``data`` of the batch's fitted waveforms into the padded ``out``."""
@@ -602,12 +625,13 @@ class ShardSource(AudioKeysSource):
         keys = self._keys
         wave = np.zeros(0, np.float32)
         if "audio" in keys or "data" in keys:
-            blob, name = self._member(index, f)
             if self._from_features:
+                blob, name = self._member(index, f)
                 out["data"] = self._features(index, blob, name)
             else:
                 wave = np.empty(int(self._samples[index]), np.float32)
-                self._wave_into(index, wave, (blob, name))  # the planned span, decoded in place
+                member = self._member_at(index, f, *self._position(index, f))  # a view: no copy
+                self._wave_into(index, wave, member)  # the planned span, decoded in place
                 put_wave(out, wave, self.options, "audio" in keys, "data" in keys and features)
         for key in ("text", "classes"):
             if key in keys:
@@ -623,18 +647,44 @@ class ShardSource(AudioKeysSource):
         return ids[c[index] : c[index + 1]]
 
     def _member(self, index: int, f: int) -> tuple[bytes, str]:
-        header, size, name = self._position(index, f)
+        blob, name = self._member_at(index, f, *self._position(index, f))
+        return bytes(blob), name
+
+    def _member_at(
+        self, index: int, f: int, header: int, size: int, name: str, fd: int | None = None
+    ) -> tuple[memoryview, str]:
+        """Member ``name`` of shard ``f`` at ``header`` (``_position``), checked -> a view of its
+        data in the read (the audio decoders take any buffer: no copy) and its name. ``fd``: the
+        shard's descriptor, when already looked up (``_positions``)."""
         if header < 0:
             self._fail(
                 index, "its listing entry has no member in the tar (see the open warning)", None
             )
-        fd = self._fd(f)
+        if fd is None:
+            fd = self._fd(f)
         try:
-            return read_member(fd, header, size, name, self.layout.shards[f].tar), name
+            return read_member_view(fd, header, size, name, self.layout.shards[f].tar), name
         except DataError as e:
             if self._remote is not None:
                 raise
             self._fail(index, str(e), e)
+
+    def _positions(self, idx: np.ndarray) -> list[tuple[int, int, int, str, int | None]]:
+        """(shard, header, size, member name, descriptor) of each sequence of ``idx``, looked up
+        together (``_position`` one by one where a remote shard's members are indexed on arrival;
+        no descriptor for remote shards: ``_fd`` checks their cached copy on each read)."""
+        n = len(self)
+        if len(idx) and (int(idx.min()) < 0 or int(idx.max()) >= n):
+            bad = int(idx[(idx < 0) | (idx >= n)][0])
+            raise IndexError(f"ShardSource: sequence {bad} out of range for {n}")
+        shards = (np.searchsorted(self._bounds, idx, side="right") - 1).tolist()
+        header = self._store.column("header")[idx].tolist()
+        if -2 in header or self._remote is not None:
+            return [(f, *self._position(i, f), None) for i, f in zip(idx.tolist(), shards)]
+        size = self._store.column("size")[idx].tolist()
+        names = self._member_names.take(idx)
+        fds = {f: self._fd(f) for f in set(shards)}
+        return [(f, h, n, name, fds[f]) for f, h, n, name in zip(shards, header, size, names)]
 
     def _position(self, index: int, f: int) -> tuple[int, int, str]:
         header = int(self._store.column("header")[index])
@@ -729,7 +779,7 @@ class ShardSource(AudioKeysSource):
             got = self._fds[f] = (fd, int(st.st_ino))
         return got[0]
 
-    def _wave(self, index: int, blob: bytes, name: str) -> np.ndarray:
+    def _wave(self, index: int, blob: bytes | memoryview, name: str) -> np.ndarray:
         audio, file_rate = self._decoded(index, f"decode member {name!r}", lambda: read_audio(blob))
         wave = mono(audio, 1)
         offset = float(self._store.column("offset")[index])

@@ -167,6 +167,13 @@ def _check_inside(members: TarMembers, size: int, label: str) -> None:
 def read_member(fd: int, header: int, size: int, name: str, label: str) -> bytes:
     """Member ``name``'s data: one ``pread`` of its header block and data, the header checked
     against the index (name where it fits the header, and size)."""
+    return bytes(read_member_view(fd, header, size, name, label))
+
+
+def read_member_view(fd: int, header: int, size: int, name: str, label: str) -> memoryview:
+    """``read_member`` without copying the data out of the block read (a view of it): for a
+    decoder that takes any buffer (a member of 50 KB is copied in ~1-5 µs, most of it cache
+    misses, per utterance)."""
     blob = os.pread(fd, BLOCK + size, header)
     if len(blob) < BLOCK + size:
         raise DataError(
@@ -188,4 +195,4 @@ def read_member(fd: int, header: int, size: int, name: str, label: str) -> bytes
             "index was built. Fix: open the source again (the index is rebuilt), and do not "
             "rewrite shards while training reads them."
         )
-    return blob[BLOCK:]
+    return memoryview(blob)[BLOCK:]
