@@ -60,6 +60,7 @@ def test_heap_reads_equal_h5py(
         assert reader is not None
         want = list(dset[a:b])
         with reader, pytest.MonkeyPatch.context() as mp:
+            assert reader.block(0, n) is not None  # a block first: the reads below reuse its arrays
             for segments in (hdf_vlen.SEGMENTS, 0):  # strided segments, then one mask
                 mp.setattr(hdf_vlen, "SEGMENTS", segments)
                 got = reader.block(a, b)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
 import numpy as np
 
 from seqloader.errors import DataError, SeqLoaderError, SequenceSkipped
+from seqloader.sources.scratch import Scratch
 
 if TYPE_CHECKING:
     from seqloader.sources.remote import RemoteFiles
@@ -457,13 +458,16 @@ class PacksTags(Protocol):
     def buffers(self) -> tuple[np.ndarray, np.ndarray]: ...
 
 
-def hash_packed(h: hashlib._Hash, data: np.ndarray, offsets: np.ndarray) -> None:
+def hash_packed(
+    h: hashlib._Hash, data: np.ndarray, offsets: np.ndarray, scratch: Scratch | None = None
+) -> None:
     """Feed ``h`` each tag's bytes followed by a NUL, a block of tags at a time (what
-    ``fingerprint_of`` hashes of packed tags; a store written block by block feeds its blocks)."""
+    ``fingerprint_of`` hashes of packed tags; a store written block by block feeds its blocks,
+    its temporaries kept in ``scratch``)."""
     n = len(offsets) - 1
     for a in range(0, n, _HASH_BLOCK):
         b = min(n, a + _HASH_BLOCK)
-        h.update(_with_nuls(data, offsets[a : b + 1]).data)
+        h.update(_with_nuls(data, offsets[a : b + 1], scratch).data)
 
 
 #: a block's tags are copied run by run where its runs of tags of one length are this long on
@@ -471,7 +475,7 @@ def hash_packed(h: hashlib._Hash, data: np.ndarray, offsets: np.ndarray) -> None
 _RUN_ROWS = 64
 
 
-def _with_nuls(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+def _with_nuls(data: np.ndarray, offsets: np.ndarray, scratch: Scratch | None = None) -> np.ndarray:
     """The tags ``data[offsets[j] : offsets[j + 1]]`` one after another, each followed by a NUL
     -> uint8 ``[bytes + tags]``; no int64 per byte (two byte-sized temporaries at the most).
 
@@ -483,7 +487,8 @@ def _with_nuls(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     lengths = np.diff(offsets)
     first = np.flatnonzero(np.concatenate([[True], lengths[1:] != lengths[:-1]]))
     if rows and len(first) * _RUN_ROWS <= rows:  # long runs of one length: [rows, L + 1] each
-        out = np.empty(hi - lo + rows, dtype=np.uint8)
+        size = hi - lo + rows
+        out = np.empty(size, np.uint8) if scratch is None else scratch.take("nuls", size, np.uint8)
         ends = np.append(first[1:], rows).tolist()
         widths, starts = lengths[first].tolist(), offsets[first].tolist()
         for f, e, width, src in zip(first.tolist(), ends, widths, starts, strict=True):

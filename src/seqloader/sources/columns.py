@@ -72,6 +72,10 @@ MAGIC = b"SEQCOLS2"
 MAGICS = (MAGIC, b"SEQCOLS1")
 ALIGN = 64
 VERSION = 2
+#: bytes summed and then written at once: the write's copy into the page cache reads them from the
+#: core's cache, where the sum has just left them, not from memory (a block of the metadata store
+#: is tens of MiB)
+SLICE = 1 << 19
 #: False: no content checks (the header's CRC and layout are still checked); for measuring what
 #: the checks cost, never for running
 CHECK_CONTENTS = True
@@ -183,12 +187,14 @@ class _Reserved:
                 f"{self.column.rows} rows of {self.column.row_shape}"
             )
         data = c.reshape(-1).view(np.uint8).data
-        self._sums.update(data)
         pos = self.offset + self._written * self._dtype.itemsize * math.prod(c.shape[1:])
         fd = self._writer._fh.fileno()
-        done = 0
-        while done < len(data):  # pwrite may write less than asked
-            done += os.pwrite(fd, data[done:], pos + done)
+        for lo in range(0, len(data), SLICE):  # each slice written while in cache
+            piece = data[lo : lo + SLICE]
+            self._sums.update(piece)
+            done = 0
+            while done < len(piece):  # pwrite may write less than asked
+                done += os.pwrite(fd, piece[done:], pos + lo + done)
         self._written += len(c)
 
     def finish(self) -> list[int]:
@@ -562,8 +568,10 @@ class StoreWriter:
             if c.shape[1:] != tuple(row_shape):
                 raise ValueError(f"column {name!r}: chunk rows {c.shape[1:]} != {tuple(row_shape)}")
             data = c.reshape(-1).view(np.uint8).data
-            sums.update(data)
-            self._fh.write(data)
+            for lo in range(0, len(data), SLICE):  # each slice written while in cache
+                piece = data[lo : lo + SLICE]
+                sums.update(piece)
+                self._fh.write(piece)
             rows += len(c)
         self._specs[name] = {
             "dtype": dt.str,

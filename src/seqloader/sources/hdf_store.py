@@ -53,6 +53,8 @@ from seqloader.sources.hdf_layout import (
 from seqloader.sources.node_cache import about, cache_dir
 from seqloader.sources.read_ahead import read_ahead
 from seqloader.sources.repeats import Repeats
+from seqloader.sources.scratch import Scratch
+from seqloader.sources.tag_hash import tag_hashes
 
 #: the columns and meta below; a change of them changes it (2: ``tags.hashes`` added, 3:
 #: ``tags.repeats`` instead of ``tags.hashes``, 4: ``tags.repeats`` of the word-wise tag hash,
@@ -267,18 +269,24 @@ def _streamed(
 
     def hashed() -> Iterator[PackedTags]:
         """The tag blocks, each one's hashes added to ``repeats`` (in the reading thread: only
-        it adds, and ``finish`` comes after the last block was taken)."""
+        it adds, and ``finish`` comes after the last block was taken; ``add`` copies them, so
+        one array holds every block's)."""
+        kept = Scratch()
         for block in itertools.chain.from_iterable(scan.tag_blocks() for scan in scans):
-            repeats.add(block.hashes())
+            data, starts = block.buffers()
+            repeats.add(tag_hashes(data, starts, out=kept.take("hashes", len(block), np.uint64)))
             yield block
 
     def tag_bytes() -> Iterator[np.ndarray]:
         total = 0
         offsets.write(np.zeros(1, dtype=np.int64))
+        kept = Scratch()  # the fingerprint's temporaries, reused
         for block in read_ahead(hashed()):  # the next block read while this one is written
             data, starts = block.buffers()
-            hash_packed(h, data, starts)
-            offsets.write(starts[1:] + total)
+            hash_packed(h, data, starts, kept)
+            ends = starts[1:]  # the block's own array, not used after: shifted in place
+            ends += total
+            offsets.write(ends)
             total += len(data)
             yield data
 

@@ -29,6 +29,7 @@ import h5py
 import numpy as np
 
 from seqloader.sources.hdf_here import values_here
+from seqloader.sources.scratch import Scratch
 
 #: one element of a variable-length dataset on disk (address and length sizes of 8 bytes)
 ENTRY = np.dtype([("len", "<u4"), ("addr", "<u8"), ("idx", "<u4")])
@@ -58,6 +59,7 @@ class VlenStrings:
     def __init__(self, path: str, offset: int, base: int) -> None:
         self._path, self._offset, self._base = path, offset, base
         self._fd = os.open(path, os.O_RDONLY)
+        self._scratch = Scratch()
 
     @classmethod
     def open(cls, f: h5py.File, dset: h5py.Dataset) -> VlenStrings | None:
@@ -92,9 +94,6 @@ class VlenStrings:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _read(self, at: int, size: int) -> np.ndarray:
-        return self._read_into(np.empty(size, dtype=np.uint8), at)
-
     def _read_into(self, out: np.ndarray, at: int) -> np.ndarray:
         """``out`` filled with the file's bytes from ``at`` on."""
         done = 0
@@ -106,18 +105,29 @@ class VlenStrings:
         return out
 
     def block(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """Strings ``[a, b)`` as (bytes, offsets), or None (read them with h5py)."""
-        entries = self._read(self._offset + a * ENTRY.itemsize, (b - a) * ENTRY.itemsize)
+        """Strings ``[a, b)`` as (bytes, offsets), or None (read them with h5py). The arrays
+        returned are new; the reader's temporaries are its own (``Scratch``), reused from
+        block to block (one block at a time per reader)."""
+        m, s = b - a, self._scratch
+        entries = self._read_into(
+            s.take("entries", m * ENTRY.itemsize, np.uint8), self._offset + a * ENTRY.itemsize
+        )
         e = entries.view(ENTRY)
-        lengths = e["len"].astype(np.int64)
-        offsets = np.zeros(b - a + 1, dtype=np.int64)
+        lengths = s.take("lengths", m, np.int64)
+        np.copyto(lengths, e["len"])
+        offsets = np.empty(m + 1, dtype=np.int64)
+        offsets[0] = 0
         np.cumsum(lengths, out=offsets[1:])
-        rows = np.flatnonzero(lengths)  # an empty string names no object
-        if not len(rows):
+        present = int(np.count_nonzero(lengths))  # an empty string names no object
+        if not present:
             return np.zeros(0, np.uint8), offsets
-        if len(rows) == len(lengths):  # no empty string (the usual case): no gather
-            size, addr, index = lengths, e["addr"].astype(np.int64), e["idx"].astype(np.uint64)
+        if present == m:  # no empty string (the usual case): no gather
+            size = lengths
+            addr, index = s.take("addr", m, np.int64), s.take("index", m, np.uint64)
+            np.copyto(addr, e["addr"], casting="unsafe")
+            np.copyto(index, e["idx"])
         else:
+            rows = np.flatnonzero(lengths)
             size, addr, index = lengths[rows], e["addr"][rows].astype(np.int64), e["idx"][rows]
             index = index.astype(np.uint64)
         addr += self._base
@@ -125,10 +135,11 @@ class VlenStrings:
         if heap is None:
             return None
         buf, starts, which = heap  # which: each row's collection
-        at = _place(buf, starts, which, index, size)
+        at = _place(buf, starts, which, index, size, s)
         if at is None:
             return None
-        data = _cut(buf, at + HEADER, size)
+        at += HEADER  # each object's bytes
+        data = _cut(buf, at, size, s)
         if data is None:
             return None
         return data, offsets
@@ -138,6 +149,7 @@ class VlenStrings:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """The collections ``addr`` names, read into one buffer -> (buffer, each collection's
         start in it, each row's collection number), or None."""
+        s = self._scratch
         runs = np.concatenate([[0], np.flatnonzero(addr[1:] != addr[:-1]) + 1])  # of one address
         named = np.unique(addr[runs])
         sizes = np.empty(len(named), dtype=np.int64)
@@ -153,7 +165,7 @@ class VlenStrings:
         np.cumsum(sizes, out=starts[1:])
         if (sizes % 8).any():  # each collection 8-aligned in the buffer: headers read as uint64
             return None  # (HDF5 rounds collections to 8 bytes; where they lie in the file is free)
-        buf = np.empty(int(starts[-1]) + 8, dtype=np.uint8)
+        buf = s.take("heap", int(starts[-1]) + 8, np.uint8)
         # adjacent collections in one read
         gap = np.flatnonzero(named[1:] != named[:-1] + sizes[:-1]) + 1
         first = np.concatenate([[0], gap])
@@ -162,17 +174,34 @@ class VlenStrings:
             lo, hi = int(starts[i]), int(starts[j])
             self._read_into(buf[lo:hi], int(named[i]))
         buf[-8:] = 0
-        # each row's collection: one search per run of rows naming the same collection
-        which = np.repeat(np.searchsorted(named, addr[runs]), np.diff(np.append(runs, len(addr))))
+        # each row's collection: one search per run of rows naming the same collection, spread
+        # over the run's rows by a running sum of the changes
+        which = s.take("which", len(addr), np.int64)
+        _spread(which, runs, np.searchsorted(named, addr[runs]))
         return buf, starts[:-1], which
 
 
+def _spread(out: np.ndarray, first: np.ndarray, values: np.ndarray) -> None:
+    """``out[i] = values[k]`` for the rows ``i`` of run ``k`` (runs start at ``first``, the first
+    at 0): ``np.repeat`` into ``out``, with no new array of the rows."""
+    out[:] = 0
+    out[first] = values
+    out[first[1:]] -= values[:-1]
+    np.cumsum(out, out=out)
+
+
 def _place(
-    buf: np.ndarray, starts: np.ndarray, which: np.ndarray, index: np.ndarray, size: np.ndarray
+    buf: np.ndarray,
+    starts: np.ndarray,
+    which: np.ndarray,
+    index: np.ndarray,
+    size: np.ndarray,
+    s: Scratch,
 ) -> np.ndarray | None:
     """Where each row's object header lies in ``buf``: 16 bytes after its collection's start plus
     the padded objects of lower index named in the block; checked against the headers (index and
-    size), and found by walking the collection where that fails. None: not found.
+    size), and found by walking the collection where that fails. None: not found. The result is
+    ``s``'s array ``at``.
 
     Rows come in runs naming objects ``i, i + 1, ..`` of one collection (HDF5 writes a slice's
     objects in order, cutting them into collections as they fill); a run's objects follow each
@@ -182,14 +211,19 @@ def _place(
     n = len(index)
     if int(index.min()) < 1:
         return None
-    own = HEADER + ((size + 7) & ~7)  # each object's bytes with its header and padding
-    cut = np.empty(n, dtype=bool)
+    own = s.take("own", n, np.int64)  # each object's bytes with its header and padding
+    np.add(size, 7, out=own)
+    own &= ~7
+    own += HEADER
+    cut = s.take("cut", n, np.bool_)
     cut[0] = True
     np.not_equal(which[1:], which[:-1], out=cut[1:])
-    cut[1:] |= index[1:] != index[:-1] + np.uint64(1)
+    following = s.take("following", n, np.uint64)[: n - 1]
+    np.add(index[:-1], np.uint64(1), out=following)
+    cut[1:] |= index[1:] != following
     first = np.flatnonzero(cut)
-    rows = np.diff(np.append(first, n))  # each run's rows
-    before = np.zeros(n + 1, dtype=np.int64)  # the block's object bytes before each row
+    before = s.take("before", n + 1, np.int64)  # the block's object bytes before each row
+    before[0] = 0
     np.cumsum(own, out=before[1:])
     bytes_of = np.diff(before[np.append(first, n)])
     collection = which[first]
@@ -202,41 +236,53 @@ def _place(
     shift = np.empty(len(first), dtype=np.int64)
     shift[order] = starts[grouped] + HEADER + lower
     shift -= before[first]
-    at = np.repeat(shift, rows)
+    at = s.take("at", n, np.int64)
+    _spread(at, first, shift)
     at += before[:-1]
     words = buf[: len(buf) // 8 * 8].view("<u8")
-    bad = _unchecked(words, at, index, size)
+    bad = _unchecked(words, at, index, size, s)
     if len(bad):
         for c in np.unique(which[bad]).tolist():
             table = _walk(buf, int(starts[c]))
             picked = bad[which[bad] == c]
             at[picked] = [table.get(i, -1) for i in index[picked].tolist()]
-        if (at[bad] < 0).any() or len(_unchecked(words, at[bad], index[bad], size[bad])):
+        if (at[bad] < 0).any() or len(_unchecked(words, at[bad], index[bad], size[bad], None)):
             return None
     ends = np.r_[starts[1:], len(buf) - 8]
-    if (at + HEADER + size > ends[which]).any():
+    reach = s.take("reach", n, np.int64)  # each object's end ...
+    np.add(at, size, out=reach)
+    reach += HEADER
+    limit = s.take("limit", n, np.int64)  # ... against its collection's
+    np.take(ends, which, out=limit, mode="clip")  # "raise" would copy
+    over = s.take("over", n, np.bool_)
+    if np.greater(reach, limit, out=over).any():
         return None
     return at
 
 
 def _unchecked(
-    words: np.ndarray, at: np.ndarray, index: np.ndarray, size: np.ndarray
+    words: np.ndarray, at: np.ndarray, index: np.ndarray, size: np.ndarray, s: Scratch | None
 ) -> np.ndarray:
     """The rows whose object header at ``at`` (8-aligned) is not (index, size); ``index`` uint64,
-    ``size`` int64."""
-    if not len(at):
+    ``size`` int64. ``s``: where the temporaries go (None: new arrays)."""
+    n = len(at)
+    if not n:
         return np.zeros(0, dtype=np.int64)
+    w = np.empty(n, np.int64) if s is None else s.take("w", n, np.int64)
     if int(at.min()) >= 0 and int(at.max()) + HEADER <= len(words) * 8:
-        w = at >> 3
+        np.right_shift(at, 3, out=w)
         inside = None
     else:  # some position outside the buffer: those rows fail
         inside = (at >= 0) & (at + HEADER <= len(words) * 8)
-        w = np.where(inside, at, 0) >> 3
-    head = words[w]
+        np.right_shift(np.where(inside, at, 0), 3, out=w)
+    head = np.empty(n, np.uint64) if s is None else s.take("head", n, np.uint64)
+    np.take(words, w, out=head, mode="clip")  # w is inside
     head &= np.uint64(0xFFFF)
-    ok = head == index
+    ok = np.empty(n, np.bool_) if s is None else s.take("ok", n, np.bool_)
+    np.equal(head, index, out=ok)
     w += 1
-    ok &= words[w] == size.view(np.uint64)
+    np.take(words, w, out=head, mode="clip")  # w is inside
+    ok &= head == size.view(np.uint64)
     if inside is not None:
         ok &= inside
     return np.flatnonzero(~ok)
@@ -256,17 +302,26 @@ def _walk(buf: np.ndarray, start: int) -> dict[int, int]:
     return table
 
 
-def _cut(buf: np.ndarray, begin: np.ndarray, size: np.ndarray) -> np.ndarray | None:
+def _cut(buf: np.ndarray, begin: np.ndarray, size: np.ndarray, s: Scratch) -> np.ndarray | None:
     """The bytes ``buf[begin[i] : begin[i] + size[i]]`` one after another, or None if a string
     holds a NUL (RETURNN cuts a tag there: the caller's h5py path does). Rows whose objects follow
     each other in the heap with one size (tags of one pattern) are copied as one strided block
     each where such segments are few (``_by_segments``), else by one mask (``_by_mask``)."""
-    end = begin + size
-    follows = begin[1:] == ((end[:-1] + 7) & ~7) + HEADER
-    alike = follows & (size[1:] == size[:-1])
+    n = len(begin)
+    end = s.take("end", n, np.int64)
+    np.add(begin, size, out=end)
+    after = s.take("after", n, np.int64)[: n - 1]  # where the next object's bytes would start
+    np.add(end[:-1], 7, out=after)
+    after &= ~7
+    after += HEADER
+    follows = s.take("follows", n, np.bool_)[: n - 1]
+    np.equal(begin[1:], after, out=follows)
+    alike = s.take("alike", n, np.bool_)[: n - 1]
+    np.equal(size[1:], size[:-1], out=alike)
+    alike &= follows
     first = np.flatnonzero(np.concatenate([[True], ~alike]))
     if len(first) <= SEGMENTS:
-        data = _by_segments(buf, begin, size, first)
+        data = _by_segments(buf, begin, size, first, s.take("out_at", n + 1, np.int64))
     else:
         data = _by_mask(buf, begin, end, follows)
     return data if data.all() else None
@@ -278,11 +333,12 @@ SEGMENTS = 4096
 
 
 def _by_segments(
-    buf: np.ndarray, begin: np.ndarray, size: np.ndarray, first: np.ndarray
+    buf: np.ndarray, begin: np.ndarray, size: np.ndarray, first: np.ndarray, out_at: np.ndarray
 ) -> np.ndarray:
     """Segment ``k`` (rows ``first[k]`` to the next segment) holds objects of one size ``L``
-    one stride apart: a strided view ``[rows, L]`` of the heap, copied into place."""
-    out_at = np.zeros(len(begin) + 1, dtype=np.int64)
+    one stride apart: a strided view ``[rows, L]`` of the heap, copied into place (``out_at``:
+    room for each row's place in the result, ``[rows + 1]``)."""
+    out_at[0] = 0
     np.cumsum(size, out=out_at[1:])
     out = np.empty(int(out_at[-1]), dtype=np.uint8)
     bounds = np.concatenate([first, [len(begin)]]).tolist()

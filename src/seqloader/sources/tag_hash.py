@@ -31,9 +31,12 @@ CHUNK = 1 << 15
 RUN_ROWS = 256
 
 
-def tag_hashes(data: np.ndarray, offsets: np.ndarray, chunk: int = CHUNK) -> np.ndarray:
+def tag_hashes(
+    data: np.ndarray, offsets: np.ndarray, chunk: int = CHUNK, out: np.ndarray | None = None
+) -> np.ndarray:
     """The hash of each string ``data[offsets[i] : offsets[i + 1]]`` -> uint64 ``[n]``
-    (``data``: contiguous uint8; ``chunk``: tags hashed at once).
+    (``data``: contiguous uint8; ``chunk``: tags hashed at once; ``out``: uint64 ``[n]`` to
+    write them to, else a new array).
 
     >>> data = np.frombuffer(b"abcabcdefghijkabc", np.uint8)
     >>> h = tag_hashes(data, np.array([0, 3, 14, 17]))
@@ -41,7 +44,8 @@ def tag_hashes(data: np.ndarray, offsets: np.ndarray, chunk: int = CHUNK) -> np.
     (True, False)
     """
     n = len(offsets) - 1
-    out = np.empty(max(n, 0), dtype=np.uint64)
+    if out is None:
+        out = np.empty(max(n, 0), dtype=np.uint64)
     if n <= 0:
         return out
     lengths = np.diff(offsets)
