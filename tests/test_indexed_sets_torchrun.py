@@ -1,7 +1,8 @@
 """The default planning (indexed) over real ranks, option set by option set: fixed orders
-(``default``, ``reverse``, ``sorted``, ``sorted_reverse``), ``random``, ``sort_bin_shuffle``,
-length filters (``max_seq_length``/``min_seq_length``, ``epoch_wise_filter``,
-``fixed_random_subset``) and packed limits (``batch_cost="packed"``, ``max_packed_frames``).
+(``default``, ``reverse``, ``sorted``, ``sorted_reverse``), ``random`` (also with
+``fixed_random_seed``), ``sort_bin_shuffle``, length filters (``max_seq_length``/
+``min_seq_length``, ``epoch_wise_filter``, ``fixed_random_subset``) and batch costs and limits
+(``batch_cost="packed"``, ``max_packed_frames``, ``batch_cost="quadratic:Q"``).
 
 One launch runs every set in turn (``tests/dist/indexed_sets.py``: gloo, a blocking all_reduce per
 step, DataLoader workers on each rank, the gathered audit on): 3 ranks forked after one torch

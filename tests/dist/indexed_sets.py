@@ -31,6 +31,7 @@ SETS: dict[str, dict] = {
     "sorted": {"ordering": "sorted"},
     "sorted_reverse": {"ordering": "sorted_reverse"},
     "random": {"ordering": "random"},
+    "fixed_random_seed": {"ordering": "random", "fixed_random_seed": 5},
     "sort_bin_shuffle": {"ordering": "sort_bin_shuffle:.8"},
     "seq_length": {"max_seq_length": 35, "min_seq_length": 3},
     "epoch_wise_filter": {
@@ -40,6 +41,7 @@ SETS: dict[str, dict] = {
     "fixed_random_subset": {"fixed_random_subset": 50},
     "packed": {"batch_cost": "packed"},
     "max_packed_frames": {"max_packed_frames": 70},
+    "quadratic": {"batch_cost": "quadratic:20", "max_frames": 200},
 }
 
 
