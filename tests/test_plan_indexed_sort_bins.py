@@ -107,6 +107,9 @@ def test_the_order_is_returnns_sort_bin_shuffle(lengths: list[int], text: str, k
     seqs = order(np.arange(m))
     assert_returnns_bins(data, seqs, ordering)
     assert order(np.arange(m)).tolist() == seqs.tolist()  # a pure function of its key
+    # what a cut reads: the lengths at each position (``_x2``: one-length bins not shuffled)
+    at = order.length_positions(np.arange(m))
+    assert order.sorted_lengths(at).tolist() == data[seqs].tolist()
 
 
 def assert_returnns_bins(by: np.ndarray, seqs: np.ndarray, ordering: Ordering) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from seqloader.plan.ordering import argsort_by
+from seqloader.plan.ordering import argsort_by, unique_sorted
 
 #: Within a bucket, sequences are sorted by length within windows of about this many batches.
 WINDOW_BATCHES = 8
@@ -29,7 +29,7 @@ def bucket_edges(lengths: np.ndarray, costs: np.ndarray, n_buckets: int) -> np.n
     total = int(cum[-1])
     targets = (total * np.arange(1, n_buckets, dtype=np.int64)) // n_buckets  # [N-1]
     idx = np.searchsorted(cum, targets, side="right")  # first length past each target
-    edges = np.unique(values[np.minimum(idx, len(cum) - 1)]).astype(np.int64)
+    edges = unique_sorted(values[np.minimum(idx, len(cum) - 1)]).astype(np.int64)
     return edges[edges > values[0]]  # a bucket below the shortest length would stay empty
 
 

@@ -34,6 +34,20 @@ def order_sequences(lengths: np.ndarray, ordering: Ordering, rng: Rng) -> np.nda
     return _sort_bin_shuffle(lengths, bins, rng, shuffle_within=kind.endswith("_x2"))
 
 
+def unique_sorted(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` (ascending, flattened) by a sort and a neighbour compare: numpy 2's
+    ``np.unique`` asks ``np.ma.is_masked``, whose first use imports ``numpy.ma`` (about 40 ms,
+    once per process: a planner's first plan paid it).
+
+    >>> unique_sorted(np.array([3, 1, 3, 2, 1])).tolist()
+    [1, 2, 3]
+    """
+    v = np.sort(np.asarray(values).ravel())
+    if len(v) <= 1:
+        return v
+    return v[np.concatenate(([True], v[1:] != v[:-1]))]
+
+
 def argsort_by(minor: np.ndarray, major: np.ndarray | None = None) -> np.ndarray:
     """Indices that sort by (``major``, ``minor``), ties kept in position order -> int64 ``[n]``.
 

@@ -19,6 +19,7 @@ import numpy as np
 from seqloader.plan.admission import cut_class, mean_len_cut
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.plan import Draw
+from seqloader.plan.ordering import unique_sorted
 
 
 class FilteredDraw:
@@ -59,7 +60,7 @@ class RankOrderDraw:
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         at = np.empty(len(pos), dtype=np.int64)
-        for b in np.unique(bucket).tolist():
+        for b in unique_sorted(bucket).tolist():
             pi = self._bijections.get(b)
             if pi is None:
                 pi = self._bijections[b] = Bijection(int(self.counts[b]), (*self.words, b))

@@ -31,6 +31,7 @@ from seqloader.plan.indexed.fixed import FixedOrder, cut_batcher
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.plan import ranges
 from seqloader.plan.limits import Batcher, BatchLimits
+from seqloader.plan.ordering import unique_sorted
 
 _BLOCK = 1 << 16  # sequences expanded into chunks at once while cutting (a few blocks' memory)
 _SELECT = 1 << 12  # mask entries per count of ``AdmittedSelect`` (8 bytes per 4,096 sequences)
@@ -66,7 +67,7 @@ class AdmittedSelect:
             return at.copy()
         out = np.empty(len(at), dtype=np.int64)
         blocks = np.searchsorted(self.before, at, side="right") - 1
-        for b in np.unique(blocks).tolist():
+        for b in unique_sorted(blocks).tolist():
             sel = blocks == b
             here = np.flatnonzero(self.mask[b * self.block : (b + 1) * self.block])
             out[sel] = here[at[sel] - self.before[b]] + b * self.block

@@ -53,6 +53,7 @@ from seqloader.plan.mix import (
     resolve_rates,
 )
 from seqloader.plan.mix_check import CorpusEpochs, MixCheck
+from seqloader.plan.ordering import unique_sorted
 from seqloader.plan.seeding import PURPOSE_INDEXED_MIX, PURPOSE_INDEXED_MIX_ORDER
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ class IndexedMix:
         t = stream - k * n
         seqs = np.empty(len(stream), dtype=np.int64)
         base = int(self.index.starts[b]) + int(self.offsets[b, c])
-        for kk in np.unique(k).tolist():  # at most ceil(rate) + 1 corpus epochs per epoch
+        for kk in unique_sorted(k).tolist():  # at most ceil(rate) + 1 corpus epochs per epoch
             here = k == kk
             pi = cache.get((b, c, kk))
             if pi is None:

@@ -112,6 +112,7 @@ class SortBinsOrder:
         sizes = np.diff(self._bin_starts)[self._emit]  # [bins] in emission order
         self._out_starts = np.cumsum(sizes) - sizes  # [bins] each emitted bin's first position
         self._within = ordering.kind.endswith("_x2")
+        self._mixed: np.ndarray | None = None  # _x2: the bins holding more than one length
         sizes = np.diff(self._starts)
         ties = [(*self.words, _TIES, b) for b in range(len(sizes))]  # one per length bucket
         self._ties = Bijections(sizes.tolist(), ties)  # their round keys derived once
@@ -123,22 +124,51 @@ class SortBinsOrder:
         u = self._ties(bucket, q - self._starts[bucket]).astype(np.int64)
         return np.asarray(self.index.members[self._starts[bucket] + u], dtype=np.int64)
 
-    def sorted_positions(self, pos: np.ndarray) -> np.ndarray:
+    def sorted_positions(self, pos: np.ndarray, lengths_only: bool = False) -> np.ndarray:
         """Where positions ``pos`` of the full epoch's order are in the length-sorted order
-        (its bins, emitted and, ``_x2``, shuffled) -> int64: what their lengths depend on."""
+        (its bins, emitted and, ``_x2``, shuffled) -> int64: what their lengths depend on.
+        ``lengths_only``: positions of the same lengths (``length_positions``)."""
         pos = np.asarray(pos, dtype=np.int64)
         if not len(pos):
             return np.zeros(0, dtype=np.int64)
         slot = np.searchsorted(self._out_starts, pos, side="right") - 1  # empty bins: skipped
         b = self._emit[slot]
         t = pos - self._out_starts[slot]
-        if self._within:  # _x2: a keyed shuffle of each bin, the bins asked keyed at once
-            groups, which = _windows_of(slot, len(self._emit))
-            bins = self._emit[groups]
-            sizes = np.diff(self._bin_starts)[bins].tolist()
-            keys = [(*self.words, _WITHIN, g) for g in bins.tolist()]
-            t = evaluate_many(sizes, keys, which, t).astype(np.int64)
+        if self._within and lengths_only:  # a bin of one length: any order has its lengths
+            ask = np.flatnonzero(self._mixed_bins()[b])
+            if len(ask) < len(pos):
+                t[ask] = self._shuffled(slot[ask], t[ask])
+                return self._bin_starts[b] + t
+        if self._within:  # _x2: a keyed shuffle of each bin
+            t = self._shuffled(slot, t)
         return self._bin_starts[b] + t
+
+    def length_positions(self, pos: np.ndarray) -> np.ndarray:
+        """Positions in the sorted order whose lengths are those at positions ``pos`` of the
+        full epoch's order -> int64 (what a greedy cut reads, ``cut_view``): ``sorted_positions``
+        less ``_x2``'s shuffle of the bins that hold one length (most: a length's sequences
+        fill several bins), whose positions keep any order's lengths. The same lengths, so the
+        same cut; the members (``__call__``) are drawn through the shuffle."""
+        return self.sorted_positions(pos, lengths_only=True)
+
+    def _mixed_bins(self) -> np.ndarray:
+        """``_x2``: bool ``[bins]``, the bins whose first and last sorted position lie in
+        different buckets of the index (a bucket is one length: ``sorted_lengths``; made
+        once)."""
+        if self._mixed is None:
+            firsts, lasts = self._bin_starts[:-1], np.maximum(self._bin_starts[1:] - 1, 0)
+            at = np.searchsorted(self._starts, np.stack([firsts, lasts]), side="right")
+            self._mixed = at[0] != at[1]
+        return self._mixed
+
+    def _shuffled(self, slot: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """``_x2``: offsets ``t`` within the emitted bins ``slot`` through their bins' keyed
+        shuffles (the bins asked keyed at once) -> int64."""
+        groups, which = _windows_of(slot, len(self._emit))
+        bins = self._emit[groups]
+        sizes = np.diff(self._bin_starts)[bins].tolist()
+        keys = [(*self.words, _WITHIN, g) for g in bins.tolist()]
+        return evaluate_many(sizes, keys, which, t).astype(np.int64)
 
     def sorted_lengths(self, q: np.ndarray) -> np.ndarray:
         """The length of the sequences at positions ``q`` of the sorted order (one length per
@@ -166,5 +196,5 @@ def cut_view(
     lengths: the same bounds, without the ties' draws); any other order (and one sorted by a
     source's own sort key, whose index says no length) as it is."""
     if isinstance(order, SortBinsOrder) and order.by_length and len(keys) == 1:
-        return order.sorted_positions, {keys[0]: _ByPosition(order)}
+        return order.length_positions, {keys[0]: _ByPosition(order)}
     return order, lengths
