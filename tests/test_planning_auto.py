@@ -309,7 +309,9 @@ def test_global_files_plans_refuse_fixed_random_seed_by_name() -> None:
     files = np.array([0, 2, 4, 6])
     auto = PlanOptions(distribution="files", fixed_random_seed=3, max_frames=40)
     assert make_planner(lengths, auto, files=files).options.planning == "indexed"
-    unchunked_key = replace(auto, chunking={"classes": (2, 1)}, length_key="data")
+    with pytest.raises(OptionError, match=fixes):  # the options resolve to global at once
+        replace(auto, chunking={"classes": (2, 1)}, length_key="data")
+    unchunked_key = replace(auto, chunking={"classes": (2, 1)})  # "data": the data's keys say
     with pytest.raises(OptionError, match=fixes):
         make_planner(PlanInputs(lengths, unchunked_key, files=files))
     greedy = PlanOptions(distribution="files", max_frames=40, planning="global")
@@ -362,3 +364,49 @@ def test_auto_resolves_every_option_set_to_indexed_or_both_refuse_it() -> None:
                     PlanOptions(**opts, planning=planning)
             continue
         assert PlanOptions(**opts).resolved_planning == "indexed", opts
+
+
+#: chunkings x length keys x the data's keys: which key is the length key, and whether chunked
+CHUNK_GRID = {
+    "ordering": ["default", "random", "laplace:.3", "buckets:2", "sort_bin_shuffle:.3"],
+    "chunking": [{"classes": (2, 1)}, {"data": (4, 2)}, {"text": (4, 2)},
+                 {"data": (4, 2), "classes": (2, 1)}, {"*": (4, 2), "classes": (2, 1)}],
+    "length_key": [None, "data", "classes"],
+    "keys": [("data", "classes"), ("classes", "data"), ("classes", "text")],
+}  # fmt: skip
+
+
+def test_the_resolved_planning_is_what_plans_whatever_is_chunked() -> None:
+    """Chunking that leaves the length key unchunked plans global (indexed planning buckets
+    chunks by their length-key window): the options resolve to global wherever they say which
+    key is the length key (``length_key``, or ``data`` named), ``resolve_planning`` always; what
+    is recorded (options, fingerprint, loader state) is what plans. Elsewhere indexed plans."""
+    rng = np.random.default_rng(5)
+    data = rng.integers(1, 12, 30)
+    base = {"data": data, "classes": -(-data // 2), "text": data}
+    keys = list(CHUNK_GRID)
+    for combo in itertools.product(*CHUNK_GRID.values()):
+        o = dict(zip(keys, combo, strict=True))
+        lengths = {k: base[k] for k in o.pop("keys")}
+        try:
+            options = PlanOptions(max_frames=40, **o)
+            planner = make_planner(lengths, options)
+        except OptionError as refused:
+            assert "not in the data" in str(refused) or "length_key" in str(refused), o
+            continue
+        kind = "global" if planner.algorithm == GLOBAL_ALGORITHM else "indexed"
+        key = planner.length_key
+        chunked = options.chunking is not None and (
+            "*" in options.chunking or key in options.chunking
+        )
+        assert kind == ("indexed" if chunked else "global"), o
+        assert resolved_for(PlanInputs(lengths, options)) == kind == planner.options.planning
+        assert planner.options.to_dict().get("planning", "global") == kind
+        if o["length_key"] is not None or {"data", "*"} & set(o["chunking"]):
+            assert options.resolved_planning == kind, o  # the options say it
+            if kind == "global":
+                with pytest.raises(OptionError, match=f"the length key {key!r} is not chunked"):
+                    PlanOptions(max_frames=40, **o, planning="indexed")
+        if kind == "indexed":
+            explicit = make_planner(lengths, replace(options, planning="indexed"))
+            assert explicit.fingerprint("src") == planner.fingerprint("src")

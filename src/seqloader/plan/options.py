@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from functools import partial
-from typing import Literal
+from typing import Literal, cast
 
 from seqloader.errors import OptionError
 from seqloader.plan.admission import (
@@ -20,7 +20,13 @@ from seqloader.plan.admission import (
     epoch_wise_filter_option,
     fixed_random_subset_option,
 )
-from seqloader.plan.chunks import ChunkSpec, chunking_option, min_chunk_size_option
+from seqloader.plan.chunks import (
+    ChunkSpec,
+    chunking_option,
+    min_chunk_size_option,
+    unchunked_key_refusal,
+    unchunked_length_key,
+)
 from seqloader.plan.cost import BatchCost
 from seqloader.plan.keyed import keyed_int_option, optional_keyed_int_option
 from seqloader.plan.mix import rate_to_json, validate_mix
@@ -385,6 +391,8 @@ class PlanOptions:
         for on, name in unsupported:
             if on:
                 return f"planning='indexed': {name} is not supported; {fix}"
+        if unchunked_length_key(cast(ChunkSpec | None, self.chunking), self.length_key):
+            return unchunked_key_refusal(self.chunking, str(self.length_key))
         return None
 
     def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
@@ -399,11 +407,17 @@ class PlanOptions:
     @property
     def resolved_planning(self) -> ResolvedPlanning:
         """``planning`` as these options resolve it: ``global`` or ``indexed`` (``auto``:
-        ``indexed`` wherever indexed planning plans the options, ``global`` otherwise).
+        ``indexed`` wherever indexed planning plans the options, ``global`` otherwise). One
+        thing the options may not say: chunking by named keys without ``length_key`` (nor
+        ``data`` named) chunks the length key or not by the data's keys
+        (``chunks.unchunked_length_key``); ``seqloader.plan.planners.resolve_planning`` resolves
+        with them, and with what the source declares: what plans and is recorded.
 
         >>> PlanOptions(planning="auto", ordering="laplace:.100").resolved_planning
         'indexed'
         >>> PlanOptions(planning="auto", seeding="returnn").resolved_planning
+        'global'
+        >>> PlanOptions(chunking={"classes": (2, 1)}, length_key="data").resolved_planning
         'global'
         """
         return self._resolved

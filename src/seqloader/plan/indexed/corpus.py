@@ -21,7 +21,14 @@ import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.plan.admission import subset_order
-from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_table, resolve_chunking
+from seqloader.plan.chunks import (
+    ChunkSpec,
+    ChunkTable,
+    chunk_counts,
+    chunk_table,
+    resolve_chunking,
+    unchunked_key_refusal,
+)
 from seqloader.plan.epochs import (
     Admission,
     admit_mask,
@@ -187,12 +194,7 @@ def _refuse_unchunked_key(inputs: PlanInputs) -> None:
     spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
     key = length_key_of(inputs.lengths, options)
     if key not in resolve_chunking(spec, options.min_chunk_size, list(inputs.lengths))[0]:
-        raise OptionError(
-            f"planning='indexed' with chunking={options.chunking!r}: the length key {key!r} "
-            "is not chunked; indexed planning buckets chunks by their length-key window. "
-            "Fix: chunk the length key too (e.g. chunking=N for every key), set length_key to "
-            "a chunked key, or use planning='global'"
-        )
+        raise OptionError(unchunked_key_refusal(options.chunking, key))
 
 
 class AdmittedCorpus:
