@@ -26,7 +26,7 @@ from seqloader.plan.indexed.budget import edges_for
 from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index
 from seqloader.plan.indexed.planner import IndexedPlanner
-from seqloader.plan.indexed.replay import buckets_consumed
+from seqloader.plan.indexed.replay_buckets import buckets_consumed
 from seqloader.plan.mix import Corpora
 from seqloader.plan.seeding import rng_for
 from seqloader.plan.variants import splitmix64
@@ -37,40 +37,61 @@ ORDERINGS = ["buckets:1", "buckets:3", "buckets:7", "laplace", "laplace:3", "lap
 @given(
     st.lists(st.integers(0, 70), max_size=6),
     st.integers(0, 2**64 - 1),
-    st.sampled_from([1, 3, interleave.SMALL]),
+    st.sampled_from([1, 3, interleave.BLOCK]),
 )
 @settings(max_examples=40, deadline=None)
-def test_interleave_holds_each_unit_its_batches(nb: list, key: int, small: int) -> None:
+def test_interleave_holds_each_unit_its_batches(nb: list, key: int, block: int) -> None:
     """A rank's ``buckets:N`` order under ``files`` (``interleave``) holds unit ``u`` exactly
-    ``nb[u]`` times, the same for the same key, whatever size of interval it stops splitting
-    at (units of more than 64 batches take several words of bits)."""
+    ``nb[u]`` times, the same for the same key, whatever its blocks' size; its batches are
+    stratified: the first ``k`` blocks hold the closed-form count of them (``below``) and each
+    block at most ``ceil(nb[u] / blocks)`` of them."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(interleave, "SMALL", small)
-        order = interleave.interleave(np.array(nb, dtype=np.int64), key)
+        patch.setattr(interleave, "BLOCK", block)
+        nbs = np.array(nb, dtype=np.int64)
+        order = interleave.interleave(nbs, key)
         assert np.bincount(order, minlength=len(nb)).tolist() == nb
-        assert order.tolist() == interleave.interleave(np.array(nb, dtype=np.int64), key).tolist()
+        assert order.tolist() == interleave.interleave(nbs, key).tolist()
+        if not len(order):
+            return
+        blocks = int(interleave.num_blocks(len(order)))
+        units = np.arange(len(nb))
+        phase = interleave.phases(np.full(len(nb), key, np.uint64), units, np.full(len(nb), blocks))
+        sizes = [int(interleave.below(np.full(len(nb), k + 1), nbs, phase, blocks).sum())
+                 - int(interleave.below(np.full(len(nb), k), nbs, phase, blocks).sum())
+                 for k in range(blocks)]  # fmt: skip
+        start = 0
+        for k, n in enumerate(sizes):  # the order's blocks, one after another
+            got = np.bincount(order[: start + n], minlength=len(nb))
+            want = interleave.below(np.full(len(nb), k + 1), nbs, phase, blocks)
+            assert got.tolist() == want.tolist()
+            assert (
+                np.bincount(order[start : start + n], minlength=len(nb)) <= -(-nbs // blocks)
+            ).all()
+            start += n
 
 
 @given(
     st.lists(st.integers(1, 200), min_size=1, max_size=8),
     st.integers(0, 2**64 - 1),
-    st.integers(0, 2**20),
+    st.integers(1, 400),
 )
 @settings(max_examples=30, deadline=None)
-def test_halves_of_a_unit_do_not_depend_on_the_others_drawn_with_it(
-    counts: list, key: int, node: int
-) -> None:
-    """A unit's split of its keys in an interval (``halves``) is the same drawn alone or beside
-    others of any counts (above and below 64, one word or several): the replay draws the units of
-    many ranks at once, the order one rank's, and both must see the same bits."""
-    count = np.array(counts, dtype=np.int64)
-    base = interleave.unit_base(np.full(len(count), key, dtype=np.uint64), np.arange(len(count)))
-    where = interleave.interval_word(np.full(len(count), node, dtype=np.uint64), 7)
-    together = interleave.halves(base, where, count)
-    alone = [int(interleave.halves(base[i : i + 1], where[i : i + 1], count[i : i + 1])[0])
-             for i in range(len(count))]  # fmt: skip
-    assert together.tolist() == alone
-    assert ((together >= 0) & (together <= count)).all()
+def test_block_counts_of_a_unit_are_its_batches_blocks(counts: list, key: int, blocks: int) -> None:
+    """A unit's batches in the first ``k`` blocks (``below``, the replay's closed form) are those
+    whose block (``block_of``, the order's placement) is below ``k``, and a unit's phase is the
+    same drawn alone or beside others: the replay draws the units of many ranks at once."""
+    nb = np.array(counts, dtype=np.int64)
+    keys = np.full(len(nb), key, dtype=np.uint64)
+    phase = interleave.phases(keys, np.arange(len(nb)), np.full(len(nb), blocks))
+    alone = [int(interleave.phases(keys[:1], np.array([i]), np.array([blocks]))[0])
+             for i in range(len(nb))]  # fmt: skip
+    assert phase.tolist() == alone
+    for u, n in enumerate(counts):
+        where = interleave.block_of(np.arange(n), n, phase[u], blocks)
+        assert ((where >= 0) & (where < blocks)).all()
+        for k in range(blocks + 1):
+            got = int(interleave.below(np.array([k]), nb[u : u + 1], phase[u : u + 1], blocks)[0])
+            assert got == int((where < k).sum())
 
 
 @given(st.lists(st.integers(0, 2**64 - 1), min_size=1, max_size=20))
@@ -83,18 +104,33 @@ def test_splitmix64_of_an_array_is_that_of_each_word(words: list) -> None:
     assert splitmix64(x.copy()).tolist() == alone
 
 
-def test_interleave_draws_every_arrangement() -> None:
-    """The interleaving is a random one: over 600 keys, splitting down to single batches (and
-    ordering within intervals of up to 16), each of the 60 arrangements of units (3, 2, 1 batches)
-    comes up, none more than 3x its share."""
-    for small in (1, interleave.SMALL):
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(interleave, "SMALL", small)
-            seen: dict[tuple, int] = {}
-            for key in range(600):
-                got = tuple(interleave.interleave(np.array([3, 2, 1]), key * 7919).tolist())
-                seen[got] = seen.get(got, 0) + 1
-            assert len(seen) == 60 and max(seen.values()) <= 30
+def test_interleave_draws_every_arrangement_within_a_block() -> None:
+    """Within a block the order is a random one: over 600 keys, a rank of one block (3, 2, 1
+    batches) comes up in each of its 60 arrangements, none more than 3x its share."""
+    seen: dict[tuple, int] = {}
+    for key in range(600):
+        got = tuple(interleave.interleave(np.array([3, 2, 1]), key * 7919).tolist())
+        seen[got] = seen.get(got, 0) + 1
+    assert len(seen) == 60 and max(seen.values()) <= 30
+
+
+def test_interleave_is_not_degenerate() -> None:
+    """Across blocks the order is stratified, not fixed: other keys (seeds, epochs, ranks) give
+    other orders, the units interleave (a unit's batches do not come as one run), a unit of one
+    batch lands in every block alike, and the first block's order differs from key to key."""
+    nb = np.array([40, 25, 1, 1, 1, 12, 64])  # 144 batches: 9 blocks
+    orders = {tuple(interleave.interleave(nb, key * 104729).tolist()) for key in range(50)}
+    assert len(orders) == 50
+    order = interleave.interleave(nb, 12345)
+    assert np.count_nonzero(order[1:] != order[:-1]) > 60  # runs of one unit stay short
+    blocks = int(interleave.num_blocks(int(nb.sum())))
+    where = [int(interleave.block_of(np.array([0]), 1, interleave.phases(
+        np.array([key], np.uint64), np.array([2]), np.array([blocks])), blocks)[0])
+        for key in range(900)]  # fmt: skip
+    hits = np.bincount(where, minlength=blocks)
+    assert hits.min() >= 50 and hits.max() <= 150  # ~100 each
+    firsts = {tuple(interleave.interleave(nb, key)[:16].tolist()) for key in range(30)}
+    assert len(firsts) == 30  # the first block's order differs from key to key
 
 
 @given(st.integers(0, 3000), st.integers(0, 2**32 - 1))
@@ -304,16 +340,16 @@ def test_laplace_replay_by_blocks_equals_rank_by_rank(case, ordering, cut, world
     st.sampled_from(["split", "pad", "drop"]),
     st.integers(0, 2),
     st.integers(1, 9),
-    st.sampled_from([1, 3, interleave.SMALL]),
+    st.sampled_from([1, 3, interleave.BLOCK]),
 )
 def test_buckets_replay_of_prefixes_equals_rank_by_rank(
-    case, ordering, uneven, cut, world, small
+    case, ordering, uneven, cut, world, block
 ) -> None:
-    """The replay of a ``buckets:N`` segment, descending the ranks' key intervals down to ones of
-    ``small`` batches (the order's own rule), counts what each rank's listed order and split
-    consume, at every step, in a first and a resumed segment."""
+    """The replay of a ``buckets:N`` segment, by blocks of ``block`` batches on average (the
+    order's own rule), counts what each rank's listed order and split consume, at every step,
+    in a first and a resumed segment."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(interleave, "SMALL", small)
+        patch.setattr(interleave, "BLOCK", block)
         seg = replayed_segment(case, {"ordering": ordering, "uneven": uneven}, cut, world)
         for steps in range(seg.steps + 1 if seg is not None else 0):
             got = buckets_consumed(seg.live_units(), steps, seg.order_words)
@@ -325,16 +361,12 @@ def test_buckets_replay_of_prefixes_equals_rank_by_rank(
 @given(
     st.data(),
     st.sampled_from(["split", "pad", "drop"]),
-    st.sampled_from([1, 2, 16]),
-    st.sampled_from([2, interleave.MAX_LEVEL]),
+    st.sampled_from([1, 2, 5, 16]),
 )
-def test_buckets_replay_on_drawn_units_equals_rank_by_rank(
-    data, uneven: str, small: int, deepest: int
-) -> None:
+def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, block: int) -> None:
     """The same on drawn units (ranks' runs of random counts and batch sizes, partly consumed
-    before the segment, on their own ranks or cut over another world size): every step; also
-    where the intervals stop at level 2 with more than ``small`` batches (as keys sharing an
-    interval of ``2**-MAX_LEVEL`` would)."""
+    before the segment, on their own ranks or cut over another world size): every step, with
+    blocks of 1 to 16 batches."""
     runs = data.draw(
         st.lists(
             st.lists(st.tuples(st.integers(1, 16), st.integers(1, 6)), max_size=4),
@@ -357,8 +389,7 @@ def test_buckets_replay_on_drawn_units_equals_rank_by_rank(
     seed = data.draw(st.integers(0, 9))
     seg = Segment(units, start, world, index, ordering, uneven, lambda r: (seed, r))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(interleave, "SMALL", small)
-        patch.setattr(interleave, "MAX_LEVEL", deepest)
+        patch.setattr(interleave, "BLOCK", block)
         for steps in range(seg.steps + 1):
             got = buckets_consumed(seg.live_units(), steps, seg.order_words)
             np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))
@@ -742,32 +773,41 @@ INDEXED_CASES: dict[str, dict] = {
 # each unit spread its own batches over the bins from bin 0 (a one-batch unit always in bin 0, so
 # on many ranks a rank's batches ran as one rising ramp). Moved: the `files` laplace cases only
 # (the mix over files, chunked and packed ones too); no shard or buckets:N digest moved.
+# seqloader-plan-indexed/9: `files` with `buckets:N` orders a rank's batches as a keyed
+# stratified interleaving (plan/indexed/interleave.py: the rank's batches in ceil(N / 16) blocks,
+# each unit's spread evenly over them from a keyed phase, a keyed random order within a block)
+# instead of /8's keyed intervals, so an elastic replay counts each unit's batches in a prefix of
+# blocks in closed form (replay_buckets.py). And `files` with `laplace` gives a rank at most half
+# its batches in bins (at least 2; replay.files_bins), so a bin holds two batches or more and the
+# rank's lengths rise and fall. Moved: the `files` buckets:N cases (the chunked mix over files
+# too) and the `files` laplace:.N cases whose ranks had more bins than half their batches; no
+# shard digest moved.
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
     "laplace:.20 partition 3 W4 pad, filters": "49a99b5dd01ca536318578700ac2e913da3f066940d517a7deb1e96d1100137e",
-    "files buckets:3 W3 split": "1e4b24754623adfd737646ba99485489d98d9dfde39c3c1c90d84c6434e8f62b",
+    "files buckets:3 W3 split": "053bdffa1aec5d4c413c8f7dfa9eec73ebd026e13c2d3382578ecaae82e7f9a2",
     "files laplace W4 pad, merged buckets": "cd38cc518387e0a7236ad5a665ca3b5c7d1473a44360702721b0ffebc39f1fd2",
     "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
     "mix laplace:.10 W4 pad, filters": "d6cf88dc5d2b43ad6c67ee534f15372cd3a2b6c2965e87a0fe34c956062651cc",
-    "files buckets:4 W4 split elastic -> W3 -> W5": "0335f39ac7409415601353e2c1380c95e9f90d896bf94874ab4489d59ef127e8",
-    "files buckets:4 W4 drop elastic -> W3": "2b42a58017c4bbb19c0c1fa26f9be83ad1a3c51e4af37e09adcd0adfdbefadb9",
-    "files laplace:.9 partition 2 W3 drop": "c9d1332b6a48cb1f0105ac538db5092c3210a4a2fce327524a986ecfc6078902",
+    "files buckets:4 W4 split elastic -> W3 -> W5": "74155cd55c5fb86189e7d7c969086f2d59b8a9865106802ba1abe585fbd5f25c",
+    "files buckets:4 W4 drop elastic -> W3": "20b4d84b6daa414a9478e558fe9d8922605b1b79d873ff185fd27f04317113c5",
+    "files laplace:.9 partition 2 W3 drop": "9215cb2b091c4bfcf6bd37ef22b9e453e133121a9e5831fc52185201f74ee0e9",
     "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
     "chunked 90:60 laplace:.20 partition 2 W3 pad": "7d9869db272d2bf4f4a021474b673d4c36960a0c01bd7d896b13b8af716fb713",
     "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "ca159e6ba9e3b7add8d39278b0a37d617095698d9952682b5a1b1f286061b986",
-    "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "c11f8cac162b66368510dedd62552596365b64319e488a7cb3e0a2f0469f0c95",
+    "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "de2a28f3f8db086b51b6acfadca3566d20f5c6fd8fb10b08348dbbe20e9c5654",
     "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "a45c1ed884a79af27a3c092e3a1e15ce3ec1ac364ab717ee90d23c13a0722c74",
     "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "9b313748340dbf7d83ec886d7b05a45b0d37d99e37e29913d75c098894713789",
     "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f5c7a20a941e2b86d5c723b7a9b4015285b5ad7020cb745e078a16e9350defe5",
-    "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "b4a225c9f17ae3d85c1915718e4af3163e001d73675749180c123d9884dccee8",
+    "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "5c2a0a4240d205e801d7fa247842aec6e0b8ebded73f6ab40699e3c4adbf3852",
     "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "c05bddea107dee0a7b5a11e98db9fbdc62a4834abfa5d46ecdf51fa9b1ba0376",
     "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
-    "files laplace:.10 W4 split, packed elastic -> W3": "65bb79a260b27ee519d5578111dddcb5f1182a53fb9c3ac5043e9b1967098464",
+    "files laplace:.10 W4 split, packed elastic -> W3": "7f1db7ba66d5517c8062bfc9d32b15747d82cc79d70d629fb096861bf4f26a9e",
     "mix files laplace W3 pad, max_packed_frames": "b35118c126bb1116db8d3aa19fbb230139a1b711aa9e5130161bb66fbc8ef8cb",
     "chunked 80:40 mix laplace:.10 partition 2 W3 split elastic -> W2": "66bccb381d676ccd311f4dcf16aabbeb7d47eeab476627210edd7ea67d51b825",
     "chunked 60:30 mix buckets:3 W4 pad": "0039d7d66d5fd50fbef29f45fc67830b1077faa91b859383a940a86d13559af1",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/8"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/9"
 
 
 def indexed_digest(case: dict) -> str:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from seqloader.plan import PlanOptions
 from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.indexed.replay import files_bins
 from seqloader.plan.mix import Corpora
 
 
@@ -61,8 +62,9 @@ def many_small_ranks(draw: st.DrawFn) -> dict:
 @given(many_small_ranks())
 def test_files_laplace_deals_each_ranks_batches_to_bins_rising_and_falling(case: dict) -> None:
     """Every rank's listed batches are its bins in turn, bin ``b`` the ``b``-th of every ``B``
-    batches in length order, ascending in even bins and descending in odd ones; so where
-    ``L_1 < L_B`` the order is neither rising nor falling throughout."""
+    batches in length order, ascending in even bins and descending in odd ones, ``B`` at most
+    half its batches (at least 2: every bin holds two batches or more); so where ``L_1 < L_B``
+    the order is neither rising nor falling throughout."""
     planner, world = case["planner"], case["world"]
     history: tuple[tuple[int, int], ...] = ()
     if case["resume"] is not None:
@@ -73,7 +75,8 @@ def test_files_laplace_deals_each_ranks_batches_to_bins_rising_and_falling(case:
     for rank in range(world):
         unit, _, _ = seg.layout(rank)
         levels = seg.units.level[unit].astype(np.int64)
-        bins = ordering.num_bins(int(seg.rem[seg.rank_units(rank)].sum()))
+        bins = files_bins(ordering, int(seg.rem[seg.rank_units(rank)].sum()), len(levels))
+        assert 2 <= bins <= max(len(levels) // 2, 2)
         np.testing.assert_array_equal(levels, dealt_levels(levels, bins))
         ranked = np.sort(levels)
         if len(levels) > bins >= 2 and ranked[1] < ranked[bins]:
@@ -97,3 +100,33 @@ def test_files_laplace_on_many_ranks_no_rank_runs_one_ramp_of_lengths() -> None:
         b = b.first(int(b.real[b.bounds[:-1]].sum()))  # its real batches
         steps = np.diff(np.maximum.reduceat(lengths[b.seqs], b.bounds[:-1]))
         assert len(b) >= 4 and (steps > 0).any() and (steps < 0).any(), (rank, steps.tolist())
+
+
+def test_files_laplace_bins_below_a_batch_still_rise_and_fall() -> None:
+    """``laplace:.N`` with ``N`` below a batch's sequences (here ``.10`` with batches of up to
+    14 sequences, about 7 a rank) gave every batch a bin of its own, so each rank listed its
+    batches in length order, one rising ramp; capped at half its batches (3 bins for 7), every
+    rank of 4 or more batches whose second-shortest batch is below its bins-th lists its batches
+    rising and falling."""
+    rng = np.random.default_rng(1)
+    lengths = rng.integers(50, 2001, 3200).astype(np.int32)
+    options = PlanOptions(
+        ordering="laplace:.10", distribution="files", max_seqs=14, max_frames=20_000, seed=3
+    )
+    files = np.linspace(0, len(lengths), 321).astype(np.int64)
+    planner = IndexedPlanner({"data": lengths}, options, files=files)
+    seg = planner.distribution._segment_at(1, 32, ())
+    ordering = planner.options.parsed_ordering
+    checked = 0
+    for rank in range(32):
+        unit, _, _ = seg.layout(rank)
+        levels = seg.units.level[unit].astype(np.int64)
+        seqs = int(seg.rem[seg.rank_units(rank)].sum())
+        bins = files_bins(ordering, seqs, len(levels))
+        assert ordering.num_bins(seqs) > len(levels) // 2  # uncapped: a bin or more a batch
+        ranked = np.sort(levels)
+        if len(levels) >= 4 and ranked[1] < ranked[bins]:
+            steps = np.diff(levels)
+            assert (steps > 0).any() and (steps < 0).any(), (rank, levels.tolist())
+            checked += 1
+    assert checked >= 16

@@ -47,10 +47,11 @@ from seqloader.plan.indexed.interleave import interleave
 from seqloader.plan.indexed.pieces import split_pieces
 from seqloader.plan.indexed.replay import (
     LiveUnits,
-    buckets_consumed,
+    files_bins,
     laplace_blocks,
     laplace_consumed,
 )
+from seqloader.plan.indexed.replay_buckets import buckets_consumed
 from seqloader.plan.options import Ordering, Uneven
 
 
@@ -262,7 +263,7 @@ class Segment:
             t = np.empty(m, dtype=np.int64)
             t[np.argsort(unit, kind="stable")] = within  # by occurrence: 0, 1, ... per unit
         else:  # laplace: the rank's batches dealt to its bins in length order (replay's blocks)
-            bins = np.full(len(us), self.ordering.num_bins(int(self.rem[us].sum())))
+            bins = np.full(len(us), files_bins(self.ordering, int(self.rem[us].sum()), m))
             blk, count, first = laplace_blocks(
                 np.zeros_like(us), us, nb, self.units.level[us], bins
             )

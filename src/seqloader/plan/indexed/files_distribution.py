@@ -50,6 +50,8 @@ from seqloader.plan.seeding import (
 _CHUNK = 1 << 22  # sequences of the admitted mask counted at once
 _ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
 
+#: the largest last bucket edge ``Files._bucket_of`` keeps a table of every length for (8 MiB)
+_TABLE_MAX = 1 << 20
 #: a segment of an epoch: (all ranks' plan, units consumed by the segments before it)
 Planned = tuple[EpochPlan, int]
 
@@ -95,6 +97,8 @@ class Files:
         self._units_kept: tuple[tuple[int, int, int, int], Units] | None = None
         #: the mix over files this distribution made (``make_mix``); None unmixed
         self.files_mix: FilesMix | None = None
+        #: ``_bucket_of``'s table: (the edges it is for, the bucket of every length up to the last)
+        self._bucket_table: tuple[np.ndarray, np.ndarray] | None = None
         self._segments_kept: tuple[tuple[int, int, int, int] | None, dict[tuple, Segment]] = (
             None,
             {},
@@ -376,7 +380,7 @@ class Files:
                     seqs, lens = p.units.codes_of(seqs, lens)
             perm = rng_for(*p.head, *words, r).permutation(len(seqs))
             seqs, lens = seqs[perm], lens[perm]
-            bucket = np.searchsorted(p.bucket_edges, lens, "right")
+            bucket = self._bucket_of(lens)
             by_bucket = argsort_by(bucket)  # buckets ascending, random within (16-bit radix)
             seqs, lens = seqs[by_bucket], lens[by_bucket]
             mine = slice(*np.searchsorted(units.rank, [r, r + 1]))
@@ -390,6 +394,18 @@ class Files:
             return seqs[argsort_by(lens, major)], starts
 
         return members
+
+    def _bucket_of(self, lens: np.ndarray) -> np.ndarray:
+        """``searchsorted(bucket_edges, lens, "right")`` by a table of every length up to the
+        last edge (one gather: a member draw's binary searches took a third of it), where that
+        table is small; the search itself otherwise."""
+        edges = self.planner.bucket_edges
+        top = int(edges[-1]) if len(edges) else -1
+        if not 0 <= top < _TABLE_MAX or not len(lens) or int(lens.min()) < 0:
+            return np.searchsorted(edges, lens, "right")
+        if self._bucket_table is None or self._bucket_table[0] is not edges:
+            self._bucket_table = (edges, np.searchsorted(edges, np.arange(top + 1), "right"))
+        return self._bucket_table[1][np.minimum(lens, top)]
 
     def _rankwise(self, seg: Segment) -> RankwisePlan:
         members = self.members_of(seg.units)
@@ -501,7 +517,7 @@ class Files:
         partial = np.flatnonzero(~whole)
         if len(partial):
             pid, lens = self._piece_units(pieces.take(partial))
-            bucket = np.searchsorted(p.bucket_edges, lens, "right")
+            bucket = self._bucket_of(lens)
             n_b = out.shape[1]
             rows = np.bincount(pid * n_b + bucket, minlength=len(partial) * n_b)
             np.add.at(out, rank_of[partial], rows.reshape(len(partial), n_b))

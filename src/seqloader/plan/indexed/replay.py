@@ -18,41 +18,19 @@ vectorised over all ranks:
 - **Consumption**: blocks whose pieces end by ``steps`` are consumed whole; in the one block
   where ``steps`` falls, its batches are walked in closed form (a few groups of equal pieces).
 
-Under ``buckets:N`` a rank's order is a keyed random interleaving of its units' batches (every
-batch a uniform key, refined over dyadic intervals: ``seqloader.plan.indexed.interleave``), so
-``buckets_consumed`` never lists a prefix. Each rank that has not run through its batches
-descends from the whole key range to the interval where its ``steps`` pieces end, all ranks a
-level at once, holding per unit its batches inside the current interval:
+Under ``buckets:N`` a rank's order is a keyed stratified interleaving whose prefixes of whole
+blocks are counted per unit in closed form (``seqloader.plan.indexed.replay_buckets``, which
+shares the split rule here).
 
-- **Halves**: each unit's batches in the interval's left half (``halves``, the same draw as the
-  order's); a unit's ``t``-th occurrence holds its ``t``-th batch, so its last (short) batch is
-  in a half where the unit has none after it.
-- **Split**: the levels per rank as above; the left half's pieces are its batches' pieces plus
-  the leftover tie increments that reach it (they go to the rank's latest batches: the rank's
-  leftovers less the ties after the half). The steps end in the left half if its pieces reach
-  them (then the right half's batches are after), else in the right (the left half's before).
-- **End**: an interval of at most ``SMALL`` batches is ordered as the order orders it, and walked
-  as ``Segment.consumed_rank_by_rank`` walks a rank's batches.
-
-O(units x levels) per old rank (about ``log2`` of its batches), whatever the steps.
-
-Both results equal ``Segment``'s rank-by-rank count (``tests/test_plan_indexed.py`` checks them).
+The result equals ``Segment``'s rank-by-rank count (``tests/test_plan_indexed.py`` checks them).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.plan.indexed import interleave as keyed
-from seqloader.plan.indexed.bijection import round_keys_many
-from seqloader.plan.indexed.interleave import (
-    in_node_keys,
-    interval_word,
-    unit_base,
-)
 from seqloader.plan.options import Ordering, Uneven
 from seqloader.plan.ordering import argsort_by
 
@@ -122,233 +100,6 @@ def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
         )  # fmt: skip
         out[live[blk_unit[i]]] += _walk(groups, m)
     return out
-
-
-def buckets_consumed(
-    seg: LiveUnits, steps: int, order_words: Callable[[int], tuple[int, ...]]
-) -> np.ndarray:
-    """Sequences of each unit consumed in the segment's first ``steps`` steps under ``buckets:N``
-    (``order_words(rank)``: the key of the rank's order, ``seqloader.plan.indexed.interleave``)
-    -> int64 ``[U]``: every rank that has not run through its batches descends from the whole
-    key range to the small interval where its ``steps`` pieces end, all ranks a level at once
-    (see the module doc), then orders that interval's few batches."""
-    world = seg.world_size
-    out = np.zeros(seg.num_units, dtype=np.int64)
-    if steps <= 0 or not len(seg.live):
-        return out
-    q, nb, size = seg.owner, seg.nb.astype(np.int64), seg.size.astype(np.int64)
-    last = seg.rem - (nb - 1) * size  # [L] each unit's last batch (1..size)
-    rank_nb = seg.rank_batches
-    listed = rank_nb
-    if seg.uneven == "split":  # its pieces (split: the rank's real batches)
-        listed = np.minimum(np.maximum(seg.steps, rank_nb), seg.rank_seqs)
-    whole = steps >= listed  # [W] ranks whose every batch is consumed
-    out[seg.live[whole[q]]] = seg.rem[whole[q]]
-    walked = np.flatnonzero(~whole & (rank_nb > 0))
-    if not len(walked):
-        return out
-    level, prev, cut, rest = _split_levels(seg, last)
-    mine = np.flatnonzero(~whole[q] & (rank_nb[q] > 0))  # the walked ranks' live units
-    lead = np.searchsorted(q, np.arange(world + 1), side="left")
-    key = np.zeros(world, dtype=np.uint64)
-    key[walked] = round_keys_many([order_words(r) for r in walked.tolist()])[:, 0]
-    qm, km, lm = q[mine], size[mine], last[mine]
-    pk, pl = _ceil(km, level[qm]), _ceil(lm, level[qm])
-    cuts = cut[qm]
-    tie_k = np.where(cuts, _ceil(km, prev[qm]) - pk, 0)
-    tie_l = np.where(cuts, _ceil(lm, prev[qm]) - pl, 0)
-    local = (mine - lead[qm]).astype(np.uint64)
-    walk = _Descent(
-        qm, local, nb[mine], km, lm, seg.rem[mine], pk, pl, tie_k, tie_l, key, rest, steps
-    )
-    out[seg.live[mine]] = walk.consumed(world)
-    return out
-
-
-class _Descent:
-    """``buckets_consumed``'s walk over the walked ranks' live units (``[L']`` each: rank, place
-    among the rank's units, batches, batch size, last batch, sequences left, pieces of a full
-    and of the last batch at the rank's split level, their tie increments; ``[W]``: the ranks'
-    order keys and leftover tie increments)."""
-
-    def __init__(
-        self,
-        owner: np.ndarray,
-        local: np.ndarray,
-        nb: np.ndarray,
-        size: np.ndarray,
-        last: np.ndarray,
-        rem: np.ndarray,
-        pk: np.ndarray,
-        pl: np.ndarray,
-        tie_k: np.ndarray,
-        tie_l: np.ndarray,
-        key: np.ndarray,
-        rest: np.ndarray,
-        steps: int,
-    ) -> None:
-        self.owner, self.local, self.nb, self.size, self.last = owner, local, nb, size, last
-        self.rem, self.pk, self.pl, self.tie_k, self.tie_l = rem, pk, pl, tie_k, tie_l
-        self.key, self.rest, self.steps = key, rest, steps
-        self.base = unit_base(key[owner], local)  # each unit's first hash (``halves``)
-        self.cut = bool(tie_k.any() or tie_l.any())  # else no rank has tie increments
-
-    def consumed(self, world: int) -> np.ndarray:
-        """Sequences of each unit consumed in the first ``steps`` steps -> int64 ``[L']``. The
-        walk holds only the units with batches in their rank's current interval (fewer every
-        level), whether each has batches after it, and per rank the interval, the pieces before
-        it and the tie increments after it. Entries stay sorted by rank, so per-rank sums are
-        ``reduceat`` over each rank's run (much faster than bincount with weights)."""
-        q, steps = self.owner, self.steps
-        done = np.zeros(len(q), dtype=np.int64)  # batches of each unit before the interval
-        partial = np.zeros(len(q), dtype=np.int64)
-        idx = np.flatnonzero(self.nb > 0)  # the walk's entries (ascending: rank by rank)
-        cnt, later = self.nb[idx], np.zeros(len(idx), dtype=bool)
-        before_c = np.zeros(len(idx), dtype=np.int64)  # ``done`` of the entries, kept with them
-        scratch = self._scratch(len(idx))
-        starts = _run_starts(q[idx]) if len(idx) else np.zeros(0, np.int64)
-        ranks, sizes = q[idx][starts], np.diff(np.append(starts, len(idx)))
-        node = np.zeros(world, dtype=np.uint64)
-        before = np.zeros(world, dtype=np.int64)
-        ties_after = np.zeros(world, dtype=np.int64)
-        level = 0
-        while len(idx):
-            total = np.add.reduceat(cnt, starts)
-            ends = (total <= keyed.SMALL) | (level == keyed.MAX_LEVEL)
-            if ends.any():  # the interval's few batches in their keyed order
-                ending = np.repeat(ends, sizes)
-                sel, stay = np.flatnonzero(ending), np.flatnonzero(~ending)
-                done[idx[sel]] = before_c[sel]
-                self._finish(idx[sel], cnt[sel], later[sel], done, partial, node, level,
-                             before, ties_after)  # fmt: skip
-                idx, cnt, later, before_c = idx[stay], cnt[stay], later[stay], before_c[stay]
-                if not len(idx):
-                    break
-                ranks, sizes = ranks[~ends], sizes[~ends]
-                starts = np.cumsum(sizes) - sizes
-            left, right, per, t_r = self._left_half(
-                idx, cnt, later, ranks, sizes, starts, node, ties_after, level, scratch
-            )
-            tmp = scratch[3][: len(idx)]
-            go_left = per >= steps - before[ranks]  # the steps end in the left half
-            gl = np.repeat(go_left, sizes)
-            before_c += np.multiply(left, ~gl, out=tmp)
-            later |= gl & (right > 0)
-            left -= right  # the new interval's count: left where the steps go left, else right
-            left *= gl
-            right += left
-            cnt = right
-            ties_after[ranks] += go_left * t_r
-            before[ranks] += ~go_left * per
-            node[ranks] = (node[ranks] << np.uint64(1)) | (~go_left).astype(np.uint64)
-            level += 1
-            if np.count_nonzero(cnt) < len(cnt):  # units with none in the new interval leave
-                gone = np.flatnonzero(cnt == 0)
-                done[idx[gone]] = before_c[gone]
-                keep = np.flatnonzero(cnt)
-                sizes = np.add.reduceat(cnt > 0, starts, dtype=np.int64)
-                idx, cnt, later, before_c = idx[keep], cnt[keep], later[keep], before_c[keep]
-                ranks, sizes = ranks[sizes > 0], sizes[sizes > 0]
-                starts = np.cumsum(sizes) - sizes
-        return np.minimum(done * self.size, self.rem) + partial
-
-    def _scratch(self, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``consumed``'s per-entry constants (pieces of a full batch, the last's extra, and the
-        same for tie increments) and its scratch arrays for ``n`` entries, reused per level."""
-        consts = np.stack([self.pk, self.pl - self.pk, self.tie_k, self.tie_l - self.tie_k], 1)
-        if not self.cut:
-            consts = consts[:, :2]
-        rows = np.empty((n, consts.shape[1]), dtype=np.int64)
-        sums_buf = np.empty((n, 3 if self.cut else 1), dtype=np.int64)
-        return consts, rows, sums_buf, np.empty(n, dtype=np.int64)
-
-    def _left_half(
-        self,
-        idx: np.ndarray,
-        cnt: np.ndarray,
-        later: np.ndarray,
-        ranks: np.ndarray,
-        sizes: np.ndarray,
-        starts: np.ndarray,
-        node: np.ndarray,
-        ties_after: np.ndarray,
-        level: int,
-        scratch: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | int]:
-        """One level of ``consumed``'s descent: each entry's batches in its rank's interval's
-        left half (``halves``' draw) -> (left, right: batches per entry; per rank the left
-        half's pieces with the leftover tie increments reaching it, and the right half's tie
-        increments, 0 where no rank has any)."""
-        consts, rows, sums_buf, tmp_buf = scratch
-        m = len(idx)
-        h = self.base[idx]
-        h += np.repeat(keyed.interval_mix(node[ranks], level), sizes)
-        left = keyed.keyed_ones(h, cnt)
-        right = cnt - left
-        fresh = ~later
-        last_l = fresh & (right == 0)  # a unit's last batch
-        c = np.take(consts, idx, axis=0, out=rows[:m])
-        sums, tmp = sums_buf[:m], tmp_buf[:m]
-        np.multiply(left, c[:, 0], out=sums[:, 0])
-        sums[:, 0] += np.multiply(last_l, c[:, 1], out=tmp)
-        if self.cut:  # leftover tie increments reaching the left half, and the right's
-            last_r = fresh ^ last_l
-            np.multiply(left, c[:, 2], out=sums[:, 1])
-            sums[:, 1] += np.multiply(last_l, c[:, 3], out=tmp)
-            np.multiply(right, c[:, 2], out=sums[:, 2])
-            sums[:, 2] += np.multiply(last_r, c[:, 3], out=tmp)
-        per_rank = np.add.reduceat(sums, starts, axis=0)
-        per = per_rank[:, 0]
-        t_r: np.ndarray | int = 0
-        if self.cut:
-            t_r = per_rank[:, 2]
-            per += np.clip(self.rest[ranks] - (ties_after[ranks] + t_r), 0, per_rank[:, 1])
-        return left, right, per, t_r
-
-    def _finish(
-        self,
-        units: np.ndarray,
-        c: np.ndarray,
-        later: np.ndarray,
-        done: np.ndarray,
-        partial: np.ndarray,
-        node: np.ndarray,
-        level: int,
-        before: np.ndarray,
-        ties_after: np.ndarray,
-    ) -> None:
-        """Order the batches of the ranks' small intervals (``units``: their units with batches
-        there, rank by rank, ``c`` batches each, ``later``: with batches after the interval) as
-        ``interleave`` does and count what the steps consume: whole batches into ``done``, the
-        one where the steps end into ``partial``."""
-        batch = np.repeat(np.arange(len(units)), c)  # listed unit after unit, rank by rank
-        u = units[batch]
-        r = self.owner[u]
-        first = np.ones(len(r), dtype=bool)
-        first[1:] = r[1:] != r[:-1]
-        starts = np.flatnonzero(first)
-        group = np.cumsum(first) - 1
-        j = np.arange(len(r), dtype=np.int64) - starts[group]
-        sort_key = in_node_keys(self.key[r], interval_word(node[r], level), j)
-        order = np.lexsort((j, sort_key, r))
-        u, r = u[order], r[order]  # the intervals' batches in order, rank by rank
-        pos = np.arange(len(u))
-        last_at = np.full(len(done), -1, dtype=np.int64)
-        np.maximum.at(last_at, u, pos)
-        holds_last = (last_at[u] == pos) & ~later[batch[order]]
-        tie = np.where(holds_last, self.tie_l[u], self.tie_k[u])
-        bounds = np.append(starts, len(u))
-        later = _suffix_within(tie, bounds) + ties_after[r]  # ties of the rank's later batches
-        pieces = np.where(holds_last, self.pl[u], self.pk[u])
-        pieces = pieces + np.clip(self.rest[r] - later, 0, tie)
-        ends = _cumsum_within(pieces, bounds)
-        need = self.steps - before[r]
-        np.add.at(done, u[ends <= need], 1)
-        cross = np.flatnonzero((ends - pieces < need) & (ends > need))  # at most one a rank
-        m = (need - (ends - pieces))[cross]
-        sizes = np.where(holds_last[cross], self.last[u[cross]], self.size[u[cross]])
-        whole, extra = np.divmod(sizes, pieces[cross])
-        np.add.at(partial, u[cross], m * whole + np.minimum(m, extra))
 
 
 def _split_levels(
@@ -506,11 +257,25 @@ def _block_order(
 
 
 def _num_bins(seg: LiveUnits, seqs: np.ndarray) -> np.ndarray:
-    """``Ordering.num_bins`` of each rank's sequences -> int64 ``[W]``."""
+    """``files_bins`` of each rank -> int64 ``[W]``."""
     ordering = seg.ordering
     if ordering.bin_size is not None:
-        return np.maximum(seqs // ordering.bin_size, 2).astype(np.int64)
-    return np.full(len(seqs), ordering.bins or 2, dtype=np.int64)
+        bins = np.maximum(seqs // ordering.bin_size, 2).astype(np.int64)
+    else:
+        bins = np.full(len(seqs), ordering.bins or 2, dtype=np.int64)
+    return np.minimum(bins, np.maximum(seg.rank_batches // 2, 2))
+
+
+def files_bins(ordering: Ordering, seqs: int, batches: int) -> int:
+    """The bins of a ``files`` rank under ``laplace``: ``Ordering.num_bins`` of its sequences,
+    at most half its batches (at least 2), so every bin holds two batches or more and the
+    rank's lengths rise and fall (bins of one batch each would list its length order, one
+    ramp: ``laplace:.N`` with ``N`` below a batch's sequences).
+
+    >>> files_bins(Ordering.parse("laplace:.10"), seqs=100, batches=7)
+    3
+    """
+    return min(ordering.num_bins(seqs), max(batches // 2, 2))
 
 
 def _run_starts(r: np.ndarray) -> np.ndarray:
