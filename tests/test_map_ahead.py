@@ -1,0 +1,76 @@
+"""Mapping a contiguous dataset's cached pages ahead (``sources.map_ahead``): which runs of pages
+are mapped, the per-process budget, and that a file's thread has ended before its map is closed.
+The bytes read are those of h5py whatever the thread has done (``test_hdf_fast``); no timing
+here."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from seqloader.sources import map_ahead, screen_verdicts
+from seqloader.sources.hdf_read import OpenFile
+
+
+@given(st.lists(st.booleans(), max_size=200))
+def test_cached_runs_are_the_long_runs_of_cached_pages(flags):
+    cached = np.array(flags, dtype=np.uint8)
+    runs = map_ahead.cached_runs(cached)
+    covered = np.zeros(len(flags), dtype=bool)
+    for a, b in runs:
+        assert b - a >= map_ahead.MIN_RUN and cached[a:b].all()
+        assert (a == 0 or not cached[a - 1]) and (b == len(flags) or not cached[b])
+        covered[a:b] = True
+    # every run of cached pages long enough is there, nothing else
+    long_runs = [
+        (a, b)
+        for a in range(len(flags))
+        for b in range(a + map_ahead.MIN_RUN, len(flags) + 1)
+        if cached[a:b].all()
+        and (a == 0 or not cached[a - 1])
+        and (b == len(flags) or not cached[b])
+    ]
+    assert runs == long_runs
+
+
+def _file(tmp_path, rows=5000):
+    path = str(tmp_path / "c.hdf")
+    data = np.arange(rows * 40, dtype=np.float32).reshape(rows, 40)
+    with h5py.File(path, "w") as f:
+        f.create_dataset("inputs", data=data)
+    with open(path, "rb") as fh:  # in the page cache
+        fh.read()
+    return path, data
+
+
+def test_an_open_file_maps_its_datasets_ahead_and_stops_before_closing(tmp_path, monkeypatch):
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: False)
+    path, data = _file(tmp_path)
+    opened = OpenFile(path, {"data": "inputs"}, use_mmap=True)
+    ahead = opened._ahead
+    if map_ahead._CALLS is None:  # not Linux: nothing mapped ahead, reads as before
+        assert ahead is None
+    else:
+        assert ahead is not None and ahead.wait(timeout=60)
+        assert ahead.mapped > 0
+    np.testing.assert_array_equal(opened.readers["data"].rows(10, 20), data[10:20])
+    left = map_ahead._left
+    opened.close()
+    assert opened._ahead is None
+    if ahead is not None:
+        assert ahead.wait(timeout=0) and map_ahead._left == left + data.nbytes
+
+
+def test_workers_and_a_spent_budget_map_nothing_ahead(tmp_path, monkeypatch):
+    path, _ = _file(tmp_path)
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: True)  # a DataLoader worker
+    opened = OpenFile(path, {"data": "inputs"}, use_mmap=True)
+    assert opened._ahead is None
+    opened.close()
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: False)
+    monkeypatch.setattr(map_ahead, "_left", 100)  # less than the dataset
+    opened = OpenFile(path, {"data": "inputs"}, use_mmap=True)
+    assert opened._ahead is None and map_ahead._left == 100
+    opened.close()
