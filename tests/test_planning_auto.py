@@ -341,12 +341,10 @@ AUDIT_GRID = {
 def refused_by_both(o: dict) -> bool:
     """The audit's list of option sets both plannings refuse (so ``auto`` too)."""
     mix, files = o.get("mix") is not None, o["distribution"] == "files"
-    packed = o.get("batch_cost") == "packed" or o.get("max_packed_frames") is not None
     return (
         (mix and o["distribution"] == "random_seed_offset")
         or (o.get("epoch_wise_filter") is not None and (mix or files))
         or (o.get("fixed_random_subset") is not None and (mix or files))
-        or (o["ordering"].startswith("buckets") and (isinstance(o["max_frames"], dict) or packed))
     )
 
 

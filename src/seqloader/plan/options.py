@@ -359,13 +359,16 @@ class PlanOptions:
                 "bounds the sum of lengths); give one packed limit, or batch_cost='frames' to "
                 "bound padded frames by max_frames and the sum by max_packed_frames"
             )
-        if self._parsed.is_buckets and (
+        global_buckets = self._parsed.is_buckets and self._resolved != "indexed"
+        if global_buckets and (
             isinstance(self.max_frames, Mapping) or cost.packed or self.max_packed_frames
         ):
             raise OptionError(
                 f"ordering={self.ordering!r}: not supported with per-key max_frames or packed "
-                "limits (buckets are cut by the length key's padded cost); use an int max_frames "
-                "with batch_cost='frames' or 'quadratic:Q', or another ordering (e.g. laplace:.N)"
+                "limits under planning='global' (its buckets are cut by the length key's padded "
+                "cost); use planning='indexed' (whose bucket batch sizes fit every limit), an "
+                "int max_frames with batch_cost='frames' or 'quadratic:Q', or another ordering "
+                "(e.g. laplace:.N)"
             )
         subset = self.fixed_random_subset is not None
         if subset and (self.mix is not None or self.distribution == "files"):
@@ -373,7 +376,6 @@ class PlanOptions:
                 "fixed_random_subset: not supported with mix or distribution='files' (the "
                 "subset re-orders the corpus); use distribution='shard' without mix"
             )
-        global_buckets = self._parsed.is_buckets and self._resolved != "indexed"
         if self.epoch_wise_filter is not None and (
             global_buckets or self.mix is not None or self.distribution == "files"
         ):
