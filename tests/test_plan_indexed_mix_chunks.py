@@ -148,3 +148,27 @@ def test_cell_finder_finds_what_searchsorted_finds(widths: list[int], start: int
     at = np.arange(start, int(ends[-1]))
     got = CellFinder(ends, start, first).find(at)
     np.testing.assert_array_equal(got, np.searchsorted(ends, at, side="right") + first)
+
+
+@settings(max_examples=10, deadline=None)
+@given(cases(), st.randoms(use_true_random=False))
+def test_windows_that_sort_alike_are_drawn_in_list_order(case: dict, rnd) -> None:
+    """``SortedWindows.slots`` leaves a window whose chunks all have one window length
+    (``alike_windows``: of its buckets' ``alike_keys``) in list order and draws only the
+    positions asked: the slots of the window-by-window draw (``_windowed``), for any subset of
+    the positions in any order."""
+    try:
+        indexed = planner(case)
+    except OptionError:
+        return
+    o = indexed.options
+    draw = indexed.draw(1)
+    counts = np.asarray(draw.counts, dtype=np.int64)
+    bucket = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    pos = np.arange(len(bucket), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    some = np.array(rnd.sample(range(len(pos)), rnd.randint(0, len(pos))), np.int64)
+    for b_at, p_at in [(bucket, pos), (bucket[some], pos[some])]:
+        got, want = draw.slots(b_at, p_at), draw._windowed(b_at, p_at)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+    assert o.chunking is not None

@@ -117,6 +117,27 @@ class MixChunkDraw(MemberDraw):
             units.cell_buckets(), np.arange(len(units.counts) + 1), side="left"
         )
         self._finders: dict[int, CellFinder] = {}
+        self._alike: np.ndarray | None = None
+
+    def alike_keys(self) -> np.ndarray:
+        """int64 ``[N]``: the one window length of a bucket whose cells all have one (every
+        position's ``sort_keys``), -1 where they differ, -2 where the bucket has no cells.
+        With chunking the full windows' bucket holds most chunks. Made once."""
+        if self._alike is None:
+            keys = np.full(len(self._cells) - 1, -2, dtype=np.int64)
+            held = np.flatnonzero(self._cells[1:] > self._cells[:-1])  # buckets with cells
+            if len(held):
+                at = self._cells[held]
+                lo = np.minimum.reduceat(self._window, at)
+                keys[held] = np.where(lo == np.maximum.reduceat(self._window, at), lo, -1)
+            self._alike = keys
+        return self._alike
+
+    def alike_windows(self, bucket: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """bool per window (positions ``[lo, hi)`` of ``bucket``): whether its positions all
+        sort alike (``SortedWindows``: such a window stays in list order, so only the positions
+        asked are drawn)."""
+        return self.alike_keys()[bucket] >= 0
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
         if not len(pos):

@@ -155,6 +155,36 @@ class SortedWindows:
         self.block = block  # drawn positions sorted at once (whole windows, at least one)
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        alike = getattr(self.draw, "alike_windows", None)
+        if alike is None or not len(pos):
+            return self._windowed(bucket, pos)
+        w = pos // self.window[bucket]
+        wide = int(w.max()) + 1
+        which, inverse = _windows_of(bucket * wide + w, int(bucket.max()) * wide + wide)
+        ub, uw = np.divmod(which, wide)
+        lo = uw * self.window[ub]
+        flat = alike(ub, lo, np.minimum(lo + self.window[ub], self.counts[ub]))[inverse]
+        if not flat.any():
+            return self._windowed(bucket, pos)
+        # a window whose slots all sort alike stays in list order when sorted (ties in list
+        # order), so its positions' slots are the draw's own, no window drawn
+        same, rest = np.flatnonzero(flat), np.flatnonzero(~flat)
+        got = self.draw.slots(bucket[same], pos[same]), self._windowed(bucket[rest], pos[rest])
+        seqs = np.empty(len(pos), dtype=np.int64)
+        seqs[same], seqs[rest] = got[0][0], got[1][0]
+        if got[0][1] is None and got[1][1] is None:
+            return seqs, None
+        uses = np.empty(len(pos), dtype=next(u for _, u in got if u is not None).dtype)
+        for at, (_, u) in zip((same, rest), got):
+            if len(at):
+                assert u is not None
+                uses[at] = u
+        return seqs, uses
+
+    def _windowed(
+        self, bucket: np.ndarray, pos: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``slots`` by the windows: each window the positions touch drawn and sorted."""
         if not len(pos):
             return self.draw.slots(bucket, pos)
         m = self.window[bucket]
@@ -227,6 +257,43 @@ class RunDraw:
         """The inner draw's ``sort_keys`` (``Keyed``), None where it has none."""
         own = getattr(self.draw, "sort_keys", None)
         return own(*self._located(run, pos)) if own is not None else None
+
+    def alike_windows(self, run: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """bool, one per window (positions ``[lo, hi)`` of run ``run``): whether every position
+        sorts alike, its buckets' one key the same (the inner draw's ``alike_keys``; buckets
+        without positions between them do not count); all False where the inner draw has no
+        such keys."""
+        chain = self._key_chain()
+        if chain is None:
+            return np.zeros(len(run), dtype=bool)
+        filled, change = chain
+        at = self.starts[run]
+        first = np.searchsorted(self.ends, at + lo, side="right")
+        final = np.searchsorted(self.ends, at + np.maximum(hi - 1, lo), side="right")
+        first = np.minimum(first, len(filled) - 1)
+        final = np.minimum(final, len(filled) - 1)
+        return (filled[first] >= 0) & (change[final] == change[first])
+
+    def _key_chain(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """(each bucket's one key, a bucket without positions taking the key before it; the
+        count of key changes up to each bucket), made once; None: no ``alike_keys``."""
+        kept = getattr(self, "_chain", False)
+        if kept is not False:
+            return kept  # type: ignore[return-value]
+        own = getattr(self.draw, "alike_keys", None)
+        chain = None
+        if own is not None and len(self.ends):
+            keys = np.asarray(own(), dtype=np.int64)
+            n = len(keys)
+            has = (keys != -2) & (self.ends > self.begin)
+            last = np.where(has, np.arange(n, dtype=np.int64), 0)
+            np.maximum.accumulate(last, out=last)
+            filled = keys[last]
+            change = np.zeros(n, dtype=np.int64)
+            np.cumsum(filled[1:] != filled[:-1], out=change[1:])
+            chain = (filled, change)
+        self._chain = chain
+        return chain
 
     def _located(self, run: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(bucket, position in its list) of position ``pos`` of run ``run``."""
