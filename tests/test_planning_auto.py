@@ -341,10 +341,8 @@ AUDIT_GRID = {
 def refused_by_both(o: dict) -> bool:
     """The audit's list of option sets both plannings refuse (so ``auto`` too)."""
     mix, files = o.get("mix") is not None, o["distribution"] == "files"
-    return (
-        (mix and o["distribution"] == "random_seed_offset")
-        or (o.get("epoch_wise_filter") is not None and (mix or files))
-        or (o.get("fixed_random_subset") is not None and (mix or files))
+    return (mix and o["distribution"] == "random_seed_offset") or (
+        o.get("epoch_wise_filter") is not None and (mix or files)
     )
 
 

@@ -370,11 +370,13 @@ class PlanOptions:
                 "int max_frames with batch_cost='frames' or 'quadratic:Q', or another ordering "
                 "(e.g. laplace:.N)"
             )
-        subset = self.fixed_random_subset is not None
+        subset = self.fixed_random_subset is not None and self._resolved != "indexed"
         if subset and (self.mix is not None or self.distribution == "files"):
             raise OptionError(
-                "fixed_random_subset: not supported with mix or distribution='files' (the "
-                "subset re-orders the corpus); use distribution='shard' without mix"
+                "fixed_random_subset: not supported with mix or distribution='files' under "
+                "planning='global' (the subset re-orders the corpus); use planning='indexed' "
+                "(the subset admitted, in the mix's or the files' own order), or "
+                "distribution='shard' without mix"
             )
         if self.epoch_wise_filter is not None and (
             global_buckets or self.mix is not None or self.distribution == "files"

@@ -288,7 +288,8 @@ class AdmittedCorpus:
                 index = build_bucket_index(main, np.zeros(0, np.int64), self.mask, self.files)
             elif self.fixed or self.random:  # the order's index (indexed.fixed, random_order)
                 index = self._order_index()
-                if self.fixed and self.subset is not None:  # the subset's order within
+                # the subset's order within (a mix orders its corpora's streams itself)
+                if self.fixed and self.subset is not None and self.options.mix is None:
                     index = in_pool_order(index, self.order_by, self.subset, self.mask)
             else:
                 adm_costs = self.costs if self.mask is None else self.costs[self.mask]
