@@ -494,7 +494,10 @@ def _with_nuls(data: np.ndarray, offsets: np.ndarray, scratch: Scratch | None = 
         for f, e, width, src in zip(first.tolist(), ends, widths, starts, strict=True):
             at = src - lo + f  # tag f's bytes follow the f NULs before it
             block = out[at : at + (e - f) * (width + 1)].reshape(e - f, width + 1)
-            block[:, :width] = data[src : src + (e - f) * width].reshape(e - f, width)
+            if width:  # each tag one item of ``width`` bytes: copied whole, not byte by byte
+                item = np.dtype((np.void, width))
+                tags = np.ndarray((e - f,), item, out, at, (width + 1,))
+                tags[...] = data[src : src + (e - f) * width].view(item)
             block[:, width] = 0
         return out
     out = np.zeros(hi - lo + rows, dtype=np.uint8)
