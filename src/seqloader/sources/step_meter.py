@@ -3,31 +3,34 @@
 A node's first process builds its stores one after another (a source's metadata, the
 duplicate-tag verdict, the bucket index); what each step costs in wall time and in private
 (anonymous) memory is what decides whether the node can afford it. Private memory is
-``RssAnon`` of ``/proc/self/status`` (mapped files are page cache, not counted), sampled by a
-thread while the step runs; its peak above the value before the step is the step's figure.
+``RssAnon`` (mapped files are page cache, not counted; read from ``/proc/self/statm``), sampled
+by a thread while the step runs; its peak above the value before the step is the step's figure.
 Where ``/proc`` is missing the memory figure is -1 (unknown).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
 
 #: seconds between two samples of the private memory while a step runs
 EVERY = 0.005
+PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def rss_anon() -> int:
-    """This process's ``RssAnon`` in bytes, -1 where ``/proc`` does not say."""
+    """This process's ``RssAnon`` in bytes, -1 where ``/proc`` does not say: resident pages less
+    file and shared-memory pages, the same counters, from ``/proc/self/statm`` (about 2 us of CPU
+    against 21 us for ``/proc/self/status``; the meter samples every ``EVERY`` seconds through
+    every first open of a file)."""
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return -1
+        with open("/proc/self/statm", "rb") as f:
+            fields = f.read().split()
+        return (int(fields[1]) - int(fields[2])) * PAGE
+    except (OSError, IndexError, ValueError):
+        return -1
 
 
 class StepMeter:
