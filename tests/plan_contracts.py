@@ -379,9 +379,12 @@ def check_full_epochs(planner: Planner, out: Checked, epochs: Sequence[int], wor
         return
     admitted = admitted_units(planner)
     # an epoch_wise_filter admits a set of its own per epoch: then no unit twice, all admitted;
-    # epoch selections (subdirs) too, and what they leave out is what filtered(epoch) counts
+    # epoch selections (subdirs) and a source's own orders too, and what they leave out is what
+    # filtered(epoch) counts
     every = not planner.options.epoch_wise_filter
-    selecting = bool(getattr(planner, "selections", ()))
+    selecting = (
+        bool(getattr(planner, "selections", ())) or getattr(planner, "orders", None) is not None
+    )
     base = sum(planner.admission.filtered.values())
     for f in full:
         sub = range(f * parts + 1, (f + 1) * parts + 1)
