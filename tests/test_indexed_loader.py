@@ -399,3 +399,27 @@ def test_chunked_plans_map_the_nodes_length_index(tmp_path, monkeypatch) -> None
         )
         np.testing.assert_array_equal(a.seqs, b.seqs)
         np.testing.assert_array_equal(a.chunks, b.chunks)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    n=st.integers(0, 40),
+    seed=st.integers(0, 5),
+    limits=st.sampled_from(
+        [
+            {"max_frames": {"*": 40}},
+            {"max_frames": 40, "batch_cost": "packed"},
+            {"max_frames": 40, "max_packed_frames": 30},
+        ]
+    ),
+    worlds=st.lists(st.integers(1, 4), min_size=2, max_size=3),
+    cuts=st.lists(st.integers(0, 20), min_size=2, max_size=2),
+)
+def test_bucket_limits_resume_elastically(n, seed, limits, worlds, cuts) -> None:
+    """``buckets:N`` with per-key ``max_frames``, ``batch_cost="packed"`` or ``max_packed_frames``
+    (the plans of ``test_plan_indexed_bucket_limits``) through the real loader: save -> JSON ->
+    fresh loaders on ``W -> W' -> W''`` continue the plan, each unit of an epoch delivered once
+    (the resume harness)."""
+    make = loader_factory(corpus(n, seed), ordering="buckets:3", max_seqs=3, **limits)
+    assert make(0, 1).planner.options.planning == "indexed"
+    check_chain(make, worlds, cuts[: len(worlds) - 1], 2)

@@ -20,7 +20,6 @@ from seqloader.plan import PlanOptions
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
 from seqloader.plan.planners import make_planner
-from test_resume import check_chain, corpus, loader_factory
 
 LIMITS = [
     {"max_frames": {"data": 900, "classes": 120}},
@@ -118,25 +117,3 @@ def test_global_planning_still_refuses_them_by_name(limits: dict) -> None:
     with pytest.raises(OptionError, match="use planning='indexed'"):
         PlanOptions(ordering="buckets:3", **limits, planning="global")
     assert PlanOptions(ordering="buckets:3", **limits).resolved_planning == "indexed"
-
-
-@settings(max_examples=12, deadline=None)
-@given(
-    n=st.integers(0, 40),
-    seed=st.integers(0, 5),
-    limits=st.sampled_from(
-        [
-            {"max_frames": {"*": 40}},
-            {"max_frames": 40, "batch_cost": "packed"},
-            {"max_frames": 40, "max_packed_frames": 30},
-        ]
-    ),
-    worlds=st.lists(st.integers(1, 4), min_size=2, max_size=3),
-    cuts=st.lists(st.integers(0, 20), min_size=2, max_size=2),
-)
-def test_the_loader_resumes_them_elastically(n, seed, limits, worlds, cuts) -> None:
-    """Through the real loader: save -> JSON -> fresh loaders on ``W -> W' -> W''`` continue
-    the plan, each unit of an epoch delivered once (the resume harness)."""
-    make = loader_factory(corpus(n, seed), ordering="buckets:3", max_seqs=3, **limits)
-    assert make(0, 1).planner.options.planning == "indexed"
-    check_chain(make, worlds, cuts[: len(worlds) - 1], 2)
