@@ -6,7 +6,8 @@
 For each size ``n`` (lengths uniform in 50..2000, ``max_seqs=200``, ``max_frames=20000``,
 ``ordering="laplace"`` unless the case names one, the lengths of ``benchmarks.scale``'s column store) and each option case,
 a fresh process maps the lengths and times constructing the planner until it holds one rank's
-batches of epoch 1 (``global_plan(...).rank_share``): rank 517 of 1,024 (``random_seed_offset``:
+batches of epoch 1 (``global_plan(...).rank_share``; wall time, and beside it the process' CPU
+time, ``cpu_s``: on a loaded machine the less noisy): rank 517 of 1,024 (``random_seed_offset``:
 rank 3 of 4, as every rank plans the whole data there and global planning plans every rank's).
 ``planning="indexed"`` maps the node's bucket index for the case's options (built once by the
 parent, not timed: the node's one-time build). Memory: the child's peak resident set less the
@@ -328,7 +329,7 @@ def child(config: dict) -> dict:
     chosen = selections(case, len(lengths))
     corpora = corpora_of(case, len(lengths))
     with PrivateMemory() as memory:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         index = None
         if config["planning"] == "indexed":
             cols = ColumnStore(config["index"])  # the node's index, memory-mapped
@@ -343,7 +344,7 @@ def child(config: dict) -> dict:
         )
         plan = planner.global_plan(1, world)
         share = plan.rank_share(rank)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
     # not measured: the whole epoch, every rank's batches, for padding and the limits
     b = plan.batches
     lens = np.asarray(lengths)[b.seqs].astype(np.int64)
@@ -363,6 +364,7 @@ def child(config: dict) -> dict:
         ok = ok and bool((sums <= o.max_packed_frames).all())
     return {
         "total_s": t1 - t0,
+        "cpu_s": c1 - c0,  # the process' CPU time: what the load on a shared machine moves least
         **memory.fields(),
         "steps": int(plan.steps),
         "dropped": int(plan.dropped),
@@ -377,10 +379,11 @@ def measure(args: argparse.Namespace) -> dict:
     folder = runner.data_folder(args)
     runs = FreshRuns("benchmarks.indexed_options", args.reps, args.timeout, args.base_src)
     plannings = ("indexed", "global") + (("indexed@base",) if args.base_src else ())
-    medians = ("total_s", "private_bytes", "uss_bytes")
+    medians = ("total_s", "cpu_s", "private_bytes", "uss_bytes")
     firsts = ("steps", "dropped", "steps_8", "padding")
     names = {
         **TIME_AND_MEMORY,
+        "cpu_ratio": "cpu_s",
         "padding_ratio": "padding",
         "steps_ratio": "steps",
         "steps_8_ratio": "steps_8",

@@ -158,28 +158,48 @@ class SortedWindows:
         alike = getattr(self.draw, "alike_windows", None)
         if alike is None or not len(pos):
             return self._windowed(bucket, pos)
-        w = pos // self.window[bucket]
-        wide = int(w.max()) + 1
-        which, inverse = _windows_of(bucket * wide + w, int(bucket.max()) * wide + wide)
-        ub, uw = np.divmod(which, wide)
-        lo = uw * self.window[ub]
-        flat = alike(ub, lo, np.minimum(lo + self.window[ub], self.counts[ub]))[inverse]
+        flat = self._alike(alike, bucket, pos)
         if not flat.any():
             return self._windowed(bucket, pos)
         # a window whose slots all sort alike stays in list order when sorted (ties in list
-        # order), so its positions' slots are the draw's own, no window drawn
-        same, rest = np.flatnonzero(flat), np.flatnonzero(~flat)
-        got = self.draw.slots(bucket[same], pos[same]), self._windowed(bucket[rest], pos[rest])
-        seqs = np.empty(len(pos), dtype=np.int64)
-        seqs[same], seqs[rest] = got[0][0], got[1][0]
-        if got[0][1] is None and got[1][1] is None:
-            return seqs, None
-        uses = np.empty(len(pos), dtype=next(u for _, u in got if u is not None).dtype)
-        for at, (_, u) in zip((same, rest), got):
-            if len(at):
-                assert u is not None
-                uses[at] = u
-        return seqs, uses
+        # order), so its positions' slots are the draw's own, no window drawn; a block at a
+        # time (memory: as a window block's)
+        seqs, uses = np.empty(len(pos), dtype=np.int64), None
+        same = np.flatnonzero(flat)
+        for a in range(0, len(same), 8 * self.block):
+            at = same[a : a + 8 * self.block]
+            uses = self._put(seqs, uses, at, self.draw.slots(bucket[at], pos[at]))
+        del same
+        rest = np.flatnonzero(~flat)
+        return seqs, self._put(seqs, uses, rest, self._windowed(bucket[rest], pos[rest]))
+
+    def _alike(
+        self, alike: Callable[..., np.ndarray], bucket: np.ndarray, pos: np.ndarray
+    ) -> np.ndarray:
+        """bool per position: its window sorts alike (the draw's ``alike_windows``, asked once
+        per window)."""
+        w = pos // self.window[bucket]
+        wide = int(w.max()) + 1
+        which, inverse = _windows_of(bucket * wide + w, int(bucket.max()) * wide + wide)
+        del w
+        ub, uw = np.divmod(which, wide)
+        lo = uw * self.window[ub]
+        return np.asarray(alike(ub, lo, np.minimum(lo + self.window[ub], self.counts[ub])))[inverse]
+
+    @staticmethod
+    def _put(
+        seqs: np.ndarray,
+        uses: np.ndarray | None,
+        at: np.ndarray,
+        got: tuple[np.ndarray, np.ndarray | None],
+    ) -> np.ndarray | None:
+        """Slots ``got`` written at ``at`` -> the corpus epochs (made by the first that has)."""
+        seqs[at] = got[0]
+        if got[1] is not None and len(at):
+            if uses is None:
+                uses = np.empty(len(seqs), dtype=got[1].dtype)
+            uses[at] = got[1]
+        return uses
 
     def _windowed(
         self, bucket: np.ndarray, pos: np.ndarray
