@@ -16,7 +16,7 @@ the order of a keyed hash of (unit, batch). So:
 - **a prefix of whole blocks** holds ``clip(ceil((k * nb_u - p_u) / K), 0, nb_u)`` batches of unit
   ``u`` in its first ``k`` blocks: a closed form per unit, no split, no walk
   (``seqloader.plan.indexed.replay.buckets_consumed`` finds the block where a rank's steps end by
-  bisection over blocks, then orders that one block's few batches);
+  search over blocks, then orders that one block's few batches);
 - **a rank's order** (``interleave``) is one sort of its batches by (block, hash).
 
 What it draws and what it does not: each block's batches are in a uniformly random order, and

@@ -9,7 +9,7 @@ through its batches, ``buckets_consumed``:
 - **Blocks**: the pieces of its first ``k`` blocks follow per unit from that count (a unit's last,
   short batch is in the prefix when all its batches are), plus the leftover tie increments that
   reach them (``replay``'s split rule: they go to the rank's latest batches, so the prefix gets
-  the rank's leftovers less the ties after it). A bisection over ``k``, all ranks at once, finds
+  the rank's leftovers less the ties after it). A search over ``k``, all ranks at once, finds
   the block where the steps end: O(units x log2(blocks)).
 - **The block**: its few batches (``BLOCK`` on average) in the order's keyed order, walked as
   ``Segment.consumed_rank_by_rank`` walks a rank's batches.
@@ -111,7 +111,7 @@ class _Blocks:
         (``key``, ``blocks``, ``rest``: per rank ``[W]``, its order key, blocks and leftover
         tie increments). The block where the steps end is found per rank by regula falsi
         (the pieces grow about linearly over the blocks: a few evaluations), every third
-        step a bisection (so it ends in ``log2(blocks)`` evaluations at worst)."""
+        step a bisection (so at most about ``3 log2(blocks)`` evaluations)."""
         ranks, sizes = self.ranks, self.sizes
         self.blocks = blocks[self.owner]
         self.phase = keyed.phases(key[self.owner], self.local, self.blocks)
