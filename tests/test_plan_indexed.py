@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from plan_contracts import check_plan_contracts, steps_units
 from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import PlanOptions, Position, continue_plan
-from seqloader.plan.indexed import interleave
+from seqloader.plan.indexed import interleave, replay_buckets
 from seqloader.plan.indexed.batch_table import bucket_runs, laplace_bins
 from seqloader.plan.indexed.bijection import Bijection
 from seqloader.plan.indexed.budget import edges_for
@@ -362,11 +362,14 @@ def test_buckets_replay_of_prefixes_equals_rank_by_rank(
     st.data(),
     st.sampled_from(["split", "pad", "drop"]),
     st.sampled_from([1, 2, 5, 16]),
+    st.sampled_from([replay_buckets.FLOAT_EXACT, 0]),
 )
-def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, block: int) -> None:
+def test_buckets_replay_on_drawn_units_equals_rank_by_rank(
+    data, uneven: str, block: int, exact: int
+) -> None:
     """The same on drawn units (ranks' runs of random counts and batch sizes, partly consumed
     before the segment, on their own ranks or cut over another world size): every step, with
-    blocks of 1 to 16 batches."""
+    blocks of 1 to 16 batches, the search's counts in float64 or (``exact`` 0) in integers."""
     runs = data.draw(
         st.lists(
             st.lists(st.tuples(st.integers(1, 16), st.integers(1, 6)), max_size=4),
@@ -390,6 +393,7 @@ def test_buckets_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, bl
     seg = Segment(units, start, world, index, ordering, uneven, lambda r: (seed, r))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(interleave, "BLOCK", block)
+        patch.setattr(replay_buckets, "FLOAT_EXACT", exact)
         for steps in range(seg.steps + 1):
             got = buckets_consumed(seg.live_units(), steps, seg.order_words)
             np.testing.assert_array_equal(got, seg.consumed_rank_by_rank(steps))

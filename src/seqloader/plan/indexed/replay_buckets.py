@@ -34,6 +34,9 @@ from seqloader.plan.indexed.replay import (
     _suffix_within,
 )
 
+#: the search counts in float64 where every ``k * nb_u`` lies below this (exact there)
+FLOAT_EXACT = 2**53
+
 
 def buckets_consumed(
     seg: LiveUnits, steps: int, order_words: Callable[[int], tuple[int, ...]]
@@ -98,6 +101,7 @@ class _Blocks:
         self.ttot = np.add.reduceat((nb - 1) * tie_k + tie_l, self.starts)
         self.rest = np.zeros(len(self.ranks), dtype=np.int64)
         self.phase = self.blocks = np.zeros(len(owner), dtype=np.int64)
+        self._float_exact = True
         # the search's per-unit constants in float64: its sums and quotients of ints below 2**53
         # are exact there (a ceiling's quotient lies >= 1 / blocks from the next integer)
         f = np.float64
@@ -117,6 +121,8 @@ class _Blocks:
         self.phase = keyed.phases(key[self.owner], self.local, self.blocks)
         self.rest = rest[ranks]
         self._g = (self.phase.astype(np.float64), self.blocks.astype(np.float64))
+        big = int(self.blocks.max(initial=0)) * int(self.nb.max(initial=0))
+        self._float_exact = big < FLOAT_EXACT  # ``k * nb_u`` exact in float64 for all k
         lo = np.zeros(len(ranks), dtype=np.int64)  # pieces through lo blocks <= steps
         hi = blocks[ranks].astype(np.int64)  # ... through hi blocks > steps
         p_lo, p_hi = np.zeros(len(ranks)), self._pieces(hi)
@@ -155,12 +161,16 @@ class _Blocks:
         all are, and the leftover tie increments reaching them."""
         nb, pk, dpl, tk, dtl = self._f
         phase, blocks = self._g
-        c = np.repeat(k.astype(np.float64), self.sizes)
-        c *= nb
-        c -= phase
-        c /= blocks
-        np.ceil(c, out=c)
-        np.clip(c, 0.0, nb, out=c)
+        if self._float_exact:
+            c = np.repeat(k.astype(np.float64), self.sizes)
+            c *= nb
+            c -= phase
+            c /= blocks
+            np.ceil(c, out=c)
+            np.clip(c, 0.0, nb, out=c)
+        else:  # blocks * batches of a unit reach 2**53: the integer form (exact, slower)
+            kk = np.repeat(k, self.sizes)
+            c = keyed.below(kk, self.nb, self.phase, self.blocks).astype(np.float64)
         full = c == nb  # the unit's last, short batch is in the prefix
         pieces = c * pk
         pieces += full * dpl
