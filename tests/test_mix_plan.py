@@ -262,8 +262,8 @@ def test_unknown_corpus_names_it_and_the_known_ones() -> None:
 def test_mix_needs_corpora_and_shard() -> None:
     with pytest.raises(OptionError, match="ConcatSource"):
         Planner({"data": np.ones(5, np.int64)}, PlanOptions(mix={"a": 1.0}))
-    with pytest.raises(OptionError, match="random_seed_offset"):
-        PlanOptions(mix={"a": 1.0}, distribution="random_seed_offset")
+    with pytest.raises(OptionError, match=r"random_seed_offset.*use planning='indexed'"):
+        PlanOptions(mix={"a": 1.0}, distribution="random_seed_offset", planning="global")
 
 
 def test_a_corpus_with_no_admitted_sequence_is_an_error() -> None:

@@ -308,13 +308,14 @@ class PlanOptions:
                 "corpus epoch's sequences; a mix repeats them); use another ordering with mix, or "
                 "planning='indexed' (which buckets a mix per corpus and bucket)"
             )
-        indexed_files = self.distribution == "files" and self._resolved == "indexed"
-        if self.mix is not None and self.distribution != "shard" and not indexed_files:
+        indexed = self._resolved == "indexed"  # mixes over files and per rank (each its copy)
+        if self.mix is not None and self.distribution != "shard" and not indexed:
             why, fix = (
                 (
-                    "each rank would order its own copy of the mix, so corpus epochs are no "
-                    "longer used exactly once",
-                    "use distribution='shard'",
+                    "each rank would order its own copy of the mix, which global planning "
+                    "does not plan",
+                    "use planning='indexed' (each rank its own order of the same selection: "
+                    "every corpus epoch once per rank), or distribution='shard'",
                 )
                 if self.distribution == "random_seed_offset"
                 else (

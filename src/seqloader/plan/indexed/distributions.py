@@ -258,6 +258,7 @@ class SeedOffset(_Table):
             consumed,
             planned_costs,
             chunked=p.units is not None,
+            mixed=p.mix is not None,
         )
         return plan, 0
 

@@ -1,0 +1,106 @@
+"""A ``mix`` with ``distribution="random_seed_offset"`` under indexed planning (hypothesis; pure
+numpy). As without a mix, each rank plans its own copy of the sub-epoch in its own order: here
+the mix's selection, the same ``(sequence, corpus epoch)`` slots on every rank, so every corpus
+epoch is used once per rank (the mix's own check on each rank's order over full epochs); a
+rank's batches are a prefix of its order, nothing twice, the surplus beyond the common steps
+counted as dropped; and every contract holds (``check_plan_contracts``). Global planning still
+refuses the set by name."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plan_contracts import check_plan_contracts
+from seqloader.errors import OptionError
+from seqloader.plan import PlanOptions
+from seqloader.plan.mix import Corpora
+from seqloader.plan.planners import make_planner
+from test_resume import loader_factory, mixed_corpora, run_all, run_chain
+
+ORDERINGS = ["default", "sorted", "random:2", "laplace:.3", "buckets:3", "sort_bin_shuffle:.3"]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(8, 90))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    half = draw(st.integers(3, n - 3))
+    options = {
+        "ordering": draw(st.sampled_from(ORDERINGS)),
+        "distribution": "random_seed_offset",
+        "mix": {"a": draw(st.sampled_from([1, 1.5, 2])), "b": draw(st.sampled_from([0.5, 1]))},
+        "chunking": draw(st.sampled_from([None, "8:4"])),
+        "partition_epoch": draw(st.integers(1, 2)),
+        "max_frames": 80,
+        "max_seqs": draw(st.sampled_from([None, 5])),
+        "seed": draw(st.integers(0, 3)),
+    }
+    return {"data": rng.integers(1, 30, size=n), "options": options,
+            "corpora": Corpora(("a", "b"), np.array([0, half, n])),
+            "world": draw(st.integers(1, 4))}  # fmt: skip
+
+
+def planner_of(case: dict):
+    options = PlanOptions(**case["options"])
+    return make_planner({"data": case["data"]}, options, corpora=case["corpora"])
+
+
+def one_selection(planner, epoch: int, plan) -> None:
+    """Every rank's real slots: its own, none twice, all of the one selection of the mix."""
+    selection, uses = planner.sub_epoch_slots(epoch, 0)
+    chosen = set(zip(selection.tolist(), uses.tolist(), strict=True))
+    for r in range(plan.world_size):
+        share = plan.rank_share(r)
+        real = share.real
+        order = planner.rank_order(epoch, r, plan.world_size)
+        if planner.chunks is None:  # each rank orders the whole selection
+            assert sorted(order.tolist()) == sorted(selection.tolist())
+        assert set(zip(share.seqs[real].tolist(), share.uses[real].tolist())) <= chosen
+
+
+@settings(max_examples=30, deadline=None)
+@given(cases())
+def test_each_rank_uses_every_corpus_epoch_once(case: dict) -> None:
+    planner = planner_of(case)
+    assert planner.options.planning == "indexed"
+    parts = case["options"]["partition_epoch"]
+    epochs = range(1, 2 * parts + 1)  # two full epochs
+    seqs, uses = zip(*(planner.sub_epoch_slots(e, 0) for e in epochs), strict=True)
+    check = planner.mix.check([0, 1], np.concatenate(seqs), np.concatenate(uses))
+    assert check.ok, check.problems
+    factory = partial(planner_of, case)
+    worlds = [case["world"], case["world"], case["world"] % 4 + 1]  # exact, then refused
+    check_plan_contracts(factory, worlds, [0.5, 0.3], epochs, each_plan=one_selection)
+
+
+def test_global_planning_still_refuses_it_by_name() -> None:
+    options = {"distribution": "random_seed_offset", "mix": {"a": 1.0}}
+    with pytest.raises(OptionError, match="use planning='indexed'"):
+        PlanOptions(**options, planning="global")
+    assert PlanOptions(**options).resolved_planning == "indexed"
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    n=st.integers(2, 40),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "buckets:3", "random", "sorted"]),
+    world=st.integers(1, 3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_the_loader_resumes_each_ranks_own_mix(n, seed, ordering, world, cuts) -> None:
+    """Through loaders (audit on): a chain of saves and loads on the same world size, stopped
+    after ``cuts`` steps, delivers the uninterrupted run's batches, every rank its own order."""
+    make = loader_factory(
+        mixed_corpora(n, seed), mix={"a": 1.5, "b": 0.5}, distribution="random_seed_offset",
+        max_seqs=3, max_frames=40, ordering=ordering, audit=True,
+    )  # fmt: skip
+    assert make(0, world).planner.options.planning == "indexed"
+    reference = run_all(make, world, 2)
+    stages, _ = run_chain(make, [world] * 3, cuts, 2)
+    assert [r for stage in stages for r in stage] == reference
