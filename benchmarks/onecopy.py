@@ -19,7 +19,8 @@ The NaN/Inf screen's verdicts are kept per node (``sources/screen_verdicts.py``)
 metadata and verdicts live decides what is measured: every seqloader run gets its own fresh index
 folder (a file this node never screened: the first epoch screens every sequence), except
 ``seqloader/contiguous/verdict``, whose folder holds the verdict of one untimed process that read
-a whole epoch before the repetitions (a later process on a file screened before: no screen).
+a whole epoch before the repetitions (a later process on a file screened before: no screen);
+with ``--base-src`` the code before reads the same kept verdict (``.../verdict@base``).
 
 Before timing, one untimed process checks that seqloader's tensors equal the memmap loop's, batch
 for batch (both keys' padded data and lengths). Each loop holds the previous batch while building the next, as a training loop does.
@@ -281,9 +282,12 @@ def main(argv: list[str] | None = None) -> int:
         ]
     scratch = tempfile.mkdtemp(prefix="onecopy-")
     kept = os.path.join(scratch, "kept")  # the verdict of a whole epoch read before: kept here
-    if a.contiguous:  # a later process on a file screened before (this code only)
+    if a.contiguous:  # a later process on a file screened before
         label = "seqloader/contiguous/verdict"
-        configs.append({"name": "seqloader", "path": a.contiguous, "label": label, "index": kept})
+        verdict = {"name": "seqloader", "path": a.contiguous, "label": label, "index": kept}
+        configs.append(verdict)
+        if a.base_src:  # the same kept verdict read by the code before (the store is unchanged)
+            configs.append({**verdict, "code": "base", "label": label + "@base"})
     configs = [{**c, **common} for c in configs]
     try:
         return _run(a, configs, common, scratch, kept)
@@ -374,6 +378,7 @@ def _ratios(runs: list[dict]) -> dict[str, list[float]]:
         ("seqloader/contiguous/verdict", "memmap/contiguous"),
         ("seqloader/contiguous/verdict", "seqloader/contiguous"),
         ("seqloader/contiguous/verdict", "seqloader/contiguous@base"),
+        ("seqloader/contiguous/verdict@base", "memmap/contiguous"),
     ]
     labels = runs[0].keys()
     pairs += [(lab, lab + "@base") for lab in labels if lab + "@base" in labels]
