@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from plan_contracts import check_plan_contracts
 from seqloader.errors import OptionError, SequenceTooLongError
 from seqloader.plan import EpochPlan, Planner, PlanOptions
-from seqloader.plan.chunks import chunk_counts, chunking_option
+from seqloader.plan.chunks import chunk_counts
+from seqloader.plan.options import chunking_option
 
 UNEVEN = ["split", "pad", "drop"]
 

@@ -17,73 +17,13 @@ that depend on the epoch (curriculum learning). Both are RETURNN's, with RETURNN
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from functools import partial
 
 import numpy as np
 
-from seqloader.errors import OptionError
-from seqloader.validate import int_option, is_int
-
 #: canonical epoch_wise_filter: ((first, last or None), max_mean_len), sorted
 EpochFilter = tuple[tuple[int, int | None, float], ...]
-
-_EWF_EXPECTED = (
-    "expected {(first_epoch, last_epoch): {'max_mean_len': M}} with epochs ints >= 1 (first) "
-    "and >= first (last), None for open ends, M > 0"
-)
-
-
-def fixed_random_subset_option(value: object) -> int | float | None:
-    """None/0 (off), an int >= 1 (a count) or a float in (0, 1) (a fraction of the corpus)."""
-    if value is None or (is_int(value) and value == 0):
-        return None
-    if is_int(value) and value >= 1:
-        return int(value)
-    if isinstance(value, float) and 0 < value < 1:
-        return value
-    raise OptionError(
-        f"fixed_random_subset: got {value!r}, expected None, an int >= 1 (sequences) or a "
-        "fraction in (0, 1)"
-    )
-
-
-def epoch_wise_filter_option(value: object) -> EpochFilter | None:
-    """RETURNN's ``epoch_wise_filter`` dict -> a sorted tuple of ``(first, last, max_mean_len)``."""
-    if value is None or (isinstance(value, Mapping) and not value):
-        return None
-    if isinstance(value, tuple) and all(isinstance(r, tuple) and len(r) == 3 for r in value):
-        # the canonical form itself (dataclasses.replace passes it back): checked as the dict
-        value = {(first, last): {"max_mean_len": mean} for first, last, mean in value}
-    if not isinstance(value, Mapping):
-        raise OptionError(f"epoch_wise_filter: got {value!r}, {_EWF_EXPECTED}")
-    out = []
-    for key, opts in value.items():
-        if not isinstance(key, tuple) or len(key) != 2:
-            raise OptionError(f"epoch_wise_filter: got key {key!r}, {_EWF_EXPECTED}")
-        first = 1 if key[0] is None else int_option("epoch_wise_filter first epoch", key[0], 1)
-        last = (
-            None
-            if key[1] in (None, -1)
-            else int_option("epoch_wise_filter last epoch", key[1], first)
-        )
-        if not isinstance(opts, Mapping):
-            raise OptionError(f"epoch_wise_filter[{key!r}]: got {opts!r}, {_EWF_EXPECTED}")
-        unknown = sorted(set(opts) - {"max_mean_len", "use_new_filter"})
-        if unknown:
-            raise OptionError(
-                f"epoch_wise_filter[{key!r}]: option(s) {unknown} not supported; RETURNN's "
-                "EpochWiseFilter knows only 'max_mean_len' (LibriSpeechCorpus' 'subdirs' "
-                "selects corpus parts: give that corpus as its own source instead)"
-            )
-        mean = opts.get("max_mean_len")
-        ok = isinstance(mean, (int, float, np.integer, np.floating)) and not isinstance(mean, bool)
-        if not ok or mean <= 0:  # type: ignore[operator]
-            raise OptionError(
-                f"epoch_wise_filter[{key!r}]['max_mean_len']: got {mean!r}, expected a number > 0"
-            )
-        out.append((first, last, float(mean)))  # type: ignore[arg-type]
-    return tuple(sorted(out, key=lambda t: (t[0], -1 if t[1] is None else t[1], t[2])))
 
 
 def subset_order(n: int, subset: int | float, seed: int) -> np.ndarray:

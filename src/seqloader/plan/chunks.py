@@ -24,66 +24,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from seqloader.errors import OptionError
-from seqloader.plan.keyed import EVERY_KEY, keyed_int_option, resolve_keyed
-from seqloader.validate import int_option, is_int
+from seqloader.plan.keyed import EVERY_KEY, resolve_keyed
 
 #: canonical chunking: ``{key or "*": (size, step)}``
 ChunkSpec = dict[str, tuple[int, int]]
-
-_EXPECTED = (
-    "expected None/0/'0' (off), size, 'size:step', (size, step), {key: size}, "
-    "{key: (size, step)} or ({key: size}, {key: step}), sizes and steps ints >= 1"
-)
-
-
-def chunking_option(value: object) -> ChunkSpec | None:
-    """``chunking`` in any of RETURNN's forms -> ``{key: (size, step)}`` (``"*"``: every key), or
-    None when off (``None``, ``0``, ``"0"``, ``""``, RETURNN's "off" values)."""
-    if value is None or (is_int(value) and value == 0) or value in ("0", "", {}):
-        return None
-    if isinstance(value, str):
-        try:
-            parts = [int(p) for p in value.split(":")]
-        except ValueError:
-            raise OptionError(f"chunking: got {value!r}, {_EXPECTED}") from None
-        if len(parts) not in (1, 2):
-            raise OptionError(f"chunking: got {value!r}, {_EXPECTED}")
-        value = tuple(parts) if len(parts) == 2 else parts[0]
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise OptionError(f"chunking: got {value!r}, {_EXPECTED}")
-        size, step = value
-        if isinstance(size, Mapping):
-            if step in (None, 0):
-                step = size
-            if not isinstance(step, Mapping) or sorted(step) != sorted(size):
-                raise OptionError(
-                    f"chunking: got {value!r}; the step dict must name the same keys as the size "
-                    f"dict ({_EXPECTED})"
-                )
-            return _checked({k: (size[k], step[k]) for k in size}, value)
-        if step in (None, 0):
-            step = size
-        return _checked({EVERY_KEY: (size, step)}, value)
-    if isinstance(value, Mapping):
-        pairs = {}
-        for k, v in value.items():
-            pairs[k] = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
-        return _checked(pairs, value)
-    if is_int(value):
-        return _checked({EVERY_KEY: (value, value)}, value)
-    raise OptionError(f"chunking: got {value!r}, {_EXPECTED}")
-
-
-def _checked(pairs: Mapping[object, object], given: object) -> ChunkSpec:
-    out: ChunkSpec = {}
-    for key, pair in pairs.items():
-        if not isinstance(key, str) or not isinstance(pair, tuple) or len(pair) != 2:
-            raise OptionError(f"chunking: got {given!r}, {_EXPECTED}")
-        size = int_option(f"chunking[{key!r}] size", pair[0], 1)
-        step = int_option(f"chunking[{key!r}] step", pair[1], 1)
-        out[key] = (size, step)
-    return dict(sorted(out.items()))
 
 
 def unchunked_length_key(spec: ChunkSpec | None, length_key: str | None) -> bool | None:
@@ -113,11 +57,6 @@ def unchunked_key_refusal(chunking: object, key: str) -> str:
         "too (e.g. chunking=N for every key), set length_key to a chunked key, or use "
         "planning='global'"
     )
-
-
-def min_chunk_size_option(value: object) -> int | dict[str, int]:
-    """``min_chunk_size``: an int for every chunked key, or ``{key: int}`` (others: 0)."""
-    return keyed_int_option("min_chunk_size", 0 if value is None else value, 0)
 
 
 def chunk_counts(lengths: np.ndarray, size: int, step: int, min_size: int) -> np.ndarray:

@@ -4,6 +4,7 @@ every key not named (RETURNN's ``NumbersDict``: a dict plus a broadcast value).
 ``max_frames``, ``max_packed_frames``, ``max_seq_length``, ``min_seq_length`` and
 ``min_chunk_size`` take this form, so a limit can follow every key of the data (targets longer than
 inputs, as in machine translation) and not only the key planning measures by default.
+``plan.options.keyed_int_option`` reads the option; ``resolve_keyed`` applies it to the data's keys.
 """
 
 from __future__ import annotations
@@ -11,43 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from seqloader.errors import OptionError
-from seqloader.validate import int_option, is_int
 
 #: the key of a mapping that stands for every key not named in it
 EVERY_KEY = "*"
 
 KeyedInt = int | Mapping[str, int]
-
-
-def keyed_int_option(
-    name: str, value: object, minimum: int, *, none: bool = False
-) -> int | dict[str, int]:
-    """``value`` as an int ``>= minimum`` or a ``{key: int}`` dict (sorted, ``"*"`` allowed);
-    ``none``: the message says None is allowed too."""
-    if isinstance(value, Mapping):
-        if not value:
-            raise OptionError(
-                f"{name}: got an empty mapping, expected {{key: int >= {minimum}}} "
-                f"('{EVERY_KEY}' = every key not named) or an int"
-            )
-        out = {}
-        for key, v in value.items():
-            if not isinstance(key, str):
-                raise OptionError(f"{name}: got key {key!r}, expected data key names (str)")
-            out[key] = int_option(f"{name}[{key!r}]", v, minimum)
-        return dict(sorted(out.items()))
-    expected = f"an int >= {minimum}" + (" or None" if none else "")
-    expected += f", or {{key: int}} ('{EVERY_KEY}' = every key not named)"
-    if is_int(value):
-        return int_option(name, value, minimum, expected=expected)
-    raise OptionError(f"{name}: got {value!r}, expected {expected}")
-
-
-def optional_keyed_int_option(
-    name: str, value: object, minimum: int
-) -> int | dict[str, int] | None:
-    """``keyed_int_option``, or None (no limit)."""
-    return None if value is None else keyed_int_option(name, value, minimum, none=True)
 
 
 def resolve_keyed(

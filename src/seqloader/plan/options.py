@@ -1,4 +1,6 @@
-"""Planning options: one frozen, validated dataclass, and the ordering-string parser.
+"""Planning options: one frozen, validated dataclass, the ordering-string parser, and the
+parsers of the options given in RETURNN's several forms (per-key ints, ``chunking``,
+``fixed_random_subset``, ``epoch_wise_filter``), so every option is read in one place.
 
 Validation raises ``OptionError`` with "got X, expected Y" so a typo in a config fails at construction,
 not hours into a training.
@@ -14,23 +16,15 @@ from fractions import Fraction
 from functools import partial
 from typing import Literal, cast
 
+import numpy as np
+
 from seqloader.errors import OptionError
-from seqloader.plan.admission import (
-    EpochFilter,
-    epoch_wise_filter_option,
-    fixed_random_subset_option,
-)
-from seqloader.plan.chunks import (
-    ChunkSpec,
-    chunking_option,
-    min_chunk_size_option,
-    unchunked_key_refusal,
-    unchunked_length_key,
-)
+from seqloader.plan.admission import EpochFilter
+from seqloader.plan.chunks import ChunkSpec, unchunked_key_refusal, unchunked_length_key
 from seqloader.plan.cost import BatchCost
-from seqloader.plan.keyed import keyed_int_option, optional_keyed_int_option
+from seqloader.plan.keyed import EVERY_KEY
 from seqloader.plan.mix import rate_to_json, validate_mix
-from seqloader.validate import choice_option, choices, int_option, optional_int_option
+from seqloader.validate import choice_option, choices, int_option, is_int, optional_int_option
 
 ORDERING_KINDS = (
     "default",
@@ -452,3 +446,154 @@ class PlanOptions:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
+
+
+# Parsers of single options: each checks one value and returns its canonical form; the
+# features' modules (keyed.py, chunks.py, admission.py) take that form.
+
+_EWF_EXPECTED = (
+    "expected {(first_epoch, last_epoch): {'max_mean_len': M}} with epochs ints >= 1 (first) "
+    "and >= first (last), None for open ends, M > 0"
+)
+_CHUNKING_EXPECTED = (
+    "expected None/0/'0' (off), size, 'size:step', (size, step), {key: size}, "
+    "{key: (size, step)} or ({key: size}, {key: step}), sizes and steps ints >= 1"
+)
+
+
+def keyed_int_option(
+    name: str, value: object, minimum: int, *, none: bool = False
+) -> int | dict[str, int]:
+    """``value`` as an int ``>= minimum`` or a ``{key: int}`` dict (sorted, ``"*"`` allowed);
+    ``none``: the message says None is allowed too."""
+    if isinstance(value, Mapping):
+        if not value:
+            raise OptionError(
+                f"{name}: got an empty mapping, expected {{key: int >= {minimum}}} "
+                f"('{EVERY_KEY}' = every key not named) or an int"
+            )
+        out = {}
+        for key, v in value.items():
+            if not isinstance(key, str):
+                raise OptionError(f"{name}: got key {key!r}, expected data key names (str)")
+            out[key] = int_option(f"{name}[{key!r}]", v, minimum)
+        return dict(sorted(out.items()))
+    expected = f"an int >= {minimum}" + (" or None" if none else "")
+    expected += f", or {{key: int}} ('{EVERY_KEY}' = every key not named)"
+    if is_int(value):
+        return int_option(name, value, minimum, expected=expected)
+    raise OptionError(f"{name}: got {value!r}, expected {expected}")
+
+
+def optional_keyed_int_option(
+    name: str, value: object, minimum: int
+) -> int | dict[str, int] | None:
+    """``keyed_int_option``, or None (no limit)."""
+    return None if value is None else keyed_int_option(name, value, minimum, none=True)
+
+
+def chunking_option(value: object) -> ChunkSpec | None:
+    """``chunking`` in any of RETURNN's forms -> ``{key: (size, step)}`` (``"*"``: every key), or
+    None when off (``None``, ``0``, ``"0"``, ``""``, RETURNN's "off" values)."""
+    if value is None or (is_int(value) and value == 0) or value in ("0", "", {}):
+        return None
+    if isinstance(value, str):
+        try:
+            parts = [int(p) for p in value.split(":")]
+        except ValueError:
+            raise OptionError(f"chunking: got {value!r}, {_CHUNKING_EXPECTED}") from None
+        if len(parts) not in (1, 2):
+            raise OptionError(f"chunking: got {value!r}, {_CHUNKING_EXPECTED}")
+        value = tuple(parts) if len(parts) == 2 else parts[0]
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise OptionError(f"chunking: got {value!r}, {_CHUNKING_EXPECTED}")
+        size, step = value
+        if isinstance(size, Mapping):
+            if step in (None, 0):
+                step = size
+            if not isinstance(step, Mapping) or sorted(step) != sorted(size):
+                raise OptionError(
+                    f"chunking: got {value!r}; the step dict must name the same keys as the size "
+                    f"dict ({_CHUNKING_EXPECTED})"
+                )
+            return _chunk_pairs({k: (size[k], step[k]) for k in size}, value)
+        if step in (None, 0):
+            step = size
+        return _chunk_pairs({EVERY_KEY: (size, step)}, value)
+    if isinstance(value, Mapping):
+        pairs = {}
+        for k, v in value.items():
+            pairs[k] = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+        return _chunk_pairs(pairs, value)
+    if is_int(value):
+        return _chunk_pairs({EVERY_KEY: (value, value)}, value)
+    raise OptionError(f"chunking: got {value!r}, {_CHUNKING_EXPECTED}")
+
+
+def _chunk_pairs(pairs: Mapping[object, object], given: object) -> ChunkSpec:
+    out: ChunkSpec = {}
+    for key, pair in pairs.items():
+        if not isinstance(key, str) or not isinstance(pair, tuple) or len(pair) != 2:
+            raise OptionError(f"chunking: got {given!r}, {_CHUNKING_EXPECTED}")
+        size = int_option(f"chunking[{key!r}] size", pair[0], 1)
+        step = int_option(f"chunking[{key!r}] step", pair[1], 1)
+        out[key] = (size, step)
+    return dict(sorted(out.items()))
+
+
+def min_chunk_size_option(value: object) -> int | dict[str, int]:
+    """``min_chunk_size``: an int for every chunked key, or ``{key: int}`` (others: 0)."""
+    return keyed_int_option("min_chunk_size", 0 if value is None else value, 0)
+
+
+def fixed_random_subset_option(value: object) -> int | float | None:
+    """None/0 (off), an int >= 1 (a count) or a float in (0, 1) (a fraction of the corpus)."""
+    if value is None or (is_int(value) and value == 0):
+        return None
+    if is_int(value) and value >= 1:
+        return int(value)
+    if isinstance(value, float) and 0 < value < 1:
+        return value
+    raise OptionError(
+        f"fixed_random_subset: got {value!r}, expected None, an int >= 1 (sequences) or a "
+        "fraction in (0, 1)"
+    )
+
+
+def epoch_wise_filter_option(value: object) -> EpochFilter | None:
+    """RETURNN's ``epoch_wise_filter`` dict -> a sorted tuple of ``(first, last, max_mean_len)``."""
+    if value is None or (isinstance(value, Mapping) and not value):
+        return None
+    if isinstance(value, tuple) and all(isinstance(r, tuple) and len(r) == 3 for r in value):
+        # the canonical form itself (dataclasses.replace passes it back): checked as the dict
+        value = {(first, last): {"max_mean_len": mean} for first, last, mean in value}
+    if not isinstance(value, Mapping):
+        raise OptionError(f"epoch_wise_filter: got {value!r}, {_EWF_EXPECTED}")
+    out = []
+    for key, opts in value.items():
+        if not isinstance(key, tuple) or len(key) != 2:
+            raise OptionError(f"epoch_wise_filter: got key {key!r}, {_EWF_EXPECTED}")
+        first = 1 if key[0] is None else int_option("epoch_wise_filter first epoch", key[0], 1)
+        last = (
+            None
+            if key[1] in (None, -1)
+            else int_option("epoch_wise_filter last epoch", key[1], first)
+        )
+        if not isinstance(opts, Mapping):
+            raise OptionError(f"epoch_wise_filter[{key!r}]: got {opts!r}, {_EWF_EXPECTED}")
+        unknown = sorted(set(opts) - {"max_mean_len", "use_new_filter"})
+        if unknown:
+            raise OptionError(
+                f"epoch_wise_filter[{key!r}]: option(s) {unknown} not supported; RETURNN's "
+                "EpochWiseFilter knows only 'max_mean_len' (LibriSpeechCorpus' 'subdirs' "
+                "selects corpus parts: give that corpus as its own source instead)"
+            )
+        mean = opts.get("max_mean_len")
+        ok = isinstance(mean, (int, float, np.integer, np.floating)) and not isinstance(mean, bool)
+        if not ok or mean <= 0:  # type: ignore[operator]
+            raise OptionError(
+                f"epoch_wise_filter[{key!r}]['max_mean_len']: got {mean!r}, expected a number > 0"
+            )
+        out.append((first, last, float(mean)))  # type: ignore[arg-type]
+    return tuple(sorted(out, key=lambda t: (t[0], -1 if t[1] is None else t[1], t[2])))

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from seqloader.errors import OptionError
-from seqloader.plan.chunks import chunking_option
+from seqloader.plan.options import chunking_option
 
 
 def is_tf_config(values: Mapping[str, Any]) -> bool:
