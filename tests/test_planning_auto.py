@@ -404,3 +404,24 @@ def test_the_resolved_planning_is_what_plans_whatever_is_chunked() -> None:
         if kind == "indexed":
             explicit = make_planner(lengths, replace(options, planning="indexed"))
             assert explicit.fingerprint("src") == planner.fingerprint("src")
+
+
+def test_the_loader_records_and_resumes_global_for_an_unchunked_length_key() -> None:
+    """Through the loader: chunking only ``classes`` (the length key ``data`` unchunked) plans
+    global and records it (no ``planning`` in the state: a greedy state), ``planning="indexed"``
+    refuses it by name, and an elastic resume chain continues it (the resume harness)."""
+    from test_resume import check_chain, loader_factory
+
+    n = 16
+    lengths = np.random.default_rng(3).integers(1, 12, n)
+    data = [np.full((int(t), 1), i, dtype=np.float32) for i, t in enumerate(lengths)]
+    classes = [np.full(-(-int(t) // 2), i, dtype=np.int32) for i, t in enumerate(lengths)]
+    source = sl.MemorySource({"data": data, "classes": classes})
+    options = {"chunking": {"classes": (2, 1)}, "max_frames": 40, "max_seqs": 3}
+    make = loader_factory(source, **options)
+    loader = make(0, 1)
+    assert loader.planner.algorithm == GLOBAL_ALGORITHM
+    assert loader.planner.options.planning == "global" and "planning" not in loader.state_dict()
+    with pytest.raises(OptionError, match="the length key 'data' is not chunked"):
+        sl.SeqLoader(source, **options, planning="indexed")
+    check_chain(make, [2, 3], [3], 1)
