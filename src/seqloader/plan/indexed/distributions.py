@@ -27,7 +27,7 @@ Each also answers what else differs between them: the key words of an order rank
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, cast
+from typing import Protocol
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from seqloader.plan.chunks import Units as ChunkUnits
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import START, At, refuse_history
 from seqloader.plan.indexed.batch_table import BatchTable
-from seqloader.plan.indexed.files_cut import CutFiles, FilesCutPlanner, files_cut
+from seqloader.plan.indexed.files_cut import CutFiles, files_cut
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.files_mix_cut import MixCutFiles
 from seqloader.plan.indexed.fixed import BoundsTable
@@ -54,9 +54,6 @@ Segment = tuple[EpochPlan, int]
 class IndexedPlanner(FilesPlanner, Protocol):
     """What a distribution asks of the indexed planner: the sub-epoch's batch table and draw
     (``Shard``, ``SeedOffset``) or its files' index (``Files``)."""
-
-    @property
-    def admitted_mask(self) -> np.ndarray | None: ...
 
     def table(self, epoch: int, group: int, order_rank: int = 0) -> BatchTable | BoundsTable: ...
 
@@ -276,5 +273,5 @@ def distribution_of(planner: IndexedPlanner) -> Distribution:
     greedy cuts of each rank's order, ``CutFiles``)."""
     if files_cut(planner.options):
         kind = CutFiles if planner.options.mix is None else MixCutFiles
-        return kind(cast(FilesCutPlanner, planner))
+        return kind(planner)
     return DISTRIBUTIONS[planner.options.distribution](planner)

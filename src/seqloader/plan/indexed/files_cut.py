@@ -67,13 +67,6 @@ def files_cut(options: PlanOptions) -> bool:
     return options.distribution == "files" and options.parsed_ordering.kind in CUT_KINDS
 
 
-class FilesCutPlanner(FilesPlanner):
-    """What ``CutFiles`` reads of the indexed planner besides ``Files``' (the greedy cuts'
-    limits and lengths, as global planning batches by, come from its ``corpus``)."""
-
-    admitted_mask: np.ndarray | None
-
-
 @dataclass(frozen=True)
 class _Units:
     """A segment's units: file pieces ``file``, ``start``, ``count`` (offsets into the file's
@@ -343,9 +336,8 @@ class CutFiles(Files):
     ('CutFiles', [1, 3, 2, 0])
     """
 
-    def __init__(self, planner: FilesCutPlanner) -> None:
+    def __init__(self, planner: FilesPlanner) -> None:
         super().__init__(planner)
-        self.cut_planner = planner
         self._kept: dict[tuple, CutSegment] = {}
         corpus = planner.corpus
         batcher = cut_batcher(corpus.limits)
@@ -359,7 +351,7 @@ class CutFiles(Files):
             self._seq_counts = admitted_per_file(self.files, self._mask)
 
     def _chunk_table(self) -> ChunkTable:
-        chunks = self.cut_planner.corpus.chunks
+        chunks = self.planner.corpus.chunks
         assert chunks is not None
         return chunks
 
@@ -421,7 +413,7 @@ class CutFiles(Files):
     ) -> CutSegment:
         """The segment after the segments ``before`` on ``world_size`` ranks over the elements
         ``left`` (None: every admitted one); kept, as a resume asks for it more than once."""
-        p = self.cut_planner
+        p = self.planner
         key = (*self._segment_key(ep), before, world_size)
         if key in self._kept:
             return self._kept[key]
@@ -459,7 +451,7 @@ class CutFiles(Files):
     def _segment_key(self, ep: EpochIndex) -> tuple[int, ...]:
         """What a kept segment depends on besides the history and the world: the order's seed
         epoch and the sub-epoch."""
-        return (self.cut_planner.seed_epoch(ep), ep.part)
+        return (self.planner.seed_epoch(ep), ep.part)
 
     def _deal(self, ep: EpochIndex, world_size: int, left: np.ndarray | None) -> _Units:
         """The sub-epoch's files with sequences ``left`` as units, the largest halved while there

@@ -46,10 +46,9 @@ from seqloader.plan.indexed.files_cut import (
     CutFiles,
     CutSegment,
     CutUnits,
-    FilesCutPlanner,
     unit_elements,
 )
-from seqloader.plan.indexed.files_distribution import Files
+from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.files_mix import FilesMix
 from seqloader.plan.indexed.plan import RankwisePlan
 from seqloader.plan.mix import USES_DTYPE, Corpora
@@ -72,7 +71,7 @@ class MixCutFiles(CutFiles):
     [0, 1, 2, 3, 4, 4, 5, 5]
     """
 
-    def __init__(self, planner: FilesCutPlanner) -> None:
+    def __init__(self, planner: FilesPlanner) -> None:
         super().__init__(planner)
         #: (sub-epoch key, its slots' sequences, corpus epochs, the pieces' slot bounds)
         self._slots_kept: tuple[tuple[int, int], np.ndarray, np.ndarray, np.ndarray] | None = None
