@@ -206,6 +206,8 @@ def _row(
         }
         row[code]["runs"] = [(r["seconds"], r["private_bytes"]) for r in runs[code]]
         row[code]["digest"] = sorted({r["digest"] for r in runs[code]})
+        # the planning the default options resolved to (None: a stage that plans nothing)
+        row[code]["planning"] = sorted({str(r.get("planning")) for r in runs[code]})
         if runs[code] and "cpu_seconds" in runs[code][0]:
             row[code]["cpu_seconds"] = statistics.median(r["cpu_seconds"] for r in runs[code])
         if runs[code] and "steps" in runs[code][0]:
