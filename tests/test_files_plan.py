@@ -20,7 +20,8 @@ from plan_contracts import check_plan_contracts, steps_units
 from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.cost import BatchCost
-from seqloader.plan.files import assign_lpt, cut_parts, split_batches
+from seqloader.plan.files import cut_parts, split_batches
+from seqloader.plan.lpt import assign_lpt
 from seqloader.plan.position import segment_plan
 from seqloader.sources.base import file_layout
 from test_plan_properties import assert_batches_fit

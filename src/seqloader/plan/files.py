@@ -43,7 +43,6 @@ from seqloader.errors import OptionError
 from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
 from seqloader.plan.options import Uneven
-from seqloader.plan.ordering import argsort_by
 
 
 def checked_file_bounds(bounds: object, n: int, origin: str) -> np.ndarray:
@@ -201,26 +200,6 @@ def split_units(
         bounds = np.insert(bounds, k + 1, bounds[k] + s[k] // 2 + s[k] % 2)
         files = np.insert(files, k + 1, files[k])
     return BatchList.from_bounds(units.seqs, bounds), files
-
-
-def assign_lpt(weights: np.ndarray, world_size: int) -> np.ndarray:
-    """Rank of each unit -> int64 ``[u]``: largest weight first (ties: the earlier unit), each to
-    the rank with the least weight so far (ties: fewer units, then the lower rank)."""
-    w = np.asarray(weights, dtype=np.int64)
-    if not len(w):
-        return np.zeros(0, dtype=np.int64)
-    # a rank's (load, units, rank) as one int, compared as the tuple would be (faster than tuples)
-    rank_bits, count_bits = max(world_size - 1, 1).bit_length(), len(w).bit_length()
-    shift = rank_bits + count_bits
-    heap = list(range(world_size))  # load 0, no units: the rank alone; sorted, a heap already
-    out = np.zeros(len(w), dtype=np.int64)
-    unit, rank_mask = 1 << rank_bits, (1 << rank_bits) - 1
-    replace = heapq.heapreplace  # pop the least loaded and push it back in one step
-    for i in argsort_by(-w).tolist():  # no per-unit Python lists beyond this one
-        key = heap[0]
-        out[i] = key & rank_mask
-        replace(heap, key + (int(w[i]) << shift) + unit)
-    return out
 
 
 def equalise(per_rank: list[BatchList], uneven: Uneven) -> tuple[list[BatchList], int]:

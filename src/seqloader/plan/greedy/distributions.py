@@ -30,7 +30,6 @@ from seqloader.plan.epoch_plan import interleave
 from seqloader.plan.epochs import START, At, EpochIndex, refuse_history, replay_history
 from seqloader.plan.files import (
     EpochFiles,
-    assign_lpt,
     check_file_count,
     epoch_files,
     equalise,
@@ -42,6 +41,7 @@ from seqloader.plan.files import (
 )
 from seqloader.plan.greedy.distribute import GlobalPlan, distribute_per_rank, distribute_shard
 from seqloader.plan.inputs import PlannedInputs
+from seqloader.plan.lpt import assign_lpt
 from seqloader.plan.seeding import PURPOSE_FILES, PURPOSE_FILES_ORDER, rng_for
 
 #: a segment of an epoch: (all ranks' plan, units consumed by the segments before it)

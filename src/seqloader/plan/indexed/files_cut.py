@@ -36,7 +36,7 @@ from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import START, At, EpochIndex, replay_history
-from seqloader.plan.files import assign_lpt, fill_rank, refuse_files_start
+from seqloader.plan.files import fill_rank, refuse_files_start
 from seqloader.plan.indexed.chunks import ChunkBuckets
 from seqloader.plan.indexed.files_distribution import Files, FilesPlanner, admitted_per_file
 from seqloader.plan.indexed.files_mix import FilesMix
@@ -47,6 +47,7 @@ from seqloader.plan.indexed.plan import RankwisePlan, piece_bounds, ranges
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS
 from seqloader.plan.limits import Batcher
+from seqloader.plan.lpt import assign_lpt
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions, Uneven
 from seqloader.plan.ordering import order_sequences

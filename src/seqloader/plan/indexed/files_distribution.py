@@ -24,7 +24,6 @@ from seqloader.plan.edges import WINDOW_BATCHES
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import START, At, EpochIndex, replay_history
 from seqloader.plan.files import (
-    assign_lpt,
     check_file_count,
     epoch_files,
     refuse_files_start,
@@ -37,6 +36,7 @@ from seqloader.plan.indexed.files_mix import FilesMix, Pieces
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.mix_kind import MixKind
 from seqloader.plan.indexed.plan import RankwisePlan, ranges
+from seqloader.plan.lpt import assign_lpt
 from seqloader.plan.mix import USES_DTYPE, Corpora
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.ordering import argsort_by
