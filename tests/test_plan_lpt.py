@@ -1,5 +1,7 @@
 """``assign_lpt`` places runs of units per numpy step and the rest by a heap: it gives the plain
-heap's assignment exactly (the heap below is the rule's definition, kept as the reference)."""
+heap's assignment exactly (the heap below is the rule's definition, kept as the reference); the
+sequences per (rank, bucket) of an assignment of files equal a plain sum either way they are
+summed (rank by rank, a chunk of files at a time)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqloader.plan import lpt
+from seqloader.plan.indexed import files_distribution
+from seqloader.plan.indexed.files_distribution import _rank_counts
 from seqloader.plan.lpt import assign_lpt
 
 
@@ -62,3 +66,27 @@ def test_many_similar_files_place_as_the_heap(world_size: int) -> None:
     """A corpus' files (similar sizes, rounds of ``world_size`` units per step), as planned."""
     w = np.random.default_rng(world_size).integers(900_000, 1_100_000, 3000)
     np.testing.assert_array_equal(assign_lpt(w, world_size), heap_lpt(w, world_size))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 120),
+    st.integers(1, 12),
+    st.integers(1, 5),
+    st.sampled_from([1, 3, 16]),
+)
+def test_rank_bucket_counts_are_the_sum_of_the_files_rows(
+    seed: int, n_files: int, world_size: int, n_buckets: int, per_rank: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    table = rng.integers(0, 1000, (n_files + 3, n_buckets)).astype(np.int32)
+    part = rng.permutation(n_files + 3)[:n_files]  # some files not in the sub-epoch
+    rank_of = rng.integers(0, world_size, n_files)
+    want = np.zeros((world_size, n_buckets), dtype=np.int64)
+    np.add.at(want, rank_of, table[part].astype(np.int64))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(files_distribution, "_PER_RANK", per_rank)
+        mp.setattr(files_distribution, "_ROWS", 7)
+        got = _rank_counts(table, part, rank_of, world_size)
+    np.testing.assert_array_equal(got, want)

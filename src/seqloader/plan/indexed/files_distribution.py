@@ -49,6 +49,8 @@ from seqloader.plan.seeding import (
 
 _CHUNK = 1 << 22  # sequences of the admitted mask counted at once
 _ROWS = 1 << 10  # files per chunk of the per-(file, bucket) table summed at once
+#: files per rank from which the per-(file, bucket) table is summed rank by rank
+_PER_RANK = 16
 
 #: the largest last bucket edge ``Files._bucket_of`` keeps a table of every length for (8 MiB)
 _TABLE_MAX = 1 << 20
@@ -573,17 +575,23 @@ def _rank_counts(
 ) -> np.ndarray:
     """Sequences per (rank, bucket) -> int64 ``[W, N]``, from the per-(file, bucket) ``table``
     (``[F, N]``, e.g. memory-mapped) for files ``part`` assigned ``rank_of``: the files sorted
-    by rank, their rows summed per rank a chunk of files at a time (no ``[f, N]`` copy)."""
+    by rank, their rows summed per rank (no ``[f, N]`` copy). Ranks of many files: one sum
+    per rank (numpy sums a rank's rows into int64 ~2x faster than ``reduceat`` casts them);
+    few: a chunk of files at a time."""
     assert table is not None
     out = np.zeros((world_size, table.shape[1]), dtype=np.int64)
-    by = np.argsort(rank_of, kind="stable")
+    by = argsort_by(rank_of)  # 16-bit radix where the ranks fit
     files, ranks = part[by], rank_of[by]
+    if len(files) >= _PER_RANK * world_size:
+        bounds = np.searchsorted(ranks, np.arange(world_size + 1)).tolist()
+        for r in range(world_size):
+            out[r] = table[files[bounds[r] : bounds[r + 1]]].sum(axis=0, dtype=np.int64)
+        return out
     for a in range(0, len(files), _ROWS):
-        rows = table[files[a : a + _ROWS]]  # [c, N]
+        rows = table[files[a : a + _ROWS]].astype(np.int64)  # [c, N]
         here = ranks[a : a + _ROWS]
-        cuts = np.flatnonzero(np.diff(here)) + 1
-        starts = np.concatenate([[0], cuts]).astype(np.int64)
-        out[here[starts]] += np.add.reduceat(rows, starts, axis=0, dtype=np.int64)
+        starts = np.flatnonzero(np.concatenate([[True], here[1:] != here[:-1]]))
+        out[here[starts]] += np.add.reduceat(rows, starts, axis=0)
     return out
 
 
