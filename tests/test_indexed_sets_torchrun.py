@@ -2,7 +2,9 @@
 (``default``, ``reverse``, ``sorted``, ``sorted_reverse``), ``random`` (also with
 ``fixed_random_seed``), ``sort_bin_shuffle``, length filters (``max_seq_length``/
 ``min_seq_length``, ``epoch_wise_filter``, ``fixed_random_subset``) and batch costs and limits
-(``batch_cost="packed"``, ``max_packed_frames``, ``batch_cost="quadratic:Q"``).
+(``batch_cost="packed"``, ``max_packed_frames``, ``batch_cost="quadratic:Q"``), and
+``distribution="random_seed_offset"`` (each rank its own order of all the data: every sequence
+once per rank).
 
 One launch runs every set in turn (``tests/dist/indexed_sets.py``: gloo, a blocking all_reduce per
 step, DataLoader workers on each rank, the gathered audit on): 3 ranks forked after one torch
@@ -93,6 +95,8 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
     probe = sl.SeqLoader(CORPUS, rank=0, world_size=world, **options)  # one process plans
     alone = sl.SeqLoader(CORPUS, rank=0, world_size=1, **options)
     assert probe.planner.options.planning == "indexed"  # the default resolved to indexed
+    # random_seed_offset: each rank its own order of all the data (an epoch covers it W times)
+    own_orders = options.get("distribution") == "random_seed_offset"
     seen: collections.Counter = collections.Counter()
     filtered = 0
     for epoch in range(1, options.get("partition_epoch", 1) + 1):
@@ -109,10 +113,16 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
             ran = [(e["tags"], e["real"]) for e in log]
             assert ran == batches_of(plan.rank_share(r)), f"rank {r}: not the planned batches"
             here += real_tags(ran)
+            if own_orders:  # every sequence once on each rank (none dropped here)
+                assert plan.dropped == 0 and sorted(real_tags(ran)) == sorted(TAGS), f"rank {r}"
+        if own_orders:
+            continue
         single = batches_of(alone.planner.global_plan(epoch, 1).batches)
         assert sorted(here) == sorted(real_tags(single)), f"epoch {epoch}: not the plan of 1 rank"
         seen.update(here)
         filtered += sum(probe.planner.filtered(epoch).values())
+    if own_orders:
+        return
     assert max(seen.values()) == 1 and len(seen) == len(TAGS) - filtered  # exactly once
     if "min_seq_length" in options:  # the admitted sequences from the corpus's own lengths
         lengths = CORPUS.lengths("data")

@@ -42,6 +42,7 @@ SETS: dict[str, dict] = {
     "packed": {"batch_cost": "packed"},
     "max_packed_frames": {"max_packed_frames": 70},
     "quadratic": {"batch_cost": "quadratic:20", "max_frames": 200},
+    "random_seed_offset": {"distribution": "random_seed_offset"},
 }
 
 
