@@ -5,6 +5,8 @@ here."""
 
 from __future__ import annotations
 
+import gc
+
 import h5py
 import numpy as np
 from hypothesis import given
@@ -74,3 +76,22 @@ def test_workers_and_a_spent_budget_map_nothing_ahead(tmp_path, monkeypatch):
     opened = OpenFile(path, {"data": "inputs"}, use_mmap=True)
     assert opened._ahead is None and map_ahead._left == 100
     opened.close()
+
+
+def test_a_file_dropped_without_close_gives_its_budget_back(tmp_path, monkeypatch):
+    """An open file collected without ``close`` (a source dropped unclosed) gives back its part
+    of the process's budget with its map: else each one kept it, and after ``MAX_BYTES`` of them
+    the process mapped nothing ahead again."""
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: False)
+    path, data = _file(tmp_path)
+    left = map_ahead._left
+    opened = OpenFile(path, {"data": "inputs"}, use_mmap=True)
+    ahead = opened._ahead
+    if ahead is None:  # not Linux
+        return
+    assert ahead.wait(timeout=60) and map_ahead._left == left - data.nbytes
+    del opened
+    gc.collect()
+    assert map_ahead._left == left
+    ahead.stop()  # then closed as well: given back once
+    assert map_ahead._left == left

@@ -23,6 +23,7 @@ import ctypes
 import mmap
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -32,7 +33,7 @@ SPAN = 8 << 20  # bytes per call: the process's memory map is locked for reading
 MAX_BYTES = 8 << 30  # mapped ahead at a time per process (files open at once)
 
 _PAGE = mmap.PAGESIZE
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a collection may give a budget back in any thread
 _left = MAX_BYTES
 
 
@@ -111,17 +112,25 @@ class MapAhead:
 
     def stop(self) -> None:
         """End the thread (after at most the call under way) and give back its budget."""
-        global _left
         self._stop.set()
         self._thread.join()
+        self.release()
+
+    def release(self) -> None:
+        """Give back the budget (once) and ask the thread to end, not waiting for it: what a map
+        collected unclosed does (its pages are unmapped with it; the thread holds it until it
+        ends)."""
+        global _left
+        self._stop.set()
         with _lock:
             _left += self.nbytes
-        self.nbytes = 0
+            self.nbytes = 0
 
 
 def map_ahead(owner: mmap.mmap, spans: Sequence[tuple[int, int]]) -> MapAhead | None:
     """Map ``spans`` of ``owner`` ahead in a thread (``MapAhead``); None where this cannot be
-    done (off Linux) or the process's ``MAX_BYTES`` are taken."""
+    done (off Linux) or the process's ``MAX_BYTES`` are taken. The budget comes back at
+    ``stop`` or when ``owner`` is collected, whichever comes first."""
     global _left
     nbytes = sum(n for _, n in spans)
     if _CALLS is None or nbytes <= 0:
@@ -130,4 +139,7 @@ def map_ahead(owner: mmap.mmap, spans: Sequence[tuple[int, int]]) -> MapAhead | 
         if nbytes > _left:
             return None
         _left -= nbytes
-    return MapAhead(owner, spans, nbytes)
+    ahead = MapAhead(owner, spans, nbytes)
+    # a map collected without ``stop`` (its file dropped unclosed) gives the budget back with it
+    weakref.finalize(owner, ahead.release).atexit = False
+    return ahead
