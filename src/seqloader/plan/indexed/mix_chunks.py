@@ -133,6 +133,10 @@ class MixChunkDraw(MemberDraw):
             self._alike = keys
         return self._alike
 
+    def sorts_alike(self) -> bool:
+        """Whether any bucket's positions all sort alike (``alike_windows`` can say True)."""
+        return bool((self.alike_keys() >= 0).any())
+
     def alike_windows(self, bucket: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """bool per window (positions ``[lo, hi)`` of ``bucket``): whether its positions all
         sort alike (``SortedWindows``: such a window stays in list order, so only the positions

@@ -156,7 +156,8 @@ class SortedWindows:
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         alike = getattr(self.draw, "alike_windows", None)
-        if alike is None or not len(pos):
+        sorts = getattr(self.draw, "sorts_alike", None)
+        if alike is None or sorts is None or not len(pos) or not sorts():
             return self._windowed(bucket, pos)
         flat = self._alike(alike, bucket, pos)
         if not flat.any():
@@ -293,6 +294,11 @@ class RunDraw:
         first = np.minimum(first, len(filled) - 1)
         final = np.minimum(final, len(filled) - 1)
         return (filled[first] >= 0) & (change[final] == change[first])
+
+    def sorts_alike(self) -> bool:
+        """Whether any bucket's positions all sort alike (``alike_windows`` can say True)."""
+        chain = self._key_chain()
+        return chain is not None and bool((chain[0] >= 0).any())
 
     def _key_chain(self) -> tuple[np.ndarray, np.ndarray] | None:
         """(each bucket's one key, a bucket without positions taking the key before it; the
