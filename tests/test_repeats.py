@@ -26,17 +26,20 @@ VALUE = st.one_of(st.sampled_from(EDGES), st.integers(0, 2**64 - 1), st.integers
     empty=st.booleans(),
     part=st.sampled_from([1, 2, 5, 1 << 15]),
     table=st.sampled_from([1, 3, 20]),
+    screen=st.sampled_from([0, 3, 256]),
 )
 def test_repeats_are_the_values_seen_more_than_once(
-    values: list[int], blocks: list[int], empty: bool, part: int, table: int
+    values: list[int], blocks: list[int], empty: bool, part: int, table: int, screen: int
 ) -> None:
     """Property: any values, blocks, numbers of parts (``PART``: 1 gives up to 2^12 parts of a
-    few values) and count tables (``TABLE_BITS``: 1 puts most values in a shared slot)."""
+    few values), count tables (``TABLE_BITS``: 1 puts most values in a shared slot) and sizes
+    from which a part's candidates are counted a second time (``SCREEN``: 0 always)."""
     counts = collections.Counter(values)
     expected = sorted(v for v, c in counts.items() if c > 1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(repeats, "PART", part)
         mp.setattr(repeats, "TABLE_BITS", table)
+        mp.setattr(repeats, "SCREEN", screen)
         r = Repeats(expected=len(values))
         at, k = 0, 0
         while at < len(values):  # the values in blocks of the drawn sizes (cycled)
