@@ -84,8 +84,8 @@ def test_chunked_batches_equal_the_general_batcher(case: tuple[Planner, int]) ->
     order = planner.sub_epoch_slots(1)[0]
     units = planner.chunks.expand(order, planner.batcher.keys)
     start = min(start, len(units))
-    want = planner.chunk_batches(units.tail(start))  # every chunk's length per key
-    got = planner.chunked_batches(order, start, 1)
+    want = planner.units.chunk_batches(units.tail(start))  # every chunk's length per key
+    got = planner.units.batches(order, start, 1)
     np.testing.assert_array_equal(got.bounds, want.bounds)
     np.testing.assert_array_equal(got.seqs, want.seqs)
     np.testing.assert_array_equal(got.chunks, want.chunks)
@@ -99,8 +99,8 @@ def test_a_sequence_end_cutting_many_windows_takes_the_general_batcher() -> None
     assert planner.chunks is not None
     assert ChunkFits.of(planner.chunks, "data", 1000, lambda x: x, 50) is None
     order = planner.sub_epoch_slots(1)[0]
-    want = planner.chunk_batches(planner.chunks.expand(order, ["data"]))
-    got = planner.chunked_batches(order, 0, 1)
+    want = planner.units.chunk_batches(planner.chunks.expand(order, ["data"]))
+    got = planner.units.batches(order, 0, 1)
     np.testing.assert_array_equal(got.bounds, want.bounds)
 
 
@@ -114,8 +114,8 @@ def test_batches_of_more_than_max_cap_chunks_take_the_general_batcher() -> None:
         ChunkFits.of(planner.chunks, "data", 10_000, lambda x: x, planner.chunks.num_units) is None
     )
     order = planner.sub_epoch_slots(1)[0]
-    want = planner.chunk_batches(planner.chunks.expand(order, ["data"]))
-    got = planner.chunked_batches(order, 0, 1)
+    want = planner.units.chunk_batches(planner.chunks.expand(order, ["data"]))
+    got = planner.units.batches(order, 0, 1)
     np.testing.assert_array_equal(got.bounds, want.bounds)
     assert int(np.diff(got.bounds).max()) > MAX_CAP
 
@@ -126,7 +126,7 @@ def test_decided_starts_per_sequence_equal_those_found_per_chunk(case: tuple[Pla
     """``ChunkFits.decided`` (from each sequence's tight chunks) marks the very starts that a scan
     of every chunk's fit finds: those with a chunk of the least fit within that many chunks."""
     planner, start = case
-    fits = planner._chunk_fits
+    fits = planner.units.fits
     if not isinstance(fits, ChunkFits) or not fits.chunked:
         return
     assert planner.chunks is not None

@@ -94,7 +94,7 @@ def test_chunk_batches_are_global_plannings_and_every_contract_holds(case: dict)
 @settings(max_examples=6, deadline=None)
 @given(cases(), st.sampled_from(["random", "random:2"]))
 def test_random_chunk_batches_are_greedy_cuts_of_its_order(case: dict, ordering: str) -> None:
-    """``random``: each sub-epoch is global planning's chunk batches (``chunked_batches``: each
+    """``random``: each sub-epoch is global planning's chunk batches (``units.batches``: each
     sequence's chunks in turn, greedy over the windows) of the keyed order's part, the parts of a
     full epoch every admitted chunk once; every contract holds."""
     case["options"]["ordering"] = ordering
@@ -105,7 +105,7 @@ def test_random_chunk_batches_are_greedy_cuts_of_its_order(case: dict, ordering:
         got = planner.global_plan(epoch, 1).batches
         assert got.chunks is not None
         starts = np.flatnonzero(got.chunks == 0)  # every sequence starts at its chunk 0
-        want = reference.chunked_batches(got.seqs[starts], 0, epoch)
+        want = reference.units.batches(got.seqs[starts], 0, epoch)
         for a, b in ((got.seqs, want.seqs), (got.chunks, want.chunks), (got.bounds, want.bounds)):
             np.testing.assert_array_equal(a, b)
     cut = case["cuts"][: len(case["worlds"]) - 1]

@@ -18,16 +18,14 @@ from typing import Any, cast
 import numpy as np
 
 from seqloader.errors import OptionError
-from seqloader.parts import part_of
 from seqloader.plan.admission import mean_filtered, subset_order
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bounds import check_bins, check_chunk_units
-from seqloader.plan.chunk_batching import ChunkFits, batcher_fits, fit_bounds
 from seqloader.plan.chunks import ChunkSpec, ChunkTable, Units, chunk_table
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.edges import bucket_edges
-from seqloader.plan.epoch_plan import EpochPlan, list_imbalance
+from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import (
     EpochIndex,
     admit,
@@ -46,6 +44,7 @@ from seqloader.plan.fingerprint import plan_fingerprint
 from seqloader.plan.greedy.buckets import Arrangement, arrange
 from seqloader.plan.greedy.distribute import GlobalPlan
 from seqloader.plan.greedy.distributions import At, Distribution, Files, distribution_of
+from seqloader.plan.greedy.units import PlannedSequences, planned_units
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix, MixPlan, mixed_corpora
@@ -262,6 +261,8 @@ class Planner:
             none = self._admitted_mask & (np.diff(self.chunks.first) == 0)
             self.admission = self.admission.without(none, f"no chunk ({chunkless_reason(options)})")
             self._admitted_mask[none] = False
+        #: what the batch lists hold, sequences or chunks: every difference answered there
+        self.units: PlannedSequences = planned_units(self, self._check_start, self.chunks)
 
     def _arrange_buckets(self, key: str) -> None:
         """``buckets:N``: the bucket edges over the admitted units' lengths and costs (chunking:
@@ -272,14 +273,7 @@ class Planner:
         #: what buckets:N arranges, per unit (sequence index, or chunk number): lengths, costs
         self._arranged = (self.lengths, self.costs)
         if ordering.is_buckets:
-            adm = self.admission.admitted
-            lens, costs = self.lengths[adm], self.costs[adm]
-            if self.chunks is not None:  # buckets of chunks: every chunk's window
-                every = self.chunks.expand(adm, [key]).lengths[key]  # [chunks], in number order
-                lens = costs = every
-                if self.batcher.limits.cost.quadratic is not None:
-                    costs = self.batcher.limits.units(key, every)
-                self._arranged = (lens, costs)
+            self._arranged, (lens, costs) = self.units.bucket_inputs(self.admission.admitted, key)
             self.bucket_edges = bucket_edges(lens, costs, ordering.bins or 1)
 
     def _select_epochs(
@@ -373,21 +367,14 @@ class Planner:
         sharded file pools: its bins of the one file order, RETURNN's seeds unshifted), as
         ``sub_epoch_order`` (one slot per chunk when chunking)."""
         if self.per_rank_pools(world_size):
-            order = self.pool_order(epoch, 0, world_size, rank)
-            return order if self.chunks is None else self.chunks.expand(order).seqs
+            return self.units.slots(self.pool_order(epoch, 0, world_size, rank))
         return self.sub_epoch_order(epoch, rank)
 
     def _check_fits(self, tags: Sequence[str] | None, origin: str) -> None:
         """Every planned unit (admitted sequence, or chunk) fits a batch alone, else an error."""
         adm = self.admission.admitted
-        chunks = self.chunks
-        keys = self.batcher.keys
-        if chunks is not None:  # a sequence's first chunk is its longest
-            longest = {k: chunks.longest(k)[adm] for k in keys}
-            self.batcher.check_fits(longest, adm, tags, origin, "a chunk")
-            return
-        longest = {k: self.batcher.lengths[k][adm] for k in keys}
-        self.batcher.check_fits(longest, adm, tags, origin, "the whole")
+        longest, what = self.units.fit_lengths(adm)
+        self.batcher.check_fits(longest, adm, tags, origin, what)
 
     @property
     def num_admitted(self) -> int:
@@ -407,14 +394,11 @@ class Planner:
         epoch starts with; only ``buckets:N`` depends on it (its runs are one step of all ranks).
         """
         if self.files is not None:
-            seqs = self.sub_epoch_files(epoch)[0].seqs
-            return seqs if self.chunks is None else self.chunks.expand(seqs).seqs
+            return self.units.slots(self.sub_epoch_files(epoch)[0].seqs)
         if self.options.parsed_ordering.is_buckets:
-            order = self.arrangement(epoch, order_rank, world_size).order
-            return order if self.chunks is None else part_of(self.chunks.first, order)
-        if self.chunks is not None:  # one slot per chunk
-            return self.chunks.expand(self.sub_epoch_slots(epoch, order_rank)[0]).seqs
-        return self.sub_epoch_slots(epoch, order_rank)[0]
+            arranged = self.arrangement(epoch, order_rank, world_size).order
+            return self.units.arranged_slots(arranged)
+        return self.units.slots(self.sub_epoch_slots(epoch, order_rank)[0])  # chunked: per chunk
 
     def order_size(self, epoch: int, world_size: int = 1) -> int:
         """Sequences (slots) in the sub-epoch order of ``epoch`` (what positions index)."""
@@ -592,11 +576,8 @@ class Planner:
         rng = rng_for(self.options.seed, PURPOSE_BUCKETS, seed_epoch, order_rank, ep.part)
         o = self.options
         order = self.sub_epoch_slots(epoch, order_rank)[0]  # a random subset (no mix: refused)
-        if self.chunks is not None:
-            units = self.chunks.expand(order)
-            order = self.chunks.unit_ids(units.seqs, units.chunks)
         return arrange(
-            order,
+            self.units.arranged_ids(order),
             *self._arranged,
             self.bucket_edges,
             world_size,
@@ -628,11 +609,7 @@ class Planner:
     def slot_costs(self, batches: BatchList) -> np.ndarray:
         """Cost units of each slot of ``batches`` -> int64 ``[slots]`` (a chunk costs its window
         on the length key)."""
-        whole = self.lengths[batches.seqs]
-        if self.chunks is None or batches.chunks is None:
-            return self.costs[batches.seqs]
-        window = self.chunks.window(self.length_key, whole, batches.chunks)
-        return self.batcher.limits.units(self.length_key, window)
+        return self.units.slot_costs(batches)
 
     def audit_order(self, plan: EpochPlan, run: AuditRun, ranks: Sequence[int]) -> list[AuditOrder]:
         """What a run of ``plan`` must deliver, for the exactly-once audit (``audit_orders``)."""
@@ -641,59 +618,7 @@ class Planner:
     def step_imbalance(self, plan: EpochPlan, from_step: int) -> PlannedImbalance:
         """The planned step imbalance of ``plan`` (one of this planner's) from ``from_step`` on,
         read off its batch list: O(n), so computed off the training loop."""
-        if self.chunks is None:
-            return plan.step_imbalance(from_step, self._costs_of(plan))
-        return PlannedImbalance(
-            lambda: list_imbalance(plan, from_step, self.slot_costs(plan.batches), per_slot=True)
-        )
-
-    def chunk_batches(self, units: Units) -> BatchList:
-        """Greedy batches over ``units`` (chunks in plan order)."""
-        bounds = self.batcher.bounds_of(units.lengths)
-        return BatchList.from_bounds(units.seqs, bounds, chunks=units.chunks)
-
-    def chunked_batches(
-        self, order: np.ndarray, start: int, epoch: int, uses: np.ndarray | None = None
-    ) -> BatchList:
-        """Greedy batches over the chunks of ``order`` (sequences in plan order) from chunk
-        position ``start`` on. Under one padded limit the batches come from the chunks' fits
-        (``seqloader.plan.chunk_batching``: no per-chunk lengths, batch starts decided in runs);
-        other limits batch the chunks' lengths per key. Both give the same batches. ``uses``:
-        in a mix, each slot's corpus epoch (int ``[s]``), which each of its chunks carries."""
-        assert self.chunks is not None
-        fits = self._chunk_fits
-        if fits is None:
-            units = self.chunks.expand(order, self.batcher.keys)
-            self._check_start(start, len(units), epoch)
-            batches = self.chunk_batches(units.tail(int(start)))
-            if uses is None:
-                return batches
-            unit_uses = np.repeat(uses, self.chunks.counts[order])[int(start) :]
-            return BatchList(batches.seqs, batches.bounds, batches.real, unit_uses, batches.chunks)
-        counts = self.chunks.counts[order]  # [s]
-        ends = np.cumsum(counts, dtype=np.int64)  # [s]
-        units = self.chunks.expand(order, counts=counts, ends=ends)  # sequences, chunk indices
-        self._check_start(start, len(units), epoch)
-        start = int(start)
-        bounds = fit_bounds(fits, order, counts, ends, start)
-        of_units = None if uses is None else np.repeat(uses, counts)[start:]
-        return BatchList.from_bounds(units.seqs[start:], bounds, of_units, units.chunks[start:])
-
-    def _slots_for_chunks(
-        self, epoch: int, order_rank: int
-    ) -> tuple[np.ndarray, int, int, np.ndarray | None]:
-        """``chunked_batches``' arguments for a whole sub-epoch of ``order_rank``."""
-        order, uses = self.sub_epoch_slots(epoch, order_rank)
-        return order, 0, epoch, uses
-
-    @functools.cached_property
-    def _chunk_fits(self) -> ChunkFits | int | None:
-        """How chunked plans batch (once per planner): ``ChunkFits`` under one padded limit, the
-        batch size when only ``max_seqs`` limits, None for the general batcher."""
-        assert self.chunks is not None
-        limits = self.batcher.limits
-        cap = limits.max_seqs if limits.max_seqs is not None else max(self.chunks.num_units, 1)
-        return batcher_fits(self.chunks, self.batcher, cap)
+        return self.units.step_imbalance(plan, from_step)
 
     def global_plan(
         self, epoch: int, world_size: int, start: int = 0, order_world_size: int | None = None
@@ -711,25 +636,18 @@ class Planner:
         if self.options.parsed_ordering.is_buckets:
             return self._arranged_batches(epoch, 0, order_world_size, start)
         order, uses = self.sub_epoch_slots(epoch)
-        if self.chunks is not None:
-            return self.chunked_batches(order, start, epoch, uses)
-        self._check_start(start, len(order), epoch)
-        order = order[int(start) :]
-        uses = None if uses is None else uses[int(start) :]
-        return self.batches(order, uses, epoch)
+        return self.units.batches(order, start, epoch, uses)
 
     def own_batches(self, epoch: int, rank: int) -> BatchList:
         """The batches of rank ``rank``'s own order of ``epoch`` (``random_seed_offset``)."""
         if self.options.parsed_ordering.is_buckets:
             return self._arranged_batches(epoch, rank, 1, 0)
-        if self.chunks is not None:
-            return self.chunked_batches(*self._slots_for_chunks(epoch, rank))
-        return self.batches(self.sub_epoch_order(epoch, rank), epoch=epoch)
+        order, uses = self.sub_epoch_slots(epoch, rank)  # uses: None (a mix is refused)
+        return self.units.batches(order, 0, epoch, uses)
 
     def pool_batches(self, epoch: int, world_size: int, rank: int) -> BatchList:
         """The batches of rank ``rank``'s own file pool of ``epoch`` (sharded pools)."""
-        order = self.pool_order(epoch, 0, world_size, rank)
-        return self.batches(order) if self.chunks is None else self.chunked_batches(order, 0, epoch)
+        return self.units.batches(self.pool_order(epoch, 0, world_size, rank), 0, epoch)
 
     def noted(self, plan: GlobalPlan, epoch: int) -> GlobalPlan:
         """``plan``, remembered as ``epoch``'s when there are length variants: its step
@@ -740,7 +658,7 @@ class Planner:
             self._plan_epochs = {**alive, id(seqs): (weakref.ref(seqs), epoch)}
         return plan
 
-    def _costs_of(self, plan: EpochPlan) -> np.ndarray:
+    def costs_of(self, plan: EpochPlan) -> np.ndarray:
         """Per-sequence costs of ``plan``: its epoch's drawn lengths' with length variants, else
         the source's."""
         seqs = plan.batches.seqs
@@ -784,46 +702,19 @@ class Planner:
         ``left``, bool ``[chunks]``, when given) batched."""
         ordering = self.options.parsed_ordering
         order = seqs[order_sequences(self.order_lengths[seqs], ordering, rng)]
-        o = self.options
-        if self.chunks is not None and ordering.is_buckets:  # the rank's chunks, arranged
-            units = self.chunks.expand(order)
-            ids = self.chunks.unit_ids(units.seqs, units.chunks)
-            if left is not None:
-                ids = ids[left[ids]]
-            lens, costs = self._arranged
-            arranged = arrange(ids, lens, costs, self.bucket_edges, 1, o.max_seqs, self.budget, rng)
-            return self._chunk_slots(BatchList.from_bounds(arranged.order, arranged.bounds))
-        if self.chunks is not None:
-            if left is None:  # every chunk of the sequences
-                return self.chunked_batches(order, 0, 0)
-            units = self.chunks.expand(order, self.batcher.keys)
-            keep = left[self.chunks.unit_ids(units.seqs, units.chunks)]  # [u]
-            kept = Units(
-                units.seqs[keep], units.chunks[keep], {k: v[keep] for k, v in units.lengths.items()}
-            )
-            return self.chunk_batches(kept)
         if not ordering.is_buckets:
-            return self.batches(order)
-        arranged = arrange(
-            order, self.lengths, self.costs, self.bucket_edges, 1, o.max_seqs, self.budget, rng
-        )
-        return BatchList.from_bounds(arranged.order, arranged.bounds)
+            return self.units.batches(order, 0, None, left=left)
+        ids = self.units.arranged_ids(order, left)  # the rank's units, arranged
+        o = self.options
+        arranged = arrange(ids, *self._arranged, self.bucket_edges, 1, o.max_seqs, self.budget, rng)
+        return self.units.slot_batches(BatchList.from_bounds(arranged.order, arranged.bounds))
 
     def _arranged_batches(self, epoch: int, order_rank: int, group: int, start: int) -> BatchList:
         arranged = self.arrangement(epoch, order_rank, group)
         self._check_start(start, len(arranged.order), epoch)
         costs = self._arranged[1]
         batches = arranged.batches_from(int(start), costs, self.options.max_seqs, self.budget)
-        return self._chunk_slots(batches)
-
-    def _chunk_slots(self, batches: BatchList) -> BatchList:
-        """Batches over chunk numbers (an arrangement of chunks) as (sequence, chunk) slots;
-        unchanged without chunking."""
-        if self.chunks is None:
-            return batches
-        seqs = part_of(self.chunks.first, batches.seqs)
-        chunks = batches.seqs - self.chunks.first[seqs]
-        return BatchList(seqs, batches.bounds, batches.real, batches.uses, chunks)
+        return self.units.slot_batches(batches)
 
     @staticmethod
     def _check_start(start: object, size: int, epoch: int) -> None:

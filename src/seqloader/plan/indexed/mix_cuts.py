@@ -40,7 +40,7 @@ One mix's sub-epoch cut in both ways, ``random`` and ``default`` (the same 8 slo
 Chunked (``chunked_mix_cut``): the same slots in the same order, each expanded into its chunks
 (consecutive, each carrying the slot's corpus epoch) and the chunks cut greedily by their windows
 (``fixed_chunks.cut_chunk_positions``): global planning's chunked batches of a mix's slots
-(``chunked_batches`` with ``uses``). A rank draws only its own batches' chunks
+(``PlannedChunks.batches`` with ``uses``). A rank draws only its own batches' chunks
 (``ChunkedFixedDraw``); the cut costs what the unchunked one costs, per chunk.
 """
 
