@@ -95,3 +95,20 @@ def test_a_file_dropped_without_close_gives_its_budget_back(tmp_path, monkeypatc
     assert map_ahead._left == left
     ahead.stop()  # then closed as well: given back once
     assert map_ahead._left == left
+
+
+def test_closing_while_the_thread_maps_ends_it_first(tmp_path, monkeypatch):
+    """``close`` right after open (the thread mapping a page per call, most of the file left):
+    the thread has ended when ``close`` returns, the map is closed, the budget is back."""
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: False)
+    monkeypatch.setattr(map_ahead, "SPAN", map_ahead._PAGE)
+    monkeypatch.setattr(map_ahead, "MIN_RUN", 1)
+    path, _ = _file(tmp_path, rows=20_000)  # 3.2 MB: ~800 calls
+    left = map_ahead._left
+    for _ in range(3):
+        opened = OpenFile(path, {"data": "inputs"}, use_mmap=True)
+        ahead = opened._ahead
+        opened.close()
+        assert opened._mmap is None and map_ahead._left == left
+        if ahead is not None:
+            assert ahead.wait(timeout=0)

@@ -27,7 +27,7 @@ import seqloader as sl
 from conftest import index_corpus
 from seqloader.errors import DataWarning
 from seqloader.loading import bucket_store
-from seqloader.sources import concat_store
+from seqloader.sources import concat_store, hdf_layout
 from seqloader.sources.columns import (
     MAGIC,
     ColumnStore,
@@ -244,15 +244,21 @@ def test_a_header_forged_from_another_store_is_refused(tmp_path) -> None:
 # ---- the store kinds ---------------------------------------------------------------------------
 
 
-def _write_hdf(path: Path, n: int = 30) -> None:
+def _write_hdf(path: Path, n: int = 30, vlen: bool = False) -> None:
+    """``n`` sequences tagged ``<stem>-<i>``: fixed-length ``S`` tags, or (``vlen``) variable-
+    length ones as SimpleHDFWriter writes them (read from the heap when the store is built)."""
     name = path.stem
     rng = np.random.default_rng(1)
     lengths = rng.integers(2, 9, n)
     data = np.concatenate([np.full((int(t), 2), i, np.float32) for i, t in enumerate(lengths)])
+    tags = [f"{name}-{i}" for i in range(n)]
     with h5py.File(path, "w") as f:
         f.create_dataset("inputs", data=data)
         f.create_dataset("seqLengths", data=lengths[:, None])
-        f.create_dataset("seqTags", data=np.array([f"{name}-{i}".encode() for i in range(n)], "S"))
+        if vlen:
+            f.create_dataset("seqTags", data=np.array(tags, object), dtype=h5py.string_dtype())
+        else:
+            f.create_dataset("seqTags", data=np.array([t.encode() for t in tags], "S"))
         f.attrs["inputPattSize"] = 2
         f.create_group("targets/data")
         f.create_group("targets/size")
@@ -271,10 +277,15 @@ def _hdf_serve(files: list[Path], index: Path) -> object:
             }
 
 
-def test_hdf_metadata_store(tmp_path) -> None:
+@pytest.mark.parametrize("vlen", [False, True])
+def test_hdf_metadata_store(tmp_path, monkeypatch, vlen) -> None:
+    """Built block by block (``vlen``: tags out of the HDF heap, 4 per block: blocks end inside
+    runs of tags of one length, the last block partial; ``seqLengths`` 8 rows per block)."""
+    monkeypatch.setattr(hdf_layout, "TAG_BLOCK", 4)
+    monkeypatch.setattr(hdf_layout, "ROW_BLOCK", 8)
     files = [tmp_path / "a.hdf", tmp_path / "b.hdf"]
     for i, f in enumerate(files):
-        _write_hdf(f, 20 + 7 * i)
+        _write_hdf(f, 20 + 7 * i, vlen)
     index = tmp_path / "idx"
     expected = _hdf_serve(files, index)
     (store,) = index.glob("hdf-*.cols")
