@@ -473,6 +473,8 @@ class MixDraw:
         corpus = np.searchsorted(cum, q, side="right") - 1 if len(corpora) > 1 else None
         for c in corpora:
             sel = None if corpus is None else np.flatnonzero(corpus == c)
+            if sel is not None and not len(sel):
+                continue  # none of these positions in corpus c (a small corpus, a short call)
             stream = q if sel is None else q[sel]
             stream = stream + int(self.lo[b, c] - cum[c])  # position in the (b, c) stream
             n = int(mix.counts[b, c])
