@@ -19,6 +19,7 @@ An entry is matched to its member by *key*: the cut id (Shar), the member name w
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -156,7 +157,9 @@ def shar_entry(line: int, cut: dict, where: str, field_name: str) -> Entry:
         raise DataError(
             f"{where} line {line}: expected a Lhotse cut with an 'id', got keys {sorted(cut)[:8]}"
         )
-    duration = seconds(f"{where} line {line}", "duration", cut.get("duration"))
+    duration = cut.get("duration")
+    if type(duration) is not float or not 0.0 <= duration < math.inf:  # NaN fails both
+        duration = seconds(f"{where} line {line}", "duration", duration)  # else: what it returns
     texts = [s.get("text") for s in cut.get("supervisions") or [] if s.get("text")]
     rec = cut.get("recording") or {}
     feats = cut.get("features") or {}

@@ -1,16 +1,38 @@
 """Shard listings read line by line (Lhotse Shar cuts, NeMo manifests), every line checked by the
 manifest helpers every reader shares (``seqloader.audio.manifest_lines``: UTF-8, JSON objects
-without NaN/Infinity), ``.gz`` decompressed on the fly."""
+without NaN/Infinity), ``.gz`` decompressed on the fly.
+
+Why two readers: a first open parses every listing line of the corpus, about half of its CPU.
+``json_lines`` first reads a listing in 1 MiB pieces, each decoded once and parsed as one JSON
+array (``_fast_lines``); that skips the per-line ``readline``, UTF-8 decode, decoder call and
+generator hops of the careful reader (``_checked_lines``), and makes each piece's keys once. A
+listing the fast reader does not accept exactly as the careful one would (bad UTF-8, a BOM, not
+JSON, NaN, a line that is not one object, a read error) makes it give up, and the careful reader
+reads the listing again and raises its error naming the file, the line and the fix: both accept
+the same listings, with the same entries."""
 
 from __future__ import annotations
 
 import gzip
 import io
+import os
 from collections.abc import Iterator
 from typing import BinaryIO
 
-from seqloader.audio.manifest_lines import json_entry, text_lines
+from seqloader.audio.manifest_lines import _DECODER, json_entry, text_lines
 from seqloader.errors import DataError
+
+PIECE = 1 << 20  # bytes read at a time by the fast reader (a listing's bytes are never held whole)
+
+
+class _GiveUp(Exception):
+    """A listing the fast reader leaves to the careful one."""
+
+
+def _open(path: str, data: bytes | None) -> tuple[BinaryIO, BinaryIO]:
+    raw: BinaryIO = open(path, "rb") if data is None else io.BytesIO(data)  # noqa: SIM115
+    stream: BinaryIO = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw  # type: ignore[assignment]
+    return raw, stream
 
 
 def json_lines(
@@ -19,9 +41,73 @@ def json_lines(
     """(line number from 1, entry) of every non-blank line of the JSON-lines file ``path`` (or of
     its bytes ``data``, a remote listing); a bad line is a ``DataError`` naming ``label`` (default
     ``path``), the line and the fix."""
-    label = label or path
-    raw: BinaryIO = open(path, "rb") if data is None else io.BytesIO(data)  # noqa: SIM115
-    stream: BinaryIO = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw  # type: ignore[assignment]
+    try:
+        return iter(_fast_lines(path, data))
+    except _GiveUp:
+        return _checked_lines(path, label or path, data)
+
+
+def _fast_lines(path: str, data: bytes | None) -> list[tuple[int, dict]]:
+    """Every line's entry, or ``_GiveUp`` where the careful reader must judge the listing.
+
+    A piece's lines are parsed as one JSON array, ``[line, SEP, line, SEP, ..., line]``: one
+    call, and the objects' keys are made once per piece instead of once per line (the decoder's
+    memo), about a third less than a parse per line. ``SEP`` is a string drawn at random for each
+    piece (``os.urandom``): the array holds every line as its own object exactly when it
+    alternates object, ``SEP``, object, ... A line holding two values, or one object spread over
+    two lines, moves a separator into or out of an object; only a listing that knows the random
+    ``SEP`` could put one back (then it is read by the careful reader too)."""
+    out: list[tuple[int, dict]] = []
+    decode = _DECODER.decode
+    number = 0
+
+    def parse(text: str) -> None:
+        nonlocal number
+        numbers: list[int] = []
+        lines: list[str] = []
+        for line in text.split("\n"):
+            number += 1
+            if line.strip():
+                numbers.append(number)
+                lines.append(line)
+        if not lines:
+            return
+        sep = os.urandom(16).hex()
+        got = decode("[" + f',"{sep}",'.join(lines) + "]")
+        objects = got[0::2]
+        if (
+            len(got) != 2 * len(lines) - 1
+            or got[1::2].count(sep) != len(lines) - 1
+            or not all(type(o) is dict for o in objects)
+        ):
+            raise _GiveUp
+        out.extend(zip(numbers, objects))
+
+    try:
+        raw, stream = _open(path, data)
+    except OSError:
+        raise _GiveUp from None
+    try:
+        rest = b""
+        while piece := stream.read(PIECE):
+            rest += piece
+            end = rest.rfind(b"\n")
+            if end >= 0:
+                parse(rest[:end].decode("utf-8"))
+                rest = rest[end + 1 :]
+        if rest:
+            parse(rest.decode("utf-8"))
+    except (ValueError, OSError, EOFError):  # JSONDecodeError, NaN, UTF-8 errors are ValueErrors
+        raise _GiveUp from None
+    finally:
+        stream.close()
+        raw.close()
+    return out
+
+
+def _checked_lines(path: str, label: str, data: bytes | None) -> Iterator[tuple[int, dict]]:
+    """The careful reader: one line at a time, each defect a ``DataError`` naming its line."""
+    raw, stream = _open(path, data)
     try:
         for number, text in text_lines(label, stream):
             if text.strip():
