@@ -4,7 +4,7 @@ the mix's selection, the same ``(sequence, corpus epoch)`` slots on every rank, 
 epoch is used once per rank (the mix's own check on each rank's order over full epochs); a
 rank's batches are a prefix of its order, nothing twice, the surplus beyond the common steps
 counted as dropped; and every contract holds (``check_plan_contracts``). Global planning still
-refuses the set by name."""
+refuses the set by name. Through loaders (torch): ``test_indexed_mix_per_rank_loader.py``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
 from seqloader.plan.mix import Corpora
 from seqloader.plan.planners import make_planner
-from test_resume import loader_factory, mixed_corpora, run_all, run_chain
 
 ORDERINGS = ["default", "sorted", "random:2", "laplace:.3", "buckets:3", "sort_bin_shuffle:.3"]
 
@@ -83,24 +82,3 @@ def test_global_planning_still_refuses_it_by_name() -> None:
     with pytest.raises(OptionError, match="use planning='indexed'"):
         PlanOptions(**options, planning="global")
     assert PlanOptions(**options).resolved_planning == "indexed"
-
-
-@settings(max_examples=8, deadline=None)
-@given(
-    n=st.integers(2, 40),
-    seed=st.integers(0, 5),
-    ordering=st.sampled_from(["laplace:.5", "buckets:3", "random", "sorted"]),
-    world=st.integers(1, 3),
-    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
-)
-def test_the_loader_resumes_each_ranks_own_mix(n, seed, ordering, world, cuts) -> None:
-    """Through loaders (audit on): a chain of saves and loads on the same world size, stopped
-    after ``cuts`` steps, delivers the uninterrupted run's batches, every rank its own order."""
-    make = loader_factory(
-        mixed_corpora(n, seed), mix={"a": 1.5, "b": 0.5}, distribution="random_seed_offset",
-        max_seqs=3, max_frames=40, ordering=ordering, audit=True,
-    )  # fmt: skip
-    assert make(0, world).planner.options.planning == "indexed"
-    reference = run_all(make, world, 2)
-    stages, _ = run_chain(make, [world] * 3, cuts, 2)
-    assert [r for stage in stages for r in stage] == reference
