@@ -357,19 +357,10 @@ def test_buckets_replay_of_prefixes_equals_rank_by_rank(
             np.testing.assert_array_equal(seg.consumed(steps), got)
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.data(),
-    st.sampled_from(["split", "pad", "drop"]),
-    st.sampled_from([1, 2, 5, 16]),
-    st.sampled_from([replay_buckets.FLOAT_EXACT, 0]),
-)
-def test_buckets_replay_on_drawn_units_equals_rank_by_rank(
-    data, uneven: str, block: int, exact: int
-) -> None:
-    """The same on drawn units (ranks' runs of random counts and batch sizes, partly consumed
-    before the segment, on their own ranks or cut over another world size): every step, with
-    blocks of 1 to 16 batches, the search's counts in float64 or (``exact`` 0) in integers."""
+def drawn_segment(data, ordering: str, uneven: str) -> Segment:
+    """A segment of drawn units: ranks' runs of random counts and batch sizes (levels: the
+    run's place), partly consumed before it, on their own ranks or cut over another world
+    size, its order keyed by a drawn seed."""
     runs = data.draw(
         st.lists(
             st.lists(st.tuples(st.integers(1, 16), st.integers(1, 6)), max_size=4),
@@ -388,9 +379,40 @@ def test_buckets_replay_on_drawn_units_equals_rank_by_rank(
     start = np.array([data.draw(st.integers(0, int(c))) for c in count], dtype=np.int64)
     index = data.draw(st.integers(0, 1))
     world = len(runs) if index == 0 else data.draw(st.integers(1, 6))
-    ordering = PlanOptions(ordering="buckets:3").parsed_ordering
     seed = data.draw(st.integers(0, 9))
-    seg = Segment(units, start, world, index, ordering, uneven, lambda r: (seed, r))
+    parsed = PlanOptions(ordering=ordering).parsed_ordering
+    return Segment(units, start, world, index, parsed, uneven, lambda r: (seed, r))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.data(),
+    st.sampled_from(["split", "pad", "drop"]),
+    st.sampled_from(["laplace", "laplace:3", "laplace:7", "laplace:.2"]),
+)
+def test_laplace_replay_on_drawn_units_equals_rank_by_rank(data, uneven: str, ordering) -> None:
+    """The closed-form count of whole bins and the walk of the bin where the steps end, on
+    drawn units (ranks' runs of random counts, batch sizes and levels, partly consumed before
+    the segment, on their own ranks or cut over another world size), at every step."""
+    seg = drawn_segment(data, ordering, uneven)
+    for steps in range(seg.steps + 1):
+        np.testing.assert_array_equal(seg.consumed(steps), seg.consumed_rank_by_rank(steps))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.data(),
+    st.sampled_from(["split", "pad", "drop"]),
+    st.sampled_from([1, 2, 5, 16]),
+    st.sampled_from([replay_buckets.FLOAT_EXACT, 0]),
+)
+def test_buckets_replay_on_drawn_units_equals_rank_by_rank(
+    data, uneven: str, block: int, exact: int
+) -> None:
+    """The same on drawn units (ranks' runs of random counts and batch sizes, partly consumed
+    before the segment, on their own ranks or cut over another world size): every step, with
+    blocks of 1 to 16 batches, the search's counts in float64 or (``exact`` 0) in integers."""
+    seg = drawn_segment(data, "buckets:3", uneven)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(interleave, "BLOCK", block)
         patch.setattr(replay_buckets, "FLOAT_EXACT", exact)

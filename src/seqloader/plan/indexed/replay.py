@@ -15,8 +15,11 @@ vectorised over all ranks:
   units (``(nb_u - 1) * ceil(k_u / t) + ceil(last_u / t)`` increments), every batch
   ``ceil(size / t*)`` pieces, and the leftover increments of value ``t*`` to the rank's latest
   eligible batches, block by block from its end.
-- **Consumption**: blocks whose pieces end by ``steps`` are consumed whole; in the one block
-  where ``steps`` falls, its batches are walked in closed form (a few groups of equal pieces).
+- **Consumption** (``laplace_consumed``): per (rank, bin) the pieces are summed in closed form
+  from each unit's share of the bins (no block listed), so the bins a rank's ``steps`` consume
+  whole are counted per unit at once; only the one bin where ``steps`` falls lists its blocks in
+  order, and in its one block where ``steps`` falls the batches are walked in closed form (a few
+  groups of equal pieces). ``laplace_blocks`` lists every block (the rank's layout).
 
 Under ``buckets:N`` a rank's order is a keyed stratified interleaving whose prefixes of whole
 blocks are counted per unit in closed form (``seqloader.plan.indexed.replay_buckets``, which
@@ -62,43 +65,111 @@ def _ceil(x: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
-    """Sequences of each unit consumed in the segment's first ``steps`` steps -> int64 ``[U]``."""
+    """Sequences of each unit consumed in the segment's first ``steps`` steps -> int64 ``[U]``.
+
+    Per (rank, bin) the pieces, tie increments and sequences are summed in closed form (a unit
+    adds ``nb // B`` batches to every bin of its rank, one more to ``nb % B`` bins from its
+    phase on, its last batch to its last one), so the bins a rank's steps consume whole are counted
+    per unit without listing blocks; only the one bin where the steps end is listed in its
+    order and walked."""
     world = seg.world_size
     out = np.zeros(seg.num_units, dtype=np.int64)
     live = seg.live
     if steps <= 0 or not len(live):
         return out
-    nb, size = seg.nb, seg.size
+    owner, nb, size = seg.owner, seg.nb.astype(np.int64), seg.size.astype(np.int64)
     last = seg.rem - (nb - 1) * size  # [L] the unit's last batch (1..size)
     level, prev, cut, rest = _split_levels(seg, last)
-    blk_unit, count, first = _rank_blocks(seg)
-    blk_q = seg.owner[blk_unit]
-    short = (first + count == nb[blk_unit]).astype(np.int64)  # holds the unit's last batch
-    full = count - short
-    k_b, l_b = size[blk_unit], last[blk_unit]
-    t_b, p_b = level[blk_q], prev[blk_q]
-    pk, pl = _ceil(k_b, t_b), _ceil(l_b, t_b)
-    ck = np.where(cut[blk_q], _ceil(k_b, p_b) - pk, 0)
-    cl = np.where(cut[blk_q], _ceil(l_b, p_b) - pl, 0)
-    events = full * ck + short * cl  # [blocks] tie increments each block could take
-    # leftovers go to a rank's latest eligible batches: blocks from its end
-    rank_start = np.searchsorted(blk_q, np.arange(world + 1), side="left")
-    after = _suffix_within(events, rank_start)  # events of the rank's later blocks
-    extra = np.clip(rest[blk_q] - after, 0, events)
-    pieces = full * pk + short * pl + extra
-    ends = _cumsum_within(pieces, rank_start)  # pieces through each block, per rank
-    seqs = full * k_b + short * l_b
+    rank_bins = _num_bins(seg, seg.rank_seqs)  # [W]
+    off = np.concatenate([[0], np.cumsum(rank_bins)])  # [W + 1] each rank's bins, flat
+    bins = rank_bins[owner]
+    phase = _phases(owner, live, nb, seg.level, bins)  # [L] the bin of the unit's first batch
+    whole, more = np.divmod(nb, bins)  # batches in every bin; bins with one more
+    # a unit's batches fill its blocks in bin order: its last batch is in its last bin
+    last_bin = np.where((whole > 0) | (phase + more > bins), bins - 1, phase + more - 1)
+    t, p = level[owner], prev[owner]
+    pk, pl = _ceil(size, t), _ceil(last, t)
+    ck = np.where(cut[owner], _ceil(size, p) - pk, 0)
+    cl = np.where(cut[owner], _ceil(last, p) - pl, 0)
+    total = int(off[-1])
+    base = off[owner]
+    end = phase + more
+    wrap = end > bins  # the bins with one more batch run past the rank's last bin
+    # each unit's batches per bin as point changes along its rank's bins (summed, then cumsum):
+    # + at its phase, - where its extra bins end (wrapped: at the rank's end, then + at bin 0
+    # and - where they end), its last batch's change at its last bin and undone after it
+    wb, we = base[wrap], (base + end - bins)[wrap]
+    lb = base + last_bin
+    pos = np.concatenate([base + phase, base + np.minimum(end, bins), wb, we, lb, lb + 1])
+    n, nw = len(owner), len(wb)
 
-    done = ends <= steps
-    np.add.at(out, live[blk_unit[done]], seqs[done])
-    crossing = np.flatnonzero(~done & (ends - pieces < steps))  # at most one block per rank
-    for i in crossing.tolist():
-        m = steps - int(ends[i] - pieces[i])
+    def per_bin(v_full: np.ndarray, v_last: np.ndarray) -> np.ndarray:  # [total] per (rank, bin)
+        val = np.empty(len(pos), dtype=np.float64)
+        val[:n] = v_full
+        val[n : 2 * n] = -v_full
+        val[2 * n : 2 * n + nw] = v_full[wrap]
+        val[2 * n + nw : 2 * n + 2 * nw] = -v_full[wrap]
+        val[2 * n + 2 * nw : 3 * n + 2 * nw] = v_last - v_full
+        val[3 * n + 2 * nw :] = v_full - v_last
+        diff = np.bincount(pos, weights=val, minlength=total + 1)
+        every = np.bincount(owner, weights=whole * v_full, minlength=world)  # in every bin
+        diff[off[:-1]] += every
+        diff[off[1:]] -= every
+        return np.rint(np.cumsum(diff[:total])).astype(np.int64)
+
+    pieces = per_bin(pk, pl)
+    events = per_bin(ck, cl)
+    rank_of_bin = np.repeat(np.arange(world, dtype=np.int64), rank_bins)
+    after = _suffix_within(events, off)  # events of the rank's later bins
+    pieces += np.clip(rest[rank_of_bin] - after, 0, events)
+    ends = _cumsum_within(pieces, off)  # pieces through each bin, per rank
+    done = np.bincount(rank_of_bin, weights=ends <= steps, minlength=world).astype(np.int64)
+    c = done[owner]  # [L] bins of the unit's rank consumed whole
+
+    def overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # |[a, b) & [0, c)|
+        return np.maximum(np.minimum(b, c) - np.maximum(a, 0), 0)
+
+    n_in = whole * c + overlap(phase, phase + more) + overlap(phase - bins, phase + more - bins)
+    has_last = (last_bin < c).astype(np.int64)
+    out[live] = n_in * size - has_last * (size - last)
+
+    before = np.where(done > 0, ends[np.maximum(off[:-1] + done - 1, 0)], 0)  # [W]
+    left = steps - before
+    crossing = (done < rank_bins) & (left > 0)  # [W] ranks whose steps end inside a bin
+    units = np.flatnonzero(crossing[owner])
+    if not len(units):
+        return out
+    q, cu = owner[units], c[units]
+    rel = (cu - phase[units]) % bins[units]
+    count = whole[units] + (rel < more[units])
+    keep = count > 0
+    units, q, cu, count = units[keep], q[keep], cu[keep], count[keep]
+    if not len(units):
+        return out
+    short = (last_bin[units] == cu).astype(np.int64)
+    full = count - short
+    lev = seg.level[units].astype(np.int64)
+    major = np.where(cu & 1, -lev, lev)
+    order = _block_order(owner, live, units, cu, major)  # by (rank, major, unit)
+    units, q, cu, count, short, full = (x[order] for x in (units, q, cu, count, short, full))
+    ev = full * ck[units] + short * cl[units]
+    starts = np.searchsorted(q, np.arange(world + 1), side="left")
+    later = after[off[q] + cu] + _suffix_within(ev, starts)
+    extra = np.clip(rest[q] - later, 0, ev)
+    blk_pieces = full * pk[units] + short * pl[units] + extra
+    blk_ends = _cumsum_within(blk_pieces, starts)
+    m_all = left[q]
+    whole_blk = blk_ends <= m_all
+    out[live[units[whole_blk]]] += (full * size[units] + short * last[units])[whole_blk]
+    inside = np.flatnonzero(~whole_blk & (blk_ends - blk_pieces < m_all))
+    for i in inside.tolist():
+        u = int(units[i])
+        m = int(m_all[i] - (blk_ends[i] - blk_pieces[i]))
         groups = _groups(
-            int(full[i]), int(short[i]), int(k_b[i]), int(l_b[i]), int(pk[i]), int(pl[i]),
-            int(ck[i]), int(cl[i]), int(extra[i]),
+            int(full[i]), int(short[i]), int(size[u]), int(last[u]), int(pk[u]), int(pl[u]),
+            int(ck[u]), int(cl[u]), int(extra[i]),
         )  # fmt: skip
-        out[live[blk_unit[i]]] += _walk(groups, m)
+        out[live[u]] += _walk(groups, m)
     return out
 
 
@@ -190,13 +261,7 @@ def laplace_blocks(
     """
     nb = nb.astype(np.int64)
     bins = bins.astype(np.int64)
-    by = _length_order(owner, unit, level)  # each rank's units in length order
-    owned = owner[by]
-    ends = np.cumsum(nb[by])
-    begin = np.searchsorted(owned, owned, side="left")  # each rank's first unit
-    before = ends - nb[by] - np.concatenate([[0], ends])[begin]  # batches before, in its rank
-    phase = np.empty(len(nb), dtype=np.int64)
-    phase[by] = before % bins[by]  # the bin of the unit's first batch
+    phase = _phases(owner, unit, nb, level, bins)  # the bin of the unit's first batch
     nblk = np.minimum(nb, bins)  # relative bin k: positions phase + k, phase + k + B, ..
     blk = np.repeat(np.arange(len(nb), dtype=np.int64), nblk)
     k = np.arange(int(nblk.sum()), dtype=np.int64) - np.repeat(np.cumsum(nblk) - nblk, nblk)
@@ -214,6 +279,21 @@ def laplace_blocks(
     major = np.where(bin_of % 2 == 1, -lev, lev)
     order = _block_order(owner, unit, blk, bin_of, major)
     return blk[order], count[order], first[order]
+
+
+def _phases(
+    owner: np.ndarray, unit: np.ndarray, nb: np.ndarray, level: np.ndarray, bins: np.ndarray
+) -> np.ndarray:
+    """The bin of each unit's first batch (``laplace_blocks``' deal: a rank's units in length
+    order, their batches end to end, position ``j`` in bin ``j % B``) -> int64 ``[L]``."""
+    by = _length_order(owner, unit, level)  # each rank's units in length order
+    owned = owner[by]
+    ends = np.cumsum(nb[by])
+    begin = np.searchsorted(owned, owned, side="left")  # each rank's first unit
+    before = ends - nb[by] - np.concatenate([[0], ends])[begin]  # batches before, in its rank
+    phase = np.empty(len(nb), dtype=np.int64)
+    phase[by] = before % bins[by]
+    return phase
 
 
 def _ranked_units(owner: np.ndarray, unit: np.ndarray) -> bool:
