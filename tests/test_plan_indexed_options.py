@@ -423,3 +423,92 @@ def test_golden_plans_of_the_admission_options() -> None:
     changed, so no algorithm bump)."""
     got = {name: indexed_digest(case) for name, case in NEW_CASES.items()}
     assert got == NEW_GOLDEN, f"indexed plans changed; bump INDEXED_ALGORITHM and record: {got}"
+
+
+# option sets refused by both plannings before, planned by indexed since (buckets:N with per-key
+# or packed limits, fixed_random_subset with files or a mix, a mix with random_seed_offset): their
+# plans pinned too, so a later "same plans" claim over them is checked
+SINCE_REFUSED_CASES: dict[str, dict] = {
+    "buckets:4 W3 split, max_frames per key elastic -> W2": {
+        "options": {"ordering": "buckets:4", "max_frames": {"data": 1500, "classes": 400},
+                    "max_seqs": 8, "seed": 3},
+        "classes": True,
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "buckets:3 W4 pad, packed elastic -> W3": {
+        "options": {"ordering": "buckets:3", "batch_cost": "packed", "max_frames": 1500,
+                    "uneven": "pad"},
+        "world": 4,
+        "elastic": (3, 3),
+    },
+    "files buckets:5 W3 split, max_packed_frames elastic -> W2": {
+        "options": {"ordering": "buckets:5", "max_frames": 2000, "max_packed_frames": 1200,
+                    "distribution": "files", "seed": 2},
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "files laplace:.10 W3 split, subset elastic -> W4": {
+        "options": {"ordering": "laplace:.10", "max_frames": 1500, "distribution": "files",
+                    "fixed_random_subset": 200, "seed": 1},
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+        "elastic": (2, 4),
+    },
+    "mix buckets:3 W3 pad, subset": {
+        "options": {"ordering": "buckets:3", "max_frames": 1800, "uneven": "pad",
+                    "fixed_random_subset": 0.6, "mix": {"a": 0.7, "b": 1.5, "c": 1}},
+        "world": 3,
+    },
+    "mix files laplace W3 split, subset": {
+        "options": {"ordering": "laplace", "max_frames": 2000, "distribution": "files",
+                    "fixed_random_subset": 180, "mix": {"a": 1.5, "c": 0.5}, "seed": 4},
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+    },
+    "mix laplace:.10 partition 2 W3 random_seed_offset": {
+        "options": {"ordering": "laplace:.10", "max_frames": 1600, "partition_epoch": 2,
+                    "distribution": "random_seed_offset", "mix": {"a": 0.7, "b": 2, "c": "1/3"}},
+        "world": 3,
+    },
+    "chunked 80:40 mix buckets:3 W2 random_seed_offset": {
+        "options": {"ordering": "buckets:3", "max_frames": 700, "max_seqs": 9,
+                    "chunking": "80:40", "min_chunk_size": 10,
+                    "distribution": "random_seed_offset", "mix": {"a": 1.5, "c": 0.5}},
+        "world": 2,
+    },
+}  # fmt: skip
+SINCE_REFUSED_GOLDEN = {
+    "buckets:4 W3 split, max_frames per key elastic -> W2": (
+        "9bb2bb4e6af0225c63d3501753bc58edd94effd7da1739378936bd02401dff18"
+    ),
+    "buckets:3 W4 pad, packed elastic -> W3": (
+        "6d3e97e23557faa2cfffb21fbc236e022f1b77c3e78bec17ab4ecd0f718e60e3"
+    ),
+    "files buckets:5 W3 split, max_packed_frames elastic -> W2": (
+        "125b488c47e73e737badb706e9dfd47933405fe9d7a72d4956b1c8e7a5c60524"
+    ),
+    "files laplace:.10 W3 split, subset elastic -> W4": (
+        "60a6ef1464c4d9b475d9f420a27afb34256db90fb6325bd85dae0b86073d5e99"
+    ),
+    "mix buckets:3 W3 pad, subset": (
+        "08826236b95625ba49cecc965e11df358efcfc3942480c2d7bd768eef92e6cb8"
+    ),
+    "mix files laplace W3 split, subset": (
+        "f5a0c5db4e1f6cd37cfbec5b05e854c81bce9dbd6667f5dcaaf6122911ee7fa7"
+    ),
+    "mix laplace:.10 partition 2 W3 random_seed_offset": (
+        "cc43a28e230b09026fc822bad8dbd50b8c22adc113382db2e25942fe84eb7dd4"
+    ),
+    "chunked 80:40 mix buckets:3 W2 random_seed_offset": (
+        "84627f10478a4b9e4dd1c9a12a84dc64dfb4dbce17f37a9ba0025bffab825982"
+    ),
+}
+
+
+def test_since_refused_golden_plans_are_pinned() -> None:
+    """Recorded when these sets were already planned (no plan moved by recording them); bump
+    ``INDEXED_ALGORITHM`` and record anew if one changes."""
+    got = {name: indexed_digest(case) for name, case in SINCE_REFUSED_CASES.items()}
+    assert got == SINCE_REFUSED_GOLDEN, f"record: {got}"
