@@ -6,12 +6,14 @@ here."""
 from __future__ import annotations
 
 import gc
+import threading
 
 import h5py
 import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
+import seqloader as sl
 from seqloader.sources import map_ahead, screen_verdicts
 from seqloader.sources.hdf_read import OpenFile
 
@@ -112,3 +114,48 @@ def test_closing_while_the_thread_maps_ends_it_first(tmp_path, monkeypatch):
         assert opened._mmap is None and map_ahead._left == left
         if ahead is not None:
             assert ahead.wait(timeout=0)
+
+
+def test_workers_forked_while_the_thread_maps_read_the_same_batches(tmp_path, monkeypatch):
+    """A loader's worker forked while the main process's thread is inside its first call (held
+    there until the epoch ends): the same batches as without workers; the thread is stopped and
+    the budget back once the source is closed."""
+    rows, n = 4000, 100
+    path = str(tmp_path / "f.hdf")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("inputs", data=np.arange(rows * 40, dtype=np.float32).reshape(rows, 40))
+        f.create_dataset("seqLengths", data=np.full((n, 1), rows // n, np.int32))
+        f.create_dataset("seqTags", data=np.array([f"t{i}".encode() for i in range(n)], "S"))
+        f.attrs["inputPattSize"] = 40
+        f.create_group("targets/data")
+        f.create_group("targets/size")
+    with open(path, "rb") as fh:  # in the page cache
+        fh.read()
+    src = sl.HDFSource(path, index_dir=tmp_path / "index")
+    left = map_ahead._left
+
+    def batches(**workers) -> list:
+        with sl.SeqLoader(src, max_seqs=30, seed=1, **workers) as loader:
+            return [(b.seq_tags, b["data"].numpy().tobytes()) for b in loader.epoch(1)]
+
+    want = batches()
+    src.close()
+    if map_ahead._CALLS is not None:
+        gate = threading.Event()
+        madvise, mincore = map_ahead._CALLS
+
+        def held(at: int, size: int, advice: int) -> int:
+            gate.wait(60)
+            return madvise(at, size, advice)
+
+        monkeypatch.setattr(map_ahead, "_CALLS", (held, mincore))
+        monkeypatch.setattr(map_ahead, "MIN_RUN", 1)
+    src.read(0)  # opened again in this process: its thread starts
+    try:
+        got = batches(num_workers=1, multiprocessing_context="fork")
+    finally:
+        if map_ahead._CALLS is not None:
+            gate.set()
+    assert got == want
+    src.close()
+    assert map_ahead._left == left
