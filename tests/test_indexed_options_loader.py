@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from seqloader.plan.selections import EpochSelection
 from seqloader.returnn.view import ReturnnView
-from test_resume import check_chain, corpus, loader_factory, run_all, run_chain
+from test_resume import check_chain, corpus, loader_factory, mixed_corpora, run_all, run_chain
 
 PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
 ADMISSION = st.sampled_from(
@@ -153,3 +153,25 @@ def test_same_batches_with_dataloader_workers() -> None:
     make = loader_factory(corpus(47, seed=4), **options, num_workers=2)
     check_chain(make, [2, 2], [4], 3, reference=reference)
     check_chain(make, [2, 1], [5], 3, reference=reference)
+
+
+# a mix with distribution='random_seed_offset' (tests/test_plan_indexed_mix_per_rank.py plans it)
+@settings(max_examples=8, deadline=None)
+@given(
+    n=st.integers(2, 40),
+    seed=st.integers(0, 5),
+    ordering=st.sampled_from(["laplace:.5", "buckets:3", "random", "sorted"]),
+    world=st.integers(1, 3),
+    cuts=st.lists(st.integers(0, 25), min_size=2, max_size=2),
+)
+def test_the_loader_resumes_each_ranks_own_mix(n, seed, ordering, world, cuts) -> None:
+    """Through loaders (audit on): a chain of saves and loads on the same world size, stopped
+    after ``cuts`` steps, delivers the uninterrupted run's batches, every rank its own order."""
+    make = loader_factory(
+        mixed_corpora(n, seed), mix={"a": 1.5, "b": 0.5}, distribution="random_seed_offset",
+        max_seqs=3, max_frames=40, ordering=ordering, audit=True,
+    )  # fmt: skip
+    assert make(0, world).planner.options.planning == "indexed"
+    reference = run_all(make, world, 2)
+    stages, _ = run_chain(make, [world] * 3, cuts, 2)
+    assert [r for stage in stages for r in stage] == reference
