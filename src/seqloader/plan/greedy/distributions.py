@@ -24,7 +24,6 @@ from typing import Protocol
 import numpy as np
 
 from seqloader.errors import OptionError
-from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
 from seqloader.plan.epoch_plan import interleave
 from seqloader.plan.epochs import START, At, EpochIndex, refuse_history, replay_history
@@ -40,6 +39,7 @@ from seqloader.plan.files import (
     units_of,
 )
 from seqloader.plan.greedy.distribute import GlobalPlan, distribute_per_rank, distribute_shard
+from seqloader.plan.greedy.units import PlannedSequences
 from seqloader.plan.inputs import PlannedInputs
 from seqloader.plan.lpt import assign_lpt
 from seqloader.plan.seeding import PURPOSE_FILES, PURPOSE_FILES_ORDER, rng_for
@@ -72,6 +72,11 @@ class Batching(PlannedInputs, Protocol):
         ...
 
     def noted(self, plan: GlobalPlan, epoch: int) -> GlobalPlan: ...
+
+    @property
+    def units(self) -> PlannedSequences:
+        """What the batch lists hold (sequences or chunks), and what delivering them leaves."""
+        ...
 
 
 class Distribution(Protocol):
@@ -214,30 +219,14 @@ class Files:
             self.check_world(world_size)
         remaining = np.zeros(len(p.lengths), dtype=bool)  # [n] sequences with units left
         remaining[units.seqs] = True
-        chunks = p.chunks
-        left: np.ndarray | None = None  # [chunks] chunking: the chunks not consumed yet
-        if chunks is not None:
-            left = np.zeros(chunks.num_units, dtype=bool)
-            whole = chunks.expand(units.seqs)
-            left[chunks.unit_ids(whole.seqs, whole.chunks)] = True
+        left = p.units.left_of(units.seqs)  # chunking: the chunks not consumed yet, else None
         consumed = []
 
         def segment(i: int, w: int) -> GlobalPlan:
             return self._segment(epoch, w, i, units, unit_files, remaining, left)
 
         for seg, w, steps in replay_history(epoch, history, segment):
-            used = seg.batches.first(steps * w)
-            got = used.seqs[used.real]
-            if chunks is None or left is None:
-                remaining[got] = False
-                consumed.append(got)
-                continue
-            assert used.chunks is not None
-            ids = chunks.unit_ids(got, used.chunks[used.real])  # a prefix of each sequence's
-            left[ids] = False
-            remaining[:] = False
-            remaining[part_of(chunks.first, np.flatnonzero(left))] = True
-            consumed.append(ids)
+            consumed.append(p.units.consume(seg.batches.first(steps * w), remaining, left))
         plan = self._segment(epoch, world_size, len(history), units, unit_files, remaining, left)
         done = np.concatenate(consumed) if consumed else np.zeros(0, dtype=np.int64)
         return plan, done

@@ -90,6 +90,18 @@ class PlannedSequences:
         """The planned step imbalance of ``plan`` from ``from_step`` on (its epoch's costs)."""
         return plan.step_imbalance(from_step, self.planner.costs_of(plan))
 
+    def left_of(self, seqs: np.ndarray) -> np.ndarray | None:
+        """``distribution="files"``, elastic resumes: what tracks the units of ``seqs`` left
+        besides the sequences themselves (None: the sequences are the units)."""
+        return None
+
+    def consume(self, used: BatchList, remaining: np.ndarray, left: Opt) -> np.ndarray:
+        """The units ``used`` delivered, taken out of ``remaining`` (bool ``[n]``: sequences with
+        a unit left) -> their ids: the sequences."""
+        got = used.seqs[used.real]
+        remaining[got] = False
+        return got
+
     def fit_lengths(self, admitted: np.ndarray) -> tuple[dict[str, np.ndarray], str]:
         """What must fit a batch alone, per key, of each admitted sequence, and its name."""
         b = self.planner.batcher
@@ -187,6 +199,23 @@ class PlannedChunks(PlannedSequences):
         return PlannedImbalance(
             lambda: list_imbalance(plan, from_step, self.slot_costs(plan.batches), per_slot=True)
         )
+
+    def left_of(self, seqs: np.ndarray) -> np.ndarray | None:
+        """The chunks of ``seqs`` not consumed yet: all of them (bool ``[chunks]``)."""
+        left = np.zeros(self.chunks.num_units, dtype=bool)
+        whole = self.chunks.expand(seqs)
+        left[self.chunks.unit_ids(whole.seqs, whole.chunks)] = True
+        return left
+
+    def consume(self, used: BatchList, remaining: np.ndarray, left: Opt) -> np.ndarray:
+        """The chunks ``used`` delivered (a prefix of each sequence's), taken out of ``left``;
+        ``remaining`` becomes the sequences with a chunk left -> the chunk numbers."""
+        assert left is not None and used.chunks is not None
+        ids = self.chunks.unit_ids(used.seqs[used.real], used.chunks[used.real])
+        left[ids] = False
+        remaining[:] = False
+        remaining[part_of(self.chunks.first, np.flatnonzero(left))] = True
+        return ids
 
     def fit_lengths(self, admitted: np.ndarray) -> tuple[dict[str, np.ndarray], str]:
         """A sequence's first chunk is its longest: what must fit a batch alone."""
