@@ -196,6 +196,29 @@ class ChunkBuckets:
         j, c = np.divmod(k, width)
         return g, j, c + self.cell_lo[cell]
 
+    def alike_keys(self) -> np.ndarray:
+        """int64 ``[N]``: the one window length of a bucket whose cells all have one (what
+        ``SortedWindows`` sorts its positions by), -1 where they differ, -2 where the bucket has
+        no cells. With chunking the full windows' bucket holds most chunks.
+
+        >>> classes = BucketIndex(np.array([1, 0, 2, 3]), np.array([0, 1, 3, 4]),
+        ...     np.array([300, 900, 1200]), np.array([900, 1200]))
+        >>> ChunkBuckets.of(classes, 500, 250, 0, lambda v, c: np.array([500])).alike_keys().tolist()
+        [-1, 500]
+        """
+        lengths = np.asarray(self.classes.longest, dtype=np.int64)[self.cell_class]
+        window = np.minimum(self.size, lengths - self.cell_lo * self.step)  # [C]
+        cells = np.searchsorted(  # [N + 1] each bucket's first cell
+            self.cell_buckets(), np.arange(len(self.longest) + 1), side="left"
+        )
+        keys = np.full(len(self.longest), -2, dtype=np.int64)
+        held = np.flatnonzero(cells[1:] > cells[:-1])  # buckets with cells
+        if len(held):
+            at = cells[held]
+            lo = np.minimum.reduceat(window, at)
+            keys[held] = np.where(lo == np.maximum.reduceat(window, at), lo, -1)
+        return keys
+
     def split(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sequence, chunk index) of ``codes`` -> int64 each."""
         seqs, chunks = np.divmod(np.asarray(codes, dtype=np.int64), self.stride)

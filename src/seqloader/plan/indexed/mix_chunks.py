@@ -39,7 +39,7 @@ from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.chunks import ChunkBuckets
 from seqloader.plan.indexed.mix import IndexedMix
 from seqloader.plan.indexed.mix_cuts import part_slots
-from seqloader.plan.indexed.plan import MemberDraw, Take
+from seqloader.plan.indexed.plan import ChunkDraw, Take
 from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.seeding import PURPOSE_INDEXED_MEMBERS
 
@@ -93,7 +93,7 @@ class CellFinder:
         return cell
 
 
-class MixChunkDraw(MemberDraw):
+class MixChunkDraw(ChunkDraw):
     """The slots of a mixed chunked sub-epoch by (chunk bucket, position): a keyed permutation
     of the bucket's list (``MemberDraw``'s), its chunk located in a cell (``ChunkBuckets.locate``'s
     arithmetic), the ``j``-th slot of the cell's class (``ClassSlots``) -> (code ``sequence *
@@ -105,8 +105,8 @@ class MixChunkDraw(MemberDraw):
     ``at - base``; ``first``: the cell's class's first slot)."""
 
     def __init__(self, units: ChunkBuckets, listed: ClassSlots, words: tuple[int, ...]) -> None:
-        super().__init__(units, units.starts, np.zeros(len(units.counts), np.int64), words)
-        self.units, self.listed = units, listed
+        super().__init__(units, np.zeros(len(units.counts), np.int64), words)
+        self.listed = listed
         g = units.cell_class
         self._width, self._lo, self._end = units.cell_width, units.cell_lo, units.cell_end
         self._base = units.cell_end - units.planned[g] * units.cell_width
@@ -117,31 +117,6 @@ class MixChunkDraw(MemberDraw):
             units.cell_buckets(), np.arange(len(units.counts) + 1), side="left"
         )
         self._finders: dict[int, CellFinder] = {}
-        self._alike: np.ndarray | None = None
-
-    def alike_keys(self) -> np.ndarray:
-        """int64 ``[N]``: the one window length of a bucket whose cells all have one (every
-        position's ``sort_keys``), -1 where they differ, -2 where the bucket has no cells.
-        With chunking the full windows' bucket holds most chunks. Made once."""
-        if self._alike is None:
-            keys = np.full(len(self._cells) - 1, -2, dtype=np.int64)
-            held = np.flatnonzero(self._cells[1:] > self._cells[:-1])  # buckets with cells
-            if len(held):
-                at = self._cells[held]
-                lo = np.minimum.reduceat(self._window, at)
-                keys[held] = np.where(lo == np.maximum.reduceat(self._window, at), lo, -1)
-            self._alike = keys
-        return self._alike
-
-    def sorts_alike(self) -> bool:
-        """Whether any bucket's positions all sort alike (``alike_windows`` can say True)."""
-        return bool((self.alike_keys() >= 0).any())
-
-    def alike_windows(self, bucket: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """bool per window (positions ``[lo, hi)`` of ``bucket``): whether its positions all
-        sort alike (``SortedWindows``: such a window stays in list order, so only the positions
-        asked are drawn)."""
-        return self.alike_keys()[bucket] >= 0
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
         if not len(pos):

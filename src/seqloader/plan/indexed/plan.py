@@ -132,6 +132,36 @@ class MemberDraw:
         return self(bucket, pos), None
 
 
+class ChunkDraw(MemberDraw):
+    """``MemberDraw`` over chunk codes (``ChunkBuckets``) that tells ``SortedWindows`` which
+    buckets' positions all sort alike (one window length): such a window stays in list order
+    when sorted (ties in list order), so a rank draws only its own positions there, not the
+    window's ``WINDOW_BATCHES`` batches."""
+
+    units: ChunkBuckets
+    _alike: np.ndarray | None = None
+
+    def __init__(self, units: ChunkBuckets, offsets: np.ndarray, words: tuple[int, ...]) -> None:
+        super().__init__(units, units.starts, offsets, words)
+        self.units = units
+
+    def alike_keys(self) -> np.ndarray:
+        """``ChunkBuckets.alike_keys``, made once per draw."""
+        if self._alike is None:
+            self._alike = self.units.alike_keys()
+        return self._alike
+
+    def sorts_alike(self) -> bool:
+        """Whether any bucket's positions all sort alike (``alike_windows`` can say True)."""
+        return bool((self.alike_keys() >= 0).any())
+
+    def alike_windows(self, bucket: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """bool per window (positions ``[lo, hi)`` of ``bucket``): whether its positions all
+        sort alike (``SortedWindows``: such a window stays in list order, so only the positions
+        asked are drawn)."""
+        return self.alike_keys()[bucket] >= 0
+
+
 class SortedWindows:
     """A ``Draw`` whose bucket lists are sorted by length within windows of ``batches`` batches
     (positions ``[w*m, (w+1)*m)`` of bucket ``b``, ``m = batches * sizes[b]``; ties in list

@@ -32,7 +32,7 @@ from seqloader.plan.indexed.fixed_chunks import (
     cut_chunk_positions,
 )
 from seqloader.plan.indexed.histogram import BucketIndex
-from seqloader.plan.indexed.plan import Draw, MemberDraw
+from seqloader.plan.indexed.plan import ChunkDraw, Draw, MemberDraw
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.indexed.sort_bins import cut_view
 from seqloader.plan.limits import Batcher
@@ -249,7 +249,7 @@ class PlannedChunks:
         self.whole, self.key, self.spec, self.chunking = whole, key, dict(spec), chunking
 
     def draw(self, offsets: np.ndarray, words: tuple[int, ...]) -> MemberDraw:
-        return MemberDraw(self.members, self.starts, offsets, words)  # codes
+        return ChunkDraw(self.chunks, offsets, words)  # codes
 
     def sequences(self, units: np.ndarray) -> np.ndarray:
         return self.chunks.split(units)[0]
@@ -300,7 +300,7 @@ class PlannedChunks:
                 kept[g], kept[g + 1 :] = inside, 0
         units = base.kept(kept)
         words = (*planner.head_of(ask.order_rank), PURPOSE_INDEXED_MEMBERS, planner.seed_epoch(ep))
-        draw = MemberDraw(units, units.starts, np.zeros(len(units.counts), np.int64), words)
+        draw = ChunkDraw(units, np.zeros(len(units.counts), np.int64), words)
         return EpochCut(units.counts, draw, dropped)
 
     def corpus_counts(self, corpora: Corpora, mask: np.ndarray | None) -> np.ndarray:
