@@ -4,7 +4,7 @@ the mix's selection, the same ``(sequence, corpus epoch)`` slots on every rank, 
 epoch is used once per rank (the mix's own check on each rank's order over full epochs); a
 rank's batches are a prefix of its order, nothing twice, the surplus beyond the common steps
 counted as dropped; and every contract holds (``check_plan_contracts``). Global planning still
-refuses the set by name. Through loaders (torch): ``test_indexed_mix_per_rank_loader.py``."""
+refuses the set by name. Through loaders (torch): ``test_indexed_options_loader.py``."""
 
 from __future__ import annotations
 
