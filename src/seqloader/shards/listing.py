@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import BinaryIO
 
 from seqloader.audio.manifest_lines import _DECODER, json_entry, text_lines
@@ -41,14 +42,29 @@ def json_lines(
     """(line number from 1, entry) of every non-blank line of the JSON-lines file ``path`` (or of
     its bytes ``data``, a remote listing); a bad line is a ``DataError`` naming ``label`` (default
     ``path``), the line and the fix."""
+    done = 0  # entries handed on by the fast reader
+    pieces = _fast_pieces(path, data)
     try:
-        return iter(_fast_lines(path, data))
+        for piece in pieces:  # a piece at a time: never every entry of a long manifest at once
+            yield from piece
+            done += len(piece)
+        return
     except _GiveUp:
-        return _checked_lines(path, label or path, data)
+        pass
+    finally:
+        pieces.close()
+    # the careful reader judges the rest (and names the bad line): the entries it reads again
+    # up to there are the ones already handed on (both read them alike), not handed on twice
+    yield from itertools.islice(_checked_lines(path, label or path, data), done, None)
 
 
 def _fast_lines(path: str, data: bytes | None) -> list[tuple[int, dict]]:
-    """Every line's entry, or ``_GiveUp`` where the careful reader must judge the listing.
+    """Every line's entry, or ``_GiveUp`` where the careful reader must judge the listing."""
+    return [entry for piece in _fast_pieces(path, data) for entry in piece]
+
+
+def _fast_pieces(path: str, data: bytes | None) -> Generator[list[tuple[int, dict]], None, None]:
+    """Each piece's entries, or ``_GiveUp`` where the careful reader must judge the rest.
 
     A piece's lines are parsed as one JSON array, ``[line, SEP, line, SEP, ..., line]``: one
     call, and the objects' keys are made once per piece instead of once per line (the decoder's
@@ -57,11 +73,10 @@ def _fast_lines(path: str, data: bytes | None) -> list[tuple[int, dict]]:
     alternates object, ``SEP``, object, ... A line holding two values, or one object spread over
     two lines, moves a separator into or out of an object; only a listing that knows the random
     ``SEP`` could put one back (then it is read by the careful reader too)."""
-    out: list[tuple[int, dict]] = []
     decode = _DECODER.decode
     number = 0
 
-    def parse(text: str) -> None:
+    def parse(text: str) -> list[tuple[int, dict]]:
         nonlocal number
         numbers: list[int] = []
         lines: list[str] = []
@@ -71,7 +86,7 @@ def _fast_lines(path: str, data: bytes | None) -> list[tuple[int, dict]]:
                 numbers.append(number)
                 lines.append(line)
         if not lines:
-            return
+            return []
         sep = os.urandom(16).hex()
         got = decode("[" + f',"{sep}",'.join(lines) + "]")
         objects = got[0::2]
@@ -81,7 +96,7 @@ def _fast_lines(path: str, data: bytes | None) -> list[tuple[int, dict]]:
             or not all(type(o) is dict for o in objects)
         ):
             raise _GiveUp
-        out.extend(zip(numbers, objects))
+        return list(zip(numbers, objects))
 
     try:
         raw, stream = _open(path, data)
@@ -93,16 +108,16 @@ def _fast_lines(path: str, data: bytes | None) -> list[tuple[int, dict]]:
             rest += piece
             end = rest.rfind(b"\n")
             if end >= 0:
-                parse(rest[:end].decode("utf-8"))
+                entries = parse(rest[:end].decode("utf-8"))
                 rest = rest[end + 1 :]
+                yield entries
         if rest:
-            parse(rest.decode("utf-8"))
+            yield parse(rest.decode("utf-8"))
     except (ValueError, OSError, EOFError):  # JSONDecodeError, NaN, UTF-8 errors are ValueErrors
         raise _GiveUp from None
     finally:
         stream.close()
         raw.close()
-    return out
 
 
 def _checked_lines(path: str, label: str, data: bytes | None) -> Iterator[tuple[int, dict]]:
