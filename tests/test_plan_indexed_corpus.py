@@ -85,6 +85,7 @@ def test_the_node_index_is_the_planners_and_plans_alike(i: PlanInputs) -> None:
     mapped = IndexedPlanner(replace(i, index=BucketIndex.from_columns(got)))
     assert mapped.fingerprint("src") == own.fingerprint("src")
     assert mapped.admission.filtered == own.admission.filtered
+    assert mapped.admission.filtered_examples == own.admission.filtered_examples
     assert mapped.admission.admitted.tolist() == own.admission.admitted.tolist()
     for world in (1, 3):
         try:
@@ -110,3 +111,94 @@ def test_the_corpus_builds_no_planner_and_counts_what_it_filters() -> None:
     assert corpus.admission.filtered_total == 1
     assert corpus.num_admitted == int(corpus.index.counts.sum()) == 6
     assert sorted(np.asarray(corpus.index.members).tolist()) == [0, 2, 3, 4, 5, 6]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(0, 90),
+    st.integers(0, 2**32 - 1),
+    st.sampled_from([None, 40, {"data": 40, "x": 30}]),
+    st.sampled_from([0, 5, {"x": 4}]),
+    st.booleans(),
+    st.sampled_from([1, 7, 64]),
+)
+def test_admit_counts_are_admit_masks_counts_a_block_at_a_time(
+    n: int, seed: int, longest: object, shortest: object, excluding: bool, block: int
+) -> None:
+    """``admit_counts`` (what a rank planning from a node's index counts, no mask of ``n``)
+    gives ``admit_mask``'s counts and examples, in its order, whatever the block size: per-key
+    limits and ``excluded`` too (each sequence counted under its first reason)."""
+    from unittest import mock
+
+    from seqloader.plan import epochs
+
+    rng = np.random.default_rng(seed)
+    lengths = {k: rng.integers(0, 50, size=n) for k in ("data", "x")}
+    excluded = {"listed": rng.random(n) < 0.2} if excluding else None
+    options = PlanOptions(max_seq_length=longest, min_seq_length=shortest)
+    mask, want, examples = epochs.admit_mask(lengths, "data", options, excluded)
+    with mock.patch.object(epochs, "_COUNT_BLOCK", block):
+        got = epochs.admit_counts(lengths, "data", options, excluded)
+    assert got == (want, examples)
+    assert list(got[0]) == list(want)  # the report lists the reasons in the same order
+    kept = n if mask is None else int(mask.sum())
+    assert n - sum(got[0].values()) == kept
+
+
+_FILTERED_SETS = [
+    {},
+    {"ordering": "laplace:.10"},
+    {"ordering": "buckets:3", "partition_epoch": 2},
+    {"ordering": "random"},
+    {"ordering": "sorted"},
+    {"ordering": "sort_bin_shuffle"},
+    {"ordering": "reverse"},
+    {"distribution": "random_seed_offset"},
+    {"ordering": "random", "epoch_wise_filter": {(1, 1): {"max_mean_len": 100}}},
+    {"batch_cost": "packed"},
+]
+
+
+@pytest.mark.parametrize(
+    "extra", _FILTERED_SETS, ids=lambda e: ",".join(map(str, e.values())) or "default"
+)
+def test_a_filtered_rank_plans_from_the_nodes_index_without_the_mask(
+    extra: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank given the node's index (``max_seq_length`` / ``min_seq_length``) counts what
+    was filtered without the admission mask of every sequence (``admit_mask``, O(n) per rank:
+    a spy sees no call while it constructs, plans every rank of two epochs and reports the
+    counts), plans what a planner building its own index plans, and counts alike; the mask is
+    made once, where per-sequence admission is read (``admission.admitted``)."""
+    from seqloader.plan.indexed import corpus as corpus_module
+
+    rng = np.random.default_rng(7)
+    lengths = {"data": rng.integers(1, 300, size=3000).astype(np.int32)}
+    options = PlanOptions(
+        max_frames=3000,
+        max_seqs=40,
+        max_seq_length=250,
+        min_seq_length=10,
+        **{"planning": "indexed", **extra},
+    )
+    own = IndexedPlanner(lengths, options)
+    index = BucketIndex.from_columns(node_bucket_index(lengths, options).columns())
+    calls: list[int] = []
+    full = corpus_module.admit_mask
+    monkeypatch.setattr(corpus_module, "admit_mask", lambda *a: (calls.append(1), full(*a))[1])
+    mapped = IndexedPlanner(lengths, options, index=index)
+    for epoch in (1, 2):
+        a, b = own.global_plan(epoch, 3), mapped.global_plan(epoch, 3)
+        for rank in range(3):
+            x, y = a.rank_share(rank), b.rank_share(rank)
+            np.testing.assert_array_equal(x.seqs, y.seqs)
+            np.testing.assert_array_equal(x.bounds, y.bounds)
+        assert mapped.filtered(epoch) == own.filtered(epoch)
+    assert calls == []
+    assert mapped.admission.filtered == own.admission.filtered
+    assert mapped.admission.filtered_examples == own.admission.filtered_examples
+    assert sum(own.admission.filtered.values()) > 0
+    assert calls == []
+    assert mapped.admission.admitted.tolist() == own.admission.admitted.tolist()
+    assert mapped.admitted_mask is not None
+    assert calls == [1]

@@ -1,13 +1,14 @@
 """What both planners share about an epoch: which sequences take part (``Admission``, one
-mask-based ``admit_mask``, the one "fits no batch" check), epoch numbering (``EpochIndex``,
-RETURNN's sub-epoch cut ``part_cut``), the replay of an epoch's segment history
-(``replay_history``) and the length key batching reads.
+mask-based ``admit_mask`` and its counts without the mask, ``admit_counts``; the one "fits no
+batch" check), epoch numbering (``EpochIndex``, RETURNN's sub-epoch cut ``part_cut``), the
+replay of an epoch's segment history (``replay_history``) and the length key batching reads.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol, TypeVar
 
 import numpy as np
@@ -20,6 +21,8 @@ from seqloader.validate import int_option
 
 #: lengths read per block by the checks over all sequences (no copy of memory-mapped lengths)
 _BLOCK = 1 << 22
+#: sequences per block of ``admit_counts`` (its temporaries a few hundred KiB)
+_COUNT_BLOCK = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -137,34 +140,105 @@ def admit_mask(
     >>> mask.tolist(), filtered
     ([True, False, True], {'x longer than max_seq_length=6': 1})
     """
+    rules = _admission_rules(lengths, key, options, excluded)
+    keep, counts, firsts = _admit_block(rules, 0, len(lengths[key]))
+    return keep, *_reasons(rules, counts, firsts)
+
+
+def admit_counts(
+    lengths: Mapping[str, np.ndarray],
+    key: str,
+    options: PlanOptions,
+    excluded: Mapping[str, np.ndarray] | None,
+) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """``admit_mask``'s counts and examples, the same, a block at a time: no mask of ``n``
+    (a rank planning from a node's index reads its admitted sequences there; the mask is made
+    only where per-sequence admission is read).
+
+    >>> lens = {"x": np.array([3, 9, 5, 1])}
+    >>> admit_counts(lens, "x", PlanOptions(max_seq_length=6, min_seq_length=2), None)
+    ({'x longer than max_seq_length=6': 1, 'x shorter than min_seq_length=2': 1}, \
+{'x longer than max_seq_length=6': [1], 'x shorter than min_seq_length=2': [3]})
+    """
+    rules = _admission_rules(lengths, key, options, excluded)
     n = len(lengths[key])
-    rules: list[tuple[str, np.ndarray]] = []
-    for reason, mask in (excluded or {}).items():
-        m = np.asarray(mask, dtype=bool)
+    counts: list[int] = [0] * len(rules)
+    firsts: list[list[int]] = [[] for _ in rules]
+    for a in range(0, n, _COUNT_BLOCK):
+        _, got, first = _admit_block(rules, a, min(n, a + _COUNT_BLOCK))
+        for r, (c, f) in enumerate(zip(got, first, strict=True)):
+            counts[r] += c
+            firsts[r].extend(x + a for x in f[: 5 - len(firsts[r])])
+    return _reasons(rules, counts, firsts)
+
+
+#: an admission rule: its reason and its filtered sequences in ``[a, b)`` (bool ``[b - a]``)
+_Rule = tuple[str, Callable[[int, int], np.ndarray]]
+
+
+def _admission_rules(
+    lengths: Mapping[str, np.ndarray],
+    key: str,
+    options: PlanOptions,
+    excluded: Mapping[str, np.ndarray] | None,
+) -> list[_Rule]:
+    """The rules in the order they apply: ``excluded``, ``max_seq_length``, ``min_seq_length``."""
+    n = len(lengths[key])
+    rules: list[_Rule] = []
+    for reason, given in (excluded or {}).items():
+        m = np.asarray(given, dtype=bool)
         if m.shape != (n,):
             raise OptionError(f"excluded[{reason!r}]: got shape {m.shape}, expected {(n,)}")
-        rules.append((reason, m))
+        rules.append((reason, partial(_listed, m)))
     keys = list(lengths)
     longest = resolve_keyed("max_seq_length", options.max_seq_length, keys, key)
     for k, limit in sorted(longest.items()):
-        rules.append((f"{k} longer than max_seq_length={limit}", np.asarray(lengths[k]) > limit))
+        rules.append((f"{k} longer than max_seq_length={limit}", partial(_over, lengths[k], limit)))
     shortest = resolve_keyed("min_seq_length", options.min_seq_length or None, keys, key)
     for k, limit in sorted(shortest.items()):
         if limit > 0:
-            rules.append(
-                (f"{k} shorter than min_seq_length={limit}", np.asarray(lengths[k]) < limit)
-            )
+            under = partial(_under, lengths[k], limit)
+            rules.append((f"{k} shorter than min_seq_length={limit}", under))
+    return rules
+
+
+def _listed(mask: np.ndarray, a: int, b: int) -> np.ndarray:
+    return mask[a:b]
+
+
+def _over(lengths: np.ndarray, limit: int, a: int, b: int) -> np.ndarray:
+    return np.asarray(lengths[a:b]) > limit
+
+
+def _under(lengths: np.ndarray, limit: int, a: int, b: int) -> np.ndarray:
+    return np.asarray(lengths[a:b]) < limit
+
+
+def _admit_block(
+    rules: list[_Rule], a: int, b: int
+) -> tuple[np.ndarray | None, list[int], list[list[int]]]:
+    """The rules over sequences ``[a, b)``: (kept mask or None: all; per rule the count it
+    filters and its first few, relative to ``a``); a sequence counted under its first rule."""
     keep: np.ndarray | None = None
-    filtered: dict[str, int] = {}
-    examples: dict[str, list[int]] = {}
-    for reason, mask in rules:
+    counts: list[int] = []
+    firsts: list[list[int]] = []
+    for _, rule in rules:
+        mask = rule(a, b)
         hit = mask if keep is None else mask & keep
         count = int(np.count_nonzero(hit))
+        counts.append(count)
+        firsts.append(np.flatnonzero(hit)[:5].tolist() if count else [])
         if count:
-            filtered[reason] = count
-            examples[reason] = np.flatnonzero(hit)[:5].tolist()
             keep = ~hit if keep is None else keep & ~hit
-    return keep, filtered, examples
+    return keep, counts, firsts
+
+
+def _reasons(
+    rules: list[_Rule], counts: list[int], firsts: list[list[int]]
+) -> tuple[dict[str, int], dict[str, list[int]]]:
+    """reason -> count and reason -> examples, in the rules' order, of the rules that filter."""
+    hit = [(reason, c, f) for (reason, _), c, f in zip(rules, counts, firsts, strict=True) if c]
+    return {r: c for r, c, _ in hit}, {r: f for r, _, f in hit}
 
 
 def batch_limits(options: PlanOptions, keys: list[str], key: str) -> BatchLimits:

@@ -31,6 +31,7 @@ from seqloader.plan.chunks import (
 )
 from seqloader.plan.epochs import (
     Admission,
+    admit_counts,
     admit_mask,
     batch_limits,
     check_fit_alone,
@@ -201,7 +202,8 @@ class AdmittedCorpus:
     """The admitted sequences of ``inputs`` and their bucket index (``inputs.index`` when a node
     built it, checked against the admission; else built here). Pure: the lengths (and a
     prebuilt index) may be memory-mapped views; nothing of size ``n`` is copied unless sequences
-    are filtered (a bool mask) or the cost is quadratic (the costs).
+    are filtered (a bool mask: with a prebuilt index made only when read, ``mask``; the counts
+    a block at a time, ``admit_counts``) or the cost is quadratic (the costs).
 
     >>> from seqloader.plan.options import PlanOptions
     >>> options = PlanOptions(ordering="buckets:2", max_frames=16, planning="indexed")
@@ -233,7 +235,18 @@ class AdmittedCorpus:
         self.fixed, self.random = kind in FIXED_KINDS, kind in DRAWN_KINDS
         cost = options.cost
         self.costs = main if cost.quadratic is None else cost.units(main)
-        self.mask, self.filtered, self.examples = admit_mask(lengths, key, options, inputs.excluded)
+        #: the admitted mask (bool ``[n]``; None: all), made when read (``mask``): a rank
+        #: planning from a node's index counts what was filtered a block at a time and reads its
+        #: admitted sequences from the index (subsets and chunking need the mask at once)
+        self._mask: np.ndarray | None = None
+        self._mask_of: Callable[[], np.ndarray | None] | None = None
+        admission = (lengths, key, options, inputs.excluded)
+        lazy = options.fixed_random_subset is None and options.chunking is None
+        if inputs.index is not None and lazy:
+            self.filtered, self.examples = admit_counts(*admission)
+            self._mask_of = lambda: admit_mask(*admission)[0]
+        else:
+            self.mask, self.filtered, self.examples = admit_mask(*admission)
         self.subset: np.ndarray | None = None
         self._pool_order: FixedOrder | None = None  # chunked fixed orders over a subset
         self._key_index: BucketIndex | None = None  # chunked: the own sort key's (order_index)
@@ -270,11 +283,29 @@ class AdmittedCorpus:
         return int(self.index.starts[-1])
 
     @property
+    def mask(self) -> np.ndarray | None:
+        """The admitted mask (bool ``[n]``; None: all admitted), made on first read where a
+        prebuilt index made it unneeded for planning (``admit_mask``)."""
+        if self._mask_of is not None:
+            self._mask, self._mask_of = self._mask_of(), None
+        return self._mask
+
+    @mask.setter
+    def mask(self, value: np.ndarray | None) -> None:
+        self._mask, self._mask_of = value, None
+
+    def _admitted_count(self) -> int:
+        """How many sequences were admitted: ``n`` less every reason's count (each sequence
+        counted under one reason), without the mask."""
+        return len(self.lengths) - sum(self.filtered.values())
+
+    @property
     def admission(self) -> Admission:
         """What was admitted and filtered; the counts at once, the admitted index array (``n``
         int64) only when read (``MaskAdmission``: checks and tests read it, planning and
         ``seqloader stats`` do not)."""
-        return MaskAdmission(self.mask, len(self.lengths), self.filtered, self.examples)
+        mask = self._mask if self._mask_of is None else (lambda: self.mask)
+        return MaskAdmission(mask, len(self.lengths), self.filtered, self.examples)
 
     def _take_index(self, index: BucketIndex | None) -> BucketIndex:
         """The bucket index (``index``: prebuilt, else built here from the admitted lengths),
@@ -517,7 +548,7 @@ class AdmittedCorpus:
         )
 
     def _check_index(self, index: BucketIndex) -> None:
-        admitted = len(self.lengths) if self.mask is None else int(self.mask.sum())
+        admitted = self._admitted_count()
         ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
         if self.chunking is not None:  # one bucket per admitted length: its edges are those
             ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
@@ -544,7 +575,7 @@ class AdmittedCorpus:
             self._index_mismatch()
 
     def _index_mismatch(self) -> None:
-        admitted = len(self.lengths) if self.mask is None else int(self.mask.sum())
+        admitted = self._admitted_count()
         raise OptionError(
             f"the bucket index given for {self.origin or 'the source'} does not match its "
             f"lengths and options ({admitted} admitted sequences, {len(self.bucket_edges) + 1}"
@@ -569,8 +600,9 @@ class AdmittedCorpus:
 
 
 class MaskAdmission(Admission):
-    """An ``Admission`` of an admitted mask (None: all of ``n``): ``filtered`` and its examples
-    are there at once, ``admitted`` (int64 ``[n_admitted]``) is made from the mask when read.
+    """An ``Admission`` of an admitted mask (None: all of ``n``; or what makes it, called when
+    ``admitted`` is read): ``filtered`` and its examples are there at once, ``admitted`` (int64
+    ``[n_admitted]``) is made from the mask when read.
 
     >>> a = MaskAdmission(None, 10**9, {}, {})  # no index array of 10^9 made
     >>> a.filtered_total
@@ -579,12 +611,12 @@ class MaskAdmission(Admission):
     [0, 2]
     """
 
-    _mask: np.ndarray | None
+    _mask: np.ndarray | Callable[[], np.ndarray | None] | None
     _n: int
 
     def __init__(
         self,
-        mask: np.ndarray | None,
+        mask: np.ndarray | Callable[[], np.ndarray | None] | None,
         n: int,
         filtered: Mapping[str, int],
         examples: Mapping[str, list[int]],
@@ -596,6 +628,7 @@ class MaskAdmission(Admission):
 
     @property
     def admitted(self) -> np.ndarray:
-        if self._mask is None:
+        mask = self._mask() if callable(self._mask) else self._mask
+        if mask is None:
             return np.arange(self._n, dtype=np.int64)
-        return np.flatnonzero(self._mask)
+        return np.flatnonzero(mask)

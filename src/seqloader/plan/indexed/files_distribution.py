@@ -95,7 +95,7 @@ class Files:
         #: admitted units (sequences; chunked: chunks) and frames per file
         self.file_counts = corpus.index.file_counts.sum(axis=1)
         self.file_frames = np.asarray(corpus.index.file_frames, dtype=np.int64)
-        self._mask, self._chunking = corpus.mask, corpus.chunking
+        self._chunking = corpus.chunking
         self._units_kept: tuple[tuple[int, int, int, int], Units] | None = None
         #: the mix over files this distribution made (``make_mix``); None unmixed
         self.files_mix: FilesMix | None = None
@@ -105,6 +105,11 @@ class Files:
             None,
             {},
         )
+
+    @property
+    def _mask(self) -> np.ndarray | None:
+        """The admitted mask (``AdmittedCorpus.mask``: made when first read)."""
+        return self.planner.corpus.mask
 
     # ---- the distribution's face (``seqloader.plan.indexed.distributions.Distribution``) ----
     def segment(self, epoch: int, world_size: int, at: At = START) -> Planned:

@@ -244,7 +244,7 @@ class IndexedPlanner:
             c.longest,
             c.bucket_counts,
         )
-        self._mask, self._filtered, self._examples = c.mask, c.filtered, c.examples
+        self._filtered, self._examples = c.filtered, c.examples
         self._extra = c.extra
         self._take_cut_orders(c)
         self.head = draw_head(options)
@@ -463,7 +463,12 @@ class IndexedPlanner:
 
     @property
     def admitted_mask(self) -> np.ndarray | None:
-        return self._mask
+        return self.corpus.mask
+
+    @property
+    def _mask(self) -> np.ndarray | None:
+        """The admitted mask, made when first read (``AdmittedCorpus.mask``)."""
+        return self.corpus.mask
 
     def filtered(self, epoch: int) -> dict[str, int]:
         """The admission's counts and, with ``epoch_wise_filter``, this epoch's."""
