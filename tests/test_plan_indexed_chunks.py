@@ -11,6 +11,7 @@ table never made for planning.
 
 from __future__ import annotations
 
+import copy
 import pickle
 
 import numpy as np
@@ -24,6 +25,7 @@ from seqloader.plan import Planner, PlanOptions, Position, continue_plan
 from seqloader.plan.admission import mean_len_selection
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed import IndexedPlanner, index_key
+from seqloader.plan.indexed.plan import ChunkDraw, MemberDraw
 from seqloader.plan.indexed.units import part_classes
 from seqloader.plan.position import check_reachable
 from test_files_plan import file_layouts
@@ -482,3 +484,35 @@ def test_corpus_counts_and_the_simulated_check(parts: int) -> None:
         want = np.bincount(np.searchsorted(corpora.bounds, sub.seqs, "right") - 1, minlength=3)
         assert [n for _, n, _ in planner.corpus_plan(epoch)] == want.tolist()
     assert simulate(planner, 3, 2, range(1, parts + 2)).ok
+
+
+@settings(max_examples=15, deadline=None)
+@given(cases(), st.randoms(use_true_random=False))
+def test_chunk_draws_sorted_windows_give_the_generic_draws_slots(case: dict, rnd) -> None:
+    """``ChunkDraw``'s shortcuts (``sort_keys``: a window's lengths from its cells, codes made
+    only for the positions asked; ``alike_windows``: a window of one window length left in list
+    order, only the positions asked drawn) give the slots of ``SortedWindows`` over a plain
+    ``MemberDraw`` of the same list (every window drawn, its codes' lengths looked up), for any
+    subset of the positions in any order. So planning's faster path plans what it planned."""
+    try:
+        planner = indexed(case)
+    except (OptionError, SequenceTooLongError):
+        return
+    sorted_windows = planner.draw(1)
+    outer = getattr(sorted_windows, "draw", None)
+    inner = getattr(outer, "draw", outer)
+    if not isinstance(inner, ChunkDraw):  # fixed orders, random, a shared set's rank order
+        return
+    plain = MemberDraw(inner.members, inner.starts, inner.offsets, inner.words)
+    generic = copy.copy(sorted_windows)
+    generic.draw = plain if outer is inner else copy.copy(outer)
+    if outer is not inner:
+        generic.draw.draw = plain
+    counts = np.asarray(sorted_windows.counts, dtype=np.int64)
+    bucket = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    pos = np.arange(len(bucket), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    some = np.array(rnd.sample(range(len(pos)), rnd.randint(0, len(pos))), np.int64)
+    for b_at, p_at in [(bucket, pos), (bucket[some], pos[some])]:
+        np.testing.assert_array_equal(
+            sorted_windows.slots(b_at, p_at)[0], generic.slots(b_at, p_at)[0]
+        )

@@ -180,7 +180,16 @@ class ChunkBuckets:
 
     def __getitem__(self, at: np.ndarray) -> np.ndarray:
         """The codes of the chunks at positions ``at`` (int64) of the cells' list -> int64."""
-        g, j, chunk = self.locate(at)
+        at = np.asarray(at, dtype=np.int64)
+        return self.codes_in(at, self.cell_of(at))
+
+    def cell_of(self, at: np.ndarray) -> np.ndarray:
+        """The cell of each position ``at`` of the cells' list -> int64."""
+        return np.searchsorted(self.cell_end, at, side="right")
+
+    def codes_in(self, at: np.ndarray, cell: np.ndarray) -> np.ndarray:
+        """The codes of the chunks at positions ``at`` of the cells' list, in cells ``cell``."""
+        g, j, chunk = self._in_cells(at, cell)
         first = np.asarray(self.classes.starts, dtype=np.int64)[g]
         seqs = np.asarray(self.classes.members[first + j], dtype=np.int64)
         return seqs * self.stride + chunk
@@ -189,12 +198,28 @@ class ChunkBuckets:
         """(length class, the planned sequence's place in its class, chunk index) of the chunks
         at positions ``at`` of the cells' list -> int64 each."""
         at = np.asarray(at, dtype=np.int64)
-        cell = np.searchsorted(self.cell_end, at, side="right")
+        return self._in_cells(at, self.cell_of(at))
+
+    def _in_cells(
+        self, at: np.ndarray, cell: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         width = self.cell_width[cell]
         g = self.cell_class[cell]
         k = at - self.cell_end[cell] + self.planned[g] * width
         j, c = np.divmod(k, width)
         return g, j, c + self.cell_lo[cell]
+
+    def split(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, chunk index) of ``codes`` -> int64 each."""
+        seqs, chunks = np.divmod(np.asarray(codes, dtype=np.int64), self.stride)
+        return seqs, chunks
+
+    def cell_windows(self) -> np.ndarray:
+        """int64 ``[C]``: each cell's window length in the length key (``ChunkWindows``'): a
+        cell's chunks are its class's windows ``lo, lo + 1, ..``, each ``min(size, length - c *
+        step)`` long, and a cell of more than one chunk holds only full windows."""
+        lengths = np.asarray(self.classes.longest, dtype=np.int64)[self.cell_class]
+        return np.minimum(self.size, lengths - self.cell_lo * self.step)
 
     def alike_keys(self) -> np.ndarray:
         """int64 ``[N]``: the one window length of a bucket whose cells all have one (what
@@ -206,8 +231,7 @@ class ChunkBuckets:
         >>> ChunkBuckets.of(classes, 500, 250, 0, lambda v, c: np.array([500])).alike_keys().tolist()
         [-1, 500]
         """
-        lengths = np.asarray(self.classes.longest, dtype=np.int64)[self.cell_class]
-        window = np.minimum(self.size, lengths - self.cell_lo * self.step)  # [C]
+        window = self.cell_windows()  # [C]
         cells = np.searchsorted(  # [N + 1] each bucket's first cell
             self.cell_buckets(), np.arange(len(self.longest) + 1), side="left"
         )
@@ -218,11 +242,6 @@ class ChunkBuckets:
             lo = np.minimum.reduceat(window, at)
             keys[held] = np.where(lo == np.maximum.reduceat(window, at), lo, -1)
         return keys
-
-    def split(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(sequence, chunk index) of ``codes`` -> int64 each."""
-        seqs, chunks = np.divmod(np.asarray(codes, dtype=np.int64), self.stride)
-        return seqs, chunks
 
     def cell_buckets(self) -> np.ndarray:
         """The chunk bucket of each cell -> int64 ``[C]``."""

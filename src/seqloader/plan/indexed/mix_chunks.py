@@ -111,8 +111,7 @@ class MixChunkDraw(ChunkDraw):
         self._width, self._lo, self._end = units.cell_width, units.cell_lo, units.cell_end
         self._base = units.cell_end - units.planned[g] * units.cell_width
         self._first = listed.starts[g]
-        lengths = np.asarray(units.classes.longest, dtype=np.int64)[g]
-        self._window = np.minimum(units.size, lengths - units.cell_lo * units.step)  # [C]
+        self._window = units.cell_windows()  # [C]
         self._cells = np.searchsorted(  # [N + 1] each bucket's first cell
             units.cell_buckets(), np.arange(len(units.counts) + 1), side="left"
         )

@@ -140,10 +140,26 @@ class ChunkDraw(MemberDraw):
 
     units: ChunkBuckets
     _alike: np.ndarray | None = None
+    _windows: np.ndarray | None = None  # [C] each cell's window length (``sort_keys``)
 
     def __init__(self, units: ChunkBuckets, offsets: np.ndarray, words: tuple[int, ...]) -> None:
         super().__init__(units, units.starts, offsets, words)
         self.units = units
+
+    def sort_keys(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, Take] | None:
+        """(the window length of the chunks at (bucket, pos): their cells', no code made, a
+        function: indices into them -> their slots): ``SortedWindows`` sorts a window by the
+        lengths and makes the codes of only the positions a rank asked for (no sequence or
+        whole length looked up for the rest of the window)."""
+        at = self.positions(bucket, pos)
+        cell = self.units.cell_of(at)
+        if self._windows is None:
+            self._windows = self.units.cell_windows()
+
+        def take(i: np.ndarray) -> tuple[np.ndarray, None]:
+            return self.units.codes_in(at[i], cell[i]), None
+
+        return self._windows[cell], take
 
     def alike_keys(self) -> np.ndarray:
         """``ChunkBuckets.alike_keys``, made once per draw."""
