@@ -31,6 +31,7 @@ The result equals ``Segment``'s rank-by-rank count (``tests/test_plan_indexed.py
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -64,6 +65,29 @@ def _ceil(x: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.ceil(out, out=out).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """Each live unit's batches over its rank's bins and their pieces under the rank's split:
+    computed once by ``_layout`` and read by each step of ``laplace_consumed``."""
+
+    owner: np.ndarray  #: [L] the unit's rank
+    size: np.ndarray  #: [L] batch size (int64)
+    last: np.ndarray  #: [L] the unit's last batch (1..size)
+    bins: np.ndarray  #: [L] its rank's bins
+    phase: np.ndarray  #: [L] the bin of the unit's first batch
+    whole: np.ndarray  #: [L] batches in every bin of its rank
+    more: np.ndarray  #: [L] bins (from its phase on) with one more
+    last_bin: np.ndarray  #: [L] the bin of its last batch
+    pk: np.ndarray  #: [L] pieces of a full batch at the rank's level t*
+    pl: np.ndarray  #: [L] pieces of its last batch
+    ck: np.ndarray  #: [L] tie increments of a full batch (0 where the rank does not cut)
+    cl: np.ndarray  #: [L] tie increments of its last batch
+    rest: np.ndarray  #: [W] the rank's leftover tie increments
+    rank_bins: np.ndarray  #: [W]
+    off: np.ndarray  #: [W + 1] each rank's first bin in the flat (rank, bin) list
+    rank_of_bin: np.ndarray  #: [total bins] the rank of each flat bin
+
+
 def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
     """Sequences of each unit consumed in the segment's first ``steps`` steps -> int64 ``[U]``.
 
@@ -72,105 +96,174 @@ def laplace_consumed(seg: LiveUnits, steps: int) -> np.ndarray:
     phase on, its last batch to its last one), so the bins a rank's steps consume whole are counted
     per unit without listing blocks; only the one bin where the steps end is listed in its
     order and walked."""
-    world = seg.world_size
     out = np.zeros(seg.num_units, dtype=np.int64)
-    live = seg.live
-    if steps <= 0 or not len(live):
+    if steps <= 0 or not len(seg.live):
         return out
+    lay = _layout(seg)
+    ends, after = _bin_ends(lay, seg.world_size)
+    done = np.bincount(lay.rank_of_bin, weights=ends <= steps, minlength=seg.world_size)
+    done = done.astype(np.int64)  # [W] bins of each rank consumed whole
+    c = done[lay.owner]
+    out[seg.live] = _seqs_in_bins(lay, c)
+    before = np.where(done > 0, ends[np.maximum(lay.off[:-1] + done - 1, 0)], 0)  # [W]
+    left = steps - before
+    crossing = (done < lay.rank_bins) & (left > 0)  # [W] ranks whose steps end inside a bin
+    blocks = _crossing_blocks(seg, lay, crossing, c)
+    if blocks is not None:
+        _add_crossing_bin(seg, lay, blocks, after, left, out)
+    return out
+
+
+def _layout(seg: LiveUnits) -> _Layout:
+    """The per-unit bin deal and piece counts, computed once because every later step reads
+    them: each unit's share of its rank's bins (``laplace_blocks``' deal, in closed form) and
+    its batches' pieces at the rank's split level."""
     owner, nb, size = seg.owner, seg.nb.astype(np.int64), seg.size.astype(np.int64)
     last = seg.rem - (nb - 1) * size  # [L] the unit's last batch (1..size)
     level, prev, cut, rest = _split_levels(seg, last)
     rank_bins = _num_bins(seg, seg.rank_seqs)  # [W]
-    off = np.concatenate([[0], np.cumsum(rank_bins)])  # [W + 1] each rank's bins, flat
     bins = rank_bins[owner]
-    phase = _phases(owner, live, nb, seg.level, bins)  # [L] the bin of the unit's first batch
-    whole, more = np.divmod(nb, bins)  # batches in every bin; bins with one more
+    phase = _phases(owner, seg.live, nb, seg.level, bins)
+    whole, more = np.divmod(nb, bins)
     # a unit's batches fill its blocks in bin order: its last batch is in its last bin
     last_bin = np.where((whole > 0) | (phase + more > bins), bins - 1, phase + more - 1)
     t, p = level[owner], prev[owner]
     pk, pl = _ceil(size, t), _ceil(last, t)
     ck = np.where(cut[owner], _ceil(size, p) - pk, 0)
     cl = np.where(cut[owner], _ceil(last, p) - pl, 0)
-    total = int(off[-1])
-    base = off[owner]
-    end = phase + more
+    off = np.concatenate([[0], np.cumsum(rank_bins)])
+    rank_of_bin = np.repeat(np.arange(seg.world_size, dtype=np.int64), rank_bins)
+    return _Layout(
+        owner, size, last, bins, phase, whole, more, last_bin, pk, pl, ck, cl, rest, rank_bins,
+        off, rank_of_bin,
+    )  # fmt: skip
+
+
+def _bin_ends(lay: _Layout, world: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per (rank, bin), flat: the pieces through the bin (its rank's leftover tie increments
+    added to its latest eligible batches) and the tie increments of the rank's later bins
+    -> int64 ``[total bins]`` each; whole bins are counted without listing their blocks."""
+    pos, wrap = _change_points(lay)
+    pieces = _per_bin(lay, world, pos, wrap, lay.pk, lay.pl)
+    events = _per_bin(lay, world, pos, wrap, lay.ck, lay.cl)
+    after = _suffix_within(events, lay.off)  # events of the rank's later bins
+    pieces += np.clip(lay.rest[lay.rank_of_bin] - after, 0, events)
+    return _cumsum_within(pieces, lay.off), after
+
+
+def _change_points(lay: _Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Where each unit's batches per bin change along its rank's flat bins (the same for every
+    ``_per_bin`` sum, so found once): + at its phase, - where its extra bins end (wrapped: at
+    the rank's end, then + at bin 0 and - where they end), its last batch's change at its last
+    bin and undone after it -> (the positions, the units whose extra bins wrap)."""
+    base, end, bins = lay.off[lay.owner], lay.phase + lay.more, lay.bins
     wrap = end > bins  # the bins with one more batch run past the rank's last bin
-    # each unit's batches per bin as point changes along its rank's bins (summed, then cumsum):
-    # + at its phase, - where its extra bins end (wrapped: at the rank's end, then + at bin 0
-    # and - where they end), its last batch's change at its last bin and undone after it
-    wb, we = base[wrap], (base + end - bins)[wrap]
-    lb = base + last_bin
-    pos = np.concatenate([base + phase, base + np.minimum(end, bins), wb, we, lb, lb + 1])
-    n, nw = len(owner), len(wb)
+    lb = base + lay.last_bin
+    stop = base + np.minimum(end, bins)
+    pos = np.concatenate(
+        [base + lay.phase, stop, base[wrap], (base + end - bins)[wrap], lb, lb + 1]
+    )
+    return pos, wrap
 
-    def per_bin(v_full: np.ndarray, v_last: np.ndarray) -> np.ndarray:  # [total] per (rank, bin)
-        val = np.empty(len(pos), dtype=np.float64)
-        val[:n] = v_full
-        val[n : 2 * n] = -v_full
-        val[2 * n : 2 * n + nw] = v_full[wrap]
-        val[2 * n + nw : 2 * n + 2 * nw] = -v_full[wrap]
-        val[2 * n + 2 * nw : 3 * n + 2 * nw] = v_last - v_full
-        val[3 * n + 2 * nw :] = v_full - v_last
-        diff = np.bincount(pos, weights=val, minlength=total + 1)
-        every = np.bincount(owner, weights=whole * v_full, minlength=world)  # in every bin
-        diff[off[:-1]] += every
-        diff[off[1:]] -= every
-        return np.rint(np.cumsum(diff[:total])).astype(np.int64)
 
-    pieces = per_bin(pk, pl)
-    events = per_bin(ck, cl)
-    rank_of_bin = np.repeat(np.arange(world, dtype=np.int64), rank_bins)
-    after = _suffix_within(events, off)  # events of the rank's later bins
-    pieces += np.clip(rest[rank_of_bin] - after, 0, events)
-    ends = _cumsum_within(pieces, off)  # pieces through each bin, per rank
-    done = np.bincount(rank_of_bin, weights=ends <= steps, minlength=world).astype(np.int64)
-    c = done[owner]  # [L] bins of the unit's rank consumed whole
+def _per_bin(
+    lay: _Layout,
+    world: int,
+    pos: np.ndarray,
+    wrap: np.ndarray,
+    v_full: np.ndarray,
+    v_last: np.ndarray,
+) -> np.ndarray:
+    """The sum per (rank, bin) of a per-batch value (``v_full`` of a unit's full batches,
+    ``v_last`` of its last) -> int64 ``[total bins]``: the values at ``_change_points``,
+    summed, then cumsum, so no block is listed."""
+    n, nw = len(lay.owner), int(wrap.sum())
+    val = np.empty(len(pos), dtype=np.float64)
+    val[:n] = v_full
+    val[n : 2 * n] = -v_full
+    val[2 * n : 2 * n + nw] = v_full[wrap]
+    val[2 * n + nw : 2 * n + 2 * nw] = -v_full[wrap]
+    val[2 * n + 2 * nw : 3 * n + 2 * nw] = v_last - v_full
+    val[3 * n + 2 * nw :] = v_full - v_last
+    total = int(lay.off[-1])
+    diff = np.bincount(pos, weights=val, minlength=total + 1)
+    every = np.bincount(lay.owner, weights=lay.whole * v_full, minlength=world)  # in every bin
+    diff[lay.off[:-1]] += every
+    diff[lay.off[1:]] -= every
+    return np.rint(np.cumsum(diff[:total])).astype(np.int64)
+
+
+def _seqs_in_bins(lay: _Layout, c: np.ndarray) -> np.ndarray:
+    """Sequences of each unit in its rank's first ``c`` bins (the bins consumed whole), from
+    its share of the bins in closed form, so no whole bin lists its blocks -> int64 ``[L]``."""
+    phase, more, bins = lay.phase, lay.more, lay.bins
 
     def overlap(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # |[a, b) & [0, c)|
         return np.maximum(np.minimum(b, c) - np.maximum(a, 0), 0)
 
-    n_in = whole * c + overlap(phase, phase + more) + overlap(phase - bins, phase + more - bins)
-    has_last = (last_bin < c).astype(np.int64)
-    out[live] = n_in * size - has_last * (size - last)
+    n_in = lay.whole * c + overlap(phase, phase + more) + overlap(phase - bins, phase + more - bins)
+    has_last = (lay.last_bin < c).astype(np.int64)
+    return n_in * lay.size - has_last * (lay.size - lay.last)
 
-    before = np.where(done > 0, ends[np.maximum(off[:-1] + done - 1, 0)], 0)  # [W]
-    left = steps - before
-    crossing = (done < rank_bins) & (left > 0)  # [W] ranks whose steps end inside a bin
-    units = np.flatnonzero(crossing[owner])
+
+class _Blocks(NamedTuple):
+    """The blocks of the one bin where each crossing rank's steps end, in the rank's order."""
+
+    units: np.ndarray  #: indices into ``live``
+    rank: np.ndarray
+    bin: np.ndarray
+    full: np.ndarray  #: full batches in the block
+    short: np.ndarray  #: 1 where the block holds the unit's last batch
+
+
+def _crossing_blocks(
+    seg: LiveUnits, lay: _Layout, crossing: np.ndarray, c: np.ndarray
+) -> _Blocks | None:
+    """The blocks of bin ``c`` of each ``crossing`` rank, in the rank's order: the only blocks
+    listed, because only there the steps may end inside a block (levels ascending in even
+    bins, descending in odd ones) -> None where there are none."""
+    units = np.flatnonzero(crossing[lay.owner])
     if not len(units):
-        return out
-    q, cu = owner[units], c[units]
-    rel = (cu - phase[units]) % bins[units]
-    count = whole[units] + (rel < more[units])
+        return None
+    q, cu = lay.owner[units], c[units]
+    rel = (cu - lay.phase[units]) % lay.bins[units]
+    count = lay.whole[units] + (rel < lay.more[units])
     keep = count > 0
     units, q, cu, count = units[keep], q[keep], cu[keep], count[keep]
     if not len(units):
-        return out
-    short = (last_bin[units] == cu).astype(np.int64)
+        return None
+    short = (lay.last_bin[units] == cu).astype(np.int64)
     full = count - short
     lev = seg.level[units].astype(np.int64)
     major = np.where(cu & 1, -lev, lev)
-    order = _block_order(owner, live, units, cu, major)  # by (rank, major, unit)
-    units, q, cu, count, short, full = (x[order] for x in (units, q, cu, count, short, full))
-    ev = full * ck[units] + short * cl[units]
-    starts = np.searchsorted(q, np.arange(world + 1), side="left")
-    later = after[off[q] + cu] + _suffix_within(ev, starts)
-    extra = np.clip(rest[q] - later, 0, ev)
-    blk_pieces = full * pk[units] + short * pl[units] + extra
+    order = _block_order(lay.owner, seg.live, units, cu, major)  # by (rank, major, unit)
+    return _Blocks(*(x[order] for x in (units, q, cu, full, short)))
+
+
+def _add_crossing_bin(
+    seg: LiveUnits, lay: _Layout, blk: _Blocks, after: np.ndarray, left: np.ndarray, out: np.ndarray
+) -> None:
+    """Add to ``out`` the sequences of the crossing bins' first ``left`` pieces (per rank): the
+    blocks consumed whole at once, the one block where the steps end walked in closed form."""
+    units, q = blk.units, blk.rank
+    ev = blk.full * lay.ck[units] + blk.short * lay.cl[units]
+    starts = np.searchsorted(q, np.arange(seg.world_size + 1), side="left")
+    later = after[lay.off[q] + blk.bin] + _suffix_within(ev, starts)
+    extra = np.clip(lay.rest[q] - later, 0, ev)
+    blk_pieces = blk.full * lay.pk[units] + blk.short * lay.pl[units] + extra
     blk_ends = _cumsum_within(blk_pieces, starts)
     m_all = left[q]
     whole_blk = blk_ends <= m_all
-    out[live[units[whole_blk]]] += (full * size[units] + short * last[units])[whole_blk]
-    inside = np.flatnonzero(~whole_blk & (blk_ends - blk_pieces < m_all))
-    for i in inside.tolist():
+    seqs = blk.full * lay.size[units] + blk.short * lay.last[units]
+    out[seg.live[units[whole_blk]]] += seqs[whole_blk]
+    for i in np.flatnonzero(~whole_blk & (blk_ends - blk_pieces < m_all)).tolist():
         u = int(units[i])
         m = int(m_all[i] - (blk_ends[i] - blk_pieces[i]))
         groups = _groups(
-            int(full[i]), int(short[i]), int(size[u]), int(last[u]), int(pk[u]), int(pl[u]),
-            int(ck[u]), int(cl[u]), int(extra[i]),
+            int(blk.full[i]), int(blk.short[i]), int(lay.size[u]), int(lay.last[u]),
+            int(lay.pk[u]), int(lay.pl[u]), int(lay.ck[u]), int(lay.cl[u]), int(extra[i]),
         )  # fmt: skip
-        out[live[u]] += _walk(groups, m)
-    return out
+        out[seg.live[u]] += _walk(groups, m)
 
 
 def _split_levels(
