@@ -262,6 +262,12 @@ class AdmittedCorpus:
         index = inputs.index
         if index is None or int(np.max(index.longest, initial=0)) > self.fits():
             self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
+        self._take_keys(inputs, len(main))
+        self.index = self._take_index(index)
+
+    def _take_keys(self, inputs: PlanInputs, n: int) -> None:
+        """The corpus's own sort and filter keys and its files, each also added to the
+        fingerprint, kept apart from the admission so ``__init__`` reads as its steps."""
         #: what the fingerprint adds of the corpus (the planner adds mix and selections)
         self.extra = b"indexed" + excluded_bytes(inputs.excluded)
         #: a source's own sort key (``order_lengths``) that the sorted orders' index sorts by
@@ -273,10 +279,10 @@ class AdmittedCorpus:
         self.filter_key = filter_key(inputs)
         if self.filter_key is not None and self.sort_key is None:  # default, reverse, random
             self.extra += b"filter_lengths" + sort_key_digest(self.filter_key).encode()
-        self.files = distributed_files(options.distribution, inputs.files, len(main), origin)
+        distribution = inputs.options.distribution
+        self.files = distributed_files(distribution, inputs.files, n, inputs.origin)
         if self.files is not None:
             self.extra += b"files" + self.files.tobytes()
-        self.index = self._take_index(index)
 
     @property
     def num_admitted(self) -> int:
