@@ -108,6 +108,7 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
             got = done["epochs"][str(epoch)]
             assert (got["steps"], got["planned_steps"]) == (plan.steps, plan.steps), r
             assert got["complete"] and got["audit"]["ok"], got
+            assert got["filtered"] == probe.planner.filtered(epoch), r  # the report's counts
             log = [e for e in logs[r] if e["set"] == name and e["epoch"] == epoch]
             assert [e["step"] for e in log] == list(range(plan.steps)), f"rank {r}"
             ran = [(e["tags"], e["real"]) for e in log]
@@ -128,6 +129,11 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
         lengths = CORPUS.lengths("data")
         keep = (lengths >= options["min_seq_length"]) & (lengths <= options["max_seq_length"])
         assert sorted(seen) == sorted(t for t, k in zip(TAGS, keep) if k)
+        over = int((lengths > options["max_seq_length"]).sum())  # counted under its first reason
+        under = int((lengths < options["min_seq_length"]).sum())
+        want = {f"data longer than max_seq_length={options['max_seq_length']}": over}
+        want[f"data shorter than min_seq_length={options['min_seq_length']}"] = under
+        assert probe.planner.filtered(1) == {k: c for k, c in want.items() if c}
     if "fixed_random_subset" in options:
         assert len(seen) == options["fixed_random_subset"]
     if not FILTERS & set(options):

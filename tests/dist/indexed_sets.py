@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                         "planned_steps": report.planned_steps,
                         "complete": report.complete,
                         "audit": report.audit.to_dict(),
+                        "filtered": dict(report.filtered),
                     }
             finally:
                 loader.close()
