@@ -186,6 +186,29 @@ def test_plan_imports_only_numpy_and_errors():
     assert not bad, "\n".join(bad)
 
 
+#: the planning core stays readable function by function (docs/architecture.md: "the longest
+#: function in plan/"); a longer one is split into named steps
+PLAN_FUNCTION_LINES = 60
+
+
+def function_start(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Its first line, decorators included (as docs/architecture.md counts)."""
+    return min([node.lineno, *(d.lineno for d in node.decorator_list)])
+
+
+def test_plan_functions_stay_short():
+    long = [
+        f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: {lines} lines"
+        for path in sorted((PACKAGE / "plan").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and (lines := node.end_lineno - function_start(node) + 1) > PLAN_FUNCTION_LINES
+    ]
+    assert not long, f"over {PLAN_FUNCTION_LINES} lines (split into named steps):\n" + "\n".join(
+        long
+    )
+
+
 def plan_room_of(module: str) -> str:
     """``seqloader.plan.indexed.mix`` -> ``plan.indexed``; ``seqloader.plan.files`` -> ``plan``."""
     parts = module.split(".")
