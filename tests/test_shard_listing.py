@@ -57,16 +57,18 @@ def _read(path: str) -> tuple[str, object]:
     newline_at_end=st.booleans(),
     gz=st.booleans(),
     piece=st.sampled_from([1, 7, 64, 1 << 20]),
+    group=st.sampled_from([1, 40, 1 << 14]),
 )
 def test_fast_reader_accepts_what_the_careful_one_accepts(
-    lines: list[bytes], newline_at_end: bool, gz: bool, piece: int
+    lines: list[bytes], newline_at_end: bool, gz: bool, piece: int, group: int
 ) -> None:
     body = b"\n".join(lines) + (b"\n" if newline_at_end and lines else b"")
     fd, path = tempfile.mkstemp(suffix=".jsonl.gz" if gz else ".jsonl")
     with os.fdopen(fd, "wb") as fh:
         fh.write(gzip.compress(body) if gz else body)
-    old = listing.PIECE
+    old = listing.PIECE, listing.GROUP
     listing.PIECE = piece  # pieces that end mid-line and mid-character
+    listing.GROUP = group  # groups that end inside an object split over two lines
     try:
         careful = _read(path)
         try:
@@ -88,7 +90,7 @@ def test_fast_reader_accepts_what_the_careful_one_accepts(
             remote = ("error", str(e))
         assert remote == careful
     finally:
-        listing.PIECE = old
+        listing.PIECE, listing.GROUP = old
         os.unlink(path)
 
 

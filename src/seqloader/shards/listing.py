@@ -3,9 +3,10 @@ manifest helpers every reader shares (``seqloader.audio.manifest_lines``: UTF-8,
 without NaN/Infinity), ``.gz`` decompressed on the fly.
 
 Why two readers: a first open parses every listing line of the corpus, about half of its CPU.
-``json_lines`` first reads a listing in 1 MiB pieces, each decoded once and parsed as one JSON
-array (``_fast_lines``); that skips the per-line ``readline``, UTF-8 decode, decoder call and
-generator hops of the careful reader (``_checked_lines``), and makes each piece's keys once. A
+``json_lines`` first reads a listing in 1 MiB pieces, each decoded once, its lines parsed in
+groups of about 16 KiB, each group as one JSON array (``_fast_pieces``); that skips the per-line
+``readline``, UTF-8 decode, decoder call and generator hops of the careful reader
+(``_checked_lines``), and makes each group's keys once. A
 listing the fast reader does not accept exactly as the careful one would (bad UTF-8, a BOM, not
 JSON, NaN, a line that is not one object, a read error) makes it give up, and the careful reader
 reads the listing again and raises its error naming the file, the line and the fix: both accept
@@ -24,6 +25,7 @@ from seqloader.audio.manifest_lines import _DECODER, json_entry, text_lines
 from seqloader.errors import DataError
 
 PIECE = 1 << 20  # bytes read at a time by the fast reader (a listing's bytes are never held whole)
+GROUP = 1 << 14  # characters of lines parsed by one decoder call (see ``_fast_pieces``)
 
 
 class _GiveUp(Exception):
@@ -66,27 +68,22 @@ def _fast_lines(path: str, data: bytes | None) -> list[tuple[int, dict]]:
 def _fast_pieces(path: str, data: bytes | None) -> Generator[list[tuple[int, dict]], None, None]:
     """Each piece's entries, or ``_GiveUp`` where the careful reader must judge the rest.
 
-    A piece's lines are parsed as one JSON array, ``[line, SEP, line, SEP, ..., line]``: one
-    call, and the objects' keys are made once per piece instead of once per line (the decoder's
-    memo), about a third less than a parse per line. ``SEP`` is a string drawn at random for each
-    piece (``os.urandom``): the array holds every line as its own object exactly when it
+    A piece is decoded once and its lines are parsed in groups of about ``GROUP`` characters, each
+    group as one JSON array, ``[line, SEP, line, SEP, ..., line]``: one call, and the objects'
+    keys are made once per group instead of once per line (the decoder's memo). Groups, not the
+    whole 1 MiB piece: a piece's thousands of fresh dicts at once cost more than they save (cold
+    in the cache by the time they are used, and the garbage collector's passes over them); a
+    Shar listing of 2,000 cuts was read slower than line by line that way. ``SEP`` is a string
+    drawn at random for each group (``os.urandom``): the array holds every line as its own
+    object exactly when it
     alternates object, ``SEP``, object, ... A line holding two values, or one object spread over
     two lines, moves a separator into or out of an object; only a listing that knows the random
-    ``SEP`` could put one back (then it is read by the careful reader too)."""
+    ``SEP`` could put one back (then it is read by the careful reader too). A line split over two
+    groups leaves each of them not JSON."""
     decode = _DECODER.decode
     number = 0
 
-    def parse(text: str) -> list[tuple[int, dict]]:
-        nonlocal number
-        numbers: list[int] = []
-        lines: list[str] = []
-        for line in text.split("\n"):
-            number += 1
-            if line.strip():
-                numbers.append(number)
-                lines.append(line)
-        if not lines:
-            return []
+    def parse(numbers: list[int], lines: list[str]) -> list[tuple[int, dict]]:
         sep = os.urandom(16).hex()
         got = decode("[" + f',"{sep}",'.join(lines) + "]")
         objects = got[0::2]
@@ -98,6 +95,23 @@ def _fast_pieces(path: str, data: bytes | None) -> Generator[list[tuple[int, dic
             raise _GiveUp
         return list(zip(numbers, objects))
 
+    def groups(text: str) -> Iterator[list[tuple[int, dict]]]:
+        nonlocal number
+        numbers: list[int] = []
+        lines: list[str] = []
+        size = 0
+        for line in text.split("\n"):
+            number += 1
+            if line.strip():
+                numbers.append(number)
+                lines.append(line)
+                size += len(line)
+                if size >= GROUP:
+                    yield parse(numbers, lines)
+                    numbers, lines, size = [], [], 0
+        if lines:
+            yield parse(numbers, lines)
+
     try:
         raw, stream = _open(path, data)
     except OSError:
@@ -108,11 +122,11 @@ def _fast_pieces(path: str, data: bytes | None) -> Generator[list[tuple[int, dic
             rest += piece
             end = rest.rfind(b"\n")
             if end >= 0:
-                entries = parse(rest[:end].decode("utf-8"))
+                text = rest[:end].decode("utf-8")
                 rest = rest[end + 1 :]
-                yield entries
+                yield from groups(text)
         if rest:
-            yield parse(rest.decode("utf-8"))
+            yield from groups(rest.decode("utf-8"))
     except (ValueError, OSError, EOFError):  # JSONDecodeError, NaN, UTF-8 errors are ValueErrors
         raise _GiveUp from None
     finally:
