@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from seqloader.plan import Planner, PlanOptions
 from seqloader.plan.batching import greedy_bounds
 from seqloader.plan.chunk_batching import MAX_CAP, ChunkFits, greedy_from_fits
-from seqloader.plan.cost import BatchCost
+from seqloader.plan.options import batch_cost_option
 
 
 @st.composite
@@ -62,7 +62,7 @@ def chunked_planners(draw: st.DrawFn) -> tuple[Planner, int]:
     cost = draw(st.sampled_from(["frames", "frames", "quadratic:40"]))
     longest = max_frames
     if cost != "frames" and max_frames is not None:  # every chunk must fit alone
-        longest = BatchCost.parse(cost).longest_fitting(max_frames)
+        longest = batch_cost_option(cost).longest_fitting(max_frames)
     options = PlanOptions(
         ordering=draw(st.sampled_from(["random", "sorted", "laplace:.25", "default"])),
         max_seqs=draw(st.one_of(st.none(), st.integers(1, 250))),

@@ -19,9 +19,9 @@ from conftest import ORDERINGS
 from plan_contracts import check_plan_contracts, steps_units
 from seqloader.errors import OptionError, ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
-from seqloader.plan.cost import BatchCost
 from seqloader.plan.files import cut_parts, split_batches
 from seqloader.plan.lpt import assign_lpt
+from seqloader.plan.options import batch_cost_option
 from seqloader.plan.position import segment_plan
 from seqloader.sources.base import file_layout
 from test_plan_properties import assert_batches_fit
@@ -47,7 +47,7 @@ def files_cases(draw: st.DrawFn) -> tuple[Planner, int]:
         lengths[rng.random(n) < 0.1] = 0
     max_frames = draw(st.one_of(st.none(), st.integers(1, 12_000)))
     cost = draw(st.sampled_from(["frames", "quadratic:50"]))
-    fits = None if max_frames is None else BatchCost.parse(cost).longest_fitting(max_frames)
+    fits = None if max_frames is None else batch_cost_option(cost).longest_fitting(max_frames)
     if fits is not None and fits < 1:
         max_frames, fits = None, None
     options = PlanOptions(

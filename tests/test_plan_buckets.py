@@ -12,6 +12,7 @@ from seqloader.plan.batching import padded_frames
 from seqloader.plan.cost import BatchCost, step_imbalance
 from seqloader.plan.edges import bucket_edges, bucket_of
 from seqloader.plan.greedy.buckets import balanced_bounds, merge_small_buckets
+from seqloader.plan.options import batch_cost_option
 
 
 def lognormal(n: int = 6000, seed: int = 1) -> np.ndarray:
@@ -56,7 +57,7 @@ def test_small_buckets_merge_until_each_fills_two_runs() -> None:
 
 
 def test_quadratic_cost_units_and_the_longest_fitting_length() -> None:
-    cost = BatchCost.parse("quadratic:100")
+    cost = batch_cost_option("quadratic:100")
     assert str(cost) == "quadratic:100"
     np.testing.assert_array_equal(cost.units(np.array([0, 10, 100])), [0, 1100, 20000])
     assert cost.budget(1000) == 100_000
@@ -66,7 +67,7 @@ def test_quadratic_cost_units_and_the_longest_fitting_length() -> None:
             longest = c.longest_fitting(max_frames)
             assert longest * q + longest**2 <= max_frames * q
             assert (longest + 1) * q + (longest + 1) ** 2 > max_frames * q
-    assert BatchCost.parse("frames").longest_fitting(77) == 77
+    assert batch_cost_option("frames").longest_fitting(77) == 77
 
 
 def test_quadratic_cost_gives_long_sequences_smaller_batches() -> None:

@@ -20,9 +20,9 @@ from conftest import ORDERINGS
 from plan_contracts import check_plan_contracts
 from seqloader.plan import BatchList, GlobalPlan, Planner, PlanOptions
 from seqloader.plan.batching import greedy_bounds
-from seqloader.plan.cost import BatchCost
 from seqloader.plan.edges import bucket_of
 from seqloader.plan.epochs import part_bounds
+from seqloader.plan.options import batch_cost_option
 
 UNEVEN = ["split", "pad", "drop"]
 COSTS = ["frames", "quadratic:50", "quadratic:2000"]
@@ -48,7 +48,7 @@ def plan_cases(draw: st.DrawFn, distribution: str = "shard") -> tuple[Planner, i
     max_frames = draw(st.one_of(st.none(), st.integers(1, 12_000)))
     cost = draw(st.sampled_from(COSTS))
     # a limit below the longest sequence needs the filter (else SequenceTooLongError, tested apart)
-    fits = None if max_frames is None else BatchCost.parse(cost).longest_fitting(max_frames)
+    fits = None if max_frames is None else batch_cost_option(cost).longest_fitting(max_frames)
     too_long = fits is not None and fits < lengths.max()
     if fits is not None and fits < 1:  # nothing fits at all: no corpus to plan
         max_frames, fits, too_long = None, None, False

@@ -14,7 +14,7 @@ from conftest import ORDERINGS
 from plan_contracts import check_plan_contracts
 from seqloader.errors import ResumeError
 from seqloader.plan import Planner, PlanOptions, Position, continue_plan
-from seqloader.plan.cost import BatchCost
+from seqloader.plan.options import batch_cost_option
 from seqloader.plan.position import segment_plan
 
 
@@ -25,7 +25,7 @@ def scenarios(draw: st.DrawFn) -> dict:
     max_frames = draw(st.one_of(st.none(), st.integers(30, 150)))
     cost = draw(st.sampled_from(["frames", "quadratic:60"]))
     # quadratic: sequences too costly for a batch alone are filtered (counted), as a user would
-    fits = None if max_frames is None else BatchCost.parse(cost).longest_fitting(max_frames)
+    fits = None if max_frames is None else batch_cost_option(cost).longest_fitting(max_frames)
     options = PlanOptions(
         ordering=draw(st.sampled_from(ORDERINGS)),
         max_seqs=draw(st.one_of(st.none(), st.integers(1, 6))),

@@ -171,7 +171,7 @@ def fit_bounds(
 
     >>> from seqloader.plan.cost import BatchCost
     >>> from seqloader.plan.limits import BatchLimits
-    >>> limits = BatchLimits.of(3, 10, None, BatchCost.parse("frames"), ["x"], "x")
+    >>> limits = BatchLimits.of(3, 10, None, BatchCost(), ["x"], "x")
     >>> whole = np.array([6, 3, 5])  # chunks 2:2 -> windows [2, 2, 2], [2, 1], [2, 2, 1]
     >>> counts = np.array([3, 2, 3], dtype=np.int32)
     >>> table = ChunkTable(np.array([0, 3, 5, 8]), {"x": (2, 2)}, {"x": whole}, counts)

@@ -21,42 +21,22 @@ compares the same numbers (no float rounding in the plan).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.errors import OptionError
 from seqloader.plan.batching import padded_frames
-
-_QUADRATIC_RE = re.compile(r"^quadratic:(?P<q>\d+)$")
 
 
 @dataclass(frozen=True)
 class BatchCost:
-    """A parsed ``batch_cost`` option: ``quadratic`` is ``Q`` (None for ``frames``/``packed``);
-    ``packed``: a batch costs the sum of its lengths (no padding), not ``n_seqs * max_len``."""
+    """A parsed ``batch_cost`` option (``plan.options.batch_cost_option`` parses it):
+    ``quadratic`` is ``Q`` (None for ``frames``/``packed``); ``packed``: a batch costs the sum of
+    its lengths (no padding), not ``n_seqs * max_len``."""
 
     quadratic: int | None = None
     packed: bool = False
-
-    @classmethod
-    def parse(cls, text: object) -> BatchCost:
-        expected = (
-            "expected 'frames' (or 'padded'), 'packed' or 'quadratic:Q' with an int Q >= 1 "
-            "(e.g. 'quadratic:2000')"
-        )
-        if not isinstance(text, str):
-            raise OptionError(f"batch_cost: got {text!r}, {expected}")
-        if text.strip() in ("frames", "padded"):
-            return cls()
-        if text.strip() == "packed":
-            return cls(packed=True)
-        m = _QUADRATIC_RE.match(text.strip())
-        if not m or int(m["q"]) < 1:
-            raise OptionError(f"batch_cost: got {text!r}, {expected}")
-        return cls(int(m["q"]))
 
     def __str__(self) -> str:
         if self.packed:

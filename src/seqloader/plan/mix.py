@@ -113,24 +113,6 @@ def rate_to_json(rate: Fraction) -> float | str:
     return as_float if Fraction(as_float) == rate else f"{rate.numerator}/{rate.denominator}"
 
 
-def validate_mix(mix: object) -> dict[str, Fraction] | None:
-    """The ``mix`` option, checked: ``{corpus name: exact rate > 0}`` sorted by name (None: no
-    mixing). A rate is *corpus epochs per epoch* (``mix_rate`` says how it is read)."""
-    if mix is None:
-        return None
-    if not isinstance(mix, Mapping):
-        raise OptionError(
-            f"mix: got {mix!r}, expected a mapping of corpus name to rate, e.g. "
-            "{'libri': 1.0, 'ted': 3.0}"
-        )
-    out: dict[str, Fraction] = {}
-    for name, rate in mix.items():
-        if not isinstance(name, str) or not name:
-            raise OptionError(f"mix: got corpus name {name!r}, expected a non-empty string")
-        out[name] = mix_rate(name, rate)
-    return dict(sorted(out.items()))
-
-
 def resolve_rates(
     mix: Mapping[str, float | Fraction | str], corpora: Corpora
 ) -> tuple[Fraction, ...]:

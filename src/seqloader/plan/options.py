@@ -1,6 +1,7 @@
 """Planning options: one frozen, validated dataclass, the ordering-string parser, and the
 parsers of the options given in RETURNN's several forms (per-key ints, ``chunking``,
-``fixed_random_subset``, ``epoch_wise_filter``), so every option is read in one place.
+``fixed_random_subset``, ``epoch_wise_filter``, ``mix``, ``batch_cost``), so every option is read
+in one place.
 
 Validation raises ``OptionError`` with "got X, expected Y" so a typo in a config fails at construction,
 not hours into a training.
@@ -23,7 +24,7 @@ from seqloader.plan.admission import EpochFilter
 from seqloader.plan.chunks import ChunkSpec, unchunked_key_refusal, unchunked_length_key
 from seqloader.plan.cost import BatchCost
 from seqloader.plan.keyed import EVERY_KEY
-from seqloader.plan.mix import rate_to_json, validate_mix
+from seqloader.plan.mix import mix_rate, rate_to_json
 from seqloader.validate import choice_option, choices, int_option, is_int, optional_int_option
 
 ORDERING_KINDS = (
@@ -284,7 +285,7 @@ class PlanOptions:
         indexed = self.planning == "indexed" or (self.planning == "auto" and refusal is None)
         object.__setattr__(self, "_resolved", "indexed" if indexed else "global")
         self._check_mix_and_files()
-        object.__setattr__(self, "batch_cost", str(BatchCost.parse(self.batch_cost)))
+        object.__setattr__(self, "batch_cost", str(batch_cost_option(self.batch_cost)))
         self._check_combinations()
         if self.planning == "indexed" and refusal is not None:
             raise OptionError(refusal)
@@ -341,7 +342,7 @@ class PlanOptions:
 
     def _check_combinations(self) -> None:
         """Options that work alone but not together: refused with the reason and the fix."""
-        cost = BatchCost.parse(self.batch_cost)
+        cost = batch_cost_option(self.batch_cost)
         if cost.quadratic is not None and isinstance(self.max_frames, Mapping):
             raise OptionError(
                 f"max_frames: per-key limits {dict(self.max_frames)} are not supported with "
@@ -423,7 +424,7 @@ class PlanOptions:
 
     @property
     def cost(self) -> BatchCost:
-        return BatchCost.parse(self.batch_cost)
+        return batch_cost_option(self.batch_cost)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -449,12 +450,17 @@ class PlanOptions:
 
 
 # Parsers of single options: each checks one value and returns its canonical form; the
-# features' modules (keyed.py, chunks.py, admission.py) take that form.
+# features' modules (keyed.py, chunks.py, admission.py, mix.py, cost.py) take that form.
 
 _EWF_EXPECTED = (
     "expected {(first_epoch, last_epoch): {'max_mean_len': M}} with epochs ints >= 1 (first) "
     "and >= first (last), None for open ends, M > 0"
 )
+_BATCH_COST_EXPECTED = (
+    "expected 'frames' (or 'padded'), 'packed' or 'quadratic:Q' with an int Q >= 1 "
+    "(e.g. 'quadratic:2000')"
+)
+_QUADRATIC_RE = re.compile(r"^quadratic:(?P<q>\d+)$")
 _CHUNKING_EXPECTED = (
     "expected None/0/'0' (off), size, 'size:step', (size, step), {key: size}, "
     "{key: (size, step)} or ({key: size}, {key: step}), sizes and steps ints >= 1"
@@ -597,3 +603,36 @@ def epoch_wise_filter_option(value: object) -> EpochFilter | None:
             )
         out.append((first, last, float(mean)))  # type: ignore[arg-type]
     return tuple(sorted(out, key=lambda t: (t[0], -1 if t[1] is None else t[1], t[2])))
+
+
+def validate_mix(mix: object) -> dict[str, Fraction] | None:
+    """The ``mix`` option, checked: ``{corpus name: exact rate > 0}`` sorted by name (None: no
+    mixing). A rate is *corpus epochs per epoch* (``plan.mix.mix_rate`` says how it is read)."""
+    if mix is None:
+        return None
+    if not isinstance(mix, Mapping):
+        raise OptionError(
+            f"mix: got {mix!r}, expected a mapping of corpus name to rate, e.g. "
+            "{'libri': 1.0, 'ted': 3.0}"
+        )
+    out: dict[str, Fraction] = {}
+    for name, rate in mix.items():
+        if not isinstance(name, str) or not name:
+            raise OptionError(f"mix: got corpus name {name!r}, expected a non-empty string")
+        out[name] = mix_rate(name, rate)
+    return dict(sorted(out.items()))
+
+
+def batch_cost_option(text: object) -> BatchCost:
+    """The ``batch_cost`` option (``'frames'``/``'padded'``, ``'packed'``, ``'quadratic:Q'``) as
+    the ``BatchCost`` the planners price batches with."""
+    if not isinstance(text, str):
+        raise OptionError(f"batch_cost: got {text!r}, {_BATCH_COST_EXPECTED}")
+    if text.strip() in ("frames", "padded"):
+        return BatchCost()
+    if text.strip() == "packed":
+        return BatchCost(packed=True)
+    m = _QUADRATIC_RE.match(text.strip())
+    if not m or int(m["q"]) < 1:
+        raise OptionError(f"batch_cost: got {text!r}, {_BATCH_COST_EXPECTED}")
+    return BatchCost(int(m["q"]))

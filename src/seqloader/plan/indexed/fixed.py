@@ -135,7 +135,7 @@ def fixed_cuts(
     >>> from seqloader.plan.indexed.histogram import build_bucket_index
     >>> lengths = np.ones(5, np.int64)
     >>> order = FixedOrder(build_bucket_index(lengths, fixed_edges(lengths, "default")), "default")
-    >>> limits = BatchLimits.of(2, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> limits = BatchLimits.of(2, None, None, BatchCost(), ["data"], "data")
     >>> cuts, starts = fixed_cuts(order, 2, limits, {"data": lengths})
     >>> cuts.tolist(), starts.tolist()
     ([0, 2, 3, 0, 2], [0, 3, 5])
@@ -171,7 +171,7 @@ def cut_positions(
     restarting at a batch's first sequence cuts what one pass cuts).
 
     >>> from seqloader.plan.cost import BatchCost
-    >>> limits = BatchLimits.of(2, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> limits = BatchLimits.of(2, None, None, BatchCost(), ["data"], "data")
     >>> ones = {"data": np.ones(9, np.int64)}
     >>> cut_positions(lambda p: p, 2, 7, cut_batcher(limits), ones, block=3).tolist()
     [0, 2, 4, 5]

@@ -149,7 +149,7 @@ def chunked_cuts(
     part after part; where each part starts in them ``[parts + 1]``).
 
     >>> from seqloader.plan.cost import BatchCost
-    >>> limits = BatchLimits.of(None, 4, None, BatchCost.parse("frames"), ["x"], "x")
+    >>> limits = BatchLimits.of(None, 4, None, BatchCost(), ["x"], "x")
     >>> ch = Chunking({"x": np.array([5, 2])}, "x", (2, 2, 0), {"x": (2, 2)})
     >>> cuts, firsts, starts = chunked_cuts(lambda p: p, 2, 1, limits, ch, 4)
     >>> cuts.tolist(), firsts.tolist(), starts.tolist()  # chunks 2, 2, 1 | 2: [2, 2] [1, 2]

@@ -28,7 +28,7 @@ One mix's sub-epoch cut in both ways, ``random`` and ``default`` (the same 8 slo
 >>> lengths = np.array([3, 9, 4, 8, 2, 7, 5])
 >>> index = build_bucket_index(lengths, np.zeros(0, np.int64))  # random's: one bucket
 >>> mix = IndexedMix(0, {"a": 0.5, "b": 2}, Corpora(("a", "b"), np.array([0, 4, 7])), index, lengths)
->>> limits = BatchLimits.of(3, None, None, BatchCost.parse("frames"), ["data"], "data")
+>>> limits = BatchLimits.of(3, None, None, BatchCost(), ["data"], "data")
 >>> ep, batcher, data = EpochIndex(1, 1), cut_batcher(limits), {"data": lengths}
 >>> table, _ = mix_cuts(mix, ep, 1, batcher, data)
 >>> table.num_seqs, table.num_batches  # 2 of corpus a, 6 of b (two corpus epochs)
@@ -143,7 +143,7 @@ def chunked_mix_cut(
     >>> from seqloader.plan.indexed.fixed import ListedOrder, cut_batcher
     >>> from seqloader.plan.cost import BatchCost
     >>> from seqloader.plan.limits import BatchLimits
-    >>> limits = BatchLimits.of(None, 4, None, BatchCost.parse("frames"), ["x"], "x")
+    >>> limits = BatchLimits.of(None, 4, None, BatchCost(), ["x"], "x")
     >>> ch = Chunking({"x": np.array([5, 2])}, "x", (2, 2, 0), {"x": (2, 2)})
     >>> seqs, used = np.array([1, 0, 1]), np.array([0, 0, 1])  # sequence 1 twice
     >>> table, draw = chunked_mix_cut(ListedOrder(seqs), ListedUses(used), 3,

@@ -94,7 +94,7 @@ class ShardMix(IndexedMix):
     >>> lengths = np.array([6, 2, 5, 1, 3])  # corpus a: the first 2, b: the last 3
     >>> mix = ShardMix(1, {"a": 1, "b": 1}, Corpora(("a", "b"), np.array([0, 2, 5])),
     ...                build_bucket_index(lengths, np.zeros(0, np.int64)), lengths)
-    >>> frames = BatchLimits.of(2, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> frames = BatchLimits.of(2, None, None, BatchCost(), ["data"], "data")
     >>> table, draw = mix.fixed_cut(EpochIndex(1, 1), 1, Ordering("sorted"),
     ...                             cut_batcher(frames), {"data": lengths}, "data")
     >>> draw.seqs.tolist(), table.bounds.tolist()  # shortest first, cut greedily

@@ -63,7 +63,7 @@ class SortBinsMix(ShardMix):
     >>> options = PlanOptions(ordering="sort_bin_shuffle:3", mix={"a": 1, "b": 2})
     >>> mix = SortBinsMix(options, "data", 0, {"a": 1, "b": 2}, Corpora(("a", "b"), np.array([0, 2, 6])),
     ...                   build_bucket_index(lengths, np.array([2, 3, 4, 5, 6])), lengths)
-    >>> frames = BatchLimits.of(3, None, None, BatchCost.parse("frames"), ["data"], "data")
+    >>> frames = BatchLimits.of(3, None, None, BatchCost(), ["data"], "data")
     >>> table, draw = mix.random_cut(EpochIndex(1, 1), 1, cut_batcher(frames), {"data": lengths})
     >>> len(draw.seqs), sorted(lengths[draw.seqs[:4]].tolist()) == lengths[draw.seqs[:4]].tolist()
     (10, True)
