@@ -4,7 +4,10 @@
 ``min_seq_length``, ``epoch_wise_filter``, ``fixed_random_subset``) and batch costs and limits
 (``batch_cost="packed"``, ``max_packed_frames``, ``batch_cost="quadratic:Q"``), and
 ``distribution="random_seed_offset"`` (each rank its own order of all the data: every sequence
-once per rank).
+once per rank). Also the sets both plannings refused before: ``buckets:N`` with
+``batch_cost="packed"`` or ``max_packed_frames``, ``fixed_random_subset`` with
+``distribution="files"`` (the corpus cut into 8 files) or a mix (the corpus as two corpora mixed
+at ``MIX_RATES``), and a mix with ``random_seed_offset``.
 
 One launch runs every set in turn (``tests/dist/indexed_sets.py``: gloo, a blocking all_reduce per
 step, DataLoader workers on each rank, the gathered audit on): 3 ranks forked after one torch
@@ -13,7 +16,8 @@ in ``make chaos``. Per set and sub-epoch: every rank takes the planned steps, ea
 are the ones a single process plans for that rank (tags in order, fillers included), the ranks
 together hold the sub-epoch of a single process planning alone (world size 1), and over the pass
 every admitted sequence comes exactly once (what the filters leave out: counted by the plan and,
-for length limits, the corpus's own lengths).
+for length limits, the corpus's own lengths); under a mix, each admitted sequence of a corpus of
+rate R comes floor(R) or ceil(R) times.
 """
 
 from __future__ import annotations
@@ -21,14 +25,15 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import math
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
-from ddp_common import build_corpus, read_log, result_path
-from indexed_sets import SETS, set_options
+from ddp_common import MIX_RATES, MIX_SPLIT, build_corpus, read_log, result_path
+from indexed_sets import SETS, set_corpus, set_options
 
 import seqloader as sl
 from fork_launches import run_forked
@@ -92,8 +97,9 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
     _, results, logs = launched(launches, launcher)
     world = len(results)
     options = set_options(name)
-    probe = sl.SeqLoader(CORPUS, rank=0, world_size=world, **options)  # one process plans
-    alone = sl.SeqLoader(CORPUS, rank=0, world_size=1, **options)
+    corpus = set_corpus(name)  # the same sequences and tags as CORPUS, maybe cut in parts
+    probe = sl.SeqLoader(corpus, rank=0, world_size=world, **options)  # one process plans
+    alone = sl.SeqLoader(corpus, rank=0, world_size=1, **options)
     assert probe.planner.options.planning == "indexed"  # the default resolved to indexed
     # random_seed_offset: each rank its own order of all the data (an epoch covers it W times)
     own_orders = options.get("distribution") == "random_seed_offset"
@@ -101,6 +107,7 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
     filtered = 0
     for epoch in range(1, options.get("partition_epoch", 1) + 1):
         plan = probe.planner.global_plan(epoch, world)
+        one = real_tags(batches_of(alone.planner.global_plan(epoch, 1).batches))
         here = []
         for r in range(world):
             done = results[r]["sets"][name]
@@ -114,14 +121,23 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
             ran = [(e["tags"], e["real"]) for e in log]
             assert ran == batches_of(plan.rank_share(r)), f"rank {r}: not the planned batches"
             here += real_tags(ran)
-            if own_orders:  # every sequence once on each rank (none dropped here)
-                assert plan.dropped == 0 and sorted(real_tags(ran)) == sorted(TAGS), f"rank {r}"
+            if own_orders:  # each rank the whole (mixed) epoch of one rank alone
+                assert plan.dropped == 0 and sorted(real_tags(ran)) == sorted(one), f"rank {r}"
+                if "mix" not in options:  # every sequence once on each rank
+                    assert sorted(one) == sorted(TAGS), f"rank {r}"
         if own_orders:
+            seen.update(one)  # what each rank took
             continue
-        single = batches_of(alone.planner.global_plan(epoch, 1).batches)
-        assert sorted(here) == sorted(real_tags(single)), f"epoch {epoch}: not the plan of 1 rank"
+        assert sorted(here) == sorted(one), f"epoch {epoch}: not the plan of 1 rank"
         seen.update(here)
         filtered += sum(probe.planner.filtered(epoch).values())
+    if "mix" in options:  # each admitted sequence of a corpus of rate R: floor(R) or ceil(R) times
+        admitted = probe.planner.admitted_mask
+        for i, tag in enumerate(TAGS):
+            rate = MIX_RATES["a" if i < MIX_SPLIT else "b"]
+            uses = {math.floor(rate), math.ceil(rate)} if admitted is None or admitted[i] else {0}
+            assert seen[tag] in uses, (tag, seen[tag], rate)
+        return
     if own_orders:
         return
     assert max(seen.values()) == 1 and len(seen) == len(TAGS) - filtered  # exactly once

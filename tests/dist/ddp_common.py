@@ -59,8 +59,19 @@ MIX_RATES = {"a": 0.5, "b": 2.0}
 
 def mix_corpus() -> sl.ConcatSource:
     """``build_corpus()`` cut into the corpora ``a`` and ``b`` (same sequences and tags)."""
+    return cut_corpus({"a": range(MIX_SPLIT), "b": range(MIX_SPLIT, N_SEQS)})
+
+
+def files_corpus(files: int = 8) -> sl.ConcatSource:
+    """``build_corpus()`` cut into ``files`` corpora of about equal size, each one file for
+    ``distribution="files"`` (same sequences and tags)."""
+    n = N_SEQS
+    return cut_corpus({f"f{k}": range(k * n // files, (k + 1) * n // files) for k in range(files)})
+
+
+def cut_corpus(parts: dict[str, range]) -> sl.ConcatSource:
+    """``build_corpus()`` as the named corpora ``parts`` (consecutive ranges: same order and tags)."""
     corpus = build_corpus()
-    parts = {"a": range(MIX_SPLIT), "b": range(MIX_SPLIT, len(corpus))}
     return sl.ConcatSource(
         {
             name: sl.MemorySource(

@@ -20,7 +20,15 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from ddp_common import LOADER_OPTIONS, build_corpus, finish_rank, log_path
+from ddp_common import (
+    LOADER_OPTIONS,
+    MIX_RATES,
+    build_corpus,
+    files_corpus,
+    finish_rank,
+    log_path,
+    mix_corpus,
+)
 
 import seqloader as sl
 
@@ -43,7 +51,22 @@ SETS: dict[str, dict] = {
     "max_packed_frames": {"max_packed_frames": 70},
     "quadratic": {"batch_cost": "quadratic:20", "max_frames": 200},
     "random_seed_offset": {"distribution": "random_seed_offset"},
+    # refused by both plannings before; now planned by indexed alone
+    "buckets_packed": {"ordering": "buckets:3", "batch_cost": "packed"},
+    "buckets_max_packed_frames": {"ordering": "buckets:3", "max_packed_frames": 70},
+    "fixed_random_subset_files": {"fixed_random_subset": 50, "distribution": "files"},
+    "fixed_random_subset_mix": {"fixed_random_subset": 50, "mix": MIX_RATES},
+    "mix_random_seed_offset": {"mix": MIX_RATES, "distribution": "random_seed_offset"},
 }
+
+
+def set_corpus(name: str) -> sl.Source:
+    """The corpus set ``name`` runs over: ``build_corpus()``, cut into 8 files for
+    ``distribution="files"`` or into the mix's corpora (the same sequences and tags)."""
+    options = SETS[name]
+    if "mix" in options:
+        return mix_corpus()
+    return files_corpus() if options.get("distribution") == "files" else build_corpus()
 
 
 def set_options(name: str) -> dict:
@@ -65,13 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    corpus = build_corpus()
     result: dict = {"rank": rank, "world_size": world, "sets": {}}
     tick = torch.ones(1)
     with open(log_path(args.out, args.phase, rank), "w") as log:
         for name in args.sets.split(","):
             options = set_options(name)
-            loader = sl.SeqLoader(corpus, num_workers=args.workers, audit=True, **options)
+            loader = sl.SeqLoader(set_corpus(name), num_workers=args.workers, audit=True, **options)
             done: dict = {"planning": loader.planner.options.planning, "epochs": {}}
             try:
                 for epoch in range(1, options.get("partition_epoch", 1) + 1):
