@@ -3,6 +3,7 @@
 size fits every limit at the bucket's longest length per key (as ``laplace``'s do), so no batch
 breaks one, and every contract holds
 (``check_plan_contracts``: exactly once, equal steps, resume W -> W' -> W'', determinism).
+Per-key ``max_frames`` with ``batch_cost="quadratic:Q"``: every key's own quadratic cost.
 Global planning still refuses them by name (its buckets are cut by the padded cost)."""
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ LIMITS = [
     {"max_frames": 900, "max_packed_frames": 600},
     {"max_frames": 9000, "batch_cost": "quadratic:100", "max_packed_frames": 700},
     {"max_frames": {"data": 800}, "max_packed_frames": {"classes": 90}},
+    {"max_frames": {"data": 9000, "classes": 1500}, "batch_cost": "quadratic:100"},
+    {"max_frames": {"*": 6000}, "batch_cost": "quadratic:40", "max_packed_frames": {"classes": 90}},
 ]
 
 
@@ -92,10 +95,10 @@ def within_limits(planner: IndexedPlanner, epoch: int, plan) -> None:
     if o.cost.packed:
         padded, packed = {}, {"data": o.max_frames}
     for key, lengths_k in lengths.items():
-        units = o.cost.units(lengths_k) if key == "data" else lengths_k
         limit = padded.get(key, padded.get("*"))
-        if key == "data" and o.cost.quadratic is not None:
-            limit = planner.budget  # in the quadratic cost's units
+        units = o.cost.units(lengths_k) if key == "data" or limit is not None else lengths_k
+        if limit is not None and o.cost.quadratic is not None:
+            limit *= o.cost.quadratic  # every key's quadratic cost, in its units (L*Q + L*L)
         if limit is not None:
             longest = np.maximum.reduceat(units, starts)
             assert (longest * sizes).max() <= limit, key
@@ -112,7 +115,7 @@ def test_buckets_with_per_key_and_packed_limits_keep_every_contract(case: dict) 
     check_plan_contracts(factory, case["worlds"], [0.4, 0.5], epochs, each_plan=within_limits)
 
 
-@pytest.mark.parametrize("limits", LIMITS[:4], ids=str)
+@pytest.mark.parametrize("limits", [*LIMITS[:4], *LIMITS[6:]], ids=str)
 def test_global_planning_still_refuses_them_by_name(limits: dict) -> None:
     with pytest.raises(OptionError, match="use planning='indexed'"):
         PlanOptions(ordering="buckets:3", **limits, planning="global")

@@ -2,7 +2,8 @@
 (hypothesis; pure numpy): a bucket's batch size is bounded by both, in their own units, so no
 batch breaks either limit (the quadratic cost of its longest member times its size, the sum of
 its lengths), and every contract holds (``check_plan_contracts``), for the bucket orderings, the
-files distribution and the fixed orders (whose batches stay global planning's)."""
+files distribution and the fixed orders (whose batches stay global planning's); with per-key
+``max_frames`` every key's own quadratic cost."""
 
 from __future__ import annotations
 
@@ -22,12 +23,15 @@ def cases(draw: st.DrawFn) -> dict:
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     data = rng.integers(1, draw(st.sampled_from([40, 290])) + 1, size=n).astype(np.int64)
     distribution = draw(st.sampled_from(["shard", "files", "random_seed_offset"]))
+    keyed = st.fixed_dictionaries(  # per key: each key's own quadratic cost
+        {"data": st.integers(30_000, 90_000), "classes": st.integers(1_000, 4_000)}
+    )
     kinds = ["laplace", "laplace:.9", "laplace:3", "sorted", "default"]  # buckets: no packed limit
     ordering = draw(st.sampled_from(kinds if distribution != "files" else kinds[:3]))
     options = {
         "ordering": ordering,
         "max_seqs": draw(st.one_of(st.none(), st.integers(1, 20))),
-        "max_frames": draw(st.one_of(st.none(), st.integers(30_000, 90_000))),
+        "max_frames": draw(st.one_of(st.none(), st.integers(30_000, 90_000), keyed)),
         "batch_cost": f"quadratic:{draw(st.sampled_from([20, 100, 400]))}",
         "max_packed_frames": draw(st.integers(290, 3000)),
         "partition_epoch": draw(st.integers(1, 2)),
@@ -35,7 +39,8 @@ def cases(draw: st.DrawFn) -> dict:
         "distribution": distribution,
     }
     files = np.unique(np.concatenate([[0, n], rng.integers(0, n + 1, 8)])) if n else None
-    return {"lengths": {"data": data}, "options": options, "files": files,
+    classes = np.maximum(data // 3 + rng.integers(0, 4, size=n), 1)
+    return {"lengths": {"data": data, "classes": classes}, "options": options, "files": files,
             "world": draw(st.integers(1, 4))}  # fmt: skip
 
 
@@ -52,9 +57,12 @@ def within_both(planner: IndexedPlanner, epoch: int, plan) -> None:
     lengths = planner.lengths[b.seqs]
     sums = np.add.reduceat(lengths, b.bounds[:-1])
     assert sums.max() <= o.max_packed_frames
-    if o.max_frames is not None:
-        longest = np.maximum.reduceat(o.cost.units(lengths), b.bounds[:-1])
-        assert (sizes * longest).max() <= planner.budget
+    limits = o.max_frames if isinstance(o.max_frames, dict) else {"data": o.max_frames}
+    for key, limit in limits.items():  # every key's own quadratic cost
+        if limit is not None:
+            units = o.cost.units(np.asarray(planner.corpus.batch_lengths[key])[b.seqs])
+            longest = np.maximum.reduceat(units, b.bounds[:-1])
+            assert (sizes * longest).max() <= limit * o.cost.quadratic, key
 
 
 @settings(max_examples=80, deadline=None)
@@ -67,7 +75,9 @@ def test_quadratic_and_packed_limits_bound_every_batch(case: dict) -> None:
         lambda: planner_of(case), [case["world"]], [0.5], range(1, parts + 1),
         each_plan=within_both,
     )  # fmt: skip
-    if case["options"]["ordering"] in ("sorted", "default"):
+    if case["options"]["ordering"] in ("sorted", "default") and not isinstance(
+        case["options"]["max_frames"], dict
+    ):  # per-key quadratic limits: indexed planning only
         greedy = Planner(case["lengths"], PlanOptions(**case["options"]))
         got = planner_of(case).global_plan(1, 1).batches
         np.testing.assert_array_equal(got.bounds, greedy.global_plan(1, 1).batches.bounds)

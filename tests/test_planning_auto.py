@@ -334,6 +334,7 @@ AUDIT_GRID = {
     "limits": [{"max_frames": 60}, {"max_frames": {"data": 60}},
                {"max_frames": 60, "batch_cost": "packed"},
                {"max_frames": 6000, "batch_cost": "quadratic:20"},
+               {"max_frames": {"*": 6000}, "batch_cost": "quadratic:20"},
                {"max_frames": 60, "max_packed_frames": 50}],
 }  # fmt: skip
 

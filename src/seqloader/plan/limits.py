@@ -66,9 +66,10 @@ class BatchLimits:
         return not self.packed and set(self.padded) <= {self.length_key}
 
     def units(self, key: str, lengths: np.ndarray) -> np.ndarray:
-        """Cost units of ``lengths`` under the padded limit of ``key`` (the quadratic cost
-        applies to the length key only)."""
-        if key == self.length_key and self.cost.quadratic is not None:
+        """Cost units of ``lengths`` under the padded limit of ``key``: a quadratic cost applies
+        to every key a padded limit bounds (per-key ``max_frames`` with ``quadratic:Q``, each
+        key's budget ``F_k * Q``: ``c * (L_k * Q + L_k**2) <= F_k * Q``)."""
+        if self.cost.quadratic is not None and (key == self.length_key or key in self.padded):
             return self.cost.units(lengths)
         return np.asarray(lengths, dtype=np.int64)
 
@@ -138,11 +139,12 @@ class Batcher:
         fix. ``longest``: per key, the longest unit of each checked sequence (int64 ``[m]``);
         ``seq_of``: those sequences (int64 ``[m]``)."""
         lim = self.limits
-        checks = [(k, "max_frames", b, lim.units(k, longest[k]) > b)
+        q = lim.cost.quadratic
+        checks = [(k, "max_frames", lim.units(k, longest[k]) > b, b if q is None else b // q)
                   for k, b in lim.padded.items()]  # fmt: skip
         name = "max_frames" if lim.cost.packed else "max_packed_frames"
-        checks += [(k, name, b, longest[k] > b) for k, b in lim.packed.items()]
-        for key, option, budget, over in checks:
+        checks += [(k, name, longest[k] > b, b) for k, b in lim.packed.items()]
+        for key, option, over, shown in checks:
             bad = np.flatnonzero(over)
             if not len(bad):
                 continue
@@ -150,9 +152,6 @@ class Batcher:
             i = int(seq_of[u])
             tag = tags[i] if tags is not None else f"#{i}"
             where = f" in {origin}" if origin else ""
-            shown = budget
-            if key == lim.length_key and lim.cost.quadratic is not None:
-                shown = budget // lim.cost.quadratic
             raise SequenceTooLongError(
                 f"{what} of sequence {i} (tag {tag!r}){where} has {int(longest[key][u])} "
                 f"frames of {key!r}, more than {option}[{key!r}]={shown} allows, so it fits no "

@@ -204,7 +204,8 @@ class PlanOptions:
       docs/corpora.md). None: no mixing, every sequence once per epoch.
     - ``batch_cost``: what ``max_frames`` bounds: ``frames`` (padded frames; ``padded`` is the
       same), ``packed`` (the sum of lengths: batches for packed, padding-free layouts) or
-      ``quadratic:Q`` (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``).
+      ``quadratic:Q`` (``n_seqs * (Lmax + Lmax**2 / Q)``; see ``seqloader.plan.cost``; with
+      per-key ``max_frames``, under indexed planning, every limited key's own quadratic cost).
     - ``planning``: ``auto`` (resolved here, ``resolved_planning``: ``indexed`` wherever indexed
       planning plans the options with ``seeding="seqloader"``, ``global`` otherwise; a source's
       declarations the options cannot see, e.g. length variants or RETURNN's file pools, resolve
@@ -343,11 +344,17 @@ class PlanOptions:
     def _check_combinations(self) -> None:
         """Options that work alone but not together: refused with the reason and the fix."""
         cost = batch_cost_option(self.batch_cost)
-        if cost.quadratic is not None and isinstance(self.max_frames, Mapping):
+        frames = self.max_frames
+        if (
+            cost.quadratic is not None
+            and isinstance(frames, Mapping)
+            and self._resolved != "indexed"
+        ):
             raise OptionError(
-                f"max_frames: per-key limits {dict(self.max_frames)} are not supported with "
-                f"batch_cost={self.batch_cost!r} (the quadratic cost is of the length key); give "
-                "max_frames as an int, or batch_cost='frames'/'packed'"
+                f"max_frames: per-key limits {dict(frames)} are not supported with "
+                f"batch_cost={self.batch_cost!r} under planning='global'; use planning='indexed' "
+                "(a batch fits every key's quadratic cost), give max_frames as an int, or "
+                "batch_cost='frames'/'packed'"
             )
         if cost.packed and self.max_packed_frames is not None:
             raise OptionError(

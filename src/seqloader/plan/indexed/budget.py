@@ -82,20 +82,35 @@ def key_budgets(limits: BatchLimits) -> dict[str, int]:
     times the bucket's longest ``K`` length does.
 
     Under a quadratic cost the length key's packed limit is in other units than its padded
-    one: it is left out here and bounds ``k`` on its own (``packed_budget``).
+    one: it is left out here and bounds ``k`` on its own (``packed_budget``); so are the other
+    keys' padded limits, in cost units (``quadratic_budgets``).
 
     >>> limits = BatchLimits.of(None, {"*": 900}, {"text": 50}, PlanOptions().cost, ["audio", "text"], "audio")
     >>> key_budgets(limits)
     {'audio': 900, 'text': 50}
     """
     out: dict[str, int] = {}
-    apart = packed_budget(limits) is not None
+    quadratic = limits.cost.quadratic is not None
     for table in (limits.padded, limits.packed):
         for key, value in table.items():
-            if apart and table is limits.packed and key == limits.length_key:
-                continue
+            if quadratic and (table is limits.packed) == (key == limits.length_key):
+                continue  # the length key's packed limit, another key's quadratic one: apart
             out[key] = min(out.get(key, value), value)
     return out
+
+
+def quadratic_budgets(limits: BatchLimits) -> dict[str, int]:
+    """Under a quadratic cost with per-key ``max_frames``, the other keys' padded limits in
+    cost units (``F_k * Q``): a bucket's batch of ``k`` fits key ``K`` when ``k`` times the
+    quadratic cost of the bucket's longest ``K`` length does. Empty otherwise.
+
+    >>> cost = PlanOptions(batch_cost="quadratic:10").cost
+    >>> quadratic_budgets(BatchLimits.of(None, {"*": 90}, None, cost, ["a", "t"], "a"))
+    {'t': 900}
+    """
+    if limits.cost.quadratic is None:
+        return {}
+    return {k: b for k, b in limits.padded.items() if k != limits.length_key}
 
 
 def packed_budget(limits: BatchLimits) -> int | None:

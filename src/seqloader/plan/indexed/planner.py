@@ -62,6 +62,7 @@ from seqloader.plan.indexed.budget import (
     key_budgets,
     num_buckets,
     packed_budget,
+    quadratic_budgets,
     sum_budget,
     tighter,
 )
@@ -428,16 +429,24 @@ class IndexedPlanner:
         ``PlannedUnits.key_longest``); a sequence whose longest unit alone is over the limit
         fits no batch: refused naming it."""
         others = {k: b for k, b in key_budgets(limits).items() if k != self.length_key}
-        if not others:
-            return
-        for key, budget in sorted(others.items()):
-            longest = self.planned.key_longest(_bucket_max(self.index, lengths[key]), key)
-            if int(longest.max(initial=0)) > budget:
+        cost = self.options.cost
+        quadratic = quadratic_budgets(limits)  # per key, in the quadratic cost's units
+        seen: dict[str, np.ndarray] = {}
+        for key, budget, square in [
+            *((k, b, False) for k, b in sorted(others.items())),
+            *((k, b, True) for k, b in sorted(quadratic.items())),
+        ]:
+            if key not in seen:
+                seen[key] = self.planned.key_longest(_bucket_max(self.index, lengths[key]), key)
+            longest = seen[key]
+            fits = cost.longest_fitting(budget // (cost.quadratic or 1)) if square else budget
+            if int(longest.max(initial=0)) > fits:
                 first = self.planned.first_lengths(lengths[key], key)
                 check_fit_alone(
-                    first, self._mask, budget, self.options, key, tags, self.origin, keyed=True
+                    first, self._mask, fits, self.options, key, tags, self.origin, keyed=True
                 )
-            fit = sizes_for_units(longest, self.options.max_seqs, budget)
+            units = cost.units(longest) if square else longest
+            fit = sizes_for_units(units, self.options.max_seqs, budget)
             self.k = tighter(self.k, fit)
 
     def cut_rows(self, counts: np.ndarray) -> tuple[np.ndarray, ...]:
