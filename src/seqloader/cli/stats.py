@@ -33,8 +33,9 @@ from seqloader.plan.epoch_plan import list_imbalance
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering, PlanOptions
+from seqloader.plan.planned_units import units_of
 from seqloader.plan.planners import INDEXED_KINDS, Planner, resolve_planning
-from seqloader.plan.simulate import load_of, unit_window
+from seqloader.plan.simulate import load_of
 
 HELP = (
     "sequences, hours, length percentiles, keys; padding, steps and step imbalance per ordering "
@@ -139,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         ordered = planner_for(src, replace(opened.plan, ordering=o), lengths)
         plan = ordered.global_plan(1, args.ranks)
         packed = opened.workers.layout == "packed"  # no padding delivered
-        load = load_of(plan.batches, planner.lengths, unit_window(planner), packed)
+        load = load_of(plan.batches, planner.lengths, units_of(planner), packed)
         # a slot costs its sequence, or its chunk's window
         imbalance = list_imbalance(plan, 0, ordered.slot_costs(plan.batches), per_slot=True)
         padding[o] = {

@@ -20,11 +20,10 @@ from typing import Protocol
 
 import numpy as np
 
-from seqloader.parts import part_of
 from seqloader.plan.batches import BatchList
-from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.options import PlanOptions
+from seqloader.plan.planned_units import Chunked, units_of
 
 
 @dataclass(frozen=True)
@@ -56,14 +55,11 @@ class AuditOrder:
     rank: int | None = None
 
 
-class Audited(Protocol):
+class Audited(Chunked, Protocol):
     """What ``audit_orders`` reads of a planner."""
 
     @property
     def options(self) -> PlanOptions: ...
-
-    @property
-    def chunks(self) -> ChunkTable | None: ...
 
     def per_rank_pools(self, world_size: int) -> bool: ...
 
@@ -106,27 +102,14 @@ def files_order(planner: Audited, plan: EpochPlan, run: AuditRun) -> tuple[np.nd
     must be delivered does not depend on this segment's plan: the sub-epoch less the consumed
     ones. Chunking: worked out on chunks (a sequence's chunks can be consumed in one segment and
     planned in the next), each named by its sequence in the stream."""
-    batches, chunks = plan.batches, planner.chunks
-    whole = planner.sub_epoch_files(run.epoch)[0].seqs  # [m] every sequence of the sub-epoch
-    if chunks is not None:
-        expanded = chunks.expand(whole)
-        whole = chunks.unit_ids(expanded.seqs, expanded.chunks)  # [u] every chunk
-
-    def units(lo: int, hi: int | None) -> np.ndarray:
-        real = batches.real[lo:hi]
-        seqs = batches.seqs[lo:hi][real]
-        if chunks is None or batches.chunks is None:
-            return seqs
-        return chunks.unit_ids(seqs, batches.chunks[lo:hi][real])
-
+    batches, units = plan.batches, units_of(planner)
+    whole = units.of_seqs(planner.sub_epoch_files(run.epoch)[0].seqs)  # every unit of the sub-epoch
     _, earlier = planner.files_plan(run.epoch, plan.world_size, run.history)
     cut = int(batches.bounds[run.start_steps * plan.world_size])
-    before = np.concatenate([earlier, units(0, cut)])
-    planned = units(cut, None)
+    before = np.concatenate([earlier, units.of_slots(batches, 0, cut)])
+    planned = units.of_slots(batches, cut)
     rest = multiset_rest(whole, np.concatenate([before, planned]))
-    order = np.concatenate([before, planned, rest])
-    if chunks is not None:
-        order = part_of(chunks.first, order)  # each chunk's sequence
+    order = units.seqs_of(np.concatenate([before, planned, rest]))  # each unit's sequence
     return order, len(before)
 
 

@@ -20,9 +20,9 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.batching import padded_frames
-from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import EpochIndex
+from seqloader.plan.planned_units import PlannedUnits, SequenceUnits, units_of
 from seqloader.plan.planners import Planner
 from seqloader.validate import int_option
 
@@ -95,14 +95,16 @@ class Simulation:
 
 
 def load_of(
-    batches: BatchList, lengths: np.ndarray, window: Window | None = None, packed: bool = False
+    batches: BatchList,
+    lengths: np.ndarray,
+    units: PlannedUnits | None = None,
+    packed: bool = False,
 ) -> Load:
-    """Totals of a batch list; ``lengths`` int64 ``[num_seqs]`` on the planning key; ``window``:
-    in a chunked plan, each slot's chunk length from (whole lengths, chunk indices); ``packed``:
-    batches laid out packed (no padding delivered)."""
-    lens = lengths[batches.seqs]  # [slots]
-    if window is not None and batches.chunks is not None:
-        lens = window(lens, batches.chunks)
+    """Totals of a batch list; ``lengths`` int64 ``[num_seqs]`` on the planning key; ``units``:
+    the plan's (``units_of(planner)``; a chunked plan's slots are as long as their chunks),
+    default sequences; ``packed``: batches laid out packed (no padding delivered)."""
+    units = SequenceUnits(len(lengths)) if units is None else units
+    lens = units.slot_lengths(batches, lengths)  # [slots]
     return Load(
         batches=len(batches),
         seqs=int(np.count_nonzero(batches.real)),
@@ -117,17 +119,6 @@ def worker_items(n_items: int, num_workers: int) -> list[np.ndarray]:
     ``w, w + N, ...``; ``num_workers=0`` means the main process executes everything."""
     n = max(num_workers, 1)
     return [np.arange(w, n_items, n, dtype=np.int64) for w in range(n)]
-
-
-Window = Callable[[np.ndarray, np.ndarray], np.ndarray]
-
-
-def unit_window(planner: Planner) -> Window | None:
-    """Chunked plans: (whole lengths, chunk indices) -> the chunks' lengths on the length key."""
-    chunks = planner.chunks
-    if chunks is None:
-        return None
-    return lambda whole, c: chunks.window(planner.length_key, whole, c)
 
 
 def simulate(
@@ -145,8 +136,7 @@ def simulate(
     num_workers = int_option("num_workers", num_workers, 0)
     if not epochs:
         raise OptionError("epochs: got none, expected at least one epoch (epochs count from 1)")
-    chunks = planner.chunks  # chunked: count chunks (the planned units), not sequences
-    n_units = len(planner.lengths) if chunks is None else chunks.num_units
+    n_units = units_of(planner).num_units  # chunked: count chunks, not sequences
     uses = _Uses({}, {}, {})
     epochs_sim = []
     step_problems = []
@@ -215,20 +205,17 @@ def _rank_epoch(
 ) -> RankEpoch:
     """Rank ``rank``'s share of ``plan``: its uses added to ``counts`` (and, mixed, ``slots``),
     its load and its workers' loads."""
-    chunks, window = planner.chunks, unit_window(planner)
+    units = units_of(planner)
     share = plan.rank_share(rank)
-    used = share.seqs[share.real]
-    if chunks is not None and share.chunks is not None:
-        used = chunks.unit_ids(used, share.chunks[share.real])
-    np.add.at(counts, used, 1)
-    if share.uses is not None:  # chunked: a use is counted once, at its first chunk
-        first = share.real if share.chunks is None else share.real & (share.chunks == 0)
+    np.add.at(counts, units.of_slots(share), 1)
+    if share.uses is not None:  # a use is counted once, at its first unit
+        first = units.use_starts(share)
         slots.setdefault(full_epoch, []).append((share.seqs[first], share.uses[first]))
     lengths = planner.lengths
     items = worker_items(len(share), num_workers)
-    workers = tuple(load_of(share.take(ids), lengths, window, packed) for ids in items)
+    workers = tuple(load_of(share.take(ids), lengths, units, packed) for ids in items)
     files = None if planner.files is None else len(planner.rank_files(plan, rank))
-    return RankEpoch(rank, load_of(share, lengths, window, packed), workers, files)
+    return RankEpoch(rank, load_of(share, lengths, units, packed), workers, files)
 
 
 def _steps_finding(step_problems: list[str], epochs_sim: list[EpochSim]) -> Finding:
@@ -292,12 +279,8 @@ def _exactly_once(
     """C1: per full epoch (all its sub-epochs simulated), every admitted sequence is used exactly
     once and nothing else is; for a partly simulated full epoch, no sequence is used twice."""
     name = "C1 exactly-once"
-    admitted = np.zeros(len(planner.lengths), dtype=bool)
-    admitted[planner.admission.admitted] = True
-    noun = "sequence"
-    if planner.chunks is not None:  # the units are chunks, all of admitted sequences
-        admitted = np.ones(planner.chunks.num_units, dtype=bool)
-        noun = "chunk"
+    units = units_of(planner)
+    admitted, noun = units.admitted(planner.admission.admitted), units.noun
     P = planner.options.partition_epoch
     problems: list[str] = []
     complete_ok: list[int] = []
@@ -308,7 +291,7 @@ def _exactly_once(
         left_out = _epoch_filtered(planner, full) if complete else 0
         found = _use_problems(counts, admitted, complete and left_out == 0, noun)
         if complete and left_out and not found:
-            found = _kept_problems(counts, admitted, left_out, noun, planner.chunks)
+            found = _kept_problems(counts, admitted, left_out, units)
         filtered_by_epoch += left_out
         if not found:
             (complete_ok if complete else partial_ok).append(full)
@@ -370,20 +353,13 @@ def _epoch_filtered(planner: Planner, full: int) -> int:
 
 
 def _kept_problems(
-    counts: np.ndarray, admitted: np.ndarray, left_out: int, noun: str, chunks: ChunkTable | None
+    counts: np.ndarray, admitted: np.ndarray, left_out: int, units: PlannedUnits
 ) -> list[str]:
     """A full epoch whose sub-epochs filter ``left_out`` admitted sequences by epoch: the
     sequences used must be the admitted less those (duplicates and filtered uses are checked
     before). Chunked plans: each sequence with all its chunks used or none."""
-    if chunks is None:
-        used, total = int(np.count_nonzero(counts)), int(admitted.sum())
-        partly = 0
-    else:
-        ran = np.concatenate([[0], np.cumsum(counts > 0)])
-        per_seq = ran[chunks.first[1:]] - ran[chunks.first[:-1]]
-        partly = int(np.count_nonzero((per_seq > 0) & (per_seq < chunks.counts)))
-        used, total = int(np.count_nonzero(per_seq)), int(np.count_nonzero(chunks.counts))
-    problems = [f"{partly} sequences with only some of their {noun}s used"] if partly else []
+    used, total, partly = units.sequences_used(counts, admitted)
+    problems = [f"{partly} sequences with only some of their {units.noun}s used"] if partly else []
     if used != total - left_out:
         problems.append(
             f"{used} sequences used, but the epochs' own filters keep {total - left_out} of "
@@ -434,25 +410,16 @@ def mix_exactly_once(
     mix = planner.mix
     assert mix is not None
     P = planner.options.partition_epoch
-    n = len(planner.lengths)
+    units = units_of(planner)
     complete = sorted(f for f, parts in parts_seen.items() if len(parts) == P)
     problems = []
-    chunks = planner.chunks
-    for f in complete:
-        selected = mix.select(f).seqs
-        if chunks is None:
-            want = np.bincount(selected, minlength=n)  # [n]
-        else:  # every chunk of a selected slot, once per use
-            units = chunks.expand(selected)
-            want = np.bincount(
-                chunks.unit_ids(units.seqs, units.chunks), minlength=len(use_counts[f])
-            )
+    for f in complete:  # every unit of a selected slot, once per use
+        want = np.bincount(units.of_seqs(mix.select(f).seqs), minlength=units.num_units)
         off = np.flatnonzero(use_counts[f] != want)
         if len(off):
             i = int(off[0])
-            what = "sequences" if chunks is None else "chunks"
             problems.append(
-                f"full epoch {f + 1}: {len(off)} {what} used another number of times than "
+                f"full epoch {f + 1}: {len(off)} {units.noun}s used another number of times than "
                 f"planned (e.g. #{i}: {int(use_counts[f][i])} uses, planned {int(want[i])})"
             )
     said = []
