@@ -42,7 +42,7 @@ def read_padded(
     shapes: list[tuple[tuple[int, ...], np.dtype]] = []
     for key, spec_k in source.schema.items():  # each key's lengths, kept for the batch
         lens = np.ascontiguousarray(source.lengths(key)[seqs], dtype=np.int64)
-        t_max = int(lens.max()) if len(lens) else 0
+        t_max = max(lens.tolist(), default=0)  # a batch's few lengths: no numpy reduction
         shapes.append(((len(seqs), t_max, *spec_k.feature_shape), np.dtype(spec_k.dtype)))
         lengths[key] = lens
     if isinstance(alloc, BatchBlock):  # the batch's block, lent now that its size is known

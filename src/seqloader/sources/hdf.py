@@ -242,7 +242,8 @@ class HDFSource(SourceBase):
         With ``screen``, float data is screened for NaN/Inf right after each copy (bytes still in
         cache); returns the rows ``j`` that may hold some (an exact check must confirm)."""
         idx = np.asarray(indices, dtype=np.int64).reshape(-1)
-        if len(idx) and (idx.min() < 0 or idx.max() >= len(self)):
+        listed = idx.tolist()  # a batch's few indices: Python's min and max beat two reductions
+        if listed and (min(listed) < 0 or max(listed) >= len(self)):
             bad = int(idx[(idx < 0) | (idx >= len(self))][0])
             self.locate(bad)  # raises IndexError naming it
         groups: list[tuple[int, Sequence[int], np.ndarray]]  # (file, rows in out, local indices)
@@ -255,11 +256,7 @@ class HDFSource(SourceBase):
         suspects: set[int] = set()
         for f, pos, local in groups:
             try:
-                if screen:
-                    with np.errstate(over="ignore", invalid="ignore"):  # the screen's false alarms
-                        suspects |= self._file(f).read_into(self._starts[f], local, out, pos, True)
-                else:
-                    suspects |= self._file(f).read_into(self._starts[f], local, out, pos)
+                suspects |= self._file(f).read_into(self._starts[f], local, out, pos, screen)
             except Exception as e:
                 # find and name the sequence that fails; read() raises the named error
                 for j in pos:
