@@ -43,6 +43,7 @@ GOLDENS = [
     ("test_plan_indexed_own_sort_key", "test_own_key_golden_plans_are_pinned"),
     ("test_plan_indexed_options", "test_golden_plans_of_the_admission_options"),
     ("test_plan_indexed_options", "test_since_refused_golden_plans_are_pinned"),
+    ("test_plan_indexed_files_filter", "test_newly_planned_golden_plans_are_pinned"),
 ]
 
 

@@ -341,8 +341,7 @@ AUDIT_GRID = {
 
 def refused_by_both(o: dict) -> bool:
     """The audit's list of option sets both plannings refuse (so ``auto`` too)."""
-    mix, files = o.get("mix") is not None, o["distribution"] == "files"
-    return o.get("epoch_wise_filter") is not None and (mix or files)
+    return o.get("epoch_wise_filter") is not None and o.get("mix") is not None
 
 
 def test_auto_resolves_every_option_set_to_indexed_or_both_refuse_it() -> None:

@@ -183,7 +183,9 @@ class PlanOptions:
       Refused with ``distribution="files"`` under global planning (its files plans draw from
       seed and epoch: it would be ignored).
     - ``epoch_wise_filter``: RETURNN's ``{(first, last): {"max_mean_len": M}}`` curriculum filter
-      (``seqloader.plan.admission``), applied per sub-epoch, counted per epoch.
+      (``seqloader.plan.admission``), applied per sub-epoch, counted per epoch; with
+      ``distribution="files"`` (indexed planning) to each sub-epoch's files as one set, for every
+      rank and world size (``seqloader.plan.indexed.files_filter``).
     - ``partition_epoch``: sub-epochs per full pass over the data.
     - ``distribution``: ``shard`` (ranks split one plan), ``random_seed_offset`` (each rank its
       own permutation of all data; an epoch then covers the data ``world_size`` times) or
@@ -381,13 +383,13 @@ class PlanOptions:
                 "(the subset admitted, in the mix's or the files' own order), or "
                 "distribution='shard' without mix"
             )
-        if self.epoch_wise_filter is not None and (
-            global_buckets or self.mix is not None or self.distribution == "files"
-        ):
+        files = self.distribution == "files" and self._resolved != "indexed"
+        if self.epoch_wise_filter is not None and (global_buckets or self.mix is not None or files):
             raise OptionError(
-                "epoch_wise_filter: not supported with ordering='buckets:N' (unless "
-                "planning='indexed'), mix or distribution='files' (it filters each sub-epoch's "
-                "order); use another ordering with distribution='shard' or 'random_seed_offset'"
+                "epoch_wise_filter: not supported with ordering='buckets:N' or "
+                "distribution='files' (unless planning='indexed', which filters each "
+                "sub-epoch's files as one set), or mix (it filters each sub-epoch's order); use "
+                "another ordering with distribution='shard' or 'random_seed_offset'"
             )
 
     def _indexed_refusal(self) -> str | None:

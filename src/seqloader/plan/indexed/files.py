@@ -68,6 +68,8 @@ class Units:
     - ``member_words``: the key of the old ranks' member streams (the old rank appended).
     - ``pieces``: a mix over files (``seqloader.plan.indexed.files_mix``): the sub-epoch's file
       pieces, which ``part`` numbers; None unmixed (``part`` numbers files).
+    - ``keep``: ``epoch_wise_filter``: the sequences the sub-epoch admits (bool ``[n]``,
+      ``files_filter``), which its counts are of; None: the admission's.
     """
 
     part: np.ndarray
@@ -81,6 +83,7 @@ class Units:
     world0: int
     member_words: tuple[int, ...] = ()
     pieces: Pieces | None = None
+    keep: np.ndarray | None = None
 
     @classmethod
     def of(

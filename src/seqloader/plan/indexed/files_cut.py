@@ -385,6 +385,8 @@ class CutFiles(Files):
             self.check_world(world_size)
         ep = EpochIndex(epoch, self.planner.options.partition_epoch)
         left: Left | None = None
+        if self.epoch_kept(ep) is not None:  # epoch_wise_filter: the kept set, dealt and cut
+            left = self.slots.start(self._all_left(ep))
         taken: list[np.ndarray] = []
         count = 0
 
@@ -520,8 +522,9 @@ class CutFiles(Files):
 
     def _all_left(self, ep: EpochIndex) -> np.ndarray:
         """Every element of sub-epoch ``ep`` as still to plan, a mask (here: the admitted
-        sequences; a mix over files: its slots, ``MixCutFiles``)."""
-        mask = self._mask
+        sequences, with ``epoch_wise_filter`` the sub-epoch's kept ones; a mix over files: its
+        slots, ``MixCutFiles``)."""
+        mask = self._mask_of(ep)
         n = len(self.planner.lengths)
         return np.ones(n, dtype=bool) if mask is None else np.array(mask, dtype=bool)
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.plan.admission import EpochFilter
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import ChunkTable, chunk_counts
 from seqloader.plan.chunks import Units as ChunkUnits
@@ -32,6 +33,7 @@ from seqloader.plan.files import (
 from seqloader.plan.indexed.chunks import ChunkBuckets
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.files import Segment, Units
+from seqloader.plan.indexed.files_filter import EpochKept, files_epoch_kept, kept_rank_counts
 from seqloader.plan.indexed.files_mix import FilesMix, Pieces
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.mix_kind import MixKind
@@ -105,11 +107,33 @@ class Files:
             None,
             {},
         )
+        #: ``epoch_wise_filter``: the last filtered sub-epoch's kept set, by ``_kept_key``
+        self._epoch_kept: tuple[tuple[int, ...], EpochKept | None] | None = None
 
     @property
     def _mask(self) -> np.ndarray | None:
         """The admitted mask (``AdmittedCorpus.mask``: made when first read)."""
         return self.planner.corpus.mask
+
+    def epoch_kept(self, ep: EpochIndex) -> EpochKept | None:
+        """``epoch_wise_filter`` in sub-epoch ``ep``: the one kept set of its files' admitted
+        sequences, for every rank and world size (``files_filter``); None where no filter
+        applies (kept for the last sub-epoch asked)."""
+        p = self.planner
+        key = self._kept_key(ep, 0)
+        if self._epoch_kept is None or self._epoch_kept[0] != key:
+            by = p.lengths if p.corpus.filter_key is None else p.corpus.filter_key
+            spec = cast(EpochFilter | None, p.options.epoch_wise_filter)  # normalised
+            kept = files_epoch_kept(
+                spec, ep.epoch, self.files, self._part_files(ep), self._mask, by
+            )
+            self._epoch_kept = (key, kept)
+        return self._epoch_kept[1]
+
+    def _mask_of(self, ep: EpochIndex) -> np.ndarray | None:
+        """What sub-epoch ``ep`` admits: the filtered set's mask, else the admission's."""
+        kept = self.epoch_kept(ep)
+        return self._mask if kept is None else kept.mask
 
     # ---- the distribution's face (``seqloader.plan.indexed.distributions.Distribution``) ----
     def segment(self, epoch: int, world_size: int, at: At = START) -> Planned:
@@ -152,7 +176,11 @@ class Files:
             whole = self._whole_pieces(pieces)  # chunks: whole files from the table
             rest = len(self._piece_units(pieces.take(np.flatnonzero(~whole)))[0])
             return int(self.file_counts[pieces.file[whole]].sum()) + rest
-        return int(self.file_counts[self._part_files(ep)].sum())
+        part = self._part_files(ep)
+        if self.epoch_kept(ep) is not None:  # the filtered set's units
+            counts = self._kept_counts(ep, part, np.zeros(len(part), dtype=np.int64), 1)
+            return int(counts.sum())
+        return int(self.file_counts[part].sum())
 
     def sub_epoch_order(self, epoch: int, order_rank: int, world_size: int) -> np.ndarray:
         """The plan's real sequences, then what ``drop`` leaves out (chunked: one slot per chunk;
@@ -245,7 +273,8 @@ class Files:
             np.cumsum(pieces.count, out=bounds[1:])
             return BatchList.from_bounds(seqs, bounds), pieces.file
         part = self._part_files(ep)
-        admitted = self._mask if self._mask is not None else np.ones(len(p.lengths), bool)
+        mask = self._mask_of(ep)
+        admitted = mask if mask is not None else np.ones(len(p.lengths), bool)
         return units_of(self.files, part, admitted)
 
     def _mix_order(self, epoch: int, world_size: int) -> tuple[np.ndarray, np.ndarray | None]:
@@ -300,10 +329,32 @@ class Files:
         else:
             part = self._part_files(ep)
             rank_of = assign_lpt(self.file_frames[part], world0)  # [f]
-            per_rank = _rank_counts(p.index.file_counts, part, rank_of, world0)  # [W0, N]
-            units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
+            if self.epoch_kept(ep) is not None:  # epoch_wise_filter: the kept set's counts
+                per_rank = self._kept_counts(ep, part, rank_of, world0)
+                units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
+                units = replace(units, keep=self._mask_of(ep))
+            else:
+                per_rank = _rank_counts(p.index.file_counts, part, rank_of, world0)  # [W0, N]
+                units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
         self._units_kept = (key, units)
         return units
+
+    def _kept_counts(
+        self, ep: EpochIndex, part: np.ndarray, rank_of: np.ndarray, world0: int
+    ) -> np.ndarray:
+        """A filtered sub-epoch's units per (old rank, bucket) -> int64 ``[W0, N]``."""
+        p = self.planner
+        mask = self._mask_of(ep)
+        assert mask is not None
+
+        def buckets(seqs: np.ndarray) -> np.ndarray:
+            lens = np.asarray(p.lengths[seqs])
+            if p.units is not None:  # chunked: the kept sequences' chunks, by their windows
+                lens = p.units.codes_of(seqs, lens)[1]
+            return self._bucket_of(lens)
+
+        n_buckets = len(p.bucket_edges) + 1
+        return kept_rank_counts(self.files, part, rank_of, world0, mask, buckets, n_buckets)
 
     def _kept_key(self, ep: EpochIndex, world0: int) -> tuple[int, int, int, int]:
         """What the kept units and segments of sub-epoch ``ep`` depend on: the draws' seed
@@ -380,8 +431,9 @@ class Files:
             else:
                 own = units.part[units.rank_of == r]
                 seqs = ranges(files[own], files[own + 1])
-                if self._mask is not None:
-                    seqs = seqs[self._mask[seqs]]
+                mask = self._mask if units.keep is None else units.keep
+                if mask is not None:
+                    seqs = seqs[mask[seqs]]
                 lens = np.asarray(p.lengths[seqs])
                 if p.units is not None:  # chunked: the files' chunks, as codes, by windows
                     seqs, lens = p.units.codes_of(seqs, lens)
@@ -477,7 +529,7 @@ class Files:
             if self.planner.units is not None:
                 code = self.planner.units.split(code)[0]
             return int(units.rank_of[0]), code
-        s = self._first_sequence(units.part)
+        s = self._first_sequence(units.part, units.keep)
         file = int(np.searchsorted(np.asarray(self.files), s[0], side="right")) - 1
         where = np.flatnonzero(units.part == file)
         if not len(where):
@@ -491,15 +543,17 @@ class Files:
             if not len(units.pieces):
                 return np.zeros(1, dtype=np.int64)
             return self._piece_codes_of(units.pieces.take(slice(0, 1)))[0][:1]
-        first = self._first_sequence(part)
+        first = self._first_sequence(part, None if units is None else units.keep)
         chunked = self.planner.units
         return first if chunked is None else first * chunked.stride
 
-    def _first_sequence(self, part: np.ndarray) -> np.ndarray:
+    def _first_sequence(self, part: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
+        """The sub-epoch's first admitted sequence (``keep``: a filtered sub-epoch's mask)."""
+        mask = self._mask if keep is None else keep
         for f in part.tolist():
             seqs = np.arange(self.files[f], self.files[f + 1], dtype=np.int64)
-            if self._mask is not None:
-                seqs = seqs[self._mask[seqs]]
+            if mask is not None:
+                seqs = seqs[mask[seqs]]
             if len(seqs):
                 return seqs[:1]
         return np.zeros(1, dtype=np.int64)

@@ -69,6 +69,7 @@ from seqloader.plan.indexed.budget import (
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.distributions import Distribution, distribution_of
 from seqloader.plan.indexed.files_cut import files_cut
+from seqloader.plan.indexed.files_distribution import Files
 from seqloader.plan.indexed.filter import RankOrderDraw
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
@@ -482,6 +483,12 @@ class IndexedPlanner:
     def filtered(self, epoch: int) -> dict[str, int]:
         """The admission's counts and, with ``epoch_wise_filter``, this epoch's."""
         out = dict(self._filtered)
+        if isinstance(self.distribution, Files):  # the files' sub-epoch's kept set's
+            ep = EpochIndex(epoch, self.options.partition_epoch)
+            kept = self.distribution.epoch_kept(ep)
+            for reason, count in (kept.reasons if kept is not None else {}).items():
+                out[reason] = out.get(reason, 0) + count
+            return out
         if self._cut_filters(epoch):  # fixed and random orderings: their filtered part's
             ep = EpochIndex(epoch, self.options.partition_epoch)
             for reason, count in self._filtered_part(ep)[2].items():

@@ -1,0 +1,191 @@
+"""``epoch_wise_filter`` with ``distribution="files"`` under indexed planning (hypothesis; pure
+numpy): in the epochs of a filter's range each sub-epoch's files' admitted sequences are
+filtered once, as one set (RETURNN's ``max_mean_len`` selection, ``admission.mean_filtered``),
+for every rank and world size; the rest is lost for that sub-epoch and counted per epoch.
+
+Checked for every ordering, chunked too: the filter is applied (no batch holds a sequence the
+filter leaves out of its sub-epoch, fillers included; the sub-epoch plans exactly the kept set,
+computed here from the unfiltered planner's sub-epoch files), the report counts what it left out,
+and every contract holds on the kept set (``check_plan_contracts``: exactly once, equal steps,
+resume chains W -> W' -> W'', determinism). Global planning still refuses it by name."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from plan_contracts import check_plan_contracts
+from seqloader.errors import OptionError
+from seqloader.plan import PlanOptions
+from seqloader.plan.admission import mean_filtered
+from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.planners import make_planner
+from test_plan_indexed import indexed_digest
+
+ORDERINGS = [
+    "laplace:.8",
+    "buckets:3",
+    "default",
+    "sorted_reverse",
+    "random",
+    "sort_bin_shuffle:.4",
+]
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(12, 160))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    data = rng.integers(1, draw(st.sampled_from([30, 120])) + 1, size=n).astype(np.int64)
+    files = np.unique(np.concatenate([[0, n], rng.integers(0, n + 1, 9)]))
+    first = draw(st.integers(1, 2))
+    options = {
+        "ordering": draw(st.sampled_from(ORDERINGS)),
+        "max_seqs": draw(st.one_of(st.none(), st.integers(1, 9))),
+        "max_frames": draw(st.sampled_from([None, 400])),
+        "partition_epoch": draw(st.integers(1, 2)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "distribution": "files",
+        "chunking": draw(st.sampled_from([None, "20:10"])),
+        "seed": draw(st.integers(0, 5)),
+        "epoch_wise_filter": {
+            (first, draw(st.sampled_from([first, 3, None]))): {
+                "max_mean_len": draw(st.sampled_from([5, 12.5, 40]))
+            }
+        },
+    }
+    worlds = draw(st.sampled_from([[2], [3, 2], [2, 4, 3]]))
+    return {"lengths": {"data": data}, "options": options, "files": files, "worlds": worlds}
+
+
+def planner_of(case: dict, filtered: bool = True) -> IndexedPlanner:
+    options = dict(case["options"])
+    if not filtered:
+        options.pop("epoch_wise_filter")
+    planner = make_planner(case["lengths"], PlanOptions(**options), files=case["files"])
+    assert isinstance(planner, IndexedPlanner)
+    return planner
+
+
+def kept_set(case: dict, plain: IndexedPlanner, epoch: int) -> tuple[np.ndarray, int]:
+    """(the sequences sub-epoch ``epoch`` admits, what the filter left out of it), from the
+    unfiltered planner's sub-epoch files and the filter both plannings share."""
+    whole = np.sort(plain.distribution.sub_epoch_files(epoch)[0].seqs)
+    spec = PlanOptions(**case["options"]).epoch_wise_filter
+    kept, reasons = mean_filtered(spec, epoch, whole, case["lengths"]["data"])  # type: ignore[arg-type]
+    return np.sort(kept), sum(reasons.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases())
+def test_files_filter_keeps_one_set_per_sub_epoch_and_every_contract(case: dict) -> None:
+    plain = planner_of(case, filtered=False)
+    parts = case["options"]["partition_epoch"]
+    epochs = range(1, 2 * parts + 1)  # in the range and, for some, after it
+    expected = {e: kept_set(case, plain, e) for e in epochs}
+
+    def filter_applied(planner: IndexedPlanner, epoch: int, plan) -> None:
+        kept, _ = expected[epoch]
+        assert np.isin(plan.batches.seqs, kept).all()  # fillers too: a kept sequence
+
+    factory = partial(planner_of, case)
+    checked = check_plan_contracts(
+        factory, case["worlds"], [0.5, 0.4], epochs, each_plan=filter_applied
+    )
+    planner = factory()
+    for epoch in epochs:
+        kept, left_out = expected[epoch]
+        if case["worlds"][0] in checked.refused:
+            continue
+        planned = planner.sub_epoch_order(epoch, 0, case["worlds"][0])
+        np.testing.assert_array_equal(np.unique(planned), kept)  # chunked: each kept's chunks
+        counted = planner.filtered(epoch)
+        assert sum(v for k, v in counted.items() if k.startswith("epoch_wise_filter")) == left_out
+        consumed = checked.consumed[epoch]
+        assert np.isin(consumed.seqs, kept).all()
+
+
+def test_global_planning_refuses_it_by_name() -> None:
+    wise = {(1, 1): {"max_mean_len": 5}}
+    with pytest.raises(OptionError, match="unless planning='indexed'"):
+        PlanOptions(distribution="files", epoch_wise_filter=wise, planning="global")
+    assert PlanOptions(distribution="files", epoch_wise_filter=wise).resolved_planning == "indexed"
+
+
+#: option sets both plannings refused before this planning: recorded when first planned
+NEWLY_PLANNED_CASES: dict[str, dict] = {
+    "files laplace:.10 partition 2 W3 split, epoch_wise_filter elastic -> W2": {
+        "options": {"ordering": "laplace:.10", "max_frames": 2000, "partition_epoch": 2,
+                    "distribution": "files", "epoch_wise_filter": {(1, 1): {"max_mean_len": 150}},
+                    "seed": 1},
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "files buckets:3 W4 pad, epoch_wise_filter elastic -> W3": {
+        "options": {"ordering": "buckets:3", "max_frames": 1800, "uneven": "pad",
+                    "distribution": "files", "epoch_wise_filter": {(1, 1): {"max_mean_len": 120}},
+                    "seed": 2},
+        "files": [*range(0, 300, 9), 300],
+        "world": 4,
+        "elastic": (2, 3),
+    },
+    "chunked 80:40 files laplace:.8 W3 split, epoch_wise_filter": {
+        "options": {"ordering": "laplace:.8", "max_frames": 1500, "chunking": "80:40",
+                    "distribution": "files", "epoch_wise_filter": {(1, 2): {"max_mean_len": 100}}},
+        "files": list(range(0, 301, 12)),
+        "world": 3,
+    },
+    "files sorted W3 drop, epoch_wise_filter elastic -> W2": {
+        "options": {"ordering": "sorted", "max_frames": 2000, "uneven": "drop",
+                    "distribution": "files", "epoch_wise_filter": {(1, 1): {"max_mean_len": 90}}},
+        "files": list(range(0, 301, 15)),
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "buckets:4 W3 split, quadratic max_frames per key elastic -> W2": {
+        "options": {"ordering": "buckets:4", "max_frames": {"data": 6000, "classes": 2500},
+                    "batch_cost": "quadratic:100", "seed": 4},
+        "classes": True,
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "files laplace:.10 W3 pad, quadratic max_frames per key": {
+        "options": {"ordering": "laplace:.10", "max_frames": {"*": 5000},
+                    "batch_cost": "quadratic:50", "distribution": "files", "uneven": "pad"},
+        "classes": True,
+        "files": list(range(0, 301, 10)),
+        "world": 3,
+    },
+}  # fmt: skip
+NEWLY_PLANNED_GOLDEN = {
+    "files laplace:.10 partition 2 W3 split, epoch_wise_filter elastic -> W2": (
+        "39076d11ac4df4e7f771590e59fad4fc96adfe13ad1faa99712de7afeb54408b"
+    ),
+    "files buckets:3 W4 pad, epoch_wise_filter elastic -> W3": (
+        "3df667820520f17a4094e8c2c44837953809964050d53cad79d679aee6db90d4"
+    ),
+    "chunked 80:40 files laplace:.8 W3 split, epoch_wise_filter": (
+        "6128b277f6eb4b78a5bb925261e11a4ebb2f516ea4f6f1b66b9cf6742313f241"
+    ),
+    "files sorted W3 drop, epoch_wise_filter elastic -> W2": (
+        "d58a1b525fc7c4547816131af3ac0b1d4d5f6dbf726abdb586e7827c09db2782"
+    ),
+    "buckets:4 W3 split, quadratic max_frames per key elastic -> W2": (
+        "9cdafaba8b19d63b8a57e9c7dcfd480b316206773d204562ee056a3621d44e9d"
+    ),
+    "files laplace:.10 W3 pad, quadratic max_frames per key": (
+        "b12f0eda6ad5613f1cf0263945a78781a4f002286bb5fddbbff24b324e729a52"
+    ),
+}
+
+
+def test_newly_planned_golden_plans_are_pinned() -> None:
+    """Recorded when these sets were first planned; bump ``INDEXED_ALGORITHM`` and record anew
+    if one changes."""
+    got = {name: indexed_digest(case) for name, case in NEWLY_PLANNED_CASES.items()}
+    assert got == NEWLY_PLANNED_GOLDEN, f"record: {got}"
