@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import seqloader as sl
@@ -55,23 +55,6 @@ def test_shard_resume_chains(
     check_chain(make, worlds, cuts[: len(worlds) - 1], partition_epoch + 1, enter_next_epoch)
 
 
-@settings(max_examples=20, deadline=None)
-@given(
-    n=st.integers(1, 45),
-    seed=st.integers(0, 5),
-    ordering=st.sampled_from(["laplace:.5", "buckets:3"]),
-    world=st.integers(1, 3),
-    cut=st.integers(0, 25),
-)
-def test_files_resume_with_the_same_world_size(n, seed, ordering, world, cut) -> None:
-    if len(file_bounds(n, seed)) - 1 < 2 * world:
-        return  # fewer files than sub-epochs x ranks: refused (tested in test_files_plan)
-    make = loader_factory(
-        files_corpus(n, seed), **PLAN, ordering=ordering, distribution="files", partition_epoch=2
-    )
-    check_chain(make, [world, world], [cut], 3)
-
-
 @settings(max_examples=25, deadline=None)
 @given(
     n=st.integers(20, 45),
@@ -83,13 +66,17 @@ def test_files_resume_with_the_same_world_size(n, seed, ordering, world, cut) ->
     enter_next_epoch=st.booleans(),
     chunked=st.booleans(),
 )
+@example(  # the same world size throughout: the very same batches as the uninterrupted run
+    n=45, seed=2, ordering="buckets:3", uneven="split", worlds=[3, 3], cuts=[7, 0],
+    enter_next_epoch=False, chunked=False,
+)  # fmt: skip
 def test_files_elastic_resume_chains(
     n, seed, ordering, uneven, worlds, cuts, enter_next_epoch, chunked
 ):
     """``files`` through fresh loaders and JSON states on W -> W' -> W'' ranks (at step 0,
     mid-epoch, at an epoch's end or across it): every sequence (chunked: every chunk, rows cut
     to their windows) once per epoch, equal steps, steps numbered without gaps; the state
-    carries the segment history."""
+    carries the segment history; with the same world size, the uninterrupted run's batches."""
     if len(file_bounds(n, seed)) - 1 < 2 * max(worlds):
         return  # fewer files than sub-epochs x ranks: refused (tested in test_files_plan)
     make = loader_factory(
