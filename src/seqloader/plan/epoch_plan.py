@@ -40,6 +40,11 @@ class EpochPlan(Protocol):
 
     def real_total(self) -> int: ...
 
+    def resume_fields(self, steps: int) -> dict[str, str]:
+        """What a state saved after ``steps`` steps of this plan carries besides its position,
+        so that a resume reuses it (``Planner.carry``): ``{}`` but for indexed ``files``."""
+        ...
+
     def step_imbalance(
         self, from_step: int, costs: np.ndarray, bucket_costs: np.ndarray | None = None
     ) -> PlannedImbalance:

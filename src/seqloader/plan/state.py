@@ -1,4 +1,6 @@
-"""The loader's resume state: where consumption stands, as a small versioned JSON-able dict.
+"""The loader's resume state: where consumption stands, as a small versioned JSON-able dict
+(a mid-epoch state of indexed ``files`` also carries its segment's units and their consumption,
+``EpochPlan.resume_fields``, which a resume reuses: ``Planner.carry``).
 
 Pure (no torch, no I/O): ``LoaderState`` is what ``SeqLoader.state_dict()`` saves and
 ``load_state_dict()`` restores, and what ``epoch()`` starts from. The training loop only counts
@@ -152,6 +154,8 @@ class LoaderState:
             position, plan = self._resume, self._resume_plan
         else:
             position, plan = self.position(), self._segment
+        finished = plan is not None and is_finished(position, plan)
+        carried = plan.resume_fields(position.steps) if plan is not None and not finished else {}
         return {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
@@ -159,9 +163,10 @@ class LoaderState:
             **position.to_fields(),
             "steps": position.epoch_steps,
             "seqs_consumed": position.seq_offset(plan) if plan is not None else 0,
-            "epoch_complete": plan is not None and is_finished(position, plan),
+            "epoch_complete": finished,
             "world_size": self.world_size,
             **self._planning_field(),
+            **carried,
         }
 
     def _planning_field(self) -> dict[str, str]:
@@ -199,6 +204,7 @@ class LoaderState:
         if position.epoch == 0:
             self._resume = self._resume_plan = self._continued = None
             return None
+        self.planner.carry(state)  # what the state carries besides its position (files units)
         with self.planner.reusing_orders():  # one order for the saved and the new segment
             plan = segment_plan(self.planner, position)
             continued = self._checked(state, position, plan)

@@ -42,6 +42,10 @@ class GlobalPlan:
         """Real sequences of the first ``steps`` steps, all ranks together."""
         return self.batches.real_count(steps * self.world_size)
 
+    def resume_fields(self, steps: int) -> dict[str, str]:
+        """Nothing carried besides the position (only indexed ``files`` plans carry some)."""
+        return {}
+
     def real_total(self) -> int:
         """Real sequences of the whole plan."""
         return self.batches.real_count()

@@ -404,6 +404,9 @@ class Planner:
         """Sequences (slots) in the sub-epoch order of ``epoch`` (what positions index)."""
         return len(self.sub_epoch_order(epoch, 0, world_size))
 
+    def carry(self, state: Mapping[str, object]) -> None:
+        """Nothing carried: global planning's states hold their position only."""
+
     @contextlib.contextmanager
     def reusing_orders(self) -> Iterator[None]:
         """Within this context each sub-epoch order is computed once and reused (an elastic

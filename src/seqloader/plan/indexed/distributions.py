@@ -26,7 +26,7 @@ Each also answers what else differs between them: the key words of an order rank
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -113,6 +113,10 @@ class Distribution(Protocol):
         """``files``: (the segment's plan, the units consumed before it, drawn: O(n))."""
         ...
 
+    def carry(self, state: Mapping[str, object]) -> None:
+        """Keep what a loaded state carries for the segments it matches (``files``)."""
+        ...
+
     def sub_epoch_files(self, epoch: int) -> tuple[BatchList, np.ndarray]:
         """``files``: (units, file of each unit) of ``epoch`` (O(n))."""
         ...
@@ -133,6 +137,9 @@ class _Table:
 
     def check_world(self, world_size: int) -> None:
         """Any world size: a short epoch is padded, split or dropped (``uneven``)."""
+
+    def carry(self, state: Mapping[str, object]) -> None:
+        """Nothing carried: a table's plans replay from counts in milliseconds."""
 
     def head(self, head: tuple[int, ...], order_rank: int) -> tuple[int, ...]:
         return head

@@ -318,6 +318,18 @@ class Segment:
             kept.flags.writeable = False
         return kept
 
+    def carry_consumed(self, steps: int, used: np.ndarray) -> bool:
+        """Take ``consumed(steps)`` as counted where a state was saved (carried in it,
+        ``seqloader.plan.indexed.files_carry``) instead of replaying it; refused (False) where it
+        does not fit this segment (a unit past its suffix)."""
+        if len(used) != len(self.start) or bool((used > self.rem).any()) or used.min(initial=0) < 0:
+            return False
+        if len(self._consumed) >= 4:
+            self._consumed.clear()
+        kept = self._consumed[steps] = np.array(used, dtype=np.int64)
+        kept.flags.writeable = False
+        return True
+
     def _count_consumed(self, steps: int) -> np.ndarray:
         if not self.ordering.is_buckets:  # laplace: blocks, all ranks at once
             return laplace_consumed(self.live_units(), steps)

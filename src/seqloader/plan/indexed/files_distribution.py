@@ -10,7 +10,8 @@ branch on its distribution (``seqloader.plan.indexed.distributions`` picks this 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Protocol, cast
 
@@ -33,6 +34,7 @@ from seqloader.plan.files import (
 from seqloader.plan.indexed.chunks import ChunkBuckets
 from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.files import Segment, Units
+from seqloader.plan.indexed.files_carry import FIELD, Carried, decode, encode, pack_units
 from seqloader.plan.indexed.files_filter import EpochKept, files_epoch_kept, kept_rank_counts
 from seqloader.plan.indexed.files_mix import FilesMix, Pieces
 from seqloader.plan.indexed.histogram import BucketIndex
@@ -109,6 +111,8 @@ class Files:
         )
         #: ``epoch_wise_filter``: the last filtered sub-epoch's kept set, by ``_kept_key``
         self._epoch_kept: tuple[tuple[int, ...], EpochKept | None] | None = None
+        #: what a loaded state carried (``carry``): used where its sub-epoch and history match
+        self._carried: Carried | None = None
 
     @property
     def _mask(self) -> np.ndarray | None:
@@ -143,7 +147,39 @@ class Files:
         seg = self._segment_at(epoch, world_size, at.history)
         if at.history:
             seg.refuse_idle_drop(epoch)
-        return self._rankwise(seg), int(seg.start.sum())
+        ep = EpochIndex(epoch, self.planner.options.partition_epoch)
+        key = self._kept_key(ep, seg.units.world0)
+        return self._rankwise(seg, self._fields(seg, key, at.history)), int(seg.start.sum())
+
+    def carry(self, state: Mapping[str, object]) -> None:
+        """Keep what a loaded ``state`` carries (``files_carry.FIELD``: a saved segment's units
+        and consumption) for the segments it matches; a field that fails its digest or shapes
+        is set aside with a warning (planned from counts: the same plan)."""
+        field = state.get(FIELD)
+        carried = None if field is None else decode(field)
+        if field is not None and (carried is None or not carried.consistent(None)):
+            _set_aside("fails its digest or layout")
+            carried = None
+        self._carried = carried
+
+    def _fields(
+        self, seg: Segment, key: tuple[int, ...], history: Sequence[tuple[int, int]]
+    ) -> Callable[[int], dict[str, str]]:
+        """What a state saved after ``steps`` steps of ``seg`` carries (``carry``): nothing at
+        the segment's end (the epoch is over: nothing to resume mid-way)."""
+        before = tuple((int(w), int(s)) for w, s in history)
+        units_part: list[bytes] = []  # packed once: every state of the segment shares it
+
+        def fields(steps: int) -> dict[str, str]:
+            if steps >= seg.steps:
+                return {}
+            used = seg.consumed(steps)
+            c = Carried.of(key, before, seg.world_size, steps, seg.units, seg.start, used)
+            if not units_part:
+                units_part.append(pack_units(c))
+            return {FIELD: encode(c, units_part[0])}
+
+        return fields
 
     def check_world(self, world_size: int) -> None:
         """Refuse fewer files than ``partition_epoch * world_size``."""
@@ -319,25 +355,55 @@ class Files:
         if kept is not None and kept[0] == key:
             return kept[1]
         words = (PURPOSE_INDEXED_FILES, p.seed_epoch(ep), ep.part)
+        units = self._carried_units(ep, key, words)  # a loaded state's: no LPT, no counts
+        if units is None:
+            units = self._planned_units(ep, world0, words)
+        self._units_kept = (key, units)
+        return units
+
+    def _planned_units(self, ep: EpochIndex, world0: int, words: tuple[int, ...]) -> Units:
+        """The units from counts: the files' LPT assignment to the ``world0`` old ranks, their
+        sequences per (rank, bucket), cut into runs."""
+        p = self.planner
         if self.files_mix is not None:  # the sub-epoch's file pieces, numbered
             pieces = self._pieces(ep)
             rank_of = assign_lpt(pieces.frames, world0)
             per_rank = self._piece_rank_counts(pieces, rank_of, world0)
             part = np.arange(len(pieces), dtype=np.int64)
             units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
-            units = replace(units, pieces=pieces)
+            return replace(units, pieces=pieces)
+        part = self._part_files(ep)
+        rank_of = assign_lpt(self.file_frames[part], world0)  # [f]
+        if self.epoch_kept(ep) is not None:  # epoch_wise_filter: the kept set's counts
+            per_rank = self._kept_counts(ep, part, rank_of, world0)
+            units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
+            return replace(units, keep=self._mask_of(ep))
+        per_rank = _rank_counts(p.index.file_counts, part, rank_of, world0)  # [W0, N]
+        return Units.of(part, rank_of, per_rank, p.cut_rows, words)
+
+    def _carried_units(
+        self, ep: EpochIndex, key: tuple[int, ...], words: tuple[int, ...]
+    ) -> Units | None:
+        """The units a loaded state carried for sub-epoch ``ep`` (``key``), if it carried them
+        and they hold the files' counts (else set aside, with a warning)."""
+        c = self._carried
+        if c is None or c.key != key:
+            return None
+        if self.files_mix is not None:
+            pieces = self._pieces(ep)
+            part, admitted = np.arange(len(pieces), dtype=np.int64), None
         else:
             part = self._part_files(ep)
-            rank_of = assign_lpt(self.file_frames[part], world0)  # [f]
-            if self.epoch_kept(ep) is not None:  # epoch_wise_filter: the kept set's counts
-                per_rank = self._kept_counts(ep, part, rank_of, world0)
-                units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
-                units = replace(units, keep=self._mask_of(ep))
-            else:
-                per_rank = _rank_counts(p.index.file_counts, part, rank_of, world0)  # [W0, N]
-                units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
-        self._units_kept = (key, units)
-        return units
+            filtered = self.epoch_kept(ep) is not None  # its kept set's counts: not checked
+            admitted = None if filtered else self.file_counts[part]
+        if not c.consistent(admitted):
+            _set_aside("does not hold this sub-epoch's counts")
+            self._carried = None
+            return None
+        units = c.units(part, words)
+        if self.files_mix is not None:
+            return replace(units, pieces=pieces)
+        return units if admitted is not None else replace(units, keep=self._mask_of(ep))
 
     def _kept_counts(
         self, ep: EpochIndex, part: np.ndarray, rank_of: np.ndarray, world0: int
@@ -381,6 +447,13 @@ class Files:
             self._segments_kept = (key, {})
         kept = self._segments_kept[1]
         start = np.zeros(len(units.count), dtype=np.int64)
+        c, hist = self._carried, tuple((int(w), int(s)) for w, s in history)
+        if c is not None and c.key == key and hist in (c.history, c.after):  # no replay
+            if hist == c.after:  # where the saved segment's steps ended
+                start = c.start + c.used
+            elif hist:  # the saved segment itself
+                start = c.start
+            return self._segment(ep, units, start, world_size, hist, kept)
 
         def segment(i: int, w: int) -> Segment:
             return self._segment(ep, units, start, w, tuple(history[:i]), kept)
@@ -412,6 +485,15 @@ class Files:
 
         ordering, uneven = p.options.parsed_ordering, p.options.uneven
         seg = Segment(units, start, world_size, index, ordering, uneven, order_words)
+        c = self._carried
+        saved = c is not None and (c.key, c.history, c.world_size) == (
+            self._kept_key(ep, units.world0),
+            before,
+            world_size,
+        )  # the segment a loaded state was saved in: its consumption as counted then
+        if c is not None and saved and not seg.carry_consumed(c.steps, c.used):
+            _set_aside("does not fit its segment")
+            self._carried = None
         if len(kept) >= 8:
             kept.clear()
         kept[(before, world_size)] = seg
@@ -466,7 +548,9 @@ class Files:
             self._bucket_table = (edges, np.searchsorted(edges, np.arange(top + 1), "right"))
         return self._bucket_table[1][np.minimum(lens, top)]
 
-    def _rankwise(self, seg: Segment) -> RankwisePlan:
+    def _rankwise(
+        self, seg: Segment, fields: Callable[[int], dict[str, str]] | None = None
+    ) -> RankwisePlan:
         members = self.members_of(seg.units)
         part = seg.units.part
 
@@ -509,6 +593,7 @@ class Files:
             seg.dropped,
             chunked=self.planner.units is not None,
             mixed=mixed,
+            resume_fields=fields,
         )
 
     def _split_codes(self, batches: BatchList) -> BatchList:
@@ -627,6 +712,16 @@ class Files:
         if self.planner.units is not None:
             rest, chunks = self.planner.units.split(rest)
         return BatchList(rest, batches.bounds, batches.real, uses.astype(USES_DTYPE), chunks)
+
+
+def _set_aside(why: str) -> None:
+    """Warn that a loaded state's carried units are not used (planned from counts instead)."""
+    warnings.warn(
+        f"loader state {FIELD}: {why}, so it was set aside and the resume planned from counts "
+        "(the same plan, more work). The state's position was checked as usual; save a new "
+        "state to carry it again.",
+        stacklevel=3,
+    )
 
 
 def _rank_counts(

@@ -485,6 +485,10 @@ class IndexedPlan:
             return self.table.seqs_before(end) - self.table.seqs_before(self.start)
         return self.real_total()
 
+    def resume_fields(self, steps: int) -> dict[str, str]:
+        """Nothing carried besides the position (only indexed ``files`` plans carry some)."""
+        return {}
+
     def real_total(self) -> int:
         full = self.table.seqs_before(self.tail_start) - self.table.seqs_before(self.start)
         real = self.tail.real
@@ -573,8 +577,10 @@ class RankwisePlan:
         dropped: int = 0,
         chunked: bool = False,
         mixed: bool = False,
+        resume_fields: Callable[[int], dict[str, str]] | None = None,
     ) -> None:
         self.world_size = world_size
+        self._resume_fields = resume_fields
         self.chunked = chunked  # the shares carry chunk indices (an empty one too)
         self.mixed = mixed  # the shares carry corpus epochs (an empty one too)
         # (rank, cost per bucket) -> the rank's planned cost per step, from counts
@@ -604,6 +610,11 @@ class RankwisePlan:
         if steps >= self._steps:
             return self._real_total
         return self._consumed(steps)
+
+    def resume_fields(self, steps: int) -> dict[str, str]:
+        """What a state saved after ``steps`` steps carries besides its position (``files``:
+        the units and their consumption, ``seqloader.plan.indexed.files_carry``)."""
+        return {} if self._resume_fields is None else self._resume_fields(steps)
 
     def step_imbalance(
         self, from_step: int, costs: np.ndarray, bucket_costs: np.ndarray | None = None

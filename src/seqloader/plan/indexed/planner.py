@@ -744,6 +744,11 @@ class IndexedPlanner:
         assert self.files is not None, "rank_files needs distribution='files'"
         return files_read(self.files, plan.rank_share(rank, start_step).seqs)
 
+    def carry(self, state: Mapping[str, object]) -> None:
+        """Keep what a loaded state carries for the distribution's plans (``files``: a saved
+        segment's units and consumption, ``seqloader.plan.indexed.files_carry``)."""
+        self.distribution.carry(state)
+
     @contextlib.contextmanager
     def reusing_orders(self) -> Iterator[None]:
         """Nothing to reuse: an indexed plan is drawn from counts, not from a kept order."""

@@ -1,0 +1,213 @@
+"""What a state saved mid-epoch by indexed ``files`` carries, so that a resume does less than a
+fresh start.
+
+An elastic resume of ``files`` needs the units of the world size the sub-epoch started with (the
+old ranks' LPT assignment of the files, their sequences per bucket, cut into runs: a fresh
+start's work) and what every unit's consumption was where the state was saved (a replay of each
+segment's order, more work on top). The saver has both at hand (``seqs_consumed`` is that
+replay), so the state carries them in one field (``FIELD``): the assignment of the files to the
+old ranks, each unit's counts and the units' consumption before and in the saved segment. A
+resume that finds it plans the same segments from it without the LPT, the per-rank bucket counts,
+the runs or the replay (``seqloader.plan.indexed.files_distribution.Files.carry``).
+
+The field is a cache carried in the state, never the state's meaning: the position fields stay
+what is checked and replayed. It is compressed (zlib) and sealed by a digest of its bytes; a
+field that fails its digest, its shapes, or the counts the loader checks it against is set aside
+(with a warning naming it) and the resume plans from counts as without it: the same plan. A
+state without it (saved before it existed, or by global planning) resumes as before.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import zlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from seqloader.plan.indexed.files import Units
+
+#: the state's field (absent where nothing is carried)
+FIELD = "files_units"
+#: the field's own format (a loader of another format sets it aside: planned from counts)
+_FORMAT = "seqloader-files-units/1"
+_DIGEST = 16  # bytes of blake2b
+#: the per-unit arrays, and what ``Units`` holds them as
+_UNIT_ARRAYS = {"count": np.int64, "size": np.int32, "level": np.int32, "top": np.int32}
+_NAMES = {"rank_of", "per_rank", "count", "size", "level", "top", "start", "used"}
+
+
+@dataclass(frozen=True)
+class Carried:
+    """A saved segment's units and consumption (the module doc).
+
+    - ``key``: the sub-epoch and first world size the units are of (``Files._kept_key``).
+    - ``history``, ``world_size``, ``steps``: the saved segment (after the segments of
+      ``history``, on ``world_size`` ranks) and the steps its ranks consumed.
+    - ``rank_of`` ``[f]``: the old rank of each of the sub-epoch's files (or file pieces).
+    - ``per_rank`` ``[W0]``: units per old rank; ``count``, ``size``, ``level``, ``top``
+      ``[U]``: ``Units``'s.
+    - ``start`` ``[U]``: consumed before the saved segment; ``used`` ``[U]``: by its steps."""
+
+    key: tuple[int, ...]
+    history: tuple[tuple[int, int], ...]
+    world_size: int
+    steps: int
+    rank_of: np.ndarray
+    per_rank: np.ndarray
+    count: np.ndarray
+    size: np.ndarray
+    level: np.ndarray
+    top: np.ndarray
+    start: np.ndarray
+    used: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        key: tuple[int, ...],
+        history: tuple[tuple[int, int], ...],
+        world_size: int,
+        steps: int,
+        units: Units,
+        start: np.ndarray,
+        used: np.ndarray,
+    ) -> Carried:
+        per_rank = np.bincount(units.rank, minlength=units.world0)
+        return cls(
+            tuple(key), tuple(history), world_size, steps, units.rank_of, per_rank,
+            units.count, units.size, units.level, units.top, start, used,
+        )  # fmt: skip
+
+    @property
+    def after(self) -> tuple[tuple[int, int], ...]:
+        """The history of the segment that continues the saved one."""
+        return (*self.history, (self.world_size, self.steps))
+
+    def units(self, part: np.ndarray, member_words: tuple[int, ...]) -> Units:
+        """The ``Units`` these counts are of (``part``, ``member_words``: the loader's own)."""
+        world0 = len(self.per_rank)
+        rank = np.repeat(np.arange(world0, dtype=np.int32), self.per_rank)
+        firsts = np.cumsum(self.per_rank) - self.per_rank
+        group = np.arange(len(rank), dtype=np.int64) - np.repeat(firsts, self.per_rank)
+        return Units(
+            part, self.rank_of, rank, group.astype(np.int32), self.count, self.size,
+            self.level, self.top, world0, member_words,
+        )  # fmt: skip
+
+    def consistent(self, admitted: np.ndarray | None) -> bool:
+        """Shapes and bounds hold, and (``admitted``: int64 ``[f]`` units of each file, where
+        the loader counts them) each old rank's units hold its files' sequences."""
+        u, world0 = len(self.count), len(self.per_rank)
+        arrays = (self.size, self.level, self.top, self.start, self.used)
+        if any(len(a) != u for a in arrays) or int(self.per_rank.sum()) != u:
+            return False
+        if (
+            len(self.rank_of)
+            and not 0 <= int(self.rank_of.min()) <= int(self.rank_of.max()) < world0
+        ):
+            return False
+        if u and (
+            int(self.size.min()) < 1 or int(self.start.min()) < 0 or int(self.used.min()) < 0
+        ):
+            return False
+        if bool((self.start + self.used > self.count).any()):
+            return False
+        if admitted is None:
+            return True
+        if len(admitted) != len(self.rank_of):
+            return False
+        held = np.bincount(self.rank_of, weights=admitted, minlength=world0)
+        rank = np.repeat(np.arange(world0), self.per_rank)
+        return bool(np.array_equal(held, np.bincount(rank, weights=self.count, minlength=world0)))
+
+
+def encode(c: Carried, units_part: bytes | None = None) -> str:
+    """``c`` as the state's field: text (JSON-able), compressed and sealed by a digest.
+    ``units_part``: ``pack_units(c)`` where kept (the same for every state of a segment)."""
+    units = pack_units(c) if units_part is None else units_part
+    head = {"history": [list(h) for h in c.history], "world_size": c.world_size, "steps": c.steps}
+    run = _pack(head, {"start": c.start, "used": c.used}, 1)  # each state's own: fast
+    sealed = len(units).to_bytes(4, "little") + units + run
+    return base64.b64encode(hashlib.blake2b(sealed, digest_size=_DIGEST).digest() + sealed).decode(
+        "ascii"
+    )
+
+
+def pack_units(c: Carried) -> bytes:
+    """The part of ``c`` every state of its segment shares: the units and the files' ranks."""
+    arrays = {
+        "rank_of": c.rank_of, "per_rank": c.per_rank, "count": c.count, "size": c.size,
+        "level": c.level, "top": c.top,
+    }  # fmt: skip
+    return _pack({"format": _FORMAT, "key": list(c.key)}, arrays, 1)
+
+
+def decode(field: object) -> Carried | None:
+    """The field back, or None if it is not one this loader reads whole (damaged: its digest,
+    compression or layout fails; another format)."""
+    if not isinstance(field, str):
+        return None
+    try:
+        raw = base64.b64decode(field.encode("ascii"), validate=True)
+        digest, sealed = raw[:_DIGEST], raw[_DIGEST:]
+        if hashlib.blake2b(sealed, digest_size=_DIGEST).digest() != digest:
+            return None
+        n = int.from_bytes(sealed[:4], "little")
+        units, units_head = _unpack(sealed[4 : 4 + n])
+        run, head = _unpack(sealed[4 + n :])
+        if units_head.get("format") != _FORMAT:
+            return None
+        return Carried(
+            tuple(int(k) for k in units_head["key"]),
+            tuple((int(w), int(s)) for w, s in head["history"]),
+            int(head["world_size"]), int(head["steps"]), **units, **run,
+        )  # fmt: skip
+    except (ValueError, KeyError, TypeError, UnicodeError, binascii.Error, zlib.error):
+        return None
+
+
+def _pack(head: dict, arrays: dict[str, np.ndarray], level: int) -> bytes:
+    """``head`` (JSON) and ``arrays`` (each in its narrowest dtype), compressed."""
+    narrow = {name: _narrow(np.asarray(a)) for name, a in arrays.items()}
+    head = {**head, "arrays": [[name, a.dtype.str, len(a)] for name, a in narrow.items()]}
+    text = json.dumps(head, separators=(",", ":")).encode()
+    body = len(text).to_bytes(4, "little") + text + b"".join(a.tobytes() for a in narrow.values())
+    return zlib.compress(body, level)
+
+
+def _unpack(packed: bytes) -> tuple[dict[str, np.ndarray], dict]:
+    """``_pack``'s arrays (in the dtypes ``Units`` holds) and head; ValueError if malformed."""
+    body = zlib.decompress(packed)
+    n = int.from_bytes(body[:4], "little")
+    head = json.loads(body[4 : 4 + n])
+    at, arrays = 4 + n, dict[str, np.ndarray]()
+    for name, dtype, length in head["arrays"]:
+        dt = np.dtype(dtype)
+        if dt.kind not in "iu" or name not in _NAMES:
+            raise ValueError(f"array {name!r} of {dtype}")
+        arrays[name] = np.frombuffer(body, dt, int(length), at).astype(_wide(name))
+        at += dt.itemsize * int(length)
+    if at != len(body):
+        raise ValueError("trailing bytes")
+    return arrays, head
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """``a`` (ints) in the smallest unsigned dtype that holds it (int64 if any is negative):
+    a smaller state."""
+    if len(a) and int(a.min()) < 0:
+        return a.astype(np.int64)
+    top = int(a.max()) if len(a) else 0
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if top <= np.iinfo(dt).max:
+            return a.astype(dt)
+    return a.astype(np.uint64)
+
+
+def _wide(name: str) -> type:
+    """The dtype ``Units`` (and the loader) hold array ``name`` as."""
+    return _UNIT_ARRAYS.get(name, np.int64)

@@ -1,0 +1,179 @@
+"""A mid-epoch state of indexed ``files`` carries its segment's units and consumption
+(``seqloader.plan.indexed.files_carry``): a resume that uses them plans exactly what a resume
+from the position alone plans (a state saved before the field existed), along resume chains
+W -> W' -> W''; a damaged or mismatched field is detected, set aside with a warning, and the
+resume plans from counts (never served)."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqloader.errors import ResumeError
+from seqloader.plan import PlanOptions
+from seqloader.plan.indexed.files_carry import FIELD, decode, encode
+from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.mix import Corpora
+from seqloader.plan.state import LoaderState
+
+Make = Callable[[], IndexedPlanner]
+
+
+def planner_maker(
+    seed: int,
+    ordering: str,
+    uneven: str,
+    mixed: bool,
+    n: int = 300,
+    world: int = 12,
+    **more: object,
+) -> Make:
+    rng = np.random.default_rng(seed)
+    files = np.unique(np.concatenate([[0, n], rng.choice(np.arange(1, n), 4 * world, False)]))
+    lengths = rng.integers(1, 401, n)
+    options = PlanOptions(
+        ordering=ordering,
+        max_seqs=6,
+        max_frames=1600,
+        uneven=uneven,
+        distribution="files",
+        planning="indexed",
+        seed=seed % 7,
+        mix={"a": 0.7, "b": 1.5} if mixed else None,
+        **more,  # type: ignore[arg-type]
+    )
+    corpora = Corpora(("a", "b"), files[[0, len(files) // 2, -1]]) if mixed else None
+    return lambda: IndexedPlanner({"data": lengths}, options, files=files, corpora=corpora)
+
+
+def without(state: dict) -> dict:
+    """``state`` as a loader before the field existed saved it."""
+    return {k: v for k, v in state.items() if k != FIELD}
+
+
+def resumed(make: Make, world: int, state: dict | None) -> tuple[LoaderState, list, object]:
+    """A new loader state of ``world`` ranks (a new planner) loaded with ``state``, begun:
+    (it, every rank's rest as (seqs, bounds, real), the position)."""
+    ls = LoaderState(make(), "fingerprint", world, plan_ahead=False)
+    if state is not None:
+        ls.load(state)
+    plan, position = ls.begin(1)
+    shares = [plan.rank_share(r, position.steps) for r in range(world)]
+    rests = [(s.seqs.tolist(), s.bounds.tolist(), s.real.tolist()) for s in shares]
+    return ls, rests, position
+
+
+def chain(make: Make, worlds: list[int], fracs: list[float], carry: bool) -> list:
+    """Epoch 1 run on ``worlds`` in turn, each stopping at ``frac`` of its rest; the states
+    loaded with (``carry``) or without their field -> each segment's (rests, position, state)."""
+    out: list = []
+    state = None
+    for world, frac in zip(worlds, fracs, strict=True):
+        loaded = state if carry or state is None else without(state)
+        try:
+            ls, rests, position = resumed(make, world, loaded)
+        except ResumeError as e:  # drop with a rank left without units: refused either way
+            out.append(str(e))
+            break
+        steps = len(rests[0][1]) - 1
+        ls.consumed = min(steps, max(1, int(steps * frac)))
+        state = ls.to_dict()
+        out.append((rests, position, state))
+        if state["epoch_complete"]:
+            break
+    return out
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> dict:
+    mixed = draw(st.booleans())
+    more: dict = {"chunking": draw(st.sampled_from([None, "200:100"]))}
+    if not mixed and draw(st.booleans()):  # a kept set per sub-epoch: its counts, carried
+        more["epoch_wise_filter"] = {(1, None): {"max_mean_len": 150}}
+    return {
+        "make": planner_maker(
+            draw(st.integers(0, 2**32 - 1)),
+            draw(st.sampled_from(["buckets:3", "buckets:30", "laplace", "laplace:.40"])),
+            draw(st.sampled_from(["pad", "split", "drop"])),
+            mixed,
+            **more,
+        ),
+        "worlds": draw(st.lists(st.integers(2, 9), min_size=2, max_size=3)),
+        "fracs": draw(st.lists(st.floats(0.05, 0.7), min_size=3, max_size=3)),
+    }
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains())
+def test_a_resume_from_the_carried_units_plans_what_the_position_alone_plans(case: dict) -> None:
+    worlds, fracs = case["worlds"], case["fracs"][: len(case["worlds"])]
+    carried = chain(case["make"], worlds, fracs, carry=True)
+    plain = chain(case["make"], worlds, fracs, carry=False)
+    assert len(carried) == len(plain)
+    if isinstance(carried[-1], str):  # refused: by name, the same way
+        assert carried[-1] == plain[-1]
+        carried, plain = carried[:-1], plain[:-1]
+    for (rests, position, state), (rests0, position0, state0) in zip(carried, plain, strict=True):
+        assert position == position0
+        assert rests == rests0  # every rank's rest, batch for batch
+        assert state == state0  # the field too: the same units, the same consumption
+        assert (FIELD in state) is not state["epoch_complete"]  # carried mid-epoch only
+
+
+@pytest.fixture(scope="module")
+def saved() -> tuple[Make, dict]:
+    """A state saved by 8 ranks a third into epoch 1 (``buckets:30``)."""
+    make = planner_maker(5, "buckets:30", "pad", False, n=400)
+    ls = LoaderState(make(), "fingerprint", 8, plan_ahead=False)
+    plan, _ = ls.begin(1)
+    ls.consumed = plan.steps // 3
+    return make, ls.to_dict()
+
+
+def damaged_fields(field: str) -> dict[str, str]:
+    raw = bytearray(base64.b64decode(field))
+    flipped = raw.copy()
+    flipped[len(raw) // 2] ^= 0x10
+    c = decode(field)
+    assert c is not None
+    count = c.count.copy()
+    count[0] += 1
+    used = c.used.copy()
+    used[np.argmax(c.count - c.start)] = int(c.count.max()) + 1
+    return {
+        "flipped byte": base64.b64encode(bytes(flipped)).decode(),
+        "cut short": field[: len(field) // 2],
+        "not base64": field[:-8] + "!!!!!!!!",
+        "not a str": 17,  # type: ignore[dict-item]
+        "resealed, other counts": encode(replace(c, count=count)),
+        "resealed, past a unit's end": encode(replace(c, used=used)),
+    }
+
+
+def test_a_damaged_carried_field_is_set_aside_and_the_resume_plans_from_counts(
+    saved: tuple[Make, dict],
+) -> None:
+    make, state = saved
+    _, want, position = resumed(make, 5, without(state))
+    for why, field in damaged_fields(state[FIELD]).items():
+        with pytest.warns(UserWarning, match=f"loader state {FIELD}"):
+            _, got, got_position = resumed(make, 5, {**state, FIELD: field})
+        assert (got, got_position) == (want, position), why
+
+
+def test_a_state_without_the_field_resumes_and_the_next_state_carries_it(
+    saved: tuple[Make, dict],
+) -> None:
+    make, state = saved
+    _, rests, _ = resumed(make, 5, without(state))
+    _, carried_rests, _ = resumed(make, 5, state)
+    assert rests == carried_rests
+    ls = LoaderState(make(), "fingerprint", 5, plan_ahead=False)
+    ls.load(without(state))
+    assert ls.to_dict() == {**state, "world_size": 5}  # loaded, not started: as saved, carried
