@@ -38,7 +38,11 @@ peer's own reader (``benchmarks/shard_peers.py``): the same utterances written a
 (``nemo_convert``), each read by its peer and by ``ShardSource`` (``keys=["audio"]``,
 ``SeqLoader(max_seqs=16, ordering="random")``), batches of 16 padded float32 waveforms, 0 and 2
 DataLoader workers, one warm-up epoch then ``--epochs`` timed epochs per loader, all
-configurations interleaved per repetition. The warm-up epoch (untimed) checks the audio: its
+configurations interleaved per repetition (the order reversed every other one), each in a fresh
+process (``--in-process``: all in this one); ``--base-src OLD/src`` measures seqloader's code
+there beside (``seqloader@base``). Before the timed runs, the first utterances of each peer's
+first batch are found, sample for sample, among seqloader's reads. The warm-up epoch (untimed)
+checks the audio: its
 utterance count, sample count and sum of the samples must equal seqloader's (NeMo's reader may
 end an utterance one sample early: it reads ``int(duration * rate)`` samples); the timed epochs
 only count the utterances of each batch, so the consumer costs nothing on either side. Ratio: seqloader's utterances per second / the peer's.
@@ -375,42 +379,108 @@ def peer_reads(who: str, where: Any, workers: int, epochs: int) -> tuple[float, 
     return n / wall, cpu / n, tally
 
 
-def read_sources(c: dict[str, Any], index_dir: Path) -> dict[str, ShardSource]:
-    """seqloader's ``ShardSource`` over each peer's shards, the audio decoded."""
+def read_source(c: dict[str, Any], who: str, index_dir: Path) -> ShardSource:
+    """seqloader's ``ShardSource`` over peer ``who``'s shards, the audio decoded."""
+    if who == "lhotse":
+        return ShardSource.lhotse_shar(c["lhotse"], keys=["audio"], index_dir=index_dir)
+    if who == "webdataset":
+        return ShardSource.webdataset(c["webdataset"], keys=["audio"], index_dir=index_dir)
     tars = sorted(str(p) for p in Path(c["nemo"]).glob("audio_*.tar"))
-    return {
-        "lhotse": ShardSource.lhotse_shar(c["lhotse"], keys=["audio"], index_dir=index_dir),
-        "webdataset": ShardSource.webdataset(c["webdataset"], keys=["audio"], index_dir=index_dir),
-        "nemo": ShardSource.nemo(
-            str(Path(c["nemo"]) / "tarred_audio_manifest.json"),
-            tars,
-            keys=["audio"],
-            index_dir=index_dir,
-        ),
-    }
+    return ShardSource.nemo(
+        str(Path(c["nemo"]) / "tarred_audio_manifest.json"),
+        tars,
+        keys=["audio"],
+        index_dir=index_dir,
+    )
+
+
+def read_sources(c: dict[str, Any], index_dir: Path) -> dict[str, ShardSource]:
+    """``read_source`` over every peer's shards."""
+    return {who: read_source(c, who, index_dir) for who in ("lhotse", "webdataset", "nemo")}
+
+
+def reads_child(cfg: dict) -> dict:
+    """One configuration of ``--reads`` (``side``: ``seqloader`` or the peer; ``who``: whose
+    shards; ``workers``), in a fresh process (``--child``) or in this one."""
+    c = {k: Path(v) if k != "webdataset" else v for k, v in cfg["corpora"].items()}
+    who, workers, epochs = cfg["who"], cfg["workers"], cfg["epochs"]
+    if cfg["side"] == "seqloader":
+        src = read_source(c, who, Path(cfg["index_dir"]))
+        rate, cpu, tally = seqloader_reads(src, workers, epochs)
+    else:
+        rate, cpu, tally = peer_reads(who, c[who], workers, epochs)
+    return {"rate": rate, "cpu": cpu, "tally": tally.tolist(), "load": os.getloadavg()}
+
+
+def same_utterances(c: dict[str, Any], sources: dict[str, ShardSource], count: int = 4) -> dict:
+    """The first ``count`` utterances of each peer's first batch (0 workers) found among
+    seqloader's reads of the same shards, sample for sample (NeMo's may end one sample early)
+    -> how many were compared per peer; raises where one is not found exactly once."""
+    from benchmarks import shard_peers
+
+    checked = {}
+    for who, src in sources.items():
+        ours = [src.read(i)["audio"] for i in range(len(src))]
+        if who == "lhotse":
+            loader, _ = shard_peers.lhotse_loader(c[who], 0, READ_BATCH)
+        elif who == "webdataset":
+            loader = shard_peers.webdataset_loader(c[who], 0, READ_BATCH)
+        else:
+            loader = shard_peers.nemo_loader(c[who], 0, READ_BATCH)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            audio, lengths = next(iter(loader))
+        for row, n in list(zip(audio.numpy(), lengths.tolist()))[:count]:
+            theirs = np.asarray(row[:n], np.float32)
+            found = [
+                i
+                for i, w in enumerate(ours)
+                if len(w) - n in (0, int(who == "nemo")) and np.array_equal(w[:n], theirs)
+            ]
+            if len(found) != 1:
+                raise AssertionError(f"{who}: an utterance of {n} samples matches {found}")
+        checked[who] = count
+    return checked
 
 
 def reads_main(args: argparse.Namespace) -> dict:
-    """``--reads``: each peer's reader against ``ShardSource`` on the same shards."""
+    """``--reads``: each peer's reader against ``ShardSource`` on the same shards, every
+    configuration in a fresh process (``args.fresh``; in this process otherwise), the
+    configurations' order reversed every other repetition; with ``args.base_src``, seqloader's
+    code there is measured beside (``seqloader@base``)."""
+    from benchmarks.fresh import run_child
+
     c = read_corpora(args.utterances)
     scratch = Path(tempfile.mkdtemp(prefix="seqloader-shard-reads-"))
-    sources = read_sources(c, scratch / "idx")
+    sources = read_sources(c, scratch / "idx")  # the index, built once before the children
+    compared = same_utterances(c, sources)
+    fresh, base = getattr(args, "fresh", False), getattr(args, "base_src", None)
+    corpora = {k: str(v) for k, v in c.items()}
     runs: dict[str, list[float]] = {}
     cpus: dict[str, list[float]] = {}  # CPU seconds per utterance (steadier on a loaded machine)
     tallies: dict[str, np.ndarray] = {}
-    load_before = os.getloadavg()
+    loads = [os.getloadavg()]
     configs = [(who, w) for w in (0, 2) for who in ("lhotse", "webdataset", "nemo")]
     for r in range(args.repeats):
         for who, workers in configs if r % 2 == 0 else configs[::-1]:
-            for side in ("seqloader", who) if r % 2 == 0 else (who, "seqloader"):
-                if side == "seqloader":
-                    rate, cpu, tally = seqloader_reads(sources[who], workers, args.epochs)
-                else:
-                    rate, cpu, tally = peer_reads(who, c[who], workers, args.epochs)
+            sides = ["seqloader", *(["seqloader@base"] if base else []), who]
+            for side in sides if r % 2 == 0 else sides[::-1]:
+                cfg = {
+                    "side": side.split("@")[0],
+                    "code": "base" if side.endswith("@base") else "",
+                    "who": who,
+                    "workers": workers,
+                    "epochs": args.epochs,
+                    "corpora": corpora,
+                    "index_dir": str(scratch / ("idx-base" if side.endswith("@base") else "idx")),
+                    "label": f"{side} on {who}, {workers} workers",
+                }
+                got = run_child("benchmarks.shards", cfg, base, 900) if fresh else reads_child(cfg)
                 key = f"{side}_on_{who}_{workers}w"
-                runs.setdefault(key, []).append(rate)
-                cpus.setdefault(key, []).append(cpu)
-                tallies[key] = tally
+                runs.setdefault(key, []).append(got["rate"])
+                cpus.setdefault(key, []).append(got["cpu"])
+                tallies[key] = np.asarray(got["tally"])
+                loads.append(tuple(got["load"]))
     problems = []
     for key, tally in tallies.items():
         mine = tallies["seqloader_on_" + key.split("_on_")[1]]
@@ -427,29 +497,34 @@ def reads_main(args: argparse.Namespace) -> dict:
         raise AssertionError("not the same audio: " + "; ".join(problems))
     ratios: dict[str, Any] = {}
     for who, workers in configs:
-        ours, theirs = runs[f"seqloader_on_{who}_{workers}w"], runs[f"{who}_on_{who}_{workers}w"]
-        per_run = [a / b for a, b in zip(ours, theirs)]
-        ratios[f"seqloader_over_{who}_{workers}w"] = float(statistics.median(per_run))
-        ratios[f"seqloader_over_{who}_{workers}w_per_run"] = [float(x) for x in per_run]
-        # the peer's CPU per utterance over seqloader's (how many times less CPU seqloader takes)
-        mine, peer = cpus[f"seqloader_on_{who}_{workers}w"], cpus[f"{who}_on_{who}_{workers}w"]
-        per_run = [b / a for a, b in zip(mine, peer)]
-        ratios[f"cpu_seqloader_over_{who}_{workers}w"] = float(statistics.median(per_run))
-        ratios[f"cpu_seqloader_over_{who}_{workers}w_per_run"] = [float(x) for x in per_run]
+        for side in ["seqloader", *(["seqloader@base"] if base else [])]:
+            ours, theirs = runs[f"{side}_on_{who}_{workers}w"], runs[f"{who}_on_{who}_{workers}w"]
+            name = side.replace("@", "_at_")
+            per_run = [a / b for a, b in zip(ours, theirs)]
+            ratios[f"{name}_over_{who}_{workers}w"] = float(statistics.median(per_run))
+            ratios[f"{name}_over_{who}_{workers}w_per_run"] = [float(x) for x in per_run]
+            # the peer's CPU per utterance over seqloader's (how many times less CPU it takes)
+            mine, peer = cpus[f"{side}_on_{who}_{workers}w"], cpus[f"{who}_on_{who}_{workers}w"]
+            per_run = [b / a for a, b in zip(mine, peer)]
+            ratios[f"cpu_{name}_over_{who}_{workers}w"] = float(statistics.median(per_run))
+            ratios[f"cpu_{name}_over_{who}_{workers}w_per_run"] = [float(x) for x in per_run]
     return {
         "utterances": args.utterances,
         "repeats": args.repeats,
+        "fresh_processes": fresh,
         "epochs_timed": f"{args.epochs} per configuration, after a warm-up epoch",
         "batch": f"{READ_BATCH} utterances, padded float32 audio",
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
         "ratios": ratios,
         "decoders": decoders(),
+        "utterances_compared_sample_for_sample": compared,
         "utterances_per_s_medians": {k: float(statistics.median(v)) for k, v in runs.items()},
         "cpu_us_per_utterance_medians": {
             k: float(statistics.median(v)) * 1e6 for k, v in cpus.items()
         },
         "per_epoch_utterances_samples_sum": {k: v.tolist() for k, v in tallies.items()},
-        "load_average_before_after": [load_before, os.getloadavg()],
+        "load_average_before_after": [loads[0], os.getloadavg()],
+        "load_average_range_1min": [min(x[0] for x in loads), max(x[0] for x in loads)],
     }
 
 
@@ -484,7 +559,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="60 utterances, 2 repeats, out/ only")
     p.add_argument("--reads", action="store_true", help="audio reads against each peer's reader")
     p.add_argument("--label", default="", help="results file NAME-LABEL.json (keep several runs)")
+    p.add_argument(
+        "--in-process",
+        dest="fresh",
+        action="store_false",
+        help="--reads: every configuration in this process (default: a fresh process each)",
+    )
+    p.add_argument("--base-src", help="--reads: src/ of another checkout, measured beside")
+    p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(reads_child(json.loads(args.child))))
+        return 0
     if args.quick:
         args.utterances, args.repeats, args.epochs = 60, 2, 2
     if args.reads:
