@@ -27,6 +27,7 @@ import contextlib
 import ctypes
 import math
 import mmap
+import operator
 from collections.abc import Mapping, Sequence
 
 import h5py
@@ -129,26 +130,26 @@ class MappedRows(RowReader):
 
     def _fits(self, a_list: list[int], b_list: list[int], out: np.ndarray, pos) -> bool:
         """Whether raw copies of these spans into rows ``pos`` of ``out`` stay inside the
-        dataset and the destination (else the caller lets numpy copy, which checks and raises)."""
-        if not (
-            out.dtype == self.dtype
-            and out.shape[2:] == self.shape[1:]
-            and out.flags.c_contiguous
-            and out.flags.writeable
-            and self.array.flags.c_contiguous
-            and len(a_list) == len(pos)
-        ):
+        dataset and the destination (else the caller lets numpy copy, which checks and raises).
+        A few C-level passes over the batch's ints (no generator: this runs per key and batch)."""
+        if out.dtype != self.dtype or out.shape[2:] != self.shape[1:] or len(a_list) != len(pos):
+            return False
+        flags = out.flags
+        if not (flags.c_contiguous and flags.writeable):
             return False
         if not a_list:
             return True
-        t_max, rows = out.shape[1], self.shape[0]
-        return (
+        sizes = list(map(operator.sub, b_list, a_list))
+        if not (
             min(a_list) >= 0
-            and max(b_list) <= rows
-            and all(0 <= b - a <= t_max for a, b in zip(a_list, b_list))
-            and min(pos) >= 0
-            and max(pos) < out.shape[0]
-        )
+            and max(b_list) <= self.shape[0]
+            and min(sizes) >= 0
+            and max(sizes) <= out.shape[1]
+        ):
+            return False
+        if isinstance(pos, range) and pos.step == 1:
+            return pos.start >= 0 and pos.stop <= out.shape[0]
+        return min(pos) >= 0 and max(pos) < out.shape[0]
 
 
 class H5Rows(RowReader):
