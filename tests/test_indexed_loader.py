@@ -24,6 +24,8 @@ from test_resume import (
     run_all,
 )
 
+# unchunked shard plans through real DataLoader workers, resumed: the default options plan them
+# indexed, test_resume.py::test_resume_with_dataloader_workers
 PLAN = {"planning": "indexed", "max_seqs": 3, "max_frames": 40}
 #: chunked indexed plans (chunks as planned units; ``tests/test_plan_indexed_chunks.py``)
 CHUNKED = {**PLAN, "chunking": "3:2", "min_chunk_size": 1}
@@ -157,19 +159,6 @@ def test_audit_and_report_of_an_indexed_epoch() -> None:
     assert report is not None and report.planned_seqs == len(seen)
     assert sorted(seen) == sorted(loader.planner.sub_epoch_order(1).tolist())
     assert sum(report.filtered.values()) + len(seen) == 60
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "workers", [{"num_workers": 2}, {"num_workers": 2, "persistent_workers": True}]
-)
-def test_same_batches_with_dataloader_workers(workers: dict) -> None:
-    """C3: real worker processes deliver the batches of the run without workers, resumed too."""
-    options = {**PLAN, "ordering": "laplace:.5", "partition_epoch": 2}
-    reference = run_all(loader_factory(corpus(47, seed=4), **options), 2, 3)
-    make = loader_factory(corpus(47, seed=4), **options, **workers)
-    check_chain(make, [2, 2], [4], 3, reference=reference)
-    check_chain(make, [2, 1], [5], 3, reference=reference)
 
 
 @pytest.mark.slow

@@ -394,6 +394,7 @@ def test_resume_with_dataloader_workers(workers: dict, interrupt: str) -> None:
     make = loader_factory(corpus(47, seed=4), **WORKER_PLAN, **workers)
     before = settled_children()
     with make(0, 1) as loader:  # the setting really runs worker processes
+        assert loader.planner.options.planning == "indexed"  # indexed planning's C3 with workers
         batches = loader.epoch(1)
         next(batches)
         alive = children_since(before)
