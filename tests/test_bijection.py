@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 
 from seqloader.plan.indexed.bijection import (
     FEW_KEYS,
-    GROUP_HALF,
     ROUNDS,
     SMALL,
     Bijection,
     Bijections,
     evaluate_many,
+    radices,
     round_keys_many,
 )
 
@@ -82,7 +82,7 @@ def test_round_tables_give_the_rounds_images(m: int, words: list[int]) -> None:
     """A call over many positions per half value evaluates the rounds by lookup tables: the
     same images as the arithmetic rounds (a few positions) and the Python ints."""
     b = Bijection(m, words)
-    every = b(np.tile(np.arange(m), 4 * -(-(1 << 12) // m)))[:m]  # enough for the tables
+    every = b(np.tile(np.arange(m), 2))[:m]  # enough for the tables (2 * sqrt(m) entries)
     assert b._tables is not None  # the large call made them
     assert sorted(every.tolist()) == list(range(m))
     few = np.concatenate([b(np.arange(k, min(k + 40, m))) for k in range(0, m, 40)])
@@ -93,20 +93,42 @@ def test_round_tables_give_the_rounds_images(m: int, words: list[int]) -> None:
 @settings(max_examples=12, deadline=None)
 @given(families(200, 5), st.randoms(use_true_random=False))
 def test_a_family_of_small_bijections_by_round_tables_gives_each_ones_images(keyed, rnd) -> None:
-    """A family whose halves are all small (``GROUP_HALF``), asked at no fewer positions than
-    its round tables hold (``sort_bin_shuffle_x2``'s bins), evaluates by those tables: every
-    bijection's own images at every position, in any order."""
+    """A family asked at no fewer positions than its round tables hold
+    (``sort_bin_shuffle_x2``'s bins) evaluates by those tables: every bijection's own images at
+    every position, in any order."""
     family = Bijections([m for m, _ in keyed], [w for _, w in keyed])
     which = np.concatenate([np.full(m, g) for g, (m, _) in enumerate(keyed)]).astype(np.int64)
     x = np.concatenate([np.arange(m) for m, _ in keyed]).astype(np.int64)
-    hmax = int(family._half.max())
-    reps = -(-(len(keyed) << hmax) // len(x))  # enough positions for the tables' path
+    entries = int(((1 << family._p) + family._r).sum())
+    reps = -(-entries // len(x))  # enough positions for the tables' path
     which, x = np.tile(which, reps), np.tile(x, reps)
     mixed = list(range(len(x)))
     rnd.shuffle(mixed)
     which, x = which[mixed], x[mixed]
-    assert hmax <= GROUP_HALF and len(keyed) << hmax <= len(x)
+    assert entries <= len(x)
     got = family(which, x, big=len(x) + 1)
     assert got.dtype == np.uint64
     want = {g: Bijection(*keyed[g]) for g in range(len(keyed))}
     assert got.tolist() == [want[g].one(v) for g, v in zip(which.tolist(), x.tolist())]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3000), st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=3))
+def test_the_domain_is_the_positions_and_at_most_a_root_more(m: int, words: list[int]) -> None:
+    """The network's domain (``radices``) holds ``m`` and fewer than ``2**p <= sqrt(2m)`` values
+    more (cycle-walking: about one encryption a position), and the bijection is one of exactly
+    ``[0, m)``."""
+    p, r = radices(m)
+    assert m <= (r << p) < m + (1 << p) and (1 << (2 * p)) <= max(2 * m, 1)
+    assert sorted(Bijection(m, words)(np.arange(m)).tolist()) == list(range(m))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(8, 2000), st.integers(0, 2**32))
+def test_keys_give_different_orders(m: int, seed: int) -> None:
+    """Another key word (seed, epoch, part) gives another order: the family is keyed, not one
+    order relabelled."""
+    x = np.arange(m)
+    one, other = Bijection(m, [seed, 1])(x), Bijection(m, [seed, 2])(x)
+    assert one.tolist() != other.tolist()
+    assert Bijection(m, [seed + 1, 1])(x).tolist() != one.tolist()

@@ -139,12 +139,12 @@ def test_states_of_another_indexed_algorithm_are_refused_by_name() -> None:
     now = re.escape(INDEXED_ALGORITHM)
     with pytest.raises(ResumeError, match=rf"'seqloader-plan-indexed/2' or earlier.*{now}"):
         loader.load_state_dict(old)
-    other = {**state, "plan_algorithm": "seqloader-plan-indexed/10", "plan_fingerprint": "0" * 32}
-    with pytest.raises(ResumeError, match="'seqloader-plan-indexed/10'"):
+    other = {**state, "plan_algorithm": "seqloader-plan-indexed/11", "plan_fingerprint": "0" * 32}
+    with pytest.raises(ResumeError, match="'seqloader-plan-indexed/11'"):
         loader.load_state_dict(other)
-    eighth = {**state, "plan_algorithm": "seqloader-plan-indexed/8", "plan_fingerprint": "0" * 32}
-    with pytest.raises(ResumeError, match=rf"'seqloader-plan-indexed/8'.*{now}.*Resume with"):
-        loader.load_state_dict(eighth)  # the algorithm before /9's files buckets:N order
+    ninth = {**state, "plan_algorithm": "seqloader-plan-indexed/9", "plan_fingerprint": "0" * 32}
+    with pytest.raises(ResumeError, match=rf"'seqloader-plan-indexed/9'.*{now}.*Resume with"):
+        loader.load_state_dict(ninth)  # the algorithm before /10's keyed bijection
     with pytest.raises(ResumeError, match="plan fingerprint"):  # same algorithm: other data
         loader.load_state_dict({**state, "plan_fingerprint": "0" * 32})
 

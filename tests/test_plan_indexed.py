@@ -808,32 +808,41 @@ INDEXED_CASES: dict[str, dict] = {
 # rank's lengths rise and fall. Moved: the `files` buckets:N cases (the chunked mix over files
 # too) and the `files` laplace:.N cases whose ranks had more bins than half their batches; no
 # shard digest moved.
+# seqloader-plan-indexed/10: the keyed bijection (plan/indexed/bijection.py) is an alternating
+# Feistel network over a mixed-radix domain of 2**p * r values (2**p about sqrt(m), r = ceil(m /
+# 2**p)), not a balanced one over 4**h >= m, so cycle-walking costs about one encryption a
+# position instead of up to four; and a mix's draw (MixDraw) reads a corpus epoch the sub-epoch
+# takes whole in stream order (its bucket's bijection orders the slots), drawing only the parts
+# of corpus epochs by their streams' bijections. Moved: every plan with a keyed bijection
+# (laplace and buckets:N with shard or random_seed_offset, random, sort_bin_shuffle's ties and
+# _x2's bins, mixes); `files` plans (keyed by round_keys_many, no bijection) and the fixed
+# orders unchanged.
 INDEXED_GOLDEN = {
-    "buckets:5 W4 split elastic -> W3": "2656272c3c63aee806a136dcb7524402f4dca7834c08f073d3c9230ad4b38b28",
-    "laplace:.20 partition 3 W4 pad, filters": "49a99b5dd01ca536318578700ac2e913da3f066940d517a7deb1e96d1100137e",
+    "buckets:5 W4 split elastic -> W3": "4834dcb3f4143d74c17ea3b9576ea73a9b51a1e865176a9352689ee1d1da8e2f",
+    "laplace:.20 partition 3 W4 pad, filters": "aca67ebafe53c1e2445dab4c377a0c29e84060bc45868fc447ebe470324f411f",
     "files buckets:3 W3 split": "053bdffa1aec5d4c413c8f7dfa9eec73ebd026e13c2d3382578ecaae82e7f9a2",
     "files laplace W4 pad, merged buckets": "cd38cc518387e0a7236ad5a665ca3b5c7d1473a44360702721b0ffebc39f1fd2",
-    "mix buckets:4 partition 2 W3 split elastic -> W2": "07d0ad5ccabecaba0eaeaea7606bf1d1741637e908e24100832592fc72176e19",
-    "mix laplace:.10 W4 pad, filters": "d6cf88dc5d2b43ad6c67ee534f15372cd3a2b6c2965e87a0fe34c956062651cc",
+    "mix buckets:4 partition 2 W3 split elastic -> W2": "3ba313f226bff452dd2a34941afb08088e3d3a0d95dceb7d3357ebad161f9d13",
+    "mix laplace:.10 W4 pad, filters": "de12c2ffbcad8efd4c39467b92ee3c30d91ee9de493c7616f2ee84f8c7ccf2a2",
     "files buckets:4 W4 split elastic -> W3 -> W5": "74155cd55c5fb86189e7d7c969086f2d59b8a9865106802ba1abe585fbd5f25c",
     "files buckets:4 W4 drop elastic -> W3": "20b4d84b6daa414a9478e558fe9d8922605b1b79d873ff185fd27f04317113c5",
     "files laplace:.9 partition 2 W3 drop": "9215cb2b091c4bfcf6bd37ef22b9e453e133121a9e5831fc52185201f74ee0e9",
-    "chunked 100:50 buckets:5 W4 split elastic -> W3": "28d72b75c686c9036d9035975457730b70d7367d20ff16012c89bdc1559133f7",
-    "chunked 90:60 laplace:.20 partition 2 W3 pad": "7d9869db272d2bf4f4a021474b673d4c36960a0c01bd7d896b13b8af716fb713",
-    "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "ca159e6ba9e3b7add8d39278b0a37d617095698d9952682b5a1b1f286061b986",
+    "chunked 100:50 buckets:5 W4 split elastic -> W3": "f0a913f3166742b044ed917471f8f8c4aa1fa5c4434b849c18707eae752aebc5",
+    "chunked 90:60 laplace:.20 partition 2 W3 pad": "bdf7a09269ebeb4ac21a16667ba04d4e8fc56ced57663bd7989e41b85bec24d4",
+    "chunked 80:40 buckets:3 partition 2 W3 random_seed_offset": "b522c2375f6afd5804c73c2f14d302e6644471c5bb3cbc23c925afad7d4ee7f8",
     "chunked 80:40 files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "de2a28f3f8db086b51b6acfadca3566d20f5c6fd8fb10b08348dbbe20e9c5654",
-    "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "a45c1ed884a79af27a3c092e3a1e15ce3ec1ac364ab717ee90d23c13a0722c74",
-    "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "9b313748340dbf7d83ec886d7b05a45b0d37d99e37e29913d75c098894713789",
+    "chunked 60:30 laplace:.10 W3 split, epoch_wise_filter elastic -> W2": "78bbef1910b2cd54936aef52d102f66c4ce200de64f406d2be6640d23b64cf4d",
+    "chunked 60:30 data, laplace:.8 W4 pad, max_frames per key (classes whole)": "7fe12f2f39a5f2f544689fc88d7c3d80776e92b47d5eaa9b24bad3997f8754f5",
     "mix files laplace:.10 partition 2 W3 split elastic -> W2 -> W4": "f5c7a20a941e2b86d5c723b7a9b4015285b5ad7020cb745e078a16e9350defe5",
     "chunked 80:40 mix files buckets:3 W3 pad elastic -> W2": "5c2a0a4240d205e801d7fa247842aec6e0b8ebded73f6ab40699e3c4adbf3852",
-    "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "c05bddea107dee0a7b5a11e98db9fbdc62a4834abfa5d46ecdf51fa9b1ba0376",
-    "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "5f9413982892df83e2c094011e8b358cff646bd395f9c1f2772b7f7e1020b883",
+    "chunked 60:30 laplace:.10 partition 3 W3 split, epoch_wise_filter elastic -> W2": "a3e858aa51e8d8a2a340ff4bb31de7afa2cd079e8ff6992bf638b103b58a8015",
+    "chunked 80:40 buckets:3 partition 2 W2 random_seed_offset, epoch_wise_filter": "3bf41828456fcf8b143d8a96b8d0854d4a017ad5412e52ad0ad89de7043f45ca",
     "files laplace:.10 W4 split, packed elastic -> W3": "7f1db7ba66d5517c8062bfc9d32b15747d82cc79d70d629fb096861bf4f26a9e",
     "mix files laplace W3 pad, max_packed_frames": "b35118c126bb1116db8d3aa19fbb230139a1b711aa9e5130161bb66fbc8ef8cb",
-    "chunked 80:40 mix laplace:.10 partition 2 W3 split elastic -> W2": "66bccb381d676ccd311f4dcf16aabbeb7d47eeab476627210edd7ea67d51b825",
-    "chunked 60:30 mix buckets:3 W4 pad": "0039d7d66d5fd50fbef29f45fc67830b1077faa91b859383a940a86d13559af1",
+    "chunked 80:40 mix laplace:.10 partition 2 W3 split elastic -> W2": "8375487716f393608b7e9cb68db6defb5e59e3d6f4c6d496bd2cafa75d22009e",
+    "chunked 60:30 mix buckets:3 W4 pad": "96a78bbb2d6c1c30c2f657ee1c85ee4971f719d57a41c0790f647ee768547be9",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/9"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/10"
 
 
 def indexed_digest(case: dict) -> str:

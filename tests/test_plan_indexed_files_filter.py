@@ -176,7 +176,7 @@ NEWLY_PLANNED_GOLDEN = {
         "d58a1b525fc7c4547816131af3ac0b1d4d5f6dbf726abdb586e7827c09db2782"
     ),
     "buckets:4 W3 split, quadratic max_frames per key elastic -> W2": (
-        "9cdafaba8b19d63b8a57e9c7dcfd480b316206773d204562ee056a3621d44e9d"
+        "fbc88b3d49e4ba18668be21f8367a4bed9d0a000fb97fe3655bf6140a98f56f1"
     ),
     "files laplace:.10 W3 pad, quadratic max_frames per key": (
         "b12f0eda6ad5613f1cf0263945a78781a4f002286bb5fddbbff24b324e729a52"

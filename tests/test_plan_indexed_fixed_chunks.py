@@ -285,16 +285,16 @@ FIXED_CHUNK_GOLDEN = {
         "9b2558004072dbf3b3a1c1d889d68f50d06caddf6222a63f96df692ff99a05ed"
     ),
     "chunked 60:30 random:2 partition 2 W3 split elastic -> W4": (
-        "e8ef690601036f0710ff527391b0378957614427439275cbb605c24e1aa9bd40"
+        "0a0fbb6bc87e9f7502b0bd3d459e6ca3852982bb1ad6bc75932472fb36071139"
     ),
     "chunked 70:70 random W2 random_seed_offset pad": (
-        "e918049dc4c6f6dd8cf4c47964b7f6df7b99c19c2e783e17059501a31ca5dd6c"
+        "7af656ad9d8fdcb50e129b94fb80180bd29ff0dd43017455db2239d74c1fe5e0"
     ),
     "sorted partition 2 W3 split, epoch_wise_filter elastic -> W2": (
         "6af8587a1f00303e7a748cab9e1bd21209e1c6233958c4d8fa5e237b383780bd"
     ),
     "chunked 80:40 random W2 pad, epoch_wise_filter": (
-        "cf1270c7edd40ca31cd801191dd9c91134e8f31dd44fccccb6caaf2846976381"
+        "08ec1b89b65d66860bc4b5ad6cb798d9aaca0fe2e9056c3b43aa8b021e0dc6da"
     ),
     "chunked 100:50 sorted W3 pad, fixed_random_subset": (
         "b58cf9c1adf8016b4abb9fb0c7c6e1a119ff532d45a916e58ae75cd010accb76"
@@ -303,7 +303,7 @@ FIXED_CHUNK_GOLDEN = {
         "78fd8ad568784e75d0b55f75478e21e15a372eece90dc302179280500c66a661"
     ),
     "chunked 90:45 random W2 split, fixed_random_subset": (
-        "b55eea0aa9bc0459b065fbd908d05346c19ec2ec820b92017b366766bd430eb0"
+        "90142c9287f04fb7e7702ae7f4cb40d9c9d676329cf8449d1f39e7b5217454bd"
     ),
 }
 

@@ -396,13 +396,13 @@ NEW_CASES: dict[str, dict] = {
     },
 }
 NEW_GOLDEN = {
-    "laplace:.10 W3 split, per-key limits, subset": "99cde44f88348d4b02c2b66c798b75e36ca639a491adfff83b1c0fd1ea917132",
-    "buckets:4 partition 2 W4 pad, fixed_random_seed": "87594149e21fbec9a4ebcb537d12fc92510562ececd6f852ba0bf108f70238fe",
-    "buckets:3 W3 random_seed_offset, subset": "a94456acdd5273fe5208b26bf7555671f6712c93b1380cf002eec4ffb1ee43b0",
-    "laplace:.8 W3 split, packed": "614b5a6247deaf059129e38bab7b9615745dbd16d3a84cdd8e5fb2516f8e9656",
-    "laplace W4 pad, max_packed_frames": "08b101563f3db45989aece68377d6b613e2fa6f4fe471cf172793def97d8974f",
-    "laplace W2 drop, epoch_wise_filter elastic -> W3": "98a269094c090c90c54dbd93595507f1e4f505e5b54a1b6bf31beaec9ef6ad21",
-    "buckets:3 partition 2 W3 random_seed_offset, epoch_wise_filter": "b49cd357c4261dd6698b0c26a06db1de6192d30488f2fa0cf003b003035a2ea8",
+    "laplace:.10 W3 split, per-key limits, subset": "f349c0e3ac42dc42217f6e3ed8ededff1987dd64d55b6e381d8c64aa6c47298b",
+    "buckets:4 partition 2 W4 pad, fixed_random_seed": "deaa8476ca5d43d89204f091df75684e9a2f5bccf5789a73505c6b93c0dadff7",
+    "buckets:3 W3 random_seed_offset, subset": "64039e9bae7aadd5b08b5c60cf14ffaf3c6728aca9bd7ad9250900dd02de87d1",
+    "laplace:.8 W3 split, packed": "ac2f66b6d595849b448bcca926efac4d56c9926d05da8943de27f5a7020b5e07",
+    "laplace W4 pad, max_packed_frames": "f1726c0f71acd3a3fe737a72ea99e8e215cb6b7245d2a83b1b8e10e1ef20d00c",
+    "laplace W2 drop, epoch_wise_filter elastic -> W3": "cfd48b67b66c78b8f8470a92c7803c14decd6e198d7f5541f083b64e53f1ed85",
+    "buckets:3 partition 2 W3 random_seed_offset, epoch_wise_filter": "3179abf0477fe8af49b229d0037a3bc00868b872c6659c2aed40ed033fbb2028",
 }  # fmt: skip
 
 
@@ -469,10 +469,10 @@ SINCE_REFUSED_CASES: dict[str, dict] = {
 }  # fmt: skip
 SINCE_REFUSED_GOLDEN = {
     "buckets:4 W3 split, max_frames per key elastic -> W2": (
-        "9bb2bb4e6af0225c63d3501753bc58edd94effd7da1739378936bd02401dff18"
+        "feabf1b2fbd792c1d1f64e708ed61e74715928eae6406e97f94e413c4305cbe4"
     ),
     "buckets:3 W4 pad, packed elastic -> W3": (
-        "6d3e97e23557faa2cfffb21fbc236e022f1b77c3e78bec17ab4ecd0f718e60e3"
+        "46a0082be05a1aad5571f1cb819f588b1496300ac091276ccafc38397d90087b"
     ),
     "files buckets:5 W3 split, max_packed_frames elastic -> W2": (
         "125b488c47e73e737badb706e9dfd47933405fe9d7a72d4956b1c8e7a5c60524"
@@ -481,16 +481,16 @@ SINCE_REFUSED_GOLDEN = {
         "60a6ef1464c4d9b475d9f420a27afb34256db90fb6325bd85dae0b86073d5e99"
     ),
     "mix buckets:3 W3 pad, subset": (
-        "08826236b95625ba49cecc965e11df358efcfc3942480c2d7bd768eef92e6cb8"
+        "895cb9088a3caebbbefeb958a9796b3741bd5585c8ea1986fc3158a1b891098a"
     ),
     "mix files laplace W3 split, subset": (
         "f5a0c5db4e1f6cd37cfbec5b05e854c81bce9dbd6667f5dcaaf6122911ee7fa7"
     ),
     "mix laplace:.10 partition 2 W3 random_seed_offset": (
-        "cc43a28e230b09026fc822bad8dbd50b8c22adc113382db2e25942fe84eb7dd4"
+        "0c13c90175e2fede17419a452cded3c06f3dec908a924e8c725f785f0f992500"
     ),
     "chunked 80:40 mix buckets:3 W2 random_seed_offset": (
-        "84627f10478a4b9e4dd1c9a12a84dc64dfb4dbce17f37a9ba0025bffab825982"
+        "e042a8b525ae15a1ddf5cd79b0c45fd18e6ef85e5adcc3bf6446003ad1d923c6"
     ),
 }
 

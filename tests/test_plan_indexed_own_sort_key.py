@@ -207,12 +207,12 @@ OWN_KEY_GOLDEN = {
         "c6f69302a890a141e74a968e2aac5437cb2037ea2b4fb0105ed2a8d64a80b1bf"
     ),
     "sort_bin_shuffle own key chunked 60:30 W2": (
-        "a4694923f1d507c5a5fad62183d52f12e25c603bf2e5dd595289f8853d0c1596"
+        "889bb613d1fbb5932dce6110d5bfd7796fc0fdc8f34d3492acfe0ec1b051c922"
     ),
     "sorted own key files W3 split": (
         "385a13c47e2278c60191f044d2f3d95458824c91127be41ae62bdd94ed5d0f4c"
     ),
-    "sorted own key mix W2": ("0f0b339e60d5e600e5f460f1c9c17952e4cc77e24ca26a32421926ba7f888ff4"),
+    "sorted own key mix W2": ("1d9f094e1227763fc1ae4ebd31e6213c96bbfa9607ba4c0e11ed0dd9e8c8b3be"),
     "sort_bin_shuffle_x2 own key mix over files W2": (
         "fb6e6f97257b7221532724004c8d9426e60e310e705cd6207862ee89dc9d044b"
     ),

@@ -255,22 +255,22 @@ RANDOM_CASES: dict[str, dict] = {
     },
 }  # fmt: skip
 RANDOM_GOLDEN = {
-    "random W3 split": "aeda0857fad0bc5b8b37d67ee3a4dc5ffda1175954c6a66d967d1e3a0a172aaf",
+    "random W3 split": "a562ac7722b6c67694a5945c5f1bc2d10901f167b7a6dc6915c95d1517dcdbb0",
     "random:2 partition 2 W4 pad": (
-        "01c3526eeed64e4a9fb841e6e8ed228a0dbd1197d64894c2a915996e5475ee37"
+        "3fa3355ccfecef4e63f33f1ebc6b68f54a1da3df7f8d50c25f6607620d1ccb71"
     ),
     "random W2 drop, quadratic, filters": (
-        "a4eb8b815ea409175eefb8e0da55728825ec16e75924e41e8584d56c2dbc4a99"
+        "3e5fae066e5cf0236090027685d365d2340f286aa134c44d4ef91552420d7e9f"
     ),
     "random W3 packed, fixed_random_seed": (
-        "b144496f9f566649fed6a209e1e49c92de43ee21749ad005100bc3fc1bf91a15"
+        "10bbc6bcb55dc5c75df6b22e059165e3fd4782e8b6657731d2d5b91dced21b47"
     ),
     # added with random + random_seed_offset (refused before under indexed planning)
     "random W3 random_seed_offset": (
-        "5d87c98a075d3a79189b0f9019eeb7b035ae89b1a706dfbc3ad1d06c7c6396be"
+        "0d0f72c8bc762eae0b23a282af273e624a8f3f9e3b332180324f9179a253e6b8"
     ),
     "random:2 partition 2 W2 random_seed_offset, filters": (
-        "7a5921c85a33bf72126f1b7e23de28d41d8b4fb550343ddba3332e0423aefd58"
+        "6b8c7c75a980fb21f5ecf8795370ea8aa3ece76dfd245b13cca2f7a1234d285a"
     ),
 }
 

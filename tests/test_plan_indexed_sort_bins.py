@@ -321,10 +321,10 @@ SORT_BINS_GOLDEN = {
         "622008992e77ff0d1a98202c7765cc11effd079795cbb2a12ee444aeaf1698ee"
     ),
     "sort_bin_shuffle_x2:6:2 partition 2 W2 pad": (
-        "19942c3e449df772f99a690d6ae62bb96dae84e8923fc3f3beb3f148e144deab"
+        "b6cd6e3cba6c10ecef57acb6997576ca6b5f2215dfe3e714e9dd6e8643a7e26c"
     ),
     "sort_bin_shuffle:.20 random_seed_offset W4": (
-        "cc76fe0886fd1b25b4e948a0e8b73214f6b3bb4d046fbcfe59ffa5efebcb79cd"
+        "83c5674294e8fe02a56f5d54a62c490916c39d178dbba1838cfe51c96736c937"
     ),
     "sort_bin_shuffle_x2:.10 files W3 drop": (
         "a99a71104ccb8ad3364c7485c34f333086a6ac9d89c42483c76b282e533d84fe"
@@ -336,7 +336,7 @@ SORT_BINS_GOLDEN = {
         "0a8c0b04453da42533df5e2095ce6f07fd3e187f0b3eca6870ea3b9d05fe96b2"
     ),
     "sort_bin_shuffle_x2:.12 own sort key W2 pad": (
-        "f44fc2ece34c71dce57157349de7d61896397c428634dde8c6e4c3240f735750"
+        "0ec87fbc09b29a6892b9df71fb5c15ead0d4837babfcb95e2c7710ff6fd3ae61"
     ),
     "sort_bin_shuffle:.10 mix chunked W3": (
         "375104d7da6c4f58a1d2a4e6f2da182e79d326da3a5db8527358f669b68225b8"

@@ -22,7 +22,12 @@ draws only a rank's own members, so here the streams are per *(corpus c, length 
   ``BatchTable`` work on the per-bucket counts unchanged.
 - **A slot alone.** Position p of bucket b's sub-epoch list: the bijection gives its place in the
   concatenation, a ``searchsorted`` on the per-corpus cumulative counts its corpus, then the
-  stream position, hence corpus epoch ``k`` (the slot's ``uses`` value) and the member.
+  stream position, hence corpus epoch ``k`` (the slot's ``uses`` value) and the member. A corpus
+  epoch the sub-epoch takes whole is every member of the stream, so its stream order is not drawn
+  (member ``t`` at stream offset ``t``: the bucket's bijection orders the slots); one it takes
+  in part (``partition_epoch``, a rate that is no whole number) is drawn by the stream's
+  bijection, so its parts are keyed random subsets (``seqloader-plan-indexed/10``; the listing of
+  ``mix_cuts.part_slots`` reads whole corpus epochs the same way).
 
 Per-corpus counts of any sub-epoch, the corpus progress and the check's expectations follow from
 the ``[N, C]`` count tables alone; nothing here is O(n) except ``select``, ``members`` and ``check``
@@ -267,16 +272,27 @@ class IndexedMix:
         return seqs, k.astype(USES_DTYPE)
 
     def streams_slots(
-        self, b: int, c: np.ndarray, stream: np.ndarray
+        self, b: int, c: np.ndarray, stream: np.ndarray, taken: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """(sequence, corpus epoch) at positions ``stream`` of the (corpus ``c``, bucket ``b``)
         streams, a corpus per element: ``stream_slots``' answers, every corpus and corpus epoch's
-        bijection in one vectorised pass (``evaluate_many``), not one pass each."""
+        bijection in one vectorised pass (``evaluate_many``), not one pass each. ``taken``: the
+        sub-epoch's stream positions ``[lo, end)`` of bucket ``b``'s corpora (int64 ``[2, C]``):
+        a corpus epoch within them whole is read in stream order, not drawn (``MixDraw``)."""
         n = self.counts[b][c]
         k = stream // n
         t = stream - k * n
         if not len(k):
             return np.zeros(0, np.int64), k.astype(USES_DTYPE)
+        if taken is not None:
+            whole = (taken[0][c] <= k * n) & (taken[1][c] >= (k + 1) * n)
+            if whole.any():
+                seqs = np.empty(len(k), dtype=np.int64)
+                base = int(self.index.starts[b]) + self.offsets[b][c]
+                seqs[whole] = self.index.members[(base + t)[whole]]
+                drawn = np.flatnonzero(~whole)
+                seqs[drawn] = self.streams_slots(b, c[drawn], stream[drawn])[0]
+                return seqs, k.astype(USES_DTYPE)
         first = int(k.min())
         span = int(k.max()) - first + 1
         dense = c * span + (k - first)  # (corpus, corpus epoch) of each slot
@@ -426,6 +442,48 @@ def _stream_problems(
     return bad, firsts, lasts
 
 
+def _piece_of(edges: list[int], q: np.ndarray) -> np.ndarray:
+    """``searchsorted(edges, q, side="right")`` (the piece of places ``q`` in a bucket's
+    concatenation; ``edges`` ascending: each piece's first place but the first's): a few edges by
+    one comparison each, summed as bytes (cheaper than a binary search per place), many by the
+    search.
+
+    >>> _piece_of([2, 2, 5], np.array([0, 1, 2, 4, 5])).tolist()
+    [0, 0, 2, 2, 3]
+    """
+    if len(edges) > 16:
+        return np.searchsorted(np.asarray(edges, dtype=np.int64), q, side="right")
+    out = np.zeros(len(q), dtype=np.int8)
+    for edge in edges:
+        out += (q >= edge).view(np.int8)
+    return out
+
+
+class _Pieces:
+    """Bucket ``b``'s concatenation of a sub-epoch's slots as pieces of one (corpus, corpus epoch)
+    each: piece ``j`` holds places ``[first[j], first[j + 1])``, corpus epoch ``k[j]``; a whole
+    corpus epoch's place ``q`` is member ``q + shift[j]`` of the index, a part's is drawn by its
+    stream's bijection (``drawn[j]``: (corpus, stream offset of its first place))."""
+
+    def __init__(self, draw: MixDraw, b: int) -> None:
+        mix, cum = draw.mix, draw.cum[b]
+        first, k, shift, drawn = [], [], [], []
+        for c in np.flatnonzero(np.diff(cum)).tolist():
+            n = int(mix.counts[b, c])
+            base = int(mix.index.starts[b]) + int(mix.offsets[b, c])
+            lo, end = int(draw.span[0, b, c]), int(draw.span[1, b, c])
+            for kk in range(lo // n, (end - 1) // n + 1):
+                a, e = max(lo, kk * n), min(end, (kk + 1) * n)  # stream positions of the piece
+                place = int(cum[c]) + a - lo
+                first.append(place)
+                k.append(kk)
+                shift.append(base + a - kk * n - place)
+                drawn.append(None if e - a == n else (c, a - kk * n))
+        self.edges = first[1:]
+        self.first, self.k, self.drawn = first, np.array(k, USES_DTYPE), drawn
+        self.shift = np.array(shift, dtype=np.int64)
+
+
 class MixDraw:
     """The slots of one mixed sub-epoch, by (bucket, position in its list): ``slots`` gives
     (sequence index, corpus epoch) of each, computed alone (``IndexedPlan`` draws with it)."""
@@ -437,8 +495,10 @@ class MixDraw:
         self.cum = np.zeros((count.shape[0], count.shape[1] + 1), dtype=np.int64)
         np.cumsum(count, axis=1, out=self.cum[:, 1:])  # [N, C + 1] corpora in a bucket's list
         self.words = words
+        self.span = np.stack([lo, lo + count])  # [2, N, C] the sub-epoch's stream positions
         self._orders: dict[int, Bijection] = {}
         self._streams: _Cache = {}  # the streams' bijections asked by large calls (``bucket_slots``)
+        self._pieces: dict[int, _Pieces] = {}  # each bucket's pieces (large calls)
 
     def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sequence indices int64, corpus epochs int32), one per (bucket, position) pair."""
@@ -453,9 +513,10 @@ class MixDraw:
 
     def bucket_slots(self, b: int, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``slots`` of positions ``pos`` of bucket ``b`` alone (``random``'s cut: one bucket,
-        blocks of hundreds of thousands of positions). Many positions go corpus by corpus and
-        corpus epoch by corpus epoch, each stream's bijection kept between calls (the cut asks
-        the same few streams block after block; no per-position sizes or keys); a few go by
+        blocks of hundreds of thousands of positions). Many positions go by the bucket's pieces
+        (``_Pieces``: a whole corpus epoch's member is its place shifted, a part's is drawn by its
+        stream's bijection, kept between calls: the cut asks the same few streams block after
+        block; no per-position sizes or keys); a few go by
         ``streams_slots`` (one pass over the thousands of small streams a rank's share
         touches). The same bijections: the same slots either way."""
         order = self._orders.get(b)
@@ -465,37 +526,26 @@ class MixDraw:
         cum = self.cum[b]
         if len(pos) < BIG:
             c = np.searchsorted(cum, q, side="right") - 1
-            return self.mix.streams_slots(b, c, self.lo[b, c] + (q - cum[c]))
-        mix, index = self.mix, self.mix.index
-        seqs = np.empty(len(pos), dtype=np.int64)
-        uses = np.empty(len(pos), dtype=USES_DTYPE)
-        corpora = np.flatnonzero(np.diff(cum)).tolist()
-        corpus = np.searchsorted(cum, q, side="right") - 1 if len(corpora) > 1 else None
-        for c in corpora:
-            sel = None if corpus is None else np.flatnonzero(corpus == c)
-            if sel is not None and not len(sel):
-                continue  # none of these positions in corpus c (a small corpus, a short call)
-            stream = q if sel is None else q[sel]
-            stream = stream + int(self.lo[b, c] - cum[c])  # position in the (b, c) stream
-            n = int(mix.counts[b, c])
-            k = stream // n
-            t = stream - k * n
-            base = int(index.starts[b]) + int(mix.offsets[b, c])
-            k_lo, k_hi = int(k.min()), int(k.max())
-            for kk in range(k_lo, k_hi + 1):  # at most ceil(rate) + 1 corpus epochs
-                here = None if k_lo == k_hi else np.flatnonzero(k == kk)
-                if here is not None and not len(here):
-                    continue
-                pi = self._streams.get((b, c, kk))
-                if pi is None:
-                    pi = self._streams[(b, c, kk)] = Bijection(n, mix.stream_words(b, c, kk))
-                drawn = pi(t if here is None else t[here]).astype(np.int64)
-                at = sel if here is None else (here if sel is None else sel[here])
-                got = np.asarray(index.members[base + drawn], dtype=np.int64)
-                if at is None:
-                    seqs[:] = got
-                    uses[:] = kk
-                else:
-                    seqs[at] = got
-                    uses[at] = kk
-        return seqs, uses
+            return self.mix.streams_slots(b, c, self.lo[b, c] + (q - cum[c]), self.span[:, b])
+        pieces = self._pieces.get(b)
+        if pieces is None:
+            pieces = self._pieces[b] = _Pieces(self, b)
+        piece = _piece_of(pieces.edges, q)
+        at = q + pieces.shift.take(piece)  # a whole corpus epoch's place in the index
+        for j, part in enumerate(pieces.drawn):  # the parts of corpus epochs: by their streams
+            if part is None:
+                continue
+            sel = np.flatnonzero(piece == j)
+            if not len(sel):
+                continue
+            c, offset = part
+            kk = int(pieces.k[j])
+            pi = self._streams.get((b, c, kk))
+            if pi is None:
+                n = int(self.mix.counts[b, c])
+                pi = self._streams[(b, c, kk)] = Bijection(n, self.mix.stream_words(b, c, kk))
+            t = q[sel] + (offset - pieces.first[j])
+            base = int(self.mix.index.starts[b]) + int(self.mix.offsets[b, c])
+            at[sel] = base + pi(t).astype(np.int64)
+        seqs = np.asarray(self.mix.index.members[at], dtype=np.int64)
+        return seqs, pieces.k.take(piece)

@@ -61,9 +61,9 @@ from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.options import Ordering
 from seqloader.plan.ordering import order_sequences
 
-#: positions a rank cuts at once with ``random`` and a mix: each block evaluates two keyed
-#: bijections whose cycle-walking passes cost per call, so blocks 4x ``random``'s (memory: a
-#: dozen int64/uint64 arrays of this size, 2 MiB each)
+#: positions a rank cuts at once with ``random`` and a mix: each block evaluates the bucket's
+#: keyed bijection and the drawn streams' (fixed costs per call), so blocks 4x ``random``'s
+#: (memory: a dozen int64/uint64 arrays of this size, 2 MiB each)
 MIX_BLOCK = 4 * RANDOM_BLOCK
 
 #: a key range at most this many times the slots is read off a bitmap (a byte a key) instead of
@@ -263,9 +263,9 @@ def part_slots(mix: IndexedMix, lo: np.ndarray, count: np.ndarray) -> tuple[np.n
     >>> mix = IndexedMix(0, {"a": 1, "b": 2}, Corpora(("a", "b"), np.array([0, 4, 7])), index, lengths)
     >>> seqs, uses = part_slots(mix, np.array([[0, 1], [1, 0]]), np.array([[2, 3], [1, 1]]))
     >>> list(zip(seqs.tolist(), uses.tolist()))  # bucket 0: a's epoch 0, b's 1 whole, 1 of b's 0
-    [(0, 0), (2, 0), (4, 1), (6, 1), (4, 0), (5, 0), (3, 0)]
+    [(0, 0), (2, 0), (4, 1), (6, 1), (4, 0), (5, 0), (1, 0)]
     >>> mix.stream_slots(1, 0, np.array([1]), {})[0].tolist()  # bucket 1, a: position 1 drawn
-    [3]
+    [1]
     """
     b, c = np.nonzero(count)  # the streams with slots, bucket-major
     n = mix.counts[b, c]

@@ -119,7 +119,7 @@ from seqloader.plan.selections import (
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/9"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/10"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
 #: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` and
 #: ``sort_bin_shuffle[_x2]`` cut them on the keyed order of each epoch
