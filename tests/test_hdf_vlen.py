@@ -69,6 +69,38 @@ def test_heap_reads_equal_h5py(
                 assert [buf[x:y].tobytes() for x, y in itertools.pairwise(offsets)] == want
 
 
+def test_a_ring_reuses_each_pair_of_arrays_a_ring_later(tmp_path) -> None:
+    """With ``ring=3`` block ``j`` is written into the arrays of block ``j - 3`` (no fresh pages
+    per block), with the same strings as new arrays give; the blocks between stay intact."""
+    path = tmp_path / "t.hdf"
+    tags = [f"corpus/rec{i}/seg{i % 7}".encode() for i in range(40)]
+    with h5py.File(path, "w") as f:
+        f.create_dataset("seqTags", data=np.array(tags, object), dtype=h5py.string_dtype())
+    spans = [(a, a + 8) for a in range(0, 40, 8)]
+    with h5py.File(path, "r") as f:
+        plain, ringed = VlenStrings.open(f, f["seqTags"]), VlenStrings.open(f, f["seqTags"], 3)
+        assert plain is not None and ringed is not None
+        with plain, ringed:
+            got = [ringed.block(a, b) for a, b in spans[:3]]
+            kept = [(data.copy(), offsets.copy()) for data, offsets in got]
+            fourth = ringed.block(*spans[3])
+            assert fourth is not None and np.shares_memory(fourth[0], got[0][0])
+            assert np.shares_memory(fourth[1], got[0][1])
+            for (data, offsets), (a, b), (was_data, was_offsets) in zip(
+                got[1:], spans[1:3], kept[1:]
+            ):
+                assert (
+                    data.tobytes() == was_data.tobytes()
+                    and offsets.tolist() == was_offsets.tolist()
+                )
+                assert [data[x:y].tobytes() for x, y in itertools.pairwise(offsets)] == tags[a:b]
+            for a, b in spans:
+                want = plain.block(a, b)
+                assert want is not None and not np.shares_memory(want[0], fourth[0])
+            data, offsets = fourth
+            assert [data[x:y].tobytes() for x, y in itertools.pairwise(offsets)] == tags[24:32]
+
+
 def test_other_layouts_are_left_to_h5py(tmp_path) -> None:
     """Chunked or compressed tags, and fixed-size ones, are not read from the heap."""
     path = str(tmp_path / "t.hdf")

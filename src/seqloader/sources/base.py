@@ -484,7 +484,10 @@ def _with_nuls(data: np.ndarray, offsets: np.ndarray, scratch: Scratch | None = 
     """
     rows = len(offsets) - 1
     lo, hi = int(offsets[0]), int(offsets[-1])
-    lengths = np.diff(offsets)
+    lengths = (
+        np.empty(rows, np.int64) if scratch is None else scratch.take("widths", rows, np.int64)
+    )
+    np.subtract(offsets[1:], offsets[:-1], out=lengths)
     first = np.flatnonzero(np.concatenate([[True], lengths[1:] != lengths[:-1]]))
     if rows and len(first) * _RUN_ROWS <= rows:  # long runs of one length: [rows, L + 1] each
         size = hi - lo + rows

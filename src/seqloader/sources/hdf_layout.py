@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import math
 import os
 import warnings
 from collections.abc import Generator, Iterator, Sequence
@@ -25,6 +26,7 @@ from seqloader.sources.base import KeySpec
 from seqloader.sources.hdf_here import elsewhere
 from seqloader.sources.hdf_vlen import VlenStrings
 from seqloader.sources.repeats import repeated_values
+from seqloader.sources.scratch import Scratch
 from seqloader.sources.strings import IndexedStrings
 from seqloader.sources.tag_hash import CHUNK, tag_hashes
 
@@ -127,20 +129,25 @@ class FileScan:
     foreign: tuple[str, ...] = ()
 
     def length_blocks(self, key: str) -> Iterator[np.ndarray]:
-        """``key``'s lengths, ``ROW_BLOCK`` sequences at a time (the file's integer dtype)."""
+        """``key``'s lengths, ``ROW_BLOCK`` sequences at a time (the file's integer dtype): each
+        block an array kept and refilled for the next one (used before asking for it)."""
         where = describe_file(self.path, self.position)
+        kept = Scratch()
         with open_h5(self.path, self.position) as f:
             dset = f[SEQ_LENGTHS]
             for a in range(0, self.num_seqs, ROW_BLOCK):
+                b = min(self.num_seqs, a + ROW_BLOCK)
                 with named_damage(where, f"{SEQ_LENGTHS!r}"):
-                    block = _column(dset, a, min(self.num_seqs, a + ROW_BLOCK), self.columns[key])
+                    block = _column(dset, a, b, self.columns[key], kept)
                 yield block
 
-    def tag_blocks(self) -> Iterator[PackedTags]:
-        """The tags, ``TAG_BLOCK`` at a time (one block's Python objects at once)."""
+    def tag_blocks(self, ring: int = 0) -> Iterator[PackedTags]:
+        """The tags, ``TAG_BLOCK`` at a time (one block's Python objects at once); ``ring``: a
+        caller that drops each block before ``ring`` more are read gets blocks read from the
+        heap in ``ring`` pairs of arrays reused in turn (``VlenStrings.block``)."""
         where = describe_file(self.path, self.position)
         with open_h5(self.path, self.position) as f:
-            blocks = _tag_blocks(f, where, self.num_seqs)
+            blocks = _tag_blocks(f, where, self.num_seqs, ring)
             try:
                 while True:  # each block read under named_damage, never a yield inside it
                     with named_damage(where, "its seqTags"):
@@ -170,10 +177,23 @@ def scan_file(path: str, position: str = "") -> FileScan:
 ROW_BLOCK = 1 << 20
 
 
-def _column(dset: h5py.Dataset, a: int, b: int, col: int) -> np.ndarray:
-    """Rows ``[a, b)`` of seqLengths column ``col`` (very old files: one length for all keys)."""
-    rows = np.asarray(dset[a:b])
-    return rows if rows.ndim == 1 else np.ascontiguousarray(rows[:, col])
+def _column(
+    dset: h5py.Dataset, a: int, b: int, col: int, kept: Scratch | None = None
+) -> np.ndarray:
+    """Rows ``[a, b)`` of seqLengths column ``col`` (very old files: one length for all keys);
+    read into ``kept``'s arrays where given (a new array each block is fresh pages to zero)."""
+    if kept is None or dset.ndim not in (1, 2) or not dset.dtype.isnative:
+        rows = np.asarray(dset[a:b])
+    else:
+        rows = kept.take("rows", (b - a) * math.prod(dset.shape[1:]), dset.dtype)
+        rows = rows.reshape(b - a, *dset.shape[1:])
+        if b > a:
+            dset.read_direct(rows, np.s_[a:b])
+    if rows.ndim == 1:
+        return rows
+    out = np.empty(b - a, rows.dtype) if kept is None else kept.take("column", b - a, rows.dtype)
+    np.copyto(out, rows[:, col])
+    return out
 
 
 def _scan(
@@ -408,7 +428,9 @@ def _check_tag_count(where: str, count: int, num_seqs: int) -> None:
         )
 
 
-def _tag_blocks(f: h5py.File, where: str, num_seqs: int) -> Generator[PackedTags, None, None]:
+def _tag_blocks(
+    f: h5py.File, where: str, num_seqs: int, ring: int = 0
+) -> Generator[PackedTags, None, None]:
     """The tags packed ``TAG_BLOCK`` rows at a time: a block's decoded objects at a time, not
     one per tag of the file; the count checked against ``num_seqs``."""
     dset = _tags_dataset(f, where)
@@ -421,7 +443,7 @@ def _tag_blocks(f: h5py.File, where: str, num_seqs: int) -> Generator[PackedTags
     _check_tag_count(where, rows, num_seqs)
     if rows == 0:
         yield PackedTags.from_array(np.asarray(dset[0:0]).reshape(-1))
-    reader = VlenStrings.open(f, dset) if FAST_VLEN else None
+    reader = VlenStrings.open(f, dset, ring) if FAST_VLEN else None
     try:
         for a in range(0, rows, TAG_BLOCK):
             b = min(rows, a + TAG_BLOCK)

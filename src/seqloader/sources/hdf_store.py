@@ -67,6 +67,8 @@ from seqloader.sources.tag_hash import tag_hashes
 STORE_VERSION = "hdf-meta5"
 #: the tags' hash values (``PackedTags.hashes``) more than one tag has (``StoredStrings.repeats``)
 REPEATS = "tags.repeats"
+#: tag blocks read ahead of the one being written (``read_ahead``)
+AHEAD = 1
 
 #: a file as read for the store: its arrays (``FileLayout``: remote files), or its checked keys
 #: and counts, the arrays read block by block as the store is written (``FileScan``: local files)
@@ -288,7 +290,8 @@ def _streamed(
         it adds, and ``finish`` comes after the last block was taken; ``add`` copies them, so
         one array holds every block's)."""
         kept = Scratch()
-        for block in itertools.chain.from_iterable(scan.tag_blocks() for scan in scans):
+        ring = AHEAD + 2  # blocks alive at once: the one written, those queued, the one read
+        for block in itertools.chain.from_iterable(scan.tag_blocks(ring) for scan in scans):
             data, starts = block.buffers()
             repeats.add(tag_hashes(data, starts, out=kept.take("hashes", len(block), np.uint64)))
             yield block
@@ -297,7 +300,7 @@ def _streamed(
         total = 0
         offsets.write(np.zeros(1, dtype=np.int64))
         kept = Scratch()  # the fingerprint's temporaries, reused
-        for block in read_ahead(hashed()):  # the next block read while this one is written
+        for block in read_ahead(hashed(), AHEAD):  # the next read while this one is written
             data, starts = block.buffers()
             hash_packed(h, data, starts, kept)
             ends = starts[1:]  # the block's own array, not used after: shifted in place
@@ -310,12 +313,13 @@ def _streamed(
         """``key``'s lengths; every ``STEP``-th running sum of them (over all files) written to
         ``starts`` from the same blocks: ``seqLengths`` read once per key."""
         h.update(f"{key}:{schema[key].describe()}".encode())
-        totals = SparseTotals()
+        totals, kept = SparseTotals(), Scratch()
         for scan in scans:
             for block in scan.length_blocks(key):
-                wide = np.ascontiguousarray(block, dtype=np.int64)
+                wide = kept.take("wide", len(block), np.int64)  # the digest hashes int64
+                np.copyto(wide, block)
                 h.update(wide.data)
-                starts.write(totals.add(wide))
+                starts.write(totals.add(block))
                 yield block.astype(dtype, copy=False)
         starts.write(totals.finish())
 

@@ -56,15 +56,16 @@ class VlenStrings:
     (b'abc', [0, 2, 2, 3])
     """
 
-    def __init__(self, path: str, offset: int, base: int) -> None:
+    def __init__(self, path: str, offset: int, base: int, ring: int = 0) -> None:
         self._path, self._offset, self._base = path, offset, base
         self._fd = os.open(path, os.O_RDONLY)
         self._scratch = Scratch()
+        self._ring, self._blocks = ring, 0
 
     @classmethod
-    def open(cls, f: h5py.File, dset: h5py.Dataset) -> VlenStrings | None:
+    def open(cls, f: h5py.File, dset: h5py.Dataset, ring: int = 0) -> VlenStrings | None:
         """A reader of ``dset`` (a dataset of the open local file ``f``), or None where its
-        layout is not the one read here."""
+        layout is not the one read here. ``ring``: see ``block``."""
         info = h5py.check_string_dtype(dset.dtype)
         if info is None or info.length is not None or dset.ndim != 1 or f.driver != "sec2":
             return None
@@ -81,7 +82,7 @@ class VlenStrings:
             return None
         if not os.path.isfile(f.filename):
             return None
-        return cls(f.filename, int(offset), int(f.userblock_size))
+        return cls(f.filename, int(offset), int(f.userblock_size), ring)
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -106,16 +107,21 @@ class VlenStrings:
 
     def block(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray] | None:
         """Strings ``[a, b)`` as (bytes, offsets), or None (read them with h5py). The arrays
-        returned are new; the reader's temporaries are its own (``Scratch``), reused from
-        block to block (one block at a time per reader)."""
+        returned are new, or with ``ring`` (a caller that holds at most ``ring`` blocks at once,
+        each dropped before the block ``ring`` later is read) one of ``ring`` pairs of arrays
+        kept and reused in turn: tens of MiB per block whose fresh pages the kernel would zero
+        again each time. The reader's temporaries are its own (``Scratch``), reused from block
+        to block (one block at a time per reader)."""
         m, s = b - a, self._scratch
+        slot = self._blocks % self._ring if self._ring else -1
+        self._blocks += 1
         entries = self._read_into(
             s.take("entries", m * ENTRY.itemsize, np.uint8), self._offset + a * ENTRY.itemsize
         )
         e = entries.view(ENTRY)
         lengths = s.take("lengths", m, np.int64)
         np.copyto(lengths, e["len"])
-        offsets = np.empty(m + 1, dtype=np.int64)
+        offsets = np.empty(m + 1, np.int64) if slot < 0 else s.take(f"off{slot}", m + 1, np.int64)
         offsets[0] = 0
         np.cumsum(lengths, out=offsets[1:])
         present = int(np.count_nonzero(lengths))  # an empty string names no object
@@ -139,7 +145,7 @@ class VlenStrings:
         if at is None:
             return None
         at += HEADER  # each object's bytes
-        data = _cut(buf, at, size, s)
+        data = _cut(buf, at, size, s, None if slot < 0 else f"data{slot}")
         if data is None:
             return None
         return data, offsets
@@ -302,11 +308,14 @@ def _walk(buf: np.ndarray, start: int) -> dict[int, int]:
     return table
 
 
-def _cut(buf: np.ndarray, begin: np.ndarray, size: np.ndarray, s: Scratch) -> np.ndarray | None:
+def _cut(
+    buf: np.ndarray, begin: np.ndarray, size: np.ndarray, s: Scratch, into: str | None = None
+) -> np.ndarray | None:
     """The bytes ``buf[begin[i] : begin[i] + size[i]]`` one after another, or None if a string
     holds a NUL (RETURNN cuts a tag there: the caller's h5py path does). Rows whose objects follow
     each other in the heap with one size (tags of one pattern) are copied as one strided block
-    each where such segments are few (``_by_segments``), else by one mask (``_by_mask``)."""
+    each where such segments are few (``_by_segments``, into ``s``'s array ``into`` where
+    named), else by one mask (``_by_mask``)."""
     n = len(begin)
     end = s.take("end", n, np.int64)
     np.add(begin, size, out=end)
@@ -321,7 +330,12 @@ def _cut(buf: np.ndarray, begin: np.ndarray, size: np.ndarray, s: Scratch) -> np
     alike &= follows
     first = np.flatnonzero(np.concatenate([[True], ~alike]))
     if len(first) <= SEGMENTS:
-        data = _by_segments(buf, begin, size, first, s.take("out_at", n + 1, np.int64))
+        out_at = s.take("out_at", n + 1, np.int64)
+        out_at[0] = 0
+        np.cumsum(size, out=out_at[1:])
+        total = int(out_at[-1])
+        out = np.empty(total, np.uint8) if into is None else s.take(into, total, np.uint8)
+        data = _by_segments(buf, begin, size, first, out_at, out)
     else:
         data = _by_mask(buf, begin, end, follows)
     return data if data.all() else None
@@ -333,14 +347,16 @@ SEGMENTS = 4096
 
 
 def _by_segments(
-    buf: np.ndarray, begin: np.ndarray, size: np.ndarray, first: np.ndarray, out_at: np.ndarray
+    buf: np.ndarray,
+    begin: np.ndarray,
+    size: np.ndarray,
+    first: np.ndarray,
+    out_at: np.ndarray,
+    out: np.ndarray,
 ) -> np.ndarray:
     """Segment ``k`` (rows ``first[k]`` to the next segment) holds objects of one size ``L``
-    one stride apart: a strided view ``[rows, L]`` of the heap, copied into place (``out_at``:
-    room for each row's place in the result, ``[rows + 1]``)."""
-    out_at[0] = 0
-    np.cumsum(size, out=out_at[1:])
-    out = np.empty(int(out_at[-1]), dtype=np.uint8)
+    one stride apart: a strided view ``[rows, L]`` of the heap, copied into place in ``out``
+    (``out_at``: each row's place in it, ``[rows + 1]``)."""
     bounds = np.concatenate([first, [len(begin)]]).tolist()
     lengths, starts, places = size[first].tolist(), begin[first].tolist(), out_at[first].tolist()
     for k in range(len(first)):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from seqloader.sources.scratch import Scratch
+
 #: the most top bits that choose a value's part (2^12 parts: 24,000 values each at 10^8)
 BITS = 12
 #: values per part aimed at: the parts' count tables stay in cache; fewer values, fewer parts
@@ -52,6 +54,7 @@ class Repeats:
 
     def __init__(self, expected: int = 0) -> None:
         self._bits = part_bits(expected)
+        self._kept = Scratch()  # the keys' temporaries, reused from block to block
         self._blocks: list[np.ndarray] = []  # each block, its values grouped by part
         self._cuts: list[np.ndarray] = []  # each block's part boundaries, int64 [2^bits + 1]
 
@@ -66,7 +69,10 @@ class Repeats:
             self._blocks.append(values.copy())
             cuts[1] = len(values)
         else:
-            key = (values >> np.uint64(64 - self._bits)).astype(np.uint16)
+            top = self._kept.take("top", len(values), np.uint64)
+            np.right_shift(values, np.uint64(64 - self._bits), out=top)
+            key = self._kept.take("key", len(values), np.uint16)
+            np.copyto(key, top, casting="unsafe")  # below 2^BITS: fits
             order = np.argsort(key, kind="stable")  # 16-bit keys: a radix sort
             np.cumsum(np.bincount(key, minlength=parts), out=cuts[1:])
             self._blocks.append(np.take(values, order, mode="clip"))  # in range: no checks

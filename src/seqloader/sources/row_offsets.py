@@ -45,15 +45,20 @@ class SparseTotals:
         yield self.finish()
 
     def add(self, block: np.ndarray) -> np.ndarray:
-        """The sparse values at the positions of ``block`` (the next lengths), maybe none."""
-        wide = np.asarray(block, dtype=np.int64)
-        picked = np.arange(-self._seen % self.step, len(wide), self.step)
-        out = np.full(len(picked), self._total, np.int64)
-        if len(picked) and picked[-1] > 0:  # plus the running sum before each picked row
-            ends = np.cumsum(wide[: int(picked[-1])])
-            out[picked > 0] += ends[picked[picked > 0] - 1]
-        self._total += int(wide.sum())
-        self._seen += len(wide)
+        """The sparse values at the positions of ``block`` (the next lengths), maybe none: the
+        running sum up to the block's first such position, then the sums of each ``step``
+        lengths after it (no temporary of the block's size)."""
+        m, step = len(block), self.step
+        first = -self._seen % step  # the block's first position that is a multiple of step
+        count = max(0, -(-(m - first) // step))
+        out = np.empty(count, np.int64)
+        if count:
+            out[0] = self._total + int(np.sum(block[:first], dtype=np.int64))
+            groups = block[first : first + (count - 1) * step].reshape(count - 1, step)
+            np.cumsum(groups.sum(axis=1, dtype=np.int64), out=out[1:])
+            out[1:] += out[0]
+        self._total += int(np.sum(block, dtype=np.int64))
+        self._seen += m
         return out
 
     def finish(self) -> np.ndarray:
