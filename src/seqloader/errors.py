@@ -6,8 +6,23 @@ so a trainer can catch everything seqloader raises in one ``except``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 #: How many examples (sequences, batches, messages) an error, a warning or a report lists.
 EXAMPLES = 5
+
+
+def sequence_named(index: int, tags: Sequence[str] | None, origin: str = "") -> str:
+    """How an error names sequence ``index``: its index, its tag and where it is read from
+    (``origin``, if known); without ``tags`` (planning from lengths alone) ``#index`` stands for
+    the tag.
+
+    >>> sequence_named(2, ["a", "b", "c"], "train.hdf"), sequence_named(2, None)
+    ("sequence 2 (tag 'c') in train.hdf", "sequence 2 (tag '#2')")
+    """
+    tag = tags[index] if tags is not None else f"#{index}"
+    where = f" in {origin}" if origin else ""
+    return f"sequence {index} (tag {tag!r}){where}"
 
 
 class SeqLoaderError(Exception):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.errors import OptionError
+from seqloader.errors import OptionError, sequence_named
 from seqloader.plan.keyed import EVERY_KEY, resolve_keyed
 
 #: canonical chunking: ``{key or "*": (size, step)}``
@@ -214,10 +214,8 @@ def chunk_table(
         bad = np.flatnonzero(keep & (c != counts))
         if len(bad):
             i = int(bad[0])
-            tag = tags[i] if tags is not None else f"#{i}"
-            where = f" in {origin}" if origin else ""
             raise OptionError(
-                f"chunking: sequence {i} (tag {tag!r}){where} gives {int(counts[i])} chunk(s) of "
+                f"chunking: {sequence_named(i, tags, origin)} gives {int(counts[i])} chunk(s) of "
                 f"{first_key!r} (length {int(whole[first_key][i])}, size:step "
                 f"{resolved[first_key][0]}:{resolved[first_key][1]}) but {int(c[i])} of {key!r} "
                 f"(length {int(whole[key][i])}, size:step {size}:{step}); "

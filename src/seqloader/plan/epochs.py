@@ -13,7 +13,7 @@ from typing import Protocol, TypeVar
 
 import numpy as np
 
-from seqloader.errors import OptionError, ResumeError, SequenceTooLongError
+from seqloader.errors import OptionError, ResumeError, SequenceTooLongError, sequence_named
 from seqloader.plan.keyed import resolve_keyed
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.options import PlanOptions
@@ -105,8 +105,6 @@ def check_fit_alone(
         count += len(hit)
     if first < 0:
         return
-    tag = tags[first] if tags is not None else f"#{first}"
-    where = f" in {origin}" if origin else ""
     cost = options.cost
     what = f"more than max_frames={options.max_frames}"
     if options.max_packed_frames is not None:
@@ -117,7 +115,7 @@ def check_fit_alone(
             what += f" or more than max_packed_frames={options.max_packed_frames}"
     limit = {length_key: fits} if keyed else fits
     raise SequenceTooLongError(
-        f"sequence {first} (tag {tag!r}){where} has {int(main[first])} frames of {length_key!r}, "
+        f"{sequence_named(first, tags, origin)} has {int(main[first])} frames of {length_key!r}, "
         f"{what}, so it fits no batch "
         f"({count} sequence(s) like this). Fix: raise max_frames, or set "
         f"max_seq_length={limit!r} to filter them (counted in the report)."

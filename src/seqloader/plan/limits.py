@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.errors import SequenceTooLongError
+from seqloader.errors import SequenceTooLongError, sequence_named
 from seqloader.plan.batching import greedy_bounds
 from seqloader.plan.cost import BatchCost
 from seqloader.plan.keyed import KeyedInt, resolve_keyed
@@ -149,11 +149,9 @@ class Batcher:
             if not len(bad):
                 continue
             u = int(bad[0])
-            i = int(seq_of[u])
-            tag = tags[i] if tags is not None else f"#{i}"
-            where = f" in {origin}" if origin else ""
+            named = sequence_named(int(seq_of[u]), tags, origin)
             raise SequenceTooLongError(
-                f"{what} of sequence {i} (tag {tag!r}){where} has {int(longest[key][u])} "
+                f"{what} of {named} has {int(longest[key][u])} "
                 f"frames of {key!r}, more than {option}[{key!r}]={shown} allows, so it fits no "
                 f"batch ({len(bad)} like this). Fix: raise {option} for {key!r}, or set "
                 f"max_seq_length={{{key!r}: {shown}}} to filter such sequences (counted in the "
