@@ -86,7 +86,14 @@ def test_ranks_read_only_their_files(tmp_path: Path, world: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("before", "after", "planning"), [(2, 3, "global"), (3, 2, "global"), (3, 2, "indexed")]
+    ("before", "after", "planning"),
+    [
+        (2, 3, "global"),
+        # global files plans shrinking: the same contract as growing, in make chaos; indexed
+        # files grow 2 -> 3 in test_indexed_sets_torchrun's elastic set
+        pytest.param(3, 2, "global", marks=pytest.mark.extended),
+        (3, 2, "indexed"),
+    ],
 )
 def test_killed_files_run_resumes_elastically(
     tmp_path: Path, before: int, after: int, planning: str

@@ -1,18 +1,24 @@
 """The default planning (indexed) over real ranks, option set by option set: fixed orders
-(``default``, ``reverse``, ``sorted``, ``sorted_reverse``), ``random`` (also with
-``fixed_random_seed``), ``sort_bin_shuffle``, length filters (``max_seq_length``/
-``min_seq_length``, ``epoch_wise_filter``, ``fixed_random_subset``) and batch costs and limits
-(``batch_cost="packed"``, ``max_packed_frames``, ``batch_cost="quadratic:Q"``), and
-``distribution="random_seed_offset"`` (each rank its own order of all the data: every sequence
-once per rank). Also the sets both plannings refused before: ``buckets:N`` with
-``batch_cost="packed"`` or ``max_packed_frames``, ``fixed_random_subset`` with
-``distribution="files"`` (the corpus cut into 8 files) or a mix (the corpus as two corpora mixed
-at ``MIX_RATES``), and a mix with ``random_seed_offset``.
+(``default``, ``sorted``), ``random:K``, ``sort_bin_shuffle_x2``, length filters
+(``max_seq_length``/``min_seq_length``, ``epoch_wise_filter``, ``fixed_random_subset``), per-key
+``max_frames`` (over the corpus with a second key, ``classes``, of other lengths: every batch
+within every key's limit), and ``distribution="random_seed_offset"`` (each rank its own order of
+all the data: every sequence once per rank). Also the sets both plannings refused before:
+``buckets:N`` with ``batch_cost="packed"`` or with per-key ``max_frames`` and
+``batch_cost="quadratic:Q"`` (every key's own quadratic cost), ``fixed_random_subset`` and
+``epoch_wise_filter`` with ``distribution="files"`` (the corpus cut into 8 files),
+``fixed_random_subset`` with a mix (the corpus as two corpora mixed at ``MIX_RATES``), and a mix
+with ``random_seed_offset``. And one elastic resume (``files`` with ``buckets:3``): its epoch
+begun on ``W - 1`` ranks, the state saved halfway and resumed on ``W``, exactly once across both.
+(Orderings and limits whose loader path is one of these, e.g. ``reverse``, ``random``,
+``sort_bin_shuffle``, ``batch_cost="packed"`` without buckets, ``max_packed_frames``, are
+covered over real ranks by them and in process by the planning tests.)
 
 One launch runs every set in turn (``tests/dist/indexed_sets.py``: gloo, a blocking all_reduce per
-step, DataLoader workers on each rank, the gathered audit on): 3 ranks forked after one torch
-import with one worker each in ``make test``; ``torchrun --standalone`` with 2 ranks of 2 workers
-in ``make chaos``. Per set and sub-epoch: every rank takes the planned steps, each rank's batches
+step, DataLoader workers on each rank, the gathered audit on), after a launch on ``W - 1`` ranks
+of the elastic set's first segment: 3 ranks (2 first) forked after one torch import with one
+worker each in ``make test``; ``torchrun --standalone`` with 2 ranks (1 first) of 2 workers in
+``make chaos``. Per set and sub-epoch: every rank takes the planned steps, each rank's batches
 are the ones a single process plans for that rank (tags in order, fillers included), the ranks
 together hold the sub-epoch of a single process planning alone (world size 1), and over the pass
 every admitted sequence comes exactly once (what the filters leave out: counted by the plan and,
@@ -33,7 +39,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
 from ddp_common import MIX_RATES, MIX_SPLIT, build_corpus, read_log, result_path
-from indexed_sets import SETS, set_corpus, set_options
+from indexed_sets import ELASTIC, SETS, elastic_steps, set_corpus, set_options
 
 import seqloader as sl
 from fork_launches import run_forked
@@ -46,6 +52,7 @@ SCRIPT = Path(__file__).parent / "dist" / "indexed_sets.py"
 #: launcher -> (ranks, DataLoader workers per rank)
 LAUNCHES = {"fork": (3, 1), "torchrun": (2, 2)}
 CORPUS = build_corpus()
+KEYED = set_corpus("max_frames_per_key")  # the same, with a second key
 TAGS = [CORPUS.tag(i) for i in range(len(CORPUS))]
 FILTERS = {"max_seq_length", "min_seq_length", "epoch_wise_filter", "fixed_random_subset"}
 
@@ -55,13 +62,26 @@ def launches(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"factory": tmp_path_factory}
 
 
-def launched(launches: dict, launcher: str) -> tuple[Path, list[dict], list[list[dict]]]:
-    """The launch of every set (once per module and launcher) -> (its folder, each rank's result
-    and log)."""
-    if launcher not in launches:
-        out = launches["factory"].mktemp(launcher)
+def launched(
+    launches: dict, launcher: str, phase: str = "sets"
+) -> tuple[Path, list[dict], list[list[dict]]]:
+    """A launch, once per module, launcher and ``phase`` -> (its folder, each rank's result and
+    log). ``elastic``: the elastic sets' first segments on ``W - 1`` ranks (their states in
+    ``states/``); ``sets``: every other set on ``W`` ranks, then the elastic sets resumed."""
+    key = (launcher, phase)
+    if key not in launches:
         world, workers = LAUNCHES[launcher]
-        args = ["--out", str(out), "--workers", str(workers)]
+        args = ["--workers", str(workers), "--phase", phase]
+        if phase == "elastic":
+            world -= 1
+            out = launches["factory"].mktemp(f"{launcher}-{phase}")
+            (out / "states").mkdir()
+            args += ["--sets", ",".join(ELASTIC), "--stop-half", str(out / "states")]
+        else:
+            states = launched(launches, launcher, "elastic")[0] / "states"
+            out = launches["factory"].mktemp(f"{launcher}-{phase}")
+            args += ["--resume-sets", ",".join(ELASTIC), "--resume", str(states)]
+        args += ["--out", str(out)]
         console = out / "console.txt"
         if launcher == "fork":
             rc = run_forked([str(world), "--script", "indexed_sets", *args], console, TIMEOUT_S)
@@ -70,12 +90,11 @@ def launched(launches: dict, launcher: str) -> tuple[Path, list[dict], list[list
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
             cmd += [f"--nproc_per_node={world}", "--monitor-interval=0.1", str(SCRIPT), *args]
             rc, text = run_bounded(cmd, console, TIMEOUT_S)
-        launches[launcher] = (out, rc, text)
-    out, rc, text = launches[launcher]
+        launches[key] = (out, rc, text, world)
+    out, rc, text, world = launches[key]
     assert rc == 0, text
-    world = LAUNCHES[launcher][0]
-    results = [json.loads(result_path(out, "sets", r).read_text()) for r in range(world)]
-    return out, results, [read_log(out, "sets", r) for r in range(world)]
+    results = [json.loads(result_path(out, phase, r).read_text()) for r in range(world)]
+    return out, results, [read_log(out, phase, r) for r in range(world)]
 
 
 def batches_of(share: BatchList) -> list[tuple[list[str], list[bool]]]:
@@ -91,8 +110,32 @@ def real_tags(batches: list[tuple[list[str], list[bool]]]) -> list[str]:
     return [t for tags, real in batches for t, m in zip(tags, real) if m]
 
 
-@pytest.mark.parametrize("launcher", ["fork", pytest.param("torchrun", marks=pytest.mark.extended)])
-@pytest.mark.parametrize("name", list(SETS))
+def within_key_limits(options: dict, batches: list[tuple[list[str], list[bool]]]) -> None:
+    """Per-key ``max_frames``: every batch (fillers included) fits every key's limit, by the
+    corpus's own lengths, under the batch cost (``quadratic:Q``: each key's own)."""
+    corpus = set_corpus_lengths(options)
+    q = (
+        int(options["batch_cost"].split(":")[1])
+        if "quadratic" in options.get("batch_cost", "")
+        else 0
+    )
+    for tags, _ in batches:
+        for key, limit in options["max_frames"].items():
+            longest = max(corpus[key][TAGS.index(t)] for t in tags)
+            cost = longest * q + longest * longest if q else longest
+            assert len(tags) * cost <= limit * (q or 1), (key, tags)
+
+
+def set_corpus_lengths(options: dict) -> dict[str, list[int]]:
+    corpus = KEYED if isinstance(options.get("max_frames"), dict) else CORPUS
+    return {k: corpus.lengths(k).tolist() for k in options["max_frames"]}
+
+
+LAUNCHERS = ["fork", pytest.param("torchrun", marks=pytest.mark.extended)]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("name", [name for name in SETS if name not in ELASTIC])
 def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) -> None:
     _, results, logs = launched(launches, launcher)
     world = len(results)
@@ -120,6 +163,8 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
             assert [e["step"] for e in log] == list(range(plan.steps)), f"rank {r}"
             ran = [(e["tags"], e["real"]) for e in log]
             assert ran == batches_of(plan.rank_share(r)), f"rank {r}: not the planned batches"
+            if isinstance(options.get("max_frames"), dict):
+                within_key_limits(options, ran)
             here += real_tags(ran)
             if own_orders:  # each rank the whole (mixed) epoch of one rank alone
                 assert plan.dropped == 0 and sorted(real_tags(ran)) == sorted(one), f"rank {r}"
@@ -154,3 +199,38 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
         assert len(seen) == options["fixed_random_subset"]
     if not FILTERS & set(options):
         assert sorted(seen) == sorted(TAGS) and filtered == 0  # nothing left out
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+@pytest.mark.parametrize("name", sorted(ELASTIC))
+def test_elastic_resume_over_real_ranks(launches: dict, launcher: str, name: str) -> None:
+    """Epoch 1 begun on ``W - 1`` ranks and stopped halfway, its state saved (rank 0, JSON) and
+    resumed on ``W`` ranks: each segment's ranks take equal steps, the planned batches (the
+    resumed ones as a process that loads the state plans them), and over both segments every
+    sequence of the epoch comes exactly once."""
+    world = LAUNCHES[launcher][0]
+    _, results, logs = launched(launches, launcher)  # the resumed segment: after the other sets
+    first = launched(launches, launcher, "elastic")
+    options, corpus = set_options(name), set_corpus(name)
+    seen: collections.Counter = collections.Counter()
+    before = sl.SeqLoader(corpus, rank=0, world_size=world - 1, **options)
+    plan = before.planner.global_plan(1, world - 1)
+    stop = elastic_steps(plan.steps)
+    for r, log in enumerate(first[2]):
+        assert first[1][r]["sets"][name]["epochs"]["1"]["steps"] == stop, r
+        ran = [(e["tags"], e["real"]) for e in log if e["set"] == name]
+        assert ran == batches_of(plan.rank_share(r))[:stop], f"rank {r} of {world - 1}"
+        seen.update(real_tags(ran))
+    probe = sl.SeqLoader(corpus, rank=0, world_size=world, **options)
+    probe.load_state_dict(json.loads((first[0] / "states" / f"{name}.json").read_text()))
+    plan, position = probe._state.begin(1)  # what epoch() runs: the resumed segment
+    assert position.steps == 0 and plan.steps > 0
+    for r, log in enumerate(logs):
+        done = results[r]["sets"][name]
+        assert done["planning"] == "indexed", r
+        got = done["epochs"]["1"]
+        assert got["steps"] == plan.steps and got["complete"] and got["audit"]["ok"], got
+        ran = [(e["tags"], e["real"]) for e in log if e["set"] == name]
+        assert ran == batches_of(plan.rank_share(r)), f"rank {r} of {world}"
+        seen.update(real_tags(ran))
+    assert max(seen.values()) == 1 and sorted(seen) == sorted(TAGS)  # exactly once, both together
