@@ -12,6 +12,7 @@ import json
 import os
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -341,3 +342,43 @@ def test_prepare_reports_each_steps_time_and_private_memory(cache, tmp_path):
     meta = next(s for s in report.stores if s.kind == "source metadata")
     assert (meta.seconds, meta.private_peak) == src.index_step
     assert all("private memory at its peak" in line for line in report.lines() if "built" in line)
+
+
+def test_prepares_lines_say_what_each_steps_meter_measured(cache, tmp_path, monkeypatch):
+    """Each built store's line carries its own step's time and peak private memory: every step
+    metered, and every build timed, with injected clocks and sampler (step k: k + 0.25 s, k MiB
+    above its first sample), nothing timed for real."""
+    from seqloader.sources import hdf as hdf_module
+    from seqloader.sources import step_meter
+    from seqloader.sources.node_cache import size_text
+    from seqloader.trainer import prepare as prepare_module
+
+    made = []
+
+    def metered() -> step_meter.StepMeter:
+        k = len(made) + 1
+        made.append(k)
+        ticks = iter([10.0, 10.0 + k + 0.25])
+        samples = iter([1 << 30])  # the first sample, then k MiB above it
+        return step_meter.StepMeter(
+            clock=lambda: next(ticks),
+            sample=lambda: next(samples, (1 << 30) + k * (1 << 20)),
+            every=3600.0,  # the sample at the step's end is the one that counts
+        )
+
+    monkeypatch.setattr(hdf_module, "StepMeter", metered)
+    monkeypatch.setattr(prepare_module, "StepMeter", metered)
+    # the bucket index and the verdict time their own build (from its start to the store's)
+    for module, k in ((bucket_store, 2), (duplicate_store, 3)):
+        ticks = iter([20.0, 20.0 + k + 0.25])
+        monkeypatch.setattr(module, "time", SimpleNamespace(perf_counter=ticks.__next__))
+    path = tmp_path / "train.hdf"
+    sl.write_hdf(path, corpus())
+    src = sl.HDFSource(path, index_dir=tmp_path / "index")
+    report = sl.prepare(src, **OPTIONS)
+    built = {s.kind: s for s in report.stores if s.built}
+    assert set(built) == {"source metadata", "bucket index", "duplicate-tag verdict"}
+    for k, kind in enumerate(["source metadata", "bucket index", "duplicate-tag verdict"], 1):
+        assert (built[kind].seconds, built[kind].private_peak) == (k + 0.25, k << 20)
+        (line,) = [x for x in report.lines() if x.startswith(f"{kind}: built")]
+        assert f"{k + 0.25:.2f} s, {size_text(k << 20)} private memory at its peak" in line
