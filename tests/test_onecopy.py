@@ -41,9 +41,14 @@ def identity(seq, rng):
 
 def reference_batch(path: str, keys, seqs) -> dict[str, np.ndarray]:
     """Plain h5py slices, padded with zeros: what every path must deliver."""
+    return reference_batch_files([path], keys, seqs, per_file=10**9)
+
+
+def reference_batch_files(paths, keys, seqs, per_file: int = 17) -> dict[str, np.ndarray]:
+    """``reference_batch`` over several files of ``per_file`` sequences each."""
     out = {}
     for key in keys:
-        rows = [plain_h5py(path, key, int(i)) for i in seqs]
+        rows = [plain_h5py(paths[int(i) // per_file], key, int(i) % per_file) for i in seqs]
         t_max = max(len(r) for r in rows)
         padded = np.zeros((len(rows), t_max, *rows[0].shape[1:]), rows[0].dtype)
         for j, r in enumerate(rows):
@@ -311,3 +316,24 @@ def test_block_pool_allocates_for_the_largest_batch_seen(sizes, held):
         while len(live) > held:
             live.pop(0)
     assert after_largest <= pool.max_blocks
+
+
+def test_row_offsets_kept_whole_or_computed_read_the_same(tmp_path, monkeypatch):
+    """A source keeps whole row offsets for the files its batches read up to a budget
+    (``DENSE_OFFSETS_BYTES``), and computes them from the store's sparse sums beyond it: the
+    batches are the same bytes either way, and only the files within the budget are kept."""
+    from seqloader.sources import hdf
+
+    rng = np.random.default_rng(7)
+    paths = [str(tmp_path / f"{i}.hdf") for i in range(3)]
+    for p in paths:
+        write_by_hand(p, "<f4", "contiguous", rng)  # 17 sequences each
+    # 2 keys x 18 offsets x 8 bytes per file: room for one file's offsets
+    monkeypatch.setattr(hdf, "DENSE_OFFSETS_BYTES", 2 * 18 * 8)
+    src = sl.HDFSource(paths, index_dir=str(tmp_path / "index"))
+    seqs = [40, 3, 20, 16, 17, 50, 0, 33]  # every file, its first and last sequences
+    want = reference_batch_files(paths, ("data", "t2"), seqs)
+    got = execute(src, spec_of(seqs), WorkerSpec(0, None, screen=True), garbage_alloc)
+    for key in want:
+        assert same_bytes(got.data[key], want[key]), key
+    assert list(src._dense) == [0]  # the first file read; the others computed per batch
