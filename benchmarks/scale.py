@@ -82,6 +82,19 @@ CASES = {
         "max_seq_length": 1950,
         "min_seq_length": 100,
     },
+    # the same filter over files: a rank reads the admission of its own files' sequences
+    "files laplace filtered": {
+        "ordering": "laplace",
+        "distribution": "files",
+        "max_seq_length": 1950,
+        "min_seq_length": 100,
+    },
+    "files buckets:30 filtered": {
+        "ordering": "buckets:30",
+        "distribution": "files",
+        "max_seq_length": 1950,
+        "min_seq_length": 100,
+    },
 }
 #: the case options that select sequences or cut them (planned by the planner's own index build)
 _SHAPING = ("chunking", "max_seq_length", "min_seq_length")
@@ -127,7 +140,7 @@ def index_store(store: str, n: int, case: dict, folder: str) -> tuple[str, float
     if any(case.get(k) for k in _SHAPING):  # chunks or admitted sequences: the planner's build
         from seqloader.plan.indexed import IndexedPlanner
 
-        index = IndexedPlanner({"data": lengths}, options).index
+        index = IndexedPlanner({"data": lengths}, options, files=files).index
     else:
         budget = options.cost.budget(options.max_frames)  # max_frames: an int here
         edges = edges_for(lengths, options, lengths, budget)

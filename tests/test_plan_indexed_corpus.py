@@ -18,6 +18,7 @@ from seqloader.plan.indexed.corpus import AdmittedCorpus
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.inputs import PlanInputs
+from seqloader.plan.mix import Corpora
 from seqloader.plan.planners import node_bucket_index
 
 
@@ -156,6 +157,11 @@ _FILTERED_SETS = [
     {"distribution": "random_seed_offset"},
     {"ordering": "random", "epoch_wise_filter": {(1, 1): {"max_mean_len": 100}}},
     {"batch_cost": "packed"},
+    # over files and with a mix: a rank reads its own files' (a mix's pieces') admission
+    {"ordering": "laplace:.10", "distribution": "files"},
+    {"ordering": "buckets:3", "distribution": "files", "partition_epoch": 2},
+    {"ordering": "laplace:.10", "distribution": "files", "mix": {"a": 0.5, "b": 2}},
+    {"ordering": "buckets:3", "mix": {"a": 0.5, "b": 2}},
 ]
 
 
@@ -169,7 +175,9 @@ def test_a_filtered_rank_plans_from_the_nodes_index_without_the_mask(
     was filtered without the admission mask of every sequence (``admit_mask``, O(n) per rank:
     a spy sees no call while it constructs, plans every rank of two epochs and reports the
     counts), plans what a planner building its own index plans, and counts alike; the mask is
-    made once, where per-sequence admission is read (``admission.admitted``)."""
+    made once, where per-sequence admission is read (``admission.admitted``). Over files and
+    with a mix a rank reads the admission of its own files' (pieces') sequences alone
+    (``AdmittedCorpus.admits``)."""
     from seqloader.plan.indexed import corpus as corpus_module
 
     rng = np.random.default_rng(7)
@@ -181,12 +189,15 @@ def test_a_filtered_rank_plans_from_the_nodes_index_without_the_mask(
         min_seq_length=10,
         **{"planning": "indexed", **extra},
     )
-    own = IndexedPlanner(lengths, options)
-    index = BucketIndex.from_columns(node_bucket_index(lengths, options).columns())
+    files = np.arange(0, 3001, 100) if options.distribution == "files" else None
+    corpora = Corpora(("a", "b"), np.array([0, 1200, 3000])) if options.mix else None
+    layout = {"files": files, "corpora": corpora}
+    own = IndexedPlanner(lengths, options, **layout)
+    index = BucketIndex.from_columns(node_bucket_index(lengths, options, **layout).columns())
     calls: list[int] = []
     full = corpus_module.admit_mask
     monkeypatch.setattr(corpus_module, "admit_mask", lambda *a: (calls.append(1), full(*a))[1])
-    mapped = IndexedPlanner(lengths, options, index=index)
+    mapped = IndexedPlanner(lengths, options, index=index, **layout)
     for epoch in (1, 2):
         a, b = own.global_plan(epoch, 3), mapped.global_plan(epoch, 3)
         for rank in range(3):

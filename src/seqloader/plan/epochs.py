@@ -143,6 +143,31 @@ def admit_mask(
     return keep, *_reasons(rules, counts, firsts)
 
 
+def admit_at(
+    lengths: Mapping[str, np.ndarray],
+    key: str,
+    options: PlanOptions,
+    excluded: Mapping[str, np.ndarray] | None,
+    seqs: np.ndarray,
+) -> np.ndarray | None:
+    """``admit_mask``'s verdict on the sequences ``seqs`` alone -> bool ``[len(seqs)]`` (None: no
+    rule, all admitted): the same rules read at those sequences, no mask of ``n`` (a ``files``
+    rank's own files' sequences).
+
+    >>> lens = {"x": np.array([3, 9, 5, 1])}
+    >>> admit_at(lens, "x", PlanOptions(max_seq_length=6), None, np.array([1, 2])).tolist()
+    [False, True]
+    """
+    rules = _admission_rules(lengths, key, options, excluded)
+    if not rules:
+        return None
+    where = np.asarray(seqs, dtype=np.int64)
+    keep = np.ones(len(where), dtype=bool)
+    for _, rule in rules:
+        keep &= ~rule(where)
+    return keep
+
+
 def admit_counts(
     lengths: Mapping[str, np.ndarray],
     key: str,
@@ -171,7 +196,8 @@ def admit_counts(
 
 
 #: an admission rule: its reason and its filtered sequences in ``[a, b)`` (bool ``[b - a]``)
-_Rule = tuple[str, Callable[[int, int], np.ndarray]]
+#: (reason, what it filters of the sequences ``where`` selects: a slice or an index array)
+_Rule = tuple[str, Callable[[slice | np.ndarray], np.ndarray]]
 
 
 def _admission_rules(
@@ -200,16 +226,16 @@ def _admission_rules(
     return rules
 
 
-def _listed(mask: np.ndarray, a: int, b: int) -> np.ndarray:
-    return mask[a:b]
+def _listed(mask: np.ndarray, where: slice | np.ndarray) -> np.ndarray:
+    return mask[where]
 
 
-def _over(lengths: np.ndarray, limit: int, a: int, b: int) -> np.ndarray:
-    return np.asarray(lengths[a:b]) > limit
+def _over(lengths: np.ndarray, limit: int, where: slice | np.ndarray) -> np.ndarray:
+    return np.asarray(lengths[where]) > limit
 
 
-def _under(lengths: np.ndarray, limit: int, a: int, b: int) -> np.ndarray:
-    return np.asarray(lengths[a:b]) < limit
+def _under(lengths: np.ndarray, limit: int, where: slice | np.ndarray) -> np.ndarray:
+    return np.asarray(lengths[where]) < limit
 
 
 def _admit_block(
@@ -221,7 +247,7 @@ def _admit_block(
     counts: list[int] = []
     firsts: list[list[int]] = []
     for _, rule in rules:
-        mask = rule(a, b)
+        mask = rule(slice(a, b))
         hit = mask if keep is None else mask & keep
         count = int(np.count_nonzero(hit))
         counts.append(count)

@@ -388,8 +388,9 @@ class PlanOptions:
             raise OptionError(
                 "epoch_wise_filter: not supported with ordering='buckets:N' or "
                 "distribution='files' (unless planning='indexed', which filters each "
-                "sub-epoch's files as one set), or mix (it filters each sub-epoch's order); use "
-                "another ordering with distribution='shard' or 'random_seed_offset'"
+                "sub-epoch's files as one set), or mix (not planned yet: the mix's sub-epoch "
+                "slots are not filtered); use another ordering with distribution='shard' or "
+                "'random_seed_offset', or drop the mix"
             )
 
     def _indexed_refusal(self) -> str | None:

@@ -31,6 +31,7 @@ from seqloader.plan.chunks import (
 )
 from seqloader.plan.epochs import (
     Admission,
+    admit_at,
     admit_counts,
     admit_mask,
     batch_limits,
@@ -242,9 +243,12 @@ class AdmittedCorpus:
         self._mask_of: Callable[[], np.ndarray | None] | None = None
         admission = (lengths, key, options, inputs.excluded)
         lazy = options.fixed_random_subset is None and options.chunking is None
+        #: the rules read per sequence while the mask is unmade (``admits``)
+        self._admission: tuple | None = None
         if inputs.index is not None and lazy:
             self.filtered, self.examples = admit_counts(*admission)
             self._mask_of = lambda: admit_mask(*admission)[0]
+            self._admission = admission
         else:
             self.mask, self.filtered, self.examples = admit_mask(*admission)
         self.subset: np.ndarray | None = None
@@ -299,6 +303,17 @@ class AdmittedCorpus:
     @mask.setter
     def mask(self, value: np.ndarray | None) -> None:
         self._mask, self._mask_of = value, None
+
+    def admits(self, seqs: np.ndarray) -> np.ndarray | None:
+        """Which of the sequences ``seqs`` are admitted -> bool ``[len(seqs)]`` (None: all): the
+        mask's where it is made, else the admission's rules read at ``seqs`` alone
+        (``admit_at``), so a ``files`` rank reading its own files' sequences makes no mask of
+        ``n``."""
+        if self._mask_of is not None and self._admission is not None:
+            lengths, key, options, excluded = self._admission
+            return admit_at(lengths, key, options, excluded, seqs)
+        mask = self.mask
+        return None if mask is None else mask[seqs]
 
     def _admitted_count(self) -> int:
         """How many sequences were admitted: ``n`` less every reason's count (each sequence

@@ -18,7 +18,7 @@ from typing import Protocol, cast
 import numpy as np
 
 from seqloader.errors import OptionError
-from seqloader.plan.admission import EpochFilter
+from seqloader.plan.admission import EpochFilter, epoch_filters
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import ChunkTable, chunk_counts
 from seqloader.plan.chunks import Units as ChunkUnits
@@ -119,18 +119,24 @@ class Files:
         """The admitted mask (``AdmittedCorpus.mask``: made when first read)."""
         return self.planner.corpus.mask
 
+    def _admits(self, seqs: np.ndarray, keep: np.ndarray | None) -> np.ndarray | None:
+        """Which of ``seqs`` the sub-epoch admits (``keep``: a filtered sub-epoch's mask; else
+        the admission's, per sequence: ``AdmittedCorpus.admits``) -> bool or None (all)."""
+        return self.planner.corpus.admits(seqs) if keep is None else keep[seqs]
+
     def epoch_kept(self, ep: EpochIndex) -> EpochKept | None:
         """``epoch_wise_filter`` in sub-epoch ``ep``: the one kept set of its files' admitted
         sequences, for every rank and world size (``files_filter``); None where no filter
         applies (kept for the last sub-epoch asked)."""
         p = self.planner
+        spec = cast(EpochFilter | None, p.options.epoch_wise_filter)  # normalised
+        if not epoch_filters(spec, ep.epoch):  # nothing read: the admitted mask stays unmade
+            return None
         key = self._kept_key(ep, 0)
         if self._epoch_kept is None or self._epoch_kept[0] != key:
             by = p.lengths if p.corpus.filter_key is None else p.corpus.filter_key
-            spec = cast(EpochFilter | None, p.options.epoch_wise_filter)  # normalised
-            kept = files_epoch_kept(
-                spec, ep.epoch, self.files, self._part_files(ep), self._mask, by
-            )
+            part = self._part_files(ep)
+            kept = files_epoch_kept(spec, ep.epoch, self.files, part, self._mask, by)
             self._epoch_kept = (key, kept)
         return self._epoch_kept[1]
 
@@ -198,7 +204,7 @@ class Files:
             seq_counts = admitted_per_file(self.files, self._mask)
         self.files_mix = FilesMix(
             p.options.seed, p.options.mix, corpora, self.files, seq_counts,
-            self.file_frames, p.lengths, self._mask, p.origin,
+            self.file_frames, p.lengths, p.corpus.admits, p.origin,
         )  # fmt: skip
         return self.files_mix
 
@@ -513,9 +519,9 @@ class Files:
             else:
                 own = units.part[units.rank_of == r]
                 seqs = ranges(files[own], files[own + 1])
-                mask = self._mask if units.keep is None else units.keep
-                if mask is not None:
-                    seqs = seqs[mask[seqs]]
+                admitted = self._admits(seqs, units.keep)
+                if admitted is not None:
+                    seqs = seqs[admitted]
                 lens = np.asarray(p.lengths[seqs])
                 if p.units is not None:  # chunked: the files' chunks, as codes, by windows
                     seqs, lens = p.units.codes_of(seqs, lens)
@@ -634,11 +640,11 @@ class Files:
 
     def _first_sequence(self, part: np.ndarray, keep: np.ndarray | None = None) -> np.ndarray:
         """The sub-epoch's first admitted sequence (``keep``: a filtered sub-epoch's mask)."""
-        mask = self._mask if keep is None else keep
         for f in part.tolist():
             seqs = np.arange(self.files[f], self.files[f + 1], dtype=np.int64)
-            if mask is not None:
-                seqs = seqs[mask[seqs]]
+            admitted = self._admits(seqs, keep)
+            if admitted is not None:
+                seqs = seqs[admitted]
             if len(seqs):
                 return seqs[:1]
         return np.zeros(1, dtype=np.int64)

@@ -31,7 +31,7 @@ pieces' sequences. ``select``, ``members`` and ``check`` are O(n) (for checks an
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -107,15 +107,17 @@ class FilesMix:
         file_counts: np.ndarray,
         file_frames: np.ndarray,
         lengths: np.ndarray,
-        mask: np.ndarray | None = None,
+        admits: Callable[[np.ndarray], np.ndarray | None] | None = None,
         origin: str = "",
     ) -> None:
+        """``admits``: which of the given sequences are admitted (bool, or None: all; None: no
+        filter), read per file piece, so no mask of every sequence is made for it."""
         self.seed, self.corpora, self._mix = seed, corpora, dict(mix)
         self.rates = resolve_rates(mix, corpora)
         self.files = np.asarray(files, dtype=np.int64)
         self.file_counts = np.asarray(file_counts, dtype=np.int64)
         self.file_frames = np.asarray(file_frames, dtype=np.int64)
-        self._lengths, self._mask = lengths, mask
+        self._lengths, self._admits = lengths, admits
         at = np.searchsorted(self.files, corpora.bounds)  # [C + 1] first file of each corpus
         at = np.minimum(at, len(self.files) - 1)
         if not np.array_equal(self.files[at], corpora.bounds):
@@ -209,9 +211,9 @@ class FilesMix:
         sizes = hi_s - lo_s
         seqs = np.repeat(lo_s - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
         pid = np.repeat(np.arange(len(pieces), dtype=np.int64), sizes)
-        if self._mask is not None:
-            keep = self._mask[seqs]
-            seqs, pid = seqs[keep], pid[keep]
+        admitted = None if self._admits is None else self._admits(seqs)
+        if admitted is not None:
+            seqs, pid = seqs[admitted], pid[admitted]
         held = np.bincount(pid, minlength=len(pieces))
         off = np.arange(len(seqs), dtype=np.int64) - np.repeat(np.cumsum(held) - held, held)
         keep = (off >= pieces.lo[pid]) & (off < pieces.hi[pid])
@@ -281,7 +283,8 @@ class FilesMix:
         for c in range(len(self.corpora.names)):
             a, b = (int(x) for x in self.corpora.bounds[c : c + 2])
             seqs = np.arange(a, b, dtype=np.int64)
-            out.append(seqs if self._mask is None else seqs[self._mask[a:b]])
+            admitted = None if self._admits is None else self._admits(seqs)
+            out.append(seqs if admitted is None else seqs[admitted])
         return out
 
     def check(self, full_epochs: Sequence[int], seqs: np.ndarray, uses: np.ndarray) -> MixCheck:

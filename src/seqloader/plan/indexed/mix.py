@@ -37,7 +37,7 @@ the ``[N, C]`` count tables alone; nothing here is O(n) except ``select``, ``mem
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -164,13 +164,15 @@ class IndexedMix:
         corpora: Corpora,
         index: BucketIndex,
         lengths: np.ndarray,
-        mask: np.ndarray | None = None,
+        admits: Callable[[np.ndarray], np.ndarray | None] | None = None,
     ) -> None:
+        """``admits``: which of the given sequences are admitted (bool, or None: all; None: no
+        filter; ``AdmittedCorpus.admits``), read by ``check`` alone."""
         self.seed, self.corpora, self.index = seed, corpora, index
         self.rates = resolve_rates(mix, corpora)
         self.offsets = corpus_offsets(index, corpora.bounds)  # [N, C + 1]
         self.counts = np.diff(self.offsets, axis=1)  # [N, C] N_cb
-        self._lengths, self._mask = lengths, mask
+        self._lengths, self._admits = lengths, admits
         self._words = [corpus_seed_word(name) for name in corpora.names]
         refuse_empty_corpora(corpora, self.sizes)
         check_mix_slots(corpora.names, self.rates, self.sizes)
@@ -361,7 +363,9 @@ class IndexedMix:
         _, end = self.spans(fulls[-1])
         corpus = self.corpora.corpus_of(seqs)
         bucket = self.bucket_of(seqs)
-        admitted = np.ones(len(seqs), bool) if self._mask is None else self._mask[seqs]
+        admitted = None if self._admits is None else self._admits(seqs)
+        if admitted is None:
+            admitted = np.ones(len(seqs), bool)
         problems: list[str] = []
         out = []
         n_all = int(self.corpora.bounds[-1]) + 1

@@ -179,14 +179,14 @@ def shard_mix(
     unchunked plan's mix streams over (``sorted``/``sorted_reverse``: one bucket per admitted
     length, the chunked plans' length classes; the others one bucket of the admitted sequences,
     built here: O(n) once per planner, as a node stores none for chunked plans)."""
-    index, lengths, mask = corpus.index, corpus.lengths, corpus.mask
+    index, lengths, admits = corpus.index, corpus.lengths, corpus.admits  # no mask made for it
     if corpus.units is None:  # sorted kinds: by the source's own sort key if it gives one
-        return ShardMix(seed, mix, corpora, index, corpus.order_by, mask)
+        return ShardMix(seed, mix, corpora, index, corpus.order_by, admits)
     if not (corpus.fixed or corpus.random):  # laplace, buckets:N: the slots' chunks bucketed
-        return ChunkedBucketMix(corpus.units, seed, mix, corpora, index, lengths, mask)
+        return ChunkedBucketMix(corpus.units, seed, mix, corpora, index, lengths, admits)
     if corpus.options.parsed_ordering.kind not in ("sorted", "sorted_reverse"):
-        index = build_bucket_index(lengths, np.zeros(0, dtype=np.int64), mask)
+        index = build_bucket_index(lengths, np.zeros(0, dtype=np.int64), corpus.mask)
     else:  # the unchunked plan's index: by the source's own sort key if it gives one
         index, lengths = corpus.order_index(), corpus.order_by
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, corpus.options.parsed_ordering)
-    return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, mask)
+    return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, admits)

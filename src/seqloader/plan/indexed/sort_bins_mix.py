@@ -125,7 +125,7 @@ def sharded_mix(
         return shard_mix(seed, mix, corpora, corpus)
     # the sorted index (chunked: by length, the length classes) and what it sorts by; with a
     # source's own sort key that key's index (``AdmittedCorpus.order_index``)
-    streams = (seed, mix, corpora, corpus.order_index(), corpus.order_by, corpus.mask)
+    streams = (seed, mix, corpora, corpus.order_index(), corpus.order_by, corpus.admits)
     if corpus.units is None:
         return SortBinsMix(options, corpus.length_key, *streams)
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, options.parsed_ordering)
