@@ -15,6 +15,10 @@ loaded machine the wall clock mostly says how much of a core the process got).
 
 Ratios (open / read) are taken within each repetition; medians and ranges are printed and
 written with ``--json``.
+
+``--make DIR`` writes the corpus the figures in ``docs/performance.md`` were measured on instead
+(a Lhotse Shar folder ``DIR/shar``, about 1.18 GB): 40 speech-like FLAC utterances of 8-16 s,
+repeated under new ids to ``--utterances`` (4,400), 40 per tar, ``write_shards``.
 """
 
 from __future__ import annotations
@@ -63,11 +67,35 @@ def child(cfg: dict) -> dict:
     return {"config": cfg, "seconds": seconds, "cpu_s": cpu, "sequences": len(src)}
 
 
+def make_corpus(root: Path, utterances: int) -> Path:
+    """The ~1.18 GB Shar corpus of the docs' first-open figures (see the module) -> its folder."""
+    import seqloader as sl
+    from seqloader.shards import write_shards
+    from seqloader.synthetic.audio import write_audio_corpus
+
+    audio = write_audio_corpus(root, 40, seconds=(8.0, 16.0), seed=0)
+    rows = [json.loads(line) for line in Path(audio.jsonl).read_text().splitlines()]
+    listing = root / "repeated.jsonl"
+    with open(listing, "w") as fh:
+        for i in range(utterances):
+            fh.write(json.dumps({**rows[i % len(rows)], "id": f"u{i:06d}"}) + "\n")
+    source = sl.AudioSource(str(listing), keys=["audio", "text"])
+    write_shards(source, root / "shar", "shar", shard_size=40)
+    return root / "shar"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.shard_index", description=__doc__)
     p.add_argument("--shar", help="a Lhotse Shar folder")
+    p.add_argument("--make", help="write the docs' corpus into this folder (then: --shar DIR/shar)")
+    p.add_argument("--utterances", type=int, default=4400, help="with --make")
     a = parse_or_run_child(p, argv, child)
     if a is None:
+        return 0
+    if a.make:
+        shar = make_corpus(Path(a.make), a.utterances)
+        gb = sum(f.stat().st_size for f in _files(str(shar))) / 1e9
+        print(f"{shar}: {gb:.3f} GB")
         return 0
     files = _files(a.shar)
     gb = sum(f.stat().st_size for f in files) / 1e9
