@@ -5,15 +5,15 @@ its first reads, with the checks against without them.
     python -m benchmarks.store_checks [--sizes 1e7,1e8] [--reps 3] [--out FILE]
 
 The store: the columns of ``HDFSource``'s metadata store for ``n`` sequences in 100 files
-(``len.data`` int32, ``start.data`` its sparse running sums, ``bounds``, ``tags`` as
+(``len.data`` int32, ``start.data`` int64 ``[n + F]``, ``bounds``, ``tags`` as
 ``corpus/rec<i>/seg<i>``), written chunk by chunk by ``StoreWriter`` (the writer never holds a
 column whole, so 10^8 fits in a few hundred MiB), and a bucket index's size (``bucket.members``:
 int32 ``[n]``). Each measurement runs in a fresh process (``benchmarks.fresh``), the two
 variants alternating (``CHECK_CONTENTS`` True / False: without, the header's CRC and layout are
 still checked), the page cache warm for both:
 
-- ``open``: ``ColumnStore(path)`` and ``metadata_of(store)``: the length, sparse row offset and
-  bounds columns are checked in full, the tags per block on first use (so none of them here);
+- ``open``: ``ColumnStore(path)`` and ``metadata_of(store)``: the length and bounds columns are
+  checked in full, the row offsets and tags per block on first use (so none of them here);
 - ``first reads``: then 200 batches of 64 random sequences' tags (``take``) and row offsets
   (``FileStarts``), each block checked the first time it is read;
 - ``bucket open``: the bucket index's store mapped and its members column taken (checked in
@@ -49,25 +49,29 @@ CHUNK = 1 << 22  # sequences per written chunk
 def build(folder: str, n: int) -> tuple[str, str]:
     """The metadata store and the bucket-sized store of ``n`` sequences in ``folder``."""
     from seqloader.sources.columns import StoreWriter
-    from seqloader.sources.row_offsets import STEP, SparseTotals
 
     meta_path, bucket_path = os.path.join(folder, "meta.cols"), os.path.join(folder, "bkt.cols")
     per_file = -(-n // FILES)
     bounds = np.minimum(np.arange(FILES + 1, dtype=np.int64) * per_file, n)
+    rng = np.random.default_rng(0)
     schema = {"data": ["<f4", [8], False, None]}
     meta = {"schema": schema, "skipped": {}, "warnings": [], "fingerprint": "x", "sequences": n}
-    meta["row_step"] = STEP
-    w = StoreWriter(meta_path, "bench", meta, lazy=("tags.",))
+    w = StoreWriter(meta_path, "bench", meta, lazy=("start.", "tags."))
     w.add("bounds", bounds)
+    w.add_chunks(
+        "len.data",
+        np.int32,
+        (),
+        (rng.integers(50, 2001, min(CHUNK, n - a)).astype(np.int32) for a in range(0, n, CHUNK)),
+    )
 
-    def lengths() -> Iterator[np.ndarray]:  # the same chunks each time: none held
-        rng = np.random.default_rng(0)
-        for a in range(0, n, CHUNK):
-            yield rng.integers(50, 2001, min(CHUNK, n - a)).astype(np.int32)
+    def starts() -> Iterator[np.ndarray]:  # each file's row offsets [n_f + 1]
+        for f in range(FILES):
+            a, b = int(bounds[f]), int(bounds[f + 1])
+            for c in range(a, b + 1, CHUNK):
+                yield np.arange(c - a, min(b + 1, c + CHUNK) - a, dtype=np.int64) * 1000
 
-    w.add_chunks("len.data", np.int32, (), lengths())
-    totals = SparseTotals()  # every STEP-th running sum of the lengths (row_offsets)
-    w.add_chunks("start.data", np.int64, (), (*map(totals.add, lengths()), totals.finish()))
+    w.add_chunks("start.data", np.int64, (), starts())
 
     tag_chunk = CHUNK // 4  # bounds the string temporaries (~100 MiB)
 

@@ -291,11 +291,9 @@ def test_hdf_metadata_store(tmp_path, monkeypatch, vlen) -> None:
     (store,) = index.glob("hdf-*.cols")
     for at in (0.0, 0.99):  # first and last block of each column
         seen = each_column(store, lambda: _hdf_serve(files, index), expected, at)
-        # tags are checked per block when read; the rest (the sparse row offsets with the
-        # lengths they are summed from) when mapped
+        # row offsets and tags are checked per block when read; the rest when mapped
         assert seen["len.data"] == seen["bounds"] == seen["header"] == seen[".sums"] == "rebuilt"
-        assert seen["start.data"] == "rebuilt"
-        assert seen["tags.bytes"] == seen["tags.offsets"] == "refused"
+        assert seen["start.data"] == seen["tags.bytes"] == seen["tags.offsets"] == "refused"
         # the duplicate-tag screen reads the kept repeats (none here: an empty column, no byte)
         assert "tags.repeats" not in seen and "tags.hashes" not in seen
 

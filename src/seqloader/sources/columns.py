@@ -673,22 +673,20 @@ def open_or_build(
     identity: str,
     build: Callable[[], tuple[Mapping[str, Column], Meta]],
     lazy: Iterable[str] = (),
-    accept: Callable[[ColumnStore], bool] | None = None,
 ) -> tuple[ColumnStore, bool]:
     """The store at ``path`` built from ``identity``: opened when it is there, else built with
     ``build()`` -> (columns, meta) and written atomically, once per node however many processes
     ask at the same time (the others wait on ``PATH.lock``, then open it). A store found damaged
     when mapped (a changed byte in its header, sums or a column checked then) is rebuilt, with a
     ``DataWarning`` naming it. Returns (store, whether this call built it). ``lazy``: see
-    ``StoreWriter``. ``accept``: whether a store found is of the layout the caller reads (one
-    that is not is built again, like a stale one)."""
+    ``StoreWriter``."""
     path = os.path.abspath(os.fspath(path))
-    found, damage = _try_open(path, identity, accept)
+    found, damage = _try_open(path, identity)
     if found is not None:
         return found, False
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with _lock(f"{path}.lock"):
-        found, again = _try_open(path, identity, accept)  # built by another while this waited
+        found, again = _try_open(path, identity)  # built by another process while this waited
         if found is not None:
             return found, False
         columns, meta = build()
@@ -705,14 +703,10 @@ def open_or_build(
     return store, True
 
 
-def _try_open(
-    path: str, identity: str, accept: Callable[[ColumnStore], bool] | None = None
-) -> tuple[ColumnStore | None, DamagedStore | None]:
-    """(the store, None), or (None, why it is damaged: None when it is missing, stale, cut or
-    not ``accept``-ed)."""
+def _try_open(path: str, identity: str) -> tuple[ColumnStore | None, DamagedStore | None]:
+    """(the store, None), or (None, why it is damaged: None when it is missing, stale or cut)."""
     try:
-        store = ColumnStore(path, identity)
-        return (store, None) if accept is None or accept(store) else (None, None)
+        return ColumnStore(path, identity), None
     except DamagedStore as e:
         return None, e
     except (FileNotFoundError, StaleStore, CorruptStore):

@@ -43,7 +43,6 @@ from seqloader.sources.padded_rows import (
     gather_small,
     into_each,
 )
-from seqloader.sources.row_offsets import Offsets
 from seqloader.sources.screen_verdicts import PARTS, FileVerdicts
 
 _memset = ctypes.memset
@@ -249,7 +248,7 @@ def mappable(dset: h5py.Dataset) -> bool:
     return bool(tid.equal(h5py.h5t.py_create(dtype)))
 
 
-def _covers(starts: Offsets, rows: int) -> bool:
+def _covers(starts: np.ndarray, rows: int) -> bool:
     """Whether a file's sequences (row offsets ``starts``, ``[n + 1]``) cover all ``rows`` of
     its dataset: only then does "every sequence clean" speak of every value."""
     return len(starts) > 1 and int(starts[0]) == 0 and int(starts[-1]) == rows
@@ -334,7 +333,7 @@ class OpenFile:
             raise
         self._verdicts = verdicts if verdicts is not None and verdicts.unchanged() else None
 
-    def _verdicts_of(self, key: str, s: Offsets) -> FileVerdicts | None:
+    def _verdicts_of(self, key: str, s: np.ndarray) -> FileVerdicts | None:
         """The node's verdicts where they may speak of every value of ``key``: its values lie in
         this file (``values_here``) and its sequences (row offsets ``s``) cover all its rows."""
         if key not in self._here or not _covers(s, self.readers[key].shape[0]):
@@ -367,14 +366,14 @@ class OpenFile:
     def mapped_keys(self) -> tuple[str, ...]:
         return tuple(k for k, r in self.readers.items() if isinstance(r, MappedRows))
 
-    def read(self, starts: Mapping[str, Offsets], j: int) -> dict[str, np.ndarray]:
+    def read(self, starts: Mapping[str, np.ndarray], j: int) -> dict[str, np.ndarray]:
         return {
             key: reader.rows(int(starts[key][j]), int(starts[key][j + 1]))
             for key, reader in self.readers.items()
         }
 
     def read_many(
-        self, starts: Mapping[str, Offsets], local: Sequence[int] | np.ndarray
+        self, starts: Mapping[str, np.ndarray], local: Sequence[int] | np.ndarray
     ) -> list[dict[str, np.ndarray]]:
         local = np.asarray(local, dtype=np.int64)
         out: list[dict[str, np.ndarray]] = [{} for _ in range(len(local))]
@@ -386,7 +385,7 @@ class OpenFile:
 
     def read_into(
         self,
-        starts: Mapping[str, Offsets],
+        starts: Mapping[str, np.ndarray],
         local: np.ndarray,
         out: Mapping[str, np.ndarray],
         pos: Sequence[int],
@@ -438,7 +437,7 @@ class OpenFile:
             self._left[key] = left
         return suspects
 
-    def _start_screen(self, key: str, s: Offsets) -> np.ndarray | None:
+    def _start_screen(self, key: str, s: np.ndarray) -> np.ndarray | None:
         """The first screened read of ``key`` here: None when the node keeps the verdict that
         every value of it in this file is finite (nothing to screen), else the bitmap of its
         sequences known clean: those the parts of other processes name (``FileVerdicts``)."""
@@ -460,7 +459,7 @@ class OpenFile:
         self._kept[key] = len(clean) - left
         return clean
 
-    def _share(self, key: str, s: Offsets, clean: np.ndarray) -> int:
+    def _share(self, key: str, s: np.ndarray, clean: np.ndarray) -> int:
         """Keep this process's clean sequences of ``key`` as its part of the node's verdict (a
         DataLoader worker: ``shares_files``) and take in the parts of other processes (into
         ``clean``); returns how many are left."""
@@ -476,7 +475,7 @@ class OpenFile:
         self._kept[key] = len(clean) - left
         return left
 
-    def _all_clean(self, key: str, s: Offsets) -> None:
+    def _all_clean(self, key: str, s: np.ndarray) -> None:
         """Every sequence of ``key`` in this file screened clean here: no more screen or
         bookkeeping for it in this process, and the node's verdict written for later ones."""
         self._finite.add(key)  # (a batch read in another thread meanwhile may still screen)

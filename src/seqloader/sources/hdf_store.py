@@ -7,10 +7,8 @@ the store's lock, into one file keyed by the files' identity (path, size, ``mtim
 version for remote files) and the key selection, and every later open maps it: the bytes sit once
 in the page cache, and a source pickles the store's path, not the arrays.
 
-Columns: ``len.<key>`` (int32 when every length fits, else int64 ``[n]``), ``start.<key>`` (int64
-``[n // 64 + 1]``: every 64th value of the running sum of ``len.<key>`` over all files, from
-which ``row_offsets.RowOffsets`` gives each file's row offsets; the offsets themselves, 8 bytes
-per sequence, are not kept), ``tags`` (strings),
+Columns: ``len.<key>`` (int32 when every length fits, else int64 ``[n]``), ``start.<key>`` (int64,
+each file's row offsets ``[n_f + 1]`` one after another, ``[n + F]``), ``tags`` (strings),
 ``tags.repeats`` (uint64: the tags' hash values, ``PackedTags.hashes``, that more than one tag
 has, ascending, usually none: found as the tags are written, ``sources/repeats.py``, so the
 duplicate-tag screen reads them instead of hashing and sorting ``n`` tags; the hashes themselves
@@ -55,16 +53,17 @@ from seqloader.sources.hdf_layout import (
 from seqloader.sources.node_cache import about, cache_dir
 from seqloader.sources.read_ahead import read_ahead
 from seqloader.sources.repeats import Repeats
-from seqloader.sources.row_offsets import STEP, FileRows, RowOffsets, SparseTotals, sparse_totals
 from seqloader.sources.scratch import Scratch
 from seqloader.sources.tag_hash import tag_hashes
 
 #: the columns and meta below; a change of them changes it (2: ``tags.hashes`` added, 3:
 #: ``tags.repeats`` instead of ``tags.hashes``, 4: ``tags.repeats`` of the word-wise tag hash,
-#: ``sources/tag_hash.py``, 5: ``start.<key>`` every ``row_offsets.STEP``-th running sum instead
-#: of every row offset; a store of an earlier version has another identity, so it is not
+#: ``sources/tag_hash.py``; a store of an earlier version has another identity, so it is not
 #: found and is built again under its new name; the corpus fingerprint is the same digest)
-STORE_VERSION = "hdf-meta5"
+#: (``hdf-meta5`` kept every 64th running sum of the lengths instead of the row offsets: a
+#: reader's offsets of a batch then cost about 100 times a gather, so it was dropped; its stores
+#: have another identity and are never read as these)
+STORE_VERSION = "hdf-meta4"
 #: the tags' hash values (``PackedTags.hashes``) more than one tag has (``StoredStrings.repeats``)
 REPEATS = "tags.repeats"
 #: tag blocks read ahead of the one being written (``read_ahead``)
@@ -93,7 +92,7 @@ class Metadata:
     schema: dict[str, KeySpec]
     skipped: dict[str, str]
     lengths: dict[str, np.ndarray]  # key -> int32/int64 [n], read-only when mapped
-    starts: dict[str, RowOffsets]  # key -> every file's row offsets, from the lengths
+    starts: dict[str, np.ndarray]  # key -> int64 [n + F]
     bounds: np.ndarray  # int64 [F + 1]
     tags: PackedTags
     fingerprint: str
@@ -135,11 +134,7 @@ def open_metadata(
     path = os.path.join(directory, f"hdf-{identity}.cols")
     try:
         store, built = open_or_build(
-            path,
-            identity,
-            lambda: _build(read_layouts, merge, origin),
-            lazy=("tags.",),
-            accept=_same_layout,
+            path, identity, lambda: _build(read_layouts, merge, origin), lazy=("start.", "tags.")
         )
     except OSError as e:  # the index directory (the files' own errors are DataErrors)
         warnings.warn(
@@ -184,21 +179,14 @@ def _in_memory(read_layouts: Callable[[], Sequence[Layout]], merge: Merge, origi
 
 
 def metadata_of(store: ColumnStore) -> Metadata:
-    """The metadata as views of ``store``'s columns (no copy), checked in full when the store
-    was mapped (the tags per block as they are read)."""
-    columns = {name: store.column(name) for name in store.names if not name.startswith("tags.")}
-    return _from_columns(columns, store.meta, store)
-
-
-def _same_layout(store: ColumnStore) -> bool:
-    """Whether ``store``'s row offsets are of this layout (a store of another one is built
-    again, never read as this one: its identity differs too, ``STORE_VERSION``)."""
-    n = int(store.meta.get("sequences", -1))
-    return store.meta.get("row_step") == STEP and all(
-        store.byte_range(name)[1] == 8 * (n // STEP + 1)
+    """The metadata as views of ``store``'s columns (no copy); the row offsets checked per block
+    as files are read (``ColumnStore.rows``), the rest when the store was mapped."""
+    columns = {
+        name: store.rows(name) if name.startswith("start.") else store.column(name)
         for name in store.names
-        if name.startswith("start.")
-    )
+        if not name.startswith("tags.")
+    }
+    return _from_columns(columns, store.meta, store)
 
 
 def _warn_again(meta: Mapping[str, Any]) -> None:
@@ -247,7 +235,6 @@ def _build(
         "skipped": skipped,
         "warnings": messages,
         "sequences": int(bounds[-1]),
-        "row_step": STEP,
         "about": about(origin),
     }
     scans = [lay for lay in layouts if isinstance(lay, FileScan)]
@@ -260,7 +247,7 @@ def _build(
     for key in schema:  # one file (one large corpus file, say): its arrays, not copies
         lengths[key] = narrow_lengths(_joined([np.diff(lay.starts[key]) for lay in read]))
         columns[f"len.{key}"] = lengths[key]
-        columns[f"start.{key}"] = sparse_totals(lengths[key])
+        columns[f"start.{key}"] = _joined([lay.starts[key] for lay in read])
     columns["tags"] = StringColumn(*tags.buffers())
     columns[REPEATS] = tags.repeats()
     meta["fingerprint"] = fingerprint_of(tags, lengths, schema, "hdf")
@@ -273,10 +260,10 @@ def _streamed(
     """The store's columns as chunks read from the files while the store is written (the tags,
     then each key's lengths and row offsets, in ``fingerprint_of``'s order, hashed on the way):
     a block of rows in memory at a time, the next block of tags read in a thread meanwhile
-    (``read_ahead``). The tags' offsets (``n + 1`` rows) and each key's sparse running sums
-    (``n // STEP + 1``) are of a size known ahead, so the writer keeps their place and they are
-    written as each block of tag bytes, or of lengths, is read (``FilledColumn``):
-    ``seqLengths`` is read once per key. Each block's tag hashes (``PackedTags.hashes``) go to ``Repeats`` (cut by
+    (``read_ahead``). The tags' offsets (``n + 1`` rows) and each key's row offsets (``n + F``)
+    are of a size known ahead, so the writer keeps their place and they are written as each
+    block of tag bytes, or of lengths, is read (``FilledColumn``): ``seqLengths`` is read once
+    per key. Each block's tag hashes (``PackedTags.hashes``) go to ``Repeats`` (cut by
     their top bits as they come; in the reading thread, beside the fingerprint's SHA-256 and the
     writes), whose repeated values follow the tag bytes: the tags are read and hashed once, and
     the duplicate-tag screen's sort is done in cache-sized parts."""
@@ -310,18 +297,23 @@ def _streamed(
             yield data
 
     def lengths_of(key: str, dtype: np.dtype, starts: FilledColumn) -> Iterator[np.ndarray]:
-        """``key``'s lengths; every ``STEP``-th running sum of them (over all files) written to
-        ``starts`` from the same blocks: ``seqLengths`` read once per key."""
+        """``key``'s lengths; its row offsets (each file's from 0, ``n_f + 1`` of them) written
+        to ``starts`` from the same blocks: ``seqLengths`` read once per key."""
         h.update(f"{key}:{schema[key].describe()}".encode())
-        totals, kept = SparseTotals(), Scratch()
+        kept = Scratch()  # the int64 copy and running sum of each block, reused
         for scan in scans:
+            total = 0
+            starts.write(np.zeros(1, dtype=np.int64))
             for block in scan.length_blocks(key):
                 wide = kept.take("wide", len(block), np.int64)  # the digest hashes int64
                 np.copyto(wide, block)
                 h.update(wide.data)
-                starts.write(totals.add(block))
+                out = kept.take("sums", len(block), np.int64)
+                np.cumsum(wide, out=out)
+                out += total
+                total = int(out[-1]) if len(out) else total
+                starts.write(out)
                 yield block.astype(dtype, copy=False)
-        starts.write(totals.finish())
 
     columns: dict[str, Column] = {"bounds": bounds}
     columns["tags.offsets"] = offsets
@@ -331,7 +323,7 @@ def _streamed(
     for key in sorted(schema):  # fingerprint_of hashes the keys in sorted order
         longest = max((scan.longest[key] for scan in scans), default=0)
         dtype = narrow_lengths(np.array([0, longest])).dtype
-        starts = FilledColumn(np.int64, n // STEP + 1)  # reserved before the lengths
+        starts = FilledColumn(np.int64, n + len(scans))  # reserved before the lengths
         columns[f"start.{key}"] = starts
         columns[f"len.{key}"] = ChunkedColumn(dtype, (), lengths_of(key, dtype, starts))
 
@@ -360,7 +352,7 @@ def _from_columns(
         schema=schema,
         skipped=dict(meta["skipped"]),
         lengths={k: columns[f"len.{k}"] for k in schema},
-        starts={k: RowOffsets(columns[f"len.{k}"], columns[f"start.{k}"]) for k in schema},
+        starts={k: columns[f"start.{k}"] for k in schema},
         bounds=columns["bounds"],
         tags=tags,
         fingerprint=str(meta["fingerprint"]),
@@ -377,18 +369,18 @@ def _spec_from_json(value: list[Any]) -> KeySpec:
     return KeySpec(np.dtype(dtype), tuple(int(d) for d in shape), bool(sparse), vocab)
 
 
-class FileStarts(Sequence[dict[str, FileRows]]):
-    """``starts[f][key]``: file ``f``'s row offsets of ``key`` (``[n_f + 1]``, ``FileRows``:
-    computed from the lengths when indexed), made when asked: no object per file is kept (10^5
-    files)."""
+class FileStarts(Sequence[dict[str, np.ndarray]]):
+    """``starts[f][key]``: file ``f``'s row offsets of ``key`` (int64 ``[n_f + 1]``), a view of
+    the concatenated column, made when asked: no object per file is kept (10^5 files)."""
 
-    def __init__(self, starts: Mapping[str, RowOffsets], bounds: np.ndarray) -> None:
+    def __init__(self, starts: Mapping[str, np.ndarray], bounds: np.ndarray) -> None:
         self._starts, self._bounds = starts, bounds
 
     def __len__(self) -> int:
         return len(self._bounds) - 1
 
-    def __getitem__(self, f: int) -> dict[str, FileRows]:  # type: ignore[override]
+    def __getitem__(self, f: int) -> dict[str, np.ndarray]:  # type: ignore[override]
         if not 0 <= f < len(self):
             raise IndexError(f"file {f} out of range for {len(self)} files")
-        return {k: rows.file(self._bounds, f) for k, rows in self._starts.items()}
+        a, b = int(self._bounds[f]) + f, int(self._bounds[f + 1]) + f + 1
+        return {k: col[a:b] for k, col in self._starts.items()}
