@@ -320,8 +320,8 @@ def test_block_pool_allocates_for_the_largest_batch_seen(sizes, held):
 
 def test_row_offsets_kept_whole_or_computed_read_the_same(tmp_path, monkeypatch):
     """A source keeps whole row offsets for the files its batches read up to a budget
-    (``DENSE_OFFSETS_BYTES``), and computes them from the store's sparse sums beyond it: the
-    batches are the same bytes either way, and only the files within the budget are kept."""
+    (``DENSE_OFFSETS_BYTES``), and takes them from the store again beyond it: the batches are
+    the same bytes either way, and only the files within the budget are kept."""
     from seqloader.sources import hdf
 
     rng = np.random.default_rng(7)
@@ -336,4 +336,4 @@ def test_row_offsets_kept_whole_or_computed_read_the_same(tmp_path, monkeypatch)
     got = execute(src, spec_of(seqs), WorkerSpec(0, None, screen=True), garbage_alloc)
     for key in want:
         assert same_bytes(got.data[key], want[key]), key
-    assert list(src._dense) == [0]  # the first file read; the others computed per batch
+    assert list(src._dense) == [0]  # the first file read; the others taken per batch

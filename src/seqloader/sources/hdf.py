@@ -38,7 +38,6 @@ from seqloader.sources.hdf_store import (
 )
 from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
 from seqloader.sources.remote.index import hdf_layout
-from seqloader.sources.row_offsets import Offsets
 from seqloader.sources.step_meter import StepMeter
 
 log = logging.getLogger("seqloader")
@@ -52,10 +51,10 @@ _INHERITED: list[OpenFile] = []
 # how often a reader of cached remote files looks for evicted files it still holds open (their disk
 # space is freed only when closed)
 SWEEP_S = 1.0
-# Row offsets kept whole per source and process for the files its batches read (8 bytes per
-# sequence and key): the store keeps only every 64th running sum (``row_offsets``), and
-# computing a batch's offsets from it took ~125 µs per batch of 32 at 0 workers (four
-# vectorised window sums), a fifth of the batch; a whole file's offsets are one cumsum.
+# Row offsets kept per source and process for the files its batches read (counted as 8 bytes per
+# sequence and key). Written when the store kept only every 64th running sum (hdf-meta5), where
+# computing a batch's offsets took ~125 µs per batch of 32 at 0 workers; the store keeps every
+# offset again (hdf-meta4), so what is kept are views of its mapped column, checked once.
 DENSE_OFFSETS_BYTES = 64 << 20
 
 
@@ -180,10 +179,10 @@ class HDFSource(SourceBase):
         self._dense: dict[int, dict[str, np.ndarray]] = {}  # file -> key -> row offsets
         self._dense_bytes = 0
 
-    def _offsets(self, f: int) -> Mapping[str, Offsets]:
-        """File ``f``'s row offsets per key as the batch reads index them: whole int64 arrays
-        kept for the files read here (one cumsum per file and key, ``DENSE_OFFSETS_BYTES`` at
-        most per source and process), beyond that computed per batch from the sparse sums."""
+    def _offsets(self, f: int) -> Mapping[str, np.ndarray]:
+        """File ``f``'s row offsets per key as the batch reads index them: int64 arrays kept for
+        the files read here (``DENSE_OFFSETS_BYTES`` at most per source and process; views of
+        the store's checked column, or the arrays held in memory), beyond that taken again."""
         got = self._dense.get(f)
         if got is not None:
             return got
