@@ -191,3 +191,33 @@ def test_newly_planned_golden_plans_are_pinned() -> None:
     if one changes."""
     got = {name: indexed_digest(case) for name, case in NEWLY_PLANNED_CASES.items()}
     assert got == NEWLY_PLANNED_GOLDEN, f"record: {got}"
+
+
+@pytest.mark.parametrize(
+    "ordering, more",
+    [("sorted", {"fixed_random_seed": 3}), ("random", {"fixed_random_seed": 3}), ("random:2", {})],
+)
+def test_a_filtered_epoch_is_not_planned_again_for_an_epoch_with_the_same_draws(
+    ordering: str, more: dict
+) -> None:
+    """Epochs that share their draws (``fixed_random_seed``, ``:K``) differ where the filter
+    applies to one and not the other: a planner that planned the filtered epoch plans the next
+    one as a new planner does (every admitted sequence), and the filtered one after it again."""
+    rng = np.random.default_rng(3)
+    data = rng.integers(1, 121, 200)
+    case = {
+        "lengths": {"data": data},
+        "files": np.unique(np.concatenate([[0, 200], rng.integers(0, 201, 12)])),
+        "options": {"ordering": ordering, "max_seqs": 4, "distribution": "files", **more,
+                    "epoch_wise_filter": {(1, 1): {"max_mean_len": 30}}},
+    }  # fmt: skip
+
+    def shares(planner: IndexedPlanner, epoch: int) -> list[list[int]]:
+        plan = planner.global_plan(epoch, 2)
+        return [plan.rank_share(r).seqs.tolist() for r in range(2)]
+
+    planner = planner_of(case)
+    got = [shares(planner, epoch) for epoch in (1, 2, 1)]
+    want = [shares(planner_of(case), epoch) for epoch in (1, 2, 1)]
+    assert got == want
+    assert sorted(got[1][0] + got[1][1]) == list(range(200))  # epoch 2: unfiltered, every one

@@ -453,8 +453,10 @@ class CutFiles(Files):
 
     def _segment_key(self, ep: EpochIndex) -> tuple[int, ...]:
         """What a kept segment depends on besides the history and the world: the order's seed
-        epoch and the sub-epoch."""
-        return (self.planner.seed_epoch(ep), ep.part)
+        epoch, the sub-epoch, and where ``epoch_wise_filter`` applies the epoch (its kept set:
+        epochs that share their draws, ``fixed_random_seed`` or ``:K``, are filtered apart)."""
+        filtered = self.epoch_kept(ep) is not None
+        return (self.planner.seed_epoch(ep), ep.part, ep.epoch if filtered else -1)
 
     def _deal(self, ep: EpochIndex, world_size: int, left: np.ndarray | None) -> _Units:
         """The sub-epoch's files with sequences ``left`` as units, the largest halved while there
