@@ -22,6 +22,13 @@ folder (a file this node never screened: the first epoch screens every sequence)
 a whole epoch before the repetitions (a later process on a file screened before: no screen);
 with ``--base-src`` the code before reads the same kept verdict (``.../verdict@base``).
 
+``--alternate N``: beside the fresh-process runs, a steadier figure for warm epochs: in one
+process (and, with ``--base-src``, one more with the code before), after one whole epoch of each,
+N pairs of whole epochs, seqloader's epoch ``e`` and the memmap loop over the same planned
+batches, in alternating order; CPU per batch of each (``process_time``), the ratio within each
+pair. Both sides then share the process's allocator, page tables and the machine's load of the
+moment, which on a loaded machine scatter fresh-process ratios by +-30%.
+
 Before timing, one untimed process checks that seqloader's tensors equal the memmap loop's, batch
 for batch (both keys' padded data and lengths). Each loop holds the previous batch while building the next, as a training loop does.
 """
@@ -152,6 +159,32 @@ def _warm(batches, n: int) -> None:
         pass
 
 
+def alternate(path: str, max_seqs: int, seed: int, pairs: int, index: str) -> dict:
+    """``--alternate``: seqloader's warm epochs against the memmap loop in this one process,
+    whole epochs in alternating order -> the ratios (sequences per CPU-second) per pair."""
+    import seqloader
+
+    loader = seqloader.SeqLoader(
+        seqloader.HDFSource(path, index_dir=index), ordering="random", max_seqs=max_seqs, seed=seed
+    )
+    _warm(loader.epoch(1), 10**9)  # file mapped, verdict kept, blocks allocated
+    _warm(memmap_loop(path, loader.plan(1)), 10**9)
+    ratios, cpu = [], {"seqloader": [], "memmap": []}
+    for i in range(pairs):
+        epoch = 2 + i
+        batches = loader.plan(epoch)
+        for name in ("seqloader", "memmap") if i % 2 == 0 else ("memmap", "seqloader"):
+            it = loader.epoch(epoch) if name == "seqloader" else memmap_loop(path, batches)
+            c0 = time.process_time()
+            got = 0
+            for _batch in it:  # holds the previous batch while the next is built, as a loop does
+                got += 1
+            cpu[name].append((time.process_time() - c0) / max(got, 1))
+            del it
+        ratios.append(cpu["memmap"][-1] / cpu["seqloader"][-1])
+    return {"ratios": ratios, "cpu_per_batch_s": cpu, "module": seqloader.__file__}
+
+
 def child(config: dict) -> dict:
     """One measurement in this (fresh) process."""
     name, path = config["name"], config["path"]
@@ -233,6 +266,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also measure seqloader on the contiguous file with the NaN/Inf screen off",
     )
+    p.add_argument(
+        "--alternate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N pairs of whole warm epochs, seqloader and the memmap loop alternating in "
+        "one process (per code)",
+    )
     p.add_argument("--out")
     a = p.parse_args(argv)
     if a.child:
@@ -241,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
             args = (config["path"], config["max_seqs"], config["seed"])
             n = verify(*args, config["batches"], config["index"])
             print(json.dumps({"verified_batches": n}))
+        elif config["name"] == "alternate":
+            args = (config["path"], config["max_seqs"], config["seed"], config["pairs"])
+            print(json.dumps(alternate(*args, config["index"])))
         elif config["name"] == "keep_verdict":
             args = (config["path"], config["max_seqs"], config["seed"])
             print(json.dumps({"verdicts": keep_verdict(*args, config["index"])}))
@@ -338,6 +382,7 @@ def _run(a: argparse.Namespace, configs: list[dict], common: dict, scratch: str,
         runs.append(results)
         loads.append(load_average())
     ratios = _ratios(runs)
+    alternated = _alternate(a, common, scratch) if a.alternate and a.contiguous else {}
     print("medians over", a.reps, "repetitions:")
     for label in runs[0]:
         med = statistics.median(r[label]["seqs_per_s"] for r in runs)
@@ -361,11 +406,40 @@ def _run(a: argparse.Namespace, configs: list[dict], common: dict, scratch: str,
                     "ratios": {
                         k: {"median": statistics.median(v), "per_rep": v} for k, v in ratios.items()
                     },
+                    "alternate": alternated,
                 },
                 fh,
                 indent=1,
             )
     return 0
+
+
+def _alternate(a: argparse.Namespace, common: dict, scratch: str) -> dict[str, dict]:
+    """``--alternate``: two processes per code (this one, and the code before with
+    ``--base-src``), interleaved; each ``a.alternate`` pairs of whole warm epochs."""
+    codes = ["this", "base"] if a.base_src else ["this"]
+    per_code: dict[str, list[float]] = {c: [] for c in codes}
+    for k, code in enumerate(codes * 2):
+        config = {
+            "name": "alternate",
+            "path": a.contiguous,
+            "index": os.path.join(scratch, f"alternate-{k}"),
+            "pairs": a.alternate,
+            **({"code": "base"} if code == "base" else {}),
+            **common,
+        }
+        r = run_child("benchmarks.onecopy", config, a.base_src, timeout=1200)
+        per_code[code] += r["ratios"]
+        shown = ", ".join(f"{v:.2f}" for v in r["ratios"])
+        print(f"alternate ({code}): warm seqloader / memmap loop, per pair: {shown}", flush=True)
+    out = {}
+    for code, values in per_code.items():
+        label = (
+            "seqloader" + ("@base" if code == "base" else "") + " warm / memmap loop, one process"
+        )
+        out[label] = {"median": statistics.median(values), "per_pair": values}
+        print(f"  {label:64s} {statistics.median(values):.2f}x", flush=True)
+    return out
 
 
 def _ratios(runs: list[dict]) -> dict[str, list[float]]:
