@@ -32,6 +32,7 @@ def planner_maker(
     mixed: bool,
     n: int = 300,
     world: int = 12,
+    max_frames: int = 1600,
     **more: object,
 ) -> Make:
     rng = np.random.default_rng(seed)
@@ -40,7 +41,7 @@ def planner_maker(
     options = PlanOptions(
         ordering=ordering,
         max_seqs=6,
-        max_frames=1600,
+        max_frames=max_frames,
         uneven=uneven,
         distribution="files",
         planning="indexed",
@@ -177,3 +178,24 @@ def test_a_state_without_the_field_resumes_and_the_next_state_carries_it(
     ls = LoaderState(make(), "fingerprint", 5, plan_ahead=False)
     ls.load(without(state))
     assert ls.to_dict() == {**state, "world_size": 5}  # loaded, not started: as saved, carried
+
+
+@pytest.mark.parametrize("ordering", ["laplace", "buckets:30"])
+def test_a_field_of_another_plan_is_set_aside(ordering: str) -> None:
+    """A field taken from a state of other options (the same files and position) holds other
+    units: set aside with a warning, the resume plans from counts (neither served nor blamed
+    on the position)."""
+
+    def state_of(make: Make) -> dict:
+        ls = LoaderState(make(), "fingerprint", 8, plan_ahead=False)
+        plan, _ = ls.begin(1)
+        ls.consumed = max(1, plan.steps // 5)
+        return ls.to_dict()
+
+    make = planner_maker(5, ordering, "pad", False, n=400)
+    state = state_of(make)
+    other = state_of(planner_maker(5, ordering, "pad", False, n=400, max_frames=2000))
+    _, want, position = resumed(make, 5, without(state))
+    with pytest.warns(UserWarning, match=f"loader state {FIELD}"):
+        _, got, got_position = resumed(make, 5, {**state, FIELD: other[FIELD]})
+    assert (got, got_position) == (want, position)

@@ -11,8 +11,10 @@ resume that finds it plans the same segments from it without the LPT, the per-ra
 the runs or the replay (``seqloader.plan.indexed.files_distribution.Files.carry``).
 
 The field is a cache carried in the state, never the state's meaning: the position fields stay
-what is checked and replayed. It is compressed (zlib) and sealed by a digest of its bytes; a
-field that fails its digest, its shapes, or the counts the loader checks it against is set aside
+what is checked and replayed. It is compressed (zlib) and sealed by a digest of its bytes, and
+names the plan it is of (``plan``: a digest of the planner's options, files and their counts, so
+a field taken from another loader's state is not used as this one's); a field that fails its
+digest, its shapes, its plan, or the counts the loader checks it against is set aside
 (with a warning naming it) and the resume plans from counts as without it: the same plan. A
 state without it (saved before it existed, or by global planning) resumes as before.
 """
@@ -33,7 +35,7 @@ from seqloader.plan.indexed.files import Units
 #: the state's field (absent where nothing is carried)
 FIELD = "files_units"
 #: the field's own format (a loader of another format sets it aside: planned from counts)
-_FORMAT = "seqloader-files-units/1"
+_FORMAT = "seqloader-files-units/2"
 _DIGEST = 16  # bytes of blake2b
 #: the per-unit arrays, and what ``Units`` holds them as
 _UNIT_ARRAYS = {"count": np.int64, "size": np.int32, "level": np.int32, "top": np.int32}
@@ -50,7 +52,8 @@ class Carried:
     - ``rank_of`` ``[f]``: the old rank of each of the sub-epoch's files (or file pieces).
     - ``per_rank`` ``[W0]``: units per old rank; ``count``, ``size``, ``level``, ``top``
       ``[U]``: ``Units``'s.
-    - ``start`` ``[U]``: consumed before the saved segment; ``used`` ``[U]``: by its steps."""
+    - ``start`` ``[U]``: consumed before the saved segment; ``used`` ``[U]``: by its steps.
+    - ``plan``: the plan the units are of (``Files.plan_id``: options, files, their counts)."""
 
     key: tuple[int, ...]
     history: tuple[tuple[int, int], ...]
@@ -64,6 +67,7 @@ class Carried:
     top: np.ndarray
     start: np.ndarray
     used: np.ndarray
+    plan: str = ""
 
     @classmethod
     def of(
@@ -75,11 +79,12 @@ class Carried:
         units: Units,
         start: np.ndarray,
         used: np.ndarray,
+        plan: str = "",
     ) -> Carried:
         per_rank = np.bincount(units.rank, minlength=units.world0)
         return cls(
             tuple(key), tuple(history), world_size, steps, units.rank_of, per_rank,
-            units.count, units.size, units.level, units.top, start, used,
+            units.count, units.size, units.level, units.top, start, used, plan,
         )  # fmt: skip
 
     @property
@@ -143,7 +148,7 @@ def pack_units(c: Carried) -> bytes:
         "rank_of": c.rank_of, "per_rank": c.per_rank, "count": c.count, "size": c.size,
         "level": c.level, "top": c.top,
     }  # fmt: skip
-    return _pack({"format": _FORMAT, "key": list(c.key)}, arrays, 1)
+    return _pack({"format": _FORMAT, "key": list(c.key), "plan": c.plan}, arrays, 1)
 
 
 def decode(field: object) -> Carried | None:
@@ -165,6 +170,7 @@ def decode(field: object) -> Carried | None:
             tuple(int(k) for k in units_head["key"]),
             tuple((int(w), int(s)) for w, s in head["history"]),
             int(head["world_size"]), int(head["steps"]), **units, **run,
+            plan=str(units_head["plan"]),
         )  # fmt: skip
     except (ValueError, KeyError, TypeError, UnicodeError, binascii.Error, zlib.error):
         return None

@@ -10,6 +10,7 @@ branch on its distribution (``seqloader.plan.indexed.distributions`` picks this 
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -81,6 +82,8 @@ class FilesPlanner(Protocol):
 
     def seed_epoch(self, ep: EpochIndex) -> int: ...
 
+    def fingerprint(self, source_fingerprint: str) -> str: ...
+
     def cut_rows(self, counts: np.ndarray) -> tuple[np.ndarray, ...]: ...
 
 
@@ -113,6 +116,7 @@ class Files:
         self._epoch_kept: tuple[tuple[int, ...], EpochKept | None] | None = None
         #: what a loaded state carried (``carry``): used where its sub-epoch and history match
         self._carried: Carried | None = None
+        self._plan_id: str | None = None  # ``plan_id``, made when first asked
 
     @property
     def _mask(self) -> np.ndarray | None:
@@ -166,7 +170,23 @@ class Files:
         if field is not None and (carried is None or not carried.consistent(None)):
             _set_aside("fails its digest or layout")
             carried = None
+        if carried is not None and carried.plan != self.plan_id:
+            _set_aside("is of another plan (other options, files or counts than this loader's)")
+            carried = None
         self._carried = carried
+
+    @property
+    def plan_id(self) -> str:
+        """What the carried units are of (``Carried.plan``): the planner's options, algorithm,
+        length key and files (its fingerprint without the source's), and the files' admitted
+        counts and frames. A field of another loader's state (the position checked by the
+        state's own fingerprint, the field taken from elsewhere) names another plan."""
+        if self._plan_id is None:
+            h = hashlib.blake2b(self.planner.fingerprint("").encode(), digest_size=16)
+            h.update(np.ascontiguousarray(self.file_counts, dtype=np.int64).tobytes())
+            h.update(np.ascontiguousarray(self.file_frames, dtype=np.int64).tobytes())
+            self._plan_id = h.hexdigest()
+        return self._plan_id
 
     def _fields(
         self, seg: Segment, key: tuple[int, ...], history: Sequence[tuple[int, int]]
@@ -180,7 +200,9 @@ class Files:
             if steps >= seg.steps:
                 return {}
             used = seg.consumed(steps)
-            c = Carried.of(key, before, seg.world_size, steps, seg.units, seg.start, used)
+            c = Carried.of(
+                key, before, seg.world_size, steps, seg.units, seg.start, used, self.plan_id
+            )
             if not units_part:
                 units_part.append(pack_units(c))
             return {FIELD: encode(c, units_part[0])}
