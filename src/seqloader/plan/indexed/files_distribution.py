@@ -168,7 +168,7 @@ class Files:
         field = state.get(FIELD)
         carried = None if field is None else decode(field)
         if field is not None and (carried is None or not carried.consistent(None)):
-            _set_aside("fails its digest or layout")
+            _set_aside("fails its digest or layout, or is of another format")
             carried = None
         if carried is not None and carried.plan != self.plan_id:
             _set_aside("is of another plan (other options, files or counts than this loader's)")
