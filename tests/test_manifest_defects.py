@@ -113,6 +113,37 @@ def test_separate_gz_listing_non_utf8_named(tmp_path: Path) -> None:
     check_named(err, "dev.txt.gz", 3, "byte ef at column 47 is not UTF-8")
 
 
+def test_separate_gz_listing_damaged_named(tmp_path: Path) -> None:
+    """A damaged deflate stream in ``NAME.txt.gz`` (zlib's own error, not an OSError): a
+    DataError naming the listing and the fix, not a bare zlib.error."""
+    with zipfile.ZipFile(tmp_path / "dev.zip", "w") as z:
+        z.writestr("a.ogg", b"")
+    body = b"[\n" + b"{'file': 'a.ogg', 'duration': 1.0, 'text': 'x'},\n" * 200 + b"]\n"
+    damaged = bytearray(gzip.compress(body, mtime=0))
+    damaged[40] ^= 0xFF  # inside the deflate stream
+    (tmp_path / "dev.txt.gz").write_bytes(bytes(damaged))
+    corpus = OggZip(str(tmp_path / "dev.zip"), listing=str(tmp_path / "dev.txt.gz"),
+                       name_as_prefix=False)  # fmt: skip
+    with pytest.raises(DataError) as err:
+        sl.AudioSource(corpus)
+    assert "dev.txt.gz" in str(err.value) and "Fix: " in str(err.value), str(err.value)
+
+
+def test_in_zip_listing_damaged_named(tmp_path: Path) -> None:
+    """The same inside the zip (a deflated ``NAME.txt`` whose stream is damaged)."""
+    body = b"[\n" + b"{'file': 'a.ogg', 'duration': 1.0, 'text': 'x'},\n" * 200 + b"]\n"
+    path = tmp_path / "dev.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("dev.txt", body)
+        z.writestr("dev/a.ogg", b"")
+    damaged = bytearray(path.read_bytes())
+    damaged[30 + len("dev.txt") + 3] ^= 0xFF  # inside dev.txt's deflate stream
+    path.write_bytes(bytes(damaged))
+    with pytest.raises(DataError) as err:
+        sl.AudioSource(str(path))
+    assert "dev.zip" in str(err.value) and "Fix: " in str(err.value), str(err.value)
+
+
 # ---- Lhotse cuts manifests ----
 
 

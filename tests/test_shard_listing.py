@@ -10,7 +10,7 @@ import os
 import tempfile
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from seqloader.errors import DataError
@@ -93,3 +93,26 @@ def test_a_listing_is_parsed_a_line_at_a_time(tmp_path) -> None:
         tracemalloc.stop()
     assert count == 20_000
     assert peak < 2 << 20, peak
+
+
+@settings(max_examples=25, deadline=None)
+@given(at=st.integers(0, 1 << 20), flip=st.integers(1, 255))
+@example(at=40, flip=0xFF)  # inside the deflate stream: zlib's own error, not an OSError
+def test_a_damaged_gzipped_listing_is_an_error_naming_it(tmp_path_factory, at, flip) -> None:
+    """A byte changed anywhere in a gzipped listing (a Shar corpus's cuts.NNNNNN.jsonl.gz):
+    the same entries (a header byte gzip does not read) or a DataError naming the file and the
+    fix, read from the file or from its bytes (a remote listing); never a bare zlib.error."""
+    body = b"\n".join(b'{"id": "c%d", "duration": 1.5}' % i for i in range(300))
+    good = gzip.compress(body, mtime=0)
+    want = list(json_lines("cuts.jsonl.gz", None, good))
+    damaged = bytearray(good)
+    damaged[at % len(good)] ^= flip
+    path = tmp_path_factory.mktemp("gz") / "cuts.000000.jsonl.gz"
+    path.write_bytes(bytes(damaged))
+    for data in (None, bytes(damaged)):
+        try:
+            got = list(json_lines(str(path), None, data))
+        except DataError as e:
+            assert str(path) in str(e) and "Fix: " in str(e), str(e)
+        else:
+            assert got == want

@@ -22,6 +22,7 @@ import gzip
 import hashlib
 import os
 import zipfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -301,7 +302,7 @@ def _read_oggzip(path: str) -> Manifest:
     try:
         with zipfile.ZipFile(path) as z:
             data = z.read(f"{name}.txt")
-    except (OSError, KeyError, zipfile.BadZipFile) as e:
+    except (OSError, EOFError, zlib.error, KeyError, zipfile.BadZipFile) as e:  # zlib: damaged
         raise _unreadable_listing(path, name, e) from e
     return _parse_oggzip(path, name, decode_listing(f"{path}:{name}.txt", data))
 
@@ -322,16 +323,20 @@ def _read_oggzip_layout(corpus: OggZip) -> Manifest:
         else:
             with open(listing_path, "rb") as f:
                 data = f.read()
-    except (OSError, KeyError, zipfile.BadZipFile) as e:
-        raise DataError(f"OggZip corpus {corpus.zip}: cannot read its listing {label} ({e})") from e
+    except (OSError, EOFError, zlib.error, KeyError, zipfile.BadZipFile) as e:  # zlib: damaged
+        raise DataError(
+            f"OggZip corpus {corpus.zip}: cannot read its listing {label} ({type(e).__name__}: "
+            f"{e}). Fix: copy the listing again (a .gz one: check it with `gzip -t`)"
+        ) from e
     listing = decode_listing(label, data)
     return _parse_oggzip(corpus.zip, name, listing, label, corpus.name_as_prefix)
 
 
 def _unreadable_listing(path: str, name: str, e: Exception) -> DataError:
     return DataError(
-        f"OggZip corpus {path}: cannot read {name}.txt from it ({e}); expected NAME.zip "
-        "holding NAME.txt and the audio under NAME/"
+        f"OggZip corpus {path}: cannot read {name}.txt from it ({type(e).__name__}: {e}). Fix: "
+        "NAME.zip must hold NAME.txt and the audio under NAME/; if it does, the zip is damaged: "
+        "copy it again"
     )
 
 
@@ -347,7 +352,7 @@ def _read_remote_oggzip(url: str, cache: FileCache) -> Manifest:
     name = url.rstrip("/").rsplit("/", 1)[-1][: -len(".zip")]
     try:
         data = zip_member(cache, remote, f"{name}.txt")
-    except (KeyError, zipfile.BadZipFile) as e:
+    except (KeyError, EOFError, zlib.error, zipfile.BadZipFile) as e:  # zlib: damaged
         raise _unreadable_listing(url, name, e) from e
     manifest = _parse_oggzip(url, name, decode_listing(f"{url}:{name}.txt", data))
     manifest.remote, manifest.cache = remote, cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import zlib
 from collections.abc import Iterator
 from typing import BinaryIO
 
@@ -31,7 +32,7 @@ def json_lines(
         for number, text in text_lines(label, stream):
             if text.strip():
                 yield number, json_entry(label, number, text)
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # zlib.error: a damaged deflate stream
         raise DataError(
             f"{label}: cannot read it ({type(e).__name__}: {e}). Fix: copy it again"
         ) from e
