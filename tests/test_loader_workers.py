@@ -110,12 +110,22 @@ def test_every_rank_gets_the_same_batches_for_any_worker_setting(
 
 
 def test_spawned_workers_give_the_same_batches():
-    """Spawn is slow (every worker imports torch): one loader, one spawned worker, two epochs of
-    a rank's share (two workers splitting the work: the fork tests above)."""
-    options = {"world_size": 2, "rank": 1}
+    """Spawn is slow (every worker imports torch): one loader, one spawned worker, a rank's share
+    of epoch 1 and the head of epoch 2, whose state resumes exactly the rest without workers.
+    Global planning (the greedy plan pickled; indexed plans reach spawned workers in the sources'
+    tests); two workers splitting the work: the fork tests above."""
+    options = {"world_size": 2, "rank": 1, "planning": "global"}
     reference = run((1, 2), **options, num_workers=0)
-    spawned = run((1, 2), **options, num_workers=1, multiprocessing_context="spawn")
-    assert spawned == reference
+    spawn = {"num_workers": 1, "multiprocessing_context": "spawn", "persistent_workers": True}
+    with sl.SeqLoader(corpus(), transform=jitter, checks=QUIET, **PLAN, **options, **spawn) as ld:
+        assert ld.planner.options.planning == "global"
+        assert [batch_record(b) for b in ld.epoch(1)] == reference[1]
+        head = [batch_record(b) for b in islice(ld.epoch(2), 3)]
+        state = ld.state_dict()
+    assert (state["epoch"], state["steps"], state["epoch_complete"]) == (2, 3, False)
+    with sl.SeqLoader(corpus(), transform=jitter, checks=QUIET, **PLAN, **options) as fresh:
+        fresh.load_state_dict(state)
+        assert head + [batch_record(b) for b in fresh.epoch(2)] == reference[2]
 
 
 def test_random_transform_is_keyed_by_seed_epoch_and_index():

@@ -403,6 +403,47 @@ def test_resume_with_dataloader_workers(workers: dict, interrupt: str) -> None:
     check_chain(make, worlds, [k], WORKER_EPOCHS, enter, reference)
 
 
+# ---- global planning (seeding="returnn", the RETURNN config converter) through workers ----
+
+FORK_1 = {"num_workers": 1, "multiprocessing_context": "fork"}
+FORK_2 = {"num_workers": 2, "multiprocessing_context": "fork"}
+
+#: name -> (plan options, worker setting, world sizes of the two stages). One full epoch in two
+#: sub-epochs, cut inside the first: the rest of it and the second come from fresh loaders. A
+#: spawned worker: test_loader_workers.py::test_spawned_workers_give_the_same_batches.
+GLOBAL_WORKER_CASES: dict[str, tuple[dict, dict, list[int]]] = {
+    "1 worker, 2 -> 2 ranks": ({"planning": "global"}, FORK_1, [2, 2]),
+    "2 workers, 2 -> 3 ranks": ({"planning": "global"}, FORK_2, [2, 3]),
+    # what the RETURNN config converter asks for: seeding="returnn", planning left to resolve
+    "returnn seeding, 2 persistent workers, 2 -> 3 ranks": (
+        {"seeding": "returnn"},
+        {**FORK_2, "persistent_workers": True},
+        [2, 3],
+    ),
+}
+
+
+@cache
+def global_reference(seeding: str, world: int) -> tuple[Record, ...]:
+    """The uninterrupted run without workers (sub-epochs 1 and 2: one full epoch)."""
+    make = loader_factory(corpus(47, seed=4), **WORKER_PLAN, planning="global", seeding=seeding)
+    return tuple(run_all(make, world, 2))
+
+
+@pytest.mark.parametrize("case", list(GLOBAL_WORKER_CASES))
+def test_global_planning_resumes_with_dataloader_workers(case: str) -> None:
+    """Greedy global plans through real DataLoader workers give the batches of a run without
+    workers, and a state saved mid-epoch resumes exactly the rest in fresh loaders with workers,
+    with the same or another world size."""
+    options, workers, worlds = GLOBAL_WORKER_CASES[case]
+    make = loader_factory(corpus(47, seed=4), **WORKER_PLAN, **options, **workers)
+    planner = make(0, 1).planner  # planning only: starts no workers
+    assert planner.options.planning == "global"  # a default change must not drop this coverage
+    reference = list(global_reference(planner.options.seeding, worlds[0]))
+    k = sum(1 for epoch, _, _ in reference if epoch == 1) // 2
+    check_chain(make, worlds, [k], 2, reference=reference)
+
+
 class ReadLog:
     """A source that appends every sequence index it reads (in any process) to a file, so a test
     can see what the workers prefetched, and writes a byte to the pipe ``wake`` after each (forked
