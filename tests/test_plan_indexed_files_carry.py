@@ -199,3 +199,23 @@ def test_a_field_of_another_plan_is_set_aside(ordering: str) -> None:
     with pytest.warns(UserWarning, match=f"loader state {FIELD}"):
         _, got, got_position = resumed(make, 5, {**state, FIELD: other[FIELD]})
     assert (got, got_position) == (want, position)
+
+
+def test_a_mixed_field_with_other_pieces_is_set_aside() -> None:
+    """A mix over files carries its pieces' old ranks: a field resealed with one piece more or
+    less than the sub-epoch's, or its pieces dealt to other ranks, is set aside with a warning
+    (not an error from its arrays)."""
+    make = planner_maker(5, "buckets:3", "pad", True, n=400)
+    ls = LoaderState(make(), "fingerprint", 8, plan_ahead=False)
+    plan, _ = ls.begin(1)
+    ls.consumed = plan.steps // 3
+    state = ls.to_dict()
+    c = decode(state[FIELD])
+    assert c is not None
+    _, want, position = resumed(make, 5, without(state))
+    for rank_of in (c.rank_of[:-1], np.append(c.rank_of, 0), np.roll(c.rank_of, 1)):
+        with pytest.warns(UserWarning, match=f"loader state {FIELD}"):
+            _, got, got_position = resumed(
+                make, 5, {**state, FIELD: encode(replace(c, rank_of=rank_of))}
+            )
+        assert (got, got_position) == (want, position)

@@ -103,10 +103,13 @@ class Carried:
             self.level, self.top, world0, member_words,
         )  # fmt: skip
 
-    def consistent(self, admitted: np.ndarray | None) -> bool:
-        """Shapes and bounds hold, and (``admitted``: int64 ``[f]`` units of each file, where
-        the loader counts them) each old rank's units hold its files' sequences."""
+    def consistent(self, admitted: np.ndarray | None, files: int | None = None) -> bool:
+        """Shapes and bounds hold (``files``: the sub-epoch's files or file pieces, one old rank
+        each), and (``admitted``: int64 ``[f]`` units of each file, where the loader counts them)
+        each old rank's units hold its files' sequences."""
         u, world0 = len(self.count), len(self.per_rank)
+        if files is not None and len(self.rank_of) != files:
+            return False
         arrays = (self.size, self.level, self.top, self.start, self.used)
         if any(len(a) != u for a in arrays) or int(self.per_rank.sum()) != u:
             return False
@@ -125,7 +128,12 @@ class Carried:
             return True
         if len(admitted) != len(self.rank_of):
             return False
-        held = np.bincount(self.rank_of, weights=admitted, minlength=world0)
+        return self.holds(np.bincount(self.rank_of, weights=admitted, minlength=world0))
+
+    def holds(self, held: np.ndarray) -> bool:
+        """Each old rank's units hold ``held[rank]`` units (its files' or pieces' admitted
+        ones, as the loader counts them)."""
+        world0 = len(self.per_rank)
         rank = np.repeat(np.arange(world0), self.per_rank)
         return bool(np.array_equal(held, np.bincount(rank, weights=self.count, minlength=world0)))
 

@@ -422,9 +422,17 @@ class Files:
             part, admitted = np.arange(len(pieces), dtype=np.int64), None
         else:
             part = self._part_files(ep)
-            filtered = self.epoch_kept(ep) is not None  # its kept set's counts: not checked
+            filtered = self.epoch_kept(ep) is not None  # its kept set's counts, below
             admitted = None if filtered else self.file_counts[part]
-        if not c.consistent(admitted):
+        ok = c.consistent(admitted, len(part))
+        if ok and admitted is None:  # the pieces' or the kept set's units per old rank
+            world0 = len(c.per_rank)
+            if self.files_mix is not None:
+                counts = self._piece_rank_counts(pieces, c.rank_of, world0)
+            else:
+                counts = self._kept_counts(ep, part, c.rank_of, world0)
+            ok = c.holds(counts.sum(axis=1))
+        if not ok:
             _set_aside("does not hold this sub-epoch's counts")
             self._carried = None
             return None
