@@ -44,6 +44,7 @@ GOLDENS = [
     ("test_plan_indexed_options", "test_golden_plans_of_the_admission_options"),
     ("test_plan_indexed_options", "test_since_refused_golden_plans_are_pinned"),
     ("test_plan_indexed_files_filter", "test_newly_planned_golden_plans_are_pinned"),
+    ("test_plan_indexed_unchunked_key", "test_unchunked_key_golden_plans_are_pinned"),
 ]
 
 

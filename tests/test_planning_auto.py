@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import seqloader as sl
 from seqloader.errors import OptionError, ResumeError
+from seqloader.plan.indexed.planner import INDEXED_ALGORITHM
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.mix import Corpora
 from seqloader.plan.options import PlanOptions
@@ -42,7 +43,8 @@ OPTION_SPACE = {
     ),
     "distribution": st.sampled_from(["shard", "random_seed_offset", "files"]),
     "seeding": st.sampled_from(["seqloader", "returnn"]),
-    "chunking": st.sampled_from([None, "4:2"]),
+    "chunking": st.sampled_from([None, "4:2", {"classes": (2, 1)}]),
+    "length_key": st.sampled_from([None, "data"]),
     "partition_epoch": st.integers(1, 2),
     "fixed_random_subset": st.sampled_from([None, 0.5]),
     "epoch_wise_filter": st.sampled_from([None, {(1, 1): {"max_mean_len": 6}}]),
@@ -225,13 +227,12 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
         filtered = replace(own_key.options, epoch_wise_filter={(1, 1): {"max_mean_len": 4}})
         assert resolved_for(replace(own_key, options=filtered)) == "indexed"
     assert resolved_for(PlanInputs(lengths, sorted_auto)) == "indexed"
-    # chunking that leaves the length key unchunked
+    # chunking that leaves the length key unchunked: indexed plans it (its length classes
+    # keyed by length and chunk count: test_plan_indexed_unchunked_key)
     chunked = replace(auto, chunking={"classes": (2, 1)}, length_key="data")
-    assert resolved_for(PlanInputs(lengths, chunked)) == "global"
-    with pytest.raises(OptionError, match="the length key 'data' is not chunked"):
-        make_planner(PlanInputs(lengths, replace(chunked, planning="indexed")))
+    assert resolved_for(PlanInputs(lengths, chunked)) == "indexed"
     planner = make_planner(PlanInputs(lengths, chunked))
-    assert planner.options.planning == "global" and planner.algorithm == GLOBAL_ALGORITHM
+    assert planner.options.planning == "indexed" and planner.algorithm == INDEXED_ALGORITHM
 
 
 @pytest.mark.parametrize("ordering", ["sorted", "random", "sort_bin_shuffle:.3"])
@@ -309,11 +310,10 @@ def test_global_files_plans_refuse_fixed_random_seed_by_name() -> None:
     files = np.array([0, 2, 4, 6])
     auto = PlanOptions(distribution="files", fixed_random_seed=3, max_frames=40)
     assert make_planner(lengths, auto, files=files).options.planning == "indexed"
-    with pytest.raises(OptionError, match=fixes):  # the options resolve to global at once
-        replace(auto, chunking={"classes": (2, 1)}, length_key="data")
-    unchunked_key = replace(auto, chunking={"classes": (2, 1)})  # "data": the data's keys say
-    with pytest.raises(OptionError, match=fixes):
-        make_planner(PlanInputs(lengths, unchunked_key, files=files))
+    for named in ("data", None):  # the length key unchunked: indexed too (None: the data's)
+        unchunked_key = replace(auto, chunking={"classes": (2, 1)}, length_key=named)
+        planned = make_planner(PlanInputs(lengths, unchunked_key, files=files))
+        assert planned.options.planning == "indexed" and planned.global_plan(1, 2).steps > 0
     greedy = PlanOptions(distribution="files", max_frames=40, planning="global")
     assert make_planner(lengths, greedy, files=files).global_plan(1, 2).steps > 0
 
@@ -371,10 +371,10 @@ CHUNK_GRID = {
 
 
 def test_the_resolved_planning_is_what_plans_whatever_is_chunked() -> None:
-    """Chunking that leaves the length key unchunked plans global (indexed planning buckets
-    chunks by their length-key window): the options resolve to global wherever they say which
-    key is the length key (``length_key``, or ``data`` named), ``resolve_planning`` always; what
-    is recorded (options, fingerprint, loader state) is what plans. Elsewhere indexed plans."""
+    """Chunking plans indexed whichever key it chunks (the length key unchunked too: length
+    classes keyed by length and chunk count), whether the options say which key is the length
+    key (``length_key``, or ``data`` named) or the data's keys do; what is recorded (options,
+    fingerprint, loader state) is what plans."""
     rng = np.random.default_rng(5)
     data = rng.integers(1, 12, 30)
     base = {"data": data, "classes": -(-data // 2), "text": data}
@@ -388,28 +388,19 @@ def test_the_resolved_planning_is_what_plans_whatever_is_chunked() -> None:
         except OptionError as refused:
             assert "not in the data" in str(refused) or "length_key" in str(refused), o
             continue
-        kind = "global" if planner.algorithm == GLOBAL_ALGORITHM else "indexed"
-        key = planner.length_key
-        chunked = options.chunking is not None and (
-            "*" in options.chunking or key in options.chunking
-        )
-        assert kind == ("indexed" if chunked else "global"), o
-        assert resolved_for(PlanInputs(lengths, options)) == kind == planner.options.planning
-        assert planner.options.to_dict().get("planning", "global") == kind
-        if o["length_key"] is not None or {"data", "*"} & set(o["chunking"]):
-            assert options.resolved_planning == kind, o  # the options say it
-            if kind == "global":
-                with pytest.raises(OptionError, match=f"the length key {key!r} is not chunked"):
-                    PlanOptions(max_frames=40, **o, planning="indexed")
-        if kind == "indexed":
-            explicit = make_planner(lengths, replace(options, planning="indexed"))
-            assert explicit.fingerprint("src") == planner.fingerprint("src")
+        assert planner.algorithm == INDEXED_ALGORITHM, o
+        assert options.resolved_planning == "indexed", o  # the options say it
+        assert resolved_for(PlanInputs(lengths, options)) == "indexed" == planner.options.planning
+        assert planner.options.to_dict().get("planning") == "indexed"
+        explicit = make_planner(lengths, replace(options, planning="indexed"))
+        assert explicit.fingerprint("src") == planner.fingerprint("src")
+        assert planner.global_plan(1, 2).steps == explicit.global_plan(1, 2).steps
 
 
-def test_the_loader_records_and_resumes_global_for_an_unchunked_length_key() -> None:
+def test_the_loader_records_and_resumes_indexed_for_an_unchunked_length_key() -> None:
     """Through the loader: chunking only ``classes`` (the length key ``data`` unchunked) plans
-    global and records it (no ``planning`` in the state: a greedy state), ``planning="indexed"``
-    refuses it by name, and an elastic resume chain continues it (the resume harness)."""
+    indexed and records it, ``planning="global"`` still plans it greedily, and an elastic
+    resume chain continues it (the resume harness: every chunk once, what each batch holds)."""
     from test_resume import check_chain, loader_factory
 
     n = 16
@@ -420,8 +411,12 @@ def test_the_loader_records_and_resumes_global_for_an_unchunked_length_key() -> 
     options = {"chunking": {"classes": (2, 1)}, "max_frames": 40, "max_seqs": 3}
     make = loader_factory(source, **options)
     loader = make(0, 1)
-    assert loader.planner.algorithm == GLOBAL_ALGORITHM
-    assert loader.planner.options.planning == "global" and "planning" not in loader.state_dict()
-    with pytest.raises(OptionError, match="the length key 'data' is not chunked"):
-        sl.SeqLoader(source, **options, planning="indexed")
+    assert loader.planner.algorithm == INDEXED_ALGORITHM
+    assert loader.planner.options.planning == "indexed"
+    assert loader.state_dict()["planning"] == "indexed"
+    greedy = sl.SeqLoader(source, **options, planning="global")
+    assert greedy.planner.algorithm == GLOBAL_ALGORITHM
+    for batch in loader.epoch(1):  # every chunk whole in data, two classes long at most
+        assert batch.lengths["classes"].max() <= 2
+        assert set(batch.lengths["data"].tolist()) <= set(lengths.tolist())
     check_chain(make, [2, 3], [3], 1)

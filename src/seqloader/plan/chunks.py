@@ -30,35 +30,6 @@ from seqloader.plan.keyed import EVERY_KEY, resolve_keyed
 ChunkSpec = dict[str, tuple[int, int]]
 
 
-def unchunked_length_key(spec: ChunkSpec | None, length_key: str | None) -> bool | None:
-    """Whether chunking ``spec`` leaves the length key unchunked, as far as the options say:
-    False when nothing is chunked, every key is (``"*"``) or the key is named; with no
-    ``length_key`` the default one is ``data`` where the data has it (a named key must be in the
-    data, so naming ``data`` chunks it), else the first key: None, the data's keys decide.
-
-    >>> unchunked_length_key({"classes": (2, 1)}, "data"), unchunked_length_key({"*": (4, 2)}, None)
-    (True, False)
-    >>> print(unchunked_length_key({"classes": (2, 1)}, None))  # the data's keys decide
-    None
-    """
-    if spec is None or EVERY_KEY in spec:
-        return False
-    if length_key is not None:
-        return length_key not in spec
-    return False if "data" in spec else None
-
-
-def unchunked_key_refusal(chunking: object, key: str) -> str:
-    """Why indexed planning refuses chunking ``chunking`` that leaves length key ``key``
-    unchunked, with the fix (``planning="auto"`` resolves to global for it)."""
-    return (
-        f"planning='indexed' with chunking={chunking!r}: the length key {key!r} is not chunked; "
-        "indexed planning buckets chunks by their length-key window. Fix: chunk the length key "
-        "too (e.g. chunking=N for every key), set length_key to a chunked key, or use "
-        "planning='global'"
-    )
-
-
 def chunk_counts(lengths: np.ndarray, size: int, step: int, min_size: int) -> np.ndarray:
     """Windows of each sequence -> int64 ``[n]``: starts ``0, step, ...`` below the length whose
     window ``min(size, length - start)`` is at least ``min_size`` (RETURNN's rule)."""

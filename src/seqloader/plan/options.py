@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
 from functools import partial
-from typing import Literal, cast
+from typing import Literal
 
 import numpy as np
 
 from seqloader.errors import OptionError
 from seqloader.plan.admission import EpochFilter
-from seqloader.plan.chunks import ChunkSpec, unchunked_key_refusal, unchunked_length_key
+from seqloader.plan.chunks import ChunkSpec
 from seqloader.plan.cost import BatchCost
 from seqloader.plan.keyed import EVERY_KEY
 from seqloader.plan.mix import mix_rate, rate_to_json
@@ -401,8 +401,6 @@ class PlanOptions:
         for on, name in unsupported:
             if on:
                 return f"planning='indexed': {name} is not supported; {fix}"
-        if unchunked_length_key(cast(ChunkSpec | None, self.chunking), self.length_key):
-            return unchunked_key_refusal(self.chunking, str(self.length_key))
         return None
 
     def _set_int(self, name: str, minimum: int, optional: bool = False) -> None:
@@ -417,18 +415,16 @@ class PlanOptions:
     @property
     def resolved_planning(self) -> ResolvedPlanning:
         """``planning`` as these options resolve it: ``global`` or ``indexed`` (``auto``:
-        ``indexed`` wherever indexed planning plans the options, ``global`` otherwise). One
-        thing the options may not say: chunking by named keys without ``length_key`` (nor
-        ``data`` named) chunks the length key or not by the data's keys
-        (``chunks.unchunked_length_key``); ``seqloader.plan.planners.resolve_planning`` resolves
-        with them, and with what the source declares: what plans and is recorded.
+        ``indexed`` wherever indexed planning plans the options, ``global`` otherwise);
+        ``seqloader.plan.planners.resolve_planning`` resolves with what the source declares:
+        what plans and is recorded.
 
         >>> PlanOptions(planning="auto", ordering="laplace:.100").resolved_planning
         'indexed'
         >>> PlanOptions(planning="auto", seeding="returnn").resolved_planning
         'global'
         >>> PlanOptions(chunking={"classes": (2, 1)}, length_key="data").resolved_planning
-        'global'
+        'indexed'
         """
         return self._resolved
 

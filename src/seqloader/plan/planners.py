@@ -115,7 +115,7 @@ def resolve_planning(inputs: PlanInputs) -> PlanInputs:
     """``inputs`` with ``planning="auto"`` resolved: ``indexed`` where indexed planning plans
     both the options (``PlanOptions.resolved_planning``) and what the source declares (length
     variants, RETURNN's file pools or orders, epoch selections with what draws no sub-epoch
-    lists, a sort key of its own for sorted orders, an unchunked length key), ``global``
+    lists, a sort key of its own for sorted orders), ``global``
     otherwise. Explicit ``global``/``indexed`` are kept (``indexed`` refuses by name what it does
     not plan). The resolved value is what fingerprints and states record.
 

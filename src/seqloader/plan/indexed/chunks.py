@@ -31,11 +31,71 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_spans, chunk_table
+from seqloader.plan.chunks import ChunkSpec, ChunkTable, chunk_counts, chunk_table
 from seqloader.plan.indexed.histogram import BucketIndex
 
 #: ``(distinct chunk lengths ascending, chunks of each)`` -> bucket edges over chunk lengths
 EdgesOf = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class ChunkGeometry:
+    """What a length class's value says of its sequences' chunks: how many, and each one's
+    window in the length key. Chunked length key (``per == 0``): the class value is the length
+    ``L``, ``chunk_counts(L)`` chunks, chunk ``c`` ``min(size, L - c * step)`` long (``size``,
+    ``step``, ``least``: its chunking). Length key not chunked (``per > 0``, more than any
+    sequence's chunks): the class value is ``L * per + n``, ``n`` chunks counted by the chunked
+    keys, every one whole in the length key (``L``).
+
+    >>> g = ChunkGeometry(2, 1, 0, per=10)
+    >>> g.counts(np.array([53, 71])).tolist(), g.windows(np.array([53, 71]), 0).tolist()
+    ([3, 1], [5, 7])
+    >>> ChunkGeometry(500, 250, 0).windows(np.array([900]), np.array([3])).tolist()
+    [150]
+    """
+
+    size: int
+    step: int
+    least: int
+    per: int = 0
+
+    def counts(self, values: np.ndarray) -> np.ndarray:
+        """Chunks of a sequence of each class value -> int64."""
+        values = np.asarray(values, dtype=np.int64)
+        if self.per:
+            return values % self.per
+        return chunk_counts(values, self.size, self.step, self.least)
+
+    def windows(self, values: np.ndarray, chunks: np.ndarray | int) -> np.ndarray:
+        """Length-key window of chunk ``chunks`` of sequences of class values ``values``."""
+        values = np.asarray(values, dtype=np.int64)
+        if self.per:
+            return np.broadcast_to(values // self.per, np.broadcast(values, chunks).shape).copy()
+        return np.minimum(self.size, values - np.asarray(chunks, dtype=np.int64) * self.step)
+
+    def full(self, values: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """Leading chunks of each class alike in length (one cell): the windows of length
+        ``size``; not chunked, all ``n``."""
+        if self.per:
+            return np.asarray(n, dtype=np.int64)
+        return np.clip((np.asarray(values, np.int64) - self.size) // self.step + 1, 0, n)
+
+    def full_window(self, values: np.ndarray) -> np.ndarray:
+        """The window of each class's leading alike chunks -> int64."""
+        values = np.asarray(values, dtype=np.int64)
+        if self.per:
+            return values // self.per
+        return np.full(len(values), self.size, dtype=np.int64)
+
+    @property
+    def tails(self) -> int:
+        """At most how many last windows of a class differ in length (one cell each)."""
+        return 0 if self.per else -(-self.size // self.step)
+
+    def whole(self, values: np.ndarray) -> np.ndarray:
+        """Each class value's sequence length in the length key -> int64."""
+        values = np.asarray(values, dtype=np.int64)
+        return values // self.per if self.per else values
 
 
 @dataclass(frozen=True)
@@ -44,7 +104,7 @@ class ChunkBuckets:
 
     - ``classes``: the admitted sequences grouped by length (one bucket per distinct length,
       ``classes.longest[g]`` its length).
-    - ``size``, ``step``: the length key's chunking.
+    - ``geometry``: a class's chunks and their windows (``ChunkGeometry``).
     - ``cell_class``, ``cell_lo``, ``cell_width``, ``cell_end``: int64 ``[C]``, the cells in
       bucket order: class, first chunk, chunks per sequence, chunks through the cell.
     - ``starts``: int64 ``[N + 1]`` chunks before each bucket (bucket ``b`` is positions
@@ -64,8 +124,7 @@ class ChunkBuckets:
     """
 
     classes: BucketIndex
-    size: int
-    step: int
+    geometry: ChunkGeometry
     cell_class: np.ndarray
     cell_lo: np.ndarray
     cell_width: np.ndarray
@@ -82,28 +141,35 @@ class ChunkBuckets:
 
     @classmethod
     def of(
-        cls, classes: BucketIndex, size: int, step: int, min_size: int, edges_of: EdgesOf
+        cls,
+        classes: BucketIndex,
+        size: int | ChunkGeometry,
+        step: int,
+        min_size: int,
+        edges_of: EdgesOf,
     ) -> ChunkBuckets:
         """The cells of ``classes`` chunked ``(size, step)`` (windows shorter than ``min_size``
-        left out), bucketed by ``edges_of`` over the windows' length histogram."""
-        values = np.asarray(classes.longest, dtype=np.int64)  # [G] each class's length
+        left out; or as ``size``, a ``ChunkGeometry``, says), bucketed by ``edges_of`` over the
+        windows' length histogram."""
+        geo = size if isinstance(size, ChunkGeometry) else ChunkGeometry(size, step, min_size)
+        values = np.asarray(classes.longest, dtype=np.int64)  # [G] each class's value
         seqs = np.asarray(classes.counts, dtype=np.int64)  # [G]
-        n = chunk_counts(values, size, step, min_size)  # [G] chunks of each class's sequences
-        full = np.clip((values - size) // step + 1, 0, n)  # [G] windows of length size
+        n = geo.counts(values)  # [G] chunks of each class's sequences
+        full = geo.full(values, n)  # [G] leading windows alike in length
         g_all = np.arange(len(values), dtype=np.int64)
         parts_g, parts_lo, parts_hi, parts_len = (
             [g_all],
             [np.zeros_like(n)],
             [full],
-            [np.full(len(values), size, dtype=np.int64)],
+            [geo.full_window(values)],
         )
-        for r in range(-(-size // step)):  # the windows after the full ones, one cell each
+        for r in range(geo.tails):  # the windows after the full ones, one cell each
             c = full + r
             ok = c < n
             parts_g.append(g_all[ok])
             parts_lo.append(c[ok])
             parts_hi.append(c[ok] + 1)
-            parts_len.append(values[ok] - c[ok] * step)
+            parts_len.append(values[ok] - c[ok] * geo.step)
         g = np.concatenate(parts_g)
         lo, hi = np.concatenate(parts_lo), np.concatenate(parts_hi)
         length = np.concatenate(parts_len)
@@ -123,8 +189,7 @@ class ChunkBuckets:
         np.maximum.at(longest, bucket, length)
         return cls(
             classes,
-            int(size),
-            int(step),
+            geo,
             g[order],
             lo[order],
             width[order],
@@ -218,8 +283,8 @@ class ChunkBuckets:
         """int64 ``[C]``: each cell's window length in the length key (``ChunkWindows``'): a
         cell's chunks are its class's windows ``lo, lo + 1, ..``, each ``min(size, length - c *
         step)`` long, and a cell of more than one chunk holds only full windows."""
-        lengths = np.asarray(self.classes.longest, dtype=np.int64)[self.cell_class]
-        return np.minimum(self.size, lengths - self.cell_lo * self.step)
+        values = np.asarray(self.classes.longest, dtype=np.int64)[self.cell_class]
+        return self.geometry.windows(values, self.cell_lo)
 
     def alike_keys(self) -> np.ndarray:
         """int64 ``[N]``: the one window length of a bucket whose cells all have one (what
@@ -288,9 +353,9 @@ class ChunkBuckets:
         return out_bucket, out_width
 
     def codes_of(self, seqs: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every chunk of the admitted sequences ``seqs`` (their lengths ``lengths``), sequence
-        after sequence -> (codes int64, window lengths int64): what ``files`` ranks draw from
-        their own files."""
+        """Every chunk of the admitted sequences ``seqs`` (their class values ``lengths``),
+        sequence after sequence -> (codes int64, window lengths int64): what ``files`` ranks
+        draw from their own files."""
         lengths = np.asarray(lengths, dtype=np.int64)
         g = np.searchsorted(np.asarray(self.classes.longest, dtype=np.int64), lengths)
         per = self.chunks_per_class[g]  # [s]
@@ -298,8 +363,7 @@ class ChunkBuckets:
         chunk = np.arange(int(ends[-1]) if len(ends) else 0, dtype=np.int64) - np.repeat(
             ends - per, per
         )
-        whole = np.repeat(lengths, per)
-        window = np.minimum(self.size, whole - chunk * self.step)
+        window = self.geometry.windows(np.repeat(lengths, per), chunk)
         return np.repeat(np.asarray(seqs, np.int64), per) * self.stride + chunk, window
 
     @property
@@ -316,12 +380,14 @@ def file_chunk_counts(
     files: np.ndarray,
     admitted: np.ndarray | None,
     block: int = 1 << 18,
+    values: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``distribution="files"``, chunked: admitted chunks per (file, chunk bucket) and admitted
     frames per file -> (int32 while it fits, else int64 ``[F, N]``; int64 ``[F]``), what
     ``BucketIndex.file_counts`` / ``file_frames`` hold for sequences. One pass over the lengths
     in blocks of ``block`` sequences (a node builds it once with the length index): a sequence
-    of length class ``g`` adds each of ``g``'s cells' widths to its file's row.
+    of length class ``g`` adds each of ``g``'s cells' widths to its file's row (``values``: each
+    sequence's class value where it is not its length, ``ChunkGeometry``).
 
     >>> classes = BucketIndex(np.array([1, 0, 2, 3]), np.array([0, 1, 3, 4]),
     ...     np.array([300, 900, 1200]), np.array([900, 1200]))
@@ -338,14 +404,15 @@ def file_chunk_counts(
     frames = np.zeros(n_files, dtype=np.int64)
     for a in range(0, len(lengths), block):
         here = np.asarray(lengths[a : a + block], dtype=np.int64)
+        value = here if values is None else np.asarray(values[a : a + block], dtype=np.int64)
         seqs = np.arange(a, a + len(here), dtype=np.int64)
         if admitted is not None:
             keep = admitted[a : a + block]
-            here, seqs = here[keep], seqs[keep]
+            here, value, seqs = here[keep], value[keep], seqs[keep]
         if not len(here):
             continue
         f = np.searchsorted(files, seqs, side="right") - 1
-        g = np.searchsorted(longest, here)
+        g = np.searchsorted(longest, value)
         frames += np.bincount(f, weights=here, minlength=n_files).astype(np.int64)
         for j in range(cell_bucket.shape[1]):
             width = cell_width[g, j]
@@ -373,9 +440,9 @@ class ChunkWindows:
 def window_lengths(
     buckets: ChunkBuckets, key: str, whole: np.ndarray, chunks: np.ndarray
 ) -> np.ndarray:
-    """Length in ``key`` of chunk ``chunks`` of sequences of length ``whole`` -> int64."""
-    span = chunk_spans({key: (buckets.size, buckets.step)}, {key: whole}, chunks)[key]
-    return span[:, 1] - span[:, 0]
+    """Length in ``key`` (the length key) of chunk ``chunks`` of sequences of class values
+    ``whole`` (chunked length key: their lengths) -> int64."""
+    return buckets.geometry.windows(whole, chunks)
 
 
 class LazyChunkTable(ChunkTable):

@@ -27,7 +27,6 @@ from seqloader.plan.chunks import (
     chunk_counts,
     chunk_table,
     resolve_chunking,
-    unchunked_key_refusal,
 )
 from seqloader.plan.epochs import (
     Admission,
@@ -49,7 +48,12 @@ from seqloader.plan.indexed.budget import (
     packed_budget,
     sum_budget,
 )
-from seqloader.plan.indexed.chunks import ChunkBuckets, file_chunk_counts, lazy_chunk_table
+from seqloader.plan.indexed.chunks import (
+    ChunkBuckets,
+    ChunkGeometry,
+    file_chunk_counts,
+    lazy_chunk_table,
+)
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     FixedOrder,
@@ -79,10 +83,9 @@ def unplanned(inputs: PlanInputs) -> OptionError | None:
 
 
 def refuse_unplanned(inputs: PlanInputs) -> None:
-    """Refuse what a source declares that indexed planning does not plan (nothing is ignored),
-    and a chunked plan whose length key is not chunked."""
+    """Refuse what a source declares that indexed planning does not plan (nothing is
+    ignored)."""
     _refuse_selections(inputs)
-    _refuse_unchunked_key(inputs)
     if inputs.variants is not None:
         what, fix = VARIANTS_REFUSED
         refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
@@ -188,17 +191,6 @@ def _refuse_selections(inputs: PlanInputs) -> None:
         )
 
 
-def _refuse_unchunked_key(inputs: PlanInputs) -> None:
-    """Chunking that leaves the length key unchunked: indexed buckets chunks by its window."""
-    options = inputs.options
-    if options.chunking is None:
-        return
-    spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
-    key = length_key_of(inputs.lengths, options)
-    if key not in resolve_chunking(spec, options.min_chunk_size, list(inputs.lengths))[0]:
-        raise OptionError(unchunked_key_refusal(options.chunking, key))
-
-
 class AdmittedCorpus:
     """The admitted sequences of ``inputs`` and their bucket index (``inputs.index`` when a node
     built it, checked against the admission; else built here). Pure: the lengths (and a
@@ -260,7 +252,11 @@ class AdmittedCorpus:
         #: table the loader and checks read, its per-sequence arrays made only when read)
         self.units: ChunkBuckets | None = None
         self.chunks: ChunkTable | None = None
-        self.chunking: tuple[int, int, int] | None = None  # length key's (size, step, min)
+        #: a length class's chunks and windows (``ChunkGeometry``)
+        self.chunking: ChunkGeometry | None = None
+        #: each sequence's length class value: its length, or with the length key not chunked
+        #: ``length * per + chunks`` (``ChunkGeometry``)
+        self.class_values: np.ndarray = main
         if options.chunking is not None:
             self._admit_chunks(lengths, tags, origin)
         index = inputs.index
@@ -334,7 +330,9 @@ class AdmittedCorpus:
         main = self.lengths
         if index is None:
             adm = main if self.mask is None else main[self.mask]
-            if self.chunking is not None:  # sequences by length: one bucket per length
+            if self.chunking is not None:  # sequences by class value: one bucket per value
+                main = self.class_values
+                adm = main if self.mask is None else main[self.mask]
                 index = build_bucket_index(main, length_counts(adm)[0][1:], self.mask)
             elif self.files is not None and (self.fixed or self.random):  # indexed.files_cut
                 index = build_bucket_index(main, np.zeros(0, np.int64), self.mask, self.files)
@@ -357,9 +355,8 @@ class AdmittedCorpus:
         #: the longest length (chunking: window) of each bucket; chunks per bucket
         self.longest, self.bucket_counts = index.longest, index.counts
         if self.chunking is not None:
-            size, step, least = self.chunking
             edges_of = partial(histogram_edges, self.options, self.budget)
-            self.units = ChunkBuckets.of(index, size, step, least, edges_of)
+            self.units = ChunkBuckets.of(index, self.chunking, 0, 0, edges_of)
             if self.fixed and self.files is None:  # chunk cuts of the order (fixed_chunks)
                 index = self.index = self._with_chunk_cuts(index, self.units.stride)
             self.bucket_edges = self.units.edges
@@ -390,8 +387,10 @@ class AdmittedCorpus:
         ``index``), but chunked with a source's own sort key the admitted sequences by that key
         (the planner's index holds the length classes the chunks are counted from): built here,
         O(n log n) once per planner and O(n) memory, as a node stores only the length classes
-        and the chunk cuts made from this order."""
-        if self.sort_key is None or self.chunking is None:
+        and the chunk cuts made from this order. So too with the length key not chunked: the
+        length classes are (length, chunk count), the order sorts by length alone."""
+        keyed = self.sort_key is not None or (self.chunking is not None and self.chunking.per)
+        if not keyed or self.chunking is None:
             return self.index if index is None else index
         if self._key_index is None:
             self._key_index = self._order_index()
@@ -409,7 +408,9 @@ class AdmittedCorpus:
         """Chunked fixed orderings and ``random``: how a sequence expands into chunks and their
         windows (``seqloader.plan.indexed.fixed_chunks``)."""
         assert self.chunking is not None and self.chunks is not None
-        return Chunking(self.batch_lengths, self.length_key, self.chunking, self.chunks.spec)
+        return Chunking(
+            self.batch_lengths, self.length_key, self.chunking, self.chunks.spec, self.class_values
+        )
 
     def fixed_order(self, index: BucketIndex) -> Callable[[np.ndarray], np.ndarray]:
         """The fixed ordering's full-epoch sequence order over ``index`` (chunked: the
@@ -472,7 +473,9 @@ class AdmittedCorpus:
         checked against the chunk buckets)."""
         assert self.files is not None
         if index.file_counts is None:
-            table, frames = file_chunk_counts(units, self.lengths, self.files, self.mask)
+            table, frames = file_chunk_counts(
+                units, self.lengths, self.files, self.mask, values=self.class_values
+            )
             return dataclasses.replace(index, file_counts=table, file_frames=frames)
         want = (len(self.files) - 1, len(units.counts))
         if tuple(index.file_counts.shape) != want or index.file_frames is None:
@@ -505,22 +508,25 @@ class AdmittedCorpus:
         options, key = self.options, self.length_key
         spec = cast(ChunkSpec, options.chunking)  # normalised by PlanOptions
         resolved, least = resolve_chunking(spec, options.min_chunk_size, list(lengths))
-        size, step = resolved[key]
-        self.chunking = (size, step, least.get(key, 0))
+        # the key that counts chunks: the length key, else (not chunked) the first chunked key
+        counter = key if key in resolved else next(iter(resolved))
+        size, step = resolved[counter]
+        counting = ChunkGeometry(size, step, least.get(counter, 0))
         # the shortest length with a chunk (chunk_counts is monotone in the length), so the
         # scan below compares lengths (1 byte per sequence of a block), counting no chunks
-        has = np.flatnonzero(chunk_counts(np.arange(size + 2), *self.chunking))
+        has = np.flatnonzero(counting.counts(np.arange(size + 2)))
         shortest = int(has[0]) if len(has) else np.iinfo(np.int64).max
+        counted = lengths[counter]
         n = len(self.lengths)
         mask = self.mask
-        others = {k: v for k, v in resolved.items() if k != key}
+        others = {k: v for k, v in resolved.items() if k != counter}
         none_first: list[int] = []
         none_count = 0
         for a in range(0, n, _BLOCK):
-            block = np.asarray(self.lengths[a : a + _BLOCK])
+            block = np.asarray(counted[a : a + _BLOCK])
             keep = np.ones(len(block), bool) if mask is None else mask[a : a + _BLOCK]
             if others:  # every chunked key the same number of chunks, else chunk_table's error
-                count = chunk_counts(block, *self.chunking)
+                count = counting.counts(block)
                 for other, (o_size, o_step) in others.items():
                     got = np.asarray(lengths[other][a : a + _BLOCK])
                     if (
@@ -540,9 +546,25 @@ class AdmittedCorpus:
             self.filtered = {**self.filtered, reason: none_count}
             self.examples = {**self.examples, reason: none_first[:5]}
         self.mask = mask
+        self.chunking = counting
+        if counter != key:
+            self._unchunked_classes(counting, np.asarray(counted), mask)
         self.chunks = lazy_chunk_table(
             lengths, spec, resolved, options.min_chunk_size, mask, tags, origin
         )
+
+    def _unchunked_classes(
+        self, counting: ChunkGeometry, counted: np.ndarray, mask: np.ndarray | None
+    ) -> None:
+        """The length key not chunked: a sequence's class value is ``length * per + chunks``
+        (``per`` more than any admitted sequence's chunks), so a length class holds sequences
+        of one length and one chunk count, every chunk as long as the sequence
+        (``ChunkGeometry``). O(n) int64 once per planner."""
+        chunks = counting.counts(counted)
+        adm = chunks if mask is None else chunks[mask]
+        per = int(adm.max(initial=0)) + 1
+        self.chunking = dataclasses.replace(counting, per=per)
+        self.class_values = np.asarray(self.lengths, dtype=np.int64) * per + chunks
 
     def fits(self) -> int:
         """The longest length that fits a batch alone (no limit: any)."""
@@ -562,7 +584,7 @@ class AdmittedCorpus:
         if self.budget is None:
             return
         fits = self.fits()
-        if self.chunking is not None and self.chunking[0] <= fits:
+        if self.chunking is not None and not self.chunking.per and self.chunking.size <= fits:
             return  # no window is longer than the chunk size
         check_fit_alone(
             self.lengths, self.mask, fits, self.options, self.length_key, tags, self.origin

@@ -21,7 +21,7 @@ import numpy as np
 from seqloader.errors import OptionError
 from seqloader.plan.admission import EpochFilter, epoch_filters
 from seqloader.plan.batches import BatchList
-from seqloader.plan.chunks import ChunkTable, chunk_counts
+from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.chunks import Units as ChunkUnits
 from seqloader.plan.edges import WINDOW_BATCHES
 from seqloader.plan.epoch_plan import EpochPlan
@@ -102,7 +102,7 @@ class Files:
         #: admitted units (sequences; chunked: chunks) and frames per file
         self.file_counts = corpus.index.file_counts.sum(axis=1)
         self.file_frames = np.asarray(corpus.index.file_frames, dtype=np.int64)
-        self._chunking = corpus.chunking
+        self._chunking, self._values = corpus.chunking, corpus.class_values
         self._units_kept: tuple[tuple[int, int, int, int], Units] | None = None
         #: the mix over files this distribution made (``make_mix``); None unmixed
         self.files_mix: FilesMix | None = None
@@ -371,8 +371,8 @@ class Files:
         keep = np.ones(b - a, dtype=bool) if self._mask is None else self._mask[a:b]
         if self._chunking is None:
             return int(np.count_nonzero(keep))
-        lengths = np.asarray(self.planner.lengths[a:b])[keep]
-        return int(chunk_counts(lengths, *self._chunking).sum())
+        values = np.asarray(self._values[a:b])[keep]
+        return int(self._chunking.counts(values).sum())
 
     def _units(self, ep: EpochIndex, world0: int) -> Units:
         """The sub-epoch's units for the world size ``world0`` it starts with (kept: a resume
@@ -452,7 +452,7 @@ class Files:
         def buckets(seqs: np.ndarray) -> np.ndarray:
             lens = np.asarray(p.lengths[seqs])
             if p.units is not None:  # chunked: the kept sequences' chunks, by their windows
-                lens = p.units.codes_of(seqs, lens)[1]
+                lens = p.units.codes_of(seqs, p.corpus.class_values[seqs])[1]
             return self._bucket_of(lens)
 
         n_buckets = len(p.bucket_edges) + 1
@@ -554,7 +554,7 @@ class Files:
                     seqs = seqs[admitted]
                 lens = np.asarray(p.lengths[seqs])
                 if p.units is not None:  # chunked: the files' chunks, as codes, by windows
-                    seqs, lens = p.units.codes_of(seqs, lens)
+                    seqs, lens = p.units.codes_of(seqs, p.corpus.class_values[seqs])
             perm = rng_for(*p.head, *words, r).permutation(len(seqs))
             seqs, lens = seqs[perm], lens[perm]
             bucket = self._bucket_of(lens)
@@ -723,7 +723,7 @@ class Files:
         lens = np.asarray(p.lengths[seqs])
         units = seqs
         if p.units is not None:  # each slot's chunks, slot after slot
-            units, lens = p.units.codes_of(seqs, lens)
+            units, lens = p.units.codes_of(seqs, p.corpus.class_values[seqs])
             slot = np.cumsum(p.units.split(units)[1] == 0) - 1
             uses, pid = uses[slot], pid[slot]
         return uses * self._code_span + units, lens, pid

@@ -25,8 +25,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from seqloader.plan.chunk_batching import batcher_fits, fit_bounds
-from seqloader.plan.chunks import ChunkTable, chunk_counts
+from seqloader.plan.chunks import ChunkTable
 from seqloader.plan.epochs import part_bounds
+from seqloader.plan.indexed.chunks import ChunkGeometry
 from seqloader.plan.indexed.fixed import FixedOrder, cut_batcher
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.plan import ranges
@@ -108,22 +109,28 @@ def admitted_index(mask: np.ndarray | None, n: int) -> BucketIndex:
 
 
 class Chunking:
-    """How the sequences of a chunked plan expand: the length key's ``(size, step, min)`` gives
-    each sequence's chunk count (every chunked key gives the same, checked at admission), and
-    ``spec`` (every chunked key's ``(size, step)``) each chunk's window per key."""
+    """How the sequences of a chunked plan expand: the length key's ``(size, step, min)`` (or a
+    ``ChunkGeometry`` over each sequence's class value ``values``) gives each sequence's chunk
+    count (every chunked key gives the same, checked at admission), and ``spec`` (every
+    chunked key's ``(size, step)``) each chunk's window per key."""
 
     def __init__(
         self,
         lengths: Mapping[str, np.ndarray],
         key: str,
-        counting: tuple[int, int, int],
+        counting: tuple[int, int, int] | ChunkGeometry,
         spec: Mapping[str, tuple[int, int]],
+        values: np.ndarray | None = None,
     ) -> None:
-        self.lengths, self.key, self.counting, self.spec = lengths, key, counting, dict(spec)
+        self.lengths, self.key, self.spec = lengths, key, dict(spec)
+        self.geometry = (
+            counting if isinstance(counting, ChunkGeometry) else ChunkGeometry(*counting)
+        )
+        self.values = lengths[key] if values is None else values
 
     def counts(self, seqs: np.ndarray) -> np.ndarray:
         """Chunks of each sequence ``seqs`` -> int64."""
-        return chunk_counts(np.asarray(self.lengths[self.key][seqs]), *self.counting)
+        return self.geometry.counts(np.asarray(self.values[seqs]))
 
     def windows(self, key: str, seqs: np.ndarray, chunks: np.ndarray) -> np.ndarray:
         """Length in ``key`` of chunk ``chunks`` of sequences ``seqs`` (keys not chunked:

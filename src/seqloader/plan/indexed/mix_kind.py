@@ -179,7 +179,7 @@ def shard_mix(
     unchunked plan's mix streams over (``sorted``/``sorted_reverse``: one bucket per admitted
     length, the chunked plans' length classes; the others one bucket of the admitted sequences,
     built here: O(n) once per planner, as a node stores none for chunked plans)."""
-    index, lengths, admits = corpus.index, corpus.lengths, corpus.admits  # no mask made for it
+    index, lengths, admits = corpus.index, corpus.class_values, corpus.admits  # no mask made
     if corpus.units is None:  # sorted kinds: by the source's own sort key if it gives one
         return ShardMix(seed, mix, corpora, index, corpus.order_by, admits)
     if not (corpus.fixed or corpus.random):  # laplace, buckets:N: the slots' chunks bucketed

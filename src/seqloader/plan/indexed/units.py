@@ -20,9 +20,13 @@ import numpy as np
 
 from seqloader.plan.admission import cut_class, mean_len_cut
 from seqloader.plan.batches import BatchList
-from seqloader.plan.chunks import chunk_counts
 from seqloader.plan.epochs import EpochIndex
-from seqloader.plan.indexed.chunks import ChunkBuckets, ChunkWindows, window_lengths
+from seqloader.plan.indexed.chunks import (
+    ChunkBuckets,
+    ChunkGeometry,
+    ChunkWindows,
+    window_lengths,
+)
 from seqloader.plan.indexed.filter import epoch_filtered, selected
 from seqloader.plan.indexed.fixed import BoundsTable, FixedDraw, cut_positions
 from seqloader.plan.indexed.fixed_chunks import (
@@ -227,9 +231,9 @@ class PlannedSequences:
 
 class PlannedChunks:
     """Chunked: the bucket lists hold chunk codes (``ChunkBuckets``), sorted by their windows;
-    ``classes`` the admitted sequences by length (the planner's index), ``whole`` the length
-    key's whole lengths, ``spec`` the chunked keys' ``(size, step)``, ``chunking`` the length
-    key's ``(size, step, min_chunk_size)``, ``fixed`` how the fixed orders and ``random`` expand
+    ``classes`` the admitted sequences by length class (the planner's index), ``whole`` each
+    sequence's class value (``ChunkGeometry``: chunked length key, its length), ``spec`` the
+    chunked keys' ``(size, step)``, ``chunking`` a class's chunks (``ChunkGeometry``), ``fixed`` how the fixed orders and ``random`` expand
     a sequence (``fixed_chunks.Chunking``), ``mask`` the admitted sequences (None: all)."""
 
     def __init__(
@@ -239,7 +243,7 @@ class PlannedChunks:
         whole: np.ndarray,
         key: str,
         spec: Mapping[str, tuple[int, int]],
-        chunking: tuple[int, int, int],
+        chunking: ChunkGeometry,
         fixed: Chunking,
         mask: np.ndarray | None,
     ) -> None:
@@ -289,7 +293,7 @@ class PlannedChunks:
         if self.cuts_every_epoch(planner.options):
             base = replace(base, classes=part_classes(planner, ep))
         kept = np.diff(np.asarray(base.classes.starts, dtype=np.int64))  # [G] per length class
-        value = np.asarray(planner.index.longest, dtype=np.int64)  # [G] its length
+        value = self.chunking.whole(planner.index.longest)  # [G] its length
         dropped = []
         for mean in ask.means:
             low = mean_len_cut(kept, kept * value, lambda g: np.full(kept[g], value[g]), mean)
@@ -298,6 +302,8 @@ class PlannedChunks:
             if low < total:
                 g, inside = cut_class(kept, low)  # the class cut inside, its lowest kept
                 kept[g], kept[g + 1 :] = inside, 0
+                if self.chunking.per:  # classes of one length: its lowest indices over them
+                    tie_cut(base.classes, kept, value, g)
         units = base.kept(kept)
         words = (*planner.head_of(ask.order_rank), PURPOSE_INDEXED_MEMBERS, planner.seed_epoch(ep))
         draw = ChunkDraw(units, np.zeros(len(units.counts), np.int64), words)
@@ -307,7 +313,7 @@ class PlannedChunks:
         """From the length index (a class's members ascending: each corpus' range is a
         ``searchsorted``), times the chunks of each length. O(lengths x corpora)."""
         classes, bounds = self.classes, np.asarray(corpora.bounds, dtype=np.int64)
-        per_class = chunk_counts(np.asarray(classes.longest), *self.chunking)  # [G]
+        per_class = self.chunking.counts(classes.longest)  # [G]
         out = np.zeros(len(corpora.names), dtype=np.int64)
         for g in range(len(classes.longest)):
             members = classes.members[int(classes.starts[g]) : int(classes.starts[g + 1])]
@@ -337,6 +343,28 @@ class PlannedChunks:
         return BoundsTable(bounds), ChunkedFixedDraw(order, firsts, lo, hi - lo, self.fixed, stride)
 
 
+def tie_cut(classes: BucketIndex, kept: np.ndarray, value: np.ndarray, g: int) -> None:
+    """The length key not chunked, a filter's cut inside class ``g``: the classes of ``g``'s
+    length (adjacent, one per chunk count) keep, together, the lowest indices of their kept
+    members (RETURNN's (length, index) order) rather than ``g``'s alone; ``kept`` in place.
+
+    >>> classes = BucketIndex(np.array([4, 0, 3, 1, 2]), np.array([0, 2, 5]),
+    ...     np.array([21, 22]), np.array([22]))
+    >>> kept = np.array([2, 1])  # the cut fell inside class 1: three of length 7 kept
+    >>> tie_cut(classes, kept, np.array([7, 7]), 1); kept.tolist()
+    [1, 2]
+    """
+    same = np.flatnonzero(value == value[g])
+    lo, hi = int(same[0]), int(same[-1]) + 1
+    starts = np.asarray(classes.starts, dtype=np.int64)
+    total = int(kept[lo:hi].sum())
+    full = np.diff(starts)[lo:hi]  # the members each class of the length holds
+    members = np.asarray(classes.members[int(starts[lo]) : int(starts[hi])], dtype=np.int64)
+    owner = np.repeat(np.arange(hi - lo), full)
+    lowest = np.argsort(members, kind="stable")[:total]
+    kept[lo:hi] = np.bincount(owner[lowest], minlength=hi - lo)
+
+
 def planned_units(corpus: AdmittedCorpus) -> PlannedSequences | PlannedChunks:
     """The units an admitted corpus's bucket lists hold (made once per planner)."""
     if corpus.units is None:
@@ -345,7 +373,7 @@ def planned_units(corpus: AdmittedCorpus) -> PlannedSequences | PlannedChunks:
     return PlannedChunks(
         corpus.units,
         corpus.index,
-        corpus.lengths,
+        corpus.class_values,
         corpus.length_key,
         corpus.chunks.spec,
         corpus.chunking,
