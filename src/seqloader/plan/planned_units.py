@@ -1,9 +1,9 @@
 """A plan's units as those who check and count plans see them: sequences, or (chunked) chunks.
 
 A plan batches *units*: the sequences themselves, or with ``chunking`` each sequence's chunks
-(``seqloader.plan.chunks``). The audit's orders (``audit_order``), the simulation's exactly-once
-and load counts (``simulate``) and ``seqloader stats`` count units, so what differs between the
-two is answered by one object, made once per planner (``units_of``): ``SequenceUnits`` or
+(``seqloader.plan.chunks``). The audit's orders (``audit_order``) and its check of each delivered
+batch (``trainer/audit.py``), the simulation's exactly-once and load counts (``simulate``) and
+``seqloader stats`` count units, so what differs between the two is answered by one object, made once per planner (``units_of``): ``SequenceUnits`` or
 ``ChunkUnits``. Their callers are written once and do not test for chunking (the planners' own
 ``greedy/units.py`` and ``indexed/units.py`` are the same idea for planning itself).
 """
@@ -62,6 +62,16 @@ class PlannedUnits(Protocol):
         sequences admitted, sequences with only some of their units used)."""
         ...
 
+    def misplanned(self, seqs: np.ndarray, chunks: np.ndarray | None) -> str | None:
+        """What is wrong with delivered rows (sequence ``seqs``, chunk index ``chunks``) as
+        units of this plan, or None (the audit's check of a batch)."""
+        ...
+
+    def windows(self, seqs: np.ndarray, chunks: np.ndarray | None) -> dict[str, np.ndarray]:
+        """Each delivered row's length on the keys its unit cuts -> ``{key: int64 [rows]}``
+        (``{}`` for whole sequences: the source's lengths hold); rows ``misplanned`` accepts."""
+        ...
+
 
 @dataclass(frozen=True)
 class SequenceUnits:
@@ -98,6 +108,12 @@ class SequenceUnits:
     def sequences_used(self, counts: np.ndarray, admitted: np.ndarray) -> tuple[int, int, int]:
         return int(np.count_nonzero(counts)), int(admitted.sum()), 0
 
+    def misplanned(self, seqs: np.ndarray, chunks: np.ndarray | None) -> str | None:
+        return None
+
+    def windows(self, seqs: np.ndarray, chunks: np.ndarray | None) -> dict[str, np.ndarray]:
+        return {}
+
 
 @dataclass(frozen=True)
 class ChunkUnits:
@@ -109,6 +125,10 @@ class ChunkUnits:
     >>> units = ChunkUnits(table, "data")
     >>> units.of_seqs(np.array([1, 0])).tolist(), units.seqs_of(np.array([3, 0])).tolist()
     ([3, 0, 1, 2], [1, 0])
+    >>> units.misplanned(np.array([0, 1]), np.array([2, 1]))
+    'chunk indices [2, 1] not planned for [0, 1]'
+    >>> units.windows(np.array([0, 1]), np.array([2, 0]))["data"].tolist()
+    [1, 2]
     """
 
     table: ChunkTable
@@ -153,6 +173,19 @@ class ChunkUnits:
         per_seq = ran[first[1:]] - ran[first[:-1]]  # units used of each sequence
         partly = int(np.count_nonzero((per_seq > 0) & (per_seq < per_seq_chunks)))
         return int(np.count_nonzero(per_seq)), int(np.count_nonzero(per_seq_chunks)), partly
+
+    def misplanned(self, seqs: np.ndarray, chunks: np.ndarray | None) -> str | None:
+        if chunks is None or len(chunks) != len(seqs):
+            return "a chunked plan's batch without its chunk indices"
+        first = self.table.first
+        if (chunks < 0).any() or (first[seqs] + chunks >= first[seqs + 1]).any():
+            return f"chunk indices {chunks.tolist()} not planned for {seqs.tolist()}"
+        return None
+
+    def windows(self, seqs: np.ndarray, chunks: np.ndarray | None) -> dict[str, np.ndarray]:
+        assert chunks is not None, "rows that misplanned() refuses have no windows"
+        t = self.table
+        return {k: t.window(k, t.whole[k][seqs], chunks) for k in t.spec}
 
 
 class Chunked(PlannedInputs, Protocol):

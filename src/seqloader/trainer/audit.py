@@ -30,6 +30,7 @@ import numpy as np
 from seqloader.errors import EXAMPLES, AuditError, AuditWarning
 from seqloader.plan.audit_order import AuditRun
 from seqloader.plan.batches import BatchList
+from seqloader.plan.planned_units import units_of
 from seqloader.plan.planners import EpochPlan, Planner
 from seqloader.plan.position import Position
 from seqloader.plan.topology import Topology
@@ -290,6 +291,7 @@ class EpochAuditor:
         self.history = history  # distribution="files": earlier segments of the epoch (Position)
         self.order_world_size = order_world_size  # buckets:N orders depend on it (Position)
         self.planner, self.plan, self.share = planner, plan, share
+        self.units = units_of(planner)  # sequences or chunks: what a delivered row is
         self.rank, self.world_size, self.epoch = rank, world_size, epoch
         self.first_step = first_step  # Batch.step of this run's first batch
         self.start_steps = start_steps  # steps of the segment plan consumed before this run
@@ -365,20 +367,16 @@ class EpochAuditor:
         self._skipped.append(np.asarray([i for i in rest if i in real_planned], dtype=np.int64))
         self._check_identity(batch, got, step)
 
-    def _chunk_lengths(self, batch: Delivered, got: np.ndarray, step: int) -> dict[str, np.ndarray]:
-        """Chunked plans: the planned chunk of each delivered row, checked, and each chunked
-        key's window length -> ``{key: int64 [B]}`` (empty when unchunked or a mismatch)."""
-        chunks = self.planner.chunks
-        if chunks is None:
+    def _windows(self, batch: Delivered, got: np.ndarray, step: int) -> dict[str, np.ndarray]:
+        """Each delivered row's planned unit, checked (chunked: its chunk index), and its length
+        on each key the unit cuts -> ``{key: int64 [B]}`` (empty for whole sequences or a
+        mismatch)."""
+        chunks = None if batch.chunks is None else batch.chunks.numpy()
+        wrong = self.units.misplanned(got, chunks)
+        if wrong is not None:
+            self._error(f"step {step}: {wrong}")
             return {}
-        if batch.chunks is None or len(batch.chunks) != len(got):
-            self._error(f"step {step}: a chunked plan's batch without its chunk indices")
-            return {}
-        c = batch.chunks.numpy()
-        if (c < 0).any() or (chunks.first[got] + c >= chunks.first[got + 1]).any():
-            self._error(f"step {step}: chunk indices {c.tolist()} not planned for {got.tolist()}")
-            return {}
-        return {k: chunks.window(k, chunks.whole[k][got], c) for k in chunks.spec}
+        return self.units.windows(got, chunks)
 
     def _check_identity(self, batch: Delivered, got: np.ndarray, step: int) -> None:
         tags = batch.seq_tags
@@ -389,7 +387,7 @@ class EpochAuditor:
                 return
         if not self.check_lengths:
             return
-        windows = self._chunk_lengths(batch, got, step)
+        windows = self._windows(batch, got, step)
         for key, delivered in batch.lengths.items():
             lens = delivered.numpy()
             want_lens = windows[key] if key in windows else self.source.lengths(key)[got]
