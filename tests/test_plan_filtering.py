@@ -3,6 +3,8 @@ sequences they name and count them; a sequence that fits no batch is an error na
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -93,3 +95,33 @@ def test_an_all_filtered_corpus_plans_empty_epochs() -> None:
     plan = planner.global_plan(1, 4)
     assert planner.num_admitted == 0
     assert plan.steps == 0 and len(plan.batches) == 0
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(st.integers(1, 400), min_size=1, max_size=40),
+    st.integers(20, 400),
+    st.sampled_from([5, 10, 100]),
+    st.sampled_from([{"max_packed_frames": 10**6}, {"chunking": "1000:500"}]),
+)
+def test_a_quadratic_cost_names_the_longest_length_that_fits(
+    lengths: list[int], max_frames: int, q: int, more: dict
+) -> None:
+    """Under ``batch_cost="quadratic:Q"`` with a limit beside it (a per-key check), a sequence
+    that costs more than ``max_frames`` alone is refused naming the longest length that fits:
+    ``max_seq_length`` of that length filters exactly those and the rest plans."""
+    data = np.array(lengths)
+    cost = f"quadratic:{q}"
+    options = {"max_frames": max_frames, "batch_cost": cost, "planning": "global", **more}
+    fits = np.flatnonzero(data * q + data * data <= max_frames * q)
+    if len(fits) == len(data):
+        Planner({"data": data}, PlanOptions(**options))
+        return
+    with pytest.raises(SequenceTooLongError) as e:
+        Planner({"data": data}, PlanOptions(**options))
+    longest = (math.isqrt(q * q + 4 * max_frames * q) - q) // 2
+    while (longest + 1) * (q + longest + 1) <= max_frames * q:
+        longest += 1
+    assert f"max_seq_length={{'data': {longest}}}" in str(e.value)
+    assert f"costing more than max_frames['data']={max_frames} (batch_cost={cost})" in str(e.value)
+    Planner({"data": data}, PlanOptions(**options, max_seq_length=longest))

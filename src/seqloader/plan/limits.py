@@ -140,21 +140,25 @@ class Batcher:
         ``seq_of``: those sequences (int64 ``[m]``)."""
         lim = self.limits
         q = lim.cost.quadratic
-        checks = [(k, "max_frames", lim.units(k, longest[k]) > b, b if q is None else b // q)
-                  for k, b in lim.padded.items()]  # fmt: skip
+        # (key, option, over, the limit in frames, the longest length that fits it alone)
+        frames = {k: b if q is None else b // q for k, b in lim.padded.items()}
+        checks = [(k, "max_frames", lim.units(k, longest[k]) > b, frames[k],
+                   lim.cost.longest_fitting(frames[k])) for k, b in lim.padded.items()]  # fmt: skip
         name = "max_frames" if lim.cost.packed else "max_packed_frames"
-        checks += [(k, name, longest[k] > b, b) for k, b in lim.packed.items()]
-        for key, option, over, shown in checks:
+        checks += [(k, name, longest[k] > b, b, b) for k, b in lim.packed.items()]
+        for key, option, over, shown, fits in checks:
             bad = np.flatnonzero(over)
             if not len(bad):
                 continue
             u = int(bad[0])
             named = sequence_named(int(seq_of[u]), tags, origin)
+            quadratic = q is not None and option == "max_frames"  # its cost, not its frames
+            than = f"costing more than {option}[{key!r}]={shown} (batch_cost={lim.cost})"
             raise SequenceTooLongError(
-                f"{what} of {named} has {int(longest[key][u])} "
-                f"frames of {key!r}, more than {option}[{key!r}]={shown} allows, so it fits no "
-                f"batch ({len(bad)} like this). Fix: raise {option} for {key!r}, or set "
-                f"max_seq_length={{{key!r}: {shown}}} to filter such sequences (counted in the "
+                f"{what} of {named} has {int(longest[key][u])} frames of {key!r}, "
+                f"{than if quadratic else f'more than {option}[{key!r}]={shown}'} allows, so it "
+                f"fits no batch ({len(bad)} like this). Fix: raise {option} for {key!r}, or set "
+                f"max_seq_length={{{key!r}: {fits}}} to filter such sequences (counted in the "
                 "report)."
             )
 
