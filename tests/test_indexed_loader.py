@@ -244,6 +244,38 @@ def test_audit_of_a_chunked_indexed_epoch() -> None:
     assert report is not None and report.planned_seqs == len(rows)
 
 
+def test_audit_of_an_indexed_epoch_with_the_length_key_unchunked() -> None:
+    """Chunking only ``classes`` (``data``, the length key, whole in every chunk): the audit
+    checks each delivered row's chunk and window, every row's ``data`` is its whole sequence,
+    and the delivered chunks are the planned ones."""
+    lengths = np.random.default_rng(3).integers(1, 12, 30)
+    source = sl.MemorySource(
+        {
+            "data": [np.full((int(t), 1), i, np.float32) for i, t in enumerate(lengths)],
+            "classes": [np.full(-(-int(t) // 2), i, np.int32) for i, t in enumerate(lengths)],
+        }
+    )
+    loader = sl.SeqLoader(source, ordering="buckets:3", chunking={"classes": (2, 1)}, audit=True,
+                          max_seqs=3, max_frames=40)  # fmt: skip
+    assert loader.planner.options.planning == "indexed"
+    rows = []
+    for b in loader.epoch(1):
+        for i, c, whole, n, m in zip(
+            b.seq_indices.tolist(),
+            b.chunks.tolist(),
+            b.lengths["data"].tolist(),
+            b.lengths["classes"].tolist(),
+            b.mask.tolist(),
+        ):
+            if m:
+                rows.append((i, c))
+                assert whole == lengths[i] and 1 <= n <= 2
+    units = loader.planner.sub_epoch_units(1)
+    assert sorted(rows) == sorted(zip(units.seqs.tolist(), units.chunks.tolist()))
+    report = loader.report()
+    assert report is not None and report.planned_seqs == len(rows)
+
+
 @pytest.mark.slow
 def test_chunked_same_batches_with_dataloader_workers() -> None:
     """C3 for chunked indexed plans: 2 real worker processes deliver the batches (rows cut to
