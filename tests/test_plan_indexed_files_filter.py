@@ -11,6 +11,7 @@ resume chains W -> W' -> W'', determinism). Global planning still refuses it by 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import numpy as np
@@ -18,9 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plan_contracts import check_plan_contracts
+from plan_contracts import Checked, check_plan_contracts
 from seqloader.errors import OptionError
-from seqloader.plan import PlanOptions
+from seqloader.plan import BatchList, EpochPlan, PlanOptions
 from seqloader.plan.admission import mean_filtered
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.planners import make_planner
@@ -90,25 +91,41 @@ def test_files_filter_keeps_one_set_per_sub_epoch_and_every_contract(case: dict)
     epochs = range(1, parts + 2)
     expected = {e: kept_set(case, plain, e) for e in epochs}
 
-    def filter_applied(planner: IndexedPlanner, epoch: int, plan) -> None:
-        kept, _ = expected[epoch]
-        assert np.isin(plan.batches.seqs, kept).all()  # fillers too: a kept sequence
+    def planned(planner: IndexedPlanner, epoch: int, world: int) -> np.ndarray:
+        return np.unique(planner.sub_epoch_order(epoch, 0, world))  # chunked: each kept's chunks
 
     factory = partial(planner_of, case)
-    checked = check_plan_contracts(
-        factory, case["worlds"], [0.5, 0.4], epochs, each_plan=filter_applied
+    checked = check_filtered(
+        factory, case["worlds"], expected, lambda batches: batches.seqs, planned
     )
-    planner = factory()
     for epoch in epochs:
+        if case["worlds"][0] not in checked.refused:
+            assert np.isin(checked.consumed[epoch].seqs, expected[epoch][0]).all()
+
+
+def check_filtered(
+    factory: Callable[[], IndexedPlanner],
+    worlds: list[int],
+    expected: dict[int, tuple[np.ndarray, int]],
+    members: Callable[[BatchList], np.ndarray],
+    planned: Callable[[IndexedPlanner, int, int], np.ndarray],
+) -> Checked:
+    """Every contract over ``expected``'s epochs (each: (its kept set, sorted; how many the
+    filter left out)), every plan's ``members`` (fillers too) in the kept set; the sub-epoch's
+    ``planned`` members exactly the kept set and the report's count what it left out."""
+
+    def filter_applied(planner: IndexedPlanner, epoch: int, plan: EpochPlan) -> None:
+        assert np.isin(members(plan.batches), expected[epoch][0]).all()
+
+    epochs = sorted(expected)
+    checked = check_plan_contracts(factory, worlds, [0.5, 0.4], epochs, each_plan=filter_applied)
+    planner = factory()
+    for epoch in epochs if worlds[0] not in checked.refused else ():
         kept, left_out = expected[epoch]
-        if case["worlds"][0] in checked.refused:
-            continue
-        planned = planner.sub_epoch_order(epoch, 0, case["worlds"][0])
-        np.testing.assert_array_equal(np.unique(planned), kept)  # chunked: each kept's chunks
+        np.testing.assert_array_equal(planned(planner, epoch, worlds[0]), kept)
         counted = planner.filtered(epoch)
         assert sum(v for k, v in counted.items() if k.startswith("epoch_wise_filter")) == left_out
-        consumed = checked.consumed[epoch]
-        assert np.isin(consumed.seqs, kept).all()
+    return checked
 
 
 def test_global_planning_refuses_it_by_name() -> None:

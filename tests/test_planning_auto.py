@@ -340,8 +340,14 @@ AUDIT_GRID = {
 
 
 def refused_by_both(o: dict) -> bool:
-    """The audit's list of option sets both plannings refuse (so ``auto`` too)."""
-    return o.get("epoch_wise_filter") is not None and o.get("mix") is not None
+    """The audit's list of option sets both plannings refuse (so ``auto`` too): a mix with
+    ``epoch_wise_filter`` other than sharded ``laplace``/``buckets:N`` unchunked."""
+    planned = (
+        o.get("distribution") == "shard"
+        and str(o["ordering"]).split(":")[0] in ("laplace", "buckets")
+        and o.get("chunking") is None
+    )
+    return o.get("epoch_wise_filter") is not None and o.get("mix") is not None and not planned
 
 
 def test_auto_resolves_every_option_set_to_indexed_or_both_refuse_it() -> None:
@@ -354,7 +360,7 @@ def test_auto_resolves_every_option_set_to_indexed_or_both_refuse_it() -> None:
         opts = {**opts, **given_["filters"], **given_["limits"]}
         if refused_by_both(opts):
             for planning in ("auto", "indexed", "global"):
-                with pytest.raises(OptionError, match=r"not supported with"):
+                with pytest.raises(OptionError, match=r"not (supported|planned) with"):
                     PlanOptions(**opts, planning=planning)
             continue
         assert PlanOptions(**opts).resolved_planning == "indexed", opts

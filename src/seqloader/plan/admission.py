@@ -146,6 +146,11 @@ def epoch_filters(spec: EpochFilter | None, epoch: int) -> list[float]:
     return [m for first, last, m in spec if first <= epoch and (last is None or epoch <= last)]
 
 
+def filter_reason(mean: float, epoch: int) -> str:
+    """The report's reason for what ``max_mean_len=mean`` leaves out of ``epoch``."""
+    return f"epoch_wise_filter max_mean_len={mean:g} (epoch {epoch})"
+
+
 def counted_filters(
     part: np.ndarray, filters: Iterable[tuple[str, Callable[[np.ndarray], np.ndarray]]]
 ) -> tuple[np.ndarray, dict[str, int]]:
@@ -179,10 +184,7 @@ def mean_filtered(
     means = epoch_filters(spec, epoch)
     return counted_filters(
         part,
-        (
-            (f"epoch_wise_filter max_mean_len={m:g} (epoch {epoch})", partial(_mean_keep, by, m))
-            for m in means
-        ),
+        ((filter_reason(m, epoch), partial(_mean_keep, by, m)) for m in means),
     )
 
 

@@ -384,14 +384,38 @@ class PlanOptions:
                 "distribution='shard' without mix"
             )
         files = self.distribution == "files" and self._resolved != "indexed"
-        if self.epoch_wise_filter is not None and (global_buckets or self.mix is not None or files):
+        if self.epoch_wise_filter is not None and (global_buckets or files):
             raise OptionError(
                 "epoch_wise_filter: not supported with ordering='buckets:N' or "
-                "distribution='files' (unless planning='indexed', which filters each "
-                "sub-epoch's files as one set), or mix (not planned yet: the mix's sub-epoch "
-                "slots are not filtered); use another ordering with distribution='shard' or "
-                "'random_seed_offset', or drop the mix"
+                "distribution='files' unless planning='indexed' (which filters each "
+                "sub-epoch's files as one set); use planning='indexed', or another ordering "
+                "with distribution='shard' or 'random_seed_offset'"
             )
+        if self.epoch_wise_filter is not None and self.mix is not None:
+            self._check_mix_filter()
+
+    def _check_mix_filter(self) -> None:
+        """``epoch_wise_filter`` with a ``mix``: planned by indexed planning with
+        ``distribution='shard'``, ``laplace``/``buckets:N`` and no chunking (the sub-epoch's
+        slots filtered once as one set); every other combination refused by its name."""
+        planned = self._parsed.kind in ("laplace", "buckets") and self.chunking is None
+        if self._resolved == "indexed" and self.distribution == "shard" and planned:
+            return
+        if self._resolved != "indexed":
+            what, fix = (
+                "planning='global' (it selects no mixed sub-epoch set)",
+                "planning='indexed'",
+            )
+        else:
+            what = f"distribution={self.distribution!r}, ordering={self.ordering!r}" + (
+                ", chunking" if self.chunking is not None else ""
+            )
+            fix = "distribution='shard' with ordering='laplace' or 'buckets:N', unchunked"
+        raise OptionError(
+            f"epoch_wise_filter with mix: not planned with {what} (the mix's sub-epoch slots "
+            f"are filtered as one set only by the sharded laplace and buckets:N plans); use {fix}, "
+            "or drop the mix or the filter"
+        )
 
     def _indexed_refusal(self) -> str | None:
         """Why indexed planning does not plan these options (None: it does): raised by name, with

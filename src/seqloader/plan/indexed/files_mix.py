@@ -238,6 +238,10 @@ class FilesMix:
         """None: as ``random_cut``."""
         return None
 
+    def filtered_reasons(self, ep: EpochIndex, parts: int) -> dict[str, int]:
+        """Nothing: ``epoch_wise_filter`` with a mix over files is refused (``PlanOptions``)."""
+        return {}
+
     def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
         """(sequence, corpus epoch) of every slot of sub-epoch ``ep``: its pieces' slots, piece
         after piece (O(n): for checks)."""

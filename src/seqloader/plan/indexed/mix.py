@@ -47,6 +47,7 @@ from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.epochs import EpochIndex, part_cut
 from seqloader.plan.indexed.bijection import BIG, Bijection, evaluate_many
 from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.mix_filter import MixFilter, MixKept, mix_kept
 from seqloader.plan.mix import (
     USES_DTYPE,
     Corpora,
@@ -165,9 +166,12 @@ class IndexedMix:
         index: BucketIndex,
         lengths: np.ndarray,
         admits: Callable[[np.ndarray], np.ndarray | None] | None = None,
+        wise: MixFilter | None = None,
     ) -> None:
         """``admits``: which of the given sequences are admitted (bool, or None: all; None: no
-        filter; ``AdmittedCorpus.admits``), read by ``check`` alone."""
+        filter; ``AdmittedCorpus.admits``), read by ``check`` alone. ``wise``:
+        ``epoch_wise_filter`` on the sub-epochs' slots (``mix_filter``; ``laplace``,
+        ``buckets:N``: the counts and draws the planner asks are the kept ones)."""
         self.seed, self.corpora, self.index = seed, corpora, index
         self.rates = resolve_rates(mix, corpora)
         self.offsets = corpus_offsets(index, corpora.bounds)  # [N, C + 1]
@@ -177,6 +181,8 @@ class IndexedMix:
         refuse_empty_corpora(corpora, self.sizes)
         check_mix_slots(corpora.names, self.rates, self.sizes)
         self._last: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
+        self.wise = wise
+        self._kept: tuple[int, MixKept | None] | None = None  # the last filtered sub-epoch asked
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -227,12 +233,49 @@ class IndexedMix:
     # ---- what the indexed planner asks (``MixKind``) ----
     def bucket_counts(self, ep: EpochIndex, parts: int) -> np.ndarray:
         """Slots per bucket of sub-epoch ``ep`` -> int64 ``[N]``: every (bucket, corpus)
-        segment cut on its own."""
+        segment cut on its own (filtered: the kept slots)."""
+        kept = self.kept(ep, parts)
+        if kept is not None:
+            return kept.counts
         return self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
 
     def bucket_draw(self, ep: EpochIndex, parts: int) -> Draw:
-        """The slots of sub-epoch ``ep`` per bucket position (``draw``)."""
+        """The slots of sub-epoch ``ep`` per bucket position (``draw``; filtered: the kept)."""
+        kept = self.kept(ep, parts)
+        if kept is not None:
+            return kept.draw
         return self.draw(ep.full_epoch, ep.part, parts)
+
+    def kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
+        """``epoch_wise_filter`` on sub-epoch ``ep``'s slots (``mix_filter``), None where none
+        applies; kept for the last sub-epoch asked (counts and draw ask alike)."""
+        if self.wise is None:
+            return None
+        last = self._kept
+        if last is not None and last[0] == ep.epoch:
+            return last[1]
+        count = self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
+        draw = self.draw(ep.full_epoch, ep.part, parts)
+        kept = mix_kept(self.wise.spec, ep, count, draw, self._lengths)
+        self._kept = (ep.epoch, kept)
+        return kept
+
+    def filtered_reasons(self, ep: EpochIndex, parts: int) -> dict[str, int]:
+        """What ``epoch_wise_filter`` left out of sub-epoch ``ep``, by the report's reasons."""
+        kept = self.kept(ep, parts)
+        return dict(kept.reasons) if kept is not None else {}
+
+    def left_out(self, full_epoch: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, corpus epoch) of every slot ``epoch_wise_filter`` left out of full epoch
+        ``full_epoch``'s sub-epochs (O(slots of the buckets cut): for checks)."""
+        seqs, uses = [np.zeros(0, np.int64)], [np.zeros(0, USES_DTYPE)]
+        for part in range(parts):
+            kept = self.kept(EpochIndex(full_epoch * parts + part + 1, parts), parts)
+            if kept is not None:
+                s, k = kept.left_out()
+                seqs.append(s)
+                uses.append(k)
+        return np.concatenate(seqs), np.concatenate(uses)
 
     def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray] | None:
         """None: a sub-epoch's slots are listed from the plan's batches (the keyed order of a
@@ -244,7 +287,24 @@ class IndexedMix:
         sub-epoch's end: its stream positions up to there, summed over buckets)."""
         lo, count = self.part(ep.full_epoch, ep.part, parts)
         start, _ = self.spans(ep.full_epoch)
-        return count.sum(axis=0), self.progress(ep.full_epoch, (lo + count - start).sum(axis=0))
+        here = count.sum(axis=0) - self._left_per_corpus(ep, parts, count)
+        return here, self.progress(ep.full_epoch, (lo + count - start).sum(axis=0))
+
+    def _left_per_corpus(self, ep: EpochIndex, parts: int, count: np.ndarray) -> np.ndarray:
+        """Slots per corpus ``epoch_wise_filter`` left out of sub-epoch ``ep`` -> int64 ``[C]``
+        (``count``: the sub-epoch's ``[N, C]``): the buckets dropped whole from the counts, the
+        one cut inside from its kept slots. The streams' positions move on as without it."""
+        out = np.zeros(count.shape[1], dtype=np.int64)
+        kept = self.kept(ep, parts)
+        if kept is None:
+            return out
+        for b in np.flatnonzero(kept.counts < kept.full).tolist():
+            k = int(kept.counts[b])
+            pos = np.arange(k, dtype=np.int64)
+            seqs = kept.draw.slots(np.full(k, b, dtype=np.int64), pos)[0]
+            here = np.bincount(self.corpora.corpus_of(seqs), minlength=count.shape[1])
+            out += count[b] - here
+        return out
 
     # ---- members ----
     def draw(self, full_epoch: int, part: int, parts: int) -> MixDraw:
@@ -311,7 +371,8 @@ class IndexedMix:
 
     def select(self, full_epoch: int) -> Selection:
         """The whole full epoch in canonical order (ascending sequence, uses adjacent in corpus
-        epoch order): O(n), for checks and tests."""
+        epoch order): O(n), for checks and tests. With ``epoch_wise_filter``: the slots its
+        sub-epochs keep (the spans stay the streams')."""
         start, end = self.spans(full_epoch)
         cache: _Cache = {}
         seqs, uses = [np.zeros(0, np.int64)], [np.zeros(0, USES_DTYPE)]
@@ -322,6 +383,13 @@ class IndexedMix:
             seqs.append(s)
             uses.append(u)
         all_seqs, all_uses = np.concatenate(seqs), np.concatenate(uses)
+        if self.wise is not None:
+            gone_seqs, gone_uses = self.left_out(full_epoch, self.wise.parts)
+            n = int(self.corpora.bounds[-1]) + 1
+            gone = np.isin(
+                all_uses.astype(np.int64) * n + all_seqs, gone_uses.astype(np.int64) * n + gone_seqs
+            )
+            all_seqs, all_uses = all_seqs[~gone], all_uses[~gone]
         order = np.lexsort((all_uses, all_seqs))
         spans = tuple(
             (int(a), int(e)) for a, e in zip(start.sum(axis=0), end.sum(axis=0), strict=True)
@@ -352,7 +420,8 @@ class IndexedMix:
         """Per-corpus exactly-once over the complete consecutive full epochs ``full_epochs`` from
         the real slots delivered (``seqs``, ``uses``): no (sequence, corpus epoch) pair twice, only
         admitted sequences, and per (bucket, corpus) every corpus epoch used as often as the
-        covered stream positions overlap it (so a corpus epoch inside the span is complete)."""
+        covered stream positions overlap it (so a corpus epoch inside the span is complete),
+        less the slots ``epoch_wise_filter`` left out (none of which may be used)."""
         fulls = sorted(set(int(f) for f in full_epochs))
         if fulls != list(range(fulls[0], fulls[0] + len(fulls))):
             raise ValueError(f"full epochs must be consecutive, got {fulls}")
@@ -366,14 +435,18 @@ class IndexedMix:
         admitted = None if self._admits is None else self._admits(seqs)
         if admitted is None:
             admitted = np.ones(len(seqs), bool)
+        gone_s, gone_k = self._left_out_of(fulls)
+        gone_c, gone_b = self.corpora.corpus_of(gone_s), self.bucket_of(gone_s)
         problems: list[str] = []
         out = []
         n_all = int(self.corpora.bounds[-1]) + 1
         for c, name in enumerate(self.corpora.names):
-            mine = corpus == c
+            mine, left = corpus == c, gone_c == c
             s, k, bk = seqs[mine], uses[mine], bucket[mine]
             problems += _pair_problems(name, s, k, ~admitted[mine], n_all)
-            bad, firsts, lasts = _stream_problems(self.counts[:, c], start[:, c], end[:, c], bk, k)
+            problems += _filtered_problems(name, s, k, gone_s[left], gone_k[left], n_all)
+            counts, a, e = self.counts[:, c], start[:, c], end[:, c]
+            bad, firsts, lasts = _stream_problems(counts, a, e, bk, k, (gone_b[left], gone_k[left]))
             if bad:
                 problems.append(f"{name}: " + "; ".join(bad[:3]))
             complete = (max(firsts) + 1, min(lasts) + 1) if firsts else (1, 0)
@@ -388,6 +461,31 @@ class IndexedMix:
                 )
             )
         return MixCheck(tuple(out), problems)
+
+    def _left_out_of(self, fulls: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, corpus epoch int64) of the slots ``epoch_wise_filter`` left out of the
+        full epochs ``fulls``."""
+        seqs, uses = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        wise = self.wise
+        for f in fulls if wise is not None else ():
+            assert wise is not None
+            s, k = self.left_out(f, wise.parts)
+            seqs.append(s)
+            uses.append(k.astype(np.int64))
+        return np.concatenate(seqs), np.concatenate(uses)
+
+
+def _filtered_problems(
+    name: str, s: np.ndarray, k: np.ndarray, gone_s: np.ndarray, gone_k: np.ndarray, n_all: int
+) -> list[str]:
+    """Corpus ``name``'s uses (``s``, ``k``) of slots ``epoch_wise_filter`` left out."""
+    used = np.isin(k * n_all + s, gone_k * n_all + gone_s)
+    if not used.any():
+        return []
+    return [
+        f"{name}: {int(used.sum())} uses of slots epoch_wise_filter left out of their sub-epoch "
+        f"(e.g. #{int(s[used][0])} in corpus epoch {int(k[used][0]) + 1})"
+    ]
 
 
 def _pair_problems(
@@ -414,11 +512,17 @@ def _pair_problems(
 
 
 def _stream_problems(
-    counts: np.ndarray, start: np.ndarray, end: np.ndarray, bk: np.ndarray, k: np.ndarray
+    counts: np.ndarray,
+    start: np.ndarray,
+    end: np.ndarray,
+    bk: np.ndarray,
+    k: np.ndarray,
+    gone: tuple[np.ndarray, np.ndarray],
 ) -> tuple[list[str], list[int], list[int]]:
     """One corpus' uses per bucket (``bk``: bucket, ``k``: corpus epoch of each use) against the
-    stream positions ``[start, end)`` per bucket of its ``counts`` members: (what is wrong, and
-    per bucket with members the first and last corpus epoch the span covers completely)."""
+    stream positions ``[start, end)`` per bucket of its ``counts`` members, less the slots
+    filtered out (``gone``: their buckets and corpus epochs): (what is wrong, and per bucket with
+    members the first and last corpus epoch the span covers completely)."""
     bad: list[str] = []
     firsts, lasts = [], []
     for b in range(len(counts)):
@@ -433,6 +537,8 @@ def _stream_problems(
         lasts.append(e // n - 1)
         ks = np.arange(a // n, max(e - 1, a) // n + 1, dtype=np.int64)
         want = np.maximum(np.minimum(e, (ks + 1) * n) - np.maximum(a, ks * n), 0)
+        gone_k = gone[1][gone[0] == b]
+        want -= np.array([int(np.count_nonzero(gone_k == x)) for x in ks.tolist()], np.int64)
         kb = k[here]
         got = np.array([int(np.count_nonzero(kb == x)) for x in ks.tolist()], np.int64)
         outside = len(kb) - int(got.sum())

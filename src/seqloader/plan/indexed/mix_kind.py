@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
+from seqloader.plan.admission import EpochFilter
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import BoundsTable, ListedOrder
 from seqloader.plan.indexed.fixed_chunks import Chunking
@@ -31,6 +32,7 @@ from seqloader.plan.indexed.mix_cuts import (
     mix_cuts,
     mix_fixed_cuts,
 )
+from seqloader.plan.indexed.mix_filter import MixFilter
 from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
@@ -63,6 +65,10 @@ class MixKind(EpochMix, Protocol):
     def corpus_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, list[CorpusProgress]]:
         """(slots per corpus in sub-epoch ``ep`` (all ranks) -> int64 ``[C]``, every corpus'
         progress at the sub-epoch's end), from the mix's counts."""
+        ...
+
+    def filtered_reasons(self, ep: EpochIndex, parts: int) -> dict[str, int]:
+        """What ``epoch_wise_filter`` left out of sub-epoch ``ep``'s slots, by reason."""
         ...
 
     def random_cut(
@@ -167,6 +173,15 @@ class ChunkedShardMix(ShardMix):
         return chunked_mix_cut(order, used, size, batcher, c.chunking, c.stride, max(size, 1))
 
 
+def mix_filter(corpus: AdmittedCorpus) -> MixFilter | None:
+    """``epoch_wise_filter`` on the mix's sub-epoch slots where the sharded mix plans it
+    (``laplace``, ``buckets:N``, unchunked; ``PlanOptions`` refuses the other mixes by name)."""
+    o = corpus.options
+    if o.epoch_wise_filter is None or corpus.fixed or corpus.random or corpus.units is not None:
+        return None
+    return MixFilter(cast(EpochFilter, o.epoch_wise_filter), o.partition_epoch)  # normalised
+
+
 def shard_mix(
     seed: int,
     mix: Mapping[str, float | Fraction | str],
@@ -181,7 +196,7 @@ def shard_mix(
     built here: O(n) once per planner, as a node stores none for chunked plans)."""
     index, lengths, admits = corpus.index, corpus.class_values, corpus.admits  # no mask made
     if corpus.units is None:  # sorted kinds: by the source's own sort key if it gives one
-        return ShardMix(seed, mix, corpora, index, corpus.order_by, admits)
+        return ShardMix(seed, mix, corpora, index, corpus.order_by, admits, mix_filter(corpus))
     if not (corpus.fixed or corpus.random):  # laplace, buckets:N: the slots' chunks bucketed
         return ChunkedBucketMix(corpus.units, seed, mix, corpora, index, lengths, admits)
     if corpus.options.parsed_ordering.kind not in ("sorted", "sorted_reverse"):

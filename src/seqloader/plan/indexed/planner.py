@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from seqloader.plan.admission import epoch_filters, mean_filtered
+from seqloader.plan.admission import epoch_filters, filter_reason, mean_filtered
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
@@ -494,7 +494,12 @@ class IndexedPlanner:
             for reason, count in self._filtered_part(ep)[2].items():
                 out[reason] = out.get(reason, 0) + count
             return out
-        if (self.options.epoch_wise_filter or self.selections) and self.mix is None:
+        if self.mix is not None:  # the mix's sub-epoch slots it left out
+            parts = self.options.partition_epoch
+            for reason, count in self.mix.filtered_reasons(EpochIndex(epoch, parts), parts).items():
+                out[reason] = out.get(reason, 0) + count
+            return out
+        if self.options.epoch_wise_filter or self.selections:
             cut = self._epoch_cut(EpochIndex(epoch, self.options.partition_epoch), 0)
             for reason, count in (cut.reasons if cut is not None else {}).items():
                 out[reason] = out.get(reason, 0) + count
@@ -575,7 +580,7 @@ class IndexedPlanner:
         cut = self.planned.cut(self, CutAsk(ep, order_rank, means, chosen))
         for m, d in zip(means, cut.dropped, strict=True):  # after the selections' drops
             if d:
-                cut.reasons[f"epoch_wise_filter max_mean_len={m:g} (epoch {ep.epoch})"] = d
+                cut.reasons[filter_reason(m, ep.epoch)] = d
         self._cut_kept = ((ep.epoch, order_rank), cut)
         return cut
 

@@ -1,0 +1,184 @@
+"""``epoch_wise_filter`` with a sharded ``mix`` under indexed planning (``laplace``,
+``buckets:N``; hypothesis; pure numpy): in the epochs of a filter's range each sub-epoch's
+``(sequence, corpus epoch)`` slots are filtered once, as one set (RETURNN's ``max_mean_len``
+selection by (length, sequence, corpus epoch)), for every rank and world size; a filtered slot's
+corpus epoch is not made up later, and what is left out is counted per epoch.
+
+Checked: no batch holds a slot the filter leaves out of its sub-epoch (fillers included); the
+sub-epoch plans exactly the kept set, computed here from the unfiltered planner's slots with the
+filter both plannings share (``admission.mean_filtered``); the report counts what it left out;
+every contract holds (``check_plan_contracts``: the mix's exactly-once less the filtered slots,
+equal steps, resume chains W -> W' -> W'', determinism); the mix check still finds a slot used
+twice, lost, or filtered. The other mixes stay refused by name."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqloader.errors import OptionError
+from seqloader.plan import PlanOptions
+from seqloader.plan.admission import mean_filtered
+from seqloader.plan.indexed.planner import IndexedPlanner
+from seqloader.plan.mix import Corpora
+from test_plan_indexed import indexed_digest
+from test_plan_indexed_files_filter import check_filtered
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> dict:
+    n = draw(st.integers(12, 140))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    data = rng.integers(1, draw(st.sampled_from([30, 120])) + 1, size=n).astype(np.int64)
+    cut = draw(st.integers(4, n - 4))
+    first = draw(st.integers(1, 2))
+    options = {
+        "ordering": draw(st.sampled_from(["laplace:.6", "buckets:3"])),
+        "max_seqs": draw(st.one_of(st.none(), st.integers(1, 9))),
+        "max_frames": draw(st.sampled_from([None, 400])),
+        "partition_epoch": draw(st.integers(1, 2)),
+        "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
+        "seed": draw(st.integers(0, 5)),
+        "mix": {"a": draw(st.sampled_from([0.5, 1, 1.5])), "b": draw(st.sampled_from([1, 2.5]))},
+        "epoch_wise_filter": {
+            (first, draw(st.sampled_from([first, 3, None]))): {
+                "max_mean_len": draw(st.sampled_from([5, 12.5, 40]))
+            }
+        },
+    }
+    worlds = draw(st.sampled_from([[2], [3, 2], [2, 4, 3]]))
+    corpora = Corpora(("a", "b"), np.array([0, cut, n]))
+    return {"lengths": {"data": data}, "options": options, "corpora": corpora, "worlds": worlds}
+
+
+def planner_of(case: dict, filtered: bool = True) -> IndexedPlanner:
+    options = dict(case["options"])
+    if not filtered:
+        options.pop("epoch_wise_filter")
+    return IndexedPlanner(case["lengths"], PlanOptions(**options), corpora=case["corpora"])
+
+
+def pairs(seqs: np.ndarray, uses: np.ndarray) -> np.ndarray:
+    return np.asarray(uses, dtype=np.int64) * 1_000_000 + np.asarray(seqs, dtype=np.int64)
+
+
+def kept_set(case: dict, plain: IndexedPlanner, epoch: int) -> tuple[np.ndarray, int]:
+    """(the slots sub-epoch ``epoch`` keeps as pairs, sorted; how many the filter left out),
+    from the unfiltered planner's slots: ordered by (sequence, corpus epoch), so the filter's
+    (length, index) order is (length, sequence, corpus epoch)."""
+    seqs, uses = plain.sub_epoch_slots(epoch)
+    assert uses is not None
+    order = np.lexsort((uses, seqs))
+    seqs, uses = seqs[order], uses[order]
+    spec = PlanOptions(**case["options"]).epoch_wise_filter
+    by = case["lengths"]["data"][seqs]
+    kept, reasons = mean_filtered(spec, epoch, np.arange(len(seqs)), by)  # type: ignore[arg-type]
+    return np.sort(pairs(seqs[kept], uses[kept])), sum(reasons.values())
+
+
+@settings(max_examples=15, deadline=None)
+@given(cases())
+def test_mix_filter_keeps_one_set_per_sub_epoch_and_every_contract(case: dict) -> None:
+    plain = planner_of(case, filtered=False)
+    parts = case["options"]["partition_epoch"]
+    epochs = range(1, 2 * parts + 1)  # two full epochs: the streams move on past filtered slots
+    expected = {e: kept_set(case, plain, e) for e in epochs}
+
+    def planned(planner: IndexedPlanner, epoch: int, world: int) -> np.ndarray:
+        seqs, uses = planner.sub_epoch_slots(epoch)
+        return np.sort(pairs(seqs, uses))  # type: ignore[arg-type]
+
+    factory = partial(planner_of, case)
+    members = lambda batches: pairs(batches.seqs, batches.uses)  # noqa: E731
+    checked = check_filtered(factory, case["worlds"], expected, members, planned)
+    planner = factory()
+    for epoch in epochs if case["worlds"][0] not in checked.refused else ():
+        kept = expected[epoch][0]
+        here = [n for _, n, _ in planner.corpus_plan(epoch)]
+        assert sum(here) == len(kept)
+
+
+def _case() -> tuple[IndexedPlanner, np.ndarray, np.ndarray]:
+    """A filtered sharded mix (rate 1.5 and 0.5) and full epoch 1's kept slots."""
+    lengths = (np.arange(90, dtype=np.int64) * 37 + 5) % 60 + 1
+    options = PlanOptions(
+        ordering="laplace:.5", max_frames=400, partition_epoch=2, mix={"a": 1.5, "b": 0.5},
+        epoch_wise_filter={(1, 2): {"max_mean_len": 20}},
+    )  # fmt: skip
+    planner = IndexedPlanner(
+        {"data": lengths}, options, corpora=Corpora(("a", "b"), np.array([0, 50, 90]))
+    )
+    slots = [planner.sub_epoch_slots(e) for e in (1, 2)]
+    seqs = np.concatenate([s for s, _ in slots])
+    uses = np.concatenate([u for _, u in slots if u is not None])
+    return planner, seqs, uses
+
+
+def test_the_mix_check_accepts_filtered_slots_and_finds_a_slot_twice_lost_or_filtered() -> None:
+    planner, seqs, uses = _case()
+    mix = planner.mix
+    assert mix is not None and mix.check([0], seqs, uses).problems == []
+    gone_s, gone_u = mix.left_out(0, 2)  # type: ignore[attr-defined]
+    assert len(gone_s) == sum(sum(planner.filtered(e).values()) for e in (1, 2)) > 0
+    assert mix.check([0], seqs[1:], uses[1:]).problems  # lost
+    assert mix.check([0], np.r_[seqs, seqs[:1]], np.r_[uses, uses[:1]]).problems  # twice
+    swapped_s, swapped_u = np.r_[seqs[1:], gone_s[:1]], np.r_[uses[1:], gone_u[:1]]
+    assert mix.check([0], swapped_s, swapped_u).problems  # a filtered slot instead of a kept one
+
+
+@pytest.mark.parametrize(
+    "more, named",
+    [
+        ({"ordering": "random"}, "ordering='random'"),
+        ({"ordering": "sorted"}, "ordering='sorted'"),
+        ({"ordering": "laplace:.4", "distribution": "files"}, "distribution='files'"),
+        ({"ordering": "laplace:.4", "distribution": "random_seed_offset"}, "random_seed_offset"),
+        ({"ordering": "buckets:3", "chunking": "20:10"}, "chunking"),
+        ({"ordering": "laplace:.4", "planning": "global"}, "planning='global'"),
+    ],
+)
+def test_the_mixes_not_planned_are_refused_by_name(more: dict, named: str) -> None:
+    wise = {(1, 1): {"max_mean_len": 5}}
+    with pytest.raises(OptionError, match=f"epoch_wise_filter with mix: .*{named}"):
+        PlanOptions(mix={"a": 1}, epoch_wise_filter=wise, **more)
+    planned = PlanOptions(mix={"a": 1}, epoch_wise_filter=wise, ordering="buckets:3")
+    assert planned.resolved_planning == "indexed"
+
+
+#: option sets both plannings refused before this planning: recorded when first planned
+NEWLY_PLANNED_CASES: dict[str, dict] = {
+    "mix laplace:.10 partition 2 W3 split, epoch_wise_filter elastic -> W2 -> W4": {
+        "options": {"ordering": "laplace:.10", "max_frames": 2000, "partition_epoch": 2,
+                    "mix": {"a": 0.5, "b": 1.5, "c": 1},
+                    "epoch_wise_filter": {(1, 1): {"max_mean_len": 150}}, "seed": 1},
+        "world": 3,
+        "elastic": (2, 2),
+        "elastic_again": (1, 4),
+    },
+    "mix buckets:3 W4 pad, epoch_wise_filter elastic -> W3": {
+        "options": {"ordering": "buckets:3", "max_frames": 1800, "uneven": "pad",
+                    "mix": {"a": 1, "b": "1/3", "c": 2},
+                    "epoch_wise_filter": {(1, 2): {"max_mean_len": 120}}, "seed": 2},
+        "world": 4,
+        "elastic": (2, 3),
+    },
+}  # fmt: skip
+NEWLY_PLANNED_GOLDEN = {
+    "mix laplace:.10 partition 2 W3 split, epoch_wise_filter elastic -> W2 -> W4": (
+        "9cb0a6658ef9d58f9abe84c5e1b9d8135495c9895f33d0bb467179642d96c683"
+    ),
+    "mix buckets:3 W4 pad, epoch_wise_filter elastic -> W3": (
+        "504346388c0303693c5f9a4b05595e0cb0267f6f054b47502b4dfe58e4d7c34d"
+    ),
+}
+
+
+def test_newly_planned_golden_plans_are_pinned() -> None:
+    """Recorded when these sets were first planned (``seqloader-plan-indexed/10``); bump
+    ``INDEXED_ALGORITHM`` and record anew if one changes."""
+    got = {name: indexed_digest(case) for name, case in NEWLY_PLANNED_CASES.items()}
+    assert got == NEWLY_PLANNED_GOLDEN, f"record: {got}"
