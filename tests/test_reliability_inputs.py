@@ -299,3 +299,31 @@ def test_write_killed_midway_never_leaves_a_half_file_under_the_name(tmp_path):
     assert leftovers and all(p.startswith(".out.hdf.") for p in leftovers)  # hidden, named
     with pytest.raises(DataError, match=r"\.out\.hdf\..*\.tmp"):  # and never read as data
         sl.HDFSource(str(tmp_path / leftovers[0]))
+
+
+def test_a_missing_key_and_a_failed_transform_name_the_file_and_the_fix(tmp_path):
+    """Both errors name where the sequence lives (the HDF file and its place in it, through
+    ``where``) and a fix, besides its index and tag."""
+    path = tmp_path / "c.hdf"
+    data = [np.full((3, 2), i, np.float32) for i in range(6)]
+    sl.write_hdf(path, sl.MemorySource({"data": data}, tags=[f"s/{i}" for i in range(6)]))
+
+    def fails_on_4(seq, rng):
+        if seq["data"][0, 0] == 4:
+            raise ValueError("bad")
+        return seq
+
+    src = sl.HDFSource(path, index_dir=str(tmp_path / "idx"))
+    with (
+        sl.SeqLoader(src, max_seqs=2, transform=fails_on_4) as loader,
+        pytest.raises(DataError) as err,
+    ):
+        list(loader.epoch(1))
+    message = str(err.value)
+    assert message.startswith("transform failed on sequence 4 (tag 's/4'): ValueError: bad")
+    assert f"{str(path)!r} (sequence 4 of that file)" in message and "Fix: " in message, message
+    src.close()
+    drops = DropsAKey({"data": data, "classes": [np.zeros(2, np.int32)] * 6})
+    with sl.SeqLoader(drops, max_seqs=2) as loader, pytest.raises(DataError) as err:
+        list(loader.epoch(1))
+    assert repr(drops) in str(err.value) and "Fix: " in str(err.value), str(err.value)

@@ -28,6 +28,7 @@ from seqloader.sources.base import (
     read_batch,
     read_each,
     tags_at,
+    where,
 )
 from seqloader.sources.remote.stats import COUNTERS
 
@@ -89,10 +90,15 @@ def _check_keys(
             if transformed and missing & set(needs.transform_keys)
             else ""
         )
+        fix = (
+            ""
+            if hint
+            else ". Fix: the source's read (and a transform) must return every key it plans"
+        )
         raise DataError(
             f"sequence {int(i)} (tag {source.tag(int(i))!r}) has no key(s) {sorted(missing)} "
             f"{'after the transform' if transformed else 'as read'}; the source plans keys "
-            f"{sorted(want)}{hint}"
+            f"{sorted(want)}{hint} (the sequence: {where(source, int(i))}){fix}"
         )
 
 
@@ -191,7 +197,8 @@ def _transformed(
     except Exception as e:
         raise DataError(
             f"transform failed on sequence {int(i)} (tag {source.tag(int(i))!r}): "
-            f"{type(e).__name__}: {e}"
+            f"{type(e).__name__}: {e} (the sequence: {where(source, int(i))}). Fix: correct "
+            f"the transform; to reproduce: transform(source.read({int(i)}), rng)"
         ) from e
 
 
