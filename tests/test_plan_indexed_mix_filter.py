@@ -1,5 +1,5 @@
-"""``epoch_wise_filter`` with a sharded ``mix`` under indexed planning (``laplace``,
-``buckets:N``; hypothesis; pure numpy): in the epochs of a filter's range each sub-epoch's
+"""``epoch_wise_filter`` with a ``mix`` under indexed planning (``laplace``, ``buckets:N``;
+``distribution="shard"`` or ``"random_seed_offset"``; hypothesis; pure numpy): in the epochs of a filter's range each sub-epoch's
 ``(sequence, corpus epoch)`` slots are filtered once, as one set (RETURNN's ``max_mean_len``
 selection by (length, sequence, corpus epoch)), for every rank and world size; a filtered slot's
 corpus epoch is not made up later, and what is left out is counted per epoch.
@@ -9,7 +9,8 @@ sub-epoch plans exactly the kept set, computed here from the unfiltered planner'
 filter both plannings share (``admission.mean_filtered``); the report counts what it left out;
 every contract holds (``check_plan_contracts``: the mix's exactly-once less the filtered slots,
 equal steps, resume chains W -> W' -> W'', determinism); the mix check still finds a slot used
-twice, lost, or filtered. The other mixes stay refused by name."""
+twice, lost, or filtered; ``random_seed_offset``: every rank's order is the one kept set, each
+corpus epoch once per rank less the filtered slots. The other mixes stay refused by name."""
 
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ def cases(draw: st.DrawFn) -> dict:
         "partition_epoch": draw(st.integers(1, 2)),
         "uneven": draw(st.sampled_from(["split", "pad", "drop"])),
         "seed": draw(st.integers(0, 5)),
+        "distribution": draw(st.sampled_from(["shard", "random_seed_offset"])),
         "mix": {"a": draw(st.sampled_from([0.5, 1, 1.5])), "b": draw(st.sampled_from([1, 2.5]))},
         "epoch_wise_filter": {
             (first, draw(st.sampled_from([first, 3, None]))): {
@@ -80,7 +82,7 @@ def kept_set(case: dict, plain: IndexedPlanner, epoch: int) -> tuple[np.ndarray,
     return np.sort(pairs(seqs[kept], uses[kept])), sum(reasons.values())
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(cases())
 def test_mix_filter_keeps_one_set_per_sub_epoch_and_every_contract(case: dict) -> None:
     plain = planner_of(case, filtered=False)
@@ -100,6 +102,27 @@ def test_mix_filter_keeps_one_set_per_sub_epoch_and_every_contract(case: dict) -
         kept = expected[epoch][0]
         here = [n for _, n, _ in planner.corpus_plan(epoch)]
         assert sum(here) == len(kept)
+    if case["options"]["distribution"] == "random_seed_offset":  # each rank its copy of the set
+        each_rank_once_per_corpus_epoch(planner, expected, case["worlds"][0])
+
+
+def each_rank_once_per_corpus_epoch(
+    planner: IndexedPlanner, expected: dict[int, tuple[np.ndarray, int]], world: int
+) -> None:
+    """``random_seed_offset``: every rank's order of a sub-epoch is the one kept set, and over
+    each full epoch the mix's own check (filtered slots left out) holds on every rank."""
+    mix, parts = planner.mix, planner.options.partition_epoch
+    assert mix is not None
+    for f in range(max(expected) // parts):
+        for rank in range(world):
+            listed = [planner.sub_epoch_slots(f * parts + p + 1, rank) for p in range(parts)]
+            for p, (seqs, uses) in enumerate(listed):
+                kept = expected[f * parts + p + 1][0]
+                np.testing.assert_array_equal(np.sort(pairs(seqs, uses)), kept)  # type: ignore[arg-type]
+            seqs = np.concatenate([s for s, _ in listed])
+            uses = np.concatenate([u for _, u in listed if u is not None])
+            check = mix.check([f], seqs, uses)
+            assert check.ok, check.problems
 
 
 def _case() -> tuple[IndexedPlanner, np.ndarray, np.ndarray]:
@@ -136,7 +159,8 @@ def test_the_mix_check_accepts_filtered_slots_and_finds_a_slot_twice_lost_or_fil
         ({"ordering": "random"}, "ordering='random'"),
         ({"ordering": "sorted"}, "ordering='sorted'"),
         ({"ordering": "laplace:.4", "distribution": "files"}, "distribution='files'"),
-        ({"ordering": "laplace:.4", "distribution": "random_seed_offset"}, "random_seed_offset"),
+        ({"ordering": "sort_bin_shuffle:.4"}, "sort_bin_shuffle"),
+        ({"ordering": "random", "distribution": "random_seed_offset"}, "random_seed_offset"),
         ({"ordering": "buckets:3", "chunking": "20:10"}, "chunking"),
         ({"ordering": "laplace:.4", "planning": "global"}, "planning='global'"),
     ],
@@ -145,8 +169,11 @@ def test_the_mixes_not_planned_are_refused_by_name(more: dict, named: str) -> No
     wise = {(1, 1): {"max_mean_len": 5}}
     with pytest.raises(OptionError, match=f"epoch_wise_filter with mix: .*{named}"):
         PlanOptions(mix={"a": 1}, epoch_wise_filter=wise, **more)
-    planned = PlanOptions(mix={"a": 1}, epoch_wise_filter=wise, ordering="buckets:3")
-    assert planned.resolved_planning == "indexed"
+    for distribution in ("shard", "random_seed_offset"):
+        planned = PlanOptions(
+            mix={"a": 1}, epoch_wise_filter=wise, ordering="buckets:3", distribution=distribution
+        )
+        assert planned.resolved_planning == "indexed"
 
 
 #: option sets both plannings refused before this planning: recorded when first planned
@@ -166,6 +193,12 @@ NEWLY_PLANNED_CASES: dict[str, dict] = {
         "world": 4,
         "elastic": (2, 3),
     },
+    "mix laplace:.10 random_seed_offset partition 2 W3, epoch_wise_filter": {
+        "options": {"ordering": "laplace:.10", "max_frames": 2000, "partition_epoch": 2,
+                    "distribution": "random_seed_offset", "mix": {"a": 1.5, "b": 0.5, "c": 1},
+                    "epoch_wise_filter": {(1, 2): {"max_mean_len": 140}}, "seed": 3},
+        "world": 3,
+    },
 }  # fmt: skip
 NEWLY_PLANNED_GOLDEN = {
     "mix laplace:.10 partition 2 W3 split, epoch_wise_filter elastic -> W2 -> W4": (
@@ -173,6 +206,9 @@ NEWLY_PLANNED_GOLDEN = {
     ),
     "mix buckets:3 W4 pad, epoch_wise_filter elastic -> W3": (
         "504346388c0303693c5f9a4b05595e0cb0267f6f054b47502b4dfe58e4d7c34d"
+    ),
+    "mix laplace:.10 random_seed_offset partition 2 W3, epoch_wise_filter": (
+        "7e4d495efcc2a14e7f5fd9969869f08d53dac7a616a3c70e5ba4921bd9f64d5f"
     ),
 }
 

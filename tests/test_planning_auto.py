@@ -341,9 +341,10 @@ AUDIT_GRID = {
 
 def refused_by_both(o: dict) -> bool:
     """The audit's list of option sets both plannings refuse (so ``auto`` too): a mix with
-    ``epoch_wise_filter`` other than sharded ``laplace``/``buckets:N`` unchunked."""
+    ``epoch_wise_filter`` other than ``laplace``/``buckets:N`` unchunked over ``shard`` or
+    ``random_seed_offset``."""
     planned = (
-        o.get("distribution") == "shard"
+        o.get("distribution") in ("shard", "random_seed_offset")
         and str(o["ordering"]).split(":")[0] in ("laplace", "buckets")
         and o.get("chunking") is None
     )

@@ -396,10 +396,12 @@ class PlanOptions:
 
     def _check_mix_filter(self) -> None:
         """``epoch_wise_filter`` with a ``mix``: planned by indexed planning with
-        ``distribution='shard'``, ``laplace``/``buckets:N`` and no chunking (the sub-epoch's
-        slots filtered once as one set); every other combination refused by its name."""
+        ``distribution='shard'`` or ``'random_seed_offset'``, ``laplace``/``buckets:N`` and no
+        chunking (the sub-epoch's slots filtered once as one set); every other combination
+        refused by its name."""
         planned = self._parsed.kind in ("laplace", "buckets") and self.chunking is None
-        if self._resolved == "indexed" and self.distribution == "shard" and planned:
+        per_rank = self.distribution in ("shard", "random_seed_offset")
+        if self._resolved == "indexed" and per_rank and planned:
             return
         if self._resolved != "indexed":
             what, fix = (
@@ -410,10 +412,13 @@ class PlanOptions:
             what = f"distribution={self.distribution!r}, ordering={self.ordering!r}" + (
                 ", chunking" if self.chunking is not None else ""
             )
-            fix = "distribution='shard' with ordering='laplace' or 'buckets:N', unchunked"
+            fix = (
+                "distribution='shard' or 'random_seed_offset' with ordering='laplace' or "
+                "'buckets:N', unchunked"
+            )
         raise OptionError(
             f"epoch_wise_filter with mix: not planned with {what} (the mix's sub-epoch slots "
-            f"are filtered as one set only by the sharded laplace and buckets:N plans); use {fix}, "
+            f"are filtered as one set only by the laplace and buckets:N plans); use {fix}, "
             "or drop the mix or the filter"
         )
 

@@ -174,8 +174,9 @@ class ChunkedShardMix(ShardMix):
 
 
 def mix_filter(corpus: AdmittedCorpus) -> MixFilter | None:
-    """``epoch_wise_filter`` on the mix's sub-epoch slots where the sharded mix plans it
-    (``laplace``, ``buckets:N``, unchunked; ``PlanOptions`` refuses the other mixes by name)."""
+    """``epoch_wise_filter`` on the mix's sub-epoch slots where this mix plans it (``laplace``,
+    ``buckets:N``, unchunked; ``shard`` or ``random_seed_offset``: every rank's copy the same
+    kept set; ``PlanOptions`` refuses the other mixes by name)."""
     o = corpus.options
     if o.epoch_wise_filter is None or corpus.fixed or corpus.random or corpus.units is not None:
         return None

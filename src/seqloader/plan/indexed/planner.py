@@ -666,8 +666,9 @@ class IndexedPlanner:
         listed = mix.listed_slots(ep, parts) if mix is not None else None
         if listed is not None:
             return listed
-        table = self.table(epoch, 1)
-        batches = IndexedPlan(table, self.draw(epoch), 1, 0, "pad", self.units).batches
+        table = self.table(epoch, 1, order_rank)  # random_seed_offset: the rank's own order
+        draw = self.draw(epoch, order_rank=order_rank)
+        batches = IndexedPlan(table, draw, 1, 0, "pad", self.units).batches
         return batches.seqs, batches.uses
 
     def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
