@@ -1,5 +1,6 @@
-"""``epoch_wise_filter`` with a ``mix`` under indexed planning (``laplace``, ``buckets:N``;
-``distribution="shard"`` or ``"random_seed_offset"``; hypothesis; pure numpy): in the epochs of a filter's range each sub-epoch's
+"""``epoch_wise_filter`` with a ``mix`` under indexed planning (``laplace``, ``buckets:N``,
+the fixed orders, ``random``; ``distribution="shard"`` or ``"random_seed_offset"``; hypothesis;
+pure numpy): in the epochs of a filter's range each sub-epoch's
 ``(sequence, corpus epoch)`` slots are filtered once, as one set (RETURNN's ``max_mean_len``
 selection by (length, sequence, corpus epoch)), for every rank and world size; a filtered slot's
 corpus epoch is not made up later, and what is left out is counted per epoch.
@@ -29,6 +30,8 @@ from seqloader.plan.mix import Corpora
 from test_plan_indexed import indexed_digest
 from test_plan_indexed_files_filter import check_filtered
 
+ORDERINGS = ["laplace:.6", "buckets:3", "default", "sorted_reverse", "random", "random:2"]
+
 
 @st.composite
 def cases(draw: st.DrawFn) -> dict:
@@ -38,7 +41,7 @@ def cases(draw: st.DrawFn) -> dict:
     cut = draw(st.integers(4, n - 4))
     first = draw(st.integers(1, 2))
     options = {
-        "ordering": draw(st.sampled_from(["laplace:.6", "buckets:3"])),
+        "ordering": draw(st.sampled_from(ORDERINGS)),
         "max_seqs": draw(st.one_of(st.none(), st.integers(1, 9))),
         "max_frames": draw(st.sampled_from([None, 400])),
         "partition_epoch": draw(st.integers(1, 2)),
@@ -156,11 +159,9 @@ def test_the_mix_check_accepts_filtered_slots_and_finds_a_slot_twice_lost_or_fil
 @pytest.mark.parametrize(
     "more, named",
     [
-        ({"ordering": "random"}, "ordering='random'"),
-        ({"ordering": "sorted"}, "ordering='sorted'"),
         ({"ordering": "laplace:.4", "distribution": "files"}, "distribution='files'"),
         ({"ordering": "sort_bin_shuffle:.4"}, "sort_bin_shuffle"),
-        ({"ordering": "random", "distribution": "random_seed_offset"}, "random_seed_offset"),
+        ({"ordering": "sort_bin_shuffle_x2:.4", "distribution": "random_seed_offset"}, "sort_bin"),
         ({"ordering": "buckets:3", "chunking": "20:10"}, "chunking"),
         ({"ordering": "laplace:.4", "planning": "global"}, "planning='global'"),
     ],
@@ -199,6 +200,20 @@ NEWLY_PLANNED_CASES: dict[str, dict] = {
                     "epoch_wise_filter": {(1, 2): {"max_mean_len": 140}}, "seed": 3},
         "world": 3,
     },
+    "mix sorted W3 drop, epoch_wise_filter elastic -> W2": {
+        "options": {"ordering": "sorted", "max_frames": 2000, "uneven": "drop",
+                    "mix": {"a": 0.5, "b": 1.5, "c": 1},
+                    "epoch_wise_filter": {(1, 1): {"max_mean_len": 90}}},
+        "world": 3,
+        "elastic": (2, 2),
+    },
+    "mix random partition 2 W2 split, epoch_wise_filter elastic -> W3": {
+        "options": {"ordering": "random", "max_frames": 1500, "partition_epoch": 2,
+                    "mix": {"a": 1, "b": 2, "c": "1/3"},
+                    "epoch_wise_filter": {(1, 2): {"max_mean_len": 110}}, "seed": 5},
+        "world": 2,
+        "elastic": (2, 3),
+    },
 }  # fmt: skip
 NEWLY_PLANNED_GOLDEN = {
     "mix laplace:.10 partition 2 W3 split, epoch_wise_filter elastic -> W2 -> W4": (
@@ -209,6 +224,12 @@ NEWLY_PLANNED_GOLDEN = {
     ),
     "mix laplace:.10 random_seed_offset partition 2 W3, epoch_wise_filter": (
         "7e4d495efcc2a14e7f5fd9969869f08d53dac7a616a3c70e5ba4921bd9f64d5f"
+    ),
+    "mix sorted W3 drop, epoch_wise_filter elastic -> W2": (
+        "f8fa85d06fb0d7948bba33d3acd441e1b7ee70bcc9da153ac7e6fb9892cb3da3"
+    ),
+    "mix random partition 2 W2 split, epoch_wise_filter elastic -> W3": (
+        "dc2e1be7948e5f94f3315d4ca8c2bd79a19a24d8d685c46e46ee71209d49c9b2"
     ),
 }
 

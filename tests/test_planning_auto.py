@@ -341,11 +341,11 @@ AUDIT_GRID = {
 
 def refused_by_both(o: dict) -> bool:
     """The audit's list of option sets both plannings refuse (so ``auto`` too): a mix with
-    ``epoch_wise_filter`` other than ``laplace``/``buckets:N`` unchunked over ``shard`` or
-    ``random_seed_offset``."""
+    ``epoch_wise_filter`` other than unchunked over ``shard`` or ``random_seed_offset`` with an
+    ordering other than ``sort_bin_shuffle``."""
     planned = (
         o.get("distribution") in ("shard", "random_seed_offset")
-        and str(o["ordering"]).split(":")[0] in ("laplace", "buckets")
+        and not str(o["ordering"]).startswith("sort_bin")
         and o.get("chunking") is None
     )
     return o.get("epoch_wise_filter") is not None and o.get("mix") is not None and not planned

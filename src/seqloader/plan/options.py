@@ -396,10 +396,10 @@ class PlanOptions:
 
     def _check_mix_filter(self) -> None:
         """``epoch_wise_filter`` with a ``mix``: planned by indexed planning with
-        ``distribution='shard'`` or ``'random_seed_offset'``, ``laplace``/``buckets:N`` and no
-        chunking (the sub-epoch's slots filtered once as one set); every other combination
-        refused by its name."""
-        planned = self._parsed.kind in ("laplace", "buckets") and self.chunking is None
+        ``distribution='shard'`` or ``'random_seed_offset'``, unchunked, every ordering but
+        ``sort_bin_shuffle`` (the sub-epoch's slots filtered once as one set); every other
+        combination refused by its name."""
+        planned = not self._parsed.kind.startswith("sort_bin") and self.chunking is None
         per_rank = self.distribution in ("shard", "random_seed_offset")
         if self._resolved == "indexed" and per_rank and planned:
             return
@@ -413,13 +413,13 @@ class PlanOptions:
                 ", chunking" if self.chunking is not None else ""
             )
             fix = (
-                "distribution='shard' or 'random_seed_offset' with ordering='laplace' or "
-                "'buckets:N', unchunked"
+                "distribution='shard' or 'random_seed_offset', unchunked, with an ordering "
+                "other than sort_bin_shuffle"
             )
         raise OptionError(
             f"epoch_wise_filter with mix: not planned with {what} (the mix's sub-epoch slots "
-            f"are filtered as one set only by the laplace and buckets:N plans); use {fix}, "
-            "or drop the mix or the filter"
+            f"are filtered as one set only over shard or random_seed_offset, unchunked, and "
+            f"not by sort_bin_shuffle); use {fix}, or drop the mix or the filter"
         )
 
     def _indexed_refusal(self) -> str | None:

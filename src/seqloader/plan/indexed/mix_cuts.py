@@ -190,13 +190,19 @@ def mix_fixed_cuts(
     the length key's lengths or a source's own sort key), cut greedily by ``lengths`` ->
     (batch table, draw); the module's example."""
     seqs, uses = listed_part(mix, ep, parts, ordering, by, rng)
+    return listed_cuts(seqs, uses, batcher, lengths)
+
+
+def listed_cuts(
+    seqs: np.ndarray, uses: np.ndarray, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+) -> tuple[BoundsTable, ListedDraw]:
+    """Slots listed in order (``seqs``, ``uses``), cut greedily by ``lengths`` in one block ->
+    (batch table, draw)."""
 
     def at(p: np.ndarray) -> np.ndarray:
         return seqs[p]
 
-    bounds = cut_positions(
-        at, 0, len(seqs), batcher, lengths, max(len(seqs), 1)
-    )  # listed: one block
+    bounds = cut_positions(at, 0, len(seqs), batcher, lengths, max(len(seqs), 1))
     return BoundsTable(bounds), ListedDraw(seqs, uses, bounds)
 
 

@@ -28,11 +28,12 @@ from seqloader.plan.indexed.mix_cuts import (
     ListedUses,
     MixOrder,
     chunked_mix_cut,
+    listed_cuts,
     listed_part,
     mix_cuts,
     mix_fixed_cuts,
 )
-from seqloader.plan.indexed.mix_filter import MixFilter
+from seqloader.plan.indexed.mix_filter import MixFilter, kept_of
 from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
@@ -110,17 +111,29 @@ class ShardMix(IndexedMix):
     def random_cut(
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
     ) -> Cut:
-        """``random``: the slots' keyed order cut in blocks (``mix_cuts``)."""
-        return mix_cuts(self, ep, parts, batcher, lengths)
+        """``random``: the slots' keyed order cut in blocks (``mix_cuts``); filtered
+        (``epoch_wise_filter``): the order listed, its kept slots cut."""
+        kept = self.kept(ep, parts)
+        if kept is None:
+            return mix_cuts(self, ep, parts, batcher, lengths)
+        draw = self.draw(ep.full_epoch, ep.part, parts)
+        size = int(draw.cum[:, -1].sum())
+        listed = draw.bucket_slots(0, np.arange(size, dtype=np.int64))
+        return listed_cuts(*kept_of(kept, *listed), batcher, lengths)
 
     def fixed_cut(
         self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
         lengths: Mapping[str, np.ndarray], length_key: str,
     ) -> Cut:  # fmt: skip
         """A fixed ordering: the slots listed, sorted kinds by what the mix's index sorts by
-        (the length key, or a source's own sort key), and cut (``mix_fixed_cuts``)."""
+        (the length key, or a source's own sort key), and cut (``mix_fixed_cuts``); filtered
+        (``epoch_wise_filter``): the listed order's kept slots cut."""
         by = np.asarray(self._lengths)
-        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, by)
+        kept = self.kept(ep, parts)
+        if kept is None:
+            return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, by)
+        listed = listed_part(self, ep, parts, ordering, by)
+        return listed_cuts(*kept_of(kept, *listed), batcher, lengths)
 
 
 @dataclass(frozen=True)
@@ -174,11 +187,11 @@ class ChunkedShardMix(ShardMix):
 
 
 def mix_filter(corpus: AdmittedCorpus) -> MixFilter | None:
-    """``epoch_wise_filter`` on the mix's sub-epoch slots where this mix plans it (``laplace``,
-    ``buckets:N``, unchunked; ``shard`` or ``random_seed_offset``: every rank's copy the same
-    kept set; ``PlanOptions`` refuses the other mixes by name)."""
+    """``epoch_wise_filter`` on the mix's sub-epoch slots where this mix plans it (unchunked:
+    ``laplace``/``buckets:N`` from the kept counts, the fixed orders and ``random`` by cutting
+    the listed order's kept slots; ``PlanOptions`` refuses the other mixes by name)."""
     o = corpus.options
-    if o.epoch_wise_filter is None or corpus.fixed or corpus.random or corpus.units is not None:
+    if o.epoch_wise_filter is None or corpus.units is not None:
         return None
     return MixFilter(cast(EpochFilter, o.epoch_wise_filter), o.partition_epoch)  # normalised
 

@@ -388,9 +388,13 @@ class IndexedPlanner:
     def _cut_filters(self, epoch: int) -> bool:
         """A fixed or random ordering whose ``epoch_wise_filter`` or epoch selections apply to
         ``epoch``."""
-        return (self._fixed or self._random) and (
-            bool(epoch_filters(self.options.epoch_wise_filter, epoch))  # type: ignore[arg-type]
-            or any(sel.applies(epoch) for sel in self.selections)
+        return (
+            (self._fixed or self._random)
+            and self.mix is None
+            and (
+                bool(epoch_filters(self.options.epoch_wise_filter, epoch))  # type: ignore[arg-type]
+                or any(sel.applies(epoch) for sel in self.selections)
+            )
         )
 
     def _cut_part(self, ep: EpochIndex, order_rank: int) -> tuple[BoundsTable, Draw]:
