@@ -8,11 +8,15 @@ all the data: every sequence once per rank). Also the sets both plannings refuse
 ``batch_cost="quadratic:Q"`` (every key's own quadratic cost), ``fixed_random_subset`` and
 ``epoch_wise_filter`` with ``distribution="files"`` (the corpus cut into 8 files),
 ``fixed_random_subset`` with a mix (the corpus as two corpora mixed at ``MIX_RATES``), and a mix
-with ``random_seed_offset``. And one elastic resume (``files`` with ``buckets:3``): its epoch
-begun on ``W - 1`` ranks, the state saved halfway and resumed on ``W``, exactly once across both.
-(Orderings and limits whose loader path is one of these, e.g. ``reverse``, ``random``,
+with ``random_seed_offset``. The sets indexed planning took over later: ``chunking`` of
+``classes`` with the length key ``data`` whole (every chunk, ``TAG#CHUNK``, exactly once), and
+``epoch_wise_filter`` over a sharded mix (the unfiltered mix's pass less the filtered slots: the
+longest of the filtered sub-epoch). And one elastic resume (``files`` with ``buckets:3``): its
+epoch begun on ``W - 1`` ranks, the state saved halfway and resumed on ``W``, exactly once across
+both. (Orderings and limits whose loader path is one of these, e.g. ``reverse``, ``random``,
 ``sort_bin_shuffle``, ``batch_cost="packed"`` without buckets, ``max_packed_frames``, are
-covered over real ranks by them and in process by the planning tests.)
+covered over real ranks by them and in process by the planning tests; ``sorted``, the fixed-order
+path ``default`` runs, only in ``make chaos``: ``EXTENDED``.)
 
 One launch runs every set in turn (``tests/dist/indexed_sets.py``: gloo, a blocking all_reduce per
 step, DataLoader workers on each rank, the gathered audit on), after a launch on ``W - 1`` ranks
@@ -38,12 +42,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
-from ddp_common import MIX_RATES, MIX_SPLIT, build_corpus, read_log, result_path
-from indexed_sets import ELASTIC, SETS, elastic_steps, set_corpus, set_options
+from ddp_common import MIX_RATES, MIX_SPLIT, build_corpus, mix_corpus, read_log, result_path
+from indexed_sets import ELASTIC, EXTENDED, SETS, elastic_steps, set_corpus, set_options
 
 import seqloader as sl
 from fork_launches import run_forked
 from seqloader.plan import BatchList
+from seqloader.plan.chunks import chunk_counts
 from test_distributed_torchrun import TIMEOUT_S, run_bounded, tail
 
 pytestmark = pytest.mark.slow
@@ -54,6 +59,7 @@ LAUNCHES = {"fork": (3, 1), "torchrun": (2, 2)}
 CORPUS = build_corpus()
 KEYED = set_corpus("max_frames_per_key")  # the same, with a second key
 TAGS = [CORPUS.tag(i) for i in range(len(CORPUS))]
+LENGTHS = dict(zip(TAGS, CORPUS.lengths("data").tolist()))
 FILTERS = {"max_seq_length", "min_seq_length", "epoch_wise_filter", "fixed_random_subset"}
 
 
@@ -81,6 +87,8 @@ def launched(
             states = launched(launches, launcher, "elastic")[0] / "states"
             out = launches["factory"].mktemp(f"{launcher}-{phase}")
             args += ["--resume-sets", ",".join(ELASTIC), "--resume", str(states)]
+            if launcher == "fork":  # make test: not the sets only the extended launch runs
+                args += ["--sets", ",".join(s for s in SETS if s not in ELASTIC | EXTENDED)]
         args += ["--out", str(out)]
         console = out / "console.txt"
         if launcher == "fork":
@@ -98,12 +106,23 @@ def launched(
 
 
 def batches_of(share: BatchList) -> list[tuple[list[str], list[bool]]]:
-    """A rank's planned batches as its log names them: (tags in order, which slots are real)."""
+    """A rank's planned batches as its log names them: (tags in order, ``TAG#CHUNK`` in chunked
+    plans, which slots are real)."""
+    names = [TAGS[i] for i in share.seqs.tolist()]
+    if share.chunks is not None:
+        names = [f"{t}#{c}" for t, c in zip(names, share.chunks.tolist())]
     bounds = share.bounds.tolist()
-    return [
-        ([TAGS[i] for i in share.seqs[a:b].tolist()], share.real[a:b].tolist())
-        for a, b in itertools.pairwise(bounds)
-    ]
+    return [(names[a:b], share.real[a:b].tolist()) for a, b in itertools.pairwise(bounds)]
+
+
+def units_of(options: dict) -> list[str]:
+    """Every unit of the corpus: its tags, or under chunking each sequence's chunks
+    (``TAG#CHUNK``) counted from the corpus's own lengths of the chunked key."""
+    if "chunking" not in options:
+        return TAGS
+    ((key, (size, step)),) = options["chunking"].items()
+    counts = chunk_counts(KEYED.lengths(key), size, step, 0).tolist()
+    return [f"{t}#{c}" for t, n in zip(TAGS, counts) for c in range(n)]
 
 
 def real_tags(batches: list[tuple[list[str], list[bool]]]) -> list[str]:
@@ -132,10 +151,17 @@ def set_corpus_lengths(options: dict) -> dict[str, list[int]]:
 
 
 LAUNCHERS = ["fork", pytest.param("torchrun", marks=pytest.mark.extended)]
+#: (set, launcher): every set the main launch runs, on both launchers; ``EXTENDED``: torchrun only
+SET_LAUNCHES = [
+    pytest.param(name, launcher, marks=[pytest.mark.extended] if extended else [])
+    for name in SETS
+    if name not in ELASTIC
+    for launcher, extended in [("fork", False), ("torchrun", True)]
+    if launcher == "torchrun" or name not in EXTENDED
+]
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-@pytest.mark.parametrize("name", [name for name in SETS if name not in ELASTIC])
+@pytest.mark.parametrize(("name", "launcher"), SET_LAUNCHES)
 def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) -> None:
     _, results, logs = launched(launches, launcher)
     world = len(results)
@@ -147,6 +173,7 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
     # random_seed_offset: each rank its own order of all the data (an epoch covers it W times)
     own_orders = options.get("distribution") == "random_seed_offset"
     seen: collections.Counter = collections.Counter()
+    first: collections.Counter = collections.Counter()  # sub-epoch 1's
     filtered = 0
     for epoch in range(1, options.get("partition_epoch", 1) + 1):
         plan = probe.planner.global_plan(epoch, world)
@@ -175,17 +202,17 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
             continue
         assert sorted(here) == sorted(one), f"epoch {epoch}: not the plan of 1 rank"
         seen.update(here)
+        first.update(here if epoch == 1 else [])
         filtered += sum(probe.planner.filtered(epoch).values())
-    if "mix" in options:  # each admitted sequence of a corpus of rate R: floor(R) or ceil(R) times
-        admitted = probe.planner.admitted_mask
-        for i, tag in enumerate(TAGS):
-            rate = MIX_RATES["a" if i < MIX_SPLIT else "b"]
-            uses = {math.floor(rate), math.ceil(rate)} if admitted is None or admitted[i] else {0}
-            assert seen[tag] in uses, (tag, seen[tag], rate)
+    if "mix" in options:
+        if "epoch_wise_filter" in options:
+            seen = mix_less_filtered(options, seen, first, filtered)
+        within_rates(seen, probe.planner.admitted_mask)
         return
     if own_orders:
         return
-    assert max(seen.values()) == 1 and len(seen) == len(TAGS) - filtered  # exactly once
+    units = units_of(options)
+    assert max(seen.values()) == 1 and len(seen) == len(units) - filtered  # exactly once
     if "min_seq_length" in options:  # the admitted sequences from the corpus's own lengths
         lengths = CORPUS.lengths("data")
         keep = (lengths >= options["min_seq_length"]) & (lengths <= options["max_seq_length"])
@@ -198,7 +225,35 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
     if "fixed_random_subset" in options:
         assert len(seen) == options["fixed_random_subset"]
     if not FILTERS & set(options):
-        assert sorted(seen) == sorted(TAGS) and filtered == 0  # nothing left out
+        assert sorted(seen) == sorted(units) and filtered == 0  # nothing left out
+
+
+def within_rates(seen: collections.Counter, admitted) -> None:
+    """A mix's pass: each admitted sequence of a corpus of rate R floor(R) or ceil(R) times."""
+    for i, tag in enumerate(TAGS):
+        rate = MIX_RATES["a" if i < MIX_SPLIT else "b"]
+        uses = {math.floor(rate), math.ceil(rate)} if admitted is None or admitted[i] else {0}
+        assert seen[tag] in uses, (tag, seen[tag], rate)
+
+
+def mix_less_filtered(
+    options: dict, seen: collections.Counter, first: collections.Counter, filtered: int
+) -> collections.Counter:
+    """``epoch_wise_filter`` over a mix (sub-epoch 1 filtered): the ranks' pass is the unfiltered
+    mix's (one process planning it alone) less ``filtered`` slots of sub-epoch 1, the longest of
+    its slots, none made up later -> the unfiltered pass's counts (for ``within_rates``)."""
+    plain = {k: v for k, v in options.items() if k != "epoch_wise_filter"}
+    alone = sl.SeqLoader(mix_corpus(), rank=0, world_size=1, **plain)
+    epochs = [
+        collections.Counter(real_tags(batches_of(alone.planner.global_plan(e, 1).batches)))
+        for e in range(1, options["partition_epoch"] + 1)
+    ]
+    whole = sum(epochs, collections.Counter())
+    assert seen - first == whole - epochs[0]  # the sub-epochs the filter leaves alone: the same
+    cut = epochs[0] - first  # the slots left out: the longest of sub-epoch 1
+    assert not first - epochs[0] and sum(cut.values()) == filtered > 0
+    assert max(LENGTHS[t] for t in first) <= min(LENGTHS[t] for t in cut)
+    return whole
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)

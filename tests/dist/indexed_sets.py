@@ -7,8 +7,9 @@ or ``launch_fork.py N --script indexed_sets ...`` (the same ``main`` in forked r
 Each rank runs every set of ``SETS`` in turn (a new ``SeqLoader`` with DataLoader workers, the
 options over ``LOADER_OPTIONS``, no ``planning`` given), every sub-epoch of one full pass, one
 blocking ``all_reduce`` per step (a rank with fewer steps hangs the others), the gathered audit
-on. Each batch (its tags in order, fillers included, and which slots are real) goes to a per-rank
-log before the step; the result names the planning each set resolved to.
+on. Each batch (its tags in order, ``TAG#CHUNK`` under chunking, fillers included, and which
+slots are real) goes to a per-rank log before the step; the result names the planning each set
+resolved to.
 
 ``ELASTIC``: sets run as an elastic resume: a launch on ``W - 1`` ranks with ``--sets NAME
 --stop-half DIR`` stops epoch 1 after ``elastic_steps`` of its steps and rank 0 saves the loader
@@ -69,11 +70,22 @@ SETS: dict[str, dict] = {
     },
     "fixed_random_subset_mix": {"fixed_random_subset": 50, "mix": MIX_RATES},
     "mix_random_seed_offset": {"mix": MIX_RATES, "distribution": "random_seed_offset"},
+    # planned by indexed since this round: chunks of "classes" with "data" (the length key) whole,
+    # and epoch_wise_filter over a sharded mix (its sub-epoch's slots filtered as one set)
+    "chunking_length_whole": {"chunking": {"classes": (4, 3)}},
+    "epoch_wise_filter_mix": {
+        "epoch_wise_filter": {(1, 1): {"max_mean_len": 15}},
+        "mix": MIX_RATES,
+        "partition_epoch": 2,
+    },
     # an elastic resume: W - 1 ranks, then the saved state resumed on W (``ELASTIC``)
     "elastic_files_buckets": {"ordering": "buckets:3", "distribution": "files"},
 }
 #: the sets run as an elastic resume (``--stop-half``, then ``--resume``), not in the main launch
 ELASTIC = {"elastic_files_buckets"}
+#: the sets only the extended launch (``make chaos``) runs: their loader path is another set's
+#: (``sorted``: the fixed-order path ``default`` runs)
+EXTENDED = {"sorted"}
 
 
 def elastic_steps(steps: int) -> int:
@@ -95,11 +107,11 @@ def keyed_corpus() -> sl.MemorySource:
 def set_corpus(name: str) -> sl.Source:
     """The corpus set ``name`` runs over: ``build_corpus()``, cut into 8 files for
     ``distribution="files"`` or into the mix's corpora, or with a second key for limits per key
-    (the same sequences and tags)."""
+    or chunking (the same sequences and tags)."""
     options = SETS[name]
     if "mix" in options:
         return mix_corpus()
-    if isinstance(options.get("max_frames"), dict):
+    if isinstance(options.get("max_frames"), dict) or "chunking" in options:
         return keyed_corpus()
     return files_corpus() if options.get("distribution") == "files" else build_corpus()
 
@@ -178,7 +190,10 @@ def run_epoch(
     steps, state = 0, None
     for batch in loader.epoch(epoch):
         entry = {"set": name, "epoch": epoch, "step": batch.step}
-        entry |= {"tags": list(batch.seq_tags), "real": batch.mask.tolist()}
+        tags = list(batch.seq_tags)
+        if batch.chunks is not None:  # a chunk is a unit: TAG#CHUNK
+            tags = [f"{t}#{c}" for t, c in zip(tags, batch.chunks.tolist())]
+        entry |= {"tags": tags, "real": batch.mask.tolist()}
         log.write(json.dumps(entry) + "\n")
         log.flush()
         dist.all_reduce(tick)  # blocks until every rank takes this step
