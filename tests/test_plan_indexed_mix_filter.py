@@ -1,5 +1,5 @@
 """``epoch_wise_filter`` with a ``mix`` under indexed planning (``laplace``, ``buckets:N``,
-the fixed orders, ``random``; ``distribution="shard"`` or ``"random_seed_offset"``; hypothesis;
+the fixed orders, ``random``, ``sort_bin_shuffle``; ``distribution="shard"`` or ``"random_seed_offset"``; hypothesis;
 pure numpy): in the epochs of a filter's range each sub-epoch's
 ``(sequence, corpus epoch)`` slots are filtered once, as one set (RETURNN's ``max_mean_len``
 selection by (length, sequence, corpus epoch)), for every rank and world size; a filtered slot's
@@ -30,7 +30,16 @@ from seqloader.plan.mix import Corpora
 from test_plan_indexed import indexed_digest
 from test_plan_indexed_files_filter import check_filtered
 
-ORDERINGS = ["laplace:.6", "buckets:3", "default", "sorted_reverse", "random", "random:2"]
+ORDERINGS = [
+    "laplace:.6",
+    "buckets:3",
+    "default",
+    "sorted_reverse",
+    "random",
+    "random:2",
+    "sort_bin_shuffle:.4",
+    "sort_bin_shuffle_x2:.4",
+]
 
 
 @st.composite
@@ -160,8 +169,7 @@ def test_the_mix_check_accepts_filtered_slots_and_finds_a_slot_twice_lost_or_fil
     "more, named",
     [
         ({"ordering": "laplace:.4", "distribution": "files"}, "distribution='files'"),
-        ({"ordering": "sort_bin_shuffle:.4"}, "sort_bin_shuffle"),
-        ({"ordering": "sort_bin_shuffle_x2:.4", "distribution": "random_seed_offset"}, "sort_bin"),
+        ({"ordering": "random", "chunking": "20:10"}, "chunking"),
         ({"ordering": "buckets:3", "chunking": "20:10"}, "chunking"),
         ({"ordering": "laplace:.4", "planning": "global"}, "planning='global'"),
     ],
@@ -214,6 +222,13 @@ NEWLY_PLANNED_CASES: dict[str, dict] = {
         "world": 2,
         "elastic": (2, 3),
     },
+    "mix sort_bin_shuffle_x2:.12 W3 pad, epoch_wise_filter elastic -> W2": {
+        "options": {"ordering": "sort_bin_shuffle_x2:.12", "max_frames": 1500, "uneven": "pad",
+                    "mix": {"a": 1.5, "b": 1, "c": 0.5},
+                    "epoch_wise_filter": {(1, 1): {"max_mean_len": 100}}, "seed": 6},
+        "world": 3,
+        "elastic": (2, 2),
+    },
 }  # fmt: skip
 NEWLY_PLANNED_GOLDEN = {
     "mix laplace:.10 partition 2 W3 split, epoch_wise_filter elastic -> W2 -> W4": (
@@ -230,6 +245,9 @@ NEWLY_PLANNED_GOLDEN = {
     ),
     "mix random partition 2 W2 split, epoch_wise_filter elastic -> W3": (
         "dc2e1be7948e5f94f3315d4ca8c2bd79a19a24d8d685c46e46ee71209d49c9b2"
+    ),
+    "mix sort_bin_shuffle_x2:.12 W3 pad, epoch_wise_filter elastic -> W2": (
+        "07b92dd68b6e58f66743412525ee3fa0555180cb6b89a272d41b97212cd61e13"
     ),
 }
 

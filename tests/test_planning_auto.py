@@ -341,13 +341,8 @@ AUDIT_GRID = {
 
 def refused_by_both(o: dict) -> bool:
     """The audit's list of option sets both plannings refuse (so ``auto`` too): a mix with
-    ``epoch_wise_filter`` other than unchunked over ``shard`` or ``random_seed_offset`` with an
-    ordering other than ``sort_bin_shuffle``."""
-    planned = (
-        o.get("distribution") in ("shard", "random_seed_offset")
-        and not str(o["ordering"]).startswith("sort_bin")
-        and o.get("chunking") is None
-    )
+    ``epoch_wise_filter`` other than unchunked over ``shard`` or ``random_seed_offset``."""
+    planned = o.get("distribution") in ("shard", "random_seed_offset") and o.get("chunking") is None
     return o.get("epoch_wise_filter") is not None and o.get("mix") is not None and not planned
 
 

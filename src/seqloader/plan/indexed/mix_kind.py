@@ -128,11 +128,19 @@ class ShardMix(IndexedMix):
         """A fixed ordering: the slots listed, sorted kinds by what the mix's index sorts by
         (the length key, or a source's own sort key), and cut (``mix_fixed_cuts``); filtered
         (``epoch_wise_filter``): the listed order's kept slots cut."""
+        return self.listed_cut(ep, parts, ordering, batcher, lengths)
+
+    def listed_cut(
+        self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
+        lengths: Mapping[str, np.ndarray], rng: np.random.Generator | None = None,
+    ) -> Cut:  # fmt: skip
+        """Sub-epoch ``ep``'s slots listed in ``ordering`` (``rng``: its draws), the kept ones
+        where ``epoch_wise_filter`` applies, cut greedily."""
         by = np.asarray(self._lengths)
         kept = self.kept(ep, parts)
         if kept is None:
-            return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, by)
-        listed = listed_part(self, ep, parts, ordering, by)
+            return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, by, rng)
+        listed = listed_part(self, ep, parts, ordering, by, rng)
         return listed_cuts(*kept_of(kept, *listed), batcher, lengths)
 
 
@@ -188,8 +196,9 @@ class ChunkedShardMix(ShardMix):
 
 def mix_filter(corpus: AdmittedCorpus) -> MixFilter | None:
     """``epoch_wise_filter`` on the mix's sub-epoch slots where this mix plans it (unchunked:
-    ``laplace``/``buckets:N`` from the kept counts, the fixed orders and ``random`` by cutting
-    the listed order's kept slots; ``PlanOptions`` refuses the other mixes by name)."""
+    ``laplace``/``buckets:N`` from the kept counts, the fixed orders, ``random`` and
+    ``sort_bin_shuffle`` by cutting the listed order's kept slots; ``PlanOptions`` refuses the
+    other mixes by name)."""
     o = corpus.options
     if o.epoch_wise_filter is None or corpus.units is not None:
         return None

@@ -31,13 +31,14 @@ import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import ListedOrder
-from seqloader.plan.indexed.mix_cuts import ListedUses, chunked_mix_cut, listed_part, mix_fixed_cuts
+from seqloader.plan.indexed.mix_cuts import ListedUses, chunked_mix_cut, listed_part
 from seqloader.plan.indexed.mix_kind import (
     ChunkedShardMix,
     Cut,
     MixChunks,
     MixKind,
     ShardMix,
+    mix_filter,
     shard_mix,
 )
 from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS
@@ -76,9 +77,10 @@ class SortBinsMix(ShardMix):
     def random_cut(
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
     ) -> Cut:
-        """Sub-epoch ``ep``'s slots in the ``sort_bin_shuffle`` order, cut greedily."""
-        rng, ordering, by = order_rng(self.options, ep), self.options.parsed_ordering, self._lengths
-        return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, np.asarray(by), rng)
+        """Sub-epoch ``ep``'s slots in the ``sort_bin_shuffle`` order (``epoch_wise_filter``:
+        the kept ones), cut greedily."""
+        rng, ordering = order_rng(self.options, ep), self.options.parsed_ordering
+        return self.listed_cut(ep, parts, ordering, batcher, lengths, rng)
 
 
 class ChunkedSortBinsMix(ChunkedShardMix):
@@ -127,6 +129,6 @@ def sharded_mix(
     # source's own sort key that key's index (``AdmittedCorpus.order_index``)
     streams = (seed, mix, corpora, corpus.order_index(), corpus.order_by, corpus.admits)
     if corpus.units is None:
-        return SortBinsMix(options, corpus.length_key, *streams)
+        return SortBinsMix(options, corpus.length_key, *streams, mix_filter(corpus))
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, options.parsed_ordering)
     return ChunkedSortBinsMix(options, chunks, *streams)
