@@ -190,6 +190,46 @@ def test_nonfinite_screen_names_the_same_sequences(tmp_path, layout):
             assert unscreened.nonfinite == []
 
 
+@settings(max_examples=25, deadline=None)
+@given(
+    dtype=st.sampled_from(["<f2", "<f4", "<f8"]),
+    layout=st.sampled_from(["contiguous", "chunked"]),
+    lens=st.lists(st.integers(1, 6), min_size=1, max_size=6),
+    bad=st.lists(
+        st.tuples(
+            st.integers(0, 5),  # sequence
+            st.integers(0, 5),  # frame
+            st.integers(0, 2),  # feature
+            st.sampled_from(["nan", "inf", "-inf", "max"]),  # max: finite, its square overflows
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    mmap=st.booleans(),
+)
+def test_nonfinite_anywhere_in_any_row_is_caught(tmp_path_factory, dtype, layout, lens, bad, mmap):
+    """Whatever the float dtype (float16's squares overflow from 256 on), a NaN/Inf at any frame
+    and feature of any sequence of a batch is named (sequence, tag, file, key) by the direct
+    path's screen; a large finite value (the screen's false alarm) is never named."""
+    dt = np.dtype(dtype)
+    rng = np.random.default_rng(len(lens))
+    seqs = [(rng.standard_normal((n, 3)) * 100).astype(dt) for n in lens]
+    special = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "max": np.finfo(dt).max}
+    for i, t, c, kind in bad:
+        seq = seqs[i % len(seqs)]
+        seq[t % len(seq), c] = special[kind]
+    named = {i for i, s in enumerate(seqs) if not np.isfinite(s).all()}
+    path = str(tmp_path_factory.mktemp("anywhere") / "bad.hdf")
+    write_with_values(path, seqs, layout)
+    src = sl.HDFSource(path, use_mmap=mmap)
+    batch = [*range(len(seqs) - 1, -1, -1), 0]  # every sequence, one of them twice
+    got = execute(src, spec_of(batch), WorkerSpec(0, None, screen=True), garbage_alloc)
+    assert len(got.nonfinite) == sum(i in named for i in batch)
+    for i in named:
+        assert any(f"sequence {i} (tag 'seq{i}')" in m for m in got.nonfinite)
+    assert all(path in m and "key 'data'" in m for m in got.nonfinite)
+
+
 def test_loader_reports_nonfinite_from_the_direct_path(tmp_path):
     seqs = [np.ones((4, 2), np.float32) for _ in range(6)]
     seqs[3][2, 0] = np.inf
