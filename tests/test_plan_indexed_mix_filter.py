@@ -1,5 +1,5 @@
 """``epoch_wise_filter`` with a ``mix`` under indexed planning (``laplace``, ``buckets:N``,
-the fixed orders, ``random``, ``sort_bin_shuffle``; ``distribution="shard"`` or ``"random_seed_offset"``; hypothesis;
+the fixed orders, ``random``, ``sort_bin_shuffle``, these chunked too; ``distribution="shard"`` or ``"random_seed_offset"``; hypothesis;
 pure numpy): in the epochs of a filter's range each sub-epoch's
 ``(sequence, corpus epoch)`` slots are filtered once, as one set (RETURNN's ``max_mean_len``
 selection by (length, sequence, corpus epoch)), for every rank and world size; a filtered slot's
@@ -50,7 +50,8 @@ def cases(draw: st.DrawFn) -> dict:
     cut = draw(st.integers(4, n - 4))
     first = draw(st.integers(1, 2))
     options = {
-        "ordering": draw(st.sampled_from(ORDERINGS)),
+        "ordering": (ordering := draw(st.sampled_from(ORDERINGS))),
+        "chunking": None if ordering[0] in "lb" else draw(st.sampled_from([None, "20:10"])),
         "max_seqs": draw(st.one_of(st.none(), st.integers(1, 9))),
         "max_frames": draw(st.sampled_from([None, 400])),
         "partition_epoch": draw(st.integers(1, 2)),
@@ -169,7 +170,10 @@ def test_the_mix_check_accepts_filtered_slots_and_finds_a_slot_twice_lost_or_fil
     "more, named",
     [
         ({"ordering": "laplace:.4", "distribution": "files"}, "distribution='files'"),
-        ({"ordering": "random", "chunking": "20:10"}, "chunking"),
+        (
+            {"ordering": "laplace:.4", "chunking": "20:10", "distribution": "random_seed_offset"},
+            "chunking",
+        ),
         ({"ordering": "buckets:3", "chunking": "20:10"}, "chunking"),
         ({"ordering": "laplace:.4", "planning": "global"}, "planning='global'"),
     ],
@@ -229,6 +233,12 @@ NEWLY_PLANNED_CASES: dict[str, dict] = {
         "world": 3,
         "elastic": (2, 2),
     },
+    "chunked 80:40 mix random W3 split, epoch_wise_filter elastic -> W2": {
+        "options": {"ordering": "random", "chunking": "80:40", "seed": 7, "max_frames": 1500,
+                    "mix": {"a": 0.5, "b": 1, "c": 2}, "epoch_wise_filter": {(1, 1): {
+                        "max_mean_len": 120}}},
+        "world": 3, "elastic": (2, 2),
+    },
 }  # fmt: skip
 NEWLY_PLANNED_GOLDEN = {
     "mix laplace:.10 partition 2 W3 split, epoch_wise_filter elastic -> W2 -> W4": (
@@ -248,6 +258,9 @@ NEWLY_PLANNED_GOLDEN = {
     ),
     "mix sort_bin_shuffle_x2:.12 W3 pad, epoch_wise_filter elastic -> W2": (
         "07b92dd68b6e58f66743412525ee3fa0555180cb6b89a272d41b97212cd61e13"
+    ),
+    "chunked 80:40 mix random W3 split, epoch_wise_filter elastic -> W2": (
+        "28f4fbff160d708901404a0e0c4b5c3151e7b0ce39510d6c4841613a1c2122e6"
     ),
 }
 

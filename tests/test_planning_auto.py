@@ -341,8 +341,10 @@ AUDIT_GRID = {
 
 def refused_by_both(o: dict) -> bool:
     """The audit's list of option sets both plannings refuse (so ``auto`` too): a mix with
-    ``epoch_wise_filter`` other than unchunked over ``shard`` or ``random_seed_offset``."""
-    planned = o.get("distribution") in ("shard", "random_seed_offset") and o.get("chunking") is None
+    ``epoch_wise_filter`` other than over ``shard`` or ``random_seed_offset``, chunked only by
+    an ordering other than ``laplace``/``buckets:N``."""
+    chunked_bins = o.get("chunking") is not None and str(o["ordering"])[0] in "lb"
+    planned = o.get("distribution") in ("shard", "random_seed_offset") and not chunked_bins
     return o.get("epoch_wise_filter") is not None and o.get("mix") is not None and not planned
 
 

@@ -166,7 +166,14 @@ class ChunkedShardMix(ShardMix):
 
     def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
         """The sub-epoch's slots (one per (sequence, corpus epoch), not per chunk) in the
-        ordering, as the unchunked plan lists them (O(slots): for checks)."""
+        ordering, as the unchunked plan lists them, the kept ones where ``epoch_wise_filter``
+        applies (O(slots): for checks, and the cuts of a filtered epoch)."""
+        seqs, uses = self.ordered_slots(ep, parts)
+        kept = self.kept(ep, parts)
+        return (seqs, uses) if kept is None else kept_of(kept, seqs, uses)
+
+    def ordered_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
+        """The sub-epoch's slots in the ordering, unfiltered."""
         ordering = self.chunks.ordering
         if ordering.kind != "random":
             return listed_part(self, ep, parts, ordering, np.asarray(self._lengths))
@@ -177,7 +184,10 @@ class ChunkedShardMix(ShardMix):
     def random_cut(
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
     ) -> Cut:
-        """``random``: the slots' keyed order, their chunks cut in blocks."""
+        """``random``: the slots' keyed order, their chunks cut in blocks (filtered: the listed
+        order's kept slots, their chunks cut at once)."""
+        if self.kept(ep, parts) is not None:
+            return self.listed_chunk_cut(ep, parts, batcher)
         draw = self.draw(ep.full_epoch, ep.part, parts)
         order, size, c = MixOrder(draw), int(draw.cum[:, -1].sum()), self.chunks
         return chunked_mix_cut(order, order.uses, size, batcher, c.chunking, c.stride, MIX_BLOCK)
@@ -188,19 +198,24 @@ class ChunkedShardMix(ShardMix):
     ) -> Cut:  # fmt: skip
         """A fixed ordering: the slots listed in the ordering (sorted kinds: by what the
         mix's index sorts by), their chunks cut at once."""
-        seqs, uses = listed_part(self, ep, parts, ordering, np.asarray(self._lengths))
+        return self.listed_chunk_cut(ep, parts, batcher)
+
+    def listed_chunk_cut(self, ep: EpochIndex, parts: int, batcher: Batcher) -> Cut:
+        """``listed_slots``' chunks, cut at once."""
+        seqs, uses = self.listed_slots(ep, parts)
         size, c = len(seqs), self.chunks
         order, used = ListedOrder(seqs), ListedUses(uses)
         return chunked_mix_cut(order, used, size, batcher, c.chunking, c.stride, max(size, 1))
 
 
 def mix_filter(corpus: AdmittedCorpus) -> MixFilter | None:
-    """``epoch_wise_filter`` on the mix's sub-epoch slots where this mix plans it (unchunked:
-    ``laplace``/``buckets:N`` from the kept counts, the fixed orders, ``random`` and
-    ``sort_bin_shuffle`` by cutting the listed order's kept slots; ``PlanOptions`` refuses the
-    other mixes by name)."""
+    """``epoch_wise_filter`` on the mix's sub-epoch slots where this mix plans it
+    (``laplace``/``buckets:N`` unchunked from the kept counts; the fixed orders, ``random`` and
+    ``sort_bin_shuffle``, chunked too, by cutting the listed order's kept slots (chunked: their
+    chunks); ``PlanOptions`` refuses the other mixes by name)."""
     o = corpus.options
-    if o.epoch_wise_filter is None or corpus.units is not None:
+    bucketed = not (corpus.fixed or corpus.random)  # chunked laplace/buckets:N: refused
+    if o.epoch_wise_filter is None or (corpus.units is not None and bucketed):
         return None
     return MixFilter(cast(EpochFilter, o.epoch_wise_filter), o.partition_epoch)  # normalised
 
@@ -227,4 +242,4 @@ def shard_mix(
     else:  # the unchunked plan's index: by the source's own sort key if it gives one
         index, lengths = corpus.order_index(), corpus.order_by
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, corpus.options.parsed_ordering)
-    return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, admits)
+    return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, admits, mix_filter(corpus))

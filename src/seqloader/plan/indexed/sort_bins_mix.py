@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
-from seqloader.plan.indexed.fixed import ListedOrder
-from seqloader.plan.indexed.mix_cuts import ListedUses, chunked_mix_cut, listed_part
+from seqloader.plan.indexed.mix_cuts import listed_part
 from seqloader.plan.indexed.mix_kind import (
     ChunkedShardMix,
     Cut,
@@ -92,9 +91,10 @@ class ChunkedSortBinsMix(ChunkedShardMix):
         super().__init__(*args)
         self.options = options
 
-    def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    def ordered_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
         """The sub-epoch's slots (one per (sequence, corpus epoch)) in the ``sort_bin_shuffle``
-        order, as ``SortBinsMix`` lists them."""
+        order, as ``SortBinsMix`` lists them (``listed_slots``: the kept ones where
+        ``epoch_wise_filter`` applies)."""
         ordering, lengths = self.options.parsed_ordering, np.asarray(self._lengths)
         return listed_part(self, ep, parts, ordering, lengths, order_rng(self.options, ep))
 
@@ -102,10 +102,7 @@ class ChunkedSortBinsMix(ChunkedShardMix):
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
     ) -> Cut:
         """The listed slots' chunks, cut at once."""
-        seqs, uses = self.listed_slots(ep, parts)
-        size, c = len(seqs), self.chunks
-        order, used = ListedOrder(seqs), ListedUses(uses)
-        return chunked_mix_cut(order, used, size, batcher, c.chunking, c.stride, max(size, 1))
+        return self.listed_chunk_cut(ep, parts, batcher)
 
 
 def order_rng(options: PlanOptions, ep: EpochIndex) -> np.random.Generator:
@@ -131,4 +128,4 @@ def sharded_mix(
     if corpus.units is None:
         return SortBinsMix(options, corpus.length_key, *streams, mix_filter(corpus))
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, options.parsed_ordering)
-    return ChunkedSortBinsMix(options, chunks, *streams)
+    return ChunkedSortBinsMix(options, chunks, *streams, mix_filter(corpus))
