@@ -817,6 +817,10 @@ INDEXED_CASES: dict[str, dict] = {
 # (laplace and buckets:N with shard or random_seed_offset, random, sort_bin_shuffle's ties and
 # _x2's bins, mixes); `files` plans (keyed by round_keys_many, no bijection) and the fixed
 # orders unchanged.
+# seqloader-plan-indexed/11: a `laplace` mix under `random_seed_offset` orders the mix's shared
+# slots per bucket by the rank's own keyed order (RankOrderDraw), as without a mix; before, every
+# rank planned the identical batches. No case here moved (none is that set); the one that did is
+# in test_plan_indexed_options.py's SINCE_REFUSED_GOLDEN.
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "4834dcb3f4143d74c17ea3b9576ea73a9b51a1e865176a9352689ee1d1da8e2f",
     "laplace:.20 partition 3 W4 pad, filters": "aca67ebafe53c1e2445dab4c377a0c29e84060bc45868fc447ebe470324f411f",
@@ -842,7 +846,7 @@ INDEXED_GOLDEN = {
     "chunked 80:40 mix laplace:.10 partition 2 W3 split elastic -> W2": "8375487716f393608b7e9cb68db6defb5e59e3d6f4c6d496bd2cafa75d22009e",
     "chunked 60:30 mix buckets:3 W4 pad": "96a78bbb2d6c1c30c2f657ee1c85ee4971f719d57a41c0790f647ee768547be9",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/10"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/11"
 
 
 def indexed_digest(case: dict) -> str:

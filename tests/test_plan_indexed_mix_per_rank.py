@@ -82,3 +82,33 @@ def test_global_planning_still_refuses_it_by_name() -> None:
     with pytest.raises(OptionError, match="use planning='indexed'"):
         PlanOptions(**options, planning="global")
     assert PlanOptions(**options).resolved_planning == "indexed"
+
+
+DRAWN = ["random:2", "laplace:.3", "buckets:3", "sort_bin_shuffle:.3", "sort_bin_shuffle_x2:.3"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.sampled_from(DRAWN),
+    st.sampled_from([None, "8:4"]),
+    st.integers(1, 2),
+    st.integers(90, 180),
+    st.integers(0, 2**32 - 1),
+)
+def test_ranks_order_the_selection_each_their_own_way(
+    ordering: str, chunking: str | None, parts: int, n: int, seed: int
+) -> None:
+    """Every drawn ordering (``laplace`` too, ``seqloader-plan-indexed/11``): with more than a few
+    slots in a sub-epoch, two ranks never order it identically (each its own keyed draws)."""
+    rng = np.random.default_rng(seed)
+    options = {"ordering": ordering, "distribution": "random_seed_offset", "chunking": chunking,
+               "mix": {"a": 1.5, "b": 1}, "partition_epoch": parts, "max_frames": 80,
+               "seed": seed % 7}  # fmt: skip
+    half = n // 2
+    case = {"data": rng.integers(1, 30, size=n), "options": options,
+            "corpora": Corpora(("a", "b"), np.array([0, half, n]))}  # fmt: skip
+    planner = planner_of(case)
+    for epoch in range(1, parts + 1):
+        orders = [planner.rank_order(epoch, r, 2) for r in range(2)]
+        assert len(orders[0]) >= 30  # more than a few slots
+        assert not np.array_equal(orders[0], orders[1]), (ordering, epoch)

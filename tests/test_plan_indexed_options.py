@@ -487,7 +487,7 @@ SINCE_REFUSED_GOLDEN = {
         "f5a0c5db4e1f6cd37cfbec5b05e854c81bce9dbd6667f5dcaaf6122911ee7fa7"
     ),
     "mix laplace:.10 partition 2 W3 random_seed_offset": (
-        "0c13c90175e2fede17419a452cded3c06f3dec908a924e8c725f785f0f992500"
+        "b53871c1c72216139636389588b66455e8c8d645fd1fae868009a4a1e7d43252"
     ),
     "chunked 80:40 mix buckets:3 W2 random_seed_offset": (
         "e042a8b525ae15a1ddf5cd79b0c45fd18e6ef85e5adcc3bf6446003ad1d923c6"

@@ -119,7 +119,7 @@ from seqloader.plan.selections import (
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/10"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/11"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
 #: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` and
 #: ``sort_bin_shuffle[_x2]`` cut them on the keyed order of each epoch
@@ -561,6 +561,16 @@ class IndexedPlanner:
             and o.partition_epoch > 1
         )
 
+    def _rank_ordered(self, mixed: bool) -> bool:
+        """Whether a rank orders a set every rank shares with its own draws
+        (``RankOrderDraw``): ``_shared_sets``, and under ``random_seed_offset`` a ``laplace``
+        mix, whose slots the mix draws alike on every rank (``seqloader-plan-indexed/11``;
+        ``buckets:N`` orders its runs by the rank already)."""
+        if self._shared_sets:
+            return True
+        laplace = not self.options.parsed_ordering.is_buckets
+        return mixed and laplace and self.distribution.own_orders
+
     def member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
         head = self.head if self._shared_sets else self.head_of(order_rank)
         words = (*head, PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep))
@@ -633,7 +643,7 @@ class IndexedPlanner:
             draw = cut.draw
         else:
             draw = self.member_draw(ep, offsets, order_rank)
-        if self._shared_sets:  # the shared sub-epoch set in the rank's own order
+        if self._rank_ordered(mix is not None):  # a shared set in the rank's own order
             words = (PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep), ep.part)
             draw = RankOrderDraw(draw, counts, (*self.head_of(order_rank), *words))
         if not windows:
