@@ -358,22 +358,17 @@ def test_block_pool_allocates_for_the_largest_batch_seen(sizes, held):
     assert after_largest <= pool.max_blocks
 
 
-def test_row_offsets_kept_whole_or_computed_read_the_same(tmp_path, monkeypatch):
-    """A source keeps whole row offsets for the files its batches read up to a budget
-    (``DENSE_OFFSETS_BYTES``), and takes them from the store again beyond it: the batches are
-    the same bytes either way, and only the files within the budget are kept."""
-    from seqloader.sources import hdf
-
+def test_batches_over_every_file_read_each_files_row_offsets(tmp_path):
+    """A batch over several files reads each sequence at its own file's row offsets (views of
+    the store's column, taken per batch): the same bytes as h5py, at every file's first and
+    last sequences."""
     rng = np.random.default_rng(7)
     paths = [str(tmp_path / f"{i}.hdf") for i in range(3)]
     for p in paths:
         write_by_hand(p, "<f4", "contiguous", rng)  # 17 sequences each
-    # 2 keys x 18 offsets x 8 bytes per file: room for one file's offsets
-    monkeypatch.setattr(hdf, "DENSE_OFFSETS_BYTES", 2 * 18 * 8)
     src = sl.HDFSource(paths, index_dir=str(tmp_path / "index"))
     seqs = [40, 3, 20, 16, 17, 50, 0, 33]  # every file, its first and last sequences
     want = reference_batch_files(paths, ("data", "t2"), seqs)
     got = execute(src, spec_of(seqs), WorkerSpec(0, None, screen=True), garbage_alloc)
     for key in want:
         assert same_bytes(got.data[key], want[key]), key
-    assert list(src._dense) == [0]  # the first file read; the others taken per batch

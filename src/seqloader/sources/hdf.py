@@ -51,11 +51,6 @@ _INHERITED: list[OpenFile] = []
 # how often a reader of cached remote files looks for evicted files it still holds open (their disk
 # space is freed only when closed)
 SWEEP_S = 1.0
-# Row offsets kept per source and process for the files its batches read (counted as 8 bytes per
-# sequence and key). Written when the store kept only every 64th running sum (hdf-meta5), where
-# computing a batch's offsets took ~125 µs per batch of 32 at 0 workers; the store keeps every
-# offset again (hdf-meta4), so what is kept are views of its mapped column, checked once.
-DENSE_OFFSETS_BYTES = 64 << 20
 
 
 class HDFSource(SourceBase):
@@ -176,24 +171,6 @@ class HDFSource(SourceBase):
         self._file_start = meta.bounds  # [F + 1]
         self._bounds: list[int] = meta.bounds.tolist()  # for bisect: faster than numpy here
         self._starts = FileStarts(meta.starts, meta.bounds)
-        self._dense: dict[int, dict[str, np.ndarray]] = {}  # file -> key -> row offsets
-        self._dense_bytes = 0
-
-    def _offsets(self, f: int) -> Mapping[str, np.ndarray]:
-        """File ``f``'s row offsets per key as the batch reads index them: int64 arrays kept for
-        the files read here (``DENSE_OFFSETS_BYTES`` at most per source and process; views of
-        the store's checked column, or the arrays held in memory), beyond that taken again."""
-        got = self._dense.get(f)
-        if got is not None:
-            return got
-        starts = self._starts[f]
-        need = 8 * sum(len(s) for s in starts.values())
-        if self._dense_bytes + need > DENSE_OFFSETS_BYTES:
-            return starts
-        got = {key: np.asarray(s, dtype=np.int64) for key, s in starts.items()}
-        self._dense[f] = got
-        self._dense_bytes += need
-        return got
 
     def remote_files(self) -> RemoteFiles | None:
         """The remote files and their cache (None for local files): the loader fetches ahead."""
@@ -244,7 +221,7 @@ class HDFSource(SourceBase):
         groups = []
         for f, pos, local in by_part(self._file_start, idx):
             try:
-                groups.append((pos, self._file(f).read_many(self._offsets(f), local)))
+                groups.append((pos, self._file(f).read_many(self._starts[f], local)))
             except SeqLoaderError:
                 raise
             except Exception as e:
@@ -279,7 +256,7 @@ class HDFSource(SourceBase):
         suspects: set[int] = set()
         for f, pos, local in groups:
             try:
-                suspects |= self._file(f).read_into(self._offsets(f), local, out, pos, screen)
+                suspects |= self._file(f).read_into(self._starts[f], local, out, pos, screen)
             except Exception as e:
                 # find and name the sequence that fails; read() raises the named error
                 for j in pos:
@@ -384,7 +361,6 @@ class HDFSource(SourceBase):
         if self._store is not None:  # the store pickles its path: a worker maps it again
             for name in ("_lengths", "_file_start", "_bounds", "_starts"):
                 state.pop(name, None)
-        state["_dense"], state["_dense_bytes"] = {}, 0  # this process's: made again where read
         return state
 
     def __setstate__(self, state: dict) -> None:
