@@ -327,3 +327,26 @@ def test_a_missing_key_and_a_failed_transform_name_the_file_and_the_fix(tmp_path
     with sl.SeqLoader(drops, max_seqs=2) as loader, pytest.raises(DataError) as err:
         list(loader.epoch(1))
     assert repr(drops) in str(err.value) and "Fix: " in str(err.value), str(err.value)
+
+
+def test_a_chunk_past_its_sequences_end_names_the_file_and_the_fix(tmp_path):
+    """A transform that shortens a chunked key leaves a planned chunk starting past the end:
+    the error names the sequence's file and place in it, and the fix, as the others do."""
+    path = tmp_path / "c.hdf"
+    data = [np.full((10, 2), i, np.float32) for i in range(4)]
+    sl.write_hdf(path, sl.MemorySource({"data": data}, tags=[f"s/{i}" for i in range(4)]))
+
+    def halves(seq, rng):
+        return {"data": seq["data"][: len(seq["data"]) // 2]}
+
+    src = sl.HDFSource(path, index_dir=str(tmp_path / "idx"))
+    with (
+        sl.SeqLoader(src, chunking="4:4", max_seqs=8, transform=halves) as loader,
+        pytest.raises(DataError) as err,
+    ):
+        list(loader.epoch(1))
+    message = str(err.value)
+    assert "chunk 2 of 'data' starts at frame 8, but the sequence has 5 frames" in message
+    assert "(sequence " in message and f"{str(path)!r}" in message, message
+    assert "Fix: a transform must keep a chunked key's length" in message, message
+    src.close()

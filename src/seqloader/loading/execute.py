@@ -273,8 +273,9 @@ def _check_windows(
     raise DataError(
         f"sequence {i} (tag {source.tag(i)!r}): chunk {c} of {key!r} starts at frame "
         f"{start}, but the sequence has {length} frames (the plan counted "
-        f"{int(source.lengths(key)[i])}); a transform must keep a chunked key's "
-        "length, or the source's lengths must be those after the transform"
+        f"{int(source.lengths(key)[i])}; the sequence: {where(source, i)}). Fix: a transform "
+        "must keep a chunked key's length, or the source's lengths must be those after the "
+        f"transform; to reproduce: transform(source.read({i}), rng)"
     )
 
 
