@@ -75,8 +75,8 @@ def test_prepare_then_loader_builds_nothing(cache, monkeypatch):
     assert files_under(cache) == before  # same files, same inodes, untouched
 
 
-def found_only(path, identity, build):
-    store, built = open_or_build(path, identity, _refuse)
+def found_only(path, identity, build, **kwargs):
+    store, built = open_or_build(path, identity, _refuse, **kwargs)
     assert not built
     return store, built
 

@@ -9,6 +9,9 @@ import time
 
 from seqloader.cli.options import add_command, add_output_options, non_negative_float
 from seqloader.cli.output import human, print_json
+from seqloader.loading import bucket_store
+from seqloader.shards.source import INDEX_VERSION
+from seqloader.sources import concat_store, hdf_store
 from seqloader.sources.node_cache import (
     CachedStore,
     cache_root,
@@ -16,6 +19,19 @@ from seqloader.sources.node_cache import (
     remove,
     size_text,
     stale,
+)
+from seqloader.trainer import duplicate_store
+
+#: the formats this seqloader writes its stores in (each store's header says its own):
+#: ``--superseded`` keeps a store of one of these over a newer one of another version's format
+FORMATS = frozenset(
+    {
+        bucket_store.FORMAT,
+        duplicate_store.CHECK_VERSION,
+        hdf_store.STORE_VERSION,
+        concat_store.STORE_VERSION,
+        INDEX_VERSION,
+    }
 )
 
 HELP = "list the node's stores (metadata, verdicts, bucket indexes) and remove stale ones"
@@ -47,7 +63,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "--superseded",
         action="store_true",
         help="with --clean: also stores of a source and options that have a newer store (built "
-        "after the data changed)",
+        "after the data changed) or one of this seqloader's format (theirs is another version's)",
     )
     add_output_options(p)
     return p
@@ -56,7 +72,7 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     now = time.time()
     stores = list_stores(args.dir)
-    chosen = stale(stores, args.older_than, args.superseded, now) if args.clean else []
+    chosen = stale(stores, args.older_than, args.superseded, now, FORMATS) if args.clean else []
     removed, skipped = remove(chosen) if args.clean else ([], [])
     if args.json:
         print_json(
@@ -75,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         seqs = "" if s.sequences is None else f", {human(s.sequences)} seqs"
         print(
             f"{mark}{s.kind} {s.state} {size_text(s.nbytes)}, used {s.age_days(now):.1f} days ago"
-            f"{seqs}: {s.path}" + (f" [{s.about}]" if s.about else "")
+            f"{seqs}{_format_text(s)}: {s.path}" + (f" [{s.about}]" if s.about else "")
         )
     total = sum(s.nbytes for s in stores)
     print(f"{len(stores)} file(s), {size_text(total)}")
@@ -85,6 +101,14 @@ def run(args: argparse.Namespace) -> int:
         for p in skipped:
             print(f"skipped (in use or changed): {p}")
     return 0
+
+
+def _format_text(s: CachedStore) -> str:
+    if s.state != "ok" or s.format in FORMATS:
+        return ""
+    if not s.format:
+        return ", format not recorded (an earlier seqloader)"
+    return f", format {s.format!r} (another seqloader version's; not read by this one)"
 
 
 def _as_dict(s: CachedStore, now: float) -> dict[str, object]:
@@ -97,4 +121,6 @@ def _as_dict(s: CachedStore, now: float) -> dict[str, object]:
         "sequences": s.sequences,
         "about": s.about,
         "identity": s.identity,
+        "format": s.format,
+        "current_format": s.format in FORMATS,
     }

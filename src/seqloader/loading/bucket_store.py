@@ -37,6 +37,10 @@ from seqloader.sources.node_cache import NodeStore, about, cache_dir
 MIN_SEQUENCES = 1_000_000
 #: what ``seqloader prepare`` calls this store
 KIND = "bucket index"
+#: the store's format (its columns, ``BucketIndex.columns``, of this algorithm's index), written
+#: into its header: a store of another format is never read as data (``open_or_build``), and
+#: ``seqloader cache --clean --superseded`` keeps this one over a newer store of another
+FORMAT = f"{INDEXED_ALGORITHM} bucket-index/1"
 
 
 def default_bucket_dir() -> str:
@@ -98,7 +102,7 @@ def shared_bucket_index(
         return index.columns(), {"sequences": n, "about": owner}
 
     started = time.perf_counter()
-    store, built = open_or_build(path, identity, build)
+    store, built = open_or_build(path, identity, build, format=FORMAT)
     if stores is not None:
         stores.append(NodeStore.of(KIND, store, built, time.perf_counter() - started))
     return BucketIndex.from_columns({name: store.column(name) for name in store.names})

@@ -196,7 +196,9 @@ class ShardSource(AudioKeysSource):
             self._remote: RemoteFiles | None = None
             identity = _identity(salt, [(os.path.abspath(p), os.stat(p)) for p in tars + listings])
             path = _index_path(index_dir, identity)
-            return open_or_build(path, identity, lambda: self._build(tars, None))
+            return open_or_build(
+                path, identity, lambda: self._build(tars, None), format=INDEX_VERSION
+            )
         cache = self._cache
         remote = cache.stat(tars + listings)
         h = hashlib.sha256(salt.encode())
@@ -205,7 +207,9 @@ class ShardSource(AudioKeysSource):
         identity = h.hexdigest()[:32]
         self._files = [(r.size, 0) for r in remote[: len(tars)]]
         path = os.path.join(cache.cache_dir, "index", f"shards-{identity}.cols")
-        store, built = open_or_build(path, identity, lambda: self._build(tars, remote))
+        store, built = open_or_build(
+            path, identity, lambda: self._build(tars, remote), format=INDEX_VERSION
+        )
         self._remote = RemoteFiles(
             cache, tuple(remote[: len(tars)]), np.array(store.column("bounds"), dtype=np.int64)
         )

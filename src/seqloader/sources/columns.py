@@ -13,7 +13,9 @@ One file, laid out as::
     uint64 header CRC  b"SEQCOLS2"
 
 (the header last, so a writer streams columns of any size straight to disk). The header names the store's ``identity`` (a string the builder derives from its inputs, e.g. size
-and ``mtime_ns`` or ETag of every file read), free ``meta`` (JSON) and each column's dtype, shape
+and ``mtime_ns`` or ETag of every file read), its ``format`` (the builder's version of its columns
+and meta: a store of another format is never read as data, ``open_or_build`` rebuilds it), free
+``meta`` (JSON) and each column's dtype, shape
 and byte offset (64-byte aligned). Contents are checksummed (``column_sums``): an XXH3-64 per
 64 KiB block of every column (the ``sums`` array, itself summed in the header; the trailer holds
 the header's CRC-32): a process that maps the store checks the header, the sums and every column but the
@@ -324,13 +326,26 @@ class ColumnStore:
     ``store.meta`` the builder's JSON metadata; ``store.identity`` what it was built from.
     Mapping it checks the header, the block sums and every column that is not ``lazy``."""
 
-    def __init__(self, path: str | os.PathLike, identity: str | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike, identity: str | None = None, format: str | None = None
+    ) -> None:
+        """``identity``, ``format``: what the store must have been built from and in (else
+        ``StaleStore``; ``StaleFormat`` for a format this reader does not read)."""
         self.path = os.path.abspath(os.fspath(path))
         self._map, header, data_end = _map(self.path)
         if identity is not None and header["identity"] != identity:
             raise StaleStore(
                 f"column store {self.path!r} was built from other inputs (identity "
                 f"{header['identity']!r}, expected {identity!r})"
+            )
+        #: what its builder wrote it as (``open_or_build``'s ``format``; "" before stores said)
+        self.format: str = str(header.get("format", ""))
+        if format is not None and self.format and self.format != format:
+            raise StaleFormat(
+                f"column store {self.path!r} is of format {self.format!r}, and this seqloader "
+                f"reads {format!r} there: none of it is read as data (it is rebuilt in this "
+                f"format; `seqloader cache --clean --superseded` removes the other)",
+                self.format,
             )
         self.identity: str = header["identity"]
         self.meta: dict[str, Any] = header["meta"]
@@ -500,6 +515,16 @@ class StaleStore(DataError):
     """The file at a store's path was built from other inputs than expected."""
 
 
+class StaleFormat(StaleStore):
+    """The file at a store's path was written in another format (``found``) than its reader
+    reads: by another version of seqloader, say. Never read as data; ``open_or_build`` rebuilds
+    it with a ``DataWarning``."""
+
+    def __init__(self, message: str, found: str) -> None:
+        super().__init__(message)
+        self.found = found
+
+
 class StoreWriter:
     """Writes a store column by column, each in one or several chunks, straight into a temporary
     file (nothing of a 10^8-sequence corpus needs to sit in memory twice); ``close()`` appends the
@@ -511,12 +536,14 @@ class StoreWriter:
         identity: str,
         meta: Mapping[str, Any] | None = None,
         lazy: Iterable[str] = (),
+        format: str = "",
     ) -> None:
         """``lazy``: prefixes of the columns that are read a few rows at a time (through
         ``ColumnStore.rows``), checked per block on first use instead of when mapped; strings
-        columns always are."""
+        columns always are. ``format``: what the columns and meta are (the builder's version
+        of them), written into the header (``ColumnStore.format``)."""
         self.path = os.path.abspath(os.fspath(path))
-        self.identity, self.meta = identity, dict(meta or {})
+        self.identity, self.meta, self.format = identity, dict(meta or {}), format
         self._lazy_prefixes = tuple(lazy)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         self._tmp = f"{self.path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
@@ -614,6 +641,7 @@ class StoreWriter:
             header = json.dumps(
                 {
                     "identity": self.identity,
+                    "format": self.format,
                     "meta": self.meta,
                     "version": VERSION,
                     "columns": self._specs,
@@ -652,11 +680,12 @@ def write_store(
     columns: Mapping[str, Column],
     meta: Meta | None = None,
     lazy: Iterable[str] = (),
+    format: str = "",
 ) -> ColumnStore:
     """Write ``columns`` to ``path`` atomically (temporary file, fsync, rename) and open it
-    (``lazy``: see ``StoreWriter``). ``meta`` may be a function, called once every column is
-    written (a meta computed from chunks as they were written: a digest, say)."""
-    writer = StoreWriter(path, identity, None if callable(meta) else meta, lazy)
+    (``lazy``, ``format``: see ``StoreWriter``). ``meta`` may be a function, called once every
+    column is written (a meta computed from chunks as they were written: a digest, say)."""
+    writer = StoreWriter(path, identity, None if callable(meta) else meta, lazy, format)
     try:
         for name, col in columns.items():
             writer.add(name, col)
@@ -673,41 +702,55 @@ def open_or_build(
     identity: str,
     build: Callable[[], tuple[Mapping[str, Column], Meta]],
     lazy: Iterable[str] = (),
+    format: str = "",
 ) -> tuple[ColumnStore, bool]:
     """The store at ``path`` built from ``identity``: opened when it is there, else built with
     ``build()`` -> (columns, meta) and written atomically, once per node however many processes
     ask at the same time (the others wait on ``PATH.lock``, then open it). A store found damaged
-    when mapped (a changed byte in its header, sums or a column checked then) is rebuilt, with a
-    ``DataWarning`` naming it. Returns (store, whether this call built it). ``lazy``: see
-    ``StoreWriter``."""
+    when mapped (a changed byte in its header, sums or a column checked then), or written in
+    another ``format`` than this one (the builder's version of its columns and meta, recorded in
+    the header), is rebuilt, with a ``DataWarning`` naming it; nothing of it is read as data.
+    Returns (store, whether this call built it). ``lazy``: see ``StoreWriter``."""
     path = os.path.abspath(os.fspath(path))
-    found, damage = _try_open(path, identity)
+    found, problem = _try_open(path, identity, format)
     if found is not None:
         return found, False
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with _lock(f"{path}.lock"):
-        found, again = _try_open(path, identity)  # built by another process while this waited
+        # built by another process while this waited
+        found, again = _try_open(path, identity, format)
         if found is not None:
             return found, False
         columns, meta = build()
-        store = write_store(path, identity, columns, meta, lazy)
-    damaged = again if again is not None else damage
-    if damaged is not None:
+        store = write_store(path, identity, columns, meta, lazy, format)
+    problem = again if again is not None else problem
+    if isinstance(problem, DamagedStore):
         warnings.warn(
-            f"column store {path!r}, column {damaged.column!r}: its contents differed from what "
+            f"column store {path!r}, column {problem.column!r}: its contents differed from what "
             "was written (the file changed after it was built; this node's cache, not the data "
             "files): rebuilt from the data now, nothing of the damaged file was served",
+            DataWarning,
+            stacklevel=3,
+        )
+    elif problem is not None:
+        warnings.warn(
+            f"column store {path!r} was of format {problem.found!r} (written by another version "
+            f"of seqloader), not {format!r}: rebuilt from the data in this format now, nothing of "
+            "it was read",
             DataWarning,
             stacklevel=3,
         )
     return store, True
 
 
-def _try_open(path: str, identity: str) -> tuple[ColumnStore | None, DamagedStore | None]:
-    """(the store, None), or (None, why it is damaged: None when it is missing, stale or cut)."""
+def _try_open(
+    path: str, identity: str, format: str = ""
+) -> tuple[ColumnStore | None, DamagedStore | StaleFormat | None]:
+    """(the store, None), or (None, why it is not read: damaged, of another format; None when it
+    is missing, stale or cut)."""
     try:
-        return ColumnStore(path, identity), None
-    except DamagedStore as e:
+        return ColumnStore(path, identity, format or None), None
+    except (DamagedStore, StaleFormat) as e:
         return None, e
     except (FileNotFoundError, StaleStore, CorruptStore):
         return None, None

@@ -66,7 +66,11 @@ def concat_metadata(
     path = os.path.join(folder or cache_dir("concat"), f"concat-{identity[:24]}.seqcols")
     try:
         store, built = open_or_build(
-            path, identity, lambda: _build(sources, keys, origin), lazy=("tags.",)
+            path,
+            identity,
+            lambda: _build(sources, keys, origin),
+            lazy=("tags.",),
+            format=STORE_VERSION,
         )
     except OSError as e:
         warnings.warn(

@@ -62,7 +62,9 @@ from seqloader.sources.tag_hash import tag_hashes
 #: found and is built again under its new name; the corpus fingerprint is the same digest)
 #: (``hdf-meta5`` kept every 64th running sum of the lengths instead of the row offsets: a
 #: reader's offsets of a batch then cost about 100 times a gather, so it was dropped; its stores
-#: have another identity and are never read as these)
+#: have another identity and are never read as these). Written into the header as the store's
+#: format: ``seqloader cache --clean --superseded`` keeps this format's store over a newer one of
+#: another, and a store of another format is never read as data (``open_or_build``)
 STORE_VERSION = "hdf-meta4"
 #: the tags' hash values (``PackedTags.hashes``) more than one tag has (``StoredStrings.repeats``)
 REPEATS = "tags.repeats"
@@ -134,7 +136,11 @@ def open_metadata(
     path = os.path.join(directory, f"hdf-{identity}.cols")
     try:
         store, built = open_or_build(
-            path, identity, lambda: _build(read_layouts, merge, origin), lazy=("start.", "tags.")
+            path,
+            identity,
+            lambda: _build(read_layouts, merge, origin),
+            lazy=("start.", "tags."),
+            format=STORE_VERSION,
         )
     except OSError as e:  # the index directory (the files' own errors are DataErrors)
         warnings.warn(

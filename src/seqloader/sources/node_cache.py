@@ -17,7 +17,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,7 @@ class CachedStore:
     identity: str = ""
     about: str = ""  # what it belongs to (the source, options), where the builder said
     sequences: int | None = None
+    format: str = ""  # what its builder wrote it as ("" for stores written before they said)
 
     def age_days(self, now: float | None = None) -> float:
         return max(0.0, ((time.time() if now is None else now) - self.last_used) / 86400)
@@ -108,11 +109,14 @@ def stale(
     older_than_days: float | None = None,
     superseded: bool = False,
     now: float | None = None,
+    formats: Collection[str] = (),
 ) -> list[CachedStore]:
     """The stores to remove: leftovers and incomplete files always; stores unused for more than
     ``older_than_days``; with ``superseded``, every store whose ``about`` (same source and
-    options) has a newer store of the same kind, i.e. one built after its inputs changed. A
-    store being built is never stale."""
+    options) has a preferred store of the same kind: one of a format in ``formats`` (those this
+    seqloader writes, so reads) over one of any other format (another version's: never read
+    here), else the newer one, built after its inputs changed. A store being built is never
+    stale."""
     items = [s for s in stores if s.state != "building"]
     out = {s.path: s for s in items if s.state in ("leftover", "incomplete")}
     ok = [s for s in items if s.state == "ok"]
@@ -124,7 +128,7 @@ def stale(
             if not s.about:
                 continue
             key = (s.kind, s.about)
-            if key not in newest or _built_at(s) > _built_at(newest[key]):
+            if key not in newest or _preferred(s, formats) > _preferred(newest[key], formats):
                 newest[key] = s
         out.update({s.path: s for s in ok if s.about and newest[(s.kind, s.about)].path != s.path})
     return sorted(out.values(), key=lambda s: s.path)
@@ -191,6 +195,7 @@ def _describe(top: str, path: str) -> CachedStore | None:
         store.identity,
         str(meta.get("about", "")),
         int(n) if isinstance(n, int) else None,
+        store.format,
     )
 
 
@@ -210,6 +215,12 @@ def _store_of(path: str) -> str:
 
 def _lock_of(path: str) -> str:
     return f"{path}.lock"
+
+
+def _preferred(s: CachedStore, formats: Collection[str]) -> tuple[bool, float]:
+    """What ``stale`` keeps of a source's stores: this seqloader's format first, then the newest
+    (by modification: the build's rename)."""
+    return s.format in formats, _built_at(s)
 
 
 def _built_at(s: CachedStore) -> float:

@@ -25,7 +25,8 @@ from seqloader.sources.node_cache import NodeStore, about, cache_dir
 
 #: Corpora with fewer sequences are checked in memory, without a file.
 MIN_SEQUENCES = 1_000_000
-#: The check's version in the file's identity (a changed check gets a new file).
+#: The check's version in the file's identity (a changed check gets a new file) and, as its
+#: format, in its header (``seqloader cache --clean --superseded`` keeps this one).
 CHECK_VERSION = "seqloader-duplicate-tags/1"
 #: what ``seqloader prepare`` calls this store
 KIND = "duplicate-tag verdict"
@@ -77,7 +78,7 @@ def node_duplicate_tags(
         return {"indices": indices, "starts": starts}, {"sequences": n, "about": about(origin)}
 
     try:
-        store, built = open_or_build(path, identity, build)
+        store, built = open_or_build(path, identity, build, format=CHECK_VERSION)
     except OSError as e:  # the cache folder cannot be written: check here, as a small corpus is
         found = find(tags)
         if stores is not None:

@@ -1,0 +1,155 @@
+"""Every node store records its format in its header (issue 34): ``seqloader cache --clean
+--superseded`` keeps this seqloader's format over a newer store of another version's (a node
+shared by two versions no longer rebuilds on each start), and a store of another format found
+where this one's belongs is never read as data: it is rebuilt, with a ``DataWarning`` that says
+so. The stores are the ones ``sl.prepare`` writes (an HDF's metadata, the bucket index, the
+duplicate-tag verdict), used from 3 sequences on here (a size, not a rule)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import seqloader as sl
+from seqloader.cli.cache import FORMATS
+from seqloader.cli.main import main
+from seqloader.errors import DataWarning
+from seqloader.loading import bucket_store
+from seqloader.sources import hdf_store, node_cache
+from seqloader.sources.columns import ColumnStore, StaleFormat, open_or_build, write_store
+from seqloader.trainer import duplicate_store
+from test_prepare import FLAGS, OPTIONS, cache, corpus, run  # noqa: F401 - the fixture
+from test_store_damage import flip
+
+EXPECTED = {
+    "hdf": hdf_store.STORE_VERSION,
+    "buckets": bucket_store.FORMAT,
+    "checks": duplicate_store.CHECK_VERSION,
+}
+
+
+@pytest.fixture
+def prepared(cache, tmp_path) -> dict[str, str]:  # noqa: F811 - the fixture imported above
+    """An HDF corpus's node stores, built by ``seqloader prepare``: kind folder -> path."""
+    path = tmp_path / "train.hdf"
+    sl.write_hdf(path, corpus())
+    assert main(["prepare", str(path), *FLAGS]) == 0
+    return {s.kind: s.path for s in node_cache.list_stores()}
+
+
+def hdf_file(tmp_path) -> str:
+    return str(tmp_path / "train.hdf")
+
+
+def test_each_store_records_its_format(prepared, capsys):
+    assert set(prepared) == set(EXPECTED)
+    for kind, path in prepared.items():
+        assert ColumnStore(path).format == EXPECTED[kind]
+    assert set(EXPECTED.values()) <= FORMATS
+    capsys.readouterr()
+    code, out, _ = run(capsys, "cache", "--json")
+    listed = json.loads(out)["stores"]
+    assert code == 0 and all(s["current_format"] for s in listed)
+    assert {s["kind"]: s["format"] for s in listed} == EXPECTED
+
+
+def another_versions_copy(path: str, format: str, age: float = 0.0) -> str:
+    """What another seqloader version builds for the same source: its own file (its identity
+    differs), the same description, written after this version's (``age`` seconds ago)."""
+    store = ColumnStore(path)
+    columns = {name: store.column(name) for name in store.names}
+    other = path.replace(".", "-other.", 1)
+    write_store(other, store.identity + "-other", columns, store.meta, format=format)
+    when = time.time() - age
+    os.utime(other, (when, when))
+    return other
+
+
+def test_superseded_keeps_this_versions_format_over_a_newer_one(prepared, capsys, tmp_path):
+    an_hour_ago = time.time() - 3600
+    for path in prepared.values():  # this version's stores: built first
+        os.utime(path, (an_hour_ago, an_hour_ago))
+    others = {another_versions_copy(p, f"{EXPECTED[k]}-older") for k, p in prepared.items()}
+    capsys.readouterr()
+    code, out, _ = run(capsys, "cache")
+    assert code == 0 and out.count("another seqloader version's") == 3
+    code, out, _ = run(capsys, "cache", "--clean", "--superseded", "--json")
+    assert code == 0 and set(json.loads(out)["removed"]) == others
+    assert all(os.path.exists(p) for p in prepared.values())
+    # and the loader finds everything: nothing rebuilt
+    code, out, _ = run(capsys, "prepare", hdf_file(tmp_path), *FLAGS)
+    assert code == 0 and "everything was there" in out
+
+
+def test_superseded_without_this_versions_store_keeps_the_newest(cache, tmp_path):  # noqa: F811
+    """Only other versions' stores of a source: the newest is kept (this version reads none)."""
+    folder = tmp_path / "stores"
+    meta = {"about": "a source", "sequences": 3}
+    old = write_store(folder / "a.cols", "A", {"x": [1, 2, 3]}, meta, format="v1").path
+    new = write_store(folder / "b.cols", "B", {"x": [1, 2, 3]}, meta, format="v2").path
+    os.utime(old, (time.time() - 60, time.time() - 60))
+    chosen = node_cache.stale(
+        node_cache.list_stores([str(folder)]), superseded=True, formats={"v3"}
+    )
+    assert [s.path for s in chosen] == [old]
+    chosen = node_cache.stale(
+        node_cache.list_stores([str(folder)]), superseded=True, formats={"v1"}
+    )
+    assert [s.path for s in chosen] == [new]
+
+
+def test_another_format_at_the_path_is_rebuilt_never_read(tmp_path):
+    path = str(tmp_path / "s.cols")
+    write_store(path, "id", {"x": [9, 9, 9]}, {"about": "t"}, format="v1")
+    with pytest.raises(StaleFormat, match=r"format 'v1'.*reads 'v2'"):
+        ColumnStore(path, "id", "v2")
+    built = []
+
+    def build():
+        built.append(1)
+        return {"x": [1, 2, 3]}, {"about": "t"}
+
+    with pytest.warns(DataWarning, match=r"format 'v1'.*not 'v2'.*nothing of it was read"):
+        store, again = open_or_build(path, "id", build, format="v2")
+    assert again and built == [1] and store.column("x").tolist() == [1, 2, 3]
+    assert store.format == "v2"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert open_or_build(path, "id", build, format="v2")[1] is False  # found: kept
+    # a store written before formats were recorded: its identity (which names its version) decides
+    write_store(path, "id", {"x": [4, 5, 6]}, {"about": "t"})
+    assert open_or_build(path, "id", build, format="v2")[0].column("x").tolist() == [4, 5, 6]
+
+
+def test_a_hand_changed_format_is_never_served(prepared, tmp_path):
+    """The header's format edited by hand (another version's store passed off as this one's):
+    its checksum differs, so the store is rebuilt from the data and listed as incomplete,
+    never read."""
+    path = prepared["buckets"]
+    raw = Path(path).read_bytes()
+    said = json.dumps(bucket_store.FORMAT).encode()
+    assert raw.count(said) == 1
+    with open(path, "r+b") as fh:
+        fh.seek(raw.index(said) + 2)
+        fh.write(b"X")
+    listed = {s.path: s for s in node_cache.list_stores()}
+    assert listed[path].state == "incomplete"
+    src = sl.HDFSource(hdf_file(tmp_path))
+    with pytest.warns(DataWarning, match="nothing of the damaged file was served"):
+        report = sl.prepare(src, **OPTIONS)
+    assert [s.kind for s in report.built] == ["bucket index"]
+    assert ColumnStore(path).format == bucket_store.FORMAT
+
+
+def test_a_damaged_column_of_a_prepared_store_is_rebuilt(prepared, tmp_path):
+    path = prepared["checks"]
+    flip(path, "starts")
+    src = sl.HDFSource(hdf_file(tmp_path))
+    with pytest.warns(DataWarning, match="column 'starts'"):
+        report = sl.prepare(src, **OPTIONS)
+    assert [s.kind for s in report.built] == ["duplicate-tag verdict"]
