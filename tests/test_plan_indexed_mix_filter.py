@@ -169,7 +169,6 @@ def test_the_mix_check_accepts_filtered_slots_and_finds_a_slot_twice_lost_or_fil
 @pytest.mark.parametrize(
     "more, named",
     [
-        ({"ordering": "laplace:.4", "distribution": "files"}, "distribution='files'"),
         (
             {"ordering": "laplace:.4", "chunking": "20:10", "distribution": "random_seed_offset"},
             "chunking",

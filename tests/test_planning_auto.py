@@ -160,6 +160,12 @@ NEWLY_INDEXED = [
      "partition_epoch": 2},
     {"ordering": "sort_bin_shuffle_x2:.4", "distribution": "files", "mix": {"a": 2},
      "chunking": "4:2", "uneven": "drop"},
+    # epoch_wise_filter with a mix over files (refused under every planning before: each
+    # sub-epoch's slots filtered once as one set, files_mix_filter)
+    {"ordering": "laplace:.3", "distribution": "files", "mix": {"a": 0.5, "b": 2},
+     "epoch_wise_filter": {(1, 1): {"max_mean_len": 9}}},
+    {"ordering": "random", "distribution": "files", "mix": {"b": 1.5}, "chunking": "4:2",
+     "epoch_wise_filter": {(1, None): {"max_mean_len": 9}}, "partition_epoch": 2},
 ]  # fmt: skip
 
 
@@ -341,10 +347,10 @@ AUDIT_GRID = {
 
 def refused_by_both(o: dict) -> bool:
     """The audit's list of option sets both plannings refuse (so ``auto`` too): a mix with
-    ``epoch_wise_filter`` other than over ``shard`` or ``random_seed_offset``, chunked only by
-    an ordering other than ``laplace``/``buckets:N``."""
+    ``epoch_wise_filter`` over ``shard`` or ``random_seed_offset`` chunked with ``laplace`` or
+    ``buckets:N`` (over ``files`` every ordering is planned, chunked too)."""
     chunked_bins = o.get("chunking") is not None and str(o["ordering"])[0] in "lb"
-    planned = o.get("distribution") in ("shard", "random_seed_offset") and not chunked_bins
+    planned = o.get("distribution") == "files" or not chunked_bins
     return o.get("epoch_wise_filter") is not None and o.get("mix") is not None and not planned
 
 

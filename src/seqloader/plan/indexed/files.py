@@ -69,7 +69,8 @@ class Units:
     - ``pieces``: a mix over files (``seqloader.plan.indexed.files_mix``): the sub-epoch's file
       pieces, which ``part`` numbers; None unmixed (``part`` numbers files).
     - ``keep``: ``epoch_wise_filter``: the sequences the sub-epoch admits (bool ``[n]``,
-      ``files_filter``), which its counts are of; None: the admission's.
+      ``files_filter``), which its counts are of; None: the admission's. With ``pieces``: the
+      slots it keeps, a mask over the sub-epoch's slot positions (``files_mix_filter``).
     """
 
     part: np.ndarray

@@ -38,7 +38,9 @@ from seqloader.plan.indexed.files import Segment, Units
 from seqloader.plan.indexed.files_carry import FIELD, Carried, decode, encode, pack_units
 from seqloader.plan.indexed.files_filter import EpochKept, files_epoch_kept, kept_rank_counts
 from seqloader.plan.indexed.files_mix import FilesMix, Pieces
+from seqloader.plan.indexed.files_mix_filter import first_kept_piece, piece_positions
 from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.mix_filter import MixFilter
 from seqloader.plan.indexed.mix_kind import MixKind
 from seqloader.plan.indexed.plan import RankwisePlan, ranges
 from seqloader.plan.lpt import assign_lpt
@@ -131,11 +133,14 @@ class Files:
     def epoch_kept(self, ep: EpochIndex) -> EpochKept | None:
         """``epoch_wise_filter`` in sub-epoch ``ep``: the one kept set of its files' admitted
         sequences, for every rank and world size (``files_filter``); None where no filter
-        applies (kept for the last sub-epoch asked)."""
+        applies (kept for the last sub-epoch asked). A mix over files: its slots' kept set, the
+        mask over the sub-epoch's slot positions (``FilesMix.kept``)."""
         p = self.planner
         spec = cast(EpochFilter | None, p.options.epoch_wise_filter)  # normalised
         if not epoch_filters(spec, ep.epoch):  # nothing read: the admitted mask stays unmade
             return None
+        if self.files_mix is not None:
+            return self.files_mix.kept(ep, p.options.partition_epoch)
         key = self._kept_key(ep, 0)
         if self._epoch_kept is None or self._epoch_kept[0] != key:
             by = p.lengths if p.corpus.filter_key is None else p.corpus.filter_key
@@ -224,9 +229,12 @@ class Files:
         seq_counts = self.file_counts  # admitted sequences per file (chunked: the chunks')
         if p.units is not None:
             seq_counts = admitted_per_file(self.files, self._mask)
+        spec = cast(EpochFilter | None, p.options.epoch_wise_filter)  # normalised
+        wise = None if spec is None else MixFilter(spec, p.options.partition_epoch)
+        by = p.lengths if p.corpus.filter_key is None else p.corpus.filter_key
         self.files_mix = FilesMix(
             p.options.seed, p.options.mix, corpora, self.files, seq_counts,
-            self.file_frames, p.lengths, p.corpus.admits, p.origin,
+            self.file_frames, p.lengths, p.corpus.admits, p.origin, wise, by,
         )  # fmt: skip
         return self.files_mix
 
@@ -235,6 +243,9 @@ class Files:
         ep = EpochIndex(epoch, self.planner.options.partition_epoch)
         if self.files_mix is not None:
             pieces = self._pieces(ep)
+            keep = self._slots_keep(ep)
+            if keep is not None:  # the kept slots' units
+                return len(self._piece_codes_of(pieces, keep)[0])
             if self.planner.units is None:
                 return int(pieces.count.sum())
             whole = self._whole_pieces(pieces)  # chunks: whole files from the table
@@ -332,9 +343,12 @@ class Files:
         ep = EpochIndex(epoch, p.options.partition_epoch)
         if self.files_mix is not None:  # a mix: per piece of a file, its slots
             pieces = self._pieces(ep)
-            seqs, _, _ = self.files_mix.slots(pieces)
+            seqs, _, pid = self.files_mix.slots(pieces)
+            keep = self._slots_keep(ep)
+            if keep is not None:  # the kept slots of each piece
+                seqs, pid = seqs[keep], pid[keep]
             bounds = np.zeros(len(pieces) + 1, dtype=np.int64)
-            np.cumsum(pieces.count, out=bounds[1:])
+            np.cumsum(np.bincount(pid, minlength=len(pieces)), out=bounds[1:])
             return BatchList.from_bounds(seqs, bounds), pieces.file
         part = self._part_files(ep)
         mask = self._mask_of(ep)
@@ -351,8 +365,8 @@ class Files:
         if p.units is not None and b.chunks is not None:
             real = real * p.units.stride + b.chunks[b.real]
         real = b.uses[b.real].astype(np.int64) * self._code_span + real
-        pieces = self._pieces(EpochIndex(epoch, p.options.partition_epoch))
-        whole = self._piece_codes_of(pieces)[0]
+        ep = EpochIndex(epoch, p.options.partition_epoch)
+        whole = self._piece_codes_of(self._pieces(ep), self._slots_keep(ep))[0]
         rest = np.concatenate([real, whole[~np.isin(whole, real)]]) % self._code_span
         if p.units is None:
             return rest, None
@@ -395,11 +409,12 @@ class Files:
         p = self.planner
         if self.files_mix is not None:  # the sub-epoch's file pieces, numbered
             pieces = self._pieces(ep)
-            rank_of = assign_lpt(pieces.frames, world0)
-            per_rank = self._piece_rank_counts(pieces, rank_of, world0)
+            rank_of = assign_lpt(pieces.frames, world0)  # the pieces' frames, filtered or not
+            keep = self._slots_keep(ep)
+            per_rank = self._piece_rank_counts(pieces, rank_of, world0, keep)
             part = np.arange(len(pieces), dtype=np.int64)
             units = Units.of(part, rank_of, per_rank, p.cut_rows, words)
-            return replace(units, pieces=pieces)
+            return replace(units, pieces=pieces, keep=keep)
         part = self._part_files(ep)
         rank_of = assign_lpt(self.file_frames[part], world0)  # [f]
         if self.epoch_kept(ep) is not None:  # epoch_wise_filter: the kept set's counts
@@ -427,8 +442,9 @@ class Files:
         ok = c.consistent(admitted, len(part))
         if ok and admitted is None:  # the pieces' or the kept set's units per old rank
             world0 = len(c.per_rank)
-            if self.files_mix is not None:
-                counts = self._piece_rank_counts(pieces, c.rank_of, world0)
+            if self.files_mix is not None:  # filtered: the kept slots' counts
+                keep = self._slots_keep(ep)
+                counts = self._piece_rank_counts(pieces, c.rank_of, world0, keep)
             else:
                 counts = self._kept_counts(ep, part, c.rank_of, world0)
             ok = c.holds(counts.sum(axis=1))
@@ -438,7 +454,7 @@ class Files:
             return None
         units = c.units(part, words)
         if self.files_mix is not None:
-            return replace(units, pieces=pieces)
+            return replace(units, pieces=pieces, keep=self._slots_keep(ep))
         return units if admitted is not None else replace(units, keep=self._mask_of(ep))
 
     def _kept_counts(
@@ -643,13 +659,14 @@ class Files:
     def _filler_owner(self, units: Units) -> tuple[int, np.ndarray] | None:
         """(old rank, the sequence) of the fillers' sequence (``_first_unit``); None when the
         sub-epoch has nothing admitted."""
-        if units.pieces is not None:  # a mix: its first piece's first slot
-            if not len(units.pieces):
+        if units.pieces is not None:  # a mix: its first piece's first (kept) slot
+            first = first_kept_piece(units.pieces.count, units.keep)
+            if first is None:
                 return None
             code = self._first_unit(units.part, units) % self._code_span
             if self.planner.units is not None:
                 code = self.planner.units.split(code)[0]
-            return int(units.rank_of[0]), code
+            return int(units.rank_of[first]), code
         s = self._first_sequence(units.part, units.keep)
         file = int(np.searchsorted(np.asarray(self.files), s[0], side="right")) - 1
         where = np.flatnonzero(units.part == file)
@@ -661,9 +678,12 @@ class Files:
         """The fillers' unit when a rank has none of its own: the sub-epoch's first sequence
         (chunked: its first chunk's code; a mix: its first piece's first slot, as a code)."""
         if units is not None and units.pieces is not None:
-            if not len(units.pieces):
+            piece = first_kept_piece(units.pieces.count, units.keep)
+            if piece is None:
                 return np.zeros(1, dtype=np.int64)
-            return self._piece_codes_of(units.pieces.take(slice(0, 1)))[0][:1]
+            at = np.array([piece], dtype=np.int64)
+            keep = self._keep_of(units, at)
+            return self._piece_codes_of(units.pieces.take(at), keep)[0][:1]
         first = self._first_sequence(part, None if units is None else units.keep)
         chunked = self.planner.units
         return first if chunked is None else first * chunked.stride
@@ -690,10 +710,18 @@ class Files:
         """Sub-epoch ``ep``'s file pieces (``FilesMix.sub_epoch``)."""
         return self._mix.sub_epoch(ep.full_epoch, ep.part, self.planner.options.partition_epoch)
 
-    def _piece_rank_counts(self, pieces: Pieces, rank_of: np.ndarray, world0: int) -> np.ndarray:
+    def _piece_rank_counts(
+        self, pieces: Pieces, rank_of: np.ndarray, world0: int, keep: np.ndarray | None = None
+    ) -> np.ndarray:
         """Sequences per (rank, bucket) of the file pieces -> int64 ``[W0, N]``: whole files
-        from the per-(file, bucket) table, partial pieces counted from their sequences."""
+        from the per-(file, bucket) table, partial pieces counted from their sequences; a
+        filtered sub-epoch (``keep``: its kept slots) from the kept slots of every piece."""
         p = self.planner
+        if keep is not None:
+            _, lens, pid = self._piece_codes_of(pieces, keep)
+            n_b = len(p.bucket_edges) + 1
+            flat = rank_of[pid] * n_b + self._bucket_of(lens)
+            return np.bincount(flat, minlength=world0 * n_b).reshape(world0, n_b).astype(np.int64)
         whole = self._whole_pieces(pieces)
         out = _rank_counts(p.index.file_counts, pieces.file[whole], rank_of[whole], world0)
         partial = np.flatnonzero(~whole)
@@ -715,11 +743,16 @@ class Files:
         units = self.planner.units
         return len(self.planner.lengths) * (units.stride if units is not None else 1)
 
-    def _piece_codes_of(self, pieces: Pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _piece_codes_of(
+        self, pieces: Pieces, keep: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every planned unit of ``pieces`` (chunked: every chunk of every slot) -> (codes
-        ``use * span + unit``, lengths (chunked: windows), piece) int64 each."""
+        ``use * span + unit``, lengths (chunked: windows), piece) int64 each; ``keep``: which of
+        the pieces' slots a filtered sub-epoch keeps (None: all)."""
         p = self.planner
         seqs, uses, pid = self._mix.slots(pieces)
+        if keep is not None:
+            seqs, uses, pid = seqs[keep], uses[keep], pid[keep]
         lens = np.asarray(p.lengths[seqs])
         units = seqs
         if p.units is not None:  # each slot's chunks, slot after slot
@@ -737,8 +770,23 @@ class Files:
         """Old rank r's units as codes (one per slot, chunked per chunk: a file used in two
         corpus epochs gives two), and their lengths (chunked: windows)."""
         assert units.pieces is not None
-        codes, lens, _ = self._piece_codes_of(units.pieces.take(np.flatnonzero(units.rank_of == r)))
+        own = np.flatnonzero(units.rank_of == r)
+        codes, lens, _ = self._piece_codes_of(units.pieces.take(own), self._keep_of(units, own))
         return codes, lens
+
+    def _slots_keep(self, ep: EpochIndex) -> np.ndarray | None:
+        """A mix over files: the kept slots of filtered sub-epoch ``ep`` (a mask over its slot
+        positions); None where no filter applies."""
+        kept = self.epoch_kept(ep)
+        return None if kept is None else kept.mask
+
+    @staticmethod
+    def _keep_of(units: Units, which: np.ndarray) -> np.ndarray | None:
+        """The kept mask of the slots of the sub-epoch's pieces ``which`` (``units.keep``: over
+        every slot position; None: all kept)."""
+        if units.keep is None or units.pieces is None:
+            return None
+        return units.keep[piece_positions(units.pieces.count, which)]
 
     def _decode(self, batches: BatchList) -> BatchList:
         """A share drawn over codes as (sequence, corpus epoch) slots, chunked with the chunk

@@ -25,22 +25,33 @@ each corpus streams *files*:
   (``seqloader.plan.indexed.files``): a slot carries ``use * n + sequence`` through the segment
   machinery, decoded into (sequence, corpus epoch) in the rank's batches.
 
+- **``epoch_wise_filter``** (``wise``): in the epochs of a filter's range each sub-epoch's slots
+  are filtered once, as one set (``files_mix_filter``: a mask over its slot positions, the same
+  on every rank and world size); a filtered slot is lost for its sub-epoch, the streams move on
+  as without the filter, and ``check``, ``select``, ``listed_slots`` and ``corpus_slots`` count
+  the kept slots.
+
 Cost: O(pieces) per full epoch, plus the partial pieces' files; a rank draws only its own
-pieces' sequences. ``select``, ``members`` and ``check`` are O(n) (for checks and tests).
+pieces' sequences (a filtered sub-epoch: its slots listed once, O(n / P)). ``select``,
+``members`` and ``check`` are O(n) (for checks and tests).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
 
 from seqloader.errors import OptionError
+from seqloader.plan.admission import epoch_filters
 from seqloader.plan.bounds import check_mix_slots
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.files import cut_parts
+from seqloader.plan.indexed.files_filter import EpochKept
+from seqloader.plan.indexed.files_mix_filter import slots_kept
+from seqloader.plan.indexed.mix_filter import MixFilter
 from seqloader.plan.mix import (
     USES_DTYPE,
     Corpora,
@@ -109,10 +120,16 @@ class FilesMix:
         lengths: np.ndarray,
         admits: Callable[[np.ndarray], np.ndarray | None] | None = None,
         origin: str = "",
+        wise: MixFilter | None = None,
+        by: np.ndarray | None = None,
     ) -> None:
         """``admits``: which of the given sequences are admitted (bool, or None: all; None: no
-        filter), read per file piece, so no mask of every sequence is made for it."""
+        filter), read per file piece, so no mask of every sequence is made for it. ``wise``:
+        ``epoch_wise_filter`` on the sub-epochs' slots, keeping the shortest by ``by`` (per
+        sequence; None: ``lengths``)."""
         self.seed, self.corpora, self._mix = seed, corpora, dict(mix)
+        self.wise, self._by = wise, lengths if by is None else by
+        self._kept: tuple[tuple[int, int], EpochKept | None] | None = None
         self.rates = resolve_rates(mix, corpora)
         self.files = np.asarray(files, dtype=np.int64)
         self.file_counts = np.asarray(file_counts, dtype=np.int64)
@@ -238,14 +255,44 @@ class FilesMix:
         """None: as ``random_cut``."""
         return None
 
+    # ---- epoch_wise_filter (``files_mix_filter``) ----
+    def kept(self, ep: EpochIndex, parts: int) -> EpochKept | None:
+        """``epoch_wise_filter`` on sub-epoch ``ep``'s slots: the one kept set (a mask over its
+        slot positions, piece after piece), for every rank and world size; None where no filter
+        applies (kept for the last sub-epoch asked)."""
+        if self.wise is None or not epoch_filters(self.wise.spec, ep.epoch):
+            return None
+        key = (ep.epoch, parts)
+        if self._kept is None or self._kept[0] != key:
+            seqs, uses, _ = self.slots(self.sub_epoch(ep.full_epoch, ep.part, parts))
+            self._kept = (key, slots_kept(self.wise.spec, ep.epoch, seqs, uses, self._by))
+        return self._kept[1]
+
     def filtered_reasons(self, ep: EpochIndex, parts: int) -> dict[str, int]:
-        """Nothing: ``epoch_wise_filter`` with a mix over files is refused (``PlanOptions``)."""
-        return {}
+        """What ``epoch_wise_filter`` left out of sub-epoch ``ep``, by the report's reasons."""
+        kept = self.kept(ep, parts)
+        return dict(kept.reasons) if kept is not None else {}
+
+    def left_out(self, full_epoch: int, parts: int) -> tuple[np.ndarray, np.ndarray]:
+        """(sequence, corpus epoch int64) of every slot ``epoch_wise_filter`` left out of full
+        epoch ``full_epoch``'s sub-epochs (O(n): for checks)."""
+        seqs, uses = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+        for part in range(parts):
+            ep = EpochIndex(full_epoch * parts + part + 1, parts)
+            kept = self.kept(ep, parts)
+            if kept is not None:
+                s, k, _ = self.slots(self.sub_epoch(full_epoch, part, parts))
+                seqs.append(s[~kept.mask])
+                uses.append(k[~kept.mask])
+        return np.concatenate(seqs), np.concatenate(uses)
 
     def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
         """(sequence, corpus epoch) of every slot of sub-epoch ``ep``: its pieces' slots, piece
-        after piece (O(n): for checks)."""
+        after piece, those ``epoch_wise_filter`` keeps (O(n): for checks)."""
         seqs, uses, _ = self.slots(self.sub_epoch(ep.full_epoch, ep.part, parts))
+        kept = self.kept(ep, parts)
+        if kept is not None:
+            seqs, uses = seqs[kept.mask], uses[kept.mask]
         return seqs, uses.astype(USES_DTYPE)
 
     def corpus_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, list[CorpusProgress]]:
@@ -257,6 +304,11 @@ class FilesMix:
             pieces = self.sub_epoch(ep.full_epoch, EpochIndex(e, parts).part, parts)
             here = np.bincount(pieces.corpus, weights=pieces.count, minlength=len(self.rates))
             per += here.astype(np.int64)
+        here = here.astype(np.int64)
+        kept = self.kept(ep, parts)  # the streams move on; the sub-epoch counts its kept slots
+        if kept is not None:
+            seqs = self.listed_slots(ep, parts)[0]
+            here = np.bincount(self.corpora.corpus_of(seqs), minlength=len(self.rates))
         return here.astype(np.int64), self.progress(ep.full_epoch, per)
 
     # ---- what EpochMix asks ----
@@ -274,8 +326,11 @@ class FilesMix:
 
     def select(self, full_epoch: int) -> Selection:
         """The whole full epoch in canonical order (ascending sequence, a sequence's uses in
-        corpus epoch order): O(n), for checks and tests."""
+        corpus epoch order): O(n), for checks and tests. With ``epoch_wise_filter``: the slots
+        its sub-epochs keep (the spans stay the streams')."""
         seqs, uses, _ = self.slots(self.pieces(full_epoch))
+        if self.wise is not None:
+            seqs, uses = _without(seqs, uses, *self.left_out(full_epoch, self.wise.parts))
         order = np.lexsort((uses, seqs))
         spans = tuple(stream_span(full_epoch, r, n) for r, n in zip(self.rates, self.sizes))
         return Selection(seqs[order], uses[order].astype(USES_DTYPE), spans)
@@ -293,6 +348,34 @@ class FilesMix:
 
     def check(self, full_epochs: Sequence[int], seqs: np.ndarray, uses: np.ndarray) -> MixCheck:
         """Per corpus, every admitted sequence exactly once per corpus epoch over the complete
-        consecutive ``full_epochs``: the global mix's check, on the same spans and members."""
+        consecutive ``full_epochs``: the global mix's check, on the same spans and members, less
+        the slots ``epoch_wise_filter`` left out (none of which may be used: the check counts
+        them as used, so a kept slot lost or used twice is still found)."""
         admitted = np.concatenate(self.members)
-        return MixPlan(self.seed, self._mix, self.corpora, admitted).check(full_epochs, seqs, uses)
+        global_mix = MixPlan(self.seed, self._mix, self.corpora, admitted)
+        if self.wise is None:
+            return global_mix.check(full_epochs, seqs, uses)
+        gone = [self.left_out(f, self.wise.parts) for f in sorted(set(map(int, full_epochs)))]
+        gone_s = np.concatenate([s for s, _ in gone])
+        gone_k = np.concatenate([k for _, k in gone])
+        seqs, uses = np.asarray(seqs, dtype=np.int64), np.asarray(uses, dtype=np.int64)
+        used = len(seqs) - len(_without(seqs, uses, gone_s, gone_k)[0])
+        check = global_mix.check(full_epochs, np.r_[seqs, gone_s], np.r_[uses, gone_k])
+        gone_c = np.bincount(self.corpora.corpus_of(gone_s), minlength=len(self.rates))
+        corpora = tuple(  # the slots delivered, not the filtered ones counted in
+            replace(c, used=c.used - int(g)) for c, g in zip(check.corpora, gone_c, strict=True)
+        )
+        problems = list(check.problems)
+        if used:
+            problems.append(f"{used} uses of slots epoch_wise_filter left out of their sub-epoch")
+        return MixCheck(corpora, problems)
+
+
+def _without(
+    seqs: np.ndarray, uses: np.ndarray, gone_s: np.ndarray, gone_k: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The slots (``seqs``, ``uses``) that are not among (``gone_s``, ``gone_k``)."""
+    n = int(max(np.max(seqs, initial=0), np.max(gone_s, initial=0))) + 1
+    key = np.asarray(uses, dtype=np.int64) * n + seqs
+    out = np.isin(key, np.asarray(gone_k, dtype=np.int64) * n + gone_s)
+    return seqs[~out], uses[~out]

@@ -17,6 +17,10 @@ The elements ``CutFiles`` deals, orders and replays are positions in the sub-epo
 (its pieces' slots, piece after piece): an elastic resume replays the history on a mask of the
 sub-epoch's slots, not of the corpus' sequences (a sequence may hold two slots).
 
+With ``epoch_wise_filter`` (``files_mix_filter``) a filtered sub-epoch's slots are the one kept
+set (the same for every rank and world size), planned as ``CutFiles`` plans a filtered sub-epoch:
+the kept slots of each piece dealt by their frames and cut, as what an elastic history left.
+
 Chunked, as ``CutFiles`` chunks files (``ChunkSlots``): a rank's ordered slots are expanded into
 their sequences' chunks and the chunks cut greedily by their windows; the chunk records an
 elastic resume keeps (which chunks each has delivered) are keyed by slot position, so a sequence
@@ -104,6 +108,11 @@ class MixCutFiles(CutFiles):
         return self._slots(ep)[2]
 
     def _all_left(self, ep: EpochIndex) -> np.ndarray:
+        """Every slot, or with ``epoch_wise_filter`` the sub-epoch's kept slots (``FilesMix.kept``:
+        one set for every rank and world size, dealt and cut as an elastic history's rest)."""
+        kept = self.epoch_kept(ep)
+        if kept is not None:
+            return np.array(kept.mask, dtype=bool)
         return np.ones(int(self._bounds(ep)[-1]), dtype=bool)
 
     def _unit_elements(
