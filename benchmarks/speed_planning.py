@@ -96,7 +96,11 @@ def planned(samples: np.ndarray, epoch: int) -> dict[str, float]:
     options = PlanOptions(ordering=ORDERING, max_frames=MAX_FRAMES, seed=SEED)
     planner = make_planner({"data": table.max(axis=0)}, options, variants=variants)
     b = planner.global_plan(epoch, 1).batches
-    actual = variants.at(SEED, epoch - 1, {"data": table.max(axis=0)})["data"]
+    if b.variants is not None:  # indexed planning (the default): each slot carries its variant
+        actual = np.zeros(table.shape[1], dtype=np.int64)
+        actual[b.seqs] = table[b.variants, b.seqs]
+    else:  # global planning: the keyed hash of (seed, full epoch, index)
+        actual = variants.at(SEED, epoch - 1, {"data": table.max(axis=0)})["data"]
     return figures(actual, split(b.seqs, b.bounds))
 
 

@@ -75,8 +75,9 @@ def test_every_epoch_is_batched_on_its_exact_drawn_lengths(
     variants = speed_variants(base)
     longest = variants.longest("data")
     options = PlanOptions(
-        max_frames=max_frames, ordering=ordering, seed=seed, partition_epoch=parts
-    )
+        max_frames=max_frames, ordering=ordering, seed=seed, partition_epoch=parts,
+        planning="global",  # global's draw (indexed: tests/test_speed_plan_indexed.py)
+    )  # fmt: skip
     planner = make_planner({"data": longest}, options, variants=variants)
     for full in range(2):
         exact = variants.at(seed, full, {"data": longest})["data"]
@@ -114,7 +115,7 @@ def test_a_resumed_position_batches_the_rest_as_the_uninterrupted_epoch():
     variants = speed_variants(base)
     planner = make_planner(
         {"data": variants.longest("data")},
-        PlanOptions(max_frames=2000, ordering="laplace:.20", seed=9),
+        PlanOptions(max_frames=2000, ordering="laplace:.20", seed=9, planning="global"),
         variants=variants,
     )
     whole = planner.global_plan(3, 1).batches
@@ -164,12 +165,13 @@ def test_plans_without_variants_do_not_change():
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("chunking", "50:25"), ("ordering", "buckets:4"), ("planning", "indexed")],
+    [("chunking", "50:25"), ("ordering", "buckets:4")],
 )
 def test_options_that_cannot_follow_per_epoch_lengths_are_refused_by_name(option, value):
     base = np.arange(10, 40, dtype=np.int64)
     variants = speed_variants(base)
-    options = PlanOptions(max_frames=500, **{"ordering": "laplace:.5", option: value})
+    given = {"ordering": "laplace:.5", "planning": "global", option: value}
+    options = PlanOptions(max_frames=500, **given)
     with pytest.raises(OptionError, match=rf"length variants .*{option}"):
         make_planner({"data": variants.longest("data")}, options, variants=variants)
 
@@ -236,7 +238,7 @@ def test_loader_batches_exact_planned_lengths_once_each_independent_of_workers(
     corpus, max_frames, seed, ordering
 ):
     src = planned_source(corpus)
-    options = {"max_frames": max_frames, "seed": seed, "ordering": ordering}
+    options = {"max_frames": max_frames, "seed": seed, "ordering": ordering, "planning": "global"}
     reference = run(src, num_workers=0, **options)
     labels, table = src.length_variants()
     for epoch in (1, 2):
@@ -304,8 +306,8 @@ def test_reading_without_the_plan_and_conflicting_options_are_refused(corpus):
     for owner in ("LhotseSource", "HFSource", "ShardSource"):  # read no variants: say so
         with pytest.raises(OptionError, match=rf"{owner}: speed=SpeedPerturb.*AudioSource only"):
             parse_options(owner, None, {"speed": SPEED})
-    with pytest.raises(OptionError, match=r"length variants .*planning='indexed'"):
-        sl.SeqLoader(src, max_frames=500, planning="indexed", ordering="laplace:.4")
+    with pytest.raises(OptionError, match=r"length variants .*ordering='sorted'"):
+        sl.SeqLoader(src, max_frames=500, planning="indexed", ordering="sorted")
 
 
 def test_a_returnn_view_of_listed_sequences_passes_their_variants_on(corpus):
@@ -331,6 +333,7 @@ def test_each_rank_delivers_its_share_at_the_factors_of_a_single_process_run(cor
     passes on both."""
     src = planned_source(corpus)
     options = {"max_frames": 500, "seed": 6, "ordering": "laplace:.4", "uneven": uneven}
+    options["planning"] = "global"  # global's draw (indexed: tests/test_speed_plan_indexed.py)
     labels, table = src.length_variants()
     delivered: dict[int, int] = {}
     for rank in (0, 1):
@@ -352,7 +355,7 @@ def test_an_elastic_resume_from_two_ranks_to_one_keeps_every_factor_and_each_utt
     corpus,
 ):
     src = planned_source(corpus)
-    options = {"max_frames": 300, "seed": 4, "ordering": "laplace:.4"}
+    options = {"max_frames": 300, "seed": 4, "ordering": "laplace:.4", "planning": "global"}
     labels, table = src.length_variants()
     delivered: list[tuple[int, int]] = []
     states = []

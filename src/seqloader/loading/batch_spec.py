@@ -19,3 +19,4 @@ class BatchSpec:
     real: np.ndarray  # bool [B]; False marks a filler repeat
     uses: np.ndarray | None = None  # int64 [B] corpus epoch per slot (mixed plans only)
     chunks: np.ndarray | None = None  # int64 [B] chunk of its sequence per slot (chunked plans)
+    variants: np.ndarray | None = None  # int64 [B] length variant per slot (indexed, variants)

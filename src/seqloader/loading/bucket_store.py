@@ -85,6 +85,11 @@ def shared_bucket_index(
             stores.append(NodeStore(KIND, None, False, 0.0, note="not used: planning='global'"))
         return None
     n = len(next(iter(lengths.values()))) if lengths else 0
+    if inputs.variants is not None:  # the planner groups them by variant class itself
+        if stores is not None:
+            note = "kept in memory: length variants (the planner builds their classes)"
+            stores.append(NodeStore(KIND, None, False, 0.0, note=note))
+        return None
     if n < MIN_SEQUENCES:
         if stores is not None:
             note = f"kept in memory: {n} < {MIN_SEQUENCES} sequences (milliseconds to build)"

@@ -137,7 +137,7 @@ def _execute(source: Source, spec: BatchSpec, worker: WorkerSpec, alloc: Alloc) 
         except SequenceSkipped:
             pass  # read again below: the skipped sequence is left out of the batch and counted
     skipped: list[tuple[int, str]] = []
-    variants = None if planned is None else planned.of(seed, spec.epoch, spec.seqs)
+    variants = None if planned is None else planned.of(seed, spec.epoch, spec.seqs, spec.variants)
     if chunked:  # each sequence read (and transformed) once, however many of its chunks
         seqs, skipped = _read_once_per_sequence(source, spec, seed, transform)
     elif variants is not None:  # each sequence in the variant the plan batched it by
@@ -150,7 +150,9 @@ def _execute(source: Source, spec: BatchSpec, worker: WorkerSpec, alloc: Alloc) 
         variants = None if variants is None else variants[keep]
         uses = None if spec.uses is None else spec.uses[keep]
         chunks = None if spec.chunks is None else spec.chunks[keep]
-        spec = BatchSpec(spec.epoch, spec.step, spec.seqs[keep], spec.real[keep], uses, chunks)
+        spec = BatchSpec(
+            spec.epoch, spec.step, spec.seqs[keep], spec.real[keep], uses, chunks, variants
+        )
     if transform is not None and not chunked:
         for j, i in enumerate(spec.seqs):
             use = None if spec.uses is None else spec.uses[j]

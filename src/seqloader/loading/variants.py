@@ -19,25 +19,45 @@ from seqloader.sources.base import Source, length_variants
 @dataclass(frozen=True)
 class PlannedVariants:
     """How the plan drew the variants: ``count`` of them, full epochs of ``partition_epoch``
-    sub-epochs (the draw is keyed by the full epoch).
+    sub-epochs (global planning's draw is keyed by the full epoch); ``carried``: indexed
+    planning's batches carry each slot's variant (``BatchSpec.variants``), nothing to compute.
 
     >>> PlannedVariants(3, 2).of(7, 4, np.array([0, 1])).tolist() == variant_of(
     ...     7, 1, np.array([0, 1]), 3).tolist()
     True
+    >>> PlannedVariants(3, carried=True).of(7, 4, np.array([0, 1]), np.array([2, 0])).tolist()
+    [2, 0]
     """
 
     count: int
     partition_epoch: int = 1
+    carried: bool = False
 
-    def of(self, seed: int, epoch: int, seqs: np.ndarray) -> np.ndarray:
-        """The variants of ``seqs`` in (1-based, sub-) ``epoch`` -> int64 ``[B]``."""
-        return variant_of(seed, (epoch - 1) // self.partition_epoch, seqs, self.count)
+    def of(
+        self, seed: int, epoch: int, seqs: np.ndarray, given: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The variants of ``seqs`` in (1-based, sub-) ``epoch`` -> int64 ``[B]``: the batch's
+        own (``given``) where the plan carries them, else global planning's draw."""
+        if not self.carried:
+            return variant_of(seed, (epoch - 1) // self.partition_epoch, seqs, self.count)
+        if given is None or len(given) != len(seqs):
+            raise DataError(
+                f"epoch {epoch}: the plan carries each sequence's length variant, but this batch "
+                "of sequences came without them (a BatchSpec made elsewhere than the plan's "
+                "batch list?). Fix: pass BatchSpec(..., variants=share.variants_of(k))"
+            )
+        return np.asarray(given, dtype=np.int64)
 
 
-def planned_variants(source: Source, partition_epoch: int) -> PlannedVariants | None:
-    """What the workers need to read ``source``'s planned variants (None: it has none)."""
+def planned_variants(
+    source: Source, partition_epoch: int, carried: bool = False
+) -> PlannedVariants | None:
+    """What the workers need to read ``source``'s planned variants (None: it has none;
+    ``carried``: the plan's batches carry them, indexed planning)."""
     declared = length_variants(source)
-    return None if declared is None else PlannedVariants(len(declared[0]), partition_epoch)
+    if declared is None:
+        return None
+    return PlannedVariants(len(declared[0]), partition_epoch, carried)
 
 
 def check_planned(

@@ -22,6 +22,9 @@ class BatchList:
     - ``chunks``: int64 ``[slots]`` or None. Only in chunked plans (``seqloader.plan.chunks``): the
       chunk of its sequence each slot holds (a sequence fills one slot per chunk). It travels
       with ``seqs`` like ``uses``.
+    - ``variants``: int64 ``[slots]`` or None. Only in indexed plans with length variants
+      (``seqloader.plan.indexed.variants``): the variant each slot was planned (and is read) in.
+      It travels with ``seqs`` like ``uses``.
     """
 
     seqs: np.ndarray
@@ -29,6 +32,7 @@ class BatchList:
     real: np.ndarray
     uses: np.ndarray | None = None
     chunks: np.ndarray | None = None
+    variants: np.ndarray | None = None
 
     @classmethod
     def empty(cls) -> BatchList:
@@ -69,13 +73,20 @@ class BatchList:
             return None
         return self.chunks[self.bounds[k] : self.bounds[k + 1]]
 
+    def variants_of(self, k: int) -> np.ndarray | None:
+        """``variants`` of batch ``k`` (None without planned variants)."""
+        if self.variants is None:
+            return None
+        return self.variants[self.bounds[k] : self.bounds[k + 1]]
+
     def first(self, n_batches: int) -> BatchList:
         """The first ``n_batches`` batches, as views (no copy)."""
         end = self.bounds[n_batches]
         uses = None if self.uses is None else self.uses[:end]
         chunks = None if self.chunks is None else self.chunks[:end]
+        variants = None if self.variants is None else self.variants[:end]
         return BatchList(
-            self.seqs[:end], self.bounds[: n_batches + 1], self.real[:end], uses, chunks
+            self.seqs[:end], self.bounds[: n_batches + 1], self.real[:end], uses, chunks, variants
         )
 
     def take(self, batch_ids: np.ndarray) -> BatchList:
@@ -90,7 +101,8 @@ class BatchList:
         idx = starts + within
         uses = None if self.uses is None else self.uses[idx]
         chunks = None if self.chunks is None else self.chunks[idx]
-        return BatchList(self.seqs[idx], bounds, self.real[idx], uses, chunks)
+        variants = None if self.variants is None else self.variants[idx]
+        return BatchList(self.seqs[idx], bounds, self.real[idx], uses, chunks, variants)
 
     def concat(self, other: BatchList) -> BatchList:
         bounds = np.concatenate([self.bounds, other.bounds[1:] + self.bounds[-1]])
@@ -100,19 +112,25 @@ class BatchList:
             raise ValueError(
                 "BatchList.concat: one list has chunks (a chunked plan), the other not"
             )
+        if (self.variants is None) != (other.variants is None):
+            raise ValueError("BatchList.concat: one list has variants, the other not")
         uses = None if self.uses is None else np.concatenate([self.uses, other.uses])
         chunks = None if self.chunks is None else np.concatenate([self.chunks, other.chunks])
+        variants = (
+            None if self.variants is None else np.concatenate([self.variants, other.variants])
+        )
         return BatchList(
             np.concatenate([self.seqs, other.seqs]),
             bounds,
             np.concatenate([self.real, other.real]),
             uses,
             chunks,
+            variants,
         )
 
     def with_real(self, real: np.ndarray) -> BatchList:
         """The same slots with another ``real`` mask (e.g. all False for filler copies)."""
-        return BatchList(self.seqs, self.bounds, real, self.uses, self.chunks)
+        return BatchList(self.seqs, self.bounds, real, self.uses, self.chunks, self.variants)
 
     def real_count(self, n_batches: int | None = None) -> int:
         """Real (not repeat) sequences in the first ``n_batches`` batches (all by default)."""

@@ -75,12 +75,14 @@ def interleave(parts: list[BatchList]) -> BatchList:
     r's batch k."""
     world_size, steps = len(parts), len(parts[0])
     chunked, mixed = parts[0].chunks is not None, parts[0].uses is not None
+    varied = parts[0].variants is not None
     merged = BatchList(  # rank 0's steps, then rank 1's, ...
         np.concatenate([p.seqs for p in parts]),
         np.concatenate([[0], np.cumsum(np.concatenate([p.sizes for p in parts]))]).astype(np.int64),
         np.concatenate([p.real for p in parts]),
         uses=np.concatenate([p.uses for p in parts]) if mixed else None,
         chunks=np.concatenate([p.chunks for p in parts]) if chunked else None,
+        variants=np.concatenate([p.variants for p in parts]) if varied else None,
     )
     order = np.arange(steps * world_size)
     rank_of, step_of = order % world_size, order // world_size

@@ -208,7 +208,8 @@ def _specs(run: RunPlan) -> Iterator[BatchSpec]:
     share, epoch, first = run.share, run.epoch, run.first_step
     for k in range(len(share)):
         seqs, real = share.batch(k)
-        yield _WireSpec(epoch, first + k, seqs, real, share.uses_of(k), share.chunks_of(k))
+        uses, chunks, variants = share.uses_of(k), share.chunks_of(k), share.variants_of(k)
+        yield _WireSpec(epoch, first + k, seqs, real, uses, chunks, variants)
 
 
 class _WireSpec(BatchSpec):
@@ -222,11 +223,12 @@ class _WireSpec(BatchSpec):
     def __reduce__(self):
         seqs = np.ascontiguousarray(self.seqs, dtype=np.int64).tobytes()
         real = np.ascontiguousarray(self.real, dtype=bool).tobytes()
-        if self.uses is None and self.chunks is None:
+        if self.uses is None and self.chunks is None and self.variants is None:
             return (_unwire_spec, (self.epoch, self.step, seqs, real))
         uses = None if self.uses is None else _int64_bytes(self.uses)
         chunks = None if self.chunks is None else _int64_bytes(self.chunks)
-        return (_unwire_spec, (self.epoch, self.step, seqs, real, uses, chunks))
+        variants = None if self.variants is None else _int64_bytes(self.variants)
+        return (_unwire_spec, (self.epoch, self.step, seqs, real, uses, chunks, variants))
 
 
 def _int64_bytes(values: np.ndarray) -> bytes:
@@ -244,6 +246,7 @@ def _unwire_spec(
     real: bytes,
     uses: bytes | None = None,
     chunks: bytes | None = None,
+    variants: bytes | None = None,
 ) -> BatchSpec:
     return BatchSpec(
         epoch,
@@ -252,4 +255,5 @@ def _unwire_spec(
         np.frombuffer(bytearray(real), dtype=bool),
         _int64s(uses),
         _int64s(chunks),
+        _int64s(variants),
     )

@@ -121,7 +121,8 @@ class SeqLoader:
             self.planner, self._fingerprint, self.topology.world_size, rank=self.topology.rank
         )
         chunks = self.planner.chunks
-        variants = planned_variants(source, self.plan_options.partition_epoch)
+        carried = self.planner.options.planning == "indexed"  # each batch says its variants
+        variants = planned_variants(source, self.plan_options.partition_epoch, carried)
         if self._finish is not None and (variants is not None or chunks is not None):
             raise OptionError(
                 "features_on computes features of whole padded batches of waveforms: not with "

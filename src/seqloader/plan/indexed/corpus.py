@@ -64,6 +64,7 @@ from seqloader.plan.indexed.fixed import (
 from seqloader.plan.indexed.fixed_chunks import Chunking, chunked_cuts, chunked_order
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index, length_counts
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, order_index_kind
+from seqloader.plan.indexed.variants import VariantClasses, key_table
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.variants import VARIANTS_REFUSED
@@ -87,14 +88,48 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
     ignored)."""
     _refuse_selections(inputs)
     if inputs.variants is not None:
-        what, fix = VARIANTS_REFUSED
-        refuse_clashes(inputs.origin, what, [("planning='indexed'", True)], fix)
+        refuse_variants(inputs)
     if inputs.pools is not None or inputs.orders is not None:
         raise OptionError(
             "planning='indexed': per-sub-epoch file pools (RETURNN's DistributeFilesDataset) "
             "and a source's own orders (RETURNN's CombinedDataset) are not supported: both are "
             "RETURNN's own global order (file pools are planned with seeding='returnn' only), "
             "which indexed planning does not plan; use planning='global' for them"
+        )
+
+
+def refuse_variants(inputs: PlanInputs) -> None:
+    """Length variants under indexed planning: planned with ``laplace`` and ``buckets:N``
+    (``shard`` or ``random_seed_offset``, ``seqloader.plan.indexed.variants``); the options
+    whose tables are made once from fixed lengths are refused by name, as is a prebuilt index
+    (a node's index holds no variant classes)."""
+    o, variants = inputs.options, inputs.variants
+    assert variants is not None
+    kind = o.parsed_ordering.kind
+    what, fix = VARIANTS_REFUSED
+    clashes = [
+        (f"ordering={o.ordering!r} with planning='indexed'", kind not in ("laplace", "buckets")),
+        ("chunking", o.chunking is not None),
+        ("mix", o.mix is not None),
+        ("distribution='files'", o.distribution == "files"),
+        ("epoch_wise_filter", bool(o.epoch_wise_filter)),
+        ("epoch selections", bool(inputs.selections)),
+        ("per-key max_frames", isinstance(o.max_frames, Mapping)),
+        ("max_packed_frames", o.max_packed_frames is not None),
+        ("a prebuilt bucket index", inputs.index is not None),
+    ]
+    fix = (
+        "with planning='indexed' they plan with ordering 'laplace' or 'buckets:N' and "
+        "distribution 'shard' or 'random_seed_offset'; " + fix
+    )
+    refuse_clashes(inputs.origin, what, clashes, fix)
+    n = len(next(iter(inputs.lengths.values()))) if inputs.lengths else 0
+    unknown = sorted(set(variants.lengths) - set(inputs.lengths))
+    if unknown or variants.size != n:
+        raise OptionError(
+            f"{inputs.origin or 'the source'}: length variants of keys {sorted(variants.lengths)} "
+            f"for {variants.size} sequences, expected keys of {sorted(inputs.lengths)} for {n} "
+            "sequences; fix the source's length_variants()"
         )
 
 
@@ -263,7 +298,7 @@ class AdmittedCorpus:
         if index is None or int(np.max(index.longest, initial=0)) > self.fits():
             self._check_fit(tags)  # a prebuilt index says the longest admitted length at once
         self._take_keys(inputs, len(main))
-        self.index = self._take_index(index)
+        self.index = self._take_index(self._take_variants(inputs, index))
 
     def _take_keys(self, inputs: PlanInputs, n: int) -> None:
         """The corpus's own sort and filter keys and its files, each also added to the
@@ -283,6 +318,19 @@ class AdmittedCorpus:
         self.files = distributed_files(distribution, inputs.files, n, inputs.origin)
         if self.files is not None:
             self.extra += b"files" + self.files.tobytes()
+
+    def _take_variants(self, inputs: PlanInputs, index: BucketIndex | None) -> BucketIndex | None:
+        """Length variants: the classes each full epoch's variants are drawn over
+        (``seqloader.plan.indexed.variants``), whose index (the members grouped by class) is the
+        corpus's; else ``index`` as given."""
+        #: the variants' classes, None without variants
+        self.variants: VariantClasses | None = None
+        if inputs.variants is None:
+            return index
+        table = key_table(inputs.variants, self.length_key, self.lengths)
+        self.variants = VariantClasses(table, self.mask, self.options, self.budget)
+        self.extra += inputs.variants.digest()
+        return self.variants.index
 
     @property
     def num_admitted(self) -> int:
@@ -364,6 +412,8 @@ class AdmittedCorpus:
             self.extra += b"chunks"
             if self.files is not None:
                 index = self.index = self._chunk_file_table(index, self.units)
+        if self.variants is not None:  # the buckets of the epochs' drawn lengths
+            self.bucket_edges, self.longest = self.variants.edges, self.variants.longest
         self.extra += b"edges" + self.bucket_edges.tobytes()
         return index
 

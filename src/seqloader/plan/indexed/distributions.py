@@ -42,7 +42,7 @@ from seqloader.plan.indexed.files_distribution import Files, FilesPlanner
 from seqloader.plan.indexed.files_mix_cut import MixCutFiles
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.mix_kind import MixKind
-from seqloader.plan.indexed.plan import Draw, IndexedPlan, RankwisePlan
+from seqloader.plan.indexed.plan import Codes, Draw, IndexedPlan, RankwisePlan
 from seqloader.plan.indexed.sort_bins_mix import sharded_mix
 from seqloader.plan.mix import Corpora
 from seqloader.plan.seeding import PURPOSE_INDEXED_RANK
@@ -62,6 +62,11 @@ class IndexedPlanner(FilesPlanner, Protocol):
     def sub_epoch_size(self, epoch: int) -> int: ...
 
     def table_corpus_counts(self, epoch: int) -> np.ndarray: ...
+
+    @property
+    def variant_codes(self) -> Codes | None:
+        """Length variants: how the draw's units split into (sequence, variant)."""
+        ...
 
 
 class Distribution(Protocol):
@@ -151,7 +156,9 @@ class _Table:
         """The sub-epoch as one rank's plan of every batch, in plan order."""
         p = self.planner
         table = p.table(epoch, self.group(world_size), order_rank)
-        return IndexedPlan(table, p.draw(epoch, True, order_rank), 1, 0, "pad", p.units)
+        return IndexedPlan(
+            table, p.draw(epoch, True, order_rank), 1, 0, "pad", p.units, p.variant_codes
+        )
 
     def sub_epoch_order(self, epoch: int, order_rank: int, world_size: int) -> np.ndarray:
         return self._order(epoch, order_rank, world_size).batches.seqs
@@ -203,7 +210,9 @@ class Shard(_Table):
         p = self.planner
         table = p.table(epoch, at.order_world_size or world_size)
         first = table.batch_at(int(at.start))
-        plan = IndexedPlan(table, p.draw(epoch), world_size, first, p.options.uneven, p.units)
+        plan = IndexedPlan(
+            table, p.draw(epoch), world_size, first, p.options.uneven, p.units, p.variant_codes
+        )
         return plan, 0
 
 
@@ -236,7 +245,9 @@ class SeedOffset(_Table):
 
         def share(rank: int) -> IndexedPlan:
             table = p.table(epoch, 1, rank)
-            return IndexedPlan(table, p.draw(epoch, True, rank), 1, 0, p.options.uneven, p.units)
+            return IndexedPlan(
+                table, p.draw(epoch, True, rank), 1, 0, p.options.uneven, p.units, p.variant_codes
+            )
 
         def consumed(steps: int) -> int:
             ordering = p.options.parsed_ordering

@@ -53,6 +53,13 @@ class Draw(Protocol):
         ...
 
 
+class Codes(Protocol):
+    """Coded units split into (sequences, what else each slot carries): length variants'
+    ``seqloader.plan.indexed.variants.VariantCodes``."""
+
+    def split(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 #: indices into the positions a ``Keyed`` was made for -> their slots (``Draw.slots``' pair)
 Take = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray | None]]
 
@@ -423,10 +430,13 @@ class IndexedPlan:
         start: int,
         uneven: Uneven,
         chunks: ChunkBuckets | None = None,
+        variants: Codes | None = None,
     ) -> None:
         self.world_size = world_size
         self.table, self.draw, self.start, self.uneven = table, draw, start, uneven
         self.chunks = chunks  # chunked: the draw gives coded chunks (split into the batch list)
+        #: length variants: the draw gives coded (sequence, variant) units, split likewise
+        self.variants = variants
         total = table.num_batches - start
         self.full_rounds, t = divmod(total, world_size)
         self.tail_start = start + self.full_rounds * world_size  # first plan batch of the tail
@@ -533,10 +543,12 @@ class IndexedPlan:
         base = np.minimum(j * self.table.sizes[b], self.table.counts[b]) + slots.lo
         pos = np.repeat(base - bounds[:-1], sizes) + np.arange(bounds[-1], dtype=np.int64)
         seqs, uses = self.draw.slots(np.repeat(b, sizes), pos)
-        chunks = None
+        chunks = variants = None
         if self.chunks is not None:
             seqs, chunks = self.chunks.split(seqs)
-        return BatchList(seqs, bounds, np.repeat(slots.real, sizes), uses, chunks)
+        if self.variants is not None:
+            seqs, variants = self.variants.split(seqs)
+        return BatchList(seqs, bounds, np.repeat(slots.real, sizes), uses, chunks, variants)
 
     def slots(self, a: int, b: int) -> Slots:
         """Global batches ``[a, b)`` of the plan (batch ``k`` is rank ``k % W``'s step

@@ -97,6 +97,8 @@ from seqloader.plan.indexed.plan import (
 from seqloader.plan.indexed.random_order import RankBatchOrder
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, drawn_order
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
+from seqloader.plan.indexed.variants import VariantCodes
+from seqloader.plan.indexed.variants_units import VariantUnits
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import CorpusProgress, mixed_corpora
@@ -241,6 +243,12 @@ class IndexedPlanner:
         #: what the bucket lists hold: sequences, or chunked their chunks: every difference
         #: between the two is an answer of this object (``seqloader.plan.indexed.units``)
         self.planned: PlannedUnits = planned_units(c)
+        #: length variants: their classes, and the codes the lists hold (``indexed.variants``)
+        self.variants = c.variants
+        self.variant_codes: VariantCodes | None = None
+        if c.variants is not None:
+            self.planned = VariantUnits(c.variants, c.lengths)
+            self.variant_codes = VariantCodes(c.variants.count)
         self.bucket_edges, self.longest, self.bucket_counts = (
             c.bucket_edges,
             c.longest,
@@ -545,7 +553,10 @@ class IndexedPlanner:
     def base_counts(self, ep: EpochIndex) -> tuple[np.ndarray, np.ndarray]:
         """Unmixed: (sequences per bucket in the sub-epoch before ``epoch_wise_filter``, their
         offset in the full epoch's list): RETURNN's cut rule per bucket."""
-        lo, counts = part_cut(self.bucket_counts, self.options.partition_epoch, ep.part)
+        full = self.bucket_counts
+        if self.variants is not None:  # this full epoch's units per bucket
+            full = self.variants.epoch(self.options.seed, ep.full_epoch).counts
+        lo, counts = part_cut(full, self.options.partition_epoch, ep.part)
         return counts, lo
 
     @property
@@ -574,6 +585,8 @@ class IndexedPlanner:
     def member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
         head = self.head if self._shared_sets else self.head_of(order_rank)
         words = (*head, PURPOSE_INDEXED_MEMBERS, self.seed_epoch(ep))
+        if self.variants is not None:  # the full epoch's (class, variant) segments
+            return self.variants.epoch(self.options.seed, ep.full_epoch).draw(offsets, words)
         return self.planned.draw(offsets, words)
 
     def _epoch_cut(self, ep: EpochIndex, order_rank: int) -> EpochCut | None:
@@ -682,7 +695,7 @@ class IndexedPlanner:
             return listed
         table = self.table(epoch, 1, order_rank)  # random_seed_offset: the rank's own order
         draw = self.draw(epoch, order_rank=order_rank)
-        batches = IndexedPlan(table, draw, 1, 0, "pad", self.units).batches
+        batches = IndexedPlan(table, draw, 1, 0, "pad", self.units, self.variant_codes).batches
         return batches.seqs, batches.uses
 
     def corpus_plan(self, epoch: int) -> list[tuple[str, int, CorpusProgress | None]]:
