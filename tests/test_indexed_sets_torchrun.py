@@ -10,8 +10,8 @@ all the data: every sequence once per rank). Also the sets both plannings refuse
 ``fixed_random_subset`` with a mix (the corpus as two corpora mixed at ``MIX_RATES``), and a mix
 with ``random_seed_offset``. The sets indexed planning took over later: ``chunking`` of
 ``classes`` with the length key ``data`` whole (every chunk, ``TAG#CHUNK``, exactly once), and
-``epoch_wise_filter`` over a sharded mix (the unfiltered mix's pass less the filtered slots: the
-longest of the filtered sub-epoch). And one elastic resume (``files`` with ``buckets:3``): its
+``epoch_wise_filter`` over a sharded mix and over a mix of files (the unfiltered mix's pass less
+the filtered slots: the longest of the filtered sub-epoch). And one elastic resume (``files`` with ``buckets:3``): its
 epoch begun on ``W - 1`` ranks, the state saved halfway and resumed on ``W``, exactly once across
 both. (Orderings and limits whose loader path is one of these, e.g. ``reverse``, ``random``,
 ``sort_bin_shuffle``, ``batch_cost="packed"`` without buckets, ``max_packed_frames``, are
@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "dist"))
-from ddp_common import MIX_RATES, MIX_SPLIT, build_corpus, mix_corpus, read_log, result_path
+from ddp_common import MIX_RATES, MIX_SPLIT, build_corpus, read_log, result_path
 from indexed_sets import ELASTIC, EXTENDED, SETS, elastic_steps, set_corpus, set_options
 
 import seqloader as sl
@@ -206,7 +206,7 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
         filtered += sum(probe.planner.filtered(epoch).values())
     if "mix" in options:
         if "epoch_wise_filter" in options:
-            seen = mix_less_filtered(options, seen, first, filtered)
+            seen = mix_less_filtered(options, corpus, seen, first, filtered)
         within_rates(seen, probe.planner.admitted_mask)
         return
     if own_orders:
@@ -237,13 +237,18 @@ def within_rates(seen: collections.Counter, admitted) -> None:
 
 
 def mix_less_filtered(
-    options: dict, seen: collections.Counter, first: collections.Counter, filtered: int
+    options: dict,
+    corpus: sl.Source,
+    seen: collections.Counter,
+    first: collections.Counter,
+    filtered: int,
 ) -> collections.Counter:
-    """``epoch_wise_filter`` over a mix (sub-epoch 1 filtered): the ranks' pass is the unfiltered
-    mix's (one process planning it alone) less ``filtered`` slots of sub-epoch 1, the longest of
-    its slots, none made up later -> the unfiltered pass's counts (for ``within_rates``)."""
+    """``epoch_wise_filter`` over a mix (sub-epoch 1 filtered; sharded, or over files): the
+    ranks' pass is the unfiltered mix's (one process planning it alone) less ``filtered`` slots
+    of sub-epoch 1, the longest of its slots, none made up later -> the unfiltered pass's counts
+    (for ``within_rates``)."""
     plain = {k: v for k, v in options.items() if k != "epoch_wise_filter"}
-    alone = sl.SeqLoader(mix_corpus(), rank=0, world_size=1, **plain)
+    alone = sl.SeqLoader(corpus, rank=0, world_size=1, **plain)
     epochs = [
         collections.Counter(real_tags(batches_of(alone.planner.global_plan(e, 1).batches)))
         for e in range(1, options["partition_epoch"] + 1)

@@ -57,9 +57,11 @@ MIX_SPLIT = 60
 MIX_RATES = {"a": 0.5, "b": 2.0}
 
 
-def mix_corpus() -> sl.ConcatSource:
-    """``build_corpus()`` cut into the corpora ``a`` and ``b`` (same sequences and tags)."""
-    return cut_corpus({"a": range(MIX_SPLIT), "b": range(MIX_SPLIT, N_SEQS)})
+def mix_corpus(files: bool = False) -> sl.ConcatSource:
+    """``build_corpus()`` cut into the corpora ``a`` and ``b`` (same sequences and tags);
+    ``files``: each corpus as files of 10 sequences (the last one shorter), for
+    ``distribution="files"``."""
+    return cut_corpus({"a": range(MIX_SPLIT), "b": range(MIX_SPLIT, N_SEQS)}, 10 if files else 0)
 
 
 def files_corpus(files: int = 8) -> sl.ConcatSource:
@@ -69,13 +71,20 @@ def files_corpus(files: int = 8) -> sl.ConcatSource:
     return cut_corpus({f"f{k}": range(k * n // files, (k + 1) * n // files) for k in range(files)})
 
 
-def cut_corpus(parts: dict[str, range]) -> sl.ConcatSource:
-    """``build_corpus()`` as the named corpora ``parts`` (consecutive ranges: same order and tags)."""
+def cut_corpus(parts: dict[str, range], file_size: int = 0) -> sl.ConcatSource:
+    """``build_corpus()`` as the named corpora ``parts`` (consecutive ranges: same order and tags);
+    ``file_size`` > 0: each part as files of that many sequences (the last one shorter)."""
     corpus = build_corpus()
+
+    def files(n: int) -> list[int] | None:
+        return [*range(0, n, file_size), n] if file_size else None
+
     return sl.ConcatSource(
         {
             name: sl.MemorySource(
-                {"data": [corpus.read(i)["data"] for i in idx]}, [corpus.tag(i) for i in idx]
+                {"data": [corpus.read(i)["data"] for i in idx]},
+                [corpus.tag(i) for i in idx],
+                file_bounds=files(len(idx)),
             )
             for name, idx in parts.items()
         }

@@ -78,6 +78,14 @@ SETS: dict[str, dict] = {
         "mix": MIX_RATES,
         "partition_epoch": 2,
     },
+    # ... and over a mix of files (each corpus in files: its sub-epoch's file pieces' slots
+    # filtered as one set)
+    "epoch_wise_filter_files_mix": {
+        "epoch_wise_filter": {(1, 1): {"max_mean_len": 15}},
+        "mix": MIX_RATES,
+        "distribution": "files",
+        "partition_epoch": 2,
+    },
     # an elastic resume: W - 1 ranks, then the saved state resumed on W (``ELASTIC``)
     "elastic_files_buckets": {"ordering": "buckets:3", "distribution": "files"},
 }
@@ -110,7 +118,7 @@ def set_corpus(name: str) -> sl.Source:
     or chunking (the same sequences and tags)."""
     options = SETS[name]
     if "mix" in options:
-        return mix_corpus()
+        return mix_corpus(files=options.get("distribution") == "files")
     if isinstance(options.get("max_frames"), dict) or "chunking" in options:
         return keyed_corpus()
     return files_corpus() if options.get("distribution") == "files" else build_corpus()
