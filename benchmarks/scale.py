@@ -178,8 +178,14 @@ def child(config: dict) -> dict:
             from seqloader.plan.indexed.histogram import BucketIndex
             from seqloader.plan.indexed.planner import IndexedPlanner
 
-            cols = ColumnStore(config["index"])  # the node's index, memory-mapped
-            index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
+            try:  # mapped as the loader maps it (some columns checked when first read)
+                from seqloader.loading.bucket_store import deferred, mapped_index
+            except ImportError:  # a checkout before that: every column checked when mapped
+                cols = ColumnStore(config["index"])  # the node's index, memory-mapped
+                index = BucketIndex.from_columns({k: cols.column(k) for k in cols.names})
+            else:
+                defer = deferred(options)
+                index = mapped_index(ColumnStore(config["index"], defer=defer), defer)
             return IndexedPlanner({"data": lengths}, options, files=files, index=index)
         return Planner({"data": lengths}, options, files=files)
 

@@ -170,11 +170,7 @@ def test_rows_read_per_block_refuse_exactly_the_damaged_block(
     w.close()
     offset, nbytes = ColumnStore(path).byte_range("start.data")
     at = int(damaged * nbytes)
-    with open(path, "r+b") as fh:
-        fh.seek(offset + at)
-        byte = fh.read(1)[0]
-        fh.seek(offset + at)
-        fh.write(bytes([byte ^ 0x5A]))
+    change_byte(path, offset + at)
     col = ColumnStore(path).rows("start.data")
     bad = at // BLOCK
     for a, n in [*reads, (0, rows)]:  # whole column last: every block asked
@@ -207,3 +203,75 @@ def test_blocks_of_ranges_are_the_sorted_blocks_the_ranges_touch(ranges) -> None
     got = blocks_of_ranges(lo, hi)
     assert got.dtype == np.int64
     assert got.tolist() == want
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.integers(1, 90_000),
+    damaged=st.floats(0, 1, exclude_max=True),
+    column=st.sampled_from(["a", "b"]),
+)
+def test_a_column_checked_when_mapped_is_refused_at_its_damaged_block(
+    tmp_path_factory, rows, damaged, column
+) -> None:
+    """A column checked in full when the store is mapped (several blocks, the last one partial,
+    another column after it): one changed byte anywhere in it is refused, naming the column and
+    the rows of exactly the block it lies in; the other column's bytes are not its."""
+    from seqloader.sources.column_sums import BLOCK
+    from seqloader.sources.columns import DamagedStore
+
+    path = str(tmp_path_factory.mktemp("full") / "s.cols")
+    values = {"a": np.arange(rows, dtype=np.int32), "b": np.arange(rows // 3 + 1, dtype=np.int64)}
+    write_store(path, "id", values)
+    offset, nbytes = ColumnStore(path).byte_range(column)
+    at = int(damaged * nbytes)
+    change_byte(path, offset + at)
+    row = values[column].itemsize
+    a, b = at // BLOCK * BLOCK, min(nbytes, (at // BLOCK + 1) * BLOCK)
+    with pytest.raises(
+        DamagedStore, match=rf"column '{column}': .*\(rows {a // row}\.\.{(b - 1) // row}\)"
+    ):
+        ColumnStore(path)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.integers(1, 60_000),
+    damaged=st.floats(0, 1, exclude_max=True),
+    picks=st.lists(st.lists(st.integers(-60_000, 59_999), max_size=20), max_size=4),
+)
+def test_rows_read_by_index_arrays_refuse_exactly_the_damaged_block(
+    tmp_path_factory, rows, damaged, picks
+) -> None:
+    """``rows[indices]`` (what a planner's draw of a deferred column asks): refused exactly when
+    some index lies in the block with a changed byte; a boolean mask and ``np.asarray`` read the
+    whole column. Negative indices count from the end, as numpy's do."""
+    from seqloader.sources.column_sums import BLOCK
+    from seqloader.sources.columns import DamagedStore
+
+    path = str(tmp_path_factory.mktemp("picks") / "s.cols")
+    write_store(path, "id", {"m": np.arange(rows, dtype=np.uint32)})
+    offset, nbytes = ColumnStore(path).byte_range("m")
+    at = int(damaged * nbytes)
+    change_byte(path, offset + at)
+    col = ColumnStore(path, defer=("m",)).rows("m")
+    for pick in picks:
+        idx = np.array([p % rows if p >= rows else p for p in pick if -rows <= p], dtype=np.int64)
+        hit = bool(np.any((idx % rows) * 4 // BLOCK == at // BLOCK))
+        if hit:
+            with pytest.raises(DamagedStore, match="'m'"):
+                col[idx]
+        else:
+            assert col[idx].tolist() == np.arange(rows)[idx].tolist()
+    for whole in (lambda: col[np.ones(rows, dtype=bool)], lambda: np.asarray(col)):
+        with pytest.raises(DamagedStore, match="'m'"):
+            whole()
+
+
+def change_byte(path: str, pos: int) -> None:
+    """One byte of the file at ``path`` changed in place (a disk error, a stray write)."""
+    with open(path, "r+b") as fh:
+        fh.seek(pos)
+        byte = fh.read(1)[0]
+        fh.seek(pos)
+        fh.write(bytes([byte ^ 0x5A]))

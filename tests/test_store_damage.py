@@ -387,6 +387,39 @@ def test_bucket_index(tmp_path, monkeypatch) -> None:
     assert served_or_refused(lambda: _indexed_plan(src), expected, store, "members") == "rebuilt"
 
 
+def test_files_bucket_index_checks_its_members_when_read(tmp_path, monkeypatch) -> None:
+    """Under ``distribution="files"`` the planner reads no member (a rank's sequences come from
+    its files), so the members are checked per block when read, not at every open: the same
+    plans as the index in memory; a changed member byte changes no plan and is refused by name
+    where a member is read; every other column is still rebuilt when damaged."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    whole = index_corpus(200, seed=4)
+    src = sl.MemorySource(
+        {"data": [whole.read(i)["data"] for i in range(200)]},
+        list(whole.tags),
+        file_bounds=np.arange(0, 201, 8),
+    )
+    in_memory = _indexed_plan(src, distribution="files")
+    monkeypatch.setattr(bucket_store, "MIN_SEQUENCES", 10)
+    expected = _indexed_plan(src, distribution="files")
+    assert expected == in_memory
+    (store,) = (tmp_path / "seqloader" / "buckets").glob("*.seqcols")
+    seen = each_column(store, lambda: _indexed_plan(src, distribution="files"), expected)
+    assert seen.pop("bucket.members") == "served"  # not read: nothing of it served
+    assert set(seen.values()) == {"rebuilt"}
+    flip(store, "bucket.members", 0.0)
+    index = bucket_store.mapped_index(
+        ColumnStore(store, defer=(bucket_store.MEMBERS,)), (bucket_store.MEMBERS,)
+    )
+    for read in (lambda: index.members[np.array([3, 0])], lambda: np.asarray(index.members)):
+        with pytest.raises(DamagedStore, match=r"column 'bucket\.members'.*rows 0\.\."):
+            read()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _indexed_plan(src, distribution="files") == expected
+    assert not caught
+
+
 def test_bucket_index_with_another_index_s_header(tmp_path, monkeypatch) -> None:
     """Finding 2: a file with another index's header was served (other steps)."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -62,6 +62,20 @@ class BlockSums:
         return self.sums
 
 
+def first_mismatch(
+    column: memoryview, blocks: np.ndarray, expected: np.ndarray, start: int
+) -> int | None:
+    """The first of ``blocks`` of ``column`` (a view of the column's bytes alone, so that its
+    last block ends with it) whose sum differs from ``expected`` (uint64, one per block), or
+    None. Every block is summed: one call per block in a comprehension and one comparison of
+    the arrays, a quarter of the per-block Python work of a loop that compares as it goes (a
+    full check of a 10^8-sequence column is 6,100 blocks)."""
+    h = xxhash.xxh3_64_intdigest
+    got = [h(column[a : a + BLOCK], start) for a in (blocks * BLOCK).tolist()]
+    bad = np.flatnonzero(np.array(got, dtype=np.uint64) != expected)
+    return int(blocks[bad[0]]) if len(bad) else None
+
+
 def block_count(nbytes: int) -> int:
     return -(-nbytes // BLOCK)
 

@@ -64,6 +64,7 @@ from seqloader.sources.column_sums import (
     block_count,
     block_sum,
     blocks_of_ranges,
+    first_mismatch,
     seed,
 )
 from seqloader.sources.hdf_layout import PackedTags
@@ -286,8 +287,9 @@ def _reopen_strings(store: ColumnStore, name: str) -> StoredStrings:
 
 
 class CheckedRows:
-    """A column read a few rows at a time (``ColumnStore.rows``): ``rows[i]`` and ``rows[a:b]``
-    check the blocks those rows lie in first; ``np.asarray(rows)`` checks the whole column."""
+    """A column read a few rows at a time (``ColumnStore.rows``): ``rows[i]``, ``rows[a:b]`` and
+    ``rows[indices]`` (an integer array) check the blocks those rows lie in first (a boolean
+    mask, the whole column); ``np.asarray(rows)`` checks the whole column."""
 
     def __init__(self, store: ColumnStore, name: str) -> None:
         self._store, self._name = store, name
@@ -297,12 +299,17 @@ class CheckedRows:
     def __len__(self) -> int:
         return len(self._view)
 
-    def __getitem__(self, key: int | slice) -> Any:
+    def __getitem__(self, key: int | slice | np.ndarray) -> Any:
         if isinstance(key, slice):
             a, b, step = key.indices(len(self._view))
-            if step != 1:
-                raise IndexError(f"{self!r}: only contiguous slices are read per block")
-            self._store.check_span(self._name, a, max(a, b))
+            lo, hi = (a, b) if step > 0 else (b + 1, a + 1)  # the rows it covers
+            self._store.check_span(self._name, lo, max(lo, hi))
+        elif isinstance(key, np.ndarray | list):
+            at = np.asarray(key)
+            if at.dtype == bool:
+                self._store.column(self._name)
+            else:
+                self._store.check_items(self._name, at)
         else:
             i = int(key) + (len(self._view) if int(key) < 0 else 0)
             self._store.check_span(self._name, i, i + 1)
@@ -327,10 +334,16 @@ class ColumnStore:
     Mapping it checks the header, the block sums and every column that is not ``lazy``."""
 
     def __init__(
-        self, path: str | os.PathLike, identity: str | None = None, format: str | None = None
+        self,
+        path: str | os.PathLike,
+        identity: str | None = None,
+        format: str | None = None,
+        defer: Iterable[str] = (),
     ) -> None:
         """``identity``, ``format``: what the store must have been built from and in (else
-        ``StaleStore``; ``StaleFormat`` for a format this reader does not read)."""
+        ``StaleStore``; ``StaleFormat`` for a format this reader does not read). ``defer``:
+        columns this reader reads a few rows at a time or not at all (through ``rows``), checked
+        per block on first use as the ``lazy`` ones are, instead of in full now."""
         self.path = os.path.abspath(os.fspath(path))
         self._map, header, data_end = _map(self.path)
         if identity is not None and header["identity"] != identity:
@@ -354,7 +367,8 @@ class ColumnStore:
         self._checked: dict[str, np.ndarray] = {}  # name -> bool [blocks] checked here
         self._whole: set[str] = set()  # columns checked in full in this process
         self._sums = self._mapped_sums(header)
-        lazy = set(header.get("lazy", ()))
+        self._defer = tuple(defer)
+        lazy = set(header.get("lazy", ())) | set(self._defer)
         for name in self._specs:
             if name not in lazy:
                 self.column(name)
@@ -412,6 +426,31 @@ class ColumnStore:
         hi = np.asarray(hi, dtype=np.int64) * spec.row_bytes
         self._check_blocks(name, blocks_of_ranges(lo, np.minimum(hi, spec.nbytes)))
 
+    def check_items(self, name: str, at: np.ndarray) -> None:
+        """``check_rows`` of rows ``at`` (any integer array, negative counting from the end), in
+        one pass over them and the column's blocks (no sort: a rank's draw of a bucket index's
+        members is 10^5 positions)."""
+        if name in self._whole or not CHECK_CONTENTS or at.size == 0:
+            return
+        spec = self._specs[name]
+        rows = spec.shape[0] if spec.shape else 0
+        at = np.asarray(at, dtype=np.int64).reshape(-1)
+        at = np.where(at < 0, at + rows, at)
+        if int(at.min()) < 0 or int(at.max()) >= rows:
+            raise IndexError(f"rows out of range for column {name!r} of {rows} rows")
+        if spec.nbytes == 0:
+            return
+        if spec.row_bytes > BLOCK:  # a row over three blocks or more: every block between
+            self.check_rows(name, at, at + 1)
+            return
+        touched = np.zeros(block_count(spec.nbytes), dtype=bool)
+        touched[at * spec.row_bytes // BLOCK] = True
+        touched[((at + 1) * spec.row_bytes - 1) // BLOCK] = True
+        done = self._checked.get(name)
+        if done is not None:
+            touched &= ~done
+        self._check_blocks(name, np.flatnonzero(touched))
+
     def check_span(self, name: str, a: int, b: int) -> None:
         """``check_rows`` of one range ``[a, b)``, with no array made once its blocks are checked
         (a file's row offsets are sliced per batch and per sequence read)."""
@@ -436,14 +475,11 @@ class ColumnStore:
         todo = blocks[~done[blocks]]
         if len(todo) == 0:
             return
-        start = seed(self.identity, name)
-        mem = memoryview(self._map)
+        column = memoryview(self._map)[spec.offset : spec.offset + spec.nbytes]
         sums = self._sums[spec.first_block + todo]
-        for block, expected in zip(todo.tolist(), sums.tolist(), strict=True):
-            a = spec.offset + block * BLOCK
-            b = spec.offset + min(spec.nbytes, (block + 1) * BLOCK)
-            if block_sum(mem[a:b], start) != expected:
-                raise self._damaged(name, block)
+        bad = first_mismatch(column, todo, sums, seed(self.identity, name))
+        if bad is not None:
+            raise self._damaged(name, bad)
         done[todo] = True
         if done.all():  # every block checked: the column is, and reads skip the check
             self._whole.add(name)
@@ -505,7 +541,7 @@ class ColumnStore:
         return len(self._map)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ColumnStore, (self.path, self.identity))
+        return (ColumnStore, (self.path, self.identity, None, self._defer))
 
     def __repr__(self) -> str:
         return f"ColumnStore({self.path!r}; {len(self._specs)} columns)"
@@ -703,6 +739,7 @@ def open_or_build(
     build: Callable[[], tuple[Mapping[str, Column], Meta]],
     lazy: Iterable[str] = (),
     format: str = "",
+    defer: Iterable[str] = (),
 ) -> tuple[ColumnStore, bool]:
     """The store at ``path`` built from ``identity``: opened when it is there, else built with
     ``build()`` -> (columns, meta) and written atomically, once per node however many processes
@@ -710,15 +747,17 @@ def open_or_build(
     when mapped (a changed byte in its header, sums or a column checked then), or written in
     another ``format`` than this one (the builder's version of its columns and meta, recorded in
     the header), is rebuilt, with a ``DataWarning`` naming it; nothing of it is read as data.
-    Returns (store, whether this call built it). ``lazy``: see ``StoreWriter``."""
+    Returns (store, whether this call built it). ``lazy``: see ``StoreWriter``; ``defer``: see
+    ``ColumnStore`` (a store found; one built here was checked in full as it was written)."""
     path = os.path.abspath(os.fspath(path))
-    found, problem = _try_open(path, identity, format)
+    defer = tuple(defer)
+    found, problem = _try_open(path, identity, format, defer)
     if found is not None:
         return found, False
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with _lock(f"{path}.lock"):
         # built by another process while this waited
-        found, again = _try_open(path, identity, format)
+        found, again = _try_open(path, identity, format, defer)
         if found is not None:
             return found, False
         columns, meta = build()
@@ -744,12 +783,12 @@ def open_or_build(
 
 
 def _try_open(
-    path: str, identity: str, format: str = ""
+    path: str, identity: str, format: str = "", defer: tuple[str, ...] = ()
 ) -> tuple[ColumnStore | None, DamagedStore | StaleFormat | None]:
     """(the store, None), or (None, why it is not read: damaged, of another format; None when it
     is missing, stale or cut)."""
     try:
-        return ColumnStore(path, identity, format or None), None
+        return ColumnStore(path, identity, format or None, defer), None
     except (DamagedStore, StaleFormat) as e:
         return None, e
     except (FileNotFoundError, StaleStore, CorruptStore):

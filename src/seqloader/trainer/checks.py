@@ -187,8 +187,12 @@ def check_source(source: Source, planner: Planner, options: CheckOptions) -> Non
 
 def has_zero(lengths: np.ndarray, block: int = 1 << 22) -> bool:
     """Whether some length is 0, in blocks (no array of ``n`` besides the lengths themselves,
-    which may be a memory-mapped view)."""
-    return any(bool((lengths[a : a + block] == 0).any()) for a in range(0, len(lengths), block))
+    which may be a memory-mapped view; each block counted in place, with no mask of it made:
+    two thirds of the CPU time of comparing it to 0, every rank scans them at open)."""
+    return any(
+        np.count_nonzero(part) != len(part)
+        for part in (lengths[a : a + block] for a in range(0, len(lengths), block))
+    )
 
 
 def empty_admitted(
