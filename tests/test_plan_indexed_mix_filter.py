@@ -15,6 +15,7 @@ corpus epoch once per rank less the filtered slots. The other mixes stay refused
 
 from __future__ import annotations
 
+import itertools
 from functools import partial
 
 import numpy as np
@@ -98,6 +99,12 @@ def kept_set(case: dict, plain: IndexedPlanner, epoch: int) -> tuple[np.ndarray,
 @settings(max_examples=12, deadline=None)
 @given(cases())
 def test_mix_filter_keeps_one_set_per_sub_epoch_and_every_contract(case: dict) -> None:
+    check_mix_filter(case)
+
+
+def check_mix_filter(case: dict) -> None:
+    """The module doc's checks on one case (its kept sets from the unfiltered planner's slots,
+    two full epochs)."""
     plain = planner_of(case, filtered=False)
     parts = case["options"]["partition_epoch"]
     epochs = range(1, 2 * parts + 1)  # two full epochs: the streams move on past filtered slots
@@ -170,10 +177,9 @@ def test_the_mix_check_accepts_filtered_slots_and_finds_a_slot_twice_lost_or_fil
     "more, named",
     [
         (
-            {"ordering": "laplace:.4", "chunking": "20:10", "distribution": "random_seed_offset"},
-            "chunking",
+            {"ordering": "laplace:.4", "chunking": "20:10", "planning": "global"},
+            "planning='global'",
         ),
-        ({"ordering": "buckets:3", "chunking": "20:10"}, "chunking"),
         ({"ordering": "laplace:.4", "planning": "global"}, "planning='global'"),
     ],
 )
@@ -181,9 +187,15 @@ def test_the_mixes_not_planned_are_refused_by_name(more: dict, named: str) -> No
     wise = {(1, 1): {"max_mean_len": 5}}
     with pytest.raises(OptionError, match=f"epoch_wise_filter with mix: .*{named}"):
         PlanOptions(mix={"a": 1}, epoch_wise_filter=wise, **more)
-    for distribution in ("shard", "random_seed_offset"):
+    for distribution, chunking in itertools.product(
+        ("shard", "random_seed_offset", "files"), (None, "20:10")
+    ):
         planned = PlanOptions(
-            mix={"a": 1}, epoch_wise_filter=wise, ordering="buckets:3", distribution=distribution
+            mix={"a": 1},
+            epoch_wise_filter=wise,
+            ordering="buckets:3",
+            distribution=distribution,
+            chunking=chunking,
         )
         assert planned.resolved_planning == "indexed"
 

@@ -111,6 +111,12 @@ NEWLY_INDEXED = [
      "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
     {"ordering": "buckets:3", "chunking": "4:2", "partition_epoch": 2,
      "distribution": "random_seed_offset", "epoch_wise_filter": {(1, 2): {"max_mean_len": 6}}},
+    # ... with a mix (refused under every planning before: the sub-epoch's slots filtered as
+    # one set by length class, their chunks bucketed by window, mix_chunks_filter)
+    {"ordering": "laplace:.3", "chunking": "4:2", "mix": {"a": 0.5, "b": 2},
+     "epoch_wise_filter": {(1, 1): {"max_mean_len": 6}}},
+    {"ordering": "buckets:3", "chunking": "4:2", "mix": {"b": 1.5}, "partition_epoch": 2,
+     "distribution": "random_seed_offset", "epoch_wise_filter": {(1, 2): {"max_mean_len": 6}}},
     {"ordering": "sorted", "chunking": "4:2", "partition_epoch": 2},
     {"ordering": "default", "chunking": "4:2", "distribution": "random_seed_offset"},
     {"ordering": "random", "chunking": "4:2", "partition_epoch": 2},
@@ -348,28 +354,15 @@ AUDIT_GRID = {
 }  # fmt: skip
 
 
-def refused_by_both(o: dict) -> bool:
-    """The audit's list of option sets both plannings refuse (so ``auto`` too): a mix with
-    ``epoch_wise_filter`` over ``shard`` or ``random_seed_offset`` chunked with ``laplace`` or
-    ``buckets:N`` (over ``files`` every ordering is planned, chunked too)."""
-    chunked_bins = o.get("chunking") is not None and str(o["ordering"])[0] in "lb"
-    planned = o.get("distribution") == "files" or not chunked_bins
-    return o.get("epoch_wise_filter") is not None and o.get("mix") is not None and not planned
-
-
-def test_auto_resolves_every_option_set_to_indexed_or_both_refuse_it() -> None:
-    """No option set of the grid resolves to global (``seeding="returnn"`` aside); the ones
-    refused are exactly the audit's list, refused by both plannings by name."""
+def test_auto_resolves_every_option_set_to_indexed() -> None:
+    """No option set of the grid resolves to global (``seeding="returnn"`` aside) and none is
+    refused: the last ones both plannings refused, a mix with ``epoch_wise_filter`` over
+    ``files`` or chunked with ``laplace``/``buckets:N``, are planned by indexed planning."""
     keys = list(AUDIT_GRID)
     for combo in itertools.product(*AUDIT_GRID.values()):
         given_ = dict(zip(keys, combo, strict=True))
         opts = {k: v for k, v in given_.items() if k not in ("filters", "limits")}
         opts = {**opts, **given_["filters"], **given_["limits"]}
-        if refused_by_both(opts):
-            for planning in ("auto", "indexed", "global"):
-                with pytest.raises(OptionError, match=r"not (supported|planned) with"):
-                    PlanOptions(**opts, planning=planning)
-            continue
         assert PlanOptions(**opts).resolved_planning == "indexed", opts
 
 

@@ -395,35 +395,14 @@ class PlanOptions:
             self._check_mix_filter()
 
     def _check_mix_filter(self) -> None:
-        """``epoch_wise_filter`` with a ``mix``: planned by indexed planning with
-        ``distribution='files'`` (every ordering, chunked too), ``'shard'`` or
-        ``'random_seed_offset'`` (every ordering, chunked too but for ``laplace``/``buckets:N``):
-        the sub-epoch's slots filtered once as one set; every other combination refused by its
-        name."""
-        planned = self.chunking is None or self._parsed.kind not in ("laplace", "buckets")
-        per_rank = self.distribution in ("shard", "random_seed_offset")
-        files = self.distribution == "files"
-        if self._resolved == "indexed" and (files or (per_rank and planned)):
-            return
+        """``epoch_wise_filter`` with a ``mix``: planned by indexed planning (every distribution
+        and ordering, chunked too: the sub-epoch's slots filtered once as one set); refused by
+        name under ``planning='global'``, which selects no mixed sub-epoch set."""
         if self._resolved != "indexed":
-            what, fix = (
-                "planning='global' (it selects no mixed sub-epoch set)",
-                "planning='indexed'",
+            raise OptionError(
+                "epoch_wise_filter with mix: not planned with planning='global' (it selects no "
+                "mixed sub-epoch set); use planning='indexed', or drop the mix or the filter"
             )
-        else:
-            what = f"distribution={self.distribution!r}, ordering={self.ordering!r}" + (
-                ", chunking" if self.chunking is not None else ""
-            )
-            fix = (
-                "distribution='files', or 'shard' or 'random_seed_offset' with chunking an "
-                "ordering other than laplace and buckets:N"
-            )
-        raise OptionError(
-            f"epoch_wise_filter with mix: not planned with {what} (the mix's sub-epoch slots "
-            f"are filtered as one set by indexed planning over files, shard or "
-            f"random_seed_offset, chunked over shard and random_seed_offset only by the fixed "
-            f"orders, random and sort_bin_shuffle); use {fix}, or drop the mix or the filter"
-        )
 
     def _indexed_refusal(self) -> str | None:
         """Why indexed planning does not plan these options (None: it does): raised by name, with

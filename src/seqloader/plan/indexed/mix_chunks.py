@@ -24,6 +24,9 @@ about 3 s per window of batches at 20,000 sequences, where the listing takes mil
 class's slot order is its listing's; the chunk bucket's keyed permutation draws the slots at
 random positions.
 
+With ``epoch_wise_filter`` the sub-epoch's slots are filtered once as one set, by length class
+(``mix_chunks_filter``), and the kept slots' chunks are planned as above.
+
 Global planning refuses a mix with ``buckets:N`` and, with ``laplace``, sorts the mix's slots;
 these plans are indexed planning's own (the chunks bucketed by their windows, as unmixed).
 """
@@ -31,32 +34,23 @@ these plans are indexed planning's own (the chunks bucketed by their windows, as
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
+from seqloader.plan.admission import epoch_filters, filter_reason
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.chunks import ChunkBuckets
 from seqloader.plan.indexed.mix import IndexedMix
+from seqloader.plan.indexed.mix_chunks_filter import ClassSlots, kept_slots
 from seqloader.plan.indexed.mix_cuts import part_slots
+from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.plan import ChunkDraw, Take
 from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.seeding import PURPOSE_INDEXED_MEMBERS
 
 #: ``CellFinder``'s table entries per cell (more: fewer positions step past an end)
 BINS_PER_CELL = 4
-
-
-class ClassSlots:
-    """A sub-epoch's slots grouped by length class: ``seqs``, ``uses`` class after class,
-    ``starts`` int64 ``[G + 1]`` where each class's begin."""
-
-    def __init__(self, seqs: np.ndarray, uses: np.ndarray, starts: np.ndarray) -> None:
-        self.seqs, self.uses, self.starts = seqs, uses, starts
-
-    @property
-    def counts(self) -> np.ndarray:
-        return np.diff(self.starts)
 
 
 class CellFinder:
@@ -184,10 +178,20 @@ class ChunkedBucketMix(IndexedMix):
         self._listed: tuple[tuple[int, int, int], ClassSlots] | None = None
 
     def _class_counts(self, ep: EpochIndex, parts: int) -> np.ndarray:
-        """Slots per length class of sub-epoch ``ep`` -> int64 ``[G]`` (from the counts)."""
+        """Slots per length class of sub-epoch ``ep`` -> int64 ``[G]`` (from the counts;
+        filtered: the kept slots)."""
+        kept = self.kept(ep, parts)
+        if kept is not None:
+            return kept.counts
         return self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
 
     def class_slots(self, ep: EpochIndex, parts: int) -> ClassSlots:
+        """Sub-epoch ``ep``'s slots grouped by length class (``all_slots``; the kept ones where
+        ``epoch_wise_filter`` applies)."""
+        kept = self.kept(ep, parts)
+        return self.all_slots(ep, parts) if kept is None else cast(ClassSlots, kept.draw)
+
+    def all_slots(self, ep: EpochIndex, parts: int) -> ClassSlots:
         """Sub-epoch ``ep``'s slots listed (``part_slots``) and grouped by length class (kept
         for the last sub-epoch asked)."""
         key = (ep.full_epoch, ep.part, parts)
@@ -198,6 +202,30 @@ class ChunkedBucketMix(IndexedMix):
             np.cumsum(count.sum(axis=1), out=starts[1:])
             self._listed = (key, ClassSlots(seqs, uses, starts))
         return self._listed[1]
+
+    def kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
+        """``epoch_wise_filter`` on sub-epoch ``ep``'s slots, by length class
+        (``mix_chunks_filter``): the kept slots' lists as the draw (a ``ClassSlots``), the
+        class counts as the counts; None where no filter applies. Kept for the last sub-epoch
+        asked."""
+        last = self._kept
+        if self.wise is None:
+            return None
+        if last is not None and last[0] == ep.epoch:
+            return last[1]
+        means = epoch_filters(self.wise.spec, ep.epoch)
+        kept = None
+        if means:
+            listed = self.all_slots(ep, parts)
+            value = self.units.geometry.whole(self.index.longest)  # [G] each class's length
+            keep, dropped = kept_slots(listed, value, means)
+            reasons = {
+                filter_reason(m, ep.epoch): d for m, d in zip(means, dropped, strict=True) if d
+            }
+            mine = listed.take(keep)
+            kept = MixKept(mine.counts, mine, reasons, listed.counts, listed)
+        self._kept = (ep.epoch, kept)
+        return kept
 
     def bucket_counts(self, ep: EpochIndex, parts: int) -> np.ndarray:
         """Chunks per chunk bucket of the sub-epoch's slots."""

@@ -210,12 +210,12 @@ class ChunkedShardMix(ShardMix):
 
 def mix_filter(corpus: AdmittedCorpus) -> MixFilter | None:
     """``epoch_wise_filter`` on the mix's sub-epoch slots where this mix plans it
-    (``laplace``/``buckets:N`` unchunked from the kept counts; the fixed orders, ``random`` and
-    ``sort_bin_shuffle``, chunked too, by cutting the listed order's kept slots (chunked: their
-    chunks); ``PlanOptions`` refuses the other mixes by name)."""
+    (``laplace``/``buckets:N`` from the kept counts, chunked by length class:
+    ``mix_chunks_filter``; the fixed orders, ``random`` and ``sort_bin_shuffle``, chunked too, by
+    cutting the listed order's kept slots (chunked: their chunks); ``PlanOptions`` refuses the
+    other mixes by name)."""
     o = corpus.options
-    bucketed = not (corpus.fixed or corpus.random)  # chunked laplace/buckets:N: refused
-    if o.epoch_wise_filter is None or (corpus.units is not None and bucketed):
+    if o.epoch_wise_filter is None:
         return None
     return MixFilter(cast(EpochFilter, o.epoch_wise_filter), o.partition_epoch)  # normalised
 
@@ -236,7 +236,8 @@ def shard_mix(
     if corpus.units is None:  # sorted kinds: by the source's own sort key if it gives one
         return ShardMix(seed, mix, corpora, index, corpus.order_by, admits, mix_filter(corpus))
     if not (corpus.fixed or corpus.random):  # laplace, buckets:N: the slots' chunks bucketed
-        return ChunkedBucketMix(corpus.units, seed, mix, corpora, index, lengths, admits)
+        wise = mix_filter(corpus)
+        return ChunkedBucketMix(corpus.units, seed, mix, corpora, index, lengths, admits, wise)
     if corpus.options.parsed_ordering.kind not in ("sorted", "sorted_reverse"):
         index = build_bucket_index(lengths, np.zeros(0, dtype=np.int64), corpus.mask)
     else:  # the unchunked plan's index: by the source's own sort key if it gives one
