@@ -45,10 +45,22 @@ def mean_len_selection(order: np.ndarray, lengths: np.ndarray, max_mean_len: flo
     >>> mean_len_selection(np.array([4, 0, 3, 1, 2]), np.array([9, 1, 9, 1, 9]), 3.0).tolist()
     [False, True, True, True, False]
     """
-    m = len(order)
+    order = np.asarray(order)
+    return mean_len_keep(np.asarray(lengths, dtype=np.int64)[order], order, max_mean_len)
+
+
+def mean_len_keep(lens: np.ndarray, keys: np.ndarray, max_mean_len: float) -> np.ndarray:
+    """``mean_len_selection`` of items given by their lengths ``lens`` and tie-breaking ``keys``
+    (distinct, int ``[m]``: an item's place in (length, key) order) -> bool mask ``[m]``: for
+    items that are not indices into one lengths array (a mix's (sequence, corpus epoch) slots).
+
+    >>> mean_len_keep(np.array([9, 9, 1, 1, 9]), np.array([4, 0, 3, 1, 2]), 3.0).tolist()
+    [False, True, True, True, False]
+    """
+    m = len(lens)
     if m == 0:
         return np.zeros(0, dtype=bool)
-    lens = np.asarray(lengths, dtype=np.int64)[order]
+    lens = np.asarray(lens, dtype=np.int64)
     values, counts = _length_counts(lens)
     low = mean_len_cut(
         counts, counts * values, lambda g: np.full(counts[g], values[g]), max_mean_len
@@ -58,7 +70,7 @@ def mean_len_selection(order: np.ndarray, lengths: np.ndarray, max_mean_len: flo
     g, inside = cut_class(counts, low)  # the length the cut falls in, how many of it it keeps
     keep = lens < values[g]
     ties = np.flatnonzero(lens == values[g])  # [t] of those, the lowest indices are kept
-    keep[ties[np.argsort(np.asarray(order)[ties], kind="stable")[:inside]]] = True
+    keep[ties[np.argsort(np.asarray(keys)[ties], kind="stable")[:inside]]] = True
     return keep
 
 

@@ -17,15 +17,23 @@ sub-epoch, and the filter may keep one of them. A rank's pieces read their part 
 (``piece_positions``), so what it counts per bucket, draws or cuts is its pieces' kept slots.
 
 Cost: in the epochs a filter applies to, the sub-epoch's slots are listed and sorted once per
-planner (O(n / P log) time, a bool per slot); other epochs are planned from the per-file tables
+planner (O(n / P) time, a bool per slot; only the ties at the cut length are sorted); other epochs are planned from the per-file tables
 as before.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from seqloader.plan.admission import EpochFilter, epoch_filters, mean_filtered
+from seqloader.plan.admission import (
+    EpochFilter,
+    counted_filters,
+    epoch_filters,
+    filter_reason,
+    mean_len_keep,
+)
 from seqloader.plan.indexed.files_filter import EpochKept
 from seqloader.plan.indexed.plan import ranges
 
@@ -43,15 +51,24 @@ def slots_kept(
     >>> kept.mask.tolist(), kept.reasons  # sequence 0 kept; both slots of 3 and 1 left out
     ([False, True, False, False], {'epoch_wise_filter max_mean_len=1 (epoch 1)': 3})
     """
-    if not epoch_filters(spec, epoch):
+    means = epoch_filters(spec, epoch)
+    if not means:
         return None
     seqs = np.asarray(seqs, dtype=np.int64)
-    rank = np.lexsort((np.asarray(uses, dtype=np.int64), seqs))  # the filter's index order
-    lengths = np.asarray(by)[seqs[rank]]  # of the slot ranked r
-    kept, reasons = mean_filtered(spec, epoch, np.arange(len(rank), dtype=np.int64), lengths)
+    lens = np.asarray(np.asarray(by)[seqs], dtype=np.int64)  # the slots' only
+    span = int(np.max(uses, initial=0)) + 1
+    keys = seqs * span + np.asarray(uses, dtype=np.int64)  # (sequence, corpus epoch) order
+    filters = ((filter_reason(m, epoch), partial(_keep, lens, keys, m)) for m in means)
+    kept, reasons = counted_filters(np.arange(len(seqs), dtype=np.int64), filters)
     mask = np.zeros(len(seqs), dtype=bool)
-    mask[rank[kept]] = True
+    mask[kept] = True
     return EpochKept(mask, reasons)
+
+
+def _keep(lens: np.ndarray, keys: np.ndarray, max_mean: float, part: np.ndarray) -> np.ndarray:
+    """RETURNN's selection on the slots ``part`` (positions) still kept: by their lengths, ties
+    by (sequence, corpus epoch); only the cut length's ties are sorted, not every slot."""
+    return mean_len_keep(lens[part], keys[part], max_mean)
 
 
 def piece_positions(counts: np.ndarray, which: np.ndarray | slice) -> np.ndarray:
