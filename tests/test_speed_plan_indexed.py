@@ -45,7 +45,7 @@ def check_variants(planner, epoch: int, plan) -> None:
     a sequence has one variant per full epoch, whichever plan, rank or world size lists it."""
     b = plan.batches
     assert b.variants is not None and len(b.variants) == len(b.seqs)
-    table = planner.variants.table
+    table = planner.variants.table if planner.variants is not None else planner.drawn
     lengths = table[b.variants, b.seqs]
     limit = planner.options.max_frames
     for k in range(len(b)):
@@ -61,11 +61,13 @@ def check_variants(planner, epoch: int, plan) -> None:
 SEEN: dict[tuple[int, int], dict[int, int]] = {}
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=16, deadline=None)
 @given(
     lengths=st.lists(st.integers(1, 300), min_size=1, max_size=90),
     seed=st.integers(0, 1000),
-    ordering=st.sampled_from(["laplace:.8", "laplace:3", "buckets:3", "buckets:1"]),
+    ordering=st.sampled_from(
+        ["laplace:.8", "laplace:3", "buckets:3", "buckets:1", "default", "reverse", "random:2"]
+    ),
     distribution=st.sampled_from(["shard", "shard", "random_seed_offset"]),
     parts=st.integers(1, 2),
     uneven=st.sampled_from(["split", "pad", "drop"]),
@@ -107,6 +109,29 @@ def test_each_full_epoch_draws_every_variant_evenly_and_anew():
     assert not (b.variants == drawn[0][b.seqs]).all()
 
 
+@pytest.mark.parametrize("ordering", ["default", "reverse", "random"])
+def test_greedy_orders_cut_on_global_plannings_per_sequence_draw(ordering):
+    """The fixed orders and ``random`` are cut greedily each epoch on the drawn lengths, with
+    global planning's draw (``variant_of``): the same batches as global planning for the fixed
+    orders (one order), and each slot carries the variant the worker would have drawn."""
+    from seqloader.plan.variants import variant_of
+
+    base = np.random.default_rng(4).integers(20, 400, 500)
+    variants = speed_variants(base)
+    longest = {"data": variants.longest("data")}
+    for epoch in (1, 2, 3):
+        indexed = planner_of(base, max_frames=2000, ordering=ordering, seed=7, partition_epoch=2)
+        b = indexed.global_plan(epoch, 1).batches
+        full = (epoch - 1) // 2
+        assert (b.variants == variant_of(7, full, b.seqs, 3)).all()
+        if ordering != "random":
+            options = PlanOptions(max_frames=2000, ordering=ordering, seed=7, partition_epoch=2,
+                                  planning="global")  # fmt: skip
+            want = make_planner(longest, options, variants=variants).global_plan(epoch, 1).batches
+            assert b.seqs.tolist() == want.seqs.tolist()
+            assert b.bounds.tolist() == want.bounds.tolist()
+
+
 def test_batches_sort_and_bucket_by_the_drawn_length_not_the_longest():
     """A bucket's batch size follows its longest *drawn* length, so the plan's steps are those
     of the drawn lengths: fewer than planning every sequence at its slowest factor."""
@@ -124,7 +149,8 @@ def test_auto_plans_variants_indexed_for_laplace_and_buckets_and_global_otherwis
     variants = speed_variants(base)
     lengths = {"data": variants.longest("data")}
     for ordering, want in [("laplace:.5", "indexed"), ("buckets:3", "indexed"),
-                           ("sorted", "global"), ("random", "global")]:  # fmt: skip
+                           ("default", "indexed"), ("random", "indexed"), ("sorted", "global"),
+                           ("sort_bin_shuffle:.4", "global")]:  # fmt: skip
         options = PlanOptions(max_frames=500, ordering=ordering)
         got = resolve_planning(PlanInputs(lengths, options, variants=variants)).options.planning
         assert got == want, ordering
@@ -166,6 +192,12 @@ CASES = {
         "options": {"ordering": "laplace:3", "max_frames": 900_000, "seed": 1,
                     "batch_cost": "quadratic:200", "distribution": "random_seed_offset",
                     "uneven": "drop"}, "world": 2},
+    "default partition 2 W3 split elastic -> W2": {
+        "options": {"ordering": "default", "max_frames": 2000, "seed": 5,
+                    "partition_epoch": 2}, "world": 3, "elastic": (2, 2)},
+    "random_seed_offset random W2 pad": {
+        "options": {"ordering": "random", "max_frames": 1500, "max_seqs": 7, "seed": 2,
+                    "distribution": "random_seed_offset", "uneven": "pad"}, "world": 2},
 }  # fmt: skip
 GOLDEN = {
     "laplace:.8 W3 split elastic -> W2": (
@@ -176,6 +208,12 @@ GOLDEN = {
     ),
     "random_seed_offset laplace:3 W2 drop, quadratic": (
         "a0e3edfd521d6f3a081f08e12e2833984cf5baf79d60d4a7a827f84d4a0f2c5e"
+    ),
+    "default partition 2 W3 split elastic -> W2": (
+        "71b5520fae579a66ea47e4b5f813253a37c81fbbc61a66b0a925ddc4c66160bc"
+    ),
+    "random_seed_offset random W2 pad": (
+        "7cb54c8c059ec1c60551c4792a39c6969aef08513ef76fb5d13415f74071b4dd"
     ),
 }
 

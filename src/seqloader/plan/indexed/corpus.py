@@ -69,6 +69,9 @@ from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.variants import VARIANTS_REFUSED
 
+#: the orderings indexed planning plans length variants with (the bucketed ones by classes,
+#: ``seqloader.plan.indexed.variants``; the others by per-epoch greedy cuts of the drawn lengths)
+VARIANT_KINDS = ("laplace", "buckets", "default", "reverse", "random")
 _BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
 
 
@@ -99,8 +102,8 @@ def refuse_unplanned(inputs: PlanInputs) -> None:
 
 
 def refuse_variants(inputs: PlanInputs) -> None:
-    """Length variants under indexed planning: planned with ``laplace`` and ``buckets:N``
-    (``shard`` or ``random_seed_offset``, ``seqloader.plan.indexed.variants``); the options
+    """Length variants under indexed planning: planned with ``VARIANT_KINDS`` (``shard`` or
+    ``random_seed_offset``, ``seqloader.plan.indexed.variants``); the options
     whose tables are made once from fixed lengths are refused by name, as is a prebuilt index
     (a node's index holds no variant classes)."""
     o, variants = inputs.options, inputs.variants
@@ -108,7 +111,7 @@ def refuse_variants(inputs: PlanInputs) -> None:
     kind = o.parsed_ordering.kind
     what, fix = VARIANTS_REFUSED
     clashes = [
-        (f"ordering={o.ordering!r} with planning='indexed'", kind not in ("laplace", "buckets")),
+        (f"ordering={o.ordering!r} with planning='indexed'", kind not in VARIANT_KINDS),
         ("chunking", o.chunking is not None),
         ("mix", o.mix is not None),
         ("distribution='files'", o.distribution == "files"),
@@ -119,8 +122,8 @@ def refuse_variants(inputs: PlanInputs) -> None:
         ("a prebuilt bucket index", inputs.index is not None),
     ]
     fix = (
-        "with planning='indexed' they plan with ordering 'laplace' or 'buckets:N' and "
-        "distribution 'shard' or 'random_seed_offset'; " + fix
+        "with planning='indexed' they plan with ordering 'laplace', 'buckets:N', 'default', "
+        "'reverse' or 'random' and distribution 'shard' or 'random_seed_offset'; " + fix
     )
     refuse_clashes(inputs.origin, what, clashes, fix)
     n = len(next(iter(inputs.lengths.values()))) if inputs.lengths else 0
@@ -323,13 +326,19 @@ class AdmittedCorpus:
         """Length variants: the classes each full epoch's variants are drawn over
         (``seqloader.plan.indexed.variants``), whose index (the members grouped by class) is the
         corpus's; else ``index`` as given."""
-        #: the variants' classes, None without variants
+        #: the variants' classes (``laplace``, ``buckets:N``), None otherwise
         self.variants: VariantClasses | None = None
+        #: the fixed orders and ``random``: the length key's lengths per variant ``[F, n]``,
+        #: drawn per sequence (``variant_of``) and cut greedily each epoch; None otherwise
+        self.drawn: np.ndarray | None = None
         if inputs.variants is None:
             return index
         table = key_table(inputs.variants, self.length_key, self.lengths)
-        self.variants = VariantClasses(table, self.mask, self.options, self.budget)
         self.extra += inputs.variants.digest()
+        if self.fixed or self.random:
+            self.drawn = table
+            return index
+        self.variants = VariantClasses(table, self.mask, self.options, self.budget)
         return self.variants.index
 
     @property
@@ -396,7 +405,8 @@ class AdmittedCorpus:
                 )
                 index = build_bucket_index(main, edges, self.mask, self.files)
         self.bucket_edges = np.asarray(index.edges, dtype=np.int64)
-        if self.fixed and self.files is None and index.cuts is None and self.chunking is None:
+        no_cuts = self.files is not None or self.chunking is not None or self.drawn is not None
+        if self.fixed and index.cuts is None and not no_cuts:  # drawn: cut per epoch
             index = self._with_cuts(index)
         self._check_index(index)
         self.index = index
@@ -645,7 +655,7 @@ class AdmittedCorpus:
         ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
         if self.chunking is not None:  # one bucket per admitted length: its edges are those
             ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
-        if self.fixed and self.files is None and self.chunking is None:
+        if self.fixed and self.files is None and self.chunking is None and self.drawn is None:
             ok = ok and self._fixed_index_ok(index, admitted)
         drawn_kind = order_index_kind(self.options.parsed_ordering.kind)
         one_bucket = (self.random and drawn_kind == "default") or (

@@ -98,7 +98,7 @@ from seqloader.plan.indexed.random_order import RankBatchOrder
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, drawn_order
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
 from seqloader.plan.indexed.variants import VariantCodes
-from seqloader.plan.indexed.variants_units import VariantUnits
+from seqloader.plan.indexed.variants_units import DrawnDraw, DrawnLengths, DrawnUnits, VariantUnits
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import CorpusProgress, mixed_corpora
@@ -246,9 +246,14 @@ class IndexedPlanner:
         #: length variants: their classes, and the codes the lists hold (``indexed.variants``)
         self.variants = c.variants
         self.variant_codes: VariantCodes | None = None
+        #: the fixed orders and ``random`` with variants: the lengths per variant ``[F, n]``
+        self.drawn = c.drawn
         if c.variants is not None:
             self.planned = VariantUnits(c.variants, c.lengths)
             self.variant_codes = VariantCodes(c.variants.count)
+        elif c.drawn is not None:
+            self.planned = DrawnUnits(c.index.members, c.index.starts, c.lengths, c.drawn)
+            self.variant_codes = VariantCodes(len(c.drawn))
         self.bucket_edges, self.longest, self.bucket_counts = (
             c.bucket_edges,
             c.longest,
@@ -334,7 +339,7 @@ class IndexedPlanner:
                 kept = self._random_kept = (ep.epoch, mixed)
             else:
                 order, lo, hi = self._cut_order(ep)
-                kept = self._random_kept = (ep.epoch, self._cut(order, lo, hi))
+                kept = self._random_kept = (ep.epoch, self._cut(order, lo, hi, ep))
         return self._own_batches(ep, order_rank, *kept[1])
 
     def _own_batches(
@@ -365,12 +370,24 @@ class IndexedPlanner:
         return order, lo, hi
 
     def _cut(
-        self, order: Callable[[np.ndarray], np.ndarray], lo: int, hi: int
+        self,
+        order: Callable[[np.ndarray], np.ndarray],
+        lo: int,
+        hi: int,
+        ep: EpochIndex | None = None,
     ) -> tuple[BoundsTable, Draw]:
         """Greedy batches of positions ``lo .. hi`` of ``order``, cut here in blocks (chunked:
-        each sequence's chunks in turn, ``PlannedUnits.greedy_cut``): the table and the draw."""
+        each sequence's chunks in turn, ``PlannedUnits.greedy_cut``): the table and the draw.
+        With length variants, sub-epoch ``ep``'s: cut on its full epoch's drawn lengths, the
+        draw's slots coded with their variants (``DrawnDraw``)."""
         batcher = cut_batcher(self._limits)
-        return self.planned.greedy_cut(order, lo, hi, batcher, self._batch_lengths)
+        if self.drawn is None or ep is None:
+            return self.planned.greedy_cut(order, lo, hi, batcher, self._batch_lengths)
+        seed, full = self.options.seed, ep.full_epoch
+        drawn = DrawnLengths(self.drawn, seed, full)
+        lengths = {**self._batch_lengths, self.length_key: drawn}
+        table, draw = self.planned.greedy_cut(order, lo, hi, batcher, lengths)  # type: ignore[arg-type]
+        return table, DrawnDraw(draw, seed, full, len(self.drawn))
 
     def _filtered_part(self, ep: EpochIndex) -> tuple[BoundsTable, Draw, dict[str, int]]:
         """Fixed and random orderings with epoch selections or ``epoch_wise_filter`` in ``ep``:
@@ -410,7 +427,7 @@ class IndexedPlanner:
         if self._cut_filters(ep.epoch):
             table, draw, _ = self._filtered_part(ep)
             return self._own_batches(ep, order_rank, table, draw)
-        if self._random:
+        if self._random or self.drawn is not None:  # drawn variants: cut per epoch
             return self._random_part(ep, order_rank)
         mixed = self._mix_fixed_part(ep)  # a mix: its sub-epoch listed (MixKind.fixed_cut)
         return mixed if mixed is not None else self._fixed_part(ep.part)

@@ -1,5 +1,8 @@
-"""The planner's units with length variants (``seqloader.plan.indexed.variants``): the bucket
-lists hold ``sequence * F + variant`` codes, sorted and costed at the variant's length."""
+"""The planner's units with length variants: the bucket lists hold ``sequence * F + variant``
+codes, sorted and costed at the variant's length. ``laplace``/``buckets:N``: the class draw
+(``seqloader.plan.indexed.variants``); the fixed orders ``default``/``reverse`` and ``random``,
+whose greedy cuts are made per epoch anyway: global planning's per-sequence draw
+(``variant_of``), each epoch's part cut on the drawn lengths."""
 
 from __future__ import annotations
 
@@ -8,8 +11,10 @@ import numpy as np
 from seqloader.plan.batches import BatchList
 from seqloader.plan.cost import BatchCost
 from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.indexed.units import PlannedSequences
 from seqloader.plan.indexed.variants import VariantClasses, VariantCodes, VariantLengths
+from seqloader.plan.variants import variant_of
 
 
 class VariantUnits(PlannedSequences):
@@ -32,3 +37,56 @@ class VariantUnits(PlannedSequences):
             return costs[batches.seqs]
         table = self.classes.table
         return np.asarray(cost.units(np.asarray(table[batches.variants, batches.seqs])))
+
+
+class DrawnLengths:
+    """The length key's lengths in one full epoch under global planning's per-sequence draw
+    (``variant_of``): ``lengths[seqs]`` is each sequence's drawn variant's length, computed for
+    the sequences asked alone (what a greedy cut reads a block at a time)."""
+
+    def __init__(self, table: np.ndarray, seed: int, full_epoch: int) -> None:
+        self.table, self.seed, self.full_epoch = table, seed, full_epoch
+
+    def __getitem__(self, seqs: np.ndarray) -> np.ndarray:
+        seqs = np.asarray(seqs, dtype=np.int64)
+        v = variant_of(self.seed, self.full_epoch, seqs, len(self.table))
+        return np.asarray(self.table[v, seqs], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(np.shape(self.table)[1])
+
+
+class DrawnDraw:
+    """A greedy cut's ``Draw`` whose slots are coded ``sequence * F + variant`` with the
+    variant of global planning's per-sequence draw (``variant_of``), so the plan's batch list
+    carries each slot's variant (``VariantCodes``) as the class draw's does."""
+
+    def __init__(self, draw: Draw, seed: int, full_epoch: int, count: int) -> None:
+        self.draw, self.seed, self.full_epoch, self.count = draw, seed, full_epoch, count
+
+    def slots(self, bucket: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        seqs, uses = self.draw.slots(bucket, pos)
+        seqs = np.asarray(seqs, dtype=np.int64)
+        v = variant_of(self.seed, self.full_epoch, seqs, self.count)
+        return seqs * self.count + v, uses
+
+
+class DrawnUnits(PlannedSequences):
+    """The fixed orders' and ``random``'s units with length variants: the index's sequences,
+    drawn as ``sequence * F + variant`` codes (``DrawnDraw``), costed at the variant's length."""
+
+    def __init__(
+        self, members: np.ndarray, starts: np.ndarray, lengths: np.ndarray, table: np.ndarray
+    ) -> None:
+        super().__init__(members, starts, lengths)
+        self.table = table
+        self.codes = VariantCodes(len(table))
+
+    def sequences(self, units: np.ndarray) -> np.ndarray:
+        return self.codes.split(units)[0]
+
+    def slot_costs(self, batches: BatchList, costs: np.ndarray, cost: BatchCost) -> np.ndarray:
+        """Each slot's cost at its planned variant's length (``batches.variants``)."""
+        if batches.variants is None:
+            return costs[batches.seqs]
+        return np.asarray(cost.units(np.asarray(self.table[batches.variants, batches.seqs])))
