@@ -37,6 +37,11 @@ from benchmarks.scale import lengths_store
 HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "results", "indexed_options.json")
 LIMITS = {"max_seqs": 200, "max_frames": 20_000, "ordering": "laplace"}
+#: the filtered mixes' cases: three corpora at rates 0.5, 1, 2, one filter in epoch 1, 8 ranks;
+#: global planning plans neither a filtered mix nor a buckets:N mix (its run: without them)
+MIX3 = {"mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0}, "corpora": 3, "world": 8}
+FILTER = {"epoch_wise_filter": {"(1, 1)": {"max_mean_len": 700}}}
+UNFILTERED, LAPLACE = {"epoch_wise_filter": None}, {"ordering": "laplace"}
 CASES: dict[str, dict] = {
     "fixed_random_subset=0.5": {"fixed_random_subset": 0.5},
     "length filters + epoch_wise_filter": {
@@ -126,6 +131,31 @@ CASES: dict[str, dict] = {
             "world": 8,
         }
         for o in ("random", "default", "sorted")
+    },
+    # laplace and buckets:N with a mix, unfiltered: the filtered mixes' baselines below (global
+    # planning plans no buckets:N mix: its laplace mix beside)
+    **{
+        f"ordering={o} + mix (3 corpora; 8 ranks)": {"ordering": o, **MIX3, "global": LAPLACE}
+        for o in ("laplace", "buckets:30")
+    },
+    # epoch_wise_filter with a mix: each sub-epoch's slots filtered as one set (mix_filter.py;
+    # random unchunked in blocks: mix_random_filter.py); against the unfiltered cases (global
+    # planning plans no filtered mix: its unfiltered mix beside)
+    **{
+        f"ordering={o} + mix + epoch_wise_filter (3 corpora; 8 ranks)": {
+            "ordering": o,
+            **MIX3,
+            **FILTER,
+            "global": {**UNFILTERED, **(LAPLACE if o[0] == "b" else {})},
+        }
+        for o in ("random", "default", "sorted", "sort_bin_shuffle:.100", "laplace", "buckets:30")
+    },
+    "ordering=random + mix + chunking 500:250 + epoch_wise_filter (3 corpora; 8 ranks)": {
+        "ordering": "random",
+        "chunking": "500:250",
+        **MIX3,
+        **FILTER,
+        "global": UNFILTERED,
     },
     # laplace with a mix and chunking: every chunk of the mix's slots (plan/indexed/mix_chunks.py)
     "mix + chunking 500:250 (3 corpora; 8 ranks)": {
@@ -223,6 +253,14 @@ SMOKE = [
             "ordering=sort_bin_shuffle:.100 (",  # plans like the _x2 one (plan/indexed/sort_bins)
             "ordering=sort_bin_shuffle:.100 partition_epoch",
             "ordering=sorted + mix + files",  # plans like random's (files_mix_cut)
+            # mixes planned from counts, and the filtered mixes that list their slots (their
+            # plans: tests/test_plan_indexed_mix_filter.py)
+            *(f"ordering={o} + mix (" for o in ("laplace", "buckets:30")),
+            *(
+                f"ordering={o} + mix + epoch_wise_filter"
+                for o in ("default", "sorted", "sort_bin_shuffle:.100", "laplace", "buckets:30")
+            ),
+            "ordering=random + mix + chunking 500:250 + epoch_wise_filter",
             # chunked mix over files: random's cut runs the same code (files_mix_cut)
             *(
                 f"ordering={o} + mix + chunking 500:250 + files"
@@ -247,7 +285,7 @@ def plan_options(case: dict, planning: str) -> object:
     from seqloader.plan import PlanOptions
 
     opts = {k: v for k, v in case.items() if k not in NOT_OPTIONS}
-    if "epoch_wise_filter" in opts:  # JSON keys: "(first, last)"
+    if opts.get("epoch_wise_filter"):  # JSON keys: "(first, last)"
         opts["epoch_wise_filter"] = {
             tuple(json.loads(k.replace("(", "[").replace(")", "]"))): v
             for k, v in opts["epoch_wise_filter"].items()

@@ -632,9 +632,14 @@ class MixDraw:
         order = self._orders.get(b)
         if order is None:
             order = self._orders[b] = Bijection(int(self.cum[b, -1]), (*self.words, b))
-        q = order(pos).astype(np.int64)  # place in the corpora's concatenation
+        return self.placed_slots(b, order(pos).astype(np.int64))
+
+    def placed_slots(self, b: int, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``bucket_slots`` of places ``q`` (int64) of bucket ``b``'s concatenation of its
+        corpora's parts, before the bucket's keyed order: what a pass over the sub-epoch's
+        slots as a set reads (``mix_random_filter``: no bijection of the bucket's)."""
         cum = self.cum[b]
-        if len(pos) < BIG:
+        if len(q) < BIG:
             c = np.searchsorted(cum, q, side="right") - 1
             return self.mix.streams_slots(b, c, self.lo[b, c] + (q - cum[c]), self.span[:, b])
         pieces = self._pieces.get(b)

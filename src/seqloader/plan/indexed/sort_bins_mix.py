@@ -40,6 +40,7 @@ from seqloader.plan.indexed.mix_kind import (
     mix_filter,
     shard_mix,
 )
+from seqloader.plan.indexed.mix_random_filter import RandomShardMix
 from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
@@ -118,8 +119,12 @@ def sharded_mix(
     seed: int, mix: Mapping[str, float | Fraction | str], corpora: Corpora, corpus: AdmittedCorpus
 ) -> MixKind:
     """The mix of a sharded indexed plan: ``SortBinsMix`` for ``sort_bin_shuffle[_x2]``
-    (chunked: ``ChunkedSortBinsMix``), else ``shard_mix``'s."""
+    (chunked: ``ChunkedSortBinsMix``), ``RandomShardMix`` for ``random`` unchunked (its
+    filtered sub-epochs in blocks), else ``shard_mix``'s."""
     options = corpus.options
+    if options.parsed_ordering.kind == "random" and corpus.units is None:
+        streams = (seed, mix, corpora, corpus.index, corpus.order_by, corpus.admits)
+        return RandomShardMix(*streams, mix_filter(corpus))
     if options.parsed_ordering.kind not in SORT_BIN_KINDS:
         return shard_mix(seed, mix, corpora, corpus)
     # the sorted index (chunked: by length, the length classes) and what it sorts by; with a
