@@ -223,3 +223,39 @@ def test_a_mixed_field_with_other_pieces_is_set_aside() -> None:
                 make, 5, {**state, FIELD: encode(replace(c, rank_of=rank_of))}
             )
         assert (got, got_position) == (want, position)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    per_rank=st.lists(st.integers(0, 6), min_size=1, max_size=9),
+    files=st.integers(0, 40),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_field_gives_back_what_was_packed(per_rank, files, seed) -> None:
+    """The packed ranks and the units' differences (``pack_units``) are undone exactly, for any
+    values (consistent or not: the loader's checks judge them after), and a field of the
+    format before (``seqloader-files-units/2``: every array as it is) is still read."""
+    from seqloader.plan.indexed import files_carry
+
+    rng = np.random.default_rng(seed)
+    u, world0 = sum(per_rank), len(per_rank)
+
+    def ints(top: int, n: int = u) -> np.ndarray:
+        return rng.integers(0, top, n)
+
+    c = files_carry.Carried(
+        (1, world0), ((world0, 3),), world0 + 1, 4, ints(world0, files), np.array(per_rank),
+        ints(2**40), ints(300), ints(2**31 - 1), ints(2**31 - 1), ints(50), ints(2**40), "p",
+    )  # fmt: skip
+    back = decode(encode(c))
+    assert back is not None
+    for name in ("rank_of", "per_rank", "count", "size", "level", "top", "start", "used"):
+        assert getattr(back, name).tolist() == getattr(c, name).tolist(), name
+    assert (back.key, back.history, back.world_size, back.steps, back.plan) == (
+        c.key, c.history, c.world_size, c.steps, c.plan,
+    )  # fmt: skip
+    arrays = {k: getattr(c, k) for k in ("rank_of", "per_rank", "count", "size", "level", "top")}
+    head = {"format": "seqloader-files-units/2", "key": list(c.key), "plan": c.plan}
+    old = decode(encode(c, files_carry._pack(head, arrays, 1)))
+    assert old is not None and old.level.tolist() == c.level.tolist()
+    assert old.rank_of.tolist() == c.rank_of.tolist()

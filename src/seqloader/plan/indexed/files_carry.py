@@ -34,12 +34,16 @@ from seqloader.plan.indexed.files import Units
 
 #: the state's field (absent where nothing is carried)
 FIELD = "files_units"
-#: the field's own format (a loader of another format sets it aside: planned from counts)
-_FORMAT = "seqloader-files-units/2"
+#: the field's own format (a loader of another format sets it aside: planned from counts); /3
+#: packs the files' old ranks in as many bits as the ranks need and keeps each unit's count and
+#: level as their difference to its size and to the unit before's top (``pack_units``); /2's
+#: fields are still read
+_FORMAT = "seqloader-files-units/3"
+_READ = ("seqloader-files-units/2", _FORMAT)
 _DIGEST = 16  # bytes of blake2b
 #: the per-unit arrays, and what ``Units`` holds them as
 _UNIT_ARRAYS = {"count": np.int64, "size": np.int32, "level": np.int32, "top": np.int32}
-_NAMES = {"rank_of", "per_rank", "count", "size", "level", "top", "start", "used"}
+_NAMES = {"rank_of", "rank_of.bits", "per_rank", "count", "size", "level", "top", "start", "used"}
 
 
 @dataclass(frozen=True)
@@ -151,12 +155,22 @@ def encode(c: Carried, units_part: bytes | None = None) -> str:
 
 
 def pack_units(c: Carried) -> bytes:
-    """The part of ``c`` every state of its segment shares: the units and the files' ranks."""
+    """The part of ``c`` every state of its segment shares: the units and the files' ranks. The
+    ranks in ``bits`` bits each (10 for 1,024 ranks: they are spread evenly and hardly compress);
+    a unit's count as its difference to its size (often one batch: 39% of them) and its level as its
+    difference to the top of the unit before on its rank (they follow on): at 10^8 sequences
+    over 10^5 files and 1,024 ranks, 0.29 MB -> 0.24 MB before base64."""
+    rank_of = np.asarray(c.rank_of, dtype=np.int64)
+    bits = max(1, int(rank_of.max(initial=0)).bit_length())
+    ranks = {"rank_of.bits": _to_bits(rank_of, bits)} if bits <= 32 and not (
+        len(rank_of) and int(rank_of.min()) < 0
+    ) else {"rank_of": rank_of}  # fmt: skip
     arrays = {
-        "rank_of": c.rank_of, "per_rank": c.per_rank, "count": c.count, "size": c.size,
-        "level": c.level, "top": c.top,
+        **ranks, "per_rank": c.per_rank, "count": _zigzag(c.count - c.size), "size": c.size,
+        "level": _zigzag(c.level - _top_before(c.top, c.per_rank)), "top": c.top,
     }  # fmt: skip
-    return _pack({"format": _FORMAT, "key": list(c.key), "plan": c.plan}, arrays, 1)
+    head = {"format": _FORMAT, "key": list(c.key), "plan": c.plan, "bits": bits}
+    return _pack({**head, "files": len(rank_of)}, arrays, 1)
 
 
 def decode(field: object) -> Carried | None:
@@ -172,8 +186,17 @@ def decode(field: object) -> Carried | None:
         n = int.from_bytes(sealed[:4], "little")
         units, units_head = _unpack(sealed[4 : 4 + n])
         run, head = _unpack(sealed[4 + n :])
-        if units_head.get("format") != _FORMAT:
+        if units_head.get("format") not in _READ:
             return None
+        if units_head["format"] == _FORMAT:  # pack_units's differences and bits undone
+            if "rank_of.bits" in units:
+                bits, files = int(units_head["bits"]), int(units_head["files"])
+                units["rank_of"] = _from_bits(units.pop("rank_of.bits"), bits, files)
+            units["count"] = _unzigzag(units["count"]) + units["size"]
+            top = units["top"]
+            units["level"] = _unzigzag(units["level"]) + _top_before(top, units["per_rank"])
+        units = {k: a.astype(_wide(k)) for k, a in units.items()}
+        run = {k: a.astype(_wide(k)) for k, a in run.items()}
         return Carried(
             tuple(int(k) for k in units_head["key"]),
             tuple((int(w), int(s)) for w, s in head["history"]),
@@ -194,7 +217,8 @@ def _pack(head: dict, arrays: dict[str, np.ndarray], level: int) -> bytes:
 
 
 def _unpack(packed: bytes) -> tuple[dict[str, np.ndarray], dict]:
-    """``_pack``'s arrays (in the dtypes ``Units`` holds) and head; ValueError if malformed."""
+    """``_pack``'s arrays (as int64, packed ranks as bytes: ``decode`` gives them ``Units``'s
+    dtypes once it has undone ``pack_units``'s differences) and head; ValueError if malformed."""
     body = zlib.decompress(packed)
     n = int.from_bytes(body[:4], "little")
     head = json.loads(body[4 : 4 + n])
@@ -203,11 +227,47 @@ def _unpack(packed: bytes) -> tuple[dict[str, np.ndarray], dict]:
         dt = np.dtype(dtype)
         if dt.kind not in "iu" or name not in _NAMES:
             raise ValueError(f"array {name!r} of {dtype}")
-        arrays[name] = np.frombuffer(body, dt, int(length), at).astype(_wide(name))
+        wide = np.uint8 if name == "rank_of.bits" else np.int64  # decode narrows to Units's
+        arrays[name] = np.frombuffer(body, dt, int(length), at).astype(wide)
         at += dt.itemsize * int(length)
     if at != len(body):
         raise ValueError("trailing bytes")
     return arrays, head
+
+
+def _zigzag(a: np.ndarray) -> np.ndarray:
+    """Signed ints as unsigned ones, small magnitudes small (0, -1, 1, -2 -> 0, 1, 2, 3)."""
+    a = np.asarray(a, dtype=np.int64)
+    return ((a << 1) ^ (a >> 63)).view(np.uint64)
+
+
+def _unzigzag(a: np.ndarray) -> np.ndarray:
+    u = np.asarray(a).astype(np.uint64)
+    return ((u >> np.uint64(1)).view(np.int64)) ^ -((u & np.uint64(1)).view(np.int64))
+
+
+def _top_before(top: np.ndarray, per_rank: np.ndarray) -> np.ndarray:
+    """Each unit's previous unit's ``top`` on the same old rank (0 for a rank's first)."""
+    top, per_rank = np.asarray(top, dtype=np.int64), np.asarray(per_rank, dtype=np.int64)
+    if int(per_rank.sum()) != len(top) or (len(per_rank) and int(per_rank.min()) < 0):
+        raise ValueError("units per rank do not sum to the units")
+    before = np.concatenate(([0], top[:-1])) if len(top) else top.copy()
+    firsts = (np.cumsum(per_rank) - per_rank)[per_rank > 0]
+    before[firsts] = 0
+    return before
+
+
+def _to_bits(a: np.ndarray, bits: int) -> np.ndarray:
+    """Non-negative ints below ``2 ** bits``, ``bits`` bits each (most significant first)."""
+    shifts = np.arange(bits - 1, -1, -1, dtype=np.int64)
+    return np.packbits(((a[:, None] >> shifts) & 1).astype(np.uint8).reshape(-1))
+
+
+def _from_bits(packed: np.ndarray, bits: int, n: int) -> np.ndarray:
+    if not 0 < bits <= 32 or n < 0 or len(packed) != -(-n * bits // 8):
+        raise ValueError("packed ranks of another length")
+    flat = np.unpackbits(np.asarray(packed, dtype=np.uint8))[: n * bits].reshape(n, bits)
+    return flat.astype(np.int64) @ (np.int64(1) << np.arange(bits - 1, -1, -1, dtype=np.int64))
 
 
 def _narrow(a: np.ndarray) -> np.ndarray:
