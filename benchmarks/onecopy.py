@@ -20,7 +20,11 @@ metadata and verdicts live decides what is measured: every seqloader run gets it
 folder (a file this node never screened: the first epoch screens every sequence), except
 ``seqloader/contiguous/verdict``, whose folder holds the verdict of one untimed process that read
 a whole epoch before the repetitions (a later process on a file screened before: no screen);
-with ``--base-src`` the code before reads the same kept verdict (``.../verdict@base``).
+with ``--base-src`` the code before reads the same kept verdict (``.../verdict@base``);
+and ``seqloader/contiguous/prepared``, whose child first runs ``sl.prepare`` over the file with
+its fresh folder, in a process of its own as ``seqloader prepare`` runs before a job (screening
+every value and keeping the verdict; its CPU and wall time and the screen's part are recorded
+beside the epoch), then measures the same first epoch.
 
 ``--alternate N``: beside the fresh-process runs, a steadier figure for warm epochs: in one
 process (and, with ``--base-src``, one more with the code before), after one whole epoch of each,
@@ -216,6 +220,7 @@ def _measure(
     elif name == "memcpy":
         it = memcpy_loop(path, batches)
     else:
+        prepared = _prepare_apart(path, index) if config.get("prepare") else {}
         checks = {}
         if config.get("screen") is False:  # NaN/Inf screen off: what the screen costs
             checks["checks"] = seqloader.CheckOptions(nonfinite="off")
@@ -244,6 +249,41 @@ def _measure(
         "seqs_per_s": seqs / wall,
         "seqs_per_cpu_s": seqs / cpu,
         "module": seqloader.__file__,
+        **(prepared if name not in ("memmap", "memcpy") else {}),
+    }
+
+
+def _prepare_apart(path: str, index: str) -> dict:
+    """``_prepare`` in a process of its own (``seqloader prepare`` is a command run before the
+    job), with this process's code."""
+    import subprocess
+
+    config = json.dumps({"name": "prepare", "path": path, "index": index})
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.onecopy", "--child", config],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _prepare(path: str, index: str) -> dict:
+    """``sl.prepare`` over ``path`` with its stores in ``index`` (the NaN/Inf verdict kept):
+    its CPU and wall time, the screen's part (its entries' seconds) and their outcomes."""
+    import seqloader
+
+    c0, t0 = time.process_time(), time.perf_counter()
+    report = seqloader.prepare(seqloader.HDFSource(path, index_dir=index))
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    screens = [s for s in report.stores if s.kind.startswith("NaN/Inf screen verdict")]
+    if not any(s.built for s in screens):
+        raise RuntimeError(f"prepare kept no NaN/Inf verdict for {path!r}: {report.lines()}")
+    return {
+        "prepare_cpu_s": cpu,
+        "prepare_wall_s": wall,
+        "prepare_screen_s": sum(s.seconds for s in screens),
     }
 
 
@@ -285,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         elif config["name"] == "alternate":
             args = (config["path"], config["max_seqs"], config["seed"], config["pairs"])
             print(json.dumps(alternate(*args, config["index"])))
+        elif config["name"] == "prepare":
+            print(json.dumps(_prepare(config["path"], config["index"])))
         elif config["name"] == "keep_verdict":
             args = (config["path"], config["max_seqs"], config["seed"])
             print(json.dumps({"verdicts": keep_verdict(*args, config["index"])}))
@@ -324,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
             and "chunked" not in c["label"]
             and c.get("screen") is not False
         ]
+    if a.contiguous:  # a file screened by ``seqloader prepare`` before the job
+        label = "seqloader/contiguous/prepared"
+        configs.append({"name": "seqloader", "path": a.contiguous, "label": label, "prepare": True})
     scratch = tempfile.mkdtemp(prefix="onecopy-")
     kept = os.path.join(scratch, "kept")  # the verdict of a whole epoch read before: kept here
     if a.contiguous:  # a later process on a file screened before
@@ -453,6 +498,8 @@ def _ratios(runs: list[dict]) -> dict[str, list[float]]:
         ("seqloader/contiguous/verdict", "seqloader/contiguous"),
         ("seqloader/contiguous/verdict", "seqloader/contiguous@base"),
         ("seqloader/contiguous/verdict@base", "memmap/contiguous"),
+        ("seqloader/contiguous/prepared", "memmap/contiguous"),
+        ("seqloader/contiguous/prepared", "seqloader/contiguous"),
     ]
     labels = runs[0].keys()
     pairs += [(lab, lab + "@base") for lab in labels if lab + "@base" in labels]
@@ -465,6 +512,12 @@ def _ratios(runs: list[dict]) -> dict[str, list[float]]:
         if x in labels and y in labels:
             for unit in ("seqs_per_s", "seqs_per_cpu_s"):
                 out[f"{x} / {y} ({unit})"] = [r[x][unit] / r[y][unit] for r in runs]
+    prepared, memmap = "seqloader/contiguous/prepared", "memmap/contiguous"
+    if prepared in labels and memmap in labels:  # what prepare's screen costs, in loop epochs
+        for mine, theirs in (("prepare_screen_s", "wall_s"), ("prepare_cpu_s", "cpu_s")):
+            out[f"{prepared} {mine} / {memmap} {theirs}"] = [
+                r[prepared][mine] / r[memmap][theirs] for r in runs
+            ]
     return out
 
 

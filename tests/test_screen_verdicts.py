@@ -343,3 +343,54 @@ def test_no_verdict_where_the_folder_cannot_be_written(tmp_path, settled) -> Non
         with pytest.warns(DataWarning, match="cannot write the metadata index"):
             assert one_pass(str(path), blocker / "idx", [np.arange(12)]) == []
         assert settled[0] == 12
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "chunked"])
+def test_prepare_keeps_the_verdicts_so_that_no_epoch_screens(tmp_path, settled, layout) -> None:
+    """``sl.prepare`` screens every float dataset whole and keeps the node's verdict (values
+    whose squares overflow are finite: a verdict too); the loader's first epoch then screens no
+    row, and a second prepare finds the verdict."""
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    lens = [3 + i % 5 for i in range(12)]
+    write_contiguous(str(path), lens, [1] * 12, 4, "<f4", 1, [(4, "last", 1, "huge")])
+    if layout == "chunked":  # rewritten with small chunks: read through the chunk reader
+        with h5py.File(path, "r+") as f:
+            values = f["inputs"][...]
+            del f["inputs"]
+            f.create_dataset("inputs", data=values, chunks=(5, 4), maxshape=(None, 4))
+    report = sl.prepare(sl.HDFSource(path, index_dir=index))
+    (entry,) = [s for s in report.stores if s.kind.startswith(screen_verdicts.KIND)]
+    assert entry.built and entry.path in {str(p) for p in index.glob("screen-*.cols")}
+    assert f"'data' of {path}" in entry.kind
+    with sl.SeqLoader(sl.HDFSource(path, index_dir=index), max_seqs=4) as loader:
+        assert sum(len(b.seq_tags) for b in loader.epoch(1)) == 12
+    assert settled[0] == 0
+    again = sl.prepare(sl.HDFSource(path, index_dir=index))
+    (entry,) = [s for s in again.stores if s.kind.startswith(screen_verdicts.KIND)]
+    assert entry.path is not None and not entry.built and again.built == ()
+
+
+def test_prepare_keeps_no_verdict_for_nonfinite_data_and_the_loader_names_it(
+    tmp_path, settled
+) -> None:
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    lens = [3 + i % 5 for i in range(12)]
+    write_contiguous(str(path), lens, [1] * 12, 4, "<f4", 1, [(6, "first", 2, "nan")])
+    report = sl.prepare(sl.HDFSource(path, index_dir=index))
+    (entry,) = [s for s in report.stores if s.kind.startswith(screen_verdicts.KIND)]
+    assert entry.path is None and "NaN/Inf" in entry.note and not list(index.glob("screen-*"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        (message,) = one_pass(str(path), index, [np.arange(12)])
+    assert message.startswith("sequence 6 (tag 's6')")
+
+
+def test_prepare_screens_nothing_when_asked_or_when_the_checks_are_off(tmp_path, settled) -> None:
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    off = sl.prepare(sl.HDFSource(path, index_dir=index), checks=sl.CheckOptions(nonfinite="off"))
+    (entry,) = [s for s in off.stores if s.kind.startswith(screen_verdicts.KIND)]
+    assert entry.path is None and entry.note == "not used: off"
+    skipped = sl.prepare(sl.HDFSource(path, index_dir=index), screen=False)
+    assert not [s for s in skipped.stores if s.kind.startswith(screen_verdicts.KIND)]
+    assert not list(index.glob("screen-*"))

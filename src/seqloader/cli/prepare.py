@@ -17,7 +17,7 @@ from seqloader.trainer.prepare import prepare
 
 HELP = (
     "build the node's stores a loader of DATA with these options needs (metadata, duplicate-tag "
-    "verdict, bucket index), once, before the job"
+    "verdict, bucket index, NaN/Inf screen verdicts), once, before the job"
 )
 DETAILS = (
     "Run it once per node (or on a shared cache) with the options the job's SeqLoader gets; a "
@@ -28,6 +28,12 @@ DETAILS = (
 def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = add_command(sub, "prepare", HELP, DETAILS, data=True)
     add_loader_options(p, workers=False)
+    p.add_argument(
+        "--no-screen",
+        action="store_true",
+        help="do not screen the HDF files' float data for NaN/Inf ahead (by default every value "
+        "is read once and the node keeps the verdict, so no first epoch screens it)",
+    )
     add_output_options(p)
     return p
 
@@ -36,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     opened = open_data(args, default_limit=False)
     opened_s = time.perf_counter() - started
-    report = prepare(opened.source, plan=opened.plan)
+    report = prepare(opened.source, plan=opened.plan, screen=not args.no_screen)
     if args.json:
         print_json(
             {

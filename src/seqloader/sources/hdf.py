@@ -38,6 +38,7 @@ from seqloader.sources.hdf_store import (
 )
 from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
 from seqloader.sources.remote.index import hdf_layout
+from seqloader.sources.screen_verdicts import Screened
 from seqloader.sources.step_meter import StepMeter
 
 log = logging.getLogger("seqloader")
@@ -299,6 +300,32 @@ class HDFSource(SourceBase):
             if self._remote is not None:
                 self._inodes[f] = _inode(path)
         return opened
+
+    def screen_files(self) -> list[Screened]:
+        """Screen every float key of every file for NaN/Inf now and keep the node's verdicts
+        (``OpenFile.screen_whole``; ``seqloader prepare``), so that no process's first epoch
+        screens them. Remote files are left to the loader (screening would fetch every byte
+        ahead of the plan)."""
+        if self._remote is not None:
+            return [
+                Screened(p, k, "remote", None, 0.0) for p in self._paths for k in self._floats()
+            ]
+        out = []
+        for f, path in enumerate(self._paths):
+            was_open = self._pid == os.getpid() and self._open[f] is not None
+            opened = self._file(f)
+            for key in self._floats():
+                if key in opened.readers:
+                    started = time.perf_counter()
+                    outcome, store = opened.screen_whole(key, self._starts[f][key])
+                    out.append(Screened(path, key, outcome, store, time.perf_counter() - started))
+            if not was_open:  # one file open at a time, however many there are
+                opened.close()
+                self._open[f] = None
+        return out
+
+    def _floats(self) -> list[str]:
+        return [k for k, spec in self._schema.items() if np.dtype(spec.dtype).kind == "f"]
 
     def _sweep(self) -> None:
         """Close cached copies evicted (or replaced) since they were opened: an open file keeps

@@ -40,6 +40,7 @@ from seqloader.sources.padded_rows import (
     RowReader,
     RowScreen,
     SpanRequest,
+    all_finite,
     gather_small,
     into_each,
 )
@@ -475,18 +476,43 @@ class OpenFile:
         self._kept[key] = len(clean) - left
         return left
 
-    def _all_clean(self, key: str, s: np.ndarray) -> None:
+    def screen_whole(self, key: str, s: np.ndarray) -> tuple[str, str | None]:
+        """Screen every value of the float ``key`` (row offsets ``s``) now, ahead of the batches
+        (``seqloader prepare``), where the node may keep its verdict: (outcome, the verdict's
+        store or None). "found" (kept already), "kept" (all finite, the verdict written),
+        "nonfinite" (the batches holding NaN/Inf are reported as they are read), "small" (a
+        dataset under ``MIN_BYTES``) or "none" (no verdict here: see ``screen_verdicts``);
+        nothing is read for the last two."""
+        reader, verdicts = self.readers[key], self._verdicts_of(key, s)
+        if verdicts is None:
+            return "none", None
+        dataset, dtype, shape = self._datasets[key], reader.dtype, reader.shape
+        if not screen_verdicts.worth_keeping(dtype, shape):
+            return "small", None
+        store = verdicts.store_path(dataset, dtype, shape)[0]
+        if verdicts.finite(dataset, dtype, shape):
+            self._finite.add(key)
+            return "found", store
+        if not all_finite(reader):
+            return "nonfinite", None
+        return ("kept", store) if self._all_clean(key, s) else ("none", None)
+
+    def _all_clean(self, key: str, s: np.ndarray) -> bool:
         """Every sequence of ``key`` in this file screened clean here: no more screen or
-        bookkeeping for it in this process, and the node's verdict written for later ones."""
+        bookkeeping for it in this process, and the node's verdict written for later ones
+        (returns whether it was)."""
         self._finite.add(key)  # (a batch read in another thread meanwhile may still screen)
         self._clean.pop(key, None)
         self._left.pop(key, None)
         self._kept.pop(key, None)
         reader, verdicts = self.readers[key], self._verdicts_of(key, s)
-        if verdicts is not None:
-            dataset = self._datasets[key]
-            if verdicts.record(dataset, reader.dtype, reader.shape):
-                verdicts.drop_parts(dataset, reader.dtype, reader.shape)
+        if verdicts is None:
+            return False
+        dataset = self._datasets[key]
+        if not verdicts.record(dataset, reader.dtype, reader.shape):
+            return False
+        verdicts.drop_parts(dataset, reader.dtype, reader.shape)
+        return True
 
     def close(self) -> None:
         self.readers = {}

@@ -159,3 +159,31 @@ class RowReader:
         if take is not None and gather_small(take, request):
             return []
         return into_each(self.into, request)
+
+
+#: rows read at once by ``all_finite``: a ``dot`` over 1 MiB of mapped rows was the cheapest per
+#: byte (256 KiB 1.17x its time, 4-16 MiB 1.02-1.04x)
+SCREEN_BLOCK_BYTES = 1 << 20
+
+
+def all_finite(reader: RowReader) -> bool:
+    """Whether every value of ``reader``'s (float) dataset is finite: one ``dot`` per ~1 MiB of
+    rows (``RowScreen``'s test; a block that fails it is checked exactly, so a square that
+    overflows is no NaN/Inf here). A mapped dataset is read through its map, others by ``rows``.
+
+    >>> from seqloader.sources.hdf_read import MappedRows
+    >>> a = np.ones((5, 2), np.float32)
+    >>> all_finite(MappedRows(a)), a.__setitem__((3, 1), np.inf), all_finite(MappedRows(a))
+    (True, None, False)
+    """
+    rows = reader.shape[0]
+    row_bytes = max(1, reader.dtype.itemsize * math.prod(reader.shape[1:]))
+    per = max(1, SCREEN_BLOCK_BYTES // row_bytes)
+    array = getattr(reader, "array", None)  # a mapped dataset: its rows as views of the map
+    with np.errstate(over="ignore", invalid="ignore"):
+        for a in range(0, rows, per):
+            b = min(a + per, rows)
+            v = (reader.rows(a, b) if array is None else array[a:b]).reshape(-1)
+            if not math.isfinite(float(v.dot(v))) and not np.isfinite(v).all():
+                return False
+    return True

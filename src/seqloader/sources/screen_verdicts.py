@@ -52,6 +52,7 @@ import os
 import time
 import uuid
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
@@ -81,6 +82,19 @@ MIN_BYTES = 64 << 20
 #: another 1/PARTS of a file's sequences clean, and takes in the parts other processes kept: the
 #: DataLoader's workers (or the ranks), each screening only its batches, make a verdict together
 PARTS = 4
+
+
+class Screened(NamedTuple):
+    """One float dataset of one file screened ahead of the batches (``HDFSource.screen_files``,
+    for ``seqloader prepare``): ``outcome`` "found" or "kept" (the verdict, in ``store``),
+    "nonfinite", "small" (under ``MIN_BYTES``), "none" (no verdict may be kept for it) or
+    "remote" (left to the loader)."""
+
+    path: str
+    key: str
+    outcome: str
+    store: str | None
+    seconds: float
 
 
 def now() -> float:
