@@ -61,8 +61,7 @@ from benchmarks.fresh import parse_or_run_child, run_child
 from benchmarks.side_by_side import rotated
 
 
-def _timed(store: list[int], fn):
-    clock = time.perf_counter_ns
+def _timed(store: list[int], fn, clock=time.perf_counter_ns):
 
     def wrapper(*args, **kwargs):
         t = clock()
@@ -302,37 +301,56 @@ def _stall_ledger(asks, marks, workers, stall_ns: int, busy=None) -> list[dict]:
     return stalls
 
 
-def child(cfg: dict) -> dict:
+def _wrap_pieces(times: dict[str, list[int]], not_ready: list[int], tclock) -> None:
+    """Wrap each piece of the training thread's per-batch work in a timer (module docstring);
+    a piece the code does not have (inlined, or named otherwise) is left out."""
     import multiprocessing.reduction as mpr
 
-    import torch  # noqa: F401  (imported before any clock)
-
-    import seqloader as sl
     from seqloader.torch import receiving, run
     from seqloader.torch.worker_errors import EpochWatch
     from seqloader.trainer.checks import BatchChecks
     from seqloader.trainer.report import EpochMeter
 
-    times: dict[str, list[int]] = defaultdict(list)
-    not_ready: list[int] = []
     # the epoch's batches: ``_Run`` (one per epoch, prepared ahead), before that ``_Dispatch``
     owner = getattr(receiving, "_Run", None) or receiving._Dispatch
     take = owner.take
 
-    def take_counted(self, it):
+    def take_counted(self, *args):
         not_ready.append(int(self.ready.empty()))
-        return take(self, it)
+        return take(self, *args)
 
-    owner.take = _timed(times["take"], take_counted)  # type: ignore[attr-defined]
+    owner.take = _timed(times["take"], take_counted, tclock)  # type: ignore[attr-defined]
     if hasattr(EpochWatch, "next"):  # the code before: a wrapper call per batch around the take
-        EpochWatch.next = _timed(times["watch"], EpochWatch.next)  # type: ignore[attr-defined]
-    BatchChecks.check = _timed(times["checks"], BatchChecks.check)  # type: ignore[method-assign]
+        EpochWatch.next = _timed(times["watch"], EpochWatch.next, tclock)  # type: ignore[attr-defined]
+    BatchChecks.check = _timed(times["checks"], BatchChecks.check, tclock)  # type: ignore[method-assign]
     # ``count_handed``: ``count`` and ``handed`` in one call (the code before calls both)
-    names = ("count_handed", "before_next") if hasattr(EpochMeter, "count_handed") else ()
-    for name in names or ("count", "handed", "before_next"):
-        setattr(EpochMeter, name, _timed(times[name], getattr(EpochMeter, name)))
-    run.release = _timed(times["release"], run.release)  # type: ignore[attr-defined]
+    # (``handed`` alone where the code has no ``count_handed``, which calls it; ``fold``: the
+    # batches counted later, every ``FOLD_EVERY`` batches: its time is spread over all batches)
+    names = ["count", "count_handed", "before_next", "fold"]
+    if not hasattr(EpochMeter, "count_handed"):
+        names.append("handed")
+    for name in names:
+        if hasattr(EpochMeter, name):
+            setattr(EpochMeter, name, _timed(times[name], getattr(EpochMeter, name), tclock))
+    run.release = _timed(times["release"], run.release, tclock)  # type: ignore[attr-defined]
+    if hasattr(run, "releaser"):  # (the per-batch releases: the queue's put, made per epoch)
+        releaser = run.releaser
+        run.releaser = lambda: _timed(times["release"], releaser(), tclock)  # type: ignore[attr-defined]
     mpr.ForkingPickler.loads = _timed(times["unpickle"], mpr.ForkingPickler.loads)  # type: ignore[method-assign]
+
+
+def child(cfg: dict) -> dict:
+    import torch  # noqa: F401  (imported before any clock)
+
+    import seqloader as sl
+
+    times: dict[str, list[int]] = defaultdict(list)
+    not_ready: list[int] = []
+    # --cpu: the training thread's own CPU time (``time.thread_time_ns``), robust to the
+    # machine's load; --bare: no piece wrapped, only the loop's whole next()
+    tclock = time.thread_time_ns if cfg.get("cpu") else time.perf_counter_ns
+    if not cfg.get("bare"):
+        _wrap_pieces(times, not_ready, tclock)
     ledger_dir = tempfile.mkdtemp(prefix="seqloader-ledger-") if cfg.get("ledger") else None
     marks = None if ledger_dir is None else _install_ledger(ledger_dir)
     busy: dict[str, list[tuple[int, int]]] = {kind: [] for kind in BACKGROUND}
@@ -371,10 +389,12 @@ def child(cfg: dict) -> dict:
                 t = clock()
                 if measured:  # the GIL hand-back: the sleep's overrun, the loader's threads on
                     overrun.append(t - s - step_ns)
+                c = tclock()
                 batch = next(it, None)
                 if measured and batch is not None:
+                    used = tclock() - c
                     got = clock()
-                    waits.append(got - t)
+                    waits.append(used if cfg.get("cpu") else got - t)
                     asks.append(((batch.epoch, batch.step), t, got))
     finally:
         loader.close()
@@ -388,11 +408,17 @@ def child(cfg: dict) -> dict:
         s = clock()
         time.sleep(step)
         alone.append(clock() - s - step_ns)
-    n = len(times["handed"] or times["count_handed"])
-    med = {k: statistics.median(v) / 1e3 for k, v in times.items() if v}
+    n = len(waits)
+    # a piece called for fewer than 9 in 10 batches (``release`` every other, ``fold``, the
+    # first batch's ``count_handed``): its total spread over the batches measured
+    med = {
+        k: (sum(v) / max(n, 1) if len(v) < 0.9 * n else statistics.median(v)) / 1e3
+        for k, v in times.items()
+        if v
+    }
     # without the wrapper (``run_epoch`` calls ``next()`` inside ``try``) the take is a piece itself
     first = "watch" if "watch" in med else "take"
-    pieces = (first, "checks", "count", "handed", "count_handed", "before_next", "release")
+    pieces = (first, "checks", "count", "handed", "count_handed", "before_next", "fold", "release")
     rest = statistics.median(waits) / 1e3 - sum(med.get(k, 0.0) for k in pieces)
     return {
         "config": cfg,
@@ -428,6 +454,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=10.0)
     p.add_argument("--ledger", action="store_true", help="what stalled requests waited for")
     p.add_argument("--stall-ms", type=float, default=1.0, help="a stall: a wait at least this")
+    p.add_argument(
+        "--cpu",
+        action="store_true",
+        help="the training thread's own CPU time (time.thread_time_ns) instead of the wall clock",
+    )
+    p.add_argument("--bare", action="store_true", help="no piece timed: only the whole next()")
     a = parse_or_run_child(p, argv, child)
     if a is None:
         return 0
@@ -440,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
             "step_ms": a.step_ms,
             "ledger": a.ledger,
             "stall_ms": a.stall_ms,
+            "cpu": a.cpu,
+            "bare": a.bare,
         }
         configs.append({**common, "label": f"seqloader/w{w}"})
         if a.base_src:

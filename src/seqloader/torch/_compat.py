@@ -14,6 +14,7 @@ starts by running that test.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import re
@@ -178,9 +179,11 @@ def wrap_sigchld(translate: Callable[[RuntimeError], BaseException | None]) -> N
 STATUS_CHECK_INTERVAL: float = MP_STATUS_CHECK_INTERVAL
 
 
-def profiling() -> bool:
-    """Whether a torch profiling session is on (torch opens a profiler range per ``next()``)."""
-    return torch.autograd.profiler._is_profiler_enabled
+#: ``profiling()``: whether a torch profiling session is on (torch opens a profiler range per
+#: ``next()``). A C-level call (no Python frame): it runs in the training thread per batch.
+profiling: Callable[[], bool] = functools.partial(
+    getattr, torch.autograd.profiler, "_is_profiler_enabled"
+)
 
 
 def next_unprofiled(it: Any) -> Any:

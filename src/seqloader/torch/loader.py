@@ -293,8 +293,9 @@ class SeqLoader:
         return {"plan_fingerprint": identity.pop("plan_fingerprint"), "source": source, **identity}
 
     def report(self) -> EpochReport | None:
-        """The report of the last (or current) epoch."""
-        return self._last_report
+        """The report of the last (or current) epoch, every batch handed so far counted."""
+        report = self._last_report
+        return None if report is None else report.current()
 
     # ---- resume ----
     def state_dict(self) -> dict:

@@ -17,6 +17,7 @@ import os
 import queue
 import threading
 import weakref
+from collections.abc import Callable
 from functools import partial
 from multiprocessing.connection import wait as wait_for
 from typing import Any
@@ -183,12 +184,16 @@ class ReceivingIter(HookedIter):
             if profiling():
                 return super().__next__()
             return self.next_unprofiled()
-        # torch wraps every next() in a profiler range; outside a profiling session that costs
-        # the trainer ~0.1 ms per batch (measured, cold caches after a step), so skip it then.
-        if profiling():
-            with torch.autograd.profiler.record_function(self.profile_name):
-                return dispatch.run.take(self)
-        return dispatch.run.take(self)
+        return dispatch.run.take()
+
+    def taker(self) -> Callable[[], Any]:
+        """This epoch's ``next()`` for the run loop (training thread, after ``iter()``): the
+        current run's ``take`` itself, one Python call per batch instead of three (each
+        costs the loop µs with the caches cold after a step). It stays with this epoch's run: a
+        loop that goes on after the next epoch's ``iter()`` is told that its batches stopped
+        coming, instead of taking the new epoch's."""
+        dispatch = self._dispatch
+        return self.__next__ if dispatch is None else dispatch.run.take
 
     def received(self, data: Any) -> tuple[bool, Any]:
         if data is _WAKE:  # put by _Dispatch.stop
@@ -233,8 +238,11 @@ class _Run:
     """One epoch's batches as the dispatch thread takes them from torch, and the loop's side.
     ``plan``: which run it is, for a run prepared ahead (None: the one torch was reset for)."""
 
-    def __init__(self, epoch: int, plan: RunPlan | None, length: int | None) -> None:
+    def __init__(
+        self, epoch: int, plan: RunPlan | None, length: int | None, profile_name: str
+    ) -> None:
         self.epoch = epoch
+        self.profile_name = profile_name  # torch's profiler range per next(), when profiling
         self.plan = plan
         self.length = length  # items of the sampler's iteration (None: unknown)
         self.ended = threading.Event()  # the dispatch thread is past this run's end
@@ -244,8 +252,13 @@ class _Run:
         self.done = False  # the loop took the end (or an error): nothing more will come
         self.taken = 0  # batches the loop took
 
-    def take(self, it: ReceivingIter):
-        """The next batch (training thread): a few attribute reads and one queue get."""
+    def take(self, in_range: bool = False) -> Any:
+        """The next batch (training thread): a few attribute reads and one queue get. torch
+        wraps every next() in a profiler range; outside a profiling session that cost the
+        trainer ~0.1 ms per batch (measured, cold caches after a step), so only then."""
+        if not in_range and profiling():
+            with torch.autograd.profiler.record_function(self.profile_name):
+                return self.take(True)
         if self.done:
             raise StopIteration
         item = self.ready.get()
@@ -271,7 +284,8 @@ class _Dispatch:
 
     def __init__(self, it: ReceivingIter, current: RunPlan | None) -> None:
         epoch, length = (0, None) if current is None else (current.epoch, len(current.share))
-        self.run = _Run(epoch, None, length)
+        self.profile_name = it.profile_name
+        self.run = _Run(epoch, None, length, self.profile_name)
         self.ahead: _Run | None = None
         # held while the thread resets torch's iterator ahead: stop() and adopt() wait for it
         self.lock = threading.RLock()
@@ -296,7 +310,7 @@ class _Dispatch:
         with self.lock:
             if self.stop_event.is_set():
                 return None
-            run = _Run(plan.epoch, plan, len(plan.share))
+            run = _Run(plan.epoch, plan, len(plan.share), self.profile_name)
             self.ahead = run
             try:
                 if not it.reset_ahead(plan):

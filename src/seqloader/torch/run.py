@@ -17,10 +17,11 @@ from seqloader.plan.state import LoaderState
 from seqloader.torch.batch import Batch
 from seqloader.torch.dataloader import Execution
 from seqloader.torch.distributed import gather_objects
+from seqloader.torch.receiving import ReceivingIter
 from seqloader.torch.worker_errors import EpochWatch, WorkerRaised
 from seqloader.trainer.audit import EpochAuditor
 from seqloader.trainer.checks import BatchChecks
-from seqloader.trainer.release import EVERY, release
+from seqloader.trainer.release import EVERY, release, releaser
 from seqloader.trainer.report import Clock, EpochMeter, EpochReport
 
 log = logging.getLogger("seqloader")
@@ -63,6 +64,14 @@ def run_epoch(
     # again before the next batch is built into it)
     background = execution.options.num_workers > 0
     pending: list[Batch] = []  # batches the loop is done with, not yet passed to the release
+    # after the first batch, a request's start is read off the clock here (``asked``) and the
+    # meter only told of it if the request is not served (an error, the epoch's end); a batch
+    # handed appends its counts and wait to the meter's lists (``EpochMeter.fold`` adds them
+    # up): per batch, every Python call the training thread makes after a step costs it µs
+    in_request = False  # a request the meter was not told of is being served since ``asked``
+    asked = 0.0
+    first = True  # the first batch: the meter's own call (its wait began at the epoch's request)
+    fold_every = meter.FOLD_EVERY
     try:
         if len(share):
             meter.before_next()  # the first request: DataLoader, workers, indexes, first batch
@@ -79,7 +88,10 @@ def run_epoch(
                 on_failure=execution.close,
                 progress=execution.progress(),
             )
-            take = it.__next__
+            take = it.taker() if isinstance(it, ReceivingIter) else it.__next__
+            counts, waits = meter.counts.append, meter.waits.append
+            to_release = releaser() if background else release
+            taken = 0
             for _ in range(len(share)):
                 if watch.error is not None:  # raised before (in the loop's code): it is broken
                     raise watch.error
@@ -93,13 +105,13 @@ def run_epoch(
                     raise err from e
                 if type(batch) is WorkerRaised:  # a seqloader error in the worker: message first
                     batch.reraise()
-                watch.consumed += 1
+                taken = watch.consumed = taken + 1
                 if handed is not None and background:  # the loop has replaced it by now
                     pending.append(handed)
-                    if not watch.consumed % EVERY:  # the take just woke the release thread:
+                    if not taken % EVERY:  # the take just woke the release thread:
                         # their last references, freed there (a put into an awake thread's
                         # queue costs ~1 µs, a wake 20 µs)
-                        release(pending)
+                        to_release(pending)
                         pending = []
                 handed = batch
                 if batch.nonfinite:  # NaN/Inf the workers found (a call less when none)
@@ -115,15 +127,32 @@ def run_epoch(
                     settled()
                     settled = None
                 # counted, and the wait ends here: the loader's work is all inside it
-                meter.count_handed(
-                    counted.counts_of(length_key),
-                    counted.skipped,
-                    counted.corpus_counts,
-                    counted.fetch_wait_s,
-                    counted.fetch_bytes,
-                )
+                if (
+                    first
+                    or counted.skipped
+                    or counted.corpus_counts
+                    or counted.fetch_wait_s
+                    or counted.fetch_bytes
+                ):
+                    if in_request:
+                        meter.asked_at(asked)
+                    meter.count_handed(
+                        counted.counts_of(length_key),
+                        counted.skipped,
+                        counted.corpus_counts,
+                        counted.fetch_wait_s,
+                        counted.fetch_bytes,
+                    )
+                    first = False
+                else:
+                    if not taken % fold_every:
+                        meter.fold()
+                    counts(counted.counts.get(length_key) or counted.counts_of(length_key))
+                    waits(clock() - asked)  # the clock last
+                in_request = False
                 yield batch
-                meter.before_next()  # the loop asks again: from here on it waits
+                asked = clock()  # the loop asks again: from here on it waits
+                in_request = True
                 del batch
         finished = True
         if auditor is not None:  # all ranks' deliveries (one all_gather_object), verified
@@ -140,6 +169,8 @@ def run_epoch(
         pending = []
         if watch is not None:
             watch.stop()
+        if in_request:  # the final request (the epoch's end), or one an error interrupted
+            meter.asked_at(asked)
         meter.finish()  # also when the loop stops early or raises: the report keeps its times
         if prefetched is not None:
             meter.prefetched(*prefetched())

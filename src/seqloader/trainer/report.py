@@ -145,9 +145,21 @@ class EpochReport:
         return report
 
     def __getstate__(self) -> dict:
-        """Pickled and copied with its figures computed (a thread does not pickle)."""
+        """Pickled and copied with its figures computed (a thread does not pickle) and the
+        batches handed so far counted."""
         _ = self.step_imbalance
-        return dict(self.__dict__)
+        state = dict(self.current().__dict__)
+        state.pop("_pending", None)
+        return state
+
+    def current(self) -> EpochReport:
+        """This report with every batch handed so far counted: during an epoch the training
+        thread leaves the counting of most batches to a later moment (``EpochMeter.fold``);
+        ``SeqLoader.report()``, ``format()``, ``to_dict()`` and the epoch's end call this."""
+        pending = self.__dict__.get("_pending")
+        if pending is not None:
+            pending()
+        return self
 
     @property
     def computation_pct(self) -> float:
@@ -188,7 +200,7 @@ class EpochReport:
         return self.resumed_at_step + self.steps == self.planned_steps
 
     def to_dict(self) -> dict:
-        d = asdict(self)
+        d = asdict(self.current())
         d["computation_pct"] = round(self.computation_pct, 3)
         d["padding_ratio"] = round(self.padding_ratio, 5)
         d["step_imbalance"] = round(self.step_imbalance, 5)
@@ -196,6 +208,7 @@ class EpochReport:
         return d
 
     def format(self) -> str:
+        self.current()
         filtered = sum(self.filtered.values())
         parts = [
             f"epoch {self.epoch} rank {self.rank}/{self.world_size}",
@@ -256,7 +269,16 @@ class EpochMeter:
     the DataLoader, starting workers, indexing files; per batch, everything the loader does in the
     training thread; at the end, the final request that finds the epoch finished. Only the time
     between handing a batch to the loop and the loop's next request is computation. The wait for
-    the first batch is kept as ``first_batch_s`` (time to first batch)."""
+    the first batch is kept as ``first_batch_s`` (time to first batch).
+
+    Per batch the training thread may instead only append the batch's counts to ``counts`` and
+    its wait to ``waits`` (in that order; ``run_epoch`` does, with the clock read inline: each
+    Python call it makes after a step costs µs with cold caches); ``fold()`` adds them to the
+    report later, in the order handed, so every figure is the one ``count_handed`` gives. The
+    report folds itself when read (``EpochReport.current``); ``finish()`` folds too."""
+
+    #: batches appended to ``counts``/``waits`` are folded at least this often (``run_epoch``)
+    FOLD_EVERY = 512
 
     def __init__(
         self,
@@ -271,16 +293,62 @@ class EpochMeter:
         self._t0: float | None = started
         self._wait_start = 0.0 if started is None else started
         self._waiting = started is not None  # a request is being served (its wait not counted)
+        # batches handed and not yet in the report: their counts and waits (``fold``)
+        self.counts: list[KeyCounts] = []
+        self.waits: list[float] = []
+        # a read of the report from another thread folds too: the report's writers hold this
+        self._folding = threading.RLock()
+        report.__dict__["_pending"] = self.fold
 
     def before_next(self) -> None:
         """The loop asks for a batch (or, after the last one, for the end of the epoch)."""
-        now = self._clock()  # first: the request's wait starts as early as it can be seen
+        self.asked_at(self._clock())  # first: the request's wait starts as early as it can be seen
+
+    def asked_at(self, now: float) -> None:
+        """The loop asked for a batch at ``now`` (read off the clock by the caller)."""
         if self._waiting:  # the wait of this request started earlier (at the epoch's request)
             return
         if self._t0 is None:
             self._t0 = now
         self._wait_start = now
         self._waiting = True
+
+    def fold(self) -> None:
+        """Add the batches appended to ``counts``/``waits`` to the report, in the order handed."""
+        with self._folding:
+            counts, waits = self.counts, self.waits
+            n = len(waits)  # (each batch's counts are appended before its wait)
+            if not n:
+                return
+            r = self.report
+            steps, seqs, repeats, frames, padded = 0, 0, 0, 0, 0
+            for c in counts[:n]:
+                steps += 1
+                seqs += c.real_seqs
+                repeats += c.repeats
+                frames += c.frames
+                padded += c.padded_frames
+            r.seqs += seqs
+            r.repeats_seen += repeats
+            r.frames += frames
+            r.padded_frames += padded
+            if r.steps == 0:  # the first batch's wait is the time to first batch
+                r.steps = 1
+                self._waited(waits[0])
+                steps -= 1
+                start = 1
+            else:
+                start = 0
+            r.steps += steps
+            hist, longest, waited = r.wait_histogram, r.max_wait_s, r.data_wait_s
+            last = WAIT_BINS - 1
+            for wait in waits[start:n]:
+                hist[min(int(wait * 1e6).bit_length(), last)] += 1
+                if wait > longest:
+                    longest = wait
+                waited += wait  # in the order handed: the sum count_handed gives
+            r.max_wait_s, r.data_wait_s = longest, waited
+            del counts[:n], waits[:n]
 
     def count_handed(
         self,
@@ -296,15 +364,23 @@ class EpochMeter:
         ``Batch.fetch_wait_s``), and the request's wait ends (``handed``). One call: per batch,
         every Python call the training thread makes after a step runs with cold caches (~2-8 µs
         each)."""
+        with self._folding:
+            self._count_handed(counts, skipped, corpus_counts, fetch_wait_s, fetch_bytes)
+
+    def _count_handed(
+        self,
+        counts: KeyCounts,
+        skipped: Sequence[str],
+        corpus_counts: Mapping[str, CorpusCounts] | None,
+        fetch_wait_s: float,
+        fetch_bytes: int,
+    ) -> None:
+        self.fold()  # the batches handed before it first, in order
         r = self.report
         if fetch_wait_s or fetch_bytes:
             r.fetch_wait_s += fetch_wait_s
             r.fetched_bytes += fetch_bytes
-        r.steps += 1
-        r.seqs += counts.real_seqs
-        r.repeats_seen += counts.repeats
-        r.frames += counts.frames
-        r.padded_frames += counts.padded_frames
+        self._count(counts)
         if corpus_counts:
             add_counts(r.corpora, corpus_counts, self.length_key)
         if skipped:
@@ -312,12 +388,23 @@ class EpochMeter:
             r.skipped_examples.extend(list(skipped)[: max(0, 5 - len(r.skipped_examples))])
         self.handed()
 
+    def _count(self, counts: KeyCounts) -> None:
+        r = self.report
+        r.steps += 1
+        r.seqs += counts.real_seqs
+        r.repeats_seen += counts.repeats
+        r.frames += counts.frames
+        r.padded_frames += counts.padded_frames
+
     def handed(self) -> None:
         """The batch goes to the loop now: the request's wait ends (the clock is read first, so
         all of the loader's work for this batch is inside the wait)."""
         now = self._clock()
-        wait = now - self._wait_start
         self._waiting = False
+        self._waited(now - self._wait_start)
+
+    def _waited(self, wait: float) -> None:
+        """The wait of the batch counted last (the first batch's: ``first_batch_s``)."""
         r = self.report
         if r.steps <= 1:
             r.first_batch_s = wait
@@ -337,9 +424,12 @@ class EpochMeter:
         """The epoch's end: the wall clock stops; a request still being served (the final one,
         which finds the epoch over, or one interrupted by an error) counts as wait up to here."""
         now = self._clock()
-        if self._waiting:
-            self.report.data_wait_s += now - self._wait_start
-            self._waiting = False
-        if self._t0 is not None:
-            self.report.wall_s = now - self._t0
+        with self._folding:
+            self.fold()
+            self.report.__dict__.pop("_pending", None)
+            if self._waiting:
+                self.report.data_wait_s += now - self._wait_start
+                self._waiting = False
+            if self._t0 is not None:
+                self.report.wall_s = now - self._t0
         return self.report
