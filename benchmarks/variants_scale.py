@@ -1,10 +1,12 @@
 """One rank's plan with length variants (planned speed perturbation): indexed vs global planning.
 
-    python -m benchmarks.variants_scale [--sizes 1e6,1e7] [--reps 3] [--out FILE]
+    python -m benchmarks.variants_scale [--sizes 1e6,1e7] [--reps 3] [--orderings laplace]
+                                        [--out FILE]
 
 For each size ``n`` (lengths uniform in 50..2000, three speed factors 0.9, 1.0, 1.1: each
 variant ``ceil(L / factor)``, the source's lengths the slowest's; ``max_seqs=200``,
-``max_frames=20000``, ``ordering="laplace"`` with ``distribution="shard"``), world size 1,024,
+``max_frames=20000``, each of ``--orderings`` (default ``laplace``; ``default`` and ``random``
+are cut greedily every epoch on every rank) with ``distribution="shard"``), world size 1,024,
 rank 517: a fresh process builds the lengths and the variant table (not measured), then times
 constructing the planner until it holds this rank's batches of epoch 1, and then of epoch 2 (a
 new full epoch: new variants). Indexed planning runs the default options (``planning="auto"``,
@@ -44,7 +46,7 @@ def child(config: dict) -> dict:
     variants = LengthVariants({"data": table}, tuple(str(f) for f in FACTORS))
     longest = table.max(axis=0)
     extra = {} if config["planning"] == "indexed" else {"planning": "global"}
-    options = PlanOptions(ordering="laplace", seed=3, **LIMITS, **extra)
+    options = PlanOptions(ordering=config.get("ordering", "laplace"), seed=3, **LIMITS, **extra)
     inputs = PlanInputs({"data": longest}, options, variants=variants)
     resolved = resolve_planning(inputs).options.planning
     if resolved != config["planning"]:
@@ -85,26 +87,32 @@ def measure(args: argparse.Namespace) -> dict:
     fresh = FreshRuns("benchmarks.variants_scale", args.reps, args.timeout)
     rows: dict[str, dict] = {}
     load = [load_average()]
-    for n in args.sizes:
-        configs = {p: {"n": n, "planning": p} for p in ("global", "indexed")}
-        runs = fresh.side_by_side(configs)
-        keys = ("construct_s", "plan_s", "total_s", "total_cpu_s", "next_epoch_s",
-                "private_bytes", "uss_bytes")  # fmt: skip
-        got = {p: summary(runs[p], keys, ("steps",)) for p in configs}
-        more = {"next_epoch_ratio": "next_epoch_s", "cpu_ratio": "total_cpu_s"}
-        rows[str(n)] = {
-            **got,
-            "indexed_over_global": ratios(
-                got["indexed"], got["global"], {**TIME_AND_MEMORY, **more}
-            ),
-        }
-        load.append(load_average())
-        print(n, rows[str(n)]["indexed_over_global"], flush=True)
+    for ordering in args.orderings.split(","):
+        for n in args.sizes:
+            configs = {p: {"n": n, "planning": p, "ordering": ordering} for p in PLANNINGS}
+            runs = fresh.side_by_side(configs)
+            keys = ("construct_s", "plan_s", "total_s", "total_cpu_s", "next_epoch_s",
+                    "private_bytes", "uss_bytes")  # fmt: skip
+            got = {p: summary(runs[p], keys, ("steps",)) for p in configs}
+            more = {"next_epoch_ratio": "next_epoch_s", "cpu_ratio": "total_cpu_s"}
+            name = str(n) if ordering == "laplace" else f"{ordering} {n}"
+            rows[name] = {
+                **got,
+                "indexed_over_global": ratios(
+                    got["indexed"], got["global"], {**TIME_AND_MEMORY, **more}
+                ),
+            }
+            load.append(load_average())
+            print(name, rows[name]["indexed_over_global"], flush=True)
     return {"machine": describe_machine(), "load": load, "reps": args.reps, "rows": rows}
+
+
+PLANNINGS = ("global", "indexed")
 
 
 def main() -> None:
     p = runner.parser(__doc__)
+    p.add_argument("--orderings", default="laplace", help="comma-separated orderings")
     runner.main(p, child, measure, RESULTS)
 
 
