@@ -52,7 +52,7 @@ def chunked_cases(draw: st.DrawFn) -> dict:
     return case
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(chunked_cases())
 def test_chunked_bucket_mix_filter_keeps_one_set_per_sub_epoch_and_every_contract(
     case: dict,
