@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
 def _format_text(s: CachedStore) -> str:
     if s.state != "ok" or s.format in FORMATS:
         return ""
-    if not s.format:
-        return ", format not recorded (an earlier seqloader)"
+    if not s.format:  # written before stores said it, or by a builder that does not say
+        return ", format not recorded"
     return f", format {s.format!r} (another seqloader version's; not read by this one)"
 
 
