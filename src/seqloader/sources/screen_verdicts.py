@@ -16,6 +16,9 @@ beside the files' metadata store, whose identity holds:
   when the file's sequences cover them all);
 - the screen's version (``SCREEN_VERSION``).
 
+``seqloader prepare`` (``sl.prepare``) writes the same verdicts ahead of a job: it screens every
+float dataset whole (``HDFSource.screen_files``), so that no first epoch on the node screens it.
+
 Only datasets whose values all lie in the file itself get verdicts (``hdf_here.values_here``): a
 dataset reached through an external link, a virtual dataset or one with external raw storage
 keeps its values in other files, whose changes this identity cannot see; those are screened in
