@@ -821,6 +821,9 @@ INDEXED_CASES: dict[str, dict] = {
 # slots per bucket by the rank's own keyed order (RankOrderDraw), as without a mix; before, every
 # rank planned the identical batches. No case here moved (none is that set); the one that did is
 # in test_plan_indexed_options.py's SINCE_REFUSED_GOLDEN.
+# seqloader-plan-indexed/12: a `buckets:N` mix under `random_seed_offset` does the same (each rank
+# batches its own draw of the shared slots; before, the same batches in the rank's run order).
+# No case here moved; test_plan_indexed_options.py's chunked one did, and a case was added there.
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "4834dcb3f4143d74c17ea3b9576ea73a9b51a1e865176a9352689ee1d1da8e2f",
     "laplace:.20 partition 3 W4 pad, filters": "aca67ebafe53c1e2445dab4c377a0c29e84060bc45868fc447ebe470324f411f",
@@ -846,7 +849,7 @@ INDEXED_GOLDEN = {
     "chunked 80:40 mix laplace:.10 partition 2 W3 split elastic -> W2": "8375487716f393608b7e9cb68db6defb5e59e3d6f4c6d496bd2cafa75d22009e",
     "chunked 60:30 mix buckets:3 W4 pad": "96a78bbb2d6c1c30c2f657ee1c85ee4971f719d57a41c0790f647ee768547be9",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/11"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/12"
 
 
 def indexed_digest(case: dict) -> str:

@@ -87,28 +87,69 @@ def test_global_planning_still_refuses_it_by_name() -> None:
 DRAWN = ["random:2", "laplace:.3", "buckets:3", "sort_bin_shuffle:.3", "sort_bin_shuffle_x2:.3"]
 
 
+def drawn(orderings: list[str], chunkings: list, sizes: tuple[int, int]) -> tuple:
+    """Strategies of (ordering, chunking, sub-epochs, n, seed) for a two-corpus mix."""
+    return (st.sampled_from(orderings), st.sampled_from(chunkings), st.integers(1, 2),
+            st.integers(*sizes), st.integers(0, 2**32 - 1))  # fmt: skip
+
+
+def offset_mix(data: np.ndarray, ordering: str, chunking: str | None, parts: int, seed: int,
+               **limits: int):  # fmt: skip
+    """The planner of a two-corpus mix of ``data`` under ``random_seed_offset``."""
+    options = {"ordering": ordering, "distribution": "random_seed_offset", "chunking": chunking,
+               "mix": {"a": 1.5, "b": 1}, "partition_epoch": parts, "seed": seed % 7,
+               **limits}  # fmt: skip
+    n = len(data)
+    return planner_of({"data": data, "options": options,
+                       "corpora": Corpora(("a", "b"), np.array([0, n // 2, n]))})  # fmt: skip
+
+
 @settings(max_examples=25, deadline=None)
-@given(
-    st.sampled_from(DRAWN),
-    st.sampled_from([None, "8:4"]),
-    st.integers(1, 2),
-    st.integers(90, 180),
-    st.integers(0, 2**32 - 1),
-)
+@given(*drawn(DRAWN, [None, "8:4"], (90, 180)))
 def test_ranks_order_the_selection_each_their_own_way(
     ordering: str, chunking: str | None, parts: int, n: int, seed: int
 ) -> None:
-    """Every drawn ordering (``laplace`` too, ``seqloader-plan-indexed/11``): with more than a few
-    slots in a sub-epoch, two ranks never order it identically (each its own keyed draws)."""
-    rng = np.random.default_rng(seed)
-    options = {"ordering": ordering, "distribution": "random_seed_offset", "chunking": chunking,
-               "mix": {"a": 1.5, "b": 1}, "partition_epoch": parts, "max_frames": 80,
-               "seed": seed % 7}  # fmt: skip
-    half = n // 2
-    case = {"data": rng.integers(1, 30, size=n), "options": options,
-            "corpora": Corpora(("a", "b"), np.array([0, half, n]))}  # fmt: skip
-    planner = planner_of(case)
+    """Every drawn ordering (``laplace`` too since ``seqloader-plan-indexed/11``): with more
+    than a few slots in a sub-epoch, two ranks never order it identically (each its own keyed
+    draws)."""
+    data = np.random.default_rng(seed).integers(1, 30, size=n)
+    planner = offset_mix(data, ordering, chunking, parts, seed, max_frames=80)
     for epoch in range(1, parts + 1):
         orders = [planner.rank_order(epoch, r, 2) for r in range(2)]
         assert len(orders[0]) >= 30  # more than a few slots
         assert not np.array_equal(orders[0], orders[1]), (ordering, epoch)
+
+
+def batch_sets(share) -> set[frozenset]:
+    """A rank's batches, each as the set of its real (sequence, corpus epoch, chunk) slots."""
+    chunks = share.chunks if share.chunks is not None else np.zeros(len(share.seqs), np.int64)
+    slots = list(zip(share.seqs.tolist(), share.uses.tolist(), chunks.tolist(), strict=True))
+    real = share.real.tolist()
+    return {
+        frozenset(s for s, r in zip(slots[a:b], real[a:b], strict=True) if r)
+        for a, b in zip(share.bounds[:-1].tolist(), share.bounds[1:].tolist(), strict=True)
+    }
+
+
+@settings(max_examples=20, deadline=None)
+@given(*drawn(["laplace:.3", "buckets:3", "buckets:1"], [None, "1500:750"], (1500, 3000)))
+def test_ranks_batch_their_own_draws_of_the_selection(
+    ordering: str, chunking: str | None, parts: int, n: int, seed: int
+) -> None:
+    """The orderings batched from counts (``laplace``; ``buckets:N`` since
+    ``seqloader-plan-indexed/12``) batch each rank's own keyed draw of the shared slots: in a
+    sub-epoch two ranks never hold the same batches (as sets), not only the same ones in
+    another order. Lengths are distinct (no ties to tell ranks apart), batches hold at most 2
+    and a sub-epoch some hundreds of slots per bucket (``laplace``: 64 buckets), so a bucket
+    spans more than one window of sorted batches (``SortedWindows``: a bucket within one window
+    is sorted whole, its batches then the same on every rank).
+    ``random`` and ``sort_bin_shuffle`` cut one shared keyed order into batches that each rank
+    visits in its own order (equal steps without every rank's cuts, ``indexed.random_order``),
+    as without a mix."""
+    data = np.random.default_rng(seed).permutation(n) + 1
+    planner = offset_mix(data, ordering, chunking, parts, seed, max_frames=6000, max_seqs=2)
+    for epoch in range(1, parts + 1):
+        plan = planner.global_plan(epoch, 2)
+        shares = [plan.rank_share(r) for r in range(2)]
+        assert min(int(s.real.sum()) for s in shares) >= 30  # more than a few slots
+        assert batch_sets(shares[0]) != batch_sets(shares[1]), (ordering, epoch)

@@ -466,6 +466,11 @@ SINCE_REFUSED_CASES: dict[str, dict] = {
                     "distribution": "random_seed_offset", "mix": {"a": 1.5, "c": 0.5}},
         "world": 2,
     },
+    "mix buckets:3 partition 2 W3 random_seed_offset": {
+        "options": {"ordering": "buckets:3", "max_frames": 1600, "partition_epoch": 2,
+                    "distribution": "random_seed_offset", "mix": {"a": 0.7, "b": 2, "c": "1/3"}},
+        "world": 3,
+    },
 }  # fmt: skip
 SINCE_REFUSED_GOLDEN = {
     "buckets:4 W3 split, max_frames per key elastic -> W2": (
@@ -490,7 +495,10 @@ SINCE_REFUSED_GOLDEN = {
         "b53871c1c72216139636389588b66455e8c8d645fd1fae868009a4a1e7d43252"
     ),
     "chunked 80:40 mix buckets:3 W2 random_seed_offset": (
-        "e042a8b525ae15a1ddf5cd79b0c45fd18e6ef85e5adcc3bf6446003ad1d923c6"
+        "ec534ee8d1f39cc67200e47998116923129294c6f675511916d32b9179e0d9dd"
+    ),
+    "mix buckets:3 partition 2 W3 random_seed_offset": (
+        "cf3930714abe36acae9067fc4b8164a07937efc60ef08447e772b7c49c98b99e"
     ),
 }
 

@@ -121,7 +121,7 @@ from seqloader.plan.selections import (
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/11"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/12"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
 #: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` and
 #: ``sort_bin_shuffle[_x2]`` cut them on the keyed order of each epoch
@@ -591,13 +591,11 @@ class IndexedPlanner:
 
     def _rank_ordered(self, mixed: bool) -> bool:
         """Whether a rank orders a set every rank shares with its own draws
-        (``RankOrderDraw``): ``_shared_sets``, and under ``random_seed_offset`` a ``laplace``
-        mix, whose slots the mix draws alike on every rank (``seqloader-plan-indexed/11``;
-        ``buckets:N`` orders its runs by the rank already)."""
-        if self._shared_sets:
-            return True
-        laplace = not self.options.parsed_ordering.is_buckets
-        return mixed and laplace and self.distribution.own_orders
+        (``RankOrderDraw``): ``_shared_sets``, and under ``random_seed_offset`` a mix, whose
+        slots the mix draws alike on every rank: ``laplace`` (``seqloader-plan-indexed/11``)
+        and ``buckets:N`` (``/12``: its runs' order by the rank alone left every rank the same
+        batches), so each rank batches its own draw of the shared slots."""
+        return self._shared_sets or (mixed and self.distribution.own_orders)
 
     def member_draw(self, ep: EpochIndex, offsets: np.ndarray, order_rank: int) -> MemberDraw:
         head = self.head if self._shared_sets else self.head_of(order_rank)
