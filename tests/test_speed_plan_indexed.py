@@ -132,6 +132,23 @@ def test_greedy_orders_cut_on_global_plannings_per_sequence_draw(ordering):
             assert b.bounds.tolist() == want.bounds.tolist()
 
 
+@pytest.mark.parametrize("ordering", ["buckets:4", "random"])
+def test_admission_is_global_plannings_on_the_longest_variant(ordering):
+    """Length filters and ``fixed_random_subset`` admit by the source's lengths (the longest
+    variant's), the same sequences in every epoch and as global planning admits them."""
+    base = np.random.default_rng(5).integers(20, 400, 400)
+    variants = speed_variants(base)
+    more = {"max_seq_length": 350, "min_seq_length": 40, "fixed_random_subset": 300}
+    planner = planner_of(base, max_frames=3000, ordering=ordering, seed=2, **more)
+    options = PlanOptions(max_frames=3000, ordering="laplace:.5", planning="global", **more)
+    global_ = make_planner({"data": variants.longest("data")}, options, variants=variants)
+    want = sorted(global_.admission.admitted.tolist())
+    for epoch in (1, 2):
+        b = planner.global_plan(epoch, 3).batches
+        assert sorted(b.seqs[b.real].tolist()) == want
+    assert planner.filtered(1) == global_.filtered(1)
+
+
 def test_batches_sort_and_bucket_by_the_drawn_length_not_the_longest():
     """A bucket's batch size follows its longest *drawn* length, so the plan's steps are those
     of the drawn lengths: fewer than planning every sequence at its slowest factor."""

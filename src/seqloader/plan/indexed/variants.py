@@ -111,15 +111,17 @@ class VariantClasses:
     def _class_keys(
         self, table: np.ndarray, mask: np.ndarray | None, n_buckets: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(each sequence's class int64 ``[n]``, each class's variant buckets ``[C, F]``): a
+        """(each sequence's class int32/int64 ``[n]``, each class's variant buckets ``[C, F]``): a
         class is a tuple of buckets, built a variant at a time: (class so far, next bucket)
         numbered densely among the admitted pairs (tables of ``C * N``, no sort)."""
         n = int(np.shape(table)[1])
-        code = np.zeros(n, dtype=np.int64)
+        code = np.zeros(n, dtype=np.int32)  # int64 only where the pairs need it
         buckets = np.zeros((1, 0), dtype=np.int64)  # one class of no variant yet
         bucket_of = self._bucket_of(table)
         for f in range(self.count):
             span = len(buckets) * n_buckets
+            if span >= 2**31 and code.dtype != np.int64:
+                code = code.astype(np.int64)
             present = np.zeros(span, dtype=bool)
             for a in range(0, n, _BLOCK):
                 at = code[a : a + _BLOCK]
@@ -131,6 +133,7 @@ class VariantClasses:
             for a in range(0, n, _BLOCK):
                 code[a : a + _BLOCK] = number[code[a : a + _BLOCK]]
             buckets = np.column_stack([buckets[pairs // n_buckets], pairs % n_buckets])
+        np.maximum(code, 0, out=code)  # a filtered sequence's: some class, never read
         return code, buckets.astype(np.int64)
 
     def _bucket_of(self, table: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:
@@ -139,7 +142,8 @@ class VariantClasses:
         most = int(self.longest.max(initial=0))
         if most < _TABLE and int(np.min(table, initial=0)) >= 0:
             lookup = np.searchsorted(self.edges, np.arange(most + 1), side="right")
-            return lambda lengths: lookup[lengths]
+            # filtered sequences may be longer: some bucket, never read
+            return lambda lengths: lookup[np.minimum(lengths, most)]
         edges = self.edges
         return lambda lengths: np.searchsorted(edges, lengths.astype(np.int64), side="right")
 
