@@ -26,7 +26,7 @@ from seqloader.sources.columns import (
 )
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 2**40), max_size=50),
     tags=st.lists(st.text(max_size=12), max_size=50),
@@ -205,7 +205,7 @@ def test_blocks_of_ranges_are_the_sorted_blocks_the_ranges_touch(ranges) -> None
     assert got.tolist() == want
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     rows=st.integers(1, 90_000),
     damaged=st.floats(0, 1, exclude_max=True),
@@ -234,7 +234,7 @@ def test_a_column_checked_when_mapped_is_refused_at_its_damaged_block(
         ColumnStore(path)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
     rows=st.integers(1, 60_000),
     damaged=st.floats(0, 1, exclude_max=True),
