@@ -15,6 +15,7 @@ corpus epoch once per rank less the filtered slots. The other mixes stay refused
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from functools import partial
 
@@ -281,3 +282,26 @@ def test_newly_planned_golden_plans_are_pinned() -> None:
     ``INDEXED_ALGORITHM`` and record anew if one changes."""
     got = {name: indexed_digest(case) for name, case in NEWLY_PLANNED_CASES.items()}
     assert got == NEWLY_PLANNED_GOLDEN, f"record: {got}"
+
+
+@pytest.mark.parametrize("ordering", ["default", "random", "sort_bin_shuffle:.4"])
+def test_a_chunked_mix_with_the_length_key_unchunked_filters_by_its_lengths(ordering: str) -> None:
+    """The length key unchunked: the mix's index holds (length, chunk count) class values
+    (``length * per + chunks``); the filter keeps the shortest by the length key, not by them.
+    Sub-epoch 2's slots, lengths 5 and 3, have a mean of 4 <= 5: both kept."""
+    options = PlanOptions(
+        ordering=ordering, chunking={"classes": (4, 2)}, length_key="data", mix={"a": 0.5},
+        epoch_wise_filter={(1, 3): {"max_mean_len": 5}},
+    )  # fmt: skip
+    lengths = {"data": np.array([7, 6, 5, 3]), "classes": np.array([4, 1, 1, 1])}
+    planner = IndexedPlanner(lengths, options, corpora=Corpora(("a",), np.array([0, 4])))
+    plain = IndexedPlanner(
+        lengths, dataclasses.replace(options, epoch_wise_filter=None), corpora=planner.corpora
+    )
+    for epoch in (1, 2, 3):
+        seqs, _ = plain.sub_epoch_slots(epoch)
+        kept, reasons = mean_filtered(
+            options.epoch_wise_filter, epoch, np.sort(seqs), lengths["data"]
+        )
+        assert sorted(planner.sub_epoch_slots(epoch)[0].tolist()) == kept.tolist()
+        assert planner.filtered(epoch) == reasons

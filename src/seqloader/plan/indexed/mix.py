@@ -256,7 +256,8 @@ class IndexedMix:
             return last[1]
         count = self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
         draw = self.draw(ep.full_epoch, ep.part, parts)
-        kept = mix_kept(self.wise.spec, ep, count, draw, self._lengths)
+        by = self._lengths if self.wise.by is None else self.wise.by
+        kept = mix_kept(self.wise.spec, ep, count, draw, by)
         self._kept = (ep.epoch, kept)
         return kept
 

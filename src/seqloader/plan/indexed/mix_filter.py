@@ -19,6 +19,7 @@ filter with ``partition_epoch > 1``); other epochs are planned from counts as be
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,10 +36,14 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class MixFilter:
-    """``epoch_wise_filter`` (normalised) on a mix of ``parts`` sub-epochs per full epoch."""
+    """``epoch_wise_filter`` (normalised) on a mix of ``parts`` sub-epochs per full epoch;
+    ``by``: what it keeps the shortest by, per sequence, where that is not what the mix's
+    buckets bucket by (chunked with the length key unchunked: the length key, not the length
+    classes); None: the mix's lengths."""
 
     spec: EpochFilter
     parts: int
+    by: np.ndarray | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

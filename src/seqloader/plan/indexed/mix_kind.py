@@ -208,7 +208,7 @@ class ChunkedShardMix(ShardMix):
         return chunked_mix_cut(order, used, size, batcher, c.chunking, c.stride, max(size, 1))
 
 
-def mix_filter(corpus: AdmittedCorpus) -> MixFilter | None:
+def mix_filter(corpus: AdmittedCorpus, by: np.ndarray | None = None) -> MixFilter | None:
     """``epoch_wise_filter`` on the mix's sub-epoch slots where this mix plans it
     (``laplace``/``buckets:N`` from the kept counts, chunked by length class:
     ``mix_chunks_filter``; the fixed orders, ``random`` and ``sort_bin_shuffle``, chunked too, by
@@ -217,7 +217,7 @@ def mix_filter(corpus: AdmittedCorpus) -> MixFilter | None:
     o = corpus.options
     if o.epoch_wise_filter is None:
         return None
-    return MixFilter(cast(EpochFilter, o.epoch_wise_filter), o.partition_epoch)  # normalised
+    return MixFilter(cast(EpochFilter, o.epoch_wise_filter), o.partition_epoch, by)  # normalised
 
 
 def shard_mix(
@@ -243,4 +243,5 @@ def shard_mix(
     else:  # the unchunked plan's index: by the source's own sort key if it gives one
         index, lengths = corpus.order_index(), corpus.order_by
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, corpus.options.parsed_ordering)
-    return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, admits, mix_filter(corpus))
+    wise = mix_filter(corpus, corpus.order_by)  # the length key, not its classes' values
+    return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, admits, wise)
