@@ -26,7 +26,7 @@ from seqloader.sources.columns import (
 )
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     lengths=st.lists(st.integers(0, 2**40), max_size=50),
     tags=st.lists(st.text(max_size=12), max_size=50),
