@@ -136,14 +136,19 @@ def test_check_text_output_and_filtered_count(capsys, hdf):  # noqa: F811
     assert out.strip().endswith("check passed")
 
 
-def test_check_random_seed_offset_fails_and_explains(capsys, hdf):  # noqa: F811
+@pytest.mark.parametrize("planning", ["global", "indexed"])
+@pytest.mark.parametrize("chunking", [(), ("--chunking", "data=7:5,classes=7:5")])
+def test_check_random_seed_offset_passes_per_rank(capsys, hdf, planning, chunking):  # noqa: F811
+    # every rank passes over all the data in its own order: exactly once per rank
     code, out, _ = run(capsys, "check", hdf, "--world-size", 2, "--max-seqs", 10,
-                       "--distribution", "random_seed_offset")  # fmt: skip
-    assert code == 1
-    assert "C1 exactly-once: FAILED" in out
-    assert "covers the data 2 times" in out
-    assert "C2 equal steps: ok" in out  # equal steps still hold
-    assert out.strip().endswith("check FAILED")
+                       "--distribution", "random_seed_offset", "--planning", planning,
+                       *chunking)  # fmt: skip
+    assert code == 0, out
+    assert "C1 exactly-once: ok - each of the 2 ranks passes over all the data" in out
+    noun = "chunk" if chunking else "sequence"
+    assert f"each rank uses every admitted {noun}" in out
+    assert "C2 equal steps: ok" in out
+    assert out.strip().endswith("check passed")
 
 
 def test_check_uneven_drop_fails_naming_the_fix(capsys, hdf):  # noqa: F811

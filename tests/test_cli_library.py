@@ -125,14 +125,14 @@ def test_simulation_finds_shard_plans_exactly_once(
             assert sum(w.frames for w in r.workers) == r.load.frames
 
 
-def test_simulation_flags_random_seed_offset_and_drop():
+def test_simulation_checks_random_seed_offset_per_rank_and_flags_drop():
     lengths = np.arange(1, 31)
     rso = Planner({"data": lengths}, sl.PlanOptions(max_seqs=4, distribution="random_seed_offset"))
     sim = simulate(rso, 3, 1, [1])
     c1 = sim.findings[0]
-    assert not sim.ok and not c1.ok
-    assert "covers the data 3 times" in c1.message
-    assert sim.findings[1].ok  # equal steps hold
+    assert sim.ok and c1.ok  # each rank passes over all the data once: C1 per rank
+    assert "each rank uses every admitted sequence (30) exactly once" in c1.message
+    assert sum(r.load.seqs for r in sim.epochs[0].ranks) == 3 * 30
     drop = Planner({"data": lengths}, sl.PlanOptions(max_seqs=4, uneven="drop"))
     sim = simulate(drop, 3, 1, [1])
     assert not sim.ok

@@ -80,3 +80,14 @@ def test_check_and_stats_of_an_indexed_mix(capsys, corpora_config):
     stats = run_json(capsys, "stats", corpora_config, *flags)
     libri = stats["corpora"]["libri"]
     assert sum(libri["slots_per_epoch"][:2]) == 40 and stats["corpora"]["ted"]["rate"] == 2.0
+
+
+def test_check_of_a_mix_under_random_seed_offset_is_per_rank(capsys, corpora_config):
+    """Every rank passes over the mix in its own order: per rank, every sequence once per corpus
+    epoch (one rank's uses, not all ranks' together)."""
+    flags = ("--planning", "indexed", "--distribution", "random_seed_offset")
+    out = run_json(capsys, "check", corpora_config, *flags, "--world-size", 2, "--epochs", 2)
+    assert out["ok"], out["findings"]
+    c1 = next(f for f in out["findings"] if f["contract"] == "C1 exactly-once")
+    assert "each of the 2 ranks passes over all the data in its own order" in c1["message"]
+    assert "ted: 48 uses = stream 0..48 of 12 seqs" in c1["message"]

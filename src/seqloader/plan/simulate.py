@@ -4,7 +4,8 @@ Planning is a pure function of (lengths, options, epoch, world size), so one pro
 what each rank of a W-rank job will receive, and — because torch's DataLoader hands sampler items
 to its N workers round-robin — which worker executes which batch (worker w of a rank executes items
 w, w+N, ...; results come back in sampler order). ``simulate`` does that for a range of epochs and
-checks the contracts C1 (exactly-once per full epoch), C2 (equal steps) and C4 (re-planning gives
+checks the contracts C1 (exactly-once per full epoch; per rank under ``random_seed_offset``, where
+every rank passes over all the data: ``simulate_ranks``), C2 (equal steps) and C4 (re-planning gives
 identical arrays; the plan never sees the worker count, which is what C3 rests on — the library's
 tests check C3 itself with real DataLoader workers). It also shows each worker's load.
 ``seqloader check`` prints the result.
@@ -24,6 +25,7 @@ from seqloader.plan.epoch_plan import EpochPlan
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.planned_units import PlannedUnits, SequenceUnits, units_of
 from seqloader.plan.planners import Planner
+from seqloader.plan.simulate_ranks import RankUses, ranks_verdict
 from seqloader.validate import int_option
 
 
@@ -136,8 +138,8 @@ def simulate(
     num_workers = int_option("num_workers", num_workers, 0)
     if not epochs:
         raise OptionError("epochs: got none, expected at least one epoch (epochs count from 1)")
-    n_units = units_of(planner).num_units  # chunked: count chunks, not sequences
-    uses = _Uses({}, {}, {})
+    own_pass = planner.options.distribution == "random_seed_offset"  # each rank its own pass
+    groups = [_Uses({}, {}, {}, {}) for _ in range(world_size if own_pass else 1)]
     epochs_sim = []
     step_problems = []
     worker_problems = []
@@ -146,10 +148,8 @@ def simulate(
         plan = planner.global_plan(epoch, world_size)
         if not _same(plan.batches, planner.global_plan(epoch, world_size).batches):
             worker_problems.append(f"epoch {epoch}: planning twice gave different batches")
-        uses.parts.setdefault(ep.full_epoch, set()).add(ep.part)
-        counts = uses.counts.setdefault(ep.full_epoch, np.zeros(n_units, dtype=np.int64))
         ranks = [
-            _rank_epoch(planner, plan, r, num_workers, packed, counts, uses.slots, ep.full_epoch)
+            _rank_epoch(planner, plan, r, num_workers, packed, groups[r % len(groups)], ep)
             for r in range(world_size)
         ]
         steps = {ra.load.batches for ra in ranks}
@@ -161,12 +161,8 @@ def simulate(
         )
         if on_epoch is not None:
             on_epoch(epoch)
-    if planner.mix is not None:
-        once = mix_exactly_once(planner, uses.counts, uses.slots, uses.parts)
-    else:
-        once = _exactly_once(planner, world_size, uses.counts, uses.parts, epochs_sim)
     findings = (
-        once,
+        _once(planner, world_size, groups, epochs_sim),
         _steps_finding(step_problems, epochs_sim),
         _workers_finding(worker_problems, num_workers),
     )
@@ -185,12 +181,14 @@ def simulate(
 @dataclass(frozen=True)
 class _Uses:
     """What a simulation counts per full epoch (0-based): uses per planned unit int64 ``[n]``
-    (``counts``), a mix's (sequences, uses) per rank and epoch (``slots``), and the sub-epochs
-    simulated (``parts``)."""
+    (``counts``), a mix's (sequences, uses) per rank and epoch (``slots``), the sub-epochs
+    simulated (``parts``) and, for one rank under ``random_seed_offset``, the units its own
+    orders hold (``planned``)."""
 
     counts: dict[int, np.ndarray]
     slots: dict[int, list[tuple[np.ndarray, np.ndarray]]]
     parts: dict[int, set[int]]
+    planned: dict[int, int]
 
 
 def _rank_epoch(
@@ -199,23 +197,64 @@ def _rank_epoch(
     rank: int,
     num_workers: int,
     packed: bool,
-    counts: np.ndarray,
-    slots: dict[int, list[tuple[np.ndarray, np.ndarray]]],
-    full_epoch: int,
+    uses: _Uses,
+    ep: EpochIndex,
 ) -> RankEpoch:
-    """Rank ``rank``'s share of ``plan``: its uses added to ``counts`` (and, mixed, ``slots``),
-    its load and its workers' loads."""
+    """Rank ``rank``'s share of ``plan``: its uses added to ``uses`` (per planned unit and,
+    mixed, per slot; chunked: count chunks, not sequences), its load and its workers' loads."""
     units = units_of(planner)
     share = plan.rank_share(rank)
+    uses.parts.setdefault(ep.full_epoch, set()).add(ep.part)
+    counts = uses.counts.setdefault(ep.full_epoch, np.zeros(units.num_units, dtype=np.int64))
     np.add.at(counts, units.of_slots(share), 1)
+    if planner.options.distribution == "random_seed_offset" and planner.mix is None:
+        own = len(planner.rank_order(ep.epoch, rank, plan.world_size))
+        uses.planned[ep.full_epoch] = uses.planned.get(ep.full_epoch, 0) + own
     if share.uses is not None:  # a use is counted once, at its first unit
         first = units.use_starts(share)
-        slots.setdefault(full_epoch, []).append((share.seqs[first], share.uses[first]))
+        uses.slots.setdefault(ep.full_epoch, []).append((share.seqs[first], share.uses[first]))
     lengths = planner.lengths
     items = worker_items(len(share), num_workers)
     workers = tuple(load_of(share.take(ids), lengths, units, packed) for ids in items)
     files = None if planner.files is None else len(planner.rank_files(plan, rank))
     return RankEpoch(rank, load_of(share, lengths, units, packed), workers, files)
+
+
+def _once(
+    planner: Planner, world_size: int, groups: list[_Uses], epochs_sim: list[EpochSim]
+) -> Finding:
+    """C1 over all ranks together, or per rank (``groups``: one per rank, ``random_seed_offset``)."""
+    if planner.options.distribution == "random_seed_offset":
+        return _per_rank_once(planner, groups, epochs_sim)
+    uses = groups[0]
+    if planner.mix is not None:
+        return mix_exactly_once(planner, uses.counts, uses.slots, uses.parts)
+    return _exactly_once(planner, world_size, uses.counts, uses.parts, epochs_sim)
+
+
+def _per_rank_once(planner: Planner, groups: list[_Uses], epochs_sim: list[EpochSim]) -> Finding:
+    """C1 under ``random_seed_offset``: exactly once per rank (``simulate_ranks``); a mix: each
+    rank every sequence once per corpus epoch of its own pass."""
+    name, W = "C1 exactly-once", len(groups)
+    own = f"each of the {W} ranks passes over all the data in its own order (random_seed_offset)"
+    if planner.mix is not None:
+        verdicts = [mix_exactly_once(planner, g.counts, g.slots, g.parts) for g in groups]
+        bad = [f"rank {r}: {f.message}" for r, f in enumerate(verdicts) if not f.ok]
+        if bad:
+            return Finding(name, False, "; ".join(bad[:3]))
+        return Finding(name, True, f"{own}; on each, {verdicts[0].message}")
+    P = planner.options.partition_epoch
+    units = units_of(planner)
+    fulls = sorted(groups[0].counts)
+    dropped = dict.fromkeys(fulls, 0)
+    for e in epochs_sim:
+        dropped[e.full_epoch] += e.dropped
+    complete = {f: len(groups[0].parts[f]) == P for f in fulls}
+    left_out = {f: _epoch_filtered(planner, f) if complete[f] else 0 for f in fulls}
+    ranks = [{f: RankUses(g.counts[f], g.planned[f], complete[f]) for f in fulls} for g in groups]
+    admitted = units.admitted(planner.admission.admitted)
+    ok, found = ranks_verdict(units, admitted, ranks, left_out, dropped)
+    return Finding(name, ok, ("" if not ok else own + ": ") + "; ".join(found))
 
 
 def _steps_finding(step_problems: list[str], epochs_sim: list[EpochSim]) -> Finding:
@@ -373,13 +412,6 @@ def _why_not_once(planner: Planner, world_size: int, dropped: int) -> list[str]:
     out over the simulated epochs)."""
     opts = planner.options
     why = []
-    if opts.distribution == "random_seed_offset" and world_size > 1:
-        why.append(
-            f"distribution='random_seed_offset' gives each of the {world_size} ranks its own "
-            f"permutation of all the data, so one epoch covers the data {world_size} times "
-            "(RETURNN's and Horovod's old multi-GPU behaviour); use distribution='shard' for one "
-            "pass per epoch over all ranks together"
-        )
     if planner.per_rank_pools(world_size) and dropped:
         why.append(
             f"the file pools are sharded over the {world_size} ranks (RETURNN's "
