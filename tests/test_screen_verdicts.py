@@ -394,3 +394,52 @@ def test_prepare_screens_nothing_when_asked_or_when_the_checks_are_off(tmp_path,
     skipped = sl.prepare(sl.HDFSource(path, index_dir=index), screen=False)
     assert not [s for s in skipped.stores if s.kind.startswith(screen_verdicts.KIND)]
     assert not list(index.glob("screen-*"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=st.integers(1, 40),
+    width=st.integers(1, 6),
+    chunks=st.tuples(st.integers(1, 7), st.integers(1, 6)),
+    poke=st.one_of(
+        st.none(), st.tuples(st.integers(0, 39), st.integers(0, 5), st.sampled_from(sorted(VALUES)))
+    ),
+)
+def test_prepares_screen_reads_every_value_of_a_chunked_dataset(
+    tmp_path_factory, rows, width, chunks, poke
+) -> None:
+    """``all_finite`` over a chunked dataset (whole chunk rows straight from the map, the rest
+    through ``rows``) says exactly whether every value is finite: a NaN/Inf in any chunk, edge
+    chunks included, is seen; a huge finite value is not taken for one; and values outside the
+    dataset's extent in its edge chunks are never read."""
+    from seqloader.sources.hdf_chunks import ChunkedRows
+    from seqloader.sources.hdf_read import OpenFile
+    from seqloader.sources.padded_rows import all_finite
+
+    values = np.random.default_rng(rows).standard_normal((rows, width)).astype(np.float32)
+    if poke is not None:
+        values[poke[0] % rows, poke[1] % width] = VALUES[poke[2]]
+    path = str(tmp_path_factory.mktemp("chunked") / "c.hdf")
+    chunk = (min(chunks[0], rows), min(chunks[1], width))
+    with h5py.File(path, "w") as f:
+        # written larger with NaN first, then shrunk: the edge chunks keep NaN outside the extent
+        d = f.create_dataset(
+            "x",
+            data=np.full((rows + 7, width + 5), np.nan, np.float32),
+            chunks=chunk,
+            maxshape=(None, None),
+        )
+        d.resize((rows, width))
+        d[...] = values
+    opened = OpenFile(path, {"x": "x"}, use_mmap=True)
+    try:
+        reader = opened.readers["x"]
+        if isinstance(reader, ChunkedRows):  # the runs hold exactly the dataset's values
+            got = [
+                v if v is not None else reader.rows(a, b).reshape(-1)
+                for a, b, v in reader.value_runs()
+            ]
+            np.testing.assert_array_equal(np.sort(np.concatenate(got)), np.sort(values.reshape(-1)))
+        assert all_finite(reader) == bool(np.isfinite(values).all())
+    finally:
+        opened.close()

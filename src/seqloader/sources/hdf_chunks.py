@@ -152,6 +152,32 @@ class ChunkedRows(RowReader):
                 cw = min(cc, width - c0)
                 dst[:, c0 : c0 + cw] = self._chunk(offset)[lo - r0 : hi - r0, :cw]
 
+    def value_runs(self) -> list[tuple[int, int, np.ndarray | None]]:
+        """The dataset's rows as ``(a, b, values)``: ``values`` a flat view of the mapped file
+        holding exactly the values of rows ``[a, b)`` in chunk order (whole chunk rows lying back
+        to back in the file, every chunk column inside the width), or None where rows must be
+        read (``rows``) to see only their values (a partial chunk row or column). What a screen
+        that only needs the set of values (``padded_rows.all_finite``) reads without a copy."""
+        rows = self.shape[0]
+        if len(self.shape) != 2 or self.shape[1] % self.chunks[1]:
+            return [(0, rows, None)]
+        cr, k_all = self.chunks[0], self.table.shape[1]
+        out: list[tuple[int, int, np.ndarray | None]] = []
+        r, whole_rows = 0, rows // cr  # chunk rows inside the dataset
+        while r < whole_rows:
+            if not self._row_whole[r]:
+                out.append((r * cr, (r + 1) * cr, None))
+                r += 1
+                continue
+            e = min(int(self._run_end[r]), whole_rows - 1)
+            n = (e - r + 1) * k_all * math.prod(self.chunks)
+            flat = np.ndarray((n,), self.dtype, self.buffer, int(self.table[r, 0]))
+            out.append((r * cr, (e + 1) * cr, flat))
+            r = e + 1
+        if whole_rows * cr < rows:
+            out.append((whole_rows * cr, rows, None))
+        return out
+
     def _copy_run(self, r: int, m: int, dst: np.ndarray) -> None:
         """Whole chunk rows ``r .. r + m - 1`` (one ``[m, K, cr, cc]`` block in the file) into
         ``dst`` (``[m * cr, width]``)."""

@@ -169,21 +169,30 @@ SCREEN_BLOCK_BYTES = 1 << 20
 def all_finite(reader: RowReader) -> bool:
     """Whether every value of ``reader``'s (float) dataset is finite: one ``dot`` per ~1 MiB of
     rows (``RowScreen``'s test; a block that fails it is checked exactly, so a square that
-    overflows is no NaN/Inf here). A mapped dataset is read through its map, others by ``rows``.
+    overflows is no NaN/Inf here). A mapped dataset is read through its map, the whole chunk
+    rows of a chunked one too (``ChunkedRows.value_runs``), anything else by ``rows``.
 
     >>> from seqloader.sources.hdf_read import MappedRows
     >>> a = np.ones((5, 2), np.float32)
     >>> all_finite(MappedRows(a)), a.__setitem__((3, 1), np.inf), all_finite(MappedRows(a))
     (True, None, False)
     """
-    rows = reader.shape[0]
-    row_bytes = max(1, reader.dtype.itemsize * math.prod(reader.shape[1:]))
-    per = max(1, SCREEN_BLOCK_BYTES // row_bytes)
     array = getattr(reader, "array", None)  # a mapped dataset: its rows as views of the map
+    if array is not None:
+        runs = [(0, reader.shape[0], array.reshape(-1))]
+    else:
+        value_runs = getattr(reader, "value_runs", None)
+        runs = value_runs() if value_runs is not None else [(0, reader.shape[0], None)]
+    row_values = max(1, math.prod(reader.shape[1:]))
+    step = max(1, SCREEN_BLOCK_BYTES // (reader.dtype.itemsize * row_values))  # rows
     with np.errstate(over="ignore", invalid="ignore"):
-        for a in range(0, rows, per):
-            b = min(a + per, rows)
-            v = (reader.rows(a, b) if array is None else array[a:b]).reshape(-1)
-            if not math.isfinite(float(v.dot(v))) and not np.isfinite(v).all():
-                return False
+        for a, b, flat in runs:
+            for lo in range(a, b, step):
+                hi = min(lo + step, b)
+                if flat is None:
+                    v = reader.rows(lo, hi).reshape(-1)
+                else:
+                    v = flat[(lo - a) * row_values : (hi - a) * row_values]
+                if not math.isfinite(float(v.dot(v))) and not np.isfinite(v).all():
+                    return False
     return True
