@@ -1,9 +1,10 @@
-"""``epoch_wise_filter`` with a ``mix`` and ``ordering="random"`` in blocks
-(``seqloader.plan.indexed.mix_random_filter``; hypothesis, pure numpy): with blocks of a few
-slots, the kept set, the report's counts, the batches and every batch's slots are those of
-listing the sub-epoch's keyed order and filtering it as one bucket (``mix_filter.mix_kept``,
-``kept_of``, ``listed_cuts``), for one or two filters, many equal lengths or few. The plans'
-contracts and golden digests: ``test_plan_indexed_mix_filter.py``."""
+"""``epoch_wise_filter`` with a ``mix`` over one bucket (``random`` in blocks, ``default`` and
+``reverse`` masked by the kept set's rule; ``seqloader.plan.indexed.mix_random_filter``;
+hypothesis, pure numpy): with blocks of a few slots, the kept set, the report's counts, the
+batches and every batch's slots are those of listing the sub-epoch's order and filtering it as
+one bucket (``mix_filter.mix_kept``, ``kept_of``, ``listed_cuts``), for one or two filters, many
+equal lengths or few. The plans' contracts and golden digests:
+``test_plan_indexed_mix_filter.py``."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ from hypothesis import strategies as st
 from seqloader.plan import PlanOptions
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import cut_batcher
-from seqloader.plan.indexed.mix_cuts import listed_cuts
+from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
 from seqloader.plan.indexed.mix_filter import kept_of, mix_kept
-from seqloader.plan.indexed.mix_random_filter import RandomShardMix, kept_cut, order_kept
+from seqloader.plan.indexed.mix_random_filter import OneBucketShardMix, kept_cut, order_kept
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
+from seqloader.plan.options import Ordering
 
 
 def every_slot(table, draw) -> tuple[np.ndarray, np.ndarray]:
@@ -37,23 +39,25 @@ def every_slot(table, draw) -> tuple[np.ndarray, np.ndarray]:
     st.integers(1, 2),
     st.integers(1, 9),
     st.sampled_from([None, 3]),
+    st.sampled_from(["random", "default", "reverse"]),
     st.integers(0, 2**32 - 1),
 )
 def test_the_blocked_filter_plans_what_listing_the_order_plans(
-    n: int, top: int, means: list[float], parts: int, block: int, max_seqs: int | None, seed: int
-) -> None:
+    n: int, top: int, means: list[float], parts: int, block: int, max_seqs: int | None,
+    kind: str, seed: int,
+) -> None:  # fmt: skip
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, top + 1, size=n).astype(np.int64)
     wise = {(1, None): {"max_mean_len": means[0]}}
     if len(means) > 1:
         wise[(1, 2)] = {"max_mean_len": means[1]}
-    options = PlanOptions(ordering="random", mix={"a": 1.5, "b": 0.5}, partition_epoch=parts,
+    options = PlanOptions(ordering=kind, mix={"a": 1.5, "b": 0.5}, partition_epoch=parts,
                           max_frames=6 * top, max_seqs=max_seqs, seed=seed % 5,
                           epoch_wise_filter=wise, planning="indexed")  # fmt: skip
     planner = IndexedPlanner({"data": lengths}, options,
                              corpora=Corpora(("a", "b"), np.array([0, n // 3, n])))  # fmt: skip
     mix = planner.mix
-    assert isinstance(mix, RandomShardMix)
+    assert isinstance(mix, OneBucketShardMix)
     batcher, data = cut_batcher(planner._limits), {"data": lengths}
     for epoch in range(1, 2 * parts + 1):
         ep = EpochIndex(epoch, parts)
@@ -69,8 +73,13 @@ def test_the_blocked_filter_plans_what_listing_the_order_plans(
         left = ours.kept_set.corpus_left(mix.corpora)
         assert left.tolist() == np.bincount(mix.corpora.corpus_of(ref.left_out()[0]),
                                             minlength=2).tolist()  # fmt: skip
-        table, cut_draw = kept_cut(ours.kept_set, batcher, data)
-        listed = draw.bucket_slots(0, np.arange(size, dtype=np.int64))
+        if kind == "random":
+            table, cut_draw = kept_cut(ours.kept_set, batcher, data)
+            listed = draw.bucket_slots(0, np.arange(size, dtype=np.int64))
+        else:  # the planner's cut: the listed order masked by the rule
+            mix._kept = (epoch, ours)  # the kept set of this block size
+            table, cut_draw = mix.listed_cut(ep, parts, Ordering(kind), batcher, data)
+            listed = listed_part(mix, ep, parts, Ordering(kind), lengths)
         ref_table, ref_draw = listed_cuts(*kept_of(ref, *listed), batcher, data)
         assert np.array_equal(table.bounds, ref_table.bounds)
         for a, b in zip(every_slot(table, cut_draw), every_slot(ref_table, ref_draw), strict=True):

@@ -1,5 +1,5 @@
 """``epoch_wise_filter`` with a ``mix`` and ``ordering="random"`` (``distribution="shard"`` or
-``"random_seed_offset"``, unchunked), in blocks.
+``"random_seed_offset"``, unchunked), in blocks; ``default`` and ``reverse`` by the same rule.
 
 The meaning is ``mix_filter``'s: sub-epoch ``e``'s ``(sequence, corpus epoch)`` slots, each
 ``max_mean_len`` keeping in turn the shortest by (length, sequence, corpus epoch) (RETURNN's
@@ -18,7 +18,9 @@ blocks, keeps what the rule keeps and cuts it greedily (a block's last batch car
 next: greedy batching is memoryless); a batch's draw reads the keyed positions from its first
 kept slot to the next batch's (``KeptCutDraw``). Time O(slots / P) per rank per filtered
 sub-epoch (three passes, one keyed); memory a block, the distinct lengths, the batch bounds.
-The plans are those of listing the order (the same kept set, order and cuts).
+The plans are those of listing the order (the same kept set, order and cuts). ``default`` and
+``reverse`` (one bucket too) list the sub-epoch's slots as unfiltered and keep what the rule
+keeps (``OneBucketShardMix.listed_cut``), nothing listed again or matched.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ from seqloader.plan.admission import (
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.mix import MixDraw
+from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
 from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.mix_kind import Cut, ShardMix
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import USES_DTYPE, Corpora
+from seqloader.plan.options import Ordering
 
 #: slots read at once by the passes (memory: a dozen int64 arrays of this size)
 FILTER_BLOCK = 1 << 18
@@ -278,9 +282,11 @@ def _bounds(
     return batcher.bounds_of({k: np.asarray(lengths[k][seqs], dtype=np.int64) for k in keys})
 
 
-class RandomShardMix(ShardMix):
-    """``ShardMix`` with ``random`` unchunked: a filtered sub-epoch's kept set as a rule
-    (``order_kept``), its kept slots cut in blocks (``kept_cut``), per-corpus counts by a pass."""
+class OneBucketShardMix(ShardMix):
+    """``ShardMix`` over a one-bucket index (``random``, ``default``, ``reverse`` unchunked): a
+    filtered sub-epoch's kept set as a rule (``order_kept``), per-corpus counts by a pass;
+    ``random``'s kept slots cut in blocks (``kept_cut``), a fixed order's listed slots masked by
+    the rule (the listing those orders make anyway, nothing listed again or matched)."""
 
     def kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
         if self.wise is None:
@@ -300,6 +306,17 @@ class RandomShardMix(ShardMix):
         if not isinstance(kept, OrderKept) or kept.kept_set is None:
             return super().random_cut(ep, parts, batcher, lengths)
         return kept_cut(kept.kept_set, batcher, lengths)
+
+    def listed_cut(
+        self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
+        lengths: Mapping[str, np.ndarray], rng: np.random.Generator | None = None,
+    ) -> Cut:  # fmt: skip
+        kept = self.kept(ep, parts)
+        if not isinstance(kept, OrderKept) or kept.kept_set is None:
+            return super().listed_cut(ep, parts, ordering, batcher, lengths, rng)
+        seqs, uses = listed_part(self, ep, parts, ordering, np.asarray(self._lengths), rng)
+        keep = kept.kept_set.keeps(seqs, uses)
+        return listed_cuts(seqs[keep], uses[keep], batcher, lengths)
 
     def _left_per_corpus(self, ep: EpochIndex, parts: int, count: np.ndarray) -> np.ndarray:
         kept = self.kept(ep, parts)

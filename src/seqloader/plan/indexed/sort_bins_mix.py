@@ -40,7 +40,7 @@ from seqloader.plan.indexed.mix_kind import (
     mix_filter,
     shard_mix,
 )
-from seqloader.plan.indexed.mix_random_filter import RandomShardMix
+from seqloader.plan.indexed.mix_random_filter import OneBucketShardMix
 from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
@@ -49,6 +49,9 @@ from seqloader.plan.seeding import PURPOSE_FIXED_ORDER, PURPOSE_INDEXED_ORDER, r
 
 if TYPE_CHECKING:
     from seqloader.plan.indexed.corpus import AdmittedCorpus
+
+#: the orderings whose mix streams over one bucket of the admitted sequences (unchunked)
+ONE_BUCKET = ("random", "default", "reverse")
 
 
 class SortBinsMix(ShardMix):
@@ -119,12 +122,12 @@ def sharded_mix(
     seed: int, mix: Mapping[str, float | Fraction | str], corpora: Corpora, corpus: AdmittedCorpus
 ) -> MixKind:
     """The mix of a sharded indexed plan: ``SortBinsMix`` for ``sort_bin_shuffle[_x2]``
-    (chunked: ``ChunkedSortBinsMix``), ``RandomShardMix`` for ``random`` unchunked (its
-    filtered sub-epochs in blocks), else ``shard_mix``'s."""
+    (chunked: ``ChunkedSortBinsMix``), ``OneBucketShardMix`` for ``random``, ``default`` and
+    ``reverse`` unchunked (their filtered sub-epochs kept by a rule), else ``shard_mix``'s."""
     options = corpus.options
-    if options.parsed_ordering.kind == "random" and corpus.units is None:
+    if options.parsed_ordering.kind in ONE_BUCKET and corpus.units is None:
         streams = (seed, mix, corpora, corpus.index, corpus.order_by, corpus.admits)
-        return RandomShardMix(*streams, mix_filter(corpus))
+        return OneBucketShardMix(*streams, mix_filter(corpus))
     if options.parsed_ordering.kind not in SORT_BIN_KINDS:
         return shard_mix(seed, mix, corpora, corpus)
     # the sorted index (chunked: by length, the length classes) and what it sorts by; with a
