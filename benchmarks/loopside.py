@@ -26,6 +26,13 @@ wrapped in a timer (``time.perf_counter_ns`` around the call, ~0.1-0.3 µs of it
 - off the training thread, for comparison: ``unpickle`` (the receiving thread builds the
   ``Batch`` from a worker's message; ``ForkingPickler.loads``).
 
+``--cpu`` times with the training thread's own CPU clock (``time.thread_time_ns``) instead of
+the wall clock: what the loader's code costs that thread, robust to the machine's load (a
+descheduled thread's wait is not counted); ``--bare`` wraps no piece and gives only the loop's
+whole ``next()`` (each wrapper costs a few µs of its own). A piece called for fewer than 9 in 10
+batches (``release``, every other; ``fold``; the first batch's ``count_handed``) is given as its
+total over the batches.
+
 Unpickling and pinning are not in the training thread (the receiving thread, or torch's
 pin-memory thread with ``pin_memory=True``). Each configuration runs in a fresh process; medians
 over batches, then the median over ``--reps`` interleaved repetitions.
