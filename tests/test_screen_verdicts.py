@@ -443,3 +443,53 @@ def test_prepares_screen_reads_every_value_of_a_chunked_dataset(
         assert all_finite(reader) == bool(np.isfinite(values).all())
     finally:
         opened.close()
+
+
+def _two_chunked(path: str, lens: list[int], inputs_first: bool, nan_row: int | None) -> None:
+    """A RETURNN file whose ``inputs`` is chunked, beside a finite chunked dataset of the same
+    size: created first or second, so that two such files have the same size and other chunk
+    offsets (``inputs`` where the other one's chunks lie in the other file)."""
+    rows = sum(lens)
+    values = np.random.default_rng(0).standard_normal((rows, 4)).astype(np.float32)
+    if nan_row is not None:
+        values[nan_row, 2] = np.nan
+    names = ["inputs", "other"] if inputs_first else ["other", "inputs"]
+    with h5py.File(path, "w") as f:
+        made = {
+            n: f.create_dataset(n, (rows, 4), "f4", chunks=(3, 4), maxshape=(None, 4))
+            for n in names
+        }
+        made["inputs"][...] = values
+        made[names[1] if inputs_first else names[0]][...] = 1.0
+        f.create_dataset("seqLengths", data=np.stack([lens, lens], axis=1).astype(np.int32))
+        f.create_dataset("seqTags", data=np.array([f"s{i}".encode() for i in range(len(lens))]))
+        f.create_dataset("targets/data/classes", data=np.zeros(rows, np.int32))
+        f.create_group("targets/size").attrs["classes"] = [1000, 1]
+        f.create_group("targets/labels")
+
+
+def test_a_file_rewritten_with_its_mtime_kept_is_not_read_through_an_old_chunk_index(
+    tmp_path, settled
+) -> None:
+    """A chunked file rewritten in place with its size and mtime kept (only its ctime moves) in
+    a process that indexed its chunks before: the screen (and the batches) read the new file's
+    chunks, not the old offsets, so a NaN in it gets no "clean" verdict that a later process
+    (indexing afresh) would trust while serving the NaN."""
+    from seqloader.sources import hdf_chunks
+
+    path, index, lens = tmp_path / "c.hdf", tmp_path / "idx", [5, 7, 4, 8]
+    _two_chunked(str(path), lens, True, None)
+    _two_chunked(str(tmp_path / "new.hdf"), lens, False, 10)  # a NaN in sequence 1 (rows 5-11)
+    assert path.stat().st_size == (tmp_path / "new.hdf").stat().st_size
+    assert sl.prepare(sl.HDFSource(path, index_dir=index)).built  # clean: a verdict
+    before = path.stat()
+    path.write_bytes((tmp_path / "new.hdf").read_bytes())  # in place: same inode, same size
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    again = sl.prepare(sl.HDFSource(path, index_dir=index))
+    (entry,) = [s for s in again.stores if s.kind.startswith(screen_verdicts.KIND)]
+    assert entry.path is None and "NaN/Inf" in entry.note
+    hdf_chunks._INDEXES.clear()  # a later process: indexes the file's chunks afresh
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        (message,) = one_pass(str(path), index, [np.arange(4)])
+    assert message.startswith("sequence 1 (tag 's1')")

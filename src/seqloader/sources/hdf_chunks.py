@@ -8,9 +8,11 @@ offsets HDF5 reports; with those offsets indexed once per process, a sequence is
 out of an mmap of the file (same bytes, ~1.5x faster).
 
 The index costs ~8 bytes and ~1.3 µs per chunk to build (``DatasetID.chunk_iter``). Indexes are
-cached per process by file identity (path, inode, size, mtime), and ``index_files`` builds them in
-the trainer process before DataLoader workers fork, so forked workers inherit them (copy-on-write)
-instead of each paying the build before its first batch; spawned workers build their own.
+cached per process by file identity (path, inode, size, mtime and ctime: a file rewritten in place
+with its size and mtime restored may have other chunk offsets, and only its ctime says so), and
+``index_files`` builds them in the trainer process before DataLoader workers fork, so forked
+workers inherit them (copy-on-write) instead of each paying the build before its first batch;
+spawned workers build their own.
 Datasets with more than ``MAX_INDEXED_CHUNKS`` chunks, filters (compression), non-native byte
 order, other than 1 or 2 axes, or unallocated chunks (fill values) are left to h5py.
 """
@@ -203,14 +205,22 @@ class ChunkedRows(RowReader):
         return raw.view(self.dtype)[..., 0]
 
 
-# (path, device, inode, size, mtime_ns, dataset name) -> index, or None: "use h5py"
+# (path, device, inode, size, mtime_ns, ctime_ns, dataset name) -> index, or None: "use h5py"
 _INDEXES: dict[tuple, np.ndarray | None] = {}
 _INDEXED_FILES: dict[tuple, int] = {}  # file identity -> datasets indexed (by index_files)
 
 
 def _file_key(path: str) -> tuple:
     st = os.stat(path)
-    return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    # ctime too: no writer can set it, so a rewrite that restores size and mtime still moves it
+    return (
+        os.path.realpath(path),
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    )
 
 
 def cached_chunk_index(path: str, dset: h5py.Dataset) -> np.ndarray | None:
