@@ -20,7 +20,7 @@ from seqloader.cli.cache import FORMATS
 from seqloader.cli.main import main
 from seqloader.errors import DataWarning
 from seqloader.loading import bucket_store
-from seqloader.sources import hdf_store, node_cache
+from seqloader.sources import hdf_store, node_cache, screen_verdicts
 from seqloader.sources.columns import ColumnStore, StaleFormat, open_or_build, write_store
 from seqloader.trainer import duplicate_store
 from test_prepare import FLAGS, OPTIONS, cache, corpus, run  # noqa: F401 - the fixture
@@ -153,3 +153,25 @@ def test_a_damaged_column_of_a_prepared_store_is_rebuilt(prepared, tmp_path):
     with pytest.warns(DataWarning, match="column 'starts'"):
         report = sl.prepare(src, **OPTIONS)
     assert [s.kind for s in report.built] == ["duplicate-tag verdict"]
+
+
+def test_superseded_keeps_this_versions_screen_verdict(cache, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """The NaN/Inf screen's verdict that ``seqloader prepare`` keeps records its format too:
+    ``--superseded`` keeps it over a newer verdict of another version's format and over a newer
+    one that records none (it used to keep the newest of them), and the next prepare finds it."""
+    monkeypatch.setattr(screen_verdicts, "now", lambda: time.time() + 60)  # the file is settled
+    monkeypatch.setattr(screen_verdicts, "MIN_BYTES", 0)  # the tiny dataset gets a verdict
+    sl.write_hdf(hdf_file(tmp_path), corpus())
+    assert main(["prepare", hdf_file(tmp_path), *FLAGS]) == 0
+    (verdict,) = [s for s in node_cache.list_stores() if s.about.startswith(screen_verdicts.KIND)]
+    assert verdict.format == screen_verdicts.FORMAT and verdict.format in FORMATS
+    an_hour_ago = time.time() - 3600
+    os.utime(verdict.path, (an_hour_ago, an_hour_ago))
+    other = another_versions_copy(verdict.path, "seqloader-nonfinite-screen/0 verdict/1")
+    unsaid = another_versions_copy(other, "")  # an earlier seqloader's: no format recorded
+    capsys.readouterr()
+    code, out, _ = run(capsys, "cache", "--clean", "--superseded", "--json")
+    assert code == 0 and set(json.loads(out)["removed"]) == {other, unsaid}
+    assert os.path.exists(verdict.path)
+    code, out, _ = run(capsys, "prepare", hdf_file(tmp_path), *FLAGS)
+    assert code == 0 and "everything was there" in out

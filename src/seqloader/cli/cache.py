@@ -11,7 +11,7 @@ from seqloader.cli.options import add_command, add_output_options, non_negative_
 from seqloader.cli.output import human, print_json
 from seqloader.loading import bucket_store
 from seqloader.shards.source import INDEX_VERSION
-from seqloader.sources import concat_store, hdf_store
+from seqloader.sources import concat_store, hdf_store, screen_verdicts
 from seqloader.sources.node_cache import (
     CachedStore,
     cache_root,
@@ -31,6 +31,7 @@ FORMATS = frozenset(
         hdf_store.STORE_VERSION,
         concat_store.STORE_VERSION,
         INDEX_VERSION,
+        screen_verdicts.FORMAT,
     }
 )
 

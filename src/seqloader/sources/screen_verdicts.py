@@ -72,6 +72,9 @@ from seqloader.sources.node_cache import about
 
 #: the screen's version in each verdict's identity (a changed screen gets new verdicts)
 SCREEN_VERSION = "seqloader-nonfinite-screen/1"
+#: the verdict stores' format (their columns and meta under this screen), written into their
+#: header: ``seqloader cache --clean --superseded`` keeps this one over another version's
+FORMAT = f"{SCREEN_VERSION} verdict/1"
 #: a file whose mtime or ctime is younger than this when opened gets no verdict (see above)
 SETTLE_S = 2.0
 #: what ``seqloader cache`` lists these stores as
@@ -192,7 +195,7 @@ class FileVerdicts:
         union = None
         for part in sorted(glob.glob(glob.escape(head) + "*.cols")):
             try:
-                store = ColumnStore(part, identity)
+                store = ColumnStore(part, identity, FORMAT)
             except DamagedStore as e:
                 warnings.warn(
                     f"{KIND} {e.path!r} (a part), column {e.column!r}: its contents differ from "
@@ -227,7 +230,9 @@ class FileVerdicts:
         }
         column = np.ascontiguousarray(clean, dtype=np.uint8)
         try:
-            write_store(f"{head}{self.token}.cols", identity, {"clean": column}, meta)
+            write_store(
+                f"{head}{self.token}.cols", identity, {"clean": column}, meta, format=FORMAT
+            )
         except OSError:
             return False
         return True
@@ -246,7 +251,7 @@ class FileVerdicts:
             return False
         path, identity = self.store_path(dataset, dtype, shape)
         try:
-            store = ColumnStore(path, identity)
+            store = ColumnStore(path, identity, FORMAT)
         except DamagedStore as e:
             warnings.warn(
                 f"{KIND} {e.path!r}, column {e.column!r}: its contents differ from what was "
@@ -275,7 +280,7 @@ class FileVerdicts:
             "about": about(f"{KIND}: {dataset!r} of {self.path}"),
         }
         try:
-            open_or_build(path, identity, lambda: ({"rows": rows}, meta))
+            open_or_build(path, identity, lambda: ({"rows": rows}, meta), format=FORMAT)
         except OSError:
             return False
         return True
