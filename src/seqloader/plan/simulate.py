@@ -213,7 +213,7 @@ def _rank_epoch(
     if share.uses is not None:  # a use is counted once, at its first unit
         first = units.use_starts(share)
         uses.slots.setdefault(ep.full_epoch, []).append((share.seqs[first], share.uses[first]))
-    lengths = planner.lengths
+    lengths = _drawn_lengths(planner, share, ep.full_epoch)
     items = worker_items(len(share), num_workers)
     workers = tuple(load_of(share.take(ids), lengths, units, packed) for ids in items)
     files = None if planner.files is None else len(planner.rank_files(plan, rank))
@@ -255,6 +255,21 @@ def _per_rank_once(planner: Planner, groups: list[_Uses], epochs_sim: list[Epoch
     admitted = units.admitted(planner.admission.admitted)
     ok, found = ranks_verdict(units, admitted, ranks, left_out, dropped)
     return Finding(name, ok, ("" if not ok else own + ": ") + "; ".join(found))
+
+
+def _drawn_lengths(planner: Planner, share: BatchList, full_epoch: int) -> np.ndarray:
+    """The length key's lengths ``share`` is batched and read at: with length variants each
+    sequence's variant of this full epoch (an indexed plan's slots carry it, global planning
+    draws it per full epoch, ``epoch_lengths``), else the source's (the longest variant's)."""
+    lengths = planner.lengths
+    if share.variants is not None:  # indexed: the class draw's table, or the per-sequence one's
+        classes = getattr(planner, "variants", None)
+        table = classes.table if classes is not None else getattr(planner, "drawn", None)
+        lengths = np.array(lengths, dtype=np.int64)
+        lengths[share.seqs] = np.asarray(table)[share.variants, share.seqs]
+    elif getattr(planner, "variants", None) is not None and hasattr(planner, "epoch_lengths"):
+        lengths = planner.epoch_lengths(full_epoch)[planner.length_key]
+    return np.asarray(lengths)
 
 
 def _steps_finding(step_problems: list[str], epochs_sim: list[EpochSim]) -> Finding:
@@ -305,7 +320,13 @@ def _same(a: BatchList, b: BatchList) -> bool:
         np.array_equal(a.seqs, b.seqs)
         and np.array_equal(a.bounds, b.bounds)
         and np.array_equal(a.real, b.real)
+        and _same_variants(a.variants, b.variants)
     )
+
+
+def _same_variants(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    """Both without length variants, or the same variant in every slot."""
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
 def _exactly_once(
