@@ -224,10 +224,10 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
     variants = LengthVariants(
         {"data": np.stack([lengths["data"] - 1, lengths["data"]])}, ("a", "b")
     )
-    # indexed for laplace and buckets:N (test_speed_plan_indexed), global for the rest
+    # indexed for every ordering (test_speed_plan_indexed), global with chunking (and the rest)
     assert resolved_for(PlanInputs(lengths, auto, variants=variants)) == "indexed"
-    fixed = replace(auto, ordering="sorted")
-    assert resolved_for(PlanInputs(lengths, fixed, variants=variants)) == "global"
+    chunked = replace(auto, chunking="3:2")
+    assert resolved_for(PlanInputs(lengths, chunked, variants=variants)) == "global"
     # a sort key of the source's own with a sorted order (RETURNN's order_lengths): indexed
     # sorts by it, chunked, over files and with a mix too (test_plan_indexed_own_sort_key)
     sorted_auto = replace(auto, ordering="sorted")

@@ -101,7 +101,7 @@ def test_sorting_orderings_sort_by_the_drawn_lengths():
     variants = speed_variants(base)
     planner = make_planner(
         {"data": variants.longest("data")},
-        PlanOptions(max_frames=10**6, ordering="sorted", seed=4),
+        PlanOptions(max_frames=10**6, ordering="sorted", seed=4, planning="global"),
         variants=variants,
     )
     exact = variants.at(4, 0, {"data": variants.longest("data")})["data"]
@@ -306,8 +306,8 @@ def test_reading_without_the_plan_and_conflicting_options_are_refused(corpus):
     for owner in ("LhotseSource", "HFSource", "ShardSource"):  # read no variants: say so
         with pytest.raises(OptionError, match=rf"{owner}: speed=SpeedPerturb.*AudioSource only"):
             parse_options(owner, None, {"speed": SPEED})
-    with pytest.raises(OptionError, match=r"length variants .*ordering='sorted'"):
-        sl.SeqLoader(src, max_frames=500, planning="indexed", ordering="sorted")
+    with pytest.raises(OptionError, match=r"length variants .*chunking"):
+        sl.SeqLoader(src, max_frames=500, planning="indexed", chunking="50:25")
 
 
 def test_a_returnn_view_of_listed_sequences_passes_their_variants_on(corpus):

@@ -73,6 +73,11 @@ SEEN: dict[tuple[int, int], dict[int, int]] = {}
     uneven=st.sampled_from(["split", "pad", "drop"]),
 )
 def test_variant_plans_hold_every_contract(lengths, seed, ordering, distribution, parts, uneven):
+    check_contracts(lengths, seed, ordering, distribution, parts, uneven, [0.4, 0.5])
+
+
+def check_contracts(lengths, seed, ordering, distribution, parts, uneven, fractions) -> None:
+    """``check_plan_contracts`` with resume chains 3 -> 2 -> 4 and ``check_variants``."""
     base = np.asarray(lengths, dtype=np.int64)
     options = {"max_frames": 1200, "max_seqs": 9, "ordering": ordering, "seed": seed,
                "partition_epoch": parts, "uneven": uneven, "distribution": distribution}  # fmt: skip
@@ -80,11 +85,60 @@ def test_variant_plans_hold_every_contract(lengths, seed, ordering, distribution
     check_plan_contracts(
         lambda: planner_of(base, **options),
         [3, 2, 4],
-        [0.4, 0.5],
+        fractions,
         epochs=list(range(1, 2 * parts + 1)),
         workers=(),
         each_plan=check_variants,
     )
+
+
+SORTING = ["sorted", "sorted_reverse", "sort_bin_shuffle:.3", "sort_bin_shuffle_x2:3"]
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 300), min_size=1, max_size=60),
+    seed=st.integers(0, 1000),
+    ordering=st.sampled_from(SORTING),
+    distribution=st.sampled_from(["shard", "random_seed_offset"]),
+    parts=st.integers(1, 2),
+    uneven=st.sampled_from(["split", "pad", "drop"]),
+)
+def test_sorting_variant_plans_hold_every_contract(lengths, seed, ordering, distribution, parts,
+                                                   uneven):  # fmt: skip
+    check_contracts(lengths, seed, ordering, distribution, parts, uneven, [0.5])
+
+
+@pytest.mark.parametrize("ordering", SORTING)
+def test_sorting_orders_sort_by_the_class_draws_lengths(ordering):
+    """The sorting orders read the class draw's full epoch laid out by drawn length: ``sorted``
+    ascends, ``sorted_reverse`` descends, ``sort_bin_shuffle`` emits bins of it; each variant
+    balanced within a class and a new draw each full epoch."""
+    base = np.random.default_rng(3).integers(20, 120, 600)
+    planner = planner_of(base, max_frames=1500, ordering=ordering, seed=4, partition_epoch=2)
+    drawn = []
+    for full in (0, 1):
+        b = [planner.global_plan(2 * full + part, 1).batches for part in (1, 2)]
+        seqs = np.concatenate([x.seqs for x in b])
+        v = np.concatenate([x.variants for x in b])
+        assert sorted(seqs.tolist()) == list(range(len(base)))
+        got = planner.drawn[v, seqs]
+        if ordering == "sorted":
+            assert (np.diff(got) >= 0).all()
+        elif ordering == "sorted_reverse":
+            assert (np.diff(got) <= 0).all()
+        else:
+            assert not (np.diff(got) >= 0).all()  # bins emitted in a keyed order
+        per = np.zeros(len(base), dtype=np.int64)
+        per[seqs] = v
+        classes = planner.corpus.sorted_variants
+        members = np.asarray(classes.index.members)
+        for c in range(len(classes.sizes)):
+            start, end = classes.index.starts[c : c + 2]
+            counts = np.bincount(per[members[start:end]], minlength=3)
+            assert counts.max() - counts.min() <= 1
+        drawn.append(per)
+    assert not (drawn[0] == drawn[1]).all()
 
 
 def test_each_full_epoch_draws_every_variant_evenly_and_anew():
@@ -161,13 +215,14 @@ def test_batches_sort_and_bucket_by_the_drawn_length_not_the_longest():
     assert planner.global_plan(1, 1).steps < slowest.global_plan(1, 1).steps
 
 
-def test_auto_plans_variants_indexed_for_laplace_and_buckets_and_global_otherwise():
+def test_auto_plans_variants_indexed_for_every_ordering():
     base = np.arange(10, 40, dtype=np.int64)
     variants = speed_variants(base)
     lengths = {"data": variants.longest("data")}
     for ordering, want in [("laplace:.5", "indexed"), ("buckets:3", "indexed"),
-                           ("default", "indexed"), ("random", "indexed"), ("sorted", "global"),
-                           ("sort_bin_shuffle:.4", "global")]:  # fmt: skip
+                           ("default", "indexed"), ("random", "indexed"), ("sorted", "indexed"),
+                           ("sorted_reverse", "indexed"), ("sort_bin_shuffle:.4", "indexed"),
+                           ("sort_bin_shuffle_x2", "indexed")]:  # fmt: skip
         options = PlanOptions(max_frames=500, ordering=ordering)
         got = resolve_planning(PlanInputs(lengths, options, variants=variants)).options.planning
         assert got == want, ordering
@@ -176,7 +231,7 @@ def test_auto_plans_variants_indexed_for_laplace_and_buckets_and_global_otherwis
 @pytest.mark.parametrize(
     ("option", "value", "named"),
     [
-        ("ordering", "sorted", "ordering='sorted'"),
+        ("distribution", "files", "distribution='files'"),
         ("chunking", "50:25", "chunking"),
         ("epoch_wise_filter", {(1, 1): {"max_mean_len": 20}}, "epoch_wise_filter"),
         ("max_frames", {"data": 500}, "per-key max_frames"),
@@ -215,6 +270,13 @@ CASES = {
     "random_seed_offset random W2 pad": {
         "options": {"ordering": "random", "max_frames": 1500, "max_seqs": 7, "seed": 2,
                     "distribution": "random_seed_offset", "uneven": "pad"}, "world": 2},
+    "sorted_reverse partition 2 W3 split elastic -> W2": {
+        "options": {"ordering": "sorted_reverse", "max_frames": 2000, "seed": 6,
+                    "partition_epoch": 2}, "world": 3, "elastic": (2, 2)},
+    "random_seed_offset sort_bin_shuffle_x2:3 W2 pad": {
+        "options": {"ordering": "sort_bin_shuffle_x2:3", "max_frames": 1500, "max_seqs": 7,
+                    "seed": 4, "distribution": "random_seed_offset", "uneven": "pad"},
+        "world": 2},
 }  # fmt: skip
 GOLDEN = {
     "laplace:.8 W3 split elastic -> W2": (
@@ -231,6 +293,12 @@ GOLDEN = {
     ),
     "random_seed_offset random W2 pad": (
         "7cb54c8c059ec1c60551c4792a39c6969aef08513ef76fb5d13415f74071b4dd"
+    ),
+    "sorted_reverse partition 2 W3 split elastic -> W2": (
+        "9aabf47b9d6b4fb42f239734e1e81799601993ad7fb0c88eeb284b1343964c05"
+    ),
+    "random_seed_offset sort_bin_shuffle_x2:3 W2 pad": (
+        "ccbebae7ecf482bd7380e83f28e48e24666c84f90246a56fe693614420c886d5"
     ),
 }
 

@@ -65,13 +65,14 @@ from seqloader.plan.indexed.fixed_chunks import Chunking, chunked_cuts, chunked_
 from seqloader.plan.indexed.histogram import BucketIndex, build_bucket_index, length_counts
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, order_index_kind
 from seqloader.plan.indexed.variants import VariantClasses, key_table
+from seqloader.plan.indexed.variants_sorted import SORTED_VARIANT_KINDS, ValueClasses
 from seqloader.plan.inputs import PlanInputs, refuse_clashes
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.variants import VARIANTS_REFUSED
 
 #: the orderings indexed planning plans length variants with (the bucketed ones by classes,
 #: ``seqloader.plan.indexed.variants``; the others by per-epoch greedy cuts of the drawn lengths)
-VARIANT_KINDS = ("laplace", "buckets", "default", "reverse", "random")
+VARIANT_KINDS = ("laplace", "buckets", "default", "reverse", "random", *SORTED_VARIANT_KINDS)
 _BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
 
 
@@ -120,10 +121,15 @@ def refuse_variants(inputs: PlanInputs) -> None:
         ("per-key max_frames", isinstance(o.max_frames, Mapping)),
         ("max_packed_frames", o.max_packed_frames is not None),
         ("a prebuilt bucket index", inputs.index is not None),
+        (
+            "a source's own sort key with a sorting ordering",
+            kind in SORTED_VARIANT_KINDS and own_sort_key(inputs) is not None,
+        ),
     ]
     fix = (
         "with planning='indexed' they plan with ordering 'laplace', 'buckets:N', 'default', "
-        "'reverse' or 'random' and distribution 'shard' or 'random_seed_offset'; " + fix
+        "'reverse', 'random', 'sorted', 'sorted_reverse' or 'sort_bin_shuffle[_x2]' and "
+        "distribution 'shard' or 'random_seed_offset'; " + fix
     )
     refuse_clashes(inputs.origin, what, clashes, fix)
     n = len(next(iter(inputs.lengths.values()))) if inputs.lengths else 0
@@ -331,10 +337,15 @@ class AdmittedCorpus:
         #: the fixed orders and ``random``: the length key's lengths per variant ``[F, n]``,
         #: drawn per sequence (``variant_of``) and cut greedily each epoch; None otherwise
         self.drawn: np.ndarray | None = None
+        #: the sorting orders: the class draw with one bucket per length value (the epoch's
+        #: units sorted by drawn length, ``seqloader.plan.indexed.variants_sorted``)
+        self.sorted_variants: ValueClasses | None = None
         if inputs.variants is None:
             return index
         table = key_table(inputs.variants, self.length_key, self.lengths)
         self.extra += inputs.variants.digest()
+        if self.options.parsed_ordering.kind in SORTED_VARIANT_KINDS:
+            self.sorted_variants = ValueClasses(table, self.mask, self.options, self.budget)
         if self.fixed or self.random:
             self.drawn = table
             return index

@@ -97,7 +97,8 @@ from seqloader.plan.indexed.plan import (
 from seqloader.plan.indexed.random_order import RankBatchOrder
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, drawn_order
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
-from seqloader.plan.indexed.variants import VariantCodes
+from seqloader.plan.indexed.variants import VariantCodes, VariantLengths
+from seqloader.plan.indexed.variants_sorted import sorted_order
 from seqloader.plan.indexed.variants_units import DrawnDraw, DrawnLengths, DrawnUnits, VariantUnits
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
@@ -355,9 +356,15 @@ class IndexedPlanner:
     def _cut_order(self, ep: EpochIndex) -> tuple[Callable[[np.ndarray], np.ndarray], int, int]:
         """The fixed or random ordering's full-epoch sequence order and sub-epoch ``ep``'s part
         of it (first and end position)."""
-        if self._random:
-            words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
-            order: Callable[[np.ndarray], np.ndarray] = drawn_order(
+        words = (*self.head, PURPOSE_INDEXED_ORDER, self.seed_epoch(ep))
+        classes = self.corpus.sorted_variants
+        if classes is not None:  # sorted by the drawn lengths (``indexed.variants_sorted``)
+            ordering, full = self.options.parsed_ordering, ep.full_epoch
+            order: Callable[[np.ndarray], np.ndarray] = sorted_order(
+                classes, self.options.seed, full, ordering, words
+            )
+        elif self._random:
+            order = drawn_order(
                 self.corpus.order_index(),
                 self.planned,
                 self.options.parsed_ordering,
@@ -381,6 +388,10 @@ class IndexedPlanner:
         With length variants, sub-epoch ``ep``'s: cut on its full epoch's drawn lengths, the
         draw's slots coded with their variants (``DrawnDraw``)."""
         batcher = cut_batcher(self._limits)
+        if self.corpus.sorted_variants is not None:  # the order's units are codes already
+            table_f = VariantLengths(self.corpus.sorted_variants.table)
+            lengths = {**self._batch_lengths, self.length_key: table_f}
+            return self.planned.greedy_cut(order, lo, hi, batcher, lengths)  # type: ignore[arg-type]
         if self.drawn is None or ep is None:
             return self.planned.greedy_cut(order, lo, hi, batcher, self._batch_lengths)
         seed, full = self.options.seed, ep.full_epoch

@@ -98,7 +98,7 @@ class VariantClasses:
     ) -> None:
         self.table, self.count = table, int(np.shape(table)[0])
         values, counts = _pooled_counts(table, mask)
-        self.edges = histogram_edges(options, budget, values, counts)
+        self.edges = self._edges(options, budget, values, counts)
         n_buckets = len(self.edges) + 1
         bucket = np.searchsorted(self.edges, values, side="right")
         self.longest = np.zeros(n_buckets, dtype=np.int64)
@@ -107,6 +107,12 @@ class VariantClasses:
         self.index = build_bucket_index(keys, np.arange(1, len(self.buckets)), mask)
         self.sizes = np.asarray(self.index.counts, dtype=np.int64)  # [C] members per class
         self._kept: tuple[tuple[int, int], VariantEpoch] | None = None
+
+    def _edges(
+        self, options: PlanOptions, budget: int | None, values: np.ndarray, counts: np.ndarray
+    ) -> np.ndarray:
+        """The epoch buckets' edges from the pooled histogram (``histogram_edges``)."""
+        return histogram_edges(options, budget, values, counts)
 
     def _class_keys(
         self, table: np.ndarray, mask: np.ndarray | None, n_buckets: int
