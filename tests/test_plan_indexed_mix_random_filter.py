@@ -12,23 +12,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqloader.plan import PlanOptions
+from mix_filter_cases import every_listed, filtered_mix
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import cut_batcher
 from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
 from seqloader.plan.indexed.mix_filter import kept_of, mix_kept
 from seqloader.plan.indexed.mix_random_filter import OneBucketShardMix, kept_cut, order_kept
-from seqloader.plan.indexed.planner import IndexedPlanner
-from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering
 
 
 def every_slot(table, draw) -> tuple[np.ndarray, np.ndarray]:
-    sizes = np.diff(np.asarray(table.bounds))
-    g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-    pos = np.arange(int(sizes.sum()), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    seqs, uses = draw.slots(g, pos)
-    return np.asarray(seqs), np.asarray(uses, dtype=np.int64)
+    return every_listed(draw, np.diff(np.asarray(table.bounds)))
 
 
 @settings(max_examples=25, deadline=None)
@@ -46,16 +40,7 @@ def test_the_blocked_filter_plans_what_listing_the_order_plans(
     n: int, top: int, means: list[float], parts: int, block: int, max_seqs: int | None,
     kind: str, seed: int,
 ) -> None:  # fmt: skip
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(1, top + 1, size=n).astype(np.int64)
-    wise = {(1, None): {"max_mean_len": means[0]}}
-    if len(means) > 1:
-        wise[(1, 2)] = {"max_mean_len": means[1]}
-    options = PlanOptions(ordering=kind, mix={"a": 1.5, "b": 0.5}, partition_epoch=parts,
-                          max_frames=6 * top, max_seqs=max_seqs, seed=seed % 5,
-                          epoch_wise_filter=wise, planning="indexed")  # fmt: skip
-    planner = IndexedPlanner({"data": lengths}, options,
-                             corpora=Corpora(("a", "b"), np.array([0, n // 3, n])))  # fmt: skip
+    rng, lengths, options, planner = filtered_mix(n, top, means, parts, max_seqs, kind, seed)
     mix = planner.mix
     assert isinstance(mix, OneBucketShardMix)
     batcher, data = cut_batcher(planner._limits), {"data": lengths}

@@ -25,7 +25,7 @@ keeps (``OneBucketShardMix.listed_cut``), nothing listed again or matched.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +43,7 @@ from seqloader.plan.indexed.mix import MixDraw
 from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
 from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.mix_kind import Cut, ShardMix
+from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import USES_DTYPE, Corpora
 from seqloader.plan.options import Ordering
@@ -101,6 +102,37 @@ class _Counts:
         self.counts = np.bincount(inverse, weights=weights).astype(np.int64)
 
 
+def rule_of(
+    values: np.ndarray,
+    counts: np.ndarray,
+    means: Sequence[float],
+    key_at: Callable[[int, int], tuple[int, int]],
+) -> tuple[KeepRule, list[int], int | None]:
+    """The ``max_mean_len`` filters ``means`` (each on what the ones before kept, as
+    ``epoch_filtered``) on slots counted per distinct length (``values`` ascending, ``counts``
+    int64) -> (the kept set's rule, slots each filter dropped, the class cut inside or None).
+    ``key_at(g, inside)``: the ``inside``-th smallest (sequence, corpus epoch) key of class
+    ``g``'s slots and the key's span, asked once, only where a filter cuts inside a class.
+
+    >>> rule_of(np.array([2, 9]), np.array([3, 3]), [3.0], lambda g, i: (10 * i, 1))  # 1 of 9
+    (KeepRule(length=9, key=10, span=1), [2], 1)
+    """
+    count = np.asarray(counts, dtype=np.int64).copy()
+    dropped, cut = [], None
+    for mean in means:
+        low = mean_len_cut(count, count * values, lambda g: np.full(count[g], values[g]), mean)
+        total = int(count.sum())
+        dropped.append(total - low)
+        if low < total:
+            cut, inside = cut_class(count, low)
+            count[cut], count[cut + 1 :] = inside, 0
+    if cut is None:
+        return KeepRule(None), dropped, None
+    inside = int(count[cut])
+    key, span = key_at(cut, inside) if inside else (-1, 1)
+    return KeepRule(int(values[cut]), key, span), dropped, cut
+
+
 def _blocks(size: int, block: int) -> Iterator[np.ndarray]:
     for a in range(0, size, block):
         yield np.arange(a, min(size, a + block), dtype=np.int64)
@@ -125,20 +157,12 @@ class KeptSet:
             seqs, uses = self.draw.placed_slots(0, q)
             counts.add(np.asarray(self.lengths[seqs], dtype=np.int64))
             span = max(span, int(uses.max(initial=0)) + 1)
-        values, count = counts.values, counts.counts.copy()
-        self.dropped, cut = [], None
-        for mean in self.means:  # each on what the ones before kept, as ``epoch_filtered``
-            low = mean_len_cut(count, count * values, lambda g: np.full(count[g], values[g]), mean)
-            total = int(count.sum())
-            self.dropped.append(total - low)
-            if low < total:
-                cut, inside = cut_class(count, low)
-                count[cut], count[cut + 1 :] = inside, 0
-        if cut is None:
-            self.rule = KeepRule(None)
-            return
-        length, inside = int(values[cut]), int(count[cut])
-        self.rule = KeepRule(length, self._key_at(length, inside, span) if inside else -1, span)
+        values = counts.values
+
+        def key_at(g: int, inside: int) -> tuple[int, int]:
+            return self._key_at(int(values[g]), inside, span), span
+
+        self.rule, self.dropped, _ = rule_of(values, counts.counts, self.means, key_at)
 
     def _key_at(self, length: int, inside: int, span: int) -> int:
         """The ``inside``-th smallest (sequence, corpus epoch) key of the slots of ``length``."""
@@ -149,6 +173,10 @@ class KeptSet:
             keys = np.concatenate([best, seqs[tie] * span + uses[tie].astype(np.int64)])
             best = np.partition(keys, inside - 1)[:inside] if len(keys) > inside else keys
         return int(best.max())
+
+    def kept_lists(self) -> tuple[np.ndarray, Draw]:
+        """(kept slots per bucket, their draw: the kept ones listed when asked, for checks)."""
+        return np.array([self.kept], dtype=np.int64), _KeptList(self)
 
     def keeps(self, seqs: np.ndarray, uses: np.ndarray) -> np.ndarray:
         return self.rule.keeps(seqs, uses, np.asarray(self.lengths[seqs], dtype=np.int64))
@@ -213,19 +241,24 @@ class OrderKept(MixKept):
 
 
 def order_kept(
-    spec: EpochFilter, ep: EpochIndex, draw: MixDraw, lengths: np.ndarray, block: int = FILTER_BLOCK
+    spec: EpochFilter,
+    ep: EpochIndex,
+    draw: MixDraw,
+    lengths: np.ndarray,
+    block: int = FILTER_BLOCK,
+    make: Callable[..., KeptSet] = KeptSet,
 ) -> OrderKept | None:
     """The filters of sub-epoch ``ep`` (``spec``: ``epoch_wise_filter``) on a one-bucket mix's
-    slots (``draw``) -> ``OrderKept``; None where no filter applies to ``ep``."""
+    slots (``draw``) -> ``OrderKept``; None where no filter applies to ``ep``. ``make``: the
+    ``KeptSet`` kind (one bucket per value: ``mix_sorted_filter.BucketKeptSet``)."""
     means = epoch_filters(spec, ep.epoch)
     if not means:
         return None
     size = int(draw.cum[:, -1].sum())
-    kept = KeptSet(draw, size, lengths, means, block)
+    kept = make(draw, size, lengths, means, block)
     reasons = {filter_reason(m, ep.epoch): d for m, d in zip(means, kept.dropped, strict=True) if d}
-    full = np.array([size], dtype=np.int64)
-    counts = np.array([kept.kept], dtype=np.int64)
-    return OrderKept(counts, _KeptList(kept), reasons, full, draw, kept)
+    counts, listed = kept.kept_lists()
+    return OrderKept(counts, listed, reasons, draw.cum[:, -1].copy(), draw, kept)
 
 
 class KeptCutDraw:

@@ -36,11 +36,11 @@ from seqloader.plan.indexed.mix_kind import (
     Cut,
     MixChunks,
     MixKind,
-    ShardMix,
     mix_filter,
     shard_mix,
 )
 from seqloader.plan.indexed.mix_random_filter import OneBucketShardMix
+from seqloader.plan.indexed.mix_sorted_filter import ValueShardMix
 from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 ONE_BUCKET = ("random", "default", "reverse")
 
 
-class SortBinsMix(ShardMix):
+class SortBinsMix(ValueShardMix):
     """``ShardMix`` whose ``random_cut`` lists a sub-epoch's slots in the ``sort_bin_shuffle``
     order (the module doc), sorted by ``length_key``'s lengths; ``args``: ``ShardMix``'s.
 
@@ -123,11 +123,16 @@ def sharded_mix(
 ) -> MixKind:
     """The mix of a sharded indexed plan: ``SortBinsMix`` for ``sort_bin_shuffle[_x2]``
     (chunked: ``ChunkedSortBinsMix``), ``OneBucketShardMix`` for ``random``, ``default`` and
-    ``reverse`` unchunked (their filtered sub-epochs kept by a rule), else ``shard_mix``'s."""
+    ``reverse`` unchunked and ``ValueShardMix`` for ``sorted``, ``sorted_reverse`` unchunked
+    (their filtered sub-epochs kept by a rule), else ``shard_mix``'s."""
     options = corpus.options
     if options.parsed_ordering.kind in ONE_BUCKET and corpus.units is None:
         streams = (seed, mix, corpora, corpus.index, corpus.order_by, corpus.admits)
         return OneBucketShardMix(*streams, mix_filter(corpus))
+    sorted_kind = options.parsed_ordering.kind in ("sorted", "sorted_reverse")
+    if sorted_kind and corpus.units is None:  # one bucket per value: the filter from counts
+        streams = (seed, mix, corpora, corpus.index, corpus.order_by, corpus.admits)
+        return ValueShardMix(*streams, mix_filter(corpus))
     if options.parsed_ordering.kind not in SORT_BIN_KINDS:
         return shard_mix(seed, mix, corpora, corpus)
     # the sorted index (chunked: by length, the length classes) and what it sorts by; with a
