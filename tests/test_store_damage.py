@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import warnings
 import zlib
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from seqloader.sources.columns import (
     MAGIC,
     ColumnStore,
     DamagedStore,
+    StaleFormat,
     StringColumn,
     open_or_build,
 )
@@ -472,3 +474,26 @@ def test_screen_verdict(tmp_path, monkeypatch) -> None:
     (store,) = index.glob("screen-*.cols")
     assert set(each_column(store, serve, expected).values()) == {"rebuilt"}
     assert serve()["screened"] == 0  # the verdict as written: trusted
+
+
+def test_a_refusal_in_a_worker_reaches_the_loop_as_itself(tmp_path) -> None:
+    """A store's refusal raised in a DataLoader worker (a lazily checked block of an HDF's row
+    offsets, read there first) crosses to the training loop pickled: it arrived as a bare
+    ``TypeError`` about ``DamagedStore.__init__``'s arguments instead of the refusal naming the
+    file and column. Both store errors with arguments of their own pickle whole."""
+    err = DamagedStore("store 'x' column 'c' differs. Fix: rebuild", "x", "c")
+    back = pickle.loads(pickle.dumps(err))
+    assert (type(back), str(back), back.path, back.column) == (DamagedStore, str(err), "x", "c")
+    stale = pickle.loads(pickle.dumps(StaleFormat("of format 'v1'", "v1")))
+    assert (type(stale), str(stale), stale.found) == (StaleFormat, "of format 'v1'", "v1")
+    files = [tmp_path / "a.hdf"]
+    _write_hdf(files[0], 20)
+    index = tmp_path / "idx"
+    sl.HDFSource(files, index_dir=index).close()
+    (store,) = index.glob("hdf-*.cols")
+    flip(store, "start.data")
+    src = sl.HDFSource(files, index_dir=index)
+    loader = sl.SeqLoader(src, max_seqs=4, num_workers=1, multiprocessing_context="fork")
+    with loader, pytest.raises(DamagedStore, match=r"column 'start\.data'") as caught:
+        list(loader.epoch(1))
+    assert str(store) in str(caught.value) and caught.value.column == "start.data"

@@ -560,6 +560,9 @@ class StaleFormat(StaleStore):
         super().__init__(message)
         self.found = found
 
+    def __reduce__(self) -> tuple[Any, ...]:  # whole across processes (a worker's error)
+        return (type(self), (str(self), self.found))
+
 
 class StoreWriter:
     """Writes a store column by column, each in one or several chunks, straight into a temporary
@@ -807,6 +810,11 @@ class DamagedStore(CorruptStore):
     def __init__(self, message: str, path: str, column: str) -> None:
         super().__init__(message)
         self.path, self.column = path, column
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled whole: a DataLoader worker's refusal reaches the training loop as itself
+        (else unpickling it failed with a ``TypeError`` about these arguments)."""
+        return (type(self), (str(self), self.path, self.column))
 
 
 @dataclass(frozen=True)
