@@ -1,8 +1,8 @@
 """The NaN/Inf screen's verdicts kept per node (``sources/screen_verdicts.py``): a float dataset
 that one process screened whole and clean is not screened again by later processes on an
 unchanged file -- and the screen still names exactly the sequences that hold NaN/Inf, with the
-per-sequence path's messages, through any sequence of processes, partial and whole passes, and
-changes of the file (same size with its mtime restored, or another size). The file's times are
+per-sequence path's messages, through any sequence of processes, partial and whole passes,
+``sl.prepare`` runs, contiguous and chunked layouts, and changes of the file (same size with its mtime restored, or another size). The file's times are
 read against an injected clock (the files written here count as settled). No timing here."""
 
 from __future__ import annotations
@@ -92,10 +92,14 @@ def histories(draw):
         st.tuples(st.just("part"), st.integers(1, 4), st.integers(0, 2**16)),
         st.tuples(st.just("change"), st.integers(0, n - 1), kind, st.booleans()),
         st.tuples(st.just("resize"), st.integers(0, n - 1), kind, st.integers(0, 2**16)),
+        st.tuples(st.just("prepare")),  # ``sl.prepare``: the whole dataset screened ahead
     )
     events = draw(st.lists(event, min_size=1, max_size=5))
     shares = draw(st.booleans())  # each pass as a DataLoader worker (keeping parts) or not
-    return lens, pokes[:2], [("pass", 1, 0), *events], shares  # often a verdict to be tested
+    # contiguous (mapped), or chunked: whole chunk rows screened from the map, the rest copied
+    chunks = draw(st.one_of(st.none(), st.tuples(st.integers(1, 5), st.integers(1, 2))))
+    first = draw(st.sampled_from([("pass", 1, 0), ("prepare",)]))  # often a verdict to be tested
+    return lens, pokes[:2], [first, *events], (shares, chunks)
 
 
 VALUES = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "huge": 1.5e38, "clean": 0.25}
@@ -109,11 +113,11 @@ VALUES = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "huge": 1.5e38, "clean"
 def test_the_screen_names_exactly_the_nonfinite_sequences_across_processes(
     tmp_path_factory, settled, monkeypatch, case
 ):
-    lens, pokes, events, shares = case
+    lens, pokes, events, (shares, chunks) = case
     monkeypatch.setattr(screen_verdicts, "shares_files", lambda: shares)  # a worker's, or not
     folder = tmp_path_factory.mktemp("verdicts")
     path, index = str(folder / "c.hdf"), folder / "idx"
-    write_contiguous(path, lens, [1] * len(lens), 2, "<f4", 0, pokes)
+    _write(path, lens, 0, pokes, chunks)
     verdicts: set[tuple] = set()  # file states a whole pass found without a suspect row
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)  # the NaN/Inf found are reported
@@ -133,8 +137,15 @@ def test_the_screen_names_exactly_the_nonfinite_sequences_across_processes(
                 if state in verdicts:  # a kept verdict: nothing screened
                     assert settled[0] == 0
                 if settled[0] == 0:  # skipped only where every sequence read is clean
-                    assert not suspect & read
+                    assert not suspect & read or state in verdicts
                 if len(read) == n and not suspect:  # a whole pass, every row clean at once
+                    verdicts.add(state)
+            elif event[0] == "prepare":  # a verdict kept (or found) exactly where all is finite
+                state, (bad, _) = _state(path), _truth(path, lens)
+                report = sl.prepare(sl.HDFSource(path, index_dir=index))
+                (entry,) = [e for e in report.stores if e.kind.startswith(screen_verdicts.KIND)]
+                assert (entry.path is not None) == (not bad), (entry, bad)
+                if not bad:
                     verdicts.add(state)
             else:  # the file changes: one value of the last frame of a non-empty sequence
                 _, i, kind, how = event
@@ -142,9 +153,20 @@ def test_the_screen_names_exactly_the_nonfinite_sequences_across_processes(
                     continue
                 if event[0] == "resize":  # rewritten with one more sequence (another size)
                     lens = [*lens, 3]
-                    write_contiguous(path, lens, [1] * len(lens), 2, "<f4", how, pokes)
+                    _write(path, lens, how, pokes, chunks)
                 else:
                     poke(path, int(np.sum(lens[: i + 1])) - 1, VALUES[kind], keep_times=how)
+
+
+def _write(path: str, lens: list[int], seed: int, pokes: list, chunks: tuple | None) -> None:
+    """``write_contiguous``'s file; with ``chunks``, its ``inputs`` rewritten chunked (partial
+    chunk rows and columns at its edges when the chunks do not divide its shape)."""
+    write_contiguous(path, lens, [1] * len(lens), 2, "<f4", seed, pokes)
+    if chunks is not None:
+        with h5py.File(path, "r+") as f:
+            values = f["inputs"][...]
+            del f["inputs"]
+            f.create_dataset("inputs", data=values, chunks=chunks, maxshape=(None, 2))
 
 
 def _state(path: str) -> tuple:
