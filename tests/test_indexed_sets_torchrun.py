@@ -10,8 +10,9 @@ all the data: every sequence once per rank). Also the sets both plannings refuse
 ``fixed_random_subset`` with a mix (the corpus as two corpora mixed at ``MIX_RATES``), and a mix
 with ``random_seed_offset``. The sets indexed planning took over later: ``chunking`` of
 ``classes`` with the length key ``data`` whole (every chunk, ``TAG#CHUNK``, exactly once), and
-``epoch_wise_filter`` over a sharded mix and over a mix of files (the unfiltered mix's pass less
-the filtered slots: the longest of the filtered sub-epoch). And one elastic resume (``files`` with ``buckets:3``): its
+``epoch_wise_filter`` over a sharded mix, over a mix of files and over a chunked ``laplace`` mix
+(the unfiltered mix's pass less the filtered slots: the longest of the filtered sub-epoch; chunked,
+every chunk of a kept slot). And one elastic resume (``files`` with ``buckets:3``): its
 epoch begun on ``W - 1`` ranks, the state saved halfway and resumed on ``W``, exactly once across
 both. (Orderings and limits whose loader path is one of these, e.g. ``reverse``, ``random``,
 ``sort_bin_shuffle``, ``batch_cost="packed"`` without buckets, ``max_packed_frames``, are
@@ -205,6 +206,8 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
         first.update(here if epoch == 1 else [])
         filtered += sum(probe.planner.filtered(epoch).values())
     if "mix" in options:
+        if "chunking" in options:  # a chunked mix: its slots (every chunk of one comes with it)
+            seen, first = slots_of(options, seen), slots_of(options, first)
         if "epoch_wise_filter" in options:
             seen = mix_less_filtered(options, corpus, seen, first, filtered)
         within_rates(seen, probe.planner.admitted_mask)
@@ -228,6 +231,19 @@ def test_option_set_over_real_ranks(launches: dict, launcher: str, name: str) ->
         assert sorted(seen) == sorted(units) and filtered == 0  # nothing left out
 
 
+def slots_of(options: dict, seen: collections.Counter) -> collections.Counter:
+    """A chunked mix's uses of each sequence from its chunks' (``TAG#CHUNK``): every chunk of a
+    slot comes with it, so each of a sequence's chunks comes as often as the others."""
+    chunks: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+    for unit, uses in seen.items():
+        tag, chunk = unit.rsplit("#", 1)
+        chunks[tag][int(chunk)] = uses
+    whole = collections.Counter(u.rsplit("#", 1)[0] for u in units_of(options))
+    for tag, got in chunks.items():
+        assert sorted(got) == list(range(whole[tag])) and len(set(got.values())) == 1, (tag, got)
+    return collections.Counter({tag: got[0] for tag, got in chunks.items()})
+
+
 def within_rates(seen: collections.Counter, admitted) -> None:
     """A mix's pass: each admitted sequence of a corpus of rate R floor(R) or ceil(R) times."""
     for i, tag in enumerate(TAGS):
@@ -243,7 +259,7 @@ def mix_less_filtered(
     first: collections.Counter,
     filtered: int,
 ) -> collections.Counter:
-    """``epoch_wise_filter`` over a mix (sub-epoch 1 filtered; sharded, or over files): the
+    """``epoch_wise_filter`` over a mix (sub-epoch 1 filtered; sharded, chunked or over files): the
     ranks' pass is the unfiltered mix's (one process planning it alone) less ``filtered`` slots
     of sub-epoch 1, the longest of its slots, none made up later -> the unfiltered pass's counts
     (for ``within_rates``)."""
@@ -253,6 +269,8 @@ def mix_less_filtered(
         collections.Counter(real_tags(batches_of(alone.planner.global_plan(e, 1).batches)))
         for e in range(1, options["partition_epoch"] + 1)
     ]
+    if "chunking" in options:
+        epochs = [slots_of(options, e) for e in epochs]
     whole = sum(epochs, collections.Counter())
     assert seen - first == whole - epochs[0]  # the sub-epochs the filter leaves alone: the same
     cut = epochs[0] - first  # the slots left out: the longest of sub-epoch 1

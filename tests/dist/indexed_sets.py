@@ -86,6 +86,13 @@ SETS: dict[str, dict] = {
         "distribution": "files",
         "partition_epoch": 2,
     },
+    # ... and over a chunked laplace mix (shard; every chunk of a kept slot planned)
+    "epoch_wise_filter_chunked_mix": {
+        "epoch_wise_filter": {(1, 1): {"max_mean_len": 15}},
+        "mix": MIX_RATES,
+        "chunking": {"data": (20, 15)},
+        "partition_epoch": 2,
+    },
     # an elastic resume: W - 1 ranks, then the saved state resumed on W (``ELASTIC``)
     "elastic_files_buckets": {"ordering": "buckets:3", "distribution": "files"},
 }
