@@ -98,7 +98,7 @@ from seqloader.plan.indexed.random_order import RankBatchOrder
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, drawn_order
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
 from seqloader.plan.indexed.variants import VariantCodes, VariantLengths
-from seqloader.plan.indexed.variants_sorted import sorted_order
+from seqloader.plan.indexed.variants_sorted import sorted_cut, sorted_order
 from seqloader.plan.indexed.variants_units import DrawnDraw, DrawnLengths, DrawnUnits, VariantUnits
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
@@ -391,7 +391,7 @@ class IndexedPlanner:
         if self.corpus.sorted_variants is not None:  # the order's units are codes already
             table_f = VariantLengths(self.corpus.sorted_variants.table)
             lengths = {**self._batch_lengths, self.length_key: table_f}
-            return self.planned.greedy_cut(order, lo, hi, batcher, lengths)  # type: ignore[arg-type]
+            return sorted_cut(self.planned.greedy_cut, order, lo, hi, batcher, lengths)  # type: ignore[return-value]
         if self.drawn is None or ep is None:
             return self.planned.greedy_cut(order, lo, hi, batcher, self._batch_lengths)
         seed, full = self.options.seed, ep.full_epoch

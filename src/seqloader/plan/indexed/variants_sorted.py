@@ -21,14 +21,16 @@ and equal lengths come in a keyed order rather than by index.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from seqloader.plan.bucket_index import BucketIndex
-from seqloader.plan.indexed.fixed import FixedOrder
+from seqloader.plan.indexed.fixed import BoundsTable, FixedDraw, FixedOrder, cut_positions
+from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS, SortBinsOrder
 from seqloader.plan.indexed.variants import VariantClasses, VariantEpoch
+from seqloader.plan.limits import Batcher
 from seqloader.plan.options import Ordering, PlanOptions
 
 #: the orderings planned here with length variants
@@ -88,3 +90,44 @@ def sorted_order(
     if ordering.kind in SORT_BIN_KINDS:
         return SortBinsOrder(index, ordering, words)
     return FixedOrder(index, ordering.kind)
+
+
+class _Values:
+    """The drawn length at positions of an epoch index's list (one length per bucket): what a
+    cut of ``sorted``/``sorted_reverse`` reads instead of the members."""
+
+    def __init__(self, index: BucketIndex) -> None:
+        self.starts = np.asarray(index.starts, dtype=np.int64)
+        self.longest = np.asarray(index.longest, dtype=np.int64)
+
+    def __getitem__(self, at: np.ndarray) -> np.ndarray:
+        return self.longest[np.searchsorted(self.starts, at, side="right") - 1]
+
+
+class _Same:
+    """Lengths read as they are (the order already gives lengths)."""
+
+    def __getitem__(self, lengths: np.ndarray) -> np.ndarray:
+        return np.asarray(lengths, dtype=np.int64)
+
+
+def sorted_cut(
+    greedy_cut: Callable[..., tuple[BoundsTable, object]],
+    order: Callable[[np.ndarray], np.ndarray],
+    lo: int,
+    hi: int,
+    batcher: Batcher,
+    lengths: Mapping[str, object],
+) -> tuple[BoundsTable, object]:
+    """Greedy batches of positions ``lo .. hi`` of a sorting order: ``sorted``/``sorted_reverse``
+    cut by the length key alone read each position's length from its bucket (no member drawn,
+    as ``sort_bin_shuffle``'s cut does); otherwise ``greedy_cut`` (the planned units')."""
+    keys = tuple(batcher.keys)
+    if not isinstance(order, FixedOrder) or len(keys) != 1:
+        return greedy_cut(order, lo, hi, batcher, lengths)
+    index = order.index
+    values: np.ndarray = _Values(index)  # type: ignore[assignment]
+    view = FixedOrder(BucketIndex(values, index.starts, index.longest, index.edges), order.kind)
+    same: np.ndarray = _Same()  # type: ignore[assignment]
+    bounds = cut_positions(view, lo, hi, batcher, {keys[0]: same}, RANDOM_BLOCK)
+    return BoundsTable(bounds), FixedDraw(order, bounds, lo)
