@@ -160,6 +160,34 @@ def test_the_mix_check_accepts_the_kept_slots_and_finds_a_fault(fault: str) -> N
     assert np.array_equal(np.sort(pairs(sel.seqs, sel.uses)), np.sort(pairs(seqs, uses)))
 
 
+@pytest.mark.parametrize("ordering", ["laplace:.5", "buckets:3", "sorted", "random:2"])
+def test_each_full_epoch_is_filtered_apart_on_one_planner(ordering: str) -> None:
+    """One planner asked for full epochs 1-3 in turn (one sub-epoch each: the same part every
+    time; ``random:2`` and ``fixed_random_seed`` keep the draws across epochs) plans each as a
+    fresh planner does: no kept set, units or segment of a sub-epoch is taken for the same part
+    of a later full epoch, whose pieces are other ones."""
+    lengths = (np.arange(90, dtype=np.int64) * 37 + 5) % 60 + 1
+    options = PlanOptions(
+        ordering=ordering, max_frames=400, mix={"a": 1.5, "b": 0.5}, distribution="files",
+        fixed_random_seed=3, epoch_wise_filter={(1, None): {"max_mean_len": 20}},
+    )  # fmt: skip
+
+    def make() -> IndexedPlanner:
+        return IndexedPlanner(
+            {"data": lengths}, options, files=np.arange(0, 91, 10),
+            corpora=Corpora(("a", "b"), np.array([0, 50, 90])),
+        )  # fmt: skip
+
+    planner = make()
+    for epoch in (1, 2, 3):
+        fresh = make()  # the sequential planner has planned the epochs before
+        got, want = planner.global_plan(epoch, 3).batches, fresh.global_plan(epoch, 3).batches
+        for name in ("seqs", "bounds", "uses"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+        assert planner.filtered(epoch) == fresh.filtered(epoch)
+        assert planner.corpus_plan(epoch) == fresh.corpus_plan(epoch)
+
+
 def test_global_planning_still_refuses_it_and_auto_resolves_to_indexed() -> None:
     wise = {(1, 1): {"max_mean_len": 5}}
     for ordering in ("laplace:.4", "buckets:3", "random", "sorted", "default"):
