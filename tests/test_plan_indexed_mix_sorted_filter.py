@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from mix_filter_cases import every_listed, filtered_mix
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import cut_batcher
+from seqloader.plan.indexed.mix_chunks_rule import ChunkedRuleMix
 from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
 from seqloader.plan.indexed.mix_filter import kept_of, mix_kept
 from seqloader.plan.indexed.mix_random_filter import OrderKept
@@ -65,3 +66,37 @@ def test_the_counted_filter_plans_what_listing_plans(
         assert np.array_equal(table.bounds, ref_table.bounds)
         assert np.array_equal(cut_draw.seqs, ref_draw.seqs)
         assert np.array_equal(cut_draw.uses, ref_draw.uses)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    st.integers(10, 120),
+    st.sampled_from([4, 40]),
+    st.sampled_from([[9.5], [30, 12], [2.5, 2.2]]),
+    st.integers(1, 2),
+    st.sampled_from(["random", "default", "reverse"]),
+    st.integers(0, 2**32 - 1),
+)
+def test_a_chunked_mix_keeps_what_listing_keeps(
+    n: int, top: int, means: list[float], parts: int, kind: str, seed: int
+) -> None:
+    """Chunked ``random``/``default``/``reverse`` (``mix_chunks_rule``): the kept slots, in
+    order, the report's counts and left-out slots are the listing path's."""
+    _, lengths, options, planner = filtered_mix(n, top, means, parts, None, kind, seed,
+                                                chunking="6:3")  # fmt: skip
+    mix = planner.mix
+    assert isinstance(mix, ChunkedRuleMix)
+    for epoch in range(1, 2 * parts + 1):
+        ep = EpochIndex(epoch, parts)
+        draw = mix.draw(ep.full_epoch, ep.part, parts)
+        ours = mix.kept(ep, parts)
+        ref = mix_kept(options.epoch_wise_filter, ep, draw.cum[:, -1], draw, lengths)  # type: ignore[arg-type]
+        assert isinstance(ours, OrderKept) and ours.kept_set is not None and ref is not None
+        assert ours.counts.tolist() == ref.counts.tolist() and ours.reasons == ref.reasons
+        gone = [np.sort(a.astype(np.int64) * n + s) for s, a in (ours.left_out(), ref.left_out())]
+        assert np.array_equal(*gone)
+        left = ours.kept_set.corpus_left(mix.corpora)
+        assert left.tolist() == mix.corpora.counts(ref.left_out()[0]).tolist()
+        got = mix.listed_slots(ep, parts)
+        want = kept_of(ref, *mix.ordered_slots(ep, parts))
+        assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

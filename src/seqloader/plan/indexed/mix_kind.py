@@ -225,6 +225,7 @@ def shard_mix(
     mix: Mapping[str, float | Fraction | str],
     corpora: Corpora,
     corpus: AdmittedCorpus,
+    chunked: type[ChunkedShardMix] | None = None,
 ) -> MixKind:
     """The mix of a sharded indexed plan over ``corpus``: ``ShardMix`` over the planner's index;
     chunked with ``laplace``/``buckets:N``, ``ChunkedBucketMix`` over the length classes
@@ -244,4 +245,5 @@ def shard_mix(
         index, lengths = corpus.order_index(), corpus.order_by
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, corpus.options.parsed_ordering)
     wise = mix_filter(corpus, corpus.order_by)  # the length key, not its classes' values
-    return ChunkedShardMix(chunks, seed, mix, corpora, index, lengths, admits, wise)
+    kind = ChunkedShardMix if chunked is None else chunked  # ``chunked``: its own filter
+    return kind(chunks, seed, mix, corpora, index, lengths, admits, wise)

@@ -39,7 +39,7 @@ from seqloader.plan.admission import (
 )
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import BoundsTable
-from seqloader.plan.indexed.mix import MixDraw
+from seqloader.plan.indexed.mix import IndexedMix, MixDraw
 from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
 from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.mix_kind import Cut, ShardMix
@@ -322,15 +322,7 @@ class OneBucketShardMix(ShardMix):
     the rule (the listing those orders make anyway, nothing listed again or matched)."""
 
     def kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
-        if self.wise is None:
-            return None
-        last = self._kept
-        if last is not None and last[0] == ep.epoch:
-            return last[1]
-        draw = self.draw(ep.full_epoch, ep.part, parts)
-        kept = order_kept(self.wise.spec, ep, draw, np.asarray(self._lengths))
-        self._kept = (ep.epoch, kept)
-        return kept
+        return rule_kept(self, ep, parts)
 
     def random_cut(
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
@@ -352,7 +344,29 @@ class OneBucketShardMix(ShardMix):
         return listed_cuts(seqs[keep], uses[keep], batcher, lengths)
 
     def _left_per_corpus(self, ep: EpochIndex, parts: int, count: np.ndarray) -> np.ndarray:
-        kept = self.kept(ep, parts)
-        if not isinstance(kept, OrderKept) or kept.kept_set is None:
-            return np.zeros(count.shape[1], dtype=np.int64)
-        return kept.kept_set.corpus_left(self.corpora)
+        return rule_left(self, ep, parts, count)
+
+
+def rule_kept(
+    mix: IndexedMix, ep: EpochIndex, parts: int, make: Callable[..., KeptSet] = KeptSet
+) -> MixKept | None:
+    """``IndexedMix.kept`` of a mix whose filtered sub-epochs keep by a rule (``order_kept``,
+    ``make``: the ``KeptSet`` kind), by the filter's lengths; kept for the last sub-epoch."""
+    if mix.wise is None:
+        return None
+    last = mix._kept
+    if last is not None and last[0] == ep.epoch:
+        return last[1]
+    draw = mix.draw(ep.full_epoch, ep.part, parts)
+    by = np.asarray(mix._lengths if mix.wise.by is None else mix.wise.by)
+    kept = order_kept(mix.wise.spec, ep, draw, by, make=make)
+    mix._kept = (ep.epoch, kept)
+    return kept
+
+
+def rule_left(mix: IndexedMix, ep: EpochIndex, parts: int, count: np.ndarray) -> np.ndarray:
+    """``IndexedMix._left_per_corpus`` of such a mix: the kept set's pass (``corpus_left``)."""
+    kept = mix.kept(ep, parts)
+    if not isinstance(kept, OrderKept) or kept.kept_set is None:
+        return np.zeros(count.shape[1], dtype=np.int64)
+    return kept.kept_set.corpus_left(mix.corpora)

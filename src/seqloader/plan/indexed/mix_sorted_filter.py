@@ -30,7 +30,7 @@ from seqloader.plan.indexed.mix_kind import Cut, ShardMix
 from seqloader.plan.indexed.mix_random_filter import (
     KeptSet,
     OneBucketShardMix,
-    order_kept,
+    rule_kept,
     rule_of,
 )
 from seqloader.plan.indexed.plan import Draw
@@ -127,14 +127,7 @@ class ValueShardMix(OneBucketShardMix):
         values = self._values
         if not isinstance(values, np.ndarray):
             return ShardMix.kept(self, ep, parts)
-        last = self._kept
-        if last is not None and last[0] == ep.epoch:
-            return last[1]
-        draw = self.draw(ep.full_epoch, ep.part, parts)
-        make = partial(BucketKeptSet, values=values)
-        kept = order_kept(self.wise.spec, ep, draw, np.asarray(self._lengths), make=make)
-        self._kept = (ep.epoch, kept)
-        return kept
+        return rule_kept(self, ep, parts, partial(BucketKeptSet, values=values))
 
     def random_cut(
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
+from seqloader.plan.indexed.mix_chunks_rule import ChunkedRuleMix
 from seqloader.plan.indexed.mix_cuts import listed_part
 from seqloader.plan.indexed.mix_kind import (
     ChunkedShardMix,
@@ -123,12 +124,15 @@ def sharded_mix(
 ) -> MixKind:
     """The mix of a sharded indexed plan: ``SortBinsMix`` for ``sort_bin_shuffle[_x2]``
     (chunked: ``ChunkedSortBinsMix``), ``OneBucketShardMix`` for ``random``, ``default`` and
-    ``reverse`` unchunked and ``ValueShardMix`` for ``sorted``, ``sorted_reverse`` unchunked
-    (their filtered sub-epochs kept by a rule), else ``shard_mix``'s."""
+    ``reverse`` unchunked (chunked: ``ChunkedRuleMix``) and ``ValueShardMix`` for ``sorted``,
+    ``sorted_reverse`` unchunked (their filtered sub-epochs kept by a rule), else
+    ``shard_mix``'s."""
     options = corpus.options
     if options.parsed_ordering.kind in ONE_BUCKET and corpus.units is None:
         streams = (seed, mix, corpora, corpus.index, corpus.order_by, corpus.admits)
         return OneBucketShardMix(*streams, mix_filter(corpus))
+    if options.parsed_ordering.kind in ONE_BUCKET:  # chunked: the filter by the rule too
+        return shard_mix(seed, mix, corpora, corpus, ChunkedRuleMix)
     sorted_kind = options.parsed_ordering.kind in ("sorted", "sorted_reverse")
     if sorted_kind and corpus.units is None:  # one bucket per value: the filter from counts
         streams = (seed, mix, corpora, corpus.index, corpus.order_by, corpus.admits)
