@@ -275,3 +275,22 @@ def change_byte(path: str, pos: int) -> None:
         byte = fh.read(1)[0]
         fh.seek(pos)
         fh.write(bytes([byte ^ 0x5A]))
+
+
+def test_rows_read_by_any_other_key_check_the_whole_column(tmp_path) -> None:
+    """``rows[True]`` (numpy: the whole column under a new axis) served every row with only
+    row 1's block checked, and ``rows[...]``, ``rows[None]``, ``rows[(i,)]`` failed with a bare
+    ``TypeError`` from ``int()``: a key that is neither an integer, a slice nor an index array
+    now checks the whole column first (then reads as numpy does)."""
+    from seqloader.sources.columns import DamagedStore
+
+    path = str(tmp_path / "s.cols")
+    write_store(path, "id", {"m": np.arange(40_000, dtype=np.uint32)})
+    offset, nbytes = ColumnStore(path).byte_range("m")
+    change_byte(path, offset + nbytes - 1)
+    for key in (True, np.True_, Ellipsis, None, (3,), np.False_):
+        with pytest.raises(DamagedStore, match="'m'"):
+            ColumnStore(path, defer=("m",)).rows("m")[key]
+    write_store(path, "id", {"m": np.arange(40_000, dtype=np.uint32)})
+    col = ColumnStore(path, defer=("m",)).rows("m")
+    assert col[(3,)] == 3 and col[np.int32(-1)] == 39_999 and col[True].shape == (1, 40_000)

@@ -289,7 +289,8 @@ def _reopen_strings(store: ColumnStore, name: str) -> StoredStrings:
 class CheckedRows:
     """A column read a few rows at a time (``ColumnStore.rows``): ``rows[i]``, ``rows[a:b]`` and
     ``rows[indices]`` (an integer array) check the blocks those rows lie in first (a boolean
-    mask, the whole column); ``np.asarray(rows)`` checks the whole column."""
+    mask, the whole column); ``np.asarray(rows)`` and any other key (``True``, ``...``, a tuple)
+    check the whole column."""
 
     def __init__(self, store: ColumnStore, name: str) -> None:
         self._store, self._name = store, name
@@ -310,9 +311,11 @@ class CheckedRows:
                 self._store.column(self._name)
             else:
                 self._store.check_items(self._name, at)
-        else:
+        elif isinstance(key, int | np.integer) and not isinstance(key, bool):
             i = int(key) + (len(self._view) if int(key) < 0 else 0)
             self._store.check_span(self._name, i, i + 1)
+        else:  # True (the whole column, a new axis), ..., None, a tuple: all of it checked
+            self._store.column(self._name)
         return self._view[key]
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
