@@ -2,8 +2,9 @@
 that one process screened whole and clean is not screened again by later processes on an
 unchanged file -- and the screen still names exactly the sequences that hold NaN/Inf, with the
 per-sequence path's messages, through any sequence of processes, partial and whole passes,
-``sl.prepare`` runs, contiguous and chunked layouts, and changes of the file (same size with its mtime restored, or another size). The file's times are
-read against an injected clock (the files written here count as settled). No timing here."""
+``sl.prepare`` runs, contiguous and chunked layouts, and changes of the file (same size with its
+mtime restored, or another size). The file's times are read against an injected clock (the files
+written here count as settled). No timing here."""
 
 from __future__ import annotations
 
