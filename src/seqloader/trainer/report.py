@@ -155,7 +155,10 @@ class EpochReport:
     def current(self) -> EpochReport:
         """This report with every batch handed so far counted: during an epoch the training
         thread leaves the counting of most batches to a later moment (``EpochMeter.fold``);
-        ``SeqLoader.report()``, ``format()``, ``to_dict()`` and the epoch's end call this."""
+        ``SeqLoader.report()``, ``format()``, ``to_dict()``, the figures computed from the
+        counts (``computation_pct``, ``padding_ratio``, ``complete``, the wait quantiles) and
+        the epoch's end call this. A field read directly on a report held since an earlier
+        ``report()`` gives the batches counted then: read it through ``current()``."""
         pending = self.__dict__.get("_pending")
         if pending is not None:
             pending()
@@ -163,6 +166,7 @@ class EpochReport:
 
     @property
     def computation_pct(self) -> float:
+        self.current()
         if self.wall_s <= 0:
             return 100.0
         return 100.0 * max(self.wall_s - self.data_wait_s, 0.0) / self.wall_s
@@ -170,6 +174,7 @@ class EpochReport:
     def wait_quantile_s(self, q: float) -> float | None:
         """An upper bound (within 2x: log2 bins) of the ``q``-quantile of the waits after the first
         batch, in seconds; None before a second batch."""
+        self.current()
         n = sum(self.wait_histogram)
         if n == 0:
             return None
@@ -193,10 +198,12 @@ class EpochReport:
 
     @property
     def padding_ratio(self) -> float:
+        self.current()
         return 0.0 if not self.padded_frames else 1.0 - self.frames / self.padded_frames
 
     @property
     def complete(self) -> bool:
+        self.current()
         return self.resumed_at_step + self.steps == self.planned_steps
 
     def to_dict(self) -> dict:
