@@ -274,6 +274,7 @@ class SeedOffset(_Table):
             planned_costs,
             chunked=p.units is not None,
             mixed=p.mix is not None,
+            varied=p.variant_codes is not None,
         )
         return plan, 0
 

@@ -573,7 +573,7 @@ class RankwisePlan:
     indexed planning): ``share(rank)`` gives rank ``rank``'s whole batch list for ``steps`` steps;
     totals come from counts (``real_total``, ``repeats``, ``consumed(steps)``: real sequences of
     the first steps, all ranks together; ``planned_costs(rank, bucket_costs)``: the rank's planned
-    cost per step, for the report's step imbalance; ``chunked``: the shares hold chunks; ``mixed``: corpus epochs)."""
+    cost per step, for the report's step imbalance; ``chunked``: the shares hold chunks; ``mixed``: corpus epochs; ``varied``: length variants)."""
 
     planned_costs: Callable[[int, np.ndarray], np.ndarray] | None
 
@@ -590,11 +590,13 @@ class RankwisePlan:
         chunked: bool = False,
         mixed: bool = False,
         resume_fields: Callable[[int], dict[str, str]] | None = None,
+        varied: bool = False,
     ) -> None:
         self.world_size = world_size
         self._resume_fields = resume_fields
         self.chunked = chunked  # the shares carry chunk indices (an empty one too)
         self.mixed = mixed  # the shares carry corpus epochs (an empty one too)
+        self.varied = varied  # the shares carry length variants (an empty one too)
         # (rank, cost per bucket) -> the rank's planned cost per step, from counts
         self.planned_costs = planned_costs
         self.dropped = dropped  # uneven="drop": real sequences past the shortest rank's batches
@@ -643,11 +645,12 @@ class RankwisePlan:
         finished segment continued on more ranks)."""
         if start_step >= self._steps:
             empty = BatchList.empty()
-            if not self.chunked and not self.mixed:
+            if not self.chunked and not self.mixed and not self.varied:
                 return empty
             uses = np.zeros(0, USES_DTYPE) if self.mixed else None
             chunks = empty.seqs.copy() if self.chunked else None
-            return BatchList(empty.seqs, empty.bounds, empty.real, uses, chunks)
+            variants = empty.seqs.copy() if self.varied else None
+            return BatchList(empty.seqs, empty.bounds, empty.real, uses, chunks, variants)
         kept = self._kept
         if kept is None or kept[0] != rank:
             kept = self._kept = (rank, self._share(rank))

@@ -122,6 +122,8 @@ class VariantClasses:
         numbered densely among the admitted pairs (tables of ``C * N``, no sort)."""
         n = int(np.shape(table)[1])
         code = np.zeros(n, dtype=np.int32)  # int64 only where the pairs need it
+        if not n or (mask is not None and not mask.any()):  # nothing admitted: one empty class
+            return code, np.zeros((1, self.count), dtype=np.int64)
         buckets = np.zeros((1, 0), dtype=np.int64)  # one class of no variant yet
         bucket_of = self._bucket_of(table)
         for f in range(self.count):
