@@ -142,12 +142,14 @@ class Files:
         if self.files_mix is not None:
             return self.files_mix.kept(ep, p.options.partition_epoch)
         key = self._kept_key(ep, 0)
-        if self._epoch_kept is None or self._epoch_kept[0] != key:
-            by = p.lengths if p.corpus.filter_key is None else p.corpus.filter_key
-            part = self._part_files(ep)
-            kept = files_epoch_kept(spec, ep.epoch, self.files, part, self._mask, by)
-            self._epoch_kept = (key, kept)
-        return self._epoch_kept[1]
+        cached = self._epoch_kept  # read once: the plan-ahead thread may replace it meanwhile
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        by = p.lengths if p.corpus.filter_key is None else p.corpus.filter_key
+        part = self._part_files(ep)
+        kept = files_epoch_kept(spec, ep.epoch, self.files, part, self._mask, by)
+        self._epoch_kept = (key, kept)
+        return kept
 
     def _mask_of(self, ep: EpochIndex) -> np.ndarray | None:
         """What sub-epoch ``ep`` admits: the filtered set's mask, else the admission's."""

@@ -263,10 +263,13 @@ class FilesMix:
         if self.wise is None or not epoch_filters(self.wise.spec, ep.epoch):
             return None
         key = (ep.epoch, parts)
-        if self._kept is None or self._kept[0] != key:
-            seqs, uses, _ = self.slots(self.sub_epoch(ep.full_epoch, ep.part, parts))
-            self._kept = (key, slots_kept(self.wise.spec, ep.epoch, seqs, uses, self._by))
-        return self._kept[1]
+        cached = self._kept  # read once: the plan-ahead thread may replace it meanwhile
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        seqs, uses, _ = self.slots(self.sub_epoch(ep.full_epoch, ep.part, parts))
+        kept = slots_kept(self.wise.spec, ep.epoch, seqs, uses, self._by)
+        self._kept = (key, kept)
+        return kept
 
     def filtered_reasons(self, ep: EpochIndex, parts: int) -> dict[str, int]:
         """What ``epoch_wise_filter`` left out of sub-epoch ``ep``, by the report's reasons."""
