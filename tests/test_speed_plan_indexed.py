@@ -245,6 +245,17 @@ def test_what_indexed_planning_does_not_plan_with_variants_is_refused_by_name(op
         make_planner({"data": variants.longest("data")}, PlanOptions(**given_), variants=variants)
 
 
+def test_a_sources_own_sort_key_with_a_sorting_order_and_variants_is_refused_by_name():
+    """Global planning sorts by the source's own key, the class draw by the drawn lengths."""
+    base = np.arange(10, 40, dtype=np.int64)
+    variants = speed_variants(base)
+    options = PlanOptions(max_frames=500, ordering="sorted", planning="indexed")
+    given_ = PlanInputs({"data": variants.longest("data")}, options, variants=variants,
+                        order_lengths=base[::-1].copy())  # fmt: skip
+    with pytest.raises(OptionError, match=r"length variants .*own sort key"):
+        make_planner(given_)
+
+
 def test_a_worker_given_no_variants_by_an_indexed_plan_says_so():
     carried = PlannedVariants(3, carried=True)
     with pytest.raises(DataError, match="carries each sequence's length variant"):
