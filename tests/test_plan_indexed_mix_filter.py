@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
-from seqloader.plan.admission import mean_filtered
+from seqloader.plan.admission import epoch_filters, mean_filtered, mean_len_keep
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
 from test_plan_indexed import indexed_digest
@@ -305,3 +305,83 @@ def test_a_chunked_mix_with_the_length_key_unchunked_filters_by_its_lengths(orde
         )
         assert sorted(planner.sub_epoch_slots(epoch)[0].tolist()) == kept.tolist()
         assert planner.filtered(epoch) == reasons
+
+
+def own_key_kept(
+    planner: IndexedPlanner, plain: IndexedPlanner, epoch: int, key: np.ndarray
+) -> set:
+    """The filter's meaning on the unfiltered sub-epoch's (sequence, corpus epoch) slots, by
+    ``key`` (the source's own sort key, else the length key), as unmixed plans and the files mix
+    filter: each ``max_mean_len`` in turn keeps the shortest by (key, sequence, corpus epoch)."""
+    seqs, uses = plain.sub_epoch_slots(epoch)
+    uses = np.zeros(len(seqs), np.int64) if uses is None else np.asarray(uses, np.int64)
+    for mean in epoch_filters(planner.options.epoch_wise_filter, epoch):
+        ties = np.argsort(np.lexsort((uses, seqs)))
+        keep = mean_len_keep(key[seqs], ties, mean)
+        seqs, uses = seqs[keep], uses[keep]
+    return set(zip(seqs.tolist(), uses.tolist()))
+
+
+def planned_kept(planner: IndexedPlanner, epoch: int) -> set:
+    seqs, uses = planner.sub_epoch_slots(epoch)
+    uses = np.zeros(len(seqs), np.int64) if uses is None else np.asarray(uses, np.int64)
+    return set(zip(seqs.tolist(), uses.tolist()))
+
+
+@pytest.mark.parametrize("ordering", ["default", "reverse", "random"])
+@pytest.mark.parametrize("chunking", [None, "20:10"])
+def test_a_shard_mix_filters_by_the_sources_own_sort_key(
+    ordering: str, chunking: str | None
+) -> None:
+    """A source's own sort key (``order_lengths``) runs against its lengths: the filter keeps
+    the shortest by the own key (as unmixed plans and the files mix do), not by the lengths.
+    Lengths 1..6 ascending, key descending: max_mean_len 2 keeps sequences 3, 4, 5 (keys 3, 2,
+    1) by the key; by the lengths it kept 0, 1, 2."""
+    options = PlanOptions(
+        ordering=ordering, chunking=chunking, mix={"a": 1}, seed=3,
+        epoch_wise_filter={(1, 1): {"max_mean_len": 2}},
+    )  # fmt: skip
+    lengths, key = {"data": np.arange(1, 7)}, np.arange(6, 0, -1)
+    corpora = Corpora(("a",), np.array([0, 6]))
+    planner = IndexedPlanner(lengths, options, corpora=corpora, order_lengths=key)
+    assert planned_kept(planner, 1) == {(3, 0), (4, 0), (5, 0)}
+    unmixed = dataclasses.replace(options, mix=None)
+    seqs, _ = IndexedPlanner(lengths, unmixed, order_lengths=key).sub_epoch_slots(1)
+    assert sorted(seqs.tolist()) == [3, 4, 5]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(8, 60),
+    seed=st.integers(0, 2**32 - 1),
+    ordering=st.sampled_from(["default", "reverse", "random", "sorted", "sort_bin_shuffle:.4"]),
+    chunking=st.sampled_from([None, "20:10"]),
+    own=st.booleans(),
+    mean=st.sampled_from([5, 12.5, 20]),
+    parts=st.integers(1, 2),
+    distribution=st.sampled_from(["shard", "random_seed_offset"]),
+)
+def test_a_shard_mix_keeps_the_set_the_filter_means(
+    n: int, seed: int, ordering: str, chunking: str | None, own: bool, mean: float, parts: int,
+    distribution: str,
+) -> None:  # fmt: skip
+    """The shard mix's kept slots are the filter's meaning on its unfiltered slots by the
+    source's own sort key where it gives one (else the length key), every ordering."""
+    rng = np.random.default_rng(seed)
+    lengths = {"data": rng.integers(1, 31, size=n).astype(np.int64)}
+    key = rng.integers(1, 31, size=n).astype(np.int64) if own else None
+    cut = int(rng.integers(2, n - 2))
+    options = PlanOptions(
+        ordering=ordering, chunking=chunking, mix={"a": 1.5, "b": 0.5}, seed=seed % 7,
+        partition_epoch=parts, distribution=distribution,
+        epoch_wise_filter={(1, 2): {"max_mean_len": mean}},
+    )  # fmt: skip
+    corpora = Corpora(("a", "b"), np.array([0, cut, n]))
+    planner = IndexedPlanner(lengths, options, corpora=corpora, order_lengths=key)
+    plain = IndexedPlanner(
+        lengths, dataclasses.replace(options, epoch_wise_filter=None), corpora=corpora,
+        order_lengths=key,
+    )  # fmt: skip
+    by = lengths["data"] if key is None else key
+    for epoch in (1, 2):
+        assert planned_kept(planner, epoch) == own_key_kept(planner, plain, epoch, by)

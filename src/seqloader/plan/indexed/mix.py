@@ -256,10 +256,16 @@ class IndexedMix:
             return last[1]
         count = self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
         draw = self.draw(ep.full_epoch, ep.part, parts)
-        by = self._lengths if self.wise.by is None else self.wise.by
-        kept = mix_kept(self.wise.spec, ep, count, draw, by)
+        kept = mix_kept(self.wise.spec, ep, count, draw, self.filter_by())
         self._kept = (ep.epoch, kept)
         return kept
+
+    def filter_by(self) -> np.ndarray:
+        """What ``epoch_wise_filter`` keeps the shortest by, per sequence (``MixFilter.by``: a
+        source's own sort key, or the length key where the mix streams over its classes'
+        values; else the mix's lengths)."""
+        by = None if self.wise is None else self.wise.by
+        return self._lengths if by is None else by
 
     def filtered_reasons(self, ep: EpochIndex, parts: int) -> dict[str, int]:
         """What ``epoch_wise_filter`` left out of sub-epoch ``ep``, by the report's reasons."""

@@ -1,12 +1,12 @@
 """``epoch_wise_filter`` with a chunked ``mix`` and ``random``, ``default`` or ``reverse``
 (``shard`` or ``random_seed_offset``): the kept set as ``mix_random_filter``'s rule.
 
-The meaning is ``mix_filter``'s (the sub-epoch's slots filtered as one set by the length key,
-the shortest by (length, sequence, corpus epoch) kept, then every kept slot's chunks cut). These
+The meaning is ``mix_filter``'s (the sub-epoch's slots filtered as one set by the length key, or
+by a source's own sort key where it gives one, the shortest by (length, sequence, corpus epoch) kept, then every kept slot's chunks cut). These
 orders' mix streams over one bucket, so ``mix_kept`` listed the whole sub-epoch for its length
 sum, again for its sorted lengths and lexsort, then ``kept_of`` listed the left-out slots and
 matched them against the listed order. Here the kept set is found in passes over the sub-epoch's
-slots as a set (``KeptSet``, by the length key), and the listed order the chunked cut makes
+slots as a set (``KeptSet``, by that key), and the listed order the chunked cut makes
 anyway is masked by the rule: one listing. The plans are those of listing (the same kept slots,
 order and chunks).
 """

@@ -213,10 +213,14 @@ def mix_filter(corpus: AdmittedCorpus, by: np.ndarray | None = None) -> MixFilte
     (``laplace``/``buckets:N`` from the kept counts, chunked by length class:
     ``mix_chunks_filter``; the fixed orders, ``random`` and ``sort_bin_shuffle``, chunked too, by
     cutting the listed order's kept slots (chunked: their chunks); ``PlanOptions`` refuses the
-    other mixes by name)."""
+    other mixes by name). It keeps the shortest by the source's own sort key where unmixed plans
+    filter by it (``filter_key``: every fixed or drawn ordering), else by ``by`` (None: the
+    mix's lengths)."""
     o = corpus.options
     if o.epoch_wise_filter is None:
         return None
+    if corpus.filter_key is not None:
+        by = corpus.filter_key
     return MixFilter(cast(EpochFilter, o.epoch_wise_filter), o.partition_epoch, by)  # normalised
 
 
@@ -244,6 +248,6 @@ def shard_mix(
     else:  # the unchunked plan's index: by the source's own sort key if it gives one
         index, lengths = corpus.order_index(), corpus.order_by
     chunks = MixChunks(corpus.fixed_chunking(), corpus.units.stride, corpus.options.parsed_ordering)
-    wise = mix_filter(corpus, corpus.order_by)  # the length key, not its classes' values
+    wise = mix_filter(corpus, corpus.order_by)  # the length key (or own key), not class values
     kind = ChunkedShardMix if chunked is None else chunked  # ``chunked``: its own filter
     return kind(chunks, seed, mix, corpora, index, lengths, admits, wise)

@@ -358,8 +358,7 @@ def rule_kept(
     if last is not None and last[0] == ep.epoch:
         return last[1]
     draw = mix.draw(ep.full_epoch, ep.part, parts)
-    by = np.asarray(mix._lengths if mix.wise.by is None else mix.wise.by)
-    kept = order_kept(mix.wise.spec, ep, draw, by, make=make)
+    kept = order_kept(mix.wise.spec, ep, draw, np.asarray(mix.filter_by()), make=make)
     mix._kept = (ep.epoch, kept)
     return kept
 
