@@ -40,7 +40,7 @@ from seqloader.torch.dataset import RunPlan
 from seqloader.torch.distributed import check_same_plan
 from seqloader.torch.features_on import FeaturesOn
 from seqloader.torch.process_rank import detect
-from seqloader.torch.run import run_epoch
+from seqloader.torch.run import RunStop, run_epoch
 from seqloader.trainer.audit import EpochAuditor
 from seqloader.trainer.checks import BatchChecks, CheckOptions, check_source
 from seqloader.trainer.corpus_report import planned_corpora
@@ -140,6 +140,7 @@ class SeqLoader:
         )
         self._execution = Execution(source, self.worker_options, worker)
         self._last_report: EpochReport | None = None
+        self._run_stop: RunStop | None = None  # the last epoch() call's run, stopped by the next
         remote = remote_files(source)
         self._prefetch = (
             None
@@ -211,6 +212,9 @@ class SeqLoader:
         (``report()``) measures from this call on, as the training loop experiences it."""
         started = self.clock()
         epoch = int_option("epoch", epoch, 1, expected=EPOCH_EXPECTED)
+        if self._run_stop is not None:  # its loop, if it goes on, must count nothing into this one
+            self._run_stop.stop(epoch)
+        self._run_stop = stop = RunStop(epoch)
         if not self._checked_ranks and self.topology.world_size > 1:  # 1: a loader of its own
             check_same_plan(self._agreement(epoch), {"source_fingerprint": repr(self.source)})
             self._checked_ranks = True
@@ -261,6 +265,7 @@ class SeqLoader:
             clock=self.clock,
             finish=self._finish,
             settled=settled.set,
+            stop=stop,
         )
 
     # ---- what defines the plans ----

@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable, Generator
 
+from seqloader.errors import SeqLoaderError
 from seqloader.plan.batches import BatchList
 from seqloader.plan.state import LoaderState
 from seqloader.torch.batch import Batch
@@ -25,6 +26,31 @@ from seqloader.trainer.release import EVERY, release, releaser
 from seqloader.trainer.report import Clock, EpochMeter, EpochReport
 
 log = logging.getLogger("seqloader")
+
+
+class RunStop:
+    """Stops one ``epoch()`` call's run when the next one starts: its generator, if the loop
+    goes on with it, raises ``error`` at its next request and counts nothing into the new
+    epoch's position (with per-epoch or no workers it would otherwise take and count batches of
+    its own plan). No per-batch cost: the loop already checks ``EpochWatch.error``."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+        self.error: SeqLoaderError | None = None
+        self.watch: EpochWatch | None = None  # the run's watch, once its first request made it
+
+    def stop(self, new_epoch: int) -> None:
+        epoch = self.epoch
+        self.error = SeqLoaderError(
+            f"seqloader: epoch {epoch}'s batches stopped coming: epoch({new_epoch}) was asked "
+            f"for while this epoch's loop was still going on, and the position now counts only "
+            f"epoch {new_epoch}'s batches; finish (or drop) an epoch's loop before asking for "
+            f"the next epoch, or to go on with epoch {epoch} load the state saved in it "
+            f"(loader.load_state_dict(state)) and ask for epoch({epoch}) again"
+        )
+        watch = self.watch
+        if watch is not None and watch.error is None:
+            watch.error = self.error
 
 
 def run_epoch(
@@ -42,6 +68,7 @@ def run_epoch(
     clock: Clock = time.perf_counter,
     finish: Callable[[Batch], Batch] | None = None,
     settled: Callable[[], None] | None = None,
+    stop: RunStop | None = None,
 ) -> Generator[Batch, None, None]:
     """Yield ``share`` (this rank's batches from the run's first step) as ``Batch`` es.
 
@@ -53,7 +80,8 @@ def run_epoch(
     ``finish``: the last step before the loop gets a batch (``features_on``), after it is counted
     and audited; inside the loop's wait.
     ``settled()``: called once the first batch is about to be handed (or the epoch ends without
-    one): lets the background work of the epoch's start begin (``PlanAhead``, ``InBackground``)."""
+    one): lets the background work of the epoch's start begin (``PlanAhead``, ``InBackground``).
+    ``stop``: set by the next ``epoch()`` call; the loop then raises its error (``RunStop``)."""
     # an epoch without batches for this rank has nothing to measure
     meter = EpochMeter(report, length_key, clock, started=started if len(share) else None)
     finished = False
@@ -73,6 +101,8 @@ def run_epoch(
     first = True  # the first batch: the meter's own call (its wait began at the epoch's request)
     fold_every = meter.FOLD_EVERY
     try:
+        if stop is not None and stop.error is not None:  # the next epoch started before this one
+            raise stop.error
         if len(share):
             meter.before_next()  # the first request: DataLoader, workers, indexes, first batch
             dataloader = execution.ready()
@@ -88,6 +118,10 @@ def run_epoch(
                 on_failure=execution.close,
                 progress=execution.progress(),
             )
+            if stop is not None:
+                stop.watch = watch
+                if stop.error is not None:  # stopped while its first batch was being asked for
+                    raise stop.error
             take = it.taker() if isinstance(it, ReceivingIter) else it.__next__
             counts, waits = meter.counts.append, meter.waits.append
             to_release = releaser() if background else release
@@ -169,6 +203,8 @@ def run_epoch(
         pending = []
         if watch is not None:
             watch.stop()
+        if stop is not None:  # holds nothing of a run that is over
+            stop.watch = None
         if in_request:  # the final request (the epoch's end), or one an error interrupted
             meter.asked_at(asked)
         meter.finish()  # also when the loop stops early or raises: the report keeps its times

@@ -92,7 +92,7 @@ class EpochWatch:
     held: HeldBatches
     consumed: int = 0
     on_failure: Callable[[], None] | None = None
-    error: WorkerError | None = field(default=None, repr=False)
+    error: SeqLoaderError | None = field(default=None, repr=False)  # WorkerError, or RunStop's
     _iter_ref: weakref.ref | None = field(default=None, repr=False)
 
     @classmethod
