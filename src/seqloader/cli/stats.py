@@ -35,7 +35,7 @@ from seqloader.plan.mix import Corpora
 from seqloader.plan.options import Ordering, PlanOptions
 from seqloader.plan.planned_units import units_of
 from seqloader.plan.planners import INDEXED_KINDS, Planner, resolve_planning
-from seqloader.plan.simulate import load_of
+from seqloader.plan.simulate import drawn_lengths, load_of
 
 HELP = (
     "sequences, hours, length percentiles, keys; padding, steps and step imbalance per ordering "
@@ -140,7 +140,9 @@ def run(args: argparse.Namespace) -> int:
         ordered = planner_for(src, replace(opened.plan, ordering=o), lengths)
         plan = ordered.global_plan(1, args.ranks)
         packed = opened.workers.layout == "packed"  # no padding delivered
-        load = load_of(plan.batches, planner.lengths, units_of(planner), packed)
+        # each slot at the length variant it is planned in (epoch 1: full epoch 0)
+        lengths_at = drawn_lengths(ordered, plan.batches, 0)
+        load = load_of(plan.batches, lengths_at, units_of(planner), packed)
         # a slot costs its sequence, or its chunk's window
         imbalance = list_imbalance(plan, 0, ordered.slot_costs(plan.batches), per_slot=True)
         padding[o] = {

@@ -213,7 +213,7 @@ def _rank_epoch(
     if share.uses is not None:  # a use is counted once, at its first unit
         first = units.use_starts(share)
         uses.slots.setdefault(ep.full_epoch, []).append((share.seqs[first], share.uses[first]))
-    lengths = _drawn_lengths(planner, share, ep.full_epoch)
+    lengths = drawn_lengths(planner, share, ep.full_epoch)
     items = worker_items(len(share), num_workers)
     workers = tuple(load_of(share.take(ids), lengths, units, packed) for ids in items)
     files = None if planner.files is None else len(planner.rank_files(plan, rank))
@@ -257,7 +257,7 @@ def _per_rank_once(planner: Planner, groups: list[_Uses], epochs_sim: list[Epoch
     return Finding(name, ok, ("" if not ok else own + ": ") + "; ".join(found))
 
 
-def _drawn_lengths(planner: Planner, share: BatchList, full_epoch: int) -> np.ndarray:
+def drawn_lengths(planner: Planner, share: BatchList, full_epoch: int) -> np.ndarray:
     """The length key's lengths ``share`` is batched and read at: with length variants each
     sequence's variant of this full epoch (an indexed plan's slots carry it, global planning
     draws it per full epoch, ``epoch_lengths``), else the source's (the longest variant's)."""
