@@ -1,6 +1,6 @@
-"""``seqloader stats`` with length variants: each ordering's padded frames are those of the variant
-every slot is planned in (indexed plans carry it per slot; global planning draws it per full
-epoch), not the longest variant's (what ``simulate`` does too)."""
+"""``seqloader stats`` with length variants: each ordering's padded frames and step imbalance are
+those of the variant every slot is planned in (indexed plans carry it per slot; global planning
+draws it per full epoch), not the longest variant's (what ``simulate`` does too)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import seqloader.cli.stats as stats
 from seqloader.cli.main import main
 from seqloader.cli.options import Opened
 from seqloader.loading.planner_for import planner_for
+from seqloader.plan.epoch_plan import list_imbalance
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.variants import variant_of
 from seqloader.trainer.loader_options import WorkerOptions
@@ -56,3 +57,6 @@ def test_stats_padding_is_the_planned_variants(planning, monkeypatch, capsys):
         ends = zip(batches.bounds[:-1], batches.bounds[1:])
         padded = sum(int(z - a) * int(lens[a:z].max()) for a, z in ends)
         assert padding[ordering]["padded_frames"] == padded
+        plan = planner.global_plan(1, 2)
+        imbalance = list_imbalance(plan, 0, lens, per_slot=True)  # each slot's cost: its length
+        assert padding[ordering]["step_imbalance"] == round(imbalance, 5)

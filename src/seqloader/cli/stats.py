@@ -143,8 +143,12 @@ def run(args: argparse.Namespace) -> int:
         # each slot at the length variant it is planned in (epoch 1: full epoch 0)
         lengths_at = drawn_lengths(ordered, plan.batches, 0)
         load = load_of(plan.batches, lengths_at, units_of(planner), packed)
-        # a slot costs its sequence, or its chunk's window
-        imbalance = list_imbalance(plan, 0, ordered.slot_costs(plan.batches), per_slot=True)
+        # a slot costs its sequence (at its variant: chunking is refused with variants), or
+        # its chunk's window
+        costs = ordered.slot_costs(plan.batches)
+        if given.variants is not None:
+            costs = ordered.options.cost.units(lengths_at[plan.batches.seqs])
+        imbalance = list_imbalance(plan, 0, costs, per_slot=True)
         padding[o] = {
             "planning": planning_text(opened.plan.planning, ordered.options.planning),
             "batches": load.batches,
