@@ -12,12 +12,12 @@ kept set is no count per chunk bucket. It is one per length class (the mix's buc
 per admitted length, or per (length, chunk count) with the length key unchunked): every class
 below one length is kept whole, of that length the lowest (sequence, corpus epoch) over its
 classes, nothing above; the kept classes' counts give the chunks per chunk bucket as unfiltered
-(``ChunkBuckets.kept``). The search runs on the class counts (``mean_len_cut``); only the slots
-of the one length cut inside are sorted.
+(``ChunkBuckets.kept``). The search runs on the slots per length (``rule_of``: the unchunked
+mixes' rule); only the keys of the one length cut inside are looked at.
 
 Cost: the sub-epoch's slots are listed grouped by class (``mix_cuts.part_slots``, as the chunked
 mix lists them to plan anyway): O(slots) time and memory per rank in a filtered sub-epoch, the
-slots of the length cut inside sorted; other epochs are planned as before.
+keys of the length cut inside partitioned; other epochs are planned as before.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from seqloader.plan.admission import cut_class, mean_len_cut
+from seqloader.plan.indexed.keep_rule import rule_of
 
 
 class ClassSlots:
@@ -62,7 +62,9 @@ def kept_slots(
 ) -> tuple[np.ndarray, list[int]]:
     """``means`` (an epoch's ``max_mean_len`` values, one after the other) on the sub-epoch's
     slots ``listed`` by class (``value``: int64 ``[G]`` each class's length, ascending) -> (bool
-    ``[slots]``: the kept ones, slots each filter dropped).
+    ``[slots]``: the kept ones, slots each filter dropped). The classes of one length are
+    counted as one, and the kept set is the unchunked mixes' rule (``rule_of``): every length
+    below one, of that length the lowest (sequence, corpus epoch) keys.
 
     >>> listed = ClassSlots(np.array([5, 1, 3, 2, 0]), np.array([0, 0, 1, 0, 0]),
     ...                     np.array([0, 1, 3, 5]))  # classes of lengths 1, 4 and 4
@@ -70,23 +72,18 @@ def kept_slots(
     >>> keep.tolist(), dropped  # 1, 4, 4 kept: length 4's lowest sequences over both classes
     ([True, True, False, False, True], [2])
     """
-    counts = np.diff(np.asarray(listed.starts, dtype=np.int64))
-    starts = np.asarray(listed.starts, dtype=np.int64)
-    keep = np.ones(len(listed.seqs), dtype=bool)
-    dropped = []
-    for mean in means:
-        low = mean_len_cut(counts, counts * value, lambda g: np.full(counts[g], value[g]), mean)
-        total = int(counts.sum())
-        dropped.append(total - low)
-        if low >= total:
-            continue
-        g, inside = cut_class(counts, low)
-        same = np.flatnonzero(value == value[g])  # the classes of its length (adjacent)
-        lo, hi = int(same[0]), int(same[-1]) + 1
-        here = np.flatnonzero(keep[starts[lo] : starts[hi]]) + starts[lo]
-        order = np.lexsort((listed.uses[here], listed.seqs[here]))
-        take = int(counts[lo:g].sum()) + inside
-        keep[here[order[take:]]] = False
-        keep[starts[hi] :] = False
-        counts[lo:] = np.diff(_kept_before(keep, starts))[lo:]
-    return keep, dropped
+    value = np.asarray(value, dtype=np.int64)
+    values, inverse = np.unique(value, return_inverse=True)  # the distinct lengths
+    counts = np.bincount(inverse, weights=listed.counts, minlength=len(values)).astype(np.int64)
+    seqs = np.asarray(listed.seqs, dtype=np.int64)
+    lens = np.repeat(value, listed.counts)  # each slot's length
+
+    def key_at(g: int, inside: int) -> tuple[int, int]:
+        tie = np.flatnonzero(lens == values[g])
+        uses = np.asarray(listed.uses[tie], dtype=np.int64)
+        span = int(uses.max(initial=0)) + 1
+        keys = seqs[tie] * span + uses
+        return int(np.partition(keys, inside - 1)[inside - 1]), span
+
+    rule, dropped, _ = rule_of(values, counts, means, key_at)
+    return rule.keeps(seqs, listed.uses, lens), dropped

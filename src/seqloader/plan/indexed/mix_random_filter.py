@@ -30,15 +30,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from seqloader.plan.admission import (
-    EpochFilter,
-    cut_class,
-    epoch_filters,
-    filter_reason,
-    mean_len_cut,
-)
+from seqloader.plan.admission import EpochFilter, epoch_filters, filter_reason
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import BoundsTable
+from seqloader.plan.indexed.keep_rule import KeepRule, rule_of
 from seqloader.plan.indexed.mix import IndexedMix, MixDraw
 from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
 from seqloader.plan.indexed.mix_filter import MixKept
@@ -52,32 +47,6 @@ from seqloader.plan.options import Ordering
 FILTER_BLOCK = 1 << 18
 #: lengths below this are counted by ``bincount`` (else ``unique``)
 _DENSE_LENGTHS = 1 << 20
-
-
-@dataclass(frozen=True)
-class KeepRule:
-    """Which slots a filtered sub-epoch keeps: length below ``length``, or equal to it with
-    ``seq * span + use <= key`` (``key`` -1: none of that length); ``length`` None: every slot.
-
-    >>> rule = KeepRule(5, 7, 2)  # below 5, and of 5 the keys up to 7 (sequence 3, epoch 1)
-    >>> rule.keeps(np.array([1, 3, 4, 2]), np.array([0, 1, 0, 0]), np.array([4, 5, 5, 9])).tolist()
-    [True, True, False, False]
-    """
-
-    length: int | None
-    key: int = -1
-    span: int = 1
-
-    def keeps(self, seqs: np.ndarray, uses: np.ndarray, lens: np.ndarray) -> np.ndarray:
-        """Bool mask of the slots (``seqs``, ``uses``; ``lens``: their lengths) kept."""
-        if self.length is None:
-            return np.ones(len(seqs), dtype=bool)
-        keep = lens < self.length
-        tie = np.flatnonzero(lens == self.length)
-        if len(tie):
-            keys = seqs[tie] * self.span + uses[tie].astype(np.int64)
-            keep[tie[keys <= self.key]] = True
-        return keep
 
 
 class _Counts:
@@ -100,37 +69,6 @@ class _Counts:
         self.values, inverse = np.unique(both, return_inverse=True)
         weights = np.concatenate([self.counts, counts]).astype(np.int64)
         self.counts = np.bincount(inverse, weights=weights).astype(np.int64)
-
-
-def rule_of(
-    values: np.ndarray,
-    counts: np.ndarray,
-    means: Sequence[float],
-    key_at: Callable[[int, int], tuple[int, int]],
-) -> tuple[KeepRule, list[int], int | None]:
-    """The ``max_mean_len`` filters ``means`` (each on what the ones before kept, as
-    ``epoch_filtered``) on slots counted per distinct length (``values`` ascending, ``counts``
-    int64) -> (the kept set's rule, slots each filter dropped, the class cut inside or None).
-    ``key_at(g, inside)``: the ``inside``-th smallest (sequence, corpus epoch) key of class
-    ``g``'s slots and the key's span, asked once, only where a filter cuts inside a class.
-
-    >>> rule_of(np.array([2, 9]), np.array([3, 3]), [3.0], lambda g, i: (10 * i, 1))  # 1 of 9
-    (KeepRule(length=9, key=10, span=1), [2], 1)
-    """
-    count = np.asarray(counts, dtype=np.int64).copy()
-    dropped, cut = [], None
-    for mean in means:
-        low = mean_len_cut(count, count * values, lambda g: np.full(count[g], values[g]), mean)
-        total = int(count.sum())
-        dropped.append(total - low)
-        if low < total:
-            cut, inside = cut_class(count, low)
-            count[cut], count[cut + 1 :] = inside, 0
-    if cut is None:
-        return KeepRule(None), dropped, None
-    inside = int(count[cut])
-    key, span = key_at(cut, inside) if inside else (-1, 1)
-    return KeepRule(int(values[cut]), key, span), dropped, cut
 
 
 def _blocks(size: int, block: int) -> Iterator[np.ndarray]:

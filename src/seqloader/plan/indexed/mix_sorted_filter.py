@@ -25,14 +25,10 @@ import numpy as np
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.filter import FilteredDraw
 from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.keep_rule import rule_of
 from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.mix_kind import Cut, ShardMix
-from seqloader.plan.indexed.mix_random_filter import (
-    KeptSet,
-    OneBucketShardMix,
-    rule_kept,
-    rule_of,
-)
+from seqloader.plan.indexed.mix_random_filter import KeptSet, OneBucketShardMix, rule_kept
 from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import USES_DTYPE, Corpora
