@@ -17,16 +17,12 @@ from seqloader.plan.indexed.variants import VariantClasses, VariantCodes, Varian
 from seqloader.plan.variants import variant_of
 
 
-class VariantUnits(PlannedSequences):
-    """Units with length variants: the lists hold ``sequence * F + variant`` codes; what
-    ``SortedWindows`` sorts by is the variant's length."""
+class VariantCodedUnits(PlannedSequences):
+    """What units coded ``sequence * F + variant`` answer alike, whichever draw made the codes:
+    a unit's sequence, and a slot's cost at its planned variant's length (``table`` ``[F, n]``)."""
 
-    def __init__(self, classes: VariantClasses, lengths: np.ndarray) -> None:
-        index: BucketIndex = classes.index
-        super().__init__(np.asarray(index.members), np.asarray(index.starts), lengths)
-        self.classes = classes
-        self.lengths = VariantLengths(classes.table)  # type: ignore[assignment]
-        self.codes = VariantCodes(classes.count)
+    table: np.ndarray
+    codes: VariantCodes
 
     def sequences(self, units: np.ndarray) -> np.ndarray:
         return self.codes.split(units)[0]
@@ -35,8 +31,20 @@ class VariantUnits(PlannedSequences):
         """Each slot's cost at its planned variant's length (``batches.variants``)."""
         if batches.variants is None:
             return costs[batches.seqs]
-        table = self.classes.table
-        return np.asarray(cost.units(np.asarray(table[batches.variants, batches.seqs])))
+        return np.asarray(cost.units(np.asarray(self.table[batches.variants, batches.seqs])))
+
+
+class VariantUnits(VariantCodedUnits):
+    """Units with length variants: the lists hold ``sequence * F + variant`` codes; what
+    ``SortedWindows`` sorts by is the variant's length."""
+
+    def __init__(self, classes: VariantClasses, lengths: np.ndarray) -> None:
+        index: BucketIndex = classes.index
+        super().__init__(np.asarray(index.members), np.asarray(index.starts), lengths)
+        self.classes = classes
+        self.table = classes.table
+        self.lengths = VariantLengths(classes.table)  # type: ignore[assignment]
+        self.codes = VariantCodes(classes.count)
 
 
 class DrawnLengths:
@@ -71,7 +79,7 @@ class DrawnDraw:
         return seqs * self.count + v, uses
 
 
-class DrawnUnits(PlannedSequences):
+class DrawnUnits(VariantCodedUnits):
     """The fixed orders' and ``random``'s units with length variants: the index's sequences,
     drawn as ``sequence * F + variant`` codes (``DrawnDraw``), costed at the variant's length."""
 
@@ -81,12 +89,3 @@ class DrawnUnits(PlannedSequences):
         super().__init__(members, starts, lengths)
         self.table = table
         self.codes = VariantCodes(len(table))
-
-    def sequences(self, units: np.ndarray) -> np.ndarray:
-        return self.codes.split(units)[0]
-
-    def slot_costs(self, batches: BatchList, costs: np.ndarray, cost: BatchCost) -> np.ndarray:
-        """Each slot's cost at its planned variant's length (``batches.variants``)."""
-        if batches.variants is None:
-            return costs[batches.seqs]
-        return np.asarray(cost.units(np.asarray(self.table[batches.variants, batches.seqs])))
