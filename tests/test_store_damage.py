@@ -497,3 +497,25 @@ def test_a_refusal_in_a_worker_reaches_the_loop_as_itself(tmp_path) -> None:
     with loader, pytest.raises(DamagedStore, match=r"column 'start\.data'") as caught:
         list(loader.epoch(1))
     assert str(store) in str(caught.value) and caught.value.column == "start.data"
+
+
+def test_a_spawned_worker_refuses_a_store_replaced_by_a_damaged_copy(tmp_path) -> None:
+    """The loop's process mapped the store; then the file was replaced by a copy with a changed
+    header. A forked worker reads the loop's mapping (the old file), but a spawned one maps the
+    store again by path while torch unpickles its dataset: that refusal killed the worker before
+    any of our code ran, and the loop got a bare ``WorkerError`` ("exited with code 1"), the file
+    named only on the worker's stderr. It reaches the loop as the refusal itself now."""
+    files = [tmp_path / "a.hdf"]
+    _write_hdf(files[0], 12)
+    index = tmp_path / "idx"
+    src = sl.HDFSource(files, index_dir=index)
+    (store,) = index.glob("hdf-*.cols")
+    copy = tmp_path / "copy.cols"
+    copy.write_bytes(store.read_bytes())
+    flip(copy, "header")
+    os.replace(copy, store)
+    loader = sl.SeqLoader(src, max_seqs=6, num_workers=1, multiprocessing_context="spawn")
+    with loader, pytest.raises(DamagedStore, match=r"its header differs") as caught:
+        list(loader.epoch(1))
+    assert str(store) in str(caught.value) and "Fix: delete it" in str(caught.value)
+    assert "DataLoader worker process 0" in str(caught.value.__cause__)

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pickle
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
 import torch
@@ -61,7 +63,8 @@ class PlannedBatches(Dataset):
     def __init__(
         self, source: Source, worker: WorkerSpec, progress: WorkerProgress | None = None
     ) -> None:
-        self.source = source
+        self._source: Source | None = source
+        self._pickled: bytes | None = None  # the source, in a worker that was not forked
         self.worker = worker
         self.progress = progress
         self.owner = new_owner_id()
@@ -69,6 +72,15 @@ class PlannedBatches(Dataset):
         self._local: BlockPool | None = None  # reusable batch memory with num_workers=0
         # the trainer's mappings of worker slots go when this object does (e.g. loader.close())
         weakref.finalize(self, drop_received, self.owner)
+
+    @property
+    def source(self) -> Source:
+        """The source; in a spawned worker, unpickled on its first batch (``__getstate__``)."""
+        if self._source is None:
+            assert self._pickled is not None
+            self._source = pickle.loads(self._pickled)
+            self._pickled = None
+        return self._source
 
     def __getitem__(self, spec: BatchSpec) -> Batch | SlotBatchMessage | WorkerRaised:
         info = get_worker_info()
@@ -126,6 +138,13 @@ class PlannedBatches(Dataset):
         state = dict(self.__dict__)
         state["_pool"] = None  # slots belong to the process that made them
         state["_local"] = None
+        # a worker that is not forked maps the node's stores again by path as the source
+        # unpickles; torch unpickles the dataset before any of our code runs there, so a store
+        # replaced by a damaged copy killed the worker (a bare "exited with code 1", the file
+        # named on its stderr only). Unpickled on its first batch, the refusal reaches the loop
+        # as itself (``WorkerRaised``).
+        state["_source"] = None
+        state["_pickled"] = bytes(ForkingPickler.dumps(self.source))
         return state
 
     def __len__(self) -> int:  # only for repr/debugging; the sampler decides what is read
