@@ -97,9 +97,9 @@ from seqloader.plan.indexed.plan import (
 from seqloader.plan.indexed.random_order import RankBatchOrder
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, drawn_order
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
-from seqloader.plan.indexed.variants import VariantCodes, VariantLengths
-from seqloader.plan.indexed.variants_sorted import sorted_cut, sorted_order
-from seqloader.plan.indexed.variants_units import DrawnDraw, DrawnLengths, DrawnUnits, VariantUnits
+from seqloader.plan.indexed.variants import VariantCodes
+from seqloader.plan.indexed.variants_sorted import sorted_order
+from seqloader.plan.indexed.variants_units import variant_units
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.limits import BatchLimits
 from seqloader.plan.mix import CorpusProgress, mixed_corpora
@@ -249,12 +249,8 @@ class IndexedPlanner:
         self.variant_codes: VariantCodes | None = None
         #: the fixed orders and ``random`` with variants: the lengths per variant ``[F, n]``
         self.drawn = c.drawn
-        if c.variants is not None:
-            self.planned = VariantUnits(c.variants, c.lengths)
-            self.variant_codes = VariantCodes(c.variants.count)
-        elif c.drawn is not None:
-            self.planned = DrawnUnits(c.index.members, c.index.starts, c.lengths, c.drawn)
-            self.variant_codes = VariantCodes(len(c.drawn))
+        if (coded := variant_units(c)) is not None:
+            self.planned, self.variant_codes = coded, coded.codes
         self.bucket_edges, self.longest, self.bucket_counts = (
             c.bucket_edges,
             c.longest,
@@ -377,28 +373,13 @@ class IndexedPlanner:
         return order, lo, hi
 
     def _cut(
-        self,
-        order: Callable[[np.ndarray], np.ndarray],
-        lo: int,
-        hi: int,
-        ep: EpochIndex | None = None,
+        self, order: Callable[[np.ndarray], np.ndarray], lo: int, hi: int, ep: EpochIndex
     ) -> tuple[BoundsTable, Draw]:
-        """Greedy batches of positions ``lo .. hi`` of ``order``, cut here in blocks (chunked:
-        each sequence's chunks in turn, ``PlannedUnits.greedy_cut``): the table and the draw.
-        With length variants, sub-epoch ``ep``'s: cut on its full epoch's drawn lengths, the
-        draw's slots coded with their variants (``DrawnDraw``)."""
+        """Greedy batches of positions ``lo .. hi`` of ``order`` in sub-epoch ``ep``, cut in
+        blocks by the planned units (``PlannedUnits.greedy_cut``: chunked, each sequence's chunks
+        in turn; length variants, on the full epoch's drawn lengths): the table and the draw."""
         batcher = cut_batcher(self._limits)
-        if self.corpus.sorted_variants is not None:  # the order's units are codes already
-            table_f = VariantLengths(self.corpus.sorted_variants.table)
-            lengths = {**self._batch_lengths, self.length_key: table_f}
-            return sorted_cut(self.planned.greedy_cut, order, lo, hi, batcher, lengths)  # type: ignore[return-value]
-        if self.drawn is None or ep is None:
-            return self.planned.greedy_cut(order, lo, hi, batcher, self._batch_lengths)
-        seed, full = self.options.seed, ep.full_epoch
-        drawn = DrawnLengths(self.drawn, seed, full)
-        lengths = {**self._batch_lengths, self.length_key: drawn}
-        table, draw = self.planned.greedy_cut(order, lo, hi, batcher, lengths)  # type: ignore[arg-type]
-        return table, DrawnDraw(draw, seed, full, len(self.drawn))
+        return self.planned.greedy_cut(order, lo, hi, batcher, self._batch_lengths, ep.full_epoch)
 
     def _filtered_part(self, ep: EpochIndex) -> tuple[BoundsTable, Draw, dict[str, int]]:
         """Fixed and random orderings with epoch selections or ``epoch_wise_filter`` in ``ep``:
@@ -417,7 +398,7 @@ class IndexedPlanner:
         wise = self.options.epoch_wise_filter
         seqs, means = mean_filtered(wise, ep.epoch, seqs, by)  # type: ignore[arg-type]
         reasons = {**reasons, **means}
-        table, draw = self._cut(ListedOrder(seqs), 0, len(seqs))
+        table, draw = self._cut(ListedOrder(seqs), 0, len(seqs), ep)
         self._filter_kept = (ep.epoch, (table, draw, reasons))
         return self._filter_kept[1]
 

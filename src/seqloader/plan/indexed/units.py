@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 _CHUNK = 1 << 22  # members read at once while summing a bucket's lengths
 #: a full epoch's sequence order: positions -> sequence indices (``FixedOrder``, ``RandomOrder``)
 Order = Callable[[np.ndarray], np.ndarray]
+#: what a greedy cut reads each batch key's lengths from
+Lengths = Mapping[str, np.ndarray]
 
 
 @dataclass
@@ -149,9 +151,10 @@ class PlannedUnits(Protocol):
         ...
 
     def greedy_cut(
-        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Lengths, full: int = 0
     ) -> tuple[BoundsTable, Draw]:
-        """Greedy batches of positions ``lo .. hi`` of ``order``, cut in blocks."""
+        """Greedy batches of positions ``lo .. hi`` of ``order``, cut in blocks (length variants:
+        on full epoch ``full``'s drawn lengths, ``seqloader.plan.indexed.variants_units``)."""
         ...
 
 
@@ -222,7 +225,7 @@ class PlannedSequences:
         return FixedDraw(order, index.cuts[cuts], lo)
 
     def greedy_cut(
-        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Lengths, full: int = 0
     ) -> tuple[BoundsTable, Draw]:
         cut_order, cut_lengths = cut_view(order, batcher.keys, lengths)  # sort_bins: by length
         bounds = cut_positions(cut_order, lo, hi, batcher, cut_lengths, RANDOM_BLOCK)
@@ -333,7 +336,7 @@ class PlannedChunks:
         return ChunkedFixedDraw(order, firsts, lo, hi - lo, self.fixed, self.chunks.stride)
 
     def greedy_cut(
-        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
+        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Lengths, full: int = 0
     ) -> tuple[BoundsTable, Draw]:
         """Each sequence's chunks in turn, cut by their windows (``fixed_chunks``)."""
         stride = self.chunks.stride

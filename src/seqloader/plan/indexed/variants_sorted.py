@@ -27,6 +27,7 @@ import numpy as np
 
 from seqloader.plan.bucket_index import BucketIndex
 from seqloader.plan.indexed.fixed import BoundsTable, FixedDraw, FixedOrder, cut_positions
+from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS, SortBinsOrder
 from seqloader.plan.indexed.variants import VariantClasses, VariantEpoch
@@ -112,13 +113,13 @@ class _Same:
 
 
 def sorted_cut(
-    greedy_cut: Callable[..., tuple[BoundsTable, object]],
+    greedy_cut: Callable[..., tuple[BoundsTable, Draw]],
     order: Callable[[np.ndarray], np.ndarray],
     lo: int,
     hi: int,
     batcher: Batcher,
     lengths: Mapping[str, object],
-) -> tuple[BoundsTable, object]:
+) -> tuple[BoundsTable, Draw]:
     """Greedy batches of positions ``lo .. hi`` of a sorting order: ``sorted``/``sorted_reverse``
     cut by the length key alone read each position's length from its bucket (no member drawn,
     as ``sort_bin_shuffle``'s cut does); otherwise ``greedy_cut`` (the planned units')."""

@@ -2,19 +2,29 @@
 codes, sorted and costed at the variant's length. ``laplace``/``buckets:N``: the class draw
 (``seqloader.plan.indexed.variants``); the fixed orders ``default``/``reverse`` and ``random``,
 whose greedy cuts are made per epoch anyway: global planning's per-sequence draw
-(``variant_of``), each epoch's part cut on the drawn lengths."""
+(``variant_of``), each epoch's part cut on the drawn lengths (``DrawnUnits.greedy_cut``); the
+sorting orders: an order of codes (``seqloader.plan.indexed.variants_sorted``) cut on each code's
+length (``SortedUnits.greedy_cut``). So the planner asks every kind of units for its cut alike."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from seqloader.plan.batches import BatchList
 from seqloader.plan.cost import BatchCost
+from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.plan import Draw
-from seqloader.plan.indexed.units import PlannedSequences
+from seqloader.plan.indexed.units import Lengths, Order, PlannedSequences
 from seqloader.plan.indexed.variants import VariantClasses, VariantCodes, VariantLengths
+from seqloader.plan.indexed.variants_sorted import sorted_cut
+from seqloader.plan.limits import Batcher
 from seqloader.plan.variants import variant_of
+
+if TYPE_CHECKING:
+    from seqloader.plan.indexed.corpus import AdmittedCorpus
 
 
 class VariantCodedUnits(PlannedSequences):
@@ -81,11 +91,53 @@ class DrawnDraw:
 
 class DrawnUnits(VariantCodedUnits):
     """The fixed orders' and ``random``'s units with length variants: the index's sequences,
-    drawn as ``sequence * F + variant`` codes (``DrawnDraw``), costed at the variant's length."""
+    drawn as ``sequence * F + variant`` codes (``DrawnDraw``), costed at the variant's length;
+    ``key`` the length key the variants vary, ``seed`` the draw's."""
 
     def __init__(
-        self, members: np.ndarray, starts: np.ndarray, lengths: np.ndarray, table: np.ndarray
+        self,
+        members: np.ndarray,
+        starts: np.ndarray,
+        lengths: np.ndarray,
+        table: np.ndarray,
+        key: str,
+        seed: int,
     ) -> None:
         super().__init__(members, starts, lengths)
-        self.table = table
+        self.table, self.key, self.seed = table, key, seed
         self.codes = VariantCodes(len(table))
+
+    def greedy_cut(
+        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Lengths, full: int = 0
+    ) -> tuple[BoundsTable, Draw]:
+        """Cut on full epoch ``full``'s drawn lengths (``DrawnLengths``), the draw's slots coded
+        with their variants (``DrawnDraw``)."""
+        drawn: np.ndarray = DrawnLengths(self.table, self.seed, full)  # type: ignore[assignment]
+        table, draw = super().greedy_cut(order, lo, hi, batcher, {**lengths, self.key: drawn})
+        return table, DrawnDraw(draw, self.seed, full, len(self.table))
+
+
+class SortedUnits(DrawnUnits):
+    """The sorting orders' units with length variants: their order yields the codes already
+    (``seqloader.plan.indexed.variants_sorted``), so a cut reads each code's variant's length
+    (``sorted_cut``) and the draw's slots are those codes."""
+
+    def greedy_cut(
+        self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Lengths, full: int = 0
+    ) -> tuple[BoundsTable, Draw]:
+        coded: np.ndarray = VariantLengths(self.table)  # type: ignore[assignment]
+        plain = super(DrawnUnits, self).greedy_cut  # the sequences' cut: the codes as they are
+        return sorted_cut(plain, order, lo, hi, batcher, {**lengths, self.key: coded})
+
+
+def variant_units(corpus: AdmittedCorpus) -> VariantCodedUnits | None:
+    """The units of an admitted corpus with length variants (None without): the class draw's
+    (``VariantUnits``), the sorting orders' (``SortedUnits``) or the per-sequence draw's
+    (``DrawnUnits``)."""
+    if corpus.variants is not None:
+        return VariantUnits(corpus.variants, corpus.lengths)
+    if corpus.drawn is None:
+        return None
+    kind = SortedUnits if corpus.sorted_variants is not None else DrawnUnits
+    members, starts, seed = corpus.index.members, corpus.index.starts, corpus.options.seed
+    return kind(members, starts, corpus.lengths, corpus.drawn, corpus.length_key, seed)
