@@ -150,12 +150,17 @@ CASES: dict[str, dict] = {
         }
         for o in ("random", "default", "sorted", "sort_bin_shuffle:.100", "laplace", "buckets:30")
     },
-    "ordering=random + mix + chunking 500:250 + epoch_wise_filter (3 corpora; 8 ranks)": {
-        "ordering": "random",
-        "chunking": "500:250",
-        **MIX3,
-        **FILTER,
-        "global": UNFILTERED,
+    # chunked: random by the rule in passes (mix_chunks_rule.py), sorted and sort_bin_shuffle by
+    # the rule from the one-bucket-per-value index's counts (mix_sorted_filter.ChunkedValueMix)
+    **{
+        f"ordering={o} + mix + chunking 500:250 + epoch_wise_filter (3 corpora; 8 ranks)": {
+            "ordering": o,
+            "chunking": "500:250",
+            **MIX3,
+            **FILTER,
+            "global": UNFILTERED,
+        }
+        for o in ("random", "sorted", "sort_bin_shuffle:.100")
     },
     # laplace with a mix and chunking: every chunk of the mix's slots (plan/indexed/mix_chunks.py)
     "mix + chunking 500:250 (3 corpora; 8 ranks)": {
@@ -260,7 +265,10 @@ SMOKE = [
                 f"ordering={o} + mix + epoch_wise_filter"
                 for o in ("default", "sorted", "sort_bin_shuffle:.100", "laplace", "buckets:30")
             ),
-            "ordering=random + mix + chunking 500:250 + epoch_wise_filter",
+            *(
+                f"ordering={o} + mix + chunking 500:250 + epoch_wise_filter"
+                for o in ("random", "sorted", "sort_bin_shuffle:.100")
+            ),
             # chunked mix over files: random's cut runs the same code (files_mix_cut)
             *(
                 f"ordering={o} + mix + chunking 500:250 + files"

@@ -1,6 +1,6 @@
 """``epoch_wise_filter`` with a ``mix`` and ``sorted``, ``sorted_reverse`` or
-``sort_bin_shuffle`` (one bucket per value; ``seqloader.plan.indexed.mix_sorted_filter``;
-hypothesis, pure numpy): the kept set found from the buckets' counts, the report's counts, the
+``sort_bin_shuffle`` (one bucket per value, chunked too;
+``seqloader.plan.indexed.mix_sorted_filter``; hypothesis, pure numpy): the kept set found from the buckets' counts, the report's counts, the
 kept lists and every batch's slots are those of listing the sub-epoch and filtering it
 (``mix_filter.mix_kept``, ``kept_of``, ``listed_cuts``), for one or two filters, many equal
 lengths or few. The plans' contracts and golden digests: ``test_plan_indexed_mix_filter.py``."""
@@ -68,20 +68,26 @@ def test_the_counted_filter_plans_what_listing_plans(
         assert np.array_equal(cut_draw.uses, ref_draw.uses)
 
 
+CHUNKED_KINDS = ["random", "default", "reverse", "sorted", "sorted_reverse", "sort_bin_shuffle:3",
+                 "sort_bin_shuffle_x2:.5"]  # fmt: skip
+
+
 @settings(max_examples=12, deadline=None)
 @given(
     st.integers(10, 120),
     st.sampled_from([4, 40]),
     st.sampled_from([[9.5], [30, 12], [2.5, 2.2]]),
     st.integers(1, 2),
-    st.sampled_from(["random", "default", "reverse"]),
+    st.sampled_from(CHUNKED_KINDS),
     st.integers(0, 2**32 - 1),
 )
 def test_a_chunked_mix_keeps_what_listing_keeps(
     n: int, top: int, means: list[float], parts: int, kind: str, seed: int
 ) -> None:
-    """Chunked ``random``/``default``/``reverse`` (``mix_chunks_rule``): the kept slots, in
-    order, the report's counts and left-out slots are the listing path's."""
+    """Chunked ``random``/``default``/``reverse`` (``mix_chunks_rule``) and ``sorted``,
+    ``sorted_reverse``, ``sort_bin_shuffle[_x2]`` (``ChunkedValueMix``: one bucket per value,
+    the rule from its counts): the kept slots, in order, the report's counts and left-out
+    slots are the listing path's."""
     _, lengths, options, planner = filtered_mix(n, top, means, parts, None, kind, seed,
                                                 chunking="6:3")  # fmt: skip
     mix = planner.mix

@@ -30,10 +30,12 @@ class ChunkedRuleMix(ChunkedShardMix):
     def listed_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
         """The sub-epoch's slots in the ordering, the kept ones where ``epoch_wise_filter``
         applies (the listing masked by the rule)."""
-        seqs, uses = self.ordered_slots(ep, parts)
         kept = self.kept(ep, parts)
+        if kept is None:
+            return self.ordered_slots(ep, parts)
         if not isinstance(kept, OrderKept) or kept.kept_set is None:
-            return seqs, uses
+            return super().listed_slots(ep, parts)  # kept by listing (``ChunkedValueMix``)
+        seqs, uses = self.ordered_slots(ep, parts)
         keep = kept.kept_set.keeps(seqs, uses)
         return seqs[keep], uses[keep]
 

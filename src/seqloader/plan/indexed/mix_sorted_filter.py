@@ -26,6 +26,8 @@ from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.filter import FilteredDraw
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.keep_rule import rule_of
+from seqloader.plan.indexed.mix import IndexedMix
+from seqloader.plan.indexed.mix_chunks_rule import ChunkedRuleMix
 from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.mix_kind import Cut, ShardMix
 from seqloader.plan.indexed.mix_random_filter import KeptSet, OneBucketShardMix, rule_kept
@@ -110,22 +112,39 @@ class BucketKeptSet(KeptSet):
 
 class ValueShardMix(OneBucketShardMix):
     """``ShardMix`` over one bucket per value (``sorted``, ``sorted_reverse``; ``SortBinsMix``):
-    a filtered sub-epoch's kept set by the rule from the buckets' counts (``BucketKeptSet``),
-    its listed order masked by it; an index that is not one bucket per value: ``ShardMix``'s."""
-
-    _values: np.ndarray | bool | None = False  # not looked at yet
+    a filtered sub-epoch's kept set by the rule from the buckets' counts (``value_kept``), its
+    listed order masked by it; an index that is not one bucket per value: ``ShardMix``'s."""
 
     def kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
-        if self.wise is None:
-            return None
-        if self._values is False:
-            self._values = bucket_values(self.index, np.asarray(self._lengths))
-        values = self._values
-        if not isinstance(values, np.ndarray):
-            return ShardMix.kept(self, ep, parts)
-        return rule_kept(self, ep, parts, partial(BucketKeptSet, values=values))
+        return value_kept(self, ep, parts)
 
     def random_cut(
         self, ep: EpochIndex, parts: int, batcher: Batcher, lengths: Mapping[str, np.ndarray]
     ) -> Cut:
         return ShardMix.random_cut(self, ep, parts, batcher, lengths)
+
+
+class ChunkedValueMix(ChunkedRuleMix):
+    """Chunked ``sorted``, ``sorted_reverse`` (``ChunkedSortBinsMix``: ``sort_bin_shuffle``):
+    the mix streams over one bucket per value of what the order sorts by (the unchunked plan's
+    index), so a filtered sub-epoch keeps by the rule from the buckets' counts as unchunked
+    (``value_kept``), and the listing the chunked cut makes anyway is masked by it
+    (``ChunkedRuleMix.listed_slots``): one listing, none matched."""
+
+    def kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
+        return value_kept(self, ep, parts)
+
+
+def value_kept(mix: IndexedMix, ep: EpochIndex, parts: int) -> MixKept | None:
+    """``IndexedMix.kept`` of a mix over one bucket per value: the rule from the buckets'
+    counts (``BucketKeptSet``, kept for the last sub-epoch); an index that is not one bucket
+    per value ascending (``bucket_values`` None): the listing path (``IndexedMix.kept``)."""
+    if mix.wise is None:
+        return None
+    last = mix._kept
+    if last is not None and last[0] == ep.epoch:
+        return last[1]
+    values = bucket_values(mix.index, np.asarray(mix._lengths))
+    if values is None:
+        return IndexedMix.kept(mix, ep, parts)
+    return rule_kept(mix, ep, parts, partial(BucketKeptSet, values=values))

@@ -33,7 +33,6 @@ from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.mix_chunks_rule import ChunkedRuleMix
 from seqloader.plan.indexed.mix_cuts import listed_part
 from seqloader.plan.indexed.mix_kind import (
-    ChunkedShardMix,
     Cut,
     MixChunks,
     MixKind,
@@ -41,7 +40,7 @@ from seqloader.plan.indexed.mix_kind import (
     shard_mix,
 )
 from seqloader.plan.indexed.mix_random_filter import OneBucketShardMix
-from seqloader.plan.indexed.mix_sorted_filter import ValueShardMix
+from seqloader.plan.indexed.mix_sorted_filter import ChunkedValueMix, ValueShardMix
 from seqloader.plan.indexed.sort_bins import SORT_BIN_KINDS
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora
@@ -87,10 +86,11 @@ class SortBinsMix(ValueShardMix):
         return self.listed_cut(ep, parts, ordering, batcher, lengths, rng)
 
 
-class ChunkedSortBinsMix(ChunkedShardMix):
+class ChunkedSortBinsMix(ChunkedValueMix):
     """Chunked: the slots ``SortBinsMix`` lists, in its order, each expanded into its chunks and
     the chunks cut by their windows (the module doc); ``args``: ``ChunkedShardMix``'s, its index
-    the length classes."""
+    the length classes (one bucket per value: a filtered sub-epoch kept by the rule,
+    ``ChunkedValueMix``)."""
 
     def __init__(self, options: PlanOptions, *args: Any) -> None:
         super().__init__(*args)
@@ -125,7 +125,8 @@ def sharded_mix(
     """The mix of a sharded indexed plan: ``SortBinsMix`` for ``sort_bin_shuffle[_x2]``
     (chunked: ``ChunkedSortBinsMix``), ``OneBucketShardMix`` for ``random``, ``default`` and
     ``reverse`` unchunked (chunked: ``ChunkedRuleMix``) and ``ValueShardMix`` for ``sorted``,
-    ``sorted_reverse`` unchunked (their filtered sub-epochs kept by a rule), else
+    ``sorted_reverse`` unchunked (chunked: ``ChunkedValueMix``; their filtered sub-epochs kept
+    by a rule), else
     ``shard_mix``'s."""
     options = corpus.options
     if options.parsed_ordering.kind in ONE_BUCKET and corpus.units is None:
@@ -137,6 +138,8 @@ def sharded_mix(
     if sorted_kind and corpus.units is None:  # one bucket per value: the filter from counts
         streams = (seed, mix, corpora, corpus.index, corpus.order_by, corpus.admits)
         return ValueShardMix(*streams, mix_filter(corpus))
+    if sorted_kind:  # chunked: the same index, the filter from its counts too
+        return shard_mix(seed, mix, corpora, corpus, ChunkedValueMix)
     if options.parsed_ordering.kind not in SORT_BIN_KINDS:
         return shard_mix(seed, mix, corpora, corpus)
     # the sorted index (chunked: by length, the length classes) and what it sorts by; with a
