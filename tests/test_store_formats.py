@@ -71,6 +71,9 @@ def another_versions_copy(path: str, format: str, age: float = 0.0) -> str:
 
 
 def test_superseded_keeps_this_versions_format_over_a_newer_one(prepared, capsys, tmp_path):
+    # the HDF metadata store records when its data was last modified (the newest data wins)
+    data_mtime = ColumnStore(prepared["hdf"]).meta["data_mtime"]
+    assert data_mtime == os.stat(hdf_file(tmp_path)).st_mtime_ns / 1e9
     an_hour_ago = time.time() - 3600
     for path in prepared.values():  # this version's stores: built first
         os.utime(path, (an_hour_ago, an_hour_ago))
@@ -101,6 +104,41 @@ def test_superseded_without_this_versions_store_keeps_the_newest(cache, tmp_path
         node_cache.list_stores([str(folder)]), superseded=True, formats={"v1"}
     )
     assert [s.path for s in chosen] == [new]
+
+
+def test_superseded_keeps_the_store_of_the_newest_data_whatever_its_format(cache, tmp_path):  # noqa: F811
+    """A store of older data is never read again by any version (each one's next open sees the
+    data changed): it is superseded by a store of newer data even when it is of this version's
+    format (it was kept, and the other version's store of the newer data removed: both rebuilt).
+    Which data is newer: the data's modification times the stores recorded (one clock, the
+    data's file system's), else a store built before the data another was built from changed."""
+    folder, now = tmp_path / "stores", time.time()
+
+    def store(name: str, format: str, built: float, data: float | None) -> str:
+        meta: dict = {"about": "a source", "sequences": 3}
+        if data is not None:
+            meta["data_mtime"] = data
+        path = write_store(folder / name, name, {"x": [1, 2, 3]}, meta, format=format).path
+        os.utime(path, (built, built))
+        return path
+
+    def superseded() -> list[str]:
+        found = node_cache.list_stores([str(folder)])
+        return [s.path for s in node_cache.stale(found, superseded=True, formats={"v3"})]
+
+    ours = store("ours.cols", "v3", now - 3000, now - 3600)
+    theirs = store("theirs.cols", "v2", now - 500, now - 600)  # the data changed since ours
+    assert superseded() == [ours]
+    os.utime(ours, (now - 100, now - 100))  # built later, from the older data (its record)
+    assert superseded() == [ours]
+    os.unlink(ours)
+    ours = store("ours.cols", "v3", now - 300, now - 600)  # the same data: our format is kept
+    assert superseded() == [theirs]
+    os.unlink(ours)
+    ours = store("ours.cols", "v3", now - 3000, None)  # no record (written before stores kept
+    assert superseded() == [ours]  # one), built before the data the other was built from
+    os.utime(ours, (now - 100, now - 100))  # built after it: nothing says its data is older
+    assert superseded() == [theirs]
 
 
 def test_another_format_at_the_path_is_rebuilt_never_read(tmp_path):

@@ -24,6 +24,7 @@ from seqloader.trainer import duplicate_store
 
 #: the formats this seqloader writes its stores in (each store's header says its own):
 #: ``--superseded`` keeps a store of one of these over a newer one of another version's format
+#: built from the same data (a store of newer data is kept whatever its format)
 FORMATS = frozenset(
     {
         bucket_store.FORMAT,
@@ -63,8 +64,9 @@ def add_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument(
         "--superseded",
         action="store_true",
-        help="with --clean: also stores of a source and options that have a newer store (built "
-        "after the data changed) or one of this seqloader's format (theirs is another version's)",
+        help="with --clean: also stores of a source and options that have a store of newer data "
+        "(whatever the formats), or of the same data in this seqloader's format (theirs is "
+        "another version's), or a newer one",
     )
     add_output_options(p)
     return p

@@ -36,6 +36,7 @@ from seqloader.sources.hdf_store import (
     metadata_of,
     open_metadata,
 )
+from seqloader.sources.node_cache import data_mtime
 from seqloader.sources.remote import FileCache, RemoteFile, RemoteFiles, cache_for
 from seqloader.sources.remote.index import hdf_layout
 from seqloader.sources.screen_verdicts import Screened
@@ -105,8 +106,10 @@ class HDFSource(SourceBase):
                 if not os.path.isfile(p):
                     read_layout(p, _position(i, n))  # raises the DataError naming the file
             identity = identity_of(self._paths, None, None if keys is None else list(keys))
+            data_time = data_mtime(self._paths)
         else:
             files = remote.stat(self._paths)
+            data_time = None
             identity = identity_of(
                 self._paths, [r.key for r in files], None if keys is None else list(keys)
             )
@@ -123,7 +126,9 @@ class HDFSource(SourceBase):
 
         origin = f"HDFSource({len(self._paths)} file(s): {', '.join(self._paths)}; keys={keys})"
         with StepMeter() as step:  # seqloader prepare reports what the first open cost
-            meta, self.index_built = open_metadata(identity, index_dir, read_layouts, merge, origin)
+            meta, self.index_built = open_metadata(
+                identity, index_dir, read_layouts, merge, origin, data_time
+            )
         self.index_step = (step.seconds, step.peak_private)  # plain numbers: pickled
         self._store = meta.store
         # the screen's verdicts live beside the metadata store (none where it could not be written)

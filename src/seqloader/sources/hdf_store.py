@@ -124,10 +124,12 @@ def open_metadata(
     read_layouts: Callable[[], Sequence[Layout]],
     merge: Merge,
     origin: str = "",
+    data_time: float | None = None,
 ) -> tuple[Metadata, bool]:
     """The files' metadata from the store of ``identity`` in ``index_dir``: mapped when it is
     there, else built from ``read_layouts()`` (once per node). Returns (metadata, built here).
-    ``origin`` (the files, for a listing of the cache) goes into the store's header.
+    ``origin`` (the files, for a listing of the cache) and ``data_time`` (their newest
+    modification time, local files) go into the store's header (``seqloader cache``).
     Where the store cannot be written (a read-only cache directory), the metadata is held in this
     process's memory, with a ``DataWarning`` naming the directory; so is that of files whose
     metadata datasets keep their values in other files (``FileScan.foreign``), whose identity
@@ -138,7 +140,7 @@ def open_metadata(
         store, built = open_or_build(
             path,
             identity,
-            lambda: _build(read_layouts, merge, origin),
+            lambda: _build(read_layouts, merge, origin, data_time=data_time),
             lazy=("start.", "tags."),
             format=STORE_VERSION,
         )
@@ -206,6 +208,7 @@ def _build(
     merge: Merge,
     origin: str = "",
     in_memory: bool = False,
+    data_time: float | None = None,
 ) -> Built:
     """Columns and meta of the files' layouts. Scanned files (``FileScan``) stream into the
     store block by block, the fingerprint hashed as they go; ``in_memory`` (no store can be
@@ -243,6 +246,8 @@ def _build(
         "sequences": int(bounds[-1]),
         "about": about(origin),
     }
+    if data_time is not None:  # which of a source's stores is of the newest data
+        meta["data_mtime"] = data_time
     scans = [lay for lay in layouts if isinstance(lay, FileScan)]
     if len(scans) == len(layouts) and not in_memory:
         return _streamed(scans, schema, bounds, meta)

@@ -88,9 +88,21 @@ class CachedStore:
     about: str = ""  # what it belongs to (the source, options), where the builder said
     sequences: int | None = None
     format: str = ""  # what its builder wrote it as ("" for stores written before they said)
+    #: the newest modification time of the data it was built from, where its builder knew the
+    #: files (``data_mtime``); None for the others and for stores written before they said
+    data_mtime: float | None = None
 
     def age_days(self, now: float | None = None) -> float:
         return max(0.0, ((time.time() if now is None else now) - self.last_used) / 86400)
+
+
+def data_mtime(paths: Iterable[str | os.PathLike]) -> float | None:
+    """The newest modification time of local files ``paths`` (seconds; None when one cannot be
+    stat'ed): what a store records of the data it is built from (``stale``, ``--superseded``)."""
+    try:
+        return max((os.stat(p).st_mtime_ns for p in paths), default=0) / 1e9
+    except OSError:
+        return None
 
 
 def list_stores(folders: Sequence[str] | None = None) -> list[CachedStore]:
@@ -113,25 +125,44 @@ def stale(
 ) -> list[CachedStore]:
     """The stores to remove: leftovers and incomplete files always; stores unused for more than
     ``older_than_days``; with ``superseded``, every store whose ``about`` (same source and
-    options) has a preferred store of the same kind: one of a format in ``formats`` (those this
-    seqloader writes, so reads) over one of any other format (another version's: never read
-    here), else the newer one, built after its inputs changed. A store being built is never
-    stale."""
+    options) has a preferred store of the same kind (``_superseded``). A store being built is
+    never stale."""
     items = [s for s in stores if s.state != "building"]
     out = {s.path: s for s in items if s.state in ("leftover", "incomplete")}
     ok = [s for s in items if s.state == "ok"]
     if older_than_days is not None:
         out.update({s.path: s for s in ok if s.age_days(now) > older_than_days})
     if superseded:
-        newest: dict[tuple[str, str], CachedStore] = {}
+        groups: dict[tuple[str, str], list[CachedStore]] = {}
         for s in ok:
-            if not s.about:
-                continue
-            key = (s.kind, s.about)
-            if key not in newest or _preferred(s, formats) > _preferred(newest[key], formats):
-                newest[key] = s
-        out.update({s.path: s for s in ok if s.about and newest[(s.kind, s.about)].path != s.path})
+            if s.about:
+                groups.setdefault((s.kind, s.about), []).append(s)
+        for group in groups.values():
+            out.update({s.path: s for s in _superseded(group, formats)})
     return sorted(out.values(), key=lambda s: s.path)
+
+
+def _superseded(group: list[CachedStore], formats: Collection[str]) -> list[CachedStore]:
+    """Of one source's stores (same kind and ``about``), all but the one to keep. By data first:
+    a store of older data than another is never read again by any version (each one's next open
+    sees the data changed), so it goes whatever its format. Then, among the stores of the newest
+    data, this seqloader's format (``formats``: those it writes, so reads) over another
+    version's (never read here), then the newest build."""
+    built = {s.path: _built_at(s) for s in group}
+    current = [a for a in group if not any(_older_data(a, b, built) for b in group)]
+    keep = max(current or group, key=lambda s: (s.format in formats, built[s.path]))
+    return [s for s in group if s.path != keep.path]
+
+
+def _older_data(a: CachedStore, b: CachedStore, built: dict[str, float]) -> bool:
+    """Whether ``a`` was built from older data than ``b``: the data times both recorded (one
+    clock: the data's file system's), else ``a`` built before the data ``b`` records changed.
+    Nothing is known when ``b`` records none."""
+    if b.data_mtime is None:
+        return False
+    if a.data_mtime is not None:
+        return a.data_mtime < b.data_mtime
+    return built[a.path] < b.data_mtime
 
 
 def remove(stores: Iterable[CachedStore]) -> tuple[list[str], list[str]]:
@@ -196,7 +227,12 @@ def _describe(top: str, path: str) -> CachedStore | None:
         str(meta.get("about", "")),
         int(n) if isinstance(n, int) else None,
         store.format,
+        _seconds(meta.get("data_mtime")),
     )
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
 def _has_magic(path: str) -> bool:
@@ -215,12 +251,6 @@ def _store_of(path: str) -> str:
 
 def _lock_of(path: str) -> str:
     return f"{path}.lock"
-
-
-def _preferred(s: CachedStore, formats: Collection[str]) -> tuple[bool, float]:
-    """What ``stale`` keeps of a source's stores: this seqloader's format first, then the newest
-    (by modification: the build's rename)."""
-    return s.format in formats, _built_at(s)
 
 
 def _built_at(s: CachedStore) -> float:

@@ -278,6 +278,7 @@ class FileVerdicts:
             "dataset": dataset,
             "file": self.path,
             "about": about(f"{KIND}: {dataset!r} of {self.path}"),
+            "data_mtime": self.stat[3] / 1e9,  # ``seqloader cache --superseded``: newest data
         }
         try:
             open_or_build(path, identity, lambda: ({"rows": rows}, meta), format=FORMAT)
