@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import os
 import threading
 import weakref
 
@@ -79,3 +80,30 @@ def test_a_forked_child_starts_its_own_thread() -> None:
     assert out.get(timeout=60) is True
     p.join(60)
     assert p.exitcode == 0
+
+
+def _signal_in_child(send, calls, out) -> None:
+    send()  # made by the parent before the fork
+    rel.flush()  # this process's release thread has run what was put before
+    out.put(list(calls))
+
+
+def test_a_signal_made_before_a_fork_calls_in_the_childs_own_thread() -> None:
+    """The signal's put is bound to the parent's queue when made; a forked child's copy of that
+    queue has no thread: its call must run in the child's own release thread, not be lost
+    there (the parent's thread is another process's and never sees it)."""
+    calls: list[int] = []
+    send = rel.signal(lambda: calls.append(os.getpid()))
+    send()
+    assert rel.flush()
+    assert calls == [os.getpid()]  # the parent's thread ran the parent's call
+    ctx = mp.get_context("fork")
+    out = ctx.Queue()
+    p = ctx.Process(target=_signal_in_child, args=(send, calls, out))
+    p.start()
+    in_child = out.get(timeout=60)
+    p.join(60)
+    assert p.exitcode == 0
+    assert in_child == [os.getpid(), p.pid]  # the child's copy of the list, called in the child
+    assert rel.flush()
+    assert calls == [os.getpid()]  # nothing reached the parent

@@ -20,6 +20,7 @@ import os
 import queue
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 
 log = logging.getLogger("seqloader")
@@ -29,6 +30,8 @@ _thread: threading.Thread | None = None
 _pid: int | None = None
 _stopped = False  # at interpreter exit: batches are then freed where they are dropped
 _STOP = object()
+#: the signals bound to this process's queue (``signal``), rebound in a forked child
+_signals: weakref.WeakSet[functools.partial[None]] = weakref.WeakSet()
 # batches the training loop hands back per wake of this thread: the run loop passes them on every
 # EVERY-th request, the one whose take signalled the dispatch thread's room through this thread
 # (``seqloader.torch.receiving``), so its put lands in an awake thread's queue
@@ -81,9 +84,15 @@ def releaser() -> Callable[[object], None]:
 
 
 def _forget() -> None:
-    """In a forked child: the parent's release thread is not there; a first use starts one."""
+    """In a forked child: the parent's release thread is not there; a first use starts one.
+    The signals made before the fork put into the parent's queue, a dead copy here (no thread
+    reads it): each is rebound to ``later``, this process's own thread."""
     global _queue, _thread, _pid
     _queue = _thread = _pid = None
+    for send in list(_signals):
+        token = send.args[0]
+        send.__setstate__((later, (token.fn,), {}, None))  # type: ignore[attr-defined]
+    _signals.clear()
 
 
 os.register_at_fork(after_in_child=_forget)
@@ -121,12 +130,16 @@ def signal(fn: Callable[[], object]) -> Callable[[], None]:
     True
 
     The function is the queue's own ``put`` of the item (a C-level call) where the thread can
-    run when it is made.
+    run when it is made. A process forked after that has no thread reading that queue: there the
+    function is rebound at the fork to put into the child's own release thread (its call never
+    reaches the parent, another process, and is not lost in the child).
     """
     token = _Later(fn)
     q = _started()
     if q is not None:
-        return functools.partial(q.put, token)
+        bound = functools.partial(q.put, token)
+        _signals.add(bound)  # rebound in a forked child (``_forget``)
+        return bound
 
     def send() -> None:
         q = _queue
