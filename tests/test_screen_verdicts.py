@@ -338,6 +338,39 @@ def test_a_young_file_gets_no_verdict(tmp_path, monkeypatch) -> None:
     assert not list(index.glob("screen-*.cols"))
 
 
+def test_a_network_file_systems_clock_not_the_readers_says_a_file_is_settled(
+    tmp_path, monkeypatch
+) -> None:
+    """A network file system's file times are its server's clock. The reader's clock runs 60 s
+    ahead of it here: a file written just now looked a minute old to the reader, so settled (a
+    change in its last write's tick could keep its times, and its verdict would speak of old
+    values). Its times are read against the file system's own clock now (a file created beside
+    it), where the reader's clock does not count: a file written now gets no verdict, one the file
+    system's clock says was written a minute ago gets one, and so does none where that clock
+    cannot be read (its folder cannot be written)."""
+    screened = settle_and_count(monkeypatch)  # the reader's clock: 60 s ahead
+    monkeypatch.setattr(screen_verdicts, "local_clock", lambda path: False)  # a network one
+    monkeypatch.setattr(screen_verdicts, "_CLOCKS", {})
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    whole = [np.arange(12)]
+    for _ in range(2):  # the file system's clock: the file was written just now
+        screened[0] = 0
+        assert one_pass(str(path), index, whole) == [] and screened[0] == 12
+    assert not list(index.glob("screen-*.cols")) and not list(tmp_path.glob(".seqloader-*"))
+    probe = screen_verdicts.probe_clock
+    monkeypatch.setattr(screen_verdicts, "_CLOCKS", {})
+    monkeypatch.setattr(screen_verdicts, "probe_clock", lambda folder: probe(folder) + 60)
+    assert one_pass(str(path), index, whole) == [] and len(list(index.glob("screen-*.cols"))) == 1
+
+    def cannot(folder: str) -> float:
+        raise PermissionError(folder)
+
+    for name in ("_CLOCKS", "probe_clock"):
+        monkeypatch.setattr(screen_verdicts, name, {} if name == "_CLOCKS" else cannot)
+    assert screen_verdicts.FileVerdicts.settled(str(index), str(path)) is None
+
+
 def test_a_small_dataset_gets_no_verdict(tmp_path, monkeypatch) -> None:
     """Below ``MIN_BYTES`` the screen costs less than writing a verdict: none is written or
     looked up, and every process screens the file."""

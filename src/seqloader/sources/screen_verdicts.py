@@ -28,7 +28,12 @@ A file changed within one tick of the file system's clock after its previous wri
 its times (the tick is 1-10 ms on local disks, up to 2 s elsewhere). So a file is settled only
 when its ``mtime`` and ``ctime`` lie at least ``SETTLE_S`` before the moment it is opened (git's
 rule for racy index entries): any later change then moves one of them. Files not settled get no
-verdict, looked up or written; they are screened as before.
+verdict, looked up or written; they are screened as before. That moment is read on the clock
+that set the file's times (``file_system_now``): this machine's for a local file system
+(``local_clock``), else (NFS, SMB, Lustre, FUSE: the server's clock, which may lag the reader's
+by seconds or more, and a file written just now would look settled) the time of a file created
+beside it (``probe_clock``, measured once per file system and process). A file whose folder
+cannot be written there gets no verdict.
 
 DataLoader workers each screen a share of a file and would never finish one alone: each keeps
 the sequences it found clean as its *part* (a store of its own beside the verdict,
@@ -52,6 +57,8 @@ import hashlib
 import math
 import multiprocessing
 import os
+import re
+import tempfile
 import time
 import uuid
 import warnings
@@ -103,9 +110,89 @@ class Screened(NamedTuple):
     seconds: float
 
 
+#: file systems whose file times come from this machine's own clock (the reader's): on any
+#: other the file times are the server's (``probe_clock``)
+LOCAL_FILE_SYSTEMS = frozenset(
+    [
+        "ext2",
+        "ext3",
+        "ext4",
+        "xfs",
+        "btrfs",
+        "bcachefs",
+        "f2fs",
+        "jfs",
+        "nilfs2",
+        "reiserfs",
+        "zfs",
+        "tmpfs",
+        "ramfs",
+        "overlay",
+        "squashfs",
+        "erofs",
+        "vfat",
+        "exfat",
+        "ntfs3",
+        "hfsplus",
+    ]
+)
+#: st_dev -> the file system's clock minus the reader's (``now``), None where it cannot be read
+_CLOCKS: dict[int, float | None] = {}
+
+
 def now() -> float:
-    """The wall clock the file times are compared with (tests put another in its place)."""
+    """The reader's wall clock (tests put another in its place)."""
     return time.time()
+
+
+def file_system_now(path: str, st: os.stat_result) -> float | None:
+    """The current time on the clock that set the times of the file at ``path`` (stat ``st``):
+    the reader's on a local file system, else the file system's own, read from a file created
+    in the file's folder once per file system and process; None where it cannot be read."""
+    if st.st_dev not in _CLOCKS:
+        offset: float | None = 0.0
+        if not local_clock(path):
+            try:
+                offset = probe_clock(os.path.dirname(os.path.abspath(path))) - now()
+            except OSError:
+                offset = None
+        _CLOCKS[st.st_dev] = offset
+    offset = _CLOCKS[st.st_dev]
+    return None if offset is None else now() + offset
+
+
+def probe_clock(folder: str) -> float:
+    """The time on the clock of the file system of ``folder``: the ``ctime`` of a file created
+    there (set by that file system: an NFS server's clock, say), removed at once."""
+    fd, name = tempfile.mkstemp(prefix=".seqloader-clock-", dir=folder)
+    try:
+        return os.fstat(fd).st_ctime_ns / 1e9
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(name)
+
+
+def local_clock(path: str) -> bool:
+    """Whether the file system of ``path`` takes its file times from this machine's clock
+    (``LOCAL_FILE_SYSTEMS``, by the longest mount point in ``/proc/self/mountinfo`` that holds
+    it); False where that cannot be read."""
+    real = os.path.realpath(path)
+    best, kind = "", ""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                fields, _, rest = line.partition(" - ")
+                parts = fields.split()
+                if len(parts) < 5 or not rest:
+                    continue
+                point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), parts[4])
+                inside = real == point or real.startswith(point.rstrip("/") + "/")
+                if inside and len(point) >= len(best):
+                    best, kind = point, rest.split()[0]
+    except OSError:
+        return False
+    return kind in LOCAL_FILE_SYSTEMS
 
 
 def shares_files() -> bool:
@@ -150,12 +237,14 @@ class FileVerdicts:
     @classmethod
     def settled(cls, folder: str, path: str) -> FileVerdicts | None:
         """The verdicts of the file at ``path`` (kept in ``folder``), or None when the file was
-        modified less than ``SETTLE_S`` ago (a change now might keep its times)."""
+        modified less than ``SETTLE_S`` ago on its file system's clock (a change now might keep
+        its times), or that clock cannot be read (``file_system_now``)."""
         try:
             st = os.stat(path)
         except OSError:  # opening the file says what is wrong
             return None
-        if now() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < SETTLE_S:
+        clock = file_system_now(path, st)
+        if clock is None or clock - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < SETTLE_S:
             return None
         return cls(folder, os.path.abspath(path), _stat_key(st))
 
