@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 from functools import partial
 
 import numpy as np
@@ -27,6 +28,8 @@ from hypothesis import strategies as st
 from seqloader.errors import OptionError
 from seqloader.plan import PlanOptions
 from seqloader.plan.admission import epoch_filters, mean_filtered, mean_len_keep
+from seqloader.plan.indexed.histogram import build_bucket_index
+from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.planner import IndexedPlanner
 from seqloader.plan.mix import Corpora
 from test_plan_indexed import indexed_digest
@@ -385,3 +388,53 @@ def test_a_shard_mix_keeps_the_set_the_filter_means(
     by = lengths["data"] if key is None else key
     for epoch in (1, 2):
         assert planned_kept(planner, epoch) == own_key_kept(planner, plain, epoch, by)
+
+
+_LISTING = MixKept.keeps
+
+
+def listing_callers(
+    monkeypatch: pytest.MonkeyPatch, options: PlanOptions, index: object = None
+) -> set[str]:
+    """Who asks the listing path's ``MixKept.keeps`` (the left-out slots listed and matched
+    against the order; a kept set with a rule overrides it) while epochs 1-2 are planned."""
+    seen: set[str] = set()
+
+    def spy(kept: MixKept, seqs: np.ndarray, uses: np.ndarray) -> np.ndarray:
+        frame = sys._getframe(2)  # past ``kept_slots``
+        seen.add(f"{type(frame.f_locals['self']).__name__}.{frame.f_code.co_name}")
+        return _LISTING(kept, seqs, uses)
+
+    monkeypatch.setattr(MixKept, "keeps", spy)
+    lengths = np.array([1, 9, 4, 4, 7, 2, 9, 3, 5, 8, 2, 6, 4, 9, 1, 5, 2])
+    planner = IndexedPlanner({"data": lengths}, options, index=index,
+                             corpora=Corpora(("a", "b"), np.array([0, 6, 17])))  # fmt: skip
+    for epoch in (1, 2):
+        planner.global_plan(epoch, 2)
+        planner.filtered(epoch)
+    return seen
+
+
+LISTED_KINDS = ["random", "default", "reverse", "sorted", "sorted_reverse", "sort_bin_shuffle:.4",
+                "sort_bin_shuffle_x2:.4"]  # fmt: skip
+
+
+@pytest.mark.parametrize("chunking", [None, "6:3"])
+def test_only_an_index_not_one_bucket_per_value_keeps_by_listing(
+    monkeypatch: pytest.MonkeyPatch, chunking: str | None
+) -> None:
+    """Which filtered mixes still keep by listing (``MixKept.keeps``): none of the orderings
+    that list their sub-epoch, with the index the planner builds (the kept set's rule); only
+    ``sorted`` kinds over a prebuilt index whose first bucket holds two lengths (it passes the
+    index check, ``bucket_values`` refuses it: no rule from counts)."""
+    wise = {(1, 2): {"max_mean_len": 4}}
+    for kind in LISTED_KINDS:
+        options = PlanOptions(ordering=kind, chunking=chunking, mix={"a": 1.5, "b": 0.5},
+                              epoch_wise_filter=wise, planning="indexed")  # fmt: skip
+        assert listing_callers(monkeypatch, options) == set(), kind
+    options = PlanOptions(ordering="sorted", chunking=chunking, mix={"a": 1.5, "b": 0.5},
+                          epoch_wise_filter=wise, planning="indexed")  # fmt: skip
+    lengths = np.array([1, 9, 4, 4, 7, 2, 9, 3, 5, 8, 2, 6, 4, 9, 1, 5, 2])
+    two_in_first = build_bucket_index(lengths, np.unique(lengths)[2:])  # lengths 1 and 2
+    listed = {None: {"ValueShardMix.listed_cut"}, "6:3": {"ChunkedValueMix.listed_slots"}}
+    assert listing_callers(monkeypatch, options, two_in_first) == listed[chunking]

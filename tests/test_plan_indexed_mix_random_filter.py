@@ -2,7 +2,7 @@
 ``reverse`` masked by the kept set's rule; ``seqloader.plan.indexed.mix_random_filter``;
 hypothesis, pure numpy): with blocks of a few slots, the kept set, the report's counts, the
 batches and every batch's slots are those of listing the sub-epoch's order and filtering it as
-one bucket (``mix_filter.mix_kept``, ``kept_of``, ``listed_cuts``), for one or two filters, many
+one bucket (``mix_filter.mix_kept``, ``MixKept.keeps``, ``listed_cuts``), for one or two filters, many
 equal lengths or few. The plans' contracts and golden digests:
 ``test_plan_indexed_mix_filter.py``."""
 
@@ -16,7 +16,8 @@ from mix_filter_cases import every_listed, filtered_mix
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import cut_batcher
 from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
-from seqloader.plan.indexed.mix_filter import kept_of, mix_kept
+from seqloader.plan.indexed.mix_filter import mix_kept
+from seqloader.plan.indexed.mix_kind import kept_slots
 from seqloader.plan.indexed.mix_random_filter import OneBucketShardMix, kept_cut, order_kept
 from seqloader.plan.options import Ordering
 
@@ -65,7 +66,7 @@ def test_the_blocked_filter_plans_what_listing_the_order_plans(
             mix._kept = (epoch, ours)  # the kept set of this block size
             table, cut_draw = mix.listed_cut(ep, parts, Ordering(kind), batcher, data)
             listed = listed_part(mix, ep, parts, Ordering(kind), lengths)
-        ref_table, ref_draw = listed_cuts(*kept_of(ref, *listed), batcher, data)
+        ref_table, ref_draw = listed_cuts(*kept_slots(ref, *listed), batcher, data)
         assert np.array_equal(table.bounds, ref_table.bounds)
         for a, b in zip(every_slot(table, cut_draw), every_slot(ref_table, ref_draw), strict=True):
             assert np.array_equal(a, b)

@@ -2,7 +2,7 @@
 ``sort_bin_shuffle`` (one bucket per value, chunked too;
 ``seqloader.plan.indexed.mix_sorted_filter``; hypothesis, pure numpy): the kept set found from the buckets' counts, the report's counts, the
 kept lists and every batch's slots are those of listing the sub-epoch and filtering it
-(``mix_filter.mix_kept``, ``kept_of``, ``listed_cuts``), for one or two filters, many equal
+(``mix_filter.mix_kept``, ``MixKept.keeps``, ``listed_cuts``), for one or two filters, many equal
 lengths or few. The plans' contracts and golden digests: ``test_plan_indexed_mix_filter.py``."""
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import cut_batcher
 from seqloader.plan.indexed.mix_chunks_rule import ChunkedRuleMix
 from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
-from seqloader.plan.indexed.mix_filter import kept_of, mix_kept
+from seqloader.plan.indexed.mix_filter import mix_kept
+from seqloader.plan.indexed.mix_kind import kept_slots
 from seqloader.plan.indexed.mix_random_filter import OrderKept
 from seqloader.plan.indexed.mix_sorted_filter import BucketKeptSet, ValueShardMix
 from seqloader.plan.indexed.sort_bins_mix import order_rng
@@ -62,7 +63,7 @@ def test_the_counted_filter_plans_what_listing_plans(
                                          order_rng(options, ep) if drawn else None)  # fmt: skip
         order = listed_part(mix, ep, parts, ordering, lengths,
                             order_rng(options, ep) if drawn else None)  # fmt: skip
-        ref_table, ref_draw = listed_cuts(*kept_of(ref, *order), batcher, data)
+        ref_table, ref_draw = listed_cuts(*kept_slots(ref, *order), batcher, data)
         assert np.array_equal(table.bounds, ref_table.bounds)
         assert np.array_equal(cut_draw.seqs, ref_draw.seqs)
         assert np.array_equal(cut_draw.uses, ref_draw.uses)
@@ -104,5 +105,5 @@ def test_a_chunked_mix_keeps_what_listing_keeps(
         left = ours.kept_set.corpus_left(mix.corpora)
         assert left.tolist() == mix.corpora.counts(ref.left_out()[0]).tolist()
         got = mix.listed_slots(ep, parts)
-        want = kept_of(ref, *mix.ordered_slots(ep, parts))
+        want = kept_slots(ref, *mix.ordered_slots(ep, parts))
         assert all(np.array_equal(a, b) for a, b in zip(got, want, strict=True))

@@ -79,6 +79,14 @@ class MixKept:
             uses.append(k[out].astype(USES_DTYPE))
         return np.concatenate(seqs), np.concatenate(uses)
 
+    def keeps(self, seqs: np.ndarray, uses: np.ndarray) -> np.ndarray:
+        """Bool mask of the listed slots (``seqs``, ``uses``: a fixed ordering's or ``random``'s
+        sub-epoch) this filtered sub-epoch keeps: here by matching them against ``left_out``
+        (the buckets cut, listed); a kept set with a rule masks by it (``OrderKept``)."""
+        gone_s, gone_u = self.left_out()
+        n = int(max(seqs.max(initial=0), gone_s.max(initial=0))) + 1
+        return ~np.isin(uses.astype(np.int64) * n + seqs, gone_u.astype(np.int64) * n + gone_s)
+
 
 def _listed(draw: Draw, b: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     """Bucket ``b``'s first ``count`` slots of a mix's ``draw``: (sequences, corpus epochs)."""
@@ -100,12 +108,3 @@ def mix_kept(
     kept, kept_draw, dropped = epoch_filtered(counts, draw, lengths, means)
     reasons = {filter_reason(m, ep.epoch): d for m, d in zip(means, dropped, strict=True) if d}
     return MixKept(kept, kept_draw, reasons, np.asarray(counts, dtype=np.int64), draw)
-
-
-def kept_of(kept: MixKept, seqs: np.ndarray, uses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The slots of a listed order (``seqs``, ``uses``: a fixed ordering's or ``random``'s
-    sub-epoch) that the filtered sub-epoch ``kept`` keeps, in the listed order."""
-    gone_s, gone_u = kept.left_out()
-    n = int(max(seqs.max(initial=0), gone_s.max(initial=0))) + 1
-    out = np.isin(uses.astype(np.int64) * n + seqs, gone_u.astype(np.int64) * n + gone_s)
-    return seqs[~out], uses[~out]

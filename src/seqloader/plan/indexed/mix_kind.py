@@ -33,7 +33,7 @@ from seqloader.plan.indexed.mix_cuts import (
     mix_cuts,
     mix_fixed_cuts,
 )
-from seqloader.plan.indexed.mix_filter import MixFilter, kept_of
+from seqloader.plan.indexed.mix_filter import MixFilter, MixKept
 from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import Corpora, CorpusProgress, EpochMix
@@ -119,7 +119,7 @@ class ShardMix(IndexedMix):
         draw = self.draw(ep.full_epoch, ep.part, parts)
         size = int(draw.cum[:, -1].sum())
         listed = draw.bucket_slots(0, np.arange(size, dtype=np.int64))
-        return listed_cuts(*kept_of(kept, *listed), batcher, lengths)
+        return listed_cuts(*kept_slots(kept, *listed), batcher, lengths)
 
     def fixed_cut(
         self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
@@ -141,7 +141,14 @@ class ShardMix(IndexedMix):
         if kept is None:
             return mix_fixed_cuts(self, ep, parts, ordering, batcher, lengths, by, rng)
         listed = listed_part(self, ep, parts, ordering, by, rng)
-        return listed_cuts(*kept_of(kept, *listed), batcher, lengths)
+        return listed_cuts(*kept_slots(kept, *listed), batcher, lengths)
+
+
+def kept_slots(kept: MixKept, seqs: np.ndarray, uses: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The listed slots (``seqs``, ``uses``) the filtered sub-epoch ``kept`` keeps, in order
+    (``MixKept.keeps``: by the kept set's rule, or where it has none by listing)."""
+    keep = kept.keeps(seqs, uses)
+    return seqs[keep], uses[keep]
 
 
 @dataclass(frozen=True)
@@ -170,7 +177,7 @@ class ChunkedShardMix(ShardMix):
         applies (O(slots): for checks, and the cuts of a filtered epoch)."""
         seqs, uses = self.ordered_slots(ep, parts)
         kept = self.kept(ep, parts)
-        return (seqs, uses) if kept is None else kept_of(kept, seqs, uses)
+        return (seqs, uses) if kept is None else kept_slots(kept, seqs, uses)
 
     def ordered_slots(self, ep: EpochIndex, parts: int) -> tuple[np.ndarray, np.ndarray]:
         """The sub-epoch's slots in the ordering, unfiltered."""

@@ -20,7 +20,7 @@ kept slot to the next batch's (``KeptCutDraw``). Time O(slots / P) per rank per 
 sub-epoch (three passes, one keyed); memory a block, the distinct lengths, the batch bounds.
 The plans are those of listing the order (the same kept set, order and cuts). ``default`` and
 ``reverse`` (one bucket too) list the sub-epoch's slots as unfiltered and keep what the rule
-keeps (``OneBucketShardMix.listed_cut``), nothing listed again or matched.
+keeps (``ShardMix.listed_cut``, ``OrderKept.keeps``), nothing listed again or matched.
 """
 
 from __future__ import annotations
@@ -35,13 +35,11 @@ from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.keep_rule import KeepRule, rule_of
 from seqloader.plan.indexed.mix import IndexedMix, MixDraw
-from seqloader.plan.indexed.mix_cuts import listed_cuts, listed_part
 from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.mix_kind import Cut, ShardMix
 from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import USES_DTYPE, Corpora
-from seqloader.plan.options import Ordering
 
 #: slots read at once by the passes (memory: a dozen int64 arrays of this size)
 FILTER_BLOCK = 1 << 18
@@ -177,6 +175,11 @@ class OrderKept(MixKept):
         assert self.kept_set is not None
         return self.kept_set.left_out()
 
+    def keeps(self, seqs: np.ndarray, uses: np.ndarray) -> np.ndarray:
+        """By the rule: nothing listed or matched."""
+        assert self.kept_set is not None
+        return self.kept_set.keeps(seqs, uses)
+
 
 def order_kept(
     spec: EpochFilter,
@@ -269,17 +272,6 @@ class OneBucketShardMix(ShardMix):
         if not isinstance(kept, OrderKept) or kept.kept_set is None:
             return super().random_cut(ep, parts, batcher, lengths)
         return kept_cut(kept.kept_set, batcher, lengths)
-
-    def listed_cut(
-        self, ep: EpochIndex, parts: int, ordering: Ordering, batcher: Batcher,
-        lengths: Mapping[str, np.ndarray], rng: np.random.Generator | None = None,
-    ) -> Cut:  # fmt: skip
-        kept = self.kept(ep, parts)
-        if not isinstance(kept, OrderKept) or kept.kept_set is None:
-            return super().listed_cut(ep, parts, ordering, batcher, lengths, rng)
-        seqs, uses = listed_part(self, ep, parts, ordering, np.asarray(self._lengths), rng)
-        keep = kept.kept_set.keeps(seqs, uses)
-        return listed_cuts(seqs[keep], uses[keep], batcher, lengths)
 
     def _left_per_corpus(self, ep: EpochIndex, parts: int, count: np.ndarray) -> np.ndarray:
         return rule_left(self, ep, parts, count)

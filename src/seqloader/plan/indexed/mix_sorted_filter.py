@@ -8,9 +8,9 @@ they sort by (the filter's lengths too), so the sub-epoch's slots per distinct l
 slots per bucket (``MixDraw.cum``: no listing) and each ``max_mean_len``'s binary search runs on
 those counts (``rule_of``, shared with ``random``); only the bucket a filter cuts inside is
 listed, for its (sequence, corpus epoch) key. The orders list the sub-epoch's slots anyway (to
-sort them); the listing is masked by the rule (``OneBucketShardMix.listed_cut``). Listing the
+sort them); the listing is masked by the rule (``OrderKept.keeps``). Listing the
 buckets for their length sums, the cut bucket's lexsort, the left-out slots and matching them
-against the listed order (``mix_kept``, ``kept_of``) are gone. The plans are those of listing
+against the listed order (``mix_kept``, ``MixKept.keeps``) are gone. The plans are those of listing
 (the same kept set, order and cuts).
 """
 
