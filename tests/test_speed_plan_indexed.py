@@ -233,7 +233,6 @@ def test_auto_plans_variants_indexed_for_every_ordering():
     [
         ("distribution", "files", "distribution='files'"),
         ("chunking", "50:25", "chunking"),
-        ("epoch_wise_filter", {(1, 1): {"max_mean_len": 20}}, "epoch_wise_filter"),
         ("max_frames", {"data": 500}, "per-key max_frames"),
     ],
 )

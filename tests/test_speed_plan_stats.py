@@ -36,12 +36,18 @@ class _Varied(sl.MemorySource):
         return {"data": np.ones((int(self._table[variant, index]), 1), "float32")}
 
 
-@pytest.mark.parametrize("planning", ["indexed", "global"])
-def test_stats_padding_is_the_planned_variants(planning, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("planning", "wise"),
+    [("indexed", None), ("global", None), ("auto", {(1, 1): {"max_mean_len": 30}})],
+)
+def test_stats_padding_is_the_planned_variants(planning, wise, monkeypatch, capsys):
+    """Also filtered (``epoch_wise_filter``, planned indexed under ``auto``)."""
     base = np.random.default_rng(3).integers(5, 60, 60)
     table = np.stack([base + 7, np.maximum(1, base - 4), np.ceil(base * 1.3).astype(np.int64)])
     src = _Varied(table)
-    options = PlanOptions(max_frames=200, max_seqs=6, seed=4, planning=planning)
+    options = PlanOptions(
+        max_frames=200, max_seqs=6, seed=4, planning=planning, epoch_wise_filter=wise
+    )
     config = SimpleNamespace(source=SimpleNamespace(describe=lambda: "varied"))
     opened = Opened(config, src, options, WorkerOptions())  # type: ignore[arg-type]
     monkeypatch.setattr(stats, "open_data", lambda args: opened)
@@ -50,6 +56,8 @@ def test_stats_padding_is_the_planned_variants(planning, monkeypatch, capsys):
     for ordering in ("laplace:3", "default"):
         planner = planner_for(src, replace(options, ordering=ordering))
         batches = planner.global_plan(1, 2).batches
+        assert planner.options.planning == ("global" if planning == "global" else "indexed")
+        assert wise is None or planner.filtered(1)  # the filter dropped some
         v = batches.variants
         if v is None:  # global planning: its per-sequence draw of the full epoch
             v = variant_of(4, 0, batches.seqs, 3)

@@ -116,7 +116,6 @@ def refuse_variants(inputs: PlanInputs) -> None:
         ("chunking", o.chunking is not None),
         ("mix", o.mix is not None),
         ("distribution='files'", o.distribution == "files"),
-        ("epoch_wise_filter", bool(o.epoch_wise_filter)),
         ("epoch selections", bool(inputs.selections)),
         ("per-key max_frames", isinstance(o.max_frames, Mapping)),
         ("max_packed_frames", o.max_packed_frames is not None),

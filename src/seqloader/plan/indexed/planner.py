@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from seqloader.plan.admission import epoch_filters, filter_reason, mean_filtered
+from seqloader.plan.admission import epoch_filters, filter_reason
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
@@ -98,6 +98,7 @@ from seqloader.plan.indexed.random_order import RankBatchOrder
 from seqloader.plan.indexed.sort_bins import DRAWN_KINDS, SORT_BIN_KINDS, drawn_order
 from seqloader.plan.indexed.units import CutAsk, EpochCut, PlannedUnits, planned_units
 from seqloader.plan.indexed.variants import VariantCodes
+from seqloader.plan.indexed.variants_filter import filtered_units
 from seqloader.plan.indexed.variants_sorted import sorted_order
 from seqloader.plan.indexed.variants_units import variant_units
 from seqloader.plan.inputs import PlanInputs
@@ -115,7 +116,6 @@ from seqloader.plan.seeding import (
 )
 from seqloader.plan.selections import (
     EpochSelection,
-    apply_selections,
     checked_selections,
     selections_bytes,
 )
@@ -391,14 +391,14 @@ class IndexedPlanner:
         if kept is not None and kept[0] == ep.epoch:
             return kept[1]
         order, lo, hi = self._cut_order(ep)
-        seqs = order(np.arange(lo, hi, dtype=np.int64))
+        units = order(np.arange(lo, hi, dtype=np.int64))  # sorted with variants: unit codes
         # epoch selections first, each on what the ones before kept, as global planning's
-        seqs, reasons = apply_selections(self.selections, ep.epoch, seqs)
         by = self.lengths if self.corpus.filter_key is None else self.corpus.filter_key
-        wise = self.options.epoch_wise_filter
-        seqs, means = mean_filtered(wise, ep.epoch, seqs, by)  # type: ignore[arg-type]
-        reasons = {**reasons, **means}
-        table, draw = self._cut(ListedOrder(seqs), 0, len(seqs), ep)
+        means = epoch_filters(self.options.epoch_wise_filter, ep.epoch)  # type: ignore[arg-type]
+        codes = self.variant_codes if self.corpus.sorted_variants is not None else None
+        seq_of = (lambda u: u) if codes is None else (lambda u: codes.split(u)[0])
+        units, reasons = filtered_units(self.selections, means, ep.epoch, units, seq_of, by)
+        table, draw = self._cut(ListedOrder(units), 0, len(units), ep)  # variants: drawn lengths
         self._filter_kept = (ep.epoch, (table, draw, reasons))
         return self._filter_kept[1]
 

@@ -17,8 +17,16 @@ from seqloader.plan.cost import BatchCost
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.histogram import BucketIndex
 from seqloader.plan.indexed.plan import Draw
-from seqloader.plan.indexed.units import Lengths, Order, PlannedSequences
+from seqloader.plan.indexed.units import (
+    CutAsk,
+    CutPlanner,
+    EpochCut,
+    Lengths,
+    Order,
+    PlannedSequences,
+)
 from seqloader.plan.indexed.variants import VariantClasses, VariantCodes, VariantLengths
+from seqloader.plan.indexed.variants_filter import listed_cut
 from seqloader.plan.indexed.variants_sorted import sorted_cut
 from seqloader.plan.limits import Batcher
 from seqloader.plan.variants import variant_of
@@ -52,9 +60,17 @@ class VariantUnits(VariantCodedUnits):
         index: BucketIndex = classes.index
         super().__init__(np.asarray(index.members), np.asarray(index.starts), lengths)
         self.classes = classes
+        #: what ``epoch_wise_filter`` keeps the shortest by: the source's (longest variant's)
+        self.filter_lengths = lengths
         self.table = classes.table
         self.lengths = VariantLengths(classes.table)  # type: ignore[assignment]
         self.codes = VariantCodes(classes.count)
+
+    def cut(self, planner: CutPlanner, ask: CutAsk) -> EpochCut:
+        """Epoch selections and ``epoch_wise_filter`` on the sub-epoch's units by their
+        sequences (``seqloader.plan.indexed.variants_filter``: the drawn-length buckets are not
+        ordered by the filter's key, so the lists are listed)."""
+        return listed_cut(planner, ask, self.sequences, self.filter_lengths)
 
 
 class DrawnLengths:
