@@ -233,7 +233,7 @@ def test_auto_plans_variants_indexed_for_every_ordering():
     [
         ("distribution", "files", "distribution='files'"),
         ("chunking", "50:25", "chunking"),
-        ("max_frames", {"data": 500}, "per-key max_frames"),
+        ("max_packed_frames", 5000, "max_packed_frames"),
     ],
 )
 def test_what_indexed_planning_does_not_plan_with_variants_is_refused_by_name(option, value, named):
@@ -313,9 +313,10 @@ GOLDEN = {
 }
 
 
-def digest(case: dict) -> str:
+def digest(case: dict, make=planner_of) -> str:
+    """The plans of ``case`` (``make(base, **options)`` builds the planner), hashed."""
     base = (np.arange(300, dtype=np.int64) * 7919 + 17) % 400 + 1
-    planner = planner_of(base, **case["options"])
+    planner = make(base, **case["options"])
     plans = [planner.global_plan(epoch, case["world"]) for epoch in (1, 2)]
     if "elastic" in case:
         steps, world = case["elastic"]

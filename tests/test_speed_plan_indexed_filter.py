@@ -43,17 +43,23 @@ def filtered_expected(base: np.ndarray, options: dict, means: list[float]):
     return expected
 
 
-CASES = st.fixed_dictionaries(
-    {
-        "lengths": st.lists(st.integers(1, 300), min_size=1, max_size=70),
-        "seed": st.integers(0, 1000),
-        "ordering": st.sampled_from(ORDERINGS),
-        "distribution": st.sampled_from(["shard", "random_seed_offset"]),
-        "parts": st.integers(1, 2),
-        "uneven": st.sampled_from(["split", "pad", "drop"]),
-        "means": st.lists(st.integers(20, 250), min_size=1, max_size=2),
-    }
-)
+def variant_cases(orderings: list[str], **more) -> st.SearchStrategy:
+    """Small variant corpora and plan options: lengths, seed, ordering, distribution, parts,
+    uneven, and ``more``."""
+    return st.fixed_dictionaries(
+        {
+            "lengths": st.lists(st.integers(1, 300), min_size=1, max_size=70),
+            "seed": st.integers(0, 1000),
+            "ordering": st.sampled_from(orderings),
+            "distribution": st.sampled_from(["shard", "random_seed_offset"]),
+            "parts": st.integers(1, 2),
+            "uneven": st.sampled_from(["split", "pad", "drop"]),
+            **more,
+        }
+    )
+
+
+CASES = variant_cases(ORDERINGS, means=st.lists(st.integers(20, 250), min_size=1, max_size=2))
 
 
 def example_case(ordering: str, distribution: str, parts: int, uneven: str, means: list) -> dict:

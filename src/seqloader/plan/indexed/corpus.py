@@ -117,7 +117,6 @@ def refuse_variants(inputs: PlanInputs) -> None:
         ("mix", o.mix is not None),
         ("distribution='files'", o.distribution == "files"),
         ("epoch selections", bool(inputs.selections)),
-        ("per-key max_frames", isinstance(o.max_frames, Mapping)),
         ("max_packed_frames", o.max_packed_frames is not None),
         ("a prebuilt bucket index", inputs.index is not None),
         (
@@ -339,9 +338,13 @@ class AdmittedCorpus:
         #: the sorting orders: the class draw with one bucket per length value (the epoch's
         #: units sorted by drawn length, ``seqloader.plan.indexed.variants_sorted``)
         self.sorted_variants: ValueClasses | None = None
+        #: the other keys' lengths per variant ``[F, n]`` (per-key limits read them)
+        self.other_variants: dict[str, np.ndarray] = {}
         if inputs.variants is None:
             return index
         table = key_table(inputs.variants, self.length_key, self.lengths)
+        lengths = inputs.variants.lengths
+        self.other_variants = {k: lengths[k] for k in lengths if k != self.length_key}
         self.extra += inputs.variants.digest()
         if self.options.parsed_ordering.kind in SORTED_VARIANT_KINDS:
             self.sorted_variants = ValueClasses(table, self.mask, self.options, self.budget)

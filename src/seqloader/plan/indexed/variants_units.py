@@ -8,6 +8,7 @@ length (``SortedUnits.greedy_cut``). So the planner asks every kind of units for
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,6 +28,7 @@ from seqloader.plan.indexed.units import (
 )
 from seqloader.plan.indexed.variants import VariantClasses, VariantCodes, VariantLengths
 from seqloader.plan.indexed.variants_filter import listed_cut
+from seqloader.plan.indexed.variants_limits import bucket_key_longest, coded_keys
 from seqloader.plan.indexed.variants_sorted import sorted_cut
 from seqloader.plan.limits import Batcher
 from seqloader.plan.variants import variant_of
@@ -56,7 +58,9 @@ class VariantUnits(VariantCodedUnits):
     """Units with length variants: the lists hold ``sequence * F + variant`` codes; what
     ``SortedWindows`` sorts by is the variant's length."""
 
-    def __init__(self, classes: VariantClasses, lengths: np.ndarray) -> None:
+    def __init__(
+        self, classes: VariantClasses, lengths: np.ndarray, others: Mapping[str, np.ndarray]
+    ) -> None:
         index: BucketIndex = classes.index
         super().__init__(np.asarray(index.members), np.asarray(index.starts), lengths)
         self.classes = classes
@@ -65,6 +69,13 @@ class VariantUnits(VariantCodedUnits):
         self.table = classes.table
         self.lengths = VariantLengths(classes.table)  # type: ignore[assignment]
         self.codes = VariantCodes(classes.count)
+        #: the other varying keys' lengths per variant ``[F, n]`` (per-key limits)
+        self.others = others
+
+    def key_longest(self, class_longest: np.ndarray, key: str) -> np.ndarray:
+        """Another key's longest per epoch bucket, at the variants the bucket holds
+        (``bucket_key_longest``; ``class_longest``: the source's per class)."""
+        return bucket_key_longest(self.classes, self.others.get(key), class_longest)
 
     def cut(self, planner: CutPlanner, ask: CutAsk) -> EpochCut:
         """Epoch selections and ``epoch_wise_filter`` on the sub-epoch's units by their
@@ -118,18 +129,24 @@ class DrawnUnits(VariantCodedUnits):
         table: np.ndarray,
         key: str,
         seed: int,
+        others: Mapping[str, np.ndarray],
     ) -> None:
         super().__init__(members, starts, lengths)
         self.table, self.key, self.seed = table, key, seed
         self.codes = VariantCodes(len(table))
+        #: the other varying keys' lengths per variant ``[F, n]`` (per-key limits)
+        self.others = others
 
     def greedy_cut(
         self, order: Order, lo: int, hi: int, batcher: Batcher, lengths: Lengths, full: int = 0
     ) -> tuple[BoundsTable, Draw]:
         """Cut on full epoch ``full``'s drawn lengths (``DrawnLengths``), the draw's slots coded
         with their variants (``DrawnDraw``)."""
-        drawn: np.ndarray = DrawnLengths(self.table, self.seed, full)  # type: ignore[assignment]
-        table, draw = super().greedy_cut(order, lo, hi, batcher, {**lengths, self.key: drawn})
+        drawn = {
+            k: DrawnLengths(t, self.seed, full)
+            for k, t in {**self.others, self.key: self.table}.items()
+        }
+        table, draw = super().greedy_cut(order, lo, hi, batcher, {**lengths, **drawn})  # type: ignore[dict-item]
         return table, DrawnDraw(draw, self.seed, full, len(self.table))
 
 
@@ -143,17 +160,21 @@ class SortedUnits(DrawnUnits):
     ) -> tuple[BoundsTable, Draw]:
         coded: np.ndarray = VariantLengths(self.table)  # type: ignore[assignment]
         plain = super(DrawnUnits, self).greedy_cut  # the sequences' cut: the codes as they are
-        return sorted_cut(plain, order, lo, hi, batcher, {**lengths, self.key: coded})
+        every = lengths  # limits on other keys: each read by code, at the code's variant
+        if len(batcher.keys) > 1:
+            every = coded_keys(lengths, self.others, len(self.table))
+        return sorted_cut(plain, order, lo, hi, batcher, {**every, self.key: coded})
 
 
 def variant_units(corpus: AdmittedCorpus) -> VariantCodedUnits | None:
     """The units of an admitted corpus with length variants (None without): the class draw's
     (``VariantUnits``), the sorting orders' (``SortedUnits``) or the per-sequence draw's
     (``DrawnUnits``)."""
+    others = corpus.other_variants
     if corpus.variants is not None:
-        return VariantUnits(corpus.variants, corpus.lengths)
+        return VariantUnits(corpus.variants, corpus.lengths, others)
     if corpus.drawn is None:
         return None
     kind = SortedUnits if corpus.sorted_variants is not None else DrawnUnits
     members, starts, seed = corpus.index.members, corpus.index.starts, corpus.options.seed
-    return kind(members, starts, corpus.lengths, corpus.drawn, corpus.length_key, seed)
+    return kind(members, starts, corpus.lengths, corpus.drawn, corpus.length_key, seed, others)
