@@ -11,12 +11,17 @@ resume that finds it plans the same segments from it without the LPT, the per-ra
 the runs or the replay (``seqloader.plan.indexed.files_distribution.Files.carry``).
 
 The field is a cache carried in the state, never the state's meaning: the position fields stay
-what is checked and replayed. It is compressed (zlib) and sealed by a digest of its bytes, and
-names the plan it is of (``plan``: a digest of the planner's options, files and their counts, so
-a field taken from another loader's state is not used as this one's); a field that fails its
-digest, its shapes, its plan, or the counts the loader checks it against is set aside
-(with a warning naming it) and the resume plans from counts as without it: the same plan. A
-state without it (saved before it existed, or by global planning) resumes as before.
+what is checked and replayed. It is compressed (zlib) and sealed by a digest of its bytes keyed
+by the plan it is of (``plan``: the planner's options, files and their admitted counts and
+frames, ``Files.plan_id``), which the field does not name. Every count check of the loader holds
+for an edit that moves sequences between one old rank's units, and such an edit, resealed by a
+plain digest (as anyone holding the state could do), was used: the resume planned other batches
+than its position says. Keyed, a field edited without the plan's identity (without the data)
+fails its seal, and so does a field taken from another loader's state; a field that fails its
+seal, its shapes, or the counts the loader checks it against is set aside (with a warning
+naming it) and the resume plans from counts as without it: the same plan. A state without it
+(saved before it existed, or by global planning) resumes as before, as does one sealed without
+a key by an earlier seqloader (set aside with the warning).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import zlib
 from dataclasses import dataclass
@@ -36,10 +42,10 @@ from seqloader.plan.indexed.files import Units
 FIELD = "files_units"
 #: the field's own format (a loader of another format sets it aside: planned from counts); /3
 #: packs the files' old ranks in as many bits as the ranks need and keeps each unit's count and
-#: level as their difference to its size and to the unit before's top (``pack_units``); /2's
-#: fields are still read
-_FORMAT = "seqloader-files-units/3"
-_READ = ("seqloader-files-units/2", _FORMAT)
+#: level as their difference to its size and to the unit before's top (``pack_units``); /4 is
+#: /3 sealed by a digest keyed by the plan's identity, which it no longer names (the unkeyed
+#: seals of /2 and /3 are not trusted: anyone could make them)
+_FORMAT = "seqloader-files-units/4"
 _DIGEST = 16  # bytes of blake2b
 #: the per-unit arrays, and what ``Units`` holds them as
 _UNIT_ARRAYS = {"count": np.int64, "size": np.int32, "level": np.int32, "top": np.int32}
@@ -57,7 +63,8 @@ class Carried:
     - ``per_rank`` ``[W0]``: units per old rank; ``count``, ``size``, ``level``, ``top``
       ``[U]``: ``Units``'s.
     - ``start`` ``[U]``: consumed before the saved segment; ``used`` ``[U]``: by its steps.
-    - ``plan``: the plan the units are of (``Files.plan_id``: options, files, their counts)."""
+    - ``plan``: the plan the units are of (``Files.plan_id``: options, files, their counts and
+      frames): the seal's key, not written into the field."""
 
     key: tuple[int, ...]
     history: tuple[tuple[int, int], ...]
@@ -143,15 +150,20 @@ class Carried:
 
 
 def encode(c: Carried, units_part: bytes | None = None) -> str:
-    """``c`` as the state's field: text (JSON-able), compressed and sealed by a digest.
-    ``units_part``: ``pack_units(c)`` where kept (the same for every state of a segment)."""
+    """``c`` as the state's field: text (JSON-able), compressed and sealed by a digest keyed by
+    ``c.plan``. ``units_part``: ``pack_units(c)`` where kept (the same for every state of a
+    segment)."""
     units = pack_units(c) if units_part is None else units_part
     head = {"history": [list(h) for h in c.history], "world_size": c.world_size, "steps": c.steps}
     run = _pack(head, {"start": c.start, "used": c.used}, 1)  # each state's own: fast
     sealed = len(units).to_bytes(4, "little") + units + run
-    return base64.b64encode(hashlib.blake2b(sealed, digest_size=_DIGEST).digest() + sealed).decode(
-        "ascii"
-    )
+    return base64.b64encode(_seal(sealed, c.plan) + sealed).decode("ascii")
+
+
+def _seal(sealed: bytes, plan: str) -> bytes:
+    """The digest of ``sealed`` keyed by the plan's identity (blake2b's key: at most 64 bytes)."""
+    key = hashlib.blake2b(plan.encode(), digest_size=32).digest()
+    return hashlib.blake2b(sealed, digest_size=_DIGEST, key=key).digest()
 
 
 def pack_units(c: Carried) -> bytes:
@@ -169,39 +181,37 @@ def pack_units(c: Carried) -> bytes:
         **ranks, "per_rank": c.per_rank, "count": _zigzag(c.count - c.size), "size": c.size,
         "level": _zigzag(c.level - _top_before(c.top, c.per_rank)), "top": c.top,
     }  # fmt: skip
-    head = {"format": _FORMAT, "key": list(c.key), "plan": c.plan, "bits": bits}
+    head = {"format": _FORMAT, "key": list(c.key), "bits": bits}  # the plan: the seal's key
     return _pack({**head, "files": len(rank_of)}, arrays, 1)
 
 
-def decode(field: object) -> Carried | None:
-    """The field back, or None if it is not one this loader reads whole (damaged: its digest,
-    compression or layout fails; another format)."""
+def decode(field: object, plan: str) -> Carried | None:
+    """The field back, if sealed for ``plan`` (``Files.plan_id``), else None: not one this
+    loader reads whole (damaged, edited or of another plan: its seal fails; its compression or
+    layout fails; another format)."""
     if not isinstance(field, str):
         return None
     try:
         raw = base64.b64decode(field.encode("ascii"), validate=True)
         digest, sealed = raw[:_DIGEST], raw[_DIGEST:]
-        if hashlib.blake2b(sealed, digest_size=_DIGEST).digest() != digest:
+        if not hmac.compare_digest(_seal(sealed, plan), digest):
             return None
         n = int.from_bytes(sealed[:4], "little")
         units, units_head = _unpack(sealed[4 : 4 + n])
         run, head = _unpack(sealed[4 + n :])
-        if units_head.get("format") not in _READ:
+        if units_head.get("format") != _FORMAT:
             return None
-        if units_head["format"] == _FORMAT:  # pack_units's differences and bits undone
-            if "rank_of.bits" in units:
-                bits, files = int(units_head["bits"]), int(units_head["files"])
-                units["rank_of"] = _from_bits(units.pop("rank_of.bits"), bits, files)
-            units["count"] = _unzigzag(units["count"]) + units["size"]
-            top = units["top"]
-            units["level"] = _unzigzag(units["level"]) + _top_before(top, units["per_rank"])
+        if "rank_of.bits" in units:  # pack_units's differences and bits undone
+            bits, files = int(units_head["bits"]), int(units_head["files"])
+            units["rank_of"] = _from_bits(units.pop("rank_of.bits"), bits, files)
+        units["count"] = _unzigzag(units["count"]) + units["size"]
+        units["level"] = _unzigzag(units["level"]) + _top_before(units["top"], units["per_rank"])
         units = {k: a.astype(_wide(k)) for k, a in units.items()}
         run = {k: a.astype(_wide(k)) for k, a in run.items()}
         return Carried(
             tuple(int(k) for k in units_head["key"]),
             tuple((int(w), int(s)) for w, s in head["history"]),
-            int(head["world_size"]), int(head["steps"]), **units, **run,
-            plan=str(units_head["plan"]),
+            int(head["world_size"]), int(head["steps"]), **units, **run, plan=plan,
         )  # fmt: skip
     except (ValueError, KeyError, TypeError, UnicodeError, binascii.Error, zlib.error):
         return None

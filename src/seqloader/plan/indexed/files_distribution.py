@@ -170,24 +170,26 @@ class Files:
 
     def carry(self, state: Mapping[str, object]) -> None:
         """Keep what a loaded ``state`` carries (``files_carry.FIELD``: a saved segment's units
-        and consumption) for the segments it matches; a field that fails its digest or shapes
-        is set aside with a warning (planned from counts: the same plan)."""
+        and consumption) for the segments it matches; a field that fails its seal (keyed by
+        ``plan_id``) or shapes is set aside with a warning (planned from counts: the same
+        plan)."""
         field = state.get(FIELD)
-        carried = None if field is None else decode(field)
+        carried = None if field is None else decode(field, self.plan_id)
         if field is not None and (carried is None or not carried.consistent(None)):
-            _set_aside("fails its digest or layout, or is of another format")
-            carried = None
-        if carried is not None and carried.plan != self.plan_id:
-            _set_aside("is of another plan (other options, files or counts than this loader's)")
+            _set_aside(
+                "fails its seal or layout (damaged; edited; of another plan: other options, "
+                "files or counts than this loader's; or sealed by an earlier seqloader)"
+            )
             carried = None
         self._carried = carried
 
     @property
     def plan_id(self) -> str:
-        """What the carried units are of (``Carried.plan``): the planner's options, algorithm,
-        length key and files (its fingerprint without the source's), and the files' admitted
-        counts and frames. A field of another loader's state (the position checked by the
-        state's own fingerprint, the field taken from elsewhere) names another plan."""
+        """What the carried units are of (``Carried.plan``, the key of the field's seal): the
+        planner's options, algorithm, length key and files (its fingerprint without the
+        source's), and the files' admitted counts and frames. A field of another loader's state
+        (the position checked by the state's own fingerprint, the field taken from elsewhere) is
+        sealed for another plan; an edit made without the data cannot be sealed for this one."""
         if self._plan_id is None:
             h = hashlib.blake2b(self.planner.fingerprint("").encode(), digest_size=16)
             h.update(np.ascontiguousarray(self.file_counts, dtype=np.int64).tobytes())
