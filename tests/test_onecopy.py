@@ -24,6 +24,7 @@ from seqloader.sources.hdf_chunks import ChunkedRows
 from seqloader.sources.hdf_read import MappedRows
 from seqloader.sources.padded_rows import SpanRequest
 from test_hdf_fast import LAYOUTS, plain_h5py, same_bytes, write_by_hand
+from test_row_kernel import row_path  # noqa: F401  (a fixture: the numpy rows, the kernel)
 
 DIRECT_DTYPES = ["<f4", "<f8", "<f2", "i1", "<i4", "<i8", "u1", "<u2", ">f4", ">i2", "?"]
 
@@ -159,10 +160,12 @@ def write_with_values(path: str, seqs: list[np.ndarray], layout: str) -> None:
         f.create_dataset("seqTags", data=np.array([f"seq{i}".encode() for i in range(len(seqs))]))
 
 
+@pytest.mark.usefixtures("row_path")
 @pytest.mark.parametrize("layout", list(LAYOUTS))
 def test_nonfinite_screen_names_the_same_sequences(tmp_path, layout):
     """NaN/Inf found while copying: the same messages (sequence, tag, file, key, frame) as the
-    per-sequence screen; a value whose square overflows is a false alarm the exact check drops."""
+    per-sequence screen, on the numpy rows and the compiled kernel alike; a value whose square
+    overflows is a false alarm the exact check drops (the kernel raises none)."""
     rng = np.random.default_rng(3)
     seqs = [rng.standard_normal((int(rng.integers(1, 9)), 3)).astype(np.float32) for _ in range(9)]
     seqs[2][1, 2] = np.nan
@@ -230,6 +233,7 @@ def test_nonfinite_anywhere_in_any_row_is_caught(tmp_path_factory, dtype, layout
     assert all(path in m and "key 'data'" in m for m in got.nonfinite)
 
 
+@pytest.mark.usefixtures("row_path")
 def test_loader_reports_nonfinite_from_the_direct_path(tmp_path):
     seqs = [np.ones((4, 2), np.float32) for _ in range(6)]
     seqs[3][2, 0] = np.inf
@@ -301,10 +305,11 @@ def test_packed_tags_take_equals_indexing():
     "shape,dtype",
     [((2, 9, 4), np.float32), ((2, 3, 3), np.float32), ((1, 9, 3), np.float32), ((2, 9, 3), "<f8")],
 )
+@pytest.mark.usefixtures("row_path")
 def test_raw_copies_refuse_a_destination_that_does_not_fit(tmp_path, shape, dtype):
-    """The mapped reader copies rows with memmove: a destination of another feature shape, too
-    few frames or rows, or another dtype goes through numpy instead, which raises (or converts)
-    rather than writing past the array."""
+    """The mapped reader copies rows raw (memoryviews, or the compiled kernel): a destination of
+    another feature shape, too few frames or rows, or another dtype goes through numpy instead,
+    which raises (or converts) rather than writing past the array."""
     seqs = [
         np.arange(i * 30, i * 30 + 3 * (i + 2), dtype=np.float32).reshape(-1, 3) for i in range(3)
     ]

@@ -33,7 +33,7 @@ from collections.abc import Mapping, Sequence
 import h5py
 import numpy as np
 
-from seqloader.sources import screen_verdicts
+from seqloader.sources import row_kernel, screen_verdicts
 from seqloader.sources.hdf_chunks import chunked_reader
 from seqloader.sources.hdf_here import values_here
 from seqloader.sources.padded_rows import (
@@ -74,9 +74,16 @@ class MappedRows(RowReader):
 
     def spans_into(self, request: SpanRequest) -> list[int]:
         out, pos, screen = request.out, request.pos, request.screen
+        src = self.bytes
+        if src is not None and row_kernel.KERNEL is not None and self._kernel_fits(out):
+            # one C call for the whole key: copies, padding, NaN/Inf test (``row_kernel``)
+            rows = row_kernel.copy_rows(
+                src, self.frame_bytes, request.begin, request.end, out, pos, screen
+            )
+            if rows is not None:
+                return rows
         # plain ints: the loop runs per sequence
         a_list, b_list = request.begin.tolist(), request.end.tolist()
-        src = self.bytes
         if src is None or not self._fits(a_list, b_list, out, pos):
             if gather_small(self.array.__getitem__, request):
                 return []
@@ -126,6 +133,16 @@ class MappedRows(RowReader):
             if check:  # right after its copy, while the row's bytes are in cache
                 found.add(j, flat[p, : (b - a) * per_frame])
         return found.suspects()
+
+    def _kernel_fits(self, out: np.ndarray) -> bool:
+        """Whether ``out`` is what the kernel writes into (it checks every span itself)."""
+        flags = out.flags
+        return (
+            out.dtype == self.dtype
+            and out.shape[2:] == self.shape[1:]
+            and flags.c_contiguous
+            and flags.writeable
+        )
 
     def _fits(self, a_list: list[int], b_list: list[int], out: np.ndarray, pos) -> bool:
         """Whether raw copies of these spans into rows ``pos`` of ``out`` stay inside the
