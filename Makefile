@@ -6,7 +6,9 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint bench chaos explore under-load clean venv
 
-$(STAMP): pyproject.toml
+# setup.py and the C source too: `pip install -e .` compiles the optional row kernel in place
+# (src/seqloader/sources/_rowcopy*.so; skipped without a C compiler: the numpy path runs)
+$(STAMP): pyproject.toml setup.py src/seqloader/sources/_rowcopy.c
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	# torch first, pinned to the local CPU wheel (any other spec fetches a multi-GB CUDA build)
 	$(BIN)/pip install -q torch==2.13.0
@@ -54,4 +56,4 @@ under-load: $(STAMP)
 	PYTHON=$(BIN)/python tests/under_load.sh $(RUNS)
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache .hypothesis .mypy_cache src/seqloader/sources/*.so

@@ -14,8 +14,9 @@ Three ways, same bytes:
   neighbouring sequences are decoded once.
 
 Batches without a transform are read straight into the padded batch (``OpenFile.read_into``,
-``HDFSource.read_into``; see ``loading.direct``): from the map one ``memmove`` + ``memset`` per
-sequence, from chunks one copy per run of whole chunk rows, through h5py one copy out of its
+``HDFSource.read_into``; see ``loading.direct``): from the map one call of the compiled row
+kernel per key where it is built (``row_kernel``: copies, padding and the NaN/Inf test in one
+pass), else one copy + ``memset`` per sequence, from chunks one copy per run of whole chunk rows, through h5py one copy out of its
 buffer; the NaN/Inf screen runs on each sequence right after its copy, once per process, and
 not at all where the node keeps the verdict that the unchanged file's dataset is finite
 (``screen_verdicts``: written by a process that screened it whole).
