@@ -25,7 +25,7 @@ from hdf_files import keep_outside
 from seqloader.errors import DataWarning
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.execute import WorkerSpec, execute
-from seqloader.sources import padded_rows, screen_verdicts
+from seqloader.sources import padded_rows, row_kernel, screen_verdicts
 from test_direct_batches import write_contiguous
 from test_onecopy import garbage_alloc, identity
 
@@ -37,13 +37,21 @@ def settle_and_count(monkeypatch) -> list[int]:
     monkeypatch.setattr(screen_verdicts, "now", lambda: time.time() + 60)
     monkeypatch.setattr(screen_verdicts, "MIN_BYTES", 0)  # the tiny files here get verdicts
     screened = [0]
-    add = padded_rows.RowScreen.add
+    add, copy_rows = padded_rows.RowScreen.add, row_kernel.copy_rows
 
     def counted(self, j, values):
         screened[0] += 1
         add(self, j, values)
 
+    def kernel_counted(*args):  # the compiled kernel's screened rows, where it takes the request
+        found = copy_rows(*args)
+        screen = args[-1]
+        if found is not None and screen is not None:
+            screened[0] += sum(map(bool, screen))
+        return found
+
     monkeypatch.setattr(padded_rows.RowScreen, "add", counted)
+    monkeypatch.setattr(row_kernel, "copy_rows", kernel_counted)
     return screened
 
 
