@@ -11,7 +11,6 @@ the messages.
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Sequence
 from types import ModuleType
@@ -23,9 +22,10 @@ def _load() -> ModuleType | None:
     if os.environ.get("SEQLOADER_NO_KERNEL", "") not in ("", "0"):
         return None
     try:
-        return importlib.import_module("seqloader.sources._rowcopy")
+        import seqloader.sources._rowcopy as _rowcopy
     except ImportError:
         return None
+    return _rowcopy
 
 
 #: the compiled module, or None (the numpy path); tests switch it per case
