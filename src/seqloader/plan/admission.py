@@ -17,7 +17,7 @@ that depend on the epoch (curriculum learning). Both are RETURNN's, with RETURNN
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 
 import numpy as np
@@ -62,9 +62,7 @@ def mean_len_keep(lens: np.ndarray, keys: np.ndarray, max_mean_len: float) -> np
         return np.zeros(0, dtype=bool)
     lens = np.asarray(lens, dtype=np.int64)
     values, counts = _length_counts(lens)
-    low = mean_len_cut(
-        counts, counts * values, lambda g: np.full(counts[g], values[g]), max_mean_len
-    )
+    low = counted_cut(counts, values, max_mean_len)
     if low >= m:
         return np.ones(m, dtype=bool)
     g, inside = cut_class(counts, low)  # the length the cut falls in, how many of it it keeps
@@ -72,6 +70,18 @@ def mean_len_keep(lens: np.ndarray, keys: np.ndarray, max_mean_len: float) -> np
     ties = np.flatnonzero(lens == values[g])  # [t] of those, the lowest indices are kept
     keep[ties[np.argsort(np.asarray(keys)[ties], kind="stable")[:inside]]] = True
     return keep
+
+
+def counted_cut(counts: np.ndarray, values: np.ndarray, max_mean_len: float) -> int:
+    """``mean_len_cut`` on items counted per distinct length (``values`` ascending, ``counts``
+    int64): how many of the shortest ``max_mean_len`` keeps, a class's sorted lengths its one
+    value repeated (asked only for the class the cut falls in).
+
+    >>> counted_cut(np.array([3, 3]), np.array([2, 9]), 3.0)  # all the 2s and one 9
+    4
+    """
+    sums = counts * values
+    return mean_len_cut(counts, sums, lambda g: np.full(counts[g], values[g]), max_mean_len)
 
 
 def cut_class(counts: np.ndarray, low: int) -> tuple[int, int]:
@@ -161,6 +171,16 @@ def epoch_filters(spec: EpochFilter | None, epoch: int) -> list[float]:
 def filter_reason(mean: float, epoch: int) -> str:
     """The report's reason for what ``max_mean_len=mean`` leaves out of ``epoch``."""
     return f"epoch_wise_filter max_mean_len={mean:g} (epoch {epoch})"
+
+
+def filter_reasons(means: Sequence[float], epoch: int, dropped: Sequence[int]) -> dict[str, int]:
+    """The report's counts of ``epoch``'s filters ``means`` (``dropped``: what each left out,
+    applied in turn), by reason; a filter that left nothing out is not named.
+
+    >>> filter_reasons([5, 3], 2, [0, 4])
+    {'epoch_wise_filter max_mean_len=3 (epoch 2)': 4}
+    """
+    return {filter_reason(m, epoch): d for m, d in zip(means, dropped, strict=True) if d}
 
 
 def counted_filters(

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from seqloader.plan.admission import cut_class, mean_len_cut
+from seqloader.plan.admission import counted_cut, cut_class
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,23 @@ class KeepRule:
         return keep
 
 
+def counted_filter(count: np.ndarray, values: np.ndarray, mean: float) -> tuple[int, int | None]:
+    """One ``max_mean_len`` filter on items counted per distinct length (``values`` ascending,
+    ``count`` int64, cut in place: the class the cut falls in keeps its share, those above it
+    none) -> (items it dropped, the class it cut inside or None).
+
+    >>> count = np.array([3, 3, 2]); counted_filter(count, np.array([2, 9, 12]), 3.0), count.tolist()
+    ((4, 1), [3, 1, 0])
+    """
+    low = counted_cut(count, values, mean)
+    total = int(count.sum())
+    if low >= total:
+        return 0, None
+    g, inside = cut_class(count, low)
+    count[g], count[g + 1 :] = inside, 0
+    return total - low, g
+
+
 def rule_of(
     values: np.ndarray,
     counts: np.ndarray,
@@ -58,12 +75,9 @@ def rule_of(
     count = np.asarray(counts, dtype=np.int64).copy()
     dropped, cut = [], None
     for mean in means:
-        low = mean_len_cut(count, count * values, lambda g: np.full(count[g], values[g]), mean)
-        total = int(count.sum())
-        dropped.append(total - low)
-        if low < total:
-            cut, inside = cut_class(count, low)
-            count[cut], count[cut + 1 :] = inside, 0
+        out, g = counted_filter(count, values, mean)
+        dropped.append(out)
+        cut = cut if g is None else g
     if cut is None:
         return KeepRule(None), dropped, None
     inside = int(count[cut])

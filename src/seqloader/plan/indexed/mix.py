@@ -249,16 +249,24 @@ class IndexedMix:
     def kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
         """``epoch_wise_filter`` on sub-epoch ``ep``'s slots (``mix_filter``), None where none
         applies; kept for the last sub-epoch asked (counts and draw ask alike)."""
+        return self.kept_once(ep, lambda: self.listed_kept(ep, parts))
+
+    def listed_kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
+        """``kept``'s kept set, made (not kept): the buckets cut, listed (``mix_kept``)."""
+        assert self.wise is not None
+        count = self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
+        draw = self.draw(ep.full_epoch, ep.part, parts)
+        return mix_kept(self.wise.spec, ep, count, draw, self.filter_by())
+
+    def kept_once(self, ep: EpochIndex, make: Callable[[], MixKept | None]) -> MixKept | None:
+        """The kept set ``make()`` makes of sub-epoch ``ep`` (None: no filter applies), kept for
+        the last sub-epoch asked (counts, draw, cuts and the report ask alike); None unfiltered."""
         if self.wise is None:
             return None
         last = self._kept
-        if last is not None and last[0] == ep.epoch:
-            return last[1]
-        count = self.part(ep.full_epoch, ep.part, parts)[1].sum(axis=1)
-        draw = self.draw(ep.full_epoch, ep.part, parts)
-        kept = mix_kept(self.wise.spec, ep, count, draw, self.filter_by())
-        self._kept = (ep.epoch, kept)
-        return kept
+        if last is None or last[0] != ep.epoch:
+            last = self._kept = (ep.epoch, make())
+        return last[1]
 
     def filter_by(self) -> np.ndarray:
         """What ``epoch_wise_filter`` keeps the shortest by, per sequence (``MixFilter.by``: a

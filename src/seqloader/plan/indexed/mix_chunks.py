@@ -33,12 +33,13 @@ these plans are indexed planning's own (the chunks bucketed by their windows, as
 
 from __future__ import annotations
 
+from functools import partial
 from itertools import pairwise
 from typing import Any, cast
 
 import numpy as np
 
-from seqloader.plan.admission import epoch_filters, filter_reason
+from seqloader.plan.admission import epoch_filters, filter_reasons
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.chunks import ChunkBuckets
 from seqloader.plan.indexed.mix import IndexedMix
@@ -208,24 +209,20 @@ class ChunkedBucketMix(IndexedMix):
         (``mix_chunks_filter``): the kept slots' lists as the draw (a ``ClassSlots``), the
         class counts as the counts; None where no filter applies. Kept for the last sub-epoch
         asked."""
-        last = self._kept
-        if self.wise is None:
-            return None
-        if last is not None and last[0] == ep.epoch:
-            return last[1]
+        return self.kept_once(ep, partial(self._class_kept, ep, parts))
+
+    def _class_kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
+        """``kept``'s kept set, made (not kept)."""
+        assert self.wise is not None
         means = epoch_filters(self.wise.spec, ep.epoch)
-        kept = None
-        if means:
-            listed = self.all_slots(ep, parts)
-            value = self.units.geometry.whole(self.index.longest)  # [G] each class's length
-            keep, dropped = kept_slots(listed, value, means)
-            reasons = {
-                filter_reason(m, ep.epoch): d for m, d in zip(means, dropped, strict=True) if d
-            }
-            mine = listed.take(keep)
-            kept = MixKept(mine.counts, mine, reasons, listed.counts, listed)
-        self._kept = (ep.epoch, kept)
-        return kept
+        if not means:
+            return None
+        listed = self.all_slots(ep, parts)
+        value = self.units.geometry.whole(self.index.longest)  # [G] each class's length
+        keep, dropped = kept_slots(listed, value, means)
+        mine = listed.take(keep)
+        reasons = filter_reasons(means, ep.epoch, dropped)
+        return MixKept(mine.counts, mine, reasons, listed.counts, listed)
 
     def bucket_counts(self, ep: EpochIndex, parts: int) -> np.ndarray:
         """Chunks per chunk bucket of the sub-epoch's slots."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from seqloader.plan.admission import EpochFilter, epoch_filters, filter_reason
+from seqloader.plan.admission import EpochFilter, epoch_filters, filter_reasons
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.filter import epoch_filtered
 from seqloader.plan.mix import USES_DTYPE
@@ -106,5 +106,5 @@ def mix_kept(
     if not means:
         return None
     kept, kept_draw, dropped = epoch_filtered(counts, draw, lengths, means)
-    reasons = {filter_reason(m, ep.epoch): d for m, d in zip(means, dropped, strict=True) if d}
+    reasons = filter_reasons(means, ep.epoch, dropped)
     return MixKept(kept, kept_draw, reasons, np.asarray(counts, dtype=np.int64), draw)

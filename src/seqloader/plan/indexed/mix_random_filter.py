@@ -27,10 +27,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
-from seqloader.plan.admission import EpochFilter, epoch_filters, filter_reason
+from seqloader.plan.admission import EpochFilter, epoch_filters, filter_reasons
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.keep_rule import KeepRule, rule_of
@@ -197,7 +198,7 @@ def order_kept(
         return None
     size = int(draw.cum[:, -1].sum())
     kept = make(draw, size, lengths, means, block)
-    reasons = {filter_reason(m, ep.epoch): d for m, d in zip(means, kept.dropped, strict=True) if d}
+    reasons = filter_reasons(means, ep.epoch, kept.dropped)
     counts, listed = kept.kept_lists()
     return OrderKept(counts, listed, reasons, draw.cum[:, -1].copy(), draw, kept)
 
@@ -282,15 +283,16 @@ def rule_kept(
 ) -> MixKept | None:
     """``IndexedMix.kept`` of a mix whose filtered sub-epochs keep by a rule (``order_kept``,
     ``make``: the ``KeptSet`` kind), by the filter's lengths; kept for the last sub-epoch."""
-    if mix.wise is None:
-        return None
-    last = mix._kept
-    if last is not None and last[0] == ep.epoch:
-        return last[1]
+    return mix.kept_once(ep, partial(made_by_rule, mix, ep, parts, make))
+
+
+def made_by_rule(
+    mix: IndexedMix, ep: EpochIndex, parts: int, make: Callable[..., KeptSet] = KeptSet
+) -> MixKept | None:
+    """``rule_kept``'s kept set, made (not kept)."""
+    assert mix.wise is not None
     draw = mix.draw(ep.full_epoch, ep.part, parts)
-    kept = order_kept(mix.wise.spec, ep, draw, np.asarray(mix.filter_by()), make=make)
-    mix._kept = (ep.epoch, kept)
-    return kept
+    return order_kept(mix.wise.spec, ep, draw, np.asarray(mix.filter_by()), make=make)
 
 
 def rule_left(mix: IndexedMix, ep: EpochIndex, parts: int, count: np.ndarray) -> np.ndarray:

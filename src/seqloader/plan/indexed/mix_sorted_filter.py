@@ -30,7 +30,7 @@ from seqloader.plan.indexed.mix import IndexedMix
 from seqloader.plan.indexed.mix_chunks_rule import ChunkedRuleMix
 from seqloader.plan.indexed.mix_filter import MixKept
 from seqloader.plan.indexed.mix_kind import Cut, ShardMix
-from seqloader.plan.indexed.mix_random_filter import KeptSet, OneBucketShardMix, rule_kept
+from seqloader.plan.indexed.mix_random_filter import KeptSet, OneBucketShardMix, made_by_rule
 from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import USES_DTYPE, Corpora
@@ -139,12 +139,12 @@ def value_kept(mix: IndexedMix, ep: EpochIndex, parts: int) -> MixKept | None:
     """``IndexedMix.kept`` of a mix over one bucket per value: the rule from the buckets'
     counts (``BucketKeptSet``, kept for the last sub-epoch); an index that is not one bucket
     per value ascending (``bucket_values`` None): the listing path (``IndexedMix.kept``)."""
-    if mix.wise is None:
-        return None
-    last = mix._kept
-    if last is not None and last[0] == ep.epoch:
-        return last[1]
+    return mix.kept_once(ep, partial(_made_by_value, mix, ep, parts))
+
+
+def _made_by_value(mix: IndexedMix, ep: EpochIndex, parts: int) -> MixKept | None:
+    """``value_kept``'s kept set, made (not kept)."""
     values = bucket_values(mix.index, np.asarray(mix._lengths))
     if values is None:
-        return IndexedMix.kept(mix, ep, parts)
-    return rule_kept(mix, ep, parts, partial(BucketKeptSet, values=values))
+        return IndexedMix.listed_kept(mix, ep, parts)
+    return made_by_rule(mix, ep, parts, partial(BucketKeptSet, values=values))

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from seqloader.plan.admission import epoch_filters, filter_reason
+from seqloader.plan.admission import epoch_filters, filter_reasons
 from seqloader.plan.audit_order import AuditOrder, AuditRun, audit_orders
 from seqloader.plan.batches import BatchList
 from seqloader.plan.chunks import Units as ChunkUnits
@@ -612,9 +612,7 @@ class IndexedPlanner:
         if kept is not None and kept[0] == (ep.epoch, order_rank):
             return kept[1]
         cut = self.planned.cut(self, CutAsk(ep, order_rank, means, chosen))
-        for m, d in zip(means, cut.dropped, strict=True):  # after the selections' drops
-            if d:
-                cut.reasons[filter_reason(m, ep.epoch)] = d
+        cut.reasons.update(filter_reasons(means, ep.epoch, cut.dropped))  # after the selections'
         self._cut_kept = ((ep.epoch, order_rank), cut)
         return cut
 

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from seqloader.plan.admission import cut_class, mean_len_cut
 from seqloader.plan.batches import BatchList
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.chunks import (
@@ -36,6 +35,7 @@ from seqloader.plan.indexed.fixed_chunks import (
     cut_chunk_positions,
 )
 from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.keep_rule import counted_filter
 from seqloader.plan.indexed.plan import ChunkDraw, Draw, MemberDraw
 from seqloader.plan.indexed.random_order import RANDOM_BLOCK
 from seqloader.plan.indexed.sort_bins import cut_view
@@ -299,14 +299,10 @@ class PlannedChunks:
         value = self.chunking.whole(planner.index.longest)  # [G] its length
         dropped = []
         for mean in ask.means:
-            low = mean_len_cut(kept, kept * value, lambda g: np.full(kept[g], value[g]), mean)
-            total = int(kept.sum())
-            dropped.append(total - low)
-            if low < total:
-                g, inside = cut_class(kept, low)  # the class cut inside, its lowest kept
-                kept[g], kept[g + 1 :] = inside, 0
-                if self.chunking.per:  # classes of one length: its lowest indices over them
-                    tie_cut(base.classes, kept, value, g)
+            out, g = counted_filter(kept, value, mean)  # g: the class cut inside, its lowest kept
+            dropped.append(out)
+            if g is not None and self.chunking.per:  # one length's classes: its lowest indices
+                tie_cut(base.classes, kept, value, g)
         units = base.kept(kept)
         words = (*planner.head_of(ask.order_rank), PURPOSE_INDEXED_MEMBERS, planner.seed_epoch(ep))
         draw = ChunkDraw(units, np.zeros(len(units.counts), np.int64), words)
