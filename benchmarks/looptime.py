@@ -26,6 +26,7 @@ Variants, each in a fresh process, interleaved over ``--reps`` repetitions:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -149,9 +150,218 @@ def child(cfg: dict) -> dict:
     )
     try:
         rows = timed_epochs(loader.epoch, epochs, loader.report, kind=cfg["step_kind"])
+        memory = held_memory(loader) if cfg.get("memory") else None
     finally:
         loader.close()
-    return {"config": cfg, "epochs": rows, "module": sl.__file__}
+    return {"config": cfg, "epochs": rows, "module": sl.__file__, "memory": memory}
+
+
+def held_memory(loader) -> dict:
+    """After the epochs, workers still up: private memory (USS, PSS; MiB) of the training process
+    and of its workers, and the slots the training process has mapped (count, MiB): what more
+    batches in flight cost."""
+    import psutil
+
+    from seqloader.torch import handover
+
+    def mib(pids: list[int], field: str) -> float:
+        total = 0
+        for pid in pids:
+            try:
+                total += getattr(psutil.Process(pid).memory_full_info(), field)
+            except psutil.Error:
+                continue
+        return total / 2**20
+
+    workers = worker_pids()
+    with handover._received_lock:
+        slots = [whole.nbytes for per in handover._received.values() for _g, whole in per.values()]
+    return {
+        "trainer_uss": mib([os.getpid()], "uss"),
+        "trainer_pss": mib([os.getpid()], "pss"),
+        "workers_uss": mib(workers, "uss"),
+        "workers_pss": mib(workers, "pss"),
+        "slots": len(slots),
+        "slots_mib": sum(slots) / 2**20,
+    }
+
+
+# ---- epoch 1's first batch, from a fresh process (``--first-batch``) ----
+
+#: where each phase of the first batch begins, in the training process (T) or a worker (W):
+#: (label, module, attribute, where). Wrapped only with ``--stamps`` (fork: the wrappers are
+#: inherited by the workers; under spawn only the training process's are).
+STAMPED = (
+    ("ready", "seqloader.torch.dataloader", "Execution.ready", "T"),
+    ("before_workers", "seqloader.torch.dataloader", "ReceivingDataLoader.before_workers", "T"),
+    ("iter_init", "seqloader.torch.receiving", "ReceivingIter.__init__", "T"),
+    ("worker_loop", "torch.utils.data._utils.worker", "_worker_loop", "W"),
+    ("getitem", "seqloader.torch.dataset", "PlannedBatches.__getitem__", "W"),
+    ("open", "seqloader.sources.hdf", "HDFSource._file", "W"),
+    ("received", "seqloader.torch.receiving", "ReceivingIter.received", "T"),
+)
+
+
+def _stamp_calls(path: str) -> list[tuple[str, float, float]]:
+    """Wrap each of ``STAMPED``: its first call's start and end (``time.perf_counter``, one
+    clock for every process on Linux) go to the list returned (training process) or, in a worker,
+    as a line to ``path``."""
+    import functools
+    import importlib
+
+    here: list[tuple[str, float, float]] = []
+    main_pid = os.getpid()
+    for label, module, attr, _where in STAMPED:
+        try:
+            owner = importlib.import_module(module)
+        except ImportError:
+            continue
+        *outer, name = attr.split(".")
+        for part in outer:
+            owner = getattr(owner, part, None)
+        fn = getattr(owner, name, None) if owner is not None else None
+        if fn is None:
+            continue
+        seen: set[int] = set()
+
+        def wrapped(*args, _fn=fn, _label=label, _seen=seen, **kwargs):
+            pid = os.getpid()
+            if pid in _seen:
+                return _fn(*args, **kwargs)
+            _seen.add(pid)
+            t = time.perf_counter()
+            if pid != main_pid:  # the worker loop runs until shutdown: its start is the stamp
+                with open(path, "a") as fh:
+                    fh.write(f"{_label} {pid} {t!r} {t!r}\n")
+            try:
+                return _fn(*args, **kwargs)
+            finally:
+                if pid == main_pid:
+                    here.append((_label, t, time.perf_counter()))
+                elif _label != "worker_loop":
+                    with open(path, "a") as fh:
+                        fh.write(f"{_label}_end {pid} {t!r} {time.perf_counter()!r}\n")
+
+        setattr(owner, name, functools.wraps(fn)(wrapped))
+    return here
+
+
+def _cpu_s(pids: list[int]) -> float:
+    """CPU seconds of processes ``pids`` so far, all their threads (``/proc/PID/task/*/schedstat``,
+    ns; 0 for one already gone)."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                    total += int(fh.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
+def worker_pids() -> list[int]:
+    """This process's DataLoader workers (its children but multiprocessing's resource
+    tracker, which a spawn context starts)."""
+    import psutil
+
+    out = []
+    for child in psutil.Process().children():
+        try:
+            if not any("resource_tracker" in part for part in child.cmdline()):
+                out.append(child.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+def first_child(cfg: dict) -> dict:
+    """Epoch 1's first batch from a fresh process: the imports, ``HDFSource``, ``SeqLoader()``,
+    ``epoch(1)`` and the first ``next()``, each timed (wall; the training process's CPU; the
+    workers' CPU once the batch is held); with ``stamps``, the phases inside."""
+    clock, cpu = time.perf_counter, time.process_time
+    marks = [("start", clock(), cpu())]
+    import torch  # noqa: F401
+
+    marks.append(("import_torch", clock(), cpu()))
+    import seqloader as sl
+
+    sl.SeqLoader, sl.HDFSource  # noqa: B018  (the lazy face: what a user's first use imports)
+    marks.append(("import_seqloader", clock(), cpu()))
+    stamped = None
+    stamp_file = None
+    if cfg.get("stamps"):
+        stamp_file = f"{cfg['stamp_dir']}/stamps-{os.getpid()}"
+        stamped = _stamp_calls(stamp_file)
+    marks.append(("patched", clock(), cpu()))
+    source = sl.HDFSource(cfg["data"])
+    marks.append(("source", clock(), cpu()))
+    loader = sl.SeqLoader(
+        source,
+        ordering=cfg["ordering"],
+        max_seqs=cfg["max_seqs"],
+        max_frames=cfg["max_frames"],
+        num_workers=cfg["workers"],
+        multiprocessing_context=cfg["context"],
+        seed=1,
+    )
+    marks.append(("seqloader", clock(), cpu()))
+    it = loader.epoch(1)
+    marks.append(("epoch_call", clock(), cpu()))
+    batch = next(it)
+    marks.append(("first_batch", clock(), cpu()))
+    worker_cpu = _cpu_s(worker_pids())
+    shape = tuple(batch["data"].shape)
+    first_tags = [int(x) for x in batch.seq_indices[:8]]
+    try:
+        for _ in range(cfg.get("more_batches", 0)):
+            next(it)
+    finally:
+        del batch, it
+        loader.close()
+    t0 = marks[0][1]
+    phases = {
+        name: {"wall_ms": 1e3 * (t - pt), "cpu_ms": 1e3 * (c - pc)}
+        for (_p, pt, pc), (name, t, c) in itertools.pairwise(marks)
+    }
+    out = {
+        "config": cfg,
+        "module": sl.__file__,
+        "phases": phases,
+        "ctor_to_first_ms": 1e3 * (marks[-1][1] - marks[4][1]),
+        "epoch_to_first_ms": 1e3 * (marks[-1][1] - marks[6][1]),
+        "ctor_to_first_cpu_ms": 1e3 * (marks[-1][2] - marks[4][2]),
+        "workers_cpu_ms": 1e3 * worker_cpu,
+        "start_to_first_ms": 1e3 * (marks[-1][1] - t0),
+        "batch_shape": shape,
+        "first_indices": first_tags,
+    }
+    if stamped is not None:
+        rows = [(label, "T", a - t0, b - t0) for label, a, b in stamped]
+        if stamp_file and os.path.exists(stamp_file):
+            with open(stamp_file) as fh:
+                for line in fh:
+                    label, pid, a, b = line.split()
+                    rows.append((label, f"W{pid}", float(a) - t0, float(b) - t0))
+            os.unlink(stamp_file)
+        out["stamps_ms"] = sorted(
+            ((label, who, 1e3 * a, 1e3 * b) for label, who, a, b in rows), key=lambda r: r[2]
+        )
+        out["marks_ms"] = [(name, 1e3 * (t - t0)) for name, t, _c in marks]
+    return out
+
+
+def alternating(configs: list[dict], reps: int, base_src: str | None):
+    """``(repetition, config, result)`` of every config in a fresh process, ``reps`` times, the
+    order rotated by one config per repetition (no variant always first or last)."""
+    for rep in range(reps):
+        k = rep % len(configs)
+        for cfg in configs[k:] + configs[:k]:
+            yield rep, cfg, run_child("benchmarks.looptime", cfg, cfg.get("src", base_src), 900)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -184,10 +394,25 @@ def main(argv: list[str] | None = None) -> int:
         "--ablate", action="store_true", help="also run seqloader without its dispatch thread"
     )
     p.add_argument("--json", help="write all results here")
+    p.add_argument(
+        "--first-batch",
+        action="store_true",
+        help="only epoch 1's first batch, from a fresh process (imports, SeqLoader(), epoch(1), "
+        "first next()), per start method (--contexts)",
+    )
+    p.add_argument("--contexts", default="fork", help="start methods for --first-batch: fork,spawn")
+    p.add_argument("--stamps", action="store_true", help="--first-batch: time its phases too")
+    p.add_argument(
+        "--memory", action="store_true", help="private memory and slots held after the epochs"
+    )
     a = p.parse_args(argv)
     if a.child:
-        print(json.dumps(child(json.loads(a.child))))
+        cfg = json.loads(a.child)
+        run = first_child if cfg["variant"] == "first" else child
+        print(json.dumps(run(cfg)))
         return 0
+    if a.first_batch:
+        return first_main(a)
     common = {
         "data": a.data,
         "ordering": a.ordering,
@@ -196,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         "step_ms": [float(x) for x in a.step_ms.split(",")],
         "epochs_per_step": a.epochs_per_step,
         "step_kind": a.step_kind,
+        "memory": a.memory,
     }
     configs = []
     for w in (int(x) for x in a.workers.split(",")):
@@ -216,28 +442,25 @@ def main(argv: list[str] | None = None) -> int:
             )
     runs: list[dict] = []
     load = [os.getloadavg()]
-    for rep in range(a.reps):
-        k = rep % len(configs)
-        for cfg in configs[k:] + configs[:k]:
-            res = run_child("benchmarks.looptime", cfg, cfg.get("src", a.base_src), timeout=900)
-            runs.append(res)
-            mine = cfg["label"].startswith("seqloader/")
-            if a.floor and mine:  # as many batches as seqloader's epochs, same workers
-                floor_cfg = {
-                    **cfg,
-                    "variant": "torch-floor",
-                    "label": f"torch-floor/w{cfg['workers']}",
-                    "floor_batches": res["epochs"][1]["batches"],
-                }
-                runs.append(run_child("benchmarks.looptime", floor_cfg, a.base_src, timeout=900))
-            for r in runs[-2 if a.floor and mine else -1 :]:
-                shown = "  ".join(
-                    f"e{row['epoch']}@{row['step_ms']:g}ms loop {row['loop_pct']:.2f}%"
-                    + (f" report {row['report_pct']:.2f}%" if "report_pct" in row else "")
-                    + (f" useful {row['useful_pct']:.2f}%" if a.step_kind == "busy" else "")
-                    for row in r["epochs"]
-                )
-                print(f"rep {rep + 1} {r['config']['label']:16s} {shown}", flush=True)
+    for rep, cfg, res in alternating(configs, a.reps, a.base_src):
+        runs.append(res)
+        mine = cfg["label"].startswith("seqloader/")
+        if a.floor and mine:  # as many batches as seqloader's epochs, same workers
+            floor_cfg = {
+                **cfg,
+                "variant": "torch-floor",
+                "label": f"torch-floor/w{cfg['workers']}",
+                "floor_batches": res["epochs"][1]["batches"],
+            }
+            runs.append(run_child("benchmarks.looptime", floor_cfg, a.base_src, timeout=900))
+        for r in runs[-2 if a.floor and mine else -1 :]:
+            shown = "  ".join(
+                f"e{row['epoch']}@{row['step_ms']:g}ms loop {row['loop_pct']:.2f}%"
+                + (f" report {row['report_pct']:.2f}%" if "report_pct" in row else "")
+                + (f" useful {row['useful_pct']:.2f}%" if a.step_kind == "busy" else "")
+                for row in r["epochs"]
+            )
+            print(f"rep {rep + 1} {r['config']['label']:16s} {shown}", flush=True)
     print(f"medians over {a.reps} repetitions (loop-side computation %; report's beside it):")
     labels = sorted({r["config"]["label"] for r in runs})
     for label in labels:
@@ -264,7 +487,92 @@ def main(argv: list[str] | None = None) -> int:
                 f"  {label:16s} {statistics.median(first):.0f} ({first[0]:.0f}-{first[-1]:.0f})"
                 f"  epoch() {statistics.median(called):.1f}"
             )
+    if a.memory:
+        print("after the epochs, median (range): MiB private memory, slots the trainer maps")
+        for label in labels:
+            ms = [r["memory"] for r in runs if r["config"]["label"] == label and r.get("memory")]
+            if ms:
+                print(f"  {label:16s} " + "  ".join(_spread(ms, k) for k in ms[0]))
     load.append(os.getloadavg())
+    print(f"load average before/after: {[[round(x, 2) for x in v] for v in load]}")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump({"runs": runs, "load": load}, fh, indent=1)
+    return 0
+
+
+def _spread(rows: list[dict], key: str) -> str:
+    xs = sorted(r[key] for r in rows)
+    return f"{key} {statistics.median(xs):.1f} ({xs[0]:.1f}-{xs[-1]:.1f})"
+
+
+FIGURES = (  # (result key, shown as)
+    ("ctor_to_first_ms", "SeqLoader()->batch"),
+    ("epoch_to_first_ms", "epoch(1)->batch"),
+    ("ctor_to_first_cpu_ms", "trainer CPU"),
+    ("workers_cpu_ms", "workers CPU"),
+)
+
+
+def first_main(a: argparse.Namespace) -> int:
+    """``--first-batch``: every variant in a fresh process, repetitions alternating (rotated);
+    medians, ranges, and per-repetition ratios against ``--base-src``."""
+    import tempfile
+
+    stamp_dir = tempfile.mkdtemp(prefix="looptime-stamps-")
+    common = {
+        "variant": "first",
+        "data": a.data,
+        "ordering": a.ordering,
+        "max_seqs": a.max_seqs,
+        "max_frames": a.max_frames,
+        "stamps": a.stamps,
+        "stamp_dir": stamp_dir,
+    }
+    codes: list[tuple[str, dict]] = [("now", {})]
+    if a.base_src:
+        codes.append(("base", {"code": "base"}))
+    for name, src in (x.split("=", 1) for x in a.also_src):
+        codes.append((name, {"code": "base", "src": src}))
+    configs = [
+        {**common, **extra, "workers": w, "context": ctx, "label": f"{name}/{ctx}/w{w}"}
+        for ctx in a.contexts.split(",")
+        for w in (int(x) for x in a.workers.split(","))
+        for name, extra in codes
+    ]
+    runs: list[dict] = []
+    load = [os.getloadavg()]
+    for rep, cfg, res in alternating(configs, a.reps, a.base_src):
+        res["rep"] = rep
+        runs.append(res)
+        shown = "  ".join(f"{text} {res[key]:.0f}" for key, text in FIGURES)
+        print(f"rep {rep + 1} {cfg['label']:18s} {shown} ms", flush=True)
+    load.append(os.getloadavg())
+    print(f"medians over {a.reps} repetitions, ms (range):")
+    labels = [c["label"] for c in configs]
+    for label in labels:
+        rs = [r for r in runs if r["config"]["label"] == label]
+        parts = []
+        for key, text in FIGURES:
+            xs = sorted(r[key] for r in rs)
+            parts.append(f"{text} {statistics.median(xs):.0f} ({xs[0]:.0f}-{xs[-1]:.0f})")
+        print(f"  {label:18s} " + "  ".join(parts))
+    print("this checkout against each other code, per-repetition ratios, median (range):")
+    for other_name, _extra in codes[1:]:
+        for label in labels:
+            name, rest = label.split("/", 1)
+            if name != "now":
+                continue
+            other = f"{other_name}/{rest}"
+            mine = {r["rep"]: r for r in runs if r["config"]["label"] == label}
+            base = {r["rep"]: r for r in runs if r["config"]["label"] == other}
+            parts = []
+            for key, text in FIGURES:
+                ratios = sorted(mine[k][key] / base[k][key] for k in mine if k in base)
+                parts.append(
+                    f"{text} {statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+                )
+            print(f"  {label:18s} / {other:18s} " + "  ".join(parts))
     print(f"load average before/after: {[[round(x, 2) for x in v] for v in load]}")
     if a.json:
         with open(a.json, "w") as fh:

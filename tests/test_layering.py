@@ -392,11 +392,18 @@ def test_torch_free_layers_load_without_torch():
 
 def test_face_and_core_layers_load_without_torch():
     """``import seqloader.plan, seqloader.sources, seqloader.audio`` (and the face itself) in a
-    fresh interpreter loads no torch: the face imports its names when first used."""
+    fresh interpreter loads no torch: the face imports its names when first used. And what a
+    DataLoader worker needs (``seqloader.loading``, the sources) loads neither planner nor the
+    trainer's side (``plan``'s face is lazy too: a spawned worker imports only what it runs)."""
     code = (
         "import json, sys\n"
+        "import seqloader.loading, seqloader.sources\n"
+        "worker = sorted(m for m in sys.modules if m.startswith(("
+        "'seqloader.plan.greedy', 'seqloader.plan.indexed', 'seqloader.plan.planners', "
+        "'seqloader.trainer')))\n"
         "import seqloader, seqloader.plan, seqloader.sources, seqloader.audio\n"
         "assert seqloader.__file__.startswith(sys.argv[1]), seqloader.__file__\n"
+        "assert not worker, worker\n"
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))"
     )
     env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}

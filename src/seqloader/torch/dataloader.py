@@ -12,7 +12,7 @@ from seqloader.loading.worker_spec import WorkerSpec
 from seqloader.plan.batches import BatchList
 from seqloader.sources.base import Source, prepare_workers
 from seqloader.torch._compat import current_iterator, workers_alive
-from seqloader.torch.dataset import PlannedBatches, PlanSampler, RunPlan
+from seqloader.torch.dataset import PlannedBatches, PlanSampler, RunPlan, whole_batch
 from seqloader.torch.held_batches import WorkerProgress
 from seqloader.torch.receiving import ReceivingDataLoaderBase, ReceivingIter
 from seqloader.trainer.loader_options import WorkerOptions
@@ -89,7 +89,7 @@ class Execution:
             sampler=self.sampler,
             num_workers=w.num_workers,
             pin_memory=w.pin_memory,
-            collate_fn=_identity,
+            collate_fn=whole_batch,
             **kwargs,
         )
 
@@ -125,8 +125,3 @@ def _forks(context) -> bool:
     if isinstance(context, str):
         return context == "fork"
     return context.get_start_method() == "fork"
-
-
-def _identity(x: object) -> object:
-    """``collate_fn``: with ``batch_size=None`` each item is already a whole ``Batch``."""
-    return x

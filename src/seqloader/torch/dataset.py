@@ -151,6 +151,14 @@ class PlannedBatches(Dataset):
         return len(self.source)
 
 
+def whole_batch(x: object) -> object:
+    """``collate_fn``: with ``batch_size=None`` each item is already a whole ``Batch``. Defined
+    here, beside the dataset, because a spawned worker imports the module of every object torch
+    sends it: this one imports only what building a batch needs (``dataloader``'s imports bring
+    the trainer's options and both planners)."""
+    return x
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """One run of an epoch as the sampler yields it: this rank's ``share`` from step
