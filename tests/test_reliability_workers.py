@@ -100,7 +100,7 @@ class KillOnce:
 
 
 # spawned: four workers importing torch anew (the two killed and the two that resume); the error
-# crossing a spawned worker's pickle is test_data_error_raised_in_a_worker_...[1-spawn]: make chaos
+# crossing a spawned worker's pickle is test_store_damage.py's spawned worker: make chaos
 @pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.extended)])
 def test_worker_killed_inside_a_transform_then_same_loader_recovers(tmp_path, context):
     """The worker dies while building step 5: the error names exactly that batch (the board of
@@ -196,12 +196,19 @@ class BrokenSequence(sl.MemorySource):
         return super().read(index)
 
 
-# two spawned workers (each imports torch anew) add nothing to 1-spawn (the error crossing a
-# spawned worker's pickle) and 2-fork (the error while the other worker runs): make chaos runs it
+# spawned workers (each imports torch anew): a seqloader error crossing a spawned worker's pickle,
+# raised in the loop as itself with the worker's traceback as its cause, is
+# test_store_damage.py::test_a_spawned_worker_refuses_a_store_replaced_by_a_damaged_copy; the
+# error while the other worker runs is 2-fork: make chaos runs both spawn variants
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("workers", "context"),
-    [(1, "fork"), (2, "fork"), (1, "spawn"), pytest.param(2, "spawn", marks=pytest.mark.extended)],
+    [
+        (1, "fork"),
+        (2, "fork"),
+        pytest.param(1, "spawn", marks=pytest.mark.extended),
+        pytest.param(2, "spawn", marks=pytest.mark.extended),
+    ],
 )
 def test_data_error_raised_in_a_worker_leads_with_the_library_message(workers, context):
     """What the attack did: a DataError raised while a worker reads; the trainer's error is that
