@@ -233,7 +233,6 @@ def test_auto_plans_variants_indexed_for_every_ordering():
     [
         ("distribution", "files", "distribution='files'"),
         ("chunking", "50:25", "chunking"),
-        ("max_packed_frames", 5000, "max_packed_frames"),
     ],
 )
 def test_what_indexed_planning_does_not_plan_with_variants_is_refused_by_name(option, value, named):

@@ -117,7 +117,6 @@ def refuse_variants(inputs: PlanInputs) -> None:
         ("mix", o.mix is not None),
         ("distribution='files'", o.distribution == "files"),
         ("epoch selections", bool(inputs.selections)),
-        ("max_packed_frames", o.max_packed_frames is not None),
         ("a prebuilt bucket index", inputs.index is not None),
         (
             "a source's own sort key with a sorting ordering",
