@@ -162,6 +162,19 @@ CASES: dict[str, dict] = {
         }
         for o in ("random", "sorted", "sort_bin_shuffle:.100")
     },
+    # random and sort_bin_shuffle with a mix under random_seed_offset: each rank its own slots
+    # of the shared cut (plan/indexed/mix_rank_slots.py); global planning plans no mix there:
+    # its sharded mix beside
+    **{
+        f"ordering={o} + mix + random_seed_offset (3 corpora; 4 ranks)": {
+            "ordering": o,
+            **MIX3,
+            "distribution": "random_seed_offset",
+            "world": 4,
+            "global": {"distribution": "shard"},
+        }
+        for o in ("random", "sort_bin_shuffle:.100")
+    },
     # laplace with a mix and chunking: every chunk of the mix's slots (plan/indexed/mix_chunks.py)
     "mix + chunking 500:250 (3 corpora; 8 ranks)": {
         "mix": {"c0": 0.5, "c1": 1.0, "c2": 2.0},
@@ -258,6 +271,11 @@ SMOKE = [
             "ordering=sort_bin_shuffle:.100 (",  # plans like the _x2 one (plan/indexed/sort_bins)
             "ordering=sort_bin_shuffle:.100 partition_epoch",
             "ordering=sorted + mix + files",  # plans like random's (files_mix_cut)
+            # each rank's own slots: their plans, tests/test_plan_indexed_mix_per_rank.py
+            *(
+                f"ordering={o} + mix + random_seed_offset"
+                for o in ("random", "sort_bin_shuffle:.100")
+            ),
             # mixes planned from counts, and the filtered mixes that list their slots (their
             # plans: tests/test_plan_indexed_mix_filter.py)
             *(f"ordering={o} + mix (" for o in ("laplace", "buckets:30")),

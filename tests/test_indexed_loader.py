@@ -139,12 +139,12 @@ def test_states_of_another_indexed_algorithm_are_refused_by_name() -> None:
     now = re.escape(INDEXED_ALGORITHM)
     with pytest.raises(ResumeError, match=rf"'seqloader-plan-indexed/2' or earlier.*{now}"):
         loader.load_state_dict(old)
-    other = {**state, "plan_algorithm": "seqloader-plan-indexed/13", "plan_fingerprint": "0" * 32}
-    with pytest.raises(ResumeError, match="'seqloader-plan-indexed/13'"):
+    other = {**state, "plan_algorithm": "seqloader-plan-indexed/14", "plan_fingerprint": "0" * 32}
+    with pytest.raises(ResumeError, match="'seqloader-plan-indexed/14'"):
         loader.load_state_dict(other)
-    prior = {**state, "plan_algorithm": "seqloader-plan-indexed/11", "plan_fingerprint": "0" * 32}
-    with pytest.raises(ResumeError, match=rf"'seqloader-plan-indexed/11'.*{now}.*Resume with"):
-        loader.load_state_dict(prior)  # the algorithm before /12's per-rank buckets:N mix draw
+    prior = {**state, "plan_algorithm": "seqloader-plan-indexed/12", "plan_fingerprint": "0" * 32}
+    with pytest.raises(ResumeError, match=rf"'seqloader-plan-indexed/12'.*{now}.*Resume with"):
+        loader.load_state_dict(prior)  # the algorithm before /13's per-rank random mix slots
     with pytest.raises(ResumeError, match="plan fingerprint"):  # same algorithm: other data
         loader.load_state_dict({**state, "plan_fingerprint": "0" * 32})
 

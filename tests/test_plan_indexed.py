@@ -824,6 +824,10 @@ INDEXED_CASES: dict[str, dict] = {
 # seqloader-plan-indexed/12: a `buckets:N` mix under `random_seed_offset` does the same (each rank
 # batches its own draw of the shared slots; before, the same batches in the rank's run order).
 # No case here moved; test_plan_indexed_options.py's chunked one did, and a case was added there.
+# seqloader-plan-indexed/13: a `random` or `sort_bin_shuffle` mix under `random_seed_offset`
+# batches each rank's own slots (alike for the cut) of the shared selection; before, every rank
+# the same batches in its own order. No case here moved (none is that set); two cases were added
+# to test_plan_indexed_options.py's SINCE_REFUSED_GOLDEN.
 INDEXED_GOLDEN = {
     "buckets:5 W4 split elastic -> W3": "4834dcb3f4143d74c17ea3b9576ea73a9b51a1e865176a9352689ee1d1da8e2f",
     "laplace:.20 partition 3 W4 pad, filters": "aca67ebafe53c1e2445dab4c377a0c29e84060bc45868fc447ebe470324f411f",
@@ -849,7 +853,7 @@ INDEXED_GOLDEN = {
     "chunked 80:40 mix laplace:.10 partition 2 W3 split elastic -> W2": "8375487716f393608b7e9cb68db6defb5e59e3d6f4c6d496bd2cafa75d22009e",
     "chunked 60:30 mix buckets:3 W4 pad": "96a78bbb2d6c1c30c2f657ee1c85ee4971f719d57a41c0790f647ee768547be9",
 }  # fmt: skip
-INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/12"
+INDEXED_GOLDEN_VERSION = "seqloader-plan-indexed/13"
 
 
 def indexed_digest(case: dict) -> str:

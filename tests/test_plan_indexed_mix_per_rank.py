@@ -3,8 +3,10 @@ numpy). As without a mix, each rank plans its own copy of the sub-epoch in its o
 the mix's selection, the same ``(sequence, corpus epoch)`` slots on every rank, so every corpus
 epoch is used once per rank (the mix's own check on each rank's order over full epochs); a
 rank's batches are a prefix of its order, nothing twice, the surplus beyond the common steps
-counted as dropped; and every contract holds (``check_plan_contracts``). Global planning still
-refuses the set by name. Through loaders (torch): ``test_indexed_options_loader.py``."""
+counted as dropped; and every contract holds (``check_plan_contracts``). Each rank batches its
+own draw of the slots (``laplace`` since ``seqloader-plan-indexed/11``, ``buckets:N`` since
+``/12``, ``random`` and ``sort_bin_shuffle`` since ``/13``). Global planning still refuses the
+set by name. Through loaders (torch): ``test_indexed_options_loader.py``."""
 
 from __future__ import annotations
 
@@ -142,10 +144,8 @@ def test_ranks_batch_their_own_draws_of_the_selection(
     another order. Lengths are distinct (no ties to tell ranks apart), batches hold at most 2
     and a sub-epoch some hundreds of slots per bucket (``laplace``: 64 buckets), so a bucket
     spans more than one window of sorted batches (``SortedWindows``: a bucket within one window
-    is sorted whole, its batches then the same on every rank).
-    ``random`` and ``sort_bin_shuffle`` cut one shared keyed order into batches that each rank
-    visits in its own order (equal steps without every rank's cuts, ``indexed.random_order``),
-    as without a mix."""
+    is sorted whole, its batches then the same on every rank). ``random`` and
+    ``sort_bin_shuffle``: the next test."""
     data = np.random.default_rng(seed).permutation(n) + 1
     planner = offset_mix(data, ordering, chunking, parts, seed, max_frames=6000, max_seqs=2)
     for epoch in range(1, parts + 1):
@@ -153,3 +153,32 @@ def test_ranks_batch_their_own_draws_of_the_selection(
         shares = [plan.rank_share(r) for r in range(2)]
         assert min(int(s.real.sum()) for s in shares) >= 30  # more than a few slots
         assert batch_sets(shares[0]) != batch_sets(shares[1]), (ordering, epoch)
+
+
+@settings(max_examples=12, deadline=None)
+@given(*drawn(["random", "sort_bin_shuffle:.3", "sort_bin_shuffle_x2:.3"], [None, "8:4"],
+              (200, 400)))  # fmt: skip
+def test_random_and_sort_bin_mixes_batch_each_ranks_own_slots(
+    ordering: str, chunking: str | None, parts: int, n: int, seed: int
+) -> None:
+    """``random`` and ``sort_bin_shuffle[_x2]`` (since ``seqloader-plan-indexed/13``): a rank's
+    order is the shared cut's, every slot replaced by the rank's own draw among the slots alike
+    for the cut (``indexed.mix_rank_slots``). Where lengths tie (here 1-19 over hundreds of
+    slots, at most 2 a batch) two ranks hold other batches (as sets), with the same batch shapes
+    (every rank the same batches' length lists, chunked with their chunks), the same steps,
+    nothing dropped and every slot of the selection once."""
+    data = np.random.default_rng(seed).integers(1, 20, size=n)
+    planner = offset_mix(data, ordering, chunking, parts, seed, max_frames=80, max_seqs=2)
+    for epoch in range(1, parts + 1):
+        plan = planner.global_plan(epoch, 2)
+        shares = [plan.rank_share(r) for r in range(2)]
+        assert plan.dropped == 0 and all(len(s) == plan.steps for s in shares)
+        assert batch_sets(shares[0]) != batch_sets(shares[1]), (ordering, epoch)
+        shapes, slots = [], []
+        for share in shares:
+            chunks = share.chunks if share.chunks is not None else 0 * share.seqs
+            units = list(zip(data[share.seqs].tolist(), chunks.tolist(), strict=True))
+            bounds = zip(share.bounds[:-1].tolist(), share.bounds[1:].tolist(), strict=True)
+            shapes.append(sorted(tuple(sorted(units[a:b])) for a, b in bounds))
+            slots.append(sorted(zip(share.seqs.tolist(), share.uses.tolist(), chunks.tolist())))
+        assert shapes[0] == shapes[1] and slots[0] == slots[1]

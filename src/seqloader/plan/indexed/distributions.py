@@ -221,7 +221,8 @@ class SeedOffset(_Table):
     own draws (order rank ``r``). Every rank holds the same sequences per bucket, hence the same
     batch count: equal steps, nothing dropped (``epoch_wise_filter`` with sub-epochs: every
     rank's sub-epoch is one shared set, filtered alike, in the rank's own order; ``random``: the
-    one keyed order's greedy batches, in the rank's own batch order, ``RankBatchOrder``)."""
+    one keyed order's greedy batches, in the rank's own batch order, ``RankBatchOrder``; with a
+    mix each slot replaced by the rank's own among those alike for the cut, ``mix_rank_slots``)."""
 
     name = "random_seed_offset"
     own_orders = True

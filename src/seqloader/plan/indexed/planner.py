@@ -87,6 +87,7 @@ from seqloader.plan.indexed.histogram import (
 )
 from seqloader.plan.indexed.imbalance import bucket_costs, rankwise_imbalance
 from seqloader.plan.indexed.mix_kind import MixKind
+from seqloader.plan.indexed.mix_rank_slots import rank_slots
 from seqloader.plan.indexed.plan import (
     Draw,
     IndexedPlan,
@@ -122,7 +123,7 @@ from seqloader.plan.selections import (
 from seqloader.plan.topology import Topology
 
 #: The algorithm id in the fingerprint of indexed plans (global plans: ``PLAN_ALGORITHM``).
-INDEXED_ALGORITHM = "seqloader-plan-indexed/12"
+INDEXED_ALGORITHM = "seqloader-plan-indexed/13"
 #: The ordering kinds indexed planning plans (``PlanOptions`` refuses the others by name); the
 #: fixed ones (``seqloader.plan.indexed.fixed``) cut global planning's batches, ``random`` and
 #: ``sort_bin_shuffle[_x2]`` cut them on the keyed order of each epoch
@@ -292,6 +293,8 @@ class IndexedPlanner:
         self._random_kept: tuple[int, tuple[BoundsTable, Draw]] | None = None
         #: epoch_wise_filter: the filtered part of the last epoch asked
         self._filter_kept: tuple[int, tuple[BoundsTable, Draw, dict[str, int]]] | None = None
+        #: a mix under random_seed_offset: ((epoch, order rank), the rank's own slots' draw)
+        self._slots_kept: tuple[tuple[int, int], Draw] | None = None
 
     def _take_selections(self, selections: Sequence[EpochSelection]) -> None:
         """Epoch selections (``seqloader.plan.selections``), applied to each sub-epoch's lists
@@ -343,11 +346,18 @@ class IndexedPlanner:
         self, ep: EpochIndex, order_rank: int, table: BoundsTable, draw: Draw
     ) -> tuple[BoundsTable, Draw]:
         """``random`` under ``random_seed_offset``: the shared batches in the rank's own keyed
-        order (``RankBatchOrder``); else as they are."""
+        order (``RankBatchOrder``), a mix's of the rank's own slots (``rank_slots``); else as
+        they are."""
         if not (self._random and self.distribution.own_orders):
             return table, draw
-        own = (PURPOSE_INDEXED_BATCH_ORDER, self.seed_epoch(ep), ep.part)
-        return RankBatchOrder(table.bounds, (*self.head_of(order_rank), *own)), draw
+        words = (*self.head_of(order_rank), PURPOSE_INDEXED_BATCH_ORDER, self.seed_epoch(ep))
+        if self.mix is not None:
+            kept = self._slots_kept
+            if kept is None or kept[0] != (ep.epoch, order_rank):
+                made = rank_slots(self.corpus, table, draw, (*words, ep.part, 1))
+                kept = self._slots_kept = ((ep.epoch, order_rank), made)
+            draw = kept[1]
+        return RankBatchOrder(table.bounds, (*words, ep.part)), draw
 
     def _cut_order(self, ep: EpochIndex) -> tuple[Callable[[np.ndarray], np.ndarray], int, int]:
         """The fixed or random ordering's full-epoch sequence order and sub-epoch ``ep``'s part
