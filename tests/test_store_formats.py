@@ -129,8 +129,8 @@ def test_superseded_keeps_the_store_of_the_newest_data_whatever_its_format(cache
     ours = store("ours.cols", "v3", now - 3000, now - 3600)
     theirs = store("theirs.cols", "v2", now - 500, now - 600)  # the data changed since ours
     assert superseded() == [ours]
-    os.utime(ours, (now - 100, now - 100))  # built later, from the older data (its record)
-    assert superseded() == [ours]
+    os.utime(ours, (now - 100, now - 100))  # built later from data of an older record: the
+    assert superseded() == [theirs]  # data restored (its time kept), or unknown: our format kept
     os.unlink(ours)
     ours = store("ours.cols", "v3", now - 300, now - 600)  # the same data: our format is kept
     assert superseded() == [theirs]
@@ -139,6 +139,24 @@ def test_superseded_keeps_the_store_of_the_newest_data_whatever_its_format(cache
     assert superseded() == [ours]  # one), built before the data the other was built from
     os.utime(ours, (now - 100, now - 100))  # built after it: nothing says its data is older
     assert superseded() == [theirs]
+
+
+def test_data_restored_with_an_older_time_keeps_its_store(prepared, capsys, tmp_path):
+    """The data replaced by a copy that keeps its older modification time (``tar``,
+    ``rsync -a``, ``cp -p``: a corpus restored): the store built for it is the one the loader
+    reads now, never superseded by the store of the data it replaced (whose record is newer)."""
+    path = hdf_file(tmp_path)
+    sl.write_hdf(path, corpus(41))
+    a_day_ago = time.time() - 86400
+    os.utime(path, (a_day_ago, a_day_ago))
+    assert main(["prepare", path, *FLAGS]) == 0
+    now = {s.path for s in node_cache.list_stores() if s.kind == "hdf"} - {prepared["hdf"]}
+    capsys.readouterr()
+    code, out, _ = run(capsys, "cache", "--clean", "--superseded", "--json")
+    assert code == 0 and prepared["hdf"] in json.loads(out)["removed"]
+    assert all(os.path.exists(p) for p in now)
+    code, out, _ = run(capsys, "prepare", path, *FLAGS)
+    assert code == 0 and "everything was there" in out
 
 
 def test_another_format_at_the_path_is_rebuilt_never_read(tmp_path):

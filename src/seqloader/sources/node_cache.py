@@ -155,13 +155,16 @@ def _superseded(group: list[CachedStore], formats: Collection[str]) -> list[Cach
 
 
 def _older_data(a: CachedStore, b: CachedStore, built: dict[str, float]) -> bool:
-    """Whether ``a`` was built from older data than ``b``: the data times both recorded (one
-    clock: the data's file system's), else ``a`` built before the data ``b`` records changed.
-    Nothing is known when ``b`` records none."""
+    """Whether ``a`` was built from older data than ``b``: both recorded data times (one
+    clock: the data's file system's) older *and* ``a`` built before ``b`` (data restored with
+    its older modification time kept, by ``tar``, ``rsync -a`` or ``cp -p``, is the data there
+    now: its store, built last, is not older data; where the two orders disagree nothing is
+    known), else ``a`` built before the data ``b`` records changed. Nothing is known when ``b``
+    records none."""
     if b.data_mtime is None:
         return False
     if a.data_mtime is not None:
-        return a.data_mtime < b.data_mtime
+        return a.data_mtime < b.data_mtime and built[a.path] < built[b.path]
     return built[a.path] < b.data_mtime
 
 
