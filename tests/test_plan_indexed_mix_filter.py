@@ -420,13 +420,14 @@ LISTED_KINDS = ["random", "default", "reverse", "sorted", "sorted_reverse", "sor
 
 
 @pytest.mark.parametrize("chunking", [None, "6:3"])
-def test_only_an_index_not_one_bucket_per_value_keeps_by_listing(
+def test_no_filtered_mix_keeps_by_listing(
     monkeypatch: pytest.MonkeyPatch, chunking: str | None
 ) -> None:
     """Which filtered mixes still keep by listing (``MixKept.keeps``): none of the orderings
-    that list their sub-epoch, with the index the planner builds (the kept set's rule); only
-    ``sorted`` kinds over a prebuilt index whose first bucket holds two lengths (it passes the
-    index check, ``bucket_values`` refuses it: no rule from counts)."""
+    that list their sub-epoch (the kept set's rule). The last that did, ``sorted`` kinds over a
+    prebuilt index whose first bucket holds two lengths (``ValueShardMix.listed_cut``,
+    ``ChunkedValueMix.listed_slots``: the rule from counts needs one bucket per value), is
+    refused by the index check (such an index is not the order's either)."""
     wise = {(1, 2): {"max_mean_len": 4}}
     for kind in LISTED_KINDS:
         options = PlanOptions(ordering=kind, chunking=chunking, mix={"a": 1.5, "b": 0.5},
@@ -436,5 +437,5 @@ def test_only_an_index_not_one_bucket_per_value_keeps_by_listing(
                           epoch_wise_filter=wise, planning="indexed")  # fmt: skip
     lengths = np.array([1, 9, 4, 4, 7, 2, 9, 3, 5, 8, 2, 6, 4, 9, 1, 5, 2])
     two_in_first = build_bucket_index(lengths, np.unique(lengths)[2:])  # lengths 1 and 2
-    listed = {None: {"ValueShardMix.listed_cut"}, "6:3": {"ChunkedValueMix.listed_slots"}}
-    assert listing_callers(monkeypatch, options, two_in_first) == listed[chunking]
+    with pytest.raises(OptionError, match="does not match its lengths and options"):
+        listing_callers(monkeypatch, options, two_in_first)

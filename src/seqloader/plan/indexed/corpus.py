@@ -57,6 +57,7 @@ from seqloader.plan.indexed.chunks import (
 from seqloader.plan.indexed.fixed import (
     FIXED_KINDS,
     FixedOrder,
+    bucket_values,
     fixed_cuts,
     fixed_edges,
     in_pool_order,
@@ -666,7 +667,7 @@ class AdmittedCorpus:
         admitted = self._admitted_count()
         ok = len(index.starts) == len(self.bucket_edges) + 2 and int(index.starts[-1]) == admitted
         if self.chunking is not None:  # one bucket per admitted length: its edges are those
-            ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
+            ok = ok and per_value(index, self.class_values)
         if self.fixed and self.files is None and self.chunking is None and self.drawn is None:
             ok = ok and self._fixed_index_ok(index, admitted)
         drawn_kind = order_index_kind(self.options.parsed_ordering.kind)
@@ -676,7 +677,7 @@ class AdmittedCorpus:
         if one_bucket and self.chunking is None:  # one bucket: the admitted sequences
             ok = ok and len(index.edges) == 0
         elif self.random and self.chunking is None:  # sort_bin_shuffle: one bucket per length
-            ok = ok and np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
+            ok = ok and per_value(index, self.order_by)
         ok = ok and len(index.members) == admitted and len(index.longest) == len(index.starts) - 1
         if self.files is not None and self.chunking is None:  # chunked: _chunk_file_table
             table = index.file_counts
@@ -703,7 +704,7 @@ class AdmittedCorpus:
         or one) and its cuts every part's, each ending at the part's size."""
         kind, parts = self.options.parsed_ordering.kind, self.options.partition_epoch
         if kind in ("sorted", "sorted_reverse"):
-            ok = np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
+            ok = per_value(index, self.order_by)
         else:
             ok = len(index.edges) == 0
         starts = index.cut_starts
@@ -747,3 +748,11 @@ class MaskAdmission(Admission):
         if mask is None:
             return np.arange(self._n, dtype=np.int64)
         return np.flatnonzero(mask)
+
+
+def per_value(index: BucketIndex, values: np.ndarray) -> bool:
+    """Whether ``index`` holds one bucket per value of ``values`` (the sorted orders' and the
+    chunked plans' indexes): its edges its buckets' longest, and every bucket one value
+    (``bucket_values``: else the first bucket could hold several below the first edge)."""
+    edges = np.array_equal(np.asarray(index.edges), np.asarray(index.longest)[1:])
+    return edges and bucket_values(index, values) is not None

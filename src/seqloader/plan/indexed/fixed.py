@@ -47,6 +47,29 @@ def fixed_edges(admitted_lengths: np.ndarray, kind: str) -> np.ndarray:
     return np.zeros(0, dtype=np.int64)
 
 
+def bucket_values(index: BucketIndex, lengths: np.ndarray) -> np.ndarray | None:
+    """Each bucket's one value of ``lengths`` -> int64 ``[N]`` (empty buckets: 0), or None
+    where the index is not one bucket per value ascending (read from each bucket's first and
+    last member: O(buckets)).
+
+    >>> from seqloader.plan.indexed.histogram import build_bucket_index
+    >>> lengths = np.array([5, 3, 5, 1, 2])
+    >>> bucket_values(build_bucket_index(lengths, fixed_edges(lengths, "sorted")), lengths).tolist()
+    [1, 2, 3, 5]
+    >>> bucket_values(build_bucket_index(lengths, np.array([3, 5])), lengths) is None  # 1 and 2
+    True
+    """
+    starts = np.asarray(index.starts, dtype=np.int64)
+    full = np.flatnonzero(np.diff(starts) > 0)
+    first = np.asarray(lengths[np.asarray(index.members[starts[full]])], dtype=np.int64)
+    last = np.asarray(lengths[np.asarray(index.members[starts[full + 1] - 1])], dtype=np.int64)
+    if not np.array_equal(first, last) or (np.diff(first) <= 0).any():
+        return None
+    values = np.zeros(len(starts) - 1, dtype=np.int64)
+    values[full] = first
+    return values
+
+
 def in_pool_order(
     index: BucketIndex, lengths: np.ndarray, pool: np.ndarray, mask: np.ndarray | None
 ) -> BucketIndex:

@@ -296,11 +296,9 @@ def made_by_rule(
 
 
 def rule_left(mix: IndexedMix, ep: EpochIndex, parts: int, count: np.ndarray) -> np.ndarray:
-    """``IndexedMix._left_per_corpus`` of such a mix: the kept set's pass (``corpus_left``);
-    a sub-epoch kept by listing (an index not one bucket per value): ``IndexedMix``'s."""
+    """``IndexedMix._left_per_corpus`` of such a mix: the kept set's pass (``corpus_left``)."""
     kept = mix.kept(ep, parts)
     if kept is None:
         return np.zeros(count.shape[1], dtype=np.int64)
-    if not isinstance(kept, OrderKept) or kept.kept_set is None:
-        return IndexedMix._left_per_corpus(mix, ep, parts, count)
+    assert isinstance(kept, OrderKept) and kept.kept_set is not None  # kept by a rule
     return kept.kept_set.corpus_left(mix.corpora)

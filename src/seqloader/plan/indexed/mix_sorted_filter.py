@@ -24,7 +24,7 @@ import numpy as np
 
 from seqloader.plan.epochs import EpochIndex
 from seqloader.plan.indexed.filter import FilteredDraw
-from seqloader.plan.indexed.histogram import BucketIndex
+from seqloader.plan.indexed.fixed import bucket_values
 from seqloader.plan.indexed.keep_rule import rule_of
 from seqloader.plan.indexed.mix import IndexedMix
 from seqloader.plan.indexed.mix_chunks_rule import ChunkedRuleMix
@@ -34,21 +34,6 @@ from seqloader.plan.indexed.mix_random_filter import KeptSet, OneBucketShardMix,
 from seqloader.plan.indexed.plan import Draw
 from seqloader.plan.limits import Batcher
 from seqloader.plan.mix import USES_DTYPE, Corpora
-
-
-def bucket_values(index: BucketIndex, lengths: np.ndarray) -> np.ndarray | None:
-    """Each bucket's one value of ``lengths`` -> int64 ``[N]`` (empty buckets: their
-    neighbours'), or None where the index is not one bucket per value ascending (then the
-    filter lists, as ``mix_filter``)."""
-    starts = np.asarray(index.starts, dtype=np.int64)
-    full = np.flatnonzero(np.diff(starts) > 0)
-    first = np.asarray(lengths[np.asarray(index.members[starts[full]])], dtype=np.int64)
-    last = np.asarray(lengths[np.asarray(index.members[starts[full + 1] - 1])], dtype=np.int64)
-    if not np.array_equal(first, last) or (np.diff(first) <= 0).any():
-        return None
-    values = np.zeros(len(starts) - 1, dtype=np.int64)
-    values[full] = first
-    return values
 
 
 @dataclass
@@ -113,7 +98,7 @@ class BucketKeptSet(KeptSet):
 class ValueShardMix(OneBucketShardMix):
     """``ShardMix`` over one bucket per value (``sorted``, ``sorted_reverse``; ``SortBinsMix``):
     a filtered sub-epoch's kept set by the rule from the buckets' counts (``value_kept``), its
-    listed order masked by it; an index that is not one bucket per value: ``ShardMix``'s."""
+    listed order masked by it."""
 
     def kept(self, ep: EpochIndex, parts: int) -> MixKept | None:
         return value_kept(self, ep, parts)
@@ -137,14 +122,13 @@ class ChunkedValueMix(ChunkedRuleMix):
 
 def value_kept(mix: IndexedMix, ep: EpochIndex, parts: int) -> MixKept | None:
     """``IndexedMix.kept`` of a mix over one bucket per value: the rule from the buckets'
-    counts (``BucketKeptSet``, kept for the last sub-epoch); an index that is not one bucket
-    per value ascending (``bucket_values`` None): the listing path (``IndexedMix.kept``)."""
+    counts (``BucketKeptSet``, kept for the last sub-epoch; an index that is not one bucket per
+    value is refused when the planner takes it, ``AdmittedCorpus``)."""
     return mix.kept_once(ep, partial(_made_by_value, mix, ep, parts))
 
 
 def _made_by_value(mix: IndexedMix, ep: EpochIndex, parts: int) -> MixKept | None:
     """``value_kept``'s kept set, made (not kept)."""
     values = bucket_values(mix.index, np.asarray(mix._lengths))
-    if values is None:
-        return IndexedMix.listed_kept(mix, ep, parts)
+    assert values is not None, "the index check lets only one bucket per value through"
     return made_by_rule(mix, ep, parts, partial(BucketKeptSet, values=values))
