@@ -228,13 +228,15 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
     assert resolved_for(PlanInputs(lengths, auto, variants=variants)) == "indexed"
     chunked = replace(auto, chunking="3:2")
     assert resolved_for(PlanInputs(lengths, chunked, variants=variants)) == "global"
-    # with epoch_wise_filter, per-key max_frames, max_packed_frames (test_speed_plan_indexed_filter,
-    # _limits)
+    # with epoch_wise_filter, per-key max_frames, max_packed_frames, epoch selections
+    # (test_speed_plan_indexed_filter, _limits)
     wise = replace(auto, epoch_wise_filter={(1, 1): {"max_mean_len": 3}})
     keyed = replace(auto, max_frames={"data": 40})
     packed = replace(auto, max_packed_frames=30)
     for options in (wise, keyed, packed):
         assert resolved_for(PlanInputs(lengths, options, variants=variants)) == "indexed"
+    selected = PlanInputs(lengths, auto, variants=variants, selections=selections)
+    assert resolved_for(selected) == "indexed"  # epoch selections too
     # a sort key of the source's own with a sorted order (RETURNN's order_lengths): indexed
     # sorts by it, chunked, over files and with a mix too (test_plan_indexed_own_sort_key)
     sorted_auto = replace(auto, ordering="sorted")

@@ -117,7 +117,6 @@ def refuse_variants(inputs: PlanInputs) -> None:
         ("chunking", o.chunking is not None),
         ("mix", o.mix is not None),
         ("distribution='files'", o.distribution == "files"),
-        ("epoch selections", bool(inputs.selections)),
         ("a prebuilt bucket index", inputs.index is not None),
         (
             "a source's own sort key with a sorting ordering",
