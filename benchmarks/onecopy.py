@@ -33,6 +33,10 @@ batches, in alternating order; CPU per batch of each (``process_time``), the rat
 pair. Both sides then share the process's allocator, page tables and the machine's load of the
 moment, which on a loaded machine scatter fresh-process ratios by +-30%.
 
+Each seqloader child records whether it copied rows with the compiled row kernel
+(``sources/row_kernel.py``; a code before it records None), so a comparison with ``--base-src``
+says which side had it.
+
 Before timing, one untimed process checks that seqloader's tensors equal the memmap loop's, batch
 for batch (both keys' padded data and lengths). Each loop holds the previous batch while building the next, as a training loop does.
 """
@@ -186,7 +190,12 @@ def alternate(path: str, max_seqs: int, seed: int, pairs: int, index: str) -> di
             cpu[name].append((time.process_time() - c0) / max(got, 1))
             del it
         ratios.append(cpu["memmap"][-1] / cpu["seqloader"][-1])
-    return {"ratios": ratios, "cpu_per_batch_s": cpu, "module": seqloader.__file__}
+    return {
+        "ratios": ratios,
+        "cpu_per_batch_s": cpu,
+        "module": seqloader.__file__,
+        "kernel": _kernel_built(),
+    }
 
 
 def child(config: dict) -> dict:
@@ -249,8 +258,19 @@ def _measure(
         "seqs_per_s": seqs / wall,
         "seqs_per_cpu_s": seqs / cpu,
         "module": seqloader.__file__,
+        "kernel": _kernel_built(),  # the compiled row kernel (code before it: None)
         **(prepared if name not in ("memmap", "memcpy") else {}),
     }
+
+
+def _kernel_built() -> bool | None:
+    """Whether this process's seqloader copies rows with its compiled kernel (None: a code
+    without one)."""
+    try:
+        from seqloader.sources import row_kernel
+    except ImportError:
+        return None
+    return row_kernel.KERNEL is not None
 
 
 def _prepare_apart(path: str, index: str) -> dict:
@@ -452,6 +472,8 @@ def _run(a: argparse.Namespace, configs: list[dict], common: dict, scratch: str,
                         k: {"median": statistics.median(v), "per_rep": v} for k, v in ratios.items()
                     },
                     "alternate": alternated,
+                    # whether each configuration's seqloader ran the compiled row kernel
+                    "kernel": {k: r.get("kernel") for k, r in runs[0].items()},
                 },
                 fh,
                 indent=1,
