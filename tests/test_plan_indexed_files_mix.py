@@ -78,7 +78,8 @@ def mixes(draw: st.DrawFn, uneven: tuple[str, ...] = ("split", "pad", "drop")) -
             "worlds": worlds, "cuts": cuts}  # fmt: skip
 
 
-@settings(max_examples=60, deadline=None)
+# 30 examples (was 60) draw every chain length and world-size chain length the 60 drew
+@settings(max_examples=30, deadline=None)
 @given(mixes())
 def test_contracts_hold_across_resume_chains(m: dict) -> None:
     """check_plan_contracts on 1-2 full epochs (each sub-epoch resumed W -> W' -> W'' through

@@ -160,7 +160,8 @@ def test_epoch_wise_filter_keeps_the_shortest_in_the_bucket_it_cuts() -> None:
 
 # a full epoch of per-rank chains per example; random_seed_offset's contracts also hold over
 # test_plan_indexed_random's, test_plan_indexed_chunks' and test_plan_indexed_selections' cases
-@settings(max_examples=30, deadline=None)
+# 22 examples (was 30) draw every ordering, admission option and uneven the 30 drew
+@settings(max_examples=22, deadline=None)
 @given(cases())
 def test_random_seed_offset_gives_each_rank_every_sequence_once_per_full_epoch(case: dict) -> None:
     """``random_seed_offset``: every rank its own draws of the whole data: per rank, a full epoch

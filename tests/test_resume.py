@@ -265,7 +265,9 @@ SOURCE_OPTIONS: dict[str, dict[str, object]] = {
 }
 
 
-@settings(max_examples=84, deadline=None)
+# 60 examples (was 84) draw as many orderings (14) and every source, uneven and planning the 84
+# drew
+@settings(max_examples=60, deadline=None)
 @given(
     n=st.integers(0, 45),
     seed=st.integers(0, 5),
