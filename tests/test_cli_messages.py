@@ -2,7 +2,9 @@
 written by RETURNN's own ``SimpleHDFWriter``, an HDF of feature frames, an audio manifest, a Python
 RETURNN config without its header. ``stats`` shows hours only at a known frame rate; ``check`` and
 ``bench`` invent none; ``bench``'s verdict agrees with its figures and threshold; torch's
-worker-count warning shows once; no unclosed-file ``ResourceWarning`` at exit."""
+worker-count warning shows once; no unclosed-file ``ResourceWarning`` at exit. A command runs as a
+process where its process is checked (exit, warnings, stderr), its ``--json`` figures in-process
+through ``main()``, the console script's code."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 import seqloader as sl
+from seqloader.cli.main import main
 from seqloader.errors import OptionError
 
 MODULE = [sys.executable, "-m", "seqloader"]
@@ -31,6 +34,15 @@ def run(*args: object, warnings: str | None = None, cwd: Path | None = None):
     return subprocess.run(
         [*cmd, *map(str, args)], capture_output=True, text=True, timeout=180, env=env, cwd=cwd
     )
+
+
+def run_json(capsys, *args: object) -> dict:
+    """``--json`` of a command run in-process through ``main()`` (the console script's code): the
+    figures, where the process itself (its exit, its warnings) is not what a test checks."""
+    code = main([*map(str, args), "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +78,7 @@ def features_hdf(tmp_path_factory) -> Path:
 # ---- hours only at a known rate ----
 
 
-def test_stats_on_raw_audio_gives_the_audio_hours(raw_hdf):
+def test_stats_on_raw_audio_gives_the_audio_hours(raw_hdf, capsys):
     path, hours = raw_hdf
     r = run("stats", path, warnings="error::ResourceWarning")
     assert r.returncode == 0, r.stderr
@@ -74,33 +86,32 @@ def test_stats_on_raw_audio_gives_the_audio_hours(raw_hdf):
     line = r.stdout.splitlines()[2]
     assert f"= {round(hours, 4):.3f} h at 16000 samples/s" in line, line
     assert "raw audio" in line and "--frame-rate" in line, line
-    out = json.loads(run("stats", path, "--json").stdout)
+    out = run_json(capsys, "stats", path)
     assert out["hours"] == pytest.approx(hours, abs=1e-4)
     assert (out["frame_rate"], out["frame_rate_from"]) == (16000, "layout")
     # the user knows better: 8 kHz samples
-    out = json.loads(run("stats", path, "--json", "--frame-rate", 8000).stdout)
+    out = run_json(capsys, "stats", path, "--frame-rate", 8000)
     assert out["hours"] == pytest.approx(2 * hours, abs=1e-4)
     assert out["frame_rate_from"] == "--frame-rate"
 
 
-def test_stats_without_a_known_rate_shows_no_hours_and_says_how(features_hdf):
-    r = run("stats", features_hdf)
-    assert r.returncode == 0, r.stderr
-    line = r.stdout.splitlines()[2]
+def test_stats_without_a_known_rate_shows_no_hours_and_says_how(features_hdf, capsys):
+    assert main(["stats", str(features_hdf)]) == 0
+    line = capsys.readouterr().out.splitlines()[2]
     assert " h " not in line and "frame rate is unknown" in line and "--frame-rate HZ" in line
-    out = json.loads(run("stats", features_hdf, "--json").stdout)
+    out = run_json(capsys, "stats", features_hdf)
     assert (out["hours"], out["frame_rate"], out["frame_rate_from"]) == (None, None, "unknown")
-    out = json.loads(run("stats", features_hdf, "--json", "--frame-rate", 100).stdout)
+    out = run_json(capsys, "stats", features_hdf, "--frame-rate", 100)
     assert out["hours"] == pytest.approx(out["total_frames"] / 100 / 3600, abs=1e-4)
 
 
-def test_stats_takes_the_rate_an_audio_manifest_declares(tmp_path):
+def test_stats_takes_the_rate_an_audio_manifest_declares(tmp_path, capsys):
     from seqloader.synthetic.audio import write_audio_corpus
 
     corpus = write_audio_corpus(tmp_path, 5, seconds=(0.5, 1.0), seed=2)
     lines = Path(corpus.jsonl).read_text().splitlines()
     seconds = sum(json.loads(line)["duration"] for line in lines)
-    out = json.loads(run("stats", corpus.jsonl, "--json").stdout)
+    out = run_json(capsys, "stats", corpus.jsonl)
     assert out["frame_rate_from"] == "source" and out["frame_rate"] == 100  # 10 ms hop
     # log-mel frames of each file: the audio's hours up to a frame per utterance
     assert out["hours"] == pytest.approx(seconds / 3600, abs=5 * 0.03 / 3600 + 1e-4)
