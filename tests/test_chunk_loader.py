@@ -238,7 +238,12 @@ def test_report_counts_chunks_and_their_cost(hdf: Path) -> None:
         loader.close()
 
 
+# make chaos: the chunking reaches a spawned worker in the WorkerSpec, whose pickle round trip
+# test_worker_spec_carries_the_planners_windows checks; a spawned worker building a plan's batches
+# is test_loader_workers.py::test_spawned_workers_give_the_same_batches; chunks through (forked)
+# workers: the 2-worker runs above
 @pytest.mark.slow
+@pytest.mark.extended
 def test_spawned_workers_cut_the_same_chunks(hdf: Path) -> None:
     """Workers started with ``spawn`` (the chunking reaches them pickled) build the same batches,
     bytes included, as the main process."""
