@@ -71,9 +71,11 @@ def another_versions_copy(path: str, format: str, age: float = 0.0) -> str:
 
 
 def test_superseded_keeps_this_versions_format_over_a_newer_one(prepared, capsys, tmp_path):
-    # the HDF metadata store records when its data was last modified (the newest data wins)
-    data_mtime = ColumnStore(prepared["hdf"]).meta["data_mtime"]
-    assert data_mtime == os.stat(hdf_file(tmp_path)).st_mtime_ns / 1e9
+    # each store records when its data was last modified (the newest data wins)
+    data_mtime = os.stat(hdf_file(tmp_path)).st_mtime_ns / 1e9
+    assert {k: ColumnStore(p).meta.get("data_mtime") for k, p in prepared.items()} == dict.fromkeys(
+        EXPECTED, data_mtime
+    )
     an_hour_ago = time.time() - 3600
     for path in prepared.values():  # this version's stores: built first
         os.utime(path, (an_hour_ago, an_hour_ago))

@@ -32,7 +32,7 @@ from seqloader.plan.planners import (
     node_bucket_index,
 )
 from seqloader.sources.columns import ColumnStore, open_or_build
-from seqloader.sources.node_cache import NodeStore, about, cache_dir
+from seqloader.sources.node_cache import NodeStore, about, cache_dir, with_data_time
 
 #: Corpora with fewer sequences build their index in memory (it takes milliseconds).
 MIN_SEQUENCES = 1_000_000
@@ -75,12 +75,14 @@ def shared_bucket_index(
     source_fingerprint: Callable[[], str],
     folder: str | None = None,
     stores: list[NodeStore] | None = None,
+    data_time: float | None = None,
 ) -> BucketIndex | None:
     """The node's bucket index for these inputs (their lengths, options, files and filters),
     memory-mapped (built here if no process of the node has built it yet); None for global
     planning or a corpus below ``MIN_SEQUENCES`` (the planner then builds it in memory).
     ``source_fingerprint`` is called only when a file is used. ``inputs.origin`` (the source's
-    description) goes into the file's header, to say what it belongs to; ``stores`` collects what
+    description) goes into the file's header, to say what it belongs to, with ``data_time`` (the
+    data files' newest modification time, where the source knows it); ``stores`` collects what
     was built or found."""
     lengths, options = inputs.lengths, inputs.options
     if options.planning != "indexed":
@@ -107,7 +109,7 @@ def shared_bucket_index(
     def build() -> tuple[dict[str, np.ndarray], dict[str, object]]:
         index = node_bucket_index(replace(inputs, options=options))
         owner = about(f"{inputs.origin} {index_key(options)} keys={sorted(lengths)}")
-        return index.columns(), {"sequences": n, "about": owner}
+        return index.columns(), with_data_time({"sequences": n, "about": owner}, data_time)
 
     started = time.perf_counter()
     defer = deferred(options)

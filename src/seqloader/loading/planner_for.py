@@ -41,4 +41,5 @@ def node_index(
     """The node's bucket index of ``source`` for ``inputs`` (its ``plan_inputs``; indexed
     planning: built once per node and memory-mapped, ``shared_bucket_index``; None otherwise), as
     ``planner_for`` and ``sl.prepare`` ask for it."""
-    return shared_bucket_index(inputs, source.fingerprint, stores=stores)
+    data_time = getattr(source, "data_mtime", None)  # recorded where the source knows it
+    return shared_bucket_index(inputs, source.fingerprint, stores=stores, data_time=data_time)

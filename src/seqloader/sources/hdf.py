@@ -130,6 +130,9 @@ class HDFSource(SourceBase):
                 identity, index_dir, read_layouts, merge, origin, data_time
             )
         self.index_step = (step.seconds, step.peak_private)  # plain numbers: pickled
+        #: the files' newest modification time (local files), which the node's stores of this
+        #: source record (``seqloader cache --superseded``: the newest data's store is kept)
+        self.data_mtime = data_time
         self._store = meta.store
         # the screen's verdicts live beside the metadata store (none where it could not be written)
         self._verdict_dir = None if meta.store is None else os.path.dirname(meta.store.path)

@@ -50,7 +50,7 @@ from seqloader.sources.hdf_layout import (
     PackedTags,
     describe_file,
 )
-from seqloader.sources.node_cache import about, cache_dir
+from seqloader.sources.node_cache import about, cache_dir, with_data_time
 from seqloader.sources.read_ahead import read_ahead
 from seqloader.sources.repeats import Repeats
 from seqloader.sources.scratch import Scratch
@@ -246,8 +246,7 @@ def _build(
         "sequences": int(bounds[-1]),
         "about": about(origin),
     }
-    if data_time is not None:  # which of a source's stores is of the newest data
-        meta["data_mtime"] = data_time
+    meta = with_data_time(meta, data_time)  # which of a source's stores is of the newest data
     scans = [lay for lay in layouts if isinstance(lay, FileScan)]
     if len(scans) == len(layouts) and not in_memory:
         return _streamed(scans, schema, bounds, meta)

@@ -105,6 +105,11 @@ def data_mtime(paths: Iterable[str | os.PathLike]) -> float | None:
         return None
 
 
+def with_data_time(meta: dict[str, object], data_time: float | None) -> dict[str, object]:
+    """A store's ``meta`` with the data's newest modification time, where it is known."""
+    return meta if data_time is None else {**meta, "data_mtime": data_time}
+
+
 def list_stores(folders: Sequence[str] | None = None) -> list[CachedStore]:
     """Every store (and leftover) under ``folders`` (default: the cache root), sorted by path."""
     found: list[CachedStore] = []

@@ -119,9 +119,11 @@ def check_duplicate_tags(
     collects the verdict's file, built or found."""
     if policy == "off":
         return {}
+    data_time = getattr(source, "data_mtime", None)  # recorded where the source knows it
     dups = node_duplicate_tags(
-        tags, source.fingerprint, duplicate_tags, origin=repr(source), stores=stores
-    )
+        tags, source.fingerprint, duplicate_tags, origin=repr(source), stores=stores,
+        data_time=data_time,
+    )  # fmt: skip
     if dups:
         examples = list(dups.items())[:EXAMPLES]
         shown = "; ".join(

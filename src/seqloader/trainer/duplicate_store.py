@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from seqloader.sources.columns import open_or_build
-from seqloader.sources.node_cache import NodeStore, about, cache_dir
+from seqloader.sources.node_cache import NodeStore, about, cache_dir, with_data_time
 
 #: Corpora with fewer sequences are checked in memory, without a file.
 MIN_SEQUENCES = 1_000_000
@@ -54,12 +54,14 @@ def node_duplicate_tags(
     folder: str | None = None,
     origin: str = "",
     stores: list[NodeStore] | None = None,
+    data_time: float | None = None,
 ) -> dict[str, list[int]]:
     """``find(tags)`` (repeated tag -> all its indices), computed once per node for a corpus of
     at least ``MIN_SEQUENCES`` and read back from the node's file after that. ``fingerprint``:
     the source's content hash (it covers the tags), called only when the file is used.
-    ``origin`` (the source's description) goes into the file's header; ``stores`` collects what
-    was built or found."""
+    ``origin`` (the source's description) and ``data_time`` (the data files' newest modification
+    time, where the source knows it) go into the file's header; ``stores`` collects what was
+    built or found."""
     n = len(tags)
     started = time.perf_counter()
     if n < MIN_SEQUENCES:
@@ -75,7 +77,8 @@ def node_duplicate_tags(
         starts = np.zeros(len(groups) + 1, dtype=np.int64)
         np.cumsum([len(g) for g in groups], out=starts[1:])
         indices = np.fromiter((i for g in groups for i in g), np.int64, count=int(starts[-1]))
-        return {"indices": indices, "starts": starts}, {"sequences": n, "about": about(origin)}
+        meta = with_data_time({"sequences": n, "about": about(origin)}, data_time)
+        return {"indices": indices, "starts": starts}, meta
 
     try:
         store, built = open_or_build(path, identity, build, format=CHECK_VERSION)
