@@ -36,6 +36,7 @@ from seqloader.sources.columns import (
     StaleFormat,
     StringColumn,
     open_or_build,
+    write_store,
 )
 from seqloader.trainer import duplicate_store
 from shard_corpora import index_shar
@@ -438,6 +439,18 @@ def test_bucket_index_with_another_index_s_header(tmp_path, monkeypatch) -> None
     body_theirs = theirs.read_bytes()[:ot]
     put_bytes(mine, body_theirs + mine.read_bytes()[om:])  # their columns under my header
     assert served_or_refused(lambda: _indexed_plan(src), expected, mine, "") == "rebuilt"
+
+
+def test_a_store_removed_while_mapped_is_refused_by_name_where_mapped_again(tmp_path) -> None:
+    """``seqloader cache --clean`` can remove a store a running job maps (no lock is held while
+    it is mapped): a process that maps it again by path (a spawned worker unpickling the source)
+    gets a ``DataError`` naming the store and the fix (it reaches the loop as itself), not a bare
+    ``FileNotFoundError``."""
+    store = write_store(tmp_path / "s.seqcols", "id", {"x": np.arange(5)}, {"about": "t"})
+    pickled = pickle.dumps(store)
+    os.unlink(store.path)
+    with pytest.raises(sl.DataError, match=r"s\.seqcols' is gone.*cache --clean.*restart"):
+        pickle.loads(pickled)
 
 
 def test_duplicate_tag_verdict(tmp_path, monkeypatch) -> None:

@@ -544,10 +544,24 @@ class ColumnStore:
         return len(self._map)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ColumnStore, (self.path, self.identity, None, self._defer))
+        return (_remap, (self.path, self.identity, self._defer))
 
     def __repr__(self) -> str:
         return f"ColumnStore({self.path!r}; {len(self._specs)} columns)"
+
+
+def _remap(path: str, identity: str, defer: tuple[str, ...]) -> ColumnStore:
+    """A store unpickled (a spawned DataLoader worker maps it again by path): one removed since
+    it was mapped is a ``DataError`` naming it and the fix, not a bare ``FileNotFoundError``."""
+    try:
+        return ColumnStore(path, identity, None, defer)
+    except FileNotFoundError:
+        raise DataError(
+            f"column store {path!r} is gone: it was removed after this job mapped it (`seqloader "
+            "cache --clean` removes node stores no lock holds; a mapped store holds none), and a "
+            "process that maps it again by path (a spawned DataLoader worker) cannot; restart "
+            "the job (it builds the store again), and clean the cache between jobs"
+        ) from None
 
 
 class StaleStore(DataError):
