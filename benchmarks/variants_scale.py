@@ -1,13 +1,18 @@
 """One rank's plan with length variants (planned speed perturbation): indexed vs global planning.
 
     python -m benchmarks.variants_scale [--sizes 1e6,1e7] [--reps 3] [--orderings laplace]
-                                        [--out FILE]
+                                        [--with plain] [--out FILE]
 
 For each size ``n`` (lengths uniform in 50..2000, three speed factors 0.9, 1.0, 1.1: each
 variant ``ceil(L / factor)``, the source's lengths the slowest's; ``max_seqs=200``,
 ``max_frames=20000``, each of ``--orderings`` (default ``laplace``; ``default`` and ``random``
 are cut greedily every epoch on every rank) with ``distribution="shard"``), world size 1,024,
-rank 517: a fresh process builds the lengths and the variant table (not measured), then times
+rank 517; ``--with`` (comma-separated) adds options to each: ``plain`` none, ``filter``
+``epoch_wise_filter={(1, 2): {"max_mean_len": 900}}`` (both epochs timed filtered),
+``filter20`` the same with ``partition_epoch=20`` (RETURNN's LibriSpeech recipes), ``keyed`` a
+second key ``classes`` (a twentieth of the audio, not varying) with per-key
+``max_frames={"data": 20000, "classes": 1500}``, ``packed`` ``max_packed_frames=15000``: a fresh
+process builds the lengths and the variant table (not measured), then times
 constructing the planner until it holds this rank's batches of epoch 1, and then of epoch 2 (a
 new full epoch: new variants). Indexed planning runs the default options (``planning="auto"``,
 checked to resolve to indexed); global planning is asked for by name. Memory: the private memory
@@ -32,6 +37,14 @@ WORLD, RANK = 1024, 517
 FACTORS = (0.9, 1.0, 1.1)
 LIMITS = {"max_seqs": 200, "max_frames": 20_000}
 RESULTS = "benchmarks/results/variants_scale.json"
+#: ``--with``: the options (and the extra key) each adds
+WITH = {
+    "plain": {},
+    "filter": {"epoch_wise_filter": {(1, 2): {"max_mean_len": 900}}},
+    "filter20": {"epoch_wise_filter": {(1, 2): {"max_mean_len": 900}}, "partition_epoch": 20},
+    "keyed": {"max_frames": {"data": 20_000, "classes": 1500}},
+    "packed": {"max_packed_frames": 15_000},
+}
 
 
 def child(config: dict) -> dict:
@@ -46,8 +59,13 @@ def child(config: dict) -> dict:
     variants = LengthVariants({"data": table}, tuple(str(f) for f in FACTORS))
     longest = table.max(axis=0)
     extra = {} if config["planning"] == "indexed" else {"planning": "global"}
-    options = PlanOptions(ordering=config.get("ordering", "laplace"), seed=3, **LIMITS, **extra)
-    inputs = PlanInputs({"data": longest}, options, variants=variants)
+    added = WITH[config.get("with", "plain")]
+    lengths = {"data": longest}
+    if "max_frames" in added:  # per-key: a second key, not varying
+        lengths["classes"] = (base // 20 + 1).astype(np.int32)
+    limits = {**LIMITS, **added}
+    options = PlanOptions(ordering=config.get("ordering", "laplace"), seed=3, **limits, **extra)
+    inputs = PlanInputs(lengths, options, variants=variants)
     resolved = resolve_planning(inputs).options.planning
     if resolved != config["planning"]:
         raise RuntimeError(f"resolved {resolved!r}, expected {config['planning']!r}")
@@ -68,7 +86,7 @@ def child(config: dict) -> dict:
             lens = variants.at(3, epoch - 1, {"data": longest})["data"][got.seqs]
         sizes = np.diff(got.bounds)
         maxes = np.maximum.reduceat(lens, got.bounds[:-1])
-        ok = ok and bool((sizes * maxes).max() <= LIMITS["max_frames"])
+        ok = ok and bool((sizes * maxes).max() <= 20_000)
         ok = ok and bool(sizes.max() <= LIMITS["max_seqs"])
     return {
         "construct_s": t1 - t0,
@@ -87,15 +105,19 @@ def measure(args: argparse.Namespace) -> dict:
     fresh = FreshRuns("benchmarks.variants_scale", args.reps, args.timeout)
     rows: dict[str, dict] = {}
     load = [load_average()]
-    for ordering in args.orderings.split(","):
+    for ordering, added in (
+        (o, w) for o in args.orderings.split(",") for w in args.with_.split(",")
+    ):
         for n in args.sizes:
-            configs = {p: {"n": n, "planning": p, "ordering": ordering} for p in PLANNINGS}
+            configs = {p: {"n": n, "planning": p, "ordering": ordering, "with": added}
+                       for p in PLANNINGS}  # fmt: skip
             runs = fresh.side_by_side(configs)
             keys = ("construct_s", "plan_s", "total_s", "total_cpu_s", "next_epoch_s",
                     "private_bytes", "uss_bytes")  # fmt: skip
             got = {p: summary(runs[p], keys, ("steps",)) for p in configs}
             more = {"next_epoch_ratio": "next_epoch_s", "cpu_ratio": "total_cpu_s"}
             name = str(n) if ordering == "laplace" else f"{ordering} {n}"
+            name = name if added == "plain" else f"{added} {name}"
             rows[name] = {
                 **got,
                 "indexed_over_global": ratios(
@@ -113,6 +135,9 @@ PLANNINGS = ("global", "indexed")
 def main() -> None:
     p = runner.parser(__doc__)
     p.add_argument("--orderings", default="laplace", help="comma-separated orderings")
+    p.add_argument(
+        "--with", dest="with_", default="plain", help="comma-separated: " + ",".join(WITH)
+    )
     runner.main(p, child, measure, RESULTS)
 
 
