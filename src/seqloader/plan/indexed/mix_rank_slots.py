@@ -18,7 +18,7 @@ Cost per rank and sub-epoch: the cut's positions listed once and the rank's orde
 (O(slots): a code and a corpus epoch a position, as the fixed orders list theirs), a ``lexsort``
 by class and a stable ``argsort`` of (class, random bits) keys; made when the rank's draw is
 first read (a rank's table alone, which every rank asks of every other for the step counts,
-needs none). At 10^6, 1.5-2.1x the CPU time of a rank's plan under ``/12`` (docs/planning.md).
+needs none). At 10^6, 1.4-1.7x the CPU time of a rank's plan under ``/12`` (docs/planning.md).
 """
 
 from __future__ import annotations
@@ -30,10 +30,14 @@ import numpy as np
 
 from seqloader.plan.indexed.fixed import BoundsTable
 from seqloader.plan.indexed.plan import Draw
+from seqloader.plan.mix import USES_DTYPE
 from seqloader.plan.seeding import rng_for
 
 if TYPE_CHECKING:
     from seqloader.plan.indexed.corpus import AdmittedCorpus
+
+#: positions of a cut listed at once (memory: a few int64 arrays of this size)
+LIST_BLOCK = 1 << 18
 
 
 def own_slots(
@@ -65,10 +69,17 @@ def own_slots(
     for c in cols:
         ordered = c[canonical]
         new[1:] |= ordered[1:] != ordered[:-1]
+    del cols, ordered  # peak memory: a few arrays of the slots at a time
     # by class, then the rank's draws: the class numbers (ascending here) above 32 random bits
-    keys = (np.cumsum(new) << 32) | rng.integers(0, 1 << 32, size=len(s), dtype=np.int64)
+    keys = np.cumsum(new, dtype=np.int64)
+    del new
+    keys <<= 32
+    keys |= rng.integers(0, 1 << 32, size=len(s), dtype=np.int64)
+    drawn = np.argsort(keys, kind="stable")
+    del keys
     take = np.empty(len(s), dtype=np.int64)
-    take[canonical] = canonical[np.argsort(keys, kind="stable")]  # canonical[i] -> drawn[i]
+    take[canonical] = canonical[drawn]  # slot canonical[i] becomes slot drawn[i]
+    del canonical, drawn
     if start is None:
         return s[take], u[take]
     j = take[np.cumsum(start) - 1]
@@ -93,15 +104,24 @@ class RankSlotsDraw:
         return self._listed[0][at], self._listed[1][at]
 
 
-def listed_cut(draw: Draw, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Every position of a cut (batch bounds ``bounds``, its ``draw``) -> (codes, corpus
-    epochs)."""
-    sizes: np.ndarray = np.diff(np.asarray(bounds, dtype=np.int64))
-    g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-    pos = np.arange(len(g), dtype=np.int64) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    codes, uses = draw.slots(g, pos)
-    assert uses is not None  # a mix's draw carries corpus epochs
-    return np.asarray(codes, dtype=np.int64), np.asarray(uses)
+def listed_cut(
+    draw: Draw, bounds: np.ndarray, block: int = LIST_BLOCK
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every position of a cut (batch bounds ``bounds``, its ``draw``), ``block`` positions at a
+    time (a mix's keyed draw evaluates a few arrays per position) -> (codes, corpus epochs)."""
+    bounds = np.asarray(bounds, dtype=np.int64)
+    size = int(bounds[-1] - bounds[0])
+    codes = np.empty(size, dtype=np.int64)
+    uses = np.empty(0, dtype=USES_DTYPE)
+    for a in range(0, size, block):
+        at = np.arange(a, min(size, a + block), dtype=np.int64) + bounds[0]
+        g = np.searchsorted(bounds, at, side="right") - 1
+        got, used = draw.slots(g, at - bounds[g])
+        assert used is not None  # a mix's draw carries corpus epochs
+        if not a:
+            uses = np.empty(size, dtype=np.asarray(used).dtype)
+        codes[a : a + len(at)], uses[a : a + len(at)] = got, used
+    return codes, uses
 
 
 def slot_columns(corpus: AdmittedCorpus) -> list[np.ndarray]:
