@@ -47,16 +47,20 @@ def copy_rows(
     into row ``pos[j]`` of ``out`` (C-contiguous, writable, the dataset's dtype and feature shape:
     the caller checks), zeros after each, the rows with ``screen[j]`` tested for NaN/Inf; returns
     the j whose rows hold some. None where the kernel cannot take the request (not built, a span
-    that does not fit, a dtype it does not test): nothing is written then, the caller's numpy
-    path runs (and raises where a span does not fit)."""
+    that does not fit, a dtype it does not test: not float16/32/64, or not in this machine's byte
+    order): nothing is written then, the caller's numpy path runs (and raises where a span does
+    not fit)."""
     kernel = KERNEL
     if kernel is None or not out.ndim >= 2 or not out.shape[1]:
         return None
     check = 0
     if screen is not None:
-        if out.dtype.kind != "f" or out.dtype.itemsize not in _CHECKED:
+        dtype = out.dtype
+        # the C test reads each value's exponent bits in this machine's byte order: a big-endian
+        # file's floats ('>f4', mapped as they lie) go to the numpy screen, which swaps them
+        if dtype.kind != "f" or dtype.itemsize not in _CHECKED or not dtype.isnative:
             return None
-        check = out.dtype.itemsize
+        check = dtype.itemsize
     whole = isinstance(pos, range) and pos == range(len(out))
     at = None if whole else np.asarray(pos, dtype=np.int64)
     flags = None if screen is None else bytes(screen)
