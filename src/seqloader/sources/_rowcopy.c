@@ -18,6 +18,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#if defined(_MSC_VER) && !defined(restrict)
+#define restrict __restrict /* MSVC's C has the keyword under this name */
+#endif
+
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 /* the loop compiled twice, picked at load time by the CPU (AVX2 where present) */
 #define SL_CLONES __attribute__((target_clones("avx2", "default")))
