@@ -221,7 +221,8 @@ def check_limits(planner: IndexedPlanner, epoch: int, plan) -> None:
         assert (sizes * longest).max() <= planner.budget
 
 
-@settings(max_examples=80, deadline=None)
+# 40 examples (was 80) draw every distribution, ordering, batch_cost and uneven the 80 drew
+@settings(max_examples=40, deadline=None)
 @given(st.sampled_from(["shard", "files"]).flatmap(cases))
 def test_full_epoch_exactly_once_equal_steps_limits(case: dict) -> None:
     """The contracts over the first full epoch on the case's world size (a world size with too

@@ -74,7 +74,8 @@ def greedy(case: dict) -> Planner:
     return Planner(case["lengths"], PlanOptions(**case["options"]))
 
 
-@settings(max_examples=120, deadline=None)
+# 60 examples (was 120) draw every ordering, distribution, batch_cost, limit and uneven the 120 drew
+@settings(max_examples=60, deadline=None)
 @given(cases())
 def test_batches_are_global_plannings_and_every_contract_holds(case: dict) -> None:
     """On one rank every sub-epoch's batches are global planning's exactly (same sequences, same
