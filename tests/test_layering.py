@@ -105,11 +105,24 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+@functools.cache
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of ``path``'s syntax tree, the module first: each file is parsed once for all
+    of this module's tests (the cache is emptied after them; nothing changes the nodes)."""
+    return tuple(ast.walk(ast.parse(path.read_text(), str(path))))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _parsed_once():
+    yield
+    nodes.cache_clear()
+
+
 def imports_of(path: Path) -> set[str]:
     """Absolute names of every module ``path`` imports (anywhere in the file): ``from a.b import
     c`` counts as ``a.b.c`` when that is a module of the package, else as ``a.b``."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -125,7 +138,7 @@ def imports_of(path: Path) -> set[str]:
 def lookups_of(path: Path) -> set[str]:
     """Modules ``path`` looks up by name: ``import_module("literal")`` anywhere in the file."""
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in nodes(path):
         if (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute | ast.Name)
@@ -200,7 +213,7 @@ def test_plan_functions_stay_short():
     long = [
         f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: {lines} lines"
         for path in sorted((PACKAGE / "plan").rglob("*.py"))
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in nodes(path)
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and (lines := node.end_lineno - function_start(node) + 1) > PLAN_FUNCTION_LINES
     ]
@@ -302,7 +315,8 @@ def test_torch_inside_functions_only():
     """The torch-free layers' modules that do use torch import it inside their functions only."""
     for module, _why in TORCH_INSIDE_FUNCTIONS.items():
         path = PACKAGE.parent.joinpath(*module.split(".")).with_suffix(".py")
-        tree = ast.parse(path.read_text(), str(path))
+        tree = nodes(path)[0]
+        assert isinstance(tree, ast.Module)
         assert not {n for n in _module_level_imports(tree) if n.split(".")[0] == "torch"}, module
         assert layer_of(module) in TORCH_FREE
 
