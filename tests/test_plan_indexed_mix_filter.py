@@ -439,3 +439,22 @@ def test_no_filtered_mix_keeps_by_listing(
     two_in_first = build_bucket_index(lengths, np.unique(lengths)[2:])  # lengths 1 and 2
     with pytest.raises(OptionError, match="does not match its lengths and options"):
         listing_callers(monkeypatch, options, two_in_first)
+
+
+@pytest.mark.parametrize("chunking", [None, "6:3"])
+def test_an_index_whose_first_bucket_holds_two_lengths_between_equal_ends_is_refused(
+    chunking: str | None,
+) -> None:
+    """The index check reads the whole first bucket, not only its first and last member: here
+    they are both 2 with a 1 between them, which a sorted order would read by index (not by
+    length) and the filter's rule would count as a 2."""
+    lengths = np.array([2, 9, 4, 4, 7, 1, 9, 3, 5, 8, 6, 4, 9, 5, 2])
+    index = build_bucket_index(lengths, np.unique(lengths)[2:])  # first bucket: 2, 1, 2
+    assert np.asarray(lengths[index.members[: index.starts[1]]]).tolist() == [2, 1, 2]
+    for kind in ("sorted", "sorted_reverse", "sort_bin_shuffle:.4"):
+        options = PlanOptions(ordering=kind, chunking=chunking, mix={"a": 1.5, "b": 0.5},
+                              max_frames=40, epoch_wise_filter={(1, 2): {"max_mean_len": 4}},
+                              planning="indexed")  # fmt: skip
+        with pytest.raises(OptionError, match="does not match its lengths and options"):
+            IndexedPlanner({"data": lengths}, options, index=index,
+                           corpora=Corpora(("a", "b"), np.array([0, 6, 15])))  # fmt: skip

@@ -50,7 +50,8 @@ def fixed_edges(admitted_lengths: np.ndarray, kind: str) -> np.ndarray:
 def bucket_values(index: BucketIndex, lengths: np.ndarray) -> np.ndarray | None:
     """Each bucket's one value of ``lengths`` -> int64 ``[N]`` (empty buckets: 0), or None
     where the index is not one bucket per value ascending (read from each bucket's first and
-    last member: O(buckets)).
+    last member, and every member of the first bucket, the one whose edges do not fix its
+    value: O(buckets + its size)).
 
     >>> from seqloader.plan.indexed.histogram import build_bucket_index
     >>> lengths = np.array([5, 3, 5, 1, 2])
@@ -58,12 +59,20 @@ def bucket_values(index: BucketIndex, lengths: np.ndarray) -> np.ndarray | None:
     [1, 2, 3, 5]
     >>> bucket_values(build_bucket_index(lengths, np.array([3, 5])), lengths) is None  # 1 and 2
     True
+    >>> twice = np.array([2, 1, 2, 5])  # the first bucket's ends agree, a 1 between them
+    >>> bucket_values(build_bucket_index(twice, np.array([5])), twice) is None
+    True
     """
     starts = np.asarray(index.starts, dtype=np.int64)
     full = np.flatnonzero(np.diff(starts) > 0)
     first = np.asarray(lengths[np.asarray(index.members[starts[full]])], dtype=np.int64)
     last = np.asarray(lengths[np.asarray(index.members[starts[full + 1] - 1])], dtype=np.int64)
     if not np.array_equal(first, last) or (np.diff(first) <= 0).any():
+        return None
+    # edges equal to the buckets' longest fix every bucket's value but the first's (all below
+    # the first edge): its members are read, not only its ends
+    head = np.asarray(lengths[np.asarray(index.members[starts[0] : starts[1]])])
+    if len(head) and (head != head[0]).any():
         return None
     values = np.zeros(len(starts) - 1, dtype=np.int64)
     values[full] = first
