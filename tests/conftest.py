@@ -31,6 +31,17 @@ settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def node_cache_of_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterable[str]:
+    """The node stores every test writes (``$XDG_CACHE_HOME/seqloader``) go to a folder of this
+    run, never the user's ``~/.cache/seqloader``; processes the tests start (torchrun, spawned
+    workers, CLI runs) inherit it. A test of the default location sets it itself."""
+    folder = str(tmp_path_factory.mktemp("xdg-cache"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", folder)
+        yield folder
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Move what collection imported (torch, lightning, h5py, the test modules: some 450,000
     objects that live to the end) out of the garbage collector's reach, so each full collection
