@@ -26,6 +26,7 @@ from seqloader.errors import DataWarning
 from seqloader.loading.batch_spec import BatchSpec
 from seqloader.loading.execute import WorkerSpec, execute
 from seqloader.sources import padded_rows, row_kernel, screen_verdicts
+from seqloader.sources.columns import write_store
 from test_direct_batches import write_contiguous
 from test_onecopy import garbage_alloc, identity
 
@@ -215,7 +216,7 @@ def test_a_whole_epoch_leaves_a_verdict_the_next_process_trusts(tmp_path, settle
         for _ in range(2):  # 8 of 12 sequences: past two quarters
             next(first)
         assert not list(index.glob("screen-*.cols"))  # a part of a pass: no verdict
-        assert not list(index.glob("screenpart-*.cols"))  # and, not a worker, no parts
+        assert not list(index.glob("screenparts-*/*.cols"))  # and, not a worker, no parts
         first.close()
         list(lo.epoch(2))
         assert settled[0] > 0 and len(list(index.glob("screen-*.cols"))) == 1
@@ -291,14 +292,54 @@ def test_processes_that_each_screen_a_share_make_the_verdict_together(
     _clean_file(path)
     seqs = np.arange(12)
     one_pass(str(path), index, [seqs[0:3], seqs[3:6]])  # keeps its part twice: 3, then 6
-    assert settled[0] == 6 and len(list(index.glob("screenpart-*.cols"))) == 1
+    assert settled[0] == 6 and len(list(index.glob("screenparts-*/*.cols"))) == 1
     assert not list(index.glob("screen-*.cols"))
     settled[0] = 0
     one_pass(str(path), index, [seqs[6:9], seqs[9:12]])  # takes in the first half after 3
     assert settled[0] == 6 and len(list(index.glob("screen-*.cols"))) == 1
-    assert not list(index.glob("screenpart-*.cols"))  # the verdict kept: its parts are dropped
+    assert not list(index.glob("screenparts-*/*.cols"))  # the verdict kept: its parts are dropped
     settled[0] = 0
     assert one_pass(str(path), index, [seqs]) == [] and settled[0] == 0
+
+
+def test_a_verdicts_parts_are_found_without_listing_the_nodes_folder(
+    tmp_path, settled, monkeypatch
+) -> None:
+    """A worker's first screened read of a file looks for the parts of its verdict in their own
+    folder: it never lists the node's folder, whose other stores (tens of thousands on a shared
+    node) would make each file's first read in each worker slower. When the verdict is kept, its
+    parts go with their folder."""
+    monkeypatch.setattr(screen_verdicts, "shares_files", lambda: True)  # as in a worker
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    listed: list[str] = []
+    for name in ("listdir", "scandir"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda p=".", real=real: listed.append(str(p)) or real(p))
+    seqs = np.arange(12)
+    one_pass(str(path), index, [seqs[0:3], seqs[3:6]])
+    one_pass(str(path), index, [seqs[6:9], seqs[9:12]])
+    assert str(index) not in listed and any("screenparts-" in p for p in listed), listed
+    assert len(list(index.glob("screen-*.cols"))) == 1
+    assert not list(index.glob("screenparts-*"))  # the folder of parts went with them
+
+
+def test_parts_of_the_earlier_layout_are_not_read(tmp_path, settled) -> None:
+    """A part written beside the verdicts by an earlier seqloader (``screenpart-*.cols``, that
+    layout's format) is not looked for: its sequences are screened again, the verdict made."""
+    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    _clean_file(path)
+    verdicts = screen_verdicts.FileVerdicts.settled(str(index), str(path))
+    with h5py.File(path) as f:
+        dtype, shape = f["inputs"].dtype, f["inputs"].shape
+    store, identity = verdicts.store_path("inputs", dtype, shape)
+    name = os.path.basename(store)[len("screen-") : -len(".cols")]
+    index.mkdir(exist_ok=True)
+    earlier = index / f"screenpart-{name}-1-0a1b2c3d.cols"
+    meta = {"dataset": "inputs", "file": str(path)}
+    clean = {"clean": np.ones(12, dtype=np.uint8)}
+    write_store(earlier, identity + "/part", clean, meta, format=screen_verdicts.FORMAT)
+    assert one_pass(str(path), index, [np.arange(12)]) == [] and settled[0] == 12
 
 
 @pytest.mark.parametrize("column", ["clean", "header"])
@@ -312,7 +353,7 @@ def test_a_damaged_part_is_not_trusted(tmp_path, settled, monkeypatch, column) -
     _clean_file(path)
     seqs = np.arange(12)
     one_pass(str(path), index, [seqs[0:3], seqs[3:6]])
-    (part,) = index.glob("screenpart-*.cols")
+    (part,) = index.glob("screenparts-*/*.cols")
     flip(part, column, at=0.0)  # the first sequences' flags (or the header)
     with pytest.warns(DataWarning, match=rf"{part}.*not trusted.*rebuilt from the data"):
         one_pass(str(path), index, [seqs[6:9], seqs[9:12]])

@@ -33,6 +33,7 @@ FORMATS = frozenset(
         concat_store.STORE_VERSION,
         INDEX_VERSION,
         screen_verdicts.FORMAT,
+        screen_verdicts.PART_FORMAT,
     }
 )
 

@@ -36,11 +36,15 @@ beside it (``probe_clock``, measured once per file system and process). A file w
 cannot be written there gets no verdict.
 
 DataLoader workers each screen a share of a file and would never finish one alone: each keeps
-the sequences it found clean as its *part* (a store of its own beside the verdict,
-``screenpart-*``) whenever it has found another ``1/PARTS`` of the file clean
+the sequences it found clean as its *part* (a store of its own, in the verdict's own folder of
+parts ``screenparts-*/``) whenever it has found another ``1/PARTS`` of the file clean
 (``shares_files``), and every process takes in the parts it finds; the process whose union is
 whole keeps the verdict and drops the parts, and a process that starts screens only what no part
-names.
+names. Looking for a verdict's parts lists that folder alone: its cost does not grow with the
+other stores of the node's folder (tens of thousands on a shared node). Parts of the earlier
+layout (``screenpart-*.cols`` beside the verdicts, written by seqloader before ``PART_FORMAT``
+/2) are never read here: the sequences they named are screened again (a part is a few bytes per
+sequence; ``seqloader cache --clean --older-than`` removes them once unused).
 
 Datasets smaller than ``MIN_BYTES`` get none: for them the screen costs less than a verdict.
 A verdict store that is damaged (one changed byte of its header, sums or column) is never
@@ -52,7 +56,6 @@ its sequences are screened (and reported) in every epoch, as before.
 from __future__ import annotations
 
 import contextlib
-import glob
 import hashlib
 import math
 import multiprocessing
@@ -82,6 +85,8 @@ SCREEN_VERSION = "seqloader-nonfinite-screen/1"
 #: the verdict stores' format (their columns and meta under this screen), written into their
 #: header: ``seqloader cache --clean --superseded`` keeps this one over another version's
 FORMAT = f"{SCREEN_VERSION} verdict/1"
+#: the parts' format: /2 keeps each verdict's parts in a folder of their own (``screenparts-*``)
+PART_FORMAT = f"{SCREEN_VERSION} verdict-part/2"
 #: a file whose mtime or ctime is younger than this when opened gets no verdict (see above)
 SETTLE_S = 2.0
 #: what ``seqloader cache`` lists these stores as
@@ -212,6 +217,15 @@ def worth_keeping(dtype: np.dtype, shape: tuple[int, ...]) -> bool:
     return math.prod(shape) * np.dtype(dtype).itemsize >= MIN_BYTES
 
 
+def _part_stores(folder: str) -> list[str]:
+    """The part stores in one verdict's folder of parts (none when it does not exist)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return [os.path.join(folder, n) for n in sorted(names) if n.endswith(".cols")]
+
+
 def _stat_key(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
@@ -266,11 +280,10 @@ class FileVerdicts:
         return os.path.join(self.folder, f"screen-{identity[:24]}.cols"), identity
 
     def _parts(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> tuple[str, str]:
-        """(the path of the part stores of ``dataset``'s verdict up to the process's token,
-        their identity)."""
+        """(the folder of the part stores of ``dataset``'s verdict, their identity)."""
         path, identity = self.store_path(dataset, dtype, shape)
         name = os.path.basename(path)[len("screen-") : -len(".cols")]
-        return os.path.join(self.folder, f"screenpart-{name}-"), identity + "/part"
+        return os.path.join(self.folder, f"screenparts-{name}"), identity + "/part"
 
     def screened_before(
         self, dataset: str, dtype: np.dtype, shape: tuple[int, ...], n: int
@@ -280,11 +293,11 @@ class FileVerdicts:
         is not trusted (``DataWarning`` naming it)."""
         if not worth_keeping(dtype, shape):
             return None
-        head, identity = self._parts(dataset, dtype, shape)
+        folder, identity = self._parts(dataset, dtype, shape)
         union = None
-        for part in sorted(glob.glob(glob.escape(head) + "*.cols")):
+        for part in _part_stores(folder):
             try:
-                store = ColumnStore(part, identity, FORMAT)
+                store = ColumnStore(part, identity, PART_FORMAT)
             except DamagedStore as e:
                 warnings.warn(
                     f"{KIND} {e.path!r} (a part), column {e.column!r}: its contents differ from "
@@ -311,7 +324,7 @@ class FileVerdicts:
         changed since it was opened."""
         if not worth_keeping(dtype, shape) or not self.unchanged():
             return False
-        head, identity = self._parts(dataset, dtype, shape)
+        folder, identity = self._parts(dataset, dtype, shape)
         meta = {
             "dataset": dataset,
             "file": self.path,
@@ -319,19 +332,21 @@ class FileVerdicts:
         }
         column = np.ascontiguousarray(clean, dtype=np.uint8)
         try:
-            write_store(
-                f"{head}{self.token}.cols", identity, {"clean": column}, meta, format=FORMAT
-            )
-        except OSError:
+            os.makedirs(folder, exist_ok=True)
+            part = os.path.join(folder, f"{self.token}.cols")
+            write_store(part, identity, {"clean": column}, meta, format=PART_FORMAT)
+        except OSError:  # (also: the parts just dropped with their folder, the verdict kept)
             return False
         return True
 
     def drop_parts(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> None:
         """Remove the parts of ``dataset``'s verdict (once the verdict itself is kept)."""
-        head, _ = self._parts(dataset, dtype, shape)
-        for part in glob.glob(glob.escape(head) + "*.cols"):
+        folder, _ = self._parts(dataset, dtype, shape)
+        for part in _part_stores(folder):
             with contextlib.suppress(OSError):
                 os.unlink(part)
+        with contextlib.suppress(OSError):  # (not empty: a part written meanwhile, left)
+            os.rmdir(folder)
 
     def finite(self, dataset: str, dtype: np.dtype, shape: tuple[int, ...]) -> bool:
         """Whether a process screened every value of ``dataset`` in this very file and found
