@@ -1,7 +1,8 @@
 """``planner_for``: the one way a source and plan options become a planner, so that the loader,
 ``seqloader check`` and ``seqloader stats`` plan the same epochs from the same inputs (the
 source's ``plan_inputs``; for indexed planning the node's bucket index, memory-mapped and built
-once per node, ``shared_bucket_index``)."""
+once per node, ``shared_bucket_index``; with length variants their classes likewise,
+``shared_variant_classes``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 
 from seqloader.loading.bucket_store import NodeStore, shared_bucket_index
 from seqloader.loading.plan_inputs import plan_inputs
+from seqloader.loading.variant_store import shared_variant_classes
 from seqloader.plan.inputs import PlanInputs
 from seqloader.plan.options import PlanOptions
 from seqloader.plan.planners import BucketIndex, Planner, make_planner
@@ -32,7 +34,10 @@ def planner_for(
     2
     """
     inputs = plan_inputs(source, options, lengths)
-    return make_planner(replace(inputs, index=node_index(source, inputs, stores)))
+    inputs = replace(inputs, index=node_index(source, inputs, stores))
+    data_time = getattr(source, "data_mtime", None)
+    classes = shared_variant_classes(inputs, source.fingerprint, stores, data_time)
+    return make_planner(replace(inputs, variant_classes=classes))
 
 
 def node_index(

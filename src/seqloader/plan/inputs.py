@@ -50,6 +50,9 @@ class PlanInputs:
     - ``variants``: each sequence's length variants (``seqloader.plan.variants``): every full
       epoch orders and batches by the drawn variant's lengths; ``lengths`` are then the longest
       variant's.
+    - ``variant_classes``: the variants' classes prebuilt (e.g. memory-mapped, node-shared:
+      ``VariantClasses.columns`` of ``node_variant_classes``) for indexed planning; the same
+      plans as without them.
 
     >>> inputs = PlanInputs({"data": np.array([5, 3, 8])}, PlanOptions(max_seqs=2), origin="toy")
     >>> inputs.origin, inputs.files is None
@@ -69,6 +72,7 @@ class PlanInputs:
     selections: Sequence[EpochSelection] = ()
     orders: EpochOrders | None = None
     variants: LengthVariants | None = None
+    variant_classes: Mapping[str, np.ndarray] | None = None
 
     @classmethod
     def of(

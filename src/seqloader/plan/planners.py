@@ -37,6 +37,7 @@ from seqloader.plan.indexed.planner import (
     IndexedPlanner,
     index_key,
 )
+from seqloader.plan.indexed.variants_sorted import SORTED_VARIANT_KINDS
 from seqloader.plan.inputs import PlanInputs, PlannedInputs
 from seqloader.plan.mix import CorpusProgress, EpochMix
 
@@ -148,6 +149,24 @@ def node_bucket_index(
     return AdmittedCorpus(replace(given, index=None)).index
 
 
+#: the orderings whose indexed plans draw length variants over classes (``node_variant_classes``
+#: has them); the others draw each sequence's variant alone
+VARIANT_CLASS_KINDS = ("laplace", "buckets", *SORTED_VARIANT_KINDS)
+
+
+def node_variant_classes(inputs: PlanInputs) -> dict[str, np.ndarray]:
+    """The length variants' classes indexed planning builds from ``inputs`` (O(n F)), as named
+    arrays: what a node builds once and maps into every rank's planner,
+    ``PlanInputs.variant_classes`` (empty where the ordering draws no classes)."""
+    corpus = AdmittedCorpus(replace(resolve_planning(inputs), index=None, variant_classes=None))
+    out: dict[str, np.ndarray] = {}
+    if corpus.sorted_variants is not None:
+        out.update(corpus.sorted_variants.columns("value_classes"))
+    if corpus.variants is not None:
+        out.update(corpus.variants.columns("classes"))
+    return out
+
+
 def index_sort_key(inputs: PlanInputs) -> str:
     """What a node's bucket index depends on of ``inputs`` besides the options and the source's
     fingerprint: the digest of a source's own sort key where a sorted ordering's index is built
@@ -169,6 +188,7 @@ __all__ = [
     "GLOBAL_ALGORITHM",
     "INDEXED_ALGORITHM",
     "INDEXED_KINDS",
+    "VARIANT_CLASS_KINDS",
     "BucketIndex",
     "EpochPlan",
     "PlanInputs",
@@ -177,5 +197,6 @@ __all__ = [
     "index_sort_key",
     "make_planner",
     "node_bucket_index",
+    "node_variant_classes",
     "resolve_planning",
 ]

@@ -15,7 +15,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
-from typing import cast
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -74,6 +74,7 @@ from seqloader.plan.variants import VARIANTS_REFUSED
 #: the orderings indexed planning plans length variants with (the bucketed ones by classes,
 #: ``seqloader.plan.indexed.variants``; the others by per-epoch greedy cuts of the drawn lengths)
 VARIANT_KINDS = ("laplace", "buckets", "default", "reverse", "random", *SORTED_VARIANT_KINDS)
+_C = TypeVar("_C", bound=VariantClasses)  # the variants' classes of an ordering's kind
 _BLOCK = 1 << 18  # sequences per block of the chunking admission scan (its temporaries small)
 
 
@@ -345,13 +346,23 @@ class AdmittedCorpus:
         lengths = inputs.variants.lengths
         self.other_variants = {k: lengths[k] for k in lengths if k != self.length_key}
         self.extra += inputs.variants.digest()
+        built = inputs.variant_classes or {}
         if self.options.parsed_ordering.kind in SORTED_VARIANT_KINDS:
-            self.sorted_variants = ValueClasses(table, self.mask, self.options, self.budget)
+            self.sorted_variants = self._classes(ValueClasses, table, built, "value_classes")
         if self.fixed or self.random:
             self.drawn = table
             return index
-        self.variants = VariantClasses(table, self.mask, self.options, self.budget)
+        self.variants = self._classes(VariantClasses, table, built, "classes")
         return self.variants.index
+
+    def _classes(
+        self, kind: type[_C], table: np.ndarray, built: Mapping[str, np.ndarray], prefix: str
+    ) -> _C:
+        """The variants' classes: read from ``built`` (``PlanInputs.variant_classes``, a node's
+        store) where they are there, else built here (O(n F))."""
+        if f"{prefix}.edges" in built:
+            return cast(_C, kind.from_columns(table, built, prefix))
+        return kind(table, self.mask, self.options, self.budget)
 
     @property
     def num_admitted(self) -> int:

@@ -25,10 +25,11 @@ within a class the variants are balanced exactly rather than independent per seq
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from seqloader.plan.bucket_index import BucketIndex
 from seqloader.plan.indexed.bijection import Bijections
 from seqloader.plan.indexed.budget import histogram_edges
 from seqloader.plan.indexed.histogram import build_bucket_index, length_counts
@@ -107,6 +108,33 @@ class VariantClasses:
         self.index = build_bucket_index(keys, np.arange(1, len(self.buckets)), mask)
         self.sizes = np.asarray(self.index.counts, dtype=np.int64)  # [C] members per class
         self._kept: tuple[tuple[int, int], VariantEpoch] | None = None
+
+    def columns(self, prefix: str) -> dict[str, np.ndarray]:
+        """The classes as named arrays (``from_columns`` reads them back): what a node builds
+        once into a store that every rank maps (the build is O(n F), the rest of a rank's
+        planning O(n / P))."""
+        out = {f"{prefix}.{k}": v for k, v in self.index.columns().items()}
+        out[f"{prefix}.edges"], out[f"{prefix}.longest"] = self.edges, self.longest
+        out[f"{prefix}.buckets"] = np.ascontiguousarray(self.buckets).ravel()
+        return out
+
+    @classmethod
+    def from_columns(
+        cls, table: np.ndarray, columns: Mapping[str, np.ndarray], prefix: str
+    ) -> VariantClasses:
+        """The classes of ``table`` from ``columns(prefix)``'s arrays (e.g. memory-mapped views,
+        not copied): the same classes, nothing rebuilt."""
+        self = cls.__new__(cls)
+        self.table, self.count = table, int(np.shape(table)[0])
+        self.edges = np.asarray(columns[f"{prefix}.edges"])
+        self.longest = np.asarray(columns[f"{prefix}.longest"])
+        self.buckets = np.asarray(columns[f"{prefix}.buckets"]).reshape(-1, self.count)
+        start = len(prefix) + 1
+        index = {k[start:]: v for k, v in columns.items() if k.startswith(f"{prefix}.bucket.")}
+        self.index = BucketIndex.from_columns(index)
+        self.sizes = np.asarray(self.index.counts, dtype=np.int64)
+        self._kept = None
+        return self
 
     def _edges(
         self, options: PlanOptions, budget: int | None, values: np.ndarray, counts: np.ndarray
