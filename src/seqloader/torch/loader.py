@@ -7,6 +7,7 @@ per-batch loop is ``torch/run.py``.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import sys
@@ -60,6 +61,21 @@ __all__ = ["STATE_FORMAT", "STATE_VERSION", "SeqLoader", "WorkerOptions"]
 log = logging.getLogger("seqloader")
 T = TypeVar("T")
 
+#: the loaders alive in this process, closed at interpreter exit (``_close_at_exit``)
+_LIVE: weakref.WeakSet[SeqLoader] = weakref.WeakSet()
+
+
+def _close_at_exit() -> None:
+    """Close the loaders still alive while the interpreter is whole: a script's module-level
+    loader is collected only after the modules' globals were emptied, where its ``close`` (and
+    ``__del__``) found them None and reported it ("Exception ignored in SeqLoader.__del__")."""
+    for loader in list(_LIVE):
+        with contextlib.suppress(Exception):
+            loader.close()
+
+
+atexit.register(_close_at_exit)
+
 
 class SeqLoader:
     """Feeds a training loop with planned batches.
@@ -93,6 +109,7 @@ class SeqLoader:
         clock: Clock = time.perf_counter,
         **options: Unpack[LoaderKeywords],
     ) -> None:
+        _LIVE.add(self)
         merged = merge_options(plan, workers, checks, audit, options)
         self.source = source
         self.plan_options: PlanOptions = merged.plan
@@ -348,8 +365,10 @@ class SeqLoader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+    def __del__(self, _suppress: type[contextlib.suppress] = contextlib.suppress) -> None:
+        # bound at definition: at interpreter exit this may run after ``contextlib`` is None here
+        # (closed by then: ``_close_at_exit``)
+        with _suppress(Exception):
             self.close()
 
 
