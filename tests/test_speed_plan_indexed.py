@@ -371,3 +371,25 @@ def test_real_workers_read_the_variant_the_indexed_plan_drew(corpus):
             assert len(lens) * max(lens) <= 400
     with sl.SeqLoader(src, num_workers=0, **options) as loader:
         assert [batch_record(b) for e in (1, 2) for b in loader.epoch(e)] == records
+
+
+def test_a_node_store_of_the_variant_classes_plans_what_the_rank_builds(
+    corpus, tmp_path, monkeypatch
+):
+    from seqloader.loading import variant_store
+    from seqloader.loading.planner_for import planner_for
+
+    src = sl.AudioSource(corpus.oggzip, features=LM, speed=SPEED)
+    options = sl.PlanOptions(max_frames=400, seed=11, ordering="buckets:3", planning="indexed")
+    want = [planner_for(src, options).global_plan(e, 2).rank_share(1) for e in (1, 2)]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(variant_store, "MIN_SEQUENCES", 1)
+    report = sl.prepare(src, plan=options, screen=False)
+    assert [s.built for s in report.stores if s.kind == variant_store.KIND] == [True]
+    stores: list = []
+    planner = planner_for(src, options, stores=stores)
+    got = [planner.global_plan(e, 2).rank_share(1) for e in (1, 2)]
+    assert [s.built for s in stores if s.kind == variant_store.KIND] == [False]  # mapped
+    for a, b in zip(got, want):
+        assert a.seqs.tolist() == b.seqs.tolist() and a.bounds.tolist() == b.bounds.tolist()
+        assert a.variants.tolist() == b.variants.tolist()

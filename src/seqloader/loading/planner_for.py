@@ -35,9 +35,7 @@ def planner_for(
     """
     inputs = plan_inputs(source, options, lengths)
     inputs = replace(inputs, index=node_index(source, inputs, stores))
-    data_time = getattr(source, "data_mtime", None)
-    classes = shared_variant_classes(inputs, source.fingerprint, stores, data_time)
-    return make_planner(replace(inputs, variant_classes=classes))
+    return make_planner(replace(inputs, variant_classes=node_variants(source, inputs, stores)))
 
 
 def node_index(
@@ -48,3 +46,13 @@ def node_index(
     ``planner_for`` and ``sl.prepare`` ask for it."""
     data_time = getattr(source, "data_mtime", None)  # recorded where the source knows it
     return shared_bucket_index(inputs, source.fingerprint, stores=stores, data_time=data_time)
+
+
+def node_variants(
+    source: Source, inputs: PlanInputs, stores: list[NodeStore] | None = None
+) -> dict[str, np.ndarray] | None:
+    """The node's length variants' classes of ``source`` for ``inputs`` (indexed planning with
+    variants: built once per node and memory-mapped, ``shared_variant_classes``; None
+    otherwise), as ``planner_for`` and ``sl.prepare`` ask for them."""
+    data_time = getattr(source, "data_mtime", None)
+    return shared_variant_classes(inputs, source.fingerprint, stores, data_time)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from seqloader.loading.plan_inputs import plan_inputs
-from seqloader.loading.planner_for import node_index
+from seqloader.loading.planner_for import node_index, node_variants
 from seqloader.plan.options import PlanOptions
 from seqloader.sources.base import Source
 from seqloader.sources.columns import ColumnStore
@@ -82,9 +82,10 @@ def prepare(
 ) -> Prepared:
     """Build (or find) the node's stores a ``SeqLoader(source, plan=..., checks=...)`` with the
     same options would build: the source's metadata (built when ``source`` was opened; reported
-    here), the duplicate-tag verdict, the bucket index (``planning="indexed"``) and, unless
-    ``screen=False``, the NaN/Inf screen's verdict of each float dataset of its HDF files (read
-    whole once here, so that no first epoch screens them). Corpora below
+    here), the duplicate-tag verdict, the bucket index (``planning="indexed"``; with length
+    variants their classes too) and, unless ``screen=False``, the NaN/Inf screen's verdict of
+    each float dataset of its HDF files (read whole once here, so that no first epoch screens
+    them). Corpora below
     a million sequences need no files (each process builds what it needs in milliseconds): their
     entries say so. Repeated tags are acted on as the loader would (``checks.duplicate_tags``,
     default an error naming them).
@@ -100,7 +101,11 @@ def prepare(
     stores: list[NodeStore] = list(_source_stores(source))
     lengths = {k: source.lengths(k) for k in source.keys}
     with _measured(stores):  # each step's time and peak private memory in its entry
-        node_index(source, plan_inputs(source, merged.plan, lengths), stores)
+        inputs = plan_inputs(source, merged.plan, lengths)
+        node_index(source, inputs, stores)
+    if inputs.variants is not None:  # length variants: their classes, once per node too
+        with _measured(stores):
+            node_variants(source, inputs, stores)
     with _measured(stores):
         check_duplicate_tags(source, source.tags, merged.checks.duplicate_tags, stores)
     if merged.checks.nonfinite == "off":
