@@ -14,8 +14,8 @@ second key ``classes`` (a twentieth of the audio, not varying) with per-key
 ``max_frames={"data": 20000, "classes": 1500}``, ``packed`` ``max_packed_frames=15000``: a fresh
 process builds the lengths and the variant table (not measured), then times
 constructing the planner until it holds this rank's batches of epoch 1, and then of epoch 2 (a
-new full epoch: new variants). Indexed planning runs the default options (``planning="auto"``,
-checked to resolve to indexed); global planning is asked for by name. Memory: the private memory
+new full epoch: new variants). Each planning is asked for by name (``auto`` resolves ``keyed``
+and ``packed`` with ``laplace`` to global: ``benchmarks.variants_quality``). Memory: the private memory
 of planning (``benchmarks.runner.PrivateMemory``: peak resident set less file pages less what
 the process held before; psutil's USS beside it). Each configuration runs ``--reps`` (>= 3)
 times in fresh processes, rotating between the plannings; medians, and ratios indexed / global.
@@ -58,7 +58,7 @@ def child(config: dict) -> dict:
     table = np.stack([np.ceil(base / f).astype(np.int32) for f in FACTORS])
     variants = LengthVariants({"data": table}, tuple(str(f) for f in FACTORS))
     longest = table.max(axis=0)
-    extra = {} if config["planning"] == "indexed" else {"planning": "global"}
+    extra = {"planning": config["planning"]}
     added = WITH[config.get("with", "plain")]
     lengths = {"data": longest}
     if "max_frames" in added:  # per-key: a second key, not varying

@@ -235,6 +235,13 @@ def test_what_the_source_declares_resolves_auto_to_global() -> None:
     packed = replace(auto, max_packed_frames=30)
     for options in (wise, keyed, packed):
         assert resolved_for(PlanInputs(lengths, options, variants=variants)) == "indexed"
+    # ... but laplace limiting another key: global (test_speed_plan_indexed_limits)
+    for other in (
+        {"max_frames": {"data": 40, "classes": 9}},
+        {"max_packed_frames": {"classes": 9}},
+    ):
+        options = replace(auto, **other)  # type: ignore[arg-type]
+        assert resolved_for(PlanInputs(lengths, options, variants=variants)) == "global"
     selected = PlanInputs(lengths, auto, variants=variants, selections=selections)
     assert resolved_for(selected) == "indexed"  # epoch selections too
     # a sort key of the source's own with a sorted order (RETURNN's order_lengths): indexed

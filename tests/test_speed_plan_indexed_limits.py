@@ -37,6 +37,7 @@ def two_keys(base: np.ndarray, vary_targets: bool) -> tuple[dict, LengthVariants
 
 def keyed_planner(base: np.ndarray, vary_targets: bool, **options):
     lengths, variants, _ = two_keys(base, vary_targets)
+    options.setdefault("planning", "indexed")  # auto keeps laplace global here
     return make_planner(lengths, PlanOptions(**options), variants=variants)
 
 
@@ -118,16 +119,25 @@ def test_fixed_orders_with_per_key_limits_are_global_plannings_batches():
             assert b.bounds.tolist() == want.bounds.tolist()
 
 
-def test_auto_plans_variants_with_per_key_limits_indexed():
+def test_auto_plans_variants_with_per_key_limits_indexed_but_laplace_global():
+    """``laplace`` sizes a bucket's batches by the bucket's longest of the other keys: more
+    steps than global planning's cut (docs/performance.md), so ``auto`` keeps it global where
+    another key than the length key is limited; ``buckets:N`` (global planning refuses it) and
+    the greedy cuts plan indexed."""
     lengths, variants, _ = two_keys(np.arange(10, 40, dtype=np.int64), True)
     for ordering in ("laplace:.5", "buckets:3", "default", "random", "sorted"):
         for limits in (
             {"max_frames": {"data": 500, "classes": 60}},
             {"max_frames": 500, "max_packed_frames": {"data": 400, "classes": 40}},
+            {"max_frames": 500, "max_packed_frames": 400},
+            {"max_frames": {"data": 500}},
         ):
             options = PlanOptions(ordering=ordering, **limits)  # type: ignore[arg-type]
             given_ = PlanInputs(lengths, options, variants=variants)
-            assert resolve_planning(given_).options.planning == "indexed", ordering
+            others = isinstance(limits["max_frames"], dict) and "classes" in limits["max_frames"]
+            others = others or isinstance(limits.get("max_packed_frames"), dict)
+            want = "global" if ordering.startswith("laplace") and others else "indexed"
+            assert resolve_planning(given_).options.planning == want, (ordering, limits)
 
 
 # ---------------------------------------------------------------- golden digests (new sets)

@@ -23,11 +23,13 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from seqloader.errors import OptionError
 from seqloader.plan.audit_order import AuditOrder, AuditRun
 from seqloader.plan.batches import BatchList
 from seqloader.plan.bucket_index import BucketIndex
 from seqloader.plan.cost import PlannedImbalance
 from seqloader.plan.epoch_plan import EpochPlan
+from seqloader.plan.epochs import batch_limits, length_key_of
 from seqloader.plan.greedy.planner import PLAN_ALGORITHM as GLOBAL_ALGORITHM
 from seqloader.plan.greedy.planner import Planner as GlobalPlanner
 from seqloader.plan.indexed.corpus import AdmittedCorpus, own_sort_key, sort_key_digest, unplanned
@@ -135,7 +137,32 @@ def resolve_planning(inputs: PlanInputs) -> PlanInputs:
     indexed = options.resolved_planning == "indexed" and (
         unplanned(replace(inputs, options=replace(options, planning="indexed"))) is None
     )
+    indexed = indexed and not _looser_than_global(inputs)
     return replace(inputs, options=replace(options, planning="indexed" if indexed else "global"))
+
+
+def _looser_than_global(inputs: PlanInputs) -> bool:
+    """Length variants with ``laplace`` and a per-key ``max_frames`` or ``max_packed_frames``
+    limiting another key than the length key: indexed planning sizes a bucket's batches by the
+    bucket's longest of each other key (packed: longest times size) where global planning cuts
+    each batch on the drawn lengths, so indexed planning's epoch has more steps (speech-like
+    corpus, 3 speed variants: 1.06x with per-key ``max_frames``, 1.33x with per-key
+    ``max_packed_frames``; docs/performance.md): ``auto`` keeps global planning for them.
+    ``buckets:N`` stays indexed (global planning refuses it with variants), as do the greedy
+    cuts (global's batches)."""
+    o = inputs.options
+    if inputs.variants is None or o.parsed_ordering.kind != "laplace":
+        return False
+    if o.max_packed_frames is None and not isinstance(o.max_frames, Mapping):
+        return False  # planned indexed before these combinations were: unchanged
+    limits = batch_limits(o, list(inputs.lengths), length_key_of(inputs.lengths, o))
+    if not {*limits.padded, *limits.packed} - {limits.length_key}:
+        return False  # the length key alone: cut as without other keys (global's steps)
+    try:
+        replace(o, planning="global")  # what global planning refuses stays indexed
+    except OptionError:
+        return False
+    return True
 
 
 def node_bucket_index(
