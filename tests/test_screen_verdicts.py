@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -33,9 +34,10 @@ from test_onecopy import garbage_alloc, identity
 
 def settle_and_count(monkeypatch) -> list[int]:
     """The files written by a test count as written a minute ago (the clock they are read
-    against runs 60 s ahead) and as large enough, so they may get verdicts; returns the count of
-    rows screened."""
-    monkeypatch.setattr(screen_verdicts, "now", lambda: time.time() + 60)
+    against runs 60 s ahead, plus the clock skew margin: a test folder on a network file system
+    too) and as large enough, so they may get verdicts; returns the count of rows screened."""
+    ahead = 60 + screen_verdicts.CLOCK_SKEW_S
+    monkeypatch.setattr(screen_verdicts, "now", lambda: time.time() + ahead)
     monkeypatch.setattr(screen_verdicts, "MIN_BYTES", 0)  # the tiny files here get verdicts
     screened = [0]
     add, copy_rows = padded_rows.RowScreen.add, row_kernel.copy_rows
@@ -387,37 +389,39 @@ def test_a_young_file_gets_no_verdict(tmp_path, monkeypatch) -> None:
     assert not list(index.glob("screen-*.cols"))
 
 
-def test_a_network_file_systems_clock_not_the_readers_says_a_file_is_settled(
+def test_a_network_file_system_trusts_a_file_older_than_the_clock_skew_margin(
     tmp_path, monkeypatch
 ) -> None:
-    """A network file system's file times are its server's clock. The reader's clock runs 60 s
-    ahead of it here: a file written just now looked a minute old to the reader, so settled (a
-    change in its last write's tick could keep its times, and its verdict would speak of old
-    values). Its times are read against the file system's own clock now (a file created beside
-    it), where the reader's clock does not count: a file written now gets no verdict, one the file
-    system's clock says was written a minute ago gets one, and so does none where that clock
-    cannot be read (its folder cannot be written)."""
-    screened = settle_and_count(monkeypatch)  # the reader's clock: 60 s ahead
+    """A network file system's file times are its server's clock, which may lag the reader's.
+    Its folder cannot be written here (a shared read-only corpus) and nothing is written there. A file counts as settled where its times lie ``SETTLE_S + CLOCK_SKEW_S`` before the
+    reader's clock: one whose ``mtime`` was restored an hour back (``os.utime``, as tar or rsync
+    -a do) but whose ``ctime`` is within the margin is screened, with no verdict; once the
+    reader's clock is past the margin it gets its verdict, and the next pass screens nothing."""
+    screened = settle_and_count(monkeypatch)
     monkeypatch.setattr(screen_verdicts, "local_clock", lambda path: False)  # a network one
-    monkeypatch.setattr(screen_verdicts, "_CLOCKS", {})
-    path, index = tmp_path / "c.hdf", tmp_path / "idx"
+    monkeypatch.setattr(screen_verdicts, "_LOCAL", {})
+    data, index = tmp_path / "data", tmp_path / "idx"
+    data.mkdir()
+    path = data / "c.hdf"
     _clean_file(path)
+    os.utime(path, (time.time() - 3600, time.time() - 3600))
+    mkstemp = tempfile.mkstemp
+
+    def read_only(*args, dir=None, **kwargs):  # the data's folder cannot be written (as root too)
+        if dir is not None and Path(dir).resolve() == data.resolve():
+            raise PermissionError(dir)
+        return mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only)
+    changed = os.stat(path).st_ctime_ns / 1e9
+    margin = screen_verdicts.SETTLE_S + screen_verdicts.CLOCK_SKEW_S
     whole = [np.arange(12)]
-    for _ in range(2):  # the file system's clock: the file was written just now
+    for ahead, rows in ((margin - 1, 12), (margin + 1, 12), (margin + 1, 0)):
+        monkeypatch.setattr(screen_verdicts, "now", lambda ahead=ahead: changed + ahead)
         screened[0] = 0
-        assert one_pass(str(path), index, whole) == [] and screened[0] == 12
-    assert not list(index.glob("screen-*.cols")) and not list(tmp_path.glob(".seqloader-*"))
-    probe = screen_verdicts.probe_clock
-    monkeypatch.setattr(screen_verdicts, "_CLOCKS", {})
-    monkeypatch.setattr(screen_verdicts, "probe_clock", lambda folder: probe(folder) + 60)
-    assert one_pass(str(path), index, whole) == [] and len(list(index.glob("screen-*.cols"))) == 1
-
-    def cannot(folder: str) -> float:
-        raise PermissionError(folder)
-
-    for name in ("_CLOCKS", "probe_clock"):
-        monkeypatch.setattr(screen_verdicts, name, {} if name == "_CLOCKS" else cannot)
-    assert screen_verdicts.FileVerdicts.settled(str(index), str(path)) is None
+        assert one_pass(str(path), index, whole) == [] and screened[0] == rows
+        assert len(list(index.glob("screen-*.cols"))) == (ahead > margin)
+    assert sorted(os.listdir(data)) == ["c.hdf"]
 
 
 def test_a_small_dataset_gets_no_verdict(tmp_path, monkeypatch) -> None:

@@ -217,7 +217,8 @@ def test_superseded_keeps_this_versions_screen_verdict(cache, tmp_path, monkeypa
     """The NaN/Inf screen's verdict that ``seqloader prepare`` keeps records its format too:
     ``--superseded`` keeps it over a newer verdict of another version's format and over a newer
     one that records none (it used to keep the newest of them), and the next prepare finds it."""
-    monkeypatch.setattr(screen_verdicts, "now", lambda: time.time() + 60)  # the file is settled
+    ahead = 60 + screen_verdicts.CLOCK_SKEW_S  # the file is settled (on any file system)
+    monkeypatch.setattr(screen_verdicts, "now", lambda: time.time() + ahead)
     monkeypatch.setattr(screen_verdicts, "MIN_BYTES", 0)  # the tiny dataset gets a verdict
     sl.write_hdf(hdf_file(tmp_path), corpus())
     assert main(["prepare", hdf_file(tmp_path), *FLAGS]) == 0

@@ -28,12 +28,12 @@ A file changed within one tick of the file system's clock after its previous wri
 its times (the tick is 1-10 ms on local disks, up to 2 s elsewhere). So a file is settled only
 when its ``mtime`` and ``ctime`` lie at least ``SETTLE_S`` before the moment it is opened (git's
 rule for racy index entries): any later change then moves one of them. Files not settled get no
-verdict, looked up or written; they are screened as before. That moment is read on the clock
-that set the file's times (``file_system_now``): this machine's for a local file system
-(``local_clock``), else (NFS, SMB, Lustre, FUSE: the server's clock, which may lag the reader's
-by seconds or more, and a file written just now would look settled) the time of a file created
-beside it (``probe_clock``, measured once per file system and process). A file whose folder
-cannot be written there gets no verdict.
+verdict, looked up or written; they are screened as before. That moment is read on the
+reader's clock, which set the file's times on a local file system (``local_clock``). On any other
+(NFS, SMB, Lustre, FUSE) the times are the server's clock, which may lag the reader's, and a file
+written just now would look settled: there a file must also be older than ``CLOCK_SKEW_S`` (see
+there). Nothing is written into the data's folder to read the server's clock: a shared corpus
+is mostly mounted read-only, and a probe file left by a killed process would litter it.
 
 DataLoader workers each screen a share of a file and would never finish one alone: each keeps
 the sequences it found clean as its *part* (a store of its own, in the verdict's own folder of
@@ -61,7 +61,6 @@ import math
 import multiprocessing
 import os
 import re
-import tempfile
 import time
 import uuid
 import warnings
@@ -116,7 +115,7 @@ class Screened(NamedTuple):
 
 
 #: file systems whose file times come from this machine's own clock (the reader's): on any
-#: other the file times are the server's (``probe_clock``)
+#: other the file times are the server's (``CLOCK_SKEW_S``)
 LOCAL_FILE_SYSTEMS = frozenset(
     [
         "ext2",
@@ -141,8 +140,14 @@ LOCAL_FILE_SYSTEMS = frozenset(
         "hfsplus",
     ]
 )
-#: st_dev -> the file system's clock minus the reader's (``now``), None where it cannot be read
-_CLOCKS: dict[int, float | None] = {}
+#: how much further in the past (s, on the reader's clock) a file's times must lie on a file
+#: system whose times come from another machine's clock (NFS, SMB, Lustre, FUSE: the server's),
+#: which may lag the reader's. Clocks apart by more than minutes break NFS and Kerberos anyway
+#: (Kerberos refuses 5 min by default), so a cluster's clocks agree well within this: a corpus
+#: written more than this ago gets its verdict, a file changed within it is screened as before
+CLOCK_SKEW_S = 600.0
+#: st_dev -> whether that file system's times come from this machine's clock (``local_clock``)
+_LOCAL: dict[int, bool] = {}
 
 
 def now() -> float:
@@ -150,32 +155,13 @@ def now() -> float:
     return time.time()
 
 
-def file_system_now(path: str, st: os.stat_result) -> float | None:
-    """The current time on the clock that set the times of the file at ``path`` (stat ``st``):
-    the reader's on a local file system, else the file system's own, read from a file created
-    in the file's folder once per file system and process; None where it cannot be read."""
-    if st.st_dev not in _CLOCKS:
-        offset: float | None = 0.0
-        if not local_clock(path):
-            try:
-                offset = probe_clock(os.path.dirname(os.path.abspath(path))) - now()
-            except OSError:
-                offset = None
-        _CLOCKS[st.st_dev] = offset
-    offset = _CLOCKS[st.st_dev]
-    return None if offset is None else now() + offset
-
-
-def probe_clock(folder: str) -> float:
-    """The time on the clock of the file system of ``folder``: the ``ctime`` of a file created
-    there (set by that file system: an NFS server's clock, say), removed at once."""
-    fd, name = tempfile.mkstemp(prefix=".seqloader-clock-", dir=folder)
-    try:
-        return os.fstat(fd).st_ctime_ns / 1e9
-    finally:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(name)
+def settle_s(path: str, st: os.stat_result) -> float:
+    """How long before the reader's clock (``now``) the times of the file at ``path`` (stat
+    ``st``) must lie for it to be settled: ``SETTLE_S`` on a local file system, plus
+    ``CLOCK_SKEW_S`` on any other (its times are another machine's clock)."""
+    if st.st_dev not in _LOCAL:
+        _LOCAL[st.st_dev] = local_clock(path)
+    return SETTLE_S if _LOCAL[st.st_dev] else SETTLE_S + CLOCK_SKEW_S
 
 
 def local_clock(path: str) -> bool:
@@ -251,14 +237,12 @@ class FileVerdicts:
     @classmethod
     def settled(cls, folder: str, path: str) -> FileVerdicts | None:
         """The verdicts of the file at ``path`` (kept in ``folder``), or None when the file was
-        modified less than ``SETTLE_S`` ago on its file system's clock (a change now might keep
-        its times), or that clock cannot be read (``file_system_now``)."""
+        modified less than ``settle_s`` ago (a change now might keep its times)."""
         try:
             st = os.stat(path)
         except OSError:  # opening the file says what is wrong
             return None
-        clock = file_system_now(path, st)
-        if clock is None or clock - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < SETTLE_S:
+        if now() - max(st.st_mtime_ns, st.st_ctime_ns) / 1e9 < settle_s(path, st):
             return None
         return cls(folder, os.path.abspath(path), _stat_key(st))
 
