@@ -8,7 +8,9 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -31,15 +33,22 @@ settings.register_profile("explore", derandomize=False, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def node_cache_of_the_run(tmp_path_factory: pytest.TempPathFactory) -> Iterable[str]:
-    """The node stores every test writes (``$XDG_CACHE_HOME/seqloader``) go to a folder of this
-    run, never the user's ``~/.cache/seqloader``; processes the tests start (torchrun, spawned
-    workers, CLI runs) inherit it. A test of the default location sets it itself."""
-    folder = str(tmp_path_factory.mktemp("xdg-cache"))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("XDG_CACHE_HOME", folder)
-        yield folder
+#: the run's cache folder ($XDG_CACHE_HOME), set before the test modules are imported
+RUN_CACHE = ""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The caches every test writes (seqloader's node stores under ``$XDG_CACHE_HOME/seqloader``,
+    and those of libraries that read it as they are imported, as Hugging Face datasets does) go
+    to a folder of this run, never the user's ``~/.cache``; processes the tests start (torchrun,
+    spawned workers, CLI runs) inherit it. A test of the default location sets it itself."""
+    global RUN_CACHE
+    RUN_CACHE = tempfile.mkdtemp(prefix="seqloader-tests-cache-")
+    os.environ["XDG_CACHE_HOME"] = RUN_CACHE
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(RUN_CACHE, ignore_errors=True)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
