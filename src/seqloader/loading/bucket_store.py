@@ -92,7 +92,7 @@ def shared_bucket_index(
     n = len(next(iter(lengths.values()))) if lengths else 0
     if inputs.variants is not None:  # the planner groups them by variant class itself
         if stores is not None:
-            note = "kept in memory: length variants (the planner builds their classes)"
+            note = "not used: length variants (their classes are the index: variant classes)"
             stores.append(NodeStore(KIND, None, False, 0.0, note=note))
         return None
     if n < MIN_SEQUENCES:
