@@ -84,3 +84,30 @@ def test_node_store_is_mapped_and_a_damaged_one_rebuilt_never_served(tmp_path, m
     assert variant_store.variant_classes_path(other, "fp") != variant_store.variant_classes_path(
         inputs, "fp"
     )
+
+
+def test_a_shorter_variants_changed_lengths_under_the_same_fingerprint_get_their_own_classes(
+    tmp_path, monkeypatch
+):
+    # a source whose fingerprint covers only its (longest) lengths: variant b grows to 1.15x its
+    # base, still below a, under the same labels; the classes must not be the stale ones
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(variant_store, "MIN_SEQUENCES", 10)
+    base = np.random.default_rng(1).integers(1, 300, 400)
+
+    def inputs(slow: float) -> tuple[PlanInputs, np.ndarray]:
+        table = np.stack([np.ceil(base * f).astype(np.int64) for f in (1.2, slow, 1.0)])
+        options = PlanOptions(ordering="laplace", seed=1, max_frames=900, planning="indexed")
+        lv = LengthVariants({"data": table}, ("a", "b", "c"))
+        return PlanInputs({"data": table.max(axis=0)}, options, origin="toy", variants=lv), table
+
+    before, _ = inputs(1.0)
+    after, table = inputs(1.15)
+    assert variant_store.shared_variant_classes(before, lambda: "fp") is not None
+    mapped = variant_store.shared_variant_classes(after, lambda: "fp")
+    assert _shares(replace(after, variant_classes=mapped)) == _shares(after)
+    plan = make_planner(replace(after, variant_classes=mapped)).global_plan(1, 1).batches
+    lengths = table[plan.variants, plan.seqs]
+    for k in range(len(plan)):
+        group = lengths[plan.bounds[k] : plan.bounds[k + 1]]
+        assert len(group) * int(group.max(initial=0)) <= 900

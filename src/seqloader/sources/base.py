@@ -215,7 +215,10 @@ class HasLengthVariants(Protocol):
     for the keys whose length varies), or None when the source has none; ``lengths(key)`` is then
     the longest variant's. Planning draws a variant per sequence and full epoch
     (``seqloader.plan.variants``) and the loader reads it with ``read_variant``; every key of the
-    result must have the planned variant's length. Plain values: sources sit below planning."""
+    result must have the planned variant's length. Plain values: sources sit below planning.
+    ``fingerprint`` must change where any variant's lengths change (``fingerprint_of`` over the
+    longest lengths does not see a shorter variant's: salt it, e.g. ``extra=`` the factors); the
+    node's variant classes store hashes the table itself (``variants_digest``)."""
 
     def length_variants(self) -> tuple[tuple[str, ...], Mapping[str, np.ndarray]] | None: ...
 
