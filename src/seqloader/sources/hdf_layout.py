@@ -357,9 +357,15 @@ def _negative_rows(dset: h5py.Dataset) -> int:
     return count
 
 
+def native(dtype: np.dtype | str) -> np.dtype:
+    """The dtype in this machine's byte order: a big-endian file's '>f4' batches as float32 (torch
+    takes native arrays only; the readers swap the bytes as they copy)."""
+    return np.dtype(dtype).newbyteorder("=")
+
+
 def _inputs_spec(f: h5py.File, dset: h5py.Dataset) -> KeySpec:
     """RETURNN: 1-D inputs have vocabulary ``inputPattSize``; sparse iff also integer."""
-    dtype = np.dtype(dset.dtype)
+    dtype = native(dset.dtype)
     sparse = dset.ndim == 1 and dtype.kind in "iu"
     vocab = None
     if sparse and "inputPattSize" in f.attrs:
@@ -369,7 +375,7 @@ def _inputs_spec(f: h5py.File, dset: h5py.Dataset) -> KeySpec:
 
 def _target_spec(key: str, dset: h5py.Dataset, size: object, where: str) -> KeySpec:
     """RETURNN: ``targets/size`` is a scalar dim (ndim = data's ndim) or ``[dim, ndim]``."""
-    dtype = np.dtype(dset.dtype)
+    dtype = native(dset.dtype)
     dim: int | None
     if size is None:  # RETURNN then assumes dim 1 for 1-D keys; we say "unknown" (None)
         ndim = dset.ndim

@@ -59,7 +59,10 @@ class MappedRows(RowReader):
 
     def __init__(self, array: np.ndarray) -> None:
         self.array = array  # read-only view [total_rows, *feat] into the mmap
-        self.shape, self.dtype = array.shape, array.dtype
+        # the rows it gives are native: a big-endian file's ('>f4', mapped as it lies) are not
+        # raw-copied (``raw`` differs from ``dtype``) but swapped by numpy as they are copied
+        self.shape, self.raw = array.shape, array.dtype
+        self.dtype = array.dtype.newbyteorder("=")
         self.frame_bytes = array.dtype.itemsize * math.prod(array.shape[1:])
         self.address = array.ctypes.data  # of row 0 in the mapping (lives as long as the array)
         # the dataset's bytes as one flat memoryview (read-only, of the same mapping): a row is
@@ -68,7 +71,7 @@ class MappedRows(RowReader):
         self.bytes = array.data.cast("B") if array.flags.c_contiguous else None
 
     def rows(self, a: int, b: int) -> np.ndarray:
-        return np.array(self.array[a:b])
+        return np.array(self.array[a:b], dtype=self.dtype)
 
     def into(self, a: int, b: int, out: np.ndarray) -> None:
         out[...] = self.array[a:b]
@@ -139,7 +142,7 @@ class MappedRows(RowReader):
         """Whether ``out`` is what the kernel writes into (it checks every span itself)."""
         flags = out.flags
         return (
-            out.dtype == self.dtype
+            out.dtype == self.raw
             and out.shape[2:] == self.shape[1:]
             and flags.c_contiguous
             and flags.writeable
@@ -149,7 +152,7 @@ class MappedRows(RowReader):
         """Whether raw copies of these spans into rows ``pos`` of ``out`` stay inside the
         dataset and the destination (else the caller lets numpy copy, which checks and raises).
         A few C-level passes over the batch's ints (no generator: this runs per key and batch)."""
-        if out.dtype != self.dtype or out.shape[2:] != self.shape[1:] or len(a_list) != len(pos):
+        if out.dtype != self.raw or out.shape[2:] != self.shape[1:] or len(a_list) != len(pos):
             return False
         flags = out.flags
         if not (flags.c_contiguous and flags.writeable):
@@ -174,7 +177,7 @@ class H5Rows(RowReader):
 
     def __init__(self, dset: h5py.Dataset) -> None:
         self.dset = dset
-        self.shape, self.dtype = tuple(dset.shape), dset.dtype
+        self.shape, self.dtype = tuple(dset.shape), dset.dtype.newbyteorder("=")
         self.feature_shape = self.shape[1:]
         self.row_bytes = max(
             1, dset.dtype.itemsize * int(np.prod(self.feature_shape, dtype=np.int64))
@@ -185,7 +188,8 @@ class H5Rows(RowReader):
         # low-level reads with hand-made dataspaces for one hyperslab
         if b <= a:
             return np.empty((0, *self.feature_shape), dtype=self.dtype)
-        return self.dset[a:b]
+        rows = self.dset[a:b]
+        return rows if rows.dtype == self.dtype else rows.astype(self.dtype)  # big-endian: swap
 
     def spans(self, begin: np.ndarray, end: np.ndarray) -> list[np.ndarray]:
         b_, e_ = begin.tolist(), end.tolist()  # plain ints: this loop runs per sequence

@@ -49,6 +49,7 @@ from seqloader.sources.hdf_layout import (
     FileScan,
     PackedTags,
     describe_file,
+    native,
 )
 from seqloader.sources.node_cache import about, cache_dir, with_data_time
 from seqloader.sources.read_ahead import read_ahead
@@ -376,7 +377,8 @@ def _spec_to_json(spec: KeySpec) -> list[Any]:
 
 def _spec_from_json(value: list[Any]) -> KeySpec:
     dtype, shape, sparse, vocab = value
-    return KeySpec(np.dtype(dtype), tuple(int(d) for d in shape), bool(sparse), vocab)
+    # native: a store written before big-endian files were read in native order
+    return KeySpec(native(dtype), tuple(int(d) for d in shape), bool(sparse), vocab)
 
 
 class FileStarts(Sequence[dict[str, np.ndarray]]):
