@@ -38,6 +38,10 @@ KEYS = {"data": "inputs", "classes": "targets/data/classes"}
 
 # ---- the runner (in a subprocess) ----
 def digest(a: np.ndarray) -> str:
+    """Of the values in this machine's byte order: the reader hands a big-endian dataset out
+    native (a flipped byte of a datatype message can make a dataset big-endian), HDF5's own
+    reading keeps the file's order."""
+    a = a.astype(a.dtype.newbyteorder("="), copy=False)
     return hashlib.sha1(f"{a.dtype.str}{a.shape}".encode() + a.tobytes()).hexdigest()[:16]
 
 
