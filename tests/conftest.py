@@ -35,6 +35,8 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repeatable"))
 
 #: the run's cache folder ($XDG_CACHE_HOME), set before the test modules are imported
 RUN_CACHE = ""
+#: the value it had before (restored when the run ends: a pytest.main() inside another program)
+_USER_CACHE: str | None = None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,13 +44,18 @@ def pytest_configure(config: pytest.Config) -> None:
     and those of libraries that read it as they are imported, as Hugging Face datasets does) go
     to a folder of this run, never the user's ``~/.cache``; processes the tests start (torchrun,
     spawned workers, CLI runs) inherit it. A test of the default location sets it itself."""
-    global RUN_CACHE
+    global RUN_CACHE, _USER_CACHE
+    _USER_CACHE = os.environ.get("XDG_CACHE_HOME")
     RUN_CACHE = tempfile.mkdtemp(prefix="seqloader-tests-cache-")
     os.environ["XDG_CACHE_HOME"] = RUN_CACHE
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(RUN_CACHE, ignore_errors=True)
+    if _USER_CACHE is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = _USER_CACHE
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
